@@ -1,0 +1,27 @@
+# Two commands matter: `make dev` (run everything locally) and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: dev test venv clean
+
+$(STAMP): requirements.lock pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -r requirements.lock
+	$(BIN)/pip install -q --no-deps -e .
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+## Run a local store with a demo user (data under ./.dev-data), printing URL and token.
+dev: $(STAMP)
+	$(BIN)/brain-store dev --data .dev-data
+
+## Run the whole test suite.
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
+
+clean:
+	rm -rf $(VENV) .dev-data .pytest_cache

@@ -1,0 +1,1 @@
+"""Command-line entry points: `brain-store` (operators) and `brain-connector`."""

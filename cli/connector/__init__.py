@@ -1,0 +1,24 @@
+"""`brain-connector`: the MCP connector and the brain engine's command line."""
+
+from __future__ import annotations
+
+import click
+
+from cli.lazy import LazyGroup
+
+# One module per command; add a line here when adding a command.
+COMMANDS = {
+    "serve": "cli.connector.serve:serve",
+    "recall": "cli.connector.brain:recall",
+    "memorize": "cli.connector.brain:memorize",
+    "pin": "cli.connector.brain:pin",
+    "unpin": "cli.connector.brain:unpin",
+    "forget": "cli.connector.brain:forget",
+    "verify": "cli.connector.brain:verify",
+}
+
+
+@click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="brain-store")
+def main() -> None:
+    """Brain MCP connector, and brain operations on a local brain."""

@@ -1,0 +1,31 @@
+"""A click group whose subcommands are imported only when they are run.
+
+Each subcommand lives in its own module, so `brain-store --help` stays fast and
+one command's heavy imports (boto3, the MCP SDK) never slow another down.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+
+class LazyGroup(click.Group):
+    """A group built from a ``{name: "module:attribute"}`` map."""
+
+    def __init__(self, *args: object, lazy: dict[str, str], **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self._lazy = lazy
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self._lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self._lazy:
+            module_name, _, attribute = self._lazy[cmd_name].partition(":")
+            command = getattr(importlib.import_module(module_name), attribute)
+            if not isinstance(command, click.Command):
+                raise TypeError(f"{self._lazy[cmd_name]} is not a click command")
+            return command
+        return super().get_command(ctx, cmd_name)

@@ -1,0 +1,23 @@
+"""`brain-store`: run and operate the store."""
+
+from __future__ import annotations
+
+import click
+
+from cli.lazy import LazyGroup
+
+# One module per command; add a line here when adding a command.
+COMMANDS = {
+    "serve": "cli.store.serve:serve",
+    "dev": "cli.store.dev:dev",
+    "user": "cli.store.users:user",
+    "keygen": "cli.store.keys:keygen",
+    "rekey": "cli.store.keys:rekey",
+    "check": "cli.store.check:check",
+}
+
+
+@click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="brain-store")
+def main() -> None:
+    """Self-hosted Brain store (contract 1.1)."""

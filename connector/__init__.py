@@ -1,0 +1,1 @@
+"""The MCP connector: OAuth 2.1, working copies and the brain tools."""

@@ -1,0 +1,82 @@
+"""The in-memory brain: a map of relative POSIX paths to file bytes.
+
+Every engine module works on this one type. Reading and writing archives or
+directories lives in `archive.py`; the brain itself knows nothing about I/O.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def dump_json(value: Any) -> bytes:
+    """Serialise JSON the way the `brain` command line does.
+
+    Two-space indentation, key order kept, non-ASCII as UTF-8, trailing newline,
+    and integral floats written as integers (JavaScript prints ``1``, not ``1.0``).
+    """
+    return (json.dumps(_js_numbers(value), indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def _js_numbers(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    if isinstance(value, dict):
+        return {key: _js_numbers(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_js_numbers(item) for item in value]
+    return value
+
+
+@dataclass
+class Brain:
+    """A brain's files, keyed by relative POSIX path (``"index.json"``, ``"a/b.md"``).
+
+    Only regular files are stored; directories are implied by the paths.
+    """
+
+    files: dict[str, bytes] = field(default_factory=dict)
+
+    def __contains__(self, path: str) -> bool:
+        return path in self.files
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.files)
+
+    def read(self, path: str) -> bytes | None:
+        """The bytes at ``path``, or None."""
+        return self.files.get(path)
+
+    def read_text(self, path: str) -> str | None:
+        """The file at ``path`` decoded as UTF-8 (invalid bytes replaced), or None."""
+        data = self.files.get(path)
+        return None if data is None else data.decode("utf-8", errors="replace")
+
+    def read_json(self, path: str) -> Any | None:
+        """The parsed JSON at ``path``; None when missing or not valid JSON."""
+        data = self.files.get(path)
+        if data is None:
+            return None
+        try:
+            return json.loads(data)
+        except (ValueError, UnicodeDecodeError):
+            return None
+
+    def write(self, path: str, data: bytes) -> None:
+        """Store ``data`` at ``path`` (replacing any file there)."""
+        self.files[path] = data
+
+    def write_json(self, path: str, value: Any) -> None:
+        """Store ``value`` as JSON in the command line's layout."""
+        self.files[path] = dump_json(value)
+
+    def remove(self, path: str) -> None:
+        """Delete ``path`` if present."""
+        self.files.pop(path, None)
+
+    def copy(self) -> Brain:
+        """An independent copy (file bytes are immutable, so the map is enough)."""
+        return Brain(dict(self.files))

@@ -1,0 +1,1 @@
+"""The Brain store: an HTTP server keeping each user's brain as one archive."""

@@ -1,0 +1,104 @@
+"""Run real server processes on loopback for tests, and always stop them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def console_script(name: str) -> str:
+    """Path of one of our console scripts inside the running virtualenv."""
+    candidate = VENV_BIN / name
+    return str(candidate) if candidate.exists() else name
+
+
+@dataclass
+class ServerProcess:
+    """A started server: its process, base URL and log file."""
+
+    process: subprocess.Popen[bytes]
+    base_url: str
+    log_path: Path
+
+    def log(self) -> str:
+        """Everything the server printed so far."""
+        return self.log_path.read_text(errors="replace")
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        """Send a signal to the whole process group (uvicorn workers included)."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, sig)
+            self.process.wait(timeout=30)
+
+    def stop(self) -> None:
+        """Stop gracefully, then forcibly after a bounded wait."""
+        if self.process.poll() is not None:
+            return
+        os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+
+def wait_for_http(url: str, process: subprocess.Popen[bytes] | None = None, timeout: float = 30.0) -> None:
+    """Poll ``url`` until it answers 200; bounded in time, fails fast if the process died."""
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"server exited with code {process.returncode} before {url} answered")
+        try:
+            if httpx.get(url, timeout=2.0).status_code == 200:
+                return
+        except httpx.HTTPError as exc:
+            last_error = exc
+        time.sleep(0.05)
+    raise TimeoutError(f"{url} did not answer 200 within {timeout}s ({last_error})")
+
+
+@contextmanager
+def run_server(
+    argv: Sequence[str],
+    *,
+    port: int,
+    log_path: Path,
+    env: Mapping[str, str] | None = None,
+    health_path: str = "/health",
+    timeout: float = 30.0,
+) -> Iterator[ServerProcess]:
+    """Start ``argv`` in its own process group, wait for ``health_path``, stop it on exit."""
+    full_env = {**os.environ, **(env or {})}
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(
+            list(argv), stdout=log, stderr=subprocess.STDOUT, env=full_env, cwd=REPO_ROOT, start_new_session=True
+        )
+    server = ServerProcess(process=process, base_url=f"http://127.0.0.1:{port}", log_path=log_path)
+    try:
+        try:
+            wait_for_http(server.base_url + health_path, process, timeout)
+        except Exception as exc:
+            raise RuntimeError(f"{exc}\n--- server log ---\n{server.log()}") from exc
+        yield server
+    finally:
+        server.stop()
