@@ -9,12 +9,12 @@ from cli.lazy import LazyGroup
 # One module per command; add a line here when adding a command.
 COMMANDS = {
     "serve": "cli.connector.serve:serve",
-    "recall": "cli.connector.brain:recall",
-    "memorize": "cli.connector.brain:memorize",
-    "pin": "cli.connector.brain:pin",
-    "unpin": "cli.connector.brain:unpin",
-    "forget": "cli.connector.brain:forget",
-    "verify": "cli.connector.brain:verify",
+    "recall": "cli.connector.recall:recall",
+    "memorize": "cli.connector.brain_ops:memorize",
+    "pin": "cli.connector.brain_ops:pin",
+    "unpin": "cli.connector.brain_ops:unpin",
+    "forget": "cli.connector.brain_ops:forget",
+    "verify": "cli.connector.brain_ops:verify",
 }
 
 
