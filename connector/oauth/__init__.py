@@ -1,0 +1,1 @@
+"""The connector's OAuth 2.1 authorization server (clients, codes, tokens, metadata)."""

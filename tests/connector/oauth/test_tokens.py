@@ -1,0 +1,61 @@
+"""Sealed access tokens: round trip, audience, expiry, tampering, secrecy."""
+
+from __future__ import annotations
+
+import base64
+
+from connector.oauth.tokens import AccessClaims, AccessTokenCodec, bearer_challenge
+
+AUD = "http://127.0.0.1:8788/mcp"
+
+
+def _claims(exp: int = 2_000_000_000, **overrides: object) -> AccessClaims:
+    values: dict[str, object] = dict(
+        sub="static:u1",
+        scope=frozenset({"brain.read", "brain.write"}),
+        aud=AUD,
+        exp=exp,
+        client_id="client-1",
+        client_name="Test client",
+        idp="static",
+        store_credential="bst_secretsecretsecret",
+        family="fam1",
+        iat=1_900_000_000,
+    )
+    values.update(overrides)
+    return AccessClaims(**values)  # type: ignore[arg-type]
+
+
+def test_round_trip_survives_a_new_codec_with_the_same_key() -> None:
+    token = AccessTokenCodec(b"k" * 32).issue(_claims())
+    assert AccessTokenCodec(b"k" * 32).verify(token, AUD, now=1_950_000_000) == _claims()
+
+
+def test_other_audience_expired_and_other_key_refused() -> None:
+    codec = AccessTokenCodec(b"k" * 32)
+    token = codec.issue(_claims(exp=1_950_000_000))
+    assert codec.verify(token, "http://127.0.0.1:9999/mcp", now=1_900_000_000) is None
+    assert codec.verify(token, AUD, now=1_950_000_000) is None
+    assert codec.verify(token, AUD, now=1_949_999_999) is not None
+    assert AccessTokenCodec(b"j" * 32).verify(token, AUD, now=1_900_000_000) is None
+
+
+def test_tampered_or_malformed_tokens_refused() -> None:
+    codec = AccessTokenCodec(b"k" * 32)
+    token = codec.issue(_claims())
+    flipped = token[:-3] + ("A" if token[-3] != "A" else "B") + token[-2:]
+    for bad in [flipped, token[:-10], "", "bca1_", "bca1_!!!!", "Bearer x", "x" * 100_000, token.replace("bca1_", "bca2_")]:
+        assert codec.verify(bad, AUD, now=1_900_000_000) is None
+
+
+def test_store_credential_is_not_readable_from_the_token() -> None:
+    token = AccessTokenCodec(b"k" * 32).issue(_claims())
+    raw = base64.urlsafe_b64decode(token[5:] + "=" * (-len(token[5:]) % 4))
+    assert b"bst_" not in raw and b"static:u1" not in raw
+    assert "bst_" not in token
+
+
+def test_bearer_challenge_names_resource_metadata() -> None:
+    assert bearer_challenge("https://c.example/") == (
+        'Bearer resource_metadata="https://c.example/.well-known/oauth-protected-resource", error="invalid_token"'
+    )
