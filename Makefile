@@ -6,10 +6,10 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: dev test venv clean
 
-$(STAMP): requirements.lock pyproject.toml
+$(STAMP): requirements.lock requirements-test.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -r requirements.lock
+	$(BIN)/pip install -q -r requirements-test.lock
 	$(BIN)/pip install -q --no-deps -e .
 	touch $(STAMP)
 
