@@ -1,0 +1,332 @@
+"""Brain archives and directories: load hostile input safely, write deterministically.
+
+An archive is a gzip-compressed tar of the brain tree. Loading treats it as
+hostile: only regular files and directories are taken (links, devices, fifos and
+sparse files are dropped), absolute paths and ``..`` are refused, and the
+inflated size, entry count and path length are bounded while streaming, so a
+bomb fails early. Nothing is ever extracted to disk; the result is a `Brain`.
+
+Packing is deterministic: sorted entries (parent directories included, ``./``
+prefix as GNU tar writes them), fixed owner, modes and mtimes, and a gzip header
+without name or time, so an unchanged brain packs to identical bytes.
+"""
+
+from __future__ import annotations
+
+import errno
+import gzip
+import io
+import os
+import secrets
+import stat
+import tarfile
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from connector.engine.brain import Brain
+
+# Device-local sync state: never part of a brain we load or push.
+SKIPPED_TOP_DIRS = frozenset({".sync", ".cloud"})
+FIXED_MTIME = 946_684_800  # 2000-01-01T00:00:00Z, for every packed entry
+FILE_MODE = 0o644
+DIR_MODE = 0o755
+_READ_CHUNK = 1 << 16
+
+
+class ArchiveError(ValueError):
+    """The archive or directory is unsafe or unreadable (message says why)."""
+
+
+@dataclass(frozen=True)
+class ArchiveLimits:
+    """Bounds applied while loading an archive or a directory."""
+
+    max_inflated: int = 512 * 1024 * 1024  # total tar stream / file bytes
+    max_entries: int = 200_000
+    max_path: int = 1024  # bytes of UTF-8 per path
+
+
+def safe_relative_path(name: str) -> str | None:
+    """Normalise an entry name to a clean relative POSIX path.
+
+    ``./`` prefixes and empty or ``.`` components go; returns None for the root
+    itself. Absolute paths, ``..`` components, backslashes and NUL bytes raise.
+    """
+    if name.startswith("/"):
+        raise ArchiveError(f"absolute path refused: {name[:200]!r}")
+    if "\\" in name or "\x00" in name:
+        raise ArchiveError(f"path with a backslash or NUL refused: {name[:200]!r}")
+    parts = [part for part in name.split("/") if part not in ("", ".")]
+    if ".." in parts:
+        raise ArchiveError(f"path escaping the brain refused: {name[:200]!r}")
+    return "/".join(parts) if parts else None
+
+
+def _skipped(path: str) -> bool:
+    return path.split("/", 1)[0] in SKIPPED_TOP_DIRS
+
+
+class _BoundedReader(io.RawIOBase):
+    """Inflates a gzip stream and fails once more than ``limit`` bytes come out."""
+
+    def __init__(self, source: BinaryIO, limit: int) -> None:
+        self._gzip = gzip.GzipFile(fileobj=source, mode="rb")
+        self._limit = limit
+        self.produced = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        chunk = self._gzip.read(len(buffer))
+        self.produced += len(chunk)
+        if self.produced > self._limit:
+            raise ArchiveError(f"archive inflates beyond {self._limit} bytes")
+        buffer[: len(chunk)] = chunk
+        return len(chunk)
+
+
+def load_archive(data: bytes | BinaryIO, limits: ArchiveLimits = ArchiveLimits()) -> Brain:
+    """Read a brain from a tar.gz (bytes or a binary stream), treating it as hostile."""
+    source: BinaryIO = io.BytesIO(data) if isinstance(data, (bytes, bytearray, memoryview)) else data
+    reader = _BoundedReader(source, limits.max_inflated)
+    files: dict[str, bytes] = {}
+    entries = 0
+    try:
+        with tarfile.open(fileobj=io.BufferedReader(reader, _READ_CHUNK), mode="r|") as archive:
+            for member in archive:
+                entries += 1
+                if entries > limits.max_entries:
+                    raise ArchiveError(f"archive has more than {limits.max_entries} entries")
+                if len(member.name.encode("utf-8", "surrogateescape")) > limits.max_path:
+                    raise ArchiveError(f"path longer than {limits.max_path} bytes refused")
+                path = safe_relative_path(member.name)
+                if path is None or member.isdir() or _skipped(path):
+                    continue
+                if not member.isreg() or member.issparse():
+                    continue  # links, devices, fifos, sparse files: dropped, never followed
+                if member.size > limits.max_inflated:
+                    raise ArchiveError(f"archive inflates beyond {limits.max_inflated} bytes")
+                extracted = archive.extractfile(member)
+                content = extracted.read() if extracted is not None else b""
+                if len(content) != member.size:
+                    raise ArchiveError("archive is truncated")
+                files[path] = content
+    except ArchiveError:
+        raise
+    except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile, OSError, UnicodeError) as exc:
+        raise ArchiveError(f"not a readable tar.gz archive ({type(exc).__name__})") from None
+    _check_tree(files)
+    return Brain(files)
+
+
+def _check_tree(files: dict[str, bytes]) -> None:
+    """Refuse a tree where a file is also used as a directory."""
+    for path in files:
+        cut = path.rfind("/")
+        while cut > 0:
+            if path[:cut] in files:
+                raise ArchiveError(f"path is both a file and a directory: {path[:cut][:200]!r}")
+            cut = path.rfind("/", 0, cut)
+
+
+def _directories(paths: list[str]) -> set[str]:
+    folders: set[str] = set()
+    for path in paths:
+        cut = path.rfind("/")
+        while cut > 0:
+            folder = path[:cut]
+            if folder in folders:
+                break
+            folders.add(folder)
+            cut = path.rfind("/", 0, cut)
+    return folders
+
+
+def pack_archive(brain: Brain) -> bytes:
+    """The brain as a deterministic tar.gz: same files, same bytes."""
+    paths = [path for path in brain.files if not _skipped(path)]
+    for path in paths:
+        if safe_relative_path(path) != path:
+            raise ArchiveError(f"brain holds an unsafe path: {path[:200]!r}")
+    folders = _directories(paths)
+    entries = sorted([(tuple(p.split("/")), False) for p in paths] + [(tuple(d.split("/")), True) for d in folders])
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.GNU_FORMAT, encoding="utf-8") as archive:
+        archive.addfile(_info(".", is_dir=True))
+        for parts, is_dir in entries:
+            name = "./" + "/".join(parts)
+            if is_dir:
+                archive.addfile(_info(name, is_dir=True))
+            else:
+                content = brain.files[name[2:]]
+                archive.addfile(_info(name, size=len(content)), io.BytesIO(content))
+    return gzip.compress(raw.getvalue(), compresslevel=6, mtime=0)
+
+
+def _info(name: str, *, is_dir: bool = False, size: int = 0) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = tarfile.DIRTYPE if is_dir else tarfile.REGTYPE
+    info.mode = DIR_MODE if is_dir else FILE_MODE
+    info.size = 0 if is_dir else size
+    info.mtime = FIXED_MTIME
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    return info
+
+
+def _walk(root: Path, limits: ArchiveLimits) -> Iterator[tuple[str, str]]:
+    """(relative path, absolute path) of every regular file, never following symlinks."""
+    stack = [("", str(root))]
+    entries = 0
+    while stack:
+        prefix, folder = stack.pop()
+        with os.scandir(folder) as listing:
+            for item in sorted(listing, key=lambda entry: entry.name):
+                entries += 1
+                if entries > limits.max_entries:
+                    raise ArchiveError(f"directory has more than {limits.max_entries} entries")
+                relative = prefix + item.name
+                if len(relative.encode("utf-8", "surrogateescape")) > limits.max_path:
+                    raise ArchiveError(f"path longer than {limits.max_path} bytes refused")
+                if not prefix and item.name in SKIPPED_TOP_DIRS:
+                    continue
+                if item.is_symlink():
+                    continue
+                if item.is_dir(follow_symlinks=False):
+                    stack.append((relative + "/", item.path))
+                elif item.is_file(follow_symlinks=False):
+                    yield relative, item.path
+
+
+def _read_nofollow(path: str, budget: int) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ArchiveError("not a regular file")
+        chunks = []
+        total = 0
+        while chunk := os.read(fd, _READ_CHUNK):
+            total += len(chunk)
+            if total > budget:
+                raise ArchiveError("directory holds more bytes than allowed")
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def load_directory(path: str | os.PathLike[str], limits: ArchiveLimits = ArchiveLimits()) -> Brain:
+    """Read a brain directory: regular files only, symlinks neither followed nor taken."""
+    root = Path(path)
+    if not root.is_dir():
+        raise ArchiveError(f"not a directory: {root}")
+    files: dict[str, bytes] = {}
+    used = 0
+    for relative, absolute in _walk(root, limits):
+        if "\\" in relative:
+            continue  # cannot round-trip through an archive safely
+        try:
+            content = _read_nofollow(absolute, limits.max_inflated - used)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENXIO):
+                continue  # swapped for a symlink or a fifo while we looked
+            raise
+        used += len(content)
+        files[relative] = content
+    return Brain(files)
+
+
+def save_directory(brain: Brain, path: str | os.PathLike[str], *, remove_missing: bool = True) -> None:
+    """Write ``brain`` into directory ``path`` (created if needed), never outside it.
+
+    Each file is replaced atomically (temporary file + rename) and only when its
+    bytes changed; directories on the way are opened without following symlinks,
+    so a planted link cannot redirect a write. With ``remove_missing``, regular
+    files under ``path`` that the brain no longer holds are deleted (forget moves
+    files), except device sync state (``.sync/``, ``.cloud/``).
+    """
+    root = Path(path)
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for relative in brain.files:
+        if safe_relative_path(relative) != relative or _skipped(relative):
+            raise ArchiveError(f"brain holds an unsafe path: {relative[:200]!r}")
+    _check_tree(brain.files)
+    existing = {relative: absolute for relative, absolute in _walk(root, ArchiveLimits(max_entries=10**9))}
+    root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for relative, content in brain.files.items():
+            absolute = existing.get(relative)
+            if absolute is not None:
+                try:
+                    if _read_nofollow(absolute, len(content) + 1) == content:
+                        continue
+                except (OSError, ArchiveError):
+                    pass
+            _write_file(root_fd, relative, content)
+        if remove_missing:
+            for relative in existing.keys() - brain.files.keys():
+                _remove_file(root_fd, relative)
+    finally:
+        os.close(root_fd)
+
+
+def _open_parent(root_fd: int, relative: str, *, create: bool) -> tuple[int, str]:
+    """A descriptor of the file's directory, reached component by component."""
+    *folders, leaf = relative.split("/")
+    fd = os.dup(root_fd)
+    try:
+        for folder in folders:
+            if create:
+                try:
+                    os.mkdir(folder, 0o700, dir_fd=fd)
+                except FileExistsError:
+                    pass
+            try:
+                next_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            except OSError as exc:
+                raise ArchiveError(f"cannot write below {relative[:200]!r}: a path component is not a directory") from exc
+            os.close(fd)
+            fd = next_fd
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, leaf
+
+
+def _write_file(root_fd: int, relative: str, content: bytes) -> None:
+    fd, leaf = _open_parent(root_fd, relative, create=True)
+    try:
+        temporary = f".{leaf[:100]}.{secrets.token_hex(6)}.tmp"
+        out = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=fd)
+        try:
+            view = memoryview(content)
+            while view:
+                view = view[os.write(out, view) :]
+        finally:
+            os.close(out)
+        try:
+            # rename replaces a planted symlink itself, never its target
+            os.replace(temporary, leaf, src_dir_fd=fd, dst_dir_fd=fd)
+        except OSError:
+            os.unlink(temporary, dir_fd=fd)
+            raise
+    finally:
+        os.close(fd)
+
+
+def _remove_file(root_fd: int, relative: str) -> None:
+    try:
+        fd, leaf = _open_parent(root_fd, relative, create=False)
+    except ArchiveError:
+        return
+    try:
+        if stat.S_ISREG(os.stat(leaf, dir_fd=fd, follow_symlinks=False).st_mode):
+            os.unlink(leaf, dir_fd=fd)
+    except FileNotFoundError:
+        pass
+    finally:
+        os.close(fd)

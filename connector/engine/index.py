@@ -1,0 +1,315 @@
+"""The prepared form of a brain that recall scores against.
+
+Built once per brain version (the connector keys it by archive checksum): the
+parsed `index.json` entries, an inverted index (postings per term), document
+lengths and frequencies, and the association edges as adjacency lists. A query
+then touches only its own terms' postings plus the memories it scores.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from connector.engine.brain import Brain
+from connector.engine.jsvalues import is_number, js_truthy, number_or_none, parse_iso_ms
+from connector.engine.text import document_text, js_key_order, memory_body, term_counts
+
+K1 = 1.5
+B = 0.75
+
+# Recall trust per origin (brain-format.md); an unknown or absent origin counts 1.0.
+ORIGIN_TRUST = {"user": 1.0, "agent-inferred": 0.95, "tool-output": 0.85, "external": 0.75}
+LOW_TRUST_ORIGINS = frozenset({"tool-output", "external"})
+
+
+class RecallError(ValueError):
+    """The brain cannot be recalled from (message says why)."""
+
+
+class BrainNotInitialized(RecallError):
+    """The brain has no `index.json`."""
+
+    def __init__(self) -> None:
+        super().__init__("brain not initialized")
+
+
+@dataclass(slots=True)
+class MemoryRecord:
+    """One memory's fields, parsed once, in the shape scoring needs."""
+
+    id: str
+    entry: dict[str, Any]
+    strength: float | None
+    decay_rate: float | None
+    last_accessed_ms: int | None
+    never_decays: bool
+    salience: float | None
+    has_context: bool
+    ctx_project: Any
+    ctx_topics: frozenset[Any] | None
+    ctx_task: Any
+    created_ms: int | None
+    valid_from_ms: int | None
+    valid_until_ms: int | None
+    has_valid_until: bool
+    superseded: bool
+    trust: float | None
+    quarantined: bool
+
+
+@dataclass
+class BrainIndex:
+    """Everything recall needs from one brain version, ready to score."""
+
+    memories: list[MemoryRecord]
+    positions: dict[str, int]
+    doc_count: int
+    avgdl: float
+    df: dict[str, float]
+    postings: dict[str, list[tuple[int, float]]]
+    doc_norms: list[float]
+    doc_memory: list[int | None]
+    edges: dict[str, list[tuple[str, float]]] | None
+    quarantine_enforce: bool
+    stats_rebuilt: bool
+    _idf_cache: dict[str, float] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def build(cls, brain: Brain) -> BrainIndex:
+        """Parse ``brain`` into a ready index. Never modifies the brain."""
+        raw = brain.read("index.json")
+        if raw is None:
+            raise BrainNotInitialized()
+        index = brain.read_json("index.json")
+        if not isinstance(index, dict):
+            raise RecallError("index.json is not a valid brain index")
+        entries = index.get("memories")
+        if not isinstance(entries, dict):
+            entries = {}
+        entries = _js_object_order(entries)
+        memories = [_record(memory_id, entry) for memory_id, entry in entries.items()]
+        positions = {record.id: i for i, record in enumerate(memories)}
+
+        documents = _usable_search_index(brain, positions)
+        stats_rebuilt = documents is None
+        if documents is None:
+            doc_count, doc_items, df = _rebuild_documents(brain, memories)
+        else:
+            doc_count, doc_items, df = documents
+        postings: dict[str, list[tuple[int, float]]] = {}
+        lengths: list[float] = []
+        doc_memory: list[int | None] = []
+        for doc_pos, (memory_id, tf, length) in enumerate(doc_items):
+            lengths.append(length)
+            doc_memory.append(positions.get(memory_id))
+            for term, count in tf.items():
+                if is_number(count) and count > 0:
+                    postings.setdefault(term, []).append((doc_pos, float(count)))
+        total_length = 0.0
+        for length in lengths:
+            total_length += length
+        avgdl = total_length / doc_count if doc_count else 0.0
+        doc_norms = [_norm(length, avgdl) for length in lengths]
+
+        edges = _edges(brain.read_json("associations.json"))
+        config = brain.read_json("config.json")
+        enforce = isinstance(config, dict) and config.get("quarantine_mode") == "enforce"
+        return cls(
+            memories=memories,
+            positions=positions,
+            doc_count=doc_count,
+            avgdl=avgdl,
+            df=df,
+            postings=postings,
+            doc_norms=doc_norms,
+            doc_memory=doc_memory,
+            edges=edges,
+            quarantine_enforce=enforce,
+            stats_rebuilt=stats_rebuilt,
+        )
+
+    def idf(self, term: str) -> float:
+        """``max(0, ln(1 + (N - df + 0.5) / (df + 0.5)))``, df 0 when unknown."""
+        cached = self._idf_cache.get(term)
+        if cached is None:
+            df = self.df.get(term, 0.0)
+            n = self.doc_count
+            try:
+                cached = max(0.0, math.log(1 + (n - df + 0.5) / (df + 0.5)))
+            except (ValueError, ZeroDivisionError):
+                cached = 0.0
+            if not math.isfinite(cached):
+                cached = 0.0
+            self._idf_cache[term] = cached
+        return cached
+
+
+def _norm(length: float, avgdl: float) -> float:
+    # k1 * (1 - b + b * dl / avgdl), evaluated in the reference's order.
+    if avgdl == 0:
+        return math.inf if length else math.nan
+    return K1 * (1 - B + B * length / avgdl)
+
+
+def _js_object_order(mapping: dict[str, Any]) -> dict[str, Any]:
+    """Keys in JavaScript object order (integer-like keys first); cheap when none are."""
+    if any(key[:1].isdigit() for key in mapping):
+        return js_key_order(mapping)  # type: ignore[arg-type]
+    return mapping
+
+
+def _record(memory_id: str, entry: Any) -> MemoryRecord:
+    if not isinstance(entry, dict):
+        entry = {}
+    context = entry.get("encoding_context")
+    has_context = js_truthy(context)
+    ctx = context if isinstance(context, dict) else {}
+    topics = ctx.get("topics")
+    ctx_topics: frozenset[Any] | None = None
+    if isinstance(topics, list):
+        ctx_topics = frozenset(_hashable(topic) for topic in topics)
+    origin = entry.get("origin")
+    valid_until = entry.get("valid_until")
+    return MemoryRecord(
+        id=memory_id,
+        entry=entry,
+        strength=number_or_none(entry.get("strength")),
+        decay_rate=number_or_none(entry.get("decay_rate")),
+        last_accessed_ms=parse_iso_ms(entry.get("last_accessed")),
+        never_decays=js_truthy(entry.get("pinned")) or js_truthy(entry.get("stable")),
+        salience=number_or_none(entry.get("salience")),
+        has_context=has_context,
+        ctx_project=ctx.get("project"),
+        ctx_topics=ctx_topics,
+        ctx_task=ctx.get("task_type"),
+        created_ms=parse_iso_ms(entry.get("created")),
+        valid_from_ms=parse_iso_ms(entry.get("valid_from")),
+        valid_until_ms=parse_iso_ms(valid_until),
+        has_valid_until=valid_until is not None,
+        superseded=js_truthy(entry.get("superseded_by")),
+        trust=ORIGIN_TRUST.get(origin, 1.0) if "origin" in entry else None,
+        quarantined=js_truthy(entry.get("quarantined")),
+    )
+
+
+def _hashable(value: Any) -> Any:
+    return value if isinstance(value, (str, int, float, bool, type(None))) else repr(value)
+
+
+DocItems = list[tuple[str, dict[str, Any], float]]
+
+
+def _usable_search_index(
+    brain: Brain, positions: dict[str, int]
+) -> tuple[int, DocItems, dict[str, float]] | None:
+    """The stored statistics when recall.md says they are usable, else None."""
+    stored = brain.read_json("search-index.json")
+    if not isinstance(stored, dict):
+        return None
+    documents = stored.get("documents")
+    if not isinstance(documents, dict) or not js_truthy(documents):
+        return None
+    doc_count = stored.get("doc_count")
+    count = doc_count if is_number(doc_count) else len(documents)
+    if count != len(positions) or any(memory_id not in documents for memory_id in positions):
+        return None
+    items: DocItems = []
+    for memory_id, document in _js_object_order(documents).items():
+        doc = document if isinstance(document, dict) else {}
+        tf = doc.get("tf")
+        length = number_or_none(doc.get("length"))
+        items.append((memory_id, tf if isinstance(tf, dict) else {}, length or 0.0))
+    raw_df = stored.get("df")
+    df = {term: float(value) for term, value in raw_df.items() if is_number(value)} if isinstance(raw_df, dict) else {}
+    return int(count), items, df
+
+
+def _rebuild_documents(brain: Brain, memories: list[MemoryRecord]) -> tuple[int, DocItems, dict[str, float]]:
+    """Statistics computed from the memory files, as the reference rebuilds them."""
+    items: DocItems = []
+    df: dict[str, float] = {}
+    for record in memories:
+        path = record.entry.get("path")
+        text = brain.read_text(path) if isinstance(path, str) else None
+        body = memory_body(text) if text is not None else ""
+        title = record.entry.get("title")
+        tags = record.entry.get("tags")
+        tf, length = term_counts(
+            document_text(title if isinstance(title, str) else None, tags if isinstance(tags, (list, str)) else None, body)
+        )
+        items.append((record.id, tf, float(length)))
+        for term in tf:
+            df[term] = df.get(term, 0.0) + 1
+    return len(memories), items, df
+
+
+def _edges(associations: Any) -> dict[str, list[tuple[str, float]]] | None:
+    """Adjacency lists in file order; None when spreading must be skipped."""
+    if not isinstance(associations, dict):
+        return None
+    edges = associations.get("edges")
+    if not isinstance(edges, dict):
+        return None
+    adjacency: dict[str, list[tuple[str, float]]] = {}
+    for node, neighbours in _js_object_order(edges).items():
+        if not isinstance(neighbours, dict):
+            continue
+        listed = []
+        for neighbour, edge in _js_object_order(neighbours).items():
+            weight = number_or_none(edge.get("weight")) if isinstance(edge, dict) else None
+            # A non-numeric weight gives NaN bonuses in the reference: never recorded,
+            # exactly like a zero weight, which is what we use.
+            listed.append((neighbour, weight if weight is not None and math.isfinite(weight) else 0.0))
+        adjacency[node] = listed
+    return adjacency
+
+
+class IndexCache:
+    """A small LRU of prepared indexes keyed by a caller's key (an archive checksum)."""
+
+    def __init__(self, capacity: int = 8) -> None:
+        self.capacity = capacity
+        self._items: OrderedDict[str, BrainIndex] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: str, brain: Brain) -> BrainIndex:
+        """The index for ``key``, building it from ``brain`` on a miss."""
+        with self._lock:
+            found = self._items.get(key)
+            if found is not None:
+                self._items.move_to_end(key)
+                return found
+        built = BrainIndex.build(brain)
+        with self._lock:
+            self._items[key] = built
+            self._items.move_to_end(key)
+            while len(self._items) > self.capacity:
+                self._items.popitem(last=False)
+        return built
+
+    def invalidate(self, key: str) -> None:
+        """Forget the index for ``key`` (after a write changed that brain)."""
+        with self._lock:
+            self._items.pop(key, None)
+
+    def clear(self) -> None:
+        """Forget every index."""
+        with self._lock:
+            self._items.clear()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+DEFAULT_CACHE = IndexCache()
+
+
+def index_for(brain: Brain, key: str | None = None, cache: IndexCache = DEFAULT_CACHE) -> BrainIndex:
+    """The prepared index of ``brain``: cached under ``key`` when given, else built now."""
+    if key is None:
+        return BrainIndex.build(brain)
+    return cache.get(key, brain)

@@ -1,0 +1,387 @@
+"""Recall exactly as the reference `brain recall` (recall.md).
+
+`recall()` scores a brain's memories against a query (or a context) at a given
+clock and returns the same hits, in the same order, with the same numbers as the
+reference command line. The heavy lifting (parsing, postings) is done once in
+`BrainIndex`; this module only does per-query work.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import posixpath
+from datetime import datetime
+from typing import Any
+
+from connector.engine.brain import Brain
+from connector.engine.index import (
+    LOW_TRUST_ORIGINS,
+    BrainIndex,
+    BrainNotInitialized,
+    IndexCache,
+    MemoryRecord,
+    RecallError,
+    index_for,
+    DEFAULT_CACHE,
+)
+from connector.engine.jsvalues import datetime_ms, parse_iso_ms, round3
+from connector.engine.text import tokenize
+
+__all__ = ["recall", "BrainIndex", "BrainNotInitialized", "RecallError", "context_query"]
+
+MS_PER_DAY = 86_400_000
+FLOOR = 0.05
+SOURCE_THRESHOLD = 0.3
+SUPERSEDED_FACTOR = 0.25
+
+W_RELEVANCE, W_DECAYED, W_RECENCY = 0.38, 0.18, 0.08
+W_SPREADING, W_CONTEXT, W_SALIENCE = 0.14, 0.14, 0.08
+
+
+def _weight_table() -> dict[tuple[bool, bool, bool], tuple[float, ...]]:
+    """Normalised weights per (spreading, context, salience) presence, summed in spec order."""
+    table = {}
+    for spreading in (False, True):
+        for context in (False, True):
+            for salience in (False, True):
+                weights = [W_RELEVANCE, W_DECAYED, W_RECENCY]
+                if spreading:
+                    weights.append(W_SPREADING)
+                if context:
+                    weights.append(W_CONTEXT)
+                if salience:
+                    weights.append(W_SALIENCE)
+                total = 0.0
+                for weight in weights:
+                    total += weight
+                table[(spreading, context, salience)] = tuple(weight / total for weight in weights)
+    return table
+
+
+_WEIGHTS = _weight_table()
+
+
+def context_query(project: str | None, task: str | None, topics: str | None) -> str:
+    """The query context mode uses: project, topics and task (those given), or ``*``."""
+    parts = [part for part in (project, topics, task) if part]
+    return " ".join(parts) if parts else "*"
+
+
+def _instant_ms(value: datetime | str | None) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return datetime_ms(value)
+    parsed = parse_iso_ms(value)
+    if parsed is None:
+        raise RecallError(f"not an ISO 8601 instant: {value!r}")
+    return parsed
+
+
+def relevances(index: BrainIndex, query: str) -> dict[int, float]:
+    """Normalised BM25 with query coverage: memory position -> relevance (> 0 only)."""
+    terms = list(dict.fromkeys(tokenize(query)))
+    if not terms or index.doc_count == 0:
+        return {}
+    idfs = [index.idf(term) for term in terms]
+    idf_total = 0.0
+    for idf in idfs:
+        idf_total += idf
+    scores: dict[int, float] = {}
+    matched: dict[int, float] = {}
+    norms = index.doc_norms
+    # Terms in query order, so each document's sum is accumulated in the
+    # reference's order (floating-point addition is not associative).
+    for term, idf in zip(terms, idfs, strict=True):
+        postings = index.postings.get(term)
+        if not postings:
+            continue
+        for doc, f in postings:
+            contribution = idf * (f * 2.5) / (f + norms[doc])
+            if doc in scores:
+                scores[doc] += contribution
+                matched[doc] += idf
+            else:
+                scores[doc] = 0.0 + contribution
+                matched[doc] = 0.0 + idf
+    max_score = 0.0
+    positive: list[int] = []
+    for doc, score in scores.items():
+        if score > 0:
+            positive.append(doc)
+            if score > max_score:
+                max_score = score
+    result: dict[int, float] = {}
+    doc_memory = index.doc_memory
+    for doc in positive:
+        position = doc_memory[doc]
+        if position is None:
+            continue
+        coverage = matched[doc] / idf_total if idf_total else 0.0
+        relevance = round3((scores[doc] / max_score) * coverage)
+        if relevance:
+            result[position] = relevance
+    return result
+
+
+def _decayed_and_recency(record: MemoryRecord, now_ms: int) -> tuple[float, float]:
+    strength = record.strength
+    if record.last_accessed_ms is None:
+        # Unparseable or missing time: every time-derived term is 0.
+        decayed = strength if (record.never_decays and strength is not None) else 0.0
+        return decayed, 0.0
+    days = (now_ms - record.last_accessed_ms) / MS_PER_DAY
+    if strength is None:
+        decayed = 0.0
+    elif record.never_decays:
+        decayed = strength
+    elif record.decay_rate is None:
+        decayed = 0.0
+    else:
+        try:
+            decayed = strength * math.pow(record.decay_rate, days)
+        except (ValueError, OverflowError):
+            decayed = 0.0
+        if not math.isfinite(decayed):
+            decayed = 0.0
+    recency = 1 - days / 365
+    recency = 0.0 if recency < 0 else (1.0 if recency > 1 else recency)
+    return decayed, recency
+
+
+def _spread(
+    edges: dict[str, list[tuple[str, float]]],
+    sources: list[tuple[str, float]],
+) -> dict[str, float]:
+    """Two-hop breadth-first activation from each source, in source order."""
+    best: dict[str, float] = {}
+    get = best.get
+    for source, strength in sources:
+        if not strength > SOURCE_THRESHOLD:
+            continue
+        visited = {source}
+        frontier = [(source, strength)]
+        # Hop 1 (damping 0.5): record and keep the next frontier.
+        next_frontier = []
+        for node, accumulated in frontier:
+            for neighbour, weight in edges.get(node, ()):
+                if neighbour in visited:
+                    continue
+                visited.add(neighbour)
+                bonus = accumulated * weight * 0.5
+                if bonus > get(neighbour, 0.0):
+                    best[neighbour] = bonus
+                next_frontier.append((neighbour, bonus))
+        # Hop 2 (damping 0.25): record only; a node reached first by a weaker path
+        # keeps that path (the reference's quirk).
+        for node, accumulated in next_frontier:
+            for neighbour, weight in edges.get(node, ()):
+                if neighbour in visited:
+                    continue
+                visited.add(neighbour)
+                bonus = accumulated * weight * 0.25
+                if bonus > get(neighbour, 0.0):
+                    best[neighbour] = bonus
+    return best
+
+
+def _context_match(record: MemoryRecord, project: str | None, task: str | None, topic_set: frozenset[str] | None) -> float:
+    if not record.has_context:
+        return 0.0
+    project_term = 0.3 if (project and record.ctx_project and project == record.ctx_project) else 0.0
+    jaccard = 0.0
+    if topic_set is not None and record.ctx_topics is not None:
+        union = len(topic_set | record.ctx_topics)
+        if union:
+            jaccard = len(topic_set & record.ctx_topics) / union
+    task_term = 0.3 if (task and record.ctx_task and task == record.ctx_task) else 0.0
+    return project_term + 0.4 * jaccard + task_term
+
+
+def recall(
+    brain: Brain | None,
+    query: str | None = None,
+    *,
+    top: int = 10,
+    project: str | None = None,
+    task: str | None = None,
+    topics: str | None = None,
+    context: bool = False,
+    now: datetime,
+    as_of: datetime | str | None = None,
+    as_known_of: datetime | str | None = None,
+    index: BrainIndex | None = None,
+    cache_key: str | None = None,
+    cache: IndexCache = DEFAULT_CACHE,
+) -> list[dict[str, Any]]:
+    """Recall from ``brain`` as `brain recall` does; returns the hits as dicts.
+
+    ``index`` (a prepared `BrainIndex`) or ``cache_key`` (e.g. the archive
+    checksum, looked up in ``cache``) avoid re-parsing the brain per query.
+    Raises `BrainNotInitialized` when there is no ``index.json``.
+    """
+    if index is None:
+        if brain is None:
+            raise ValueError("recall needs a brain or a prepared index")
+        index = index_for(brain, cache_key, cache)
+    if not index.memories:
+        return []
+    now_ms = datetime_ms(now)
+    as_of_ms = _instant_ms(as_of)
+    as_known_ms = _instant_ms(as_known_of)
+    if context and not query:
+        query = context_query(project, task, topics)
+    relevance_by_pos = relevances(index, query or "")
+
+    memories = index.memories
+    eligible = _eligibility(index, as_of_ms, as_known_ms)
+
+    # Per-memory time terms, computed only for memories that can matter.
+    terms: dict[int, tuple[float, float]] = {}
+    if context:
+        candidates = range(len(memories)) if eligible is None else [i for i in range(len(memories)) if eligible[i]]
+        for position in candidates:
+            terms[position] = _decayed_and_recency(memories[position], now_ms)
+        source_positions = list(candidates)
+    else:
+        source_positions = sorted(
+            position
+            for position, relevance in relevance_by_pos.items()
+            if relevance >= FLOOR and (eligible is None or eligible[position])
+        )
+        for position in source_positions:
+            terms[position] = _decayed_and_recency(memories[position], now_ms)
+
+    spreading: dict[str, float] = {}
+    if index.edges is not None and source_positions:
+        sources = []
+        for position in source_positions:
+            decayed, recency = terms[position]
+            relevance = relevance_by_pos.get(position, 0.0)
+            sources.append((memories[position].id, 0.55 * relevance + 0.30 * decayed + 0.15 * recency))
+        spreading = _spread(index.edges, sources)
+
+    if context:
+        scored_positions = source_positions
+    else:
+        # Floor: keep memories with relevance or spreading at least 0.05.
+        kept = set(source_positions)
+        positions = index.positions
+        for memory_id, bonus in spreading.items():
+            if bonus >= FLOOR:
+                position = positions.get(memory_id)
+                if position is not None and (eligible is None or eligible[position]):
+                    kept.add(position)
+        scored_positions = sorted(kept)
+        for position in scored_positions:
+            if position not in terms:
+                terms[position] = _decayed_and_recency(memories[position], now_ms)
+
+    context_given = bool(project or task or topics)
+    topic_set = frozenset(topics.split(",")) if topics else None
+    expiry_ms = as_of_ms if as_of_ms is not None else now_ms
+
+    ranked: list[tuple[float, str, int, float, float, float, float, float]] = []
+    for position in scored_positions:
+        record = memories[position]
+        relevance = relevance_by_pos.get(position, 0.0)
+        decayed, recency = terms[position]
+        bonus = spreading.get(record.id, 0.0)
+        if bonus > 1.0:
+            bonus = 1.0
+        match = _context_match(record, project, task, topic_set) if context_given else 0.0
+        salience = record.salience
+        weights = _WEIGHTS[(bonus > 0, match > 0, salience is not None)]
+        score = weights[0] * relevance + weights[1] * decayed + weights[2] * recency
+        slot = 3
+        if bonus > 0:
+            score += weights[slot] * bonus
+            slot += 1
+        if match > 0:
+            score += weights[slot] * match
+            slot += 1
+        if salience is not None:
+            score += weights[slot] * salience
+        score = _newer_field_factors(record, score, expiry_ms, as_of_ms is not None)
+        ranked.append((-round3(score), record.id, position, relevance, decayed, recency, bonus, match))
+
+    # Score descending, then id ascending; `top` behaves like JavaScript's slice(0, top).
+    chosen = heapq.nsmallest(top, ranked) if top > 0 else sorted(ranked)[:top]
+    return [_hit(memories[row[2]], 0.0 - row[0], row[3], row[4], row[6], row[7], now_ms) for row in chosen]
+
+
+def _eligibility(index: BrainIndex, as_of_ms: int | None, as_known_ms: int | None) -> list[bool] | None:
+    """Which memories may appear at all (validity window, knowledge time, quarantine)."""
+    enforce = index.quarantine_enforce
+    if as_of_ms is None and as_known_ms is None and not enforce:
+        return None
+    flags = []
+    for record in index.memories:
+        keep = True
+        if enforce and record.quarantined:
+            keep = False
+        if keep and as_of_ms is not None:
+            if record.valid_from_ms is not None and record.valid_from_ms > as_of_ms:
+                keep = False
+            elif record.valid_until_ms is not None and record.valid_until_ms <= as_of_ms:
+                keep = False
+        if keep and as_known_ms is not None:
+            keep = record.created_ms is not None and record.created_ms <= as_known_ms
+        flags.append(keep)
+    return flags
+
+
+def _newer_field_factors(record: MemoryRecord, score: float, expiry_ms: int, with_as_of: bool) -> float:
+    """Origin trust, then one 0.25 factor for superseded or expired memories."""
+    if record.trust is not None:
+        score *= record.trust
+    superseded = record.superseded and (not with_as_of or not record.has_valid_until)
+    expired = record.valid_until_ms is not None and record.valid_until_ms <= expiry_ms
+    if superseded or expired:
+        score *= SUPERSEDED_FACTOR
+    return score
+
+
+def _hit(
+    record: MemoryRecord,
+    score: float,
+    relevance: float,
+    decayed: float,
+    spreading: float,
+    match: float,
+    now_ms: int,
+) -> dict[str, Any]:
+    entry = record.entry
+    hit: dict[str, Any] = {"id": record.id}
+    title = entry.get("title")
+    if not title:
+        path = entry.get("path")
+        title = posixpath.basename(path).removesuffix(".md") if isinstance(path, str) else title
+    if title is not None or "title" in entry:
+        hit["title"] = title
+    for key in ("path", "type"):
+        if key in entry:
+            hit[key] = entry[key]
+    hit["score"] = score
+    hit["relevance"] = round3(relevance)
+    hit["decayed_strength"] = round3(decayed)
+    hit["context_match"] = round3(match)
+    hit["spreading_bonus"] = round3(spreading)
+    if "confidence" in entry:
+        hit["confidence"] = entry["confidence"]
+    if "tags" in entry:
+        hit["tags"] = entry["tags"]
+    origin = entry.get("origin")
+    if "origin" in entry:
+        hit["origin"] = origin
+        if origin in LOW_TRUST_ORIGINS:
+            hit["low_trust"] = True
+    if record.quarantined:
+        hit["quarantine_pending"] = True
+    for key in ("superseded_by", "valid_from", "valid_until"):
+        if key in entry:
+            hit[key] = entry[key]
+    if record.valid_until_ms is not None and record.valid_until_ms <= now_ms:
+        hit["expired"] = True
+    return hit
