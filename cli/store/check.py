@@ -1,0 +1,37 @@
+"""`brain-store check`: run the contract conformance suite against any store URL."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+
+@click.command()
+@click.option("--url", required=True, help="Base URL of the store, e.g. http://127.0.0.1:8787")
+@click.option("--token", required=True, envvar="BRAIN_STORE_CHECK_TOKEN", help="Bearer token of a test user.")
+@click.option("--token2", default=None, envvar="BRAIN_STORE_CHECK_TOKEN2", help="Token of a second user (isolation checks).")
+@click.option("--only", "only", multiple=True, metavar="ID", help="Run only this check id (or 'prefix.'); repeatable.")
+@click.option("--core", is_flag=True, help="Skip this project's extension checks (for other stores).")
+@click.option("--json", "as_json", is_flag=True, help="Print results as JSON instead of a table.")
+@click.option("--timeout", default=30.0, show_default=True, help="Per-request timeout in seconds.")
+def check(url: str, token: str, token2: str | None, only: tuple[str, ...], core: bool, as_json: bool, timeout: float) -> None:
+    """Check a store against contract 1.1; exit status 1 if any check fails.
+
+    The suite creates scratch brains for the user(s) and deletes them again; it
+    never touches brains it did not create.
+    """
+    from contract.conformance.registry import CHECKS
+    from contract.conformance.runner import SuiteConfig, failed, format_table, run_suite, to_json
+
+    known = {c.id for c in CHECKS}
+    unknown = [sel for sel in only if sel not in known and not any(k.startswith(sel) for k in known if sel.endswith("."))]
+    if unknown:
+        raise click.BadParameter(f"unknown check id(s): {', '.join(unknown)}", param_hint="--only")
+    results = run_suite(SuiteConfig(url=url, token=token, token2=token2, only=only, extensions=not core, timeout=timeout))
+    if as_json:
+        click.echo(json.dumps(to_json(results), indent=2))
+    else:
+        click.echo(format_table(results))
+    sys.exit(1 if failed(results) else 0)

@@ -1,0 +1,146 @@
+"""What a check gets: HTTP clients for one or two users and scratch-brain bookkeeping."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from contract.conformance.registry import CheckFailed, describe, expect_status, json_body
+
+# 429 answers are retried after Retry-After; a rate-limited store is slow, not wrong.
+MAX_RETRY_WAIT_S = 65.0
+MAX_RETRIES = 6
+
+
+@dataclass
+class UserClient:
+    """Requests on behalf of one user (one bearer token) against one store."""
+
+    http: httpx.Client
+    token: str
+    created: list[str] = field(default_factory=list)
+    rate_limited: int = 0
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        auth: bool = True,
+        **kwargs: Any,
+    ) -> httpx.Response:
+        """Send a request with this user's token; retry bounded times on 429."""
+        all_headers = dict(headers or {})
+        if auth and not any(k.lower() == "authorization" for k in all_headers):
+            all_headers["Authorization"] = f"Bearer {self.token}"
+        for _ in range(MAX_RETRIES):
+            resp = self.http.request(method, path, headers=all_headers, **kwargs)
+            if resp.status_code != 429:
+                return resp
+            self.rate_limited += 1
+            time.sleep(min(MAX_RETRY_WAIT_S, _retry_after(resp)))
+        return resp
+
+    def create_brain(self, name: str | None = None) -> dict[str, Any]:
+        """Create a scratch brain (deleted after the check) and return its record."""
+        resp = self.request("POST", "/api/brains", json={"name": name} if name is not None else None)
+        if resp.status_code == 403:
+            raise CheckFailed(f"cannot create a scratch brain: the account is at its brain limit [{describe(resp)}]")
+        expect_status(resp, 201)
+        record = json_body(resp)
+        if not isinstance(record, dict) or not isinstance(record.get("id"), str):
+            raise CheckFailed(f"POST /api/brains did not return a brain record [{describe(resp)}]")
+        self.created.append(record["id"])
+        return record
+
+    def upload(
+        self,
+        brain_id: str,
+        archive: bytes,
+        *,
+        headers: Mapping[str, str] | None = None,
+        force: bool = False,
+        field_name: str = "brain",
+        filename: str = "brain.tar.gz",
+    ) -> httpx.Response:
+        """PUT an archive as the multipart field ``field_name``."""
+        params = {"force": "true"} if force else None
+        files = {field_name: (filename, archive, "application/gzip")}
+        return self.request("PUT", f"/api/brains/{brain_id}/sync", headers=headers, files=files, params=params)
+
+    def download(self, brain_id: str, *, version: str | None = None, headers: Mapping[str, str] | None = None) -> httpx.Response:
+        """GET the live archive or one snapshot."""
+        params = {"version": version} if version is not None else None
+        return self.request("GET", f"/api/brains/{brain_id}/sync", headers=headers, params=params)
+
+    def record(self, brain_id: str) -> httpx.Response:
+        """GET one brain record."""
+        return self.request("GET", f"/api/brains/{brain_id}")
+
+    def versions(self, brain_id: str) -> httpx.Response:
+        """GET the snapshot listing."""
+        return self.request("GET", f"/api/brains/{brain_id}/versions")
+
+    def delete(self, brain_id: str) -> httpx.Response:
+        """DELETE a brain; forget it for cleanup."""
+        resp = self.request("DELETE", f"/api/brains/{brain_id}")
+        if resp.status_code in (200, 204) and brain_id in self.created:
+            self.created.remove(brain_id)
+        return resp
+
+    def cleanup(self) -> list[str]:
+        """Delete every brain this client created; return the ids that would not go."""
+        left: list[str] = []
+        for brain_id in list(self.created):
+            try:
+                resp = self.delete(brain_id)
+            except httpx.HTTPError:
+                left.append(brain_id)
+                continue
+            if resp.status_code not in (200, 204, 404):
+                left.append(brain_id)
+            elif brain_id in self.created:
+                self.created.remove(brain_id)
+        return left
+
+
+def _retry_after(resp: httpx.Response) -> float:
+    try:
+        return max(0.5, float(resp.headers.get("Retry-After", "1")))
+    except ValueError:
+        return 1.0
+
+
+@dataclass
+class Context:
+    """Everything a check needs: the base URL, user one, and user two when given."""
+
+    base_url: str
+    user: UserClient
+    other: UserClient | None
+    timeout: float
+
+    def anonymous(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """A request without any Authorization header."""
+        return self.user.request(method, path, auth=False, **kwargs)
+
+    def second(self) -> UserClient:
+        """User two's client (checks needing it are skipped without --token2)."""
+        if self.other is None:
+            raise CheckFailed("this check needs a second token")
+        return self.other
+
+    def new_client(self) -> httpx.Client:
+        """A fresh HTTP client on the same store (for concurrent requests)."""
+        return httpx.Client(base_url=self.base_url, timeout=self.timeout)
+
+
+def random_uuid() -> str:
+    """A brain id that no store has issued."""
+    return str(uuid.uuid4())

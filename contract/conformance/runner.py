@@ -1,0 +1,114 @@
+"""Run the registered checks against a store and present the results."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+import httpx
+
+import contract.conformance.checks  # noqa: F401  (registers every check)
+from contract.conformance.context import Context, UserClient
+from contract.conformance.registry import CHECKS, Check, CheckFailed, CheckSkipped
+
+Status = Literal["pass", "fail", "skip"]
+
+
+@dataclass(frozen=True)
+class SuiteConfig:
+    """Where to run and what: ``only`` selects check ids (or id prefixes ending in '.')."""
+
+    url: str
+    token: str
+    token2: str | None = None
+    only: Sequence[str] = ()
+    extensions: bool = True
+    timeout: float = 30.0
+
+
+@dataclass
+class Result:
+    """The outcome of one check."""
+
+    id: str
+    description: str
+    extension: bool
+    status: Status
+    detail: str = ""
+    seconds: float = 0.0
+    leftovers: list[str] = field(default_factory=list)
+
+
+def select(checks: Sequence[Check], only: Sequence[str], extensions: bool) -> list[Check]:
+    """The checks to run, in registration order."""
+    chosen = []
+    for item in checks:
+        if item.extension and not extensions and not only:
+            continue
+        if only and not any(item.id == sel or (sel.endswith(".") and item.id.startswith(sel)) for sel in only):
+            continue
+        chosen.append(item)
+    return chosen
+
+
+def run_check(item: Check, ctx: Context) -> Result:
+    """Run one check, then delete the brains it created whatever happened."""
+    started = time.monotonic()
+    status: Status = "pass"
+    detail = ""
+    try:
+        detail = item.fn(ctx) or ""
+    except CheckFailed as exc:
+        status, detail = "fail", str(exc)
+    except CheckSkipped as exc:
+        status, detail = "skip", str(exc)
+    except httpx.HTTPError as exc:
+        status, detail = "fail", f"HTTP error: {type(exc).__name__}: {exc}"
+    leftovers = ctx.user.cleanup() + (ctx.other.cleanup() if ctx.other else [])
+    if leftovers and status == "pass":
+        status, detail = "fail", f"could not delete scratch brains {leftovers}"
+    return Result(item.id, item.description, item.extension, status, detail, time.monotonic() - started, leftovers)
+
+
+def run_suite(config: SuiteConfig, checks: Sequence[Check] | None = None) -> list[Result]:
+    """Run the selected checks in order against ``config.url``."""
+    chosen = select(checks if checks is not None else CHECKS, config.only, config.extensions)
+    base = config.url.rstrip("/")
+    results: list[Result] = []
+    with httpx.Client(base_url=base, timeout=config.timeout) as http1, httpx.Client(base_url=base, timeout=config.timeout) as http2:
+        user = UserClient(http1, config.token)
+        other = UserClient(http2, config.token2) if config.token2 else None
+        ctx = Context(base, user, other, config.timeout)
+        for item in chosen:
+            if item.needs_token2 and other is None:
+                results.append(Result(item.id, item.description, item.extension, "skip", "needs --token2"))
+                continue
+            results.append(run_check(item, ctx))
+    return results
+
+
+def failed(results: Sequence[Result]) -> list[Result]:
+    """The failing results."""
+    return [r for r in results if r.status == "fail"]
+
+
+def format_table(results: Sequence[Result], *, width: int = 100) -> str:
+    """A plain-text table: status, id, description, and for failures the reason below."""
+    id_width = max((len(r.id) for r in results), default=2)
+    lines = [f"{'RESULT':6}  {'CHECK':{id_width}}  DESCRIPTION", "-" * min(width, id_width + 60)]
+    for r in results:
+        mark = {"pass": "PASS", "fail": "FAIL", "skip": "SKIP"}[r.status]
+        desc = r.description + (" [extension]" if r.extension else "")
+        lines.append(f"{mark:6}  {r.id:{id_width}}  {desc}")
+        if r.status != "pass" and r.detail:
+            lines.append(f"{'':6}  {'':{id_width}}  -> {r.detail}")
+    counts = {s: sum(1 for r in results if r.status == s) for s in ("pass", "fail", "skip")}
+    lines.append(f"\n{counts['pass']} passed, {counts['fail']} failed, {counts['skip']} skipped")
+    return "\n".join(lines)
+
+
+def to_json(results: Sequence[Result]) -> list[dict[str, object]]:
+    """Results as plain dicts for --json."""
+    return [asdict(r) for r in results]
