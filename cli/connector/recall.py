@@ -1,0 +1,81 @@
+"""`brain-connector recall`: recall from a brain directory or archive, like `brain recall`."""
+
+from __future__ import annotations
+
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import click
+
+from connector.engine.archive import ArchiveError, load_archive, load_directory
+from connector.engine.brain import Brain, dump_json
+from connector.engine.index import RecallError
+from connector.engine.jsvalues import parse_iso_ms
+from connector.engine.recall import recall as run_recall
+
+
+def _instant(value: str | None, option: str) -> datetime | None:
+    if value is None:
+        return None
+    millis = parse_iso_ms(value)
+    if millis is None:
+        raise click.BadParameter(f"not an ISO 8601 instant: {value!r}", param_hint=option)
+    return datetime.fromtimestamp(millis / 1000, tz=UTC)
+
+
+def _load(path: Path) -> Brain:
+    if path.is_dir():
+        if not (path / "index.json").is_file():
+            raise RecallError("brain not initialized")  # before reading a whole unrelated tree
+        return load_directory(path)
+    with path.open("rb") as stream:
+        return load_archive(stream)
+
+
+@click.command()
+@click.argument("brain", type=click.Path(exists=True, path_type=Path))
+@click.argument("query", required=False)
+@click.option("--top", type=int, default=10, show_default=True, help="How many hits to print.")
+@click.option("--project", default=None, help="Current project, for context match.")
+@click.option("--task", default=None, help="Current task type, for context match.")
+@click.option("--topics", default=None, help="Comma-separated topics, for context match.")
+@click.option("--context", "context_mode", is_flag=True, help="Context mode: recall without a query.")
+@click.option("--now", default=None, help="Clock to score at (ISO 8601); default: the current time.")
+@click.option("--as-of", "as_of", default=None, help="Only facts valid at this instant (ISO 8601).")
+@click.option("--as-known-of", "as_known_of", default=None, help="Only memories created by this instant.")
+def recall(
+    brain: Path,
+    query: str | None,
+    top: int,
+    project: str | None,
+    task: str | None,
+    topics: str | None,
+    context_mode: bool,
+    now: str | None,
+    as_of: str | None,
+    as_known_of: str | None,
+) -> None:
+    """Print the memories BRAIN (a directory or a .tar.gz) recalls for QUERY, as JSON."""
+    if not query and not context_mode:
+        raise click.UsageError("give a QUERY, or --context")
+    clock = _instant(now, "--now") or datetime.now(UTC)
+    try:
+        hits = run_recall(
+            _load(brain),
+            query,
+            top=top,
+            project=project,
+            task=task,
+            topics=topics,
+            context=context_mode,
+            now=clock,
+            as_of=_instant(as_of, "--as-of"),
+            as_known_of=_instant(as_known_of, "--as-known-of"),
+        )
+    except (ArchiveError, RecallError) as exc:
+        raise click.ClickException(str(exc)) from None
+    except OSError as exc:
+        raise click.ClickException(f"cannot read {brain}: {exc.strerror or exc}") from None
+    sys.stdout.buffer.write(dump_json(hits))
+    sys.stdout.buffer.flush()
