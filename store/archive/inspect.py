@@ -1,0 +1,514 @@
+"""Streaming validation of an uploaded brain archive (a gzip-compressed tar).
+
+The store never unpacks an archive; it only has to be sure the upload *is* a
+well-formed gzip-compressed tar of plain files and directories, and count its
+regular files. This module does that while the body streams in, with memory
+bounded by a few small buffers whatever the input:
+
+* gzip is inflated incrementally (``zlib.decompressobj(wbits=31)``) with a cap on
+  the output of each step, so a gzip bomb never produces more than one small
+  buffer at a time; several gzip members in a row are accepted, as gzip does.
+* tar headers are parsed block by block (ustar, GNU and pax), checksums verified;
+  file contents are skipped by counting, never stored.
+* everything that could smuggle something past a client's unpacker, or that is
+  simply not a complete archive, is refused with a message meant for the client.
+
+Use::
+
+    inspector = ArchiveInspector(InspectLimits())
+    for chunk in body:
+        inspector.feed(chunk)          # raises ArchiveRejected
+    summary = inspector.finish()       # raises ArchiveRejected
+
+Every :class:`ArchiveRejected` maps to HTTP 400 (the body is not an acceptable
+gzip-compressed tar); ``exc.reason`` says which family of problem it was.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from dataclasses import dataclass
+
+__all__ = ["ArchiveInspector", "ArchiveRejected", "ArchiveSummary", "InspectLimits", "inspect_bytes"]
+
+GIB = 1 << 30
+BLOCK = 512
+_ZERO_BLOCK = bytes(BLOCK)
+# Compressed input is handed to zlib in slices of this size: ``unconsumed_tail`` is a
+# copy of the rest of the slice, so small slices keep that copying linear.
+_IN_SLICE = 16 * 1024
+# Most bytes one inflate step may produce; the whole decompression buffer budget.
+_OUT_STEP = 64 * 1024
+# Metadata headers (pax ``x``, GNU ``L``/``K``) allowed in a row before a real entry.
+_MAX_META_CHAIN = 8
+
+_REGULAR = frozenset((b"0", b"\x00", b"7"))  # "7" (contiguous file) is a regular file to every unpacker
+_REFUSED_TYPES = {
+    b"1": "hard links are not allowed",
+    b"2": "symbolic links are not allowed",
+    b"3": "character devices are not allowed",
+    b"4": "block devices are not allowed",
+    b"6": "FIFOs are not allowed",
+    b"S": "sparse files are not supported",
+}
+_OCTAL = re.compile(rb"[0-7]*")
+
+
+@dataclass(frozen=True)
+class InspectLimits:
+    """Bounds on what one archive may make us do.
+
+    ``max_inflated``: bytes of tar data after decompression; ``max_entries``: tar
+    members (files and directories); ``max_header``: bytes of one pax extended
+    header or GNU long-name record.
+    """
+
+    max_inflated: int = GIB
+    max_entries: int = 500_000
+    max_header: int = 256 * 1024
+
+
+@dataclass(frozen=True)
+class ArchiveSummary:
+    """What the store learns from a valid archive.
+
+    ``file_count`` counts regular-file entries exactly; ``entries`` counts every
+    member (files and directories); ``inflated_bytes`` is the size of the tar stream.
+    """
+
+    file_count: int
+    inflated_bytes: int
+    entries: int
+
+
+class ArchiveRejected(ValueError):
+    """The upload is not an acceptable gzip-compressed tar (answer 400 with ``message``).
+
+    ``reason`` is one of ``"not-gzip"``, ``"gzip"`` (corrupt or truncated gzip, or junk
+    after it), ``"tar"`` (malformed or truncated tar), ``"entry"`` (an entry type or
+    name we refuse) and ``"limit"`` (a bound of :class:`InspectLimits` was crossed).
+    """
+
+    def __init__(self, message: str, *, reason: str = "tar") -> None:
+        super().__init__(message)
+        self.message = message
+        self.reason = reason
+
+
+def inspect_bytes(data: bytes, limits: InspectLimits | None = None) -> ArchiveSummary:
+    """Validate a whole archive held in memory (tests, CLI tools)."""
+    inspector = ArchiveInspector(limits)
+    inspector.feed(data)
+    return inspector.finish()
+
+
+# States of the gzip layer.
+_GZ_START, _GZ_MEMBER, _GZ_BETWEEN, _GZ_PADDING = range(4)
+
+
+class ArchiveInspector:
+    """Validate a gzip-compressed tar fed in chunks of any size; see the module doc.
+
+    After the first rejection the inspector stays failed: every later call raises
+    the same :class:`ArchiveRejected`.
+    """
+
+    def __init__(self, limits: InspectLimits | None = None) -> None:
+        self._limits = limits or InspectLimits()
+        self._tar = _TarParser(self._limits)
+        self._gz: zlib._Decompress | None = None  # type: ignore[name-defined]
+        self._gz_state = _GZ_START
+        self._held = b""  # at most one byte, while deciding what follows a gzip member
+        self._compressed = 0
+        self._inflated = 0
+        self._failed: ArchiveRejected | None = None
+        self._done = False
+
+    @property
+    def inflated_bytes(self) -> int:
+        """Bytes of tar data inflated so far."""
+        return self._inflated
+
+    def feed(self, chunk: bytes | bytearray | memoryview) -> None:
+        """Inspect the next piece of the upload; raise :class:`ArchiveRejected` if it is unacceptable."""
+        self._check_usable()
+        try:
+            view = memoryview(chunk).cast("B")
+            self._compressed += len(view)
+            for start in range(0, len(view), _IN_SLICE):
+                self._feed_compressed(view[start : start + _IN_SLICE])
+        except ArchiveRejected as exc:
+            self._failed = exc
+            raise
+
+    def finish(self) -> ArchiveSummary:
+        """Declare the upload complete; return its summary or raise :class:`ArchiveRejected`."""
+        self._check_usable()
+        try:
+            self._finish_gzip()
+            self._tar.finish()
+        except ArchiveRejected as exc:
+            self._failed = exc
+            raise
+        self._done = True
+        return ArchiveSummary(self._tar.file_count, self._inflated, self._tar.entries)
+
+    def _check_usable(self) -> None:
+        if self._failed is not None:
+            raise self._failed
+        if self._done:
+            raise RuntimeError("ArchiveInspector already finished")
+
+    # gzip layer
+
+    def _feed_compressed(self, piece: bytes | memoryview) -> None:
+        while len(piece):
+            state = self._gz_state
+            if state == _GZ_PADDING:
+                if bytes(piece).strip(b"\x00"):
+                    raise ArchiveRejected("unexpected data after the end of the gzip stream", reason="gzip")
+                return
+            if state != _GZ_MEMBER:
+                piece = self._start_member(piece)
+                continue
+            piece = self._inflate(piece)
+
+    def _start_member(self, piece: bytes | memoryview) -> bytes:
+        """Decide whether ``piece`` begins a gzip member (or, after one, zero padding)."""
+        data = self._held + bytes(piece)
+        self._held = b""
+        if self._gz_state == _GZ_BETWEEN and data[0] == 0:
+            # gzip(1) itself ignores zero bytes after the last member (tape padding).
+            self._gz_state = _GZ_PADDING
+            return data
+        if len(data) < 2:
+            self._held = data
+            return b""
+        if data[:2] != b"\x1f\x8b":
+            if self._gz_state == _GZ_START:
+                raise ArchiveRejected("the upload is not gzip-compressed (expected a .tar.gz archive)", reason="not-gzip")
+            raise ArchiveRejected("unexpected data after the end of the gzip stream", reason="gzip")
+        self._gz = zlib.decompressobj(wbits=31)
+        self._gz_state = _GZ_MEMBER
+        return data
+
+    def _inflate(self, piece: bytes | memoryview) -> bytes | memoryview:
+        """Inflate ``piece`` in bounded steps; return what follows the member if it ended."""
+        gz = self._gz
+        assert gz is not None
+        while True:
+            try:
+                out = gz.decompress(piece, _OUT_STEP)
+            except zlib.error as exc:
+                raise ArchiveRejected(f"the gzip data is corrupt ({_zlib_reason(exc)})", reason="gzip") from None
+            if out:
+                self._inflated += len(out)
+                if self._inflated > self._limits.max_inflated:
+                    raise ArchiveRejected(
+                        f"the archive inflates to more than {_human(self._limits.max_inflated)}", reason="limit"
+                    )
+                self._tar.feed(out)
+            if gz.eof:
+                self._gz_state = _GZ_BETWEEN
+                self._gz = None
+                return gz.unused_data
+            piece = gz.unconsumed_tail
+            # A full output step may leave output buffered inside zlib even when all
+            # input was consumed: keep draining until a step comes back short.
+            if not piece and len(out) < _OUT_STEP:
+                return b""
+
+    def _finish_gzip(self) -> None:
+        if self._gz_state == _GZ_START:
+            if self._compressed == 0:
+                raise ArchiveRejected("the upload is empty (expected a .tar.gz archive)", reason="not-gzip")
+            raise ArchiveRejected("the upload is not gzip-compressed (expected a .tar.gz archive)", reason="not-gzip")
+        if self._gz_state == _GZ_MEMBER:
+            raise ArchiveRejected("the gzip stream is truncated", reason="gzip")
+        if self._held:
+            raise ArchiveRejected("unexpected data after the end of the gzip stream", reason="gzip")
+        if self._inflated == 0:
+            raise ArchiveRejected("the gzip stream is empty (no tar archive inside)", reason="tar")
+
+
+# States of the tar layer.
+_T_HEADER, _T_DATA, _T_PAD, _T_ZERO1, _T_END = range(5)
+
+
+class _TarParser:
+    """Incremental tar parser: headers are checked, contents skipped by counting."""
+
+    def __init__(self, limits: InspectLimits) -> None:
+        self._limits = limits
+        self._state = _T_HEADER
+        self._block = bytearray()  # a header block split across feeds (< 512 bytes)
+        self._data_left = 0
+        self._pad_left = 0
+        self._collect: bytearray | None = None  # content of a pax / GNU long-name record
+        self._collect_type = b""
+        self._meta_chain = 0
+        self._next_path: bytes | None = None  # from pax "path" or GNU "L"
+        self._next_size: int | None = None  # from pax "size"
+        self.file_count = 0
+        self.entries = 0
+
+    def feed(self, data: bytes) -> None:
+        view = memoryview(data)
+        size = len(view)
+        pos = 0
+        while pos < size:
+            state = self._state
+            if state == _T_DATA:
+                take = min(self._data_left, size - pos)
+                if self._collect is not None:
+                    self._collect += view[pos : pos + take]
+                pos += take
+                self._data_left -= take
+                if self._data_left == 0:
+                    if self._collect is not None:
+                        self._end_meta()
+                    self._state = _T_PAD if self._pad_left else _T_HEADER
+                continue
+            if state == _T_PAD:
+                take = min(self._pad_left, size - pos)
+                pos += take
+                self._pad_left -= take
+                if self._pad_left == 0:
+                    self._state = _T_HEADER
+                continue
+            if state == _T_END:
+                # Zero padding after the end marker is normal (tar pads to its record size).
+                if view[pos:].tobytes().strip(b"\x00"):
+                    raise ArchiveRejected("unexpected data after the end of the tar archive", reason="tar")
+                return
+            # _T_HEADER or _T_ZERO1: assemble one 512-byte block.
+            if self._block:
+                need = BLOCK - len(self._block)
+                self._block += view[pos : pos + need]
+                pos += min(need, size - pos)
+                if len(self._block) < BLOCK:
+                    return
+                block = bytes(self._block)
+                self._block.clear()
+            elif size - pos >= BLOCK:
+                block = view[pos : pos + BLOCK].tobytes()
+                pos += BLOCK
+            else:
+                self._block += view[pos:]
+                return
+            self._on_block(block)
+
+    def finish(self) -> None:
+        if self._state == _T_END:
+            return
+        if self._state in (_T_DATA, _T_PAD) or self._block:
+            raise ArchiveRejected("the tar archive is truncated", reason="tar")
+        if self._collect is not None or self._meta_chain:
+            raise ArchiveRejected("the tar archive is truncated after an extended header", reason="tar")
+        if self._state == _T_ZERO1:
+            raise ArchiveRejected("the tar archive's end marker is incomplete (one zero block, not two)", reason="tar")
+        raise ArchiveRejected("the tar archive has no end marker (truncated?)", reason="tar")
+
+    def _on_block(self, block: bytes) -> None:
+        if block == _ZERO_BLOCK:
+            if self._state == _T_ZERO1:
+                self._state = _T_END
+                return
+            if self._meta_chain:
+                raise ArchiveRejected("an extended header is not followed by an entry", reason="tar")
+            self._state = _T_ZERO1
+            return
+        if self._state == _T_ZERO1:
+            raise ArchiveRejected("a lone zero block inside the tar archive (damaged or concatenated archive)", reason="tar")
+        self._on_header(block)
+
+    def _on_header(self, block: bytes) -> None:
+        first = self.entries == 0 and self._meta_chain == 0
+        stored = _octal_field(block[148:156], "checksum", first)
+        unsigned = sum(block) - sum(block[148:156]) + 8 * 0x20
+        if stored != unsigned and stored != _signed_checksum(block):
+            if first:
+                raise ArchiveRejected("the gzip data is not a tar archive", reason="tar")
+            raise ArchiveRejected(f"tar header checksum mismatch after entry {self.entries}", reason="tar")
+        magic = block[257:265]
+        if magic[:6] == b"ustar\x00":
+            posix = True
+        elif magic == b"ustar  \x00" or magic == bytes(8):  # GNU, or old V7 headers
+            posix = False
+        else:
+            raise ArchiveRejected("unsupported tar header format", reason="tar")
+        typeflag = block[156:157]
+        size = _number_field(block[124:136], "size")
+
+        if typeflag in (b"x", b"g", b"L", b"K"):
+            self._start_meta(typeflag, size)
+            return
+
+        name = self._next_path
+        if name is None:
+            name = _nts(block[0:100])
+            prefix = _nts(block[345:500]) if posix else b""
+            if prefix:
+                name = prefix + b"/" + name
+        if self._next_size is not None:
+            size = self._next_size
+        self._next_path = None
+        self._next_size = None
+        self._meta_chain = 0
+
+        refused = _REFUSED_TYPES.get(typeflag)
+        if refused is not None:
+            raise ArchiveRejected(f"{refused} (entry {_show(name)})", reason="entry")
+        if typeflag in _REGULAR:
+            self.file_count += 1
+        elif typeflag != b"5":
+            raise ArchiveRejected(f"unsupported tar entry type {_show(typeflag)} (entry {_show(name)})", reason="entry")
+        _check_name(name)
+        self.entries += 1
+        if self.entries > self._limits.max_entries:
+            raise ArchiveRejected(f"the archive has more than {self._limits.max_entries} entries", reason="limit")
+        self._skip(size)
+
+    def _skip(self, size: int) -> None:
+        self._data_left = size
+        self._pad_left = -size % BLOCK
+        self._state = _T_DATA if size else _T_HEADER
+
+    def _start_meta(self, typeflag: bytes, size: int) -> None:
+        if size > self._limits.max_header:
+            raise ArchiveRejected(
+                f"a tar extended header is larger than {_human(self._limits.max_header)}", reason="limit"
+            )
+        if typeflag != b"g":
+            self._meta_chain += 1
+            if self._meta_chain > _MAX_META_CHAIN:
+                raise ArchiveRejected("too many extended headers in a row", reason="tar")
+        self._collect = bytearray()
+        self._collect_type = typeflag
+        self._skip(size)
+        if size == 0:
+            self._end_meta()
+
+    def _end_meta(self) -> None:
+        data = bytes(self._collect or b"")
+        typeflag = self._collect_type
+        self._collect = None
+        if typeflag == b"L":
+            self._next_path = _nts(data)
+        elif typeflag == b"K":
+            pass  # a long link target: only links use it, and links are refused anyway
+        else:
+            records = _parse_pax(data)
+            if any(key.startswith(b"GNU.sparse.") for key in records):
+                raise ArchiveRejected("sparse files are not supported", reason="entry")
+            if typeflag == b"g":
+                # A global header applies to every later entry; git and others only put
+                # comments there. One that renames or resizes entries is refused.
+                if records.keys() & {b"path", b"size", b"linkpath"}:
+                    raise ArchiveRejected("a global tar header may not set path or size", reason="tar")
+                return
+            if b"path" in records:
+                self._next_path = records[b"path"]
+            if b"size" in records:
+                value = records[b"size"]
+                if not value.isdigit():
+                    raise ArchiveRejected("a tar extended header has an invalid size", reason="tar")
+                self._next_size = int(value)
+
+
+def _parse_pax(data: bytes) -> dict[bytes, bytes]:
+    """Parse pax records (``"<len> <key>=<value>\\n"``); refuse anything malformed."""
+    records: dict[bytes, bytes] = {}
+    pos = 0
+    end = len(data)
+    while pos < end:
+        if data[pos] == 0:
+            if data[pos:].strip(b"\x00"):
+                break  # fall through to the error below
+            return records
+        space = data.find(b" ", pos, min(end, pos + 24))
+        length_text = data[pos:space] if space > pos else b""
+        if not length_text.isdigit():
+            break
+        length = int(length_text)
+        stop = pos + length
+        if length <= len(length_text) + 1 or stop > end or data[stop - 1] != 0x0A:
+            break
+        key, equals, value = data[space + 1 : stop - 1].partition(b"=")
+        if not equals or not key:
+            break
+        records[key] = value
+        pos = stop
+    else:
+        return records
+    raise ArchiveRejected("a tar extended (pax) header is malformed", reason="tar")
+
+
+def _check_name(name: bytes) -> None:
+    if not name:
+        raise ArchiveRejected("a tar entry has an empty name", reason="entry")
+    if b"\x00" in name:
+        raise ArchiveRejected(f"a tar entry name contains a NUL byte ({_show(name)})", reason="entry")
+    if name.startswith((b"/", b"\\")):
+        raise ArchiveRejected(f"absolute paths are not allowed (entry {_show(name)})", reason="entry")
+    # Backslashes count as separators too: the archive may be unpacked on Windows.
+    if b".." in name.replace(b"\\", b"/").split(b"/"):
+        raise ArchiveRejected(f"'..' path components are not allowed (entry {_show(name)})", reason="entry")
+
+
+def _nts(field: bytes) -> bytes:
+    """A NUL-terminated string field's value."""
+    end = field.find(b"\x00")
+    return field if end < 0 else field[:end]
+
+
+def _octal_field(field: bytes, what: str, first: bool = False) -> int:
+    text = _nts(field).strip(b" ")
+    if not text or _OCTAL.fullmatch(text) is None:
+        if first:
+            raise ArchiveRejected("the gzip data is not a tar archive", reason="tar")
+        raise ArchiveRejected(f"a tar header has an invalid {what} field", reason="tar")
+    return int(text, 8)
+
+
+def _number_field(field: bytes, what: str) -> int:
+    """An octal number, or GNU base-256 (first byte 0x80) for large values."""
+    if field[0] & 0x80:
+        if field[0] != 0x80:
+            raise ArchiveRejected(f"a tar header has a negative {what}", reason="tar")
+        return int.from_bytes(field[1:], "big")
+    text = _nts(field).strip(b" ")
+    if _OCTAL.fullmatch(text) is None:
+        raise ArchiveRejected(f"a tar header has an invalid {what} field", reason="tar")
+    return int(text, 8) if text else 0
+
+
+def _signed_checksum(block: bytes) -> int:
+    # Some historic tars summed bytes as signed chars; tarfile accepts both, so do we.
+    total = 8 * 0x20
+    for index, byte in enumerate(block):
+        if 148 <= index < 156:
+            continue
+        total += byte - 256 if byte >= 128 else byte
+    return total
+
+
+def _show(name: bytes) -> str:
+    text = name.decode("utf-8", "replace")
+    if len(text) > 120:
+        text = text[:117] + "..."
+    return repr(text)
+
+
+def _human(size: int) -> str:
+    for unit, factor in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= factor and size % factor == 0:
+            return f"{size // factor} {unit}"
+    return f"{size} bytes"
+
+
+def _zlib_reason(exc: zlib.error) -> str:
+    text = str(exc)
+    # zlib messages look like "Error -3 while decompressing data: invalid block type".
+    return text.split(": ", 1)[-1] if ": " in text else text

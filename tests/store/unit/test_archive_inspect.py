@@ -1,0 +1,416 @@
+"""The streaming archive inspector: real archives accepted, a hostile corpus refused."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import shutil
+import subprocess
+import tarfile
+import tracemalloc
+import zlib
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from store.archive.inspect import ArchiveInspector, ArchiveRejected, ArchiveSummary, InspectLimits, inspect_bytes
+from tests.store.unit.tarbuild import (
+    BLOCK,
+    END,
+    gz,
+    header,
+    many_entries_gz,
+    member,
+    padded,
+    pax,
+    pax_record,
+    tarfile_archive,
+    zeros_gz,
+)
+
+SIMPLE = member(b"a.md", b"hello\n") + member(b"dir/", typeflag=b"5") + member(b"dir/b.md", b"x" * 700)
+
+
+def feed_all(chunks: Iterable[bytes], limits: InspectLimits | None = None) -> ArchiveSummary:
+    inspector = ArchiveInspector(limits)
+    for chunk in chunks:
+        inspector.feed(chunk)
+    return inspector.finish()
+
+
+def rejected(data: bytes | Iterable[bytes], limits: InspectLimits | None = None) -> ArchiveRejected:
+    chunks = [data] if isinstance(data, bytes) else data
+    with pytest.raises(ArchiveRejected) as info:
+        feed_all(chunks, limits)
+    assert info.value.message and str(info.value) == info.value.message
+    return info.value
+
+
+# ---------------------------------------------------------------- accepted archives
+
+
+def test_simple_archive_counts_regular_files_only() -> None:
+    summary = inspect_bytes(gz(SIMPLE + END))
+    assert summary == ArchiveSummary(file_count=2, inflated_bytes=len(SIMPLE) + len(END), entries=3)
+
+
+def test_empty_tar_is_valid_with_zero_files() -> None:
+    assert inspect_bytes(gz(END)).file_count == 0
+
+
+def test_zero_padding_after_end_marker_is_fine() -> None:
+    assert inspect_bytes(gz(SIMPLE + END + bytes(20 * BLOCK + 100))).file_count == 2
+
+
+@pytest.mark.parametrize("fmt", [tarfile.USTAR_FORMAT, tarfile.GNU_FORMAT, tarfile.PAX_FORMAT])
+def test_python_tarfile_all_formats(fmt: int) -> None:
+    long_dir = "d" * 90 + "/" + "e" * 90  # > 100 chars: prefix field, GNU long name or pax path
+    entries: list[tuple[str, bytes | None]] = [
+        ("notes", None),
+        ("notes/one.md", b"one"),
+        (long_dir, None),
+        (long_dir + "/deep.md", os.urandom(70_000)),
+        ("index.json", b"{}\n"),
+    ]
+    if fmt != tarfile.USTAR_FORMAT:
+        entries.append(("x" * 150 + ".md", b"long name without a slash"))
+    if fmt == tarfile.PAX_FORMAT:
+        entries.append(("notes/caf\u00e9 \u2603.md", b"unicode"))
+    summary = inspect_bytes(tarfile_archive(entries, fmt))
+    assert summary.file_count == sum(1 for _, data in entries if data is not None)
+    assert summary.entries == len(entries)
+
+
+def test_gnu_tar_binary_with_dot_prefix_and_directories(tmp_path: Path) -> None:
+    tar = shutil.which("tar")
+    if tar is None:
+        pytest.skip("no tar binary")
+    src = tmp_path / "brain"
+    (src / "memories" / "2026").mkdir(parents=True)
+    (src / "memories" / "2026" / "m1.md").write_text("---\ntitle: a\n---\nbody\n")
+    (src / "memories" / "m2.md").write_bytes(os.urandom(200_000))
+    (src / "index.json").write_text("{}\n")
+    (src / "empty.md").write_bytes(b"")
+    (src / ("long-" + "n" * 120 + ".md")).write_text("long name\n")
+    for fmt in ("gnu", "oldgnu", "pax", "ustar", "v7"):
+        if fmt in ("ustar", "v7"):
+            (src / ("long-" + "n" * 120 + ".md")).unlink(missing_ok=True)
+        out = tmp_path / f"{fmt}.tar.gz"
+        subprocess.run([tar, "czf", str(out), f"--format={fmt}", "-C", str(src), "."], check=True)
+        summary = inspect_bytes(out.read_bytes())
+        expected_files = sum(1 for p in src.rglob("*") if p.is_file())
+        expected_entries = expected_files + sum(1 for p in src.rglob("*") if p.is_dir()) + 1  # "./"
+        assert (summary.file_count, summary.entries) == (expected_files, expected_entries), fmt
+
+
+def test_engine_packer_archives_are_accepted() -> None:
+    archive = pytest.importorskip("connector.engine.archive")
+    brain_module = pytest.importorskip("connector.engine.brain")
+    if not hasattr(archive, "pack_archive"):
+        pytest.skip("engine packer not available yet")
+    files = {"index.json": b"{}\n", "memories/a.md": b"---\ntitle: a\n---\nbody\n", "memories/sub/b.md": b"b"}
+    data = archive.pack_archive(brain_module.Brain(dict(files)))
+    assert inspect_bytes(data).file_count == len(files)
+
+
+def test_multi_member_gzip_is_accepted() -> None:
+    tar = SIMPLE + END
+    data = gz(tar[:700]) + gz(b"") + gz(tar[700:])
+    assert inspect_bytes(data).file_count == 2
+
+
+def test_zero_padding_after_gzip_stream_is_fine() -> None:
+    assert inspect_bytes(gz(SIMPLE + END) + bytes(4096)).file_count == 2
+
+
+def test_gzip_header_with_name_comment_and_extra_fields() -> None:
+    body = zlib.compressobj(6, zlib.DEFLATED, -15)
+    deflated = body.compress(SIMPLE + END) + body.flush()
+    crc = zlib.crc32(SIMPLE + END).to_bytes(4, "little")
+    isize = len(SIMPLE + END).to_bytes(4, "little")
+    flags = 0x04 | 0x08 | 0x10  # FEXTRA | FNAME | FCOMMENT
+    head = b"\x1f\x8b\x08" + bytes([flags]) + bytes(4) + b"\x00\x03"
+    head += (6).to_bytes(2, "little") + b"AB\x02\x00xy" + b"brain.tar\x00" + b"a comment\x00"
+    assert inspect_bytes(head + deflated + crc + isize).file_count == 2
+
+
+def test_gzip_module_with_filename_is_accepted() -> None:
+    buffer = io.BytesIO()
+    with gzip.GzipFile(filename="brain.tar", mode="wb", fileobj=buffer) as stream:
+        stream.write(SIMPLE + END)
+    assert inspect_bytes(buffer.getvalue()).file_count == 2
+
+
+def test_pax_size_override_and_global_comment() -> None:
+    tar = (
+        pax({b"comment": b"git commit 0123"}, typeflag=b"g")
+        + pax({b"size": b"1000", b"mtime": b"1700000000.5"})
+        + header(b"big.md", size=0)
+        + padded(b"z" * 1000)
+        + member(b"after.md", b"ok")
+        + END
+    )
+    summary = inspect_bytes(gz(tar))
+    assert (summary.file_count, summary.entries) == (2, 2)
+
+
+def test_base256_size_field_is_understood() -> None:
+    size_field = b"\x80" + (600).to_bytes(11, "big")
+    tar = header(b"b256.md", size_field=size_field) + padded(b"q" * 600) + member(b"next.md", b"n") + END
+    assert inspect_bytes(gz(tar)).file_count == 2
+
+
+def test_contiguous_file_type_counts_as_regular() -> None:
+    assert inspect_bytes(gz(member(b"c.md", b"data", typeflag=b"7") + END)).file_count == 1
+
+
+def test_old_v7_header_without_magic() -> None:
+    tar = member(b"v7.md", b"old", magic=bytes(8)) + END
+    assert inspect_bytes(gz(tar)).file_count == 1
+
+
+@pytest.mark.parametrize("size", [1, 2, 7, 511, 512, 513, 4096, 65536])
+def test_result_independent_of_chunking(size: int) -> None:
+    data = tarfile_archive([("d", None), ("d/a.md", os.urandom(3000)), ("b.md", b"b" * 100_000)], tarfile.GNU_FORMAT)
+    summary = feed_all(data[i : i + size] for i in range(0, len(data), size))
+    assert summary == inspect_bytes(data)
+    assert summary.file_count == 2
+
+
+def test_large_incompressible_file_is_fine() -> None:
+    payload = os.urandom(3 << 20)
+    summary = inspect_bytes(tarfile_archive([("big.bin", payload)]))
+    assert summary.file_count == 1 and summary.inflated_bytes > len(payload)
+
+
+# ---------------------------------------------------------------- the hostile corpus
+
+
+CORRUPT_MIDDLE = bytearray(gz(member(b"r.bin", os.urandom(50_000)) + END, level=1))
+CORRUPT_MIDDLE[len(CORRUPT_MIDDLE) // 2] ^= 0xFF
+
+BAD_CRC = bytearray(gz(SIMPLE + END))
+BAD_CRC[-8] ^= 0x01
+
+HOSTILE: dict[str, tuple[bytes, str, str]] = {
+    # name: (upload, reason, words the message must contain)
+    "empty upload": (b"", "not-gzip", "empty"),
+    "one byte": (b"\x1f", "not-gzip", "not gzip"),
+    "plain text": (b"hello, I am not an archive\n", "not-gzip", "not gzip"),
+    "uncompressed tar": (SIMPLE + END, "not-gzip", "not gzip"),
+    "zip file": (b"PK\x03\x04" + bytes(100), "not-gzip", "not gzip"),
+    "empty gzip stream": (gz(b""), "tar", "empty"),
+    "gzip header only": (gz(SIMPLE + END)[:10], "gzip", "truncated"),
+    "truncated gzip": (gz(SIMPLE + END)[:-9], "gzip", "truncated"),
+    "corrupt deflate data": (bytes(CORRUPT_MIDDLE), "gzip", "corrupt"),
+    "bad gzip crc": (bytes(BAD_CRC), "gzip", "corrupt"),
+    "junk after gzip stream": (gz(SIMPLE + END) + b"JUNK", "gzip", "after the end of the gzip"),
+    "zeros then junk after gzip": (gz(SIMPLE + END) + bytes(10) + b"x", "gzip", "after the end of the gzip"),
+    "gzip of random bytes": (gz(os.urandom(4096)), "tar", "not a tar"),
+    "gzip of text": (gz(b"just some text\n" * 100), "tar", "not a tar"),
+    "tar without end marker": (gz(SIMPLE), "tar", "no end marker"),
+    "tar with one zero block": (gz(SIMPLE + bytes(BLOCK)), "tar", "end marker"),
+    "truncated tar data": (gz(SIMPLE[:-300]), "tar", "truncated"),
+    "truncated tar header": (gz(SIMPLE + header(b"x.md")[:200]), "tar", "truncated"),
+    "junk after end marker": (gz(SIMPLE + END + b"\x00" * 100 + b"junk"), "tar", "after the end of the tar"),
+    "second archive after end marker": (gz(SIMPLE + END + SIMPLE + END), "tar", "after the end of the tar"),
+    "lone zero block inside": (gz(member(b"a.md", b"a") + bytes(BLOCK) + member(b"b.md") + END), "tar", "zero block"),
+    "header checksum mismatch": (gz(SIMPLE + header(b"bad.md", checksum_delta=1) + END), "tar", "checksum"),
+    "first header checksum mismatch": (gz(header(b"bad.md", checksum_delta=-3) + END), "tar", "not a tar"),
+    "unknown header magic": (gz(member(b"m.md", b"m", magic=b"xstar\x0000") + END), "tar", "format"),
+    "symlink": (gz(member(b"link", typeflag=b"2", linkname=b"/etc/passwd") + END), "entry", "symbolic link"),
+    "hard link": (gz(SIMPLE + member(b"h.md", typeflag=b"1", linkname=b"a.md") + END), "entry", "hard link"),
+    "character device": (gz(member(b"tty", typeflag=b"3") + END), "entry", "device"),
+    "block device": (gz(member(b"sda", typeflag=b"4") + END), "entry", "device"),
+    "fifo": (gz(member(b"pipe", typeflag=b"6") + END), "entry", "FIFO"),
+    "gnu sparse file": (gz(member(b"sparse", typeflag=b"S") + END), "entry", "sparse"),
+    "pax sparse file": (gz(pax({b"GNU.sparse.major": b"1"}) + member(b"s.md", b"s") + END), "entry", "sparse"),
+    "unknown entry type": (gz(member(b"weird", typeflag=b"Z") + END), "entry", "type"),
+    "gnu volume label": (gz(member(b"label", typeflag=b"V") + END), "entry", "type"),
+    "absolute path": (gz(member(b"/etc/cron.d/x", b"evil") + END), "entry", "absolute"),
+    "dot-dot component": (gz(member(b"notes/../../evil.md", b"evil") + END), "entry", ".."),
+    "dot-dot alone": (gz(member(b"..", typeflag=b"5") + END), "entry", ".."),
+    "dot-dot with backslash": (gz(member(b"..\\evil.md", b"evil") + END), "entry", ".."),
+    "dot-dot in ustar prefix": (gz(member(b"evil.md", b"e", prefix=b"ok/../..") + END), "entry", ".."),
+    "dot-dot in pax path": (gz(pax({b"path": b"../../evil.md"}) + member(b"fine.md", b"e") + END), "entry", ".."),
+    "absolute pax path": (gz(pax({b"path": b"/root/.ssh/x"}) + member(b"fine.md", b"e") + END), "entry", "absolute"),
+    "nul in pax path": (gz(pax({b"path": b"a\x00b"}) + member(b"fine.md") + END), "entry", "NUL"),
+    "dot-dot in gnu long name": (
+        gz(member(b"././@LongLink", b"../" * 40 + b"evil.md\x00", typeflag=b"L") + member(b"x.md") + END),
+        "entry",
+        "..",
+    ),
+    "empty name": (gz(member(b"", b"data") + END), "entry", "empty name"),
+    "malformed pax record": (gz(member(b"PaxHeader", b"garbage without length\n", typeflag=b"x") + member(b"a") + END), "tar", "pax"),
+    "pax record length lies": (gz(member(b"PaxHeader", b"99 path=a\n", typeflag=b"x") + member(b"a") + END), "tar", "pax"),
+    "pax size not a number": (gz(pax({b"size": b"-5"}) + member(b"a.md") + END), "tar", "size"),
+    "global header renames entries": (gz(pax({b"path": b"x"}, typeflag=b"g") + member(b"a.md") + END), "tar", "global"),
+    "extended header without entry": (gz(pax({b"mtime": b"1"}) + END), "tar", "not followed"),
+    "extended header at end of stream": (gz(pax({b"mtime": b"1"})), "tar", "truncated"),
+    "too many extended headers in a row": (gz(pax({b"mtime": b"1"}) * 9 + member(b"a.md") + END), "tar", "in a row"),
+    "invalid size field": (gz(header(b"a.md", size_field=b"12z4\x00" + bytes(7)) + END), "tar", "size"),
+    "negative base-256 size": (gz(header(b"a.md", size_field=b"\xff" * 12) + END), "tar", "negative"),
+    "huge pax header": (gz(header(b"PaxHeader", b"x", size=64 << 20) + END), "limit", "extended header"),
+    "huge gnu long name": (gz(header(b"././@LongLink", b"L", size=1 << 30) + END), "limit", "extended header"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_hostile_corpus_is_refused(name: str) -> None:
+    upload, reason, words = HOSTILE[name]
+    error = rejected(upload)
+    assert error.reason == reason, error.message
+    assert words.lower() in error.message.lower(), error.message
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_hostile_corpus_refused_when_fed_in_small_pieces(name: str) -> None:
+    upload, reason, _ = HOSTILE[name]
+    error = rejected([upload[i : i + 97] for i in range(0, len(upload), 97)])
+    assert error.reason == reason, error.message
+
+
+def test_corpus_is_large_enough() -> None:
+    assert len(HOSTILE) >= 25
+
+
+def test_gzip_bomb_stops_at_limit_with_flat_memory() -> None:
+    # ~2 GiB of zeros in ~2 MiB of gzip, behind a tar header claiming a 2 GiB file.
+    bomb = list(zeros_gz(2 << 30, first=header(b"bomb.bin", size=(2 << 30) - BLOCK)))
+    inspector = ArchiveInspector(InspectLimits())
+    tracemalloc.start()
+    try:
+        with pytest.raises(ArchiveRejected) as info:
+            for chunk in bomb:
+                inspector.feed(chunk)
+            inspector.finish()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert info.value.reason == "limit" and "1 GiB" in info.value.message
+    assert inspector.inflated_bytes <= (1 << 30) + (64 << 10)
+    assert peak < 1 << 20, f"peak traced allocation {peak} bytes"
+
+
+def test_gzip_bomb_of_zero_blocks_after_end_marker() -> None:
+    # A valid archive followed by an endless zero padding is bounded by the inflate limit too.
+    bomb = zeros_gz(64 << 20, first=SIMPLE + END)
+    error = rejected(bomb, InspectLimits(max_inflated=16 << 20))
+    assert error.reason == "limit"
+
+
+def test_600000_entries_are_refused() -> None:
+    error = rejected(many_entries_gz(600_000))
+    assert error.reason == "limit" and "500000" in error.message
+
+
+def test_entry_limit_is_exact() -> None:
+    assert feed_all(many_entries_gz(1000), InspectLimits(max_entries=1000)).file_count == 1000
+    assert rejected(many_entries_gz(1001), InspectLimits(max_entries=1000)).reason == "limit"
+
+
+def test_header_limit_is_inclusive() -> None:
+    records = {b"path": b"p" * 900, b"comment": b"c" * 3000}
+    tar = pax(records) + member(b"ignored.md", b"x") + END
+    size = len(b"".join(pax_record(k, v) for k, v in records.items()))
+    assert inspect_bytes(gz(tar), InspectLimits(max_header=size)).file_count == 1
+    assert rejected(gz(tar), InspectLimits(max_header=size - 1)).reason == "limit"
+
+
+def test_huge_pax_header_does_not_allocate() -> None:
+    # 200 MiB of pax "comment" claimed and sent: refused at the header, nothing buffered.
+    first = header(b"PaxHeader", b"x", size=200 << 20)
+    chunks = list(zeros_gz(200 << 20, first=first))
+    tracemalloc.start()
+    try:
+        error = rejected(chunks)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert error.reason == "limit"
+    assert peak < 1 << 20
+
+
+def test_inflate_limit_counts_tar_bytes() -> None:
+    tar = member(b"a.bin", bytes(10_000)) + END
+    assert inspect_bytes(gz(tar), InspectLimits(max_inflated=len(tar))).file_count == 1
+    assert rejected(gz(tar), InspectLimits(max_inflated=len(tar) - 1)).reason == "limit"
+
+
+def test_failure_is_sticky_and_finish_only_once() -> None:
+    inspector = ArchiveInspector()
+    with pytest.raises(ArchiveRejected):
+        inspector.feed(b"nope")
+    with pytest.raises(ArchiveRejected):
+        inspector.feed(gz(SIMPLE + END))
+    with pytest.raises(ArchiveRejected):
+        inspector.finish()
+    ok = ArchiveInspector()
+    ok.feed(gz(END))
+    ok.finish()
+    with pytest.raises(RuntimeError):
+        ok.finish()
+
+
+def test_rejection_happens_early_for_not_gzip() -> None:
+    inspector = ArchiveInspector()
+    with pytest.raises(ArchiveRejected):
+        inspector.feed(b"<html>")
+
+
+# ---------------------------------------------------------------- property: tarfile archives
+
+
+_segment = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-_.\u00e9", min_size=1, max_size=12).filter(
+    lambda s: s not in (".", "..")
+)
+
+
+@st.composite
+def _trees(draw: st.DrawFn) -> list[tuple[str, bytes | None]]:
+    paths = draw(st.lists(st.lists(_segment, min_size=1, max_size=4).map("/".join), min_size=0, max_size=25, unique=True))
+    entries: list[tuple[str, bytes | None]] = []
+    for path in paths:
+        if draw(st.booleans()):
+            entries.append((path, None))
+        else:
+            entries.append((path, draw(st.binary(max_size=2000))))
+    return entries
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    entries=_trees(),
+    fmt=st.sampled_from([tarfile.USTAR_FORMAT, tarfile.GNU_FORMAT, tarfile.PAX_FORMAT]),
+    piece=st.integers(min_value=1, max_value=5000),
+)
+def test_random_tarfile_archives_are_accepted(entries: list[tuple[str, bytes | None]], fmt: int, piece: int) -> None:
+    data = tarfile_archive(entries, fmt)
+    summary = feed_all(data[i : i + piece] for i in range(0, len(data), piece))
+    assert summary.file_count == sum(1 for _, content in entries if content is not None)
+    assert summary.entries == len(entries)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.binary(min_size=0, max_size=3000))
+def test_random_bytes_never_crash(data: bytes) -> None:
+    for upload in (data, gz(data)):
+        try:
+            inspect_bytes(upload)
+        except ArchiveRejected:
+            pass
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(min_value=0, max_value=10_000), st.integers(min_value=0, max_value=255))
+def test_single_byte_corruption_never_crashes(position: int, value: int) -> None:
+    data = bytearray(tarfile_archive([("a", None), ("a/b.md", b"hello" * 100), ("c.md", b"c")]))
+    data[position % len(data)] = value
+    try:
+        inspect_bytes(bytes(data))
+    except ArchiveRejected:
+        pass
