@@ -1,0 +1,262 @@
+"""The connector's settings: one typed object, built in one place.
+
+Command-line flags win over the environment. No other connector module reads
+``os.environ``: everything they need is a field here, passed down from
+``cli/connector/serve.py`` (or from a test).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+# The eight tools of the connector; CONNECTOR_TOOLS may name a subset.
+TOOL_NAMES: tuple[str, ...] = (
+    "brain_recall",
+    "brain_status",
+    "brain_use",
+    "brain_memorize",
+    "brain_pin",
+    "brain_unpin",
+    "brain_forget",
+    "brain_verify",
+)
+IDENTITY_PROVIDERS = ("static", "oidc")
+DEFAULT_OIDC_SCOPES = "openid email profile offline_access"
+_PROXY_WORDS = ("loopback", "uniquelocal", "linklocal")
+# Values that would mean "trust any forwarder", which lets anyone forge their address.
+_REFUSED_PROXY_VALUES = ("true", "1", "yes", "on", "*", "all")
+
+
+class SettingsError(ValueError):
+    """A setting is missing or malformed; the message names it."""
+
+
+@dataclass(frozen=True)
+class ConnectorSettings:
+    """Everything configurable about one connector process."""
+
+    store_url: str
+    host: str = "127.0.0.1"
+    port: int = 8788
+    idp: str | None = None
+    dev: bool = False
+    dev_store_token: str | None = None
+    state_dir: Path | None = None
+    state_key: bytes | None = None
+    public_url: str | None = None
+    trust_proxy: tuple[str, ...] = ("loopback",)
+    repull_ttl_ms: int = 120_000
+    idle_purge_ms: int = 900_000
+    refresh_ttl_ms: int = 30 * 24 * 3600 * 1000
+    refresh_grace_ms: int = 60_000
+    tools: tuple[str, ...] = TOOL_NAMES
+    oidc_issuer: str | None = None
+    oidc_client_id: str | None = None
+    oidc_client_secret: str | None = None
+    oidc_scopes: str = DEFAULT_OIDC_SCOPES
+    oidc_auth_params: Mapping[str, str] = field(default_factory=dict)
+    oidc_allowed_domains: tuple[str, ...] = ()
+    oidc_allowed_emails: tuple[str, ...] = ()
+    mcp_rate_per_min: int = 300
+    store_timeout_s: float = 15.0
+    log_level: str = "info"
+
+    @property
+    def repull_ttl_s(self) -> float:
+        """Freshness interval in seconds (0 means never re-check)."""
+        return self.repull_ttl_ms / 1000.0
+
+    @property
+    def idle_purge_s(self) -> float:
+        """Idle time after which a working copy is dropped, in seconds."""
+        return self.idle_purge_ms / 1000.0
+
+    def with_overrides(self, **changes: Any) -> ConnectorSettings:
+        """A copy with some fields replaced (None values are ignored), re-validated."""
+        kept = {key: value for key, value in changes.items() if value is not None}
+        return _validated(replace(self, **kept))
+
+    @classmethod
+    def load(cls, env: Mapping[str, str] | None = None, **flags: Any) -> ConnectorSettings:
+        """Settings from ``env`` (default: the process environment) with ``flags`` winning.
+
+        ``flags`` use the field names (``host``, ``port``, ``dev``, ...); a flag of
+        None means "not given". Raises SettingsError for anything missing or invalid.
+        """
+        source = os.environ if env is None else env
+        values = _from_env(source)
+        values.update({key: value for key, value in flags.items() if value is not None})
+        if not values.get("store_url"):
+            raise SettingsError(
+                "CONNECTOR_STORE_URL (or BRAIN_CLOUD_API_URL) is required: the connector never "
+                "sends a credential to a default host"
+            )
+        unknown = set(values) - {f for f in cls.__dataclass_fields__}
+        if unknown:
+            raise SettingsError(f"unknown settings: {', '.join(sorted(unknown))}")
+        return _validated(cls(**values))
+
+
+def _env(env: Mapping[str, str], name: str) -> str | None:
+    value = env.get(name)
+    if value is None:
+        return None
+    value = value.strip()
+    return value or None
+
+
+def _int(env: Mapping[str, str], name: str) -> int | None:
+    value = _env(env, name)
+    if value is None:
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        raise SettingsError(f"{name} must be a whole number, got {value!r}") from None
+    if number < 0:
+        raise SettingsError(f"{name} must not be negative")
+    return number
+
+
+def _csv(value: str | None) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    return tuple(part.strip() for part in value.split(",") if part.strip())
+
+
+def _bool(env: Mapping[str, str], name: str) -> bool | None:
+    value = _env(env, name)
+    if value is None:
+        return None
+    lowered = value.lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise SettingsError(f"{name} must be true or false, got {value!r}")
+
+
+def parse_auth_params(text: str) -> dict[str, str]:
+    """Extra authorization parameters: a JSON object or ``a=b&c=d``."""
+    text = text.strip()
+    if not text:
+        return {}
+    if text.startswith("{"):
+        try:
+            data = json.loads(text)
+        except ValueError:
+            raise SettingsError("OIDC_AUTH_PARAMS is not valid JSON") from None
+        if not isinstance(data, dict):
+            raise SettingsError("OIDC_AUTH_PARAMS must be a JSON object")
+        return {str(key): str(value) for key, value in data.items()}
+    return dict(parse_qsl(text, keep_blank_values=True))
+
+
+def parse_state_key(text: str) -> bytes:
+    """CONNECTOR_STATE_KEY: 32 bytes written as 64 hex characters."""
+    cleaned = text.strip()
+    try:
+        key = bytes.fromhex(cleaned)
+    except ValueError:
+        raise SettingsError("CONNECTOR_STATE_KEY must be 64 hex characters") from None
+    if len(key) != 32:
+        raise SettingsError("CONNECTOR_STATE_KEY must be 64 hex characters (32 bytes)")
+    return key
+
+
+def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+
+    def put(key: str, value: Any) -> None:
+        if value is not None:
+            values[key] = value
+
+    put("host", _env(env, "CONNECTOR_HOST"))
+    put("port", _int(env, "CONNECTOR_PORT"))
+    put("store_url", _env(env, "CONNECTOR_STORE_URL") or _env(env, "BRAIN_CLOUD_API_URL"))
+    idp = _env(env, "CONNECTOR_IDP")
+    put("idp", idp.lower() if idp else None)
+    put("dev", _bool(env, "CONNECTOR_DEV"))
+    put("dev_store_token", _env(env, "CONNECTOR_DEV_STORE_TOKEN"))
+    state_dir = _env(env, "CONNECTOR_STATE_DIR")
+    put("state_dir", Path(state_dir).expanduser() if state_dir else None)
+    state_key = _env(env, "CONNECTOR_STATE_KEY")
+    put("state_key", parse_state_key(state_key) if state_key else None)
+    put("public_url", _env(env, "CONNECTOR_PUBLIC_URL"))
+    put("trust_proxy", _csv(_env(env, "CONNECTOR_TRUST_PROXY")))
+    put("repull_ttl_ms", _int(env, "CONNECTOR_REPULL_TTL_MS"))
+    put("idle_purge_ms", _int(env, "CONNECTOR_IDLE_PURGE_MS"))
+    put("refresh_ttl_ms", _int(env, "CONNECTOR_REFRESH_TTL_MS"))
+    put("refresh_grace_ms", _int(env, "CONNECTOR_REFRESH_GRACE_MS"))
+    put("tools", _csv(_env(env, "CONNECTOR_TOOLS")))
+    put("oidc_issuer", _env(env, "OIDC_ISSUER"))
+    put("oidc_client_id", _env(env, "OIDC_CLIENT_ID"))
+    put("oidc_client_secret", _env(env, "OIDC_CLIENT_SECRET"))
+    put("oidc_scopes", _env(env, "OIDC_SCOPES"))
+    auth_params = _env(env, "OIDC_AUTH_PARAMS")
+    put("oidc_auth_params", parse_auth_params(auth_params) if auth_params else None)
+    put("oidc_allowed_domains", _csv(_env(env, "OIDC_ALLOWED_DOMAINS")))
+    put("oidc_allowed_emails", _csv(_env(env, "OIDC_ALLOWED_EMAILS")))
+    put("log_level", _env(env, "CONNECTOR_LOG_LEVEL"))
+    return values
+
+
+def _check_url(name: str, url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise SettingsError(f"{name} must be an absolute http(s) URL, got {url!r}")
+    if parts.query or parts.fragment:
+        raise SettingsError(f"{name} must not carry a query or fragment")
+    return url.rstrip("/")
+
+
+def _check_proxy(entries: tuple[str, ...]) -> tuple[str, ...]:
+    for entry in entries:
+        lowered = entry.lower()
+        if lowered in _REFUSED_PROXY_VALUES:
+            raise SettingsError(
+                f"CONNECTOR_TRUST_PROXY={entry!r} would trust every forwarder; name the proxies "
+                "(loopback, uniquelocal, or CIDRs such as 10.0.0.0/8)"
+            )
+        if lowered in _PROXY_WORDS or lowered in ("none", "false", "0"):
+            continue
+        try:
+            ipaddress.ip_network(entry, strict=False)
+        except ValueError:
+            raise SettingsError(f"CONNECTOR_TRUST_PROXY entry {entry!r} is not loopback, uniquelocal or a CIDR") from None
+    return tuple(e for e in entries if e.lower() not in ("none", "false", "0"))
+
+
+def _validated(settings: ConnectorSettings) -> ConnectorSettings:
+    store_url = _check_url("CONNECTOR_STORE_URL", settings.store_url)
+    public_url = _check_url("CONNECTOR_PUBLIC_URL", settings.public_url) if settings.public_url else None
+    if not 0 < settings.port < 65536:
+        raise SettingsError(f"port must be 1-65535, got {settings.port}")
+    if settings.idp is not None and settings.idp not in IDENTITY_PROVIDERS:
+        raise SettingsError(f"CONNECTOR_IDP must be one of {', '.join(IDENTITY_PROVIDERS)}, got {settings.idp!r}")
+    if settings.idp == "oidc" and not (settings.oidc_issuer and settings.oidc_client_id):
+        raise SettingsError("CONNECTOR_IDP=oidc needs OIDC_ISSUER and OIDC_CLIENT_ID")
+    unknown_tools = [name for name in settings.tools if name not in TOOL_NAMES]
+    if unknown_tools:
+        raise SettingsError(
+            f"CONNECTOR_TOOLS names unknown tools: {', '.join(unknown_tools)} (known: {', '.join(TOOL_NAMES)})"
+        )
+    if settings.state_key is not None and len(settings.state_key) != 32:
+        raise SettingsError("the state key must be 32 bytes")
+    if settings.log_level.lower() not in ("debug", "info", "warning", "error"):
+        raise SettingsError("CONNECTOR_LOG_LEVEL must be debug, info, warning or error")
+    return replace(
+        settings,
+        store_url=store_url,
+        public_url=public_url,
+        trust_proxy=_check_proxy(tuple(settings.trust_proxy)),
+        tools=tuple(dict.fromkeys(settings.tools)),
+        log_level=settings.log_level.lower(),
+    )

@@ -1,0 +1,96 @@
+"""The connector's settings: environment names, flags winning, refusals."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from connector.settings import TOOL_NAMES, ConnectorSettings, SettingsError
+
+STORE = {"CONNECTOR_STORE_URL": "http://127.0.0.1:8787"}
+
+
+def test_store_url_is_required_and_never_defaulted() -> None:
+    with pytest.raises(SettingsError, match="CONNECTOR_STORE_URL"):
+        ConnectorSettings.load({})
+
+
+def test_alias_and_defaults() -> None:
+    settings = ConnectorSettings.load({"BRAIN_CLOUD_API_URL": "https://store.example/"})
+    assert settings.store_url == "https://store.example"
+    assert (settings.host, settings.port) == ("127.0.0.1", 8788)
+    assert settings.repull_ttl_ms == 120_000 and settings.idle_purge_ms == 900_000
+    assert settings.refresh_grace_ms == 60_000 and settings.refresh_ttl_ms == 30 * 24 * 3600 * 1000
+    assert settings.tools == TOOL_NAMES
+    assert settings.trust_proxy == ("loopback",)
+    assert settings.idp is None and not settings.dev
+
+
+def test_primary_name_wins_over_alias() -> None:
+    env = {"CONNECTOR_STORE_URL": "http://127.0.0.1:1", "BRAIN_CLOUD_API_URL": "http://127.0.0.1:2"}
+    assert ConnectorSettings.load(env).store_url == "http://127.0.0.1:1"
+
+
+def test_flags_win_over_environment(tmp_path: Path) -> None:
+    env = {**STORE, "CONNECTOR_HOST": "127.0.0.2", "CONNECTOR_PORT": "9000", "CONNECTOR_STATE_DIR": str(tmp_path)}
+    settings = ConnectorSettings.load(env, host="127.0.0.3", port=9001, dev=True)
+    assert (settings.host, settings.port, settings.dev) == ("127.0.0.3", 9001, True)
+    assert settings.state_dir == tmp_path
+    # A flag of None means "not given".
+    assert ConnectorSettings.load(env, host=None).host == "127.0.0.2"
+
+
+@pytest.mark.parametrize("value", ["true", "1", "TRUE", "*"])
+def test_trust_proxy_everything_is_refused(value: str) -> None:
+    with pytest.raises(SettingsError, match="CONNECTOR_TRUST_PROXY"):
+        ConnectorSettings.load({**STORE, "CONNECTOR_TRUST_PROXY": value})
+
+
+def test_trust_proxy_names_and_cidrs() -> None:
+    settings = ConnectorSettings.load({**STORE, "CONNECTOR_TRUST_PROXY": "loopback, uniquelocal,10.0.0.0/8"})
+    assert settings.trust_proxy == ("loopback", "uniquelocal", "10.0.0.0/8")
+    with pytest.raises(SettingsError):
+        ConnectorSettings.load({**STORE, "CONNECTOR_TRUST_PROXY": "somewhere"})
+
+
+def test_tools_allowlist() -> None:
+    settings = ConnectorSettings.load({**STORE, "CONNECTOR_TOOLS": "brain_recall, brain_status"})
+    assert settings.tools == ("brain_recall", "brain_status")
+    with pytest.raises(SettingsError, match="brain_delete_everything"):
+        ConnectorSettings.load({**STORE, "CONNECTOR_TOOLS": "brain_recall,brain_delete_everything"})
+
+
+def test_state_key_and_idp_and_oidc() -> None:
+    key = "ab" * 32
+    settings = ConnectorSettings.load({**STORE, "CONNECTOR_STATE_KEY": key, "CONNECTOR_IDP": "STATIC"})
+    assert settings.state_key == bytes.fromhex(key) and settings.idp == "static"
+    with pytest.raises(SettingsError, match="CONNECTOR_STATE_KEY"):
+        ConnectorSettings.load({**STORE, "CONNECTOR_STATE_KEY": "abc"})
+    with pytest.raises(SettingsError, match="CONNECTOR_IDP"):
+        ConnectorSettings.load({**STORE, "CONNECTOR_IDP": "ldap"})
+    with pytest.raises(SettingsError, match="OIDC_ISSUER"):
+        ConnectorSettings.load({**STORE, "CONNECTOR_IDP": "oidc"})
+    oidc = ConnectorSettings.load(
+        {
+            **STORE,
+            "CONNECTOR_IDP": "oidc",
+            "OIDC_ISSUER": "https://login.example",
+            "OIDC_CLIENT_ID": "abc",
+            "OIDC_AUTH_PARAMS": "prompt=select_account&hd=example.com",
+            "OIDC_ALLOWED_DOMAINS": "example.com, example.org",
+        }
+    )
+    assert oidc.oidc_auth_params == {"prompt": "select_account", "hd": "example.com"}
+    assert oidc.oidc_allowed_domains == ("example.com", "example.org")
+    assert oidc.oidc_scopes == "openid email profile offline_access"
+
+
+def test_bad_numbers_and_urls() -> None:
+    with pytest.raises(SettingsError, match="CONNECTOR_REPULL_TTL_MS"):
+        ConnectorSettings.load({**STORE, "CONNECTOR_REPULL_TTL_MS": "soon"})
+    with pytest.raises(SettingsError, match="CONNECTOR_STORE_URL"):
+        ConnectorSettings.load({"CONNECTOR_STORE_URL": "ftp://x"})
+    with pytest.raises(SettingsError, match="CONNECTOR_PUBLIC_URL"):
+        ConnectorSettings.load({**STORE, "CONNECTOR_PUBLIC_URL": "not a url"})
+    assert ConnectorSettings.load({**STORE, "CONNECTOR_REPULL_TTL_MS": "0"}).repull_ttl_s == 0
