@@ -1,0 +1,1 @@
+"""Who the user is: identity providers for the connector's sign-in (static, oidc, dev)."""

@@ -1,0 +1,66 @@
+"""The ``static`` provider: the person signs in with their store token (``bst_...``).
+
+The token is checked with the store's ``GET /auth/me``: 401/403 means refused,
+anything else that is not a clean 200 means the store could not be asked. The
+token itself is both the store credential and the renewal secret, so a refresh
+re-checks it and a rotated or removed user loses the session.
+"""
+
+from __future__ import annotations
+
+import httpx
+
+from connector.identity.base import Identity, ProviderRefused, ProviderUnavailable
+
+MAX_TOKEN_CHARS = 4096
+_ME_MAX_BYTES = 64 * 1024
+
+
+class StaticTokenProvider:
+    """Checks store tokens against one explicitly configured store."""
+
+    kind = "static"
+    mode = "page"
+
+    def __init__(self, store_url: str, *, timeout_s: float = 10.0, client: httpx.AsyncClient | None = None) -> None:
+        self._me_url = store_url.rstrip("/") + "/auth/me"
+        self._client = client or httpx.AsyncClient(timeout=timeout_s, follow_redirects=False)
+        self._owns_client = client is None
+
+    async def sign_in(self, token: str | None) -> Identity:
+        """The identity of the user ``token`` belongs to."""
+        token = (token or "").strip()
+        if not token or len(token) > MAX_TOKEN_CHARS or any(ch.isspace() for ch in token) or not token.isascii():
+            raise ProviderRefused("not a store token")
+        user_id = await self._user_id(token)
+        return Identity(subject=f"static:{user_id}", store_credential=token, renewal_secret=token)
+
+    async def renew(self, subject: str, renewal_secret: str) -> Identity:
+        """Re-check the token; refused when it no longer names the same user."""
+        identity = await self.sign_in(renewal_secret)
+        if identity.subject != subject:
+            raise ProviderRefused("the token now belongs to another user")
+        return identity
+
+    async def _user_id(self, token: str) -> str:
+        try:
+            response = await self._client.get(self._me_url, headers={"Authorization": f"Bearer {token}"})
+        except httpx.HTTPError as exc:
+            raise ProviderUnavailable(f"store unreachable ({type(exc).__name__})") from None
+        if response.status_code in (401, 403):
+            raise ProviderRefused("the store did not accept the token")
+        if response.status_code != 200 or len(response.content) > _ME_MAX_BYTES:
+            raise ProviderUnavailable(f"store answered {response.status_code}")
+        try:
+            user = response.json().get("user") or {}
+            user_id = user.get("id")
+        except (ValueError, AttributeError):
+            raise ProviderUnavailable("store answered something that is not a user") from None
+        if not isinstance(user_id, str) or not user_id or len(user_id) > 255:
+            raise ProviderUnavailable("store answered a user without an id")
+        return user_id
+
+    async def aclose(self) -> None:
+        """Close the HTTP client if this provider made it."""
+        if self._owns_client:
+            await self._client.aclose()

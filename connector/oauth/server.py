@@ -1,0 +1,582 @@
+"""The authorization server's logic, free of HTTP: register, authorize, sign in, token, revoke.
+
+Each method takes plain parameters (the request's query or form as a mapping,
+and the base URL the request reached) and returns a reply object the routes
+turn into an HTTP response. Codes and pending sign-ins live in memory (a code
+lives 60 s, a sign-in 10 minutes); clients and refresh families are persisted
+through OAuthState.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+import zlib
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from connector.identity.base import (
+    Identity,
+    IdentityProvider,
+    ProviderRefused,
+    ProviderUnavailable,
+)
+from connector.oauth.clients import (
+    ClientRecord,
+    ClientRegistry,
+    MetadataDocumentFetcher,
+    RegistrationRefused,
+    RegistryFull,
+    is_metadata_document_id,
+)
+from connector.oauth.grants import Family, RefreshGrants
+from connector.oauth.pkce import is_valid_challenge, verifier_matches
+from connector.oauth.tokens import ACCESS_TOKEN_TTL_S, AccessClaims, AccessTokenCodec
+
+log = logging.getLogger("connector.oauth")
+
+SCOPES: tuple[str, ...] = ("brain.read", "brain.write")
+SCOPE_DESCRIPTIONS = {
+    "brain.read": "read your memories (recall and status)",
+    "brain.write": "add, pin, verify and archive memories",
+}
+CODE_TTL_S = 60.0
+PENDING_TTL_S = 600.0
+MAX_ATTEMPTS = 3
+MAX_PENDING = 10_000
+MAX_CODES = 10_000
+MAX_PARAM_CHARS = 2048
+NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
+_LOCK_STRIPES = 64
+
+
+# -- replies ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JsonReply:
+    """A JSON response."""
+
+    status: int
+    body: dict[str, Any]
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RedirectReply:
+    """A 302/303 to ``location``."""
+
+    location: str
+
+
+@dataclass(frozen=True)
+class SignInView:
+    """What the sign-in page shows; rendering lives in connector/web."""
+
+    provider: str
+    client_name: str
+    client_id: str
+    redirect_host: str
+    scopes: tuple[str, ...]
+    login_id: str | None = None
+    error: str | None = None
+    attempts_left: int = MAX_ATTEMPTS
+    redirect_origin: str | None = None
+
+
+@dataclass(frozen=True)
+class PageReply:
+    """The sign-in page (or a page explaining why there is none)."""
+
+    status: int
+    view: SignInView
+
+
+Reply = JsonReply | RedirectReply | PageReply
+
+
+@dataclass
+class _Pending:
+    """A sign-in started at /authorize and not finished yet."""
+
+    client: ClientRecord
+    redirect_uri: str
+    redirect_explicit: bool
+    state: str | None
+    challenge: str
+    resource: str
+    scope: frozenset[str]
+    issuer: str
+    expires: float
+    attempts: int = 0
+    keep: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Code:
+    """An issued authorization code and everything it is bound to."""
+
+    client_id: str
+    client_name: str
+    redirect_uri: str
+    redirect_explicit: bool
+    challenge: str
+    resource: str
+    scope: frozenset[str]
+    identity: Identity
+    expires: float
+
+
+def _error(status: int, error: str, description: str, headers: Mapping[str, str] | None = None) -> JsonReply:
+    return JsonReply(status, {"error": error, "error_description": description}, dict(headers or {}))
+
+
+def add_query(uri: str, params: Mapping[str, str | None]) -> str:
+    """``uri`` with ``params`` appended to its query (None values left out)."""
+    parts = urlsplit(uri)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    query.extend((key, value) for key, value in params.items() if value is not None)
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+def _single(params: Mapping[str, Any], name: str) -> tuple[str | None, bool]:
+    """The value of ``name`` and whether it was repeated (repeats are an error)."""
+    value = params.get(name)
+    if isinstance(value, (list, tuple)):
+        if len(value) > 1:
+            return str(value[0]), True
+        value = value[0] if value else None
+    if value is None:
+        return None, False
+    return str(value), False
+
+
+def parse_scope(raw: str | None) -> frozenset[str] | None:
+    """The requested scopes (default: all), or None when one is unknown."""
+    if raw is None or not raw.strip():
+        return frozenset(SCOPES)
+    requested = frozenset(raw.split())
+    if not requested <= frozenset(SCOPES):
+        return None
+    return requested
+
+
+class _BoundedExpiring(OrderedDict[str, Any]):
+    """Insertion-ordered entries with an ``expires`` attribute, capped in number."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+
+    def prune(self, now: float) -> None:
+        for key in [key for key, entry in self.items() if entry.expires <= now]:
+            del self[key]
+
+    def has_room(self, now: float) -> bool:
+        if len(self) < self.limit:
+            return True
+        self.prune(now)
+        return len(self) < self.limit
+
+
+class AuthorizationServer:
+    """OAuth 2.1 for public MCP clients, with one identity provider behind it."""
+
+    def __init__(
+        self,
+        *,
+        clients: ClientRegistry,
+        documents: MetadataDocumentFetcher,
+        grants: RefreshGrants,
+        codec: AccessTokenCodec,
+        provider: IdentityProvider,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.clients = clients
+        self.documents = documents
+        self.grants = grants
+        self.codec = codec
+        self.provider = provider
+        self._clock = clock
+        self._pending = _BoundedExpiring(MAX_PENDING)
+        self._by_oidc_state: dict[str, str] = {}
+        self._codes = _BoundedExpiring(MAX_CODES)
+        self._locks = [asyncio.Lock() for _ in range(_LOCK_STRIPES)]
+
+    # -- registration ---------------------------------------------------------
+
+    def register(self, body: Any) -> JsonReply:
+        """RFC 7591 dynamic client registration of a public client."""
+        try:
+            response = self.clients.register(body)
+        except RegistrationRefused as exc:
+            return _error(400, exc.error, exc.description)
+        except RegistryFull:
+            return _error(503, "temporarily_unavailable", "the client registry is full", {"Retry-After": "3600"})
+        return JsonReply(201, response, dict(NO_STORE))
+
+    async def find_client(self, client_id: str) -> ClientRecord | None:
+        """A registered client, or one described by a metadata document URL."""
+        if is_metadata_document_id(client_id):
+            return await self.documents.fetch(client_id)
+        return self.clients.get(client_id)
+
+    # -- authorization --------------------------------------------------------
+
+    async def authorize(self, params: Mapping[str, Any], base_url: str) -> Reply:
+        """GET /authorize: every check in order, then hand over to the identity provider."""
+        now = self._clock()
+        issuer = base_url
+        client_id, repeated_client = _single(params, "client_id")
+        if not client_id or repeated_client or len(client_id) > MAX_PARAM_CHARS:
+            return _error(400, "invalid_request", "client_id is missing or repeated")
+        client = await self.find_client(client_id)
+        if client is None:
+            return _error(400, "invalid_client", "unknown client")
+        redirect_uri, repeated_redirect = _single(params, "redirect_uri")
+        if repeated_redirect:
+            return _error(400, "invalid_request", "redirect_uri is repeated")
+        redirect_explicit = redirect_uri is not None
+        if redirect_uri is None:
+            if len(client.redirect_uris) != 1:
+                return _error(400, "invalid_request", "redirect_uri is required for this client")
+            redirect_uri = client.redirect_uris[0]
+        elif redirect_uri not in client.redirect_uris:
+            return _error(400, "invalid_request", "redirect_uri is not registered for this client")
+
+        # From here on, errors go back to the client's redirect URI.
+        state, repeated_state = _single(params, "state")
+        if state is not None and len(state) > MAX_PARAM_CHARS:
+            state, repeated_state = None, True
+
+        def back(error: str, description: str) -> RedirectReply:
+            return RedirectReply(
+                add_query(
+                    redirect_uri,
+                    {"error": error, "error_description": description, "state": state, "iss": issuer},
+                )
+            )
+
+        names = ("response_type", "code_challenge", "code_challenge_method", "resource", "scope")
+        values: dict[str, str | None] = {}
+        for name in names:
+            value, repeated = _single(params, name)
+            if repeated or (value is not None and len(value) > MAX_PARAM_CHARS):
+                return back("invalid_request", f"{name} is repeated or too long")
+            values[name] = value
+        if repeated_state:
+            return back("invalid_request", "state is repeated or too long")
+        if values["response_type"] != "code":
+            return back("unsupported_response_type", "response_type must be code")
+        if values["code_challenge_method"] != "S256":
+            return back("invalid_request", "code_challenge_method must be S256")
+        challenge = values["code_challenge"]
+        if not challenge or not is_valid_challenge(challenge):
+            return back("invalid_request", "code_challenge is missing or malformed")
+        resource = values["resource"]
+        expected_resource = resource_of(base_url)
+        if resource != expected_resource:
+            return back("invalid_target", f"resource must be {expected_resource}")
+        scope = parse_scope(values["scope"])
+        if scope is None:
+            return back("invalid_scope", f"known scopes: {' '.join(SCOPES)}")
+
+        if not self._pending.has_room(now):
+            return back("temporarily_unavailable", "too many sign-ins in progress")
+        pending = _Pending(
+            client=client,
+            redirect_uri=redirect_uri,
+            redirect_explicit=redirect_explicit,
+            state=state,
+            challenge=challenge,
+            resource=expected_resource,
+            scope=scope,
+            issuer=issuer,
+            expires=now + PENDING_TTL_S,
+        )
+        login_id = secrets.token_urlsafe(24)
+        if self.provider.mode == "redirect":
+            try:
+                start = await self.provider.start(callback_url(base_url))  # type: ignore[attr-defined]
+            except ProviderUnavailable:
+                return back("temporarily_unavailable", "the identity provider cannot be reached; try again")
+            pending.keep = start.keep
+            self._pending[login_id] = pending
+            if len(self._by_oidc_state) > 2 * MAX_PENDING:
+                self._by_oidc_state = {s: i for s, i in self._by_oidc_state.items() if i in self._pending}
+            self._by_oidc_state[start.state] = login_id
+            return RedirectReply(start.url)
+        self._pending[login_id] = pending
+        return PageReply(200, self._view(pending, login_id))
+
+    def _view(self, pending: _Pending, login_id: str | None, error: str | None = None) -> SignInView:
+        parts = urlsplit(pending.redirect_uri)
+        return SignInView(
+            provider=self.provider.kind,
+            client_name=pending.client.display_name(),
+            client_id=pending.client.client_id,
+            redirect_host=parts.netloc,
+            scopes=tuple(sorted(pending.scope)),
+            login_id=login_id,
+            error=error,
+            attempts_left=MAX_ATTEMPTS - pending.attempts,
+            redirect_origin=f"{parts.scheme}://{parts.netloc}",
+        )
+
+    def _take_pending(self, login_id: str | None) -> _Pending | None:
+        if not login_id or len(login_id) > 100:
+            return None
+        pending = self._pending.get(login_id)
+        if pending is None:
+            return None
+        if pending.expires <= self._clock():
+            self._pending.pop(login_id, None)
+            return None
+        return pending
+
+    def _expired_view(self, error: str) -> SignInView:
+        return SignInView(provider=self.provider.kind, client_name="", client_id="", redirect_host="", scopes=(), error=error)
+
+    async def complete(self, form: Mapping[str, Any]) -> Reply:
+        """POST /authorize/complete: the sign-in page was submitted."""
+        login_id, _ = _single(form, "login_id")
+        pending = self._take_pending(login_id)
+        if pending is None or self.provider.mode != "page":
+            return PageReply(400, self._expired_view("This sign-in has expired. Start again from your app."))
+        assert login_id is not None
+        action, _ = _single(form, "action")
+        if action == "deny":
+            self._pending.pop(login_id, None)
+            return self._redirect_error(pending, "access_denied", "the user declined")
+        token, _ = _single(form, "token")
+        try:
+            identity = await self.provider.sign_in(token)  # type: ignore[attr-defined]
+        except ProviderUnavailable:
+            return PageReply(503, self._view(pending, login_id, "The store could not be reached. Try again."))
+        except ProviderRefused:
+            pending.attempts += 1
+            if pending.attempts >= MAX_ATTEMPTS:
+                self._pending.pop(login_id, None)
+                return self._redirect_error(pending, "access_denied", "too many wrong tokens")
+            return PageReply(401, self._view(pending, login_id, "That token was not accepted by the store."))
+        self._pending.pop(login_id, None)
+        return self._issue_code(pending, identity)
+
+    async def oidc_callback(self, params: Mapping[str, Any]) -> Reply:
+        """GET /oidc/callback: the issuer sent the browser back."""
+        state, _ = _single(params, "state")
+        login_id = self._by_oidc_state.pop(state or "", None) if state and len(state) <= 200 else None
+        pending = self._take_pending(login_id)
+        if pending is None or self.provider.mode != "redirect":
+            return PageReply(400, self._expired_view("This sign-in has expired or is unknown. Start again from your app."))
+        assert login_id is not None
+        self._pending.pop(login_id, None)
+        issuer_error, _ = _single(params, "error")
+        code, _ = _single(params, "code")
+        if issuer_error or not code:
+            return self._redirect_error(pending, "access_denied", "the organisation sign-in did not complete")
+        try:
+            identity = await self.provider.finish(code, callback_url(pending.issuer), pending.keep)  # type: ignore[attr-defined]
+        except ProviderUnavailable:
+            view = self._expired_view("The organisation's sign-in service could not be reached. Start again from your app.")
+            return PageReply(503, view)
+        except ProviderRefused:
+            return self._redirect_error(pending, "access_denied", "the organisation sign-in was refused")
+        return self._issue_code(pending, identity)
+
+    def _redirect_error(self, pending: _Pending, error: str, description: str) -> RedirectReply:
+        return RedirectReply(
+            add_query(
+                pending.redirect_uri,
+                {"error": error, "error_description": description, "state": pending.state, "iss": pending.issuer},
+            )
+        )
+
+    def _issue_code(self, pending: _Pending, identity: Identity) -> RedirectReply:
+        now = self._clock()
+        if not self._codes.has_room(now):
+            return self._redirect_error(pending, "temporarily_unavailable", "too many sign-ins in progress")
+        code = secrets.token_urlsafe(32)
+        self._codes[code] = _Code(
+            client_id=pending.client.client_id,
+            client_name=pending.client.display_name(),
+            redirect_uri=pending.redirect_uri,
+            redirect_explicit=pending.redirect_explicit,
+            challenge=pending.challenge,
+            resource=pending.resource,
+            scope=pending.scope,
+            identity=identity,
+            expires=now + CODE_TTL_S,
+        )
+        return RedirectReply(add_query(pending.redirect_uri, {"code": code, "state": pending.state, "iss": pending.issuer}))
+
+    # -- token endpoint -------------------------------------------------------
+
+    async def token(self, form: Mapping[str, Any]) -> JsonReply:
+        """POST /token (form-encoded): authorization_code and refresh_token grants."""
+        for name in ("grant_type", "code", "code_verifier", "redirect_uri", "client_id", "refresh_token", "resource", "scope"):
+            value, repeated = _single(form, name)
+            if repeated or (value is not None and len(value) > 16_384):
+                return _error(400, "invalid_request", f"{name} is repeated or too long", NO_STORE)
+        grant_type, _ = _single(form, "grant_type")
+        if grant_type == "authorization_code":
+            return await self._token_from_code(form)
+        if grant_type == "refresh_token":
+            return await self._token_from_refresh(form)
+        if not grant_type:
+            return _error(400, "invalid_request", "grant_type is required", NO_STORE)
+        return _error(400, "unsupported_grant_type", "use authorization_code or refresh_token", NO_STORE)
+
+    async def _token_from_code(self, form: Mapping[str, Any]) -> JsonReply:
+        now = self._clock()
+        code_value, _ = _single(form, "code")
+        # Deleted on lookup: whatever happens next, a code is never usable twice.
+        code: _Code | None = self._codes.pop(code_value, None) if code_value else None
+        if code is None or code.expires <= now:
+            return _error(400, "invalid_grant", "unknown or expired code", NO_STORE)
+        client_id, _ = _single(form, "client_id")
+        if client_id != code.client_id:
+            return _error(400, "invalid_grant", "code was issued to another client", NO_STORE)
+        redirect_uri, _ = _single(form, "redirect_uri")
+        if redirect_uri is None and code.redirect_explicit or redirect_uri is not None and redirect_uri != code.redirect_uri:
+            return _error(400, "invalid_grant", "redirect_uri does not match the authorization request", NO_STORE)
+        verifier, _ = _single(form, "code_verifier")
+        if not verifier_matches(verifier, code.challenge):
+            return _error(400, "invalid_grant", "code_verifier does not match the code challenge", NO_STORE)
+        resource, _ = _single(form, "resource")
+        if resource is not None and resource != code.resource:
+            return _error(400, "invalid_target", "resource differs from the authorization request", NO_STORE)
+        family, refresh_token = self.grants.start_family(
+            client_id=code.client_id,
+            client_name=code.client_name,
+            scope=code.scope,
+            resource=code.resource,
+            idp=self.provider.kind,
+            identity=code.identity,
+            now=now,
+        )
+        log.info("sign-in completed", extra={"client_id": code.client_id, "idp": self.provider.kind})
+        return self._token_reply(family, refresh_token, family.scope, now)
+
+    async def _token_from_refresh(self, form: Mapping[str, Any]) -> JsonReply:
+        token, _ = _single(form, "refresh_token")
+        client_id, _ = _single(form, "client_id")
+        if not token:
+            return _error(400, "invalid_request", "refresh_token is required", NO_STORE)
+        if not client_id:
+            return _error(400, "invalid_request", "client_id is required for public clients", NO_STORE)
+        family_id = self.grants.family_of(token)
+        if family_id is None:
+            return _error(400, "invalid_grant", "unknown refresh token", NO_STORE)
+        async with self._lock_for(family_id):
+            now = self._clock()
+            seen = self.grants.inspect(token, now)
+            if seen.family is None or seen.status in ("unknown", "expired"):
+                return _error(400, "invalid_grant", "unknown or expired refresh token", NO_STORE)
+            family = seen.family
+            if not secrets.compare_digest(client_id, family.client_id):
+                return _error(400, "invalid_grant", "refresh token was issued to another client", NO_STORE)
+            if seen.status == "reused":
+                self.grants.revoke_family(family.family_id)
+                log.warning("refresh token reuse: family revoked", extra={"client_id": family.client_id})
+                return _error(400, "invalid_grant", "refresh token was already used; sign in again", NO_STORE)
+            resource, _ = _single(form, "resource")
+            if resource is not None and resource != family.resource:
+                return _error(400, "invalid_target", "resource differs from the original grant", NO_STORE)
+            scope_raw, _ = _single(form, "scope")
+            scope = family.scope
+            if scope_raw is not None and scope_raw.strip():
+                asked = frozenset(scope_raw.split())
+                if not asked <= family.scope:
+                    return _error(400, "invalid_scope", "scope exceeds the original grant", NO_STORE)
+                scope = asked
+            if seen.status == "replay":
+                assert seen.successor is not None
+                return self._token_reply(family, seen.successor, scope, now)
+            try:
+                identity = await self.provider.renew(family.subject, family.renewal_secret)
+            except ProviderUnavailable:
+                return _error(
+                    503,
+                    "temporarily_unavailable",
+                    "the identity provider could not be reached; keep your tokens and retry",
+                    {**NO_STORE, "Retry-After": "30"},
+                )
+            except ProviderRefused:
+                self.grants.revoke_family(family.family_id)
+                log.info("identity refused at refresh: family revoked", extra={"client_id": family.client_id})
+                return _error(400, "invalid_grant", "the identity is no longer valid; sign in again", NO_STORE)
+            now = self._clock()
+            family, successor = self.grants.rotate(token, identity, now)
+            return self._token_reply(family, successor, scope, now)
+
+    def _token_reply(self, family: Family, refresh_token: str, scope: frozenset[str], now: float) -> JsonReply:
+        exp = int(now) + ACCESS_TOKEN_TTL_S
+        if family.credential_expires_at is not None:
+            exp = max(int(now) + 1, min(exp, int(family.credential_expires_at)))
+        claims = AccessClaims(
+            sub=family.subject,
+            scope=scope,
+            aud=family.resource,
+            exp=exp,
+            client_id=family.client_id,
+            client_name=family.client_name,
+            idp=family.idp,
+            store_credential=family.store_credential,
+            family=family.family_id,
+            iat=int(now),
+        )
+        body = {
+            "access_token": self.codec.issue(claims),
+            "token_type": "Bearer",
+            "expires_in": exp - int(now),
+            "refresh_token": refresh_token,
+            "scope": " ".join(sorted(scope)),
+        }
+        return JsonReply(200, body, dict(NO_STORE))
+
+    def _lock_for(self, family_id: str) -> asyncio.Lock:
+        return self._locks[zlib.crc32(family_id.encode("utf-8")) % _LOCK_STRIPES]
+
+    # -- revocation and verification ------------------------------------------
+
+    async def revoke(self, form: Mapping[str, Any]) -> JsonReply:
+        """POST /revoke (RFC 7009): ends the token's family; 200 whether or not it was known."""
+        token, repeated = _single(form, "token")
+        if not token or repeated:
+            return _error(400, "invalid_request", "token is required", NO_STORE)
+        client_id, _ = _single(form, "client_id")
+        family_id = self.grants.family_of(token)
+        if family_id is None:
+            claims = self.codec.open(token)
+            family_id = claims.family if claims is not None and claims.family else None
+        if family_id is not None:
+            family = self.grants.load_family(family_id)
+            # A public client may only revoke its own tokens; anything else is silently ignored.
+            if family is not None and (client_id is None or secrets.compare_digest(client_id, family.client_id)):
+                self.grants.revoke_family(family_id)
+        return JsonReply(200, {}, dict(NO_STORE))
+
+    def verify_access(self, token: str, base_url: str, now: float | None = None) -> AccessClaims | None:
+        """The claims of a valid access token for ``<base_url>/mcp`` whose family is alive, else None."""
+        claims = self.codec.verify(token, resource_of(base_url), now=now)
+        if claims is None:
+            return None
+        if claims.family and not self.grants.family_alive(claims.family, now):
+            return None
+        return claims
+
+
+def resource_of(base_url: str) -> str:
+    """The protected resource (RFC 8707 audience) of a connector reached at ``base_url``."""
+    return base_url.rstrip("/") + "/mcp"
+
+
+def callback_url(base_url: str) -> str:
+    """Where the OIDC issuer sends the browser back."""
+    return base_url.rstrip("/") + "/oidc/callback"

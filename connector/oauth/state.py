@@ -1,0 +1,230 @@
+"""Persisted OAuth state: the state key, secrets sealed at rest, and JSON collections.
+
+Everything the authorization server must remember across a restart lives in
+``CONNECTOR_STATE_DIR``: client registrations, refresh-token families (only
+hashes of our tokens), each user's chosen brain, and the identity provider's
+renewal secrets, the latter sealed with AES-256-GCM under the state key. With
+no state directory everything stays in memory (and a restart signs everyone
+out, which is said at start-up).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import logging
+import os
+import secrets
+import tempfile
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+log = logging.getLogger("connector.oauth.state")
+
+KEY_FILE_NAME = "state.key"
+_SECRET_PREFIX = "sec1:"
+_SECRET_INFO = b"brain-connector state secrets v1"
+
+
+class StateError(RuntimeError):
+    """The state directory or key is unusable (start-up refuses to continue)."""
+
+
+def token_hash(token: str) -> str:
+    """The SHA-256 hex of a token: the only form in which our tokens are stored."""
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def load_state_key(state_dir: Path | None, configured: bytes | None) -> tuple[bytes, str]:
+    """The 32-byte state key and where it came from.
+
+    A configured key (``CONNECTOR_STATE_KEY``) wins. Otherwise a key file in the
+    state directory is read, or generated with mode 0600. With neither, a random
+    key lives only as long as the process.
+    """
+    if configured is not None:
+        if len(configured) != 32:
+            raise StateError("the state key must be 32 bytes")
+        return configured, "configured"
+    if state_dir is None:
+        return secrets.token_bytes(32), "ephemeral"
+    ensure_private_dir(state_dir)
+    path = state_dir / KEY_FILE_NAME
+    if path.exists():
+        mode = path.stat().st_mode & 0o777
+        if mode & 0o077:
+            raise StateError(f"{path} is readable by others (mode {mode:o}); chmod 600 it")
+        try:
+            key = bytes.fromhex(path.read_text(encoding="ascii").strip())
+        except ValueError:
+            raise StateError(f"{path} does not hold 64 hex characters") from None
+        if len(key) != 32:
+            raise StateError(f"{path} does not hold a 32-byte key")
+        return key, "file"
+    key = secrets.token_bytes(32)
+    # O_EXCL: two processes starting at once must not each write a different key.
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return load_state_key(state_dir, None)
+    with os.fdopen(fd, "w", encoding="ascii") as handle:
+        handle.write(key.hex() + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    return key, "generated"
+
+
+def ensure_private_dir(path: Path) -> None:
+    """Create ``path`` (mode 0700) if missing; refuse a directory others can write."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    mode = path.stat().st_mode & 0o777
+    if mode & 0o022:
+        raise StateError(f"state directory {path} is writable by others (mode {mode:o})")
+
+
+class SecretBox:
+    """AES-256-GCM for small secrets at rest, bound to what they belong to."""
+
+    def __init__(self, state_key: bytes) -> None:
+        key = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_SECRET_INFO).derive(state_key)
+        self._aead = AESGCM(key)
+
+    def seal(self, plaintext: str, context: str) -> str:
+        """``plaintext`` sealed; ``context`` (e.g. the family id) must match when opening."""
+        nonce = os.urandom(12)
+        sealed = self._aead.encrypt(nonce, plaintext.encode("utf-8"), context.encode("utf-8"))
+        return _SECRET_PREFIX + base64.urlsafe_b64encode(nonce + sealed).decode("ascii")
+
+    def open(self, sealed: str, context: str) -> str | None:
+        """The secret, or None when it was sealed under another key or context, or altered."""
+        if not sealed.startswith(_SECRET_PREFIX):
+            return None
+        try:
+            raw = base64.urlsafe_b64decode(sealed[len(_SECRET_PREFIX) :])
+            return self._aead.decrypt(raw[:12], raw[12:], context.encode("utf-8")).decode("utf-8")
+        except (ValueError, InvalidTag, UnicodeDecodeError):
+            return None
+
+
+class JsonCollection:
+    """A dict of JSON records, written through to one file (0600) after each change.
+
+    Writes are atomic (temporary file, fsync, rename, directory fsync), so a
+    crash leaves the old or the new file, never a torn one. Without a path the
+    collection lives in memory only.
+    """
+
+    def __init__(self, path: Path | None) -> None:
+        self._path = path
+        self._lock = threading.Lock()
+        self.records: dict[str, Any] = {}
+        if path is not None and path.exists():
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                raise StateError(f"cannot read {path}: {exc}") from None
+            if not isinstance(data, dict):
+                raise StateError(f"{path} does not hold a JSON object")
+            self.records = data
+
+    def get(self, key: str) -> Any:
+        """The record under ``key`` or None."""
+        return self.records.get(key)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def mutate(self, change: Callable[[dict[str, Any]], None]) -> None:
+        """Apply ``change`` to the records and persist the result."""
+        with self._lock:
+            change(self.records)
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._path is None:
+            return
+        directory = self._path.parent
+        payload = json.dumps(self.records, separators=(",", ":"), sort_keys=True).encode("utf-8")
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{self._path.name}.", dir=directory)
+        try:
+            os.fchmod(fd, 0o600)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(payload)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp_name, self._path)
+        except BaseException:
+            try:
+                os.unlink(tmp_name)
+            except FileNotFoundError:
+                pass
+            raise
+        dir_fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+class OAuthState:
+    """The connector's persisted OAuth state.
+
+    ``clients``: client id -> registration; ``families``: refresh-token family id
+    -> family record; ``refresh``: sha256(refresh token) -> token record;
+    ``brains``: subject -> chosen brain id. Provider renewal secrets are sealed
+    inside family records with ``box``.
+    """
+
+    def __init__(self, state_dir: Path | None, state_key: bytes) -> None:
+        self.state_dir = state_dir
+        self.key = state_key
+        self.box = SecretBox(state_key)
+        if state_dir is not None:
+            ensure_private_dir(state_dir)
+            self._remove_stale_temporaries(state_dir)
+
+        def path(name: str) -> Path | None:
+            return None if state_dir is None else state_dir / name
+
+        self.clients = JsonCollection(path("clients.json"))
+        self.families = JsonCollection(path("families.json"))
+        self.refresh = JsonCollection(path("refresh.json"))
+        self.brains = JsonCollection(path("brains.json"))
+
+    @property
+    def persistent(self) -> bool:
+        """True when the state survives a restart."""
+        return self.state_dir is not None
+
+    def get_brain(self, subject: str) -> str | None:
+        """The brain id ``subject`` chose with brain_use, or None."""
+        value = self.brains.get(subject)
+        return value if isinstance(value, str) else None
+
+    def set_brain(self, subject: str, brain_id: str | None) -> None:
+        """Remember (or with None, forget) the brain ``subject`` chose."""
+
+        def change(records: dict[str, Any]) -> None:
+            if brain_id is None:
+                records.pop(subject, None)
+            else:
+                records[subject] = brain_id
+
+        self.brains.mutate(change)
+
+    @staticmethod
+    def _remove_stale_temporaries(state_dir: Path) -> None:
+        # A crash between mkstemp and rename leaves ".<name>.xxxx" files behind.
+        for leftover in state_dir.glob(".*.json.*"):
+            try:
+                leftover.unlink()
+            except OSError:
+                log.warning("could not remove stale temporary file %s", leftover.name)
