@@ -17,6 +17,7 @@ import pytest
 
 from connector.engine.archive import load_directory
 from connector.engine.brain import Brain
+from connector.engine.index import BrainIndex
 from connector.engine.recall import recall
 from tests.engine.conftest import parity_dir
 
@@ -43,6 +44,12 @@ def _brain(name: str) -> Brain:
     return load_directory(parity_dir() / "brains" / name)
 
 
+@functools.lru_cache(maxsize=None)
+def _index(name: str) -> BrainIndex:
+    # Built once per brain, as the connector does per archive checksum.
+    return BrainIndex.build(_brain(name))
+
+
 def same_json(actual: Any, expected: Any) -> bool:
     """Equal JSON values, numbers compared numerically (1 == 1.0), key order included."""
     if isinstance(expected, bool) or isinstance(actual, bool):
@@ -56,8 +63,8 @@ def same_json(actual: Any, expected: Any) -> bool:
     return bool(type(actual) is type(expected) and actual == expected)
 
 
-def run_case(brain: Brain, case: dict[str, Any]) -> list[dict[str, Any]]:
-    """Our recall for one fixture case."""
+def run_case(brain: Brain, case: dict[str, Any], index: BrainIndex | None = None) -> list[dict[str, Any]]:
+    """Our recall for one fixture case (with a prepared index when given)."""
     args = case["args"]
     return recall(
         brain,
@@ -68,6 +75,7 @@ def run_case(brain: Brain, case: dict[str, Any]) -> list[dict[str, Any]]:
         topics=args.get("topics"),
         context=bool(args.get("context", False)),
         now=datetime.fromisoformat(case["now"].replace("Z", "+00:00")),
+        index=index,
     )
 
 
@@ -75,7 +83,7 @@ def run_case(brain: Brain, case: dict[str, Any]) -> list[dict[str, Any]]:
 def test_recall_matches_reference(case: dict[str, Any]) -> None:
     brain = _brain(case["brain"])
     before = dict(brain.files)
-    got = run_case(brain, case)
+    got = run_case(brain, case, _index(case["brain"]))
     expected = case["expected"]
     assert [hit["id"] for hit in got] == [hit["id"] for hit in expected]
     for ours, theirs in zip(got, expected, strict=True):
