@@ -407,7 +407,7 @@ def pick_key(keys: list[PublicKey], kid: str | None, alg: str) -> PublicKey | No
 class _Cached:
     value: Any = None
     expires: float = 0.0  # fresh until
-    fetched: float = float("-inf")  # last attempt (success or failure)
+    attempts: int = 0  # fetches tried so far (success or failure)
     failed_until: float = 0.0
 
 
@@ -435,6 +435,7 @@ class OidcVerifier:
         self._fetcher = Fetcher(config.fetch_timeout, config.max_document_bytes, transport)
         self._discovery = _Cached()
         self._jwks = _Cached()
+        self._last_kid_refetch = float("-inf")
         self._tokens: OrderedDict[bytes, OidcIdentity] = OrderedDict()
         self._token_expiry: dict[bytes, float] = {}
         self._loop_state = _LoopState()
@@ -562,7 +563,7 @@ class OidcVerifier:
                 if cached.value is not None:
                     return dict(cached.value)  # stale but usable while the issuer is failing
                 raise OidcUnavailable("issuer discovery failed recently; not retrying yet")
-            cached.fetched = now
+            cached.attempts += 1
             try:
                 document = self._check_discovery(
                     await self._fetcher.get_json(self.config.issuer + "/.well-known/openid-configuration")
@@ -592,11 +593,17 @@ class OidcVerifier:
         return {"issuer": issuer, "jwks_uri": jwks_uri}
 
     async def _key_for(self, kid: str | None, alg: str) -> PublicKey:
+        attempts_before = self._jwks.attempts
         keys = await self._key_set(force=False)
         key = pick_key(keys, kid, alg)
         if key is None and (kid is None or all(k.kid != kid for k in keys)):
-            # An unknown kid may mean the issuer rotated: refetch, but at most once per interval.
-            if self._clock() - self._jwks.fetched >= self.config.refetch_interval:
+            # An unknown kid may mean the issuer rotated keys: fetch the set again, unless it
+            # was fetched during this very call, and at most once per refetch interval (the
+            # timestamp is taken before awaiting, so concurrent requests do not pile up).
+            now = self._clock()
+            fetched_just_now = self._jwks.attempts != attempts_before
+            if not fetched_just_now and now - self._last_kid_refetch >= self.config.refetch_interval:
+                self._last_kid_refetch = now
                 keys = await self._key_set(force=True)
                 key = pick_key(keys, kid, alg)
         if key is None:
@@ -610,8 +617,6 @@ class OidcVerifier:
             return list(cached.value)
         async with self._locks().jwks_lock:
             now = self._clock()
-            if force and now - cached.fetched < self.config.refetch_interval and cached.value is not None:
-                return list(cached.value)  # someone refetched while we waited
             if not force and cached.value is not None and now < cached.expires:
                 return list(cached.value)
             if now < cached.failed_until:
@@ -619,7 +624,7 @@ class OidcVerifier:
                     return list(cached.value)
                 raise OidcUnavailable("issuer key set fetch failed recently; not retrying yet")
             discovery = await self._discovery_document()
-            cached.fetched = now
+            cached.attempts += 1
             try:
                 keys = parse_key_set(await self._fetcher.get_json(discovery["jwks_uri"]))
             except OidcUnavailable as exc:
