@@ -1,0 +1,528 @@
+"""What a memorize write is made of, and how one memory is added to a brain.
+
+`MemoryInput` is one memory as the command line's `brain memorize` JSON describes it
+(validated when built, so a bad request fails before touching anything);
+`add_memory` performs every step of brain-format.md's memorize on a `WriteTxn`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from connector.engine.errors import BrainError
+from connector.engine.frontmatter import ENCODING_CONTEXT_KEYS, render_memory_file
+from connector.engine.quarantine import quarantine_mode, quarantine_reasons
+from connector.engine.rules import (
+    COGNITIVE_TYPES,
+    MANUAL_EDGE_WEIGHT,
+    MEMORY_TYPES,
+    ORIGINS,
+    TAG_OVERLAP_EDGE_WEIGHT,
+    TAG_OVERLAP_MIN_SHARED,
+    initial_decay_rate,
+    initial_strength,
+    iso_ms,
+    parse_iso,
+    token_estimate,
+)
+from connector.engine.txn import WriteTxn
+
+DEFAULT_SALIENCE = 0.5
+DEFAULT_CONFIDENCE = 0.8
+MAX_PATH_LENGTH = 1024
+MAX_SEGMENT_LENGTH = 200
+MAX_TITLE_LENGTH = 1000
+SLUG_LENGTH = 48
+MEMORY_ID = re.compile(r"^mem_\d{8}_[0-9a-f]{6}$")
+_RESERVED_TOP = frozenset({"_archived", ".sync", ".cloud"})
+
+
+def slugify(text: str, *, length: int = SLUG_LENGTH, fallback: str = "memory") -> str:
+    """Lower-case; runs of characters other than a-z and 0-9 become ``-``; trimmed; cut."""
+    slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    slug = slug[:length].strip("-")
+    return slug or fallback
+
+
+def _text(value: Any, name: str, *, required: bool = False, default: str = "") -> str:
+    if value is None:
+        if required:
+            raise BrainError(f"'{name}' is required")
+        return default
+    if not isinstance(value, str):
+        raise BrainError(f"'{name}' must be a string")
+    if required and not value.strip():
+        raise BrainError(f"'{name}' must not be empty")
+    return value
+
+
+def _string_list(value: Any, name: str) -> tuple[str, ...]:
+    """A list of strings (a comma-separated string is accepted too), de-duplicated."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = [part for part in value.split(",")]
+    if not isinstance(value, (list, tuple)):
+        raise BrainError(f"'{name}' must be a list of strings")
+    seen: dict[str, None] = {}
+    for item in value:
+        if not isinstance(item, str):
+            raise BrainError(f"'{name}' must be a list of strings")
+        item = item.strip()
+        if item:
+            seen.setdefault(item, None)
+    return tuple(seen)
+
+
+def _unit(value: Any, name: str, default: float) -> float:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise BrainError(f"'{name}' must be a number between 0 and 1")
+    if not 0 <= value <= 1:
+        raise BrainError(f"'{name}' must be between 0 and 1")
+    return float(value) if isinstance(value, float) else value
+
+
+def _flag(value: Any, name: str) -> bool:
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise BrainError(f"'{name}' must be true or false")
+    return value
+
+
+def _instant(value: Any, name: str) -> str | None:
+    if value is None or value == "":
+        return None
+    parsed = parse_iso(value) if isinstance(value, str) else None
+    if parsed is None:
+        raise BrainError(f"'{name}' is not an ISO 8601 date")
+    return iso_ms(parsed)
+
+
+def clean_path(raw: Any) -> str:
+    """A safe relative path inside the brain (a ``.md`` file, or a directory ending in ``/``).
+
+    Refused: absolute paths, backslashes, empty, ``.`` or ``..`` segments, hidden
+    segments, control characters, the reserved ``_archived/`` tree, over-long paths.
+    """
+    if not isinstance(raw, str) or not raw.strip():
+        raise BrainError("'path' is required")
+    path = raw.strip()
+    if len(path) > MAX_PATH_LENGTH:
+        raise BrainError("'path' is too long")
+    if path.startswith("/") or "\\" in path or re.search(r"[\x00-\x1f\x7f]", path):
+        raise BrainError("'path' must be a relative path with '/' separators")
+    is_directory = path.endswith("/")
+    segments = path.rstrip("/").split("/") if is_directory else path.split("/")
+    for segment in segments:
+        if segment in ("", ".", "..") or segment.startswith("."):
+            raise BrainError("'path' must stay inside the brain (no empty, '.', '..' or hidden parts)")
+        if len(segment) > MAX_SEGMENT_LENGTH:
+            raise BrainError("'path' has a part that is too long")
+    if segments[0] in _RESERVED_TOP:
+        raise BrainError(f"'path' may not be under {segments[0]}/")
+    if not is_directory and not segments[-1].endswith(".md"):
+        is_directory = True
+    if not is_directory and segments[-1] == ".md":
+        raise BrainError("'path' needs a file name")
+    return "/".join(segments) + ("/" if is_directory else "")
+
+
+@dataclass
+class MemoryInput:
+    """One memory to write, validated when built (bad input raises `BrainError`).
+
+    ``path`` is the memory's file (``a/b/name.md``) or a directory (anything not
+    ending in ``.md``), in which case the file is named from the title's slug.
+    ``origin`` None (older clients) writes no origin field and is treated as the
+    user's own write: no caps, no automatic quarantine.
+    """
+
+    title: str
+    type: str
+    content: str
+    path: str
+    cognitive_type: str = "semantic"
+    tags: tuple[str, ...] = ()
+    related: tuple[str, ...] = ()
+    salience: float = DEFAULT_SALIENCE
+    confidence: float = DEFAULT_CONFIDENCE
+    source: str = ""
+    encoding_context: dict[str, Any] = field(default_factory=dict)
+    pinned: bool = False
+    pin_scope: str = "global"
+    pin_priority: int = 0
+    stable: bool = False
+    origin: str | None = None
+    valid_from: str | None = None
+    valid_until: str | None = None
+    supersedes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        self.title = _text(self.title, "title", required=True).strip()
+        if len(self.title) > MAX_TITLE_LENGTH:
+            raise BrainError("'title' is too long")
+        self.content = _text(self.content, "content", required=True)
+        if not isinstance(self.type, str) or self.type not in MEMORY_TYPES:
+            raise BrainError(f"'type' must be one of {', '.join(MEMORY_TYPES)}")
+        if not isinstance(self.cognitive_type, str) or self.cognitive_type not in COGNITIVE_TYPES:
+            raise BrainError(f"'cognitive_type' must be one of {', '.join(COGNITIVE_TYPES)}")
+        self.path = clean_path(self.path)
+        self.tags = _string_list(self.tags, "tags")
+        self.related = _string_list(self.related, "related")
+        self.supersedes = _string_list(self.supersedes, "supersedes")
+        self.salience = _unit(self.salience, "salience", DEFAULT_SALIENCE)
+        self.confidence = _unit(self.confidence, "confidence", DEFAULT_CONFIDENCE)
+        self.source = _text(self.source, "source")
+        self.pinned = _flag(self.pinned, "pinned")
+        self.stable = _flag(self.stable, "stable")
+        self.pin_scope = _text(self.pin_scope, "pin_scope", default="global") or "global"
+        if isinstance(self.pin_priority, bool) or not isinstance(self.pin_priority, int):
+            raise BrainError("'pin_priority' must be an integer")
+        if self.origin is not None and self.origin not in ORIGINS:
+            raise BrainError(f"'origin' must be one of {', '.join(ORIGINS)}")
+        self.encoding_context = _encoding_context(self.encoding_context)
+        self.valid_from = _instant(self.valid_from, "valid_from")
+        self.valid_until = _instant(self.valid_until, "valid_until")
+        if self.valid_from and self.valid_until and self.valid_until <= self.valid_from:
+            raise BrainError("'valid_until' must be after 'valid_from'")
+
+    @classmethod
+    def from_mapping(cls, value: Any) -> MemoryInput:
+        """Build from the command line's memorize JSON object (unknown keys ignored)."""
+        if not isinstance(value, Mapping):
+            raise BrainError("each memory must be a JSON object")
+        known = {
+            "title", "type", "content", "path", "cognitive_type", "tags", "related",
+            "salience", "confidence", "source", "encoding_context", "pinned", "pin_scope",
+            "pin_priority", "stable", "origin", "valid_from", "valid_until", "supersedes",
+        }
+        arguments = {key: value[key] for key in known if key in value and value[key] is not None}
+        for required in ("title", "type", "content", "path"):
+            arguments.setdefault(required, None)
+        return cls(**arguments)
+
+    def to_mapping(self) -> dict[str, Any]:
+        """The JSON form `from_mapping` reads back (for keeping pending writes)."""
+        return {
+            "title": self.title, "type": self.type, "content": self.content, "path": self.path,
+            "cognitive_type": self.cognitive_type, "tags": list(self.tags),
+            "related": list(self.related), "salience": self.salience,
+            "confidence": self.confidence, "source": self.source,
+            "encoding_context": dict(self.encoding_context), "pinned": self.pinned,
+            "pin_scope": self.pin_scope, "pin_priority": self.pin_priority,
+            "stable": self.stable, "origin": self.origin, "valid_from": self.valid_from,
+            "valid_until": self.valid_until, "supersedes": list(self.supersedes),
+        }
+
+
+def _encoding_context(value: Any) -> dict[str, Any]:
+    if value is None:
+        value = {}
+    if not isinstance(value, Mapping):
+        raise BrainError("'encoding_context' must be an object")
+    context: dict[str, Any] = {}
+    for key in ENCODING_CONTEXT_KEYS:
+        if key == "topics":
+            context[key] = list(_string_list(value.get(key), "encoding_context.topics"))
+        else:
+            context[key] = _text(value.get(key), f"encoding_context.{key}")
+    return context
+
+
+def parse_memorize_request(payload: Any) -> list[MemoryInput]:
+    """The memories of a memorize request: one object, an array, or ``{"memories": [...]}``."""
+    if isinstance(payload, Mapping) and "memories" in payload and "content" not in payload:
+        payload = payload["memories"]
+    items = payload if isinstance(payload, list) else [payload]
+    if not items:
+        raise BrainError("no memories given")
+    memories = []
+    for position, item in enumerate(items, start=1):
+        try:
+            memories.append(MemoryInput.from_mapping(item))
+        except BrainError as error:
+            raise BrainError(f"memory {position}: {error}") from None
+    return memories
+
+
+# -- applying one memory ---------------------------------------------------------------
+
+
+def _free_file_path(txn: WriteTxn, wanted: str) -> str:
+    """``wanted`` if nothing is there yet, else ``name-2.md``, ``name-3.md``, ..."""
+    parts = wanted.split("/")
+    for depth in range(1, len(parts)):
+        if txn.is_file("/".join(parts[:depth])):
+            raise BrainError("'path' runs through an existing file")
+    if not txn.exists(wanted):
+        return wanted
+    stem = wanted[: -len(".md")]
+    for number in range(2, 100_000):
+        candidate = f"{stem}-{number}.md"
+        if not txn.exists(candidate):
+            return candidate
+    raise BrainError("no free file name for this memory")
+
+
+def resolve_file_path(txn: WriteTxn, memory: MemoryInput) -> str:
+    """The file this memory goes to: its path, or the title's slug in its directory."""
+    path = memory.path
+    if path.endswith("/"):
+        path = f"{path}{slugify(memory.title)}.md"
+    return _free_file_path(txn, path)
+
+
+def _tags_of(entry: Mapping[str, Any]) -> list[str]:
+    tags = entry.get("tags")
+    return [tag for tag in tags if isinstance(tag, str)] if isinstance(tags, list) else []
+
+
+def apply_supersession(txn: WriteTxn, new_id: str, targets: Iterable[str], boundary: str) -> list[str]:
+    """Mark each existing target as superseded by ``new_id``; returns the ones done."""
+    done: list[str] = []
+    for target in targets:
+        entry = txn.entry(target)
+        if entry is None or target == new_id:
+            continue
+        updates: dict[str, Any] = {"superseded_by": new_id}
+        if not entry.get("valid_until"):
+            updates["valid_until"] = boundary
+            updates["valid_until_auto"] = True
+        txn.update_entry(target, updates)
+        txn.edit_memory_file(target, updates)
+        txn.link(new_id, target, MANUAL_EDGE_WEIGHT, "manual")
+        done.append(target)
+    return done
+
+
+def release_supersessions(txn: WriteTxn, memory_id: str) -> list[str]:
+    """Undo what ``memory_id`` imposed: targets lose ``superseded_by`` (and auto validity)."""
+    released: list[str] = []
+    for target, entry in list(txn.memories().items()):
+        if not isinstance(entry, dict) or entry.get("superseded_by") != memory_id:
+            continue
+        removed: tuple[str, ...] = ("superseded_by",)
+        if entry.get("valid_until_auto"):
+            removed += ("valid_until", "valid_until_auto")
+        txn.update_entry(target, {}, remove=removed)
+        txn.edit_memory_file(target, remove=removed)
+        released.append(target)
+    return released
+
+
+def add_memory(txn: WriteTxn, memory: MemoryInput, memory_id: str, created: str) -> dict[str, Any]:
+    """Every memorize step for one memory; returns what was stored (for the result)."""
+    memories = txn.memories()
+    notes: list[str] = []
+    adjusted: dict[str, Any] = {}
+    salience, confidence = memory.salience, memory.confidence
+    rule = ORIGINS.get(memory.origin) if memory.origin else None
+    if rule is not None:
+        if salience > rule.max_salience:
+            adjusted["salience"] = {"requested": salience, "stored": rule.max_salience}
+            salience = rule.max_salience
+        if confidence > rule.max_confidence:
+            adjusted["confidence"] = {"requested": confidence, "stored": rule.max_confidence}
+            confidence = rule.max_confidence
+
+    reasons: list[str] = []
+    if quarantine_mode(txn.config()) != "off":
+        reasons = quarantine_reasons(
+            origin=memory.origin, title=memory.title, content=memory.content,
+            memory_type=memory.type, cognitive_type=memory.cognitive_type,
+        )
+    pinned, stable = memory.pinned, memory.stable
+    if (pinned or stable) and rule is not None and not rule.may_pin:
+        notes.append(f"origin {memory.origin} may not be pinned or stable; stored unpinned")
+        pinned = stable = False
+    if pinned and reasons:
+        notes.append("pending verification; not pinned")
+        pinned = False
+
+    path = resolve_file_path(txn, memory)
+    tokens = token_estimate(memory.content)
+    strength = initial_strength(memory.type, memory.cognitive_type)
+    decay_rate = initial_decay_rate(memory.type, memory.cognitive_type, memory.origin)
+    supersede_targets = [target for target in memory.supersedes if target in memories and target != memory_id]
+    unknown_targets = [target for target in memory.supersedes if target not in supersede_targets and target != memory_id]
+
+    entry: dict[str, Any] = {
+        "title": memory.title,
+        "path": path,
+        "type": memory.type,
+        "cognitive_type": memory.cognitive_type,
+        "created": created,
+        "last_accessed": created,
+        "access_count": 0,
+        "strength": strength,
+        "decay_rate": decay_rate,
+    }
+    if memory.origin:
+        entry["origin"] = memory.origin
+    entry.update(
+        salience=salience,
+        confidence=confidence,
+        tags=list(memory.tags),
+        related=list(memory.related),
+        encoding_context=dict(memory.encoding_context),
+        token_estimate=tokens,
+    )
+    optional: dict[str, Any] = {}
+    if pinned:
+        optional.update(pinned=True, pin_scope=memory.pin_scope, pin_priority=memory.pin_priority)
+    if stable:
+        optional["stable"] = True
+    if reasons:
+        optional.update(quarantined=True, quarantine_reasons=reasons, quarantine_flagged=txn.now_iso)
+    if memory.supersedes:
+        optional["supersedes"] = list(memory.supersedes)
+    if reasons and supersede_targets:
+        optional["supersede_pending"] = supersede_targets
+    if memory.valid_from:
+        optional["valid_from"] = memory.valid_from
+    if memory.valid_until:
+        optional["valid_until"] = memory.valid_until
+    entry.update(optional)
+
+    file_fields = {
+        "id": memory_id, "type": memory.type, "cognitive_type": memory.cognitive_type,
+        "created": created, "last_accessed": created, "access_count": 0, "recall_history": [],
+        "strength": strength, "decay_rate": decay_rate, "salience": salience,
+        "confidence": confidence, "tags": list(memory.tags), "related": list(memory.related),
+        "origin": memory.origin, "source": memory.source,
+        "encoding_context": memory.encoding_context,
+        **{key: value for key, value in optional.items() if key != "supersede_pending"},
+    }
+    txn.write(path, render_memory_file(file_fields, memory.content).encode("utf-8"))
+
+    # Associations: explicit relations first, then every memory sharing enough tags.
+    linked_related = []
+    for other in memory.related:
+        if other != memory_id and other in memories:
+            txn.link(memory_id, other, MANUAL_EDGE_WEIGHT, "manual")
+            linked_related.append(other)
+    conflicts = []
+    tag_set = set(memory.tags)
+    tag_links = 0
+    if len(tag_set) >= TAG_OVERLAP_MIN_SHARED:
+        for other, other_entry in memories.items():
+            if other == memory_id or not isinstance(other_entry, dict):
+                continue
+            shared = [tag for tag in dict.fromkeys(_tags_of(other_entry)) if tag in tag_set]
+            if len(shared) < TAG_OVERLAP_MIN_SHARED:
+                continue
+            txn.link(memory_id, other, TAG_OVERLAP_EDGE_WEIGHT, "tag_overlap")
+            tag_links += 1
+            if other_entry.get("pinned") or other_entry.get("stable"):
+                conflicts.append({"id": other, "title": other_entry.get("title"), "shared_tags": shared})
+
+    memories[memory_id] = entry
+    superseded: list[str] = []
+    if supersede_targets and not reasons:
+        superseded = apply_supersession(txn, memory_id, supersede_targets, memory.valid_from or created)
+    txn.index_document(memory_id, memory.title, list(memory.tags), memory.content)
+    txn.count_in_directories(path)
+    if pinned:
+        txn.set_pin(memory_id, memory.pin_scope, memory.pin_priority, tokens)
+    txn.touch_index()
+
+    stored: dict[str, Any] = {
+        "id": memory_id, "title": memory.title, "path": path, "type": memory.type,
+        "cognitive_type": memory.cognitive_type,
+    }
+    if memory.origin:
+        stored["origin"] = memory.origin
+    stored.update(
+        salience=salience, confidence=confidence, tags=list(memory.tags),
+        strength=strength, decay_rate=decay_rate, token_estimate=tokens, created=created,
+    )
+    if pinned:
+        stored["pinned"] = True
+    if stable:
+        stored["stable"] = True
+    if memory.valid_from:
+        stored["valid_from"] = memory.valid_from
+    if memory.valid_until:
+        stored["valid_until"] = memory.valid_until
+    if reasons:
+        stored["quarantine_pending"] = True
+        stored["quarantine_reasons"] = reasons
+    if conflicts:
+        stored["potential_conflicts"] = conflicts
+    if superseded:
+        stored["superseded"] = superseded
+    if reasons and supersede_targets:
+        stored["supersede_pending"] = supersede_targets
+    if unknown_targets:
+        stored["supersedes_unknown"] = unknown_targets
+    if linked_related or tag_links:
+        stored["associations"] = {"related": len(linked_related), "tag_overlap": tag_links}
+    if adjusted:
+        stored["adjusted"] = adjusted
+    if notes:
+        stored["notes"] = notes
+    return stored
+
+
+def is_memory_id(value: Any) -> bool:
+    """True for ``mem_<YYYYMMDD>_<6 hex>``."""
+    return isinstance(value, str) and bool(MEMORY_ID.match(value))
+
+
+def _first_line(content: str) -> str:
+    for line in content.splitlines():
+        if line.strip():
+            return line.strip()
+    return ""
+
+
+def connector_title(content: str, title: str | None = None) -> str:
+    """The title given, else the content's first line, at most 80 characters."""
+    chosen = (title or "").strip() or _first_line(content)
+    chosen = chosen[:80].strip()
+    return chosen or "Captured note"
+
+
+CONNECTOR_SOURCE = "brain-connector (MCP)"
+
+
+def connector_memory(
+    content: str,
+    *,
+    title: str | None = None,
+    type: str = "learning",  # noqa: A002 - the tool's own argument name
+    tags: Sequence[str] | str = (),
+    origin: str = "agent-inferred",
+    valid_from: str | None = None,
+    valid_until: str | None = None,
+    supersedes: Sequence[str] | str = (),
+    agent: str = "",
+) -> MemoryInput:
+    """The memory a connector `brain_memorize` call writes (connector.md section 6)."""
+    if not isinstance(content, str) or not content.strip():
+        raise BrainError("'content' must not be empty")
+    chosen_title = connector_title(content, title)
+    tag_list = _string_list(tags, "tags")
+    return MemoryInput(
+        title=chosen_title,
+        type=type,
+        content=content.strip(),
+        path=f"captured/{slugify(chosen_title)}.md",
+        cognitive_type="episodic",
+        tags=tag_list,
+        salience=0.5,
+        confidence=0.8,
+        source=CONNECTOR_SOURCE,
+        encoding_context={"project": "", "topics": list(tag_list), "task_type": "capturing", "agent": agent or ""},
+        origin=origin or "agent-inferred",
+        valid_from=valid_from,
+        valid_until=valid_until,
+        supersedes=_string_list(supersedes, "supersedes"),
+    )

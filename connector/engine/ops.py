@@ -1,0 +1,442 @@
+"""Brain writes as operation objects: memorize, pin, unpin, forget, verify.
+
+Each operation's ``apply(brain, now)`` changes the in-memory brain and returns a
+JSON-able result, or raises `BrainError` leaving the brain untouched. Operations can
+be applied again to a newer base (the connector replays pending writes after a
+conflicting push): a `Memorize` keeps the memory ids it drew the first time, and
+replaying a write that the base already holds does not duplicate it.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+from connector.engine.brain import Brain
+from connector.engine.errors import BrainError
+from connector.engine.memorize import (
+    MemoryInput,
+    add_memory,
+    apply_supersession,
+    connector_memory,
+    parse_memorize_request,
+    release_supersessions,
+)
+from connector.engine.rules import PROTECTED_SALIENCE
+from connector.engine.txn import ARCHIVE_INDEX, WriteTxn
+
+__all__ = [
+    "BrainError",
+    "Forget",
+    "Memorize",
+    "MemoryInput",
+    "Operation",
+    "Pin",
+    "Unpin",
+    "Verify",
+    "connector_memorize",
+    "new_memory_id",
+    "operation_from_dict",
+]
+
+
+def new_memory_id(brain: Brain, now: datetime, reserved: Iterable[str] = ()) -> str:
+    """A fresh ``mem_<YYYYMMDD>_<6 hex>`` from a secure source, never used in this brain.
+
+    Ids in ``index.json``, ``_archived/index.json`` and ``reserved`` are avoided.
+    """
+    txn = WriteTxn(brain, now)
+    return _draw_id(txn, set(reserved))
+
+
+def _draw_id(txn: WriteTxn, reserved: set[str]) -> str:
+    try:
+        taken = set(txn.memories())
+    except BrainError:
+        taken = set()
+    taken |= txn.archived_ids() | reserved
+    day = (txn.now if txn.now.tzinfo is None else txn.now.astimezone(UTC)).strftime("%Y%m%d")
+    for _ in range(1000):
+        candidate = f"mem_{day}_{secrets.token_hex(3)}"
+        if candidate not in taken:
+            return candidate
+    raise BrainError("could not draw a free memory id")
+
+
+def _known_entry(txn: WriteTxn, memory_id: Any) -> dict[str, Any]:
+    if not isinstance(memory_id, str) or not memory_id:
+        raise BrainError("a memory id is required")
+    entry = txn.entry(memory_id)
+    if entry is None:
+        raise BrainError(f"unknown memory id {memory_id}")
+    return entry
+
+
+class Operation:
+    """Base of the write operations (for typing and serialisation)."""
+
+    kind: ClassVar[str] = ""
+
+    def apply(self, brain: Brain, now: datetime) -> dict[str, Any]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def to_dict(self) -> dict[str, Any]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+@dataclass
+class Memorize(Operation):
+    """Write one or several memories.
+
+    ``ids`` and ``created`` are filled by the first successful ``apply`` and reused by
+    every later one, so a replay on a newer base writes the same memories.
+    """
+
+    memories: list[MemoryInput]
+    ids: list[str] | None = None
+    created: str | None = None
+    kind: ClassVar[str] = "memorize"
+
+    def __post_init__(self) -> None:
+        self.memories = list(self.memories)
+        if not self.memories:
+            raise BrainError("no memories given")
+        for memory in self.memories:
+            if not isinstance(memory, MemoryInput):
+                raise BrainError("memories must be MemoryInput values")
+        if self.ids is not None and len(self.ids) != len(self.memories):
+            raise BrainError("one id per memory is needed")
+
+    @classmethod
+    def from_request(cls, payload: Any) -> Memorize:
+        """From the command line's memorize JSON (object, array or ``{"memories": [...]}``)."""
+        return cls(parse_memorize_request(payload))
+
+    def apply(self, brain: Brain, now: datetime) -> dict[str, Any]:
+        txn = WriteTxn(brain, now)
+        txn.index(create=True)
+        created = self.created or txn.now_iso
+        archived = txn.archive_index()["memories"] if txn.read(ARCHIVE_INDEX) is not None else {}
+        ids = list(self.ids) if self.ids else []
+        stored: list[dict[str, Any]] = []
+        for position, memory in enumerate(self.memories):
+            memory_id = ids[position] if position < len(ids) else None
+            if memory_id is not None:
+                present = txn.entry(memory_id) or archived.get(memory_id)
+                if isinstance(present, dict):
+                    if present.get("title") == memory.title:
+                        # Already written (a replay after a lost acknowledgement): keep it.
+                        stored.append({"id": memory_id, "title": memory.title,
+                                       "path": present.get("path"), "type": present.get("type"),
+                                       "already_present": True})
+                        continue
+                    memory_id = None  # another memory took this id meanwhile
+            if memory_id is None:
+                memory_id = _draw_id(txn, set(ids))
+                if position < len(ids):
+                    ids[position] = memory_id
+                else:
+                    ids.append(memory_id)
+            try:
+                stored.append(add_memory(txn, memory, memory_id, created))
+            except BrainError as error:
+                if len(self.memories) == 1:
+                    raise
+                raise BrainError(f"memory {position + 1}: {error}") from None
+        txn.commit()
+        self.ids, self.created = ids, created
+        return {"stored": stored, "count": len(stored)}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"op": self.kind, "memories": [memory.to_mapping() for memory in self.memories],
+                "ids": self.ids, "created": self.created}
+
+
+def connector_memorize(
+    content: str,
+    *,
+    title: str | None = None,
+    type: str = "learning",  # noqa: A002 - the tool's own argument name
+    tags: Sequence[str] | str = (),
+    origin: str = "agent-inferred",
+    valid_from: str | None = None,
+    valid_until: str | None = None,
+    supersedes: Sequence[str] | str = (),
+    agent: str = "",
+) -> Memorize:
+    """The operation behind the connector's `brain_memorize` tool (connector.md section 6).
+
+    Title: given, else the content's first line (80 characters at most), else
+    "Captured note"; file ``captured/<slug>.md`` (a free name when taken); episodic;
+    salience 0.5 and confidence 0.8, capped by the origin; bad input -> `BrainError`.
+    """
+    return Memorize([
+        connector_memory(
+            content, title=title, type=type, tags=tags, origin=origin, valid_from=valid_from,
+            valid_until=valid_until, supersedes=supersedes, agent=agent,
+        )
+    ])
+
+
+@dataclass
+class Pin(Operation):
+    """Pin a memory into the always-present tier (it stops decaying)."""
+
+    id: str
+    scope: str = "global"
+    priority: int = 0
+    kind: ClassVar[str] = "pin"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.scope, str) or not self.scope.strip():
+            raise BrainError("'scope' must be a non-empty string")
+        if isinstance(self.priority, bool) or not isinstance(self.priority, int):
+            raise BrainError("'priority' must be an integer")
+
+    def apply(self, brain: Brain, now: datetime) -> dict[str, Any]:
+        txn = WriteTxn(brain, now)
+        entry = _known_entry(txn, self.id)
+        if entry.get("quarantined"):
+            raise BrainError(f"{self.id} is pending verification; approve it first")
+        fields = {"pinned": True, "pin_scope": self.scope, "pin_priority": self.priority}
+        txn.update_entry(self.id, fields)
+        txn.edit_memory_file(self.id, fields)
+        txn.set_pin(self.id, self.scope, self.priority, entry.get("token_estimate", 0))
+        txn.commit()
+        return {"id": self.id, "title": entry.get("title"), "pinned": True,
+                "scope": self.scope, "priority": self.priority}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"op": self.kind, "id": self.id, "scope": self.scope, "priority": self.priority}
+
+
+@dataclass
+class Unpin(Operation):
+    """Return a pinned memory to normal recall and decay."""
+
+    id: str
+    kind: ClassVar[str] = "unpin"
+
+    def apply(self, brain: Brain, now: datetime) -> dict[str, Any]:
+        txn = WriteTxn(brain, now)
+        entry = _known_entry(txn, self.id)
+        listed = any(isinstance(pin, dict) and pin.get("id") == self.id for pin in txn.pins()) \
+            if txn.read("pinned.json") is not None else False
+        was_pinned = bool(entry.get("pinned"))
+        if was_pinned:
+            txn.update_entry(self.id, {"pinned": False})
+            txn.edit_memory_file(self.id, {"pinned": False})
+        if listed:
+            txn.drop_pin(self.id)
+            txn.touch_index()
+        txn.commit()
+        result = {"id": self.id, "title": entry.get("title"), "pinned": False, "was_pinned": was_pinned}
+        if not was_pinned:
+            result["note"] = "the memory was not pinned"
+        return result
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"op": self.kind, "id": self.id}
+
+
+def _safe_relative(path: Any) -> bool:
+    if not isinstance(path, str) or not path or path.startswith("/") or "\\" in path:
+        return False
+    return all(part not in ("", ".", "..") for part in path.split("/"))
+
+
+def _free_archive_path(txn: WriteTxn, wanted: str) -> str:
+    """``wanted``, or ``name-2.md`` etc. when an earlier archive already sits there."""
+    if not txn.exists(wanted):
+        return wanted
+    stem, dot, extension = wanted.rpartition(".")
+    if not dot or "/" in extension:
+        stem, extension = wanted, ""
+    number = 2
+    while True:
+        candidate = f"{stem}-{number}" + (f".{extension}" if extension else "")
+        if not txn.exists(candidate):
+            return candidate
+        number += 1
+
+
+def archive_memory(txn: WriteTxn, memory_id: str, reason: str) -> dict[str, Any]:
+    """The forget primitive: move to ``_archived/``, unlink everything, release supersessions."""
+    entry = txn.entry(memory_id)
+    assert entry is not None
+    path = entry.get("path") if _safe_relative(entry.get("path")) else ""
+    archived_path = None
+    data = txn.read(path) if path else None
+    if path:
+        archived_path = _free_archive_path(txn, f"_archived/{path}")
+    if data is not None and archived_path:
+        txn.write(archived_path, data)
+        txn.remove(path)
+    archive = txn.archive_index()
+    archive["memories"][memory_id] = {
+        "path": entry.get("path"),
+        "archived_path": archived_path,
+        "title": entry.get("title"),
+        "type": entry.get("type"),
+        "cognitive_type": entry.get("cognitive_type"),
+        "strength": entry.get("strength"),
+        "salience": entry.get("salience"),
+        "confidence": entry.get("confidence"),
+        "tags": entry.get("tags", []),
+        "archived_date": txn.now_iso,
+        "archived_reason": reason,
+    }
+    archive["archived_count"] = len(archive["memories"])
+    txn.mark(ARCHIVE_INDEX)
+    del txn.memories()[memory_id]
+    txn.touch_index()
+    txn.unlink_all(memory_id)
+    txn.drop_review_items(memory_id)
+    txn.unindex_document(memory_id)
+    txn.drop_pin(memory_id)
+    released = release_supersessions(txn, memory_id)
+    result: dict[str, Any] = {"id": memory_id, "title": entry.get("title"), "archived": True,
+                              "archived_path": archived_path}
+    if released:
+        result["released_supersessions"] = released
+    return result
+
+
+def _salience(entry: Mapping[str, Any]) -> float:
+    value = entry.get("salience")
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+
+
+@dataclass
+class Forget(Operation):
+    """Archive a memory (recoverable). Salience >= 0.7 needs ``force``."""
+
+    id: str
+    force: bool = False
+    kind: ClassVar[str] = "forget"
+
+    def apply(self, brain: Brain, now: datetime) -> dict[str, Any]:
+        txn = WriteTxn(brain, now)
+        if isinstance(self.id, str) and txn.entry(self.id) is None:
+            archived = txn.json(ARCHIVE_INDEX)
+            if isinstance(archived, dict) and isinstance(archived.get("memories"), dict) \
+                    and self.id in archived["memories"]:
+                # Already archived (e.g. a replay): nothing more to do.
+                return {"id": self.id, "archived": True, "already_archived": True}
+        entry = _known_entry(txn, self.id)
+        if _salience(entry) >= PROTECTED_SALIENCE and not self.force:
+            raise BrainError(
+                f"{self.id} has salience {_salience(entry)} (>= {PROTECTED_SALIENCE}) and is protected; "
+                "forget it with force to archive it anyway"
+            )
+        result = archive_memory(txn, self.id, "forget")
+        txn.commit()
+        return result
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"op": self.kind, "id": self.id, "force": self.force}
+
+
+VERIFY_ACTIONS = ("list", "approve", "reject")
+
+
+@dataclass
+class Verify(Operation):
+    """List memories pending verification, or approve / reject some by id."""
+
+    action: str = "list"
+    ids: list[str] = field(default_factory=list)
+    kind: ClassVar[str] = "verify"
+
+    def __post_init__(self) -> None:
+        if self.action not in VERIFY_ACTIONS:
+            raise BrainError(f"'action' must be one of {', '.join(VERIFY_ACTIONS)}")
+        if isinstance(self.ids, str):
+            self.ids = [self.ids]
+        self.ids = list(dict.fromkeys(self.ids or []))
+        if self.action != "list" and not self.ids:
+            raise BrainError(f"{self.action} needs at least one memory id")
+        if any(not isinstance(memory_id, str) for memory_id in self.ids):
+            raise BrainError("'ids' must be strings")
+
+    def apply(self, brain: Brain, now: datetime) -> dict[str, Any]:
+        txn = WriteTxn(brain, now)
+        if self.action == "list":
+            return self._list(txn)
+        results: list[dict[str, Any]] = []
+        errors: list[dict[str, Any]] = []
+        for memory_id in self.ids:
+            entry = txn.entry(memory_id)
+            if entry is None:
+                errors.append({"id": memory_id, "error": "unknown memory id"})
+            elif not entry.get("quarantined"):
+                errors.append({"id": memory_id, "error": "not pending verification"})
+            elif self.action == "approve":
+                results.append(self._approve(txn, memory_id, entry))
+            else:
+                outcome = archive_memory(txn, memory_id, "verify_reject")
+                results.append({**outcome, "rejected": True})
+        if results:
+            txn.commit()
+        return {"action": self.action, "results": results, "errors": errors}
+
+    @staticmethod
+    def _list(txn: WriteTxn) -> dict[str, Any]:
+        try:
+            memories = txn.memories()
+        except BrainError:
+            memories = {}
+        pending = [
+            {
+                "id": memory_id,
+                "title": entry.get("title"),
+                "path": entry.get("path"),
+                "type": entry.get("type"),
+                "origin": entry.get("origin"),
+                "reasons": entry.get("quarantine_reasons", []),
+                "flagged": entry.get("quarantine_flagged"),
+                "tags": entry.get("tags", []),
+            }
+            for memory_id, entry in memories.items()
+            if isinstance(entry, dict) and entry.get("quarantined")
+        ]
+        return {"pending": pending, "total": len(pending)}
+
+    @staticmethod
+    def _approve(txn: WriteTxn, memory_id: str, entry: dict[str, Any]) -> dict[str, Any]:
+        dropped = ("quarantined", "quarantine_reasons", "quarantine_flagged")
+        vetted = {"vetted": True, "vetted_at": txn.now_iso}
+        held = entry.get("supersede_pending")
+        txn.update_entry(memory_id, vetted, remove=(*dropped, "supersede_pending"))
+        txn.edit_memory_file(memory_id, vetted, remove=dropped)
+        result: dict[str, Any] = {"id": memory_id, "title": entry.get("title"), "approved": True}
+        if isinstance(held, list) and held:
+            boundary = entry.get("valid_from") or entry.get("created") or txn.now_iso
+            targets = [target for target in held if isinstance(target, str)]
+            superseded = apply_supersession(txn, memory_id, targets, boundary)
+            if superseded:
+                result["superseded"] = superseded
+        return result
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"op": self.kind, "action": self.action, "ids": list(self.ids)}
+
+
+def operation_from_dict(value: Mapping[str, Any]) -> Operation:
+    """Rebuild an operation from its `to_dict` form (pending writes kept elsewhere)."""
+    kind = value.get("op")
+    if kind == "memorize":
+        memories = [MemoryInput.from_mapping(item) for item in value.get("memories", [])]
+        return Memorize(memories, ids=value.get("ids"), created=value.get("created"))
+    if kind == "pin":
+        return Pin(value["id"], value.get("scope", "global"), value.get("priority", 0))
+    if kind == "unpin":
+        return Unpin(value["id"])
+    if kind == "forget":
+        return Forget(value["id"], bool(value.get("force", False)))
+    if kind == "verify":
+        return Verify(value.get("action", "list"), list(value.get("ids", [])))
+    raise BrainError(f"unknown operation {kind!r}")

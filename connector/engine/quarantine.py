@@ -1,0 +1,88 @@
+"""Which writes are held for verification (quarantine), and why.
+
+A write is held when its origin is low-trust, or when a non-user write reads like
+instructions aimed at a future agent rather than a fact. Injection patterns count for
+every non-user origin; the weaker "suspect" patterns only for low-trust origins and
+never for preferences or procedural memories, which legitimately say "always ...".
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from connector.engine.rules import LOW_TRUST_ORIGINS
+
+_FLAGS = re.IGNORECASE | re.MULTILINE
+
+# Injection patterns: checked for every non-user write.
+INJECTION_RULES: dict[str, re.Pattern[str]] = {
+    "ignore-instructions": re.compile(
+        r"\b(?:ignore|disregard|forget|override)\s+(?:all\s+|any\s+|the\s+|your\s+)*"
+        r"(?:previous|prior|earlier|above|preceding|system)\s+(?:instructions|prompts?|rules|directions)",
+        _FLAGS,
+    ),
+    "pipe-to-shell": re.compile(
+        r"\b(?:curl|wget|fetch|iwr|invoke-webrequest)\b[^\n|]*\|\s*(?:sudo\s+)?(?:ba|z|k|da)?sh\b"
+        r"|\b(?:curl|wget)\b[^\n|]*\|\s*(?:sudo\s+)?(?:python3?|perl|ruby|node|iex)\b",
+        _FLAGS,
+    ),
+    "exfiltrate-secrets": re.compile(
+        r"\b(?:send|post|upload|forward|email|exfiltrate|transmit|leak|share|paste)\b[^\n]{0,80}?"
+        r"\b(?:secrets?|api[\s_-]?keys?|keys|tokens?|passwords?|credentials?|private\s+keys?|ssh\s+keys?|\.env)\b"
+        r"[^\n]{0,80}?\b(?:to|at|into|via)\b",
+        _FLAGS,
+    ),
+}
+
+# Suspect patterns: only for low-trust origins, not for preferences or procedures.
+SUSPECT_RULES: dict[str, re.Pattern[str]] = {
+    "imperative-line": re.compile(
+        r"^\s*(?:always|never|you\s+must|do\s+not|don't|from\s+now\s+on|remember\s+to)\b", _FLAGS
+    ),
+    "command": re.compile(
+        r"^\s*(?:\$|#)\s+\S|\b(?:run|execute|exec)\s+(?:this|the\s+following|`)|"
+        r"\b(?:sudo|rm\s+-rf|chmod\s+\+x|bash\s+-c|powershell\s+-)",
+        _FLAGS,
+    ),
+    "imperative-url": re.compile(
+        r"\b(?:visit|open|go\s+to|download|fetch|click|navigate\s+to|install\s+from|load)\b[^\n]{0,40}?"
+        r"https?://",
+        _FLAGS,
+    ),
+}
+
+
+def quarantine_mode(config: Any) -> str:
+    """``config.json``'s ``quarantine_mode`` (``on`` when absent or unreadable)."""
+    if isinstance(config, Mapping):
+        mode = config.get("quarantine_mode")
+        if isinstance(mode, str) and mode:
+            return mode
+    return "on"
+
+
+def quarantine_reasons(
+    *, origin: str | None, title: str, content: str, memory_type: str, cognitive_type: str
+) -> list[str]:
+    """Why a write should be held (empty: it is not).
+
+    ``origin`` None is a write from an older client that names no origin: it is
+    treated like ``user`` (never held automatically), as the command line does for
+    writes that predate origins.
+    """
+    if origin is None or origin == "user":
+        return []
+    reasons: list[str] = []
+    if origin in LOW_TRUST_ORIGINS:
+        reasons.append(f"origin:{origin}")
+    text = f"{title}\n{content}"
+    for name, pattern in INJECTION_RULES.items():
+        if pattern.search(text):
+            reasons.append(f"lint:{name}")
+    if origin in LOW_TRUST_ORIGINS and memory_type != "preference" and cognitive_type != "procedural":
+        for name, pattern in SUSPECT_RULES.items():
+            if pattern.search(text):
+                reasons.append(f"lint:{name}")
+    return reasons

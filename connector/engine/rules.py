@@ -1,0 +1,149 @@
+"""The fixed rules of the brain format: types, strength and decay, origins, key order, times."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+MEMORY_TYPES: dict[str, tuple[float, float]] = {
+    # type: (strength at creation, decay rate per day)
+    "decision": (0.85, 0.995),
+    "insight": (0.90, 0.997),
+    "goal": (0.80, 0.993),
+    "experience": (0.75, 0.985),
+    "learning": (0.70, 0.990),
+    "relationship": (0.70, 0.997),
+    "preference": (0.60, 0.998),
+    "observation": (0.40, 0.950),
+}
+
+COGNITIVE_TYPES: dict[str, tuple[float, float]] = {
+    # cognitive type: (strength adjustment, decay multiplier)
+    "episodic": (0.10, 0.995),
+    "semantic": (0.0, 1.0),
+    "procedural": (-0.10, 1.003),
+}
+
+
+@dataclass(frozen=True)
+class OriginRule:
+    """What an origin allows: caps, pinning, decay and recall trust."""
+
+    max_salience: float
+    max_confidence: float
+    may_pin: bool
+    decay_multiplier: float
+    trust: float
+
+
+ORIGINS: dict[str, OriginRule] = {
+    "user": OriginRule(1.0, 1.0, True, 1.0, 1.0),
+    "agent-inferred": OriginRule(0.6, 0.8, False, 1.0, 0.95),
+    "tool-output": OriginRule(0.5, 0.6, False, 0.997, 0.85),
+    "external": OriginRule(0.4, 0.4, False, 0.99, 0.75),
+}
+LOW_TRUST_ORIGINS = frozenset({"tool-output", "external"})
+
+# Edge weights (associations.json).
+MANUAL_EDGE_WEIGHT = 0.20
+TAG_OVERLAP_EDGE_WEIGHT = 0.10
+TAG_OVERLAP_MIN_SHARED = 2
+REINFORCE_STEP = 0.10
+# Forget refuses memories at or above this salience unless forced.
+PROTECTED_SALIENCE = 0.7
+
+# Index entry keys in the command line's order; other keys keep their place.
+ENTRY_KEY_ORDER = (
+    "title", "path", "type", "cognitive_type", "created", "last_accessed", "access_count",
+    "strength", "decay_rate", "origin", "salience", "confidence", "tags", "related",
+    "encoding_context", "token_estimate", "pinned", "pin_scope", "pin_priority", "stable",
+    "quarantined", "quarantine_reasons", "quarantine_flagged", "supersedes",
+    "supersede_pending", "valid_from", "valid_until", "superseded_by", "valid_until_auto",
+    "vetted", "vetted_at",
+)
+_ENTRY_RANK = {key: rank for rank, key in enumerate(ENTRY_KEY_ORDER)}
+
+
+def js_round(value: float, places: int) -> float:
+    """JavaScript ``Math.round(value * 10**places) / 10**places`` (halves go up)."""
+    scale = 10**places
+    return math.floor(value * scale + 0.5) / scale
+
+
+def initial_strength(memory_type: str, cognitive_type: str) -> float:
+    """Strength at creation: the type's base plus the cognitive adjustment, clamped."""
+    base = MEMORY_TYPES[memory_type][0] + COGNITIVE_TYPES[cognitive_type][0]
+    return js_round(min(1.0, max(0.0, base)), 2)
+
+
+def initial_decay_rate(memory_type: str, cognitive_type: str, origin: str | None) -> float:
+    """Decay per day: type x cognitive multiplier x origin multiplier, at most 0.9999.
+
+    Not rounded: the floating-point product is what the command line stores.
+    """
+    multiplier = ORIGINS[origin].decay_multiplier if origin else 1.0
+    rate = MEMORY_TYPES[memory_type][1] * COGNITIVE_TYPES[cognitive_type][1] * multiplier
+    return min(0.9999, rate)
+
+
+def token_estimate(content: str) -> int:
+    """ceil(length / 4), the length counted in UTF-16 code units as JavaScript does."""
+    return math.ceil(len(content.encode("utf-16-le")) // 2 / 4)
+
+
+def iso_ms(moment: datetime) -> str:
+    """``2025-01-08T00:00:00.000Z``: UTC, milliseconds, ``Z`` (naive times are UTC)."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    moment = moment.astimezone(UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def parse_iso(text: str) -> datetime | None:
+    """An ISO 8601 date or date-time (``Z`` or offset; none means UTC), else None."""
+    if not isinstance(text, str) or not text.strip():
+        return None
+    value = text.strip()
+    if value.endswith(("Z", "z")):
+        value = value[:-1] + "+00:00"
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.astimezone(UTC)
+
+
+def set_entry_fields(entry: dict[str, Any], updates: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``entry`` with ``updates`` applied, new keys placed in canonical order.
+
+    Keys already present keep their position; a new known key goes right after the
+    last present key that precedes it in `ENTRY_KEY_ORDER`; unknown keys stay where
+    they are (a new unknown key goes last).
+    """
+    items = list(entry.items())
+    keys = [key for key, _ in items]
+    for key, value in updates.items():
+        if key in keys:
+            items[keys.index(key)] = (key, value)
+            continue
+        rank = _ENTRY_RANK.get(key)
+        position = len(items)
+        if rank is not None:
+            position = 0
+            for index, existing in enumerate(keys):
+                existing_rank = _ENTRY_RANK.get(existing)
+                if existing_rank is not None and existing_rank < rank:
+                    position = index + 1
+        items.insert(position, (key, value))
+        keys.insert(position, key)
+    return dict(items)
+
+
+def without_keys(entry: dict[str, Any], *keys: str) -> dict[str, Any]:
+    """A copy of ``entry`` without ``keys`` (order otherwise kept)."""
+    return {key: value for key, value in entry.items() if key not in keys}

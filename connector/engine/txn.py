@@ -1,0 +1,383 @@
+"""One write's view of a brain: parse each JSON file once, stage changes, commit at the end.
+
+Operations read and change parsed copies and staged file bytes; nothing reaches the
+`Brain` until `commit()`. An operation that raises half-way therefore leaves the
+brain exactly as it was, without copying the whole brain first.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from connector.engine.brain import Brain, dump_json
+from connector.engine.errors import BrainError
+from connector.engine.frontmatter import edit_frontmatter
+from connector.engine.rules import (
+    REINFORCE_STEP,
+    iso_ms,
+    set_entry_fields,
+    without_keys,
+)
+from connector.engine.text import document_text, js_key_order, term_counts
+
+INDEX = "index.json"
+ASSOCIATIONS = "associations.json"
+SEARCH_INDEX = "search-index.json"
+PINNED = "pinned.json"
+ARCHIVE_INDEX = "_archived/index.json"
+REVIEW_QUEUE = "review-queue.json"
+CONFIG = "config.json"
+_MISSING = object()
+
+
+def _parse_json(data: bytes) -> Any:
+    try:
+        return json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+class WriteTxn:
+    """Staged changes to one brain, applied together by `commit`."""
+
+    def __init__(self, brain: Brain, now: datetime) -> None:
+        self.brain = brain
+        self.now = now
+        self.now_iso = iso_ms(now)
+        self._parsed: dict[str, Any] = {}
+        self._dirty: set[str] = set()
+        self._writes: dict[str, bytes] = {}
+        self._removed: set[str] = set()
+        self._dirs: set[str] | None = None
+
+    # -- files -------------------------------------------------------------------
+    def read(self, path: str) -> bytes | None:
+        """Current bytes of ``path`` including staged changes."""
+        if path in self._removed:
+            return None
+        if path in self._writes:
+            return self._writes[path]
+        return self.brain.read(path)
+
+    def read_text(self, path: str) -> str | None:
+        data = self.read(path)
+        return None if data is None else data.decode("utf-8", errors="replace")
+
+    def write(self, path: str, data: bytes) -> None:
+        self._removed.discard(path)
+        self._writes[path] = data
+        self._note_dirs(path)
+
+    def remove(self, path: str) -> None:
+        self._writes.pop(path, None)
+        self._parsed.pop(path, None)
+        self._dirty.discard(path)
+        if path in self.brain.files:
+            self._removed.add(path)
+
+    def exists(self, path: str) -> bool:
+        """A file, or a directory implied by some file, at ``path``."""
+        return self.read(path) is not None or path in self._directories()
+
+    def is_file(self, path: str) -> bool:
+        return self.read(path) is not None
+
+    def _directories(self) -> set[str]:
+        if self._dirs is None:
+            dirs: set[str] = set()
+            for path in self.brain.files:
+                self._add_parents(dirs, path)
+            self._dirs = dirs
+        return self._dirs
+
+    def _note_dirs(self, path: str) -> None:
+        if self._dirs is not None:
+            self._add_parents(self._dirs, path)
+
+    @staticmethod
+    def _add_parents(dirs: set[str], path: str) -> None:
+        parts = path.split("/")[:-1]
+        for depth in range(1, len(parts) + 1):
+            dirs.add("/".join(parts[:depth]))
+
+    # -- JSON documents --------------------------------------------------------------
+    def json(self, path: str, default: Callable[[], Any] | None = None, *, valid: Callable[[Any], bool] | None = None) -> Any:
+        """The parsed JSON at ``path`` (a private copy, cached for this write).
+
+        When the file is missing, or fails ``valid``, ``default()`` is returned (and
+        cached), or None without a default.
+        """
+        if path in self._parsed:
+            return self._parsed[path]
+        data = self.read(path)
+        value: Any = _MISSING
+        if data is not None:
+            value = _parse_json(data)
+            if value is None or (valid is not None and not valid(value)):
+                value = _MISSING
+        if value is _MISSING:
+            value = default() if default is not None else None
+        self._parsed[path] = value
+        return value
+
+    def mark(self, path: str) -> None:
+        """Write the cached document at ``path`` back on commit."""
+        self._dirty.add(path)
+
+    def commit(self) -> None:
+        """Apply every staged change to the brain."""
+        for path in self._dirty:
+            self._writes[path] = dump_json(self._parsed[path])
+        for path in self._removed:
+            self.brain.remove(path)
+        for path, data in self._writes.items():
+            self.brain.write(path, data)
+        self._dirty.clear()
+        self._writes.clear()
+        self._removed.clear()
+
+    # -- index.json ----------------------------------------------------------------
+    def index(self, *, create: bool = False) -> dict[str, Any]:
+        """``index.json`` (created empty when ``create``; missing or corrupt -> BrainError)."""
+        if INDEX in self._parsed:
+            return self._parsed[INDEX]
+        data = self.read(INDEX)
+        if data is None:
+            if not create:
+                raise BrainError("brain not initialized (no index.json)")
+            value: Any = {"version": 2, "memory_count": 0, "memories": {}, "last_updated": self.now_iso}
+        else:
+            value = _parse_json(data)
+            if not isinstance(value, dict):
+                raise BrainError("index.json is not valid JSON; refusing to write over it")
+            memories = value.get("memories")
+            if memories is None:
+                value["memories"] = {}
+            elif not isinstance(memories, dict):
+                raise BrainError("index.json has no usable 'memories' map; refusing to write over it")
+        self._parsed[INDEX] = value
+        return value
+
+    def memories(self) -> dict[str, Any]:
+        return self.index()["memories"]
+
+    def entry(self, memory_id: str) -> dict[str, Any] | None:
+        entry = self.memories().get(memory_id)
+        return entry if isinstance(entry, dict) else None
+
+    def update_entry(self, memory_id: str, updates: dict[str, Any], remove: tuple[str, ...] = ()) -> dict[str, Any]:
+        """Set and remove index entry fields (canonical key placement); returns the entry."""
+        memories = self.memories()
+        entry = without_keys(memories[memory_id], *remove)
+        entry = set_entry_fields(entry, updates)
+        memories[memory_id] = entry
+        self.touch_index()
+        return entry
+
+    def touch_index(self) -> None:
+        """``last_updated`` = now and ``memory_count`` = number of entries."""
+        index = self.index()
+        index["memory_count"] = len(index["memories"])
+        index["last_updated"] = self.now_iso
+        self.mark(INDEX)
+
+    def archive_index(self) -> dict[str, Any]:
+        value = self.json(
+            ARCHIVE_INDEX,
+            lambda: {"version": 1, "archived_count": 0, "memories": {}},
+            valid=lambda doc: isinstance(doc, dict) and isinstance(doc.get("memories", {}), dict),
+        )
+        value.setdefault("memories", {})
+        return value
+
+    def archived_ids(self) -> set[str]:
+        value = self.json(ARCHIVE_INDEX)
+        if isinstance(value, dict) and isinstance(value.get("memories"), dict):
+            return set(value["memories"])
+        return set()
+
+    def config(self) -> Any:
+        return self.json(CONFIG)
+
+    # -- memory files -------------------------------------------------------------
+    def edit_memory_file(self, memory_id: str, set_fields: dict[str, Any] | None = None, remove: tuple[str, ...] = ()) -> None:
+        """Replace, append or drop frontmatter lines of a memory's file (if it exists)."""
+        entry = self.entry(memory_id)
+        path = entry.get("path") if entry else None
+        if not isinstance(path, str):
+            return
+        text = self.read_text(path)
+        if text is None:
+            return
+        edited = edit_frontmatter(text, set_fields, remove)
+        if edited != text:
+            self.write(path, edited.encode("utf-8"))
+
+    # -- associations.json ----------------------------------------------------------
+    def edges(self) -> dict[str, Any]:
+        doc = self.json(
+            ASSOCIATIONS,
+            lambda: {"version": 1, "edges": {}},
+            valid=lambda value: isinstance(value, dict) and isinstance(value.get("edges", {}), dict),
+        )
+        doc.setdefault("edges", {})
+        return doc["edges"]
+
+    def link(self, a: str, b: str, weight: float, origin: str) -> str:
+        """Add or reinforce the edge a<->b in both directions; 'created' or 'reinforced'."""
+        edges = self.edges()
+        outcome = "created"
+        for source, target in ((a, b), (b, a)):
+            neighbours = edges.get(source)
+            if not isinstance(neighbours, dict):
+                neighbours = {}
+                edges[source] = neighbours
+            edge = neighbours.get(target)
+            if isinstance(edge, dict):
+                outcome = "reinforced"
+                current = edge.get("weight")
+                current = current if isinstance(current, (int, float)) and not isinstance(current, bool) else 0.0
+                co = edge.get("co_retrievals")
+                co = co if isinstance(co, int) and not isinstance(co, bool) else 0
+                edge["weight"] = current + REINFORCE_STEP * (1 - current)
+                edge["co_retrievals"] = co + 1
+                edge["last_activated"] = self.now_iso
+            else:
+                neighbours[target] = {
+                    "weight": weight,
+                    "co_retrievals": 0,
+                    "last_activated": self.now_iso,
+                    "origin": origin,
+                }
+        self.mark(ASSOCIATIONS)
+        return outcome
+
+    def unlink_all(self, memory_id: str) -> None:
+        """Drop every edge touching ``memory_id``; neighbour maps left empty go too."""
+        if self.read(ASSOCIATIONS) is None:
+            return
+        edges = self.edges()
+        changed = edges.pop(memory_id, None) is not None
+        for source in list(edges):
+            neighbours = edges[source]
+            if isinstance(neighbours, dict) and memory_id in neighbours:
+                del neighbours[memory_id]
+                changed = True
+                if not neighbours:
+                    del edges[source]
+        if changed:
+            self.mark(ASSOCIATIONS)
+
+    # -- search-index.json -------------------------------------------------------------
+    def _search_index(self) -> dict[str, Any] | None:
+        if self.read(SEARCH_INDEX) is None:
+            return None
+        doc = self.json(SEARCH_INDEX)
+        if not isinstance(doc, dict) or not isinstance(doc.get("documents"), dict):
+            return None  # unusable: recall rebuilds; leave the file as it is
+        if not isinstance(doc.get("df"), dict):
+            doc["df"] = {}
+        return doc
+
+    def index_document(self, memory_id: str, title: str, tags: list[str], body: str) -> None:
+        """Add (or replace) a memory's document in ``search-index.json`` when present."""
+        doc = self._search_index()
+        if doc is None:
+            return
+        self._drop_document(doc, memory_id)
+        tf, length = term_counts(document_text(title, tags, body))
+        doc["documents"][memory_id] = {"tf": tf, "length": length}
+        df = doc["df"]
+        for term in tf:
+            count = df.get(term)
+            df[term] = (count if isinstance(count, int) else 0) + 1
+        doc["df"] = js_key_order(df)
+        doc["doc_count"] = len(doc["documents"])
+        self.mark(SEARCH_INDEX)
+
+    def unindex_document(self, memory_id: str) -> None:
+        """Remove a memory's document from ``search-index.json`` when present."""
+        doc = self._search_index()
+        if doc is None or memory_id not in doc["documents"]:
+            return
+        self._drop_document(doc, memory_id)
+        doc["doc_count"] = len(doc["documents"])
+        self.mark(SEARCH_INDEX)
+
+    @staticmethod
+    def _drop_document(doc: dict[str, Any], memory_id: str) -> None:
+        old = doc["documents"].pop(memory_id, None)
+        if not isinstance(old, dict) or not isinstance(old.get("tf"), dict):
+            return
+        df = doc["df"]
+        for term in old["tf"]:
+            count = df.get(term)
+            if isinstance(count, int) and count > 1:
+                df[term] = count - 1
+            else:
+                df.pop(term, None)
+
+    # -- pinned.json ---------------------------------------------------------------------
+    def pins(self) -> list[Any]:
+        doc = self.json(
+            PINNED,
+            lambda: {"version": 1, "pins": []},
+            valid=lambda value: isinstance(value, dict) and isinstance(value.get("pins", []), list),
+        )
+        doc.setdefault("pins", [])
+        return doc["pins"]
+
+    def set_pin(self, memory_id: str, scope: str, priority: int, tokens: Any) -> None:
+        pins = [pin for pin in self.pins() if not (isinstance(pin, dict) and pin.get("id") == memory_id)]
+        pins.append({"id": memory_id, "scope": scope, "priority": priority, "token_estimate": tokens})
+        self._parsed[PINNED]["pins"] = pins
+        self.mark(PINNED)
+
+    def drop_pin(self, memory_id: str) -> None:
+        if self.read(PINNED) is None:
+            return
+        pins = self.pins()
+        kept = [pin for pin in pins if not (isinstance(pin, dict) and pin.get("id") == memory_id)]
+        if len(kept) != len(pins):
+            self._parsed[PINNED]["pins"] = kept
+            self.mark(PINNED)
+
+    # -- review-queue.json ----------------------------------------------------------------
+    def drop_review_items(self, memory_id: str) -> None:
+        doc = self.json(REVIEW_QUEUE)
+        if not isinstance(doc, dict) or not isinstance(doc.get("items"), list):
+            return
+        kept = [item for item in doc["items"] if not (isinstance(item, dict) and item.get("memory_id") == memory_id)]
+        if len(kept) != len(doc["items"]):
+            doc["items"] = kept
+            self.mark(REVIEW_QUEUE)
+
+    # -- _meta.json ---------------------------------------------------------------------------
+    def count_in_directories(self, path: str) -> None:
+        """Each ancestor directory's ``_meta.json``: count + 1, next segment listed."""
+        parts = path.split("/")[:-1]
+        for depth in range(1, len(parts) + 1):
+            directory = "/".join(parts[:depth])
+            meta_path = f"{directory}/_meta.json"
+            meta = self.json(
+                meta_path,
+                lambda d=directory: {"description": d, "memory_count": 0, "subcategories": []},
+                valid=lambda value: isinstance(value, dict),
+            )
+            count = meta.get("memory_count")
+            meta["memory_count"] = (count if isinstance(count, int) and not isinstance(count, bool) else 0) + 1
+            subcategories = meta.get("subcategories")
+            if not isinstance(subcategories, list):
+                subcategories = []
+            meta["subcategories"] = subcategories
+            if depth < len(parts) and parts[depth] not in subcategories:
+                subcategories.append(parts[depth])
+            self.mark(meta_path)
+
+    def snapshot(self, value: Any) -> Any:
+        """A deep copy, for results that must not alias staged documents."""
+        return copy.deepcopy(value)
