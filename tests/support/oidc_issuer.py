@@ -18,7 +18,7 @@ Test controls live under ``/_test/`` (never counted, never affected by failures)
 - ``POST /_test/login``: claims used for the next authorizations (``{"deny": true}`` refuses).
 - ``POST /_test/revoke``: every refresh token issued so far stops working.
 - ``GET /_test/counts``: requests received per path; ``POST /_test/reset``: clear
-  counts and behaviour (keys are kept).
+  counts, behaviour and the login claims (keys are kept).
 """
 
 from __future__ import annotations
@@ -97,10 +97,14 @@ class IssuerState:
     published: list[SigningKey] = field(default_factory=list)
     counts: Counter[str] = field(default_factory=Counter)
     behaviour: dict[str, Any] = field(default_factory=dict)
-    login: dict[str, Any] = field(default_factory=lambda: {"sub": "user-1", "email": "user1@example.com",
-                                                            "email_verified": True})
+    login: dict[str, Any] = field(default_factory=lambda: IssuerState.default_login())
     codes: dict[str, PendingCode] = field(default_factory=dict)
     refresh: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @staticmethod
+    def default_login() -> dict[str, Any]:
+        """Claims of the user who signs in through /authorize unless a test says otherwise."""
+        return {"sub": "user-1", "email": "user1@example.com", "email_verified": True}
 
     def __post_init__(self) -> None:
         self.rsa, self.ec = new_keys(self.generation)
@@ -303,6 +307,7 @@ class Handler(BaseHTTPRequestHandler):
             if name == "reset":
                 state.counts.clear()
                 state.behaviour = {}
+                state.login = IssuerState.default_login()
                 return self._send(200, {})
         return self._send(404, {"error": "not found"})
 
