@@ -1,0 +1,228 @@
+"""Client registration (RFC 7591) and Client ID Metadata Documents fetched over loopback."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from connector.oauth.clients import (
+    CIMD_MAX_BYTES,
+    ClientRegistry,
+    MetadataDocumentFetcher,
+    RegistrationRefused,
+    validate_registration,
+)
+from connector.oauth.redirects import redirect_uri_problem
+from connector.oauth.server import JsonReply, PageReply
+from connector.oauth.state import JsonCollection
+
+from .conftest import BASE, World, query_of
+
+GOOD_URIS = [
+    "https://claude.ai/api/mcp/auth_callback",
+    "https://chatgpt.com/connector_platform_oauth_redirect",
+    "http://127.0.0.1:33418/callback",
+    "http://localhost:6274/oauth/callback",
+    "http://[::1]:8080/cb",
+    "https://example.com/cb?client=1",
+]
+BAD_URIS = [
+    "http://example.com/callback",  # http off loopback
+    "http://10.0.0.1/callback",
+    "ftp://example.com/cb",
+    "javascript:alert(1)",
+    "/relative/callback",
+    "https://example.com/cb#frag",
+    "https://user:pw@example.com/cb",
+    "https:///nohost",
+    "https://exa mple.com/cb",
+    "",
+    "custom-scheme://cb",
+]
+
+
+@pytest.mark.parametrize("uri", GOOD_URIS)
+def test_acceptable_redirect_uris(uri: str) -> None:
+    assert redirect_uri_problem(uri) is None
+
+
+@pytest.mark.parametrize("uri", BAD_URIS)
+def test_refused_redirect_uris(uri: str) -> None:
+    assert redirect_uri_problem(uri) is not None
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"redirect_uris": []},
+        {"redirect_uris": "https://a.example/cb"},
+        {"redirect_uris": ["http://evil.example/cb"]},
+        {"redirect_uris": ["https://a.example/cb"], "grant_types": ["client_credentials"]},
+        {"redirect_uris": ["https://a.example/cb"], "response_types": ["token"]},
+        {"redirect_uris": ["https://a.example/cb"], "client_name": "x" * 201},
+        {"redirect_uris": ["https://a.example/cb"] * 21},
+        ["https://a.example/cb"],
+    ],
+)
+def test_bad_registrations_refused(body: object) -> None:
+    with pytest.raises(RegistrationRefused):
+        validate_registration(body)
+
+
+def test_registration_answers_public_client_and_keeps_uris_exactly(world: World) -> None:
+    reply = world.server.register({"redirect_uris": ["http://127.0.0.1:5000"], "client_name": "Cli",
+                                   "token_endpoint_auth_method": "client_secret_post"})
+    assert reply.status == 201
+    body = reply.body
+    assert body["client_id"].startswith("bcc_") and "client_secret" not in body
+    assert body["token_endpoint_auth_method"] == "none"
+    assert body["redirect_uris"] == ["http://127.0.0.1:5000"]  # not normalised with a trailing slash
+    assert body["grant_types"] == ["authorization_code", "refresh_token"]
+    refused = world.server.register({"redirect_uris": ["http://evil.example/cb"]})
+    assert refused.status == 400 and refused.body["error"] == "invalid_redirect_uri"
+
+
+def test_registry_is_bounded(tmp_path: Path) -> None:
+    registry = ClientRegistry(JsonCollection(None), max_clients=2)
+    from connector.oauth.clients import RegistryFull
+
+    registry.register({"redirect_uris": ["https://a.example/cb"]})
+    registry.register({"redirect_uris": ["https://a.example/cb"]})
+    with pytest.raises(RegistryFull):
+        registry.register({"redirect_uris": ["https://a.example/cb"]})
+
+
+def test_full_registry_is_503(world: World) -> None:
+    world.server.clients._max = 0  # type: ignore[attr-defined]
+    reply = world.server.register({"redirect_uris": ["https://a.example/cb"]})
+    assert reply.status == 503 and reply.body["error"] == "temporarily_unavailable"
+
+
+# -- Client ID Metadata Documents ---------------------------------------------
+
+
+class _DocumentServer:
+    """A loopback HTTP server answering with documents set per path."""
+
+    def __init__(self) -> None:
+        self.documents: dict[str, tuple[int, bytes]] = {}
+        self.hits = 0
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                outer.hits += 1
+                status, body = outer.documents.get(self.path, (404, b"{}"))
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                return
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.base = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+        self.thread.start()
+
+    def put(self, path: str, document: object, status: int = 200) -> str:
+        raw = document if isinstance(document, bytes) else json.dumps(document).encode()
+        self.documents[path] = (status, raw)
+        return self.base + path
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def docs() -> Iterator[_DocumentServer]:
+    server = _DocumentServer()
+    yield server
+    server.close()
+
+
+@pytest.mark.anyio
+async def test_metadata_document_client_signs_in(world: World, docs: _DocumentServer) -> None:
+    client_id = docs.base + "/client.json"
+    docs.put("/client.json", {"client_id": client_id, "client_name": "Doc Client",
+                              "redirect_uris": ["http://127.0.0.1:33418/callback"]})
+    from .conftest import Flow
+
+    flow = Flow(client_id)
+    reply = await world.server.authorize(flow.authorize_params(), BASE)
+    assert isinstance(reply, PageReply) and reply.view.client_name == "Doc Client"
+    # Cached: a second authorize does not fetch again.
+    await world.server.authorize(flow.authorize_params(), BASE)
+    assert docs.hits == 1
+    bad = await world.server.authorize(flow.authorize_params(redirect_uri="http://127.0.0.1:1/other"), BASE)
+    assert isinstance(bad, JsonReply) and bad.status == 400
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "document",
+    [
+        "wrong-client-id",
+        "no-redirects",
+        "bad-redirect",
+        "secret-method",
+        "not-json",
+        "too-big",
+        "status-500",
+    ],
+)
+async def test_unusable_metadata_documents_are_unknown_clients(world: World, docs: _DocumentServer, document: str) -> None:
+    client_id = docs.base + "/c/" + document
+    body: object = {"client_id": client_id, "redirect_uris": ["http://127.0.0.1:33418/callback"]}
+    status = 200
+    if document == "wrong-client-id":
+        body = {"client_id": docs.base + "/elsewhere", "redirect_uris": ["http://127.0.0.1:33418/callback"]}
+    elif document == "no-redirects":
+        body = {"client_id": client_id}
+    elif document == "bad-redirect":
+        body = {"client_id": client_id, "redirect_uris": ["http://evil.example/cb"]}
+    elif document == "secret-method":
+        body = {**body, "token_endpoint_auth_method": "client_secret_basic"}  # type: ignore[dict-item]
+    elif document == "not-json":
+        body = b"<html>"
+    elif document == "too-big":
+        body = {**body, "padding": "x" * (CIMD_MAX_BYTES + 10)}  # type: ignore[dict-item]
+    elif document == "status-500":
+        status = 500
+    docs.put("/c/" + document, body, status)
+    from .conftest import Flow
+
+    reply = await world.server.authorize(Flow(client_id).authorize_params(), BASE)
+    assert isinstance(reply, JsonReply) and reply.status == 400
+
+
+@pytest.mark.anyio
+async def test_metadata_document_urls_that_are_never_fetched(docs: _DocumentServer) -> None:
+    strict = MetadataDocumentFetcher()
+    assert strict.url_problem(docs.base + "/client.json") is not None  # http only in tests
+    assert strict.url_problem("https://127.0.0.1/client.json") is not None  # internal address
+    assert strict.url_problem("https://10.1.2.3/client.json") is not None
+    assert strict.url_problem("https://localhost/client.json") is not None
+    assert strict.url_problem("https://client.example") is not None  # no path
+    assert strict.url_problem("https://client.example/oauth/metadata.json") is None
+    assert await strict.fetch(docs.base + "/client.json") is None
+    assert docs.hits == 0
+
+
+@pytest.mark.anyio
+async def test_redirect_error_goes_to_metadata_document_redirect(world: World, docs: _DocumentServer) -> None:
+    client_id = docs.base + "/client.json"
+    docs.put("/client.json", {"client_id": client_id, "redirect_uris": ["http://127.0.0.1:33418/callback"]})
+    from .conftest import Flow
+
+    reply = await world.server.authorize(Flow(client_id).authorize_params(resource="x"), BASE)
+    assert query_of(reply.location)["error"] == "invalid_target"  # type: ignore[union-attr]
