@@ -1,0 +1,328 @@
+"""The connector's web application: MCP at ``POST /mcp``, OAuth routes, health.
+
+``create_app(settings)`` wires everything from one settings object: the store
+client, the working-copy manager, the brain tools behind the official MCP SDK,
+the bearer check of every ``/mcp`` request (audience ``<base>/mcp``), the OAuth
+authorization server routes, rate limits, security headers and JSON logs
+(never tokens, never memory content).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from litestar import Litestar, Response, get
+from litestar.handlers import asgi
+from litestar.types import ASGIApp, Message, Receive, Scope, Send
+
+from connector.mcp.http import bearer_token, header, is_trusted_proxy, peer_address, request_base_url
+from connector.mcp.server import CALLER_SCOPE_KEY, McpEndpoint
+from connector.mcp.tools import BrainTools, Caller
+from connector.oauth.state import OAuthState, load_state_key
+from connector.oauth.tokens import AccessClaims, AccessTokenCodec, bearer_challenge
+from connector.settings import ConnectorSettings
+from connector.workcopy.manager import ManagerTuning, WorkingCopyManager
+from connector.workcopy.model import Account
+from connector.workcopy.store_client import StoreClient
+
+log = logging.getLogger("connector.http")
+
+SECURITY_HEADERS = (
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"x-frame-options", b"DENY"),
+    (b"cross-origin-resource-policy", b"same-origin"),
+)
+MCP_RATE_WINDOW_S = 60.0
+
+
+# ----- logging ----------------------------------------------------------------
+
+
+class JsonLogFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message and safe extras."""
+
+    _SKIP = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for key, value in record.__dict__.items():
+            if key not in self._SKIP and not key.startswith("_"):
+                entry[key] = value if isinstance(value, (str, int, float, bool, type(None))) else str(value)
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return json.dumps(entry, ensure_ascii=False)
+
+
+def configure_logging(level: str = "info") -> None:
+    """Send every log line to stderr as JSON (idempotent)."""
+    root = logging.getLogger()
+    # Replace whatever handlers an imported library installed: one JSON stream only.
+    for existing in list(root.handlers):
+        root.removeHandler(existing)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonLogFormatter())
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+    # The SDK and httpx log request details at INFO; keep them quiet.
+    for noisy in ("httpx", "httpcore", "mcp", "uvicorn.access"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+# ----- rate limits ------------------------------------------------------------
+
+
+class _Limits:
+    """Per-address limits for /mcp, using the store's limiter (store/limits)."""
+
+    def __init__(self, settings: ConnectorSettings) -> None:
+        self._settings = settings
+        self._limiter: Any = None
+        try:
+            from store.limits import TokenBucketLimiter
+
+            self._limiter = TokenBucketLimiter(settings.mcp_rate_per_min, settings.mcp_rate_per_min)
+        except ImportError:  # pragma: no cover - store/limits not available in this build
+            log.warning("rate limits unavailable: store.limits could not be imported")
+
+    def client_address(self, scope: Scope) -> str:
+        """The client's address: the right-most untrusted X-Forwarded-For hop behind a trusted proxy."""
+        peer = peer_address(scope) or "unknown"
+        if not is_trusted_proxy(peer, self._settings.trust_proxy):
+            return peer
+        forwarded = header(scope, "x-forwarded-for") or ""
+        hops = [hop.strip() for hop in forwarded.split(",") if hop.strip()]
+        for hop in reversed(hops):
+            if not is_trusted_proxy(hop, self._settings.trust_proxy):
+                return hop
+        return hops[0] if hops else peer
+
+    def retry_after(self, scope: Scope) -> float | None:
+        """None when allowed, else seconds to wait."""
+        if self._limiter is None:
+            return None
+        result = self._limiter.hit(self.client_address(scope))
+        return float(result) if result is not None else None
+
+
+# ----- responses --------------------------------------------------------------
+
+
+async def _send_json(
+    send: Send, status: int, body: dict[str, Any], headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    payload = json.dumps(body).encode("utf-8")
+    raw_headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(payload)).encode("ascii")),
+        (b"cache-control", b"no-store"),
+        *(headers or []),
+    ]
+    await send({"type": "http.response.start", "status": status, "headers": raw_headers})
+    await send({"type": "http.response.body", "body": payload})
+
+
+# ----- the /mcp endpoint --------------------------------------------------------
+
+
+Verifier = Callable[[str, str], AccessClaims | None]
+
+
+@dataclass
+class McpGate:
+    """Method check, rate limit and bearer check in front of the MCP endpoint."""
+
+    settings: ConnectorSettings
+    endpoint: McpEndpoint
+    verify: Verifier
+    limits: _Limits
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        if scope["method"] != "POST":
+            await _send_json(send, 405, {"error": "method_not_allowed"}, [(b"allow", b"POST")])
+            return
+        retry = self.limits.retry_after(scope)
+        if retry is not None:
+            await _send_json(send, 429, {"error": "rate_limited"}, [(b"retry-after", str(max(1, int(retry + 0.999))).encode())])
+            return
+        base = request_base_url(scope, self.settings.public_url, self.settings.trust_proxy)
+        token = bearer_token(scope)
+        claims = self.verify(token, base) if token else None
+        if claims is None:
+            challenge = bearer_challenge(base).encode("latin-1")
+            await _send_json(send, 401, {"error": "invalid_token"}, [(b"www-authenticate", challenge)])
+            return
+        account = Account(
+            subject=claims.sub,
+            credential=claims.store_credential,
+            kind=claims.idp or "static",
+            client_name=claims.client_name or claims.client_id,
+        )
+        scope[CALLER_SCOPE_KEY] = Caller(account=account, scopes=frozenset(claims.scope))  # type: ignore[literal-required]
+        await self.endpoint(scope, receive, send)
+
+
+# ----- middleware -----------------------------------------------------------------
+
+
+def security_and_logging(app: ASGIApp) -> ASGIApp:
+    """Adds security headers to every response and logs one JSON line per request."""
+
+    async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status_box = {"status": 500}
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status_box["status"] = message["status"]
+                present = {key.lower() for key, _ in message.get("headers", [])}
+                extra = [(key, value) for key, value in SECURITY_HEADERS if key not in present]
+                message["headers"] = [*message.get("headers", []), *extra]
+            await send(message)
+
+        try:
+            await app(scope, receive, send_with_headers)
+        finally:
+            # Path only (never the query, which may carry codes or state), no headers, no bodies.
+            log.info(
+                "request",
+                extra={
+                    "method": scope.get("method"),
+                    "path": scope.get("path"),
+                    "status": status_box["status"],
+                    "ms": round((time.perf_counter() - started) * 1000, 2),
+                },
+            )
+
+    return middleware
+
+
+# ----- the application ------------------------------------------------------------
+
+
+@dataclass
+class ConnectorParts:
+    """Everything ``create_app`` builds, exposed for tests and the CLI."""
+
+    settings: ConnectorSettings
+    store: StoreClient
+    state: OAuthState
+    codec: AccessTokenCodec
+    manager: WorkingCopyManager
+    tools: BrainTools
+    endpoint: McpEndpoint
+
+
+class _StateChoices:
+    """Brain choices persisted in the OAuth state (so they survive restarts)."""
+
+    def __init__(self, state: OAuthState) -> None:
+        self._state = state
+
+    async def get_chosen_brain(self, subject: str) -> str | None:
+        return self._state.get_brain(subject)
+
+    async def set_chosen_brain(self, subject: str, brain_id: str) -> None:
+        self._state.set_brain(subject, brain_id)
+
+
+def build_parts(settings: ConnectorSettings, *, tuning: ManagerTuning | None = None) -> ConnectorParts:
+    """Construct the connector's components from settings (no I/O beyond the state directory)."""
+    state_key, _source = load_state_key(settings.state_dir, settings.state_key)
+    state = OAuthState(settings.state_dir, state_key)
+    codec = AccessTokenCodec(state_key)
+    store = StoreClient(settings.store_url, timeout_s=settings.store_timeout_s)
+    manager = WorkingCopyManager(
+        store,
+        choices=_StateChoices(state),
+        tuning=tuning
+        or ManagerTuning(
+            repull_ttl_s=settings.repull_ttl_s,
+            idle_purge_s=settings.idle_purge_s,
+            brains_ttl_s=min(30.0, settings.repull_ttl_s) if settings.repull_ttl_s > 0 else 30.0,
+            maintenance_every_s=max(0.2, min(5.0, settings.idle_purge_s / 4 if settings.idle_purge_s else 5.0)),
+        ),
+    )
+    tools = BrainTools(manager, allowed=settings.tools)
+    return ConnectorParts(settings, store, state, codec, manager, tools, McpEndpoint(tools))
+
+
+def _oauth_components(parts: ConnectorParts) -> tuple[list[Any], Verifier]:
+    """The OAuth routers (from connector/oauth) and the access-token verifier for /mcp."""
+    try:
+        from connector.oauth.routes import build_oauth  # type: ignore[import-not-found]
+    except ImportError:
+        codec = parts.codec
+
+        def verify(token: str, base: str) -> AccessClaims | None:
+            return codec.verify(token, base.rstrip("/") + "/mcp")
+
+        return [], verify
+    mount = build_oauth(parts.settings, state=parts.state, codec=parts.codec, store=parts.store, manager=parts.manager)
+    return list(mount.route_handlers), mount.verify_access
+
+
+def create_app(settings: ConnectorSettings, *, tuning: ManagerTuning | None = None) -> Litestar:
+    """The connector's Litestar application."""
+    parts = build_parts(settings, tuning=tuning)
+    oauth_handlers, verify = _oauth_components(parts)
+    gate = McpGate(settings, parts.endpoint, verify, _Limits(settings))
+
+    @asgi("/mcp", copy_scope=False)
+    async def mcp_endpoint(scope: Scope, receive: Receive, send: Send) -> None:
+        await gate(scope, receive, send)
+
+    @get("/health", cache=False)
+    async def health() -> dict[str, str]:
+        return {"status": "ok", "service": "brain-connector"}
+
+    @get("/health/live", cache=False)
+    async def health_live() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @get("/health/ready", cache=False)
+    async def health_ready() -> Response[dict[str, str]]:
+        if await parts.store.health():
+            return Response({"status": "ok", "store": "reachable"})
+        return Response({"status": "unavailable", "store": "unreachable"}, status_code=503)
+
+    @asynccontextmanager
+    async def lifespan(_app: Litestar) -> AsyncIterator[None]:
+        async with AsyncExitStack() as stack:
+            await stack.enter_async_context(parts.endpoint.running())
+            parts.manager.start()
+            try:
+                yield
+            finally:
+                held = await parts.manager.flush()
+                if held:
+                    log.warning("shutting down with writes still held", extra={"copies": held})
+                await parts.manager.close(push_timeout_s=5.0)
+                await parts.store.aclose()
+
+    app = Litestar(
+        route_handlers=[mcp_endpoint, health, health_live, health_ready, *oauth_handlers],
+        lifespan=[lifespan],
+        middleware=[security_and_logging],
+        openapi_config=None,
+        debug=False,
+    )
+    app.state.connector = parts
+    return app

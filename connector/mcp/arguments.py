@@ -1,0 +1,123 @@
+"""Tolerant reading of tool arguments as models actually send them.
+
+Unknown extra arguments (``explanation``, ``reasoning``) are ignored; arrays and
+objects sent as JSON strings (``'["a","b"]'``) are accepted; numbers and
+booleans sent as strings are accepted. Anything else wrong raises
+ArgumentError with a message meant for the model.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+
+class ArgumentError(ValueError):
+    """An argument is missing or unusable; the message says which and why."""
+
+
+def _maybe_json(value: Any, kinds: tuple[type, ...]) -> Any:
+    if isinstance(value, str):
+        text = value.strip()
+        if text[:1] in ("[", "{"):
+            try:
+                decoded = json.loads(text)
+            except ValueError:
+                return value
+            if isinstance(decoded, kinds):
+                return decoded
+    return value
+
+
+class Args:
+    """Typed access to one call's arguments."""
+
+    def __init__(self, raw: Mapping[str, Any] | str | None) -> None:
+        if isinstance(raw, str):
+            decoded = _maybe_json(raw, (dict,))
+            raw = decoded if isinstance(decoded, dict) else {}
+        self._raw: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+
+    def _get(self, name: str) -> Any:
+        value = self._raw.get(name)
+        return None if value is None else value
+
+    def string(self, name: str, *, required: bool = False, non_empty: bool = False, max_length: int = 100_000) -> str | None:
+        """A string argument (numbers are turned into text)."""
+        value = self._get(name)
+        if value is None or (isinstance(value, str) and not value.strip() and not required and not non_empty):
+            if required:
+                raise ArgumentError(f"'{name}' is required")
+            return None
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise ArgumentError(f"'{name}' must be a string")
+        text = value if isinstance(value, str) else str(value)
+        if (required or non_empty) and not text.strip():
+            raise ArgumentError(f"'{name}' must not be empty")
+        if len(text) > max_length:
+            raise ArgumentError(f"'{name}' is too long (at most {max_length} characters)")
+        return text
+
+    def integer(self, name: str, *, default: int, minimum: int, maximum: int) -> int:
+        """An integer argument, clamped into [minimum, maximum]."""
+        value = self._get(name)
+        if value is None or value == "":
+            return default
+        if isinstance(value, bool):
+            raise ArgumentError(f"'{name}' must be a whole number")
+        if isinstance(value, str):
+            try:
+                value = float(value.strip())
+            except ValueError:
+                raise ArgumentError(f"'{name}' must be a whole number") from None
+        if not isinstance(value, (int, float)) or value != value:  # NaN
+            raise ArgumentError(f"'{name}' must be a whole number")
+        return max(minimum, min(maximum, int(value)))
+
+    def boolean(self, name: str, *, default: bool = False) -> bool:
+        """A boolean argument (``"true"``/``"false"``/``1``/``0`` accepted)."""
+        value = self._get(name)
+        if value is None or value == "":
+            return default
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, (int, float)):
+            return value != 0
+        if isinstance(value, str) and value.strip().lower() in ("true", "yes", "1", "on"):
+            return True
+        if isinstance(value, str) and value.strip().lower() in ("false", "no", "0", "off"):
+            return False
+        raise ArgumentError(f"'{name}' must be true or false")
+
+    def string_list(self, name: str, *, max_items: int = 200) -> list[str]:
+        """A list of strings: a JSON array, an array sent as a JSON string, or one comma-separated string."""
+        value = _maybe_json(self._get(name), (list,))
+        if value is None or value == "":
+            return []
+        if isinstance(value, str):
+            items: list[Any] = [part.strip() for part in value.split(",") if part.strip()]
+        elif isinstance(value, list):
+            items = value
+        else:
+            raise ArgumentError(f"'{name}' must be a list of strings")
+        result: list[str] = []
+        for item in items:
+            if isinstance(item, bool) or not isinstance(item, (str, int, float)):
+                raise ArgumentError(f"'{name}' must be a list of strings")
+            text = str(item).strip()
+            if text:
+                result.append(text)
+        if len(result) > max_items:
+            raise ArgumentError(f"'{name}' has too many items (at most {max_items})")
+        return result
+
+    def choice(self, name: str, options: list[str], *, default: str) -> str:
+        """One of ``options`` (case-insensitive)."""
+        value = self.string(name)
+        if value is None or not value.strip():
+            return default
+        lowered = value.strip().lower()
+        if lowered not in options:
+            raise ArgumentError(f"'{name}' must be one of: {', '.join(options)}")
+        return lowered

@@ -1,0 +1,341 @@
+"""What the connector's tools look like to an MCP host: names, titles, descriptions,
+input and output schemas, annotations and the scope each one needs.
+
+Pure data. Descriptions are written for the model that decides when to call a tool.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import mcp_types as types
+
+READ_SCOPE = "brain.read"
+WRITE_SCOPE = "brain.write"
+
+MEMORY_TYPES = ["decision", "insight", "goal", "experience", "learning", "relationship", "preference", "observation"]
+ORIGINS = ["user", "agent-inferred", "tool-output", "external"]
+MAX_RECALL_LIMIT = 25
+
+INSTRUCTIONS = (
+    "This server is the user's long-term memory (their 'brain'), shared with their other devices and tools.\n"
+    "- Before a task where earlier decisions, preferences, conventions or lessons could help, call "
+    "brain_recall with a short query about the task.\n"
+    "- Save with brain_memorize only distilled facts the user wants kept (a decision and its reason, a "
+    "preference, a lesson learned): one fact per call, in a sentence or two. Never store the whole "
+    "conversation, transcripts, secrets or credentials.\n"
+    "- Set origin to 'user' only when the user stated the fact themselves.\n"
+    "- brain_status explains which account and brain are in use when results look unexpected."
+)
+
+_ID = {"type": "string", "description": "A memory id such as mem_20250108_032187 (from brain_recall)."}
+_NOTE = {"type": "string", "description": "Something the user should know about this result."}
+_SYNCED = {
+    "type": "boolean",
+    "description": "True when the store accepted the change; false when it is held here and retried.",
+}
+
+_HIT = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string"},
+        "title": {},
+        "path": {},
+        "type": {},
+        "score": {"type": "number"},
+        "relevance": {"type": "number"},
+        "decayed_strength": {"type": "number"},
+        "context_match": {"type": "number"},
+        "spreading_bonus": {"type": "number"},
+        "confidence": {},
+        "tags": {},
+        "origin": {},
+        "low_trust": {"type": "boolean"},
+        "quarantine_pending": {"type": "boolean"},
+        "superseded_by": {},
+        "valid_from": {},
+        "valid_until": {},
+        "expired": {"type": "boolean"},
+    },
+    "required": ["id", "score"],
+}
+
+_BRAIN_REF = {
+    "type": "object",
+    "properties": {"id": {"type": "string"}, "name": {"type": "string"}},
+    "required": ["id", "name"],
+}
+
+_WRITE_RESULT = {
+    "type": "object",
+    "properties": {"id": {"type": "string"}, "synced": _SYNCED, "note": _NOTE},
+    "required": ["id", "synced"],
+}
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """One tool as the server declares it."""
+
+    name: str
+    title: str
+    description: str
+    input_schema: dict[str, Any]
+    output_schema: dict[str, Any]
+    read_only: bool
+    destructive: bool
+    idempotent: bool
+
+    @property
+    def scope(self) -> str:
+        """The OAuth scope needed to call this tool."""
+        return READ_SCOPE if self.read_only else WRITE_SCOPE
+
+    def to_tool(self) -> types.Tool:
+        """The MCP ``Tool`` declaration."""
+        return types.Tool(
+            name=self.name,
+            title=self.title,
+            description=self.description,
+            input_schema=self.input_schema,
+            output_schema=self.output_schema,
+            annotations=types.ToolAnnotations(
+                title=self.title,
+                read_only_hint=self.read_only,
+                destructive_hint=self.destructive,
+                idempotent_hint=self.idempotent,
+                open_world_hint=False,
+            ),
+        )
+
+
+def _object(properties: dict[str, Any], required: list[str] | None = None) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "object", "properties": properties}
+    if required:
+        schema["required"] = required
+    return schema
+
+
+TOOLS: tuple[ToolSpec, ...] = (
+    ToolSpec(
+        name="brain_recall",
+        title="Recall from memory",
+        description=(
+            "Search the user's long-term memory for facts relevant to a query and return the best matches, "
+            "most relevant first (scored exactly like the `brain recall` command line). Use it before a task "
+            "where past decisions, preferences, conventions or lessons may matter. Hits marked "
+            "quarantine_pending are awaiting the user's verification; hits marked expired are no longer valid."
+        ),
+        input_schema=_object(
+            {
+                "query": {"type": "string", "minLength": 1, "description": "What to look for, in a few words."},
+                "limit": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": MAX_RECALL_LIMIT,
+                    "default": 10,
+                    "description": "How many results at most (1-25).",
+                },
+                "project": {"type": "string", "description": "Favour memories recorded for this project."},
+                "as_of": {
+                    "type": "string",
+                    "description": "ISO date/time: only facts valid at that moment.",
+                },
+                "as_known_of": {
+                    "type": "string",
+                    "description": "ISO date/time: only memories recorded at or before that moment.",
+                },
+            },
+            ["query"],
+        ),
+        output_schema=_object(
+            {"count": {"type": "integer"}, "results": {"type": "array", "items": _HIT}, "note": _NOTE},
+            ["count", "results"],
+        ),
+        read_only=True,
+        destructive=False,
+        idempotent=True,
+    ),
+    ToolSpec(
+        name="brain_status",
+        title="Memory status",
+        description=(
+            "Describe the user's memory: how many memories, when it last changed, pinned and pending-verification "
+            "counts, the account's brains with the one in use marked, and whether the signed-in account looks "
+            "right. Use it when recall finds nothing unexpectedly or the user asks about their memory."
+        ),
+        input_schema=_object({}),
+        output_schema=_object(
+            {
+                "memory_count": {"type": "integer"},
+                "last_updated": {"type": ["string", "null"]},
+                "pinned_count": {"type": "integer"},
+                "pending_verification_count": {"type": "integer"},
+                "active_brain": {"anyOf": [_BRAIN_REF, {"type": "null"}]},
+                "brains": {
+                    "type": "array",
+                    "items": _object(
+                        {
+                            "id": {"type": "string"},
+                            "name": {"type": "string"},
+                            "size_bytes": {"type": "integer"},
+                            "file_count": {"type": "integer"},
+                            "last_synced_at": {"type": ["string", "null"]},
+                            "active": {"type": "boolean"},
+                        },
+                        ["id", "name", "active"],
+                    ),
+                },
+                "identity": _object(
+                    {"status": {"type": "string", "enum": ["ok", "no-cloud-brain", "multiple-brains"]}, "note": _NOTE},
+                    ["status"],
+                ),
+                "pending_writes": {"type": "integer"},
+                "note": _NOTE,
+            },
+            ["memory_count", "pinned_count", "pending_verification_count", "brains", "identity", "pending_writes"],
+        ),
+        read_only=True,
+        destructive=False,
+        idempotent=True,
+    ),
+    ToolSpec(
+        name="brain_use",
+        title="Switch brain",
+        description=(
+            "Choose which of the account's brains to use, by name or id; the choice is remembered for this user "
+            "across sessions. Nothing is copied between brains. brain_status lists the brains."
+        ),
+        input_schema=_object({"brain": {"type": "string", "minLength": 1, "description": "Brain name or id."}}, ["brain"]),
+        output_schema=_object(
+            {"brain": _BRAIN_REF, "persisted": {"type": "boolean"}, "memory_count": {"type": "integer"}, "note": _NOTE},
+            ["brain", "persisted"],
+        ),
+        read_only=False,
+        destructive=False,
+        idempotent=True,
+    ),
+    ToolSpec(
+        name="brain_memorize",
+        title="Save to memory",
+        description=(
+            "Save one distilled fact the user wants remembered (a decision and why, a preference, a lesson). "
+            "Write it as a short self-contained statement; never store a whole conversation, transcript, "
+            "secret or credential. It is recallable at once and reaches the user's other devices. Use "
+            "origin 'user' only when the user said it themselves."
+        ),
+        input_schema=_object(
+            {
+                "content": {"type": "string", "minLength": 1, "description": "The fact, in a sentence or two."},
+                "title": {"type": "string", "description": "Short title (default: the first line of content)."},
+                "type": {"type": "string", "enum": MEMORY_TYPES, "default": "learning"},
+                "tags": {"type": "array", "items": {"type": "string"}, "description": "A few topic words."},
+                "origin": {
+                    "type": "string",
+                    "enum": ORIGINS,
+                    "default": "agent-inferred",
+                    "description": "Who asserts it: user, agent-inferred, tool-output or external.",
+                },
+                "valid_from": {"type": "string", "description": "ISO date from which the fact holds."},
+                "valid_until": {"type": "string", "description": "ISO date from which it no longer holds."},
+                "supersedes": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "description": "Ids of memories this one replaces.",
+                },
+            },
+            ["content"],
+        ),
+        output_schema=_object(
+            {
+                "stored": _object(
+                    {
+                        "id": {"type": "string"},
+                        "title": {"type": "string"},
+                        "path": {"type": "string"},
+                        "type": {"type": "string"},
+                    },
+                    ["id", "title", "path", "type"],
+                ),
+                "synced": _SYNCED,
+                "note": _NOTE,
+            },
+            ["stored", "synced"],
+        ),
+        read_only=False,
+        destructive=True,
+        idempotent=False,
+    ),
+    ToolSpec(
+        name="brain_pin",
+        title="Pin a memory",
+        description=(
+            "Pin a memory so it is always included and never decays. Use for standing rules or preferences the "
+            "user explicitly wants always in view. Memories awaiting verification cannot be pinned."
+        ),
+        input_schema=_object({"id": _ID}, ["id"]),
+        output_schema=_WRITE_RESULT,
+        read_only=False,
+        destructive=True,
+        idempotent=True,
+    ),
+    ToolSpec(
+        name="brain_unpin",
+        title="Unpin a memory",
+        description="Return a pinned memory to normal recall and decay.",
+        input_schema=_object({"id": _ID}, ["id"]),
+        output_schema=_WRITE_RESULT,
+        read_only=False,
+        destructive=True,
+        idempotent=True,
+    ),
+    ToolSpec(
+        name="brain_forget",
+        title="Forget a memory",
+        description=(
+            "Archive a memory the user wants gone or that is wrong (moved to the archive, recoverable, not "
+            "deleted). A high-salience memory is protected: pass force=true only when the user confirmed."
+        ),
+        input_schema=_object(
+            {"id": _ID, "force": {"type": "boolean", "default": False, "description": "Also forget protected memories."}},
+            ["id"],
+        ),
+        output_schema=_WRITE_RESULT,
+        read_only=False,
+        destructive=True,
+        idempotent=False,
+    ),
+    ToolSpec(
+        name="brain_verify",
+        title="Review pending memories",
+        description=(
+            "Review memories held for verification (saved from tools, external sources or with "
+            "instruction-like wording). action 'list' (default) shows them; 'approve' with ids releases them; "
+            "'reject' with ids archives them. Approve or reject only what the user confirmed."
+        ),
+        input_schema=_object(
+            {
+                "action": {"type": "string", "enum": ["list", "approve", "reject"], "default": "list"},
+                "ids": {"type": "array", "items": {"type": "string"}, "description": "Memory ids to approve or reject."},
+            }
+        ),
+        output_schema=_object(
+            {
+                "action": {"type": "string"},
+                "pending": {"type": "array", "items": {"type": "object"}},
+                "total": {"type": "integer"},
+                "results": {"type": "array", "items": {"type": "object"}},
+                "errors": {"type": "array", "items": {"type": "object"}},
+                "synced": _SYNCED,
+                "note": _NOTE,
+            },
+            ["action"],
+        ),
+        read_only=False,
+        destructive=True,
+        idempotent=False,
+    ),
+)
+
+TOOLS_BY_NAME: dict[str, ToolSpec] = {tool.name: tool for tool in TOOLS}

@@ -1,0 +1,95 @@
+"""HTTP facts about a request the connector needs: its external base URL and bearer token.
+
+The base URL (issuer, resource ``<base>/mcp``) comes from ``CONNECTOR_PUBLIC_URL``
+when set, else from the request's scheme and Host, trusting
+``X-Forwarded-Proto`` / ``X-Forwarded-Host`` only when the peer is a configured
+proxy. Plain functions over the ASGI scope, so any route can use them.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Iterable
+from functools import lru_cache
+from typing import Any
+
+_NAMED_NETWORKS = {
+    "loopback": ("127.0.0.0/8", "::1/128"),
+    "uniquelocal": ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7"),
+    "linklocal": ("169.254.0.0/16", "fe80::/10"),
+}
+# A Host value we are willing to echo into URLs: name or address, optional port.
+_HOST_RE = re.compile(r"^(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?$")
+
+IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+@lru_cache(maxsize=32)
+def proxy_networks(entries: tuple[str, ...]) -> tuple[IpNetwork, ...]:
+    """The networks named by CONNECTOR_TRUST_PROXY entries (names or CIDRs)."""
+    networks: list[IpNetwork] = []
+    for entry in entries:
+        for cidr in _NAMED_NETWORKS.get(entry.lower(), (entry,)):
+            networks.append(ipaddress.ip_network(cidr, strict=False))
+    return tuple(networks)
+
+
+def is_trusted_proxy(peer: str | None, entries: Iterable[str]) -> bool:
+    """True when ``peer`` (an IP address) belongs to a configured proxy network."""
+    if not peer:
+        return False
+    try:
+        address = ipaddress.ip_address(peer)
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return any(address in network for network in proxy_networks(tuple(entries)))
+
+
+def header(scope: dict[str, Any], name: str) -> str | None:
+    """The first value of a request header (latin-1 decoded), or None."""
+    wanted = name.lower().encode("latin-1")
+    for key, value in scope.get("headers", ()):
+        if key.lower() == wanted:
+            return value.decode("latin-1")
+    return None
+
+
+def peer_address(scope: dict[str, Any]) -> str | None:
+    """The TCP peer's address."""
+    client = scope.get("client")
+    return client[0] if client else None
+
+
+def request_base_url(scope: dict[str, Any], public_url: str | None, trust_proxy: Iterable[str]) -> str:
+    """The connector's external base URL as seen by this request (no trailing slash)."""
+    if public_url:
+        return public_url.rstrip("/")
+    scheme = scope.get("scheme", "http")
+    host = header(scope, "host")
+    if is_trusted_proxy(peer_address(scope), trust_proxy):
+        forwarded_proto = (header(scope, "x-forwarded-proto") or "").split(",")[0].strip().lower()
+        if forwarded_proto in ("http", "https"):
+            scheme = forwarded_proto
+        forwarded_host = (header(scope, "x-forwarded-host") or "").split(",")[0].strip()
+        if forwarded_host and _HOST_RE.match(forwarded_host):
+            host = forwarded_host
+    if scheme not in ("http", "https"):
+        scheme = "https" if scheme == "wss" else "http"
+    if not host or not _HOST_RE.match(host):
+        server = scope.get("server") or ("127.0.0.1", 80)
+        host = f"{server[0]}:{server[1]}"
+    return f"{scheme}://{host}"
+
+
+def bearer_token(scope: dict[str, Any]) -> str | None:
+    """The token of an ``Authorization: Bearer`` header, or None."""
+    value = header(scope, "authorization")
+    if not value:
+        return None
+    kind, _, token = value.strip().partition(" ")
+    if kind.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()

@@ -1,0 +1,85 @@
+"""The MCP server: the official SDK's low-level server over stateless Streamable HTTP.
+
+The SDK does the protocol (JSON-RPC, version negotiation for the handshake era
+and 2026-07-28's ``server/discover``, the transport). This module only declares
+the tools and hands each call to `BrainTools` with the caller the HTTP layer
+authenticated (put into the ASGI scope under ``CALLER_SCOPE_KEY``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import mcp_types as types
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import Server
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from starlette.types import Receive, Scope, Send
+
+from connector.mcp.definitions import INSTRUCTIONS
+from connector.mcp.tools import BrainTools, Caller, error_result
+
+CALLER_SCOPE_KEY = "brain_connector.caller"
+SERVER_NAME = "brain-connector"
+SERVER_VERSION = "0.1.0"
+MAX_REQUEST_BYTES = 1024 * 1024
+
+
+def _caller_of(ctx: ServerRequestContext[Any, Any]) -> Caller | None:
+    request = ctx.request
+    scope = getattr(request, "scope", None)
+    if isinstance(scope, dict):
+        caller = scope.get(CALLER_SCOPE_KEY)
+        if isinstance(caller, Caller):
+            return caller
+    return None
+
+
+def build_server(tools: BrainTools) -> Server[Any]:
+    """The low-level MCP server exposing ``tools``."""
+
+    async def list_tools(ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=tools.list_tools())
+
+    async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> types.CallToolResult:
+        caller = _caller_of(ctx)
+        if caller is None:
+            # The HTTP layer authenticates every request; reaching here without a caller is a wiring bug.
+            return error_result("Not signed in.")
+        return await tools.call(params.name, params.arguments, caller)
+
+    return Server(
+        SERVER_NAME,
+        version=SERVER_VERSION,
+        title="Brain memory",
+        description="The user's long-term memory (Brain Memory), shared across their devices.",
+        instructions=INSTRUCTIONS,
+        get_tool_input_schema=tools.input_schema,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
+
+
+class McpEndpoint:
+    """The ASGI endpoint for ``POST /mcp`` (stateless: nothing survives between requests)."""
+
+    def __init__(self, tools: BrainTools) -> None:
+        self.server = build_server(tools)
+        self.sessions = StreamableHTTPSessionManager(
+            app=self.server,
+            json_response=True,
+            stateless=True,
+            security_settings=None,
+            max_request_body_size=MAX_REQUEST_BYTES,
+        )
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """Run the SDK's request manager for the app's lifetime."""
+        async with self.sessions.run():
+            yield
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.sessions.handle_request(scope, receive, send)

@@ -1,0 +1,299 @@
+"""The eight brain tools: argument reading, scope checks, calls into the working copies
+and the engine, and results as structured content plus text.
+
+A refusal (bad argument, unknown id, missing scope, store down) is a tool result
+with ``isError: true`` and a clear message, never a protocol error or a crash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import mcp_types as types
+
+from connector.engine.errors import BrainError
+from connector.engine.index import IndexCache, RecallError
+from connector.engine.ops import Forget, Pin, Unpin, Verify, connector_memorize
+from connector.engine.recall import recall
+from connector.mcp import render
+from connector.mcp.arguments import ArgumentError, Args
+from connector.mcp.definitions import MAX_RECALL_LIMIT, MEMORY_TYPES, ORIGINS, TOOLS, WRITE_SCOPE, ToolSpec
+from connector.workcopy.manager import BrainUnavailable, UnknownBrain, WorkingCopyManager
+from connector.workcopy.model import STATUS_NO_BRAIN, Account, Snapshot, WriteOutcome
+
+log = logging.getLogger("connector.tools")
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who is calling: the account and the scopes of their token."""
+
+    account: Account
+    scopes: frozenset[str]
+
+
+class ToolFailure(Exception):
+    """A tool refused the call; the message is shown to the model."""
+
+
+def ok_result(structured: dict[str, Any], text: str) -> types.CallToolResult:
+    """A successful result carrying both forms."""
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=text)], structured_content=structured, is_error=False
+    )
+
+
+def error_result(message: str) -> types.CallToolResult:
+    """An error result (the model sees the message)."""
+    return types.CallToolResult(content=[types.TextContent(type="text", text=message)], is_error=True)
+
+
+def _entries(snapshot: Snapshot) -> dict[str, Any]:
+    if snapshot.brain is None:
+        return {}
+    index = snapshot.brain.read_json("index.json")
+    memories = index.get("memories") if isinstance(index, dict) else None
+    return memories if isinstance(memories, dict) else {}
+
+
+def _sync_note(outcome: WriteOutcome) -> str | None:
+    notes = []
+    if not outcome.synced:
+        reason = f" ({outcome.held_reason})" if outcome.held_reason else ""
+        notes.append(f"The change is held here and not yet synced to the store{reason}; it will be retried.")
+    if outcome.dropped:
+        notes.append("Some earlier held changes no longer applied after concurrent edits: " + "; ".join(outcome.dropped))
+    return " ".join(notes) or None
+
+
+class BrainTools:
+    """Dispatches tool calls for one connector process."""
+
+    def __init__(
+        self,
+        manager: WorkingCopyManager,
+        *,
+        allowed: Iterable[str] | None = None,
+        index_cache: IndexCache | None = None,
+    ) -> None:
+        self.manager = manager
+        names = set(allowed) if allowed is not None else {tool.name for tool in TOOLS}
+        self.specs: dict[str, ToolSpec] = {tool.name: tool for tool in TOOLS if tool.name in names}
+        self.index_cache = index_cache or IndexCache(capacity=64)
+        self._handlers: dict[str, Callable[[Caller, Args], Awaitable[types.CallToolResult]]] = {
+            "brain_recall": self._recall,
+            "brain_status": self._status,
+            "brain_use": self._use,
+            "brain_memorize": self._memorize,
+            "brain_pin": self._pin,
+            "brain_unpin": self._unpin,
+            "brain_forget": self._forget,
+            "brain_verify": self._verify,
+        }
+
+    def list_tools(self) -> list[types.Tool]:
+        """The declared tools (only those allowed)."""
+        return [spec.to_tool() for spec in self.specs.values()]
+
+    def input_schema(self, name: str) -> dict[str, Any] | None:
+        """The input schema of an allowed tool."""
+        spec = self.specs.get(name)
+        return spec.input_schema if spec else None
+
+    async def call(self, name: str, arguments: Any, caller: Caller) -> types.CallToolResult:
+        """Run one tool call; every failure becomes an error result."""
+        spec = self.specs.get(name)
+        if spec is None:
+            return error_result(f"Unknown tool {name!r}. Available: {', '.join(self.specs)}.")
+        args = Args(arguments)
+        needs_write = not spec.read_only and not (name == "brain_verify" and _is_list(args))
+        if needs_write and WRITE_SCOPE not in caller.scopes:
+            return error_result(
+                f"{name} changes the brain and needs the '{WRITE_SCOPE}' permission, which this sign-in did not "
+                "grant (read-only access). Ask the user to reconnect with write access."
+            )
+        try:
+            return await self._handlers[name](caller, args)
+        except (ArgumentError, BrainError, RecallError, ToolFailure, BrainUnavailable, UnknownBrain) as exc:
+            return error_result(str(exc))
+        except Exception:
+            log.exception("tool failed", extra={"tool": name})
+            return error_result(f"{name} failed unexpectedly; nothing was changed. Try again.")
+
+    # ----- read tools -------------------------------------------------------
+
+    async def _recall(self, caller: Caller, args: Args) -> types.CallToolResult:
+        query = args.string("query", required=True, max_length=10_000)
+        limit = args.integer("limit", default=10, minimum=1, maximum=MAX_RECALL_LIMIT)
+        project = args.string("project")
+        as_of = args.string("as_of")
+        as_known_of = args.string("as_known_of")
+        snapshot = await self.manager.snapshot(caller.account)
+        hits: list[dict[str, Any]] = []
+        notes: list[str] = []
+        if snapshot.brain is not None and "index.json" in snapshot.brain:
+            hits = self.run_recall(snapshot, query, limit, project, as_of, as_known_of)
+        if not hits and snapshot.identity.status == STATUS_NO_BRAIN and snapshot.identity.note:
+            notes.append(snapshot.identity.note)
+        pending = sum(1 for hit in hits if hit.get("quarantine_pending"))
+        if pending:
+            notes.append(
+                f"{pending} result(s) are pending verification (saved from a low-trust source or with "
+                "instruction-like wording): treat them with care; the user can review them with brain_verify."
+            )
+        expired = sum(1 for hit in hits if hit.get("expired"))
+        if expired:
+            notes.append(f"{expired} result(s) are expired facts (their validity ended); prefer newer ones.")
+        if snapshot.pending_writes:
+            notes.append(f"{snapshot.pending_writes} recent write(s) are held here, not yet synced to the store.")
+        structured: dict[str, Any] = {"count": len(hits), "results": hits}
+        if notes:
+            structured["note"] = " ".join(notes)
+        return ok_result(structured, render.recall_text(structured))
+
+    def run_recall(
+        self,
+        snapshot: Snapshot,
+        query: str | None,
+        limit: int,
+        project: str | None,
+        as_of: str | None,
+        as_known_of: str | None,
+    ) -> list[dict[str, Any]]:
+        """The engine's recall over the snapshot, with its index cached per content key."""
+        return recall(
+            snapshot.brain,
+            query,
+            top=limit,
+            project=project,
+            now=self.manager.now(),
+            as_of=as_of,
+            as_known_of=as_known_of,
+            cache_key=snapshot.key,
+            cache=self.index_cache,
+        )
+
+    async def _status(self, caller: Caller, args: Args) -> types.CallToolResult:
+        snapshot = await self.manager.snapshot(caller.account)
+        entries = _entries(snapshot)
+        index = snapshot.brain.read_json("index.json") if snapshot.brain is not None else None
+        last_updated = index.get("last_updated") if isinstance(index, dict) else None
+        valid = [entry for entry in entries.values() if isinstance(entry, dict)]
+        identity = snapshot.identity
+        structured: dict[str, Any] = {
+            "memory_count": len(entries),
+            "last_updated": last_updated if isinstance(last_updated, str) else None,
+            "pinned_count": sum(1 for entry in valid if entry.get("pinned") is True),
+            "pending_verification_count": sum(1 for entry in valid if entry.get("quarantined")),
+            "active_brain": (
+                {"id": snapshot.brain_id, "name": snapshot.brain_name or ""} if snapshot.brain_id else None
+            ),
+            "brains": [
+                {
+                    "id": brain.id,
+                    "name": brain.name,
+                    "size_bytes": brain.size_bytes,
+                    "file_count": brain.file_count,
+                    "last_synced_at": brain.last_synced_at,
+                    "active": brain.id == snapshot.brain_id,
+                }
+                for brain in identity.brains
+            ],
+            "identity": {"status": identity.status, **({"note": identity.note} if identity.note else {})},
+            "pending_writes": snapshot.pending_writes,
+        }
+        if snapshot.pending_writes:
+            reason = f" ({snapshot.held_reason})" if snapshot.held_reason else ""
+            structured["note"] = f"{snapshot.pending_writes} write(s) are held, not yet synced to the store{reason}."
+        return ok_result(structured, render.status_text(structured))
+
+    # ----- writes -----------------------------------------------------------
+
+    async def _use(self, caller: Caller, args: Args) -> types.CallToolResult:
+        wanted = args.string("brain", required=True, max_length=300)
+        assert wanted is not None
+        record, identity = await self.manager.use_brain(caller.account, wanted)
+        snapshot = await self.manager.snapshot(caller.account)
+        structured: dict[str, Any] = {
+            "brain": {"id": record.id, "name": record.name},
+            "persisted": True,
+            "memory_count": len(_entries(snapshot)),
+        }
+        if identity.status == STATUS_NO_BRAIN and identity.note:
+            structured["note"] = identity.note
+        return ok_result(structured, render.use_text(structured))
+
+    async def _memorize(self, caller: Caller, args: Args) -> types.CallToolResult:
+        content = args.string("content", required=True, max_length=50_000)
+        assert content is not None
+        op = connector_memorize(
+            content,
+            title=args.string("title", max_length=1000),
+            type=args.choice("type", MEMORY_TYPES, default="learning"),
+            tags=args.string_list("tags"),
+            origin=args.choice("origin", ORIGINS, default="agent-inferred"),
+            valid_from=args.string("valid_from"),
+            valid_until=args.string("valid_until"),
+            supersedes=args.string_list("supersedes"),
+            agent=caller.account.client_name,
+        )
+        outcome = await self.manager.write(caller.account, op, "memorize")
+        stored = dict(outcome.result["stored"][0])
+        structured: dict[str, Any] = {"stored": stored, "synced": outcome.synced}
+        note = _sync_note(outcome)
+        if note:
+            structured["note"] = note
+        return ok_result(structured, render.memorize_text(structured))
+
+    async def _simple_write(self, caller: Caller, op: Any, label: str, verb: str) -> types.CallToolResult:
+        outcome = await self.manager.write(caller.account, op, label)
+        structured = {**outcome.result, "synced": outcome.synced}
+        note = _sync_note(outcome)
+        if note:
+            structured["note"] = f"{structured['note']}. {note}" if structured.get("note") else note
+        return ok_result(structured, render.write_text(verb, structured))
+
+    def _memory_id(self, args: Args) -> str:
+        memory_id = args.string("id", required=True, max_length=200)
+        assert memory_id is not None
+        return memory_id.strip()
+
+    async def _pin(self, caller: Caller, args: Args) -> types.CallToolResult:
+        return await self._simple_write(caller, Pin(self._memory_id(args)), "pin", "Pinned")
+
+    async def _unpin(self, caller: Caller, args: Args) -> types.CallToolResult:
+        return await self._simple_write(caller, Unpin(self._memory_id(args)), "unpin", "Unpinned")
+
+    async def _forget(self, caller: Caller, args: Args) -> types.CallToolResult:
+        op = Forget(self._memory_id(args), force=args.boolean("force"))
+        return await self._simple_write(caller, op, "forget", "Forgot (archived)")
+
+    async def _verify(self, caller: Caller, args: Args) -> types.CallToolResult:
+        action = args.choice("action", ["list", "approve", "reject"], default="list")
+        ids = args.string_list("ids")
+        if action == "list":
+            snapshot = await self.manager.snapshot(caller.account)
+            listing: dict[str, Any] = {"pending": [], "total": 0}
+            if snapshot.brain is not None:
+                listing = await asyncio.to_thread(Verify("list").apply, snapshot.brain.copy(), self.manager.now())
+            structured = {"action": "list", **listing}
+            return ok_result(structured, render.verify_text(structured))
+        if not ids:
+            raise ToolFailure(f"'{action}' needs 'ids': the memory ids to {action} (see brain_verify with action list).")
+        outcome = await self.manager.write(caller.account, Verify(action, ids), f"verify-{action}")
+        structured = {**outcome.result, "synced": outcome.synced}
+        note = _sync_note(outcome)
+        if note:
+            structured["note"] = note
+        return ok_result(structured, render.verify_text(structured))
+
+
+def _is_list(args: Args) -> bool:
+    try:
+        return args.choice("action", ["list", "approve", "reject"], default="list") == "list"
+    except ArgumentError:
+        return False

@@ -1,0 +1,609 @@
+"""Working copies: each user's brain, pulled from the store into memory and pushed back.
+
+One copy per (user, brain). Reads come from the copy (re-checked with a
+conditional download once the freshness TTL has passed, unless the copy holds
+unsynced writes). Every write is an engine operation applied to the copy, then
+the whole brain is packed and uploaded with ``If-Match``; on 412 the store's
+brain is pulled and the pending operations are applied again, in order, with
+their original ids. A write that the store has not accepted yet is kept and
+retried in the background: it is never dropped, not even by the idle purge.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Protocol
+
+from connector.engine.archive import ArchiveError, load_archive, pack_archive
+from connector.engine.brain import Brain
+from connector.workcopy.model import (
+    STATUS_MULTIPLE,
+    STATUS_NO_BRAIN,
+    STATUS_OK,
+    Account,
+    Identity,
+    Operation,
+    PendingWrite,
+    Snapshot,
+    WorkingCopy,
+    WriteOutcome,
+)
+from connector.workcopy.store_client import (
+    BrainRecord,
+    PreconditionFailed,
+    StoreClient,
+    StoreError,
+    StoreNotFound,
+    StoreUnauthorized,
+    StoreUnreachable,
+)
+
+log = logging.getLogger("connector.workcopy")
+
+
+class BrainChoices(Protocol):
+    """Where each user's chosen brain is persisted (the OAuth state store implements this)."""
+
+    async def get_chosen_brain(self, subject: str) -> str | None:
+        """The brain id the user chose with brain_use, or None."""
+        ...
+
+    async def set_chosen_brain(self, subject: str, brain_id: str) -> None:
+        """Remember the user's choice across sessions and restarts."""
+        ...
+
+
+class MemoryBrainChoices:
+    """Brain choices kept in memory only (tests, and when no state store is given)."""
+
+    def __init__(self) -> None:
+        self._chosen: dict[str, str] = {}
+
+    async def get_chosen_brain(self, subject: str) -> str | None:
+        """The remembered choice."""
+        return self._chosen.get(subject)
+
+    async def set_chosen_brain(self, subject: str, brain_id: str) -> None:
+        """Remember a choice."""
+        self._chosen[subject] = brain_id
+
+
+class BrainUnavailable(Exception):
+    """The brain cannot be served right now; the message is safe to show to the user."""
+
+
+class UnknownBrain(Exception):
+    """brain_use named no brain of this account; carries the names to offer."""
+
+    def __init__(self, wanted: str, brains: list[BrainRecord]) -> None:
+        self.wanted = wanted
+        self.brains = brains
+        names = ", ".join(f"{b.name} ({b.id})" for b in brains) or "none"
+        super().__init__(f"No brain named {wanted!r} in this account. Brains: {names}.")
+
+
+@dataclass
+class ManagerTuning:
+    """Knobs of the manager; defaults suit production, tests shrink them."""
+
+    repull_ttl_s: float = 120.0
+    idle_purge_s: float = 900.0
+    brains_ttl_s: float = 30.0
+    max_push_attempts: int = 6
+    retry_base_s: float = 0.05
+    retry_cap_s: float = 1.0
+    held_retry_s: float = 5.0
+    maintenance_every_s: float = 5.0
+
+
+@dataclass
+class _UserState:
+    subject: str
+    account: Account
+    brains: list[BrainRecord] | None = None
+    brains_at: float = -1e18
+    lock: asyncio.Lock | None = None
+
+
+def oldest_first(brains: list[BrainRecord]) -> list[BrainRecord]:
+    """Brains ordered oldest first: by creation time, then id."""
+    return sorted(brains, key=lambda b: (b.created_at, b.id))
+
+
+def choose_brain(brains: list[BrainRecord], chosen_id: str | None) -> BrainRecord | None:
+    """The chosen brain when it still exists, else the oldest one, else None."""
+    if chosen_id:
+        for brain in brains:
+            if brain.id == chosen_id.lower():
+                return brain
+    ordered = oldest_first(brains)
+    return ordered[0] if ordered else None
+
+
+def find_brain(brains: list[BrainRecord], wanted: str) -> BrainRecord | None:
+    """A brain by id (any case), else by exact name, else by name ignoring case (if unique)."""
+    text = wanted.strip()
+    for brain in brains:
+        if brain.id == text.lower():
+            return brain
+    exact = [b for b in brains if b.name == text]
+    if len(exact) == 1:
+        return exact[0]
+    folded = [b for b in brains if b.name.lower() == text.lower()]
+    if len(folded) == 1:
+        return folded[0]
+    if exact:
+        return oldest_first(exact)[0]
+    return None
+
+
+def identity_for(account: Account, brains: list[BrainRecord], active: BrainRecord | None) -> Identity:
+    """The identity signal of section 5: status and the note the user should see."""
+    label = account.kind_label
+    has_archive = any(b.checksum for b in brains)
+    if not brains or not has_archive:
+        note = (
+            f"This account (signed in with {label}) has no brain with memories at the store yet. "
+            "Probably a different account is signed in than the one used elsewhere, or this is a new user. "
+            "The first memory saved creates one."
+        )
+        return Identity(STATUS_NO_BRAIN, note, tuple(brains), active.id if active else None)
+    if len(brains) > 1 and active is not None:
+        note = (
+            f"This account (signed in with {label}) has {len(brains)} brains; serving '{active.name}' "
+            f"({active.id}). Use brain_use to switch."
+        )
+        return Identity(STATUS_MULTIPLE, note, tuple(brains), active.id)
+    return Identity(STATUS_OK, None, tuple(brains), active.id if active else None)
+
+
+def _checksum(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _empty_key(subject: str, brain_id: str | None) -> str:
+    return f"empty:{subject}:{brain_id or '-'}"
+
+
+class WorkingCopyManager:
+    """Owns every working copy of this process."""
+
+    def __init__(
+        self,
+        store: StoreClient,
+        *,
+        choices: BrainChoices | None = None,
+        tuning: ManagerTuning | None = None,
+        clock: Callable[[], datetime] | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.store = store
+        self.choices: BrainChoices = choices or MemoryBrainChoices()
+        self.tuning = tuning or ManagerTuning()
+        self._clock = clock or (lambda: datetime.now(UTC))
+        self._mono = monotonic
+        self._sleep = sleep
+        self._copies: dict[tuple[str, str | None], WorkingCopy] = {}
+        self._users: dict[str, _UserState] = {}
+        self._maintenance: asyncio.Task[None] | None = None
+
+    # ----- lifecycle -------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the background task that retries held writes and purges idle copies."""
+        if self._maintenance is None:
+            self._maintenance = asyncio.create_task(self._maintain_forever(), name="workcopy-maintenance")
+
+    async def close(self, push_timeout_s: float = 10.0) -> None:
+        """Stop the background task and try (bounded) to push every held write."""
+        if self._maintenance is not None:
+            self._maintenance.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._maintenance
+            self._maintenance = None
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.flush(), timeout=push_timeout_s)
+
+    async def flush(self) -> int:
+        """Push every copy holding writes now; returns how many copies still hold writes."""
+        for copy in list(self._copies.values()):
+            if copy.dirty:
+                async with copy.lock:
+                    await self._push(copy)
+        return sum(1 for copy in self._copies.values() if copy.dirty)
+
+    @property
+    def copies(self) -> dict[tuple[str, str | None], WorkingCopy]:
+        """The live copies (for status and tests; do not mutate)."""
+        return self._copies
+
+    def now(self) -> datetime:
+        """The current wall-clock time used for operations."""
+        return self._clock()
+
+    # ----- brain choice ----------------------------------------------------
+
+    def _user(self, account: Account) -> _UserState:
+        state = self._users.get(account.subject)
+        if state is None:
+            state = _UserState(subject=account.subject, account=account, lock=asyncio.Lock())
+            self._users[account.subject] = state
+        state.account = account
+        return state
+
+    async def _brains(self, state: _UserState, *, force: bool = False) -> list[BrainRecord]:
+        fresh = self._mono() - state.brains_at < self.tuning.brains_ttl_s
+        if state.brains is not None and fresh and not force:
+            return state.brains
+        try:
+            state.brains = await self.store.list_brains(state.account.credential)
+            state.brains_at = self._mono()
+        except StoreUnreachable:
+            if state.brains is None:
+                raise
+            log.warning("store unreachable while listing brains; using the last known list")
+        return state.brains
+
+    async def _active(self, account: Account, *, force_list: bool = False) -> tuple[list[BrainRecord], BrainRecord | None]:
+        state = self._user(account)
+        assert state.lock is not None
+        async with state.lock:
+            brains = await self._brains(state, force=force_list)
+        chosen = await self.choices.get_chosen_brain(account.subject)
+        return brains, choose_brain(brains, chosen)
+
+    async def use_brain(self, account: Account, wanted: str) -> tuple[BrainRecord, Identity]:
+        """Switch the user's brain (by name or id) and persist the choice."""
+        state = self._user(account)
+        assert state.lock is not None
+        async with state.lock:
+            brains = await self._brains(state, force=True)
+        found = find_brain(brains, wanted)
+        if found is None:
+            raise UnknownBrain(wanted, oldest_first(brains))
+        await self.choices.set_chosen_brain(account.subject, found.id)
+        copy = await self._copy_for(account, found)
+        if copy is not None:
+            async with copy.lock:
+                await self._refresh(copy, force=True)
+        return found, identity_for(account, brains, found)
+
+    # ----- copies ----------------------------------------------------------
+
+    async def _copy_for(self, account: Account, record: BrainRecord | None) -> WorkingCopy | None:
+        """The copy of ``record`` for this user, pulling it the first time."""
+        brain_id = record.id if record else None
+        key = (account.subject, brain_id)
+        copy = self._copies.get(key)
+        if copy is None:
+            if record is None:
+                return None
+            copy = WorkingCopy(
+                subject=account.subject,
+                brain_id=record.id,
+                brain_name=record.name,
+                brain=Brain(),
+                base_checksum=None,
+                key=_empty_key(account.subject, record.id),
+                account=account,
+            )
+            copy.checked_at = -1e18
+            # A concurrent call may have created it meanwhile; keep the first.
+            copy = self._copies.setdefault(key, copy)
+        copy.account = account
+        copy.used_at = self._mono()
+        if record is not None:
+            copy.brain_name = record.name
+        return copy
+
+    async def _pull(self, copy: WorkingCopy, *, conditional: bool) -> None:
+        """Replace a clean copy with the store's archive (304 keeps it). Lock held."""
+        assert copy.brain_id is not None
+        try:
+            download = await self.store.download(
+                copy.account.credential, copy.brain_id, copy.base_checksum if conditional else None
+            )
+        except StoreNotFound:
+            # No archive yet (or the brain is gone): an empty copy, base None.
+            copy.brain, copy.base_checksum = Brain(), None
+            copy.key = _empty_key(copy.subject, copy.brain_id)
+            copy.checked_at = self._mono()
+            return
+        copy.checked_at = self._mono()
+        if download.not_modified:
+            return
+        assert download.data is not None
+        try:
+            brain = await asyncio.to_thread(load_archive, download.data)
+        except ArchiveError as exc:
+            raise BrainUnavailable(
+                f"The brain '{copy.brain_name}' at the store could not be read safely ({exc}); "
+                "the connector did not use it and changed nothing."
+            ) from None
+        checksum = download.checksum or _checksum(download.data)
+        copy.brain, copy.base_checksum, copy.key = brain, checksum, checksum
+
+    async def _refresh(self, copy: WorkingCopy, *, force: bool = False) -> None:
+        """Freshness rule: re-check a clean copy once the TTL passed (or when forced). Lock held."""
+        if copy.dirty:
+            # Never overwrite unsynced writes with a pull; try to push them instead.
+            if self._mono() >= copy.next_retry_at:
+                await self._push(copy)
+            return
+        ttl = self.tuning.repull_ttl_s
+        never_pulled = copy.checked_at < -1e17
+        due = never_pulled or force or (ttl > 0 and self._mono() - copy.checked_at >= ttl)
+        if not due:
+            return
+        try:
+            await self._pull(copy, conditional=not never_pulled)
+        except StoreUnreachable:
+            if never_pulled:
+                raise BrainUnavailable(
+                    "The store cannot be reached right now, so the brain could not be loaded. Try again shortly."
+                ) from None
+            log.warning("store unreachable on freshness check; serving the copy held")
+        except StoreUnauthorized:
+            raise BrainUnavailable(
+                "The store refused this sign-in's credential; sign in to the connector again."
+            ) from None
+
+    async def snapshot(self, account: Account) -> Snapshot:
+        """A fresh-enough read view of the user's active brain (pulling it if needed)."""
+        try:
+            brains, active = await self._active(account)
+        except StoreUnreachable:
+            raise BrainUnavailable("The store cannot be reached right now. Try again shortly.") from None
+        except StoreUnauthorized:
+            raise BrainUnavailable("The store refused this sign-in's credential; sign in again.") from None
+        identity = identity_for(account, brains, active)
+        copy = await self._copy_for(account, active)
+        if copy is None:
+            # No brain at all: maybe held writes of a brain-less account wait under (subject, None).
+            copy = self._copies.get((account.subject, None))
+            if copy is None:
+                return Snapshot(None, None, None, None, identity)
+        else:
+            async with copy.lock:
+                await self._refresh(copy)
+        return Snapshot(
+            brain=copy.brain,
+            key=copy.key,
+            brain_id=copy.brain_id,
+            brain_name=copy.brain_name,
+            identity=identity,
+            pending_writes=len(copy.pending),
+            held_reason=copy.held_reason,
+            synced_at=copy.synced_at,
+        )
+
+    async def brains(self, account: Account) -> tuple[list[BrainRecord], BrainRecord | None]:
+        """The account's brains (refreshed) and the active one."""
+        return await self._active(account, force_list=True)
+
+    # ----- writes ----------------------------------------------------------
+
+    async def write(self, account: Account, op: Operation, label: str) -> WriteOutcome:
+        """Apply ``op`` to the user's active brain and push it; never loses an acknowledged write.
+
+        Raises the operation's own error (nothing changed) when it refuses, and
+        BrainUnavailable when the brain cannot be loaded at all.
+        """
+        try:
+            brains, active = await self._active(account)
+        except StoreUnauthorized:
+            raise BrainUnavailable("The store refused this sign-in's credential; sign in again.") from None
+        except StoreUnreachable:
+            brains, active = [], None
+            state = self._users.get(account.subject)
+            if state is not None and state.brains is not None:
+                brains = state.brains
+                active = choose_brain(brains, await self.choices.get_chosen_brain(account.subject))
+            if active is None and (account.subject, None) not in self._copies:
+                raise BrainUnavailable(
+                    "The store cannot be reached right now, so nothing was saved. Try again shortly."
+                ) from None
+        copy = await self._copy_for(account, active)
+        if copy is None:
+            copy = self._copies.get((account.subject, None))
+            if copy is None:
+                # First write of an account without a brain: start from an empty brain;
+                # the push creates the brain at the store.
+                copy = WorkingCopy(
+                    subject=account.subject,
+                    brain_id=None,
+                    brain_name="default",
+                    brain=Brain(),
+                    base_checksum=None,
+                    key=_empty_key(account.subject, None),
+                    account=account,
+                    checked_at=self._mono(),
+                )
+                copy = self._copies.setdefault((account.subject, None), copy)
+            copy.account = account
+            copy.used_at = self._mono()
+        async with copy.lock:
+            if copy.brain_id is not None:
+                await self._refresh(copy)
+            at = self.now()
+            working = copy.brain.copy()
+            result = op.apply(working, at)  # refusal raises here, before anything changed
+            copy.brain = working
+            copy.key = f"local:{copy.subject}:{copy.brain_id}:{id(working)}:{at.timestamp()}"
+            copy.pending.append(PendingWrite(op=op, at=at, label=label))
+            dropped = await self._push(copy)
+            return WriteOutcome(
+                result=result,
+                synced=not copy.dirty,
+                brain_id=copy.brain_id,
+                brain_name=copy.brain_name,
+                held_reason=copy.held_reason,
+                pending_writes=len(copy.pending),
+                dropped=tuple(dropped),
+            )
+
+    async def _ensure_brain(self, copy: WorkingCopy) -> None:
+        """Create the brain at the store for a copy that has none yet. Lock held."""
+        record = await self.store.create_brain(copy.account.credential)
+        old_key = (copy.subject, None)
+        copy.brain_id, copy.brain_name, copy.base_checksum = record.id, record.name, None
+        if self._copies.get(old_key) is copy:
+            del self._copies[old_key]
+        self._copies[(copy.subject, record.id)] = copy
+        state = self._users.get(copy.subject)
+        if state is not None:
+            state.brains_at = -1e18  # re-list next time
+        log.info("created a brain at the store for a first write", extra={"brain_id": record.id})
+
+    async def _push(self, copy: WorkingCopy) -> list[str]:
+        """Push the copy's pending writes, rebasing on 412. Lock held. Returns labels of dropped writes."""
+        dropped: list[str] = []
+        if not copy.pending:
+            return dropped
+        for attempt in range(self.tuning.max_push_attempts):
+            archive = await asyncio.to_thread(pack_archive, copy.brain)
+            checksum = _checksum(archive)
+            if checksum == copy.base_checksum:
+                # Packing unchanged: nothing to send.
+                self._mark_synced(copy, checksum)
+                return dropped
+            try:
+                if copy.brain_id is None:
+                    await self._ensure_brain(copy)
+                assert copy.brain_id is not None
+                if copy.base_checksum is None:
+                    result = await self.store.upload(
+                        copy.account.credential, copy.brain_id, archive, if_none_match_any=True
+                    )
+                else:
+                    result = await self.store.upload(
+                        copy.account.credential, copy.brain_id, archive, if_match=copy.base_checksum
+                    )
+            except PreconditionFailed:
+                log.info("push lost a race; rebasing pending writes", extra={"attempt": attempt + 1})
+                try:
+                    dropped += await self._rebase(copy)
+                except (StoreError, BrainUnavailable) as exc:
+                    self._hold(copy, str(exc))
+                    return dropped
+                if not copy.pending:
+                    self._mark_synced(copy, copy.base_checksum)
+                    return dropped
+                delay = min(self.tuning.retry_cap_s, self.tuning.retry_base_s * (2**attempt))
+                await self._sleep(random.uniform(0, delay))
+                continue
+            except StoreNotFound:
+                self._hold(copy, "the brain was deleted at the store")
+                return dropped
+            except StoreError as exc:
+                self._hold(copy, str(exc))
+                return dropped
+            self._mark_synced(copy, result.checksum or checksum)
+            return dropped
+        self._hold(copy, "other devices kept changing the brain at the same time")
+        return dropped
+
+    async def _rebase(self, copy: WorkingCopy) -> list[str]:
+        """Pull the store's brain and apply the pending writes again, in order, with their ids."""
+        assert copy.brain_id is not None
+        try:
+            download = await self.store.download(copy.account.credential, copy.brain_id, None)
+            data, checksum = download.data, download.checksum
+        except StoreNotFound:
+            data, checksum = None, None
+        if data is None:
+            base = Brain()
+        else:
+            try:
+                base = await asyncio.to_thread(load_archive, data)
+            except ArchiveError as exc:
+                raise BrainUnavailable(f"the brain at the store could not be read safely ({exc})") from None
+            checksum = checksum or _checksum(data)
+        working = base.copy()
+        kept: list[PendingWrite] = []
+        dropped: list[str] = []
+        for pending in copy.pending:
+            try:
+                pending.op.apply(working, pending.at)
+                kept.append(pending)
+            except Exception as exc:  # an op the newer brain no longer allows (e.g. pin of a forgotten id)
+                log.warning("a pending write no longer applies after a concurrent change", extra={"op": pending.label})
+                dropped.append(f"{pending.label}: {exc}")
+        copy.brain, copy.base_checksum, copy.pending = working, checksum, kept
+        copy.key = f"rebased:{copy.subject}:{copy.brain_id}:{checksum}:{len(kept)}:{id(working)}"
+        copy.checked_at = self._mono()
+        return dropped
+
+    def _mark_synced(self, copy: WorkingCopy, checksum: str | None) -> None:
+        copy.pending.clear()
+        copy.base_checksum = checksum
+        if checksum:
+            copy.key = checksum
+        copy.held_reason = None
+        copy.failures = 0
+        copy.next_retry_at = 0.0
+        copy.checked_at = self._mono()
+        copy.synced_at = time.time()
+
+    def _hold(self, copy: WorkingCopy, reason: str) -> None:
+        copy.held_reason = reason
+        copy.failures += 1
+        backoff = min(60.0, self.tuning.held_retry_s * (2 ** min(copy.failures - 1, 4)))
+        copy.next_retry_at = self._mono() + backoff * random.uniform(0.8, 1.2)
+        log.warning("writes held, not yet synced", extra={"pending": len(copy.pending), "reason": reason})
+
+    # ----- maintenance -----------------------------------------------------
+
+    async def maintain(self) -> None:
+        """One maintenance pass: retry held writes that are due, purge idle clean copies."""
+        now = self._mono()
+        for key, copy in list(self._copies.items()):
+            if copy.lock.locked():
+                continue
+            if copy.dirty and now >= copy.next_retry_at:
+                async with copy.lock:
+                    await self._push(copy)
+            idle = now - copy.used_at >= self.tuning.idle_purge_s
+            if idle and not copy.dirty and not copy.lock.locked():
+                if self._copies.get(key) is copy:
+                    del self._copies[key]
+                    log.info("purged an idle working copy")
+        for subject in [s for s in self._users if not any(k[0] == s for k in self._copies)]:
+            del self._users[subject]
+
+    async def purge_user(self, subject: str) -> int:
+        """Drop a user's copies (their last session ended), pushing held writes first.
+
+        Copies whose writes still cannot be pushed are kept; returns how many are kept.
+        """
+        kept = 0
+        for key, copy in list(self._copies.items()):
+            if key[0] != subject:
+                continue
+            async with copy.lock:
+                if copy.dirty:
+                    await self._push(copy)
+                if copy.dirty:
+                    kept += 1
+                    continue
+                self._copies.pop(key, None)
+        if not kept:
+            self._users.pop(subject, None)
+        return kept
+
+    async def _maintain_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.tuning.maintenance_every_s)
+            try:
+                await self.maintain()
+            except Exception:
+                log.exception("working-copy maintenance failed")

@@ -1,0 +1,125 @@
+"""Plain data the working-copy manager works with: who calls, which brain, what happened.
+
+No I/O here, so the tools and the tests can build and inspect these freely.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+from connector.engine.brain import Brain
+from connector.workcopy.store_client import BrainRecord
+
+# How each identity provider is named to the user (wording names the kind in use).
+ACCOUNT_KIND_LABELS = {
+    "static": "a store token",
+    "oidc": "your organisation's sign-in",
+    "dev": "the development sign-in (one fixed local user)",
+}
+
+STATUS_NO_BRAIN = "no-cloud-brain"
+STATUS_OK = "ok"
+STATUS_MULTIPLE = "multiple-brains"
+
+
+@dataclass(frozen=True)
+class Account:
+    """The caller of a tool: the connector subject and the credential used at the store."""
+
+    subject: str
+    credential: str
+    kind: str = "static"
+    client_name: str = ""
+
+    @property
+    def kind_label(self) -> str:
+        """How this account's sign-in is named in user-facing notes."""
+        return ACCOUNT_KIND_LABELS.get(self.kind, "this sign-in")
+
+
+class Operation(Protocol):
+    """A brain write that can be applied again to a newer base and keeps its ids."""
+
+    def apply(self, brain: Brain, now: datetime) -> dict[str, Any]:
+        """Change ``brain`` in place and describe the result; raise on refusal (nothing changed)."""
+        ...
+
+
+@dataclass
+class PendingWrite:
+    """An acknowledged write not yet accepted by the store, with its original time."""
+
+    op: Operation
+    at: datetime
+    label: str
+
+
+@dataclass
+class WorkingCopy:
+    """One user's in-memory copy of one brain.
+
+    ``brain`` is the store's archive at ``base_checksum`` with ``pending`` applied
+    on top. ``base_checksum`` None means the store holds no archive for it yet.
+    ``key`` identifies the content for the recall-index cache.
+    """
+
+    subject: str
+    brain_id: str | None
+    brain_name: str
+    brain: Brain
+    base_checksum: str | None
+    key: str
+    account: Account
+    pending: list[PendingWrite] = field(default_factory=list)
+    checked_at: float = 0.0
+    used_at: float = 0.0
+    synced_at: float | None = None
+    held_reason: str | None = None
+    next_retry_at: float = 0.0
+    failures: int = 0
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def dirty(self) -> bool:
+        """True while some acknowledged write has not reached the store."""
+        return bool(self.pending)
+
+
+@dataclass(frozen=True)
+class Identity:
+    """What the user should know about which brain they are talking to."""
+
+    status: str
+    note: str | None
+    brains: tuple[BrainRecord, ...]
+    active_id: str | None
+
+
+@dataclass(frozen=True)
+class WriteOutcome:
+    """The result of one write: the operation's own result and whether it reached the store."""
+
+    result: dict[str, Any]
+    synced: bool
+    brain_id: str | None
+    brain_name: str
+    held_reason: str | None = None
+    pending_writes: int = 0
+    dropped: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A consistent read view of a working copy (or of no brain at all)."""
+
+    brain: Brain | None
+    key: str | None
+    brain_id: str | None
+    brain_name: str | None
+    identity: Identity
+    pending_writes: int = 0
+    held_reason: str | None = None
+    synced_at: float | None = None

@@ -1,0 +1,267 @@
+"""An async client for the store's HTTP contract (version 1.1), as the connector uses it.
+
+Every call carries the user's store credential (a static ``bst_`` token or an
+OIDC ID token). Failures surface as typed errors so the working-copy manager
+can tell "you are not allowed" from "the store is down" from "someone else
+pushed first". The credential is never logged or put in an error message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+_MAX_ERROR_TEXT = 200
+
+
+class StoreError(Exception):
+    """The store answered with an unexpected status."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class StoreUnauthorized(StoreError):
+    """The credential was refused (401/403 on authentication)."""
+
+
+class StoreUnreachable(StoreError):
+    """The store could not be reached, timed out, or failed on its side (5xx, 429)."""
+
+
+class StoreNotFound(StoreError):
+    """The brain (or its archive) does not exist for this user."""
+
+
+class StoreForbidden(StoreError):
+    """The store refused an action for this account (e.g. no more brains allowed)."""
+
+
+class PreconditionFailed(StoreError):
+    """A conditional upload lost: the stored archive is not the one we based on."""
+
+    def __init__(self, current_checksum: str | None) -> None:
+        super().__init__("the brain changed at the store since it was pulled", 412)
+        self.current_checksum = current_checksum
+
+
+@dataclass(frozen=True)
+class BrainRecord:
+    """One brain as the store lists it."""
+
+    id: str
+    name: str
+    size_bytes: int
+    file_count: int
+    checksum: str | None
+    last_synced_at: str | None
+    created_at: str
+
+    @classmethod
+    def from_json(cls, data: Any) -> BrainRecord:
+        """Parse a record, tolerating extra members; raises StoreError when malformed."""
+        if not isinstance(data, dict) or not isinstance(data.get("id"), str):
+            raise StoreError("the store sent a malformed brain record")
+        return cls(
+            id=data["id"].lower(),
+            name=str(data.get("name") or "default"),
+            size_bytes=_int(data.get("size_bytes")),
+            file_count=_int(data.get("file_count")),
+            checksum=data.get("checksum") if isinstance(data.get("checksum"), str) else None,
+            last_synced_at=data.get("last_synced_at") if isinstance(data.get("last_synced_at"), str) else None,
+            created_at=str(data.get("created_at") or ""),
+        )
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+@dataclass(frozen=True)
+class Download:
+    """A pulled archive: its bytes and checksum (None bytes when 304 / not modified)."""
+
+    data: bytes | None
+    checksum: str | None
+
+    @property
+    def not_modified(self) -> bool:
+        """True when the store said our copy is current."""
+        return self.data is None
+
+
+@dataclass(frozen=True)
+class UploadResult:
+    """What the store answered to an accepted upload."""
+
+    checksum: str
+    size_bytes: int
+    file_count: int
+
+
+class StoreClient:
+    """Talks to one store. Share one instance (and its connection pool) per process."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout_s: float = 15.0,
+        max_archive_bytes: int = 256 * 1024 * 1024,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._base = base_url.rstrip("/")
+        self._max_archive = max_archive_bytes
+        self._http = httpx.AsyncClient(
+            base_url=self._base,
+            timeout=httpx.Timeout(timeout_s),
+            limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
+            transport=transport,
+            follow_redirects=False,
+        )
+
+    @property
+    def base_url(self) -> str:
+        """The store's base URL."""
+        return self._base
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        await self._http.aclose()
+
+    async def _request(self, method: str, path: str, credential: str | None, **kwargs: Any) -> httpx.Response:
+        headers = dict(kwargs.pop("headers", {}) or {})
+        if credential is not None:
+            headers["Authorization"] = f"Bearer {credential}"
+        try:
+            return await self._http.request(method, path, headers=headers, **kwargs)
+        except httpx.TimeoutException as exc:
+            raise StoreUnreachable(f"the store did not answer in time ({type(exc).__name__})") from None
+        except httpx.HTTPError as exc:
+            raise StoreUnreachable(f"the store could not be reached ({type(exc).__name__})") from None
+
+    @staticmethod
+    def _fail(response: httpx.Response, what: str) -> StoreError:
+        status = response.status_code
+        detail = ""
+        try:
+            body = response.json()
+            if isinstance(body, dict) and isinstance(body.get("error"), str):
+                detail = body["error"][:_MAX_ERROR_TEXT]
+        except ValueError:
+            pass
+        suffix = f": {detail}" if detail else ""
+        if status == 401:
+            return StoreUnauthorized(f"the store refused the credential while trying to {what}", status)
+        if status == 404:
+            return StoreNotFound(f"not found at the store while trying to {what}", status)
+        if status == 403:
+            return StoreForbidden(f"the store refused to {what}{suffix}", status)
+        if status == 429 or status >= 500:
+            return StoreUnreachable(f"the store is unavailable ({status}) while trying to {what}", status)
+        return StoreError(f"the store answered {status} while trying to {what}{suffix}", status)
+
+    async def health(self) -> bool:
+        """True when the store answers ``GET /health`` with 200."""
+        try:
+            response = await self._request("GET", "/health", None)
+        except StoreUnreachable:
+            return False
+        return response.status_code == 200
+
+    async def me(self, credential: str) -> dict[str, Any]:
+        """``GET /auth/me``: who the credential belongs to."""
+        response = await self._request("GET", "/auth/me", credential)
+        if response.status_code == 403:
+            raise StoreUnauthorized("the store refused the credential", 403)
+        if response.status_code != 200:
+            raise self._fail(response, "identify the account")
+        body = response.json()
+        if not isinstance(body, dict):
+            raise StoreError("the store sent a malformed /auth/me answer")
+        return body
+
+    async def list_brains(self, credential: str) -> list[BrainRecord]:
+        """``GET /api/brains``: the account's brains, as the store orders them (oldest first)."""
+        response = await self._request("GET", "/api/brains", credential)
+        if response.status_code != 200:
+            raise self._fail(response, "list brains")
+        try:
+            body = response.json()
+        except ValueError:
+            raise StoreError("the store sent a malformed brain list") from None
+        if not isinstance(body, list):
+            raise StoreError("the store sent a malformed brain list")
+        return [BrainRecord.from_json(item) for item in body]
+
+    async def create_brain(self, credential: str, name: str | None = None) -> BrainRecord:
+        """``POST /api/brains``: a new, empty brain."""
+        payload = {"name": name} if name else {}
+        response = await self._request("POST", "/api/brains", credential, json=payload)
+        if response.status_code not in (200, 201):
+            raise self._fail(response, "create a brain")
+        return BrainRecord.from_json(response.json())
+
+    async def download(self, credential: str, brain_id: str, known_checksum: str | None = None) -> Download:
+        """``GET /api/brains/{id}/sync``, conditional on ``known_checksum`` (304 → not modified).
+
+        A brain with no archive yet raises StoreNotFound, like a missing brain;
+        callers tell them apart with the brain list.
+        """
+        headers = {"If-None-Match": f'"{known_checksum}"'} if known_checksum else {}
+        response = await self._request("GET", f"/api/brains/{brain_id}/sync", credential, headers=headers)
+        if response.status_code == 304:
+            return Download(data=None, checksum=known_checksum)
+        if response.status_code != 200:
+            raise self._fail(response, "download the brain")
+        data = response.content
+        if len(data) > self._max_archive:
+            raise StoreError("the brain's archive is larger than the connector accepts")
+        checksum = response.headers.get("X-Checksum") or response.headers.get("ETag", "").strip('"') or None
+        return Download(data=data, checksum=checksum.lower() if checksum else None)
+
+    async def upload(
+        self,
+        credential: str,
+        brain_id: str,
+        archive: bytes,
+        *,
+        if_match: str | None = None,
+        if_none_match_any: bool = False,
+    ) -> UploadResult:
+        """``PUT /api/brains/{id}/sync`` with the archive in the multipart field ``brain``.
+
+        ``if_match`` sends ``If-Match: "<checksum>"``; ``if_none_match_any`` sends
+        ``If-None-Match: *`` (first push). 412 raises PreconditionFailed carrying
+        the store's current checksum.
+        """
+        headers: dict[str, str] = {}
+        if if_match:
+            headers["If-Match"] = f'"{if_match}"'
+        if if_none_match_any:
+            headers["If-None-Match"] = "*"
+        files = {"brain": ("brain.tar.gz", archive, "application/gzip")}
+        response = await self._request("PUT", f"/api/brains/{brain_id}/sync", credential, headers=headers, files=files)
+        if response.status_code == 412:
+            current = None
+            try:
+                body = response.json()
+                if isinstance(body, dict) and isinstance(body.get("current_checksum"), str):
+                    current = body["current_checksum"]
+            except ValueError:
+                pass
+            raise PreconditionFailed(current)
+        if response.status_code != 200:
+            raise self._fail(response, "upload the brain")
+        body = response.json()
+        checksum = body.get("checksum") if isinstance(body, dict) else None
+        if not isinstance(checksum, str):
+            checksum = response.headers.get("ETag", "").strip('"')
+        return UploadResult(
+            checksum=checksum.lower(),
+            size_bytes=_int(body.get("size_bytes")) if isinstance(body, dict) else len(archive),
+            file_count=_int(body.get("file_count")) if isinstance(body, dict) else 0,
+        )

@@ -1,0 +1,102 @@
+"""The tool surface without a network: declarations, tolerant arguments, base URLs."""
+
+from __future__ import annotations
+
+import jsonschema
+import pytest
+
+from connector.mcp.arguments import ArgumentError, Args
+from connector.mcp.definitions import INSTRUCTIONS, TOOLS, TOOLS_BY_NAME
+from connector.mcp.http import bearer_token, is_trusted_proxy, request_base_url
+from connector.settings import TOOL_NAMES
+
+EXPECTED_HINTS = {
+    # name: (readOnly, destructive, idempotent)
+    "brain_recall": (True, False, True),
+    "brain_status": (True, False, True),
+    "brain_use": (False, False, True),
+    "brain_memorize": (False, True, False),
+    "brain_pin": (False, True, True),
+    "brain_unpin": (False, True, True),
+    "brain_forget": (False, True, False),
+    "brain_verify": (False, True, False),
+}
+
+
+def test_eight_tools_with_schemas_and_annotations() -> None:
+    assert tuple(tool.name for tool in TOOLS) == TOOL_NAMES
+    for spec in TOOLS:
+        tool = spec.to_tool()
+        assert tool.title and tool.description and len(tool.description) > 40
+        jsonschema.Draft202012Validator.check_schema(tool.input_schema)
+        jsonschema.Draft202012Validator.check_schema(tool.output_schema)
+        assert tool.output_schema["type"] == "object"
+        hints = tool.annotations
+        assert hints is not None and hints.open_world_hint is False
+        assert (hints.read_only_hint, hints.destructive_hint, hints.idempotent_hint) == EXPECTED_HINTS[tool.name]
+        # Tolerance: no schema forbids the extra arguments models add.
+        assert tool.input_schema.get("additionalProperties") is not False
+        wire = tool.model_dump(by_alias=True, exclude_none=True)
+        assert "inputSchema" in wire and "outputSchema" in wire and wire["annotations"]["openWorldHint"] is False
+    assert TOOLS_BY_NAME["brain_memorize"].scope == "brain.write"
+    assert TOOLS_BY_NAME["brain_recall"].scope == "brain.read"
+
+
+def test_instructions_say_recall_first_and_never_the_conversation() -> None:
+    assert "brain_recall" in INSTRUCTIONS and "brain_memorize" in INSTRUCTIONS
+    assert "whole conversation" in INSTRUCTIONS
+
+
+def test_arrays_and_objects_as_json_strings() -> None:
+    args = Args({"tags": '["a", "b"]', "ids": "mem_1, mem_2", "explanation": "ignored", "limit": "7", "force": "true"})
+    assert args.string_list("tags") == ["a", "b"]
+    assert args.string_list("ids") == ["mem_1", "mem_2"]
+    assert args.integer("limit", default=10, minimum=1, maximum=25) == 7
+    assert args.boolean("force") is True
+    assert Args('{"query": "x"}').string("query") == "x"
+    assert Args(None).string("query") is None
+
+
+def test_argument_refusals_are_clear() -> None:
+    with pytest.raises(ArgumentError, match="'query' is required"):
+        Args({}).string("query", required=True)
+    with pytest.raises(ArgumentError, match="must not be empty"):
+        Args({"query": "   "}).string("query", required=True)
+    with pytest.raises(ArgumentError, match="'tags'"):
+        Args({"tags": {"a": 1}}).string_list("tags")
+    with pytest.raises(ArgumentError, match="'limit'"):
+        Args({"limit": "lots"}).integer("limit", default=10, minimum=1, maximum=25)
+    with pytest.raises(ArgumentError, match="one of"):
+        Args({"origin": "gossip"}).choice("origin", ["user", "external"], default="user")
+    assert Args({"limit": 500}).integer("limit", default=10, minimum=1, maximum=25) == 25
+    assert Args({"limit": 0}).integer("limit", default=10, minimum=1, maximum=25) == 1
+
+
+def _scope(peer: str, headers: dict[str, str], scheme: str = "http") -> dict[str, object]:
+    return {
+        "type": "http",
+        "scheme": scheme,
+        "client": (peer, 5555),
+        "server": ("127.0.0.1", 8788),
+        "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
+    }
+
+
+def test_base_url_trusts_forwarded_headers_only_from_proxies() -> None:
+    forwarded = {"host": "127.0.0.1:8788", "x-forwarded-proto": "https", "x-forwarded-host": "brain.example.org"}
+    assert request_base_url(_scope("127.0.0.1", forwarded), None, ("loopback",)) == "https://brain.example.org"
+    assert request_base_url(_scope("203.0.113.9", forwarded), None, ("loopback",)) == "http://127.0.0.1:8788"
+    assert request_base_url(_scope("10.1.2.3", forwarded), None, ("uniquelocal",)) == "https://brain.example.org"
+    assert request_base_url(_scope("127.0.0.1", forwarded), "https://fixed.example/", ("loopback",)) == "https://fixed.example"
+    # A hostile Host header is not echoed into URLs.
+    evil = {"host": 'x"y/<z>'}
+    assert request_base_url(_scope("203.0.113.9", evil), None, ()) == "http://127.0.0.1:8788"
+    assert is_trusted_proxy("::ffff:127.0.0.1", ("loopback",))
+    assert not is_trusted_proxy("not-an-ip", ("loopback",))
+
+
+def test_bearer_token_parsing() -> None:
+    assert bearer_token(_scope("127.0.0.1", {"authorization": "Bearer abc"})) == "abc"
+    assert bearer_token(_scope("127.0.0.1", {"authorization": "bearer  abc "})) == "abc"
+    assert bearer_token(_scope("127.0.0.1", {"authorization": "Basic abc"})) is None
+    assert bearer_token(_scope("127.0.0.1", {})) is None
