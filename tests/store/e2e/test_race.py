@@ -1,0 +1,141 @@
+"""Racing writers against `brain-store serve --workers 2` (two processes, one data directory).
+
+- 50 rounds of 16 simultaneous uploads carrying the same If-Match: exactly one 200 per round,
+  fifteen 412s, and the live archive is the winner's.
+- A read-modify-write counter incremented by 8 clients that retry on 412 loses no increment.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import tarfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+from contract.conformance.archives import brain_archive, make_archive
+from tests.contract.harness import Store, running_store
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("store-e2e-race")]
+
+ROUNDS = 50
+WRITERS = 16
+COUNTER_CLIENTS = 8
+INCREMENTS_EACH = 12
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Store, str]]:
+    env = {"STORE_RATE_LIMITS": "off", "STORE_SNAPSHOTS": "2"}
+    with running_store(tmp_path_factory.mktemp("race") / "data", env=env, workers=2) as running:
+        yield running, running.add_user("racer")
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _upload(http: httpx.Client, brain_id: str, archive: bytes, if_match: str | None) -> httpx.Response:
+    headers = {"If-Match": f'"{if_match}"'} if if_match else {}
+    return http.put(f"/api/brains/{brain_id}/sync", files={"brain": ("b.tar.gz", archive, "application/gzip")}, headers=headers)
+
+
+def _clients(url: str, token: str, n: int) -> list[httpx.Client]:
+    return [httpx.Client(base_url=url, timeout=60, headers={"Authorization": f"Bearer {token}"}) for _ in range(n)]
+
+
+def test_exactly_one_if_match_writer_wins_each_round(store: tuple[Store, str]) -> None:
+    running, token = store
+    clients = _clients(running.url, token, WRITERS)
+    try:
+        brain_id = clients[0].post("/api/brains", json={"name": "race"}).json()["id"]
+        seed = brain_archive("race-seed")
+        assert _upload(clients[0], brain_id, seed, None).status_code == 200
+        base = _sha(seed)
+        started = time.monotonic()
+        with ThreadPoolExecutor(WRITERS) as pool:
+            for round_no in range(ROUNDS):
+                archives = [brain_archive(f"race-{round_no}-{i}") for i in range(WRITERS)]
+                barrier = threading.Barrier(WRITERS, timeout=30)
+
+                def push(i: int, archives: list[bytes] = archives, barrier: threading.Barrier = barrier, base: str = base) -> int:
+                    barrier.wait()
+                    return _upload(clients[i], brain_id, archives[i], base).status_code
+
+                statuses = list(pool.map(push, range(WRITERS), timeout=120))
+                counts = Counter(statuses)
+                assert counts == Counter({200: 1, 412: WRITERS - 1}), f"round {round_no}: {dict(counts)}"
+                winner = archives[statuses.index(200)]
+                live = clients[0].get(f"/api/brains/{brain_id}/sync")
+                assert live.content == winner and live.headers["x-checksum"] == _sha(winner)
+                base = _sha(winner)
+        assert time.monotonic() - started < 150
+    finally:
+        for client in clients:
+            client.close()
+
+
+def _counter_archive(value: int, writer: int) -> bytes:
+    return make_archive({"counter.txt": str(value).encode(), f"last-writer-{writer}.txt": b"x"})
+
+
+def _read_counter(archive: bytes) -> int:
+    with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
+        member = tar.extractfile("counter.txt")
+        assert member is not None
+        return int(member.read())
+
+
+def test_read_modify_write_counter_loses_no_increment(store: tuple[Store, str]) -> None:
+    running, token = store
+    clients = _clients(running.url, token, COUNTER_CLIENTS)
+    try:
+        brain_id = clients[0].post("/api/brains", json={"name": "counter"}).json()["id"]
+        assert _upload(clients[0], brain_id, _counter_archive(0, -1), None).status_code == 200
+        accepted: list[int] = []
+        lock = threading.Lock()
+
+        def worker(i: int) -> int:
+            http, conflicts = clients[i], 0
+            for _ in range(INCREMENTS_EACH):
+                for _attempt in range(500):
+                    pulled = http.get(f"/api/brains/{brain_id}/sync")
+                    assert pulled.status_code == 200
+                    base = pulled.headers["x-checksum"]
+                    assert _sha(pulled.content) == base
+                    value = _read_counter(pulled.content) + 1
+                    resp = _upload(http, brain_id, _counter_archive(value, i), base)
+                    if resp.status_code == 200:
+                        with lock:
+                            accepted.append(value)
+                        break
+                    assert resp.status_code == 412, resp.text
+                    assert resp.json()["current_checksum"] != base
+                    conflicts += 1
+                else:
+                    raise AssertionError("client starved: 500 conflicts for one increment")
+            return conflicts
+
+        with ThreadPoolExecutor(COUNTER_CLIENTS) as pool:
+            conflicts = sum(pool.map(worker, range(COUNTER_CLIENTS), timeout=150))
+        total = COUNTER_CLIENTS * INCREMENTS_EACH
+        final = clients[0].get(f"/api/brains/{brain_id}/sync")
+        assert _read_counter(final.content) == total
+        assert sorted(accepted) == list(range(1, total + 1)), "an increment was lost or applied twice"
+        assert conflicts > 0, "the clients never raced; the test proves nothing"
+    finally:
+        for client in clients:
+            client.close()
+
+
+def test_race_store_data_dir_has_no_leftovers(store: tuple[Store, str]) -> None:
+    running, _ = store
+    tmp = Path(running.data_dir) / "tmp"
+    assert not tmp.exists() or list(tmp.iterdir()) == []
