@@ -1,0 +1,6 @@
+"""Request rate limits and the client address they are keyed on (pure logic, no I/O)."""
+
+from store.limits.address import TrustedProxies, client_address
+from store.limits.rate import TokenBucketLimiter
+
+__all__ = ["TokenBucketLimiter", "TrustedProxies", "client_address"]

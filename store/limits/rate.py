@@ -1,0 +1,100 @@
+"""Token-bucket rate limiting per key (user id, client address), with bounded memory.
+
+Each key owns a bucket of ``burst`` tokens refilled continuously at
+``rate_per_min / 60`` tokens per second; a request takes one token or is refused
+with the time until one is available. Unlike fixed windows there is no window
+edge, so no client ever gets two bursts back to back: over any interval of ``t``
+seconds at most ``burst + rate * t`` requests pass.
+
+Memory is bounded: a bucket that has refilled completely carries no information
+(a fresh one is identical) and is dropped as soon as it reaches the front of the
+least-recently-used order; past ``max_keys`` the least recently used bucket goes.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+
+__all__ = ["TokenBucketLimiter", "retry_after_header"]
+
+
+class TokenBucketLimiter:
+    """Per-key token buckets: ``hit(key)`` is None when allowed, else seconds to wait.
+
+    ``rate_per_min`` tokens are added per minute up to ``burst`` (default: one
+    minute's worth). Thread-safe; ``now`` (monotonic seconds) is for tests.
+    """
+
+    def __init__(
+        self,
+        rate_per_min: float,
+        burst: float | None = None,
+        *,
+        max_keys: int = 100_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not rate_per_min > 0:
+            raise ValueError("rate_per_min must be positive (switch the limiter off instead of using 0)")
+        burst = rate_per_min if burst is None else burst
+        if not burst >= 1:
+            raise ValueError("burst must be at least 1")
+        if max_keys < 1:
+            raise ValueError("max_keys must be at least 1")
+        self._rate = rate_per_min / 60.0
+        self._burst = float(burst)
+        self._full_after = self._burst / self._rate  # idle seconds after which any bucket is full
+        self._max_keys = max_keys
+        self._clock = clock
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()  # key -> (tokens, at)
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        """Number of keys currently remembered."""
+        return len(self._buckets)
+
+    def hit(self, key: str, now: float | None = None) -> float | None:
+        """Take one token for ``key``: None if allowed, else seconds until a request would pass."""
+        if now is None:
+            now = self._clock()
+        with self._lock:
+            buckets = self._buckets
+            state = buckets.get(key)
+            if state is None:
+                self._make_room(now)
+                tokens = self._burst
+                at = now
+            else:
+                tokens, at = state
+                if now > at:  # a clock that steps back refills nothing
+                    tokens = min(self._burst, tokens + (now - at) * self._rate)
+                    at = now
+                buckets.move_to_end(key)
+            if tokens >= 1.0:
+                buckets[key] = (tokens - 1.0, at)
+                return None
+            # A refused request takes nothing: hammering does not extend the wait.
+            buckets[key] = (tokens, at)
+            return (1.0 - tokens) / self._rate
+
+    def _make_room(self, now: float) -> None:
+        buckets = self._buckets
+        # Drop a couple of full (idle) buckets from the cold end on every insert, so
+        # memory follows the number of recently active keys, not all keys ever seen.
+        for _ in range(2):
+            if not buckets:
+                return
+            oldest_key, (_, at) = next(iter(buckets.items()))
+            if now - at < self._full_after:
+                break
+            del buckets[oldest_key]
+        while len(buckets) >= self._max_keys:
+            buckets.popitem(last=False)
+
+
+def retry_after_header(seconds: float) -> str:
+    """A ``Retry-After`` value (whole seconds, at least 1) for a wait of ``seconds``."""
+    return str(max(1, math.ceil(seconds)))
