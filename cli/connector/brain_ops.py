@@ -1,0 +1,133 @@
+"""`brain-connector memorize|pin|unpin|forget|verify`: the engine's writes on a brain directory.
+
+Each command loads the directory into memory, applies one operation, and writes back
+only the files that changed (each atomically). On an error nothing is written, an
+``{"error": ...}`` object goes to stderr and the exit status is 1.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import click
+
+from connector.engine.archive import ArchiveError, load_directory, save_directory
+from connector.engine.brain import Brain, dump_json
+from connector.engine.errors import BrainError
+from connector.engine.ops import Forget, Memorize, Operation, Pin, Unpin, Verify
+from connector.engine.rules import parse_iso
+
+_BRAIN_ARGUMENT = click.argument(
+    "brain", type=click.Path(file_okay=False, dir_okay=True, path_type=Path)
+)
+_NOW_OPTION = click.option(
+    "--now", default=None, help="Clock for timestamps and new ids (ISO 8601); default: the current time."
+)
+
+
+def _clock(value: str | None) -> datetime:
+    if value is None:
+        return datetime.now(UTC)
+    parsed = parse_iso(value)
+    if parsed is None:
+        raise click.BadParameter(f"not an ISO 8601 instant: {value!r}", param_hint="--now")
+    return parsed
+
+
+def _fail(message: str) -> None:
+    sys.stderr.write(json.dumps({"error": message}, ensure_ascii=False) + "\n")
+    sys.exit(1)
+
+
+def _run(brain_dir: Path, make: Any, now: str | None, *, create: bool = False, writes: bool = True) -> None:
+    """Build the operation, apply it to the directory's brain, save, print the result."""
+    clock = _clock(now)
+    try:
+        operation: Operation = make()
+        if not (brain_dir / "index.json").is_file() and not create:
+            raise BrainError(f"brain not initialized: no index.json in {brain_dir}")
+        brain = load_directory(brain_dir) if brain_dir.is_dir() else Brain()
+        before = dict(brain.files)
+        result = operation.apply(brain, clock)
+        if writes and brain.files != before:
+            save_directory(brain, brain_dir)
+    except (BrainError, ArchiveError) as exc:
+        _fail(str(exc))
+        return
+    except OSError as exc:
+        _fail(f"cannot access {brain_dir}: {exc.strerror or exc}")
+        return
+    sys.stdout.buffer.write(dump_json(result))
+    sys.stdout.buffer.flush()
+
+
+@click.command()
+@_BRAIN_ARGUMENT
+@_NOW_OPTION
+def memorize(brain: Path, now: str | None) -> None:
+    """Write memories into BRAIN (a directory) from JSON on stdin.
+
+    The JSON is what `brain memorize` takes: one memory object, an array of them, or
+    {"memories": [...]}. Each memory needs title, type, path and content; optional:
+    cognitive_type, tags, related, salience, confidence, source, encoding_context,
+    pinned, pin_scope, pin_priority, stable, origin, valid_from, valid_until,
+    supersedes. A path not ending in .md is a directory (the file is named from the
+    title). A missing BRAIN directory is created. Prints the stored memories as JSON.
+    """
+
+    def make() -> Operation:
+        raw = sys.stdin.buffer.read()
+        try:
+            payload = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            raise BrainError("stdin is not valid JSON") from None
+        return Memorize.from_request(payload)
+
+    _run(brain, make, now, create=True)
+
+
+@click.command()
+@_BRAIN_ARGUMENT
+@click.argument("memory_id")
+@click.option("--scope", default="global", show_default=True, help="Pin scope.")
+@click.option("--priority", type=int, default=0, show_default=True, help="Pin priority.")
+@_NOW_OPTION
+def pin(brain: Path, memory_id: str, scope: str, priority: int, now: str | None) -> None:
+    """Pin MEMORY_ID in BRAIN (a directory): always present, never decays."""
+    _run(brain, lambda: Pin(memory_id, scope, priority), now)
+
+
+@click.command()
+@_BRAIN_ARGUMENT
+@click.argument("memory_id")
+@_NOW_OPTION
+def unpin(brain: Path, memory_id: str, now: str | None) -> None:
+    """Unpin MEMORY_ID in BRAIN (a directory); succeeds (and says so) if it was not pinned."""
+    _run(brain, lambda: Unpin(memory_id), now)
+
+
+@click.command()
+@_BRAIN_ARGUMENT
+@click.argument("memory_id")
+@click.option("--force", is_flag=True, help="Archive even a protected memory (salience >= 0.7).")
+@_NOW_OPTION
+def forget(brain: Path, memory_id: str, force: bool, now: str | None) -> None:
+    """Archive MEMORY_ID of BRAIN (a directory) into _archived/ (recoverable)."""
+    _run(brain, lambda: Forget(memory_id, force), now)
+
+
+@click.command()
+@_BRAIN_ARGUMENT
+@click.argument("action", type=click.Choice(["list", "approve", "reject"]), default="list")
+@click.argument("memory_ids", nargs=-1)
+@_NOW_OPTION
+def verify(brain: Path, action: str, memory_ids: tuple[str, ...], now: str | None) -> None:
+    """List memories of BRAIN (a directory) pending verification, or approve/reject MEMORY_IDS.
+
+    Per-id results and errors are printed separately; one bad id does not stop the rest.
+    """
+    _run(brain, lambda: Verify(action, list(memory_ids)), now, writes=action != "list")
