@@ -26,7 +26,6 @@ gzip-compressed tar); ``exc.reason`` says which family of problem it was.
 
 from __future__ import annotations
 
-import re
 import zlib
 from dataclasses import dataclass
 
@@ -52,7 +51,7 @@ _REFUSED_TYPES = {
     b"6": "FIFOs are not allowed",
     b"S": "sparse files are not supported",
 }
-_OCTAL = re.compile(rb"[0-7]*")
+_V7_MAGIC = bytes(8)
 
 
 @dataclass(frozen=True)
@@ -233,7 +232,7 @@ class ArchiveInspector:
 
 
 # States of the tar layer.
-_T_HEADER, _T_DATA, _T_PAD, _T_ZERO1, _T_END = range(5)
+_T_HEADER, _T_DATA, _T_ZERO1, _T_END = range(4)
 
 
 class _TarParser:
@@ -243,9 +242,9 @@ class _TarParser:
         self._limits = limits
         self._state = _T_HEADER
         self._block = bytearray()  # a header block split across feeds (< 512 bytes)
-        self._data_left = 0
-        self._pad_left = 0
+        self._skip_left = 0  # member content plus padding still to skip
         self._collect: bytearray | None = None  # content of a pax / GNU long-name record
+        self._collect_left = 0
         self._collect_type = b""
         self._meta_chain = 0
         self._next_path: bytes | None = None  # from pax "path" or GNU "L"
@@ -260,22 +259,18 @@ class _TarParser:
         while pos < size:
             state = self._state
             if state == _T_DATA:
-                take = min(self._data_left, size - pos)
-                if self._collect is not None:
-                    self._collect += view[pos : pos + take]
+                # Member content and its padding: skipped, except metadata records.
+                take = min(self._skip_left, size - pos)
+                if self._collect is not None and self._collect_left:
+                    keep = min(take, self._collect_left)
+                    self._collect += view[pos : pos + keep]
+                    self._collect_left -= keep
                 pos += take
-                self._data_left -= take
-                if self._data_left == 0:
+                self._skip_left -= take
+                if self._skip_left == 0:
+                    self._state = _T_HEADER
                     if self._collect is not None:
                         self._end_meta()
-                    self._state = _T_PAD if self._pad_left else _T_HEADER
-                continue
-            if state == _T_PAD:
-                take = min(self._pad_left, size - pos)
-                pos += take
-                self._pad_left -= take
-                if self._pad_left == 0:
-                    self._state = _T_HEADER
                 continue
             if state == _T_END:
                 # Zero padding after the end marker is normal (tar pads to its record size).
@@ -302,7 +297,7 @@ class _TarParser:
     def finish(self) -> None:
         if self._state == _T_END:
             return
-        if self._state in (_T_DATA, _T_PAD) or self._block:
+        if self._state == _T_DATA or self._block:
             raise ArchiveRejected("the tar archive is truncated", reason="tar")
         if self._collect is not None or self._meta_chain:
             raise ArchiveRejected("the tar archive is truncated after an extended header", reason="tar")
@@ -325,21 +320,20 @@ class _TarParser:
 
     def _on_header(self, block: bytes) -> None:
         first = self.entries == 0 and self._meta_chain == 0
-        stored = _octal_field(block[148:156], "checksum", first)
-        unsigned = sum(block) - sum(block[148:156]) + 8 * 0x20
-        if stored != unsigned and stored != _signed_checksum(block):
+        stored = _octal(block[148:156])
+        if stored < 0 or not _checksum_ok(block, stored):
             if first:
                 raise ArchiveRejected("the gzip data is not a tar archive", reason="tar")
             raise ArchiveRejected(f"tar header checksum mismatch after entry {self.entries}", reason="tar")
         magic = block[257:265]
         if magic[:6] == b"ustar\x00":
             posix = True
-        elif magic == b"ustar  \x00" or magic == bytes(8):  # GNU, or old V7 headers
+        elif magic == b"ustar  \x00" or magic == _V7_MAGIC:  # GNU, or old V7 headers
             posix = False
         else:
             raise ArchiveRejected("unsupported tar header format", reason="tar")
         typeflag = block[156:157]
-        size = _number_field(block[124:136], "size")
+        size = _size_field(block[124:136])
 
         if typeflag in (b"x", b"g", b"L", b"K"):
             self._start_meta(typeflag, size)
@@ -371,8 +365,7 @@ class _TarParser:
         self._skip(size)
 
     def _skip(self, size: int) -> None:
-        self._data_left = size
-        self._pad_left = -size % BLOCK
+        self._skip_left = size + (-size % BLOCK)
         self._state = _T_DATA if size else _T_HEADER
 
     def _start_meta(self, typeflag: bytes, size: int) -> None:
@@ -385,6 +378,7 @@ class _TarParser:
             if self._meta_chain > _MAX_META_CHAIN:
                 raise ArchiveRejected("too many extended headers in a row", reason="tar")
         self._collect = bytearray()
+        self._collect_left = size
         self._collect_type = typeflag
         self._skip(size)
         if size == 0:
@@ -463,25 +457,52 @@ def _nts(field: bytes) -> bytes:
     return field if end < 0 else field[:end]
 
 
-def _octal_field(field: bytes, what: str, first: bool = False) -> int:
-    text = _nts(field).strip(b" ")
-    if not text or _OCTAL.fullmatch(text) is None:
-        if first:
-            raise ArchiveRejected("the gzip data is not a tar archive", reason="tar")
-        raise ArchiveRejected(f"a tar header has an invalid {what} field", reason="tar")
-    return int(text, 8)
+def _octal(field: bytes) -> int:
+    """An octal number field (NUL/space padded); -1 when it is not one."""
+    end = field.find(b"\x00")
+    text = (field if end < 0 else field[:end]).strip(b" ")
+    # isdigit() first: int() alone would also accept signs, underscores and "0o".
+    if not text.isdigit():
+        return -1
+    try:
+        return int(text, 8)
+    except ValueError:  # digits 8 and 9
+        return -1
 
 
-def _number_field(field: bytes, what: str) -> int:
-    """An octal number, or GNU base-256 (first byte 0x80) for large values."""
+def _size_field(field: bytes) -> int:
+    """An entry size: octal, or GNU base-256 (first byte 0x80) for large values."""
     if field[0] & 0x80:
         if field[0] != 0x80:
-            raise ArchiveRejected(f"a tar header has a negative {what}", reason="tar")
+            raise ArchiveRejected("a tar header has a negative size", reason="tar")
         return int.from_bytes(field[1:], "big")
-    text = _nts(field).strip(b" ")
-    if _OCTAL.fullmatch(text) is None:
-        raise ArchiveRejected(f"a tar header has an invalid {what} field", reason="tar")
-    return int(text, 8) if text else 0
+    if not field.strip(b"\x00 "):
+        return 0
+    value = _octal(field)
+    if value < 0:
+        raise ArchiveRejected("a tar header has an invalid size field", reason="tar")
+    return value
+
+
+# The byte sum of a header is at most this; 65521 * 255 is larger, so the two
+# residues below determine the sum exactly.
+_MAX_SUM = BLOCK * 255
+
+
+def _checksum_ok(block: bytes, stored: int) -> bool:
+    """Whether ``stored`` is the header's checksum (sum of its bytes, checksum field as spaces).
+
+    ``sum(block)`` costs a Python-level loop over 512 bytes for every header; instead
+    the byte sum is pinned down by two C-speed residues: Adler-32's low half is
+    ``1 + sum mod 65521`` and the block read as a base-256 integer is ``sum mod 255``.
+    """
+    expected = stored - 8 * 0x20 + sum(block[148:156])
+    if 0 <= expected <= _MAX_SUM:
+        low_adler = zlib.adler32(block) & 0xFFFF
+        if low_adler == (1 + expected) % 65521 and int.from_bytes(block, "little") % 255 == expected % 255:
+            return True
+    # Some historic tars summed bytes as signed chars; tarfile accepts both, so do we.
+    return stored == _signed_checksum(block)
 
 
 def _signed_checksum(block: bytes) -> int:
