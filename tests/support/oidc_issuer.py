@@ -409,10 +409,16 @@ if __name__ == "__main__":
 class IssuerClient:
     """A tiny client for a running test issuer: mint tokens, steer failures, read counts."""
 
-    def __init__(self, base_url: str, issuer: str, audience: str) -> None:
+    def __init__(self, base_url: str, issuer: str, audience: str, server: Any = None) -> None:
         self.base_url = base_url
         self.issuer = issuer
         self.audience = audience
+        self.server = server  # the ServerProcess, when started by start_issuer
+
+    def stop(self) -> None:
+        """Stop the issuer process (an outage that refuses connections)."""
+        if self.server is not None:
+            self.server.stop()
 
     def _post(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
         import httpx
@@ -476,6 +482,6 @@ def start_issuer(tmp_dir: Any, *, path: str = "", audience: str = "brain-store")
                 "--audience", audience]
         log_path = Path(tmp_dir) / f"oidc-issuer-{port}.log"
         with run_server(argv, port=port, log_path=log_path, health_path="/_test/health") as server:
-            yield IssuerClient(server.base_url, server.base_url + path.rstrip("/"), audience)
+            yield IssuerClient(server.base_url, server.base_url + path.rstrip("/"), audience, server)
 
     return running()
