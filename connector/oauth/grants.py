@@ -124,6 +124,13 @@ class RefreshGrants:
         current = time.time() if now is None else now
         return isinstance(record, dict) and record.get("expires", 0) > current
 
+    def subject_has_live_family(self, subject: str, now: float | None = None) -> bool:
+        """True while ``subject`` still has a live session at any client."""
+        current = time.time() if now is None else now
+        return any(
+            r.get("subject") == subject and r.get("expires", 0) > current for r in self._state.families.records.values()
+        )
+
     def load_family(self, family_id: str) -> Family | None:
         """The family ``family_id`` (secrets opened), or None."""
         record = self._state.families.get(family_id)

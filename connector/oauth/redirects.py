@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 from urllib.parse import urlsplit
 
 MAX_URI_LENGTH = 2000
+# Host names made of the characters DNS allows (or an IPv6 literal): nothing that could
+# break out of a header or a Content-Security-Policy source expression.
+_HOST = re.compile(r"[A-Za-z0-9.\-]+|\[[0-9A-Fa-f:.]+\]")
 
 
 def is_loopback_host(host: str | None) -> bool:
@@ -45,6 +49,10 @@ def redirect_uri_problem(uri: str) -> str | None:
         return "redirect URI must not contain user information"
     if not hostname:
         return "redirect URI must be absolute, with a host"
+    netloc = parts.netloc
+    host_only = netloc[: netloc.find("]") + 1] if netloc.startswith("[") else netloc.split(":", 1)[0]
+    if not _HOST.fullmatch(host_only):
+        return "redirect URI host has characters a host name cannot have"
     scheme = parts.scheme.lower()
     if scheme == "https":
         return None

@@ -15,7 +15,7 @@ import secrets
 import time
 import zlib
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -196,6 +196,7 @@ class AuthorizationServer:
         codec: AccessTokenCodec,
         provider: IdentityProvider,
         clock: Callable[[], float] = time.time,
+        on_session_end: Callable[[str], Awaitable[Any]] | None = None,
     ) -> None:
         self.clients = clients
         self.documents = documents
@@ -203,6 +204,7 @@ class AuthorizationServer:
         self.codec = codec
         self.provider = provider
         self._clock = clock
+        self._on_session_end = on_session_end
         self._pending = _BoundedExpiring(MAX_PENDING)
         self._by_oidc_state: dict[str, str] = {}
         self._codes = _BoundedExpiring(MAX_CODES)
@@ -482,7 +484,7 @@ class AuthorizationServer:
             if not secrets.compare_digest(client_id, family.client_id):
                 return _error(400, "invalid_grant", "refresh token was issued to another client", NO_STORE)
             if seen.status == "reused":
-                self.grants.revoke_family(family.family_id)
+                await self._end_family(family)
                 log.warning("refresh token reuse: family revoked", extra={"client_id": family.client_id})
                 return _error(400, "invalid_grant", "refresh token was already used; sign in again", NO_STORE)
             resource, _ = _single(form, "resource")
@@ -508,7 +510,7 @@ class AuthorizationServer:
                     {**NO_STORE, "Retry-After": "30"},
                 )
             except ProviderRefused:
-                self.grants.revoke_family(family.family_id)
+                await self._end_family(family)
                 log.info("identity refused at refresh: family revoked", extra={"client_id": family.client_id})
                 return _error(400, "invalid_grant", "the identity is no longer valid; sign in again", NO_STORE)
             now = self._clock()
@@ -540,6 +542,16 @@ class AuthorizationServer:
         }
         return JsonReply(200, body, dict(NO_STORE))
 
+    async def _end_family(self, family: Family) -> None:
+        """Revoke a family; when it was the user's last session, tell the working copies."""
+        self.grants.revoke_family(family.family_id)
+        if self._on_session_end is None or self.grants.subject_has_live_family(family.subject, self._clock()):
+            return
+        try:
+            await self._on_session_end(family.subject)
+        except Exception:  # the session is over either way; a purge failure must not turn into a 500
+            log.exception("session-end hook failed")
+
     def _lock_for(self, family_id: str) -> asyncio.Lock:
         return self._locks[zlib.crc32(family_id.encode("utf-8")) % _LOCK_STRIPES]
 
@@ -559,7 +571,7 @@ class AuthorizationServer:
             family = self.grants.load_family(family_id)
             # A public client may only revoke its own tokens; anything else is silently ignored.
             if family is not None and (client_id is None or secrets.compare_digest(client_id, family.client_id)):
-                self.grants.revoke_family(family_id)
+                await self._end_family(family)
         return JsonReply(200, {}, dict(NO_STORE))
 
     def verify_access(self, token: str, base_url: str, now: float | None = None) -> AccessClaims | None:

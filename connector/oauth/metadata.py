@@ -1,0 +1,41 @@
+"""RFC 8414 authorization-server metadata and RFC 9728 protected-resource metadata."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from connector.oauth.server import SCOPES, resource_of
+from mcp.shared.auth import OAuthMetadata, ProtectedResourceMetadata
+
+
+def authorization_server_metadata(base_url: str) -> dict[str, Any]:
+    """The RFC 8414 document of the connector reached at ``base_url`` (its issuer)."""
+    document = OAuthMetadata(
+        issuer=base_url,  # type: ignore[arg-type]
+        authorization_endpoint=f"{base_url}/authorize",  # type: ignore[arg-type]
+        token_endpoint=f"{base_url}/token",  # type: ignore[arg-type]
+        registration_endpoint=f"{base_url}/register",  # type: ignore[arg-type]
+        revocation_endpoint=f"{base_url}/revoke",  # type: ignore[arg-type]
+        scopes_supported=list(SCOPES),
+        response_types_supported=["code"],
+        response_modes_supported=["query"],
+        grant_types_supported=["authorization_code", "refresh_token"],
+        token_endpoint_auth_methods_supported=["none"],
+        revocation_endpoint_auth_methods_supported=["none"],
+        code_challenge_methods_supported=["S256"],
+        authorization_response_iss_parameter_supported=True,
+        client_id_metadata_document_supported=True,
+    )
+    return document.model_dump(mode="json", exclude_none=True)
+
+
+def protected_resource_metadata(base_url: str) -> dict[str, Any]:
+    """The RFC 9728 document of ``<base_url>/mcp``."""
+    document = ProtectedResourceMetadata(
+        resource=resource_of(base_url),  # type: ignore[arg-type]
+        authorization_servers=[base_url],  # type: ignore[list-item]
+        scopes_supported=list(SCOPES),
+        bearer_methods_supported=["header"],
+        resource_name="Brain",
+    )
+    return document.model_dump(mode="json", exclude_none=True)
