@@ -1,0 +1,135 @@
+"""The store's ASGI application: ``create_app(settings)`` and a factory for uvicorn workers."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+import time
+from typing import Any
+
+import msgspec
+from litestar import Litestar, Request, Response
+from litestar.exceptions import HTTPException, ValidationException
+
+from store.context import AppContext
+from store.errors import ServiceError
+from store.routes import ROUTES
+from store.settings import StoreSettings
+
+log = logging.getLogger("store")
+
+_BAD_ESCAPE = re.compile(rb"%(?![0-9A-Fa-f]{2})")
+_log_encoder = msgspec.json.Encoder()
+
+
+def _error(status: int, message: str, headers: dict[str, str] | None = None, **extra: Any) -> Response[Any]:
+    return Response(
+        content={"error": message, **extra}, status_code=status, media_type="application/json", headers=headers
+    )
+
+
+def _service_error(request: Request[Any, Any, Any], exc: ServiceError) -> Response[Any]:
+    return _error(exc.status, exc.message, exc.headers or None, **exc.extra)
+
+
+def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
+    status = exc.status_code
+    if isinstance(exc, ValidationException):
+        status = 400
+    message = exc.detail if isinstance(exc.detail, str) and exc.detail else "request refused"
+    if status == 404:
+        message = "not found"
+    elif status == 405:
+        message = "method not allowed"
+    headers = dict(exc.headers) if exc.headers else None
+    return _error(status, message, headers)
+
+
+def _unexpected(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    log.exception("unexpected error on %s %s", request.method, request.url.path)
+    return _error(500, "internal error")
+
+
+class EdgeMiddleware:
+    """Outermost layer: refuse malformed percent-escapes (400) and write JSON request logs.
+
+    Logs carry method, path, status, duration, client and user id; never headers, query
+    strings or bodies (they may hold tokens or memory content).
+    """
+
+    def __init__(self, app: Any, ctx: AppContext, quiet: bool) -> None:
+        self.app = app
+        self.ctx = ctx
+        self.quiet = quiet
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        raw_path = scope.get("raw_path") or b""
+        query = scope.get("query_string") or b""
+        if (b"%" in raw_path and _BAD_ESCAPE.search(raw_path)) or (b"%" in query and _BAD_ESCAPE.search(query)):
+            body = b'{"error":"malformed percent-escape in the request URL"}'
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 400,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+                }
+            )
+            await send({"type": "http.response.body", "body": body})
+            return
+        if self.quiet:
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 0
+
+        async def logging_send(message: Any) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, logging_send)
+        finally:
+            client = scope.get("client")
+            record = {
+                "ts": time.time(),
+                "method": scope.get("method"),
+                "path": scope.get("path"),
+                "status": status,
+                "ms": round((time.perf_counter() - started) * 1000, 2),
+                "client": client[0] if client else None,
+                "user": scope.get("state", {}).get("user_id"),
+            }
+            sys.stderr.write(_log_encoder.encode(record).decode() + "\n")
+
+
+def create_app(settings: StoreSettings, ctx: AppContext | None = None) -> Litestar:
+    """The Litestar application for ``settings`` (one per process)."""
+    ctx = ctx or AppContext.build(settings)
+    app = Litestar(
+        route_handlers=ROUTES,
+        openapi_config=None,
+        exception_handlers={
+            ServiceError: _service_error,
+            HTTPException: _http_error,
+            Exception: _unexpected,
+        },
+        request_max_body_size=None,
+        debug=False,
+        logging_config=None,
+    )
+    app.state.ctx = ctx
+    app.asgi_handler = EdgeMiddleware(app.asgi_handler, ctx, settings.quiet)
+    return app
+
+
+def app_from_env() -> Litestar:
+    """Factory for uvicorn workers: settings from the environment (the serve command fills it)."""
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    return create_app(StoreSettings.from_env(os.environ))

@@ -1,0 +1,1 @@
+"""Authentication: static tokens, the users file, OIDC, and the request authenticator."""

@@ -1,0 +1,161 @@
+"""Who is calling: bearer tokens to a ``Principal``, with the failed-login and request limits.
+
+Order of work per request, cheapest refusal first:
+1. a client address blocked for too many failed logins is refused (429) before any
+   credential work;
+2. static tokens (``bst_...``): SHA-256 and one dict lookup (O(1)), constant-time compare;
+3. otherwise, when configured, the OIDC verifier (``store.auth.oidc``); a verified identity
+   seen for the first time becomes a user with a ``default`` brain, unless it was removed;
+4. a failure counts against the client address; success counts against the user's
+   request budget (429 + Retry-After when spent).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from store.auth.tokens import is_static_token
+from store.auth.users import UserRegistry
+from store.errors import ServiceError
+
+log = logging.getLogger("store.auth")
+
+MAX_TOKEN_CHARS = 16 * 1024
+_BEARER = {"WWW-Authenticate": "Bearer"}
+
+
+@dataclass(frozen=True)
+class Principal:
+    """An authenticated caller."""
+
+    user_id: str
+    email: str
+    kind: str  # "static" | "oidc"
+    name: str = ""
+
+
+class Limiter(Protocol):
+    """``store.limits`` token bucket: None when allowed, else seconds to wait."""
+
+    def hit(self, key: str, now: float | None = None) -> float | None: ...
+
+
+class OidcVerifierLike(Protocol):
+    """What the authenticator needs from ``store.auth.oidc.OidcVerifier``."""
+
+    async def verify(self, token: str) -> Any: ...
+
+
+def unauthorized(message: str = "missing or invalid bearer token") -> ServiceError:
+    """A 401 carrying ``WWW-Authenticate: Bearer``."""
+    return ServiceError(401, message, headers=dict(_BEARER))
+
+
+def too_many(retry_after: float, message: str = "too many requests") -> ServiceError:
+    """A 429 with ``Retry-After`` in whole seconds (at least 1)."""
+    return ServiceError(429, message, headers={"Retry-After": str(max(1, int(retry_after + 0.999)))})
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header, or None when malformed."""
+    if not authorization or len(authorization) > MAX_TOKEN_CHARS + 16:
+        return None
+    scheme, _, token = authorization.partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    token = token.strip()
+    if not token or " " in token or len(token) > MAX_TOKEN_CHARS:
+        return None
+    return token
+
+
+class Authenticator:
+    """Turns the ``Authorization`` header into a ``Principal`` or a 401/429 refusal."""
+
+    def __init__(
+        self,
+        registry: UserRegistry,
+        *,
+        oidc: OidcVerifierLike | None = None,
+        on_new_user: Callable[[str], None] | None = None,
+        failed_logins: Limiter | None = None,
+        requests: Limiter | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.registry = registry
+        self.oidc = oidc
+        self._on_new_user = on_new_user
+        self._failed = failed_logins
+        self._requests = requests
+        self._clock = clock
+        self._blocked: dict[str, float] = {}  # client address -> monotonic time it may retry
+
+    def _check_blocked(self, address: str) -> None:
+        if self._failed is None or not self._blocked:
+            return
+        until = self._blocked.get(address)
+        if until is None:
+            return
+        wait = until - self._clock()
+        if wait > 0:
+            raise too_many(wait, "too many failed logins from this address")
+        del self._blocked[address]
+
+    def _fail(self, address: str, message: str = "missing or invalid bearer token") -> ServiceError:
+        if self._failed is not None:
+            wait = self._failed.hit(address)
+            if wait is not None:
+                if len(self._blocked) > 100_000:  # bounded memory under an address flood
+                    now = self._clock()
+                    self._blocked = {a: t for a, t in self._blocked.items() if t > now}
+                    if len(self._blocked) > 100_000:
+                        self._blocked.clear()
+                self._blocked[address] = self._clock() + wait
+        return unauthorized(message)
+
+    async def authenticate(self, authorization: str | None, address: str) -> Principal:
+        """The caller, or raise ServiceError 401 (bad credentials) / 429 (limits)."""
+        self._check_blocked(address)
+        token = bearer_token(authorization)
+        if token is None:
+            raise self._fail(address)
+        principal: Principal | None = None
+        if token.startswith("bst_"):
+            if is_static_token(token):
+                user = self.registry.by_token(token)
+                if user is not None:
+                    principal = Principal(user.id, user.email, "static", user.name)
+        elif self.oidc is not None:
+            principal = await self._oidc(token)
+        if principal is None:
+            raise self._fail(address)
+        if self._requests is not None:
+            wait = self._requests.hit(principal.user_id)
+            if wait is not None:
+                raise too_many(wait)
+        return principal
+
+    async def _oidc(self, token: str) -> Principal | None:
+        assert self.oidc is not None
+        identity = await self.oidc.verify(token)
+        if identity is None:
+            return None
+        user = self.registry.get(identity.user_id)
+        if user is None:
+            if self.registry.is_denied(identity.issuer, identity.subject):
+                return None
+            name = (identity.email or "").split("@")[0] or "oidc-user"
+            user = self.registry.add_oidc(identity.user_id, identity.issuer, identity.subject, identity.email, name)
+            if user is None:
+                return None
+            log.info("created user %s on first OIDC sign-in", user.id)
+            if self._on_new_user is not None:
+                self._on_new_user(user.id)
+        return Principal(user.id, user.email or identity.email, "oidc", user.name)
+
+
+AsyncAuth = Callable[[str | None, str], Awaitable[Principal]]

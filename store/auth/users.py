@@ -1,0 +1,263 @@
+"""The users file (``users.json``): who may use the store, with token hashes only.
+
+The server keeps an in-memory index (token hash -> user) and re-reads the file when
+its inode/mtime/size change, so the CLI's changes apply without a restart. A corrupt
+file never takes the server down: the last good copy keeps serving and the problem
+is logged loudly. Every write happens under an ``flock`` shared with the CLI and is
+atomic (temporary file, fsync, rename), with mode 0600.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import os
+import re
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TypeVar
+
+import msgspec
+
+from store.auth.tokens import hash_token, new_token
+from store.storage.local import FileLock, write_atomic
+
+log = logging.getLogger("store.users")
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}$")
+T = TypeVar("T")
+
+
+class UsersFileError(Exception):
+    """The users file cannot be read or a change to it is not allowed."""
+
+
+class User(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One account. ``token_sha256`` is empty for accounts that only sign in via OIDC."""
+
+    id: str
+    name: str
+    created_at: str
+    email: str = ""
+    token_sha256: str = ""
+    kind: str = "static"  # "static" | "oidc"
+    oidc_issuer: str = ""
+    oidc_subject: str = ""
+
+
+class DeniedIdentity(msgspec.Struct, frozen=True):
+    """An OIDC identity whose user was removed: it must not be re-created on the next token."""
+
+    issuer: str
+    subject: str
+    removed_at: str
+
+
+class UsersDocument(msgspec.Struct):
+    """The whole users file."""
+
+    version: int = 1
+    users: list[User] = msgspec.field(default_factory=list)
+    denied: list[DeniedIdentity] = msgspec.field(default_factory=list)
+
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(UsersDocument)
+
+
+def now_rfc3339() -> str:
+    """The current UTC time as an RFC 3339 string with microseconds."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class _Index:
+    """Lookup tables built from one users document."""
+
+    def __init__(self, doc: UsersDocument) -> None:
+        self.doc = doc
+        self.by_token: dict[str, User] = {u.token_sha256: u for u in doc.users if u.token_sha256}
+        self.by_id: dict[str, User] = {u.id: u for u in doc.users}
+        self.by_oidc: dict[tuple[str, str], User] = {
+            (u.oidc_issuer, u.oidc_subject): u for u in doc.users if u.oidc_subject
+        }
+        self.denied: set[tuple[str, str]] = {(d.issuer, d.subject) for d in doc.denied}
+
+
+class UserRegistry:
+    """Reads and changes ``users.json`` in one data directory."""
+
+    def __init__(self, data_dir: Path, *, fsync: bool = True) -> None:
+        self.path = Path(data_dir) / "users.json"
+        self.lock_path = Path(data_dir) / "users.lock"
+        self._fsync = fsync
+        self._index = _Index(UsersDocument())
+        self._stat_key: tuple[int, int, int] | None = None
+        self._reload_lock = threading.Lock()
+        self.refresh()
+
+    # -- reading (server hot path) ---------------------------------------------------
+
+    def refresh(self) -> None:
+        """Re-read the file if it changed; on a corrupt file keep the last good copy."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            if self._stat_key is not None:
+                log.error("users file %s disappeared; keeping the last good copy", self.path)
+            return
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if key == self._stat_key:
+            return
+        with self._reload_lock:
+            if key == self._stat_key:
+                return
+            try:
+                doc = _decoder.decode(self.path.read_bytes())
+            except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
+                log.critical(
+                    "users file %s is unreadable or corrupt (%s); still serving the last good copy",
+                    self.path,
+                    exc,
+                )
+                self._stat_key = key  # log once per bad version, not per request
+                return
+            self._index = _Index(doc)
+            self._stat_key = key
+
+    def by_token(self, token: str) -> User | None:
+        """The user owning a static token (O(1); constant-time comparison of the hash)."""
+        self.refresh()
+        digest = hash_token(token)
+        user = self._index.by_token.get(digest)
+        if user is None or not hmac.compare_digest(user.token_sha256, digest):
+            return None
+        return user
+
+    def get(self, user_id: str) -> User | None:
+        """The user with this id."""
+        self.refresh()
+        return self._index.by_id.get(user_id)
+
+    def by_oidc(self, issuer: str, subject: str) -> User | None:
+        """The user bound to an OIDC identity."""
+        self.refresh()
+        return self._index.by_oidc.get((issuer, subject))
+
+    def is_denied(self, issuer: str, subject: str) -> bool:
+        """True when this OIDC identity's user was removed (it must stay out)."""
+        self.refresh()
+        return (issuer, subject) in self._index.denied
+
+    def users(self) -> list[User]:
+        """All users, oldest first."""
+        self.refresh()
+        return list(self._index.doc.users)
+
+    def find(self, name_or_id: str) -> User | None:
+        """A user by name or by id."""
+        for user in self.users():
+            if user.id == name_or_id or user.name == name_or_id:
+                return user
+        return None
+
+    # -- changing (CLI, OIDC first sight) ----------------------------------------------
+
+    @contextmanager
+    def _editing(self) -> Iterator[UsersDocument]:
+        with FileLock(self.lock_path):
+            try:
+                doc = _decoder.decode(self.path.read_bytes())
+            except FileNotFoundError:
+                doc = UsersDocument()
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                raise UsersFileError(
+                    f"{self.path} is corrupt ({exc}); fix or restore it before changing users"
+                ) from exc
+            yield doc
+            write_atomic(self.path, _encoder.encode(doc), fsync=self._fsync, mode=0o600)
+        self.refresh()
+
+    def _edit(self, change: Callable[[UsersDocument], T]) -> T:
+        with self._editing() as doc:
+            return change(doc)
+
+    def add(self, name: str, email: str = "") -> tuple[User, str]:
+        """Create a static-token user; returns the user and the token (shown once)."""
+        if not _NAME.match(name):
+            raise UsersFileError("a user name is 1-128 letters, digits or . _ @ + - (starting alphanumeric)")
+        token = new_token()
+
+        def change(doc: UsersDocument) -> User:
+            if any(u.name == name for u in doc.users):
+                raise UsersFileError(f"a user named {name!r} already exists")
+            user = User(
+                id=str(uuid.uuid4()),
+                name=name,
+                email=email,
+                token_sha256=hash_token(token),
+                created_at=now_rfc3339(),
+            )
+            doc.users.append(user)
+            return user
+
+        return self._edit(change), token
+
+    def rotate(self, name_or_id: str) -> tuple[User, str]:
+        """Give a user a new token; the old one stops working at once."""
+        token = new_token()
+
+        def change(doc: UsersDocument) -> User:
+            for i, user in enumerate(doc.users):
+                if user.id == name_or_id or user.name == name_or_id:
+                    doc.users[i] = msgspec.structs.replace(user, token_sha256=hash_token(token))
+                    return doc.users[i]
+            raise UsersFileError(f"no user {name_or_id!r}")
+
+        return self._edit(change), token
+
+    def remove(self, name_or_id: str) -> User:
+        """Remove a user (an OIDC user's identity is remembered as denied)."""
+
+        def change(doc: UsersDocument) -> User:
+            for i, user in enumerate(doc.users):
+                if user.id == name_or_id or user.name == name_or_id:
+                    del doc.users[i]
+                    if user.oidc_subject:
+                        doc.denied.append(DeniedIdentity(user.oidc_issuer, user.oidc_subject, now_rfc3339()))
+                    return user
+            raise UsersFileError(f"no user {name_or_id!r}")
+
+        return self._edit(change)
+
+    def add_oidc(self, user_id: str, issuer: str, subject: str, email: str, name: str) -> User | None:
+        """The user for an OIDC identity, created on first sight; None when it was denied."""
+
+        def change(doc: UsersDocument) -> User | None:
+            if any(d.issuer == issuer and d.subject == subject for d in doc.denied):
+                return None
+            for user in doc.users:
+                if user.oidc_issuer == issuer and user.oidc_subject == subject:
+                    return user
+            taken = {u.name for u in doc.users}
+            base = name if _NAME.match(name) else "oidc-user"
+            unique, n = base, 1
+            while unique in taken:
+                n += 1
+                unique = f"{base}-{n}"
+            user = User(
+                id=user_id,
+                name=unique,
+                email=email,
+                kind="oidc",
+                oidc_issuer=issuer,
+                oidc_subject=subject,
+                created_at=now_rfc3339(),
+            )
+            doc.users.append(user)
+            return user
+
+        return self._edit(change)

@@ -1,0 +1,130 @@
+"""Everything a request handler needs, built once per process from the settings."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from store.auth.authenticate import Authenticator, Principal, too_many
+from store.auth.users import UserRegistry
+from store.errors import ServiceError
+from store.service import BrainService
+from store.settings import StoreSettings
+from store.storage.local import LocalBackend
+
+log = logging.getLogger("store")
+
+OPENAPI_PATH = Path(__file__).resolve().parent.parent / "contract" / "openapi.yaml"
+
+
+def _client_address_fn(settings: StoreSettings) -> Any:
+    """``(peer, x_forwarded_for) -> address``: S2's resolver when trusted proxies are set."""
+    if not settings.trust_proxy:
+        return lambda peer, xff: peer
+    from store.limits import TrustedProxies, client_address
+
+    trusted = TrustedProxies.parse(settings.trust_proxy)
+    return lambda peer, xff: client_address(peer, xff, trusted)
+
+
+def _limiter(rate_per_min: int) -> Any:
+    try:
+        from store.limits import TokenBucketLimiter
+    except ImportError:  # store.limits not installed yet in this tree: no limiting
+        log.warning("store.limits unavailable: rate limits are off")
+        return None
+    return TokenBucketLimiter(rate_per_min, rate_per_min)
+
+
+@dataclass
+class AppContext:
+    """Per-process state: settings, storage, users, service, auth and limits."""
+
+    settings: StoreSettings
+    backend: LocalBackend
+    registry: UserRegistry
+    service: BrainService
+    authenticator: Authenticator
+    client_address: Any
+    upload_limiter: Any = None
+    oidc: Any = None
+    openapi: bytes | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, settings: StoreSettings) -> AppContext:
+        """Wire every component for ``settings`` (raises on unusable settings)."""
+        backend = LocalBackend(settings.data_dir, fsync=settings.fsync)
+        registry = UserRegistry(settings.data_dir, fsync=settings.fsync)
+        service = BrainService(settings, backend)
+        oidc = None
+        if settings.oidc:
+            from store.auth.oidc import OidcConfig, OidcVerifier
+
+            config = OidcConfig.from_settings(settings)
+            oidc = OidcVerifier(config) if config is not None else None
+        failed = requests = uploads = None
+        if settings.rate_limits:
+            failed = _limiter(settings.rate_failed_logins_per_min)
+            requests = _limiter(settings.rate_requests_per_min)
+            uploads = _limiter(settings.rate_uploads_per_min)
+        authenticator = Authenticator(
+            registry, oidc=oidc, on_new_user=service.ensure_default, failed_logins=failed, requests=requests
+        )
+        openapi = OPENAPI_PATH.read_bytes() if OPENAPI_PATH.is_file() else None
+        return cls(
+            settings=settings,
+            backend=backend,
+            registry=registry,
+            service=service,
+            authenticator=authenticator,
+            client_address=_client_address_fn(settings),
+            upload_limiter=uploads,
+            oidc=oidc,
+            openapi=openapi,
+        )
+
+    def address(self, scope: Any) -> str:
+        """The client address of a request (X-Forwarded-For only through trusted proxies)."""
+        client = scope.get("client")
+        peer = client[0] if client else "unknown"
+        if not self.settings.trust_proxy:
+            return peer
+        xff = None
+        for name, value in scope["headers"]:
+            if name == b"x-forwarded-for":
+                xff = value.decode("latin-1") if xff is None else f"{xff},{value.decode('latin-1')}"
+        return str(self.client_address(peer, xff))
+
+    async def authenticate(self, scope: Any) -> Principal:
+        """The caller of a request; raises ServiceError 401/429."""
+        authorization = None
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                authorization = value.decode("latin-1")
+                break
+        principal = await self.authenticator.authenticate(authorization, self.address(scope))
+        scope.setdefault("state", {})["user_id"] = principal.user_id
+        return principal
+
+    def check_upload_rate(self, principal: Principal) -> None:
+        """Refuse (429) when the user's upload budget is spent."""
+        if self.upload_limiter is not None:
+            wait = self.upload_limiter.hit(principal.user_id)
+            if wait is not None:
+                raise too_many(wait, "too many uploads")
+
+    def capabilities(self) -> list[str]:
+        """What /health advertises."""
+        caps = ["static-token", "conditional-sync"]
+        if self.oidc is not None:
+            caps.append("oidc")
+        return caps
+
+
+def require(condition: bool, status: int, message: str) -> None:
+    """Raise ServiceError(status, message) unless ``condition``."""
+    if not condition:
+        raise ServiceError(status, message)

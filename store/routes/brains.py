@@ -1,0 +1,94 @@
+"""Account and brain records: /auth/me, /api/brains, /api/brains/{id}."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from litestar import Request, delete, get, post
+from litestar.types import ASGIApp
+
+from store.errors import ServiceError
+from store.http import RawResponse, json_response
+from store.routes.common import ctx
+from store.service import brain_record, parse_brain_id
+
+MAX_JSON_BODY = 64 * 1024
+
+
+@get("/auth/me")
+async def me(request: Request[Any, Any, Any]) -> ASGIApp:
+    """The caller and the bytes they store."""
+    c = ctx(request)
+    p = await c.authenticate(request.scope)
+    user = {"id": p.user_id, "email": p.email or "", "name": p.name, "kind": p.kind}
+    return json_response(200, {"user": user, "storage_used": c.service.usage(p.user_id)})
+
+
+@get("/api/brains")
+async def list_brains(request: Request[Any, Any, Any]) -> ASGIApp:
+    """The caller's brains, oldest first."""
+    c = ctx(request)
+    p = await c.authenticate(request.scope)
+    return json_response(200, [brain_record(m) for m in c.service.list_brains(p.user_id)])
+
+
+async def _json_body(request: Request[Any, Any, Any]) -> Any:
+    chunks: list[bytes] = []
+    total = 0
+    async for chunk in request.stream():
+        total += len(chunk)
+        if total > MAX_JSON_BODY:
+            raise ServiceError(413, "request body too large")
+        chunks.append(chunk)
+    raw = b"".join(chunks)
+    if not raw.strip():
+        return None
+    try:
+        return msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        raise ServiceError(400, "request body is not valid JSON") from None
+
+
+@post("/api/brains")
+async def create_brain(request: Request[Any, Any, Any]) -> ASGIApp:
+    """Create a brain (optional body {"name": ...}, default "default")."""
+    c = ctx(request)
+    p = await c.authenticate(request.scope)
+    body = await _json_body(request)
+    name = "default"
+    if body is not None:
+        if not isinstance(body, dict):
+            raise ServiceError(400, "request body must be a JSON object")
+        if "name" in body and body["name"] is not None:
+            name = body["name"]
+            if not isinstance(name, str):
+                raise ServiceError(400, "name must be a string")
+    meta = await _in_thread(c.service.create, p.user_id, name)
+    return json_response(201, brain_record(meta))
+
+
+@get("/api/brains/{brain_id:str}")
+async def get_brain(request: Request[Any, Any, Any], brain_id: str) -> ASGIApp:
+    """One brain record."""
+    c = ctx(request)
+    p = await c.authenticate(request.scope)
+    return json_response(200, brain_record(c.service.get(p.user_id, parse_brain_id(brain_id))))
+
+
+@delete("/api/brains/{brain_id:str}", status_code=200)
+async def delete_brain(request: Request[Any, Any, Any], brain_id: str) -> ASGIApp:
+    """Remove a brain with its archive and snapshots."""
+    c = ctx(request)
+    p = await c.authenticate(request.scope)
+    await _in_thread(c.service.delete, p.user_id, parse_brain_id(brain_id))
+    return RawResponse(204)
+
+
+async def _in_thread(fn: Any, *args: Any) -> Any:
+    import anyio.to_thread
+
+    return await anyio.to_thread.run_sync(fn, *args)
+
+
+BRAIN_ROUTES = [me, list_brains, create_brain, get_brain, delete_brain]

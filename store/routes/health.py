@@ -1,0 +1,53 @@
+"""Health, readiness and the OpenAPI document (no authentication)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from litestar import Request, get
+from litestar.types import ASGIApp
+
+from store.http import RawResponse, json_response
+from store.routes.common import ctx
+
+CONTRACT_VERSION = "1.1"
+
+
+@get("/health")
+async def health(request: Request[Any, Any, Any]) -> ASGIApp:
+    """Contract health document with capabilities."""
+    c = ctx(request)
+    return json_response(
+        200,
+        {"status": "ok", "contract": CONTRACT_VERSION, "capabilities": c.capabilities(),
+         "encryption": c.settings.encryption},
+    )
+
+
+@get("/health/live")
+async def live(request: Request[Any, Any, Any]) -> ASGIApp:
+    """The process is running."""
+    return json_response(200, {"status": "ok"})
+
+
+@get("/health/ready")
+async def ready(request: Request[Any, Any, Any]) -> ASGIApp:
+    """The data directory is reachable and writable."""
+    c = ctx(request)
+    ok = os.access(c.backend.root, os.W_OK) and os.access(c.backend.tmp_root, os.W_OK)
+    if not ok:
+        return json_response(503, {"status": "unavailable", "error": "data directory is not writable"})
+    return json_response(200, {"status": "ready"})
+
+
+@get("/openapi.yaml")
+async def openapi(request: Request[Any, Any, Any]) -> ASGIApp:
+    """contract/openapi.yaml, served verbatim."""
+    doc = ctx(request).openapi
+    if doc is None:
+        return json_response(404, {"error": "no OpenAPI document installed"})
+    return RawResponse(200, doc, [(b"content-type", b"application/yaml")])
+
+
+HEALTH_ROUTES = [health, live, ready, openapi]

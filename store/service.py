@@ -1,0 +1,333 @@
+"""The rules of the store (contract 1.1 plus our extensions), independent of HTTP.
+
+``BrainService`` decides; the storage backend keeps. Every change runs inside a
+backend transaction so its checks (preconditions, empty-push guard, quota) and its
+commit are one atomic step, across threads and processes.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, BinaryIO
+
+import msgspec
+
+from store.conditional import Preconditions
+from store.errors import ServiceError
+from store.sealed import ArchiveSealer, SealedFileRefused
+from store.settings import StoreSettings
+from store.storage.base import (
+    ArchiveRef,
+    BlobMissing,
+    BrainMeta,
+    CommitConflict,
+    Snapshot,
+    StorageBackend,
+    StorageFull,
+)
+from store.upload import StagedUpload
+
+log = logging.getLogger("store.service")
+
+EMPTY_PUSH_GUARD_FILES = 5
+_BRAIN_NAME = re.compile(r"^[^\x00-\x1f\x7f/\\]{1,100}$")
+# Snapshot names: a UTC instant with microseconds; fixed width so lexical order is age order.
+_VERSION_NAME = re.compile(r"^\d{8}T\d{6}\.\d{6}Z$")
+_VERSION_FORMAT = "%Y%m%dT%H%M%S.%fZ"
+_COMMIT_ATTEMPTS = 8
+
+
+def now_utc() -> datetime:
+    """The current UTC time."""
+    return datetime.now(UTC)
+
+
+def rfc3339(moment: datetime) -> str:
+    """RFC 3339 UTC text with microseconds."""
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_brain_id(text: str) -> str:
+    """A brain id in canonical lower-case form; 404 for anything that is not a UUID."""
+    if len(text) > 64:
+        raise ServiceError(404, "brain not found")
+    try:
+        return str(uuid.UUID(text))
+    except ValueError:
+        raise ServiceError(404, "brain not found") from None
+
+
+def valid_version_name(name: str) -> bool:
+    """True when ``name`` has the shape of a snapshot name this store issues."""
+    return _VERSION_NAME.match(name) is not None
+
+
+def next_version_name(meta: BrainMeta, moment: datetime) -> str:
+    """A snapshot name for ``moment`` that sorts after every existing one."""
+    name = moment.strftime(_VERSION_FORMAT)
+    if meta.snapshots:
+        last = max(s.name for s in meta.snapshots)
+        if name <= last:
+            previous = datetime.strptime(last, _VERSION_FORMAT).replace(tzinfo=UTC)
+            name = (previous + timedelta(microseconds=1)).strftime(_VERSION_FORMAT)
+    return name
+
+
+def brain_record(meta: BrainMeta) -> dict[str, Any]:
+    """The contract's brain record (plus extension members)."""
+    current = meta.current
+    return {
+        "id": meta.id,
+        "name": meta.name,
+        "size_bytes": current.size if current else 0,
+        "file_count": current.file_count if current else 0,
+        "checksum": current.checksum if current else None,
+        "last_synced_at": current.synced_at if current else None,
+        "created_at": meta.created_at,
+        "snapshot_count": len(meta.snapshots),
+        "stored_bytes": meta.stored_bytes(),
+    }
+
+
+@dataclass
+class Download:
+    """An archive ready to be sent: its description and an open blob or plaintext chunks."""
+
+    archive: ArchiveRef
+    file: BinaryIO | None  # raw blob (encryption off)
+    chunks: Iterator[bytes] | None  # decrypted stream (encryption on)
+
+    def close(self) -> None:
+        """Release the open blob."""
+        if self.file is not None:
+            self.file.close()
+        if self.chunks is not None:
+            close = getattr(self.chunks, "close", None)
+            if close:
+                close()
+
+
+class BrainService:
+    """Brains of users: records, uploads, downloads, snapshots, restore."""
+
+    def __init__(self, settings: StoreSettings, backend: StorageBackend) -> None:
+        self.settings = settings
+        self.backend = backend
+        self.sealer: ArchiveSealer | None = (
+            ArchiveSealer(settings.encryption_key, settings.previous_keys) if settings.encryption_key else None
+        )
+
+    # -- records -----------------------------------------------------------------------
+
+    def list_brains(self, user_id: str) -> list[BrainMeta]:
+        """The user's brains, oldest first."""
+        return self.backend.list_brains(user_id)
+
+    def get(self, user_id: str, brain_id: str) -> BrainMeta:
+        """One brain of the user; 404 when it does not exist or belongs to someone else."""
+        meta = self.backend.read_meta(user_id, brain_id)
+        if meta is None or meta.user_id != user_id:
+            raise ServiceError(404, "brain not found")
+        return meta
+
+    def create(self, user_id: str, name: str = "default") -> BrainMeta:
+        """Create a brain; 403 when the account already has the maximum number."""
+        if not isinstance(name, str) or not _BRAIN_NAME.match(name):
+            raise ServiceError(400, "brain name must be 1-100 printable characters without slashes")
+        meta = BrainMeta(id=str(uuid.uuid4()), user_id=user_id, name=name, created_at=rfc3339(now_utc()))
+        try:
+            created = self.backend.create_brain(meta, self.settings.max_brains)
+        except StorageFull:
+            raise ServiceError(507, "the store is out of disk space") from None
+        if not created:
+            raise ServiceError(403, f"this account may not have more than {self.settings.max_brains} brains")
+        return meta
+
+    def ensure_default(self, user_id: str) -> None:
+        """Give a user with no brain a first brain named ``default``."""
+        if not self.backend.list_brains(user_id):
+            try:
+                self.create(user_id, "default")
+            except ServiceError as exc:
+                log.warning("could not create the default brain: %s", exc.message)
+
+    def delete(self, user_id: str, brain_id: str) -> None:
+        """Remove a brain with its archive and snapshots."""
+        self.get(user_id, brain_id)
+        if not self.backend.delete_brain(user_id, brain_id):
+            raise ServiceError(404, "brain not found")
+
+    def usage(self, user_id: str) -> int:
+        """Bytes the user really stores (every distinct archive, snapshots included)."""
+        return sum(meta.stored_bytes() for meta in self.backend.list_brains(user_id))
+
+    def versions(self, user_id: str, brain_id: str) -> list[Snapshot]:
+        """Snapshots, newest first."""
+        meta = self.get(user_id, brain_id)
+        return sorted(meta.snapshots, key=lambda s: s.name, reverse=True)
+
+    # -- writes ------------------------------------------------------------------------
+
+    def precheck_upload(self, user_id: str, brain_id: str, cond: Preconditions) -> BrainMeta:
+        """Cheap checks before reading a body (brain exists, preconditions hold now)."""
+        meta = self.get(user_id, brain_id)
+        self._check(meta, cond)
+        return meta
+
+    def upload_room(self) -> int:
+        """The most archive bytes one upload may have (size limit; quota checked at commit)."""
+        room = self.settings.max_upload_bytes
+        if self.settings.max_user_bytes:
+            room = min(room, self.settings.max_user_bytes)
+        return room
+
+    @staticmethod
+    def _check(meta: BrainMeta, cond: Preconditions) -> None:
+        current = meta.current.checksum if meta.current else None
+        if not cond.holds(current):
+            raise ServiceError(412, "precondition failed", extra={"current_checksum": current})
+
+    def commit_upload(
+        self, user_id: str, brain_id: str, staged: StagedUpload, cond: Preconditions, force: bool = False
+    ) -> ArchiveRef:
+        """Make a fully received upload the brain's archive (blocking; run in a thread)."""
+        try:
+            for _ in range(_COMMIT_ATTEMPTS):
+                try:
+                    return self._commit_upload_once(user_id, brain_id, staged, cond, force)
+                except CommitConflict:
+                    continue
+            raise ServiceError(503, "too much contention on this brain, retry")
+        except StorageFull:
+            raise ServiceError(507, "the store is out of disk space; nothing was changed") from None
+        finally:
+            staged.blob.discard()
+
+    def _commit_upload_once(
+        self, user_id: str, brain_id: str, staged: StagedUpload, cond: Preconditions, force: bool
+    ) -> ArchiveRef:
+        quota = self.settings.max_user_bytes
+        with self.backend.transaction(user_id, brain_id, user_wide=bool(quota)) as tx:
+            meta = tx.meta
+            if meta is None or meta.user_id != user_id:
+                raise ServiceError(404, "brain not found")
+            self._check(meta, cond)
+            current = meta.current
+            if (
+                not force
+                and staged.file_count == 0
+                and current is not None
+                and current.file_count >= EMPTY_PUSH_GUARD_FILES
+            ):
+                raise ServiceError(
+                    409,
+                    f"refusing to replace a brain of {current.file_count} files with an empty archive "
+                    "(add ?force=true to do it anyway)",
+                )
+            moment = now_utc()
+            archive = ArchiveRef(
+                checksum=staged.checksum,
+                size=staged.size,
+                file_count=staged.file_count,
+                synced_at=rfc3339(moment),
+                sealed=staged.sealed,
+            )
+            snapshots = meta.snapshots
+            if current is not None and current.checksum != staged.checksum:
+                snapshots = self._retain(
+                    (*snapshots, Snapshot(name=next_version_name(meta, moment), date=rfc3339(moment), archive=current))
+                )
+            new = msgspec.structs.replace(meta, current=archive, snapshots=snapshots, generation=meta.generation + 1)
+            if quota:
+                after = tx.usage() - meta.stored_bytes() + new.stored_bytes()
+                if after > quota:
+                    raise ServiceError(413, "this upload would exceed the account's storage quota")
+            tx.commit(new, staged.blob)
+            return archive
+
+    def _retain(self, snapshots: tuple[Snapshot, ...]) -> tuple[Snapshot, ...]:
+        keep = self.settings.snapshots
+        ordered = tuple(sorted(snapshots, key=lambda s: s.name))
+        return ordered[-keep:] if keep > 0 else ()
+
+    def restore(self, user_id: str, brain_id: str, name: str, cond: Preconditions) -> ArchiveRef:
+        """Make a snapshot the current archive, keeping the current one as a snapshot first."""
+        if not valid_version_name(name):
+            raise ServiceError(404, "version not found")
+        try:
+            for _ in range(_COMMIT_ATTEMPTS):
+                try:
+                    return self._restore_once(user_id, brain_id, name, cond)
+                except CommitConflict:
+                    continue
+        except StorageFull:
+            raise ServiceError(507, "the store is out of disk space; nothing was changed") from None
+        raise ServiceError(503, "too much contention on this brain, retry")
+
+    def _restore_once(self, user_id: str, brain_id: str, name: str, cond: Preconditions) -> ArchiveRef:
+        with self.backend.transaction(user_id, brain_id) as tx:
+            meta = tx.meta
+            if meta is None or meta.user_id != user_id:
+                raise ServiceError(404, "brain not found")
+            snap = meta.snapshot(name)
+            if snap is None:
+                raise ServiceError(404, "version not found")
+            self._check(meta, cond)
+            moment = now_utc()
+            archive = msgspec.structs.replace(snap.archive, synced_at=rfc3339(moment))
+            snapshots = meta.snapshots
+            current = meta.current
+            if current is not None and current.checksum != archive.checksum:
+                snapshots = self._retain(
+                    (*snapshots, Snapshot(name=next_version_name(meta, moment), date=rfc3339(moment), archive=current))
+                )
+            new = msgspec.structs.replace(meta, current=archive, snapshots=snapshots, generation=meta.generation + 1)
+            tx.commit(new, None)
+            return archive
+
+    # -- reads -------------------------------------------------------------------------
+
+    def resolve(self, user_id: str, brain_id: str, version: str | None) -> ArchiveRef:
+        """The archive a download would send (no I/O beyond metadata)."""
+        meta = self.get(user_id, brain_id)
+        if version is None:
+            if meta.current is None:
+                raise ServiceError(404, "nothing uploaded to this brain yet")
+            return meta.current
+        if not valid_version_name(version):
+            raise ServiceError(404, "version not found")
+        snap = meta.snapshot(version)
+        if snap is None:
+            raise ServiceError(404, "version not found")
+        return snap.archive
+
+    def open_download(self, user_id: str, brain_id: str, version: str | None) -> Download:
+        """Open the archive to send; the blob is immutable, so its bytes match its checksum."""
+        for _ in range(_COMMIT_ATTEMPTS):
+            archive = self.resolve(user_id, brain_id, version)
+            try:
+                blob = self.backend.open_blob(user_id, brain_id, archive.checksum)
+            except BlobMissing:
+                continue  # replaced or deleted meanwhile: look again
+            if self.sealer is None:
+                return Download(archive=archive, file=blob, chunks=None)
+            try:
+                chunks = self.sealer.open(blob, user_id, brain_id, archive.checksum)
+            except SealedFileRefused as exc:
+                blob.close()
+                log.error("refusing to serve brain %s archive %s: %s", brain_id, archive.checksum, exc)
+                raise ServiceError(500, "stored archive failed its integrity check") from None
+            return Download(archive=archive, file=None, chunks=_closing(chunks, blob))
+        raise ServiceError(404, "brain not found")
+
+
+def _closing(chunks: Iterator[bytes], blob: BinaryIO) -> Iterator[bytes]:
+    try:
+        yield from chunks
+    finally:
+        blob.close()

@@ -1,0 +1,226 @@
+"""The store's settings: one typed object, built from the environment in one place.
+
+Every other module receives a ``StoreSettings`` and never reads ``os.environ``.
+Command-line flags win over the environment: the CLI passes them as overrides.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+MIB = 1024 * 1024
+
+
+class SettingsError(ValueError):
+    """A setting has a value the store cannot use; the message names the setting."""
+
+
+def parse_key(text: str, name: str = "STORE_ENCRYPTION_KEY") -> bytes:
+    """A 32-byte key given as 64 hex characters or as base64 (standard or url-safe)."""
+    text = text.strip()
+    if len(text) == 64:
+        try:
+            return bytes.fromhex(text)
+        except ValueError:
+            pass
+    try:
+        padded = text + "=" * (-len(text) % 4)
+        raw = base64.b64decode(padded.replace("-", "+").replace("_", "/"), validate=True)
+    except (binascii.Error, ValueError):
+        raw = b""
+    if len(raw) != 32:
+        raise SettingsError(f"{name}: expected 32 bytes as 64 hex characters or base64")
+    return raw
+
+
+def _bool(name: str, text: str) -> bool:
+    value = text.strip().lower()
+    if value in {"1", "true", "yes", "on"}:
+        return True
+    if value in {"0", "false", "no", "off", ""}:
+        return False
+    raise SettingsError(f"{name}: expected on/off, true/false or 1/0, got {text!r}")
+
+
+def _int(name: str, text: str, minimum: int = 0, maximum: int | None = None) -> int:
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise SettingsError(f"{name}: expected a whole number, got {text!r}") from None
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f"between {minimum} and {maximum}" if maximum is not None else f"at least {minimum}"
+        raise SettingsError(f"{name}: must be {bound}, got {value}")
+    return value
+
+
+def _list(text: str) -> tuple[str, ...]:
+    return tuple(item.strip() for item in text.split(",") if item.strip())
+
+
+def _proxies(name: str, text: str) -> tuple[str, ...]:
+    """Trusted proxies: ``loopback``, ``private``, IP addresses or CIDR networks."""
+    items = _list(text)
+    for item in items:
+        if item.lower() in {"loopback", "private", "*"}:
+            continue
+        try:
+            ipaddress.ip_network(item, strict=False)
+        except ValueError:
+            raise SettingsError(f"{name}: {item!r} is not an address, a CIDR network or 'loopback'") from None
+    return items
+
+
+@dataclass(frozen=True)
+class StoreSettings:
+    """Everything the store needs to know about its environment."""
+
+    data_dir: Path = field(default_factory=lambda: Path("~/.brain-store").expanduser())
+    host: str = "127.0.0.1"
+    port: int = 8787
+    encryption_key: bytes | None = None
+    previous_keys: tuple[bytes, ...] = ()
+    max_upload_bytes: int = 50 * MIB
+    max_user_bytes: int = 0  # 0 = unlimited
+    max_brains: int = 10
+    snapshots: int = 5
+    rate_limits: bool = True
+    rate_requests_per_min: int = 300
+    rate_uploads_per_min: int = 30
+    rate_failed_logins_per_min: int = 30
+    trust_proxy: tuple[str, ...] = ()
+    quiet: bool = False
+    oidc_issuer: str | None = None
+    oidc_audience: str | None = None
+    oidc_allowed_domains: tuple[str, ...] = ()
+    oidc_allowed_emails: tuple[str, ...] = ()
+    inspect_max_inflated: int = 1024 * MIB
+    inspect_max_entries: int = 500_000
+    inspect_max_header: int = 1 * MIB
+    fsync: bool = True
+
+    @property
+    def encryption(self) -> bool:
+        """True when archives are sealed at rest."""
+        return self.encryption_key is not None
+
+    @property
+    def oidc(self) -> bool:
+        """True when OpenID Connect bearer tokens are accepted."""
+        return bool(self.oidc_issuer)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str], **overrides: Any) -> StoreSettings:
+        """Build settings from ``STORE_*`` variables; ``overrides`` (CLI flags, not None) win."""
+
+        def get(name: str) -> str | None:
+            value = env.get(name)
+            return value if value is not None and value.strip() != "" else None
+
+        values: dict[str, Any] = {}
+        if (v := get("STORE_DATA_DIR")) is not None:
+            values["data_dir"] = Path(v).expanduser()
+        if (v := get("STORE_HOST")) is not None:
+            values["host"] = v.strip()
+        if (v := get("STORE_PORT")) is not None:
+            values["port"] = _int("STORE_PORT", v, 0, 65535)
+        if (v := get("STORE_ENCRYPTION_KEY")) is not None:
+            values["encryption_key"] = parse_key(v)
+        if (v := get("STORE_ENCRYPTION_PREVIOUS_KEYS")) is not None:
+            values["previous_keys"] = tuple(
+                parse_key(item, "STORE_ENCRYPTION_PREVIOUS_KEYS") for item in _list(v)
+            )
+        if (v := get("STORE_MAX_UPLOAD_MB")) is not None:
+            values["max_upload_bytes"] = _int("STORE_MAX_UPLOAD_MB", v, 1) * MIB
+        if (v := get("STORE_MAX_USER_MB")) is not None:
+            values["max_user_bytes"] = _int("STORE_MAX_USER_MB", v, 0) * MIB
+        if (v := get("STORE_MAX_BRAINS")) is not None:
+            values["max_brains"] = _int("STORE_MAX_BRAINS", v, 1)
+        if (v := get("STORE_SNAPSHOTS")) is not None:
+            values["snapshots"] = _int("STORE_SNAPSHOTS", v, 0, 10_000)
+        if (v := get("STORE_RATE_LIMITS")) is not None:
+            values["rate_limits"] = _bool("STORE_RATE_LIMITS", v)
+        for attr, name in (
+            ("rate_requests_per_min", "STORE_RATE_REQUESTS_PER_MIN"),
+            ("rate_uploads_per_min", "STORE_RATE_UPLOADS_PER_MIN"),
+            ("rate_failed_logins_per_min", "STORE_RATE_FAILED_LOGINS_PER_MIN"),
+        ):
+            if (v := get(name)) is not None:
+                values[attr] = _int(name, v, 1)
+        if (v := get("STORE_TRUST_PROXY")) is not None:
+            values["trust_proxy"] = _proxies("STORE_TRUST_PROXY", v)
+        if (v := get("STORE_QUIET")) is not None:
+            values["quiet"] = _bool("STORE_QUIET", v)
+        if (v := get("STORE_OIDC_ISSUER")) is not None:
+            values["oidc_issuer"] = v.strip()
+        if (v := get("STORE_OIDC_AUDIENCE")) is not None:
+            values["oidc_audience"] = v.strip()
+        if (v := get("STORE_OIDC_ALLOWED_DOMAINS")) is not None:
+            values["oidc_allowed_domains"] = tuple(d.lower() for d in _list(v))
+        if (v := get("STORE_OIDC_ALLOWED_EMAILS")) is not None:
+            values["oidc_allowed_emails"] = tuple(e.lower() for e in _list(v))
+        if (v := get("STORE_INSPECT_MAX_INFLATED_MB")) is not None:
+            values["inspect_max_inflated"] = _int("STORE_INSPECT_MAX_INFLATED_MB", v, 1) * MIB
+        if (v := get("STORE_INSPECT_MAX_ENTRIES")) is not None:
+            values["inspect_max_entries"] = _int("STORE_INSPECT_MAX_ENTRIES", v, 1)
+        if (v := get("STORE_INSPECT_MAX_HEADER_KB")) is not None:
+            values["inspect_max_header"] = _int("STORE_INSPECT_MAX_HEADER_KB", v, 1) * 1024
+        if (v := get("STORE_FSYNC")) is not None:
+            values["fsync"] = _bool("STORE_FSYNC", v)
+        for key, value in overrides.items():
+            if value is None:
+                continue
+            if key not in {f.name for f in dataclasses.fields(cls)}:
+                raise SettingsError(f"unknown setting {key!r}")
+            values[key] = Path(value).expanduser() if key == "data_dir" else value
+        settings = cls(**values)
+        settings.validate()
+        return settings
+
+    def validate(self) -> None:
+        """Cross-field checks; raises SettingsError."""
+        if self.oidc_issuer and not self.oidc_audience:
+            raise SettingsError("STORE_OIDC_AUDIENCE is required when STORE_OIDC_ISSUER is set")
+        if self.previous_keys and not self.encryption_key:
+            raise SettingsError("STORE_ENCRYPTION_PREVIOUS_KEYS needs STORE_ENCRYPTION_KEY")
+
+    def to_env(self) -> dict[str, str]:
+        """The environment that rebuilds these settings (for uvicorn worker processes)."""
+        env = {
+            "STORE_DATA_DIR": str(self.data_dir),
+            "STORE_HOST": self.host,
+            "STORE_PORT": str(self.port),
+            "STORE_MAX_UPLOAD_MB": str(self.max_upload_bytes // MIB),
+            "STORE_MAX_USER_MB": str(self.max_user_bytes // MIB),
+            "STORE_MAX_BRAINS": str(self.max_brains),
+            "STORE_SNAPSHOTS": str(self.snapshots),
+            "STORE_RATE_LIMITS": "on" if self.rate_limits else "off",
+            "STORE_RATE_REQUESTS_PER_MIN": str(self.rate_requests_per_min),
+            "STORE_RATE_UPLOADS_PER_MIN": str(self.rate_uploads_per_min),
+            "STORE_RATE_FAILED_LOGINS_PER_MIN": str(self.rate_failed_logins_per_min),
+            "STORE_TRUST_PROXY": ",".join(self.trust_proxy),
+            "STORE_QUIET": "1" if self.quiet else "0",
+            "STORE_INSPECT_MAX_INFLATED_MB": str(self.inspect_max_inflated // MIB),
+            "STORE_INSPECT_MAX_ENTRIES": str(self.inspect_max_entries),
+            "STORE_INSPECT_MAX_HEADER_KB": str(self.inspect_max_header // 1024),
+            "STORE_FSYNC": "1" if self.fsync else "0",
+        }
+        if self.encryption_key:
+            env["STORE_ENCRYPTION_KEY"] = self.encryption_key.hex()
+        if self.previous_keys:
+            env["STORE_ENCRYPTION_PREVIOUS_KEYS"] = ",".join(k.hex() for k in self.previous_keys)
+        if self.oidc_issuer:
+            env["STORE_OIDC_ISSUER"] = self.oidc_issuer
+        if self.oidc_audience:
+            env["STORE_OIDC_AUDIENCE"] = self.oidc_audience
+        if self.oidc_allowed_domains:
+            env["STORE_OIDC_ALLOWED_DOMAINS"] = ",".join(self.oidc_allowed_domains)
+        if self.oidc_allowed_emails:
+            env["STORE_OIDC_ALLOWED_EMAILS"] = ",".join(self.oidc_allowed_emails)
+        return env

@@ -1,0 +1,1 @@
+"""Storage backends: the interface (base), local disk (local), sealing at rest (sealing)."""

@@ -1,0 +1,175 @@
+"""The storage backend interface and the records it keeps.
+
+Model (shared by every backend):
+
+- Each brain has ONE metadata document (``BrainMeta``): the brain record, the current
+  archive and the snapshot list. Writing it is the single commit point of every change.
+- Archive bytes live in immutable, content-addressed blobs named by their checksum,
+  private to the brain. A blob is written completely (and made durable) before any
+  metadata names it, so metadata and archives can never disagree after a crash.
+- Changes go through ``transaction()``: it yields the current metadata and a
+  ``commit()`` that replaces it only if nobody else replaced it in between
+  (local disk: OS file locks held for the whole transaction; an object store: a
+  conditional write on the metadata object, raising ``CommitConflict`` so the caller
+  retries with fresh metadata).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from typing import BinaryIO, Protocol
+
+import msgspec
+
+
+class StorageError(Exception):
+    """Base class of storage failures."""
+
+
+class StorageFull(StorageError):
+    """The disk (or quota of the underlying filesystem) is full; nothing was changed."""
+
+
+class CommitConflict(StorageError):
+    """The metadata changed since it was read; re-read and decide again."""
+
+
+class BlobMissing(StorageError):
+    """A blob named by metadata is gone (deleted or replaced concurrently)."""
+
+
+class ArchiveRef(msgspec.Struct, frozen=True):
+    """One stored archive: what the client sent (checksum, size, file count) and where it is."""
+
+    checksum: str
+    size: int
+    file_count: int
+    synced_at: str
+    sealed: bool = False
+
+
+class Snapshot(msgspec.Struct, frozen=True):
+    """An earlier archive kept for restore; ``name`` sorts lexically by age (newest last)."""
+
+    name: str
+    date: str
+    archive: ArchiveRef
+
+
+class BrainMeta(msgspec.Struct, frozen=True):
+    """The commit point of one brain: its record, current archive and snapshots."""
+
+    id: str
+    user_id: str
+    name: str
+    created_at: str
+    generation: int = 0
+    current: ArchiveRef | None = None
+    snapshots: tuple[Snapshot, ...] = ()
+
+    def blobs(self) -> set[str]:
+        """Checksums of every blob this metadata references."""
+        names = {s.archive.checksum for s in self.snapshots}
+        if self.current is not None:
+            names.add(self.current.checksum)
+        return names
+
+    def stored_bytes(self) -> int:
+        """Bytes really kept for this brain (each distinct archive once)."""
+        sizes: dict[str, int] = {s.archive.checksum: s.archive.size for s in self.snapshots}
+        if self.current is not None:
+            sizes[self.current.checksum] = self.current.size
+        return sum(sizes.values())
+
+    def snapshot(self, name: str) -> Snapshot | None:
+        """The snapshot called ``name``, if any."""
+        for snap in self.snapshots:
+            if snap.name == name:
+                return snap
+        return None
+
+
+class StagedBlob(Protocol):
+    """A blob being written (temporary until a transaction commits it)."""
+
+    @property
+    def file(self) -> BinaryIO:
+        """Where the (possibly sealed) bytes are written."""
+        ...
+
+    def finish(self) -> None:
+        """Make the written bytes durable (fsync); blocking."""
+        ...
+
+    def discard(self) -> None:
+        """Remove the temporary data; safe to call more than once."""
+        ...
+
+
+class BrainTransaction(Protocol):
+    """An open change to one brain; see ``StorageBackend.transaction``."""
+
+    @property
+    def meta(self) -> BrainMeta | None:
+        """The metadata as of the start of the transaction (None: the brain is gone)."""
+        ...
+
+    def usage(self) -> int:
+        """Bytes stored by the whole user right now (only meaningful with ``user_wide``)."""
+        ...
+
+    def commit(self, new: BrainMeta, blob: StagedBlob | None = None) -> None:
+        """Store ``blob`` under ``new.current.checksum`` (if given) and make ``new`` current.
+
+        Blobs no longer referenced are removed afterwards. Raises ``StorageFull`` (nothing
+        changed) or ``CommitConflict`` (someone else committed first).
+        """
+        ...
+
+
+class StorageBackend(Protocol):
+    """Where brains live. Implementations: ``store.storage.local.LocalBackend``."""
+
+    def startup(self) -> None:
+        """Recover after a crash: drop orphaned temporary data and unreferenced blobs."""
+        ...
+
+    def list_brains(self, user_id: str) -> list[BrainMeta]:
+        """Every brain of ``user_id``, oldest first."""
+        ...
+
+    def read_meta(self, user_id: str, brain_id: str) -> BrainMeta | None:
+        """The current metadata of a brain, or None when it does not exist."""
+        ...
+
+    def create_brain(self, meta: BrainMeta, max_brains: int) -> bool:
+        """Create a brain unless the user already has ``max_brains``; False when over."""
+        ...
+
+    def delete_brain(self, user_id: str, brain_id: str) -> bool:
+        """Remove a brain with its archive and snapshots; False when it did not exist."""
+        ...
+
+    def delete_user(self, user_id: str) -> None:
+        """Remove every brain of a user."""
+        ...
+
+    def stage(self, user_id: str, brain_id: str) -> StagedBlob:
+        """A new temporary blob to stream an upload into."""
+        ...
+
+    def transaction(
+        self, user_id: str, brain_id: str, *, user_wide: bool = False
+    ) -> AbstractContextManager[BrainTransaction]:
+        """Change one brain atomically; ``user_wide`` also excludes changes to the user's other
+        brains (needed for quota checks)."""
+        ...
+
+    def open_blob(self, user_id: str, brain_id: str, checksum: str) -> BinaryIO:
+        """Open a stored blob for reading; raises ``BlobMissing``."""
+        ...
+
+    def iter_users(self) -> Iterator[str]:
+        """Ids of users with brains (for maintenance such as rekey)."""
+        ...

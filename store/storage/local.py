@@ -1,0 +1,464 @@
+"""Brains on local disk, safe with several processes on one data directory.
+
+Layout under the data directory::
+
+    brains/<user>/<brain>/meta.json         the commit point (BrainMeta as JSON)
+    brains/<user>/<brain>/blobs/<checksum>  immutable archives (sealed when encryption is on)
+    locks/<user>/user.lock                  held for user-wide changes (create, delete, quota)
+    locks/<user>/<brain>.lock               held for every change of one brain
+    tmp/                                    uploads in progress, brains being deleted
+
+Commit: the upload is written to ``tmp/`` and fsynced, renamed to ``blobs/<checksum>``
+and the blobs directory fsynced; then ``meta.json`` is written to a temporary file,
+fsynced, renamed over the old one and the brain directory fsynced. The meta rename
+is the single commit point. Locks are ``fcntl.flock`` on lock files, so they hold
+between threads and between processes (uvicorn workers, the CLI).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import re
+import shutil
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import BinaryIO
+
+import msgspec
+
+from store.storage.base import (
+    BlobMissing,
+    BrainMeta,
+    CommitConflict,
+    StorageError,
+    StorageFull,
+)
+
+_SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{7,63}$")
+_CHECKSUM = re.compile(r"^[0-9a-f]{64}$")
+_FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(BrainMeta)
+
+
+def is_disk_full(exc: OSError) -> bool:
+    """True for 'no space left' and 'quota exceeded' errors."""
+    return exc.errno in _FULL_ERRNOS
+
+
+def _check_id(value: str) -> str:
+    # Ids become path components: refuse anything that is not our own id format.
+    if not _SAFE_ID.match(value):
+        raise StorageError(f"invalid id {value!r}")
+    return value
+
+
+def _check_checksum(value: str) -> str:
+    if not _CHECKSUM.match(value):
+        raise StorageError("invalid checksum")
+    return value
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename or unlink inside ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: Path, data: bytes, *, fsync: bool = True, mode: int = 0o600) -> None:
+    """Write ``data`` to ``path`` via a temporary file, fsync and rename (then fsync the dir)."""
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    if fsync:
+        fsync_dir(path.parent)
+
+
+class FileLock:
+    """An exclusive ``flock`` on a lock file (blocking), usable as a context manager."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def __enter__(self) -> FileLock:
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+
+class LocalStagedBlob:
+    """An upload being written to ``tmp/``; its flock marks it as alive for start-up cleanup."""
+
+    def __init__(self, path: Path, fsync: bool) -> None:
+        self.path = path
+        self._fsync = fsync
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        self._file: BinaryIO = os.fdopen(fd, "wb", buffering=1024 * 1024)
+        self._lock_fd = os.dup(fd)  # survives a writer that closes ``file``
+        self.committed = False
+
+    @property
+    def file(self) -> BinaryIO:
+        """The temporary file, open for writing."""
+        return self._file
+
+    def finish(self) -> None:
+        """Flush and fsync the written bytes (blocking)."""
+        if not self._file.closed:
+            self._file.flush()
+            if self._fsync:
+                os.fsync(self._file.fileno())
+            self._file.close()
+        elif self._fsync:
+            os.fsync(self._lock_fd)
+
+    def release(self) -> None:
+        """Drop the file handles (after the blob was moved into place)."""
+        if not self._file.closed:
+            try:
+                self._file.close()
+            except OSError:
+                pass
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    def discard(self) -> None:
+        """Remove the temporary file (idempotent)."""
+        self.release()
+        if not self.committed:
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+
+    def __del__(self) -> None:  # last resort: never leak descriptors
+        try:
+            self.discard()
+        except Exception:
+            pass
+
+
+class LocalTransaction:
+    """A change to one brain, made while its lock (and maybe the user lock) is held."""
+
+    def __init__(self, backend: LocalBackend, user_id: str, brain_id: str, user_wide: bool) -> None:
+        self._backend = backend
+        self._user_id = user_id
+        self._brain_id = brain_id
+        self._user_wide = user_wide
+        self.meta = backend.read_meta(user_id, brain_id)
+
+    def usage(self) -> int:
+        """Bytes stored for the whole user (exact only inside a user-wide transaction)."""
+        return self._backend.usage(self._user_id)
+
+    def commit(self, new: BrainMeta, blob: LocalStagedBlob | None = None) -> None:
+        """Put ``blob`` in place, then write the metadata (the commit point), then drop old blobs."""
+        backend = self._backend
+        old = self.meta
+        if old is None:
+            raise CommitConflict("brain was deleted")
+        brain_dir = backend.brain_dir(self._user_id, self._brain_id)
+        blobs_dir = brain_dir / "blobs"
+        placed: Path | None = None
+        try:
+            if blob is not None:
+                if new.current is None:
+                    raise StorageError("a blob needs a current archive")
+                target = blobs_dir / _check_checksum(new.current.checksum)
+                if target.exists() and new.current.checksum in old.blobs():
+                    blob.discard()  # identical content is already stored
+                else:
+                    blobs_dir.mkdir(exist_ok=True, mode=0o700)
+                    os.rename(blob.path, target)
+                    blob.committed = True
+                    blob.release()
+                    placed = target
+                    if backend.fsync:
+                        fsync_dir(blobs_dir)
+            write_atomic(brain_dir / "meta.json", _encoder.encode(new), fsync=backend.fsync)
+        except OSError as exc:
+            if placed is not None and new.current is not None and new.current.checksum not in old.blobs():
+                try:
+                    os.unlink(placed)
+                except OSError:
+                    pass
+            if blob is not None:
+                blob.discard()
+            if is_disk_full(exc):
+                raise StorageFull(str(exc)) from exc
+            raise
+        self.meta = new
+        for checksum in old.blobs() - new.blobs():
+            try:
+                os.unlink(blobs_dir / checksum)
+            except FileNotFoundError:
+                pass
+
+
+class LocalBackend:
+    """The ``StorageBackend`` for one data directory on local disk."""
+
+    def __init__(self, data_dir: Path, *, fsync: bool = True) -> None:
+        self.root = Path(data_dir)
+        self.fsync = fsync
+        self.brains_root = self.root / "brains"
+        self.locks_root = self.root / "locks"
+        self.tmp_root = self.root / "tmp"
+        for directory in (self.root, self.brains_root, self.locks_root, self.tmp_root):
+            directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # path -> ((inode, mtime_ns, size), parsed meta); valid because every commit
+        # renames a new file into place (new inode).
+        self._meta_cache: dict[Path, tuple[tuple[int, int, int], BrainMeta]] = {}
+        self._list_cache: dict[str, tuple[int, list[str]]] = {}
+
+    # -- paths and locks -------------------------------------------------------------
+
+    def user_dir(self, user_id: str) -> Path:
+        """Directory holding the user's brains."""
+        return self.brains_root / _check_id(user_id)
+
+    def brain_dir(self, user_id: str, brain_id: str) -> Path:
+        """Directory holding one brain."""
+        return self.user_dir(user_id) / _check_id(brain_id)
+
+    def user_lock(self, user_id: str) -> FileLock:
+        """Lock excluding user-wide changes (brain count, quota)."""
+        return FileLock(self.locks_root / _check_id(user_id) / "user.lock")
+
+    def brain_lock(self, user_id: str, brain_id: str) -> FileLock:
+        """Lock excluding concurrent changes of one brain."""
+        return FileLock(self.locks_root / _check_id(user_id) / f"{_check_id(brain_id)}.lock")
+
+    # -- reading ---------------------------------------------------------------------
+
+    def read_meta(self, user_id: str, brain_id: str) -> BrainMeta | None:
+        """Current metadata of one brain (cached by inode/mtime/size), None if absent."""
+        path = self.brain_dir(user_id, brain_id) / "meta.json"
+        try:
+            st = os.stat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            self._meta_cache.pop(path, None)
+            return None
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        cached = self._meta_cache.get(path)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        meta = _decoder.decode(data)
+        if len(self._meta_cache) > 100_000:
+            self._meta_cache.clear()
+        self._meta_cache[path] = (key, meta)
+        return meta
+
+    def _brain_ids(self, user_id: str) -> list[str]:
+        user_dir = self.user_dir(user_id)
+        try:
+            mtime = os.stat(user_dir).st_mtime_ns
+        except FileNotFoundError:
+            return []
+        cached = self._list_cache.get(user_id)
+        if cached is not None and cached[0] == mtime:
+            return cached[1]
+        try:
+            names = [name for name in os.listdir(user_dir) if _SAFE_ID.match(name)]
+        except FileNotFoundError:
+            return []
+        self._list_cache[user_id] = (mtime, names)
+        return names
+
+    def list_brains(self, user_id: str) -> list[BrainMeta]:
+        """Every brain of the user, oldest first."""
+        metas = [m for b in self._brain_ids(user_id) if (m := self.read_meta(user_id, b)) is not None]
+        metas.sort(key=lambda m: (m.created_at, m.id))
+        return metas
+
+    def usage(self, user_id: str) -> int:
+        """Bytes stored for the user: every distinct archive of every brain, snapshots included."""
+        return sum(meta.stored_bytes() for meta in self.list_brains(user_id))
+
+    def open_blob(self, user_id: str, brain_id: str, checksum: str) -> BinaryIO:
+        """Open an immutable blob for reading; ``BlobMissing`` if it is gone."""
+        path = self.brain_dir(user_id, brain_id) / "blobs" / _check_checksum(checksum)
+        try:
+            return open(path, "rb", buffering=0)  # noqa: SIM115 - caller closes
+        except (FileNotFoundError, NotADirectoryError):
+            raise BlobMissing(checksum) from None
+
+    def blob_path(self, user_id: str, brain_id: str, checksum: str) -> Path:
+        """Where a blob lives (maintenance tools only)."""
+        return self.brain_dir(user_id, brain_id) / "blobs" / _check_checksum(checksum)
+
+    def iter_users(self) -> Iterator[str]:
+        """Users that have a brains directory."""
+        try:
+            names = sorted(os.listdir(self.brains_root))
+        except FileNotFoundError:
+            return
+        for name in names:
+            if _SAFE_ID.match(name):
+                yield name
+
+    # -- changing --------------------------------------------------------------------
+
+    def stage(self, user_id: str, brain_id: str) -> LocalStagedBlob:
+        """A new temporary file for an upload."""
+        try:
+            return LocalStagedBlob(self.tmp_root / f"up-{uuid.uuid4().hex}", self.fsync)
+        except OSError as exc:
+            if is_disk_full(exc):
+                raise StorageFull(str(exc)) from exc
+            raise
+
+    @contextmanager
+    def transaction(self, user_id: str, brain_id: str, *, user_wide: bool = False) -> Iterator[LocalTransaction]:
+        """Hold the brain lock (after the user lock when ``user_wide``) for one change."""
+        if user_wide:
+            with self.user_lock(user_id), self.brain_lock(user_id, brain_id):
+                yield LocalTransaction(self, user_id, brain_id, user_wide)
+        else:
+            with self.brain_lock(user_id, brain_id):
+                yield LocalTransaction(self, user_id, brain_id, user_wide)
+
+    def create_brain(self, meta: BrainMeta, max_brains: int) -> bool:
+        """Create the brain's directory and first metadata unless the user is at ``max_brains``."""
+        with self.user_lock(meta.user_id):
+            if len(self._brain_ids_fresh(meta.user_id)) >= max_brains:
+                return False
+            brain_dir = self.brain_dir(meta.user_id, meta.id)
+            try:
+                brain_dir.mkdir(parents=True, mode=0o700)
+                (brain_dir / "blobs").mkdir(mode=0o700)
+                write_atomic(brain_dir / "meta.json", _encoder.encode(meta), fsync=self.fsync)
+                if self.fsync:
+                    fsync_dir(brain_dir.parent)
+            except OSError as exc:
+                shutil.rmtree(brain_dir, ignore_errors=True)
+                if is_disk_full(exc):
+                    raise StorageFull(str(exc)) from exc
+                raise
+            return True
+
+    def _brain_ids_fresh(self, user_id: str) -> list[str]:
+        self._list_cache.pop(user_id, None)
+        return [b for b in self._brain_ids(user_id) if (self.brain_dir(user_id, b) / "meta.json").exists()]
+
+    def delete_brain(self, user_id: str, brain_id: str) -> bool:
+        """Remove a brain: move its directory out of the way atomically, then delete it."""
+        with self.user_lock(user_id), self.brain_lock(user_id, brain_id):
+            return self._delete_locked(user_id, brain_id)
+
+    def _delete_locked(self, user_id: str, brain_id: str) -> bool:
+        brain_dir = self.brain_dir(user_id, brain_id)
+        if not (brain_dir / "meta.json").exists():
+            return False
+        trash = self.tmp_root / f"deleted-{uuid.uuid4().hex}"
+        os.rename(brain_dir, trash)
+        if self.fsync:
+            fsync_dir(brain_dir.parent)
+        self._meta_cache.pop(brain_dir / "meta.json", None)
+        shutil.rmtree(trash, ignore_errors=True)
+        return True
+
+    def delete_user(self, user_id: str) -> None:
+        """Remove every brain of the user and the user's directory."""
+        with self.user_lock(user_id):
+            for brain_id in list(self._brain_ids_fresh(user_id)):
+                with self.brain_lock(user_id, brain_id):
+                    self._delete_locked(user_id, brain_id)
+            shutil.rmtree(self.user_dir(user_id), ignore_errors=True)
+
+    # -- recovery --------------------------------------------------------------------
+
+    def startup(self) -> None:
+        """Remove orphaned uploads/trash and blobs no metadata references (crash recovery)."""
+        for entry in list(os.scandir(self.tmp_root)):
+            path = Path(entry.path)
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(path, ignore_errors=True)
+                continue
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # a live upload in another process
+            finally:
+                os.close(fd)
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+        for user_id in self.iter_users():
+            for brain_id in self._brain_ids_fresh_all(user_id):
+                self._recover_brain(user_id, brain_id)
+
+    def _brain_ids_fresh_all(self, user_id: str) -> list[str]:
+        try:
+            return [n for n in os.listdir(self.user_dir(user_id)) if _SAFE_ID.match(n)]
+        except FileNotFoundError:
+            return []
+
+    def _recover_brain(self, user_id: str, brain_id: str) -> None:
+        brain_dir = self.brain_dir(user_id, brain_id)
+        with self.user_lock(user_id), self.brain_lock(user_id, brain_id):
+            for entry in list(os.scandir(brain_dir)):
+                if entry.name.startswith(".") and entry.name.endswith(".tmp"):
+                    os.unlink(entry.path)
+            meta = self.read_meta(user_id, brain_id)
+            if meta is None:
+                # created or deleted half-way: without metadata it never existed
+                shutil.rmtree(brain_dir, ignore_errors=True)
+                return
+            keep = meta.blobs()
+            blobs_dir = brain_dir / "blobs"
+            blobs_dir.mkdir(exist_ok=True, mode=0o700)
+            for entry in list(os.scandir(blobs_dir)):
+                if entry.name not in keep:
+                    try:
+                        os.unlink(entry.path)
+                    except FileNotFoundError:
+                        pass

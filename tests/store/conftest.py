@@ -1,0 +1,120 @@
+"""Shared helpers for the store's core tests: archives, a running store, users."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import tarfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.processes import ServerProcess, console_script, free_port, run_server
+
+
+def make_archive(files: dict[str, bytes] | None = None, *, dirs: tuple[str, ...] = ()) -> bytes:
+    """A gzip-compressed tar holding ``files`` (path -> content), deterministic."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
+        for d in dirs:
+            info = tarfile.TarInfo(d)
+            info.type = tarfile.DIRTYPE
+            info.mode = 0o755
+            tar.addfile(info)
+        for name, data in (files or {}).items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            info.mode = 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def brain_files(n: int, tag: str = "") -> dict[str, bytes]:
+    """``n`` small memory files."""
+    return {f"memories/m{i}.md": f"---\ntitle: {tag}{i}\n---\nbody {tag}{i}\n".encode() for i in range(n)}
+
+
+def cli(*args: str, data: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``brain-store`` with ``--data`` appended; fails the test on a non-zero exit."""
+    result = subprocess.run(
+        [console_script("brain-store"), *args, "--data", str(data)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr + result.stdout
+    return result
+
+
+def add_user(data: Path, name: str, email: str = "") -> str:
+    """Create a user through the CLI; returns the token (its last output line)."""
+    args = ["user", "add", name] + (["--email", email] if email else [])
+    return cli(*args, data=data).stdout.strip().splitlines()[-1]
+
+
+@dataclass
+class Store:
+    """A running store process with its data dir."""
+
+    server: ServerProcess
+    data: Path
+
+    @property
+    def url(self) -> str:
+        return self.server.base_url
+
+    def client(self, token: str | None = None) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=30.0)
+
+
+def start_store(
+    tmp: Path, *, workers: int = 1, env: dict[str, str] | None = None, data: Path | None = None
+) -> Iterator[Store]:
+    """Context-manager body: a real ``brain-store serve`` on a free port."""
+    data = data or tmp / "data"
+    port = free_port()
+    argv = [console_script("brain-store"), "serve", "--port", str(port), "--data", str(data)]
+    if workers > 1:
+        argv += ["--workers", str(workers)]
+    full_env = {"STORE_QUIET": "1", "STORE_RATE_LIMITS": "off", **(env or {})}
+    with run_server(argv, port=port, log_path=tmp / f"store-{port}.log", env=full_env) as server:
+        yield Store(server, data)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
+    """One store process per test module (tests create their own users/brains)."""
+    yield from start_store(tmp_path_factory.mktemp("store"))
+
+
+_counter = iter(range(1_000_000))
+
+
+@pytest.fixture
+def alice(store: Store) -> tuple[httpx.Client, str]:
+    """A fresh user (client with token) and its default brain id."""
+    from store.auth.users import UserRegistry
+
+    registry = UserRegistry(store.data)
+    user, token = registry.add(f"u{next(_counter)}-{free_port()}", "alice@example.com")
+    client = store.client(token)
+    brains = client.get("/api/brains").json()
+    if not brains:
+        brains = [client.post("/api/brains", json={"name": "default"}).json()]
+    return client, brains[0]["id"]
+
+
+def upload(client: httpx.Client, brain_id: str, archive: bytes, headers: dict[str, str] | None = None,
+           params: dict[str, str] | None = None) -> httpx.Response:
+    """PUT an archive as the ``brain`` field."""
+    return client.put(
+        f"/api/brains/{brain_id}/sync",
+        files={"brain": ("brain.tar.gz", archive, "application/gzip")},
+        headers=headers or {},
+        params=params or {},
+    )
