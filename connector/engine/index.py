@@ -8,11 +8,14 @@ then touches only its own terms' postings plus the memories it scores.
 
 from __future__ import annotations
 
+import json
 import math
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from connector.engine.brain import Brain
 from connector.engine.jsvalues import is_number, js_truthy, number_or_none, parse_iso_ms
@@ -24,6 +27,30 @@ B = 0.75
 # Recall trust per origin (brain-format.md); an unknown or absent origin counts 1.0.
 ORIGIN_TRUST = {"user": 1.0, "agent-inferred": 0.95, "tool-output": 0.85, "external": 0.75}
 LOW_TRUST_ORIGINS = frozenset({"tool-output", "external"})
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def read_json(brain: Brain, path: str) -> Any | None:
+    """Parse a JSON file of the brain as JavaScript's JSON.parse would; None if absent or invalid.
+
+    msgspec is several times faster than the json module on large indexes; the
+    json module is the fallback for what msgspec refuses but JavaScript accepts
+    (lone surrogate escapes). NaN and Infinity are refused, as in JavaScript.
+    """
+    data = brain.read(path)
+    if data is None:
+        return None
+    try:
+        return msgspec.json.decode(data)
+    except msgspec.DecodeError:
+        pass
+    try:
+        return json.loads(data, parse_constant=_reject_constant)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
 
 
 class RecallError(ValueError):
@@ -59,6 +86,11 @@ class MemoryRecord:
     superseded: bool
     trust: float | None
     quarantined: bool
+    has_newer_fields: bool = False
+
+    def __post_init__(self) -> None:
+        # Lets scoring skip the newer-field factors for older brains entirely.
+        self.has_newer_fields = self.trust is not None or self.superseded or self.valid_until_ms is not None
 
 
 @dataclass
@@ -70,7 +102,7 @@ class BrainIndex:
     doc_count: int
     avgdl: float
     df: dict[str, float]
-    postings: dict[str, list[tuple[int, float]]]
+    postings: dict[str, list[tuple[int, Any]]]
     doc_norms: list[float]
     doc_memory: list[int | None]
     edges: dict[str, list[tuple[str, float]]] | None
@@ -84,7 +116,7 @@ class BrainIndex:
         raw = brain.read("index.json")
         if raw is None:
             raise BrainNotInitialized()
-        index = brain.read_json("index.json")
+        index = read_json(brain, "index.json")
         if not isinstance(index, dict):
             raise RecallError("index.json is not a valid brain index")
         entries = index.get("memories")
@@ -100,23 +132,24 @@ class BrainIndex:
             doc_count, doc_items, df = _rebuild_documents(brain, memories)
         else:
             doc_count, doc_items, df = documents
-        postings: dict[str, list[tuple[int, float]]] = {}
+        # Counts are taken as stored; non-numbers and non-positive ones are skipped
+        # when a query reads the postings (keeps this loop, the build's hot spot, lean).
+        postings: defaultdict[str, list[tuple[int, Any]]] = defaultdict(list)
         lengths: list[float] = []
         doc_memory: list[int | None] = []
         for doc_pos, (memory_id, tf, length) in enumerate(doc_items):
             lengths.append(length)
             doc_memory.append(positions.get(memory_id))
             for term, count in tf.items():
-                if is_number(count) and count > 0:
-                    postings.setdefault(term, []).append((doc_pos, float(count)))
+                postings[term].append((doc_pos, count))
         total_length = 0.0
         for length in lengths:
             total_length += length
         avgdl = total_length / doc_count if doc_count else 0.0
         doc_norms = [_norm(length, avgdl) for length in lengths]
 
-        edges = _edges(brain.read_json("associations.json"))
-        config = brain.read_json("config.json")
+        edges = _edges(read_json(brain, "associations.json"))
+        config = read_json(brain, "config.json")
         enforce = isinstance(config, dict) and config.get("quarantine_mode") == "enforce"
         return cls(
             memories=memories,
@@ -124,7 +157,7 @@ class BrainIndex:
             doc_count=doc_count,
             avgdl=avgdl,
             df=df,
-            postings=postings,
+            postings=dict(postings),
             doc_norms=doc_norms,
             doc_memory=doc_memory,
             edges=edges,
@@ -207,7 +240,7 @@ def _usable_search_index(
     brain: Brain, positions: dict[str, int]
 ) -> tuple[int, DocItems, dict[str, float]] | None:
     """The stored statistics when recall.md says they are usable, else None."""
-    stored = brain.read_json("search-index.json")
+    stored = read_json(brain, "search-index.json")
     if not isinstance(stored, dict):
         return None
     documents = stored.get("documents")

@@ -13,7 +13,7 @@ from typing import Any
 
 _ISO = re.compile(
     r"^([+-]\d{6}|\d{4})(?:-(\d{2})(?:-(\d{2}))?)?"
-    r"(?:T(\d{2}):(\d{2})(?::(\d{2})(?:[.,](\d+))?)?)?"
+    r"(?:T(\d{2}):(\d{2})(?::(\d{2})(?:\.(\d+))?)?)?"
     r"(Z|[+-]\d{2}:?\d{2})?$"
 )
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -64,38 +64,65 @@ def finite(value: float) -> float:
     return value if math.isfinite(value) else 0.0
 
 
-def parse_iso_ms(value: Any) -> int | None:
-    """Milliseconds since the epoch of an ISO 8601 string, like ``Date.parse``.
+_DAYS_IN_MONTH = (0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 
-    No offset means UTC; fractions beyond milliseconds are truncated, as a
-    JavaScript ``Date`` holds whole milliseconds. Anything else gives None.
+
+def _days_from_civil(year: int, month: int, day: int) -> int:
+    # Days since 1970-01-01 in the proleptic Gregorian calendar (exact integers).
+    year -= month <= 2
+    era = year // 400
+    year_of_era = year - era * 400
+    day_of_year = (153 * (month + (-3 if month > 2 else 9)) + 2) // 5 + day - 1
+    day_of_era = year_of_era * 365 + year_of_era // 4 - year_of_era // 100 + day_of_year
+    return era * 146097 + day_of_era - 719468
+
+
+def _compose(year: int, month: int, day: int, hour: int, minute: int, second: int, millis: int) -> int | None:
+    # V8 accepts any day 1..31 whatever the month (rolling over, 2025-02-31 is
+    # March 3rd) and 24:00:00.000 as the next midnight; so do we.
+    if not (1 <= month <= 12 and 1 <= day <= 31 and minute < 60 and second < 60):
+        return None
+    if hour > 24 or (hour == 24 and (minute or second or millis)):
+        return None
+    return ((_days_from_civil(year, month, day) * 24 + hour) * 60 + minute) * 60_000 + second * 1000 + millis
+
+
+def _parse_canonical(value: str) -> int | None:
+    """Fast path for ``YYYY-MM-DDTHH:MM:SS.mmmZ``, the only form brains normally hold."""
+    return _compose(
+        int(value[0:4]), int(value[5:7]), int(value[8:10]),
+        int(value[11:13]), int(value[14:16]), int(value[17:19]), int(value[20:23]),
+    )
+
+
+def parse_iso_ms(value: Any) -> int | None:
+    """Milliseconds since the epoch of an ISO 8601 string, like V8's ``Date.parse``.
+
+    No offset means UTC (as recall.md says); fractions beyond milliseconds are
+    truncated, as a JavaScript ``Date`` holds whole milliseconds. Anything else
+    gives None.
     """
     if not isinstance(value, str):
         return None
-    match = _ISO.match(value.strip())
+    if (
+        len(value) == 24 and value[4] == "-" and value[7] == "-" and value[10] == "T" and value[13] == ":"
+        and value[16] == ":" and value[19] == "." and value[23] == "Z" and value[:4].isdigit()
+        and value[5:7].isdigit() and value[8:10].isdigit() and value[11:13].isdigit()
+        and value[14:16].isdigit() and value[17:19].isdigit() and value[20:23].isdigit()
+    ):
+        return _parse_canonical(value)
+    match = _ISO.match(value)
     if match is None:
         return None
     year_s, month_s, day_s, hour_s, minute_s, second_s, frac_s, offset_s = match.groups()
-    try:
-        year = int(year_s)
-        month = int(month_s or 1)
-        day = int(day_s or 1)
-        hour = int(hour_s or 0)
-        minute = int(minute_s or 0)
-        second = int(second_s or 0)
-        if year_s.startswith("-") and year == 0:
-            return None  # -000000 is invalid in ECMAScript
-        extra_day = 0
-        if hour == 24 and minute == 0 and second == 0 and not (frac_s and int(frac_s)):
-            hour, extra_day = 0, 1
-        if not 1 <= year <= 9999:
-            return None  # outside Python's calendar; never in real brains
-        moment = datetime(year, month, day, hour, minute, second, tzinfo=UTC)
-    except ValueError:
+    if year_s == "-000000":
+        return None  # invalid in ECMAScript
+    millis = _compose(
+        int(year_s), int(month_s or 1), int(day_s or 1), int(hour_s or 0), int(minute_s or 0),
+        int(second_s or 0), int((frac_s + "00")[:3]) if frac_s else 0,
+    )
+    if millis is None:
         return None
-    millis = (moment - _EPOCH) // _ONE_MS + extra_day * 86_400_000
-    if frac_s:
-        millis += int((frac_s + "00")[:3])
     if offset_s and offset_s != "Z":
         sign = -1 if offset_s[0] == "-" else 1
         digits = offset_s[1:].replace(":", "")

@@ -98,6 +98,9 @@ def relevances(index: BrainIndex, query: str) -> dict[int, float]:
         if not postings:
             continue
         for doc, f in postings:
+            kind = f.__class__
+            if not ((kind is int or kind is float) and f > 0):
+                continue  # a stored count that is not a positive number adds nothing
             contribution = idf * (f * 2.5) / (f + norms[doc])
             if doc in scores:
                 scores[doc] += contribution
@@ -125,29 +128,35 @@ def relevances(index: BrainIndex, query: str) -> dict[int, float]:
     return result
 
 
-def _decayed_and_recency(record: MemoryRecord, now_ms: int) -> tuple[float, float]:
-    strength = record.strength
-    if record.last_accessed_ms is None:
-        # Unparseable or missing time: every time-derived term is 0.
-        decayed = strength if (record.never_decays and strength is not None) else 0.0
-        return decayed, 0.0
-    days = (now_ms - record.last_accessed_ms) / MS_PER_DAY
-    if strength is None:
-        decayed = 0.0
-    elif record.never_decays:
-        decayed = strength
-    elif record.decay_rate is None:
-        decayed = 0.0
-    else:
-        try:
-            decayed = strength * math.pow(record.decay_rate, days)
-        except (ValueError, OverflowError):
+def _time_terms(memories: list[MemoryRecord], positions: list[int], now_ms: int) -> dict[int, tuple[float, float]]:
+    """Decayed strength and recency of the memories at ``positions`` (one tight loop)."""
+    terms: dict[int, tuple[float, float]] = {}
+    pow_, isfinite = math.pow, math.isfinite
+    for position in positions:
+        record = memories[position]
+        strength = record.strength
+        accessed = record.last_accessed_ms
+        if accessed is None:
+            # Unparseable or missing time: every time-derived term is 0.
+            terms[position] = (strength if (record.never_decays and strength is not None) else 0.0, 0.0)
+            continue
+        days = (now_ms - accessed) / MS_PER_DAY
+        if strength is None:
             decayed = 0.0
-        if not math.isfinite(decayed):
+        elif record.never_decays:
+            decayed = strength
+        elif record.decay_rate is None:
             decayed = 0.0
-    recency = 1 - days / 365
-    recency = 0.0 if recency < 0 else (1.0 if recency > 1 else recency)
-    return decayed, recency
+        else:
+            try:
+                decayed = strength * pow_(record.decay_rate, days)
+            except (ValueError, OverflowError):
+                decayed = 0.0  # NaN or infinity in JavaScript
+            if not isfinite(decayed):
+                decayed = 0.0
+        recency = 1 - days / 365
+        terms[position] = (decayed, 0.0 if recency < 0 else (1.0 if recency > 1 else recency))
+    return terms
 
 
 def _spread(
@@ -187,14 +196,17 @@ def _spread(
 
 
 def _context_match(record: MemoryRecord, project: str | None, task: str | None, topic_set: frozenset[str] | None) -> float:
+    """0.3 x same project + 0.4 x Jaccard(topics) + 0.3 x same task."""
     if not record.has_context:
         return 0.0
     project_term = 0.3 if (project and record.ctx_project and project == record.ctx_project) else 0.0
     jaccard = 0.0
-    if topic_set is not None and record.ctx_topics is not None:
-        union = len(topic_set | record.ctx_topics)
+    topics = record.ctx_topics
+    if topic_set is not None and topics is not None:
+        common = len(topic_set & topics) if topics else 0
+        union = len(topic_set) + len(topics) - common
         if union:
-            jaccard = len(topic_set & record.ctx_topics) / union
+            jaccard = common / union
     task_term = 0.3 if (task and record.ctx_task and task == record.ctx_task) else 0.0
     return project_term + 0.4 * jaccard + task_term
 
@@ -237,21 +249,19 @@ def recall(
     memories = index.memories
     eligible = _eligibility(index, as_of_ms, as_known_ms)
 
-    # Per-memory time terms, computed only for memories that can matter.
-    terms: dict[int, tuple[float, float]] = {}
+    # Time terms only for memories that can matter: every eligible one in context
+    # mode, else the relevant ones (the floor drops the rest unless spreading
+    # reaches them, handled below).
     if context:
-        candidates = range(len(memories)) if eligible is None else [i for i in range(len(memories)) if eligible[i]]
-        for position in candidates:
-            terms[position] = _decayed_and_recency(memories[position], now_ms)
-        source_positions = list(candidates)
+        count = len(memories)
+        source_positions = list(range(count)) if eligible is None else [i for i in range(count) if eligible[i]]
     else:
         source_positions = sorted(
             position
             for position, relevance in relevance_by_pos.items()
             if relevance >= FLOOR and (eligible is None or eligible[position])
         )
-        for position in source_positions:
-            terms[position] = _decayed_and_recency(memories[position], now_ms)
+    terms = _time_terms(memories, source_positions, now_ms)
 
     spreading: dict[str, float] = {}
     if index.edges is not None and source_positions:
@@ -274,25 +284,50 @@ def recall(
                 if position is not None and (eligible is None or eligible[position]):
                     kept.add(position)
         scored_positions = sorted(kept)
-        for position in scored_positions:
-            if position not in terms:
-                terms[position] = _decayed_and_recency(memories[position], now_ms)
+        terms.update(_time_terms(memories, [p for p in scored_positions if p not in terms], now_ms))
 
-    context_given = bool(project or task or topics)
-    topic_set = frozenset(topics.split(",")) if topics else None
-    expiry_ms = as_of_ms if as_of_ms is not None else now_ms
+    scored = _scores(
+        memories,
+        scored_positions,
+        relevance_by_pos,
+        terms,
+        spreading,
+        (project, task, frozenset(topics.split(",")) if topics else None) if (project or task or topics) else None,
+        as_of_ms if as_of_ms is not None else now_ms,
+        as_of_ms is not None,
+    )
+    return [_hit(memories[row[2]], -row[0], *row[3:], now_ms) for row in _top(scored, top, memories)]
 
-    ranked: list[tuple[float, str, int, float, float, float, float, float]] = []
-    for position in scored_positions:
+
+Scored = tuple[float, int, float, float, float, float]  # score, position, relevance, decayed, bonus, match
+
+
+def _scores(
+    memories: list[MemoryRecord],
+    positions: list[int],
+    relevance_by_pos: dict[int, float],
+    terms: dict[int, tuple[float, float]],
+    spreading: dict[str, float],
+    context_args: tuple[str | None, str | None, frozenset[str] | None] | None,
+    expiry_ms: int,
+    with_as_of: bool,
+) -> list[Scored]:
+    """Raw (unrounded) scores, weights normalised over the terms present."""
+    weight_table = _WEIGHTS
+    relevance_of = relevance_by_pos.get
+    bonus_of = spreading.get
+    isfinite = math.isfinite
+    scored: list[Scored] = []
+    for position in positions:
         record = memories[position]
-        relevance = relevance_by_pos.get(position, 0.0)
+        relevance = relevance_of(position, 0.0)
         decayed, recency = terms[position]
-        bonus = spreading.get(record.id, 0.0)
+        bonus = bonus_of(record.id, 0.0) if spreading else 0.0
         if bonus > 1.0:
             bonus = 1.0
-        match = _context_match(record, project, task, topic_set) if context_given else 0.0
+        match = _context_match(record, *context_args) if context_args is not None else 0.0
         salience = record.salience
-        weights = _WEIGHTS[(bonus > 0, match > 0, salience is not None)]
+        weights = weight_table[(bonus > 0, match > 0, salience is not None)]
         score = weights[0] * relevance + weights[1] * decayed + weights[2] * recency
         slot = 3
         if bonus > 0:
@@ -303,12 +338,28 @@ def recall(
             slot += 1
         if salience is not None:
             score += weights[slot] * salience
-        score = _newer_field_factors(record, score, expiry_ms, as_of_ms is not None)
-        ranked.append((-round3(score), record.id, position, relevance, decayed, recency, bonus, match))
+        if record.has_newer_fields:
+            score = _newer_field_factors(record, score, expiry_ms, with_as_of)
+        if not isfinite(score) or abs(score) > 1e300:
+            score = 0.0  # rounds to 0 in the reference
+        scored.append((score, position, relevance, decayed, bonus, match))
+    return scored
 
-    # Score descending, then id ascending; `top` behaves like JavaScript's slice(0, top).
-    chosen = heapq.nsmallest(top, ranked) if top > 0 else sorted(ranked)[:top]
-    return [_hit(memories[row[2]], 0.0 - row[0], row[3], row[4], row[6], row[7], now_ms) for row in chosen]
+
+def _top(scored: list[Scored], top: int, memories: list[MemoryRecord]) -> list[tuple[float, str, int, float, float, float, float]]:
+    """The first ``top`` by rounded score descending, then id; JavaScript slice semantics.
+
+    Rounding is monotone, so only scores within one rounding step of the
+    ``top``-th best raw score can reach the result: only those get rounded.
+    """
+    if top > 0 and len(scored) > top:
+        threshold = heapq.nlargest(top, [row[0] for row in scored])[-1] - 0.0011
+        scored = [row for row in scored if row[0] >= threshold]
+    ranked = [
+        (-round3(score), memories[position].id, position, relevance, decayed, bonus, match)
+        for score, position, relevance, decayed, bonus, match in scored
+    ]
+    return heapq.nsmallest(top, ranked) if top > 0 else sorted(ranked)[:top]
 
 
 def _eligibility(index: BrainIndex, as_of_ms: int | None, as_known_ms: int | None) -> list[bool] | None:
@@ -363,7 +414,7 @@ def _hit(
     for key in ("path", "type"):
         if key in entry:
             hit[key] = entry[key]
-    hit["score"] = score
+    hit["score"] = score + 0.0  # never -0
     hit["relevance"] = round3(relevance)
     hit["decayed_strength"] = round3(decayed)
     hit["context_match"] = round3(match)

@@ -73,7 +73,10 @@ def test_iso_parsing() -> None:
     assert parse_iso_ms("1970-01-01T01:00:00+01:00") == 0
     assert parse_iso_ms("1970-01-02") == 86_400_000
     assert parse_iso_ms("1970-01-01T00:00:00.123999Z") == 123
-    for bad in ("", "yesterday", "2025-13-01", "2025-02-30T00:00:00Z", None, 5):
+    # V8 rolls days 29..31 over into the next month and takes 24:00 as next midnight.
+    assert parse_iso_ms("1970-02-31T00:00:00.000Z") == parse_iso_ms("1970-03-03T00:00:00.000Z")
+    assert parse_iso_ms("1970-01-01T24:00Z") == 86_400_000
+    for bad in ("", "yesterday", "2025-13-01", "2025-02-32T00:00:00Z", "2025-01-01T24:00:01Z", "2025-01-01T00:00:00,5Z", None, 5):
         assert parse_iso_ms(bad) is None
 
 
