@@ -1,0 +1,797 @@
+#!/usr/bin/env python3
+"""Benchmark of the store against the reference store's figures.
+
+Starts our store (``brain-store serve``) on a temporary data directory, once per
+configuration (``--workers 1``/``2``, encryption off/on), with rate limits off, and
+measures, for ``--runs`` runs (medians printed):
+
+* ``GET /api/brains`` req/s, the 304 freshness path req/s, 100 KiB and 5 MiB
+  downloads (req/s and GiB/s): ``wrk -t1 -c32`` (Python fallback without wrk);
+* 1 MiB uploads with 8 Python client processes (uploads/s, fsync on);
+* peak RSS of all server processes while 8 clients each upload a 40 MiB archive;
+* correctness under load: ETag/X-Checksum vs body mismatches while a writer
+  alternates two archives and 8 readers download; rounds of 16 racing ``If-Match``
+  uploads with more than one winner.
+
+Usage::
+
+    .venv/bin/python bench/store_bench.py              # 3 runs, all configurations
+    .venv/bin/python bench/store_bench.py --quick      # a short smoke run
+    .venv/bin/python bench/store_bench.py --configs w1,w2 --runs 5 --json out.json
+
+See bench/README.md for what each figure means and how to read the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import http.client
+import io
+import json
+import multiprocessing
+import os
+import platform
+import random
+import re
+import secrets
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+KIB = 1024
+MIB = 1024 * 1024
+GIB = 1024 * MIB
+HOST = "127.0.0.1"
+
+# Reference store figures (Node, one process, same kind of machine) and our targets.
+# key: (label, unit, reference, {config: target}, higher_is_better)
+METRICS: dict[str, tuple[str, str, str, dict[str, float], bool]] = {
+    "list": ("GET /api/brains", "req/s", "9.6-10.7k", {"w1": 3000, "w2": 5000}, True),
+    "fresh304": ("304 freshness path", "req/s", "33-36k", {"w1": 10_000, "w2": 17_000}, True),
+    "dl100k": ("100 KiB download", "req/s", "15.0-15.7k", {"w1": 7500, "w2": 7500}, True),
+    "dl5m_rps": ("5 MiB download", "req/s", "-", {}, True),
+    "dl5m": ("5 MiB download", "GiB/s", "3.0-3.6", {"w1": 2.5, "w2": 2.5}, True),
+    "upload": ("1 MiB uploads, 8 clients", "up/s", "114-155 (109-128 enc)", {"w1": 110, "w2": 150, "w1-enc": 90}, True),
+    "rss_idle": ("server RSS, idle", "MiB", "-", {}, False),
+    "rss_peak": ("peak RSS, 8 x 40 MiB uploads", "MiB", "772-777", {c: 150e6 / MIB for c in ("w1", "w2", "w1-enc", "w2-enc")}, False),
+    "mismatch": ("ETag/body mismatches", "count", "> 0", {c: 0 for c in ("w1", "w2", "w1-enc", "w2-enc")}, False),
+    "two_winners": ("rounds with two winners", "count", "> 0", {c: 0 for c in ("w1", "w2", "w1-enc", "w2-enc")}, False),
+}
+CONFIGS = {"w1": (1, False), "w2": (2, False), "w1-enc": (1, True), "w2-enc": (2, True)}
+
+
+@dataclass
+class Plan:
+    """What to run and for how long."""
+
+    runs: int = 3
+    duration: float = 10.0
+    configs: tuple[str, ...] = ("w1", "w2", "w1-enc", "w2-enc")
+    sections: tuple[str, ...] = ("get", "upload", "memory", "consistency", "race")
+    big_upload_mib: int = 40
+    clients: int = 8
+    race_rounds: int = 20
+    race_writers: int = 16
+    upload_files: int = 64
+    use_wrk: bool = True
+    store_cmd: str = ""
+    quiet_server: bool = True
+    keep_data: bool = False
+    json_path: Path | None = None
+
+
+@dataclass
+class Results:
+    """Per configuration, per metric, one value per run (and notes)."""
+
+    values: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def add(self, config: str, metric: str, value: float) -> None:
+        self.values.setdefault(config, {}).setdefault(metric, []).append(value)
+
+
+# ----------------------------------------------------------------------------- archives
+
+
+def make_archive(total: int, files: int, seed: int) -> bytes:
+    """A tar.gz of ``files`` incompressible files totalling about ``total`` bytes (a brain-like tree)."""
+    rng = _Rng(seed)
+    buffer = io.BytesIO()
+    each = max(1, total // max(1, files))
+    with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=1) as archive:
+        dirs: set[str] = set()
+        for index in range(files):
+            directory = f"memories/{index % 8}"
+            if directory not in dirs:
+                dirs.add(directory)
+                info = tarfile.TarInfo(directory)
+                info.type = tarfile.DIRTYPE
+                info.mode = 0o755
+                archive.addfile(info)
+            data = rng.bytes(each)
+            info = tarfile.TarInfo(f"{directory}/m{index:05d}.md")
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def write_big_archive(path: Path, total: int, seed: int) -> None:
+    """A large tar.gz written straight to disk (never held whole in memory)."""
+    rng = _Rng(seed)
+    with tarfile.open(path, mode="w:gz", compresslevel=1) as archive:
+        for index in range(max(1, total // (4 * MIB))):
+            data = rng.bytes(4 * MIB)
+            info = tarfile.TarInfo(f"blobs/b{index:04d}.bin")
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+
+
+class _Rng:
+    """Deterministic incompressible bytes (archives are stored, not shrunk, by gzip)."""
+
+    def __init__(self, seed: int) -> None:
+        self._random = random.Random(seed)
+
+    def bytes(self, size: int) -> bytes:
+        return self._random.randbytes(size)
+
+
+# ----------------------------------------------------------------------------- HTTP helpers
+
+
+BOUNDARY = "brainbench" + secrets.token_hex(8)
+
+
+def multipart_parts(size: int) -> tuple[bytes, bytes, int]:
+    """Preamble, epilogue and total length of a multipart body holding one ``brain`` file."""
+    head = (
+        f"--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"brain\"; filename=\"brain.tar.gz\"\r\n"
+        "Content-Type: application/gzip\r\n\r\n"
+    ).encode()
+    tail = f"\r\n--{BOUNDARY}--\r\n".encode()
+    return head, tail, len(head) + size + len(tail)
+
+
+def multipart_body(archive: bytes) -> bytes:
+    head, tail, _ = multipart_parts(len(archive))
+    return head + archive + tail
+
+
+class Client:
+    """A keep-alive HTTP/1.1 connection to the store with a bearer token."""
+
+    def __init__(self, port: int, token: str, timeout: float = 120.0) -> None:
+        self.port = port
+        self.token = token
+        self.timeout = timeout
+        self.conn = http.client.HTTPConnection(HOST, port, timeout=timeout)
+
+    def request(
+        self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
+    ) -> tuple[int, dict[str, str], bytes]:
+        all_headers = {"Authorization": f"Bearer {self.token}", **(headers or {})}
+        for attempt in range(2):
+            try:
+                self.conn.request(method, path, body=body, headers=all_headers)
+                response = self.conn.getresponse()
+                data = response.read()
+                return response.status, {k.lower(): v for k, v in response.getheaders()}, data
+            except (ConnectionError, http.client.HTTPException, OSError):
+                self.conn.close()
+                self.conn = http.client.HTTPConnection(HOST, self.port, timeout=self.timeout)
+                if attempt or not isinstance(body, (bytes, type(None))):
+                    raise
+        raise AssertionError("unreachable")
+
+    def json(self, method: str, path: str, payload: Any = None) -> Any:
+        body = None if payload is None else json.dumps(payload).encode()
+        headers = {"Content-Type": "application/json"} if body is not None else {}
+        status, _, data = self.request(method, path, body, headers)
+        if status >= 300:
+            raise RuntimeError(f"{method} {path} -> {status}: {data[:200]!r}")
+        return json.loads(data) if data else None
+
+    def upload(self, brain_id: str, archive: bytes, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+        status, _, data = self.request(
+            "PUT",
+            f"/api/brains/{brain_id}/sync",
+            multipart_body(archive),
+            {"Content-Type": f"multipart/form-data; boundary={BOUNDARY}", **(headers or {})},
+        )
+        return status, data
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+# ----------------------------------------------------------------------------- the server
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def store_command(plan: Plan) -> list[str]:
+    if plan.store_cmd:
+        return plan.store_cmd.split()
+    candidate = Path(sys.executable).parent / "brain-store"
+    if candidate.exists():
+        return [str(candidate)]
+    found = shutil.which("brain-store")
+    if found:
+        return [found]
+    raise SystemExit("brain-store not found: run from the project venv (make venv) or pass --store-cmd")
+
+
+class Server:
+    """Our store as a real process group on loopback."""
+
+    def __init__(self, plan: Plan, workers: int, encrypted: bool, data_dir: Path) -> None:
+        self.port = free_port()
+        self.data_dir = data_dir
+        self.env = {**os.environ, "STORE_RATE_LIMITS": "off", "STORE_DATA_DIR": str(data_dir)}
+        if plan.quiet_server:
+            self.env["STORE_QUIET"] = "1"
+        if encrypted:
+            self.env["STORE_ENCRYPTION_KEY"] = secrets.token_hex(32)
+        else:
+            self.env.pop("STORE_ENCRYPTION_KEY", None)
+        self.cmd = store_command(plan)
+        self.workers = workers
+        self.log_path = data_dir.parent / f"server-{self.port}.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def add_user(self, name: str) -> str:
+        out = subprocess.run(
+            [*self.cmd, "user", "add", name, "--data", str(self.data_dir)],
+            env=self.env, capture_output=True, text=True, timeout=120, check=False,
+        )
+        if out.returncode != 0:
+            raise RuntimeError(f"user add failed: {out.stderr or out.stdout}")
+        return out.stdout.strip().splitlines()[-1].strip()
+
+    def start(self) -> None:
+        argv = [*self.cmd, "serve", "--host", HOST, "--port", str(self.port), "--data", str(self.data_dir),
+                "--workers", str(self.workers)]
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=self.env,
+                                            cwd=REPO, start_new_session=True)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"server exited ({self.process.returncode}):\n{self.log_path.read_text()[-3000:]}")
+            try:
+                conn = http.client.HTTPConnection(HOST, self.port, timeout=2)
+                conn.request("GET", "/health")
+                if conn.getresponse().status == 200:
+                    conn.close()
+                    if self.workers > 1:
+                        time.sleep(1.0)  # let every worker finish starting
+                    return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError("server did not answer /health within 60 s")
+
+    def pids(self) -> list[int]:
+        """Every process of the server's process group (uvicorn workers included)."""
+        if self.process is None:
+            return []
+        group = self.process.pid
+        found = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[-1].split()
+            if len(fields) > 2 and int(fields[2]) == group:
+                found.append(int(entry))
+        return found
+
+    def rss_bytes(self) -> int:
+        total = 0
+        for pid in self.pids():
+            try:
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1]) * 1024
+                        break
+            except OSError:
+                continue
+        return total
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=30)
+
+
+class RssSampler:
+    """Samples the summed RSS of the server's processes in a background thread."""
+
+    def __init__(self, server: Server, interval: float = 0.01) -> None:
+        self.server = server
+        self.interval = interval
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self.server.rss_bytes())
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self.peak = max(self.peak, self.server.rss_bytes())
+
+
+# ----------------------------------------------------------------------------- load generators
+
+
+def wrk_available() -> bool:
+    return shutil.which("wrk") is not None
+
+
+def _parse_wrk(text: str) -> tuple[float, int]:
+    match = re.search(r"Requests/sec:\s+([\d.]+)", text)
+    if not match:
+        raise RuntimeError(f"could not parse wrk output:\n{text}")
+    errors = 0
+    for pattern in (r"Non-2xx or 3xx responses:\s+(\d+)", r"Socket errors:.*?timeout (\d+)"):
+        found = re.search(pattern, text)
+        if found:
+            errors += int(found.group(1))
+    found = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+)", text)
+    if found:
+        errors += sum(int(x) for x in found.groups())
+    return float(match.group(1)), errors
+
+
+def load_get(port: int, path: str, headers: dict[str, str], duration: float, use_wrk: bool,
+             expect: int) -> tuple[float, int]:
+    """Requests per second for a GET under 32 concurrent keep-alive connections, and errors."""
+    if use_wrk:
+        argv = ["wrk", "-t1", "-c32", f"-d{max(1, round(duration))}s"]
+        for name, value in headers.items():
+            argv += ["-H", f"{name}: {value}"]
+        argv.append(f"http://{HOST}:{port}{path}")
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=duration + 60, check=False)
+        return _parse_wrk(out.stdout)
+    return asyncio.run(_py_load(port, path, headers, duration, 32, expect))
+
+
+async def _py_load(port: int, path: str, headers: dict[str, str], duration: float, connections: int,
+                   expect: int) -> tuple[float, int]:
+    """A small keep-alive HTTP/1.1 load generator (fallback without wrk; figures are lower bounds)."""
+    request = (f"GET {path} HTTP/1.1\r\nHost: {HOST}:{port}\r\n"
+               + "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n").encode()
+    deadline = time.monotonic() + duration
+    counts = [0, 0]
+
+    async def one() -> None:
+        reader, writer = await asyncio.open_connection(HOST, port)
+        try:
+            while time.monotonic() < deadline:
+                writer.write(request)
+                head = await reader.readuntil(b"\r\n\r\n")
+                status = int(head.split(b" ", 2)[1])
+                length = 0
+                for line in head.split(b"\r\n")[1:]:
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":", 1)[1])
+                if length:
+                    await reader.readexactly(length)
+                counts[0 if status == expect else 1] += 1
+        finally:
+            writer.close()
+
+    started = time.monotonic()
+    await asyncio.gather(*(one() for _ in range(connections)))
+    return counts[0] / (time.monotonic() - started), counts[1]
+
+
+def _clients(target: Callable[..., Any], argsets: Iterable[tuple[Any, ...]]) -> list[Any]:
+    """Run ``target(*args, queue)`` in separate processes (fork) and collect their results."""
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    processes = [context.Process(target=_child, args=(target, args, queue)) for args in argsets]
+    for process in processes:
+        process.start()
+    results = [queue.get(timeout=900) for _ in processes]
+    for process in processes:
+        process.join(timeout=60)
+    failures = [r for r in results if isinstance(r, str)]
+    if failures:
+        raise RuntimeError(f"client failed: {failures[0]}")
+    return results
+
+
+def _child(target: Callable[..., Any], args: tuple[Any, ...], queue: Any) -> None:
+    try:
+        queue.put(target(*args))
+    except Exception as exc:  # reported to the parent, which raises
+        queue.put(f"{type(exc).__name__}: {exc}")
+
+
+def _upload_loop(port: int, token: str, brain_id: str, archives: list[bytes], start_at: float,
+                 duration: float) -> tuple[int, int]:
+    client = Client(port, token)
+    bodies = [multipart_body(a) for a in archives]
+    headers = {"Content-Type": f"multipart/form-data; boundary={BOUNDARY}"}
+    ok = failed = 0
+    time.sleep(max(0.0, start_at - time.time()))
+    end = start_at + duration
+    index = 0
+    while time.time() < end:
+        status, _, _ = client.request("PUT", f"/api/brains/{brain_id}/sync", bodies[index % len(bodies)], headers)
+        index += 1
+        if status == 200:
+            ok += 1
+        else:
+            failed += 1
+    client.close()
+    return ok, failed
+
+
+def _big_upload(port: int, token: str, brain_id: str, path: str, start_at: float) -> tuple[int, int]:
+    size = os.path.getsize(path)
+    head, tail, total = multipart_parts(size)
+
+    def body() -> Iterator[bytes]:
+        yield head
+        with open(path, "rb") as f:
+            while chunk := f.read(256 * KIB):
+                yield chunk
+        yield tail
+
+    client = Client(port, token, timeout=600)
+    time.sleep(max(0.0, start_at - time.time()))
+    status, _, _ = client.request("PUT", f"/api/brains/{brain_id}/sync", body(),
+                                  {"Content-Type": f"multipart/form-data; boundary={BOUNDARY}",
+                                   "Content-Length": str(total)})
+    client.close()
+    return (1, 0) if status == 200 else (0, 1)
+
+
+def _reader_loop(port: int, token: str, brain_id: str, allowed: list[str], start_at: float,
+                 duration: float) -> tuple[int, int, int]:
+    client = Client(port, token)
+    reads = mismatches = errors = 0
+    time.sleep(max(0.0, start_at - time.time()))
+    end = start_at + duration
+    while time.time() < end:
+        status, headers, body = client.request("GET", f"/api/brains/{brain_id}/sync")
+        if status != 200:
+            errors += 1
+            continue
+        reads += 1
+        digest = hashlib.sha256(body).hexdigest()
+        etag = headers.get("etag", "").strip('"')
+        if digest != etag or digest != headers.get("x-checksum") or digest not in allowed:
+            mismatches += 1
+    client.close()
+    return reads, mismatches, errors
+
+
+def _writer_loop(port: int, token: str, brain_id: str, archives: list[bytes], start_at: float,
+                 duration: float) -> tuple[int, int]:
+    return _upload_loop(port, token, brain_id, archives, start_at, duration)
+
+
+# ----------------------------------------------------------------------------- one configuration
+
+
+@dataclass
+class Fixture:
+    reader_token: str
+    brain_small: str
+    brain_big: str
+    brain_consistency: str
+    brain_race: str
+    small_checksum: str
+    upload_users: list[tuple[str, str]]  # (token, brain id) per upload client
+
+
+def prepare(server: Server, plan: Plan, small: bytes, big: bytes) -> Fixture:
+    """Users and brains: a reader with four brains, and one user per upload client."""
+    reader = server.add_user("bench-reader")
+    uploaders = [server.add_user(f"bench-up{i}") for i in range(plan.clients)]
+    server.start()
+    client = Client(server.port, reader)
+    brains = client.json("GET", "/api/brains")
+    small_id = brains[0]["id"]
+    big_id = client.json("POST", "/api/brains", {"name": "big"})["id"]
+    consistency_id = client.json("POST", "/api/brains", {"name": "consistency"})["id"]
+    race_id = client.json("POST", "/api/brains", {"name": "race"})["id"]
+    for brain_id, archive in ((small_id, small), (big_id, big)):
+        status, data = client.upload(brain_id, archive)
+        if status != 200:
+            raise RuntimeError(f"seed upload -> {status}: {data[:200]!r}")
+    client.close()
+    users = []
+    for token in uploaders:
+        up = Client(server.port, token)
+        users.append((token, up.json("GET", "/api/brains")[0]["id"]))
+        up.close()
+    return Fixture(reader, small_id, big_id, consistency_id, race_id, hashlib.sha256(small).hexdigest(), users)
+
+
+def bench_config(name: str, plan: Plan, results: Results, workdir: Path, archives: dict[str, Any]) -> None:
+    workers, encrypted = CONFIGS[name]
+    data_dir = workdir / f"data-{name}"
+    data_dir.mkdir(mode=0o700)
+    server = Server(plan, workers, encrypted, data_dir)
+    print(f"\n== {name}: --workers {workers}, encryption {'on' if encrypted else 'off'} (port {server.port})", flush=True)
+    try:
+        fx = prepare(server, plan, archives["small"], archives["big"])
+        results.add(name, "rss_idle", server.rss_bytes() / MIB)
+        auth = {"Authorization": f"Bearer {fx.reader_token}"}
+        for run in range(plan.runs):
+            print(f"   run {run + 1}/{plan.runs}", flush=True)
+            if "get" in plan.sections:
+                gets = [
+                    ("list", "/api/brains", {}, 200, None),
+                    ("fresh304", f"/api/brains/{fx.brain_small}/sync", {"If-None-Match": f'"{fx.small_checksum}"'}, 304, None),
+                    ("dl100k", f"/api/brains/{fx.brain_small}/sync", {}, 200, len(archives["small"])),
+                    ("dl5m_rps", f"/api/brains/{fx.brain_big}/sync", {}, 200, len(archives["big"])),
+                ]
+                for metric, path, extra, expect, size in gets:
+                    rps, errors = load_get(server.port, path, {**auth, **extra}, plan.duration, plan.use_wrk, expect)
+                    results.add(name, metric, rps)
+                    if size and metric == "dl5m_rps":
+                        results.add(name, "dl5m", rps * size / GIB)
+                    if errors:
+                        results.notes.append(f"{name} run {run + 1}: {metric}: {errors} errors / non-{expect} answers")
+                    print(f"     {metric:10s} {rps:10.0f} req/s" + (f"  ({errors} errors)" if errors else ""), flush=True)
+            if "upload" in plan.sections:
+                start_at = time.time() + 1.0
+                argsets = [(server.port, token, brain, archives["upload"], start_at, plan.duration)
+                           for token, brain in fx.upload_users]
+                outcome = _clients(_upload_loop, argsets)
+                ok = sum(r[0] for r in outcome)
+                failed = sum(r[1] for r in outcome)
+                results.add(name, "upload", ok / plan.duration)
+                if failed:
+                    results.notes.append(f"{name} run {run + 1}: uploads: {failed} failed")
+                print(f"     uploads    {ok / plan.duration:10.1f} /s ({failed} failed)", flush=True)
+            if "memory" in plan.sections:
+                start_at = time.time() + 1.0
+                argsets = [(server.port, token, brain, str(archives["big_path"]), start_at)
+                           for token, brain in fx.upload_users]
+                with RssSampler(server) as sampler:
+                    outcome = _clients(_big_upload, argsets)
+                failed = sum(r[1] for r in outcome)
+                results.add(name, "rss_peak", sampler.peak / MIB)
+                if failed:
+                    results.notes.append(f"{name} run {run + 1}: big uploads: {failed} of {len(outcome)} failed")
+                print(f"     peak RSS   {sampler.peak / MIB:10.1f} MiB ({failed} failed uploads)", flush=True)
+            if "consistency" in plan.sections:
+                pair = archives["pair"]
+                allowed = [hashlib.sha256(a).hexdigest() for a in pair]
+                client = Client(server.port, fx.reader_token)
+                client.upload(fx.brain_consistency, pair[0])
+                client.close()
+                start_at = time.time() + 1.0
+                span = max(2.0, plan.duration)
+                argsets: list[tuple[Any, ...]] = [
+                    (server.port, fx.reader_token, fx.brain_consistency, allowed, start_at, span) for _ in range(plan.clients)
+                ]
+                context = multiprocessing.get_context("fork")
+                writer_queue = context.Queue()
+                writer = context.Process(target=_child, args=(
+                    _writer_loop, (server.port, fx.reader_token, fx.brain_consistency, pair, start_at, span), writer_queue))
+                writer.start()
+                outcome = _clients(_reader_loop, argsets)
+                written = writer_queue.get(timeout=900)
+                writer.join(timeout=60)
+                reads = sum(r[0] for r in outcome)
+                mismatches = sum(r[1] for r in outcome)
+                errors = sum(r[2] for r in outcome)
+                results.add(name, "mismatch", mismatches)
+                if errors:
+                    results.notes.append(f"{name} run {run + 1}: consistency: {errors} failed reads")
+                print(f"     consistency {reads} reads, {written[0] if isinstance(written, tuple) else written} writes, "
+                      f"{mismatches} mismatches", flush=True)
+            if "race" in plan.sections:
+                doubles, zero = race(server.port, fx.reader_token, fx.brain_race, plan.race_rounds, plan.race_writers)
+                results.add(name, "two_winners", doubles)
+                if zero:
+                    results.notes.append(f"{name} run {run + 1}: race: {zero} rounds without a winner")
+                print(f"     race       {plan.race_rounds} rounds x {plan.race_writers}: {doubles} with two winners, "
+                      f"{zero} with none", flush=True)
+    finally:
+        server.stop()
+        if not plan.keep_data:
+            shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def race(port: int, token: str, brain_id: str, rounds: int, writers: int) -> tuple[int, int]:
+    """Rounds of ``writers`` concurrent If-Match uploads with the same base; count bad rounds."""
+    setup = Client(port, token)
+    status, _ = setup.upload(brain_id, make_archive(4 * KIB, 2, seed=10_000))
+    doubles = zero = 0
+    clients = [Client(port, token) for _ in range(writers)]
+    for round_index in range(rounds):
+        base = setup.json("GET", f"/api/brains/{brain_id}")["checksum"]
+        bodies = [make_archive(2 * KIB, 2, seed=round_index * 1000 + i + 1) for i in range(writers)]
+        barrier = threading.Barrier(writers)
+        statuses: list[int] = []
+        lock = threading.Lock()
+
+        def go(client: Client, body: bytes) -> None:
+            barrier.wait(timeout=60)
+            got, _ = client.upload(brain_id, body, {"If-Match": f'"{base}"'})
+            with lock:
+                statuses.append(got)
+
+        threads = [threading.Thread(target=go, args=(c, b)) for c, b in zip(clients, bodies)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+        winners = statuses.count(200)
+        doubles += winners > 1
+        zero += winners == 0
+    for client in [setup, *clients]:
+        client.close()
+    return doubles, zero
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def _fmt(value: float, unit: str) -> str:
+    if unit == "GiB/s":
+        return f"{value:.2f}"
+    if unit in ("count",):
+        return f"{value:.0f}"
+    if unit == "MiB" or unit == "up/s":
+        return f"{value:.1f}"
+    return f"{value:,.0f}"
+
+
+def report(results: Results, plan: Plan) -> str:
+    lines = []
+    width = 40
+    header = f"{'metric':{width}s} {'config':7s} {'ours (median)':>14s} {'min-max':>20s} {'reference':>22s} {'target':>10s}  ok"
+    lines.append(header)
+    lines.append("-" * len(header))
+    for metric, (label, unit, reference, targets, higher) in METRICS.items():
+        for config in plan.configs:
+            values = results.values.get(config, {}).get(metric)
+            if not values:
+                continue
+            median = statistics.median(values)
+            span = f"{_fmt(min(values), unit)}-{_fmt(max(values), unit)}" if len(values) > 1 else ""
+            target = targets.get(config)
+            if target is None:
+                target_text, ok = "-", ""
+            else:
+                passed = median >= target if higher else median <= target
+                target_text = (">=" if higher else "<=") + _fmt(target, unit)
+                ok = "yes" if passed else "NO"
+            if metric == "rss_peak":
+                label = f"peak RSS, {plan.clients} x {plan.big_upload_mib} MiB uploads"
+            lines.append(f"{label + ' (' + unit + ')':{width}s} {config:7s} {_fmt(median, unit):>14s} {span:>20s} "
+                         f"{reference:>22s} {target_text:>10s}  {ok}")
+    if results.notes:
+        lines.append("")
+        lines.append("notes:")
+        lines.extend(f"  - {note}" for note in results.notes)
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def parse_args(argv: list[str] | None = None) -> Plan:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=None, help="runs per configuration (default 3; 1 with --quick)")
+    parser.add_argument("--duration", type=float, default=None, help="seconds per load test (default 10; 2 with --quick)")
+    parser.add_argument("--configs", default=None, help="comma list of w1,w2,w1-enc,w2-enc (default all)")
+    parser.add_argument("--sections", default=None, help="comma list of get,upload,memory,consistency,race")
+    parser.add_argument("--big-upload-mib", type=int, default=None, help="archive size of the memory test (default 40)")
+    parser.add_argument("--race-rounds", type=int, default=None, help="If-Match race rounds (default 20; 5 with --quick)")
+    parser.add_argument("--upload-files", type=int, default=64, help="files in the 1 MiB upload archive (default 64)")
+    parser.add_argument("--quick", action="store_true", help="a short smoke run (1 run, 2 s per test)")
+    parser.add_argument("--no-wrk", action="store_true", help="use the Python load generator even if wrk exists")
+    parser.add_argument("--store-cmd", default="", help="command that runs brain-store (default: the venv's)")
+    parser.add_argument("--server-logs", action="store_true", help="keep the server's request logs on (STORE_QUIET unset)")
+    parser.add_argument("--keep-data", action="store_true", help="keep the temporary data directories")
+    parser.add_argument("--json", type=Path, default=None, help="also write raw results as JSON to this file")
+    args = parser.parse_args(argv)
+    plan = Plan()
+    if args.quick:
+        plan.runs, plan.duration, plan.race_rounds = 1, 2.0, 5
+    plan.runs = args.runs or plan.runs
+    plan.duration = args.duration or plan.duration
+    plan.race_rounds = args.race_rounds or plan.race_rounds
+    plan.big_upload_mib = args.big_upload_mib or plan.big_upload_mib
+    plan.upload_files = args.upload_files
+    if args.configs:
+        plan.configs = tuple(c.strip() for c in args.configs.split(",") if c.strip())
+        unknown = set(plan.configs) - set(CONFIGS)
+        if unknown:
+            parser.error(f"unknown configs: {', '.join(sorted(unknown))}")
+    if args.sections:
+        plan.sections = tuple(s.strip() for s in args.sections.split(",") if s.strip())
+    plan.use_wrk = not args.no_wrk
+    plan.store_cmd = args.store_cmd
+    plan.quiet_server = not args.server_logs
+    plan.keep_data = args.keep_data
+    plan.json_path = args.json
+    return plan
+
+
+def main(argv: list[str] | None = None) -> int:
+    plan = parse_args(argv)
+    if plan.use_wrk and not wrk_available():
+        print("wrk not found: install it (Debian/Ubuntu: `apt-get install -y wrk`, macOS: `brew install wrk`).\n"
+              "Falling back to the built-in Python load generator: GET figures are then lower bounds.", flush=True)
+        plan.use_wrk = False
+    print(f"store bench: runs={plan.runs} duration={plan.duration}s configs={','.join(plan.configs)} "
+          f"sections={','.join(plan.sections)} load={'wrk -t1 -c32' if plan.use_wrk else 'python (32 connections)'}")
+    print(f"machine: {os.cpu_count()} cpus, {platform.platform()}, python {platform.python_version()}")
+    results = Results()
+    with tempfile.TemporaryDirectory(prefix="store-bench-") as tmp:
+        workdir = Path(tmp)
+        big_path = workdir / "big.tar.gz"
+        print("building archives ...", flush=True)
+        write_big_archive(big_path, plan.big_upload_mib * MIB, seed=7)
+        archives = {
+            "small": make_archive(100 * KIB, 16, seed=1),
+            "big": make_archive(5 * MIB, 64, seed=2),
+            "upload": [make_archive(1 * MIB, plan.upload_files, seed=s) for s in (3, 4)],
+            "pair": [make_archive(256 * KIB, 16, seed=5), make_archive(300 * KIB, 20, seed=6)],
+            "big_path": big_path,
+        }
+        print(f"  100 KiB archive: {len(archives['small'])} B, 5 MiB archive: {len(archives['big'])} B, "
+              f"upload archive: {len(archives['upload'][0])} B ({plan.upload_files} files), "
+              f"big upload: {big_path.stat().st_size} B", flush=True)
+        for config in plan.configs:
+            try:
+                bench_config(config, plan, results, workdir, archives)
+            except Exception as exc:  # one broken configuration must not hide the others
+                results.notes.append(f"{config}: failed: {type(exc).__name__}: {exc}"[:500])
+                print(f"   FAILED: {exc}", flush=True)
+    print()
+    print(report(results, plan))
+    print(f"\ncommand: {' '.join([sys.executable, *sys.argv])}")
+    if plan.json_path:
+        plan.json_path.write_text(json.dumps({"values": results.values, "notes": results.notes}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
