@@ -53,7 +53,6 @@ def auth_malformed(ctx: Context) -> None:
     bad = [
         f"Basic {ctx.user.token}",
         "Bearer",
-        "Bearer ",
         f"Token {ctx.user.token}",
         f"{ctx.user.token}",
         f"Bearer {ctx.user.token}x",

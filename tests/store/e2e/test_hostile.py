@@ -50,7 +50,7 @@ class Target:
 
 
 def _seed(url: str, token: str) -> Target:
-    http = httpx.Client(base_url=url, timeout=120)
+    http = httpx.Client(base_url=url, timeout=60)
     brain_id = http.get("/api/brains", headers={"Authorization": f"Bearer {token}"}).json()[0]["id"]
     archive = brain_archive("hostile-seed", 7)
     target = Target(url, token, brain_id, archive, http)
@@ -220,7 +220,7 @@ def test_under_the_limit_still_accepted(small_target: Target) -> None:
     assert_unchanged(small_target)
 
 
-@pytest.mark.parametrize("bad", ["not-a-uuid", "1234", "00000000-0000-0000-0000-00000000000g", "%2e%2e", "x" * 500])
+@pytest.mark.parametrize("bad", ["not-a-uuid", "1234", "00000000-0000-0000-0000-00000000000g", "%2e%2e", "%ff%fe%fd", "x" * 500])
 def test_bad_brain_ids(target: Target, bad: str) -> None:
     for method, path in (("GET", f"/api/brains/{bad}"), ("GET", f"/api/brains/{bad}/sync"), ("GET", f"/api/brains/{bad}/versions"), ("DELETE", f"/api/brains/{bad}")):
         assert_json_error(target.http.request(method, path, headers=target.auth()), 404)
@@ -229,7 +229,7 @@ def test_bad_brain_ids(target: Target, bad: str) -> None:
     assert_unchanged(target)
 
 
-@pytest.mark.parametrize("path", ["/api/brains/%zz", "/api/brains/%E0%A4%A/sync", "/api/brains/abc%/versions", "/api/brains/%ff%fe%fd"])
+@pytest.mark.parametrize("path", ["/api/brains/%zz", "/api/brains/%E0%A4%A/sync", "/api/brains/abc%/versions"])
 def test_bad_percent_escapes_in_path(target: Target, path: str) -> None:
     assert_json_error(target.http.get(path, headers=target.auth()), 400)
     assert_unchanged(target)
@@ -252,6 +252,7 @@ def test_traversal_version_names(target: Target, version: str) -> None:
     assert_unchanged(target)
 
 
+@pytest.mark.parametrize("tag", ['W/"{c}"', 'w/"{c}"', "{c}", '"{c}', '""', "W/*", '"{c}x"'])
 def test_weak_or_malformed_if_match_never_matches(target: Target, tag: str) -> None:
     value = tag.format(c=hashlib.sha256(target.archive).hexdigest())
     resp = target.upload(corpus.valid_small("weak"), **{"If-Match": value})
@@ -271,7 +272,7 @@ def test_overlong_tokens(target: Target, size: int) -> None:
 
 
 def test_token_with_control_and_non_ascii_bytes(target: Target) -> None:
-    for raw in (b"Bearer bst_\xff\xfe\x00abc", b"Bearer \xc3\xa9t\xc3\xa9", b"Bearer bst_\tabc"):
+    for raw in (b"Bearer bst_\xff\xfeabc", b"Bearer \xc3\xa9t\xc3\xa9", b"Bearer bst_\tabc"):
         resp = target.http.get("/api/brains", headers=[(b"Authorization", raw)])
         assert_json_error(resp, 401)
     assert_unchanged(target)
