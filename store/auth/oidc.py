@@ -495,6 +495,10 @@ class OidcVerifier:
         kid = header.get("kid")
         if kid is not None and not isinstance(kid, str):
             raise OidcRejected("kid is not a string")
+        if "crit" in header or "b64" in header:
+            raise OidcRejected("critical header extensions are not supported")
+        if str(header.get("typ", "")).lower() in ("at+jwt", "application/at+jwt"):
+            raise OidcRejected("an access token is not an ID token")
         discovery = await self._discovery_document()
         key = await self._key_for(kid, alg)
         try:

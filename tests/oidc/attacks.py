@@ -53,6 +53,8 @@ ATTACKS: dict[str, Callable[[IssuerClient, Mint], str]] = {
     "missing sub": lambda i, mint: mint(sub=None),
     "empty sub": lambda i, mint: mint(sub=""),
     "256-character sub": lambda i, mint: mint(sub="s" * 256),
+    "critical header extension": lambda i, mint: mint(sub="x", headers={"crit": ["exp"]}),
+    "access token type": lambda i, mint: mint(sub="x", headers={"typ": "at+jwt"}),
     "signature stripped": lambda i, mint: mint(sub="x").rsplit(".", 1)[0] + ".",
     "signature of another token": lambda i, mint: mint(sub="x").rsplit(".", 1)[0] + "." + mint(sub="y").split(".")[2],
 }
