@@ -30,11 +30,8 @@ def _client_address_fn(settings: StoreSettings) -> Any:
 
 
 def _limiter(rate_per_min: int) -> Any:
-    try:
-        from store.limits import TokenBucketLimiter
-    except ImportError:  # store.limits not installed yet in this tree: no limiting
-        log.warning("store.limits unavailable: rate limits are off")
-        return None
+    from store.limits import TokenBucketLimiter
+
     return TokenBucketLimiter(rate_per_min, rate_per_min)
 
 

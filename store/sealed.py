@@ -47,21 +47,22 @@ class ArchiveSealer:
 
     def open(self, f: BinaryIO, user_id: str, brain_id: str, checksum: str) -> Iterator[bytes]:
         """Plaintext chunks of a sealed blob; raises ``SealedFileRefused`` before yielding anything
-        when no accepted key opens it or the binding does not match."""
-        head = f.read(64)
+        when it is not sealed, no accepted key opens it, or the binding does not match."""
+        head = f.read(len(self._sealing.MAGIC))
         if not self.is_sealed(head):
             raise SealedFileRefused("stored archive is not sealed")
-        last: Exception | None = None
-        for index in range(len(self._masters)):
-            f.seek(0)
-            stream = self._sealing.open_sealed(f, self._key(index, user_id), user_id, brain_id, checksum)
-            try:
-                first = next(stream, None)
-            except self._sealing.SealError as exc:
-                last = exc
-                continue
-            return _chain(first, stream)
-        raise SealedFileRefused(f"stored archive cannot be opened ({last})")
+        f.seek(0)
+        keys = [self._key(i, user_id) for i in range(len(self._masters))]
+        stream = self._sealing.open_sealed(f, keys, user_id, brain_id, checksum)
+        try:
+            first = next(stream, None)
+        except self._sealing.SealError as exc:
+            raise SealedFileRefused(f"stored archive cannot be opened ({exc})") from None
+        return _chain(first, stream)
+
+    def user_keys(self, user_id: str) -> list[bytes]:
+        """Per-user keys for every accepted master key (current first)."""
+        return [self._key(i, user_id) for i in range(len(self._masters))]
 
 
 def _chain(first: bytes | None, rest: Iterator[bytes]) -> Iterator[bytes]:

@@ -8,6 +8,7 @@ commit are one atomic step, across threads and processes.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import uuid
 from collections.abc import Iterator
@@ -33,6 +34,10 @@ from store.storage.base import (
 from store.upload import StagedUpload
 
 log = logging.getLogger("store.service")
+
+# Start of a sealed blob (store.storage.sealing.MAGIC); kept here so encryption-off stores
+# need not import the crypto stack on every download.
+SEALED_MAGIC = b"BSTSEAL\x00"
 
 EMPTY_PUSH_GUARD_FILES = 5
 _BRAIN_NAME = re.compile(r"^[^\x00-\x1f\x7f/\\]{1,100}$")
@@ -315,6 +320,10 @@ class BrainService:
             except BlobMissing:
                 continue  # replaced or deleted meanwhile: look again
             if self.sealer is None:
+                if os.pread(blob.fileno(), len(SEALED_MAGIC), 0) == SEALED_MAGIC:
+                    blob.close()
+                    log.error("brain %s archive %s is sealed but no key is configured", brain_id, archive.checksum)
+                    raise ServiceError(500, "stored archive is encrypted and no key is configured")
                 return Download(archive=archive, file=blob, chunks=None)
             try:
                 chunks = self.sealer.open(blob, user_id, brain_id, archive.checksum)

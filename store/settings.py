@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
-import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,16 +64,15 @@ def _list(text: str) -> tuple[str, ...]:
 
 
 def _proxies(name: str, text: str) -> tuple[str, ...]:
-    """Trusted proxies: ``loopback``, ``private``, IP addresses or CIDR networks."""
+    """Trusted proxies: keywords (``loopback``, ``private``...), IP addresses or CIDR networks."""
+    from store.limits.address import TrustedProxies
+
     items = _list(text)
-    for item in items:
-        if item.lower() in {"loopback", "private", "*"}:
-            continue
-        try:
-            ipaddress.ip_network(item, strict=False)
-        except ValueError:
-            raise SettingsError(f"{name}: {item!r} is not an address, a CIDR network or 'loopback'") from None
-    return items
+    try:
+        trusted = TrustedProxies.parse(items)
+    except ValueError as exc:
+        raise SettingsError(f"{name}: {exc}") from None
+    return items if trusted else ()
 
 
 @dataclass(frozen=True)

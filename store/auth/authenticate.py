@@ -115,6 +115,7 @@ class Authenticator:
                     if len(self._blocked) > 100_000:
                         self._blocked.clear()
                 self._blocked[address] = self._clock() + wait
+                return too_many(wait, "too many failed logins from this address")
         return unauthorized(message)
 
     async def authenticate(self, authorization: str | None, address: str) -> Principal:

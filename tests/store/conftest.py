@@ -6,6 +6,7 @@ import io
 import subprocess
 import tarfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,10 +73,11 @@ class Store:
         return httpx.Client(base_url=self.url, headers=headers, timeout=30.0)
 
 
+@contextmanager
 def start_store(
     tmp: Path, *, workers: int = 1, env: dict[str, str] | None = None, data: Path | None = None
 ) -> Iterator[Store]:
-    """Context-manager body: a real ``brain-store serve`` on a free port."""
+    """A real ``brain-store serve`` on a free port (context manager)."""
     data = data or tmp / "data"
     port = free_port()
     argv = [console_script("brain-store"), "serve", "--port", str(port), "--data", str(data)]
@@ -89,7 +91,8 @@ def start_store(
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
     """One store process per test module (tests create their own users/brains)."""
-    yield from start_store(tmp_path_factory.mktemp("store"))
+    with start_store(tmp_path_factory.mktemp("store")) as running:
+        yield running
 
 
 _counter = iter(range(1_000_000))

@@ -1,0 +1,108 @@
+"""Encryption at rest in the service: sealed blobs, refusal of unsealed files, rekey."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from store.errors import ServiceError
+from store.rekey import rekey_data_dir
+from store.service import BrainService
+from store.settings import StoreSettings
+from store.storage import sealing
+from store.storage.local import LocalBackend
+from tests.store.conftest import brain_files, make_archive
+from tests.store.test_service import USER, put
+
+KEY1 = bytes(range(32))
+KEY2 = bytes(range(32, 64))
+
+
+def service_with(data: Path, key: bytes | None, previous: tuple[bytes, ...] = ()) -> BrainService:
+    env = {"STORE_ENCRYPTION_KEY": key.hex()} if key else {}
+    if previous:
+        env["STORE_ENCRYPTION_PREVIOUS_KEYS"] = ",".join(k.hex() for k in previous)
+    settings = StoreSettings.from_env(env, data_dir=data, fsync=False)
+    return BrainService(settings, LocalBackend(data, fsync=False))
+
+
+def download(service: BrainService, brain_id: str, version: str | None = None) -> bytes:
+    dl = service.open_download(USER, brain_id, version)
+    try:
+        if dl.file is not None:
+            return dl.file.read()
+        assert dl.chunks is not None
+        return b"".join(dl.chunks)
+    finally:
+        dl.close()
+
+
+def test_blobs_are_sealed_and_bound(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    service = service_with(data, KEY1)
+    brain = service.create(USER)
+    other = service.create(USER, "other")
+    a, b = make_archive(brain_files(3, "a")), make_archive(brain_files(3, "b"))
+    put(service, brain.id, a)
+    ref = put(service, brain.id, b)
+    assert ref.checksum == hashlib.sha256(b).hexdigest() and ref.size == len(b) and ref.file_count == 3
+    blob = service.backend.brain_dir(USER, brain.id) / "blobs" / ref.checksum
+    raw = blob.read_bytes()
+    assert sealing.is_sealed(raw) and b not in raw
+    assert download(service, brain.id) == b
+    snap = service.get(USER, brain.id).snapshots[0]
+    assert download(service, brain.id, snap.name) == a
+    # a sealed file moved to another brain does not open there
+    put(service, other.id, a)
+    other_blob = service.backend.brain_dir(USER, other.id) / "blobs" / hashlib.sha256(a).hexdigest()
+    shutil.copy(service.backend.brain_dir(USER, brain.id) / "blobs" / snap.archive.checksum, other_blob)
+    with pytest.raises(ServiceError) as info:
+        download(service, other.id)
+    assert info.value.status == 500
+    # an unsealed file where a sealed one belongs is refused, not served
+    blob.write_bytes(b)
+    with pytest.raises(ServiceError) as info:
+        download(service, brain.id)
+    assert info.value.status == 500
+
+
+def test_sealed_store_without_key_refuses(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    service = service_with(data, KEY1)
+    brain = service.create(USER)
+    put(service, brain.id, make_archive(brain_files(1)))
+    with pytest.raises(ServiceError) as info:
+        download(service_with(data, None), brain.id)
+    assert info.value.status == 500
+
+
+def test_rekey_rolls_without_losing_anything(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    # start plain, then turn encryption on with KEY1, then roll to KEY2
+    plain = service_with(data, None)
+    brain = plain.create(USER)
+    archives = [make_archive(brain_files(2, str(i))) for i in range(3)]
+    put(plain, brain.id, archives[0])
+    report = rekey_data_dir(plain.settings, KEY1)
+    assert report.resealed == 1
+    one = service_with(data, KEY1)
+    assert download(one, brain.id) == archives[0]
+    put(one, brain.id, archives[1])
+    put(one, brain.id, archives[2])
+    # roll: servers accept both, rekey re-seals with KEY2 (idempotent on rerun)
+    rolling = service_with(data, KEY2, (KEY1,))
+    assert download(rolling, brain.id) == archives[2]
+    report = rekey_data_dir(one.settings, KEY2)
+    assert report.resealed == 3 and report.skipped == 0
+    assert rekey_data_dir(one.settings, KEY2).skipped == 3
+    two = service_with(data, KEY2)
+    assert download(two, brain.id) == archives[2]
+    for snap in two.get(USER, brain.id).snapshots:
+        assert download(two, brain.id, snap.name) in archives
+    with pytest.raises(ServiceError):
+        download(service_with(data, KEY1), brain.id)
+    assert os.listdir(two.backend.tmp_root) == []
