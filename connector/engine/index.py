@@ -76,9 +76,9 @@ class MemoryRecord:
     never_decays: bool
     salience: float | None
     has_context: bool
-    ctx_project: Any
+    ctx_project: str | None  # None also when not a string: never equal to a given project
     ctx_topics: frozenset[Any] | None
-    ctx_task: Any
+    ctx_task: str | None
     created_ms: int | None
     valid_from_ms: int | None
     valid_until_ms: int | None
@@ -87,6 +87,7 @@ class MemoryRecord:
     trust: float | None
     quarantined: bool
     has_newer_fields: bool = False
+    ctx_group: int = -1  # position in BrainIndex.ctx_groups; -1 without encoding_context
 
     def __post_init__(self) -> None:
         # Lets scoring skip the newer-field factors for older brains entirely.
@@ -108,6 +109,7 @@ class BrainIndex:
     edges: dict[str, list[tuple[str, float]]] | None
     quarantine_enforce: bool
     stats_rebuilt: bool
+    ctx_groups: list[tuple[str | None, str | None, frozenset[Any] | None]] = field(default_factory=list)
     _idf_cache: dict[str, float] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -163,6 +165,7 @@ class BrainIndex:
             edges=edges,
             quarantine_enforce=enforce,
             stats_rebuilt=stats_rebuilt,
+            ctx_groups=_context_groups(memories),
         )
 
     def idf(self, term: str) -> float:
@@ -204,7 +207,7 @@ def _record(memory_id: str, entry: Any) -> MemoryRecord:
     topics = ctx.get("topics")
     ctx_topics: frozenset[Any] | None = None
     if isinstance(topics, list):
-        ctx_topics = frozenset(_hashable(topic) for topic in topics)
+        ctx_topics = frozenset(topic if isinstance(topic, (str, int, float)) else object() for topic in topics)
     origin = entry.get("origin")
     valid_until = entry.get("valid_until")
     return MemoryRecord(
@@ -216,9 +219,9 @@ def _record(memory_id: str, entry: Any) -> MemoryRecord:
         never_decays=js_truthy(entry.get("pinned")) or js_truthy(entry.get("stable")),
         salience=number_or_none(entry.get("salience")),
         has_context=has_context,
-        ctx_project=ctx.get("project"),
+        ctx_project=_string_or_none(ctx.get("project")),
         ctx_topics=ctx_topics,
-        ctx_task=ctx.get("task_type"),
+        ctx_task=_string_or_none(ctx.get("task_type")),
         created_ms=parse_iso_ms(entry.get("created")),
         valid_from_ms=parse_iso_ms(entry.get("valid_from")),
         valid_until_ms=parse_iso_ms(valid_until),
@@ -229,8 +232,22 @@ def _record(memory_id: str, entry: Any) -> MemoryRecord:
     )
 
 
-def _hashable(value: Any) -> Any:
-    return value if isinstance(value, (str, int, float, bool, type(None))) else repr(value)
+def _string_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _context_groups(memories: list[MemoryRecord]) -> list[tuple[str | None, str | None, frozenset[Any] | None]]:
+    """Distinct encoding contexts; each record learns its group, so a recall
+    computes each distinct context's match once, not once per memory."""
+    groups: dict[tuple[str | None, str | None, frozenset[Any] | None], int] = {}
+    for record in memories:
+        if record.has_context:
+            key = (record.ctx_project, record.ctx_task, record.ctx_topics)
+            group = groups.get(key)
+            if group is None:
+                group = groups[key] = len(groups)
+            record.ctx_group = group
+    return list(groups)
 
 
 DocItems = list[tuple[str, dict[str, Any], float]]

@@ -39,9 +39,10 @@ W_RELEVANCE, W_DECAYED, W_RECENCY = 0.38, 0.18, 0.08
 W_SPREADING, W_CONTEXT, W_SALIENCE = 0.14, 0.14, 0.08
 
 
-def _weight_table() -> dict[tuple[bool, bool, bool], tuple[float, ...]]:
-    """Normalised weights per (spreading, context, salience) presence, summed in spec order."""
-    table = {}
+def _weight_table() -> list[tuple[float, ...]]:
+    """Normalised weights per (spreading, context, salience) presence, summed in spec
+    order; indexed by spreading * 4 + context * 2 + salience."""
+    table = []
     for spreading in (False, True):
         for context in (False, True):
             for salience in (False, True):
@@ -55,7 +56,7 @@ def _weight_table() -> dict[tuple[bool, bool, bool], tuple[float, ...]]:
                 total = 0.0
                 for weight in weights:
                     total += weight
-                table[(spreading, context, salience)] = tuple(weight / total for weight in weights)
+                table.append(tuple(weight / total for weight in weights))
     return table
 
 
@@ -195,20 +196,26 @@ def _spread(
     return best
 
 
-def _context_match(record: MemoryRecord, project: str | None, task: str | None, topic_set: frozenset[str] | None) -> float:
-    """0.3 x same project + 0.4 x Jaccard(topics) + 0.3 x same task."""
-    if not record.has_context:
-        return 0.0
-    project_term = 0.3 if (project and record.ctx_project and project == record.ctx_project) else 0.0
-    jaccard = 0.0
-    topics = record.ctx_topics
-    if topic_set is not None and topics is not None:
-        common = len(topic_set & topics) if topics else 0
-        union = len(topic_set) + len(topics) - common
-        if union:
-            jaccard = common / union
-    task_term = 0.3 if (task and record.ctx_task and task == record.ctx_task) else 0.0
-    return project_term + 0.4 * jaccard + task_term
+def _group_matches(
+    groups: list[tuple[str | None, str | None, frozenset[Any] | None]],
+    project: str | None,
+    task: str | None,
+    topic_set: frozenset[str] | None,
+) -> list[float]:
+    """Context match of each distinct encoding context:
+    0.3 x same project + 0.4 x Jaccard(topics) + 0.3 x same task."""
+    matches = []
+    for memory_project, memory_task, memory_topics in groups:
+        project_term = 0.3 if (project and memory_project and project == memory_project) else 0.0
+        jaccard = 0.0
+        if topic_set is not None and memory_topics is not None:
+            common = len(topic_set & memory_topics) if memory_topics else 0
+            union = len(topic_set) + len(memory_topics) - common
+            if union:
+                jaccard = common / union
+        task_term = 0.3 if (task and memory_task and task == memory_task) else 0.0
+        matches.append(project_term + 0.4 * jaccard + task_term)
+    return matches
 
 
 def recall(
@@ -286,13 +293,17 @@ def recall(
         scored_positions = sorted(kept)
         terms.update(_time_terms(memories, [p for p in scored_positions if p not in terms], now_ms))
 
+    group_matches = None
+    if project or task or topics:
+        topic_set = frozenset(topics.split(",")) if topics else None
+        group_matches = _group_matches(index.ctx_groups, project, task, topic_set)
     scored = _scores(
         memories,
         scored_positions,
         relevance_by_pos,
         terms,
         spreading,
-        (project, task, frozenset(topics.split(",")) if topics else None) if (project or task or topics) else None,
+        group_matches,
         as_of_ms if as_of_ms is not None else now_ms,
         as_of_ms is not None,
     )
@@ -308,7 +319,7 @@ def _scores(
     relevance_by_pos: dict[int, float],
     terms: dict[int, tuple[float, float]],
     spreading: dict[str, float],
-    context_args: tuple[str | None, str | None, frozenset[str] | None] | None,
+    group_matches: list[float] | None,
     expiry_ms: int,
     with_as_of: bool,
 ) -> list[Scored]:
@@ -325,9 +336,10 @@ def _scores(
         bonus = bonus_of(record.id, 0.0) if spreading else 0.0
         if bonus > 1.0:
             bonus = 1.0
-        match = _context_match(record, *context_args) if context_args is not None else 0.0
+        group = record.ctx_group
+        match = group_matches[group] if group_matches is not None and group >= 0 else 0.0
         salience = record.salience
-        weights = weight_table[(bonus > 0, match > 0, salience is not None)]
+        weights = weight_table[(bonus > 0) * 4 + (match > 0) * 2 + (salience is not None)]
         score = weights[0] * relevance + weights[1] * decayed + weights[2] * recency
         slot = 3
         if bonus > 0:
