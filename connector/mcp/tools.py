@@ -120,6 +120,11 @@ class BrainTools:
             return await self._handlers[name](caller, args)
         except (ArgumentError, BrainError, RecallError, ToolFailure, BrainUnavailable, UnknownBrain) as exc:
             return error_result(str(exc))
+        except RecursionError:
+            # A hostile brain (e.g. JSON nested 100,000 deep) must not take the process down.
+            return error_result(
+                "The brain holds a file the connector cannot read safely (nested too deeply); nothing was changed."
+            )
         except Exception:
             log.exception("tool failed", extra={"tool": name})
             return error_result(f"{name} failed unexpectedly; nothing was changed. Try again.")

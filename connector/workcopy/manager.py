@@ -97,7 +97,7 @@ class ManagerTuning:
     repull_ttl_s: float = 120.0
     idle_purge_s: float = 900.0
     brains_ttl_s: float = 30.0
-    max_push_attempts: int = 6
+    max_push_attempts: int = 8
     retry_base_s: float = 0.05
     retry_cap_s: float = 1.0
     held_retry_s: float = 5.0

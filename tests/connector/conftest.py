@@ -1,0 +1,139 @@
+"""Real processes for connector tests: a store on loopback, users made with its CLI, helpers."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import pytest
+
+from connector.engine.archive import load_archive, pack_archive
+from connector.engine.brain import Brain
+from connector.engine.ops import connector_memorize
+from tests.support.processes import ServerProcess, console_script, free_port, run_server
+
+
+@dataclass
+class StoreUser:
+    """A store account: its token and id."""
+
+    name: str
+    token: str
+    id: str
+
+
+@dataclass
+class RunningStore:
+    """A store process and the directory it keeps its data in."""
+
+    server: ServerProcess
+    data: Path
+    port: int
+    log_path: Path
+
+    @property
+    def url(self) -> str:
+        return self.server.base_url
+
+    def add_user(self, name: str) -> StoreUser:
+        """Create a user with `brain-store user add` (it gets a first brain named default)."""
+        done = subprocess.run(
+            [console_script("brain-store"), "user", "add", name, "--data", str(self.data)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        token = done.stdout.strip().splitlines()[-1].strip()
+        me = httpx.get(self.url + "/auth/me", headers=auth(token), timeout=30).json()
+        return StoreUser(name=name, token=token, id=me["user"]["id"])
+
+
+def auth(token: str) -> dict[str, str]:
+    """The Authorization header for a store token."""
+    return {"Authorization": f"Bearer {token}"}
+
+
+def start_store(tmp_path: Path, data: Path | None = None, port: int | None = None) -> tuple[RunningStore, object]:
+    """Start a store process; returns it and the context manager to close."""
+    data = data or tmp_path / "store-data"
+    port = port or free_port()
+    log_path = tmp_path / f"store-{port}.log"
+    manager = run_server(
+        [console_script("brain-store"), "serve", "--host", "127.0.0.1", "--port", str(port), "--data", str(data)],
+        port=port,
+        log_path=log_path,
+        # Tests drive many uploads per minute from one user; production limits are the store's business.
+        env={"STORE_RATE_UPLOADS_PER_MIN": "100000", "STORE_RATE_REQUESTS_PER_MIN": "100000", "STORE_QUIET": "1"},
+    )
+    server = manager.__enter__()
+    return RunningStore(server=server, data=data, port=port, log_path=log_path), manager
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[RunningStore]:
+    """A real store process on a free loopback port."""
+    running, manager = start_store(tmp_path)
+    try:
+        yield running
+    finally:
+        manager.__exit__(None, None, None)  # type: ignore[attr-defined]
+
+
+def brains_of(store_url: str, token: str) -> list[dict]:
+    """The account's brain records."""
+    response = httpx.get(store_url + "/api/brains", headers=auth(token), timeout=30)
+    response.raise_for_status()
+    return response.json()
+
+
+def download_brain(store_url: str, token: str, brain_id: str) -> tuple[Brain, str]:
+    """The brain stored at the store (loaded with the engine) and its checksum."""
+    response = httpx.get(f"{store_url}/api/brains/{brain_id}/sync", headers=auth(token), timeout=30)
+    response.raise_for_status()
+    return load_archive(response.content), response.headers["X-Checksum"]
+
+
+def upload_raw(store_url: str, token: str, brain_id: str, data: bytes, headers: dict[str, str] | None = None) -> httpx.Response:
+    """PUT an archive as a device would (optionally conditional)."""
+    return httpx.put(
+        f"{store_url}/api/brains/{brain_id}/sync",
+        headers={**auth(token), **(headers or {})},
+        files={"brain": ("brain.tar.gz", data, "application/gzip")},
+        timeout=30,
+    )
+
+
+def direct_memorize(store_url: str, token: str, brain_id: str, content: str, attempts: int = 50) -> str:
+    """A command-line device: pull, memorize, push with If-Match; retry on 412. Returns the id."""
+    for _ in range(attempts):
+        response = httpx.get(f"{store_url}/api/brains/{brain_id}/sync", headers=auth(token), timeout=30)
+        if response.status_code == 404:
+            brain, condition = Brain(), {"If-None-Match": "*"}
+        else:
+            response.raise_for_status()
+            brain = load_archive(response.content)
+            condition = {"If-Match": f'"{response.headers["X-Checksum"]}"'}
+        op = connector_memorize(content, agent="direct-device")
+        result = op.apply(brain, datetime.now(UTC))
+        pushed = upload_raw(store_url, token, brain_id, pack_archive(brain), condition)
+        if pushed.status_code == 200:
+            return result["stored"][0]["id"]
+        assert pushed.status_code == 412, pushed.text
+    raise AssertionError("direct pusher never won a push")
+
+
+def memory_ids(brain: Brain) -> set[str]:
+    """Ids in the brain's index.json."""
+    index = brain.read_json("index.json") or {}
+    return set((index.get("memories") or {}).keys())
+
+
+def checksum(data: bytes) -> str:
+    """SHA-256 hex."""
+    return hashlib.sha256(data).hexdigest()

@@ -1,0 +1,499 @@
+"""Working copies against a real store process: pulls, freshness, conflicts, held writes."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import tarfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from connector.engine.archive import pack_archive
+from connector.engine.brain import Brain
+from connector.engine.ops import Pin, connector_memorize
+from connector.engine.recall import recall
+from connector.mcp.tools import BrainTools, Caller
+from connector.workcopy.manager import BrainUnavailable, ManagerTuning, WorkingCopyManager
+from connector.workcopy.model import Account
+from connector.workcopy.store_client import StoreClient, StoreUnreachable
+from tests.connector.conftest import (
+    RunningStore,
+    auth,
+    brains_of,
+    direct_memorize,
+    download_brain,
+    memory_ids,
+    start_store,
+    upload_raw,
+)
+
+ALL = frozenset({"brain.read", "brain.write"})
+
+
+def account_for(user: Any) -> Account:
+    return Account(subject=f"static:{user.id}", credential=user.token, kind="static", client_name="pytest")
+
+
+def manager_for(store: RunningStore, **tuning: Any) -> WorkingCopyManager:
+    settings = {"repull_ttl_s": 120.0, "retry_base_s": 0.01, "retry_cap_s": 0.05, "held_retry_s": 0.05, **tuning}
+    return WorkingCopyManager(StoreClient(store.url, timeout_s=10), tuning=ManagerTuning(**settings))
+
+
+class FlakyUploads(StoreClient):
+    """The real store, except that uploads fail while ``failing`` is set (a network cut on push)."""
+
+    failing = False
+
+    async def upload(self, *args: Any, **kwargs: Any) -> Any:
+        if self.failing:
+            raise StoreUnreachable("the store could not be reached (simulated)")
+        return await super().upload(*args, **kwargs)
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def test_pull_and_not_modified(store: RunningStore) -> None:
+    user = store.add_user("alice")
+    brain_id = brains_of(store.url, user.token)[0]["id"]
+    direct_id = direct_memorize(store.url, user.token, brain_id, "The staging database is rebuilt every night")
+
+    async def scenario() -> None:
+        client = StoreClient(store.url)
+        first = await client.download(user.token, brain_id)
+        assert first.data is not None and first.checksum
+        again = await client.download(user.token, brain_id, first.checksum)
+        assert again.not_modified and again.checksum == first.checksum
+
+        manager = manager_for(store, repull_ttl_s=0.05)
+        account = account_for(user)
+        snap = await manager.snapshot(account)
+        assert snap.brain_id == brain_id and direct_id in memory_ids(snap.brain)
+        assert snap.key == first.checksum  # the recall index is keyed by the archive checksum
+        await asyncio.sleep(0.1)
+        later = await manager.snapshot(account)
+        # The TTL passed, the conditional pull answered 304: the very same parsed brain is kept.
+        assert later.brain is snap.brain
+        await client.aclose()
+        await manager.close()
+
+    run(scenario())
+
+
+def test_freshness_after_ttl_shows_a_direct_push(store: RunningStore) -> None:
+    user = store.add_user("bob")
+    brain_id = brains_of(store.url, user.token)[0]["id"]
+    direct_memorize(store.url, user.token, brain_id, "Lunch is at noon on Fridays")
+
+    async def scenario() -> None:
+        manager = manager_for(store, repull_ttl_s=0.5)
+        tools = BrainTools(manager)
+        caller = Caller(account_for(user), ALL)
+        found = await tools.call("brain_recall", {"query": "kubernetes cluster upgrade"}, caller)
+        assert found.structured_content["count"] == 0
+        new_id = direct_memorize(store.url, user.token, brain_id, "The kubernetes cluster upgrade is planned for March")
+        within_ttl = await tools.call("brain_recall", {"query": "kubernetes cluster upgrade"}, caller)
+        assert within_ttl.structured_content["count"] == 0
+        await asyncio.sleep(0.6)
+        after_ttl = await tools.call("brain_recall", {"query": "kubernetes cluster upgrade"}, caller)
+        assert after_ttl.structured_content["results"][0]["id"] == new_id
+        await manager.close()
+
+    run(scenario())
+
+
+def test_dirty_copy_is_never_overwritten_by_a_pull(store: RunningStore) -> None:
+    user = store.add_user("carol")
+    brain_id = brains_of(store.url, user.token)[0]["id"]
+    direct_memorize(store.url, user.token, brain_id, "First fact from the laptop")
+
+    async def scenario() -> None:
+        client = FlakyUploads(store.url)
+        manager = WorkingCopyManager(
+            client, tuning=ManagerTuning(repull_ttl_s=0.01, held_retry_s=60.0, retry_base_s=0.01)
+        )
+        account = account_for(user)
+        await manager.snapshot(account)
+        client.failing = True
+        outcome = await manager.write(account, connector_memorize("Held fact written while the push fails"), "memorize")
+        held_id = outcome.result["stored"][0]["id"]
+        assert not outcome.synced and outcome.pending_writes == 1 and outcome.held_reason
+        # Another device pushes meanwhile; the TTL passes; the copy must keep the held write.
+        other_id = direct_memorize(store.url, user.token, brain_id, "Second fact from the desktop")
+        await asyncio.sleep(0.05)
+        snap = await manager.snapshot(account)
+        assert held_id in memory_ids(snap.brain)
+        assert snap.pending_writes == 1
+        # The store comes back: the held write is pushed on top of the other device's change.
+        client.failing = False
+        assert await manager.flush() == 0
+        stored, _ = download_brain(store.url, user.token, brain_id)
+        assert {held_id, other_id} <= memory_ids(stored)
+        await manager.close()
+
+    run(scenario())
+
+
+def test_conflicting_writers_lose_nothing_and_keep_ids(store: RunningStore) -> None:
+    user = store.add_user("dave")
+    brain_id = brains_of(store.url, user.token)[0]["id"]
+    per_writer = 15
+
+    async def connector_writer(label: str) -> list[str]:
+        manager = manager_for(store, retry_cap_s=0.3, held_retry_s=0.05)
+        account = account_for(user)
+        ids = []
+        for number in range(per_writer):
+            outcome = await manager.write(
+                account, connector_memorize(f"Fact {number} written by connector {label} about topic {label}{number}"), "m"
+            )
+            # Acknowledged: either synced now or held and retried (never lost).
+            ids.append(outcome.result["stored"][0]["id"])
+        for _ in range(50):
+            if await manager.flush() == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert await manager.flush() == 0
+        await manager.close()
+        return ids
+
+    async def direct_writer() -> list[str]:
+        ids = []
+        for number in range(5):
+            ids.append(
+                await asyncio.to_thread(direct_memorize, store.url, user.token, brain_id, f"Device fact number {number}")
+            )
+        return ids
+
+    async def scenario() -> list[list[str]]:
+        return await asyncio.gather(connector_writer("a"), connector_writer("b"), direct_writer())
+
+    results = run(scenario())
+    acknowledged = [memory_id for batch in results for memory_id in batch]
+    assert len(set(acknowledged)) == 2 * per_writer + 5
+    stored, _ = download_brain(store.url, user.token, brain_id)
+    assert set(acknowledged) <= memory_ids(stored)
+    index = stored.read_json("index.json")
+    assert index["memory_count"] == len(acknowledged)
+
+
+def test_replayed_memorize_keeps_its_id(store: RunningStore) -> None:
+    user = store.add_user("erin")
+    brain_id = brains_of(store.url, user.token)[0]["id"]
+    direct_memorize(store.url, user.token, brain_id, "Base fact")
+
+    async def scenario() -> None:
+        manager = manager_for(store)
+        account = account_for(user)
+        await manager.snapshot(account)
+        # Another device pushes after our pull: our push gets 412 and is replayed.
+        other = await asyncio.to_thread(direct_memorize, store.url, user.token, brain_id, "Concurrent fact")
+        outcome = await manager.write(account, connector_memorize("Our fact that must keep its id"), "memorize")
+        ours = outcome.result["stored"][0]["id"]
+        assert outcome.synced
+        stored, _ = download_brain(store.url, user.token, brain_id)
+        assert {ours, other} <= memory_ids(stored)
+        entry = stored.read_json("index.json")["memories"][ours]
+        assert entry["title"] == "Our fact that must keep its id"
+        await manager.close()
+
+    run(scenario())
+
+
+def test_held_writes_when_the_store_is_down_are_pushed_later(tmp_path: Path) -> None:
+    first, closer = start_store(tmp_path)
+    user = first.add_user("frank")
+    brain_id = brains_of(first.url, user.token)[0]["id"]
+    direct_memorize(first.url, user.token, brain_id, "Before the outage")
+
+    async def write_while_down() -> tuple[WorkingCopyManager, BrainTools, str]:
+        manager = manager_for(first, held_retry_s=0.05)
+        tools = BrainTools(manager)
+        caller = Caller(account_for(user), ALL)
+        await tools.call("brain_status", {}, caller)
+        closer.__exit__(None, None, None)  # type: ignore[attr-defined]
+        result = await tools.call("brain_memorize", {"content": "Written during the outage"}, caller)
+        assert not result.is_error
+        assert result.structured_content["synced"] is False
+        assert "held" in result.content[0].text and "not yet synced" in result.content[0].text
+        # A purge pass must not drop it.
+        manager.tuning.idle_purge_s = 0
+        await manager.maintain()
+        assert any(copy.dirty for copy in manager.copies.values())
+        return manager, tools, result.structured_content["stored"]["id"]
+
+    async def scenario() -> None:
+        manager, tools, held_id = await write_while_down()
+        second, closer2 = start_store(tmp_path, data=first.data, port=first.port)
+        try:
+            await asyncio.sleep(0.1)
+            await manager.maintain()
+            assert not any(copy.dirty for copy in manager.copies.values())
+            stored, _ = download_brain(second.url, user.token, brain_id)
+            assert held_id in memory_ids(stored)
+            await manager.close()
+        finally:
+            closer2.__exit__(None, None, None)  # type: ignore[attr-defined]
+
+    run(scenario())
+
+
+def test_first_write_of_an_account_without_a_brain_creates_one(store: RunningStore) -> None:
+    user = store.add_user("gina")
+    for record in brains_of(store.url, user.token):
+        assert httpx.delete(f"{store.url}/api/brains/{record['id']}", headers=auth(user.token), timeout=30).status_code in (200, 204)
+
+    async def scenario() -> None:
+        manager = manager_for(store)
+        tools = BrainTools(manager)
+        caller = Caller(account_for(user), ALL)
+        status = await tools.call("brain_status", {}, caller)
+        assert status.structured_content["identity"]["status"] == "no-cloud-brain"
+        assert "store token" in status.structured_content["identity"]["note"]
+        empty = await tools.call("brain_recall", {"query": "anything"}, caller)
+        assert "no brain" in empty.structured_content["note"]
+        saved = await tools.call("brain_memorize", {"content": "My first memory ever"}, caller)
+        assert saved.structured_content["synced"] is True
+        records = brains_of(store.url, user.token)
+        assert len(records) == 1 and records[0]["checksum"]
+        stored, _ = download_brain(store.url, user.token, records[0]["id"])
+        assert saved.structured_content["stored"]["id"] in memory_ids(stored)
+        status = await tools.call("brain_status", {}, caller)
+        assert status.structured_content["identity"]["status"] == "ok"
+        assert status.structured_content["memory_count"] == 1
+        await manager.close()
+
+    run(scenario())
+
+
+def test_nothing_is_pushed_when_packing_is_unchanged(store: RunningStore) -> None:
+    user = store.add_user("hana")
+    brain_id = brains_of(store.url, user.token)[0]["id"]
+    direct_memorize(store.url, user.token, brain_id, "A fact")
+
+    class Counting(StoreClient):
+        uploads = 0
+
+        async def upload(self, *args: Any, **kwargs: Any) -> Any:
+            Counting.uploads += 1
+            return await super().upload(*args, **kwargs)
+
+    class NoChange:
+        def apply(self, brain: Brain, now: datetime) -> dict[str, Any]:
+            return {"id": "none"}
+
+    async def scenario() -> None:
+        manager = WorkingCopyManager(Counting(store.url), tuning=ManagerTuning())
+        account = account_for(user)
+        snap = await manager.snapshot(account)
+        # The store's archive was packed by our engine, so an unchanged brain packs to the same bytes.
+        assert snap.brain is not None
+        outcome = await manager.write(account, NoChange(), "noop")
+        assert outcome.synced and Counting.uploads == 0
+        await manager.close()
+
+    run(scenario())
+
+
+def test_brain_choice_multiple_brains_and_fallback(store: RunningStore) -> None:
+    user = store.add_user("ivan")
+    default_id = brains_of(store.url, user.token)[0]["id"]
+    work = httpx.post(f"{store.url}/api/brains", headers=auth(user.token), json={"name": "work"}, timeout=30).json()
+    direct_memorize(store.url, user.token, default_id, "Personal fact about gardening")
+    direct_memorize(store.url, user.token, work["id"], "Work fact about the billing service")
+
+    async def scenario() -> None:
+        manager = manager_for(store, brains_ttl_s=0)
+        tools = BrainTools(manager)
+        caller = Caller(account_for(user), ALL)
+        status = await tools.call("brain_status", {}, caller)
+        assert status.structured_content["active_brain"]["id"] == default_id  # the oldest
+        assert status.structured_content["identity"]["status"] == "multiple-brains"
+        assert "brain_use" in status.structured_content["identity"]["note"]
+        assert "default" in status.structured_content["identity"]["note"]
+        wrong = await tools.call("brain_use", {"brain": "holiday"}, caller)
+        assert wrong.is_error and "work" in wrong.content[0].text and "default" in wrong.content[0].text
+        used = await tools.call("brain_use", {"brain": "WORK"}, caller)
+        assert not used.is_error and used.structured_content["brain"]["id"] == work["id"]
+        hits = await tools.call("brain_recall", {"query": "billing service"}, caller)
+        assert hits.structured_content["count"] == 1
+        assert await manager.choices.get_chosen_brain(caller.account.subject) == work["id"]
+        # The chosen brain is deleted elsewhere: fall back to the oldest.
+        httpx.delete(f"{store.url}/api/brains/{work['id']}", headers=auth(user.token), timeout=30)
+        status = await tools.call("brain_status", {}, caller)
+        assert status.structured_content["active_brain"]["id"] == default_id
+        await manager.close()
+
+    run(scenario())
+
+
+def _tar(entries: list[tuple[tarfile.TarInfo, bytes | None]]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        for info, data in entries:
+            archive.addfile(info, io.BytesIO(data) if data is not None else None)
+    return buffer.getvalue()
+
+
+def _file(name: str, data: bytes) -> tuple[tarfile.TarInfo, bytes]:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    return info, data
+
+
+def _link(name: str, target: str, kind: bytes = tarfile.SYMTYPE) -> tuple[tarfile.TarInfo, None]:
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    info.linkname = target
+    return info, None
+
+
+# Archives a store may refuse at upload; the connector must not trust them on its own either.
+REFUSED_BY_ENGINE = {
+    "parent-path": lambda: _tar([_file("index.json", b"{}"), _file("../../escape.md", b"x")]),
+    "absolute-path": lambda: _tar([_file("index.json", b"{}"), _file("/tmp/escape.md", b"x")]),
+    "symlink": lambda: _tar([_file("index.json", b"{}"), _link("notes.md", "/etc/passwd")]),
+    "hardlink": lambda: _tar([_file("index.json", b"{}"), _link("notes.md", "/etc/passwd", tarfile.LNKTYPE)]),
+}
+
+
+def _nested_json(depth: int) -> bytes:
+    return b"[" * depth + b"]" * depth
+
+
+# Archives the store accepts (valid gzip tars) whose content is hostile to a reader.
+HOSTILE_CONTENT = {
+    "index-not-json": lambda: _tar([_file("index.json", b"\x00\xff not json")]),
+    "index-is-a-list": lambda: _tar([_file("index.json", b"[1, 2, 3]")]),
+    "index-deeply-nested": lambda: _tar([_file("index.json", _nested_json(200_000))]),
+    "memory-path-escapes": lambda: _tar(
+        [
+            _file(
+                "index.json",
+                b'{"version": 2, "memory_count": 1, "memories": {"mem_20250101_aaaaaa": '
+                b'{"title": "x", "path": "../../../../etc/passwd", "type": "learning", "salience": 0.1, '
+                b'"strength": "NaN", "last_accessed": "never", "tags": {"a": 1}}}}',
+            ),
+        ]
+    ),
+    "sync-state-and-junk": lambda: _tar(
+        [_file("index.json", b'{"version": 2, "memories": {}}'), _file(".sync/state.json", b"{}"), _file(".cloud/x", b"y")]
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(REFUSED_BY_ENGINE))
+def test_unsafe_archive_entries_are_refused_by_the_connector(kind: str) -> None:
+    from connector.engine.archive import ArchiveError, load_archive
+
+    data = REFUSED_BY_ENGINE[kind]()
+    if kind in ("symlink", "hardlink"):
+        # Links are dropped, never followed: only the regular file survives.
+        assert set(load_archive(data).files) == {"index.json"}
+        return
+    with pytest.raises(ArchiveError):
+        load_archive(data)
+
+
+@pytest.mark.parametrize("kind", sorted(HOSTILE_CONTENT))
+def test_hostile_archives_do_not_harm_the_connector(store: RunningStore, kind: str) -> None:
+    victim = store.add_user("victim")
+    bystander = store.add_user("bystander")
+    victim_brain = brains_of(store.url, victim.token)[0]["id"]
+    bystander_brain = brains_of(store.url, bystander.token)[0]["id"]
+    direct_memorize(store.url, bystander.token, bystander_brain, "Bystander fact about sailing")
+    accepted = upload_raw(store.url, victim.token, victim_brain, HOSTILE_CONTENT[kind]())
+    assert accepted.status_code == 200, accepted.text
+    _, hostile_checksum = download_brain(store.url, victim.token, victim_brain) if kind != "index-deeply-nested" else (None, None)
+
+    async def scenario() -> None:
+        manager = manager_for(store)
+        tools = BrainTools(manager)
+        victim_caller = Caller(account_for(victim), ALL)
+        for name, arguments in [
+            ("brain_recall", {"query": "anything"}),
+            ("brain_status", {}),
+            ("brain_verify", {}),
+            ("brain_forget", {"id": "mem_20250101_aaaaaa", "force": True}),
+            ("brain_pin", {"id": "mem_20250101_aaaaaa"}),
+            ("brain_memorize", {"content": "A new fact over a strange brain"}),
+        ]:
+            result = await tools.call(name, arguments, victim_caller)
+            # Either a clean answer or a clear error result: never a crash or a protocol error.
+            assert result.content and result.content[0].text
+        # The connector keeps serving other users.
+        fine = await tools.call("brain_recall", {"query": "sailing"}, Caller(account_for(bystander), ALL))
+        assert fine.structured_content["count"] == 1
+        await manager.close()
+
+    run(scenario())
+    assert not Path("/etc/passwd.md").exists()
+
+
+def test_store_unreachable_from_the_start_is_a_clear_error(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        from tests.support.processes import free_port
+
+        manager = WorkingCopyManager(StoreClient(f"http://127.0.0.1:{free_port()}", timeout_s=2))
+        tools = BrainTools(manager)
+        caller = Caller(Account("static:x", "bst_x"), ALL)
+        result = await tools.call("brain_recall", {"query": "x"}, caller)
+        assert result.is_error and "cannot be reached" in result.content[0].text
+        result = await tools.call("brain_memorize", {"content": "x"}, caller)
+        assert result.is_error and "nothing was saved" in result.content[0].text
+        await manager.close()
+
+    run(scenario())
+
+
+def test_recall_tool_equals_engine_recall(store: RunningStore) -> None:
+    from connector.engine.archive import load_directory
+
+    user = store.add_user("judy")
+    brain_id = brains_of(store.url, user.token)[0]["id"]
+    fixture = load_directory(Path("/work/shared/fixtures/recall-parity/brains/brain-1-06"))
+    assert upload_raw(store.url, user.token, brain_id, pack_archive(fixture)).status_code == 200
+
+    async def scenario() -> None:
+        manager = manager_for(store)
+        tools = BrainTools(manager)
+        caller = Caller(account_for(user), ALL)
+        stored, _ = download_brain(store.url, user.token, brain_id)
+        for query, limit in [("database migration", 10), ("performance latency", 5), ("testing", 25)]:
+            result = await tools.call("brain_recall", {"query": query, "limit": limit}, caller)
+            expected = recall(stored, query, top=limit, now=datetime.now(UTC))
+            assert result.structured_content["results"] == expected
+        await manager.close()
+
+    run(scenario())
+
+
+def test_write_refusals_change_nothing(store: RunningStore) -> None:
+    user = store.add_user("kim")
+    brain_id = brains_of(store.url, user.token)[0]["id"]
+    direct_memorize(store.url, user.token, brain_id, "A fact")
+    _, before = download_brain(store.url, user.token, brain_id)
+
+    async def scenario() -> None:
+        manager = manager_for(store)
+        account = account_for(user)
+        with pytest.raises(Exception, match="unknown memory id"):
+            await manager.write(account, Pin("mem_20200101_abcdef"), "pin")
+        copy = next(iter(manager.copies.values()))
+        assert not copy.dirty
+        await manager.close()
+
+    run(scenario())
+    _, after = download_brain(store.url, user.token, brain_id)
+    assert after == before
+
+
+def test_unavailable_brain_message_is_user_safe() -> None:
+    error = BrainUnavailable("The store cannot be reached right now. Try again shortly.")
+    assert "bst_" not in str(error)
