@@ -55,6 +55,9 @@ class DeniedIdentity(msgspec.Struct, frozen=True):
     issuer: str
     subject: str
     removed_at: str
+    user_id: str = ""  # what the removed user was, so `brain-store user allow` can name them
+    name: str = ""
+    email: str = ""
 
 
 class UsersDocument(msgspec.Struct):
@@ -227,9 +230,27 @@ class UserRegistry:
                 if user.id == name_or_id or user.name == name_or_id:
                     del doc.users[i]
                     if user.oidc_subject:
-                        doc.denied.append(DeniedIdentity(user.oidc_issuer, user.oidc_subject, now_rfc3339()))
+                        doc.denied.append(DeniedIdentity(user.oidc_issuer, user.oidc_subject, now_rfc3339(),
+                                                         user.id, user.name, user.email))
                     return user
             raise UsersFileError(f"no user {name_or_id!r}")
+
+        return self._edit(change)
+
+    def denied(self) -> list[DeniedIdentity]:
+        """Removed OIDC identities that stay out until allowed again."""
+        self.refresh()
+        return list(self._index.doc.denied)
+
+    def allow(self, who: str) -> DeniedIdentity:
+        """Lift the deny record of a removed OIDC user (by former user id, name, email or subject)."""
+
+        def change(doc: UsersDocument) -> DeniedIdentity:
+            for i, denied in enumerate(doc.denied):
+                if who and who in (denied.user_id, denied.name, denied.email, denied.subject):
+                    del doc.denied[i]
+                    return denied
+            raise UsersFileError(f"no removed OIDC user {who!r}")
 
         return self._edit(change)
 
