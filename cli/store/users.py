@@ -1,4 +1,4 @@
-"""`brain-store user add|list|rotate|remove`: manage accounts (applies to a running store at once)."""
+"""`brain-store user add|list|rotate|remove|allow`: manage accounts (applies to a running store at once)."""
 
 from __future__ import annotations
 
@@ -68,6 +68,9 @@ def list_users(data: Path | None) -> None:
         click.echo(
             f"{u.id:36}  {u.name:20}  {u.email:28}  {u.kind:6}  {len(brains):>6}  {used:>12}  {u.created_at}"
         )
+    for d in registry.denied():
+        click.echo(f"removed OIDC user {d.user_id or d.subject} ({d.name or '?'}, {d.email or 'no email'}) "
+                   f"stays out since {d.removed_at}; `brain-store user allow` lets them back")
 
 
 @user.command("rotate")
@@ -104,3 +107,20 @@ def remove(name_or_id: str, purge: bool, data: Path | None) -> None:
         click.echo(f"removed user {account.name} ({account.id}) and deleted their brains")
     else:
         click.echo(f"removed user {account.name} ({account.id}); their brains stay on disk (use --purge to delete)")
+
+
+@user.command("allow")
+@click.argument("who")
+@_data_option
+def allow(who: str, data: Path | None) -> None:
+    """Let a removed OIDC user sign in again (by former user id, name, email or subject)."""
+    from store.auth.users import UsersFileError
+
+    registry, _ = _open(data)
+    try:
+        record = registry.allow(who)
+    except UsersFileError as exc:
+        raise _fail(exc) from None
+    label = record.name or record.subject
+    click.echo(f"allowed {label} ({record.user_id or record.subject}) to sign in again; "
+               "their account is re-created on their next token")
