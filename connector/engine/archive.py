@@ -14,6 +14,7 @@ without name or time, so an unchanged brain packs to identical bytes.
 from __future__ import annotations
 
 import errno
+import functools
 import gzip
 import io
 import os
@@ -147,35 +148,45 @@ def _directories(paths: list[str]) -> set[str]:
 
 
 def pack_archive(brain: Brain) -> bytes:
-    """The brain as a deterministic tar.gz: same files, same bytes."""
+    """The brain as a deterministic tar.gz: same files, same bytes.
+
+    The tar stream is exactly what ``tarfile`` writes in GNU format (headers come
+    from ``TarInfo.tobuf``), assembled from cached headers: a header depends only
+    on name and size here, and most files are unchanged between two packs.
+    """
     paths = [path for path in brain.files if not _skipped(path)]
     for path in paths:
         if safe_relative_path(path) != path:
             raise ArchiveError(f"brain holds an unsafe path: {path[:200]!r}")
     folders = _directories(paths)
     entries = sorted([(tuple(p.split("/")), False) for p in paths] + [(tuple(d.split("/")), True) for d in folders])
-    raw = io.BytesIO()
-    with tarfile.open(fileobj=raw, mode="w", format=tarfile.GNU_FORMAT, encoding="utf-8") as archive:
-        archive.addfile(_info(".", is_dir=True))
-        for parts, is_dir in entries:
-            name = "./" + "/".join(parts)
-            if is_dir:
-                archive.addfile(_info(name, is_dir=True))
-            else:
-                content = brain.files[name[2:]]
-                archive.addfile(_info(name, size=len(content)), io.BytesIO(content))
-    return gzip.compress(raw.getvalue(), compresslevel=6, mtime=0)
+    blocks = [_header(".", 0, True)]
+    for parts, is_dir in entries:
+        name = "/".join(parts)
+        if is_dir:
+            blocks.append(_header("./" + name, 0, True))
+            continue
+        content = brain.files[name]
+        blocks.append(_header("./" + name, len(content), False))
+        blocks.append(content)
+        if len(content) % tarfile.BLOCKSIZE:
+            blocks.append(bytes(tarfile.BLOCKSIZE - len(content) % tarfile.BLOCKSIZE))
+    size = sum(len(block) for block in blocks) + 2 * tarfile.BLOCKSIZE
+    # End of archive: two zero blocks, then zeros up to a whole record (as tarfile does).
+    blocks.append(bytes(2 * tarfile.BLOCKSIZE + (-size) % tarfile.RECORDSIZE))
+    return gzip.compress(b"".join(blocks), compresslevel=6, mtime=0)
 
 
-def _info(name: str, *, is_dir: bool = False, size: int = 0) -> tarfile.TarInfo:
+@functools.lru_cache(maxsize=65536)
+def _header(name: str, size: int, is_dir: bool) -> bytes:
     info = tarfile.TarInfo(name)
     info.type = tarfile.DIRTYPE if is_dir else tarfile.REGTYPE
     info.mode = DIR_MODE if is_dir else FILE_MODE
-    info.size = 0 if is_dir else size
+    info.size = size
     info.mtime = FIXED_MTIME
     info.uid = info.gid = 0
     info.uname = info.gname = ""
-    return info
+    return info.tobuf(tarfile.GNU_FORMAT, "utf-8", "surrogateescape")
 
 
 def _walk(root: Path, limits: ArchiveLimits) -> Iterator[tuple[str, str]]:

@@ -232,3 +232,30 @@ def test_save_directory_replaces_and_removes(tmp_path: Path) -> None:
     assert (target / ".sync" / "state").read_text() == "keep"
     assert oct((target / "index.json").stat().st_mode & 0o777) == oct(0o600)
     assert not [p for p in target.rglob("*.tmp")]
+
+
+def _tarfile_written(brain: Brain) -> bytes:
+    """The same entries written by tarfile itself (what pack_archive must equal)."""
+    folders = {"/".join(p.split("/")[:i]) for p in brain.files for i in range(1, p.count("/") + 1)}
+    entries = sorted([(tuple(p.split("/")), False) for p in brain.files] + [(tuple(d.split("/")), True) for d in folders])
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.GNU_FORMAT, encoding="utf-8") as archive:
+        for name, is_dir in [(".", True)] + [("./" + "/".join(parts), is_dir) for parts, is_dir in entries]:
+            info = tarfile.TarInfo(name)
+            info.type = tarfile.DIRTYPE if is_dir else tarfile.REGTYPE
+            info.mode = 0o755 if is_dir else 0o644
+            info.mtime = 946_684_800
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            content = b"" if is_dir else brain.files[name[2:]]
+            info.size = len(content)
+            archive.addfile(info, None if is_dir else io.BytesIO(content))
+    return raw.getvalue()
+
+
+def test_pack_equals_tarfile_output() -> None:
+    brain = Brain({"a/" + "é" * 120 + "/x.md": b"x" * 513, "b.md": b"", "c.md": b"y" * 512, "d/e/f.md": b"f"})
+    assert gzip.decompress(pack_archive(brain)) == _tarfile_written(brain)
+    for brain_dir in fixture_brains()[:3]:
+        loaded = load_directory(brain_dir)
+        assert gzip.decompress(pack_archive(loaded)) == _tarfile_written(loaded)

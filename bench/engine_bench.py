@@ -1,0 +1,226 @@
+#!/usr/bin/env python3
+"""Benchmark of the brain engine (recall, archive I/O, memorize) against the reference CLI.
+
+Builds brains of 1,000 and 10,000 memories with our own memorize (the write
+operations in ``connector.engine.ops``), with ``search-index.json`` kept up to date
+as the command line keeps it, then measures in process:
+
+* recall latency p50/p95, query mode (random 1-3 word queries) and context mode
+  (varying project/topics/task), on the prepared index (built once per archive
+  checksum, as the connector does);
+* the cold path: load the archive + build the index + one recall, with the stored
+  statistics and with them missing (rebuilt from the files);
+* time to load the 10k archive (``load_archive``) and to prepare its index;
+* memorize one memory into the brain + pack the archive (the connector's write path);
+* optionally (``--cli``) ``brain-connector recall`` as one process per query, the way
+  the reference figures were taken.
+
+Reference (the `brain` CLI, one process per query, 2-core machine): 90 ms p50 at 1k
+memories, 421 ms at 10k, 729 ms at 10k when it must rebuild its search index.
+Targets: query p50 <= 5 ms and context p50 <= 50 ms at 10k; loading a 10k archive
+<= 1.5 s. Figures are noisy on a shared machine: compare runs on an idle one.
+
+Usage::
+
+    .venv/bin/python bench/engine_bench.py                 # 1k and 10k
+    .venv/bin/python bench/engine_bench.py --sizes 1000 --queries 100 --cli 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from connector.engine.archive import load_archive, pack_archive  # noqa: E402
+from connector.engine.brain import Brain  # noqa: E402
+from connector.engine.index import BrainIndex  # noqa: E402
+from connector.engine.ops import Memorize  # noqa: E402
+from connector.engine.recall import recall  # noqa: E402
+
+REFERENCE_MS = {1000: 90.0, 10000: 421.0}
+REFERENCE_REBUILD_MS = 729.0
+TYPES = ["decision", "insight", "goal", "experience", "learning", "relationship", "preference", "observation"]
+AREAS = ["professional", "personal", "family", "social"]
+PROJECTS = ["atlas", "homepage", "brain-store", "billing", "infra", ""]
+TASKS = ["debugging", "reviewing", "planning", "capturing", ""]
+WORDS = (
+    "postgres cache deploy guitar cooking reading kubernetes nginx terraform caddy pytest snapshot "
+    "latency budget travel sleep meditation running language birthday kids asyncio dataclass pydantic "
+    "venv incident rollback migration index vacuum replica backup schema queue worker retry timeout "
+    "token oauth session cookie header proxy certificate renewal monitoring alert dashboard metric "
+    "garden recipe dinner holiday flight hotel museum concert podcast novel chapter habit morning "
+    "review release branch commit merge conflict refactor benchmark profile memory leak thread lock"
+).split()
+RARE = [f"{a}{b}" for a in ("zor", "vel", "kin", "tam", "ria", "pol") for b in range(120)]
+TAGS = WORDS[:60] + [f"topic{i}" for i in range(140)]
+
+
+def memory_payload(rnd: random.Random, number: int) -> dict:
+    """One memory in the command line's memorize JSON shape."""
+    title_words = rnd.sample(WORDS, rnd.randint(2, 4))
+    sentences = []
+    for _ in range(rnd.randint(3, 6)):
+        words = rnd.sample(WORDS, rnd.randint(4, 9)) + [rnd.choice(RARE)]
+        sentences.append(" ".join(words).capitalize() + ".")
+    return {
+        "title": " ".join(title_words).capitalize() + f" {number}",
+        "type": rnd.choice(TYPES),
+        "cognitive_type": rnd.choice(["semantic", "episodic", "procedural"]),
+        "content": " ".join(sentences),
+        "path": f"{rnd.choice(AREAS)}/{rnd.choice(WORDS)}",
+        "tags": rnd.sample(TAGS, rnd.randint(1, 4)),
+        "salience": round(rnd.uniform(0.2, 1.0), 2),
+        "confidence": round(rnd.uniform(0.3, 1.0), 2),
+        "encoding_context": {
+            "project": rnd.choice(PROJECTS),
+            "topics": rnd.sample(TAGS[:40], rnd.randint(0, 3)),
+            "task_type": rnd.choice(TASKS),
+            "agent": "bench",
+        },
+    }
+
+
+def build_brain(size: int, seed: int, start: datetime) -> tuple[Brain, float]:
+    """A brain of ``size`` memories written with our memorize, in batches over ~300 days."""
+    rnd = random.Random(seed)
+    brain = Brain()
+    # An empty statistics file, as `brain init` leaves one: memorize keeps it current.
+    brain.write_json("search-index.json", {"version": 1, "doc_count": 0, "documents": {}, "df": {}})
+    batch = max(200, size // 10)  # each apply rewrites the JSON indexes: keep applies few
+    elapsed = 0.0
+    for first in range(0, size, batch):
+        payload = [memory_payload(rnd, first + i) for i in range(min(batch, size - first))]
+        clock = start + timedelta(days=300 * first / size, seconds=first)
+        began = time.perf_counter()
+        Memorize.from_request(payload).apply(brain, clock)
+        elapsed += time.perf_counter() - began
+    return brain, elapsed
+
+
+def percentiles(samples: list[float]) -> tuple[float, float]:
+    """(p50, p95) in milliseconds."""
+    ordered = sorted(samples)
+    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+    return statistics.median(ordered) * 1000, p95 * 1000
+
+
+def timed(action: Callable[[], object], runs: int) -> list[float]:
+    samples = []
+    for _ in range(runs):
+        began = time.perf_counter()
+        action()
+        samples.append(time.perf_counter() - began)
+    return samples
+
+
+def row(label: str, ours: str, reference: str = "", target: str = "") -> None:
+    print(f"  {label:<44} {ours:>18} {reference:>14} {target:>10}")
+
+
+def bench_size(size: int, queries: int, cli_runs: int, now: datetime) -> None:
+    print(f"\n== {size:,} memories ==")
+    brain, memorize_s = build_brain(size, seed=size, start=now - timedelta(days=320))
+    archive = pack_archive(brain)
+    stripped = brain.copy()
+    stripped.remove("search-index.json")
+    stripped_archive = pack_archive(stripped)
+    row("", "ours", "reference", "target")
+    row("memorize (build, batches of size/10)", f"{memorize_s:.1f} s total")
+    row("archive size", f"{len(archive) / 1e6:.2f} MB gz")
+
+    load_s = timed(lambda: load_archive(archive), 3)
+    loaded = load_archive(archive)
+    build_s = timed(lambda: BrainIndex.build(loaded), 3)
+    loaded_stripped = load_archive(stripped_archive)
+    rebuild_s = timed(lambda: BrainIndex.build(loaded_stripped), 2)
+    row("load archive (load_archive)", f"{min(load_s) * 1000:.0f} ms", "", "1500 ms" if size >= 10000 else "")
+    row("prepare index (stored statistics)", f"{min(build_s) * 1000:.0f} ms")
+    row("prepare index (statistics rebuilt)", f"{min(rebuild_s) * 1000:.0f} ms")
+    row("load + prepare (ready to recall)", f"{(min(load_s) + min(build_s)) * 1000:.0f} ms", "", "1500 ms" if size >= 10000 else "")
+
+    index = BrainIndex.build(loaded)
+    rnd = random.Random(7)
+    texts = [" ".join(rnd.sample(WORDS + RARE[:50], rnd.randint(1, 3))) for _ in range(queries)]
+    position = iter(range(10**9))
+
+    def query_once() -> None:
+        recall(None, texts[next(position) % len(texts)], top=10, index=index, now=now)
+
+    contexts = [
+        (rnd.choice(PROJECTS[:-1]), rnd.choice(TASKS[:-1]), ",".join(rnd.sample(TAGS[:40], 2))) for _ in range(16)
+    ]
+
+    def context_once() -> None:
+        project, task, topics = contexts[next(position) % len(contexts)]
+        recall(None, context=True, project=project, task=task, topics=topics, top=10, index=index, now=now)
+
+    timed(query_once, 5)
+    query_p50, query_p95 = percentiles(timed(query_once, queries))
+    context_p50, context_p95 = percentiles(timed(context_once, max(20, queries // 4)))
+    reference = REFERENCE_MS.get(size)
+    ref_text = f"{reference:.0f} ms" if reference else ""
+    row("recall query mode p50 / p95 (prepared)", f"{query_p50:.2f} / {query_p95:.2f} ms", ref_text, "5 ms" if size >= 10000 else "")
+    row("recall context mode p50 / p95 (prepared)", f"{context_p50:.1f} / {context_p95:.1f} ms", "", "50 ms" if size >= 10000 else "")
+
+    def cold(data: bytes) -> Callable[[], None]:
+        def run() -> None:
+            recall(None, texts[next(position) % len(texts)], index=BrainIndex.build(load_archive(data)), now=now)
+
+        return run
+
+    cold_p50, _ = percentiles(timed(cold(archive), 3))
+    cold_rebuild_p50, _ = percentiles(timed(cold(stripped_archive), 3))
+    row("cold: load + prepare + 1 query (p50)", f"{cold_p50:.0f} ms", ref_text)
+    row("cold, statistics rebuilt (p50)", f"{cold_rebuild_p50:.0f} ms", f"{REFERENCE_REBUILD_MS:.0f} ms" if size >= 10000 else "")
+
+    def write_once() -> None:
+        payload = memory_payload(rnd, size + next(position))
+        Memorize.from_request(payload).apply(loaded, now)
+        pack_archive(loaded)
+
+    write_p50, write_p95 = percentiles(timed(write_once, 5))
+    row("memorize 1 + pack archive p50 / p95", f"{write_p50:.0f} / {write_p95:.0f} ms")
+
+    if cli_runs:
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / "brain.tar.gz"
+            path.write_bytes(archive)
+            script = str(Path(sys.executable).parent / "brain-connector")
+
+            def cli_once() -> None:
+                subprocess.run(
+                    [script, "recall", str(path), texts[next(position) % len(texts)], "--now", now.isoformat()],
+                    check=True,
+                    capture_output=True,
+                    timeout=120,
+                )
+
+            cli_p50, cli_p95 = percentiles(timed(cli_once, cli_runs))
+        row("CLI: one process per query p50 / p95", f"{cli_p50:.0f} / {cli_p95:.0f} ms", ref_text)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="1000,10000", help="comma-separated brain sizes")
+    parser.add_argument("--queries", type=int, default=200, help="query-mode recalls per size")
+    parser.add_argument("--cli", type=int, default=5, help="CLI process runs per size (0 = skip)")
+    options = parser.parse_args()
+    now = datetime(2026, 6, 1, tzinfo=UTC)
+    print("brain engine benchmark (in process unless said; machine may be shared: figures are noisy)")
+    for size in (int(part) for part in options.sizes.split(",")):
+        bench_size(size, options.queries, options.cli, now)
+
+
+if __name__ == "__main__":
+    main()
