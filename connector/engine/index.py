@@ -168,6 +168,12 @@ class BrainIndex:
             ctx_groups=_context_groups(memories),
         )
 
+    @classmethod
+    def for_brain(cls, brain: Brain, key: str | None = None, cache: IndexCache | None = None) -> BrainIndex:
+        """The prepared index of ``brain``, cached under ``key`` (an archive checksum)
+        in ``cache`` (the process-wide one by default); built afresh without a key."""
+        return index_for(brain, key, DEFAULT_CACHE if cache is None else cache)
+
     def idf(self, term: str) -> float:
         """``max(0, ln(1 + (N - df + 0.5) / (df + 0.5)))``, df 0 when unknown."""
         cached = self._idf_cache.get(term)
@@ -334,12 +340,16 @@ class IndexCache:
                 self._items.move_to_end(key)
                 return found
         built = BrainIndex.build(brain)
+        self.put(key, built)
+        return built
+
+    def put(self, key: str, index: BrainIndex) -> None:
+        """Store an index built elsewhere (e.g. right after a write, for the new checksum)."""
         with self._lock:
-            self._items[key] = built
+            self._items[key] = index
             self._items.move_to_end(key)
             while len(self._items) > self.capacity:
                 self._items.popitem(last=False)
-        return built
 
     def invalidate(self, key: str) -> None:
         """Forget the index for ``key`` (after a write changed that brain)."""

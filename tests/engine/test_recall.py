@@ -205,6 +205,9 @@ def test_cache_and_invalidation() -> None:
     assert len(cache) == 2
     prepared = BrainIndex.build(brain)
     assert ids(recall(None, "vacuum", now=NOW, index=prepared)) == ["m1"]
+    assert BrainIndex.for_brain(brain, "k3", cache) is cache.get("k3", brain)
+    cache.put("k4", prepared)
+    assert cache.get("k4", changed) is prepared
 
 
 def test_garbage_fields_do_not_crash() -> None:
