@@ -22,7 +22,7 @@ from litestar import Litestar, Response, get
 from litestar.handlers import asgi
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
-from connector.mcp.http import bearer_token, header, is_trusted_proxy, peer_address, request_base_url
+from connector.mcp.http import bearer_token, header, peer_address, request_base_url
 from connector.mcp.server import CALLER_SCOPE_KEY, McpEndpoint
 from connector.mcp.tools import BrainTools, Caller
 from connector.oauth.state import OAuthState, load_state_key
@@ -31,6 +31,7 @@ from connector.settings import ConnectorSettings
 from connector.workcopy.manager import ManagerTuning, WorkingCopyManager
 from connector.workcopy.model import Account
 from connector.workcopy.store_client import StoreClient
+from store.limits import TokenBucketLimiter, TrustedProxies, client_address
 
 log = logging.getLogger("connector.http")
 
@@ -85,36 +86,19 @@ def configure_logging(level: str = "info") -> None:
 
 
 class _Limits:
-    """Per-address limits for /mcp, using the store's limiter (store/limits)."""
+    """Per-address limits for /mcp, on the store's limiter and client-address rules (store/limits)."""
 
     def __init__(self, settings: ConnectorSettings) -> None:
-        self._settings = settings
-        self._limiter: Any = None
-        try:
-            from store.limits import TokenBucketLimiter
-
-            self._limiter = TokenBucketLimiter(settings.mcp_rate_per_min, settings.mcp_rate_per_min)
-        except ImportError:  # pragma: no cover - store/limits not available in this build
-            log.warning("rate limits unavailable: store.limits could not be imported")
+        self._trusted = TrustedProxies.parse(settings.trust_proxy)
+        self._limiter = TokenBucketLimiter(settings.mcp_rate_per_min)
 
     def client_address(self, scope: Scope) -> str:
         """The client's address: the right-most untrusted X-Forwarded-For hop behind a trusted proxy."""
-        peer = peer_address(scope) or "unknown"
-        if not is_trusted_proxy(peer, self._settings.trust_proxy):
-            return peer
-        forwarded = header(scope, "x-forwarded-for") or ""
-        hops = [hop.strip() for hop in forwarded.split(",") if hop.strip()]
-        for hop in reversed(hops):
-            if not is_trusted_proxy(hop, self._settings.trust_proxy):
-                return hop
-        return hops[0] if hops else peer
+        return client_address(peer_address(scope), header(scope, "x-forwarded-for"), self._trusted)
 
     def retry_after(self, scope: Scope) -> float | None:
         """None when allowed, else seconds to wait."""
-        if self._limiter is None:
-            return None
-        result = self._limiter.hit(self.client_address(scope))
-        return float(result) if result is not None else None
+        return self._limiter.hit(self.client_address(scope))
 
 
 # ----- responses --------------------------------------------------------------
@@ -264,26 +248,18 @@ def build_parts(settings: ConnectorSettings, *, tuning: ManagerTuning | None = N
     return ConnectorParts(settings, store, state, codec, manager, tools, McpEndpoint(tools))
 
 
-def _oauth_components(parts: ConnectorParts) -> tuple[list[Any], Verifier]:
-    """The OAuth routers (from connector/oauth) and the access-token verifier for /mcp."""
-    try:
-        from connector.oauth.routes import build_oauth  # type: ignore[import-not-found]
-    except ImportError:
-        codec = parts.codec
+def _oauth_mount(parts: ConnectorParts) -> Any:
+    """The OAuth authorization server (connector/oauth): its routes and the /mcp token check."""
+    from connector.oauth.routes import build_oauth
 
-        def verify(token: str, base: str) -> AccessClaims | None:
-            return codec.verify(token, base.rstrip("/") + "/mcp")
-
-        return [], verify
-    mount = build_oauth(parts.settings, state=parts.state, codec=parts.codec, store=parts.store, manager=parts.manager)
-    return list(mount.route_handlers), mount.verify_access
+    return build_oauth(parts.settings, state=parts.state, codec=parts.codec, store=parts.store, manager=parts.manager)
 
 
 def create_app(settings: ConnectorSettings, *, tuning: ManagerTuning | None = None) -> Litestar:
     """The connector's Litestar application."""
     parts = build_parts(settings, tuning=tuning)
-    oauth_handlers, verify = _oauth_components(parts)
-    gate = McpGate(settings, parts.endpoint, verify, _Limits(settings))
+    oauth = _oauth_mount(parts)
+    gate = McpGate(settings, parts.endpoint, oauth.verify_access, _Limits(settings))
 
     @asgi("/mcp", copy_scope=False)
     async def mcp_endpoint(scope: Scope, receive: Receive, send: Send) -> None:
@@ -316,13 +292,15 @@ def create_app(settings: ConnectorSettings, *, tuning: ManagerTuning | None = No
                     log.warning("shutting down with writes still held", extra={"copies": held})
                 await parts.manager.close(push_timeout_s=5.0)
                 await parts.store.aclose()
+                await oauth.aclose()
 
     app = Litestar(
-        route_handlers=[mcp_endpoint, health, health_live, health_ready, *oauth_handlers],
+        route_handlers=[mcp_endpoint, health, health_live, health_ready, *oauth.route_handlers],
         lifespan=[lifespan],
         middleware=[security_and_logging],
         openapi_config=None,
         debug=False,
     )
     app.state.connector = parts
+    app.state.oauth = oauth
     return app

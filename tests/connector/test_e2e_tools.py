@@ -1,0 +1,427 @@
+"""End to end: a real connector process and a real store process, driven by the official MCP
+client SDK (signed in with the connector's OAuth flow, or with tokens sealed by the same key)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import asynccontextmanager, contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import httpx2
+import pytest
+from mcp.client import Client
+from mcp.client.auth import OAuthClientProvider
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
+
+from connector.engine.archive import load_directory, pack_archive
+from connector.engine.recall import recall
+from connector.oauth.tokens import AccessClaims, AccessTokenCodec
+from tests.connector.conftest import (
+    RunningStore,
+    StoreUser,
+    auth,
+    brains_of,
+    download_brain,
+    memory_ids,
+    upload_raw,
+)
+from tests.connector.oauth.live import sign_in_with_form
+from tests.support.processes import ServerProcess, console_script, free_port, run_server
+
+pytestmark = pytest.mark.timeout(300)
+
+STATE_KEY = bytes(range(32))
+ALL_TOOLS = {
+    "brain_recall",
+    "brain_status",
+    "brain_use",
+    "brain_memorize",
+    "brain_pin",
+    "brain_unpin",
+    "brain_forget",
+    "brain_verify",
+}
+FIXTURE = Path("/work/shared/fixtures/recall-parity/brains/brain-1-06")
+
+
+@contextmanager
+def connector(
+    tmp_path: Path, store: RunningStore, *, port: int | None = None, env: dict[str, str] | None = None
+) -> Iterator[ServerProcess]:
+    """`brain-connector serve` (static provider) on a free loopback port."""
+    port = port or free_port()
+    full_env = {
+        "CONNECTOR_STORE_URL": store.url,
+        "CONNECTOR_IDP": "static",
+        "CONNECTOR_STATE_DIR": str(tmp_path / "connector-state"),
+        "CONNECTOR_STATE_KEY": STATE_KEY.hex(),
+        "CONNECTOR_PORT": str(port),
+        "CONNECTOR_HOST": "127.0.0.1",
+        "CONNECTOR_REPULL_TTL_MS": "500",
+        **(env or {}),
+    }
+    with run_server(
+        [console_script("brain-connector"), "serve"],
+        port=port,
+        env=full_env,
+        log_path=tmp_path / f"connector-{port}.log",
+        health_path="/health/live",
+    ) as server:
+        yield server
+
+
+def mint(base: str, user: StoreUser, scopes: set[str], *, audience: str | None = None, ttl: int = 3600) -> str:
+    """An access token sealed with the connector's key, as its /token endpoint would issue."""
+    claims = AccessClaims(
+        sub=f"static:{user.id}",
+        scope=frozenset(scopes),
+        aud=audience or base + "/mcp",
+        exp=int(time.time()) + ttl,
+        client_id="test-client",
+        client_name="pytest-e2e",
+        idp="static",
+        store_credential=user.token,
+    )
+    return AccessTokenCodec(STATE_KEY).issue(claims)
+
+
+@asynccontextmanager
+async def mcp_session(url: str, token: str, mode: str = "auto") -> Any:
+    """An MCP client session with a bearer token."""
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(60)) as http:
+        async with Client(streamable_http_client(url, http_client=http), mode=mode) as client:  # type: ignore[arg-type]
+            yield client
+
+
+class _Storage:
+    def __init__(self) -> None:
+        self.tokens: OAuthToken | None = None
+        self.client: OAuthClientInformationFull | None = None
+
+    async def get_tokens(self) -> OAuthToken | None:
+        return self.tokens
+
+    async def set_tokens(self, tokens: OAuthToken) -> None:
+        self.tokens = tokens
+
+    async def get_client_info(self) -> OAuthClientInformationFull | None:
+        return self.client
+
+    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+        self.client = client_info
+
+
+def signed_in_provider(mcp_url: str, store_token: str) -> OAuthClientProvider:
+    """The SDK's OAuth client, with a headless 'browser' that signs in with the store token."""
+    answers: dict[str, str] = {}
+
+    async def redirect_handler(authorization_url: str) -> None:
+        answers.clear()
+        answers.update(await sign_in_with_form(authorization_url, store_token))
+
+    async def callback_handler() -> AuthorizationCodeResult:
+        return AuthorizationCodeResult(code=answers["code"], state=answers.get("state"), iss=answers.get("iss"))
+
+    return OAuthClientProvider(
+        server_url=mcp_url,
+        client_metadata=OAuthClientMetadata(
+            redirect_uris=["http://127.0.0.1:1/callback"],  # type: ignore[list-item]
+            client_name="Tools E2E client",
+            grant_types=["authorization_code", "refresh_token"],
+            response_types=["code"],
+            token_endpoint_auth_method="none",
+        ),
+        storage=_Storage(),
+        redirect_handler=redirect_handler,
+        callback_handler=callback_handler,
+    )
+
+
+def structured(result: Any) -> dict[str, Any]:
+    assert not result.is_error, result.content[0].text
+    assert result.structured_content is not None
+    # The text rendering is present beside the structured content.
+    assert result.content and result.content[0].type == "text" and result.content[0].text
+    return result.structured_content
+
+
+def index_entry(store: RunningStore, user: StoreUser, brain_id: str, memory_id: str) -> dict[str, Any] | None:
+    brain, _ = download_brain(store.url, user.token, brain_id)
+    return (brain.read_json("index.json") or {}).get("memories", {}).get(memory_id)
+
+
+def test_all_eight_tools_through_the_oauth_flow(store: RunningStore, tmp_path: Path) -> None:
+    user = store.add_user("alice")
+    brain_id = brains_of(store.url, user.token)[0]["id"]
+    port = free_port()
+
+    async def first_session(url: str) -> str:
+        provider = signed_in_provider(url, user.token)
+        async with httpx2.AsyncClient(auth=provider, timeout=httpx2.Timeout(60)) as http:
+            async with Client(streamable_http_client(url, http_client=http)) as client:  # type: ignore[arg-type]
+                names = {tool.name for tool in (await client.list_tools()).tools}
+                assert names == ALL_TOOLS
+                status = structured(await client.call_tool("brain_status", {}))
+                assert status["active_brain"]["id"] == brain_id
+                assert status["identity"]["status"] == "no-cloud-brain"  # a new user: nothing stored yet
+
+                saved = structured(
+                    await client.call_tool(
+                        "brain_memorize",
+                        {
+                            "content": "The payments team deploys with blue-green releases every Thursday",
+                            "tags": '["deploy", "payments"]',
+                            "type": "decision",
+                            "origin": "user",
+                            "explanation": "models add this; it must be ignored",
+                        },
+                    )
+                )
+                memory_id = saved["stored"]["id"]
+                assert saved["synced"] is True and saved["stored"]["type"] == "decision"
+                stored_brain, _ = download_brain(store.url, user.token, brain_id)
+                assert memory_id in memory_ids(stored_brain)
+                assert stored_brain.read(saved["stored"]["path"]) is not None
+
+                hits = structured(await client.call_tool("brain_recall", {"query": "blue-green releases payments"}))
+                assert hits["results"][0]["id"] == memory_id and hits["count"] >= 1
+
+                pinned = structured(await client.call_tool("brain_pin", {"id": memory_id}))
+                assert pinned["synced"] is True
+                assert index_entry(store, user, brain_id, memory_id)["pinned"] is True
+                stored_brain, _ = download_brain(store.url, user.token, brain_id)
+                assert memory_id in [pin["id"] for pin in stored_brain.read_json("pinned.json")["pins"]]
+                structured(await client.call_tool("brain_unpin", {"id": memory_id}))
+                assert index_entry(store, user, brain_id, memory_id)["pinned"] is False
+
+                suspicious = structured(
+                    await client.call_tool(
+                        "brain_memorize", {"content": "Release notes say build 42 fixed the login bug", "origin": "tool-output"}
+                    )
+                )
+                pending_id = suspicious["stored"]["id"]
+                assert suspicious["stored"].get("quarantine_pending") is True
+                listing = structured(await client.call_tool("brain_verify", {}))
+                assert pending_id in [item["id"] for item in listing["pending"]]
+                approved = structured(
+                    await client.call_tool("brain_verify", {"action": "approve", "ids": [pending_id, "mem_20200101_000000"]})
+                )
+                assert [item["id"] for item in approved["results"]] == [pending_id]
+                assert approved["errors"][0]["id"] == "mem_20200101_000000"
+                assert index_entry(store, user, brain_id, pending_id)["vetted"] is True
+
+                rejected_source = structured(
+                    await client.call_tool("brain_memorize", {"content": "A vendor page claims X", "origin": "external"})
+                )
+                rejected_id = rejected_source["stored"]["id"]
+                structured(await client.call_tool("brain_verify", {"action": "reject", "ids": f'["{rejected_id}"]'}))
+
+                forgotten = structured(await client.call_tool("brain_forget", {"id": memory_id}))
+                assert forgotten["archived_path"].startswith("_archived/")
+                stored_brain, _ = download_brain(store.url, user.token, brain_id)
+                archive = stored_brain.read_json("_archived/index.json")["memories"]
+                assert archive[memory_id]["archived_reason"] == "forget"
+                assert archive[rejected_id]["archived_reason"] == "verify_reject"
+                assert memory_id not in memory_ids(stored_brain)
+                assert stored_brain.read(forgotten["archived_path"]) is not None
+
+                bad = await client.call_tool("brain_pin", {"id": "mem_19990101_ffffff"})
+                assert bad.is_error and "unknown memory id" in bad.content[0].text
+                empty = await client.call_tool("brain_recall", {"query": ""})
+                assert empty.is_error
+
+                work = httpx.post(f"{store.url}/api/brains", headers=auth(user.token), json={"name": "work"}, timeout=30)
+                used = structured(await client.call_tool("brain_use", {"brain": "work"}))
+                assert used["brain"]["id"] == work.json()["id"] and used["persisted"] is True
+                return work.json()["id"]
+
+    async def after_restart(url: str, work_id: str) -> None:
+        # A fresh sign-in with the same user after a restart: the choice persisted.
+        provider = signed_in_provider(url, user.token)
+        async with httpx2.AsyncClient(auth=provider, timeout=httpx2.Timeout(60)) as http:
+            async with Client(streamable_http_client(url, http_client=http)) as client:  # type: ignore[arg-type]
+                status = structured(await client.call_tool("brain_status", {}))
+                assert status["active_brain"]["id"] == work_id
+                assert status["identity"]["status"] == "multiple-brains"
+                assert "store token" in status["identity"]["note"]
+
+    with connector(tmp_path, store, port=port) as server:
+        work_id = asyncio.run(first_session(server.base_url + "/mcp"))
+    with connector(tmp_path, store, port=port) as server:
+        asyncio.run(after_restart(server.base_url + "/mcp", work_id))
+
+
+def test_read_only_token_is_refused_on_write_tools(store: RunningStore, tmp_path: Path) -> None:
+    user = store.add_user("reader")
+    brain_id = brains_of(store.url, user.token)[0]["id"]
+    assert upload_raw(store.url, user.token, brain_id, pack_archive(load_directory(FIXTURE))).status_code == 200
+
+    async def scenario(base: str) -> None:
+        async with mcp_session(base + "/mcp", mint(base, user, {"brain.read"})) as client:
+            assert structured(await client.call_tool("brain_recall", {"query": "testing"}))["count"] >= 0
+            structured(await client.call_tool("brain_status", {}))
+            structured(await client.call_tool("brain_verify", {"action": "list"}))
+            for name, arguments in [
+                ("brain_memorize", {"content": "should not be saved"}),
+                ("brain_pin", {"id": "mem_20250101_aaaaaa"}),
+                ("brain_unpin", {"id": "mem_20250101_aaaaaa"}),
+                ("brain_forget", {"id": "mem_20250101_aaaaaa"}),
+                ("brain_use", {"brain": "default"}),
+                ("brain_verify", {"action": "approve", "ids": ["mem_20250101_aaaaaa"]}),
+            ]:
+                result = await client.call_tool(name, arguments)
+                assert result.is_error, name
+                assert "brain.write" in result.content[0].text
+
+    _, before = download_brain(store.url, user.token, brain_id)
+    with connector(tmp_path, store) as server:
+        asyncio.run(scenario(server.base_url))
+    _, after = download_brain(store.url, user.token, brain_id)
+    assert before == after
+
+
+def test_recall_through_mcp_equals_the_engine(store: RunningStore, tmp_path: Path) -> None:
+    user = store.add_user("parity")
+    brain_id = brains_of(store.url, user.token)[0]["id"]
+    assert upload_raw(store.url, user.token, brain_id, pack_archive(load_directory(FIXTURE))).status_code == 200
+    stored, _ = download_brain(store.url, user.token, brain_id)
+    queries = [("database migration", 10, None), ("performance latency cache", 5, None), ("testing", 25, "api")]
+
+    async def scenario(base: str) -> None:
+        token = mint(base, user, {"brain.read", "brain.write"})
+        for mode in ("legacy", "auto"):
+            async with mcp_session(base + "/mcp", token, mode) as client:
+                for query, limit, project in queries:
+                    arguments: dict[str, Any] = {"query": query, "limit": limit}
+                    if project:
+                        arguments["project"] = project
+                    result = structured(await client.call_tool("brain_recall", arguments))
+                    expected = recall(stored, query, top=limit, project=project, now=datetime.now(UTC))
+                    assert result["results"] == json.loads(json.dumps(expected))
+                    assert result["count"] == len(expected)
+
+    with connector(tmp_path, store) as server:
+        asyncio.run(scenario(server.base_url))
+
+
+def test_http_surface_auth_and_protocol_versions(store: RunningStore, tmp_path: Path) -> None:
+    user = store.add_user("surface")
+
+    async def protocol_checks(base: str) -> None:
+        token = mint(base, user, {"brain.read", "brain.write"})
+        async with mcp_session(base + "/mcp", token, "legacy") as client:
+            assert client.session.protocol_version == "2025-11-25"
+        async with mcp_session(base + "/mcp", token, "auto") as client:
+            assert client.session.protocol_version == "2026-07-28"
+            tools = (await client.list_tools()).tools
+            for tool in tools:
+                assert tool.output_schema and tool.annotations and tool.annotations.open_world_hint is False
+
+    with connector(tmp_path, store) as server:
+        base = server.base_url
+        for method in ("GET", "DELETE"):
+            response = httpx.request(method, base + "/mcp", timeout=30)
+            assert response.status_code == 405 and response.headers["allow"] == "POST"
+        body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+        headers = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-11-25"}
+        missing = httpx.post(base + "/mcp", json=body, headers=headers, timeout=30)
+        assert missing.status_code == 401
+        challenge = missing.headers["www-authenticate"]
+        assert f'resource_metadata="{base}/.well-known/oauth-protected-resource"' in challenge
+        for bad in (
+            mint(base, user, {"brain.read"}, audience="http://elsewhere.example/mcp"),
+            mint(base, user, {"brain.read"}, ttl=-10),
+            "bca1_forged",
+        ):
+            refused = httpx.post(base + "/mcp", json=body, headers={**headers, "Authorization": f"Bearer {bad}"}, timeout=30)
+            assert refused.status_code == 401, refused.text
+        ok = httpx.post(
+            base + "/mcp",
+            json=body,
+            headers={**headers, "Authorization": f"Bearer {mint(base, user, {'brain.read'})}"},
+            timeout=30,
+        )
+        assert ok.status_code == 200 and ok.headers["x-content-type-options"] == "nosniff"
+        # An older protocol version the SDK still negotiates.
+        init = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {"protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": {"name": "old", "version": "1"}},
+        }
+        older = httpx.post(
+            base + "/mcp",
+            json=init,
+            headers={"Accept": "application/json, text/event-stream", "Authorization": f"Bearer {mint(base, user, {'brain.read'})}"},
+            timeout=30,
+        )
+        assert older.status_code == 200 and older.json()["result"]["protocolVersion"] == "2025-03-26"
+        assert "brain_recall" in older.json()["result"]["instructions"]
+        for path in ("/health", "/health/live", "/health/ready"):
+            assert httpx.get(base + path, timeout=30).status_code == 200
+        asyncio.run(protocol_checks(base))
+        log = server.log()
+        assert user.token not in log
+
+
+def test_tools_allowlist(store: RunningStore, tmp_path: Path) -> None:
+    user = store.add_user("limited")
+
+    async def scenario(base: str) -> None:
+        async with mcp_session(base + "/mcp", mint(base, user, {"brain.read", "brain.write"})) as client:
+            names = {tool.name for tool in (await client.list_tools()).tools}
+            assert names == {"brain_recall", "brain_status"}
+            refused = await client.call_tool("brain_memorize", {"content": "x"})
+            assert refused.is_error and "Unknown tool" in refused.content[0].text
+
+    with connector(tmp_path, store, env={"CONNECTOR_TOOLS": "brain_recall,brain_status"}) as server:
+        asyncio.run(scenario(server.base_url))
+
+
+def test_serve_refuses_to_start_without_an_identity_provider(tmp_path: Path) -> None:
+    env = {"PATH": "/usr/bin:/bin", "CONNECTOR_STORE_URL": "http://127.0.0.1:9", "HOME": str(tmp_path)}
+    done = subprocess.run(
+        [console_script("brain-connector"), "serve", "--port", str(free_port())],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0 and "identity provider" in done.stderr
+    no_store = subprocess.run(
+        [console_script("brain-connector"), "serve"],
+        env={"PATH": "/usr/bin:/bin", "CONNECTOR_IDP": "static", "HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert no_store.returncode != 0 and "CONNECTOR_STORE_URL" in no_store.stderr
+    proxy = subprocess.run(
+        [console_script("brain-connector"), "serve"],
+        env={**env, "CONNECTOR_IDP": "static", "CONNECTOR_TRUST_PROXY": "true"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proxy.returncode != 0 and "CONNECTOR_TRUST_PROXY" in proxy.stderr
+
+
+def test_dev_mode_starts_and_says_so(store: RunningStore, tmp_path: Path) -> None:
+    port = free_port()
+    with run_server(
+        [console_script("brain-connector"), "serve", "--dev", "--port", str(port)],
+        port=port,
+        env={"CONNECTOR_STORE_URL": store.url, "CONNECTOR_IDP": ""},
+        log_path=tmp_path / "dev.log",
+        health_path="/health/live",
+    ) as server:
+        assert "DEVELOPMENT MODE" in server.log()
+        assert f"http://127.0.0.1:{port}/mcp" in server.log()
