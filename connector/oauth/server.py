@@ -87,6 +87,7 @@ class SignInView:
     error: str | None = None
     attempts_left: int = MAX_ATTEMPTS
     redirect_origin: str | None = None
+    form_action: str = "/authorize/complete"
 
 
 @dataclass(frozen=True)
@@ -328,6 +329,8 @@ class AuthorizationServer:
             error=error,
             attempts_left=MAX_ATTEMPTS - pending.attempts,
             redirect_origin=f"{parts.scheme}://{parts.netloc}",
+            # Absolute path: the page is shown at /authorize and again at /authorize/complete.
+            form_action=urlsplit(pending.issuer).path.rstrip("/") + "/authorize/complete",
         )
 
     def _take_pending(self, login_id: str | None) -> _Pending | None:

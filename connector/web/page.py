@@ -70,7 +70,7 @@ def render_signin(view: SignInView, *, dev: bool = False) -> str:
         if view.error:
             left = f" {view.attempts_left} attempt{'s' if view.attempts_left != 1 else ''} left." if view.provider == "static" else ""
             parts.append(f'<p class="error" role="alert">{escape(view.error)}{left}</p>')
-        parts.append('<form method="post" action="authorize/complete" autocomplete="off">')
+        parts.append(f'<form method="post" action="{escape(view.form_action)}" autocomplete="off">')
         parts.append(f'<input type="hidden" name="login_id" value="{escape(view.login_id)}">')
         if view.provider == "static":
             parts.append('<label for="token">Your store token</label>')

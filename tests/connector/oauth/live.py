@@ -49,7 +49,9 @@ async def sign_in_with_form(authorization_url: str, token: str) -> dict[str, str
     async with httpx.AsyncClient(timeout=30) as http:
         page = await http.get(authorization_url)
         assert page.status_code == 200, page.text
-        action = urljoin(str(page.url), "authorize/complete")
+        form = re.search(r'<form method="post" action="([^"]+)"', page.text)
+        assert form, "no sign-in form in the page"
+        action = urljoin(str(page.url), form.group(1))
         done = await http.post(action, data={"login_id": login_id_of(page.text), "token": token, "action": "allow"})
         assert done.status_code == 303, done.text
         return flat_query(done.headers["location"])

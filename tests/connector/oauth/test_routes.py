@@ -97,6 +97,8 @@ def test_page_flow_over_http(client: TestClient[Litestar]) -> None:
 
     wrong = client.post("/authorize/complete", data={"login_id": login_id, "token": "bst_wrong", "action": "allow"})
     assert wrong.status_code == 401 and "not accepted" in wrong.text and "2 attempts left" in wrong.text
+    # The page is shown again at /authorize/complete: its form must still post to the same place.
+    assert 'action="/authorize/complete"' in wrong.text and 'action="/authorize/complete"' in html
 
     done = client.post("/authorize/complete", data={"login_id": login_id, "token": GOOD_TOKEN, "action": "allow"},
                        follow_redirects=False)
