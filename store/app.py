@@ -15,7 +15,10 @@ from litestar.exceptions import HTTPException, ValidationException
 
 from store.context import AppContext
 from store.errors import ServiceError
+from store.http import error_response
 from store.routes import ROUTES
+from store.routes.brains import serve_list
+from store.routes.sync import serve_download
 from store.settings import StoreSettings
 
 log = logging.getLogger("store")
@@ -52,6 +55,28 @@ def _unexpected(request: Request[Any, Any, Any], exc: Exception) -> Response[Any
     return _error(500, "internal error")
 
 
+class _FastCall:
+    """Run one scope-level handler, rendering ServiceError as its JSON error."""
+
+    __slots__ = ("args", "ctx", "fn")
+
+    def __init__(self, fn: Any, ctx: AppContext, args: tuple[Any, ...]) -> None:
+        self.fn = fn
+        self.ctx = ctx
+        self.args = args
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        scope.setdefault("state", {})
+        try:
+            response = await self.fn(self.ctx, scope, *self.args)
+        except ServiceError as exc:
+            response = error_response(exc)
+        except Exception:
+            log.exception("unexpected error on %s %s", scope.get("method"), scope.get("path"))
+            response = error_response(ServiceError(500, "internal error"))
+        await response(scope, receive, send)
+
+
 class EdgeMiddleware:
     """Outermost layer: refuse malformed percent-escapes (400) and write JSON request logs.
 
@@ -81,8 +106,19 @@ class EdgeMiddleware:
             )
             await send({"type": "http.response.body", "body": body})
             return
+        app = self.app
+        # Fast path: the hottest reads skip the framework's routing and signature machinery
+        # (they only need the raw scope); everything else goes through Litestar.
+        if scope["method"] in ("GET", "HEAD"):
+            path = scope["path"]
+            if path == "/api/brains":
+                app = _FastCall(serve_list, self.ctx, ())
+            elif path.startswith("/api/brains/") and path.endswith("/sync"):
+                brain_id = path[12:-5]
+                if brain_id and "/" not in brain_id:
+                    app = _FastCall(serve_download, self.ctx, (brain_id,))
         if self.quiet:
-            await self.app(scope, receive, send)
+            await app(scope, receive, send)
             return
         started = time.perf_counter()
         status = 0
@@ -94,7 +130,7 @@ class EdgeMiddleware:
             await send(message)
 
         try:
-            await self.app(scope, receive, logging_send)
+            await app(scope, receive, logging_send)
         finally:
             client = scope.get("client")
             record = {

@@ -45,6 +45,7 @@ _BRAIN_NAME = re.compile(r"^[^\x00-\x1f\x7f/\\]{1,100}$")
 _VERSION_NAME = re.compile(r"^\d{8}T\d{6}\.\d{6}Z$")
 _VERSION_FORMAT = "%Y%m%dT%H%M%S.%fZ"
 _COMMIT_ATTEMPTS = 8
+_CANONICAL_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
 
 
 def now_utc() -> datetime:
@@ -59,6 +60,8 @@ def rfc3339(moment: datetime) -> str:
 
 def parse_brain_id(text: str) -> str:
     """A brain id in canonical lower-case form; 404 for anything that is not a UUID."""
+    if _CANONICAL_UUID.match(text):
+        return text
     if len(text) > 64:
         raise ServiceError(404, "brain not found")
     try:

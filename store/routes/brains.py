@@ -8,6 +8,7 @@ import msgspec
 from litestar import Request, delete, get, post
 from litestar.types import ASGIApp
 
+from store.context import AppContext
 from store.errors import ServiceError
 from store.http import RawResponse, json_response
 from store.routes.common import ctx
@@ -25,12 +26,16 @@ async def me(request: Request[Any, Any, Any]) -> ASGIApp:
     return json_response(200, {"user": user, "storage_used": c.service.usage(p.user_id)})
 
 
+async def serve_list(c: AppContext, scope: Any) -> ASGIApp:
+    """GET /api/brains from the raw ASGI scope (also used by the fast path in store.app)."""
+    p = await c.authenticate(scope)
+    return json_response(200, [brain_record(m) for m in c.service.list_brains(p.user_id)])
+
+
 @get("/api/brains")
 async def list_brains(request: Request[Any, Any, Any]) -> ASGIApp:
     """The caller's brains, oldest first."""
-    c = ctx(request)
-    p = await c.authenticate(request.scope)
-    return json_response(200, [brain_record(m) for m in c.service.list_brains(p.user_id)])
+    return await serve_list(ctx(request), request.scope)
 
 
 async def _json_body(request: Request[Any, Any, Any]) -> Any:
@@ -69,16 +74,18 @@ async def create_brain(request: Request[Any, Any, Any]) -> ASGIApp:
 
 
 @get("/api/brains/{brain_id:str}")
-async def get_brain(request: Request[Any, Any, Any], brain_id: str) -> ASGIApp:
+async def get_brain(request: Request[Any, Any, Any]) -> ASGIApp:
     """One brain record."""
+    brain_id = request.path_params["brain_id"]
     c = ctx(request)
     p = await c.authenticate(request.scope)
     return json_response(200, brain_record(c.service.get(p.user_id, parse_brain_id(brain_id))))
 
 
 @delete("/api/brains/{brain_id:str}", status_code=200)
-async def delete_brain(request: Request[Any, Any, Any], brain_id: str) -> ASGIApp:
+async def delete_brain(request: Request[Any, Any, Any]) -> ASGIApp:
     """Remove a brain with its archive and snapshots."""
+    brain_id = request.path_params["brain_id"]
     c = ctx(request)
     p = await c.authenticate(request.scope)
     await _in_thread(c.service.delete, p.user_id, parse_brain_id(brain_id))

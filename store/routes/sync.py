@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import parse_qs
 
 import anyio.to_thread
 from litestar import Request, put, route
 from litestar.types import ASGIApp
 
 from store.archive.inspect import InspectLimits
+from store.context import AppContext
 from store.conditional import Preconditions, etag, parse_tag_list
 from store.errors import ServiceError
 from store.http import GZIP_TYPE, ChunksResponse, FileResponse, RawResponse, json_response
@@ -32,14 +34,20 @@ def _archive_headers(checksum: str) -> list[tuple[bytes, bytes]]:
     ]
 
 
-@route("/api/brains/{brain_id:str}/sync", http_method=["GET", "HEAD"])
-async def download(request: Request[Any, Any, Any], brain_id: str) -> ASGIApp:
-    """The current archive, or a snapshot with ``?version=``; 304 when If-None-Match matches."""
-    c = ctx(request)
-    scope = request.scope
+def query_value(scope: Any, name: str) -> str | None:
+    """One query parameter of the request (first occurrence), percent-decoded."""
+    raw = scope.get("query_string")
+    if not raw:
+        return None
+    values = parse_qs(raw.decode("latin-1"), keep_blank_values=True).get(name)
+    return values[0] if values else None
+
+
+async def serve_download(c: AppContext, scope: Any, brain_id: str) -> ASGIApp:
+    """GET/HEAD of /sync from the raw ASGI scope (also used by the fast path in store.app)."""
     p = await c.authenticate(scope)
     bid = parse_brain_id(brain_id)
-    version = request.query_params.get("version") if scope.get("query_string") else None
+    version = query_value(scope, "version")
     archive = c.service.resolve(p.user_id, bid, version)
     inm = header(scope, b"if-none-match")
     if inm is not None:
@@ -56,6 +64,12 @@ async def download(request: Request[Any, Any, Any], brain_id: str) -> ASGIApp:
         return FileResponse(dl.file, dl.archive.size, headers)
     assert dl.chunks is not None
     return ChunksResponse(dl.chunks, dl.archive.size, headers, dl.close)
+
+
+@route("/api/brains/{brain_id:str}/sync", http_method=["GET", "HEAD"])
+async def download(request: Request[Any, Any, Any]) -> ASGIApp:
+    """The current archive, or a snapshot with ``?version=``; 304 when If-None-Match matches."""
+    return await serve_download(ctx(request), request.scope, request.path_params["brain_id"])
 
 
 class _HeadResponse:
@@ -84,8 +98,9 @@ async def _drain(receive: Any, limit: int) -> None:
 
 
 @put("/api/brains/{brain_id:str}/sync")
-async def upload(request: Request[Any, Any, Any], brain_id: str) -> ASGIApp:
+async def upload(request: Request[Any, Any, Any]) -> ASGIApp:
     """Replace the archive with the ``brain`` field of a multipart body, streamed to disk."""
+    brain_id = request.path_params["brain_id"]
     c = ctx(request)
     scope = request.scope
     receive = request.receive
@@ -95,7 +110,7 @@ async def upload(request: Request[Any, Any, Any], brain_id: str) -> ASGIApp:
         bid = parse_brain_id(brain_id)
         c.check_upload_rate(p)
         cond = Preconditions.from_headers(header(scope, b"if-match"), header(scope, b"if-none-match"))
-        force = query_flag(request.query_params.get("force")) if scope.get("query_string") else False
+        force = query_flag(query_value(scope, "force"))
         c.service.precheck_upload(p.user_id, bid, cond)
         boundary = multipart_boundary(header(scope, b"content-type"))
         length_text = header(scope, b"content-length")

@@ -15,8 +15,9 @@ from store.service import parse_brain_id
 
 
 @get("/api/brains/{brain_id:str}/versions")
-async def list_versions(request: Request[Any, Any, Any], brain_id: str) -> ASGIApp:
+async def list_versions(request: Request[Any, Any, Any]) -> ASGIApp:
     """Snapshots newest first, with size, checksum and file count."""
+    brain_id = request.path_params["brain_id"]
     c = ctx(request)
     p = await c.authenticate(request.scope)
     snaps = c.service.versions(p.user_id, parse_brain_id(brain_id))
@@ -35,8 +36,9 @@ async def list_versions(request: Request[Any, Any, Any], brain_id: str) -> ASGIA
 
 
 @post("/api/brains/{brain_id:str}/versions/{name:str}/restore")
-async def restore(request: Request[Any, Any, Any], brain_id: str, name: str) -> ASGIApp:
+async def restore(request: Request[Any, Any, Any]) -> ASGIApp:
     """Make a snapshot current (the current archive becomes a snapshot first)."""
+    brain_id, name = request.path_params["brain_id"], request.path_params["name"]
     c = ctx(request)
     scope = request.scope
     p = await c.authenticate(scope)

@@ -247,7 +247,9 @@ class LocalBackend:
             directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         # path -> ((inode, mtime_ns, size), parsed meta); valid because every commit
         # renames a new file into place (new inode).
-        self._meta_cache: dict[Path, tuple[tuple[int, int, int], BrainMeta]] = {}
+        self._meta_cache: dict[str, tuple[tuple[int, int, int], BrainMeta]] = {}
+        self._meta_paths: dict[tuple[str, str], str] = {}
+        self._brains_str = str(self.brains_root)
         self._list_cache: dict[str, tuple[int, list[str]]] = {}
 
     # -- paths and locks -------------------------------------------------------------
@@ -270,9 +272,19 @@ class LocalBackend:
 
     # -- reading ---------------------------------------------------------------------
 
+    def _meta_path(self, user_id: str, brain_id: str) -> str:
+        key = (user_id, brain_id)
+        path = self._meta_paths.get(key)
+        if path is None:
+            path = os.path.join(self._brains_str, _check_id(user_id), _check_id(brain_id), "meta.json")
+            if len(self._meta_paths) > 100_000:
+                self._meta_paths.clear()
+            self._meta_paths[key] = path
+        return path
+
     def read_meta(self, user_id: str, brain_id: str) -> BrainMeta | None:
         """Current metadata of one brain (cached by inode/mtime/size), None if absent."""
-        path = self.brain_dir(user_id, brain_id) / "meta.json"
+        path = self._meta_path(user_id, brain_id)
         try:
             st = os.stat(path)
         except (FileNotFoundError, NotADirectoryError):
@@ -283,7 +295,8 @@ class LocalBackend:
         if cached is not None and cached[0] == key:
             return cached[1]
         try:
-            data = path.read_bytes()
+            with open(path, "rb") as f:
+                data = f.read()
         except FileNotFoundError:
             return None
         meta = _decoder.decode(data)
@@ -320,7 +333,9 @@ class LocalBackend:
 
     def open_blob(self, user_id: str, brain_id: str, checksum: str) -> BinaryIO:
         """Open an immutable blob for reading; ``BlobMissing`` if it is gone."""
-        path = self.brain_dir(user_id, brain_id) / "blobs" / _check_checksum(checksum)
+        path = os.path.join(
+            os.path.dirname(self._meta_path(user_id, brain_id)), "blobs", _check_checksum(checksum)
+        )
         try:
             return open(path, "rb", buffering=0)  # noqa: SIM115 - caller closes
         except (FileNotFoundError, NotADirectoryError):
@@ -397,7 +412,7 @@ class LocalBackend:
         os.rename(brain_dir, trash)
         if self.fsync:
             fsync_dir(brain_dir.parent)
-        self._meta_cache.pop(brain_dir / "meta.json", None)
+        self._meta_cache.pop(str(brain_dir / "meta.json"), None)
         shutil.rmtree(trash, ignore_errors=True)
         return True
 
