@@ -334,17 +334,30 @@ class _TarParser:
             raise ArchiveRejected("unsupported tar header format", reason="tar")
         typeflag = block[156:157]
         size = _size_field(block[124:136])
+        # Unpackers (tarfile, GNU tar) refuse a header whose other numbers do not parse.
+        for start, end in _NUMERIC_FIELDS:
+            if not _numeric_ok(block[start:end]):
+                raise ArchiveRejected(f"a tar header has an invalid numeric field after entry {self.entries}", reason="tar")
 
         if typeflag in (b"x", b"g", b"L", b"K"):
             self._start_meta(typeflag, size)
             return
 
+        raw_name = _nts(block[0:100])
+        if typeflag == b"\x00" and raw_name.endswith(b"/"):
+            typeflag = b"5"  # old V7 convention: a "regular file" named with a trailing slash is a directory
         name = self._next_path
+        also_check = None
         if name is None:
-            name = _nts(block[0:100])
-            prefix = _nts(block[345:500]) if posix else b""
+            name = raw_name
+            prefix = _nts(block[345:500])
             if prefix:
-                name = prefix + b"/" + name
+                if posix:
+                    name = prefix + b"/" + name
+                else:
+                    # GNU headers keep other data there, but some unpackers (Python's
+                    # tarfile) read it as a prefix anyway: that name must be safe too.
+                    also_check = prefix + b"/" + name
         if self._next_size is not None:
             size = self._next_size
         self._next_path = None
@@ -355,10 +368,14 @@ class _TarParser:
         if refused is not None:
             raise ArchiveRejected(f"{refused} (entry {_show(name)})", reason="entry")
         if typeflag in _REGULAR:
+            if name.endswith(b"/"):
+                raise ArchiveRejected(f"a file entry's name ends with '/' (entry {_show(name)})", reason="entry")
             self.file_count += 1
         elif typeflag != b"5":
             raise ArchiveRejected(f"unsupported tar entry type {_show(typeflag)} (entry {_show(name)})", reason="entry")
         _check_name(name)
+        if also_check is not None:
+            _check_name(also_check)
         self.entries += 1
         if self.entries > self._limits.max_entries:
             raise ArchiveRejected(f"the archive has more than {self._limits.max_entries} entries", reason="limit")
@@ -482,6 +499,19 @@ def _size_field(field: bytes) -> int:
     if value < 0:
         raise ArchiveRejected("a tar header has an invalid size field", reason="tar")
     return value
+
+
+# mode, uid, gid, mtime, devmajor, devminor
+_NUMERIC_FIELDS = ((100, 108), (108, 116), (116, 124), (136, 148), (329, 337), (337, 345))
+
+
+def _numeric_ok(field: bytes) -> bool:
+    """Whether a numeric header field is octal (NUL/space padded, may be empty) or base-256."""
+    if field[0] & 0x80:
+        return field[0] in (0x80, 0xFF)
+    end = field.find(b"\x00")
+    text = (field if end < 0 else field[:end]).strip(b" ")
+    return not text.translate(None, b"01234567")
 
 
 # The byte sum of a header is at most this; 65521 * 255 is larger, so the two

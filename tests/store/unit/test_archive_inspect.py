@@ -168,6 +168,17 @@ def test_contiguous_file_type_counts_as_regular() -> None:
     assert inspect_bytes(gz(member(b"c.md", b"data", typeflag=b"7") + END)).file_count == 1
 
 
+def test_old_style_directory_as_file_with_trailing_slash() -> None:
+    tar = member(b"dir/", typeflag=b"\x00") + member(b"dir/a.md", b"a", typeflag=b"\x00") + END
+    summary = inspect_bytes(gz(tar))
+    assert (summary.file_count, summary.entries) == (1, 2)
+
+
+def test_base256_numbers_in_other_fields() -> None:
+    tar = _with(member(b"big-uid.md", b"u"), 108, b"\x80" + (1 << 30).to_bytes(7, "big")) + END
+    assert inspect_bytes(gz(tar)).file_count == 1
+
+
 def test_old_v7_header_without_magic() -> None:
     tar = member(b"v7.md", b"old", magic=bytes(8)) + END
     assert inspect_bytes(gz(tar)).file_count == 1
@@ -188,6 +199,15 @@ def test_large_incompressible_file_is_fine() -> None:
 
 
 # ---------------------------------------------------------------- the hostile corpus
+
+
+def _with(block_and_data: bytes, offset: int, value: bytes) -> bytes:
+    """A member whose header has ``value`` at ``offset``, checksum fixed."""
+    data = bytearray(block_and_data)
+    data[offset : offset + len(value)] = value
+    data[148:156] = b" " * 8
+    data[148:156] = b"%06o\x00 " % sum(data[:BLOCK])
+    return bytes(data)
 
 
 CORRUPT_MIDDLE = bytearray(gz(member(b"r.bin", os.urandom(50_000)) + END, level=1))
@@ -254,6 +274,14 @@ HOSTILE: dict[str, tuple[bytes, str, str]] = {
     "too many extended headers in a row": (gz(pax({b"mtime": b"1"}) * 9 + member(b"a.md") + END), "tar", "in a row"),
     "invalid size field": (gz(header(b"a.md", size_field=b"12z4\x00" + bytes(7)) + END), "tar", "size"),
     "negative base-256 size": (gz(header(b"a.md", size_field=b"\xff" * 12) + END), "tar", "negative"),
+    "invalid mode field": (gz(SIMPLE + _with(member(b"m.md", b"m"), 100, b"0x644\x00") + END), "tar", "numeric"),
+    "invalid mtime field": (gz(_with(member(b"m.md", b"m"), 136, b"yesterday") + END), "tar", "numeric"),
+    "regular file named like a directory": (gz(member(b"notes/", b"data") + END), "entry", "ends with '/'"),
+    "absolute name through a gnu prefix": (
+        gz(member(b"passwd", b"x", magic=b"ustar  \x00", prefix=b"/etc") + END),
+        "entry",
+        "absolute",
+    ),
     "huge pax header": (gz(header(b"PaxHeader", b"x", size=64 << 20) + END), "limit", "extended header"),
     "huge gnu long name": (gz(header(b"././@LongLink", b"L", size=1 << 30) + END), "limit", "extended header"),
 }
@@ -414,3 +442,53 @@ def test_single_byte_corruption_never_crashes(position: int, value: int) -> None
         inspect_bytes(bytes(data))
     except ArchiveRejected:
         pass
+
+
+# ---------------------------------------------------------------- differential: we are never laxer than tarfile
+
+
+def _fix_checksum(tar: bytearray, block_start: int) -> None:
+    block = tar[block_start : block_start + BLOCK]
+    block[148:156] = b" " * 8
+    tar[block_start + 148 : block_start + 156] = b"%06o\x00 " % sum(block)
+
+
+def _header_offsets(tar: bytes) -> list[int]:
+    with tarfile.open(fileobj=io.BytesIO(tar), mode="r:") as archive:
+        return [member.offset for member in archive.getmembers()]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    entries=_trees(),
+    fmt=st.sampled_from([tarfile.USTAR_FORMAT, tarfile.GNU_FORMAT, tarfile.PAX_FORMAT]),
+    where=st.integers(min_value=0),
+    field_offset=st.sampled_from([0, 99, 124, 130, 135, 156, 157, 257, 263, 345, 400]),
+    value=st.binary(min_size=1, max_size=4),
+    cut=st.one_of(st.none(), st.integers(min_value=0)),
+)
+def test_whatever_we_accept_tarfile_reads_identically(
+    entries: list[tuple[str, bytes | None]], fmt: int, where: int, field_offset: int, value: bytes, cut: int | None
+) -> None:
+    tar = bytearray(gzip.decompress(tarfile_archive(entries, fmt)))
+    offsets = _header_offsets(bytes(tar))
+    if offsets:
+        # Overwrite part of a header and give it a valid checksum: structure, not just bytes, changes.
+        start = offsets[where % len(offsets)]
+        for index, byte in enumerate(value):
+            tar[start + field_offset + index] = byte  # within the 512-byte header
+        _fix_checksum(tar, start)
+    if cut is not None:
+        tar = tar[: cut % (len(tar) + 1)]
+    upload = gz(bytes(tar))
+    try:
+        ours = inspect_bytes(upload)
+    except ArchiveRejected:
+        return
+    with tarfile.open(fileobj=io.BytesIO(upload), mode="r:gz") as archive:
+        members = archive.getmembers()
+    assert ours.file_count == sum(1 for m in members if m.isreg())
+    assert ours.entries == len(members)
+    for m in members:
+        assert m.isreg() or m.isdir(), m
+        assert not m.name.startswith("/") and ".." not in m.name.split("/"), m.name
