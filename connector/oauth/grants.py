@@ -27,12 +27,17 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from connector.identity.base import Identity
 from connector.oauth.state import OAuthState, token_hash
+from connector.oauth.tokens import ACCESS_TOKEN_TTL_S
 
 REFRESH_PREFIX = "bcr1_"
 _SUCCESSOR_INFO = b"brain-connector refresh successor v1"
 _MAX_REFRESH_CHARS = 200
 # Prune expired records at most this often (seconds).
 _PRUNE_EVERY_S = 60.0
+
+
+class RotationConflict(Exception):
+    """The refresh token was retired by a concurrent request (or another replica)."""
 
 
 @dataclass(frozen=True)
@@ -118,11 +123,15 @@ class RefreshGrants:
         record = self._state.refresh.get(token_hash(token))
         return record.get("family") if isinstance(record, dict) else None
 
-    def family_alive(self, family_id: str, now: float | None = None) -> bool:
-        """True while the family has not been revoked or expired."""
-        record = self._state.families.get(family_id)
+    def family_revoked(self, family_id: str, now: float | None = None) -> bool:
+        """True when the family was revoked (its access tokens must be refused).
+
+        A revocation list rather than "is the family known": a replica that has
+        not seen the family yet still accepts its sealed access tokens.
+        """
+        until = self._state.revoked.get(family_id)
         current = time.time() if now is None else now
-        return isinstance(record, dict) and record.get("expires", 0) > current
+        return isinstance(until, (int, float)) and until > current
 
     def subject_has_live_family(self, subject: str, now: float | None = None) -> bool:
         """True while ``subject`` still has a live session at any client."""
@@ -171,36 +180,44 @@ class RefreshGrants:
         """Retire ``token`` (which must be active) and return the family and successor.
 
         ``identity`` is the result of renewing at the provider; the family's store
-        credential and renewal secret are updated from it.
+        credential and renewal secret are updated from it. Raises RotationConflict
+        when the token was retired meanwhile (by another request or replica).
         """
         current = time.time() if now is None else now
         old_hash = token_hash(token)
-        record = self._state.refresh.get(old_hash)
-        if not isinstance(record, dict) or record.get("rotated_at") is not None:
-            raise ValueError("refresh token is not active")
-        family_id = record["family"]
         successor = self._successor_of(token)
         new_hash = token_hash(successor)
         expires = current + self._ttl
 
-        def change_tokens(records: dict[str, Any]) -> None:
+        def change_tokens(records: dict[str, Any]) -> str:
+            record = records.get(old_hash)
+            if not isinstance(record, dict) or record.get("rotated_at") is not None:
+                raise RotationConflict()
             records[old_hash] = {**record, "rotated_at": current, "successor": new_hash}
-            records[new_hash] = {"family": family_id, "expires": expires, "rotated_at": None}
+            records[new_hash] = {"family": record["family"], "expires": expires, "rotated_at": None}
+            return str(record["family"])
+
+        family_id = self._state.refresh.mutate(change_tokens)
 
         def change_family(records: dict[str, Any]) -> None:
-            fam = records[family_id]
+            fam = records.get(family_id)
+            if fam is None:
+                raise RotationConflict()
             fam["secret"] = self._seal(family_id, identity)
             fam["credential_exp"] = identity.credential_expires_at
             fam["expires"] = expires
 
-        self._state.refresh.mutate(change_tokens)
         self._state.families.mutate(change_family)
         family = self.load_family(family_id)
-        assert family is not None
+        if family is None:
+            raise RotationConflict()
         return family, successor
 
-    def revoke_family(self, family_id: str) -> None:
+    def revoke_family(self, family_id: str, now: float | None = None) -> None:
         """End a family: its refresh tokens die, and access tokens naming it are refused."""
+        current = time.time() if now is None else now
+        # Access tokens live an hour at most; remember the revocation a little longer.
+        self._state.revoked.mutate(lambda records: records.__setitem__(family_id, current + ACCESS_TOKEN_TTL_S + 60))
         self._state.families.mutate(lambda records: records.pop(family_id, None))
         self._state.refresh.mutate(
             lambda records: [records.pop(h) for h in [h for h, r in records.items() if r.get("family") == family_id]]
@@ -218,6 +235,9 @@ class RefreshGrants:
         dead_families = [f for f, r in self._state.families.records.items() if r.get("expires", 0) <= current]
         if dead_families:
             self._state.families.mutate(lambda records: [records.pop(f, None) for f in dead_families])
+        dead_revocations = [f for f, until in self._state.revoked.records.items() if until <= current]
+        if dead_revocations:
+            self._state.revoked.mutate(lambda records: [records.pop(f, None) for f in dead_revocations])
 
     # -- helpers --------------------------------------------------------------
 

@@ -34,7 +34,7 @@ from connector.oauth.clients import (
     RegistryFull,
     is_metadata_document_id,
 )
-from connector.oauth.grants import Family, RefreshGrants
+from connector.oauth.grants import Family, RefreshGrants, RotationConflict
 from connector.oauth.pkce import is_valid_challenge, verifier_matches
 from connector.oauth.tokens import ACCESS_TOKEN_TTL_S, AccessClaims, AccessTokenCodec
 
@@ -517,7 +517,14 @@ class AuthorizationServer:
                 log.info("identity refused at refresh: family revoked", extra={"client_id": family.client_id})
                 return _error(400, "invalid_grant", "the identity is no longer valid; sign in again", NO_STORE)
             now = self._clock()
-            family, successor = self.grants.rotate(token, identity, now)
+            try:
+                family, successor = self.grants.rotate(token, identity, now)
+            except RotationConflict:
+                # Another replica rotated it meanwhile: answer as a replay would, or refuse.
+                again = self.grants.inspect(token, now)
+                if again.status != "replay" or again.family is None or again.successor is None:
+                    return _error(400, "invalid_grant", "refresh token was already used", NO_STORE)
+                family, successor = again.family, again.successor
             return self._token_reply(family, successor, scope, now)
 
     def _token_reply(self, family: Family, refresh_token: str, scope: frozenset[str], now: float) -> JsonReply:
@@ -547,7 +554,7 @@ class AuthorizationServer:
 
     async def _end_family(self, family: Family) -> None:
         """Revoke a family; when it was the user's last session, tell the working copies."""
-        self.grants.revoke_family(family.family_id)
+        self.grants.revoke_family(family.family_id, self._clock())
         if self._on_session_end is None or self.grants.subject_has_live_family(family.subject, self._clock()):
             return
         try:
@@ -582,7 +589,7 @@ class AuthorizationServer:
         claims = self.codec.verify(token, resource_of(base_url), now=now)
         if claims is None:
             return None
-        if claims.family and not self.grants.family_alive(claims.family, now):
+        if claims.family and self.grants.family_revoked(claims.family, now):
             return None
         return claims
 

@@ -11,6 +11,8 @@ out, which is said at start-up).
 from __future__ import annotations
 
 import base64
+import copy
+import fcntl
 import hashlib
 import json
 import logging
@@ -20,7 +22,7 @@ import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
@@ -28,6 +30,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 log = logging.getLogger("connector.oauth.state")
+T = TypeVar("T")
 
 KEY_FILE_NAME = "state.key"
 _SECRET_PREFIX = "sec1:"
@@ -118,22 +121,51 @@ class JsonCollection:
     """A dict of JSON records, written through to one file (0600) after each change.
 
     Writes are atomic (temporary file, fsync, rename, directory fsync), so a
-    crash leaves the old or the new file, never a torn one. Without a path the
-    collection lives in memory only.
+    crash leaves the old or the new file, never a torn one. Several processes
+    may share the file (replicas on one state directory): a change happens
+    under an exclusive lock on a sibling ``.lock`` file after re-reading the
+    file, and reads pick up another process's change when the file changed.
+    Without a path the collection lives in memory only.
     """
 
     def __init__(self, path: Path | None) -> None:
         self._path = path
         self._lock = threading.Lock()
-        self.records: dict[str, Any] = {}
-        if path is not None and path.exists():
-            try:
-                data = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, ValueError) as exc:
-                raise StateError(f"cannot read {path}: {exc}") from None
-            if not isinstance(data, dict):
-                raise StateError(f"{path} does not hold a JSON object")
-            self.records = data
+        self._records: dict[str, Any] = {}
+        self._signature: tuple[int, int, int] | None = None
+        self._reload(force=True)
+
+    def _stat_signature(self) -> tuple[int, int, int] | None:
+        assert self._path is not None
+        try:
+            info = self._path.stat()
+        except FileNotFoundError:
+            return None
+        return (info.st_mtime_ns, info.st_size, info.st_ino)
+
+    def _reload(self, force: bool = False) -> None:
+        if self._path is None:
+            return
+        signature = self._stat_signature()
+        if not force and signature == self._signature:
+            return
+        if signature is None:
+            self._records, self._signature = {}, None
+            return
+        try:
+            data = json.loads(self._path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise StateError(f"cannot read {self._path}: {exc}") from None
+        if not isinstance(data, dict):
+            raise StateError(f"{self._path} does not hold a JSON object")
+        self._records, self._signature = data, signature
+
+    @property
+    def records(self) -> dict[str, Any]:
+        """The current records (re-read when another process changed the file). Do not mutate."""
+        with self._lock:
+            self._reload()
+            return self._records
 
     def get(self, key: str) -> Any:
         """The record under ``key`` or None."""
@@ -142,17 +174,31 @@ class JsonCollection:
     def __len__(self) -> int:
         return len(self.records)
 
-    def mutate(self, change: Callable[[dict[str, Any]], None]) -> None:
-        """Apply ``change`` to the records and persist the result."""
-        with self._lock:
-            change(self.records)
-            self._flush()
+    def mutate(self, change: Callable[[dict[str, Any]], T]) -> T:
+        """Apply ``change`` to the latest records and persist the result; returns what ``change`` returned.
 
-    def _flush(self) -> None:
-        if self._path is None:
-            return
+        If ``change`` raises, nothing is written.
+        """
+        with self._lock:
+            if self._path is None:
+                return change(self._records)
+            lock_fd = os.open(self._path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(lock_fd, fcntl.LOCK_EX)
+                self._reload()
+                working = copy.deepcopy(self._records)
+                result = change(working)
+                self._flush(working)
+                self._records = working
+                self._signature = self._stat_signature()
+                return result
+            finally:
+                os.close(lock_fd)  # closing releases the lock
+
+    def _flush(self, records: dict[str, Any]) -> None:
+        assert self._path is not None
         directory = self._path.parent
-        payload = json.dumps(self.records, separators=(",", ":"), sort_keys=True).encode("utf-8")
+        payload = json.dumps(records, separators=(",", ":"), sort_keys=True).encode("utf-8")
         fd, tmp_name = tempfile.mkstemp(prefix=f".{self._path.name}.", dir=directory)
         try:
             os.fchmod(fd, 0o600)
@@ -179,7 +225,8 @@ class OAuthState:
 
     ``clients``: client id -> registration; ``families``: refresh-token family id
     -> family record; ``refresh``: sha256(refresh token) -> token record;
-    ``brains``: subject -> chosen brain id. Provider renewal secrets are sealed
+    ``brains``: subject -> chosen brain id; ``revoked``: family id -> until when
+    access tokens naming it must be refused. Provider renewal secrets are sealed
     inside family records with ``box``.
     """
 
@@ -198,6 +245,7 @@ class OAuthState:
         self.families = JsonCollection(path("families.json"))
         self.refresh = JsonCollection(path("refresh.json"))
         self.brains = JsonCollection(path("brains.json"))
+        self.revoked = JsonCollection(path("revoked.json"))
 
     @property
     def persistent(self) -> bool:

@@ -315,3 +315,19 @@ async def test_wrong_token_page_does_not_issue_code(world: World) -> None:
     page = await world.server.authorize(flow.authorize_params(), BASE)
     reply = await world.server.complete({"login_id": page.view.login_id, "token": "bst_nope"})  # type: ignore[union-attr]
     assert isinstance(reply, PageReply)
+
+
+async def test_last_session_end_is_reported_once_per_user(world: World) -> None:
+    ended: list[str] = []
+
+    async def on_end(subject: str) -> None:
+        ended.append(subject)
+
+    world.server._on_session_end = on_end  # type: ignore[attr-defined]
+    flow = register(world)
+    first = await get_tokens(world, flow)
+    second = await get_tokens(world, flow)
+    await world.server.revoke({"token": first["refresh_token"], "client_id": flow.client_id})
+    assert ended == []  # the user still has another session
+    await world.server.revoke({"token": second["refresh_token"], "client_id": flow.client_id})
+    assert ended == ["static:u1"]
