@@ -232,24 +232,36 @@ class OidcConfig:
         audience: str,
         allowed_domains: Iterable[str] = (),
         allowed_emails: Iterable[str] = (),
+        *,
+        setting_prefix: str = "STORE_OIDC_",
         **tuning: Any,
     ) -> OidcConfig:
-        """Validate and normalise; raises OidcConfigError for settings the store must refuse."""
+        """Validate and normalise; raises OidcConfigError for settings that must be refused.
+
+        ``setting_prefix`` names the settings in error messages (the connector passes
+        ``OIDC_``; its audience setting is then ``OIDC_CLIENT_ID``).
+        """
+        names = {
+            "issuer": f"{setting_prefix}ISSUER",
+            "audience": f"{setting_prefix}AUDIENCE" if setting_prefix.startswith("STORE") else f"{setting_prefix}CLIENT_ID",
+            "domains": f"{setting_prefix}ALLOWED_DOMAINS",
+            "emails": f"{setting_prefix}ALLOWED_EMAILS",
+        }
         if not issuer or not issuer.strip():
-            raise OidcConfigError("STORE_OIDC_ISSUER is empty")
+            raise OidcConfigError(f"{names['issuer']} is empty")
         normalised = normalise_issuer(issuer)
         parts = urlsplit(normalised)
         if parts.query or parts.fragment:
-            raise OidcConfigError("STORE_OIDC_ISSUER must not have a query or fragment")
-        check_url(normalised, "STORE_OIDC_ISSUER")
+            raise OidcConfigError(f"{names['issuer']} must not have a query or fragment")
+        check_url(normalised, names["issuer"])
         if not audience or not audience.strip():
-            raise OidcConfigError("STORE_OIDC_AUDIENCE is required with STORE_OIDC_ISSUER")
+            raise OidcConfigError(f"{names['audience']} is required with {names['issuer']}")
         domains = frozenset(d.strip().lower().lstrip("@") for d in allowed_domains if d.strip())
         emails = frozenset(e.strip().lower() for e in allowed_emails if e.strip())
         if normalised in PUBLIC_ISSUERS and not domains and not emails:
             raise OidcConfigError(
-                f"STORE_OIDC_ISSUER {normalised} is a public issuer: anyone could sign in. "
-                "Set STORE_OIDC_ALLOWED_DOMAINS or STORE_OIDC_ALLOWED_EMAILS."
+                f"{names['issuer']} {normalised} is a public issuer: anyone could sign in. "
+                f"Set {names['domains']} or {names['emails']}."
             )
         return cls(normalised, audience.strip(), domains, emails, **tuning)
 
@@ -467,6 +479,13 @@ class OidcVerifier:
             raise OidcRejected("nonce does not match")
         return identity
 
+    async def metadata(self) -> dict[str, Any]:
+        """The issuer's discovery document (cached; its issuer and endpoint URLs checked).
+
+        Raises OidcUnavailable when it cannot be had.
+        """
+        return await self._discovery_document()
+
     def forget_user(self, user_id: str) -> None:
         """Drop cached verdicts for ``user_id`` (call when the user is removed or denied)."""
         for key in [key for key, identity in self._tokens.items() if identity.user_id == user_id]:
@@ -594,7 +613,15 @@ class OidcVerifier:
             check_url(jwks_uri, "jwks_uri")
         except OidcConfigError as exc:
             raise OidcUnavailable(str(exc)) from None
-        return {"issuer": issuer, "jwks_uri": jwks_uri}
+        for name in ("authorization_endpoint", "token_endpoint"):
+            # Not used here, but a client (the connector) sends users and secrets there.
+            if name in document:
+                endpoint = document[name]
+                try:
+                    check_url(endpoint if isinstance(endpoint, str) else "", name)
+                except OidcConfigError as exc:
+                    raise OidcUnavailable(str(exc)) from None
+        return document
 
     async def _key_for(self, kid: str | None, alg: str) -> PublicKey:
         attempts_before = self._jwks.attempts

@@ -345,3 +345,19 @@ def test_nonce_is_checked(issuer: IssuerClient) -> None:
         run(verifier.authenticate(token, nonce="other"))
     with pytest.raises(OidcRejected):
         run(verifier.authenticate(issuer.mint(sub="n2"), nonce="abc123"))
+
+
+def test_metadata_for_clients(issuer: IssuerClient) -> None:
+    document = run(verifier_for(issuer).metadata())
+    assert document["authorization_endpoint"] == issuer.issuer + "/authorize"
+    assert document["token_endpoint"] == issuer.issuer + "/token"
+    issuer.behave(discovery={"token_endpoint": "http://evil.example/token"})
+    with pytest.raises(OidcUnavailable):
+        run(verifier_for(issuer).metadata())
+
+
+def test_connector_setting_names_in_errors() -> None:
+    with pytest.raises(OidcConfigError, match="OIDC_ALLOWED_DOMAINS"):
+        OidcConfig.create("https://accounts.google.com", "client", setting_prefix="OIDC_")
+    with pytest.raises(OidcConfigError, match="OIDC_CLIENT_ID"):
+        OidcConfig.create("https://issuer.example", "", setting_prefix="OIDC_")
