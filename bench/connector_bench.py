@@ -1,0 +1,219 @@
+#!/usr/bin/env python3
+"""Benchmark of the MCP connector: brain_recall and brain_memorize over MCP on HTTP.
+
+Starts a real store and a real connector (``brain-connector serve``) on loopback,
+puts a brain of N memories (default 10,000, written with our engine) in the
+store, signs clients in with access tokens sealed by the connector's key, and
+measures with the official MCP client SDK:
+
+* ``brain_recall`` p50/p95 over 100 calls with a warm working copy (also with a
+  bare JSON-RPC POST, to show how much is the client SDK's own overhead);
+* the first recall of a session (cold: pull the archive, parse it, build the index);
+* ``brain_memorize`` round trip, which includes packing the whole brain and the
+  conditional push to the store, then the next recall (index rebuilt);
+* 20 users recalling concurrently (each with their own copy of the brain).
+
+Reference: the public JavaScript connector spawns the `brain` CLI per call
+(421 ms for the recall alone at 10,000 memories). Target: recall over MCP
+p50 <= 25 ms with a warm copy. Figures are noisy on a shared machine.
+
+Usage::
+
+    .venv/bin/python bench/connector_bench.py            # 10,000 memories, 100 calls, 20 users
+    .venv/bin/python bench/connector_bench.py --quick    # 2,000 memories, 30 calls, 5 users
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+import httpx  # noqa: E402
+import httpx2  # noqa: E402
+from mcp.client import Client  # noqa: E402
+from mcp.client.streamable_http import streamable_http_client  # noqa: E402
+
+from connector.engine.archive import pack_archive  # noqa: E402
+from connector.oauth.tokens import AccessClaims, AccessTokenCodec  # noqa: E402
+from engine_bench import WORDS, build_brain  # noqa: E402
+from tests.support.processes import console_script, free_port, run_server  # noqa: E402
+
+STATE_KEY = bytes(range(32))
+REFERENCE_RECALL_MS = 421.0
+TARGET_RECALL_MS = 25.0
+
+
+def percentiles(samples: list[float]) -> tuple[float, float]:
+    """(p50, p95) in milliseconds."""
+    ordered = sorted(samples)
+    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+    return statistics.median(ordered) * 1000, p95 * 1000
+
+
+def row(label: str, value: str, note: str = "") -> None:
+    print(f"  {label:<52} {value:>22}  {note}")
+
+
+def add_user(data: Path, store_url: str, name: str) -> tuple[str, str]:
+    """(token, user id) of a new store user."""
+    done = subprocess.run(
+        [console_script("brain-store"), "user", "add", name, "--data", str(data)],
+        capture_output=True, text=True, timeout=60, check=True,
+    )
+    token = done.stdout.strip().splitlines()[-1].strip()
+    me = httpx.get(store_url + "/auth/me", headers={"Authorization": f"Bearer {token}"}, timeout=30).json()
+    return token, me["user"]["id"]
+
+
+def upload(store_url: str, token: str, archive: bytes) -> None:
+    headers = {"Authorization": f"Bearer {token}"}
+    brain_id = httpx.get(store_url + "/api/brains", headers=headers, timeout=30).json()[0]["id"]
+    response = httpx.put(
+        f"{store_url}/api/brains/{brain_id}/sync", headers=headers,
+        files={"brain": ("brain.tar.gz", archive, "application/gzip")}, timeout=120,
+    )
+    response.raise_for_status()
+
+
+def mint(base: str, user_id: str, store_token: str) -> str:
+    claims = AccessClaims(
+        sub=f"static:{user_id}", scope=frozenset({"brain.read", "brain.write"}), aud=base + "/mcp",
+        exp=int(time.time()) + 3600, client_id="bench", client_name="connector-bench", idp="static",
+        store_credential=store_token,
+    )
+    return AccessTokenCodec(STATE_KEY).issue(claims)
+
+
+def query(rnd: random.Random) -> str:
+    return " ".join(rnd.sample(WORDS, rnd.randint(1, 3)))
+
+
+async def timed_calls(client: Client, name: str, argument_sets: list[dict[str, Any]]) -> list[float]:
+    samples = []
+    for arguments in argument_sets:
+        began = time.perf_counter()
+        result = await client.call_tool(name, arguments)
+        samples.append(time.perf_counter() - began)
+        if result.is_error:
+            raise RuntimeError(f"{name} failed: {result.content[0].text}")
+    return samples
+
+
+async def bench(base: str, tokens: list[str], calls: int, concurrent_calls: int) -> None:
+    rnd = random.Random(7)
+    url = base + "/mcp"
+    main_token = tokens[0]
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {main_token}"}, timeout=httpx2.Timeout(300)) as http:
+        async with Client(streamable_http_client(url, http_client=http)) as client:  # type: ignore[arg-type]
+            began = time.perf_counter()
+            await client.call_tool("brain_recall", {"query": "postgres cache"})
+            row("first recall (pull + parse + index)", f"{(time.perf_counter() - began) * 1000:.0f} ms", "cold")
+            await timed_calls(client, "brain_recall", [{"query": query(rnd)} for _ in range(5)])
+            p50, p95 = percentiles(await timed_calls(client, "brain_recall", [{"query": query(rnd)} for _ in range(calls)]))
+            verdict = "meets" if p50 <= TARGET_RECALL_MS else "misses"
+            row(f"brain_recall over MCP, warm ({calls} calls)", f"p50 {p50:.1f} / p95 {p95:.1f} ms",
+                f"target p50 <= {TARGET_RECALL_MS:.0f} ms ({verdict}); reference {REFERENCE_RECALL_MS:.0f} ms")
+            memorize_args = [
+                {"content": f"Benchmark fact {i}: " + " ".join(rnd.sample(WORDS, 8)), "tags": rnd.sample(WORDS, 2)}
+                for i in range(10)
+            ]
+            p50, p95 = percentiles(await timed_calls(client, "brain_memorize", memorize_args))
+            row("brain_memorize round trip incl. pack + push (10)", f"p50 {p50:.0f} / p95 {p95:.0f} ms")
+            began = time.perf_counter()
+            await client.call_tool("brain_recall", {"query": "benchmark fact"})
+            row("recall right after a write (index rebuilt)", f"{(time.perf_counter() - began) * 1000:.0f} ms")
+    # Bare JSON-RPC (2025-11-25, stateless): what the server itself costs, without the SDK client.
+    async with httpx.AsyncClient(timeout=300) as http:
+        headers = {
+            "Authorization": f"Bearer {main_token}", "Accept": "application/json, text/event-stream",
+            "MCP-Protocol-Version": "2025-11-25",
+        }
+        samples = []
+        for number in range(calls):
+            body = {"jsonrpc": "2.0", "id": number, "method": "tools/call",
+                    "params": {"name": "brain_recall", "arguments": {"query": query(rnd)}}}
+            began = time.perf_counter()
+            response = await http.post(url, json=body, headers=headers)
+            samples.append(time.perf_counter() - began)
+            response.raise_for_status()
+        p50, p95 = percentiles(samples)
+        row(f"brain_recall, bare JSON-RPC POST ({calls} calls)", f"p50 {p50:.1f} / p95 {p95:.1f} ms")
+
+    async def one_user(token: str) -> list[float]:
+        user_rnd = random.Random(token)
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(300)) as http:
+            async with Client(streamable_http_client(url, http_client=http)) as client:  # type: ignore[arg-type]
+                return await timed_calls(client, "brain_recall", [{"query": query(user_rnd)} for _ in range(concurrent_calls)])
+
+    # Warm every user's copy first (each pulls and loads its own brain), then measure together.
+    began = time.perf_counter()
+    await asyncio.gather(*(one_user_warm(url, token) for token in tokens))
+    row(f"{len(tokens)} users' first recalls, concurrently", f"{time.perf_counter() - began:.1f} s total", "cold")
+    began = time.perf_counter()
+    results = await asyncio.gather(*(one_user(token) for token in tokens))
+    wall = time.perf_counter() - began
+    samples = [sample for batch in results for sample in batch]
+    p50, p95 = percentiles(samples)
+    row(f"{len(tokens)} users recalling concurrently ({len(samples)} calls)", f"p50 {p50:.1f} / p95 {p95:.1f} ms",
+        f"{len(samples) / wall:.0f} calls/s")
+
+
+async def one_user_warm(url: str, token: str) -> None:
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(300)) as http:
+        async with Client(streamable_http_client(url, http_client=http)) as client:  # type: ignore[arg-type]
+            await client.call_tool("brain_recall", {"query": "warm up"})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--memories", type=int, default=10_000)
+    parser.add_argument("--calls", type=int, default=100)
+    parser.add_argument("--users", type=int, default=20)
+    parser.add_argument("--concurrent-calls", type=int, default=10, help="recalls per user in the concurrent run")
+    parser.add_argument("--quick", action="store_true", help="2,000 memories, 30 calls, 5 users")
+    args = parser.parse_args()
+    if args.quick:
+        args.memories, args.calls, args.users, args.concurrent_calls = 2000, 30, 5, 5
+
+    print(f"connector benchmark: {args.memories} memories, {args.calls} calls, {args.users} concurrent users")
+    began = time.perf_counter()
+    brain, _ = build_brain(args.memories, seed=11, start=datetime.now(UTC) - timedelta(days=300))
+    archive = pack_archive(brain)
+    row("build + pack the brain", f"{time.perf_counter() - began:.1f} s", f"{len(archive) / 1e6:.1f} MB archive")
+
+    with tempfile.TemporaryDirectory(prefix="connector-bench-") as tmp:
+        work = Path(tmp)
+        store_port, connector_port = free_port(), free_port()
+        store_env = {"STORE_RATE_UPLOADS_PER_MIN": "100000", "STORE_RATE_REQUESTS_PER_MIN": "100000", "STORE_QUIET": "1"}
+        with run_server(
+            [console_script("brain-store"), "serve", "--host", "127.0.0.1", "--port", str(store_port), "--data", str(work / "store")],
+            port=store_port, log_path=work / "store.log", env=store_env,
+        ) as store:
+            users = [add_user(work / "store", store.base_url, f"bench{i}") for i in range(args.users)]
+            for token, _ in users:
+                upload(store.base_url, token, archive)
+            env = {
+                "CONNECTOR_STORE_URL": store.base_url, "CONNECTOR_IDP": "static", "CONNECTOR_STATE_KEY": STATE_KEY.hex(),
+                "CONNECTOR_STATE_DIR": str(work / "state"), "CONNECTOR_PORT": str(connector_port), "CONNECTOR_LOG_LEVEL": "warning",
+            }
+            with run_server([console_script("brain-connector"), "serve"], port=connector_port, env=env,
+                            log_path=work / "connector.log", health_path="/health/live") as connector:
+                tokens = [mint(connector.base_url, user_id, token) for token, user_id in users]
+                asyncio.run(bench(connector.base_url, tokens, args.calls, args.concurrent_calls))
+
+
+if __name__ == "__main__":
+    main()
