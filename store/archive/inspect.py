@@ -247,7 +247,8 @@ class _TarParser:
         self._collect_left = 0
         self._collect_type = b""
         self._meta_chain = 0
-        self._next_path: bytes | None = None  # from pax "path" or GNU "L"
+        self._next_path: bytes | None = None  # from pax "path" (wins, as in tarfile)
+        self._next_long_name: bytes | None = None  # from GNU "L"
         self._next_size: int | None = None  # from pax "size"
         self.file_count = 0
         self.entries = 0
@@ -346,21 +347,22 @@ class _TarParser:
         raw_name = _nts(block[0:100])
         if typeflag == b"\x00" and raw_name.endswith(b"/"):
             typeflag = b"5"  # old V7 convention: a "regular file" named with a trailing slash is a directory
-        name = self._next_path
-        also_check = None
+        # The header's own name (with the ustar prefix). GNU headers keep other data in
+        # the prefix area, but some unpackers (Python's tarfile) read it as a prefix
+        # anyway, so that reading must be safe too.
+        prefix = _nts(block[345:500])
+        header_name = prefix + b"/" + raw_name if prefix else raw_name
+        name = self._next_path if self._next_path is not None else self._next_long_name
         if name is None:
-            name = raw_name
-            prefix = _nts(block[345:500])
-            if prefix:
-                if posix:
-                    name = prefix + b"/" + name
-                else:
-                    # GNU headers keep other data there, but some unpackers (Python's
-                    # tarfile) read it as a prefix anyway: that name must be safe too.
-                    also_check = prefix + b"/" + name
+            name = header_name if posix else raw_name
+        if header_name != name:
+            # Overridden (pax path, GNU long name) or GNU: an unpacker that ignores the
+            # extension still sees the header's name, so it must be safe as well.
+            _check_name(header_name, allow_empty=True)
         if self._next_size is not None:
             size = self._next_size
         self._next_path = None
+        self._next_long_name = None
         self._next_size = None
         self._meta_chain = 0
 
@@ -374,8 +376,6 @@ class _TarParser:
         elif typeflag != b"5":
             raise ArchiveRejected(f"unsupported tar entry type {_show(typeflag)} (entry {_show(name)})", reason="entry")
         _check_name(name)
-        if also_check is not None:
-            _check_name(also_check)
         self.entries += 1
         if self.entries > self._limits.max_entries:
             raise ArchiveRejected(f"the archive has more than {self._limits.max_entries} entries", reason="limit")
@@ -406,7 +406,9 @@ class _TarParser:
         typeflag = self._collect_type
         self._collect = None
         if typeflag == b"L":
-            self._next_path = _nts(data)
+            # Unpackers disagree on which of several names wins: every one must be safe.
+            self._next_long_name = _nts(data)
+            _check_name(self._next_long_name)
         elif typeflag == b"K":
             pass  # a long link target: only links use it, and links are refused anyway
         else:
@@ -421,6 +423,7 @@ class _TarParser:
                 return
             if b"path" in records:
                 self._next_path = records[b"path"]
+                _check_name(self._next_path)
             if b"size" in records:
                 value = records[b"size"]
                 if not value.isdigit():
@@ -456,8 +459,8 @@ def _parse_pax(data: bytes) -> dict[bytes, bytes]:
     raise ArchiveRejected("a tar extended (pax) header is malformed", reason="tar")
 
 
-def _check_name(name: bytes) -> None:
-    if not name:
+def _check_name(name: bytes, *, allow_empty: bool = False) -> None:
+    if not name and not allow_empty:
         raise ArchiveRejected("a tar entry has an empty name", reason="entry")
     if b"\x00" in name:
         raise ArchiveRejected(f"a tar entry name contains a NUL byte ({_show(name)})", reason="entry")

@@ -174,6 +174,13 @@ def test_old_style_directory_as_file_with_trailing_slash() -> None:
     assert (summary.file_count, summary.entries) == (1, 2)
 
 
+def test_pax_path_wins_over_gnu_long_name_like_tarfile() -> None:
+    tar = pax({b"path": b"from-pax.md"}) + member(b"././@LongLink", b"from-gnu.md\x00", typeflag=b"L") + member(b"x.md") + END
+    assert inspect_bytes(gz(tar)).file_count == 1
+    with tarfile.open(fileobj=io.BytesIO(gz(tar))) as archive:
+        assert archive.getnames() == ["from-pax.md"]
+
+
 def test_base256_numbers_in_other_fields() -> None:
     tar = _with(member(b"big-uid.md", b"u"), 108, b"\x80" + (1 << 30).to_bytes(7, "big")) + END
     assert inspect_bytes(gz(tar)).file_count == 1
@@ -261,6 +268,21 @@ HOSTILE: dict[str, tuple[bytes, str, str]] = {
     "nul in pax path": (gz(pax({b"path": b"a\x00b"}) + member(b"fine.md") + END), "entry", "NUL"),
     "dot-dot in gnu long name": (
         gz(member(b"././@LongLink", b"../" * 40 + b"evil.md\x00", typeflag=b"L") + member(b"x.md") + END),
+        "entry",
+        "..",
+    ),
+    "dot-dot in pax path behind a gnu long name": (
+        gz(pax({b"path": b"../../evil.md"}) + member(b"././@LongLink", b"safe.md\x00", typeflag=b"L") + member(b"x.md") + END),
+        "entry",
+        "..",
+    ),
+    "dot-dot in gnu long name behind a pax path": (
+        gz(member(b"././@LongLink", b"../evil.md\x00", typeflag=b"L") + pax({b"path": b"safe.md"}) + member(b"x.md") + END),
+        "entry",
+        "..",
+    ),
+    "dot-dot in the header name behind a pax path": (
+        gz(pax({b"path": b"safe.md"}) + member(b"../../evil.md", b"x") + END),
         "entry",
         "..",
     ),
