@@ -239,7 +239,7 @@ def oauth_route_handlers(server: AuthorizationServer, settings: Any, *, dev: boo
             return blocked
         try:
             body = json.loads(await request.body())
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             return _json(400, {"error": "invalid_client_metadata", "error_description": "body must be JSON"}, _CORS)
         return _to_response(server.register(body), cors=True)
 

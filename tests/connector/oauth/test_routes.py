@@ -188,3 +188,36 @@ def test_dev_page_says_so(tmp_path: Path) -> None:
 
 def _unused(_: Any) -> None:
     return None
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "kwargs"),
+    [
+        ("GET", "/authorize?%ZZ=%%&client_id=%FF%FE", {}),
+        ("GET", "/authorize?" + "a=1&" * 200, {}),
+        ("GET", "/authorize?client_id=" + "x" * 5000, {}),
+        ("GET", "/oidc/callback?state=%00&code=%FF", {}),
+        ("POST", "/token", {"content": b"\xff\xfe\x00", "headers": {"content-type": "application/x-www-form-urlencoded"}}),
+        ("POST", "/token", {"content": b"grant_type=refresh_token&refresh_token=" + b"x" * 20000,
+                            "headers": {"content-type": "application/x-www-form-urlencoded"}}),
+        ("POST", "/token", {"content": b"x" * 100_000, "headers": {"content-type": "application/x-www-form-urlencoded"}}),
+        ("POST", "/register", {"content": b"[" * 30_000}),
+        ("POST", "/register", {"json": {"redirect_uris": [1, None]}}),
+        ("POST", "/register", {"json": {"redirect_uris": ["https://a.example/cb"], "client_name": 5}}),
+        ("POST", "/register", {"json": {"redirect_uris": ["https://a.example/cb"], "client_uri": "not a url"}}),
+        ("POST", "/revoke", {"content": b"token=", "headers": {"content-type": "application/x-www-form-urlencoded"}}),
+        ("POST", "/authorize/complete", {"content": b"login_id=%ZZ", "headers": {"content-type": "text/plain"}}),
+    ],
+)
+def test_bad_input_is_4xx_never_500(client: TestClient[Litestar], method: str, path: str, kwargs: dict) -> None:
+    response = client.request(method, path, **kwargs)
+    assert 400 <= response.status_code < 500, (response.status_code, response.text[:200])
+
+
+def test_public_url_fixes_the_base(tmp_path: Path) -> None:
+    settings = ConnectorSettings(store_url="http://127.0.0.1:9", idp="static", public_url="https://brain.example.org")
+    key = secrets.token_bytes(32)
+    mount = build_oauth(settings, state=OAuthState(None, key), codec=AccessTokenCodec(key), provider=FakeStoreProvider())
+    with TestClient(Litestar(route_handlers=mount.route_handlers), base_url="http://127.0.0.1:8788") as c:
+        assert c.get("/.well-known/oauth-protected-resource").json()["resource"] == "https://brain.example.org/mcp"
+        assert c.get("/.well-known/oauth-authorization-server").json()["issuer"] == "https://brain.example.org"
