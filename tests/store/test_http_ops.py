@@ -194,3 +194,49 @@ def test_dev_command_prints_url_and_token(tmp_path: Path) -> None:
         assert f"http://127.0.0.1:{port}" in log
         r = httpx.get(server.base_url + "/api/brains", headers={"Authorization": f"Bearer {token}"})
         assert r.status_code == 200 and r.json()[0]["name"] == "default"
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_graceful_shutdown_finishes_inflight_upload(tmp_path: Path, workers: int) -> None:
+    import signal
+    import threading
+    import time
+
+    data = tmp_path / "data"
+    token = add_user(data, "alice")
+    archive = make_archive({"x.bin": os.urandom(512 * 1024), **brain_files(3)})
+    boundary = "gracefulbnd"
+    body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"brain\"; filename=\"b\"\r\n\r\n").encode()
+    body += archive + f"\r\n--{boundary}--\r\n".encode()
+    started = threading.Event()
+    result: dict[str, object] = {}
+    with start_store(tmp_path, data=data, workers=workers) as store:
+        bid = _first_brain(store.client(token))
+
+        def slow_body():
+            step = len(body) // 8 + 1
+            for i in range(0, len(body), step):
+                yield body[i : i + step]
+                started.set()
+                time.sleep(0.15)
+
+        def run() -> None:
+            try:
+                r = store.client(token).put(
+                    f"/api/brains/{bid}/sync", content=slow_body(),
+                    headers={"content-type": f"multipart/form-data; boundary={boundary}"},
+                )
+                result["status"] = r.status_code
+            except Exception as exc:  # pragma: no cover - reported below
+                result["error"] = repr(exc)
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        assert started.wait(10)
+        time.sleep(0.1)
+        os.killpg(store.server.process.pid, signal.SIGTERM)
+        thread.join(30)
+        store.server.process.wait(timeout=30)
+    assert result.get("status") == 200, result
+    with start_store(tmp_path, data=data) as again:
+        assert again.client(token).get(f"/api/brains/{bid}/sync").content == archive
