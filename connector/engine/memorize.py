@@ -412,18 +412,17 @@ def add_memory(txn: WriteTxn, memory: MemoryInput, memory_id: str, created: str)
     tag_set = set(memory.tags)
     tag_links = 0
     if len(tag_set) >= TAG_OVERLAP_MIN_SHARED:
-        for other, other_entry in memories.items():
-            if other == memory_id or not isinstance(other_entry, dict):
+        for other in txn.tag_overlaps(tag_set, TAG_OVERLAP_MIN_SHARED):
+            other_entry = memories[other]
+            if other == memory_id:
                 continue
             shared = [tag for tag in dict.fromkeys(_tags_of(other_entry)) if tag in tag_set]
-            if len(shared) < TAG_OVERLAP_MIN_SHARED:
-                continue
             txn.link(memory_id, other, TAG_OVERLAP_EDGE_WEIGHT, "tag_overlap")
             tag_links += 1
             if other_entry.get("pinned") or other_entry.get("stable"):
                 conflicts.append({"id": other, "title": other_entry.get("title"), "shared_tags": shared})
 
-    memories[memory_id] = entry
+    txn.add_entry(memory_id, entry)
     superseded: list[str] = []
     if supersede_targets and not reasons:
         superseded = apply_supersession(txn, memory_id, supersede_targets, memory.valid_from or created)

@@ -54,14 +54,14 @@ def new_memory_id(brain: Brain, now: datetime, reserved: Iterable[str] = ()) -> 
 
 def _draw_id(txn: WriteTxn, reserved: set[str]) -> str:
     try:
-        taken = set(txn.memories())
+        live: Mapping[str, Any] = txn.memories()
     except BrainError:
-        taken = set()
-    taken |= txn.archived_ids() | reserved
+        live = {}
+    archived = txn.archived_ids()
     day = (txn.now if txn.now.tzinfo is None else txn.now.astimezone(UTC)).strftime("%Y%m%d")
     for _ in range(1000):
         candidate = f"mem_{day}_{secrets.token_hex(3)}"
-        if candidate not in taken:
+        if candidate not in live and candidate not in archived and candidate not in reserved:
             return candidate
     raise BrainError("could not draw a free memory id")
 
@@ -121,6 +121,7 @@ class Memorize(Operation):
         created = self.created or txn.now_iso
         archived = txn.archive_index()["memories"] if txn.read(ARCHIVE_INDEX) is not None else {}
         ids = list(self.ids) if self.ids else []
+        reserved = set(ids)
         stored: list[dict[str, Any]] = []
         for position, memory in enumerate(self.memories):
             memory_id = ids[position] if position < len(ids) else None
@@ -135,7 +136,8 @@ class Memorize(Operation):
                         continue
                     memory_id = None  # another memory took this id meanwhile
             if memory_id is None:
-                memory_id = _draw_id(txn, set(ids))
+                memory_id = _draw_id(txn, reserved)
+                reserved.add(memory_id)
                 if position < len(ids):
                     ids[position] = memory_id
                 else:
@@ -291,8 +293,7 @@ def archive_memory(txn: WriteTxn, memory_id: str, reason: str) -> dict[str, Any]
     }
     archive["archived_count"] = len(archive["memories"])
     txn.mark(ARCHIVE_INDEX)
-    del txn.memories()[memory_id]
-    txn.touch_index()
+    txn.remove_entry(memory_id)
     txn.unlink_all(memory_id)
     txn.drop_review_items(memory_id)
     txn.unindex_document(memory_id)

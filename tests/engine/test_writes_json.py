@@ -1,0 +1,37 @@
+"""JSON written by writes: byte-identical to `dump_json`, only faster; strict parsing."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from connector.engine.brain import Brain, dump_json
+from connector.engine.txn import WriteTxn, fast_dump_json
+from tests.engine.writes_support import NOW, fixture_brain
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(json_values)
+def test_fast_dump_is_byte_identical_to_dump_json(value: object) -> None:
+    assert fast_dump_json(value) == dump_json(value)
+
+
+def test_fast_dump_matches_on_every_fixture_json_file() -> None:
+    brain = fixture_brain("brain-1-01")
+    for path in brain:
+        if path.endswith(".json"):
+            value = brain.read_json(path)
+            assert fast_dump_json(value) == dump_json(value) == brain.read(path), path
+
+
+def test_non_strict_json_reads_as_unusable() -> None:
+    brain = Brain({"associations.json": b'{"version": 1, "edges": {"a": {"b": {"weight": NaN}}}}'})
+    txn = WriteTxn(brain, NOW)
+    assert txn.edges() == {}, "NaN is not JSON (JavaScript refuses it), so the file reads as absent"
