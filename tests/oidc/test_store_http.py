@@ -115,8 +115,9 @@ def test_attacks_are_refused_and_create_nobody(store: Store, issuer: IssuerClien
 
 
 @pytest.mark.parametrize("junk", JUNK)
-def test_junk_is_refused(store: Store, junk: str) -> None:
+def test_junk_is_refused(store: Store, issuer: IssuerClient, junk: str) -> None:
     assert_refused(store, junk)
+    assert issuer.total_requests() == 0  # refused before any work involving the issuer
 
 
 @pytest.mark.parametrize(
@@ -308,3 +309,15 @@ def test_without_oidc_settings_jwts_are_just_bad_tokens(tmp_path: Path, issuer: 
         assert "oidc" not in httpx.get(running.url + "/health").json()["capabilities"]
         assert get(running, "/auth/me", minter(issuer)(sub="nobody")).status_code == 401
         assert issuer.total_requests() == 0
+
+
+def test_concurrent_first_sight_creates_one_user_and_one_brain(store: Store, issuer: IssuerClient) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    tokens = [minter(issuer)(alg, sub="concurrent-first") for alg in ("RS256", "ES256") * 4]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        statuses = list(pool.map(lambda token: get(store, "/api/brains", token).status_code, tokens))
+    assert statuses == [200] * len(tokens)
+    user_id = user_id_for(issuer.issuer, "concurrent-first")
+    assert sum(1 for u in users(store) if u["id"] == user_id) == 1
+    assert [b["name"] for b in get(store, "/api/brains", tokens[0]).json()] == ["default"]
