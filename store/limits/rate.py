@@ -80,6 +80,23 @@ class TokenBucketLimiter:
             buckets[key] = (tokens, at)
             return (1.0 - tokens) / self._rate
 
+    def peek(self, key: str, now: float | None = None) -> float | None:
+        """Like :meth:`hit` but takes nothing: None if a request would pass now, else the wait.
+
+        For "refuse a blocked client before any credential work": ``peek`` the address
+        first, and ``hit`` it only when the credentials turn out to be wrong.
+        """
+        if now is None:
+            now = self._clock()
+        with self._lock:
+            state = self._buckets.get(key)
+        if state is None:
+            return None
+        tokens, at = state
+        if now > at:
+            tokens = min(self._burst, tokens + (now - at) * self._rate)
+        return None if tokens >= 1.0 else (1.0 - tokens) / self._rate
+
     def _make_room(self, now: float) -> None:
         buckets = self._buckets
         # Drop a couple of full (idle) buckets from the cold end on every insert, so

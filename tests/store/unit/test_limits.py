@@ -26,6 +26,19 @@ def test_burst_then_refused_with_retry_after() -> None:
     assert limiter.hit("a", now=101.0) == pytest.approx(1.0)
 
 
+def test_peek_takes_nothing() -> None:
+    limiter = TokenBucketLimiter(60, 2)
+    assert limiter.peek("a", now=0.0) is None
+    assert len(limiter) == 0  # peeking an unknown key remembers nothing
+    assert limiter.hit("a", now=0.0) is None
+    assert [limiter.peek("a", now=0.0) for _ in range(5)] == [None] * 5
+    assert limiter.hit("a", now=0.0) is None
+    assert limiter.peek("a", now=0.0) == pytest.approx(1.0)
+    assert limiter.peek("a", now=0.25) == pytest.approx(0.75)
+    assert limiter.peek("a", now=1.0) is None
+    assert limiter.hit("a", now=1.0) is None
+
+
 def test_keys_are_independent() -> None:
     limiter = TokenBucketLimiter(60, 1)
     assert limiter.hit("a", now=0.0) is None
