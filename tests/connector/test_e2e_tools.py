@@ -57,6 +57,7 @@ def connector(
     tmp_path: Path, store: RunningStore, *, port: int | None = None, env: dict[str, str] | None = None
 ) -> Iterator[ServerProcess]:
     """`brain-connector serve` (static provider) on a free loopback port."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
     full_env = {
         "CONNECTOR_STORE_URL": store.url,
@@ -425,3 +426,37 @@ def test_dev_mode_starts_and_says_so(store: RunningStore, tmp_path: Path) -> Non
     ) as server:
         assert "DEVELOPMENT MODE" in server.log()
         assert f"http://127.0.0.1:{port}/mcp" in server.log()
+
+
+def test_two_connector_processes_writing_at_once_lose_nothing(store: RunningStore, tmp_path: Path) -> None:
+    user = store.add_user("twin")
+    brain_id = brains_of(store.url, user.token)[0]["id"]
+    per_writer = 50
+
+    async def writer(base: str, label: str) -> list[str]:
+        ids = []
+        async with mcp_session(base + "/mcp", mint(base, user, {"brain.read", "brain.write"})) as client:
+            for number in range(per_writer):
+                result = structured(
+                    await client.call_tool("brain_memorize", {"content": f"Writer {label} fact {number} about {label}{number}"})
+                )
+                ids.append(result["stored"]["id"])
+        return ids
+
+    async def scenario(first: str, second: str) -> list[str]:
+        batches = await asyncio.gather(writer(first, "a"), writer(second, "b"))
+        return [memory_id for batch in batches for memory_id in batch]
+
+    with connector(tmp_path / "one", store) as one, connector(tmp_path / "two", store) as two:
+        acknowledged = asyncio.run(scenario(one.base_url, two.base_url))
+        # Held writes (if a push kept losing) are retried in the background; wait for them, bounded.
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            stored, _ = download_brain(store.url, user.token, brain_id)
+            if set(acknowledged) <= memory_ids(stored):
+                break
+            time.sleep(0.5)
+    assert len(set(acknowledged)) == 2 * per_writer
+    stored, _ = download_brain(store.url, user.token, brain_id)
+    assert set(acknowledged) <= memory_ids(stored)
+    assert stored.read_json("index.json")["memory_count"] == 2 * per_writer

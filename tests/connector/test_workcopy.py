@@ -497,3 +497,42 @@ def test_write_refusals_change_nothing(store: RunningStore) -> None:
 def test_unavailable_brain_message_is_user_safe() -> None:
     error = BrainUnavailable("The store cannot be reached right now. Try again shortly.")
     assert "bst_" not in str(error)
+
+
+def test_idle_copies_are_purged_only_when_clean(store: RunningStore) -> None:
+    user = store.add_user("lena")
+    brain_id = brains_of(store.url, user.token)[0]["id"]
+    direct_memorize(store.url, user.token, brain_id, "A fact")
+
+    async def scenario() -> None:
+        client = FlakyUploads(store.url)
+        manager = WorkingCopyManager(client, tuning=ManagerTuning(idle_purge_s=0.05, held_retry_s=0.01))
+        account = account_for(user)
+        await manager.snapshot(account)
+        await asyncio.sleep(0.1)
+        await manager.maintain()
+        assert not manager.copies  # idle and clean: dropped
+        client.failing = True
+        outcome = await manager.write(account, connector_memorize("Held while idle"), "memorize")
+        assert not outcome.synced
+        await asyncio.sleep(0.1)
+        await manager.maintain()  # the push fails again: the copy must stay
+        assert len(manager.copies) == 1 and next(iter(manager.copies.values())).dirty
+        client.failing = False
+        await asyncio.sleep(0.1)
+        await manager.maintain()  # pushed first, then purged
+        assert not manager.copies
+        stored, _ = download_brain(store.url, user.token, brain_id)
+        assert outcome.result["stored"][0]["id"] in memory_ids(stored)
+        # Purge at session end also pushes first.
+        await manager.snapshot(account)
+        client.failing = True
+        held = await manager.write(account, connector_memorize("Held at session end"), "memorize")
+        assert await manager.purge_user(account.subject) == 1  # kept: could not push
+        client.failing = False
+        assert await manager.purge_user(account.subject) == 0
+        stored, _ = download_brain(store.url, user.token, brain_id)
+        assert held.result["stored"][0]["id"] in memory_ids(stored)
+        await manager.close()
+
+    run(scenario())
