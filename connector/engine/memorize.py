@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -65,7 +66,15 @@ def _string_list(value: Any, name: str) -> tuple[str, ...]:
     if value is None:
         return ()
     if isinstance(value, str):
-        value = [part for part in value.split(",")]
+        # Models sometimes send a list as JSON text ('["a", "b"]'); else comma-separated.
+        stripped = value.strip()
+        decoded = None
+        if stripped.startswith("["):
+            try:
+                decoded = json.loads(stripped)
+            except ValueError:
+                decoded = None
+        value = decoded if isinstance(decoded, list) else value.split(",")
     if not isinstance(value, (list, tuple)):
         raise BrainError(f"'{name}' must be a list of strings")
     seen: dict[str, None] = {}

@@ -115,6 +115,16 @@ class Memorize(Operation):
         """From the command line's memorize JSON (object, array or ``{"memories": [...]}``)."""
         return cls(parse_memorize_request(payload))
 
+    def prepare(self, brain: Brain, now: datetime) -> list[str]:
+        """Draw the memory ids now (without writing), e.g. to report them before a sync."""
+        if self.ids is None:
+            txn = WriteTxn(brain, now)
+            drawn: list[str] = []
+            for _ in self.memories:
+                drawn.append(_draw_id(txn, set(drawn)))
+            self.ids = drawn
+        return list(self.ids)
+
     def apply(self, brain: Brain, now: datetime) -> dict[str, Any]:
         txn = WriteTxn(brain, now)
         txn.index(create=True)

@@ -42,7 +42,7 @@ SUSPECT_RULES: dict[str, re.Pattern[str]] = {
         r"^\s*(?:always|never|you\s+must|do\s+not|don't|from\s+now\s+on|remember\s+to)\b", _FLAGS
     ),
     "command": re.compile(
-        r"^\s*(?:\$|#)\s+\S|\b(?:run|execute|exec)\s+(?:this|the\s+following|`)|"
+        r"^\s*\$\s+\S|\b(?:run|execute|exec)\s+(?:this|the\s+following|`)|"
         r"\b(?:sudo|rm\s+-rf|chmod\s+\+x|bash\s+-c|powershell\s+-)",
         _FLAGS,
     ),

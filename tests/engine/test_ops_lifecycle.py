@@ -327,3 +327,11 @@ def test_operations_serialise_and_rebuild() -> None:
         assert operation_from_dict(other.to_dict()) == other
     with pytest.raises(BrainError):
         operation_from_dict({"op": "explode"})
+
+
+def test_markdown_headings_from_tools_are_not_taken_for_commands() -> None:
+    brain = Brain()
+    stored = one(brain, origin="tool-output", content="# Results\n\nThe build took 3 minutes.")
+    assert entries(brain)[stored["id"]]["quarantine_reasons"] == ["origin:tool-output"]
+    shell = one(brain, origin="tool-output", title="Setup", content="$ make install\nthen it works")
+    assert "lint:command" in entries(brain)[shell["id"]]["quarantine_reasons"]

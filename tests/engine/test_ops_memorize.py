@@ -360,3 +360,20 @@ def test_connector_memorize_never_overwrites_and_caps_by_origin() -> None:
         connector_memorize("x", origin="robot")
     with pytest.raises(BrainError):
         connector_memorize("x", type="thought")
+
+
+def test_ids_can_be_drawn_before_applying_and_are_kept() -> None:
+    brain = fixture_brain("brain-1-00")
+    op = Memorize.from_request([memory("a"), memory("b")])
+    drawn = op.prepare(brain, NOW)
+    assert len(set(drawn)) == 2 and op.prepare(brain, NOW) == drawn
+    result = op.apply(brain, NOW)
+    assert [item["id"] for item in result["stored"]] == drawn
+
+
+def test_lists_sent_as_json_text_or_commas_are_accepted() -> None:
+    op = Memorize.from_request(memory(tags='["a", "b, c"]', related="x, y", supersedes="[]"))
+    assert op.memories[0].tags == ("a", "b, c")
+    assert op.memories[0].related == ("x", "y")
+    assert op.memories[0].supersedes == ()
+    assert connector_memorize("x", tags='["deploy"]').memories[0].tags == ("deploy",)
