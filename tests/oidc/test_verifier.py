@@ -361,3 +361,40 @@ def test_connector_setting_names_in_errors() -> None:
         OidcConfig.create("https://accounts.google.com", "client", setting_prefix="OIDC_")
     with pytest.raises(OidcConfigError, match="OIDC_CLIENT_ID"):
         OidcConfig.create("https://issuer.example", "", setting_prefix="OIDC_")
+
+
+def test_arbitrary_jwt_shaped_input_is_only_ever_refused(issuer: IssuerClient) -> None:
+    """Random headers, claims and signatures: a refusal every time, never another exception."""
+    import base64
+    import json
+
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    verifier = verifier_for(issuer)
+    accept(verifier, issuer.mint(sub="warm-up"))  # keys cached: examples exercise the checks, not fetches
+    json_values = st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+        max_leaves=8,
+    )
+    headers = st.fixed_dictionaries(
+        {"alg": st.sampled_from(["RS256", "ES256", "none", "HS256", "RS512"]) | json_values},
+        optional={"kid": st.sampled_from([None, "x"]) | json_values, "typ": json_values, "crit": json_values},
+    )
+    claims = st.dictionaries(
+        st.sampled_from(["iss", "aud", "sub", "exp", "iat", "nbf", "azp", "email", "email_verified", "hd"]),
+        json_values, max_size=8,
+    )
+
+    def b64(value: object) -> str:
+        return base64.urlsafe_b64encode(json.dumps(value).encode()).rstrip(b"=").decode()
+
+    @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(headers, claims, st.binary(max_size=300))
+    def check(header: dict[str, object], payload: dict[str, object], signature: bytes) -> None:
+        token = f"{b64(header)}.{b64(payload)}.{base64.urlsafe_b64encode(signature).rstrip(b'=').decode()}"
+        with pytest.raises((OidcRejected, OidcUnavailable)):
+            run(verifier.authenticate(token))
+
+    check()
