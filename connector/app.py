@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from litestar import Litestar, Response, get
+from litestar.config.cors import CORSConfig
 from litestar.handlers import asgi
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -178,6 +179,8 @@ def security_and_logging(app: ASGIApp) -> ASGIApp:
                 status_box["status"] = message["status"]
                 present = {key.lower() for key, _ in message.get("headers", [])}
                 extra = [(key, value) for key, value in SECURITY_HEADERS if key not in present]
+                if scope.get("path") == "/mcp" and b"cache-control" not in present:
+                    extra.append((b"cache-control", b"no-store"))
                 message["headers"] = [*message.get("headers", []), *extra]
             await send(message)
 
@@ -298,6 +301,16 @@ def create_app(settings: ConnectorSettings, *, tuning: ManagerTuning | None = No
         route_handlers=[mcp_endpoint, health, health_live, health_ready, *oauth.route_handlers],
         lifespan=[lifespan],
         middleware=[security_and_logging],
+        # Browser-based MCP clients call /mcp and the OAuth endpoints cross-origin with a bearer
+        # token (never cookies), so any origin may, without credentials.
+        cors_config=CORSConfig(
+            allow_origins=["*"],
+            allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
+            allow_headers=["Authorization", "Content-Type", "Accept", "Mcp-Protocol-Version", "Mcp-Session-Id", "Last-Event-ID", "Mcp-Method", "Mcp-Name"],
+            expose_headers=["WWW-Authenticate", "Mcp-Session-Id", "Mcp-Protocol-Version", "Retry-After"],
+            allow_credentials=False,
+            max_age=600,
+        ),
         openapi_config=None,
         debug=False,
     )

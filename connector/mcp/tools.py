@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -84,6 +85,8 @@ class BrainTools:
         names = set(allowed) if allowed is not None else {tool.name for tool in TOOLS}
         self.specs: dict[str, ToolSpec] = {tool.name: tool for tool in TOOLS if tool.name in names}
         self.index_cache = index_cache or IndexCache(capacity=64)
+        # Content keys whose index is (probably) built; bounded like the cache itself.
+        self._warm: OrderedDict[str | None, None] = OrderedDict()
         self._handlers: dict[str, Callable[[Caller, Args], Awaitable[types.CallToolResult]]] = {
             "brain_recall": self._recall,
             "brain_status": self._status,
@@ -94,6 +97,11 @@ class BrainTools:
             "brain_forget": self._forget,
             "brain_verify": self._verify,
         }
+
+    def _remember_warm(self, key: str | None) -> None:
+        self._warm[key] = None
+        while len(self._warm) > self.index_cache.capacity:
+            self._warm.popitem(last=False)
 
     def list_tools(self) -> list[types.Tool]:
         """The declared tools (only those allowed)."""
@@ -141,7 +149,13 @@ class BrainTools:
         hits: list[dict[str, Any]] = []
         notes: list[str] = []
         if snapshot.brain is not None and "index.json" in snapshot.brain:
-            hits = self.run_recall(snapshot, query, limit, project, as_of, as_known_of)
+            if snapshot.key in self._warm:
+                hits = self.run_recall(snapshot, query, limit, project, as_of, as_known_of)
+            else:
+                # First recall of this content builds its index (seconds at 10,000 memories):
+                # off the event loop, so other users' calls keep being served meanwhile.
+                hits = await asyncio.to_thread(self.run_recall, snapshot, query, limit, project, as_of, as_known_of)
+                self._remember_warm(snapshot.key)
         if not hits and snapshot.identity.status == STATUS_NO_BRAIN and snapshot.identity.note:
             notes.append(snapshot.identity.note)
         pending = sum(1 for hit in hits if hit.get("quarantine_pending"))

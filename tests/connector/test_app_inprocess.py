@@ -70,3 +70,24 @@ def test_json_logs_carry_no_secrets() -> None:
     record.method, record.path, record.status = "POST", "/mcp", 200
     line = json.loads(JsonLogFormatter().format(record))
     assert line["msg"] == "request" and line["path"] == "/mcp" and line["level"] == "info"
+
+
+def test_cors_for_browser_clients() -> None:
+    app = create_app(settings())
+    with TestClient(app) as client:
+        preflight = client.options(
+            "/mcp",
+            headers={
+                "Origin": "https://inspector.example",
+                "Access-Control-Request-Method": "POST",
+                "Access-Control-Request-Headers": "authorization, content-type, mcp-protocol-version",
+            },
+        )
+        assert preflight.status_code in (200, 204)
+        assert preflight.headers["access-control-allow-origin"] == "*"
+        refused = client.post("/mcp", json={}, headers={"Origin": "https://inspector.example"})
+        assert refused.status_code == 401
+        assert refused.headers["access-control-allow-origin"] == "*"
+        assert "www-authenticate" in refused.headers["access-control-expose-headers"].lower()
+        metadata = client.get("/.well-known/oauth-protected-resource", headers={"Origin": "https://x.example"})
+        assert metadata.headers.get_list("access-control-allow-origin") == ["*"]
