@@ -67,7 +67,9 @@ METRICS: dict[str, tuple[str, str, str, dict[str, float], bool]] = {
     "dl5m": ("5 MiB download", "GiB/s", "3.0-3.6", {"w1": 2.5, "w2": 2.5}, True),
     "upload": ("1 MiB uploads, 8 clients", "up/s", "114-155 (109-128 enc)", {"w1": 110, "w2": 150, "w1-enc": 90}, True),
     "rss_idle": ("server RSS, idle", "MiB", "-", {}, False),
+    "pss_idle": ("server PSS, idle", "MiB", "-", {}, False),
     "rss_peak": ("peak RSS, 8 x 40 MiB uploads", "MiB", "772-777", {c: 150e6 / MIB for c in ("w1", "w2", "w1-enc", "w2-enc")}, False),
+    "pss_peak": ("peak PSS (shared pages once)", "MiB", "-", {}, False),
     "mismatch": ("ETag/body mismatches", "count", "> 0", {c: 0 for c in ("w1", "w2", "w1-enc", "w2-enc")}, False),
     "two_winners": ("rounds with two winners", "count", "> 0", {c: 0 for c in ("w1", "w2", "w1-enc", "w2-enc")}, False),
 }
@@ -308,17 +310,25 @@ class Server:
                 found.append(int(entry))
         return found
 
-    def rss_bytes(self) -> int:
-        total = 0
-        for pid in self.pids():
+    def rss_bytes(self, pids: list[int] | None = None) -> int:
+        """Summed VmRSS of ``pids`` (default: the whole process group) in bytes."""
+        return self.memory(pids)[0]
+
+    def memory(self, pids: list[int] | None = None) -> tuple[int, int]:
+        """(summed RSS, summed PSS) of ``pids`` in bytes; PSS counts shared pages once."""
+        rss = pss = 0
+        for pid in self.pids() if pids is None else pids:
             try:
-                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1]) * 1024
-                        break
+                with open(f"/proc/{pid}/smaps_rollup", "rb") as rollup:
+                    for line in rollup:
+                        if line.startswith(b"Rss:"):
+                            rss += int(line.split()[1]) * 1024
+                        elif line.startswith(b"Pss:"):
+                            pss += int(line.split()[1]) * 1024
+                            break
             except OSError:
                 continue
-        return total
+        return rss, pss
 
     def stop(self) -> None:
         if self.process is None or self.process.poll() is not None:
@@ -338,12 +348,22 @@ class RssSampler:
         self.server = server
         self.interval = interval
         self.peak = 0
+        self.peak_pss = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
+        # Scanning /proc for the group is the costly part: refresh the pid list every
+        # half second only, and read just those processes' status files in between.
+        pids = self.server.pids()
+        refreshed = time.monotonic()
         while not self._stop.is_set():
-            self.peak = max(self.peak, self.server.rss_bytes())
+            if time.monotonic() - refreshed > 0.5:
+                pids = self.server.pids()
+                refreshed = time.monotonic()
+            rss, pss = self.server.memory(pids)
+            self.peak = max(self.peak, rss)
+            self.peak_pss = max(self.peak_pss, pss)
             self._stop.wait(self.interval)
 
     def __enter__(self) -> RssSampler:
@@ -353,7 +373,9 @@ class RssSampler:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
-        self.peak = max(self.peak, self.server.rss_bytes())
+        rss, pss = self.server.memory()
+        self.peak = max(self.peak, rss)
+        self.peak_pss = max(self.peak_pss, pss)
 
 
 # ----------------------------------------------------------------------------- load generators
@@ -382,7 +404,7 @@ def load_get(port: int, path: str, headers: dict[str, str], duration: float, use
              expect: int) -> tuple[float, int]:
     """Requests per second for a GET under 32 concurrent keep-alive connections, and errors."""
     if use_wrk:
-        argv = ["wrk", "-t1", "-c32", f"-d{max(1, round(duration))}s"]
+        argv = ["wrk", "-t1", "-c32", f"-d{max(1, round(duration))}s", "--timeout", "30s"]
         for name, value in headers.items():
             argv += ["-H", f"{name}: {value}"]
         argv.append(f"http://{HOST}:{port}{path}")
@@ -555,7 +577,9 @@ def bench_config(name: str, plan: Plan, results: Results, workdir: Path, archive
     print(f"\n== {name}: --workers {workers}, encryption {'on' if encrypted else 'off'} (port {server.port})", flush=True)
     try:
         fx = prepare(server, plan, archives["small"], archives["big"])
-        results.add(name, "rss_idle", server.rss_bytes() / MIB)
+        idle_rss, idle_pss = server.memory()
+        results.add(name, "rss_idle", idle_rss / MIB)
+        results.add(name, "pss_idle", idle_pss / MIB)
         auth = {"Authorization": f"Bearer {fx.reader_token}"}
         for run in range(plan.runs):
             print(f"   run {run + 1}/{plan.runs}", flush=True)
@@ -593,9 +617,11 @@ def bench_config(name: str, plan: Plan, results: Results, workdir: Path, archive
                     outcome = _clients(_big_upload, argsets)
                 failed = sum(r[1] for r in outcome)
                 results.add(name, "rss_peak", sampler.peak / MIB)
+                results.add(name, "pss_peak", sampler.peak_pss / MIB)
                 if failed:
                     results.notes.append(f"{name} run {run + 1}: big uploads: {failed} of {len(outcome)} failed")
-                print(f"     peak RSS   {sampler.peak / MIB:10.1f} MiB ({failed} failed uploads)", flush=True)
+                print(f"     peak RSS   {sampler.peak / MIB:10.1f} MiB, PSS {sampler.peak_pss / MIB:.1f} MiB "
+                      f"({failed} failed uploads)", flush=True)
             if "consistency" in plan.sections:
                 pair = archives["pair"]
                 allowed = [hashlib.sha256(a).hexdigest() for a in pair]
