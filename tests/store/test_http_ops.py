@@ -240,3 +240,31 @@ def test_graceful_shutdown_finishes_inflight_upload(tmp_path: Path, workers: int
     assert result.get("status") == 200, result
     with start_store(tmp_path, data=data) as again:
         assert again.client(token).get(f"/api/brains/{bid}/sync").content == archive
+
+
+def test_rekey_cli_rolls_keys_under_a_running_store(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    token = add_user(data, "alice")
+    old = subprocess.run([console_script("brain-store"), "keygen"], capture_output=True, text=True,
+                         timeout=60).stdout.strip()
+    new = subprocess.run([console_script("brain-store"), "keygen"], capture_output=True, text=True,
+                         timeout=60).stdout.strip()
+    archives = [make_archive(brain_files(2, str(i))) for i in range(3)]
+    with start_store(tmp_path, data=data, env={"STORE_ENCRYPTION_KEY": old}) as store:
+        client = store.client(token)
+        bid = _first_brain(client)
+        for a in archives:
+            assert upload(client, bid, a).status_code == 200
+    rolling = {"STORE_ENCRYPTION_KEY": new, "STORE_ENCRYPTION_PREVIOUS_KEYS": old}
+    with start_store(tmp_path, data=data, env=rolling) as store:
+        client = store.client(token)
+        assert client.get(f"/api/brains/{bid}/sync").content == archives[-1]
+        out = cli("rekey", "--new-key", new, data=data, env={**os.environ, "STORE_ENCRYPTION_KEY": old}).stdout
+        assert "re-sealed 3 blob(s)" in out
+        assert client.get(f"/api/brains/{bid}/sync").content == archives[-1]
+    with start_store(tmp_path, data=data, env={"STORE_ENCRYPTION_KEY": new}) as store:
+        client = store.client(token)
+        assert client.get(f"/api/brains/{bid}/sync").content == archives[-1]
+        versions = client.get(f"/api/brains/{bid}/versions").json()["versions"]
+        got = [client.get(f"/api/brains/{bid}/sync", params={"version": v["version"]}).content for v in versions]
+        assert got == archives[:-1][::-1]
