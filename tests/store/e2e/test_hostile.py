@@ -289,3 +289,34 @@ def test_bad_json_when_creating_a_brain(target: Target, body: bytes) -> None:
     assert_json_error(resp, 400)
     assert target.brain_count() == before
     assert_unchanged(target)
+
+
+# --- floods: refused with 429 + Retry-After, nothing changed ---------------------------------
+
+@pytest.fixture(scope="module")
+def limited_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
+    env = {"STORE_RATE_UPLOADS_PER_MIN": "3", "STORE_RATE_FAILED_LOGINS_PER_MIN": "5", "STORE_RATE_REQUESTS_PER_MIN": "100000"}
+    with running_store(tmp_path_factory.mktemp("hostile-limited") / "data", env=env) as store:
+        seeded = _seed(store.url, store.add_user("flooder"))
+        yield seeded
+        seeded.http.close()
+
+
+def test_upload_flood_gets_429_with_retry_after(limited_target: Target) -> None:
+    statuses = [limited_target.upload(corpus.valid_small(f"flood{i}")).status_code for i in range(8)]
+    assert 429 in statuses, statuses
+    refused = limited_target.upload(corpus.valid_small("flood-last"))
+    assert_json_error(refused, 429)
+    assert int(refused.headers["retry-after"]) >= 1
+    accepted = statuses.count(200)
+    assert accepted <= 4, statuses  # the seed upload plus a burst of at most the per-minute budget
+
+
+def test_failed_login_flood_blocks_the_address(limited_target: Target) -> None:
+    statuses = [limited_target.http.get("/auth/me", headers={"Authorization": f"Bearer bst_{'Z' * 43}"}).status_code for _ in range(12)]
+    assert statuses[0] == 401 and 429 in statuses, statuses
+    blocked = limited_target.http.get("/auth/me", headers={"Authorization": f"Bearer bst_{'Y' * 43}"})
+    assert_json_error(blocked, 429)
+    assert int(blocked.headers["retry-after"]) >= 1
+    # Blocked before any credential work: even the right token waits.
+    assert_json_error(limited_target.http.get("/auth/me", headers=limited_target.auth()), 429)

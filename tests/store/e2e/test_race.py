@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import io
 import tarfile
 import threading
@@ -139,3 +140,101 @@ def test_race_store_data_dir_has_no_leftovers(store: tuple[Store, str]) -> None:
     running, _ = store
     tmp = Path(running.data_dir) / "tmp"
     assert not tmp.exists() or list(tmp.iterdir()) == []
+
+
+def test_download_etag_always_matches_body_during_writes(store: tuple[Store, str]) -> None:
+    """One writer alternates two archives while four readers download: every ETag fits its body."""
+    running, token = store
+    clients = _clients(running.url, token, 5)
+    try:
+        brain_id = clients[0].post("/api/brains", json={"name": "etag-consistency"}).json()["id"]
+        pair = [make_archive({"memory/a.md": b"A" * 300_000}), make_archive({"memory/b.md": bytes(range(256)) * 1200, "memory/c.md": b"c"})]
+        assert _upload(clients[0], brain_id, pair[0], None).status_code == 200
+        stop = threading.Event()
+        mismatches: list[str] = []
+        reads = [0]
+
+        def reader(http: httpx.Client) -> None:
+            while not stop.is_set():
+                resp = http.get(f"/api/brains/{brain_id}/sync")
+                assert resp.status_code == 200
+                digest = _sha(resp.content)
+                if resp.headers["x-checksum"] != digest or resp.headers["etag"] != f'"{digest}"' or digest not in {_sha(a) for a in pair}:
+                    mismatches.append(f"{resp.headers['etag']} vs body {digest}")
+                reads[0] += 1
+
+        with ThreadPoolExecutor(4) as pool:
+            futures = [pool.submit(reader, http) for http in clients[1:]]
+            for i in range(60):
+                assert _upload(clients[0], brain_id, pair[(i + 1) % 2], None).status_code == 200
+            stop.set()
+            for future in futures:
+                future.result(timeout=60)
+        assert mismatches == []
+        assert reads[0] > 20
+    finally:
+        for client in clients:
+            client.close()
+
+
+def test_delete_racing_uploads_is_clean(store: tuple[Store, str]) -> None:
+    """Uploads racing a DELETE get 200 or 404 (never 5xx); afterwards the brain is gone everywhere."""
+    running, token = store
+    clients = _clients(running.url, token, 9)
+    try:
+        for round_no in range(5):
+            brain_id = clients[0].post("/api/brains", json={"name": f"doomed-{round_no}"}).json()["id"]
+            assert _upload(clients[0], brain_id, brain_archive(f"doomed-{round_no}"), None).status_code == 200
+            barrier = threading.Barrier(9, timeout=30)
+
+            def act(i: int, brain_id: str = brain_id, barrier: threading.Barrier = barrier) -> int:
+                barrier.wait()
+                if i == 0:
+                    return clients[0].delete(f"/api/brains/{brain_id}").status_code
+                return _upload(clients[i], brain_id, brain_archive(f"late-{i}"), None).status_code
+
+            with ThreadPoolExecutor(9) as pool:
+                statuses = list(pool.map(act, range(9), timeout=120))
+            assert statuses[0] in (200, 204), statuses
+            assert set(statuses[1:]) <= {200, 404}, statuses
+            for path in ("", "/sync", "/versions"):
+                assert clients[0].get(f"/api/brains/{brain_id}{path}").status_code == 404
+            assert brain_id not in [b["id"] for b in clients[0].get("/api/brains").json()]
+        tmp = running.data_dir / "tmp"
+        assert not tmp.exists() or list(tmp.iterdir()) == []
+    finally:
+        for client in clients:
+            client.close()
+
+
+def test_quota_holds_under_concurrent_uploads_to_two_brains(tmp_path: Path) -> None:
+    """With a 1 MiB quota, 12 concurrent ~300 KB uploads to two brains never store more than 1 MiB."""
+    env = {"STORE_RATE_LIMITS": "off", "STORE_MAX_USER_MB": "1", "STORE_SNAPSHOTS": "5"}
+    with running_store(tmp_path / "data", env=env, workers=2) as running:
+        token = running.add_user("quota")
+        clients = _clients(running.url, token, 12)
+        try:
+            default_id = clients[0].get("/api/brains").json()[0]["id"]
+            other_id = clients[0].post("/api/brains", json={"name": "second"}).json()["id"]
+            archives = [make_archive({"memory/noise.bin": os.urandom(300_000), "memory/n.md": str(i).encode()}) for i in range(12)]
+            barrier = threading.Barrier(12, timeout=30)
+
+            def push(i: int) -> int:
+                barrier.wait()
+                return _upload(clients[i], default_id if i % 2 else other_id, archives[i], None).status_code
+
+            with ThreadPoolExecutor(12) as pool:
+                statuses = list(pool.map(push, range(12), timeout=120))
+            assert set(statuses) <= {200, 413}, statuses
+            assert 200 in statuses and 413 in statuses, statuses
+            used = clients[0].get("/auth/me").json()["storage_used"]
+            assert used <= 1024 * 1024, used
+            stored = 0
+            for brain_id in (default_id, other_id):
+                record = clients[0].get(f"/api/brains/{brain_id}").json()
+                versions = clients[0].get(f"/api/brains/{brain_id}/versions").json()["versions"]
+                stored += (record["size_bytes"] if record["checksum"] else 0) + sum(v.get("size_bytes", 0) for v in versions)
+            assert stored <= 1024 * 1024, stored
+        finally:
+            for client in clients:
+                client.close()
