@@ -7,12 +7,15 @@ import re
 from datetime import timedelta
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from connector.engine import ops as ops_module
 from connector.engine.brain import Brain
 from connector.engine.errors import BrainError
-from connector.engine.ops import Memorize, connector_memorize, new_memory_id
+from connector.engine.ops import Forget, Memorize, MemoryInput, Pin, connector_memorize, new_memory_id
 from connector.engine.rules import COGNITIVE_TYPES, MEMORY_TYPES
+from connector.engine.text import js_trim, memory_body
 from tests.engine.writes_support import (
     NOW,
     NOW_ISO,
@@ -377,3 +380,38 @@ def test_lists_sent_as_json_text_or_commas_are_accepted() -> None:
     assert op.memories[0].related == ("x", "y")
     assert op.memories[0].supersedes == ()
     assert connector_memorize("x", tags='["deploy"]').memories[0].tags == ("deploy",)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    title=st.text(min_size=1, max_size=40).filter(str.strip),
+    content=st.text(min_size=1, max_size=200).filter(str.strip),
+    tags=st.lists(st.text(max_size=15), max_size=5),
+    source=st.text(max_size=30),
+    agent=st.text(max_size=20),
+)
+def test_any_strings_survive_a_memorize_exactly(title: str, content: str, tags: list[str], source: str,
+                                                agent: str) -> None:
+    brain = Brain()
+    op = Memorize([MemoryInput(title=title, type="insight", content=content, path="notes/", tags=tuple(tags),
+                               source=source, encoding_context={"agent": agent, "topics": tags})])
+    [stored] = op.apply(brain, NOW)["stored"]
+    entry = entries(brain)[stored["id"]]
+    fields = frontmatter(brain, entry["path"])
+    assert entry["title"] == title.strip()
+    assert fields["tags"] == entry["tags"] == [tag.strip() for tag in dict.fromkeys(t.strip() for t in tags) if tag]
+    assert fields["source"] == source
+    assert fields["encoding_context"] == entry["encoding_context"]
+    assert fields["encoding_context"]["agent"] == agent
+    text = brain.read_text(entry["path"])
+    assert text.endswith("\n---\n" + content + "\n")
+    assert memory_body(text) == js_trim(content)
+
+
+def test_a_corrupt_index_is_refused_and_left_alone() -> None:
+    brain = Brain({"index.json": b"{ not json", "a.md": b"x"})
+    before = dict(brain.files)
+    for operation in (Memorize.from_request(memory()), Pin("mem_20250101_aaaaaa"), Forget("mem_20250101_aaaaaa")):
+        with pytest.raises(BrainError):
+            operation.apply(brain, NOW)
+    assert brain.files == before
