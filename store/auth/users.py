@@ -24,7 +24,7 @@ from typing import TypeVar
 import msgspec
 
 from store.auth.tokens import hash_token, new_token
-from store.storage.local import FileLock, write_atomic
+from store.storage.local import FileLock, settled, write_atomic
 
 log = logging.getLogger("store.users")
 
@@ -111,6 +111,7 @@ class UserRegistry:
         except FileNotFoundError:
             if self._stat_key is not None:
                 log.error("users file %s disappeared; keeping the last good copy", self.path)
+                self._stat_key = None
             return
         key = (st.st_ino, st.st_mtime_ns, st.st_size)
         if key == self._stat_key:
@@ -129,7 +130,8 @@ class UserRegistry:
                 self._stat_key = key  # log once per bad version, not per request
                 return
             self._index = _Index(doc)
-            self._stat_key = key
+            # a file written within the timestamp granularity is read again next time
+            self._stat_key = key if settled(st.st_mtime_ns) else None
 
     def by_token(self, token: str) -> User | None:
         """The user owning a static token (O(1); constant-time comparison of the hash)."""

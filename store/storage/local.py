@@ -22,6 +22,7 @@ import fcntl
 import os
 import re
 import shutil
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -43,6 +44,17 @@ _CHECKSUM = re.compile(r"^[0-9a-f]{64}$")
 _FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(BrainMeta)
+
+
+# File timestamps are coarse (a kernel tick). A file read within this margin of its
+# mtime could be replaced by another file with the same inode number, mtime and size,
+# so such reads are not cached (the "racy timestamp" rule); older files are safe to cache.
+RACY_MARGIN_NS = 50_000_000
+
+
+def settled(st_mtime_ns: int) -> bool:
+    """True when a file with this mtime can be cached by (inode, mtime, size)."""
+    return time.time_ns() - st_mtime_ns > RACY_MARGIN_NS
 
 
 def is_disk_full(exc: OSError) -> bool:
@@ -184,7 +196,7 @@ class LocalTransaction:
         self._user_id = user_id
         self._brain_id = brain_id
         self._user_wide = user_wide
-        self.meta = backend.read_meta(user_id, brain_id)
+        self.meta = backend.read_meta(user_id, brain_id, fresh=True)
 
     def usage(self) -> int:
         """Bytes stored for the whole user (exact only inside a user-wide transaction)."""
@@ -282,9 +294,19 @@ class LocalBackend:
             self._meta_paths[key] = path
         return path
 
-    def read_meta(self, user_id: str, brain_id: str) -> BrainMeta | None:
-        """Current metadata of one brain (cached by inode/mtime/size), None if absent."""
+    def read_meta(self, user_id: str, brain_id: str, *, fresh: bool = False) -> BrainMeta | None:
+        """Current metadata of one brain, None if absent.
+
+        Cached by (inode, mtime, size) once the file is settled; ``fresh`` always reads
+        the file (transactions decide on it under the lock).
+        """
         path = self._meta_path(user_id, brain_id)
+        if fresh:
+            try:
+                with open(path, "rb") as f:
+                    return _decoder.decode(f.read())
+            except (FileNotFoundError, NotADirectoryError):
+                return None
         try:
             st = os.stat(path)
         except (FileNotFoundError, NotADirectoryError):
@@ -296,13 +318,13 @@ class LocalBackend:
             return cached[1]
         try:
             with open(path, "rb") as f:
-                data = f.read()
+                meta = _decoder.decode(f.read())
         except FileNotFoundError:
             return None
-        meta = _decoder.decode(data)
-        if len(self._meta_cache) > 100_000:
-            self._meta_cache.clear()
-        self._meta_cache[path] = (key, meta)
+        if settled(st.st_mtime_ns):
+            if len(self._meta_cache) > 100_000:
+                self._meta_cache.clear()
+            self._meta_cache[path] = (key, meta)
         return meta
 
     def _brain_ids(self, user_id: str) -> list[str]:
@@ -318,7 +340,8 @@ class LocalBackend:
             names = [name for name in os.listdir(user_dir) if _SAFE_ID.match(name)]
         except FileNotFoundError:
             return []
-        self._list_cache[user_id] = (mtime, names)
+        if settled(mtime):
+            self._list_cache[user_id] = (mtime, names)
         return names
 
     def list_brains(self, user_id: str) -> list[BrainMeta]:

@@ -261,3 +261,19 @@ def test_meta_cache_sees_other_process_commits(tmp_path: Path) -> None:
     assert [m.id for m in other.list_brains(USER)] == [brain.id]
     service.create(USER, "second")
     assert len(other.list_brains(USER)) == 2
+
+
+def test_recently_written_meta_is_not_cached(tmp_path: Path) -> None:
+    # Same inode, mtime and size but different content (what inode reuse within one
+    # timestamp tick looks like): a just-written file must be read again.
+    service = make_service(tmp_path)
+    brain = service.create(USER, "aaaa")
+    path = service.backend.brain_dir(USER, brain.id) / "meta.json"
+    st = path.stat()
+    now = __import__("time").time_ns()
+    os.utime(path, ns=(now, now))
+    assert service.backend.read_meta(USER, brain.id).name == "aaaa"
+    path.write_bytes(path.read_bytes().replace(b'"aaaa"', b'"bbbb"'))
+    os.utime(path, ns=(now, now))
+    assert path.stat().st_ino == st.st_ino
+    assert service.backend.read_meta(USER, brain.id).name == "bbbb"
