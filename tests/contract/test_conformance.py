@@ -71,3 +71,13 @@ def test_check_cli_rejects_unknown_ids(store: tuple[Store, str, str]) -> None:
     done = _check_cli("--url", running.url, "--token", token1, "--only", "no.such.check")
     assert done.returncode == 2
     assert "unknown check id" in done.stderr
+
+
+def test_every_check_passes_encrypted_with_two_workers(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Same suite with encryption at rest and two worker processes: clients see no difference."""
+    env = {"STORE_ENCRYPTION_KEY": "11" * 32}
+    with running_store(tmp_path_factory.mktemp("conformance-sealed") / "data", env=env, workers=2) as running:
+        token1 = running.add_user("carol", email="carol@example.test")
+        token2 = running.add_user("dave")
+        results = run_suite(SuiteConfig(url=running.url, token=token1, token2=token2))
+    assert [r.id for r in results if r.status != "pass"] == [], format_table(results)
