@@ -39,6 +39,9 @@ _ZERO_BLOCK = bytes(BLOCK)
 _IN_SLICE = 16 * 1024
 # Most bytes one inflate step may produce; the whole decompression buffer budget.
 _OUT_STEP = 64 * 1024
+# gzip members allowed before each must carry, on average, _MIN_MEMBER_CONTENT bytes.
+_FREE_MEMBERS = 64
+_MIN_MEMBER_CONTENT = 4096
 # Metadata headers (pax ``x``, GNU ``L``/``K``) allowed in a row before a real entry.
 _MAX_META_CHAIN = 8
 
@@ -120,6 +123,7 @@ class ArchiveInspector:
         self._gz_state = _GZ_START
         self._held = b""  # at most one byte, while deciding what follows a gzip member
         self._compressed = 0
+        self._members = 0
         self._inflated = 0
         self._failed: ArchiveRejected | None = None
         self._done = False
@@ -173,21 +177,27 @@ class ArchiveInspector:
                 continue
             piece = self._inflate(piece)
 
-    def _start_member(self, piece: bytes | memoryview) -> bytes:
+    def _start_member(self, piece: bytes | memoryview) -> bytes | memoryview:
         """Decide whether ``piece`` begins a gzip member (or, after one, zero padding)."""
-        data = self._held + bytes(piece)
+        data = self._held + bytes(piece) if self._held else piece  # no copy in the usual case
         self._held = b""
         if self._gz_state == _GZ_BETWEEN and data[0] == 0:
             # gzip(1) itself ignores zero bytes after the last member (tape padding).
             self._gz_state = _GZ_PADDING
             return data
         if len(data) < 2:
-            self._held = data
+            self._held = bytes(data)
             return b""
-        if data[:2] != b"\x1f\x8b":
+        if bytes(data[:2]) != b"\x1f\x8b":
             if self._gz_state == _GZ_START:
                 raise ArchiveRejected("the upload is not gzip-compressed (expected a .tar.gz archive)", reason="not-gzip")
             raise ArchiveRejected("unexpected data after the end of the gzip stream", reason="gzip")
+        # Each member costs a fresh decompressor and a copy of the rest of the input
+        # slice: tiny members would multiply the work per uploaded byte. Real multi-member
+        # files (bgzip, pigz --independent) carry tens of KiB per member.
+        self._members += 1
+        if self._members > _FREE_MEMBERS and self._members * _MIN_MEMBER_CONTENT > self._inflated:
+            raise ArchiveRejected("the gzip stream has too many tiny members", reason="gzip")
         self._gz = zlib.decompressobj(wbits=31)
         self._gz_state = _GZ_MEMBER
         return data

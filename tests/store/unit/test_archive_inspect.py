@@ -123,6 +123,21 @@ def test_multi_member_gzip_is_accepted() -> None:
     assert inspect_bytes(data).file_count == 2
 
 
+def test_bgzip_style_blocks_are_accepted() -> None:
+    tar = member(b"a.bin", os.urandom(3 << 20)) + member(b"b.md", b"b") + END
+    blocks = b"".join(gz(tar[i : i + 65280]) for i in range(0, len(tar), 65280)) + gz(b"")  # EOF block
+    assert inspect_bytes(blocks).file_count == 2
+
+
+def test_many_tiny_gzip_members_are_refused_cheaply() -> None:
+    # 200,000 empty members: each would cost a decompressor and a copy of the input.
+    data = gz(END) + gz(b"") * 200_000
+    error = rejected([data[i : i + 65536] for i in range(0, len(data), 65536)])
+    assert error.reason == "gzip" and "members" in error.message
+    one_byte_members = b"".join(gz(bytes([b])) for b in (SIMPLE + END))
+    assert rejected(one_byte_members).reason == "gzip"
+
+
 def test_zero_padding_after_gzip_stream_is_fine() -> None:
     assert inspect_bytes(gz(SIMPLE + END) + bytes(4096)).file_count == 2
 
