@@ -10,8 +10,8 @@ from litestar import Request, put, route
 from litestar.types import ASGIApp
 
 from store.archive.inspect import InspectLimits
-from store.context import AppContext
 from store.conditional import Preconditions, etag, parse_tag_list
+from store.context import AppContext
 from store.errors import ServiceError
 from store.http import GZIP_TYPE, ChunksResponse, FileResponse, RawResponse, json_response
 from store.routes.common import ctx, header, query_flag

@@ -268,3 +268,34 @@ def test_rekey_cli_rolls_keys_under_a_running_store(tmp_path: Path) -> None:
         versions = client.get(f"/api/brains/{bid}/versions").json()["versions"]
         got = [client.get(f"/api/brains/{bid}/sync", params={"version": v["version"]}).content for v in versions]
         assert got == archives[:-1][::-1]
+
+
+def test_quota_two_brains_concurrently_with_workers(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    token = add_user(data, "alice")
+    env = {"STORE_MAX_USER_MB": "1", "STORE_RATE_LIMITS": "on", "STORE_RATE_UPLOADS_PER_MIN": "6"}
+    with start_store(tmp_path, data=data, workers=2, env=env) as store:
+        client = store.client(token)
+        b1 = _first_brain(client)
+        b2 = client.post("/api/brains", json={"name": "two"}).json()["id"]
+        a1 = make_archive({"x.bin": os.urandom(600 * 1024)})
+        a2 = make_archive({"y.bin": os.urandom(600 * 1024)})
+
+        def push(args: tuple[str, bytes]) -> int:
+            with store.client(token) as c:
+                return upload(c, *args).status_code
+
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            statuses = sorted(pool.map(push, [(b1, a1), (b2, a2)]))
+        assert statuses == [200, 413]
+        assert client.get("/auth/me").json()["storage_used"] <= 1024 * 1024
+        # snapshots count: replacing the stored 600 KiB archive would keep it as a snapshot
+        winner = b1 if client.get(f"/api/brains/{b1}").json()["checksum"] else b2
+        r = upload(client, winner, make_archive({"z.bin": os.urandom(600 * 1024)}))
+        assert r.status_code == 413 and "quota" in r.json()["error"]
+        # upload rate limit (per worker process): the budget of 6/min runs out
+        codes = [upload(client, winner, make_archive(brain_files(1, str(i)))).status_code for i in range(14)]
+        assert 429 in codes
+        r429 = next(r for r in (upload(client, winner, make_archive(brain_files(1))) for _ in range(20))
+                    if r.status_code == 429)
+        assert int(r429.headers["retry-after"]) >= 1
