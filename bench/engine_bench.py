@@ -5,7 +5,7 @@ Builds brains of 1,000 and 10,000 memories with our own memorize (the write
 operations in ``connector.engine.ops``), with ``search-index.json`` kept up to date
 as the command line keeps it, then measures in process:
 
-* recall latency p50/p95, query mode (random 1-3 word queries) and context mode
+* recall latency p50/p95, query mode (1-4 word queries drawn from the corpus's Zipf-like word distribution) and context mode
   (varying project/topics/task), on the prepared index (built once per archive
   checksum, as the connector does);
 * the cold path: load the archive + build the index + one recall, with the stored
@@ -29,6 +29,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import itertools
 import random
 import statistics
 import subprocess
@@ -62,33 +63,60 @@ WORDS = (
     "garden recipe dinner holiday flight hotel museum concert podcast novel chapter habit morning "
     "review release branch commit merge conflict refactor benchmark profile memory leak thread lock"
 ).split()
-RARE = [f"{a}{b}" for a in ("zor", "vel", "kin", "tam", "ria", "pol") for b in range(120)]
-TAGS = WORDS[:60] + [f"topic{i}" for i in range(140)]
+SYLLABLES = ["ka", "lo", "mi", "ren", "to", "sa", "vel", "dor", "pi", "an", "qu", "ex", "ul", "fi", "zor", "ben"]
+
+
+def vocabulary(size: int = 8000) -> list[str]:
+    """Real words first, then pronounceable made-up ones: a large vocabulary like real notes."""
+    words = list(WORDS)
+    rnd = random.Random(42)
+    seen = set(words)
+    while len(words) < size:
+        word = "".join(rnd.choice(SYLLABLES) for _ in range(rnd.randint(2, 4)))
+        if word not in seen:
+            seen.add(word)
+            words.append(word)
+    rnd.shuffle(words)
+    return words
+
+
+VOCABULARY = vocabulary()
+# Zipf-like word frequencies ((rank + 30) ** -1.07: natural text once stopwords are gone): a few words are
+# everywhere, most are rare; queries are drawn from the same distribution.
+ZIPF = list(itertools.accumulate(1 / ((rank + 30) ** 1.07) for rank in range(1, len(VOCABULARY) + 1)))
+TAGS = [f"{word}" for word in VOCABULARY[:150]] + [f"topic-{i}" for i in range(150)]
+TAG_WEIGHTS = list(itertools.accumulate(1 / (rank**0.9) for rank in range(1, len(TAGS) + 1)))
+
+
+def words(rnd: random.Random, count: int) -> list[str]:
+    return rnd.choices(VOCABULARY, cum_weights=ZIPF, k=count)
 
 
 def memory_payload(rnd: random.Random, number: int) -> dict:
     """One memory in the command line's memorize JSON shape."""
-    title_words = rnd.sample(WORDS, rnd.randint(2, 4))
-    sentences = []
-    for _ in range(rnd.randint(3, 6)):
-        words = rnd.sample(WORDS, rnd.randint(4, 9)) + [rnd.choice(RARE)]
-        sentences.append(" ".join(words).capitalize() + ".")
+    sentences = [" ".join(words(rnd, rnd.randint(5, 12))).capitalize() + "." for _ in range(rnd.randint(2, 6))]
+    tags = list(dict.fromkeys(rnd.choices(TAGS, cum_weights=TAG_WEIGHTS, k=rnd.randint(1, 4))))
     return {
-        "title": " ".join(title_words).capitalize() + f" {number}",
+        "title": " ".join(words(rnd, rnd.randint(2, 5))).capitalize() + f" {number}",
         "type": rnd.choice(TYPES),
         "cognitive_type": rnd.choice(["semantic", "episodic", "procedural"]),
         "content": " ".join(sentences),
-        "path": f"{rnd.choice(AREAS)}/{rnd.choice(WORDS)}",
-        "tags": rnd.sample(TAGS, rnd.randint(1, 4)),
+        "path": f"{rnd.choice(AREAS)}/{rnd.choice(VOCABULARY[:40])}",
+        "tags": tags,
         "salience": round(rnd.uniform(0.2, 1.0), 2),
         "confidence": round(rnd.uniform(0.3, 1.0), 2),
         "encoding_context": {
             "project": rnd.choice(PROJECTS),
-            "topics": rnd.sample(TAGS[:40], rnd.randint(0, 3)),
+            "topics": list(dict.fromkeys(rnd.choices(TAGS[:40], k=rnd.randint(0, 3)))),
             "task_type": rnd.choice(TASKS),
             "agent": "bench",
         },
     }
+
+
+def query_text(rnd: random.Random) -> str:
+    """A 1-4 word query drawn from the corpus's own word distribution."""
+    return " ".join(words(rnd, rnd.randint(1, 4)))
 
 
 def build_brain(size: int, seed: int, start: datetime) -> tuple[Brain, float]:
@@ -151,7 +179,7 @@ def bench_size(size: int, queries: int, cli_runs: int, now: datetime) -> None:
 
     index = BrainIndex.build(loaded)
     rnd = random.Random(7)
-    texts = [" ".join(rnd.sample(WORDS + RARE[:50], rnd.randint(1, 3))) for _ in range(queries)]
+    texts = [query_text(rnd) for _ in range(queries)]
     position = iter(range(10**9))
 
     def query_once() -> None:
