@@ -100,3 +100,62 @@ def test_served_document_equals_the_file(store: Store) -> None:
 def test_framework_schema_endpoints_are_off(store: Store) -> None:
     for path in ("/schema", "/schema/openapi.json", "/schema/openapi.yaml", "/schema/swagger"):
         assert httpx.get(store.url + path, timeout=10).status_code in (401, 404), path
+
+
+# --- responses match the documented schemas (undocumented members fail too) -----------------
+
+STRICT_SCHEMAS = ("Brain", "UploadResult", "Version", "VersionList", "Health", "Me", "RestoreResult")
+
+
+def _strict_components(document: dict) -> dict:
+    """Components where our own objects allow no undocumented members (so drift shows)."""
+    import copy
+
+    components = copy.deepcopy(document["components"])
+
+    def close(schema: dict) -> None:
+        if schema.get("type") == "object" and "properties" in schema:
+            schema["additionalProperties"] = False
+            for sub in schema["properties"].values():
+                if isinstance(sub, dict):
+                    close(sub)
+
+    for name in STRICT_SCHEMAS:
+        close(components["schemas"][name])
+    return components
+
+
+def _validator(document: dict, schema_name: str):  # type: ignore[no-untyped-def]
+    from openapi_schema_validator import OAS31Validator
+
+    return OAS31Validator({"$ref": f"#/components/schemas/{schema_name}", "components": _strict_components(document)})
+
+
+def test_responses_match_documented_schemas(store: Store) -> None:
+    from contract.conformance.archives import brain_archive
+
+    document = _document()
+    token = store.add_user("schema-checker", email="s@example.test")
+    http = httpx.Client(base_url=store.url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    with http:
+        seen = {
+            "Health": http.get("/health").json(),
+            "Me": http.get("/auth/me").json(),
+        }
+        brain = http.post("/api/brains", json={"name": "schema"}).json()
+        seen["Brain"] = brain
+        first = http.put(f"/api/brains/{brain['id']}/sync", files={"brain": ("b", brain_archive("s1"), "application/gzip")})
+        http.put(f"/api/brains/{brain['id']}/sync", files={"brain": ("b", brain_archive("s2"), "application/gzip")})
+        seen["UploadResult"] = first.json()
+        seen["VersionList"] = http.get(f"/api/brains/{brain['id']}/versions").json()
+        name = seen["VersionList"]["versions"][0]["version"]
+        seen["RestoreResult"] = http.post(f"/api/brains/{brain['id']}/versions/{name}/restore").json()
+        listing = http.get("/api/brains").json()
+        stale = http.put(f"/api/brains/{brain['id']}/sync", headers={"If-Match": '"' + "0" * 64 + '"'}, files={"brain": ("b", brain_archive("s3"), "application/gzip")})
+        seen["PreconditionError"] = stale.json()
+        seen["Error"] = http.get("/api/brains/00000000-0000-0000-0000-000000000000").json()
+    for schema_name, body in seen.items():
+        errors = [e.message for e in _validator(document, schema_name).iter_errors(body)]
+        assert errors == [], f"{schema_name}: {errors} in {body}"
+    for record in listing:
+        assert [e.message for e in _validator(document, "Brain").iter_errors(record)] == []
