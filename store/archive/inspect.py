@@ -262,6 +262,7 @@ class _TarParser:
         self._next_size: int | None = None  # from pax "size"
         self.file_count = 0
         self.entries = 0
+        self._headers = 0
 
     def feed(self, data: bytes) -> None:
         view = memoryview(data)
@@ -331,6 +332,11 @@ class _TarParser:
 
     def _on_header(self, block: bytes) -> None:
         first = self.entries == 0 and self._meta_chain == 0
+        # Extended and global headers cost as much as entries but are not entries:
+        # bound them too, so CPU per upload stays proportional to max_entries.
+        self._headers += 1
+        if self._headers > 2 * self._limits.max_entries + 64:
+            raise ArchiveRejected("the archive has too many tar headers", reason="limit")
         stored = _octal(block[148:156])
         if stored < 0 or not _checksum_ok(block, stored):
             if first:

@@ -378,6 +378,14 @@ def test_entry_limit_is_exact() -> None:
     assert rejected(many_entries_gz(1001), InspectLimits(max_entries=1000)).reason == "limit"
 
 
+def test_global_headers_are_bounded_too() -> None:
+    limits = InspectLimits(max_entries=10)
+    many = pax({b"comment": b"c"}, typeflag=b"g") * 100 + member(b"a.md") + END
+    assert rejected(gz(many), limits).reason == "limit"
+    few = pax({b"comment": b"c"}, typeflag=b"g") * 20 + member(b"a.md") + END
+    assert inspect_bytes(gz(few), limits).file_count == 1
+
+
 def test_header_limit_is_inclusive() -> None:
     records = {b"path": b"p" * 900, b"comment": b"c" * 3000}
     tar = pax(records) + member(b"ignored.md", b"x") + END
