@@ -8,12 +8,13 @@ when there is none) and returns an ``OAuthMount`` the app mounts: its
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, unquote
 
 from litestar import Request, Response, get, post
 from litestar.enums import MediaType
@@ -158,6 +159,29 @@ async def _form(request: Request[Any, Any, Any]) -> dict[str, list[str]] | None:
         return None
 
 
+def _with_basic_client_id(request: Request[Any, Any, Any], form: dict[str, list[str]]) -> dict[str, list[str]] | None:
+    """Public clients may name themselves in HTTP Basic (empty secret) instead of the form.
+
+    The secret is ignored (clients here have none); a Basic client id that
+    contradicts the form's makes the request invalid (None).
+    """
+    header = request.headers.get("authorization", "")
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() != "basic" or not value.strip():
+        return form
+    try:
+        decoded = base64.b64decode(value.strip(), validate=True).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        return None
+    client_id = unquote(decoded.partition(":")[0])
+    if not client_id:
+        return form
+    named = form.get("client_id")
+    if named and named != [client_id]:
+        return None
+    return {**form, "client_id": [client_id]}
+
+
 def _query(request: Request[Any, Any, Any]) -> dict[str, list[str]]:
     raw = request.scope.get("query_string", b"").decode("latin-1")
     try:
@@ -269,10 +293,12 @@ def oauth_route_handlers(server: AuthorizationServer, settings: Any, *, dev: boo
         if (blocked := limited("token", request)) is not None:
             return blocked
         form = await _form(request)
+        if form is not None:
+            form = _with_basic_client_id(request, form)
         if form is None:
             return _json(
                 400,
-                {"error": "invalid_request", "error_description": "send application/x-www-form-urlencoded"},
+                {"error": "invalid_request", "error_description": "send application/x-www-form-urlencoded with one client_id"},
                 {"Cache-Control": "no-store", **_CORS},
             )
         return _to_response(await server.token(form), cors=True)
@@ -282,6 +308,8 @@ def oauth_route_handlers(server: AuthorizationServer, settings: Any, *, dev: boo
         if (blocked := limited("token", request)) is not None:
             return blocked
         form = await _form(request)
+        if form is not None:
+            form = _with_basic_client_id(request, form)
         if form is None:
             return _json(400, {"error": "invalid_request", "error_description": "expected a form"}, _CORS)
         return _to_response(await server.revoke(form), cors=True)

@@ -147,3 +147,19 @@ def test_removed_store_user_at_refresh_refused(attacker: Attacker) -> None:
                                                   "refresh_token": tokens["refresh_token"]})
     assert response.status_code == 400 and response.json()["error"] == "invalid_grant"
     assert attacker.mount.verify_access(tokens["access_token"], BASE) is None
+
+
+def test_client_id_in_http_basic_is_accepted_and_must_agree(attacker: Attacker) -> None:
+    import base64
+
+    code = attacker.code()
+    basic = "Basic " + base64.b64encode(f"{attacker.client_id}:".encode()).decode()
+    form = {"grant_type": "authorization_code", "code": code, "redirect_uri": REDIRECT,
+            "code_verifier": attacker.verifier, "resource": RESOURCE}
+    ok = attacker.http.post("/token", data=form, headers={"Authorization": basic})
+    assert ok.status_code == 200, ok.text
+    other = "Basic " + base64.b64encode(b"someone-else:").decode()
+    clash = attacker.http.post("/token", data={"grant_type": "refresh_token", "client_id": attacker.client_id,
+                                               "refresh_token": ok.json()["refresh_token"]},
+                               headers={"Authorization": other})
+    assert clash.status_code == 400
