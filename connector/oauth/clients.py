@@ -12,6 +12,7 @@ import asyncio
 import ipaddress
 import json
 import secrets
+import socket
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -211,7 +212,22 @@ class MetadataDocumentFetcher:
                 self._locks.pop(old, None)
         return record
 
+    async def _resolves_publicly(self, client_id: str) -> bool:
+        """True when every address the host resolves to is public (no fetches into our network)."""
+        host = urlsplit(client_id).hostname or ""
+        try:
+            async with asyncio.timeout(CIMD_TIMEOUT_S):
+                infos = await asyncio.get_running_loop().getaddrinfo(host, 443, type=socket.SOCK_STREAM)
+        except (OSError, TimeoutError):
+            return False
+        addresses = {info[4][0] for info in infos}
+        return bool(addresses) and not any(_is_private_host(address) for address in addresses)
+
     async def _download(self, client_id: str) -> ClientRecord | None:
+        # A check before connecting, not a guarantee against DNS rebinding; the document is
+        # also size- and time-bounded and only ever parsed as JSON.
+        if not self._allow_http_loopback and not await self._resolves_publicly(client_id):
+            return None
         client = self._client or httpx.AsyncClient(timeout=CIMD_TIMEOUT_S, follow_redirects=False)
         try:
             async with asyncio.timeout(CIMD_TIMEOUT_S):

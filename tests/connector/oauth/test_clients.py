@@ -226,3 +226,10 @@ async def test_redirect_error_goes_to_metadata_document_redirect(world: World, d
 
     reply = await world.server.authorize(Flow(client_id).authorize_params(resource="x"), BASE)
     assert query_of(reply.location)["error"] == "invalid_target"  # type: ignore[union-attr]
+
+
+@pytest.mark.anyio
+async def test_names_resolving_to_internal_addresses_are_not_fetched() -> None:
+    strict = MetadataDocumentFetcher()
+    assert await strict._resolves_publicly("https://localhost/client.json") is False  # type: ignore[attr-defined]
+    assert await strict._resolves_publicly("https://name.invalid/client.json") is False  # type: ignore[attr-defined]
