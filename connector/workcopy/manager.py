@@ -250,6 +250,8 @@ class WorkingCopyManager:
         except StoreUnreachable:
             if state.brains is None:
                 raise
+            # Keep serving the last known list; look again in a few seconds, not on every call.
+            state.brains_at = self._mono() - self.tuning.brains_ttl_s + min(5.0, self.tuning.brains_ttl_s)
             log.warning("store unreachable while listing brains; using the last known list")
         return state.brains
 
@@ -351,6 +353,8 @@ class WorkingCopyManager:
                 raise BrainUnavailable(
                     "The store cannot be reached right now, so the brain could not be loaded. Try again shortly."
                 ) from None
+            # Serve the copy held; the next check waits for the TTL again instead of every call.
+            copy.checked_at = self._mono()
             log.warning("store unreachable on freshness check; serving the copy held")
         except StoreUnauthorized:
             raise BrainUnavailable(

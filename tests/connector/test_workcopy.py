@@ -91,16 +91,22 @@ def test_freshness_after_ttl_shows_a_direct_push(store: RunningStore) -> None:
     brain_id = brains_of(store.url, user.token)[0]["id"]
     direct_memorize(store.url, user.token, brain_id, "Lunch is at noon on Fridays")
 
+    clock = [1000.0]
+
     async def scenario() -> None:
-        manager = manager_for(store, repull_ttl_s=0.5)
+        # A controlled monotonic clock: the test decides when the TTL has passed, not the machine's load.
+        manager = WorkingCopyManager(
+            StoreClient(store.url), tuning=ManagerTuning(repull_ttl_s=120.0), monotonic=lambda: clock[0]
+        )
         tools = BrainTools(manager)
         caller = Caller(account_for(user), ALL)
         found = await tools.call("brain_recall", {"query": "kubernetes cluster upgrade"}, caller)
         assert found.structured_content["count"] == 0
         new_id = direct_memorize(store.url, user.token, brain_id, "The kubernetes cluster upgrade is planned for March")
+        clock[0] += 119.0
         within_ttl = await tools.call("brain_recall", {"query": "kubernetes cluster upgrade"}, caller)
         assert within_ttl.structured_content["count"] == 0
-        await asyncio.sleep(0.6)
+        clock[0] += 2.0
         after_ttl = await tools.call("brain_recall", {"query": "kubernetes cluster upgrade"}, caller)
         assert after_ttl.structured_content["results"][0]["id"] == new_id
         await manager.close()
