@@ -269,28 +269,30 @@ def test_failing_issuer_is_not_hammered(issuer: IssuerClient, behaviour: dict[st
 
 
 def test_hanging_issuer_times_out_and_is_not_asked_again(issuer: IssuerClient) -> None:
-    issuer.behave(hang=True, hang_seconds=5)
-    verifier = verifier_for(issuer, fetch_timeout=0.5)
+    issuer.behave(hang=True, hang_seconds=10)
+    verifier = verifier_for(issuer, fetch_timeout=1.0)
     token = issuer.mint(sub="h")
     started = time.monotonic()
     with pytest.raises(OidcUnavailable):
         run(verifier.authenticate(token))
-    assert time.monotonic() - started < 3
+    assert time.monotonic() - started < 4  # the deadline, plus slack for a loaded machine
     started = time.monotonic()
     for _ in range(10):
         with pytest.raises(OidcUnavailable):
             run(verifier.authenticate(token))
-    assert time.monotonic() - started < 1
+    # Waiting for the issuer again would take at least 10 x 1 s; remembering the failure takes none.
+    assert time.monotonic() - started < 5
     assert issuer.total_requests() == 1
 
 
-def test_slow_drip_is_cut_by_the_total_timeout(issuer: IssuerClient) -> None:
-    issuer.behave(delay=2.0)
+@pytest.mark.parametrize("behaviour", [{"delay": 8.0}, {"drip": 0.2}])
+def test_slow_answers_are_cut_by_the_total_timeout(issuer: IssuerClient, behaviour: dict[str, float]) -> None:
+    issuer.behave(**behaviour)
     verifier = verifier_for(issuer, fetch_timeout=0.5)
     started = time.monotonic()
     with pytest.raises(OidcUnavailable):
         run(verifier.authenticate(issuer.mint(sub="slow")))
-    assert time.monotonic() - started < 1.5
+    assert time.monotonic() - started < 5
 
 
 def test_failure_is_retried_after_the_failure_window(issuer: IssuerClient) -> None:

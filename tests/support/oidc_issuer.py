@@ -13,7 +13,7 @@ Test controls live under ``/_test/`` (never counted, never affected by failures)
   PEM, the classic confusion attack) or ``ES256-with-rsa-kid`` (EC signature naming
   the RSA key).
 - ``POST /_test/rotate``: ``{"keep_old": false}`` new RSA and EC keys with new ids.
-- ``POST /_test/behaviour``: ``{"status": 500, "delay": 0.5, "hang": false,
+- ``POST /_test/behaviour``: ``{"status": 500, "delay": 0.5, "drip": 0.1, "hang": false,
   "targets": ["discovery", "jwks"], "discovery": {...overrides}, "jwks_padding": 0}``.
 - ``POST /_test/login``: claims used for the next authorizations (``{"deny": true}`` refuses).
 - ``POST /_test/revoke``: every refresh token issued so far stops working.
@@ -201,7 +201,15 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header(name, value)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
-        self.wfile.write(data)
+        drip = getattr(self, "_drip", 0.0)
+        if not drip:
+            self.wfile.write(data)
+            return
+        # A slow drip: each piece arrives well within a read timeout, the whole takes long.
+        for start in range(0, len(data), 64):
+            self.wfile.write(data[start:start + 64])
+            self.wfile.flush()
+            time.sleep(drip)
 
     def _body(self) -> bytes:
         length = int(self.headers.get("Content-Length") or 0)
@@ -221,6 +229,7 @@ class Handler(BaseHTTPRequestHandler):
             return True
         if behaviour.get("delay"):
             time.sleep(float(behaviour["delay"]))
+        self._drip = float(behaviour.get("drip") or 0.0)
         status = behaviour.get("status")
         if status:
             self._send(int(status), {"error": "server_error"})
@@ -440,7 +449,7 @@ class IssuerClient:
         return list(self._post("rotate", {"keep_old": keep_old})["kids"])
 
     def behave(self, **behaviour: Any) -> None:
-        """Set failure behaviour (status, delay, hang, targets, discovery, jwks_padding)."""
+        """Set failure behaviour (status, delay, drip, hang, hang_seconds, targets, discovery, jwks_padding)."""
         self._post("behaviour", behaviour)
 
     def login_as(self, **claims: Any) -> None:
