@@ -233,12 +233,12 @@ def test_issuer_down(own_issuer: IssuerClient, tmp_path: Path, outage: str) -> N
             own_issuer.stop()
         started = time.monotonic()
         assert get(running, "/auth/me", tokens[0]).status_code == 401
-        assert time.monotonic() - started < 8  # bounded by the store's fetch timeout
+        assert time.monotonic() - started < 10  # bounded by the store's 5 s fetch deadline
         for token in tokens[1:]:
             started = time.monotonic()
             assert get(running, "/auth/me", token).status_code == 401
             # The failure is remembered: no fetch and no wait for the issuer per request.
-            assert time.monotonic() - started < 2
+            assert time.monotonic() - started < 4  # below the 5 s fetch deadline a retry would cost
         assert get(running, "/auth/me", static).status_code == 200
         if outage != "stopped":
             assert own_issuer.total_requests() <= 1
