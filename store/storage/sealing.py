@@ -133,7 +133,7 @@ class SealWriter:
         self._index = 0
         self._closed = False
         self.bytes_written = 0
-        out.write(self._header)
+        _write_all(out, self._header)
         self.bytes_written += HEADER_SIZE
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
@@ -167,7 +167,7 @@ class SealWriter:
             raise ValueError("plaintext too large for the sealed format")
         nonce = _nonce(self._prefix, self._index, final)
         sealed = self._aead.encrypt(nonce, plain, _final_aad(self._aad, checksum) if final else self._aad)
-        self._out.write(sealed)
+        _write_all(self._out, sealed)
         self.bytes_written += len(sealed)
         self._index += 1
 
@@ -268,6 +268,19 @@ def reseal(
         writer.close(checksum)
         written = writer.bytes_written
     return written
+
+
+def _write_all(out: BinaryIO, data: bytes) -> None:
+    # A raw (unbuffered) file may write less than asked; buffered ones write everything.
+    written = out.write(data)
+    if written is None or written >= len(data):
+        return
+    view = memoryview(data)
+    while written < len(data):
+        step = out.write(view[written:])
+        if not step:
+            raise OSError("short write while sealing")
+        written += step
 
 
 def _chain_head(head: bytes, src: BinaryIO, size: int) -> Iterator[bytes]:

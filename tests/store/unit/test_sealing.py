@@ -336,6 +336,30 @@ def test_reseal_refuses_wrong_checksum_and_sealed_source_without_key() -> None:
         reseal(io.BytesIO(SEALED), io.BytesIO(), old_key=key, new_key=key, user_id=USER, brain_id="other", checksum=SUM)
 
 
+class _Trickle(io.RawIOBase):
+    """A raw file that accepts at most 1000 bytes per write."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b) -> int:  # type: ignore[no-untyped-def, override]
+        piece = bytes(b[:1000])
+        self.data += piece
+        return len(piece)
+
+
+def test_short_writes_are_completed() -> None:
+    out = _Trickle()
+    writer = SealWriter(out, derive_user_key(MASTER, USER), USER, BRAIN, chunk_size=SMALL)  # type: ignore[arg-type]
+    writer.write(DATA)
+    writer.close(SUM)
+    assert writer.bytes_written == len(out.data) == len(SEALED)
+    assert unseal(bytes(out.data), checksum=SUM) == DATA
+
+
 def test_writer_misuse() -> None:
     writer = SealWriter(io.BytesIO(), derive_user_key(MASTER, USER), USER, BRAIN)
     writer.close(SUM)
