@@ -6,13 +6,14 @@ import asyncio
 import base64
 import hashlib
 import secrets
+from pathlib import Path
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx
 import pytest
 
 from store.auth.oidc import OidcConfig, OidcRejected, OidcVerifier
-from tests.support.oidc_issuer import IssuerClient
+from tests.support.oidc_issuer import IssuerClient, start_issuer
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -92,3 +93,21 @@ def test_authorize_refusals(issuer: IssuerClient) -> None:
     issuer.login_as(deny=True)
     assert authorize(issuer, state="s", code_challenge=challenge, code_challenge_method="S256")["error"] == \
         "access_denied"
+
+
+def test_confidential_client_must_authenticate(tmp_path: Path) -> None:
+    with start_issuer(tmp_path, client_secret="s3cret") as issuer:
+        for auth in ("none", "post", "basic", "wrong"):
+            verifier, challenge = pkce()
+            answer = authorize(issuer, state="s", nonce="n", code_challenge=challenge, code_challenge_method="S256")
+            form = {"grant_type": "authorization_code", "code": answer["code"], "redirect_uri": REDIRECT,
+                    "client_id": issuer.audience, "code_verifier": verifier}
+            headers = {}
+            if auth == "post":
+                form["client_secret"] = "s3cret"
+            elif auth == "wrong":
+                form["client_secret"] = "guess"
+            elif auth == "basic":
+                headers["Authorization"] = "Basic " + base64.b64encode(f"{issuer.audience}:s3cret".encode()).decode()
+            response = httpx.post(f"{issuer.issuer}/token", data=form, headers=headers, timeout=10)
+            assert response.status_code == (200 if auth in ("post", "basic") else 401), (auth, response.text)

@@ -36,7 +36,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlencode, urlsplit
+from urllib.parse import parse_qs, unquote_plus, urlencode, urlsplit
 
 import jwt
 from cryptography.hazmat.primitives import serialization
@@ -90,6 +90,7 @@ class IssuerState:
 
     issuer: str
     audience: str
+    client_secret: str = ""  # when set, the token endpoint requires it (post or basic)
     lock: threading.Lock = field(default_factory=threading.Lock)
     generation: int = 1
     rsa: SigningKey | None = None
@@ -348,10 +349,26 @@ class Handler(BaseHTTPRequestHandler):
         separator = "&" if "?" in redirect_uri else "?"
         self._send(302, None, {"Location": redirect_uri + separator + urlencode(params)})
 
+    def _client_authenticated(self, form: dict[str, str], secret: str) -> bool:
+        """client_secret_post, or client_secret_basic (form-urlencoded id:secret in Basic)."""
+        given = form.get("client_secret")
+        authorization = self.headers.get("Authorization", "")
+        if authorization.lower().startswith("basic "):
+            try:
+                decoded = base64.b64decode(authorization[6:]).decode()
+            except ValueError:
+                return False
+            client_id, _, given = decoded.partition(":")
+            form.setdefault("client_id", unquote_plus(client_id))
+            given = unquote_plus(given)
+        return given is not None and hmac.compare_digest(given.encode(), secret.encode())
+
     def _token(self, body: bytes) -> None:
         state = self.server.state
         form = {name: values[0] for name, values in parse_qs(body.decode("utf-8", "replace")).items()}
         grant = form.get("grant_type")
+        if state.client_secret and not self._client_authenticated(form, state.client_secret):
+            return self._send(401, {"error": "invalid_client"})
         with state.lock:
             if grant == "authorization_code":
                 pending = state.codes.pop(form.get("code", ""), None)
@@ -395,9 +412,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--path", default="", help="path part of the issuer URL, e.g. /realms/test")
     parser.add_argument("--audience", default="brain-store")
+    parser.add_argument("--client-secret", default="", help="require this client secret at the token endpoint")
     args = parser.parse_args(argv)
     server = IssuerServer(("127.0.0.1", args.port), Handler)
-    server.state = IssuerState(issuer=f"http://127.0.0.1:{args.port}{args.path.rstrip('/')}", audience=args.audience)
+    server.state = IssuerState(issuer=f"http://127.0.0.1:{args.port}{args.path.rstrip('/')}", audience=args.audience,
+                               client_secret=args.client_secret)
     print(f"oidc issuer listening on http://127.0.0.1:{args.port} issuer={server.state.issuer}", flush=True)
     try:
         server.serve_forever(poll_interval=0.2)
@@ -477,7 +496,7 @@ class IssuerClient:
         return sum(self.counts().values())
 
 
-def start_issuer(tmp_dir: Any, *, path: str = "", audience: str = "brain-store") -> Any:
+def start_issuer(tmp_dir: Any, *, path: str = "", audience: str = "brain-store", client_secret: str = "") -> Any:
     """Context manager: run the issuer as a process on a free port, yield an IssuerClient."""
     from contextlib import contextmanager
     from pathlib import Path
@@ -488,7 +507,7 @@ def start_issuer(tmp_dir: Any, *, path: str = "", audience: str = "brain-store")
     def running() -> Any:
         port = free_port()
         argv = [sys.executable, "-m", "tests.support.oidc_issuer", "--port", str(port), "--path", path,
-                "--audience", audience]
+                "--audience", audience, "--client-secret", client_secret]
         log_path = Path(tmp_dir) / f"oidc-issuer-{port}.log"
         with run_server(argv, port=port, log_path=log_path, health_path="/_test/health") as server:
             yield IssuerClient(server.base_url, server.base_url + path.rstrip("/"), audience, server)
