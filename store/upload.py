@@ -10,13 +10,18 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import multipart
 
 from store.archive.inspect import ArchiveInspector, ArchiveRejected, InspectLimits
+from store.conditional import Preconditions
 from store.errors import ServiceError
-from store.storage.base import StagedBlob
+from store.storage.base import ArchiveRef, StagedBlob
+from store.storage.local import is_disk_full
+
+if TYPE_CHECKING:
+    from store.service import BrainService
 
 # Room for multipart framing and small extra fields beyond the archive itself.
 BODY_SLACK = 1024 * 1024
@@ -59,7 +64,7 @@ class UploadSink:
         writer: Any | None = None,
         content_length: int = -1,
     ) -> None:
-        self._blob = blob
+        self.blob = blob
         self._writer = writer if writer is not None else blob.file
         self._sealed = writer is not None
         self._max_archive = max_archive
@@ -140,9 +145,33 @@ class UploadSink:
         if self._sealed:
             self._writer.close(checksum)
         return StagedUpload(
-            blob=self._blob,
+            blob=self.blob,
             checksum=checksum,
             size=self._size,
             file_count=summary.file_count,
             sealed=self._sealed,
         )
+
+
+def complete_upload(
+    service: BrainService, sink: UploadSink, tail: bytes, user_id: str, brain_id: str,
+    cond: Preconditions, force: bool,
+) -> ArchiveRef:
+    """Feed the last bytes, validate, fsync and commit (blocking; one worker-thread hop).
+
+    The staged blob is always removed or committed, whatever happens.
+    """
+    blob = sink.blob
+    try:
+        sink.feed(tail)
+        staged = sink.finish()
+        blob.finish()
+    except OSError as exc:
+        blob.discard()
+        if is_disk_full(exc):
+            raise ServiceError(507, "the store is out of disk space; nothing was changed") from None
+        raise
+    except BaseException:
+        blob.discard()
+        raise
+    return service.commit_upload(user_id, brain_id, staged, cond, force)

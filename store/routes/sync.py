@@ -18,11 +18,13 @@ from store.routes.common import ctx, header, query_flag
 from store.service import parse_brain_id
 from store.storage.base import StorageFull
 from store.storage.local import is_disk_full
-from store.upload import BODY_SLACK, UploadSink, multipart_boundary
+from store.upload import BODY_SLACK, UploadSink, complete_upload, multipart_boundary
 
 # After refusing an upload part-way we keep reading (and discarding) at most this much
 # of the body, so ordinary clients get to see the error instead of a reset connection.
 DRAIN_LIMIT = 256 * 1024 * 1024
+# Body bytes collected before one hand-over to a worker thread.
+FEED_BATCH = 512 * 1024
 
 
 def _archive_headers(checksum: str) -> list[tuple[bytes, bytes]]:
@@ -126,8 +128,8 @@ async def upload(request: Request[Any, Any, Any]) -> ASGIApp:
             blob = c.backend.stage(p.user_id, bid)
         except StorageFull:
             raise ServiceError(507, "the store is out of disk space") from None
+        settings = c.settings
         try:
-            settings = c.settings
             writer = c.service.sealer.writer(blob.file, p.user_id, bid) if c.service.sealer else None
             sink = UploadSink(
                 boundary,
@@ -139,17 +141,30 @@ async def upload(request: Request[Any, Any, Any]) -> ASGIApp:
                 writer=writer,
                 content_length=content_length,
             )
-            while True:
+        except BaseException:
+            blob.discard()
+            raise
+        # The body is read on the event loop and handed to a worker thread in batches:
+        # hashing, inflating and writing release the GIL, so concurrent uploads use
+        # every core while the loop keeps serving other requests.
+        pending: list[bytes] = []
+        pending_size = 0
+        try:
+            while not body_done:
                 message = await receive()
                 if message["type"] == "http.disconnect":
                     body_done = True
                     raise ServiceError(400, "client disconnected during upload")
                 body_done = not message.get("more_body", False)
-                sink.feed(message.get("body", b""))
-                if body_done:
-                    break
-            staged = sink.finish()
-            await anyio.to_thread.run_sync(blob.finish)
+                chunk = message.get("body", b"")
+                if chunk:
+                    pending.append(chunk)
+                    pending_size += len(chunk)
+                if pending_size >= FEED_BATCH and not body_done:
+                    data = b"".join(pending)
+                    pending.clear()
+                    pending_size = 0
+                    await anyio.to_thread.run_sync(sink.feed, data)
         except OSError as exc:
             blob.discard()
             if is_disk_full(exc):
@@ -158,7 +173,9 @@ async def upload(request: Request[Any, Any, Any]) -> ASGIApp:
         except BaseException:
             blob.discard()
             raise
-        archive = await anyio.to_thread.run_sync(c.service.commit_upload, p.user_id, bid, staged, cond, force)
+        archive = await anyio.to_thread.run_sync(
+            complete_upload, c.service, sink, b"".join(pending), p.user_id, bid, cond, force
+        )
     except ServiceError as exc:
         if not body_done:
             # unauthenticated callers get little patience; others see their error
