@@ -300,7 +300,8 @@ class Fetcher:
             self._client = httpx.AsyncClient(
                 timeout=httpx.Timeout(self._timeout),
                 follow_redirects=False,
-                headers={"Accept": "application/json"},
+                # identity: the size cap then bounds what is held in memory (no inflating)
+                headers={"Accept": "application/json", "Accept-Encoding": "identity"},
                 transport=self._transport,
             )
         return self._client
