@@ -391,6 +391,10 @@ class _TarParser:
             self.file_count += 1
         elif typeflag != b"5":
             raise ArchiveRejected(f"unsupported tar entry type {_show(typeflag)} (entry {_show(name)})", reason="entry")
+        elif size:
+            # Unpackers disagree on whether a directory's data is skipped (tarfile reads
+            # it as the next headers): bytes hidden there could smuggle entries past us.
+            raise ArchiveRejected(f"a directory entry carries data (entry {_show(name)})", reason="entry")
         _check_name(name)
         self.entries += 1
         if self.entries > self._limits.max_entries:
@@ -480,7 +484,8 @@ def _check_name(name: bytes, *, allow_empty: bool = False) -> None:
         raise ArchiveRejected("a tar entry has an empty name", reason="entry")
     if b"\x00" in name:
         raise ArchiveRejected(f"a tar entry name contains a NUL byte ({_show(name)})", reason="entry")
-    if name.startswith((b"/", b"\\")):
+    # "C:..." is absolute (or drive-relative) where the archive may be unpacked: Windows.
+    if name.startswith((b"/", b"\\")) or (len(name) > 1 and name[1:2] == b":" and name[:1].isalpha()):
         raise ArchiveRejected(f"absolute paths are not allowed (entry {_show(name)})", reason="entry")
     # Backslashes count as separators too: the archive may be unpacked on Windows.
     if b".." in name.replace(b"\\", b"/").split(b"/"):
