@@ -30,7 +30,7 @@ from connector.engine.rules import (
     parse_iso,
     token_estimate,
 )
-from connector.engine.txn import WriteTxn
+from connector.engine.txn import INDEX, WriteTxn
 
 DEFAULT_SALIENCE = 0.5
 DEFAULT_CONFIDENCE = 0.8
@@ -399,6 +399,7 @@ def add_memory(txn: WriteTxn, memory: MemoryInput, memory_id: str, created: str)
     if memory.valid_until:
         optional["valid_until"] = memory.valid_until
     entry.update(optional)
+    txn.note_numbers(INDEX, strength, decay_rate, salience, confidence)
 
     file_fields = {
         "id": memory_id, "type": memory.type, "cognitive_type": memory.cognitive_type,

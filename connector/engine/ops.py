@@ -302,6 +302,7 @@ def archive_memory(txn: WriteTxn, memory_id: str, reason: str) -> dict[str, Any]
         "archived_reason": reason,
     }
     archive["archived_count"] = len(archive["memories"])
+    txn.note_numbers(ARCHIVE_INDEX, entry.get("strength"), entry.get("salience"), entry.get("confidence"))
     txn.mark(ARCHIVE_INDEX)
     txn.remove_entry(memory_id)
     txn.unlink_all(memory_id)

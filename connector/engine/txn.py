@@ -35,24 +35,41 @@ CONFIG = "config.json"
 _MISSING = object()
 
 
-_DECODER = msgspec.json.Decoder()
 _ENCODER = msgspec.json.Encoder()
 
 
-def _parse_json(data: bytes) -> Any:
-    """Parsed JSON, or None when it is not strict JSON (NaN, Infinity, bad UTF-8...)."""
+def maybe_special_float(value: Any) -> bool:
+    """True for a float msgspec might print unlike `dump_json` (integral, or tiny/huge)."""
+    return isinstance(value, float) and (value.is_integer() or abs(value) < 1e-3 or abs(value) >= 1e15)
+
+
+def _parse_json(data: bytes) -> tuple[Any, bool]:
+    """(parsed JSON, whether its floats are all plain), or (None, False) if not strict JSON.
+
+    Strict means what JavaScript's JSON.parse accepts: NaN, Infinity, bad UTF-8 are refused.
+    """
+    plain = True
+
+    def hook(text: str) -> float:
+        nonlocal plain
+        value = float(text)
+        if plain and maybe_special_float(value):
+            plain = False
+        return value
+
     try:
-        return _DECODER.decode(data)
+        return msgspec.json.Decoder(float_hook=hook).decode(data), plain
     except (msgspec.DecodeError, msgspec.ValidationError):
-        return None
+        return None, False
 
 
-def fast_dump_json(value: Any) -> bytes:
+def fast_dump_json(value: Any, *, plain_floats: bool = False) -> bytes:
     """The same bytes as `dump_json`, much faster for large documents.
 
     msgspec encodes and indents; its output equals `dump_json`'s except for floats
-    that are integral or in exponent form (``1.0``, ``1e-7``, ``-0.0``), which
-    `dump_json` prints differently. A scan of the encoded floats spots those, and then
+    that are integral or printed differently (``1.0``, ``1e-7`` vs ``1e-07``, ``0.00001``
+    vs ``1e-05``, ``-0.0``). Unless the caller knows every float is plain
+    (``plain_floats``), a scan of the encoded floats looks for those, and then
     `dump_json` itself is used. Values never hold NaN or infinities here: reads refuse
     them and writes validate numbers.
     """
@@ -60,16 +77,19 @@ def fast_dump_json(value: Any) -> bytes:
         compact = _ENCODER.encode(value)
     except (TypeError, ValueError, OverflowError):
         return dump_json(value)
-    special = False
+    if not plain_floats:
+        special = False
 
-    def check(text: str) -> None:
-        nonlocal special
-        if "e" in text or "E" in text or text.endswith(".0"):
-            special = True
+        def check(text: str) -> None:
+            nonlocal special
+            number = float(text)
+            # `dump_json` prints integral floats as integers and others with repr().
+            if number.is_integer() or text != repr(number):
+                special = True
 
-    msgspec.json.Decoder(float_hook=check).decode(compact)
-    if special:
-        return dump_json(value)
+        msgspec.json.Decoder(float_hook=check).decode(compact)
+        if special:
+            return dump_json(value)
     return msgspec.json.format(compact, indent=2) + b"\n"
 
 
@@ -86,6 +106,7 @@ class WriteTxn:
         self._removed: set[str] = set()
         self._dirs: set[str] | None = None
         self._tag_index: dict[str, list[str]] | None = None
+        self._unplain: set[str] = set()  # documents that may hold floats msgspec prints differently
         self._positions: dict[str, int] = {}
 
     # -- files -------------------------------------------------------------------
@@ -149,14 +170,22 @@ class WriteTxn:
             return self._parsed[path]
         data = self.read(path)
         value: Any = _MISSING
+        plain = True
         if data is not None:
-            value = _parse_json(data)
+            value, plain = _parse_json(data)
             if value is None or (valid is not None and not valid(value)):
                 value = _MISSING
         if value is _MISSING:
-            value = default() if default is not None else None
+            value, plain = (default() if default is not None else None), True
         self._parsed[path] = value
+        if not plain:
+            self._unplain.add(path)
         return value
+
+    def note_numbers(self, path: str, *values: Any) -> None:
+        """Record numbers put into the document at ``path`` (see `fast_dump_json`)."""
+        if any(maybe_special_float(value) for value in values):
+            self._unplain.add(path)
 
     def mark(self, path: str) -> None:
         """Write the cached document at ``path`` back on commit."""
@@ -165,7 +194,7 @@ class WriteTxn:
     def commit(self) -> None:
         """Apply every staged change to the brain."""
         for path in self._dirty:
-            self._writes[path] = fast_dump_json(self._parsed[path])
+            self._writes[path] = fast_dump_json(self._parsed[path], plain_floats=path not in self._unplain)
         for path in self._removed:
             self.brain.remove(path)
         for path, data in self._writes.items():
@@ -185,7 +214,9 @@ class WriteTxn:
                 raise BrainError("brain not initialized (no index.json)")
             value: Any = {"version": 2, "memory_count": 0, "memories": {}, "last_updated": self.now_iso}
         else:
-            value = _parse_json(data)
+            value, plain = _parse_json(data)
+            if not plain:
+                self._unplain.add(INDEX)
             if not isinstance(value, dict):
                 raise BrainError("index.json is not valid JSON; refusing to write over it")
             memories = value.get("memories")
@@ -320,9 +351,11 @@ class WriteTxn:
                 co = edge.get("co_retrievals")
                 co = co if isinstance(co, int) and not isinstance(co, bool) else 0
                 edge["weight"] = current + REINFORCE_STEP * (1 - current)
+                self.note_numbers(ASSOCIATIONS, edge["weight"])
                 edge["co_retrievals"] = co + 1
                 edge["last_activated"] = self.now_iso
             else:
+                self.note_numbers(ASSOCIATIONS, weight)
                 neighbours[target] = {
                     "weight": weight,
                     "co_retrievals": 0,
@@ -416,6 +449,7 @@ class WriteTxn:
     def set_pin(self, memory_id: str, scope: str, priority: int, tokens: Any) -> None:
         pins = [pin for pin in self.pins() if not (isinstance(pin, dict) and pin.get("id") == memory_id)]
         pins.append({"id": memory_id, "scope": scope, "priority": priority, "token_estimate": tokens})
+        self.note_numbers(PINNED, tokens)
         self._parsed[PINNED]["pins"] = pins
         self.mark(PINNED)
 

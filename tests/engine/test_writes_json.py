@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from connector.engine.brain import Brain, dump_json
-from connector.engine.txn import WriteTxn, fast_dump_json
+from connector.engine.txn import WriteTxn, fast_dump_json, maybe_special_float
 from tests.engine.writes_support import NOW, fixture_brain
 
 json_values = st.recursive(
@@ -19,8 +19,29 @@ json_values = st.recursive(
 
 @settings(max_examples=400, deadline=None)
 @given(json_values)
+@example(1e-05)
+@example([1e-7, 1e16, -0.0, 1.0, 123.0, 0.001, 1e15, 2.5e-4])
+@example({"w": 0.28, "n": 10**30})
 def test_fast_dump_is_byte_identical_to_dump_json(value: object) -> None:
     assert fast_dump_json(value) == dump_json(value)
+
+
+def _floats(value: object) -> list[float]:
+    if isinstance(value, float):
+        return [value]
+    if isinstance(value, dict):
+        return [item for child in value.values() for item in _floats(child)]
+    if isinstance(value, list):
+        return [item for child in value for item in _floats(child)]
+    return []
+
+
+@settings(max_examples=400, deadline=None)
+@given(json_values)
+def test_plain_float_shortcut_is_exact_whenever_it_is_taken(value: object) -> None:
+    """Documents whose floats are all 'plain' skip the float scan; that must change nothing."""
+    if not any(maybe_special_float(number) for number in _floats(value)):
+        assert fast_dump_json(value, plain_floats=True) == dump_json(value)
 
 
 def test_fast_dump_matches_on_every_fixture_json_file() -> None:

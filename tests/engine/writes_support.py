@@ -10,13 +10,16 @@ from typing import Any
 import yaml
 
 from connector.engine.archive import load_directory
-from connector.engine.brain import Brain
+from connector.engine.brain import Brain, dump_json
 from connector.engine.frontmatter import frontmatter_text
 from connector.engine.text import document_text, memory_body, term_counts
 from tests.engine.conftest import parity_dir
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, 123000, tzinfo=UTC)
 NOW_ISO = "2026-03-01T12:00:00.123Z"
+
+
+OUR_JSON = {"index.json", "associations.json", "search-index.json", "pinned.json", "_archived/index.json"}
 
 
 def fixture_brain(name: str) -> Brain:
@@ -60,6 +63,13 @@ def memory(title: str = "A fact", **fields: Any) -> dict[str, Any]:
 
 def check_consistency(brain: Brain) -> None:
     """Cross-file invariants every write must keep."""
+    for path, data in brain.files.items():
+        if path in OUR_JSON or path.endswith("/_meta.json"):
+            try:
+                parsed = json.loads(data)
+            except ValueError:
+                continue  # a corrupt file someone else wrote: kept as it is
+            assert dump_json(parsed) == data, f"{path} is not in the command line's JSON layout"
     idx = index(brain)
     memories = idx["memories"]
     assert idx["memory_count"] == len(memories)
