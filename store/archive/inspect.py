@@ -549,24 +549,15 @@ def _checksum_ok(block: bytes, stored: int) -> bool:
     ``sum(block)`` costs a Python-level loop over 512 bytes for every header; instead
     the byte sum is pinned down by two C-speed residues: Adler-32's low half is
     ``1 + sum mod 65521`` and the block read as a base-256 integer is ``sum mod 255``.
+
+    The historic signed-char sum is not accepted: Python's tarfile takes it but other
+    unpackers (node-tar) skip such a header and read its data as headers instead.
     """
     expected = stored - 8 * 0x20 + sum(block[148:156])
-    if 0 <= expected <= _MAX_SUM:
-        low_adler = zlib.adler32(block) & 0xFFFF
-        if low_adler == (1 + expected) % 65521 and int.from_bytes(block, "little") % 255 == expected % 255:
-            return True
-    # Some historic tars summed bytes as signed chars; tarfile accepts both, so do we.
-    return stored == _signed_checksum(block)
-
-
-def _signed_checksum(block: bytes) -> int:
-    # Some historic tars summed bytes as signed chars; tarfile accepts both, so do we.
-    total = 8 * 0x20
-    for index, byte in enumerate(block):
-        if 148 <= index < 156:
-            continue
-        total += byte - 256 if byte >= 128 else byte
-    return total
+    if not 0 <= expected <= _MAX_SUM:
+        return False
+    low_adler = zlib.adler32(block) & 0xFFFF
+    return low_adler == (1 + expected) % 65521 and int.from_bytes(block, "little") % 255 == expected % 255
 
 
 def _show(name: bytes) -> str:

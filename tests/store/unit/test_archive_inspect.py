@@ -232,6 +232,15 @@ def _with(block_and_data: bytes, offset: int, value: bytes) -> bytes:
     return bytes(data)
 
 
+def _signed_checksum_member(name: bytes) -> bytes:
+    """A member whose checksum is the historic signed-char sum (differs for bytes >= 0x80)."""
+    block = bytearray(header(name))
+    block[148:156] = b" " * 8
+    signed = sum(b - 256 if b >= 128 else b for b in block)
+    block[148:156] = b"%06o\x00 " % signed
+    return bytes(block)
+
+
 CORRUPT_MIDDLE = bytearray(gz(member(b"r.bin", os.urandom(50_000)) + END, level=1))
 CORRUPT_MIDDLE[len(CORRUPT_MIDDLE) // 2] ^= 0xFF
 
@@ -263,6 +272,11 @@ HOSTILE: dict[str, tuple[bytes, str, str]] = {
     "lone zero block inside": (gz(member(b"a.md", b"a") + bytes(BLOCK) + member(b"b.md") + END), "tar", "zero block"),
     "header checksum mismatch": (gz(SIMPLE + header(b"bad.md", checksum_delta=1) + END), "tar", "checksum"),
     "first header checksum mismatch": (gz(header(b"bad.md", checksum_delta=-3) + END), "tar", "not a tar"),
+    "signed-char header checksum": (
+        gz(SIMPLE + _signed_checksum_member("caf\u00e9-\u2603.md".encode()) + END),
+        "tar",
+        "checksum",
+    ),
     "unknown header magic": (gz(member(b"m.md", b"m", magic=b"xstar\x0000") + END), "tar", "format"),
     "symlink": (gz(member(b"link", typeflag=b"2", linkname=b"/etc/passwd") + END), "entry", "symbolic link"),
     "hard link": (gz(SIMPLE + member(b"h.md", typeflag=b"1", linkname=b"a.md") + END), "entry", "hard link"),
