@@ -87,6 +87,7 @@ class BrainTools:
         self.index_cache = index_cache or IndexCache(capacity=64)
         # Content keys whose index is (probably) built; bounded like the cache itself.
         self._warm: OrderedDict[str | None, None] = OrderedDict()
+        self._tool_list: list[types.Tool] | None = None
         self._handlers: dict[str, Callable[[Caller, Args], Awaitable[types.CallToolResult]]] = {
             "brain_recall": self._recall,
             "brain_status": self._status,
@@ -104,8 +105,10 @@ class BrainTools:
             self._warm.popitem(last=False)
 
     def list_tools(self) -> list[types.Tool]:
-        """The declared tools (only those allowed)."""
-        return [spec.to_tool() for spec in self.specs.values()]
+        """The declared tools (only those allowed); built once, they never change."""
+        if self._tool_list is None:
+            self._tool_list = [spec.to_tool() for spec in self.specs.values()]
+        return list(self._tool_list)
 
     def input_schema(self, name: str) -> dict[str, Any] | None:
         """The input schema of an allowed tool."""

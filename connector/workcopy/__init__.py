@@ -1,0 +1,1 @@
+"""Working copies of users' brains: the store client and the manager that pulls, caches and pushes."""
