@@ -102,6 +102,12 @@ class StoreSettings:
     inspect_max_entries: int = 500_000
     inspect_max_header: int = 1 * MIB
     fsync: bool = True
+    backend: str = "local"  # "local" (data_dir) | "s3" (bucket; data_dir only holds temporary files)
+    s3_bucket: str = ""
+    s3_prefix: str = ""
+    s3_endpoint_url: str | None = None
+    s3_region: str | None = None
+    s3_users_poll_seconds: int = 1  # how often a replica looks for changes to the users object
 
     @property
     def encryption(self) -> bool:
@@ -171,6 +177,18 @@ class StoreSettings:
             values["inspect_max_header"] = _int("STORE_INSPECT_MAX_HEADER_KB", v, 1) * 1024
         if (v := get("STORE_FSYNC")) is not None:
             values["fsync"] = _bool("STORE_FSYNC", v)
+        if (v := get("STORE_BACKEND")) is not None:
+            values["backend"] = v.strip().lower()
+        if (v := get("STORE_S3_BUCKET")) is not None:
+            values["s3_bucket"] = v.strip()
+        if (v := get("STORE_S3_PREFIX")) is not None:
+            values["s3_prefix"] = v.strip()
+        if (v := get("STORE_S3_ENDPOINT_URL")) is not None:
+            values["s3_endpoint_url"] = v.strip()
+        if (v := get("STORE_S3_REGION")) is not None:
+            values["s3_region"] = v.strip()
+        if (v := get("STORE_S3_USERS_POLL_SECONDS")) is not None:
+            values["s3_users_poll_seconds"] = _int("STORE_S3_USERS_POLL_SECONDS", v, 1, 300)
         for key, value in overrides.items():
             if value is None:
                 continue
@@ -187,6 +205,10 @@ class StoreSettings:
             raise SettingsError("STORE_OIDC_AUDIENCE is required when STORE_OIDC_ISSUER is set")
         if self.previous_keys and not self.encryption_key:
             raise SettingsError("STORE_ENCRYPTION_PREVIOUS_KEYS needs STORE_ENCRYPTION_KEY")
+        if self.backend not in ("local", "s3"):
+            raise SettingsError(f"STORE_BACKEND: expected local or s3, got {self.backend!r}")
+        if self.backend == "s3" and not self.s3_bucket:
+            raise SettingsError("STORE_S3_BUCKET is required when STORE_BACKEND=s3")
 
     def to_env(self) -> dict[str, str]:
         """The environment that rebuilds these settings (for uvicorn worker processes)."""
@@ -208,7 +230,15 @@ class StoreSettings:
             "STORE_INSPECT_MAX_ENTRIES": str(self.inspect_max_entries),
             "STORE_INSPECT_MAX_HEADER_KB": str(self.inspect_max_header // 1024),
             "STORE_FSYNC": "1" if self.fsync else "0",
+            "STORE_BACKEND": self.backend,
+            "STORE_S3_BUCKET": self.s3_bucket,
+            "STORE_S3_PREFIX": self.s3_prefix,
+            "STORE_S3_USERS_POLL_SECONDS": str(self.s3_users_poll_seconds),
         }
+        if self.s3_endpoint_url:
+            env["STORE_S3_ENDPOINT_URL"] = self.s3_endpoint_url
+        if self.s3_region:
+            env["STORE_S3_REGION"] = self.s3_region
         if self.encryption_key:
             env["STORE_ENCRYPTION_KEY"] = self.encryption_key.hex()
         if self.previous_keys:
