@@ -110,7 +110,11 @@ class BrainIndex:
     quarantine_enforce: bool
     stats_rebuilt: bool
     ctx_groups: list[tuple[str | None, str | None, frozenset[Any] | None]] = field(default_factory=list)
+    bounds: ValueBounds | None = None
     _idf_cache: dict[str, float] = field(default_factory=dict, repr=False)
+    _edge_maps: dict[str, dict[str, float]] | None = field(default=None, repr=False)
+    _in_edges: dict[str, list[str]] | None = field(default=None, repr=False)
+    _reverse: dict[str, list[tuple[str, float, float | None]]] = field(default_factory=dict, repr=False)
 
     @classmethod
     def build(cls, brain: Brain) -> BrainIndex:
@@ -166,6 +170,7 @@ class BrainIndex:
             quarantine_enforce=enforce,
             stats_rebuilt=stats_rebuilt,
             ctx_groups=_context_groups(memories),
+            bounds=ValueBounds.of(memories, edges),
         )
 
     @classmethod
@@ -173,6 +178,49 @@ class BrainIndex:
         """The prepared index of ``brain``, cached under ``key`` (an archive checksum)
         in ``cache`` (the process-wide one by default); built afresh without a key."""
         return index_for(brain, key, DEFAULT_CACHE if cache is None else cache)
+
+    def reverse_paths(self, target: str) -> list[tuple[str, float, float | None]]:
+        """Every way a spreading walk reaches ``target``: ``(source, w1, w2)``.
+
+        ``w2`` None: ``target`` is the source's neighbour (bonus s x w1 x 0.5).
+        Otherwise two hops through the first neighbour, in the source's file order,
+        that links to ``target`` (bonus s x w1 x 0.5 x w2 x 0.25): exactly the path
+        the reference's breadth-first walk from that source records. Cached.
+        """
+        cached = self._reverse.get(target)
+        if cached is not None:
+            return cached
+        assert self.edges is not None
+        if self._edge_maps is None:
+            self._edge_maps = {node: dict(neighbours) for node, neighbours in self.edges.items()}
+            incoming: dict[str, list[str]] = {}
+            for node, neighbours in self.edges.items():
+                for neighbour, _ in neighbours:
+                    incoming.setdefault(neighbour, []).append(node)
+            self._in_edges = incoming
+        maps, incoming_of = self._edge_maps, self._in_edges or {}
+        paths: list[tuple[str, float, float | None]] = []
+        direct = incoming_of.get(target, [])
+        for source in direct:
+            if source != target:
+                paths.append((source, maps[source][target], None))
+        considered = {target}
+        for middle in direct:
+            for source in incoming_of.get(middle, ()):
+                if source in considered:
+                    continue
+                considered.add(source)
+                if target in maps[source]:
+                    continue  # a direct neighbour: visited at hop 1, never at hop 2
+                for first, weight in self.edges[source]:
+                    if first == source:
+                        continue
+                    onward = maps.get(first)
+                    if onward is not None and target in onward:
+                        paths.append((source, weight, onward[target]))
+                        break
+        self._reverse[target] = paths
+        return paths
 
     def idf(self, term: str) -> float:
         """``max(0, ln(1 + (N - df + 0.5) / (df + 0.5)))``, df 0 when unknown."""
@@ -188,6 +236,32 @@ class BrainIndex:
                 cached = 0.0
             self._idf_cache[term] = cached
         return cached
+
+
+@dataclass(frozen=True)
+class ValueBounds:
+    """Brain-wide maxima that let recall bound scores without computing them."""
+
+    max_abs_strength: float
+    max_abs_rate: float
+    max_salience: float | None
+    max_last_accessed_ms: int | None
+    max_edge_weight: float
+
+    @classmethod
+    def of(cls, memories: list[MemoryRecord], edges: dict[str, list[tuple[str, float]]] | None) -> ValueBounds:
+        strengths = [abs(r.strength) for r in memories if r.strength is not None]
+        rates = [abs(r.decay_rate) for r in memories if r.decay_rate is not None]
+        saliences = [r.salience for r in memories if r.salience is not None]
+        accessed = [r.last_accessed_ms for r in memories if r.last_accessed_ms is not None]
+        weights = [abs(w) for neighbours in (edges or {}).values() for _, w in neighbours]
+        return cls(
+            max_abs_strength=max(strengths, default=0.0),
+            max_abs_rate=max(rates, default=0.0),
+            max_salience=max(saliences, default=None),
+            max_last_accessed_ms=max(accessed, default=None),
+            max_edge_weight=max(weights, default=0.0),
+        )
 
 
 def _norm(length: float, avgdl: float) -> float:

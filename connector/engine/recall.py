@@ -233,12 +233,15 @@ def recall(
     index: BrainIndex | None = None,
     cache_key: str | None = None,
     cache: IndexCache = DEFAULT_CACHE,
+    exhaustive: bool = False,
 ) -> list[dict[str, Any]]:
     """Recall from ``brain`` as `brain recall` does; returns the hits as dicts.
 
     ``index`` (a prepared `BrainIndex`) or ``cache_key`` (e.g. the archive
     checksum, looked up in ``cache``) avoid re-parsing the brain per query.
-    Raises `BrainNotInitialized` when there is no ``index.json``.
+    ``exhaustive`` scores every memory the way the reference does instead of
+    pruning by score bounds (same answer; for tests). Raises
+    `BrainNotInitialized` when there is no ``index.json``.
     """
     if index is None:
         if brain is None:
@@ -269,16 +272,30 @@ def recall(
             if relevance >= FLOOR and (eligible is None or eligible[position])
         )
     terms = _time_terms(memories, source_positions, now_ms)
+    group_matches = None
+    if project or task or topics:
+        topic_set = frozenset(topics.split(",")) if topics else None
+        group_matches = _group_matches(index.ctx_groups, project, task, topic_set)
+    expiry_ms = as_of_ms if as_of_ms is not None else now_ms
+    with_as_of = as_of_ms is not None
 
-    spreading: dict[str, float] = {}
-    if index.edges is not None and source_positions:
-        sources = []
+    # Source strengths: 0.55 x relevance + 0.30 x decayed + 0.15 x recency (raw values).
+    strengths: list[tuple[str, float]] = []
+    if index.edges is not None:
         for position in source_positions:
             decayed, recency = terms[position]
             relevance = relevance_by_pos.get(position, 0.0)
-            sources.append((memories[position].id, 0.55 * relevance + 0.30 * decayed + 0.15 * recency))
-        spreading = _spread(index.edges, sources)
+            strengths.append((memories[position].id, 0.55 * relevance + 0.30 * decayed + 0.15 * recency))
 
+    if not exhaustive:
+        pruned = _pruned(
+            index, source_positions, relevance_by_pos, terms, strengths, group_matches,
+            expiry_ms, with_as_of, top, context, now_ms, bool(project or task or topics),
+        )
+        if pruned is not None:
+            return [_hit(memories[row[2]], -row[0], *row[3:], now_ms) for row in pruned]
+
+    spreading = _spread(index.edges, strengths) if strengths and index.edges is not None else {}
     if context:
         scored_positions = source_positions
     else:
@@ -293,21 +310,114 @@ def recall(
         scored_positions = sorted(kept)
         terms.update(_time_terms(memories, [p for p in scored_positions if p not in terms], now_ms))
 
-    group_matches = None
-    if project or task or topics:
-        topic_set = frozenset(topics.split(",")) if topics else None
-        group_matches = _group_matches(index.ctx_groups, project, task, topic_set)
     scored = _scores(
-        memories,
-        scored_positions,
-        relevance_by_pos,
-        terms,
-        spreading,
-        group_matches,
-        as_of_ms if as_of_ms is not None else now_ms,
-        as_of_ms is not None,
+        memories, scored_positions, relevance_by_pos, terms, spreading, group_matches, expiry_ms, with_as_of
     )
     return [_hit(memories[row[2]], -row[0], *row[3:], now_ms) for row in _top(scored, top, memories)]
+
+
+# Any score this far below the top-th best lower bound rounds strictly lower, so it
+# cannot reach the result (one rounding step of 0.001, plus float slack).
+_PRUNE_MARGIN = 0.0011 + 1e-9
+
+
+def _pruned(
+    index: BrainIndex,
+    base_positions: list[int],
+    relevance_by_pos: dict[int, float],
+    terms: dict[int, tuple[float, float]],
+    strengths: list[tuple[str, float]],
+    group_matches: list[float] | None,
+    expiry_ms: int,
+    with_as_of: bool,
+    top: int,
+    context: bool,
+    now_ms: int,
+    context_given: bool,
+) -> list[tuple[float, str, int, float, float, float, float]] | None:
+    """The exact top ``top`` without spreading activation over the whole brain.
+
+    Spreading can only add 0.14 x bonus (bonus <= ``b_max``) to a memory's
+    weighted average, so every memory's score lies in a known interval. Memories
+    whose upper bound falls a rounding step below the ``top``-th best lower bound
+    cannot appear; only the others get their exact bonus, computed backwards from
+    the few walks that reach them (`BrainIndex.reverse_paths`), and their exact
+    score. Returns None when the bounds do not apply (small or unusual brains):
+    the caller then scores everything, as the reference does.
+    """
+    if top <= 0 or len(base_positions) <= 4 * top or index.bounds is None:
+        return None
+    bounds = index.bounds
+    source_strength = {memory_id: value for memory_id, value in strengths if value > SOURCE_THRESHOLD}
+    s_max = max(source_strength.values(), default=0.0)
+    w_max = bounds.max_edge_weight
+    b_max = min(1.0, s_max * max(w_max * 0.5, w_max * w_max * 0.125)) if source_strength else 0.0
+    memories = index.memories
+    relevance_of = relevance_by_pos.get
+    lows: list[float] = []
+    highs: list[float] = []
+    for position in base_positions:
+        record = memories[position]
+        decayed, recency = terms[position]
+        group = record.ctx_group
+        match = group_matches[group] if group_matches is not None and group >= 0 else 0.0
+        total = W_RELEVANCE + W_DECAYED + W_RECENCY
+        weighted = W_RELEVANCE * relevance_of(position, 0.0) + W_DECAYED * decayed + W_RECENCY * recency
+        if match > 0:
+            total += W_CONTEXT
+            weighted += W_CONTEXT * match
+        if record.salience is not None:
+            total += W_SALIENCE
+            weighted += W_SALIENCE * record.salience
+        factor = _factor(record, expiry_ms, with_as_of)
+        plain = weighted / total
+        if b_max > 0:
+            low = min(plain, weighted / (total + W_SPREADING))
+            high = max(plain, (weighted + W_SPREADING * b_max) / (total + W_SPREADING))
+        else:
+            low = high = plain
+        lows.append(low * factor)
+        highs.append(high * factor)
+    if not all(map(math.isfinite, highs)):
+        return None
+    cut = heapq.nlargest(top, lows)[-1] - _PRUNE_MARGIN
+    if not context and b_max >= FLOOR:
+        # Memories outside the base set enter only through spreading >= 0.05.
+        outside = _outside_bound(bounds, now_ms, b_max, context_given)
+        if outside is None or outside >= cut:
+            return None
+    candidates = [position for position, high in zip(base_positions, highs) if high >= cut]
+    spreading: dict[str, float] = {}
+    if source_strength:
+        for position in candidates:
+            memory_id = memories[position].id
+            best = 0.0
+            for source, first, second in index.reverse_paths(memory_id):
+                strength = source_strength.get(source)
+                if strength is None:
+                    continue
+                bonus = strength * first * 0.5
+                if second is not None:
+                    bonus = bonus * second * 0.25
+                if bonus > best:
+                    best = bonus
+            if best > 0:
+                spreading[memory_id] = best
+    scored = _scores(memories, candidates, relevance_by_pos, terms, spreading, group_matches, expiry_ms, with_as_of)
+    return _top(scored, top, memories)
+
+
+def _outside_bound(bounds: Any, now_ms: int, b_max: float, context_given: bool) -> float | None:
+    """Upper bound of the score of a memory below the relevance floor; None if unknown."""
+    if bounds.max_abs_rate > 1 or (bounds.max_last_accessed_ms is not None and now_ms < bounds.max_last_accessed_ms):
+        return None  # decayed strength could exceed strength: no cheap bound
+    values = [(W_RELEVANCE, FLOOR), (W_DECAYED, bounds.max_abs_strength), (W_RECENCY, 1.0), (W_SPREADING, b_max)]
+    best = -math.inf
+    for with_context in (False, True) if context_given else (False,):
+        for with_salience in (False, True) if bounds.max_salience is not None else (False,):
+            present = values + [(W_CONTEXT, 1.0)] * with_context + [(W_SALIENCE, bounds.max_salience)] * with_salience
+            best = max(best, sum(w * v for w, v in present) / sum(w for w, _ in present))
+    return max(best, 0.0) + 1e-9
 
 
 Scored = tuple[float, int, float, float, float, float]  # score, position, relevance, decayed, bonus, match
@@ -404,6 +514,11 @@ def _newer_field_factors(record: MemoryRecord, score: float, expiry_ms: int, wit
     if superseded or expired:
         score *= SUPERSEDED_FACTOR
     return score
+
+
+def _factor(record: MemoryRecord, expiry_ms: int, with_as_of: bool) -> float:
+    """The newer fields' multiplier of a memory's score (1.0 for older brains)."""
+    return _newer_field_factors(record, 1.0, expiry_ms, with_as_of) if record.has_newer_fields else 1.0
 
 
 def _hit(

@@ -249,3 +249,54 @@ def test_results_are_ordered_bounded_and_read_only(bodies: list[list[str]], quer
     assert keys == sorted(keys)
     for hit in hits:
         assert 0 <= hit["relevance"] <= 1 and 0 <= hit["spreading_bonus"] <= 1
+
+
+@st.composite
+def random_brains(draw: st.DrawFn) -> Brain:
+    """Brains with dense random association graphs (asymmetric, self-loops, heavy weights)."""
+    count = draw(st.integers(min_value=8, max_value=40))
+    vocabulary = ["postgres", "cache", "vacuum", "garden", "deploy", "tests", "alpha", "queue", "index", "lock"]
+    entries = {}
+    bodies = {}
+    for i in range(count):
+        extra: dict[str, Any] = {
+            "strength": draw(st.floats(min_value=0.0, max_value=1.0)),
+            "decay_rate": draw(st.sampled_from([0.95, 0.99, 0.9999, 1.0])),
+            "last_accessed": draw(st.sampled_from(["2025-06-01T00:00:00.000Z", "2025-12-31T00:00:00.000Z", "2026-02-01T00:00:00.000Z"])),
+            "tags": draw(st.lists(st.sampled_from(vocabulary), max_size=3)),
+        }
+        if draw(st.booleans()):
+            extra["salience"] = draw(st.floats(min_value=0.0, max_value=1.0))
+        if draw(st.integers(0, 5)) == 0:
+            extra["origin"] = draw(st.sampled_from(["user", "agent-inferred", "tool-output", "external"]))
+        if draw(st.integers(0, 6)) == 0:
+            extra["superseded_by"] = "m0"
+        if draw(st.integers(0, 6)) == 0:
+            extra["pinned"] = True
+        entries[f"m{i}"] = entry(f"Note {i}", path=f"n/{i}.md", **extra)
+        bodies[f"m{i}"] = " ".join(draw(st.lists(st.sampled_from(vocabulary), min_size=1, max_size=8)))
+    edges: dict[str, dict[str, Any]] = {}
+    for _ in range(draw(st.integers(min_value=0, max_value=count * 4))):
+        a = f"m{draw(st.integers(0, count - 1))}"
+        b = f"m{draw(st.integers(0, count + 2))}"  # sometimes a node that is not a memory
+        weight = draw(st.sampled_from([0.1, 0.2, 0.28, 0.5, 0.9, 1.0, 1.7]))
+        edges.setdefault(a, {})[b] = {"weight": weight}
+        if draw(st.integers(0, 4)):
+            edges.setdefault(b, {})[a] = {"weight": weight}
+    return make_brain(entries, bodies, associations={"version": 1, "edges": edges})
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    random_brains(),
+    st.lists(st.sampled_from(["postgres", "cache", "vacuum", "garden", "deploy", "tests", "queue"]), min_size=1, max_size=3),
+    st.integers(min_value=1, max_value=3),
+    st.booleans(),
+    st.sampled_from([None, "atlas"]),
+)
+def test_pruned_recall_equals_exhaustive(brain: Brain, query: list[str], top: int, context: bool, project: str | None) -> None:
+    """Bounding scores never changes the answer: same hits as scoring every memory."""
+    index = BrainIndex.build(brain)
+    arguments: dict[str, Any] = {"top": top, "context": context, "project": project, "now": NOW, "index": index}
+    text = None if context and len(query) == 1 else " ".join(query)
+    assert recall(None, text, **arguments) == recall(None, text, exhaustive=True, **arguments)
