@@ -157,12 +157,14 @@ class BrainService:
         return meta
 
     def ensure_default(self, user_id: str) -> None:
-        """Give a user with no brain a first brain named ``default``."""
-        if not self.backend.list_brains(user_id):
-            try:
-                self.create(user_id, "default")
-            except ServiceError as exc:
-                log.warning("could not create the default brain: %s", exc.message)
+        """Give a user with no brain a first brain named ``default`` (safe when called concurrently)."""
+        if self.backend.list_brains(user_id):
+            return
+        meta = BrainMeta(id=str(uuid.uuid4()), user_id=user_id, name="default", created_at=rfc3339(now_utc()))
+        try:
+            self.backend.create_first_brain(meta)
+        except StorageFull:
+            log.warning("could not create the default brain: disk full")
 
     def delete(self, user_id: str, brain_id: str) -> None:
         """Remove a brain with its archive and snapshots."""

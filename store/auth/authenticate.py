@@ -18,6 +18,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import anyio.to_thread
+
 from store.auth.tokens import is_static_token
 from store.auth.users import UserRegistry
 from store.errors import ServiceError
@@ -150,12 +152,15 @@ class Authenticator:
             if self.registry.is_denied(identity.issuer, identity.subject):
                 return None
             name = (identity.email or "").split("@")[0] or "oidc-user"
-            user = self.registry.add_oidc(identity.user_id, identity.issuer, identity.subject, identity.email, name)
+            # file lock + fsync: keep it off the event loop
+            user = await anyio.to_thread.run_sync(
+                self.registry.add_oidc, identity.user_id, identity.issuer, identity.subject, identity.email, name
+            )
             if user is None:
                 return None
             log.info("created user %s on first OIDC sign-in", user.id)
             if self._on_new_user is not None:
-                self._on_new_user(user.id)
+                await anyio.to_thread.run_sync(self._on_new_user, user.id)
         return Principal(user.id, user.email or identity.email, "oidc", user.name)
 
 

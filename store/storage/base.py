@@ -147,6 +147,10 @@ class StorageBackend(Protocol):
         """Create a brain unless the user already has ``max_brains``; False when over."""
         ...
 
+    def create_first_brain(self, meta: BrainMeta) -> bool:
+        """Create a brain only if the user has none yet (atomically); False otherwise."""
+        ...
+
     def delete_brain(self, user_id: str, brain_id: str) -> bool:
         """Remove a brain with its archive and snapshots; False when it did not exist."""
         ...

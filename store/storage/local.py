@@ -404,19 +404,29 @@ class LocalBackend:
         with self.user_lock(meta.user_id):
             if len(self._brain_ids_fresh(meta.user_id)) >= max_brains:
                 return False
-            brain_dir = self.brain_dir(meta.user_id, meta.id)
-            try:
-                brain_dir.mkdir(parents=True, mode=0o700)
-                (brain_dir / "blobs").mkdir(mode=0o700)
-                write_atomic(brain_dir / "meta.json", _encoder.encode(meta), fsync=self.fsync)
-                if self.fsync:
-                    fsync_dir(brain_dir.parent)
-            except OSError as exc:
-                shutil.rmtree(brain_dir, ignore_errors=True)
-                if is_disk_full(exc):
-                    raise StorageFull(str(exc)) from exc
-                raise
-            return True
+            return self._create_locked(meta)
+
+    def create_first_brain(self, meta: BrainMeta) -> bool:
+        """Create ``meta`` only if the user has no brain at all (atomic); False otherwise."""
+        with self.user_lock(meta.user_id):
+            if self._brain_ids_fresh(meta.user_id):
+                return False
+            return self._create_locked(meta)
+
+    def _create_locked(self, meta: BrainMeta) -> bool:
+        brain_dir = self.brain_dir(meta.user_id, meta.id)
+        try:
+            brain_dir.mkdir(parents=True, mode=0o700)
+            (brain_dir / "blobs").mkdir(mode=0o700)
+            write_atomic(brain_dir / "meta.json", _encoder.encode(meta), fsync=self.fsync)
+            if self.fsync:
+                fsync_dir(brain_dir.parent)
+        except OSError as exc:
+            shutil.rmtree(brain_dir, ignore_errors=True)
+            if is_disk_full(exc):
+                raise StorageFull(str(exc)) from exc
+            raise
+        return True
 
     def _brain_ids_fresh(self, user_id: str) -> list[str]:
         self._list_cache.pop(user_id, None)

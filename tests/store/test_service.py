@@ -277,3 +277,19 @@ def test_recently_written_meta_is_not_cached(tmp_path: Path) -> None:
     os.utime(path, ns=(now, now))
     assert path.stat().st_ino == st.st_ino
     assert service.backend.read_meta(USER, brain.id).name == "bbbb"
+
+
+def test_default_brain_created_once_under_concurrency(tmp_path: Path) -> None:
+    service = make_service(tmp_path)
+    barrier = threading.Barrier(8)
+
+    def run() -> None:
+        barrier.wait()
+        service.ensure_default(USER)
+
+    threads = [threading.Thread(target=run) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert [m.name for m in service.list_brains(USER)] == ["default"]
