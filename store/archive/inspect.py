@@ -422,12 +422,12 @@ class _TarParser:
             self._end_meta()
 
     def _end_meta(self) -> None:
-        data = bytes(self._collect or b"")
+        data = self._collect if self._collect is not None else bytearray()
         typeflag = self._collect_type
         self._collect = None
         if typeflag == b"L":
             # Unpackers disagree on which of several names wins: every one must be safe.
-            self._next_long_name = _nts(data)
+            self._next_long_name = bytes(_nts(data))
             _check_name(self._next_long_name)
         elif typeflag == b"K":
             pass  # a long link target: only links use it, and links are refused anyway
@@ -451,8 +451,16 @@ class _TarParser:
                 self._next_size = int(value)
 
 
-def _parse_pax(data: bytes) -> dict[bytes, bytes]:
-    """Parse pax records (``"<len> <key>=<value>\\n"``); refuse anything malformed."""
+_PAX_KEYS = frozenset((b"path", b"size", b"linkpath"))
+_SPARSE = b"GNU.sparse."
+
+
+def _parse_pax(data: bytes | bytearray) -> dict[bytes, bytes]:
+    """Parse pax records (``"<len> <key>=<value>\\n"``); refuse anything malformed.
+
+    Only the keys that matter here are kept (path, size, linkpath, and any
+    ``GNU.sparse.*`` key, with an empty value): a large comment is never copied.
+    """
     records: dict[bytes, bytes] = {}
     pos = 0
     end = len(data)
@@ -462,17 +470,23 @@ def _parse_pax(data: bytes) -> dict[bytes, bytes]:
                 break  # fall through to the error below
             return records
         space = data.find(b" ", pos, min(end, pos + 24))
-        length_text = data[pos:space] if space > pos else b""
+        length_text = bytes(data[pos:space]) if space > pos else b""
         if not length_text.isdigit():
             break
         length = int(length_text)
         stop = pos + length
         if length <= len(length_text) + 1 or stop > end or data[stop - 1] != 0x0A:
             break
-        key, equals, value = data[space + 1 : stop - 1].partition(b"=")
-        if not equals or not key:
+        equals = data.find(b"=", space + 1, stop - 1)
+        if equals <= space + 1:
             break
-        records[key] = value
+        key_length = equals - space - 1
+        if key_length <= 8 or data.startswith(_SPARSE, space + 1):
+            key = bytes(data[space + 1 : equals])
+            if key in _PAX_KEYS:
+                records[key] = bytes(data[equals + 1 : stop - 1])
+            elif key.startswith(_SPARSE):
+                records[key] = b""
         pos = stop
     else:
         return records

@@ -439,6 +439,20 @@ def test_huge_pax_header_does_not_allocate() -> None:
     assert peak < 1 << 20
 
 
+def test_largest_allowed_pax_header_is_not_copied_around() -> None:
+    limits = InspectLimits()
+    comment = b"c" * (limits.max_header - 200)
+    data = gz(pax({b"comment": comment, b"path": b"kept.md"}) + member(b"x.md", b"x") + END)
+    tracemalloc.start()
+    try:
+        summary = inspect_bytes(data, limits)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert summary.file_count == 1
+    assert peak < 2 * limits.max_header + len(data), peak
+
+
 def test_inflate_limit_counts_tar_bytes() -> None:
     tar = member(b"a.bin", bytes(10_000)) + END
     assert inspect_bytes(gz(tar), InspectLimits(max_inflated=len(tar))).file_count == 1
