@@ -14,6 +14,8 @@ from openapi_spec_validator import validate
 from tests.contract.harness import Store, running_store
 from tests.support.processes import REPO_ROOT
 
+pytestmark = pytest.mark.xdist_group("contract-openapi")
+
 OPENAPI_PATH = REPO_ROOT / "contract" / "openapi.yaml"
 HTTP_METHODS = {"get", "put", "post", "delete", "patch", "head", "options", "trace"}
 # Methods the framework answers on its own for every route; not part of our surface.
