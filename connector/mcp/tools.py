@@ -25,6 +25,7 @@ from connector.mcp.arguments import ArgumentError, Args
 from connector.mcp.definitions import MAX_RECALL_LIMIT, MEMORY_TYPES, ORIGINS, TOOLS, WRITE_SCOPE, ToolSpec
 from connector.workcopy.manager import BrainUnavailable, UnknownBrain, WorkingCopyManager
 from connector.workcopy.model import STATUS_NO_BRAIN, Account, Snapshot, WriteOutcome
+from connector.workcopy.store_client import StoreError
 
 log = logging.getLogger("connector.tools")
 
@@ -131,6 +132,9 @@ class BrainTools:
             return await self._handlers[name](caller, args)
         except (ArgumentError, BrainError, RecallError, ToolFailure, BrainUnavailable, UnknownBrain) as exc:
             return error_result(str(exc))
+        except StoreError as exc:
+            # Store failures outside the working-copy paths (e.g. listing brains for brain_use).
+            return error_result(f"The store could not complete this request ({exc}). Nothing was changed; try again.")
         except RecursionError:
             # A hostile brain (e.g. JSON nested 100,000 deep) must not take the process down.
             return error_result(

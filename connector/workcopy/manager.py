@@ -18,11 +18,11 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
 
-from connector.engine.archive import ArchiveError, load_archive, pack_archive
+from connector.engine.archive import ArchiveError, ArchiveLimits, load_archive, pack_archive
 from connector.engine.brain import Brain
 from connector.workcopy.model import (
     STATUS_MULTIPLE,
@@ -102,6 +102,10 @@ class ManagerTuning:
     retry_cap_s: float = 1.0
     held_retry_s: float = 5.0
     maintenance_every_s: float = 5.0
+    # What one working copy may hold once unpacked (the whole brain lives in memory).
+    archive_limits: ArchiveLimits = field(
+        default_factory=lambda: ArchiveLimits(max_inflated=256 * 1024 * 1024, max_entries=200_000)
+    )
 
 
 @dataclass
@@ -325,7 +329,7 @@ class WorkingCopyManager:
             return
         assert download.data is not None
         try:
-            brain = await asyncio.to_thread(load_archive, download.data)
+            brain = await asyncio.to_thread(load_archive, download.data, self.tuning.archive_limits)
         except ArchiveError as exc:
             raise BrainUnavailable(
                 f"The brain '{copy.brain_name}' at the store could not be read safely ({exc}); "
@@ -360,6 +364,8 @@ class WorkingCopyManager:
             raise BrainUnavailable(
                 "The store refused this sign-in's credential; sign in to the connector again."
             ) from None
+        except StoreError as exc:
+            raise BrainUnavailable(f"The brain could not be loaded from the store: {exc}.") from None
 
     async def snapshot(self, account: Account) -> Snapshot:
         """A fresh-enough read view of the user's active brain (pulling it if needed)."""
@@ -369,6 +375,8 @@ class WorkingCopyManager:
             raise BrainUnavailable("The store cannot be reached right now. Try again shortly.") from None
         except StoreUnauthorized:
             raise BrainUnavailable("The store refused this sign-in's credential; sign in again.") from None
+        except StoreError as exc:
+            raise BrainUnavailable(f"The store answered unexpectedly: {exc}.") from None
         identity = identity_for(account, brains, active)
         copy = await self._copy_for(account, active)
         if copy is None:
@@ -528,7 +536,7 @@ class WorkingCopyManager:
             base = Brain()
         else:
             try:
-                base = await asyncio.to_thread(load_archive, data)
+                base = await asyncio.to_thread(load_archive, data, self.tuning.archive_limits)
             except ArchiveError as exc:
                 raise BrainUnavailable(f"the brain at the store could not be read safely ({exc})") from None
             checksum = checksum or _checksum(data)

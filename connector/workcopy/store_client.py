@@ -211,15 +211,36 @@ class StoreClient:
         A brain with no archive yet raises StoreNotFound, like a missing brain;
         callers tell them apart with the brain list.
         """
-        headers = {"If-None-Match": f'"{known_checksum}"'} if known_checksum else {}
-        response = await self._request("GET", f"/api/brains/{brain_id}/sync", credential, headers=headers)
-        if response.status_code == 304:
-            return Download(data=None, checksum=known_checksum)
-        if response.status_code != 200:
-            raise self._fail(response, "download the brain")
-        data = response.content
-        if len(data) > self._max_archive:
-            raise StoreError("the brain's archive is larger than the connector accepts")
+        headers = {"If-None-Match": f'"{known_checksum}"', "Authorization": f"Bearer {credential}"}
+        if not known_checksum:
+            del headers["If-None-Match"]
+        request = self._http.build_request("GET", f"/api/brains/{brain_id}/sync", headers=headers)
+        try:
+            response = await self._http.send(request, stream=True)
+        except httpx.TimeoutException as exc:
+            raise StoreUnreachable(f"the store did not answer in time ({type(exc).__name__})") from None
+        except httpx.HTTPError as exc:
+            raise StoreUnreachable(f"the store could not be reached ({type(exc).__name__})") from None
+        try:
+            if response.status_code == 304:
+                return Download(data=None, checksum=known_checksum)
+            if response.status_code != 200:
+                await response.aread()
+                raise self._fail(response, "download the brain")
+            # Read with a cap: an archive larger than we accept is never held whole in memory.
+            chunks: list[bytes] = []
+            size = 0
+            try:
+                async for chunk in response.aiter_bytes():
+                    size += len(chunk)
+                    if size > self._max_archive:
+                        raise StoreError("the brain's archive is larger than the connector accepts")
+                    chunks.append(chunk)
+            except httpx.HTTPError as exc:
+                raise StoreUnreachable(f"the download was interrupted ({type(exc).__name__})") from None
+            data = b"".join(chunks)
+        finally:
+            await response.aclose()
         checksum = response.headers.get("X-Checksum") or response.headers.get("ETag", "").strip('"') or None
         return Download(data=data, checksum=checksum.lower() if checksum else None)
 

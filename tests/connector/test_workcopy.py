@@ -545,3 +545,27 @@ def test_idle_copies_are_purged_only_when_clean(store: RunningStore) -> None:
         await manager.close()
 
     run(scenario())
+
+
+def test_an_archive_inflating_beyond_the_copy_limit_is_refused(store: RunningStore) -> None:
+    from connector.engine.archive import ArchiveLimits
+
+    user = store.add_user("bomb")
+    brain_id = brains_of(store.url, user.token)[0]["id"]
+    bomb = _tar([_file("index.json", b'{"version": 2, "memories": {}}'), _file("zeros.md", bytes(8 * 1024 * 1024))])
+    assert len(bomb) < 64 * 1024
+    assert upload_raw(store.url, user.token, brain_id, bomb).status_code == 200
+
+    async def scenario() -> None:
+        limits = ArchiveLimits(max_inflated=1024 * 1024, max_entries=1000)
+        manager = WorkingCopyManager(StoreClient(store.url), tuning=ManagerTuning(archive_limits=limits))
+        tools = BrainTools(manager)
+        result = await tools.call("brain_recall", {"query": "zeros"}, Caller(account_for(user), ALL))
+        assert result.is_error and "could not be read safely" in result.content[0].text
+        small = WorkingCopyManager(StoreClient(store.url, max_archive_bytes=1024))
+        result = await BrainTools(small).call("brain_status", {}, Caller(account_for(user), ALL))
+        assert result.is_error and "larger than the connector accepts" in result.content[0].text
+        await manager.close()
+        await small.close()
+
+    run(scenario())
