@@ -99,3 +99,15 @@ def sync_checksum_format(ctx: Context) -> None:
     brain_id, _ = brain_with_archive(ctx.user, "format")
     resp = expect_status(ctx.user.download(brain_id), 200)
     require(HEX64_RE.match(resp.headers.get("x-checksum", "")), "X-Checksum must be lower-case hex", resp)
+
+
+@check("sync.uppercase_id", "upper-case brain ids work for upload, download and versions too")
+def sync_uppercase_id(ctx: Context) -> None:
+    brain_id, _ = brain_with_archive(ctx.user, "upper")
+    second = brain_archive("upper-2")
+    upper = brain_id.upper()
+    expect_status(ctx.user.upload(upper, second), 200)
+    resp = expect_status(ctx.user.download(upper), 200)
+    require(resp.content == second, "download by upper-case id must return the archive", resp)
+    expect_status(ctx.user.versions(upper), 200)
+    assert_live(ctx.user, brain_id, second, "after an upload by upper-case id")
