@@ -582,3 +582,36 @@ def test_whatever_we_accept_tarfile_reads_identically(
     for m in members:
         assert m.isreg() or m.isdir(), m
         assert not m.name.startswith("/") and ".." not in m.name.split("/"), m.name
+
+
+@pytest.mark.skipif(shutil.which("tar") is None, reason="no tar binary")
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    entries=_trees(),
+    fmt=st.sampled_from([tarfile.USTAR_FORMAT, tarfile.GNU_FORMAT, tarfile.PAX_FORMAT]),
+    where=st.integers(min_value=0),
+    field_offset=st.sampled_from([0, 124, 135, 156, 257, 345]),
+    value=st.binary(min_size=1, max_size=2),
+)
+def test_whatever_we_accept_gnu_tar_lists_identically(
+    entries: list[tuple[str, bytes | None]], fmt: int, where: int, field_offset: int, value: bytes
+) -> None:
+    tar = bytearray(gzip.decompress(tarfile_archive(entries, fmt)))
+    offsets = _header_offsets(bytes(tar))
+    if offsets:
+        start = offsets[where % len(offsets)]
+        for index, byte in enumerate(value):
+            tar[start + field_offset + index] = byte
+        _fix_checksum(tar, start)
+    upload = gz(bytes(tar))
+    try:
+        ours = inspect_bytes(upload)
+    except ArchiveRejected:
+        return
+    listing = subprocess.run(
+        ["tar", "-tvzf", "-"], input=upload, capture_output=True, timeout=30, env={**os.environ, "LC_ALL": "C"}
+    )
+    assert listing.returncode == 0, listing.stderr
+    lines = [line for line in listing.stdout.decode("utf-8", "replace").splitlines() if line]
+    assert ours.entries == len(lines)
+    assert ours.file_count == sum(1 for line in lines if line.startswith("-"))
