@@ -17,7 +17,7 @@ from typing import Any
 import mcp_types as types
 
 from connector.engine.errors import BrainError
-from connector.engine.index import IndexCache, RecallError
+from connector.engine.index import IndexCache, RecallError, index_for
 from connector.engine.ops import Forget, Pin, Unpin, Verify, connector_memorize
 from connector.engine.recall import recall
 from connector.mcp import render
@@ -89,6 +89,7 @@ class BrainTools:
         # Content keys whose index is (probably) built; bounded like the cache itself.
         self._warm: OrderedDict[str | None, None] = OrderedDict()
         self._tool_list: list[types.Tool] | None = None
+        self._background: set[asyncio.Task[None]] = set()
         self._handlers: dict[str, Callable[[Caller, Args], Awaitable[types.CallToolResult]]] = {
             "brain_recall": self._recall,
             "brain_status": self._status,
@@ -99,6 +100,32 @@ class BrainTools:
             "brain_forget": self._forget,
             "brain_verify": self._verify,
         }
+
+    def prewarm(self, outcome: WriteOutcome) -> None:
+        """Build the recall index of a just-written brain in the background.
+
+        A write changes the content key, so the next recall would build the index
+        first; doing it now, off the event loop, keeps "remember, then recall" fast.
+        """
+        brain, key = outcome.brain, outcome.key
+        if brain is None or key is None or key in self._warm or "index.json" not in brain:
+            return
+
+        def build() -> None:
+            try:
+                index_for(brain, key, self.index_cache)
+            except Exception:  # a brain recall cannot read: the next recall reports it
+                return
+
+        task = asyncio.get_running_loop().create_task(asyncio.to_thread(build))
+        self._background.add(task)
+
+        def done(finished: asyncio.Task[None]) -> None:
+            self._background.discard(finished)
+            if not finished.cancelled() and finished.exception() is None:
+                self._remember_warm(key)
+
+        task.add_done_callback(done)
 
     def _remember_warm(self, key: str | None) -> None:
         self._warm[key] = None
@@ -268,6 +295,7 @@ class BrainTools:
             agent=caller.account.client_name,
         )
         outcome = await self.manager.write(caller.account, op, "memorize")
+        self.prewarm(outcome)
         stored = dict(outcome.result["stored"][0])
         structured: dict[str, Any] = {"stored": stored, "synced": outcome.synced}
         note = _sync_note(outcome)
@@ -277,6 +305,7 @@ class BrainTools:
 
     async def _simple_write(self, caller: Caller, op: Any, label: str, verb: str) -> types.CallToolResult:
         outcome = await self.manager.write(caller.account, op, label)
+        self.prewarm(outcome)
         structured = {**outcome.result, "synced": outcome.synced}
         note = _sync_note(outcome)
         if note:
@@ -311,6 +340,7 @@ class BrainTools:
         if not ids:
             raise ToolFailure(f"'{action}' needs 'ids': the memory ids to {action} (see brain_verify with action list).")
         outcome = await self.manager.write(caller.account, Verify(action, ids), f"verify-{action}")
+        self.prewarm(outcome)
         structured = {**outcome.result, "synced": outcome.synced}
         note = _sync_note(outcome)
         if note:

@@ -461,6 +461,8 @@ class WorkingCopyManager:
                 held_reason=copy.held_reason,
                 pending_writes=len(copy.pending),
                 dropped=tuple(dropped),
+                brain=copy.brain,
+                key=copy.key,
             )
 
     async def _ensure_brain(self, copy: WorkingCopy) -> None:

@@ -109,6 +109,8 @@ class WriteOutcome:
     held_reason: str | None = None
     pending_writes: int = 0
     dropped: tuple[str, ...] = ()
+    brain: Brain | None = None
+    key: str | None = None
 
 
 @dataclass(frozen=True)
