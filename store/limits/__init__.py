@@ -2,5 +2,6 @@
 
 from store.limits.address import TrustedProxies, client_address
 from store.limits.rate import TokenBucketLimiter
+from store.limits.shared import SharedTokenBucketLimiter
 
-__all__ = ["TokenBucketLimiter", "TrustedProxies", "client_address"]
+__all__ = ["SharedTokenBucketLimiter", "TokenBucketLimiter", "TrustedProxies", "client_address"]
