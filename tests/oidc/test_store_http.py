@@ -49,9 +49,12 @@ def minter(issuer: IssuerClient) -> Any:
     return mint
 
 
+_HTTP = httpx.Client(timeout=30)  # one client: creating one per request is slow on a busy machine
+
+
 def get(store: Store, path: str, token: str) -> httpx.Response:
     """GET with a bearer token."""
-    return httpx.get(store.url + path, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    return _HTTP.get(store.url + path, headers={"Authorization": f"Bearer {token}"})
 
 
 def users(store: Store) -> list[dict[str, Any]]:
@@ -320,4 +323,6 @@ def test_concurrent_first_sight_creates_one_user_and_one_brain(store: Store, iss
     assert statuses == [200] * len(tokens)
     user_id = user_id_for(issuer.issuer, "concurrent-first")
     assert sum(1 for u in users(store) if u["id"] == user_id) == 1
-    assert [b["name"] for b in get(store, "/api/brains", tokens[0]).json()] == ["default"]
+    listing = get(store, "/api/brains", tokens[0])
+    assert listing.status_code == 200 and [b["name"] for b in listing.json()] == ["default"], (
+        listing.status_code, listing.text, store.server.log()[-3000:])

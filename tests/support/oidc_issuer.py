@@ -442,16 +442,30 @@ class IssuerClient:
         self.issuer = issuer
         self.audience = audience
         self.server = server  # the ServerProcess, when started by start_issuer
+        self._http: Any = None
+
+    def _client(self) -> Any:
+        """One reusable HTTP client (creating one per call is slow on a busy machine)."""
+        import httpx
+
+        if self._http is None:
+            self._http = httpx.Client(timeout=10)
+        return self._http
 
     def stop(self) -> None:
         """Stop the issuer process (an outage that refuses connections)."""
         if self.server is not None:
             self.server.stop()
+        self.close()
+
+    def close(self) -> None:
+        """Close the HTTP client."""
+        if self._http is not None:
+            self._http.close()
+            self._http = None
 
     def _post(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
-        import httpx
-
-        response = httpx.post(f"{self.base_url}/_test/{name}", json=body, timeout=10)
+        response = self._client().post(f"{self.base_url}/_test/{name}", json=body)
         response.raise_for_status()
         return dict(response.json())
 
@@ -485,9 +499,7 @@ class IssuerClient:
 
     def counts(self) -> dict[str, int]:
         """Requests received per path (test controls excluded)."""
-        import httpx
-
-        response = httpx.get(f"{self.base_url}/_test/counts", timeout=10)
+        response = self._client().get(f"{self.base_url}/_test/counts")
         response.raise_for_status()
         return {str(path): int(count) for path, count in response.json().items()}
 
@@ -510,6 +522,10 @@ def start_issuer(tmp_dir: Any, *, path: str = "", audience: str = "brain-store",
                 "--audience", audience, "--client-secret", client_secret]
         log_path = Path(tmp_dir) / f"oidc-issuer-{port}.log"
         with run_server(argv, port=port, log_path=log_path, health_path="/_test/health") as server:
-            yield IssuerClient(server.base_url, server.base_url + path.rstrip("/"), audience, server)
+            client = IssuerClient(server.base_url, server.base_url + path.rstrip("/"), audience, server)
+            try:
+                yield client
+            finally:
+                client.close()
 
     return running()
