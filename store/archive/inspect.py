@@ -70,6 +70,11 @@ class InspectLimits:
     max_entries: int = 500_000
     max_header: int = 256 * 1024
 
+    def __post_init__(self) -> None:
+        for name in ("max_inflated", "max_entries", "max_header"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"InspectLimits.{name} must be at least 1")
+
 
 @dataclass(frozen=True)
 class ArchiveSummary:

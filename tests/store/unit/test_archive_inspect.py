@@ -459,6 +459,12 @@ def test_inflate_limit_counts_tar_bytes() -> None:
     assert rejected(gz(tar), InspectLimits(max_inflated=len(tar) - 1)).reason == "limit"
 
 
+@pytest.mark.parametrize("field", ["max_inflated", "max_entries", "max_header"])
+def test_limits_must_be_positive(field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        InspectLimits(**{field: 0})
+
+
 def test_failure_is_sticky_and_finish_only_once() -> None:
     inspector = ArchiveInspector()
     with pytest.raises(ArchiveRejected):
