@@ -96,6 +96,7 @@ class UserRegistry:
     def __init__(self, data_dir: Path, *, fsync: bool = True) -> None:
         self.path = Path(data_dir) / "users.json"
         self.lock_path = Path(data_dir) / "users.lock"
+        self._path_str = str(self.path)
         self._fsync = fsync
         self._index = _Index(UsersDocument())
         self._stat_key: tuple[int, int, int] | None = None
@@ -107,7 +108,7 @@ class UserRegistry:
     def refresh(self) -> None:
         """Re-read the file if it changed; on a corrupt file keep the last good copy."""
         try:
-            st = os.stat(self.path)
+            st = os.stat(self._path_str)
         except FileNotFoundError:
             if self._stat_key is not None:
                 log.error("users file %s disappeared; keeping the last good copy", self.path)
