@@ -8,6 +8,7 @@ from connector.engine.brain import Brain
 from connector.engine.errors import BrainError
 from connector.engine.ops import Forget, Memorize, Pin, Unpin, Verify, connector_memorize, operation_from_dict
 from tests.engine.writes_support import (
+    require_fixtures,
     NOW,
     NOW_ISO,
     check_consistency,
@@ -18,6 +19,8 @@ from tests.engine.writes_support import (
     index,
     memory,
 )
+
+require_fixtures()
 
 
 def one(brain: Brain, **fields) -> dict:  # type: ignore[no-untyped-def]

@@ -17,6 +17,7 @@ from connector.engine.ops import Forget, Memorize, MemoryInput, Pin, connector_m
 from connector.engine.rules import COGNITIVE_TYPES, MEMORY_TYPES
 from connector.engine.text import js_trim, memory_body
 from tests.engine.writes_support import (
+    require_fixtures,
     NOW,
     NOW_ISO,
     check_consistency,
@@ -28,6 +29,8 @@ from tests.engine.writes_support import (
     index,
     memory,
 )
+
+require_fixtures()
 
 
 def store(brain: Brain, *items: dict, now=NOW) -> list[dict]:  # type: ignore[no-untyped-def]

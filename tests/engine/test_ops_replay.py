@@ -17,7 +17,9 @@ from hypothesis import strategies as st
 from connector.engine.brain import Brain
 from connector.engine.errors import BrainError
 from connector.engine.ops import Forget, Memorize, MemoryInput, Operation, Pin, Unpin, Verify
-from tests.engine.writes_support import NOW, check_consistency, edges, entries, fixture_brain
+from tests.engine.writes_support import require_fixtures, NOW, check_consistency, edges, entries, fixture_brain
+
+require_fixtures()
 
 BASE = fixture_brain("brain-1-00")
 BASE_IDS = list(entries(BASE))

@@ -12,8 +12,10 @@ from click.testing import CliRunner
 
 from cli.connector import main
 from connector.engine.archive import load_directory
-from tests.engine.writes_support import check_consistency, fixture_path, memory
+from tests.engine.writes_support import check_consistency, fixture_path, memory, require_fixtures
 from tests.support.processes import console_script
+
+require_fixtures()
 
 NOW = "2026-03-01T12:00:00.123Z"
 

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from connector.engine.brain import Brain, dump_json
 from connector.engine.txn import WriteTxn, fast_dump_json, maybe_special_float
-from tests.engine.writes_support import NOW, fixture_brain
+from tests.engine.writes_support import require_fixtures, NOW, fixture_brain
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70)
@@ -17,7 +17,7 @@ json_values = st.recursive(
 )
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(json_values)
 @example(1e-05)
 @example([1e-7, 1e16, -0.0, 1.0, 123.0, 0.001, 1e15, 2.5e-4])
@@ -36,7 +36,7 @@ def _floats(value: object) -> list[float]:
     return []
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(json_values)
 def test_plain_float_shortcut_is_exact_whenever_it_is_taken(value: object) -> None:
     """Documents whose floats are all 'plain' skip the float scan; that must change nothing."""
@@ -45,6 +45,7 @@ def test_plain_float_shortcut_is_exact_whenever_it_is_taken(value: object) -> No
 
 
 def test_fast_dump_matches_on_every_fixture_json_file() -> None:
+    require_fixtures()
     brain = fixture_brain("brain-1-01")
     for path in brain:
         if path.endswith(".json"):

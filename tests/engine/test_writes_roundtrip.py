@@ -10,7 +10,9 @@ from connector.engine.archive import load_archive, pack_archive
 from connector.engine.brain import Brain
 from connector.engine.ops import Forget, Memorize, Pin, Unpin, Verify, connector_memorize
 from connector.engine.recall import recall
-from tests.engine.writes_support import NOW, check_consistency, entries, fixture_brain, memory
+from tests.engine.writes_support import require_fixtures, NOW, check_consistency, entries, fixture_brain, memory
+
+require_fixtures()
 
 QUERIES = ["zanzibar ferries", "pytest snapshot", "podcast networking", "guitar cooking meditation",
            "deploy caddy", "budget travel reading"]

@@ -7,13 +7,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from connector.engine.archive import load_directory
 from connector.engine.brain import Brain, dump_json
 from connector.engine.frontmatter import frontmatter_text
 from connector.engine.text import document_text, memory_body, term_counts
-from tests.engine.conftest import parity_dir
+from tests.engine.conftest import REPO_ROOT
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, 123000, tzinfo=UTC)
 NOW_ISO = "2026-03-01T12:00:00.123Z"
@@ -22,13 +23,24 @@ NOW_ISO = "2026-03-01T12:00:00.123Z"
 OUR_JSON = {"index.json", "associations.json", "search-index.json", "pinned.json", "_archived/index.json"}
 
 
+# The write tests name particular fixture brains and memories, so they always use the
+# project's own fixture set (RECALL_PARITY_DIR may point the parity test elsewhere).
+FIXTURES = (REPO_ROOT.parent / "shared" / "fixtures" / "recall-parity" / "brains").resolve()
+
+
+def require_fixtures() -> None:
+    """Skip the calling test module when the fixture brains are not beside the repository."""
+    if not (FIXTURES / "brain-1-00" / "index.json").is_file():
+        pytest.skip(f"fixture brains not found at {FIXTURES}", allow_module_level=True)
+
+
 def fixture_brain(name: str) -> Brain:
     """A fixture brain loaded into memory (the fixture directory is never written)."""
-    return load_directory(parity_dir() / "brains" / name)
+    return load_directory(FIXTURES / name)
 
 
 def fixture_path(name: str) -> Path:
-    return parity_dir() / "brains" / name
+    return FIXTURES / name
 
 
 def index(brain: Brain) -> dict[str, Any]:
