@@ -260,3 +260,44 @@ def test_brain_limit_holds_under_concurrent_creates(tmp_path: Path) -> None:
         finally:
             for client in clients:
                 client.close()
+
+
+@pytest.mark.xdist_group("store-e2e-race-s3")
+def test_two_replicas_on_one_bucket_one_writer_wins(tmp_path: Path) -> None:
+    """Two store processes (separate hosts in effect) on one S3 bucket: 20 rounds x 16 writers, one winner each."""
+    servers = pytest.importorskip("tests.s3.servers")
+    if servers.weed_binary() is None:
+        pytest.skip("no SeaweedFS binary")
+    with servers.seaweedfs(tmp_path / "weed") as service:
+        env = {**service.store_env(service.new_bucket()), "STORE_RATE_LIMITS": "off"}
+        with running_store(tmp_path / "a" / "data", env=env) as first, running_store(tmp_path / "b" / "data", env=env) as second:
+            token = first.add_user("replicated")
+            clients = _clients(first.url, token, WRITERS // 2) + _clients(second.url, token, WRITERS // 2)
+            try:
+                deadline = time.monotonic() + 30
+                while clients[-1].get("/auth/me").status_code != 200:  # the second replica polls the users object
+                    assert time.monotonic() < deadline, "second replica never saw the new user"
+                    time.sleep(0.2)
+                brain_id = clients[0].post("/api/brains", json={"name": "replicated"}).json()["id"]
+                seed = brain_archive("replica-seed")
+                assert _upload(clients[0], brain_id, seed, None).status_code == 200
+                base = _sha(seed)
+                with ThreadPoolExecutor(WRITERS) as pool:
+                    for round_no in range(20):
+                        archives = [brain_archive(f"replica-{round_no}-{i}") for i in range(WRITERS)]
+                        barrier = threading.Barrier(WRITERS, timeout=30)
+
+                        def push(i: int, archives: list[bytes] = archives, barrier: threading.Barrier = barrier, base: str = base) -> int:
+                            barrier.wait()
+                            return _upload(clients[i], brain_id, archives[i], base).status_code
+
+                        statuses = list(pool.map(push, range(WRITERS), timeout=120))
+                        assert Counter(statuses) == Counter({200: 1, 412: WRITERS - 1}), f"round {round_no}: {statuses}"
+                        winner = archives[statuses.index(200)]
+                        for client in (clients[0], clients[-1]):  # both replicas serve the winner
+                            live = client.get(f"/api/brains/{brain_id}/sync")
+                            assert live.content == winner and live.headers["x-checksum"] == _sha(winner)
+                        base = _sha(winner)
+            finally:
+                for client in clients:
+                    client.close()
