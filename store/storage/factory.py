@@ -1,0 +1,56 @@
+"""Pick the storage backend and users registry the settings ask for (local disk or S3)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from store.auth.users import UserRegistry
+from store.settings import StoreSettings
+
+
+def s3_bucket(settings: StoreSettings) -> Any:
+    """The configured bucket and prefix."""
+    from store.storage.s3client import Bucket
+
+    return Bucket.of(settings.s3_bucket, settings.s3_prefix)
+
+
+def open_backend(settings: StoreSettings, client: Any = None) -> Any:
+    """The ``StorageBackend`` for the settings."""
+    if settings.backend == "s3":
+        from store.storage.s3 import S3Backend
+        from store.storage.s3client import make_client
+
+        return S3Backend(client or make_client(settings), s3_bucket(settings), settings.data_dir / "spool")
+    from store.storage.local import LocalBackend
+
+    return LocalBackend(settings.data_dir, fsync=settings.fsync)
+
+
+def open_registry(settings: StoreSettings, *, serving: bool = False, client: Any = None) -> UserRegistry:
+    """The users registry; a serving S3 replica also starts polling for changes."""
+    if settings.backend == "s3":
+        from store.storage.s3client import make_client
+        from store.storage.s3users import S3UserRegistry
+
+        registry = S3UserRegistry(
+            client or make_client(settings), s3_bucket(settings), poll_seconds=settings.s3_users_poll_seconds
+        )
+        if serving:
+            registry.start_polling()
+        return registry
+    return UserRegistry(settings.data_dir, fsync=settings.fsync)
+
+
+def prepare_storage(settings: StoreSettings) -> None:
+    """Before serving: S3 must honour conditional writes (else ``ConditionalWritesUnsupported``);
+    then crash leftovers are removed."""
+    if settings.backend == "s3":
+        from store.storage.s3client import make_client
+        from store.storage.s3probe import probe_conditional_writes
+
+        client = make_client(settings)
+        probe_conditional_writes(client, s3_bucket(settings), settings.s3_endpoint_url or "S3")
+        open_backend(settings, client).startup()
+        return
+    open_backend(settings).startup()

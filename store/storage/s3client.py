@@ -1,0 +1,191 @@
+"""The S3 side of the store: a boto3 client, error classification, streamed object transfer.
+
+Everything here is plain S3 API use (works with Amazon S3 and compatible services).
+Transfers stream between an S3 object and a local file in bounded pieces, so memory
+does not grow with the archive size: uploads of large files use a multipart upload
+whose parts are read from the file while they are sent.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+from botocore.exceptions import ClientError
+
+from store.settings import StoreSettings
+
+MIB = 1024 * 1024
+# Files up to this size go up in one PutObject; larger ones as a multipart upload.
+MULTIPART_THRESHOLD = 16 * MIB
+PART_SIZE = 8 * MIB  # S3 needs >= 5 MiB per part except the last
+COPY_CHUNK = 1 * MIB
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """Where the store lives: a bucket and a key prefix ("" or ending in "/")."""
+
+    name: str
+    prefix: str = ""
+
+    @classmethod
+    def of(cls, name: str, prefix: str) -> Bucket:
+        """Normalise the prefix: no leading slash, exactly one trailing slash when not empty."""
+        prefix = prefix.strip("/")
+        return cls(name, f"{prefix}/" if prefix else "")
+
+    def key(self, *parts: str) -> str:
+        """The object key for path ``parts`` under the prefix."""
+        return self.prefix + "/".join(parts)
+
+
+def make_client(settings: StoreSettings, *, endpoint_url: str | None = None, region: str | None = None) -> Any:
+    """A boto3 S3 client for the settings; credentials come from the standard AWS chain."""
+    import boto3
+    from botocore.config import Config
+
+    endpoint = endpoint_url if endpoint_url is not None else settings.s3_endpoint_url
+    config = Config(
+        # a custom endpoint (SeaweedFS, MinIO, moto...) is addressed by path, not by DNS name
+        s3={"addressing_style": "path" if endpoint else "auto"},
+        # checksums only where S3 requires them: compatible services differ in support, and
+        # our archives carry their own SHA-256 (and sealed ones an AEAD tag)
+        request_checksum_calculation="when_required",
+        response_checksum_validation="when_required",
+        retries={"max_attempts": 4, "mode": "standard"},
+        max_pool_connections=64,
+        connect_timeout=5,
+        read_timeout=60,
+    )
+    session = boto3.session.Session()
+    return session.client("s3", endpoint_url=endpoint or None, region_name=region or settings.s3_region or "us-east-1",
+                          config=config)
+
+
+def error_code(exc: ClientError) -> str:
+    """The S3 error code of a failed call."""
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def http_status(exc: ClientError) -> int:
+    """The HTTP status of a failed call."""
+    return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+
+
+def is_not_found(exc: ClientError) -> bool:
+    """The object (or key) does not exist."""
+    return http_status(exc) == 404 or error_code(exc) in ("NoSuchKey", "404", "NotFound")
+
+
+def is_not_modified(exc: ClientError) -> bool:
+    """A conditional GET found the object unchanged."""
+    return http_status(exc) == 304 or error_code(exc) == "304"
+
+
+def is_conflict(exc: ClientError) -> bool:
+    """A conditional write lost: precondition failed, a concurrent conditional write, or the
+    object to replace is gone."""
+    return http_status(exc) in (409, 412) or error_code(exc) in (
+        "PreconditionFailed",
+        "ConditionalRequestConflict",
+    ) or (is_not_found(exc) and error_code(exc) != "NoSuchBucket")
+
+
+class FileSlice(io.RawIOBase):
+    """A read-only, seekable window ``[start, start+length)`` of an open file (one upload part).
+
+    botocore reads it in small blocks while sending, so a part never sits in memory whole.
+    """
+
+    def __init__(self, f: BinaryIO, start: int, length: int) -> None:
+        self._fd = f.fileno()
+        self._start = start
+        self._length = length
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._length}[whence]
+        self._pos = max(0, min(self._length, base + offset))
+        return self._pos
+
+    def __len__(self) -> int:
+        return self._length
+
+    def readinto(self, buffer: Any) -> int:
+        want = min(len(buffer), self._length - self._pos)
+        if want <= 0:
+            return 0
+        data = os.pread(self._fd, want, self._start + self._pos)
+        buffer[: len(data)] = data
+        self._pos += len(data)
+        return len(data)
+
+    def read(self, size: int = -1) -> bytes:
+        if size is None or size < 0:
+            size = self._length - self._pos
+        size = min(size, self._length - self._pos)
+        if size <= 0:
+            return b""
+        data = os.pread(self._fd, size, self._start + self._pos)
+        self._pos += len(data)
+        return data
+
+
+def upload_file(client: Any, bucket: str, key: str, f: BinaryIO, size: int, *, create_only: bool = True) -> None:
+    """Store ``size`` bytes of ``f`` (from offset 0) as object ``key``, streamed from the file.
+
+    ``create_only`` adds ``If-None-Match: *`` to single-request uploads: blob keys are
+    unique, so an existing object means something is badly wrong and must not be replaced.
+    """
+    if size <= MULTIPART_THRESHOLD:
+        extra = {"IfNoneMatch": "*"} if create_only else {}
+        client.put_object(Bucket=bucket, Key=key, Body=FileSlice(f, 0, size), ContentLength=size, **extra)
+        return
+    upload_id = client.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+    try:
+        parts = []
+        offset, number = 0, 1
+        while offset < size:
+            length = min(PART_SIZE, size - offset)
+            done = client.upload_part(
+                Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number,
+                Body=FileSlice(f, offset, length), ContentLength=length,
+            )
+            parts.append({"PartNumber": number, "ETag": done["ETag"]})
+            offset += length
+            number += 1
+        client.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts})
+    except BaseException:
+        try:
+            client.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id)
+        except Exception:
+            pass  # the start-up sweep aborts stale multipart uploads
+        raise
+
+
+def download_to(client: Any, bucket: str, key: str, out: BinaryIO) -> int:
+    """Copy object ``key`` into ``out`` in bounded chunks; returns the byte count.
+
+    Raises ``ClientError`` (e.g. NoSuchKey) before anything is written when the object is missing.
+    """
+    body = client.get_object(Bucket=bucket, Key=key)["Body"]
+    total = 0
+    try:
+        while chunk := body.read(COPY_CHUNK):
+            out.write(chunk)
+            total += len(chunk)
+    finally:
+        body.close()
+    return total
