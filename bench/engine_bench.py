@@ -84,8 +84,9 @@ VOCABULARY = vocabulary()
 # Zipf-like word frequencies ((rank + 30) ** -1.07: natural text once stopwords are gone): a few words are
 # everywhere, most are rare; queries are drawn from the same distribution.
 ZIPF = list(itertools.accumulate(1 / ((rank + 30) ** 1.07) for rank in range(1, len(VOCABULARY) + 1)))
-TAGS = [f"{word}" for word in VOCABULARY[:150]] + [f"topic-{i}" for i in range(150)]
-TAG_WEIGHTS = list(itertools.accumulate(1 / (rank**0.9) for rank in range(1, len(TAGS) + 1)))
+# Tags mildly skewed (rank ** -0.6 over 400): about 4 tag-overlap neighbours per memory.
+TAGS = [f"{word}" for word in VOCABULARY[:150]] + [f"topic-{i}" for i in range(250)]
+TAG_WEIGHTS = list(itertools.accumulate(1 / (rank**0.6) for rank in range(1, len(TAGS) + 1)))
 
 
 def words(rnd: random.Random, count: int) -> list[str]:

@@ -112,9 +112,9 @@ class BrainIndex:
     ctx_groups: list[tuple[str | None, str | None, frozenset[Any] | None]] = field(default_factory=list)
     bounds: ValueBounds | None = None
     _idf_cache: dict[str, float] = field(default_factory=dict, repr=False)
-    _edge_maps: dict[str, dict[str, float]] | None = field(default=None, repr=False)
+    _edge_maps: dict[str, dict[str, tuple[int, float]]] | None = field(default=None, repr=False)
     _in_edges: dict[str, list[str]] | None = field(default=None, repr=False)
-    _reverse: dict[str, list[tuple[str, float, float | None]]] = field(default_factory=dict, repr=False)
+    _reverse: dict[str, dict[str, tuple[float, float | None]]] = field(default_factory=dict, repr=False)
 
     @classmethod
     def build(cls, brain: Brain) -> BrainIndex:
@@ -179,46 +179,50 @@ class BrainIndex:
         in ``cache`` (the process-wide one by default); built afresh without a key."""
         return index_for(brain, key, DEFAULT_CACHE if cache is None else cache)
 
-    def reverse_paths(self, target: str) -> list[tuple[str, float, float | None]]:
-        """Every way a spreading walk reaches ``target``: ``(source, w1, w2)``.
+    def reverse_paths(self, target: str) -> dict[str, tuple[float, float | None]]:
+        """Every source whose spreading walk reaches ``target``: ``{source: (w1, w2)}``.
 
         ``w2`` None: ``target`` is the source's neighbour (bonus s x w1 x 0.5).
-        Otherwise two hops through the first neighbour, in the source's file order,
+        Otherwise two hops through the source's *first* neighbour, in file order,
         that links to ``target`` (bonus s x w1 x 0.5 x w2 x 0.25): exactly the path
-        the reference's breadth-first walk from that source records. Cached.
+        the reference's breadth-first walk from that source records. Cached (LRU).
         """
         cached = self._reverse.get(target)
         if cached is not None:
             return cached
-        assert self.edges is not None
+        edges = self.edges or {}
         if self._edge_maps is None:
-            self._edge_maps = {node: dict(neighbours) for node, neighbours in self.edges.items()}
+            # neighbour -> (position in the source's file order, weight)
+            self._edge_maps = {
+                node: {neighbour: (i, weight) for i, (neighbour, weight) in enumerate(neighbours)}
+                for node, neighbours in edges.items()
+            }
             incoming: dict[str, list[str]] = {}
-            for node, neighbours in self.edges.items():
+            for node, neighbours in edges.items():
                 for neighbour, _ in neighbours:
                     incoming.setdefault(neighbour, []).append(node)
             self._in_edges = incoming
         maps, incoming_of = self._edge_maps, self._in_edges or {}
-        paths: list[tuple[str, float, float | None]] = []
+        paths: dict[str, tuple[float, float | None]] = {}
         direct = incoming_of.get(target, [])
         for source in direct:
             if source != target:
-                paths.append((source, maps[source][target], None))
-        considered = {target}
+                paths[source] = (maps[source][target][1], None)
+        # Two hops: for each source, the middle node earliest in its own order wins.
+        earliest: dict[str, tuple[int, float, float]] = {}
         for middle in direct:
+            second = maps[middle][target][1]
             for source in incoming_of.get(middle, ()):
-                if source in considered:
+                if source == target or source == middle or source in paths:
                     continue
-                considered.add(source)
-                if target in maps[source]:
-                    continue  # a direct neighbour: visited at hop 1, never at hop 2
-                for first, weight in self.edges[source]:
-                    if first == source:
-                        continue
-                    onward = maps.get(first)
-                    if onward is not None and target in onward:
-                        paths.append((source, weight, onward[target]))
-                        break
+                order, first = maps[source][middle]
+                known = earliest.get(source)
+                if known is None or order < known[0]:
+                    earliest[source] = (order, first, second)
+        for source, (_, first, second) in earliest.items():
+            paths[source] = (first, second)
+        if len(self._reverse) >= 20_000:
+            self._reverse.clear()  # bounded memory on huge, dense graphs
         self._reverse[target] = paths
         return paths
 

@@ -160,6 +160,49 @@ def _time_terms(memories: list[MemoryRecord], positions: list[int], now_ms: int)
     return terms
 
 
+def _evaluate(
+    memories: list[MemoryRecord],
+    positions: list[int],
+    relevance_by_pos: dict[int, float],
+    now_ms: int,
+    group_matches: list[float] | None,
+    expiry_ms: int,
+    with_as_of: bool,
+    *,
+    with_strengths: bool,
+    with_bounds: bool,
+) -> tuple[dict[int, tuple[float, float]], list[tuple[str, float]], list[tuple[float, float, float]]]:
+    """One pass over the base memories: time terms, source strengths, and the
+    (weighted sum, total weight, factor) of each score without spreading."""
+    terms = _time_terms(memories, positions, now_ms)
+    strengths: list[tuple[str, float]] = []
+    parts: list[tuple[float, float, float]] = []
+    if not (with_strengths or with_bounds):
+        return terms, strengths, parts
+    relevance_of = relevance_by_pos.get
+    base_total = W_RELEVANCE + W_DECAYED + W_RECENCY
+    for position in positions:
+        record = memories[position]
+        decayed, recency = terms[position]
+        relevance = relevance_of(position, 0.0)
+        if with_strengths:
+            strengths.append((record.id, 0.55 * relevance + 0.30 * decayed + 0.15 * recency))
+        if with_bounds:
+            total = base_total
+            weighted = W_RELEVANCE * relevance + W_DECAYED * decayed + W_RECENCY * recency
+            group = record.ctx_group
+            if group_matches is not None and group >= 0:
+                match = group_matches[group]
+                if match > 0:
+                    total += W_CONTEXT
+                    weighted += W_CONTEXT * match
+            if record.salience is not None:
+                total += W_SALIENCE
+                weighted += W_SALIENCE * record.salience
+            parts.append((weighted, total, _factor(record, expiry_ms, with_as_of) if record.has_newer_fields else 1.0))
+    return terms, strengths, parts
+
+
 def _spread(
     edges: dict[str, list[tuple[str, float]]],
     sources: list[tuple[str, float]],
@@ -271,25 +314,20 @@ def recall(
             for position, relevance in relevance_by_pos.items()
             if relevance >= FLOOR and (eligible is None or eligible[position])
         )
-    terms = _time_terms(memories, source_positions, now_ms)
     group_matches = None
     if project or task or topics:
         topic_set = frozenset(topics.split(",")) if topics else None
         group_matches = _group_matches(index.ctx_groups, project, task, topic_set)
     expiry_ms = as_of_ms if as_of_ms is not None else now_ms
     with_as_of = as_of_ms is not None
-
-    # Source strengths: 0.55 x relevance + 0.30 x decayed + 0.15 x recency (raw values).
-    strengths: list[tuple[str, float]] = []
-    if index.edges is not None:
-        for position in source_positions:
-            decayed, recency = terms[position]
-            relevance = relevance_by_pos.get(position, 0.0)
-            strengths.append((memories[position].id, 0.55 * relevance + 0.30 * decayed + 0.15 * recency))
-
-    if not exhaustive:
+    may_prune = not exhaustive and 0 < top and 4 * top < len(source_positions)
+    terms, strengths, parts = _evaluate(
+        memories, source_positions, relevance_by_pos, now_ms, group_matches, expiry_ms, with_as_of,
+        with_strengths=index.edges is not None, with_bounds=may_prune,
+    )
+    if may_prune:
         pruned = _pruned(
-            index, source_positions, relevance_by_pos, terms, strengths, group_matches,
+            index, source_positions, relevance_by_pos, terms, strengths, parts, group_matches,
             expiry_ms, with_as_of, top, context, now_ms, bool(project or task or topics),
         )
         if pruned is not None:
@@ -327,6 +365,7 @@ def _pruned(
     relevance_by_pos: dict[int, float],
     terms: dict[int, tuple[float, float]],
     strengths: list[tuple[str, float]],
+    parts: list[tuple[float, float, float]],
     group_matches: list[float] | None,
     expiry_ms: int,
     with_as_of: bool,
@@ -342,60 +381,53 @@ def _pruned(
     whose upper bound falls a rounding step below the ``top``-th best lower bound
     cannot appear; only the others get their exact bonus, computed backwards from
     the few walks that reach them (`BrainIndex.reverse_paths`), and their exact
-    score. Returns None when the bounds do not apply (small or unusual brains):
-    the caller then scores everything, as the reference does.
+    score. Returns None when the bounds do not apply (unusual brains): the caller
+    then scores everything, as the reference does.
     """
-    if top <= 0 or len(base_positions) <= 4 * top or index.bounds is None:
-        return None
     bounds = index.bounds
+    if bounds is None:
+        return None
     source_strength = {memory_id: value for memory_id, value in strengths if value > SOURCE_THRESHOLD}
     s_max = max(source_strength.values(), default=0.0)
     w_max = bounds.max_edge_weight
     b_max = min(1.0, s_max * max(w_max * 0.5, w_max * w_max * 0.125)) if source_strength else 0.0
-    memories = index.memories
-    relevance_of = relevance_by_pos.get
-    lows: list[float] = []
-    highs: list[float] = []
-    for position in base_positions:
-        record = memories[position]
-        decayed, recency = terms[position]
-        group = record.ctx_group
-        match = group_matches[group] if group_matches is not None and group >= 0 else 0.0
-        total = W_RELEVANCE + W_DECAYED + W_RECENCY
-        weighted = W_RELEVANCE * relevance_of(position, 0.0) + W_DECAYED * decayed + W_RECENCY * recency
-        if match > 0:
-            total += W_CONTEXT
-            weighted += W_CONTEXT * match
-        if record.salience is not None:
-            total += W_SALIENCE
-            weighted += W_SALIENCE * record.salience
-        factor = _factor(record, expiry_ms, with_as_of)
-        plain = weighted / total
-        if b_max > 0:
-            low = min(plain, weighted / (total + W_SPREADING))
-            high = max(plain, (weighted + W_SPREADING * b_max) / (total + W_SPREADING))
-        else:
-            low = high = plain
-        lows.append(low * factor)
-        highs.append(high * factor)
-    if not all(map(math.isfinite, highs)):
-        return None
+    spread_weight = W_SPREADING * b_max
+    # Lower bound: a bonus just above 0 adds the term's weight and nearly nothing else.
+    lows = [
+        (weighted / total if weighted / total < weighted / (total + W_SPREADING) else weighted / (total + W_SPREADING)) * factor
+        for weighted, total, factor in parts
+    ]
     cut = heapq.nlargest(top, lows)[-1] - _PRUNE_MARGIN
+    if not math.isfinite(cut):
+        return None
     if not context and b_max >= FLOOR:
         # Memories outside the base set enter only through spreading >= 0.05.
         outside = _outside_bound(bounds, now_ms, b_max, context_given)
         if outside is None or outside >= cut:
             return None
-    candidates = [position for position, high in zip(base_positions, highs) if high >= cut]
+    candidates = []
+    for position, (weighted, total, factor) in zip(base_positions, parts):
+        plain = weighted / total
+        with_bonus = (weighted + spread_weight) / (total + W_SPREADING)
+        if (plain if plain > with_bonus else with_bonus) * factor >= cut:
+            candidates.append(position)
     spreading: dict[str, float] = {}
     if source_strength:
+        memories = index.memories
+        sources = list(source_strength.items())
         for position in candidates:
             memory_id = memories[position].id
+            paths = index.reverse_paths(memory_id)
             best = 0.0
-            for source, first, second in index.reverse_paths(memory_id):
-                strength = source_strength.get(source)
-                if strength is None:
+            # Walk whichever is shorter: the walks reaching this memory, or the sources.
+            if len(paths) <= len(sources):
+                pairs = [(source_strength.get(source), path) for source, path in paths.items()]
+            else:
+                pairs = [(strength, paths.get(source)) for source, strength in sources]
+            for strength, path in pairs:
+                if strength is None or path is None:
                     continue
+                first, second = path
                 bonus = strength * first * 0.5
                 if second is not None:
                     bonus = bonus * second * 0.25
@@ -403,8 +435,10 @@ def _pruned(
                     best = bonus
             if best > 0:
                 spreading[memory_id] = best
-    scored = _scores(memories, candidates, relevance_by_pos, terms, spreading, group_matches, expiry_ms, with_as_of)
-    return _top(scored, top, memories)
+    scored = _scores(
+        index.memories, candidates, relevance_by_pos, terms, spreading, group_matches, expiry_ms, with_as_of
+    )
+    return _top(scored, top, index.memories)
 
 
 def _outside_bound(bounds: Any, now_ms: int, b_max: float, context_given: bool) -> float | None:
