@@ -14,7 +14,7 @@ from cli.store.runner import run_store, settings_from_cli
               help="Data directory for this local store.")
 @click.option("--port", type=int, default=None, help="Port [default 8787].")
 def dev(data: Path, port: int | None) -> None:
-    """Start a store on 127.0.0.1 with a demo user; prints the URL and the token. Ctrl-C stops."""
+    """Start a store on 127.0.0.1 with a demo user; prints the URL and a fresh token. Ctrl-C stops."""
     from store.auth.users import UserRegistry
     from store.service import BrainService
     from store.storage.local import LocalBackend
@@ -23,17 +23,14 @@ def dev(data: Path, port: int | None) -> None:
     data_dir = settings.data_dir
     data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     registry = UserRegistry(data_dir)
-    token_file = data_dir / "demo-token"
+    # Tokens are only ever stored hashed, so the demo token cannot be shown again:
+    # each start gives the demo user a fresh one (the previous one stops working).
     demo = registry.find("demo")
-    if demo is None or not token_file.exists():
-        if demo is None:
-            demo, token = registry.add("demo", "demo@localhost")
-        else:
-            demo, token = registry.rotate("demo")
-        token_file.write_text(token + "\n")
-        token_file.chmod(0o600)
+    if demo is None:
+        demo, token = registry.add("demo", "demo@localhost")
+    else:
+        demo, token = registry.rotate("demo")
     BrainService(settings, LocalBackend(data_dir, fsync=settings.fsync)).ensure_default(demo.id)
-    token = token_file.read_text().strip()
     url = f"http://127.0.0.1:{settings.port}"
     run_store(
         settings,
