@@ -325,11 +325,14 @@ class BrainService:
             except BlobMissing:
                 continue  # replaced or deleted meanwhile: look again
             if self.sealer is None:
-                if os.pread(blob.fileno(), len(SEALED_MAGIC), 0) == SEALED_MAGIC:
+                if _head(blob, len(SEALED_MAGIC)) == SEALED_MAGIC:
                     blob.close()
                     log.error("brain %s archive %s is sealed but no key is configured", brain_id, archive.checksum)
                     raise ServiceError(500, "stored archive is encrypted and no key is configured")
-                return Download(archive=archive, file=blob, chunks=None)
+                if not hasattr(blob, "peek"):
+                    return Download(archive=archive, file=blob, chunks=None)
+                # an object-store blob has no file descriptor: stream it in chunks
+                return Download(archive=archive, file=None, chunks=_closing(iter(lambda: blob.read(1 << 20), b""), blob))
             try:
                 chunks = self.sealer.open(blob, user_id, brain_id, archive.checksum)
             except SealedFileRefused as exc:
@@ -338,6 +341,14 @@ class BrainService:
                 raise ServiceError(500, "stored archive failed its integrity check") from None
             return Download(archive=archive, file=None, chunks=_closing(chunks, blob))
         raise ServiceError(404, "brain not found")
+
+
+def _head(blob: BinaryIO, size: int) -> bytes:
+    """The first ``size`` bytes of a blob without consuming them (a local file or a buffered stream)."""
+    peek = getattr(blob, "peek", None)
+    if peek is not None:
+        return bytes(peek(size)[:size])
+    return os.pread(blob.fileno(), size, 0)
 
 
 def _closing(chunks: Iterator[bytes], blob: BinaryIO) -> Iterator[bytes]:
