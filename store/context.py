@@ -53,8 +53,10 @@ class AppContext:
     @classmethod
     def build(cls, settings: StoreSettings) -> AppContext:
         """Wire every component for ``settings`` (raises on unusable settings)."""
-        backend = LocalBackend(settings.data_dir, fsync=settings.fsync)
-        registry = UserRegistry(settings.data_dir, fsync=settings.fsync)
+        from store.storage.factory import open_backend, open_registry
+
+        backend = open_backend(settings)  # local disk or S3 (STORE_BACKEND)
+        registry = open_registry(settings, serving=True)
         service = BrainService(settings, backend)
         oidc = None
         if settings.oidc:

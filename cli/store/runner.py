@@ -42,11 +42,14 @@ def run_store(settings: StoreSettings, workers: int = 1, *, announce: str | None
     from uvicorn.supervisors import Multiprocess
 
     from store.app import create_app
-    from store.storage.local import LocalBackend
+    from store.storage.factory import prepare_storage
 
     check_oidc(settings)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    LocalBackend(settings.data_dir, fsync=settings.fsync).startup()
+    try:
+        prepare_storage(settings)  # crash recovery; on S3 also the conditional-write probe
+    except RuntimeError as exc:
+        raise click.ClickException(str(exc)) from None
     common = dict(
         host=settings.host,
         port=settings.port,

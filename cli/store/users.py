@@ -15,13 +15,11 @@ _data_option = click.option(
 
 
 def _open(data: Path | None):  # type: ignore[no-untyped-def]
-    from store.auth.users import UserRegistry
     from store.service import BrainService
-    from store.storage.local import LocalBackend
+    from store.storage.factory import open_backend, open_registry
 
     settings = settings_from_cli(data_dir=data)
-    backend = LocalBackend(settings.data_dir, fsync=settings.fsync)
-    return UserRegistry(settings.data_dir, fsync=settings.fsync), BrainService(settings, backend)
+    return open_registry(settings), BrainService(settings, open_backend(settings))
 
 
 def _fail(exc: Exception) -> click.ClickException:
