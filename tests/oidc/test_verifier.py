@@ -400,3 +400,40 @@ def test_arbitrary_jwt_shaped_input_is_only_ever_refused(issuer: IssuerClient) -
             run(verifier.authenticate(token))
 
     check()
+
+
+def test_key_set_parsing_and_key_fit() -> None:
+    """Pure key selection: type, curve, size, declared alg and use all have to fit."""
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+    from jwt.algorithms import ECAlgorithm, RSAAlgorithm
+
+    from store.auth.oidc import parse_key_set, pick_key
+
+    def rsa_jwk(bits: int, **extra: Any) -> dict[str, Any]:
+        return {**RSAAlgorithm.to_jwk(rsa.generate_private_key(65537, bits).public_key(), as_dict=True), **extra}
+
+    def ec_jwk(curve: Any, **extra: Any) -> dict[str, Any]:
+        return {**ECAlgorithm.to_jwk(ec.generate_private_key(curve).public_key(), as_dict=True), **extra}
+
+    keys = parse_key_set({"keys": [
+        rsa_jwk(2048, kid="rsa"),
+        rsa_jwk(1024, kid="small"),
+        rsa_jwk(2048, kid="enc", use="enc"),
+        rsa_jwk(2048, kid="declared-ps", alg="PS256"),
+        ec_jwk(ec.SECP256R1(), kid="ec"),
+        ec_jwk(ec.SECP384R1(), kid="p384"),
+        {"kty": "oct", "k": "c2VjcmV0", "kid": "hmac"},
+        {"kty": "RSA", "kid": "broken", "n": "!!", "e": "AQAB"},
+        "not a key",
+    ]})
+    assert {key.kid for key in keys} == {"rsa", "small", "declared-ps", "ec", "p384"}
+    assert pick_key(keys, "rsa", "RS256") is not None
+    assert pick_key(keys, "ec", "ES256") is not None
+    for kid, alg in [("rsa", "ES256"), ("ec", "RS256"), ("small", "RS256"), ("declared-ps", "RS256"),
+                     ("p384", "ES256")]:
+        with pytest.raises(OidcRejected):
+            pick_key(keys, kid, alg)
+    assert pick_key(keys, "hmac", "RS256") is None  # never even parsed
+    assert pick_key(keys, None, "ES256") is not None and pick_key(keys, None, "ES256").kid == "ec"
+    with pytest.raises(OidcUnavailable):
+        parse_key_set({"nokeys": []})
