@@ -299,7 +299,9 @@ def _open_parent(root_fd: int, relative: str, *, create: bool) -> tuple[int, str
             try:
                 next_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
             except OSError as exc:
-                raise ArchiveError(f"cannot write below {relative[:200]!r}: a path component is not a directory") from exc
+                raise ArchiveError(
+                    f"cannot write below {relative[:200]!r}: a path component is not a directory"
+                ) from exc
             os.close(fd)
             fd = next_fd
     except BaseException:

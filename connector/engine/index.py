@@ -372,9 +372,10 @@ def _rebuild_documents(brain: Brain, memories: list[MemoryRecord]) -> tuple[int,
         body = memory_body(text) if text is not None else ""
         title = record.entry.get("title")
         tags = record.entry.get("tags")
-        tf, length = term_counts(
-            document_text(title if isinstance(title, str) else None, tags if isinstance(tags, (list, str)) else None, body)
+        text = document_text(
+            title if isinstance(title, str) else None, tags if isinstance(tags, (list, str)) else None, body
         )
+        tf, length = term_counts(text)
         items.append((record.id, tf, float(length)))
         for term in tf:
             df[term] = df.get(term, 0.0) + 1

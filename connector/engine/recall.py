@@ -373,7 +373,7 @@ def _pruned(
     context: bool,
     now_ms: int,
     context_given: bool,
-) -> list[tuple[float, str, int, float, float, float, float]] | None:
+) -> list[Ranked] | None:
     """The exact top ``top`` without spreading activation over the whole brain.
 
     Spreading can only add 0.14 x bonus (bonus <= ``b_max``) to a memory's
@@ -393,10 +393,7 @@ def _pruned(
     b_max = min(1.0, s_max * max(w_max * 0.5, w_max * w_max * 0.125)) if source_strength else 0.0
     spread_weight = W_SPREADING * b_max
     # Lower bound: a bonus just above 0 adds the term's weight and nearly nothing else.
-    lows = [
-        (weighted / total if weighted / total < weighted / (total + W_SPREADING) else weighted / (total + W_SPREADING)) * factor
-        for weighted, total, factor in parts
-    ]
+    lows = [min(weighted / total, weighted / (total + W_SPREADING)) * factor for weighted, total, factor in parts]
     cut = heapq.nlargest(top, lows)[-1] - _PRUNE_MARGIN
     if not math.isfinite(cut):
         return None
@@ -502,7 +499,10 @@ def _scores(
     return scored
 
 
-def _top(scored: list[Scored], top: int, memories: list[MemoryRecord]) -> list[tuple[float, str, int, float, float, float, float]]:
+Ranked = tuple[float, str, int, float, float, float, float]  # -rounded score, id, position, values
+
+
+def _top(scored: list[Scored], top: int, memories: list[MemoryRecord]) -> list[Ranked]:
     """The first ``top`` by rounded score descending, then id; JavaScript slice semantics.
 
     Rounding is monotone, so only scores within one rounding step of the
