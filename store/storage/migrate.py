@@ -1,0 +1,166 @@
+"""Move a whole store between a data directory and an S3 bucket (either direction).
+
+Users (the document with token hashes and OIDC deny records), every brain with its
+current archive and snapshots are copied. Blobs are copied byte for byte as stored:
+a sealed archive is bound to user, brain and checksum, not to where it lives, so it
+stays valid without the key. A brain is written blobs first and metadata last, so an
+interrupted migration leaves no half-visible brain; running it again skips brains
+that already exist at the target.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from store.auth.users import UserRegistry, UsersDocument
+from store.settings import StoreSettings
+from store.storage.base import BrainMeta
+from store.storage.local import LocalBackend, fsync_dir, write_atomic
+from store.storage.s3 import Account, BrainRecord, Claim, S3Backend
+
+
+class MigrateError(Exception):
+    """A location cannot be used (bad URL, target conflicts)."""
+
+
+@dataclass
+class MigrateReport:
+    """What a migration did."""
+
+    users: int = 0
+    brains: int = 0
+    skipped: int = 0
+    blobs: int = 0
+    bytes: int = 0
+
+
+def location_settings(settings: StoreSettings, location: str) -> StoreSettings:
+    """Settings pointing at ``location``: ``s3://bucket/prefix`` or a directory path."""
+    if location.startswith("s3://"):
+        bucket, _, prefix = location[5:].partition("/")
+        if not bucket:
+            raise MigrateError(f"{location}: expected s3://bucket[/prefix]")
+        scratch = Path(tempfile.gettempdir()) / "brain-store-migrate-spool"
+        return dataclasses.replace(settings, backend="s3", s3_bucket=bucket, s3_prefix=prefix, data_dir=scratch)
+    if "://" in location:
+        raise MigrateError(f"{location}: only directories and s3:// URLs are supported")
+    return dataclasses.replace(settings, backend="local", data_dir=Path(location).expanduser())
+
+
+def _users_doc(registry: UserRegistry) -> UsersDocument:
+    return UsersDocument(users=registry.users(), denied=registry.denied())
+
+
+def _copy_users(src: UserRegistry, dst: UserRegistry) -> int:
+    source = _users_doc(src)
+
+    def merge(doc: UsersDocument) -> int:
+        have_ids = {u.id for u in doc.users}
+        have_names = {u.name for u in doc.users}
+        added = 0
+        for user in source.users:
+            if user.id in have_ids:
+                continue
+            if user.name in have_names:
+                raise MigrateError(f"the target already has a different user named {user.name!r}")
+            doc.users.append(user)
+            added += 1
+        known = {(d.issuer, d.subject) for d in doc.denied}
+        doc.denied.extend(d for d in source.denied if (d.issuer, d.subject) not in known)
+        return added
+
+    return int(dst._edit(merge))
+
+
+def _import_s3(dst: S3Backend, meta: BrainMeta, blobs: dict[str, Path]) -> bool:
+    if dst.read_meta(meta.user_id, meta.id) is not None:
+        return False
+    from store.storage.s3client import upload_file
+
+    keys: dict[str, str] = {}
+    for checksum, path in blobs.items():
+        key = dst.new_blob_key(meta.user_id, meta.id, checksum)
+        with open(path, "rb") as f:
+            upload_file(dst.client, dst.bucket.name, key, f, path.stat().st_size)
+        keys[checksum] = key
+    if not dst.put_record(meta.user_id, meta.id, BrainRecord(meta=meta, blob_keys=keys), None):
+        return False
+
+    def claim(account: Account) -> tuple[None, Account]:
+        brains = dict(account.brains)
+        brains[meta.id] = Claim(bytes=meta.stored_bytes(), since=0.0)
+        return None, Account(brains=brains)
+
+    dst._edit_account(meta.user_id, claim)
+    return True
+
+
+def _import_local(dst: LocalBackend, meta: BrainMeta, blobs: dict[str, Path]) -> bool:
+    brain_dir = dst.brain_dir(meta.user_id, meta.id)
+    if (brain_dir / "meta.json").exists():
+        return False
+    blobs_dir = brain_dir / "blobs"
+    blobs_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    for checksum, path in blobs.items():
+        staged = dst.stage(meta.user_id, meta.id)
+        try:
+            with open(path, "rb") as f:
+                shutil.copyfileobj(f, staged.file, 1024 * 1024)
+            staged.finish()
+            (staged.path).rename(blobs_dir / checksum)
+            staged.committed = True
+        finally:
+            staged.discard()
+    if dst.fsync:
+        fsync_dir(blobs_dir)
+    write_atomic(brain_dir / "meta.json", msgspec.json.encode(meta), fsync=dst.fsync)
+    if dst.fsync:
+        fsync_dir(brain_dir.parent)
+    return True
+
+
+def migrate(
+    settings: StoreSettings, source: str, target: str, progress: Callable[[str], None] = lambda line: None
+) -> MigrateReport:
+    """Copy users, brains and snapshots from ``source`` to ``target`` (directories or s3:// URLs)."""
+    from store.storage.factory import open_backend, open_registry
+
+    src_settings = location_settings(settings, source)
+    dst_settings = location_settings(settings, target)
+    if src_settings.backend == "local" and not (src_settings.data_dir / "users.json").exists():
+        raise MigrateError(f"{source}: no users.json there; is it a store data directory?")
+    src: Any = open_backend(src_settings)
+    dst: Any = open_backend(dst_settings)
+    report = MigrateReport()
+    report.users = _copy_users(open_registry(src_settings), open_registry(dst_settings))
+    progress(f"users: {report.users} added")
+    with tempfile.TemporaryDirectory(prefix="brain-store-migrate-") as scratch_dir:
+        scratch = Path(scratch_dir)
+        for user_id in list(src.iter_users()):
+            for meta in src.list_brains(user_id):
+                files: dict[str, Path] = {}
+                for checksum in sorted(meta.blobs()):
+                    path = scratch / checksum
+                    with src.open_blob(user_id, meta.id, checksum) as blob, open(path, "wb") as out:
+                        shutil.copyfileobj(blob, out, 1024 * 1024)
+                    files[checksum] = path
+                    report.bytes += path.stat().st_size
+                done = _import_s3(dst, meta, files) if isinstance(dst, S3Backend) else _import_local(dst, meta, files)
+                for path in files.values():
+                    path.unlink(missing_ok=True)
+                if done:
+                    report.brains += 1
+                    report.blobs += len(files)
+                    progress(f"brain {user_id}/{meta.id} ({meta.name}): {len(files)} archive(s)")
+                else:
+                    report.skipped += 1
+                    progress(f"brain {user_id}/{meta.id} already at the target; skipped")
+    return report
