@@ -14,6 +14,7 @@ COMMANDS = {
     "keygen": "cli.store.keys:keygen",
     "rekey": "cli.store.keys:rekey",
     "check": "cli.store.check:check",
+    "migrate": "cli.store.migrate:migrate",
 }
 
 
