@@ -5,6 +5,8 @@ from __future__ import annotations
 import gzip
 import io
 import os
+import shutil
+import subprocess
 import tarfile
 from pathlib import Path
 
@@ -259,3 +261,15 @@ def test_pack_equals_tarfile_output() -> None:
     for brain_dir in fixture_brains()[:3]:
         loaded = load_directory(brain_dir)
         assert gzip.decompress(pack_archive(loaded)) == _tarfile_written(loaded)
+
+
+@pytest.mark.skipif(shutil.which("tar") is None, reason="no system tar")
+def test_reads_what_gnu_tar_writes(tmp_path: Path) -> None:
+    """The command line pushes `tar -czf - -C brain .`: we read exactly its files."""
+    brains = fixture_brains()
+    if not brains:
+        pytest.skip("no fixtures")
+    archive = tmp_path / "brain.tar.gz"
+    subprocess.run(["tar", "-czf", str(archive), "-C", str(brains[1]), "."], check=True, timeout=60)
+    on_disk = {str(p.relative_to(brains[1])): p.read_bytes() for p in brains[1].rglob("*") if p.is_file()}
+    assert load_archive(archive.read_bytes()).files == on_disk
