@@ -26,6 +26,7 @@ gzip-compressed tar); ``exc.reason`` says which family of problem it was.
 
 from __future__ import annotations
 
+import re
 import zlib
 from dataclasses import dataclass
 
@@ -357,9 +358,15 @@ class _TarParser:
         typeflag = block[156:157]
         size = _size_field(block[124:136])
         # Unpackers (tarfile, GNU tar) refuse a header whose other numbers do not parse.
-        for start, end in _NUMERIC_FIELDS:
-            if not _numeric_ok(block[start:end]):
-                raise ArchiveRejected(f"a tar header has an invalid numeric field after entry {self.entries}", reason="tar")
+        # Fast path: only octal digits, spaces and NULs, and no digits split by spaces;
+        # anything else (base-256 numbers, odd padding) is checked field by field.
+        numbers = block[100:124] + block[136:148] + block[329:345]
+        if numbers.translate(None, b"01234567 \x00") or _SPACED_DIGITS.search(numbers):
+            for start, end in _NUMERIC_FIELDS:
+                if not _numeric_ok(block[start:end]):
+                    raise ArchiveRejected(
+                        f"a tar header has an invalid numeric field after entry {self.entries}", reason="tar"
+                    )
 
         if typeflag in (b"x", b"g", b"L", b"K"):
             self._start_meta(typeflag, size)
@@ -507,7 +514,7 @@ def _check_name(name: bytes, *, allow_empty: bool = False) -> None:
     if name.startswith((b"/", b"\\")) or (len(name) > 1 and name[1:2] == b":" and name[:1].isalpha()):
         raise ArchiveRejected(f"absolute paths are not allowed (entry {_show(name)})", reason="entry")
     # Backslashes count as separators too: the archive may be unpacked on Windows.
-    if b".." in name.replace(b"\\", b"/").split(b"/"):
+    if b".." in name and b".." in name.replace(b"\\", b"/").split(b"/"):
         raise ArchiveRejected(f"'..' path components are not allowed (entry {_show(name)})", reason="entry")
 
 
@@ -544,6 +551,7 @@ def _size_field(field: bytes) -> int:
     return value
 
 
+_SPACED_DIGITS = re.compile(rb"[0-7] +[0-7]")
 # mode, uid, gid, mtime, devmajor, devminor
 _NUMERIC_FIELDS = ((100, 108), (108, 116), (116, 124), (136, 148), (329, 337), (337, 345))
 
