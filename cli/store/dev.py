@@ -1,39 +1,237 @@
-"""`brain-store dev`: a local store with a demo user, for trying things out."""
+"""`brain-store dev`: a local store and MCP connector with a demo user, for trying things out.
+
+Both servers run as child processes on 127.0.0.1 (the store on local disk under
+``DATA/store``, the connector with the static identity provider and its OAuth state
+under ``DATA/connector``); their logs go to ``DATA/*.log`` so the terminal shows only
+what a newcomer needs: the URLs, the token and how to connect a client.
+
+The demo token is kept in ``DATA/demo-token`` (0600) so that sign-ins made by a
+client survive a restart; it is checked against the users file at each start and
+replaced when it no longer works (e.g. after ``brain-store user rotate demo``).
+"""
 
 from __future__ import annotations
 
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import click
 
-from cli.store.runner import run_store, settings_from_cli
+from cli.store.runner import settings_from_cli
+
+DEFAULT_STORE_PORT = 8787
+DEFAULT_CONNECTOR_PORT = 8788
+START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 20.0
+TOKEN_FILE = "demo-token"
 
 
-@click.command()
-@click.option("--data", "data", type=click.Path(path_type=Path), default=Path(".dev-data"), show_default=True,
-              help="Data directory for this local store.")
-@click.option("--port", type=int, default=None, help="Port [default 8787].")
-def dev(data: Path, port: int | None) -> None:
-    """Start a store on 127.0.0.1 with a demo user; prints the URL and a fresh token. Ctrl-C stops."""
+def _port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def pick_port(given: int | None, preferred: int, taken: Sequence[int] = ()) -> int:
+    """The given port; else ``preferred`` when free (stable URLs across runs); else any free port."""
+    if given:
+        return given
+    if preferred not in taken and _port_is_free(preferred):
+        return preferred
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port not in taken:
+            return port
+
+
+def _console_script(name: str) -> str:
+    """Our console script next to the running interpreter (the venv), else from PATH."""
+    candidate = Path(sys.executable).parent / name
+    if candidate.exists():
+        return str(candidate)
+    found = shutil.which(name)
+    if found is None:
+        raise click.ClickException(f"cannot find the {name!r} command (is the package installed?)")
+    return found
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to a fresh 0600 file, replacing ``path`` atomically."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text + "\n")
+    os.replace(tmp, path)
+
+
+def demo_token(store_dir: Path, token_file: Path) -> str:
+    """The demo user's token: the saved one while it still works, else a new one (saved 0600)."""
     from store.auth.users import UserRegistry
     from store.service import BrainService
     from store.storage.local import LocalBackend
 
-    settings = settings_from_cli(host="127.0.0.1", port=port, data_dir=data)
-    data_dir = settings.data_dir
-    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    registry = UserRegistry(data_dir)
-    # Tokens are only ever stored hashed, so the demo token cannot be shown again:
-    # each start gives the demo user a fresh one (the previous one stops working).
+    settings = settings_from_cli(data_dir=store_dir, backend="local")
+    registry = UserRegistry(store_dir)
     demo = registry.find("demo")
-    if demo is None:
-        demo, token = registry.add("demo", "demo@localhost")
+    saved = token_file.read_text().strip() if token_file.is_file() else ""
+    if demo is not None and saved and (owner := registry.by_token(saved)) is not None and owner.id == demo.id:
+        token = saved
     else:
-        demo, token = registry.rotate("demo")
-    BrainService(settings, LocalBackend(data_dir, fsync=settings.fsync)).ensure_default(demo.id)
-    url = f"http://127.0.0.1:{settings.port}"
-    run_store(
-        settings,
-        1,
-        announce=f"store URL: {url}\ndemo user: demo\ntoken: {token}\n(data in {data_dir}; Ctrl-C stops)",
-    )
+        if demo is None:
+            demo, token = registry.add("demo", "demo@localhost")
+        else:
+            demo, token = registry.rotate("demo")
+        _write_private(token_file, token)
+    BrainService(settings, LocalBackend(store_dir, fsync=settings.fsync)).ensure_default(demo.id)
+    return token
+
+
+def _wait_ready(url: str, process: subprocess.Popen[bytes], log_path: Path) -> None:
+    """Poll ``url`` until 200, failing with the child's log if it exits or takes too long."""
+    import httpx
+
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise click.ClickException(f"a server exited during start-up; its log:\n{_tail(log_path)}")
+        try:
+            if httpx.get(url, timeout=2.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise click.ClickException(f"{url} did not answer within {START_TIMEOUT_S:.0f}s; log:\n{_tail(log_path)}")
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _start(argv: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+    with log_path.open("ab") as log:
+        os.chmod(log_path, 0o600)
+        # Own process group: a Ctrl-C in the terminal reaches only us, and we stop the
+        # children in order (connector first, then the store, which finishes uploads).
+        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=env, start_new_session=True)
+
+
+def _stop(process: subprocess.Popen[bytes] | None) -> None:
+    if process is None or process.poll() is not None:
+        return
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=STOP_TIMEOUT_S)
+    except ProcessLookupError:
+        pass
+
+
+class _Stop(Exception):
+    """Raised by the signal handler to leave the wait loop."""
+
+
+def _on_signal(signum: int, frame: object) -> None:
+    raise _Stop()
+
+
+def instructions(store_url: str, mcp_url: str, token: str, data: Path) -> str:
+    """What a newcomer reads after start-up (the test parses the first lines)."""
+    return f"""
+brain-store dev is running (data in {data}; logs in {data}/store.log and {data}/connector.log)
+
+  store URL:  {store_url}
+  MCP URL:    {mcp_url}
+  token:      {token}
+
+Claude Code:
+  claude mcp add --transport http brain {mcp_url}
+  then run /mcp in Claude Code, choose "brain", authenticate, and paste the token on the sign-in page.
+
+Claude Desktop / claude.ai (Settings > Connectors > Add custom connector):
+  URL {mcp_url}, then sign in with the token above. Hosted clients reach the connector
+  from the internet, so they need it on a public HTTPS name (see docs/self-hosting.md);
+  this loopback URL works for clients running on this machine.
+
+Ctrl-C stops both servers.
+""".strip("\n")
+
+
+@click.command()
+@click.option("--data", "data", type=click.Path(path_type=Path), default=Path(".dev-data"), show_default=True,
+              help="Directory for the local store, the connector's state and the logs.")
+@click.option("--port", type=click.IntRange(1, 65535), default=None,
+              help=f"Store port [default {DEFAULT_STORE_PORT} if free, else any free port].")
+@click.option("--connector-port", type=click.IntRange(1, 65535), default=None,
+              help=f"Connector port [default {DEFAULT_CONNECTOR_PORT} if free, else any free port].")
+def dev(data: Path, port: int | None, connector_port: int | None) -> None:
+    """Run a local store and MCP connector on 127.0.0.1 with a demo user; Ctrl-C stops both."""
+    data = data.expanduser().resolve()
+    store_dir, state_dir = data / "store", data / "connector"
+    for directory in (data, store_dir, state_dir):
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    token = demo_token(store_dir, data / TOKEN_FILE)
+
+    store_port = pick_port(port, DEFAULT_STORE_PORT)
+    mcp_port = pick_port(connector_port, DEFAULT_CONNECTOR_PORT, taken=(store_port,))
+    store_url = f"http://127.0.0.1:{store_port}"
+    connector_url = f"http://127.0.0.1:{mcp_port}"
+    base_env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    store_env = {**base_env, "STORE_BACKEND": "local", "STORE_DATA_DIR": str(store_dir)}
+    connector_env = {
+        **base_env,
+        "CONNECTOR_IDP": "static",
+        "CONNECTOR_STORE_URL": store_url,
+        "CONNECTOR_STATE_DIR": str(state_dir),
+        "CONNECTOR_HOST": "127.0.0.1",
+        "CONNECTOR_PORT": str(mcp_port),
+        "CONNECTOR_PUBLIC_URL": "",  # the URL comes from the request: loopback only
+    }
+
+    previous = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    store = connector = None
+    try:
+        store = _start([_console_script("brain-store"), "serve", "--host", "127.0.0.1", "--port", str(store_port),
+                        "--data", str(store_dir)], store_env, data / "store.log")
+        _wait_ready(store_url + "/health/ready", store, data / "store.log")
+        connector = _start([_console_script("brain-connector"), "serve", "--host", "127.0.0.1",
+                            "--port", str(mcp_port)], connector_env, data / "connector.log")
+        _wait_ready(connector_url + "/health/ready", connector, data / "connector.log")
+        click.echo(instructions(store_url, connector_url + "/mcp", token, data))
+        sys.stdout.flush()
+        while True:
+            for name, process in (("store", store), ("connector", connector)):
+                if process.poll() is not None:
+                    raise click.ClickException(
+                        f"the {name} stopped unexpectedly (exit {process.returncode}); see {data}/{name}.log"
+                    )
+            time.sleep(0.5)
+    except _Stop:
+        click.echo("stopping...")
+    finally:
+        # Ignore further Ctrl-C while stopping, so the children always get stopped.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        _stop(connector)
+        _stop(store)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    click.echo("stopped.")

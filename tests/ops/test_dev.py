@@ -1,0 +1,126 @@
+"""`brain-store dev` as a newcomer runs it: a subprocess that prints URLs and a token; an MCP client
+(the official SDK) signs in through the connector's OAuth flow, memorizes and recalls; SIGTERM stops
+both servers; a second start reuses the saved token."""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx2
+import pytest
+
+from mcp.client import Client
+from mcp.client.streamable_http import streamable_http_client
+from tests.connector.oauth.test_e2e_mcp_client import MemoryStorage, oauth_provider
+from tests.support.processes import REPO_ROOT, console_script, free_port
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(240)]
+START_TIMEOUT_S = 120.0
+
+
+@dataclass
+class DevRun:
+    process: subprocess.Popen[str]
+    lines: list[str]
+    store_url: str
+    mcp_url: str
+    token: str
+
+
+def _reader(stream: object, out: queue.Queue[str | None]) -> None:
+    for line in stream:  # type: ignore[attr-defined]
+        out.put(line.rstrip("\n"))
+    out.put(None)
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+@contextmanager
+def brain_store_dev(data: Path, store_port: int, connector_port: int) -> Iterator[DevRun]:
+    """Start `brain-store dev`, wait for its banner, yield what it printed; always stop it."""
+    process = subprocess.Popen(
+        [console_script("brain-store"), "dev", "--data", str(data), "--port", str(store_port),
+         "--connector-port", str(connector_port)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO_ROOT, start_new_session=True,
+        env={**os.environ, "STORE_BACKEND": "local"},
+    )
+    lines: queue.Queue[str | None] = queue.Queue()
+    threading.Thread(target=_reader, args=(process.stdout, lines), daemon=True).start()
+    seen: list[str] = []
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        fields: dict[str, str] = {}
+        while not seen or not seen[-1].startswith("Ctrl-C stops"):
+            line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
+            assert line is not None, "brain-store dev exited early:\n" + "\n".join(seen)
+            seen.append(line)
+            match = re.match(r"\s*(store URL|MCP URL|token):\s+(\S+)$", line)
+            if match:
+                fields[match.group(1).split()[0].lower()] = match.group(2)
+        yield DevRun(process, seen, fields["store"], fields["mcp"], fields["token"])
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                raise
+
+
+async def test_dev_prints_urls_token_and_a_client_signs_in_memorizes_and_recalls(tmp_path: Path) -> None:
+    data = tmp_path / "dev-data"
+    store_port, connector_port = free_port(), free_port()
+    storage = MemoryStorage()
+    attempts: list[str] = []
+    with brain_store_dev(data, store_port, connector_port) as run:
+        assert run.store_url == f"http://127.0.0.1:{store_port}"
+        assert run.mcp_url == f"http://127.0.0.1:{connector_port}/mcp"
+        assert re.fullmatch(r"bst_[A-Za-z0-9_-]{43}", run.token)
+        text = "\n".join(run.lines)
+        assert f"claude mcp add --transport http brain {run.mcp_url}" in text
+        assert "Claude Desktop" in text
+        # The token is kept private on disk so a restart keeps client sign-ins working.
+        token_file = data / "demo-token"
+        assert token_file.read_text().strip() == run.token
+        assert token_file.stat().st_mode & 0o777 == 0o600
+
+        provider = oauth_provider(run.mcp_url, run.token, storage, attempts)
+        async with httpx2.AsyncClient(auth=provider, timeout=httpx2.Timeout(30, read=60)) as http:
+            async with Client(streamable_http_client(run.mcp_url, http_client=http)) as client:
+                saved = await client.call_tool("brain_memorize", {
+                    "content": "We deploy the payments service with blue-green releases.",
+                    "tags": ["deploy", "payments"]})
+                assert not saved.is_error, saved
+                found = await client.call_tool("brain_recall", {"query": "payments deploy releases"})
+                assert not found.is_error, found
+                assert "blue-green" in str(found.structured_content or found.content)
+        assert len(attempts) == 1
+
+        run.process.send_signal(signal.SIGTERM)
+        assert run.process.wait(timeout=60) == 0
+    assert not _listening(store_port) and not _listening(connector_port)
+
+    # A second start reuses the saved token, and the earlier OAuth session still works.
+    with brain_store_dev(data, store_port, connector_port) as again:
+        assert again.token == run.token
+        async with httpx2.AsyncClient(auth=provider, timeout=httpx2.Timeout(30, read=60)) as http:
+            async with Client(streamable_http_client(again.mcp_url, http_client=http)) as client:
+                found = await client.call_tool("brain_recall", {"query": "blue-green payments"})
+                assert "blue-green" in str(found.structured_content or found.content)
+        assert len(attempts) == 1, "no new sign-in after a restart"
