@@ -84,3 +84,41 @@ def test_report_marks_targets(bench) -> None:  # type: ignore[no-untyped-def]
     rss_line = next(line for line in text.splitlines() if line.startswith("peak RSS"))
     assert rss_line.rstrip().endswith("NO")
     assert "something odd" in text
+
+
+def test_python_load_generator_counts_answers(bench) -> None:  # type: ignore[no-untyped-def]
+    import asyncio
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:  # noqa: N802
+            if self.headers.get("If-None-Match") == '"x"':
+                self.send_response(304)
+                self.end_headers()
+                return
+            body = b"hello" * 100
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        port = server.server_address[1]
+        rps, errors = asyncio.run(bench._py_load(port, "/", {}, 0.5, 4, 200))
+        assert rps > 0 and errors == 0
+        rps, errors = asyncio.run(bench._py_load(port, "/", {"If-None-Match": '"x"'}, 0.5, 4, 304))
+        assert rps > 0 and errors == 0
+        _, errors = asyncio.run(bench._py_load(port, "/", {}, 0.3, 2, 304))
+        assert errors > 0  # a 200 where a 304 was expected counts as an error
+    finally:
+        server.shutdown()
+        server.server_close()
