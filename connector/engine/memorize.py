@@ -30,7 +30,7 @@ from connector.engine.rules import (
     parse_iso,
     token_estimate,
 )
-from connector.engine.txn import INDEX, WriteTxn
+from connector.engine.txn import ASSOCIATIONS, INDEX, WriteTxn
 
 DEFAULT_SALIENCE = 0.5
 DEFAULT_CONFIDENCE = 0.8
@@ -413,6 +413,9 @@ def add_memory(txn: WriteTxn, memory: MemoryInput, memory_id: str, created: str)
     txn.write(path, render_memory_file(file_fields, memory.content).encode("utf-8"))
 
     # Associations: explicit relations first, then every memory sharing enough tags.
+    # The graph file is written on every memorize, even with no edge (as the CLI does).
+    txn.edges()
+    txn.mark(ASSOCIATIONS)
     linked_related = []
     for other in memory.related:
         if other != memory_id and other in memories:
