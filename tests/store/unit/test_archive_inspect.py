@@ -107,6 +107,9 @@ def test_gnu_tar_binary_with_dot_prefix_and_directories(tmp_path: Path) -> None:
         assert (summary.file_count, summary.entries) == (expected_files, expected_entries), fmt
 
 
+FIXTURE_BRAINS = Path(__file__).resolve().parents[4] / "shared" / "fixtures" / "recall-parity" / "brains"
+
+
 def test_engine_packer_archives_are_accepted() -> None:
     archive = pytest.importorskip("connector.engine.archive")
     brain_module = pytest.importorskip("connector.engine.brain")
@@ -115,6 +118,11 @@ def test_engine_packer_archives_are_accepted() -> None:
     files = {"index.json": b"{}\n", "memories/a.md": b"---\ntitle: a\n---\nbody\n", "memories/sub/b.md": b"b"}
     data = archive.pack_archive(brain_module.Brain(dict(files)))
     assert inspect_bytes(data).file_count == len(files)
+    brains = sorted(FIXTURE_BRAINS.iterdir())[:4] if FIXTURE_BRAINS.is_dir() else []
+    for directory in brains:  # real brains written by the reference command line
+        brain = archive.load_directory(directory)
+        expected = sum(1 for p in directory.rglob("*") if p.is_file())
+        assert inspect_bytes(archive.pack_archive(brain)).file_count == expected, directory.name
 
 
 def test_multi_member_gzip_is_accepted() -> None:
