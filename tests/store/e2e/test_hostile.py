@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import socket
 import tarfile
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -34,6 +38,7 @@ class Target:
     brain_id: str
     archive: bytes
     http: httpx.Client
+    data_dir: Path
 
     def auth(self, **extra: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}", **extra}
@@ -49,11 +54,11 @@ class Target:
         return len(self.http.get("/api/brains", headers=self.auth()).json())
 
 
-def _seed(url: str, token: str) -> Target:
+def _seed(url: str, token: str, data_dir: Path) -> Target:
     http = httpx.Client(base_url=url, timeout=60)
     brain_id = http.get("/api/brains", headers={"Authorization": f"Bearer {token}"}).json()[0]["id"]
     archive = brain_archive("hostile-seed", 7)
-    target = Target(url, token, brain_id, archive, http)
+    target = Target(url, token, brain_id, archive, http, data_dir)
     resp = target.upload(archive)
     assert resp.status_code == 200, resp.text
     return target
@@ -62,7 +67,7 @@ def _seed(url: str, token: str) -> Target:
 @pytest.fixture(scope="module")
 def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
     with running_store(tmp_path_factory.mktemp("hostile") / "data", env={"STORE_RATE_LIMITS": "off"}) as store:
-        seeded = _seed(store.url, store.add_user("mallory"))
+        seeded = _seed(store.url, store.add_user("mallory"), store.data_dir)
         yield seeded
         seeded.http.close()
 
@@ -71,7 +76,7 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
 def small_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
     env = {"STORE_RATE_LIMITS": "off", "STORE_MAX_UPLOAD_MB": "1"}
     with running_store(tmp_path_factory.mktemp("hostile-small") / "data", env=env) as store:
-        seeded = _seed(store.url, store.add_user("mallory"))
+        seeded = _seed(store.url, store.add_user("mallory"), store.data_dir)
         yield seeded
         seeded.http.close()
 
@@ -297,7 +302,7 @@ def test_bad_json_when_creating_a_brain(target: Target, body: bytes) -> None:
 def limited_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
     env = {"STORE_RATE_UPLOADS_PER_MIN": "3", "STORE_RATE_FAILED_LOGINS_PER_MIN": "5", "STORE_RATE_REQUESTS_PER_MIN": "100000"}
     with running_store(tmp_path_factory.mktemp("hostile-limited") / "data", env=env) as store:
-        seeded = _seed(store.url, store.add_user("flooder"))
+        seeded = _seed(store.url, store.add_user("flooder"), store.data_dir)
         yield seeded
         seeded.http.close()
 
@@ -331,3 +336,28 @@ def test_failed_login_flood_blocks_the_address(limited_target: Target) -> None:
     assert int(blocked.headers["retry-after"]) >= 1
     # Blocked before any credential work: even the right token waits.
     assert_json_error(limited_target.http.get("/auth/me", headers=limited_target.auth()), 429)
+
+
+# --- a client that vanishes mid-upload -------------------------------------------------------
+
+def test_client_disconnect_mid_upload_changes_nothing(target: Target) -> None:
+    """Declare 2 MB, send 300 KB of a valid-looking upload, close the socket: nothing changes."""
+    body = corpus.multipart([("brain", "brain.tar.gz", _incompressible_archive(2 * MIB))])
+    parts = urlsplit(target.url)
+    head = (
+        f"PUT /api/brains/{target.brain_id}/sync HTTP/1.1\r\nHost: {parts.netloc}\r\n"
+        f"Authorization: Bearer {target.token}\r\n"
+        "Content-Type: multipart/form-data; boundary=hostile-boundary-7f3a\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    with socket.create_connection((parts.hostname, parts.port), timeout=10) as sock:
+        sock.sendall(head + body[: 300 * 1024])
+        time.sleep(0.3)
+    assert_unchanged(target)
+    # The partial upload's temporary file goes away once the server notices the disconnect.
+    tmp = target.data_dir / "tmp"
+    deadline = time.monotonic() + 15
+    while tmp.exists() and list(tmp.iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not tmp.exists() or list(tmp.iterdir()) == []
+    assert_unchanged(target)
