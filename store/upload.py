@@ -12,12 +12,13 @@ import hashlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import anyio.to_thread
 import multipart
 
 from store.archive.inspect import ArchiveInspector, ArchiveRejected, InspectLimits
 from store.conditional import Preconditions
 from store.errors import ServiceError
-from store.storage.base import ArchiveRef, StagedBlob
+from store.storage.base import ArchiveRef, StagedBlob, StorageFull
 from store.storage.local import is_disk_full
 
 if TYPE_CHECKING:
@@ -175,3 +176,101 @@ def complete_upload(
         blob.discard()
         raise
     return service.commit_upload(user_id, brain_id, staged, cond, force)
+
+
+# Body bytes collected before one hand-over to a worker thread.
+FEED_BATCH = 512 * 1024
+
+
+class BodyReader:
+    """The ASGI request body as a sequence of chunks; remembers whether it was read to the end."""
+
+    def __init__(self, receive: Any) -> None:
+        self._receive = receive
+        self.done = False
+
+    async def next_chunk(self) -> bytes:
+        """The next piece of the body (b"" at the end); 400 if the client went away."""
+        if self.done:
+            return b""
+        message = await self._receive()
+        if message["type"] == "http.disconnect":
+            self.done = True
+            raise ServiceError(400, "client disconnected during upload")
+        self.done = not message.get("more_body", False)
+        return message.get("body", b"")  # type: ignore[no-any-return]
+
+    async def drain(self, limit: int) -> None:
+        """Read and discard the rest of the body (at most ``limit`` bytes)."""
+        seen = 0
+        try:
+            while not self.done and seen <= limit:
+                seen += len(await self.next_chunk())
+        except ServiceError:
+            pass
+
+
+async def receive_upload(
+    service: BrainService,
+    body: BodyReader,
+    boundary: str,
+    content_length_header: str | None,
+    user_id: str,
+    brain_id: str,
+    cond: Preconditions,
+    force: bool,
+) -> ArchiveRef:
+    """Stream a multipart upload into a staged blob and commit it; raises ServiceError.
+
+    The body is read on the event loop and handed to a worker thread in batches:
+    hashing, inflating and writing release the GIL, so concurrent uploads use every
+    core while the loop keeps serving other requests. Memory: one batch per upload.
+    """
+    content_length = -1
+    if content_length_header is not None:
+        if not content_length_header.strip().isdigit():
+            raise ServiceError(400, "invalid Content-Length")
+        content_length = int(content_length_header)
+    room = service.upload_room()
+    if content_length > room + BODY_SLACK:
+        raise ServiceError(413, "upload is larger than this store accepts")
+    try:
+        blob = service.backend.stage(user_id, brain_id)
+    except StorageFull:
+        raise ServiceError(507, "the store is out of disk space") from None
+    pending: list[bytes] = []
+    try:
+        settings = service.settings
+        writer = service.sealer.writer(blob.file, user_id, brain_id) if service.sealer else None
+        sink = UploadSink(
+            boundary,
+            blob,
+            max_archive=room,
+            inspect_limits=InspectLimits(
+                settings.inspect_max_inflated, settings.inspect_max_entries, settings.inspect_max_header
+            ),
+            writer=writer,
+            content_length=content_length,
+        )
+        pending_size = 0
+        while not body.done:
+            chunk = await body.next_chunk()
+            if chunk:
+                pending.append(chunk)
+                pending_size += len(chunk)
+            if pending_size >= FEED_BATCH and not body.done:
+                data = b"".join(pending)
+                pending.clear()
+                pending_size = 0
+                await anyio.to_thread.run_sync(sink.feed, data)
+    except OSError as exc:
+        blob.discard()
+        if is_disk_full(exc):
+            raise ServiceError(507, "the store is out of disk space; nothing was changed") from None
+        raise
+    except BaseException:
+        blob.discard()
+        raise
+    return await anyio.to_thread.run_sync(  # type: ignore[no-any-return]
+        complete_upload, service, sink, b"".join(pending), user_id, brain_id, cond, force
+    )

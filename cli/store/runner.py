@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 
 import click
 
@@ -70,6 +71,7 @@ def run_store(settings: StoreSettings, workers: int = 1, *, announce: str | None
     click.echo(f"listening on http://{host}:{port}")
     if announce:
         click.echo(announce)
+    sys.stdout.flush()  # visible at once even when stdout is a pipe or a file
     try:
         if workers > 1:
             Multiprocess(config, sockets=[sock]).run()

@@ -5,26 +5,20 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import parse_qs
 
-import anyio.to_thread
 from litestar import Request, put, route
 from litestar.types import ASGIApp
 
-from store.archive.inspect import InspectLimits
 from store.conditional import Preconditions, etag, parse_tag_list
 from store.context import AppContext
 from store.errors import ServiceError
 from store.http import GZIP_TYPE, ChunksResponse, FileResponse, RawResponse, json_response
 from store.routes.common import ctx, header, query_flag
 from store.service import parse_brain_id
-from store.storage.base import StorageFull
-from store.storage.local import is_disk_full
-from store.upload import BODY_SLACK, UploadSink, complete_upload, multipart_boundary
+from store.upload import BodyReader, multipart_boundary, receive_upload
 
 # After refusing an upload part-way we keep reading (and discarding) at most this much
 # of the body, so ordinary clients get to see the error instead of a reset connection.
 DRAIN_LIMIT = 256 * 1024 * 1024
-# Body bytes collected before one hand-over to a worker thread.
-FEED_BATCH = 512 * 1024
 
 
 def _archive_headers(checksum: str) -> list[tuple[bytes, bytes]]:
@@ -87,99 +81,27 @@ class _HeadResponse:
         await send({"type": "http.response.body", "body": b""})
 
 
-async def _drain(receive: Any, limit: int) -> None:
-    """Read and discard the rest of a request body (bounded)."""
-    seen = 0
-    while seen <= limit:
-        message = await receive()
-        if message["type"] != "http.request":
-            return
-        seen += len(message.get("body", b""))
-        if not message.get("more_body", False):
-            return
-
-
 @put("/api/brains/{brain_id:str}/sync")
 async def upload(request: Request[Any, Any, Any]) -> ASGIApp:
     """Replace the archive with the ``brain`` field of a multipart body, streamed to disk."""
-    brain_id = request.path_params["brain_id"]
     c = ctx(request)
     scope = request.scope
-    receive = request.receive
-    body_done = False
+    body = BodyReader(request.receive)
     try:
         p = await c.authenticate(scope)
-        bid = parse_brain_id(brain_id)
+        bid = parse_brain_id(request.path_params["brain_id"])
         c.check_upload_rate(p)
         cond = Preconditions.from_headers(header(scope, b"if-match"), header(scope, b"if-none-match"))
         force = query_flag(query_value(scope, "force"))
         c.service.precheck_upload(p.user_id, bid, cond)
         boundary = multipart_boundary(header(scope, b"content-type"))
-        length_text = header(scope, b"content-length")
-        content_length = -1
-        if length_text is not None:
-            if not length_text.strip().isdigit():
-                raise ServiceError(400, "invalid Content-Length")
-            content_length = int(length_text)
-        room = c.service.upload_room()
-        if content_length > room + BODY_SLACK:
-            raise ServiceError(413, "upload is larger than this store accepts")
-        try:
-            blob = c.backend.stage(p.user_id, bid)
-        except StorageFull:
-            raise ServiceError(507, "the store is out of disk space") from None
-        settings = c.settings
-        try:
-            writer = c.service.sealer.writer(blob.file, p.user_id, bid) if c.service.sealer else None
-            sink = UploadSink(
-                boundary,
-                blob,
-                max_archive=room,
-                inspect_limits=InspectLimits(
-                    settings.inspect_max_inflated, settings.inspect_max_entries, settings.inspect_max_header
-                ),
-                writer=writer,
-                content_length=content_length,
-            )
-        except BaseException:
-            blob.discard()
-            raise
-        # The body is read on the event loop and handed to a worker thread in batches:
-        # hashing, inflating and writing release the GIL, so concurrent uploads use
-        # every core while the loop keeps serving other requests.
-        pending: list[bytes] = []
-        pending_size = 0
-        try:
-            while not body_done:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    body_done = True
-                    raise ServiceError(400, "client disconnected during upload")
-                body_done = not message.get("more_body", False)
-                chunk = message.get("body", b"")
-                if chunk:
-                    pending.append(chunk)
-                    pending_size += len(chunk)
-                if pending_size >= FEED_BATCH and not body_done:
-                    data = b"".join(pending)
-                    pending.clear()
-                    pending_size = 0
-                    await anyio.to_thread.run_sync(sink.feed, data)
-        except OSError as exc:
-            blob.discard()
-            if is_disk_full(exc):
-                raise ServiceError(507, "the store is out of disk space; nothing was changed") from None
-            raise
-        except BaseException:
-            blob.discard()
-            raise
-        archive = await anyio.to_thread.run_sync(
-            complete_upload, c.service, sink, b"".join(pending), p.user_id, bid, cond, force
+        archive = await receive_upload(
+            c.service, body, boundary, header(scope, b"content-length"), p.user_id, bid, cond, force
         )
     except ServiceError as exc:
-        if not body_done:
-            # unauthenticated callers get little patience; others see their error
-            await _drain(receive, 1024 * 1024 if exc.status in (401, 429) else DRAIN_LIMIT)
+        # read what is left of the body so the client sees the answer, not a reset;
+        # unauthenticated or rate-limited callers get little patience
+        await body.drain(1024 * 1024 if exc.status in (401, 429) else DRAIN_LIMIT)
         raise
     return json_response(
         200,

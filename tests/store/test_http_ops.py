@@ -182,20 +182,6 @@ def test_rate_limits_and_trusted_proxy(tmp_path: Path) -> None:
         assert httpx.get(store.url + "/auth/me", headers={**bad, **spoof}).status_code == 429
 
 
-@pytest.mark.timeout(120)
-def test_dev_command_prints_url_and_token(tmp_path: Path) -> None:
-    from tests.support.processes import free_port, run_server
-
-    port = free_port()
-    argv = [console_script("brain-store"), "dev", "--data", str(tmp_path / "dev"), "--port", str(port)]
-    with run_server(argv, port=port, log_path=tmp_path / "dev.log", env={"STORE_QUIET": "1"}) as server:
-        log = server.log()
-        token = next(line.split()[-1] for line in log.splitlines() if line.startswith("token:"))
-        assert f"http://127.0.0.1:{port}" in log
-        r = httpx.get(server.base_url + "/api/brains", headers={"Authorization": f"Bearer {token}"})
-        assert r.status_code == 200 and r.json()[0]["name"] == "default"
-
-
 @pytest.mark.parametrize("workers", [1, 2])
 def test_graceful_shutdown_finishes_inflight_upload(tmp_path: Path, workers: int) -> None:
     import signal
