@@ -108,11 +108,26 @@ class StoreSettings:
     s3_endpoint_url: str | None = None
     s3_region: str | None = None
     s3_users_poll_seconds: int = 1  # how often a replica looks for changes to the users object
+    metrics: bool = True  # GET /metrics (Prometheus); labels are route templates, never ids
+    metrics_token: str | None = None  # when set, /metrics needs "Authorization: Bearer <token>"
+    metrics_multiproc_dir: Path | None = None  # PROMETHEUS_MULTIPROC_DIR: set by serve for --workers N
+    audit_log: str = "off"  # "off", "on" (DATA_DIR/audit) or a directory for the daily audit files
+    audit_retention_days: int = 90  # 0 keeps audit files forever
 
     @property
     def encryption(self) -> bool:
         """True when archives are sealed at rest."""
         return self.encryption_key is not None
+
+    @property
+    def audit_dir(self) -> Path | None:
+        """Where the audit log's daily files go, or None when the audit log is off."""
+        value = self.audit_log.strip()
+        if value.lower() in ("", "0", "off", "false", "no"):
+            return None
+        if value.lower() in ("1", "on", "true", "yes"):
+            return self.data_dir / "audit"
+        return Path(value).expanduser()
 
     @property
     def oidc(self) -> bool:
@@ -189,6 +204,16 @@ class StoreSettings:
             values["s3_region"] = v.strip()
         if (v := get("STORE_S3_USERS_POLL_SECONDS")) is not None:
             values["s3_users_poll_seconds"] = _int("STORE_S3_USERS_POLL_SECONDS", v, 1, 300)
+        if (v := get("STORE_METRICS")) is not None:
+            values["metrics"] = _bool("STORE_METRICS", v)
+        if (v := get("STORE_METRICS_TOKEN")) is not None:
+            values["metrics_token"] = v.strip()
+        if (v := get("PROMETHEUS_MULTIPROC_DIR")) is not None:
+            values["metrics_multiproc_dir"] = Path(v)
+        if (v := get("STORE_AUDIT_LOG")) is not None:
+            values["audit_log"] = v.strip()
+        if (v := get("STORE_AUDIT_RETENTION_DAYS")) is not None:
+            values["audit_retention_days"] = _int("STORE_AUDIT_RETENTION_DAYS", v, 0, 36_500)
         for key, value in overrides.items():
             if value is None:
                 continue
@@ -234,7 +259,14 @@ class StoreSettings:
             "STORE_S3_BUCKET": self.s3_bucket,
             "STORE_S3_PREFIX": self.s3_prefix,
             "STORE_S3_USERS_POLL_SECONDS": str(self.s3_users_poll_seconds),
+            "STORE_METRICS": "on" if self.metrics else "off",
+            "STORE_AUDIT_LOG": self.audit_log,
+            "STORE_AUDIT_RETENTION_DAYS": str(self.audit_retention_days),
         }
+        if self.metrics_token:
+            env["STORE_METRICS_TOKEN"] = self.metrics_token
+        if self.metrics_multiproc_dir:
+            env["PROMETHEUS_MULTIPROC_DIR"] = str(self.metrics_multiproc_dir)
         if self.s3_endpoint_url:
             env["STORE_S3_ENDPOINT_URL"] = self.s3_endpoint_url
         if self.s3_region:
