@@ -1,0 +1,135 @@
+"""The opt-in audit log: who did what to which brain, and how it ended.
+
+One JSON object per line in a file per UTC day (``audit-YYYY-MM-DD.jsonl``) inside
+the audit directory; files older than the retention are deleted when a new day's
+file is opened. Entries carry the time, the user id, the client address, the action,
+the brain id (and snapshot name), the status and an outcome word: never tokens,
+headers, query strings or memory content.
+
+Several worker processes may write the same day's file: each line is written with a
+single ``write`` on an ``O_APPEND`` descriptor, so lines never interleave.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+log = logging.getLogger("store.audit")
+
+PREFIX = "audit-"
+SUFFIX = ".jsonl"
+
+# (method, route template) -> action name. Health, metrics and the OpenAPI document are not audited.
+ACTIONS: dict[tuple[str, str], str] = {
+    ("GET", "/auth/me"): "whoami",
+    ("GET", "/api/brains"): "list_brains",
+    ("POST", "/api/brains"): "create_brain",
+    ("GET", "/api/brains/{id}"): "get_brain",
+    ("DELETE", "/api/brains/{id}"): "delete_brain",
+    ("GET", "/api/brains/{id}/sync"): "download",
+    ("HEAD", "/api/brains/{id}/sync"): "download_head",
+    ("PUT", "/api/brains/{id}/sync"): "upload",
+    ("GET", "/api/brains/{id}/versions"): "list_versions",
+    ("POST", "/api/brains/{id}/versions/{name}/restore"): "restore_version",
+}
+_encoder = msgspec.json.Encoder()
+
+
+def outcome(status: int) -> str:
+    """``ok`` (2xx/304), ``denied`` (401/403/429), ``refused`` (other 4xx) or ``error`` (5xx)."""
+    if status < 400:
+        return "ok"
+    if status in (401, 403, 429):
+        return "denied"
+    return "refused" if status < 500 else "error"
+
+
+def audit_event(method: str, route: str, path: str, status: int, user_id: str | None) -> dict[str, Any] | None:
+    """The audit entry of one request, or None when the request is not audited."""
+    action = ACTIONS.get((method, route))
+    if action is None:
+        return None
+    event: dict[str, Any] = {
+        "ts": datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        "user": user_id,
+        "action": action,
+        "status": status,
+        "outcome": outcome(status),
+    }
+    if route.startswith("/api/brains/{id}"):
+        parts = path.split("/")
+        event["brain"] = parts[3][:64]  # a malformed id is cut short; never more than a path segment
+        if action == "restore_version":
+            event["version"] = parts[5][:64]
+    return event
+
+
+def day_file(directory: Path, day: str) -> Path:
+    """The file of one UTC day (``YYYY-MM-DD``)."""
+    return directory / f"{PREFIX}{day}{SUFFIX}"
+
+
+def expired_files(directory: Path, today: datetime, retention_days: int) -> list[Path]:
+    """Day files older than the retention (0 keeps everything)."""
+    if retention_days <= 0:
+        return []
+    cutoff = (today - timedelta(days=retention_days)).strftime("%Y-%m-%d")
+    old = []
+    for path in directory.glob(f"{PREFIX}*{SUFFIX}"):
+        day = path.name[len(PREFIX) : -len(SUFFIX)]
+        if len(day) == 10 and day < cutoff:
+            old.append(path)
+    return sorted(old)
+
+
+class AuditLog:
+    """Appends audit entries to the current day's file and prunes old days."""
+
+    def __init__(self, directory: Path, retention_days: int) -> None:
+        self.directory = directory
+        self.retention_days = retention_days
+        self._lock = threading.Lock()
+        self._day = ""
+        self._fd: int | None = None
+        self._failed_at = 0.0
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+
+    def _open(self, now: datetime) -> int:
+        day = now.strftime("%Y-%m-%d")
+        if self._fd is not None and day == self._day:
+            return self._fd
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        self._fd = os.open(day_file(self.directory, day), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self._day = day
+        for path in expired_files(self.directory, now, self.retention_days):
+            path.unlink(missing_ok=True)
+        return self._fd
+
+    def write(self, event: dict[str, Any]) -> None:
+        """Append one entry; a failing disk is logged (at most once a minute), never raised."""
+        line = _encoder.encode(event) + b"\n"
+        try:
+            with self._lock:
+                os.write(self._open(datetime.now(UTC)), line)
+        except OSError as exc:
+            now = time.monotonic()
+            if now - self._failed_at > 60:
+                self._failed_at = now
+                log.error("cannot write the audit log in %s: %s", self.directory, exc)
+
+    def close(self) -> None:
+        """Close the current file."""
+        with self._lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None

@@ -1,0 +1,153 @@
+"""Store observability: route templates, the audit log's files, and a real two-worker store whose
+/metrics (token-protected) shows every listed series moving with traffic, never ids or tokens."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from store.audit import AuditLog, audit_event, day_file, expired_files, outcome
+from store.metrics import StoreMetrics, route_template, upload_outcome
+from store.settings import SettingsError, StoreSettings
+from tests.store.conftest import add_user, brain_files, make_archive
+from tests.support.processes import console_script, free_port, run_server
+
+BRAIN = "0123456789abcdef0123456789abcdef"
+
+
+@pytest.mark.parametrize(("path", "template"), [
+    ("/health", "/health"), ("/health/ready", "/health/ready"), ("/api/brains", "/api/brains"),
+    (f"/api/brains/{BRAIN}", "/api/brains/{id}"), (f"/api/brains/{BRAIN}/sync", "/api/brains/{id}/sync"),
+    (f"/api/brains/{BRAIN}/versions", "/api/brains/{id}/versions"),
+    (f"/api/brains/{BRAIN}/versions/v1/restore", "/api/brains/{id}/versions/{name}/restore"),
+    ("/api/brains/", "other"), (f"/api/brains/{BRAIN}/secret", "other"), ("/bst_token", "other"),
+])
+def test_route_templates_never_carry_ids(path: str, template: str) -> None:
+    assert route_template(path) == template
+
+
+def test_outcome_words() -> None:
+    assert upload_outcome(200) == "stored" and upload_outcome(412) == "precondition_failed"
+    assert upload_outcome(502) == "server_error" and upload_outcome(418) == "refused"
+    assert [outcome(s) for s in (200, 304, 401, 429, 404, 500)] == ["ok", "ok", "denied", "denied", "refused", "error"]
+
+
+def test_metrics_observe_is_cheap_and_labelled_by_template() -> None:
+    metrics = StoreMetrics()
+    for _ in range(3):
+        metrics.observe("PUT", "/api/brains/{id}/sync", 412, 0.01, 100, 50)
+    metrics.observe("GET", "/api/brains/{id}/sync", 429, 0.001, 0, 10)
+    text = metrics.render().decode()
+    assert 'brain_store_uploads_total{outcome="precondition_failed"} 3.0' in text
+    assert 'brain_store_precondition_failed_total{route="/api/brains/{id}/sync"} 3.0' in text
+    assert 'brain_store_rate_limited_total{route="/api/brains/{id}/sync"} 1.0' in text
+    assert 'brain_store_request_bytes_total{route="/api/brains/{id}/sync"} 300.0' in text
+
+
+def test_audit_settings() -> None:
+    base = {"STORE_DATA_DIR": "/srv/brain"}
+    assert StoreSettings.from_env(base).audit_dir is None
+    assert StoreSettings.from_env({**base, "STORE_AUDIT_LOG": "on"}).audit_dir == Path("/srv/brain/audit")
+    assert StoreSettings.from_env({**base, "STORE_AUDIT_LOG": "/var/log/brain"}).audit_dir == Path("/var/log/brain")
+    with pytest.raises(SettingsError, match="STORE_AUDIT_RETENTION_DAYS"):
+        StoreSettings.from_env({**base, "STORE_AUDIT_RETENTION_DAYS": "-1"})
+    settings = StoreSettings.from_env({**base, "STORE_AUDIT_LOG": "on", "STORE_METRICS_TOKEN": "t0k",
+                                       "STORE_METRICS": "off", "STORE_AUDIT_RETENTION_DAYS": "7"})
+    again = StoreSettings.from_env(settings.to_env())
+    assert (again.audit_dir, again.metrics_token, again.metrics, again.audit_retention_days) == (
+        Path("/srv/brain/audit"), "t0k", False, 7)
+
+
+def test_audit_log_lines_permissions_and_retention(tmp_path: Path) -> None:
+    directory = tmp_path / "audit"
+    today = datetime.now(UTC)
+    old = [day_file(directory, (today - timedelta(days=d)).strftime("%Y-%m-%d")) for d in (10, 40)]
+    directory.mkdir()
+    for path in old:
+        path.write_text("{}\n")
+    assert expired_files(directory, today, 30) == [old[1]]
+    assert expired_files(directory, today, 0) == []
+    log = AuditLog(directory, retention_days=30)
+    event = audit_event("PUT", "/api/brains/{id}/sync", f"/api/brains/{BRAIN}/sync", 412, "u_1")
+    assert event is not None
+    log.write(event)
+    log.write(audit_event("POST", "/api/brains/{id}/versions/{name}/restore",
+                          f"/api/brains/{BRAIN}/versions/v7/restore", 200, "u_1") or {})
+    log.close()
+    assert audit_event("GET", "/health", "/health", 200, None) is None
+    current = day_file(directory, today.strftime("%Y-%m-%d"))
+    lines = [json.loads(line) for line in current.read_text().splitlines()]
+    assert lines[0]["action"] == "upload" and lines[0]["outcome"] == "refused" and lines[0]["brain"] == BRAIN
+    assert lines[1]["action"] == "restore_version" and lines[1]["version"] == "v7"
+    assert current.stat().st_mode & 0o777 == 0o600
+    assert not old[1].exists() and old[0].exists()
+
+
+def _families(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out.setdefault(sample.name, []).append((sample.labels, sample.value))
+    return out
+
+
+def _value(families: dict[str, list[tuple[dict[str, str], float]]], name: str, **labels: str) -> float:
+    return sum(v for found, v in families.get(name, []) if all(found.get(k) == x for k, x in labels.items()))
+
+
+def test_two_worker_store_metrics_move_and_audit_records(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    token = add_user(data, "alice")
+    port = free_port()
+    env = {"STORE_AUDIT_LOG": "on", "STORE_METRICS_TOKEN": "metrics-secret", "STORE_RATE_FAILED_LOGINS_PER_MIN": "2",
+           "PROMETHEUS_MULTIPROC_DIR": ""}
+    argv = [console_script("brain-store"), "serve", "--host", "127.0.0.1", "--port", str(port), "--data", str(data),
+            "--workers", "2"]
+    with run_server(argv, port=port, env=env, log_path=tmp_path / "store.log") as server:
+        http = httpx.Client(base_url=server.base_url, timeout=30, headers={"Authorization": f"Bearer {token}"})
+        brain = http.get("/api/brains").json()[0]["id"]
+        archive = make_archive(brain_files(3, "m"))
+        put = http.put(f"/api/brains/{brain}/sync", files={"brain": ("b.tar.gz", archive, "application/gzip")})
+        assert put.status_code == 200
+        stale = http.put(f"/api/brains/{brain}/sync", headers={"If-Match": '"' + "0" * 64 + '"'},
+                         files={"brain": ("b.tar.gz", archive, "application/gzip")})
+        assert stale.status_code == 412
+        assert http.get(f"/api/brains/{brain}/sync").content == archive
+        statuses = [httpx.get(server.base_url + "/api/brains", headers={"Authorization": "Bearer bst_wrong"}).status_code
+                    for _ in range(4)]
+        assert 429 in statuses
+
+        assert httpx.get(server.base_url + "/metrics").status_code == 401
+        assert httpx.get(server.base_url + "/metrics", headers={"Authorization": "Bearer nope"}).status_code == 401
+        scraped = httpx.get(server.base_url + "/metrics", headers={"Authorization": "Bearer metrics-secret"})
+        assert scraped.status_code == 200 and scraped.headers["content-type"].startswith("text/plain")
+        text = scraped.text
+        assert brain not in text and token not in text and "alice" not in text
+        families = _families(text)
+        sync = "/api/brains/{id}/sync"
+        # Requests may have gone to either worker: the values are the sum over both.
+        assert _value(families, "brain_store_requests_total", method="PUT", route=sync, status="200") == 1
+        assert _value(families, "brain_store_requests_total", method="GET", route=sync, status="200") == 1
+        assert _value(families, "brain_store_uploads_total", outcome="stored") == 1
+        assert _value(families, "brain_store_uploads_total", outcome="precondition_failed") == 1
+        assert _value(families, "brain_store_precondition_failed_total", route=sync) == 1
+        assert _value(families, "brain_store_rate_limited_total", route="/api/brains") >= 1
+        assert _value(families, "brain_store_request_bytes_total", route=sync) > 2 * len(archive)
+        assert _value(families, "brain_store_response_bytes_total", route=sync) >= len(archive)
+        assert _value(families, "brain_store_request_duration_seconds_count", method="PUT", route=sync) == 2
+
+    audit_files = list((data / "audit").glob("audit-*.jsonl"))
+    assert len(audit_files) == 1
+    raw = audit_files[0].read_text()
+    assert token not in raw and "bst_wrong" not in raw
+    entries = [json.loads(line) for line in raw.splitlines()]
+    uploads = [e for e in entries if e["action"] == "upload"]
+    assert [(e["status"], e["outcome"], e["brain"]) for e in uploads] == [(200, "ok", brain), (412, "refused", brain)]
+    assert all(e["user"] and e["client"] == "127.0.0.1" for e in uploads)
+    denied = [e for e in entries if e["action"] == "list_brains" and e["outcome"] == "denied"]
+    assert len(denied) == 4 and all(e["user"] is None for e in denied)
