@@ -16,6 +16,7 @@ from litestar.exceptions import HTTPException, ValidationException
 from store.context import AppContext
 from store.errors import ServiceError
 from store.http import error_response
+from store.metrics import observability_layer
 from store.routes import ROUTES
 from store.routes.brains import serve_list
 from store.routes.sync import serve_download
@@ -162,6 +163,8 @@ def create_app(settings: StoreSettings, ctx: AppContext | None = None) -> Litest
     )
     app.state.ctx = ctx
     app.asgi_handler = EdgeMiddleware(app.asgi_handler, ctx, settings.quiet)
+    # Outermost: /metrics, per-route metrics and the opt-in audit log (store/metrics.py).
+    app.asgi_handler = observability_layer(app.asgi_handler, settings, ctx.address)
     return app
 
 

@@ -61,7 +61,14 @@ def run_store(settings: StoreSettings, workers: int = 1, *, announce: str | None
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
         lifespan="off",
     )
+    cleanup_metrics = None
     if workers > 1:
+        if settings.metrics and settings.metrics_multiproc_dir is None:
+            # Workers add up their metrics through files in a private directory (store/metrics.py).
+            from store.metrics import prepare_multiprocess_dir
+
+            metrics_env, cleanup_metrics = prepare_multiprocess_dir()
+            os.environ.update(metrics_env)
         os.environ.update(settings.to_env())
         config = uvicorn.Config("store.app:app_from_env", factory=True, workers=workers, **common)  # type: ignore[arg-type]
     else:
@@ -79,3 +86,6 @@ def run_store(settings: StoreSettings, workers: int = 1, *, announce: str | None
             uvicorn.Server(config).run(sockets=[sock])
     except KeyboardInterrupt:
         pass
+    finally:
+        if cleanup_metrics is not None:
+            cleanup_metrics()
