@@ -15,6 +15,9 @@ COMMANDS = {
     "rekey": "cli.store.keys:rekey",
     "check": "cli.store.check:check",
     "migrate": "cli.store.migrate:migrate",
+    "backup": "cli.store.backup:backup",
+    "restore": "cli.store.backup:restore",
+    "import-reference": "cli.store.importref:import_reference",
 }
 
 
