@@ -1,0 +1,300 @@
+"""Verify a backup completely, then restore it into any backend (local disk or S3).
+
+Restoring reads the file twice. The first pass checks everything and changes nothing:
+the zstandard frame checksum, every entry against the manifest (size and sha256), the
+manifest against its own checksum, that the users document and each metadata document
+decode, and that every archive a brain names is present. Only then does the second
+pass write, hashing each entry again (the file could change between passes). A
+corrupt or truncated backup is refused by the first pass.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import tarfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import msgspec
+import zstandard
+
+from store.backup.apply import BrainBuilder
+from store.backup.format import (
+    FORMAT,
+    MANIFEST,
+    MANIFEST_SUM,
+    USERS,
+    VERSION,
+    BackupError,
+    Manifest,
+    parse_blob_path,
+    parse_meta_path,
+)
+from store.storage.base import BrainMeta
+
+CHUNK = 1024 * 1024
+_SMALL = 64 * 1024 * 1024  # users.json / meta.json / manifest larger than this are not ours
+
+
+@dataclass
+class Verified:
+    """What the first pass learned."""
+
+    manifest: Manifest
+    users: Any  # UsersDocument
+    metas: dict[tuple[str, str], BrainMeta] = field(default_factory=dict)
+    sealed_heads: dict[tuple[str, str, str], bytes] = field(default_factory=dict)
+
+
+def _members(path: Path) -> Iterator[tuple[tarfile.TarInfo, BinaryIO]]:
+    """Regular-file members of the backup, streamed; every format error becomes BackupError."""
+    try:
+        with (
+            open(path, "rb") as raw,
+            zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=False) as zst,
+            tarfile.open(fileobj=zst, mode="r|") as tar,
+        ):
+            for info in tar:
+                if not info.isfile():
+                    raise BackupError(f"unexpected non-file entry {info.name!r}")
+                f = tar.extractfile(info)
+                assert f is not None
+                yield info, f
+            # anything after the tar's end marker would be unchecked data
+            if zst.read(1):
+                raise BackupError("data after the end of the backup")
+    except (tarfile.TarError, zstandard.ZstdError, EOFError) as exc:
+        raise BackupError(f"{path}: not a readable backup ({exc}); truncated or corrupt?") from None
+
+
+def _hash_stream(f: BinaryIO, sink: Callable[[bytes], None] | None = None) -> tuple[int, str, bytes]:
+    digest = hashlib.sha256()
+    size = 0
+    head = b""
+    while chunk := f.read(CHUNK):
+        if size == 0:
+            head = chunk[:64]
+        digest.update(chunk)
+        size += len(chunk)
+        if sink is not None:
+            sink(chunk)
+    return size, digest.hexdigest(), head
+
+
+def verify_backup(path: Path, progress: Callable[[str], None] = lambda line: None) -> Verified:
+    """First pass: check the whole backup; raises ``BackupError`` with the reason."""
+    from store.auth.users import UsersDocument
+
+    if not Path(path).is_file():
+        raise BackupError(f"{path}: no such file")
+    seen: dict[str, tuple[int, str]] = {}
+    order: list[str] = []
+    smalls: dict[str, bytes] = {}
+    heads: dict[str, bytes] = {}
+    total = 0
+    for info, f in _members(path):
+        if info.name in seen:
+            raise BackupError(f"entry {info.name!r} appears twice")
+        if info.name in (USERS, MANIFEST, MANIFEST_SUM) or parse_meta_path(info.name):
+            if info.size > _SMALL:
+                raise BackupError(f"entry {info.name!r} is implausibly large")
+            data = f.read()
+            size, digest = len(data), hashlib.sha256(data).hexdigest()
+            smalls[info.name] = data
+        elif parse_blob_path(info.name):
+            size, digest, head = _hash_stream(f)
+            heads[info.name] = head
+        else:
+            raise BackupError(f"unexpected entry {info.name!r}; is this a brain-store backup?")
+        if size != info.size:
+            raise BackupError(f"entry {info.name!r} is truncated")
+        seen[info.name] = (size, digest)
+        order.append(info.name)
+        total += size
+        if len(order) % 50 == 0:
+            progress(f"verified {len(order)} entries, {total} bytes")
+    if MANIFEST not in smalls or MANIFEST_SUM not in smalls:
+        raise BackupError(f"{path}: the manifest is missing; the backup is truncated or not a backup")
+    if order[-2:] != [MANIFEST, MANIFEST_SUM]:
+        raise BackupError("the manifest is not at the end of the backup")
+    body = smalls[MANIFEST]
+    want = smalls[MANIFEST_SUM].strip().decode("ascii", "replace")
+    if not hmac.compare_digest(hashlib.sha256(body).hexdigest(), want):
+        raise BackupError("the manifest does not match its checksum; the backup is corrupt")
+    try:
+        manifest = msgspec.json.decode(body, type=Manifest)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise BackupError(f"the manifest is unreadable ({exc})") from None
+    if manifest.format != FORMAT or manifest.version != VERSION:
+        raise BackupError(f"unsupported backup format {manifest.format!r} version {manifest.version}")
+    listed = {e.path: e for e in manifest.entries}
+    content = [n for n in order if n not in (MANIFEST, MANIFEST_SUM)]
+    if set(listed) != set(content) or len(listed) != len(manifest.entries):
+        raise BackupError("the entries do not match the manifest; the backup is corrupt or incomplete")
+    for name in content:
+        size, digest = seen[name]
+        entry = listed[name]
+        if entry.size != size or not hmac.compare_digest(entry.sha256, digest):
+            raise BackupError(f"entry {name!r} does not match its checksum in the manifest; the backup is corrupt")
+    if USERS not in smalls:
+        raise BackupError("the users document is missing")
+    try:
+        users = msgspec.json.decode(smalls[USERS], type=UsersDocument)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise BackupError(f"the users document is unreadable ({exc})") from None
+    result = Verified(manifest=manifest, users=users)
+    for name, data in smalls.items():
+        ids = parse_meta_path(name)
+        if ids is None:
+            continue
+        try:
+            meta = msgspec.json.decode(data, type=BrainMeta)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise BackupError(f"{name} is unreadable ({exc})") from None
+        if (meta.user_id, meta.id) != ids:
+            raise BackupError(f"{name} describes another brain")
+        for checksum in meta.blobs():
+            blob = f"brains/{ids[0]}/{ids[1]}/blobs/{checksum}"
+            if blob not in seen:
+                raise BackupError(f"{name} names archive {checksum} which is not in the backup")
+            if order.index(blob) < order.index(name):
+                raise BackupError(f"{blob} comes before its metadata")
+            head = heads[blob]
+            if head.startswith(b"BSTSEAL\x00"):
+                result.sealed_heads[(meta.user_id, meta.id, checksum)] = head
+        result.metas[ids] = meta
+    for blob in heads:
+        user_id, brain_id, checksum = parse_blob_path(blob)  # type: ignore[misc]
+        owner = result.metas.get((user_id, brain_id))
+        if owner is None or checksum not in owner.blobs():
+            raise BackupError(f"{blob} belongs to no brain in the backup")
+    if len(result.metas) != manifest.brains:
+        raise BackupError("the number of brains does not match the manifest")
+    progress(
+        f"verified: {len(users.users)} user(s), {len(result.metas)} brain(s), {len(heads)} archive(s), "
+        f"{total} bytes"
+    )
+    return result
+
+
+def check_keys(verified: Verified, master_keys: tuple[bytes, ...]) -> None:
+    """Refuse sealed archives that none of the configured master keys can open."""
+    if not verified.sealed_heads:
+        return
+    if not master_keys:
+        raise BackupError(
+            f"the backup holds {len(verified.sealed_heads)} sealed archive(s) but this store has no "
+            "STORE_ENCRYPTION_KEY; set the master key of the backed-up store"
+        )
+    from store.storage import sealing
+
+    for (user_id, _brain, checksum), head in verified.sealed_heads.items():
+        ids = {sealing.key_id(sealing.derive_user_key(k, user_id)) for k in master_keys}
+        if sealing.read_key_id(head) not in ids:
+            raise BackupError(
+                f"archive {checksum} was sealed with a master key this store does not have; set "
+                "STORE_ENCRYPTION_KEY (or STORE_ENCRYPTION_PREVIOUS_KEYS) to the backed-up store's key"
+            )
+
+
+def store_is_empty(backend: Any, registry: Any) -> bool:
+    """True when the target has no users, no deny records and no brains."""
+    if registry.users() or registry.denied():
+        return False
+    return not any(backend.list_brains(u) for u in backend.iter_users())
+
+
+@dataclass
+class RestoreReport:
+    """What a restore did."""
+
+    users: int = 0
+    brains: int = 0
+    archives: int = 0
+    bytes: int = 0
+    removed_brains: int = 0
+
+
+def restore_backup(
+    path: Path,
+    backend: Any,
+    registry: Any,
+    *,
+    force: bool = False,
+    master_keys: tuple[bytes, ...] = (),
+    progress: Callable[[str], None] = lambda line: None,
+) -> RestoreReport:
+    """Verify ``path``, then make the target store equal to it (refusing a non-empty target unless ``force``)."""
+    verified = verify_backup(path, progress)
+    check_keys(verified, master_keys)
+    if not store_is_empty(backend, registry) and not force:
+        raise BackupError("the target store is not empty; use --force to replace its contents with the backup")
+    report = RestoreReport()
+    expected = {e.path: e for e in verified.manifest.entries}
+    wanted = set(verified.metas)
+    # --force: the target ends up equal to the backup, so brains it does not hold go
+    for user_id in list(backend.iter_users()):
+        for meta in backend.list_brains(user_id):
+            if (user_id, meta.id) not in wanted:
+                backend.delete_brain(user_id, meta.id)
+                report.removed_brains += 1
+    builder: BrainBuilder | None = None
+    for info, f in _members(path):
+        entry = expected.get(info.name)
+        if info.name == USERS:
+            data = f.read()
+            _check_again(info.name, data, entry)
+            _replace_users(registry, verified.users)
+            report.users = len(verified.users.users)
+            progress(f"users: {report.users} restored")
+        elif (ids := parse_meta_path(info.name)) is not None:
+            data = f.read()
+            _check_again(info.name, data, entry)
+            if builder is not None:
+                _finish(builder, report, progress)
+            meta = verified.metas[ids]
+            builder = BrainBuilder(backend, meta, replace=True)
+        elif (parts := parse_blob_path(info.name)) is not None:
+            if builder is None or (builder.meta.user_id, builder.meta.id) != parts[:2]:
+                raise BackupError(f"{info.name} is not preceded by its metadata")
+
+            def write(out: BinaryIO, f: BinaryIO = f, name: str = info.name) -> None:
+                size, digest, _ = _hash_stream(f, out.write)
+                if entry is None or size != entry.size or not hmac.compare_digest(digest, entry.sha256):
+                    raise BackupError(f"{name} changed since it was verified")
+                report.bytes += size
+
+            builder.add(parts[2], write)
+            report.archives += 1
+    if builder is not None:
+        _finish(builder, report, progress)
+    progress(
+        f"restore done: {report.users} user(s), {report.brains} brain(s), {report.archives} archive(s), "
+        f"{report.bytes} bytes" + (f"; {report.removed_brains} other brain(s) removed" if report.removed_brains else "")
+    )
+    return report
+
+
+def _finish(builder: BrainBuilder, report: RestoreReport, progress: Callable[[str], None]) -> None:
+    builder.finish()
+    report.brains += 1
+    meta = builder.meta
+    progress(f"brain {report.brains}: {meta.user_id}/{meta.id} ({meta.name}); {report.archives} archive(s), {report.bytes} bytes so far")
+
+
+def _check_again(name: str, data: bytes, entry: Any) -> None:
+    if entry is None or entry.size != len(data) or not hmac.compare_digest(entry.sha256, hashlib.sha256(data).hexdigest()):
+        raise BackupError(f"{name} changed since it was verified")
+
+
+def _replace_users(registry: Any, doc: Any) -> None:
+    """Make the target's users document exactly the backed-up one (under the registry's lock)."""
+
+    def change(target: Any) -> None:
+        target.users[:] = list(doc.users)
+        target.denied[:] = list(doc.denied)
+
+    registry._edit(change)

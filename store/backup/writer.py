@@ -1,0 +1,170 @@
+"""Write a backup of a whole store (any backend) as one zstandard-compressed tar stream.
+
+Memory stays bounded: each archive is copied from storage to a temporary file (hashing
+it on the way), then streamed into the tar. A brain is consistent on its own: its
+metadata is read first and every blob it names is copied before anything of the brain
+is written; blobs are immutable, and if one vanished (a concurrent upload rotated it
+out) the brain is read again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import tarfile
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import msgspec
+import zstandard
+
+from store.backup.format import (
+    FORMAT,
+    MANIFEST,
+    MANIFEST_SUM,
+    USERS,
+    VERSION,
+    BackupError,
+    Entry,
+    Manifest,
+    blob_path,
+    meta_path,
+)
+from store.storage.base import BlobMissing, BrainMeta
+
+CHUNK = 1024 * 1024
+_RETRIES = 5
+_SEALED_MAGIC = b"BSTSEAL\x00"  # store.storage.sealing.MAGIC, without importing the crypto
+
+
+class BackupWriter:
+    """Adds entries to the tar stream and remembers their hashes for the manifest."""
+
+    def __init__(self, tar: tarfile.TarFile) -> None:
+        self._tar = tar
+        self.entries: list[Entry] = []
+        self.bytes = 0
+
+    def add_bytes(self, path: str, data: bytes) -> None:
+        """Add a small in-memory entry."""
+        self.add_file(path, io.BytesIO(data), len(data), hashlib.sha256(data).hexdigest())
+
+    def add_file(self, path: str, f: BinaryIO, size: int, sha256: str) -> None:
+        """Add ``size`` bytes from ``f`` whose hash the caller already computed."""
+        info = tarfile.TarInfo(path)
+        info.size = size
+        info.mode = 0o600
+        info.mtime = int(time.time())
+        self._tar.addfile(info, f)
+        self.entries.append(Entry(path=path, size=size, sha256=sha256))
+        self.bytes += size
+
+
+def _spool_blob(backend: Any, meta: BrainMeta, checksum: str, scratch: Path) -> tuple[Path, int, str, bool]:
+    """Copy one stored blob to a temporary file: (path, size, sha256, sealed)."""
+    path = scratch / checksum
+    digest = hashlib.sha256()
+    size = 0
+    head = b""
+    with backend.open_blob(meta.user_id, meta.id, checksum) as src, open(path, "wb") as out:
+        while chunk := src.read(CHUNK):
+            if size == 0:
+                head = chunk[:8]
+            digest.update(chunk)
+            size += len(chunk)
+            out.write(chunk)
+    return path, size, digest.hexdigest(), head.startswith(_SEALED_MAGIC)
+
+
+def _consistent_brain(
+    backend: Any, user_id: str, brain_id: str, scratch: Path
+) -> tuple[BrainMeta, list[tuple[str, Path, int, str, bool]]] | None:
+    """The brain's metadata and a private copy of every blob it names (None: deleted meanwhile)."""
+    for _ in range(_RETRIES):
+        meta = backend.read_meta(user_id, brain_id)
+        if meta is None:
+            return None
+        copies: list[tuple[str, Path, int, str, bool]] = []
+        try:
+            for checksum in sorted(meta.blobs()):
+                copies.append((checksum, *_spool_blob(backend, meta, checksum, scratch)))
+        except BlobMissing:
+            for item in copies:
+                item[1].unlink(missing_ok=True)
+            continue  # an upload replaced the brain between our reads; take the new state
+        return meta, copies
+    raise BackupError(f"brain {user_id}/{brain_id} kept changing while being read; try again")
+
+
+def write_backup(
+    backend: Any,
+    registry: Any,
+    target: Path,
+    *,
+    source: str,
+    now: str,
+    progress: Callable[[str], None] = lambda line: None,
+) -> Manifest:
+    """Back up users and every brain to ``target`` (written to a temporary name, renamed at the end)."""
+    from store.auth.users import UsersDocument
+
+    target = Path(target)
+    partial = target.with_name(target.name + ".partial")
+    users_doc = UsersDocument(users=registry.users(), denied=registry.denied())
+    user_ids = [u.id for u in users_doc.users]
+    user_ids += sorted(set(backend.iter_users()) - set(user_ids))  # brains of removed users too
+    brains = archives = sealed = 0
+    started = time.monotonic()
+    try:
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with (
+            os.fdopen(fd, "wb") as raw,
+            zstandard.ZstdCompressor(level=3, write_checksum=True).stream_writer(raw, closefd=False) as zst,
+            tarfile.open(fileobj=zst, mode="w|", format=tarfile.PAX_FORMAT) as tar,
+            tempfile.TemporaryDirectory(prefix="brain-store-backup-") as scratch_dir,
+        ):
+            out = BackupWriter(tar)
+            out.add_bytes(USERS, msgspec.json.encode(users_doc))
+            progress(f"users: {len(users_doc.users)} ({len(users_doc.denied)} deny records)")
+            scratch = Path(scratch_dir)
+            for user_id in user_ids:
+                for listed in backend.list_brains(user_id):
+                    got = _consistent_brain(backend, user_id, listed.id, scratch)
+                    if got is None:
+                        continue
+                    meta, copies = got
+                    out.add_bytes(meta_path(user_id, meta.id), msgspec.json.encode(meta))
+                    for checksum, path, size, digest, is_sealed in copies:
+                        with open(path, "rb") as f:
+                            out.add_file(blob_path(user_id, meta.id, checksum), f, size, digest)
+                        path.unlink()
+                        archives += 1
+                        sealed += int(is_sealed)
+                    brains += 1
+                    progress(
+                        f"brain {brains}: {user_id}/{meta.id} ({meta.name}) {len(copies)} archive(s); "
+                        f"total {archives} archive(s), {out.bytes} bytes"
+                    )
+            manifest = Manifest(
+                format=FORMAT, version=VERSION, created_at=now, source=source, users=len(users_doc.users),
+                brains=brains, archives=archives, sealed_archives=sealed, entries=out.entries,
+            )
+            body = msgspec.json.format(msgspec.json.encode(manifest), indent=1)
+            BackupWriter(tar).add_bytes(MANIFEST, body)
+            BackupWriter(tar).add_bytes(MANIFEST_SUM, hashlib.sha256(body).hexdigest().encode() + b"\n")
+        with open(partial, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(partial, target)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    progress(
+        f"backup done: {manifest.users} user(s), {brains} brain(s), {archives} archive(s) "
+        f"({sealed} sealed), {out.bytes} bytes stored, {target.stat().st_size} bytes compressed, "
+        f"{time.monotonic() - started:.1f}s"
+    )
+    return manifest
