@@ -125,6 +125,7 @@ class Context:
     user: UserClient
     other: UserClient | None
     timeout: float
+    transport: httpx.BaseTransport | None = None
 
     def anonymous(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """A request without any Authorization header."""
@@ -138,7 +139,7 @@ class Context:
 
     def new_client(self) -> httpx.Client:
         """A fresh HTTP client on the same store (for concurrent requests)."""
-        return httpx.Client(base_url=self.base_url, timeout=self.timeout)
+        return httpx.Client(base_url=self.base_url, timeout=self.timeout, transport=self.transport)
 
 
 def random_uuid() -> str:

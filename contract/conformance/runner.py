@@ -72,15 +72,18 @@ def run_check(item: Check, ctx: Context) -> Result:
     return Result(item.id, item.description, item.extension, status, detail, time.monotonic() - started, leftovers)
 
 
-def run_suite(config: SuiteConfig, checks: Sequence[Check] | None = None) -> list[Result]:
-    """Run the selected checks in order against ``config.url``."""
+def run_suite(
+    config: SuiteConfig, checks: Sequence[Check] | None = None, *, transport: httpx.BaseTransport | None = None
+) -> list[Result]:
+    """Run the selected checks in order against ``config.url`` (``transport``: for testing the suite)."""
     chosen = select(checks if checks is not None else CHECKS, config.only, config.extensions)
     base = config.url.rstrip("/")
     results: list[Result] = []
-    with httpx.Client(base_url=base, timeout=config.timeout) as http1, httpx.Client(base_url=base, timeout=config.timeout) as http2:
+    opts = {"base_url": base, "timeout": config.timeout, "transport": transport}
+    with httpx.Client(**opts) as http1, httpx.Client(**opts) as http2:  # type: ignore[arg-type]
         user = UserClient(http1, config.token)
         other = UserClient(http2, config.token2) if config.token2 else None
-        ctx = Context(base, user, other, config.timeout)
+        ctx = Context(base, user, other, config.timeout, transport)
         for item in chosen:
             if item.needs_token2 and other is None:
                 results.append(Result(item.id, item.description, item.extension, "skip", "needs --token2"))
