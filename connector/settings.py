@@ -67,6 +67,8 @@ class ConnectorSettings:
     mcp_rate_per_min: int = 300
     store_timeout_s: float = 15.0
     log_level: str = "info"
+    metrics: bool = True  # GET /metrics (Prometheus); labels never carry ids or tokens
+    metrics_token: str | None = None  # when set, /metrics needs "Authorization: Bearer <token>"
 
     @property
     def repull_ttl_s(self) -> float:
@@ -205,6 +207,8 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     put("oidc_allowed_domains", _csv(_env(env, "OIDC_ALLOWED_DOMAINS")))
     put("oidc_allowed_emails", _csv(_env(env, "OIDC_ALLOWED_EMAILS")))
     put("log_level", _env(env, "CONNECTOR_LOG_LEVEL"))
+    put("metrics", _bool(env, "CONNECTOR_METRICS"))
+    put("metrics_token", _env(env, "CONNECTOR_METRICS_TOKEN"))
     return values
 
 
