@@ -1,0 +1,181 @@
+"""Prometheus metrics of the connector, and the outermost ASGI layer that records requests.
+
+Series: HTTP requests by route (fixed paths only; anything else is ``other``) and
+status, request latency, tool calls by tool and outcome, pulls and pushes of
+working copies by outcome, replays (a push that lost a race to another device, so
+the pending writes are applied again on the newer brain), and the working copies
+held in memory. Labels never carry user ids, brain ids, client ids or tokens.
+
+The tool, pull and push counters are recorded by wrapping the components'
+methods once at start-up (``instrument``), so the components themselves stay
+unaware of metrics.
+"""
+
+from __future__ import annotations
+
+import functools
+import hmac
+import time
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+METRICS_PATH = "/metrics"
+LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+ROUTES = frozenset({
+    "/mcp", "/health", "/health/live", "/health/ready", "/register", "/authorize", "/authorize/complete",
+    "/oidc/callback", "/token", "/revoke", METRICS_PATH,
+    "/.well-known/oauth-protected-resource", "/.well-known/oauth-protected-resource/mcp",
+    "/.well-known/oauth-authorization-server", "/.well-known/oauth-authorization-server/mcp",
+    "/.well-known/openid-configuration",
+})
+
+
+def route_label(path: str) -> str:
+    """The path when it is one of the connector's fixed routes, else ``other``."""
+    return path if path in ROUTES else "other"
+
+
+class ConnectorMetrics:
+    """The connector's series in their own registry (one per app)."""
+
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter("brain_connector_requests", "HTTP requests by method, route and status",
+                                ("method", "route", "status"), registry=r)
+        self.latency = Histogram("brain_connector_request_duration_seconds", "Time to answer a request",
+                                 ("route",), buckets=LATENCY_BUCKETS, registry=r)
+        self.tool_calls = Counter("brain_connector_tool_calls", "MCP tool calls by tool and outcome",
+                                  ("tool", "outcome"), registry=r)
+        self.tool_latency = Histogram("brain_connector_tool_duration_seconds", "Time to run a tool call",
+                                      ("tool",), buckets=LATENCY_BUCKETS, registry=r)
+        self.pulls = Counter("brain_connector_pulls", "Downloads of a brain from the store by outcome",
+                             ("outcome",), registry=r)
+        self.pushes = Counter("brain_connector_pushes", "Uploads of a brain to the store by outcome",
+                              ("outcome",), registry=r)
+        self.replays = Counter("brain_connector_replays",
+                               "Pushes that lost a race (412), so pending writes are replayed on the newer brain",
+                               registry=r)
+        self.working_copies = Gauge("brain_connector_working_copies", "Working copies held in memory", registry=r)
+        self.held_writes = Gauge("brain_connector_copies_with_unpushed_writes",
+                                 "Working copies holding writes the store has not accepted yet", registry=r)
+
+    def observe_request(self, method: str, path: str, status: int, seconds: float) -> None:
+        """Record one finished HTTP request."""
+        route = route_label(path)
+        self.requests.labels(method, route, str(status)).inc()
+        self.latency.labels(route).observe(seconds)
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition."""
+        return generate_latest(self.registry)
+
+
+def _tool_outcome(result: Any) -> str:
+    return "error" if getattr(result, "isError", None) or getattr(result, "is_error", None) else "ok"
+
+
+def instrument(parts: Any, metrics: ConnectorMetrics) -> None:
+    """Count tool calls, pulls, pushes and replays of ``parts`` (ConnectorParts); gauge its copies."""
+    from connector.workcopy.store_client import PreconditionFailed
+
+    tools, store, manager = parts.tools, parts.store, parts.manager
+    call, download, upload = tools.call, store.download, store.upload
+
+    @functools.wraps(call)
+    async def counted_call(name: str, arguments: Any, caller: Any) -> Any:
+        tool = name if name in parts.settings.tools else "unknown"
+        started = time.perf_counter()
+        try:
+            result = await call(name, arguments, caller)
+        except BaseException:
+            metrics.tool_calls.labels(tool, "exception").inc()
+            raise
+        finally:
+            metrics.tool_latency.labels(tool).observe(time.perf_counter() - started)
+        metrics.tool_calls.labels(tool, _tool_outcome(result)).inc()
+        return result
+
+    @functools.wraps(download)
+    async def counted_download(*args: Any, **kwargs: Any) -> Any:
+        try:
+            result = await download(*args, **kwargs)
+        except Exception as exc:
+            metrics.pulls.labels("not_found" if type(exc).__name__ == "StoreNotFound" else "error").inc()
+            raise
+        metrics.pulls.labels("not_modified" if result.not_modified else "downloaded").inc()
+        return result
+
+    @functools.wraps(upload)
+    async def counted_upload(*args: Any, **kwargs: Any) -> Any:
+        try:
+            result = await upload(*args, **kwargs)
+        except PreconditionFailed:
+            metrics.pushes.labels("conflict").inc()
+            metrics.replays.inc()
+            raise
+        except Exception:
+            metrics.pushes.labels("error").inc()
+            raise
+        metrics.pushes.labels("stored").inc()
+        return result
+
+    tools.call = counted_call
+    store.download = counted_download
+    store.upload = counted_upload
+    metrics.working_copies.set_function(lambda: len(manager.copies))
+    metrics.held_writes.set_function(lambda: sum(1 for copy in list(manager.copies.values()) if copy.dirty))
+
+
+async def _send(send: Any, status: int, body: bytes, content_type: bytes, extra: list[Any] | None = None) -> None:
+    headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode()),
+               (b"cache-control", b"no-store"), *(extra or [])]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+class MetricsMiddleware:
+    """Outermost layer: answers ``GET /metrics`` (optionally behind a bearer token), times every request."""
+
+    def __init__(self, app: Any, metrics: ConnectorMetrics, token: str | None) -> None:
+        self.app = app
+        self.metrics = metrics
+        self._token = token.encode() if token else None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if scope["path"] == METRICS_PATH and scope["method"] == "GET":
+            if self._token is not None:
+                given = next((value for name, value in scope["headers"] if name == b"authorization"), b"")
+                if not hmac.compare_digest(given, b"Bearer " + self._token):
+                    await _send(send, 401, b'{"error":"metrics need the metrics token"}', b"application/json",
+                                [(b"www-authenticate", b'Bearer realm="metrics"')])
+                    return
+            await _send(send, 200, self.metrics.render(), CONTENT_TYPE_LATEST.encode())
+            return
+        started = time.perf_counter()
+        status = 0
+
+        async def recording_send(message: Any) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, recording_send)
+        finally:
+            self.metrics.observe_request(scope["method"], scope["path"], status or 500, time.perf_counter() - started)
+
+
+def observability_layer(app: Any, parts: Any) -> Any:
+    """Instrument ``parts`` and wrap ``app`` with /metrics, unless metrics are off in the settings."""
+    settings = parts.settings
+    if not settings.metrics:
+        return app
+    metrics = ConnectorMetrics()
+    instrument(parts, metrics)
+    return MetricsMiddleware(app, metrics, settings.metrics_token)
