@@ -26,6 +26,7 @@ from litestar.types import ASGIApp, Message, Receive, Scope, Send
 from connector.mcp.http import bearer_token, header, peer_address, request_base_url
 from connector.mcp.server import CALLER_SCOPE_KEY, McpEndpoint
 from connector.mcp.tools import BrainTools, Caller
+from connector.metrics import observability_layer
 from connector.oauth.state import OAuthState, load_state_key
 from connector.oauth.tokens import AccessClaims, AccessTokenCodec, bearer_challenge
 from connector.settings import ConnectorSettings
@@ -316,4 +317,6 @@ def create_app(settings: ConnectorSettings, *, tuning: ManagerTuning | None = No
     )
     app.state.connector = parts
     app.state.oauth = oauth
+    # Outermost: /metrics and request/tool/pull/push series (connector/metrics.py).
+    app.asgi_handler = observability_layer(app.asgi_handler, parts)
     return app
