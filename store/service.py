@@ -27,6 +27,7 @@ from store.storage.base import (
     BlobMissing,
     BrainMeta,
     CommitConflict,
+    CorruptMeta,
     Snapshot,
     StorageBackend,
     StorageFull,
@@ -138,7 +139,10 @@ class BrainService:
 
     def get(self, user_id: str, brain_id: str) -> BrainMeta:
         """One brain of the user; 404 when it does not exist or belongs to someone else."""
-        meta = self.backend.read_meta(user_id, brain_id)
+        try:
+            meta = self.backend.read_meta(user_id, brain_id)
+        except CorruptMeta:
+            raise ServiceError(500, "this brain's stored metadata is damaged; the operator has been told") from None
         if meta is None or meta.user_id != user_id:
             raise ServiceError(404, "brain not found")
         return meta
@@ -215,6 +219,8 @@ class BrainService:
             raise ServiceError(503, "too much contention on this brain, retry")
         except StorageFull:
             raise ServiceError(507, "the store is out of disk space; nothing was changed") from None
+        except CorruptMeta:
+            raise ServiceError(500, "this brain's stored metadata is damaged; the operator has been told") from None
         finally:
             staged.blob.discard()
 
@@ -277,6 +283,8 @@ class BrainService:
                     continue
         except StorageFull:
             raise ServiceError(507, "the store is out of disk space; nothing was changed") from None
+        except CorruptMeta:
+            raise ServiceError(500, "this brain's stored metadata is damaged; the operator has been told") from None
         raise ServiceError(503, "too much contention on this brain, retry")
 
     def _restore_once(self, user_id: str, brain_id: str, name: str, cond: Preconditions) -> ArchiveRef:

@@ -35,6 +35,10 @@ class CommitConflict(StorageError):
     """The metadata changed since it was read; re-read and decide again."""
 
 
+class CorruptMeta(StorageError):
+    """A brain's metadata document cannot be parsed (outside damage); the brain is unavailable."""
+
+
 class BlobMissing(StorageError):
     """A blob named by metadata is gone (deleted or replaced concurrently)."""
 

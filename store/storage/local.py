@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import logging
 import os
 import re
 import shutil
@@ -35,6 +36,7 @@ from store.storage.base import (
     BlobMissing,
     BrainMeta,
     CommitConflict,
+    CorruptMeta,
     StorageError,
     StorageFull,
 )
@@ -42,6 +44,7 @@ from store.storage.base import (
 _SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{7,63}$")
 _CHECKSUM = re.compile(r"^[0-9a-f]{64}$")
 _FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
+log = logging.getLogger("store.storage")
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(BrainMeta)
 
@@ -60,6 +63,15 @@ def settled(st_mtime_ns: int) -> bool:
 def is_disk_full(exc: OSError) -> bool:
     """True for 'no space left' and 'quota exceeded' errors."""
     return exc.errno in _FULL_ERRNOS
+
+
+def _decode_meta(path: str, data: bytes) -> BrainMeta:
+    try:
+        return _decoder.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        # our writes are atomic, so this is outside damage: never guess, never delete
+        log.critical("brain metadata %s is damaged (%s); the brain is unavailable until it is repaired", path, exc)
+        raise CorruptMeta(path) from None
 
 
 def _check_id(value: str) -> str:
@@ -304,7 +316,7 @@ class LocalBackend:
         if fresh:
             try:
                 with open(path, "rb") as f:
-                    return _decoder.decode(f.read())
+                    return _decode_meta(path, f.read())
             except (FileNotFoundError, NotADirectoryError):
                 return None
         try:
@@ -318,7 +330,7 @@ class LocalBackend:
             return cached[1]
         try:
             with open(path, "rb") as f:
-                meta = _decoder.decode(f.read())
+                meta = _decode_meta(path, f.read())
         except FileNotFoundError:
             return None
         if settled(st.st_mtime_ns):
@@ -346,7 +358,14 @@ class LocalBackend:
 
     def list_brains(self, user_id: str) -> list[BrainMeta]:
         """Every brain of the user, oldest first."""
-        metas = [m for b in self._brain_ids(user_id) if (m := self.read_meta(user_id, b)) is not None]
+        metas = []
+        for brain_id in self._brain_ids(user_id):
+            try:
+                meta = self.read_meta(user_id, brain_id)
+            except CorruptMeta:
+                continue  # logged; the other brains stay usable
+            if meta is not None:
+                metas.append(meta)
         metas.sort(key=lambda m: (m.created_at, m.id))
         return metas
 
@@ -496,7 +515,10 @@ class LocalBackend:
             for entry in list(os.scandir(brain_dir)):
                 if entry.name.startswith(".") and entry.name.endswith(".tmp"):
                     os.unlink(entry.path)
-            meta = self.read_meta(user_id, brain_id)
+            try:
+                meta = self.read_meta(user_id, brain_id, fresh=True)
+            except CorruptMeta:
+                return  # logged; leave everything as it is for the operator
             if meta is None:
                 # created or deleted half-way: without metadata it never existed
                 shutil.rmtree(brain_dir, ignore_errors=True)

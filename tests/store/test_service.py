@@ -293,3 +293,20 @@ def test_default_brain_created_once_under_concurrency(tmp_path: Path) -> None:
     for t in threads:
         t.join(30)
     assert [m.name for m in service.list_brains(USER)] == ["default"]
+
+
+def test_damaged_meta_is_isolated_and_never_deleted(tmp_path: Path) -> None:
+    service = make_service(tmp_path)
+    good = service.create(USER, "good")
+    bad = service.create(USER, "bad")
+    put(service, bad.id, make_archive(brain_files(1)))
+    meta_path = service.backend.brain_dir(USER, bad.id) / "meta.json"
+    meta_path.write_bytes(b"{ damaged")
+    assert [m.id for m in service.list_brains(USER)] == [good.id]
+    for call in (lambda: service.get(USER, bad.id), lambda: put(service, bad.id, make_archive(brain_files(2)))):
+        with pytest.raises(ServiceError) as info:
+            call()
+        assert info.value.status == 500
+    LocalBackend(service.backend.root, fsync=False).startup()
+    assert meta_path.read_bytes() == b"{ damaged"
+    assert len(os.listdir(service.backend.brain_dir(USER, bad.id) / "blobs")) == 1
