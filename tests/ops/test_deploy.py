@@ -1,0 +1,219 @@
+"""The deploy files: compose services hardened and configured with settings that exist and parse,
+the Caddyfile valid (caddy validate), systemd units sandboxed, the image build context complete,
+and deploy/env.example documenting every setting of both servers."""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import importlib
+import os
+import re
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from connector.settings import ConnectorSettings
+from store.settings import StoreSettings
+from tests.support.processes import REPO_ROOT
+
+DEPLOY = REPO_ROOT / "deploy"
+# Variables compose uses for itself (interpolation into the Caddy service), not server settings.
+COMPOSE_ONLY = {"STORE_HOSTNAME", "CONNECTOR_HOSTNAME"}
+# Read by libraries in their usual ways (boto3), documented in env.example for completeness.
+LIBRARY_ENV = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
+EXAMPLE_VALUES = {"CONNECTOR_HOSTNAME": "brain.example.org", "STORE_HOSTNAME": "store.example.org"}
+
+
+def settings_env_names(module_file: Path) -> set[str]:
+    """Every environment variable name a settings module reads (quoted ALL-CAPS names)."""
+    text = module_file.read_text()
+    return set(re.findall(r'"((?:STORE|CONNECTOR|OIDC|BRAIN|PROMETHEUS)_[A-Z0-9_]+)"', text))
+
+
+STORE_ENV = settings_env_names(REPO_ROOT / "store" / "settings.py")
+CONNECTOR_ENV = settings_env_names(REPO_ROOT / "connector" / "settings.py")
+
+
+def interpolate(value: str) -> str:
+    """Compose's ``${NAME}`` / ``${NAME:?message}`` with the example host names."""
+    return re.sub(r"\$\{([A-Z_]+)(?::[?-][^}]*)?\}", lambda m: EXAMPLE_VALUES[m.group(1)], value)
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    # PyYAML's safe loader resolves the anchors and the << merge keys of x-hardened.
+    return yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
+
+
+def test_every_compose_service_is_hardened(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    assert set(services) >= {"store", "connector", "caddy"}
+    for name, service in services.items():
+        assert service.get("read_only") is True, f"{name}: root filesystem must be read-only"
+        assert service.get("cap_drop") == ["ALL"], f"{name}: must drop every capability"
+        assert "no-new-privileges:true" in service.get("security_opt", []), name
+        assert service.get("restart") in ("unless-stopped", "always"), name
+        health = service.get("healthcheck") or {}
+        assert health.get("test") and health.get("interval"), f"{name}: needs a health check"
+        assert any(str(t).startswith("/tmp") for t in service.get("tmpfs", [])), f"{name}: needs a /tmp tmpfs"
+        assert not set(service.get("cap_add", [])) - {"NET_BIND_SERVICE"}, name
+    # Only Caddy is reachable from outside; the servers stay on the compose network.
+    assert "ports" not in services["store"] and "ports" not in services["connector"]
+
+
+def _environment(service: dict[str, Any]) -> dict[str, str]:
+    env = service.get("environment") or {}
+    if isinstance(env, list):
+        env = dict(item.split("=", 1) for item in env)
+    return {key: interpolate(str(value)) for key, value in env.items()}
+
+
+def _mounts(service: dict[str, Any]) -> set[str]:
+    return {str(volume).split(":")[1] for volume in service.get("volumes", [])}
+
+
+def test_compose_servers_use_settings_that_exist_and_parse(compose: dict[str, Any]) -> None:
+    store, connector = compose["services"]["store"], compose["services"]["connector"]
+    store_env, connector_env = _environment(store), _environment(connector)
+    assert set(store_env) <= STORE_ENV, set(store_env) - STORE_ENV
+    assert set(connector_env) <= CONNECTOR_ENV, set(connector_env) - CONNECTOR_ENV
+    store_settings = StoreSettings.from_env(store_env)
+    connector_settings = ConnectorSettings.load({**connector_env, "CONNECTOR_IDP": "static"})
+    assert connector_settings.public_url == "https://brain.example.org"
+    # The only writable places are volumes (and /tmp): the data and state directories must be ones.
+    assert str(store_settings.data_dir) in _mounts(store)
+    assert str(connector_settings.state_dir) in _mounts(connector)
+    assert set(_environment(compose["services"]["caddy"])) <= COMPOSE_ONLY
+    # Health checks ask the ports the commands listen on.
+    for service, port in ((store, "8787"), (connector, "8788")):
+        assert service["command"][service["command"].index("--port") + 1] == port
+        assert f"127.0.0.1:{port}/health" in " ".join(service["healthcheck"]["test"])
+
+
+def test_compose_commands_are_our_console_scripts(compose: dict[str, Any]) -> None:
+    scripts = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    for name in ("store", "connector"):
+        assert compose["services"][name]["command"][0] in scripts
+
+
+def test_caddyfile_validates(tmp_path: Path) -> None:
+    caddy = shutil.which("caddy")
+    if caddy is None:
+        pytest.skip("the caddy binary is not installed (apt-get install caddy; .ci/run installs it on CI)")
+    env = {**os.environ, **EXAMPLE_VALUES, "HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path),
+           "XDG_CONFIG_HOME": str(tmp_path)}
+    done = subprocess.run([caddy, "validate", "--adapter", "caddyfile", "--config", str(DEPLOY / "Caddyfile")],
+                          capture_output=True, text=True, env=env, timeout=60, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    text = (DEPLOY / "Caddyfile").read_text()
+    assert text.count("respond /metrics 404") == 2, "metrics must not be served to the internet"
+
+
+SANDBOXING = ("NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=yes", "PrivateTmp=yes", "PrivateDevices=yes",
+              "ProtectKernelTunables=yes", "ProtectKernelModules=yes", "ProtectControlGroups=yes",
+              "RestrictAddressFamilies=", "RestrictNamespaces=yes", "RestrictSUIDSGID=yes", "LockPersonality=yes",
+              "SystemCallFilter=", "CapabilityBoundingSet=", "UMask=0077", "StateDirectory=", "DynamicUser=yes")
+
+
+@pytest.mark.parametrize(("unit", "known", "state_var"), [
+    ("brain-store.service", STORE_ENV, "STORE_DATA_DIR"),
+    ("brain-connector.service", CONNECTOR_ENV, "CONNECTOR_STATE_DIR"),
+])
+def test_systemd_units_are_sandboxed(unit: str, known: set[str], state_var: str) -> None:
+    lines = [line.strip() for line in (DEPLOY / "systemd" / unit).read_text().splitlines()]
+    for directive in SANDBOXING:
+        assert any(line.startswith(directive) for line in lines), f"{unit}: missing {directive}"
+    env = dict(line.removeprefix("Environment=").split("=", 1) for line in lines if line.startswith("Environment="))
+    assert set(env) <= known, set(env) - known
+    state = next(line.split("=", 1)[1] for line in lines if line.startswith("StateDirectory="))
+    assert env[state_var] == f"/var/lib/{state}", "the state/data directory must be the StateDirectory"
+    exec_start = next(line for line in lines if line.startswith("ExecStart="))
+    assert Path(exec_start.split("=", 1)[1].split()[0]).name in ("brain-store", "brain-connector")
+
+
+def _dockerignore() -> list[str]:
+    lines = (REPO_ROOT / ".dockerignore").read_text().splitlines()
+    return [line.strip().rstrip("/") for line in lines if line.strip() and not line.startswith("#")]
+
+
+def _ignored(relative: str, patterns: list[str]) -> bool:
+    """Docker's rule, enough for our patterns: a path is out when it or a parent matches."""
+    parts = relative.split("/")
+    prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+    ignored = False
+    for pattern in patterns:
+        negate = pattern.startswith("!")
+        bare = pattern.lstrip("!")
+        matched = any(fnmatch.fnmatch(p, bare) or (bare.startswith("**/") and fnmatch.fnmatch(p.split("/")[-1],
+                      bare[3:])) for p in prefixes)
+        if matched:
+            ignored = not negate
+    return ignored
+
+
+def test_image_build_context_holds_what_the_image_needs() -> None:
+    dockerfile = (REPO_ROOT / "Dockerfile").read_text()
+    patterns = _dockerignore()
+    copies = [line.split()[1:] for line in dockerfile.splitlines() if line.startswith("COPY ") and "--from" not in line]
+    sources = [src for args in copies for src in args[:-1]]
+    assert sources, "no COPY lines found"
+    for src in sources:
+        assert (REPO_ROOT / src).exists(), f"COPY source {src} does not exist"
+        assert not _ignored(src, patterns), f"COPY source {src} is excluded by .dockerignore"
+    # pip install . needs the packages and the files pyproject names.
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
+    copied = {Path(s).name for s in sources}
+    assert project["project"]["readme"] in copied and "pyproject.toml" in copied
+    assert "requirements.lock" in copied
+    for package in ("store", "connector", "cli", "contract"):
+        assert package in copied, f"{package} is not copied into the image"
+    assert not _ignored("contract/openapi.yaml", patterns)
+    # The console scripts exist and so does every command module they load lazily.
+    for target in project["project"]["scripts"].values():
+        module, attr = target.split(":")
+        assert callable(getattr(importlib.import_module(module), attr))
+        commands = getattr(importlib.import_module(module), "COMMANDS", {})
+        for command_target in commands.values():
+            command_module = command_target.split(":")[0]
+            assert (REPO_ROOT / (command_module.replace(".", "/") + ".py")).is_file(), command_target
+    assert re.search(r"^USER\s+(?!root)\S+", dockerfile, re.M), "the image must not run as root"
+    assert 'CMD ["brain-store", "serve"]' in dockerfile
+
+
+def _documented() -> set[str]:
+    text = (DEPLOY / "env.example").read_text()
+    return set(re.findall(r"^#?\s*([A-Z][A-Z0-9_]+)=", text, re.M))
+
+
+# Settings fields whose variable is not the mechanical STORE_/CONNECTOR_ + FIELD name.
+STORE_FIELD_ENV = {
+    "max_upload_bytes": "STORE_MAX_UPLOAD_MB", "max_user_bytes": "STORE_MAX_USER_MB",
+    "previous_keys": "STORE_ENCRYPTION_PREVIOUS_KEYS", "inspect_max_inflated": "STORE_INSPECT_MAX_INFLATED_MB",
+    "inspect_max_header": "STORE_INSPECT_MAX_HEADER_KB", "metrics_multiproc_dir": "PROMETHEUS_MULTIPROC_DIR",
+}
+CONNECTOR_FIELD_ENV = {"store_url": "CONNECTOR_STORE_URL"}
+# Connector fields only a caller (tests, the CLI) can set: no environment variable exists for them.
+CONNECTOR_NOT_FROM_ENV = {"mcp_rate_per_min", "store_timeout_s"}
+
+
+def test_env_example_documents_every_setting() -> None:
+    documented = _documented()
+    assert STORE_ENV <= documented, f"undocumented store settings: {sorted(STORE_ENV - documented)}"
+    assert CONNECTOR_ENV <= documented, f"undocumented connector settings: {sorted(CONNECTOR_ENV - documented)}"
+    stray = documented - STORE_ENV - CONNECTOR_ENV - COMPOSE_ONLY - LIBRARY_ENV
+    assert not stray, f"env.example names settings nobody reads: {sorted(stray)}"
+    for field in dataclasses.fields(StoreSettings):
+        name = STORE_FIELD_ENV.get(field.name, "STORE_" + field.name.upper())
+        assert name in documented, f"StoreSettings.{field.name}: {name} not in env.example"
+    for field in dataclasses.fields(ConnectorSettings):
+        if field.name in CONNECTOR_NOT_FROM_ENV:
+            continue
+        name = CONNECTOR_FIELD_ENV.get(field.name) or (
+            field.name.upper() if field.name.startswith("oidc_") else "CONNECTOR_" + field.name.upper())
+        assert name in documented, f"ConnectorSettings.{field.name}: {name} not in env.example"
