@@ -10,6 +10,7 @@ import tarfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -67,20 +68,36 @@ def upload(c: httpx.Client, brain_id: str, data: bytes) -> None:
     assert r.status_code == 200, r.text
 
 
-def fill(env: dict[str, str], tmp: Path) -> dict[str, str]:
-    """Two users; alice has a brain with 3 versions and a second brain; returns name -> token."""
-    tokens = {name: cli(env, "user", "add", name, "--email", f"{name}@example.org").stdout.strip().splitlines()[-1]
-              for name in ("alice", "bob")}
+def registry(env: dict[str, str], moto: Any = None) -> Any:
+    """The users registry of the store ``env`` describes (in this process, no CLI start-up)."""
+    if env.get("STORE_BACKEND") == "s3":
+        from store.storage.s3client import Bucket
+        from store.storage.s3users import S3UserRegistry
+
+        return S3UserRegistry(moto.client(), Bucket.of(env["STORE_S3_BUCKET"], env["STORE_S3_PREFIX"]))
+    from store.auth.users import UserRegistry
+
+    Path(env["STORE_DATA_DIR"]).mkdir(parents=True, exist_ok=True)
+    return UserRegistry(Path(env["STORE_DATA_DIR"]), fsync=False)
+
+
+def fill(env: dict[str, str], tmp: Path, moto: Any = None) -> tuple[dict[str, str], dict[str, object]]:
+    """Two users; alice has a brain with 3 versions and a second brain; bob one brain.
+
+    Returns name -> token and what a client sees (``contents``), read from the same server.
+    """
+    users = registry(env, moto)
+    tokens = {name: users.add(name, f"{name}@example.org")[1] for name in ("alice", "bob")}
     with serve(env, tmp) as server:
         with client(server, tokens["alice"]) as c:
-            brain = c.get("/api/brains").json()[0]["id"]
+            brain = c.post("/api/brains", json={"name": "default"}).json()["id"]
             for i in range(3):
                 upload(c, brain, archive({"counter.txt": str(i).encode(), "notes/a.md": os.urandom(2000)}))
             second = c.post("/api/brains", json={"name": "work"}).json()["id"]
             upload(c, second, archive({"w.md": b"work"}))
         with client(server, tokens["bob"]) as c:
-            upload(c, c.get("/api/brains").json()[0]["id"], archive({"b.md": b"bob"}))
-    return tokens
+            upload(c, c.post("/api/brains", json={}).json()["id"], archive({"b.md": b"bob"}))
+        return tokens, contents(server, tokens)
 
 
 def contents(server: ServerProcess, tokens: dict[str, str]) -> dict[str, object]:
@@ -104,3 +121,28 @@ def contents(server: ServerProcess, tokens: dict[str, str]) -> dict[str, object]
                 brains.append((record, sha(current.content), versions))
             seen[name] = (me.json(), brains)
     return seen
+
+
+def sealed_brain(data_dir: Path, key_hex: str, user_id: str, data: bytes) -> str:
+    """Put one brain holding ``data`` sealed with ``key_hex`` into a local store (in process)."""
+    import uuid
+
+    from store.backup.apply import BrainBuilder
+    from store.storage.base import ArchiveRef, BrainMeta
+    from store.storage.local import LocalBackend
+    from store.storage.sealing import SealWriter, derive_user_key
+
+    brain_id = str(uuid.uuid4())
+    ref = ArchiveRef(checksum=sha(data), size=len(data), file_count=1, synced_at="2026-01-01T00:00:00.000000Z",
+                     sealed=True)
+    meta = BrainMeta(id=brain_id, user_id=user_id, name="default", created_at=ref.synced_at, current=ref)
+    builder = BrainBuilder(LocalBackend(data_dir, fsync=False), meta)
+
+    def write(out: Any) -> None:
+        writer = SealWriter(out, derive_user_key(bytes.fromhex(key_hex), user_id), user_id, brain_id)
+        writer.write(data)
+        writer.close(ref.checksum)
+
+    builder.add(ref.checksum, write)
+    builder.finish()
+    return brain_id

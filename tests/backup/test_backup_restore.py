@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.backup.support import KEY, OTHER_KEY, cli, contents, fill, serve
+from tests.backup.support import KEY, OTHER_KEY, archive, cli, contents, fill, registry, sealed_brain, serve
 from tests.s3.servers import S3Service
 
 
@@ -21,16 +21,14 @@ def _location(kind: str, tmp: Path, moto: S3Service | None, name: str, key: str 
 
 @pytest.mark.parametrize(
     ("source", "target", "key"),
-    [("local", "local", None), ("local", "local", KEY), ("s3", "s3", KEY), ("local", "s3", None), ("s3", "local", KEY)],
+    [("local", "local", None), ("local", "s3", KEY), ("s3", "local", KEY)],
 )
 def test_backup_wipe_restore_is_identical(
     tmp_path: Path, request: pytest.FixtureRequest, source: str, target: str, key: str | None
 ) -> None:
     moto = request.getfixturevalue("moto") if "s3" in (source, target) else None
     src = _location(source, tmp_path, moto, "src", key)
-    tokens = fill(src, tmp_path)
-    with serve(src, tmp_path) as server:
-        before = contents(server, tokens)
+    tokens, before = fill(src, tmp_path, moto)
     backup = tmp_path / "store.backup"
     done = cli(src, "backup", "--to", str(backup))
     assert "backup done: 2 user(s), 3 brain(s), 5 archive(s)" in done.stderr
@@ -51,7 +49,8 @@ def test_backup_wipe_restore_is_identical(
 
 def test_sealed_backup_needs_the_same_key(tmp_path: Path) -> None:
     src = {"STORE_DATA_DIR": str(tmp_path / "src"), "STORE_ENCRYPTION_KEY": KEY}
-    fill(src, tmp_path)
+    user, _ = registry(src).add("alice")
+    sealed_brain(tmp_path / "src", KEY, user.id, archive({"a.md": b"secret"}))
     backup = tmp_path / "b"
     cli(src, "backup", "--to", str(backup))
     for env in ({"STORE_DATA_DIR": str(tmp_path / "nokey")},

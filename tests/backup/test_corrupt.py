@@ -1,0 +1,103 @@
+"""A corrupted or truncated backup is refused with a clear message and the target stays unchanged;
+a non-empty target needs --force."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import tarfile
+from pathlib import Path
+
+import pytest
+import zstandard
+
+from tests.backup.support import KEY, archive, cli, registry, sealed_brain
+
+
+def _tree(root: Path) -> dict[str, str]:
+    """Every file under ``root`` with its sha256 (lock files excluded: they carry no data)."""
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file() and not p.name.endswith(".lock")}
+
+
+@pytest.fixture
+def stores(tmp_path: Path) -> tuple[dict[str, str], dict[str, str], Path]:
+    """A source store with a sealed brain and its backup, and a different, non-empty target store."""
+    src = {"STORE_DATA_DIR": str(tmp_path / "src"), "STORE_ENCRYPTION_KEY": KEY}
+    user, _ = registry(src).add("alice")
+    sealed_brain(tmp_path / "src", KEY, user.id, archive({"a.md": b"one" * 5000}))
+    sealed_brain(tmp_path / "src", KEY, user.id, archive({"b.md": b"two"}))
+    backup = tmp_path / "good.backup"
+    cli(src, "backup", "--to", str(backup))
+    dst = {"STORE_DATA_DIR": str(tmp_path / "dst"), "STORE_ENCRYPTION_KEY": KEY}
+    other, _ = registry(dst).add("carol")
+    sealed_brain(tmp_path / "dst", KEY, other.id, archive({"c.md": b"carol"}))
+    return src, dst, backup
+
+
+def _rewrite(backup: Path, out: Path, change: dict[str, bytes]) -> None:
+    """Copy the backup, replacing the content of some entries (the manifest is left as it was)."""
+    data = zstandard.ZstdDecompressor().stream_reader(backup.read_bytes()).read()
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as src, tarfile.open(fileobj=buf, mode="w:") as dst:
+        for info in src.getmembers():
+            body = change.get(info.name, src.extractfile(info).read())  # type: ignore[union-attr]
+            info.size = len(body)
+            dst.addfile(info, io.BytesIO(body))
+    out.write_bytes(zstandard.ZstdCompressor(write_checksum=True).compress(buf.getvalue()))
+
+
+def _corruptions(backup: Path, tmp: Path) -> dict[str, Path]:
+    good = backup.read_bytes()
+    cases: dict[str, bytes] = {
+        "flipped byte": good[: len(good) // 2] + bytes([good[len(good) // 2] ^ 0x40]) + good[len(good) // 2 + 1 :],
+        "truncated": good[: len(good) * 2 // 3],
+        "cut before the manifest": good[:-40],
+        "empty file": b"",
+        "not a backup": b"hello world" * 10,
+    }
+    out = {}
+    for name, data in cases.items():
+        out[name] = tmp / (name.replace(" ", "-") + ".backup")
+        out[name].write_bytes(data)
+    wrong_sum = tmp / "wrong-manifest-sum.backup"
+    _rewrite(backup, wrong_sum, {"manifest.sha256": b"0" * 64 + b"\n"})
+    out["wrong manifest checksum"] = wrong_sum
+    # an archive swapped for other bytes, with the manifest untouched
+    with tarfile.open(fileobj=io.BytesIO(zstandard.ZstdDecompressor().stream_reader(good).read())) as tar:
+        blob = next(m.name for m in tar.getmembers() if "/blobs/" in m.name)
+    swapped = tmp / "swapped-archive.backup"
+    _rewrite(backup, swapped, {blob: b"BSTSEAL\x00" + b"x" * 100})
+    out["swapped archive"] = swapped
+    return out
+
+
+def test_corrupt_backups_are_refused_and_change_nothing(stores: tuple, tmp_path: Path) -> None:
+    _, dst, backup = stores
+    target = Path(dst["STORE_DATA_DIR"])
+    before = _tree(target)
+    for name, path in _corruptions(backup, tmp_path).items():
+        done = cli(dst, "restore", "--from", str(path), "--force", check=False)
+        assert done.returncode != 0, name
+        assert "restore refused:" in done.stderr, (name, done.stderr)
+        assert "Traceback" not in done.stderr, name
+        assert _tree(target) == before, name
+    # the untouched backup does go through
+    cli(dst, "restore", "--from", str(backup), "--force")
+    assert _tree(target) != before
+
+
+def test_non_empty_target_needs_force(stores: tuple) -> None:
+    src, dst, backup = stores
+    target = Path(dst["STORE_DATA_DIR"])
+    before = _tree(target)
+    done = cli(dst, "restore", "--from", str(backup), check=False)
+    assert done.returncode != 0 and "not empty" in done.stderr and "--force" in done.stderr
+    assert _tree(target) == before
+    done = cli(dst, "restore", "--from", str(backup), "--force")
+    assert "1 other brain(s) removed" in done.stderr
+    # the target now equals the source: same users file, same brains and blobs
+    source = _tree(Path(src["STORE_DATA_DIR"]))
+    restored = _tree(target)
+    assert restored["users.json"] == source["users.json"]
+    assert {k for k in restored if "/blobs/" in k} == {k for k in source if "/blobs/" in k}
