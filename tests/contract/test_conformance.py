@@ -84,19 +84,3 @@ def test_every_check_passes_encrypted_with_two_workers(tmp_path_factory: pytest.
         results = run_suite(SuiteConfig(url=running.url, token=token1, token2=token2))
     assert [r.id for r in results if r.status != "pass"] == [], format_table(results)
 
-
-@pytest.mark.slow
-@pytest.mark.xdist_group("contract-conformance-s3")
-def test_every_check_passes_on_s3_with_two_workers(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """Same suite against a store keeping everything in S3 (SeaweedFS on loopback), two workers."""
-    servers = pytest.importorskip("tests.s3.servers")
-    if servers.weed_binary() is None:
-        pytest.skip("no SeaweedFS binary")
-    base = tmp_path_factory.mktemp("conformance-s3")
-    with servers.seaweedfs(base / "weed") as service:
-        env = service.store_env(service.new_bucket())
-        with running_store(base / "data", env=env, workers=2) as running:
-            token1 = running.add_user("erin", email="erin@example.test")
-            token2 = running.add_user("frank")
-            results = run_suite(SuiteConfig(url=running.url, token=token1, token2=token2))
-    assert [r.id for r in results if r.status != "pass"] == [], format_table(results)

@@ -262,6 +262,28 @@ def test_brain_limit_holds_under_concurrent_creates(tmp_path: Path) -> None:
                 client.close()
 
 
+def test_brain_limit_holds_under_concurrent_creates(tmp_path: Path) -> None:
+    """16 simultaneous creates against two workers with 9 free slots: exactly 9 succeed."""
+    env = {"STORE_RATE_LIMITS": "off", "STORE_MAX_BRAINS": "10"}
+    with running_store(tmp_path / "data", env=env, workers=2) as running:
+        token = running.add_user("creator")  # comes with brain "default": 9 slots left
+        clients = _clients(running.url, token, 16)
+        try:
+            barrier = threading.Barrier(16, timeout=30)
+
+            def create(i: int) -> int:
+                barrier.wait()
+                return clients[i].post("/api/brains", json={"name": f"c{i}"}).status_code
+
+            with ThreadPoolExecutor(16) as pool:
+                statuses = list(pool.map(create, range(16), timeout=120))
+            assert Counter(statuses) == Counter({201: 9, 403: 7}), statuses
+            assert len(clients[0].get("/api/brains").json()) == 10
+        finally:
+            for client in clients:
+                client.close()
+
+
 @pytest.mark.xdist_group("store-e2e-race-s3")
 def test_two_replicas_on_one_bucket_one_writer_wins(tmp_path: Path) -> None:
     """Two store processes (separate hosts in effect) on one S3 bucket: 20 rounds x 16 writers, one winner each."""
