@@ -3,7 +3,8 @@
 Each fixture brain was made by the reference `brain memorize` (then, for some, `reinforce`,
 `pin` and `forget`). Replaying its memories through our `Memorize`, with the same ids and
 clocks, must reproduce every file of the brains made by memorize alone, and, in the others,
-every memory the later commands did not touch.
+every memory the later commands did not touch. Replaying its pins and forgets through our
+`Pin` and `Forget` must reproduce what `brain pin` and `brain forget` wrote.
 """
 
 from __future__ import annotations
