@@ -33,6 +33,8 @@ def rekey(new_key: str, data: Path | None) -> None:
     from store.settings import SettingsError, parse_key
 
     settings = settings_from_cli(data_dir=data)
+    if settings.backend != "local":
+        raise click.UsageError("rekey works on a data directory only; for a bucket see docs/store-s3.md")
     try:
         key = parse_key(new_key, "--new-key")
     except SettingsError as exc:
