@@ -7,7 +7,6 @@ brain exactly as it was, without copying the whole brain first.
 
 from __future__ import annotations
 
-import copy
 import gc
 from collections.abc import Callable, Collection
 from datetime import datetime
@@ -502,7 +501,3 @@ class WriteTxn:
             if depth < len(parts) and parts[depth] not in subcategories:
                 subcategories.append(parts[depth])
             self.mark(meta_path)
-
-    def snapshot(self, value: Any) -> Any:
-        """A deep copy, for results that must not alias staged documents."""
-        return copy.deepcopy(value)
