@@ -112,6 +112,7 @@ class BrainIndex:
     ctx_groups: list[tuple[str | None, str | None, frozenset[Any] | None]] = field(default_factory=list)
     bounds: ValueBounds | None = None
     _idf_cache: dict[str, float] = field(default_factory=dict, repr=False)
+    _term_cache: dict[str, tuple[list[int], list[float], list[float]]] = field(default_factory=dict, repr=False)
     _edge_maps: dict[str, dict[str, tuple[int, float]]] | None = field(default=None, repr=False)
     _in_edges: dict[str, list[str]] | None = field(default=None, repr=False)
     _reverse: dict[str, dict[str, tuple[float, float | None]]] = field(default_factory=dict, repr=False)
@@ -225,6 +226,31 @@ class BrainIndex:
             self._reverse.clear()  # bounded memory on huge, dense graphs
         self._reverse[target] = paths
         return paths
+
+    def term_postings(self, term: str) -> tuple[list[int], list[float], list[float]]:
+        """A term's usable postings as (documents, f x (k1 + 1), f + k1 x (1 - b + b x dl / avgdl)).
+
+        Counts that are not positive numbers are dropped here; the two factors are
+        exactly the reference's sub-expressions, so the score stays bit-identical.
+        Prepared on first use and cached.
+        """
+        cached = self._term_cache.get(term)
+        if cached is None:
+            docs: list[int] = []
+            numerators: list[float] = []
+            denominators: list[float] = []
+            norms = self.doc_norms
+            for doc, f in self.postings.get(term, ()):
+                kind = f.__class__
+                if (kind is int or kind is float) and f > 0:
+                    docs.append(doc)
+                    numerators.append(f * (K1 + 1))
+                    denominators.append(f + norms[doc])
+            cached = (docs, numerators, denominators)
+            if len(self._term_cache) >= 50_000:
+                self._term_cache.clear()
+            self._term_cache[term] = cached
+        return cached
 
     def idf(self, term: str) -> float:
         """``max(0, ln(1 + (N - df + 0.5) / (df + 0.5)))``, df 0 when unknown."""

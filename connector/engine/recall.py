@@ -91,18 +91,17 @@ def relevances(index: BrainIndex, query: str) -> dict[int, float]:
         idf_total += idf
     scores: dict[int, float] = {}
     matched: dict[int, float] = {}
-    norms = index.doc_norms
     # Terms in query order, so each document's sum is accumulated in the
     # reference's order (floating-point addition is not associative).
     for term, idf in zip(terms, idfs, strict=True):
-        postings = index.postings.get(term)
-        if not postings:
+        docs, numerators, denominators = index.term_postings(term)
+        if not scores:
+            for doc, numerator, denominator in zip(docs, numerators, denominators):
+                scores[doc] = 0.0 + idf * numerator / denominator
+                matched[doc] = 0.0 + idf
             continue
-        for doc, f in postings:
-            kind = f.__class__
-            if not ((kind is int or kind is float) and f > 0):
-                continue  # a stored count that is not a positive number adds nothing
-            contribution = idf * (f * 2.5) / (f + norms[doc])
+        for doc, numerator, denominator in zip(docs, numerators, denominators):
+            contribution = idf * numerator / denominator
             if doc in scores:
                 scores[doc] += contribution
                 matched[doc] += idf
@@ -110,22 +109,29 @@ def relevances(index: BrainIndex, query: str) -> dict[int, float]:
                 scores[doc] = 0.0 + contribution
                 matched[doc] = 0.0 + idf
     max_score = 0.0
-    positive: list[int] = []
-    for doc, score in scores.items():
-        if score > 0:
-            positive.append(doc)
-            if score > max_score:
-                max_score = score
+    for score in scores.values():
+        if score > max_score:
+            max_score = score
+    if not max_score > 0:
+        return {}
     result: dict[int, float] = {}
     doc_memory = index.doc_memory
-    for doc in positive:
+    floor = math.floor
+    for doc, score in scores.items():
+        if not score > 0:
+            continue
         position = doc_memory[doc]
         if position is None:
             continue
         coverage = matched[doc] / idf_total if idf_total else 0.0
-        relevance = round3((scores[doc] / max_score) * coverage)
+        # round3, inlined (hot): Math.round(x * 1000) / 1000, halves toward +infinity
+        scaled = (score / max_score) * coverage * 1000
+        if scaled - scaled != 0:
+            continue  # non-finite: counts as 0
+        whole = floor(scaled)
+        relevance = (whole + 1 if scaled - whole >= 0.5 else whole) / 1000
         if relevance:
-            result[position] = relevance
+            result[position] = relevance + 0.0
     return result
 
 
