@@ -146,6 +146,7 @@ def verify_backup(path: Path, progress: Callable[[str], None] = lambda line: Non
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise BackupError(f"the users document is unreadable ({exc})") from None
     result = Verified(manifest=manifest, users=users)
+    position = {name: i for i, name in enumerate(order)}
     for name, data in smalls.items():
         ids = parse_meta_path(name)
         if ids is None:
@@ -160,7 +161,7 @@ def verify_backup(path: Path, progress: Callable[[str], None] = lambda line: Non
             blob = f"brains/{ids[0]}/{ids[1]}/blobs/{checksum}"
             if blob not in seen:
                 raise BackupError(f"{name} names archive {checksum} which is not in the backup")
-            if order.index(blob) < order.index(name):
+            if position[blob] < position[name]:
                 raise BackupError(f"{blob} comes before its metadata")
             head = heads[blob]
             if head.startswith(b"BSTSEAL\x00"):
