@@ -87,21 +87,32 @@ def _wait_port(port: int, process: subprocess.Popen[bytes] | None, timeout: floa
 
 
 @contextmanager
-def moto_server() -> Iterator[S3Service]:
-    """moto in server mode, in this process, on a free loopback port."""
-    from moto.server import ThreadedMotoServer
+def moto_server(workdir: Path) -> Iterator[S3Service]:
+    """moto in server mode (`moto_server`) as its own process on a free loopback port.
 
+    A separate process keeps moto's request handling off the test process's GIL.
+    """
     port = free_port()
-    import logging
-
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per S3 call otherwise
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
+    binary = VENV_BIN / "moto_server"
+    log = workdir / "moto.log"
+    argv = [str(binary) if binary.exists() else "moto_server", "-H", "127.0.0.1", "-p", str(port)]
+    with log.open("ab") as out:
+        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        _wait_port(port, None, 20)
+        _wait_port(port, process, 60, log)
         yield S3Service("moto", f"http://127.0.0.1:{port}")
     finally:
-        server.stop()
+        _stop(process)
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        os.killpg(process.pid, 15)
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, 9)
+            process.wait(timeout=10)
 
 
 _WEED_PORTS = (
@@ -145,10 +156,4 @@ def seaweedfs(workdir: Path) -> Iterator[S3Service]:
                 time.sleep(0.3)
         yield service
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, 15)
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, 9)
-                process.wait(timeout=10)
+        _stop(process)

@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from contract.conformance import SuiteConfig, format_table, run_suite
 from tests.contract.harness import running_store
 from tests.s3.servers import S3Service
 
-pytestmark = pytest.mark.xdist_group("s3")
+# xdist groups (one per S3 service) are set in conftest.py
 
 
-@pytest.mark.parametrize("encrypted", [False, True], ids=["plain", "sealed"])
-def test_conformance_on_s3(s3: S3Service, tmp_path, encrypted: bool) -> None:
+@pytest.mark.parametrize(
+    ("service", "encrypted"),
+    [("moto", False), ("weed", False), ("weed", True)],
+    ids=["moto-plain", "seaweedfs-plain", "seaweedfs-sealed"],
+)
+def test_conformance_on_s3(request: pytest.FixtureRequest, tmp_path: Path, service: str, encrypted: bool) -> None:
+    s3: S3Service = request.getfixturevalue(service)
     env = s3.store_env(s3.new_bucket())
     if encrypted:
         env["STORE_ENCRYPTION_KEY"] = "11" * 32

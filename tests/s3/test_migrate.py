@@ -13,7 +13,7 @@ from tests.s3.archives import archive
 from tests.s3.cli import run_cli
 from tests.s3.servers import S3Service
 
-pytestmark = pytest.mark.xdist_group("s3")
+# xdist groups (one per S3 service) are set in conftest.py
 
 
 def _snapshot_state(url: str, token: str) -> dict[str, object]:

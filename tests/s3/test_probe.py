@@ -15,7 +15,7 @@ from tests.s3.cli import run_cli
 from tests.s3.servers import CREDENTIALS, S3Service
 from tests.support.processes import REPO_ROOT, console_script, free_port
 
-pytestmark = pytest.mark.xdist_group("s3")
+# xdist groups (one per S3 service) are set in conftest.py
 
 
 class _CarelessS3(BaseHTTPRequestHandler):
@@ -87,12 +87,11 @@ def test_serve_refuses_an_s3_that_ignores_conditional_writes(careless_s3: str, t
     assert "listening on" not in done.stdout
 
 
-def test_probe_accepts_real_s3_services(moto: S3Service, weed: S3Service) -> None:
+def test_probe_accepts_real_s3_services(s3: S3Service) -> None:
     from store.storage.s3client import Bucket
     from store.storage.s3probe import probe_conditional_writes
 
-    for service in (moto, weed):
-        bucket = service.new_bucket()
-        probe_conditional_writes(service.client(), Bucket.of(bucket, "p"), service.name)
-        assert service.keys(bucket) == []  # the probe cleans up after itself
+    bucket = s3.new_bucket()
+    probe_conditional_writes(s3.client(), Bucket.of(bucket, "p"), s3.name)
+    assert s3.keys(bucket) == []  # the probe cleans up after itself
 

@@ -16,7 +16,7 @@ from tests.contract.harness import Store, running_store
 from tests.s3.archives import archive, big_archive, counter_archive, read_counter
 from tests.s3.servers import S3Service
 
-pytestmark = pytest.mark.xdist_group("s3")
+# xdist groups (one per S3 service) are set in conftest.py
 
 
 @contextmanager
