@@ -71,6 +71,10 @@ def ext_snapshot_etag(ctx: Context) -> None:
     require(nm.status_code == 304 and nm.content == b"", "matching If-None-Match on a snapshot must give 304", nm)
     other = ctx.user.download(brain_id, version=entry["version"], headers={"If-None-Match": quoted("c" * 64)})
     require(other.status_code == 200 and other.content == first, "non-matching If-None-Match must give the snapshot", other)
+    head = ctx.user.request("HEAD", f"/api/brains/{brain_id}/sync", params={"version": entry["version"]})
+    if head.status_code not in UNSUPPORTED_METHOD:
+        require(head.status_code == 200 and head.content == b"", "HEAD on a snapshot must give 200 without a body", head)
+        require(head.headers.get("etag") == quoted(checksum), "HEAD on a snapshot must carry its ETag", head)
 
 
 @check("ext.versions_detail", "version listing entries carry size_bytes and checksum of the snapshot", extension=True)
