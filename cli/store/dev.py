@@ -211,9 +211,10 @@ def dev(data: Path, port: int | None, connector_port: int | None) -> None:
     try:
         store = _start([_console_script("brain-store"), "serve", "--host", "127.0.0.1", "--port", str(store_port),
                         "--data", str(store_dir)], store_env, data / "store.log")
-        _wait_ready(store_url + "/health/ready", store, data / "store.log")
+        # Both start at once (start-up is mostly imports); the connector only needs the store per request.
         connector = _start([_console_script("brain-connector"), "serve", "--host", "127.0.0.1",
                             "--port", str(mcp_port)], connector_env, data / "connector.log")
+        _wait_ready(store_url + "/health/ready", store, data / "store.log")
         _wait_ready(connector_url + "/health/ready", connector, data / "connector.log")
         click.echo(instructions(store_url, connector_url + "/mcp", token, data))
         sys.stdout.flush()
