@@ -1,0 +1,51 @@
+"""A brain whose archive is rotated out while the backup reads it is read again (in process, no servers)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from store.backup.restore import verify_backup
+from store.backup.writer import write_backup
+from store.storage.base import BlobMissing
+from store.storage.local import LocalBackend
+from tests.backup.support import archive, registry
+
+
+class _RacingBackend:
+    """Wraps a backend; the first blob open fails as if a concurrent upload had just removed it."""
+
+    def __init__(self, inner: LocalBackend) -> None:
+        self._inner = inner
+        self.failures = 1
+        self.meta_reads = 0
+
+    def read_meta(self, user_id: str, brain_id: str) -> Any:
+        self.meta_reads += 1
+        return self._inner.read_meta(user_id, brain_id)
+
+    def open_blob(self, user_id: str, brain_id: str, checksum: str) -> Any:
+        if self.failures:
+            self.failures -= 1
+            raise BlobMissing(checksum)
+        return self._inner.open_blob(user_id, brain_id, checksum)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def test_vanished_blob_rereads_the_brain(tmp_path: Path) -> None:
+    from tests.backup.support import sealed_brain  # a sealed brain needs no server to set up
+
+    env = {"STORE_DATA_DIR": str(tmp_path / "s")}
+    users = registry(env)
+    user, _ = users.add("alice")
+    sealed_brain(tmp_path / "s", "11" * 32, user.id, archive({"a.md": b"x"}))
+    backend = _RacingBackend(LocalBackend(tmp_path / "s", fsync=False))
+    lines: list[str] = []
+    manifest = write_backup(backend, users, tmp_path / "b", source="test", now="2026-01-01T00:00:00Z",
+                            progress=lines.append)
+    assert backend.meta_reads == 2 and manifest.archives == 1 and manifest.sealed_archives == 1
+    assert any("backup done" in line for line in lines)
+    verified = verify_backup(tmp_path / "b")
+    assert len(verified.metas) == 1
