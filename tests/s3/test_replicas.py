@@ -187,3 +187,28 @@ def test_sigkill_during_uploads_leaves_no_visible_partial_state(weed: S3Service,
                 referenced |= set(record.blob_keys.values())
         stored = set(weed.keys(env["STORE_S3_BUCKET"], "store/blobs/"))
         assert stored == referenced
+
+
+def test_quota_and_brain_limit_hold_across_replicas(weed: S3Service, tmp_path: Path) -> None:
+    with two_replicas(weed, tmp_path, STORE_MAX_USER_MB="1", STORE_MAX_BRAINS="4") as (a, b, _):
+        token = a.add_user("frugal")
+        urls = [a.url, b.url]
+
+        async def burst(requests: list[tuple[str, str, dict]]) -> list[int]:  # type: ignore[type-arg]
+            async with httpx.AsyncClient(timeout=60, headers=_auth(token)) as client:
+                replies = await asyncio.gather(*(client.request(m, u, **kw) for m, u, kw in requests))
+            return [r.status_code for r in replies]
+
+        # six concurrent creations spread over both replicas: the account already has `default`
+        codes = asyncio.run(burst([("POST", f"{urls[i % 2]}/api/brains", {"json": {"name": f"n{i}"}})
+                                   for i in range(6)]))
+        assert sorted(codes) == [201] * 3 + [403] * 3
+        brains = [x["id"] for x in httpx.get(a.url + "/api/brains", headers=_auth(token)).json()]
+        assert len(brains) == 4
+        # four concurrent 600 KiB uploads to four brains: the 1 MiB quota admits exactly one
+        payloads = [big_archive(600 * 1024, i) for i in range(4)]
+        codes = asyncio.run(burst([("PUT", f"{urls[i % 2]}/api/brains/{brains[i]}/sync",
+                                    {"files": {"brain": ("b.tgz", payloads[i])}}) for i in range(4)]))
+        assert sorted(codes) == [200, 413, 413, 413]
+        used = httpx.get(b.url + "/auth/me", headers=_auth(token)).json()["storage_used"]
+        assert 600 * 1024 < used <= 1024 * 1024
