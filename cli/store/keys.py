@@ -33,11 +33,15 @@ def rekey(new_key: str, data: Path | None) -> None:
     from store.settings import SettingsError, parse_key
 
     settings = settings_from_cli(data_dir=data)
-    if settings.backend != "local":
-        raise click.UsageError("rekey works on a data directory only; for a bucket see docs/store-s3.md")
     try:
         key = parse_key(new_key, "--new-key")
     except SettingsError as exc:
         raise click.UsageError(str(exc)) from None
-    report = rekey_data_dir(settings, key, progress=lambda line: click.echo(line))
+    if settings.backend == "s3":
+        from store.storage.factory import open_backend
+        from store.storage.s3rekey import rekey_bucket
+
+        report = rekey_bucket(settings, open_backend(settings), key, progress=lambda line: click.echo(line))
+    else:
+        report = rekey_data_dir(settings, key, progress=lambda line: click.echo(line))
     click.echo(f"re-sealed {report.resealed} blob(s) in {report.brains} brain(s); {report.skipped} already current")
