@@ -2,49 +2,88 @@
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 from pathlib import Path
-
-import pytest
 
 from tests.backup.support import KEY, OTHER_KEY, archive, cli, contents, fill, registry, sealed_brain, serve
 from tests.s3.servers import S3Service
 
 
-def _location(kind: str, tmp: Path, moto: S3Service | None, name: str, key: str | None) -> dict[str, str]:
-    env = {"STORE_ENCRYPTION_KEY": key} if key else {}
-    if kind == "local":
-        return {**env, "STORE_DATA_DIR": str(tmp / name)}
-    assert moto is not None
-    return {**env, **moto.store_env(moto.new_bucket()), "STORE_DATA_DIR": str(tmp / f"{name}-spool")}
+def _s3(moto: S3Service, tmp: Path, name: str) -> dict[str, str]:
+    return {"STORE_ENCRYPTION_KEY": KEY, **moto.store_env(moto.new_bucket()), "STORE_DATA_DIR": str(tmp / name)}
 
 
-@pytest.mark.parametrize(
-    ("source", "target", "key"),
-    [("local", "local", None), ("local", "s3", KEY), ("s3", "local", KEY)],
-)
-def test_backup_wipe_restore_is_identical(
-    tmp_path: Path, request: pytest.FixtureRequest, source: str, target: str, key: str | None
-) -> None:
-    moto = request.getfixturevalue("moto") if "s3" in (source, target) else None
-    src = _location(source, tmp_path, moto, "src", key)
-    tokens, before = fill(src, tmp_path, moto)
+def test_backup_wipe_restore_disk_to_disk_and_s3(tmp_path: Path, moto: S3Service) -> None:
+    """An encrypted store on disk -> backup -> wiped disk, and the same backup -> an empty bucket."""
+    local = {"STORE_DATA_DIR": str(tmp_path / "local"), "STORE_ENCRYPTION_KEY": KEY}
+    tokens, before = fill(local, tmp_path)
     backup = tmp_path / "store.backup"
-    done = cli(src, "backup", "--to", str(backup))
-    assert "backup done: 2 user(s), 3 brain(s), 5 archive(s)" in done.stderr
+    done = cli(local, "backup", "--to", str(backup))
+    assert "backup done: 2 user(s), 3 brain(s), 5 archive(s) (5 sealed)" in done.stderr
     assert backup.stat().st_mode & 0o077 == 0
+    assert len(before["alice"][1][0][2]) == 2  # type: ignore[index]  # the first brain has two snapshots
 
-    # wipe: a local store loses its directory; an S3 target is a fresh, empty bucket
-    if source == "local":
-        shutil.rmtree(src["STORE_DATA_DIR"])
-    dst = src if (source, target) == ("local", "local") else _location(target, tmp_path, moto, "dst", key)
-    done = cli(dst, "restore", "--from", str(backup))
+    shutil.rmtree(local["STORE_DATA_DIR"])
+    done = cli(local, "restore", "--from", str(backup))
     assert "restore done: 2 user(s), 3 brain(s), 5 archive(s)" in done.stderr
-    with serve(dst, tmp_path) as server:
-        after = contents(server, tokens)
-    assert after == before
-    alice = after["alice"][1]  # type: ignore[index]
-    assert len(alice[0][2]) == 2  # the first brain kept its two snapshots
+    with serve(local, tmp_path) as server:
+        assert contents(server, tokens) == before
+
+    bucket = _s3(moto, tmp_path, "s3-spool")
+    cli(bucket, "restore", "--from", str(backup))
+    with serve(bucket, tmp_path) as server:
+        assert contents(server, tokens) == before
+
+
+def test_backup_s3_restore_to_disk(tmp_path: Path, moto: S3Service) -> None:
+    """An encrypted store on S3 -> backup -> a fresh data directory."""
+    bucket = _s3(moto, tmp_path, "s3-spool")
+    tokens, before = fill(bucket, tmp_path, moto)
+    backup = tmp_path / "from-s3.backup"
+    done = cli(bucket, "backup", "--to", str(backup))
+    assert "backup done: 2 user(s), 3 brain(s), 5 archive(s) (5 sealed)" in done.stderr
+    local = {"STORE_DATA_DIR": str(tmp_path / "local"), "STORE_ENCRYPTION_KEY": KEY}
+    cli(local, "restore", "--from", str(backup))
+    with serve(local, tmp_path) as server:
+        assert contents(server, tokens) == before
+
+
+def _files(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file() and "brains" in p.parts or p.name == "users.json"}
+
+
+def test_plain_store_round_trip_is_byte_identical(tmp_path: Path) -> None:
+    """Without encryption: users file, metadata and archives come back byte for byte."""
+    src = {"STORE_DATA_DIR": str(tmp_path / "src")}
+    users = registry(src)
+    for name in ("alice", "bob"):
+        user, _ = users.add(name)
+        for i in range(2):
+            _plain_brain(tmp_path / "src", user.id, archive({"a.md": f"{name}{i}".encode()}))
+    cli(src, "backup", "--to", str(tmp_path / "b"))
+    dst = {"STORE_DATA_DIR": str(tmp_path / "dst")}
+    cli(dst, "restore", "--from", str(tmp_path / "b"))
+    original, restored = _files(tmp_path / "src"), _files(tmp_path / "dst")
+    assert len([k for k in original if "/blobs/" in k]) == 4
+    assert restored == original
+
+
+def _plain_brain(data_dir: Path, user_id: str, data: bytes) -> None:
+    import uuid
+
+    from store.backup.apply import BrainBuilder
+    from store.storage.base import ArchiveRef, BrainMeta
+    from store.storage.local import LocalBackend
+
+    ref = ArchiveRef(checksum=hashlib.sha256(data).hexdigest(), size=len(data), file_count=1,
+                     synced_at="2026-01-01T00:00:00.000000Z")
+    meta = BrainMeta(id=str(uuid.uuid4()), user_id=user_id, name="default", created_at=ref.synced_at, current=ref,
+                     generation=3)
+    builder = BrainBuilder(LocalBackend(data_dir, fsync=False), meta)
+    builder.add(ref.checksum, lambda out: out.write(data))
+    builder.finish()
 
 
 def test_sealed_backup_needs_the_same_key(tmp_path: Path) -> None:
