@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import socket
 import sys
+import time
+from collections.abc import Callable
+from typing import Any
 
 import click
 
@@ -40,9 +45,6 @@ def run_store(settings: StoreSettings, workers: int = 1, *, announce: str | None
     SIGTERM/SIGINT stop accepting connections and let in-flight requests (uploads) finish.
     """
     import uvicorn
-    from uvicorn.supervisors import Multiprocess
-
-    from store.app import create_app
     from store.storage.factory import prepare_storage
 
     check_oidc(settings)
@@ -63,16 +65,18 @@ def run_store(settings: StoreSettings, workers: int = 1, *, announce: str | None
     )
     cleanup_metrics = None
     if workers > 1:
-        if settings.metrics and settings.metrics_multiproc_dir is None:
+        if settings.metrics and settings.metrics_dir is None:
             # Workers add up their metrics through files in a private directory (store/metrics.py).
             from store.metrics import prepare_multiprocess_dir
 
             metrics_env, cleanup_metrics = prepare_multiprocess_dir()
             os.environ.update(metrics_env)
+        # every process rebuilds its settings from this environment (prometheus_client reads
+        # its multiprocess directory at import time, so the environment comes first)
         os.environ.update(settings.to_env())
-        config = uvicorn.Config("store.app:app_from_env", factory=True, workers=workers, **common)  # type: ignore[arg-type]
-    else:
-        config = uvicorn.Config(create_app(settings), **common)  # type: ignore[arg-type]
+    from store.app import app_from_env, create_app
+
+    config = uvicorn.Config(create_app(settings) if workers == 1 else "unused", **common)  # type: ignore[arg-type]
     sock = config.bind_socket()
     host, port = sock.getsockname()[:2]
     click.echo(f"listening on http://{host}:{port}")
@@ -81,7 +85,7 @@ def run_store(settings: StoreSettings, workers: int = 1, *, announce: str | None
     sys.stdout.flush()  # visible at once even when stdout is a pipe or a file
     try:
         if workers > 1:
-            Multiprocess(config, sockets=[sock]).run()
+            serve_forked(workers, lambda: uvicorn.Config(app_from_env(), **common), sock)  # type: ignore[arg-type]
         else:
             uvicorn.Server(config).run(sockets=[sock])
     except KeyboardInterrupt:
@@ -89,3 +93,79 @@ def run_store(settings: StoreSettings, workers: int = 1, *, announce: str | None
     finally:
         if cleanup_metrics is not None:
             cleanup_metrics()
+
+
+def serve_forked(workers: int, make_config: Callable[[], Any], sock: socket.socket) -> None:
+    """Serve ``sock`` from ``workers`` processes: this one and ``workers - 1`` forks.
+
+    Why not uvicorn's supervisor: it adds a supervisor process and a multiprocessing
+    resource tracker (about 45 MB together) and re-imports everything in each worker.
+    Here the web stack is imported once before forking (pages shared copy-on-write),
+    every process builds its own app after the fork, and the first process doubles as
+    the leader: a stop signal it gets is passed on to the others once. Every process
+    shuts down gracefully (in-flight requests finish, bounded by the graceful timeout);
+    repeated signals do not turn that into an abrupt exit. The leader waits for the
+    others and kills what is left after the grace period. Dead workers are not restarted.
+    """
+    import uvicorn
+
+    children: list[int] = []
+
+    class _Worker(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            # Graceful only: later signals do not force an abrupt exit, and the signal is
+            # not re-raised after shutdown (the leader still has to wait for the others).
+            self.should_exit = True
+
+    class _Leader(_Worker):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            if not self.should_exit:
+                for pid in children:
+                    try:
+                        os.kill(pid, signal.SIGTERM)
+                    except ProcessLookupError:
+                        pass
+            super().handle_exit(sig, frame)
+
+    for _ in range(workers - 1):
+        pid = os.fork()
+        if pid == 0:  # worker: serve until told to stop, never return into the CLI
+            code = 0
+            try:
+                _Worker(make_config()).run(sockets=[sock])
+            except BaseException:  # noqa: BLE001 - report and exit non-zero
+                logging.getLogger("store").exception("worker failed")
+                code = 1
+            finally:
+                os._exit(code)
+        children.append(pid)
+    try:
+        _Leader(make_config()).run(sockets=[sock])
+    finally:
+        _reap(children, GRACEFUL_SHUTDOWN_SECONDS + 5)
+
+
+def _reap(children: list[int], timeout: float) -> None:
+    """Ask the workers to stop, wait for them, kill those still running after ``timeout``."""
+    for pid in children:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + timeout
+    waiting = set(children)
+    while waiting and time.monotonic() < deadline:
+        for pid in list(waiting):
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                done = pid
+            if done:
+                waiting.discard(pid)
+        time.sleep(0.05)
+    for pid in waiting:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
