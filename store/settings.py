@@ -110,7 +110,7 @@ class StoreSettings:
     s3_users_poll_seconds: int = 1  # how often a replica looks for changes to the users object
     metrics: bool = True  # GET /metrics (Prometheus); labels are route templates, never ids
     metrics_token: str | None = None  # when set, /metrics needs "Authorization: Bearer <token>"
-    metrics_multiproc_dir: Path | None = None  # PROMETHEUS_MULTIPROC_DIR: set by serve for --workers N
+    metrics_dir: Path | None = None  # STORE_METRICS_DIR: set by serve for --workers N
     audit_log: str = "off"  # "off", "on" (DATA_DIR/audit) or a directory for the daily audit files
     audit_retention_days: int = 90  # 0 keeps audit files forever
 
@@ -208,8 +208,8 @@ class StoreSettings:
             values["metrics"] = _bool("STORE_METRICS", v)
         if (v := get("STORE_METRICS_TOKEN")) is not None:
             values["metrics_token"] = v.strip()
-        if (v := get("PROMETHEUS_MULTIPROC_DIR")) is not None:
-            values["metrics_multiproc_dir"] = Path(v)
+        if (v := get("STORE_METRICS_DIR")) is not None:
+            values["metrics_dir"] = Path(v)
         if (v := get("STORE_AUDIT_LOG")) is not None:
             values["audit_log"] = v.strip()
         if (v := get("STORE_AUDIT_RETENTION_DAYS")) is not None:
@@ -265,8 +265,8 @@ class StoreSettings:
         }
         if self.metrics_token:
             env["STORE_METRICS_TOKEN"] = self.metrics_token
-        if self.metrics_multiproc_dir:
-            env["PROMETHEUS_MULTIPROC_DIR"] = str(self.metrics_multiproc_dir)
+        if self.metrics_dir:
+            env["STORE_METRICS_DIR"] = str(self.metrics_dir)
         if self.s3_endpoint_url:
             env["STORE_S3_ENDPOINT_URL"] = self.s3_endpoint_url
         if self.s3_region:
