@@ -2,31 +2,39 @@
 
 Labels are route *templates* (``/api/brains/{id}/sync``), methods, status codes and
 outcomes: never brain ids, user ids or tokens, so ``/metrics`` reveals traffic shape
-only. Recording costs a few microseconds per request: label children are cached per
-(method, route, status) so the hot path is a dict lookup, a counter increment and a
-histogram observation.
+only. Recording costs about a microsecond per request: one list in a dict is updated
+(prometheus-client's own counters take a lock and cost several times more); the
+series are built from those totals when ``/metrics`` is scraped.
 
-With several uvicorn workers, the serve command points ``PROMETHEUS_MULTIPROC_DIR``
-at a private directory before the workers start; prometheus-client then keeps the
-values in memory-mapped files there and ``/metrics`` (answered by any worker) adds
-up every worker's values.
+With several uvicorn workers, the serve command points ``STORE_METRICS_DIR``
+at a private directory before the workers start; each worker writes its totals
+there about once a second and ``/metrics`` (answered by any worker) adds them up.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
+import logging
+import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from bisect import bisect_left
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+import msgspec
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.utils import floatToGoString
 
 from store.audit import AuditLog, audit_event
 from store.settings import StoreSettings
+
+log = logging.getLogger("store.metrics")
 
 METRICS_PATH = "/metrics"
 # Request durations: the 304 path takes well under a millisecond, uploads seconds.
@@ -77,68 +85,146 @@ def upload_outcome(status: int) -> str:
 def prepare_multiprocess_dir() -> tuple[dict[str, str], Callable[[], None]]:
     """A private directory for multi-worker metrics: the environment to export and a cleanup."""
     directory = tempfile.mkdtemp(prefix="brain-store-metrics-")  # 0700, ours alone
-    return {"PROMETHEUS_MULTIPROC_DIR": directory}, lambda: shutil.rmtree(directory, ignore_errors=True)
+    return {"STORE_METRICS_DIR": directory}, lambda: shutil.rmtree(directory, ignore_errors=True)
+
+
+# Per (method, route, status): [count, seconds, bucket 0..n (last: +Inf), bytes in, bytes out].
+_Record = list[Any]
+_NB = len(LATENCY_BUCKETS) + 1
 
 
 class StoreMetrics:
-    """The store's series, in their own registry (one per app; workers share via files)."""
+    """The store's series, aggregated in plain Python and rendered on demand.
+
+    The hot path touches one list in a dict (no locks: one event loop per process).
+    With several workers each one writes its totals to ``<dir>/store-<pid>.json`` at
+    most once a second (and within a second of its last request); ``/metrics`` adds
+    up every worker's file. Totals only grow, so a worker that exits keeps counting
+    in the sums, as Prometheus expects from counters.
+    """
+
+    FLUSH_SECONDS = 1.0
 
     def __init__(self, multiprocess_dir: Path | None = None) -> None:
         self.multiprocess_dir = multiprocess_dir
-        self.registry = CollectorRegistry(auto_describe=True)
-        r = self.registry
-        self.requests = Counter("brain_store_requests", "HTTP requests by method, route template and status",
-                                ("method", "route", "status"), registry=r)
-        self.latency = Histogram("brain_store_request_duration_seconds", "Time to answer a request",
-                                 ("method", "route"), buckets=LATENCY_BUCKETS, registry=r)
-        self.bytes_in = Counter("brain_store_request_bytes", "Request body bytes received", ("route",), registry=r)
-        self.bytes_out = Counter("brain_store_response_bytes", "Response body bytes sent", ("route",), registry=r)
-        self.uploads = Counter("brain_store_uploads", "Archive uploads by outcome", ("outcome",), registry=r)
-        self.precondition_failed = Counter("brain_store_precondition_failed",
-                                           "Answers 412 (a conditional write lost a race)", ("route",), registry=r)
-        self.rate_limited = Counter("brain_store_rate_limited", "Answers 429 (a rate limit was hit)", ("route",),
-                                    registry=r)
-        # label children by key: .labels() does argument checks and takes a lock each call
-        self._request_children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
-        self._route_children: dict[tuple[int, str], Any] = {}
-
-    def _child(self, kind: int, metric: Any, label: str) -> Any:
-        key = (kind, label)
-        child = self._route_children.get(key)
-        if child is None:
-            child = self._route_children[key] = metric.labels(label)
-        return child
+        self.records: dict[tuple[str, str, int], _Record] = {}
+        self._flush_pending = False
+        self._pid = os.getpid()
 
     def observe(self, method: str, route: str, status: int, seconds: float, bytes_in: int, bytes_out: int) -> None:
         """Record one finished request."""
         key = (method, route, status)
-        children = self._request_children.get(key)
-        if children is None:
-            children = self._request_children[key] = (
-                self.requests.labels(method, route, str(status)).inc,
-                self.latency.labels(method, route).observe,
-            )
-        children[0]()
-        children[1](seconds)
+        record = self.records.get(key)
+        if record is None:
+            record = self.records[key] = [0, 0.0, *([0] * _NB), 0, 0]
+        record[0] += 1
+        record[1] += seconds
+        record[2 + bisect_left(LATENCY_BUCKETS, seconds)] += 1
         if bytes_in:
-            self._child(0, self.bytes_in, route).inc(bytes_in)
+            record[-2] += bytes_in
         if bytes_out:
-            self._child(1, self.bytes_out, route).inc(bytes_out)
-        if status == 412:
-            self._child(2, self.precondition_failed, route).inc()
-        elif status == 429:
-            self._child(3, self.rate_limited, route).inc()
-        if method == "PUT" and route == "/api/brains/{id}/sync":
-            self._child(4, self.uploads, upload_outcome(status)).inc()
+            record[-1] += bytes_out
+        if self.multiprocess_dir is not None and not self._flush_pending:
+            self._schedule_flush()
+
+    def _schedule_flush(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.flush()
+            return
+        self._flush_pending = True
+        loop.call_later(self.FLUSH_SECONDS, self.flush)
+
+    def flush(self) -> None:
+        """Write this worker's totals to its file (multi-worker mode), atomically."""
+        self._flush_pending = False
+        if self.multiprocess_dir is None:
+            return
+        rows = [[*key, *record] for key, record in self.records.items()]
+        target = self.multiprocess_dir / f"store-{self._pid}.json"
+        tmp = target.with_suffix(".tmp")
+        try:
+            tmp.write_bytes(msgspec.json.encode(rows))
+            os.replace(tmp, target)
+        except OSError as exc:  # metrics must never fail a request
+            log.warning("cannot write metrics to %s: %s", target, exc)
+
+    def totals(self) -> dict[tuple[str, str, int], _Record]:
+        """Every worker's records added up (this process's own in single-worker mode)."""
+        if self.multiprocess_dir is None:
+            return self.records
+        self.flush()
+        merged: dict[tuple[str, str, int], _Record] = {}
+        for path in self.multiprocess_dir.glob("store-*.json"):
+            try:
+                rows = msgspec.json.decode(path.read_bytes())
+            except (OSError, msgspec.DecodeError):
+                continue  # a worker is replacing its file right now; it is complete next time
+            for row in rows:
+                key = (row[0], row[1], int(row[2]))
+                values = row[3:]
+                if len(values) != _NB + 4:
+                    continue
+                into = merged.get(key)
+                if into is None:
+                    merged[key] = list(values)
+                else:
+                    for i, value in enumerate(values):
+                        into[i] += value
+        return merged
+
+    def collect(self) -> Iterator[Metric]:
+        """Prometheus metric families built from the totals (a custom collector)."""
+        totals = self.totals()
+        requests = CounterMetricFamily("brain_store_requests", "HTTP requests by method, route template and status",
+                                       labels=("method", "route", "status"))
+        latency = HistogramMetricFamily("brain_store_request_duration_seconds", "Time to answer a request",
+                                        labels=("method", "route"))
+        bytes_in = CounterMetricFamily("brain_store_request_bytes", "Request body bytes received", labels=("route",))
+        bytes_out = CounterMetricFamily("brain_store_response_bytes", "Response body bytes sent", labels=("route",))
+        uploads = CounterMetricFamily("brain_store_uploads", "Archive uploads by outcome", labels=("outcome",))
+        conflicts = CounterMetricFamily("brain_store_precondition_failed",
+                                        "Answers 412 (a conditional write lost a race)", labels=("route",))
+        limited = CounterMetricFamily("brain_store_rate_limited", "Answers 429 (a rate limit was hit)",
+                                      labels=("route",))
+        per_route: dict[str, list[float]] = {}
+        hist: dict[tuple[str, str], list[float]] = {}
+        outcomes: dict[str, float] = {}
+        status_counts: dict[tuple[int, str], float] = {}
+        for (method, route, status), record in sorted(totals.items()):
+            requests.add_metric((method, route, str(status)), record[0])
+            h = hist.setdefault((method, route), [0.0] * (_NB + 1))
+            h[0] += record[1]
+            for i in range(_NB):
+                h[1 + i] += record[2 + i]
+            sizes = per_route.setdefault(route, [0, 0])
+            sizes[0] += record[-2]
+            sizes[1] += record[-1]
+            if status in (412, 429):
+                status_counts[(status, route)] = status_counts.get((status, route), 0) + record[0]
+            if method == "PUT" and route == "/api/brains/{id}/sync":
+                word = upload_outcome(status)
+                outcomes[word] = outcomes.get(word, 0) + record[0]
+        for (method, route), h in hist.items():
+            cumulative, buckets = 0.0, []
+            for bound, count in zip((*LATENCY_BUCKETS, float("inf")), h[1:], strict=True):
+                cumulative += count
+                buckets.append((floatToGoString(bound), cumulative))
+            latency.add_metric((method, route), buckets, h[0])
+        for route, (received, sent) in per_route.items():
+            bytes_in.add_metric((route,), received)
+            bytes_out.add_metric((route,), sent)
+        for word, count in outcomes.items():
+            uploads.add_metric((word,), count)
+        for (status, route), count in status_counts.items():
+            (conflicts if status == 412 else limited).add_metric((route,), count)
+        yield from (requests, latency, bytes_in, bytes_out, uploads, conflicts, limited)
 
     def render(self) -> bytes:
-        """The Prometheus text exposition (all workers' values in multi-process mode)."""
-        if self.multiprocess_dir is None:
-            return generate_latest(self.registry)
-        from prometheus_client import multiprocess
-
-        registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry, path=str(self.multiprocess_dir))
+        """The Prometheus text exposition."""
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(self)
         return generate_latest(registry)
 
 
@@ -226,7 +312,7 @@ class ObservabilityMiddleware:
 
 def observability_layer(app: Any, settings: StoreSettings, address: Callable[[Any], str]) -> Any:
     """Wrap the store's ASGI app with metrics and the audit log as configured (or return it as is)."""
-    metrics = StoreMetrics(settings.metrics_multiproc_dir) if settings.metrics else None
+    metrics = StoreMetrics(settings.metrics_dir) if settings.metrics else None
     audit_dir = settings.audit_dir
     audit = AuditLog(audit_dir, settings.audit_retention_days) if audit_dir is not None else None
     if metrics is None and audit is None:

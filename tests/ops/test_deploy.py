@@ -195,7 +195,7 @@ def _documented() -> set[str]:
 STORE_FIELD_ENV = {
     "max_upload_bytes": "STORE_MAX_UPLOAD_MB", "max_user_bytes": "STORE_MAX_USER_MB",
     "previous_keys": "STORE_ENCRYPTION_PREVIOUS_KEYS", "inspect_max_inflated": "STORE_INSPECT_MAX_INFLATED_MB",
-    "inspect_max_header": "STORE_INSPECT_MAX_HEADER_KB", "metrics_multiproc_dir": "PROMETHEUS_MULTIPROC_DIR",
+    "inspect_max_header": "STORE_INSPECT_MAX_HEADER_KB",
 }
 CONNECTOR_FIELD_ENV = {"store_url": "CONNECTOR_STORE_URL"}
 # Connector fields only a caller (tests, the CLI) can set: no environment variable exists for them.

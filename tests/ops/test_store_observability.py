@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -35,6 +36,21 @@ def test_outcome_words() -> None:
     assert upload_outcome(200) == "stored" and upload_outcome(412) == "precondition_failed"
     assert upload_outcome(502) == "server_error" and upload_outcome(418) == "refused"
     assert [outcome(s) for s in (200, 304, 401, 429, 404, 500)] == ["ok", "ok", "denied", "denied", "refused", "error"]
+
+
+def test_metrics_totals_add_up_across_worker_files(tmp_path: Path) -> None:
+    first, second = StoreMetrics(tmp_path), StoreMetrics(tmp_path)
+    second._pid += 1  # two workers of one server
+    first.observe("GET", "/api/brains", 200, 0.002, 0, 10)
+    second.observe("GET", "/api/brains", 200, 0.3, 0, 5)
+    second.flush()
+    families = _families(first.render().decode())
+    assert _value(families, "brain_store_requests_total", route="/api/brains", status="200") == 2
+    assert _value(families, "brain_store_response_bytes_total", route="/api/brains") == 15
+    assert _value(families, "brain_store_request_duration_seconds_bucket", le="0.0025") == 1
+    assert _value(families, "brain_store_request_duration_seconds_bucket", le="+Inf") == 2
+    (tmp_path / "store-999.json").write_text("[[not json")  # a torn file is skipped, not fatal
+    assert _value(_families(first.render().decode()), "brain_store_requests_total") == 2
 
 
 def test_metrics_observe_is_cheap_and_labelled_by_template() -> None:
@@ -105,7 +121,7 @@ def test_two_worker_store_metrics_move_and_audit_records(tmp_path: Path) -> None
     token = add_user(data, "alice")
     port = free_port()
     env = {"STORE_AUDIT_LOG": "on", "STORE_METRICS_TOKEN": "metrics-secret", "STORE_RATE_FAILED_LOGINS_PER_MIN": "2",
-           "PROMETHEUS_MULTIPROC_DIR": ""}
+           "STORE_METRICS_DIR": ""}
     argv = [console_script("brain-store"), "serve", "--host", "127.0.0.1", "--port", str(port), "--data", str(data),
             "--workers", "2"]
     with run_server(argv, port=port, env=env, log_path=tmp_path / "store.log") as server:
@@ -124,9 +140,15 @@ def test_two_worker_store_metrics_move_and_audit_records(tmp_path: Path) -> None
 
         assert httpx.get(server.base_url + "/metrics").status_code == 401
         assert httpx.get(server.base_url + "/metrics", headers={"Authorization": "Bearer nope"}).status_code == 401
-        scraped = httpx.get(server.base_url + "/metrics", headers={"Authorization": "Bearer metrics-secret"})
-        assert scraped.status_code == 200 and scraped.headers["content-type"].startswith("text/plain")
-        text = scraped.text
+        # Each worker publishes its totals within a second of its last request: poll briefly.
+        deadline = time.monotonic() + 10
+        while True:
+            scraped = httpx.get(server.base_url + "/metrics", headers={"Authorization": "Bearer metrics-secret"})
+            assert scraped.status_code == 200 and scraped.headers["content-type"].startswith("text/plain")
+            text = scraped.text
+            if _value(_families(text), "brain_store_uploads_total") == 2 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
         assert brain not in text and token not in text and "alice" not in text
         families = _families(text)
         sync = "/api/brains/{id}/sync"
