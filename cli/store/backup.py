@@ -63,11 +63,14 @@ def restore(source: Path, data: Path | None, force: bool) -> None:
     from store.storage.factory import open_backend, open_registry
 
     settings = settings_from_cli(data_dir=data)
-    if settings.backend != "s3":
-        settings.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     keys = ((settings.encryption_key,) if settings.encryption_key else ()) + tuple(settings.previous_keys)
+
+    def open_target() -> tuple[object, object]:
+        if settings.backend != "s3":
+            settings.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return open_backend(settings), open_registry(settings)
+
     try:
-        restore_backup(source, open_backend(settings), open_registry(settings), force=force, master_keys=keys,
-                       progress=_progress)
+        restore_backup(source, open_target, force=force, master_keys=keys, progress=_progress)
     except BackupError as exc:
         raise click.ClickException(f"restore refused: {exc}") from None

@@ -63,9 +63,12 @@ def _members(path: Path) -> Iterator[tuple[tarfile.TarInfo, BinaryIO]]:
                 f = tar.extractfile(info)
                 assert f is not None
                 yield info, f
-            # anything after the tar's end marker would be unchecked data
-            if zst.read(1):
-                raise BackupError("data after the end of the backup")
+            # after the end marker only the tar's zero padding may follow (anything else is unchecked data)
+            padding = 0
+            while chunk := zst.read(CHUNK):
+                padding += len(chunk)
+                if chunk.strip(b"\0") or padding > 16 * CHUNK:
+                    raise BackupError("data after the end of the backup")
     except (tarfile.TarError, zstandard.ZstdError, EOFError) as exc:
         raise BackupError(f"{path}: not a readable backup ({exc}); truncated or corrupt?") from None
 
@@ -221,16 +224,20 @@ class RestoreReport:
 
 def restore_backup(
     path: Path,
-    backend: Any,
-    registry: Any,
+    open_target: Callable[[], tuple[Any, Any]],
     *,
     force: bool = False,
     master_keys: tuple[bytes, ...] = (),
     progress: Callable[[str], None] = lambda line: None,
 ) -> RestoreReport:
-    """Verify ``path``, then make the target store equal to it (refusing a non-empty target unless ``force``)."""
+    """Verify ``path``, then make the target store equal to it (refusing a non-empty target unless ``force``).
+
+    ``open_target`` returns (backend, users registry); it is only called once the backup has
+    been verified, so a refused backup does not even create the target's directories.
+    """
     verified = verify_backup(path, progress)
     check_keys(verified, master_keys)
+    backend, registry = open_target()
     if not store_is_empty(backend, registry) and not force:
         raise BackupError("the target store is not empty; use --force to replace its contents with the backup")
     report = RestoreReport()

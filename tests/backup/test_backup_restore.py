@@ -62,12 +62,16 @@ def test_plain_store_round_trip_is_byte_identical(tmp_path: Path) -> None:
         user, _ = users.add(name)
         for i in range(2):
             _plain_brain(tmp_path / "src", user.id, archive({"a.md": f"{name}{i}".encode()}))
+    from store.auth.users import DeniedIdentity
+
+    users._edit(lambda doc: doc.denied.append(DeniedIdentity("https://idp.example", "sub-1", "2026-01-01T00:00:00Z")))
     cli(src, "backup", "--to", str(tmp_path / "b"))
     dst = {"STORE_DATA_DIR": str(tmp_path / "dst")}
     cli(dst, "restore", "--from", str(tmp_path / "b"))
     original, restored = _files(tmp_path / "src"), _files(tmp_path / "dst")
     assert len([k for k in original if "/blobs/" in k]) == 4
     assert restored == original
+    assert registry(dst).denied()[0].subject == "sub-1"
 
 
 def _plain_brain(data_dir: Path, user_id: str, data: bytes) -> None:

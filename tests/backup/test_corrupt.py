@@ -82,6 +82,10 @@ def test_corrupt_backups_are_refused_and_change_nothing(stores: tuple, tmp_path:
         assert "restore refused:" in done.stderr, (name, done.stderr)
         assert "Traceback" not in done.stderr, name
         assert _tree(target) == before, name
+    # a refused backup does not even create an empty target
+    fresh = {**dst, "STORE_DATA_DIR": str(tmp_path / "fresh")}
+    assert cli(fresh, "restore", "--from", str(tmp_path / "flipped-byte.backup"), check=False).returncode != 0
+    assert not (tmp_path / "fresh").exists()
     # the untouched backup does go through
     cli(dst, "restore", "--from", str(backup), "--force")
     assert _tree(target) != before
