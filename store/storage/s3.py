@@ -171,6 +171,8 @@ class S3Transaction:
 class S3Backend:
     """The ``StorageBackend`` on one S3 bucket/prefix (safe with many replicas)."""
 
+    remote = True  # calls wait on the network: routes run them off the event loop
+
     def __init__(self, client: Any, bucket: Bucket, spool_dir: Path) -> None:
         self.client = client
         self.bucket = bucket
