@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import parse_qs
 
+import anyio.to_thread
 from litestar import Request, put, route
 from litestar.types import ASGIApp
 
@@ -44,7 +45,12 @@ async def serve_download(c: AppContext, scope: Any, brain_id: str) -> ASGIApp:
     p = await c.authenticate(scope)
     bid = parse_brain_id(brain_id)
     version = query_value(scope, "version")
-    archive = c.service.resolve(p.user_id, bid, version)
+    # an object store answers over the network: wait for it in a thread, not on the event loop
+    remote = getattr(c.backend, "remote", False)
+    if remote:
+        archive = await anyio.to_thread.run_sync(c.service.resolve, p.user_id, bid, version)
+    else:
+        archive = c.service.resolve(p.user_id, bid, version)
     inm = header(scope, b"if-none-match")
     if inm is not None:
         tags = parse_tag_list(inm)
@@ -54,7 +60,10 @@ async def serve_download(c: AppContext, scope: Any, brain_id: str) -> ASGIApp:
     if scope["method"] == "HEAD":
         headers = [*_archive_headers(archive.checksum), (b"content-length", str(archive.size).encode())]
         return _HeadResponse(headers)
-    dl = c.service.open_download(p.user_id, bid, version)
+    if remote:
+        dl = await anyio.to_thread.run_sync(c.service.open_download, p.user_id, bid, version)
+    else:
+        dl = c.service.open_download(p.user_id, bid, version)
     headers = _archive_headers(dl.archive.checksum)
     if dl.file is not None:
         return FileResponse(dl.file, dl.archive.size, headers)
