@@ -27,6 +27,11 @@ def archive_refs(meta: BrainMeta) -> dict[str, ArchiveRef]:
     return refs
 
 
+def is_partial(meta: BrainMeta) -> bool:
+    """True for a brain left half-built by an interrupted build (it still holds placeholder snapshots)."""
+    return any(len(s.name) == 20 and s.name.isdigit() for s in meta.snapshots)
+
+
 class BrainBuilder:
     """Build one brain in a backend: ``add(checksum, write)`` per archive, then ``finish()``."""
 

@@ -34,7 +34,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from store.backup.apply import BrainBuilder
+from store.backup.apply import BrainBuilder, is_partial
 from store.storage.base import ArchiveRef, BrainMeta, Snapshot
 
 CHUNK = 1024 * 1024
@@ -350,7 +350,8 @@ def _import_brain(
     if not re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", brain_id):
         raise ValueError(f"brain id {brain_id[:80]!r} is not a UUID")
     label = f"{user_id}/{brain_id}"
-    if backend.read_meta(user_id, brain_id) is not None:
+    existing = backend.read_meta(user_id, brain_id)
+    if existing is not None and not is_partial(existing):
         progress(f"brain {label}: already present, skipped")
         return False
     versions = sorted((brain_dir / "versions").glob("*.bin")) if (brain_dir / "versions").is_dir() else []
@@ -389,7 +390,7 @@ def _import_brain(
         )
         meta = BrainMeta(id=brain_id, user_id=user_id, name=str(record.get("name") or "default")[:100],
                          created_at=created, current=refs.get(current), snapshots=snapshots)
-        builder = BrainBuilder(backend, meta)
+        builder = BrainBuilder(backend, meta, replace=existing is not None)  # finish an interrupted import
         for path, archive, _ in found:
             if builder.wants(archive.checksum):
                 builder.add(archive.checksum, _writer(archive.plain, archive.checksum, sealer, user_id, brain_id),

@@ -108,3 +108,33 @@ def test_wrong_reference_key_imports_no_brain(tmp_path: Path) -> None:
     done = cli(env, "import-reference", str(tmp_path / "ref"), "--key", "ab" * 32, check=False)
     assert done.returncode != 0 and "cannot be decrypted" in done.stdout
     assert not list((tmp_path / "ours").rglob("meta.json"))
+
+
+def test_interrupted_import_is_completed_by_a_rerun(tmp_path: Path) -> None:
+    """A brain left half-built (placeholder snapshots) is rebuilt, not skipped, on the next run."""
+    from store.archive.inspect import InspectLimits
+    from store.backup.apply import BrainBuilder, is_partial
+    from store.backup.reference import import_reference
+    from store.storage.base import ArchiveRef, BrainMeta
+    from store.storage.local import LocalBackend
+    from tests.backup.support import registry
+
+    people = _reference(tmp_path / "ref", sealed=False, users_as_object=False)
+    alice = people["alice"]
+    backend = LocalBackend(tmp_path / "ours", fsync=False)
+    refs = [ArchiveRef(checksum=sha(d), size=len(d), file_count=2, synced_at="2025-07-01T10:00:00.000000Z")
+            for d in alice["versions"][:2]]
+    half = BrainBuilder(backend, BrainMeta(id=alice["brain"], user_id=alice["id"], name="default",
+                                           created_at="2025-06-01T08:00:00.000000Z", current=refs[1]))
+    for data, ref in zip(alice["versions"][:2], refs, strict=True):
+        half.add(ref.checksum, lambda out, data=data: out.write(data), ref)
+    assert is_partial(backend.read_meta(alice["id"], alice["brain"]))  # type: ignore[arg-type]
+
+    lines: list[str] = []
+    report = import_reference(tmp_path / "ref", backend, registry({"STORE_DATA_DIR": str(tmp_path / "ours")}),
+                              ref_key=None, sealer=None, limits=InspectLimits(), progress=lines.append)
+    assert len(report.brains_added) == 2 and not report.warnings
+    meta = backend.read_meta(alice["id"], alice["brain"])
+    assert meta is not None and not is_partial(meta)
+    assert meta.current is not None and meta.current.checksum == sha(alice["current"])
+    assert [s.archive.checksum for s in meta.snapshots] == [sha(d) for d in alice["versions"]]
