@@ -29,10 +29,18 @@ def _client_address_fn(settings: StoreSettings) -> Any:
     return lambda peer, xff: client_address(peer, xff, trusted)
 
 
-def _limiter(rate_per_min: int) -> Any:
-    from store.limits import TokenBucketLimiter
+def rate_limit_file(settings: StoreSettings, kind: str) -> Path:
+    """Where the token buckets of one kind of limit live (shared by the worker processes)."""
+    return settings.data_dir / "locks" / f"rate-{kind}.bin"
 
-    return TokenBucketLimiter(rate_per_min, rate_per_min)
+
+def _limiter(settings: StoreSettings, kind: str, rate_per_min: int) -> Any:
+    # Buckets in a small shared file: with --workers N the budget stays per host, not N times it.
+    from store.limits import SharedTokenBucketLimiter
+
+    path = rate_limit_file(settings, kind)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return SharedTokenBucketLimiter(path, rate_per_min, rate_per_min)
 
 
 @dataclass
@@ -66,9 +74,9 @@ class AppContext:
             oidc = OidcVerifier(config) if config is not None else None
         failed = requests = uploads = None
         if settings.rate_limits:
-            failed = _limiter(settings.rate_failed_logins_per_min)
-            requests = _limiter(settings.rate_requests_per_min)
-            uploads = _limiter(settings.rate_uploads_per_min)
+            failed = _limiter(settings, "failed-logins", settings.rate_failed_logins_per_min)
+            requests = _limiter(settings, "requests", settings.rate_requests_per_min)
+            uploads = _limiter(settings, "uploads", settings.rate_uploads_per_min)
         authenticator = Authenticator(
             registry, oidc=oidc, on_new_user=service.ensure_default, failed_logins=failed, requests=requests
         )

@@ -53,6 +53,12 @@ def run_store(settings: StoreSettings, workers: int = 1, *, announce: str | None
         prepare_storage(settings)  # crash recovery; on S3 also the conditional-write probe
     except RuntimeError as exc:
         raise click.ClickException(str(exc)) from None
+    from store.context import rate_limit_file
+
+    for kind in ("failed-logins", "requests", "uploads"):
+        # rate-limit buckets belong to one run of the store (their clock is the host's
+        # monotonic clock, which restarts with the host)
+        rate_limit_file(settings, kind).unlink(missing_ok=True)
     common = dict(
         host=settings.host,
         port=settings.port,

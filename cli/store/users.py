@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from cli.store.runner import settings_from_cli
+
+if TYPE_CHECKING:
+    from store.auth.users import User
+    from store.service import BrainService
 
 _data_option = click.option(
     "--data", "data", type=click.Path(path_type=Path), default=None,
@@ -58,7 +63,14 @@ def list_users(data: Path | None) -> None:
     users = registry.users()
     if not users:
         click.echo("no users")
-        return
+    else:
+        _print_users(users, service)
+    for d in registry.denied():
+        click.echo(f"removed OIDC user {d.user_id or d.subject} ({d.name or '?'}, {d.email or 'no email'}) "
+                   f"stays out since {d.removed_at}; `brain-store user allow` lets them back")
+
+
+def _print_users(users: list[User], service: BrainService) -> None:
     click.echo(f"{'ID':36}  {'NAME':20}  {'EMAIL':28}  {'KIND':6}  {'BRAINS':>6}  {'BYTES':>12}  CREATED")
     for u in users:
         brains = service.list_brains(u.id)
@@ -66,9 +78,6 @@ def list_users(data: Path | None) -> None:
         click.echo(
             f"{u.id:36}  {u.name:20}  {u.email:28}  {u.kind:6}  {len(brains):>6}  {used:>12}  {u.created_at}"
         )
-    for d in registry.denied():
-        click.echo(f"removed OIDC user {d.user_id or d.subject} ({d.name or '?'}, {d.email or 'no email'}) "
-                   f"stays out since {d.removed_at}; `brain-store user allow` lets them back")
 
 
 @user.command("rotate")

@@ -13,7 +13,6 @@ Order of work per request, cheapest refusal first:
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -44,6 +43,8 @@ class Limiter(Protocol):
     """``store.limits`` token bucket: None when allowed, else seconds to wait."""
 
     def hit(self, key: str, now: float | None = None) -> float | None: ...
+
+    def peek(self, key: str, now: float | None = None) -> float | None: ...
 
 
 class OidcVerifierLike(Protocol):
@@ -86,37 +87,25 @@ class Authenticator:
         on_new_user: Callable[[str], None] | None = None,
         failed_logins: Limiter | None = None,
         requests: Limiter | None = None,
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.registry = registry
         self.oidc = oidc
         self._on_new_user = on_new_user
         self._failed = failed_logins
         self._requests = requests
-        self._clock = clock
-        self._blocked: dict[str, float] = {}  # client address -> monotonic time it may retry
 
     def _check_blocked(self, address: str) -> None:
-        if self._failed is None or not self._blocked:
+        # peek takes no token: a blocked address is refused before any credential work
+        if self._failed is None:
             return
-        until = self._blocked.get(address)
-        if until is None:
-            return
-        wait = until - self._clock()
-        if wait > 0:
+        wait = self._failed.peek(address)
+        if wait is not None:
             raise too_many(wait, "too many failed logins from this address")
-        del self._blocked[address]
 
     def _fail(self, address: str, message: str = "missing or invalid bearer token") -> ServiceError:
         if self._failed is not None:
             wait = self._failed.hit(address)
             if wait is not None:
-                if len(self._blocked) > 100_000:  # bounded memory under an address flood
-                    now = self._clock()
-                    self._blocked = {a: t for a, t in self._blocked.items() if t > now}
-                    if len(self._blocked) > 100_000:
-                        self._blocked.clear()
-                self._blocked[address] = self._clock() + wait
                 return too_many(wait, "too many failed logins from this address")
         return unauthorized(message)
 

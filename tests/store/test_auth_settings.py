@@ -87,7 +87,7 @@ def test_authenticator_blocks_address_after_failed_logins(tmp_path: Path) -> Non
     _, token = reg.add("erin")
     clock = [1000.0]
     failed = TokenBucketLimiter(3, 3, clock=lambda: clock[0])
-    auth = Authenticator(reg, failed_logins=failed, clock=lambda: clock[0])
+    auth = Authenticator(reg, failed_logins=failed)
 
     async def attempt(header: str | None, address: str = "10.0.0.1") -> int:
         try:
