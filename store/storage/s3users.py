@@ -23,12 +23,15 @@ from typing import Any, TypeVar
 import msgspec
 from botocore.exceptions import ClientError
 
-from store.auth.users import UserRegistry, UsersDocument, UsersFileError, _Index
+from store.auth.users import User, UserRegistry, UsersDocument, UsersFileError, _Index
 from store.storage.s3client import Bucket, is_conflict, is_not_found, is_not_modified
 
 log = logging.getLogger("store.users")
 
 T = TypeVar("T")
+# An unknown token makes a serving replica look at S3 at once (at most this often), so a
+# user created a moment ago can sign in on any replica without waiting for the poller.
+MISS_REFRESH_SECONDS = 0.25
 _EDIT_ATTEMPTS = 30
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(UsersDocument)
@@ -53,6 +56,7 @@ class S3UserRegistry(UserRegistry):
         self._poll_seconds = poll_seconds
         self._stop = threading.Event()
         self._poller: threading.Thread | None = None
+        self._last_fetch = 0.0
         self._fetch()
 
     # -- reading -----------------------------------------------------------------------
@@ -60,6 +64,7 @@ class S3UserRegistry(UserRegistry):
     def _fetch(self) -> None:
         """Conditional GET of the users object; install it when it changed and parses."""
         with self._reload_lock:
+            self._last_fetch = time.monotonic()
             try:
                 if self._etag:
                     reply = self._client.get_object(Bucket=self._bucket.name, Key=self.key, IfNoneMatch=self._etag)
@@ -90,6 +95,18 @@ class S3UserRegistry(UserRegistry):
 
     def refresh(self) -> None:
         """No I/O here (hot path): the poller thread installs changes as they appear."""
+
+    def by_token(self, token: str) -> User | None:
+        """As on disk; an unknown token triggers one early look at S3 (rate-limited)."""
+        user = super().by_token(token)
+        if user is None and self._poller is not None and time.monotonic() - self._last_fetch > MISS_REFRESH_SECONDS:
+            try:
+                self._fetch()
+            except Exception as exc:
+                log.warning("cannot refresh the users object: %s", exc)
+                return None
+            user = super().by_token(token)
+        return user
 
     def start_polling(self) -> None:
         """Start the background poller (servers); idempotent."""

@@ -73,6 +73,17 @@ class S3Service:
         return out
 
 
+def wait_for_token(url: str, token: str, timeout: float = 10.0) -> None:
+    """Until a store at ``url`` accepts ``token`` (users reach replicas within a poll interval)."""
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while httpx.get(url + "/auth/me", headers={"Authorization": f"Bearer {token}"}, timeout=10).status_code != 200:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{url} did not accept a new token within {timeout}s")
+        time.sleep(0.1)
+
+
 def _wait_port(port: int, process: subprocess.Popen[bytes] | None, timeout: float, log: Path | None = None) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -8,7 +8,7 @@ import pytest
 
 from contract.conformance import SuiteConfig, format_table, run_suite
 from tests.contract.harness import running_store
-from tests.s3.servers import S3Service
+from tests.s3.servers import S3Service, wait_for_token
 
 # xdist groups (one per S3 service) are set in conftest.py
 
@@ -26,5 +26,7 @@ def test_conformance_on_s3(request: pytest.FixtureRequest, tmp_path: Path, servi
     with running_store(tmp_path / "replica", env=env) as store:
         token1 = store.add_user("alice", email="alice@example.test")
         token2 = store.add_user("bob")
+        for token in (token1, token2):  # the CLI wrote the users object; the replica polls it
+            wait_for_token(store.url, token)
         results = run_suite(SuiteConfig(url=store.url, token=token1, token2=token2))
         assert [r.id for r in results if r.status != "pass"] == [], format_table(results)

@@ -10,7 +10,7 @@ import httpx
 from tests.contract.harness import running_store
 from tests.s3.archives import archive
 from tests.s3.cli import run_cli
-from tests.s3.servers import S3Service
+from tests.s3.servers import S3Service, wait_for_token
 
 # xdist groups (one per S3 service) are set in conftest.py
 
@@ -34,6 +34,7 @@ def test_rekey_reseals_a_bucket(moto: S3Service, tmp_path: Path) -> None:
     env = {**moto.store_env(moto.new_bucket()), "STORE_ENCRYPTION_KEY": OLD}
     with running_store(tmp_path / "old", env=env, log_name="old.log") as store:
         token = store.add_user("gina")
+        wait_for_token(store.url, token)
         headers = {"Authorization": f"Bearer {token}"}
         brain = httpx.get(store.url + "/api/brains", headers=headers).json()[0]["id"]
         for n in range(2):

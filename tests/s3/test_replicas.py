@@ -14,7 +14,7 @@ import pytest
 
 from tests.contract.harness import Store, running_store
 from tests.s3.archives import archive, big_archive, counter_archive, read_counter
-from tests.s3.servers import S3Service
+from tests.s3.servers import S3Service, wait_for_token
 
 # xdist groups (one per S3 service) are set in conftest.py
 
@@ -33,6 +33,7 @@ def _auth(token: str) -> dict[str, str]:
 
 
 def _brain(url: str, token: str) -> str:
+    _wait_token(url, token, 200)
     return str(httpx.get(url + "/api/brains", headers=_auth(token), timeout=30).json()[0]["id"])
 
 
@@ -51,6 +52,8 @@ def test_racing_if_match_uploads_exactly_one_wins_per_round(s3: S3Service, tmp_p
     rounds, writers = 50, 16
     with two_replicas(s3, tmp_path) as (a, b, _):
         token = a.add_user("racer")
+        for url in (a.url, b.url):
+            wait_for_token(url, token)
         brain = _brain(a.url, token)
         first = httpx.put(f"{a.url}/api/brains/{brain}/sync", headers=_auth(token),
                           files={"brain": ("b.tgz", archive({"start": b"0"}))}, timeout=30)
@@ -86,6 +89,8 @@ def test_read_modify_write_counter_loses_no_increment(weed: S3Service, tmp_path:
     workers, increments = 6, 8
     with two_replicas(weed, tmp_path) as (a, b, _):
         token = a.add_user("counter")
+        for url in (a.url, b.url):
+            wait_for_token(url, token)
         brain = _brain(a.url, token)
         httpx.put(f"{a.url}/api/brains/{brain}/sync", headers=_auth(token),
                   files={"brain": ("b.tgz", counter_archive(0))}, timeout=30).raise_for_status()
@@ -138,6 +143,8 @@ def test_users_changes_reach_the_other_replica_within_seconds(moto: S3Service, t
 def test_sigkill_during_uploads_leaves_no_visible_partial_state(weed: S3Service, tmp_path: Path) -> None:
     with two_replicas(weed, tmp_path) as (a, b, env):
         token = a.add_user("crashy")
+        for url in (a.url, b.url):
+            wait_for_token(url, token)
         brains = [_brain(a.url, token)]
         for n in range(3):
             brains.append(httpx.post(f"{a.url}/api/brains", headers=_auth(token), json={"name": f"b{n}"},
@@ -192,6 +199,8 @@ def test_sigkill_during_uploads_leaves_no_visible_partial_state(weed: S3Service,
 def test_quota_and_brain_limit_hold_across_replicas(weed: S3Service, tmp_path: Path) -> None:
     with two_replicas(weed, tmp_path, STORE_MAX_USER_MB="1", STORE_MAX_BRAINS="4") as (a, b, _):
         token = a.add_user("frugal")
+        for url in (a.url, b.url):
+            wait_for_token(url, token)
         urls = [a.url, b.url]
 
         async def burst(requests: list[tuple[str, str, dict]]) -> list[int]:  # type: ignore[type-arg]
