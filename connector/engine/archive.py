@@ -35,6 +35,7 @@ FIXED_MTIME = 946_684_800  # 2000-01-01T00:00:00Z, for every packed entry
 FILE_MODE = 0o644
 DIR_MODE = 0o755
 _READ_CHUNK = 1 << 16
+_INFLATE_CHUNK = 1 << 22
 
 
 class ArchiveError(ValueError):
@@ -70,34 +71,33 @@ def _skipped(path: str) -> bool:
     return path.split("/", 1)[0] in SKIPPED_TOP_DIRS
 
 
-class _BoundedReader(io.RawIOBase):
-    """Inflates a gzip stream and fails once more than ``limit`` bytes come out."""
+def _inflate(source: BinaryIO, limit: int) -> bytes:
+    """The whole decompressed tar stream; fails as soon as more than ``limit`` bytes come out.
 
-    def __init__(self, source: BinaryIO, limit: int) -> None:
-        self._gzip = gzip.GzipFile(fileobj=source, mode="rb")
-        self._limit = limit
-        self.produced = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
-        chunk = self._gzip.read(len(buffer))
-        self.produced += len(chunk)
-        if self.produced > self._limit:
-            raise ArchiveError(f"archive inflates beyond {self._limit} bytes")
-        buffer[: len(chunk)] = chunk
-        return len(chunk)
+    Inflating in large chunks and then reading the tar from memory is several
+    times faster than tarfile's streaming mode (which copies every 512-byte block
+    through Python), and the bound still trips early on a bomb.
+    """
+    chunks = []
+    produced = 0
+    with gzip.GzipFile(fileobj=source, mode="rb") as inflater:
+        while chunk := inflater.read(_INFLATE_CHUNK):
+            produced += len(chunk)
+            if produced > limit:
+                raise ArchiveError(f"archive inflates beyond {limit} bytes")
+            chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def load_archive(data: bytes | BinaryIO, limits: ArchiveLimits = ArchiveLimits()) -> Brain:
     """Read a brain from a tar.gz (bytes or a binary stream), treating it as hostile."""
     source: BinaryIO = io.BytesIO(data) if isinstance(data, (bytes, bytearray, memoryview)) else data
-    reader = _BoundedReader(source, limits.max_inflated)
     files: dict[str, bytes] = {}
     entries = 0
     try:
-        with tarfile.open(fileobj=io.BufferedReader(reader, _READ_CHUNK), mode="r|") as archive:
+        raw = _inflate(source, limits.max_inflated)
+        view = memoryview(raw)
+        with tarfile.open(fileobj=io.BytesIO(raw), mode="r:") as archive:
             for member in archive:
                 entries += 1
                 if entries > limits.max_entries:
@@ -111,8 +111,9 @@ def load_archive(data: bytes | BinaryIO, limits: ArchiveLimits = ArchiveLimits()
                     continue  # links, devices, fifos, sparse files: dropped, never followed
                 if member.size > limits.max_inflated:
                     raise ArchiveError(f"archive inflates beyond {limits.max_inflated} bytes")
-                extracted = archive.extractfile(member)
-                content = extracted.read() if extracted is not None else b""
+                # The member's bytes sit right after its header(s) in the inflated stream.
+                start = member.offset_data
+                content = bytes(view[start : start + member.size])
                 if len(content) != member.size:
                     raise ArchiveError("archive is truncated")
                 files[path] = content
