@@ -191,6 +191,15 @@ class UserRegistry:
         with self._editing() as doc:
             return change(doc)
 
+    def edit(self, change: Callable[[UsersDocument], T]) -> T:
+        """Apply ``change`` to the whole users document in one locked edit; returns its result.
+
+        For the bulk tools (restore, reference import, migrate) that replace or merge
+        many users at once; if ``change`` raises, nothing is written. Subclasses keep
+        their own locking by overriding the private ``_edit``.
+        """
+        return self._edit(change)
+
     def add(self, name: str, email: str = "") -> tuple[User, str]:
         """Create a static-token user; returns the user and the token (shown once)."""
         if not _NAME.match(name):

@@ -314,7 +314,7 @@ def import_reference(
             report.users_added.append(ru.name)
         doc.users.extend(adding)
 
-    registry._edit(merge)
+    registry.edit(merge)
     for name in report.users_added:
         progress(f"user {name}: imported (existing token keeps working)")
     for name in report.users_present:

@@ -305,4 +305,4 @@ def _replace_users(registry: Any, doc: Any) -> None:
         target.users[:] = list(doc.users)
         target.denied[:] = list(doc.denied)
 
-    registry._edit(change)
+    registry.edit(change)

@@ -64,7 +64,7 @@ def test_plain_store_round_trip_is_byte_identical(tmp_path: Path) -> None:
             _plain_brain(tmp_path / "src", user.id, archive({"a.md": f"{name}{i}".encode()}))
     from store.auth.users import DeniedIdentity
 
-    users._edit(lambda doc: doc.denied.append(DeniedIdentity("https://idp.example", "sub-1", "2026-01-01T00:00:00Z")))
+    users.edit(lambda doc: doc.denied.append(DeniedIdentity("https://idp.example", "sub-1", "2026-01-01T00:00:00Z")))
     cli(src, "backup", "--to", str(tmp_path / "b"))
     dst = {"STORE_DATA_DIR": str(tmp_path / "dst")}
     cli(dst, "restore", "--from", str(tmp_path / "b"))
