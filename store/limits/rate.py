@@ -19,6 +19,8 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
+from store.limits.bucket import BucketRule
+
 __all__ = ["TokenBucketLimiter", "retry_after_header"]
 
 
@@ -37,16 +39,9 @@ class TokenBucketLimiter:
         max_keys: int = 100_000,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if not rate_per_min > 0:
-            raise ValueError("rate_per_min must be positive (switch the limiter off instead of using 0)")
-        burst = rate_per_min if burst is None else burst
-        if not burst >= 1:
-            raise ValueError("burst must be at least 1")
+        self._rule = BucketRule(rate_per_min, burst)
         if max_keys < 1:
             raise ValueError("max_keys must be at least 1")
-        self._rate = rate_per_min / 60.0
-        self._burst = float(burst)
-        self._full_after = self._burst / self._rate  # idle seconds after which any bucket is full
         self._max_keys = max_keys
         self._clock = clock
         self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()  # key -> (tokens, at)
@@ -65,20 +60,15 @@ class TokenBucketLimiter:
             state = buckets.get(key)
             if state is None:
                 self._make_room(now)
-                tokens = self._burst
+                tokens = self._rule.burst
                 at = now
             else:
-                tokens, at = state
-                if now > at:  # a clock that steps back refills nothing
-                    tokens = min(self._burst, tokens + (now - at) * self._rate)
-                    at = now
+                tokens, at = self._rule.refill(*state, now)
                 buckets.move_to_end(key)
-            if tokens >= 1.0:
-                buckets[key] = (tokens - 1.0, at)
-                return None
+            wait = self._rule.wait(tokens)
             # A refused request takes nothing: hammering does not extend the wait.
-            buckets[key] = (tokens, at)
-            return (1.0 - tokens) / self._rate
+            buckets[key] = (tokens - 1.0 if wait is None else tokens, at)
+            return wait
 
     def peek(self, key: str, now: float | None = None) -> float | None:
         """Like :meth:`hit` but takes nothing: None if a request would pass now, else the wait.
@@ -92,10 +82,8 @@ class TokenBucketLimiter:
             state = self._buckets.get(key)
         if state is None:
             return None
-        tokens, at = state
-        if now > at:
-            tokens = min(self._burst, tokens + (now - at) * self._rate)
-        return None if tokens >= 1.0 else (1.0 - tokens) / self._rate
+        tokens, _ = self._rule.refill(*state, now)
+        return self._rule.wait(tokens)
 
     def _make_room(self, now: float) -> None:
         buckets = self._buckets
@@ -105,7 +93,7 @@ class TokenBucketLimiter:
             if not buckets:
                 return
             oldest_key, (_, at) = next(iter(buckets.items()))
-            if now - at < self._full_after:
+            if now - at < self._rule.full_after:
                 break
             del buckets[oldest_key]
         while len(buckets) >= self._max_keys:

@@ -26,6 +26,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from store.limits.bucket import BucketRule
+
 __all__ = ["SharedTokenBucketLimiter"]
 
 _MAGIC = b"BSTRATE1"
@@ -51,16 +53,9 @@ class SharedTokenBucketLimiter:
         slots: int = 65_536,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if not rate_per_min > 0:
-            raise ValueError("rate_per_min must be positive (switch the limiter off instead of using 0)")
-        burst = rate_per_min if burst is None else burst
-        if not burst >= 1:
-            raise ValueError("burst must be at least 1")
+        self._rule = BucketRule(rate_per_min, burst)
         if slots < _PROBES:
             raise ValueError(f"slots must be at least {_PROBES}")
-        self._rate = rate_per_min / 60.0
-        self._burst = float(burst)
-        self._full_after = self._burst / self._rate
         self._slots = slots
         self._clock = clock
         self._size = _HEAD.size + slots * _SLOT.size
@@ -122,13 +117,11 @@ class SharedTokenBucketLimiter:
             fcntl.flock(self._fd, fcntl.LOCK_EX)
             try:
                 offset, tokens, at = self._find(wanted, now)
-                if now > at:
-                    tokens = min(self._burst, tokens + (now - at) * self._rate)
-                    at = now
-                allowed = tokens >= 1.0
+                tokens, at = self._rule.refill(tokens, at, now)
+                wait = self._rule.wait(tokens)
                 if take:
-                    _SLOT.pack_into(self._map, offset, wanted, tokens - 1.0 if allowed else tokens, at)
-                return None if allowed else (1.0 - tokens) / self._rate
+                    _SLOT.pack_into(self._map, offset, wanted, tokens - 1.0 if wait is None else tokens, at)
+                return wait
             finally:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
 
@@ -143,10 +136,10 @@ class SharedTokenBucketLimiter:
             owner, tokens, at = _SLOT.unpack_from(self._map, offset)
             if owner == wanted:
                 return offset, tokens, at
-            if owner == 0 or now - at >= self._full_after:
+            if owner == 0 or now - at >= self._rule.full_after:
                 # Empty, or refilled: reusing it loses nothing.
                 if victim_at > -1.0:
                     victim, victim_at = offset, -1.0
             elif at < victim_at:
                 victim, victim_at = offset, at
-        return victim, self._burst, now
+        return victim, self._rule.burst, now
