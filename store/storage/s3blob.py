@@ -6,6 +6,7 @@ import io
 import logging
 import os
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -17,6 +18,9 @@ from store.storage.s3client import is_not_found, upload_file
 log = logging.getLogger("store.s3")
 
 READ_BUFFER = 1024 * 1024
+# Blob uploads to S3 at once per process: each holds botocore's signing and send buffers,
+# so this bounds the memory of many concurrent commits (the rest wait their turn).
+UPLOAD_SLOTS = threading.BoundedSemaphore(2)
 
 
 class S3StagedBlob:
@@ -53,7 +57,8 @@ class S3StagedBlob:
     def upload(self, key: str) -> str:
         """Send the spool to ``key`` (once; later calls return the key already used)."""
         if self.key is None:
-            upload_file(self._client, self._bucket, key, self._file, self.size())
+            with UPLOAD_SLOTS:
+                upload_file(self._client, self._bucket, key, self._file, self.size())
             self.key = key
         return self.key
 
