@@ -11,6 +11,7 @@ import os
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
+import anyio.to_thread
 import msgspec
 
 from store.errors import ServiceError
@@ -60,6 +61,24 @@ def error_response(exc: ServiceError) -> RawResponse:
     return json_response(exc.status, exc.body(), encode_headers(exc.headers))
 
 
+async def _start_200(scope: Any, send: Any, headers: Headers, size: int) -> bool:
+    """Send a 200 start with ``Content-Length: size``; for HEAD also the (empty) body.
+
+    True when the caller should now send the body, False when the response is complete.
+    """
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [*headers, (b"content-length", str(size).encode())],
+        }
+    )
+    if scope.get("method") == "HEAD":
+        await send({"type": "http.response.body", "body": b""})
+        return False
+    return True
+
+
 class FileResponse:
     """Streams an open blob of known size; small files go out in one ``send``."""
 
@@ -73,15 +92,7 @@ class FileResponse:
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         fd = self.file.fileno()
         try:
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 200,
-                    "headers": [*self.headers, (b"content-length", str(self.size).encode())],
-                }
-            )
-            if scope.get("method") == "HEAD":
-                await send({"type": "http.response.body", "body": b""})
+            if not await _start_200(scope, send, self.headers, self.size):
                 return
             remaining = self.size
             if remaining <= SMALL_FILE:
@@ -101,29 +112,34 @@ class FileResponse:
 
 
 class ChunksResponse:
-    """Streams plaintext chunks (decrypted archives) of known total size."""
+    """Streams chunks (decrypted archives, object-store blobs) of known total size.
 
-    __slots__ = ("chunks", "close", "headers", "size")
+    ``in_thread``: producing a chunk blocks (network reads), so each is pulled in a worker thread.
+    """
 
-    def __init__(self, chunks: Iterator[bytes], size: int, headers: Headers, close: Any) -> None:
+    __slots__ = ("chunks", "close", "headers", "in_thread", "size")
+
+    def __init__(
+        self, chunks: Iterator[bytes], size: int, headers: Headers, close: Any, *, in_thread: bool = False
+    ) -> None:
         self.chunks = chunks
         self.size = size
         self.headers = headers
         self.close = close
+        self.in_thread = in_thread
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         try:
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 200,
-                    "headers": [*self.headers, (b"content-length", str(self.size).encode())],
-                }
-            )
-            if scope.get("method") == "HEAD":
-                await send({"type": "http.response.body", "body": b""})
+            if not await _start_200(scope, send, self.headers, self.size):
                 return
-            for chunk in self.chunks:
+            chunks = self.chunks
+            while True:
+                if self.in_thread:
+                    chunk = await anyio.to_thread.run_sync(next, chunks, None)
+                else:
+                    chunk = next(chunks, None)
+                if chunk is None:
+                    break
                 if chunk:
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b""})
