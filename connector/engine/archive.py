@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from connector.engine.brain import Brain
+from connector.engine.gcpause import gc_paused
 
 # Device-local sync state: never part of a brain we load or push.
 SKIPPED_TOP_DIRS = frozenset({".sync", ".cloud"})
@@ -91,6 +92,11 @@ def _inflate(source: BinaryIO, limit: int) -> bytes:
 
 def load_archive(data: bytes | BinaryIO, limits: ArchiveLimits = ArchiveLimits()) -> Brain:
     """Read a brain from a tar.gz (bytes or a binary stream), treating it as hostile."""
+    with gc_paused():  # thousands of long-lived entries: collector passes are pure overhead
+        return _load_archive(data, limits)
+
+
+def _load_archive(data: bytes | BinaryIO, limits: ArchiveLimits) -> Brain:
     source: BinaryIO = io.BytesIO(data) if isinstance(data, (bytes, bytearray, memoryview)) else data
     files: dict[str, bytes] = {}
     entries = 0

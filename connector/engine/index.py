@@ -8,6 +8,7 @@ then touches only its own terms' postings plus the memories it scores.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import threading
@@ -18,6 +19,7 @@ from typing import Any
 import msgspec
 
 from connector.engine.brain import Brain
+from connector.engine.gcpause import gc_paused
 from connector.engine.jsvalues import is_number, js_truthy, number_or_none, parse_iso_ms
 from connector.engine.text import document_text, js_key_order, memory_body, term_counts
 
@@ -103,7 +105,8 @@ class BrainIndex:
     doc_count: int
     avgdl: float
     df: dict[str, float]
-    postings: dict[str, list[tuple[int, Any]]]
+    postings: dict[str, list[int]]  # term -> positions of the documents holding it
+    doc_tfs: list[dict[str, Any]]  # per document: term -> count, as stored
     doc_norms: list[float]
     doc_memory: list[int | None]
     edges: dict[str, list[tuple[str, float]]] | None
@@ -113,6 +116,7 @@ class BrainIndex:
     bounds: ValueBounds | None = None
     _idf_cache: dict[str, float] = field(default_factory=dict, repr=False)
     _term_cache: dict[str, tuple[list[int], list[float], list[float]]] = field(default_factory=dict, repr=False)
+    _contrib_cache: dict[str, tuple[list[int], list[float], float]] = field(default_factory=dict, repr=False)
     _edge_maps: dict[str, dict[str, tuple[int, float]]] | None = field(default=None, repr=False)
     _in_edges: dict[str, list[str]] | None = field(default=None, repr=False)
     _reverse: dict[str, dict[str, tuple[float, float | None]]] = field(default_factory=dict, repr=False)
@@ -120,6 +124,11 @@ class BrainIndex:
     @classmethod
     def build(cls, brain: Brain) -> BrainIndex:
         """Parse ``brain`` into a ready index. Never modifies the brain."""
+        with gc_paused():  # ~10^5 long-lived objects: collector passes are pure overhead
+            return cls._build(brain)
+
+    @classmethod
+    def _build(cls, brain: Brain) -> BrainIndex:
         raw = brain.read("index.json")
         if raw is None:
             raise BrainNotInitialized()
@@ -141,14 +150,15 @@ class BrainIndex:
             doc_count, doc_items, df = documents
         # Counts are taken as stored; non-numbers and non-positive ones are skipped
         # when a query reads the postings (keeps this loop, the build's hot spot, lean).
-        postings: defaultdict[str, list[tuple[int, Any]]] = defaultdict(list)
-        lengths: list[float] = []
-        doc_memory: list[int | None] = []
-        for doc_pos, (memory_id, tf, length) in enumerate(doc_items):
-            lengths.append(length)
-            doc_memory.append(positions.get(memory_id))
-            for term, count in tf.items():
-                postings[term].append((doc_pos, count))
+        # Postings hold document positions only (no per-pair tuple: this loop is the
+        # build's hot spot); a query reads the counts back from ``doc_tfs``.
+        postings: defaultdict[str, list[int]] = defaultdict(list)
+        lengths = [length for _, _, length in doc_items]
+        doc_memory = [positions.get(memory_id) for memory_id, _, _ in doc_items]
+        doc_tfs = [tf for _, tf, _ in doc_items]
+        for doc_pos, tf in enumerate(doc_tfs):
+            for term in tf:
+                postings[term].append(doc_pos)
         total_length = 0.0
         for length in lengths:
             total_length += length
@@ -165,6 +175,7 @@ class BrainIndex:
             avgdl=avgdl,
             df=df,
             postings=dict(postings),
+            doc_tfs=doc_tfs,
             doc_norms=doc_norms,
             doc_memory=doc_memory,
             edges=edges,
@@ -239,8 +250,9 @@ class BrainIndex:
             docs: list[int] = []
             numerators: list[float] = []
             denominators: list[float] = []
-            norms = self.doc_norms
-            for doc, f in self.postings.get(term, ()):
+            norms, tfs = self.doc_norms, self.doc_tfs
+            for doc in self.postings.get(term, ()):
+                f = tfs[doc][term]
                 kind = f.__class__
                 if (kind is int or kind is float) and f > 0:
                     docs.append(doc)
@@ -250,6 +262,22 @@ class BrainIndex:
             if len(self._term_cache) >= 50_000:
                 self._term_cache.clear()
             self._term_cache[term] = cached
+        return cached
+
+    def term_contributions(self, term: str) -> tuple[list[int], list[float], float]:
+        """A term's (documents, BM25 contributions, idf): each contribution is
+        ``0.0 + idf x (f x (k1 + 1)) / (f + k1 x (...))``, the reference's expression
+        with its operations in its order, so sums of them stay bit-identical.
+        The idf depends only on the brain, so this is prepared once per term."""
+        cached = self._contrib_cache.get(term)
+        if cached is None:
+            idf = self.idf(term)
+            docs, numerators, denominators = self.term_postings(term)
+            contributions = [0.0 + idf * numerator / denominator for numerator, denominator in zip(numerators, denominators)]
+            cached = (docs, contributions, idf)
+            if len(self._contrib_cache) >= 50_000:
+                self._contrib_cache.clear()
+            self._contrib_cache[term] = cached
         return cached
 
     def idf(self, term: str) -> float:
@@ -325,21 +353,31 @@ def _record(memory_id: str, entry: Any) -> MemoryRecord:
         entry=entry,
         strength=number_or_none(entry.get("strength")),
         decay_rate=number_or_none(entry.get("decay_rate")),
-        last_accessed_ms=parse_iso_ms(entry.get("last_accessed")),
+        last_accessed_ms=_time_ms(entry.get("last_accessed")),
         never_decays=js_truthy(entry.get("pinned")) or js_truthy(entry.get("stable")),
         salience=number_or_none(entry.get("salience")),
         has_context=has_context,
         ctx_project=_string_or_none(ctx.get("project")),
         ctx_topics=ctx_topics,
         ctx_task=_string_or_none(ctx.get("task_type")),
-        created_ms=parse_iso_ms(entry.get("created")),
-        valid_from_ms=parse_iso_ms(entry.get("valid_from")),
-        valid_until_ms=parse_iso_ms(valid_until),
+        created_ms=_time_ms(entry.get("created")),
+        valid_from_ms=_time_ms(entry.get("valid_from")),
+        valid_until_ms=_time_ms(valid_until),
         has_valid_until=valid_until is not None,
         superseded=js_truthy(entry.get("superseded_by")),
         trust=ORIGIN_TRUST.get(origin, 1.0) if "origin" in entry else None,
         quarantined=js_truthy(entry.get("quarantined")),
     )
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _parse_time_string(value: str) -> int | None:
+    return parse_iso_ms(value)
+
+
+def _time_ms(value: Any) -> int | None:
+    """`parse_iso_ms`, memoised: memories written together share their timestamps."""
+    return _parse_time_string(value) if value.__class__ is str else None
 
 
 def _string_or_none(value: Any) -> str | None:
