@@ -85,29 +85,26 @@ def relevances(index: BrainIndex, query: str) -> dict[int, float]:
     terms = list(dict.fromkeys(tokenize(query)))
     if not terms or index.doc_count == 0:
         return {}
-    idfs = [index.idf(term) for term in terms]
+    prepared = [index.term_contributions(term) for term in terms]
     idf_total = 0.0
-    for idf in idfs:
+    for _, _, idf in prepared:
         idf_total += idf
-    scores: dict[int, float] = {}
-    matched: dict[int, float] = {}
     # Terms in query order, so each document's sum is accumulated in the
-    # reference's order (floating-point addition is not associative).
-    for term, idf in zip(terms, idfs, strict=True):
-        docs, numerators, denominators = index.term_postings(term)
-        if not scores:
-            for doc, numerator, denominator in zip(docs, numerators, denominators):
-                scores[doc] = 0.0 + idf * numerator / denominator
+    # reference's order (floating-point addition is not associative). A document's
+    # first contribution is stored as is: it already equals 0.0 + contribution.
+    docs, contributions, idf = prepared[0]
+    scores: dict[int, float] = dict(zip(docs, contributions))
+    matched: dict[int, float] = dict.fromkeys(docs, 0.0 + idf)
+    for docs, contributions, idf in prepared[1:]:
+        score_of = scores.get
+        for doc, contribution in zip(docs, contributions):
+            known = score_of(doc)
+            if known is None:
+                scores[doc] = contribution
                 matched[doc] = 0.0 + idf
-            continue
-        for doc, numerator, denominator in zip(docs, numerators, denominators):
-            contribution = idf * numerator / denominator
-            if doc in scores:
-                scores[doc] += contribution
-                matched[doc] += idf
             else:
-                scores[doc] = 0.0 + contribution
-                matched[doc] = 0.0 + idf
+                scores[doc] = known + contribution
+                matched[doc] += idf
     max_score = 0.0
     for score in scores.values():
         if score > max_score:
