@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+import anyio.to_thread
 
 from store.auth.authenticate import Authenticator, Principal, too_many
 from store.auth.users import UserRegistry
 from store.errors import ServiceError
 from store.service import BrainService
 from store.settings import StoreSettings
-from store.storage.local import LocalBackend
+from store.storage.base import StorageBackend
 
 log = logging.getLogger("store")
+
+T = TypeVar("T")
 
 OPENAPI_PATH = Path(__file__).resolve().parent.parent / "contract" / "openapi.yaml"
 
@@ -48,7 +53,7 @@ class AppContext:
     """Per-process state: settings, storage, users, service, auth and limits."""
 
     settings: StoreSettings
-    backend: LocalBackend
+    backend: StorageBackend
     registry: UserRegistry
     service: BrainService
     authenticator: Authenticator
@@ -63,7 +68,7 @@ class AppContext:
         """Wire every component for ``settings`` (raises on unusable settings)."""
         from store.storage.factory import open_backend, open_registry
 
-        backend = open_backend(settings)  # local disk or S3 (STORE_BACKEND)
+        backend = open_backend(settings, serving=True)  # local disk or S3 (STORE_BACKEND)
         registry = open_registry(settings, serving=True)
         service = BrainService(settings, backend)
         oidc = None
@@ -92,6 +97,17 @@ class AppContext:
             oidc=oidc,
             openapi=openapi,
         )
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """Call ``fn(*args)``, which touches storage: inline when the backend answers from local
+        disk, in a worker thread when its calls block (S3), so a slow one never stalls the loop."""
+        if self.backend.blocking:
+            return await anyio.to_thread.run_sync(fn, *args)
+        return fn(*args)
+
+    async def ready(self) -> str | None:
+        """None when storage can serve now, else a short reason (``/health/ready``)."""
+        return await self.run(self.backend.ready)
 
     def address(self, scope: Any) -> str:
         """The client address of a request (X-Forwarded-For only through trusted proxies)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio.to_thread
 import msgspec
 from litestar import Request, delete, get, post
 from litestar.types import ASGIApp
@@ -23,13 +24,13 @@ async def me(request: Request[Any, Any, Any]) -> ASGIApp:
     c = ctx(request)
     p = await c.authenticate(request.scope)
     user = {"id": p.user_id, "email": p.email or "", "name": p.name, "kind": p.kind}
-    return json_response(200, {"user": user, "storage_used": c.service.usage(p.user_id)})
+    return json_response(200, {"user": user, "storage_used": await c.run(c.service.usage, p.user_id)})
 
 
 async def serve_list(c: AppContext, scope: Any) -> ASGIApp:
     """GET /api/brains from the raw ASGI scope (also used by the fast path in store.app)."""
     p = await c.authenticate(scope)
-    return json_response(200, [brain_record(m) for m in c.service.list_brains(p.user_id)])
+    return json_response(200, [brain_record(m) for m in await c.run(c.service.list_brains, p.user_id)])
 
 
 @get("/api/brains")
@@ -69,7 +70,8 @@ async def create_brain(request: Request[Any, Any, Any]) -> ASGIApp:
             name = body["name"]
             if not isinstance(name, str):
                 raise ServiceError(400, "name must be a string")
-    meta = await _in_thread(c.service.create, p.user_id, name)
+    # writes lock and fsync (or wait on S3): always in a worker thread
+    meta = await anyio.to_thread.run_sync(c.service.create, p.user_id, name)
     return json_response(201, brain_record(meta))
 
 
@@ -79,7 +81,8 @@ async def get_brain(request: Request[Any, Any, Any]) -> ASGIApp:
     brain_id = request.path_params["brain_id"]
     c = ctx(request)
     p = await c.authenticate(request.scope)
-    return json_response(200, brain_record(c.service.get(p.user_id, parse_brain_id(brain_id))))
+    meta = await c.run(c.service.get, p.user_id, parse_brain_id(brain_id))
+    return json_response(200, brain_record(meta))
 
 
 @delete("/api/brains/{brain_id:str}", status_code=200)
@@ -88,14 +91,8 @@ async def delete_brain(request: Request[Any, Any, Any]) -> ASGIApp:
     brain_id = request.path_params["brain_id"]
     c = ctx(request)
     p = await c.authenticate(request.scope)
-    await _in_thread(c.service.delete, p.user_id, parse_brain_id(brain_id))
+    await anyio.to_thread.run_sync(c.service.delete, p.user_id, parse_brain_id(brain_id))
     return RawResponse(204)
-
-
-async def _in_thread(fn: Any, *args: Any) -> Any:
-    import anyio.to_thread
-
-    return await anyio.to_thread.run_sync(fn, *args)
 
 
 BRAIN_ROUTES = [me, list_brains, create_brain, get_brain, delete_brain]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from litestar import Request, get
@@ -33,11 +32,10 @@ async def live(request: Request[Any, Any, Any]) -> ASGIApp:
 
 @get("/health/ready")
 async def ready(request: Request[Any, Any, Any]) -> ASGIApp:
-    """The data directory is reachable and writable."""
-    c = ctx(request)
-    ok = os.access(c.backend.root, os.W_OK) and os.access(c.backend.tmp_root, os.W_OK)
-    if not ok:
-        return json_response(503, {"status": "unavailable", "error": "data directory is not writable"})
+    """Storage can serve: the data directory is writable (disk) or the bucket answers (S3)."""
+    problem = await ctx(request).ready()
+    if problem is not None:
+        return json_response(503, {"status": "unavailable", "error": problem})
     return json_response(200, {"status": "ready"})
 
 

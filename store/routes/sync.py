@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import parse_qs
 
-import anyio.to_thread
 from litestar import Request, put, route
 from litestar.types import ASGIApp
 
@@ -45,12 +44,7 @@ async def serve_download(c: AppContext, scope: Any, brain_id: str) -> ASGIApp:
     p = await c.authenticate(scope)
     bid = parse_brain_id(brain_id)
     version = query_value(scope, "version")
-    # an object store answers over the network: wait for it in a thread, not on the event loop
-    remote = getattr(c.backend, "remote", False)
-    if remote:
-        archive = await anyio.to_thread.run_sync(c.service.resolve, p.user_id, bid, version)
-    else:
-        archive = c.service.resolve(p.user_id, bid, version)
+    archive = await c.run(c.service.resolve, p.user_id, bid, version)
     inm = header(scope, b"if-none-match")
     if inm is not None:
         tags = parse_tag_list(inm)
@@ -60,15 +54,12 @@ async def serve_download(c: AppContext, scope: Any, brain_id: str) -> ASGIApp:
     if scope["method"] == "HEAD":
         headers = [*_archive_headers(archive.checksum), (b"content-length", str(archive.size).encode())]
         return _HeadResponse(headers)
-    if remote:
-        dl = await anyio.to_thread.run_sync(c.service.open_download, p.user_id, bid, version)
-    else:
-        dl = c.service.open_download(p.user_id, bid, version)
+    dl = await c.run(c.service.open_download, p.user_id, bid, version)
     headers = _archive_headers(dl.archive.checksum)
     if dl.file is not None:
         return FileResponse(dl.file, dl.archive.size, headers)
     assert dl.chunks is not None
-    return ChunksResponse(dl.chunks, dl.archive.size, headers, dl.close)
+    return ChunksResponse(dl.chunks, dl.archive.size, headers, dl.close, in_thread=c.backend.blocking)
 
 
 @route("/api/brains/{brain_id:str}/sync", http_method=["GET", "HEAD"])
@@ -102,7 +93,7 @@ async def upload(request: Request[Any, Any, Any]) -> ASGIApp:
         c.check_upload_rate(p)
         cond = Preconditions.from_headers(header(scope, b"if-match"), header(scope, b"if-none-match"))
         force = query_flag(query_value(scope, "force"))
-        c.service.precheck_upload(p.user_id, bid, cond)
+        await c.run(c.service.precheck_upload, p.user_id, bid, cond)
         boundary = multipart_boundary(header(scope, b"content-type"))
         archive = await receive_upload(
             c.service, body, boundary, header(scope, b"content-length"), p.user_id, bid, cond, force

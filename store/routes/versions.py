@@ -20,7 +20,7 @@ async def list_versions(request: Request[Any, Any, Any]) -> ASGIApp:
     brain_id = request.path_params["brain_id"]
     c = ctx(request)
     p = await c.authenticate(request.scope)
-    snaps = c.service.versions(p.user_id, parse_brain_id(brain_id))
+    snaps = await c.run(c.service.versions, p.user_id, parse_brain_id(brain_id))
     versions = [
         {
             "version": s.name,

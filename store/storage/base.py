@@ -133,7 +133,16 @@ class BrainTransaction(Protocol):
 
 
 class StorageBackend(Protocol):
-    """Where brains live. Implementations: ``store.storage.local.LocalBackend``."""
+    """Where brains live. Implementations: ``store.storage.local.LocalBackend``,
+    ``store.storage.s3.S3Backend``."""
+
+    # True when calls wait on the network (an object store): async callers run them in a
+    # worker thread. False for local disk, whose small cached reads stay on the event loop.
+    blocking: bool
+
+    def ready(self) -> str | None:
+        """None when the backend can serve now, else a short reason (``/health/ready``)."""
+        ...
 
     def startup(self) -> None:
         """Recover after a crash: drop orphaned temporary data and unreferenced blobs."""

@@ -15,13 +15,20 @@ def s3_bucket(settings: StoreSettings) -> Any:
     return Bucket.of(settings.s3_bucket, settings.s3_prefix)
 
 
-def open_backend(settings: StoreSettings, client: Any = None) -> Any:
-    """The ``StorageBackend`` for the settings."""
+# A readiness probe of the bucket gives up after this many seconds (no retries).
+READY_TIMEOUT = 2.0
+
+
+def open_backend(settings: StoreSettings, client: Any = None, *, serving: bool = False) -> Any:
+    """The ``StorageBackend`` for the settings; a serving S3 backend also gets a quick-probe client."""
     if settings.backend == "s3":
         from store.storage.s3 import S3Backend
         from store.storage.s3client import make_client
 
-        return S3Backend(client or make_client(settings), s3_bucket(settings), settings.data_dir / "spool")
+        probe = make_client(settings, timeout=READY_TIMEOUT) if serving else None
+        return S3Backend(
+            client or make_client(settings), s3_bucket(settings), settings.data_dir / "spool", probe_client=probe
+        )
     from store.storage.local import LocalBackend
 
     return LocalBackend(settings.data_dir, fsync=settings.fsync)

@@ -261,6 +261,8 @@ class LocalTransaction:
 class LocalBackend:
     """The ``StorageBackend`` for one data directory on local disk."""
 
+    blocking = False  # small reads of cached files: fine on the event loop
+
     def __init__(self, data_dir: Path, *, fsync: bool = True) -> None:
         self.root = Path(data_dir)
         self.fsync = fsync
@@ -475,6 +477,12 @@ class LocalBackend:
                 with self.brain_lock(user_id, brain_id):
                     self._delete_locked(user_id, brain_id)
             shutil.rmtree(self.user_dir(user_id), ignore_errors=True)
+
+    def ready(self) -> str | None:
+        """None when the data directory and its scratch space are writable."""
+        if os.access(self.root, os.W_OK) and os.access(self.tmp_root, os.W_OK):
+            return None
+        return "data directory is not writable"
 
     # -- recovery --------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ until that brain's next commit. The brain count for ``max_brains`` is kept the s
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
 import uuid
@@ -39,7 +40,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import msgspec
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from store.storage.base import BrainMeta, CommitConflict, StorageError
 from store.storage.s3blob import S3StagedBlob, open_reader
@@ -171,10 +172,12 @@ class S3Transaction:
 class S3Backend:
     """The ``StorageBackend`` on one S3 bucket/prefix (safe with many replicas)."""
 
-    remote = True  # calls wait on the network: routes run them off the event loop
+    blocking = True  # calls wait on the network: async callers run them in a worker thread
 
-    def __init__(self, client: Any, bucket: Bucket, spool_dir: Path) -> None:
+    def __init__(self, client: Any, bucket: Bucket, spool_dir: Path, *, probe_client: Any = None) -> None:
         self.client = client
+        # readiness checks use a client with short timeouts and no retries when given
+        self.probe_client = probe_client if probe_client is not None else client
         self.bucket = bucket
         self.spool_dir = Path(spool_dir)
         self.spool_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -432,6 +435,17 @@ class S3Backend:
         self.delete_key(self.account_key(user_id))
 
     # -- recovery --------------------------------------------------------------------
+
+    def ready(self) -> str | None:
+        """None when the bucket answers a one-key listing of our prefix and the spool is writable."""
+        if not os.access(self.spool_dir, os.W_OK):
+            return "upload spool directory is not writable"
+        try:
+            self.probe_client.list_objects_v2(Bucket=self.bucket.name, Prefix=self.bucket.prefix, MaxKeys=1)
+        except (ClientError, BotoCoreError) as exc:
+            log.warning("readiness: bucket %s does not answer: %s", self.bucket.name, exc)
+            return "object store bucket is not reachable"
+        return None
 
     def startup(self, orphan_age: float = ORPHAN_AGE_SECONDS) -> None:
         """Remove blobs no metadata references and abandoned multipart uploads, once old enough.

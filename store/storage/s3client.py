@@ -42,8 +42,14 @@ class Bucket:
         return self.prefix + "/".join(parts)
 
 
-def make_client(settings: StoreSettings, *, endpoint_url: str | None = None, region: str | None = None) -> Any:
-    """A boto3 S3 client for the settings; credentials come from the standard AWS chain."""
+def make_client(
+    settings: StoreSettings, *, endpoint_url: str | None = None, region: str | None = None,
+    timeout: float | None = None,
+) -> Any:
+    """A boto3 S3 client for the settings; credentials come from the standard AWS chain.
+
+    ``timeout`` (seconds): a client for quick probes, with that connect/read timeout and no retries.
+    """
     import boto3
     from botocore.config import Config
 
@@ -55,10 +61,10 @@ def make_client(settings: StoreSettings, *, endpoint_url: str | None = None, reg
         # our archives carry their own SHA-256 (and sealed ones an AEAD tag)
         request_checksum_calculation="when_required",
         response_checksum_validation="when_required",
-        retries={"max_attempts": 4, "mode": "standard"},
+        retries={"max_attempts": 1 if timeout else 4, "mode": "standard"},
         max_pool_connections=64,
-        connect_timeout=5,
-        read_timeout=60,
+        connect_timeout=timeout or 5,
+        read_timeout=timeout or 60,
     )
     session = boto3.session.Session()
     return session.client("s3", endpoint_url=endpoint or None, region_name=region or settings.s3_region or "us-east-1",
