@@ -182,6 +182,12 @@ def _with_basic_client_id(request: Request[Any, Any, Any], form: dict[str, list[
     return {**form, "client_id": [client_id]}
 
 
+async def _client_form(request: Request[Any, Any, Any]) -> dict[str, list[str]] | None:
+    """The form of a /token or /revoke request with a Basic client id merged in; None when invalid."""
+    form = await _form(request)
+    return None if form is None else _with_basic_client_id(request, form)
+
+
 def _query(request: Request[Any, Any, Any]) -> dict[str, list[str]]:
     raw = request.scope.get("query_string", b"").decode("latin-1")
     try:
@@ -292,9 +298,7 @@ def oauth_route_handlers(server: AuthorizationServer, settings: Any, *, dev: boo
     async def token(request: Request[Any, Any, Any]) -> Response[Any]:
         if (blocked := limited("token", request)) is not None:
             return blocked
-        form = await _form(request)
-        if form is not None:
-            form = _with_basic_client_id(request, form)
+        form = await _client_form(request)
         if form is None:
             return _json(
                 400,
@@ -307,9 +311,7 @@ def oauth_route_handlers(server: AuthorizationServer, settings: Any, *, dev: boo
     async def revoke(request: Request[Any, Any, Any]) -> Response[Any]:
         if (blocked := limited("token", request)) is not None:
             return blocked
-        form = await _form(request)
-        if form is not None:
-            form = _with_basic_client_id(request, form)
+        form = await _client_form(request)
         if form is None:
             return _json(400, {"error": "invalid_request", "error_description": "expected a form"}, _CORS)
         return _to_response(await server.revoke(form), cors=True)
