@@ -99,6 +99,14 @@ def sync_sentence(synced: bool) -> str:
     return "Saved here but held, not yet synced to the store; it will be pushed automatically."
 
 
+def _written_tail(result: dict[str, Any]) -> list[str]:
+    """The closing lines of a write's text: its sync state, then the result's note if any."""
+    tail = [sync_sentence(bool(result.get("synced")))]
+    if result.get("note"):
+        tail.append(f"Note: {result['note']}")
+    return tail
+
+
 def memorize_text(result: dict[str, Any]) -> str:
     """The stored memory, its flags, and the sync state."""
     stored = result["stored"]
@@ -111,10 +119,7 @@ def memorize_text(result: dict[str, Any]) -> str:
         lines.append(f"Potential conflicts with pinned or stable memories: {conflicts}")
     if stored.get("superseded"):
         lines.append(f"Supersedes: {stored['superseded']}")
-    lines.append(sync_sentence(bool(result.get("synced"))))
-    if result.get("note"):
-        lines.append(f"Note: {result['note']}")
-    return "\n".join(lines)
+    return "\n".join([*lines, *_written_tail(result)])
 
 
 def write_text(verb: str, result: dict[str, Any]) -> str:
@@ -124,10 +129,7 @@ def write_text(verb: str, result: dict[str, Any]) -> str:
     lines = [f"{verb} {named}."]
     if result.get("archived_path"):
         lines.append(f"Archived at {result['archived_path']} (recoverable).")
-    lines.append(sync_sentence(bool(result.get("synced"))))
-    if result.get("note"):
-        lines.append(f"Note: {result['note']}")
-    return "\n".join(lines)
+    return "\n".join([*lines, *_written_tail(result)])
 
 
 def verify_text(result: dict[str, Any]) -> str:
