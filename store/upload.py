@@ -9,6 +9,8 @@ every other part is ignored. Memory stays at a few small buffers per upload.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -154,6 +156,21 @@ class UploadSink:
         )
 
 
+@contextmanager
+def _discarded_on_error(blob: StagedBlob) -> Iterator[None]:
+    """Remove the staged ``blob`` if the block fails in any way; a full disk becomes a 507."""
+    try:
+        yield
+    except OSError as exc:
+        blob.discard()
+        if is_disk_full(exc):
+            raise ServiceError(507, "the store is out of disk space; nothing was changed") from None
+        raise
+    except BaseException:
+        blob.discard()
+        raise
+
+
 def complete_upload(
     service: BrainService, sink: UploadSink, tail: bytes, user_id: str, brain_id: str,
     cond: Preconditions, force: bool,
@@ -163,18 +180,10 @@ def complete_upload(
     The staged blob is always removed or committed, whatever happens.
     """
     blob = sink.blob
-    try:
+    with _discarded_on_error(blob):
         sink.feed(tail)
         staged = sink.finish()
         blob.finish()
-    except OSError as exc:
-        blob.discard()
-        if is_disk_full(exc):
-            raise ServiceError(507, "the store is out of disk space; nothing was changed") from None
-        raise
-    except BaseException:
-        blob.discard()
-        raise
     return service.commit_upload(user_id, brain_id, staged, cond, force)
 
 
@@ -239,7 +248,7 @@ async def receive_upload(
     except StorageFull:
         raise ServiceError(507, "the store is out of disk space") from None
     pending: list[bytes] = []
-    try:
+    with _discarded_on_error(blob):
         settings = service.settings
         writer = service.sealer.writer(blob.file, user_id, brain_id) if service.sealer else None
         sink = UploadSink(
@@ -263,14 +272,6 @@ async def receive_upload(
                 pending.clear()
                 pending_size = 0
                 await anyio.to_thread.run_sync(sink.feed, data)
-    except OSError as exc:
-        blob.discard()
-        if is_disk_full(exc):
-            raise ServiceError(507, "the store is out of disk space; nothing was changed") from None
-        raise
-    except BaseException:
-        blob.discard()
-        raise
     return await anyio.to_thread.run_sync(  # type: ignore[no-any-return]
         complete_upload, service, sink, b"".join(pending), user_id, brain_id, cond, force
     )
