@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import io
 import subprocess
-import tarfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -13,24 +11,16 @@ from pathlib import Path
 import httpx
 import pytest
 
+from contract.conformance.archives import make_archive as conformance_archive
 from tests.support.processes import ServerProcess, console_script, free_port, run_server
 
 
 def make_archive(files: dict[str, bytes] | None = None, *, dirs: tuple[str, ...] = ()) -> bytes:
-    """A gzip-compressed tar holding ``files`` (path -> content), deterministic."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
-        for d in dirs:
-            info = tarfile.TarInfo(d)
-            info.type = tarfile.DIRTYPE
-            info.mode = 0o755
-            tar.addfile(info)
-        for name, data in (files or {}).items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            info.mode = 0o644
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
+    """A gzip-compressed tar holding ``files`` (path -> content), deterministic.
+
+    The conformance suite's builder (tests may use the suite, never the other way round).
+    """
+    return conformance_archive(files or {}, dirs=dirs)
 
 
 def brain_files(n: int, tag: str = "") -> dict[str, bytes]:
