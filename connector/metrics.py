@@ -14,12 +14,13 @@ unaware of metrics.
 from __future__ import annotations
 
 import functools
-import hmac
 import time
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+from store.asgi_watch import serve_metrics, watched
 
 METRICS_PATH = "/metrics"
 LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -128,13 +129,6 @@ def instrument(parts: Any, metrics: ConnectorMetrics) -> None:
     metrics.held_writes.set_function(lambda: sum(1 for copy in list(manager.copies.values()) if copy.dirty))
 
 
-async def _send(send: Any, status: int, body: bytes, content_type: bytes, extra: list[Any] | None = None) -> None:
-    headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode()),
-               (b"cache-control", b"no-store"), *(extra or [])]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-
-
 class MetricsMiddleware:
     """Outermost layer: answers ``GET /metrics`` (optionally behind a bearer token), times every request."""
 
@@ -148,27 +142,13 @@ class MetricsMiddleware:
             await self.app(scope, receive, send)
             return
         if scope["path"] == METRICS_PATH and scope["method"] == "GET":
-            if self._token is not None:
-                given = next((value for name, value in scope["headers"] if name == b"authorization"), b"")
-                if not hmac.compare_digest(given, b"Bearer " + self._token):
-                    await _send(send, 401, b'{"error":"metrics need the metrics token"}', b"application/json",
-                                [(b"www-authenticate", b'Bearer realm="metrics"')])
-                    return
-            await _send(send, 200, self.metrics.render(), CONTENT_TYPE_LATEST.encode())
+            await serve_metrics(scope, send, self._token, self.metrics.render, CONTENT_TYPE_LATEST.encode())
             return
-        started = time.perf_counter()
-        status = 0
 
-        async def recording_send(message: Any) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
+        def record(status: int, seconds: float) -> None:
+            self.metrics.observe_request(scope["method"], scope["path"], status or 500, seconds)
 
-        try:
-            await self.app(scope, receive, recording_send)
-        finally:
-            self.metrics.observe_request(scope["method"], scope["path"], status or 500, time.perf_counter() - started)
+        await watched(self.app, scope, receive, send, record)
 
 
 def observability_layer(app: Any, parts: Any) -> Any:

@@ -13,6 +13,7 @@ import msgspec
 from litestar import Litestar, Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 
+from store.asgi_watch import watched
 from store.context import AppContext
 from store.errors import ServiceError
 from store.http import error_response
@@ -121,29 +122,21 @@ class EdgeMiddleware:
         if self.quiet:
             await app(scope, receive, send)
             return
-        started = time.perf_counter()
-        status = 0
 
-        async def logging_send(message: Any) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            await app(scope, receive, logging_send)
-        finally:
+        def log(status: int, seconds: float) -> None:
             client = scope.get("client")
             record = {
                 "ts": time.time(),
                 "method": scope.get("method"),
                 "path": scope.get("path"),
                 "status": status,
-                "ms": round((time.perf_counter() - started) * 1000, 2),
+                "ms": round(seconds * 1000, 2),
                 "client": client[0] if client else None,
                 "user": scope.get("state", {}).get("user_id"),
             }
             sys.stderr.write(_log_encoder.encode(record).decode() + "\n")
+
+        await watched(app, scope, receive, send, log)
 
 
 def create_app(settings: StoreSettings, ctx: AppContext | None = None) -> Litestar:

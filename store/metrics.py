@@ -14,7 +14,6 @@ there about once a second and ``/metrics`` (answered by any worker) adds them up
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import os
 import shutil
@@ -31,6 +30,7 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, M
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.utils import floatToGoString
 
+from store.asgi_watch import serve_metrics
 from store.audit import AuditLog, audit_event
 from store.settings import StoreSettings
 
@@ -228,13 +228,6 @@ class StoreMetrics:
         return generate_latest(registry)
 
 
-async def _send_plain(send: Any, status: int, body: bytes, content_type: bytes, extra: list[Any] | None = None) -> None:
-    headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode()),
-               (b"cache-control", b"no-store"), *(extra or [])]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-
-
 class ObservabilityMiddleware:
     """Outermost layer: answers ``GET /metrics``, records every request, writes the audit log."""
 
@@ -248,17 +241,7 @@ class ObservabilityMiddleware:
 
     async def _serve_metrics(self, scope: Any, send: Any) -> None:
         assert self.metrics is not None
-        if self._token is not None:
-            given = b""
-            for name, value in scope["headers"]:
-                if name == b"authorization":
-                    given = value
-                    break
-            if not hmac.compare_digest(given, b"Bearer " + self._token):
-                await _send_plain(send, 401, b'{"error":"metrics need the metrics token"}', b"application/json",
-                                  [(b"www-authenticate", b'Bearer realm="metrics"')])
-                return
-        await _send_plain(send, 200, self.metrics.render(), CONTENT_TYPE_LATEST.encode())
+        await serve_metrics(scope, send, self._token, self.metrics.render, CONTENT_TYPE_LATEST.encode())
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
