@@ -19,7 +19,6 @@ import pytest
 from mcp.client import Client
 from mcp.client.auth import OAuthClientProvider
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
 
 from connector.engine.archive import load_directory, pack_archive
 from connector.engine.recall import recall
@@ -33,7 +32,7 @@ from tests.connector.conftest import (
     memory_ids,
     upload_raw,
 )
-from tests.connector.oauth.live import sign_in_with_form
+from tests.connector.oauth import live
 from tests.support.processes import ServerProcess, console_script, free_port, run_server
 
 pytestmark = pytest.mark.timeout(300)
@@ -102,48 +101,9 @@ async def mcp_session(url: str, token: str, mode: str = "auto") -> Any:
             yield client
 
 
-class _Storage:
-    def __init__(self) -> None:
-        self.tokens: OAuthToken | None = None
-        self.client: OAuthClientInformationFull | None = None
-
-    async def get_tokens(self) -> OAuthToken | None:
-        return self.tokens
-
-    async def set_tokens(self, tokens: OAuthToken) -> None:
-        self.tokens = tokens
-
-    async def get_client_info(self) -> OAuthClientInformationFull | None:
-        return self.client
-
-    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
-        self.client = client_info
-
-
 def signed_in_provider(mcp_url: str, store_token: str) -> OAuthClientProvider:
     """The SDK's OAuth client, with a headless 'browser' that signs in with the store token."""
-    answers: dict[str, str] = {}
-
-    async def redirect_handler(authorization_url: str) -> None:
-        answers.clear()
-        answers.update(await sign_in_with_form(authorization_url, store_token))
-
-    async def callback_handler() -> AuthorizationCodeResult:
-        return AuthorizationCodeResult(code=answers["code"], state=answers.get("state"), iss=answers.get("iss"))
-
-    return OAuthClientProvider(
-        server_url=mcp_url,
-        client_metadata=OAuthClientMetadata(
-            redirect_uris=["http://127.0.0.1:1/callback"],  # type: ignore[list-item]
-            client_name="Tools E2E client",
-            grant_types=["authorization_code", "refresh_token"],
-            response_types=["code"],
-            token_endpoint_auth_method="none",
-        ),
-        storage=_Storage(),
-        redirect_handler=redirect_handler,
-        callback_handler=callback_handler,
-    )
+    return live.signed_in_provider(mcp_url, store_token, live.MemoryStorage(), client_name="Tools E2E client")
 
 
 def structured(result: Any) -> dict[str, Any]:

@@ -9,6 +9,8 @@ from pathlib import Path
 from urllib.parse import parse_qs, urljoin, urlsplit
 
 import httpx
+from mcp.client.auth import OAuthClientProvider
+from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
 
 from tests.support.processes import ServerProcess, console_script, free_port, run_server
 
@@ -55,3 +57,60 @@ async def sign_in_with_form(authorization_url: str, token: str) -> dict[str, str
         done = await http.post(action, data={"login_id": login_id_of(page.text), "token": token, "action": "allow"})
         assert done.status_code == 303, done.text
         return flat_query(done.headers["location"])
+
+
+class MemoryStorage:
+    """Token storage for the SDK's OAuth provider; ``history`` keeps every token set received."""
+
+    def __init__(self) -> None:
+        self.tokens: OAuthToken | None = None
+        self.client: OAuthClientInformationFull | None = None
+        self.history: list[OAuthToken] = []
+
+    async def get_tokens(self) -> OAuthToken | None:
+        return self.tokens
+
+    async def set_tokens(self, tokens: OAuthToken) -> None:
+        self.tokens = tokens
+        self.history.append(tokens)
+
+    async def get_client_info(self) -> OAuthClientInformationFull | None:
+        return self.client
+
+    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+        self.client = client_info
+
+
+def signed_in_provider(
+    mcp_url: str, store_token: str, storage: MemoryStorage, *, client_name: str,
+    redirect_uri: str = "http://127.0.0.1:1/callback", attempts: list[str] | None = None,
+) -> OAuthClientProvider:
+    """The SDK's OAuth client, with a headless 'browser' that signs in with ``store_token``.
+
+    The redirect URI is never contacted (the 'browser' reads the redirect itself); every
+    authorization URL opened is appended to ``attempts`` when given.
+    """
+    answers: dict[str, str] = {}
+
+    async def redirect_handler(authorization_url: str) -> None:
+        if attempts is not None:
+            attempts.append(authorization_url)
+        answers.clear()
+        answers.update(await sign_in_with_form(authorization_url, store_token))
+
+    async def callback_handler() -> AuthorizationCodeResult:
+        return AuthorizationCodeResult(code=answers["code"], state=answers.get("state"), iss=answers.get("iss"))
+
+    return OAuthClientProvider(
+        server_url=mcp_url,
+        client_metadata=OAuthClientMetadata(
+            redirect_uris=[redirect_uri],  # type: ignore[list-item]
+            client_name=client_name,
+            grant_types=["authorization_code", "refresh_token"],
+            response_types=["code"],
+            token_endpoint_auth_method="none",
+        ),
+        storage=storage,
+        redirect_handler=redirect_handler,
+        callback_handler=callback_handler,
+    )

@@ -14,11 +14,10 @@ import pytest
 from mcp.client import Client
 from mcp.client.auth import OAuthClientProvider
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
 from tests.support.processes import free_port
 
 from ..conftest import RunningStore
-from .live import running_connector, sign_in_with_form
+from .live import MemoryStorage, running_connector, signed_in_provider
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
 REDIRECT = "http://127.0.0.1:1/callback"  # never contacted: the test reads the redirect itself
@@ -26,53 +25,10 @@ TOOLS = {"brain_recall", "brain_status", "brain_use", "brain_memorize", "brain_p
          "brain_verify"}
 
 
-class MemoryStorage:
-    """Token storage for the SDK's OAuth provider."""
-
-    def __init__(self) -> None:
-        self.tokens: OAuthToken | None = None
-        self.client: OAuthClientInformationFull | None = None
-        self.history: list[OAuthToken] = []
-
-    async def get_tokens(self) -> OAuthToken | None:
-        return self.tokens
-
-    async def set_tokens(self, tokens: OAuthToken) -> None:
-        self.tokens = tokens
-        self.history.append(tokens)
-
-    async def get_client_info(self) -> OAuthClientInformationFull | None:
-        return self.client
-
-    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
-        self.client = client_info
-
-
 def oauth_provider(mcp_url: str, store_token: str, storage: MemoryStorage, attempts: list[str]) -> OAuthClientProvider:
     """The SDK's OAuth provider, with a 'browser' that fills in the sign-in form."""
-    answers: dict[str, str] = {}
-
-    async def redirect_handler(authorization_url: str) -> None:
-        attempts.append(authorization_url)
-        answers.clear()
-        answers.update(await sign_in_with_form(authorization_url, store_token))
-
-    async def callback_handler() -> AuthorizationCodeResult:
-        return AuthorizationCodeResult(code=answers["code"], state=answers.get("state"), iss=answers.get("iss"))
-
-    return OAuthClientProvider(
-        server_url=mcp_url,
-        client_metadata=OAuthClientMetadata(
-            redirect_uris=[REDIRECT],  # type: ignore[list-item]
-            client_name="E2E SDK client",
-            grant_types=["authorization_code", "refresh_token"],
-            response_types=["code"],
-            token_endpoint_auth_method="none",
-        ),
-        storage=storage,
-        redirect_handler=redirect_handler,
-        callback_handler=callback_handler,
-    )
+    return signed_in_provider(mcp_url, store_token, storage, client_name="E2E SDK client", redirect_uri=REDIRECT,
+                              attempts=attempts)
 
 
 async def list_tool_names(mcp_url: str, provider: OAuthClientProvider) -> set[str]:
