@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -20,6 +18,7 @@ from connector.oauth.clients import (
 from connector.oauth.redirects import redirect_uri_problem
 from connector.oauth.server import JsonReply, PageReply
 from connector.oauth.state import JsonCollection
+from tests.support.loopback import Answer, LoopbackServer
 
 from .conftest import BASE, World, query_of
 
@@ -107,40 +106,23 @@ def test_full_registry_is_503(world: World) -> None:
 # -- Client ID Metadata Documents ---------------------------------------------
 
 
-class _DocumentServer:
+class _DocumentServer(LoopbackServer):
     """A loopback HTTP server answering with documents set per path."""
 
     def __init__(self) -> None:
         self.documents: dict[str, tuple[int, bytes]] = {}
         self.hits = 0
-        outer = self
+        super().__init__(self._answer, poll_interval=0.02)
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
-                outer.hits += 1
-                status, body = outer.documents.get(self.path, (404, b"{}"))
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: object) -> None:
-                return
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.base = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-        self.thread.start()
+    def _answer(self, path: str) -> Answer:
+        self.hits += 1
+        status, body = self.documents.get(path, (404, b"{}"))
+        return status, "application/json", body
 
     def put(self, path: str, document: object, status: int = 200) -> str:
         raw = document if isinstance(document, bytes) else json.dumps(document).encode()
         self.documents[path] = (status, raw)
         return self.base + path
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 @pytest.fixture

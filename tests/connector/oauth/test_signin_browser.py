@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import secrets
 import shutil
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urlencode, urlsplit
 
@@ -14,6 +12,7 @@ import httpx
 import pytest
 
 from connector.oauth.pkce import s256
+from tests.support.loopback import Answer, LoopbackServer
 
 from ..conftest import RunningStore
 from .live import flat_query, running_connector
@@ -28,33 +27,17 @@ pytestmark = [
 ]
 
 
-class CallbackServer:
+class CallbackServer(LoopbackServer):
     """The client app's redirect endpoint on loopback: remembers what arrived."""
 
     def __init__(self) -> None:
         self.paths: list[str] = []
-        outer = self
+        super().__init__(self._answer)
+        self.url = self.base + "/callback"
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
-                outer.paths.append(self.path)
-                body = b"<!doctype html><title>done</title><p>Signed in; return to the app.</p>"
-                self.send_response(200)
-                self.send_header("Content-Type", "text/html")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: object) -> None:
-                return
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/callback"
-        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+    def _answer(self, path: str) -> Answer:
+        self.paths.append(path)
+        return 200, "text/html", b"<!doctype html><title>done</title><p>Signed in; return to the app.</p>"
 
 
 @pytest.fixture
