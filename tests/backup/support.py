@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import hashlib
-import io
 import os
 import subprocess
-import tarfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,6 +12,7 @@ from typing import Any
 
 import httpx
 
+from tests.s3.archives import archive  # noqa: F401 - re-exported for the backup tests
 from tests.support.processes import REPO_ROOT, ServerProcess, console_script, free_port, run_server
 
 KEY = "11" * 32
@@ -28,17 +27,6 @@ def cli(env: dict[str, str], *args: str, check: bool = True) -> subprocess.Compl
     if check and done.returncode != 0:
         raise AssertionError(f"brain-store {' '.join(args)} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
     return done
-
-
-def archive(files: dict[str, bytes]) -> bytes:
-    """A gzip-compressed tar of ``files``."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
 
 
 def sha(data: bytes) -> str:
