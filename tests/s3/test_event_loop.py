@@ -105,12 +105,14 @@ def test_concurrent_requests_overlap_their_s3_waits(moto: S3Service, tmp_path: P
         with running_store(tmp_path / "spool", env=env) as store:
             token = store.add_user("patient")
             wait_for_token(store.url, token)
-            assert _timed_lists(store.url, token, 1) < 30  # warm: brain created, records cached
+            # warm: brain created, records cached, a pooled S3 connection per concurrent call
+            assert _timed_lists(store.url, token, CONCURRENT) < 60
             proxy.delay = DELAY
             single = min(_timed_lists(store.url, token, 1) for _ in range(2))
             assert single >= DELAY  # the list really waits on S3
-            together = _timed_lists(store.url, token, CONCURRENT)
-    # serialised on the event loop this would be about CONCURRENT x single
+            # best of two: a loaded machine may stall one round, never halve a serial one
+            together = min(_timed_lists(store.url, token, CONCURRENT) for _ in range(2))
+    # serialised on the event loop this would be at least CONCURRENT x single
     assert together < 4 * single, f"{CONCURRENT} concurrent lists took {together:.2f}s, one {single:.2f}s"
 
 
