@@ -119,6 +119,9 @@ class Authenticator:
         if token.startswith("bst_"):
             if is_static_token(token):
                 user = self.registry.by_token(token)
+                if user is None and self.registry.blocking:
+                    # maybe made on another replica a moment ago: look at the shared copy, off the loop
+                    user = await anyio.to_thread.run_sync(self.registry.recheck_token, token)
                 if user is not None:
                     principal = Principal(user.id, user.email, "static", user.name)
         elif self.oidc is not None:

@@ -93,6 +93,8 @@ class _Index:
 class UserRegistry:
     """Reads and changes ``users.json`` in one data directory."""
 
+    blocking = False  # recheck_token waits on the network (S3): call it in a worker thread
+
     def __init__(self, data_dir: Path, *, fsync: bool = True) -> None:
         self.path = Path(data_dir) / "users.json"
         self.lock_path = Path(data_dir) / "users.lock"
@@ -142,6 +144,11 @@ class UserRegistry:
         if user is None or not hmac.compare_digest(user.token_sha256, digest):
             return None
         return user
+
+    def recheck_token(self, token: str) -> User | None:
+        """Look again for a token ``by_token`` did not know; a registry that keeps its document
+        elsewhere (``blocking``) fetches the latest copy first. On disk ``by_token`` already did."""
+        return None
 
     def get(self, user_id: str) -> User | None:
         """The user with this id."""

@@ -40,6 +40,8 @@ _decoder = msgspec.json.Decoder(UsersDocument)
 class S3UserRegistry(UserRegistry):
     """``UserRegistry`` whose document is an object in the bucket."""
 
+    blocking = True
+
     def __init__(self, client: Any, bucket: Bucket, *, poll_seconds: float = 1.0) -> None:
         # The parent's constructor binds a local file; this registry binds an object instead.
         self._client = client
@@ -96,8 +98,9 @@ class S3UserRegistry(UserRegistry):
     def refresh(self) -> None:
         """No I/O here (hot path): the poller thread installs changes as they appear."""
 
-    def by_token(self, token: str) -> User | None:
-        """As on disk; an unknown token triggers one early look at S3 (rate-limited)."""
+    def recheck_token(self, token: str) -> User | None:
+        """An unknown token triggers one early look at S3 (rate-limited); blocking, so servers
+        call it in a worker thread. ``by_token`` itself answers from memory only."""
         user = super().by_token(token)
         if user is None and self._poller is not None and time.monotonic() - self._last_fetch > MISS_REFRESH_SECONDS:
             try:
