@@ -22,7 +22,7 @@ import httpx
 from tests.contract.harness import running_store
 from tests.s3.servers import S3Service, wait_for_token
 
-DELAY = 0.2
+DELAY = 0.4
 CONCURRENT = 8
 
 
