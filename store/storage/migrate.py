@@ -77,7 +77,7 @@ def _copy_users(src: UserRegistry, dst: UserRegistry) -> int:
         doc.denied.extend(d for d in source.denied if (d.issuer, d.subject) not in known)
         return added
 
-    return int(dst._edit(merge))
+    return int(dst.edit(merge))
 
 
 def _import_s3(dst: S3Backend, meta: BrainMeta, blobs: dict[str, Path]) -> bool:
