@@ -62,6 +62,22 @@ def _entries(snapshot: Snapshot) -> dict[str, Any]:
     return memories if isinstance(memories, dict) else {}
 
 
+def with_notices(result: types.CallToolResult, notices: list[str]) -> types.CallToolResult:
+    """``result`` with messages about dropped writes put first in its text and in its note."""
+    told = " ".join(notices)
+    content = [types.TextContent(type="text", text=f"Important: {told}"), *result.content]
+    structured = result.structured_content
+    if structured is not None:
+        structured = {**structured, "note": f"{told} {structured['note']}" if structured.get("note") else told}
+    return types.CallToolResult(content=content, structured_content=structured, is_error=result.is_error)
+
+
+def _refused_for_good(outcome: WriteOutcome) -> None:
+    """Raise the user's message when the store refused this write for good (nothing saved)."""
+    if outcome.discarded:
+        raise ToolFailure(f"Not saved. {outcome.discarded}")
+
+
 def _sync_note(outcome: WriteOutcome) -> str | None:
     notes = []
     if not outcome.synced:
@@ -155,6 +171,13 @@ class BrainTools:
                 f"{name} changes the brain and needs the '{WRITE_SCOPE}' permission, which this sign-in did not "
                 "grant (read-only access). Ask the user to reconnect with write access."
             )
+        result = await self._run(name, caller, args)
+        # Writes dropped for good (brain deleted, access lost) are told on the next call, whatever it is.
+        notices = self.manager.take_notices(caller.account.subject)
+        return with_notices(result, notices) if notices else result
+
+    async def _run(self, name: str, caller: Caller, args: Args) -> types.CallToolResult:
+        """The tool's handler, with every refusal or failure turned into an error result."""
         try:
             return await self._handlers[name](caller, args)
         except (ArgumentError, BrainError, RecallError, ToolFailure, BrainUnavailable, UnknownBrain) as exc:
@@ -295,6 +318,7 @@ class BrainTools:
             agent=caller.account.client_name,
         )
         outcome = await self.manager.write(caller.account, op, "memorize")
+        _refused_for_good(outcome)
         self.prewarm(outcome)
         stored = dict(outcome.result["stored"][0])
         structured: dict[str, Any] = {"stored": stored, "synced": outcome.synced}
@@ -305,6 +329,7 @@ class BrainTools:
 
     async def _simple_write(self, caller: Caller, op: Any, label: str, verb: str) -> types.CallToolResult:
         outcome = await self.manager.write(caller.account, op, label)
+        _refused_for_good(outcome)
         self.prewarm(outcome)
         structured = {**outcome.result, "synced": outcome.synced}
         note = _sync_note(outcome)
@@ -340,6 +365,7 @@ class BrainTools:
         if not ids:
             raise ToolFailure(f"'{action}' needs 'ids': the memory ids to {action} (see brain_verify with action list).")
         outcome = await self.manager.write(caller.account, Verify(action, ids), f"verify-{action}")
+        _refused_for_good(outcome)
         self.prewarm(outcome)
         structured = {**outcome.result, "synced": outcome.synced}
         note = _sync_note(outcome)

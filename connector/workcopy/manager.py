@@ -6,7 +6,10 @@ unsynced writes). Every write is an engine operation applied to the copy, then
 the whole brain is packed and uploaded with ``If-Match``; on 412 the store's
 brain is pulled and the pending operations are applied again, in order, with
 their original ids. A write that the store has not accepted yet is kept and
-retried in the background: it is never dropped, not even by the idle purge.
+retried in the background: it is never dropped, not even by the idle purge,
+with one exception: when the store says the brain is gone (404) or that this
+sign-in may no longer write it (401/403), retrying can never succeed, so the held
+writes are dropped and the user is told on their next tool call.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from connector.workcopy.store_client import (
     PreconditionFailed,
     StoreClient,
     StoreError,
+    StoreForbidden,
     StoreNotFound,
     StoreUnauthorized,
     StoreUnreachable,
@@ -102,6 +106,11 @@ class ManagerTuning:
     retry_cap_s: float = 1.0
     held_retry_s: float = 5.0
     maintenance_every_s: float = 5.0
+    # Caps on the copies held at once (0 = no cap): beyond either, the least recently
+    # used clean copies are dropped (they are pulled again when needed). A copy with
+    # writes the store has not accepted yet is never dropped.
+    max_copies: int = 0
+    max_copy_bytes: int = 0
     # What one working copy may hold once unpacked (the whole brain lives in memory).
     archive_limits: ArchiveLimits = field(
         default_factory=lambda: ArchiveLimits(max_inflated=256 * 1024 * 1024, max_entries=200_000)
@@ -169,6 +178,11 @@ def identity_for(account: Account, brains: list[BrainRecord], active: BrainRecor
     return Identity(STATUS_OK, None, tuple(brains), active.id if active else None)
 
 
+def brain_bytes(brain: Brain) -> int:
+    """What a brain's files weigh: the measure of the copies' byte budget."""
+    return sum(map(len, brain.files.values()))
+
+
 def _checksum(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -198,6 +212,8 @@ class WorkingCopyManager:
         self._sleep = sleep
         self._copies: dict[tuple[str, str | None], WorkingCopy] = {}
         self._users: dict[str, _UserState] = {}
+        # Per subject: what the user must hear about writes that were dropped (see _discard).
+        self._notices: dict[str, list[str]] = {}
         self._maintenance: asyncio.Task[None] | None = None
 
     # ----- lifecycle -------------------------------------------------------
@@ -323,6 +339,7 @@ class WorkingCopyManager:
             copy.brain, copy.base_checksum = Brain(), None
             copy.key = _empty_key(copy.subject, copy.brain_id)
             copy.checked_at = self._mono()
+            copy.size_bytes = 0
             return
         copy.checked_at = self._mono()
         if download.not_modified:
@@ -337,6 +354,7 @@ class WorkingCopyManager:
             ) from None
         checksum = download.checksum or _checksum(download.data)
         copy.brain, copy.base_checksum, copy.key = brain, checksum, checksum
+        copy.size_bytes = brain_bytes(brain)
 
     async def _refresh(self, copy: WorkingCopy, *, force: bool = False) -> None:
         """Freshness rule: re-check a clean copy once the TTL passed (or when forced). Lock held."""
@@ -369,6 +387,14 @@ class WorkingCopyManager:
 
     async def snapshot(self, account: Account) -> Snapshot:
         """A fresh-enough read view of the user's active brain (pulling it if needed)."""
+        for _ in range(3):
+            view = await self._snapshot_once(account)
+            if view is not None:
+                return view
+        raise BrainUnavailable("The brain changed at the store while it was being read; try again.")
+
+    async def _snapshot_once(self, account: Account) -> Snapshot | None:
+        """One attempt; None when the copy was dropped meanwhile (its brain deleted at the store)."""
         try:
             brains, active = await self._active(account)
         except StoreUnreachable:
@@ -387,6 +413,9 @@ class WorkingCopyManager:
         else:
             async with copy.lock:
                 await self._refresh(copy)
+            if copy.discarded is not None:
+                return None  # its held writes were refused for good: look again from the brain list
+        self._enforce_budget()
         return Snapshot(
             brain=copy.brain,
             key=copy.key,
@@ -408,8 +437,19 @@ class WorkingCopyManager:
         """Apply ``op`` to the user's active brain and push it; never loses an acknowledged write.
 
         Raises the operation's own error (nothing changed) when it refuses, and
-        BrainUnavailable when the brain cannot be loaded at all.
+        BrainUnavailable when the brain cannot be loaded at all. When the store
+        refuses the push for good (brain deleted, access lost) the outcome carries
+        ``discarded``: the write was not saved.
         """
+        for _ in range(3):
+            outcome = await self._write_once(account, op, label)
+            if outcome is not None:
+                self._enforce_budget()
+                return outcome
+        raise BrainUnavailable("The brain changed at the store while saving; nothing was saved. Try again.")
+
+    async def _write_once(self, account: Account, op: Operation, label: str) -> WriteOutcome | None:
+        """One attempt; None when the copy left the manager before the write touched it."""
         try:
             brains, active = await self._active(account)
         except StoreUnauthorized:
@@ -446,13 +486,24 @@ class WorkingCopyManager:
         async with copy.lock:
             if copy.brain_id is not None:
                 await self._refresh(copy)
+            if copy.discarded is not None or self._copies.get((copy.subject, copy.brain_id)) is not copy:
+                return None  # dropped (brain deleted) or evicted meanwhile: start again from the brain list
             at = self.now()
             working = copy.brain.copy()
             result = op.apply(working, at)  # refusal raises here, before anything changed
             copy.brain = working
+            copy.size_bytes = brain_bytes(working)
             copy.key = f"local:{copy.subject}:{copy.brain_id}:{id(working)}:{at.timestamp()}"
             copy.pending.append(PendingWrite(op=op, at=at, label=label))
             dropped = await self._push(copy)
+            discarded = copy.discarded
+            if discarded is not None:
+                # Told now, in this call's result: not again on the next one.
+                notices = self._notices.get(copy.subject, [])
+                if discarded in notices:
+                    notices.remove(discarded)
+                if not notices:
+                    self._notices.pop(copy.subject, None)
             return WriteOutcome(
                 result=result,
                 synced=not copy.dirty,
@@ -461,8 +512,9 @@ class WorkingCopyManager:
                 held_reason=copy.held_reason,
                 pending_writes=len(copy.pending),
                 dropped=tuple(dropped),
-                brain=copy.brain,
-                key=copy.key,
+                brain=None if discarded else copy.brain,
+                key=None if discarded else copy.key,
+                discarded=discarded,
             )
 
     async def _ensure_brain(self, copy: WorkingCopy) -> None:
@@ -506,6 +558,12 @@ class WorkingCopyManager:
                 log.info("push lost a race; rebasing pending writes", extra={"attempt": attempt + 1})
                 try:
                     dropped += await self._rebase(copy)
+                except (StoreUnauthorized, StoreForbidden) as exc:
+                    if self._final(copy, exc):
+                        self._discard(copy, exc)
+                    else:
+                        self._hold(copy, "the sign-in expired; the write is pushed when the user signs in again")
+                    return dropped
                 except (StoreError, BrainUnavailable) as exc:
                     self._hold(copy, str(exc))
                     return dropped
@@ -515,8 +573,11 @@ class WorkingCopyManager:
                 delay = min(self.tuning.retry_cap_s, self.tuning.retry_base_s * (2**attempt))
                 await self._sleep(random.uniform(0, delay))
                 continue
-            except StoreNotFound:
-                self._hold(copy, "the brain was deleted at the store")
+            except (StoreNotFound, StoreUnauthorized, StoreForbidden) as exc:
+                if self._final(copy, exc):
+                    self._discard(copy, exc)
+                else:
+                    self._hold(copy, "the sign-in expired; the write is pushed when the user signs in again")
                 return dropped
             except StoreError as exc:
                 self._hold(copy, str(exc))
@@ -553,6 +614,7 @@ class WorkingCopyManager:
                 log.warning("a pending write no longer applies after a concurrent change", extra={"op": pending.label})
                 dropped.append(f"{pending.label}: {exc}")
         copy.brain, copy.base_checksum, copy.pending = working, checksum, kept
+        copy.size_bytes = brain_bytes(working)
         copy.key = f"rebased:{copy.subject}:{copy.brain_id}:{checksum}:{len(kept)}:{id(working)}"
         copy.checked_at = self._mono()
         return dropped
@@ -568,12 +630,100 @@ class WorkingCopyManager:
         copy.checked_at = self._mono()
         copy.synced_at = time.time()
 
+    @staticmethod
+    def _final(copy: WorkingCopy, refusal: StoreError) -> bool:
+        """Whether a refusal means the writes can never be pushed.
+
+        404 (brain gone) and 403 (not allowed) always do; 401 does for a store token
+        (revoked or rotated) but not for an organisation sign-in, whose ID token simply
+        expires within the hour and is renewed the next time the user comes back.
+        """
+        return not (isinstance(refusal, StoreUnauthorized) and copy.account.kind == "oidc")
+
+    def _discard(self, copy: WorkingCopy, refusal: StoreError) -> None:
+        """The store refused the copy's writes for good: drop them and the copy, tell the user later.
+
+        A 404 means the brain was deleted (by another device or the operator); 401/403
+        mean this sign-in may no longer write it. Retrying would never succeed, so the
+        writes are dropped, the copy (which still holds them) is removed, and a notice
+        waits for the user's next tool call. The log names the count and the kinds of
+        write, never their content. Lock held.
+        """
+        labels = [pending.label for pending in copy.pending]
+        gone = isinstance(refusal, StoreNotFound)
+        if gone:
+            why = f"the brain '{copy.brain_name}' was deleted at the store"
+        else:
+            why = f"the store no longer accepts this sign-in's writes to the brain '{copy.brain_name}'"
+        counted = ", ".join(f"{labels.count(label)} {label}" for label in dict.fromkeys(labels))
+        notice = (
+            f"{len(labels)} write(s) ({counted}) could not be saved and were dropped: {why}. "
+            "They are not in any brain. Ask the user whether to save them again"
+            + (" (a new write goes to the account's remaining or a new brain)." if gone else " after signing in again.")
+        )
+        copy.pending.clear()
+        copy.held_reason = None
+        copy.failures = 0
+        copy.next_retry_at = 0.0
+        copy.discarded = notice
+        for key, held in list(self._copies.items()):
+            if held is copy:
+                del self._copies[key]
+        state = self._users.get(copy.subject)
+        if state is not None:
+            state.brains_at = -1e18  # the brain list changed (or access did): list again next time
+        self._notices.setdefault(copy.subject, []).append(notice)
+        log.warning(
+            "held writes dropped: the store refused them for good",
+            extra={"writes": len(labels), "kinds": counted, "status": refusal.status, "brain_id": copy.brain_id},
+        )
+
+    def take_notices(self, subject: str) -> list[str]:
+        """Messages for the user about their writes that were dropped (each is given once)."""
+        return self._notices.pop(subject, [])
+
     def _hold(self, copy: WorkingCopy, reason: str) -> None:
         copy.held_reason = reason
         copy.failures += 1
         backoff = min(60.0, self.tuning.held_retry_s * (2 ** min(copy.failures - 1, 4)))
         copy.next_retry_at = self._mono() + backoff * random.uniform(0.8, 1.2)
         log.warning("writes held, not yet synced", extra={"pending": len(copy.pending), "reason": reason})
+
+    # ----- memory budget ---------------------------------------------------
+
+    def _enforce_budget(self) -> int:
+        """Drop least recently used clean copies while over ``max_copies`` or ``max_copy_bytes``.
+
+        Never a copy holding unpushed writes, one in use (locked), or the most recently
+        used one (the copy just served: dropping it would only make the next call pull
+        it again). Returns how many copies were dropped.
+        """
+        most, budget = self.tuning.max_copies, self.tuning.max_copy_bytes
+        count = len(self._copies)
+        total = sum(copy.size_bytes for copy in self._copies.values()) if budget else 0
+
+        def over() -> bool:
+            return bool((most and count > most) or (budget and total > budget))
+
+        if not over():
+            return 0
+        ordered = sorted(self._copies.items(), key=lambda item: item[1].used_at)
+        evicted = 0
+        for key, copy in ordered[:-1]:
+            if not over():
+                break
+            if copy.dirty or copy.lock.locked():
+                continue
+            del self._copies[key]
+            count -= 1
+            total -= copy.size_bytes
+            evicted += 1
+        if evicted:
+            log.info(
+                "dropped least recently used working copies over the budget",
+                extra={"evicted": evicted, "copies": count, **({"bytes": total} if budget else {})},
+            )
+        return evicted
 
     # ----- maintenance -----------------------------------------------------
 
@@ -591,8 +741,10 @@ class WorkingCopyManager:
                 if self._copies.get(key) is copy:
                     del self._copies[key]
                     log.info("purged an idle working copy")
+        self._enforce_budget()
         for subject in [s for s in self._users if not any(k[0] == s for k in self._copies)]:
-            del self._users[subject]
+            if subject not in self._notices:  # keep the brain list cache of a user still owed a notice
+                del self._users[subject]
 
     async def purge_user(self, subject: str) -> int:
         """Drop a user's copies (their last session ended), pushing held writes first.

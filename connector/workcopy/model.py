@@ -81,6 +81,11 @@ class WorkingCopy:
     next_retry_at: float = 0.0
     failures: int = 0
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # Set when the store refused the copy's writes for good (brain deleted, access lost):
+    # the copy is out of the manager and must not be served; the text is for the user.
+    discarded: str | None = None
+    # Bytes of the brain's files (what the copy costs in memory, roughly), for the LRU budget.
+    size_bytes: int = 0
 
     @property
     def dirty(self) -> bool:
@@ -111,6 +116,8 @@ class WriteOutcome:
     dropped: tuple[str, ...] = ()
     brain: Brain | None = None
     key: str | None = None
+    # The user's message when the store refused this write (and any held with it) for good.
+    discarded: str | None = None
 
 
 @dataclass(frozen=True)
