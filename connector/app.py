@@ -246,6 +246,8 @@ def build_parts(settings: ConnectorSettings, *, tuning: ManagerTuning | None = N
             idle_purge_s=settings.idle_purge_s,
             brains_ttl_s=min(30.0, settings.repull_ttl_s) if settings.repull_ttl_s > 0 else 30.0,
             maintenance_every_s=max(0.2, min(5.0, settings.idle_purge_s / 4 if settings.idle_purge_s else 5.0)),
+            max_copies=settings.max_working_copies,
+            max_copy_bytes=settings.max_working_copy_bytes,
         ),
     )
     tools = BrainTools(manager, allowed=settings.tools)

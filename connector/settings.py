@@ -54,6 +54,9 @@ class ConnectorSettings:
     trust_proxy: tuple[str, ...] = ("loopback",)
     repull_ttl_ms: int = 120_000
     idle_purge_ms: int = 900_000
+    # Caps on working copies held in memory (0 = no cap); least recently used clean copies go first.
+    max_working_copies: int = 256
+    max_working_copies_mb: int = 2048
     refresh_ttl_ms: int = 30 * 24 * 3600 * 1000
     refresh_grace_ms: int = 60_000
     tools: tuple[str, ...] = TOOL_NAMES
@@ -74,6 +77,11 @@ class ConnectorSettings:
     def repull_ttl_s(self) -> float:
         """Freshness interval in seconds (0 means never re-check)."""
         return self.repull_ttl_ms / 1000.0
+
+    @property
+    def max_working_copy_bytes(self) -> int:
+        """The working copies' byte budget (0 means none)."""
+        return self.max_working_copies_mb * 1024 * 1024
 
     @property
     def idle_purge_s(self) -> float:
@@ -195,6 +203,8 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     put("trust_proxy", _csv(_env(env, "CONNECTOR_TRUST_PROXY")))
     put("repull_ttl_ms", _int(env, "CONNECTOR_REPULL_TTL_MS"))
     put("idle_purge_ms", _int(env, "CONNECTOR_IDLE_PURGE_MS"))
+    put("max_working_copies", _int(env, "CONNECTOR_MAX_WORKING_COPIES"))
+    put("max_working_copies_mb", _int(env, "CONNECTOR_MAX_WORKING_COPIES_MB"))
     put("refresh_ttl_ms", _int(env, "CONNECTOR_REFRESH_TTL_MS"))
     put("refresh_grace_ms", _int(env, "CONNECTOR_REFRESH_GRACE_MS"))
     put("tools", _csv(_env(env, "CONNECTOR_TOOLS")))

@@ -94,3 +94,12 @@ def test_bad_numbers_and_urls() -> None:
     with pytest.raises(SettingsError, match="CONNECTOR_PUBLIC_URL"):
         ConnectorSettings.load({**STORE, "CONNECTOR_PUBLIC_URL": "not a url"})
     assert ConnectorSettings.load({**STORE, "CONNECTOR_REPULL_TTL_MS": "0"}).repull_ttl_s == 0
+
+
+def test_working_copy_caps() -> None:
+    settings = ConnectorSettings.load(STORE)
+    assert (settings.max_working_copies, settings.max_working_copies_mb) == (256, 2048)
+    capped = ConnectorSettings.load({**STORE, "CONNECTOR_MAX_WORKING_COPIES": "10", "CONNECTOR_MAX_WORKING_COPIES_MB": "0"})
+    assert (capped.max_working_copies, capped.max_working_copy_bytes) == (10, 0)
+    with pytest.raises(SettingsError, match="CONNECTOR_MAX_WORKING_COPIES"):
+        ConnectorSettings.load({**STORE, "CONNECTOR_MAX_WORKING_COPIES": "many"})

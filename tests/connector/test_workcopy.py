@@ -569,3 +569,61 @@ def test_an_archive_inflating_beyond_the_copy_limit_is_refused(store: RunningSto
         await small.close()
 
     run(scenario())
+
+
+def test_lru_cap_drops_clean_copies_only(store: RunningStore) -> None:
+    users = [store.add_user(f"lru{number}") for number in range(4)]
+    for user in users:
+        direct_memorize(store.url, user.token, brains_of(store.url, user.token)[0]["id"], f"A fact of {user.name}")
+
+    async def scenario() -> None:
+        client = FlakyUploads(store.url)
+        manager = WorkingCopyManager(client, tuning=ManagerTuning(max_copies=2, held_retry_s=60.0))
+        accounts = [account_for(user) for user in users]
+        for account in accounts[:3]:
+            await manager.snapshot(account)
+        held_by = {key[0] for key in manager.copies}
+        assert held_by == {accounts[1].subject, accounts[2].subject}  # the least recently used went first
+        # A copy with a write the store has not accepted is never dropped, however old.
+        client.failing = True
+        outcome = await manager.write(accounts[1], connector_memorize("Held while the store is away"), "memorize")
+        assert not outcome.synced
+        for account in (accounts[0], accounts[2], accounts[3], accounts[0]):
+            await manager.snapshot(account)
+            assert accounts[1].subject in {key[0] for key in manager.copies}
+            assert len(manager.copies) <= 2
+        # Once pushed it is clean, and the next pass may drop it.
+        client.failing = False
+        manager.tuning.held_retry_s = 0.0
+        for copy in manager.copies.values():
+            copy.next_retry_at = 0.0
+        await manager.maintain()
+        assert not any(copy.dirty for copy in manager.copies.values())
+        await manager.snapshot(accounts[3])
+        assert {key[0] for key in manager.copies} == {accounts[0].subject, accounts[3].subject}
+        stored, _ = download_brain(store.url, users[1].token, brains_of(store.url, users[1].token)[0]["id"])
+        assert outcome.result["stored"][0]["id"] in memory_ids(stored)
+        # A dropped copy is pulled again when its user comes back.
+        again = await manager.snapshot(accounts[1])
+        assert outcome.result["stored"][0]["id"] in memory_ids(again.brain)
+        await manager.close()
+
+    run(scenario())
+
+
+def test_byte_budget_keeps_the_copy_in_use(store: RunningStore) -> None:
+    users = [store.add_user(f"bytes{number}") for number in range(3)]
+    for user in users:
+        direct_memorize(store.url, user.token, brains_of(store.url, user.token)[0]["id"], f"A fact of {user.name}")
+
+    async def scenario() -> None:
+        # One byte: every copy is over budget alone, so only the one just served stays.
+        manager = WorkingCopyManager(StoreClient(store.url), tuning=ManagerTuning(max_copy_bytes=1))
+        for user in users:
+            snap = await manager.snapshot(account_for(user))
+            assert snap.brain is not None and len(memory_ids(snap.brain)) == 1
+            assert [key[0] for key in manager.copies] == [account_for(user).subject]
+            assert next(iter(manager.copies.values())).size_bytes > 1
+        await manager.close()
+
+    run(scenario())
