@@ -12,13 +12,16 @@ import functools
 import json
 import math
 import threading
-from collections import OrderedDict, defaultdict
+from collections import OrderedDict
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
+import numpy as np
 
 from connector.engine.brain import Brain
+from connector.engine.columns import Columns, Postings
 from connector.engine.gcpause import gc_paused
 from connector.engine.jsvalues import is_number, js_truthy, number_or_none, parse_iso_ms
 from connector.engine.text import document_text, js_key_order, memory_body, term_counts
@@ -105,21 +108,21 @@ class BrainIndex:
     doc_count: int
     avgdl: float
     df: dict[str, float]
-    postings: dict[str, list[int]]  # term -> positions of the documents holding it
+    postings: Postings  # term -> documents holding it, with their counts (flat arrays)
     doc_tfs: list[dict[str, Any]]  # per document: term -> count, as stored
     doc_norms: list[float]
     doc_memory: list[int | None]
+    doc_memory_array: np.ndarray  # doc_memory as int64, -1 for None
     edges: dict[str, list[tuple[str, float]]] | None
     quarantine_enforce: bool
     stats_rebuilt: bool
     ctx_groups: list[tuple[str | None, str | None, frozenset[Any] | None]] = field(default_factory=list)
-    bounds: ValueBounds | None = None
+    columns: Columns | None = None  # None: recall scores every memory the scalar way
     _idf_cache: dict[str, float] = field(default_factory=dict, repr=False)
     _term_cache: dict[str, tuple[list[int], list[float], list[float]]] = field(default_factory=dict, repr=False)
     _contrib_cache: dict[str, tuple[list[int], list[float], float]] = field(default_factory=dict, repr=False)
     _edge_maps: dict[str, dict[str, tuple[int, float]]] | None = field(default=None, repr=False)
     _in_edges: dict[str, list[str]] | None = field(default=None, repr=False)
-    _reverse: dict[str, dict[str, tuple[float, float | None]]] = field(default_factory=dict, repr=False)
 
     @classmethod
     def build(cls, brain: Brain) -> BrainIndex:
@@ -148,41 +151,42 @@ class BrainIndex:
             doc_count, doc_items, df = _rebuild_documents(brain, memories)
         else:
             doc_count, doc_items, df = documents
-        # Counts are taken as stored; non-numbers and non-positive ones are skipped
-        # when a query reads the postings (keeps this loop, the build's hot spot, lean).
-        # Postings hold document positions only (no per-pair tuple: this loop is the
-        # build's hot spot); a query reads the counts back from ``doc_tfs``.
-        postings: defaultdict[str, list[int]] = defaultdict(list)
         lengths = [length for _, _, length in doc_items]
         doc_memory = [positions.get(memory_id) for memory_id, _, _ in doc_items]
         doc_tfs = [tf for _, tf, _ in doc_items]
-        for doc_pos, tf in enumerate(doc_tfs):
-            for term in tf:
-                postings[term].append(doc_pos)
         total_length = 0.0
         for length in lengths:
             total_length += length
         avgdl = total_length / doc_count if doc_count else 0.0
         doc_norms = [_norm(length, avgdl) for length in lengths]
+        # Counts are taken as stored; non-numbers and non-positive ones are skipped
+        # when a query reads the postings.
+        postings = Postings.build(doc_tfs, doc_norms)
 
         edges = _edges(read_json(brain, "associations.json"))
         config = read_json(brain, "config.json")
         enforce = isinstance(config, dict) and config.get("quarantine_mode") == "enforce"
+        ctx_groups = _context_groups(memories)
+        try:
+            columns: Columns | None = Columns.build(memories, positions, ctx_groups, edges)
+        except (OverflowError, ValueError):
+            columns = None  # values beyond int64/float64: recall takes the scalar path
         return cls(
             memories=memories,
             positions=positions,
             doc_count=doc_count,
             avgdl=avgdl,
             df=df,
-            postings=dict(postings),
+            postings=postings,
             doc_tfs=doc_tfs,
             doc_norms=doc_norms,
             doc_memory=doc_memory,
+            doc_memory_array=np.array([-1 if doc is None else doc for doc in doc_memory], dtype=np.int64),
             edges=edges,
             quarantine_enforce=enforce,
             stats_rebuilt=stats_rebuilt,
-            ctx_groups=_context_groups(memories),
-            bounds=ValueBounds.of(memories, edges),
+            ctx_groups=ctx_groups,
+            columns=columns,
         )
 
     @classmethod
@@ -191,20 +195,51 @@ class BrainIndex:
         in ``cache`` (the process-wide one by default); built afresh without a key."""
         return index_for(brain, key, DEFAULT_CACHE if cache is None else cache)
 
-    def reverse_paths(self, target: str) -> dict[str, tuple[float, float | None]]:
-        """Every source whose spreading walk reaches ``target``: ``{source: (w1, w2)}``.
+    def spread_bonus(self, target: str, strength_of: Callable[[str], float | None]) -> float:
+        """The spreading bonus of ``target`` (uncapped; 0.0 when none).
 
-        ``w2`` None: ``target`` is the source's neighbour (bonus s x w1 x 0.5).
-        Otherwise two hops through the source's *first* neighbour, in file order,
-        that links to ``target`` (bonus s x w1 x 0.5 x w2 x 0.25): exactly the path
-        the reference's breadth-first walk from that source records. Cached (LRU).
+        ``strength_of(node)`` gives a source's strength, or None when that node is
+        not a source with strength > 0.3 (the caller memoises it).
+
+        Computed backwards from ``target``, exactly as the reference's forward
+        walks record it: a source linking to ``target`` gives s x w1 x 0.5; any other
+        source gives s x w1 x 0.5 x w2 x 0.25 through its *first* neighbour, in file
+        order, that links to ``target`` (the breadth-first walk visits ``target``
+        from there and never again). The best over the sources, as the walks keep it.
         """
-        cached = self._reverse.get(target)
-        if cached is not None:
-            return cached
-        edges = self.edges or {}
-        if self._edge_maps is None:
-            # neighbour -> (position in the source's file order, weight)
+        maps, incoming_of = self._reverse_maps()
+        direct = incoming_of.get(target, ())
+        best = 0.0
+        for source in direct:
+            if source != target:
+                strength = strength_of(source)
+                if strength is not None:
+                    bonus = strength * maps[source][target][1] * 0.5
+                    if bonus > best:
+                        best = bonus
+        # Two hops: for each source, the middle node earliest in its own order wins.
+        earliest: dict[str, tuple[int, float, float]] = {}
+        direct_set = set(direct)
+        for middle in direct:
+            second = maps[middle][target][1]
+            for source in incoming_of.get(middle, ()):
+                if source == target or source == middle or source in direct_set or strength_of(source) is None:
+                    continue
+                order, first = maps[source][middle]
+                known = earliest.get(source)
+                if known is None or order < known[0]:
+                    earliest[source] = (order, first, second)
+        for source, (_, first, second) in earliest.items():
+            bonus = strength_of(source) * first * 0.5 * second * 0.25  # type: ignore[operator]
+            if bonus > best:
+                best = bonus
+        return best
+
+    def _reverse_maps(self) -> tuple[dict[str, dict[str, tuple[int, float]]], dict[str, list[str]]]:
+        """Edge maps (node -> neighbour -> (position in file order, weight)) and
+        incoming lists (node -> nodes linking to it), prepared on first use."""
+        if self._edge_maps is None or self._in_edges is None:
+            edges = self.edges or {}
             self._edge_maps = {
                 node: {neighbour: (i, weight) for i, (neighbour, weight) in enumerate(neighbours)}
                 for node, neighbours in edges.items()
@@ -214,29 +249,7 @@ class BrainIndex:
                 for neighbour, _ in neighbours:
                     incoming.setdefault(neighbour, []).append(node)
             self._in_edges = incoming
-        maps, incoming_of = self._edge_maps, self._in_edges or {}
-        paths: dict[str, tuple[float, float | None]] = {}
-        direct = incoming_of.get(target, [])
-        for source in direct:
-            if source != target:
-                paths[source] = (maps[source][target][1], None)
-        # Two hops: for each source, the middle node earliest in its own order wins.
-        earliest: dict[str, tuple[int, float, float]] = {}
-        for middle in direct:
-            second = maps[middle][target][1]
-            for source in incoming_of.get(middle, ()):
-                if source == target or source == middle or source in paths:
-                    continue
-                order, first = maps[source][middle]
-                known = earliest.get(source)
-                if known is None or order < known[0]:
-                    earliest[source] = (order, first, second)
-        for source, (_, first, second) in earliest.items():
-            paths[source] = (first, second)
-        if len(self._reverse) >= 20_000:
-            self._reverse.clear()  # bounded memory on huge, dense graphs
-        self._reverse[target] = paths
-        return paths
+        return self._edge_maps, self._in_edges
 
     def term_postings(self, term: str) -> tuple[list[int], list[float], list[float]]:
         """A term's usable postings as (documents, f x (k1 + 1), f + k1 x (1 - b + b x dl / avgdl)).
@@ -251,7 +264,7 @@ class BrainIndex:
             numerators: list[float] = []
             denominators: list[float] = []
             norms, tfs = self.doc_norms, self.doc_tfs
-            for doc in self.postings.get(term, ()):
+            for doc in self.postings.term_docs(term).tolist():
                 f = tfs[doc][term]
                 kind = f.__class__
                 if (kind is int or kind is float) and f > 0:
@@ -294,32 +307,6 @@ class BrainIndex:
                 cached = 0.0
             self._idf_cache[term] = cached
         return cached
-
-
-@dataclass(frozen=True)
-class ValueBounds:
-    """Brain-wide maxima that let recall bound scores without computing them."""
-
-    max_abs_strength: float
-    max_abs_rate: float
-    max_salience: float | None
-    max_last_accessed_ms: int | None
-    max_edge_weight: float
-
-    @classmethod
-    def of(cls, memories: list[MemoryRecord], edges: dict[str, list[tuple[str, float]]] | None) -> ValueBounds:
-        strengths = [abs(r.strength) for r in memories if r.strength is not None]
-        rates = [abs(r.decay_rate) for r in memories if r.decay_rate is not None]
-        saliences = [r.salience for r in memories if r.salience is not None]
-        accessed = [r.last_accessed_ms for r in memories if r.last_accessed_ms is not None]
-        weights = [abs(w) for neighbours in (edges or {}).values() for _, w in neighbours]
-        return cls(
-            max_abs_strength=max(strengths, default=0.0),
-            max_abs_rate=max(rates, default=0.0),
-            max_salience=max(saliences, default=None),
-            max_last_accessed_ms=max(accessed, default=None),
-            max_edge_weight=max(weights, default=0.0),
-        )
 
 
 def _norm(length: float, avgdl: float) -> float:

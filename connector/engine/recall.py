@@ -14,7 +14,10 @@ import posixpath
 from datetime import datetime
 from typing import Any
 
+import numpy as np
+
 from connector.engine.brain import Brain
+from connector.engine.columns import bm25_relevance
 from connector.engine.index import (
     LOW_TRUST_ORIGINS,
     BrainIndex,
@@ -168,66 +171,16 @@ def _evaluate(
     positions: list[int],
     relevance_by_pos: dict[int, float],
     now_ms: int,
-    group_matches: list[float] | None,
-    expiry_ms: int,
-    with_as_of: bool,
-    *,
-    with_strengths: bool,
-    with_bounds: bool,
-) -> tuple[dict[int, tuple[float, float]], list[tuple[str, float]], list[tuple[float, float, float]]]:
-    """One pass over the base memories: time terms, source strengths, and the
-    (weighted sum, total weight, factor) of each score without spreading."""
-    if not (with_strengths or with_bounds):
-        return _time_terms(memories, positions, now_ms), [], []
-    terms: dict[int, tuple[float, float]] = {}
-    strengths: list[tuple[str, float]] = []
-    parts: list[tuple[float, float, float]] = []
+) -> tuple[dict[int, tuple[float, float]], list[tuple[str, float]]]:
+    """Time terms and source strengths (0.55 relevance + 0.30 decayed + 0.15 recency)
+    of the memories at ``positions``, in order."""
+    terms = _time_terms(memories, positions, now_ms)
     relevance_of = relevance_by_pos.get
-    base_total = W_RELEVANCE + W_DECAYED + W_RECENCY
-    pow_, isfinite = math.pow, math.isfinite
+    strengths = []
     for position in positions:
-        record = memories[position]
-        # Time terms, as in `_time_terms` (inlined: this loop is the hot path).
-        strength = record.strength
-        accessed = record.last_accessed_ms
-        if accessed is None:
-            decayed = strength if (record.never_decays and strength is not None) else 0.0
-            recency = 0.0
-        else:
-            days = (now_ms - accessed) / MS_PER_DAY
-            if strength is None:
-                decayed = 0.0
-            elif record.never_decays:
-                decayed = strength
-            elif record.decay_rate is None:
-                decayed = 0.0
-            else:
-                try:
-                    decayed = strength * pow_(record.decay_rate, days)
-                except (ValueError, OverflowError):
-                    decayed = 0.0
-                if not isfinite(decayed):
-                    decayed = 0.0
-            recency = 1 - days / 365
-            recency = 0.0 if recency < 0 else (1.0 if recency > 1 else recency)
-        terms[position] = (decayed, recency)
-        relevance = relevance_of(position, 0.0)
-        if with_strengths:
-            strengths.append((record.id, 0.55 * relevance + 0.30 * decayed + 0.15 * recency))
-        if with_bounds:
-            total = base_total
-            weighted = W_RELEVANCE * relevance + W_DECAYED * decayed + W_RECENCY * recency
-            group = record.ctx_group
-            if group_matches is not None and group >= 0:
-                match = group_matches[group]
-                if match > 0:
-                    total += W_CONTEXT
-                    weighted += W_CONTEXT * match
-            if record.salience is not None:
-                total += W_SALIENCE
-                weighted += W_SALIENCE * record.salience
-            parts.append((weighted, total, _factor(record, expiry_ms, with_as_of) if record.has_newer_fields else 1.0))
-    return terms, strengths, parts
+        decayed, recency = terms[position]
+        strengths.append((memories[position].id, 0.55 * relevance_of(position, 0.0) + 0.30 * decayed + 0.15 * recency))
+    return terms, strengths
 
 
 def _spread(
@@ -266,26 +219,29 @@ def _spread(
     return best
 
 
-def _group_matches(
-    groups: list[tuple[str | None, str | None, frozenset[Any] | None]],
+def _group_match(
+    group: tuple[str | None, str | None, frozenset[Any] | None],
     project: str | None,
     task: str | None,
     topic_set: frozenset[str] | None,
-) -> list[float]:
-    """Context match of each distinct encoding context:
+) -> float:
+    """Context match of one encoding context:
     0.3 x same project + 0.4 x Jaccard(topics) + 0.3 x same task."""
-    matches = []
-    for memory_project, memory_task, memory_topics in groups:
-        project_term = 0.3 if (project and memory_project and project == memory_project) else 0.0
-        jaccard = 0.0
-        if topic_set is not None and memory_topics is not None:
-            common = len(topic_set & memory_topics) if memory_topics else 0
-            union = len(topic_set) + len(memory_topics) - common
-            if union:
-                jaccard = common / union
-        task_term = 0.3 if (task and memory_task and task == memory_task) else 0.0
-        matches.append(project_term + 0.4 * jaccard + task_term)
-    return matches
+    memory_project, memory_task, memory_topics = group
+    project_term = 0.3 if (project and memory_project and project == memory_project) else 0.0
+    jaccard = 0.0
+    if topic_set is not None and memory_topics is not None:
+        common = len(topic_set & memory_topics) if memory_topics else 0
+        union = len(topic_set) + len(memory_topics) - common
+        if union:
+            jaccard = common / union
+    task_term = 0.3 if (task and memory_task and task == memory_task) else 0.0
+    return project_term + 0.4 * jaccard + task_term
+
+
+def _topic_set(topics: str | None) -> frozenset[str] | None:
+    # Recall topics: the string split on commas, untrimmed.
+    return frozenset(topics.split(",")) if topics else None
 
 
 def recall(
@@ -310,7 +266,7 @@ def recall(
     ``index`` (a prepared `BrainIndex`) or ``cache_key`` (e.g. the archive
     checksum, looked up in ``cache``) avoid re-parsing the brain per query.
     ``exhaustive`` scores every memory the way the reference does instead of
-    pruning by score bounds (same answer; for tests). Raises
+    bounding scores first (same answer; for tests). Raises
     `BrainNotInitialized` when there is no ``index.json``.
     """
     if index is None:
@@ -324,14 +280,34 @@ def recall(
     as_known_ms = _instant_ms(as_known_of)
     if context and not query:
         query = context_query(project, task, topics)
-    relevance_by_pos = relevances(index, query or "")
+    query = query or ""
+    ranked = None
+    if not exhaustive and top > 0 and index.columns is not None:
+        ranked = _bounded(index, query, top, project, task, topics, context, now_ms, as_of_ms, as_known_ms)
+    if ranked is None:
+        ranked = _every(index, query, top, project, task, topics, context, now_ms, as_of_ms, as_known_ms)
+    memories = index.memories
+    return [_hit(memories[row[2]], -row[0], *row[3:], now_ms) for row in ranked]
 
+
+def _every(
+    index: BrainIndex,
+    query: str,
+    top: int,
+    project: str | None,
+    task: str | None,
+    topics: str | None,
+    context: bool,
+    now_ms: int,
+    as_of_ms: int | None,
+    as_known_ms: int | None,
+) -> list[Ranked]:
+    """The reference's way: score every memory that can appear, spreading forward from every source."""
+    relevance_by_pos = relevances(index, query)
     memories = index.memories
     eligible = _eligibility(index, as_of_ms, as_known_ms)
-
-    # Time terms only for memories that can matter: every eligible one in context
-    # mode, else the relevant ones (the floor drops the rest unless spreading
-    # reaches them, handled below).
+    # Sources: every eligible memory in context mode, else the relevant ones (the
+    # floor drops the rest unless spreading reaches them, handled below).
     if context:
         count = len(memories)
         source_positions = list(range(count)) if eligible is None else [i for i in range(count) if eligible[i]]
@@ -343,23 +319,10 @@ def recall(
         )
     group_matches = None
     if project or task or topics:
-        topic_set = frozenset(topics.split(",")) if topics else None
-        group_matches = _group_matches(index.ctx_groups, project, task, topic_set)
+        topic_set = _topic_set(topics)
+        group_matches = [_group_match(group, project, task, topic_set) for group in index.ctx_groups]
     expiry_ms = as_of_ms if as_of_ms is not None else now_ms
-    with_as_of = as_of_ms is not None
-    may_prune = not exhaustive and 0 < top and 4 * top < len(source_positions)
-    terms, strengths, parts = _evaluate(
-        memories, source_positions, relevance_by_pos, now_ms, group_matches, expiry_ms, with_as_of,
-        with_strengths=index.edges is not None, with_bounds=may_prune,
-    )
-    if may_prune:
-        pruned = _pruned(
-            index, source_positions, relevance_by_pos, terms, strengths, parts, group_matches,
-            expiry_ms, with_as_of, top, context, now_ms, bool(project or task or topics),
-        )
-        if pruned is not None:
-            return [_hit(memories[row[2]], -row[0], *row[3:], now_ms) for row in pruned]
-
+    terms, strengths = _evaluate(memories, source_positions, relevance_by_pos, now_ms)
     spreading = _spread(index.edges, strengths) if strengths and index.edges is not None else {}
     if context:
         scored_positions = source_positions
@@ -374,108 +337,199 @@ def recall(
                     kept.add(position)
         scored_positions = sorted(kept)
         terms.update(_time_terms(memories, [p for p in scored_positions if p not in terms], now_ms))
-
     scored = _scores(
-        memories, scored_positions, relevance_by_pos, terms, spreading, group_matches, expiry_ms, with_as_of
+        memories, scored_positions, relevance_by_pos, terms, spreading, group_matches, expiry_ms, as_of_ms is not None
     )
-    return [_hit(memories[row[2]], -row[0], *row[3:], now_ms) for row in _top(scored, top, memories)]
+    return _top(scored, top, memories)
 
 
 # Any score this far below the top-th best lower bound rounds strictly lower, so it
 # cannot reach the result (one rounding step of 0.001, plus float slack).
 _PRUNE_MARGIN = 0.0011 + 1e-9
+# numpy.power and the bound arithmetic are within ~1e-15 (relative) of the exact
+# values; bounds are widened by a million times that.
+_SLACK = 1e-9
+# Above this magnitude a value's bound is not trusted (overflow, huge decay): the
+# whole recall is then scored the reference's way.
+_SAFE_MAGNITUDE = 1e6
+# More candidates than this: bounds do not separate the brain's scores; scoring
+# everything forward is cheaper than one backward walk per candidate.
+_MAX_CANDIDATES = 1500
+_UNKNOWN = object()
 
 
-def _pruned(
+def _bounded(
     index: BrainIndex,
-    base_positions: list[int],
-    relevance_by_pos: dict[int, float],
-    terms: dict[int, tuple[float, float]],
-    strengths: list[tuple[str, float]],
-    parts: list[tuple[float, float, float]],
-    group_matches: list[float] | None,
-    expiry_ms: int,
-    with_as_of: bool,
+    query: str,
     top: int,
+    project: str | None,
+    task: str | None,
+    topics: str | None,
     context: bool,
     now_ms: int,
-    context_given: bool,
+    as_of_ms: int | None,
+    as_known_ms: int | None,
 ) -> list[Ranked] | None:
-    """The exact top ``top`` without spreading activation over the whole brain.
+    """The exact top ``top``, scoring exactly only the memories that can reach it.
 
-    Spreading can only add 0.14 x bonus (bonus <= ``b_max``) to a memory's
-    weighted average, so every memory's score lies in a known interval. Memories
-    whose upper bound falls a rounding step below the ``top``-th best lower bound
-    cannot appear; only the others get their exact bonus, computed backwards from
-    the few walks that reach them (`BrainIndex.reverse_paths`), and their exact
-    score. Returns None when the bounds do not apply (unusual brains): the caller
-    then scores everything, as the reference does.
+    Every memory's score is bounded at once on arrays (`Columns`): exact BM25
+    relevance, approximate decayed strength, and per-memory bounds of the
+    spreading bonus from the association graph. Memories whose upper bound falls
+    a rounding step below the ``top``-th best lower bound cannot appear; the
+    others get their exact terms from the scalar code (``math.pow``) and their
+    exact bonus from the few walks that reach them (`BrainIndex.reverse_paths`).
+    Returns None when the bounds cannot be trusted or do not separate the
+    scores: the caller then scores everything.
     """
-    bounds = index.bounds
-    if bounds is None:
+    columns = index.columns
+    assert columns is not None
+    terms = list(dict.fromkeys(tokenize(query)))
+    prepared = [(term, index.idf(term)) for term in terms] if terms and index.doc_count else []
+    relevance = bm25_relevance(index.postings, index.doc_memory_array, columns.count, prepared)
+    eligible = columns.eligible(as_of_ms, as_known_ms, index.quarantine_enforce)
+    decayed, recency = columns.time_terms(now_ms)
+    salience = columns.salience
+    with np.errstate(all="ignore"):
+        unsafe = (
+            ~np.isfinite(decayed)
+            | (np.abs(decayed) > _SAFE_MAGNITUDE)
+            | (np.abs(columns.strength) > _SAFE_MAGNITUDE)
+            | (np.abs(salience) > _SAFE_MAGNITUDE)
+        )
+    if eligible is not None:
+        unsafe &= eligible
+    if unsafe.any():
         return None
-    source_strength = {memory_id: value for memory_id, value in strengths if value > SOURCE_THRESHOLD}
-    s_max = max(source_strength.values(), default=0.0)
-    w_max = bounds.max_edge_weight
-    b_max = min(1.0, s_max * max(w_max * 0.5, w_max * w_max * 0.125)) if source_strength else 0.0
-    spread_weight = W_SPREADING * b_max
-    # Lower bound: a bonus just above 0 adds the term's weight and nearly nothing else.
-    lows = [min(weighted / total, weighted / (total + W_SPREADING)) * factor for weighted, total, factor in parts]
-    cut = heapq.nlargest(top, lows)[-1] - _PRUNE_MARGIN
-    if not math.isfinite(cut):
-        return None
-    if not context and b_max >= FLOOR:
-        # Memories outside the base set enter only through spreading >= 0.05.
-        outside = _outside_bound(bounds, now_ms, b_max, context_given)
-        if outside is None or outside >= cut:
-            return None
-    candidates = []
-    for position, (weighted, total, factor) in zip(base_positions, parts):
-        plain = weighted / total
-        with_bonus = (weighted + spread_weight) / (total + W_SPREADING)
-        if (plain if plain > with_bonus else with_bonus) * factor >= cut:
-            candidates.append(position)
-    spreading: dict[str, float] = {}
-    if source_strength:
-        memories = index.memories
-        sources = list(source_strength.items())
-        for position in candidates:
-            memory_id = memories[position].id
-            paths = index.reverse_paths(memory_id)
-            best = 0.0
-            # Walk whichever is shorter: the walks reaching this memory, or the sources.
-            if len(paths) <= len(sources):
-                pairs = [(source_strength.get(source), path) for source, path in paths.items()]
-            else:
-                pairs = [(strength, paths.get(source)) for source, strength in sources]
-            for strength, path in pairs:
-                if strength is None or path is None:
-                    continue
-                first, second = path
-                bonus = strength * first * 0.5
-                if second is not None:
-                    bonus = bonus * second * 0.25
-                if bonus > best:
-                    best = bonus
-            if best > 0:
-                spreading[memory_id] = best
-    scored = _scores(
-        index.memories, candidates, relevance_by_pos, terms, spreading, group_matches, expiry_ms, with_as_of
+    base = (eligible if eligible is not None else np.ones(columns.count, dtype=bool)) if context else relevance >= FLOOR
+    if not context and eligible is not None:
+        base &= eligible
+    context_given = bool(project or task or topics)
+    topic_set = _topic_set(topics)
+    match = columns.context_matches(project, task, topic_set) if context_given else np.zeros(columns.count)
+    slack = _SLACK * (1 + np.abs(decayed) + np.abs(salience))
+
+    weighted = W_RELEVANCE * relevance + W_DECAYED * decayed + W_RECENCY * recency
+    total = np.full(columns.count, W_RELEVANCE + W_DECAYED + W_RECENCY)
+    has_match = match > 0
+    weighted += np.where(has_match, W_CONTEXT * match, 0.0)
+    total += np.where(has_match, W_CONTEXT, 0.0)
+    weighted += np.where(columns.has_salience, W_SALIENCE * salience, 0.0)
+    total += np.where(columns.has_salience, W_SALIENCE, 0.0)
+
+    spreads = index.edges is not None and len(columns.edge_source) > 0
+    if spreads:
+        strength = 0.55 * relevance + 0.30 * decayed + 0.15 * recency
+        strength_slack = _SLACK * (1 + np.abs(decayed))
+        maybe = base & (strength + strength_slack > SOURCE_THRESHOLD)
+        sure = base & (strength - strength_slack > SOURCE_THRESHOLD)
+        bonus_high, bonus_low = columns.spreading_bounds(
+            np.where(maybe, strength + strength_slack, 0.0), np.where(sure, strength - strength_slack, 0.0)
+        )
+        bonus_high = np.where(bonus_high > 0, np.minimum(bonus_high * (1 + _SLACK) + 1e-12, 1.0), 0.0)
+        bonus_low = np.where(bonus_low > _SLACK, bonus_low * (1 - _SLACK) - 1e-12, 0.0)
+    else:
+        bonus_high = bonus_low = np.zeros(columns.count)
+        maybe = np.zeros(columns.count, dtype=bool)
+
+    plain = weighted / total
+    spread_total = total + W_SPREADING
+    may_spread = bonus_high > 0
+    high = np.where(may_spread, np.maximum(plain, (weighted + W_SPREADING * bonus_high) / spread_total), plain)
+    low = np.where(
+        bonus_low > 0,
+        (weighted + W_SPREADING * bonus_low) / spread_total,
+        np.where(may_spread, np.minimum(plain, weighted / spread_total), plain),
     )
-    return _top(scored, top, index.memories)
+    factor = columns.factors(as_of_ms if as_of_ms is not None else now_ms, as_of_ms is not None)
+    high = high * factor + slack
+    low = low * factor - slack
+
+    # Memories sure to be listed (context mode: all eligible; query mode: relevant
+    # ones) set the bar; others enter query mode only through spreading >= 0.05.
+    listed = np.flatnonzero(base)
+    if len(listed) > top:
+        lows = low[listed]
+        cut = float(np.partition(lows, len(lows) - top)[len(lows) - top]) - _PRUNE_MARGIN
+    else:
+        cut = -math.inf
+    if math.isnan(cut):
+        return None
+    reachable = base if context else base | (may_spread & (bonus_high >= FLOOR) & (eligible if eligible is not None else True))
+    candidates = np.flatnonzero(reachable & (high >= cut)).tolist()
+    if len(candidates) > _MAX_CANDIDATES:
+        return None
+    return _score_candidates(
+        index, candidates, top, relevance, base, maybe, bonus_high, spreads, context, project, task, topic_set, now_ms,
+        as_of_ms,
+    )
 
 
-def _outside_bound(bounds: Any, now_ms: int, b_max: float, context_given: bool) -> float | None:
-    """Upper bound of the score of a memory below the relevance floor; None if unknown."""
-    if bounds.max_abs_rate > 1 or (bounds.max_last_accessed_ms is not None and now_ms < bounds.max_last_accessed_ms):
-        return None  # decayed strength could exceed strength: no cheap bound
-    values = [(W_RELEVANCE, FLOOR), (W_DECAYED, bounds.max_abs_strength), (W_RECENCY, 1.0), (W_SPREADING, b_max)]
-    best = -math.inf
-    for with_context in (False, True) if context_given else (False,):
-        for with_salience in (False, True) if bounds.max_salience is not None else (False,):
-            present = values + [(W_CONTEXT, 1.0)] * with_context + [(W_SALIENCE, bounds.max_salience)] * with_salience
-            best = max(best, sum(w * v for w, v in present) / sum(w for w, _ in present))
-    return max(best, 0.0) + 1e-9
+def _score_candidates(
+    index: BrainIndex,
+    candidates: list[int],
+    top: int,
+    relevance: np.ndarray,
+    base: np.ndarray,
+    maybe_source: np.ndarray,
+    bonus_high: np.ndarray,
+    spreads: bool,
+    context: bool,
+    project: str | None,
+    task: str | None,
+    topic_set: frozenset[str] | None,
+    now_ms: int,
+    as_of_ms: int | None,
+) -> list[Ranked]:
+    """Exact scores of ``candidates`` with the scalar code, then the top ones."""
+    memories = index.memories
+    relevance_by_pos = {position: value for position, value in zip(candidates, relevance[candidates].tolist()) if value}
+    terms = _time_terms(memories, candidates, now_ms)
+    spreading: dict[str, float] = {}
+    if spreads:
+        positions = index.positions
+        maybe = maybe_source.tolist()
+        strengths: dict[str, float | None] = {}
+
+        def source_strength(memory_id: str) -> float | None:
+            # The exact strength of a source (as `_evaluate` computes it) when > 0.3.
+            known = strengths.get(memory_id, _UNKNOWN)
+            if known is not _UNKNOWN:
+                return known  # type: ignore[return-value]
+            position = positions.get(memory_id)
+            value = None
+            if position is not None and maybe[position]:
+                decayed, recency = _time_terms(memories, [position], now_ms)[position]
+                strength = 0.55 * float(relevance[position]) + 0.30 * decayed + 0.15 * recency
+                value = strength if strength > SOURCE_THRESHOLD else None
+            strengths[memory_id] = value
+            return value
+
+        reachable = bonus_high[candidates].tolist()
+        for position, may_spread in zip(candidates, reachable):
+            if may_spread:
+                memory_id = memories[position].id
+                best = index.spread_bonus(memory_id, source_strength)
+                if best > 0:
+                    spreading[memory_id] = best
+    if not context:
+        # Floor: memories below the relevance floor stay only with spreading >= 0.05.
+        listed = base[candidates].tolist()
+        candidates = [
+            position
+            for position, sure in zip(candidates, listed)
+            if sure or spreading.get(memories[position].id, 0.0) >= FLOOR
+        ]
+    group_matches = None
+    if project or task or topic_set is not None:
+        groups = index.ctx_groups
+        group_matches = {}
+        for position in candidates:
+            group = memories[position].ctx_group
+            if group >= 0 and group not in group_matches:
+                group_matches[group] = _group_match(groups[group], project, task, topic_set)
+    expiry_ms = as_of_ms if as_of_ms is not None else now_ms
+    scored = _scores(memories, candidates, relevance_by_pos, terms, spreading, group_matches, expiry_ms, as_of_ms is not None)
+    return _top(scored, top, memories)
 
 
 Scored = tuple[float, int, float, float, float, float]  # score, position, relevance, decayed, bonus, match
@@ -575,11 +629,6 @@ def _newer_field_factors(record: MemoryRecord, score: float, expiry_ms: int, wit
     if superseded or expired:
         score *= SUPERSEDED_FACTOR
     return score
-
-
-def _factor(record: MemoryRecord, expiry_ms: int, with_as_of: bool) -> float:
-    """The newer fields' multiplier of a memory's score (1.0 for older brains)."""
-    return _newer_field_factors(record, 1.0, expiry_ms, with_as_of) if record.has_newer_fields else 1.0
 
 
 def _hit(

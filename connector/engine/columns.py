@@ -1,0 +1,361 @@
+"""Columnar (numpy) form of a prepared brain, for recall's fast paths.
+
+Two jobs, both prepared once per brain version (`BrainIndex.build`):
+
+* `Postings`: every term's documents and counts in flat arrays (CSR), so a query's
+  BM25 scores are a few array operations per term. Only IEEE-754 basic operations
+  (+, -, *, /, floor, comparisons) are applied, one element at a time and in the
+  reference's order, so the results are bit-identical to the scalar code.
+* `Columns`: per-memory fields (strength, decay rate, last access, salience,
+  context group, newer fields) and the association graph as edge arrays, so recall
+  can *bound* every memory's score at once. Bounds use ``numpy.power``, which may
+  differ from ``math.pow`` in the last bit: they only decide which memories get an
+  exact score (computed by the scalar code), with a safety margin, and never reach
+  the output.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from itertools import chain
+from typing import Any
+
+import numpy as np
+
+K1_PLUS_1 = 2.5  # k1 + 1 with k1 = 1.5, exactly as the scalar code computes it
+
+
+@dataclass(frozen=True)
+class Postings:
+    """Per-term slices of flat (document, count) arrays; documents ascend within a term."""
+
+    slices: dict[str, tuple[int, int]]
+    docs: np.ndarray  # int64 document positions
+    counts: np.ndarray  # float64 term counts; NaN where the stored count is not a number
+    norms: np.ndarray  # float64 per document: k1 x (1 - b + b x dl / avgdl)
+
+    @classmethod
+    def build(cls, doc_tfs: list[dict[str, Any]], norms: list[float]) -> Postings:
+        """Flatten the documents' term counts, grouped by term (stable: document order kept)."""
+        sizes = np.fromiter(map(len, doc_tfs), dtype=np.int64, count=len(doc_tfs))
+        terms = list(chain.from_iterable(doc_tfs))
+        values = list(chain.from_iterable(map(dict.values, doc_tfs)))
+        vocabulary = dict.fromkeys(terms)  # first-seen order
+        term_id = dict(zip(vocabulary, range(len(vocabulary))))
+        ids = np.fromiter(map(term_id.__getitem__, terms), dtype=np.int64, count=len(terms))
+        docs = np.repeat(np.arange(len(doc_tfs), dtype=np.int64), sizes)
+        counts = _counts(values)
+        order = np.argsort(ids, kind="stable")
+        ends = np.cumsum(np.bincount(ids, minlength=len(vocabulary))).tolist()
+        starts = [0, *ends[:-1]]
+        return cls(
+            slices=dict(zip(vocabulary, zip(starts, ends))),
+            docs=docs[order],
+            counts=counts[order],
+            norms=np.asarray(norms, dtype=np.float64),
+        )
+
+    def term_docs(self, term: str) -> np.ndarray:
+        """Every document position listing ``term`` (whatever its stored count)."""
+        start, end = self.slices.get(term, (0, 0))
+        return self.docs[start:end]
+
+    def contributions(self, term: str, idf: float) -> tuple[np.ndarray, np.ndarray]:
+        """(documents, ``0.0 + idf x (f x (k1 + 1)) / (f + norm)``) for counts f > 0.
+
+        The scalar expression, operation by operation: bit-identical values.
+        """
+        start, end = self.slices.get(term, (0, 0))
+        counts = self.counts[start:end]
+        usable = counts > 0  # NaN (not a number) compares False
+        docs = self.docs[start:end]
+        if not usable.all():
+            counts, docs = counts[usable], docs[usable]
+        return docs, (idf * (counts * K1_PLUS_1)) / (counts + self.norms[docs]) + 0.0
+
+
+def _counts(values: list[Any]) -> np.ndarray:
+    """Term counts as float64; NaN for anything but an int or float (bools included)."""
+    kinds = set(map(type, values))
+    if kinds <= {int, float}:
+        try:
+            return np.array(values, dtype=np.float64)
+        except OverflowError:
+            pass
+    converted = []
+    for value in values:
+        kind = value.__class__
+        if kind is int or kind is float:
+            try:
+                converted.append(float(value))
+            except OverflowError:
+                converted.append(math.inf)  # as JavaScript reads a huge integer
+        else:
+            converted.append(math.nan)
+    return np.array(converted, dtype=np.float64)
+
+
+def bm25_relevance(
+    postings: Postings, doc_memory: np.ndarray, memory_count: int, prepared: list[tuple[str, float]]
+) -> np.ndarray:
+    """Relevance of every memory (0 where none) for the query terms ``prepared``
+    ([(term, idf)] in query order): the scalar `relevances` on whole arrays.
+
+    Each document's score and matched idf are accumulated term by term in query
+    order, starting from 0.0, exactly as the scalar loop adds them.
+    """
+    relevance = np.zeros(memory_count, dtype=np.float64)
+    if not prepared:
+        return relevance
+    doc_total = len(postings.norms)
+    scores = np.zeros(doc_total, dtype=np.float64)
+    matched = np.zeros(doc_total, dtype=np.float64)
+    idf_total = 0.0
+    for term, idf in prepared:
+        idf_total += idf
+        docs, contributions = postings.contributions(term, idf)
+        if len(docs):
+            scores[docs] += contributions  # documents are distinct within a term
+            matched[docs] += idf
+    positive = scores > 0
+    if not positive.any():
+        return relevance
+    max_score = float(scores[positive].max())
+    docs = np.flatnonzero(positive & (doc_memory >= 0))
+    score = scores[docs]
+    coverage = matched[docs] / idf_total if idf_total else np.zeros(len(docs))
+    with np.errstate(all="ignore"):
+        scaled = (score / max_score) * coverage * 1000
+        whole = np.floor(scaled)
+        rounded = np.where(scaled - whole >= 0.5, whole + 1, whole) / 1000
+    keep = np.isfinite(scaled) & (rounded != 0)
+    relevance[doc_memory[docs[keep]]] = rounded[keep] + 0.0
+    return relevance
+
+
+_INT64_NONE = 0  # placeholder where a time is missing; read only through its mask
+
+
+@dataclass(frozen=True)
+class Columns:
+    """Per-memory fields as arrays (memory position order), plus the edge arrays."""
+
+    count: int
+    strength: np.ndarray
+    has_strength: np.ndarray
+    rate: np.ndarray
+    has_rate: np.ndarray
+    accessed: np.ndarray  # int64 ms
+    has_accessed: np.ndarray
+    never_decays: np.ndarray
+    salience: np.ndarray
+    has_salience: np.ndarray
+    ctx_group: np.ndarray  # int64, -1 without an encoding context
+    trust: np.ndarray  # 1.0 without an origin
+    superseded: np.ndarray
+    has_valid_until_key: np.ndarray  # `valid_until` present (even unparseable)
+    valid_until: np.ndarray
+    has_valid_until: np.ndarray
+    valid_from: np.ndarray
+    has_valid_from: np.ndarray
+    created: np.ndarray
+    has_created: np.ndarray
+    quarantined: np.ndarray
+    # Encoding-context groups (BrainIndex.ctx_groups), for context-match bounds.
+    group_project: np.ndarray  # int64 code per group, -1 when absent or empty
+    group_task: np.ndarray
+    project_codes: dict[str, int]
+    task_codes: dict[str, int]
+    group_topic_size: np.ndarray  # len(topics) per group, -1 when topics is not a list
+    topic_groups: dict[str, np.ndarray]  # string topic -> groups holding it
+    # Association edges (self-loops dropped), sorted by target node. Nodes
+    # 0..count-1 are the memories; other node ids follow.
+    node_count: int
+    edge_source: np.ndarray
+    edge_abs_weight: np.ndarray
+    edge_positive_weight: np.ndarray  # weight where > 0, else 0
+    target_nodes: np.ndarray  # distinct targets, ascending
+    target_starts: np.ndarray  # first edge of each distinct target
+
+    @classmethod
+    def build(
+        cls,
+        memories: list[Any],
+        positions: dict[str, int],
+        groups: list[tuple[str | None, str | None, frozenset[Any] | None]],
+        edges: dict[str, list[tuple[str, float]]] | None,
+    ) -> Columns:
+        """Arrays of ``memories`` (MemoryRecord), their context groups and the edges."""
+
+        def floats(name: str) -> tuple[np.ndarray, np.ndarray]:
+            raw = [getattr(record, name) for record in memories]
+            return (
+                np.array([0.0 if value is None else value for value in raw], dtype=np.float64),
+                np.array([value is not None for value in raw], dtype=bool),
+            )
+
+        def times(name: str) -> tuple[np.ndarray, np.ndarray]:
+            raw = [getattr(record, name) for record in memories]
+            return (
+                np.array([_INT64_NONE if value is None else value for value in raw], dtype=np.int64),
+                np.array([value is not None for value in raw], dtype=bool),
+            )
+
+        def flags(name: str) -> np.ndarray:
+            return np.array([bool(getattr(record, name)) for record in memories], dtype=bool)
+
+        strength, has_strength = floats("strength")
+        rate, has_rate = floats("decay_rate")
+        salience, has_salience = floats("salience")
+        trust = np.array([1.0 if record.trust is None else record.trust for record in memories], dtype=np.float64)
+        accessed, has_accessed = times("last_accessed_ms")
+        valid_until, has_valid_until = times("valid_until_ms")
+        valid_from, has_valid_from = times("valid_from_ms")
+        created, has_created = times("created_ms")
+
+        project_codes: dict[str, int] = {}
+        task_codes: dict[str, int] = {}
+        topic_lists: dict[str, list[int]] = {}
+        group_project, group_task, group_topic_size = [], [], []
+        for group, (project, task, topics) in enumerate(groups):
+            group_project.append(project_codes.setdefault(project, len(project_codes)) if project else -1)
+            group_task.append(task_codes.setdefault(task, len(task_codes)) if task else -1)
+            group_topic_size.append(-1 if topics is None else len(topics))
+            for topic in topics or ():
+                if topic.__class__ is str:
+                    topic_lists.setdefault(topic, []).append(group)
+
+        node_ids = dict(positions)
+        sources, targets, weights = [], [], []
+        for node, neighbours in (edges or {}).items():
+            source = node_ids.setdefault(node, len(node_ids))
+            for neighbour, weight in neighbours:
+                target = node_ids.setdefault(neighbour, len(node_ids))
+                if target != source:  # a walk never records its own source
+                    sources.append(source)
+                    targets.append(target)
+                    weights.append(weight)
+        target_array = np.array(targets, dtype=np.int64)
+        order = np.argsort(target_array, kind="stable")
+        target_sorted = target_array[order]
+        weight_array = np.array(weights, dtype=np.float64)[order]
+        boundary = np.flatnonzero(np.diff(target_sorted)) + 1 if len(target_sorted) else np.zeros(0, dtype=np.int64)
+        starts = np.concatenate(([0], boundary)).astype(np.int64) if len(target_sorted) else np.zeros(0, dtype=np.int64)
+        return cls(
+            count=len(memories),
+            strength=strength,
+            has_strength=has_strength,
+            rate=rate,
+            has_rate=has_rate,
+            accessed=accessed,
+            has_accessed=has_accessed,
+            never_decays=flags("never_decays"),
+            salience=salience,
+            has_salience=has_salience,
+            ctx_group=np.array([record.ctx_group for record in memories], dtype=np.int64),
+            trust=trust,
+            superseded=flags("superseded"),
+            has_valid_until_key=flags("has_valid_until"),
+            valid_until=valid_until,
+            has_valid_until=has_valid_until,
+            valid_from=valid_from,
+            has_valid_from=has_valid_from,
+            created=created,
+            has_created=has_created,
+            quarantined=flags("quarantined"),
+            group_project=np.array(group_project, dtype=np.int64),
+            group_task=np.array(group_task, dtype=np.int64),
+            project_codes=project_codes,
+            task_codes=task_codes,
+            group_topic_size=np.array(group_topic_size, dtype=np.int64),
+            topic_groups={topic: np.array(found, dtype=np.int64) for topic, found in topic_lists.items()},
+            node_count=len(node_ids),
+            edge_source=np.array(sources, dtype=np.int64)[order],
+            edge_abs_weight=np.abs(weight_array),
+            edge_positive_weight=np.where(weight_array > 0, weight_array, 0.0),
+            target_nodes=target_sorted[starts] if len(starts) else np.zeros(0, dtype=np.int64),
+            target_starts=starts,
+        )
+
+    def eligible(self, as_of_ms: int | None, as_known_ms: int | None, enforce: bool) -> np.ndarray | None:
+        """Which memories may appear (validity window, knowledge time, quarantine); None = all."""
+        if as_of_ms is None and as_known_ms is None and not enforce:
+            return None
+        keep = np.ones(self.count, dtype=bool)
+        if enforce:
+            keep &= ~self.quarantined
+        if as_of_ms is not None:
+            keep &= ~(self.has_valid_from & (self.valid_from > as_of_ms))
+            keep &= ~(self.has_valid_until & (self.valid_until <= as_of_ms))
+        if as_known_ms is not None:
+            keep &= self.has_created & (self.created <= as_known_ms)
+        return keep
+
+    def time_terms(self, now_ms: int) -> tuple[np.ndarray, np.ndarray]:
+        """Approximate decayed strength (numpy.power) and recency of every memory."""
+        days = (now_ms - self.accessed) / 86_400_000
+        with np.errstate(all="ignore"):
+            decaying = self.has_accessed & self.has_strength & self.has_rate & ~self.never_decays
+            decayed = np.where(decaying, self.strength * np.power(self.rate, np.where(decaying, days, 0.0)), 0.0)
+            decayed = np.where(self.never_decays & self.has_strength, self.strength, decayed)
+            recency = np.where(self.has_accessed, np.clip(1 - days / 365, 0.0, 1.0), 0.0)
+        return decayed, recency
+
+    def factors(self, expiry_ms: int, with_as_of: bool) -> np.ndarray:
+        """The newer fields' score multiplier of every memory (origin trust, 0.25 penalty)."""
+        superseded = self.superseded & ~self.has_valid_until_key if with_as_of else self.superseded
+        expired = self.has_valid_until & (self.valid_until <= expiry_ms)
+        return self.trust * np.where(superseded | expired, 0.25, 1.0)
+
+    def context_matches(self, project: str | None, task: str | None, topic_set: frozenset[str] | None) -> np.ndarray:
+        """Context match of every memory (0 without an encoding context)."""
+        group_total = len(self.group_project)
+        project_term = np.zeros(group_total)
+        if project and project in self.project_codes:
+            project_term = np.where(self.group_project == self.project_codes[project], 0.3, 0.0)
+        task_term = np.zeros(group_total)
+        if task and task in self.task_codes:
+            task_term = np.where(self.group_task == self.task_codes[task], 0.3, 0.0)
+        jaccard = np.zeros(group_total)
+        if topic_set is not None:
+            common = np.zeros(group_total)
+            for topic in topic_set:
+                found = self.topic_groups.get(topic)
+                if found is not None:
+                    common[found] += 1
+            union = len(topic_set) + self.group_topic_size - common
+            usable = (self.group_topic_size >= 0) & (union > 0)
+            with np.errstate(all="ignore"):
+                jaccard = np.where(usable, common / np.where(usable, union, 1), 0.0)
+        per_group = np.append(project_term + 0.4 * jaccard + task_term, 0.0)
+        return per_group[self.ctx_group]  # group -1 reads the appended 0.0
+
+    def spreading_bounds(self, source_high: np.ndarray, source_low: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(upper, lower) bounds of every memory's spreading bonus, capped at 1.
+
+        ``source_high`` / ``source_low``: per memory, an upper / lower bound of its
+        source strength where it may / surely be a source (strength > 0.3), else 0.
+        Upper: the best one- or two-hop product with absolute weights. Lower: the
+        best direct edge with a positive weight from a sure source (a walk always
+        records its source's direct neighbours).
+        """
+        if not len(self.edge_source):
+            zero = np.zeros(self.count)
+            return zero, zero
+        nodes_high = np.zeros(self.node_count)
+        nodes_high[: self.count] = source_high
+        with np.errstate(all="ignore"):
+            direct = self._best_incoming(nodes_high[self.edge_source] * self.edge_abs_weight * 0.5)
+            hop = np.minimum(direct, 1e300)
+            two = self._best_incoming(hop[self.edge_source] * self.edge_abs_weight * 0.25)
+            high = np.minimum(np.maximum(direct, two)[: self.count], 1.0)
+            nodes_low = np.zeros(self.node_count)
+            nodes_low[: self.count] = source_low
+            low = np.minimum(self._best_incoming(nodes_low[self.edge_source] * self.edge_positive_weight * 0.5)[: self.count], 1.0)
+        return high, low
+
+    def _best_incoming(self, values: np.ndarray) -> np.ndarray:
+        best = np.zeros(self.node_count)
+        best[self.target_nodes] = np.maximum.reduceat(values, self.target_starts)
+        return best
