@@ -17,7 +17,7 @@ from store.asgi_watch import watched
 from store.context import AppContext
 from store.errors import ServiceError
 from store.http import error_response
-from store.metrics import observability_layer
+from store.metrics import ObservabilityMiddleware, observability_layer
 from store.routes import ROUTES
 from store.routes.brains import serve_list
 from store.routes.sync import serve_download
@@ -57,30 +57,90 @@ def _unexpected(request: Request[Any, Any, Any], exc: Exception) -> Response[Any
     return _error(500, "internal error")
 
 
-class _FastCall:
-    """Run one scope-level handler, rendering ServiceError as its JSON error."""
+def _bad_escape(scope: Any) -> bool:
+    """True when the raw path or query holds a ``%`` not followed by two hex digits."""
+    raw_path = scope.get("raw_path") or b""
+    query = scope.get("query_string") or b""
+    return (b"%" in raw_path and _BAD_ESCAPE.search(raw_path) is not None) or (
+        b"%" in query and _BAD_ESCAPE.search(query) is not None
+    )
 
-    __slots__ = ("args", "ctx", "fn")
 
-    def __init__(self, fn: Any, ctx: AppContext, args: tuple[Any, ...]) -> None:
-        self.fn = fn
-        self.ctx = ctx
-        self.args = args
+def _write_log(scope: Any, status: int, seconds: float) -> None:
+    """One JSON request-log line on stderr (no headers, query strings or bodies)."""
+    client = scope.get("client")
+    record = {
+        "ts": time.time(),
+        "method": scope.get("method"),
+        "path": scope.get("path"),
+        "status": status,
+        "ms": round(seconds * 1000, 2),
+        "client": client[0] if client else None,
+        "user": scope.get("state", {}).get("user_id"),
+    }
+    sys.stderr.write(_log_encoder.encode(record).decode() + "\n")
+
+
+SYNC_ROUTE = "/api/brains/{id}/sync"
+LIST_ROUTE = "/api/brains"
+
+
+class FrontDoor:
+    """The ASGI app the server runs: the hottest reads are answered here, the rest by Litestar.
+
+    ``GET``/``HEAD`` of ``/api/brains`` and ``/api/brains/{id}/sync`` (downloads and their
+    304s: what every client does on every pull) need only the raw scope, so they skip the
+    framework's routing, its ``send`` wrappers and the middleware stack: the handler returns
+    a response object that knows its status and reports the bytes it sent, and metrics,
+    audit and request log are recorded here directly, exactly as the middleware would.
+    Everything else, and any hot-path request with a malformed percent-escape (refused by
+    EdgeMiddleware), goes to the Litestar app unchanged.
+    """
+
+    def __init__(self, app: Litestar) -> None:
+        self.app = app
+        self.ctx: AppContext = app.state.ctx
+        self.observer: ObservabilityMiddleware | None = app.state.observer
+        self.quiet: bool = self.ctx.settings.quiet
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        scope.setdefault("state", {})
+        if scope["type"] == "http" and (scope["method"] == "GET" or scope["method"] == "HEAD"):
+            path = scope["path"]
+            if path == "/api/brains":
+                if not _bad_escape(scope):
+                    await self._answer(scope, send, LIST_ROUTE, serve_list, ())
+                    return
+            elif path.startswith("/api/brains/") and path.endswith("/sync"):
+                brain_id = path[12:-5]
+                if brain_id and "/" not in brain_id and not _bad_escape(scope):
+                    await self._answer(scope, send, SYNC_ROUTE, serve_download, (brain_id,))
+                    return
+        await self.app(scope, receive, send)
+
+    async def _answer(self, scope: Any, send: Any, route: str, handler: Any, args: tuple[Any, ...]) -> None:
+        started = time.perf_counter()
+        if "state" not in scope:
+            scope["state"] = {}
         try:
-            response = await self.fn(self.ctx, scope, *self.args)
+            response = await handler(self.ctx, scope, *args)
         except ServiceError as exc:
             response = error_response(exc)
         except Exception:
-            log.exception("unexpected error on %s %s", scope.get("method"), scope.get("path"))
+            log.exception("unexpected error on %s %s", scope["method"], scope["path"])
             response = error_response(ServiceError(500, "internal error"))
-        await response(scope, receive, send)
+        sent = 0
+        try:
+            sent = await response.send_to(scope, send)
+        finally:
+            seconds = time.perf_counter() - started
+            if self.observer is not None:
+                self.observer.record(scope, route, response.status, seconds, 0, sent)
+            if not self.quiet:
+                _write_log(scope, response.status, seconds)
 
 
 class EdgeMiddleware:
-    """Outermost layer: refuse malformed percent-escapes (400) and write JSON request logs.
+    """Inside the metrics layer: refuse malformed percent-escapes (400) and write JSON request logs.
 
     Logs carry method, path, status, duration, client and user id; never headers, query
     strings or bodies (they may hold tokens or memory content).
@@ -95,9 +155,7 @@ class EdgeMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        raw_path = scope.get("raw_path") or b""
-        query = scope.get("query_string") or b""
-        if (b"%" in raw_path and _BAD_ESCAPE.search(raw_path)) or (b"%" in query and _BAD_ESCAPE.search(query)):
+        if _bad_escape(scope):
             body = b'{"error":"malformed percent-escape in the request URL"}'
             await send(
                 {
@@ -108,35 +166,10 @@ class EdgeMiddleware:
             )
             await send({"type": "http.response.body", "body": body})
             return
-        app = self.app
-        # Fast path: the hottest reads skip the framework's routing and signature machinery
-        # (they only need the raw scope); everything else goes through Litestar.
-        if scope["method"] in ("GET", "HEAD"):
-            path = scope["path"]
-            if path == "/api/brains":
-                app = _FastCall(serve_list, self.ctx, ())
-            elif path.startswith("/api/brains/") and path.endswith("/sync"):
-                brain_id = path[12:-5]
-                if brain_id and "/" not in brain_id:
-                    app = _FastCall(serve_download, self.ctx, (brain_id,))
         if self.quiet:
-            await app(scope, receive, send)
+            await self.app(scope, receive, send)
             return
-
-        def log(status: int, seconds: float) -> None:
-            client = scope.get("client")
-            record = {
-                "ts": time.time(),
-                "method": scope.get("method"),
-                "path": scope.get("path"),
-                "status": status,
-                "ms": round(seconds * 1000, 2),
-                "client": client[0] if client else None,
-                "user": scope.get("state", {}).get("user_id"),
-            }
-            sys.stderr.write(_log_encoder.encode(record).decode() + "\n")
-
-        await watched(app, scope, receive, send, log)
+        await watched(self.app, scope, receive, send, lambda status, seconds: _write_log(scope, status, seconds))
 
 
 def create_app(settings: StoreSettings, ctx: AppContext | None = None) -> Litestar:
@@ -158,10 +191,16 @@ def create_app(settings: StoreSettings, ctx: AppContext | None = None) -> Litest
     app.asgi_handler = EdgeMiddleware(app.asgi_handler, ctx, settings.quiet)
     # Outermost: /metrics, per-route metrics and the opt-in audit log (store/metrics.py).
     app.asgi_handler = observability_layer(app.asgi_handler, settings, ctx.address)
+    app.state.observer = app.asgi_handler if isinstance(app.asgi_handler, ObservabilityMiddleware) else None
     return app
 
 
-def app_from_env() -> Litestar:
+def serving_app(settings: StoreSettings) -> FrontDoor:
+    """What the server runs: the front door over ``create_app(settings)``."""
+    return FrontDoor(create_app(settings))
+
+
+def app_from_env() -> FrontDoor:
     """Factory for uvicorn workers: settings from the environment (the serve command fills it)."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    return create_app(StoreSettings.from_env(os.environ))
+    return serving_app(StoreSettings.from_env(os.environ))

@@ -1,15 +1,19 @@
-"""Minimal ASGI responses for the hot paths (JSON, empty, streamed archives).
+"""Minimal ASGI responses for the hot paths (JSON, empty, archives).
 
 Route handlers return these objects directly (Litestar passes ASGI apps through), which
-keeps per-request work small: one header list, one or two ``send`` calls. Archive
-downloads read the immutable blob in large chunks and send them as they are read.
+keeps per-request work small: one header list, one or two ``send`` calls. Each response
+knows its ``status`` and ``send_to`` returns the body bytes it sent, so the store's front
+door (store.app) can record metrics without wrapping ``send``. A plain archive on local
+disk goes out as one body: small ones read in one ``pread``, large ones as a view of a
+read-only memory map of the immutable blob, which the server writes to the socket
+straight from the page cache (no copy in Python, no per-chunk buffers).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from typing import Any, BinaryIO
+from typing import Any
 
 import anyio.to_thread
 import msgspec
@@ -19,8 +23,6 @@ from store.errors import ServiceError
 _json = msgspec.json.Encoder()
 JSON_TYPE = (b"content-type", b"application/json")
 GZIP_TYPE = (b"content-type", b"application/gzip")
-SMALL_FILE = 256 * 1024
-FILE_CHUNK = 1024 * 1024
 
 Headers = list[tuple[bytes, bytes]]
 
@@ -43,12 +45,20 @@ class RawResponse:
         self.headers = headers if headers is not None else []
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await self.send_to(scope, send)
+
+    async def send_to(self, scope: Any, send: Any) -> int:
+        """Send the response; returns the body bytes sent."""
+        status = self.status
         headers = self.headers
-        if self.status != 304 and self.status != 204:
+        if status == 304 or status == 204:
+            body = b""
+        else:
             headers = [*headers, (b"content-length", str(len(self.body)).encode())]
-        await send({"type": "http.response.start", "status": self.status, "headers": headers})
-        body = b"" if scope.get("method") == "HEAD" or self.status in (204, 304) else self.body
+            body = b"" if scope["method"] == "HEAD" else self.body
+        await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
+        return len(body)
 
 
 def json_response(status: int, data: Any, headers: Headers | None = None) -> RawResponse:
@@ -73,42 +83,33 @@ async def _start_200(scope: Any, send: Any, headers: Headers, size: int) -> bool
             "headers": [*headers, (b"content-length", str(size).encode())],
         }
     )
-    if scope.get("method") == "HEAD":
+    if scope["method"] == "HEAD":
         await send({"type": "http.response.body", "body": b""})
         return False
     return True
 
 
 class FileResponse:
-    """Streams an open blob of known size; small files go out in one ``send``."""
+    """A complete archive body (``store.storage.local.read_blob``) in one ``send``."""
 
-    __slots__ = ("file", "headers", "size")
+    __slots__ = ("body", "headers")
 
-    def __init__(self, file: BinaryIO, size: int, headers: Headers) -> None:
-        self.file = file
-        self.size = size
+    status = 200
+
+    def __init__(self, body: bytes | memoryview, headers: Headers) -> None:
+        self.body = body
         self.headers = headers
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        fd = self.file.fileno()
-        try:
-            if not await _start_200(scope, send, self.headers, self.size):
-                return
-            remaining = self.size
-            if remaining <= SMALL_FILE:
-                data = os.pread(fd, remaining, 0)
-                await send({"type": "http.response.body", "body": data})
-                return
-            offset = 0
-            while remaining > 0:
-                data = os.pread(fd, min(FILE_CHUNK, remaining), offset)
-                if not data:
-                    raise OSError("blob shorter than recorded")
-                offset += len(data)
-                remaining -= len(data)
-                await send({"type": "http.response.body", "body": data, "more_body": remaining > 0})
-        finally:
-            self.file.close()
+        await self.send_to(scope, send)
+
+    async def send_to(self, scope: Any, send: Any) -> int:
+        """Send the response; returns the body bytes sent."""
+        body, self.body = self.body, b""  # drop our reference: the server keeps what it still has to write
+        if not await _start_200(scope, send, self.headers, len(body)):
+            return 0
+        await send({"type": "http.response.body", "body": body})
+        return len(body)
 
 
 class ChunksResponse:
@@ -128,10 +129,17 @@ class ChunksResponse:
         self.close = close
         self.in_thread = in_thread
 
+    status = 200
+
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await self.send_to(scope, send)
+
+    async def send_to(self, scope: Any, send: Any) -> int:
+        """Send the response; returns the body bytes sent."""
+        sent = 0
         try:
             if not await _start_200(scope, send, self.headers, self.size):
-                return
+                return 0
             chunks = self.chunks
             while True:
                 if self.in_thread:
@@ -141,7 +149,9 @@ class ChunksResponse:
                 if chunk is None:
                     break
                 if chunk:
+                    sent += len(chunk)
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b""})
+            return sent
         finally:
             self.close()

@@ -283,14 +283,18 @@ class ObservabilityMiddleware:
         try:
             await self.app(scope, inner_receive, counting_send)
         finally:
-            route = route_template(path)
-            if self.metrics is not None:
-                self.metrics.observe(method, route, status or 500, time.perf_counter() - started, received, sent)
-            if self.audit is not None:
-                event = audit_event(method, route, path, status or 500, scope["state"].get("user_id"))
-                if event is not None:
-                    event["client"] = self.address(scope)
-                    self.audit.write(event)
+            self.record(scope, route_template(path), status or 500, time.perf_counter() - started, received, sent)
+
+    def record(self, scope: Any, route: str, status: int, seconds: float, received: int, sent: int) -> None:
+        """Count one finished request and write its audit entry (also called by the store's front
+        door for the requests it answers itself, without this layer's ``send`` wrapper)."""
+        if self.metrics is not None:
+            self.metrics.observe(scope["method"], route, status, seconds, received, sent)
+        if self.audit is not None:
+            event = audit_event(scope["method"], route, scope["path"], status, scope["state"].get("user_id"))
+            if event is not None:
+                event["client"] = self.address(scope)
+                self.audit.write(event)
 
 
 def observability_layer(app: Any, settings: StoreSettings, address: Callable[[Any], str]) -> Any:

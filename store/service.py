@@ -32,6 +32,7 @@ from store.storage.base import (
     StorageBackend,
     StorageFull,
 )
+from store.storage.local import read_blob
 from store.upload import StagedUpload
 
 log = logging.getLogger("store.service")
@@ -105,16 +106,15 @@ def brain_record(meta: BrainMeta) -> dict[str, Any]:
 
 @dataclass
 class Download:
-    """An archive ready to be sent: its description and an open blob or plaintext chunks."""
+    """An archive ready to be sent: its description and its whole body or plaintext chunks."""
 
     archive: ArchiveRef
-    file: BinaryIO | None  # raw blob (encryption off)
-    chunks: Iterator[bytes] | None  # decrypted stream (encryption on)
+    body: bytes | memoryview | None  # a plain blob on local disk, read or mapped (store.http.read_blob)
+    chunks: Iterator[bytes] | None  # decrypted stream (encryption on) or an object-store blob
 
     def close(self) -> None:
-        """Release the open blob."""
-        if self.file is not None:
-            self.file.close()
+        """Release the open blob (a mapped body is released when the last view goes)."""
+        self.body = None
         if self.chunks is not None:
             close = getattr(self.chunks, "close", None)
             if close:
@@ -333,21 +333,31 @@ class BrainService:
             except BlobMissing:
                 continue  # replaced or deleted meanwhile: look again
             if self.sealer is None:
-                if _head(blob, len(SEALED_MAGIC)) == SEALED_MAGIC:
+                body = None
+                if not hasattr(blob, "peek"):
+                    # a local file: the whole body at once (checked for the seal below, no extra read)
+                    try:
+                        body = read_blob(blob.fileno(), archive.size)
+                    finally:
+                        blob.close()
+                    head = bytes(body[: len(SEALED_MAGIC)])
+                else:
+                    head = _head(blob, len(SEALED_MAGIC))
+                if head == SEALED_MAGIC:
                     blob.close()
                     log.error("brain %s archive %s is sealed but no key is configured", brain_id, archive.checksum)
                     raise ServiceError(500, "stored archive is encrypted and no key is configured")
-                if not hasattr(blob, "peek"):
-                    return Download(archive=archive, file=blob, chunks=None)
+                if body is not None:
+                    return Download(archive=archive, body=body, chunks=None)
                 # an object-store blob has no file descriptor: stream it in chunks
-                return Download(archive=archive, file=None, chunks=_closing(iter(lambda: blob.read(1 << 20), b""), blob))
+                return Download(archive=archive, body=None, chunks=_closing(iter(lambda: blob.read(1 << 20), b""), blob))
             try:
                 chunks = self.sealer.open(blob, user_id, brain_id, archive.checksum)
             except SealedFileRefused as exc:
                 blob.close()
                 log.error("refusing to serve brain %s archive %s: %s", brain_id, archive.checksum, exc)
                 raise ServiceError(500, "stored archive failed its integrity check") from None
-            return Download(archive=archive, file=None, chunks=_closing(chunks, blob))
+            return Download(archive=archive, body=None, chunks=_closing(chunks, blob))
         raise ServiceError(404, "brain not found")
 
 

@@ -80,9 +80,9 @@ def run_store(settings: StoreSettings, workers: int = 1, *, announce: str | None
         # every process rebuilds its settings from this environment (prometheus_client reads
         # its multiprocess directory at import time, so the environment comes first)
         os.environ.update(settings.to_env())
-    from store.app import app_from_env, create_app
+    from store.app import app_from_env, serving_app
 
-    config = uvicorn.Config(create_app(settings) if workers == 1 else "unused", **common)  # type: ignore[arg-type]
+    config = uvicorn.Config(serving_app(settings) if workers == 1 else "unused", **common)  # type: ignore[arg-type]
     sock = config.bind_socket()
     host, port = sock.getsockname()[:2]
     click.echo(f"listening on http://{host}:{port}")

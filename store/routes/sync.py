@@ -39,27 +39,34 @@ def query_value(scope: Any, name: str) -> str | None:
     return values[0] if values else None
 
 
-async def serve_download(c: AppContext, scope: Any, brain_id: str) -> ASGIApp:
-    """GET/HEAD of /sync from the raw ASGI scope (also used by the fast path in store.app)."""
+async def serve_download(c: AppContext, scope: Any, brain_id: str) -> Any:
+    """GET/HEAD of /sync from the raw ASGI scope (also used by the front door in store.app)."""
     p = await c.authenticate(scope)
     bid = parse_brain_id(brain_id)
     version = query_value(scope, "version")
-    archive = await c.run(c.service.resolve, p.user_id, bid, version)
     inm = header(scope, b"if-none-match")
-    if inm is not None:
-        tags = parse_tag_list(inm)
-        if tags is not None and tags.weak_match(archive.checksum):
-            tag = etag(archive.checksum).encode()
-            return RawResponse(304, b"", [(b"etag", tag), (b"x-checksum", archive.checksum.encode())])
-    if scope["method"] == "HEAD":
-        headers = [*_archive_headers(archive.checksum), (b"content-length", str(archive.size).encode())]
-        return _HeadResponse(headers)
+    if inm is not None or scope["method"] == "HEAD":
+        archive = await c.run(c.service.resolve, p.user_id, bid, version)
+        if inm is not None and _none_match(inm, archive.checksum):
+            checksum = archive.checksum.encode()
+            return RawResponse(304, b"", [(b"etag", b'"' + checksum + b'"'), (b"x-checksum", checksum)])
+        if scope["method"] == "HEAD":
+            return _HeadResponse([*_archive_headers(archive.checksum), (b"content-length", str(archive.size).encode())])
     dl = await c.run(c.service.open_download, p.user_id, bid, version)
     headers = _archive_headers(dl.archive.checksum)
-    if dl.file is not None:
-        return FileResponse(dl.file, dl.archive.size, headers)
+    if dl.body is not None:
+        return FileResponse(dl.body, headers)
     assert dl.chunks is not None
     return ChunksResponse(dl.chunks, dl.archive.size, headers, dl.close, in_thread=c.backend.blocking)
+
+
+def _none_match(value: str, checksum: str) -> bool:
+    """If-None-Match (weak comparison) against the current checksum; the usual single tag is
+    compared directly, anything else goes through the full parser."""
+    if len(value) == len(checksum) + 2 and value[0] == '"' and value[-1] == '"':
+        return value[1:-1] == checksum
+    tags = parse_tag_list(value)
+    return tags is not None and tags.weak_match(checksum)
 
 
 @route("/api/brains/{brain_id:str}/sync", http_method=["GET", "HEAD"])
@@ -73,12 +80,19 @@ class _HeadResponse:
 
     __slots__ = ("headers",)
 
+    status = 200
+
     def __init__(self, headers: list[tuple[bytes, bytes]]) -> None:
         self.headers = headers
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await self.send_to(scope, send)
+
+    async def send_to(self, scope: Any, send: Any) -> int:
+        """Send the headers and an empty body."""
         await send({"type": "http.response.start", "status": 200, "headers": self.headers})
         await send({"type": "http.response.body", "body": b""})
+        return 0
 
 
 @put("/api/brains/{brain_id:str}/sync")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import logging
+import mmap
 import os
 import re
 import shutil
@@ -58,6 +59,28 @@ RACY_MARGIN_NS = 50_000_000
 def settled(st_mtime_ns: int) -> bool:
     """True when a file with this mtime can be cached by (inode, mtime, size)."""
     return time.time_ns() - st_mtime_ns > RACY_MARGIN_NS
+
+
+# Blobs up to this size are read; larger ones are memory-mapped (see read_blob).
+SMALL_BLOB = 256 * 1024
+
+
+def read_blob(fd: int, size: int) -> bytes | memoryview:
+    """The ``size`` bytes of an immutable blob as one sendable body.
+
+    Small blobs are read with one ``pread``; larger ones are memory-mapped read-only and
+    returned as a view (the mapping lives as long as the view: until the server has
+    written it). Raises OSError when the file is shorter than ``size`` (a mapping past
+    the end of a file would fault on access, so this is checked first).
+    """
+    if size <= SMALL_BLOB:
+        data = os.pread(fd, size, 0)
+        if len(data) != size:
+            raise OSError("blob shorter than recorded")
+        return data
+    if os.fstat(fd).st_size < size:
+        raise OSError("blob shorter than recorded")
+    return memoryview(mmap.mmap(fd, size, prot=mmap.PROT_READ))
 
 
 def is_disk_full(exc: OSError) -> bool:

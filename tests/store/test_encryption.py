@@ -33,8 +33,8 @@ def service_with(data: Path, key: bytes | None, previous: tuple[bytes, ...] = ()
 def download(service: BrainService, brain_id: str, version: str | None = None) -> bytes:
     dl = service.open_download(USER, brain_id, version)
     try:
-        if dl.file is not None:
-            return dl.file.read()
+        if dl.body is not None:
+            return bytes(dl.body)
         assert dl.chunks is not None
         return b"".join(dl.chunks)
     finally:
