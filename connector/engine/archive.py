@@ -16,13 +16,18 @@ from __future__ import annotations
 import errno
 import functools
 import gzip
+import hashlib
 import io
 import os
+import re
 import secrets
 import stat
+import struct
 import tarfile
+import threading
 import zlib
-from collections.abc import Iterator
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -158,8 +163,11 @@ def pack_archive(brain: Brain) -> bytes:
     """The brain as a deterministic tar.gz: same files, same bytes.
 
     The tar stream is exactly what ``tarfile`` writes in GNU format (headers come
-    from ``TarInfo.tobuf``), assembled from cached headers: a header depends only
-    on name and size here, and most files are unchanged between two packs.
+    from ``TarInfo.tobuf``). It is compressed in segments whose boundaries depend
+    on content only (see `_segments`), each deflated on its own and joined into
+    one ordinary gzip member (`_Deflated`): after a write most segments are
+    unchanged and their compressed bytes come from a cache, so packing a large
+    brain again costs hashing, not compressing.
     """
     paths = [path for path in brain.files if not _skipped(path)]
     for path in paths:
@@ -167,21 +175,159 @@ def pack_archive(brain: Brain) -> bytes:
             raise ArchiveError(f"brain holds an unsafe path: {path[:200]!r}")
     folders = _directories(paths)
     entries = sorted([(tuple(p.split("/")), False) for p in paths] + [(tuple(d.split("/")), True) for d in folders])
-    blocks = [_header(".", 0, True)]
+    return _DEFLATED.gzip(_segments(brain.files, entries))
+
+
+# Files at least this large are cut into several segments (the big JSON indexes).
+_BIG_FILE = 256 * 1024
+# A segment of small files ends after a file whose path hash has these bits clear (~1 in 32).
+_SMALL_SEGMENT_MASK = 31
+# Cut points inside a big file: before a top-level entry of a JSON map (two levels deep,
+# as dump_json indents) keyed by a memory id whose last two hex digits fall in 1/32 of
+# the values. They depend only on nearby content, so an insertion moves no other cut.
+_BIG_CUT = re.compile(rb'\n    "mem_[0-9]{8}_[0-9a-f]{4}0[0-7]"')
+_MIN_PIECE = 8 * 1024
+_MAX_PIECE = 1024 * 1024
+
+
+def _cuts(content: bytes) -> list[int]:
+    """Offsets that cut a big file into pieces: content-defined, at least _MIN_PIECE apart.
+
+    A stretch without any cut point is cut at the first newline after _MAX_PIECE
+    (or at _MAX_PIECE), so no piece grows without bound.
+    """
+    cuts = [0]
+    for match in _BIG_CUT.finditer(content):
+        start = match.start() + 1  # after the newline
+        while start - cuts[-1] > _MAX_PIECE:
+            cuts.append(_forced_cut(content, cuts[-1]))
+        if start - cuts[-1] >= _MIN_PIECE:
+            cuts.append(start)
+    while len(content) - cuts[-1] > _MAX_PIECE:
+        cuts.append(_forced_cut(content, cuts[-1]))
+    return cuts
+
+
+def _forced_cut(content: bytes, after: int) -> int:
+    newline = content.find(b"\n", after + _MAX_PIECE // 2, after + _MAX_PIECE)
+    return newline + 1 if newline >= 0 else after + _MAX_PIECE
+
+
+def _segments(files: dict[str, bytes], entries: list[tuple[tuple[str, ...], bool]]) -> Iterator[bytes]:
+    """The tar stream in content-defined segments (their concatenation is the whole stream)."""
+    emitted = 0
+    pending: list[bytes] = [_header(".", 0, True)]
     for parts, is_dir in entries:
         name = "/".join(parts)
         if is_dir:
-            blocks.append(_header("./" + name, 0, True))
+            pending.append(_header("./" + name, 0, True))
             continue
-        content = brain.files[name]
-        blocks.append(_header("./" + name, len(content), False))
-        blocks.append(content)
-        if len(content) % tarfile.BLOCKSIZE:
-            blocks.append(bytes(tarfile.BLOCKSIZE - len(content) % tarfile.BLOCKSIZE))
-    size = sum(len(block) for block in blocks) + 2 * tarfile.BLOCKSIZE
+        content = files[name]
+        header = _header("./" + name, len(content), False)
+        padding = _PADDING[len(content) % tarfile.BLOCKSIZE]
+        if len(content) >= _BIG_FILE:
+            if pending:
+                segment = b"".join(pending)
+                emitted += len(segment)
+                yield segment
+                pending = []
+            bounds = [*_cuts(content), len(content)]
+            for start, end in zip(bounds, bounds[1:]):
+                piece = content[start:end]
+                if start == 0:
+                    piece = header + piece
+                if end == len(content):
+                    piece += padding
+                emitted += len(piece)
+                yield piece
+            continue
+        pending += (header, content, padding)
+        if zlib.crc32(name.encode("utf-8", "surrogateescape")) & _SMALL_SEGMENT_MASK == 0:
+            segment = b"".join(pending)
+            emitted += len(segment)
+            yield segment
+            pending = []
     # End of archive: two zero blocks, then zeros up to a whole record (as tarfile does).
-    blocks.append(bytes(2 * tarfile.BLOCKSIZE + (-size) % tarfile.RECORDSIZE))
-    return gzip.compress(b"".join(blocks), compresslevel=6, mtime=0)
+    size = emitted + sum(map(len, pending)) + 2 * tarfile.BLOCKSIZE
+    pending.append(bytes(2 * tarfile.BLOCKSIZE + (-size) % tarfile.RECORDSIZE))
+    yield b"".join(pending)
+
+
+# Padding after a file's bytes to the next 512-byte block, by remainder.
+_PADDING = [bytes((tarfile.BLOCKSIZE - rest) % tarfile.BLOCKSIZE) for rest in range(tarfile.BLOCKSIZE)]
+_GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03"  # no name, mtime 0, Unix (as gzip.compress(mtime=0))
+_GZIP_LEVEL = 6
+
+
+class _Deflated:
+    """Deflates segments independently and joins them into one gzip member, with a cache.
+
+    Each segment is compressed by a fresh compressor primed with the end of the
+    previous segment and ended with a sync flush (byte-aligned, not final), so the
+    pieces concatenate into one valid deflate stream that any gunzip reads (pigz
+    works the same way); one empty final block and the gzip trailer (CRC-32 and
+    length of the whole tar stream) close it. The compressed bytes of a segment
+    depend only on its bytes and its predecessor's, so they are cached by their
+    SHA-256 digests, bounded by total compressed size (least recently used first
+    out). Thread-safe: packs run in worker threads.
+    """
+
+    def __init__(self, max_bytes: int = 96 * 1024 * 1024) -> None:
+        self._max = max_bytes
+        self._cache: OrderedDict[bytes, bytes] = OrderedDict()
+        self._held = 0
+        self._lock = threading.Lock()
+        finisher = zlib.compressobj(_GZIP_LEVEL, zlib.DEFLATED, -zlib.MAX_WBITS)
+        self._final_block = finisher.flush(zlib.Z_FINISH)
+
+    def gzip(self, segments: Iterable[bytes]) -> bytes:
+        """One gzip member holding the concatenated ``segments``."""
+        out = [_GZIP_HEADER]
+        crc = 0
+        length = 0
+        previous, previous_digest = b"", b""
+        for segment in segments:
+            crc = zlib.crc32(segment, crc)
+            length += len(segment)
+            digest = hashlib.sha256(segment).digest()
+            out.append(self._deflate(segment, digest, previous, previous_digest))
+            previous, previous_digest = segment, digest
+        out.append(self._final_block)
+        out.append(struct.pack("<II", crc, length & 0xFFFFFFFF))
+        return b"".join(out)
+
+    def _deflate(self, segment: bytes, digest: bytes, previous: bytes, previous_digest: bytes) -> bytes:
+        """``segment`` deflated with the end of ``previous`` as its dictionary (cached).
+
+        The dictionary is what a decoder has in its window at that point, so matches
+        may reach back into the previous segment as in one continuous stream: the
+        price of cutting the stream is almost nothing. The output depends on both
+        segments, hence the key.
+        """
+        key = previous_digest + digest
+        with self._lock:
+            found = self._cache.get(key)
+            if found is not None:
+                self._cache.move_to_end(key)
+                return found
+        if previous:
+            window = previous[-_WINDOW:]
+            compressor = zlib.compressobj(_GZIP_LEVEL, zlib.DEFLATED, -zlib.MAX_WBITS, zdict=window)
+        else:
+            compressor = zlib.compressobj(_GZIP_LEVEL, zlib.DEFLATED, -zlib.MAX_WBITS)
+        deflated = compressor.compress(segment) + compressor.flush(zlib.Z_SYNC_FLUSH)
+        with self._lock:
+            if key not in self._cache:
+                self._cache[key] = deflated
+                self._held += len(deflated)
+                while self._held > self._max and self._cache:
+                    _, dropped = self._cache.popitem(last=False)
+                    self._held -= len(dropped)
+        return deflated
+
+
+_WINDOW = 1 << zlib.MAX_WBITS  # 32 KiB: how far back a deflate match may reach
+_DEFLATED = _Deflated()
 
 
 @functools.lru_cache(maxsize=65536)
