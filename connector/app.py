@@ -92,7 +92,7 @@ class _Limits:
 
     def __init__(self, settings: ConnectorSettings) -> None:
         self._trusted = TrustedProxies.parse(settings.trust_proxy)
-        self._limiter = TokenBucketLimiter(settings.mcp_rate_per_min)
+        self._limiter = TokenBucketLimiter(settings.mcp_rate_per_min) if settings.mcp_rate_per_min else None
 
     def client_address(self, scope: Scope) -> str:
         """The client's address: the right-most untrusted X-Forwarded-For hop behind a trusted proxy."""
@@ -100,6 +100,8 @@ class _Limits:
 
     def retry_after(self, scope: Scope) -> float | None:
         """None when allowed, else seconds to wait."""
+        if self._limiter is None:
+            return None
         return self._limiter.hit(self.client_address(scope))
 
 
@@ -315,6 +317,9 @@ def create_app(settings: ConnectorSettings, *, tuning: ManagerTuning | None = No
             max_age=600,
         ),
         openapi_config=None,
+        # Logging is ours (configure_logging: JSON lines, CONNECTOR_LOG_LEVEL). Litestar's default
+        # config would replace the root handler with its own plain-text one at INFO.
+        logging_config=None,
         debug=False,
     )
     app.state.connector = parts

@@ -67,7 +67,7 @@ class ConnectorSettings:
     oidc_auth_params: Mapping[str, str] = field(default_factory=dict)
     oidc_allowed_domains: tuple[str, ...] = ()
     oidc_allowed_emails: tuple[str, ...] = ()
-    mcp_rate_per_min: int = 300
+    mcp_rate_per_min: int = 300  # POST /mcp per client address and minute; 0 = no limit (benchmarks)
     store_timeout_s: float = 15.0
     log_level: str = "info"
     metrics: bool = True  # GET /metrics (Prometheus); labels never carry ids or tokens
@@ -216,6 +216,7 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     put("oidc_auth_params", parse_auth_params(auth_params) if auth_params else None)
     put("oidc_allowed_domains", _csv(_env(env, "OIDC_ALLOWED_DOMAINS")))
     put("oidc_allowed_emails", _csv(_env(env, "OIDC_ALLOWED_EMAILS")))
+    put("mcp_rate_per_min", _int(env, "CONNECTOR_MCP_RATE_PER_MIN"))
     put("log_level", _env(env, "CONNECTOR_LOG_LEVEL"))
     put("metrics", _bool(env, "CONNECTOR_METRICS"))
     put("metrics_token", _env(env, "CONNECTOR_METRICS_TOKEN"))
