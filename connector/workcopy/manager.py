@@ -178,6 +178,10 @@ def identity_for(account: Account, brains: list[BrainRecord], active: BrainRecor
     return Identity(STATUS_OK, None, tuple(brains), active.id if active else None)
 
 
+# Notices kept per user about dropped writes (the most recent ones).
+_MAX_NOTICES = 10
+
+
 def brain_bytes(brain: Brain) -> int:
     """What a brain's files weigh: the measure of the copies' byte budget."""
     return sum(map(len, brain.files.values()))
@@ -672,7 +676,9 @@ class WorkingCopyManager:
         state = self._users.get(copy.subject)
         if state is not None:
             state.brains_at = -1e18  # the brain list changed (or access did): list again next time
-        self._notices.setdefault(copy.subject, []).append(notice)
+        owed = self._notices.setdefault(copy.subject, [])
+        owed.append(notice)
+        del owed[:-_MAX_NOTICES]  # a user who never comes back must not grow this without bound
         log.warning(
             "held writes dropped: the store refused them for good",
             extra={"writes": len(labels), "kinds": counted, "status": refusal.status, "brain_id": copy.brain_id},
