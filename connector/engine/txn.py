@@ -8,6 +8,8 @@ brain exactly as it was, without copying the whole brain first.
 from __future__ import annotations
 
 import gc
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Collection
 from datetime import datetime
 from typing import Any
@@ -69,6 +71,53 @@ def _parse_json(data: bytes) -> tuple[Any, bool]:
     finally:
         if collecting:
             gc.enable()
+
+
+class _ParsedDocuments:
+    """The parsed form of large JSON documents a write just produced, for the next write.
+
+    A write parses index.json, associations.json and search-index.json, changes them
+    and serialises them again; at 10,000 memories the parsing alone is most of a
+    memorize. The document a commit serialised is kept here with the exact bytes
+    object it became, and the next write of that brain (which reads those very bytes)
+    takes it instead of parsing. Taking removes it: the taker mutates it, and a write
+    that fails half-way leaves nothing stale behind. Bounded (a few documents, the
+    most recent), thread-safe.
+    """
+
+    def __init__(self, capacity: int = 6, min_bytes: int = 64 * 1024) -> None:
+        self._capacity = capacity
+        self.min_bytes = min_bytes
+        self._held: OrderedDict[int, tuple[bytes, Any, bool]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def take(self, data: bytes) -> tuple[Any, bool] | None:
+        """(document, plain) for exactly this bytes object, removed from the cache; else None."""
+        with self._lock:
+            held = self._held.get(id(data))
+            if held is None or held[0] is not data:
+                return None
+            del self._held[id(data)]
+        return held[1], held[2]
+
+    def keep(self, data: bytes, value: Any, plain: bool) -> None:
+        """Remember that ``data`` is the serialisation of ``value``."""
+        if len(data) < self.min_bytes:
+            return
+        with self._lock:
+            self._held[id(data)] = (data, value, plain)  # the bytes are held: their id stays theirs
+            self._held.move_to_end(id(data))
+            while len(self._held) > self._capacity:
+                self._held.popitem(last=False)
+
+
+PARSED = _ParsedDocuments()
+
+
+def _parsed(data: bytes) -> tuple[Any, bool]:
+    """The document in ``data``: from the last write's cache when it made these bytes, else parsed."""
+    kept = PARSED.take(data)
+    return kept if kept is not None else _parse_json(data)
 
 
 def fast_dump_json(value: Any, *, plain_floats: bool = False) -> bytes:
@@ -180,7 +229,7 @@ class WriteTxn:
         value: Any = _MISSING
         plain = True
         if data is not None:
-            value, plain = _parse_json(data)
+            value, plain = _parsed(data)
             if value is None or (valid is not None and not valid(value)):
                 value = _MISSING
         if value is _MISSING:
@@ -202,7 +251,9 @@ class WriteTxn:
     def commit(self) -> None:
         """Apply every staged change to the brain."""
         for path in self._dirty:
-            self._writes[path] = fast_dump_json(self._parsed[path], plain_floats=path not in self._unplain)
+            plain = path not in self._unplain
+            self._writes[path] = fast_dump_json(self._parsed[path], plain_floats=plain)
+            PARSED.keep(self._writes[path], self._parsed[path], plain)
         for path in self._removed:
             self.brain.remove(path)
         for path, data in self._writes.items():
@@ -222,7 +273,7 @@ class WriteTxn:
                 raise BrainError("brain not initialized (no index.json)")
             value: Any = {"version": 2, "memory_count": 0, "memories": {}, "last_updated": self.now_iso}
         else:
-            value, plain = _parse_json(data)
+            value, plain = _parsed(data)
             if not plain:
                 self._unplain.add(INDEX)
             if not isinstance(value, dict):
