@@ -494,7 +494,9 @@ class WorkingCopyManager:
                 return None  # dropped (brain deleted) or evicted meanwhile: start again from the brain list
             at = self.now()
             working = copy.brain.copy()
-            result = op.apply(working, at)  # refusal raises here, before anything changed
+            # Refusal raises here, before anything changed. In a worker thread: at 10,000
+            # memories a write takes a few hundred ms, which other users' calls need not wait for.
+            result = await asyncio.to_thread(op.apply, working, at)
             copy.brain = working
             copy.size_bytes = brain_bytes(working)
             copy.key = f"local:{copy.subject}:{copy.brain_id}:{id(working)}:{at.timestamp()}"
