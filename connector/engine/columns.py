@@ -331,8 +331,11 @@ class Columns:
         per_group = np.append(project_term + 0.4 * jaccard + task_term, 0.0)
         return per_group[self.ctx_group]  # group -1 reads the appended 0.0
 
-    def spreading_bounds(self, source_high: np.ndarray, source_low: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(upper, lower) bounds of every memory's spreading bonus, capped at 1.
+    def spreading_bounds(
+        self, source_high: np.ndarray, source_low: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(upper, lower, two-hop upper) bounds of every memory's spreading bonus;
+        the first two capped at 1, the last uncapped.
 
         ``source_high`` / ``source_low``: per memory, an upper / lower bound of its
         source strength where it may / surely be a source (strength > 0.3), else 0.
@@ -342,7 +345,7 @@ class Columns:
         """
         if not len(self.edge_source):
             zero = np.zeros(self.count)
-            return zero, zero
+            return zero, zero, zero
         nodes_high = np.zeros(self.node_count)
         nodes_high[: self.count] = source_high
         with np.errstate(all="ignore"):
@@ -353,7 +356,7 @@ class Columns:
             nodes_low = np.zeros(self.node_count)
             nodes_low[: self.count] = source_low
             low = np.minimum(self._best_incoming(nodes_low[self.edge_source] * self.edge_positive_weight * 0.5)[: self.count], 1.0)
-        return high, low
+        return high, low, two[: self.count]
 
     def _best_incoming(self, values: np.ndarray) -> np.ndarray:
         best = np.zeros(self.node_count)

@@ -195,11 +195,20 @@ class BrainIndex:
         in ``cache`` (the process-wide one by default); built afresh without a key."""
         return index_for(brain, key, DEFAULT_CACHE if cache is None else cache)
 
-    def spread_bonus(self, target: str, strength_of: Callable[[str], float | None]) -> float:
+    def spread_bonus(
+        self,
+        target: str,
+        strength_of: Callable[[str], float | None],
+        two_hop_bound: float = math.inf,
+        maybe_source: list[bool] | None = None,
+    ) -> float:
         """The spreading bonus of ``target`` (uncapped; 0.0 when none).
 
         ``strength_of(node)`` gives a source's strength, or None when that node is
-        not a source with strength > 0.3 (the caller memoises it).
+        not a source with strength > 0.3 (the caller memoises it). Two-hop paths are
+        not walked when ``two_hop_bound`` (an upper bound of any two-hop bonus)
+        cannot beat the best direct one. ``maybe_source`` (per memory position, False
+        where a memory surely is no source) lets the walk skip most nodes cheaply.
 
         Computed backwards from ``target``, exactly as the reference's forward
         walks record it: a source linking to ``target`` gives s x w1 x 0.5; any other
@@ -217,12 +226,19 @@ class BrainIndex:
                     bonus = strength * maps[source][target][1] * 0.5
                     if bonus > best:
                         best = bonus
+        if two_hop_bound <= best:
+            return best
         # Two hops: for each source, the middle node earliest in its own order wins.
         earliest: dict[str, tuple[int, float, float]] = {}
         direct_set = set(direct)
+        position_of = self.positions.get
         for middle in direct:
             second = maps[middle][target][1]
             for source in incoming_of.get(middle, ()):
+                if maybe_source is not None:
+                    position = position_of(source)
+                    if position is None or not maybe_source[position]:
+                        continue
                 if source == target or source == middle or source in direct_set or strength_of(source) is None:
                     continue
                 order, first = maps[source][middle]

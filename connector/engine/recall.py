@@ -406,43 +406,46 @@ def _bounded(
     context_given = bool(project or task or topics)
     topic_set = _topic_set(topics)
     match = columns.context_matches(project, task, topic_set) if context_given else np.zeros(columns.count)
-    slack = _SLACK * (1 + np.abs(decayed) + np.abs(salience))
+    # Ineligible memories may hold NaN here; they are never listed nor sources.
+    with np.errstate(all="ignore"):
+        slack = _SLACK * (1 + np.abs(decayed) + np.abs(salience))
 
-    weighted = W_RELEVANCE * relevance + W_DECAYED * decayed + W_RECENCY * recency
-    total = np.full(columns.count, W_RELEVANCE + W_DECAYED + W_RECENCY)
-    has_match = match > 0
-    weighted += np.where(has_match, W_CONTEXT * match, 0.0)
-    total += np.where(has_match, W_CONTEXT, 0.0)
-    weighted += np.where(columns.has_salience, W_SALIENCE * salience, 0.0)
-    total += np.where(columns.has_salience, W_SALIENCE, 0.0)
+        weighted = W_RELEVANCE * relevance + W_DECAYED * decayed + W_RECENCY * recency
+        total = np.full(columns.count, W_RELEVANCE + W_DECAYED + W_RECENCY)
+        has_match = match > 0
+        weighted += np.where(has_match, W_CONTEXT * match, 0.0)
+        total += np.where(has_match, W_CONTEXT, 0.0)
+        weighted += np.where(columns.has_salience, W_SALIENCE * salience, 0.0)
+        total += np.where(columns.has_salience, W_SALIENCE, 0.0)
 
-    spreads = index.edges is not None and len(columns.edge_source) > 0
-    if spreads:
-        strength = 0.55 * relevance + 0.30 * decayed + 0.15 * recency
-        strength_slack = _SLACK * (1 + np.abs(decayed))
-        maybe = base & (strength + strength_slack > SOURCE_THRESHOLD)
-        sure = base & (strength - strength_slack > SOURCE_THRESHOLD)
-        bonus_high, bonus_low = columns.spreading_bounds(
-            np.where(maybe, strength + strength_slack, 0.0), np.where(sure, strength - strength_slack, 0.0)
+        spreads = index.edges is not None and len(columns.edge_source) > 0
+        if spreads:
+            strength = 0.55 * relevance + 0.30 * decayed + 0.15 * recency
+            strength_slack = _SLACK * (1 + np.abs(decayed))
+            maybe = base & (strength + strength_slack > SOURCE_THRESHOLD)
+            sure = base & (strength - strength_slack > SOURCE_THRESHOLD)
+            bonus_high, bonus_low, two_hop = columns.spreading_bounds(
+                np.where(maybe, strength + strength_slack, 0.0), np.where(sure, strength - strength_slack, 0.0)
+            )
+            bonus_high = np.where(bonus_high > 0, np.minimum(bonus_high * (1 + _SLACK) + 1e-12, 1.0), 0.0)
+            bonus_low = np.where(bonus_low > _SLACK, bonus_low * (1 - _SLACK) - 1e-12, 0.0)
+            two_hop = np.where(two_hop > 0, two_hop * (1 + _SLACK) + 1e-12, 0.0)
+        else:
+            bonus_high = bonus_low = two_hop = np.zeros(columns.count)
+            maybe = np.zeros(columns.count, dtype=bool)
+
+        plain = weighted / total
+        spread_total = total + W_SPREADING
+        may_spread = bonus_high > 0
+        high = np.where(may_spread, np.maximum(plain, (weighted + W_SPREADING * bonus_high) / spread_total), plain)
+        low = np.where(
+            bonus_low > 0,
+            (weighted + W_SPREADING * bonus_low) / spread_total,
+            np.where(may_spread, np.minimum(plain, weighted / spread_total), plain),
         )
-        bonus_high = np.where(bonus_high > 0, np.minimum(bonus_high * (1 + _SLACK) + 1e-12, 1.0), 0.0)
-        bonus_low = np.where(bonus_low > _SLACK, bonus_low * (1 - _SLACK) - 1e-12, 0.0)
-    else:
-        bonus_high = bonus_low = np.zeros(columns.count)
-        maybe = np.zeros(columns.count, dtype=bool)
-
-    plain = weighted / total
-    spread_total = total + W_SPREADING
-    may_spread = bonus_high > 0
-    high = np.where(may_spread, np.maximum(plain, (weighted + W_SPREADING * bonus_high) / spread_total), plain)
-    low = np.where(
-        bonus_low > 0,
-        (weighted + W_SPREADING * bonus_low) / spread_total,
-        np.where(may_spread, np.minimum(plain, weighted / spread_total), plain),
-    )
-    factor = columns.factors(as_of_ms if as_of_ms is not None else now_ms, as_of_ms is not None)
-    high = high * factor + slack
-    low = low * factor - slack
+        factor = columns.factors(as_of_ms if as_of_ms is not None else now_ms, as_of_ms is not None)
+        high = high * factor + slack
+        low = low * factor - slack
 
     # Memories sure to be listed (context mode: all eligible; query mode: relevant
     # ones) set the bar; others enter query mode only through spreading >= 0.05.
@@ -459,7 +462,7 @@ def _bounded(
     if len(candidates) > _MAX_CANDIDATES:
         return None
     return _score_candidates(
-        index, candidates, top, relevance, base, maybe, bonus_high, spreads, context, project, task, topic_set, now_ms,
+        index, candidates, top, relevance, base, maybe, bonus_high, two_hop, spreads, context, project, task, topic_set, now_ms,
         as_of_ms,
     )
 
@@ -472,6 +475,7 @@ def _score_candidates(
     base: np.ndarray,
     maybe_source: np.ndarray,
     bonus_high: np.ndarray,
+    two_hop: np.ndarray,
     spreads: bool,
     context: bool,
     project: str | None,
@@ -505,10 +509,11 @@ def _score_candidates(
             return value
 
         reachable = bonus_high[candidates].tolist()
-        for position, may_spread in zip(candidates, reachable):
+        two_hop_bounds = two_hop[candidates].tolist()
+        for position, may_spread, two_hop_bound in zip(candidates, reachable, two_hop_bounds):
             if may_spread:
                 memory_id = memories[position].id
-                best = index.spread_bonus(memory_id, source_strength)
+                best = index.spread_bonus(memory_id, source_strength, two_hop_bound, maybe)
                 if best > 0:
                     spreading[memory_id] = best
     if not context:
