@@ -310,6 +310,21 @@ class BrainService:
 
     # -- reads -------------------------------------------------------------------------
 
+    def stored_archive(self, user_id: str, brain_id: str, checksum: str) -> ArchiveRef | None:
+        """The brain's current or snapshot archive with this checksum, if it keeps one."""
+        try:
+            meta = self.backend.read_meta(user_id, brain_id)
+        except CorruptMeta:
+            return None
+        if meta is None or meta.user_id != user_id:
+            return None
+        if meta.current is not None and meta.current.checksum == checksum:
+            return meta.current
+        for snap in meta.snapshots:
+            if snap.archive.checksum == checksum:
+                return snap.archive
+        return None
+
     def resolve(self, user_id: str, brain_id: str, version: str | None) -> ArchiveRef:
         """The archive a download would send (no I/O beyond metadata)."""
         meta = self.get(user_id, brain_id)

@@ -4,6 +4,14 @@
 ``receive`` channel itself, so nothing is buffered whole). The ``brain`` part goes
 to the staged blob (sealed when encryption is on) while being hashed and inspected;
 every other part is ignored. Memory stays at a few small buffers per upload.
+
+Inflating the gzip stream is most of an upload's CPU, and an archive's validity and
+file count are properties of its bytes. So when the staged blob can be read back
+(local disk), only the first ``EARLY_INSPECT`` bytes are inspected while the body
+streams (garbage is still refused early); once the checksum is known, an archive this
+brain already stores (current or snapshot, validated when it was first uploaded) takes
+its file count from the metadata, and any other archive is inspected to the end from
+the staged file (decrypting it when sealed) before anything is committed.
 """
 
 from __future__ import annotations
@@ -28,6 +36,10 @@ if TYPE_CHECKING:
 
 # Room for multipart framing and small extra fields beyond the archive itself.
 BODY_SLACK = 1024 * 1024
+# Archive bytes inspected while streaming when the rest can be inspected from the staged blob.
+EARLY_INSPECT = 64 * 1024
+# Read size when inspecting the rest of a staged plain archive.
+REREAD_CHUNK = 256 * 1024
 
 
 @dataclass
@@ -66,6 +78,7 @@ class UploadSink:
         inspect_limits: InspectLimits,
         writer: Any | None = None,
         content_length: int = -1,
+        early_inspect: int | None = None,
     ) -> None:
         self.blob = blob
         self._writer = writer if writer is not None else blob.file
@@ -76,6 +89,9 @@ class UploadSink:
         self._inspector = ArchiveInspector(inspect_limits)
         self._size = 0
         self._body = 0
+        # None: inspect every byte while streaming; else only this many (see inspect_rest)
+        self._early = early_inspect
+        self._inspected = 0
         self._in_brain = False
         self._seen_brain = False
         try:
@@ -121,17 +137,41 @@ class UploadSink:
             if self._size > self._max_archive:
                 raise ServiceError(413, "archive is larger than this store accepts")
             self._hash.update(event)
-            try:
-                self._inspector.feed(event)
-            except ArchiveRejected as exc:
-                raise ServiceError(400, f"not a valid brain archive: {exc.message}") from None
+            early = self._early
+            if early is None:
+                self._inspect(event)
+            elif self._inspected < early:
+                part = event[: early - self._inspected]
+                self._inspected += len(part)
+                self._inspect(part)
             self._writer.write(event)
 
-    def finish(self) -> StagedUpload:
-        """The body ended: check completeness and validity, seal, return the staged upload.
+    def _inspect(self, data: Any) -> None:
+        try:
+            self._inspector.feed(data)
+        except ArchiveRejected as exc:
+            raise ServiceError(400, f"not a valid brain archive: {exc.message}") from None
 
-        The caller must still call ``blob.finish()`` (fsync, blocking) before committing.
-        """
+    @property
+    def inspected_all(self) -> bool:
+        """True when every archive byte went through the inspector."""
+        return self._early is None or self._inspected >= self._size
+
+    def inspect_rest(self, plaintext: Iterator[bytes]) -> None:
+        """Feed the archive bytes after the early part (``plaintext`` yields the whole archive)."""
+        skip = self._inspected
+        for chunk in plaintext:
+            if skip:
+                if len(chunk) <= skip:
+                    skip -= len(chunk)
+                    continue
+                chunk = chunk[skip:]
+                skip = 0
+            self._inspected += len(chunk)
+            self._inspect(chunk)
+
+    def end_body(self) -> str:
+        """The body ended: check the multipart framing, close the seal; returns the checksum."""
         try:
             for event in self._parser.parse(b""):
                 self._event(event)
@@ -140,20 +180,47 @@ class UploadSink:
             raise ServiceError(400, f"incomplete multipart body: {exc}") from None
         if not self._seen_brain:
             raise ServiceError(400, "no 'brain' file field in the upload")
-        try:
-            summary = self._inspector.finish()
-        except ArchiveRejected as exc:
-            raise ServiceError(400, f"not a valid brain archive: {exc.message}") from None
         checksum = self._hash.hexdigest()
         if self._sealed:
             self._writer.close(checksum)
+        return checksum
+
+    def staged(self, checksum: str, file_count: int | None = None) -> StagedUpload:
+        """The staged upload; ``file_count`` None: the inspector (fed every byte) decides."""
+        if file_count is None:
+            if not self.inspected_all:
+                raise RuntimeError("the archive was not inspected to the end")
+            try:
+                file_count = self._inspector.finish().file_count
+            except ArchiveRejected as exc:
+                raise ServiceError(400, f"not a valid brain archive: {exc.message}") from None
         return StagedUpload(
             blob=self.blob,
             checksum=checksum,
             size=self._size,
-            file_count=summary.file_count,
+            file_count=file_count,
             sealed=self._sealed,
         )
+
+    def finish(self) -> StagedUpload:
+        """The body ended: check completeness and validity, seal, return the staged upload.
+
+        Only for a sink that inspects while streaming (no ``early_inspect``). The caller
+        must still call ``blob.finish()`` (fsync, blocking) before committing.
+        """
+        return self.staged(self.end_body())
+
+
+def staged_plaintext(blob: Any, sealer: Any, user_id: str, brain_id: str, checksum: str) -> Iterator[bytes]:
+    """The archive bytes of a finished staged blob, read back (and unsealed when sealed)."""
+    f = blob.reopen()
+    try:
+        if sealer is not None:
+            yield from sealer.open(f, user_id, brain_id, checksum)
+        else:
+            yield from iter(lambda: f.read(REREAD_CHUNK), b"")
+    finally:
+        f.close()
 
 
 @contextmanager
@@ -182,8 +249,16 @@ def complete_upload(
     blob = sink.blob
     with _discarded_on_error(blob):
         sink.feed(tail)
-        staged = sink.finish()
+        checksum = sink.end_body()
         blob.finish()
+        file_count = None
+        if not sink.inspected_all:
+            known = service.stored_archive(user_id, brain_id, checksum)
+            if known is not None:
+                file_count = known.file_count  # these very bytes passed inspection before
+            else:
+                sink.inspect_rest(staged_plaintext(blob, service.sealer, user_id, brain_id, checksum))
+        staged = sink.staged(checksum, file_count)
     return service.commit_upload(user_id, brain_id, staged, cond, force)
 
 
@@ -260,6 +335,7 @@ async def receive_upload(
             ),
             writer=writer,
             content_length=content_length,
+            early_inspect=EARLY_INSPECT if hasattr(blob, "reopen") else None,
         )
         pending_size = 0
         while not body.done:

@@ -196,6 +196,10 @@ class LocalStagedBlob:
         elif self._fsync:
             os.fsync(self._lock_fd)
 
+    def reopen(self) -> BinaryIO:
+        """The written bytes, opened for reading (after ``finish``)."""
+        return open(self.path, "rb")  # noqa: SIM115 - caller closes
+
     def release(self) -> None:
         """Drop the file handles (after the blob was moved into place)."""
         if not self._file.closed:
