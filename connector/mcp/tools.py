@@ -16,6 +16,7 @@ from typing import Any
 
 import mcp_types as types
 
+from connector.engine.brain import Brain
 from connector.engine.errors import BrainError
 from connector.engine.index import IndexCache, RecallError, index_for
 from connector.engine.ops import Forget, Pin, Unpin, Verify, connector_memorize
@@ -106,6 +107,9 @@ class BrainTools:
         self._warm: OrderedDict[str | None, None] = OrderedDict()
         self._tool_list: list[types.Tool] | None = None
         self._background: set[asyncio.Task[None]] = set()
+        # Index builds after writes: the brain being built, and the newest one waiting, per brain.
+        self._prewarm_busy: set[str] = set()
+        self._prewarm_next: dict[str, tuple[Brain, str]] = {}
         self._handlers: dict[str, Callable[[Caller, Args], Awaitable[types.CallToolResult]]] = {
             "brain_recall": self._recall,
             "brain_status": self._status,
@@ -122,10 +126,20 @@ class BrainTools:
 
         A write changes the content key, so the next recall would build the index
         first; doing it now, off the event loop, keeps "remember, then recall" fast.
+        One build per brain at a time: writes arriving during a build replace the
+        queued one, so a burst of writes costs one or two builds, not one each.
         """
         brain, key = outcome.brain, outcome.key
         if brain is None or key is None or key in self._warm or "index.json" not in brain:
             return
+        slot = outcome.brain_id or key
+        self._prewarm_next[slot] = (brain, key)
+        if slot not in self._prewarm_busy:
+            self._start_prewarm(slot)
+
+    def _start_prewarm(self, slot: str) -> None:
+        brain, key = self._prewarm_next.pop(slot)
+        self._prewarm_busy.add(slot)
 
         def build() -> None:
             try:
@@ -138,8 +152,11 @@ class BrainTools:
 
         def done(finished: asyncio.Task[None]) -> None:
             self._background.discard(finished)
+            self._prewarm_busy.discard(slot)
             if not finished.cancelled() and finished.exception() is None:
                 self._remember_warm(key)
+            if slot in self._prewarm_next:
+                self._start_prewarm(slot)
 
         task.add_done_callback(done)
 
