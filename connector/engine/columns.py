@@ -169,14 +169,15 @@ class Columns:
     task_codes: dict[str, int]
     group_topic_size: np.ndarray  # len(topics) per group, -1 when topics is not a list
     topic_groups: dict[str, np.ndarray]  # string topic -> groups holding it
-    # Association edges (self-loops dropped), sorted by target node. Nodes
-    # 0..count-1 are the memories; other node ids follow.
+    # Association edges (self-loops dropped), each node's out-edges contiguous in
+    # file order. Nodes 0..count-1 are the memories; other node ids follow.
     node_count: int
-    edge_source: np.ndarray
+    out_start: np.ndarray  # per node: first out-edge
+    out_end: np.ndarray  # per node: one past its last out-edge
+    edge_target: np.ndarray
     edge_abs_weight: np.ndarray
     edge_positive_weight: np.ndarray  # weight where > 0, else 0
-    target_nodes: np.ndarray  # distinct targets, ascending
-    target_starts: np.ndarray  # first edge of each distinct target
+    two_hop_factor: np.ndarray  # per memory: max over m -> t of |w(m, t)| x max |w(u, m)| x 0.125
 
     @classmethod
     def build(
@@ -227,21 +228,35 @@ class Columns:
                     topic_lists.setdefault(topic, []).append(group)
 
         node_ids = dict(positions)
+        firsts: dict[int, int] = {}
+        lasts: dict[int, int] = {}
         sources, targets, weights = [], [], []
         for node, neighbours in (edges or {}).items():
             source = node_ids.setdefault(node, len(node_ids))
+            firsts[source] = len(targets)
             for neighbour, weight in neighbours:
                 target = node_ids.setdefault(neighbour, len(node_ids))
                 if target != source:  # a walk never records its own source
                     sources.append(source)
                     targets.append(target)
                     weights.append(weight)
+            lasts[source] = len(targets)
+        node_count = len(node_ids)
+        out_start = np.zeros(node_count, dtype=np.int64)
+        out_end = np.zeros(node_count, dtype=np.int64)
+        if firsts:
+            out_start[list(firsts)] = list(firsts.values())
+            out_end[list(lasts)] = list(lasts.values())
         target_array = np.array(targets, dtype=np.int64)
-        order = np.argsort(target_array, kind="stable")
-        target_sorted = target_array[order]
-        weight_array = np.array(weights, dtype=np.float64)[order]
-        boundary = np.flatnonzero(np.diff(target_sorted)) + 1 if len(target_sorted) else np.zeros(0, dtype=np.int64)
-        starts = np.concatenate(([0], boundary)).astype(np.int64) if len(target_sorted) else np.zeros(0, dtype=np.int64)
+        weight_array = np.array(weights, dtype=np.float64)
+        abs_weight = np.abs(weight_array)
+        # Strongest incoming |weight| per node, then per memory the best two-hop product.
+        strongest_in = np.zeros(node_count)
+        np.maximum.at(strongest_in, target_array, abs_weight)
+        source_array = np.array(sources, dtype=np.int64)
+        two_hop = np.zeros(node_count)
+        with np.errstate(all="ignore"):
+            np.maximum.at(two_hop, target_array, strongest_in[source_array] * abs_weight * 0.125)
         return cls(
             count=len(memories),
             strength=strength,
@@ -270,12 +285,13 @@ class Columns:
             task_codes=task_codes,
             group_topic_size=np.array(group_topic_size, dtype=np.int64),
             topic_groups={topic: np.array(found, dtype=np.int64) for topic, found in topic_lists.items()},
-            node_count=len(node_ids),
-            edge_source=np.array(sources, dtype=np.int64)[order],
-            edge_abs_weight=np.abs(weight_array),
+            node_count=node_count,
+            out_start=out_start,
+            out_end=out_end,
+            edge_target=target_array,
+            edge_abs_weight=abs_weight,
             edge_positive_weight=np.where(weight_array > 0, weight_array, 0.0),
-            target_nodes=target_sorted[starts] if len(starts) else np.zeros(0, dtype=np.int64),
-            target_starts=starts,
+            two_hop_factor=two_hop[: len(memories)],
         )
 
     def eligible(self, as_of_ms: int | None, as_known_ms: int | None, enforce: bool) -> np.ndarray | None:
@@ -339,26 +355,30 @@ class Columns:
 
         ``source_high`` / ``source_low``: per memory, an upper / lower bound of its
         source strength where it may / surely be a source (strength > 0.3), else 0.
-        Upper: the best one- or two-hop product with absolute weights. Lower: the
+        Upper: the best direct product from a possible source with |weight|, or the
+        strongest source times the memory's best two-hop weight product. Lower: the
         best direct edge with a positive weight from a sure source (a walk always
-        records its source's direct neighbours).
+        records its source's direct neighbours). Only the sources' out-edges are read.
         """
-        if not len(self.edge_source):
-            zero = np.zeros(self.count)
+        zero = np.zeros(self.count)
+        sources = np.flatnonzero(source_high > 0)
+        if not len(self.edge_target) or not len(sources):
             return zero, zero, zero
-        nodes_high = np.zeros(self.node_count)
-        nodes_high[: self.count] = source_high
+        starts = self.out_start[sources]
+        lengths = self.out_end[sources] - starts
+        edge_total = int(lengths.sum())
+        if not edge_total:
+            return zero, zero, zero
+        # Indices of every out-edge of the sources, without a Python loop.
+        firsts = np.cumsum(lengths) - lengths
+        edges = np.repeat(starts - firsts, lengths) + np.arange(edge_total)
+        targets = self.edge_target[edges]
         with np.errstate(all="ignore"):
-            direct = self._best_incoming(nodes_high[self.edge_source] * self.edge_abs_weight * 0.5)
-            hop = np.minimum(direct, 1e300)
-            two = self._best_incoming(hop[self.edge_source] * self.edge_abs_weight * 0.25)
-            high = np.minimum(np.maximum(direct, two)[: self.count], 1.0)
-            nodes_low = np.zeros(self.node_count)
-            nodes_low[: self.count] = source_low
-            low = np.minimum(self._best_incoming(nodes_low[self.edge_source] * self.edge_positive_weight * 0.5)[: self.count], 1.0)
-        return high, low, two[: self.count]
-
-    def _best_incoming(self, values: np.ndarray) -> np.ndarray:
-        best = np.zeros(self.node_count)
-        best[self.target_nodes] = np.maximum.reduceat(values, self.target_starts)
-        return best
+            direct = np.zeros(self.node_count)
+            np.maximum.at(direct, targets, np.repeat(source_high[sources], lengths) * self.edge_abs_weight[edges] * 0.5)
+            sure = np.zeros(self.node_count)
+            np.maximum.at(sure, targets, np.repeat(source_low[sources], lengths) * self.edge_positive_weight[edges] * 0.5)
+            two = float(source_high.max()) * self.two_hop_factor
+            high = np.minimum(np.maximum(direct[: self.count], two), 1.0)
+            low = np.minimum(sure[: self.count], 1.0)
+        return high, low, two

@@ -418,7 +418,7 @@ def _bounded(
         weighted += np.where(columns.has_salience, W_SALIENCE * salience, 0.0)
         total += np.where(columns.has_salience, W_SALIENCE, 0.0)
 
-        spreads = index.edges is not None and len(columns.edge_source) > 0
+        spreads = index.edges is not None and len(columns.edge_target) > 0
         if spreads:
             strength = 0.55 * relevance + 0.30 * decayed + 0.15 * recency
             strength_slack = _SLACK * (1 + np.abs(decayed))

@@ -201,3 +201,13 @@ def test_postings_keep_document_order_and_flag_non_numbers() -> None:
     assert docs.tolist() == [1]  # a boolean count is not a number
     assert contributions.tolist() == [0.0 + 1.0 * (2.5 * 2.5) / (2.5 + 1.0)]
     assert np.isnan(postings.counts[postings.slices["a"][0] + 1])
+
+
+@pytest.mark.parametrize("seed", [10_270, *range(20_000, 20_012)])
+def test_bounded_equals_exhaustive_mixed_brains(seed: int) -> None:
+    """Brains of 5-300 memories, edges in an order unrelated to memory order
+    (seed 10_270 caught a two-hop bound that assumed the same order)."""
+    rnd = random.Random(seed)
+    index = BrainIndex.build(generated_brain(rnd, rnd.randint(5, 300), edges=rnd.random() < 0.8, odd_rates=rnd.random() < 0.3))
+    for _ in range(10):
+        check_same(index, random_arguments(rnd))
