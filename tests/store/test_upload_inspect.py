@@ -1,0 +1,123 @@
+"""Uploads on local disk inspect 64 KiB while streaming and the rest after the body ended.
+
+An archive the brain already stores (same checksum) takes its file count from the metadata;
+any other archive is inspected to the end from the staged blob (unsealed when encrypted)
+before anything is committed. Garbage is still refused while the body streams.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from store import upload as upload_mod
+from store.conditional import Preconditions
+from store.errors import ServiceError
+from store.service import BrainService
+from store.settings import StoreSettings
+from store.storage.local import LocalBackend
+from store.upload import EARLY_INSPECT, BodyReader, receive_upload
+from tests.store.conftest import make_archive
+from tests.store.test_service import BOUNDARY, USER, multipart_body
+
+KEY = "ab" * 32
+
+
+def service_for(tmp_path: Path, encrypted: bool = False) -> BrainService:
+    env = {"STORE_ENCRYPTION_KEY": KEY} if encrypted else {}
+    settings = StoreSettings.from_env(env, data_dir=tmp_path / "data", fsync=False)
+    return BrainService(settings, LocalBackend(settings.data_dir, fsync=False))
+
+
+def big_archive(seed: int, files: int = 6) -> bytes:
+    """Well over EARLY_INSPECT once compressed (random content does not shrink)."""
+    rng = random.Random(seed)
+    archive = make_archive({f"memories/m{i}.md": rng.randbytes(40_000) for i in range(files)})
+    assert len(archive) > 2 * EARLY_INSPECT
+    return archive
+
+
+def upload(service: BrainService, brain_id: str, archive: bytes) -> Any:
+    body = multipart_body(archive)
+
+    async def run() -> Any:
+        pieces = [body[i : i + 50_000] for i in range(0, len(body), 50_000)]
+
+        async def receive() -> dict[str, Any]:
+            chunk = pieces.pop(0)
+            return {"type": "http.request", "body": chunk, "more_body": bool(pieces)}
+
+        return await receive_upload(service, BodyReader(receive), BOUNDARY, str(len(body)), USER, brain_id,
+                                    Preconditions(), False)
+
+    return asyncio.run(run())
+
+
+@pytest.mark.parametrize("encrypted", [False, True])
+def test_new_archive_is_inspected_to_the_end(tmp_path: Path, encrypted: bool) -> None:
+    service = service_for(tmp_path, encrypted)
+    brain = service.create(USER)
+    good = big_archive(1)
+    stored = upload(service, brain.id, good)
+    assert stored.file_count == 6 and stored.size == len(good)
+    # damage the tar inside, far beyond the part inspected while streaming: refused, nothing changes
+    import gzip
+
+    tar = bytearray(gzip.decompress(good))
+    tar[len(tar) - 2000 : len(tar) - 1024] = b"\x01" * 976  # junk where the end marker's neighbours are
+    bad = gzip.compress(bytes(tar), compresslevel=1)
+    assert len(bad) > 2 * EARLY_INSPECT
+    with pytest.raises(ServiceError) as info:
+        upload(service, brain.id, bad)
+    assert info.value.status == 400
+    assert service.get(USER, brain.id).current == stored
+    assert os.listdir(service.backend.tmp_root) == []
+
+
+def test_garbage_is_refused_while_streaming(tmp_path: Path) -> None:
+    service = service_for(tmp_path)
+    brain = service.create(USER)
+    fed: list[int] = []
+    real_feed = upload_mod.UploadSink.feed
+
+    def counting_feed(self: Any, chunk: bytes) -> None:
+        fed.append(len(chunk))
+        real_feed(self, chunk)
+
+    upload_mod.UploadSink.feed = counting_feed  # type: ignore[method-assign]
+    try:
+        with pytest.raises(ServiceError) as info:
+            upload(service, brain.id, os.urandom(3 * 1024 * 1024))
+    finally:
+        upload_mod.UploadSink.feed = real_feed  # type: ignore[method-assign]
+    assert info.value.status == 400
+    assert sum(fed) < 1024 * 1024  # refused on the first batch, not after the whole body
+    assert os.listdir(service.backend.tmp_root) == []
+
+
+@pytest.mark.parametrize("encrypted", [False, True])
+def test_stored_archive_is_not_inflated_again(tmp_path: Path, encrypted: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    service = service_for(tmp_path, encrypted)
+    brain = service.create(USER)
+    a, b = big_archive(2, files=5), big_archive(3, files=7)
+    first_a, first_b = upload(service, brain.id, a), upload(service, brain.id, b)
+    assert (first_a.file_count, first_b.file_count) == (5, 7)
+
+    def no_reread(*args: Any) -> Any:
+        raise AssertionError("a stored archive was inspected again")
+
+    monkeypatch.setattr(upload_mod, "staged_plaintext", no_reread)
+    again = upload(service, brain.id, a)  # a is a snapshot now
+    assert again.checksum == first_a.checksum and again.file_count == 5
+    meta = service.get(USER, brain.id)
+    assert meta.current is not None and meta.current.file_count == 5
+    assert [s.archive.checksum for s in meta.snapshots][-1] == first_b.checksum
+    # another brain does not know it: inspected there from the staged blob
+    other = service.create(USER, "other")
+    with pytest.raises(AssertionError):
+        upload(service, other.id, a)
