@@ -263,7 +263,7 @@ def complete_upload(
 
 
 # Body bytes collected before one hand-over to a worker thread.
-FEED_BATCH = 512 * 1024
+FEED_BATCH = 256 * 1024
 
 
 class BodyReader:

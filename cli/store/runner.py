@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -116,6 +117,10 @@ def serve_forked(workers: int, make_config: Callable[[], Any], sock: socket.sock
     import uvicorn
 
     children: list[int] = []
+    # Everything imported so far is shared with the workers copy-on-write; frozen objects are
+    # left alone by the cyclic GC, whose bookkeeping writes would otherwise copy those pages.
+    gc.collect()
+    gc.freeze()
 
     class _Worker(uvicorn.Server):
         def handle_exit(self, sig: int, frame: Any) -> None:

@@ -61,6 +61,9 @@ def settled(st_mtime_ns: int) -> bool:
     return time.time_ns() - st_mtime_ns > RACY_MARGIN_NS
 
 
+# Write buffer of a staged upload: uploads arrive in batches of this size or more (store.upload),
+# which the buffer passes straight through; it only gathers the small pieces.
+STAGE_BUFFER = 256 * 1024
 # Blobs up to this size are read; larger ones are memory-mapped (see read_blob).
 SMALL_BLOB = 256 * 1024
 
@@ -177,7 +180,7 @@ class LocalStagedBlob:
         self._fsync = fsync
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        self._file: BinaryIO = os.fdopen(fd, "wb", buffering=1024 * 1024)
+        self._file: BinaryIO = os.fdopen(fd, "wb", buffering=STAGE_BUFFER)
         self._lock_fd = os.dup(fd)  # survives a writer that closes ``file``
         self.committed = False
 
