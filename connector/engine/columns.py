@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -26,50 +25,55 @@ import numpy as np
 K1_PLUS_1 = 2.5  # k1 + 1 with k1 = 1.5, exactly as the scalar code computes it
 
 
-@dataclass(frozen=True)
 class Postings:
-    """Per-term slices of flat (document, count) arrays; documents ascend within a term."""
+    """Per-term postings: documents (ascending) and their counts as stored.
 
-    slices: dict[str, tuple[int, int]]
-    docs: np.ndarray  # int64 document positions
-    counts: np.ndarray  # float64 term counts; NaN where the stored count is not a number
-    norms: np.ndarray  # float64 per document: k1 x (1 - b + b x dl / avgdl)
+    Built with one pass over the documents (the build's hot loop: plain list
+    appends); a term's arrays are made on its first query and cached.
+    """
+
+    def __init__(self, lists: dict[str, list[Any]], norms: list[float]) -> None:
+        self.lists = lists  # term -> [doc, count, doc, count, ...]
+        self.norms = np.asarray(norms, dtype=np.float64)  # per document: k1 x (1 - b + b x dl / avgdl)
+        self._arrays: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
     @classmethod
     def build(cls, doc_tfs: list[dict[str, Any]], norms: list[float]) -> Postings:
-        """Flatten the documents' term counts, grouped by term (stable: document order kept)."""
-        sizes = np.fromiter(map(len, doc_tfs), dtype=np.int64, count=len(doc_tfs))
-        terms = list(chain.from_iterable(doc_tfs))
-        values = list(chain.from_iterable(map(dict.values, doc_tfs)))
-        vocabulary = dict.fromkeys(terms)  # first-seen order
-        term_id = dict(zip(vocabulary, range(len(vocabulary))))
-        ids = np.fromiter(map(term_id.__getitem__, terms), dtype=np.int64, count=len(terms))
-        docs = np.repeat(np.arange(len(doc_tfs), dtype=np.int64), sizes)
-        counts = _counts(values)
-        order = np.argsort(ids, kind="stable")
-        ends = np.cumsum(np.bincount(ids, minlength=len(vocabulary))).tolist()
-        starts = [0, *ends[:-1]]
-        return cls(
-            slices=dict(zip(vocabulary, zip(starts, ends))),
-            docs=docs[order],
-            counts=counts[order],
-            norms=np.asarray(norms, dtype=np.float64),
-        )
+        """Postings of every term of ``doc_tfs`` (documents in order)."""
+        lists: dict[str, list[Any]] = {}
+        get = lists.get
+        for doc, tf in enumerate(doc_tfs):
+            for term, count in tf.items():
+                entry = get(term)
+                if entry is None:
+                    lists[term] = [doc, count]
+                else:
+                    entry.append(doc)
+                    entry.append(count)
+        return cls(lists, norms)
 
-    def term_docs(self, term: str) -> np.ndarray:
+    def term_docs(self, term: str) -> list[int]:
         """Every document position listing ``term`` (whatever its stored count)."""
-        start, end = self.slices.get(term, (0, 0))
-        return self.docs[start:end]
+        return self.lists.get(term, [])[0::2]
+
+    def arrays(self, term: str) -> tuple[np.ndarray, np.ndarray]:
+        """(documents as int64, counts as float64 with NaN where not a number)."""
+        cached = self._arrays.get(term)
+        if cached is None:
+            flat = self.lists.get(term, [])
+            cached = (np.array(flat[0::2], dtype=np.int64), _counts(flat[1::2]))
+            if len(self._arrays) >= 50_000:
+                self._arrays.clear()  # bounded memory
+            self._arrays[term] = cached
+        return cached
 
     def contributions(self, term: str, idf: float) -> tuple[np.ndarray, np.ndarray]:
         """(documents, ``0.0 + idf x (f x (k1 + 1)) / (f + norm)``) for counts f > 0.
 
         The scalar expression, operation by operation: bit-identical values.
         """
-        start, end = self.slices.get(term, (0, 0))
-        counts = self.counts[start:end]
+        docs, counts = self.arrays(term)
         usable = counts > 0  # NaN (not a number) compares False
-        docs = self.docs[start:end]
         if not usable.all():
             counts, docs = counts[usable], docs[usable]
         return docs, (idf * (counts * K1_PLUS_1)) / (counts + self.norms[docs]) + 0.0

@@ -280,7 +280,7 @@ class BrainIndex:
             numerators: list[float] = []
             denominators: list[float] = []
             norms, tfs = self.doc_norms, self.doc_tfs
-            for doc in self.postings.term_docs(term).tolist():
+            for doc in self.postings.term_docs(term):
                 f = tfs[doc][term]
                 kind = f.__class__
                 if (kind is int or kind is float) and f > 0:

@@ -38,11 +38,19 @@ def round3(value: float) -> float:
 
 def is_number(value: Any) -> bool:
     """A JSON number (booleans are not numbers here)."""
+    kind = value.__class__
+    if kind is float or kind is int:  # what JSON decoding gives: the common case, checked first
+        return True
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def number_or_none(value: Any) -> float | None:
     """``value`` as a float when it is a number, else None (counts as missing)."""
+    kind = value.__class__
+    if kind is float:
+        return value  # type: ignore[no-any-return]
+    if kind is int:
+        return float(value)
     return float(value) if is_number(value) else None
 
 
