@@ -155,10 +155,17 @@ class BrainTools:
             self._prewarm_busy.discard(slot)
             if not finished.cancelled() and finished.exception() is None:
                 self._remember_warm(key)
+                self._loaded()
             if slot in self._prewarm_next:
                 self._start_prewarm(slot)
 
         task.add_done_callback(done)
+
+    def _loaded(self) -> None:
+        """A recall index was built: keep the collector off its objects (see workcopy/longlived.py)."""
+        long_lived = getattr(self.manager, "long_lived", None)
+        if long_lived is not None:
+            long_lived.loaded()
 
     def _remember_warm(self, key: str | None) -> None:
         self._warm[key] = None
@@ -230,6 +237,7 @@ class BrainTools:
                 # off the event loop, so other users' calls keep being served meanwhile.
                 hits = await asyncio.to_thread(self.run_recall, snapshot, query, limit, project, as_of, as_known_of)
                 self._remember_warm(snapshot.key)
+                self._loaded()
         if not hits and snapshot.identity.status == STATUS_NO_BRAIN and snapshot.identity.note:
             notes.append(snapshot.identity.note)
         pending = sum(1 for hit in hits if hit.get("quarantine_pending"))

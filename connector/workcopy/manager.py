@@ -27,6 +27,7 @@ from typing import Protocol
 
 from connector.engine.archive import ArchiveError, ArchiveLimits, load_archive, pack_archive
 from connector.engine.brain import Brain
+from connector.workcopy.longlived import LongLivedObjects
 from connector.workcopy.model import (
     STATUS_MULTIPLE,
     STATUS_NO_BRAIN,
@@ -218,6 +219,7 @@ class WorkingCopyManager:
         self._users: dict[str, _UserState] = {}
         # Per subject: what the user must hear about writes that were dropped (see _discard).
         self._notices: dict[str, list[str]] = {}
+        self.long_lived = LongLivedObjects()
         self._maintenance: asyncio.Task[None] | None = None
 
     # ----- lifecycle -------------------------------------------------------
@@ -359,6 +361,7 @@ class WorkingCopyManager:
         checksum = download.checksum or _checksum(download.data)
         copy.brain, copy.base_checksum, copy.key = brain, checksum, checksum
         copy.size_bytes = brain_bytes(brain)
+        self.long_lived.loaded()
 
     async def _refresh(self, copy: WorkingCopy, *, force: bool = False) -> None:
         """Freshness rule: re-check a clean copy once the TTL passed (or when forced). Lock held."""
@@ -675,6 +678,7 @@ class WorkingCopyManager:
         for key, held in list(self._copies.items()):
             if held is copy:
                 del self._copies[key]
+        self.long_lived.dropped()
         state = self._users.get(copy.subject)
         if state is not None:
             state.brains_at = -1e18  # the brain list changed (or access did): list again next time
@@ -727,6 +731,7 @@ class WorkingCopyManager:
             total -= copy.size_bytes
             evicted += 1
         if evicted:
+            self.long_lived.dropped()
             log.info(
                 "dropped least recently used working copies over the budget",
                 extra={"evicted": evicted, "copies": count, **({"bytes": total} if budget else {})},
@@ -748,8 +753,10 @@ class WorkingCopyManager:
             if idle and not copy.dirty and not copy.lock.locked():
                 if self._copies.get(key) is copy:
                     del self._copies[key]
+                    self.long_lived.dropped()
                     log.info("purged an idle working copy")
         self._enforce_budget()
+        self.long_lived.maybe_settle()
         for subject in [s for s in self._users if not any(k[0] == s for k in self._copies)]:
             if subject not in self._notices:  # keep the brain list cache of a user still owed a notice
                 del self._users[subject]
@@ -770,6 +777,7 @@ class WorkingCopyManager:
                     kept += 1
                     continue
                 self._copies.pop(key, None)
+                self.long_lived.dropped()
         if not kept:
             self._users.pop(subject, None)
         return kept
