@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -29,6 +30,11 @@ from connector.workcopy.model import STATUS_NO_BRAIN, Account, Snapshot, WriteOu
 from connector.workcopy.store_client import StoreError
 
 log = logging.getLogger("connector.tools")
+
+# Background index builds after writes start once no write has been in flight for this
+# long, and at the latest this long after the write that asked for them.
+PREWARM_QUIET_S = 0.25
+PREWARM_MAX_WAIT_S = 3.0
 
 
 @dataclass(frozen=True)
@@ -109,7 +115,8 @@ class BrainTools:
         self._background: set[asyncio.Task[None]] = set()
         # Index builds after writes: the brain being built, and the newest one waiting, per brain.
         self._prewarm_busy: set[str] = set()
-        self._prewarm_next: dict[str, tuple[Brain, str]] = {}
+        self._prewarm_next: dict[str, tuple[Brain, str, float]] = {}
+        self._writes_in_flight = 0
         self._handlers: dict[str, Callable[[Caller, Args], Awaitable[types.CallToolResult]]] = {
             "brain_recall": self._recall,
             "brain_status": self._status,
@@ -125,20 +132,33 @@ class BrainTools:
         """Build the recall index of a just-written brain in the background.
 
         A write changes the content key, so the next recall would build the index
-        first; doing it now, off the event loop, keeps "remember, then recall" fast.
-        One build per brain at a time: writes arriving during a build replace the
-        queued one, so a burst of writes costs one or two builds, not one each.
+        first; doing it soon after, off the event loop, keeps "remember, then recall"
+        fast. The build waits while writes are in flight (up to PREWARM_MAX_WAIT_S):
+        at 10,000 memories it takes about a second of CPU, which a burst of writes
+        would otherwise share. One build per brain at a time; a newer write replaces
+        the queued one, so a burst costs one or two builds, not one each.
         """
         brain, key = outcome.brain, outcome.key
         if brain is None or key is None or key in self._warm or "index.json" not in brain:
             return
         slot = outcome.brain_id or key
-        self._prewarm_next[slot] = (brain, key)
-        if slot not in self._prewarm_busy:
-            self._start_prewarm(slot)
+        queued = self._prewarm_next.get(slot)
+        now = time.monotonic()
+        self._prewarm_next[slot] = (brain, key, queued[2] if queued else now)
+        if slot not in self._prewarm_busy and queued is None:
+            asyncio.get_running_loop().call_later(PREWARM_QUIET_S, self._maybe_start_prewarm, slot)
+
+    def _maybe_start_prewarm(self, slot: str) -> None:
+        queued = self._prewarm_next.get(slot)
+        if queued is None or slot in self._prewarm_busy:
+            return
+        if self._writes_in_flight and time.monotonic() - queued[2] < PREWARM_MAX_WAIT_S:
+            asyncio.get_running_loop().call_later(PREWARM_QUIET_S, self._maybe_start_prewarm, slot)
+            return
+        self._start_prewarm(slot)
 
     def _start_prewarm(self, slot: str) -> None:
-        brain, key = self._prewarm_next.pop(slot)
+        brain, key, _ = self._prewarm_next.pop(slot)
         self._prewarm_busy.add(slot)
 
         def build() -> None:
@@ -157,9 +177,17 @@ class BrainTools:
                 self._remember_warm(key)
                 self._loaded()
             if slot in self._prewarm_next:
-                self._start_prewarm(slot)
+                self._maybe_start_prewarm(slot)
 
         task.add_done_callback(done)
+
+    async def _write(self, caller: Caller, op: Any, label: str) -> WriteOutcome:
+        """The manager's write, counted as in flight (background index builds wait for it)."""
+        self._writes_in_flight += 1
+        try:
+            return await self.manager.write(caller.account, op, label)
+        finally:
+            self._writes_in_flight -= 1
 
     def _loaded(self) -> None:
         """A recall index was built: keep the collector off its objects (see workcopy/longlived.py)."""
@@ -342,7 +370,7 @@ class BrainTools:
             supersedes=args.string_list("supersedes"),
             agent=caller.account.client_name,
         )
-        outcome = await self.manager.write(caller.account, op, "memorize")
+        outcome = await self._write(caller, op, "memorize")
         _refused_for_good(outcome)
         self.prewarm(outcome)
         stored = dict(outcome.result["stored"][0])
@@ -353,7 +381,7 @@ class BrainTools:
         return ok_result(structured, render.memorize_text(structured))
 
     async def _simple_write(self, caller: Caller, op: Any, label: str, verb: str) -> types.CallToolResult:
-        outcome = await self.manager.write(caller.account, op, label)
+        outcome = await self._write(caller, op, label)
         _refused_for_good(outcome)
         self.prewarm(outcome)
         structured = {**outcome.result, "synced": outcome.synced}
@@ -389,7 +417,7 @@ class BrainTools:
             return ok_result(structured, render.verify_text(structured))
         if not ids:
             raise ToolFailure(f"'{action}' needs 'ids': the memory ids to {action} (see brain_verify with action list).")
-        outcome = await self.manager.write(caller.account, Verify(action, ids), f"verify-{action}")
+        outcome = await self._write(caller, Verify(action, ids), f"verify-{action}")
         _refused_for_good(outcome)
         self.prewarm(outcome)
         structured = {**outcome.result, "synced": outcome.synced}
