@@ -104,6 +104,36 @@ def brain_record(meta: BrainMeta) -> dict[str, Any]:
     }
 
 
+class SmallBlobCache:
+    """Bytes of small plain archives recently sent, by (user, brain, checksum).
+
+    Blobs are content-addressed and never change, so bytes read once are the bytes of
+    that checksum for good: a download whose metadata names a cached checksum is sent
+    from memory (no open, read and close; one shared object). Bounded in total size,
+    oldest entries dropped first; only plain blobs that passed the seal check get here.
+    """
+
+    MAX_BYTES = 8 * 1024 * 1024
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[str, str, str], bytes] = {}
+        self._bytes = 0
+
+    def get(self, key: tuple[str, str, str]) -> bytes | None:
+        """The cached bytes, or None."""
+        return self._entries.get(key)
+
+    def put(self, key: tuple[str, str, str], data: bytes) -> None:
+        """Remember ``data`` (dropping the oldest entries beyond the size bound)."""
+        if key in self._entries or len(data) > self.MAX_BYTES // 8:
+            return
+        self._entries[key] = data
+        self._bytes += len(data)
+        while self._bytes > self.MAX_BYTES:
+            oldest = next(iter(self._entries))
+            self._bytes -= len(self._entries.pop(oldest))
+
+
 @dataclass
 class Download:
     """An archive ready to be sent: its description and its whole body or plaintext chunks."""
@@ -130,6 +160,7 @@ class BrainService:
         self.sealer: ArchiveSealer | None = (
             ArchiveSealer(settings.encryption_key, settings.previous_keys) if settings.encryption_key else None
         )
+        self._small_blobs = SmallBlobCache()
 
     # -- records -----------------------------------------------------------------------
 
@@ -343,6 +374,9 @@ class BrainService:
         """Open the archive to send; the blob is immutable, so its bytes match its checksum."""
         for _ in range(_COMMIT_ATTEMPTS):
             archive = self.resolve(user_id, brain_id, version)
+            cached = self._small_blobs.get((user_id, brain_id, archive.checksum))
+            if cached is not None:
+                return Download(archive=archive, body=cached, chunks=None)
             try:
                 blob = self.backend.open_blob(user_id, brain_id, archive.checksum)
             except BlobMissing:
@@ -363,6 +397,8 @@ class BrainService:
                     log.error("brain %s archive %s is sealed but no key is configured", brain_id, archive.checksum)
                     raise ServiceError(500, "stored archive is encrypted and no key is configured")
                 if body is not None:
+                    if isinstance(body, bytes):
+                        self._small_blobs.put((user_id, brain_id, archive.checksum), body)
                     return Download(archive=archive, body=body, chunks=None)
                 # an object-store blob has no file descriptor: stream it in chunks
                 return Download(archive=archive, body=None, chunks=_closing(iter(lambda: blob.read(1 << 20), b""), blob))
