@@ -546,7 +546,7 @@ def _scores(
     relevance_by_pos: dict[int, float],
     terms: dict[int, tuple[float, float]],
     spreading: dict[str, float],
-    group_matches: list[float] | None,
+    group_matches: list[float] | dict[int, float] | None,  # by context group
     expiry_ms: int,
     with_as_of: bool,
 ) -> list[Scored]:
