@@ -2,10 +2,10 @@
 
 Two jobs, both prepared once per brain version (`BrainIndex.build`):
 
-* `Postings`: every term's documents and counts in flat arrays (CSR), so a query's
-  BM25 scores are a few array operations per term. Only IEEE-754 basic operations
-  (+, -, *, /, floor, comparisons) are applied, one element at a time and in the
-  reference's order, so the results are bit-identical to the scalar code.
+* `Postings`: every term's documents and counts (as arrays from a term's first
+  query on), so a query's BM25 scores are a few array operations per term. Only
+  IEEE-754 basic operations (+, -, *, /, floor, comparisons) are applied, element
+  by element and in the reference's order: bit-identical to the scalar code.
 * `Columns`: per-memory fields (strength, decay rate, last access, salience,
   context group, newer fields) and the association graph as edge arrays, so recall
   can *bound* every memory's score at once. Bounds use ``numpy.power``, which may

@@ -372,12 +372,13 @@ def _bounded(
 ) -> list[Ranked] | None:
     """The exact top ``top``, scoring exactly only the memories that can reach it.
 
-    Every memory's score is bounded at once on arrays (`Columns`): exact BM25
-    relevance, approximate decayed strength, and per-memory bounds of the
-    spreading bonus from the association graph. Memories whose upper bound falls
-    a rounding step below the ``top``-th best lower bound cannot appear; the
+    Every memory's score is bounded at once on arrays (`Columns`): BM25
+    relevance (bit-identical to the scalar loop: basic IEEE operations in the same
+    order), approximate decayed strength (``numpy.power``), and per-memory bounds
+    of the spreading bonus from the association graph. Memories whose upper bound
+    falls a rounding step below the ``top``-th best lower bound cannot appear; the
     others get their exact terms from the scalar code (``math.pow``) and their
-    exact bonus from the few walks that reach them (`BrainIndex.reverse_paths`).
+    exact bonus from the walks that reach them (`BrainIndex.spread_bonus`).
     Returns None when the bounds cannot be trusted or do not separate the
     scores: the caller then scores everything.
     """
