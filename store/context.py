@@ -123,13 +123,18 @@ class AppContext:
 
     async def authenticate(self, scope: Any) -> Principal:
         """The caller of a request; raises ServiceError 401/429."""
-        authorization = None
-        for name, value in scope["headers"]:
-            if name == b"authorization":
-                authorization = value.decode("latin-1")
-                break
-        principal = await self.authenticator.authenticate(authorization, self.address(scope))
-        scope.setdefault("state", {})["user_id"] = principal.user_id
+        principal = self.authenticate_now(scope)
+        if principal is None:
+            principal = await self.authenticator.authenticate(_authorization(scope), self.address(scope))
+            scope.setdefault("state", {})["user_id"] = principal.user_id
+        return principal
+
+    def authenticate_now(self, scope: Any) -> Principal | None:
+        """The caller when it is known without waiting (a static token: the hot path), else None
+        (then ``authenticate`` decides); raises ServiceError 401/429."""
+        principal = self.authenticator.authenticate_now(_authorization(scope), self.address(scope))
+        if principal is not None:
+            scope.setdefault("state", {})["user_id"] = principal.user_id
         return principal
 
     def check_upload_rate(self, principal: Principal) -> None:
@@ -145,6 +150,13 @@ class AppContext:
         if self.oidc is not None:
             caps.append("oidc")
         return caps
+
+
+def _authorization(scope: Any) -> str | None:
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            return value.decode("latin-1")  # type: ignore[no-any-return]
+    return None
 
 
 def require(condition: bool, status: int, message: str) -> None:

@@ -93,6 +93,8 @@ class Authenticator:
         self._on_new_user = on_new_user
         self._failed = failed_logins
         self._requests = requests
+        # user id -> (the registry's User object, its Principal): rebuilt when the user changes
+        self._principals: dict[str, tuple[Any, Principal]] = {}
 
     def _check_blocked(self, address: str) -> None:
         # peek takes no token: a blocked address is refused before any credential work
@@ -108,6 +110,37 @@ class Authenticator:
             if wait is not None:
                 return too_many(wait, "too many failed logins from this address")
         return unauthorized(message)
+
+    def authenticate_now(self, authorization: str | None, address: str) -> Principal | None:
+        """``authenticate`` for what needs no waiting: a static token known to the in-memory
+        registry (the hot path), or a refusal. None: the full ``authenticate`` must decide
+        (an OIDC token, or a static token another replica may have just created)."""
+        self._check_blocked(address)
+        token = bearer_token(authorization)
+        if token is None:
+            raise self._fail(address)
+        if not token.startswith("bst_"):
+            if self.oidc is not None:
+                return None
+            raise self._fail(address)
+        user = self.registry.by_token(token) if is_static_token(token) else None
+        if user is None:
+            if self.registry.blocking and is_static_token(token):
+                return None
+            raise self._fail(address)
+        cached = self._principals.get(user.id)
+        if cached is not None and cached[0] is user:
+            principal = cached[1]
+        else:
+            principal = Principal(user.id, user.email, "static", user.name)
+            if len(self._principals) > 100_000:
+                self._principals.clear()
+            self._principals[user.id] = (user, principal)
+        if self._requests is not None:
+            wait = self._requests.hit(principal.user_id)
+            if wait is not None:
+                raise too_many(wait)
+        return principal
 
     async def authenticate(self, authorization: str | None, address: str) -> Principal:
         """The caller, or raise ServiceError 401 (bad credentials) / 429 (limits)."""
