@@ -111,6 +111,8 @@ class Results:
 
 # ----------------------------------------------------------------------------- archives
 
+UPLOAD_POOL = 8  # distinct 1 MiB archives each upload client cycles through
+
 
 def make_archive(total: int, files: int, seed: int) -> bytes:
     """A tar.gz of ``files`` incompressible files totalling about ``total`` bytes (a brain-like tree)."""
@@ -800,7 +802,9 @@ def main(argv: list[str] | None = None) -> int:
         archives = {
             "small": make_archive(100 * KIB, 16, seed=1),
             "big": make_archive(5 * MIB, 64, seed=2),
-            "upload": [make_archive(1 * MIB, plan.upload_files, seed=s) for s in (3, 4)],
+            # More distinct archives than a brain keeps (current + STORE_SNAPSHOTS=5), so every
+            # upload is new content to the store and is validated in full, as a real push is.
+            "upload": [make_archive(1 * MIB, plan.upload_files, seed=s) for s in range(100, 100 + UPLOAD_POOL)],
             "pair": [make_archive(256 * KIB, 16, seed=5), make_archive(300 * KIB, 20, seed=6)],
             "big_path": big_path,
         }
