@@ -6,12 +6,14 @@ to the staged blob (sealed when encryption is on) while being hashed and inspect
 every other part is ignored. Memory stays at a few small buffers per upload.
 
 Inflating the gzip stream is most of an upload's CPU, and an archive's validity and
-file count are properties of its bytes. So when the staged blob can be read back
-(local disk), only the first ``EARLY_INSPECT`` bytes are inspected while the body
-streams (garbage is still refused early); once the checksum is known, an archive this
-brain already stores (current or snapshot, validated when it was first uploaded) takes
-its file count from the metadata, and any other archive is inspected to the end from
-the staged file (decrypting it when sealed) before anything is committed.
+file count are properties of its bytes. So when the staged blob is a plain file
+(local disk, no encryption), only the first ``EARLY_INSPECT`` bytes are inspected
+while the body streams (garbage is still refused early); once the checksum is known,
+an archive this brain already stores (current or snapshot, validated when it was
+first uploaded) takes its file count from the metadata, and any other archive is
+inspected to the end from the staged file before anything is committed. Sealed
+uploads are inspected while they stream: reading them back would mean decrypting
+every byte a second time, which costs more than the re-upload shortcut saves.
 """
 
 from __future__ import annotations
@@ -211,14 +213,11 @@ class UploadSink:
         return self.staged(self.end_body())
 
 
-def staged_plaintext(blob: Any, sealer: Any, user_id: str, brain_id: str, checksum: str) -> Iterator[bytes]:
-    """The archive bytes of a finished staged blob, read back (and unsealed when sealed)."""
+def staged_plaintext(blob: Any) -> Iterator[bytes]:
+    """The archive bytes of a finished plain (unsealed) staged blob, read back."""
     f = blob.reopen()
     try:
-        if sealer is not None:
-            yield from sealer.open(f, user_id, brain_id, checksum)
-        else:
-            yield from iter(lambda: f.read(REREAD_CHUNK), b"")
+        yield from iter(lambda: f.read(REREAD_CHUNK), b"")
     finally:
         f.close()
 
@@ -257,7 +256,7 @@ def complete_upload(
             if known is not None:
                 file_count = known.file_count  # these very bytes passed inspection before
             else:
-                sink.inspect_rest(staged_plaintext(blob, service.sealer, user_id, brain_id, checksum))
+                sink.inspect_rest(staged_plaintext(blob))
         staged = sink.staged(checksum, file_count)
     return service.commit_upload(user_id, brain_id, staged, cond, force)
 
@@ -335,7 +334,7 @@ async def receive_upload(
             ),
             writer=writer,
             content_length=content_length,
-            early_inspect=EARLY_INSPECT if hasattr(blob, "reopen") else None,
+            early_inspect=EARLY_INSPECT if writer is None and hasattr(blob, "reopen") else None,
         )
         pending_size = 0
         while not body.done:

@@ -1,8 +1,9 @@
-"""Uploads on local disk inspect 64 KiB while streaming and the rest after the body ended.
+"""Plain uploads on local disk inspect 64 KiB while streaming and the rest after the body ended.
 
 An archive the brain already stores (same checksum) takes its file count from the metadata;
-any other archive is inspected to the end from the staged blob (unsealed when encrypted)
-before anything is committed. Garbage is still refused while the body streams.
+any other archive is inspected to the end from the staged blob before anything is
+committed. Sealed uploads are inspected while they stream (no second decryption).
+Garbage is still refused while the body streams.
 """
 
 from __future__ import annotations
@@ -100,9 +101,20 @@ def test_garbage_is_refused_while_streaming(tmp_path: Path) -> None:
     assert os.listdir(service.backend.tmp_root) == []
 
 
-@pytest.mark.parametrize("encrypted", [False, True])
-def test_stored_archive_is_not_inflated_again(tmp_path: Path, encrypted: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    service = service_for(tmp_path, encrypted)
+def test_sealed_upload_is_inspected_while_streaming(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    service = service_for(tmp_path, encrypted=True)
+    brain = service.create(USER)
+
+    def no_reread(*args: Any) -> Any:
+        raise AssertionError("a sealed upload was read back (decrypted twice)")
+
+    monkeypatch.setattr(upload_mod, "staged_plaintext", no_reread)
+    stored = upload(service, brain.id, big_archive(4, files=6))
+    assert stored.file_count == 6 and stored.sealed
+
+
+def test_stored_archive_is_not_inflated_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    service = service_for(tmp_path)
     brain = service.create(USER)
     a, b = big_archive(2, files=5), big_archive(3, files=7)
     first_a, first_b = upload(service, brain.id, a), upload(service, brain.id, b)
