@@ -35,14 +35,13 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from store.backup.apply import BrainBuilder, is_partial
-from store.storage.base import ArchiveRef, BrainMeta, Snapshot
+from store.storage.base import SAFE_ID, ArchiveRef, BrainMeta, Snapshot
 
 CHUNK = 1024 * 1024
 IV_SIZE = 12
 TAG_SIZE = 16
 _GZIP = b"\x1f\x8b"
 _HEX64 = re.compile(r"^[0-9a-fA-F]{64}\Z")
-_SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{7,63}\Z")
 _VERSION_FORMAT = "%Y%m%dT%H%M%S.%fZ"  # our snapshot names (store.service)
 _TOKEN_FIELDS = ("token_hash", "tokenHash", "token_sha256", "tokenSha256", "token_digest", "hash")
 
@@ -103,7 +102,7 @@ def parse_users(text: str) -> list[RefUser]:
         if not isinstance(record, dict):
             raise ReferenceImportError(f"users.json: a user is not an object: {str(record)[:60]!r}")
         user_id = str(_field(record, "id", "user_id", "userId") or "")
-        if not _SAFE_ID.match(user_id):
+        if not SAFE_ID.match(user_id):
             raise ReferenceImportError(f"users.json: unusable user id {user_id[:80]!r}")
         token = str(_field(record, *_TOKEN_FIELDS) or "")
         if token and not _HEX64.match(token):

@@ -16,6 +16,7 @@ Model (shared by every backend):
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from typing import BinaryIO, Protocol
@@ -37,6 +38,25 @@ class CommitConflict(StorageError):
 
 class CorruptMeta(StorageError):
     """A brain's metadata document cannot be parsed (outside damage); the brain is unavailable."""
+
+
+# Our own id format; ids become path components and object keys, so nothing else passes.
+SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{7,63}\Z")
+CHECKSUM = re.compile(r"^[0-9a-f]{64}\Z")
+
+
+def check_id(value: str) -> str:
+    """``value`` if it is a user or brain id of our format; else StorageError."""
+    if not SAFE_ID.match(value):
+        raise StorageError(f"invalid id {value!r}")
+    return value
+
+
+def check_checksum(value: str) -> str:
+    """``value`` if it is a lowercase hex SHA-256; else StorageError."""
+    if not CHECKSUM.match(value):
+        raise StorageError("invalid checksum")
+    return value
 
 
 class BlobMissing(StorageError):

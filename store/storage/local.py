@@ -22,7 +22,6 @@ import fcntl
 import logging
 import mmap
 import os
-import re
 import shutil
 import time
 import uuid
@@ -34,16 +33,17 @@ from typing import BinaryIO
 import msgspec
 
 from store.storage.base import (
+    SAFE_ID,
     BlobMissing,
     BrainMeta,
     CommitConflict,
     CorruptMeta,
     StorageError,
     StorageFull,
+    check_checksum,
+    check_id,
 )
 
-_SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{7,63}$")
-_CHECKSUM = re.compile(r"^[0-9a-f]{64}$")
 _FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
 log = logging.getLogger("store.storage")
 _encoder = msgspec.json.Encoder()
@@ -98,19 +98,6 @@ def _decode_meta(path: str, data: bytes) -> BrainMeta:
         # our writes are atomic, so this is outside damage: never guess, never delete
         log.critical("brain metadata %s is damaged (%s); the brain is unavailable until it is repaired", path, exc)
         raise CorruptMeta(path) from None
-
-
-def _check_id(value: str) -> str:
-    # Ids become path components: refuse anything that is not our own id format.
-    if not _SAFE_ID.match(value):
-        raise StorageError(f"invalid id {value!r}")
-    return value
-
-
-def _check_checksum(value: str) -> str:
-    if not _CHECKSUM.match(value):
-        raise StorageError("invalid checksum")
-    return value
 
 
 def fsync_dir(path: Path) -> None:
@@ -257,7 +244,7 @@ class LocalTransaction:
             if blob is not None:
                 if new.current is None:
                     raise StorageError("a blob needs a current archive")
-                target = blobs_dir / _check_checksum(new.current.checksum)
+                target = blobs_dir / check_checksum(new.current.checksum)
                 if target.exists() and new.current.checksum in old.blobs():
                     blob.discard()  # identical content is already stored
                 else:
@@ -312,19 +299,19 @@ class LocalBackend:
 
     def user_dir(self, user_id: str) -> Path:
         """Directory holding the user's brains."""
-        return self.brains_root / _check_id(user_id)
+        return self.brains_root / check_id(user_id)
 
     def brain_dir(self, user_id: str, brain_id: str) -> Path:
         """Directory holding one brain."""
-        return self.user_dir(user_id) / _check_id(brain_id)
+        return self.user_dir(user_id) / check_id(brain_id)
 
     def user_lock(self, user_id: str) -> FileLock:
         """Lock excluding user-wide changes (brain count, quota)."""
-        return FileLock(self.locks_root / _check_id(user_id) / "user.lock")
+        return FileLock(self.locks_root / check_id(user_id) / "user.lock")
 
     def brain_lock(self, user_id: str, brain_id: str) -> FileLock:
         """Lock excluding concurrent changes of one brain."""
-        return FileLock(self.locks_root / _check_id(user_id) / f"{_check_id(brain_id)}.lock")
+        return FileLock(self.locks_root / check_id(user_id) / f"{check_id(brain_id)}.lock")
 
     # -- reading ---------------------------------------------------------------------
 
@@ -332,7 +319,7 @@ class LocalBackend:
         key = (user_id, brain_id)
         path = self._meta_paths.get(key)
         if path is None:
-            path = os.path.join(self._brains_str, _check_id(user_id), _check_id(brain_id), "meta.json")
+            path = os.path.join(self._brains_str, check_id(user_id), check_id(brain_id), "meta.json")
             if len(self._meta_paths) > 100_000:
                 self._meta_paths.clear()
             self._meta_paths[key] = path
@@ -381,7 +368,7 @@ class LocalBackend:
         if cached is not None and cached[0] == mtime:
             return cached[1]
         try:
-            names = [name for name in os.listdir(user_dir) if _SAFE_ID.match(name)]
+            names = [name for name in os.listdir(user_dir) if SAFE_ID.match(name)]
         except FileNotFoundError:
             return []
         if settled(mtime):
@@ -408,7 +395,7 @@ class LocalBackend:
     def open_blob(self, user_id: str, brain_id: str, checksum: str) -> BinaryIO:
         """Open an immutable blob for reading; ``BlobMissing`` if it is gone."""
         path = os.path.join(
-            os.path.dirname(self._meta_path(user_id, brain_id)), "blobs", _check_checksum(checksum)
+            os.path.dirname(self._meta_path(user_id, brain_id)), "blobs", check_checksum(checksum)
         )
         try:
             return open(path, "rb", buffering=0)  # noqa: SIM115 - caller closes
@@ -417,7 +404,7 @@ class LocalBackend:
 
     def blob_path(self, user_id: str, brain_id: str, checksum: str) -> Path:
         """Where a blob lives (maintenance tools only)."""
-        return self.brain_dir(user_id, brain_id) / "blobs" / _check_checksum(checksum)
+        return self.brain_dir(user_id, brain_id) / "blobs" / check_checksum(checksum)
 
     def iter_users(self) -> Iterator[str]:
         """Users that have a brains directory."""
@@ -426,7 +413,7 @@ class LocalBackend:
         except FileNotFoundError:
             return
         for name in names:
-            if _SAFE_ID.match(name):
+            if SAFE_ID.match(name):
                 yield name
 
     # -- changing --------------------------------------------------------------------
@@ -543,7 +530,7 @@ class LocalBackend:
 
     def _brain_ids_fresh_all(self, user_id: str) -> list[str]:
         try:
-            return [n for n in os.listdir(self.user_dir(user_id)) if _SAFE_ID.match(n)]
+            return [n for n in os.listdir(self.user_dir(user_id)) if SAFE_ID.match(n)]
         except FileNotFoundError:
             return []
 

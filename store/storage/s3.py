@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -42,14 +41,12 @@ from typing import Any, BinaryIO
 import msgspec
 from botocore.exceptions import BotoCoreError, ClientError
 
-from store.storage.base import BrainMeta, CommitConflict, StorageError
+from store.storage.base import SAFE_ID, BrainMeta, CommitConflict, StorageError, check_checksum, check_id
 from store.storage.s3blob import S3StagedBlob, open_reader
 from store.storage.s3client import Bucket, is_conflict, is_not_found, is_not_modified
 
 log = logging.getLogger("store.s3")
 
-_SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{7,63}$")
-_CHECKSUM = re.compile(r"^[0-9a-f]{64}$")
 # A brain listed in an account object but without metadata is counted for this long
 # (its creator may still be writing the metadata); afterwards it is a crash leftover.
 PENDING_GRACE_SECONDS = 300
@@ -83,18 +80,6 @@ class Account(msgspec.Struct):
 _encode = msgspec.json.Encoder().encode
 _record_decoder = msgspec.json.Decoder(BrainRecord)
 _account_decoder = msgspec.json.Decoder(Account)
-
-
-def _check_id(value: str) -> str:
-    if not _SAFE_ID.match(value):
-        raise StorageError(f"invalid id {value!r}")
-    return value
-
-
-def _check_checksum(value: str) -> str:
-    if not _CHECKSUM.match(value):
-        raise StorageError("invalid checksum")
-    return value
 
 
 class S3Transaction:
@@ -134,7 +119,7 @@ class S3Transaction:
         if blob is not None:
             if new.current is None:
                 raise StorageError("a blob needs a current archive")
-            checksum = _check_checksum(new.current.checksum)
+            checksum = check_checksum(new.current.checksum)
             if checksum in keys:
                 blob.discard()  # identical content is already stored for this brain
             else:
@@ -189,19 +174,19 @@ class S3Backend:
 
     def meta_key(self, user_id: str, brain_id: str) -> str:
         """Key of a brain's metadata object."""
-        return self.bucket.key("meta", _check_id(user_id), f"{_check_id(brain_id)}.json")
+        return self.bucket.key("meta", check_id(user_id), f"{check_id(brain_id)}.json")
 
     def account_key(self, user_id: str) -> str:
         """Key of a user's account object."""
-        return self.bucket.key("accounts", f"{_check_id(user_id)}.json")
+        return self.bucket.key("accounts", f"{check_id(user_id)}.json")
 
     def blob_prefix(self, user_id: str, brain_id: str) -> str:
         """Prefix of a brain's blob objects."""
-        return self.bucket.key("blobs", _check_id(user_id), _check_id(brain_id), "")
+        return self.bucket.key("blobs", check_id(user_id), check_id(brain_id), "")
 
     def new_blob_key(self, user_id: str, brain_id: str, checksum: str) -> str:
         """A fresh, never reused key for an archive with ``checksum``."""
-        return f"{self.blob_prefix(user_id, brain_id)}{_check_checksum(checksum)}.{uuid.uuid4().hex}"
+        return f"{self.blob_prefix(user_id, brain_id)}{check_checksum(checksum)}.{uuid.uuid4().hex}"
 
     # -- low-level object access -------------------------------------------------------
 
@@ -307,11 +292,11 @@ class S3Backend:
 
     def brain_metas(self, user_id: str) -> dict[str, BrainMeta]:
         """Every brain of the user by id (one LIST, GETs only for changed objects)."""
-        prefix = self.bucket.key("meta", _check_id(user_id), "")
+        prefix = self.bucket.key("meta", check_id(user_id), "")
         metas: dict[str, BrainMeta] = {}
         for item in self._list(prefix):
             name = item["Key"][len(prefix):]
-            if not name.endswith(".json") or not _SAFE_ID.match(name[:-5]):
+            if not name.endswith(".json") or not SAFE_ID.match(name[:-5]):
                 continue
             brain_id = name[:-5]
             cached = self._records.get(item["Key"])
@@ -348,7 +333,7 @@ class S3Backend:
 
     def open_blob(self, user_id: str, brain_id: str, checksum: str) -> BinaryIO:
         """A streaming, seekable reader of a stored archive; ``BlobMissing`` if it is gone."""
-        key = self.blob_key(user_id, brain_id, _check_checksum(checksum))
+        key = self.blob_key(user_id, brain_id, check_checksum(checksum))
         return open_reader(self.client, self.bucket.name, key, checksum)
 
     def iter_users(self) -> Iterator[str]:
@@ -357,7 +342,7 @@ class S3Backend:
         seen: set[str] = set()
         for item in self._list(prefix):
             user = item["Key"][len(prefix):].split("/", 1)[0]
-            if user not in seen and _SAFE_ID.match(user):
+            if user not in seen and SAFE_ID.match(user):
                 seen.add(user)
                 yield user
 
@@ -431,7 +416,7 @@ class S3Backend:
         """Remove every brain of the user and the account object."""
         for brain_id in list(self.brain_metas(user_id)):
             self.delete_brain(user_id, brain_id)
-        self._delete_prefix(self.bucket.key("blobs", _check_id(user_id), ""))
+        self._delete_prefix(self.bucket.key("blobs", check_id(user_id), ""))
         self.delete_key(self.account_key(user_id))
 
     # -- recovery --------------------------------------------------------------------
@@ -460,7 +445,7 @@ class S3Backend:
             if len(parts) != 3:
                 continue
             user_id, brain_id, _ = parts
-            if not (_SAFE_ID.match(user_id) and _SAFE_ID.match(brain_id)):
+            if not (SAFE_ID.match(user_id) and SAFE_ID.match(brain_id)):
                 continue
             modified: datetime = item["LastModified"]
             if modified.replace(tzinfo=modified.tzinfo or UTC).timestamp() > cutoff:
