@@ -11,7 +11,6 @@ straight from the page cache (no copy in Python, no per-chunk buffers).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from typing import Any
 

@@ -139,7 +139,7 @@ class Download:
     """An archive ready to be sent: its description and its whole body or plaintext chunks."""
 
     archive: ArchiveRef
-    body: bytes | memoryview | None  # a plain blob on local disk, read or mapped (store.http.read_blob)
+    body: bytes | memoryview | None  # a plain blob on local disk, read or mapped (store.storage.local.read_blob)
     chunks: Iterator[bytes] | None  # decrypted stream (encryption on) or an object-store blob
 
     def close(self) -> None:
