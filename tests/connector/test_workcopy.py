@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import io
 import tarfile
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any

@@ -6,7 +6,6 @@ import hashlib
 from pathlib import Path
 
 import httpx
-import pytest
 
 from tests.contract.harness import running_store
 from tests.s3.archives import archive

@@ -11,7 +11,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from tests.s3.cli import run_cli
 from tests.s3.servers import CREDENTIALS, S3Service
 from tests.support.processes import REPO_ROOT, console_script, free_port
 

@@ -10,7 +10,6 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import httpx
-import pytest
 
 from tests.contract.harness import Store, running_store
 from tests.s3.archives import archive, big_archive, counter_archive, read_counter
