@@ -13,11 +13,18 @@ measures, for ``--runs`` runs (medians printed):
   alternates two archives and 8 readers download; rounds of 16 racing ``If-Match``
   uploads with more than one winner.
 
+Once per run (not per configuration), section ``yardstick`` measures with the same load
+the yardsticks issue #2 quotes for the reference machine (a trivial Litestar app) and a
+trivial Node server (an upper bound of the Node reference store here), and prints a
+second table: how fast this machine is against the reference machine, and every target
+scaled by that factor.
+
 Usage::
 
     .venv/bin/python bench/store_bench.py              # 3 runs, all configurations
     .venv/bin/python bench/store_bench.py --quick      # a short smoke run
     .venv/bin/python bench/store_bench.py --configs w1,w2 --runs 5 --json out.json
+    .venv/bin/python bench/store_bench.py --quick --sections yardstick
 
 See bench/README.md for what each figure means and how to read the table.
 """
@@ -26,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import http.client
 import io
@@ -47,7 +55,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +84,41 @@ METRICS: dict[str, tuple[str, str, str, dict[str, float], bool]] = {
     "two_winners": ("rounds with two winners", "count", "> 0", {c: 0 for c in ("w1", "w2", "w1-enc", "w2-enc")}, False),
 }
 CONFIGS = {"w1": (1, False), "w2": (2, False), "w1-enc": (1, True), "w2-enc": (2, True)}
+STORE_SECTIONS = ("get", "upload", "memory", "consistency", "race")  # run once per configuration
+SECTIONS = ("yardstick", *STORE_SECTIONS)  # the yardstick section runs once per run, before the configurations
+YARDSTICK_DIR = Path(__file__).resolve().parent / "yardsticks"
+
+
+@dataclass(frozen=True)
+class Yardstick:
+    """A figure measured both here and on the reference machine (issue #2): their ratio is the machine factor."""
+
+    label: str
+    unit: str
+    there: float  # figure on the reference machine; for a range its low end (the larger, stricter factor)
+    there_text: str  # as issue #2 quotes it
+
+
+# Litestar: the issue's trivial Litestar app. Node: a trivial Node server here, against the
+# reference store's own figures there (the trivial server does less, so it is an upper bound).
+YARDSTICKS: dict[str, Yardstick] = {
+    "litestar_304": Yardstick("Litestar 304 handler", "req/s", 31_000, "31k"),
+    "litestar_file100k": Yardstick("Litestar File(...) 100 KiB", "req/s", 2_300, "2.3k"),
+    "litestar_file5m": Yardstick("Litestar File(...) 5 MiB", "GiB/s", 2.05, "2.05"),
+    "node_list": Yardstick("Node JSON list of 4 brains", "req/s", 9_600, "9.6-10.7k (ref. store)"),
+    "node_304": Yardstick("Node 304 with ETag", "req/s", 33_000, "33-36k (ref. store)"),
+    "node_100k": Yardstick("Node 100 KiB from memory", "req/s", 15_000, "15.0-15.7k (ref. store)"),
+    "node_5m": Yardstick("Node 5 MiB from memory", "GiB/s", 3.0, "3.0-3.6 (ref. store)"),
+    "node_upload": Yardstick("Node 1 MiB durable uploads, 8 clients", "up/s", 114, "114-155 (ref. store)"),
+}
+# Which yardsticks scale which target; targets not named here (memory, correctness) are not scaled.
+SCALED_BY: dict[str, tuple[str, ...]] = {
+    "list": ("node_list",),
+    "fresh304": ("node_304", "litestar_304"),
+    "dl100k": ("node_100k", "litestar_file100k"),
+    "dl5m": ("node_5m", "litestar_file5m"),
+    "upload": ("node_upload",),
+}
 
 
 @dataclass
@@ -85,7 +128,7 @@ class Plan:
     runs: int = 3
     duration: float = 10.0
     configs: tuple[str, ...] = ("w1", "w2", "w1-enc", "w2-enc")
-    sections: tuple[str, ...] = ("get", "upload", "memory", "consistency", "race")
+    sections: tuple[str, ...] = SECTIONS
     big_upload_mib: int = 40
     clients: int = 8
     race_rounds: int = 20
@@ -104,9 +147,13 @@ class Results:
 
     values: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    yardsticks: dict[str, list[float]] = field(default_factory=dict)  # yardstick key -> one value per run
 
     def add(self, config: str, metric: str, value: float) -> None:
         self.values.setdefault(config, {}).setdefault(metric, []).append(value)
+
+    def add_yardstick(self, key: str, value: float) -> None:
+        self.yardsticks.setdefault(key, []).append(value)
 
 
 # ----------------------------------------------------------------------------- archives
@@ -234,6 +281,44 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def start_process(argv: list[str], log_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in its own process group (so stopping it reaches its children), output to ``log_path``."""
+    with log_path.open("ab") as log:
+        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO,
+                                start_new_session=True)
+
+
+def wait_healthy(process: subprocess.Popen[bytes], port: int, log_path: Path, timeout: float = 60.0) -> None:
+    """Wait until ``GET /health`` on ``port`` answers 200; raise with the log's tail if the process dies."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            command = " ".join(map(str, process.args))[:200]
+            raise RuntimeError(f"{command} exited ({process.returncode}):\n{log_path.read_text()[-3000:]}")
+        try:
+            conn = http.client.HTTPConnection(HOST, port, timeout=2)
+            conn.request("GET", "/health")
+            if conn.getresponse().status == 200:
+                conn.close()
+                return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"port {port} did not answer /health within {timeout:.0f} s")
+
+
+def stop_process(process: subprocess.Popen[bytes] | None) -> None:
+    """SIGTERM the process group started by :func:`start_process`; SIGKILL it after 30 s."""
+    if process is None or process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+
+
 def store_command(plan: Plan) -> list[str]:
     if plan.store_cmd:
         return plan.store_cmd.split()
@@ -276,25 +361,10 @@ class Server:
     def start(self) -> None:
         argv = [*self.cmd, "serve", "--host", HOST, "--port", str(self.port), "--data", str(self.data_dir),
                 "--workers", str(self.workers)]
-        with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=self.env,
-                                            cwd=REPO, start_new_session=True)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"server exited ({self.process.returncode}):\n{self.log_path.read_text()[-3000:]}")
-            try:
-                conn = http.client.HTTPConnection(HOST, self.port, timeout=2)
-                conn.request("GET", "/health")
-                if conn.getresponse().status == 200:
-                    conn.close()
-                    if self.workers > 1:
-                        time.sleep(1.0)  # let every worker finish starting
-                    return
-            except OSError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError("server did not answer /health within 60 s")
+        self.process = start_process(argv, self.log_path, self.env)
+        wait_healthy(self.process, self.port, self.log_path)
+        if self.workers > 1:
+            time.sleep(1.0)  # let every worker finish starting
 
     def pids(self) -> list[int]:
         """Every process of the server's process group (uvicorn workers included)."""
@@ -335,14 +405,7 @@ class Server:
         return rss, pss
 
     def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        os.killpg(self.process.pid, signal.SIGTERM)
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=30)
+        stop_process(self.process)
 
 
 class RssSampler:
@@ -588,31 +651,13 @@ def bench_config(name: str, plan: Plan, results: Results, workdir: Path, archive
         for run in range(plan.runs):
             print(f"   run {run + 1}/{plan.runs}", flush=True)
             if "get" in plan.sections:
-                gets = [
-                    ("list", "/api/brains", {}, 200, None),
-                    ("fresh304", f"/api/brains/{fx.brain_small}/sync", {"If-None-Match": f'"{fx.small_checksum}"'}, 304, None),
-                    ("dl100k", f"/api/brains/{fx.brain_small}/sync", {}, 200, len(archives["small"])),
-                    ("dl5m_rps", f"/api/brains/{fx.brain_big}/sync", {}, 200, len(archives["big"])),
-                ]
-                for metric, path, extra, expect, size in gets:
-                    rps, errors = load_get(server.port, path, {**auth, **extra}, plan.duration, plan.use_wrk, expect)
-                    results.add(name, metric, rps)
-                    if size and metric == "dl5m_rps":
-                        results.add(name, "dl5m", rps * size / GIB)
-                    if errors:
-                        results.notes.append(f"{name} run {run + 1}: {metric}: {errors} errors / non-{expect} answers")
-                    print(f"     {metric:10s} {rps:10.0f} req/s" + (f"  ({errors} errors)" if errors else ""), flush=True)
+                for metric, value in store_gets(server.port, fx, auth, archives, plan, f"{name} run {run + 1}",
+                                                results.notes).items():
+                    results.add(name, metric, value)
             if "upload" in plan.sections:
-                start_at = time.time() + 1.0
-                argsets = [(server.port, token, brain, archives["upload"], start_at, plan.duration)
-                           for token, brain in fx.upload_users]
-                outcome = _clients(_upload_loop, argsets)
-                ok = sum(r[0] for r in outcome)
-                failed = sum(r[1] for r in outcome)
-                results.add(name, "upload", ok / plan.duration)
-                if failed:
-                    results.notes.append(f"{name} run {run + 1}: uploads: {failed} failed")
-                print(f"     uploads    {ok / plan.duration:10.1f} /s ({failed} failed)", flush=True)
+                rate = measure_uploads(server.port, fx.upload_users, archives["upload"], plan.duration,
+                                       f"{name} run {run + 1}", results.notes)
+                results.add(name, "upload", rate)
             if "memory" in plan.sections:
                 start_at = time.time() + 1.0
                 argsets = [(server.port, token, brain, str(archives["big_path"]), start_at)
@@ -666,6 +711,62 @@ def bench_config(name: str, plan: Plan, results: Results, workdir: Path, archive
             shutil.rmtree(data_dir, ignore_errors=True)
 
 
+@dataclass(frozen=True)
+class GetTest:
+    """One GET measured with :func:`load_get`: the metric it feeds, the request, the answer expected."""
+
+    metric: str
+    path: str
+    headers: dict[str, str]
+    expect: int = 200
+
+
+def download_gets(list_path: str, small_path: str, big_path: str, small_checksum: str) -> list[GetTest]:
+    """The four GETs a store's clients make: the brain list, the 304 freshness path, 100 KiB and 5 MiB."""
+    return [
+        GetTest("list", list_path, {}),
+        GetTest("fresh304", small_path, {"If-None-Match": f'"{small_checksum}"'}, 304),
+        GetTest("dl100k", small_path, {}),
+        GetTest("dl5m_rps", big_path, {}),
+    ]
+
+
+def measure_gets(port: int, tests: list[GetTest], headers: dict[str, str], duration: float, use_wrk: bool,
+                 label: str, notes: list[str]) -> dict[str, float]:
+    """req/s of each test in turn (32 connections, ``duration`` s each); errors go to ``notes``."""
+    measured = {}
+    for test in tests:
+        rps, errors = load_get(port, test.path, {**headers, **test.headers}, duration, use_wrk, test.expect)
+        measured[test.metric] = rps
+        if errors:
+            notes.append(f"{label}: {test.metric}: {errors} errors / non-{test.expect} answers")
+        print(f"     {test.metric:20s} {rps:10.0f} req/s" + (f"  ({errors} errors)" if errors else ""), flush=True)
+    return measured
+
+
+def store_gets(port: int, fx: Fixture, auth: dict[str, str], archives: dict[str, Any], plan: Plan, label: str,
+               notes: list[str]) -> dict[str, float]:
+    """The ``get`` section on our store: req/s per GET, plus the 5 MiB download in GiB/s."""
+    tests = download_gets("/api/brains", f"/api/brains/{fx.brain_small}/sync", f"/api/brains/{fx.brain_big}/sync",
+                          fx.small_checksum)
+    measured = measure_gets(port, tests, auth, plan.duration, plan.use_wrk, label, notes)
+    measured["dl5m"] = measured["dl5m_rps"] * len(archives["big"]) / GIB
+    return measured
+
+
+def measure_uploads(port: int, users: list[tuple[str, str]], archives: list[bytes], duration: float, label: str,
+                    notes: list[str]) -> float:
+    """Uploads/s (200 answers) of one client process per (token, brain id) running ``_upload_loop``."""
+    start_at = time.time() + 1.0
+    outcome = _clients(_upload_loop, [(port, token, brain, archives, start_at, duration) for token, brain in users])
+    ok = sum(r[0] for r in outcome)
+    failed = sum(r[1] for r in outcome)
+    if failed:
+        notes.append(f"{label}: uploads: {failed} failed")
+    print(f"     {'uploads':20s} {ok / duration:10.1f} /s ({failed} failed)", flush=True)
+    return ok / duration
+
+
 def race(port: int, token: str, brain_id: str, rounds: int, writers: int) -> tuple[int, int]:
     """Rounds of ``writers`` concurrent If-Match uploads with the same base; count bad rounds."""
     setup = Client(port, token)
@@ -696,6 +797,86 @@ def race(port: int, token: str, brain_id: str, rounds: int, writers: int) -> tup
     for client in [setup, *clients]:
         client.close()
     return doubles, zero
+
+
+# ----------------------------------------------------------------------------- yardsticks
+
+
+@contextlib.contextmanager
+def yardstick_server(argv_for_port: Callable[[int], list[str]], log_path: Path) -> Iterator[int]:
+    """Run ``argv_for_port(port)`` on a free loopback port until the block ends; yields the port."""
+    port = free_port()
+    process = start_process(argv_for_port(port), log_path)
+    try:
+        wait_healthy(process, port, log_path)
+        yield port
+    finally:
+        stop_process(process)
+
+
+def measure_litestar(port: int, plan: Plan, big_size: int, label: str, notes: list[str]) -> dict[str, float]:
+    """The issue's Litestar yardsticks: the 304 handler (req/s), File 100 KiB (req/s) and File 5 MiB (GiB/s)."""
+    tests = [GetTest("litestar_304", "/304", {}, 304), GetTest("litestar_file100k", "/file/small", {}),
+             GetTest("litestar_file5m_rps", "/file/big", {})]
+    measured = measure_gets(port, tests, {}, plan.duration, plan.use_wrk, label, notes)
+    return {"litestar_304": measured["litestar_304"], "litestar_file100k": measured["litestar_file100k"],
+            "litestar_file5m": measured["litestar_file5m_rps"] * big_size / GIB}
+
+
+def measure_node(port: int, plan: Plan, archives: dict[str, Any], label: str, notes: list[str]) -> dict[str, float]:
+    """The trivial Node server: the store's four GETs (same paths and headers shape) and 8-client uploads."""
+    small_checksum = hashlib.sha256(archives["small"]).hexdigest()
+    tests = download_gets("/api/brains", "/api/brains/small/sync", "/api/brains/big/sync", small_checksum)
+    # A bearer header like the store's requests carry (the Node server ignores it): same request size.
+    token = secrets.token_urlsafe(32)
+    measured = measure_gets(port, tests, {"Authorization": f"Bearer {token}"}, plan.duration, plan.use_wrk, label,
+                            notes)
+    users = [(token, f"up{index}") for index in range(plan.clients)]  # one brain per client, as in `upload`
+    return {
+        "node_list": measured["list"],
+        "node_304": measured["fresh304"],
+        "node_100k": measured["dl100k"],
+        "node_5m": measured["dl5m_rps"] * len(archives["big"]) / GIB,
+        "node_upload": measure_uploads(port, users, archives["upload"], plan.duration, label, notes),
+    }
+
+
+def bench_yardsticks(plan: Plan, results: Results, workdir: Path, archives: dict[str, Any]) -> None:
+    """Measure the yardsticks ``plan.runs`` times with the same load as the store (section ``yardstick``).
+
+    The Litestar app runs on ``sys.executable``: the venv's Python, the one our store runs on
+    (with ``--store-cmd`` the store's interpreter is unknown, so this is still the best guess).
+    """
+    small, big = workdir / "yardstick-100k.tar.gz", workdir / "yardstick-5m.tar.gz"
+    small.write_bytes(archives["small"])
+    big.write_bytes(archives["big"])
+    uploads = workdir / "yardstick-uploads"  # beside the stores' data directories: the same file system
+    uploads.mkdir(exist_ok=True)
+    node = shutil.which("node")
+    print(f"\n== yardsticks: trivial Litestar app ({sys.executable}), "
+          + (f"trivial Node server ({node})" if node else "Node server skipped (node not on PATH)"), flush=True)
+    if node is None:
+        results.notes.append("yardstick: node not on PATH: the Node yardsticks were skipped")
+    files = ["--small", str(small), "--big", str(big)]
+    with contextlib.ExitStack() as stack:
+        litestar_port = stack.enter_context(yardstick_server(
+            lambda port: [sys.executable, str(YARDSTICK_DIR / "litestar_app.py"), "--port", str(port), *files],
+            workdir / "yardstick-litestar.log"))
+        node_port = None
+        if node:
+            node_port = stack.enter_context(yardstick_server(
+                lambda port: [node, str(YARDSTICK_DIR / "node_server.js"), "--port", str(port), *files,
+                              "--uploads", str(uploads)],
+                workdir / "yardstick-node.log"))
+        for run in range(plan.runs):
+            label = f"yardstick run {run + 1}"
+            print(f"   run {run + 1}/{plan.runs}: Litestar (port {litestar_port})", flush=True)
+            measured = measure_litestar(litestar_port, plan, len(archives["big"]), label, results.notes)
+            if node_port is not None:
+                print(f"   run {run + 1}/{plan.runs}: Node (port {node_port})", flush=True)
+                measured.update(measure_node(node_port, plan, archives, label, results.notes))
+            for key, value in measured.items():
+                results.add_yardstick(key, value)
 
 
 # ----------------------------------------------------------------------------- report
@@ -742,6 +923,143 @@ def report(results: Results, plan: Plan) -> str:
     return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class ScaledTarget:
+    """One target judged against this machine: the target times the machine factor of its yardsticks."""
+
+    metric: str
+    config: str
+    ours: float | None  # our median (None: not measured in this run)
+    target: float
+    higher_is_better: bool
+    factors: dict[str, float | None]  # matching yardstick -> its factor (None: not measured)
+    factor: float | None  # the factor applied (the largest); None when not scaled or no yardstick measured
+    scaled: float | None  # the target to meet here; the target itself when not scaled
+
+    @property
+    def verdict(self) -> str:
+        if self.ours is None:
+            return "not measured"
+        if self.scaled is None:
+            return "no yardstick"
+        met = self.ours >= self.scaled if self.higher_is_better else self.ours <= self.scaled
+        return "met" if met else "NOT met"
+
+
+def machine_factors(yardsticks: dict[str, list[float]]) -> dict[str, float]:
+    """Machine factor per measured yardstick: median here / figure on the reference machine."""
+    return {key: statistics.median(values) / YARDSTICKS[key].there
+            for key, values in yardsticks.items() if key in YARDSTICKS and values}
+
+
+def scale_target(metric: str, config: str, ours: float | None, factors: dict[str, float]) -> ScaledTarget:
+    """Scale ``metric``'s target for ``config`` by the largest factor among its matching yardsticks.
+
+    The largest factor gives the highest scaled target: judging by the yardstick that makes
+    this machine look fastest is the conservative choice. Metrics without yardsticks
+    (memory, correctness) keep their target unscaled.
+    """
+    _, _, _, targets, higher = METRICS[metric]
+    target = targets[config]
+    matching = {key: factors.get(key) for key in SCALED_BY.get(metric, ())}
+    if metric not in SCALED_BY:
+        return ScaledTarget(metric, config, ours, target, higher, {}, None, target)
+    measured = [value for value in matching.values() if value is not None]
+    factor = max(measured) if measured else None
+    scaled = target * factor if factor is not None else None
+    return ScaledTarget(metric, config, ours, target, higher, matching, factor, scaled)
+
+
+def scaled_targets(results: Results, plan: Plan) -> list[ScaledTarget]:
+    """Every target of the configurations in ``plan``, scaled by this run's machine factors."""
+    factors = machine_factors(results.yardsticks)
+    rows = []
+    for metric, (_, _, _, targets, _) in METRICS.items():
+        for config in plan.configs:
+            if config not in targets:
+                continue
+            values = results.values.get(config, {}).get(metric)
+            rows.append(scale_target(metric, config, statistics.median(values) if values else None, factors))
+    return rows
+
+
+def _factor_text(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _yardstick_lines(yardsticks: dict[str, list[float]]) -> list[str]:
+    factors = machine_factors(yardsticks)
+    header = f"{'yardstick':44s} {'here (median)':>14s} {'min-max':>20s} {'reference machine':>24s} {'factor':>7s}"
+    lines = [header, "-" * len(header)]
+    for key, stick in YARDSTICKS.items():
+        values = yardsticks.get(key)
+        if not values:
+            lines.append(f"{stick.label + ' (' + stick.unit + ')':44s} {'skipped':>14s} {'':>20s} "
+                         f"{stick.there_text:>24s} {'-':>7s}")
+            continue
+        span = f"{_fmt(min(values), stick.unit)}-{_fmt(max(values), stick.unit)}" if len(values) > 1 else ""
+        lines.append(f"{stick.label + ' (' + stick.unit + ')':44s} {_fmt(statistics.median(values), stick.unit):>14s} "
+                     f"{span:>20s} {stick.there_text:>24s} {_factor_text(factors.get(key)):>7s}")
+    return lines
+
+
+def _scaled_lines(rows: list[ScaledTarget]) -> list[str]:
+    header = (f"{'target':40s} {'config':7s} {'ours (median)':>14s} {'target':>10s} {'factors':>34s} "
+              f"{'scaled target':>14s}  verdict")
+    lines = [header, "-" * len(header)]
+    for row in rows:
+        label, unit, _, _, _ = METRICS[row.metric]
+        sign = ">=" if row.higher_is_better else "<="
+        if row.metric in SCALED_BY:
+            named = ", ".join(f"{key.split('_')[0].capitalize()} {_factor_text(value)}"
+                              for key, value in row.factors.items())
+            factors = f"{named} -> {_factor_text(row.factor)}"
+        else:
+            factors = "not scaled"
+        ours = "-" if row.ours is None else _fmt(row.ours, unit)
+        scaled = "-" if row.scaled is None else sign + _fmt(row.scaled, unit)
+        target = sign + _fmt(row.target, unit)
+        lines.append(f"{label + ' (' + unit + ')':40s} {row.config:7s} {ours:>14s} {target:>10s} "
+                     f"{factors:>34s} {scaled:>14s}  {row.verdict}")
+    return lines
+
+
+SCALING_NOTE = """\
+factor = median here / figure on the reference machine (issue #2; for a range its low end,
+which gives the larger factor). A target with two yardsticks is scaled by the larger factor:
+that gives the higher scaled target, so a "met" never rests on the more lenient comparison.
+The Node server does strictly less per request than the reference store (no auth, no
+lookups, no multipart parsing or archive checks), so its figure here is an upper bound of
+the reference store's figure here, and its factor an upper bound of the machine factor:
+targets scaled by it are, if anything, too strict. Memory and correctness targets do not
+depend on the machine's speed and are not scaled."""
+
+
+def yardstick_report(results: Results, plan: Plan) -> str:
+    """The second table: yardsticks here and there with their factors, then every target scaled."""
+    runs = max((len(values) for values in results.yardsticks.values()), default=0)
+    lines = [f"Yardsticks on this machine (same load as the store; median of {runs} run(s), min-max over runs)", ""]
+    lines += _yardstick_lines(results.yardsticks)
+    lines += ["", "Targets scaled by the machine factor", ""]
+    lines += _scaled_lines(scaled_targets(results, plan))
+    lines += ["", SCALING_NOTE]
+    return "\n".join(lines)
+
+
+def json_report(results: Results, plan: Plan) -> dict[str, Any]:
+    """Everything ``--json`` saves: every run's values, the notes, the yardsticks and the scaled targets."""
+    data: dict[str, Any] = {"values": results.values, "notes": results.notes}
+    if results.yardsticks:
+        data["yardsticks"] = {
+            key: {"values": values, "reference_machine": YARDSTICKS[key].there, "unit": YARDSTICKS[key].unit}
+            for key, values in results.yardsticks.items() if key in YARDSTICKS
+        }
+        data["machine_factors"] = machine_factors(results.yardsticks)
+        data["scaled_targets"] = [{**asdict(row), "verdict": row.verdict}
+                                  for row in scaled_targets(results, plan)]
+    return data
+
+
 # ----------------------------------------------------------------------------- main
 
 
@@ -750,7 +1068,7 @@ def parse_args(argv: list[str] | None = None) -> Plan:
     parser.add_argument("--runs", type=int, default=None, help="runs per configuration (default 3; 1 with --quick)")
     parser.add_argument("--duration", type=float, default=None, help="seconds per load test (default 10; 2 with --quick)")
     parser.add_argument("--configs", default=None, help="comma list of w1,w2,w1-enc,w2-enc (default all)")
-    parser.add_argument("--sections", default=None, help="comma list of get,upload,memory,consistency,race")
+    parser.add_argument("--sections", default=None, help=f"comma list of {','.join(SECTIONS)} (default all)")
     parser.add_argument("--big-upload-mib", type=int, default=None, help="archive size of the memory test (default 40)")
     parser.add_argument("--race-rounds", type=int, default=None, help="If-Match race rounds (default 20; 5 with --quick)")
     parser.add_argument("--upload-files", type=int, default=64, help="files in the 1 MiB upload archive (default 64)")
@@ -776,6 +1094,9 @@ def parse_args(argv: list[str] | None = None) -> Plan:
             parser.error(f"unknown configs: {', '.join(sorted(unknown))}")
     if args.sections:
         plan.sections = tuple(s.strip() for s in args.sections.split(",") if s.strip())
+        unknown = set(plan.sections) - set(SECTIONS)
+        if unknown:
+            parser.error(f"unknown sections: {', '.join(sorted(unknown))}")
     plan.use_wrk = not args.no_wrk
     plan.store_cmd = args.store_cmd
     plan.quiet_server = not args.server_logs
@@ -798,7 +1119,8 @@ def main(argv: list[str] | None = None) -> int:
         workdir = Path(tmp)
         big_path = workdir / "big.tar.gz"
         print("building archives ...", flush=True)
-        write_big_archive(big_path, plan.big_upload_mib * MIB, seed=7)
+        if "memory" in plan.sections:
+            write_big_archive(big_path, plan.big_upload_mib * MIB, seed=7)
         archives = {
             "small": make_archive(100 * KIB, 16, seed=1),
             "big": make_archive(5 * MIB, 64, seed=2),
@@ -810,18 +1132,29 @@ def main(argv: list[str] | None = None) -> int:
         }
         print(f"  100 KiB archive: {len(archives['small'])} B, 5 MiB archive: {len(archives['big'])} B, "
               f"upload archive: {len(archives['upload'][0])} B ({plan.upload_files} files), "
-              f"big upload: {big_path.stat().st_size} B", flush=True)
-        for config in plan.configs:
+              f"big upload: {big_path.stat().st_size if big_path.exists() else '-'} B", flush=True)
+        if "yardstick" in plan.sections:
+            try:
+                bench_yardsticks(plan, results, workdir, archives)
+            except Exception as exc:  # the store's own figures still count without the yardsticks
+                results.notes.append(f"yardstick: failed: {type(exc).__name__}: {exc}"[:500])
+                print(f"   FAILED: {exc}", flush=True)
+        # Without a per-configuration section, starting each store would measure nothing.
+        for config in plan.configs if set(plan.sections) & set(STORE_SECTIONS) else ():
             try:
                 bench_config(config, plan, results, workdir, archives)
             except Exception as exc:  # one broken configuration must not hide the others
                 results.notes.append(f"{config}: failed: {type(exc).__name__}: {exc}"[:500])
                 print(f"   FAILED: {exc}", flush=True)
-    print()
-    print(report(results, plan))
+    if results.values or results.notes:
+        print()
+        print(report(results, plan))
+    if results.yardsticks:
+        print()
+        print(yardstick_report(results, plan))
     print(f"\ncommand: {' '.join([sys.executable, *sys.argv])}")
     if plan.json_path:
-        plan.json_path.write_text(json.dumps({"values": results.values, "notes": results.notes}, indent=2))
+        plan.json_path.write_text(json.dumps(json_report(results, plan), indent=2))
     return 0
 
 

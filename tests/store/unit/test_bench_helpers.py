@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import shutil
 import sys
 from pathlib import Path
 
@@ -122,3 +123,183 @@ def test_python_load_generator_counts_answers(bench) -> None:  # type: ignore[no
     finally:
         server.shutdown()
         server.server_close()
+
+
+# ----------------------------------------------------------------------------- yardsticks
+
+YARDSTICKS_DIR = BENCH.parent / "yardsticks"
+
+
+def _yardstick_results(bench):  # type: ignore[no-untyped-def]
+    """Fixed yardstick figures: every factor is a round number."""
+    results = bench.Results()
+    here = {
+        "litestar_304": [6_200.0, 7_750.0, 9_000.0],  # median 7,750 / 31,000 = 0.25
+        "litestar_file100k": [690.0],  # / 2,300 = 0.30
+        "litestar_file5m": [0.615],  # / 2.05 = 0.30
+        "node_list": [4_800.0],  # / 9,600 = 0.50
+        "node_304": [13_200.0],  # / 33,000 = 0.40
+        "node_100k": [3_000.0],  # / 15,000 = 0.20
+        "node_5m": [1.2],  # / 3.0 = 0.40
+        "node_upload": [57.0],  # / 114 = 0.50
+    }
+    for key, values in here.items():
+        for value in values:
+            results.add_yardstick(key, value)
+    return results
+
+
+def test_machine_factors_are_median_here_over_there(bench) -> None:  # type: ignore[no-untyped-def]
+    factors = bench.machine_factors(_yardstick_results(bench).yardsticks)
+    expected = {"litestar_304": 0.25, "litestar_file100k": 0.30, "litestar_file5m": 0.30, "node_list": 0.50,
+                "node_304": 0.40, "node_100k": 0.20, "node_5m": 0.40, "node_upload": 0.50}
+    assert factors == pytest.approx(expected)
+    assert bench.machine_factors({"node_304": []}) == {}  # nothing measured: no factor
+
+
+def test_scale_target_uses_the_larger_factor(bench) -> None:  # type: ignore[no-untyped-def]
+    factors = {"node_304": 0.40, "litestar_304": 0.25, "node_100k": 0.20, "litestar_file100k": 0.30}
+    row = bench.scale_target("fresh304", "w1", 4_100.0, factors)
+    assert row.factors == {"node_304": 0.40, "litestar_304": 0.25}
+    assert row.factor == 0.40 and row.scaled == pytest.approx(4_000.0)  # 10,000 x 0.40
+    assert row.verdict == "met"
+    row = bench.scale_target("dl100k", "w2", 2_000.0, factors)
+    assert row.factor == 0.30 and row.scaled == pytest.approx(2_250.0)  # Litestar's is larger here
+    assert row.verdict == "NOT met"
+
+
+def test_scale_target_without_yardsticks(bench) -> None:  # type: ignore[no-untyped-def]
+    row = bench.scale_target("dl5m", "w1", 1.0, {"litestar_file5m": 0.30})  # Node skipped
+    assert row.factors == {"node_5m": None, "litestar_file5m": 0.30} and row.factor == 0.30
+    row = bench.scale_target("list", "w1", 2_000.0, {})  # nothing measured
+    assert row.factor is None and row.scaled is None and row.verdict == "no yardstick"
+    row = bench.scale_target("list", "w1", None, {"node_list": 0.5})
+    assert row.scaled == pytest.approx(1_500.0) and row.verdict == "not measured"
+
+
+def test_memory_and_correctness_targets_are_not_scaled(bench) -> None:  # type: ignore[no-untyped-def]
+    factors = {"node_upload": 0.5, "node_list": 0.5}
+    row = bench.scale_target("pss_peak", "w2", 100.0, factors)
+    assert row.factor is None and row.factors == {} and row.scaled == row.target and row.verdict == "met"
+    row = bench.scale_target("mismatch", "w1", 1.0, factors)
+    assert row.scaled == 0 and row.verdict == "NOT met"
+
+
+def test_scaled_targets_cover_every_target_of_the_configs(bench) -> None:  # type: ignore[no-untyped-def]
+    results = _yardstick_results(bench)
+    for value in (70.0, 80.0, 90.0):
+        results.add("w1-enc", "upload", value)
+    rows = bench.scaled_targets(results, bench.Plan(configs=("w1-enc",)))
+    assert [row.metric for row in rows] == ["upload", "rss_peak", "pss_peak", "mismatch", "two_winners"]
+    upload = rows[0]
+    assert upload.ours == 80.0 and upload.scaled == pytest.approx(45.0)  # 90 x Node upload 0.50
+    assert upload.verdict == "met"
+    assert all(row.verdict == "not measured" for row in rows[1:])
+
+
+def test_yardstick_report_renders_both_tables(bench) -> None:  # type: ignore[no-untyped-def]
+    results = _yardstick_results(bench)
+    del results.yardsticks["node_upload"]  # as if a yardstick had not been measured
+    results.add("w1", "fresh304", 3_900.0)
+    text = bench.yardstick_report(results, bench.Plan(configs=("w1",)))
+    lines = text.splitlines()
+    assert lines[0].startswith("Yardsticks on this machine") and "median of 3 run(s)" in lines[0]
+    litestar = next(line for line in lines if line.startswith("Litestar 304 handler (req/s)"))
+    assert litestar.split()[-4:] == ["7,750", "6,200-9,000", "31k", "0.25"]
+    assert "7,750" in litestar and "6,200-9,000" in litestar and "31k" in litestar and litestar.endswith("0.25")
+    uploads = next(line for line in lines if line.startswith("Node 1 MiB durable uploads"))
+    assert "skipped" in uploads and uploads.endswith("-")
+    fresh = next(line for line in lines if line.startswith("304 freshness path") and " w1 " in line)
+    assert "Node 0.40, Litestar 0.25 -> 0.40" in fresh and ">=4,000" in fresh and fresh.endswith("NOT met")
+    upload = next(line for line in lines if line.startswith("1 MiB uploads"))
+    assert "Node - -> -" in upload and upload.endswith("not measured")
+    memory = next(line for line in lines if line.startswith("peak PSS"))
+    assert "not scaled" in memory
+    assert "larger factor" in text and "upper bound" in text
+
+
+def test_json_report_records_the_yardsticks(bench) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    results = _yardstick_results(bench)
+    results.add("w1", "list", 2_000.0)
+    data = json.loads(json.dumps(bench.json_report(results, bench.Plan(configs=("w1",)))))
+    assert data["yardsticks"]["node_list"] == {"values": [4_800.0], "reference_machine": 9_600, "unit": "req/s"}
+    assert data["machine_factors"]["node_list"] == pytest.approx(0.5)
+    listed = next(row for row in data["scaled_targets"] if row["metric"] == "list")
+    assert listed["scaled"] == pytest.approx(1_500.0) and listed["verdict"] == "met"
+    assert "yardsticks" not in bench.json_report(bench.Results(), bench.Plan())
+
+
+def test_sections_default_and_validation(bench) -> None:  # type: ignore[no-untyped-def]
+    assert "yardstick" in bench.parse_args([]).sections
+    assert bench.parse_args(["--quick", "--sections", "yardstick"]).sections == ("yardstick",)
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--sections", "yardsticks"])
+
+
+def test_download_gets_are_the_stores_four(bench) -> None:  # type: ignore[no-untyped-def]
+    tests = bench.download_gets("/l", "/s", "/b", "abc")
+    assert [(t.metric, t.path, t.headers, t.expect) for t in tests] == [
+        ("list", "/l", {}, 200),
+        ("fresh304", "/s", {"If-None-Match": '"abc"'}, 304),
+        ("dl100k", "/s", {}, 200),
+        ("dl5m_rps", "/b", {}, 200),
+    ]
+
+
+def test_litestar_yardstick_app_answers(tmp_path: Path) -> None:
+    from litestar.testing import TestClient
+
+    spec = importlib.util.spec_from_file_location("litestar_yardstick", YARDSTICKS_DIR / "litestar_app.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["litestar_yardstick"] = module  # Litestar resolves the handlers' annotations through it
+    spec.loader.exec_module(module)
+    small, big = tmp_path / "small.bin", tmp_path / "big.bin"
+    small.write_bytes(b"s" * 1000)
+    big.write_bytes(b"b" * 5000)
+    with TestClient(app=module.create_app(small, big)) as client:
+        fresh = client.get("/304")
+        assert fresh.status_code == 304 and fresh.headers["etag"] == module.ETAG
+        assert client.get("/file/small").content == small.read_bytes()
+        assert client.get("/file/big").content == big.read_bytes()
+
+
+@pytest.mark.skipif(not shutil.which("node"), reason="node not on PATH")
+def test_node_yardstick_server_answers_and_stores_uploads(bench, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    import hashlib
+    import http.client
+    import json
+
+    small, big, uploads = tmp_path / "small.bin", tmp_path / "big.bin", tmp_path / "uploads"
+    small.write_bytes(b"s" * 1000)
+    big.write_bytes(b"b" * 5000)
+    uploads.mkdir()
+
+    def argv(port: int) -> list[str]:
+        return ["node", str(YARDSTICKS_DIR / "node_server.js"), "--port", str(port),
+                "--small", str(small), "--big", str(big), "--uploads", str(uploads)]
+
+    with bench.yardstick_server(argv, tmp_path / "node.log") as port:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+
+        def get(path: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+            conn.request("GET", path, headers=headers or {})
+            response = conn.getresponse()
+            return response.status, response.read()
+
+        etag = f'"{hashlib.sha256(small.read_bytes()).hexdigest()}"'
+        assert get("/api/brains/small/sync", {"If-None-Match": etag}) == (304, b"")
+        assert get("/api/brains/small/sync") == (200, small.read_bytes())
+        assert get("/api/brains/big/sync") == (200, big.read_bytes())
+        status, body = get("/api/brains")
+        assert status == 200 and len(json.loads(body)) == 4
+        payload = b"archive bytes" * 1000
+        conn.request("PUT", "/api/brains/up0/sync", body=payload)
+        response = conn.getresponse()
+        assert response.status == 200
+        assert json.loads(response.read())["checksum"] == hashlib.sha256(payload).hexdigest()
+        assert (uploads / "up0.bin").read_bytes() == payload
+        assert [p.name for p in uploads.iterdir()] == ["up0.bin"]  # no temporary file left behind
+        conn.close()
