@@ -18,7 +18,9 @@ every byte a second time, which costs more than the re-upload shortcut saves.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -237,32 +239,41 @@ def _discarded_on_error(blob: StagedBlob) -> Iterator[None]:
         raise
 
 
-def complete_upload(
-    service: BrainService, sink: UploadSink, tail: bytes, user_id: str, brain_id: str,
-    cond: Preconditions, force: bool,
-) -> ArchiveRef:
-    """Feed the last bytes, validate, fsync and commit (blocking; one worker-thread hop).
+def _end_body(sink: UploadSink, tail: bytes) -> str:
+    """Feed the last bytes and close the multipart framing; the archive's checksum."""
+    sink.feed(tail)
+    return sink.end_body()
 
-    The staged blob is always removed or committed, whatever happens.
-    """
-    blob = sink.blob
-    with _discarded_on_error(blob):
-        sink.feed(tail)
-        checksum = sink.end_body()
-        blob.finish()
-        file_count = None
-        if not sink.inspected_all:
-            known = service.stored_archive(user_id, brain_id, checksum)
-            if known is not None:
-                file_count = known.file_count  # these very bytes passed inspection before
-            else:
-                sink.inspect_rest(staged_plaintext(blob))
-        staged = sink.staged(checksum, file_count)
-    return service.commit_upload(user_id, brain_id, staged, cond, force)
+
+def _validated(service: BrainService, sink: UploadSink, user_id: str, brain_id: str, checksum: str) -> StagedUpload:
+    """The staged upload once every archive byte is known good (after ``blob.finish()``)."""
+    file_count = None
+    if not sink.inspected_all:
+        known = service.stored_archive(user_id, brain_id, checksum)
+        if known is not None:
+            file_count = known.file_count  # these very bytes passed inspection before
+        else:
+            sink.inspect_rest(staged_plaintext(sink.blob))
+    return sink.staged(checksum, file_count)
 
 
 # Body bytes collected before one hand-over to a worker thread.
 FEED_BATCH = 256 * 1024
+# Worker threads of one process doing uploads' CPU work (multipart, hashing, inflating, tar
+# headers) at once. Only one of them runs Python at a time (the GIL), so more than this adds
+# nothing but GIL hand-overs: with eight uploads in flight each upload cost ~660 futex calls.
+# Waiting for the disk (fsync, commit) takes no slot.
+CPU_SLOTS = 2
+_slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, anyio.CapacityLimiter] = weakref.WeakKeyDictionary()
+
+
+def cpu_slots() -> anyio.CapacityLimiter:
+    """This event loop's limiter for uploads' CPU work (see ``CPU_SLOTS``)."""
+    loop = asyncio.get_running_loop()
+    limiter = _slots.get(loop)
+    if limiter is None:
+        limiter = _slots[loop] = anyio.CapacityLimiter(CPU_SLOTS)
+    return limiter
 
 
 class BodyReader:
@@ -322,6 +333,7 @@ async def receive_upload(
     except StorageFull:
         raise ServiceError(507, "the store is out of disk space") from None
     pending: list[bytes] = []
+    slots = cpu_slots()
     with _discarded_on_error(blob):
         settings = service.settings
         writer = service.sealer.writer(blob.file, user_id, brain_id) if service.sealer else None
@@ -346,7 +358,9 @@ async def receive_upload(
                 data = b"".join(pending)
                 pending.clear()
                 pending_size = 0
-                await anyio.to_thread.run_sync(sink.feed, data)
-    return await anyio.to_thread.run_sync(  # type: ignore[no-any-return]
-        complete_upload, service, sink, b"".join(pending), user_id, brain_id, cond, force
-    )
+                await anyio.to_thread.run_sync(sink.feed, data, limiter=slots)
+        checksum = await anyio.to_thread.run_sync(_end_body, sink, b"".join(pending), limiter=slots)
+        await anyio.to_thread.run_sync(blob.finish)  # fsync: waits on the disk, not the CPU
+        staged = await anyio.to_thread.run_sync(_validated, service, sink, user_id, brain_id, checksum, limiter=slots)
+    # commit_upload removes or commits the staged blob whatever happens
+    return await anyio.to_thread.run_sync(service.commit_upload, user_id, brain_id, staged, cond, force)

@@ -42,7 +42,7 @@ BLOCK = 512
 _ZERO_BLOCK = bytes(BLOCK)
 # Compressed input is handed to zlib in slices of this size: ``unconsumed_tail`` is a
 # copy of the rest of the slice, so small slices keep that copying linear.
-_IN_SLICE = 16 * 1024
+_IN_SLICE = 64 * 1024
 # Most bytes one inflate step may produce; the whole decompression buffer budget.
 _OUT_STEP = 64 * 1024
 # gzip members allowed before each must carry, on average, _MIN_MEMBER_CONTENT bytes.

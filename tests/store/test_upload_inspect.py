@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -133,3 +134,54 @@ def test_stored_archive_is_not_inflated_again(tmp_path: Path, monkeypatch: pytes
     other = service.create(USER, "other")
     with pytest.raises(AssertionError):
         upload(service, other.id, a)
+
+
+def test_concurrent_uploads_share_a_bounded_number_of_cpu_threads(tmp_path: Path, monkeypatch: Any) -> None:
+    """Eight uploads at once: never more than CPU_SLOTS threads parse, hash and inflate together
+    (more only trade GIL hand-overs), and every upload still lands."""
+    import threading
+    import time
+
+    service = service_for(tmp_path)
+    users = [str(uuid.UUID(int=i + 1)) for i in range(8)]
+    brains = {user: service.create(user).id for user in users}
+    busy = 0
+    most = 0
+    lock = threading.Lock()
+    real_feed = upload_mod.UploadSink.feed
+
+    def counting_feed(self: Any, chunk: bytes) -> None:
+        nonlocal busy, most
+        with lock:
+            busy += 1
+            most = max(most, busy)
+        try:
+            time.sleep(0.005)  # hold the slot long enough for the others to pile up
+            real_feed(self, chunk)
+        finally:
+            with lock:
+                busy -= 1
+
+    monkeypatch.setattr(upload_mod.UploadSink, "feed", counting_feed)
+    archives = {user: big_archive(10 + i, files=12) for i, user in enumerate(users)}
+
+    async def one(user: str) -> Any:
+        body = multipart_body(archives[user])
+        pieces = [body[i : i + 300_000] for i in range(0, len(body), 300_000)]
+
+        async def receive() -> dict[str, Any]:
+            await asyncio.sleep(0)
+            chunk = pieces.pop(0)
+            return {"type": "http.request", "body": chunk, "more_body": bool(pieces)}
+
+        return await receive_upload(service, BodyReader(receive), BOUNDARY, str(len(body)), user, brains[user],
+                                    Preconditions(), False)
+
+    async def run() -> list[Any]:
+        return await asyncio.gather(*(one(user) for user in users))
+
+    stored = asyncio.run(run())
+    assert [s.file_count for s in stored] == [12] * 8
+    assert 1 < most <= upload_mod.CPU_SLOTS, most
+    for user in users:
+        assert service.get(user, brains[user]).current.checksum == stored[users.index(user)].checksum
