@@ -40,8 +40,9 @@ __all__ = ["ArchiveInspector", "ArchiveRejected", "ArchiveSummary", "InspectLimi
 GIB = 1 << 30
 BLOCK = 512
 _ZERO_BLOCK = bytes(BLOCK)
-# Compressed input is handed to zlib in slices of this size: ``unconsumed_tail`` is a
-# copy of the rest of the slice, so small slices keep that copying linear.
+# Compressed input is handed to zlib in slices of this size. Each call releases and retakes
+# the GIL, so slices should not be tiny; ``unconsumed_tail`` is a copy of the rest of the
+# slice, so they should not be huge either (that copying stays linear).
 _IN_SLICE = 64 * 1024
 # Most bytes one inflate step may produce; the whole decompression buffer budget.
 _OUT_STEP = 64 * 1024
