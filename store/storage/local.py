@@ -359,7 +359,7 @@ class LocalBackend:
         return meta
 
     def _brain_ids(self, user_id: str) -> list[str]:
-        user_dir = self.user_dir(user_id)
+        user_dir = os.path.join(self._brains_str, check_id(user_id))  # a str: no Path object per listing
         try:
             mtime = os.stat(user_dir).st_mtime_ns
         except FileNotFoundError:
