@@ -11,7 +11,8 @@ file count are properties of its bytes. So when the staged blob is a plain file
 while the body streams (garbage is still refused early); once the checksum is known,
 an archive this brain already stores (current or snapshot, validated when it was
 first uploaded) takes its file count from the metadata, and any other archive is
-inspected to the end from the staged file before anything is committed. Sealed
+inspected to the end from the staged file (before its fsync, so junk never costs a
+disk flush) and before anything is committed. Sealed
 uploads are inspected while they stream: reading them back would mean decrypting
 every byte a second time, which costs more than the re-upload shortcut saves.
 """
@@ -216,7 +217,7 @@ class UploadSink:
 
 
 def staged_plaintext(blob: Any) -> Iterator[bytes]:
-    """The archive bytes of a finished plain (unsealed) staged blob, read back."""
+    """The archive bytes of a flushed plain (unsealed) staged blob, read back."""
     f = blob.reopen()
     try:
         yield from iter(lambda: f.read(REREAD_CHUNK), b"")
@@ -239,22 +240,32 @@ def _discarded_on_error(blob: StagedBlob) -> Iterator[None]:
         raise
 
 
-def _end_body(sink: UploadSink, tail: bytes) -> str:
-    """Feed the last bytes and close the multipart framing; the archive's checksum."""
+def _checked(service: BrainService, sink: UploadSink, tail: bytes, user_id: str, brain_id: str) -> StagedUpload:
+    """Feed the last bytes, close the multipart framing, validate the whole archive.
+
+    CPU work only: the staged bytes are read back from the page cache, not yet fsynced,
+    so an archive that fails validation never costs the disk a flush.
+    """
     sink.feed(tail)
-    return sink.end_body()
-
-
-def _validated(service: BrainService, sink: UploadSink, user_id: str, brain_id: str, checksum: str) -> StagedUpload:
-    """The staged upload once every archive byte is known good (after ``blob.finish()``)."""
+    checksum = sink.end_body()
     file_count = None
     if not sink.inspected_all:
         known = service.stored_archive(user_id, brain_id, checksum)
         if known is not None:
             file_count = known.file_count  # these very bytes passed inspection before
         else:
+            sink.blob.file.flush()
             sink.inspect_rest(staged_plaintext(sink.blob))
     return sink.staged(checksum, file_count)
+
+
+def _durably_committed(
+    service: BrainService, staged: StagedUpload, user_id: str, brain_id: str, cond: Preconditions, force: bool
+) -> ArchiveRef:
+    """fsync the staged blob, then commit it (disk waits; the blob is committed or removed)."""
+    with _discarded_on_error(staged.blob):
+        staged.blob.finish()
+    return service.commit_upload(user_id, brain_id, staged, cond, force)
 
 
 # Body bytes collected before one hand-over to a worker thread.
@@ -359,8 +370,6 @@ async def receive_upload(
                 pending.clear()
                 pending_size = 0
                 await anyio.to_thread.run_sync(sink.feed, data, limiter=slots)
-        checksum = await anyio.to_thread.run_sync(_end_body, sink, b"".join(pending), limiter=slots)
-        await anyio.to_thread.run_sync(blob.finish)  # fsync: waits on the disk, not the CPU
-        staged = await anyio.to_thread.run_sync(_validated, service, sink, user_id, brain_id, checksum, limiter=slots)
-    # commit_upload removes or commits the staged blob whatever happens
-    return await anyio.to_thread.run_sync(service.commit_upload, user_id, brain_id, staged, cond, force)
+        tail = b"".join(pending)
+        staged = await anyio.to_thread.run_sync(_checked, service, sink, tail, user_id, brain_id, limiter=slots)
+    return await anyio.to_thread.run_sync(_durably_committed, service, staged, user_id, brain_id, cond, force)
