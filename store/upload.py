@@ -11,10 +11,10 @@ file count are properties of its bytes. So when the staged blob is a plain file
 while the body streams (garbage is still refused early); once the checksum is known,
 an archive this brain already stores (current or snapshot, validated when it was
 first uploaded) takes its file count from the metadata, and any other archive is
-inspected to the end from the staged file (before its fsync, so junk never costs a
-disk flush) and before anything is committed. Sealed
-uploads are inspected while they stream: reading them back would mean decrypting
-every byte a second time, which costs more than the re-upload shortcut saves.
+inspected to the end from the staged file before it is fsynced (junk never costs a
+disk flush) and committed. Sealed uploads are inspected while they stream: reading
+them back would mean decrypting every byte a second time, which costs more than the
+re-upload shortcut saves.
 """
 
 from __future__ import annotations
