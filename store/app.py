@@ -20,7 +20,7 @@ from store.http import error_response
 from store.metrics import ObservabilityMiddleware, observability_layer
 from store.routes import ROUTES
 from store.routes.brains import serve_list
-from store.routes.sync import serve_download
+from store.routes.sync import serve_download, serve_upload
 from store.settings import StoreSettings
 
 log = logging.getLogger("store")
@@ -89,8 +89,9 @@ class FrontDoor:
     """The ASGI app the server runs: the hottest reads are answered here, the rest by Litestar.
 
     ``GET``/``HEAD`` of ``/api/brains`` and ``/api/brains/{id}/sync`` (downloads and their
-    304s: what every client does on every pull) need only the raw scope, so they skip the
-    framework's routing, its ``send`` wrappers and the middleware stack: the handler returns
+    304s: what every client does on every pull) and ``PUT`` of ``/sync`` (every push) need
+    only the raw scope (and, for a push, ``receive``), so they skip the framework's routing,
+    its ``send`` and ``receive`` wrappers and the middleware stack: the handler returns
     a response object that knows its status and reports the bytes it sent, and metrics,
     audit and request log are recorded here directly, exactly as the middleware would.
     Everything else, and any hot-path request with a malformed percent-escape (refused by
@@ -104,23 +105,43 @@ class FrontDoor:
         self.quiet: bool = self.ctx.settings.quiet
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and (scope["method"] == "GET" or scope["method"] == "HEAD"):
+        if scope["type"] == "http":
+            method = scope["method"]
             path = scope["path"]
-            if path == "/api/brains":
-                if not _bad_escape(scope):
-                    await self._answer(scope, send, LIST_ROUTE, serve_list, ())
-                    return
-            elif path.startswith("/api/brains/") and path.endswith("/sync"):
+            if method == "GET" or method == "HEAD":
+                if path == "/api/brains":
+                    if not _bad_escape(scope):
+                        await self._answer(scope, send, LIST_ROUTE, serve_list, ())
+                        return
+                elif path.startswith("/api/brains/") and path.endswith("/sync"):
+                    brain_id = path[12:-5]
+                    if brain_id and "/" not in brain_id and not _bad_escape(scope):
+                        await self._answer(scope, send, SYNC_ROUTE, serve_download, (brain_id,))
+                        return
+            elif method == "PUT" and path.startswith("/api/brains/") and path.endswith("/sync"):
                 brain_id = path[12:-5]
                 if brain_id and "/" not in brain_id and not _bad_escape(scope):
-                    await self._answer(scope, send, SYNC_ROUTE, serve_download, (brain_id,))
+                    await self._answer(scope, send, SYNC_ROUTE, serve_upload, (brain_id,), receive)
                     return
         await self.app(scope, receive, send)
 
-    async def _answer(self, scope: Any, send: Any, route: str, handler: Any, args: tuple[Any, ...]) -> None:
+    async def _answer(
+        self, scope: Any, send: Any, route: str, handler: Any, args: tuple[Any, ...], receive: Any = None
+    ) -> None:
         started = time.perf_counter()
         if "state" not in scope:
             scope["state"] = {}
+        received = 0
+        if receive is not None:  # an upload: the handler reads the body, the metrics count it
+
+            async def counting_receive() -> Any:
+                nonlocal received
+                message = await receive()
+                if message["type"] == "http.request":
+                    received += len(message.get("body", b""))
+                return message
+
+            args = (*args, counting_receive if self.observer is not None else receive)
         try:
             response = await handler(self.ctx, scope, *args)
         except ServiceError as exc:
@@ -134,7 +155,7 @@ class FrontDoor:
         finally:
             seconds = time.perf_counter() - started
             if self.observer is not None:
-                self.observer.record(scope, route, response.status, seconds, 0, sent)
+                self.observer.record(scope, route, response.status, seconds, received, sent)
             if not self.quiet:
                 _write_log(scope, response.status, seconds)
 

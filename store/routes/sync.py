@@ -101,15 +101,12 @@ class _HeadResponse:
         return 0
 
 
-@put("/api/brains/{brain_id:str}/sync")
-async def upload(request: Request[Any, Any, Any]) -> ASGIApp:
-    """Replace the archive with the ``brain`` field of a multipart body, streamed to disk."""
-    c = ctx(request)
-    scope = request.scope
-    body = BodyReader(request.receive)
+async def serve_upload(c: AppContext, scope: Any, brain_id: str, receive: Any) -> Any:
+    """PUT of /sync from the raw ASGI scope and ``receive`` (also used by the front door)."""
+    body = BodyReader(receive)
     try:
-        p = await c.authenticate(scope)
-        bid = parse_brain_id(request.path_params["brain_id"])
+        p = c.authenticate_now(scope) or await c.authenticate(scope)
+        bid = parse_brain_id(brain_id)
         c.check_upload_rate(p)
         cond = Preconditions.from_headers(header(scope, b"if-match"), header(scope, b"if-none-match"))
         force = query_flag(query_value(scope, "force"))
@@ -128,6 +125,12 @@ async def upload(request: Request[Any, Any, Any]) -> ASGIApp:
         {"size_bytes": archive.size, "file_count": archive.file_count, "checksum": archive.checksum},
         [(b"etag", etag(archive.checksum).encode()), (b"x-checksum", archive.checksum.encode())],
     )
+
+
+@put("/api/brains/{brain_id:str}/sync")
+async def upload(request: Request[Any, Any, Any]) -> ASGIApp:
+    """Replace the archive with the ``brain`` field of a multipart body, streamed to disk."""
+    return await serve_upload(ctx(request), request.scope, request.path_params["brain_id"], request.receive)  # type: ignore[no-any-return]
 
 
 SYNC_ROUTES = [download, upload]
