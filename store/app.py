@@ -17,7 +17,7 @@ from store.asgi_watch import watched
 from store.context import AppContext
 from store.errors import ServiceError
 from store.http import error_response
-from store.metrics import ObservabilityMiddleware, observability_layer
+from store.metrics import ObservabilityMiddleware, ReceiveCounter, observability_layer
 from store.routes import ROUTES
 from store.routes.brains import serve_list
 from store.routes.sync import serve_download, serve_upload
@@ -131,17 +131,10 @@ class FrontDoor:
         started = time.perf_counter()
         if "state" not in scope:
             scope["state"] = {}
-        received = 0
+        counter = None
         if receive is not None:  # an upload: the handler reads the body, the metrics count it
-
-            async def counting_receive() -> Any:
-                nonlocal received
-                message = await receive()
-                if message["type"] == "http.request":
-                    received += len(message.get("body", b""))
-                return message
-
-            args = (*args, counting_receive if self.observer is not None else receive)
+            counter = ReceiveCounter(receive) if self.observer is not None else None
+            args = (*args, counter or receive)
         try:
             response = await handler(self.ctx, scope, *args)
         except ServiceError as exc:
@@ -155,7 +148,7 @@ class FrontDoor:
         finally:
             seconds = time.perf_counter() - started
             if self.observer is not None:
-                self.observer.record(scope, route, response.status, seconds, received, sent)
+                self.observer.record(scope, route, response.status, seconds, counter.count if counter else 0, sent)
             if not self.quiet:
                 _write_log(scope, response.status, seconds)
 

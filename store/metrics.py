@@ -258,7 +258,6 @@ class ObservabilityMiddleware:
         started = time.perf_counter()
         status = 0
         sent = 0
-        received = 0
 
         async def counting_send(message: Any) -> None:
             nonlocal status, sent
@@ -269,20 +268,11 @@ class ObservabilityMiddleware:
                 status = message["status"]
             await send(message)
 
-        inner_receive = receive
-        if method in ("PUT", "POST"):
-
-            async def counting_receive() -> Any:
-                nonlocal received
-                message = await receive()
-                if message["type"] == "http.request":
-                    received += len(message.get("body", b""))
-                return message
-
-            inner_receive = counting_receive
+        counter = ReceiveCounter(receive) if method in ("PUT", "POST") else None
         try:
-            await self.app(scope, inner_receive, counting_send)
+            await self.app(scope, counter or receive, counting_send)
         finally:
+            received = counter.count if counter is not None else 0
             self.record(scope, route_template(path), status or 500, time.perf_counter() - started, received, sent)
 
     def record(self, scope: Any, route: str, status: int, seconds: float, received: int, sent: int) -> None:
@@ -295,6 +285,22 @@ class ObservabilityMiddleware:
             if event is not None:
                 event["client"] = self.address(scope)
                 self.audit.write(event)
+
+
+class ReceiveCounter:
+    """An ASGI ``receive`` that counts the request-body bytes passing through it."""
+
+    __slots__ = ("_receive", "count")
+
+    def __init__(self, receive: Any) -> None:
+        self._receive = receive
+        self.count = 0
+
+    async def __call__(self) -> Any:
+        message = await self._receive()
+        if message["type"] == "http.request":
+            self.count += len(message.get("body", b""))
+        return message
 
 
 def observability_layer(app: Any, settings: StoreSettings, address: Callable[[Any], str]) -> Any:

@@ -140,13 +140,20 @@ def test_two_worker_store_metrics_move_and_audit_records(tmp_path: Path) -> None
 
         assert httpx.get(server.base_url + "/metrics").status_code == 401
         assert httpx.get(server.base_url + "/metrics", headers={"Authorization": "Bearer nope"}).status_code == 401
-        # Each worker publishes its totals within a second of its last request: poll briefly.
+        # Each worker publishes its totals within a second of its last request, and the kernel
+        # spreads connections over both workers: poll until both have published.
         deadline = time.monotonic() + 10
         while True:
             scraped = httpx.get(server.base_url + "/metrics", headers={"Authorization": "Bearer metrics-secret"})
             assert scraped.status_code == 200 and scraped.headers["content-type"].startswith("text/plain")
             text = scraped.text
-            if _value(_families(text), "brain_store_uploads_total") == 2 or time.monotonic() > deadline:
+            seen = _families(text)
+            published = (
+                _value(seen, "brain_store_uploads_total") == 2
+                and _value(seen, "brain_store_rate_limited_total", route="/api/brains") >= 1
+                and _value(seen, "brain_store_requests_total", method="GET", route="/api/brains/{id}/sync") == 1
+            )
+            if published or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
         assert brain not in text and token not in text and "alice" not in text
