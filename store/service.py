@@ -32,7 +32,6 @@ from store.storage.base import (
     StorageBackend,
     StorageFull,
 )
-from store.storage.local import read_blob
 from store.upload import StagedUpload
 
 log = logging.getLogger("store.service")
@@ -139,7 +138,7 @@ class Download:
     """An archive ready to be sent: its description and its whole body or plaintext chunks."""
 
     archive: ArchiveRef
-    body: bytes | memoryview | None  # a plain blob on local disk, read or mapped (store.storage.local.read_blob)
+    body: bytes | memoryview | None  # a plain blob read whole or mapped (StorageBackend.read_whole_blob)
     chunks: Iterator[bytes] | None  # decrypted stream (encryption on) or an object-store blob
 
     def close(self) -> None:
@@ -378,29 +377,24 @@ class BrainService:
             if cached is not None:
                 return Download(archive=archive, body=cached, chunks=None)
             try:
+                if self.sealer is None:
+                    body = self.backend.read_whole_blob(user_id, brain_id, archive.checksum, archive.size)
+                    if body is not None:
+                        # checked for the seal in the bytes read anyway: no extra read
+                        self._refuse_sealed(bytes(body[: len(SEALED_MAGIC)]), brain_id, archive.checksum)
+                        if isinstance(body, bytes):
+                            self._small_blobs.put((user_id, brain_id, archive.checksum), body)
+                        return Download(archive=archive, body=body, chunks=None)
                 blob = self.backend.open_blob(user_id, brain_id, archive.checksum)
             except BlobMissing:
                 continue  # replaced or deleted meanwhile: look again
             if self.sealer is None:
-                body = None
-                if not hasattr(blob, "peek"):
-                    # a local file: the whole body at once (checked for the seal below, no extra read)
-                    try:
-                        body = read_blob(blob.fileno(), archive.size)
-                    finally:
-                        blob.close()
-                    head = bytes(body[: len(SEALED_MAGIC)])
-                else:
-                    head = _head(blob, len(SEALED_MAGIC))
-                if head == SEALED_MAGIC:
+                # a blob this backend streams (an object store): check the seal, send in chunks
+                try:
+                    self._refuse_sealed(_head(blob, len(SEALED_MAGIC)), brain_id, archive.checksum)
+                except ServiceError:
                     blob.close()
-                    log.error("brain %s archive %s is sealed but no key is configured", brain_id, archive.checksum)
-                    raise ServiceError(500, "stored archive is encrypted and no key is configured")
-                if body is not None:
-                    if isinstance(body, bytes):
-                        self._small_blobs.put((user_id, brain_id, archive.checksum), body)
-                    return Download(archive=archive, body=body, chunks=None)
-                # an object-store blob has no file descriptor: stream it in chunks
+                    raise
                 return Download(archive=archive, body=None, chunks=_closing(iter(lambda: blob.read(1 << 20), b""), blob))
             try:
                 chunks = self.sealer.open(blob, user_id, brain_id, archive.checksum)
@@ -410,6 +404,13 @@ class BrainService:
                 raise ServiceError(500, "stored archive failed its integrity check") from None
             return Download(archive=archive, body=None, chunks=_closing(chunks, blob))
         raise ServiceError(404, "brain not found")
+
+    @staticmethod
+    def _refuse_sealed(head: bytes, brain_id: str, checksum: str) -> None:
+        """500 when a stored blob is sealed although no key is configured."""
+        if head == SEALED_MAGIC:
+            log.error("brain %s archive %s is sealed but no key is configured", brain_id, checksum)
+            raise ServiceError(500, "stored archive is encrypted and no key is configured")
 
 
 def _head(blob: BinaryIO, size: int) -> bytes:

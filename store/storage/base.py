@@ -207,6 +207,12 @@ class StorageBackend(Protocol):
         """Open a stored blob for reading; raises ``BlobMissing``."""
         ...
 
+    def read_whole_blob(self, user_id: str, brain_id: str, checksum: str, size: int) -> bytes | memoryview | None:
+        """A stored blob of ``size`` bytes as one sendable body (read, or mapped read-only),
+        or None when this backend streams blobs instead (then ``open_blob``); raises
+        ``BlobMissing``."""
+        ...
+
     def iter_users(self) -> Iterator[str]:
         """Ids of users with brains (for maintenance such as rekey)."""
         ...

@@ -187,7 +187,7 @@ class LocalStagedBlob:
             os.fsync(self._lock_fd)
 
     def reopen(self) -> BinaryIO:
-        """The written bytes, opened for reading (after ``finish``)."""
+        """The written bytes, opened for reading (once ``file`` is flushed)."""
         return open(self.path, "rb")  # noqa: SIM115 - caller closes
 
     def release(self) -> None:
@@ -401,6 +401,11 @@ class LocalBackend:
             return open(path, "rb", buffering=0)  # noqa: SIM115 - caller closes
         except (FileNotFoundError, NotADirectoryError):
             raise BlobMissing(checksum) from None
+
+    def read_whole_blob(self, user_id: str, brain_id: str, checksum: str, size: int) -> bytes | memoryview:
+        """The blob as one body (see :func:`read_blob`); ``BlobMissing`` if it is gone."""
+        with self.open_blob(user_id, brain_id, checksum) as blob:
+            return read_blob(blob.fileno(), size)
 
     def blob_path(self, user_id: str, brain_id: str, checksum: str) -> Path:
         """Where a blob lives (maintenance tools only)."""

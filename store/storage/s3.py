@@ -336,6 +336,10 @@ class S3Backend:
         key = self.blob_key(user_id, brain_id, check_checksum(checksum))
         return open_reader(self.client, self.bucket.name, key, checksum)
 
+    def read_whole_blob(self, user_id: str, brain_id: str, checksum: str, size: int) -> None:
+        """Object-store blobs are streamed (``open_blob``), never held whole."""
+        return None
+
     def iter_users(self) -> Iterator[str]:
         """Users that have brain metadata."""
         prefix = self.bucket.key("meta", "")

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from store.service import BrainService, SmallBlobCache
-from store.storage.local import SMALL_BLOB
+from store.settings import StoreSettings
+from store.storage.local import SMALL_BLOB, LocalBackend
 from tests.store.conftest import make_archive
 from tests.store.test_service import USER, make_service, put
 
@@ -67,3 +68,21 @@ def test_small_blob_cache_is_bounded() -> None:
     assert sum(cache.get(("u", "b", str(i))) is not None for i in range(20)) == 8
     cache.put(("u", "b", "huge"), bytes(SmallBlobCache.MAX_BYTES // 8 + 1))
     assert cache.get(("u", "b", "huge")) is None
+
+
+@pytest.mark.parametrize("size", [2_000, SMALL_BLOB + 50_000])
+def test_sealed_blob_without_a_key_is_refused_not_sent(tmp_path: Path, size: int) -> None:
+    """A store restarted without its encryption key must not send sealed bytes as the archive."""
+    from store.errors import ServiceError
+
+    sealed = BrainService(
+        StoreSettings.from_env({"STORE_ENCRYPTION_KEY": "ab" * 32}, data_dir=tmp_path / "data", fsync=False),
+        LocalBackend(tmp_path / "data", fsync=False),
+    )
+    brain = sealed.create(USER)
+    rng = random.Random(size)
+    put(sealed, brain.id, make_archive({"memories/a.md": rng.randbytes(size)}))
+    keyless = make_service(tmp_path)
+    with pytest.raises(ServiceError) as info:
+        keyless.open_download(USER, brain.id, None)
+    assert info.value.status == 500 and "no key" in info.value.message
