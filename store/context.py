@@ -123,18 +123,21 @@ class AppContext:
 
     async def authenticate(self, scope: Any) -> Principal:
         """The caller of a request; raises ServiceError 401/429."""
-        principal = self.authenticate_now(scope)
-        if principal is None:
-            principal = await self.authenticator.authenticate(_authorization(scope), self.address(scope))
-            scope.setdefault("state", {})["user_id"] = principal.user_id
-        return principal
+        return self.authenticate_now(scope) or await self.authenticate_waiting(scope)
 
     def authenticate_now(self, scope: Any) -> Principal | None:
         """The caller when it is known without waiting (a static token: the hot path), else None
-        (then ``authenticate`` decides); raises ServiceError 401/429."""
+        (then ``authenticate_waiting`` decides); raises ServiceError 401/429. Hot routes call
+        ``authenticate_now(scope) or await authenticate_waiting(scope)``: no coroutine per request."""
         principal = self.authenticator.authenticate_now(_authorization(scope), self.address(scope))
         if principal is not None:
             scope.setdefault("state", {})["user_id"] = principal.user_id
+        return principal
+
+    async def authenticate_waiting(self, scope: Any) -> Principal:
+        """The caller, for a request ``authenticate_now`` left undecided; raises ServiceError 401/429."""
+        principal = await self.authenticator.authenticate_waiting(_authorization(scope), self.address(scope))
+        scope.setdefault("state", {})["user_id"] = principal.user_id
         return principal
 
     def check_upload_rate(self, principal: Principal) -> None:

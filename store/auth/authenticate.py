@@ -112,8 +112,8 @@ class Authenticator:
         return unauthorized(message)
 
     def authenticate_now(self, authorization: str | None, address: str) -> Principal | None:
-        """``authenticate`` for what needs no waiting: a static token known to the in-memory
-        registry (the hot path), or a refusal. None: the full ``authenticate`` must decide
+        """The caller when no waiting is needed: a static token known to the in-memory
+        registry (the hot path), or a refusal. None: ``authenticate_waiting`` must decide
         (an OIDC token, or a static token another replica may have just created)."""
         self._check_blocked(address)
         token = bearer_token(authorization)
@@ -136,31 +136,33 @@ class Authenticator:
             if len(self._principals) > 100_000:
                 self._principals.clear()
             self._principals[user.id] = (user, principal)
-        if self._requests is not None:
-            wait = self._requests.hit(principal.user_id)
-            if wait is not None:
-                raise too_many(wait)
-        return principal
+        return self._counted(principal)
 
-    async def authenticate(self, authorization: str | None, address: str) -> Principal:
-        """The caller, or raise ServiceError 401 (bad credentials) / 429 (limits)."""
-        self._check_blocked(address)
-        token = bearer_token(authorization)
-        if token is None:
-            raise self._fail(address)
+    async def authenticate_waiting(self, authorization: str | None, address: str) -> Principal:
+        """What ``authenticate_now`` left undecided (it returned None for this request):
+        verify an ID token, or look for a new static token in the shared users copy."""
+        token = bearer_token(authorization) or ""
         principal: Principal | None = None
         if token.startswith("bst_"):
-            if is_static_token(token):
-                user = self.registry.by_token(token)
-                if user is None and self.registry.blocking:
-                    # maybe made on another replica a moment ago: look at the shared copy, off the loop
-                    user = await anyio.to_thread.run_sync(self.registry.recheck_token, token)
-                if user is not None:
-                    principal = Principal(user.id, user.email, "static", user.name)
+            # maybe made on another replica a moment ago: look at the shared copy, off the loop
+            user = await anyio.to_thread.run_sync(self.registry.recheck_token, token)
+            if user is not None:
+                principal = Principal(user.id, user.email, "static", user.name)
         elif self.oidc is not None:
             principal = await self._oidc(token)
         if principal is None:
             raise self._fail(address)
+        return self._counted(principal)
+
+    async def authenticate(self, authorization: str | None, address: str) -> Principal:
+        """The caller, or raise ServiceError 401 (bad credentials) / 429 (limits)."""
+        principal = self.authenticate_now(authorization, address)
+        if principal is None:
+            principal = await self.authenticate_waiting(authorization, address)
+        return principal
+
+    def _counted(self, principal: Principal) -> Principal:
+        """``principal`` once its request is within the per-user request budget (else 429)."""
         if self._requests is not None:
             wait = self._requests.hit(principal.user_id)
             if wait is not None:

@@ -29,7 +29,7 @@ async def me(request: Request[Any, Any, Any]) -> ASGIApp:
 
 async def serve_list(c: AppContext, scope: Any) -> ASGIApp:
     """GET /api/brains from the raw ASGI scope (also used by the fast path in store.app)."""
-    p = c.authenticate_now(scope) or await c.authenticate(scope)
+    p = c.authenticate_now(scope) or await c.authenticate_waiting(scope)
     return json_response(200, [brain_record(m) for m in await c.run(c.service.list_brains, p.user_id)])
 
 

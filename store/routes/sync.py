@@ -41,7 +41,7 @@ def query_value(scope: Any, name: str) -> str | None:
 
 async def serve_download(c: AppContext, scope: Any, brain_id: str) -> Any:
     """GET/HEAD of /sync from the raw ASGI scope (also used by the front door in store.app)."""
-    p = c.authenticate_now(scope) or await c.authenticate(scope)
+    p = c.authenticate_now(scope) or await c.authenticate_waiting(scope)
     bid = parse_brain_id(brain_id)
     version = query_value(scope, "version")
     inm = header(scope, b"if-none-match")
@@ -105,7 +105,7 @@ async def serve_upload(c: AppContext, scope: Any, brain_id: str, receive: Any) -
     """PUT of /sync from the raw ASGI scope and ``receive`` (also used by the front door)."""
     body = BodyReader(receive)
     try:
-        p = c.authenticate_now(scope) or await c.authenticate(scope)
+        p = c.authenticate_now(scope) or await c.authenticate_waiting(scope)
         bid = parse_brain_id(brain_id)
         c.check_upload_rate(p)
         cond = Preconditions.from_headers(header(scope, b"if-match"), header(scope, b"if-none-match"))
