@@ -207,14 +207,6 @@ class UploadSink:
             sealed=self._sealed,
         )
 
-    def finish(self) -> StagedUpload:
-        """The body ended: check completeness and validity, seal, return the staged upload.
-
-        Only for a sink that inspects while streaming (no ``early_inspect``). The caller
-        must still call ``blob.finish()`` (fsync, blocking) before committing.
-        """
-        return self.staged(self.end_body())
-
 
 def staged_plaintext(blob: Any) -> Iterator[bytes]:
     """The archive bytes of a flushed plain (unsealed) staged blob, read back."""

@@ -45,7 +45,7 @@ def stage(service: BrainService, brain_id: str, archive: bytes, user: str = USER
     body = multipart_body(archive)
     for i in range(0, len(body), 7000):  # odd chunk sizes on purpose
         sink.feed(body[i : i + 7000])
-    staged = sink.finish()
+    staged = sink.staged(sink.end_body())  # inspected while streaming: no early_inspect
     blob.finish()
     return staged
 
