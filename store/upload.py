@@ -208,7 +208,7 @@ class UploadSink:
         )
 
 
-def staged_plaintext(blob: Any) -> Iterator[bytes]:
+def staged_plaintext(blob: StagedBlob) -> Iterator[bytes]:
     """The archive bytes of a flushed plain (unsealed) staged blob, read back."""
     f = blob.reopen()
     try:
@@ -349,7 +349,7 @@ async def receive_upload(
             ),
             writer=writer,
             content_length=content_length,
-            early_inspect=EARLY_INSPECT if writer is None and hasattr(blob, "reopen") else None,
+            early_inspect=EARLY_INSPECT if writer is None and blob.rereadable else None,
         )
         pending_size = 0
         while not body.done:

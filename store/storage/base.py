@@ -122,6 +122,14 @@ class StagedBlob(Protocol):
         """Where the (possibly sealed) bytes are written."""
         ...
 
+    # True when ``reopen()`` reads the written bytes back (a file on local disk): uploads
+    # then inspect most of the archive after the body ended, see store.upload.
+    rereadable: bool
+
+    def reopen(self) -> BinaryIO:
+        """The written bytes, opened for reading once ``file`` is flushed (if ``rereadable``)."""
+        ...
+
     def finish(self) -> None:
         """Make the written bytes durable (fsync); blocking."""
         ...

@@ -162,6 +162,8 @@ class FileLock:
 class LocalStagedBlob:
     """An upload being written to ``tmp/``; its flock marks it as alive for start-up cleanup."""
 
+    rereadable = True
+
     def __init__(self, path: Path, fsync: bool) -> None:
         self.path = path
         self._fsync = fsync

@@ -32,6 +32,12 @@ class S3StagedBlob:
     when the commit did not happen.
     """
 
+    rereadable = False  # an anonymous spool: inspected while it streams
+
+    def reopen(self) -> BinaryIO:
+        """Not supported (see ``rereadable``)."""
+        raise NotImplementedError("an S3 staged blob is not read back")
+
     def __init__(self, client: Any, bucket: str, spool_dir: Path) -> None:
         self._client = client
         self._bucket = bucket
