@@ -108,20 +108,18 @@ class FrontDoor:
         if scope["type"] == "http":
             method = scope["method"]
             path = scope["path"]
-            if method == "GET" or method == "HEAD":
-                if path == "/api/brains":
-                    if not _bad_escape(scope):
-                        await self._answer(scope, send, LIST_ROUTE, serve_list, ())
-                        return
-                elif path.startswith("/api/brains/") and path.endswith("/sync"):
-                    brain_id = path[12:-5]
-                    if brain_id and "/" not in brain_id and not _bad_escape(scope):
-                        await self._answer(scope, send, SYNC_ROUTE, serve_download, (brain_id,))
-                        return
-            elif method == "PUT" and path.startswith("/api/brains/") and path.endswith("/sync"):
+            reads = method == "GET" or method == "HEAD"
+            if path == "/api/brains":
+                if reads and not _bad_escape(scope):
+                    await self._answer(scope, send, LIST_ROUTE, serve_list, ())
+                    return
+            elif path.startswith("/api/brains/") and path.endswith("/sync") and (reads or method == "PUT"):
                 brain_id = path[12:-5]
                 if brain_id and "/" not in brain_id and not _bad_escape(scope):
-                    await self._answer(scope, send, SYNC_ROUTE, serve_upload, (brain_id,), receive)
+                    if reads:
+                        await self._answer(scope, send, SYNC_ROUTE, serve_download, (brain_id,))
+                    else:
+                        await self._answer(scope, send, SYNC_ROUTE, serve_upload, (brain_id,), receive)
                     return
         await self.app(scope, receive, send)
 
