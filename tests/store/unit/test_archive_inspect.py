@@ -5,19 +5,30 @@ from __future__ import annotations
 import gzip
 import io
 import os
+import random
 import shutil
 import subprocess
 import tarfile
 import tracemalloc
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from store.archive.inspect import ArchiveInspector, ArchiveRejected, ArchiveSummary, InspectLimits, inspect_bytes
+from store.archive.inspect import (
+    _COMMON_NUMBERS,
+    ArchiveInspector,
+    ArchiveRejected,
+    ArchiveSummary,
+    InspectLimits,
+    _checksum_ok,
+    _TarParser,
+    inspect_bytes,
+)
 from tests.store.unit.tarbuild import (
     BLOCK,
     END,
@@ -639,3 +650,85 @@ def test_whatever_we_accept_gnu_tar_lists_identically(
     lines = [line for line in listing.stdout.decode("utf-8", "replace").splitlines() if line]
     assert ours.entries == len(lines)
     assert ours.file_count == sum(1 for line in lines if line.startswith("-"))
+
+
+# The common-header shortcut (_TarParser._common_entry) must never decide differently from
+# the general path (_on_any_header): same verdict, same message, same counters and state.
+
+_NAMES = [
+    b"notes/a.md", b"dir/", b"dir", b"a..b.md", b"../up.md", b"x/../y", b"/abs.md", b"\\\\server\\x",
+    b"C:evil", b"c:/evil", b"1:ok", b"w\\x.md", b"", b".", b"n" * 100, b"d/" * 50, b"caf\xc3\xa9.md",
+]
+_OCTALS_8 = [b"0000644\x00", b"000644 \x00", b"0000644 ", b"644\x00\x00\x00\x00\x00", b"\x00" * 8, b" " * 8,
+             b" 000644\x00", b"00 00644", b"0000648\x00", b"0000644\x00"[::-1], b"\x80" + bytes(7), b"0000-44\x00"]
+_SIZES = [b"%011o\x00", b"%011o ", b"%o\x00", b"%o ", b" %010o", b"%012o"]
+
+
+def _variant(rng: random.Random) -> bytes:
+    """A header block: half of them of the common shape with a varied name, type and size, half anything."""
+    plain = rng.random() < 0.5
+    typeflag = rng.choice([b"0", b"5"] if plain else [b"0", b"5", b"\x00", b"7", b"1", b"x", b"g"])
+    size = 0 if plain and typeflag == b"5" else rng.choice([0, 0, 1, 511, 512, 1234, 8 << 30])
+    size_field = rng.choice(_SIZES[:2] if plain else _SIZES) % size
+    if not plain and rng.random() < 0.1:
+        size_field = rng.choice(_OCTALS_8)
+    block = bytearray(
+        header(
+            rng.choice(_NAMES[:3] if plain and rng.random() < 0.6 else _NAMES),
+            typeflag,
+            magic=rng.choice([b"ustar\x0000", b"ustar  \x00"] + ([] if plain else [b"ustar\x00xx", bytes(8), b"ustar   "])),
+            size_field=size_field[:12].ljust(12, b"\x00"),
+            prefix=b"" if plain else rng.choice([b"", b"pre", b"\x00x"]),
+        )
+    )
+    for start in rng.sample([100, 108, 116, 136, 329, 337], 0 if plain else rng.randint(0, 3)):
+        block[start : start + 8] = rng.choice(_OCTALS_8)
+    checksum = sum(block[:148]) + 8 * 0x20 + sum(block[156:]) + rng.choice([0] * 6 + [1, -1, 65521])
+    field = rng.choice([b"%06o\x00 ", b"%07o\x00", b"%07o ", b"%o\x00"]) % max(checksum, 0)
+    block[148:156] = field[:8].ljust(8, b"\x00")
+    return bytes(block)
+
+
+def _outcome(take: Callable[[bytes], None], parser: Any, block: bytes) -> tuple[Any, ...]:
+    try:
+        take(block)
+        error = None
+    except ArchiveRejected as exc:
+        error = (exc.reason, exc.message)
+    return (error, parser.entries, parser.file_count, parser._headers, parser._skip_left, parser._state)
+
+
+@pytest.mark.parametrize("max_entries", [1, 2, 500_000])
+def test_common_header_shortcut_agrees_with_the_general_path(max_entries: int) -> None:
+    rng = random.Random(max_entries)
+    shortcut = 0
+    for _ in range(4000):
+        block = _variant(rng)
+        before = rng.randint(0, 2)  # entries already seen, to meet the limits from both sides
+        fast, general = _TarParser(InspectLimits(max_entries=max_entries)), _TarParser(InspectLimits(max_entries=max_entries))
+        for parser in (fast, general):
+            parser.entries = parser._headers = before
+        common = _COMMON_NUMBERS.match(block, 100)
+        shortcut += bool(common and _TarParser(InspectLimits())._common_entry(block, common))
+        assert _outcome(fast._on_header, fast, block) == _outcome(general._on_any_header, general, block), block
+    assert shortcut > 500  # the shortcut itself was exercised, not only the way around it
+
+
+def test_headers_written_by_tar_tools_take_the_shortcut() -> None:
+    for fmt in (tarfile.GNU_FORMAT, tarfile.USTAR_FORMAT, tarfile.PAX_FORMAT):
+        data = gzip.decompress(tarfile_archive([("memories/a.md", b"x" * 700), ("memories", None)], fmt))
+        for offset in (0, BLOCK * 3):
+            block = data[offset : offset + BLOCK]
+            common = _COMMON_NUMBERS.match(block, 100)
+            assert common is not None and _TarParser(InspectLimits())._common_entry(block, common), (fmt, offset)
+
+
+def test_header_checksum_is_the_exact_byte_sum() -> None:
+    rng = random.Random(7)
+    for fill in (0x00, 0x7F, 0xFF, None):
+        for _ in range(200):
+            block = bytes(rng.randrange(256) if fill is None else fill for _ in range(BLOCK))
+            true_sum = sum(block[:148]) + 8 * 0x20 + sum(block[156:])
+            assert _checksum_ok(block, true_sum)
+            for wrong in (true_sum + 1, true_sum - 1, true_sum + 65521, true_sum - 65521, true_sum + 255):
+                assert not _checksum_ok(block, wrong)
