@@ -267,11 +267,13 @@ def _durably_committed(
     return service.commit_upload(user_id, brain_id, staged, cond, force)
 
 
-# Body bytes collected before one hand-over to a worker thread. Each hand-over costs a wait
-# for a CPU slot and GIL hand-offs: an upload of up to this size is handed over once, at
-# its end (one worker, 8 clients of 1 MiB: ~+15% uploads/s over 256 KiB batches). Memory:
-# at most this much per upload (uvicorn stops reading the socket while a batch is worked).
-FEED_BATCH = 1024 * 1024
+# Each hand-over of body bytes to a worker thread costs a wait for a CPU slot and GIL
+# hand-offs, so a body of at most WHOLE_BODY bytes (by its Content-Length) is handed over
+# once, at its end (one worker, 8 clients of 1 MiB: ~+15% uploads/s over 256 KiB
+# batches). A larger body (or one without a length) streams in FEED_BATCH pieces, so an
+# upload holds at most WHOLE_BODY in memory; uvicorn stops reading the socket meanwhile.
+WHOLE_BODY = 2 * 1024 * 1024
+FEED_BATCH = 256 * 1024
 # Worker threads of one process doing uploads' CPU work (multipart, hashing, inflating, tar
 # headers) at once. Only one of them runs Python at a time (the GIL), so more than this adds
 # nothing but GIL hand-overs: with eight uploads in flight each upload cost ~660 futex calls.
@@ -362,13 +364,14 @@ async def receive_upload(
             early_inspect=EARLY_INSPECT if writer is None and blob.rereadable else None,
         )
         pending_size = 0
+        batch_size = content_length if 0 <= content_length <= WHOLE_BODY else FEED_BATCH
         while not body.done:
             chunk = await body.next_chunk()
             if chunk:
                 pending.append(chunk)
                 pending_size += len(chunk)
-            if pending_size >= FEED_BATCH and not body.done:
-                batch, pending, pending_size = pending, [], 0
-                await anyio.to_thread.run_sync(sink.feed_all, batch, limiter=slots)
+            if pending_size >= batch_size and not body.done:
+                chunks, pending, pending_size = pending, [], 0
+                await anyio.to_thread.run_sync(sink.feed_all, chunks, limiter=slots)
         staged = await anyio.to_thread.run_sync(_checked, service, sink, pending, user_id, brain_id, limiter=slots)
     return await anyio.to_thread.run_sync(_durably_committed, service, staged, user_id, brain_id, cond, force)
