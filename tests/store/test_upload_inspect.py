@@ -23,7 +23,7 @@ from store.errors import ServiceError
 from store.service import BrainService
 from store.settings import StoreSettings
 from store.storage.local import LocalBackend
-from store.upload import EARLY_INSPECT, BodyReader, receive_upload
+from store.upload import EARLY_INSPECT, FEED_BATCH, WHOLE_BODY, BodyReader, receive_upload
 from tests.store.conftest import make_archive
 from tests.store.test_service import BOUNDARY, USER, multipart_body
 
@@ -44,7 +44,7 @@ def big_archive(seed: int, files: int = 6) -> bytes:
     return archive
 
 
-def upload(service: BrainService, brain_id: str, archive: bytes) -> Any:
+def upload(service: BrainService, brain_id: str, archive: bytes, *, with_length: bool = True) -> Any:
     body = multipart_body(archive)
 
     async def run() -> Any:
@@ -54,7 +54,8 @@ def upload(service: BrainService, brain_id: str, archive: bytes) -> Any:
             chunk = pieces.pop(0)
             return {"type": "http.request", "body": chunk, "more_body": bool(pieces)}
 
-        return await receive_upload(service, BodyReader(receive), BOUNDARY, str(len(body)), USER, brain_id,
+        length = str(len(body)) if with_length else None
+        return await receive_upload(service, BodyReader(receive), BOUNDARY, length, USER, brain_id,
                                     Preconditions(), False)
 
     return asyncio.run(run())
@@ -185,3 +186,28 @@ def test_concurrent_uploads_share_a_bounded_number_of_cpu_threads(tmp_path: Path
     assert 1 < most <= upload_mod.CPU_SLOTS, most
     for user in users:
         assert service.get(user, brains[user]).current.checksum == stored[users.index(user)].checksum
+
+
+@pytest.mark.parametrize(("files", "with_length", "whole"), [(20, True, True), (80, True, False), (20, False, False)])
+def test_hand_overs_to_the_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files: int, with_length: bool,
+                                  whole: bool) -> None:
+    """A body of at most WHOLE_BODY with a Content-Length is handed over once; others in FEED_BATCH pieces."""
+    service = service_for(tmp_path)
+    brain = service.create(USER)
+    archive = big_archive(5, files=files)
+    assert (len(multipart_body(archive)) <= WHOLE_BODY) == (files == 20)
+    handed: list[int] = []
+    real_feed_all = upload_mod.UploadSink.feed_all
+
+    def counting_feed_all(self: Any, chunks: list[bytes]) -> None:
+        handed.append(sum(map(len, chunks)))
+        real_feed_all(self, chunks)
+
+    monkeypatch.setattr(upload_mod.UploadSink, "feed_all", counting_feed_all)
+    stored = upload(service, brain.id, archive, with_length=with_length)
+    assert stored.file_count == files
+    assert sum(handed) == len(multipart_body(archive))
+    if whole:
+        assert len(handed) == 1
+    else:
+        assert len(handed) > 1 and max(handed) < FEED_BATCH + 50_000  # one receive piece over at most
