@@ -101,6 +101,7 @@ class StoreSettings:
     inspect_max_inflated: int = 1024 * MIB
     inspect_max_entries: int = 500_000
     inspect_max_header: int = 1 * MIB
+    upload_threads: int = 0  # threads per process doing uploads' CPU work; 0 = automatic
     fsync: bool = True
     backend: str = "local"  # "local" (data_dir) | "s3" (bucket; data_dir only holds temporary files)
     s3_bucket: str = ""
@@ -190,6 +191,8 @@ class StoreSettings:
             values["inspect_max_entries"] = _int("STORE_INSPECT_MAX_ENTRIES", v, 1)
         if (v := get("STORE_INSPECT_MAX_HEADER_KB")) is not None:
             values["inspect_max_header"] = _int("STORE_INSPECT_MAX_HEADER_KB", v, 1) * 1024
+        if (v := get("STORE_UPLOAD_THREADS")) is not None:
+            values["upload_threads"] = _int("STORE_UPLOAD_THREADS", v, 0, 64)
         if (v := get("STORE_FSYNC")) is not None:
             values["fsync"] = _bool("STORE_FSYNC", v)
         if (v := get("STORE_BACKEND")) is not None:
@@ -254,6 +257,7 @@ class StoreSettings:
             "STORE_INSPECT_MAX_INFLATED_MB": str(self.inspect_max_inflated // MIB),
             "STORE_INSPECT_MAX_ENTRIES": str(self.inspect_max_entries),
             "STORE_INSPECT_MAX_HEADER_KB": str(self.inspect_max_header // 1024),
+            "STORE_UPLOAD_THREADS": str(self.upload_threads),
             "STORE_FSYNC": "1" if self.fsync else "0",
             "STORE_BACKEND": self.backend,
             "STORE_S3_BUCKET": self.s3_bucket,

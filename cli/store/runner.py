@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import logging
 import os
@@ -48,7 +49,11 @@ def run_store(settings: StoreSettings, workers: int = 1, *, announce: str | None
     import uvicorn
     from store.storage.factory import prepare_storage
 
+    from store.upload import upload_threads
+
     check_oidc(settings)
+    # the automatic number depends on how many workers share the cores: fixed here, for all of them
+    settings = dataclasses.replace(settings, upload_threads=upload_threads(settings.upload_threads, workers))
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         prepare_storage(settings)  # crash recovery; on S3 also the conditional-write probe

@@ -21,7 +21,7 @@ from store import upload as upload_mod
 from store.conditional import Preconditions
 from store.errors import ServiceError
 from store.service import BrainService
-from store.settings import StoreSettings
+from store.settings import SettingsError, StoreSettings
 from store.storage.local import LocalBackend
 from store.upload import EARLY_INSPECT, FEED_BATCH, WHOLE_BODY, BodyReader, receive_upload
 from tests.store.conftest import make_archive
@@ -138,12 +138,13 @@ def test_stored_archive_is_not_inflated_again(tmp_path: Path, monkeypatch: pytes
 
 
 def test_concurrent_uploads_share_a_bounded_number_of_cpu_threads(tmp_path: Path, monkeypatch: Any) -> None:
-    """Eight uploads at once: never more than CPU_SLOTS threads parse, hash and inflate together
+    """Eight uploads at once: never more than STORE_UPLOAD_THREADS threads parse, hash and inflate together
     (more only trade GIL hand-overs), and every upload still lands."""
     import threading
     import time
 
-    service = service_for(tmp_path)
+    settings = StoreSettings.from_env({"STORE_UPLOAD_THREADS": "2"}, data_dir=tmp_path / "data", fsync=False)
+    service = BrainService(settings, LocalBackend(settings.data_dir, fsync=False))
     users = [str(uuid.UUID(int=i + 1)) for i in range(8)]
     brains = {user: service.create(user).id for user in users}
     busy = 0
@@ -183,7 +184,7 @@ def test_concurrent_uploads_share_a_bounded_number_of_cpu_threads(tmp_path: Path
 
     stored = asyncio.run(run())
     assert [s.file_count for s in stored] == [12] * 8
-    assert 1 < most <= upload_mod.CPU_SLOTS, most
+    assert most == 2, most
     for user in users:
         assert service.get(user, brains[user]).current.checksum == stored[users.index(user)].checksum
 
@@ -211,3 +212,22 @@ def test_hand_overs_to_the_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         assert len(handed) == 1
     else:
         assert len(handed) > 1 and max(handed) < FEED_BATCH + 50_000  # one receive piece over at most
+
+
+@pytest.mark.parametrize(
+    ("configured", "workers", "cores", "expected"),
+    [(3, 1, 2, 3), (0, 1, 2, 2), (0, 2, 2, 1), (0, 2, 8, 2), (0, 1, 1, 1), (0, 4, 2, 1), (1, 1, 16, 1)],
+)
+def test_upload_threads_share_the_cores_among_workers(
+    monkeypatch: pytest.MonkeyPatch, configured: int, workers: int, cores: int, expected: int
+) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)))
+    assert upload_mod.upload_threads(configured, workers) == expected
+
+
+def test_upload_threads_setting() -> None:
+    assert StoreSettings.from_env({}).upload_threads == 0
+    settings = StoreSettings.from_env({"STORE_UPLOAD_THREADS": "3"})
+    assert settings.upload_threads == 3 and StoreSettings.from_env(settings.to_env()) == settings
+    with pytest.raises(SettingsError):
+        StoreSettings.from_env({"STORE_UPLOAD_THREADS": "-1"})
