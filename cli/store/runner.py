@@ -48,7 +48,6 @@ def run_store(settings: StoreSettings, workers: int = 1, *, announce: str | None
     """
     import uvicorn
     from store.storage.factory import prepare_storage
-
     from store.upload import upload_threads
 
     check_oidc(settings)
