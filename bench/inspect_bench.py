@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from zlib_ng import zlib_ng  # noqa: E402
 
 from store.archive.inspect import inspect_bytes  # noqa: E402
+from store_bench import MIB, make_archive  # noqa: E402  (this folder: the script's own)
 
 WORDS = ("memory note project meeting idea decision person place tool reason detail plan "
          "result question answer context summary link source date").split()
@@ -57,19 +58,6 @@ def brain_archive(files: int, seed: int = 1) -> bytes:
             info = tarfile.TarInfo(f"memories/{index % 16:02d}/m{index:06d}-{rng.choice(WORDS)}.md")
             info.size = len(text)
             archive.addfile(info, io.BytesIO(text))
-    return buffer.getvalue()
-
-
-def random_archive(total: int, files: int, seed: int = 100) -> bytes:
-    """The store bench's upload archive: incompressible files (gzip level 1, as the bench)."""
-    rng = random.Random(seed)
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=1) as archive:
-        for index in range(files):
-            data = rng.randbytes(total // files)
-            info = tarfile.TarInfo(f"memories/{index % 8}/m{index:05d}.md")
-            info.size = len(data)
-            archive.addfile(info, io.BytesIO(data))
     return buffer.getvalue()
 
 
@@ -120,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'archive':<8} {'compressed':>11} {'tar':>11} {'entries':>8} {'validate':>9} {'inflate':>8} "
           f"{'rest/entry':>10}", flush=True)
     with tempfile.TemporaryDirectory(prefix="inspect-bench-") as tmp:
-        for name, data in (("random", random_archive(1 << 20, 64)), ("brain", brain_archive(args.files))):
+        for name, data in (("random", make_archive(MIB, 64, seed=100)), ("brain", brain_archive(args.files))):
             path = Path(tmp) / f"{name}.tgz"
             path.write_bytes(data)
             # Each archive in a fresh process: what was allocated before (here, building the
