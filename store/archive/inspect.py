@@ -40,12 +40,12 @@ __all__ = ["ArchiveInspector", "ArchiveRejected", "ArchiveSummary", "InspectLimi
 GIB = 1 << 30
 BLOCK = 512
 _ZERO_BLOCK = bytes(BLOCK)
-# Compressed input is handed to zlib in slices of this size. Each call releases and retakes
-# the GIL, so slices should not be tiny; ``unconsumed_tail`` is a copy of the rest of the
-# slice, so they should not be huge either (that copying stays linear).
-_IN_SLICE = 64 * 1024
-# Most bytes one inflate step may produce; the whole decompression buffer budget.
-_OUT_STEP = 64 * 1024
+# Compressed input is handed to zlib in slices of ``step`` bytes, and one inflate call
+# produces at most ``step`` bytes (the whole decompression buffer budget). Each call
+# releases and retakes the GIL, so steps should not be tiny; ``unconsumed_tail`` is a
+# copy of the rest of the slice, which stays linear as long as the input slice is no
+# larger than the output step. Archives held whole in memory take bigger steps.
+STEP = 64 * 1024
 # gzip members allowed before each must carry, on average, _MIN_MEMBER_CONTENT bytes.
 _FREE_MEMBERS = 64
 _MIN_MEMBER_CONTENT = 4096
@@ -128,8 +128,9 @@ class ArchiveInspector:
     the same :class:`ArchiveRejected`.
     """
 
-    def __init__(self, limits: InspectLimits | None = None) -> None:
+    def __init__(self, limits: InspectLimits | None = None, *, step: int = STEP) -> None:
         self._limits = limits or InspectLimits()
+        self._step = step
         self._tar = _TarParser(self._limits)
         self._gz: zlib_ng._Decompress | None = None
         self._gz_state = _GZ_START
@@ -151,8 +152,9 @@ class ArchiveInspector:
         try:
             view = memoryview(chunk).cast("B")
             self._compressed += len(view)
-            for start in range(0, len(view), _IN_SLICE):
-                self._feed_compressed(view[start : start + _IN_SLICE])
+            step = self._step
+            for start in range(0, len(view), step):
+                self._feed_compressed(view[start : start + step])
         except ArchiveRejected as exc:
             self._failed = exc
             raise
@@ -218,9 +220,10 @@ class ArchiveInspector:
         """Inflate ``piece`` in bounded steps; return what follows the member if it ended."""
         gz = self._gz
         assert gz is not None
+        step = self._step
         while True:
             try:
-                out = gz.decompress(piece, _OUT_STEP)
+                out = gz.decompress(piece, step)
             except zlib_ng.error as exc:
                 raise ArchiveRejected(f"the gzip data is corrupt ({_zlib_reason(exc)})", reason="gzip") from None
             if out:
@@ -237,7 +240,7 @@ class ArchiveInspector:
             piece = gz.unconsumed_tail
             # A full output step may leave output buffered inside zlib even when all
             # input was consumed: keep draining until a step comes back short.
-            if not piece and len(out) < _OUT_STEP:
+            if not piece and len(out) < step:
                 return b""
 
     def _finish_gzip(self) -> None:

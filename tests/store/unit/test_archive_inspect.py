@@ -24,6 +24,7 @@ from store.archive.inspect import (
     ArchiveInspector,
     ArchiveRejected,
     ArchiveSummary,
+    STEP,
     InspectLimits,
     _checksum_ok,
     _TarParser,
@@ -46,17 +47,17 @@ from tests.store.unit.tarbuild import (
 SIMPLE = member(b"a.md", b"hello\n") + member(b"dir/", typeflag=b"5") + member(b"dir/b.md", b"x" * 700)
 
 
-def feed_all(chunks: Iterable[bytes], limits: InspectLimits | None = None) -> ArchiveSummary:
-    inspector = ArchiveInspector(limits)
+def feed_all(chunks: Iterable[bytes], limits: InspectLimits | None = None, step: int = STEP) -> ArchiveSummary:
+    inspector = ArchiveInspector(limits, step=step)
     for chunk in chunks:
         inspector.feed(chunk)
     return inspector.finish()
 
 
-def rejected(data: bytes | Iterable[bytes], limits: InspectLimits | None = None) -> ArchiveRejected:
+def rejected(data: bytes | Iterable[bytes], limits: InspectLimits | None = None, step: int = STEP) -> ArchiveRejected:
     chunks = [data] if isinstance(data, bytes) else data
     with pytest.raises(ArchiveRejected) as info:
-        feed_all(chunks, limits)
+        feed_all(chunks, limits, step)
     assert info.value.message and str(info.value) == info.value.message
     return info.value
 
@@ -226,9 +227,11 @@ def test_old_v7_header_without_magic() -> None:
 
 
 @pytest.mark.parametrize("size", [1, 2, 7, 511, 512, 513, 4096, 65536])
-def test_result_independent_of_chunking(size: int) -> None:
+@pytest.mark.parametrize("step", [STEP, 1 << 20, 1000])
+def test_result_independent_of_chunking(size: int, step: int) -> None:
+    """Neither the pieces fed nor the inflate step change the summary."""
     data = tarfile_archive([("d", None), ("d/a.md", os.urandom(3000)), ("b.md", b"b" * 100_000)], tarfile.GNU_FORMAT)
-    summary = feed_all(data[i : i + size] for i in range(0, len(data), size))
+    summary = feed_all((data[i : i + size] for i in range(0, len(data), size)), step=step)
     assert summary == inspect_bytes(data)
     assert summary.file_count == 2
 
@@ -387,6 +390,14 @@ def test_hostile_corpus_refused_when_fed_in_small_pieces(name: str) -> None:
     upload, reason, _ = HOSTILE[name]
     error = rejected([upload[i : i + 97] for i in range(0, len(upload), 97)])
     assert error.reason == reason, error.message
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_hostile_corpus_refused_alike_with_big_inflate_steps(name: str) -> None:
+    """Archives held in memory are inflated in 1 MiB steps: same verdict, same message."""
+    upload, _, _ = HOSTILE[name]
+    small, big = rejected(upload), rejected(upload, step=1 << 20)
+    assert (big.reason, big.message) == (small.reason, small.message)
 
 
 def test_corpus_is_large_enough() -> None:
