@@ -1,9 +1,11 @@
-"""Plain uploads on local disk inspect 64 KiB while streaming and the rest after the body ended.
+"""When and from where an upload's archive is inspected.
 
-An archive the brain already stores (same checksum) takes its file count from the metadata;
-any other archive is inspected to the end from the staged blob before anything is
-committed. Sealed uploads are inspected while they stream (no second decryption).
-Garbage is still refused while the body streams.
+A small body (at most WHOLE_BODY, handed over whole) keeps its archive in memory and is
+inspected from there once the checksum is known; a larger plain upload on local disk
+inspects 64 KiB while streaming and the rest read back from the staged blob; a larger
+sealed upload is inspected while it streams (no second decryption). An archive the brain
+already stores (same checksum) takes its file count from the metadata instead. Garbage
+in a large body is still refused while the body streams.
 """
 
 from __future__ import annotations
@@ -61,13 +63,15 @@ def upload(service: BrainService, brain_id: str, archive: bytes, *, with_length:
     return asyncio.run(run())
 
 
+@pytest.mark.parametrize("files", [6, 60])  # a body kept in memory, and one over WHOLE_BODY
 @pytest.mark.parametrize("encrypted", [False, True])
-def test_new_archive_is_inspected_to_the_end(tmp_path: Path, encrypted: bool) -> None:
+def test_new_archive_is_inspected_to_the_end(tmp_path: Path, encrypted: bool, files: int) -> None:
     service = service_for(tmp_path, encrypted)
     brain = service.create(USER)
-    good = big_archive(1)
+    good = big_archive(1, files)
+    assert (len(multipart_body(good)) > WHOLE_BODY) == (files == 60)
     stored = upload(service, brain.id, good)
-    assert stored.file_count == 6 and stored.size == len(good)
+    assert stored.file_count == files and stored.size == len(good)
     # damage the tar inside, far beyond the part inspected while streaming: refused, nothing changes
     import gzip
 
@@ -80,6 +84,30 @@ def test_new_archive_is_inspected_to_the_end(tmp_path: Path, encrypted: bool) ->
     assert info.value.status == 400
     assert service.get(USER, brain.id).current == stored
     assert os.listdir(service.backend.tmp_root) == []
+
+
+def no_reread(*args: Any) -> Any:
+    raise AssertionError("the staged blob was read back")
+
+
+@pytest.mark.parametrize("encrypted", [False, True])
+def test_small_body_is_inspected_from_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, encrypted: bool) -> None:
+    service = service_for(tmp_path, encrypted)
+    brain = service.create(USER)
+    monkeypatch.setattr(upload_mod, "staged_plaintext", no_reread)
+    stored = upload(service, brain.id, big_archive(6, files=6))
+    assert stored.file_count == 6 and stored.sealed == encrypted
+    with pytest.raises(ServiceError) as info:  # and a bad one is still refused, from memory
+        upload(service, brain.id, big_archive(7, files=6)[:-5000])
+    assert info.value.status == 400 and service.get(USER, brain.id).current == stored
+
+
+def test_large_plain_body_is_read_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    service = service_for(tmp_path)
+    brain = service.create(USER)
+    monkeypatch.setattr(upload_mod, "staged_plaintext", no_reread)
+    with pytest.raises(AssertionError, match="read back"):
+        upload(service, brain.id, big_archive(8, files=60))
 
 
 def test_garbage_is_refused_while_streaming(tmp_path: Path) -> None:
@@ -103,37 +131,36 @@ def test_garbage_is_refused_while_streaming(tmp_path: Path) -> None:
     assert os.listdir(service.backend.tmp_root) == []
 
 
-def test_sealed_upload_is_inspected_while_streaming(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_large_sealed_upload_is_inspected_while_streaming(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     service = service_for(tmp_path, encrypted=True)
     brain = service.create(USER)
-
-    def no_reread(*args: Any) -> Any:
-        raise AssertionError("a sealed upload was read back (decrypted twice)")
-
     monkeypatch.setattr(upload_mod, "staged_plaintext", no_reread)
-    stored = upload(service, brain.id, big_archive(4, files=6))
-    assert stored.file_count == 6 and stored.sealed
+    stored = upload(service, brain.id, big_archive(4, files=60))
+    assert stored.file_count == 60 and stored.sealed
 
 
-def test_stored_archive_is_not_inflated_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    service = service_for(tmp_path)
+@pytest.mark.parametrize(("files", "encrypted"), [(5, False), (5, True), (60, False)])
+def test_stored_archive_is_not_inflated_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files: int, encrypted: bool
+) -> None:
+    service = service_for(tmp_path, encrypted)
     brain = service.create(USER)
-    a, b = big_archive(2, files=5), big_archive(3, files=7)
+    a, b = big_archive(2, files=files), big_archive(3, files=7)
     first_a, first_b = upload(service, brain.id, a), upload(service, brain.id, b)
-    assert (first_a.file_count, first_b.file_count) == (5, 7)
+    assert (first_a.file_count, first_b.file_count) == (files, 7)
 
-    def no_reread(*args: Any) -> Any:
+    def no_inspection(*args: Any) -> Any:
         raise AssertionError("a stored archive was inspected again")
 
-    monkeypatch.setattr(upload_mod, "staged_plaintext", no_reread)
+    monkeypatch.setattr(upload_mod.UploadSink, "inspect_rest", no_inspection)
     again = upload(service, brain.id, a)  # a is a snapshot now
-    assert again.checksum == first_a.checksum and again.file_count == 5
+    assert again.checksum == first_a.checksum and again.file_count == files
     meta = service.get(USER, brain.id)
-    assert meta.current is not None and meta.current.file_count == 5
+    assert meta.current is not None and meta.current.file_count == files
     assert [s.archive.checksum for s in meta.snapshots][-1] == first_b.checksum
-    # another brain does not know it: inspected there from the staged blob
+    # another brain does not know it: inspected there
     other = service.create(USER, "other")
-    with pytest.raises(AssertionError):
+    with pytest.raises(AssertionError, match="inspected again"):
         upload(service, other.id, a)
 
 
