@@ -10,7 +10,7 @@ committed, so this is CPU the store spends on every real push. Two archives:
   ~3 KiB of text, ~1 MiB compressed): mostly tar headers, as real brains are.
 
 Printed per archive (median of ``--runs``, CPU time): validation, inflating alone (the
-floor: zlib-ng over the same bytes in the same 64 KiB steps) and the rest per tar entry.
+floor: zlib-ng over the same bytes in the inspector's default steps) and the rest per tar entry.
 
 Usage::
 
@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from zlib_ng import zlib_ng  # noqa: E402
 
-from store.archive.inspect import inspect_bytes  # noqa: E402
+from store.archive.inspect import STEP, inspect_bytes  # noqa: E402
 from store_bench import MIB, make_archive  # noqa: E402  (this folder: the script's own)
 
 WORDS = ("memory note project meeting idea decision person place tool reason detail plan "
@@ -61,7 +61,7 @@ def brain_archive(files: int, seed: int = 1) -> bytes:
     return buffer.getvalue()
 
 
-def inflate(data: bytes, step: int = 64 * 1024) -> int:
+def inflate(data: bytes, step: int = STEP) -> int:
     """Inflate ``data`` as the inspector does (bounded steps in and out); the tar size."""
     gz, size = zlib_ng.decompressobj(wbits=31), 0
     for start in range(0, len(data), step):

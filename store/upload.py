@@ -291,8 +291,9 @@ def _durably_committed(
 # hand-offs, so a body of at most WHOLE_BODY bytes (by its Content-Length) is handed over
 # once, at its end (one worker, 8 clients of 1 MiB: ~+15% uploads/s over 256 KiB
 # batches), and its archive inspected from memory in KEPT_STEP steps (another ~+15%:
-# no read-back, a few inflate calls instead of ~35). A larger body (or one without a length) streams in FEED_BATCH pieces, so an
-# upload holds at most WHOLE_BODY in memory; uvicorn stops reading the socket meanwhile.
+# no read-back, a few inflate calls instead of ~35). A larger body (or one without a
+# length) streams in FEED_BATCH pieces, so an upload holds at most WHOLE_BODY in memory;
+# uvicorn stops reading the socket meanwhile.
 WHOLE_BODY = 2 * 1024 * 1024
 FEED_BATCH = 256 * 1024
 # Worker threads of one process doing uploads' CPU work (multipart, hashing, inflating, tar
