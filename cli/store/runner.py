@@ -98,7 +98,7 @@ def run_store(settings: StoreSettings, workers: int = 1, *, announce: str | None
     sys.stdout.flush()  # visible at once even when stdout is a pipe or a file
     try:
         if workers > 1:
-            serve_forked(workers, lambda: uvicorn.Config(app_from_env(), **common), sock)  # type: ignore[arg-type]
+            serve_forked(workers, lambda **extra: uvicorn.Config(app_from_env(), **common, **extra), sock)  # type: ignore[arg-type]
         else:
             freeze_imported()
             uvicorn.Server(config).run(sockets=[sock])
@@ -162,11 +162,13 @@ def bind_listener(host: str, port: int, *, shared_port: bool = False) -> socket.
     return sock
 
 
-def serve_forked(workers: int, make_config: Callable[[], Any], sock: socket.socket) -> None:
+def serve_forked(workers: int, make_config: Callable[..., Any], sock: socket.socket) -> None:
     """Serve from ``workers`` processes: this one on ``sock`` and ``workers - 1`` forks.
 
     Each fork binds its own socket to ``sock``'s address (SO_REUSEPORT, see
-    :func:`bind_listener`) so the kernel balances connections across the processes.
+    :func:`bind_listener`) so the kernel balances connections across the processes, and
+    a worker holding more than its share of keep-alive connections closes some
+    (``cli/store/balance.py``). ``make_config(**extra)`` builds one process's uvicorn config.
 
     Why not uvicorn's supervisor: it adds a supervisor process and a multiprocessing
     resource tracker (about 45 MB together) and re-imports everything in each worker.
@@ -179,7 +181,11 @@ def serve_forked(workers: int, make_config: Callable[[], Any], sock: socket.sock
     """
     import uvicorn
 
+    from cli.store.balance import ConnectionTable, balanced_protocol
+
     children: list[int] = []
+    table = ConnectionTable(workers)  # shared with the forks: made before them
+    protocol = balanced_protocol(table)
     freeze_imported()  # and shared with the workers copy-on-write: GC bookkeeping would copy those pages
 
     class _Worker(uvicorn.Server):
@@ -198,23 +204,27 @@ def serve_forked(workers: int, make_config: Callable[[], Any], sock: socket.sock
                         pass
             super().handle_exit(sig, frame)
 
-    for _ in range(workers - 1):
+    for slot in range(1, workers):
         pid = os.fork()
         if pid == 0:  # worker: serve until told to stop, never return into the CLI
             code = 0
             try:
+                table.join(slot)
                 own = bind_listener(*sock.getsockname()[:2], shared_port=True)
                 sock.close()
-                _Worker(make_config()).run(sockets=[own])
+                _Worker(make_config(http=protocol)).run(sockets=[own])
             except BaseException:  # noqa: BLE001 - report and exit non-zero
                 logging.getLogger("store").exception("worker failed")
                 code = 1
             finally:
+                table.leave()
                 os._exit(code)
         children.append(pid)
+    table.join(0)
     try:
-        _Leader(make_config()).run(sockets=[sock])
+        _Leader(make_config(http=protocol)).run(sockets=[sock])
     finally:
+        table.leave()
         _reap(children, GRACEFUL_SHUTDOWN_SECONDS + 5)
 
 

@@ -1,0 +1,75 @@
+"""The shared table of open connections per worker, and when a worker sheds one."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from cli.store.balance import ConnectionTable, should_shed
+
+
+@pytest.mark.parametrize(
+    ("mine", "others", "shed"),
+    [
+        (5, [3], True),  # 8 connections, share 4
+        (6, [2], True),
+        (4, [4], False),
+        (5, [4], False),  # 9 connections: share 5, nobody above it
+        (2, [1], False),  # 3 connections: share 2
+        (1, [0], False),  # a single connection stays where it is
+        (3, [0, 0], True),  # three workers, share 1
+        (3, [3, 2], False),  # 8 over three workers: share 3
+        (4, [2, 2], True),
+        (4, [4, 0], True),  # 8 over three workers: share 3, and one worker has none
+        (7, [], False),  # no other live worker: nowhere to send it
+    ],
+)
+def test_should_shed(mine: int, others: list[int], shed: bool) -> None:
+    assert should_shed(mine, others) is shed
+
+
+def test_counts_are_shared_with_forked_workers() -> None:
+    table = ConnectionTable(2)
+    table.join(0)
+    table.add(3)
+    ready_r, ready_w = os.pipe()
+    go_r, go_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the second worker: take slot 1, open five connections, wait to be told to leave
+        code = 1
+        try:
+            table.join(1)
+            table.add(5)
+            os.write(ready_w, b"x")
+            os.read(go_r, 1)
+            table.leave()
+            code = 0
+        finally:
+            os._exit(code)
+    try:
+        assert os.read(ready_r, 1) == b"x"
+        assert sorted(table.counts()) == sorted([(os.getpid(), 3), (pid, 5)])
+        assert not table.over_share()  # 3 of 8 is under the share
+        table.add(4)  # 7 against 5: over the share of 6, and the other is under it
+        assert table.over_share()
+        os.write(go_w, b"x")
+        assert os.waitpid(pid, 0)[1] == 0
+        assert table.counts() == [(os.getpid(), 7)]  # the worker that left is not counted
+        assert not table.over_share()
+    finally:
+        for fd in (ready_r, ready_w, go_r, go_w):
+            os.close(fd)
+
+
+def test_a_worker_that_died_without_leaving_gets_no_connections() -> None:
+    table = ConnectionTable(2)
+    table.join(0)
+    pid = os.fork()
+    if pid == 0:  # killed outright: its slot still says zero connections
+        table.join(1)
+        os._exit(0)
+    os.waitpid(pid, 0)
+    table.add(6)
+    assert (pid, 0) in table.counts()
+    assert not table.over_share()  # six against a dead zero: keep them
