@@ -37,12 +37,15 @@ class ConnectionTable:
     def __init__(self, workers: int) -> None:
         self.workers = workers
         self._memory = mmap.mmap(-1, _SLOT.size * workers)  # MAP_SHARED | MAP_ANONYMOUS
+        self._all = struct.Struct("=" + "qq" * workers)  # every slot in one read
         self.slot = 0
+        self._pid = 0
 
     def join(self, slot: int) -> None:
         """Make this process the owner of ``slot`` (call once in each worker, after the fork)."""
         self.slot = slot
-        _SLOT.pack_into(self._memory, slot * _SLOT.size, os.getpid(), 0)
+        self._pid = os.getpid()  # kept: getpid is a system call, and this is asked per request
+        _SLOT.pack_into(self._memory, slot * _SLOT.size, self._pid, 0)
 
     def leave(self) -> None:
         """Mark this worker's slot unused (it stops serving)."""
@@ -56,14 +59,14 @@ class ConnectionTable:
 
     def counts(self) -> list[tuple[int, int]]:
         """``(pid, open connections)`` of every slot in use."""
-        slots = (_SLOT.unpack_from(self._memory, i * _SLOT.size) for i in range(self.workers))
-        return [(pid, count) for pid, count in slots if pid]
+        values = self._all.unpack_from(self._memory)
+        return [(pid, count) for pid, count in zip(values[0::2], values[1::2]) if pid]
 
     def over_share(self) -> bool:
-        """True if this worker holds more than its share and a live worker holds less."""
-        me = os.getpid()
-        mine = _SLOT.unpack_from(self._memory, self.slot * _SLOT.size)[1]
-        others = [(pid, count) for pid, count in self.counts() if pid != me]
+        """True if this worker holds more than its share and a live worker holds less (asked per request)."""
+        values = self._all.unpack_from(self._memory)
+        mine = values[2 * self.slot + 1]
+        others = [(pid, count) for pid, count in zip(values[0::2], values[1::2]) if pid and pid != self._pid]
         if not should_shed(mine, [count for _, count in others]):
             return False  # the usual answer, without a system call
         # a worker killed outright never cleared its slot: only live ones count
