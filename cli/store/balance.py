@@ -65,10 +65,13 @@ class ConnectionTable:
     def over_share(self) -> bool:
         """True if this worker holds more than its share and a live worker holds less (asked per request)."""
         values = self._all.unpack_from(self._memory)
-        mine = values[2 * self.slot + 1]
-        others = [(pid, count) for pid, count in zip(values[0::2], values[1::2]) if pid and pid != self._pid]
+        counts = values[1::2]
+        mine = counts[self.slot]
+        if mine * self.workers <= sum(counts) + self.workers - 1:
+            return False  # the usual answer: not above the share even if every slot were in use
+        others = [(pid, count) for pid, count in zip(values[0::2], counts) if pid and pid != self._pid]
         if not should_shed(mine, [count for _, count in others]):
-            return False  # the usual answer, without a system call
+            return False
         # a worker killed outright never cleared its slot: only live ones count
         return should_shed(mine, [count for pid, count in others if _alive(pid)])
 
