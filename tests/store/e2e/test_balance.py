@@ -2,8 +2,9 @@
 
 Connections are opened until one worker holds six of eight (the kernel places them by a
 hash, so the test arranges the imbalance instead of hoping for it); then every connection
-makes requests. The crowded worker answers some of them with ``Connection: close`` until
-each worker holds four; no request fails, and once balanced nothing more is shed.
+makes requests. Once it has been over its share for a second (SHED_AFTER), the crowded
+worker answers some of them with ``Connection: close`` until each worker holds four; no
+request fails, and once balanced nothing more is shed.
 Which worker holds a connection is read from /proc (Linux only, like SO_REUSEPORT here).
 """
 
@@ -117,7 +118,8 @@ def test_uneven_keep_alive_connections_are_spread_over_both_workers(store: tuple
     headers = {"Authorization": f"Bearer {token}"}
     closed = 0
     try:
-        for _ in range(40):  # bounded: each round moves a connection with probability 1/2
+        deadline = time.monotonic() + 30  # bounded: a worker sheds after SHED_AFTER over its share,
+        while time.monotonic() < deadline:  # and each reconnect lands elsewhere with probability 1/2
             for conn in conns:
                 conn.request("GET", "/api/brains", headers=headers)
                 response = conn.getresponse()
@@ -130,6 +132,7 @@ def test_uneven_keep_alive_connections_are_spread_over_both_workers(store: tuple
             spread = Counter(_placed(conns, port, workers).values())
             if sorted(spread.values()) == [4, 4]:
                 break
+            time.sleep(0.05)
         assert sorted(spread.values()) == [4, 4], spread
         assert closed >= 2  # at least two connections had to move
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -33,33 +35,13 @@ def test_counts_are_shared_with_forked_workers() -> None:
     table = ConnectionTable(2)
     table.join(0)
     table.add(3)
-    ready_r, ready_w = os.pipe()
-    go_r, go_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the second worker: take slot 1, open five connections, wait to be told to leave
-        code = 1
-        try:
-            table.join(1)
-            table.add(5)
-            os.write(ready_w, b"x")
-            os.read(go_r, 1)
-            table.leave()
-            code = 0
-        finally:
-            os._exit(code)
-    try:
-        assert os.read(ready_r, 1) == b"x"
+    with _other_worker(table, slot=1, connections=5) as pid:
         assert sorted(table.counts()) == sorted([(os.getpid(), 3), (pid, 5)])
         assert not table.over_share()  # 3 of 8 is under the share
         table.add(4)  # 7 against 5: over the share of 6, and the other is under it
         assert table.over_share()
-        os.write(go_w, b"x")
-        assert os.waitpid(pid, 0)[1] == 0
-        assert table.counts() == [(os.getpid(), 7)]  # the worker that left is not counted
-        assert not table.over_share()
-    finally:
-        for fd in (ready_r, ready_w, go_r, go_w):
-            os.close(fd)
+    assert table.counts() == [(os.getpid(), 7)]  # the worker that left is not counted
+    assert not table.over_share()
 
 
 def test_a_worker_that_died_without_leaving_gets_no_connections() -> None:
@@ -73,3 +55,46 @@ def test_a_worker_that_died_without_leaving_gets_no_connections() -> None:
     table.add(6)
     assert (pid, 0) in table.counts()
     assert not table.over_share()  # six against a dead zero: keep them
+
+
+def test_only_a_lasting_imbalance_sheds() -> None:
+    table = ConnectionTable(2, shed_after=1.0)
+    table.join(0)
+    with _other_worker(table, slot=1, connections=2):
+        table.add(6)
+        assert table.over_share()
+        assert not table.shed_now(100.0)  # just went over: wait
+        assert not table.shed_now(100.9)
+        assert table.shed_now(101.0)  # over for a second: shed
+        table.add(-3)  # 3 against 2: at the share
+        assert not table.shed_now(101.5)
+        table.add(3)  # over again: the wait starts afresh
+        assert not table.shed_now(102.0)
+        assert table.shed_now(103.0)
+
+
+@contextmanager
+def _other_worker(table: ConnectionTable, *, slot: int, connections: int) -> Iterator[int]:
+    """A forked process holding ``slot`` with ``connections`` open until the block ends."""
+    ready_r, ready_w = os.pipe()
+    go_r, go_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            table.join(slot)
+            table.add(connections)
+            os.write(ready_w, b"x")
+            os.read(go_r, 1)
+            table.leave()
+            code = 0
+        finally:
+            os._exit(code)
+    try:
+        assert os.read(ready_r, 1) == b"x"
+        yield pid
+    finally:
+        os.write(go_w, b"x")
+        os.waitpid(pid, 0)
+        for fd in (ready_r, ready_w, go_r, go_w):
+            os.close(fd)
