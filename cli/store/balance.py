@@ -27,6 +27,7 @@ import mmap
 import os
 import struct
 import time
+
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 _SLOT = struct.Struct("=qq")  # (pid, open connections) of one worker; pid 0: slot unused
@@ -116,7 +117,7 @@ def _alive(pid: int) -> bool:
 
 
 def balanced_protocol(table: ConnectionTable) -> type[HttpToolsProtocol]:
-    """uvicorn's HTTP protocol, counting its connections in ``table`` and shedding above the share."""
+    """uvicorn's HTTP protocol, counting its connections in ``table`` and shedding a lasting excess."""
 
     class BalancedHttpToolsProtocol(HttpToolsProtocol):
         _counted = False
