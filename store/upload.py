@@ -259,11 +259,13 @@ def _checked(
 
     CPU work only: the rest of the archive is inspected from memory (a small body) or read
     back from the page cache, before anything is fsynced, so an archive that fails
-    validation never costs the disk a flush.
+    validation never costs the disk a flush. Consumes ``tail`` (emptied) and the sink's
+    kept archive: the upload then waits for the disk without holding its body.
     """
     if sink.kept is not None and len(tail) > 1:
-        tail = [b"".join(tail)]  # one pass of the parser, the hash and the write
+        tail[:] = [b"".join(tail)]  # one pass of the parser, the hash and the write
     sink.feed_all(tail)
+    tail.clear()
     checksum = sink.end_body()
     file_count = None
     if not sink.inspected_all:
@@ -275,6 +277,8 @@ def _checked(
         else:
             sink.blob.file.flush()
             sink.inspect_rest(staged_plaintext(sink.blob))
+    if sink.kept is not None:
+        sink.kept.clear()
     return sink.staged(checksum, file_count)
 
 

@@ -102,6 +102,33 @@ def test_small_body_is_inspected_from_memory(tmp_path: Path, monkeypatch: pytest
     assert info.value.status == 400 and service.get(USER, brain.id).current == stored
 
 
+@pytest.mark.parametrize("again", [False, True])  # a new archive, and one the brain already stores
+def test_small_body_is_let_go_before_the_disk_wait(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, again: bool) -> None:
+    service = service_for(tmp_path)
+    brain = service.create(USER)
+    archive = big_archive(9, files=6)
+    if again:
+        upload(service, brain.id, archive)
+    held: dict[str, Any] = {}
+    checked, committed = upload_mod._checked, upload_mod._durably_committed
+
+    def spy_checked(service: BrainService, sink: Any, tail: list[bytes], *args: Any) -> Any:
+        held.update(sink=sink, tail=tail, pieces=len(tail))
+        return checked(service, sink, tail, *args)
+
+    def spy_committed(*args: Any) -> Any:
+        # what the upload still references while it waits for fsync and the commit
+        held.update(tail_left=list(held["tail"]), kept_left=list(held["sink"].kept))
+        return committed(*args)
+
+    monkeypatch.setattr(upload_mod, "_checked", spy_checked)
+    monkeypatch.setattr(upload_mod, "_durably_committed", spy_committed)
+    stored = upload(service, brain.id, archive)
+    assert stored.file_count == 6
+    assert held["pieces"] > 1  # the body arrived in several pieces, all handed over at its end
+    assert held["tail_left"] == [] and held["kept_left"] == []
+
+
 def test_large_plain_body_is_read_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     service = service_for(tmp_path)
     brain = service.create(USER)
