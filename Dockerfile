@@ -2,6 +2,7 @@
 FROM python:3.11-slim AS build
 WORKDIR /src
 COPY requirements.lock pyproject.toml README.md ./
+COPY common ./common
 COPY store ./store
 COPY connector ./connector
 COPY contract ./contract

@@ -33,7 +33,7 @@ from connector.settings import ConnectorSettings
 from connector.workcopy.manager import ManagerTuning, WorkingCopyManager
 from connector.workcopy.model import Account
 from connector.workcopy.store_client import StoreClient
-from store.limits import TokenBucketLimiter, TrustedProxies, client_address
+from common.limits import TokenBucketLimiter, TrustedProxies, client_address
 
 log = logging.getLogger("connector.http")
 

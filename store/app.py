@@ -13,7 +13,7 @@ import msgspec
 from litestar import Litestar, Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 
-from store.asgi_watch import watched
+from common.asgi_watch import watched
 from store.context import AppContext
 from store.errors import ServiceError
 from store.http import error_response

@@ -28,7 +28,7 @@ def _client_address_fn(settings: StoreSettings) -> Any:
     """``(peer, x_forwarded_for) -> address``: S2's resolver when trusted proxies are set."""
     if not settings.trust_proxy:
         return lambda peer, xff: peer
-    from store.limits import TrustedProxies, client_address
+    from common.limits import TrustedProxies, client_address
 
     trusted = TrustedProxies.parse(settings.trust_proxy)
     return lambda peer, xff: client_address(peer, xff, trusted)
@@ -41,7 +41,7 @@ def rate_limit_file(settings: StoreSettings, kind: str) -> Path:
 
 def _limiter(settings: StoreSettings, kind: str, rate_per_min: int) -> Any:
     # Buckets in a small shared file: with --workers N the budget stays per host, not N times it.
-    from store.limits import SharedTokenBucketLimiter
+    from common.limits import SharedTokenBucketLimiter
 
     path = rate_limit_file(settings, kind)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -73,7 +73,7 @@ class AppContext:
         service = BrainService(settings, backend)
         oidc = None
         if settings.oidc:
-            from store.auth.oidc import OidcConfig, OidcVerifier
+            from common.oidc import OidcConfig, OidcVerifier
 
             config = OidcConfig.from_settings(settings)
             oidc = OidcVerifier(config) if config is not None else None

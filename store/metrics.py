@@ -30,7 +30,7 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, M
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.utils import floatToGoString
 
-from store.asgi_watch import serve_metrics
+from common.asgi_watch import serve_metrics
 from store.audit import AuditLog, audit_event
 from store.settings import StoreSettings
 

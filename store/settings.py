@@ -65,7 +65,7 @@ def _list(text: str) -> tuple[str, ...]:
 
 def _proxies(name: str, text: str) -> tuple[str, ...]:
     """Trusted proxies: keywords (``loopback``, ``private``...), IP addresses or CIDR networks."""
-    from store.limits.address import TrustedProxies
+    from common.limits.address import TrustedProxies
 
     items = _list(text)
     try:

@@ -32,7 +32,7 @@ import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import anyio.to_thread
 import multipart
@@ -40,11 +40,10 @@ import multipart
 from store.archive.inspect import STEP, ArchiveInspector, ArchiveRejected, InspectLimits
 from store.conditional import Preconditions
 from store.errors import ServiceError
-from store.storage.base import ArchiveRef, StagedBlob, StorageFull
+from store.sealed import ArchiveSealer
+from store.settings import StoreSettings
+from store.storage.base import ArchiveRef, StagedBlob, StorageBackend, StorageFull
 from store.storage.local import is_disk_full
-
-if TYPE_CHECKING:
-    from store.service import BrainService
 
 # Room for multipart framing and small extra fields beyond the archive itself.
 BODY_SLACK = 1024 * 1024
@@ -66,6 +65,26 @@ class StagedUpload:
     size: int
     file_count: int
     sealed: bool
+
+
+class UploadTarget(Protocol):
+    """What an upload needs of the brain service (``BrainService`` is one).
+
+    Declared here so the dependency runs one way: the service imports this module,
+    never the reverse.
+    """
+
+    settings: StoreSettings
+    backend: StorageBackend
+    sealer: ArchiveSealer | None
+
+    def upload_room(self) -> int: ...
+
+    def stored_archive(self, user_id: str, brain_id: str, checksum: str) -> ArchiveRef | None: ...
+
+    def commit_upload(
+        self, user_id: str, brain_id: str, staged: StagedUpload, cond: Preconditions, force: bool = False
+    ) -> ArchiveRef: ...
 
 
 def multipart_boundary(content_type: str | None) -> str:
@@ -253,7 +272,7 @@ def _discarded_on_error(blob: StagedBlob) -> Iterator[None]:
 
 
 def _checked(
-    service: BrainService, sink: UploadSink, tail: list[bytes], user_id: str, brain_id: str
+    service: UploadTarget, sink: UploadSink, tail: list[bytes], user_id: str, brain_id: str
 ) -> StagedUpload:
     """Feed the last pieces of the body, close the multipart framing, validate the whole archive.
 
@@ -283,7 +302,7 @@ def _checked(
 
 
 def _durably_committed(
-    service: BrainService, staged: StagedUpload, user_id: str, brain_id: str, cond: Preconditions, force: bool
+    service: UploadTarget, staged: StagedUpload, user_id: str, brain_id: str, cond: Preconditions, force: bool
 ) -> ArchiveRef:
     """fsync the staged blob, then commit it (disk waits; the blob is committed or removed)."""
     with _discarded_on_error(staged.blob):
@@ -360,7 +379,7 @@ class BodyReader:
 
 
 async def receive_upload(
-    service: BrainService,
+    service: UploadTarget,
     body: BodyReader,
     boundary: str,
     content_length_header: str | None,

@@ -33,7 +33,7 @@ def check_oidc(settings: StoreSettings) -> None:
     """Refuse to start with OIDC settings the verifier rejects (e.g. public issuer, no allow-list)."""
     if not settings.oidc:
         return
-    from store.auth.oidc import OidcConfig, OidcConfigError
+    from common.oidc import OidcConfig, OidcConfigError
 
     try:
         OidcConfig.from_settings(settings)

@@ -21,7 +21,7 @@ import httpx
 
 from connector.identity.base import Identity, ProviderRefused, ProviderUnavailable, RedirectStart
 from connector.oauth.pkce import s256
-from store.auth.oidc import (
+from common.oidc import (
     Fetcher,
     OidcConfig,
     OidcRejected,

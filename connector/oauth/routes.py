@@ -79,13 +79,13 @@ class _RateLimits:
     """Per-address limits of the OAuth routes, on the store's limiter (store/limits)."""
 
     def __init__(self, trust_proxy: tuple[str, ...]) -> None:
-        from store.limits import TokenBucketLimiter, TrustedProxies
+        from common.limits import TokenBucketLimiter, TrustedProxies
 
         self._trusted = TrustedProxies.parse(trust_proxy)
         self._limiters = {group: TokenBucketLimiter(rate) for group, rate in RATE_LIMITS.items()}
 
     def retry_after(self, group: str, request: Request[Any, Any, Any]) -> float | None:
-        from store.limits import client_address
+        from common.limits import client_address
 
         address = client_address(peer_address(request.scope), request.headers.get("x-forwarded-for"), self._trusted)
         return self._limiters[group].hit(address)
@@ -235,7 +235,7 @@ def oauth_route_handlers(server: AuthorizationServer, settings: Any, *, dev: boo
     try:
         limits: _RateLimits | None = _RateLimits(trust_proxy)
     except ImportError:  # pragma: no cover - the store's limiter ships with this package
-        log.warning("rate limits unavailable: store.limits could not be imported")
+        log.warning("rate limits unavailable: common.limits could not be imported")
         limits = None
 
     def base_of(request: Request[Any, Any, Any]) -> str:

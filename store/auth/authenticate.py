@@ -4,7 +4,7 @@ Order of work per request, cheapest refusal first:
 1. a client address blocked for too many failed logins is refused (429) before any
    credential work;
 2. static tokens (``bst_...``): SHA-256 and one dict lookup (O(1)), constant-time compare;
-3. otherwise, when configured, the OIDC verifier (``store.auth.oidc``); a verified identity
+3. otherwise, when configured, the OIDC verifier (``common.oidc``); a verified identity
    seen for the first time becomes a user with a ``default`` brain, unless it was removed;
 4. a failure counts against the client address; success counts against the user's
    request budget (429 + Retry-After when spent).
@@ -40,7 +40,7 @@ class Principal:
 
 
 class Limiter(Protocol):
-    """``store.limits`` token bucket: None when allowed, else seconds to wait."""
+    """``common.limits`` token bucket: None when allowed, else seconds to wait."""
 
     def hit(self, key: str, now: float | None = None) -> float | None: ...
 
@@ -48,7 +48,7 @@ class Limiter(Protocol):
 
 
 class OidcVerifierLike(Protocol):
-    """What the authenticator needs from ``store.auth.oidc.OidcVerifier``."""
+    """What the authenticator needs from ``common.oidc.OidcVerifier``."""
 
     async def verify(self, token: str) -> Any: ...
 

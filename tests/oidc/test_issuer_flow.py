@@ -12,7 +12,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import httpx
 import pytest
 
-from store.auth.oidc import OidcConfig, OidcRejected, OidcVerifier
+from common.oidc import OidcConfig, OidcRejected, OidcVerifier
 from tests.support.oidc_issuer import IssuerClient, start_issuer
 
 pytestmark = pytest.mark.timeout(60)

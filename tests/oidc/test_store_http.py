@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from store.auth.oidc import user_id_for
+from common.oidc import user_id_for
 from tests.contract.harness import Store, running_store
 from tests.oidc.attacks import ATTACKS, JUNK
 from tests.support.oidc_issuer import IssuerClient, start_issuer

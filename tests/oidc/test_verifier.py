@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from store.auth.oidc import (
+from common.oidc import (
     OidcConfig,
     OidcConfigError,
     OidcIdentity,
@@ -126,7 +126,7 @@ def test_allow_lists(issuer: IssuerClient) -> None:
     verifier = verifier_for(issuer, allowed_domains=["corp.example"], allowed_emails=["guest@else.example"])
     accept(verifier, issuer.mint(sub="a1", email="guest@else.example", email_verified=True))
     accept(verifier, issuer.mint(sub="a2", email="someone@corp.example", email_verified=True))
-    # The string "true" counts as verified (documented in store.auth.oidc).
+    # The string "true" counts as verified (documented in common.oidc).
     accept(verifier, issuer.mint(sub="a3", email="someone@CORP.example", email_verified="true"))
     accept(verifier, issuer.mint(sub="a4", hd="corp.example"))
     reject(verifier, issuer.mint(sub="r1", email="someone@corp.example", email_verified=False))
@@ -407,7 +407,7 @@ def test_key_set_parsing_and_key_fit() -> None:
     from cryptography.hazmat.primitives.asymmetric import ec, rsa
     from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 
-    from store.auth.oidc import parse_key_set, pick_key
+    from common.oidc import parse_key_set, pick_key
 
     def rsa_jwk(bits: int, **extra: Any) -> dict[str, Any]:
         return {**RSAAlgorithm.to_jwk(rsa.generate_private_key(65537, bits).public_key(), as_dict=True), **extra}

@@ -14,7 +14,7 @@ from store.auth.tokens import hash_token, is_static_token, new_token
 from store.auth.users import UserRegistry, UsersFileError
 from store.conditional import Preconditions, parse_tag_list
 from store.errors import ServiceError
-from store.limits import TokenBucketLimiter
+from common.limits import TokenBucketLimiter
 from store.settings import MIB, SettingsError, StoreSettings
 
 

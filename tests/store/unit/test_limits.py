@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from store.limits import TokenBucketLimiter, TrustedProxies, client_address
-from store.limits.address import parse_ip
-from store.limits.rate import retry_after_header
+from common.limits import TokenBucketLimiter, TrustedProxies, client_address
+from common.limits.address import parse_ip
+from common.limits.rate import retry_after_header
 
 # ---------------------------------------------------------------- token bucket
 

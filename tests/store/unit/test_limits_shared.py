@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from store.limits import SharedTokenBucketLimiter, TokenBucketLimiter
+from common.limits import SharedTokenBucketLimiter, TokenBucketLimiter
 
 
 def test_same_semantics_as_the_in_process_limiter(tmp_path: Path) -> None:

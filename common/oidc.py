@@ -41,7 +41,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 import jwt
 
-log = logging.getLogger("store.oidc")
+log = logging.getLogger("common.oidc")
 
 ALGORITHMS = ("RS256", "ES256")
 MAX_TOKEN_CHARS = 16 * 1024

@@ -1,6 +1,6 @@
 """Token buckets shared by every worker process on one host (a small mmap'd file).
 
-:class:`~store.limits.rate.TokenBucketLimiter` lives in one process, so with
+:class:`~common.limits.rate.TokenBucketLimiter` lives in one process, so with
 ``--workers N`` each worker would grant the full budget and a client could get N
 times its limit. This limiter keeps the buckets in a fixed-size file that every
 worker maps, so the budget is per host, whatever the number of workers.
@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from store.limits.bucket import BucketRule
+from common.limits.bucket import BucketRule
 
 __all__ = ["SharedTokenBucketLimiter"]
 

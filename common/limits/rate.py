@@ -19,7 +19,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
-from store.limits.bucket import BucketRule
+from common.limits.bucket import BucketRule
 
 __all__ = ["TokenBucketLimiter", "retry_after_header"]
 

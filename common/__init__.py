@@ -1,0 +1,5 @@
+"""Code both servers use: request limits, client addresses, ASGI watching, OIDC.
+
+The store and the connector never import each other; what they share lives here,
+and this package imports neither of them.
+"""
