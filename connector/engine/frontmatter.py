@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
+from connector.engine.text import js_trim
+
 # Characters that must not appear raw inside a double-quoted YAML scalar: C0 controls
 # and DEL, C1 controls (U+0085 is a YAML line break), the Unicode line and paragraph
 # separators (also line breaks to YAML 1.1), the BOM and the two non-characters.
@@ -247,3 +249,17 @@ def frontmatter_text(text: str) -> str | None:
         return None
     start, stop = bounds
     return "\n".join(lines[start:stop])
+
+
+def body_text(text: str) -> str:
+    """A memory file's content: what follows its front matter block, trimmed.
+
+    Unlike the search body (`text.memory_body`, which counts ``---`` anywhere as the
+    reference's search does), this ends the front matter at its closing ``---`` line,
+    so a value holding dashes cannot move it. A file without front matter is all content.
+    """
+    lines = text.split("\n")
+    bounds = _frontmatter_bounds(lines)
+    if bounds is None:
+        return js_trim(text)
+    return js_trim("\n".join(lines[bounds[1] + 1 :]))

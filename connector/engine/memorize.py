@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from common.textsafety import one_line
 from connector.engine.errors import BrainError
 from connector.engine.frontmatter import ENCODING_CONTEXT_KEYS, render_memory_file
 from connector.engine.quarantine import quarantine_mode, quarantine_reasons
@@ -81,7 +82,8 @@ def _string_list(value: Any, name: str) -> tuple[str, ...]:
     for item in value:
         if not isinstance(item, str):
             raise BrainError(f"'{name}' must be a list of strings")
-        item = item.strip()
+        # One line each: a newline in a tag or id would print as extra lines wherever it is shown.
+        item = one_line(item).strip()
         if item:
             seen.setdefault(item, None)
     return tuple(seen)
@@ -174,7 +176,11 @@ class MemoryInput:
     supersedes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        self.title = _text(self.title, "title", required=True).strip()
+        # Single-line fields are normalised (controls, line breaks and bidi overrides become
+        # spaces): shown among other lines, they must not pose as more than one.
+        self.title = one_line(_text(self.title, "title", required=True)).strip()
+        if not self.title:
+            raise BrainError("'title' must not be empty")
         if len(self.title) > MAX_TITLE_LENGTH:
             raise BrainError("'title' is too long")
         self.content = _text(self.content, "content", required=True)
@@ -188,10 +194,10 @@ class MemoryInput:
         self.supersedes = _string_list(self.supersedes, "supersedes")
         self.salience = _unit(self.salience, "salience", DEFAULT_SALIENCE)
         self.confidence = _unit(self.confidence, "confidence", DEFAULT_CONFIDENCE)
-        self.source = _text(self.source, "source")
+        self.source = one_line(_text(self.source, "source"))
         self.pinned = _flag(self.pinned, "pinned")
         self.stable = _flag(self.stable, "stable")
-        self.pin_scope = _text(self.pin_scope, "pin_scope", default="global") or "global"
+        self.pin_scope = one_line(_text(self.pin_scope, "pin_scope", default="global")) or "global"
         if isinstance(self.pin_priority, bool) or not isinstance(self.pin_priority, int):
             raise BrainError("'pin_priority' must be an integer")
         if self.origin is not None and self.origin not in ORIGINS:
@@ -241,7 +247,7 @@ def _encoding_context(value: Any) -> dict[str, Any]:
         if key == "topics":
             context[key] = list(_string_list(value.get(key), "encoding_context.topics"))
         else:
-            context[key] = _text(value.get(key), f"encoding_context.{key}")
+            context[key] = one_line(_text(value.get(key), f"encoding_context.{key}"))
     return context
 
 
@@ -495,10 +501,37 @@ def _first_line(content: str) -> str:
     return ""
 
 
+TITLE_LENGTH = 80
+# A cut closer to the start than this would lose most of the title: look for a later boundary.
+_MIN_TITLE_CUT = 20
+_SENTENCE_END = re.compile(r"[.!?](?=\s)|[\u3002\uff01\uff1f]")
+_WORD_BREAK = re.compile(r"\s|[\u3001\uff0c\uff1b]")
+_TRAILING_PUNCTUATION = " \t,;:-\u2013\u2014\u3001\uff0c"
+
+
+def cut_title(text: str, length: int = TITLE_LENGTH) -> str:
+    """``text`` if it fits in ``length`` characters, else cut at a sentence or word boundary.
+
+    The last sentence end in the first ``length`` characters wins; else the last word
+    break, with an ellipsis saying the title goes on; text without breaks (Chinese or
+    Japanese without punctuation, one long word) is cut hard, with the ellipsis.
+    """
+    text = text.strip()
+    if len(text) <= length:
+        return text
+    window = text[:length]
+    ends = [match.end() for match in _SENTENCE_END.finditer(window) if match.end() >= _MIN_TITLE_CUT]
+    if ends:
+        return window[: ends[-1]].strip()
+    breaks = [match.start() for match in _WORD_BREAK.finditer(text[:length]) if match.start() >= _MIN_TITLE_CUT]
+    cut = breaks[-1] if breaks else length - 1
+    return text[:cut].rstrip(_TRAILING_PUNCTUATION) + "\u2026"
+
+
 def connector_title(content: str, title: str | None = None) -> str:
-    """The title given, else the content's first line, at most 80 characters."""
-    chosen = (title or "").strip() or _first_line(content)
-    chosen = chosen[:80].strip()
+    """The title given, else the content's first line, cut to 80 characters at a boundary."""
+    chosen = one_line(title or "").strip() or _first_line(content)
+    chosen = cut_title(one_line(chosen))
     return chosen or "Captured note"
 
 
@@ -516,8 +549,14 @@ def connector_memory(
     valid_until: str | None = None,
     supersedes: Sequence[str] | str = (),
     agent: str = "",
+    project: str = "",
+    task: str = "",
 ) -> MemoryInput:
-    """The memory a connector `brain_memorize` call writes (connector.md section 6)."""
+    """The memory a connector `brain_memorize` call writes (connector.md section 6).
+
+    ``project`` and ``task`` fill the encoding context recall matches its own
+    ``project`` / ``task`` against (the command line's context fields).
+    """
     if not isinstance(content, str) or not content.strip():
         raise BrainError("'content' must not be empty")
     chosen_title = connector_title(content, title)
@@ -532,7 +571,12 @@ def connector_memory(
         salience=0.5,
         confidence=0.8,
         source=CONNECTOR_SOURCE,
-        encoding_context={"project": "", "topics": list(tag_list), "task_type": "capturing", "agent": agent or ""},
+        encoding_context={
+            "project": project or "",
+            "topics": list(tag_list),
+            "task_type": task or "capturing",
+            "agent": agent or "",
+        },
         origin=origin or "agent-inferred",
         valid_from=valid_from,
         valid_until=valid_until,

@@ -7,9 +7,10 @@ import re
 from datetime import timedelta
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from common.textsafety import has_unsafe_chars, one_line
 from connector.engine import ops as ops_module
 from connector.engine.brain import Brain
 from connector.engine.errors import BrainError
@@ -339,7 +340,15 @@ def test_connector_memorize_builds_the_documented_memory() -> None:
 
 @pytest.mark.parametrize(
     ("content", "title", "expected_title", "expected_path"),
-    [("x" * 200, None, "x" * 80, "captured/" + "x" * 48 + ".md"),
+    [("x" * 200, None, "x" * 79 + "\u2026", "captured/" + "x" * 48 + ".md"),
+     # Long first lines end at a sentence, else at a word (never mid-word), within 80 characters.
+     ("We chose PostgreSQL for billing. It has transactional DDL, which the migrations tool needs badly",
+      None, "We chose PostgreSQL for billing.", "captured/we-chose-postgresql-for-billing.md"),
+     ("We chose PostgreSQL over MySQL for the billing service because we need transactional DDL support",
+      None, "We chose PostgreSQL over MySQL for the billing service because we need\u2026",
+      "captured/we-chose-postgresql-over-mysql-for-the-billing-s.md"),
+     # Control characters and bidi overrides in a given title become spaces (one line, no reordering).
+     ("body", "Real title\n2. Fake result\u202e", "Real title 2. Fake result", "captured/real-title-2-fake-result.md"),
      ("\n\n  Second line first  \nmore", None, "Second line first", "captured/second-line-first.md"),
      ("Café — déjà vu!!", None, "Café — déjà vu!!", "captured/caf-d-j-vu.md"),
      ("日本語のメモ", None, "日本語のメモ", "captured/memory.md"),
@@ -395,17 +404,23 @@ def test_lists_sent_as_json_text_or_commas_are_accepted() -> None:
 )
 def test_any_strings_survive_a_memorize_exactly(title: str, content: str, tags: list[str], source: str,
                                                 agent: str) -> None:
+    assume(one_line(title).strip())
     brain = Brain()
     op = Memorize([MemoryInput(title=title, type="insight", content=content, path="notes/", tags=tuple(tags),
                                source=source, encoding_context={"agent": agent, "topics": tags})])
     [stored] = op.apply(brain, NOW)["stored"]
     entry = entries(brain)[stored["id"]]
     fields = frontmatter(brain, entry["path"])
-    assert entry["title"] == title.strip()
-    assert fields["tags"] == entry["tags"] == [tag.strip() for tag in dict.fromkeys(t.strip() for t in tags) if tag]
-    assert fields["source"] == source
+    # Content survives exactly; single-line fields exactly too, once their control,
+    # line-break and bidi characters are normalised to spaces (never more than one line).
+    assert entry["title"] == one_line(title).strip()
+    expected_tags = [tag for tag in dict.fromkeys(one_line(t).strip() for t in tags) if tag]
+    assert fields["tags"] == entry["tags"] == expected_tags
+    assert fields["source"] == one_line(source)
     assert fields["encoding_context"] == entry["encoding_context"]
-    assert fields["encoding_context"]["agent"] == agent
+    assert fields["encoding_context"]["agent"] == one_line(agent)
+    for value in (entry["title"], *entry["tags"], fields["source"], fields["encoding_context"]["agent"]):
+        assert not has_unsafe_chars(value)
     text = brain.read_text(entry["path"])
     assert text.endswith("\n---\n" + content + "\n")
     assert memory_body(text) == js_trim(content)

@@ -1,0 +1,182 @@
+"""Read views of memories: their content, recall hits with content under a budget, one whole memory.
+
+Pure functions over a `Brain`; nothing here writes. Recall scoring is untouched: content
+is added to hits the engine already ranked.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+
+from connector.engine.brain import Brain
+from connector.engine.frontmatter import body_text, frontmatter_text
+from connector.engine.jsvalues import parse_iso_ms
+from connector.engine.txn import ARCHIVE_INDEX
+
+# Front matter bigger than this is not parsed for display (the index has the fields).
+MAX_FRONTMATTER_CHARS = 64 * 1024
+MAX_ASSOCIATIONS_SHOWN = 20
+# A cut may move back to a word break this close to the budget's end (characters, or share of it).
+_WORD_CUT_CHARS = 20
+_WORD_CUT_SLACK = 0.2
+
+
+def memory_content(brain: Brain, entry: Mapping[str, Any]) -> str | None:
+    """The content of the memory file an index entry (or a recall hit) points to, front matter left out."""
+    path = entry.get("path")
+    text = brain.read_text(path) if isinstance(path, str) else None
+    return None if text is None else body_text(text)
+
+
+def cut_at_word(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters, at a word break when one is near the end."""
+    if len(text) <= limit:
+        return text
+    head = text[:limit]
+    if not text[limit].isspace():
+        space = max(head.rfind(" "), head.rfind("\n"))
+        if space > 0 and limit - space <= max(_WORD_CUT_CHARS, limit * _WORD_CUT_SLACK):
+            head = head[:space]
+    return head.rstrip()
+
+
+def attach_content(hits: list[dict[str, Any]], brain: Brain, budget_chars: int) -> None:
+    """Give each hit its memory's content, best hits first, within ``budget_chars`` in total.
+
+    A hit the budget cut gets ``content_truncated: true`` and ``content_length`` (the
+    whole content's length); once the budget is spent, later hits get empty content,
+    marked the same way. A hit whose file is missing gets empty content, not marked.
+    Files are found by the hits' own ``path`` (no index parsing on the recall path).
+    """
+    remaining = max(0, budget_chars)
+    for hit in hits:
+        content = memory_content(brain, hit) or ""
+        shown = cut_at_word(content, remaining)
+        hit["content"] = shown
+        if len(shown) < len(content):
+            hit["content_truncated"] = True
+            hit["content_length"] = len(content)
+        remaining -= len(shown)
+
+
+def _front_matter(text: str | None) -> dict[str, Any] | None:
+    """The front matter as JSON-able values (dates as text); None when absent or unreadable."""
+    raw = frontmatter_text(text) if text is not None else None
+    if raw is None or len(raw) > MAX_FRONTMATTER_CHARS:
+        return None
+    try:
+        parsed = yaml.load(raw, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader without aliases
+    except yaml.YAMLError:
+        return None
+    if not isinstance(parsed, dict):
+        return None
+    return json.loads(json.dumps(parsed, default=str, ensure_ascii=False))
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """SafeLoader refusing aliases: a hostile file cannot expand into a huge value when shown."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:  # type: ignore[override]
+        if self.check_event(yaml.AliasEvent):
+            raise yaml.YAMLError("aliases are not read here")
+        return super().compose_node(parent, index)
+
+
+def _associations(brain: Brain, memory_id: str, entries: Mapping[str, Any]) -> list[dict[str, Any]]:
+    graph = brain.read_json("associations.json")
+    edges = graph.get("edges") if isinstance(graph, dict) else None
+    neighbours = edges.get(memory_id) if isinstance(edges, dict) else None
+    if not isinstance(neighbours, dict):
+        return []
+    links = []
+    for other, edge in neighbours.items():
+        if not isinstance(edge, dict):
+            continue
+        weight = edge.get("weight")
+        other_entry = entries.get(other)
+        links.append({
+            "id": other,
+            "title": other_entry.get("title") if isinstance(other_entry, dict) else None,
+            "weight": weight if isinstance(weight, (int, float)) and not isinstance(weight, bool) else None,
+            "origin": edge.get("origin"),
+        })
+    links.sort(key=lambda link: -(link["weight"] or 0))
+    return links[:MAX_ASSOCIATIONS_SHOWN]
+
+
+def locate(brain: Brain, memory_id: str) -> tuple[dict[str, Any], bool, str | None] | None:
+    """A memory's entry, whether it is archived, and its file's path; live first, else archived, else None."""
+    for index_path, path_key in (("index.json", "path"), (ARCHIVE_INDEX, "archived_path")):
+        index = brain.read_json(index_path)
+        entries = index.get("memories") if isinstance(index, dict) else None
+        entry = entries.get(memory_id) if isinstance(entries, dict) else None
+        if isinstance(entry, dict):
+            path = entry.get(path_key)
+            return entry, index_path == ARCHIVE_INDEX, path if isinstance(path, str) else None
+    return None
+
+
+def read_memory(brain: Brain, memory_id: str, *, now_ms: int, max_chars: int) -> dict[str, Any] | None:
+    """One whole memory (live, else archived) for `brain_read`; None when the id is unknown.
+
+    Content (cut at ``max_chars``, saying so), the index entry's fields, the parsed front
+    matter, provenance, validity, supersession and the strongest associations.
+    """
+    found = locate(brain, memory_id)
+    if found is None:
+        return None
+    entry, archived, path = found
+    index = brain.read_json("index.json")
+    entries = index.get("memories") if isinstance(index, dict) else None
+    entries = entries if isinstance(entries, dict) else {}
+    text = brain.read_text(path) if path is not None else None
+    content = body_text(text) if text is not None else ""
+    shown = cut_at_word(content, max_chars)
+    front = _front_matter(text) or {}
+    context = entry.get("encoding_context") if isinstance(entry.get("encoding_context"), dict) else \
+        front.get("encoding_context") if isinstance(front.get("encoding_context"), dict) else {}
+    until_ms = parse_iso_ms(entry.get("valid_until")) if entry.get("valid_until") else None
+    result: dict[str, Any] = {
+        "id": memory_id,
+        "title": entry.get("title"),
+        "path": path,
+        "type": entry.get("type"),
+        "tags": entry.get("tags") if isinstance(entry.get("tags"), list) else [],
+        "archived": archived,
+        "content": shown,
+        "provenance": {
+            "origin": entry.get("origin", front.get("origin")),
+            "source": front.get("source"),
+            "agent": context.get("agent"),
+            "project": context.get("project"),
+            "task_type": context.get("task_type"),
+            "created": entry.get("created"),
+            "last_accessed": entry.get("last_accessed"),
+            "access_count": entry.get("access_count"),
+            "vetted_at": entry.get("vetted_at"),
+            **({"archived_date": entry.get("archived_date"), "archived_reason": entry.get("archived_reason")}
+               if archived else {}),
+        },
+        "validity": {
+            "valid_from": entry.get("valid_from"),
+            "valid_until": entry.get("valid_until"),
+            "expired": until_ms is not None and until_ms <= now_ms,
+        },
+        "supersession": {
+            "supersedes": entry.get("supersedes") if isinstance(entry.get("supersedes"), list) else [],
+            "superseded_by": entry.get("superseded_by"),
+        },
+        "associations": [] if archived else _associations(brain, memory_id, entries),
+        "fields": entry,
+        "front_matter": front,
+    }
+    if entry.get("quarantined"):
+        result["quarantine_pending"] = True
+    if len(shown) < len(content):
+        result["content_truncated"] = True
+        result["content_length"] = len(content)
+    return result
