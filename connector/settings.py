@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-# The eight tools of the connector; CONNECTOR_TOOLS may name a subset.
+# The nine tools of the connector; CONNECTOR_TOOLS may name a subset.
 TOOL_NAMES: tuple[str, ...] = (
     "brain_recall",
     "brain_status",
+    "brain_read",
     "brain_use",
     "brain_memorize",
     "brain_pin",

@@ -43,6 +43,10 @@ class Args:
         value = self._raw.get(name)
         return None if value is None else value
 
+    def given(self, name: str) -> bool:
+        """Whether the caller sent ``name`` with a value (null and "" count as not sent)."""
+        return self._get(name) not in (None, "")
+
     def string(self, name: str, *, required: bool = False, non_empty: bool = False, max_length: int = 100_000) -> str | None:
         """A string argument (numbers are turned into text)."""
         value = self._get(name)
@@ -61,9 +65,22 @@ class Args:
 
     def integer(self, name: str, *, default: int, minimum: int, maximum: int) -> int:
         """An integer argument, clamped into [minimum, maximum]."""
+        return self.clamped_integer(name, default=default, minimum=minimum, maximum=maximum)[0]
+
+    def clamped_integer(self, name: str, *, default: int, minimum: int, maximum: int) -> tuple[int, str | None]:
+        """An integer argument clamped into [minimum, maximum], and a note saying so when it was."""
+        value = self._whole(name)
+        if value is None:
+            return default, None
+        bounded = max(minimum, min(maximum, value))
+        if bounded == value:
+            return bounded, None
+        return bounded, f"'{name}' {value} is outside {minimum}-{maximum}; {bounded} was used."
+
+    def _whole(self, name: str) -> int | None:
         value = self._get(name)
         if value is None or value == "":
-            return default
+            return None
         if isinstance(value, bool):
             raise ArgumentError(f"'{name}' must be a whole number")
         if isinstance(value, str):
@@ -71,9 +88,9 @@ class Args:
                 value = float(value.strip())
             except ValueError:
                 raise ArgumentError(f"'{name}' must be a whole number") from None
-        if not isinstance(value, (int, float)) or value != value:  # NaN
+        if not isinstance(value, (int, float)) or value != value or value in (float("inf"), float("-inf")):
             raise ArgumentError(f"'{name}' must be a whole number")
-        return max(minimum, min(maximum, int(value)))
+        return int(value)
 
     def boolean(self, name: str, *, default: bool = False) -> bool:
         """A boolean argument (``"true"``/``"false"``/``1``/``0`` accepted)."""

@@ -17,6 +17,12 @@ WRITE_SCOPE = "brain.write"
 MEMORY_TYPES = ["decision", "insight", "goal", "experience", "learning", "relationship", "preference", "observation"]
 ORIGINS = ["user", "agent-inferred", "tool-output", "external"]
 MAX_RECALL_LIMIT = 25
+# Recall's content budget, in characters (a token is counted as 4 characters).
+DEFAULT_RECALL_CHARS = 4000
+MAX_RECALL_CHARS = 40_000
+CHARS_PER_TOKEN = 4
+# brain_read shows at most this much of one memory's content.
+MAX_READ_CHARS = 100_000
 
 INSTRUCTIONS = (
     "This server is the user's long-term memory (their 'brain'), shared with their other devices and tools.\n"
@@ -57,6 +63,9 @@ _HIT = {
         "valid_from": {},
         "valid_until": {},
         "expired": {"type": "boolean"},
+        "content": {"type": "string", "description": "The memory's text (front matter left out), within the budget."},
+        "content_truncated": {"type": "boolean", "description": "True when the budget cut this content."},
+        "content_length": {"type": "integer", "description": "Length of the whole content when it was cut."},
     },
     "required": ["id", "score"],
 }
@@ -124,8 +133,11 @@ TOOLS: tuple[ToolSpec, ...] = (
         description=(
             "Search the user's long-term memory for facts relevant to a query and return the best matches, "
             "most relevant first (scored exactly like the `brain recall` command line). Use it before a task "
-            "where past decisions, preferences, conventions or lessons may matter. Hits marked "
-            "quarantine_pending are awaiting the user's verification; hits marked expired are no longer valid."
+            "where past decisions, preferences, conventions or lessons may matter. Each hit carries the memory's "
+            "text in 'content', best hits first, within a budget (max_chars, or max_tokens; default about "
+            f"{DEFAULT_RECALL_CHARS} characters in all); a hit the budget cut says so, and brain_read gives the "
+            "whole memory. Hits marked quarantine_pending are awaiting the user's verification; hits marked "
+            "expired are no longer valid."
         ),
         input_schema=_object(
             {
@@ -145,6 +157,19 @@ TOOLS: tuple[ToolSpec, ...] = (
                 "as_known_of": {
                     "type": "string",
                     "description": "ISO date/time: only memories recorded at or before that moment.",
+                },
+                "max_chars": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "maximum": MAX_RECALL_CHARS,
+                    "default": DEFAULT_RECALL_CHARS,
+                    "description": "Budget for the hits' content, in characters, shared by all hits (0: titles only).",
+                },
+                "max_tokens": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "maximum": MAX_RECALL_CHARS // CHARS_PER_TOKEN,
+                    "description": "The same budget in tokens (about 4 characters each); the smaller of the two wins.",
                 },
             },
             ["query"],
@@ -201,6 +226,41 @@ TOOLS: tuple[ToolSpec, ...] = (
         idempotent=True,
     ),
     ToolSpec(
+        name="brain_read",
+        title="Read a memory",
+        description=(
+            "Read one whole memory by id (from brain_recall): its full text, its fields, where it came from "
+            "(origin, source, agent, project, when), its validity window, what it supersedes or is superseded "
+            "by, and the memories associated with it. Archived (forgotten) memories can be read too."
+        ),
+        input_schema=_object({"id": _ID}, ["id"]),
+        output_schema=_object(
+            {
+                "id": {"type": "string"},
+                "title": {},
+                "path": {},
+                "type": {},
+                "tags": {"type": "array"},
+                "archived": {"type": "boolean"},
+                "content": {"type": "string"},
+                "content_truncated": {"type": "boolean"},
+                "content_length": {"type": "integer"},
+                "provenance": {"type": "object"},
+                "validity": {"type": "object"},
+                "supersession": {"type": "object"},
+                "associations": {"type": "array", "items": {"type": "object"}},
+                "fields": {"type": "object", "description": "The memory's index entry, as stored."},
+                "front_matter": {"type": "object", "description": "The memory file's front matter, as stored."},
+                "quarantine_pending": {"type": "boolean"},
+                "note": _NOTE,
+            },
+            ["id", "archived", "content"],
+        ),
+        read_only=True,
+        destructive=False,
+        idempotent=True,
+    ),
+    ToolSpec(
         name="brain_use",
         title="Switch brain",
         description=(
@@ -222,8 +282,10 @@ TOOLS: tuple[ToolSpec, ...] = (
         description=(
             "Save one distilled fact the user wants remembered (a decision and why, a preference, a lesson). "
             "Write it as a short self-contained statement; never store a whole conversation, transcript, "
-            "secret or credential. It is recallable at once and reaches the user's other devices. Use "
-            "origin 'user' only when the user said it themselves."
+            "secret or credential (content that looks like one is refused unless allow_secrets is true, which "
+            "only the user may ask for). It is recallable at once and reaches the user's other devices. Use "
+            "origin 'user' only when the user said it themselves. Pass 'project' when the fact belongs to a "
+            "project: brain_recall with the same project then favours it."
         ),
         input_schema=_object(
             {
@@ -243,6 +305,21 @@ TOOLS: tuple[ToolSpec, ...] = (
                     "type": "array",
                     "items": {"type": "string"},
                     "description": "Ids of memories this one replaces.",
+                },
+                "project": {
+                    "type": "string",
+                    "description": "The project this fact belongs to (recorded as its context; recall's 'project' "
+                    "favours it).",
+                },
+                "task": {
+                    "type": "string",
+                    "description": "What was being done when it was learned, e.g. 'debugging' (default 'capturing').",
+                },
+                "allow_secrets": {
+                    "type": "boolean",
+                    "default": False,
+                    "description": "Store it even though it looks like it holds a credential. Only when the user "
+                    "explicitly confirmed they want that credential kept in their memory.",
                 },
             },
             ["content"],

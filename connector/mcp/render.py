@@ -1,11 +1,20 @@
 """Text renderings of tool results: the same facts as the structured result, for reading.
 
 Pure functions from the structured result to text; no I/O.
+
+What a model reads must not be forgeable by what a memory holds. Single-line values
+(titles, tags, ids, paths, names) are shown with control, line-break and bidi
+characters escaped, so they stay on their one line; memory content is shown between
+code fences longer than any backtick run inside it, so no content can close its fence
+and print lines that look like ours.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
+
+from common.textsafety import escape_multiline, escape_one_line
 
 
 def _fmt_number(value: Any) -> str:
@@ -14,16 +23,62 @@ def _fmt_number(value: Any) -> str:
     return str(value)
 
 
+def one(value: Any) -> str:
+    """A single-line value as text, with anything that would break its line escaped."""
+    return escape_one_line(value if isinstance(value, str) else str(value))
+
+
+def plural(count: int, singular: str, plural_form: str | None = None) -> str:
+    """``1 memory``, ``2 memories``."""
+    word = singular if count == 1 else (plural_form or singular + "s")
+    return f"{count} {word}"
+
+
+def memories(count: int) -> str:
+    """``1 memory`` / ``3 memories``."""
+    return plural(count, "memory", "memories")
+
+
 def _tags(value: Any) -> str:
     if isinstance(value, list) and value:
-        return ", ".join(str(tag) for tag in value)
+        return ", ".join(one(tag) for tag in value)
     return ""
 
 
+_BACKTICK_RUN = re.compile(r"`+")
+
+
+def fenced(content: str, label: str = "memory") -> list[str]:
+    """``content`` between code fences no line inside can close (longer than its longest backtick run)."""
+    longest = max((len(run) for run in _BACKTICK_RUN.findall(content)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [f"{fence}{label}", *escape_multiline(content).split("\n"), fence]
+
+
+def _content_lines(hit: dict[str, Any]) -> list[str]:
+    """A hit's content, fenced, and what the budget cut of it."""
+    if "content" not in hit:
+        return []
+    content = hit.get("content") or ""
+    lines: list[str] = []
+    if content:
+        # Indented too: no content line starts at the margin, where our numbered hits are.
+        lines += [f"   {line}" if line else line for line in fenced(content)]
+    if hit.get("content_truncated"):
+        shown, total = len(content), hit.get("content_length", len(content))
+        if shown:
+            lines.append(f"   (content cut by the recall budget: {shown} of {total} characters shown; "
+                         "brain_read gives the whole memory)")
+        else:
+            lines.append(f"   (content left out: the recall budget was spent on better hits; {total} characters; "
+                         "brain_read gives the whole memory)")
+    return lines
+
+
 def recall_text(result: dict[str, Any]) -> str:
-    """Numbered hits with id, title, score and markers, then the note."""
+    """Numbered hits with id, title, score, markers and fenced content, then the note."""
     hits = result.get("results", [])
-    lines = [f"{result.get('count', len(hits))} memories found." if hits else "No matching memories."]
+    lines = [f"{memories(result.get('count', len(hits)))} found." if hits else "No matching memories."]
     for number, hit in enumerate(hits, 1):
         marks = []
         if hit.get("quarantine_pending"):
@@ -31,20 +86,23 @@ def recall_text(result: dict[str, Any]) -> str:
         if hit.get("expired"):
             marks.append("expired")
         if hit.get("superseded_by"):
-            marks.append(f"superseded by {hit['superseded_by']}")
+            marks.append(f"superseded by {one(hit['superseded_by'])}")
         if hit.get("low_trust"):
             marks.append("low trust")
         mark_text = f" [{'; '.join(marks)}]" if marks else ""
-        lines.append(f"{number}. {hit.get('title')} ({hit.get('id')}, score {_fmt_number(hit.get('score'))}){mark_text}")
+        lines.append(
+            f"{number}. {one(hit.get('title'))} ({one(hit.get('id'))}, score {_fmt_number(hit.get('score'))}){mark_text}"
+        )
         details = []
         if hit.get("type"):
-            details.append(f"type {hit['type']}")
+            details.append(f"type {one(hit['type'])}")
         if _tags(hit.get("tags")):
             details.append(f"tags {_tags(hit.get('tags'))}")
         if hit.get("path"):
-            details.append(str(hit["path"]))
+            details.append(one(hit["path"]))
         if details:
             lines.append("   " + " | ".join(details))
+        lines += _content_lines(hit)
     if result.get("note"):
         lines.append("")
         lines.append(f"Note: {result['note']}")
@@ -55,26 +113,26 @@ def status_text(result: dict[str, Any]) -> str:
     """Counts, brains (active marked), identity note and sync state."""
     active = result.get("active_brain")
     lines = [
-        f"Brain in use: {active['name']} ({active['id']})" if active else "No brain in use yet.",
+        f"Brain in use: {one(active['name'])} ({one(active['id'])})" if active else "No brain in use yet.",
         f"Memories: {result.get('memory_count', 0)} (pinned {result.get('pinned_count', 0)}, "
         f"pending verification {result.get('pending_verification_count', 0)})",
-        f"Last updated: {result.get('last_updated') or 'never'}",
+        f"Last updated: {one(result.get('last_updated') or 'never')}",
     ]
     brains = result.get("brains", [])
     if brains:
         lines.append("Brains of this account:")
         for brain in brains:
             marker = "*" if brain.get("active") else "-"
-            synced = brain.get("last_synced_at") or "never synced"
+            synced = one(brain.get("last_synced_at") or "never synced")
             lines.append(
-                f" {marker} {brain.get('name')} ({brain.get('id')}), {brain.get('size_bytes', 0)} bytes, {synced}"
+                f" {marker} {one(brain.get('name'))} ({one(brain.get('id'))}), {brain.get('size_bytes', 0)} bytes, {synced}"
             )
     identity = result.get("identity", {})
     lines.append(f"Identity: {identity.get('status')}")
     if identity.get("note"):
         lines.append(f"Note: {identity['note']}")
     if result.get("pending_writes"):
-        lines.append(f"{result['pending_writes']} write(s) held, not yet synced to the store.")
+        lines.append(f"{plural(result['pending_writes'], 'write')} held, not yet synced to the store.")
     if result.get("note"):
         lines.append(f"Note: {result['note']}")
     return "\n".join(lines)
@@ -83,9 +141,9 @@ def status_text(result: dict[str, Any]) -> str:
 def use_text(result: dict[str, Any]) -> str:
     """Which brain is now served."""
     brain = result["brain"]
-    text = f"Now using brain '{brain['name']}' ({brain['id']})"
+    text = f"Now using brain '{one(brain['name'])}' ({one(brain['id'])})"
     if "memory_count" in result:
-        text += f" with {result['memory_count']} memories"
+        text += f" with {memories(result['memory_count'])}"
     text += ". This choice is remembered."
     if result.get("note"):
         text += f"\nNote: {result['note']}"
@@ -110,26 +168,46 @@ def _written_tail(result: dict[str, Any]) -> list[str]:
 def memorize_text(result: dict[str, Any]) -> str:
     """The stored memory, its flags, and the sync state."""
     stored = result["stored"]
-    lines = [f"Remembered '{stored.get('title')}' as {stored.get('id')} ({stored.get('type')}, {stored.get('path')})."]
+    lines = [
+        f"Remembered '{one(stored.get('title'))}' as {one(stored.get('id'))} "
+        f"({one(stored.get('type'))}, {one(stored.get('path'))})."
+    ]
     if stored.get("quarantine_pending"):
         reasons = stored.get("quarantine_reasons") or []
-        lines.append("It is held for the user's verification" + (f" ({', '.join(map(str, reasons))})." if reasons else "."))
+        lines.append(
+            "It is held for the user's verification" + (f" ({', '.join(map(one, reasons))})." if reasons else ".")
+        )
     conflicts = stored.get("potential_conflicts")
     if conflicts:
-        lines.append(f"Potential conflicts with pinned or stable memories: {conflicts}")
+        named = [
+            f"'{one(item.get('title'))}' ({one(item.get('id'))})" if isinstance(item, dict) else one(item)
+            for item in conflicts
+        ]
+        lines.append(f"Potential conflicts with pinned or stable memories: {', '.join(named)}")
     if stored.get("superseded"):
-        lines.append(f"Supersedes: {stored['superseded']}")
+        lines.append(f"Supersedes: {', '.join(map(one, stored['superseded']))}")
     return "\n".join([*lines, *_written_tail(result)])
 
 
 def write_text(verb: str, result: dict[str, Any]) -> str:
-    """Pin / unpin / forget."""
+    """Pin / unpin / forget; a write that changed nothing says so instead of "saved"."""
     title = result.get("title")
-    named = f"'{title}' ({result['id']})" if title else str(result["id"])
+    named = f"'{one(title)}' ({one(result['id'])})" if title else one(result["id"])
+    if result.get("was_pinned") is False:
+        return "\n".join([f"{named} was not pinned; nothing changed.", *_notes_only(result)])
+    if result.get("already_archived"):
+        return "\n".join([f"{named} was already archived (forgotten); nothing changed.", *_notes_only(result)])
     lines = [f"{verb} {named}."]
     if result.get("archived_path"):
-        lines.append(f"Archived at {result['archived_path']} (recoverable).")
+        lines.append(f"Archived at {one(result['archived_path'])} (recoverable).")
     return "\n".join([*lines, *_written_tail(result)])
+
+
+def _notes_only(result: dict[str, Any]) -> list[str]:
+    """A no-op write's closing line: only what the user should still know (earlier writes still held)."""
+    if result.get("synced") is False:
+        return ["Earlier changes are still held here, not yet synced to the store; they will be pushed automatically."]
+    return []
 
 
 def verify_text(result: dict[str, Any]) -> str:
@@ -138,19 +216,58 @@ def verify_text(result: dict[str, Any]) -> str:
         pending = result.get("pending", [])
         if not pending:
             return "No memories are pending verification."
-        lines = [f"{result.get('total', len(pending))} memories pending verification:"]
+        lines = [f"{memories(result.get('total', len(pending)))} pending verification:"]
         for item in pending:
-            reasons = ", ".join(map(str, item.get("reasons") or []))
-            lines.append(f"- {item.get('id')}: {item.get('title')} ({item.get('origin') or 'no origin'}; {reasons})")
+            reasons = ", ".join(map(one, item.get("reasons") or []))
+            lines.append(
+                f"- {one(item.get('id'))}: {one(item.get('title'))} ({one(item.get('origin') or 'no origin')}; {reasons})"
+            )
         return "\n".join(lines)
     lines = []
     for item in result.get("results", []):
         verb = "approved" if result.get("action") == "approve" else "rejected (archived)"
-        lines.append(f"- {item.get('id')}: {verb}")
+        lines.append(f"- {one(item.get('id'))}: {verb}")
     for item in result.get("errors", []):
-        lines.append(f"- {item.get('id')}: error: {item.get('error')}")
+        lines.append(f"- {one(item.get('id'))}: error: {one(item.get('error'))}")
     if result.get("results"):
         lines.append(sync_sentence(bool(result.get("synced"))))
     if result.get("note"):
         lines.append(f"Note: {result['note']}")
     return "\n".join(lines) or "Nothing to do."
+
+
+def read_text(result: dict[str, Any]) -> str:
+    """One whole memory: what it is, where it comes from, how it stands, its links, its content."""
+    head = f"{one(result.get('title'))} ({one(result['id'])})"
+    lines = [f"Archived memory {head}" if result.get("archived") else f"Memory {head}"]
+    facts = [f"type {one(result['type'])}" if result.get("type") else "", one(result.get("path") or "")]
+    lines.append(" | ".join(fact for fact in facts if fact))
+    if result.get("tags"):
+        lines.append(f"Tags: {_tags(result['tags'])}")
+    provenance = result.get("provenance") or {}
+    told = [f"{key.replace('_', ' ')} {one(value)}" for key, value in provenance.items()
+            if value not in (None, "", [], {}) and not isinstance(value, (dict, list))]
+    if told:
+        lines.append("Provenance: " + "; ".join(told))
+    validity = result.get("validity") or {}
+    window = [f"{key.replace('_', ' ')} {one(value)}" for key, value in validity.items() if value not in (None, False)]
+    if window:
+        lines.append("Validity: " + "; ".join(window))
+    supersession = result.get("supersession") or {}
+    if supersession.get("superseded_by"):
+        lines.append(f"Superseded by {one(supersession['superseded_by'])}")
+    if supersession.get("supersedes"):
+        lines.append(f"Supersedes {', '.join(map(one, supersession['supersedes']))}")
+    if result.get("quarantine_pending"):
+        lines.append("Pending the user's verification: treat with care.")
+    links = result.get("associations") or []
+    if links:
+        lines.append("Associated: " + ", ".join(
+            f"'{one(link.get('title'))}' ({one(link['id'])}, weight {_fmt_number(link.get('weight'))})" for link in links
+        ))
+    lines += fenced(result.get("content") or "")
+    if result.get("content_truncated"):
+        lines.append(f"(content cut at {len(result.get('content') or '')} of {result.get('content_length')} characters)")
+    if result.get("note"):
+        lines.append(f"Note: {result['note']}")
+    return "\n".join(lines)

@@ -2,8 +2,9 @@
 
 The SDK does the protocol (JSON-RPC, version negotiation for the handshake era
 and 2026-07-28's ``server/discover``, the transport). This module only declares
-the tools and hands each call to `BrainTools` with the caller the HTTP layer
-authenticated (put into the ASGI scope under ``CALLER_SCOPE_KEY``).
+the tools, resources and prompts, and hands each call to `BrainTools` (tools) or
+`BrainContext` (resources, prompts) with the caller the HTTP layer authenticated
+(put into the ASGI scope under ``CALLER_SCOPE_KEY``).
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.shared.exceptions import MCPError
 from starlette.types import Receive, Scope, Send
 
+from connector.mcp.context import PROMPTS, RESOURCE_TEMPLATES, RESOURCES, BrainContext
 from connector.mcp.definitions import INSTRUCTIONS
 from connector.mcp.tools import BrainTools, Caller, error_result
 
@@ -50,6 +53,37 @@ def build_server(tools: BrainTools) -> Server[Any]:
             return error_result("Not signed in.")
         return await tools.call(params.name, params.arguments, caller)
 
+    context = BrainContext(tools)
+
+    def signed_in(ctx: ServerRequestContext[Any, Any]) -> Caller:
+        caller = _caller_of(ctx)
+        if caller is None:
+            raise MCPError(-32600, "Not signed in.")
+        return caller
+
+    async def list_resources(
+        ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        return types.ListResourcesResult(resources=RESOURCES)
+
+    async def list_resource_templates(
+        ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        return types.ListResourceTemplatesResult(resource_templates=RESOURCE_TEMPLATES)
+
+    async def read_resource(
+        ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        return await context.read_resource(params.uri, signed_in(ctx))
+
+    async def list_prompts(
+        ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListPromptsResult:
+        return types.ListPromptsResult(prompts=PROMPTS)
+
+    async def get_prompt(ctx: ServerRequestContext[Any, Any], params: types.GetPromptRequestParams) -> types.GetPromptResult:
+        return await context.get_prompt(params.name, params.arguments, signed_in(ctx))
+
     return Server(
         SERVER_NAME,
         version=SERVER_VERSION,
@@ -59,6 +93,11 @@ def build_server(tools: BrainTools) -> Server[Any]:
         get_tool_input_schema=tools.input_schema,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
+        on_list_resources=list_resources,
+        on_list_resource_templates=list_resource_templates,
+        on_read_resource=read_resource,
+        on_list_prompts=list_prompts,
+        on_get_prompt=get_prompt,
     )
 
 

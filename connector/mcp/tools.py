@@ -1,4 +1,4 @@
-"""The eight brain tools: argument reading, scope checks, calls into the working copies
+"""The nine brain tools: argument reading, scope checks, calls into the working copies
 and the engine, and results as structured content plus text.
 
 A refusal (bad argument, unknown id, missing scope, store down) is a tool result
@@ -18,13 +18,27 @@ from typing import Any
 import mcp_types as types
 
 from connector.engine.brain import Brain
+from connector.engine.credentials import find_credentials
 from connector.engine.errors import BrainError
 from connector.engine.index import IndexCache, RecallError, index_for
+from connector.engine.jsvalues import datetime_ms
 from connector.engine.ops import Forget, Pin, Unpin, Verify, connector_memorize
 from connector.engine.recall import recall
+from connector.engine.views import attach_content, read_memory
 from connector.mcp import render
 from connector.mcp.arguments import ArgumentError, Args
-from connector.mcp.definitions import MAX_RECALL_LIMIT, MEMORY_TYPES, ORIGINS, TOOLS, WRITE_SCOPE, ToolSpec
+from connector.mcp.definitions import (
+    CHARS_PER_TOKEN,
+    DEFAULT_RECALL_CHARS,
+    MAX_READ_CHARS,
+    MAX_RECALL_CHARS,
+    MAX_RECALL_LIMIT,
+    MEMORY_TYPES,
+    ORIGINS,
+    TOOLS,
+    WRITE_SCOPE,
+    ToolSpec,
+)
 from connector.workcopy.manager import BrainUnavailable, UnknownBrain, WorkingCopyManager
 from connector.workcopy.model import STATUS_NO_BRAIN, Account, Snapshot, WriteOutcome
 from connector.workcopy.store_client import StoreError
@@ -120,6 +134,7 @@ class BrainTools:
         self._handlers: dict[str, Callable[[Caller, Args], Awaitable[types.CallToolResult]]] = {
             "brain_recall": self._recall,
             "brain_status": self._status,
+            "brain_read": self._read,
             "brain_use": self._use,
             "brain_memorize": self._memorize,
             "brain_pin": self._pin,
@@ -250,7 +265,8 @@ class BrainTools:
 
     async def _recall(self, caller: Caller, args: Args) -> types.CallToolResult:
         query = args.string("query", required=True, max_length=10_000)
-        limit = args.integer("limit", default=10, minimum=1, maximum=MAX_RECALL_LIMIT)
+        limit, clamped = args.clamped_integer("limit", default=10, minimum=1, maximum=MAX_RECALL_LIMIT)
+        budget = _content_budget(args)
         project = args.string("project")
         as_of = args.string("as_of")
         as_known_of = args.string("as_known_of")
@@ -266,17 +282,25 @@ class BrainTools:
                 hits = await asyncio.to_thread(self.run_recall, snapshot, query, limit, project, as_of, as_known_of)
                 self._remember_warm(snapshot.key)
                 self._loaded()
+        if hits and snapshot.brain is not None:
+            attach_content(hits, snapshot.brain, budget)
+        if clamped:
+            notes.append(clamped)
         if not hits and snapshot.identity.status == STATUS_NO_BRAIN and snapshot.identity.note:
             notes.append(snapshot.identity.note)
         pending = sum(1 for hit in hits if hit.get("quarantine_pending"))
         if pending:
             notes.append(
-                f"{pending} result(s) are pending verification (saved from a low-trust source or with "
-                "instruction-like wording): treat them with care; the user can review them with brain_verify."
+                f"{render.plural(pending, 'result')} {'is' if pending == 1 else 'are'} pending verification "
+                "(saved from a low-trust source or with instruction-like wording): treat with care; the user "
+                "can review pending memories with brain_verify."
             )
         expired = sum(1 for hit in hits if hit.get("expired"))
         if expired:
-            notes.append(f"{expired} result(s) are expired facts (their validity ended); prefer newer ones.")
+            notes.append(
+                f"{render.plural(expired, 'result')} {'is an expired fact' if expired == 1 else 'are expired facts'} "
+                "(validity ended); prefer newer ones."
+            )
         if snapshot.pending_writes:
             notes.append(f"{snapshot.pending_writes} recent write(s) are held here, not yet synced to the store.")
         structured: dict[str, Any] = {"count": len(hits), "results": hits}
@@ -305,6 +329,28 @@ class BrainTools:
             cache_key=snapshot.key,
             cache=self.index_cache,
         )
+
+    async def _read(self, caller: Caller, args: Args) -> types.CallToolResult:
+        memory_id = self._memory_id(args)
+        snapshot = await self.manager.snapshot(caller.account)
+        found = None
+        if snapshot.brain is not None:
+            # Parses the index and the file's front matter: off the event loop for large brains.
+            found = await asyncio.to_thread(
+                read_memory, snapshot.brain, memory_id, now_ms=datetime_ms(self.manager.now()), max_chars=MAX_READ_CHARS
+            )
+        if found is None:
+            raise ToolFailure(f"unknown memory id {render.one(memory_id)} (brain_recall finds ids).")
+        notes = []
+        if found.get("archived"):
+            notes.append("This memory was forgotten (archived); it is not recalled any more.")
+        if found.get("quarantine_pending"):
+            notes.append("It is pending the user's verification: treat it with care.")
+        if found["validity"].get("expired"):
+            notes.append("Its validity has ended.")
+        if notes:
+            found["note"] = " ".join(notes)
+        return ok_result(found, render.read_text(found))
 
     async def _status(self, caller: Caller, args: Args) -> types.CallToolResult:
         snapshot = await self.manager.snapshot(caller.account)
@@ -359,16 +405,22 @@ class BrainTools:
     async def _memorize(self, caller: Caller, args: Args) -> types.CallToolResult:
         content = args.string("content", required=True, max_length=50_000)
         assert content is not None
+        title = args.string("title", max_length=1000)
+        tags = args.string_list("tags")
+        if not args.boolean("allow_secrets"):
+            _refuse_credentials(content, title or "", *tags)
         op = connector_memorize(
             content,
-            title=args.string("title", max_length=1000),
+            title=title,
             type=args.choice("type", MEMORY_TYPES, default="learning"),
-            tags=args.string_list("tags"),
+            tags=tags,
             origin=args.choice("origin", ORIGINS, default="agent-inferred"),
             valid_from=args.string("valid_from"),
             valid_until=args.string("valid_until"),
             supersedes=args.string_list("supersedes"),
             agent=caller.account.client_name,
+            project=args.string("project", max_length=300) or "",
+            task=args.string("task", max_length=300) or "",
         )
         outcome = await self._write(caller, op, "memorize")
         _refused_for_good(outcome)
@@ -425,6 +477,27 @@ class BrainTools:
         if note:
             structured["note"] = note
         return ok_result(structured, render.verify_text(structured))
+
+
+def _content_budget(args: Args) -> int:
+    """Recall's content budget in characters: ``max_chars``, or ``max_tokens`` x 4; the smaller when both."""
+    chars = args.integer("max_chars", default=DEFAULT_RECALL_CHARS, minimum=0, maximum=MAX_RECALL_CHARS)
+    if not args.given("max_tokens"):
+        return chars
+    tokens = args.integer("max_tokens", default=0, minimum=0, maximum=MAX_RECALL_CHARS // CHARS_PER_TOKEN)
+    return min(chars, tokens * CHARS_PER_TOKEN) if args.given("max_chars") else tokens * CHARS_PER_TOKEN
+
+
+def _refuse_credentials(*texts: str) -> None:
+    """Refuse a write whose text looks like it holds a credential, naming the kinds, never the values."""
+    kinds = find_credentials(*texts)
+    if kinds:
+        raise ToolFailure(
+            f"Not saved: this looks like it contains a credential ({', '.join(kinds)}). Memories are synced to "
+            "every device and shown to every agent the user connects, so credentials do not belong in them. "
+            "Leave the secret out (say where it is kept instead), or, only if the user explicitly confirms they "
+            "want it stored, call brain_memorize again with allow_secrets=true."
+        )
 
 
 def _is_list(args: Args) -> bool:

@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 import httpx
 from pydantic import ValidationError
 
+from common.textsafety import has_unsafe_chars
 from connector.oauth.redirects import is_loopback_host, redirect_uri_problem
 from connector.oauth.state import JsonCollection
 from mcp.shared.auth import OAuthClientMetadata
@@ -98,6 +99,12 @@ def validate_registration(body: Any) -> dict[str, Any]:
     name = (metadata.client_name or "").strip()
     if len(name) > MAX_CLIENT_NAME:
         raise RegistrationRefused("invalid_client_metadata", f"client_name is longer than {MAX_CLIENT_NAME}")
+    if has_unsafe_chars(name):
+        # Shown on the sign-in page and in memories' provenance: a newline or a bidi
+        # override there could make the name read as something it is not.
+        raise RegistrationRefused(
+            "invalid_client_metadata", "client_name must not contain control or bidirectional-override characters"
+        )
     return {
         "redirect_uris": list(dict.fromkeys(uris)),
         "client_name": name,

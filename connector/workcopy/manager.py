@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import logging
 import random
@@ -592,6 +593,7 @@ class WorkingCopyManager:
                 self._hold(copy, str(exc))
                 return dropped
             self._mark_synced(copy, result.checksum or checksum)
+            self._note_pushed(copy)
             return dropped
         self._hold(copy, "other devices kept changing the brain at the same time")
         return dropped
@@ -627,6 +629,21 @@ class WorkingCopyManager:
         copy.key = f"rebased:{copy.subject}:{copy.brain_id}:{checksum}:{len(kept)}:{id(working)}"
         copy.checked_at = self._mono()
         return dropped
+
+    def _note_pushed(self, copy: WorkingCopy) -> None:
+        """Record in the cached brain list that the pushed brain now has an archive.
+
+        Until the list expires it would still show the brain without one, which reads as
+        "this account has no brain" right after the account's first write. The push told
+        us all that changes, so the cached record is updated without asking the store.
+        """
+        state = self._users.get(copy.subject)
+        if state is None or state.brains is None or not copy.base_checksum:
+            return
+        state.brains = [
+            dataclasses.replace(brain, checksum=copy.base_checksum) if brain.id == copy.brain_id else brain
+            for brain in state.brains
+        ]
 
     def _mark_synced(self, copy: WorkingCopy, checksum: str | None) -> None:
         copy.pending.clear()

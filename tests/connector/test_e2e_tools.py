@@ -41,6 +41,7 @@ STATE_KEY = bytes(range(32))
 ALL_TOOLS = {
     "brain_recall",
     "brain_status",
+    "brain_read",
     "brain_use",
     "brain_memorize",
     "brain_pin",
@@ -273,8 +274,14 @@ def test_recall_through_mcp_equals_the_engine(store: RunningStore, tmp_path: Pat
                         json.loads(json.dumps(recall(stored, query, top=limit, project=project, now=moment)))
                         for moment in (before, after)
                     ]
+                    # Scores and order are the engine's exactly; content rides beside them.
+                    contents = [
+                        {key: hit.pop(key) for key in ("content", "content_truncated", "content_length") if key in hit}
+                        for hit in result["results"]
+                    ]
                     assert result["results"] in candidates
                     assert result["count"] == len(candidates[0])
+                    assert all("content" in content for content in contents)
 
     with connector(tmp_path, store) as server:
         asyncio.run(scenario(server.base_url))

@@ -14,6 +14,7 @@ EXPECTED_HINTS = {
     # name: (readOnly, destructive, idempotent)
     "brain_recall": (True, False, True),
     "brain_status": (True, False, True),
+    "brain_read": (True, False, True),
     "brain_use": (False, False, True),
     "brain_memorize": (False, True, False),
     "brain_pin": (False, True, True),
@@ -23,7 +24,7 @@ EXPECTED_HINTS = {
 }
 
 
-def test_eight_tools_with_schemas_and_annotations() -> None:
+def test_nine_tools_with_schemas_and_annotations() -> None:
     assert tuple(tool.name for tool in TOOLS) == TOOL_NAMES
     for spec in TOOLS:
         tool = spec.to_tool()
