@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
 
+from common.textsafety import escape_one_line
 from connector.engine.archive import ArchiveError, ArchiveLimits, load_archive, pack_archive
 from connector.engine.brain import Brain
 from connector.workcopy.longlived import LongLivedObjects
@@ -92,8 +93,8 @@ class UnknownBrain(Exception):
     def __init__(self, wanted: str, brains: list[BrainRecord]) -> None:
         self.wanted = wanted
         self.brains = brains
-        names = ", ".join(f"{b.name} ({b.id})" for b in brains) or "none"
-        super().__init__(f"No brain named {wanted!r} in this account. Brains: {names}.")
+        names = ", ".join(f"{escape_one_line(b.name)} ({b.id})" for b in brains) or "none"
+        super().__init__(f"No brain named '{escape_one_line(wanted)}' in this account. Brains: {names}.")
 
 
 @dataclass
@@ -173,7 +174,7 @@ def identity_for(account: Account, brains: list[BrainRecord], active: BrainRecor
         return Identity(STATUS_NO_BRAIN, note, tuple(brains), active.id if active else None)
     if len(brains) > 1 and active is not None:
         note = (
-            f"This account (signed in with {label}) has {len(brains)} brains; serving '{active.name}' "
+            f"This account (signed in with {label}) has {len(brains)} brains; serving '{escape_one_line(active.name)}' "
             f"({active.id}). Use brain_use to switch."
         )
         return Identity(STATUS_MULTIPLE, note, tuple(brains), active.id)
@@ -356,7 +357,7 @@ class WorkingCopyManager:
             brain = await asyncio.to_thread(load_archive, download.data, self.tuning.archive_limits)
         except ArchiveError as exc:
             raise BrainUnavailable(
-                f"The brain '{copy.brain_name}' at the store could not be read safely ({exc}); "
+                f"The brain '{escape_one_line(copy.brain_name)}' at the store could not be read safely ({exc}); "
                 "the connector did not use it and changed nothing."
             ) from None
         checksum = download.checksum or _checksum(download.data)
@@ -678,9 +679,9 @@ class WorkingCopyManager:
         labels = [pending.label for pending in copy.pending]
         gone = isinstance(refusal, StoreNotFound)
         if gone:
-            why = f"the brain '{copy.brain_name}' was deleted at the store"
+            why = f"the brain '{escape_one_line(copy.brain_name)}' was deleted at the store"
         else:
-            why = f"the store no longer accepts this sign-in's writes to the brain '{copy.brain_name}'"
+            why = f"the store no longer accepts this sign-in's writes to the brain '{escape_one_line(copy.brain_name)}'"
         counted = ", ".join(f"{labels.count(label)} {label}" for label in dict.fromkeys(labels))
         notice = (
             f"{len(labels)} write(s) ({counted}) could not be saved and were dropped: {why}. "
