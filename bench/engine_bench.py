@@ -11,6 +11,8 @@ as the command line keeps it, then measures in process:
 * the cold path: load the archive + build the index + one recall, with the stored
   statistics and with them missing (rebuilt from the files);
 * time to load the 10k archive (``load_archive``) and to prepare its index;
+* what ``brain_recall`` adds to a query: the hits' content (4,000-character budget)
+  and the text rendering;
 * memorize one memory into the brain + pack the archive (the connector's write path);
 * optionally (``--cli``) ``brain-connector recall`` as one process per query, the way
   the reference figures were taken.
@@ -49,6 +51,8 @@ from connector.engine.brain import Brain  # noqa: E402
 from connector.engine.index import BrainIndex  # noqa: E402
 from connector.engine.ops import Memorize  # noqa: E402
 from connector.engine.recall import recall  # noqa: E402
+from connector.engine.views import attach_content  # noqa: E402
+from connector.mcp import render  # noqa: E402
 
 REFERENCE_MS = {1000: 90.0, 10000: 421.0}
 REFERENCE_REBUILD_MS = 729.0
@@ -257,6 +261,17 @@ def bench_size(size: int, queries: int, cli_runs: int, now: datetime, cache_dir:
     row("recall query mode p50 / p95 (prepared)", f"{query_p50:.2f} / {query_p95:.2f} ms", ref_text, "5 ms" if big else "", cpu_p50_p95())
     context_p50, context_p95 = percentiles(timed(context_once, max(20, queries // 4)))
     row("recall context mode p50 / p95 (prepared)", f"{context_p50:.1f} / {context_p95:.1f} ms", "", "50 ms" if big else "", cpu_p50_p95())
+
+    # What brain_recall adds to a query: each hit's content (4,000-character budget) and the text.
+    hits_by_query = [recall(None, text, top=10, index=index, now=now) for text in texts]
+
+    def content_once() -> None:
+        hits = [dict(hit) for hit in hits_by_query[next(position) % len(hits_by_query)]]
+        attach_content(hits, loaded, 4000)
+        render.recall_text({"count": len(hits), "results": hits})
+
+    content_p50, content_p95 = percentiles(timed(content_once, queries))
+    row("recall hits' content + text p50 / p95", f"{content_p50:.2f} / {content_p95:.2f} ms", "", "", cpu_p50_p95())
 
     def cold(data: bytes) -> Callable[[], None]:
         def run() -> None:

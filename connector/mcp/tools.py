@@ -266,7 +266,7 @@ class BrainTools:
     async def _recall(self, caller: Caller, args: Args) -> types.CallToolResult:
         query = args.string("query", required=True, max_length=10_000)
         limit, clamped = args.clamped_integer("limit", default=10, minimum=1, maximum=MAX_RECALL_LIMIT)
-        budget = _content_budget(args)
+        budget, budget_notes = _content_budget(args)
         project = args.string("project")
         as_of = args.string("as_of")
         as_known_of = args.string("as_known_of")
@@ -284,8 +284,7 @@ class BrainTools:
                 self._loaded()
         if hits and snapshot.brain is not None:
             attach_content(hits, snapshot.brain, budget)
-        if clamped:
-            notes.append(clamped)
+        notes += ([clamped] if clamped else []) + budget_notes
         if not hits and snapshot.identity.status == STATUS_NO_BRAIN and snapshot.identity.note:
             notes.append(snapshot.identity.note)
         pending = sum(1 for hit in hits if hit.get("quarantine_pending"))
@@ -479,13 +478,21 @@ class BrainTools:
         return ok_result(structured, render.verify_text(structured))
 
 
-def _content_budget(args: Args) -> int:
-    """Recall's content budget in characters: ``max_chars``, or ``max_tokens`` x 4; the smaller when both."""
-    chars = args.integer("max_chars", default=DEFAULT_RECALL_CHARS, minimum=0, maximum=MAX_RECALL_CHARS)
+def _content_budget(args: Args) -> tuple[int, list[str]]:
+    """Recall's content budget in characters (``max_chars``, or ``max_tokens`` x 4; the smaller
+    when both) and notes for any value that was clamped."""
+    chars, chars_note = args.clamped_integer(
+        "max_chars", default=DEFAULT_RECALL_CHARS, minimum=0, maximum=MAX_RECALL_CHARS
+    )
+    notes = [chars_note] if chars_note else []
     if not args.given("max_tokens"):
-        return chars
-    tokens = args.integer("max_tokens", default=0, minimum=0, maximum=MAX_RECALL_CHARS // CHARS_PER_TOKEN)
-    return min(chars, tokens * CHARS_PER_TOKEN) if args.given("max_chars") else tokens * CHARS_PER_TOKEN
+        return chars, notes
+    tokens, tokens_note = args.clamped_integer(
+        "max_tokens", default=0, minimum=0, maximum=MAX_RECALL_CHARS // CHARS_PER_TOKEN
+    )
+    notes += [tokens_note] if tokens_note else []
+    by_tokens = tokens * CHARS_PER_TOKEN
+    return (min(chars, by_tokens) if args.given("max_chars") else by_tokens), notes
 
 
 def _refuse_credentials(*texts: str) -> None:

@@ -79,6 +79,9 @@ def test_recall_content_budget_brain_read_and_honest_texts(store: RunningStore, 
             # A clamped limit says it was clamped.
             clamped = structured(await client.call_tool("brain_recall", {"query": "deploy", "limit": 500}))
             assert "'limit' 500 is outside 1-25; 25 was used." in clamped["note"]
+            over = structured(await client.call_tool("brain_recall", {"query": "deploy", "max_chars": 10**6}))
+            assert "'max_chars' 1000000 is outside 0-40000; 40000 was used." in over["note"]
+            assert over["results"][0]["content"] == CHECKLIST
 
             # The project context reached the stored memory (recall's project matches it).
             stored_brain, _ = download_brain(store.url, user.token, brain_id)
