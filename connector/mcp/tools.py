@@ -17,6 +17,7 @@ from typing import Any
 
 import mcp_types as types
 
+from common.textsafety import has_unsafe_chars
 from connector.engine.brain import Brain
 from connector.engine.credentials import find_credentials
 from connector.engine.errors import BrainError
@@ -444,6 +445,9 @@ class BrainTools:
     def _memory_id(self, args: Args) -> str:
         memory_id = args.string("id", required=True, max_length=200)
         assert memory_id is not None
+        if has_unsafe_chars(memory_id.strip()):
+            # Ids are echoed in results and errors: they stay on one line.
+            raise ArgumentError("'id' must be a memory id such as mem_20250108_032187 (from brain_recall)")
         return memory_id.strip()
 
     async def _pin(self, caller: Caller, args: Args) -> types.CallToolResult:
