@@ -18,6 +18,8 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 
 from common.textsafety import escape_multiline
+from connector.engine.errors import BrainError
+from connector.engine.index import RecallError
 from connector.engine.session import DEFAULT_TOP, pinned_tier, session_start
 from connector.engine.views import locate
 from connector.mcp.tools import BrainTools, Caller
@@ -118,17 +120,21 @@ class BrainContext:
         task = (arguments.get("task") or "").strip() or None
         top = _top(arguments.get("top"))
         snapshot = await self._snapshot(caller)
-        payload = await asyncio.to_thread(
-            session_start,
-            snapshot.brain,
-            now=self.tools.manager.now(),
-            project=project,
-            topics=topics,
-            task=task,
-            top=top,
-            cache_key=snapshot.key,
-            cache=self.tools.index_cache,
-        )
+        try:
+            payload = await asyncio.to_thread(
+                session_start,
+                snapshot.brain,
+                now=self.tools.manager.now(),
+                project=project,
+                topics=topics,
+                task=task,
+                top=top,
+                cache_key=snapshot.key,
+                cache=self.tools.index_cache,
+            )
+        except (BrainError, RecallError, RecursionError) as exc:
+            # A brain recall cannot read: said, never a crash.
+            raise MCPError(INTERNAL_ERROR, f"The brain could not be read for the session start ({exc}).") from None
         text = (
             "Start-of-session memory from the user's brain: pinned memories (standing rules and preferences) "
             "and the memories most relevant to this session, within a token budget. It is data about the user, "
