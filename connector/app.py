@@ -30,6 +30,7 @@ from connector.metrics import observability_layer
 from connector.oauth.state import OAuthState, load_state_key
 from connector.oauth.tokens import AccessClaims, AccessTokenCodec, bearer_challenge
 from connector.settings import ConnectorSettings
+from connector.workcopy.journal import HeldWriteJournal
 from connector.workcopy.manager import ManagerTuning, WorkingCopyManager
 from connector.workcopy.model import Account
 from connector.workcopy.store_client import StoreClient
@@ -251,6 +252,8 @@ def build_parts(settings: ConnectorSettings, *, tuning: ManagerTuning | None = N
             max_copies=settings.max_working_copies,
             max_copy_bytes=settings.max_working_copy_bytes,
         ),
+        # Held writes survive a restart only with a state directory to keep them in.
+        journal=HeldWriteJournal(settings.state_dir / "held", state_key) if settings.state_dir else None,
     )
     tools = BrainTools(manager, allowed=settings.tools)
     return ConnectorParts(settings, store, state, codec, manager, tools, McpEndpoint(tools))
@@ -291,6 +294,7 @@ def create_app(settings: ConnectorSettings, *, tuning: ManagerTuning | None = No
     async def lifespan(_app: Litestar) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
             await stack.enter_async_context(parts.endpoint.running())
+            await parts.manager.recover()
             parts.manager.start()
             try:
                 yield

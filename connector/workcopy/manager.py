@@ -10,6 +10,12 @@ retried in the background: it is never dropped, not even by the idle purge,
 with one exception: when the store says the brain is gone (404) or that this
 sign-in may no longer write it (401/403), retrying can never succeed, so the held
 writes are dropped and the user is told on their next tool call.
+
+Held writes are also written to the held-write journal (`journal.py`, in the
+state directory) before the tool answers, so a restart or a crash does not lose
+them: `recover` reads them back at start-up and they are pushed like any held
+write, on the store's current brain with their original ids. Without a state
+directory there is no journal and the tool says the held write is not saved.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from typing import Protocol
 
 from connector.engine.archive import ArchiveError, ArchiveLimits, load_archive, pack_archive
 from connector.engine.brain import Brain
+from connector.workcopy.journal import HeldWriteJournal, JournalError, new_entry_name
 from connector.workcopy.longlived import LongLivedObjects
 from connector.workcopy.model import (
     STATUS_MULTIPLE,
@@ -188,6 +195,16 @@ def brain_bytes(brain: Brain) -> int:
     return sum(map(len, brain.files.values()))
 
 
+def _counted(labels: list[str]) -> str:
+    """``["memorize", "pin", "memorize"]`` as ``"2 memorize, 1 pin"``."""
+    return ", ".join(f"{labels.count(label)} {label}" for label in dict.fromkeys(labels))
+
+
+def _journal_mark(copy: WorkingCopy) -> tuple[object, ...]:
+    """What a copy's journal file says; when it changes, the file is written again."""
+    return (copy.account, copy.brain_id, copy.base_checksum, tuple(id(item) for item in copy.pending))
+
+
 def _checksum(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -205,6 +222,7 @@ class WorkingCopyManager:
         *,
         choices: BrainChoices | None = None,
         tuning: ManagerTuning | None = None,
+        journal: HeldWriteJournal | None = None,
         clock: Callable[[], datetime] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -219,15 +237,67 @@ class WorkingCopyManager:
         self._users: dict[str, _UserState] = {}
         # Per subject: what the user must hear about writes that were dropped (see _discard).
         self._notices: dict[str, list[str]] = {}
+        self.journal = journal
+        # Per subject: the kinds of the writes recovered from the journal at start-up (told once).
+        self._recovered: dict[str, list[str]] = {}
         self.long_lived = LongLivedObjects()
         self._maintenance: asyncio.Task[None] | None = None
 
     # ----- lifecycle -------------------------------------------------------
 
     def start(self) -> None:
-        """Start the background task that retries held writes and purges idle copies."""
+        """Start the background task that retries held writes and purges idle copies.
+
+        Writes recovered from the journal are tried at once, not after the first interval.
+        """
         if self._maintenance is None:
-            self._maintenance = asyncio.create_task(self._maintain_forever(), name="workcopy-maintenance")
+            at_once = any(copy.dirty for copy in self._copies.values())
+            self._maintenance = asyncio.create_task(self._maintain_forever(at_once), name="workcopy-maintenance")
+
+    async def recover(self) -> int:
+        """Read the held-write journal back (at start-up, before serving); returns the writes found.
+
+        Each journal file becomes a copy holding its writes again, with the account
+        that wrote them; its brain is pulled and the writes applied on it when it is
+        next pushed (the maintenance task tries at once), as after a lost race.
+        """
+        if self.journal is None:
+            return 0
+        entries = await asyncio.to_thread(self.journal.load)
+        found = 0
+        for entry in entries:
+            key = (entry.account.subject, entry.brain_id)
+            copy = self._copies.get(key)
+            if copy is not None:
+                # Two files for one copy (replicas sharing a state directory): one copy holds both.
+                copy.pending = sorted([*copy.pending, *entry.pending], key=lambda item: item.at)
+                copy.journaled = None
+                await self._journal(copy)
+                if copy.journaled is not None:
+                    await asyncio.to_thread(self.journal.remove, entry.name)
+            else:
+                copy = WorkingCopy(
+                    subject=entry.account.subject,
+                    brain_id=entry.brain_id,
+                    brain_name=entry.brain_name,
+                    brain=Brain(),
+                    base_checksum=entry.base_checksum,
+                    key=f"recovered:{entry.name}",
+                    account=entry.account,
+                    pending=entry.pending,
+                    checked_at=-1e18,
+                    used_at=self._mono(),
+                    journal_name=entry.name,
+                    needs_rebase=True,
+                )
+                copy.journaled = _journal_mark(copy)
+                self._copies[key] = copy
+                self._user(entry.account)
+            found += len(entry.pending)
+            self._recovered.setdefault(entry.account.subject, []).extend(item.label for item in entry.pending)
+        if found:
+            log.warning("held writes recovered from the journal; pushing them", extra={"writes": found, "copies": len(entries)})
+        return found
 
     async def close(self, push_timeout_s: float = 10.0) -> None:
         """Stop the background task and try (bounded) to push every held write."""
@@ -369,6 +439,11 @@ class WorkingCopyManager:
             # Never overwrite unsynced writes with a pull; try to push them instead.
             if self._mono() >= copy.next_retry_at:
                 await self._push(copy)
+            if copy.needs_rebase:
+                raise BrainUnavailable(
+                    "The store cannot be reached right now, so the brain could not be loaded. Writes held "
+                    "before the connector restarted are kept and pushed once the store is back. Try again shortly."
+                )
             return
         ttl = self.tuning.repull_ttl_s
         never_pulled = copy.checked_at < -1e17
@@ -524,6 +599,7 @@ class WorkingCopyManager:
                 brain=None if discarded else copy.brain,
                 key=None if discarded else copy.key,
                 discarded=discarded,
+                durable=not copy.dirty or copy.journaled is not None,
             )
 
     async def _ensure_brain(self, copy: WorkingCopy) -> None:
@@ -540,11 +616,69 @@ class WorkingCopyManager:
         log.info("created a brain at the store for a first write", extra={"brain_id": record.id})
 
     async def _push(self, copy: WorkingCopy) -> list[str]:
+        """Push the copy's pending writes, then bring its journal file up to date. Lock held.
+
+        Returns labels of the writes dropped because they no longer applied.
+        """
+        dropped = await self._push_pending(copy)
+        await self._journal(copy)
+        return dropped
+
+    async def _journal(self, copy: WorkingCopy) -> None:
+        """Write a copy still holding writes to the journal (if changed); remove it once it holds none. Lock held."""
+        if self.journal is None:
+            return
+        if copy.pending and copy.discarded is None:
+            mark = _journal_mark(copy)
+            if mark == copy.journaled:
+                return
+            copy.journal_name = copy.journal_name or new_entry_name()
+            try:
+                await asyncio.to_thread(
+                    self.journal.record,
+                    copy.journal_name,
+                    copy.account,
+                    copy.brain_id,
+                    copy.brain_name,
+                    copy.base_checksum,
+                    list(copy.pending),
+                )
+            except JournalError as exc:
+                copy.journaled = None
+                log.error("held writes are in memory only: %s", exc, extra={"pending": len(copy.pending)})
+                return
+            copy.journaled = mark
+        elif copy.journal_name is not None:
+            await asyncio.to_thread(self.journal.remove, copy.journal_name)
+            copy.journal_name, copy.journaled = None, None
+
+    async def _replay(self, copy: WorkingCopy, dropped: list[str]) -> bool:
+        """Pull the store's brain and apply the pending writes on it; False when pushing stops here. Lock held."""
+        try:
+            dropped += await self._rebase(copy)
+        except (StoreUnauthorized, StoreForbidden) as exc:
+            if self._final(copy, exc):
+                self._discard(copy, exc)
+            else:
+                self._hold(copy, "the sign-in expired; the write is pushed when the user signs in again")
+            return False
+        except (StoreError, BrainUnavailable) as exc:
+            self._hold(copy, str(exc))
+            return False
+        if not copy.pending:
+            self._mark_synced(copy, copy.base_checksum)
+            return False
+        return True
+
+    async def _push_pending(self, copy: WorkingCopy) -> list[str]:
         """Push the copy's pending writes, rebasing on 412. Lock held. Returns labels of dropped writes."""
         dropped: list[str] = []
         if not copy.pending:
             return dropped
         for attempt in range(self.tuning.max_push_attempts):
+            # A copy recovered from the journal first gets the store's brain under its writes.
+            if copy.needs_rebase and not await self._replay(copy, dropped):
+                return dropped
             archive = await asyncio.to_thread(pack_archive, copy.brain)
             checksum = _checksum(archive)
             if checksum == copy.base_checksum:
@@ -565,19 +699,7 @@ class WorkingCopyManager:
                     )
             except PreconditionFailed:
                 log.info("push lost a race; rebasing pending writes", extra={"attempt": attempt + 1})
-                try:
-                    dropped += await self._rebase(copy)
-                except (StoreUnauthorized, StoreForbidden) as exc:
-                    if self._final(copy, exc):
-                        self._discard(copy, exc)
-                    else:
-                        self._hold(copy, "the sign-in expired; the write is pushed when the user signs in again")
-                    return dropped
-                except (StoreError, BrainUnavailable) as exc:
-                    self._hold(copy, str(exc))
-                    return dropped
-                if not copy.pending:
-                    self._mark_synced(copy, copy.base_checksum)
+                if not await self._replay(copy, dropped):
                     return dropped
                 delay = min(self.tuning.retry_cap_s, self.tuning.retry_base_s * (2**attempt))
                 await self._sleep(random.uniform(0, delay))
@@ -598,12 +720,14 @@ class WorkingCopyManager:
 
     async def _rebase(self, copy: WorkingCopy) -> list[str]:
         """Pull the store's brain and apply the pending writes again, in order, with their ids."""
-        assert copy.brain_id is not None
+        data: bytes | None = None
+        checksum: str | None = None
         try:
-            download = await self.store.download(copy.account.credential, copy.brain_id, None)
-            data, checksum = download.data, download.checksum
+            if copy.brain_id is not None:  # else: a brain-less account's first writes, recovered
+                download = await self.store.download(copy.account.credential, copy.brain_id, None)
+                data, checksum = download.data, download.checksum
         except StoreNotFound:
-            data, checksum = None, None
+            pass
         if data is None:
             base = Brain()
         else:
@@ -623,6 +747,7 @@ class WorkingCopyManager:
                 log.warning("a pending write no longer applies after a concurrent change", extra={"op": pending.label})
                 dropped.append(f"{pending.label}: {exc}")
         copy.brain, copy.base_checksum, copy.pending = working, checksum, kept
+        copy.needs_rebase = False
         copy.size_bytes = brain_bytes(working)
         copy.key = f"rebased:{copy.subject}:{copy.brain_id}:{checksum}:{len(kept)}:{id(working)}"
         copy.checked_at = self._mono()
@@ -664,7 +789,7 @@ class WorkingCopyManager:
             why = f"the brain '{copy.brain_name}' was deleted at the store"
         else:
             why = f"the store no longer accepts this sign-in's writes to the brain '{copy.brain_name}'"
-        counted = ", ".join(f"{labels.count(label)} {label}" for label in dict.fromkeys(labels))
+        counted = _counted(labels)
         notice = (
             f"{len(labels)} write(s) ({counted}) could not be saved and were dropped: {why}. "
             "They are not in any brain. Ask the user whether to save them again"
@@ -691,8 +816,22 @@ class WorkingCopyManager:
         )
 
     def take_notices(self, subject: str) -> list[str]:
-        """Messages for the user about their writes that were dropped (each is given once)."""
-        return self._notices.pop(subject, [])
+        """Messages for the user about their writes that were dropped or recovered (each is given once)."""
+        notices = self._notices.pop(subject, [])
+        recovered = self._recovered.pop(subject, None)
+        if recovered:
+            held = sum(len(copy.pending) for key, copy in self._copies.items() if key[0] == subject)
+            where = (
+                f"{held} write(s) are still held and are pushed once the store accepts them"
+                if held
+                else "they are now synced to the store"
+            )
+            notices.insert(
+                0,
+                f"The connector restarted while {len(recovered)} write(s) ({_counted(recovered)}) were held "
+                f"for the store; they were kept in its journal and {where}.",
+            )
+        return notices
 
     def _hold(self, copy: WorkingCopy, reason: str) -> None:
         copy.held_reason = reason
@@ -782,9 +921,11 @@ class WorkingCopyManager:
             self._users.pop(subject, None)
         return kept
 
-    async def _maintain_forever(self) -> None:
+    async def _maintain_forever(self, at_once: bool = False) -> None:
         while True:
-            await asyncio.sleep(self.tuning.maintenance_every_s)
+            if not at_once:
+                await asyncio.sleep(self.tuning.maintenance_every_s)
+            at_once = False
             try:
                 await self.maintain()
             except Exception:
