@@ -26,15 +26,15 @@ import hashlib
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
 
-from connector.engine.archive import ArchiveError, ArchiveLimits, load_archive, pack_archive
+from connector.engine.archive import ArchiveError, ArchiveLimits, ArchiveTooLarge, load_archive, pack_archive
 from connector.engine.brain import Brain
 from connector.workcopy.journal import HeldWriteJournal, JournalError, new_entry_name
-from connector.workcopy.longlived import LongLivedObjects
+from connector.workcopy.longlived import LongLivedObjects, give_back_memory
 from connector.workcopy.model import (
     STATUS_MULTIPLE,
     STATUS_NO_BRAIN,
@@ -121,8 +121,20 @@ class ManagerTuning:
     max_copy_bytes: int = 0
     # What one working copy may hold once unpacked (the whole brain lives in memory).
     archive_limits: ArchiveLimits = field(
-        default_factory=lambda: ArchiveLimits(max_inflated=256 * 1024 * 1024, max_entries=200_000)
+        default_factory=lambda: ArchiveLimits(max_inflated=128 * 1024 * 1024, max_entries=200_000)
     )
+    # Brains downloaded and unpacked at once; more wait their turn.
+    max_loads: int = 2
+
+    @property
+    def load_cost(self) -> int:
+        """Bytes one load may hold at its peak, reserved in ``max_copy_bytes`` before it starts.
+
+        The archive (at most ``max_inflated``), the files taken out of it (at most
+        ``max_inflated``) and, briefly, the largest file twice over while it is cut out
+        of the stream: three times the limit bounds it.
+        """
+        return 3 * self.archive_limits.max_inflated
 
 
 @dataclass
@@ -242,6 +254,9 @@ class WorkingCopyManager:
         self._recovered: dict[str, list[str]] = {}
         self.long_lived = LongLivedObjects()
         self._maintenance: asyncio.Task[None] | None = None
+        # Brain loads under way (bounded), and the bytes of the budget they have reserved.
+        self._loads = asyncio.Semaphore(max(1, self.tuning.max_loads))
+        self._reserved = 0
 
     # ----- lifecycle -------------------------------------------------------
 
@@ -403,35 +418,75 @@ class WorkingCopyManager:
             copy.brain_name = record.name
         return copy
 
-    async def _pull(self, copy: WorkingCopy, *, conditional: bool) -> None:
-        """Replace a clean copy with the store's archive (304 keeps it). Lock held."""
-        assert copy.brain_id is not None
+    @contextlib.asynccontextmanager
+    async def _loading(self) -> AsyncIterator[None]:
+        """One of the few brain loads allowed at once, with room made in the byte budget first.
+
+        Clean copies are dropped before the load (not after it) so that the copies
+        held plus the loads under way stay within ``max_copy_bytes``.
+        """
+        async with self._loads:
+            cost = self.tuning.load_cost if self.tuning.max_copy_bytes else 0
+            self._enforce_budget(incoming=cost)
+            self._reserved += cost
+            try:
+                yield
+            finally:
+                self._reserved -= cost
+
+    async def _load(self, copy: WorkingCopy, data: bytes) -> Brain:
+        """Unpack a downloaded archive within the per-brain limit; a refusal is said to the user."""
         try:
-            download = await self.store.download(
-                copy.account.credential, copy.brain_id, copy.base_checksum if conditional else None
-            )
-        except StoreNotFound:
-            # No archive yet (or the brain is gone): an empty copy, base None.
-            copy.brain, copy.base_checksum = Brain(), None
-            copy.key = _empty_key(copy.subject, copy.brain_id)
-            copy.checked_at = self._mono()
-            copy.size_bytes = 0
-            return
-        copy.checked_at = self._mono()
-        if download.not_modified:
-            return
-        assert download.data is not None
-        try:
-            brain = await asyncio.to_thread(load_archive, download.data, self.tuning.archive_limits)
+            return await asyncio.to_thread(load_archive, data, self.tuning.archive_limits)
+        except ArchiveTooLarge:
+            await asyncio.to_thread(give_back_memory)
+            limit_mb = self.tuning.archive_limits.max_inflated // (1024 * 1024)
+            raise BrainUnavailable(
+                f"The brain '{copy.brain_name}' is larger than this connector accepts: it unpacks to more than "
+                f"{limit_mb} MiB (the operator's CONNECTOR_MAX_BRAIN_MB). The connector did not load it and "
+                "changed nothing."
+            ) from None
         except ArchiveError as exc:
+            await asyncio.to_thread(give_back_memory)
             raise BrainUnavailable(
                 f"The brain '{copy.brain_name}' at the store could not be read safely ({exc}); "
                 "the connector did not use it and changed nothing."
             ) from None
-        checksum = download.checksum or _checksum(download.data)
+
+    async def _pull(self, copy: WorkingCopy, *, conditional: bool) -> None:
+        """Replace a clean copy with the store's archive (304 keeps it). Lock held."""
+        assert copy.brain_id is not None
+        async with self._loading():
+            try:
+                download = await self.store.download(
+                    copy.account.credential, copy.brain_id, copy.base_checksum if conditional else None
+                )
+            except StoreNotFound:
+                # No archive yet (or the brain is gone): an empty copy, base None.
+                self._forget_brain(copy)
+                copy.checked_at = self._mono()
+                return
+            if download.not_modified:
+                copy.checked_at = self._mono()
+                return
+            assert download.data is not None
+            checksum = download.checksum or _checksum(download.data)
+            # The old version goes before the new one is unpacked, never both at once: a clean
+            # copy left empty by a failed load is simply pulled again on its next use.
+            self._forget_brain(copy)
+            brain = await self._load(copy, download.data)
+            del download
         copy.brain, copy.base_checksum, copy.key = brain, checksum, checksum
         copy.size_bytes = brain_bytes(brain)
+        copy.checked_at = self._mono()
         self.long_lived.loaded()
+
+    @staticmethod
+    def _forget_brain(copy: WorkingCopy) -> None:
+        """Empty a clean copy: no archive held, pulled again (unconditionally) when next needed."""
+        copy.brain, copy.base_checksum, copy.size_bytes = Brain(), None, 0
+        copy.key = _empty_key(copy.subject, copy.brain_id)
+        copy.checked_at = -1e18
 
     async def _refresh(self, copy: WorkingCopy, *, force: bool = False) -> None:
         """Freshness rule: re-check a clean copy once the TTL passed (or when forced). Lock held."""
@@ -720,22 +775,18 @@ class WorkingCopyManager:
 
     async def _rebase(self, copy: WorkingCopy) -> list[str]:
         """Pull the store's brain and apply the pending writes again, in order, with their ids."""
-        data: bytes | None = None
+        base = Brain()
         checksum: str | None = None
-        try:
-            if copy.brain_id is not None:  # else: a brain-less account's first writes, recovered
-                download = await self.store.download(copy.account.credential, copy.brain_id, None)
-                data, checksum = download.data, download.checksum
-        except StoreNotFound:
-            pass
-        if data is None:
-            base = Brain()
-        else:
-            try:
-                base = await asyncio.to_thread(load_archive, data, self.tuning.archive_limits)
-            except ArchiveError as exc:
-                raise BrainUnavailable(f"the brain at the store could not be read safely ({exc})") from None
-            checksum = checksum or _checksum(data)
+        if copy.brain_id is not None:  # else: a brain-less account's first writes, recovered
+            async with self._loading():
+                try:
+                    download = await self.store.download(copy.account.credential, copy.brain_id, None)
+                except StoreNotFound:
+                    download = None
+                if download is not None and download.data is not None:
+                    checksum = download.checksum or _checksum(download.data)
+                    base = await self._load(copy, download.data)
+                del download
         working = base.copy()
         kept: list[PendingWrite] = []
         dropped: list[str] = []
@@ -842,16 +893,18 @@ class WorkingCopyManager:
 
     # ----- memory budget ---------------------------------------------------
 
-    def _enforce_budget(self) -> int:
+    def _enforce_budget(self, incoming: int = 0) -> int:
         """Drop least recently used clean copies while over ``max_copies`` or ``max_copy_bytes``.
 
-        Never a copy holding unpushed writes, one in use (locked), or the most recently
-        used one (the copy just served: dropping it would only make the next call pull
-        it again). Returns how many copies were dropped.
+        The bytes counted are the copies', those reserved by loads under way, and
+        ``incoming`` (a load about to start). Never a copy holding unpushed writes,
+        one in use (locked), or the most recently used one (the copy just served:
+        dropping it would only make the next call pull it again). Returns how many
+        copies were dropped; their memory is handed back to the system at once.
         """
         most, budget = self.tuning.max_copies, self.tuning.max_copy_bytes
         count = len(self._copies)
-        total = sum(copy.size_bytes for copy in self._copies.values()) if budget else 0
+        total = sum(copy.size_bytes for copy in self._copies.values()) + self._reserved + incoming if budget else 0
 
         def over() -> bool:
             return bool((most and count > most) or (budget and total > budget))
@@ -871,6 +924,7 @@ class WorkingCopyManager:
             evicted += 1
         if evicted:
             self.long_lived.dropped()
+            give_back_memory()
             log.info(
                 "dropped least recently used working copies over the budget",
                 extra={"evicted": evicted, "copies": count, **({"bytes": total} if budget else {})},
