@@ -26,7 +26,7 @@ import hashlib
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
@@ -418,21 +418,21 @@ class WorkingCopyManager:
             copy.brain_name = record.name
         return copy
 
-    @contextlib.asynccontextmanager
-    async def _loading(self) -> AsyncIterator[None]:
-        """One of the few brain loads allowed at once, with room made in the byte budget first.
+    @contextlib.contextmanager
+    def _room_for_load(self) -> Iterator[None]:
+        """Reserve a load's peak in the byte budget, dropping clean copies first if needed.
 
-        Clean copies are dropped before the load (not after it) so that the copies
-        held plus the loads under way stay within ``max_copy_bytes``.
+        Copies are dropped before the brain is unpacked (not after it), so the copies
+        held plus the loads under way stay within ``max_copy_bytes``. Only loads that
+        unpack reserve: a freshness check answered 304 costs nothing.
         """
-        async with self._loads:
-            cost = self.tuning.load_cost if self.tuning.max_copy_bytes else 0
-            self._enforce_budget(incoming=cost)
-            self._reserved += cost
-            try:
-                yield
-            finally:
-                self._reserved -= cost
+        cost = self.tuning.load_cost if self.tuning.max_copy_bytes else 0
+        self._enforce_budget(incoming=cost)
+        self._reserved += cost
+        try:
+            yield
+        finally:
+            self._reserved -= cost
 
     async def _load(self, copy: WorkingCopy, data: bytes) -> Brain:
         """Unpack a downloaded archive within the per-brain limit; a refusal is said to the user."""
@@ -456,7 +456,7 @@ class WorkingCopyManager:
     async def _pull(self, copy: WorkingCopy, *, conditional: bool) -> None:
         """Replace a clean copy with the store's archive (304 keeps it). Lock held."""
         assert copy.brain_id is not None
-        async with self._loading():
+        async with self._loads:  # downloads and unpacking: a few at once
             try:
                 download = await self.store.download(
                     copy.account.credential, copy.brain_id, copy.base_checksum if conditional else None
@@ -474,7 +474,8 @@ class WorkingCopyManager:
             # The old version goes before the new one is unpacked, never both at once: a clean
             # copy left empty by a failed load is simply pulled again on its next use.
             self._forget_brain(copy)
-            brain = await self._load(copy, download.data)
+            with self._room_for_load():
+                brain = await self._load(copy, download.data)
             del download
         copy.brain, copy.base_checksum, copy.key = brain, checksum, checksum
         copy.size_bytes = brain_bytes(brain)
@@ -778,14 +779,15 @@ class WorkingCopyManager:
         base = Brain()
         checksum: str | None = None
         if copy.brain_id is not None:  # else: a brain-less account's first writes, recovered
-            async with self._loading():
+            async with self._loads:
                 try:
                     download = await self.store.download(copy.account.credential, copy.brain_id, None)
                 except StoreNotFound:
                     download = None
                 if download is not None and download.data is not None:
                     checksum = download.checksum or _checksum(download.data)
-                    base = await self._load(copy, download.data)
+                    with self._room_for_load():
+                        base = await self._load(copy, download.data)
                 del download
         working = base.copy()
         kept: list[PendingWrite] = []

@@ -635,40 +635,33 @@ def test_budget_is_applied_before_a_load_and_a_brain_is_never_held_twice(store: 
     users = [store.add_user(f"before{number}") for number in range(2)]
     for user in users:
         direct_memorize(store.url, user.token, brains_of(store.url, user.token)[0]["id"], f"A fact of {user.name}")
-    seen: list[tuple[set[str], int]] = []
-
-    class Watching(StoreClient):
-        """Records, at each download, whose copies are held and how many bytes they weigh."""
-
-        async def download(self, *args: Any, **kwargs: Any) -> Any:
-            seen.append(({key[0] for key in manager.copies}, sum(c.size_bytes for c in manager.copies.values())))
-            return await super().download(*args, **kwargs)
-
     limits = ArchiveLimits(max_inflated=64 * 1024)
     # Room for one load (three times the per-brain limit) and nothing more.
     tuning = ManagerTuning(archive_limits=limits, max_copy_bytes=3 * 64 * 1024 + 1, repull_ttl_s=0.0)
-    manager = WorkingCopyManager(Watching(store.url), tuning=tuning)
+    manager = WorkingCopyManager(StoreClient(store.url), tuning=tuning)
     first, second = (account_for(user) for user in users)
+    # At each unpacking: whose copies are held, and how many files the copy being loaded still holds.
+    seen: list[tuple[set[str], int]] = []
+    load = manager._load
+
+    async def watching_load(copy: Any, data: bytes) -> Brain:
+        seen.append(({key[0] for key in manager.copies}, len(copy.brain.files)))
+        return await load(copy, data)
+
+    manager._load = watching_load  # type: ignore[method-assign]
 
     async def scenario() -> None:
         await manager.snapshot(first)
-        # The first user's clean copy is dropped before the second brain is downloaded, not after.
+        # The first user's clean copy is dropped before the second brain is unpacked, not after.
         await manager.snapshot(second)
         assert seen[-1] == ({second.subject}, 0)
-        # A forced re-pull of a newer version: during the unpacking the copy no longer holds the old one.
+        # A forced re-pull of a newer version: while it is unpacked the copy no longer holds the old one.
         direct_memorize(store.url, users[1].token, brains_of(store.url, users[1].token)[0]["id"], "A newer fact")
-        held_during_load: list[int] = []
-        load = manager._load
-
-        async def watching_load(copy: Any, data: bytes) -> Brain:
-            held_during_load.append(len(copy.brain.files))
-            return await load(copy, data)
-
-        manager._load = watching_load  # type: ignore[method-assign]
-        copy = next(iter(manager.copies.values()))
+        copy = manager.copies[(second.subject, brains_of(store.url, users[1].token)[0]["id"])]
+        assert len(copy.brain.files) > 0
         async with copy.lock:
             await manager._refresh(copy, force=True)
-        assert held_during_load == [0]
+        assert seen[-1] == ({second.subject}, 0)
         assert len(memory_ids(copy.brain)) == 2
         await manager.close()
 
