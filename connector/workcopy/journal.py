@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import secrets
-import tempfile
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from common.files import fsync_dir, write_atomic
 from connector.engine.ops import operation_from_dict
 from connector.oauth.state import SecretBox, ensure_private_dir
 from connector.workcopy.model import Account, PendingWrite
@@ -104,7 +103,7 @@ class HeldWriteJournal:
         sealed = self._box.seal(json.dumps(document, separators=(",", ":")), self._context(name))
         try:
             ensure_private_dir(self.directory)
-            _write_durably(self.directory, name + _SUFFIX, sealed.encode("ascii"))
+            write_atomic(self.directory / (name + _SUFFIX), sealed.encode("ascii"))
         except Exception as exc:
             raise JournalError(f"the held-write journal could not be written ({type(exc).__name__})") from None
 
@@ -117,13 +116,15 @@ class HeldWriteJournal:
         except OSError as exc:
             log.error("could not remove a held-write journal file", extra={"file": name, "error": type(exc).__name__})
             return
-        _fsync_directory(self.directory)
+        fsync_dir(self.directory)
 
     def load(self) -> list[JournalEntry]:
         """Every file that opens with this key; the others are logged and left alone. Blocking."""
         if not self.directory.is_dir():
             return []
         ensure_private_dir(self.directory)
+        for leftover in self.directory.glob(".*.tmp"):  # a crash between write and rename
+            leftover.unlink(missing_ok=True)
         entries: list[JournalEntry] = []
         for path in sorted(self.directory.glob("*" + _SUFFIX)):
             name = path.name[: -len(_SUFFIX)]
@@ -185,30 +186,3 @@ def _entry(name: str, document: dict[str, Any]) -> JournalEntry:
         base_checksum=document.get("base_checksum") or None,
         pending=pending,
     )
-
-
-def _write_durably(directory: Path, file_name: str, payload: bytes) -> None:
-    """Temporary file (0600), fsync, rename over ``file_name``, fsync the directory."""
-    fd, temporary = tempfile.mkstemp(prefix=f".{file_name}.", dir=directory)
-    try:
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(payload)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, directory / file_name)
-    except BaseException:
-        try:
-            os.unlink(temporary)
-        except FileNotFoundError:
-            pass
-        raise
-    _fsync_directory(directory)
-
-
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
