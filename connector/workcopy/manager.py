@@ -128,7 +128,7 @@ class ManagerTuning:
 
     @property
     def load_cost(self) -> int:
-        """Bytes one load may hold at its peak, reserved in ``max_copy_bytes`` before it starts.
+        """Bytes one load may hold at its peak, reserved in ``max_copy_bytes`` before it unpacks.
 
         The archive (at most ``max_inflated``), the files taken out of it (at most
         ``max_inflated``) and, briefly, the largest file twice over while it is cut out
@@ -496,9 +496,10 @@ class WorkingCopyManager:
             if self._mono() >= copy.next_retry_at:
                 await self._push(copy)
             if copy.needs_rebase:
+                why = f" ({copy.held_reason})" if copy.held_reason else ""
                 raise BrainUnavailable(
-                    "The store cannot be reached right now, so the brain could not be loaded. Writes held "
-                    "before the connector restarted are kept and pushed once the store is back. Try again shortly."
+                    f"The brain could not be loaded from the store{why}. Writes held before the connector "
+                    "restarted are kept and pushed once it can be. Try again shortly."
                 )
             return
         ttl = self.tuning.repull_ttl_s
