@@ -666,3 +666,26 @@ def test_budget_is_applied_before_a_load_and_a_brain_is_never_held_twice(store: 
         await manager.close()
 
     run(scenario())
+
+
+def test_a_held_write_the_journal_cannot_keep_is_said_to_be_not_saved(store: RunningStore, tmp_path: Path) -> None:
+    from connector.workcopy.journal import HeldWriteJournal
+
+    user = store.add_user("unjournaled")
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("a file where the journal's directory should be")
+
+    async def scenario() -> None:
+        client = FlakyUploads(store.url)
+        journal = HeldWriteJournal(blocker / "held", bytes(32))
+        manager = WorkingCopyManager(client, tuning=ManagerTuning(held_retry_s=60.0), journal=journal)
+        tools = BrainTools(manager)
+        caller = Caller(account_for(user), ALL)
+        client.failing = True
+        result = await tools.call("brain_memorize", {"content": "Kept in memory only"}, caller)
+        assert not result.is_error
+        assert result.structured_content["durable"] is False
+        assert "NOT saved" in result.content[0].text
+        await manager.close(push_timeout_s=0.1)
+
+    run(scenario())
