@@ -23,6 +23,7 @@ from litestar.config.cors import CORSConfig
 from litestar.handlers import asgi
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
+from connector.engine.archive import ArchiveLimits
 from connector.mcp.http import bearer_token, header, peer_address, request_base_url
 from connector.mcp.server import CALLER_SCOPE_KEY, McpEndpoint
 from connector.mcp.tools import BrainTools, Caller
@@ -30,6 +31,7 @@ from connector.metrics import observability_layer
 from connector.oauth.state import OAuthState, load_state_key
 from connector.oauth.tokens import AccessClaims, AccessTokenCodec, bearer_challenge
 from connector.settings import ConnectorSettings
+from connector.workcopy.journal import HeldWriteJournal
 from connector.workcopy.manager import ManagerTuning, WorkingCopyManager
 from connector.workcopy.model import Account
 from connector.workcopy.store_client import StoreClient
@@ -238,7 +240,8 @@ def build_parts(settings: ConnectorSettings, *, tuning: ManagerTuning | None = N
     state_key, _source = load_state_key(settings.state_dir, settings.state_key)
     state = OAuthState(settings.state_dir, state_key)
     codec = AccessTokenCodec(state_key)
-    store = StoreClient(settings.store_url, timeout_s=settings.store_timeout_s)
+    # An archive larger than what a brain may unpack to is not even downloaded whole.
+    store = StoreClient(settings.store_url, timeout_s=settings.store_timeout_s, max_archive_bytes=settings.max_brain_bytes)
     manager = WorkingCopyManager(
         store,
         choices=_StateChoices(state),
@@ -250,7 +253,11 @@ def build_parts(settings: ConnectorSettings, *, tuning: ManagerTuning | None = N
             maintenance_every_s=max(0.2, min(5.0, settings.idle_purge_s / 4 if settings.idle_purge_s else 5.0)),
             max_copies=settings.max_working_copies,
             max_copy_bytes=settings.max_working_copy_bytes,
+            archive_limits=ArchiveLimits(max_inflated=settings.max_brain_bytes),
+            max_loads=settings.max_concurrent_loads,
         ),
+        # Held writes survive a restart only with a state directory to keep them in.
+        journal=HeldWriteJournal(settings.state_dir / "held", state_key) if settings.state_dir else None,
     )
     tools = BrainTools(manager, allowed=settings.tools)
     return ConnectorParts(settings, store, state, codec, manager, tools, McpEndpoint(tools))
@@ -291,6 +298,7 @@ def create_app(settings: ConnectorSettings, *, tuning: ManagerTuning | None = No
     async def lifespan(_app: Litestar) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
             await stack.enter_async_context(parts.endpoint.running())
+            await parts.manager.recover()
             parts.manager.start()
             try:
                 yield

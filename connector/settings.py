@@ -58,6 +58,9 @@ class ConnectorSettings:
     # Caps on working copies held in memory (0 = no cap); least recently used clean copies go first.
     max_working_copies: int = 256
     max_working_copies_mb: int = 2048
+    # What one brain may unpack to (its files are all held in memory), and loads at once.
+    max_brain_mb: int = 128
+    max_concurrent_loads: int = 2
     refresh_ttl_ms: int = 30 * 24 * 3600 * 1000
     refresh_grace_ms: int = 60_000
     tools: tuple[str, ...] = TOOL_NAMES
@@ -83,6 +86,11 @@ class ConnectorSettings:
     def max_working_copy_bytes(self) -> int:
         """The working copies' byte budget (0 means none)."""
         return self.max_working_copies_mb * 1024 * 1024
+
+    @property
+    def max_brain_bytes(self) -> int:
+        """What one brain may unpack to, in bytes."""
+        return self.max_brain_mb * 1024 * 1024
 
     @property
     def idle_purge_s(self) -> float:
@@ -206,6 +214,8 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     put("idle_purge_ms", _int(env, "CONNECTOR_IDLE_PURGE_MS"))
     put("max_working_copies", _int(env, "CONNECTOR_MAX_WORKING_COPIES"))
     put("max_working_copies_mb", _int(env, "CONNECTOR_MAX_WORKING_COPIES_MB"))
+    put("max_brain_mb", _int(env, "CONNECTOR_MAX_BRAIN_MB"))
+    put("max_concurrent_loads", _int(env, "CONNECTOR_MAX_CONCURRENT_LOADS"))
     put("refresh_ttl_ms", _int(env, "CONNECTOR_REFRESH_TTL_MS"))
     put("refresh_grace_ms", _int(env, "CONNECTOR_REFRESH_GRACE_MS"))
     put("tools", _csv(_env(env, "CONNECTOR_TOOLS")))
@@ -266,6 +276,10 @@ def _validated(settings: ConnectorSettings) -> ConnectorSettings:
         )
     if settings.state_key is not None and len(settings.state_key) != 32:
         raise SettingsError("the state key must be 32 bytes")
+    if settings.max_brain_mb < 1:
+        raise SettingsError("CONNECTOR_MAX_BRAIN_MB must be at least 1")
+    if settings.max_concurrent_loads < 1:
+        raise SettingsError("CONNECTOR_MAX_CONCURRENT_LOADS must be at least 1")
     if settings.log_level.lower() not in ("debug", "info", "warning", "error"):
         raise SettingsError("CONNECTOR_LOG_LEVEL must be debug, info, warning or error")
     return replace(

@@ -150,16 +150,18 @@ def use_text(result: dict[str, Any]) -> str:
     return text
 
 
-def sync_sentence(synced: bool) -> str:
-    """How the write stands with the store, said honestly."""
+def sync_sentence(synced: bool, durable: bool = True) -> str:
+    """How the write stands with the store, said honestly (``durable``: kept across a restart)."""
     if synced:
         return "Saved and synced to the store."
+    if not durable:
+        return "NOT saved: held in the connector's memory only, not yet synced to the store; a restart loses it."
     return "Saved here but held, not yet synced to the store; it will be pushed automatically."
 
 
 def _written_tail(result: dict[str, Any]) -> list[str]:
     """The closing lines of a write's text: its sync state, then the result's note if any."""
-    tail = [sync_sentence(bool(result.get("synced")))]
+    tail = [sync_sentence(bool(result.get("synced")), result.get("durable") is not False)]
     if result.get("note"):
         tail.append(f"Note: {result['note']}")
     return tail
@@ -230,7 +232,7 @@ def verify_text(result: dict[str, Any]) -> str:
     for item in result.get("errors", []):
         lines.append(f"- {one(item.get('id'))}: error: {one(item.get('error'))}")
     if result.get("results"):
-        lines.append(sync_sentence(bool(result.get("synced"))))
+        lines.append(sync_sentence(bool(result.get("synced")), result.get("durable") is not False))
     if result.get("note"):
         lines.append(f"Note: {result['note']}")
     return "\n".join(lines) or "Nothing to do."

@@ -105,9 +105,21 @@ def _sync_note(outcome: WriteOutcome) -> str | None:
     if not outcome.synced:
         reason = f" ({outcome.held_reason})" if outcome.held_reason else ""
         notes.append(f"The change is held here and not yet synced to the store{reason}; it will be retried.")
+        if not outcome.durable:
+            notes.append(
+                "It is NOT saved: this connector keeps held writes in memory only (no state directory, or its "
+                "journal could not be written), so a restart before the store is back loses it."
+            )
     if outcome.dropped:
         notes.append("Some earlier held changes no longer applied after concurrent edits: " + "; ".join(outcome.dropped))
     return " ".join(notes) or None
+
+
+def _sync_fields(outcome: WriteOutcome) -> dict[str, Any]:
+    """``synced``, and ``durable: false`` when a held write lives in memory only."""
+    if outcome.synced or outcome.durable:
+        return {"synced": outcome.synced}
+    return {"synced": False, "durable": False}
 
 
 class BrainTools:
@@ -426,7 +438,7 @@ class BrainTools:
         _refused_for_good(outcome)
         self.prewarm(outcome)
         stored = dict(outcome.result["stored"][0])
-        structured: dict[str, Any] = {"stored": stored, "synced": outcome.synced}
+        structured: dict[str, Any] = {"stored": stored, **_sync_fields(outcome)}
         note = _sync_note(outcome)
         if note:
             structured["note"] = note
@@ -436,7 +448,7 @@ class BrainTools:
         outcome = await self._write(caller, op, label)
         _refused_for_good(outcome)
         self.prewarm(outcome)
-        structured = {**outcome.result, "synced": outcome.synced}
+        structured = {**outcome.result, **_sync_fields(outcome)}
         note = _sync_note(outcome)
         if note:
             structured["note"] = f"{structured['note']}. {note}" if structured.get("note") else note
@@ -475,7 +487,7 @@ class BrainTools:
         outcome = await self._write(caller, Verify(action, ids), f"verify-{action}")
         _refused_for_good(outcome)
         self.prewarm(outcome)
-        structured = {**outcome.result, "synced": outcome.synced}
+        structured = {**outcome.result, **_sync_fields(outcome)}
         note = _sync_note(outcome)
         if note:
             structured["note"] = note

@@ -10,6 +10,12 @@ retried in the background: it is never dropped, not even by the idle purge,
 with one exception: when the store says the brain is gone (404) or that this
 sign-in may no longer write it (401/403), retrying can never succeed, so the held
 writes are dropped and the user is told on their next tool call.
+
+Held writes are also written to the held-write journal (`journal.py`, in the
+state directory) before the tool answers, so a restart or a crash does not lose
+them: `recover` reads them back at start-up and they are pushed like any held
+write, on the store's current brain with their original ids. Without a state
+directory there is no journal and the tool says the held write is not saved.
 """
 
 from __future__ import annotations
@@ -21,15 +27,16 @@ import hashlib
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
 
 from common.textsafety import escape_one_line
-from connector.engine.archive import ArchiveError, ArchiveLimits, load_archive, pack_archive
+from connector.engine.archive import ArchiveError, ArchiveLimits, ArchiveTooLarge, load_archive, pack_archive
 from connector.engine.brain import Brain
-from connector.workcopy.longlived import LongLivedObjects
+from connector.workcopy.journal import HeldWriteJournal, JournalError, new_entry_name
+from connector.workcopy.longlived import LongLivedObjects, give_back_memory
 from connector.workcopy.model import (
     STATUS_MULTIPLE,
     STATUS_NO_BRAIN,
@@ -116,8 +123,20 @@ class ManagerTuning:
     max_copy_bytes: int = 0
     # What one working copy may hold once unpacked (the whole brain lives in memory).
     archive_limits: ArchiveLimits = field(
-        default_factory=lambda: ArchiveLimits(max_inflated=256 * 1024 * 1024, max_entries=200_000)
+        default_factory=lambda: ArchiveLimits(max_inflated=128 * 1024 * 1024, max_entries=200_000)
     )
+    # Brains downloaded and unpacked at once; more wait their turn.
+    max_loads: int = 2
+
+    @property
+    def load_cost(self) -> int:
+        """Bytes one load may hold at its peak, reserved in ``max_copy_bytes`` before it unpacks.
+
+        The archive (at most ``max_inflated``), the files taken out of it (at most
+        ``max_inflated``) and, briefly, the largest file twice over while it is cut out
+        of the stream: three times the limit bounds it.
+        """
+        return 3 * self.archive_limits.max_inflated
 
 
 @dataclass
@@ -190,6 +209,16 @@ def brain_bytes(brain: Brain) -> int:
     return sum(map(len, brain.files.values()))
 
 
+def _counted(labels: list[str]) -> str:
+    """``["memorize", "pin", "memorize"]`` as ``"2 memorize, 1 pin"``."""
+    return ", ".join(f"{labels.count(label)} {label}" for label in dict.fromkeys(labels))
+
+
+def _journal_mark(copy: WorkingCopy) -> tuple[object, ...]:
+    """What a copy's journal file says; when it changes, the file is written again."""
+    return (copy.account, copy.brain_id, copy.base_checksum, tuple(id(item) for item in copy.pending))
+
+
 def _checksum(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -207,6 +236,7 @@ class WorkingCopyManager:
         *,
         choices: BrainChoices | None = None,
         tuning: ManagerTuning | None = None,
+        journal: HeldWriteJournal | None = None,
         clock: Callable[[], datetime] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -221,15 +251,70 @@ class WorkingCopyManager:
         self._users: dict[str, _UserState] = {}
         # Per subject: what the user must hear about writes that were dropped (see _discard).
         self._notices: dict[str, list[str]] = {}
+        self.journal = journal
+        # Per subject: the kinds of the writes recovered from the journal at start-up (told once).
+        self._recovered: dict[str, list[str]] = {}
         self.long_lived = LongLivedObjects()
         self._maintenance: asyncio.Task[None] | None = None
+        # Brain loads under way (bounded), and the bytes of the budget they have reserved.
+        self._loads = asyncio.Semaphore(max(1, self.tuning.max_loads))
+        self._reserved = 0
 
     # ----- lifecycle -------------------------------------------------------
 
     def start(self) -> None:
-        """Start the background task that retries held writes and purges idle copies."""
+        """Start the background task that retries held writes and purges idle copies.
+
+        Writes recovered from the journal are tried at once, not after the first interval.
+        """
         if self._maintenance is None:
-            self._maintenance = asyncio.create_task(self._maintain_forever(), name="workcopy-maintenance")
+            at_once = any(copy.dirty for copy in self._copies.values())
+            self._maintenance = asyncio.create_task(self._maintain_forever(at_once), name="workcopy-maintenance")
+
+    async def recover(self) -> int:
+        """Read the held-write journal back (at start-up, before serving); returns the writes found.
+
+        Each journal file becomes a copy holding its writes again, with the account
+        that wrote them; its brain is pulled and the writes applied on it when it is
+        next pushed (the maintenance task tries at once), as after a lost race.
+        """
+        if self.journal is None:
+            return 0
+        entries = await asyncio.to_thread(self.journal.load)
+        found = 0
+        for entry in entries:
+            key = (entry.account.subject, entry.brain_id)
+            copy = self._copies.get(key)
+            if copy is not None:
+                # Two files for one copy (replicas sharing a state directory): one copy holds both.
+                copy.pending = sorted([*copy.pending, *entry.pending], key=lambda item: item.at)
+                copy.journaled = None
+                await self._journal(copy)
+                if copy.journaled is not None:
+                    await asyncio.to_thread(self.journal.remove, entry.name)
+            else:
+                copy = WorkingCopy(
+                    subject=entry.account.subject,
+                    brain_id=entry.brain_id,
+                    brain_name=entry.brain_name,
+                    brain=Brain(),
+                    base_checksum=entry.base_checksum,
+                    key=f"recovered:{entry.name}",
+                    account=entry.account,
+                    pending=entry.pending,
+                    checked_at=-1e18,
+                    used_at=self._mono(),
+                    journal_name=entry.name,
+                    needs_rebase=True,
+                )
+                copy.journaled = _journal_mark(copy)
+                self._copies[key] = copy
+                self._user(entry.account)
+            found += len(entry.pending)
+            self._recovered.setdefault(entry.account.subject, []).extend(item.label for item in entry.pending)
+        if found:
+            log.warning("held writes recovered from the journal; pushing them", extra={"writes": found, "copies": len(entries)})
+        return found
 
     async def close(self, push_timeout_s: float = 10.0) -> None:
         """Stop the background task and try (bounded) to push every held write."""
@@ -335,35 +420,76 @@ class WorkingCopyManager:
             copy.brain_name = record.name
         return copy
 
-    async def _pull(self, copy: WorkingCopy, *, conditional: bool) -> None:
-        """Replace a clean copy with the store's archive (304 keeps it). Lock held."""
-        assert copy.brain_id is not None
+    @contextlib.contextmanager
+    def _room_for_load(self) -> Iterator[None]:
+        """Reserve a load's peak in the byte budget, dropping clean copies first if needed.
+
+        Copies are dropped before the brain is unpacked (not after it), so the copies
+        held plus the loads under way stay within ``max_copy_bytes``. Only loads that
+        unpack reserve: a freshness check answered 304 costs nothing.
+        """
+        cost = self.tuning.load_cost if self.tuning.max_copy_bytes else 0
+        self._enforce_budget(incoming=cost)
+        self._reserved += cost
         try:
-            download = await self.store.download(
-                copy.account.credential, copy.brain_id, copy.base_checksum if conditional else None
-            )
-        except StoreNotFound:
-            # No archive yet (or the brain is gone): an empty copy, base None.
-            copy.brain, copy.base_checksum = Brain(), None
-            copy.key = _empty_key(copy.subject, copy.brain_id)
-            copy.checked_at = self._mono()
-            copy.size_bytes = 0
-            return
-        copy.checked_at = self._mono()
-        if download.not_modified:
-            return
-        assert download.data is not None
+            yield
+        finally:
+            self._reserved -= cost
+
+    async def _load(self, copy: WorkingCopy, data: bytes) -> Brain:
+        """Unpack a downloaded archive within the per-brain limit; a refusal is said to the user."""
         try:
-            brain = await asyncio.to_thread(load_archive, download.data, self.tuning.archive_limits)
+            return await asyncio.to_thread(load_archive, data, self.tuning.archive_limits)
+        except ArchiveTooLarge:
+            await asyncio.to_thread(give_back_memory)
+            limit_mb = self.tuning.archive_limits.max_inflated // (1024 * 1024)
+            raise BrainUnavailable(
+                f"The brain '{escape_one_line(copy.brain_name)}' is larger than this connector accepts: it unpacks to more than "
+                f"{limit_mb} MiB (the operator's CONNECTOR_MAX_BRAIN_MB). The connector did not load it and "
+                "changed nothing."
+            ) from None
         except ArchiveError as exc:
+            await asyncio.to_thread(give_back_memory)
             raise BrainUnavailable(
                 f"The brain '{escape_one_line(copy.brain_name)}' at the store could not be read safely ({exc}); "
                 "the connector did not use it and changed nothing."
             ) from None
-        checksum = download.checksum or _checksum(download.data)
+
+    async def _pull(self, copy: WorkingCopy, *, conditional: bool) -> None:
+        """Replace a clean copy with the store's archive (304 keeps it). Lock held."""
+        assert copy.brain_id is not None
+        async with self._loads:  # downloads and unpacking: a few at once
+            try:
+                download = await self.store.download(
+                    copy.account.credential, copy.brain_id, copy.base_checksum if conditional else None
+                )
+            except StoreNotFound:
+                # No archive yet (or the brain is gone): an empty copy, base None.
+                self._forget_brain(copy)
+                copy.checked_at = self._mono()
+                return
+            if download.not_modified:
+                copy.checked_at = self._mono()
+                return
+            assert download.data is not None
+            checksum = download.checksum or _checksum(download.data)
+            # The old version goes before the new one is unpacked, never both at once: a clean
+            # copy left empty by a failed load is simply pulled again on its next use.
+            self._forget_brain(copy)
+            with self._room_for_load():
+                brain = await self._load(copy, download.data)
+            del download
         copy.brain, copy.base_checksum, copy.key = brain, checksum, checksum
         copy.size_bytes = brain_bytes(brain)
+        copy.checked_at = self._mono()
         self.long_lived.loaded()
+
+    @staticmethod
+    def _forget_brain(copy: WorkingCopy) -> None:
+        """Empty a clean copy: no archive held, pulled again (unconditionally) when next needed."""
+        copy.brain, copy.base_checksum, copy.size_bytes = Brain(), None, 0
+        copy.key = _empty_key(copy.subject, copy.brain_id)
+        copy.checked_at = -1e18
 
     async def _refresh(self, copy: WorkingCopy, *, force: bool = False) -> None:
         """Freshness rule: re-check a clean copy once the TTL passed (or when forced). Lock held."""
@@ -371,6 +497,12 @@ class WorkingCopyManager:
             # Never overwrite unsynced writes with a pull; try to push them instead.
             if self._mono() >= copy.next_retry_at:
                 await self._push(copy)
+            if copy.needs_rebase:
+                why = f" ({copy.held_reason})" if copy.held_reason else ""
+                raise BrainUnavailable(
+                    f"The brain could not be loaded from the store{why}. Writes held before the connector "
+                    "restarted are kept and pushed once it can be. Try again shortly."
+                )
             return
         ttl = self.tuning.repull_ttl_s
         never_pulled = copy.checked_at < -1e17
@@ -526,6 +658,7 @@ class WorkingCopyManager:
                 brain=None if discarded else copy.brain,
                 key=None if discarded else copy.key,
                 discarded=discarded,
+                durable=not copy.dirty or copy.journaled is not None,
             )
 
     async def _ensure_brain(self, copy: WorkingCopy) -> None:
@@ -542,11 +675,69 @@ class WorkingCopyManager:
         log.info("created a brain at the store for a first write", extra={"brain_id": record.id})
 
     async def _push(self, copy: WorkingCopy) -> list[str]:
+        """Push the copy's pending writes, then bring its journal file up to date. Lock held.
+
+        Returns labels of the writes dropped because they no longer applied.
+        """
+        dropped = await self._push_pending(copy)
+        await self._journal(copy)
+        return dropped
+
+    async def _journal(self, copy: WorkingCopy) -> None:
+        """Write a copy still holding writes to the journal (if changed); remove it once it holds none. Lock held."""
+        if self.journal is None:
+            return
+        if copy.pending and copy.discarded is None:
+            mark = _journal_mark(copy)
+            if mark == copy.journaled:
+                return
+            copy.journal_name = copy.journal_name or new_entry_name()
+            try:
+                await asyncio.to_thread(
+                    self.journal.record,
+                    copy.journal_name,
+                    copy.account,
+                    copy.brain_id,
+                    copy.brain_name,
+                    copy.base_checksum,
+                    list(copy.pending),
+                )
+            except JournalError as exc:
+                copy.journaled = None
+                log.error("held writes are in memory only: %s", exc, extra={"pending": len(copy.pending)})
+                return
+            copy.journaled = mark
+        elif copy.journal_name is not None:
+            await asyncio.to_thread(self.journal.remove, copy.journal_name)
+            copy.journal_name, copy.journaled = None, None
+
+    async def _replay(self, copy: WorkingCopy, dropped: list[str]) -> bool:
+        """Pull the store's brain and apply the pending writes on it; False when pushing stops here. Lock held."""
+        try:
+            dropped += await self._rebase(copy)
+        except (StoreUnauthorized, StoreForbidden) as exc:
+            if self._final(copy, exc):
+                self._discard(copy, exc)
+            else:
+                self._hold(copy, "the sign-in expired; the write is pushed when the user signs in again")
+            return False
+        except (StoreError, BrainUnavailable) as exc:
+            self._hold(copy, str(exc))
+            return False
+        if not copy.pending:
+            self._mark_synced(copy, copy.base_checksum)
+            return False
+        return True
+
+    async def _push_pending(self, copy: WorkingCopy) -> list[str]:
         """Push the copy's pending writes, rebasing on 412. Lock held. Returns labels of dropped writes."""
         dropped: list[str] = []
         if not copy.pending:
             return dropped
         for attempt in range(self.tuning.max_push_attempts):
+            # A copy recovered from the journal first gets the store's brain under its writes.
+            if copy.needs_rebase and not await self._replay(copy, dropped):
+                return dropped
             archive = await asyncio.to_thread(pack_archive, copy.brain)
             checksum = _checksum(archive)
             if checksum == copy.base_checksum:
@@ -567,19 +758,7 @@ class WorkingCopyManager:
                     )
             except PreconditionFailed:
                 log.info("push lost a race; rebasing pending writes", extra={"attempt": attempt + 1})
-                try:
-                    dropped += await self._rebase(copy)
-                except (StoreUnauthorized, StoreForbidden) as exc:
-                    if self._final(copy, exc):
-                        self._discard(copy, exc)
-                    else:
-                        self._hold(copy, "the sign-in expired; the write is pushed when the user signs in again")
-                    return dropped
-                except (StoreError, BrainUnavailable) as exc:
-                    self._hold(copy, str(exc))
-                    return dropped
-                if not copy.pending:
-                    self._mark_synced(copy, copy.base_checksum)
+                if not await self._replay(copy, dropped):
                     return dropped
                 delay = min(self.tuning.retry_cap_s, self.tuning.retry_base_s * (2**attempt))
                 await self._sleep(random.uniform(0, delay))
@@ -601,20 +780,19 @@ class WorkingCopyManager:
 
     async def _rebase(self, copy: WorkingCopy) -> list[str]:
         """Pull the store's brain and apply the pending writes again, in order, with their ids."""
-        assert copy.brain_id is not None
-        try:
-            download = await self.store.download(copy.account.credential, copy.brain_id, None)
-            data, checksum = download.data, download.checksum
-        except StoreNotFound:
-            data, checksum = None, None
-        if data is None:
-            base = Brain()
-        else:
-            try:
-                base = await asyncio.to_thread(load_archive, data, self.tuning.archive_limits)
-            except ArchiveError as exc:
-                raise BrainUnavailable(f"the brain at the store could not be read safely ({exc})") from None
-            checksum = checksum or _checksum(data)
+        base = Brain()
+        checksum: str | None = None
+        if copy.brain_id is not None:  # else: a brain-less account's first writes, recovered
+            async with self._loads:
+                try:
+                    download = await self.store.download(copy.account.credential, copy.brain_id, None)
+                except StoreNotFound:
+                    download = None
+                if download is not None and download.data is not None:
+                    checksum = download.checksum or _checksum(download.data)
+                    with self._room_for_load():
+                        base = await self._load(copy, download.data)
+                del download
         working = base.copy()
         kept: list[PendingWrite] = []
         dropped: list[str] = []
@@ -626,6 +804,7 @@ class WorkingCopyManager:
                 log.warning("a pending write no longer applies after a concurrent change", extra={"op": pending.label})
                 dropped.append(f"{pending.label}: {exc}")
         copy.brain, copy.base_checksum, copy.pending = working, checksum, kept
+        copy.needs_rebase = False
         copy.size_bytes = brain_bytes(working)
         copy.key = f"rebased:{copy.subject}:{copy.brain_id}:{checksum}:{len(kept)}:{id(working)}"
         copy.checked_at = self._mono()
@@ -682,7 +861,7 @@ class WorkingCopyManager:
             why = f"the brain '{escape_one_line(copy.brain_name)}' was deleted at the store"
         else:
             why = f"the store no longer accepts this sign-in's writes to the brain '{escape_one_line(copy.brain_name)}'"
-        counted = ", ".join(f"{labels.count(label)} {label}" for label in dict.fromkeys(labels))
+        counted = _counted(labels)
         notice = (
             f"{len(labels)} write(s) ({counted}) could not be saved and were dropped: {why}. "
             "They are not in any brain. Ask the user whether to save them again"
@@ -709,8 +888,22 @@ class WorkingCopyManager:
         )
 
     def take_notices(self, subject: str) -> list[str]:
-        """Messages for the user about their writes that were dropped (each is given once)."""
-        return self._notices.pop(subject, [])
+        """Messages for the user about their writes that were dropped or recovered (each is given once)."""
+        notices = self._notices.pop(subject, [])
+        recovered = self._recovered.pop(subject, None)
+        if recovered:
+            held = sum(len(copy.pending) for key, copy in self._copies.items() if key[0] == subject)
+            where = (
+                f"{held} write(s) are still held and are pushed once the store accepts them"
+                if held
+                else "they are now synced to the store"
+            )
+            notices.insert(
+                0,
+                f"The connector restarted while {len(recovered)} write(s) ({_counted(recovered)}) were held "
+                f"for the store; they were kept in its journal and {where}.",
+            )
+        return notices
 
     def _hold(self, copy: WorkingCopy, reason: str) -> None:
         copy.held_reason = reason
@@ -721,16 +914,18 @@ class WorkingCopyManager:
 
     # ----- memory budget ---------------------------------------------------
 
-    def _enforce_budget(self) -> int:
+    def _enforce_budget(self, incoming: int = 0) -> int:
         """Drop least recently used clean copies while over ``max_copies`` or ``max_copy_bytes``.
 
-        Never a copy holding unpushed writes, one in use (locked), or the most recently
-        used one (the copy just served: dropping it would only make the next call pull
-        it again). Returns how many copies were dropped.
+        The bytes counted are the copies', those reserved by loads under way, and
+        ``incoming`` (a load about to start). Never a copy holding unpushed writes,
+        one in use (locked), or the most recently used one (the copy just served:
+        dropping it would only make the next call pull it again). Returns how many
+        copies were dropped; their memory is handed back to the system at once.
         """
         most, budget = self.tuning.max_copies, self.tuning.max_copy_bytes
         count = len(self._copies)
-        total = sum(copy.size_bytes for copy in self._copies.values()) if budget else 0
+        total = sum(copy.size_bytes for copy in self._copies.values()) + self._reserved + incoming if budget else 0
 
         def over() -> bool:
             return bool((most and count > most) or (budget and total > budget))
@@ -750,6 +945,7 @@ class WorkingCopyManager:
             evicted += 1
         if evicted:
             self.long_lived.dropped()
+            give_back_memory()
             log.info(
                 "dropped least recently used working copies over the budget",
                 extra={"evicted": evicted, "copies": count, **({"bytes": total} if budget else {})},
@@ -800,9 +996,11 @@ class WorkingCopyManager:
             self._users.pop(subject, None)
         return kept
 
-    async def _maintain_forever(self) -> None:
+    async def _maintain_forever(self, at_once: bool = False) -> None:
         while True:
-            await asyncio.sleep(self.tuning.maintenance_every_s)
+            if not at_once:
+                await asyncio.sleep(self.tuning.maintenance_every_s)
+            at_once = False
             try:
                 await self.maintain()
             except Exception:

@@ -86,6 +86,13 @@ class WorkingCopy:
     discarded: str | None = None
     # Bytes of the brain's files (what the copy costs in memory, roughly), for the LRU budget.
     size_bytes: int = 0
+    # The held-write journal file of this copy (None until it first holds writes), and what
+    # was last written there, so an unchanged copy is not written again on every retry.
+    journal_name: str | None = None
+    journaled: tuple[object, ...] | None = None
+    # Restored from the journal at start-up: ``brain`` is not the store's brain yet; the
+    # pending writes are applied to it when it is pulled (as after a lost race).
+    needs_rebase: bool = False
 
     @property
     def dirty(self) -> bool:
@@ -118,6 +125,9 @@ class WriteOutcome:
     key: str | None = None
     # The user's message when the store refused this write (and any held with it) for good.
     discarded: str | None = None
+    # False when the write is held in this process's memory only (no journal, or it failed):
+    # a restart before the store accepts it loses it.
+    durable: bool = True
 
 
 @dataclass(frozen=True)

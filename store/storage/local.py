@@ -32,6 +32,7 @@ from typing import BinaryIO
 
 import msgspec
 
+from common.files import fsync_dir, write_atomic  # also imported from here by other store modules
 from store.storage.base import (
     SAFE_ID,
     BlobMissing,
@@ -98,40 +99,6 @@ def _decode_meta(path: str, data: bytes) -> BrainMeta:
         # our writes are atomic, so this is outside damage: never guess, never delete
         log.critical("brain metadata %s is damaged (%s); the brain is unavailable until it is repaired", path, exc)
         raise CorruptMeta(path) from None
-
-
-def fsync_dir(path: Path) -> None:
-    """Make a rename or unlink inside ``path`` durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_atomic(path: Path, data: bytes, *, fsync: bool = True, mode: int = 0o600) -> None:
-    """Write ``data`` to ``path`` via a temporary file, fsync and rename (then fsync the dir)."""
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
-            if fsync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.rename(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    if fsync:
-        fsync_dir(path.parent)
 
 
 class FileLock:

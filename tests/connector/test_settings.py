@@ -103,3 +103,14 @@ def test_working_copy_caps() -> None:
     assert (capped.max_working_copies, capped.max_working_copy_bytes) == (10, 0)
     with pytest.raises(SettingsError, match="CONNECTOR_MAX_WORKING_COPIES"):
         ConnectorSettings.load({**STORE, "CONNECTOR_MAX_WORKING_COPIES": "many"})
+
+
+def test_brain_size_and_load_limits() -> None:
+    settings = ConnectorSettings.load(STORE)
+    assert (settings.max_brain_mb, settings.max_concurrent_loads) == (128, 2)
+    assert settings.max_brain_bytes == 128 * 1024 * 1024
+    chosen = ConnectorSettings.load({**STORE, "CONNECTOR_MAX_BRAIN_MB": "16", "CONNECTOR_MAX_CONCURRENT_LOADS": "4"})
+    assert (chosen.max_brain_bytes, chosen.max_concurrent_loads) == (16 * 1024 * 1024, 4)
+    for name in ("CONNECTOR_MAX_BRAIN_MB", "CONNECTOR_MAX_CONCURRENT_LOADS"):
+        with pytest.raises(SettingsError, match=name):
+            ConnectorSettings.load({**STORE, name: "0"})

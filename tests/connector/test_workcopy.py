@@ -564,7 +564,8 @@ def test_an_archive_inflating_beyond_the_copy_limit_is_refused(store: RunningSto
         manager = WorkingCopyManager(StoreClient(store.url), tuning=ManagerTuning(archive_limits=limits))
         tools = BrainTools(manager)
         result = await tools.call("brain_recall", {"query": "zeros"}, Caller(account_for(user), ALL))
-        assert result.is_error and "could not be read safely" in result.content[0].text
+        text = result.content[0].text
+        assert result.is_error and "larger than this connector accepts" in text and "CONNECTOR_MAX_BRAIN_MB" in text
         small = WorkingCopyManager(StoreClient(store.url, max_archive_bytes=1024))
         result = await BrainTools(small).call("brain_status", {}, Caller(account_for(user), ALL))
         assert result.is_error and "larger than the connector accepts" in result.content[0].text
@@ -628,5 +629,67 @@ def test_byte_budget_keeps_the_copy_in_use(store: RunningStore) -> None:
             assert [key[0] for key in manager.copies] == [account_for(user).subject]
             assert next(iter(manager.copies.values())).size_bytes > 1
         await manager.close()
+
+    run(scenario())
+
+
+def test_budget_is_applied_before_a_load_and_a_brain_is_never_held_twice(store: RunningStore) -> None:
+    from connector.engine.archive import ArchiveLimits
+
+    users = [store.add_user(f"before{number}") for number in range(2)]
+    for user in users:
+        direct_memorize(store.url, user.token, brains_of(store.url, user.token)[0]["id"], f"A fact of {user.name}")
+    limits = ArchiveLimits(max_inflated=64 * 1024)
+    # Room for one load (three times the per-brain limit) and nothing more.
+    tuning = ManagerTuning(archive_limits=limits, max_copy_bytes=3 * 64 * 1024 + 1, repull_ttl_s=0.0)
+    manager = WorkingCopyManager(StoreClient(store.url), tuning=tuning)
+    first, second = (account_for(user) for user in users)
+    # At each unpacking: whose copies are held, and how many files the copy being loaded still holds.
+    seen: list[tuple[set[str], int]] = []
+    load = manager._load
+
+    async def watching_load(copy: Any, data: bytes) -> Brain:
+        seen.append(({key[0] for key in manager.copies}, len(copy.brain.files)))
+        return await load(copy, data)
+
+    manager._load = watching_load  # type: ignore[method-assign]
+
+    async def scenario() -> None:
+        await manager.snapshot(first)
+        # The first user's clean copy is dropped before the second brain is unpacked, not after.
+        await manager.snapshot(second)
+        assert seen[-1] == ({second.subject}, 0)
+        # A forced re-pull of a newer version: while it is unpacked the copy no longer holds the old one.
+        direct_memorize(store.url, users[1].token, brains_of(store.url, users[1].token)[0]["id"], "A newer fact")
+        copy = manager.copies[(second.subject, brains_of(store.url, users[1].token)[0]["id"])]
+        assert len(copy.brain.files) > 0
+        async with copy.lock:
+            await manager._refresh(copy, force=True)
+        assert seen[-1] == ({second.subject}, 0)
+        assert len(memory_ids(copy.brain)) == 2
+        await manager.close()
+
+    run(scenario())
+
+
+def test_a_held_write_the_journal_cannot_keep_is_said_to_be_not_saved(store: RunningStore, tmp_path: Path) -> None:
+    from connector.workcopy.journal import HeldWriteJournal
+
+    user = store.add_user("unjournaled")
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("a file where the journal's directory should be")
+
+    async def scenario() -> None:
+        client = FlakyUploads(store.url)
+        journal = HeldWriteJournal(blocker / "held", bytes(32))
+        manager = WorkingCopyManager(client, tuning=ManagerTuning(held_retry_s=60.0), journal=journal)
+        tools = BrainTools(manager)
+        caller = Caller(account_for(user), ALL)
+        client.failing = True
+        result = await tools.call("brain_memorize", {"content": "Kept in memory only"}, caller)
+        assert not result.is_error
+        assert result.structured_content["durable"] is False
+        assert "NOT saved" in result.content[0].text
+        await manager.close(push_timeout_s=0.1)
 
     run(scenario())
