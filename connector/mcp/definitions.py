@@ -41,6 +41,10 @@ _SYNCED = {
     "type": "boolean",
     "description": "True when the store accepted the change; false when it is held here and retried.",
 }
+_DURABLE = {
+    "type": "boolean",
+    "description": "Present and false when a held change lives only in the connector's memory: a restart loses it.",
+}
 
 _HIT = {
     "type": "object",
@@ -78,7 +82,7 @@ _BRAIN_REF = {
 
 _WRITE_RESULT = {
     "type": "object",
-    "properties": {"id": {"type": "string"}, "synced": _SYNCED, "note": _NOTE},
+    "properties": {"id": {"type": "string"}, "synced": _SYNCED, "durable": _DURABLE, "note": _NOTE},
     "required": ["id", "synced"],
 }
 
@@ -336,6 +340,7 @@ TOOLS: tuple[ToolSpec, ...] = (
                     ["id", "title", "path", "type"],
                 ),
                 "synced": _SYNCED,
+                "durable": _DURABLE,
                 "note": _NOTE,
             },
             ["stored", "synced"],
@@ -405,6 +410,7 @@ TOOLS: tuple[ToolSpec, ...] = (
                 "results": {"type": "array", "items": {"type": "object"}},
                 "errors": {"type": "array", "items": {"type": "object"}},
                 "synced": _SYNCED,
+                "durable": _DURABLE,
                 "note": _NOTE,
             },
             ["action"],
