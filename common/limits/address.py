@@ -14,7 +14,7 @@ import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["TrustedProxies", "client_address", "parse_ip"]
+__all__ = ["TrustedProxies", "client_address", "limit_key", "parse_ip"]
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -29,6 +29,7 @@ _KEYWORDS["private"] = _KEYWORDS["loopback"] + _KEYWORDS["linklocal"] + _KEYWORD
 
 _NOTHING = frozenset({"", "false", "0", "off", "no", "none"})
 _EVERYTHING = frozenset({"true", "1", "yes", "on", "all", "any", "*"})
+_IPV6_LIMIT_PREFIX = 64  # one subscriber usually gets a whole /64: count it as one client
 _MAX_HOPS = 64  # hops examined from the right; a longer chain stops at the last trusted one
 _MAX_HOP_TEXT = 64
 
@@ -147,3 +148,16 @@ def client_address(peer_ip: str | None, x_forwarded_for: str | Iterable[str] | N
             return str(hop)
         current = hop
     return str(current)
+
+
+def limit_key(address: str) -> str:
+    """The key a per-address limit counts ``address`` under.
+
+    An IPv6 address counts with its whole /64 (``2001:db8:1:2::/64``): a single host
+    or subscriber usually holds a /64 and could otherwise take a fresh address per
+    request. IPv4 addresses, and anything that is not an address, are their own key.
+    """
+    ip = parse_ip(address)
+    if isinstance(ip, ipaddress.IPv6Address):
+        return str(ipaddress.IPv6Network((ip, _IPV6_LIMIT_PREFIX), strict=False))
+    return address

@@ -2,8 +2,10 @@
 
 Each method takes plain parameters (the request's query or form as a mapping,
 and the base URL the request reached) and returns a reply object the routes
-turn into an HTTP response. Codes and pending sign-ins live in memory (a code
-lives 60 s, a sign-in 10 minutes); clients and refresh families are persisted
+turn into an HTTP response. Codes live in memory (60 s). A pending sign-in
+(10 minutes) travels sealed in the sign-in page's form (connector/oauth/pending.py),
+so starting one costs no server capacity; only an OIDC sign-in waiting for the
+issuer's callback is kept here. Clients and refresh families are persisted
 through OAuthState.
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import secrets
 import time
 import zlib
@@ -20,10 +23,14 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+import anyio.to_thread
+
+from common.limits import TokenBucketLimiter, limit_key
 from connector.identity.base import (
     Identity,
     IdentityProvider,
     ProviderRefused,
+    ProviderThrottled,
     ProviderUnavailable,
 )
 from connector.oauth.clients import (
@@ -35,7 +42,9 @@ from connector.oauth.clients import (
     is_metadata_document_id,
 )
 from connector.oauth.grants import Family, RefreshGrants, RotationConflict
+from connector.oauth.pending import Pending, PendingSeal, SignInAttempts, new_sign_in_id
 from connector.oauth.pkce import is_valid_challenge, verifier_matches
+from connector.oauth.state import SecretBox
 from connector.oauth.tokens import ACCESS_TOKEN_TTL_S, AccessClaims, AccessTokenCodec
 
 log = logging.getLogger("connector.oauth")
@@ -48,7 +57,9 @@ SCOPE_DESCRIPTIONS = {
 CODE_TTL_S = 60.0
 PENDING_TTL_S = 600.0
 MAX_ATTEMPTS = 3
-MAX_PENDING = 10_000
+# Wrong tokens per client address (an IPv6 /64) and minute, checked before the store is asked.
+SIGNIN_FAILURES_PER_MIN = 10
+MAX_PENDING = 10_000  # OIDC sign-ins waiting for the issuer's callback
 MAX_CODES = 10_000
 MAX_PARAM_CHARS = 2048
 NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
@@ -101,21 +112,16 @@ class PageReply:
 Reply = JsonReply | RedirectReply | PageReply
 
 
-@dataclass
-class _Pending:
-    """A sign-in started at /authorize and not finished yet."""
+@dataclass(frozen=True)
+class _Redirected:
+    """An OIDC sign-in waiting for the issuer to send the browser back."""
 
-    client: ClientRecord
-    redirect_uri: str
-    redirect_explicit: bool
-    state: str | None
-    challenge: str
-    resource: str
-    scope: frozenset[str]
-    issuer: str
-    expires: float
-    attempts: int = 0
-    keep: dict[str, Any] = field(default_factory=dict)
+    pending: Pending
+    keep: dict[str, Any]
+
+    @property
+    def expires(self) -> float:
+        return self.pending.expires
 
 
 @dataclass(frozen=True)
@@ -198,7 +204,11 @@ class AuthorizationServer:
         provider: IdentityProvider,
         clock: Callable[[], float] = time.time,
         on_session_end: Callable[[str], Awaitable[Any]] | None = None,
+        box: SecretBox | None = None,
+        signin_failures_per_min: int = SIGNIN_FAILURES_PER_MIN,
     ) -> None:
+        """``box`` seals pending sign-ins (give the state's, so every replica can open them);
+        ``signin_failures_per_min`` bounds wrong tokens per client address (0: no limit)."""
         self.clients = clients
         self.documents = documents
         self.grants = grants
@@ -206,8 +216,10 @@ class AuthorizationServer:
         self.provider = provider
         self._clock = clock
         self._on_session_end = on_session_end
-        self._pending = _BoundedExpiring(MAX_PENDING)
-        self._by_oidc_state: dict[str, str] = {}
+        self._seal = PendingSeal(box or SecretBox(secrets.token_bytes(32)))
+        self._attempts = SignInAttempts()
+        self._failures = TokenBucketLimiter(signin_failures_per_min) if signin_failures_per_min else None
+        self._redirected = _BoundedExpiring(MAX_PENDING)
         self._codes = _BoundedExpiring(MAX_CODES)
         self._locks = [asyncio.Lock() for _ in range(_LOCK_STRIPES)]
 
@@ -289,10 +301,10 @@ class AuthorizationServer:
         if scope is None:
             return back("invalid_scope", f"known scopes: {' '.join(SCOPES)}")
 
-        if not self._pending.has_room(now):
-            return back("temporarily_unavailable", "too many sign-ins in progress")
-        pending = _Pending(
-            client=client,
+        pending = Pending(
+            sign_in_id=new_sign_in_id(),
+            client_id=client.client_id,
+            client_name=client.display_name(),
             redirect_uri=redirect_uri,
             redirect_explicit=redirect_explicit,
             state=state,
@@ -302,99 +314,100 @@ class AuthorizationServer:
             issuer=issuer,
             expires=now + PENDING_TTL_S,
         )
-        login_id = secrets.token_urlsafe(24)
         if self.provider.mode == "redirect":
+            if not self._redirected.has_room(now):
+                return back("temporarily_unavailable", "too many sign-ins in progress")
             try:
                 start = await self.provider.start(callback_url(base_url))  # type: ignore[attr-defined]
             except ProviderUnavailable:
                 return back("temporarily_unavailable", "the identity provider cannot be reached; try again")
-            pending.keep = start.keep
-            self._pending[login_id] = pending
-            if len(self._by_oidc_state) > 2 * MAX_PENDING:
-                self._by_oidc_state = {s: i for s, i in self._by_oidc_state.items() if i in self._pending}
-            self._by_oidc_state[start.state] = login_id
+            self._redirected[start.state] = _Redirected(pending, start.keep)
             return RedirectReply(start.url)
-        self._pending[login_id] = pending
-        return PageReply(200, self._view(pending, login_id))
+        return PageReply(200, self._view(pending, self._seal.seal(pending)))
 
-    def _view(self, pending: _Pending, login_id: str | None, error: str | None = None) -> SignInView:
+    def _view(self, pending: Pending, login_id: str | None, error: str | None = None, attempts: int = 0) -> SignInView:
         parts = urlsplit(pending.redirect_uri)
         return SignInView(
             provider=self.provider.kind,
-            client_name=pending.client.display_name(),
-            client_id=pending.client.client_id,
+            client_name=pending.client_name,
+            client_id=pending.client_id,
             redirect_host=parts.netloc,
             scopes=tuple(sorted(pending.scope)),
             login_id=login_id,
             error=error,
-            attempts_left=MAX_ATTEMPTS - pending.attempts,
+            attempts_left=MAX_ATTEMPTS - attempts,
             redirect_origin=f"{parts.scheme}://{parts.netloc}",
             # Absolute path: the page is shown at /authorize and again at /authorize/complete.
             form_action=urlsplit(pending.issuer).path.rstrip("/") + "/authorize/complete",
         )
 
-    def _take_pending(self, login_id: str | None) -> _Pending | None:
-        if not login_id or len(login_id) > 100:
-            return None
-        pending = self._pending.get(login_id)
-        if pending is None:
-            return None
-        if pending.expires <= self._clock():
-            self._pending.pop(login_id, None)
-            return None
-        return pending
-
     def _expired_view(self, error: str) -> SignInView:
         return SignInView(provider=self.provider.kind, client_name="", client_id="", redirect_host="", scopes=(), error=error)
 
-    async def complete(self, form: Mapping[str, Any]) -> Reply:
-        """POST /authorize/complete: the sign-in page was submitted."""
+    async def complete(self, form: Mapping[str, Any], client_address: str = "unknown") -> Reply:
+        """POST /authorize/complete: the sign-in page was submitted from ``client_address``.
+
+        Wrong tokens are limited per sign-in (three) and per client address (checked
+        before the store is asked); a store refusing to check more (429) counts as a
+        wrong token, so it never turns into free retries.
+        """
+        now = self._clock()
         login_id, _ = _single(form, "login_id")
-        pending = self._take_pending(login_id)
-        if pending is None or self.provider.mode != "page":
+        pending = self._seal.open(login_id, now) if self.provider.mode == "page" else None
+        attempts = self._attempts.count(pending.sign_in_id, now) if pending is not None else 0
+        if pending is None or attempts >= MAX_ATTEMPTS:
             return PageReply(400, self._expired_view("This sign-in has expired. Start again from your app."))
         assert login_id is not None
         action, _ = _single(form, "action")
         if action == "deny":
-            self._pending.pop(login_id, None)
+            self._attempts.set(pending.sign_in_id, MAX_ATTEMPTS, pending.expires, now)
             return self._redirect_error(pending, "access_denied", "the user declined")
+        address = limit_key(client_address)
+        wait = self._failures.peek(address) if self._failures is not None else None
+        if wait is not None:
+            message = f"Too many wrong tokens from your network. Wait {math.ceil(wait)} seconds, then try again."
+            return PageReply(429, self._view(pending, login_id, message, attempts))
         token, _ = _single(form, "token")
         try:
-            identity = await self.provider.sign_in(token)  # type: ignore[attr-defined]
+            identity = await self.provider.sign_in(token, client_address)  # type: ignore[attr-defined]
         except ProviderUnavailable:
-            return PageReply(503, self._view(pending, login_id, "The store could not be reached. Try again."))
-        except ProviderRefused:
-            pending.attempts += 1
-            if pending.attempts >= MAX_ATTEMPTS:
-                self._pending.pop(login_id, None)
+            return PageReply(503, self._view(pending, login_id, "The store could not be reached. Try again.", attempts))
+        except ProviderRefused as refused:
+            if self._failures is not None:
+                self._failures.hit(address)
+            attempts = self._attempts.count(pending.sign_in_id, now) + 1
+            self._attempts.set(pending.sign_in_id, attempts, pending.expires, now)
+            if attempts >= MAX_ATTEMPTS:
                 return self._redirect_error(pending, "access_denied", "too many wrong tokens")
-            return PageReply(401, self._view(pending, login_id, "That token was not accepted by the store."))
-        self._pending.pop(login_id, None)
-        return self._issue_code(pending, identity)
+            if isinstance(refused, ProviderThrottled):
+                message = "The store refuses more attempts from your network for now. Wait a minute, then try again."
+                return PageReply(429, self._view(pending, login_id, message, attempts))
+            return PageReply(401, self._view(pending, login_id, "That token was not accepted by the store.", attempts))
+        # A sign-in completes once: its sealed value is worth nothing afterwards.
+        self._attempts.set(pending.sign_in_id, MAX_ATTEMPTS, pending.expires, now)
+        return await self._issue_code(pending, identity)
 
     async def oidc_callback(self, params: Mapping[str, Any]) -> Reply:
         """GET /oidc/callback: the issuer sent the browser back."""
         state, _ = _single(params, "state")
-        login_id = self._by_oidc_state.pop(state or "", None) if state and len(state) <= 200 else None
-        pending = self._take_pending(login_id)
-        if pending is None or self.provider.mode != "redirect":
+        waiting = self._redirected.pop(state, None) if state and len(state) <= 200 else None
+        if waiting is None or waiting.expires <= self._clock() or self.provider.mode != "redirect":
             return PageReply(400, self._expired_view("This sign-in has expired or is unknown. Start again from your app."))
-        assert login_id is not None
-        self._pending.pop(login_id, None)
+        pending = waiting.pending
         issuer_error, _ = _single(params, "error")
         code, _ = _single(params, "code")
         if issuer_error or not code:
             return self._redirect_error(pending, "access_denied", "the organisation sign-in did not complete")
         try:
-            identity = await self.provider.finish(code, callback_url(pending.issuer), pending.keep)  # type: ignore[attr-defined]
+            identity = await self.provider.finish(code, callback_url(pending.issuer), waiting.keep)  # type: ignore[attr-defined]
         except ProviderUnavailable:
             view = self._expired_view("The organisation's sign-in service could not be reached. Start again from your app.")
             return PageReply(503, view)
         except ProviderRefused:
             return self._redirect_error(pending, "access_denied", "the organisation sign-in was refused")
-        return self._issue_code(pending, identity)
+        return await self._issue_code(pending, identity)
 
-    def _redirect_error(self, pending: _Pending, error: str, description: str) -> RedirectReply:
+    def _redirect_error(self, pending: Pending, error: str, description: str) -> RedirectReply:
         return RedirectReply(
             add_query(
                 pending.redirect_uri,
@@ -402,14 +415,17 @@ class AuthorizationServer:
             )
         )
 
-    def _issue_code(self, pending: _Pending, identity: Identity) -> RedirectReply:
+    async def _issue_code(self, pending: Pending, identity: Identity) -> RedirectReply:
         now = self._clock()
         if not self._codes.has_room(now):
             return self._redirect_error(pending, "temporarily_unavailable", "too many sign-ins in progress")
+        if self.clients.is_unused(pending.client_id):
+            # Its first sign-in: the registration stops expiring (a small write, off the loop).
+            await anyio.to_thread.run_sync(self.clients.mark_used, pending.client_id)
         code = secrets.token_urlsafe(32)
         self._codes[code] = _Code(
-            client_id=pending.client.client_id,
-            client_name=pending.client.display_name(),
+            client_id=pending.client_id,
+            client_name=pending.client_name,
             redirect_uri=pending.redirect_uri,
             redirect_explicit=pending.redirect_explicit,
             challenge=pending.challenge,

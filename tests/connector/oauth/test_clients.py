@@ -17,7 +17,7 @@ from connector.oauth.clients import (
 )
 from connector.oauth.redirects import redirect_uri_problem
 from connector.oauth.server import JsonReply, PageReply
-from connector.oauth.state import JsonCollection
+from connector.oauth.client_files import ClientFiles
 from tests.support.loopback import Answer, LoopbackServer
 
 from .conftest import BASE, World, query_of
@@ -88,7 +88,7 @@ def test_registration_answers_public_client_and_keeps_uris_exactly(world: World)
 
 
 def test_registry_is_bounded(tmp_path: Path) -> None:
-    registry = ClientRegistry(JsonCollection(None), max_clients=2)
+    registry = ClientRegistry(ClientFiles(None), max_clients=2)
     from connector.oauth.clients import RegistryFull
 
     registry.register({"redirect_uris": ["https://a.example/cb"]})
