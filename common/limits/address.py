@@ -158,6 +158,8 @@ def limit_key(address: str) -> str:
     request. IPv4 addresses, and anything that is not an address, are their own key.
     """
     ip = parse_ip(address)
+    if ip is None:
+        return address
     if isinstance(ip, ipaddress.IPv6Address):
         return str(ipaddress.IPv6Network((ip, _IPV6_LIMIT_PREFIX), strict=False))
-    return address
+    return str(ip)

@@ -81,7 +81,7 @@ class World:
 def build_world(state_dir: Path, key: bytes, provider: FakeStoreProvider, clock: Clock, grace_s: float = 60.0) -> World:
     state = OAuthState(state_dir, key)
     server = AuthorizationServer(
-        clients=ClientRegistry(state.clients),
+        clients=ClientRegistry(state.clients, clock=clock),
         documents=MetadataDocumentFetcher(allow_http_loopback=True),
         grants=RefreshGrants(state, ttl_s=30 * 86400, grace_s=grace_s),
         codec=AccessTokenCodec(key),
