@@ -1,11 +1,13 @@
 """Pending sign-ins carried by the browser, sealed, instead of kept in a server table.
 
 A sign-in started at ``GET /authorize`` used to wait in a bounded in-memory table
-for the sign-in page to be submitted; strangers could fill that table and lock
-every real sign-in out. Now everything the sign-in needs travels in the page's
-hidden ``login_id`` field, sealed with AES-256-GCM under the state key (so it
-can be neither read nor altered) and bound to its purpose; it carries its own
-expiry. Starting a sign-in therefore costs the server nothing it has to keep.
+for the sign-in page to be submitted (or the OIDC issuer to send the browser
+back); strangers could fill that table and lock every real sign-in out. Now
+everything the sign-in needs travels with the browser, sealed with AES-256-GCM
+under the state key (so it can be neither read nor altered) and carrying its own
+expiry: in the page's hidden ``login_id`` field, or, for OIDC, in a short-lived
+cookie bound to the ``state`` sent to the issuer. Starting a sign-in therefore
+costs the server nothing it has to keep, and any replica can finish it.
 
 What the server still remembers is how many wrong tokens a sign-in has seen
 (``SignInAttempts``): only sign-ins with a failure are recorded, failures are
@@ -15,15 +17,20 @@ sign-in its three attempts back; the per-address limit still applies.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import secrets
 from collections import OrderedDict
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from connector.oauth.state import SecretBox
 
 _CONTEXT = "pending-sign-in v1"
+# What SecretBox.seal writes; anything else (even what lenient base64 would read the same) is refused.
+_SEALED = re.compile(r"sec1:(?:[A-Za-z0-9_-]{4})*(?:[A-Za-z0-9_-]{2}==|[A-Za-z0-9_-]{3}=)?")
 MAX_SEALED_CHARS = 16_384
 MAX_TRACKED_SIGN_INS = 100_000
 
@@ -43,6 +50,14 @@ class Pending:
     scope: frozenset[str]
     issuer: str
     expires: float
+    # OIDC only: the state sent to the issuer (the callback must name it) and what the provider keeps.
+    bound_to: str = ""
+    keep: Mapping[str, Any] = field(default_factory=dict)
+
+
+def cookie_name(oidc_state: str) -> str:
+    """The cookie carrying the OIDC sign-in sent to the issuer with ``oidc_state``."""
+    return "brain_signin_" + hashlib.sha256(oidc_state.encode("utf-8")).hexdigest()[:16]
 
 
 def new_sign_in_id() -> str:
@@ -70,12 +85,14 @@ class PendingSeal:
             "o": sorted(pending.scope),
             "u": pending.issuer,
             "e": pending.expires,
+            "b": pending.bound_to,
+            "k": dict(pending.keep),
         }
         return self._box.seal(json.dumps(fields, separators=(",", ":")), _CONTEXT)
 
     def open(self, value: str | None, now: float) -> Pending | None:
         """The pending sign-in in ``value``; None when it is malformed, altered, foreign or expired."""
-        if not value or len(value) > MAX_SEALED_CHARS:
+        if not value or len(value) > MAX_SEALED_CHARS or not _SEALED.fullmatch(value):
             return None
         text = self._box.open(value, _CONTEXT)
         if text is None:
@@ -94,6 +111,8 @@ class PendingSeal:
                 scope=frozenset(str(scope) for scope in fields["o"]),
                 issuer=str(fields["u"]),
                 expires=float(fields["e"]),
+                bound_to=str(fields["b"]),
+                keep=dict(fields["k"]),
             )
         except (ValueError, KeyError, TypeError):
             return None

@@ -216,11 +216,10 @@ def _to_response(reply: Reply, *, after_post: bool = False, dev: bool = False, c
         return _json(reply.status, reply.body, headers)
     if isinstance(reply, RedirectReply):
         # 303 after the sign-in form so the browser follows with a GET.
-        return Response(
-            content=b"",
-            status_code=303 if after_post else 302,
-            headers={"Location": reply.location, "Cache-Control": "no-store", "Referrer-Policy": "no-referrer"},
-        )
+        headers = {"Location": reply.location, "Cache-Control": "no-store", "Referrer-Policy": "no-referrer"}
+        if reply.cookie:
+            headers["Set-Cookie"] = reply.cookie
+        return Response(content=b"", status_code=303 if after_post else 302, headers=headers)
     assert isinstance(reply, PageReply)
     return Response(
         content=render_signin(reply.view, dev=dev),
@@ -297,7 +296,7 @@ def oauth_route_handlers(server: AuthorizationServer, settings: Any, *, dev: boo
     async def oidc_callback(request: Request[Any, Any, Any]) -> Response[Any]:
         if (blocked := limited("authorize", request)) is not None:
             return blocked
-        return _to_response(await server.oidc_callback(_query(request)), dev=dev)
+        return _to_response(await server.oidc_callback(_query(request), request.cookies), dev=dev)
 
     @post("/token", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
     async def token(request: Request[Any, Any, Any]) -> Response[Any]:

@@ -3,10 +3,10 @@
 Each method takes plain parameters (the request's query or form as a mapping,
 and the base URL the request reached) and returns a reply object the routes
 turn into an HTTP response. Codes live in memory (60 s). A pending sign-in
-(10 minutes) travels sealed in the sign-in page's form (connector/oauth/pending.py),
-so starting one costs no server capacity; only an OIDC sign-in waiting for the
-issuer's callback is kept here. Clients and refresh families are persisted
-through OAuthState.
+(10 minutes) travels sealed with the browser (connector/oauth/pending.py): in the
+sign-in page's form, or in a cookie while the OIDC issuer has the browser, so
+starting one costs no server capacity. Clients and refresh families are
+persisted through OAuthState.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import time
 import zlib
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -42,7 +42,7 @@ from connector.oauth.clients import (
     is_metadata_document_id,
 )
 from connector.oauth.grants import Family, RefreshGrants, RotationConflict
-from connector.oauth.pending import Pending, PendingSeal, SignInAttempts, new_sign_in_id
+from connector.oauth.pending import Pending, PendingSeal, SignInAttempts, cookie_name, new_sign_in_id
 from connector.oauth.pkce import is_valid_challenge, verifier_matches
 from connector.oauth.state import SecretBox
 from connector.oauth.tokens import ACCESS_TOKEN_TTL_S, AccessClaims, AccessTokenCodec
@@ -59,7 +59,8 @@ PENDING_TTL_S = 600.0
 MAX_ATTEMPTS = 3
 # Wrong tokens per client address (an IPv6 /64) and minute, checked before the store is asked.
 SIGNIN_FAILURES_PER_MIN = 10
-MAX_PENDING = 10_000  # OIDC sign-ins waiting for the issuer's callback
+# A cookie carrying an OIDC sign-in must stay under the browsers' 4 KiB per cookie.
+MAX_COOKIE_CHARS = 3800
 MAX_CODES = 10_000
 MAX_PARAM_CHARS = 2048
 NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
@@ -80,9 +81,10 @@ class JsonReply:
 
 @dataclass(frozen=True)
 class RedirectReply:
-    """A 302/303 to ``location``."""
+    """A 302/303 to ``location``, possibly setting a cookie (a ``Set-Cookie`` value)."""
 
     location: str
+    cookie: str | None = None
 
 
 @dataclass(frozen=True)
@@ -110,18 +112,6 @@ class PageReply:
 
 
 Reply = JsonReply | RedirectReply | PageReply
-
-
-@dataclass(frozen=True)
-class _Redirected:
-    """An OIDC sign-in waiting for the issuer to send the browser back."""
-
-    pending: Pending
-    keep: dict[str, Any]
-
-    @property
-    def expires(self) -> float:
-        return self.pending.expires
 
 
 @dataclass(frozen=True)
@@ -219,7 +209,6 @@ class AuthorizationServer:
         self._seal = PendingSeal(box or SecretBox(secrets.token_bytes(32)))
         self._attempts = SignInAttempts()
         self._failures = TokenBucketLimiter(signin_failures_per_min) if signin_failures_per_min else None
-        self._redirected = _BoundedExpiring(MAX_PENDING)
         self._codes = _BoundedExpiring(MAX_CODES)
         self._locks = [asyncio.Lock() for _ in range(_LOCK_STRIPES)]
 
@@ -315,14 +304,14 @@ class AuthorizationServer:
             expires=now + PENDING_TTL_S,
         )
         if self.provider.mode == "redirect":
-            if not self._redirected.has_room(now):
-                return back("temporarily_unavailable", "too many sign-ins in progress")
             try:
                 start = await self.provider.start(callback_url(base_url))  # type: ignore[attr-defined]
             except ProviderUnavailable:
                 return back("temporarily_unavailable", "the identity provider cannot be reached; try again")
-            self._redirected[start.state] = _Redirected(pending, start.keep)
-            return RedirectReply(start.url)
+            sealed = self._seal.seal(replace(pending, bound_to=start.state, keep=start.keep))
+            if len(sealed) > MAX_COOKIE_CHARS:
+                return back("invalid_request", "state or redirect_uri is too long for a sign-in")
+            return RedirectReply(start.url, cookie=_signin_cookie(start.state, sealed, base_url, PENDING_TTL_S))
         return PageReply(200, self._view(pending, self._seal.seal(pending)))
 
     def _view(self, pending: Pending, login_id: str | None, error: str | None = None, attempts: int = 0) -> SignInView:
@@ -355,7 +344,7 @@ class AuthorizationServer:
         login_id, _ = _single(form, "login_id")
         pending = self._seal.open(login_id, now) if self.provider.mode == "page" else None
         attempts = self._attempts.count(pending.sign_in_id, now) if pending is not None else 0
-        if pending is None or attempts >= MAX_ATTEMPTS:
+        if pending is None or pending.bound_to or attempts >= MAX_ATTEMPTS:
             return PageReply(400, self._expired_view("This sign-in has expired. Start again from your app."))
         assert login_id is not None
         action, _ = _single(form, "action")
@@ -387,19 +376,33 @@ class AuthorizationServer:
         self._attempts.set(pending.sign_in_id, MAX_ATTEMPTS, pending.expires, now)
         return await self._issue_code(pending, identity)
 
-    async def oidc_callback(self, params: Mapping[str, Any]) -> Reply:
-        """GET /oidc/callback: the issuer sent the browser back."""
+    async def oidc_callback(self, params: Mapping[str, Any], cookies: Mapping[str, str] | None = None) -> Reply:
+        """GET /oidc/callback: the issuer sent the browser back, with the sign-in's cookie."""
+        now = self._clock()
         state, _ = _single(params, "state")
-        waiting = self._redirected.pop(state, None) if state and len(state) <= 200 else None
-        if waiting is None or waiting.expires <= self._clock() or self.provider.mode != "redirect":
+        pending = None
+        if state and len(state) <= 200 and self.provider.mode == "redirect":
+            pending = self._seal.open((cookies or {}).get(cookie_name(state)), now)
+        if (
+            pending is None
+            or not pending.bound_to
+            or not secrets.compare_digest(pending.bound_to, state or "")
+            or self._attempts.count(pending.sign_in_id, now) >= MAX_ATTEMPTS
+        ):
             return PageReply(400, self._expired_view("This sign-in has expired or is unknown. Start again from your app."))
-        pending = waiting.pending
+        self._attempts.set(pending.sign_in_id, MAX_ATTEMPTS, pending.expires, now)  # a callback works once
+        reply = await self._finish_redirect(pending, params)
+        if isinstance(reply, RedirectReply):  # the browser no longer needs the cookie
+            reply = replace(reply, cookie=_signin_cookie(pending.bound_to, "", pending.issuer, 0))
+        return reply
+
+    async def _finish_redirect(self, pending: Pending, params: Mapping[str, Any]) -> Reply:
         issuer_error, _ = _single(params, "error")
         code, _ = _single(params, "code")
         if issuer_error or not code:
             return self._redirect_error(pending, "access_denied", "the organisation sign-in did not complete")
         try:
-            identity = await self.provider.finish(code, callback_url(pending.issuer), waiting.keep)  # type: ignore[attr-defined]
+            identity = await self.provider.finish(code, callback_url(pending.issuer), dict(pending.keep))  # type: ignore[attr-defined]
         except ProviderUnavailable:
             view = self._expired_view("The organisation's sign-in service could not be reached. Start again from your app.")
             return PageReply(503, view)
@@ -613,6 +616,18 @@ class AuthorizationServer:
 def resource_of(base_url: str) -> str:
     """The protected resource (RFC 8707 audience) of a connector reached at ``base_url``."""
     return base_url.rstrip("/") + "/mcp"
+
+
+def _signin_cookie(oidc_state: str, value: str, base_url: str, max_age: float) -> str:
+    """The Set-Cookie value carrying (or, with max_age 0, removing) an OIDC sign-in.
+
+    Only /oidc/callback receives it; SameSite=Lax still sends it on the issuer's
+    top-level redirect back; HttpOnly keeps scripts away; Secure over https.
+    """
+    parts = urlsplit(base_url)
+    path = parts.path.rstrip("/") + "/oidc/callback"
+    secure = "; Secure" if parts.scheme == "https" else ""
+    return f"{cookie_name(oidc_state)}={value}; Max-Age={int(max_age)}; Path={path}; HttpOnly; SameSite=Lax{secure}"
 
 
 def callback_url(base_url: str) -> str:
