@@ -14,6 +14,8 @@ directory) whose state already holds N registered clients, then registers
 The N clients are written before start-up as a ``clients.json`` (the format of
 every version so far; the current connector moves it into ``clients/`` at
 start-up), each with one redirect URI and a name, as a real client registers.
+The registry holds at most 50,000 clients, so "50,000" starts from 50,000 minus
+the registrations measured and ends full.
 
 ``--source DIR`` runs the connector from another checkout (e.g. ``main`` exported
 with ``git archive main | tar -x -C DIR``) with this venv, for before/after
@@ -46,6 +48,7 @@ sys.path.insert(0, str(REPO))
 
 import httpx  # noqa: E402
 
+from connector.oauth.clients import MAX_CLIENTS  # noqa: E402
 from tests.support.processes import console_script, free_port, wait_for_http  # noqa: E402
 
 CLIENT_BODY = {"redirect_uris": ["https://claude.ai/api/mcp/auth_callback"], "client_name": "Bench client"}
@@ -117,7 +120,7 @@ def run_one(count: int, registrations: int, source: Path | None) -> dict[str, fl
     """Start a connector over ``count`` clients and measure ``registrations`` more."""
     with tempfile.TemporaryDirectory(prefix="regbench-") as tmp:
         state_dir = Path(tmp) / "state"
-        prefill(state_dir, count)
+        prefill(state_dir, min(count, MAX_CLIENTS - registrations))
         port = free_port()
         env = {
             **os.environ,

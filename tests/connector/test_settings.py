@@ -103,3 +103,14 @@ def test_working_copy_caps() -> None:
     assert (capped.max_working_copies, capped.max_working_copy_bytes) == (10, 0)
     with pytest.raises(SettingsError, match="CONNECTOR_MAX_WORKING_COPIES"):
         ConnectorSettings.load({**STORE, "CONNECTOR_MAX_WORKING_COPIES": "many"})
+
+
+def test_sign_in_limits() -> None:
+    defaults = ConnectorSettings.load(STORE)
+    assert defaults.signin_failures_per_min == 10 and defaults.unused_client_ttl_ms == 86_400_000
+    custom = ConnectorSettings.load({**STORE, "CONNECTOR_SIGNIN_FAILURES_PER_MIN": "3",
+                                     "CONNECTOR_UNUSED_CLIENT_TTL_MS": "0"})
+    assert custom.signin_failures_per_min == 3 and custom.unused_client_ttl_ms == 0
+    for name in ("CONNECTOR_SIGNIN_FAILURES_PER_MIN", "CONNECTOR_UNUSED_CLIENT_TTL_MS"):
+        with pytest.raises(SettingsError, match=name):
+            ConnectorSettings.load({**STORE, name: "-1"})
