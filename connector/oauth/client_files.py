@@ -17,6 +17,7 @@ import os
 import re
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,8 @@ log = logging.getLogger("connector.oauth.clients")
 # Client ids are "bcc_" + URL-safe base64: anything else is never a file name here.
 _CLIENT_ID = re.compile(r"bcc_[A-Za-z0-9_-]{8,64}")
 _SUFFIX = ".json"
+_TMP_PREFIX = ".tmp-"
+_STALE_TMP_S = 3600.0
 MAX_RECORD_BYTES = 256 * 1024
 
 
@@ -43,7 +46,7 @@ class ClientFiles:
         self._count = 0
         if directory is not None:
             directory.mkdir(mode=0o700, exist_ok=True)
-            self._count = sum(1 for _ in self._paths())
+            self._count = sum(1 for _ in self._paths(clean=True))
 
     def __len__(self) -> int:
         """How many clients are registered (as far as this process has seen)."""
@@ -56,8 +59,10 @@ class ClientFiles:
         shard = hashlib.sha256(client_id.encode("ascii")).hexdigest()[:2]
         return self._dir / shard / (client_id + _SUFFIX)
 
-    def _paths(self) -> Iterator[Path]:
+    def _paths(self, clean: bool = False) -> Iterator[Path]:
+        """Every client file; with ``clean``, also remove temporary files a crash left behind."""
         assert self._dir is not None
+        stale_before = time.time() - _STALE_TMP_S
         with os.scandir(self._dir) as shards:
             for shard in shards:
                 if not shard.is_dir(follow_symlinks=False):
@@ -66,6 +71,9 @@ class ClientFiles:
                     for entry in entries:
                         if entry.name.endswith(_SUFFIX) and _is_client_id(entry.name[: -len(_SUFFIX)]):
                             yield Path(entry.path)
+                        elif clean and entry.name.startswith(_TMP_PREFIX) and entry.stat().st_mtime < stale_before:
+                            # Old enough that no replica is still writing it.
+                            Path(entry.path).unlink(missing_ok=True)
 
     def get(self, client_id: str) -> dict[str, Any] | None:
         """The record of ``client_id``, or None (unknown, malformed id, unreadable file)."""
@@ -97,7 +105,7 @@ class ClientFiles:
         path.parent.mkdir(mode=0o700, exist_ok=True)
         existed = path.exists()
         payload = json.dumps(record, separators=(",", ":"), sort_keys=True).encode("utf-8")
-        fd, tmp_name = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+        fd, tmp_name = tempfile.mkstemp(prefix=_TMP_PREFIX, dir=path.parent)
         try:
             os.fchmod(fd, 0o600)
             with os.fdopen(fd, "wb") as handle:

@@ -300,3 +300,16 @@ def test_redirect_uris_are_bounded_together() -> None:
     with pytest.raises(RegistrationRefused):
         validate_registration({"redirect_uris": long_uris})
     assert validate_registration({"redirect_uris": long_uris[:4]})
+
+
+def test_temporary_files_a_crash_left_behind_are_removed_at_start(tmp_path: Path) -> None:
+    import os
+
+    registry = _registry(tmp_path, [1_900_000_000.0])
+    registry.register({"redirect_uris": ["https://a.example/cb"]})
+    [shard] = [path for path in (tmp_path / "clients").iterdir() if path.is_dir()]
+    old, fresh = shard / ".tmp-old", shard / ".tmp-fresh"
+    old.write_text("{"), fresh.write_text("{")
+    os.utime(old, (0, 0))
+    files = ClientFiles(tmp_path / "clients")
+    assert len(files) == 1 and not old.exists() and fresh.exists()  # a fresh one may be a replica's write
