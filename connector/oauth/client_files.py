@@ -15,12 +15,13 @@ import json
 import logging
 import os
 import re
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from connector.oauth.files import write_private
 
 log = logging.getLogger("connector.oauth.clients")
 
@@ -105,23 +106,7 @@ class ClientFiles:
         path.parent.mkdir(mode=0o700, exist_ok=True)
         existed = path.exists()
         payload = json.dumps(record, separators=(",", ":"), sort_keys=True).encode("utf-8")
-        fd, tmp_name = tempfile.mkstemp(prefix=_TMP_PREFIX, dir=path.parent)
-        try:
-            os.fchmod(fd, 0o600)
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(payload)
-                if durable:
-                    handle.flush()
-                    os.fsync(handle.fileno())
-            os.replace(tmp_name, path)
-        except BaseException:
-            try:
-                os.unlink(tmp_name)
-            except FileNotFoundError:
-                pass
-            raise
-        if durable:
-            _fsync_dir(path.parent)
+        write_private(path, payload, tmp_prefix=_TMP_PREFIX, durable=durable)
         if not existed:
             with self._lock:
                 self._count += 1
@@ -174,11 +159,3 @@ class ClientFiles:
         except FileNotFoundError:
             pass  # a replica starting at the same moment moved it first
         return moved
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -18,7 +18,6 @@ import json
 import logging
 import os
 import secrets
-import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +29,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from connector.oauth.client_files import ClientFiles
+from connector.oauth.files import write_private
 
 log = logging.getLogger("connector.oauth.state")
 T = TypeVar("T")
@@ -199,27 +199,8 @@ class JsonCollection:
 
     def _flush(self, records: dict[str, Any]) -> None:
         assert self._path is not None
-        directory = self._path.parent
         payload = json.dumps(records, separators=(",", ":"), sort_keys=True).encode("utf-8")
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{self._path.name}.", dir=directory)
-        try:
-            os.fchmod(fd, 0o600)
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(payload)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp_name, self._path)
-        except BaseException:
-            try:
-                os.unlink(tmp_name)
-            except FileNotFoundError:
-                pass
-            raise
-        dir_fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        write_private(self._path, payload, tmp_prefix=f".{self._path.name}.")
 
 
 class OAuthState:
