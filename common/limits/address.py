@@ -155,7 +155,8 @@ def limit_key(address: str) -> str:
 
     An IPv6 address counts with its whole /64 (``2001:db8:1:2::/64``): a single host
     or subscriber usually holds a /64 and could otherwise take a fresh address per
-    request. IPv4 addresses, and anything that is not an address, are their own key.
+    request. An IPv4 address (also written IPv4-mapped) is its own key; so is anything
+    that is not an address.
     """
     ip = parse_ip(address)
     if ip is None:

@@ -9,10 +9,12 @@ expiry: in the page's hidden ``login_id`` field, or, for OIDC, in a short-lived
 cookie bound to the ``state`` sent to the issuer. Starting a sign-in therefore
 costs the server nothing it has to keep, and any replica can finish it.
 
-What the server still remembers is how many wrong tokens a sign-in has seen
-(``SignInAttempts``): only sign-ins with a failure are recorded, failures are
-limited per address, and losing a record to the cap only ever gives that one
-sign-in its three attempts back; the per-address limit still applies.
+What the server still remembers (``SignInAttempts``) is how many wrong tokens a
+sign-in has seen and which sign-ins are finished (completed, declined, or out of
+attempts), so a sealed value cannot be submitted again. Only sign-ins with a
+failure or an end are recorded, failures are limited per address, and losing a
+record to the cap only ever gives that one sign-in its attempts back; the
+per-address limit still applies. Each replica keeps its own records.
 """
 
 from __future__ import annotations
@@ -120,7 +122,7 @@ class PendingSeal:
 
 
 class SignInAttempts:
-    """Wrong tokens per sign-in id, for sign-ins that saw at least one; bounded in number."""
+    """Wrong tokens per sign-in id (``MAX_ATTEMPTS`` once it is finished); bounded in number."""
 
     def __init__(self, limit: int = MAX_TRACKED_SIGN_INS) -> None:
         self._limit = limit
