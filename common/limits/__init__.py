@@ -4,4 +4,11 @@ from common.limits.address import TrustedProxies, client_address, limit_key, par
 from common.limits.rate import TokenBucketLimiter
 from common.limits.shared import SharedTokenBucketLimiter
 
-__all__ = ["SharedTokenBucketLimiter", "TokenBucketLimiter", "TrustedProxies", "client_address", "limit_key", "parse_ip"]
+__all__ = [
+    "SharedTokenBucketLimiter",
+    "TokenBucketLimiter",
+    "TrustedProxies",
+    "client_address",
+    "limit_key",
+    "parse_ip",
+]

@@ -86,7 +86,9 @@ def validate_registration(body: Any) -> dict[str, Any]:
     if len(uris) > MAX_REDIRECT_URIS:
         raise RegistrationRefused("invalid_redirect_uri", f"at most {MAX_REDIRECT_URIS} redirect URIs")
     if sum(len(uri) if isinstance(uri, str) else 0 for uri in uris) > MAX_REDIRECT_URIS_CHARS:
-        raise RegistrationRefused("invalid_redirect_uri", f"the redirect URIs exceed {MAX_REDIRECT_URIS_CHARS} characters together")
+        raise RegistrationRefused(
+            "invalid_redirect_uri", f"the redirect URIs exceed {MAX_REDIRECT_URIS_CHARS} characters together"
+        )
     for uri in uris:
         problem = redirect_uri_problem(uri)
         if problem:

@@ -402,7 +402,8 @@ class AuthorizationServer:
         if issuer_error or not code:
             return self._redirect_error(pending, "access_denied", "the organisation sign-in did not complete")
         try:
-            identity = await self.provider.finish(code, callback_url(pending.issuer), dict(pending.keep))  # type: ignore[attr-defined]
+            finish = self.provider.finish  # type: ignore[attr-defined]
+            identity = await finish(code, callback_url(pending.issuer), dict(pending.keep))
         except ProviderUnavailable:
             view = self._expired_view("The organisation's sign-in service could not be reached. Start again from your app.")
             return PageReply(503, view)
