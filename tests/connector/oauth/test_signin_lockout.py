@@ -154,3 +154,36 @@ async def test_wrong_tokens_from_many_addresses_lock_nobody_else_out(trusting_st
                 status = await client.call_tool("brain_status", {})
                 assert not status.is_error
         assert storage.tokens is not None
+
+
+async def test_a_store_429_at_sign_in_counts_as_a_wrong_token(tmp_path: Path) -> None:
+    running, manager = start_store(tmp_path, env={"STORE_TRUST_PROXY": "loopback", "STORE_RATE_FAILED_LOGINS_PER_MIN": "2"})
+    try:
+        alice = running.add_user("alice")
+        with running_connector(tmp_path, running.url, state_dir=tmp_path / "state") as connector:
+            base = connector.base_url
+            client_id = httpx.post(base + "/register", json={"redirect_uris": [REDIRECT]}).json()["client_id"]
+            async with httpx.AsyncClient(base_url=base, timeout=30) as http:
+                # Two wrong tokens from one address spend the store's budget for it ...
+                assert await _wrong_tokens(http, base, client_id, "198.51.100.20", 2) == [401, 401]
+                headers = {"X-Forwarded-For": "198.51.100.20"}
+                page = await http.get("/authorize", params=_authorize_params(base, client_id), headers=headers)
+                login_id = login_id_of(page.text)
+                # ... so even the right token is refused there, and that uses up an attempt: no free retries.
+                statuses = []
+                for _ in range(3):
+                    done = await http.post("/authorize/complete", headers=headers,
+                                           data={"login_id": login_id, "token": alice.token, "action": "allow"})
+                    statuses.append(done.status_code)
+                    if done.status_code == 429:
+                        assert "refuses more attempts" in done.text and " left." in done.text
+                assert statuses == [429, 429, 303]
+                assert "error=access_denied" in done.headers["location"]
+                # From another address the same person signs in at once.
+                other = {"X-Forwarded-For": "198.51.100.21"}
+                page = await http.get("/authorize", params=_authorize_params(base, client_id), headers=other)
+                done = await http.post("/authorize/complete", headers=other,
+                                       data={"login_id": login_id_of(page.text), "token": alice.token, "action": "allow"})
+                assert done.status_code == 303 and "code=" in done.headers["location"]
+    finally:
+        manager.__exit__(None, None, None)  # type: ignore[attr-defined]
