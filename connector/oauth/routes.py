@@ -29,7 +29,7 @@ from connector.oauth.clients import ClientRegistry, MetadataDocumentFetcher
 from connector.oauth.grants import RefreshGrants
 from connector.oauth.metadata import authorization_server_metadata, protected_resource_metadata
 from connector.oauth.server import (
-    SIGNIN_FAILURES_PER_MIN,
+    SIGNIN_ATTEMPTS_PER_MIN,
     AuthorizationServer,
     JsonReply,
     PageReply,
@@ -148,7 +148,7 @@ def build_oauth(
         provider=chosen,
         on_session_end=on_session_end,
         box=state.box,
-        signin_failures_per_min=int(getattr(settings, "signin_failures_per_min", SIGNIN_FAILURES_PER_MIN)),
+        signin_attempts_per_min=int(getattr(settings, "signin_attempts_per_min", SIGNIN_ATTEMPTS_PER_MIN)),
     )
     handlers = oauth_route_handlers(server, settings, dev=chosen.kind == "dev")
     return OAuthMount(server=server, provider=chosen, route_handlers=handlers)

@@ -57,8 +57,8 @@ SCOPE_DESCRIPTIONS = {
 CODE_TTL_S = 60.0
 PENDING_TTL_S = 600.0
 MAX_ATTEMPTS = 3
-# Wrong tokens per client address (an IPv6 /64) and minute, checked before the store is asked.
-SIGNIN_FAILURES_PER_MIN = 10
+# Tokens checked per client address (an IPv6 /64) and minute; counted before the store is asked.
+SIGNIN_ATTEMPTS_PER_MIN = 10
 # A cookie carrying an OIDC sign-in must stay under the browsers' 4 KiB per cookie.
 MAX_COOKIE_CHARS = 3800
 MAX_CODES = 10_000
@@ -195,10 +195,10 @@ class AuthorizationServer:
         clock: Callable[[], float] = time.time,
         on_session_end: Callable[[str], Awaitable[Any]] | None = None,
         box: SecretBox | None = None,
-        signin_failures_per_min: int = SIGNIN_FAILURES_PER_MIN,
+        signin_attempts_per_min: int = SIGNIN_ATTEMPTS_PER_MIN,
     ) -> None:
         """``box`` seals pending sign-ins (give the state's, so every replica can open them);
-        ``signin_failures_per_min`` bounds wrong tokens per client address (0: no limit)."""
+        ``signin_attempts_per_min`` bounds tokens checked per client address (0: no limit)."""
         self.clients = clients
         self.documents = documents
         self.grants = grants
@@ -208,7 +208,7 @@ class AuthorizationServer:
         self._on_session_end = on_session_end
         self._seal = PendingSeal(box or SecretBox(secrets.token_bytes(32)))
         self._attempts = SignInAttempts()
-        self._failures = TokenBucketLimiter(signin_failures_per_min) if signin_failures_per_min else None
+        self._checks = TokenBucketLimiter(signin_attempts_per_min) if signin_attempts_per_min else None
         self._codes = _BoundedExpiring(MAX_CODES)
         self._locks = [asyncio.Lock() for _ in range(_LOCK_STRIPES)]
 
@@ -336,9 +336,10 @@ class AuthorizationServer:
     async def complete(self, form: Mapping[str, Any], client_address: str = "unknown") -> Reply:
         """POST /authorize/complete: the sign-in page was submitted from ``client_address``.
 
-        Wrong tokens are limited per sign-in (three) and per client address (checked
-        before the store is asked); a store refusing to check more (429) counts as a
-        wrong token, so it never turns into free retries.
+        Wrong tokens are limited per sign-in (three), and tokens checked per client
+        address (counted before the store is asked, so concurrent submissions cannot
+        slip past); a store refusing to check more (429) counts as a wrong token, so
+        it never turns into free retries.
         """
         now = self._clock()
         login_id, _ = _single(form, "login_id")
@@ -351,10 +352,9 @@ class AuthorizationServer:
         if action == "deny":
             self._attempts.set(pending.sign_in_id, MAX_ATTEMPTS, pending.expires, now)
             return self._redirect_error(pending, "access_denied", "the user declined")
-        address = limit_key(client_address)
-        wait = self._failures.peek(address) if self._failures is not None else None
+        wait = self._checks.hit(limit_key(client_address)) if self._checks is not None else None
         if wait is not None:
-            message = f"Too many wrong tokens from your network. Wait {math.ceil(wait)} seconds, then try again."
+            message = f"Too many sign-in attempts from your network. Wait {math.ceil(wait)} seconds, then try again."
             return PageReply(429, self._view(pending, login_id, message, attempts))
         token, _ = _single(form, "token")
         try:
@@ -362,8 +362,6 @@ class AuthorizationServer:
         except ProviderUnavailable:
             return PageReply(503, self._view(pending, login_id, "The store could not be reached. Try again.", attempts))
         except ProviderRefused as refused:
-            if self._failures is not None:
-                self._failures.hit(address)
             attempts = self._attempts.count(pending.sign_in_id, now) + 1
             self._attempts.set(pending.sign_in_id, attempts, pending.expires, now)
             if attempts >= MAX_ATTEMPTS:

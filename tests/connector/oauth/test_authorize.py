@@ -188,7 +188,7 @@ async def test_a_completed_sign_in_cannot_be_replayed(world: World) -> None:
     assert isinstance(again, PageReply) and again.status == 400
 
 
-async def test_wrong_tokens_are_limited_per_address_before_the_store_is_asked(world: World) -> None:
+async def test_sign_in_attempts_are_limited_per_address_before_the_store_is_asked(world: World) -> None:
     flow = register(world)
 
     async def wrong(address: str) -> int:

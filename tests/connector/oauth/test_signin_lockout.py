@@ -31,7 +31,7 @@ from .live import MemoryStorage, login_id_of, running_connector, signed_in_provi
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(240)]
 
 ATTACKERS = [f"203.0.113.{n}" for n in range(1, 21)]
-WRONG_PER_ADDRESS = 10  # the connector's default CONNECTOR_SIGNIN_FAILURES_PER_MIN
+WRONG_PER_ADDRESS = 10  # the connector's default CONNECTOR_SIGNIN_ATTEMPTS_PER_MIN
 REDIRECT = "http://127.0.0.1:1/callback"
 
 
