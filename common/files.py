@@ -16,9 +16,17 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+TEMP_SUFFIX = ".tmp"
+
+
+def is_temporary(name: str) -> bool:
+    """Whether a file name is one of ``write_atomic``'s temporary files (a crash may leave one)."""
+    return name.startswith(".") and name.endswith(TEMP_SUFFIX)
+
+
 def write_atomic(path: Path, data: bytes, *, fsync: bool = True, mode: int = 0o600) -> None:
     """Write ``data`` to ``path`` via a temporary file, fsync and rename (then fsync the dir)."""
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}{TEMP_SUFFIX}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     try:
         try:

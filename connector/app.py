@@ -35,7 +35,7 @@ from connector.workcopy.journal import HeldWriteJournal
 from connector.workcopy.manager import ManagerTuning, WorkingCopyManager
 from connector.workcopy.model import Account
 from connector.workcopy.store_client import StoreClient
-from common.limits import TokenBucketLimiter, TrustedProxies, client_address
+from common.limits import TokenBucketLimiter, TrustedProxies, client_address, limit_key
 
 log = logging.getLogger("connector.http")
 
@@ -104,7 +104,7 @@ class _Limits:
         """None when allowed, else seconds to wait."""
         if self._limiter is None:
             return None
-        return self._limiter.hit(self.client_address(scope))
+        return self._limiter.hit(limit_key(self.client_address(scope)))
 
 
 # ----- responses --------------------------------------------------------------

@@ -63,6 +63,10 @@ class ConnectorSettings:
     max_concurrent_loads: int = 2
     refresh_ttl_ms: int = 30 * 24 * 3600 * 1000
     refresh_grace_ms: int = 60_000
+    # Tokens checked on the sign-in page per client address (IPv6: per /64) and minute; 0 = no limit.
+    signin_attempts_per_min: int = 10
+    # A registered client never used for a sign-in is forgotten after this long; 0 = never.
+    unused_client_ttl_ms: int = 24 * 3600 * 1000
     tools: tuple[str, ...] = TOOL_NAMES
     oidc_issuer: str | None = None
     oidc_client_id: str | None = None
@@ -218,6 +222,8 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     put("max_concurrent_loads", _int(env, "CONNECTOR_MAX_CONCURRENT_LOADS"))
     put("refresh_ttl_ms", _int(env, "CONNECTOR_REFRESH_TTL_MS"))
     put("refresh_grace_ms", _int(env, "CONNECTOR_REFRESH_GRACE_MS"))
+    put("signin_attempts_per_min", _int(env, "CONNECTOR_SIGNIN_ATTEMPTS_PER_MIN"))
+    put("unused_client_ttl_ms", _int(env, "CONNECTOR_UNUSED_CLIENT_TTL_MS"))
     put("tools", _csv(_env(env, "CONNECTOR_TOOLS")))
     put("oidc_issuer", _env(env, "OIDC_ISSUER"))
     put("oidc_client_id", _env(env, "OIDC_CLIENT_ID"))

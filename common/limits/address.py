@@ -14,7 +14,7 @@ import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["TrustedProxies", "client_address", "parse_ip"]
+__all__ = ["TrustedProxies", "client_address", "limit_key", "parse_ip"]
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -29,6 +29,9 @@ _KEYWORDS["private"] = _KEYWORDS["loopback"] + _KEYWORDS["linklocal"] + _KEYWORD
 
 _NOTHING = frozenset({"", "false", "0", "off", "no", "none"})
 _EVERYTHING = frozenset({"true", "1", "yes", "on", "all", "any", "*"})
+_IPV6_LIMIT_PREFIX = 64  # one subscriber usually gets a whole /64: count it as one client
+_V6_KEYS: dict[str, str] = {}  # recent IPv6 addresses -> their /64 key (parsing costs ~10 us)
+_V6_KEYS_MAX = 4096
 _MAX_HOPS = 64  # hops examined from the right; a longer chain stops at the last trusted one
 _MAX_HOP_TEXT = 64
 
@@ -147,3 +150,29 @@ def client_address(peer_ip: str | None, x_forwarded_for: str | Iterable[str] | N
             return str(hop)
         current = hop
     return str(current)
+
+
+def limit_key(address: str) -> str:
+    """The key a per-address limit counts ``address`` under.
+
+    An IPv6 address counts with its whole /64 (``2001:db8:1:2::/64``): a single host
+    or subscriber usually holds a /64 and could otherwise take a fresh address per
+    request. An IPv4 address (also written IPv4-mapped) is its own key; so is anything
+    that is not an address.
+    """
+    if ":" not in address:
+        return address  # IPv4 as peers and client_address write it: the hot path, no parsing
+    cached = _V6_KEYS.get(address)
+    if cached is not None:
+        return cached
+    ip = parse_ip(address)
+    if ip is None:
+        return address
+    if isinstance(ip, ipaddress.IPv6Address):
+        key = str(ipaddress.IPv6Network((ip, _IPV6_LIMIT_PREFIX), strict=False))
+    else:
+        key = str(ip)  # IPv4-mapped, or IPv4 with a port
+    if len(_V6_KEYS) >= _V6_KEYS_MAX:
+        _V6_KEYS.clear()
+    _V6_KEYS[address] = key
+    return key

@@ -14,6 +14,14 @@ class ProviderRefused(Exception):
     """The provider says no: wrong token, user removed, session revoked."""
 
 
+class ProviderThrottled(ProviderRefused):
+    """The store refuses to check more tokens from this address for now (429).
+
+    A refusal, not an outage: it counts as a wrong token, so an attacker the store
+    has blocked does not get free retries.
+    """
+
+
 @dataclass(frozen=True)
 class Identity:
     """A signed-in user as the connector sees them.
@@ -63,8 +71,9 @@ class IdentityProvider(Protocol):
 class PageProvider(IdentityProvider, Protocol):
     """A provider whose sign-in completes on the connector's page."""
 
-    async def sign_in(self, token: str | None) -> Identity:
-        """The identity for what the person typed; ProviderRefused or ProviderUnavailable."""
+    async def sign_in(self, token: str | None, client_address: str | None = None) -> Identity:
+        """The identity for what the person typed from ``client_address``; ProviderRefused
+        (ProviderThrottled when the store is limiting that address) or ProviderUnavailable."""
         ...
 
 

@@ -20,7 +20,7 @@ class DevProvider:
     def __init__(self, store_token: str | None) -> None:
         self._store_token = store_token or ""
 
-    async def sign_in(self, token: str | None) -> Identity:
+    async def sign_in(self, token: str | None, client_address: str | None = None) -> Identity:
         """The fixed local identity, whatever was typed."""
         return Identity(subject=DEV_SUBJECT, store_credential=self._store_token, renewal_secret="")
 

@@ -1,7 +1,12 @@
 """The ``static`` provider: the person signs in with their store token (``bst_...``).
 
 The token is checked with the store's ``GET /auth/me``: 401/403 means refused,
-anything else that is not a clean 200 means the store could not be asked. The
+429 means the store is limiting the person's address (also a refusal, so it is
+never a free retry), anything else that is not a clean 200 means the store could
+not be asked. A sign-in check names the person's address in ``X-Forwarded-For``:
+with the connector among the store's trusted proxies (``STORE_TRUST_PROXY``) the
+store counts wrong tokens against that address, not against the connector, whose
+own requests carry every signed-in user's traffic. The
 token itself is both the store credential and the renewal secret, so a refresh
 re-checks it and a rotated or removed user loses the session.
 """
@@ -10,7 +15,8 @@ from __future__ import annotations
 
 import httpx
 
-from connector.identity.base import Identity, ProviderRefused, ProviderUnavailable
+from common.limits import parse_ip
+from connector.identity.base import Identity, ProviderRefused, ProviderThrottled, ProviderUnavailable
 
 MAX_TOKEN_CHARS = 4096
 _ME_MAX_BYTES = 64 * 1024
@@ -27,28 +33,39 @@ class StaticTokenProvider:
         self._client = client or httpx.AsyncClient(timeout=timeout_s, follow_redirects=False)
         self._owns_client = client is None
 
-    async def sign_in(self, token: str | None) -> Identity:
-        """The identity of the user ``token`` belongs to."""
+    async def sign_in(self, token: str | None, client_address: str | None = None) -> Identity:
+        """The identity of the user ``token`` belongs to, typed by someone at ``client_address``."""
         token = (token or "").strip()
         if not token or len(token) > MAX_TOKEN_CHARS or any(ch.isspace() for ch in token) or not token.isascii():
             raise ProviderRefused("not a store token")
-        user_id = await self._user_id(token)
+        address = parse_ip(client_address)
+        user_id = await self._user_id(token, None if address is None else str(address))
         return Identity(subject=f"static:{user_id}", store_credential=token, renewal_secret=token)
 
     async def renew(self, subject: str, renewal_secret: str) -> Identity:
         """Re-check the token; refused when it no longer names the same user."""
-        identity = await self.sign_in(renewal_secret)
+        try:
+            identity = await self.sign_in(renewal_secret)
+        except ProviderThrottled:
+            # The store is busy limiting, which says nothing about the token: keep the session.
+            raise ProviderUnavailable("the store is rate limiting; try again") from None
         if identity.subject != subject:
             raise ProviderRefused("the token now belongs to another user")
         return identity
 
-    async def _user_id(self, token: str) -> str:
+    async def _user_id(self, token: str, forwarded_for: str | None = None) -> str:
+        headers = {"Authorization": f"Bearer {token}"}
+        if forwarded_for is not None:
+            # A parsed address only: nothing the person sent reaches the header verbatim.
+            headers["X-Forwarded-For"] = forwarded_for
         try:
-            response = await self._client.get(self._me_url, headers={"Authorization": f"Bearer {token}"})
+            response = await self._client.get(self._me_url, headers=headers)
         except httpx.HTTPError as exc:
             raise ProviderUnavailable(f"store unreachable ({type(exc).__name__})") from None
         if response.status_code in (401, 403):
             raise ProviderRefused("the store did not accept the token")
+        if response.status_code == 429:
+            raise ProviderThrottled("the store is limiting wrong tokens from this address")
         if response.status_code != 200 or len(response.content) > _ME_MAX_BYTES:
             raise ProviderUnavailable(f"store answered {response.status_code}")
         try:

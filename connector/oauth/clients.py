@@ -1,9 +1,10 @@
 """OAuth clients: dynamic registration (RFC 7591) and Client ID Metadata Documents.
 
 Every client is public (no secret; PKCE protects the code). A client is either
-registered here (random id, persisted, bounded registry) or identified by an
-https URL whose JSON document lists its redirect URIs; such documents are
-fetched with a timeout and a size cap and cached briefly.
+registered here (random id, persisted one file per client, bounded registry;
+a registration never used for a sign-in expires) or identified by an https URL
+whose JSON document lists its redirect URIs; such documents are fetched with a
+timeout and a size cap and cached briefly.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ import ipaddress
 import json
 import secrets
 import socket
+import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -24,11 +27,15 @@ from pydantic import ValidationError
 
 from common.textsafety import has_unsafe_chars
 from connector.oauth.redirects import is_loopback_host, redirect_uri_problem
-from connector.oauth.state import JsonCollection
+from connector.oauth.client_files import ClientFiles
 from mcp.shared.auth import OAuthClientMetadata
 
 MAX_CLIENTS = 50_000
 MAX_REDIRECT_URIS = 20
+MAX_REDIRECT_URIS_CHARS = 8192  # all of a client's redirect URIs together
+UNUSED_CLIENT_TTL_S = 24 * 3600.0
+SWEEP_EVERY_S = 3600.0
+SWEEP_FULL_EVERY_S = 60.0
 MAX_CLIENT_NAME = 200
 SUPPORTED_GRANTS = ("authorization_code", "refresh_token")
 
@@ -79,6 +86,10 @@ def validate_registration(body: Any) -> dict[str, Any]:
         raise RegistrationRefused("invalid_redirect_uri", "redirect_uris is required and must be a non-empty list")
     if len(uris) > MAX_REDIRECT_URIS:
         raise RegistrationRefused("invalid_redirect_uri", f"at most {MAX_REDIRECT_URIS} redirect URIs")
+    if sum(len(uri) if isinstance(uri, str) else 0 for uri in uris) > MAX_REDIRECT_URIS_CHARS:
+        raise RegistrationRefused(
+            "invalid_redirect_uri", f"the redirect URIs exceed {MAX_REDIRECT_URIS_CHARS} characters together"
+        )
     for uri in uris:
         problem = redirect_uri_problem(uri)
         if problem:
@@ -115,11 +126,28 @@ def validate_registration(body: Any) -> dict[str, Any]:
 
 
 class ClientRegistry:
-    """Registered clients, persisted in a JsonCollection, at most ``max_clients``."""
+    """Registered clients, one file each (``ClientFiles``), at most ``max_clients``.
 
-    def __init__(self, collection: JsonCollection, max_clients: int = MAX_CLIENTS) -> None:
-        self._clients = collection
+    A client that has not completed a sign-in within ``unused_ttl_s`` of its
+    registration is forgotten (0: never), so registrations nobody uses cannot
+    fill the registry for good. ``register`` and ``mark_used`` write to disk:
+    call them off the event loop.
+    """
+
+    def __init__(
+        self,
+        files: ClientFiles,
+        max_clients: int = MAX_CLIENTS,
+        *,
+        unused_ttl_s: float = UNUSED_CLIENT_TTL_S,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._clients = files
         self._max = max_clients
+        self._unused_ttl_s = unused_ttl_s
+        self._clock = clock
+        self._sweep_lock = threading.Lock()
+        self._swept_at = clock()
 
     def register(self, body: Any) -> dict[str, Any]:
         """Register a public client; the RFC 7591 response body.
@@ -127,10 +155,17 @@ class ClientRegistry:
         Raises RegistrationRefused for bad metadata and RegistryFull at capacity.
         """
         record = validate_registration(body)
+        now = self._clock()
+        since = now - self._swept_at
+        # A full registry looks for expired clients at most once a minute: a sweep reads every file.
+        if since >= SWEEP_EVERY_S or (len(self._clients) >= self._max and since >= SWEEP_FULL_EVERY_S):
+            self.sweep()
         if len(self._clients) >= self._max:
             raise RegistryFull()
         client_id = "bcc_" + secrets.token_urlsafe(24)
-        self._clients.mutate(lambda records: records.__setitem__(client_id, record))
+        record["issued_at"] = int(now)
+        record["used"] = False
+        self._clients.put(client_id, record)
         response: dict[str, Any] = {
             "client_id": client_id,
             "client_id_issued_at": record["issued_at"],
@@ -145,16 +180,48 @@ class ClientRegistry:
             response["scope"] = record["scope"]
         return response
 
+    def _expired(self, record: dict[str, Any], now: float) -> bool:
+        # Clients registered before expiry existed carry no "used" flag: they are kept.
+        if not self._unused_ttl_s or record.get("used", True):
+            return False
+        issued_at = record.get("issued_at")
+        return isinstance(issued_at, (int, float)) and issued_at + self._unused_ttl_s <= now
+
     def get(self, client_id: str) -> ClientRecord | None:
-        """The registered client ``client_id`` or None."""
+        """The registered client ``client_id`` or None (unknown, or expired unused)."""
         record = self._clients.get(client_id)
-        if not isinstance(record, dict):
+        if record is None or self._expired(record, self._clock()):
             return None
         return ClientRecord(
             client_id=client_id,
             redirect_uris=tuple(record.get("redirect_uris", ())),
             client_name=str(record.get("client_name", "")),
         )
+
+    def is_unused(self, client_id: str) -> bool:
+        """True when ``client_id`` is registered here and has not completed a sign-in yet."""
+        record = self._clients.get(client_id)
+        return record is not None and record.get("used") is False
+
+    def mark_used(self, client_id: str) -> None:
+        """Record that ``client_id`` completed a sign-in: it no longer expires."""
+        record = self._clients.get(client_id)
+        if record is not None and record.get("used") is False:
+            self._clients.put(client_id, {**record, "used": True})
+
+    def sweep(self) -> int:
+        """Delete every expired unused client (reads them all: call it from a thread); how many."""
+        if not self._sweep_lock.acquire(blocking=False):
+            return 0  # another thread is sweeping
+        try:
+            now = self._clock()
+            self._swept_at = now
+            expired = [client_id for client_id, record in self._clients.items() if self._expired(record, now)]
+            for client_id in expired:
+                self._clients.delete(client_id)
+            return len(expired)
+        finally:
+            self._sweep_lock.release()
 
 
 def is_metadata_document_id(client_id: str) -> bool:

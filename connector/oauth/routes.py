@@ -16,9 +16,11 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
+import anyio.to_thread
 from litestar import Request, Response, get, post
 from litestar.enums import MediaType
 
+from common.limits import TokenBucketLimiter, TrustedProxies, client_address, limit_key
 from connector.identity.base import IdentityProvider
 from connector.identity.dev import DEV_WARNING, DevProvider
 from connector.identity.static import StaticTokenProvider
@@ -26,7 +28,14 @@ from connector.mcp.http import peer_address, request_base_url
 from connector.oauth.clients import ClientRegistry, MetadataDocumentFetcher
 from connector.oauth.grants import RefreshGrants
 from connector.oauth.metadata import authorization_server_metadata, protected_resource_metadata
-from connector.oauth.server import AuthorizationServer, JsonReply, PageReply, RedirectReply, Reply
+from connector.oauth.server import (
+    SIGNIN_ATTEMPTS_PER_MIN,
+    AuthorizationServer,
+    JsonReply,
+    PageReply,
+    RedirectReply,
+    Reply,
+)
 from connector.oauth.state import OAuthState
 from connector.oauth.tokens import AccessClaims, AccessTokenCodec
 from connector.web.page import page_headers, render_signin
@@ -76,19 +85,18 @@ def choose_provider(settings: Any) -> IdentityProvider:
 
 
 class _RateLimits:
-    """Per-address limits of the OAuth routes, on the store's limiter (store/limits)."""
+    """Per-address limits of the OAuth routes (common/limits; an IPv6 address counts with its /64)."""
 
     def __init__(self, trust_proxy: tuple[str, ...]) -> None:
-        from common.limits import TokenBucketLimiter, TrustedProxies
-
         self._trusted = TrustedProxies.parse(trust_proxy)
         self._limiters = {group: TokenBucketLimiter(rate) for group, rate in RATE_LIMITS.items()}
 
-    def retry_after(self, group: str, request: Request[Any, Any, Any]) -> float | None:
-        from common.limits import client_address
+    def address(self, request: Request[Any, Any, Any]) -> str:
+        """The client's address: the right-most untrusted X-Forwarded-For hop behind a trusted proxy."""
+        return client_address(peer_address(request.scope), request.headers.get("x-forwarded-for"), self._trusted)
 
-        address = client_address(peer_address(request.scope), request.headers.get("x-forwarded-for"), self._trusted)
-        return self._limiters[group].hit(address)
+    def retry_after(self, group: str, request: Request[Any, Any, Any]) -> float | None:
+        return self._limiters[group].hit(limit_key(self.address(request)))
 
 
 @dataclass
@@ -129,7 +137,7 @@ def build_oauth(
         log.warning("CONNECTOR_STATE_DIR is not set: sign-ins are kept in memory and end at restart")
     on_session_end: Callable[[str], Awaitable[Any]] | None = getattr(manager, "purge_user", None)
     server = AuthorizationServer(
-        clients=ClientRegistry(state.clients),
+        clients=ClientRegistry(state.clients, unused_ttl_s=settings.unused_client_ttl_ms / 1000.0),
         documents=documents or MetadataDocumentFetcher(),
         grants=RefreshGrants(
             state,
@@ -139,6 +147,8 @@ def build_oauth(
         codec=codec,
         provider=chosen,
         on_session_end=on_session_end,
+        box=state.box,
+        signin_attempts_per_min=int(getattr(settings, "signin_attempts_per_min", SIGNIN_ATTEMPTS_PER_MIN)),
     )
     handlers = oauth_route_handlers(server, settings, dev=chosen.kind == "dev")
     return OAuthMount(server=server, provider=chosen, route_handlers=handlers)
@@ -206,11 +216,10 @@ def _to_response(reply: Reply, *, after_post: bool = False, dev: bool = False, c
         return _json(reply.status, reply.body, headers)
     if isinstance(reply, RedirectReply):
         # 303 after the sign-in form so the browser follows with a GET.
-        return Response(
-            content=b"",
-            status_code=303 if after_post else 302,
-            headers={"Location": reply.location, "Cache-Control": "no-store", "Referrer-Policy": "no-referrer"},
-        )
+        headers = {"Location": reply.location, "Cache-Control": "no-store", "Referrer-Policy": "no-referrer"}
+        if reply.cookie:
+            headers["Set-Cookie"] = reply.cookie
+        return Response(content=b"", status_code=303 if after_post else 302, headers=headers)
     assert isinstance(reply, PageReply)
     return Response(
         content=render_signin(reply.view, dev=dev),
@@ -232,18 +241,12 @@ def oauth_route_handlers(server: AuthorizationServer, settings: Any, *, dev: boo
     """Litestar handlers for every OAuth route of connector.md section 1."""
     public_url = getattr(settings, "public_url", None)
     trust_proxy = tuple(getattr(settings, "trust_proxy", ("loopback",)))
-    try:
-        limits: _RateLimits | None = _RateLimits(trust_proxy)
-    except ImportError:  # pragma: no cover - the store's limiter ships with this package
-        log.warning("rate limits unavailable: common.limits could not be imported")
-        limits = None
+    limits = _RateLimits(trust_proxy)
 
     def base_of(request: Request[Any, Any, Any]) -> str:
         return request_base_url(request.scope, public_url, trust_proxy)
 
     def limited(group: str, request: Request[Any, Any, Any]) -> Response[Any] | None:
-        if limits is None:
-            return None
         retry = limits.retry_after(group, request)
         return _rate_limited(retry) if retry is not None else None
 
@@ -271,7 +274,8 @@ def oauth_route_handlers(server: AuthorizationServer, settings: Any, *, dev: boo
             body = json.loads(await request.body())
         except (ValueError, UnicodeDecodeError, RecursionError):
             return _json(400, {"error": "invalid_client_metadata", "error_description": "body must be JSON"}, _CORS)
-        return _to_response(server.register(body), cors=True)
+        # The registration is written to disk (fsync): in a thread, never on the event loop.
+        return _to_response(await anyio.to_thread.run_sync(server.register, body), cors=True)
 
     @get("/authorize", cache=False, include_in_schema=False)
     async def authorize(request: Request[Any, Any, Any]) -> Response[Any]:
@@ -286,13 +290,13 @@ def oauth_route_handlers(server: AuthorizationServer, settings: Any, *, dev: boo
         form = await _form(request)
         if form is None:
             return _json(400, {"error": "invalid_request", "error_description": "expected a form"})
-        return _to_response(await server.complete(form), after_post=True, dev=dev)
+        return _to_response(await server.complete(form, limits.address(request)), after_post=True, dev=dev)
 
     @get("/oidc/callback", cache=False, include_in_schema=False)
     async def oidc_callback(request: Request[Any, Any, Any]) -> Response[Any]:
         if (blocked := limited("authorize", request)) is not None:
             return blocked
-        return _to_response(await server.oidc_callback(_query(request)), dev=dev)
+        return _to_response(await server.oidc_callback(_query(request), request.cookies), dev=dev)
 
     @post("/token", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
     async def token(request: Request[Any, Any, Any]) -> Response[Any]:

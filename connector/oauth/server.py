@@ -2,28 +2,35 @@
 
 Each method takes plain parameters (the request's query or form as a mapping,
 and the base URL the request reached) and returns a reply object the routes
-turn into an HTTP response. Codes and pending sign-ins live in memory (a code
-lives 60 s, a sign-in 10 minutes); clients and refresh families are persisted
-through OAuthState.
+turn into an HTTP response. Codes live in memory (60 s). A pending sign-in
+(10 minutes) travels sealed with the browser (connector/oauth/pending.py): in the
+sign-in page's form, or in a cookie while the OIDC issuer has the browser, so
+starting one costs no server capacity. Clients and refresh families are
+persisted through OAuthState.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import secrets
 import time
 import zlib
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+import anyio.to_thread
+
+from common.limits import TokenBucketLimiter, limit_key
 from connector.identity.base import (
     Identity,
     IdentityProvider,
     ProviderRefused,
+    ProviderThrottled,
     ProviderUnavailable,
 )
 from connector.oauth.clients import (
@@ -35,7 +42,9 @@ from connector.oauth.clients import (
     is_metadata_document_id,
 )
 from connector.oauth.grants import Family, RefreshGrants, RotationConflict
+from connector.oauth.pending import Pending, PendingSeal, SignInAttempts, cookie_name, new_sign_in_id
 from connector.oauth.pkce import is_valid_challenge, verifier_matches
+from connector.oauth.state import SecretBox
 from connector.oauth.tokens import ACCESS_TOKEN_TTL_S, AccessClaims, AccessTokenCodec
 
 log = logging.getLogger("connector.oauth")
@@ -48,7 +57,10 @@ SCOPE_DESCRIPTIONS = {
 CODE_TTL_S = 60.0
 PENDING_TTL_S = 600.0
 MAX_ATTEMPTS = 3
-MAX_PENDING = 10_000
+# Tokens checked per client address (an IPv6 /64) and minute; counted before the store is asked.
+SIGNIN_ATTEMPTS_PER_MIN = 10
+# A cookie carrying an OIDC sign-in must stay under the browsers' 4 KiB per cookie.
+MAX_COOKIE_CHARS = 3800
 MAX_CODES = 10_000
 MAX_PARAM_CHARS = 2048
 NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
@@ -69,9 +81,10 @@ class JsonReply:
 
 @dataclass(frozen=True)
 class RedirectReply:
-    """A 302/303 to ``location``."""
+    """A 302/303 to ``location``, possibly setting a cookie (a ``Set-Cookie`` value)."""
 
     location: str
+    cookie: str | None = None
 
 
 @dataclass(frozen=True)
@@ -99,23 +112,6 @@ class PageReply:
 
 
 Reply = JsonReply | RedirectReply | PageReply
-
-
-@dataclass
-class _Pending:
-    """A sign-in started at /authorize and not finished yet."""
-
-    client: ClientRecord
-    redirect_uri: str
-    redirect_explicit: bool
-    state: str | None
-    challenge: str
-    resource: str
-    scope: frozenset[str]
-    issuer: str
-    expires: float
-    attempts: int = 0
-    keep: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -198,7 +194,11 @@ class AuthorizationServer:
         provider: IdentityProvider,
         clock: Callable[[], float] = time.time,
         on_session_end: Callable[[str], Awaitable[Any]] | None = None,
+        box: SecretBox | None = None,
+        signin_attempts_per_min: int = SIGNIN_ATTEMPTS_PER_MIN,
     ) -> None:
+        """``box`` seals pending sign-ins (give the state's, so every replica can open them);
+        ``signin_attempts_per_min`` bounds tokens checked per client address (0: no limit)."""
         self.clients = clients
         self.documents = documents
         self.grants = grants
@@ -206,8 +206,9 @@ class AuthorizationServer:
         self.provider = provider
         self._clock = clock
         self._on_session_end = on_session_end
-        self._pending = _BoundedExpiring(MAX_PENDING)
-        self._by_oidc_state: dict[str, str] = {}
+        self._seal = PendingSeal(box or SecretBox(secrets.token_bytes(32)))
+        self._attempts = SignInAttempts()
+        self._checks = TokenBucketLimiter(signin_attempts_per_min) if signin_attempts_per_min else None
         self._codes = _BoundedExpiring(MAX_CODES)
         self._locks = [asyncio.Lock() for _ in range(_LOCK_STRIPES)]
 
@@ -289,10 +290,10 @@ class AuthorizationServer:
         if scope is None:
             return back("invalid_scope", f"known scopes: {' '.join(SCOPES)}")
 
-        if not self._pending.has_room(now):
-            return back("temporarily_unavailable", "too many sign-ins in progress")
-        pending = _Pending(
-            client=client,
+        pending = Pending(
+            sign_in_id=new_sign_in_id(),
+            client_id=client.client_id,
+            client_name=client.display_name(),
             redirect_uri=redirect_uri,
             redirect_explicit=redirect_explicit,
             state=state,
@@ -302,99 +303,113 @@ class AuthorizationServer:
             issuer=issuer,
             expires=now + PENDING_TTL_S,
         )
-        login_id = secrets.token_urlsafe(24)
         if self.provider.mode == "redirect":
             try:
                 start = await self.provider.start(callback_url(base_url))  # type: ignore[attr-defined]
             except ProviderUnavailable:
                 return back("temporarily_unavailable", "the identity provider cannot be reached; try again")
-            pending.keep = start.keep
-            self._pending[login_id] = pending
-            if len(self._by_oidc_state) > 2 * MAX_PENDING:
-                self._by_oidc_state = {s: i for s, i in self._by_oidc_state.items() if i in self._pending}
-            self._by_oidc_state[start.state] = login_id
-            return RedirectReply(start.url)
-        self._pending[login_id] = pending
-        return PageReply(200, self._view(pending, login_id))
+            sealed = self._seal.seal(replace(pending, bound_to=start.state, keep=start.keep))
+            if len(sealed) > MAX_COOKIE_CHARS:
+                return back("invalid_request", "state or redirect_uri is too long for a sign-in")
+            return RedirectReply(start.url, cookie=_signin_cookie(start.state, sealed, base_url, PENDING_TTL_S))
+        return PageReply(200, self._view(pending, self._seal.seal(pending)))
 
-    def _view(self, pending: _Pending, login_id: str | None, error: str | None = None) -> SignInView:
+    def _view(self, pending: Pending, login_id: str | None, error: str | None = None, attempts: int = 0) -> SignInView:
         parts = urlsplit(pending.redirect_uri)
         return SignInView(
             provider=self.provider.kind,
-            client_name=pending.client.display_name(),
-            client_id=pending.client.client_id,
+            client_name=pending.client_name,
+            client_id=pending.client_id,
             redirect_host=parts.netloc,
             scopes=tuple(sorted(pending.scope)),
             login_id=login_id,
             error=error,
-            attempts_left=MAX_ATTEMPTS - pending.attempts,
+            attempts_left=MAX_ATTEMPTS - attempts,
             redirect_origin=f"{parts.scheme}://{parts.netloc}",
             # Absolute path: the page is shown at /authorize and again at /authorize/complete.
             form_action=urlsplit(pending.issuer).path.rstrip("/") + "/authorize/complete",
         )
 
-    def _take_pending(self, login_id: str | None) -> _Pending | None:
-        if not login_id or len(login_id) > 100:
-            return None
-        pending = self._pending.get(login_id)
-        if pending is None:
-            return None
-        if pending.expires <= self._clock():
-            self._pending.pop(login_id, None)
-            return None
-        return pending
-
     def _expired_view(self, error: str) -> SignInView:
         return SignInView(provider=self.provider.kind, client_name="", client_id="", redirect_host="", scopes=(), error=error)
 
-    async def complete(self, form: Mapping[str, Any]) -> Reply:
-        """POST /authorize/complete: the sign-in page was submitted."""
+    async def complete(self, form: Mapping[str, Any], client_address: str = "unknown") -> Reply:
+        """POST /authorize/complete: the sign-in page was submitted from ``client_address``.
+
+        Wrong tokens are limited per sign-in (three), and tokens checked per client
+        address (counted before the store is asked, so concurrent submissions cannot
+        slip past); a store refusing to check more (429) counts as a wrong token, so
+        it never turns into free retries.
+        """
+        now = self._clock()
         login_id, _ = _single(form, "login_id")
-        pending = self._take_pending(login_id)
-        if pending is None or self.provider.mode != "page":
+        pending = self._seal.open(login_id, now) if self.provider.mode == "page" else None
+        attempts = self._attempts.count(pending.sign_in_id, now) if pending is not None else 0
+        if pending is None or pending.bound_to or attempts >= MAX_ATTEMPTS:
             return PageReply(400, self._expired_view("This sign-in has expired. Start again from your app."))
         assert login_id is not None
         action, _ = _single(form, "action")
         if action == "deny":
-            self._pending.pop(login_id, None)
+            self._attempts.set(pending.sign_in_id, MAX_ATTEMPTS, pending.expires, now)
             return self._redirect_error(pending, "access_denied", "the user declined")
+        wait = self._checks.hit(limit_key(client_address)) if self._checks is not None else None
+        if wait is not None:
+            message = f"Too many sign-in attempts from your network. Wait {math.ceil(wait)} seconds, then try again."
+            return PageReply(429, self._view(pending, login_id, message, attempts))
         token, _ = _single(form, "token")
         try:
-            identity = await self.provider.sign_in(token)  # type: ignore[attr-defined]
+            identity = await self.provider.sign_in(token, client_address)  # type: ignore[attr-defined]
         except ProviderUnavailable:
-            return PageReply(503, self._view(pending, login_id, "The store could not be reached. Try again."))
-        except ProviderRefused:
-            pending.attempts += 1
-            if pending.attempts >= MAX_ATTEMPTS:
-                self._pending.pop(login_id, None)
+            return PageReply(503, self._view(pending, login_id, "The store could not be reached. Try again.", attempts))
+        except ProviderRefused as refused:
+            attempts = self._attempts.count(pending.sign_in_id, now) + 1
+            self._attempts.set(pending.sign_in_id, attempts, pending.expires, now)
+            if attempts >= MAX_ATTEMPTS:
                 return self._redirect_error(pending, "access_denied", "too many wrong tokens")
-            return PageReply(401, self._view(pending, login_id, "That token was not accepted by the store."))
-        self._pending.pop(login_id, None)
-        return self._issue_code(pending, identity)
+            if isinstance(refused, ProviderThrottled):
+                message = "The store refuses more attempts from your network for now. Wait a minute, then try again."
+                return PageReply(429, self._view(pending, login_id, message, attempts))
+            return PageReply(401, self._view(pending, login_id, "That token was not accepted by the store.", attempts))
+        # A sign-in completes once: its sealed value is worth nothing afterwards.
+        self._attempts.set(pending.sign_in_id, MAX_ATTEMPTS, pending.expires, now)
+        return await self._issue_code(pending, identity)
 
-    async def oidc_callback(self, params: Mapping[str, Any]) -> Reply:
-        """GET /oidc/callback: the issuer sent the browser back."""
+    async def oidc_callback(self, params: Mapping[str, Any], cookies: Mapping[str, str] | None = None) -> Reply:
+        """GET /oidc/callback: the issuer sent the browser back, with the sign-in's cookie."""
+        now = self._clock()
         state, _ = _single(params, "state")
-        login_id = self._by_oidc_state.pop(state or "", None) if state and len(state) <= 200 else None
-        pending = self._take_pending(login_id)
-        if pending is None or self.provider.mode != "redirect":
+        pending = None
+        if state and len(state) <= 200 and self.provider.mode == "redirect":
+            pending = self._seal.open((cookies or {}).get(cookie_name(state)), now)
+        if (
+            pending is None
+            or not pending.bound_to
+            or not secrets.compare_digest(pending.bound_to, state or "")
+            or self._attempts.count(pending.sign_in_id, now) >= MAX_ATTEMPTS
+        ):
             return PageReply(400, self._expired_view("This sign-in has expired or is unknown. Start again from your app."))
-        assert login_id is not None
-        self._pending.pop(login_id, None)
+        self._attempts.set(pending.sign_in_id, MAX_ATTEMPTS, pending.expires, now)  # a callback works once
+        reply = await self._finish_redirect(pending, params)
+        if isinstance(reply, RedirectReply):  # the browser no longer needs the cookie
+            reply = replace(reply, cookie=_signin_cookie(pending.bound_to, "", pending.issuer, 0))
+        return reply
+
+    async def _finish_redirect(self, pending: Pending, params: Mapping[str, Any]) -> Reply:
         issuer_error, _ = _single(params, "error")
         code, _ = _single(params, "code")
         if issuer_error or not code:
             return self._redirect_error(pending, "access_denied", "the organisation sign-in did not complete")
         try:
-            identity = await self.provider.finish(code, callback_url(pending.issuer), pending.keep)  # type: ignore[attr-defined]
+            finish = self.provider.finish  # type: ignore[attr-defined]
+            identity = await finish(code, callback_url(pending.issuer), dict(pending.keep))
         except ProviderUnavailable:
             view = self._expired_view("The organisation's sign-in service could not be reached. Start again from your app.")
             return PageReply(503, view)
         except ProviderRefused:
             return self._redirect_error(pending, "access_denied", "the organisation sign-in was refused")
-        return self._issue_code(pending, identity)
+        return await self._issue_code(pending, identity)
 
-    def _redirect_error(self, pending: _Pending, error: str, description: str) -> RedirectReply:
+    def _redirect_error(self, pending: Pending, error: str, description: str) -> RedirectReply:
         return RedirectReply(
             add_query(
                 pending.redirect_uri,
@@ -402,14 +417,17 @@ class AuthorizationServer:
             )
         )
 
-    def _issue_code(self, pending: _Pending, identity: Identity) -> RedirectReply:
+    async def _issue_code(self, pending: Pending, identity: Identity) -> RedirectReply:
         now = self._clock()
         if not self._codes.has_room(now):
             return self._redirect_error(pending, "temporarily_unavailable", "too many sign-ins in progress")
+        if self.clients.is_unused(pending.client_id):
+            # Its first sign-in: the registration stops expiring (a small write, off the loop).
+            await anyio.to_thread.run_sync(self.clients.mark_used, pending.client_id)
         code = secrets.token_urlsafe(32)
         self._codes[code] = _Code(
-            client_id=pending.client.client_id,
-            client_name=pending.client.display_name(),
+            client_id=pending.client_id,
+            client_name=pending.client_name,
             redirect_uri=pending.redirect_uri,
             redirect_explicit=pending.redirect_explicit,
             challenge=pending.challenge,
@@ -597,6 +615,18 @@ class AuthorizationServer:
 def resource_of(base_url: str) -> str:
     """The protected resource (RFC 8707 audience) of a connector reached at ``base_url``."""
     return base_url.rstrip("/") + "/mcp"
+
+
+def _signin_cookie(oidc_state: str, value: str, base_url: str, max_age: float) -> str:
+    """The Set-Cookie value carrying (or, with max_age 0, removing) an OIDC sign-in.
+
+    Only /oidc/callback receives it; SameSite=Lax still sends it on the issuer's
+    top-level redirect back; HttpOnly keeps scripts away; Secure over https.
+    """
+    parts = urlsplit(base_url)
+    path = parts.path.rstrip("/") + "/oidc/callback"
+    secure = "; Secure" if parts.scheme == "https" else ""
+    return f"{cookie_name(oidc_state)}={value}; Max-Age={int(max_age)}; Path={path}; HttpOnly; SameSite=Lax{secure}"
 
 
 def callback_url(base_url: str) -> str:

@@ -29,6 +29,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from common.files import write_atomic
+from connector.oauth.client_files import ClientFiles
 
 log = logging.getLogger("connector.oauth.state")
 T = TypeVar("T")
@@ -205,7 +206,7 @@ class JsonCollection:
 class OAuthState:
     """The connector's persisted OAuth state.
 
-    ``clients``: client id -> registration; ``families``: refresh-token family id
+    ``clients``: client id -> registration (one file each); ``families``: refresh-token family id
     -> family record; ``refresh``: sha256(refresh token) -> token record;
     ``brains``: subject -> chosen brain id; ``revoked``: family id -> until when
     access tokens naming it must be refused. Provider renewal secrets are sealed
@@ -223,7 +224,11 @@ class OAuthState:
         def path(name: str) -> Path | None:
             return None if state_dir is None else state_dir / name
 
-        self.clients = JsonCollection(path("clients.json"))
+        self.clients = ClientFiles(path("clients"))
+        old_clients = path("clients.json")
+        if old_clients is not None and old_clients.exists():
+            moved = self.clients.import_collection(old_clients)
+            log.info("moved %d registered clients from clients.json to clients/", moved)
         self.families = JsonCollection(path("families.json"))
         self.refresh = JsonCollection(path("refresh.json"))
         self.brains = JsonCollection(path("brains.json"))

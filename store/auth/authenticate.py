@@ -6,7 +6,7 @@ Order of work per request, cheapest refusal first:
 2. static tokens (``bst_...``): SHA-256 and one dict lookup (O(1)), constant-time compare;
 3. otherwise, when configured, the OIDC verifier (``common.oidc``); a verified identity
    seen for the first time becomes a user with a ``default`` brain, unless it was removed;
-4. a failure counts against the client address; success counts against the user's
+4. a failure counts against the client address (an IPv6 address with its whole /64); success counts against the user's
    request budget (429 + Retry-After when spent).
 """
 
@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 import anyio.to_thread
 
+from common.limits import limit_key
 from store.auth.tokens import is_static_token
 from store.auth.users import UserRegistry
 from store.errors import ServiceError
@@ -100,13 +101,13 @@ class Authenticator:
         # peek takes no token: a blocked address is refused before any credential work
         if self._failed is None:
             return
-        wait = self._failed.peek(address)
+        wait = self._failed.peek(limit_key(address))
         if wait is not None:
             raise too_many(wait, "too many failed logins from this address")
 
     def _fail(self, address: str, message: str = "missing or invalid bearer token") -> ServiceError:
         if self._failed is not None:
-            wait = self._failed.hit(address)
+            wait = self._failed.hit(limit_key(address))
             if wait is not None:
                 return too_many(wait, "too many failed logins from this address")
         return unauthorized(message)

@@ -59,8 +59,10 @@ def auth(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-def start_store(tmp_path: Path, data: Path | None = None, port: int | None = None) -> tuple[RunningStore, object]:
-    """Start a store process; returns it and the context manager to close."""
+def start_store(
+    tmp_path: Path, data: Path | None = None, port: int | None = None, env: dict[str, str] | None = None
+) -> tuple[RunningStore, object]:
+    """Start a store process (``env`` added to its environment); returns it and the context manager to close."""
     data = data or tmp_path / "store-data"
     port = port or free_port()
     log_path = tmp_path / f"store-{port}.log"
@@ -69,7 +71,8 @@ def start_store(tmp_path: Path, data: Path | None = None, port: int | None = Non
         port=port,
         log_path=log_path,
         # Tests drive many uploads per minute from one user; production limits are the store's business.
-        env={"STORE_RATE_UPLOADS_PER_MIN": "100000", "STORE_RATE_REQUESTS_PER_MIN": "100000", "STORE_QUIET": "1"},
+        env={"STORE_RATE_UPLOADS_PER_MIN": "100000", "STORE_RATE_REQUESTS_PER_MIN": "100000", "STORE_QUIET": "1",
+             **(env or {})},
     )
     server = manager.__enter__()
     return RunningStore(server=server, data=data, port=port, log_path=log_path), manager

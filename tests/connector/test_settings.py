@@ -114,3 +114,12 @@ def test_brain_size_and_load_limits() -> None:
     for name in ("CONNECTOR_MAX_BRAIN_MB", "CONNECTOR_MAX_CONCURRENT_LOADS"):
         with pytest.raises(SettingsError, match=name):
             ConnectorSettings.load({**STORE, name: "0"})
+def test_sign_in_limits() -> None:
+    defaults = ConnectorSettings.load(STORE)
+    assert defaults.signin_attempts_per_min == 10 and defaults.unused_client_ttl_ms == 86_400_000
+    custom = ConnectorSettings.load({**STORE, "CONNECTOR_SIGNIN_ATTEMPTS_PER_MIN": "3",
+                                     "CONNECTOR_UNUSED_CLIENT_TTL_MS": "0"})
+    assert custom.signin_attempts_per_min == 3 and custom.unused_client_ttl_ms == 0
+    for name in ("CONNECTOR_SIGNIN_ATTEMPTS_PER_MIN", "CONNECTOR_UNUSED_CLIENT_TTL_MS"):
+        with pytest.raises(SettingsError, match=name):
+            ConnectorSettings.load({**STORE, name: "-1"})

@@ -82,6 +82,14 @@ def test_bearer_parsing() -> None:
         assert bearer_token(bad) is None
 
 
+async def _status(auth: Authenticator, header: str | None, address: str) -> int:
+    try:
+        await auth.authenticate(header, address)
+        return 200
+    except ServiceError as exc:
+        return exc.status
+
+
 def test_authenticator_blocks_address_after_failed_logins(tmp_path: Path) -> None:
     reg = UserRegistry(tmp_path)
     _, token = reg.add("erin")
@@ -90,11 +98,7 @@ def test_authenticator_blocks_address_after_failed_logins(tmp_path: Path) -> Non
     auth = Authenticator(reg, failed_logins=failed)
 
     async def attempt(header: str | None, address: str = "10.0.0.1") -> int:
-        try:
-            await auth.authenticate(header, address)
-            return 200
-        except ServiceError as exc:
-            return exc.status
+        return await _status(auth, header, address)
 
     async def scenario() -> list[int]:
         out = [await attempt("Bearer bst_" + "A" * 43) for _ in range(5)]
@@ -105,6 +109,21 @@ def test_authenticator_blocks_address_after_failed_logins(tmp_path: Path) -> Non
         return out
 
     assert asyncio.run(scenario()) == [401, 401, 401, 429, 429, 429, 200, 200]
+
+
+def test_failed_logins_from_one_ipv6_slash_64_block_all_of_it(tmp_path: Path) -> None:
+    reg = UserRegistry(tmp_path)
+    _, token = reg.add("erin")
+    auth = Authenticator(reg, failed_logins=TokenBucketLimiter(3, 3))
+
+    async def scenario() -> list[int]:
+        wrong = "Bearer bst_" + "A" * 43
+        out = [await _status(auth, wrong, f"2001:db8:5:5::{n}") for n in range(1, 5)]
+        out.append(await _status(auth, f"Bearer {token}", "2001:db8:5:5:ffff::1"))  # same /64: blocked
+        out.append(await _status(auth, f"Bearer {token}", "2001:db8:5:6::1"))  # the next /64: fine
+        return out
+
+    assert asyncio.run(scenario()) == [401, 401, 401, 429, 429, 200]
 
 
 def test_settings_from_env_and_overrides(tmp_path: Path) -> None:

@@ -44,8 +44,10 @@ class FakeStoreProvider:
     valid: dict[str, str] = field(default_factory=lambda: {GOOD_TOKEN: "u1"})
     down: bool = False
     renewals: int = 0
+    addresses: list[str | None] = field(default_factory=list)
 
-    async def sign_in(self, token: str | None) -> Identity:
+    async def sign_in(self, token: str | None, client_address: str | None = None) -> Identity:
+        self.addresses.append(client_address)
         if self.down:
             raise ProviderUnavailable("down")
         user = self.valid.get(token or "")
@@ -79,12 +81,13 @@ class World:
 def build_world(state_dir: Path, key: bytes, provider: FakeStoreProvider, clock: Clock, grace_s: float = 60.0) -> World:
     state = OAuthState(state_dir, key)
     server = AuthorizationServer(
-        clients=ClientRegistry(state.clients),
+        clients=ClientRegistry(state.clients, clock=clock),
         documents=MetadataDocumentFetcher(allow_http_loopback=True),
         grants=RefreshGrants(state, ttl_s=30 * 86400, grace_s=grace_s),
         codec=AccessTokenCodec(key),
         provider=provider,
         clock=clock,
+        box=state.box,
     )
     return World(server, provider, clock, state_dir, key, lambda: build_world(state_dir, key, provider, clock, grace_s))
 

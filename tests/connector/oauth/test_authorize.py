@@ -6,7 +6,7 @@ import pytest
 
 from connector.oauth.server import JsonReply, PageReply, RedirectReply
 
-from .conftest import BASE, GOOD_TOKEN, REDIRECT, RESOURCE, World, query_of, register
+from .conftest import BASE, GOOD_TOKEN, REDIRECT, RESOURCE, World, get_code, query_of, register
 
 pytestmark = pytest.mark.anyio
 
@@ -144,3 +144,98 @@ async def test_pending_sign_in_expires_after_ten_minutes(world: World) -> None:
 async def test_unknown_login_id_is_refused(world: World) -> None:
     reply = await world.server.complete({"login_id": "made-up", "token": GOOD_TOKEN})
     assert isinstance(reply, PageReply) and reply.status == 400
+
+
+# -- pending sign-ins cost no server capacity; wrong tokens are limited per sign-in and address --
+
+
+async def test_twenty_thousand_started_sign_ins_leave_room_for_a_real_one(world: World) -> None:
+    flow = register(world)
+    for _ in range(20_000):  # twice what the old in-memory table held
+        assert isinstance(await world.server.authorize(flow.authorize_params(), BASE), PageReply)
+    page = await world.server.authorize(flow.authorize_params(), BASE)
+    done = await world.server.complete({"login_id": page.view.login_id, "token": GOOD_TOKEN})  # type: ignore[union-attr]
+    assert isinstance(done, RedirectReply) and query_of(done.location)["code"]
+
+
+async def test_sealed_sign_in_cannot_be_altered_or_opened_under_another_key(world: World, tmp_path) -> None:
+    import secrets as _secrets
+
+    from .conftest import Clock, FakeStoreProvider, build_world
+
+    flow = register(world)
+    page = await world.server.authorize(flow.authorize_params(), BASE)
+    login_id = page.view.login_id  # type: ignore[union-attr]
+    assert flow.client_id not in login_id and "st-123" not in login_id  # sealed, not merely signed
+    flipped = login_id[:-5] + ("A" if login_id[-5] != "A" else "B") + login_id[-4:]
+    for bad in (flipped, login_id[:-1], login_id + "A", "sec1:" + "A" * 80, "x" * 20_000):
+        reply = await world.server.complete({"login_id": bad, "token": GOOD_TOKEN})
+        assert isinstance(reply, PageReply) and reply.status == 400, bad[:20]
+    other = build_world(tmp_path / "other", _secrets.token_bytes(32), FakeStoreProvider(), Clock(world.clock.now))
+    reply = await other.server.complete({"login_id": login_id, "token": GOOD_TOKEN})
+    assert isinstance(reply, PageReply) and reply.status == 400
+    # A replica on the same state key completes it: nothing about it was kept in the first process.
+    twin = world.rebuild()
+    assert isinstance(await twin.server.complete({"login_id": login_id, "token": GOOD_TOKEN}), RedirectReply)
+
+
+async def test_a_completed_sign_in_cannot_be_replayed(world: World) -> None:
+    flow = register(world)
+    page = await world.server.authorize(flow.authorize_params(), BASE)
+    login_id = page.view.login_id  # type: ignore[union-attr]
+    assert isinstance(await world.server.complete({"login_id": login_id, "token": GOOD_TOKEN}), RedirectReply)
+    again = await world.server.complete({"login_id": login_id, "token": GOOD_TOKEN})
+    assert isinstance(again, PageReply) and again.status == 400
+
+
+async def test_sign_in_attempts_are_limited_per_address_before_the_store_is_asked(world: World) -> None:
+    flow = register(world)
+
+    async def wrong(address: str) -> int:
+        page = await world.server.authorize(flow.authorize_params(), BASE)
+        reply = await world.server.complete({"login_id": page.view.login_id, "token": "bst_wrong"}, address)  # type: ignore[union-attr]
+        assert isinstance(reply, PageReply)
+        return reply.status
+
+    assert [await wrong("198.51.100.7") for _ in range(10)] == [401] * 10
+    asked = len(world.provider.addresses)
+    blocked = await world.server.authorize(flow.authorize_params(), BASE)
+    reply = await world.server.complete({"login_id": blocked.view.login_id, "token": GOOD_TOKEN}, "198.51.100.7")  # type: ignore[union-attr]
+    assert isinstance(reply, PageReply) and reply.status == 429 and "Wait" in (reply.view.error or "")
+    assert len(world.provider.addresses) == asked  # refused without asking the store
+    # Another address is not affected, and the person's address is what the store is told.
+    done = await world.server.complete({"login_id": blocked.view.login_id, "token": GOOD_TOKEN}, "198.51.100.8")  # type: ignore[union-attr]
+    assert isinstance(done, RedirectReply) and world.provider.addresses[-1] == "198.51.100.8"
+    # IPv6: one /64 is one client, whatever the host part.
+    statuses = [await wrong(f"2001:db8:7:7::{n:x}") for n in range(1, 12)]
+    assert statuses == [401] * 10 + [429]
+    assert await wrong("2001:db8:7:8::1") == 401
+
+
+async def test_store_refusing_to_check_counts_as_a_wrong_token(world: World) -> None:
+    from connector.identity.base import ProviderThrottled
+
+    flow = register(world)
+    page = await world.server.authorize(flow.authorize_params(), BASE)
+    login_id = page.view.login_id  # type: ignore[union-attr]
+
+    async def throttled(token: str | None, client_address: str | None = None) -> None:
+        raise ProviderThrottled("429")
+
+    world.provider.sign_in = throttled  # type: ignore[method-assign]
+    first = await world.server.complete({"login_id": login_id, "token": GOOD_TOKEN}, "192.0.2.1")
+    assert isinstance(first, PageReply) and first.status == 429 and first.view.attempts_left == 2
+    await world.server.complete({"login_id": login_id, "token": GOOD_TOKEN}, "192.0.2.1")
+    third = await world.server.complete({"login_id": login_id, "token": GOOD_TOKEN}, "192.0.2.1")
+    assert isinstance(third, RedirectReply) and query_of(third.location)["error"] == "access_denied"
+
+
+async def test_first_sign_in_keeps_the_registration_and_an_unused_one_expires(world: World) -> None:
+    kept, dropped = register(world), register(world)
+    await get_code(world, kept)
+    assert not world.server.clients.is_unused(kept.client_id)
+    assert world.server.clients.is_unused(dropped.client_id)
+    world.server.clients._clock = lambda: world.clock.now + 86_401  # type: ignore[attr-defined]
+    assert isinstance(await world.server.authorize(kept.authorize_params(), BASE), PageReply)
+    gone = await world.server.authorize(dropped.authorize_params(), BASE)
+    assert isinstance(gone, JsonReply) and gone.body["error"] == "invalid_client"

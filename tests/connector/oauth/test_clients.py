@@ -17,7 +17,7 @@ from connector.oauth.clients import (
 )
 from connector.oauth.redirects import redirect_uri_problem
 from connector.oauth.server import JsonReply, PageReply
-from connector.oauth.state import JsonCollection
+from connector.oauth.client_files import ClientFiles
 from tests.support.loopback import Answer, LoopbackServer
 
 from .conftest import BASE, World, query_of
@@ -88,7 +88,7 @@ def test_registration_answers_public_client_and_keeps_uris_exactly(world: World)
 
 
 def test_registry_is_bounded(tmp_path: Path) -> None:
-    registry = ClientRegistry(JsonCollection(None), max_clients=2)
+    registry = ClientRegistry(ClientFiles(None), max_clients=2)
     from connector.oauth.clients import RegistryFull
 
     registry.register({"redirect_uris": ["https://a.example/cb"]})
@@ -215,3 +215,101 @@ async def test_names_resolving_to_internal_addresses_are_not_fetched() -> None:
     strict = MetadataDocumentFetcher()
     assert await strict._resolves_publicly("https://localhost/client.json") is False  # type: ignore[attr-defined]
     assert await strict._resolves_publicly("https://name.invalid/client.json") is False  # type: ignore[attr-defined]
+
+
+# -- clients on disk: one file each, unused ones expire --------------------------
+
+
+def _registry(tmp_path: Path, now: list[float], **kwargs) -> ClientRegistry:  # type: ignore[no-untyped-def]
+    return ClientRegistry(ClientFiles(tmp_path / "clients"), clock=lambda: now[0], **kwargs)
+
+
+def test_a_registration_writes_one_small_file_and_touches_no_other(tmp_path: Path) -> None:
+    now = [1_900_000_000.0]
+    registry = _registry(tmp_path, now)
+    first = registry.register({"redirect_uris": ["https://a.example/cb"], "client_name": "First"})["client_id"]
+    [path] = list((tmp_path / "clients").glob("*/bcc_*.json"))
+    before = (path.stat().st_ino, path.stat().st_mtime_ns)
+    for _ in range(50):
+        registry.register({"redirect_uris": ["https://a.example/cb"]})
+    files = list((tmp_path / "clients").glob("*/bcc_*.json"))
+    assert len(files) == 51 and len(registry._clients) == 51  # type: ignore[attr-defined]
+    assert (path.stat().st_ino, path.stat().st_mtime_ns) == before
+    assert all(file.stat().st_mode & 0o777 == 0o600 and file.stat().st_size < 1024 for file in files)
+    assert registry.get(first) is not None and registry.get(first).client_name == "First"  # type: ignore[union-attr]
+    # Another process on the same directory (a replica, or a restart) sees them all.
+    assert len(ClientFiles(tmp_path / "clients")) == 51
+
+
+@pytest.mark.parametrize("client_id", ["../clients", "bcc_../../state.key", "bcc_/etc/passwd", "bcc_", "x" * 300, "bcc_a\x00b"])
+def test_client_ids_that_are_not_ours_never_reach_the_disk(tmp_path: Path, client_id: str) -> None:
+    registry = _registry(tmp_path, [0.0])
+    assert registry.get(client_id) is None and not registry.is_unused(client_id)
+    registry.mark_used(client_id)
+    assert list((tmp_path / "clients").iterdir()) == []
+
+
+def test_a_registration_never_used_expires_and_a_used_one_stays(tmp_path: Path) -> None:
+    now = [1_900_000_000.0]
+    registry = _registry(tmp_path, now, unused_ttl_s=3600)
+    unused = registry.register({"redirect_uris": ["https://a.example/cb"]})["client_id"]
+    used = registry.register({"redirect_uris": ["https://a.example/cb"]})["client_id"]
+    assert registry.is_unused(used)
+    registry.mark_used(used)
+    assert not registry.is_unused(used)
+    now[0] += 3599
+    assert registry.get(unused) is not None
+    now[0] += 2
+    assert registry.get(unused) is None and registry.get(used) is not None
+    assert registry.sweep() == 1
+    assert len(list((tmp_path / "clients").glob("*/bcc_*.json"))) == 1
+
+
+def test_a_full_registry_makes_room_from_expired_registrations(tmp_path: Path) -> None:
+    from connector.oauth.clients import RegistryFull
+
+    now = [1_900_000_000.0]
+    registry = _registry(tmp_path, now, max_clients=3, unused_ttl_s=600)
+    for _ in range(3):
+        registry.register({"redirect_uris": ["https://a.example/cb"]})
+    with pytest.raises(RegistryFull):
+        registry.register({"redirect_uris": ["https://a.example/cb"]})
+    now[0] += 601
+    assert registry.register({"redirect_uris": ["https://a.example/cb"]})["client_id"]
+    assert len(list((tmp_path / "clients").glob("*/bcc_*.json"))) == 1
+
+
+def test_clients_json_of_an_older_version_is_moved_on_start(tmp_path: Path) -> None:
+    import secrets as _secrets
+
+    from connector.oauth.state import OAuthState
+
+    state_dir = tmp_path / "state"
+    state_dir.mkdir(mode=0o700)
+    old = {"bcc_" + "o" * 32: {"redirect_uris": ["https://old.example/cb"], "client_name": "Old", "issued_at": 1}}
+    (state_dir / "clients.json").write_text(json.dumps(old))
+    state = OAuthState(state_dir, _secrets.token_bytes(32))
+    registry = ClientRegistry(state.clients, unused_ttl_s=60)
+    record = registry.get("bcc_" + "o" * 32)
+    assert record is not None and record.redirect_uris == ("https://old.example/cb",)  # no "used" flag: kept
+    assert not (state_dir / "clients.json").exists() and (state_dir / "clients.json.migrated").exists()
+
+
+def test_redirect_uris_are_bounded_together() -> None:
+    long_uris = [f"https://a.example/{n}/" + "x" * 1900 for n in range(5)]
+    with pytest.raises(RegistrationRefused):
+        validate_registration({"redirect_uris": long_uris})
+    assert validate_registration({"redirect_uris": long_uris[:4]})
+
+
+def test_temporary_files_a_crash_left_behind_are_removed_at_start(tmp_path: Path) -> None:
+    import os
+
+    registry = _registry(tmp_path, [1_900_000_000.0])
+    registry.register({"redirect_uris": ["https://a.example/cb"]})
+    [shard] = [path for path in (tmp_path / "clients").iterdir() if path.is_dir()]
+    old, fresh = shard / ".x.json.old.tmp", shard / ".x.json.fresh.tmp"
+    old.write_text("{"), fresh.write_text("{")
+    os.utime(old, (0, 0))
+    files = ClientFiles(tmp_path / "clients")
+    assert len(files) == 1 and not old.exists() and fresh.exists()  # a fresh one may be a replica's write

@@ -46,6 +46,13 @@ def server(issuer: Any, tmp_path: Path) -> Iterator[AuthorizationServer]:
     )
 
 
+def cookie_of(reply: Any) -> dict[str, str]:
+    """The cookie a redirect reply sets, as the browser would send it back."""
+    assert isinstance(reply, RedirectReply) and reply.cookie, reply
+    name, _, rest = reply.cookie.partition("=")
+    return {name: rest.split(";", 1)[0]}
+
+
 async def _sign_in(server: AuthorizationServer) -> tuple[str, dict[str, Any]]:
     client_id = server.register({"redirect_uris": [REDIRECT]}).body["client_id"]
     verifier = secrets.token_urlsafe(48)
@@ -60,8 +67,14 @@ async def _sign_in(server: AuthorizationServer) -> tuple[str, dict[str, Any]]:
         at_issuer = await http.get(start.location, follow_redirects=False)
     assert at_issuer.status_code == 302
     callback = query_of(at_issuer.headers["location"])
-    back = await server.oidc_callback(callback)
+    cookie = cookie_of(start)
+    assert "HttpOnly" in start.cookie and "SameSite=Lax" in start.cookie and "Path=/oidc/callback" in start.cookie  # type: ignore[operator]
+    assert "abc" not in start.cookie and client_id not in start.cookie  # type: ignore[operator]  # sealed
+    # Without the cookie of the browser that started it, the callback is refused.
+    assert isinstance(await server.oidc_callback(callback), PageReply)
+    back = await server.oidc_callback(callback, cookie)
     assert isinstance(back, RedirectReply), back
+    assert back.cookie and "Max-Age=0" in back.cookie  # the cookie is removed
     answer = query_of(back.location)
     assert answer["iss"] == BASE and answer["state"] == "abc"
     tokens = await server.token({"grant_type": "authorization_code", "code": answer["code"], "client_id": client_id,
@@ -106,7 +119,7 @@ async def test_denied_at_issuer_redirects_access_denied(server: AuthorizationSer
     start = await server.authorize(params, BASE)
     async with httpx.AsyncClient() as http:
         at_issuer = await http.get(start.location, follow_redirects=False)  # type: ignore[union-attr]
-    back = await server.oidc_callback(query_of(at_issuer.headers["location"]))
+    back = await server.oidc_callback(query_of(at_issuer.headers["location"]), cookie_of(start))
     assert isinstance(back, RedirectReply) and query_of(back.location)["error"] == "access_denied"
 
 
@@ -119,8 +132,11 @@ async def test_callback_with_unknown_state_or_replayed_state(server: Authorizati
     async with httpx.AsyncClient() as http:
         at_issuer = await http.get(start.location, follow_redirects=False)  # type: ignore[union-attr]
     callback = query_of(at_issuer.headers["location"])
-    assert isinstance(await server.oidc_callback(callback), RedirectReply)
-    assert isinstance(await server.oidc_callback(callback), PageReply)  # a state works once
+    forged = {name: value[:-4] + "AAAA" for name, value in cookie_of(start).items()}
+    assert isinstance(await server.oidc_callback(callback, forged), PageReply)
+    assert isinstance(await server.oidc_callback({**callback, "state": "other"}, cookie_of(start)), PageReply)
+    assert isinstance(await server.oidc_callback(callback, cookie_of(start)), RedirectReply)
+    assert isinstance(await server.oidc_callback(callback, cookie_of(start)), PageReply)  # a state works once
 
 
 async def test_wrong_nonce_is_refused(server: AuthorizationServer, issuer: Any) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from connector.identity.base import ProviderRefused, ProviderUnavailable
+from connector.identity.base import ProviderRefused, ProviderThrottled, ProviderUnavailable
 from connector.identity.static import StaticTokenProvider
 from tests.support.processes import free_port
 
@@ -36,11 +36,38 @@ async def test_refused_tokens(status: int) -> None:
         await _provider(lambda request: httpx.Response(status, json={"error": "no"})).sign_in(TOKEN)
 
 
-@pytest.mark.parametrize("answer", [httpx.Response(500), httpx.Response(429), httpx.Response(200, text="<html>"),
+@pytest.mark.parametrize("answer", [httpx.Response(500), httpx.Response(502), httpx.Response(200, text="<html>"),
                                     httpx.Response(200, json={"user": {}}), httpx.Response(200, json=[1])])
 async def test_store_trouble_is_unavailable(answer: httpx.Response) -> None:
     with pytest.raises(ProviderUnavailable):
         await _provider(lambda request: answer).sign_in(TOKEN)
+
+
+async def test_store_429_at_sign_in_is_a_refusal_not_a_free_retry() -> None:
+    with pytest.raises(ProviderThrottled) as caught:
+        await _provider(lambda request: httpx.Response(429, headers={"Retry-After": "60"})).sign_in(TOKEN, "203.0.113.9")
+    assert isinstance(caught.value, ProviderRefused)
+
+
+async def test_store_429_at_renewal_keeps_the_session() -> None:
+    with pytest.raises(ProviderUnavailable):
+        await _provider(lambda request: httpx.Response(429)).renew("static:u-42", TOKEN)
+
+
+@pytest.mark.parametrize(
+    ("address", "forwarded"),
+    [("203.0.113.9", "203.0.113.9"), ("2001:db8::7", "2001:db8::7"), ("[2001:db8::7]:443", "2001:db8::7"),
+     (None, None), ("unknown", None), ("1.2.3.4, 5.6.7.8", None), ("evil\r\nX-Injected: 1", None)],
+)
+async def test_sign_in_names_the_person_address_to_the_store(address: str | None, forwarded: str | None) -> None:
+    seen: list[str | None] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers.get("x-forwarded-for"))
+        return httpx.Response(200, json={"user": {"id": "u-42"}})
+
+    await _provider(handler).sign_in(TOKEN, address)
+    assert seen == [forwarded]
 
 
 async def test_unreachable_store_is_unavailable() -> None:

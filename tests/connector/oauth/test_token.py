@@ -284,12 +284,16 @@ async def test_state_survives_a_restart(world: World) -> None:
 async def test_secrets_are_encrypted_and_tokens_hashed_at_rest(world: World) -> None:
     flow = register(world)
     tokens = await get_tokens(world, flow)
-    for path in world.state_dir.iterdir():
+    for path in world.state_dir.rglob("*"):
+        if path.is_dir():
+            assert path.stat().st_mode & 0o777 == 0o700, path.name  # clients/ and its shards
+            continue
         text = path.read_text()
         assert GOOD_TOKEN not in text, path.name
         assert tokens["refresh_token"] not in text and tokens["access_token"] not in text
         assert path.stat().st_mode & 0o777 == 0o600, path.name
     assert world.state_dir.stat().st_mode & 0o777 == 0o700
+    assert len(list((world.state_dir / "clients").glob("*/bcc_*.json"))) == 1
     families = json.loads((world.state_dir / "families.json").read_text())
     assert all(record["secret"].startswith("sec1:") for record in families.values())
 

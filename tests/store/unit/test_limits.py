@@ -308,3 +308,14 @@ def test_result_is_peer_or_a_real_address_from_the_header(peer: str, hops: list[
 def test_forged_prefix_never_wins(forged: list[str], client: str, proxies: list[str]) -> None:
     header = ", ".join([*forged, client, *proxies])
     assert client_address("127.0.0.1", header, CHAIN) == client
+
+
+def test_limit_key_counts_an_ipv6_address_with_its_slash_64() -> None:
+    from common.limits import limit_key
+
+    assert limit_key("2001:db8:1:2:3:4:5:6") == limit_key("2001:db8:1:2::ffff") == "2001:db8:1:2::/64"
+    assert limit_key("2001:db8:1:3::1") == "2001:db8:1:3::/64"
+    assert limit_key("::ffff:10.0.0.1") == "10.0.0.1"  # IPv4-mapped: the IPv4 address
+    assert limit_key("203.0.113.9") == "203.0.113.9"
+    assert limit_key("unknown") == "unknown"
+
