@@ -275,6 +275,7 @@ class _TarParser:
         self._next_path: bytes | None = None  # from pax "path" (wins, as in tarfile)
         self._next_long_name: bytes | None = None  # from GNU "L"
         self._next_size: int | None = None  # from pax "size"
+        self._next_link = False  # a pax "linkpath" was given for the next entry
         self.file_count = 0
         self.entries = 0
         self._headers = 0
@@ -365,7 +366,9 @@ class _TarParser:
             return False
         size_field, checksum_field, typeflag = common.groups()
         name = block[:100].split(b"\x00", 1)[0]
-        if not name or name[0] == 0x2F or name[1:2] == b":" or b".." in name or b"\\" in name:
+        if not name or name[0] == 0x2F or name[1:2] == b":" or b".." in name:
+            return False
+        if len(name.translate(None, _ODD_BYTES)) < len(name):
             return False
         size = int(size_field.rstrip(b" \x00"), 8)
         if (size if typeflag == b"5" else name[-1] == 0x2F) or not _checksum_ok(
@@ -439,6 +442,7 @@ class _TarParser:
         self._next_path = None
         self._next_long_name = None
         self._next_size = None
+        self._next_link = False
         self._meta_chain = 0
 
         refused = _REFUSED_TYPES.get(typeflag)
@@ -485,7 +489,10 @@ class _TarParser:
         typeflag = self._collect_type
         self._collect = None
         if typeflag == b"L":
-            # Unpackers disagree on which of several names wins: every one must be safe.
+            # Unpackers disagree on which of several names wins: every one must be safe,
+            # and one entry gets one long name (readers differ on which of two they keep).
+            if self._next_long_name is not None:
+                raise ArchiveRejected("an entry has two GNU long names", reason="tar")
             self._next_long_name = bytes(_nts(data))
             _check_name(self._next_long_name)
         elif typeflag == b"K":
@@ -500,6 +507,14 @@ class _TarParser:
                 if records.keys() & {b"path", b"size", b"linkpath"}:
                     raise ArchiveRejected("a global tar header may not set path or size", reason="tar")
                 return
+            # Several extended headers before one entry: a reader that keeps the first value
+            # and one that keeps the last must not see different entries.
+            if (
+                (b"path" in records and self._next_path is not None)
+                or (b"size" in records and self._next_size is not None)
+                or (b"linkpath" in records and self._next_link)
+            ):
+                raise ArchiveRejected("two tar extended headers set the same entry's path or size", reason="tar")
             if b"path" in records:
                 self._next_path = records[b"path"]
                 _check_name(self._next_path)
@@ -508,6 +523,7 @@ class _TarParser:
                 if not value.isdigit():
                     raise ArchiveRejected("a tar extended header has an invalid size", reason="tar")
                 self._next_size = int(value)
+            self._next_link = self._next_link or b"linkpath" in records
 
 
 _PAX_KEYS = frozenset((b"path", b"size", b"linkpath"))
@@ -519,8 +535,12 @@ def _parse_pax(data: bytes | bytearray) -> dict[bytes, bytes]:
 
     Only the keys that matter here are kept (path, size, linkpath, and any
     ``GNU.sparse.*`` key, with an empty value): a large comment is never copied.
+    A key given twice is refused: tar readers disagree on whether the first or the
+    last value counts (``path=../evil`` then ``path=ok`` passes a check of the last
+    one only), so two values would give one archive two meanings.
     """
     records: dict[bytes, bytes] = {}
+    seen: set[bytes] = set()
     pos = 0
     end = len(data)
     while pos < end:
@@ -539,9 +559,11 @@ def _parse_pax(data: bytes | bytearray) -> dict[bytes, bytes]:
         equals = data.find(b"=", space + 1, stop - 1)
         if equals <= space + 1:
             break
-        key_length = equals - space - 1
-        if key_length <= 8 or data.startswith(_SPARSE, space + 1):
-            key = bytes(data[space + 1 : equals])
+        key = bytes(data[space + 1 : equals])  # keys are short; a long one costs at most the header's size
+        if key in seen:
+            raise ArchiveRejected(f"a tar extended (pax) header sets {_show(key)} twice", reason="tar")
+        seen.add(key)
+        if len(key) <= 8 or key.startswith(_SPARSE):
             if key in _PAX_KEYS:
                 records[key] = bytes(data[equals + 1 : stop - 1])
             elif key.startswith(_SPARSE):
@@ -557,6 +579,10 @@ def _check_name(name: bytes, *, allow_empty: bool = False) -> None:
         raise ArchiveRejected("a tar entry has an empty name", reason="entry")
     if b"\x00" in name:
         raise ArchiveRejected(f"a tar entry name contains a NUL byte ({_show(name)})", reason="entry")
+    if _CONTROL.search(name):
+        # A newline or escape sequence in a name can forge lines in listings, logs and
+        # tool output that show it.
+        raise ArchiveRejected(f"a tar entry name contains a control character ({_show(name)})", reason="entry")
     # "C:..." is absolute (or drive-relative) where the archive may be unpacked: Windows.
     if name.startswith((b"/", b"\\")) or (len(name) > 1 and name[1:2] == b":" and name[:1].isalpha()):
         raise ArchiveRejected(f"absolute paths are not allowed (entry {_show(name)})", reason="entry")
@@ -599,6 +625,12 @@ def _size_field(field: bytes) -> int:
 
 
 _SPACED_DIGITS = re.compile(rb"[0-7] +[0-7]")
+# Control characters: C0 and DEL as bytes, C1 (U+0080-U+009F) as UTF-8.
+_CONTROL = re.compile(rb"[\x00-\x1f\x7f]|\xc2[\x80-\x9f]")
+# Bytes that send a name in a common header the general way: backslashes, control
+# characters and 0xC2 (the lead byte of C1 controls in UTF-8, but also of NBSP, "\u00b0"...).
+# One translate() finds them all (a regex search costs ~4x as much per header).
+_ODD_BYTES = bytes(range(0x20)) + b"\x7f\\\xc2"
 
 
 def _padded_octal(width: int) -> bytes:

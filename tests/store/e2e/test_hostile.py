@@ -130,6 +130,9 @@ ARCHIVES: dict[str, Callable[[], bytes]] = {
     "not-gzip-text": lambda: b"#!/bin/sh\necho definitely not an archive\n",
     "gzip-bad-crc": corpus.bad_gzip_crc,
     "gzip-not-tar": corpus.gzip_of_text,
+    "pax-duplicate-path": corpus.duplicate_pax_path,
+    "pax-duplicate-size": corpus.duplicate_pax_size,
+    "control-character-name": corpus.control_character_name,
 }
 SLOW_ARCHIVES: dict[str, Callable[[], bytes]] = {
     "gzip-bomb-1.1GiB": lambda: corpus.gzip_bomb(1100 * MIB),

@@ -193,6 +193,18 @@ def test_pax_size_override_and_global_comment() -> None:
     assert (summary.file_count, summary.entries) == (2, 2)
 
 
+def test_names_with_printable_unicode_are_accepted() -> None:
+    names = ["caf\u00e9.md", "notes/\u00a0nbsp.md", "\u65e5\u672c/\u30e1\u30e2.md", "emoji-\U0001f9e0.md", "a b.md"]
+    archive = tarfile_archive([(name, b"x") for name in names])
+    assert inspect_bytes(archive).file_count == len(names)
+
+
+def test_distinct_records_in_several_extended_headers_are_accepted() -> None:
+    # one header names the entry, the next sizes it: nothing is said twice
+    tar = pax({b"path": b"long.md", b"mtime": b"1"}) + pax({b"size": b"3", b"comment": b"c"}) + header(b"x.md") + padded(b"abc")
+    assert inspect_bytes(gz(tar + END)) == ArchiveSummary(1, len(tar) + len(END), 1)
+
+
 def test_base256_size_field_is_understood() -> None:
     size_field = b"\x80" + (600).to_bytes(11, "big")
     tar = header(b"b256.md", size_field=size_field) + padded(b"q" * 600) + member(b"next.md", b"n") + END
@@ -372,6 +384,69 @@ HOSTILE: dict[str, tuple[bytes, str, str]] = {
         "entry",
         "absolute",
     ),
+    "duplicate pax path, bad one first": (
+        gz(member(b"PaxHeader", pax_record(b"path", b"../evil.md") + pax_record(b"path", b"ok.md"), b"x") + member(b"x.md") + END),
+        "tar",
+        "'path' twice",
+    ),
+    "duplicate pax path, both safe": (
+        gz(member(b"PaxHeader", pax_record(b"path", b"a.md") + pax_record(b"path", b"b.md"), b"x") + member(b"x.md") + END),
+        "tar",
+        "'path' twice",
+    ),
+    "duplicate pax size": (
+        gz(member(b"PaxHeader", pax_record(b"size", b"0") + pax_record(b"size", b"512"), b"x") + member(b"x.md") + END),
+        "tar",
+        "'size' twice",
+    ),
+    "duplicate pax linkpath": (
+        gz(member(b"PaxHeader", pax_record(b"linkpath", b"a") + pax_record(b"linkpath", b"b"), b"x") + member(b"x.md") + END),
+        "tar",
+        "'linkpath' twice",
+    ),
+    "duplicate pax mtime": (
+        gz(member(b"PaxHeader", pax_record(b"mtime", b"1") + pax_record(b"mtime", b"2"), b"x") + member(b"x.md") + END),
+        "tar",
+        "'mtime' twice",
+    ),
+    "duplicate key in a global header": (
+        gz(member(b"PaxHeader", pax_record(b"comment", b"a") + pax_record(b"comment", b"b"), b"g") + member(b"x.md") + END),
+        "tar",
+        "twice",
+    ),
+    "pax path in two extended headers": (
+        gz(pax({b"path": b"evil.md"}) + pax({b"path": b"ok.md"}) + member(b"x.md") + END),
+        "tar",
+        "two tar extended headers",
+    ),
+    "pax size in two extended headers": (
+        gz(pax({b"size": b"0"}) + pax({b"size": b"512"}) + header(b"x.md") + padded(b"y") + END),
+        "tar",
+        "two tar extended headers",
+    ),
+    "pax linkpath in two extended headers": (
+        gz(pax({b"linkpath": b"a"}) + pax({b"linkpath": b"b"}) + member(b"x.md") + END),
+        "tar",
+        "two tar extended headers",
+    ),
+    "two gnu long names for one entry": (
+        gz(member(b"././@LongLink", b"a.md\x00", typeflag=b"L") + member(b"././@LongLink", b"b.md\x00", typeflag=b"L")
+           + member(b"x.md") + END),
+        "tar",
+        "two GNU long names",
+    ),
+    "newline in a name": (gz(member(b"notes/a\n1. forged.md", b"x") + END), "entry", "control character"),
+    "escape sequence in a name": (gz(member(b"\x1b[2J.md", b"x") + END), "entry", "control character"),
+    "tab in a directory name": (gz(member(b"d\tx/", typeflag=b"5") + END), "entry", "control character"),
+    "DEL in a name": (gz(member(b"a\x7f.md", b"x") + END), "entry", "control character"),
+    "C1 control in a name": (gz(member("a\u009bb.md".encode(), b"x") + END), "entry", "control character"),
+    "control character in a pax path": (gz(pax({b"path": b"a\rb.md"}) + member(b"fine.md") + END), "entry", "control"),
+    "control character in a gnu long name": (
+        gz(member(b"././@LongLink", b"a\nb.md\x00", typeflag=b"L") + member(b"x.md") + END),
+        "entry",
+        "control",
+    ),
+    "control character in a ustar prefix": (gz(member(b"a.md", b"e", prefix=b"d\x08") + END), "entry", "control"),
     "huge pax header": (gz(header(b"PaxHeader", b"x", size=64 << 20) + END), "limit", "extended header"),
     "huge gnu long name": (gz(header(b"././@LongLink", b"L", size=1 << 30) + END), "limit", "extended header"),
 }
@@ -669,6 +744,7 @@ def test_whatever_we_accept_gnu_tar_lists_identically(
 _NAMES = [
     b"notes/a.md", b"dir/", b"dir", b"a..b.md", b"../up.md", b"x/../y", b"/abs.md", b"\\\\server\\x",
     b"C:evil", b"c:/evil", b"1:ok", b"w\\x.md", b"", b".", b"n" * 100, b"d/" * 50, b"caf\xc3\xa9.md",
+    b"a\nb.md", b"\x1b[2J", b"t\tab/", b"x\x7f", b"c1\xc2\x85.md", b"ok\xc2\xa0nbsp.md",
 ]
 _OCTALS_8 = [b"0000644\x00", b"000644 \x00", b"0000644 ", b"644\x00\x00\x00\x00\x00", b"\x00" * 8, b" " * 8,
              b" 000644\x00", b"00 00644", b"0000648\x00", b"0000644\x00"[::-1], b"\x80" + bytes(7), b"0000-44\x00"]
