@@ -12,7 +12,10 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from store.archive.inspect import InspectLimits
 
 MIB = 1024 * 1024
 
@@ -101,6 +104,7 @@ class StoreSettings:
     inspect_max_inflated: int = 1024 * MIB
     inspect_max_entries: int = 500_000
     inspect_max_header: int = 1 * MIB
+    inspect_max_ratio: int = 200  # inflated / compressed bytes past 16 MiB inflated; 0 = not checked
     upload_threads: int = 0  # threads per process doing uploads' CPU work; 0 = automatic
     fsync: bool = True
     backend: str = "local"  # "local" (data_dir) | "s3" (bucket; data_dir only holds temporary files)
@@ -129,6 +133,18 @@ class StoreSettings:
         if value.lower() in ("1", "on", "true", "yes"):
             return self.data_dir / "audit"
         return Path(value).expanduser()
+
+    @property
+    def inspect_limits(self) -> InspectLimits:
+        """The bounds every archive (upload or import) is inspected under."""
+        from store.archive.inspect import InspectLimits
+
+        return InspectLimits(
+            max_inflated=self.inspect_max_inflated,
+            max_entries=self.inspect_max_entries,
+            max_header=self.inspect_max_header,
+            max_ratio=self.inspect_max_ratio,
+        )
 
     @property
     def oidc(self) -> bool:
@@ -191,6 +207,8 @@ class StoreSettings:
             values["inspect_max_entries"] = _int("STORE_INSPECT_MAX_ENTRIES", v, 1)
         if (v := get("STORE_INSPECT_MAX_HEADER_KB")) is not None:
             values["inspect_max_header"] = _int("STORE_INSPECT_MAX_HEADER_KB", v, 1) * 1024
+        if (v := get("STORE_INSPECT_MAX_RATIO")) is not None:
+            values["inspect_max_ratio"] = _int("STORE_INSPECT_MAX_RATIO", v, 0)
         if (v := get("STORE_UPLOAD_THREADS")) is not None:
             values["upload_threads"] = _int("STORE_UPLOAD_THREADS", v, 0, 64)
         if (v := get("STORE_FSYNC")) is not None:
@@ -257,6 +275,7 @@ class StoreSettings:
             "STORE_INSPECT_MAX_INFLATED_MB": str(self.inspect_max_inflated // MIB),
             "STORE_INSPECT_MAX_ENTRIES": str(self.inspect_max_entries),
             "STORE_INSPECT_MAX_HEADER_KB": str(self.inspect_max_header // 1024),
+            "STORE_INSPECT_MAX_RATIO": str(self.inspect_max_ratio),
             "STORE_UPLOAD_THREADS": str(self.upload_threads),
             "STORE_FSYNC": "1" if self.fsync else "0",
             "STORE_BACKEND": self.backend,

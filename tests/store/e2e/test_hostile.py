@@ -153,6 +153,18 @@ def test_expensive_archive_is_refused(target: Target, name: str) -> None:
     assert_unchanged(target)
 
 
+def test_archive_inflating_like_no_brain_is_refused(target: Target) -> None:
+    """~250 KiB of gzip inflating to 250 MiB of zeros (~1000x; real brains: 12-35x): a clear 400, quickly."""
+    bomb = corpus.gzip_bomb(250 * MIB)
+    assert len(bomb) < 300 * 1024
+    started = time.monotonic()
+    resp = target.upload(bomb)
+    assert_json_error(resp, 400)
+    assert "200 times its compressed size" in resp.json()["error"]
+    assert time.monotonic() - started < 10
+    assert_unchanged(target)
+
+
 # --- malformed requests ----------------------------------------------------------------------
 
 def test_multipart_without_boundary(target: Target) -> None:

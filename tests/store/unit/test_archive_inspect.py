@@ -21,6 +21,8 @@ from hypothesis import strategies as st
 
 from store.archive.inspect import (
     _COMMON_NUMBERS,
+    MAX_RATIO,
+    RATIO_FLOOR,
     ArchiveInspector,
     ArchiveRejected,
     ArchiveSummary,
@@ -479,16 +481,69 @@ def test_corpus_is_large_enough() -> None:
     assert len(HOSTILE) >= 25
 
 
-def test_gzip_bomb_stops_at_the_default_limit() -> None:
-    # ~2 GiB of zeros in ~2 MiB of gzip, behind a tar header claiming a 2 GiB file.
+def test_gzip_bomb_stops_at_the_default_inflate_limit() -> None:
+    # ~2 GiB of zeros in ~2 MiB of gzip, behind a tar header claiming a 2 GiB file; the
+    # ratio check (which would stop it far earlier) is off to test the inflate limit alone.
     bomb = zeros_gz(2 << 30, first=header(b"bomb.bin", size=(2 << 30) - BLOCK))
-    inspector = ArchiveInspector(InspectLimits())
+    inspector = ArchiveInspector(InspectLimits(max_ratio=0))
     with pytest.raises(ArchiveRejected) as info:
         for chunk in bomb:
             inspector.feed(chunk)
         inspector.finish()
     assert info.value.reason == "limit" and "1 GiB" in info.value.message
     assert (1 << 30) < inspector.inflated_bytes <= (1 << 30) + (64 << 10)
+
+
+def test_inflation_ratio_no_brain_has_is_refused_early() -> None:
+    # The issue's archive: ~250 KiB inflating to 250 MiB of zeros (~1000x).
+    bomb = list(zeros_gz(250 << 20, first=header(b"memories/zeros.md", size=(250 << 20) - BLOCK)))
+    assert sum(map(len, bomb)) < 300 << 10
+    inspector = ArchiveInspector(InspectLimits())
+    with pytest.raises(ArchiveRejected) as info:
+        for chunk in bomb:
+            inspector.feed(chunk)
+        inspector.finish()
+    assert info.value.reason == "limit" and "200 times its compressed size" in info.value.message
+    # stopped just past the floor, long before the 1 GiB inflate limit
+    assert RATIO_FLOOR < inspector.inflated_bytes <= RATIO_FLOOR + STEP
+    # with the check off (STORE_INSPECT_MAX_RATIO=0) it inflates to its end (and misses its end marker)
+    error = rejected(bomb, InspectLimits(max_ratio=0))
+    assert error.reason == "tar" and "end marker" in error.message
+
+
+def test_ratio_is_not_checked_below_the_floor() -> None:
+    # 8 MiB of zeros (~1000x) in a brain is harmless: accepted.
+    small = feed_all([gz(header(b"zeros.md", size=8 << 20) + bytes(8 << 20) + END, level=9)])
+    assert small.file_count == 1 and small.inflated_bytes > 8 << 20
+    # the same with a floor below it is refused
+    error = rejected(gz(header(b"zeros.md", size=8 << 20) + bytes(8 << 20) + END, level=9), InspectLimits(ratio_floor=1 << 20))
+    assert error.reason == "limit" and "times its compressed size" in error.message
+
+
+def test_real_brains_are_far_below_the_ratio_limit() -> None:
+    """The recall-parity brains (made by the reference command line), tarred at gzip levels 1 and 9."""
+    brains = sorted((Path(__file__).parents[3] / ".." / "shared" / "fixtures" / "recall-parity" / "brains").glob("*"))
+    assert brains
+    worst = 0.0
+    for brain in brains:
+        for level in (1, 9):
+            buffer = io.BytesIO()
+            with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=level) as archive:
+                archive.add(brain, arcname=".")
+            data = buffer.getvalue()
+            # a floor of 0: the ratio is checked from the first byte
+            summary = feed_all([data], InspectLimits(ratio_floor=0))
+            worst = max(worst, summary.inflated_bytes / len(data))
+    assert worst < MAX_RATIO / 5, worst
+
+
+def test_large_text_brain_above_the_floor_is_accepted() -> None:
+    rng = random.Random(3)
+    words = [bytes(rng.choice(b"abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(2, 9))) for _ in range(3000)]
+    files = [(f"memories/m{i}.md", b" ".join(rng.choice(words) for _ in range(1200))) for i in range(2500)]
+    data = tarfile_archive(files)
+    summary = feed_all([data])
+    assert summary.inflated_bytes > RATIO_FLOOR and summary.file_count == 2500
 
 
 def test_gzip_bomb_memory_stays_flat() -> None:
