@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+from common.connection_guard import HttpLimits
+
 # The eight tools of the connector; CONNECTOR_TOOLS may name a subset.
 TOOL_NAMES: tuple[str, ...] = (
     "brain_recall",
@@ -72,6 +74,23 @@ class ConnectorSettings:
     log_level: str = "info"
     metrics: bool = True  # GET /metrics (Prometheus); labels never carry ids or tokens
     metrics_token: str | None = None  # when set, /metrics needs "Authorization: Bearer <token>"
+    # What one client connection may hold (common/connection_guard.py); 0 turns a bound off.
+    http_max_header_kb: int = 64  # request line and headers; beyond: 431
+    http_header_timeout_s: int = 10  # a request's head must be in within this; else 408
+    http_body_timeout_s: int = 30  # longest pause in a body (or in reading a response)
+    http_body_min_bytes_per_s: int = 1024  # average body rate required after the first pause allowance
+    http_max_connections: int = 512  # open connections; beyond: 503
+
+    @property
+    def http_limits(self) -> HttpLimits:
+        """What one client connection may hold (header size, timeouts, open connections)."""
+        return HttpLimits(
+            max_header_bytes=self.http_max_header_kb * 1024,
+            header_timeout_s=self.http_header_timeout_s,
+            body_timeout_s=self.http_body_timeout_s,
+            body_min_rate=self.http_body_min_bytes_per_s,
+            max_connections=self.http_max_connections,
+        )
 
     @property
     def repull_ttl_s(self) -> float:
@@ -220,6 +239,11 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     put("log_level", _env(env, "CONNECTOR_LOG_LEVEL"))
     put("metrics", _bool(env, "CONNECTOR_METRICS"))
     put("metrics_token", _env(env, "CONNECTOR_METRICS_TOKEN"))
+    put("http_max_header_kb", _int(env, "CONNECTOR_HTTP_MAX_HEADER_KB"))
+    put("http_header_timeout_s", _int(env, "CONNECTOR_HTTP_HEADER_TIMEOUT_S"))
+    put("http_body_timeout_s", _int(env, "CONNECTOR_HTTP_BODY_TIMEOUT_S"))
+    put("http_body_min_bytes_per_s", _int(env, "CONNECTOR_HTTP_BODY_MIN_BYTES_PER_S"))
+    put("http_max_connections", _int(env, "CONNECTOR_HTTP_MAX_CONNECTIONS"))
     return values
 
 
