@@ -58,6 +58,18 @@ class HttpLimits:
             if getattr(self, name) < 0:
                 raise ValueError(f"HttpLimits.{name} must not be negative")
 
+    @classmethod
+    def from_settings(cls, settings: Any) -> HttpLimits:
+        """From a server's settings object: its ``http_max_header_kb``, ``http_header_timeout_s``,
+        ``http_body_timeout_s``, ``http_body_min_bytes_per_s`` and ``http_max_connections``."""
+        return cls(
+            max_header_bytes=settings.http_max_header_kb * 1024,
+            header_timeout_s=settings.http_header_timeout_s,
+            body_timeout_s=settings.http_body_timeout_s,
+            body_min_rate=settings.http_body_min_bytes_per_s,
+            max_connections=settings.http_max_connections,
+        )
+
     @property
     def tick_s(self) -> float:
         """How often deadlines are checked: a quarter of the shortest timeout, at most every second."""

@@ -84,13 +84,7 @@ class ConnectorSettings:
     @property
     def http_limits(self) -> HttpLimits:
         """What one client connection may hold (header size, timeouts, open connections)."""
-        return HttpLimits(
-            max_header_bytes=self.http_max_header_kb * 1024,
-            header_timeout_s=self.http_header_timeout_s,
-            body_timeout_s=self.http_body_timeout_s,
-            body_min_rate=self.http_body_min_bytes_per_s,
-            max_connections=self.http_max_connections,
-        )
+        return HttpLimits.from_settings(self)
 
     @property
     def repull_ttl_s(self) -> float:

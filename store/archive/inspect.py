@@ -537,7 +537,7 @@ class _TarParser:
                 or (b"size" in records and self._next_size is not None)
                 or (b"linkpath" in records and self._next_link)
             ):
-                raise ArchiveRejected("two tar extended headers set the same entry's path or size", reason="tar")
+                raise ArchiveRejected("two tar extended headers set the same entry's path, size or link target", reason="tar")
             if b"path" in records:
                 self._next_path = records[b"path"]
                 _check_name(self._next_path)

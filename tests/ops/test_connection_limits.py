@@ -178,7 +178,7 @@ def test_slow_headers_are_cut_off_while_other_clients_stay_fast(server: ServerPr
     assert len(open_at) == len(slow), f"{len(slow) - len(open_at)} slow connections still open"
     assert max(open_at.values()) < TIMEOUT_S + 2.5, open_at
     assert min(open_at.values()) > TIMEOUT_S - 1, open_at  # not before the timeout
-    assert worst < 1.0, worst
+    assert worst < 1.5, worst
 
 
 def test_silent_connection_is_closed_after_the_header_timeout(server: ServerProcess) -> None:

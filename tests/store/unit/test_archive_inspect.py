@@ -283,6 +283,12 @@ CORRUPT_MIDDLE[len(CORRUPT_MIDDLE) // 2] ^= 0xFF
 BAD_CRC = bytearray(gz(SIMPLE + END))
 BAD_CRC[-8] ^= 0x01
 
+
+def _pax_twice(key: bytes, first: bytes, second: bytes, typeflag: bytes = b"x") -> bytes:
+    """An archive whose one extended header gives ``key`` twice, before a plain entry."""
+    return gz(member(b"PaxHeader", pax_record(key, first) + pax_record(key, second), typeflag) + member(b"x.md") + END)
+
+
 HOSTILE: dict[str, tuple[bytes, str, str]] = {
     # name: (upload, reason, words the message must contain)
     "empty upload": (b"", "not-gzip", "empty"),
@@ -386,36 +392,12 @@ HOSTILE: dict[str, tuple[bytes, str, str]] = {
         "entry",
         "absolute",
     ),
-    "duplicate pax path, bad one first": (
-        gz(member(b"PaxHeader", pax_record(b"path", b"../evil.md") + pax_record(b"path", b"ok.md"), b"x") + member(b"x.md") + END),
-        "tar",
-        "'path' twice",
-    ),
-    "duplicate pax path, both safe": (
-        gz(member(b"PaxHeader", pax_record(b"path", b"a.md") + pax_record(b"path", b"b.md"), b"x") + member(b"x.md") + END),
-        "tar",
-        "'path' twice",
-    ),
-    "duplicate pax size": (
-        gz(member(b"PaxHeader", pax_record(b"size", b"0") + pax_record(b"size", b"512"), b"x") + member(b"x.md") + END),
-        "tar",
-        "'size' twice",
-    ),
-    "duplicate pax linkpath": (
-        gz(member(b"PaxHeader", pax_record(b"linkpath", b"a") + pax_record(b"linkpath", b"b"), b"x") + member(b"x.md") + END),
-        "tar",
-        "'linkpath' twice",
-    ),
-    "duplicate pax mtime": (
-        gz(member(b"PaxHeader", pax_record(b"mtime", b"1") + pax_record(b"mtime", b"2"), b"x") + member(b"x.md") + END),
-        "tar",
-        "'mtime' twice",
-    ),
-    "duplicate key in a global header": (
-        gz(member(b"PaxHeader", pax_record(b"comment", b"a") + pax_record(b"comment", b"b"), b"g") + member(b"x.md") + END),
-        "tar",
-        "twice",
-    ),
+    "duplicate pax path, bad one first": (_pax_twice(b"path", b"../evil.md", b"ok.md"), "tar", "'path' twice"),
+    "duplicate pax path, both safe": (_pax_twice(b"path", b"a.md", b"b.md"), "tar", "'path' twice"),
+    "duplicate pax size": (_pax_twice(b"size", b"0", b"512"), "tar", "'size' twice"),
+    "duplicate pax linkpath": (_pax_twice(b"linkpath", b"a", b"b"), "tar", "'linkpath' twice"),
+    "duplicate pax mtime": (_pax_twice(b"mtime", b"1", b"2"), "tar", "'mtime' twice"),
+    "duplicate key in a global header": (_pax_twice(b"comment", b"a", b"b", typeflag=b"g"), "tar", "twice"),
     "pax path in two extended headers": (
         gz(pax({b"path": b"evil.md"}) + pax({b"path": b"ok.md"}) + member(b"x.md") + END),
         "tar",
