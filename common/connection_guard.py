@@ -22,8 +22,9 @@ connections. ``guarded_protocol`` is uvicorn's protocol with those bounds
   ``503`` (with ``Retry-After``) and closed at once.
 
 Deadlines are checked by one timer per event loop (``_Sweeper``) that walks the open
-connections a few times a second; a request only stores a number or two, so the fast
-paths (a 304 answered in ~100 us) pay next to nothing.
+connections once a second (a quarter of the shortest timeout if less) and stamps the
+times itself; a request only sets a phase and counters, so the fast paths pay next to
+nothing (a deadline may pass up to one tick late).
 """
 
 from __future__ import annotations
@@ -39,8 +40,9 @@ if TYPE_CHECKING:
 
 __all__ = ["HttpLimits", "guarded_protocol"]
 
-# What a connection is doing, as far as its limits go.
-_HEAD, _BODY, _ANSWER, _IDLE = range(4)
+# What a connection is doing, as far as its limits go: receiving a request's head or body,
+# answering it (or idle after the answer), or closed by us.
+_HEAD, _BODY, _ANSWER, _CLOSED = range(4)
 
 
 @dataclass(frozen=True)
@@ -147,12 +149,13 @@ def guarded_protocol(limits: HttpLimits, base: type[HttpToolsProtocol] | None = 
     tick = limits.tick_s
 
     class GuardedHttpToolsProtocol(base):  # type: ignore[misc, valid-type]
+        # Per request only a phase and counters change; the sweep stamps the times (to
+        # its tick's precision), so the fast paths make no clock calls.
         _phase = _HEAD
-        _deadline = math.inf  # head: when it must be complete
+        _since = -1.0  # when the phase began (head) or the body started; < 0: not stamped yet
         _header_bytes = 0  # received since the last request ended (or the connection opened)
-        _body_start = 0.0
         _body_bytes = 0
-        _body_seen = -1  # _body_bytes at the previous sweep
+        _body_seen = 0  # _body_bytes at the previous sweep
         _body_last = 0.0  # when body bytes last arrived (to the sweep's precision)
         _stalled_since = math.inf  # when writing to the client last got stuck
 
@@ -161,33 +164,28 @@ def guarded_protocol(limits: HttpLimits, base: type[HttpToolsProtocol] | None = 
             if len(self.connections) > max_connections:
                 self._refuse(_BUSY)
                 return
-            self._deadline = self.loop.time() + header_timeout
+            self._since = self.loop.time()  # a new connection's head is due from now
             _Sweeper.ensure(self.loop, self.connections, tick)
 
         def data_received(self, data: bytes) -> None:
             phase = self._phase
             if phase == _BODY:
                 self._body_bytes += len(data)
-            elif phase != _ANSWER:
-                if phase == _IDLE:  # the next request starts (or a client sends idle bytes)
-                    self._phase = _HEAD
-                    self._deadline = self.loop.time() + header_timeout
+            elif phase != _CLOSED:
+                if phase == _ANSWER and (self.cycle is None or self.cycle.response_complete):
+                    self._phase = _HEAD  # the next request begins (or idle bytes come)
+                    self._since = -1.0
+                # Counted while answering too: a pipelined head arriving meanwhile is bounded alike.
                 self._header_bytes += len(data)
             super().data_received(data)
-            if self._phase == _HEAD and self._header_bytes > max_header and not self.transport.is_closing():
+            phase = self._phase
+            if phase != _BODY and phase != _CLOSED and self._header_bytes > max_header:
                 self._refuse(_TOO_LARGE)
-
-        def on_message_begin(self) -> None:
-            super().on_message_begin()
-            if self._phase != _HEAD:  # pipelined: this request's head arrives while another is answered
-                self._phase = _HEAD
-                self._deadline = self.loop.time() + header_timeout
 
         def on_headers_complete(self) -> None:
             self._phase = _BODY
-            self._body_start = self._body_last = self.loop.time()
+            self._since = -1.0
             self._body_bytes = 0
-            self._body_seen = -1
             # A head that came in whole within one read may still be too large (what was
             # counted may include body bytes: measure the head itself, only then).
             if self._header_bytes > max_header and _head_size(self.url, self.headers) > max_header:
@@ -201,35 +199,39 @@ def guarded_protocol(limits: HttpLimits, base: type[HttpToolsProtocol] | None = 
             super().on_headers_complete()
 
         def on_message_complete(self) -> None:
-            self._phase = _ANSWER
+            self._phase = _ANSWER  # until the response is complete: the app's time, no deadline
             self._header_bytes = 0
             super().on_message_complete()
 
-        def on_response_complete(self) -> None:
-            super().on_response_complete()
-            cycle = self.cycle  # the last request parsed: a pipelined one may be under way now
-            if self._phase == _ANSWER and (cycle is None or cycle.response_complete):
-                self._phase = _IDLE  # uvicorn's keep-alive timeout takes over
-
         def guard_check(self, now: float, elapsed: float) -> None:
             """Close the connection if it is past a deadline (called by the sweeper)."""
-            if self.transport is None or self.transport.is_closing():
-                return
             phase = self._phase
+            if phase == _CLOSED:
+                return
             if phase == _HEAD:
-                if now > self._deadline:
+                if self._since < 0:
+                    self._since = now
+                elif now > self._since + header_timeout:
                     self._refuse(_TIMEOUT if self._header_bytes else b"")
+                    return
             elif phase == _BODY:
-                if self.flow.read_paused:
+                if self._since < 0:
+                    self._since = self._body_last = now
+                    self._body_seen = self._body_bytes
+                elif self.flow.read_paused:
                     # We stopped reading (the app has not taken what came): not the client's time.
-                    self._body_start += elapsed
+                    self._since += elapsed
                     self._body_last = now
                 elif self._body_bytes != self._body_seen:
                     self._body_seen = self._body_bytes
                     self._body_last = now
-                if min(self._body_last, self._body_start + self._body_bytes / min_rate if min_rate else math.inf) + body_timeout < now:
+                # Apache mod_reqtimeout's rule: due at start + timeout + received / rate, and
+                # never more than a timeout after the last bytes.
+                due = min(self._body_last, self._since + self._body_bytes / min_rate if min_rate else math.inf)
+                if now > due + body_timeout:
                     self._close()
-            if self.flow is not None and self.flow.write_paused:
+                    return
+            if self.flow.write_paused:
                 # The client stopped reading what we send: free the connection after as long.
                 if self._stalled_since == math.inf:
                     self._stalled_since = now
@@ -246,7 +248,7 @@ def guarded_protocol(limits: HttpLimits, base: type[HttpToolsProtocol] | None = 
             self._close()
 
         def _close(self) -> None:
-            self._phase = _ANSWER  # no more checks; connection_lost follows
+            self._phase = _CLOSED  # no more checks or counting; connection_lost follows
             self.transport.close()
 
     return GuardedHttpToolsProtocol
