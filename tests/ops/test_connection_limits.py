@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from common.connection_guard import HttpLimits
+from common.connection_guard import HttpLimits, guarded_protocol
 from connector.settings import ConnectorSettings
 from store.settings import StoreSettings
 from tests.support.processes import ServerProcess, console_script, free_port, run_server
@@ -237,6 +237,21 @@ def test_connection_cap_answers_503_and_frees_up(server: ServerProcess) -> None:
             pass
         assert time.monotonic() < deadline
         time.sleep(0.1)
+
+
+def test_guard_bench_measures_both_protocols() -> None:
+    """bench/guard_bench.py (the guard's cost per request) keeps working."""
+    import importlib.util
+
+    import uvloop
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    spec = importlib.util.spec_from_file_location("guard_bench", Path(__file__).parents[2] / "bench" / "guard_bench.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    for protocol in (HttpToolsProtocol, guarded_protocol(HttpLimits())):
+        assert uvloop.run(bench.cpu_per_request(protocol, 50)) > 0
 
 
 def test_settings_carry_the_limits() -> None:
