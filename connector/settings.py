@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+from common.connection_guard import HttpLimits
+
 # The nine tools of the connector; CONNECTOR_TOOLS may name a subset.
 TOOL_NAMES: tuple[str, ...] = (
     "brain_recall",
@@ -80,6 +82,17 @@ class ConnectorSettings:
     log_level: str = "info"
     metrics: bool = True  # GET /metrics (Prometheus); labels never carry ids or tokens
     metrics_token: str | None = None  # when set, /metrics needs "Authorization: Bearer <token>"
+    # What one client connection may hold (common/connection_guard.py); 0 turns a bound off.
+    http_max_header_kb: int = 64  # request line and headers; beyond: 431
+    http_header_timeout_s: int = 10  # a request's head must be in within this; else 408
+    http_body_timeout_s: int = 30  # longest pause in a body (or in reading a response)
+    http_body_min_bytes_per_s: int = 1024  # average body rate required after the first pause allowance
+    http_max_connections: int = 512  # open connections; beyond: 503
+
+    @property
+    def http_limits(self) -> HttpLimits:
+        """What one client connection may hold (header size, timeouts, open connections)."""
+        return HttpLimits.from_settings(self)
 
     @property
     def repull_ttl_s(self) -> float:
@@ -237,6 +250,11 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     put("log_level", _env(env, "CONNECTOR_LOG_LEVEL"))
     put("metrics", _bool(env, "CONNECTOR_METRICS"))
     put("metrics_token", _env(env, "CONNECTOR_METRICS_TOKEN"))
+    put("http_max_header_kb", _int(env, "CONNECTOR_HTTP_MAX_HEADER_KB"))
+    put("http_header_timeout_s", _int(env, "CONNECTOR_HTTP_HEADER_TIMEOUT_S"))
+    put("http_body_timeout_s", _int(env, "CONNECTOR_HTTP_BODY_TIMEOUT_S"))
+    put("http_body_min_bytes_per_s", _int(env, "CONNECTOR_HTTP_BODY_MIN_BYTES_PER_S"))
+    put("http_max_connections", _int(env, "CONNECTOR_HTTP_MAX_CONNECTIONS"))
     return values
 
 

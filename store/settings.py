@@ -12,7 +12,12 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from common.connection_guard import HttpLimits
+
+if TYPE_CHECKING:
+    from store.archive.inspect import InspectLimits
 
 MIB = 1024 * 1024
 
@@ -101,7 +106,14 @@ class StoreSettings:
     inspect_max_inflated: int = 1024 * MIB
     inspect_max_entries: int = 500_000
     inspect_max_header: int = 1 * MIB
+    inspect_max_ratio: int = 200  # inflated / compressed bytes past 16 MiB inflated; 0 = not checked
     upload_threads: int = 0  # threads per process doing uploads' CPU work; 0 = automatic
+    # What one client connection may hold (common/connection_guard.py); 0 turns a bound off.
+    http_max_header_kb: int = 64  # request line and headers; beyond: 431
+    http_header_timeout_s: int = 10  # a request's head must be in within this; else 408
+    http_body_timeout_s: int = 30  # longest pause in a body (or in reading a response)
+    http_body_min_bytes_per_s: int = 1024  # average body rate required after the first pause allowance
+    http_max_connections: int = 512  # open connections per process; beyond: 503
     fsync: bool = True
     backend: str = "local"  # "local" (data_dir) | "s3" (bucket; data_dir only holds temporary files)
     s3_bucket: str = ""
@@ -129,6 +141,23 @@ class StoreSettings:
         if value.lower() in ("1", "on", "true", "yes"):
             return self.data_dir / "audit"
         return Path(value).expanduser()
+
+    @property
+    def inspect_limits(self) -> InspectLimits:
+        """The bounds every archive (upload or import) is inspected under."""
+        from store.archive.inspect import InspectLimits
+
+        return InspectLimits(
+            max_inflated=self.inspect_max_inflated,
+            max_entries=self.inspect_max_entries,
+            max_header=self.inspect_max_header,
+            max_ratio=self.inspect_max_ratio,
+        )
+
+    @property
+    def http_limits(self) -> HttpLimits:
+        """What one client connection may hold (header size, timeouts, open connections)."""
+        return HttpLimits.from_settings(self)
 
     @property
     def oidc(self) -> bool:
@@ -191,8 +220,19 @@ class StoreSettings:
             values["inspect_max_entries"] = _int("STORE_INSPECT_MAX_ENTRIES", v, 1)
         if (v := get("STORE_INSPECT_MAX_HEADER_KB")) is not None:
             values["inspect_max_header"] = _int("STORE_INSPECT_MAX_HEADER_KB", v, 1) * 1024
+        if (v := get("STORE_INSPECT_MAX_RATIO")) is not None:
+            values["inspect_max_ratio"] = _int("STORE_INSPECT_MAX_RATIO", v, 0)
         if (v := get("STORE_UPLOAD_THREADS")) is not None:
             values["upload_threads"] = _int("STORE_UPLOAD_THREADS", v, 0, 64)
+        for attr, name in (
+            ("http_max_header_kb", "STORE_HTTP_MAX_HEADER_KB"),
+            ("http_header_timeout_s", "STORE_HTTP_HEADER_TIMEOUT_S"),
+            ("http_body_timeout_s", "STORE_HTTP_BODY_TIMEOUT_S"),
+            ("http_body_min_bytes_per_s", "STORE_HTTP_BODY_MIN_BYTES_PER_S"),
+            ("http_max_connections", "STORE_HTTP_MAX_CONNECTIONS"),
+        ):
+            if (v := get(name)) is not None:
+                values[attr] = _int(name, v, 0)
         if (v := get("STORE_FSYNC")) is not None:
             values["fsync"] = _bool("STORE_FSYNC", v)
         if (v := get("STORE_BACKEND")) is not None:
@@ -257,8 +297,14 @@ class StoreSettings:
             "STORE_INSPECT_MAX_INFLATED_MB": str(self.inspect_max_inflated // MIB),
             "STORE_INSPECT_MAX_ENTRIES": str(self.inspect_max_entries),
             "STORE_INSPECT_MAX_HEADER_KB": str(self.inspect_max_header // 1024),
+            "STORE_INSPECT_MAX_RATIO": str(self.inspect_max_ratio),
             "STORE_UPLOAD_THREADS": str(self.upload_threads),
             "STORE_FSYNC": "1" if self.fsync else "0",
+            "STORE_HTTP_MAX_HEADER_KB": str(self.http_max_header_kb),
+            "STORE_HTTP_HEADER_TIMEOUT_S": str(self.http_header_timeout_s),
+            "STORE_HTTP_BODY_TIMEOUT_S": str(self.http_body_timeout_s),
+            "STORE_HTTP_BODY_MIN_BYTES_PER_S": str(self.http_body_min_bytes_per_s),
+            "STORE_HTTP_MAX_CONNECTIONS": str(self.http_max_connections),
             "STORE_BACKEND": self.backend,
             "STORE_S3_BUCKET": self.s3_bucket,
             "STORE_S3_PREFIX": self.s3_prefix,

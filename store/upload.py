@@ -417,9 +417,7 @@ async def receive_upload(
             boundary,
             blob,
             max_archive=room,
-            inspect_limits=InspectLimits(
-                settings.inspect_max_inflated, settings.inspect_max_entries, settings.inspect_max_header
-            ),
+            inspect_limits=settings.inspect_limits,
             writer=writer,
             content_length=content_length,
             early_inspect=EARLY_INSPECT if writer is None and blob.rereadable else None,

@@ -20,6 +20,7 @@ def serve(host: str | None, port: int | None, dev: bool | None) -> None:
     """Serve the MCP connector (POST /mcp) and its OAuth authorization server."""
     import uvicorn
 
+    from common.connection_guard import guarded_protocol
     from connector.app import configure_logging, create_app
     from connector.settings import ConnectorSettings, SettingsError
 
@@ -52,6 +53,7 @@ def serve(host: str | None, port: int | None, dev: bool | None) -> None:
     sys.stdout.flush()
     uvicorn.run(
         app,
+        http=guarded_protocol(settings.http_limits),  # header size, slow clients, open connections
         host=settings.host,
         port=settings.port,
         log_config=None,

@@ -116,10 +116,10 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def balanced_protocol(table: ConnectionTable) -> type[HttpToolsProtocol]:
-    """uvicorn's HTTP protocol, counting its connections in ``table`` and shedding a lasting excess."""
+def balanced_protocol(table: ConnectionTable, base: type[HttpToolsProtocol] = HttpToolsProtocol) -> type[HttpToolsProtocol]:
+    """uvicorn's HTTP protocol (or ``base``), counting its connections in ``table`` and shedding a lasting excess."""
 
-    class BalancedHttpToolsProtocol(HttpToolsProtocol):
+    class BalancedHttpToolsProtocol(base):  # type: ignore[misc, valid-type]
         _counted = False
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]

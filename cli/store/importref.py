@@ -23,7 +23,6 @@ def import_reference(ref_dir: Path, key_text: str | None, data: Path | None) -> 
     STORE_ENCRYPTION_KEY is set. Users and brains already here are skipped, so running it
     twice changes nothing. Snapshots get this store's names (listed in /versions).
     """
-    from store.archive.inspect import InspectLimits
     from store.backup.reference import ReferenceImportError
     from store.backup.reference import import_reference as run
     from store.settings import SettingsError, parse_key
@@ -41,11 +40,9 @@ def import_reference(ref_dir: Path, key_text: str | None, data: Path | None) -> 
         from store.sealed import ArchiveSealer
 
         sealer = ArchiveSealer(settings.encryption_key, settings.previous_keys)
-    limits = InspectLimits(max_inflated=settings.inspect_max_inflated, max_entries=settings.inspect_max_entries,
-                           max_header=settings.inspect_max_header)
     try:
         report = run(ref_dir, open_backend(settings), open_registry(settings), ref_key=ref_key, sealer=sealer,
-                     limits=limits, progress=click.echo)
+                     limits=settings.inspect_limits, progress=click.echo)
     except ReferenceImportError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(

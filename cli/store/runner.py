@@ -16,6 +16,7 @@ from typing import Any
 
 import click
 
+from common.connection_guard import guarded_protocol
 from store.settings import SettingsError, StoreSettings
 
 GRACEFUL_SHUTDOWN_SECONDS = 60
@@ -89,7 +90,8 @@ def run_store(settings: StoreSettings, workers: int = 1, *, announce: str | None
         os.environ.update(settings.to_env())
     from store.app import app_from_env, serving_app
 
-    config = uvicorn.Config(serving_app(settings) if workers == 1 else "unused", **common)  # type: ignore[arg-type]
+    guarded = guarded_protocol(settings.http_limits)  # header size, slow clients, open connections
+    config = uvicorn.Config(serving_app(settings) if workers == 1 else "unused", http=guarded, **common)  # type: ignore[arg-type]
     sock = bind_listener(settings.host, settings.port, shared_port=workers > 1)
     host, port = sock.getsockname()[:2]
     click.echo(f"listening on http://{host}:{port}")
@@ -98,7 +100,7 @@ def run_store(settings: StoreSettings, workers: int = 1, *, announce: str | None
     sys.stdout.flush()  # visible at once even when stdout is a pipe or a file
     try:
         if workers > 1:
-            serve_forked(workers, lambda **extra: uvicorn.Config(app_from_env(), **common, **extra), sock)  # type: ignore[arg-type]
+            serve_forked(workers, lambda **extra: uvicorn.Config(app_from_env(), **common, **extra), sock, guarded)  # type: ignore[arg-type]
         else:
             freeze_imported()
             uvicorn.Server(config).run(sockets=[sock])
@@ -162,7 +164,7 @@ def bind_listener(host: str, port: int, *, shared_port: bool = False) -> socket.
     return sock
 
 
-def serve_forked(workers: int, make_config: Callable[..., Any], sock: socket.socket) -> None:
+def serve_forked(workers: int, make_config: Callable[..., Any], sock: socket.socket, base: type[Any]) -> None:
     """Serve from ``workers`` processes: this one on ``sock`` and ``workers - 1`` forks.
 
     Each fork binds its own socket to ``sock``'s address (SO_REUSEPORT, see
@@ -174,7 +176,8 @@ def serve_forked(workers: int, make_config: Callable[..., Any], sock: socket.soc
     resource tracker (about 45 MB together) and re-imports everything in each worker.
     Here the web stack is imported once before forking (pages shared copy-on-write),
     every process builds its own app after the fork, and the first process doubles as
-    the leader: a stop signal it gets is passed on to the others once. Every process
+    the leader: a stop signal it gets is passed on to the others once. ``base`` is the HTTP
+    protocol the workers' balancing protocol extends (the guarded one). Every process
     shuts down gracefully (in-flight requests finish, bounded by the graceful timeout);
     repeated signals do not turn that into an abrupt exit. The leader waits for the
     others and kills what is left after the grace period. Dead workers are not restarted.
@@ -185,7 +188,7 @@ def serve_forked(workers: int, make_config: Callable[..., Any], sock: socket.soc
 
     children: list[int] = []
     table = ConnectionTable(workers)  # shared with the forks: made before them
-    protocol = balanced_protocol(table)
+    protocol = balanced_protocol(table, base)
     freeze_imported()  # and shared with the workers copy-on-write: GC bookkeeping would copy those pages
 
     class _Worker(uvicorn.Server):

@@ -64,23 +64,39 @@ _REFUSED_TYPES = {
 _V7_MAGIC = bytes(8)
 
 
+# Inflation ratio (tar bytes per compressed byte) no brain of Markdown reaches. Measured:
+# the recall-parity brains (13-500 files) 12-21x at gzip levels 1-9, small reference-store
+# archives ~35x (mostly tar padding), 5,000 near-empty files 108-148x; one Markdown file of
+# a single line repeated 400x; zeros ~1,000x (deflate's ceiling is ~1,032x).
+MAX_RATIO = 200
+# Below this many inflated bytes the ratio is not checked: a bomb that small harms nothing,
+# and tiny archives are mostly tar padding (a 10 KiB tar of a few lines gzips to ~300 bytes).
+RATIO_FLOOR = 16 << 20
+
+
 @dataclass(frozen=True)
 class InspectLimits:
     """Bounds on what one archive may make us do.
 
     ``max_inflated``: bytes of tar data after decompression; ``max_entries``: tar
     members (files and directories); ``max_header``: bytes of one pax extended
-    header or GNU long-name record.
+    header or GNU long-name record; ``max_ratio``: tar bytes per compressed byte
+    received so far, checked once more than ``ratio_floor`` bytes are inflated
+    (0: not checked).
     """
 
     max_inflated: int = GIB
     max_entries: int = 500_000
     max_header: int = 256 * 1024
+    max_ratio: int = MAX_RATIO
+    ratio_floor: int = RATIO_FLOOR
 
     def __post_init__(self) -> None:
         for name in ("max_inflated", "max_entries", "max_header"):
             if getattr(self, name) < 1:
                 raise ValueError(f"InspectLimits.{name} must be at least 1")
+        if self.max_ratio < 0 or self.ratio_floor < 0:
+            raise ValueError("InspectLimits.max_ratio and ratio_floor must not be negative")
 
 
 @dataclass(frozen=True)
@@ -228,9 +244,16 @@ class ArchiveInspector:
                 raise ArchiveRejected(f"the gzip data is corrupt ({_zlib_reason(exc)})", reason="gzip") from None
             if out:
                 self._inflated += len(out)
-                if self._inflated > self._limits.max_inflated:
+                limits = self._limits
+                if self._inflated > limits.max_inflated:
+                    raise ArchiveRejected(f"the archive inflates to more than {_human(limits.max_inflated)}", reason="limit")
+                if limits.max_ratio and self._inflated > limits.ratio_floor and self._inflated > limits.max_ratio * self._compressed:
+                    # Checked against what was received so far, so a bomb stops early.
                     raise ArchiveRejected(
-                        f"the archive inflates to more than {_human(self._limits.max_inflated)}", reason="limit"
+                        f"the archive inflates to more than {limits.max_ratio} times its compressed size "
+                        f"({_human(self._compressed, exact=False)} to over {_human(self._inflated, exact=False)}); "
+                        "brains of text compress far less than that",
+                        reason="limit",
                     )
                 self._tar.feed(out)
             if gz.eof:
@@ -275,6 +298,7 @@ class _TarParser:
         self._next_path: bytes | None = None  # from pax "path" (wins, as in tarfile)
         self._next_long_name: bytes | None = None  # from GNU "L"
         self._next_size: int | None = None  # from pax "size"
+        self._next_link = False  # a pax "linkpath" was given for the next entry
         self.file_count = 0
         self.entries = 0
         self._headers = 0
@@ -365,7 +389,9 @@ class _TarParser:
             return False
         size_field, checksum_field, typeflag = common.groups()
         name = block[:100].split(b"\x00", 1)[0]
-        if not name or name[0] == 0x2F or name[1:2] == b":" or b".." in name or b"\\" in name:
+        if not name or name[0] == 0x2F or name[1:2] == b":" or b".." in name:
+            return False
+        if len(name.translate(None, _ODD_BYTES)) < len(name):
             return False
         size = int(size_field.rstrip(b" \x00"), 8)
         if (size if typeflag == b"5" else name[-1] == 0x2F) or not _checksum_ok(
@@ -439,6 +465,7 @@ class _TarParser:
         self._next_path = None
         self._next_long_name = None
         self._next_size = None
+        self._next_link = False
         self._meta_chain = 0
 
         refused = _REFUSED_TYPES.get(typeflag)
@@ -485,7 +512,10 @@ class _TarParser:
         typeflag = self._collect_type
         self._collect = None
         if typeflag == b"L":
-            # Unpackers disagree on which of several names wins: every one must be safe.
+            # Unpackers disagree on which of several names wins: every one must be safe,
+            # and one entry gets one long name (readers differ on which of two they keep).
+            if self._next_long_name is not None:
+                raise ArchiveRejected("an entry has two GNU long names", reason="tar")
             self._next_long_name = bytes(_nts(data))
             _check_name(self._next_long_name)
         elif typeflag == b"K":
@@ -500,6 +530,14 @@ class _TarParser:
                 if records.keys() & {b"path", b"size", b"linkpath"}:
                     raise ArchiveRejected("a global tar header may not set path or size", reason="tar")
                 return
+            # Several extended headers before one entry: a reader that keeps the first value
+            # and one that keeps the last must not see different entries.
+            if (
+                (b"path" in records and self._next_path is not None)
+                or (b"size" in records and self._next_size is not None)
+                or (b"linkpath" in records and self._next_link)
+            ):
+                raise ArchiveRejected("two tar extended headers set the same entry's path, size or link target", reason="tar")
             if b"path" in records:
                 self._next_path = records[b"path"]
                 _check_name(self._next_path)
@@ -508,6 +546,7 @@ class _TarParser:
                 if not value.isdigit():
                     raise ArchiveRejected("a tar extended header has an invalid size", reason="tar")
                 self._next_size = int(value)
+            self._next_link = self._next_link or b"linkpath" in records
 
 
 _PAX_KEYS = frozenset((b"path", b"size", b"linkpath"))
@@ -519,8 +558,12 @@ def _parse_pax(data: bytes | bytearray) -> dict[bytes, bytes]:
 
     Only the keys that matter here are kept (path, size, linkpath, and any
     ``GNU.sparse.*`` key, with an empty value): a large comment is never copied.
+    A key given twice is refused: tar readers disagree on whether the first or the
+    last value counts (``path=../evil`` then ``path=ok`` passes a check of the last
+    one only), so two values would give one archive two meanings.
     """
     records: dict[bytes, bytes] = {}
+    seen: set[bytes] = set()
     pos = 0
     end = len(data)
     while pos < end:
@@ -539,9 +582,11 @@ def _parse_pax(data: bytes | bytearray) -> dict[bytes, bytes]:
         equals = data.find(b"=", space + 1, stop - 1)
         if equals <= space + 1:
             break
-        key_length = equals - space - 1
-        if key_length <= 8 or data.startswith(_SPARSE, space + 1):
-            key = bytes(data[space + 1 : equals])
+        key = bytes(data[space + 1 : equals])  # keys are short; a long one costs at most the header's size
+        if key in seen:
+            raise ArchiveRejected(f"a tar extended (pax) header sets {_show(key)} twice", reason="tar")
+        seen.add(key)
+        if len(key) <= 8 or key.startswith(_SPARSE):
             if key in _PAX_KEYS:
                 records[key] = bytes(data[equals + 1 : stop - 1])
             elif key.startswith(_SPARSE):
@@ -557,6 +602,10 @@ def _check_name(name: bytes, *, allow_empty: bool = False) -> None:
         raise ArchiveRejected("a tar entry has an empty name", reason="entry")
     if b"\x00" in name:
         raise ArchiveRejected(f"a tar entry name contains a NUL byte ({_show(name)})", reason="entry")
+    if _CONTROL.search(name):
+        # A newline or escape sequence in a name can forge lines in listings, logs and
+        # tool output that show it.
+        raise ArchiveRejected(f"a tar entry name contains a control character ({_show(name)})", reason="entry")
     # "C:..." is absolute (or drive-relative) where the archive may be unpacked: Windows.
     if name.startswith((b"/", b"\\")) or (len(name) > 1 and name[1:2] == b":" and name[:1].isalpha()):
         raise ArchiveRejected(f"absolute paths are not allowed (entry {_show(name)})", reason="entry")
@@ -599,6 +648,12 @@ def _size_field(field: bytes) -> int:
 
 
 _SPACED_DIGITS = re.compile(rb"[0-7] +[0-7]")
+# Control characters: C0 and DEL as bytes, C1 (U+0080-U+009F) as UTF-8.
+_CONTROL = re.compile(rb"[\x00-\x1f\x7f]|\xc2[\x80-\x9f]")
+# Bytes that send a name in a common header the general way: backslashes, control
+# characters and 0xC2 (the lead byte of C1 controls in UTF-8, but also of NBSP, "\u00b0"...).
+# One translate() finds them all (a regex search costs ~4x as much per header).
+_ODD_BYTES = bytes(range(0x20)) + b"\x7f\\\xc2"
 
 
 def _padded_octal(width: int) -> bytes:
@@ -649,9 +704,10 @@ def _show(name: bytes) -> str:
     return repr(text)
 
 
-def _human(size: int) -> str:
+def _human(size: int, *, exact: bool = True) -> str:
+    """``size`` in the largest unit that divides it (``exact``) or that it reaches (rounded down)."""
     for unit, factor in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if size >= factor and size % factor == 0:
+        if size >= factor and (size % factor == 0 or not exact):
             return f"{size // factor} {unit}"
     return f"{size} bytes"
 

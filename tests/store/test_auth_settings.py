@@ -143,6 +143,7 @@ def test_settings_from_env_and_overrides(tmp_path: Path) -> None:
     assert s.port == 9100 and s.data_dir == tmp_path and s.encryption_key == bytes([0xAB]) * 32
     assert s.max_upload_bytes == 2 * MIB and not s.rate_limits and s.snapshots == 9
     assert StoreSettings.from_env(s.to_env()) == s
+    assert (s.inspect_limits.max_ratio, StoreSettings.from_env({"STORE_INSPECT_MAX_RATIO": "0"}).inspect_limits.max_ratio) == (200, 0)
     import base64
 
     b64 = base64.b64encode(bytes(32)).decode()
@@ -154,6 +155,7 @@ def test_settings_from_env_and_overrides(tmp_path: Path) -> None:
         {"STORE_RATE_LIMITS": "maybe"},
         {"STORE_TRUST_PROXY": "not-an-ip"},
         {"STORE_OIDC_ISSUER": "https://x"},
+        {"STORE_INSPECT_MAX_RATIO": "-1"},
     ):
         with pytest.raises(SettingsError) as info:
             StoreSettings.from_env(bad)

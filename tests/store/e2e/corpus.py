@@ -121,6 +121,41 @@ def huge_gnu_longname(size: int) -> bytes:
     return gzip.compress(_tar(lambda t: _file(t, "memory/" + "n" * size + ".md"), fmt=tarfile.GNU_FORMAT), mtime=0)
 
 
+def _pax_member(records: Iterable[tuple[bytes, bytes]]) -> bytes:
+    """A pax extended header member (typeflag ``x``) with ``records`` written as given, duplicates kept."""
+    data = b""
+    for key, value in records:
+        body = b" " + key + b"=" + value + b"\n"
+        length = len(body) + len(str(len(body)))
+        length += len(str(length)) - len(str(len(body)))  # the length counts its own digits
+        data += str(length).encode() + body
+    info = tarfile.TarInfo("PaxHeader/entry")
+    info.size = len(data)
+    info.type = tarfile.XHDTYPE
+    return info.tobuf(tarfile.USTAR_FORMAT) + data + bytes(-len(data) % BLOCK)
+
+
+def duplicate_pax_path() -> bytes:
+    """A pax header saying ``path=../evil.md`` then ``path=ok.md``: readers keeping the first escape."""
+    entry = tarfile.TarInfo("placeholder.md")
+    entry.size = 1
+    tar = _pax_member([(b"path", b"../evil.md"), (b"path", b"memory/ok.md")]) + entry.tobuf(tarfile.USTAR_FORMAT)
+    return gzip.compress(tar + b"x" + bytes(BLOCK - 1) + bytes(2 * BLOCK), mtime=0)
+
+
+def duplicate_pax_size() -> bytes:
+    """A pax header saying ``size=0`` then ``size=512``: a reader keeping the first reads the data as headers."""
+    smuggled = tarfile.TarInfo("../smuggled.md").tobuf(tarfile.USTAR_FORMAT)
+    entry = tarfile.TarInfo("memory/a.md")
+    tar = _pax_member([(b"size", b"0"), (b"size", b"512")]) + entry.tobuf(tarfile.USTAR_FORMAT) + smuggled
+    return gzip.compress(tar + bytes(2 * BLOCK), mtime=0)
+
+
+def control_character_name() -> bytes:
+    """A file whose name carries a newline and a terminal escape sequence."""
+    return tgz_with_entry("memory/a.md\n1. forged result\x1b[2K.md")
+
+
 def truncated_gzip() -> bytes:
     """A valid archive cut in the middle of its gzip stream."""
     data = brain_archive("truncated", 30)

@@ -130,6 +130,9 @@ ARCHIVES: dict[str, Callable[[], bytes]] = {
     "not-gzip-text": lambda: b"#!/bin/sh\necho definitely not an archive\n",
     "gzip-bad-crc": corpus.bad_gzip_crc,
     "gzip-not-tar": corpus.gzip_of_text,
+    "pax-duplicate-path": corpus.duplicate_pax_path,
+    "pax-duplicate-size": corpus.duplicate_pax_size,
+    "control-character-name": corpus.control_character_name,
 }
 SLOW_ARCHIVES: dict[str, Callable[[], bytes]] = {
     "gzip-bomb-1.1GiB": lambda: corpus.gzip_bomb(1100 * MIB),
@@ -147,6 +150,18 @@ def test_hostile_archive_is_refused(target: Target, name: str) -> None:
 @pytest.mark.parametrize("name", sorted(SLOW_ARCHIVES))
 def test_expensive_archive_is_refused(target: Target, name: str) -> None:
     assert_json_error(target.upload(SLOW_ARCHIVES[name]()), 400)
+    assert_unchanged(target)
+
+
+def test_archive_inflating_like_no_brain_is_refused(target: Target) -> None:
+    """~250 KiB of gzip inflating to 250 MiB of zeros (~1000x; real brains: 12-35x): a clear 400, quickly."""
+    bomb = corpus.gzip_bomb(250 * MIB)
+    assert len(bomb) < 300 * 1024
+    started = time.monotonic()
+    resp = target.upload(bomb)
+    assert_json_error(resp, 400)
+    assert "200 times its compressed size" in resp.json()["error"]
+    assert time.monotonic() - started < 10
     assert_unchanged(target)
 
 

@@ -21,6 +21,8 @@ from hypothesis import strategies as st
 
 from store.archive.inspect import (
     _COMMON_NUMBERS,
+    MAX_RATIO,
+    RATIO_FLOOR,
     ArchiveInspector,
     ArchiveRejected,
     ArchiveSummary,
@@ -193,6 +195,18 @@ def test_pax_size_override_and_global_comment() -> None:
     assert (summary.file_count, summary.entries) == (2, 2)
 
 
+def test_names_with_printable_unicode_are_accepted() -> None:
+    names = ["caf\u00e9.md", "notes/\u00a0nbsp.md", "\u65e5\u672c/\u30e1\u30e2.md", "emoji-\U0001f9e0.md", "a b.md"]
+    archive = tarfile_archive([(name, b"x") for name in names])
+    assert inspect_bytes(archive).file_count == len(names)
+
+
+def test_distinct_records_in_several_extended_headers_are_accepted() -> None:
+    # one header names the entry, the next sizes it: nothing is said twice
+    tar = pax({b"path": b"long.md", b"mtime": b"1"}) + pax({b"size": b"3", b"comment": b"c"}) + header(b"x.md") + padded(b"abc")
+    assert inspect_bytes(gz(tar + END)) == ArchiveSummary(1, len(tar) + len(END), 1)
+
+
 def test_base256_size_field_is_understood() -> None:
     size_field = b"\x80" + (600).to_bytes(11, "big")
     tar = header(b"b256.md", size_field=size_field) + padded(b"q" * 600) + member(b"next.md", b"n") + END
@@ -268,6 +282,12 @@ CORRUPT_MIDDLE[len(CORRUPT_MIDDLE) // 2] ^= 0xFF
 
 BAD_CRC = bytearray(gz(SIMPLE + END))
 BAD_CRC[-8] ^= 0x01
+
+
+def _pax_twice(key: bytes, first: bytes, second: bytes, typeflag: bytes = b"x") -> bytes:
+    """An archive whose one extended header gives ``key`` twice, before a plain entry."""
+    return gz(member(b"PaxHeader", pax_record(key, first) + pax_record(key, second), typeflag) + member(b"x.md") + END)
+
 
 HOSTILE: dict[str, tuple[bytes, str, str]] = {
     # name: (upload, reason, words the message must contain)
@@ -372,6 +392,45 @@ HOSTILE: dict[str, tuple[bytes, str, str]] = {
         "entry",
         "absolute",
     ),
+    "duplicate pax path, bad one first": (_pax_twice(b"path", b"../evil.md", b"ok.md"), "tar", "'path' twice"),
+    "duplicate pax path, both safe": (_pax_twice(b"path", b"a.md", b"b.md"), "tar", "'path' twice"),
+    "duplicate pax size": (_pax_twice(b"size", b"0", b"512"), "tar", "'size' twice"),
+    "duplicate pax linkpath": (_pax_twice(b"linkpath", b"a", b"b"), "tar", "'linkpath' twice"),
+    "duplicate pax mtime": (_pax_twice(b"mtime", b"1", b"2"), "tar", "'mtime' twice"),
+    "duplicate key in a global header": (_pax_twice(b"comment", b"a", b"b", typeflag=b"g"), "tar", "twice"),
+    "pax path in two extended headers": (
+        gz(pax({b"path": b"evil.md"}) + pax({b"path": b"ok.md"}) + member(b"x.md") + END),
+        "tar",
+        "two tar extended headers",
+    ),
+    "pax size in two extended headers": (
+        gz(pax({b"size": b"0"}) + pax({b"size": b"512"}) + header(b"x.md") + padded(b"y") + END),
+        "tar",
+        "two tar extended headers",
+    ),
+    "pax linkpath in two extended headers": (
+        gz(pax({b"linkpath": b"a"}) + pax({b"linkpath": b"b"}) + member(b"x.md") + END),
+        "tar",
+        "two tar extended headers",
+    ),
+    "two gnu long names for one entry": (
+        gz(member(b"././@LongLink", b"a.md\x00", typeflag=b"L") + member(b"././@LongLink", b"b.md\x00", typeflag=b"L")
+           + member(b"x.md") + END),
+        "tar",
+        "two GNU long names",
+    ),
+    "newline in a name": (gz(member(b"notes/a\n1. forged.md", b"x") + END), "entry", "control character"),
+    "escape sequence in a name": (gz(member(b"\x1b[2J.md", b"x") + END), "entry", "control character"),
+    "tab in a directory name": (gz(member(b"d\tx/", typeflag=b"5") + END), "entry", "control character"),
+    "DEL in a name": (gz(member(b"a\x7f.md", b"x") + END), "entry", "control character"),
+    "C1 control in a name": (gz(member("a\u009bb.md".encode(), b"x") + END), "entry", "control character"),
+    "control character in a pax path": (gz(pax({b"path": b"a\rb.md"}) + member(b"fine.md") + END), "entry", "control"),
+    "control character in a gnu long name": (
+        gz(member(b"././@LongLink", b"a\nb.md\x00", typeflag=b"L") + member(b"x.md") + END),
+        "entry",
+        "control",
+    ),
+    "control character in a ustar prefix": (gz(member(b"a.md", b"e", prefix=b"d\x08") + END), "entry", "control"),
     "huge pax header": (gz(header(b"PaxHeader", b"x", size=64 << 20) + END), "limit", "extended header"),
     "huge gnu long name": (gz(header(b"././@LongLink", b"L", size=1 << 30) + END), "limit", "extended header"),
 }
@@ -404,16 +463,69 @@ def test_corpus_is_large_enough() -> None:
     assert len(HOSTILE) >= 25
 
 
-def test_gzip_bomb_stops_at_the_default_limit() -> None:
-    # ~2 GiB of zeros in ~2 MiB of gzip, behind a tar header claiming a 2 GiB file.
+def test_gzip_bomb_stops_at_the_default_inflate_limit() -> None:
+    # ~2 GiB of zeros in ~2 MiB of gzip, behind a tar header claiming a 2 GiB file; the
+    # ratio check (which would stop it far earlier) is off to test the inflate limit alone.
     bomb = zeros_gz(2 << 30, first=header(b"bomb.bin", size=(2 << 30) - BLOCK))
-    inspector = ArchiveInspector(InspectLimits())
+    inspector = ArchiveInspector(InspectLimits(max_ratio=0))
     with pytest.raises(ArchiveRejected) as info:
         for chunk in bomb:
             inspector.feed(chunk)
         inspector.finish()
     assert info.value.reason == "limit" and "1 GiB" in info.value.message
     assert (1 << 30) < inspector.inflated_bytes <= (1 << 30) + (64 << 10)
+
+
+def test_inflation_ratio_no_brain_has_is_refused_early() -> None:
+    # The issue's archive: ~250 KiB inflating to 250 MiB of zeros (~1000x).
+    bomb = list(zeros_gz(250 << 20, first=header(b"memories/zeros.md", size=(250 << 20) - BLOCK)))
+    assert sum(map(len, bomb)) < 300 << 10
+    inspector = ArchiveInspector(InspectLimits())
+    with pytest.raises(ArchiveRejected) as info:
+        for chunk in bomb:
+            inspector.feed(chunk)
+        inspector.finish()
+    assert info.value.reason == "limit" and "200 times its compressed size" in info.value.message
+    # stopped just past the floor, long before the 1 GiB inflate limit
+    assert RATIO_FLOOR < inspector.inflated_bytes <= RATIO_FLOOR + STEP
+    # with the check off (STORE_INSPECT_MAX_RATIO=0) it inflates to its end (and misses its end marker)
+    error = rejected(bomb, InspectLimits(max_ratio=0))
+    assert error.reason == "tar" and "end marker" in error.message
+
+
+def test_ratio_is_not_checked_below_the_floor() -> None:
+    # 8 MiB of zeros (~1000x) in a brain is harmless: accepted.
+    small = feed_all([gz(header(b"zeros.md", size=8 << 20) + bytes(8 << 20) + END, level=9)])
+    assert small.file_count == 1 and small.inflated_bytes > 8 << 20
+    # the same with a floor below it is refused
+    error = rejected(gz(header(b"zeros.md", size=8 << 20) + bytes(8 << 20) + END, level=9), InspectLimits(ratio_floor=1 << 20))
+    assert error.reason == "limit" and "times its compressed size" in error.message
+
+
+def test_real_brains_are_far_below_the_ratio_limit() -> None:
+    """The recall-parity brains (made by the reference command line), tarred at gzip levels 1 and 9."""
+    brains = sorted((Path(__file__).parents[3] / ".." / "shared" / "fixtures" / "recall-parity" / "brains").glob("*"))
+    assert brains
+    worst = 0.0
+    for brain in brains:
+        for level in (1, 9):
+            buffer = io.BytesIO()
+            with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=level) as archive:
+                archive.add(brain, arcname=".")
+            data = buffer.getvalue()
+            # a floor of 0: the ratio is checked from the first byte
+            summary = feed_all([data], InspectLimits(ratio_floor=0))
+            worst = max(worst, summary.inflated_bytes / len(data))
+    assert worst < MAX_RATIO / 5, worst
+
+
+def test_large_text_brain_above_the_floor_is_accepted() -> None:
+    rng = random.Random(3)
+    words = [bytes(rng.choice(b"abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(2, 9))) for _ in range(3000)]
+    files = [(f"memories/m{i}.md", b" ".join(rng.choice(words) for _ in range(1200))) for i in range(2500)]
+    data = tarfile_archive(files)
+    summary = feed_all([data])
+    assert summary.inflated_bytes > RATIO_FLOOR and summary.file_count == 2500
 
 
 def test_gzip_bomb_memory_stays_flat() -> None:
@@ -669,6 +781,7 @@ def test_whatever_we_accept_gnu_tar_lists_identically(
 _NAMES = [
     b"notes/a.md", b"dir/", b"dir", b"a..b.md", b"../up.md", b"x/../y", b"/abs.md", b"\\\\server\\x",
     b"C:evil", b"c:/evil", b"1:ok", b"w\\x.md", b"", b".", b"n" * 100, b"d/" * 50, b"caf\xc3\xa9.md",
+    b"a\nb.md", b"\x1b[2J", b"t\tab/", b"x\x7f", b"c1\xc2\x85.md", b"ok\xc2\xa0nbsp.md",
 ]
 _OCTALS_8 = [b"0000644\x00", b"000644 \x00", b"0000644 ", b"644\x00\x00\x00\x00\x00", b"\x00" * 8, b" " * 8,
              b" 000644\x00", b"00 00644", b"0000648\x00", b"0000644\x00"[::-1], b"\x80" + bytes(7), b"0000-44\x00"]
