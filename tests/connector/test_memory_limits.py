@@ -6,7 +6,9 @@ of zeros, in 4 MiB files so no single header gives them away); all four are
 loaded at once while another user keeps saving and recalling. The connector's
 peak resident size, read from /proc, must stay within the memory budget it was
 given above what it used before; the bombs get a clear tool error naming the
-limit; the other user's calls all succeed.
+limit; the other user's calls all succeed. The store here is told not to refuse
+such archives (STORE_INSPECT_MAX_RATIO=0): the connector must defend itself against
+a store that accepts them (an older one, or one configured so).
 """
 
 from __future__ import annotations
@@ -18,11 +20,12 @@ import sys
 import tarfile
 import time
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.connector.conftest import RunningStore, brains_of, upload_raw
+from tests.connector.conftest import RunningStore, brains_of, start_store, upload_raw
 from tests.connector.test_e2e_tools import connector, mcp_session, mint, structured
 
 pytestmark = [
@@ -57,6 +60,16 @@ def rss_kib(pid: int) -> tuple[int, int]:
 
 def _text(result: Any) -> str:
     return "\n".join(item.text for item in result.content if item.type == "text")
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[RunningStore]:
+    """A real store that accepts archives of any inflation ratio."""
+    running, manager = start_store(tmp_path, env={"STORE_INSPECT_MAX_RATIO": "0"})
+    try:
+        yield running
+    finally:
+        manager.__exit__(None, None, None)  # type: ignore[attr-defined]
 
 
 def test_four_parallel_bomb_loads_stay_within_the_budget(store: RunningStore, tmp_path: Path) -> None:
