@@ -72,6 +72,8 @@ class ConnectorSettings:
     log_level: str = "info"
     metrics: bool = True  # GET /metrics (Prometheus); labels never carry ids or tokens
     metrics_token: str | None = None  # when set, /metrics needs "Authorization: Bearer <token>"
+    webapp: bool = True  # the web app at /app (docs/webapp.md)
+    webapp_session_ttl_ms: int = 8 * 3600 * 1000  # a web sign-in ends after this, whatever happens
 
     @property
     def repull_ttl_s(self) -> float:
@@ -220,6 +222,8 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     put("log_level", _env(env, "CONNECTOR_LOG_LEVEL"))
     put("metrics", _bool(env, "CONNECTOR_METRICS"))
     put("metrics_token", _env(env, "CONNECTOR_METRICS_TOKEN"))
+    put("webapp", _bool(env, "CONNECTOR_WEBAPP"))
+    put("webapp_session_ttl_ms", _int(env, "CONNECTOR_WEBAPP_SESSION_TTL_MS"))
     return values
 
 
@@ -267,6 +271,8 @@ def _validated(settings: ConnectorSettings) -> ConnectorSettings:
         raise SettingsError("the state key must be 32 bytes")
     if settings.log_level.lower() not in ("debug", "info", "warning", "error"):
         raise SettingsError("CONNECTOR_LOG_LEVEL must be debug, info, warning or error")
+    if not 60_000 <= settings.webapp_session_ttl_ms <= 30 * 24 * 3600 * 1000:
+        raise SettingsError("CONNECTOR_WEBAPP_SESSION_TTL_MS must be between one minute and 30 days")
     return replace(
         settings,
         store_url=store_url,

@@ -1,0 +1,125 @@
+"""Restore: bring an archived (forgotten or rejected) memory back, under the same id.
+
+The inverse of `archive_memory` (ops.py) as far as the brain still knows it: the
+file moves from ``_archived/`` back to its old path (a free name when that is
+taken), the index entry is rebuilt from the file's front matter with the archive
+record's fields as fallback, and the memory is searchable again. What forgetting
+dropped for good stays dropped: associations, the pin, supersessions it imposed.
+Directory ``_meta.json`` counts are left alone, as forgetting leaves them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, ClassVar
+
+from connector.engine.brain import Brain
+from connector.engine.errors import BrainError
+from connector.engine.frontmatter import frontmatter_text
+from connector.engine.ops import Operation
+from connector.engine.rules import token_estimate
+from connector.engine.text import memory_body
+from connector.engine.txn import ARCHIVE_INDEX, WriteTxn
+
+# Front-matter keys copied back into the index entry, in the entry's key order.
+_ENTRY_KEYS = (
+    "type", "cognitive_type", "created", "last_accessed", "access_count", "strength", "decay_rate",
+    "origin", "salience", "confidence", "tags", "related", "encoding_context",
+)
+_OPTIONAL_KEYS = ("stable", "quarantined", "quarantine_reasons", "quarantine_flagged", "supersedes",
+                  "valid_from", "valid_until")
+
+
+def frontmatter_values(text: str) -> dict[str, Any]:
+    """The top-level ``key: value`` pairs of a memory file's front matter.
+
+    Values are read as JSON, which every value this project writes is (see
+    `yaml_scalar`); a plain word (``type: fact``) is kept as text. Nested blocks
+    (``encoding_context``) and values in other YAML spellings are left out: the
+    caller falls back to what else it knows.
+    """
+    block = frontmatter_text(text)
+    values: dict[str, Any] = {}
+    if block is None:
+        return values
+    for line in block.split("\n"):
+        if not line or line[0] in " \t#" or ":" not in line:
+            continue
+        key, _, raw = line.partition(":")
+        raw = raw.strip()
+        if not raw:
+            continue
+        try:
+            values[key.strip()] = json.loads(raw)
+        except ValueError:
+            if raw.replace("-", "").replace("_", "").isalnum():
+                values[key.strip()] = raw
+    return values
+
+
+def _free_path(txn: WriteTxn, wanted: str) -> str:
+    if not txn.exists(wanted):
+        return wanted
+    stem = wanted.removesuffix(".md")
+    number = 2
+    while txn.exists(f"{stem}-{number}.md"):
+        number += 1
+    return f"{stem}-{number}.md"
+
+
+@dataclass
+class Restore(Operation):
+    """Move an archived memory back into the brain (same id)."""
+
+    id: str
+    kind: ClassVar[str] = "restore"
+
+    def apply(self, brain: Brain, now: datetime) -> dict[str, Any]:
+        txn = WriteTxn(brain, now)
+        if not isinstance(self.id, str) or not self.id:
+            raise BrainError("a memory id is required")
+        if txn.read("index.json") is not None and txn.entry(self.id) is not None:
+            # Already live (e.g. a replay after a lost acknowledgement): nothing to do.
+            return {"id": self.id, "restored": True, "already_present": True}
+        archive = txn.archive_index()
+        record = archive["memories"].get(self.id)
+        if not isinstance(record, dict):
+            raise BrainError(f"{self.id} is not in the archive")
+        archived_path = record.get("archived_path")
+        data = txn.read(archived_path) if isinstance(archived_path, str) and archived_path else None
+        if data is None:
+            raise BrainError(f"the archived file of {self.id} is missing; it cannot be restored")
+        old_path = record.get("path")
+        if not isinstance(old_path, str) or not old_path.endswith(".md") or old_path.startswith("_archived/"):
+            raise BrainError(f"{self.id} has no usable original path; it cannot be restored")
+        text = data.decode("utf-8", errors="replace")
+        fields = frontmatter_values(text)
+        body = memory_body(text)
+        path = _free_path(txn, old_path)
+
+        entry: dict[str, Any] = {"title": record.get("title"), "path": path}
+        for key in _ENTRY_KEYS:
+            value = fields.get(key, record.get(key))
+            if value is not None:
+                entry[key] = value
+        entry.setdefault("tags", [])
+        entry["token_estimate"] = token_estimate(body)
+        for key in _OPTIONAL_KEYS:
+            if fields.get(key) is not None:
+                entry[key] = fields[key]
+        txn.index(create=True)
+        txn.write(path, data)
+        txn.remove(archived_path)
+        txn.add_entry(self.id, entry)
+        tags = [tag for tag in entry["tags"] if isinstance(tag, str)] if isinstance(entry["tags"], list) else []
+        txn.index_document(self.id, str(entry.get("title") or ""), tags, body)
+        del archive["memories"][self.id]
+        archive["archived_count"] = len(archive["memories"])
+        txn.mark(ARCHIVE_INDEX)
+        txn.commit()
+        return {"id": self.id, "title": entry.get("title"), "path": path, "restored": True}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"op": self.kind, "id": self.id}

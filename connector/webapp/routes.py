@@ -1,0 +1,329 @@
+"""The web app's routes under ``/app``: thin handlers over `WebApp`.
+
+Each handler finds the session, checks what must be checked (CSRF and origin on
+every POST, write access on every write), asks the views or actions, and turns
+the answer into a page or a redirect. The app is mounted by ``connector/app.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+from urllib.parse import urlencode
+
+from litestar import Request, Response, get, post
+from litestar.datastructures import Cookie
+
+from connector.identity.base import ProviderRefused, ProviderUnavailable
+from connector.mcp.http import peer_address
+from connector.webapp.actions import ActionRefused, BrainActions, Done
+from connector.webapp.guard import Site, new_signin_token, same_origin, session_of, site_of, tokens_match
+from connector.webapp.pages import STATIC_TYPES, page_headers, render, static_file
+from connector.webapp.sessions import WebSession, WebSessions
+from connector.webapp.views import TYPES, BrainViews, SearchForm
+from connector.workcopy.manager import BrainUnavailable
+from common.limits import TokenBucketLimiter, TrustedProxies, client_address
+
+log = logging.getLogger("connector.webapp")
+
+MAX_FORM_BYTES = 256 * 1024
+SIGNIN_RATE_PER_MIN = 10
+SIGNIN_COOKIE_AGE_S = 3600
+MEMORY_ACTIONS = ("pin", "unpin", "forget", "restore", "approve", "reject")
+# What the page says after an action; chosen from this table, never echoed from the request.
+DONE_MESSAGES = {
+    "pin": "Pinned.", "unpin": "Unpinned.", "forget": "Forgotten: moved to the archive.",
+    "restore": "Restored from the archive.", "approve": "Approved.", "reject": "Rejected: moved to the archive.",
+    "edit": "Saved as a new memory that supersedes the old one.", "brain": "Brain switched.",
+}
+HELD_NOTE = "Saved here, not yet synced to the store; it will be pushed automatically."
+
+
+class WebApp:
+    """The web app's state: sessions, sign-in provider, views and actions."""
+
+    def __init__(self, settings: Any, *, manager: Any, tools: Any, provider: Any) -> None:
+        self.settings = settings
+        self.provider = provider
+        self.sessions = WebSessions(settings.webapp_session_ttl_ms / 1000.0)
+        self.views = BrainViews(manager, tools)
+        self.actions = BrainActions(manager, tools)
+        self._trusted = TrustedProxies.parse(settings.trust_proxy)
+        self._signin_limit = TokenBucketLimiter(SIGNIN_RATE_PER_MIN)
+
+    # ----- helpers ----------------------------------------------------------------
+
+    def site(self, request: Request[Any, Any, Any]) -> Site:
+        """Where the app lives for this request."""
+        return site_of(request.scope, self.settings.public_url, tuple(self.settings.trust_proxy))
+
+    def signin_retry_after(self, request: Request[Any, Any, Any]) -> float | None:
+        """Sign-in attempts per client address are limited (token guessing)."""
+        address = client_address(peer_address(request.scope), request.headers.get("x-forwarded-for"), self._trusted)
+        return self._signin_limit.hit(address)
+
+    def page(self, template: str, site: Site, session: WebSession | None, *, status: int = 200,
+             cookies: list[Cookie] | None = None, **context: Any) -> Response[str]:
+        """A rendered page with the app's security headers."""
+        html = render(template, root=site.root, session=session,
+                      can_write=session is not None and not session.read_only, **context)
+        return Response(html, status_code=status, media_type="text/html; charset=utf-8", headers=page_headers(),
+                        cookies=cookies or [])
+
+    @staticmethod
+    def redirect(location: str, cookies: list[Cookie] | None = None) -> Response[bytes]:
+        """303 See Other (after a post the browser follows with a GET)."""
+        return Response(b"", status_code=303, headers={"Location": location, "Cache-Control": "no-store"},
+                        cookies=cookies or [])
+
+
+def _flash(done: str | None, held: str | None) -> str | None:
+    message = DONE_MESSAGES.get(done or "")
+    if message and held == "1":
+        message += " " + HELD_NOTE
+    return message
+
+
+def _done_location(site: Site, memory_id: str, action: str, done: Done) -> str:
+    query = {"done": action, **({} if done.synced else {"held": "1"})}
+    return f"{site.root}/memory/{done.memory_id}?{urlencode(query)}"
+
+
+def webapp_route_handlers(app: WebApp) -> list[Any]:
+    """Litestar handlers of every ``/app`` route."""
+
+    async def guarded_post(request: Request[Any, Any, Any], *, write: bool) -> tuple[Site, WebSession, dict[str, str]] | Response[Any]:
+        """The session and form of a state-changing request, or the refusal to send."""
+        site = app.site(request)
+        _, session = session_of(request.cookies, site, app.sessions)
+        if session is None:
+            return app.page("error.html", site, None, status=401, title="Signed out",
+                            message="Your session has ended. Sign in again.")
+        form = {key: value for key, value in (await request.form()).items() if isinstance(value, str)}
+        if not same_origin(request.headers, site) or not session.csrf_ok(form.get("csrf")):
+            return app.page("error.html", site, session, status=403, title="Request refused",
+                            message="This request did not come from this app's own page, so nothing was changed.")
+        if write and session.read_only:
+            return app.page("error.html", site, session, status=403, title="Read-only sign-in",
+                            message="This sign-in is read-only: it cannot change memories. Sign in with write access.")
+        return site, session, form
+
+    async def view_or_error(site: Site, session: WebSession, coroutine: Any) -> tuple[Any, Response[Any] | None]:
+        try:
+            return await coroutine, None
+        except BrainUnavailable as exc:
+            return None, app.page("error.html", site, session, status=503, title="Brain unavailable", message=str(exc))
+
+    # ----- sign-in -----------------------------------------------------------------
+
+    @get("/app/signin", cache=False, include_in_schema=False)
+    async def signin_page(request: Request[Any, Any, Any]) -> Response[Any]:
+        site = app.site(request)
+        _, session = session_of(request.cookies, site, app.sessions)
+        if session is not None:
+            return app.redirect(site.root)
+        token = new_signin_token()
+        return app.page("signin.html", site, None, csrf=token, provider=app.provider.kind, error=None,
+                        signed_out=request.query_params.get("out") == "1",
+                        cookies=[site.cookie(site.signin_cookie, token, SIGNIN_COOKIE_AGE_S)])
+
+    @post("/app/signin", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
+    async def signin_submit(request: Request[Any, Any, Any]) -> Response[Any]:
+        site = app.site(request)
+        form = {key: value for key, value in (await request.form()).items() if isinstance(value, str)}
+        expected = request.cookies.get(site.signin_cookie)
+
+        def again(status: int, error: str) -> Response[Any]:
+            token = new_signin_token()
+            return app.page("signin.html", site, None, status=status, csrf=token, provider=app.provider.kind,
+                            error=error, signed_out=False,
+                            cookies=[site.cookie(site.signin_cookie, token, SIGNIN_COOKIE_AGE_S)])
+
+        if not same_origin(request.headers, site) or not tokens_match(form.get("csrf"), expected):
+            return again(403, "The sign-in form expired or came from another site. Please try again.")
+        if app.signin_retry_after(request) is not None:
+            return again(429, "Too many sign-in attempts from here. Wait a minute and try again.")
+        if app.provider.mode != "page":
+            return again(400, "This connector signs in at your organisation's issuer, which the web app does not offer yet.")
+        try:
+            identity = await app.provider.sign_in(form.get("token"))
+        except ProviderRefused:
+            return again(401, "That token was not accepted by your brain store.")
+        except ProviderUnavailable:
+            return again(503, "Your brain store cannot be reached right now. Try again shortly.")
+        cookie, _ = app.sessions.create(
+            subject=identity.subject, credential=identity.store_credential, kind=app.provider.kind,
+            read_only=form.get("access") == "read", credential_expires_at=identity.credential_expires_at)
+        log.info("web sign-in", extra={"kind": app.provider.kind, "read_only": form.get("access") == "read"})
+        max_age = int(app.settings.webapp_session_ttl_ms / 1000)
+        return app.redirect(site.root, cookies=[
+            site.cookie(site.session_cookie, cookie, max_age),
+            site.cookie(site.signin_cookie, "", 0),
+        ])
+
+    @post("/app/signout", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
+    async def signout(request: Request[Any, Any, Any]) -> Response[Any]:
+        checked = await guarded_post(request, write=False)
+        if isinstance(checked, Response):
+            return checked
+        site, _, _ = checked
+        app.sessions.end(request.cookies.get(site.session_cookie))
+        return app.redirect(f"{site.root}/signin?out=1", cookies=[site.cookie(site.session_cookie, "", 0)])
+
+    # ----- pages -------------------------------------------------------------------
+
+    @get(["/app", "/app/"], cache=False, include_in_schema=False)
+    async def home(request: Request[Any, Any, Any]) -> Response[Any]:
+        site = app.site(request)
+        _, session = session_of(request.cookies, site, app.sessions)
+        if session is None:
+            return app.redirect(f"{site.root}/signin")
+        data, failed = await view_or_error(site, session, app.views.home(session.account))
+        if failed is not None:
+            return failed
+        return app.page("home.html", site, session, home=data, flash=_flash(request.query_params.get("done"), None))
+
+    @get("/app/search", cache=False, include_in_schema=False)
+    async def search(request: Request[Any, Any, Any]) -> Response[Any]:
+        site = app.site(request)
+        _, session = session_of(request.cookies, site, app.sessions)
+        if session is None:
+            return app.redirect(f"{site.root}/signin")
+        params = request.query_params
+        form = SearchForm(**{name: (params.get(name) or "").strip()[:2000]
+                             for name in ("query", "type", "tag", "project", "as_of")})
+        result, failed = await view_or_error(site, session, app.views.search(session.account, form))
+        if failed is not None:
+            return failed
+        return app.page("search.html", site, session, result=result, types=TYPES)
+
+    @get("/app/memory/{memory_id:str}", cache=False, include_in_schema=False)
+    async def memory(request: Request[Any, Any, Any]) -> Response[Any]:
+        memory_id = request.path_params["memory_id"]
+        site = app.site(request)
+        _, session = session_of(request.cookies, site, app.sessions)
+        if session is None:
+            return app.redirect(f"{site.root}/signin")
+        view, failed = await view_or_error(site, session, app.views.memory(session.account, memory_id[:200]))
+        if failed is not None:
+            return failed
+        if view is None:
+            return app.page("error.html", site, session, status=404, title="No such memory",
+                            message="This brain has no memory with that id, live or archived.")
+        params = request.query_params
+        return app.page("memory.html", site, session, memory=view, error=None, offer_force=False,
+                        flash=_flash(params.get("done"), params.get("held")))
+
+    @get("/app/memory/{memory_id:str}/edit", cache=False, include_in_schema=False)
+    async def edit_page(request: Request[Any, Any, Any]) -> Response[Any]:
+        memory_id = request.path_params["memory_id"]
+        site = app.site(request)
+        _, session = session_of(request.cookies, site, app.sessions)
+        if session is None:
+            return app.redirect(f"{site.root}/signin")
+        if session.read_only:
+            return app.page("error.html", site, session, status=403, title="Read-only sign-in",
+                            message="This sign-in is read-only: it cannot change memories.")
+        view, failed = await view_or_error(site, session, app.views.memory(session.account, memory_id[:200]))
+        if failed is not None:
+            return failed
+        if view is None or view.archived:
+            return app.page("error.html", site, session, status=404, title="No such memory",
+                            message="Only memories in the brain (not in the archive) can be edited.")
+        return app.page("edit.html", site, session, memory=view, types=TYPES, error=None)
+
+    @get("/app/archive", cache=False, include_in_schema=False)
+    async def archive(request: Request[Any, Any, Any]) -> Response[Any]:
+        site = app.site(request)
+        _, session = session_of(request.cookies, site, app.sessions)
+        if session is None:
+            return app.redirect(f"{site.root}/signin")
+        lines, failed = await view_or_error(site, session, app.views.archive(session.account))
+        if failed is not None:
+            return failed
+        return app.page("archive.html", site, session, archived=lines)
+
+    # ----- writes -------------------------------------------------------------------
+
+    @post("/app/memory/{memory_id:str}/edit", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
+    async def edit_submit(request: Request[Any, Any, Any]) -> Response[Any]:
+        memory_id = request.path_params["memory_id"][:200]
+        checked = await guarded_post(request, write=True)
+        if isinstance(checked, Response):
+            return checked
+        site, session, form = checked
+        try:
+            done = await app.actions.edit(session.account, memory_id, title=form.get("title", ""),
+                                          content=form.get("content", ""), type_=form.get("type", "learning"),
+                                          tags=form.get("tags", ""))
+        except ActionRefused as exc:
+            view, failed = await view_or_error(site, session, app.views.memory(session.account, memory_id))
+            if failed is not None or view is None:
+                return failed or app.page("error.html", site, session, status=404, title="No such memory",
+                                          message=str(exc))
+            return app.page("edit.html", site, session, status=409, memory=view, types=TYPES, error=str(exc))
+        return app.redirect(_done_location(site, memory_id, "edit", done))
+
+    @post("/app/memory/{memory_id:str}/{action:str}", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
+    async def memory_action(request: Request[Any, Any, Any]) -> Response[Any]:
+        memory_id, action = request.path_params["memory_id"][:200], request.path_params["action"]
+        checked = await guarded_post(request, write=True)
+        if isinstance(checked, Response):
+            return checked
+        site, session, form = checked
+        if action not in MEMORY_ACTIONS:
+            return app.page("error.html", site, session, status=404, title="Unknown action",
+                            message="The app offers no such action.")
+        account = session.account
+        try:
+            if action == "pin":
+                done = await app.actions.pin(account, memory_id)
+            elif action == "unpin":
+                done = await app.actions.unpin(account, memory_id)
+            elif action == "forget":
+                done = await app.actions.forget(account, memory_id, force=form.get("force") == "1")
+            elif action == "restore":
+                done = await app.actions.restore(account, memory_id)
+            else:
+                done = await app.actions.verify(account, memory_id, action)
+        except ActionRefused as exc:
+            view, failed = await view_or_error(site, session, app.views.memory(account, memory_id))
+            if failed is not None:
+                return failed
+            if view is None:
+                return app.page("error.html", site, session, status=404, title="No such memory", message=str(exc))
+            return app.page("memory.html", site, session, status=409, memory=view, error=str(exc), flash=None,
+                            offer_force=action == "forget" and "force" in str(exc))
+        return app.redirect(_done_location(site, memory_id, action, done))
+
+    @post("/app/brain", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
+    async def use_brain(request: Request[Any, Any, Any]) -> Response[Any]:
+        checked = await guarded_post(request, write=True)
+        if isinstance(checked, Response):
+            return checked
+        site, session, form = checked
+        try:
+            await app.actions.use_brain(session.account, form.get("brain", "")[:300])
+        except ActionRefused as exc:
+            return app.page("error.html", site, session, status=409, title="Brain not switched", message=str(exc))
+        return app.redirect(f"{site.root}?done=brain")
+
+    # ----- static files -----------------------------------------------------------------
+
+    @get("/app/static/{name:str}", cache=False, include_in_schema=False)
+    async def static(request: Request[Any, Any, Any]) -> Response[Any]:
+        name = request.path_params["name"]
+        data = static_file(name)
+        if data is None:
+            return Response(b"not found", status_code=404, media_type="text/plain")
+        return Response(data, media_type=STATIC_TYPES[name],
+                        headers={"Cache-Control": "public, max-age=86400", "X-Content-Type-Options": "nosniff"})
+
+    return [signin_page, signin_submit, signout, home, search, memory, edit_page, archive, edit_submit,
+            memory_action, use_brain, static]
+
+
+def build_webapp(settings: Any, *, manager: Any, tools: Any, provider: Any) -> tuple[WebApp, list[Any]]:
+    """The web app and its route handlers (``provider``: the connector's identity provider)."""
+    web = WebApp(settings, manager=manager, tools=tools, provider=provider)
+    return web, webapp_route_handlers(web)
