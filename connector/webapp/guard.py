@@ -58,7 +58,10 @@ def same_origin(headers: Any, site: Site) -> bool:
     if fetch_site and fetch_site not in ("same-origin", "none"):
         return False
     origin = headers.get("origin")
-    # "null" is what sandboxed frames and some redirects send: never this app's own pages.
+    if origin == "null":
+        # Sent under a no-referrer policy (or from a sandboxed frame): only the browser's own
+        # Sec-Fetch-Site can then say the request is same-origin.
+        return fetch_site == "same-origin"
     return not origin or origin.rstrip("/") == site.origin
 
 

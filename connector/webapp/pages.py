@@ -28,7 +28,8 @@ def page_headers() -> dict[str, str]:
         "Content-Security-Policy": CSP,
         "X-Frame-Options": "DENY",
         "Cache-Control": "no-store",
-        "Referrer-Policy": "no-referrer",
+        # same-origin, not no-referrer: under no-referrer browsers send "Origin: null" with forms.
+        "Referrer-Policy": "same-origin",
         "X-Content-Type-Options": "nosniff",
         "Cross-Origin-Opener-Policy": "same-origin",
         "Cross-Origin-Resource-Policy": "same-origin",

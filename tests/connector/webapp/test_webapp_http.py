@@ -96,7 +96,8 @@ def test_every_write_needs_the_csrf_token_and_same_origin(store: RunningStore) -
         csrf = sign_in(client, alice.token)
         for data, headers in (({}, {}), ({"csrf": "wrong"}, {}),
                               ({"csrf": csrf}, {"origin": "https://evil.example"}),
-                              ({"csrf": csrf}, {"sec-fetch-site": "cross-site"})):
+                              ({"csrf": csrf}, {"sec-fetch-site": "cross-site"}),
+                              ({"csrf": csrf}, {"origin": "null"})):
             refused = client.post(f"/app/memory/{memory_id}/pin", data=data, headers=headers)
             assert refused.status_code == 403, (data, headers)
         for path in ("/app/brain", f"/app/memory/{memory_id}/forget", f"/app/memory/{memory_id}/edit"):
@@ -106,6 +107,11 @@ def test_every_write_needs_the_csrf_token_and_same_origin(store: RunningStore) -
                            headers={"origin": "http://127.0.0.1:8788", "sec-fetch-site": "same-origin"})
         assert done.status_code == 303
         assert _entry(store, alice.token, brain_id, memory_id)["pinned"] is True
+        # "Origin: null" (a no-referrer policy) passes only when the browser says same-origin itself.
+        done = client.post(f"/app/memory/{memory_id}/unpin", data={"csrf": csrf},
+                           headers={"origin": "null", "sec-fetch-site": "same-origin"})
+        assert done.status_code == 303
+        assert _entry(store, alice.token, brain_id, memory_id)["pinned"] is False
 
 
 def test_read_only_sign_in_sees_no_write_actions_and_is_refused(store: RunningStore) -> None:
