@@ -58,6 +58,11 @@ class BrainActions:
         self.tools.prewarm(outcome)
         return outcome
 
+    async def write(self, account: Account, op: Operation, label: str) -> Done:
+        """Any other operation (an import's Memorize); the Done names no particular memory."""
+        outcome = await self._apply(account, op, label)
+        return Done("", outcome.synced)
+
     async def pin(self, account: Account, memory_id: str) -> Done:
         """Pin into the always-present tier."""
         outcome = await self._apply(account, Pin(memory_id), "pin")

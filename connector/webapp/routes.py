@@ -7,19 +7,26 @@ the answer into a page or a redirect. The app is mounted by ``connector/app.py``
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
+import secrets
+import time
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
 from litestar import Request, Response, get, post
 from litestar.datastructures import Cookie
 
+from connector.engine.brain import Brain
 from connector.identity.base import ProviderRefused, ProviderUnavailable
 from connector.mcp.http import peer_address
 from connector.webapp.actions import ActionRefused, BrainActions, Done
 from connector.webapp.guard import Site, new_signin_token, same_origin, session_of, site_of, tokens_match
 from connector.webapp.pages import STATIC_TYPES, page_headers, render, static_file
 from connector.webapp.sessions import WebSession, WebSessions
+from connector.webapp.transfer import MAX_IMPORT_BYTES, ImportPlan, dry_run, export_memories, export_zip, plan_import
 from connector.webapp.views import TYPES, BrainViews, SearchForm
 from connector.workcopy.manager import BrainUnavailable
 from common.limits import TokenBucketLimiter, TrustedProxies, client_address
@@ -35,7 +42,9 @@ DONE_MESSAGES = {
     "pin": "Pinned.", "unpin": "Unpinned.", "forget": "Forgotten: moved to the archive.",
     "restore": "Restored from the archive.", "approve": "Approved.", "reject": "Rejected: moved to the archive.",
     "edit": "Saved as a new memory that supersedes the old one.", "brain": "Brain switched.",
+    "import": "Imported.",
 }
+IMPORT_TTL_S = 900.0
 HELD_NOTE = "Saved here, not yet synced to the store; it will be pushed automatically."
 
 
@@ -50,6 +59,25 @@ class WebApp:
         self.actions = BrainActions(manager, tools)
         self._trusted = TrustedProxies.parse(settings.trust_proxy)
         self._signin_limit = TokenBucketLimiter(SIGNIN_RATE_PER_MIN)
+        # Checked imports waiting for the person's confirmation: one per session, for a while.
+        self._imports: dict[str, tuple[str, ImportPlan, float]] = {}
+
+    def keep_import(self, session: WebSession, plan: ImportPlan) -> str:
+        """Hold a checked import until it is confirmed; returns its reference."""
+        now = time.monotonic()
+        for key in [key for key, (owner, _, at) in self._imports.items() if owner == session.csrf or now - at > IMPORT_TTL_S]:
+            del self._imports[key]
+        reference = secrets.token_urlsafe(16)
+        self._imports[reference] = (session.csrf, plan, now)
+        return reference
+
+    def take_import(self, session: WebSession, reference: str | None) -> ImportPlan | None:
+        """The held import of this session (once), or None."""
+        held = self._imports.get(reference or "")
+        if held is None or held[0] != session.csrf or time.monotonic() - held[2] > IMPORT_TTL_S:
+            return None
+        del self._imports[reference or ""]
+        return held[1]
 
     # ----- helpers ----------------------------------------------------------------
 
@@ -77,6 +105,16 @@ class WebApp:
                         cookies=cookies or [])
 
 
+@dataclass(frozen=True)
+class Posted:
+    """A state-changing request that passed the checks: where, who, and its form."""
+
+    site: Site
+    session: WebSession
+    form: dict[str, str]
+    raw: Any  # the parsed form with its uploads
+
+
 def _flash(done: str | None, held: str | None) -> str | None:
     message = DONE_MESSAGES.get(done or "")
     if message and held == "1":
@@ -92,21 +130,22 @@ def _done_location(site: Site, memory_id: str, action: str, done: Done) -> str:
 def webapp_route_handlers(app: WebApp) -> list[Any]:
     """Litestar handlers of every ``/app`` route."""
 
-    async def guarded_post(request: Request[Any, Any, Any], *, write: bool) -> tuple[Site, WebSession, dict[str, str]] | Response[Any]:
+    async def guarded_post(request: Request[Any, Any, Any], *, write: bool) -> Posted | Response[Any]:
         """The session and form of a state-changing request, or the refusal to send."""
         site = app.site(request)
         _, session = session_of(request.cookies, site, app.sessions)
         if session is None:
             return app.page("error.html", site, None, status=401, title="Signed out",
                             message="Your session has ended. Sign in again.")
-        form = {key: value for key, value in (await request.form()).items() if isinstance(value, str)}
+        raw = await request.form()
+        form = {key: value for key, value in raw.items() if isinstance(value, str)}
         if not same_origin(request.headers, site) or not session.csrf_ok(form.get("csrf")):
             return app.page("error.html", site, session, status=403, title="Request refused",
                             message="This request did not come from this app's own page, so nothing was changed.")
         if write and session.read_only:
             return app.page("error.html", site, session, status=403, title="Read-only sign-in",
                             message="This sign-in is read-only: it cannot change memories. Sign in with write access.")
-        return site, session, form
+        return Posted(site, session, form, raw)
 
     async def view_or_error(site: Site, session: WebSession, coroutine: Any) -> tuple[Any, Response[Any] | None]:
         try:
@@ -166,7 +205,7 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         checked = await guarded_post(request, write=False)
         if isinstance(checked, Response):
             return checked
-        site, _, _ = checked
+        site = checked.site
         app.sessions.end(request.cookies.get(site.session_cookie))
         return app.redirect(f"{site.root}/signin?out=1", cookies=[site.cookie(site.session_cookie, "", 0)])
 
@@ -181,7 +220,8 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         data, failed = await view_or_error(site, session, app.views.home(session.account))
         if failed is not None:
             return failed
-        return app.page("home.html", site, session, home=data, flash=_flash(request.query_params.get("done"), None))
+        params = request.query_params
+        return app.page("home.html", site, session, home=data, flash=_flash(params.get("done"), params.get("held")))
 
     @get("/app/search", cache=False, include_in_schema=False)
     async def search(request: Request[Any, Any, Any]) -> Response[Any]:
@@ -251,7 +291,7 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         checked = await guarded_post(request, write=True)
         if isinstance(checked, Response):
             return checked
-        site, session, form = checked
+        site, session, form = checked.site, checked.session, checked.form
         try:
             done = await app.actions.edit(session.account, memory_id, title=form.get("title", ""),
                                           content=form.get("content", ""), type_=form.get("type", "learning"),
@@ -270,7 +310,7 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         checked = await guarded_post(request, write=True)
         if isinstance(checked, Response):
             return checked
-        site, session, form = checked
+        site, session, form = checked.site, checked.session, checked.form
         if action not in MEMORY_ACTIONS:
             return app.page("error.html", site, session, status=404, title="Unknown action",
                             message="The app offers no such action.")
@@ -301,12 +341,81 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         checked = await guarded_post(request, write=True)
         if isinstance(checked, Response):
             return checked
-        site, session, form = checked
+        site, session, form = checked.site, checked.session, checked.form
         try:
             await app.actions.use_brain(session.account, form.get("brain", "")[:300])
         except ActionRefused as exc:
             return app.page("error.html", site, session, status=409, title="Brain not switched", message=str(exc))
         return app.redirect(f"{site.root}?done=brain")
+
+
+    # ----- export and import ----------------------------------------------------------
+
+    @get("/app/transfer", cache=False, include_in_schema=False)
+    async def transfer_page(request: Request[Any, Any, Any]) -> Response[Any]:
+        site = app.site(request)
+        _, session = session_of(request.cookies, site, app.sessions)
+        if session is None:
+            return app.redirect(f"{site.root}/signin")
+        return app.page("transfer.html", site, session, summary=None, reference=None, error=None)
+
+    @get(["/app/export/memories.json", "/app/export/memories.zip"], cache=False, include_in_schema=False)
+    async def export(request: Request[Any, Any, Any]) -> Response[Any]:
+        site = app.site(request)
+        _, session = session_of(request.cookies, site, app.sessions)
+        if session is None:
+            return app.redirect(f"{site.root}/signin")
+        snapshot, failed = await view_or_error(site, session, app.actions.manager.snapshot(session.account))
+        if failed is not None:
+            return failed
+        brain = snapshot.brain or Brain()
+        stamp = app.actions.manager.now().strftime("%Y%m%d-%H%M%S")
+        headers = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
+        if request.url.path.endswith(".zip"):
+            data = await asyncio.to_thread(export_zip, brain)
+            headers["Content-Disposition"] = f'attachment; filename="brain-{stamp}.zip"'
+            return Response(data, media_type="application/zip", headers=headers)
+        document = await asyncio.to_thread(export_memories, brain, brain_id=snapshot.brain_id,
+                                           brain_name=snapshot.brain_name, now=app.actions.manager.now())
+        headers["Content-Disposition"] = f'attachment; filename="brain-{stamp}.json"'
+        body = json.dumps(document, ensure_ascii=False, indent=1).encode("utf-8")
+        return Response(body, media_type="application/json", headers=headers)
+
+    @post("/app/import", request_max_body_size=MAX_IMPORT_BYTES + 64 * 1024, include_in_schema=False)
+    async def import_preview(request: Request[Any, Any, Any]) -> Response[Any]:
+        checked = await guarded_post(request, write=True)
+        if isinstance(checked, Response):
+            return checked
+        site, session = checked.site, checked.session
+        upload = checked.raw.get("file")
+        if upload is None or isinstance(upload, str):
+            return app.page("transfer.html", site, session, status=400, summary=None, reference=None,
+                            error="Choose a JSON file exported from this app.")
+        payload = await upload.read()
+        snapshot, failed = await view_or_error(site, session, app.actions.manager.snapshot(session.account))
+        if failed is not None:
+            return failed
+        now = app.actions.manager.now()
+        plan = await asyncio.to_thread(plan_import, payload, snapshot.brain, now)
+        summary = await asyncio.to_thread(dry_run, plan, snapshot.brain, now)
+        reference = app.keep_import(session, plan) if summary.new else None
+        return app.page("transfer.html", site, session, summary=summary, reference=reference, error=None)
+
+    @post("/app/import/confirm", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
+    async def import_confirm(request: Request[Any, Any, Any]) -> Response[Any]:
+        checked = await guarded_post(request, write=True)
+        if isinstance(checked, Response):
+            return checked
+        site, session, form = checked.site, checked.session, checked.form
+        plan = app.take_import(session, form.get("reference"))
+        if plan is None:
+            return app.page("transfer.html", site, session, status=409, summary=None, reference=None,
+                            error="That import expired or was already done. Upload the file again.")
+        try:
+            done = await app.actions.write(session.account, plan.operation(), "import")
+        except ActionRefused as exc:
+            return app.page("transfer.html", site, session, status=409, summary=None, reference=None, error=str(exc))
+        return app.redirect(f"{site.root}?done=import" + ("" if done.synced else "&held=1"))
 
     # ----- static files -----------------------------------------------------------------
 
@@ -320,7 +429,7 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
                         headers={"Cache-Control": "public, max-age=86400", "X-Content-Type-Options": "nosniff"})
 
     return [signin_page, signin_submit, signout, home, search, memory, edit_page, archive, edit_submit,
-            memory_action, use_brain, static]
+            memory_action, use_brain, transfer_page, export, import_preview, import_confirm, static]
 
 
 def build_webapp(settings: Any, *, manager: Any, tools: Any, provider: Any) -> tuple[WebApp, list[Any]]:

@@ -11,6 +11,7 @@ scrolling at 360 px. Screenshots go to WEBAPP_SCREENSHOTS when set (docs/ uses t
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 from pathlib import Path
@@ -199,9 +200,23 @@ def test_person_tends_their_brain_in_chromium(store: RunningStore, tmp_path: Pat
                 held = at_store.entries()[ids["held"]]
                 assert "quarantined" not in held and held["vetted"] is True
 
+                # Export as JSON, then check that file for import: a dry run, all already present.
+                page.get_by_role("link", name="Export and import").click()
+                with page.expect_download() as download_info:
+                    page.get_by_role("link", name="Download as JSON").click()
+                exported = tmp_path / "export.json"
+                download_info.value.save_as(exported)
+                assert len(json.loads(exported.read_text())["memories"]) == len(at_store.entries())
+                page.get_by_label("A JSON file exported from this app").set_input_files(str(exported))
+                page.get_by_role("button", name="Check the file").click()
+                page.wait_for_url(base + "/app/import")
+                assert "0 new memories would be saved" in page.inner_text("main")
+                assert f"{len(at_store.entries())} already in this brain" in page.inner_text("main")
+                checks.page_ok("transfer")
+
                 # A phone-sized screen: nothing scrolls sideways.
                 page.set_viewport_size({"width": 360, "height": 740})
-                for path in ("/app/archive", "/app", "/app/search?query=house", f"/app/memory/{new_id}"):
+                for path in ("/app/archive", "/app/transfer", "/app", "/app/search?query=house", f"/app/memory/{new_id}"):
                     page.goto(base + path)
                     width = page.evaluate("document.documentElement.scrollWidth")
                     assert width <= 360, (path, width)
