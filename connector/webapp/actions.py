@@ -108,6 +108,23 @@ class BrainActions:
         outcome = await self._apply(account, op, "memorize")
         return Done(str(outcome.result["stored"][0]["id"]), outcome.synced)
 
+    async def restore_snapshot(self, account: Account, name: str) -> None:
+        """Make one of the store's snapshots of the active brain live, then serve it here."""
+        snapshot = await self.manager.snapshot(account)
+        if snapshot.brain_id is None:
+            raise ActionRefused("This account has no brain at the store yet.")
+        if snapshot.pending_writes:
+            # Held writes would be replayed on top of the snapshot; let them reach the store first.
+            raise ActionRefused("Some changes are not synced to the store yet; try again in a moment.")
+        try:
+            await self.manager.store.restore_version(account.credential, snapshot.brain_id, name)
+            # brain_use on the same brain re-reads it from the store at once (the manager's public re-pull).
+            await self.manager.use_brain(account, snapshot.brain_id)
+        except StoreError as exc:
+            raise ActionRefused(f"The snapshot was not restored ({exc}).") from None
+        except (UnknownBrain, BrainUnavailable) as exc:
+            raise ActionRefused(str(exc)) from None
+
     async def use_brain(self, account: Account, wanted: str) -> str:
         """Switch the active brain as brain_use does; returns its name."""
         try:

@@ -42,7 +42,7 @@ DONE_MESSAGES = {
     "pin": "Pinned.", "unpin": "Unpinned.", "forget": "Forgotten: moved to the archive.",
     "restore": "Restored from the archive.", "approve": "Approved.", "reject": "Rejected: moved to the archive.",
     "edit": "Saved as a new memory that supersedes the old one.", "brain": "Brain switched.",
-    "import": "Imported.",
+    "import": "Imported.", "snapshot": "Snapshot restored: the brain is as it was then.",
 }
 IMPORT_TTL_S = 900.0
 HELD_NOTE = "Saved here, not yet synced to the store; it will be pushed automatically."
@@ -417,6 +417,35 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
             return app.page("transfer.html", site, session, status=409, summary=None, reference=None, error=str(exc))
         return app.redirect(f"{site.root}?done=import" + ("" if done.synced else "&held=1"))
 
+    # ----- history --------------------------------------------------------------------
+
+    @get("/app/history", cache=False, include_in_schema=False)
+    async def history(request: Request[Any, Any, Any]) -> Response[Any]:
+        site = app.site(request)
+        _, session = session_of(request.cookies, site, app.sessions)
+        if session is None:
+            return app.redirect(f"{site.root}/signin")
+        found, failed = await view_or_error(site, session, app.views.history(session.account))
+        if failed is not None:
+            return failed
+        name, versions = found
+        confirm = request.query_params.get("confirm")
+        return app.page("history.html", site, session, brain_name=name, versions=versions, error=None,
+                        confirm=confirm if any(version == confirm for version, _ in versions) else None,
+                        flash=_flash(request.query_params.get("done"), None))
+
+    @post("/app/history/restore", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
+    async def history_restore(request: Request[Any, Any, Any]) -> Response[Any]:
+        checked = await guarded_post(request, write=True)
+        if isinstance(checked, Response):
+            return checked
+        site, session, form = checked.site, checked.session, checked.form
+        try:
+            await app.actions.restore_snapshot(session.account, form.get("version", "")[:200])
+        except ActionRefused as exc:
+            return app.page("error.html", site, session, status=409, title="Snapshot not restored", message=str(exc))
+        return app.redirect(f"{site.root}/history?done=snapshot")
+
     # ----- static files -----------------------------------------------------------------
 
     @get("/app/static/{name:str}", cache=False, include_in_schema=False)
@@ -429,7 +458,8 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
                         headers={"Cache-Control": "public, max-age=86400", "X-Content-Type-Options": "nosniff"})
 
     return [signin_page, signin_submit, signout, home, search, memory, edit_page, archive, edit_submit,
-            memory_action, use_brain, transfer_page, export, import_preview, import_confirm, static]
+            memory_action, use_brain, transfer_page, export, import_preview, import_confirm, history, history_restore,
+            static]
 
 
 def build_webapp(settings: Any, *, manager: Any, tools: Any, provider: Any) -> tuple[WebApp, list[Any]]:

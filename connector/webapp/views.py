@@ -18,8 +18,9 @@ from connector.engine.rules import MEMORY_TYPES
 from connector.engine.text import memory_body
 from connector.mcp.tools import BrainTools
 from connector.webapp.markdown import render_markdown
-from connector.workcopy.manager import WorkingCopyManager
+from connector.workcopy.manager import BrainUnavailable, WorkingCopyManager
 from connector.workcopy.model import Account, Snapshot
+from connector.workcopy.store_client import StoreError
 
 SEARCH_LIMIT = 25
 # Recall is asked for more than is shown so that type and tag filters still fill a page.
@@ -332,6 +333,17 @@ class BrainViews:
             pending_reasons=[str(reason) for reason in reasons] if isinstance(reasons, list) else [],
             body=body,
         )
+
+    async def history(self, account: Account) -> tuple[str | None, list[tuple[str, str]]]:
+        """The active brain's name and the store's snapshots of it, newest first."""
+        snapshot = await self.manager.snapshot(account)
+        if snapshot.brain_id is None:
+            return None, []
+        try:
+            versions = await self.manager.store.list_versions(account.credential, snapshot.brain_id)
+        except StoreError as exc:
+            raise BrainUnavailable(f"The store could not list the snapshots ({exc}).") from None
+        return snapshot.brain_name, versions
 
     async def archive(self, account: Account) -> list[MemoryLine]:
         """Forgotten (and rejected) memories, most recently archived first."""

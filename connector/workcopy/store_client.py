@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -243,6 +244,27 @@ class StoreClient:
             await response.aclose()
         checksum = response.headers.get("X-Checksum") or response.headers.get("ETag", "").strip('"') or None
         return Download(data=data, checksum=checksum.lower() if checksum else None)
+
+    async def list_versions(self, credential: str, brain_id: str) -> list[tuple[str, str]]:
+        """``GET /api/brains/{id}/versions``: the brain's snapshots as (name, date), newest first."""
+        response = await self._request("GET", f"/api/brains/{quote(brain_id, safe='')}/versions", credential)
+        if response.status_code != 200:
+            raise self._fail(response, "list the brain's snapshots")
+        try:
+            items = response.json().get("versions")
+        except (ValueError, AttributeError):
+            items = None
+        if not isinstance(items, list):
+            raise StoreError("the store sent a malformed snapshot list")
+        return [(item["version"], item.get("date") or "") for item in items
+                if isinstance(item, dict) and isinstance(item.get("version"), str)]
+
+    async def restore_version(self, credential: str, brain_id: str, name: str) -> None:
+        """``POST /api/brains/{id}/versions/{name}/restore``: make a snapshot live (the store keeps the current one)."""
+        path = f"/api/brains/{quote(brain_id, safe='')}/versions/{quote(name, safe='')}/restore"
+        response = await self._request("POST", path, credential)
+        if response.status_code != 200:
+            raise self._fail(response, "restore the snapshot")
 
     async def upload(
         self,

@@ -2,7 +2,8 @@
 
 Memories are written through MCP (the official SDK, signed in with the connector's
 OAuth flow); then, in the browser: sign in, search, open, pin, edit, forget,
-restore, approve a quarantined memory. After each action the store's archive,
+restore, approve a quarantined memory, restore a snapshot, export and check the
+export for re-import. After each action the store's archive,
 downloaded and loaded with the engine, shows the change. Every page: no console
 errors, no CSP violation, no serious or critical axe-core finding, no sideways
 scrolling at 360 px. Screenshots go to WEBAPP_SCREENSHOTS when set (docs/ uses them).
@@ -200,6 +201,18 @@ def test_person_tends_their_brain_in_chromium(store: RunningStore, tmp_path: Pat
                 held = at_store.entries()[ids["held"]]
                 assert "quarantined" not in held and held["vetted"] is True
 
+                # History: restore the newest snapshot (the brain before the approval), after confirming.
+                page.get_by_role("link", name="History").click()
+                page.wait_for_url(base + "/app/history")
+                page.locator("table.snapshots a").first.click()
+                page.wait_for_url("**/app/history?confirm=**")
+                checks.page_ok("history")
+                page.get_by_role("button", name="Restore this snapshot").click()
+                page.wait_for_url("**/app/history?done=snapshot")
+                assert at_store.entries()[ids["held"]]["quarantined"] is True
+                page.get_by_role("link", name="Home").click()
+                assert page.get_by_role("link", name="Drain the garden tap").is_visible()
+
                 # Export as JSON, then check that file for import: a dry run, all already present.
                 page.get_by_role("link", name="Export and import").click()
                 with page.expect_download() as download_info:
@@ -216,7 +229,7 @@ def test_person_tends_their_brain_in_chromium(store: RunningStore, tmp_path: Pat
 
                 # A phone-sized screen: nothing scrolls sideways.
                 page.set_viewport_size({"width": 360, "height": 740})
-                for path in ("/app/archive", "/app/transfer", "/app", "/app/search?query=house", f"/app/memory/{new_id}"):
+                for path in ("/app/archive", "/app/history", "/app/transfer", "/app", "/app/search?query=house", f"/app/memory/{new_id}"):
                     page.goto(base + path)
                     width = page.evaluate("document.documentElement.scrollWidth")
                     assert width <= 360, (path, width)
