@@ -17,6 +17,7 @@ from connector.engine.restore import frontmatter_values
 from connector.engine.rules import MEMORY_TYPES
 from connector.engine.text import memory_body
 from connector.mcp.tools import BrainTools
+from connector.webapp.graph import Graph, neighbourhood
 from connector.webapp.markdown import render_markdown
 from connector.workcopy.manager import BrainUnavailable, WorkingCopyManager
 from connector.workcopy.model import Account, Snapshot
@@ -126,6 +127,7 @@ class MemoryView:
     pending: bool
     pending_reasons: list[str]
     body: str
+    graph: Graph | None = None
 
 
 def _string(value: Any) -> str:
@@ -316,6 +318,11 @@ class BrainViews:
             for other, weight in sorted(index.edges.get(memory_id, []), key=lambda edge: -edge[1])[:20]:
                 associations.append((line(other), weight))
         reasons = fields.get("quarantine_reasons")
+        graph = None
+        if associations and index is not None:
+            titles = {memory_id: _string(fields.get("title")) or memory_id,
+                      **{line.id: line.title for line, _ in associations if line.id in index.positions}}
+            graph = neighbourhood(memory_id, titles, index.edges)
         return MemoryView(
             id=memory_id,
             title=_string(fields.get("title")) or memory_id,
@@ -332,6 +339,7 @@ class BrainViews:
             pending=bool(fields.get("quarantined")) and not archived,
             pending_reasons=[str(reason) for reason in reasons] if isinstance(reasons, list) else [],
             body=body,
+            graph=graph,
         )
 
     async def history(self, account: Account) -> tuple[str | None, list[tuple[str, str]]]:

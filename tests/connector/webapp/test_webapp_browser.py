@@ -175,6 +175,9 @@ def test_person_tends_their_brain_in_chromium(store: RunningStore, tmp_path: Pat
                 assert entries[new_id]["supersedes"] == [ids["plain"]] and entries[new_id]["origin"] == "user"
                 assert entries[ids["plain"]]["superseded_by"] == new_id
                 assert page.get_by_role("link", name="Spare house key").first.is_visible()  # "Replaces: ..."
+                # The supersession is a link: drawn as a picture of the neighbourhood.
+                assert page.get_by_role("img", name="This memory (in the middle) and the memories linked to it").is_visible()
+                checks.page_ok("graph")
 
                 # Forget, then restore from the archive.
                 page.get_by_role("button", name="Forget").click()
