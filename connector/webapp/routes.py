@@ -45,6 +45,8 @@ DONE_MESSAGES = {
     "import": "Imported.", "snapshot": "Snapshot restored: the brain is as it was then.",
 }
 IMPORT_TTL_S = 900.0
+OIDC_PENDING_TTL_S = 600.0
+MAX_OIDC_PENDING = 1000
 HELD_NOTE = "Saved here, not yet synced to the store; it will be pushed automatically."
 
 
@@ -61,6 +63,28 @@ class WebApp:
         self._signin_limit = TokenBucketLimiter(SIGNIN_RATE_PER_MIN)
         # Checked imports waiting for the person's confirmation: one per session, for a while.
         self._imports: dict[str, tuple[str, ImportPlan, float]] = {}
+        # Sign-ins at the OIDC issuer in flight: state -> (the browser's sign-in cookie, what to keep, read-only, since).
+        self._oidc: dict[str, tuple[str, dict[str, Any], bool, float]] = {}
+
+    def keep_oidc(self, state: str, browser: str, keep: dict[str, Any], read_only: bool) -> None:
+        """Remember a sign-in sent to the issuer, bound to this browser's sign-in cookie."""
+        now = time.monotonic()
+        for key in [key for key, held in self._oidc.items() if now - held[3] > OIDC_PENDING_TTL_S]:
+            del self._oidc[key]
+        while len(self._oidc) >= MAX_OIDC_PENDING:
+            del self._oidc[next(iter(self._oidc))]
+        self._oidc[state] = (browser, keep, read_only, now)
+
+    def take_oidc(self, state: str | None, browser: str | None) -> tuple[dict[str, Any], bool] | None:
+        """The sign-in this callback finishes (once), only in the browser that started it."""
+        held = self._oidc.get(state or "")
+        # Another browser presenting the callback neither finishes nor spends this sign-in.
+        if held is None or not tokens_match(browser, held[0]):
+            return None
+        del self._oidc[state or ""]
+        if time.monotonic() - held[3] > OIDC_PENDING_TTL_S:
+            return None
+        return held[1], held[2]
 
     def keep_import(self, session: WebSession, plan: ImportPlan) -> str:
         """Hold a checked import until it is confirmed; returns its reference."""
@@ -166,39 +190,76 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
                         signed_out=request.query_params.get("out") == "1",
                         cookies=[site.cookie(site.signin_cookie, token, SIGNIN_COOKIE_AGE_S)])
 
+    def signin_again(site: Site, status: int, error: str) -> Response[Any]:
+        token = new_signin_token()
+        return app.page("signin.html", site, None, status=status, csrf=token, provider=app.provider.kind,
+                        error=error, signed_out=False,
+                        cookies=[site.cookie(site.signin_cookie, token, SIGNIN_COOKIE_AGE_S)])
+
+    def signed_in(site: Site, identity: Any, read_only: bool) -> Response[Any]:
+        cookie, _ = app.sessions.create(
+            subject=identity.subject, credential=identity.store_credential, kind=app.provider.kind,
+            read_only=read_only, credential_expires_at=identity.credential_expires_at)
+        log.info("web sign-in", extra={"kind": app.provider.kind, "read_only": read_only})
+        max_age = int(app.settings.webapp_session_ttl_ms / 1000)
+        return app.redirect(site.root, cookies=[
+            site.cookie(site.session_cookie, cookie, max_age),
+            site.cookie(site.signin_cookie, "", 0),
+        ])
+
+    @get("/app/signin/start", cache=False, include_in_schema=False)
+    async def signin_start(request: Request[Any, Any, Any]) -> Response[Any]:
+        """Off to the organisation's issuer (redirect providers); the callback comes back here."""
+        site = app.site(request)
+        browser = request.cookies.get(site.signin_cookie)
+        if app.provider.mode != "redirect" or not browser:
+            return app.redirect(f"{site.root}/signin")
+        if app.signin_retry_after(request) is not None:
+            return signin_again(site, 429, "Too many sign-in attempts from here. Wait a minute and try again.")
+        try:
+            start = await app.provider.start(f"{site.origin}{site.root}/oidc/callback")
+        except ProviderUnavailable:
+            return signin_again(site, 503, "Your organisation's sign-in cannot be reached right now. Try again shortly.")
+        app.keep_oidc(start.state, browser, start.keep, request.query_params.get("access") == "read")
+        return Response(b"", status_code=303, headers={"Location": start.url, "Cache-Control": "no-store"})
+
+    @get("/app/oidc/callback", cache=False, include_in_schema=False)
+    async def oidc_callback(request: Request[Any, Any, Any]) -> Response[Any]:
+        site = app.site(request)
+        params = request.query_params
+        pending = app.take_oidc(params.get("state"), request.cookies.get(site.signin_cookie))
+        if pending is None or app.provider.mode != "redirect":
+            return signin_again(site, 400, "This sign-in expired or was started in another browser. Please try again.")
+        keep, read_only = pending
+        if params.get("error") or not params.get("code"):
+            return signin_again(site, 401, "Your organisation's sign-in did not let you in.")
+        try:
+            identity = await app.provider.finish(params.get("code"), f"{site.origin}{site.root}/oidc/callback", keep)
+        except ProviderRefused:
+            return signin_again(site, 401, "Your organisation's sign-in did not let you in.")
+        except ProviderUnavailable:
+            return signin_again(site, 503, "Your organisation's sign-in cannot be reached right now. Try again shortly.")
+        return signed_in(site, identity, read_only)
+
     @post("/app/signin", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
     async def signin_submit(request: Request[Any, Any, Any]) -> Response[Any]:
         site = app.site(request)
         form = {key: value for key, value in (await request.form()).items() if isinstance(value, str)}
         expected = request.cookies.get(site.signin_cookie)
 
-        def again(status: int, error: str) -> Response[Any]:
-            token = new_signin_token()
-            return app.page("signin.html", site, None, status=status, csrf=token, provider=app.provider.kind,
-                            error=error, signed_out=False,
-                            cookies=[site.cookie(site.signin_cookie, token, SIGNIN_COOKIE_AGE_S)])
-
         if not same_origin(request.headers, site) or not tokens_match(form.get("csrf"), expected):
-            return again(403, "The sign-in form expired or came from another site. Please try again.")
+            return signin_again(site, 403, "The sign-in form expired or came from another site. Please try again.")
         if app.signin_retry_after(request) is not None:
-            return again(429, "Too many sign-in attempts from here. Wait a minute and try again.")
+            return signin_again(site, 429, "Too many sign-in attempts from here. Wait a minute and try again.")
         if app.provider.mode != "page":
-            return again(400, "This connector signs in at your organisation's issuer, which the web app does not offer yet.")
+            return signin_again(site, 400, "Use the button to sign in with your organisation.")
         try:
             identity = await app.provider.sign_in(form.get("token"))
         except ProviderRefused:
-            return again(401, "That token was not accepted by your brain store.")
+            return signin_again(site, 401, "That token was not accepted by your brain store.")
         except ProviderUnavailable:
-            return again(503, "Your brain store cannot be reached right now. Try again shortly.")
-        cookie, _ = app.sessions.create(
-            subject=identity.subject, credential=identity.store_credential, kind=app.provider.kind,
-            read_only=form.get("access") == "read", credential_expires_at=identity.credential_expires_at)
-        log.info("web sign-in", extra={"kind": app.provider.kind, "read_only": form.get("access") == "read"})
-        max_age = int(app.settings.webapp_session_ttl_ms / 1000)
-        return app.redirect(site.root, cookies=[
-            site.cookie(site.session_cookie, cookie, max_age),
-            site.cookie(site.signin_cookie, "", 0),
-        ])
+            return signin_again(site, 503, "Your brain store cannot be reached right now. Try again shortly.")
+        return signed_in(site, identity, form.get("access") == "read")
 
     @post("/app/signout", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
     async def signout(request: Request[Any, Any, Any]) -> Response[Any]:
@@ -457,7 +518,7 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         return Response(data, media_type=STATIC_TYPES[name],
                         headers={"Cache-Control": "public, max-age=86400", "X-Content-Type-Options": "nosniff"})
 
-    return [signin_page, signin_submit, signout, home, search, memory, edit_page, archive, edit_submit,
+    return [signin_page, signin_start, oidc_callback, signin_submit, signout, home, search, memory, edit_page, archive, edit_submit,
             memory_action, use_brain, transfer_page, export, import_preview, import_confirm, history, history_restore,
             static]
 
