@@ -27,6 +27,7 @@ SEARCH_LIMIT = 25
 # Recall is asked for more than is shown so that type and tag filters still fill a page.
 RECALL_POOL = 200
 BROWSE_LIMIT = 50
+TAG_CACHE_SIZE = 32
 TYPES = tuple(MEMORY_TYPES)
 
 
@@ -181,6 +182,7 @@ class BrainViews:
     def __init__(self, manager: WorkingCopyManager, tools: BrainTools) -> None:
         self.manager = manager
         self.tools = tools
+        self._tags: dict[str, list[str]] = {}
 
     async def _index(self, snapshot: Snapshot) -> BrainIndex | None:
         """The brain's recall index (shared with brain_recall's cache), or None without a brain."""
@@ -189,6 +191,17 @@ class BrainViews:
         cache = self.tools.index_cache
         brain, key = snapshot.brain, snapshot.key
         return await asyncio.to_thread(index_for, brain, key, cache)
+
+    def _tags_of(self, key: str | None, index: BrainIndex) -> list[str]:
+        """The brain's most used tags (for the filter's suggestions), once per brain version."""
+        cached = self._tags.get(key) if key else None
+        if cached is None:
+            cached = _common_tags(index)
+            if key:
+                self._tags[key] = cached
+                while len(self._tags) > TAG_CACHE_SIZE:
+                    self._tags.pop(next(iter(self._tags)))
+        return cached
 
     async def home(self, account: Account) -> Home:
         """Brains, counts, last sync, pinned tier and memories waiting for verification."""
@@ -230,15 +243,17 @@ class BrainViews:
         index = await self._index(snapshot)
         if index is None:
             return result
-        result.tags = _common_tags(index)
+        result.tags = self._tags_of(snapshot.key, index)
         if form.empty:
             return result
         if not form.query:
             result.browse = _browse(index, form)
             return result
+        # Filters applied after recall need a deeper pool to still fill a page.
+        pool = RECALL_POOL if (form.type or form.tag) else SEARCH_LIMIT
         try:
             hits = await asyncio.to_thread(
-                self.tools.run_recall, snapshot, form.query, RECALL_POOL, form.project or None, form.as_of or None, None
+                self.tools.run_recall, snapshot, form.query, pool, form.project or None, form.as_of or None, None
             )
         except RecallError as exc:
             result.error = str(exc)

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 
 import pytest
 
-from ..conftest import RunningStore, brains_of, direct_memorize, download_brain
+from connector.engine.archive import pack_archive
+from connector.engine.brain import Brain
+from connector.engine.ops import connector_memorize
+
+from ..conftest import RunningStore, brains_of, direct_memorize, download_brain, upload_raw
 from .conftest import app_client, csrf_of, sign_in
 
 pytestmark = pytest.mark.timeout(120)
@@ -188,3 +193,45 @@ def test_history_lists_snapshots_and_refuses_unknown_ones_and_read_only(store: R
         # The newest snapshot is the brain before the second note; the web app serves it at once.
         assert second not in download_brain(store.url, alice.token, brain_id)[0].read_json("index.json")["memories"]
         assert client.get(f"/app/memory/{second}").status_code == 404
+
+
+def _device_writes(store: RunningStore, token: str, brain_id: str, memories: list[dict]) -> list[str]:
+    """A command-line device writes memories (with types and tags) and pushes the archive."""
+    brain, checksum = download_brain(store.url, token, brain_id) if _has_archive(store, token, brain_id) else (Brain(), None)
+    ids = [connector_memorize(**memory).apply(brain, datetime.now(UTC))["stored"][0]["id"] for memory in memories]
+    condition = {"If-Match": f'"{checksum}"'} if checksum else {"If-None-Match": "*"}
+    assert upload_raw(store.url, token, brain_id, pack_archive(brain), condition).status_code == 200
+    return ids
+
+
+def _has_archive(store: RunningStore, token: str, brain_id: str) -> bool:
+    return bool(brains_of(store.url, token)[0].get("checksum"))
+
+
+def test_search_filters_and_browsing(store: RunningStore) -> None:
+    alice = store.add_user("alice")
+    brain_id = brains_of(store.url, alice.token)[0]["id"]
+    decision, preference, old = _device_writes(store, alice.token, brain_id, [
+        {"content": "We chose Postgres for the invoices service.", "type": "decision", "tags": ["work", "db"]},
+        {"content": "Alice prefers Postgres over MySQL for side projects.", "type": "preference", "tags": ["home"]},
+        {"content": "Postgres 9 was the version in use.", "type": "learning", "tags": ["work"],
+         "valid_until": "2020-01-01T00:00:00.000Z"},
+    ])
+    with app_client(store.url) as client:
+        sign_in(client, alice.token)
+
+        def found(**params: str) -> list[str]:
+            page = client.get("/app/search", params=params)
+            assert page.status_code == 200, page.text
+            return re.findall(r'href="/app/memory/(mem_[0-9a-f_]+)"', page.text)
+
+        assert set(found(query="postgres")) == {decision, preference, old}
+        assert found(query="postgres", type="decision") == [decision]
+        assert set(found(query="postgres", tag="work")) == {decision, old}
+        # Remember as of a date: what was valid then (the old fact had not expired in 2019).
+        assert old in found(query="postgres version", as_of="2019-06-01")
+        # Filters without a query: a browse list, newest first.
+        assert found(tag="home") == [preference]
+        page = client.get("/app/search", params={"query": "postgres"})
+        assert "relevance" in page.text and page.text.count('class="muted score"') == 3
+        assert client.get("/app/search", params={"query": "x", "as_of": "not a date"}).status_code == 200
