@@ -10,11 +10,15 @@ working copy and the recall index, then measures:
   memory page (``GET /app/memory/<random id>``): p50/p95 of the server's own time
   per request, read from the connector's request log (its ``ms`` field, measured
   around the whole ASGI app), beside the wall time seen by the client on loopback;
+* the history diff: what changed between the store's snapshot (the brain as first
+  uploaded) and the brain now (a second upload with one memory added and one pinned),
+  both N memories: the snapshot downloaded, loaded and compared (server time);
 * the weight of a first visit: the home page's HTML plus every file it loads
   (stylesheet, icon), and the search page's HTML with 25 results.
 
 Targets (issue #18): search page p50 <= 50 ms and memory page p50 <= 30 ms at
-10,000 memories, first page weight <= 150 KB. Figures are noisy on a shared machine.
+10,000 memories, history diff of two 10,000-memory snapshots <= 1 s, first page
+weight <= 150 KB. Figures are noisy on a shared machine.
 
 Usage::
 
@@ -41,7 +45,8 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import httpx  # noqa: E402
 
-from connector.engine.archive import load_archive  # noqa: E402
+from connector.engine.archive import load_archive, pack_archive  # noqa: E402
+from connector.engine.ops import Pin, connector_memorize  # noqa: E402
 from connector_bench import add_user, percentiles, query, row, upload  # noqa: E402
 from engine_bench import brain_archive  # noqa: E402
 from tests.support.processes import console_script, free_port, run_server  # noqa: E402
@@ -49,6 +54,8 @@ from tests.support.processes import console_script, free_port, run_server  # noq
 TARGET_SEARCH_MS = 50.0
 TARGET_MEMORY_MS = 30.0
 TARGET_FIRST_PAGE_KB = 150.0
+TARGET_DIFF_MS = 1000.0
+DIFF_REQUESTS = 5
 
 
 def sign_in(http: httpx.Client, token: str) -> None:
@@ -120,6 +127,11 @@ def main() -> None:
         ) as store:
             token, _ = add_user(work / "store", store.base_url, "bench")
             upload(store.base_url, token, archive)
+            # A second version: the first becomes the store's snapshot, for the history diff.
+            changed = load_archive(archive)
+            connector_memorize("A change for the history diff.").apply(changed, datetime.now(UTC))
+            Pin(ids[0]).apply(changed, datetime.now(UTC))
+            upload(store.base_url, token, pack_archive(changed))
             env = {"CONNECTOR_STORE_URL": store.base_url, "CONNECTOR_IDP": "static",
                    "CONNECTOR_STATE_DIR": str(work / "state"), "CONNECTOR_PORT": str(connector_port),
                    "CONNECTOR_LOG_LEVEL": "info"}
@@ -146,6 +158,12 @@ def main() -> None:
                         verdict = "meets" if s50 <= target else "misses"
                         row(f"{label}: server time p50 / p95", f"{s50:.1f} / {s95:.1f} ms",
                             f"{verdict} target {target:.0f} ms (client wall {w50:.1f} / {w95:.1f} ms)")
+                    version = re.search(r"/app/history/diff\?version=([^\"]+)\"", http.get("/app/history").text).group(1)  # type: ignore[union-attr]
+                    since = len(log.read_text().splitlines())
+                    timed_pages(http, [f"/app/history/diff?version={version}"] * DIFF_REQUESTS)
+                    d50, d95 = percentiles(server_ms(log, "/app/history/diff", since))
+                    row("history diff (snapshot vs now): server p50 / p95", f"{d50:.0f} / {d95:.0f} ms",
+                        f"{'meets' if d50 <= TARGET_DIFF_MS else 'misses'} target {TARGET_DIFF_MS:.0f} ms")
                     html, total = first_visit_bytes(http, "/app")
                     row("first page (home): HTML / with CSS and icon", f"{html / 1024:.1f} / {total / 1024:.1f} KB",
                         f"target {TARGET_FIRST_PAGE_KB:.0f} KB")

@@ -490,10 +490,29 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         if failed is not None:
             return failed
         name, versions = found
-        confirm = request.query_params.get("confirm")
+        wanted = request.query_params.get("confirm")
+        confirm = next((version for version in versions if version.name == wanted), None)
         return app.page("history.html", site, session, brain_name=name, versions=versions, error=None,
-                        confirm=confirm if any(version == confirm for version, _ in versions) else None,
-                        flash=_flash(request.query_params.get("done"), None))
+                        confirm=confirm, flash=_flash(request.query_params.get("done"), None))
+
+    @get("/app/history/diff", cache=False, include_in_schema=False)
+    async def history_diff(request: Request[Any, Any, Any]) -> Response[Any]:
+        site = app.site(request)
+        _, session = session_of(request.cookies, site, app.sessions)
+        if session is None:
+            return app.redirect(f"{site.root}/signin")
+        version = (request.query_params.get("version") or "")[:200]
+        found, failed = await view_or_error(site, session, app.views.history(session.account))
+        if failed is not None:
+            return failed
+        record = next((item for item in found[1] if item.name == version), None)
+        changes, failed = await view_or_error(site, session, app.views.diff(session.account, version))
+        if failed is not None:
+            return failed
+        if record is None or changes is None:
+            return app.page("error.html", site, session, status=404, title="No such snapshot",
+                            message="The store keeps no snapshot of this brain by that name.")
+        return app.page("history_diff.html", site, session, version=record, changes=changes)
 
     @post("/app/history/restore", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
     async def history_restore(request: Request[Any, Any, Any]) -> Response[Any]:
@@ -519,7 +538,8 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
                         headers={"Cache-Control": "public, max-age=86400", "X-Content-Type-Options": "nosniff"})
 
     return [signin_page, signin_start, oidc_callback, signin_submit, signout, home, search, memory, edit_page, archive, edit_submit,
-            memory_action, use_brain, transfer_page, export, import_preview, import_confirm, history, history_restore,
+            memory_action, use_brain, transfer_page, export, import_preview, import_confirm, history, history_diff,
+            history_restore,
             static]
 
 

@@ -12,16 +12,18 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+from connector.engine.archive import ArchiveError, load_archive
 from connector.engine.index import BrainIndex, RecallError, index_for
 from connector.engine.restore import frontmatter_values
 from connector.engine.rules import MEMORY_TYPES
 from connector.engine.text import memory_body
 from connector.mcp.tools import BrainTools
 from connector.webapp.graph import Graph, neighbourhood
+from connector.webapp.history import BrainDiff, diff_brains
 from connector.webapp.markdown import render_markdown
 from connector.workcopy.manager import BrainUnavailable, WorkingCopyManager
 from connector.workcopy.model import Account, Snapshot
-from connector.workcopy.store_client import StoreError
+from connector.workcopy.store_client import StoreError, StoreNotFound, VersionRecord
 
 SEARCH_LIMIT = 25
 # Recall is asked for more than is shown so that type and tag filters still fill a page.
@@ -357,7 +359,7 @@ class BrainViews:
             graph=graph,
         )
 
-    async def history(self, account: Account) -> tuple[str | None, list[tuple[str, str]]]:
+    async def history(self, account: Account) -> tuple[str | None, list[VersionRecord]]:
         """The active brain's name and the store's snapshots of it, newest first."""
         snapshot = await self.manager.snapshot(account)
         if snapshot.brain_id is None:
@@ -367,6 +369,24 @@ class BrainViews:
         except StoreError as exc:
             raise BrainUnavailable(f"The store could not list the snapshots ({exc}).") from None
         return snapshot.brain_name, versions
+
+    async def diff(self, account: Account, version: str) -> BrainDiff | None:
+        """What changed between the store's snapshot ``version`` and the brain now; None when unknown."""
+        snapshot = await self.manager.snapshot(account)
+        if snapshot.brain_id is None:
+            return None
+        try:
+            download = await self.manager.store.download(account.credential, snapshot.brain_id, version=version)
+        except StoreNotFound:
+            return None
+        except StoreError as exc:
+            raise BrainUnavailable(f"The store could not send the snapshot ({exc}).") from None
+        assert download.data is not None
+        try:
+            then = await asyncio.to_thread(load_archive, download.data, self.manager.tuning.archive_limits)
+        except ArchiveError as exc:
+            raise BrainUnavailable(f"The snapshot could not be read safely ({exc}).") from None
+        return await asyncio.to_thread(diff_brains, then, snapshot.brain)
 
     async def archive(self, account: Account) -> list[MemoryLine]:
         """Forgotten (and rejected) memories, most recently archived first."""

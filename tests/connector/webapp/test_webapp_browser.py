@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -207,7 +208,12 @@ def test_person_tends_their_brain_in_chromium(store: RunningStore, tmp_path: Pat
                 # History: restore the newest snapshot (the brain before the approval), after confirming.
                 page.get_by_role("link", name="History").click()
                 page.wait_for_url(base + "/app/history")
-                page.locator("table.snapshots a").first.click()
+                page.get_by_role("link", name=re.compile("^What changed since")).first.click()
+                page.wait_for_url("**/app/history/diff?version=**")
+                assert "Changed since then: 1" in page.inner_text("main")
+                assert page.get_by_role("link", name="Drain the garden tap").is_visible()
+                checks.page_ok("history-diff")
+                page.get_by_role("link", name="restore this snapshot...").click()
                 page.wait_for_url("**/app/history?confirm=**")
                 checks.page_ok("history")
                 page.get_by_role("button", name="Restore this snapshot").click()

@@ -166,7 +166,7 @@ def test_content_is_sanitised(store: RunningStore) -> None:
         assert 'href="https://example.org/page" rel="noopener noreferrer nofollow"' in memory_page
 
 
-def test_history_lists_snapshots_and_refuses_unknown_ones_and_read_only(store: RunningStore) -> None:
+def test_history_lists_snapshots_shows_what_changed_and_restores(store: RunningStore) -> None:
     alice = store.add_user("alice")
     brain_id = brains_of(store.url, alice.token)[0]["id"]
     first = direct_memorize(store.url, alice.token, brain_id, "First note.")
@@ -174,14 +174,20 @@ def test_history_lists_snapshots_and_refuses_unknown_ones_and_read_only(store: R
     with app_client(store.url) as client:
         csrf = sign_in(client, alice.token, access="read")
         page = client.get("/app/history")
-        assert page.status_code == 200 and "<code>" in page.text and "Restore..." not in page.text
+        assert page.status_code == 200 and "What changed" in page.text and "Restore..." not in page.text
         refused = client.post("/app/history/restore", data={"csrf": csrf, "version": "x"})
         assert refused.status_code == 403
     with app_client(store.url) as client:
         csrf = sign_in(client, alice.token)
         page = client.get("/app/history")
-        versions = re.findall(r"<code>([^<]+)</code>", page.text)
-        assert versions
+        versions = re.findall(r"/app/history/diff\?version=([^\"]+)\"", page.text)
+        assert versions and "files" in page.text
+        # The newest snapshot is the brain before the second note: that note was added since.
+        changed = client.get(f"/app/history/diff?version={versions[0]}")
+        assert changed.status_code == 200
+        assert "Added since then: 1" in changed.text and f"/app/memory/{second}" in changed.text
+        assert "Gone since then" not in changed.text
+        assert client.get("/app/history/diff?version=19990101T000000.000000000").status_code == 404
         confirm = client.get(f"/app/history?confirm={versions[0]}")
         assert "Restore this snapshot" in confirm.text
         unknown = client.post("/app/history/restore", data={"csrf": csrf, "version": "19990101T000000.000000000"})
@@ -190,7 +196,7 @@ def test_history_lists_snapshots_and_refuses_unknown_ones_and_read_only(store: R
                                       .read_json("index.json")["memories"])
         done = client.post("/app/history/restore", data={"csrf": csrf, "version": versions[0]})
         assert done.status_code == 303
-        # The newest snapshot is the brain before the second note; the web app serves it at once.
+        # The web app serves the restored brain at once; the store has it too.
         assert second not in download_brain(store.url, alice.token, brain_id)[0].read_json("index.json")["memories"]
         assert client.get(f"/app/memory/{second}").status_code == 404
 
