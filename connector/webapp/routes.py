@@ -12,6 +12,7 @@ import json
 import logging
 import secrets
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
@@ -130,13 +131,13 @@ class WebApp:
 
 
 @dataclass(frozen=True)
-class Posted:
-    """A state-changing request that passed the checks: where, who, and its form."""
+class Visit:
+    """A signed-in request that passed its checks: where, who, and (for a post) its form."""
 
     site: Site
     session: WebSession
     form: dict[str, str]
-    raw: Any  # the parsed form with its uploads
+    raw: Any  # the parsed form with its uploads (None for a page)
 
 
 def _flash(done: str | None, held: str | None) -> str | None:
@@ -146,7 +147,7 @@ def _flash(done: str | None, held: str | None) -> str | None:
     return message
 
 
-def _done_location(site: Site, memory_id: str, action: str, done: Done) -> str:
+def _done_location(site: Site, action: str, done: Done) -> str:
     query = {"done": action, **({} if done.synced else {"held": "1"})}
     return f"{site.root}/memory/{done.memory_id}?{urlencode(query)}"
 
@@ -154,7 +155,7 @@ def _done_location(site: Site, memory_id: str, action: str, done: Done) -> str:
 def webapp_route_handlers(app: WebApp) -> list[Any]:
     """Litestar handlers of every ``/app`` route."""
 
-    async def guarded_post(request: Request[Any, Any, Any], *, write: bool) -> Posted | Response[Any]:
+    async def guarded_post(request: Request[Any, Any, Any], *, write: bool) -> Visit | Response[Any]:
         """The session and form of a state-changing request, or the refusal to send."""
         site = app.site(request)
         _, session = session_of(request.cookies, site, app.sessions)
@@ -169,13 +170,7 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         if write and session.read_only:
             return app.page("error.html", site, session, status=403, title="Read-only sign-in",
                             message="This sign-in is read-only: it cannot change memories. Sign in with write access.")
-        return Posted(site, session, form, raw)
-
-    async def view_or_error(site: Site, session: WebSession, coroutine: Any) -> tuple[Any, Response[Any] | None]:
-        try:
-            return await coroutine, None
-        except BrainUnavailable as exc:
-            return None, app.page("error.html", site, session, status=503, title="Brain unavailable", message=str(exc))
+        return Visit(site, session, form, raw)
 
     # ----- sign-in -----------------------------------------------------------------
 
@@ -272,259 +267,225 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
 
     # ----- pages -------------------------------------------------------------------
 
+    def page_route(handler: Callable[[Request[Any, Any, Any], Visit], Awaitable[Response[Any]]]) -> Any:
+        """A GET page for a signed-in person: signed-out browsers go to the sign-in page."""
+
+        async def route(request: Request[Any, Any, Any]) -> Response[Any]:
+            site = app.site(request)
+            _, session = session_of(request.cookies, site, app.sessions)
+            if session is None:
+                return app.redirect(f"{site.root}/signin")
+            return await unavailable_as_page(handler(request, Visit(site, session, {}, None)), site, session)
+
+        route.__name__ = route.__qualname__ = handler.__name__
+        return route
+
+    def write_route(handler: Callable[[Request[Any, Any, Any], Visit], Awaitable[Response[Any]]]) -> Any:
+        """A POST that changes the brain: session, CSRF, origin and write access checked first."""
+
+        async def route(request: Request[Any, Any, Any]) -> Response[Any]:
+            checked = await guarded_post(request, write=True)
+            if isinstance(checked, Response):
+                return checked
+            return await unavailable_as_page(handler(request, checked), checked.site, checked.session)
+
+        route.__name__ = route.__qualname__ = handler.__name__
+        return route
+
+    async def unavailable_as_page(answer: Awaitable[Response[Any]], site: Site, session: WebSession) -> Response[Any]:
+        try:
+            return await answer
+        except BrainUnavailable as exc:
+            return app.page("error.html", site, session, status=503, title="Brain unavailable", message=str(exc))
+
+    def not_found(visit: Visit, message: str = "This brain has no memory with that id, live or archived.") -> Response[Any]:
+        return app.page("error.html", visit.site, visit.session, status=404, title="No such memory", message=message)
+
     @get(["/app", "/app/"], cache=False, include_in_schema=False)
-    async def home(request: Request[Any, Any, Any]) -> Response[Any]:
-        site = app.site(request)
-        _, session = session_of(request.cookies, site, app.sessions)
-        if session is None:
-            return app.redirect(f"{site.root}/signin")
-        data, failed = await view_or_error(site, session, app.views.home(session.account))
-        if failed is not None:
-            return failed
+    @page_route
+    async def home(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
+        data = await app.views.home(visit.session.account)
         params = request.query_params
-        return app.page("home.html", site, session, home=data, flash=_flash(params.get("done"), params.get("held")))
+        return app.page("home.html", visit.site, visit.session, home=data,
+                        flash=_flash(params.get("done"), params.get("held")))
 
     @get("/app/search", cache=False, include_in_schema=False)
-    async def search(request: Request[Any, Any, Any]) -> Response[Any]:
-        site = app.site(request)
-        _, session = session_of(request.cookies, site, app.sessions)
-        if session is None:
-            return app.redirect(f"{site.root}/signin")
+    @page_route
+    async def search(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
         params = request.query_params
         form = SearchForm(**{name: (params.get(name) or "").strip()[:2000]
                              for name in ("query", "type", "tag", "project", "as_of")})
-        result, failed = await view_or_error(site, session, app.views.search(session.account, form))
-        if failed is not None:
-            return failed
-        return app.page("search.html", site, session, result=result, types=TYPES)
+        result = await app.views.search(visit.session.account, form)
+        return app.page("search.html", visit.site, visit.session, result=result, types=TYPES)
 
     @get("/app/memory/{memory_id:str}", cache=False, include_in_schema=False)
-    async def memory(request: Request[Any, Any, Any]) -> Response[Any]:
-        memory_id = request.path_params["memory_id"]
-        site = app.site(request)
-        _, session = session_of(request.cookies, site, app.sessions)
-        if session is None:
-            return app.redirect(f"{site.root}/signin")
-        view, failed = await view_or_error(site, session, app.views.memory(session.account, memory_id[:200]))
-        if failed is not None:
-            return failed
+    @page_route
+    async def memory(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
+        view = await app.views.memory(visit.session.account, request.path_params["memory_id"][:200])
         if view is None:
-            return app.page("error.html", site, session, status=404, title="No such memory",
-                            message="This brain has no memory with that id, live or archived.")
+            return not_found(visit)
         params = request.query_params
-        return app.page("memory.html", site, session, memory=view, error=None, offer_force=False,
+        return app.page("memory.html", visit.site, visit.session, memory=view, error=None, offer_force=False,
                         flash=_flash(params.get("done"), params.get("held")))
 
     @get("/app/memory/{memory_id:str}/edit", cache=False, include_in_schema=False)
-    async def edit_page(request: Request[Any, Any, Any]) -> Response[Any]:
-        memory_id = request.path_params["memory_id"]
-        site = app.site(request)
-        _, session = session_of(request.cookies, site, app.sessions)
-        if session is None:
-            return app.redirect(f"{site.root}/signin")
-        if session.read_only:
-            return app.page("error.html", site, session, status=403, title="Read-only sign-in",
+    @page_route
+    async def edit_page(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
+        if visit.session.read_only:
+            return app.page("error.html", visit.site, visit.session, status=403, title="Read-only sign-in",
                             message="This sign-in is read-only: it cannot change memories.")
-        view, failed = await view_or_error(site, session, app.views.memory(session.account, memory_id[:200]))
-        if failed is not None:
-            return failed
+        view = await app.views.memory(visit.session.account, request.path_params["memory_id"][:200])
         if view is None or view.archived:
-            return app.page("error.html", site, session, status=404, title="No such memory",
-                            message="Only memories in the brain (not in the archive) can be edited.")
-        return app.page("edit.html", site, session, memory=view, types=TYPES, error=None)
+            return not_found(visit, "Only memories in the brain (not in the archive) can be edited.")
+        return app.page("edit.html", visit.site, visit.session, memory=view, types=TYPES, error=None)
 
     @get("/app/archive", cache=False, include_in_schema=False)
-    async def archive(request: Request[Any, Any, Any]) -> Response[Any]:
-        site = app.site(request)
-        _, session = session_of(request.cookies, site, app.sessions)
-        if session is None:
-            return app.redirect(f"{site.root}/signin")
-        lines, failed = await view_or_error(site, session, app.views.archive(session.account))
-        if failed is not None:
-            return failed
-        return app.page("archive.html", site, session, archived=lines)
+    @page_route
+    async def archive(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
+        lines = await app.views.archive(visit.session.account)
+        return app.page("archive.html", visit.site, visit.session, archived=lines)
 
     # ----- writes -------------------------------------------------------------------
 
     @post("/app/memory/{memory_id:str}/edit", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
-    async def edit_submit(request: Request[Any, Any, Any]) -> Response[Any]:
-        memory_id = request.path_params["memory_id"][:200]
-        checked = await guarded_post(request, write=True)
-        if isinstance(checked, Response):
-            return checked
-        site, session, form = checked.site, checked.session, checked.form
+    @write_route
+    async def edit_submit(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
+        memory_id, form = request.path_params["memory_id"][:200], visit.form
         try:
-            done = await app.actions.edit(session.account, memory_id, title=form.get("title", ""),
+            done = await app.actions.edit(visit.session.account, memory_id, title=form.get("title", ""),
                                           content=form.get("content", ""), type_=form.get("type", "learning"),
                                           tags=form.get("tags", ""))
         except ActionRefused as exc:
-            view, failed = await view_or_error(site, session, app.views.memory(session.account, memory_id))
-            if failed is not None or view is None:
-                return failed or app.page("error.html", site, session, status=404, title="No such memory",
-                                          message=str(exc))
-            return app.page("edit.html", site, session, status=409, memory=view, types=TYPES, error=str(exc))
-        return app.redirect(_done_location(site, memory_id, "edit", done))
+            view = await app.views.memory(visit.session.account, memory_id)
+            if view is None:
+                return not_found(visit, str(exc))
+            return app.page("edit.html", visit.site, visit.session, status=409, memory=view, types=TYPES,
+                            error=str(exc))
+        return app.redirect(_done_location(visit.site, "edit", done))
 
     @post("/app/memory/{memory_id:str}/{action:str}", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
-    async def memory_action(request: Request[Any, Any, Any]) -> Response[Any]:
+    @write_route
+    async def memory_action(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
         memory_id, action = request.path_params["memory_id"][:200], request.path_params["action"]
-        checked = await guarded_post(request, write=True)
-        if isinstance(checked, Response):
-            return checked
-        site, session, form = checked.site, checked.session, checked.form
         if action not in MEMORY_ACTIONS:
-            return app.page("error.html", site, session, status=404, title="Unknown action",
+            return app.page("error.html", visit.site, visit.session, status=404, title="Unknown action",
                             message="The app offers no such action.")
-        account = session.account
+        account = visit.session.account
         try:
             if action == "pin":
                 done = await app.actions.pin(account, memory_id)
             elif action == "unpin":
                 done = await app.actions.unpin(account, memory_id)
             elif action == "forget":
-                done = await app.actions.forget(account, memory_id, force=form.get("force") == "1")
+                done = await app.actions.forget(account, memory_id, force=visit.form.get("force") == "1")
             elif action == "restore":
                 done = await app.actions.restore(account, memory_id)
             else:
                 done = await app.actions.verify(account, memory_id, action)
         except ActionRefused as exc:
-            view, failed = await view_or_error(site, session, app.views.memory(account, memory_id))
-            if failed is not None:
-                return failed
+            view = await app.views.memory(account, memory_id)
             if view is None:
-                return app.page("error.html", site, session, status=404, title="No such memory", message=str(exc))
-            return app.page("memory.html", site, session, status=409, memory=view, error=str(exc), flash=None,
-                            offer_force=action == "forget" and "force" in str(exc))
-        return app.redirect(_done_location(site, memory_id, action, done))
+                return not_found(visit, str(exc))
+            return app.page("memory.html", visit.site, visit.session, status=409, memory=view, error=str(exc),
+                            flash=None, offer_force=action == "forget" and "force" in str(exc))
+        return app.redirect(_done_location(visit.site, action, done))
 
     @post("/app/brain", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
-    async def use_brain(request: Request[Any, Any, Any]) -> Response[Any]:
-        checked = await guarded_post(request, write=True)
-        if isinstance(checked, Response):
-            return checked
-        site, session, form = checked.site, checked.session, checked.form
+    @write_route
+    async def use_brain(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
         try:
-            await app.actions.use_brain(session.account, form.get("brain", "")[:300])
+            await app.actions.use_brain(visit.session.account, visit.form.get("brain", "")[:300])
         except ActionRefused as exc:
-            return app.page("error.html", site, session, status=409, title="Brain not switched", message=str(exc))
-        return app.redirect(f"{site.root}?done=brain")
-
+            return app.page("error.html", visit.site, visit.session, status=409, title="Brain not switched",
+                            message=str(exc))
+        return app.redirect(f"{visit.site.root}?done=brain")
 
     # ----- export and import ----------------------------------------------------------
 
     @get("/app/transfer", cache=False, include_in_schema=False)
-    async def transfer_page(request: Request[Any, Any, Any]) -> Response[Any]:
-        site = app.site(request)
-        _, session = session_of(request.cookies, site, app.sessions)
-        if session is None:
-            return app.redirect(f"{site.root}/signin")
-        return app.page("transfer.html", site, session, summary=None, reference=None, error=None)
+    @page_route
+    async def transfer_page(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
+        return app.page("transfer.html", visit.site, visit.session, summary=None, reference=None, error=None)
 
     @get(["/app/export/memories.json", "/app/export/memories.zip"], cache=False, include_in_schema=False)
-    async def export(request: Request[Any, Any, Any]) -> Response[Any]:
-        site = app.site(request)
-        _, session = session_of(request.cookies, site, app.sessions)
-        if session is None:
-            return app.redirect(f"{site.root}/signin")
-        snapshot, failed = await view_or_error(site, session, app.actions.manager.snapshot(session.account))
-        if failed is not None:
-            return failed
+    @page_route
+    async def export(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
+        snapshot = await app.actions.manager.snapshot(visit.session.account)
         brain = snapshot.brain or Brain()
-        stamp = app.actions.manager.now().strftime("%Y%m%d-%H%M%S")
+        now = app.actions.manager.now()
+        stamp = now.strftime("%Y%m%d-%H%M%S")
         headers = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
         if request.url.path.endswith(".zip"):
             data = await asyncio.to_thread(export_zip, brain)
             headers["Content-Disposition"] = f'attachment; filename="brain-{stamp}.zip"'
             return Response(data, media_type="application/zip", headers=headers)
         document = await asyncio.to_thread(export_memories, brain, brain_id=snapshot.brain_id,
-                                           brain_name=snapshot.brain_name, now=app.actions.manager.now())
+                                           brain_name=snapshot.brain_name, now=now)
         headers["Content-Disposition"] = f'attachment; filename="brain-{stamp}.json"'
         body = json.dumps(document, ensure_ascii=False, indent=1).encode("utf-8")
         return Response(body, media_type="application/json", headers=headers)
 
     @post("/app/import", request_max_body_size=MAX_IMPORT_BYTES + 64 * 1024, include_in_schema=False)
-    async def import_preview(request: Request[Any, Any, Any]) -> Response[Any]:
-        checked = await guarded_post(request, write=True)
-        if isinstance(checked, Response):
-            return checked
-        site, session = checked.site, checked.session
-        upload = checked.raw.get("file")
+    @write_route
+    async def import_preview(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
+        upload = visit.raw.get("file")
         if upload is None or isinstance(upload, str):
-            return app.page("transfer.html", site, session, status=400, summary=None, reference=None,
+            return app.page("transfer.html", visit.site, visit.session, status=400, summary=None, reference=None,
                             error="Choose a JSON file exported from this app.")
         payload = await upload.read()
-        snapshot, failed = await view_or_error(site, session, app.actions.manager.snapshot(session.account))
-        if failed is not None:
-            return failed
+        snapshot = await app.actions.manager.snapshot(visit.session.account)
         now = app.actions.manager.now()
         plan = await asyncio.to_thread(plan_import, payload, snapshot.brain, now)
         summary = await asyncio.to_thread(dry_run, plan, snapshot.brain, now)
-        reference = app.keep_import(session, plan) if summary.new else None
-        return app.page("transfer.html", site, session, summary=summary, reference=reference, error=None)
+        reference = app.keep_import(visit.session, plan) if summary.new else None
+        return app.page("transfer.html", visit.site, visit.session, summary=summary, reference=reference, error=None)
 
     @post("/app/import/confirm", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
-    async def import_confirm(request: Request[Any, Any, Any]) -> Response[Any]:
-        checked = await guarded_post(request, write=True)
-        if isinstance(checked, Response):
-            return checked
-        site, session, form = checked.site, checked.session, checked.form
-        plan = app.take_import(session, form.get("reference"))
+    @write_route
+    async def import_confirm(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
+        plan = app.take_import(visit.session, visit.form.get("reference"))
         if plan is None:
-            return app.page("transfer.html", site, session, status=409, summary=None, reference=None,
+            return app.page("transfer.html", visit.site, visit.session, status=409, summary=None, reference=None,
                             error="That import expired or was already done. Upload the file again.")
         try:
-            done = await app.actions.write(session.account, plan.operation(), "import")
+            done = await app.actions.write(visit.session.account, plan.operation(), "import")
         except ActionRefused as exc:
-            return app.page("transfer.html", site, session, status=409, summary=None, reference=None, error=str(exc))
-        return app.redirect(f"{site.root}?done=import" + ("" if done.synced else "&held=1"))
+            return app.page("transfer.html", visit.site, visit.session, status=409, summary=None, reference=None,
+                            error=str(exc))
+        return app.redirect(f"{visit.site.root}?done=import" + ("" if done.synced else "&held=1"))
 
     # ----- history --------------------------------------------------------------------
 
     @get("/app/history", cache=False, include_in_schema=False)
-    async def history(request: Request[Any, Any, Any]) -> Response[Any]:
-        site = app.site(request)
-        _, session = session_of(request.cookies, site, app.sessions)
-        if session is None:
-            return app.redirect(f"{site.root}/signin")
-        found, failed = await view_or_error(site, session, app.views.history(session.account))
-        if failed is not None:
-            return failed
-        name, versions = found
+    @page_route
+    async def history(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
+        name, versions = await app.views.history(visit.session.account)
         wanted = request.query_params.get("confirm")
         confirm = next((version for version in versions if version.name == wanted), None)
-        return app.page("history.html", site, session, brain_name=name, versions=versions, error=None,
+        return app.page("history.html", visit.site, visit.session, brain_name=name, versions=versions, error=None,
                         confirm=confirm, flash=_flash(request.query_params.get("done"), None))
 
     @get("/app/history/diff", cache=False, include_in_schema=False)
-    async def history_diff(request: Request[Any, Any, Any]) -> Response[Any]:
-        site = app.site(request)
-        _, session = session_of(request.cookies, site, app.sessions)
-        if session is None:
-            return app.redirect(f"{site.root}/signin")
+    @page_route
+    async def history_diff(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
         version = (request.query_params.get("version") or "")[:200]
-        found, failed = await view_or_error(site, session, app.views.history(session.account))
-        if failed is not None:
-            return failed
-        record = next((item for item in found[1] if item.name == version), None)
-        changes, failed = await view_or_error(site, session, app.views.diff(session.account, version))
-        if failed is not None:
-            return failed
+        _, versions = await app.views.history(visit.session.account)
+        record = next((item for item in versions if item.name == version), None)
+        changes = await app.views.diff(visit.session.account, version) if record is not None else None
         if record is None or changes is None:
-            return app.page("error.html", site, session, status=404, title="No such snapshot",
+            return app.page("error.html", visit.site, visit.session, status=404, title="No such snapshot",
                             message="The store keeps no snapshot of this brain by that name.")
-        return app.page("history_diff.html", site, session, version=record, changes=changes)
+        return app.page("history_diff.html", visit.site, visit.session, version=record, changes=changes)
 
     @post("/app/history/restore", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
-    async def history_restore(request: Request[Any, Any, Any]) -> Response[Any]:
-        checked = await guarded_post(request, write=True)
-        if isinstance(checked, Response):
-            return checked
-        site, session, form = checked.site, checked.session, checked.form
+    @write_route
+    async def history_restore(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
         try:
-            await app.actions.restore_snapshot(session.account, form.get("version", "")[:200])
+            await app.actions.restore_snapshot(visit.session.account, visit.form.get("version", "")[:200])
         except ActionRefused as exc:
-            return app.page("error.html", site, session, status=409, title="Snapshot not restored", message=str(exc))
-        return app.redirect(f"{site.root}/history?done=snapshot")
+            return app.page("error.html", visit.site, visit.session, status=409, title="Snapshot not restored",
+                            message=str(exc))
+        return app.redirect(f"{visit.site.root}/history?done=snapshot")
 
     # ----- static files -----------------------------------------------------------------
 

@@ -29,3 +29,12 @@ def test_added_removed_and_changed_memories() -> None:
     assert diff_brains(now, now).empty and diff_brains(None, None).empty
     assert [c.id for c in diff_brains(None, then).added] == sorted([kept, pinned, gone], key=lambda i: {
         kept: "kept as it was.", pinned: "pinned later.", gone: "forgotten later."}[i])
+
+
+def test_an_index_of_unusual_shape_is_still_compared() -> None:
+    then = Brain()
+    then.write_json("index.json", {"memories": {"a": {"title": "A", "path": "a.md"}, "odd": "not an entry"}})
+    then.write("a.md", b"---\\nid: a\\n---\\nold\\n")
+    now = then.copy()
+    now.write("a.md", b"---\\nid: a\\n---\\nnew\\n")
+    assert [c.id for c in diff_brains(then, now).changed] == ["a"]
