@@ -4,7 +4,8 @@ The inverse of `archive_memory` (ops.py) as far as the brain still knows it: the
 file moves from ``_archived/`` back to its old path (a free name when that is
 taken), the index entry is rebuilt from the file's front matter with the archive
 record's fields as fallback, and the memory is searchable again. What forgetting
-dropped for good stays dropped: associations, the pin, supersessions it imposed.
+dropped for good stays dropped: associations and the pin. An edit that is restored
+supersedes its predecessor again (unless something newer did meanwhile).
 Directory ``_meta.json`` counts are left alone, as forgetting leaves them.
 """
 
@@ -18,6 +19,7 @@ from typing import Any, ClassVar
 from connector.engine.brain import Brain
 from connector.engine.errors import BrainError
 from connector.engine.frontmatter import frontmatter_text
+from connector.engine.memorize import apply_supersession
 from connector.engine.ops import Operation
 from connector.engine.rules import token_estimate
 from connector.engine.text import memory_body
@@ -36,27 +38,48 @@ def frontmatter_values(text: str) -> dict[str, Any]:
     """The top-level ``key: value`` pairs of a memory file's front matter.
 
     Values are read as JSON, which every value this project writes is (see
-    `yaml_scalar`); a plain word (``type: fact``) is kept as text. Nested blocks
-    (``encoding_context``) and values in other YAML spellings are left out: the
-    caller falls back to what else it knows.
+    `yaml_scalar`); a plain word (``type: fact``) is kept as text; one level of
+    indented ``key: value`` lines under an empty key (``encoding_context``) becomes
+    a mapping. Values in other YAML spellings are left out: the caller falls back
+    to what else it knows.
     """
     block = frontmatter_text(text)
     values: dict[str, Any] = {}
     if block is None:
         return values
+    nested: dict[str, Any] | None = None  # the mapping an indented line belongs to (encoding_context)
     for line in block.split("\n"):
-        if not line or line[0] in " \t#" or ":" not in line:
+        if not line or line.lstrip().startswith("#") or ":" not in line:
             continue
-        key, _, raw = line.partition(":")
+        indented = line[0] in " \t"
+        key, _, raw = line.strip().partition(":")
         raw = raw.strip()
-        if not raw:
+        if indented:
+            if nested is not None and raw:
+                value = _scalar(raw)
+                if value is not None:
+                    nested[key] = value
             continue
-        try:
-            values[key.strip()] = json.loads(raw)
-        except ValueError:
-            if raw.replace("-", "").replace("_", "").isalnum():
-                values[key.strip()] = raw
+        nested = None
+        if not raw:
+            nested = values[key] = {}
+            continue
+        value = _scalar(raw)
+        if value is not None:
+            values[key] = value
     return values
+
+
+def _scalar(raw: str) -> Any:
+    """A front-matter value written as JSON, or a plain word; None for anything else."""
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw if raw.replace("-", "").replace("_", "").isalnum() else None
+
+
+def _strings(value: Any) -> list[str]:
+    return [item for item in value if isinstance(item, str)] if isinstance(value, list) else []
 
 
 def _free_path(txn: WriteTxn, wanted: str) -> str:
@@ -115,11 +138,24 @@ class Restore(Operation):
         txn.add_entry(self.id, entry)
         tags = [tag for tag in entry["tags"] if isinstance(tag, str)] if isinstance(entry["tags"], list) else []
         txn.index_document(self.id, str(entry.get("title") or ""), tags, body)
+        # What it superseded (an edit) is superseded again, unless something newer took over meanwhile;
+        # a memory still waiting for verification supersedes nothing yet, as when it was written.
+        targets = [target for target in _strings(entry.get("supersedes"))
+                   if (other := txn.entry(target)) is not None and not other.get("superseded_by")]
+        superseded = []
+        if targets and not entry.get("quarantined"):
+            boundary = entry.get("valid_from") or entry.get("created") or txn.now_iso
+            superseded = apply_supersession(txn, self.id, targets, boundary)
+        elif targets:
+            txn.update_entry(self.id, {"supersede_pending": targets})
         del archive["memories"][self.id]
         archive["archived_count"] = len(archive["memories"])
         txn.mark(ARCHIVE_INDEX)
         txn.commit()
-        return {"id": self.id, "title": entry.get("title"), "path": path, "restored": True}
+        result: dict[str, Any] = {"id": self.id, "title": entry.get("title"), "path": path, "restored": True}
+        if superseded:
+            result["superseded"] = superseded
+        return result
 
     def to_dict(self) -> dict[str, Any]:
         return {"op": self.kind, "id": self.id}

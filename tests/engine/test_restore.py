@@ -73,6 +73,22 @@ def test_restore_replays_and_round_trips_as_a_pending_write() -> None:
 
 
 def test_frontmatter_values_reads_what_the_engine_writes() -> None:
-    text = '---\nid: mem_1\ntype: fact\nsalience: 0.5\ntags: ["a", "b"]\nsource: "x: y"\nencoding_context:\n  project: ""\n---\nbody\n'
+    text = ('---\nid: mem_1\ntype: fact\nsalience: 0.5\ntags: ["a", "b"]\nsource: "x: y"\n'
+            'encoding_context:\n  project: "p"\n  topics: ["t"]\nweird: {a: [b\n---\nbody\n')
     assert frontmatter_values(text) == {"id": "mem_1", "type": "fact", "salience": 0.5, "tags": ["a", "b"],
-                                        "source": "x: y"}
+                                        "source": "x: y", "encoding_context": {"project": "p", "topics": ["t"]}}
+
+
+def test_a_restored_edit_supersedes_its_predecessor_again_and_keeps_its_context() -> None:
+    brain = fixture_brain("brain-1-01")
+    old = connector_memorize("The key is under the pot.", agent="claude").apply(brain, NOW)["stored"][0]["id"]
+    new = connector_memorize("The key is in the safe.", supersedes=[old], origin="user",
+                             agent="web app").apply(brain, NOW)["stored"][0]["id"]
+    assert entries(brain)[old]["superseded_by"] == new
+    context = entries(brain)[new]["encoding_context"]
+    Forget(new).apply(brain, NOW)
+    assert "superseded_by" not in entries(brain)[old]
+    result = Restore(new).apply(brain, NOW)
+    check_consistency(brain)
+    assert result["superseded"] == [old] and entries(brain)[old]["superseded_by"] == new
+    assert entries(brain)[new]["encoding_context"] == context and context["agent"] == "web app"
