@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 from connector.engine.brain import Brain
 from connector.engine.errors import BrainError
 from connector.engine.frontmatter import frontmatter_text
-from connector.engine.memorize import apply_supersession
+from connector.engine.memorize import _free_file_path, apply_supersession
 from connector.engine.ops import Operation
 from connector.engine.rules import token_estimate
 from connector.engine.text import memory_body
@@ -82,16 +82,6 @@ def _strings(value: Any) -> list[str]:
     return [item for item in value if isinstance(item, str)] if isinstance(value, list) else []
 
 
-def _free_path(txn: WriteTxn, wanted: str) -> str:
-    if not txn.exists(wanted):
-        return wanted
-    stem = wanted.removesuffix(".md")
-    number = 2
-    while txn.exists(f"{stem}-{number}.md"):
-        number += 1
-    return f"{stem}-{number}.md"
-
-
 @dataclass
 class Restore(Operation):
     """Move an archived memory back into the brain (same id)."""
@@ -120,7 +110,7 @@ class Restore(Operation):
         text = data.decode("utf-8", errors="replace")
         fields = frontmatter_values(text)
         body = memory_body(text)
-        path = _free_path(txn, old_path)
+        path = _free_file_path(txn, old_path)
 
         entry: dict[str, Any] = {"title": record.get("title"), "path": path}
         for key in _ENTRY_KEYS:

@@ -9,7 +9,7 @@ import pytest
 
 from connector.engine.archive import pack_archive
 from connector.engine.brain import Brain
-from connector.engine.ops import connector_memorize
+from connector.engine.ops import Memorize, connector_memorize
 
 from ..conftest import RunningStore, brains_of, direct_memorize, download_brain, upload_raw
 from .conftest import app_client, csrf_of, sign_in
@@ -241,3 +241,32 @@ def test_search_filters_and_browsing(store: RunningStore) -> None:
         page = client.get("/app/search", params={"query": "postgres"})
         assert "relevance" in page.text and page.text.count('class="muted score"') == 3
         assert client.get("/app/search", params={"query": "x", "as_of": "not a date"}).status_code == 200
+
+
+def test_forgetting_a_salient_memory_asks_first_and_edit_errors_change_nothing(store: RunningStore) -> None:
+    alice = store.add_user("alice")
+    brain_id = brains_of(store.url, alice.token)[0]["id"]
+    brain = Brain()
+    stored = Memorize.from_request({"title": "Passport number", "type": "learning", "path": "personal/",
+                                    "content": "Kept in the safe.", "salience": 0.9, "origin": "user"}).apply(
+        brain, datetime.now(UTC))["stored"][0]
+    assert upload_raw(store.url, alice.token, brain_id, pack_archive(brain), {"If-None-Match": "*"}).status_code == 200
+    memory_id = stored["id"]
+    with app_client(store.url) as client:
+        csrf = sign_in(client, alice.token)
+        asked = client.post(f"/app/memory/{memory_id}/forget", data={"csrf": csrf})
+        assert asked.status_code == 409 and "protected" in asked.text and "Forget anyway" in asked.text
+        assert memory_id in _live(store, alice.token, brain_id)
+        bad_edit = client.post(f"/app/memory/{memory_id}/edit", data={"csrf": csrf, "content": "  ", "type": "learning"})
+        assert bad_edit.status_code == 409 and "must not be empty" in bad_edit.text
+        wrong_type = client.post(f"/app/memory/{memory_id}/edit", data={"csrf": csrf, "content": "x", "type": "nope"})
+        assert wrong_type.status_code == 409
+        assert set(_live(store, alice.token, brain_id)) == {memory_id}
+        done = client.post(f"/app/memory/{memory_id}/forget", data={"csrf": csrf, "force": "1"})
+        assert done.status_code == 303
+        assert memory_id not in _live(store, alice.token, brain_id)
+        assert client.post(f"/app/memory/{memory_id}/nonsense", data={"csrf": csrf}).status_code == 404
+
+
+def _live(store: RunningStore, token: str, brain_id: str) -> dict:
+    return download_brain(store.url, token, brain_id)[0].read_json("index.json")["memories"]
