@@ -270,3 +270,14 @@ def test_forgetting_a_salient_memory_asks_first_and_edit_errors_change_nothing(s
 
 def _live(store: RunningStore, token: str, brain_id: str) -> dict:
     return download_brain(store.url, token, brain_id)[0].read_json("index.json")["memories"]
+
+
+def test_development_mode_signs_in_the_local_user_without_a_token(store: RunningStore) -> None:
+    alice = store.add_user("alice")
+    with app_client(store.url, dev=True, dev_store_token=alice.token) as client:
+        page = client.get("/app/signin")
+        assert "Development mode" in page.text and 'name="token"' not in page.text
+        done = client.post("/app/signin", data={"csrf": csrf_of(page.text), "access": "write"})
+        assert done.status_code == 303
+        home = client.get("/app")
+        assert home.status_code == 200 and "default" in home.text
