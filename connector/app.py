@@ -310,8 +310,15 @@ def create_app(settings: ConnectorSettings, *, tuning: ManagerTuning | None = No
                 await parts.store.aclose()
                 await oauth.aclose()
 
+    # The web app at /app (connector/webapp): same provider, working copies and write path as /mcp.
+    web, web_handlers = None, []
+    if settings.webapp:
+        from connector.webapp.routes import build_webapp
+
+        web, web_handlers = build_webapp(settings, manager=parts.manager, tools=parts.tools, provider=oauth.provider)
+
     app = Litestar(
-        route_handlers=[mcp_endpoint, health, health_live, health_ready, *oauth.route_handlers],
+        route_handlers=[mcp_endpoint, health, health_live, health_ready, *oauth.route_handlers, *web_handlers],
         lifespan=[lifespan],
         middleware=[security_and_logging],
         # Browser-based MCP clients call /mcp and the OAuth endpoints cross-origin with a bearer
@@ -332,6 +339,7 @@ def create_app(settings: ConnectorSettings, *, tuning: ManagerTuning | None = No
     )
     app.state.connector = parts
     app.state.oauth = oauth
+    app.state.webapp = web
     # Outermost: /metrics and request/tool/pull/push series (connector/metrics.py).
     app.asgi_handler = observability_layer(app.asgi_handler, parts)
     return app

@@ -88,6 +88,8 @@ class ConnectorSettings:
     http_body_timeout_s: int = 30  # longest pause in a body (or in reading a response)
     http_body_min_bytes_per_s: int = 1024  # average body rate required after the first pause allowance
     http_max_connections: int = 512  # open connections; beyond: 503
+    webapp: bool = True  # the web app at /app (docs/webapp.md)
+    webapp_session_ttl_ms: int = 8 * 3600 * 1000  # a web sign-in ends after this, whatever happens
 
     @property
     def http_limits(self) -> HttpLimits:
@@ -255,6 +257,8 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     put("http_body_timeout_s", _int(env, "CONNECTOR_HTTP_BODY_TIMEOUT_S"))
     put("http_body_min_bytes_per_s", _int(env, "CONNECTOR_HTTP_BODY_MIN_BYTES_PER_S"))
     put("http_max_connections", _int(env, "CONNECTOR_HTTP_MAX_CONNECTIONS"))
+    put("webapp", _bool(env, "CONNECTOR_WEBAPP"))
+    put("webapp_session_ttl_ms", _int(env, "CONNECTOR_WEBAPP_SESSION_TTL_MS"))
     return values
 
 
@@ -306,6 +310,8 @@ def _validated(settings: ConnectorSettings) -> ConnectorSettings:
         raise SettingsError("CONNECTOR_MAX_CONCURRENT_LOADS must be at least 1")
     if settings.log_level.lower() not in ("debug", "info", "warning", "error"):
         raise SettingsError("CONNECTOR_LOG_LEVEL must be debug, info, warning or error")
+    if not 60_000 <= settings.webapp_session_ttl_ms <= 30 * 24 * 3600 * 1000:
+        raise SettingsError("CONNECTOR_WEBAPP_SESSION_TTL_MS must be between one minute and 30 days")
     return replace(
         settings,
         store_url=store_url,

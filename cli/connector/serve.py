@@ -50,6 +50,8 @@ def serve(host: str | None, port: int | None, dev: bool | None) -> None:
     base = settings.public_url or f"http://{settings.host}:{settings.port}"
     click.echo(f"brain-connector listening on http://{settings.host}:{settings.port}")
     click.echo(f"MCP URL: {base}/mcp   (store: {settings.store_url})")
+    if settings.webapp:
+        click.echo(f"Web app: {base}/app")
     sys.stdout.flush()
     uvicorn.run(
         app,

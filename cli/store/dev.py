@@ -171,6 +171,8 @@ Claude Desktop / claude.ai (Settings > Connectors > Add custom connector):
   from the internet, so they need it on a public HTTPS name (see docs/self-hosting.md);
   this loopback URL works for clients running on this machine.
 
+In a browser: {mcp_url.removesuffix("/mcp")}/app (sign in with the token above).
+
 Ctrl-C stops both servers.
 """.strip("\n")
 

@@ -454,4 +454,8 @@ def operation_from_dict(value: Mapping[str, Any]) -> Operation:
         return Forget(value["id"], bool(value.get("force", False)))
     if kind == "verify":
         return Verify(value.get("action", "list"), list(value.get("ids", [])))
+    if kind == "restore":
+        from connector.engine.restore import Restore  # restore.py builds on this module
+
+        return Restore(value["id"])
     raise BrainError(f"unknown operation {kind!r}")

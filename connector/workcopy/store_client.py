@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -100,6 +101,26 @@ class UploadResult:
     checksum: str
     size_bytes: int
     file_count: int
+
+
+@dataclass(frozen=True)
+class VersionRecord:
+    """One snapshot of a brain as the store lists it."""
+
+    name: str
+    date: str
+    size_bytes: int | None
+    file_count: int | None
+
+    @classmethod
+    def from_json(cls, item: dict[str, Any]) -> VersionRecord:
+        """Parse a listing item (extra members ignored; missing numbers are None)."""
+        def number(key: str) -> int | None:
+            value = item.get(key)
+            return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+        date = item.get("date")
+        return cls(item["version"], date if isinstance(date, str) else "", number("size_bytes"), number("file_count"))
 
 
 class StoreClient:
@@ -205,16 +226,20 @@ class StoreClient:
             raise self._fail(response, "create a brain")
         return BrainRecord.from_json(response.json())
 
-    async def download(self, credential: str, brain_id: str, known_checksum: str | None = None) -> Download:
+    async def download(
+        self, credential: str, brain_id: str, known_checksum: str | None = None, *, version: str | None = None
+    ) -> Download:
         """``GET /api/brains/{id}/sync``, conditional on ``known_checksum`` (304 → not modified).
 
         A brain with no archive yet raises StoreNotFound, like a missing brain;
-        callers tell them apart with the brain list.
+        callers tell them apart with the brain list. ``version`` names one of the
+        store's snapshots (``?version=``) instead of the current archive.
         """
         headers = {"If-None-Match": f'"{known_checksum}"', "Authorization": f"Bearer {credential}"}
         if not known_checksum:
             del headers["If-None-Match"]
-        request = self._http.build_request("GET", f"/api/brains/{brain_id}/sync", headers=headers)
+        params = {"version": version} if version else None
+        request = self._http.build_request("GET", f"/api/brains/{brain_id}/sync", headers=headers, params=params)
         try:
             response = await self._http.send(request, stream=True)
         except httpx.TimeoutException as exc:
@@ -243,6 +268,27 @@ class StoreClient:
             await response.aclose()
         checksum = response.headers.get("X-Checksum") or response.headers.get("ETag", "").strip('"') or None
         return Download(data=data, checksum=checksum.lower() if checksum else None)
+
+    async def list_versions(self, credential: str, brain_id: str) -> list[VersionRecord]:
+        """``GET /api/brains/{id}/versions``: the brain's snapshots, newest first."""
+        response = await self._request("GET", f"/api/brains/{quote(brain_id, safe='')}/versions", credential)
+        if response.status_code != 200:
+            raise self._fail(response, "list the brain's snapshots")
+        try:
+            items = response.json().get("versions")
+        except (ValueError, AttributeError):
+            items = None
+        if not isinstance(items, list):
+            raise StoreError("the store sent a malformed snapshot list")
+        return [VersionRecord.from_json(item) for item in items
+                if isinstance(item, dict) and isinstance(item.get("version"), str)]
+
+    async def restore_version(self, credential: str, brain_id: str, name: str) -> None:
+        """``POST /api/brains/{id}/versions/{name}/restore``: make a snapshot live (the store keeps the current one)."""
+        path = f"/api/brains/{quote(brain_id, safe='')}/versions/{quote(name, safe='')}/restore"
+        response = await self._request("POST", path, credential)
+        if response.status_code != 200:
+            raise self._fail(response, "restore the snapshot")
 
     async def upload(
         self,

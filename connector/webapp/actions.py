@@ -1,0 +1,136 @@
+"""The web app's writes: the very operations the MCP tools apply, through the same manager.
+
+Pin, unpin, forget, approve and reject are `connector.engine.ops` operations;
+restore is `connector.engine.restore.Restore`; an edit is a ``brain_memorize``
+of the new text that supersedes the old memory (so history is kept). Each goes
+through ``WorkingCopyManager.write``: applied to the working copy, pushed with
+If-Match, replayed on a conflict, held and retried when the store is away.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from connector.engine.errors import BrainError
+from connector.engine.ops import Forget, Operation, Pin, Unpin, Verify, connector_memorize
+from connector.engine.restore import Restore
+from connector.mcp.tools import BrainTools
+from connector.workcopy.manager import BrainUnavailable, UnknownBrain, WorkingCopyManager
+from connector.workcopy.model import Account, WriteOutcome
+from connector.workcopy.store_client import StoreError
+
+EDIT_ORIGIN = "user"  # the person typed it in the app themselves
+MAX_CONTENT_CHARS = 50_000  # as brain_memorize
+MAX_TITLE_CHARS = 1000
+
+
+class ActionRefused(Exception):
+    """The write did not happen; the message is safe to show to the person."""
+
+
+@dataclass(frozen=True)
+class Done:
+    """A write that happened: the memory to show next, and whether the store has it yet."""
+
+    memory_id: str
+    synced: bool
+
+
+class BrainActions:
+    """Every write the app offers, for one signed-in account at a time."""
+
+    def __init__(self, manager: WorkingCopyManager, tools: BrainTools) -> None:
+        self.manager = manager
+        self.tools = tools
+
+    async def _apply(self, account: Account, op: Operation, label: str) -> WriteOutcome:
+        try:
+            outcome = await self.manager.write(account, op, label)
+        except BrainError as exc:
+            raise ActionRefused(str(exc)) from None
+        except BrainUnavailable as exc:
+            raise ActionRefused(str(exc)) from None
+        except StoreError as exc:
+            raise ActionRefused(f"The store could not complete this ({exc}); nothing was changed.") from None
+        if outcome.discarded:
+            raise ActionRefused(outcome.discarded)
+        # Same as after a tool's write: build the next recall index in the background.
+        self.tools.prewarm(outcome)
+        return outcome
+
+    async def write(self, account: Account, op: Operation, label: str) -> Done:
+        """Any other operation (an import's Memorize); the Done names no particular memory."""
+        outcome = await self._apply(account, op, label)
+        return Done("", outcome.synced)
+
+    async def pin(self, account: Account, memory_id: str) -> Done:
+        """Pin into the always-present tier."""
+        outcome = await self._apply(account, Pin(memory_id), "pin")
+        return Done(memory_id, outcome.synced)
+
+    async def unpin(self, account: Account, memory_id: str) -> Done:
+        """Back to normal recall and decay."""
+        outcome = await self._apply(account, Unpin(memory_id), "unpin")
+        return Done(memory_id, outcome.synced)
+
+    async def forget(self, account: Account, memory_id: str, *, force: bool) -> Done:
+        """To the archive (recoverable); salient memories need ``force`` as with brain_forget."""
+        outcome = await self._apply(account, Forget(memory_id, force=force), "forget")
+        return Done(memory_id, outcome.synced)
+
+    async def restore(self, account: Account, memory_id: str) -> Done:
+        """Back from the archive under the same id."""
+        outcome = await self._apply(account, Restore(memory_id), "restore")
+        return Done(memory_id, outcome.synced)
+
+    async def verify(self, account: Account, memory_id: str, action: str) -> Done:
+        """Approve or reject a memory waiting for verification."""
+        outcome = await self._apply(account, Verify(action, [memory_id]), f"verify-{action}")
+        errors = outcome.result.get("errors") or []
+        if errors and not outcome.result.get("results"):
+            raise ActionRefused(f"{memory_id}: {errors[0].get('error')}")
+        return Done(memory_id, outcome.synced)
+
+    async def edit(self, account: Account, memory_id: str, *, title: str, content: str, type_: str,
+                   tags: str) -> Done:
+        """A new memory with the edited text that supersedes the old one; returns the new id."""
+        if not content.strip():
+            raise ActionRefused("The content must not be empty.")
+        if len(content) > MAX_CONTENT_CHARS or len(title) > MAX_TITLE_CHARS:
+            raise ActionRefused("The text is too long.")
+        try:
+            op = connector_memorize(
+                content, title=title.strip() or None, type=type_, tags=tags, origin=EDIT_ORIGIN,
+                supersedes=[memory_id], agent="web app",
+            )
+        except BrainError as exc:
+            raise ActionRefused(str(exc)) from None
+        outcome = await self._apply(account, op, "memorize")
+        return Done(str(outcome.result["stored"][0]["id"]), outcome.synced)
+
+    async def restore_snapshot(self, account: Account, name: str) -> None:
+        """Make one of the store's snapshots of the active brain live, then serve it here."""
+        snapshot = await self.manager.snapshot(account)
+        if snapshot.brain_id is None:
+            raise ActionRefused("This account has no brain at the store yet.")
+        if snapshot.pending_writes:
+            # Held writes would be replayed on top of the snapshot; let them reach the store first.
+            raise ActionRefused("Some changes are not synced to the store yet; try again in a moment.")
+        try:
+            await self.manager.store.restore_version(account.credential, snapshot.brain_id, name)
+            # brain_use on the same brain re-reads it from the store at once (the manager's public re-pull).
+            await self.manager.use_brain(account, snapshot.brain_id)
+        except StoreError as exc:
+            raise ActionRefused(f"The snapshot was not restored ({exc}).") from None
+        except (UnknownBrain, BrainUnavailable) as exc:
+            raise ActionRefused(str(exc)) from None
+
+    async def use_brain(self, account: Account, wanted: str) -> str:
+        """Switch the active brain as brain_use does; returns its name."""
+        try:
+            record, _ = await self.manager.use_brain(account, wanted)
+        except (UnknownBrain, BrainUnavailable) as exc:
+            raise ActionRefused(str(exc)) from None
+        except StoreError as exc:
+            raise ActionRefused(f"The store could not list the brains ({exc}).") from None
+        return record.name

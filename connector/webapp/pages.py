@@ -1,0 +1,71 @@
+"""HTML for the web app: Jinja2 templates with autoescaping, the static files, the headers.
+
+The pages load nothing from anywhere else and run no code at all: one stylesheet
+from ``/app/static/``, allowed by a strict Content-Security-Policy (``'self'``
+only, no inline styles or scripts, no framing, no plugins). Every action is a
+plain form post, so the app works with the keyboard and without JavaScript.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
+    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'; object-src 'none'"
+)
+STATIC_TYPES = {"app.css": "text/css; charset=utf-8", "icon.svg": "image/svg+xml"}
+
+
+def page_headers() -> dict[str, str]:
+    """Security headers of every app page (never cached: pages show private memories)."""
+    return {
+        "Content-Security-Policy": CSP,
+        "X-Frame-Options": "DENY",
+        "Cache-Control": "no-store",
+        # same-origin, not no-referrer: under no-referrer browsers send "Origin: null" with forms.
+        "Referrer-Policy": "same-origin",
+        "X-Content-Type-Options": "nosniff",
+        "Cross-Origin-Opener-Policy": "same-origin",
+        "Cross-Origin-Resource-Policy": "same-origin",
+        "Permissions-Policy": "camera=(), microphone=(), geolocation=()",
+    }
+
+
+@lru_cache(maxsize=1)
+def environment() -> Environment:
+    """The template environment: autoescape on for every template, undefined names fail loudly."""
+    env = Environment(
+        loader=PackageLoader("connector.webapp", "templates"),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.globals["static_version"] = static_version
+    return env
+
+
+def render(template: str, **context: Any) -> str:
+    """One page."""
+    return environment().get_template(template).render(**context)
+
+
+@lru_cache(maxsize=None)
+def static_file(name: str) -> bytes | None:
+    """A file of ``connector/webapp/static`` by name (only the known ones), else None."""
+    if name not in STATIC_TYPES:
+        return None
+    return resources.files("connector.webapp").joinpath("static", name).read_bytes()
+
+
+@lru_cache(maxsize=None)
+def static_version(name: str) -> str:
+    """A short content hash, so a page names the exact static file it was written for."""
+    data = static_file(name) or b""
+    return hashlib.sha256(data).hexdigest()[:12]

@@ -1,0 +1,510 @@
+"""The web app's routes under ``/app``: thin handlers over `WebApp`.
+
+Each handler finds the session, checks what must be checked (CSRF and origin on
+every POST, write access on every write), asks the views or actions, and turns
+the answer into a page or a redirect. The app is mounted by ``connector/app.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlencode
+
+from litestar import Request, Response, get, post
+from litestar.datastructures import Cookie
+
+from connector.engine.brain import Brain
+from connector.identity.base import ProviderRefused, ProviderUnavailable
+from connector.mcp.http import peer_address
+from connector.webapp.actions import ActionRefused, BrainActions, Done
+from connector.webapp.guard import Site, new_signin_token, same_origin, session_of, site_of, tokens_match
+from connector.webapp.pages import STATIC_TYPES, page_headers, render, static_file
+from connector.webapp.sessions import WebSession, WebSessions
+from connector.webapp.transfer import MAX_IMPORT_BYTES, ImportPlan, dry_run, export_memories, export_zip, plan_import
+from connector.webapp.views import TYPES, BrainViews, SearchForm
+from connector.workcopy.manager import BrainUnavailable
+from common.limits import TokenBucketLimiter, TrustedProxies, client_address
+
+log = logging.getLogger("connector.webapp")
+
+MAX_FORM_BYTES = 256 * 1024
+SIGNIN_RATE_PER_MIN = 10
+SIGNIN_COOKIE_AGE_S = 3600
+MEMORY_ACTIONS = ("pin", "unpin", "forget", "restore", "approve", "reject")
+# What the page says after an action; chosen from this table, never echoed from the request.
+DONE_MESSAGES = {
+    "pin": "Pinned.", "unpin": "Unpinned.", "forget": "Forgotten: moved to the archive.",
+    "restore": "Restored from the archive.", "approve": "Approved.", "reject": "Rejected: moved to the archive.",
+    "edit": "Saved as a new memory that supersedes the old one.", "brain": "Brain switched.",
+    "import": "Imported.", "snapshot": "Snapshot restored: the brain is as it was then.",
+}
+IMPORT_TTL_S = 900.0
+OIDC_PENDING_TTL_S = 600.0
+MAX_OIDC_PENDING = 1000
+HELD_NOTE = "Saved here, not yet synced to the store; it will be pushed automatically."
+
+
+class WebApp:
+    """The web app's state: sessions, sign-in provider, views and actions."""
+
+    def __init__(self, settings: Any, *, manager: Any, tools: Any, provider: Any) -> None:
+        self.settings = settings
+        self.provider = provider
+        self.sessions = WebSessions(settings.webapp_session_ttl_ms / 1000.0)
+        self.views = BrainViews(manager, tools)
+        self.actions = BrainActions(manager, tools)
+        self._trusted = TrustedProxies.parse(settings.trust_proxy)
+        self._signin_limit = TokenBucketLimiter(SIGNIN_RATE_PER_MIN)
+        # Checked imports waiting for the person's confirmation: one per session, for a while.
+        self._imports: dict[str, tuple[str, ImportPlan, float]] = {}
+        # Sign-ins at the OIDC issuer in flight: state -> (the browser's sign-in cookie, what to keep, read-only, since).
+        self._oidc: dict[str, tuple[str, dict[str, Any], bool, float]] = {}
+
+    def keep_oidc(self, state: str, browser: str, keep: dict[str, Any], read_only: bool) -> None:
+        """Remember a sign-in sent to the issuer, bound to this browser's sign-in cookie."""
+        now = time.monotonic()
+        for key in [key for key, held in self._oidc.items() if now - held[3] > OIDC_PENDING_TTL_S]:
+            del self._oidc[key]
+        while len(self._oidc) >= MAX_OIDC_PENDING:
+            del self._oidc[next(iter(self._oidc))]
+        self._oidc[state] = (browser, keep, read_only, now)
+
+    def take_oidc(self, state: str | None, browser: str | None) -> tuple[dict[str, Any], bool] | None:
+        """The sign-in this callback finishes (once), only in the browser that started it."""
+        held = self._oidc.get(state or "")
+        # Another browser presenting the callback neither finishes nor spends this sign-in.
+        if held is None or not tokens_match(browser, held[0]):
+            return None
+        del self._oidc[state or ""]
+        if time.monotonic() - held[3] > OIDC_PENDING_TTL_S:
+            return None
+        return held[1], held[2]
+
+    def keep_import(self, session: WebSession, plan: ImportPlan) -> str:
+        """Hold a checked import until it is confirmed; returns its reference."""
+        now = time.monotonic()
+        for key in [key for key, (owner, _, at) in self._imports.items() if owner == session.csrf or now - at > IMPORT_TTL_S]:
+            del self._imports[key]
+        reference = secrets.token_urlsafe(16)
+        self._imports[reference] = (session.csrf, plan, now)
+        return reference
+
+    def take_import(self, session: WebSession, reference: str | None) -> ImportPlan | None:
+        """The held import of this session (once), or None."""
+        held = self._imports.get(reference or "")
+        if held is None or held[0] != session.csrf or time.monotonic() - held[2] > IMPORT_TTL_S:
+            return None
+        del self._imports[reference or ""]
+        return held[1]
+
+    # ----- helpers ----------------------------------------------------------------
+
+    def site(self, request: Request[Any, Any, Any]) -> Site:
+        """Where the app lives for this request."""
+        return site_of(request.scope, self.settings.public_url, tuple(self.settings.trust_proxy))
+
+    def signin_retry_after(self, request: Request[Any, Any, Any]) -> float | None:
+        """Sign-in attempts per client address are limited (token guessing)."""
+        address = client_address(peer_address(request.scope), request.headers.get("x-forwarded-for"), self._trusted)
+        return self._signin_limit.hit(address)
+
+    def page(self, template: str, site: Site, session: WebSession | None, *, status: int = 200,
+             cookies: list[Cookie] | None = None, **context: Any) -> Response[str]:
+        """A rendered page with the app's security headers."""
+        html = render(template, root=site.root, session=session,
+                      can_write=session is not None and not session.read_only, **context)
+        return Response(html, status_code=status, media_type="text/html; charset=utf-8", headers=page_headers(),
+                        cookies=cookies or [])
+
+    @staticmethod
+    def redirect(location: str, cookies: list[Cookie] | None = None) -> Response[bytes]:
+        """303 See Other (after a post the browser follows with a GET)."""
+        return Response(b"", status_code=303, headers={"Location": location, "Cache-Control": "no-store"},
+                        cookies=cookies or [])
+
+
+@dataclass(frozen=True)
+class Visit:
+    """A signed-in request that passed its checks: where, who, and (for a post) its form."""
+
+    site: Site
+    session: WebSession
+    form: dict[str, str]
+    raw: Any  # the parsed form with its uploads (None for a page)
+
+
+def _flash(done: str | None, held: str | None) -> str | None:
+    message = DONE_MESSAGES.get(done or "")
+    if message and held == "1":
+        message += " " + HELD_NOTE
+    return message
+
+
+def _done_location(site: Site, action: str, done: Done) -> str:
+    query = {"done": action, **({} if done.synced else {"held": "1"})}
+    return f"{site.root}/memory/{done.memory_id}?{urlencode(query)}"
+
+
+def webapp_route_handlers(app: WebApp) -> list[Any]:
+    """Litestar handlers of every ``/app`` route."""
+
+    async def guarded_post(request: Request[Any, Any, Any], *, write: bool) -> Visit | Response[Any]:
+        """The session and form of a state-changing request, or the refusal to send."""
+        site = app.site(request)
+        _, session = session_of(request.cookies, site, app.sessions)
+        if session is None:
+            return app.page("error.html", site, None, status=401, title="Signed out",
+                            message="Your session has ended. Sign in again.")
+        raw = await request.form()
+        form = {key: value for key, value in raw.items() if isinstance(value, str)}
+        if not same_origin(request.headers, site) or not session.csrf_ok(form.get("csrf")):
+            return app.page("error.html", site, session, status=403, title="Request refused",
+                            message="This request did not come from this app's own page, so nothing was changed.")
+        if write and session.read_only:
+            return app.page("error.html", site, session, status=403, title="Read-only sign-in",
+                            message="This sign-in is read-only: it cannot change memories. Sign in with write access.")
+        return Visit(site, session, form, raw)
+
+    # ----- sign-in -----------------------------------------------------------------
+
+    @get("/app/signin", cache=False, include_in_schema=False)
+    async def signin_page(request: Request[Any, Any, Any]) -> Response[Any]:
+        site = app.site(request)
+        _, session = session_of(request.cookies, site, app.sessions)
+        if session is not None:
+            return app.redirect(site.root)
+        token = new_signin_token()
+        return app.page("signin.html", site, None, csrf=token, provider=app.provider.kind, error=None,
+                        signed_out=request.query_params.get("out") == "1",
+                        cookies=[site.cookie(site.signin_cookie, token, SIGNIN_COOKIE_AGE_S)])
+
+    def signin_again(site: Site, status: int, error: str) -> Response[Any]:
+        token = new_signin_token()
+        return app.page("signin.html", site, None, status=status, csrf=token, provider=app.provider.kind,
+                        error=error, signed_out=False,
+                        cookies=[site.cookie(site.signin_cookie, token, SIGNIN_COOKIE_AGE_S)])
+
+    def signed_in(site: Site, identity: Any, read_only: bool) -> Response[Any]:
+        cookie, _ = app.sessions.create(
+            subject=identity.subject, credential=identity.store_credential, kind=app.provider.kind,
+            read_only=read_only, credential_expires_at=identity.credential_expires_at)
+        log.info("web sign-in", extra={"kind": app.provider.kind, "read_only": read_only})
+        max_age = int(app.settings.webapp_session_ttl_ms / 1000)
+        return app.redirect(site.root, cookies=[
+            site.cookie(site.session_cookie, cookie, max_age),
+            site.cookie(site.signin_cookie, "", 0),
+        ])
+
+    @get("/app/signin/start", cache=False, include_in_schema=False)
+    async def signin_start(request: Request[Any, Any, Any]) -> Response[Any]:
+        """Off to the organisation's issuer (redirect providers); the callback comes back here."""
+        site = app.site(request)
+        browser = request.cookies.get(site.signin_cookie)
+        if app.provider.mode != "redirect" or not browser:
+            return app.redirect(f"{site.root}/signin")
+        if app.signin_retry_after(request) is not None:
+            return signin_again(site, 429, "Too many sign-in attempts from here. Wait a minute and try again.")
+        try:
+            start = await app.provider.start(f"{site.origin}{site.root}/oidc/callback")
+        except ProviderUnavailable:
+            return signin_again(site, 503, "Your organisation's sign-in cannot be reached right now. Try again shortly.")
+        app.keep_oidc(start.state, browser, start.keep, request.query_params.get("access") == "read")
+        return Response(b"", status_code=303, headers={"Location": start.url, "Cache-Control": "no-store"})
+
+    @get("/app/oidc/callback", cache=False, include_in_schema=False)
+    async def oidc_callback(request: Request[Any, Any, Any]) -> Response[Any]:
+        site = app.site(request)
+        params = request.query_params
+        pending = app.take_oidc(params.get("state"), request.cookies.get(site.signin_cookie))
+        if pending is None or app.provider.mode != "redirect":
+            return signin_again(site, 400, "This sign-in expired or was started in another browser. Please try again.")
+        keep, read_only = pending
+        if params.get("error") or not params.get("code"):
+            return signin_again(site, 401, "Your organisation's sign-in did not let you in.")
+        try:
+            identity = await app.provider.finish(params.get("code"), f"{site.origin}{site.root}/oidc/callback", keep)
+        except ProviderRefused:
+            return signin_again(site, 401, "Your organisation's sign-in did not let you in.")
+        except ProviderUnavailable:
+            return signin_again(site, 503, "Your organisation's sign-in cannot be reached right now. Try again shortly.")
+        return signed_in(site, identity, read_only)
+
+    @post("/app/signin", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
+    async def signin_submit(request: Request[Any, Any, Any]) -> Response[Any]:
+        site = app.site(request)
+        form = {key: value for key, value in (await request.form()).items() if isinstance(value, str)}
+        expected = request.cookies.get(site.signin_cookie)
+
+        if not same_origin(request.headers, site) or not tokens_match(form.get("csrf"), expected):
+            return signin_again(site, 403, "The sign-in form expired or came from another site. Please try again.")
+        if app.signin_retry_after(request) is not None:
+            return signin_again(site, 429, "Too many sign-in attempts from here. Wait a minute and try again.")
+        if app.provider.mode != "page":
+            return signin_again(site, 400, "Use the button to sign in with your organisation.")
+        try:
+            identity = await app.provider.sign_in(form.get("token"))
+        except ProviderRefused:
+            return signin_again(site, 401, "That token was not accepted by your brain store.")
+        except ProviderUnavailable:
+            return signin_again(site, 503, "Your brain store cannot be reached right now. Try again shortly.")
+        return signed_in(site, identity, form.get("access") == "read")
+
+    @post("/app/signout", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
+    async def signout(request: Request[Any, Any, Any]) -> Response[Any]:
+        checked = await guarded_post(request, write=False)
+        if isinstance(checked, Response):
+            return checked
+        site = checked.site
+        app.sessions.end(request.cookies.get(site.session_cookie))
+        return app.redirect(f"{site.root}/signin?out=1", cookies=[site.cookie(site.session_cookie, "", 0)])
+
+    # ----- pages -------------------------------------------------------------------
+
+    def page_route(handler: Callable[[Request[Any, Any, Any], Visit], Awaitable[Response[Any]]]) -> Any:
+        """A GET page for a signed-in person: signed-out browsers go to the sign-in page."""
+
+        async def route(request: Request[Any, Any, Any]) -> Response[Any]:
+            site = app.site(request)
+            _, session = session_of(request.cookies, site, app.sessions)
+            if session is None:
+                return app.redirect(f"{site.root}/signin")
+            return await unavailable_as_page(handler(request, Visit(site, session, {}, None)), site, session)
+
+        route.__name__ = route.__qualname__ = handler.__name__
+        return route
+
+    def write_route(handler: Callable[[Request[Any, Any, Any], Visit], Awaitable[Response[Any]]]) -> Any:
+        """A POST that changes the brain: session, CSRF, origin and write access checked first."""
+
+        async def route(request: Request[Any, Any, Any]) -> Response[Any]:
+            checked = await guarded_post(request, write=True)
+            if isinstance(checked, Response):
+                return checked
+            return await unavailable_as_page(handler(request, checked), checked.site, checked.session)
+
+        route.__name__ = route.__qualname__ = handler.__name__
+        return route
+
+    async def unavailable_as_page(answer: Awaitable[Response[Any]], site: Site, session: WebSession) -> Response[Any]:
+        try:
+            return await answer
+        except BrainUnavailable as exc:
+            return app.page("error.html", site, session, status=503, title="Brain unavailable", message=str(exc))
+
+    def not_found(visit: Visit, message: str = "This brain has no memory with that id, live or archived.") -> Response[Any]:
+        return app.page("error.html", visit.site, visit.session, status=404, title="No such memory", message=message)
+
+    @get(["/app", "/app/"], cache=False, include_in_schema=False)
+    @page_route
+    async def home(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
+        data = await app.views.home(visit.session.account)
+        params = request.query_params
+        return app.page("home.html", visit.site, visit.session, home=data,
+                        flash=_flash(params.get("done"), params.get("held")))
+
+    @get("/app/search", cache=False, include_in_schema=False)
+    @page_route
+    async def search(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
+        params = request.query_params
+        form = SearchForm(**{name: (params.get(name) or "").strip()[:2000]
+                             for name in ("query", "type", "tag", "project", "as_of")})
+        result = await app.views.search(visit.session.account, form)
+        return app.page("search.html", visit.site, visit.session, result=result, types=TYPES)
+
+    @get("/app/memory/{memory_id:str}", cache=False, include_in_schema=False)
+    @page_route
+    async def memory(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
+        view = await app.views.memory(visit.session.account, request.path_params["memory_id"][:200])
+        if view is None:
+            return not_found(visit)
+        params = request.query_params
+        return app.page("memory.html", visit.site, visit.session, memory=view, error=None, offer_force=False,
+                        flash=_flash(params.get("done"), params.get("held")))
+
+    @get("/app/memory/{memory_id:str}/edit", cache=False, include_in_schema=False)
+    @page_route
+    async def edit_page(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
+        if visit.session.read_only:
+            return app.page("error.html", visit.site, visit.session, status=403, title="Read-only sign-in",
+                            message="This sign-in is read-only: it cannot change memories.")
+        view = await app.views.memory(visit.session.account, request.path_params["memory_id"][:200])
+        if view is None or view.archived:
+            return not_found(visit, "Only memories in the brain (not in the archive) can be edited.")
+        return app.page("edit.html", visit.site, visit.session, memory=view, types=TYPES, error=None)
+
+    @get("/app/archive", cache=False, include_in_schema=False)
+    @page_route
+    async def archive(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
+        lines = await app.views.archive(visit.session.account)
+        return app.page("archive.html", visit.site, visit.session, archived=lines)
+
+    # ----- writes -------------------------------------------------------------------
+
+    @post("/app/memory/{memory_id:str}/edit", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
+    @write_route
+    async def edit_submit(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
+        memory_id, form = request.path_params["memory_id"][:200], visit.form
+        try:
+            done = await app.actions.edit(visit.session.account, memory_id, title=form.get("title", ""),
+                                          content=form.get("content", ""), type_=form.get("type", "learning"),
+                                          tags=form.get("tags", ""))
+        except ActionRefused as exc:
+            view = await app.views.memory(visit.session.account, memory_id)
+            if view is None:
+                return not_found(visit, str(exc))
+            return app.page("edit.html", visit.site, visit.session, status=409, memory=view, types=TYPES,
+                            error=str(exc))
+        return app.redirect(_done_location(visit.site, "edit", done))
+
+    @post("/app/memory/{memory_id:str}/{action:str}", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
+    @write_route
+    async def memory_action(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
+        memory_id, action = request.path_params["memory_id"][:200], request.path_params["action"]
+        if action not in MEMORY_ACTIONS:
+            return app.page("error.html", visit.site, visit.session, status=404, title="Unknown action",
+                            message="The app offers no such action.")
+        account = visit.session.account
+        try:
+            if action == "pin":
+                done = await app.actions.pin(account, memory_id)
+            elif action == "unpin":
+                done = await app.actions.unpin(account, memory_id)
+            elif action == "forget":
+                done = await app.actions.forget(account, memory_id, force=visit.form.get("force") == "1")
+            elif action == "restore":
+                done = await app.actions.restore(account, memory_id)
+            else:
+                done = await app.actions.verify(account, memory_id, action)
+        except ActionRefused as exc:
+            view = await app.views.memory(account, memory_id)
+            if view is None:
+                return not_found(visit, str(exc))
+            return app.page("memory.html", visit.site, visit.session, status=409, memory=view, error=str(exc),
+                            flash=None, offer_force=action == "forget" and "force" in str(exc))
+        return app.redirect(_done_location(visit.site, action, done))
+
+    @post("/app/brain", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
+    @write_route
+    async def use_brain(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
+        try:
+            await app.actions.use_brain(visit.session.account, visit.form.get("brain", "")[:300])
+        except ActionRefused as exc:
+            return app.page("error.html", visit.site, visit.session, status=409, title="Brain not switched",
+                            message=str(exc))
+        return app.redirect(f"{visit.site.root}?done=brain")
+
+    # ----- export and import ----------------------------------------------------------
+
+    @get("/app/transfer", cache=False, include_in_schema=False)
+    @page_route
+    async def transfer_page(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
+        return app.page("transfer.html", visit.site, visit.session, summary=None, reference=None, error=None)
+
+    @get(["/app/export/memories.json", "/app/export/memories.zip"], cache=False, include_in_schema=False)
+    @page_route
+    async def export(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
+        snapshot = await app.actions.manager.snapshot(visit.session.account)
+        brain = snapshot.brain or Brain()
+        now = app.actions.manager.now()
+        stamp = now.strftime("%Y%m%d-%H%M%S")
+        headers = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
+        if request.url.path.endswith(".zip"):
+            data = await asyncio.to_thread(export_zip, brain)
+            headers["Content-Disposition"] = f'attachment; filename="brain-{stamp}.zip"'
+            return Response(data, media_type="application/zip", headers=headers)
+        document = await asyncio.to_thread(export_memories, brain, brain_id=snapshot.brain_id,
+                                           brain_name=snapshot.brain_name, now=now)
+        headers["Content-Disposition"] = f'attachment; filename="brain-{stamp}.json"'
+        body = json.dumps(document, ensure_ascii=False, indent=1).encode("utf-8")
+        return Response(body, media_type="application/json", headers=headers)
+
+    @post("/app/import", request_max_body_size=MAX_IMPORT_BYTES + 64 * 1024, include_in_schema=False)
+    @write_route
+    async def import_preview(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
+        upload = visit.raw.get("file")
+        if upload is None or isinstance(upload, str):
+            return app.page("transfer.html", visit.site, visit.session, status=400, summary=None, reference=None,
+                            error="Choose a JSON file exported from this app.")
+        payload = await upload.read()
+        snapshot = await app.actions.manager.snapshot(visit.session.account)
+        now = app.actions.manager.now()
+        plan = await asyncio.to_thread(plan_import, payload, snapshot.brain, now)
+        summary = await asyncio.to_thread(dry_run, plan, snapshot.brain, now)
+        reference = app.keep_import(visit.session, plan) if summary.new else None
+        return app.page("transfer.html", visit.site, visit.session, summary=summary, reference=reference, error=None)
+
+    @post("/app/import/confirm", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
+    @write_route
+    async def import_confirm(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
+        plan = app.take_import(visit.session, visit.form.get("reference"))
+        if plan is None:
+            return app.page("transfer.html", visit.site, visit.session, status=409, summary=None, reference=None,
+                            error="That import expired or was already done. Upload the file again.")
+        try:
+            done = await app.actions.write(visit.session.account, plan.operation(), "import")
+        except ActionRefused as exc:
+            return app.page("transfer.html", visit.site, visit.session, status=409, summary=None, reference=None,
+                            error=str(exc))
+        return app.redirect(f"{visit.site.root}?done=import" + ("" if done.synced else "&held=1"))
+
+    # ----- history --------------------------------------------------------------------
+
+    @get("/app/history", cache=False, include_in_schema=False)
+    @page_route
+    async def history(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
+        name, versions = await app.views.history(visit.session.account)
+        wanted = request.query_params.get("confirm")
+        confirm = next((version for version in versions if version.name == wanted), None)
+        return app.page("history.html", visit.site, visit.session, brain_name=name, versions=versions, error=None,
+                        confirm=confirm, flash=_flash(request.query_params.get("done"), None))
+
+    @get("/app/history/diff", cache=False, include_in_schema=False)
+    @page_route
+    async def history_diff(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
+        version = (request.query_params.get("version") or "")[:200]
+        _, versions = await app.views.history(visit.session.account)
+        record = next((item for item in versions if item.name == version), None)
+        changes = await app.views.diff(visit.session.account, version) if record is not None else None
+        if record is None or changes is None:
+            return app.page("error.html", visit.site, visit.session, status=404, title="No such snapshot",
+                            message="The store keeps no snapshot of this brain by that name.")
+        return app.page("history_diff.html", visit.site, visit.session, version=record, changes=changes)
+
+    @post("/app/history/restore", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
+    @write_route
+    async def history_restore(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
+        try:
+            await app.actions.restore_snapshot(visit.session.account, visit.form.get("version", "")[:200])
+        except ActionRefused as exc:
+            return app.page("error.html", visit.site, visit.session, status=409, title="Snapshot not restored",
+                            message=str(exc))
+        return app.redirect(f"{visit.site.root}/history?done=snapshot")
+
+    # ----- static files -----------------------------------------------------------------
+
+    @get("/app/static/{name:str}", cache=False, include_in_schema=False)
+    async def static(request: Request[Any, Any, Any]) -> Response[Any]:
+        name = request.path_params["name"]
+        data = static_file(name)
+        if data is None:
+            return Response(b"not found", status_code=404, media_type="text/plain")
+        return Response(data, media_type=STATIC_TYPES[name],
+                        headers={"Cache-Control": "public, max-age=86400", "X-Content-Type-Options": "nosniff"})
+
+    return [signin_page, signin_start, oidc_callback, signin_submit, signout, home, search, memory, edit_page, archive, edit_submit,
+            memory_action, use_brain, transfer_page, export, import_preview, import_confirm, history, history_diff,
+            history_restore,
+            static]
+
+
+def build_webapp(settings: Any, *, manager: Any, tools: Any, provider: Any) -> tuple[WebApp, list[Any]]:
+    """The web app and its route handlers (``provider``: the connector's identity provider)."""
+    web = WebApp(settings, manager=manager, tools=tools, provider=provider)
+    return web, webapp_route_handlers(web)

@@ -1,0 +1,437 @@
+"""What the web app's pages show, read from the same working copies the MCP tools use.
+
+Plain classes over the working-copy manager and the tools' recall (same index
+cache, same scoring as ``brain_recall``); no HTTP here. Every view reads one
+snapshot of the user's active brain and its prepared recall index, so a page at
+10,000 memories costs a few dictionary lookups once the index is warm.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from connector.engine.archive import ArchiveError, load_archive
+from connector.engine.index import BrainIndex, RecallError, index_for
+from connector.engine.restore import frontmatter_values
+from connector.engine.rules import MEMORY_TYPES
+from connector.engine.text import memory_body
+from connector.mcp.tools import BrainTools
+from connector.webapp.graph import Graph, neighbourhood
+from connector.webapp.history import BrainDiff, diff_brains
+from connector.webapp.markdown import render_markdown
+from connector.workcopy.manager import BrainUnavailable, WorkingCopyManager
+from connector.workcopy.model import Account, Snapshot
+from connector.workcopy.store_client import StoreError, StoreNotFound, VersionRecord
+
+SEARCH_LIMIT = 25
+# Recall is asked for more than is shown so that type and tag filters still fill a page.
+RECALL_POOL = 200
+BROWSE_LIMIT = 50
+TAG_CACHE_SIZE = 32
+TYPES = tuple(MEMORY_TYPES)
+
+
+@dataclass(frozen=True)
+class MemoryLine:
+    """One memory in a list: enough to recognise and open it."""
+
+    id: str
+    title: str
+    type: str
+    tags: tuple[str, ...]
+    pinned: bool = False
+    pending: bool = False
+    superseded_by: str | None = None
+    expired: bool = False
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    """A recall result with a short explanation of its score."""
+
+    line: MemoryLine
+    score: float
+    explanation: str
+    snippet_html: str
+    low_trust: bool
+
+
+@dataclass
+class SearchForm:
+    """What the person asked for (all optional)."""
+
+    query: str = ""
+    type: str = ""
+    tag: str = ""
+    project: str = ""
+    as_of: str = ""
+
+    @property
+    def empty(self) -> bool:
+        """Nothing asked yet."""
+        return not (self.query or self.type or self.tag or self.project or self.as_of)
+
+
+@dataclass
+class SearchResult:
+    """Hits (recall order), or the browse list when there was no query, plus any problem."""
+
+    form: SearchForm
+    hits: list[SearchHit] = field(default_factory=list)
+    browse: list[MemoryLine] = field(default_factory=list)
+    error: str | None = None
+    tags: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class BrainLine:
+    """One brain of the account on the home page."""
+
+    id: str
+    name: str
+    active: bool
+    last_synced_at: str | None
+    size_bytes: int
+
+
+@dataclass
+class Home:
+    """The home page's facts."""
+
+    brains: list[BrainLine]
+    active_name: str | None
+    memory_count: int
+    archived_count: int
+    last_updated: str | None
+    pinned: list[MemoryLine]
+    pending: list[MemoryLine]
+    pending_writes: int
+    note: str | None
+
+
+@dataclass
+class MemoryView:
+    """Everything the memory page shows about one memory (live or archived)."""
+
+    id: str
+    title: str
+    archived: bool
+    content_html: str
+    fields: dict[str, Any]
+    tags: tuple[str, ...]
+    provenance: list[tuple[str, str]]
+    validity: list[tuple[str, str]]
+    supersedes: list[MemoryLine]
+    superseded_by: MemoryLine | None
+    associations: list[tuple[MemoryLine, float]]
+    pinned: bool
+    pending: bool
+    pending_reasons: list[str]
+    body: str
+    graph: Graph | None = None
+
+
+def _string(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _tags(value: Any) -> tuple[str, ...]:
+    return tuple(tag for tag in value if isinstance(tag, str)) if isinstance(value, list) else ()
+
+
+def _number(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return ""
+    return f"{value:.2f}".rstrip("0").rstrip(".") if isinstance(value, float) else str(value)
+
+
+def line_of(memory_id: str, entry: dict[str, Any], *, expired: bool = False) -> MemoryLine:
+    """A list line from an index entry."""
+    return MemoryLine(
+        id=memory_id,
+        title=_string(entry.get("title")) or memory_id,
+        type=_string(entry.get("type")),
+        tags=_tags(entry.get("tags")),
+        pinned=entry.get("pinned") is True,
+        pending=bool(entry.get("quarantined")),
+        superseded_by=entry.get("superseded_by") if isinstance(entry.get("superseded_by"), str) else None,
+        expired=expired,
+    )
+
+
+def explain(hit: dict[str, Any]) -> str:
+    """The score in words: the parts recall combined (relevance, strength, context, association)."""
+    parts = [f"relevance {_number(hit.get('relevance', 0)) or '0'}",
+             f"strength {_number(hit.get('decayed_strength', 0)) or '0'}"]
+    if hit.get("context_match"):
+        parts.append(f"context {_number(hit['context_match'])}")
+    if hit.get("spreading_bonus"):
+        parts.append(f"association {_number(hit['spreading_bonus'])}")
+    return ", ".join(parts)
+
+
+def _snippet(text: str, limit: int = 280) -> str:
+    if len(text) <= limit:
+        return text
+    return text[:limit].rsplit(" ", 1)[0] + " ..."
+
+
+class BrainViews:
+    """Read views of the signed-in person's active brain."""
+
+    def __init__(self, manager: WorkingCopyManager, tools: BrainTools) -> None:
+        self.manager = manager
+        self.tools = tools
+        self._tags: dict[str, list[str]] = {}
+
+    async def _index(self, snapshot: Snapshot) -> BrainIndex | None:
+        """The brain's recall index (shared with brain_recall's cache), or None without a brain."""
+        if snapshot.brain is None or "index.json" not in snapshot.brain:
+            return None
+        cache = self.tools.index_cache
+        brain, key = snapshot.brain, snapshot.key
+        return await asyncio.to_thread(index_for, brain, key, cache)
+
+    def _tags_of(self, key: str | None, index: BrainIndex) -> list[str]:
+        """The brain's most used tags (for the filter's suggestions), once per brain version."""
+        cached = self._tags.get(key) if key else None
+        if cached is None:
+            cached = _common_tags(index)
+            if key:
+                self._tags[key] = cached
+                while len(self._tags) > TAG_CACHE_SIZE:
+                    self._tags.pop(next(iter(self._tags)))
+        return cached
+
+    async def home(self, account: Account) -> Home:
+        """Brains, counts, last sync, pinned tier and memories waiting for verification."""
+        records, active = await self.manager.brains(account)
+        snapshot = await self.manager.snapshot(account)
+        index = await self._index(snapshot)
+        pinned: list[tuple[Any, ...]] = []
+        pending: list[MemoryLine] = []
+        if index is not None:
+            for record in index.memories:
+                entry = record.entry
+                if entry.get("pinned") is True:
+                    priority = entry.get("pin_priority") if isinstance(entry.get("pin_priority"), int) else 0
+                    strength = record.strength or 0.0
+                    pinned.append((-priority, -strength, record.id, line_of(record.id, entry)))
+                if record.quarantined or entry.get("quarantined"):
+                    pending.append(line_of(record.id, entry))
+        pinned.sort(key=lambda item: item[:3])
+        last_updated = _last_updated(snapshot.brain.read("index.json")) if snapshot.brain is not None else None
+        archived = snapshot.brain.read_json("_archived/index.json") if snapshot.brain is not None else None
+        archived_count = len(archived.get("memories") or {}) if isinstance(archived, dict) and isinstance(archived.get("memories"), dict) else 0
+        return Home(
+            brains=[BrainLine(b.id, b.name, active is not None and b.id == active.id, b.last_synced_at, b.size_bytes)
+                    for b in records],
+            active_name=snapshot.brain_name,
+            memory_count=len(index.memories) if index is not None else 0,
+            archived_count=archived_count,
+            last_updated=last_updated,
+            pinned=[item[3] for item in pinned],
+            pending=pending,
+            pending_writes=snapshot.pending_writes,
+            note=snapshot.identity.note,
+        )
+
+    async def search(self, account: Account, form: SearchForm) -> SearchResult:
+        """Recall exactly as brain_recall does, then the type and tag filters; or browse without a query."""
+        result = SearchResult(form=form)
+        snapshot = await self.manager.snapshot(account)
+        index = await self._index(snapshot)
+        if index is None:
+            return result
+        result.tags = self._tags_of(snapshot.key, index)
+        if form.empty:
+            return result
+        if not form.query:
+            result.browse = _browse(index, form)
+            return result
+        # Filters applied after recall need a deeper pool to still fill a page.
+        pool = RECALL_POOL if (form.type or form.tag) else SEARCH_LIMIT
+        try:
+            hits = await asyncio.to_thread(
+                self.tools.run_recall, snapshot, form.query, pool, form.project or None, form.as_of or None, None
+            )
+        except RecallError as exc:
+            result.error = str(exc)
+            return result
+        brain = snapshot.brain
+        assert brain is not None
+        for hit in hits:
+            if form.type and hit.get("type") != form.type:
+                continue
+            if form.tag and form.tag not in _tags(hit.get("tags")):
+                continue
+            position = index.positions.get(hit["id"])
+            entry = index.memories[position].entry if position is not None else {}
+            path = entry.get("path")
+            text = brain.read_text(path) if isinstance(path, str) else None
+            result.hits.append(SearchHit(
+                line=line_of(hit["id"], entry or hit, expired=bool(hit.get("expired"))),
+                score=float(hit.get("score") or 0.0),
+                explanation=explain(hit),
+                snippet_html=render_markdown(_snippet(memory_body(text or ""))),
+                low_trust=bool(hit.get("low_trust")),
+            ))
+            if len(result.hits) >= SEARCH_LIMIT:
+                break
+        return result
+
+    async def memory(self, account: Account, memory_id: str) -> MemoryView | None:
+        """The memory page's facts, for a live memory or an archived one; None when unknown."""
+        snapshot = await self.manager.snapshot(account)
+        brain = snapshot.brain
+        if brain is None:
+            return None
+        index = await self._index(snapshot)
+        position = index.positions.get(memory_id) if index is not None else None
+        if index is not None and position is not None:
+            entry = index.memories[position].entry
+            return self._view(memory_id, entry, brain.read_text(_string(entry.get("path"))) or "", index, archived=False)
+        archive = brain.read_json("_archived/index.json")
+        record = archive.get("memories", {}).get(memory_id) if isinstance(archive, dict) and isinstance(archive.get("memories"), dict) else None
+        if not isinstance(record, dict):
+            return None
+        text = brain.read_text(_string(record.get("archived_path"))) or ""
+        fields = {**frontmatter_values(text), **record}
+        return self._view(memory_id, fields, text, index, archived=True)
+
+    def _view(self, memory_id: str, entry: dict[str, Any], text: str, index: BrainIndex | None, *, archived: bool) -> MemoryView:
+        front = frontmatter_values(text)
+        fields = {**front, **entry}
+        body = memory_body(text)
+
+        def line(other: str) -> MemoryLine:
+            position = index.positions.get(other) if index is not None else None
+            other_entry = index.memories[position].entry if index is not None and position is not None else {}
+            return line_of(other, other_entry) if other_entry else MemoryLine(other, other, "", ())
+
+        provenance = [(label, value) for label, value in (
+            ("Origin", _string(fields.get("origin")) or "not recorded"),
+            ("Source", _string(fields.get("source"))),
+            ("Written by", _string((fields.get("encoding_context") or {}).get("agent")) if isinstance(fields.get("encoding_context"), dict) else ""),
+            ("Confidence", _number(fields.get("confidence"))),
+            ("Salience", _number(fields.get("salience"))),
+            ("Strength", _number(fields.get("strength"))),
+            ("Created", _string(fields.get("created"))),
+            ("Last used", _string(fields.get("last_accessed"))),
+            ("Times recalled", _number(fields.get("access_count"))),
+            ("File", _string(fields.get("path"))),
+        ) if value]
+        if archived:
+            provenance.append(("Archived", f"{_string(entry.get('archived_date'))} ({_string(entry.get('archived_reason'))})"))
+        validity = [(label, value) for label, value in (
+            ("Valid from", _string(fields.get("valid_from"))),
+            ("Valid until", _string(fields.get("valid_until"))),
+        ) if value]
+        superseded_by = fields.get("superseded_by")
+        associations: list[tuple[MemoryLine, float]] = []
+        if index is not None and index.edges is not None and not archived:
+            for other, weight in sorted(index.edges.get(memory_id, []), key=lambda edge: -edge[1])[:20]:
+                associations.append((line(other), weight))
+        reasons = fields.get("quarantine_reasons")
+        graph = None
+        if associations and index is not None:
+            titles = {memory_id: _string(fields.get("title")) or memory_id,
+                      **{line.id: line.title for line, _ in associations if line.id in index.positions}}
+            graph = neighbourhood(memory_id, titles, index.edges)
+        return MemoryView(
+            id=memory_id,
+            title=_string(fields.get("title")) or memory_id,
+            archived=archived,
+            content_html=render_markdown(body),
+            fields=fields,
+            tags=_tags(fields.get("tags")),
+            provenance=provenance,
+            validity=validity,
+            supersedes=[line(other) for other in _tags(fields.get("supersedes"))],
+            superseded_by=line(superseded_by) if isinstance(superseded_by, str) else None,
+            associations=associations,
+            pinned=fields.get("pinned") is True and not archived,
+            pending=bool(fields.get("quarantined")) and not archived,
+            pending_reasons=[str(reason) for reason in reasons] if isinstance(reasons, list) else [],
+            body=body,
+            graph=graph,
+        )
+
+    async def history(self, account: Account) -> tuple[str | None, list[VersionRecord]]:
+        """The active brain's name and the store's snapshots of it, newest first."""
+        snapshot = await self.manager.snapshot(account)
+        if snapshot.brain_id is None:
+            return None, []
+        try:
+            versions = await self.manager.store.list_versions(account.credential, snapshot.brain_id)
+        except StoreError as exc:
+            raise BrainUnavailable(f"The store could not list the snapshots ({exc}).") from None
+        return snapshot.brain_name, versions
+
+    async def diff(self, account: Account, version: str) -> BrainDiff | None:
+        """What changed between the store's snapshot ``version`` and the brain now; None when unknown."""
+        snapshot = await self.manager.snapshot(account)
+        if snapshot.brain_id is None:
+            return None
+        try:
+            download = await self.manager.store.download(account.credential, snapshot.brain_id, version=version)
+        except StoreNotFound:
+            return None
+        except StoreError as exc:
+            raise BrainUnavailable(f"The store could not send the snapshot ({exc}).") from None
+        assert download.data is not None
+        try:
+            then = await asyncio.to_thread(load_archive, download.data, self.manager.tuning.archive_limits)
+        except ArchiveError as exc:
+            raise BrainUnavailable(f"The snapshot could not be read safely ({exc}).") from None
+        return await asyncio.to_thread(diff_brains, then, snapshot.brain)
+
+    async def archive(self, account: Account) -> list[MemoryLine]:
+        """Forgotten (and rejected) memories, most recently archived first."""
+        snapshot = await self.manager.snapshot(account)
+        archive = snapshot.brain.read_json("_archived/index.json") if snapshot.brain is not None else None
+        if not isinstance(archive, dict) or not isinstance(archive.get("memories"), dict):
+            return []
+        records = [(memory_id, record) for memory_id, record in archive["memories"].items() if isinstance(record, dict)]
+        records.sort(key=lambda item: _string(item[1].get("archived_date")), reverse=True)
+        return [line_of(memory_id, record) for memory_id, record in records]
+
+
+def _last_updated(raw: bytes | None) -> str | None:
+    """``last_updated`` of index.json without parsing the whole (possibly large) file."""
+    if raw is None:
+        return None
+    marker = raw.rfind(b'"last_updated"')
+    if marker < 0:
+        return None
+    start = raw.find(b'"', raw.find(b":", marker) + 1)
+    end = raw.find(b'"', start + 1)
+    if start < 0 or end < 0 or end - start > 64:
+        return None
+    return raw[start + 1:end].decode("utf-8", errors="replace")
+
+
+def _common_tags(index: BrainIndex, limit: int = 40) -> list[str]:
+    counts: dict[str, int] = {}
+    for record in index.memories:
+        for tag in _tags(record.entry.get("tags")):
+            counts[tag] = counts.get(tag, 0) + 1
+    return [tag for tag, _ in sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:limit]]
+
+
+def _browse(index: BrainIndex, form: SearchForm) -> list[MemoryLine]:
+    """Memories matching the filters, newest first (no query: nothing to rank by)."""
+    chosen = []
+    for record in index.memories:
+        entry = record.entry
+        if form.type and entry.get("type") != form.type:
+            continue
+        if form.tag and form.tag not in _tags(entry.get("tags")):
+            continue
+        if form.project and record.ctx_project != form.project:
+            continue
+        chosen.append((record.created_ms or 0, record.id, entry))
+    chosen.sort(key=lambda item: (-item[0], item[1]))
+    return [line_of(memory_id, entry) for _, memory_id, entry in chosen[:BROWSE_LIMIT]]

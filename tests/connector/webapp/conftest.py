@@ -1,0 +1,59 @@
+"""The web app against a real store process, in process (litestar's TestClient) or as a real connector."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from litestar.testing import TestClient
+
+from connector.app import create_app
+from connector.settings import ConnectorSettings
+
+from ..conftest import RunningStore, store  # noqa: F401 - the store fixture
+
+KEY_HEX = bytes(range(32)).hex()
+BASE = "http://127.0.0.1:8788"
+
+
+def connector_settings(store_url: str, **changes: Any) -> ConnectorSettings:
+    """Settings of an in-process connector with the static provider over ``store_url``."""
+    base = ConnectorSettings.load({"CONNECTOR_STORE_URL": store_url, "CONNECTOR_IDP": "static",
+                                   "CONNECTOR_STATE_KEY": KEY_HEX, "CONNECTOR_REPULL_TTL_MS": "0"})
+    return base.with_overrides(**changes)
+
+
+@contextmanager
+def app_client(store_url: str, base_url: str = BASE, **changes: Any) -> Iterator[TestClient[Any]]:
+    """A TestClient of the connector app (cookies kept between requests, redirects not followed)."""
+    app = create_app(connector_settings(store_url, **changes))
+    with TestClient(app, base_url=base_url) as client:
+        client.follow_redirects = False
+        yield client
+
+
+def csrf_of(html: str) -> str:
+    """The CSRF token of the first form in a page."""
+    match = re.search(r'name="csrf" value="([^"]+)"', html)
+    assert match, "no CSRF field in the page"
+    return match.group(1)
+
+
+def sign_in(client: TestClient[Any], token: str, *, access: str = "write") -> str:
+    """Sign in through the form like a browser; returns the session's CSRF token."""
+    page = client.get("/app/signin")
+    assert page.status_code == 200, page.text
+    done = client.post("/app/signin", data={"csrf": csrf_of(page.text), "token": token, "access": access})
+    assert done.status_code == 303, done.text
+    home = client.get("/app")
+    assert home.status_code == 200, home.text
+    return csrf_of(home.text)
+
+
+@pytest.fixture
+def running_store(store: RunningStore) -> RunningStore:  # noqa: F811 - re-exported fixture
+    """The real store process."""
+    return store

@@ -1,0 +1,52 @@
+"""Sessions and Markdown rendering of the web app, without a server."""
+
+from __future__ import annotations
+
+from connector.webapp.markdown import render_markdown
+from connector.webapp.sessions import WebSessions
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_sessions_are_stored_hashed_expire_and_end() -> None:
+    clock = Clock()
+    sessions = WebSessions(60.0, clock=clock)
+    cookie, session = sessions.create(subject="static:u", credential="bst_secret", kind="static", read_only=False)
+    assert sessions.get(cookie) == session
+    assert cookie not in repr(sessions._records) and len(cookie) >= 40
+    assert sessions.get(cookie + "x") is None and sessions.get("") is None and sessions.get(None) is None
+    assert session.csrf_ok(session.csrf) and not session.csrf_ok("nope") and not session.csrf_ok(None)
+    clock.now += 61
+    assert sessions.get(cookie) is None and len(sessions) == 0
+    cookie, _ = sessions.create(subject="static:u", credential="bst_secret", kind="static", read_only=True)
+    assert sessions.end(cookie) and sessions.get(cookie) is None and not sessions.end(cookie)
+
+
+def test_session_lifetime_is_bounded_by_the_credential_and_the_count() -> None:
+    clock = Clock()
+    sessions = WebSessions(3600.0, clock=clock, capacity=2)
+    cookie, session = sessions.create(subject="oidc:x", credential="id-token", kind="oidc", read_only=False,
+                                      credential_expires_at=clock.now + 30)
+    assert session.expires_at == clock.now + 30
+    second, _ = sessions.create(subject="a", credential="c", kind="static", read_only=False)
+    third, _ = sessions.create(subject="b", credential="c", kind="static", read_only=False)
+    assert sessions.get(cookie) is None and sessions.get(second) and sessions.get(third)
+
+
+def test_markdown_keeps_formatting_and_drops_everything_active() -> None:
+    html = render_markdown(
+        "# Title\n\n<script>alert(1)</script>\n\n<b onmouseover=x()>raw</b>\n\n"
+        "[js](javascript:alert(1)) [vb](vbscript:x) [ok](https://example.org)\n\n"
+        "![remote](https://tracker.example/p.png)\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n~~old~~ `code`"
+    )
+    assert "<h1>Title</h1>" in html and "<table>" in html and "<s>old</s>" in html and "<code>code</code>" in html
+    assert "<script" not in html and "<b " not in html and "&lt;script&gt;" in html
+    assert 'href="javascript' not in html and 'href="vbscript' not in html
+    assert '<a href="https://example.org" rel="noopener noreferrer nofollow">ok</a>' in html
+    assert "<img" not in html and "[image: remote]" in html
