@@ -33,6 +33,7 @@ from connector.settings import ConnectorSettings
 from connector.workcopy.manager import ManagerTuning, WorkingCopyManager
 from connector.workcopy.model import Account
 from connector.workcopy.store_client import StoreClient
+from connector.workcopy.vectors import VectorStore
 from common.limits import TokenBucketLimiter, TrustedProxies, client_address
 
 log = logging.getLogger("connector.http")
@@ -252,7 +253,11 @@ def build_parts(settings: ConnectorSettings, *, tuning: ManagerTuning | None = N
             max_copy_bytes=settings.max_working_copy_bytes,
         ),
     )
-    tools = BrainTools(manager, allowed=settings.tools)
+    # Hybrid recall's vectors: sealed under the state key in the state directory, when there is one.
+    vectors = VectorStore(
+        directory=settings.state_dir / "vectors" if settings.state_dir is not None else None, state_key=state_key
+    )
+    tools = BrainTools(manager, allowed=settings.tools, recall_mode=settings.recall_mode, vectors=vectors)
     return ConnectorParts(settings, store, state, codec, manager, tools, McpEndpoint(tools))
 
 

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+from connector.engine.hybrid import MODES as RECALL_MODES
+
 # The eight tools of the connector; CONNECTOR_TOOLS may name a subset.
 TOOL_NAMES: tuple[str, ...] = (
     "brain_recall",
@@ -72,6 +74,7 @@ class ConnectorSettings:
     log_level: str = "info"
     metrics: bool = True  # GET /metrics (Prometheus); labels never carry ids or tokens
     metrics_token: str | None = None  # when set, /metrics needs "Authorization: Bearer <token>"
+    recall_mode: str = "exact"  # brain_recall's mode when the caller names none (exact or hybrid)
 
     @property
     def repull_ttl_s(self) -> float:
@@ -220,6 +223,8 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     put("log_level", _env(env, "CONNECTOR_LOG_LEVEL"))
     put("metrics", _bool(env, "CONNECTOR_METRICS"))
     put("metrics_token", _env(env, "CONNECTOR_METRICS_TOKEN"))
+    recall_mode = _env(env, "CONNECTOR_RECALL_MODE")
+    put("recall_mode", recall_mode.strip().lower() if recall_mode else None)
     return values
 
 
@@ -265,6 +270,8 @@ def _validated(settings: ConnectorSettings) -> ConnectorSettings:
         )
     if settings.state_key is not None and len(settings.state_key) != 32:
         raise SettingsError("the state key must be 32 bytes")
+    if settings.recall_mode not in RECALL_MODES:
+        raise SettingsError(f"CONNECTOR_RECALL_MODE must be {' or '.join(RECALL_MODES)}, got {settings.recall_mode!r}")
     if settings.log_level.lower() not in ("debug", "info", "warning", "error"):
         raise SettingsError("CONNECTOR_LOG_LEVEL must be debug, info, warning or error")
     return replace(

@@ -146,6 +146,15 @@ TOOLS: tuple[ToolSpec, ...] = (
                     "type": "string",
                     "description": "ISO date/time: only memories recorded at or before that moment.",
                 },
+                "mode": {
+                    "type": "string",
+                    "enum": ["exact", "hybrid"],
+                    "description": (
+                        "exact: only the query's exact words, scored like `brain recall`. hybrid: also other "
+                        "word forms, accents and small typos, Chinese and Japanese text, and meaning across "
+                        "wording and languages. Default: the server's setting."
+                    ),
+                },
             },
             ["query"],
         ),
