@@ -128,17 +128,13 @@ def quantize(vectors: np.ndarray) -> Quantized:
     return Quantized(codes, scales)
 
 
-# Rows converted to float32 at a time when scoring: keeps the transient small.
-_CHUNK = 4096
-
-
 def cosines(vectors: Quantized, query: np.ndarray) -> np.ndarray:
-    """Cosine of each stored (unit) vector with a unit ``query`` vector, as float32."""
-    count = len(vectors)
-    out = np.empty(count, dtype=np.float32)
+    """Cosine of each stored (unit) vector with a unit ``query`` vector, as float32.
+
+    ``einsum`` reads the int8 codes directly, without BLAS: a multi-threaded BLAS
+    call on a busy machine was 50x slower than this single-threaded loop.
+    """
     query = np.asarray(query, dtype=np.float32)
-    for start in range(0, count, _CHUNK):
-        block = vectors.codes[start : start + _CHUNK].astype(np.float32)
-        out[start : start + _CHUNK] = block @ query
+    out = np.einsum("ij,j->i", vectors.codes, query, dtype=np.float32, casting="unsafe")
     out *= vectors.scales
     return out

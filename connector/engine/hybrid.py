@@ -4,7 +4,7 @@ For a query, every eligible memory gets
 
     W_SEMANTIC x cosine(query, memory)          (multilingual sentence embeddings)
   + W_WORDS    x word BM25 / best               (stems, CJK bigrams, accents folded)
-  + W_TRIGRAMS x trigram BM25 / best            (small typos)
+  + W_FUZZY    x BM25 of near spellings / best  (small typos, by character trigrams)
   + W_EXACT    x the exact engine's relevance   (recall.md, unchanged)
 
 then the same trust / superseded / expired factors as the exact score. The exact
@@ -49,16 +49,16 @@ MODES = ("exact", "hybrid")
 
 W_SEMANTIC = 1.0
 W_WORDS = 0.2
-W_TRIGRAMS = 0.05
+W_FUZZY = 0.05
 W_EXACT = 0.1
 STRONG_EXACT = 0.8
-# Memories matching no word, no trigram well and nothing exactly must be at least this
+# Memories matching no word, no near spelling well and nothing exactly must be at least this
 # close in meaning to be listed (unrelated texts sit around 0.1-0.3 with this model):
 # a query about nothing in the brain returns little rather than random memories.
 SEMANTIC_FLOOR = 0.3
-TRIGRAM_FLOOR = 0.5
+FUZZY_FLOOR = 0.5
 # Exact hits taken into the fusion (their relevance and their fields).
-EXACT_CANDIDATES = 50
+EXACT_CANDIDATES = 20
 
 
 class VectorSource(Protocol):
@@ -145,7 +145,7 @@ def hybrid_recall(
     )
     if context and not query or not query or top <= 0 or not index.memories:
         return exact[:top] if top > 0 else []
-    if hybrid.ids != [record.id for record in index.memories]:
+    if len(hybrid.ids) != len(index.memories) or hybrid.ids[-1] != index.memories[-1].id:
         raise ValueError("the hybrid index was built for another version of the brain")
     count = len(index.memories)
     now_ms = datetime_ms(now)
@@ -160,9 +160,9 @@ def hybrid_recall(
         exact_relevance[position] = hit.get("relevance", 0.0)
     semantic = cosines(hybrid.vectors, embed_query(query))
     words = hybrid.text.word_scores(query)
-    trigrams = hybrid.text.trigram_scores(query)
-    fused = W_SEMANTIC * semantic + W_WORDS * words + W_TRIGRAMS * trigrams + W_EXACT * exact_relevance
-    listed = (semantic >= SEMANTIC_FLOOR) | (words > 0) | (trigrams >= TRIGRAM_FLOOR) | (exact_relevance > 0)
+    fuzzy = hybrid.text.fuzzy_scores(query)
+    fused = W_SEMANTIC * semantic + W_WORDS * words + W_FUZZY * fuzzy + W_EXACT * exact_relevance
+    listed = (semantic >= SEMANTIC_FLOOR) | (words > 0) | (fuzzy >= FUZZY_FLOOR) | (exact_relevance > 0)
     for position in exact_hits:
         listed[position] = True
     eligible = _eligibility(index, as_of_ms, as_known_ms)

@@ -16,7 +16,7 @@ from connector.engine.hybrid import HybridIndex, hybrid_recall, recall_in_mode
 from connector.engine.index import BrainIndex
 from connector.engine.ops import Memorize
 from connector.engine.recall import recall
-from connector.engine.textmatch import normalise, trigram_terms, word_terms
+from connector.engine.textmatch import TextIndex, normalise, trigrams, word_terms
 from connector.workcopy.vectors import VectorStore
 from tests.engine.hybrid_support import NOW, CountingEmbedder, make_brain
 
@@ -37,7 +37,15 @@ def test_text_terms_fold_stem_and_cut_cjk() -> None:
     assert word_terms("tabs running") == word_terms("tab runs")[:1] + ["run"]
     assert word_terms("猫的疫苗") == ["猫的", "的疫", "疫苗"]
     assert word_terms("鎌倉でrunning") == ["鎌倉", "倉で", "run"]
-    assert " ku" in trigram_terms("Kubernetes") and trigram_terms("猫") == []
+    assert trigrams("tab") == [" ta", "tab", "ab "] and trigrams("ab") == []
+
+
+def test_near_spellings_find_the_word_meant() -> None:
+    index = TextIndex.build(["kubernetes cluster upgrade", "coffee in the morning", "猫的疫苗"])
+    assert set(index.fuzzy.similar("kubernetse")) == {"kubernet"}
+    scores = index.fuzzy_scores("kuberntes upgrad")
+    assert scores.argmax() == 0 and scores[1] == 0 and scores[2] == 0
+    assert index.word_scores("疫苗").argmax() == 2
 
 
 @pytest.mark.parametrize(
