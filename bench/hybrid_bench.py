@@ -69,22 +69,24 @@ def main() -> None:
         index = BrainIndex.build(brain)
         store = VectorStore(directory=directory, state_key=KEY)
         store.embed_query("load the model")  # model load (~1 s) is not embedding time
-        began = time.perf_counter()
+        began, began_cpu = time.perf_counter(), time.process_time()
         hybrid = HybridIndex.build(brain, index, store)
-        scratch = time.perf_counter() - began
+        scratch, scratch_cpu = time.perf_counter() - began, time.process_time() - began_cpu
         row("embed every memory from scratch (+ text index)", f"{scratch:.1f} s",
-            f"{store.embedded} embedded, {scratch / max(store.embedded, 1) * 1000:.1f} ms each")
+            f"cpu {scratch_cpu:.1f} s; {store.embedded} embedded, {scratch / max(store.embedded, 1) * 1000:.1f} ms each")
         per_10k = hybrid.vectors.nbytes / args.memories * 10_000 / 1e6
         row("vectors in memory per 10,000 memories", f"{per_10k:.1f} MB", "int8 + scale; target <= 20 MB")
 
         rnd = random.Random(5)
-        samples = []
+        samples, cpu = [], []
         for _ in range(21):
             text = embedded_text("A new fact " + query_text(rnd), ["tag"], " ".join(query_text(rnd) for _ in range(8)))
-            started = time.perf_counter()
+            started, started_cpu = time.perf_counter(), time.process_time()
             store.embedder.embed([text])
             samples.append((time.perf_counter() - started) * 1000)
-        row("embed one new memory", f"p50 {statistics.median(samples):.1f} ms", "target <= 20 ms")
+            cpu.append((time.process_time() - started_cpu) * 1000)
+        row("embed one new memory", f"p50 {statistics.median(samples):.1f} ms",
+            f"cpu {statistics.median(cpu):.1f} ms; target <= 20 ms")
 
         queries = [query_text(rnd) for _ in range(args.queries)]
         for label, run in (
@@ -94,24 +96,26 @@ def main() -> None:
         ):
             for q in queries[:5]:
                 run(q)
-            times = []
+            times, cpu = [], []
             for q in queries:
-                started = time.perf_counter()
+                started, started_cpu = time.perf_counter(), time.process_time()
                 run(q)
-                times.append((time.perf_counter() - started) * 1000)
+                times.append(time.perf_counter() - started)
+                cpu.append((time.process_time() - started_cpu) * 1000)
             p50, p95 = percentiles(times)
-            row(label, f"p50 {p50:.1f} / p95 {p95:.1f} ms", "target <= 15 ms" if "hybrid" in label else "")
+            row(label, f"p50 {p50:.1f} / p95 {p95:.1f} ms",
+                f"cpu {statistics.median(cpu):.1f} ms" + ("; target <= 15 ms" if "hybrid" in label else ""))
 
-        def first_recall(vectors: VectorStore) -> tuple[float, float]:
-            began = time.perf_counter()
+        def first_recall(vectors: VectorStore) -> tuple[float, float, float]:
+            began, began_cpu = time.perf_counter(), time.process_time()
             pulled = load_archive(archive)
             pulled_index = BrainIndex.build(pulled)
-            middle = time.perf_counter()
+            middle, middle_cpu = time.perf_counter(), time.process_time()
             pulled_hybrid = HybridIndex.build(pulled, pulled_index, vectors)
             hybrid_recall(pulled, "postgres cache", index=pulled_index, hybrid=pulled_hybrid,
                           embed_query=vectors.embed_query, top=10, now=now)
             end = time.perf_counter()
-            return end - middle, end - began
+            return end - middle, end - began, time.process_time() - middle_cpu
 
         for label, make in (
             ("first hybrid recall after a pull, same process", lambda: store),
@@ -126,7 +130,9 @@ def main() -> None:
                 assert vectors.embedded == before, "an unchanged brain must not be embedded again"
             hybrid_part = statistics.median(r[0] for r in results)
             total = statistics.median(r[1] for r in results)
-            row(label, f"{hybrid_part:.2f} s hybrid part", f"{total:.2f} s with archive load + exact index; target <= 2 s")
+            cpu_part = statistics.median(r[2] for r in results)
+            row(label, f"{hybrid_part:.2f} s hybrid part",
+                f"cpu {cpu_part:.2f} s; {total:.2f} s with archive load + exact index; target <= 2 s")
 
 
 if __name__ == "__main__":

@@ -222,12 +222,17 @@ class VectorStore:
 
 
 class HybridCache:
-    """A small LRU of hybrid indexes keyed by content key (an archive checksum), thread-safe."""
+    """A small LRU of hybrid indexes keyed by content key (an archive checksum), thread-safe.
+
+    One build per key at a time: a second recall of a brain being prepared waits for
+    the first instead of embedding the same memories again.
+    """
 
     def __init__(self, capacity: int = 16) -> None:
         self.capacity = capacity
         self._items: OrderedDict[str, HybridIndex] = OrderedDict()
         self._lock = threading.Lock()
+        self._building: dict[str, threading.Lock] = {}
 
     def __contains__(self, key: object) -> bool:
         return key in self._items
@@ -235,19 +240,31 @@ class HybridCache:
     def __len__(self) -> int:
         return len(self._items)
 
+    def _cached(self, key: str) -> HybridIndex | None:
+        with self._lock:
+            found = self._items.get(key)
+            if found is not None:
+                self._items.move_to_end(key)
+            return found
+
     def get_or_build(self, key: str | None, build: Callable[[], HybridIndex]) -> HybridIndex:
         """The index for ``key``, built with ``build`` on a miss (never cached without a key)."""
-        if key is not None:
-            with self._lock:
-                found = self._items.get(key)
-                if found is not None:
-                    self._items.move_to_end(key)
-                    return found
-        built = build()
-        if key is not None:
+        if key is None:
+            return build()
+        found = self._cached(key)
+        if found is not None:
+            return found
+        with self._lock:
+            building = self._building.setdefault(key, threading.Lock())
+        with building:
+            found = self._cached(key)
+            if found is not None:
+                return found
+            built = build()
             with self._lock:
                 self._items[key] = built
                 self._items.move_to_end(key)
                 while len(self._items) > self.capacity:
                     self._items.popitem(last=False)
-        return built
+                self._building.pop(key, None)
+            return built

@@ -170,3 +170,30 @@ def test_the_model_loads_and_works_without_network(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     same, different = map(float, done.stdout.split())
     assert same > different + 0.2, "English and Chinese sentences that mean the same are close"
+
+
+def test_one_build_per_content_key_at_a_time() -> None:
+    import threading
+
+    from connector.workcopy.vectors import HybridCache
+
+    brain, ids = make_brain()
+    index = BrainIndex.build(brain)
+    embedder = CountingEmbedder()
+    store = VectorStore(embedder)
+    cache = HybridCache(capacity=2)
+    built = []
+
+    def build() -> HybridIndex:
+        built.append(1)
+        return HybridIndex.build(brain, index, store)
+
+    threads = [threading.Thread(target=cache.get_or_build, args=("key", build)) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert len(built) == 1 and embedder.embedded == len(ids) and "key" in cache
+    cache.get_or_build("other", build)
+    cache.get_or_build("third", build)
+    assert "key" not in cache and len(cache) == 2
