@@ -46,7 +46,7 @@ class Embedder(Protocol):
 
 
 class UseEmbedder:
-    """The multilingual USE v3 model, loaded on first use (about a second), thread-safe."""
+    """The multilingual USE v3 model, loaded once on first use (about a second), thread-safe."""
 
     model_id = MODEL_ID
     dimensions = DIMENSIONS
@@ -68,9 +68,9 @@ class UseEmbedder:
         """L2-normalised float32 rows, one per text (an empty text embeds as itself)."""
         if not texts:
             return np.zeros((0, self.dimensions), dtype=np.float32)
-        model = self._loaded()
-        with self._lock:  # the numpy backend keeps per-call buffers
-            vectors = model.encode([text[:MAX_EMBED_CHARS] for text in texts])
+        # No lock around the call: the model's forward pass only reads its weights, so a
+        # query embedding never waits for a batch another thread is embedding.
+        vectors = self._loaded().encode([text[:MAX_EMBED_CHARS] for text in texts])
         return np.asarray(vectors, dtype=np.float32).reshape(len(texts), self.dimensions)
 
 

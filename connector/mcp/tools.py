@@ -20,7 +20,7 @@ import mcp_types as types
 from connector.engine.brain import Brain
 from connector.engine.errors import BrainError
 from connector.engine.hybrid import MODES, HybridIndex, hybrid_recall
-from connector.engine.index import IndexCache, RecallError, index_for
+from connector.engine.index import BrainIndex, IndexCache, RecallError, index_for
 from connector.engine.ops import Forget, Pin, Unpin, Verify, connector_memorize
 from connector.engine.recall import recall
 from connector.mcp import render
@@ -344,7 +344,7 @@ class BrainTools:
             self._vectors = VectorStore()
         return self._vectors
 
-    def hybrid_index(self, brain: Brain, key: str | None, index: Any) -> HybridIndex:
+    def hybrid_index(self, brain: Brain, key: str | None, index: BrainIndex) -> HybridIndex:
         """The hybrid index of one brain version, cached under its content key."""
         return self.hybrid_cache.get_or_build(key, lambda: HybridIndex.build(brain, index, self.vectors))
 
