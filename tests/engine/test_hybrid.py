@@ -197,3 +197,8 @@ def test_one_build_per_content_key_at_a_time() -> None:
     cache.get_or_build("other", build)
     cache.get_or_build("third", build)
     assert "key" not in cache and len(cache) == 2
+
+
+def test_a_query_about_nothing_in_the_brain_returns_little(model_store: VectorStore) -> None:
+    brain, _ = make_brain()
+    assert ids_for(brain, "quantum chromodynamics lattice gauge", model_store, top=10) == []
