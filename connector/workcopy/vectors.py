@@ -84,6 +84,13 @@ class VectorStore:
         """The unit vector of a query (not stored)."""
         return self.embedder.embed([text])[0]
 
+    def get(self, digest: bytes) -> np.ndarray | None:
+        """The (dequantised) vector kept for one content hash, or None when never computed."""
+        with self._lock:
+            self._load_once()
+            row = self._rows.get(digest)
+            return None if row is None else self._codes[row].astype(np.float32) * self._scales[row]
+
     def vectors(self, hashes: Sequence[bytes], texts: Sequence[str]) -> Quantized:
         """Vectors of ``texts`` keyed by ``hashes``, one row each in order, embedding only unknown ones."""
         with self._lock:

@@ -119,6 +119,10 @@ def test_vectors_are_computed_once_per_content(tmp_path: Path) -> None:
     again = HybridIndex.build(pulled, BrainIndex.build(pulled), store)
     assert embedder.embedded == len(ids)
     assert np.array_equal(again.vectors.codes, first.vectors.codes)
+    memory_id = ids["Coffee"]
+    by_id = again.vector_of(memory_id)
+    assert by_id is not None and np.allclose(by_id, store.get(again.hashes[again.ids.index(memory_id)]))
+    assert again.vector_of("mem_missing") is None and store.get(bytes(16)) is None
     # A restarted connector reads them back from the state directory.
     restarted = CountingEmbedder()
     HybridIndex.build(pulled, BrainIndex.build(pulled), VectorStore(restarted, tmp_path / "vectors", key))
