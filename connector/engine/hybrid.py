@@ -103,13 +103,17 @@ class HybridIndex:
     hashes: list[bytes]
     text: TextIndex
     vectors: Quantized
+    newer: list[int]  # positions of the memories with trust / supersession / validity fields
 
     @classmethod
     def build(cls, brain: Brain, index: BrainIndex, source: VectorSource) -> HybridIndex:
         """Text index and vectors of every memory (vectors come from ``source``'s cache when known)."""
         texts = memory_texts(brain, index)
         hashes = [content_hash(source.model_id, text) for text in texts]
-        return cls([record.id for record in index.memories], hashes, TextIndex.build(texts), source.vectors(hashes, texts))
+        newer = [position for position, record in enumerate(index.memories) if record.has_newer_fields]
+        return cls(
+            [record.id for record in index.memories], hashes, TextIndex.build(texts), source.vectors(hashes, texts), newer
+        )
 
     def vector_of(self, memory_id: str) -> np.ndarray | None:
         """The (dequantised) vector of one memory, or None when it is not in this version."""
@@ -163,6 +167,12 @@ def hybrid_recall(
     words = hybrid.text.word_scores(query)
     fuzzy = hybrid.text.fuzzy_scores(query)
     fused = W_SEMANTIC * semantic + W_WORDS * words + W_FUZZY * fuzzy + W_EXACT * exact_relevance
+    np.maximum(fused, 0.0, out=fused)
+    # The exact score's factors (origin trust; 0.25 when superseded or expired), on the few
+    # memories that have those fields.
+    expiry_ms = as_of_ms if as_of_ms is not None else now_ms
+    for position in hybrid.newer:
+        fused[position] = _newer_field_factors(index.memories[position], float(fused[position]), expiry_ms, as_of_ms is not None)
     listed = (semantic >= SEMANTIC_FLOOR) | (words > 0) | (fuzzy >= FUZZY_FLOOR) | (exact_relevance > 0)
     for position in exact_hits:
         listed[position] = True
@@ -171,21 +181,15 @@ def hybrid_recall(
         listed &= np.asarray(eligible, dtype=bool)
 
     candidates = np.flatnonzero(listed)
-    # Only the best few need the per-memory factors: they lower a score by at most 4x.
-    keep = min(len(candidates), max(4 * top, top + 20))
+    # Enough of the best to fill ``top`` after the strong exact hit moves first.
+    keep = min(len(candidates), top + 1)
     if keep < len(candidates):
         candidates = candidates[np.argpartition(-fused[candidates], keep - 1)[:keep]]
-    expiry_ms = as_of_ms if as_of_ms is not None else now_ms
     ranked: list[tuple[float, str, int]] = []
     for position in candidates.tolist():
-        record = index.memories[position]
-        score = max(float(fused[position]), 0.0)
-        if record.has_newer_fields:
-            score = _newer_field_factors(record, score, expiry_ms, as_of_ms is not None)
-        if not math.isfinite(score):
-            score = 0.0
+        score = float(fused[position])
         # Ranked on the unrounded score: rounding first would let ids decide near-ties.
-        ranked.append((-score, record.id, position))
+        ranked.append((-score if math.isfinite(score) else -0.0, index.memories[position].id, position))
     ranked.sort()
     order = [position for _, _, position in ranked]
     if exact and exact[0].get("relevance", 0.0) >= STRONG_EXACT:

@@ -206,3 +206,14 @@ def test_one_build_per_content_key_at_a_time() -> None:
 def test_a_query_about_nothing_in_the_brain_returns_little(model_store: VectorStore) -> None:
     brain, _ = make_brain()
     assert ids_for(brain, "quantum chromodynamics lattice gauge", model_store, top=10) == []
+
+
+def test_a_superseded_memory_ranks_below_its_replacement(model_store: VectorStore) -> None:
+    brain, ids = make_brain([{"title": "Coffee rule", "content": "I drink two coffees every morning."}])
+    Memorize.from_request([{
+        "title": "Coffee rule now", "type": "learning", "path": "notes/",
+        "content": "I drink two coffees every morning, since May one.", "supersedes": [ids["Coffee rule"]],
+    }]).apply(brain, NOW)
+    hits = recall_in_mode(brain, "how much coffee do I drink", mode="hybrid", source=model_store, top=2, now=NOW)
+    assert [hit["title"] for hit in hits] == ["Coffee rule now", "Coffee rule"]
+    assert hits[1]["superseded_by"] and hits[1]["score"] < hits[0]["score"] / 2
