@@ -183,6 +183,10 @@ class VectorStore:
             log.warning("vector cache unavailable: %s", exc.strerror or exc)
             self.directory = None
             return
+        self._read_segments(segments)
+
+    def _read_segments(self, segments: list[Path]) -> None:
+        """Keep the vectors of ``segments`` not known yet (unreadable ones are skipped)."""
         for path in segments:
             try:
                 opened = self._open(path.read_bytes())
@@ -203,7 +207,9 @@ class VectorStore:
         try:
             segments = self._segments()
             if len(segments) >= _MAX_SEGMENTS:
-                # Merge: everything known (which includes those segments' vectors) in one file.
+                # Merge into one file everything known plus those segments' vectors (another
+                # process sharing the directory may have written some since we read it).
+                self._read_segments(segments)
                 used = len(self._rows)
                 ordered = sorted(self._rows, key=self._rows.__getitem__)
                 self._write_segment(ordered, self._codes[:used], self._scales[:used])

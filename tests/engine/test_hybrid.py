@@ -217,3 +217,22 @@ def test_a_superseded_memory_ranks_below_its_replacement(model_store: VectorStor
     hits = recall_in_mode(brain, "how much coffee do I drink", mode="hybrid", source=model_store, top=2, now=NOW)
     assert [hit["title"] for hit in hits] == ["Coffee rule now", "Coffee rule"]
     assert hits[1]["superseded_by"] and hits[1]["score"] < hits[0]["score"] / 2
+
+
+def test_segments_merge_without_losing_another_process_vectors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from connector.workcopy import vectors as vectors_module
+
+    monkeypatch.setattr(vectors_module, "_MAX_SEGMENTS", 3)
+    monkeypatch.setattr(vectors_module, "_BATCH", 1)
+    key = bytes(range(32))
+    texts = [f"memory number {i}" for i in range(6)]
+    hashes = [bytes([i]) * 16 for i in range(6)]
+    mine = VectorStore(CountingEmbedder(), tmp_path, key)
+    mine.vectors(hashes[:1], texts[:1])  # reads the (empty) directory
+    other = VectorStore(CountingEmbedder(), tmp_path, key)  # a replica on the same state directory
+    other.vectors(hashes[3:5], texts[3:5])
+    mine.vectors(hashes[1:3], texts[1:3])  # past 3 segments: merged
+    assert len(list(tmp_path.glob("seg-*.bin"))) <= 3
+    fresh = CountingEmbedder()
+    VectorStore(fresh, tmp_path, key).vectors(hashes[:5], texts[:5])
+    assert fresh.embedded == 0
