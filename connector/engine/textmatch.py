@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 import unicodedata
 from collections.abc import Sequence
-from itertools import chain
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 import snowballstemmer
@@ -36,6 +37,8 @@ _WORD = re.compile(r"[^\W_]+")
 _ACCENT = re.compile("[\u0300-\u036f]")
 
 _STEMMER = snowballstemmer.stemmer("english")
+# A Snowball stemmer keeps its working word in the object: one caller at a time.
+_STEMMER_LOCK = threading.Lock()
 _STEMS: dict[str, str] = {}
 _STEM_MEMO_LIMIT = 500_000
 
@@ -54,7 +57,8 @@ def normalise(text: str) -> str:
 def _stem(word: str) -> str:
     stemmed = _STEMS.get(word)
     if stemmed is None:
-        stemmed = _STEMMER.stemWord(word)
+        with _STEMMER_LOCK:
+            stemmed = _STEMMER.stemWord(word)
         if len(_STEMS) < _STEM_MEMO_LIMIT:
             _STEMS[word] = stemmed
     return stemmed
