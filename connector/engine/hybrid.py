@@ -29,7 +29,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from connector.engine.brain import Brain
-from connector.engine.embedding import Embedder, Quantized, content_hash, cosines, embedded_text
+from connector.engine.embedding import Quantized, content_hash, cosines, embedded_text
 from connector.engine.index import BrainIndex
 from connector.engine.jsvalues import datetime_ms, round3
 from connector.engine.recall import (
