@@ -79,7 +79,7 @@ _DEFAULT_LOCK = threading.Lock()
 
 
 def default_embedder() -> UseEmbedder:
-    """The process-wide model (its weights take ~100 MB once loaded: share them)."""
+    """The process-wide model (its weights take ~120 MB once loaded: share them)."""
     global _DEFAULT
     with _DEFAULT_LOCK:
         if _DEFAULT is None:
