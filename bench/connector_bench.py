@@ -28,6 +28,11 @@ Usage::
     .venv/bin/python bench/connector_bench.py            # 10,000 memories, 100 calls, 20 users
     .venv/bin/python bench/connector_bench.py --quick    # 2,000 memories, 30 calls, 5 users
     .venv/bin/python bench/connector_bench.py --brain-cache /tmp/brains   # reuse the generated brain
+    .venv/bin/python bench/connector_bench.py --mode hybrid --users 2       # hybrid recall (CONNECTOR_RECALL_MODE)
+
+With ``--mode hybrid`` the brain's vectors are computed first, in this process, into
+the connector's state directory (sealed with its key), as a connector that has seen
+the brain before would have them; the target there is p50 <= 30 ms over MCP.
 """
 
 from __future__ import annotations
@@ -55,8 +60,11 @@ from mcp.client import Client  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
 from connector.engine.archive import load_archive  # noqa: E402
+from connector.engine.hybrid import HybridIndex  # noqa: E402
+from connector.engine.index import BrainIndex  # noqa: E402
 from connector.engine.recall import recall  # noqa: E402
 from connector.oauth.tokens import AccessClaims, AccessTokenCodec  # noqa: E402
+from connector.workcopy.vectors import VectorStore  # noqa: E402
 from engine_bench import WORDS, brain_archive  # noqa: E402
 from tests.support.processes import console_script, free_port, run_server  # noqa: E402
 
@@ -261,19 +269,31 @@ def main() -> None:
     parser.add_argument("--users", type=int, default=20)
     parser.add_argument("--concurrent-calls", type=int, default=10, help="recalls per user in the concurrent run")
     parser.add_argument("--quick", action="store_true", help="2,000 memories, 30 calls, 5 users")
+    parser.add_argument("--mode", choices=["exact", "hybrid"], default="exact", help="brain_recall's mode")
     parser.add_argument("--brain-cache", type=Path, default=None, metavar="DIR",
                         help="keep/reuse the generated brain archive here (shared format with engine_bench.py)")
     args = parser.parse_args()
+    if args.mode == "hybrid":
+        global TARGET_RECALL_MS
+        TARGET_RECALL_MS = 30.0  # issue 17's target for hybrid recall over MCP
     if args.quick:
         args.memories, args.calls, args.users, args.concurrent_calls = 2000, 30, 5, 5
 
-    print(f"connector benchmark: {args.memories} memories, {args.calls} calls, {args.users} concurrent users")
+    print(f"connector benchmark: {args.memories} memories, {args.calls} calls, {args.users} concurrent users, "
+          f"{args.mode} recall")
     began = time.perf_counter()
     archive, _ = brain_archive(args.memories, datetime.now(UTC), args.brain_cache)
     row("brain archive (generated or cached)", f"{time.perf_counter() - began:.1f} s", f"{len(archive) / 1e6:.1f} MB archive")
 
     with tempfile.TemporaryDirectory(prefix="connector-bench-") as tmp:
         work = Path(tmp)
+        if args.mode == "hybrid":
+            began = time.perf_counter()
+            vectors = VectorStore(directory=work / "state" / "vectors", state_key=STATE_KEY)
+            brain = load_archive(archive)
+            HybridIndex.build(brain, BrainIndex.build(brain), vectors)
+            row("vectors computed beforehand (this process)", f"{time.perf_counter() - began:.1f} s",
+                f"{vectors.embedded} embedded")
         store_port, connector_port = free_port(), free_port()
         store_env = {"STORE_RATE_UPLOADS_PER_MIN": "100000", "STORE_RATE_REQUESTS_PER_MIN": "100000", "STORE_QUIET": "1"}
         with run_server(
@@ -288,6 +308,7 @@ def main() -> None:
                 "CONNECTOR_STATE_DIR": str(work / "state"), "CONNECTOR_PORT": str(connector_port), "CONNECTOR_LOG_LEVEL": "warning",
                 # Every call comes from 127.0.0.1: the per-address limit (300/min) would answer 429.
                 "CONNECTOR_MCP_RATE_PER_MIN": "0",
+                "CONNECTOR_RECALL_MODE": args.mode,
             }
             with run_server([console_script("brain-connector"), "serve"], port=connector_port, env=env,
                             log_path=work / "connector.log", health_path="/health/live") as connector:

@@ -35,6 +35,7 @@ from connector.workcopy.journal import HeldWriteJournal
 from connector.workcopy.manager import ManagerTuning, WorkingCopyManager
 from connector.workcopy.model import Account
 from connector.workcopy.store_client import StoreClient
+from connector.workcopy.vectors import VectorStore
 from common.limits import TokenBucketLimiter, TrustedProxies, client_address, limit_key
 
 log = logging.getLogger("connector.http")
@@ -259,7 +260,11 @@ def build_parts(settings: ConnectorSettings, *, tuning: ManagerTuning | None = N
         # Held writes survive a restart only with a state directory to keep them in.
         journal=HeldWriteJournal(settings.state_dir / "held", state_key) if settings.state_dir else None,
     )
-    tools = BrainTools(manager, allowed=settings.tools)
+    # Hybrid recall's vectors: sealed under the state key in the state directory, when there is one.
+    vectors = VectorStore(
+        directory=settings.state_dir / "vectors" if settings.state_dir is not None else None, state_key=state_key
+    )
+    tools = BrainTools(manager, allowed=settings.tools, recall_mode=settings.recall_mode, vectors=vectors)
     return ConnectorParts(settings, store, state, codec, manager, tools, McpEndpoint(tools))
 
 

@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from common.connection_guard import HttpLimits
+from connector.engine.hybrid import MODES as RECALL_MODES
 
 # The nine tools of the connector; CONNECTOR_TOOLS may name a subset.
 TOOL_NAMES: tuple[str, ...] = (
@@ -90,6 +91,7 @@ class ConnectorSettings:
     http_max_connections: int = 512  # open connections; beyond: 503
     webapp: bool = True  # the web app at /app (docs/webapp.md)
     webapp_session_ttl_ms: int = 8 * 3600 * 1000  # a web sign-in ends after this, whatever happens
+    recall_mode: str = "exact"  # brain_recall's mode when the caller names none (exact or hybrid)
 
     @property
     def http_limits(self) -> HttpLimits:
@@ -259,6 +261,8 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     put("http_max_connections", _int(env, "CONNECTOR_HTTP_MAX_CONNECTIONS"))
     put("webapp", _bool(env, "CONNECTOR_WEBAPP"))
     put("webapp_session_ttl_ms", _int(env, "CONNECTOR_WEBAPP_SESSION_TTL_MS"))
+    recall_mode = _env(env, "CONNECTOR_RECALL_MODE")
+    put("recall_mode", recall_mode.strip().lower() if recall_mode else None)
     return values
 
 
@@ -308,6 +312,8 @@ def _validated(settings: ConnectorSettings) -> ConnectorSettings:
         raise SettingsError("CONNECTOR_MAX_BRAIN_MB must be at least 1")
     if settings.max_concurrent_loads < 1:
         raise SettingsError("CONNECTOR_MAX_CONCURRENT_LOADS must be at least 1")
+    if settings.recall_mode not in RECALL_MODES:
+        raise SettingsError(f"CONNECTOR_RECALL_MODE must be {' or '.join(RECALL_MODES)}, got {settings.recall_mode!r}")
     if settings.log_level.lower() not in ("debug", "info", "warning", "error"):
         raise SettingsError("CONNECTOR_LOG_LEVEL must be debug, info, warning or error")
     if not 60_000 <= settings.webapp_session_ttl_ms <= 30 * 24 * 3600 * 1000:

@@ -10,9 +10,10 @@ import click
 
 from connector.engine.archive import ArchiveError, load_archive, load_directory
 from connector.engine.brain import Brain, dump_json
+from connector.engine.hybrid import MODES, recall_in_mode
 from connector.engine.index import RecallError
 from connector.engine.jsvalues import parse_iso_ms
-from connector.engine.recall import recall as run_recall
+from connector.workcopy.vectors import VectorStore
 
 
 def _instant(value: str | None, option: str) -> datetime | None:
@@ -44,6 +45,13 @@ def _load(path: Path) -> Brain:
 @click.option("--now", default=None, help="Clock to score at (ISO 8601); default: the current time.")
 @click.option("--as-of", "as_of", default=None, help="Only facts valid at this instant (ISO 8601).")
 @click.option("--as-known-of", "as_known_of", default=None, help="Only memories created by this instant.")
+@click.option(
+    "--mode",
+    type=click.Choice(MODES),
+    default="exact",
+    show_default=True,
+    help="exact: scored like `brain recall`; hybrid: also matches stems, typos, Chinese/Japanese and meaning.",
+)
 def recall(
     brain: Path,
     query: str | None,
@@ -55,15 +63,19 @@ def recall(
     now: str | None,
     as_of: str | None,
     as_known_of: str | None,
+    mode: str,
 ) -> None:
     """Print the memories BRAIN (a directory or a .tar.gz) recalls for QUERY, as JSON."""
     if not query and not context_mode:
         raise click.UsageError("give a QUERY, or --context")
     clock = _instant(now, "--now") or datetime.now(UTC)
     try:
-        hits = run_recall(
+        hits = recall_in_mode(
             _load(brain),
             query,
+            mode=mode,
+            # Vectors are computed for this run only: the command keeps no state.
+            source=VectorStore() if mode == "hybrid" else None,
             top=top,
             project=project,
             task=task,

@@ -70,6 +70,7 @@ _HIT = {
         "content": {"type": "string", "description": "The memory's text (front matter left out), within the budget."},
         "content_truncated": {"type": "boolean", "description": "True when the budget cut this content."},
         "content_length": {"type": "integer", "description": "Length of the whole content when it was cut."},
+        "similarity": {"type": "number", "description": "Hybrid mode: closeness in meaning to the query (cosine)."},
     },
     "required": ["id", "score"],
 }
@@ -174,6 +175,15 @@ TOOLS: tuple[ToolSpec, ...] = (
                     "minimum": 0,
                     "maximum": MAX_RECALL_CHARS // CHARS_PER_TOKEN,
                     "description": "The same budget in tokens (about 4 characters each); the smaller of the two wins.",
+                },
+                "mode": {
+                    "type": "string",
+                    "enum": ["exact", "hybrid"],
+                    "description": (
+                        "exact: only the query's exact words, scored like `brain recall`. hybrid: also other "
+                        "word forms, accents and small typos, Chinese and Japanese text, and meaning across "
+                        "wording and languages. Default: the server's setting."
+                    ),
                 },
             },
             ["query"],

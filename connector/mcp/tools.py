@@ -21,7 +21,8 @@ from common.textsafety import has_unsafe_chars
 from connector.engine.brain import Brain
 from connector.engine.credentials import find_credentials
 from connector.engine.errors import BrainError
-from connector.engine.index import IndexCache, RecallError, index_for
+from connector.engine.hybrid import MODES, HybridIndex, hybrid_recall
+from connector.engine.index import BrainIndex, IndexCache, RecallError, index_for
 from connector.engine.jsvalues import datetime_ms
 from connector.engine.ops import Forget, Pin, Unpin, Verify, connector_memorize
 from connector.engine.recall import recall
@@ -43,6 +44,7 @@ from connector.mcp.definitions import (
 from connector.workcopy.manager import BrainUnavailable, UnknownBrain, WorkingCopyManager
 from connector.workcopy.model import STATUS_NO_BRAIN, Account, Snapshot, WriteOutcome
 from connector.workcopy.store_client import StoreError
+from connector.workcopy.vectors import HybridCache, VectorStore
 
 log = logging.getLogger("connector.tools")
 
@@ -131,8 +133,15 @@ class BrainTools:
         *,
         allowed: Iterable[str] | None = None,
         index_cache: IndexCache | None = None,
+        recall_mode: str = "exact",
+        vectors: VectorStore | None = None,
     ) -> None:
         self.manager = manager
+        self.recall_mode = recall_mode
+        # Hybrid recall's vectors (shared by every brain: keyed by content) and, per content
+        # key, its text index and vector matrix. Both are made on first hybrid use.
+        self._vectors = vectors
+        self.hybrid_cache = HybridCache()
         names = set(allowed) if allowed is not None else {tool.name for tool in TOOLS}
         self.specs: dict[str, ToolSpec] = {tool.name: tool for tool in TOOLS if tool.name in names}
         self.index_cache = index_cache or IndexCache(capacity=64)
@@ -191,7 +200,9 @@ class BrainTools:
 
         def build() -> None:
             try:
-                index_for(brain, key, self.index_cache)
+                index = index_for(brain, key, self.index_cache)
+                if self.recall_mode == "hybrid":
+                    self.hybrid_index(brain, key, index)  # embeds what the write added
             except Exception:  # a brain recall cannot read: the next recall reports it
                 return
 
@@ -283,16 +294,20 @@ class BrainTools:
         project = args.string("project")
         as_of = args.string("as_of")
         as_known_of = args.string("as_known_of")
+        mode = args.choice("mode", list(MODES), default=self.recall_mode)
         snapshot = await self.manager.snapshot(caller.account)
         hits: list[dict[str, Any]] = []
         notes: list[str] = []
         if snapshot.brain is not None and "index.json" in snapshot.brain:
-            if snapshot.key in self._warm:
-                hits = self.run_recall(snapshot, query, limit, project, as_of, as_known_of)
+            warm = snapshot.key in self._warm and (mode == "exact" or snapshot.key in self.hybrid_cache)
+            if warm:
+                hits = self.run_recall(snapshot, query, limit, project, as_of, as_known_of, mode)
             else:
                 # First recall of this content builds its index (seconds at 10,000 memories):
                 # off the event loop, so other users' calls keep being served meanwhile.
-                hits = await asyncio.to_thread(self.run_recall, snapshot, query, limit, project, as_of, as_known_of)
+                hits = await asyncio.to_thread(
+                    self.run_recall, snapshot, query, limit, project, as_of, as_known_of, mode
+                )
                 self._remember_warm(snapshot.key)
                 self._loaded()
         if hits and snapshot.brain is not None:
@@ -328,8 +343,24 @@ class BrainTools:
         project: str | None,
         as_of: str | None,
         as_known_of: str | None,
+        mode: str = "exact",
     ) -> list[dict[str, Any]]:
-        """The engine's recall over the snapshot, with its index cached per content key."""
+        """The engine's recall over the snapshot, with its indexes cached per content key."""
+        if mode == "hybrid":
+            assert snapshot.brain is not None
+            index = index_for(snapshot.brain, snapshot.key, self.index_cache)
+            return hybrid_recall(
+                snapshot.brain,
+                query,
+                index=index,
+                hybrid=self.hybrid_index(snapshot.brain, snapshot.key, index),
+                embed_query=self.vectors.embed_query,
+                top=limit,
+                project=project,
+                now=self.manager.now(),
+                as_of=as_of,
+                as_known_of=as_known_of,
+            )
         return recall(
             snapshot.brain,
             query,
@@ -363,6 +394,17 @@ class BrainTools:
         if notes:
             found["note"] = " ".join(notes)
         return ok_result(found, render.read_text(found))
+
+    @property
+    def vectors(self) -> VectorStore:
+        """The vector store (a memory-only one, made on first use, when none was given)."""
+        if self._vectors is None:
+            self._vectors = VectorStore()
+        return self._vectors
+
+    def hybrid_index(self, brain: Brain, key: str | None, index: BrainIndex) -> HybridIndex:
+        """The hybrid index of one brain version, cached under its content key."""
+        return self.hybrid_cache.get_or_build(key, lambda: HybridIndex.build(brain, index, self.vectors))
 
     async def _status(self, caller: Caller, args: Args) -> types.CallToolResult:
         snapshot = await self.manager.snapshot(caller.account)

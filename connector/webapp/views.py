@@ -255,7 +255,14 @@ class BrainViews:
         pool = RECALL_POOL if (form.type or form.tag) else SEARCH_LIMIT
         try:
             hits = await asyncio.to_thread(
-                self.tools.run_recall, snapshot, form.query, pool, form.project or None, form.as_of or None, None
+                self.tools.run_recall,
+                snapshot,
+                form.query,
+                pool,
+                form.project or None,
+                form.as_of or None,
+                None,
+                self.tools.recall_mode,  # the server's default mode, as brain_recall without one
             )
         except RecallError as exc:
             result.error = str(exc)

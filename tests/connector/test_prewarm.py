@@ -72,3 +72,33 @@ def test_builds_wait_while_a_write_is_in_flight(monkeypatch: pytest.MonkeyPatch)
         assert built == ["a0", "a1"]
 
     asyncio.run(scenario())
+
+
+def test_hybrid_default_embeds_what_a_write_added_in_the_background(monkeypatch: pytest.MonkeyPatch) -> None:
+    from connector.engine.ops import Memorize
+    from connector.workcopy.vectors import VectorStore
+    from tests.engine.hybrid_support import NOW, CountingEmbedder, make_brain
+
+    monkeypatch.setattr(tools_module, "PREWARM_QUIET_S", 0.01)
+    brain, ids = make_brain()
+    embedder = CountingEmbedder()
+
+    async def settle(tools: BrainTools) -> None:
+        for _ in range(500):
+            if not tools._background and not tools._prewarm_next:
+                return
+            await asyncio.sleep(0.01)
+
+    async def scenario() -> None:
+        tools = BrainTools(manager=None, recall_mode="hybrid", vectors=VectorStore(embedder))  # type: ignore[arg-type]
+        first = WriteOutcome(result={}, synced=True, brain_id="b", brain_name="default", brain=brain, key="k1")
+        tools.prewarm(first)
+        await settle(tools)
+        assert "k1" in tools.hybrid_cache and embedder.embedded == len(ids)
+        after = brain.copy()
+        Memorize.from_request([{"title": "New", "type": "learning", "path": "notes/", "content": "x"}]).apply(after, NOW)
+        tools.prewarm(WriteOutcome(result={}, synced=True, brain_id="b", brain_name="default", brain=after, key="k2"))
+        await settle(tools)
+        assert "k2" in tools.hybrid_cache and embedder.embedded == len(ids) + 1
+
+    asyncio.run(scenario())

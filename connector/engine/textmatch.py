@@ -1,0 +1,269 @@
+"""Text matching for hybrid recall, for English, Chinese and Japanese alike.
+
+Text is normalised (Unicode NFKC, case folding, Latin accents removed: "Müller"
+matches "Muller"), then cut into terms scored with BM25:
+
+- **words**: runs of letters and digits, stemmed with the Snowball English stemmer
+  ("knees" and "knee", "running" and "runs" meet); runs of Chinese or Japanese
+  characters, written without spaces, become overlapping character bigrams (a lone
+  character stays a unigram), the usual way to index CJK text without a dictionary;
+- **near spellings**: the brain's distinct words are indexed by character trigrams;
+  a query word also matches the words sharing most of its trigrams (Dice >=
+  FUZZY_SIMILARITY), so a small typo ("kubernetse") still finds "kubernetes".
+
+Pure logic: no I/O. `TextIndex` is built once per brain version.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import chain
+
+import numpy as np
+import snowballstemmer
+
+# Han (with extensions A and compatibility), Hiragana, Katakana (with the prolonged
+# sound mark and halfwidth forms after NFKC), and Hangul syllables.
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
+_CJK_RUN = re.compile(f"[{_CJK}]+")
+_WORD = re.compile(r"[^\W_]+")
+# Combining diacritical marks only: the Japanese (semi-)voiced sound marks
+# (U+3099, U+309A) are combining too, and dropping them would change the word.
+_ACCENT = re.compile("[\u0300-\u036f]")
+
+_STEMMER = snowballstemmer.stemmer("english")
+# A Snowball stemmer keeps its working word in the object: one caller at a time.
+_STEMMER_LOCK = threading.Lock()
+_STEMS: dict[str, str] = {}
+_STEM_MEMO_LIMIT = 500_000
+
+K1 = 1.2
+B = 0.75
+
+
+def normalise(text: str) -> str:
+    """NFKC, case-folded, Latin accents removed (é -> e, ü -> u, ß -> ss)."""
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    if folded.isascii():
+        return folded
+    return unicodedata.normalize("NFC", _ACCENT.sub("", unicodedata.normalize("NFD", folded)))
+
+
+def _stem(word: str) -> str:
+    stemmed = _STEMS.get(word)
+    if stemmed is None:
+        with _STEMMER_LOCK:
+            stemmed = _STEMMER.stemWord(word)
+        if len(_STEMS) < _STEM_MEMO_LIMIT:
+            _STEMS[word] = stemmed
+    return stemmed
+
+
+def _cjk_grams(run: str) -> list[str]:
+    if len(run) == 1:
+        return [run]
+    return [run[i : i + 2] for i in range(len(run) - 1)]
+
+
+def _terms_of_word(word: str) -> tuple[str, ...]:
+    if not _CJK_RUN.search(word):
+        return (_stem(word),)
+    terms: list[str] = []
+    cursor = 0
+    for match in _CJK_RUN.finditer(word):
+        if match.start() > cursor:
+            terms.append(_stem(word[cursor : match.start()]))
+        terms.extend(_cjk_grams(match.group()))
+        cursor = match.end()
+    if cursor < len(word):
+        terms.append(_stem(word[cursor:]))
+    return tuple(terms)
+
+
+_WORD_TERMS: dict[str, tuple[str, ...]] = {}
+
+
+def _word_terms_memo(word: str) -> tuple[str, ...]:
+    terms = _WORD_TERMS.get(word)
+    if terms is None:
+        terms = _terms_of_word(word)
+        if len(_WORD_TERMS) < _STEM_MEMO_LIMIT:
+            _WORD_TERMS[word] = terms
+    return terms
+
+
+def words_of(text: str) -> list[str]:
+    """The normalised words of ``text`` (runs of letters and digits)."""
+    return _WORD.findall(normalise(text))
+
+
+def word_terms(text: str) -> list[str]:
+    """Stemmed words and CJK character bigrams of ``text``, in order."""
+    terms: list[str] = []
+    for word in words_of(text):
+        terms.extend(_word_terms_memo(word))
+    return terms
+
+
+def trigrams(word: str) -> list[str]:
+    """Character trigrams of one (non-CJK) word padded with spaces; none under 3 characters."""
+    if len(word) < 3:
+        return []
+    padded = f" {word} "
+    return [padded[i : i + 3] for i in range(len(padded) - 2)]
+
+
+@dataclass
+class Postings:
+    """Term -> documents as flat arrays (CSR): term t's entries are [offsets[t], offsets[t+1])."""
+
+    vocabulary: dict[str, int]
+    offsets: np.ndarray  # (terms + 1,) int64
+    docs: np.ndarray  # int32 document of each entry
+    counts: np.ndarray  # float64 occurrences of the term in that document
+    lengths: np.ndarray  # float64 terms per document
+    count: int
+
+    @classmethod
+    def build(cls, documents: Sequence[Sequence[str]]) -> Postings:
+        """Postings of ``documents`` (each a sequence of terms), on arrays (no per-term Python loop)."""
+        count = len(documents)
+        lengths = np.fromiter((len(terms) for terms in documents), dtype=np.int64, count=count)
+        every = [term for terms in documents for term in terms]
+        vocabulary = {term: number for number, term in enumerate(dict.fromkeys(every))}
+        ids = np.fromiter(map(vocabulary.__getitem__, every), dtype=np.int64, count=len(every))
+        owners = np.repeat(np.arange(count, dtype=np.int64), lengths)
+        keys, counts = np.unique(ids * max(count, 1) + owners, return_counts=True)
+        term_of = keys // max(count, 1)
+        offsets = np.zeros(len(vocabulary) + 1, dtype=np.int64)
+        np.cumsum(np.bincount(term_of, minlength=len(vocabulary)), out=offsets[1:])
+        docs = (keys % max(count, 1)).astype(np.int32)
+        return cls(vocabulary, offsets, docs, counts.astype(np.float64), lengths.astype(np.float64), count)
+
+    def entries(self, term: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """Documents holding ``term`` and the counts, or None."""
+        number = self.vocabulary.get(term)
+        if number is None:
+            return None
+        start, end = self.offsets[number], self.offsets[number + 1]
+        return self.docs[start:end], self.counts[start:end]
+
+
+@dataclass
+class Bm25Index:
+    """BM25 over one kind of term."""
+
+    postings: Postings
+    weights: np.ndarray  # float32 saturated term frequency of each posting
+    idf: np.ndarray  # float32 per term
+
+    @classmethod
+    def build(cls, documents: Sequence[Sequence[str]]) -> Bm25Index:
+        """The index of ``documents`` (each a list of terms)."""
+        postings = Postings.build(documents)
+        lengths, count = postings.lengths, postings.count
+        average = lengths.mean() if count and lengths.sum() else 1.0
+        tf = postings.counts
+        norm = K1 * (1 - B + B * lengths[postings.docs] / average)
+        weights = (tf * (K1 + 1) / (tf + norm)).astype(np.float32)
+        df = np.diff(postings.offsets)
+        idf = np.log(1 + (count - df + 0.5) / (df + 0.5)).astype(np.float32)
+        return cls(postings, weights, idf)
+
+    def scores(self, query_terms: Sequence[str] | dict[str, float]) -> np.ndarray:
+        """BM25 score of every document for the (de-duplicated) ``query_terms``, each
+        weighted by its value when a mapping is given."""
+        weighted = query_terms if isinstance(query_terms, dict) else dict.fromkeys(query_terms, 1.0)
+        postings = self.postings
+        slices_docs = []
+        slices_weights = []
+        for term, factor in weighted.items():
+            number = postings.vocabulary.get(term)
+            if number is None:
+                continue
+            start, end = postings.offsets[number], postings.offsets[number + 1]
+            slices_docs.append(postings.docs[start:end])
+            slices_weights.append(self.weights[start:end] * (self.idf[number] * factor))
+        if not slices_docs:
+            return np.zeros(postings.count, dtype=np.float32)
+        return np.bincount(
+            np.concatenate(slices_docs), weights=np.concatenate(slices_weights), minlength=postings.count
+        ).astype(np.float32)
+
+
+@dataclass
+class FuzzyWords:
+    """The brain's distinct (non-CJK) words, indexed by character trigrams, to find the
+    ones a misspelt query word was meant to be (Dice similarity of trigram sets)."""
+
+    stems: list[str]  # stem of each distinct word
+    sizes: np.ndarray  # trigrams per word
+    grams: Postings  # trigram -> words
+
+    @classmethod
+    def build(cls, words: Sequence[str]) -> FuzzyWords:
+        """The index of distinct ``words`` (normalised, unstemmed)."""
+        kept = [word for word in dict.fromkeys(words) if len(word) >= 3 and not _CJK_RUN.search(word)]
+        grams = [set(trigrams(word)) for word in kept]
+        sizes = np.fromiter((len(g) for g in grams), dtype=np.float64, count=len(grams))
+        return cls([_stem(word) for word in kept], sizes, Postings.build([tuple(g) for g in grams]))
+
+    def similar(self, word: str) -> dict[str, float]:
+        """Stems of the words sharing at least FUZZY_SIMILARITY of ``word``'s trigrams (Dice), best similarity each."""
+        wanted = set(trigrams(word))
+        if not wanted or not self.stems:
+            return {}
+        hits = [found[0] for found in map(self.grams.entries, wanted) if found is not None]
+        if not hits:
+            return {}
+        shared = np.bincount(np.concatenate(hits), minlength=len(self.stems))
+        dice = 2 * shared / (len(wanted) + self.sizes)
+        result: dict[str, float] = {}
+        for number in np.flatnonzero(dice >= FUZZY_SIMILARITY).tolist():
+            stem = self.stems[number]
+            result[stem] = max(result.get(stem, 0.0), float(dice[number]))
+        return result
+
+
+# Dice similarity of trigram sets from which two words count as one misspelt: "kubernetse"
+# and "kubernetes" share 0.67, "tab" and "tap" 0.5, unrelated words rarely 0.3.
+FUZZY_SIMILARITY = 0.55
+
+
+def _normalised(scores: np.ndarray) -> np.ndarray:
+    top = float(scores.max()) if len(scores) else 0.0
+    return scores / top if top > 0 and math.isfinite(top) else np.zeros_like(scores)
+
+
+@dataclass
+class TextIndex:
+    """Word BM25 over a brain's memories (in the brain's order), and its words by trigram."""
+
+    words: Bm25Index
+    fuzzy: FuzzyWords
+
+    @classmethod
+    def build(cls, texts: Sequence[str]) -> TextIndex:
+        """The index of one text per memory."""
+        documents = [words_of(text) for text in texts]
+        terms = [list(chain.from_iterable(map(_word_terms_memo, words))) for words in documents]
+        distinct = dict.fromkeys(word for words in documents for word in words)
+        return cls(Bm25Index.build(terms), FuzzyWords.build(list(distinct)))
+
+    def word_scores(self, query: str) -> np.ndarray:
+        """Word BM25 per memory, divided by the best (0..1)."""
+        return _normalised(self.words.scores(word_terms(query)))
+
+    def fuzzy_scores(self, query: str) -> np.ndarray:
+        """Word BM25 of the brain's words closest in spelling to each query word,
+        weighted by that closeness, divided by the best (0..1)."""
+        expanded: dict[str, float] = {}
+        for word in words_of(query):
+            for stem, similarity in self.fuzzy.similar(word).items():
+                expanded[stem] = max(expanded.get(stem, 0.0), similarity)
+        return _normalised(self.words.scores(expanded))

@@ -1,0 +1,285 @@
+"""Where hybrid recall's vectors live: in memory, and sealed on disk in the state directory.
+
+A vector is computed once per memory *content* (key: `embedding.content_hash` of
+the model and the embedded text), whichever brain, device or version it comes
+from: a pull of an unchanged brain, or of a brain where a few memories changed,
+embeds only what it has never seen. Nothing is written into the brain archive, so
+the reference `brain` command line reads and writes it as before.
+
+With a state directory, new vectors are appended to ``vectors/`` there as segment
+files sealed with AES-256-GCM under a key derived from the state key (memory text
+can be partly inferred from its embedding, so vectors are treated like the
+secrets beside them); files 0600 in a 0700 directory. Many small segments are
+merged into one from time to time. A segment that cannot be opened (other key,
+damaged) is ignored: its vectors are computed again when needed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import struct
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from connector.engine.embedding import Embedder, Quantized, default_embedder, quantize
+from connector.engine.hybrid import HybridIndex
+
+log = logging.getLogger("connector.vectors")
+
+_KEY_INFO = b"brain-connector vector cache v1"
+_MAGIC = b"BVEC1\n"
+_HASH_BYTES = 16
+# Texts embedded per model call: enough to amortise the weights' streaming (the model
+# batches up to ~384 tokens itself), few enough that new vectors are kept (and saved)
+# as they come.
+_BATCH = 64
+# Segments beyond this many are merged into one at the next write.
+_MAX_SEGMENTS = 16
+
+
+class VectorStore:
+    """Vectors by content hash, for every brain this process serves (thread-safe).
+
+    ``vectors(hashes, texts)`` is the whole API hybrid recall needs: known vectors
+    are looked up, missing ones embedded in batches, kept, and persisted.
+    ``embedded`` counts texts sent to the model (tests and benchmarks read it).
+    """
+
+    def __init__(self, embedder: Embedder | None = None, directory: Path | None = None, state_key: bytes | None = None):
+        self.embedder = embedder or default_embedder()
+        self.model_id = self.embedder.model_id
+        self.dimensions = self.embedder.dimensions
+        self.directory = directory if directory is not None and state_key is not None else None
+        self._aead = (
+            AESGCM(HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_KEY_INFO).derive(state_key))
+            if self.directory is not None and state_key is not None
+            else None
+        )
+        self._rows: dict[bytes, int] = {}
+        self._codes = np.zeros((0, self.dimensions), dtype=np.int8)
+        self._scales = np.zeros(0, dtype=np.float32)
+        self._lock = threading.RLock()
+        self._loaded_from_disk = self.directory is None
+        self.embedded = 0
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    @property
+    def nbytes(self) -> int:
+        """Memory held by the stored vectors (codes and scales, including spare rows)."""
+        return int(self._codes.nbytes + self._scales.nbytes)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """The unit vector of a query (not stored)."""
+        return self.embedder.embed([text])[0]
+
+    def get(self, digest: bytes) -> np.ndarray | None:
+        """The (dequantised) vector kept for one content hash, or None when never computed."""
+        with self._lock:
+            self._load_once()
+            row = self._rows.get(digest)
+            return None if row is None else self._codes[row].astype(np.float32) * self._scales[row]
+
+    def vectors(self, hashes: Sequence[bytes], texts: Sequence[str]) -> Quantized:
+        """Vectors of ``texts`` keyed by ``hashes``, one row each in order, embedding only unknown ones."""
+        with self._lock:
+            self._load_once()
+            missing: dict[bytes, str] = {}
+            for digest, text in zip(hashes, texts):
+                if digest not in self._rows and digest not in missing:
+                    missing[digest] = text
+        if missing:
+            self._embed_and_keep(missing)
+        with self._lock:
+            rows = np.fromiter((self._rows[digest] for digest in hashes), dtype=np.int64, count=len(hashes))
+            return Quantized(self._codes[rows], self._scales[rows])
+
+    # ----- computing --------------------------------------------------------
+
+    def _embed_and_keep(self, missing: dict[bytes, str]) -> None:
+        digests = list(missing)
+        for start in range(0, len(digests), _BATCH):
+            batch = digests[start : start + _BATCH]
+            packed = quantize(self.embedder.embed([missing[digest] for digest in batch]))
+            with self._lock:
+                self.embedded += len(batch)
+                fresh = [(d, i) for i, d in enumerate(batch) if d not in self._rows]
+                if not fresh:
+                    continue
+                picked = np.asarray([i for _, i in fresh], dtype=np.int64)
+                self._append([d for d, _ in fresh], packed.codes[picked], packed.scales[picked])
+                self._persist([d for d, _ in fresh], packed.codes[picked], packed.scales[picked])
+
+    def _append(self, digests: list[bytes], codes: np.ndarray, scales: np.ndarray) -> None:
+        used = len(self._rows)
+        needed = used + len(digests)
+        if needed > len(self._codes):
+            capacity = max(needed, 2 * len(self._codes), 1024)
+            grown = np.zeros((capacity, self.dimensions), dtype=np.int8)
+            grown[:used] = self._codes[:used]
+            grown_scales = np.zeros(capacity, dtype=np.float32)
+            grown_scales[:used] = self._scales[:used]
+            self._codes, self._scales = grown, grown_scales
+        self._codes[used:needed] = codes
+        self._scales[used:needed] = scales
+        for offset, digest in enumerate(digests):
+            self._rows[digest] = used + offset
+
+    # ----- disk -------------------------------------------------------------
+
+    def _seal(self, digests: list[bytes], codes: np.ndarray, scales: np.ndarray) -> bytes:
+        assert self._aead is not None
+        header = _MAGIC + struct.pack("<II", len(digests), self.dimensions)
+        payload = header + b"".join(digests) + scales.astype("<f4").tobytes() + codes.astype(np.int8).tobytes()
+        nonce = os.urandom(12)
+        return nonce + self._aead.encrypt(nonce, payload, self.model_id.encode())
+
+    def _open(self, sealed: bytes) -> tuple[list[bytes], np.ndarray, np.ndarray] | None:
+        assert self._aead is not None
+        try:
+            payload = self._aead.decrypt(sealed[:12], sealed[12:], self.model_id.encode())
+        except (InvalidTag, ValueError):
+            return None
+        if not payload.startswith(_MAGIC):
+            return None
+        count, dimensions = struct.unpack_from("<II", payload, len(_MAGIC))
+        if dimensions != self.dimensions:
+            return None
+        at = len(_MAGIC) + 8
+        expected = at + count * (_HASH_BYTES + 4 + dimensions)
+        if len(payload) != expected:
+            return None
+        digests = [payload[at + i * _HASH_BYTES : at + (i + 1) * _HASH_BYTES] for i in range(count)]
+        at += count * _HASH_BYTES
+        scales = np.frombuffer(payload, dtype="<f4", count=count, offset=at).astype(np.float32)
+        at += 4 * count
+        codes = np.frombuffer(payload, dtype=np.int8, count=count * dimensions, offset=at).reshape(count, dimensions)
+        return digests, codes, scales
+
+    def _segments(self) -> list[Path]:
+        assert self.directory is not None
+        return sorted(self.directory.glob("seg-*.bin"))
+
+    def _load_once(self) -> None:
+        if self._loaded_from_disk:
+            return
+        self._loaded_from_disk = True
+        assert self.directory is not None
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            segments = self._segments()
+        except OSError as exc:
+            log.warning("vector cache unavailable: %s", exc.strerror or exc)
+            self.directory = None
+            return
+        self._read_segments(segments)
+
+    def _read_segments(self, segments: list[Path]) -> None:
+        """Keep the vectors of ``segments`` not known yet (unreadable ones are skipped)."""
+        for path in segments:
+            try:
+                opened = self._open(path.read_bytes())
+            except OSError:
+                opened = None
+            if opened is None:
+                log.warning("ignoring unreadable vector cache segment %s", path.name)
+                continue
+            digests, codes, scales = opened
+            fresh = [i for i, digest in enumerate(digests) if digest not in self._rows]
+            if fresh:
+                picked = np.asarray(fresh, dtype=np.int64)
+                self._append([digests[i] for i in fresh], codes[picked], scales[picked])
+
+    def _persist(self, digests: list[bytes], codes: np.ndarray, scales: np.ndarray) -> None:
+        if self.directory is None:
+            return
+        try:
+            segments = self._segments()
+            if len(segments) >= _MAX_SEGMENTS:
+                # Merge into one file everything known plus those segments' vectors (another
+                # process sharing the directory may have written some since we read it).
+                self._read_segments(segments)
+                used = len(self._rows)
+                ordered = sorted(self._rows, key=self._rows.__getitem__)
+                self._write_segment(ordered, self._codes[:used], self._scales[:used])
+                for old in segments:
+                    old.unlink(missing_ok=True)
+            else:
+                self._write_segment(digests, codes, scales)
+        except OSError as exc:  # a full or read-only disk costs recomputation later, nothing else
+            log.warning("could not save vectors: %s", exc.strerror or exc)
+
+    def _write_segment(self, digests: list[bytes], codes: np.ndarray, scales: np.ndarray) -> None:
+        assert self.directory is not None
+        name = f"seg-{secrets.token_hex(8)}.bin"
+        temporary = self.directory / f".{name}.tmp"
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(self._seal(digests, codes, scales))
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temporary, self.directory / name)
+        except BaseException:
+            temporary.unlink(missing_ok=True)
+            raise
+
+
+class HybridCache:
+    """A small LRU of hybrid indexes keyed by content key (an archive checksum), thread-safe.
+
+    One build per key at a time: a second recall of a brain being prepared waits for
+    the first instead of embedding the same memories again.
+    """
+
+    def __init__(self, capacity: int = 16) -> None:
+        self.capacity = capacity
+        self._items: OrderedDict[str, HybridIndex] = OrderedDict()
+        self._lock = threading.Lock()
+        self._building: dict[str, threading.Lock] = {}
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._items
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def _cached(self, key: str) -> HybridIndex | None:
+        with self._lock:
+            found = self._items.get(key)
+            if found is not None:
+                self._items.move_to_end(key)
+            return found
+
+    def get_or_build(self, key: str | None, build: Callable[[], HybridIndex]) -> HybridIndex:
+        """The index for ``key``, built with ``build`` on a miss (never cached without a key)."""
+        if key is None:
+            return build()
+        found = self._cached(key)
+        if found is not None:
+            return found
+        with self._lock:
+            building = self._building.setdefault(key, threading.Lock())
+        with building:
+            found = self._cached(key)
+            if found is not None:
+                return found
+            built = build()
+            with self._lock:
+                self._items[key] = built
+                self._items.move_to_end(key)
+                while len(self._items) > self.capacity:
+                    self._items.popitem(last=False)
+                self._building.pop(key, None)
+            return built

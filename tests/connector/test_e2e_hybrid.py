@@ -1,0 +1,44 @@
+"""Hybrid recall over MCP: a real connector and store, the official client SDK."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from connector.engine.archive import pack_archive
+from tests.connector.conftest import RunningStore, brains_of, upload_raw
+from tests.connector.test_e2e_tools import connector, mcp_session, mint, structured
+from tests.engine.hybrid_support import make_brain
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def test_recall_mode_over_mcp(store: RunningStore, tmp_path: Path) -> None:
+    user = store.add_user("hybrid")
+    brain_id = brains_of(store.url, user.token)[0]["id"]
+    brain, ids = make_brain()
+    assert upload_raw(store.url, user.token, brain_id, pack_archive(brain)).status_code == 200
+
+    async def scenario(base: str) -> None:
+        token = mint(base, user, {"brain.read", "brain.write"})
+        async with mcp_session(base + "/mcp", token) as client:
+            tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+            assert tools["brain_recall"].input_schema["properties"]["mode"]["enum"] == ["exact", "hybrid"]
+            # CONNECTOR_RECALL_MODE=hybrid: the default finds Chinese text and typos.
+            found = structured(await client.call_tool("brain_recall", {"query": "疫苗", "limit": 3}))
+            assert found["results"][0]["id"] == ids["猫的疫苗"]
+            typo = structured(await client.call_tool("brain_recall", {"query": "kubernetse clustr", "limit": 3}))
+            assert ids["Cluster upgrade"] in [hit["id"] for hit in typo["results"]]
+            # The caller can still ask for the exact engine, which sees no Chinese.
+            exact = structured(await client.call_tool("brain_recall", {"query": "疫苗", "mode": "exact"}))
+            assert exact == {"count": 0, "results": []}
+            wrong = await client.call_tool("brain_recall", {"query": "疫苗", "mode": "fuzzy"})
+            assert wrong.is_error and "'mode' must be one of: exact, hybrid" in wrong.content[0].text
+
+    with connector(tmp_path, store, env={"CONNECTOR_RECALL_MODE": "hybrid"}) as server:
+        asyncio.run(scenario(server.base_url))
+    # The vectors were kept, sealed, in the connector's state directory (never in the brain).
+    segments = list((tmp_path / "connector-state" / "vectors").glob("seg-*.bin"))
+    assert segments and all(path.stat().st_mode & 0o777 == 0o600 for path in segments)

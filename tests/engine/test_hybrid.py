@@ -1,0 +1,238 @@
+"""Hybrid recall: text matching across languages, meaning, fusion, and vectors computed once."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from connector.engine.archive import load_archive, pack_archive
+from connector.engine.embedding import quantize, cosines
+from connector.engine.hybrid import HybridIndex, hybrid_recall, recall_in_mode
+from connector.engine.index import BrainIndex
+from connector.engine.ops import Memorize
+from connector.engine.recall import recall
+from connector.engine.textmatch import TextIndex, normalise, trigrams, word_terms
+from connector.workcopy.vectors import VectorStore
+from tests.engine.hybrid_support import NOW, CountingEmbedder, make_brain
+
+
+@pytest.fixture(scope="module")
+def model_store() -> VectorStore:
+    """The real model, memory only (shared: loading it takes about a second)."""
+    return VectorStore()
+
+
+def ids_for(brain, query: str, store: VectorStore, top: int = 3) -> list[str]:  # type: ignore[no-untyped-def]
+    return [hit["id"] for hit in recall_in_mode(brain, query, mode="hybrid", source=store, top=top, now=NOW)]
+
+
+def test_text_terms_fold_stem_and_cut_cjk() -> None:
+    assert normalise("Jürgen MÜLLER résumé Ｆｕｌｌ") == "jurgen muller resume full"
+    assert normalise("がぎぐ") == "がぎぐ", "Japanese voiced marks are not accents"
+    assert word_terms("tabs running") == word_terms("tab runs")[:1] + ["run"]
+    assert word_terms("猫的疫苗") == ["猫的", "的疫", "疫苗"]
+    assert word_terms("鎌倉でrunning") == ["鎌倉", "倉で", "run"]
+    assert trigrams("tab") == [" ta", "tab", "ab "] and trigrams("ab") == []
+
+
+def test_near_spellings_find_the_word_meant() -> None:
+    index = TextIndex.build(["kubernetes cluster upgrade", "coffee in the morning", "猫的疫苗"])
+    assert set(index.fuzzy.similar("kubernetse")) == {"kubernet"}
+    scores = index.fuzzy_scores("kuberntes upgrad")
+    assert scores.argmax() == 0 and scores[1] == 0 and scores[2] == 0
+    assert index.word_scores("疫苗").argmax() == 2
+
+
+@pytest.mark.parametrize(
+    ("query", "title"),
+    [
+        ("疫苗", "猫的疫苗"),  # Chinese substring, no spaces
+        ("鎌倉の散歩", "週末の予定"),  # Japanese phrase
+        ("tab width", "Editor settings"),  # inflection: tabs
+        ("muller resume", "Contract meeting"),  # accents folded
+        ("kubernetse clustr", "Cluster upgrade"),  # typo
+        ("knee ache running", "Track habit"),  # stems: knees/runs
+        ("when does my cat get vaccinated", "猫的疫苗"),  # across languages, by meaning
+    ],
+)
+def test_hybrid_finds_what_exact_misses(query: str, title: str, model_store: VectorStore) -> None:
+    brain, ids = make_brain()
+    exact = [hit["id"] for hit in recall(brain, query, top=3, now=NOW)]
+    assert ids[title] not in exact
+    assert ids[title] in ids_for(brain, query, model_store)
+
+
+def test_exact_mode_is_the_exact_engine(model_store: VectorStore) -> None:
+    brain, _ = make_brain()
+    for query in ("postgresql tracking", "疫苗", "coffee morning"):
+        assert recall_in_mode(brain, query, mode="exact", top=5, now=NOW) == recall(brain, query, top=5, now=NOW)
+
+
+def test_hits_carry_the_exact_fields_and_context_mode_stays_exact(model_store: VectorStore) -> None:
+    brain, ids = make_brain()
+    hits = recall_in_mode(brain, "webhook retries", mode="hybrid", source=model_store, top=3, now=NOW)
+    assert hits[0]["id"] == ids["Webhook relay"]
+    assert {"id", "title", "path", "type", "score", "relevance", "similarity"} <= set(hits[0])
+    assert [hit["score"] for hit in hits] == sorted((hit["score"] for hit in hits), reverse=True)
+    context = recall_in_mode(brain, None, mode="hybrid", source=model_store, context=True, top=4, now=NOW)
+    assert context == recall(brain, None, context=True, top=4, now=NOW)
+
+
+def test_a_strong_exact_hit_stays_first() -> None:
+    # The semantic side is made to prefer another memory strongly (same direction as the query).
+    memories = [
+        {"title": "Pgbouncer pooling", "content": "pgbouncer transaction pooling breaks prepared statements"},
+        *({"title": f"Pooling note {i}", "content": f"connection pools in general, note {i} POOLVEC"} for i in range(6)),
+    ]
+    brain, ids = make_brain(memories)
+    index = BrainIndex.build(brain)
+    embedder = CountingEmbedder(favour={"POOLVEC": 0, "pgbouncer prepared": 0})
+    store = VectorStore(embedder)
+    hybrid = HybridIndex.build(brain, index, store)
+    query = "pgbouncer prepared statements transaction pooling"
+    assert recall(brain, query, top=1, now=NOW)[0]["relevance"] >= 0.8
+    hits = hybrid_recall(brain, query, index=index, hybrid=hybrid, embed_query=store.embed_query, top=5, now=NOW)
+    assert hits[0]["id"] == ids["Pgbouncer pooling"]
+    assert hits[1]["similarity"] > hits[0]["similarity"], "the fusion alone would have put another first"
+
+
+def test_filters_apply_in_hybrid_mode(model_store: VectorStore) -> None:
+    brain, ids = make_brain()
+    hits = recall_in_mode(brain, "猫 疫苗", mode="hybrid", source=model_store, top=5, now=NOW, as_known_of="2020-01-01T00:00:00Z")
+    assert hits == []
+
+
+def test_vectors_are_computed_once_per_content(tmp_path: Path) -> None:
+    brain, ids = make_brain()
+    key = bytes(range(32))
+    embedder = CountingEmbedder()
+    store = VectorStore(embedder, tmp_path / "vectors", key)
+    first = HybridIndex.build(brain, BrainIndex.build(brain), store)
+    assert embedder.embedded == len(ids)
+    # A pull of the unchanged brain (a new archive, parsed again): nothing embedded.
+    pulled = load_archive(pack_archive(brain))
+    again = HybridIndex.build(pulled, BrainIndex.build(pulled), store)
+    assert embedder.embedded == len(ids)
+    assert np.array_equal(again.vectors.codes, first.vectors.codes)
+    memory_id = ids["Coffee"]
+    by_id = again.vector_of(memory_id)
+    assert by_id is not None and np.allclose(by_id, store.get(again.hashes[again.ids.index(memory_id)]))
+    assert again.vector_of("mem_missing") is None and store.get(bytes(16)) is None
+    # A restarted connector reads them back from the state directory.
+    restarted = CountingEmbedder()
+    HybridIndex.build(pulled, BrainIndex.build(pulled), VectorStore(restarted, tmp_path / "vectors", key))
+    assert restarted.embedded == 0
+    # A memory written elsewhere gets its vector on first use, alone.
+    Memorize.from_request([{"title": "New", "type": "learning", "path": "notes/", "content": "brand new"}]).apply(pulled, NOW)
+    HybridIndex.build(pulled, BrainIndex.build(pulled), store)
+    assert embedder.embedded == len(ids) + 1
+    # Sealed under the state key, private files; another key cannot read them (recomputes).
+    segments = list((tmp_path / "vectors").glob("seg-*.bin"))
+    assert segments and all(path.stat().st_mode & 0o777 == 0o600 for path in segments)
+    assert all(b"Editor settings" not in path.read_bytes() for path in segments)
+    stranger = CountingEmbedder()
+    HybridIndex.build(pulled, BrainIndex.build(pulled), VectorStore(stranger, tmp_path / "vectors", bytes(32)))
+    assert stranger.embedded == len(ids) + 1
+
+
+def test_building_never_changes_the_brain(model_store: VectorStore) -> None:
+    brain, _ = make_brain()
+    before = dict(brain.files)
+    recall_in_mode(brain, "coffee", mode="hybrid", source=model_store, top=3, now=NOW)
+    assert brain.files == before
+
+
+def test_int8_vectors_keep_cosines() -> None:
+    rng = np.random.default_rng(1)
+    vectors = rng.standard_normal((50, 512)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    packed = quantize(vectors)
+    assert packed.codes.dtype == np.int8 and packed.nbytes == 50 * (512 + 4)
+    assert np.max(np.abs(cosines(packed, vectors[3]) - vectors @ vectors[3])) < 0.01
+
+
+def test_the_model_loads_and_works_without_network(tmp_path: Path) -> None:
+    code = (
+        "import socket\n"
+        "def refuse(*a, **k):\n"
+        "    raise OSError('network used')\n"
+        "socket.socket.connect = refuse\n"
+        "socket.create_connection = refuse\n"
+        "socket.getaddrinfo = refuse\n"
+        "from connector.engine.embedding import default_embedder\n"
+        "v = default_embedder().embed(['my cat needs a vaccine', '我的猫需要打疫苗', 'quarterly tax filing'])\n"
+        "print(round(float(v[0] @ v[1]), 3), round(float(v[0] @ v[2]), 3))\n"
+    )
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("HF_", "TRANSFORMERS_"))}
+    env["HOME"] = str(tmp_path)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env, check=False)
+    assert done.returncode == 0, done.stderr
+    same, different = map(float, done.stdout.split())
+    assert same > different + 0.2, "English and Chinese sentences that mean the same are close"
+
+
+def test_one_build_per_content_key_at_a_time() -> None:
+    import threading
+
+    from connector.workcopy.vectors import HybridCache
+
+    brain, ids = make_brain()
+    index = BrainIndex.build(brain)
+    embedder = CountingEmbedder()
+    store = VectorStore(embedder)
+    cache = HybridCache(capacity=2)
+    built = []
+
+    def build() -> HybridIndex:
+        built.append(1)
+        return HybridIndex.build(brain, index, store)
+
+    threads = [threading.Thread(target=cache.get_or_build, args=("key", build)) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert len(built) == 1 and embedder.embedded == len(ids) and "key" in cache
+    cache.get_or_build("other", build)
+    cache.get_or_build("third", build)
+    assert "key" not in cache and len(cache) == 2
+
+
+def test_a_query_about_nothing_in_the_brain_returns_little(model_store: VectorStore) -> None:
+    brain, _ = make_brain()
+    assert ids_for(brain, "quantum chromodynamics lattice gauge", model_store, top=10) == []
+
+
+def test_a_superseded_memory_ranks_below_its_replacement(model_store: VectorStore) -> None:
+    brain, ids = make_brain([{"title": "Coffee rule", "content": "I drink two coffees every morning."}])
+    Memorize.from_request([{
+        "title": "Coffee rule now", "type": "learning", "path": "notes/",
+        "content": "I drink two coffees every morning, since May one.", "supersedes": [ids["Coffee rule"]],
+    }]).apply(brain, NOW)
+    hits = recall_in_mode(brain, "how much coffee do I drink", mode="hybrid", source=model_store, top=2, now=NOW)
+    assert [hit["title"] for hit in hits] == ["Coffee rule now", "Coffee rule"]
+    assert hits[1]["superseded_by"] and hits[1]["score"] < hits[0]["score"] / 2
+
+
+def test_segments_merge_without_losing_another_process_vectors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from connector.workcopy import vectors as vectors_module
+
+    monkeypatch.setattr(vectors_module, "_MAX_SEGMENTS", 3)
+    monkeypatch.setattr(vectors_module, "_BATCH", 1)
+    key = bytes(range(32))
+    texts = [f"memory number {i}" for i in range(6)]
+    hashes = [bytes([i]) * 16 for i in range(6)]
+    mine = VectorStore(CountingEmbedder(), tmp_path, key)
+    mine.vectors(hashes[:1], texts[:1])  # reads the (empty) directory
+    other = VectorStore(CountingEmbedder(), tmp_path, key)  # a replica on the same state directory
+    other.vectors(hashes[3:5], texts[3:5])
+    mine.vectors(hashes[1:3], texts[1:3])  # past 3 segments: merged
+    assert len(list(tmp_path.glob("seg-*.bin"))) <= 3
+    fresh = CountingEmbedder()
+    VectorStore(fresh, tmp_path, key).vectors(hashes[:5], texts[:5])
+    assert fresh.embedded == 0
