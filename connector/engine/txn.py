@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 
 from connector.engine.brain import Brain, dump_json
+from connector.engine.change import BrainChange
 from connector.engine.errors import BrainError
 from connector.engine.frontmatter import edit_frontmatter
 from connector.engine.rules import (
@@ -165,6 +166,10 @@ class WriteTxn:
         self._tag_index: dict[str, list[str]] | None = None
         self._unplain: set[str] = set()  # documents that may hold floats msgspec prints differently
         self._positions: dict[str, int] = {}
+        # What this write changed, for the brain's journal (see `BrainChange`); None = not known.
+        self._changed_memories: set[str] = set()
+        self._changed_nodes: set[str] | None = set()
+        self._changed_documents: set[str] | None = set()
 
     # -- files -------------------------------------------------------------------
     def read(self, path: str) -> bytes | None:
@@ -233,6 +238,8 @@ class WriteTxn:
             if value is None or (valid is not None and not valid(value)):
                 value = _MISSING
         if value is _MISSING:
+            if data is not None:
+                self._replaced_whole(path)  # an unreadable document starts over from the default
             value, plain = (default() if default is not None else None), True
         self._parsed[path] = value
         if not plain:
@@ -244,6 +251,12 @@ class WriteTxn:
         if any(maybe_special_float(value) for value in values):
             self._unplain.add(path)
 
+    def _replaced_whole(self, path: str) -> None:
+        if path == ASSOCIATIONS:
+            self._changed_nodes = None
+        elif path == SEARCH_INDEX:
+            self._changed_documents = None
+
     def mark(self, path: str) -> None:
         """Write the cached document at ``path`` back on commit."""
         self._dirty.add(path)
@@ -254,6 +267,14 @@ class WriteTxn:
             plain = path not in self._unplain
             self._writes[path] = fast_dump_json(self._parsed[path], plain_floats=plain)
             PARSED.keep(self._writes[path], self._parsed[path], plain)
+        if self.brain.journal is not None:
+            self.brain.journal.append(BrainChange(
+                paths=set(self._writes) | self._removed,
+                memories=set(self._changed_memories),
+                edge_nodes=None if self._changed_nodes is None else set(self._changed_nodes),
+                documents=None if self._changed_documents is None else set(self._changed_documents),
+                parsed={path: (self._writes[path], self._parsed[path]) for path in self._dirty},
+            ))
         for path in self._removed:
             self.brain.remove(path)
         for path, data in self._writes.items():
@@ -323,6 +344,7 @@ class WriteTxn:
         """Append a new index entry (last in index order)."""
         memories = self.memories()
         memories[memory_id] = entry
+        self._changed_memories.add(memory_id)
         if self._tag_index is not None:
             self._positions[memory_id] = len(self._positions)
             self._index_tags(memory_id, entry)
@@ -331,6 +353,7 @@ class WriteTxn:
     def remove_entry(self, memory_id: str) -> None:
         """Drop an index entry."""
         del self.memories()[memory_id]
+        self._changed_memories.add(memory_id)
         self._tag_index = None
         self.touch_index()
 
@@ -340,6 +363,7 @@ class WriteTxn:
         entry = without_keys(memories[memory_id], *remove)
         entry = set_entry_fields(entry, updates)
         memories[memory_id] = entry
+        self._changed_memories.add(memory_id)
         self.touch_index()
         return entry
 
@@ -397,6 +421,7 @@ class WriteTxn:
         """Add or reinforce the edge a<->b in both directions; 'created' or 'reinforced'."""
         edges = self.edges()
         outcome = "created"
+        self._note_nodes(a, b)
         for source, target in ((a, b), (b, a)):
             neighbours = edges.get(source)
             if not isinstance(neighbours, dict):
@@ -430,15 +455,21 @@ class WriteTxn:
             return
         edges = self.edges()
         changed = edges.pop(memory_id, None) is not None
+        self._note_nodes(memory_id)
         for source in list(edges):
             neighbours = edges[source]
             if isinstance(neighbours, dict) and memory_id in neighbours:
                 del neighbours[memory_id]
+                self._note_nodes(source)
                 changed = True
                 if not neighbours:
                     del edges[source]
         if changed:
             self.mark(ASSOCIATIONS)
+
+    def _note_nodes(self, *nodes: str) -> None:
+        if self._changed_nodes is not None:
+            self._changed_nodes.update(nodes)
 
     # -- search-index.json -------------------------------------------------------------
     def _search_index(self) -> dict[str, Any] | None:
@@ -449,7 +480,12 @@ class WriteTxn:
             return None  # unusable: recall rebuilds; leave the file as it is
         if not isinstance(doc.get("df"), dict):
             doc["df"] = {}
+            self._changed_documents = None  # every term's frequency changed
         return doc
+
+    def _note_document(self, memory_id: str) -> None:
+        if self._changed_documents is not None:
+            self._changed_documents.add(memory_id)
 
     def index_document(self, memory_id: str, title: str, tags: list[str], body: str) -> None:
         """Add (or replace) a memory's document in ``search-index.json`` when present."""
@@ -457,6 +493,7 @@ class WriteTxn:
         if doc is None:
             return
         self._drop_document(doc, memory_id)
+        self._note_document(memory_id)
         tf, length = term_counts(document_text(title, tags, body))
         doc["documents"][memory_id] = {"tf": tf, "length": length}
         df = doc["df"]
@@ -479,6 +516,7 @@ class WriteTxn:
         if doc is None or memory_id not in doc["documents"]:
             return
         self._drop_document(doc, memory_id)
+        self._note_document(memory_id)
         doc["doc_count"] = len(doc["documents"])
         self.mark(SEARCH_INDEX)
 

@@ -23,10 +23,12 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from connector.engine.archive import ArchiveError, ArchiveLimits, load_archive, pack_archive
 from connector.engine.brain import Brain
+from connector.engine.change import BrainChange
+from connector.engine.index import IndexCache
 from connector.workcopy.longlived import LongLivedObjects
 from connector.workcopy.model import (
     STATUS_MULTIPLE,
@@ -79,6 +81,24 @@ class MemoryBrainChoices:
     async def set_chosen_brain(self, subject: str, brain_id: str) -> None:
         """Remember a choice."""
         self._chosen[subject] = brain_id
+
+
+class IndexFollower(Protocol):
+    """Indexes kept per content key (`WorkingCopy.key`) that follow the copies' changes.
+
+    The manager calls these in a worker thread, with the copy's lock held, right
+    after each change: a write (``change`` from the brain's journal: the memory
+    ids and files it changed), a replay after a 412 or a pull of a newer archive
+    (``change`` from comparing the two brains file by file).
+    """
+
+    def follow(self, old_key: str, new_key: str, brain: Brain, change: BrainChange) -> object:
+        """``brain`` is the content of ``old_key`` changed by ``change``; it is now ``new_key``."""
+        ...
+
+    def rename(self, old_key: str, new_key: str) -> None:
+        """The content of ``old_key`` is now known as ``new_key`` (unchanged)."""
+        ...
 
 
 class BrainUnavailable(Exception):
@@ -208,6 +228,7 @@ class WorkingCopyManager:
         clock: Callable[[], datetime] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        index_cache: IndexCache | None = None,
     ) -> None:
         self.store = store
         self.choices: BrainChoices = choices or MemoryBrainChoices()
@@ -220,6 +241,9 @@ class WorkingCopyManager:
         # Per subject: what the user must hear about writes that were dropped (see _discard).
         self._notices: dict[str, list[str]] = {}
         self.long_lived = LongLivedObjects()
+        # Recall indexes by content key; every change of a copy is followed in them.
+        self.index_cache = IndexCache(capacity=64) if index_cache is None else index_cache
+        self.followers: list[IndexFollower] = [self.index_cache]
         self._maintenance: asyncio.Task[None] | None = None
 
     # ----- lifecycle -------------------------------------------------------
@@ -359,8 +383,12 @@ class WorkingCopyManager:
                 "the connector did not use it and changed nothing."
             ) from None
         checksum = download.checksum or _checksum(download.data)
+        before, old_key = copy.brain, copy.key
         copy.brain, copy.base_checksum, copy.key = brain, checksum, checksum
         copy.size_bytes = brain_bytes(brain)
+        if before.files and old_key != checksum:
+            # A newer archive: indexes reuse what did not change (most of it, usually).
+            await asyncio.to_thread(self._follow, old_key, checksum, brain, BrainChange.between(before, brain))
         self.long_lived.loaded()
 
     async def _refresh(self, copy: WorkingCopy, *, force: bool = False) -> None:
@@ -497,12 +525,13 @@ class WorkingCopyManager:
                 return None  # dropped (brain deleted) or evicted meanwhile: start again from the brain list
             at = self.now()
             working = copy.brain.copy()
+            key = f"local:{copy.subject}:{copy.brain_id}:{id(working)}:{at.timestamp()}"
             # Refusal raises here, before anything changed. In a worker thread: at 10,000
             # memories a write takes a few hundred ms, which other users' calls need not wait for.
-            result = await asyncio.to_thread(op.apply, working, at)
+            result = await asyncio.to_thread(self._apply_following, op, working, at, copy.key, key)
             copy.brain = working
             copy.size_bytes = brain_bytes(working)
-            copy.key = f"local:{copy.subject}:{copy.brain_id}:{id(working)}:{at.timestamp()}"
+            copy.key = key
             copy.pending.append(PendingWrite(op=op, at=at, label=label))
             dropped = await self._push(copy)
             discarded = copy.discarded
@@ -613,6 +642,22 @@ class WorkingCopyManager:
                 raise BrainUnavailable(f"the brain at the store could not be read safely ({exc})") from None
             checksum = checksum or _checksum(data)
         working = base.copy()
+        kept, dropped = await asyncio.to_thread(self._replay, copy, working)
+        key = f"rebased:{copy.subject}:{copy.brain_id}:{checksum}:{len(kept)}:{id(working)}"
+        await asyncio.to_thread(self._follow, copy.key, key, working, BrainChange.between(
+            copy.brain, working, BrainChange.of_journal(working.journal or ()).parsed
+        ))
+        working.journal = None
+        copy.brain, copy.base_checksum, copy.pending = working, checksum, kept
+        copy.size_bytes = brain_bytes(working)
+        copy.key = key
+        copy.checked_at = self._mono()
+        return dropped
+
+    @staticmethod
+    def _replay(copy: WorkingCopy, working: Brain) -> tuple[list[PendingWrite], list[str]]:
+        """Apply the copy's pending writes to ``working`` in order (journal kept); (kept, dropped labels)."""
+        working.journal = []
         kept: list[PendingWrite] = []
         dropped: list[str] = []
         for pending in copy.pending:
@@ -622,16 +667,33 @@ class WorkingCopyManager:
             except Exception as exc:  # an op the newer brain no longer allows (e.g. pin of a forgotten id)
                 log.warning("a pending write no longer applies after a concurrent change", extra={"op": pending.label})
                 dropped.append(f"{pending.label}: {exc}")
-        copy.brain, copy.base_checksum, copy.pending = working, checksum, kept
-        copy.size_bytes = brain_bytes(working)
-        copy.key = f"rebased:{copy.subject}:{copy.brain_id}:{checksum}:{len(kept)}:{id(working)}"
-        copy.checked_at = self._mono()
-        return dropped
+        return kept, dropped
+
+    def _apply_following(self, op: Operation, working: Brain, at: datetime, old_key: str, new_key: str) -> dict[str, Any]:
+        """``op`` applied to ``working`` (raises, changing nothing, on refusal), then the indexes follow."""
+        working.journal = []
+        try:
+            result = op.apply(working, at)
+        finally:
+            journal, working.journal = working.journal, None
+        self._follow(old_key, new_key, working, BrainChange.of_journal(journal))
+        return result
+
+    def _follow(self, old_key: str, new_key: str, brain: Brain, change: BrainChange) -> None:
+        """Every index follows a copy's change (worker thread, copy lock held)."""
+        for follower in self.followers:
+            try:
+                follower.follow(old_key, new_key, brain, change)
+            except Exception:  # e.g. a brain recall cannot read: the next recall builds and reports it
+                log.warning("an index could not follow a change; it is built again when needed", exc_info=True)
 
     def _mark_synced(self, copy: WorkingCopy, checksum: str | None) -> None:
         copy.pending.clear()
         copy.base_checksum = checksum
         if checksum:
+            if copy.key != checksum:
+                for follower in self.followers:
+                    follower.rename(copy.key, checksum)
             copy.key = checksum
         copy.held_reason = None
         copy.failures = 0
