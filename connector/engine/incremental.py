@@ -170,6 +170,9 @@ def _memories(
         if at is not None:
             kept = old_records[at]
             if kept.entry is entry or (memory_id not in hint if hint is not None else kept.entry == entry):
+                # Equal content: the record takes the newest parse's object, so the write's
+                # parsed document (kept for the next write) and the index share it.
+                kept.entry = entry if isinstance(entry, dict) else kept.entry
                 memories.append(kept)
                 source.append(at)
                 continue
@@ -235,7 +238,8 @@ def _stored_documents(old: BrainIndex, stored: dict[str, Any], count: int, hint:
         at = old_docs.get(memory_id)
         _, tf, length = stored_document(memory_id, document)
         if at is not None and (memory_id not in hint if hint is not None else (old_tfs[at] == tf and old_lengths[at] == length)):
-            tf, length = old_tfs[at], old_lengths[at]
+            # Equal counts; the newest parse's object is kept (shared with the write's parsed document).
+            length = old_lengths[at]
             prefix = prefix and at == position
         else:
             changed.append(memory_id)
