@@ -174,7 +174,8 @@ def _memory_arrays(memories: list[Any]) -> dict[str, np.ndarray]:
 
 _GROUP_FIELDS = ("group_project", "group_task", "project_codes", "task_codes", "group_topic_size", "topic_groups")
 _EDGE_FIELDS = (
-    "node_count", "out_start", "out_end", "edge_target", "edge_abs_weight", "edge_positive_weight", "two_hop_factor"
+    "node_count", "out_start", "out_end", "edge_target", "edge_abs_weight", "edge_positive_weight", "two_hop_factor",
+    "extra_nodes",
 )
 
 
@@ -223,25 +224,123 @@ def _edge_arrays(positions: dict[str, int], edges: dict[str, list[tuple[str, flo
     if firsts:
         out_start[list(firsts)] = list(firsts.values())
         out_end[list(lasts)] = list(lasts.values())
-    target_array = np.array(targets, dtype=np.int64)
     weight_array = np.array(weights, dtype=np.float64)
-    abs_weight = np.abs(weight_array)
+    return _graph(
+        node_count, out_start, out_end, np.array(sources, dtype=np.int64), np.array(targets, dtype=np.int64),
+        np.abs(weight_array), np.where(weight_array > 0, weight_array, 0.0), count,
+        {node: number for node, number in node_ids.items() if number >= count},
+    )
+
+
+def _graph(
+    node_count: int,
+    out_start: np.ndarray,
+    out_end: np.ndarray,
+    sources: np.ndarray,
+    targets: np.ndarray,
+    abs_weight: np.ndarray,
+    positive_weight: np.ndarray,
+    count: int,
+    extra_nodes: dict[str, int],
+) -> dict[str, Any]:
+    """The edge fields of `Columns`, with each memory's best two-hop weight product."""
     # Strongest incoming |weight| per node, then per memory the best two-hop product.
     strongest_in = np.zeros(node_count)
-    np.maximum.at(strongest_in, target_array, abs_weight)
-    source_array = np.array(sources, dtype=np.int64)
+    np.maximum.at(strongest_in, targets, abs_weight)
     two_hop = np.zeros(node_count)
     with np.errstate(all="ignore"):
-        np.maximum.at(two_hop, target_array, strongest_in[source_array] * abs_weight * 0.125)
+        np.maximum.at(two_hop, targets, strongest_in[sources] * abs_weight * 0.125)
     return {
         "node_count": node_count,
         "out_start": out_start,
         "out_end": out_end,
-        "edge_target": target_array,
+        "edge_target": targets,
         "edge_abs_weight": abs_weight,
-        "edge_positive_weight": np.where(weight_array > 0, weight_array, 0.0),
+        "edge_positive_weight": positive_weight,
         "two_hop_factor": two_hop[:count],
+        "extra_nodes": extra_nodes,
     }
+
+
+def _followed_graph(
+    old: Columns,
+    old_positions: dict[str, int],
+    positions: dict[str, int],
+    edges: dict[str, list[tuple[str, float]]],
+    changed: set[str],
+) -> dict[str, Any] | None:
+    """The edge fields for a graph where only the out-edges of ``changed`` nodes
+    changed: the others' edges are renumbered and kept with array operations, the
+    changed nodes' are read from ``edges``. Equal to `_edge_arrays` up to the
+    numbering of non-memory nodes and the order of edge ranges, which no bound
+    depends on. None when a kept edge would point at a memory that is gone."""
+    count = len(positions)
+    extra_nodes: dict[str, int] = {}
+
+    def number(node: str) -> int:
+        position = positions.get(node)
+        if position is None:
+            position = extra_nodes.get(node)
+            if position is None:
+                position = extra_nodes[node] = count + len(extra_nodes)
+        return position
+
+    remap = np.full(old.node_count, -1, dtype=np.int64)
+    get = positions.get
+    remap[: old.count] = [get(memory_id, -1) for memory_id in old_positions]
+    for node, old_number in old.extra_nodes.items():
+        remap[old_number] = number(node)
+    keep = remap >= 0
+    for node in changed:
+        old_number = old_positions.get(node, old.extra_nodes.get(node))
+        if old_number is not None:
+            keep[old_number] = False
+    kept_nodes = np.flatnonzero(keep)
+    starts = old.out_start[kept_nodes]
+    lengths = old.out_end[kept_nodes] - starts
+    total = int(lengths.sum())
+    firsts = np.cumsum(lengths) - lengths
+    kept_edges = np.repeat(starts - firsts, lengths) + np.arange(total)
+    targets = remap[old.edge_target[kept_edges]]
+    if len(targets) and int(targets.min()) < 0:
+        return None
+    new_sources: list[int] = []
+    new_targets: list[int] = []
+    new_weights: list[float] = []
+    ranges: list[tuple[int, int, int]] = []
+    for node in changed:
+        neighbours = edges.get(node)
+        if neighbours is None:
+            continue
+        source = number(node)
+        first = total + len(new_targets)
+        for neighbour, weight in neighbours:
+            target = number(neighbour)
+            if target != source:  # a walk never records its own source
+                new_sources.append(source)
+                new_targets.append(target)
+                new_weights.append(weight)
+        ranges.append((source, first, total + len(new_targets)))
+    node_count = count + len(extra_nodes)
+    out_start = np.zeros(node_count, dtype=np.int64)
+    out_end = np.zeros(node_count, dtype=np.int64)
+    moved_nodes = remap[kept_nodes]
+    out_start[moved_nodes] = firsts
+    out_end[moved_nodes] = firsts + lengths
+    for source, first, last in ranges:
+        out_start[source], out_end[source] = first, last
+    weight_array = np.array(new_weights, dtype=np.float64)
+    return _graph(
+        node_count,
+        out_start,
+        out_end,
+        np.concatenate([np.repeat(moved_nodes, lengths), np.array(new_sources, dtype=np.int64)]),
+        np.concatenate([targets, np.array(new_targets, dtype=np.int64)]),
+        np.concatenate([old.edge_abs_weight[kept_edges], np.abs(weight_array)]),
+        np.concatenate([old.edge_positive_weight[kept_edges], np.where(weight_array > 0, weight_array, 0.0)]),
+        count,
+        extra_nodes,
+    )
 
 
 def bm25_relevance(
@@ -326,6 +425,7 @@ class Columns:
     edge_abs_weight: np.ndarray
     edge_positive_weight: np.ndarray  # weight where > 0, else 0
     two_hop_factor: np.ndarray  # per memory: max over m -> t of |w(m, t)| x max |w(u, m)| x 0.125
+    extra_nodes: dict[str, int]  # graph nodes that are not memories -> their number (from count on)
 
     @classmethod
     def build(
@@ -353,12 +453,16 @@ class Columns:
         edges: dict[str, list[tuple[str, float]]] | None,
         edges_changed: bool,
         positions_moved: bool,
+        old_positions: dict[str, int] | None = None,
+        changed_nodes: set[str] | None = None,
     ) -> Columns:
         """These columns for a changed brain, equal to `build` on it: ``source[i]`` is
         the position memory ``i`` had here when its record is unchanged, -1 when new
         or changed. Unchanged rows are gathered, the others computed afresh; the
         group and edge arrays are rebuilt only when they changed (edges also when
-        memories moved: memories are the graph's first nodes, by position)."""
+        memories moved: memories are the graph's first nodes, by position). With
+        ``old_positions`` (memory id -> position here) and ``changed_nodes`` (the
+        nodes whose out-edges changed), only those nodes' edges are read again."""
         fresh_rows = np.flatnonzero(source < 0)
         kept = np.where(source < 0, 0, source)
         values: dict[str, Any] = {}
@@ -372,7 +476,10 @@ class Columns:
         else:
             values.update({name: getattr(self, name) for name in _GROUP_FIELDS})
         if edges_changed or positions_moved:
-            values.update(_edge_arrays(positions, edges, len(memories)))
+            graph = None
+            if changed_nodes is not None and edges is not None and old_positions is not None:
+                graph = _followed_graph(self, old_positions, positions, edges, changed_nodes)
+            values.update(graph if graph is not None else _edge_arrays(positions, edges, len(memories)))
         else:
             values.update({name: getattr(self, name) for name in _EDGE_FIELDS})
         return Columns(count=len(memories), **values)

@@ -117,6 +117,8 @@ def _apply(old: BrainIndex, brain: Brain, change: BrainChange) -> BrainIndex:
                     edges,
                     edges_changed,
                     moved,
+                    old.positions,
+                    changed_nodes if edges_changed else set(),
                 )
             except (OverflowError, ValueError):
                 columns = None  # values beyond int64/float64: recall takes the scalar path

@@ -212,6 +212,16 @@ def _checksum(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def _apply_journaled(op: Operation, working: Brain, at: datetime) -> tuple[dict[str, Any], BrainChange]:
+    """``op`` applied to ``working`` (raises, changing nothing, on refusal) and what it changed."""
+    working.journal = []
+    try:
+        result = op.apply(working, at)
+    finally:
+        journal, working.journal = working.journal, None
+    return result, BrainChange.of_journal(journal)
+
+
 def _empty_key(subject: str, brain_id: str | None) -> str:
     return f"empty:{subject}:{brain_id or '-'}"
 
@@ -244,6 +254,7 @@ class WorkingCopyManager:
         # Recall indexes by content key; every change of a copy is followed in them.
         self.index_cache = IndexCache(capacity=64) if index_cache is None else index_cache
         self.followers: list[IndexFollower] = [self.index_cache]
+        self._following: dict[str, asyncio.Task[None]] = {}  # content key -> its index being followed
         self._maintenance: asyncio.Task[None] | None = None
 
     # ----- lifecycle -------------------------------------------------------
@@ -528,12 +539,23 @@ class WorkingCopyManager:
             key = f"local:{copy.subject}:{copy.brain_id}:{id(working)}:{at.timestamp()}"
             # Refusal raises here, before anything changed. In a worker thread: at 10,000
             # memories a write takes a few hundred ms, which other users' calls need not wait for.
-            result = await asyncio.to_thread(self._apply_following, op, working, at, copy.key, key)
+            result, change = await asyncio.to_thread(_apply_journaled, op, working, at)
+            # The indexes follow the write while it is packed and pushed (mostly waiting
+            # for the store); the call returns once both are done.
+            following = asyncio.create_task(asyncio.to_thread(self._follow, copy.key, key, working, change))
+            self._following[key] = following
             copy.brain = working
             copy.size_bytes = brain_bytes(working)
             copy.key = key
             copy.pending.append(PendingWrite(op=op, at=at, label=label))
-            dropped = await self._push(copy)
+            try:
+                dropped = await self._push(copy)
+            finally:
+                await following
+                self._following.pop(key, None)
+            if copy.brain is working and copy.key != key:
+                for follower in self.followers:
+                    follower.rename(key, copy.key)  # pushed meanwhile: now known by its checksum
             discarded = copy.discarded
             if discarded is not None:
                 # Told now, in this call's result: not again on the next one.
@@ -643,6 +665,9 @@ class WorkingCopyManager:
             checksum = checksum or _checksum(data)
         working = base.copy()
         kept, dropped = await asyncio.to_thread(self._replay, copy, working)
+        following = self._following.get(copy.key)
+        if following is not None:
+            await following  # the index of the write being replayed, to follow from
         key = f"rebased:{copy.subject}:{copy.brain_id}:{checksum}:{len(kept)}:{id(working)}"
         await asyncio.to_thread(self._follow, copy.key, key, working, BrainChange.between(
             copy.brain, working, BrainChange.of_journal(working.journal or ()).parsed
@@ -668,16 +693,6 @@ class WorkingCopyManager:
                 log.warning("a pending write no longer applies after a concurrent change", extra={"op": pending.label})
                 dropped.append(f"{pending.label}: {exc}")
         return kept, dropped
-
-    def _apply_following(self, op: Operation, working: Brain, at: datetime, old_key: str, new_key: str) -> dict[str, Any]:
-        """``op`` applied to ``working`` (raises, changing nothing, on refusal), then the indexes follow."""
-        working.journal = []
-        try:
-            result = op.apply(working, at)
-        finally:
-            journal, working.journal = working.journal, None
-        self._follow(old_key, new_key, working, BrainChange.of_journal(journal))
-        return result
 
     def _follow(self, old_key: str, new_key: str, brain: Brain, change: BrainChange) -> None:
         """Every index follows a copy's change (worker thread, copy lock held)."""
