@@ -240,8 +240,7 @@ def _stored_documents(old: BrainIndex, stored: dict[str, Any], count: int, hint:
         at = old_docs.get(memory_id)
         _, tf, length = stored_document(memory_id, document)
         if at is not None and (memory_id not in hint if hint is not None else (old_tfs[at] == tf and old_lengths[at] == length)):
-            # Equal counts; the newest parse's object is kept (shared with the write's parsed document).
-            length = old_lengths[at]
+            tf, length = old_tfs[at], old_lengths[at]
             prefix = prefix and at == position
         else:
             changed.append(memory_id)
