@@ -45,8 +45,6 @@ from connector.engine.index import (
 )
 from connector.engine.txn import ASSOCIATIONS, CONFIG, INDEX, SEARCH_INDEX
 
-Docs = tuple[list[str], list[dict[str, Any]], list[float]]  # ids, term counts, lengths
-
 
 class _Rebuild(Exception):
     """This change is better (or only) handled by a full build."""
@@ -230,7 +228,7 @@ def _same_documents(old: BrainIndex) -> Any:
 
 def _stored_documents(old: BrainIndex, stored: dict[str, Any], count: int, hint: set[str] | None) -> Any:
     """Documents of a usable stored search index, reusing ``old``'s unchanged ones."""
-    old_docs, old_tfs, old_norms, old_lengths = old.doc_positions, old.doc_tfs, old.doc_norms, old.doc_lengths
+    old_docs, old_tfs, old_lengths = old.doc_positions, old.doc_tfs, old.doc_lengths
     doc_ids: list[str] = []
     doc_tfs: list[dict[str, Any]] = []
     lengths: list[float] = []
@@ -268,13 +266,7 @@ def _stored_documents(old: BrainIndex, stored: dict[str, Any], count: int, hint:
     else:
         df = stored_df(raw_df)
     avgdl, norms = document_norms(lengths, count)
-    if prefix and len(doc_ids) == len(old_tfs) and norms == old_norms:
-        postings = old.postings  # nothing any query reads changed
-    elif prefix and len(doc_ids) >= len(old_tfs):
-        postings = old.postings.extended(doc_tfs, len(old_tfs), norms)
-    else:
-        postings = Postings.build(doc_tfs, norms)
-    return count, doc_ids, doc_tfs, lengths, df, False, postings, norms, avgdl
+    return count, doc_ids, doc_tfs, lengths, df, False, _postings(old, doc_tfs, norms, prefix), norms, avgdl
 
 
 def _rebuilt_documents(
@@ -314,11 +306,19 @@ def _rebuilt_documents(
                 del df[term]
     count = len(memories)
     avgdl, norms = document_norms(lengths, count)
-    if prefix and len(doc_ids) >= len(old_tfs):
-        postings = old.postings.extended(doc_tfs, len(old_tfs), norms)
-    else:
-        postings = Postings.build(doc_tfs, norms)
-    return count, doc_ids, doc_tfs, lengths, df, True, postings, norms, avgdl
+    return count, doc_ids, doc_tfs, lengths, df, True, _postings(old, doc_tfs, norms, prefix), norms, avgdl
+
+
+def _postings(old: BrainIndex, doc_tfs: list[dict[str, Any]], norms: list[float], prefix: bool) -> Postings:
+    """Postings of the new documents: ``old``'s when nothing a query reads changed,
+    extended when documents were only added (``prefix``: the first ones are ``old``'s,
+    unchanged and in place), else built afresh."""
+    before = len(old.doc_tfs)
+    if prefix and len(doc_tfs) == before and norms == old.doc_norms:
+        return old.postings
+    if prefix and len(doc_tfs) >= before:
+        return old.postings.extended(doc_tfs, before, norms)
+    return Postings.build(doc_tfs, norms)
 
 
 def _edges(
