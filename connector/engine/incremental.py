@@ -232,16 +232,21 @@ def _stored_documents(old: BrainIndex, stored: dict[str, Any], count: int, hint:
     doc_ids: list[str] = []
     doc_tfs: list[dict[str, Any]] = []
     lengths: list[float] = []
-    changed: list[str] = []
     prefix = True  # documents so far are exactly old's first ones, unchanged
     for position, (memory_id, document) in enumerate(js_object_order(stored["documents"]).items()):
         at = old_docs.get(memory_id)
-        _, tf, length = stored_document(memory_id, document)
-        if at is not None and (memory_id not in hint if hint is not None else (old_tfs[at] == tf and old_lengths[at] == length)):
+        if at is not None and hint is not None:
+            same = memory_id not in hint
+        elif at is not None:
+            _, tf, length = stored_document(memory_id, document, intern_terms=False)
+            same = old_tfs[at] == tf and old_lengths[at] == length
+        else:
+            same = False
+        if same:
             tf, length = old_tfs[at], old_lengths[at]
             prefix = prefix and at == position
         else:
-            changed.append(memory_id)
+            _, tf, length = stored_document(memory_id, document)
             prefix = prefix and position >= len(old_tfs)
         doc_ids.append(memory_id)
         doc_tfs.append(tf)

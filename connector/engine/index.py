@@ -471,12 +471,15 @@ def usable_count(stored: Any, positions: dict[str, int]) -> int | None:
     return int(count)
 
 
-def stored_document(memory_id: str, document: Any) -> tuple[str, dict[str, Any], float]:
-    """(id, term counts as stored, length) of one stored search-index document."""
+def stored_document(memory_id: str, document: Any, *, intern_terms: bool = True) -> tuple[str, dict[str, Any], float]:
+    """(id, term counts as stored, length) of one stored search-index document
+    (``intern_terms``: terms interned, for keeping; without, for comparing)."""
     doc = document if isinstance(document, dict) else {}
     tf = doc.get("tf")
     length = number_or_none(doc.get("length"))
-    return memory_id, interned(tf) if isinstance(tf, dict) else {}, length or 0.0
+    if not isinstance(tf, dict):
+        tf = {}
+    return memory_id, interned(tf) if intern_terms else tf, length or 0.0
 
 
 def interned(tf: dict[str, Any]) -> dict[str, Any]:
