@@ -66,9 +66,9 @@ def _parsed(brain: Brain, change: BrainChange, path: str) -> Any:
 
 def _apply(old: BrainIndex, brain: Brain, change: BrainChange) -> BrainIndex:
     paths = change.paths
-    if INDEX not in brain.files or not paths:
-        if INDEX not in brain.files:
-            raise _Rebuild  # the build says why recall cannot run
+    if INDEX not in brain.files:
+        raise _Rebuild  # the build says why recall cannot run
+    if not paths:
         return old
     index_changed = INDEX in paths
     edges_file_changed = ASSOCIATIONS in paths
@@ -145,7 +145,7 @@ def _apply(old: BrainIndex, brain: Brain, change: BrainChange) -> BrainIndex:
         ctx_groups=groups,
         columns=columns,
     )
-    if postings is old.postings:
+    if postings is old.postings and doc_count == old.doc_count and (df is old.df or df == old.df):
         # Same statistics: what queries prepared stays valid.
         index._idf_cache, index._term_cache, index._contrib_cache = old._idf_cache, old._term_cache, old._contrib_cache
     _carry_edge_maps(old, index, changed_nodes)
