@@ -399,7 +399,7 @@ class WorkingCopyManager:
         copy.size_bytes = brain_bytes(brain)
         if before.files and old_key != checksum:
             # A newer archive: indexes reuse what did not change (most of it, usually).
-            await asyncio.to_thread(self._follow, old_key, checksum, brain, BrainChange.between(before, brain))
+            await asyncio.to_thread(self._follow_between, old_key, checksum, before, brain)
         self.long_lived.loaded()
 
     async def _refresh(self, copy: WorkingCopy, *, force: bool = False) -> None:
@@ -669,10 +669,9 @@ class WorkingCopyManager:
         if following is not None:
             await following  # the index of the write being replayed, to follow from
         key = f"rebased:{copy.subject}:{copy.brain_id}:{checksum}:{len(kept)}:{id(working)}"
-        await asyncio.to_thread(self._follow, copy.key, key, working, BrainChange.between(
-            copy.brain, working, BrainChange.of_journal(working.journal or ()).parsed
-        ))
+        parsed = BrainChange.of_journal(working.journal or ()).parsed
         working.journal = None
+        await asyncio.to_thread(self._follow_between, copy.key, key, copy.brain, working, parsed)
         copy.brain, copy.base_checksum, copy.pending = working, checksum, kept
         copy.size_bytes = brain_bytes(working)
         copy.key = key
@@ -693,6 +692,12 @@ class WorkingCopyManager:
                 log.warning("a pending write no longer applies after a concurrent change", extra={"op": pending.label})
                 dropped.append(f"{pending.label}: {exc}")
         return kept, dropped
+
+    def _follow_between(
+        self, old_key: str, new_key: str, before: Brain, after: Brain, parsed: dict[str, Any] | None = None
+    ) -> None:
+        """Every index follows from ``before`` to ``after``, compared file by file (worker thread)."""
+        self._follow(old_key, new_key, after, BrainChange.between(before, after, parsed))
 
     def _follow(self, old_key: str, new_key: str, brain: Brain, change: BrainChange) -> None:
         """Every index follows a copy's change (worker thread, copy lock held)."""
