@@ -70,7 +70,8 @@ class Postings:
                 entry.append(doc)
                 entry.append(count)
         extended = Postings(lists, norms)
-        extended._arrays = {term: arrays for term, arrays in self._arrays.items() if term not in touched}
+        # A copy first (atomic under the GIL): recalls of the older brain may add to it meanwhile.
+        extended._arrays = {term: arrays for term, arrays in dict(self._arrays).items() if term not in touched}
         return extended
 
     def term_docs(self, term: str) -> list[int]:
