@@ -9,8 +9,11 @@ measures with the official MCP client SDK:
 * ``brain_recall`` p50/p95 over 100 calls with a warm working copy (also with a
   bare JSON-RPC POST, to show how much is the client SDK's own overhead);
 * the first recall of a session (cold: pull the archive, parse it, build the index);
-* ``brain_memorize`` round trip, which includes packing the whole brain and the
-  conditional push to the store, then the next recall (index rebuilt);
+* ``brain_memorize`` round trips (the operation, packing the whole brain, the
+  conditional push to the store; the recall index follows the write meanwhile),
+  each followed at once by a recall of what it wrote, and the phases of a
+  memorize timed one by one in this process (``--phases``);
+* with ``--memory`` only: the resident memory of a working copy and its index;
 * 20 users recalling concurrently (each with their own copy of the brain).
 
 Reference: the public JavaScript connector spawns the `brain` CLI per call
@@ -39,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import os
 import random
 import statistics
@@ -59,10 +63,13 @@ import httpx2  # noqa: E402
 from mcp.client import Client  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
-from connector.engine.archive import load_archive  # noqa: E402
+from connector.engine.archive import load_archive, pack_archive  # noqa: E402
+from connector.engine.change import BrainChange  # noqa: E402
 from connector.engine.hybrid import HybridIndex  # noqa: E402
 from connector.engine.index import BrainIndex  # noqa: E402
+from connector.engine.ops import connector_memorize  # noqa: E402
 from connector.engine.recall import recall  # noqa: E402
+from store.archive.inspect import inspect_bytes  # noqa: E402
 from connector.oauth.tokens import AccessClaims, AccessTokenCodec  # noqa: E402
 from connector.workcopy.vectors import VectorStore  # noqa: E402
 from engine_bench import WORDS, brain_archive  # noqa: E402
@@ -71,6 +78,7 @@ from tests.support.processes import console_script, free_port, run_server  # noq
 STATE_KEY = bytes(range(32))
 REFERENCE_RECALL_MS = 421.0
 TARGET_RECALL_MS = 25.0
+TARGET_MEMORIZE_MS = 250.0
 
 
 def percentiles(samples: list[float]) -> tuple[float, float]:
@@ -184,7 +192,9 @@ def engine_recall_ms(archive: bytes, queries: list[str]) -> tuple[float, float]:
     return percentiles(samples)
 
 
-async def bench(base: str, tokens: list[str], calls: int, concurrent_calls: int, cpu: ServerCpu, archive: bytes) -> None:
+async def bench(
+    base: str, tokens: list[str], calls: int, concurrent_calls: int, cpu: ServerCpu, archive: bytes, writes_count: int
+) -> None:
     rnd = random.Random(7)
     url = base + "/mcp"
     main_token = tokens[0]
@@ -224,17 +234,29 @@ async def bench(base: str, tokens: list[str], calls: int, concurrent_calls: int,
 
     async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {main_token}"}, timeout=httpx2.Timeout(300)) as http:
         async with Client(streamable_http_client(url, http_client=http)) as client:  # type: ignore[arg-type]
-            memorize_args = [
-                {"content": f"Benchmark fact {i}: " + " ".join(rnd.sample(WORDS, 8)), "tags": rnd.sample(WORDS, 2)}
-                for i in range(10)
-            ]
-            cpu.start()
-            p50, p95 = percentiles(await timed_calls(client, "brain_memorize", memorize_args))
-            row("brain_memorize round trip incl. pack + push (10)", f"p50 {p50:.0f} / p95 {p95:.0f} ms",
-                cpu.per_call_ms(len(memorize_args)))
-            began = time.perf_counter()
-            await client.call_tool("brain_recall", {"query": "benchmark fact"})
-            row("recall right after a write (index rebuilt)", f"{(time.perf_counter() - began) * 1000:.0f} ms")
+            # Pairs: a memorize, then at once a recall of what it wrote (the index must follow the write).
+            writes, recalls_after = [], []
+            write_cpu = recall_cpu = 0.0
+            for i in range(writes_count):
+                words = rnd.sample(WORDS, 8)
+                began = cpu_seconds(cpu.pid)
+                writes += await timed_calls(client, "brain_memorize", [
+                    {"content": f"Benchmark fact {i}: " + " ".join(words), "tags": rnd.sample(WORDS, 2)}
+                ])
+                middle = cpu_seconds(cpu.pid)
+                recalls_after += await timed_calls(client, "brain_recall", [{"query": f"benchmark fact {i} {words[0]}"}])
+                write_cpu += middle - began
+                recall_cpu += cpu_seconds(cpu.pid) - middle
+            p50, p95 = percentiles(writes)
+            verdict = "meets" if p50 <= TARGET_MEMORIZE_MS else "misses"
+            row(f"brain_memorize round trip incl. pack + push ({writes_count})", f"p50 {p50:.0f} / p95 {p95:.0f} ms",
+                f"server CPU {write_cpu * 1000 / writes_count:.0f} ms/call; "
+                f"target p50 <= {TARGET_MEMORIZE_MS:.0f} ms ({verdict})")
+            p50, p95 = percentiles(recalls_after)
+            verdict = "meets" if p50 <= TARGET_RECALL_MS else "misses"
+            row(f"recall right after each memorize ({writes_count})", f"p50 {p50:.1f} / p95 {p95:.1f} ms",
+                f"server CPU {recall_cpu * 1000 / writes_count:.1f} ms/call; "
+                f"target p50 <= {TARGET_RECALL_MS:.0f} ms ({verdict})")
 
     async def one_user(token: str) -> list[float]:
         user_rnd = random.Random(token)
@@ -256,6 +278,155 @@ async def bench(base: str, tokens: list[str], calls: int, concurrent_calls: int,
         f"{len(samples) / wall:.0f} calls/s; {cpu.per_call_ms(len(samples))}")
 
 
+def memorize_phases(store_url: str, token: str, archive: bytes, runs: int, scratch: Path, store_pid: int) -> None:
+    """Where a memorize round trip's time goes, phase by phase, in this process against the store.
+
+    The phases the connector runs one after the other: apply the operation, follow
+    it in the recall index, pack the archive, hash it, upload it with If-Match (the
+    store inflates and validates it, writes and fsyncs it, commits its metadata).
+    Beside the upload: the store's own validation of the same archive
+    (`inspect_bytes`, in this process) and the fsyncs of a commit like the store's
+    (archive file, metadata file, their directories) in a scratch directory.
+    Beside each wall-clock figure, the CPU time it took: this thread's for the
+    connector's phases, the store process's for the upload.
+    """
+    headers = {"Authorization": f"Bearer {token}"}
+    brain_id = httpx.get(store_url + "/api/brains", headers=headers, timeout=30).json()[0]["id"]
+    brain = load_archive(archive)
+    base = hashlib.sha256(archive).hexdigest()
+    index = BrainIndex.build(brain)
+    recall(None, "warm up", index=index, now=datetime.now(UTC))
+    rnd = random.Random(11)
+    times: dict[str, list[float]] = {name: [] for name in PHASES}
+    cpu: dict[str, list[float]] = {name: [] for name in PHASES}
+    scratch.mkdir(parents=True, exist_ok=True)
+    with httpx.Client(timeout=300) as http:
+        for i in range(runs + 1):  # the first run parses the JSON documents: not counted
+            working = brain.copy()
+            working.journal = []
+            op = connector_memorize(f"Phase fact {i}: " + " ".join(rnd.sample(WORDS, 8)), tags=rnd.sample(WORDS, 2))
+            marks = [time.perf_counter()]
+            spent = [time.thread_time()]
+
+            def mark(clock: float | None = None) -> None:
+                marks.append(time.perf_counter())
+                spent.append(time.thread_time() if clock is None else clock)
+
+            op.apply(working, datetime.now(UTC))
+            mark()
+            index = index.apply_change(working, BrainChange.of_journal(working.journal))
+            working.journal = None
+            mark()
+            packed = pack_archive(working)
+            mark()
+            checksum = hashlib.sha256(packed).hexdigest()
+            mark()
+            store_before = cpu_seconds(store_pid)
+            response = http.put(
+                f"{store_url}/api/brains/{brain_id}/sync", headers={**headers, "If-Match": f'"{base}"'},
+                files={"brain": ("brain.tar.gz", packed, "application/gzip")},
+            )
+            mark(spent[-1] + cpu_seconds(store_pid) - store_before)
+            response.raise_for_status()
+            began_inspect = time.thread_time()
+            inspect_bytes(packed)
+            mark(spent[-1] + time.thread_time() - began_inspect)
+            began_fsync = time.thread_time()
+            commit_fsyncs(scratch, packed)
+            mark(spent[-1] + time.thread_time() - began_fsync)
+            brain, base = working, checksum
+            if i:
+                for name, began, ended, cpu_began, cpu_ended in zip(PHASES, marks, marks[1:], spent, spent[1:]):
+                    times[name].append(ended - began)
+                    cpu[name].append(cpu_ended - cpu_began)
+    total = [sum(times[name][run] for name in PHASES[:5]) for run in range(runs)]
+    print(f"  memorize phases in process ({runs} runs, {len(packed) / 1e6:.1f} MB archive), p50:")
+    for name in PHASES:
+        p50, p95 = percentiles(times[name])
+        cpu50, _ = percentiles(cpu[name])
+        owner = "store process" if name == PHASES[4] else "this thread"
+        note = f"CPU p50 {cpu50:.1f} ms ({owner})" + ("; within the upload" if name in PHASES[5:] else "")
+        row(f"  {name}", f"p50 {p50:.1f} / p95 {p95:.1f} ms", note)
+    p50, p95 = percentiles(total)
+    row("  round trip (apply .. upload, one after the other)", f"p50 {p50:.0f} / p95 {p95:.0f} ms")
+
+
+PHASES = ("apply", "follow index", "pack", "sha-256", "upload (HTTP, validation, fsync, commit)",
+          "store validation alone (inspect_bytes)", "commit fsyncs alone (4, like the store's)")
+
+
+def commit_fsyncs(folder: Path, data: bytes) -> None:
+    """Write and fsync a blob and a small metadata file and fsync their directory twice, as a local commit does."""
+    for name, content in (("blob", data), ("meta.json", b"{}" * 64)):
+        temporary = folder / f".{name}.tmp"
+        with open(temporary, "wb") as handle:
+            handle.write(content)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, folder / name)
+        descriptor = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+
+
+MEMORY_PROBE = """
+import gc, sys, ctypes
+from datetime import UTC, datetime
+from pathlib import Path
+sys.path.insert(0, {repo!r})
+from connector.engine.archive import load_archive
+from connector.engine.change import BrainChange
+from connector.engine.index import BrainIndex
+from connector.engine.ops import connector_memorize
+from connector.engine.recall import recall
+
+def rss():
+    gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    return int(Path("/proc/self/statm").read_text().split()[1]) * 4096
+
+data = Path({path!r}).read_bytes()
+start = rss()
+brain = load_archive(data)
+loaded = rss()
+index = BrainIndex.build(brain)
+for query in ("postgres cache", "deploy release", "meeting notes"):
+    recall(None, query, index=index, now=datetime.now(UTC))
+built = rss()
+working = brain.copy()
+working.journal = []
+connector_memorize("memory probe fact", tags=["cache", "probe"]).apply(working, datetime.now(UTC))
+index = index.apply_change(working, BrainChange.of_journal(working.journal))
+working.journal = None
+brain = working
+recall(None, "memory probe", index=index, now=datetime.now(UTC))
+followed = rss()
+print(sum(map(len, brain.files.values())), start, loaded, built, followed)
+"""
+
+
+def memory_report(cache_dir: Path | None) -> None:
+    """Resident memory of one working copy (the unpacked brain) plus its recall index, in a fresh process each."""
+    print("resident memory of a working copy + its recall index (fresh process per size, RSS after gc + malloc_trim)")
+    for size in (1000, 10_000):
+        archive, _ = brain_archive(size, datetime.now(UTC), cache_dir)
+        with tempfile.NamedTemporaryFile(suffix=".tar.gz") as handle:
+            handle.write(archive)
+            handle.flush()
+            done = subprocess.run([sys.executable, "-c", MEMORY_PROBE.format(repo=str(REPO), path=handle.name)],
+                                  capture_output=True, text=True, timeout=600, check=True)
+        inflated, start, loaded, built, followed = map(int, done.stdout.split())
+        mib = 1024 * 1024
+        copy, whole = loaded - start, followed - start
+        row(f"{size:,} memories: brain files (inflated)", f"{inflated / mib:.1f} MiB")
+        row("  working copy (unpacked brain)", f"{copy / mib:.1f} MiB", f"{copy / inflated:.2f}x inflated")
+        row("  + recall index, after 3 recalls", f"{(built - start) / mib:.1f} MiB", f"{(built - start) / inflated:.2f}x inflated")
+        row("  + one memorize followed (old copy freed)", f"{whole / mib:.1f} MiB",
+            f"{whole / inflated:.2f}x inflated; target <= 4x")
+
+
 async def one_user_warm(url: str, token: str) -> None:
     async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(300)) as http:
         async with Client(streamable_http_client(url, http_client=http)) as client:  # type: ignore[arg-type]
@@ -268,6 +439,10 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=100)
     parser.add_argument("--users", type=int, default=20)
     parser.add_argument("--concurrent-calls", type=int, default=10, help="recalls per user in the concurrent run")
+    parser.add_argument("--writes", type=int, default=20, help="memorize + recall pairs")
+    parser.add_argument("--phases", type=int, default=10, help="memorize round trips timed phase by phase, in process")
+    parser.add_argument("--memory", action="store_true",
+                        help="only measure the resident memory of a working copy and its index (1,000 and 10,000 memories)")
     parser.add_argument("--quick", action="store_true", help="2,000 memories, 30 calls, 5 users")
     parser.add_argument("--mode", choices=["exact", "hybrid"], default="exact", help="brain_recall's mode")
     parser.add_argument("--brain-cache", type=Path, default=None, metavar="DIR",
@@ -277,7 +452,10 @@ def main() -> None:
         global TARGET_RECALL_MS
         TARGET_RECALL_MS = 30.0  # issue 17's target for hybrid recall over MCP
     if args.quick:
-        args.memories, args.calls, args.users, args.concurrent_calls = 2000, 30, 5, 5
+        args.memories, args.calls, args.users, args.concurrent_calls, args.writes = 2000, 30, 5, 5, 10
+    if args.memory:
+        memory_report(args.brain_cache)
+        return
 
     print(f"connector benchmark: {args.memories} memories, {args.calls} calls, {args.users} concurrent users, "
           f"{args.mode} recall")
@@ -303,6 +481,9 @@ def main() -> None:
             users = [add_user(work / "store", store.base_url, f"bench{i}") for i in range(args.users)]
             for token, _ in users:
                 upload(store.base_url, token, archive)
+            phases_token, _ = add_user(work / "store", store.base_url, "phases")
+            upload(store.base_url, phases_token, archive)
+            memorize_phases(store.base_url, phases_token, archive, args.phases, work / "fsync", store.process.pid)
             env = {
                 "CONNECTOR_STORE_URL": store.base_url, "CONNECTOR_IDP": "static", "CONNECTOR_STATE_KEY": STATE_KEY.hex(),
                 "CONNECTOR_STATE_DIR": str(work / "state"), "CONNECTOR_PORT": str(connector_port), "CONNECTOR_LOG_LEVEL": "warning",
@@ -314,7 +495,7 @@ def main() -> None:
                             log_path=work / "connector.log", health_path="/health/live") as connector:
                 tokens = [mint(connector.base_url, user_id, token) for token, user_id in users]
                 cpu = ServerCpu(connector.process.pid)
-                asyncio.run(bench(connector.base_url, tokens, args.calls, args.concurrent_calls, cpu, archive))
+                asyncio.run(bench(connector.base_url, tokens, args.calls, args.concurrent_calls, cpu, archive, args.writes))
 
 
 if __name__ == "__main__":

@@ -36,9 +36,13 @@ class Brain:
     """A brain's files, keyed by relative POSIX path (``"index.json"``, ``"a/b.md"``).
 
     Only regular files are stored; directories are implied by the paths.
+    ``journal``, when a list, collects what each write committed (a
+    `connector.engine.change.BrainChange` per write) for indexes to follow; it is
+    None unless a caller asks for it, and never copied.
     """
 
     files: dict[str, bytes] = field(default_factory=dict)
+    journal: list[Any] | None = field(default=None, compare=False, repr=False)
 
     def __contains__(self, path: str) -> bool:
         return path in self.files

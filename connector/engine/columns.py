@@ -52,6 +52,28 @@ class Postings:
                     entry.append(count)
         return cls(lists, norms)
 
+    def extended(self, doc_tfs: list[dict[str, Any]], first_new: int, norms: list[float]) -> Postings:
+        """These postings plus the documents ``first_new`` onwards of ``doc_tfs`` (the
+        earlier ones unchanged), with new ``norms``: equal to `build` on all of them.
+
+        Lists of the terms the new documents hold are copied before they grow, so
+        this object (still serving recalls of the older brain) is never changed.
+        """
+        lists = dict(self.lists)
+        touched: set[str] = set()
+        for doc in range(first_new, len(doc_tfs)):
+            for term, count in doc_tfs[doc].items():
+                if term not in touched:
+                    touched.add(term)
+                    lists[term] = list(lists.get(term, ()))
+                entry = lists[term]
+                entry.append(doc)
+                entry.append(count)
+        extended = Postings(lists, norms)
+        # A copy first (atomic under the GIL): recalls of the older brain may add to it meanwhile.
+        extended._arrays = {term: arrays for term, arrays in dict(self._arrays).items() if term not in touched}
+        return extended
+
     def term_docs(self, term: str) -> list[int]:
         """Every document position listing ``term`` (whatever its stored count)."""
         return self.lists.get(term, [])[0::2]
@@ -98,6 +120,228 @@ def _counts(values: list[Any]) -> np.ndarray:
         else:
             converted.append(math.nan)
     return np.array(converted, dtype=np.float64)
+
+
+def _memory_arrays(memories: list[Any]) -> dict[str, np.ndarray]:
+    """The per-memory columns of ``memories`` (MemoryRecord), by field name."""
+
+    def floats(name: str) -> tuple[np.ndarray, np.ndarray]:
+        raw = [getattr(record, name) for record in memories]
+        return (
+            np.array([0.0 if value is None else value for value in raw], dtype=np.float64),
+            np.array([value is not None for value in raw], dtype=bool),
+        )
+
+    def times(name: str) -> tuple[np.ndarray, np.ndarray]:
+        raw = [getattr(record, name) for record in memories]
+        return (
+            np.array([_INT64_NONE if value is None else value for value in raw], dtype=np.int64),
+            np.array([value is not None for value in raw], dtype=bool),
+        )
+
+    def flags(name: str) -> np.ndarray:
+        return np.array([bool(getattr(record, name)) for record in memories], dtype=bool)
+
+    strength, has_strength = floats("strength")
+    rate, has_rate = floats("decay_rate")
+    salience, has_salience = floats("salience")
+    accessed, has_accessed = times("last_accessed_ms")
+    valid_until, has_valid_until = times("valid_until_ms")
+    valid_from, has_valid_from = times("valid_from_ms")
+    created, has_created = times("created_ms")
+    return {
+        "strength": strength,
+        "has_strength": has_strength,
+        "rate": rate,
+        "has_rate": has_rate,
+        "accessed": accessed,
+        "has_accessed": has_accessed,
+        "never_decays": flags("never_decays"),
+        "salience": salience,
+        "has_salience": has_salience,
+        "ctx_group": np.array([record.ctx_group for record in memories], dtype=np.int64),
+        "trust": np.array([1.0 if record.trust is None else record.trust for record in memories], dtype=np.float64),
+        "superseded": flags("superseded"),
+        "has_valid_until_key": flags("has_valid_until"),
+        "valid_until": valid_until,
+        "has_valid_until": has_valid_until,
+        "valid_from": valid_from,
+        "has_valid_from": has_valid_from,
+        "created": created,
+        "has_created": has_created,
+        "quarantined": flags("quarantined"),
+    }
+
+
+_GROUP_FIELDS = ("group_project", "group_task", "project_codes", "task_codes", "group_topic_size", "topic_groups")
+_EDGE_FIELDS = (
+    "node_count", "out_start", "out_end", "edge_target", "edge_abs_weight", "edge_positive_weight", "two_hop_factor",
+    "extra_nodes",
+)
+
+
+def _group_arrays(groups: list[tuple[str | None, str | None, frozenset[Any] | None]]) -> dict[str, Any]:
+    """Codes of each encoding-context group's project and task, topic sizes and topic -> groups."""
+    project_codes: dict[str, int] = {}
+    task_codes: dict[str, int] = {}
+    topic_lists: dict[str, list[int]] = {}
+    group_project, group_task, group_topic_size = [], [], []
+    for group, (project, task, topics) in enumerate(groups):
+        group_project.append(project_codes.setdefault(project, len(project_codes)) if project else -1)
+        group_task.append(task_codes.setdefault(task, len(task_codes)) if task else -1)
+        group_topic_size.append(-1 if topics is None else len(topics))
+        for topic in topics or ():
+            if topic.__class__ is str:
+                topic_lists.setdefault(topic, []).append(group)
+    return {
+        "group_project": np.array(group_project, dtype=np.int64),
+        "group_task": np.array(group_task, dtype=np.int64),
+        "project_codes": project_codes,
+        "task_codes": task_codes,
+        "group_topic_size": np.array(group_topic_size, dtype=np.int64),
+        "topic_groups": {topic: np.array(found, dtype=np.int64) for topic, found in topic_lists.items()},
+    }
+
+
+def _edge_arrays(positions: dict[str, int], edges: dict[str, list[tuple[str, float]]] | None, count: int) -> dict[str, Any]:
+    """The association graph as edge arrays (see `Columns`), memories numbered by position."""
+    node_ids = dict(positions)
+    firsts: dict[int, int] = {}
+    lasts: dict[int, int] = {}
+    sources, targets, weights = [], [], []
+    for node, neighbours in (edges or {}).items():
+        source = node_ids.setdefault(node, len(node_ids))
+        firsts[source] = len(targets)
+        for neighbour, weight in neighbours:
+            target = node_ids.setdefault(neighbour, len(node_ids))
+            if target != source:  # a walk never records its own source
+                sources.append(source)
+                targets.append(target)
+                weights.append(weight)
+        lasts[source] = len(targets)
+    node_count = len(node_ids)
+    out_start = np.zeros(node_count, dtype=np.int64)
+    out_end = np.zeros(node_count, dtype=np.int64)
+    if firsts:
+        out_start[list(firsts)] = list(firsts.values())
+        out_end[list(lasts)] = list(lasts.values())
+    weight_array = np.array(weights, dtype=np.float64)
+    return _graph(
+        node_count, out_start, out_end, np.array(sources, dtype=np.int64), np.array(targets, dtype=np.int64),
+        np.abs(weight_array), np.where(weight_array > 0, weight_array, 0.0), count,
+        {node: number for node, number in node_ids.items() if number >= count},
+    )
+
+
+def _graph(
+    node_count: int,
+    out_start: np.ndarray,
+    out_end: np.ndarray,
+    sources: np.ndarray,
+    targets: np.ndarray,
+    abs_weight: np.ndarray,
+    positive_weight: np.ndarray,
+    count: int,
+    extra_nodes: dict[str, int],
+) -> dict[str, Any]:
+    """The edge fields of `Columns`, with each memory's best two-hop weight product."""
+    # Strongest incoming |weight| per node, then per memory the best two-hop product.
+    strongest_in = np.zeros(node_count)
+    np.maximum.at(strongest_in, targets, abs_weight)
+    two_hop = np.zeros(node_count)
+    with np.errstate(all="ignore"):
+        np.maximum.at(two_hop, targets, strongest_in[sources] * abs_weight * 0.125)
+    return {
+        "node_count": node_count,
+        "out_start": out_start,
+        "out_end": out_end,
+        "edge_target": targets,
+        "edge_abs_weight": abs_weight,
+        "edge_positive_weight": positive_weight,
+        "two_hop_factor": two_hop[:count],
+        "extra_nodes": extra_nodes,
+    }
+
+
+def _followed_graph(
+    old: Columns,
+    old_positions: dict[str, int],
+    positions: dict[str, int],
+    edges: dict[str, list[tuple[str, float]]],
+    changed: set[str],
+) -> dict[str, Any] | None:
+    """The edge fields for a graph where only the out-edges of ``changed`` nodes
+    changed: the others' edges are renumbered and kept with array operations, the
+    changed nodes' are read from ``edges``. Equal to `_edge_arrays` up to the
+    numbering of non-memory nodes and the order of edge ranges, which no bound
+    depends on. None when a kept edge would point at a memory that is gone."""
+    count = len(positions)
+    extra_nodes: dict[str, int] = {}
+
+    def number(node: str) -> int:
+        position = positions.get(node)
+        if position is None:
+            position = extra_nodes.get(node)
+            if position is None:
+                position = extra_nodes[node] = count + len(extra_nodes)
+        return position
+
+    remap = np.full(old.node_count, -1, dtype=np.int64)
+    get = positions.get
+    remap[: old.count] = [get(memory_id, -1) for memory_id in old_positions]
+    for node, old_number in old.extra_nodes.items():
+        remap[old_number] = number(node)
+    keep = remap >= 0
+    for node in changed:
+        old_number = old_positions.get(node, old.extra_nodes.get(node))
+        if old_number is not None:
+            keep[old_number] = False
+    kept_nodes = np.flatnonzero(keep)
+    starts = old.out_start[kept_nodes]
+    lengths = old.out_end[kept_nodes] - starts
+    total = int(lengths.sum())
+    firsts = np.cumsum(lengths) - lengths
+    kept_edges = np.repeat(starts - firsts, lengths) + np.arange(total)
+    targets = remap[old.edge_target[kept_edges]]
+    if len(targets) and int(targets.min()) < 0:
+        return None
+    new_sources: list[int] = []
+    new_targets: list[int] = []
+    new_weights: list[float] = []
+    ranges: list[tuple[int, int, int]] = []
+    for node in changed:
+        neighbours = edges.get(node)
+        if neighbours is None:
+            continue
+        source = number(node)
+        first = total + len(new_targets)
+        for neighbour, weight in neighbours:
+            target = number(neighbour)
+            if target != source:  # a walk never records its own source
+                new_sources.append(source)
+                new_targets.append(target)
+                new_weights.append(weight)
+        ranges.append((source, first, total + len(new_targets)))
+    node_count = count + len(extra_nodes)
+    out_start = np.zeros(node_count, dtype=np.int64)
+    out_end = np.zeros(node_count, dtype=np.int64)
+    moved_nodes = remap[kept_nodes]
+    out_start[moved_nodes] = firsts
+    out_end[moved_nodes] = firsts + lengths
+    for source, first, last in ranges:
+        out_start[source], out_end[source] = first, last
+    weight_array = np.array(new_weights, dtype=np.float64)
+    return _graph(
+        node_count,
+        out_start,
+        out_end,
+        np.concatenate([np.repeat(moved_nodes, lengths), np.array(new_sources, dtype=np.int64)]),
+        np.concatenate([targets, np.array(new_targets, dtype=np.int64)]),
+        np.concatenate([old.edge_abs_weight[kept_edges], np.abs(weight_array)]),
+        np.concatenate([old.edge_positive_weight[kept_edges], np.where(weight_array > 0, weight_array, 0.0)]),
+        count,
+        extra_nodes,
+    )
 
 
 def bm25_relevance(
@@ -182,6 +426,7 @@ class Columns:
     edge_abs_weight: np.ndarray
     edge_positive_weight: np.ndarray  # weight where > 0, else 0
     two_hop_factor: np.ndarray  # per memory: max over m -> t of |w(m, t)| x max |w(u, m)| x 0.125
+    extra_nodes: dict[str, int]  # graph nodes that are not memories -> their number (from count on)
 
     @classmethod
     def build(
@@ -192,111 +437,53 @@ class Columns:
         edges: dict[str, list[tuple[str, float]]] | None,
     ) -> Columns:
         """Arrays of ``memories`` (MemoryRecord), their context groups and the edges."""
-
-        def floats(name: str) -> tuple[np.ndarray, np.ndarray]:
-            raw = [getattr(record, name) for record in memories]
-            return (
-                np.array([0.0 if value is None else value for value in raw], dtype=np.float64),
-                np.array([value is not None for value in raw], dtype=bool),
-            )
-
-        def times(name: str) -> tuple[np.ndarray, np.ndarray]:
-            raw = [getattr(record, name) for record in memories]
-            return (
-                np.array([_INT64_NONE if value is None else value for value in raw], dtype=np.int64),
-                np.array([value is not None for value in raw], dtype=bool),
-            )
-
-        def flags(name: str) -> np.ndarray:
-            return np.array([bool(getattr(record, name)) for record in memories], dtype=bool)
-
-        strength, has_strength = floats("strength")
-        rate, has_rate = floats("decay_rate")
-        salience, has_salience = floats("salience")
-        trust = np.array([1.0 if record.trust is None else record.trust for record in memories], dtype=np.float64)
-        accessed, has_accessed = times("last_accessed_ms")
-        valid_until, has_valid_until = times("valid_until_ms")
-        valid_from, has_valid_from = times("valid_from_ms")
-        created, has_created = times("created_ms")
-
-        project_codes: dict[str, int] = {}
-        task_codes: dict[str, int] = {}
-        topic_lists: dict[str, list[int]] = {}
-        group_project, group_task, group_topic_size = [], [], []
-        for group, (project, task, topics) in enumerate(groups):
-            group_project.append(project_codes.setdefault(project, len(project_codes)) if project else -1)
-            group_task.append(task_codes.setdefault(task, len(task_codes)) if task else -1)
-            group_topic_size.append(-1 if topics is None else len(topics))
-            for topic in topics or ():
-                if topic.__class__ is str:
-                    topic_lists.setdefault(topic, []).append(group)
-
-        node_ids = dict(positions)
-        firsts: dict[int, int] = {}
-        lasts: dict[int, int] = {}
-        sources, targets, weights = [], [], []
-        for node, neighbours in (edges or {}).items():
-            source = node_ids.setdefault(node, len(node_ids))
-            firsts[source] = len(targets)
-            for neighbour, weight in neighbours:
-                target = node_ids.setdefault(neighbour, len(node_ids))
-                if target != source:  # a walk never records its own source
-                    sources.append(source)
-                    targets.append(target)
-                    weights.append(weight)
-            lasts[source] = len(targets)
-        node_count = len(node_ids)
-        out_start = np.zeros(node_count, dtype=np.int64)
-        out_end = np.zeros(node_count, dtype=np.int64)
-        if firsts:
-            out_start[list(firsts)] = list(firsts.values())
-            out_end[list(lasts)] = list(lasts.values())
-        target_array = np.array(targets, dtype=np.int64)
-        weight_array = np.array(weights, dtype=np.float64)
-        abs_weight = np.abs(weight_array)
-        # Strongest incoming |weight| per node, then per memory the best two-hop product.
-        strongest_in = np.zeros(node_count)
-        np.maximum.at(strongest_in, target_array, abs_weight)
-        source_array = np.array(sources, dtype=np.int64)
-        two_hop = np.zeros(node_count)
-        with np.errstate(all="ignore"):
-            np.maximum.at(two_hop, target_array, strongest_in[source_array] * abs_weight * 0.125)
         return cls(
             count=len(memories),
-            strength=strength,
-            has_strength=has_strength,
-            rate=rate,
-            has_rate=has_rate,
-            accessed=accessed,
-            has_accessed=has_accessed,
-            never_decays=flags("never_decays"),
-            salience=salience,
-            has_salience=has_salience,
-            ctx_group=np.array([record.ctx_group for record in memories], dtype=np.int64),
-            trust=trust,
-            superseded=flags("superseded"),
-            has_valid_until_key=flags("has_valid_until"),
-            valid_until=valid_until,
-            has_valid_until=has_valid_until,
-            valid_from=valid_from,
-            has_valid_from=has_valid_from,
-            created=created,
-            has_created=has_created,
-            quarantined=flags("quarantined"),
-            group_project=np.array(group_project, dtype=np.int64),
-            group_task=np.array(group_task, dtype=np.int64),
-            project_codes=project_codes,
-            task_codes=task_codes,
-            group_topic_size=np.array(group_topic_size, dtype=np.int64),
-            topic_groups={topic: np.array(found, dtype=np.int64) for topic, found in topic_lists.items()},
-            node_count=node_count,
-            out_start=out_start,
-            out_end=out_end,
-            edge_target=target_array,
-            edge_abs_weight=abs_weight,
-            edge_positive_weight=np.where(weight_array > 0, weight_array, 0.0),
-            two_hop_factor=two_hop[: len(memories)],
+            **_memory_arrays(memories),
+            **_group_arrays(groups),
+            **_edge_arrays(positions, edges, len(memories)),
         )
+
+    def updated(
+        self,
+        memories: list[Any],
+        source: np.ndarray,
+        positions: dict[str, int],
+        groups: list[tuple[str | None, str | None, frozenset[Any] | None]],
+        groups_changed: bool,
+        edges: dict[str, list[tuple[str, float]]] | None,
+        edges_changed: bool,
+        positions_moved: bool,
+        old_positions: dict[str, int] | None = None,
+        changed_nodes: set[str] | None = None,
+    ) -> Columns:
+        """These columns for a changed brain, equal to `build` on it: ``source[i]`` is
+        the position memory ``i`` had here when its record is unchanged, -1 when new
+        or changed. Unchanged rows are gathered, the others computed afresh; the
+        group and edge arrays are rebuilt only when they changed (edges also when
+        memories moved: memories are the graph's first nodes, by position). With
+        ``old_positions`` (memory id -> position here) and ``changed_nodes`` (the
+        nodes whose out-edges changed), only those nodes' edges are read again."""
+        fresh_rows = np.flatnonzero(source < 0)
+        kept = np.where(source < 0, 0, source)
+        values: dict[str, Any] = {}
+        fresh = _memory_arrays([memories[row] for row in fresh_rows.tolist()])
+        for name, column in fresh.items():
+            gathered = getattr(self, name)[kept] if self.count else np.zeros(len(memories), dtype=column.dtype)
+            gathered[fresh_rows] = column
+            values[name] = gathered
+        if groups_changed:
+            values.update(_group_arrays(groups))
+        else:
+            values.update({name: getattr(self, name) for name in _GROUP_FIELDS})
+        if edges_changed or positions_moved:
+            graph = None
+            if changed_nodes is not None and edges is not None and old_positions is not None:
+                graph = _followed_graph(self, old_positions, positions, edges, changed_nodes)
+            values.update(graph if graph is not None else _edge_arrays(positions, edges, len(memories)))
+        else:
+            values.update({name: getattr(self, name) for name in _EDGE_FIELDS})
+        return Columns(count=len(memories), **values)
 
     def eligible(self, as_of_ms: int | None, as_known_ms: int | None, enforce: bool) -> np.ndarray | None:
         """Which memories may appear (validity window, knowledge time, quarantine); None = all."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import sys
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -113,6 +114,9 @@ class BrainIndex:
     doc_norms: list[float]
     doc_memory: list[int | None]
     doc_memory_array: np.ndarray  # doc_memory as int64, -1 for None
+    doc_ids: list[str]  # per document: the memory id it describes
+    doc_lengths: list[float]  # per document: its length (dl)
+    doc_positions: dict[str, int]  # memory id -> document
     edges: dict[str, list[tuple[str, float]]] | None
     quarantine_enforce: bool
     stats_rebuilt: bool
@@ -151,19 +155,16 @@ class BrainIndex:
             doc_count, doc_items, df = _rebuild_documents(brain, memories)
         else:
             doc_count, doc_items, df = documents
-        lengths = [length for _, _, length in doc_items]
-        doc_memory = [positions.get(memory_id) for memory_id, _, _ in doc_items]
+        doc_ids = [memory_id for memory_id, _, _ in doc_items]
         doc_tfs = [tf for _, tf, _ in doc_items]
-        total_length = 0.0
-        for length in lengths:
-            total_length += length
-        avgdl = total_length / doc_count if doc_count else 0.0
-        doc_norms = [_norm(length, avgdl) for length in lengths]
+        lengths = [length for _, _, length in doc_items]
+        avgdl, doc_norms = document_norms(lengths, doc_count)
+        doc_memory = [positions.get(memory_id) for memory_id in doc_ids]
         # Counts are taken as stored; non-numbers and non-positive ones are skipped
         # when a query reads the postings.
         postings = Postings.build(doc_tfs, doc_norms)
 
-        edges = _edges(read_json(brain, "associations.json"))
+        edges = edge_lists(read_json(brain, "associations.json"))
         config = read_json(brain, "config.json")
         enforce = isinstance(config, dict) and config.get("quarantine_mode") == "enforce"
         ctx_groups = _context_groups(memories)
@@ -181,7 +182,10 @@ class BrainIndex:
             doc_tfs=doc_tfs,
             doc_norms=doc_norms,
             doc_memory=doc_memory,
-            doc_memory_array=np.array([-1 if doc is None else doc for doc in doc_memory], dtype=np.int64),
+            doc_memory_array=memory_array(doc_memory),
+            doc_ids=doc_ids,
+            doc_lengths=lengths,
+            doc_positions={memory_id: doc for doc, memory_id in enumerate(doc_ids)},
             edges=edges,
             quarantine_enforce=enforce,
             stats_rebuilt=stats_rebuilt,
@@ -194,6 +198,14 @@ class BrainIndex:
         """The prepared index of ``brain``, cached under ``key`` (an archive checksum)
         in ``cache`` (the process-wide one by default); built afresh without a key."""
         return index_for(brain, key, DEFAULT_CACHE if cache is None else cache)
+
+    def apply_change(self, brain: Brain, change: Any) -> BrainIndex:
+        """The index of ``brain``, this index's brain changed by ``change`` (a
+        `connector.engine.change.BrainChange`): what did not change is reused, and
+        recall answers exactly as from `build` (see `connector/engine/incremental.py`)."""
+        from connector.engine.incremental import apply_change
+
+        return apply_change(self, brain, change)
 
     def spread_bonus(
         self,
@@ -260,10 +272,7 @@ class BrainIndex:
             # ~10^5 long-lived objects on a large heap: without the pause, the
             # collector's full passes cost ten times the work itself (10k memories).
             with gc_paused():
-                maps = {
-                    node: {neighbour: (i, weight) for i, (neighbour, weight) in enumerate(neighbours)}
-                    for node, neighbours in edges.items()
-                }
+                maps = edge_maps(edges)
                 incoming = {}
                 for node, neighbours in edges.items():
                     for neighbour, _ in neighbours:
@@ -329,6 +338,23 @@ class BrainIndex:
         return cached
 
 
+def document_norms(lengths: list[float], doc_count: int) -> tuple[float, list[float]]:
+    """(average document length, each document's k1 x (1 - b + b x dl / avgdl)).
+
+    The lengths are summed one by one in document order, as the reference does
+    (floating-point addition is not associative)."""
+    total_length = 0.0
+    for length in lengths:
+        total_length += length
+    avgdl = total_length / doc_count if doc_count else 0.0
+    return avgdl, [_norm(length, avgdl) for length in lengths]
+
+
+def memory_array(doc_memory: list[int | None]) -> np.ndarray:
+    """Each document's memory position as int64, -1 for none."""
+    return np.array([-1 if doc is None else doc for doc in doc_memory], dtype=np.int64)
+
+
 def _norm(length: float, avgdl: float) -> float:
     # k1 * (1 - b + b * dl / avgdl), evaluated in the reference's order.
     if avgdl == 0:
@@ -336,11 +362,21 @@ def _norm(length: float, avgdl: float) -> float:
     return K1 * (1 - B + B * length / avgdl)
 
 
+def js_object_order(mapping: dict[str, Any]) -> dict[str, Any]:
+    """Keys in JavaScript object order (integer-like keys first)."""
+    return _js_object_order(mapping)
+
+
 def _js_object_order(mapping: dict[str, Any]) -> dict[str, Any]:
     """Keys in JavaScript object order (integer-like keys first); cheap when none are."""
     if any(key[:1].isdigit() for key in mapping):
         return js_key_order(mapping)  # type: ignore[arg-type]
     return mapping
+
+
+def record(memory_id: str, entry: Any) -> MemoryRecord:
+    """One index.json entry's fields, parsed for scoring (``ctx_group`` not yet set)."""
+    return _record(memory_id, entry)
 
 
 def _record(memory_id: str, entry: Any) -> MemoryRecord:
@@ -413,6 +449,16 @@ def _usable_search_index(
 ) -> tuple[int, DocItems, dict[str, float]] | None:
     """The stored statistics when recall.md says they are usable, else None."""
     stored = read_json(brain, "search-index.json")
+    count = usable_count(stored, positions)
+    if count is None:
+        return None
+    items = [stored_document(memory_id, document) for memory_id, document in _js_object_order(stored["documents"]).items()]
+    return count, items, stored_df(stored.get("df"))
+
+
+def usable_count(stored: Any, positions: dict[str, int]) -> int | None:
+    """The document count of a stored search index when recall.md says it is usable
+    for the memories at ``positions``, else None."""
     if not isinstance(stored, dict):
         return None
     documents = stored.get("documents")
@@ -420,17 +466,32 @@ def _usable_search_index(
         return None
     doc_count = stored.get("doc_count")
     count = doc_count if is_number(doc_count) else len(documents)
-    if count != len(positions) or any(memory_id not in documents for memory_id in positions):
+    if count != len(positions) or not positions.keys() <= documents.keys():
         return None
-    items: DocItems = []
-    for memory_id, document in _js_object_order(documents).items():
-        doc = document if isinstance(document, dict) else {}
-        tf = doc.get("tf")
-        length = number_or_none(doc.get("length"))
-        items.append((memory_id, tf if isinstance(tf, dict) else {}, length or 0.0))
-    raw_df = stored.get("df")
-    df = {term: float(value) for term, value in raw_df.items() if is_number(value)} if isinstance(raw_df, dict) else {}
-    return int(count), items, df
+    return int(count)
+
+
+def stored_document(memory_id: str, document: Any, *, intern_terms: bool = True) -> tuple[str, dict[str, Any], float]:
+    """(id, term counts as stored, length) of one stored search-index document
+    (``intern_terms``: terms interned, for keeping; without, for comparing)."""
+    doc = document if isinstance(document, dict) else {}
+    tf = doc.get("tf")
+    length = number_or_none(doc.get("length"))
+    if not isinstance(tf, dict):
+        tf = {}
+    return memory_id, interned(tf) if intern_terms else tf, length or 0.0
+
+
+def interned(tf: dict[str, Any]) -> dict[str, Any]:
+    """``tf`` with its terms interned: parsed JSON holds one string object per
+    occurrence (400,000 at 10,000 memories, 16 MB), the index then one per term."""
+    intern = sys.intern
+    return {intern(term) if term.__class__ is str else term: count for term, count in tf.items()}
+
+
+def stored_df(raw_df: Any) -> dict[str, float]:
+    """Document frequencies as stored (numbers only)."""
+    return {term: float(value) for term, value in raw_df.items() if is_number(value)} if isinstance(raw_df, dict) else {}
 
 
 def _rebuild_documents(brain: Brain, memories: list[MemoryRecord]) -> tuple[int, DocItems, dict[str, float]]:
@@ -438,40 +499,58 @@ def _rebuild_documents(brain: Brain, memories: list[MemoryRecord]) -> tuple[int,
     items: DocItems = []
     df: dict[str, float] = {}
     for record in memories:
-        path = record.entry.get("path")
-        text = brain.read_text(path) if isinstance(path, str) else None
-        body = memory_body(text) if text is not None else ""
-        title = record.entry.get("title")
-        tags = record.entry.get("tags")
-        text = document_text(
-            title if isinstance(title, str) else None, tags if isinstance(tags, (list, str)) else None, body
-        )
-        tf, length = term_counts(text)
-        items.append((record.id, tf, float(length)))
-        for term in tf:
+        item = memory_document(brain, record)
+        items.append(item)
+        for term in item[1]:
             df[term] = df.get(term, 0.0) + 1
     return len(memories), items, df
 
 
-def _edges(associations: Any) -> dict[str, list[tuple[str, float]]] | None:
+def memory_document(brain: Brain, record: MemoryRecord) -> tuple[str, dict[str, Any], float]:
+    """(id, term counts, length) of a memory computed from its file, as the reference rebuilds it."""
+    path = record.entry.get("path")
+    text = brain.read_text(path) if isinstance(path, str) else None
+    body = memory_body(text) if text is not None else ""
+    title = record.entry.get("title")
+    tags = record.entry.get("tags")
+    text = document_text(title if isinstance(title, str) else None, tags if isinstance(tags, (list, str)) else None, body)
+    tf, length = term_counts(text)
+    return record.id, interned(tf), float(length)
+
+
+def edge_lists(associations: Any) -> dict[str, list[tuple[str, float]]] | None:
     """Adjacency lists in file order; None when spreading must be skipped."""
     if not isinstance(associations, dict):
         return None
     edges = associations.get("edges")
     if not isinstance(edges, dict):
         return None
-    adjacency: dict[str, list[tuple[str, float]]] = {}
-    for node, neighbours in _js_object_order(edges).items():
-        if not isinstance(neighbours, dict):
-            continue
-        listed = []
-        for neighbour, edge in _js_object_order(neighbours).items():
-            weight = number_or_none(edge.get("weight")) if isinstance(edge, dict) else None
-            # A non-numeric weight gives NaN bonuses in the reference: never recorded,
-            # exactly like a zero weight, which is what we use.
-            listed.append((neighbour, weight if weight is not None and math.isfinite(weight) else 0.0))
-        adjacency[node] = listed
-    return adjacency
+    return {
+        node: neighbour_list(neighbours)
+        for node, neighbours in _js_object_order(edges).items()
+        if isinstance(neighbours, dict)
+    }
+
+
+def neighbour_list(neighbours: dict[str, Any]) -> list[tuple[str, float]]:
+    """One node's out-edges as (neighbour, weight) in file order."""
+    listed = []
+    for neighbour, edge in _js_object_order(neighbours).items():
+        weight = number_or_none(edge.get("weight")) if isinstance(edge, dict) else None
+        # A non-numeric weight gives NaN bonuses in the reference: never recorded,
+        # exactly like a zero weight, which is what we use.
+        listed.append((neighbour, weight if weight is not None and math.isfinite(weight) else 0.0))
+    return listed
+
+
+def edge_maps(edges: dict[str, list[tuple[str, float]]]) -> dict[str, dict[str, tuple[int, float]]]:
+    """Per node: neighbour -> (position in file order, weight)."""
+    return {node: neighbour_map(neighbours) for node, neighbours in edges.items()}
+
+
+def neighbour_map(neighbours: list[tuple[str, float]]) -> dict[str, tuple[int, float]]:
+    """One node's neighbour -> (position in file order, weight)."""
+    return {neighbour: (i, weight) for i, (neighbour, weight) in enumerate(neighbours)}
 
 
 class IndexCache:
@@ -500,6 +579,38 @@ class IndexCache:
             self._items.move_to_end(key)
             while len(self._items) > self.capacity:
                 self._items.popitem(last=False)
+
+    def peek(self, key: str) -> BrainIndex | None:
+        """The index cached for ``key``, or None (never builds)."""
+        with self._lock:
+            return self._items.get(key)
+
+    def follow(self, old_key: str, new_key: str, brain: Brain, change: Any) -> BrainIndex | None:
+        """After a write: the index of ``brain`` (the brain of ``old_key`` changed by
+        ``change``, a `BrainChange`) under ``new_key``, derived from the cached index of
+        ``old_key`` (which is dropped: the write's brain replaces that one). Nothing
+        when ``old_key`` has no cached index (the next recall builds it).
+
+        Raises what `BrainIndex.build` raises when the new brain cannot be recalled from."""
+        old = self.peek(old_key)
+        if old is None:
+            return None
+        followed = old.apply_change(brain, change)
+        with self._lock:
+            if old_key != new_key:
+                self._items.pop(old_key, None)
+            self._items[new_key] = followed
+            self._items.move_to_end(new_key)
+            while len(self._items) > self.capacity:
+                self._items.popitem(last=False)
+        return followed
+
+    def rename(self, old_key: str, new_key: str) -> None:
+        """The same content got a new key (e.g. its checksum once pushed)."""
+        with self._lock:
+            found = self._items.pop(old_key, None)
+            if found is not None:
+                self._items[new_key] = found
 
     def invalidate(self, key: str) -> None:
         """Forget the index for ``key`` (after a write changed that brain)."""

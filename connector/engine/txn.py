@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 
 from connector.engine.brain import Brain, dump_json
+from connector.engine.change import BrainChange
 from connector.engine.errors import BrainError
 from connector.engine.frontmatter import edit_frontmatter
 from connector.engine.rules import (
@@ -88,24 +89,25 @@ class _ParsedDocuments:
     def __init__(self, capacity: int = 6, min_bytes: int = 64 * 1024) -> None:
         self._capacity = capacity
         self.min_bytes = min_bytes
-        self._held: OrderedDict[int, tuple[bytes, Any, bool]] = OrderedDict()
+        self._held: OrderedDict[int, tuple[bytes, Any, bool, Any]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def take(self, data: bytes) -> tuple[Any, bool] | None:
-        """(document, plain) for exactly this bytes object, removed from the cache; else None."""
+    def take(self, data: bytes) -> tuple[Any, bool, Any] | None:
+        """(document, plain, derived) for exactly this bytes object, removed from the cache; else None."""
         with self._lock:
             held = self._held.get(id(data))
             if held is None or held[0] is not data:
                 return None
             del self._held[id(data)]
-        return held[1], held[2]
+        return held[1], held[2], held[3]
 
-    def keep(self, data: bytes, value: Any, plain: bool) -> None:
-        """Remember that ``data`` is the serialisation of ``value``."""
+    def keep(self, data: bytes, value: Any, plain: bool, derived: Any = None) -> None:
+        """Remember that ``data`` is the serialisation of ``value`` (and what the writer
+        derived from it and kept current, e.g. index.json's tag index)."""
         if len(data) < self.min_bytes:
             return
         with self._lock:
-            self._held[id(data)] = (data, value, plain)  # the bytes are held: their id stays theirs
+            self._held[id(data)] = (data, value, plain, derived)  # the bytes are held: their id stays theirs
             self._held.move_to_end(id(data))
             while len(self._held) > self._capacity:
                 self._held.popitem(last=False)
@@ -114,10 +116,11 @@ class _ParsedDocuments:
 PARSED = _ParsedDocuments()
 
 
-def _parsed(data: bytes) -> tuple[Any, bool]:
-    """The document in ``data``: from the last write's cache when it made these bytes, else parsed."""
+def _parsed(data: bytes) -> tuple[Any, bool, Any]:
+    """(document, plain, derived) in ``data``: from the last write's cache when it made
+    these bytes, else parsed (derived None)."""
     kept = PARSED.take(data)
-    return kept if kept is not None else _parse_json(data)
+    return kept if kept is not None else (*_parse_json(data), None)
 
 
 def fast_dump_json(value: Any, *, plain_floats: bool = False) -> bytes:
@@ -161,10 +164,15 @@ class WriteTxn:
         self._dirty: set[str] = set()
         self._writes: dict[str, bytes] = {}
         self._removed: set[str] = set()
-        self._dirs: set[str] | None = None
+        self._written_dirs: set[str] = set()  # parents of the files this write staged
+        self._brain_dirs: dict[str, bool] = {}
         self._tag_index: dict[str, list[str]] | None = None
         self._unplain: set[str] = set()  # documents that may hold floats msgspec prints differently
         self._positions: dict[str, int] = {}
+        # What this write changed, for the brain's journal (see `BrainChange`); None = not known.
+        self._changed_memories: set[str] = set()
+        self._changed_nodes: set[str] | None = set()
+        self._changed_documents: set[str] | None = set()
 
     # -- files -------------------------------------------------------------------
     def read(self, path: str) -> bytes | None:
@@ -182,7 +190,7 @@ class WriteTxn:
     def write(self, path: str, data: bytes) -> None:
         self._removed.discard(path)
         self._writes[path] = data
-        self._note_dirs(path)
+        self._add_parents(self._written_dirs, path)
 
     def remove(self, path: str) -> None:
         self._writes.pop(path, None)
@@ -193,22 +201,21 @@ class WriteTxn:
 
     def exists(self, path: str) -> bool:
         """A file, or a directory implied by some file, at ``path``."""
-        return self.read(path) is not None or path in self._directories()
+        return self.read(path) is not None or path in self._written_dirs or self._brain_directory(path)
 
     def is_file(self, path: str) -> bool:
         return self.read(path) is not None
 
-    def _directories(self) -> set[str]:
-        if self._dirs is None:
-            dirs: set[str] = set()
-            for path in self.brain.files:
-                self._add_parents(dirs, path)
-            self._dirs = dirs
-        return self._dirs
+    def _brain_directory(self, path: str) -> bool:
+        """Whether some file of the brain (as it was before this write) lies below ``path``.
 
-    def _note_dirs(self, path: str) -> None:
-        if self._dirs is not None:
-            self._add_parents(self._dirs, path)
+        One scan per asked path, not a set of every directory built first: a write
+        asks about one or two paths, and the brain may hold 10,000 files."""
+        known = self._brain_dirs.get(path)
+        if known is None:
+            prefix = path + "/"
+            known = self._brain_dirs[path] = any(name.startswith(prefix) for name in self.brain.files)
+        return known
 
     @staticmethod
     def _add_parents(dirs: set[str], path: str) -> None:
@@ -229,10 +236,12 @@ class WriteTxn:
         value: Any = _MISSING
         plain = True
         if data is not None:
-            value, plain = _parsed(data)
+            value, plain, _ = _parsed(data)
             if value is None or (valid is not None and not valid(value)):
                 value = _MISSING
         if value is _MISSING:
+            if data is not None:
+                self._replaced_whole(path)  # an unreadable document starts over from the default
             value, plain = (default() if default is not None else None), True
         self._parsed[path] = value
         if not plain:
@@ -244,6 +253,12 @@ class WriteTxn:
         if any(maybe_special_float(value) for value in values):
             self._unplain.add(path)
 
+    def _replaced_whole(self, path: str) -> None:
+        if path == ASSOCIATIONS:
+            self._changed_nodes = None
+        elif path == SEARCH_INDEX:
+            self._changed_documents = None
+
     def mark(self, path: str) -> None:
         """Write the cached document at ``path`` back on commit."""
         self._dirty.add(path)
@@ -253,7 +268,17 @@ class WriteTxn:
         for path in self._dirty:
             plain = path not in self._unplain
             self._writes[path] = fast_dump_json(self._parsed[path], plain_floats=plain)
-            PARSED.keep(self._writes[path], self._parsed[path], plain)
+            # index.json's tag index stays valid for the next write of this document.
+            derived = (self._tag_index, self._positions) if path == INDEX and self._tag_index is not None else None
+            PARSED.keep(self._writes[path], self._parsed[path], plain, derived)
+        if self.brain.journal is not None:
+            self.brain.journal.append(BrainChange(
+                paths=set(self._writes) | self._removed,
+                memories=set(self._changed_memories),
+                edge_nodes=None if self._changed_nodes is None else set(self._changed_nodes),
+                documents=None if self._changed_documents is None else set(self._changed_documents),
+                parsed={path: (self._writes[path], self._parsed[path]) for path in self._dirty},
+            ))
         for path in self._removed:
             self.brain.remove(path)
         for path, data in self._writes.items():
@@ -273,7 +298,9 @@ class WriteTxn:
                 raise BrainError("brain not initialized (no index.json)")
             value: Any = {"version": 2, "memory_count": 0, "memories": {}, "last_updated": self.now_iso}
         else:
-            value, plain = _parsed(data)
+            value, plain, derived = _parsed(data)
+            if derived is not None:
+                self._tag_index, self._positions = derived
             if not plain:
                 self._unplain.add(INDEX)
             if not isinstance(value, dict):
@@ -323,6 +350,7 @@ class WriteTxn:
         """Append a new index entry (last in index order)."""
         memories = self.memories()
         memories[memory_id] = entry
+        self._changed_memories.add(memory_id)
         if self._tag_index is not None:
             self._positions[memory_id] = len(self._positions)
             self._index_tags(memory_id, entry)
@@ -331,6 +359,7 @@ class WriteTxn:
     def remove_entry(self, memory_id: str) -> None:
         """Drop an index entry."""
         del self.memories()[memory_id]
+        self._changed_memories.add(memory_id)
         self._tag_index = None
         self.touch_index()
 
@@ -340,6 +369,9 @@ class WriteTxn:
         entry = without_keys(memories[memory_id], *remove)
         entry = set_entry_fields(entry, updates)
         memories[memory_id] = entry
+        self._changed_memories.add(memory_id)
+        if "tags" in updates or "tags" in remove:
+            self._tag_index = None  # built again when next needed
         self.touch_index()
         return entry
 
@@ -397,6 +429,7 @@ class WriteTxn:
         """Add or reinforce the edge a<->b in both directions; 'created' or 'reinforced'."""
         edges = self.edges()
         outcome = "created"
+        self._note_nodes(a, b)
         for source, target in ((a, b), (b, a)):
             neighbours = edges.get(source)
             if not isinstance(neighbours, dict):
@@ -430,15 +463,21 @@ class WriteTxn:
             return
         edges = self.edges()
         changed = edges.pop(memory_id, None) is not None
+        self._note_nodes(memory_id)
         for source in list(edges):
             neighbours = edges[source]
             if isinstance(neighbours, dict) and memory_id in neighbours:
                 del neighbours[memory_id]
+                self._note_nodes(source)
                 changed = True
                 if not neighbours:
                     del edges[source]
         if changed:
             self.mark(ASSOCIATIONS)
+
+    def _note_nodes(self, *nodes: str) -> None:
+        if self._changed_nodes is not None:
+            self._changed_nodes.update(nodes)
 
     # -- search-index.json -------------------------------------------------------------
     def _search_index(self) -> dict[str, Any] | None:
@@ -449,7 +488,12 @@ class WriteTxn:
             return None  # unusable: recall rebuilds; leave the file as it is
         if not isinstance(doc.get("df"), dict):
             doc["df"] = {}
+            self._changed_documents = None  # every term's frequency changed
         return doc
+
+    def _note_document(self, memory_id: str) -> None:
+        if self._changed_documents is not None:
+            self._changed_documents.add(memory_id)
 
     def index_document(self, memory_id: str, title: str, tags: list[str], body: str) -> None:
         """Add (or replace) a memory's document in ``search-index.json`` when present."""
@@ -457,6 +501,7 @@ class WriteTxn:
         if doc is None:
             return
         self._drop_document(doc, memory_id)
+        self._note_document(memory_id)
         tf, length = term_counts(document_text(title, tags, body))
         doc["documents"][memory_id] = {"tf": tf, "length": length}
         df = doc["df"]
@@ -479,6 +524,7 @@ class WriteTxn:
         if doc is None or memory_id not in doc["documents"]:
             return
         self._drop_document(doc, memory_id)
+        self._note_document(memory_id)
         doc["doc_count"] = len(doc["documents"])
         self.mark(SEARCH_INDEX)
 

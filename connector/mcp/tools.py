@@ -144,7 +144,10 @@ class BrainTools:
         self.hybrid_cache = HybridCache()
         names = set(allowed) if allowed is not None else {tool.name for tool in TOOLS}
         self.specs: dict[str, ToolSpec] = {tool.name: tool for tool in TOOLS if tool.name in names}
-        self.index_cache = index_cache or IndexCache(capacity=64)
+        # The manager's cache: its writes keep the indexes there current (see IndexFollower).
+        if index_cache is None:
+            index_cache = getattr(manager, "index_cache", None)
+        self.index_cache = IndexCache(capacity=64) if index_cache is None else index_cache
         # Content keys whose index is (probably) built; bounded like the cache itself.
         self._warm: OrderedDict[str | None, None] = OrderedDict()
         self._tool_list: list[types.Tool] | None = None

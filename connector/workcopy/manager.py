@@ -30,11 +30,13 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from common.textsafety import escape_one_line
 from connector.engine.archive import ArchiveError, ArchiveLimits, ArchiveTooLarge, load_archive, pack_archive
 from connector.engine.brain import Brain
+from connector.engine.change import BrainChange, file_digests
+from connector.engine.index import IndexCache
 from connector.workcopy.journal import HeldWriteJournal, JournalError, new_entry_name
 from connector.workcopy.longlived import LongLivedObjects, give_back_memory
 from connector.workcopy.model import (
@@ -88,6 +90,24 @@ class MemoryBrainChoices:
     async def set_chosen_brain(self, subject: str, brain_id: str) -> None:
         """Remember a choice."""
         self._chosen[subject] = brain_id
+
+
+class IndexFollower(Protocol):
+    """Indexes kept per content key (`WorkingCopy.key`) that follow the copies' changes.
+
+    The manager calls these in a worker thread, with the copy's lock held, right
+    after each change: a write (``change`` from the brain's journal: the memory
+    ids and files it changed), a replay after a 412 or a pull of a newer archive
+    (``change`` from comparing the two brains file by file).
+    """
+
+    def follow(self, old_key: str, new_key: str, brain: Brain, change: BrainChange) -> object:
+        """``brain`` is the content of ``old_key`` changed by ``change``; it is now ``new_key``."""
+        ...
+
+    def rename(self, old_key: str, new_key: str) -> None:
+        """The content of ``old_key`` is now known as ``new_key`` (unchanged)."""
+        ...
 
 
 class BrainUnavailable(Exception):
@@ -223,6 +243,16 @@ def _checksum(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def _apply_journaled(op: Operation, working: Brain, at: datetime) -> tuple[dict[str, Any], BrainChange]:
+    """``op`` applied to ``working`` (raises, changing nothing, on refusal) and what it changed."""
+    working.journal = []
+    try:
+        result = op.apply(working, at)
+    finally:
+        journal, working.journal = working.journal, None
+    return result, BrainChange.of_journal(journal)
+
+
 def _empty_key(subject: str, brain_id: str | None) -> str:
     return f"empty:{subject}:{brain_id or '-'}"
 
@@ -240,6 +270,7 @@ class WorkingCopyManager:
         clock: Callable[[], datetime] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        index_cache: IndexCache | None = None,
     ) -> None:
         self.store = store
         self.choices: BrainChoices = choices or MemoryBrainChoices()
@@ -255,6 +286,10 @@ class WorkingCopyManager:
         # Per subject: the kinds of the writes recovered from the journal at start-up (told once).
         self._recovered: dict[str, list[str]] = {}
         self.long_lived = LongLivedObjects()
+        # Recall indexes by content key; every change of a copy is followed in them.
+        self.index_cache = IndexCache(capacity=64) if index_cache is None else index_cache
+        self.followers: list[IndexFollower] = [self.index_cache]
+        self._following: dict[str, asyncio.Task[None]] = {}  # content key -> its index being followed
         self._maintenance: asyncio.Task[None] | None = None
         # Brain loads under way (bounded), and the bytes of the budget they have reserved.
         self._loads = asyncio.Semaphore(max(1, self.tuning.max_loads))
@@ -458,6 +493,7 @@ class WorkingCopyManager:
     async def _pull(self, copy: WorkingCopy, *, conditional: bool) -> None:
         """Replace a clean copy with the store's archive (304 keeps it). Lock held."""
         assert copy.brain_id is not None
+        old_key = copy.key
         async with self._loads:  # downloads and unpacking: a few at once
             try:
                 download = await self.store.download(
@@ -473,6 +509,9 @@ class WorkingCopyManager:
                 return
             assert download.data is not None
             checksum = download.checksum or _checksum(download.data)
+            # Indexes reuse what a newer archive did not change; digests of the old files say
+            # what that is without holding the old brain beside the new one.
+            digests = await asyncio.to_thread(file_digests, copy.brain) if copy.brain.files else None
             # The old version goes before the new one is unpacked, never both at once: a clean
             # copy left empty by a failed load is simply pulled again on its next use.
             self._forget_brain(copy)
@@ -482,6 +521,8 @@ class WorkingCopyManager:
         copy.brain, copy.base_checksum, copy.key = brain, checksum, checksum
         copy.size_bytes = brain_bytes(brain)
         copy.checked_at = self._mono()
+        if digests is not None and old_key != checksum:
+            await asyncio.to_thread(self._follow, old_key, checksum, brain, BrainChange.since(digests, brain))
         self.long_lived.loaded()
 
     @staticmethod
@@ -631,14 +672,26 @@ class WorkingCopyManager:
                 return None  # dropped (brain deleted) or evicted meanwhile: start again from the brain list
             at = self.now()
             working = copy.brain.copy()
+            key = f"local:{copy.subject}:{copy.brain_id}:{id(working)}:{at.timestamp()}"
             # Refusal raises here, before anything changed. In a worker thread: at 10,000
             # memories a write takes a few hundred ms, which other users' calls need not wait for.
-            result = await asyncio.to_thread(op.apply, working, at)
+            result, change = await asyncio.to_thread(_apply_journaled, op, working, at)
+            # The indexes follow the write while it is packed and pushed (mostly waiting
+            # for the store); the call returns once both are done.
+            following = asyncio.create_task(asyncio.to_thread(self._follow, copy.key, key, working, change))
+            self._following[key] = following
             copy.brain = working
             copy.size_bytes = brain_bytes(working)
-            copy.key = f"local:{copy.subject}:{copy.brain_id}:{id(working)}:{at.timestamp()}"
+            copy.key = key
             copy.pending.append(PendingWrite(op=op, at=at, label=label))
-            dropped = await self._push(copy)
+            try:
+                dropped = await self._push(copy)
+            finally:
+                await following
+                self._following.pop(key, None)
+            if copy.brain is working and copy.key != key:
+                for follower in self.followers:
+                    follower.rename(key, copy.key)  # pushed meanwhile: now known by its checksum
             discarded = copy.discarded
             if discarded is not None:
                 # Told now, in this call's result: not again on the next one.
@@ -794,6 +847,25 @@ class WorkingCopyManager:
                         base = await self._load(copy, download.data)
                 del download
         working = base.copy()
+        kept, dropped = await asyncio.to_thread(self._apply_pending, copy, working)
+        following = self._following.get(copy.key)
+        if following is not None:
+            await following  # the index of the write being replayed, to follow from
+        key = f"rebased:{copy.subject}:{copy.brain_id}:{checksum}:{len(kept)}:{id(working)}"
+        parsed = BrainChange.of_journal(working.journal or ()).parsed
+        working.journal = None
+        await asyncio.to_thread(self._follow_between, copy.key, key, copy.brain, working, parsed)
+        copy.brain, copy.base_checksum, copy.pending = working, checksum, kept
+        copy.needs_rebase = False
+        copy.size_bytes = brain_bytes(working)
+        copy.key = key
+        copy.checked_at = self._mono()
+        return dropped
+
+    @staticmethod
+    def _apply_pending(copy: WorkingCopy, working: Brain) -> tuple[list[PendingWrite], list[str]]:
+        """Apply the copy's pending writes to ``working`` in order (journal kept); (kept, dropped labels)."""
+        working.journal = []
         kept: list[PendingWrite] = []
         dropped: list[str] = []
         for pending in copy.pending:
@@ -803,12 +875,21 @@ class WorkingCopyManager:
             except Exception as exc:  # an op the newer brain no longer allows (e.g. pin of a forgotten id)
                 log.warning("a pending write no longer applies after a concurrent change", extra={"op": pending.label})
                 dropped.append(f"{pending.label}: {exc}")
-        copy.brain, copy.base_checksum, copy.pending = working, checksum, kept
-        copy.needs_rebase = False
-        copy.size_bytes = brain_bytes(working)
-        copy.key = f"rebased:{copy.subject}:{copy.brain_id}:{checksum}:{len(kept)}:{id(working)}"
-        copy.checked_at = self._mono()
-        return dropped
+        return kept, dropped
+
+    def _follow_between(
+        self, old_key: str, new_key: str, before: Brain, after: Brain, parsed: dict[str, Any] | None = None
+    ) -> None:
+        """Every index follows from ``before`` to ``after``, compared file by file (worker thread)."""
+        self._follow(old_key, new_key, after, BrainChange.between(before, after, parsed))
+
+    def _follow(self, old_key: str, new_key: str, brain: Brain, change: BrainChange) -> None:
+        """Every index follows a copy's change (worker thread, copy lock held)."""
+        for follower in self.followers:
+            try:
+                follower.follow(old_key, new_key, brain, change)
+            except Exception:  # e.g. a brain recall cannot read: the next recall builds and reports it
+                log.warning("an index could not follow a change; it is built again when needed", exc_info=True)
 
     def _note_pushed(self, copy: WorkingCopy) -> None:
         """Record in the cached brain list that the pushed brain now has an archive.
@@ -829,6 +910,9 @@ class WorkingCopyManager:
         copy.pending.clear()
         copy.base_checksum = checksum
         if checksum:
+            if copy.key != checksum:
+                for follower in self.followers:
+                    follower.rename(copy.key, checksum)
             copy.key = checksum
         copy.held_reason = None
         copy.failures = 0

@@ -1,0 +1,129 @@
+"""The recall index follows every change of a working copy (real store process).
+
+After a write through the tools, after a write replayed on a newer brain (412),
+and after a pull of a newer archive, the manager's index cache already holds the
+index of the new content: the next recall builds nothing, and answers exactly as
+recall over the store's archive does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from connector.engine.archive import pack_archive
+from connector.engine.index import BrainIndex
+from connector.engine.recall import recall
+from connector.mcp.tools import BrainTools, Caller
+from connector.workcopy.manager import ManagerTuning, WorkingCopyManager
+from connector.workcopy.model import Account
+from connector.workcopy.store_client import StoreClient
+from tests.connector.conftest import RunningStore, brains_of, direct_memorize, download_brain, upload_raw
+from tests.engine.writes_support import fixture_brain, require_fixtures
+
+require_fixtures()
+
+ALL = frozenset({"brain.read", "brain.write"})
+NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+QUERIES = [("kettle harbour notes", 10), ("project meeting", 5), ("family travel", 25)]
+
+
+class Builds:
+    """Counts full index builds (the real build runs)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        real = BrainIndex._build
+
+        def counted(brain: Any) -> BrainIndex:
+            self.count += 1
+            return real(brain)
+
+        monkeypatch.setattr(BrainIndex, "_build", staticmethod(counted))
+
+
+def _setup(store: RunningStore, name: str) -> tuple[Any, str, Account, WorkingCopyManager, BrainTools]:
+    user = store.add_user(name)
+    brain_id = brains_of(store.url, user.token)[0]["id"]
+    assert upload_raw(store.url, user.token, brain_id, pack_archive(fixture_brain("brain-1-05"))).status_code == 200
+    account = Account(subject=f"static:{user.id}", credential=user.token, kind="static", client_name="pytest")
+    manager = WorkingCopyManager(
+        StoreClient(store.url, timeout_s=10),
+        tuning=ManagerTuning(repull_ttl_s=120.0, retry_base_s=0.01, retry_cap_s=0.05),
+        clock=lambda: NOW,
+    )
+    return user, brain_id, account, manager, BrainTools(manager)
+
+
+CONTENT_KEYS = ("content", "content_truncated", "content_length")
+
+
+async def _recalls(tools: BrainTools, caller: Caller) -> list[Any]:
+    answers = []
+    for query, limit in QUERIES:
+        result = await tools.call("brain_recall", {"query": query, "limit": limit}, caller)
+        # The tool adds each hit's text; the engine's recall, compared with, does not.
+        answers.append([{key: value for key, value in hit.items() if key not in CONTENT_KEYS}
+                        for hit in result.structured_content["results"]])
+    return answers
+
+
+def _store_answers(store: RunningStore, token: str, brain_id: str) -> list[Any]:
+    stored, _ = download_brain(store.url, token, brain_id)
+    return [recall(stored, query, top=limit, now=NOW) for query, limit in QUERIES]
+
+
+def test_a_write_leaves_the_index_of_the_new_content_ready(store: RunningStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    user, brain_id, account, manager, tools = _setup(store, "follow-write")
+    caller = Caller(account, ALL)
+    builds = Builds(monkeypatch)
+
+    async def scenario() -> None:
+        await _recalls(tools, caller)
+        assert builds.count == 1  # the first recall of the pulled brain builds its index
+        written = await tools.call(
+            "brain_memorize", {"content": "Kettle harbour notes for the family travel", "tags": ["travel", "family"]}, caller
+        )
+        assert not written.is_error
+        new_id = written.structured_content["stored"]["id"]
+        pinned = await tools.call("brain_pin", {"id": new_id}, caller)
+        assert not pinned.is_error
+        snapshot = await manager.snapshot(account)
+        assert manager.index_cache.peek(snapshot.key) is not None  # ready before any recall asks
+        answers = await _recalls(tools, caller)
+        assert builds.count == 1  # followed, never rebuilt
+        assert new_id in [hit["id"] for hit in answers[0]]
+        assert answers == _store_answers(store, user.token, brain_id)
+        await manager.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_replayed_write_and_a_pull_are_followed(store: RunningStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    user, brain_id, account, manager, tools = _setup(store, "follow-replay")
+    caller = Caller(account, ALL)
+    builds = Builds(monkeypatch)
+
+    async def scenario() -> None:
+        await _recalls(tools, caller)
+        # Another device pushes after our pull: our push gets 412, the write is replayed on its brain.
+        await asyncio.to_thread(direct_memorize, store.url, user.token, brain_id, "Project meeting moved to Tuesday")
+        written = await tools.call("brain_memorize", {"content": "Family travel to the harbour in May"}, caller)
+        assert not written.is_error and written.structured_content["synced"] is True
+        replayed = await _recalls(tools, caller)
+        assert builds.count == 1
+        assert replayed == _store_answers(store, user.token, brain_id)
+        # And a newer archive pulled after the freshness interval.
+        await asyncio.to_thread(direct_memorize, store.url, user.token, brain_id, "Kettle descaled, harbour notes filed")
+        manager.tuning.repull_ttl_s = 0.001
+        await asyncio.sleep(0.01)
+        builds.count = 0
+        pulled = await _recalls(tools, caller)
+        assert builds.count == 0
+        assert pulled == _store_answers(store, user.token, brain_id)
+        await manager.close()
+
+    asyncio.run(scenario())
