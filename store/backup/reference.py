@@ -1,6 +1,6 @@
 """Import a reference store's data directory: users (token hashes), brains and their snapshots.
 
-Layout read (the reference store's own; see docs/migrating.md)::
+Layout read (the reference store's own; see docs/backup.md)::
 
     users.json                                  {"users": [{id, name, email, token_sha256, created_at, ...}]}
     brains/<user id>/<brain id>/meta.json       {id, user_id, name, size_bytes, file_count,

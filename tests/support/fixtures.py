@@ -23,12 +23,15 @@ def fixture_dir(name: str, *, prefer_shared: bool = False) -> Path:
     return IN_REPO / name
 
 
-def recall_parity_dir() -> Path:
-    """The recall-parity fixtures: $RECALL_PARITY_DIR, else the full set in ../shared, else the
-    subset kept in tests/fixtures/recall-parity-subset."""
-    configured = os.environ.get("RECALL_PARITY_DIR")
-    if configured:
-        return Path(configured).resolve()
+def project_parity_dir() -> Path:
+    """The project's own recall-parity fixtures: the full set in ../shared when it is there,
+    else the subset kept in tests/fixtures/recall-parity-subset."""
     if (SHARED / "recall-parity").is_dir():
         return SHARED / "recall-parity"
     return IN_REPO / "recall-parity-subset"
+
+
+def recall_parity_dir() -> Path:
+    """The fixture folder the parity tests run: $RECALL_PARITY_DIR, else ``project_parity_dir()``."""
+    configured = os.environ.get("RECALL_PARITY_DIR")
+    return Path(configured).resolve() if configured else project_parity_dir()
