@@ -16,8 +16,10 @@ $(STAMP): requirements.lock requirements-test.lock pyproject.toml
 venv: $(STAMP)
 
 ## Run a local store with a demo user (data under ./.dev-data), printing URL and token.
+## Extra options go in ARGS, e.g. make dev ARGS="--port 9000 --connector-port 9001".
+ARGS ?=
 dev: $(STAMP)
-	$(BIN)/brain-store dev --data .dev-data
+	$(BIN)/brain-store dev --data .dev-data $(ARGS)
 
 ## Run the whole test suite.
 test: $(STAMP)
