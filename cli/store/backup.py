@@ -7,17 +7,11 @@ from pathlib import Path
 import click
 
 from cli.store.runner import settings_from_cli
+from cli.store.target import store_label
 
 
 def _progress(line: str) -> None:
     click.echo(line, err=True)
-
-
-def store_label(settings: object) -> str:
-    """Where the configured store lives: its data directory or ``s3://bucket/prefix``."""
-    if getattr(settings, "backend", "local") == "s3":
-        return f"s3://{settings.s3_bucket}/{settings.s3_prefix}"  # type: ignore[attr-defined]
-    return str(settings.data_dir)  # type: ignore[attr-defined]
 
 
 @click.command()

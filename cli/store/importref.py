@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
-from cli.store.backup import store_label
 from cli.store.runner import settings_from_cli
+from cli.store.target import store_label
 
 
 @click.command("import-reference")
