@@ -32,6 +32,7 @@ DEFAULT_CONNECTOR_PORT = 8788
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 20.0
 TOKEN_FILE = "demo-token"
+DEV_RATE_LIMITS = {"STORE_RATE_REQUESTS_PER_MIN": "6000", "STORE_RATE_UPLOADS_PER_MIN": "600"}
 
 
 def _port_is_free(port: int) -> bool:
@@ -205,7 +206,9 @@ def dev(data: Path, port: int | None, connector_port: int | None) -> None:
     store_url = f"http://127.0.0.1:{store_port}"
     connector_url = f"http://127.0.0.1:{mcp_port}"
     base_env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    store_env = {**base_env, "STORE_BACKEND": "local", "STORE_DATA_DIR": str(store_dir)}
+    # One person on loopback: the per-user limits are raised (unless set) so that trying
+    # things, e.g. `brain-store check` against the dev store, is not paced like a public server.
+    store_env = {**DEV_RATE_LIMITS, **base_env, "STORE_BACKEND": "local", "STORE_DATA_DIR": str(store_dir)}
     connector_env = {
         **base_env,
         "CONNECTOR_IDP": "static",

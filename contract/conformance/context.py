@@ -18,13 +18,35 @@ MAX_RETRIES = 6
 
 
 @dataclass
+class Pacer:
+    """One pause shared by every client of a suite run: after a 429, nobody sends until its
+    Retry-After has passed (instead of each client finding the limit again on its own)."""
+
+    not_before: float = 0.0
+    rate_limited: int = 0
+    waited: float = 0.0
+
+    def wait(self) -> None:
+        """Sleep until the store said requests may come again."""
+        pause = self.not_before - time.monotonic()
+        if pause > 0:
+            self.waited += pause
+            time.sleep(pause)
+
+    def refused(self, resp: httpx.Response) -> None:
+        """Note a 429: pause everyone for its Retry-After."""
+        self.rate_limited += 1
+        self.not_before = max(self.not_before, time.monotonic() + min(MAX_RETRY_WAIT_S, _retry_after(resp)))
+
+
+@dataclass
 class UserClient:
     """Requests on behalf of one user (one bearer token) against one store."""
 
     http: httpx.Client
     token: str
     created: list[str] = field(default_factory=list)
-    rate_limited: int = 0
+    pacer: Pacer = field(default_factory=Pacer)
 
     def request(
         self,
@@ -40,11 +62,11 @@ class UserClient:
         if auth and not any(k.lower() == "authorization" for k in all_headers):
             all_headers["Authorization"] = f"Bearer {self.token}"
         for _ in range(MAX_RETRIES):
+            self.pacer.wait()
             resp = self.http.request(method, path, headers=all_headers, **kwargs)
             if resp.status_code != 429:
                 return resp
-            self.rate_limited += 1
-            time.sleep(min(MAX_RETRY_WAIT_S, _retry_after(resp)))
+            self.pacer.refused(resp)
         return resp
 
     def create_brain(self, name: str | None = None) -> dict[str, Any]:

@@ -155,3 +155,15 @@ def test_make_dev_passes_extra_arguments() -> None:
                           capture_output=True, text=True, cwd=REPO_ROOT, timeout=30)
     assert done.returncode == 0, done.stderr
     assert "brain-store dev --data .dev-data --port 9000 --connector-port 9001" in done.stdout
+
+
+def test_check_against_the_dev_store_passes_in_under_30_seconds(tmp_path: Path) -> None:
+    with brain_store_dev(tmp_path / "dev-data", free_port(), free_port()) as run:
+        started = time.monotonic()
+        done = subprocess.run([console_script("brain-store"), "check", "--url", run.store_url, "--token", run.token],
+                              capture_output=True, text=True, cwd=REPO_ROOT, timeout=120)
+        took = time.monotonic() - started
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert re.search(r"^\[1/\d+\] PASS ", done.stderr, re.M)  # progress, one line per check
+    assert "rate-limited" not in done.stderr  # the dev store does not pace its one user
+    assert took < 30, took
