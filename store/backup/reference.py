@@ -307,7 +307,11 @@ def survey(ref: Path, master: bytes | None, limits: Any, present: list[Any],
     users_file = ref / "users.json"
     if not users_file.is_file():
         raise ReferenceImportError(f"{ref}: no users.json; is it a reference store's data directory?")
-    users = parse_users(users_file.read_text(encoding="utf-8"))
+    try:
+        text = users_file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ReferenceImportError(f"users.json cannot be read ({exc}); nothing imported") from None
+    users = parse_users(text)
     check_users(users, present)
     result = Survey(users=users, brains=[])
     known = {u.id for u in users}

@@ -282,3 +282,23 @@ def test_new_snapshot_names_sort_after_reference_names() -> None:
     assert earlier > meta.snapshots[0].name and same > meta.snapshots[0].name
     assert valid_version_name("20300101T000000.000000999.tar.gz") and valid_version_name(earlier)
     assert not valid_version_name("20300101T000000.000000999.tar") and not valid_version_name("../x")
+
+
+@pytest.mark.parametrize("damage", ["users-not-utf8", "users-not-json", "meta-not-json", "archive-not-gzip"])
+def test_damaged_reference_files_are_named_without_a_traceback(damage: str, tmp_path: Path) -> None:
+    ref = _copy("plain", tmp_path)
+    if damage == "users-not-utf8":
+        (ref / "users.json").write_bytes(b"\xff\xfe{")
+        named = "users.json"
+    elif damage == "users-not-json":
+        (ref / "users.json").write_text("{ nope")
+        named = "users.json"
+    else:
+        brain = sorted((ref / "brains").glob("*/*"))[0]
+        target = brain / ("meta.json" if damage == "meta-not-json" else "current.bin")
+        target.write_bytes(b"{ nope" if damage == "meta-not-json" else b"plain text, not gzip")
+        named = target.relative_to(ref).as_posix()
+    done = cli({"STORE_DATA_DIR": str(tmp_path / "ours")}, "import-reference", str(ref), check=False)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith(f"Error: {named} ")
+    assert not (tmp_path / "ours").exists()
