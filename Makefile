@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: dev test venv clean
+.PHONY: dev test image-test venv clean
 
 $(STAMP): requirements.lock requirements-test.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,11 @@ dev: $(STAMP)
 ## Run the whole test suite.
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
+
+## Build the image and run it for real (root; apt-get install docker.io debootstrap). Not part of
+## `make test`: the first run takes minutes (a Debian base image is made with debootstrap).
+image-test: $(STAMP)
+	BRAIN_STORE_IMAGE_TEST=1 $(BIN)/python -m pytest -q -s -p no:cacheprovider -n 0 tests/image
 
 clean:
 	rm -rf $(VENV) .dev-data .pytest_cache
