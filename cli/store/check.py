@@ -51,6 +51,7 @@ def check(url: str, token: str, token2: str | None, only: tuple[str, ...], core:
     else:
         click.echo(format_table(results))
     if pacer.rate_limited:
-        click.echo(f"the store rate-limited {pacer.rate_limited} request(s); the suite waited {pacer.waited:.0f}s "
-                   "as its Retry-After asked", err=True)
+        spacing = f"; uploads went {pacer.upload_gap:.1f}s apart" if pacer.upload_gap else ""
+        click.echo(f"the store rate-limited {pacer.rate_limited} request(s); the suite waited as its Retry-After "
+                   f"asked{spacing}", err=True)
     sys.exit(1 if failed(results) else 0)

@@ -126,3 +126,34 @@ def test_every_check_passes_encrypted_with_two_workers(tmp_path_factory: pytest.
         results = run_suite(SuiteConfig(url=running.url, token=token1, token2=token2))
     assert [r.id for r in results if r.status != "pass"] == [], format_table(results)
 
+
+
+def test_uploads_settle_at_the_store_upload_rate() -> None:
+    """A store taking one upload per 0.6 s and answering Retry-After: 1 early: after a few 429s the
+    suite spaces its uploads instead of drawing a 429 for every one (as it did: one per upload)."""
+    import httpx
+
+    from contract.conformance.context import Pacer, UserClient
+
+    next_upload = 0.0
+    statuses: list[int] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        nonlocal next_upload
+        now = time.monotonic()
+        if request.method == "PUT" and now < next_upload:
+            statuses.append(429)
+            return httpx.Response(429, headers={"Retry-After": "1"}, json={})
+        if request.method == "PUT":
+            next_upload = now + 0.6
+        statuses.append(200)
+        return httpx.Response(200, json={})
+
+    pacer = Pacer()
+    client = UserClient(httpx.Client(base_url="http://store.test", transport=httpx.MockTransport(answer)), "t",
+                        pacer=pacer)
+    for _ in range(5):
+        assert client.request("PUT", "/api/brains/x/sync").status_code == 200
+        assert client.request("GET", "/api/brains").status_code == 200  # reads are not spaced
+    assert statuses.count(429) <= 2, statuses
+    assert 0.6 <= pacer.upload_gap < 2
