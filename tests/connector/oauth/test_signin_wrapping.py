@@ -22,13 +22,14 @@ pytestmark = [
 
 LONG_HOST = "an-unusually-long-host-name-that-must-wrap-somewhere.example.org"
 
-# Every word of the page's muted paragraphs that spans two lines, except the long host name.
+# Every ordinary word (a whitespace-separated run of at most 20 letters, punctuation aside) of
+# the page's muted paragraphs that spans two lines; long names and ids may wrap anywhere.
 BROKEN_WORDS = """() => {
   const broken = [];
   for (const p of document.querySelectorAll('.muted')) {
     const walker = document.createTreeWalker(p, NodeFilter.SHOW_TEXT);
     for (let node = walker.nextNode(); node; node = walker.nextNode()) {
-      for (const m of node.data.matchAll(/[A-Za-z]{2,}/g)) {
+      for (const m of node.data.matchAll(/(?<=^|\\s|\\()[A-Za-z]{2,20}(?=[.,;:)]?(\\s|$))/g)) {
         const range = document.createRange();
         range.setStart(node, m.index);
         range.setEnd(node, m.index + m[0].length);
