@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: dev test venv clean
+.PHONY: dev test image-test venv clean
 
 $(STAMP): requirements.lock requirements-test.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,12 +16,19 @@ $(STAMP): requirements.lock requirements-test.lock pyproject.toml
 venv: $(STAMP)
 
 ## Run a local store with a demo user (data under ./.dev-data), printing URL and token.
+## Extra options go in ARGS, e.g. make dev ARGS="--port 9000 --connector-port 9001".
+ARGS ?=
 dev: $(STAMP)
-	$(BIN)/brain-store dev --data .dev-data
+	$(BIN)/brain-store dev --data .dev-data $(ARGS)
 
 ## Run the whole test suite.
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
+
+## Build the image and run it for real (root; apt-get install docker.io debootstrap). Not part of
+## `make test`: the first run takes minutes (a Debian base image is made with debootstrap).
+image-test: $(STAMP)
+	BRAIN_STORE_IMAGE_TEST=1 $(BIN)/python -m pytest -q -s -p no:cacheprovider -n 0 tests/image
 
 clean:
 	rm -rf $(VENV) .dev-data .pytest_cache

@@ -43,8 +43,11 @@ SEALED_MAGIC = b"BSTSEAL\x00"
 EMPTY_PUSH_GUARD_FILES = 5
 _BRAIN_NAME = re.compile(r"^[^\x00-\x1f\x7f/\\]{1,100}$")
 # Snapshot names: a UTC instant with microseconds; fixed width so lexical order is age order.
-_VERSION_NAME = re.compile(r"^\d{8}T\d{6}\.\d{6}Z$")
+# Snapshots imported from a reference store keep its names (a nanosecond field and ".tar.gz");
+# both start with the instant, and ours sort after a reference name of the same microsecond.
+_VERSION_NAME = re.compile(r"^\d{8}T\d{6}\.(?:\d{6}Z|\d{9}\.tar\.gz)$")
 _VERSION_FORMAT = "%Y%m%dT%H%M%S.%fZ"
+_VERSION_INSTANT = 22  # characters of "YYYYMMDDTHHMMSS.ffffff" at the start of either form
 _COMMIT_ATTEMPTS = 8
 _CANONICAL_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
 
@@ -82,7 +85,7 @@ def next_version_name(meta: BrainMeta, moment: datetime) -> str:
     if meta.snapshots:
         last = max(s.name for s in meta.snapshots)
         if name <= last:
-            previous = datetime.strptime(last, _VERSION_FORMAT).replace(tzinfo=UTC)
+            previous = datetime.strptime(last[:_VERSION_INSTANT], "%Y%m%dT%H%M%S.%f").replace(tzinfo=UTC)
             name = (previous + timedelta(microseconds=1)).strftime(_VERSION_FORMAT)
     return name
 

@@ -7,16 +7,11 @@ from pathlib import Path
 import click
 
 from cli.store.runner import settings_from_cli
+from cli.store.target import store_label
 
 
 def _progress(line: str) -> None:
     click.echo(line, err=True)
-
-
-def _source_label(settings: object) -> str:
-    if getattr(settings, "backend", "local") == "s3":
-        return f"s3://{settings.s3_bucket}/{settings.s3_prefix}"  # type: ignore[attr-defined]
-    return str(settings.data_dir)  # type: ignore[attr-defined]
 
 
 @click.command()
@@ -40,7 +35,7 @@ def backup(target: Path, data: Path | None) -> None:
     if settings.backend != "s3" and not (settings.data_dir / "users.json").exists():
         raise click.ClickException(f"{settings.data_dir}: no users.json there; is it a store data directory?")
     try:
-        write_backup(open_backend(settings), open_registry(settings), target, source=_source_label(settings),
+        write_backup(open_backend(settings), open_registry(settings), target, source=store_label(settings),
                      now=rfc3339(now_utc()), progress=_progress)
     except (BackupError, OSError) as exc:
         raise click.ClickException(f"backup failed: {exc}") from None

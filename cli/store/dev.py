@@ -13,6 +13,7 @@ replaced when it no longer works (e.g. after ``brain-store user rotate demo``).
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -31,6 +32,7 @@ DEFAULT_CONNECTOR_PORT = 8788
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 20.0
 TOKEN_FILE = "demo-token"
+DEV_RATE_LIMITS = {"STORE_RATE_REQUESTS_PER_MIN": "6000", "STORE_RATE_UPLOADS_PER_MIN": "600"}
 
 
 def _port_is_free(port: int) -> bool:
@@ -43,8 +45,11 @@ def _port_is_free(port: int) -> bool:
 
 
 def pick_port(given: int | None, preferred: int, taken: Sequence[int] = ()) -> int:
-    """The given port; else ``preferred`` when free (stable URLs across runs); else any free port."""
+    """The given port (``click.ClickException`` when it is in use); else ``preferred`` when free
+    (stable URLs across runs); else any free port."""
     if given:
+        if given in taken or not _port_is_free(given):
+            raise click.ClickException(f"port {given} is in use; choose another with --port / --connector-port")
         return given
     if preferred not in taken and _port_is_free(preferred):
         return preferred
@@ -155,12 +160,17 @@ def _on_signal(signum: int, frame: object) -> None:
 
 def instructions(store_url: str, mcp_url: str, token: str, data: Path) -> str:
     """What a newcomer reads after start-up (the test parses the first lines)."""
+    store_dir = shlex.quote(str(data / "store"))
     return f"""
 brain-store dev is running (data in {data}; logs in {data}/store.log and {data}/connector.log)
 
   store URL:  {store_url}
   MCP URL:    {mcp_url}
   token:      {token}
+  store data: {data / "store"}
+
+More users (the running store sees them at once; each command prints the new token):
+  brain-store user add NAME --data {store_dir}
 
 Claude Code:
   claude mcp add --transport http brain {mcp_url}
@@ -187,17 +197,20 @@ Ctrl-C stops both servers.
 def dev(data: Path, port: int | None, connector_port: int | None) -> None:
     """Run a local store and MCP connector on 127.0.0.1 with a demo user; Ctrl-C stops both."""
     data = data.expanduser().resolve()
+    # Both ports first: a port in use is said at once, before anything is created or started.
+    store_port = pick_port(port, DEFAULT_STORE_PORT)
+    mcp_port = pick_port(connector_port, DEFAULT_CONNECTOR_PORT, taken=(store_port,))
     store_dir, state_dir = data / "store", data / "connector"
     for directory in (data, store_dir, state_dir):
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     token = demo_token(store_dir, data / TOKEN_FILE)
 
-    store_port = pick_port(port, DEFAULT_STORE_PORT)
-    mcp_port = pick_port(connector_port, DEFAULT_CONNECTOR_PORT, taken=(store_port,))
     store_url = f"http://127.0.0.1:{store_port}"
     connector_url = f"http://127.0.0.1:{mcp_port}"
     base_env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    store_env = {**base_env, "STORE_BACKEND": "local", "STORE_DATA_DIR": str(store_dir)}
+    # One person on loopback: the per-user limits are raised (unless set) so that trying
+    # things, e.g. `brain-store check` against the dev store, is not paced like a public server.
+    store_env = {**DEV_RATE_LIMITS, **base_env, "STORE_BACKEND": "local", "STORE_DATA_DIR": str(store_dir)}
     connector_env = {
         **base_env,
         "CONNECTOR_IDP": "static",

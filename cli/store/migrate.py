@@ -27,5 +27,5 @@ def migrate(source: str, target: str) -> None:
         raise click.ClickException(str(exc)) from None
     click.echo(
         f"migrated {report.users} user(s), {report.brains} brain(s), {report.blobs} archive(s), "
-        f"{report.bytes} bytes; {report.skipped} brain(s) already present"
+        f"{report.bytes} stored bytes; {report.skipped} brain(s) already present"
     )

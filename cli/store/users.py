@@ -1,17 +1,25 @@
-"""`brain-store user add|list|rotate|remove|allow`: manage accounts (applies to a running store at once)."""
+"""`brain-store user ...`: manage accounts (applies to a running store at once).
+
+Every command says which store it acts on (the data directory or bucket) and, except
+``add``, refuses a data directory that does not exist instead of creating an empty one.
+Brains of removed users stay until purged: ``orphans`` lists them, ``purge`` deletes
+them, ``adopt`` gives them to a new user.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from cli.store.runner import settings_from_cli
+from cli.store.target import existing_store, store_label
 
 if TYPE_CHECKING:
     from store.auth.users import User
     from store.service import BrainService
+    from store.settings import StoreSettings
 
 _data_option = click.option(
     "--data", "data", type=click.Path(path_type=Path), default=None,
@@ -19,11 +27,10 @@ _data_option = click.option(
 )
 
 
-def _open(data: Path | None):  # type: ignore[no-untyped-def]
+def _open(settings: StoreSettings):  # type: ignore[no-untyped-def]
     from store.service import BrainService
     from store.storage.factory import open_backend, open_registry
 
-    settings = settings_from_cli(data_dir=data)
     return open_registry(settings), BrainService(settings, open_backend(settings))
 
 
@@ -44,13 +51,14 @@ def add(name: str, email: str, data: Path | None) -> None:
     """Create a user with a first brain named `default`; prints the token once (last line)."""
     from store.auth.users import UsersFileError
 
-    registry, service = _open(data)
+    settings = settings_from_cli(data_dir=data)
+    registry, service = _open(settings)
     try:
         account, token = registry.add(name, email)
     except UsersFileError as exc:
         raise _fail(exc) from None
     service.ensure_default(account.id)
-    click.echo(f"created user {account.name} ({account.id})")
+    click.echo(f"created user {account.name} ({account.id}) in {store_label(settings)}")
     click.echo("token (shown once, keep it secret):", err=True)
     click.echo(token)
 
@@ -58,9 +66,15 @@ def add(name: str, email: str, data: Path | None) -> None:
 @user.command("list")
 @_data_option
 def list_users(data: Path | None) -> None:
-    """List users: id, name, email, kind, brains, bytes stored, created."""
-    registry, service = _open(data)
+    """List users: id, name, email, kind, brains, stored bytes, created.
+
+    STORED BYTES counts every distinct archive a user's brains keep (current and
+    snapshots), at the size clients upload and download: what the quota counts.
+    """
+    settings = existing_store(data)
+    registry, service = _open(settings)
     users = registry.users()
+    click.echo(f"users of {store_label(settings)}:")
     if not users:
         click.echo("no users")
     else:
@@ -68,10 +82,14 @@ def list_users(data: Path | None) -> None:
     for d in registry.denied():
         click.echo(f"removed OIDC user {d.user_id or d.subject} ({d.name or '?'}, {d.email or 'no email'}) "
                    f"stays out since {d.removed_at}; `brain-store user allow` lets them back")
+    orphans = _orphans(registry, service)
+    if orphans:
+        count = sum(len(brains) for brains in orphans.values())
+        click.echo(f"{count} brain(s) of {len(orphans)} removed user(s) are still kept: `brain-store user orphans`")
 
 
 def _print_users(users: list[User], service: BrainService) -> None:
-    click.echo(f"{'ID':36}  {'NAME':20}  {'EMAIL':28}  {'KIND':6}  {'BRAINS':>6}  {'BYTES':>12}  CREATED")
+    click.echo(f"{'ID':36}  {'NAME':20}  {'EMAIL':28}  {'KIND':6}  {'BRAINS':>6}  {'STORED BYTES':>12}  CREATED")
     for u in users:
         brains = service.list_brains(u.id)
         used = sum(m.stored_bytes() for m in brains)
@@ -87,12 +105,14 @@ def rotate(name_or_id: str, data: Path | None) -> None:
     """Give a user a new token; the old one stops working at once. Prints the token last."""
     from store.auth.users import UsersFileError
 
-    registry, _ = _open(data)
+    settings = existing_store(data)
+    registry, _ = _open(settings)
     try:
         account, token = registry.rotate(name_or_id)
     except UsersFileError as exc:
         raise _fail(exc) from None
-    click.echo(f"new token for {account.name} ({account.id}); the old one no longer works")
+    click.echo(f"new token for {account.name} ({account.id}) in {store_label(settings)}; "
+               "the old one no longer works")
     click.echo(token)
 
 
@@ -104,16 +124,20 @@ def remove(name_or_id: str, purge: bool, data: Path | None) -> None:
     """Remove a user (their token stops working at once)."""
     from store.auth.users import UsersFileError
 
-    registry, service = _open(data)
+    settings = existing_store(data)
+    registry, service = _open(settings)
     try:
         account = registry.remove(name_or_id)
     except UsersFileError as exc:
         raise _fail(exc) from None
+    where = store_label(settings)
     if purge:
         service.backend.delete_user(account.id)
-        click.echo(f"removed user {account.name} ({account.id}) and deleted their brains")
+        click.echo(f"removed user {account.name} ({account.id}) from {where} and deleted their brains")
     else:
-        click.echo(f"removed user {account.name} ({account.id}); their brains stay on disk (use --purge to delete)")
+        click.echo(f"removed user {account.name} ({account.id}) from {where}; their brains are kept: "
+                   f"`brain-store user purge {account.id}` deletes them, "
+                   f"`brain-store user adopt {account.id} NAME` gives them to a new user")
 
 
 @user.command("allow")
@@ -123,11 +147,97 @@ def allow(who: str, data: Path | None) -> None:
     """Let a removed OIDC user sign in again (by former user id, name, email or subject)."""
     from store.auth.users import UsersFileError
 
-    registry, _ = _open(data)
+    settings = existing_store(data)
+    registry, _ = _open(settings)
     try:
         record = registry.allow(who)
     except UsersFileError as exc:
         raise _fail(exc) from None
     label = record.name or record.subject
-    click.echo(f"allowed {label} ({record.user_id or record.subject}) to sign in again; "
-               "their account is re-created on their next token")
+    click.echo(f"allowed {label} ({record.user_id or record.subject}) to sign in to {store_label(settings)} "
+               "again; their account is re-created on their next token")
+
+
+# -- brains of removed users -------------------------------------------------------------
+
+
+def _orphans(registry: Any, service: BrainService) -> dict[str, list[Any]]:
+    """Brains kept for user ids that are no longer in the users file, by former user id."""
+    present = {u.id for u in registry.users()}
+    found: dict[str, list[Any]] = {}
+    for user_id in service.backend.iter_users():
+        if user_id not in present:
+            brains = service.backend.list_brains(user_id)
+            if brains:
+                found[user_id] = brains
+    return found
+
+
+def _orphan_brains(registry: Any, service: BrainService, former_id: str) -> list[Any]:
+    if registry.get(former_id) is not None:
+        raise click.ClickException(f"{former_id} is a current user, not a removed one (see `brain-store user list`)")
+    brains = _orphans(registry, service).get(former_id)
+    if not brains:
+        raise click.ClickException(f"no brains of a removed user {former_id!r} (see `brain-store user orphans`)")
+    return brains
+
+
+@user.command("orphans")
+@_data_option
+def orphans(data: Path | None) -> None:
+    """List brains kept for removed users (`user remove` without --purge)."""
+    settings = existing_store(data)
+    registry, service = _open(settings)
+    found = _orphans(registry, service)
+    click.echo(f"brains of removed users in {store_label(settings)}:")
+    if not found:
+        click.echo("none")
+        return
+    denied = {d.user_id: d for d in registry.denied() if d.user_id}
+    click.echo(f"{'FORMER USER ID':36}  {'BRAIN ID':36}  {'NAME':20}  {'SNAPSHOTS':>9}  {'STORED BYTES':>12}  LAST SYNC")
+    for former_id, brains in sorted(found.items()):
+        for meta in brains:
+            synced = meta.current.synced_at if meta.current else "never"
+            click.echo(f"{former_id:36}  {meta.id:36}  {meta.name[:20]:20}  {len(meta.snapshots):>9}  "
+                       f"{meta.stored_bytes():>12}  {synced}")
+        if former_id in denied:
+            click.echo(f"  ({former_id} was {denied[former_id].name or '?'}, removed {denied[former_id].removed_at})")
+    click.echo("`brain-store user purge ID` deletes them; `brain-store user adopt ID NAME` gives them to a new user")
+
+
+@user.command("purge")
+@click.argument("former_id")
+@_data_option
+def purge(former_id: str, data: Path | None) -> None:
+    """Delete every brain kept for the removed user FORMER_ID (archives and snapshots)."""
+    settings = existing_store(data)
+    registry, service = _open(settings)
+    brains = _orphan_brains(registry, service, former_id)
+    service.backend.delete_user(former_id)
+    click.echo(f"deleted {len(brains)} brain(s) of removed user {former_id} from {store_label(settings)}")
+
+
+@user.command("adopt")
+@click.argument("former_id")
+@click.argument("name")
+@click.option("--email", default="", help="E-mail address shown by /auth/me.")
+@_data_option
+def adopt(former_id: str, name: str, email: str, data: Path | None) -> None:
+    """Give the brains of removed user FORMER_ID to a new user NAME (prints the token last).
+
+    The new user takes over the former id, so the brains, their snapshots and (with
+    encryption on) their sealing key come along unchanged; the old token stays dead.
+    """
+    from store.auth.users import UsersFileError
+
+    settings = existing_store(data)
+    registry, service = _open(settings)
+    brains = _orphan_brains(registry, service, former_id)
+    try:
+        account, token = registry.add(name, email, user_id=former_id)
+    except UsersFileError as exc:
+        raise _fail(exc) from None
+    click.echo(f"created user {account.name} ({account.id}) in {store_label(settings)} with the "
+               f"{len(brains)} brain(s) of the removed user")
+    click.echo("token (shown once, keep it secret):", err=True)
+    click.echo(token)

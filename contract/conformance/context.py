@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Mapping
@@ -15,6 +16,51 @@ from contract.conformance.registry import CheckFailed, describe, expect_status, 
 # 429 answers are retried after Retry-After; a rate-limited store is slow, not wrong.
 MAX_RETRY_WAIT_S = 65.0
 MAX_RETRIES = 6
+UPLOAD_GAP_MARGIN_S = 0.1
+
+
+@dataclass
+class Pacer:
+    """How a suite run respects the store's rate limits, shared by all of its clients.
+
+    After a 429 nobody sends until its Retry-After has passed (instead of each client
+    finding the limit again on its own). Uploads have their own, smaller budget at a
+    store: once one is refused, uploads are spaced, by Retry-After at first and by a quarter
+    more at each further refusal, so a long run settles at the store's upload
+    rate after a few 429s instead of drawing one per upload.
+    """
+
+    not_before: float = 0.0
+    upload_gap: float = 0.0
+    last_upload: float = 0.0
+    rate_limited: int = 0
+    waited: float = 0.0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def wait(self, upload: bool = False) -> None:
+        """Sleep until the store said requests (and uploads) may come again."""
+        with self._lock:  # concurrent uploaders (the race checks) each take the next slot
+            now = time.monotonic()
+            until = self.not_before
+            if upload and self.upload_gap:
+                until = max(until, self.last_upload + self.upload_gap)
+            if upload:
+                self.last_upload = max(now, until)
+            pause = until - now
+            if pause > 0:
+                self.waited += pause
+        if pause > 0:
+            time.sleep(pause)
+
+    def refused(self, resp: httpx.Response, upload: bool = False) -> None:
+        """Note a 429: pause everyone for its Retry-After (and space uploads by it)."""
+        self.rate_limited += 1
+        wait = min(MAX_RETRY_WAIT_S, _retry_after(resp))
+        self.not_before = max(self.not_before, time.monotonic() + wait)
+        if upload:
+            # Retry-After names the wait for the next upload, not the store's upload rate: an
+            # upload refused although spaced means the gap is too short, so it grows by a quarter.
+            self.upload_gap = max(self.upload_gap * 1.25, wait + UPLOAD_GAP_MARGIN_S)
 
 
 @dataclass
@@ -24,7 +70,7 @@ class UserClient:
     http: httpx.Client
     token: str
     created: list[str] = field(default_factory=list)
-    rate_limited: int = 0
+    pacer: Pacer = field(default_factory=Pacer)
 
     def request(
         self,
@@ -39,12 +85,13 @@ class UserClient:
         all_headers = dict(headers or {})
         if auth and not any(k.lower() == "authorization" for k in all_headers):
             all_headers["Authorization"] = f"Bearer {self.token}"
+        upload = method.upper() == "PUT"
         for _ in range(MAX_RETRIES):
+            self.pacer.wait(upload)
             resp = self.http.request(method, path, headers=all_headers, **kwargs)
             if resp.status_code != 429:
                 return resp
-            self.rate_limited += 1
-            time.sleep(min(MAX_RETRY_WAIT_S, _retry_after(resp)))
+            self.pacer.refused(resp, upload)
         return resp
 
     def create_brain(self, name: str | None = None) -> dict[str, Any]:

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 import httpx
 
 import contract.conformance.checks  # noqa: F401  (registers every check)
-from contract.conformance.context import Context, UserClient
+from contract.conformance.context import Context, Pacer, UserClient
 from contract.conformance.registry import CHECKS, Check, CheckFailed, CheckSkipped
 
 Status = Literal["pass", "fail", "skip"]
@@ -72,23 +72,65 @@ def run_check(item: Check, ctx: Context) -> Result:
     return Result(item.id, item.description, item.extension, status, detail, time.monotonic() - started, leftovers)
 
 
+# The pre-flight requests wait at most this long: an unreachable store is said in seconds.
+PREFLIGHT_TIMEOUT_S = 10.0
+
+
+def preflight(config: SuiteConfig, *, transport: httpx.BaseTransport | None = None) -> str | None:
+    """None when the store answers ``/health`` and accepts the token(s); else why no check can run."""
+    base = config.url.rstrip("/")
+    try:
+        with httpx.Client(base_url=base, timeout=min(config.timeout, PREFLIGHT_TIMEOUT_S),
+                          transport=transport) as http:
+            health = http.get("/health")
+            if health.status_code != 200:
+                return f"{base} answered {health.status_code} to GET /health; is it a brain store?"
+            for option, token in (("--token", config.token), ("--token2", config.token2)):
+                if token is None:
+                    continue
+                me = http.get("/auth/me", headers={"Authorization": f"Bearer {token}"})
+                if me.status_code in (401, 403):
+                    return (f"the store at {base} refused the token given with {option} ({me.status_code}); "
+                            "give the token of an existing user")
+                if me.status_code not in (200, 429):
+                    return f"{base} answered {me.status_code} to GET /auth/me with the {option} token"
+    except httpx.TimeoutException:
+        return f"{base} did not answer within {min(config.timeout, PREFLIGHT_TIMEOUT_S):.0f}s"
+    except httpx.HTTPError as exc:
+        return f"cannot reach {base} ({type(exc).__name__}: {exc})"
+    return None
+
+
 def run_suite(
-    config: SuiteConfig, checks: Sequence[Check] | None = None, *, transport: httpx.BaseTransport | None = None
+    config: SuiteConfig,
+    checks: Sequence[Check] | None = None,
+    *,
+    transport: httpx.BaseTransport | None = None,
+    on_result: Callable[[int, int, Result], None] | None = None,
+    pacer: Pacer | None = None,
 ) -> list[Result]:
-    """Run the selected checks in order against ``config.url`` (``transport``: for testing the suite)."""
+    """Run the selected checks in order against ``config.url`` (``transport``: for testing the suite).
+
+    ``on_result(done, total, result)`` is called after each check (progress); ``pacer``
+    collects how often the store answered 429 and how long the suite waited.
+    """
     chosen = select(checks if checks is not None else CHECKS, config.only, config.extensions)
     base = config.url.rstrip("/")
     results: list[Result] = []
+    pacer = pacer or Pacer()
     opts = {"base_url": base, "timeout": config.timeout, "transport": transport}
     with httpx.Client(**opts) as http1, httpx.Client(**opts) as http2:  # type: ignore[arg-type]
-        user = UserClient(http1, config.token)
-        other = UserClient(http2, config.token2) if config.token2 else None
+        user = UserClient(http1, config.token, pacer=pacer)
+        other = UserClient(http2, config.token2, pacer=pacer) if config.token2 else None
         ctx = Context(base, user, other, config.timeout, transport)
         for item in chosen:
             if item.needs_token2 and other is None:
-                results.append(Result(item.id, item.description, item.extension, "skip", "needs --token2"))
-                continue
-            results.append(run_check(item, ctx))
+                result = Result(item.id, item.description, item.extension, "skip", "needs --token2")
+            else:
+                result = run_check(item, ctx)
+            results.append(result)
+            if on_result is not None:
+                on_result(len(results), len(chosen), result)
     return results
 
 

@@ -207,8 +207,12 @@ class UserRegistry:
         """
         return self._edit(change)
 
-    def add(self, name: str, email: str = "") -> tuple[User, str]:
-        """Create a static-token user; returns the user and the token (shown once)."""
+    def add(self, name: str, email: str = "", *, user_id: str | None = None) -> tuple[User, str]:
+        """Create a static-token user; returns the user and the token (shown once).
+
+        ``user_id`` reuses the id of a removed user, so the brains kept for it become the
+        new user's (``brain-store user adopt``); by default the id is a new UUID.
+        """
         if not _NAME.match(name):
             raise UsersFileError("a user name is 1-128 letters, digits or . _ @ + - (starting alphanumeric)")
         token = new_token()
@@ -216,8 +220,10 @@ class UserRegistry:
         def change(doc: UsersDocument) -> User:
             if any(u.name == name for u in doc.users):
                 raise UsersFileError(f"a user named {name!r} already exists")
+            if user_id is not None and any(u.id == user_id for u in doc.users):
+                raise UsersFileError(f"user id {user_id} is in use")
             user = User(
-                id=str(uuid.uuid4()),
+                id=user_id or str(uuid.uuid4()),
                 name=name,
                 email=email,
                 token_sha256=hash_token(token),

@@ -59,8 +59,11 @@ class BrainBuilder:
             write(staged.file)
             staged.finish()
             with backend.transaction(meta.user_id, meta.id, user_wide=True) as tx:
+                # Placeholder snapshots keep every archive stored so far, the new one included, so a
+                # brain interrupted after any step is recognised (``is_partial``) and rebuilt.
                 held = tuple(
-                    Snapshot(name=f"{i:020d}", date=ref.synced_at, archive=r) for i, r in enumerate(self._stored)
+                    Snapshot(name=f"{i:020d}", date=ref.synced_at, archive=r)
+                    for i, r in enumerate((*self._stored, ref))
                 )
                 step = msgspec.structs.replace(meta, current=ref, snapshots=held)
                 tx.commit(step, staged)

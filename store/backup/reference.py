@@ -1,24 +1,31 @@
-"""Import a reference store's data directory: users (token hashes), brains and their history.
+"""Import a reference store's data directory: users (token hashes), brains and their snapshots.
 
-Layout read (the reference store's)::
+Layout read (the reference store's own; see docs/backup.md)::
 
-    users.json                              users: a JSON array, ``{"users": [...]}``, or an object
-                                            keyed by user id; each with id, name, email, the token's
-                                            SHA-256 hex and created_at
-    brains/<user>/<brain>/meta.json         id, name, created_at, checksum, size_bytes, file_count,
-                                            last_synced_at
-    brains/<user>/<brain>/current.bin       the current archive
-    brains/<user>/<brain>/versions/<n>.bin  snapshots (names sort oldest first)
+    users.json                                  {"users": [{id, name, email, token_sha256, created_at, ...}]}
+    brains/<user id>/<brain id>/meta.json       {id, user_id, name, size_bytes, file_count,
+                                                 last_synced_at, checksum, created_at}
+    brains/<user id>/<brain id>/current.bin     the live archive (absent until the first upload)
+    brains/<user id>/<brain id>/versions/<YYYYMMDD>T<HHMMSS>.<9 digits>.tar.gz
+                                                one snapshot per overwrite (plain or sealed)
 
-Archives are plain (gzip) or sealed by the reference with its master key. The spec does
-not fix the reference's sealed layout; we assume AES-256-GCM under the master key itself,
-no associated data, stored as ``IV (12) | ciphertext | tag (16)``, and also accept
-``IV (12) | tag (16) | ciphertext``: each layout is tried and the one whose tag verifies wins.
+A file is plain (gzip) unless it starts with the reference's magic ``BSTORE1\\0``; then it is
+``magic (8) | nonce (12) | ciphertext | GCM tag (16)``: AES-256-GCM without associated data,
+under a per-user key HKDF-SHA256(master key, salt empty, info ``"brain-store:" + user id``).
+One directory may mix both.
 
-Every archive is decrypted (streaming, to a temporary file), re-hashed and validated like
-an upload, then stored through the ``StorageBackend`` interface, sealed in our own format
-when this store has encryption on. Users and brains that already exist are skipped, so
-running the import again changes nothing.
+The import runs in two passes so that a bad file changes nothing:
+
+1. ``survey``: read users.json and every meta.json, open every archive (decrypting sealed
+   ones), hash and inspect it like an upload, and check the users against this store's.
+   The first problem ends the import with an error naming the file; nothing was written.
+2. write: every brain missing here is built (sealed in this store's format when it has a
+   key), its snapshots keeping their reference names; then the users are added in one
+   locked edit, so imported tokens start working once every brain is in place.
+
+Users and brains already here are left as they are, so running the import again adds only
+what is missing (nothing, after a complete run); a brain left half-built by an interrupted
+run is rebuilt.
 """
 
 from __future__ import annotations
@@ -26,10 +33,9 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -37,19 +43,24 @@ from store.backup.apply import BrainBuilder, is_partial
 from store.storage.base import SAFE_ID, ArchiveRef, BrainMeta, Snapshot
 
 CHUNK = 1024 * 1024
-IV_SIZE = 12
+REF_MAGIC = b"BSTORE1\x00"
+NONCE_SIZE = 12
 TAG_SIZE = 16
-_GZIP = b"\x1f\x8b"
-_HEX64 = re.compile(r"^[0-9a-fA-F]{64}\Z")
-_VERSION_FORMAT = "%Y%m%dT%H%M%S.%fZ"  # our snapshot names (store.service)
-_TOKEN_FIELDS = ("token_hash", "tokenHash", "token_sha256", "tokenSha256", "token_digest", "hash")
+# The reference's snapshot file names: the snapshot's UTC time with a nanosecond field.
+SNAPSHOT_NAME = re.compile(r"^(\d{8}T\d{6})\.(\d{9})\.tar\.gz\Z")
+_HEX64 = re.compile(r"^[0-9a-f]{64}\Z")
+_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
 
 
 class ReferenceImportError(Exception):
-    """The reference directory cannot be imported as a whole (nothing was changed)."""
+    """The reference directory cannot be imported; nothing was changed."""
 
 
-@dataclass
+class _TagMismatch(Exception):
+    """A sealed reference file did not authenticate under the key given."""
+
+
+@dataclass(frozen=True)
 class RefUser:
     """One user of the reference store."""
 
@@ -58,6 +69,63 @@ class RefUser:
     email: str
     token_sha256: str
     created_at: str
+
+
+@dataclass(frozen=True)
+class RefArchive:
+    """One archive file of the reference, checked: where it is and what its plaintext is."""
+
+    path: Path
+    rel: str  # its path inside the reference directory, for messages
+    sealed: bool
+    checksum: str
+    size: int
+    file_count: int
+
+
+@dataclass
+class RefBrain:
+    """One brain of the reference with every archive checked, ready to be written."""
+
+    user_id: str
+    brain_id: str
+    name: str
+    created_at: str
+    current: RefArchive | None
+    current_synced_at: str
+    snapshots: list[tuple[str, str, RefArchive]]  # (name, date, archive), oldest first
+    orphan: bool  # its user is not in users.json (removed at the reference without --purge)
+
+    @property
+    def label(self) -> str:
+        """``user/brain`` for messages."""
+        return f"{self.user_id}/{self.brain_id}"
+
+    def archives(self) -> list[RefArchive]:
+        """Every archive file of the brain, snapshots first."""
+        return [a for _, _, a in self.snapshots] + ([self.current] if self.current else [])
+
+    def meta(self, sealed: bool) -> BrainMeta:
+        """The metadata this brain gets here (``sealed``: stored in this store's sealed format)."""
+
+        def ref(a: RefArchive, synced_at: str) -> ArchiveRef:
+            return ArchiveRef(checksum=a.checksum, size=a.size, file_count=a.file_count, synced_at=synced_at,
+                              sealed=sealed)
+
+        return BrainMeta(
+            id=self.brain_id, user_id=self.user_id, name=self.name, created_at=self.created_at,
+            current=ref(self.current, self.current_synced_at) if self.current else None,
+            snapshots=tuple(Snapshot(name=n, date=d, archive=ref(a, d)) for n, d, a in self.snapshots),
+        )
+
+
+@dataclass
+class Survey:
+    """Everything the reference directory holds, checked; nothing written yet."""
+
+    users: list[RefUser]
+    brains: list[RefBrain]
+    warnings: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -69,93 +137,61 @@ class ImportReport:
     brains_added: list[str] = field(default_factory=list)
     brains_present: list[str] = field(default_factory=list)
     archives: int = 0
+    sealed_by_reference: int = 0
     warnings: list[str] = field(default_factory=list)
 
 
-# -- pure parsing -------------------------------------------------------------------
-
-
-def _field(record: dict[str, Any], *names: str) -> Any:
-    for name in names:
-        if record.get(name) not in (None, ""):
-            return record[name]
-    return None
+# -- pure parts ----------------------------------------------------------------------
 
 
 def parse_users(text: str) -> list[RefUser]:
-    """The users of a reference ``users.json`` (array, ``{"users": ...}`` or an object keyed by id)."""
+    """The users of a reference ``users.json`` (``{"users": [...]}``)."""
     try:
         doc = json.loads(text)
     except ValueError as exc:
-        raise ReferenceImportError(f"users.json is not JSON ({exc})") from None
-    if isinstance(doc, dict) and "users" in doc:
-        doc = doc["users"]
-    if isinstance(doc, dict):
-        records = [{"id": key, **value} if isinstance(value, dict) else value for key, value in doc.items()]
-    elif isinstance(doc, list):
-        records = doc
-    else:
-        raise ReferenceImportError("users.json holds neither a list nor an object of users")
+        raise ReferenceImportError(f"users.json is not JSON ({exc}); nothing imported") from None
+    records = doc.get("users") if isinstance(doc, dict) else None
+    if not isinstance(records, list):
+        raise ReferenceImportError('users.json has no "users" list; nothing imported')
     users: list[RefUser] = []
     for record in records:
         if not isinstance(record, dict):
-            raise ReferenceImportError(f"users.json: a user is not an object: {str(record)[:60]!r}")
-        user_id = str(_field(record, "id", "user_id", "userId") or "")
+            raise ReferenceImportError(f"users.json: a user is not an object: {str(record)[:60]!r}; nothing imported")
+        user_id = str(record.get("id") or "")
         if not SAFE_ID.match(user_id):
-            raise ReferenceImportError(f"users.json: unusable user id {user_id[:80]!r}")
-        token = str(_field(record, *_TOKEN_FIELDS) or "")
+            raise ReferenceImportError(f"users.json: unusable user id {user_id[:80]!r}; nothing imported")
+        token = str(record.get("token_sha256") or "").lower()
         if token and not _HEX64.match(token):
-            raise ReferenceImportError(f"users.json: user {user_id}: the token hash is not 64 hex digits")
-        users.append(
-            RefUser(
-                id=user_id.lower() if re.fullmatch(r"[0-9A-Fa-f-]{36}", user_id) else user_id,
-                name=str(_field(record, "name", "username") or user_id),
-                email=str(_field(record, "email") or ""),
-                token_sha256=token.lower(),
-                created_at=str(_field(record, "created_at", "createdAt") or ""),
-            )
-        )
+            raise ReferenceImportError(f"users.json: user {user_id}: token_sha256 is not 64 hex digits; "
+                                       "nothing imported")
+        users.append(RefUser(id=user_id, name=str(record.get("name") or user_id), email=str(record.get("email") or ""),
+                             token_sha256=token, created_at=str(record.get("created_at") or "")))
     return users
 
 
-def version_moment(name: str, fallback: datetime) -> datetime:
-    """When a reference snapshot was taken, read from its name when it looks like a time."""
-    digits = re.findall(r"\d+", name)
+def reference_user_key(master: bytes, user_id: str) -> bytes:
+    """The reference store's per-user key: HKDF-SHA256(master, salt empty, info "brain-store:" + id)."""
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=b"", info=f"brain-store:{user_id}".encode()).derive(master)
+
+
+def snapshot_date(name: str) -> str | None:
+    """The RFC 3339 time of a reference snapshot file name, or None when the name is not one."""
+    match = SNAPSHOT_NAME.match(name)
+    if match is None:
+        return None
     try:
-        if len(digits) == 1 and len(digits[0]) in (10, 13, 16):  # epoch s / ms / µs
-            scale = {10: 1, 13: 1_000, 16: 1_000_000}[len(digits[0])]
-            return datetime.fromtimestamp(int(digits[0]) / scale, UTC)
-        if len(digits) == 1 and len(digits[0]) >= 14:  # 20260102030405[ffffff]
-            d = digits[0]
-            digits = [d[0:4], d[4:6], d[6:8], d[8:10], d[10:12], d[12:14]] + ([d[14:]] if len(d) > 14 else [])
-        if len(digits) >= 6 and len(digits[0]) == 4:
-            y, mo, dd, h, mi, s = (int(x) for x in digits[:6])
-            micro = int((digits[6] + "000000")[:6]) if len(digits) > 6 else 0
-            return datetime(y, mo, dd, h, mi, s, micro, tzinfo=UTC)
-    except (ValueError, OverflowError, OSError):
-        pass
-    return fallback
-
-
-def snapshot_names(moments: list[datetime]) -> list[str]:
-    """Our snapshot names for moments given oldest first: strictly increasing, like the store's."""
-    names: list[str] = []
-    for moment in moments:
-        if names:
-            last = datetime.strptime(names[-1], _VERSION_FORMAT).replace(tzinfo=UTC)
-            if moment <= last:
-                moment = last + timedelta(microseconds=1)
-        names.append(moment.strftime(_VERSION_FORMAT))
-    return names
+        moment = datetime.strptime(f"{match[1]}.{match[2][:6]}", "%Y%m%dT%H%M%S.%f").replace(tzinfo=UTC)
+    except ValueError:
+        return None
+    return rfc3339(moment)
 
 
 def rfc3339(moment: datetime) -> str:
     """RFC 3339 UTC with microseconds, as the store writes it."""
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _mtime(path: Path) -> datetime:
-    return datetime.fromtimestamp(path.stat().st_mtime, UTC)
 
 
 def _normal_time(text: Any, fallback: datetime) -> str:
@@ -167,238 +203,293 @@ def _normal_time(text: Any, fallback: datetime) -> str:
     return rfc3339(fallback)
 
 
-# -- decrypting the reference's sealed files ---------------------------------------
+def _mtime(path: Path) -> datetime:
+    return datetime.fromtimestamp(path.stat().st_mtime, UTC)
 
 
-def _decrypt_to(path: Path, key: bytes, tag_last: bool, out: BinaryIO) -> bool:
-    """Stream-decrypt one layout into ``out``; False when the tag does not verify."""
+# -- reading archive files -------------------------------------------------------------
+
+
+def _plain_chunks(path: Path) -> Iterator[bytes]:
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            yield chunk
+
+
+def _decrypted_chunks(path: Path, key: bytes) -> Iterator[bytes]:
+    """Plaintext of a reference-sealed file, streamed; raises ``_TagMismatch`` after the last chunk
+    when the file does not authenticate (so a consumer must not trust it before the end)."""
     from cryptography.exceptions import InvalidTag
     from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
     size = path.stat().st_size
-    if size < IV_SIZE + TAG_SIZE:
-        return False
+    if size < len(REF_MAGIC) + NONCE_SIZE + TAG_SIZE:
+        raise _TagMismatch()
     with open(path, "rb") as f:
-        iv = f.read(IV_SIZE)
-        if tag_last:
-            f.seek(size - TAG_SIZE)
-            tag = f.read(TAG_SIZE)
-            f.seek(IV_SIZE)
-        else:
-            tag = f.read(TAG_SIZE)
-        remaining = size - IV_SIZE - TAG_SIZE
-        decryptor = Cipher(algorithms.AES(key), modes.GCM(iv, tag)).decryptor()
-        out.seek(0)
-        out.truncate()
+        f.seek(size - TAG_SIZE)
+        tag = f.read(TAG_SIZE)
+        f.seek(len(REF_MAGIC))
+        nonce = f.read(NONCE_SIZE)
+        decryptor = Cipher(algorithms.AES(key), modes.GCM(nonce, tag)).decryptor()
+        remaining = size - len(REF_MAGIC) - NONCE_SIZE - TAG_SIZE
         while remaining:
             chunk = f.read(min(CHUNK, remaining))
             if not chunk:
-                return False
+                raise _TagMismatch()
             remaining -= len(chunk)
-            out.write(decryptor.update(chunk))
+            yield decryptor.update(chunk)
         try:
             decryptor.finalize()
         except InvalidTag:
-            return False
-    return True
+            raise _TagMismatch() from None
 
 
-def plaintext_of(path: Path, key: bytes | None, scratch: Path) -> tuple[Path, bool]:
-    """A plain archive file for reference file ``path`` and whether it was sealed."""
+def is_reference_sealed(path: Path) -> bool:
+    """True when ``path`` starts with the reference's sealed-file magic."""
     with open(path, "rb") as f:
-        head = f.read(2)
-    if head == _GZIP:
-        return path, False
-    if key is None:
-        raise ValueError("is not a gzip archive; if the reference encrypted it, pass its key with --key")
-    plain = scratch / "plain"
-    with open(plain, "wb") as out:
-        for tag_last in (True, False):
-            if _decrypt_to(path, key, tag_last, out):
-                out.flush()
-                return plain, True
-    raise ValueError("cannot be decrypted with the given key (tried IV|ciphertext|tag and IV|tag|ciphertext)")
+        return f.read(len(REF_MAGIC)) == REF_MAGIC
 
 
-# -- importing ------------------------------------------------------------------------
+def plaintext(path: Path, user_id: str, master: bytes | None, rel: str) -> tuple[bool, Iterator[bytes]]:
+    """Whether ``path`` is sealed, and its plaintext chunks (see ``_decrypted_chunks``)."""
+    if not is_reference_sealed(path):
+        return False, _plain_chunks(path)
+    if master is None:
+        raise ReferenceImportError(f"{rel} is sealed by the reference store: give the reference's "
+                                   "STORE_ENCRYPTION_KEY with --key or REFERENCE_ENCRYPTION_KEY; nothing imported")
+    return True, _decrypted_chunks(path, reference_user_key(master, user_id))
 
 
-@dataclass
-class _Archive:
-    plain: Path
-    checksum: str
-    size: int
-    file_count: int
-
-
-def _examine(plain: Path, limits: Any) -> _Archive:
-    """Hash, size and validate a plain archive (the same inspection as an upload)."""
-    from store.archive.inspect import ArchiveInspector
+def _examine(path: Path, rel: str, user_id: str, master: bytes | None, limits: Any) -> RefArchive:
+    """Hash, size and inspect one archive file (the same inspection as an upload)."""
+    from store.archive.inspect import ArchiveInspector, ArchiveRejected
 
     inspector = ArchiveInspector(limits)
     digest = hashlib.sha256()
     size = 0
-    with open(plain, "rb") as f:
-        while chunk := f.read(CHUNK):
+    rejected: ArchiveRejected | None = None
+    file_count = 0
+    try:
+        sealed, chunks = plaintext(path, user_id, master, rel)
+        for chunk in chunks:
             digest.update(chunk)
-            inspector.feed(chunk)
             size += len(chunk)
-    summary = inspector.finish()
-    return _Archive(plain=plain, checksum=digest.hexdigest(), size=size, file_count=summary.file_count)
+            if rejected is None:
+                try:
+                    inspector.feed(chunk)
+                except ArchiveRejected as exc:
+                    rejected = exc  # keep decrypting: a wrong key must be named as such
+        if rejected is None:
+            file_count = inspector.finish().file_count
+    except _TagMismatch:
+        raise ReferenceImportError(f"{rel} cannot be decrypted with the reference key given (wrong key, or "
+                                   "the file is damaged); nothing imported") from None
+    except ArchiveRejected as exc:
+        rejected = exc
+    except OSError as exc:
+        raise ReferenceImportError(f"{rel} cannot be read ({exc.strerror or exc}); nothing imported") from None
+    if rejected is not None:
+        raise ReferenceImportError(f"{rel} is not a valid brain archive ({rejected.message}); nothing imported")
+    return RefArchive(path=path, rel=rel, sealed=sealed, checksum=digest.hexdigest(), size=size,
+                      file_count=file_count)
 
 
-def _writer(plain: Path, checksum: str, sealer: Any, user_id: str, brain_id: str) -> Callable[[BinaryIO], None]:
+# -- pass 1: survey ------------------------------------------------------------------
+
+
+def survey(ref: Path, master: bytes | None, limits: Any, present: list[Any],
+           progress: Callable[[str], None] = lambda line: None) -> Survey:
+    """Read and check the whole reference directory ``ref`` against this store's users ``present``.
+
+    Raises ``ReferenceImportError`` naming the first file or user that cannot be imported.
+    """
+    ref = Path(ref)
+    users_file = ref / "users.json"
+    if not users_file.is_file():
+        raise ReferenceImportError(f"{ref}: no users.json; is it a reference store's data directory?")
+    try:
+        text = users_file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ReferenceImportError(f"users.json cannot be read ({exc}); nothing imported") from None
+    users = parse_users(text)
+    check_users(users, present)
+    result = Survey(users=users, brains=[])
+    known = {u.id for u in users}
+    root = ref / "brains"
+    user_dirs = sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    for user_dir in user_dirs:
+        if not SAFE_ID.match(user_dir.name):
+            raise ReferenceImportError(f"brains/{user_dir.name}: not a user id; nothing imported")
+        for brain_dir in sorted(p for p in user_dir.iterdir() if p.is_dir()):
+            brain = _survey_brain(ref, brain_dir, user_dir.name, master, limits, result.warnings)
+            brain.orphan = brain.user_id not in known
+            if brain.orphan:
+                result.warnings.append(f"brain {brain.label}: its user is not in users.json (removed at the "
+                                       "reference); kept as a brain of a removed user (`brain-store user orphans`)")
+            result.brains.append(brain)
+            progress(f"checked brain {brain.label}: {len(brain.archives())} archive(s)")
+    return result
+
+
+def check_users(users: list[RefUser], present: list[Any]) -> None:
+    """Refuse users that clash with different users of this store (same name or same token)."""
+    ids = {u.id for u in present}
+    names = {u.name: u.id for u in present}
+    hashes = {u.token_sha256: u.id for u in present if u.token_sha256}
+    for ru in users:
+        if ru.id in ids:
+            continue
+        if names.get(ru.name, ru.id) != ru.id:
+            raise ReferenceImportError(f"users.json: this store already has a different user named {ru.name!r}; "
+                                       "nothing imported")
+        if ru.token_sha256 and hashes.get(ru.token_sha256, ru.id) != ru.id:
+            raise ReferenceImportError(f"users.json: user {ru.name!r} has the token of another user of this "
+                                       "store; nothing imported")
+
+
+def _survey_brain(ref: Path, brain_dir: Path, user_id: str, master: bytes | None, limits: Any,
+                  warnings: list[str]) -> RefBrain:
+    rel_dir = brain_dir.relative_to(ref).as_posix()
+    meta_file = brain_dir / "meta.json"
+    record: Any = {}
+    if meta_file.is_file():
+        try:
+            record = json.loads(meta_file.read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise ReferenceImportError(f"{rel_dir}/meta.json is not JSON ({exc}); nothing imported") from None
+        if not isinstance(record, dict):
+            raise ReferenceImportError(f"{rel_dir}/meta.json is not an object; nothing imported")
+    else:
+        warnings.append(f"{rel_dir}: no meta.json; the brain is named 'default'")
+    brain_id = str(record.get("id") or brain_dir.name).lower()
+    if not _UUID.match(brain_id):
+        raise ReferenceImportError(f"{rel_dir}: brain id {brain_id[:80]!r} is not a UUID; nothing imported")
+    snapshots: list[tuple[str, str, RefArchive]] = []
+    versions = brain_dir / "versions"
+    for path in sorted(versions.iterdir()) if versions.is_dir() else []:
+        rel = f"{rel_dir}/versions/{path.name}"
+        date = snapshot_date(path.name)
+        if date is None or not path.is_file():
+            warnings.append(f"{rel}: not a snapshot of the reference store (YYYYMMDDTHHMMSS.NNNNNNNNN.tar.gz); "
+                            "ignored")
+            continue
+        snapshots.append((path.name, date, _examine(path, rel, user_id, master, limits)))
+    current_path = brain_dir / "current.bin"
+    current = None
+    if current_path.is_file():
+        current = _examine(current_path, f"{rel_dir}/current.bin", user_id, master, limits)
+        said = str(record.get("checksum") or "").lower()
+        if said and said != current.checksum:
+            warnings.append(f"{rel_dir}: meta.json says checksum {said} but current.bin has {current.checksum} "
+                            "(the reference can leave them disagreeing after a crash); the archive's is used")
+    fallback = _mtime(meta_file) if meta_file.is_file() else _mtime(brain_dir)
+    name = str(record.get("name") or "default")[:100]
+    return RefBrain(
+        user_id=user_id, brain_id=brain_id, name=name, created_at=_normal_time(record.get("created_at"), fallback),
+        current=current,
+        current_synced_at=_normal_time(record.get("last_synced_at"), _mtime(current_path) if current else fallback),
+        snapshots=snapshots, orphan=False,
+    )
+
+
+# -- pass 2: write ---------------------------------------------------------------------
+
+
+def _unfinished(existing: BrainMeta, planned: BrainMeta) -> bool:
+    """True when ``existing`` is what an interrupted import left: placeholder snapshots, or the
+    empty brain created before its first archive (a brain with history is never empty)."""
+    empty = existing.current is None and not existing.snapshots
+    return is_partial(existing) or (empty and bool(planned.blobs()))
+
+
+def _writer(archive: RefArchive, user_id: str, brain_id: str, master: bytes | None,
+            sealer: Any) -> Callable[[BinaryIO], None]:
+    """Stream ``archive``'s plaintext into a staged blob (sealed when this store seals); checks that
+    the bytes are still those the survey checked."""
+
     def write(out: BinaryIO) -> None:
         seal = sealer.writer(out, user_id, brain_id) if sealer is not None else None
-        with open(plain, "rb") as f:
-            while chunk := f.read(CHUNK):
-                if seal is not None:
-                    seal.write(chunk)
-                else:
-                    out.write(chunk)
+        digest = hashlib.sha256()
+        try:
+            _, chunks = plaintext(archive.path, user_id, master, archive.rel)
+            for chunk in chunks:
+                digest.update(chunk)
+                (seal or out).write(chunk)
+        except _TagMismatch:
+            raise ReferenceImportError(f"{archive.rel} changed during the import; run it again") from None
+        if digest.hexdigest() != archive.checksum:
+            raise ReferenceImportError(f"{archive.rel} changed during the import; run it again")
         if seal is not None:
-            seal.close(checksum)
+            seal.close(archive.checksum)
 
     return write
 
 
-def _brain_dirs(ref: Path) -> Iterator[tuple[str, Path]]:
-    root = ref / "brains"
-    if not root.is_dir():
-        return
-    for user_dir in sorted(p for p in root.iterdir() if p.is_dir()):
-        for brain_dir in sorted(p for p in user_dir.iterdir() if p.is_dir()):
-            yield user_dir.name, brain_dir
-
-
 def import_reference(
     ref: Path,
-    backend: Any,
     registry: Any,
+    open_backend: Callable[[], Any],
     *,
     ref_key: bytes | None,
     sealer: Any,
     limits: Any,
     progress: Callable[[str], None] = lambda line: None,
 ) -> ImportReport:
-    """Import users and brains of the reference data directory ``ref`` (see the module doc)."""
-    from store.auth.users import User
+    """Import users and brains of the reference data directory ``ref`` (see the module doc).
 
-    ref = Path(ref)
-    users_file = ref / "users.json"
-    if not users_file.is_file():
-        raise ReferenceImportError(f"{ref}: no users.json; is it a reference store's data directory?")
-    ref_users = parse_users(users_file.read_text(encoding="utf-8"))
-    report = ImportReport()
-
-    # users first, in one locked edit; any conflict refuses the whole import before a change
-    def merge(doc: Any) -> None:
-        by_id = {u.id: u for u in doc.users}
-        names = {u.name: u.id for u in doc.users}
-        hashes = {u.token_sha256: u.id for u in doc.users if u.token_sha256}
-        adding: list[Any] = []
-        for ru in ref_users:
-            if ru.id in by_id:
-                report.users_present.append(ru.name)
-                continue
-            if names.get(ru.name, ru.id) != ru.id:
-                raise ReferenceImportError(f"this store already has a different user named {ru.name!r}; nothing imported")
-            if ru.token_sha256 and hashes.get(ru.token_sha256, ru.id) != ru.id:
-                raise ReferenceImportError(f"user {ru.name!r}: another user here has the same token; nothing imported")
-            created = _normal_time(ru.created_at, datetime.now(UTC))
-            adding.append(User(id=ru.id, name=ru.name, created_at=created, email=ru.email,
-                               token_sha256=ru.token_sha256))
-            names[ru.name] = ru.id
-            report.users_added.append(ru.name)
-        doc.users.extend(adding)
-
-    registry.edit(merge)
-    for name in report.users_added:
-        progress(f"user {name}: imported (existing token keeps working)")
-    for name in report.users_present:
-        progress(f"user {name}: already present, skipped")
-
-    known = {u.id for u in ref_users}
-    for user_dir_name, brain_dir in _brain_dirs(ref):
-        label = f"{user_dir_name}/{brain_dir.name}"
-        try:
-            done = _import_brain(brain_dir, user_dir_name, known, backend, ref_key, sealer, limits, report, progress)
-        except (ValueError, OSError) as exc:
-            report.warnings.append(f"brain {label}: {exc}; skipped")
-            progress(f"brain {label}: {exc}; skipped")
+    ``open_backend`` is called only once the survey passed, so a refused import leaves even a
+    new data directory uncreated.
+    """
+    plan = survey(ref, ref_key, limits, registry.users(), progress)
+    backend = open_backend()
+    report = ImportReport(warnings=list(plan.warnings))
+    for brain in plan.brains:
+        meta = brain.meta(sealed=sealer is not None)
+        existing = backend.read_meta(brain.user_id, brain.brain_id)
+        if existing is not None and not _unfinished(existing, meta):
+            report.brains_present.append(brain.label)
+            progress(f"brain {brain.label}: already here, left as it is")
             continue
-        (report.brains_added if done else report.brains_present).append(label)
+        builder = BrainBuilder(backend, meta, replace=existing is not None)
+        for archive in brain.archives():
+            if builder.wants(archive.checksum):
+                builder.add(archive.checksum, _writer(archive, brain.user_id, brain.brain_id, ref_key, sealer))
+                report.archives += 1
+        builder.finish()
+        sealed_here = sum(1 for a in brain.archives() if a.sealed)
+        report.sealed_by_reference += sealed_here
+        report.brains_added.append(brain.label)
+        progress(f"brain {brain.label} ({brain.name}): imported; current {'yes' if brain.current else 'none'}, "
+                 f"{len(brain.snapshots)} snapshot(s), {sealed_here} file(s) sealed by the reference"
+                 + ("; sealed with this store's key" if sealer is not None else ""))
+    _add_users(plan.users, registry, report)
+    for name in report.users_added:
+        progress(f"user {name}: imported (their reference token keeps working)")
+    for name in report.users_present:
+        progress(f"user {name}: already here, left as it is")
     return report
 
 
-def _import_brain(
-    brain_dir: Path, user_id: str, known: set[str], backend: Any, ref_key: bytes | None, sealer: Any,
-    limits: Any, report: ImportReport, progress: Callable[[str], None],
-) -> bool:
-    from store.archive.inspect import ArchiveRejected
+def _add_users(users: list[RefUser], registry: Any, report: ImportReport) -> None:
+    """Add the users not here yet in one locked edit (checked again under the lock)."""
+    from store.auth.users import User
 
-    user_id = user_id.lower() if re.fullmatch(r"[0-9A-Fa-f-]{36}", user_id) else user_id
-    if user_id not in known:
-        raise ValueError("its user is not in users.json")
-    meta_file = brain_dir / "meta.json"
-    record = json.loads(meta_file.read_text(encoding="utf-8")) if meta_file.is_file() else {}
-    if not isinstance(record, dict):
-        raise ValueError("meta.json is not an object")
-    brain_id = str(record.get("id") or brain_dir.name).lower()
-    if not re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", brain_id):
-        raise ValueError(f"brain id {brain_id[:80]!r} is not a UUID")
-    label = f"{user_id}/{brain_id}"
-    existing = backend.read_meta(user_id, brain_id)
-    if existing is not None and not is_partial(existing):
-        progress(f"brain {label}: already present, skipped")
-        return False
-    versions = sorted((brain_dir / "versions").glob("*.bin")) if (brain_dir / "versions").is_dir() else []
-    current = brain_dir / "current.bin"
-    with tempfile.TemporaryDirectory(prefix="brain-store-import-") as scratch_dir:
-        scratch = Path(scratch_dir)
-        # decrypt and check everything first, so a bad file leaves no half-imported brain
-        found: list[tuple[Path, _Archive, bool]] = []
-        for i, path in enumerate([*versions, *([current] if current.is_file() else [])]):
-            work = scratch / str(i)
-            work.mkdir()
-            try:
-                plain, was_sealed = plaintext_of(path, ref_key, work)
-                found.append((path, _examine(plain, limits), was_sealed))
-            except (ValueError, ArchiveRejected) as exc:
-                raise ValueError(f"{path.relative_to(brain_dir)} {exc}") from None
-        created = _normal_time(record.get("created_at"), _mtime(meta_file) if meta_file.is_file() else datetime.now(UTC))
-        snaps_in = [(p, a, s) for p, a, s in found if p != current]
-        names = snapshot_names([version_moment(p.stem, _mtime(p)) for p, _, _ in snaps_in])
-        refs: dict[Path, ArchiveRef] = {}
-        for path, archive, was_sealed in found:
-            synced = (_normal_time(record.get("last_synced_at"), _mtime(path)) if path == current
-                      else rfc3339(_mtime(path)))
-            refs[path] = ArchiveRef(checksum=archive.checksum, size=archive.size, file_count=archive.file_count,
-                                    synced_at=synced, sealed=sealer is not None)
-        if current.is_file():
-            want = str(record.get("checksum") or "")
-            got = refs[current].checksum
-            if want and want.lower() != got:
-                report.warnings.append(f"brain {label}: meta.json says checksum {want}, the archive has {got}")
-                progress(f"brain {label}: warning: meta.json checksum differs from the archive; using {got}")
-        snapshots = tuple(
-            Snapshot(name=name, date=rfc3339(datetime.strptime(name, _VERSION_FORMAT).replace(tzinfo=UTC)),
-                     archive=refs[p])
-            for name, (p, _, _) in zip(names, snaps_in, strict=True)
-        )
-        meta = BrainMeta(id=brain_id, user_id=user_id, name=str(record.get("name") or "default")[:100],
-                         created_at=created, current=refs.get(current), snapshots=snapshots)
-        builder = BrainBuilder(backend, meta, replace=existing is not None)  # finish an interrupted import
-        for path, archive, _ in found:
-            if builder.wants(archive.checksum):
-                builder.add(archive.checksum, _writer(archive.plain, archive.checksum, sealer, user_id, brain_id),
-                            refs[path])
-                report.archives += 1
-        builder.finish()
-    sealed_count = sum(1 for _, _, s in found if s)
-    progress(
-        f"brain {label} ({meta.name}): imported; current {'yes' if meta.current else 'none'}, "
-        f"{len(snapshots)} snapshot(s), {sealed_count} were sealed by the reference"
-        + ("; re-sealed with this store's key" if sealer is not None else "")
-    )
-    return True
+    present = {u.id for u in registry.users()}
+    missing = [u for u in users if u.id not in present]
+    report.users_present.extend(u.name for u in users if u.id in present)
+    if not missing:
+        return  # nothing to write: a re-run leaves users.json untouched
+
+    def merge(doc: Any) -> None:
+        check_users(missing, doc.users)
+        ids = {u.id for u in doc.users}
+        for ru in missing:
+            if ru.id in ids:
+                continue
+            created = _normal_time(ru.created_at, datetime.now(UTC))
+            doc.users.append(User(id=ru.id, name=ru.name, created_at=created, email=ru.email,
+                                  token_sha256=ru.token_sha256))
+            report.users_added.append(ru.name)
+
+    registry.edit(merge)
+

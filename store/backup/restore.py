@@ -118,7 +118,7 @@ def verify_backup(path: Path, progress: Callable[[str], None] = lambda line: Non
         order.append(info.name)
         total += size
         if len(order) % 50 == 0:
-            progress(f"verified {len(order)} entries, {total} bytes")
+            progress(f"verified {len(order)} entries ({total} bytes read)")
     if MANIFEST not in smalls or MANIFEST_SUM not in smalls:
         raise BackupError(f"{path}: the manifest is missing; the backup is truncated or not a backup")
     if order[-2:] != [MANIFEST, MANIFEST_SUM]:
@@ -179,7 +179,7 @@ def verify_backup(path: Path, progress: Callable[[str], None] = lambda line: Non
         raise BackupError("the number of brains does not match the manifest")
     progress(
         f"verified: {len(users.users)} user(s), {len(result.metas)} brain(s), {len(heads)} archive(s), "
-        f"{total} bytes"
+        f"{sum(m.stored_bytes() for m in result.metas.values())} stored bytes"
     )
     return result
 
@@ -218,7 +218,7 @@ class RestoreReport:
     users: int = 0
     brains: int = 0
     archives: int = 0
-    bytes: int = 0
+    bytes: int = 0  # stored bytes of the restored brains (BrainMeta.stored_bytes), as `user list` shows
     removed_brains: int = 0
 
 
@@ -273,7 +273,6 @@ def restore_backup(
                 size, digest, _ = _hash_stream(f, out.write)
                 if entry is None or size != entry.size or not hmac.compare_digest(digest, entry.sha256):
                     raise BackupError(f"{name} changed since it was verified")
-                report.bytes += size
 
             builder.add(parts[2], write)
             report.archives += 1
@@ -281,7 +280,7 @@ def restore_backup(
         _finish(builder, report, progress)
     progress(
         f"restore done: {report.users} user(s), {report.brains} brain(s), {report.archives} archive(s), "
-        f"{report.bytes} bytes" + (f"; {report.removed_brains} other brain(s) removed" if report.removed_brains else "")
+        f"{report.bytes} stored bytes" + (f"; {report.removed_brains} other brain(s) removed" if report.removed_brains else "")
     )
     return report
 
@@ -290,7 +289,9 @@ def _finish(builder: BrainBuilder, report: RestoreReport, progress: Callable[[st
     builder.finish()
     report.brains += 1
     meta = builder.meta
-    progress(f"brain {report.brains}: {meta.user_id}/{meta.id} ({meta.name}); {report.archives} archive(s), {report.bytes} bytes so far")
+    report.bytes += meta.stored_bytes()
+    progress(f"brain {report.brains}: {meta.user_id}/{meta.id} ({meta.name}); {report.archives} archive(s), "
+             f"{report.bytes} stored bytes so far")
 
 
 def _check_again(name: str, data: bytes, entry: Any) -> None:

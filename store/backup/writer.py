@@ -47,7 +47,6 @@ class BackupWriter:
     def __init__(self, tar: tarfile.TarFile) -> None:
         self._tar = tar
         self.entries: list[Entry] = []
-        self.bytes = 0
 
     def add_bytes(self, path: str, data: bytes) -> None:
         """Add a small in-memory entry."""
@@ -61,7 +60,6 @@ class BackupWriter:
         info.mtime = int(time.time())
         self._tar.addfile(info, f)
         self.entries.append(Entry(path=path, size=size, sha256=sha256))
-        self.bytes += size
 
 
 def _spool_blob(backend: Any, meta: BrainMeta, checksum: str, scratch: Path) -> tuple[Path, int, str, bool]:
@@ -117,7 +115,7 @@ def write_backup(
     users_doc = UsersDocument(users=registry.users(), denied=registry.denied())
     user_ids = [u.id for u in users_doc.users]
     user_ids += sorted(set(backend.iter_users()) - set(user_ids))  # brains of removed users too
-    brains = archives = sealed = 0
+    brains = archives = sealed = stored = 0
     started = time.monotonic()
     try:
         fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -145,9 +143,10 @@ def write_backup(
                         archives += 1
                         sealed += int(is_sealed)
                     brains += 1
+                    stored += meta.stored_bytes()
                     progress(
                         f"brain {brains}: {user_id}/{meta.id} ({meta.name}) {len(copies)} archive(s); "
-                        f"total {archives} archive(s), {out.bytes} bytes"
+                        f"total {archives} archive(s), {stored} stored bytes"
                     )
             manifest = Manifest(
                 format=FORMAT, version=VERSION, created_at=now, source=source, users=len(users_doc.users),
@@ -162,9 +161,11 @@ def write_backup(
     except BaseException:
         partial.unlink(missing_ok=True)
         raise
+    # "stored bytes" means the same everywhere (user list, /api/brains stored_bytes, restore):
+    # every distinct archive of each brain, current and snapshots, at its size as uploaded.
     progress(
         f"backup done: {manifest.users} user(s), {brains} brain(s), {archives} archive(s) "
-        f"({sealed} sealed), {out.bytes} bytes stored, {target.stat().st_size} bytes compressed, "
+        f"({sealed} sealed), {stored} stored bytes; backup file {target.stat().st_size} bytes, "
         f"{time.monotonic() - started:.1f}s"
     )
     return manifest

@@ -152,13 +152,13 @@ def migrate(
                     with src.open_blob(user_id, meta.id, checksum) as blob, open(path, "wb") as out:
                         shutil.copyfileobj(blob, out, 1024 * 1024)
                     files[checksum] = path
-                    report.bytes += path.stat().st_size
                 done = _import_s3(dst, meta, files) if isinstance(dst, S3Backend) else _import_local(dst, meta, files)
                 for path in files.values():
                     path.unlink(missing_ok=True)
                 if done:
                     report.brains += 1
                     report.blobs += len(files)
+                    report.bytes += meta.stored_bytes()  # the same "stored bytes" as user list and backup
                     progress(f"brain {user_id}/{meta.id} ({meta.name}): {len(files)} archive(s)")
                 else:
                     report.skipped += 1

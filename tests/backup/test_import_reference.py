@@ -1,140 +1,304 @@
-"""`brain-store import-reference`: a reference data directory (plain and sealed) keeps users, tokens and history."""
+"""`brain-store import-reference` on data directories written by the reference store itself.
+
+The fixtures (tests/fixtures/reference-store-data, a copy of ../shared/fixtures/reference-store-data)
+hold a plain and a sealed data directory with the tokens, checksums and snapshot names an import must
+keep (their README). Each test copies them to a temporary directory first.
+"""
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import os
-import secrets
-import uuid
+import re
+import shutil
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import pytest
+from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from tests.backup.support import KEY, archive, cli, client, serve, sha
+from tests.backup.support import KEY, archive, cli, client, serve, sha, upload
+from tests.support.fixtures import fixture_dir
 
-REF_KEY = bytes(range(32))
-
-
-def _token() -> str:
-    return "bst_" + base64.urlsafe_b64encode(secrets.token_bytes(32)).rstrip(b"=").decode()
-
-
-def _seal(data: bytes, tag_last: bool) -> bytes:
-    iv = os.urandom(12)
-    sealed = AESGCM(REF_KEY).encrypt(iv, data, None)  # ciphertext | tag
-    return iv + sealed if tag_last else iv + sealed[-16:] + sealed[:-16]
+REF = fixture_dir("reference-store-data")
+REF_KEY = "5f1c8a0e9b7d4c3a2f1e0d9c8b7a6f5e4d3c2b1a09f8e7d6c5b4a39281706f5e"
 
 
-def _reference(root: Path, *, sealed: bool, users_as_object: bool) -> dict[str, dict]:
-    """A reference store's data directory; returns per user name: token, brain id, archives by role."""
-    people: dict[str, dict] = {}
-    users = []
-    for n, name in enumerate(("alice", "bob")):
-        token, user_id, brain_id = _token(), str(uuid.uuid4()), str(uuid.uuid4())
-        users.append({"id": user_id, "name": name, "email": f"{name}@example.org",
-                      "token_hash": hashlib.sha256(token.encode()).hexdigest(), "created_at": "2025-06-01T08:00:00Z"})
-        versions = [archive({"n.md": f"{name} v{i}".encode(), "x.md": os.urandom(500)}) for i in range(3)]
-        current = archive({"n.md": f"{name} now".encode()})
-        brain = root / "brains" / user_id / brain_id
-        (brain / "versions").mkdir(parents=True)
-        for i, data in enumerate(versions):
-            body = _seal(data, tag_last=(n == 0)) if sealed else data
-            (brain / "versions" / f"2025-07-0{i + 1}T10-00-00-000Z.bin").write_bytes(body)
-        (brain / "current.bin").write_bytes(_seal(current, tag_last=(n == 0)) if sealed else current)
-        (brain / "meta.json").write_text(json.dumps({
-            "id": brain_id, "name": "default", "created_at": "2025-06-01T08:00:00Z", "checksum": sha(current),
-            "size_bytes": len(current), "file_count": 1, "last_synced_at": "2025-07-04T10:00:00Z"}))
-        people[name] = {"token": token, "id": user_id, "brain": brain_id, "current": current, "versions": versions}
-    doc: object = {u["id"]: {k: v for k, v in u.items() if k != "id"} for u in users} if users_as_object else users
-    (root / "users.json").write_text(json.dumps(doc))
-    return people
+@dataclass(frozen=True)
+class Person:
+    """One row of the fixture README: what must keep working after the import."""
+
+    name: str
+    token: str
+    brain: str
+    etag: str
+    snapshots: tuple[str, ...]  # newest first
 
 
-def _check_served(env: dict[str, str], tmp: Path, people: dict[str, dict]) -> None:
+def _people(kind: str) -> list[Person]:
+    """The README's table for ``kind`` (plain or sealed)."""
+    text = (REF / "README.md").read_text()
+    section = text.split(f"## {kind}/", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| (\w+) \| `(bst_[\w-]+)` \| `([0-9a-f-]{36})` \| `\"([0-9a-f]{64})\"` \| \d+: ?(.*?) \|$",
+                      section, re.M)
+    assert len(rows) == 2, section
+    return [Person(n, t, b, e, tuple(re.findall(r"`([^`]+)`", s))) for n, t, b, e, s in rows]
+
+
+def _copy(kind: str, tmp: Path) -> Path:
+    """A writable copy of one fixture directory (the originals are read-only)."""
+    target = tmp / f"ref-{kind}"
+    shutil.copytree(REF / kind, target, copy_function=shutil.copyfile)
+    for path in [target, *target.rglob("*")]:
+        path.chmod(0o700 if path.is_dir() else 0o600)
+    return target
+
+
+def _ref_seal(user_id: str, data: bytes) -> bytes:
+    """Seal ``data`` the way the reference does (spec store.md C), independently of the importer."""
+    key = HKDF(hashes.SHA256(), 32, b"", f"brain-store:{user_id}".encode()).derive(bytes.fromhex(REF_KEY))
+    nonce = os.urandom(12)
+    return b"BSTORE1\x00" + nonce + AESGCM(key).encrypt(nonce, data, None)
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def check_served(env: dict[str, str], tmp: Path, people: list[Person], *, restore: bool = True) -> None:
+    """Every token works, every current archive and snapshot downloads with its checksum under its
+    reference name, and (``restore``) the oldest snapshot restores; then a new upload still works."""
     with serve(env, tmp) as server:
-        for name, who in people.items():
-            with client(server, who["token"]) as c:
+        for who in people:
+            with client(server, who.token) as c:
                 me = c.get("/auth/me")
                 assert me.status_code == 200, me.text
-                assert me.json()["user"]["id"] == who["id"]
-                assert me.json()["user"]["email"] == f"{name}@example.org"
+                assert me.json()["user"]["name"] == who.name
                 [record] = c.get("/api/brains").json()
-                assert record["id"] == who["brain"] and record["checksum"] == sha(who["current"])
-                assert record["file_count"] == 1
-                got = c.get(f"/api/brains/{who['brain']}/sync")
-                assert got.content == who["current"] and got.headers["x-checksum"] == sha(who["current"])
-                listing = c.get(f"/api/brains/{who['brain']}/versions").json()
-                assert listing["total"] == 3
-                assert [v["date"][:10] for v in listing["versions"]] == ["2025-07-03", "2025-07-02", "2025-07-01"]
-                for v, want in zip(listing["versions"], reversed(who["versions"]), strict=True):
-                    snap = c.get(f"/api/brains/{who['brain']}/sync", params={"version": v["version"]})
-                    assert snap.status_code == 200 and snap.content == want
-                    assert snap.headers["x-checksum"] == sha(want)
-            bad = client(server, _token()).get("/auth/me")
-            assert bad.status_code == 401
+                assert record["id"] == who.brain and record["checksum"] == who.etag
+                got = c.get(f"/api/brains/{who.brain}/sync")
+                assert got.status_code == 200
+                assert sha(got.content) == who.etag and got.headers["etag"] == f'"{who.etag}"'
+                listing = c.get(f"/api/brains/{who.brain}/versions").json()
+                assert tuple(v["version"] for v in listing["versions"]) == who.snapshots
+                for v in listing["versions"]:
+                    snap = c.get(f"/api/brains/{who.brain}/sync", params={"version": v["version"]})
+                    assert snap.status_code == 200, snap.text
+                    assert sha(snap.content) == v["checksum"] == snap.headers["x-checksum"]
+                    assert v["date"].startswith(
+                        f"{v['version'][:4]}-{v['version'][4:6]}-{v['version'][6:8]}T")
+                if restore and who.snapshots:
+                    oldest = listing["versions"][-1]
+                    done = c.post(f"/api/brains/{who.brain}/versions/{oldest['version']}/restore")
+                    assert done.status_code == 200, done.text
+                    assert done.json()["checksum"] == oldest["checksum"]
+                    now = c.get(f"/api/brains/{who.brain}/sync")
+                    assert sha(now.content) == oldest["checksum"]
+                    # the archive it replaced became a snapshot, named after every reference name
+                    names = [v["version"] for v in c.get(f"/api/brains/{who.brain}/versions").json()["versions"]]
+                    assert names[0] not in who.snapshots and names[0] > who.snapshots[0]
+                    assert names[1:len(who.snapshots) + 1] == list(who.snapshots)
+                if restore:
+                    upload(c, who.brain, archive({"after-import.md": who.name.encode()}))
+        assert client(server, "bst_" + "x" * 43).get("/auth/me").status_code == 401
 
 
-def test_import_plain_reference(tmp_path: Path) -> None:
-    people = _reference(tmp_path / "ref", sealed=False, users_as_object=False)
+CASES = [
+    ("local", "plain", False),
+    ("local", "sealed", False),
+    ("local", "sealed", True),
+    ("s3", "plain", True),
+    ("s3", "sealed", False),
+    ("s3", "sealed", True),
+]
+
+
+@pytest.mark.parametrize(("where", "kind", "ours"), CASES, ids=[f"{w}-{k}-{'sealed' if o else 'plain'}-here"
+                                                                  for w, k, o in CASES])
+def test_import_reference_data(where: str, kind: str, ours: bool, tmp_path: Path, request: Any) -> None:
+    ref = _copy(kind, tmp_path)
+    if where == "s3":
+        moto = request.getfixturevalue("moto")
+        env = moto.store_env(moto.new_bucket())
+    else:
+        env = {"STORE_DATA_DIR": str(tmp_path / "ours")}
+    if ours:
+        env["STORE_ENCRYPTION_KEY"] = KEY
+    if kind == "sealed":
+        env["REFERENCE_ENCRYPTION_KEY"] = REF_KEY  # the key from the environment, as documented
+    out = cli(env, "import-reference", str(ref)).stdout
+    sealed_files = 5 if kind == "sealed" else 0
+    assert "imported 2 user(s) (0 already here), 2 brain(s) (0 already here), 5 archive(s) stored " \
+           f"({sealed_files} reference file(s) were sealed); 0 warning(s)" in out
+    if where == "local":
+        blobs = list((tmp_path / "ours").rglob("blobs/*"))
+        assert len(blobs) == 5
+        assert all(b.read_bytes().startswith(b"BSTSEAL\x00" if ours else b"\x1f\x8b") for b in blobs)
+    again = cli(env, "import-reference", str(ref))
+    assert "imported 0 user(s) (2 already here), 0 brain(s) (2 already here), 0 archive(s)" in again.stdout
+    check_served(env, tmp_path, _people(kind))
+
+
+def test_rerun_changes_nothing(tmp_path: Path) -> None:
+    ref = _copy("plain", tmp_path)
     env = {"STORE_DATA_DIR": str(tmp_path / "ours")}
-    out = cli(env, "import-reference", str(tmp_path / "ref")).stdout
-    assert "imported 2 user(s) (0 already present), 2 brain(s) (0 already present), 8 archive(s)" in out
-    assert "user alice: imported" in out
-    _check_served(env, tmp_path, people)
-    # running it again duplicates nothing
-    again = cli(env, "import-reference", str(tmp_path / "ref")).stdout
-    assert "imported 0 user(s) (2 already present), 0 brain(s) (2 already present), 0 archive(s)" in again
+    cli(env, "import-reference", str(ref))
+    before = _tree(tmp_path / "ours")
+    cli(env, "import-reference", str(ref))
+    assert _tree(tmp_path / "ours") == before
 
 
-def test_import_sealed_reference_resealed_with_our_key(tmp_path: Path) -> None:
-    people = _reference(tmp_path / "ref", sealed=True, users_as_object=True)
-    env = {"STORE_DATA_DIR": str(tmp_path / "ours"), "STORE_ENCRYPTION_KEY": KEY}
-    missing_key = cli(env, "import-reference", str(tmp_path / "ref"), check=False)
-    assert missing_key.returncode != 0 and "--key" in missing_key.stdout
-    # users came in; the brains did not (each refused whole), so a rerun with the key completes the import
-    out = cli(env, "import-reference", str(tmp_path / "ref"), "--key", REF_KEY.hex()).stdout
-    assert "2 brain(s) (0 already present), 8 archive(s)" in out
-    assert "re-sealed with this store's key" in out
-    blobs = list((tmp_path / "ours").rglob("blobs/*"))
-    assert len(blobs) == 8 and all(b.read_bytes()[:8] == b"BSTSEAL\x00" for b in blobs)
-    _check_served(env, tmp_path, people)
-
-
-def test_wrong_reference_key_imports_no_brain(tmp_path: Path) -> None:
-    _reference(tmp_path / "ref", sealed=True, users_as_object=False)
+def test_directory_mixing_plain_and_sealed_files(tmp_path: Path) -> None:
+    """Files written before the reference got its key stay plain: older snapshots plain, newer sealed."""
+    ref = _copy("plain", tmp_path)
+    alice = next(p for p in (ref / "brains").glob("*/*") if (p / "versions").is_dir())
+    user_id = alice.parent.name
+    newest = sorted((alice / "versions").iterdir())[-1]
+    for path in (alice / "current.bin", newest):
+        path.write_bytes(_ref_seal(user_id, path.read_bytes()))
     env = {"STORE_DATA_DIR": str(tmp_path / "ours")}
-    done = cli(env, "import-reference", str(tmp_path / "ref"), "--key", "ab" * 32, check=False)
-    assert done.returncode != 0 and "cannot be decrypted" in done.stdout
-    assert not list((tmp_path / "ours").rglob("meta.json"))
+    out = cli(env, "import-reference", str(ref), "--key", REF_KEY).stdout
+    assert "(2 reference file(s) were sealed)" in out
+    check_served(env, tmp_path, _people("plain"), restore=False)
+
+
+@pytest.mark.parametrize("damage", ["wrong-key", "no-key", "flipped-byte"])
+def test_bad_sealed_file_names_it_and_changes_nothing(damage: str, tmp_path: Path) -> None:
+    ref = _copy("sealed", tmp_path)
+    first = sorted((ref / "brains").rglob("*.bin"))[0]  # the survey's order: user dirs, then files
+    damaged = None
+    args = ["import-reference", str(ref), "--key", REF_KEY]
+    if damage == "wrong-key":
+        args[-1] = "ab" * 32
+    elif damage == "no-key":
+        args = args[:2]
+    else:
+        damaged = sorted((ref / "brains").rglob("versions/*.tar.gz"))[1]
+        data = bytearray(damaged.read_bytes())
+        data[40] ^= 0x01
+        damaged.write_bytes(bytes(data))
+    # an existing store with a user of its own: it must come out unchanged
+    ours = tmp_path / "ours"
+    cli({"STORE_DATA_DIR": str(ours)}, "user", "add", "carol")
+    before = _tree(ours)
+    done = cli({"STORE_DATA_DIR": str(ours)}, *args, check=False)
+    assert done.returncode == 1
+    named = (damaged or first).relative_to(ref).as_posix()
+    error = done.stderr.strip().splitlines()[-1]
+    assert error.startswith(f"Error: {named} ")
+    assert ("--key" in error) if damage == "no-key" else ("cannot be decrypted" in error)
+    assert "Traceback" not in done.stderr
+    assert _tree(ours) == before
+    # a new data directory is not even created
+    fresh = cli({"STORE_DATA_DIR": str(tmp_path / "fresh")}, *args, check=False)
+    assert fresh.returncode == 1 and not (tmp_path / "fresh").exists()
+
+
+def test_user_name_taken_here_refuses_everything(tmp_path: Path) -> None:
+    ref = _copy("plain", tmp_path)
+    ours = tmp_path / "ours"
+    cli({"STORE_DATA_DIR": str(ours)}, "user", "add", "bob")
+    before = _tree(ours)
+    done = cli({"STORE_DATA_DIR": str(ours)}, "import-reference", str(ref), check=False)
+    assert done.returncode == 1 and "already has a different user named 'bob'" in done.stderr
+    assert _tree(ours) == before
+
+
+def test_brain_of_a_user_removed_at_the_reference_is_kept_for_the_operator(tmp_path: Path) -> None:
+    ref = _copy("plain", tmp_path)
+    users = json.loads((ref / "users.json").read_text())
+    bob = users["users"].pop()
+    (ref / "users.json").write_text(json.dumps(users))
+    env = {"STORE_DATA_DIR": str(tmp_path / "ours")}
+    out = cli(env, "import-reference", str(ref)).stdout
+    assert f"warning: brain {bob['id']}/" in out and "imported 1 user(s)" in out
+    assert (tmp_path / "ours" / "brains" / bob["id"]).is_dir()
 
 
 def test_interrupted_import_is_completed_by_a_rerun(tmp_path: Path) -> None:
-    """A brain left half-built (placeholder snapshots) is rebuilt, not skipped, on the next run."""
+    """A brain left half-built (placeholder snapshots, or created empty) is rebuilt, not skipped."""
     from store.archive.inspect import InspectLimits
     from store.backup.apply import BrainBuilder, is_partial
-    from store.backup.reference import import_reference
-    from store.storage.base import ArchiveRef, BrainMeta
+    from store.backup.reference import import_reference, survey
     from store.storage.local import LocalBackend
     from tests.backup.support import registry
 
-    people = _reference(tmp_path / "ref", sealed=False, users_as_object=False)
-    alice = people["alice"]
+    ref = _copy("plain", tmp_path)
+    plan = survey(ref, None, InspectLimits(), [])
+    alice, bob = sorted(plan.brains, key=lambda b: len(b.snapshots), reverse=True)
     backend = LocalBackend(tmp_path / "ours", fsync=False)
-    refs = [ArchiveRef(checksum=sha(d), size=len(d), file_count=2, synced_at="2025-07-01T10:00:00.000000Z")
-            for d in alice["versions"][:2]]
-    half = BrainBuilder(backend, BrainMeta(id=alice["brain"], user_id=alice["id"], name="default",
-                                           created_at="2025-06-01T08:00:00.000000Z", current=refs[1]))
-    for data, ref in zip(alice["versions"][:2], refs, strict=True):
-        half.add(ref.checksum, lambda out, data=data: out.write(data), ref)
-    assert is_partial(backend.read_meta(alice["id"], alice["brain"]))  # type: ignore[arg-type]
+    half = BrainBuilder(backend, alice.meta(sealed=False))
+    first = alice.snapshots[0][2]
+    half.add(first.checksum, lambda out: out.write(first.path.read_bytes()))
+    BrainBuilder(backend, bob.meta(sealed=False))  # created, no archive yet
+    assert is_partial(backend.read_meta(alice.user_id, alice.brain_id))  # type: ignore[arg-type]
 
-    lines: list[str] = []
-    report = import_reference(tmp_path / "ref", backend, registry({"STORE_DATA_DIR": str(tmp_path / "ours")}),
-                              ref_key=None, sealer=None, limits=InspectLimits(), progress=lines.append)
+    report = import_reference(ref, registry({"STORE_DATA_DIR": str(tmp_path / "ours")}), lambda: backend,
+                              ref_key=None, sealer=None, limits=InspectLimits())
     assert len(report.brains_added) == 2 and not report.warnings
-    meta = backend.read_meta(alice["id"], alice["brain"])
-    assert meta is not None and not is_partial(meta)
-    assert meta.current is not None and meta.current.checksum == sha(alice["current"])
-    assert [s.archive.checksum for s in meta.snapshots] == [sha(d) for d in alice["versions"]]
+    for brain in (alice, bob):
+        meta = backend.read_meta(brain.user_id, brain.brain_id)
+        want = brain.meta(sealed=False)
+        assert meta is not None and not is_partial(meta)
+        assert (meta.current, meta.snapshots) == (want.current, want.snapshots)
+    check_served({"STORE_DATA_DIR": str(tmp_path / "ours")}, tmp_path, _people("plain"), restore=False)
+
+
+def test_fixture_copy_matches_shared() -> None:
+    """The copy in tests/fixtures is the reference's own output: equal to ../shared when that is there."""
+    shared = fixture_dir("reference-store-data", prefer_shared=True)
+    if shared == REF:
+        pytest.skip("../shared/fixtures is not beside the repository")
+    assert _tree(shared) == _tree(REF)
+
+
+def test_reference_key_derivation_opens_the_fixture() -> None:
+    """The importer's decryption against the reference's own sealed files (no store involved)."""
+    from store.backup.reference import plaintext
+
+    people = {p.brain: p for p in _people("sealed")}
+    for current in (REF / "sealed" / "brains").glob("*/*/current.bin"):
+        sealed, chunks = plaintext(current, current.parent.parent.name, bytes.fromhex(REF_KEY), "x")
+        assert sealed and hashlib.sha256(b"".join(chunks)).hexdigest() == people[current.parent.name].etag
+
+
+def test_new_snapshot_names_sort_after_reference_names() -> None:
+    """Even when the clock is behind a reference snapshot's time, the next name sorts after it."""
+    from datetime import UTC, datetime
+
+    from store.service import next_version_name, valid_version_name
+    from store.storage.base import ArchiveRef, BrainMeta, Snapshot
+
+    ref = ArchiveRef(checksum="0" * 64, size=1, file_count=1, synced_at="2030-01-01T00:00:00.000000Z")
+    meta = BrainMeta(id="b" * 8, user_id="u" * 8, name="n", created_at=ref.synced_at,
+                     snapshots=(Snapshot(name="20300101T000000.000000999.tar.gz", date=ref.synced_at, archive=ref),))
+    earlier = next_version_name(meta, datetime(2029, 1, 1, tzinfo=UTC))
+    same = next_version_name(meta, datetime(2030, 1, 1, tzinfo=UTC))
+    assert earlier == "20300101T000000.000001Z" and same == "20300101T000000.000000Z"
+    assert earlier > meta.snapshots[0].name and same > meta.snapshots[0].name
+    assert valid_version_name("20300101T000000.000000999.tar.gz") and valid_version_name(earlier)
+    assert not valid_version_name("20300101T000000.000000999.tar") and not valid_version_name("../x")
+
+
+@pytest.mark.parametrize("damage", ["users-not-utf8", "users-not-json", "meta-not-json", "archive-not-gzip"])
+def test_damaged_reference_files_are_named_without_a_traceback(damage: str, tmp_path: Path) -> None:
+    ref = _copy("plain", tmp_path)
+    if damage == "users-not-utf8":
+        (ref / "users.json").write_bytes(b"\xff\xfe{")
+        named = "users.json"
+    elif damage == "users-not-json":
+        (ref / "users.json").write_text("{ nope")
+        named = "users.json"
+    else:
+        brain = sorted((ref / "brains").glob("*/*"))[0]
+        target = brain / ("meta.json" if damage == "meta-not-json" else "current.bin")
+        target.write_bytes(b"{ nope" if damage == "meta-not-json" else b"plain text, not gzip")
+        named = target.relative_to(ref).as_posix()
+    done = cli({"STORE_DATA_DIR": str(tmp_path / "ours")}, "import-reference", str(ref), check=False)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith(f"Error: {named} ")
+    assert not (tmp_path / "ours").exists()

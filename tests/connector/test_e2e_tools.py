@@ -33,6 +33,7 @@ from tests.connector.conftest import (
     upload_raw,
 )
 from tests.connector.oauth import live
+from tests.support.fixtures import project_parity_dir
 from tests.support.processes import ServerProcess, console_script, free_port, run_server
 
 pytestmark = pytest.mark.timeout(300)
@@ -49,7 +50,7 @@ ALL_TOOLS = {
     "brain_forget",
     "brain_verify",
 }
-FIXTURE = Path("/work/shared/fixtures/recall-parity/brains/brain-1-06")
+FIXTURE = project_parity_dir() / "brains" / "brain-1-06"
 
 
 @contextmanager

@@ -30,6 +30,7 @@ from tests.connector.conftest import (
     start_store,
     upload_raw,
 )
+from tests.support.fixtures import project_parity_dir
 
 ALL = frozenset({"brain.read", "brain.write"})
 
@@ -462,7 +463,7 @@ def test_recall_tool_equals_engine_recall(store: RunningStore) -> None:
 
     user = store.add_user("judy")
     brain_id = brains_of(store.url, user.token)[0]["id"]
-    fixture = load_directory(Path("/work/shared/fixtures/recall-parity/brains/brain-1-06"))
+    fixture = load_directory(project_parity_dir() / "brains" / "brain-1-06")
     assert upload_raw(store.url, user.token, brain_id, pack_archive(fixture)).status_code == 200
 
     async def scenario() -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -11,7 +13,7 @@ import pytest
 from contract.conformance import SuiteConfig, format_table, run_suite
 from contract.conformance.registry import CHECKS
 from tests.contract.harness import Store, running_store
-from tests.support.processes import REPO_ROOT, console_script
+from tests.support.processes import REPO_ROOT, console_script, free_port
 
 pytestmark = pytest.mark.xdist_group("contract-conformance")
 
@@ -61,9 +63,49 @@ def test_check_cli_json_and_failure_exit(store: tuple[Store, str, str]) -> None:
     by_id = {r["id"]: r for r in json.loads(done.stdout)}
     assert by_id["auth.me"]["status"] == "pass"
     assert by_id["iso.foreign_brain"]["status"] == "skip"  # no --token2
-    bad = _check_cli("--url", running.url, "--token", "bst_" + "A" * 43, "--only", "auth.me")
-    assert bad.returncode == 1
-    assert "FAIL    auth.me" in bad.stdout
+
+
+def test_check_stops_at_once_on_a_refused_token_or_an_unreachable_store(store: tuple[Store, str, str]) -> None:
+    running, token1, _ = store
+    started = time.monotonic()
+    bad = _check_cli("--url", running.url, "--token", "bst_" + "A" * 43)
+    assert bad.returncode == 1 and bad.stdout == ""
+    assert bad.stderr.strip() == (f"Error: the store at {running.url} refused the token given with --token (401); "
+                                  "give the token of an existing user")
+    bad2 = _check_cli("--url", running.url, "--token", token1, "--token2", "bst_" + "B" * 43)
+    assert bad2.returncode == 1 and "refused the token given with --token2" in bad2.stderr
+    nowhere = f"http://127.0.0.1:{free_port()}"
+    gone = _check_cli("--url", nowhere, "--token", token1)
+    assert gone.returncode == 1 and gone.stderr.startswith(f"Error: cannot reach {nowhere} (ConnectError")
+    assert "Traceback" not in bad.stderr + bad2.stderr + gone.stderr
+    assert time.monotonic() - started < 20
+
+
+def test_rate_limited_clients_share_one_pause() -> None:
+    """After a 429, no client of the suite sends before Retry-After has passed (one 429, not one per client)."""
+    import httpx
+
+    from contract.conformance.context import Pacer, UserClient
+
+    blocked_until = time.monotonic() + 1.0
+    seen: list[int] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        status = 429 if time.monotonic() < blocked_until else 200
+        seen.append(status)
+        return httpx.Response(status, headers={"Retry-After": "1"} if status == 429 else {}, json={})
+
+    pacer = Pacer()
+    clients = [UserClient(httpx.Client(base_url="http://store.test", transport=httpx.MockTransport(answer)), t,
+                          pacer=pacer) for t in ("a", "b")]
+    codes: list[int] = []
+    first = threading.Thread(target=lambda: codes.append(clients[0].request("GET", "/api/brains").status_code))
+    first.start()
+    time.sleep(0.2)  # the second client (another thread, like the race check's writers) comes during the pause
+    codes.append(clients[1].request("GET", "/api/brains").status_code)
+    first.join()
+    assert codes == [200, 200]
+    assert seen.count(429) == 1 and pacer.rate_limited == 1 and pacer.waited >= 0.5
 
 
 def test_check_cli_rejects_unknown_ids(store: tuple[Store, str, str]) -> None:
@@ -84,3 +126,34 @@ def test_every_check_passes_encrypted_with_two_workers(tmp_path_factory: pytest.
         results = run_suite(SuiteConfig(url=running.url, token=token1, token2=token2))
     assert [r.id for r in results if r.status != "pass"] == [], format_table(results)
 
+
+
+def test_uploads_settle_at_the_store_upload_rate() -> None:
+    """A store taking one upload per 0.6 s and answering Retry-After: 1 early: after a few 429s the
+    suite spaces its uploads instead of drawing a 429 for every one (as it did: one per upload)."""
+    import httpx
+
+    from contract.conformance.context import Pacer, UserClient
+
+    next_upload = 0.0
+    statuses: list[int] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        nonlocal next_upload
+        now = time.monotonic()
+        if request.method == "PUT" and now < next_upload:
+            statuses.append(429)
+            return httpx.Response(429, headers={"Retry-After": "1"}, json={})
+        if request.method == "PUT":
+            next_upload = now + 0.6
+        statuses.append(200)
+        return httpx.Response(200, json={})
+
+    pacer = Pacer()
+    client = UserClient(httpx.Client(base_url="http://store.test", transport=httpx.MockTransport(answer)), "t",
+                        pacer=pacer)
+    for _ in range(5):
+        assert client.request("PUT", "/api/brains/x/sync").status_code == 200
+        assert client.request("GET", "/api/brains").status_code == 200  # reads are not spaced
+    assert statuses.count(429) <= 2, statuses
+    assert 0.6 <= pacer.upload_gap < 2

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from tests.support.fixtures import recall_parity_dir
+from tests.support.processes import REPO_ROOT
+
+__all__ = ["REPO_ROOT", "fixture_brains", "parity_dir"]
 
 
 def parity_dir() -> Path:
-    """The recall-parity fixture folder: $RECALL_PARITY_DIR, else ../shared beside the repo."""
-    configured = os.environ.get("RECALL_PARITY_DIR")
-    if configured:
-        return Path(configured).resolve()
-    return (REPO_ROOT.parent / "shared" / "fixtures" / "recall-parity").resolve()
+    """The recall-parity fixture folder (see ``tests.support.fixtures.recall_parity_dir``)."""
+    return recall_parity_dir()
 
 
 def fixture_brains() -> list[Path]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import random
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,8 +19,9 @@ from connector.engine.archive import load_directory
 from connector.engine.brain import Brain
 from connector.engine.errors import BrainError
 from connector.engine.ops import Forget, Pin, Unpin, Verify, connector_memorize
+from tests.support.fixtures import project_parity_dir
 
-FIXTURES = Path("/work/shared/fixtures/recall-parity/brains")
+FIXTURES = project_parity_dir() / "brains"
 WORDS = ["cache", "deploy", "postgres", "review", "budget", "lunch", "guitar", "kubernetes", "release"]
 
 

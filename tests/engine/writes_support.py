@@ -14,7 +14,7 @@ from connector.engine.archive import load_directory
 from connector.engine.brain import Brain, dump_json
 from connector.engine.frontmatter import frontmatter_text
 from connector.engine.text import document_text, memory_body, term_counts
-from tests.engine.conftest import REPO_ROOT
+from tests.support.fixtures import project_parity_dir
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, 123000, tzinfo=UTC)
 NOW_ISO = "2026-03-01T12:00:00.123Z"
@@ -24,23 +24,29 @@ OUR_JSON = {"index.json", "associations.json", "search-index.json", "pinned.json
 
 
 # The write tests name particular fixture brains and memories, so they always use the
-# project's own fixture set (RECALL_PARITY_DIR may point the parity test elsewhere).
-FIXTURES = (REPO_ROOT.parent / "shared" / "fixtures" / "recall-parity" / "brains").resolve()
+# project's own fixture set (RECALL_PARITY_DIR may point the parity test elsewhere): the
+# full set in ../shared, else the subset in tests/fixtures (brains it lacks skip).
+FIXTURES = project_parity_dir() / "brains"
 
 
 def require_fixtures() -> None:
-    """Skip the calling test module when the fixture brains are not beside the repository."""
+    """Skip the calling test module when no fixture brains are found (a damaged checkout)."""
     if not (FIXTURES / "brain-1-00" / "index.json").is_file():
         pytest.skip(f"fixture brains not found at {FIXTURES}", allow_module_level=True)
 
 
 def fixture_brain(name: str) -> Brain:
-    """A fixture brain loaded into memory (the fixture directory is never written)."""
-    return load_directory(FIXTURES / name)
+    """A fixture brain loaded into memory (the fixture directory is never written); the calling
+    test skips when ``name`` is not in the subset a bare clone has."""
+    return load_directory(fixture_path(name))
 
 
 def fixture_path(name: str) -> Path:
-    return FIXTURES / name
+    """The directory of fixture brain ``name`` (skips the test when it is not there)."""
+    path = FIXTURES / name
+    if not (path / "index.json").is_file():
+        pytest.skip(f"fixture brain {name} is only in the full set (../shared/fixtures/recall-parity)")
+    return path
 
 
 def index(brain: Brain) -> dict[str, Any]:

@@ -186,6 +186,23 @@ def test_image_build_context_holds_what_the_image_needs() -> None:
     assert 'CMD ["brain-store", "serve"]' in dockerfile
 
 
+def test_image_makes_every_volume_mount_point_for_its_user(compose: dict[str, Any]) -> None:
+    """A named volume takes the owner of the image's directory: each one compose mounts must exist
+    in the image and belong to the unprivileged user (else the connector cannot write its state key)."""
+    dockerfile = (REPO_ROOT / "Dockerfile").read_text()
+    final = dockerfile.split("\nFROM ")[-1]
+    made = set(re.findall(r"mkdir -p ([^&\n]+)", final)[0].split())
+    owned = set(re.findall(r"chown brain:brain ([^&\n]+)", final)[0].split())
+    mounted = {volume.split(":")[1] for service in compose["services"].values()
+               for volume in service.get("volumes", []) if not volume.split(":")[0].startswith((".", "/"))
+               and service.get("image") == "brain-store:latest"}
+    assert mounted == {"/data", "/state"}
+    assert mounted <= made and mounted <= owned
+    # the base image is a build argument whose default users get unchanged
+    assert re.search(r"^ARG BASE_IMAGE=python:3\.11-slim$", dockerfile, re.M)
+    assert dockerfile.count("FROM ${BASE_IMAGE}") == 2
+
+
 def _documented() -> set[str]:
     text = (DEPLOY / "env.example").read_text()
     return set(re.findall(r"^#?\s*([A-Z][A-Z0-9_]+)=", text, re.M))

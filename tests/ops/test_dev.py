@@ -95,6 +95,14 @@ async def test_dev_prints_urls_token_and_a_client_signs_in_memorizes_and_recalls
         text = "\n".join(run.lines)
         assert f"claude mcp add --transport http brain {run.mcp_url}" in text
         assert "Claude Desktop" in text
+        # The banner names the data and the exact command adding a user to this store, which works.
+        assert f"store data: {data.resolve() / 'store'}" in text
+        add_line = next(line.strip() for line in run.lines if line.strip().startswith("brain-store user add NAME"))
+        assert add_line == f"brain-store user add NAME --data {data.resolve() / 'store'}"
+        added = subprocess.run([console_script("brain-store"), *add_line.replace("NAME", "newcomer").split()[1:]], capture_output=True,
+                               text=True, timeout=60, check=True)
+        new_token = added.stdout.strip().splitlines()[-1]
+        assert httpx2.get(run.store_url + "/auth/me", headers={"Authorization": f"Bearer {new_token}"}).status_code == 200
         # The token is kept private on disk so a restart keeps client sign-ins working.
         token_file = data / "demo-token"
         assert token_file.read_text().strip() == run.token
@@ -124,3 +132,38 @@ async def test_dev_prints_urls_token_and_a_client_signs_in_memorizes_and_recalls
                 found = await client.call_tool("brain_recall", {"query": "blue-green payments"})
                 assert "blue-green" in str(found.structured_content or found.content)
         assert len(attempts) == 1, "no new sign-in after a restart"
+
+
+@pytest.mark.parametrize("which", ["--port", "--connector-port"])
+def test_dev_says_which_port_is_in_use_before_starting(which: str, tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        started = time.monotonic()
+        done = subprocess.run([console_script("brain-store"), "dev", "--data", str(tmp_path / "d"), which, str(port)],
+                              capture_output=True, text=True, cwd=REPO_ROOT, timeout=60)
+        took = time.monotonic() - started
+    assert done.returncode == 1
+    assert f"port {port} is in use" in done.stderr and "store URL" not in done.stdout
+    assert "Traceback" not in done.stderr and not (tmp_path / "d").exists()
+    assert took < 15, took
+
+
+def test_make_dev_passes_extra_arguments() -> None:
+    done = subprocess.run(["make", "-n", "-o", ".venv/.installed", "dev", "ARGS=--port 9000 --connector-port 9001"],
+                          capture_output=True, text=True, cwd=REPO_ROOT, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert "brain-store dev --data .dev-data --port 9000 --connector-port 9001" in done.stdout
+
+
+def test_check_against_the_dev_store_passes_in_under_30_seconds(tmp_path: Path) -> None:
+    with brain_store_dev(tmp_path / "dev-data", free_port(), free_port()) as run:
+        started = time.monotonic()
+        done = subprocess.run([console_script("brain-store"), "check", "--url", run.store_url, "--token", run.token],
+                              capture_output=True, text=True, cwd=REPO_ROOT, timeout=120)
+        took = time.monotonic() - started
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert re.search(r"^\[1/\d+\] PASS ", done.stderr, re.M)  # progress, one line per check
+    assert "rate-limited" not in done.stderr  # the dev store does not pace its one user
+    assert took < 30, took

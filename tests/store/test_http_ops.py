@@ -52,6 +52,7 @@ def test_user_cli_applies_without_restart(tmp_path: Path) -> None:
 
 def test_cli_errors_are_clean(tmp_path: Path) -> None:
     data = tmp_path / "data"
+    data.mkdir()  # a missing data directory is its own error (tests/store/test_user_cli.py)
     r = subprocess.run([console_script("brain-store"), "user", "rotate", "ghost", "--data", str(data)],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "ghost" in r.stderr and "Traceback" not in r.stderr

@@ -69,7 +69,7 @@ def _race_round(ctx: Context, brain_id: str, base: str, round_no: int) -> tuple[
 
     def writer(i: int) -> None:
         with ctx.new_client() as http:
-            client = UserClient(http, ctx.user.token)
+            client = UserClient(http, ctx.user.token, pacer=ctx.user.pacer)
             try:
                 barrier.wait(timeout=30)
                 statuses[i] = client.upload(brain_id, archives[i], headers={"If-Match": quoted(base)}).status_code

@@ -1,0 +1,35 @@
+"""Settings for the whole test run: tests write only under temporary directories.
+
+HOME points at a fresh temporary directory for the session (and for every subprocess a
+test starts), so nothing a test runs (a default ``~/.brain-store`` data or spool
+directory, a tool's cache) reaches the real home directory.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+import pytest
+
+_REAL_HOME = os.environ.get("HOME", "")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Give this test process (each xdist worker too) its own temporary HOME."""
+    home = tempfile.mkdtemp(prefix="brain-store-test-home-")
+    config.stash[_HOME_KEY] = home
+    os.environ["HOME"] = home
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Put HOME back and remove the temporary one."""
+    home = config.stash.get(_HOME_KEY, None)
+    if _REAL_HOME:
+        os.environ["HOME"] = _REAL_HOME
+    if home:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+_HOME_KEY = pytest.StashKey[str]()

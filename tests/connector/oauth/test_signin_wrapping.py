@@ -1,0 +1,69 @@
+"""The sign-in page on a narrow screen: long host names and ids wrap, ordinary words stay whole."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from urllib.parse import urlencode
+
+import httpx
+import pytest
+
+from connector.oauth.pkce import s256
+
+from ..conftest import RunningStore
+from .live import running_connector
+from .test_signin_browser import CHROMIUM, CHROMIUM_ARGS
+
+pytestmark = [
+    pytest.mark.timeout(240),
+    pytest.mark.skipif(shutil.which(CHROMIUM) is None, reason="Debian chromium is not installed"),
+]
+
+LONG_HOST = "an-unusually-long-host-name-that-must-wrap-somewhere.example.org"
+
+# Every ordinary word (a whitespace-separated run of at most 20 letters, punctuation aside) of
+# the page's muted paragraphs that spans two lines; long names and ids may wrap anywhere.
+BROKEN_WORDS = """() => {
+  const broken = [];
+  for (const p of document.querySelectorAll('.muted')) {
+    const walker = document.createTreeWalker(p, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      for (const m of node.data.matchAll(/(?<=^|\\s|\\()[A-Za-z]{2,20}(?=[.,;:)]?(\\s|$))/g)) {
+        const range = document.createRange();
+        range.setStart(node, m.index);
+        range.setEnd(node, m.index + m[0].length);
+        const tops = new Set([...range.getClientRects()].map(r => Math.round(r.top)));
+        if (tops.size > 1) broken.push(m[0]);
+      }
+    }
+  }
+  return broken;
+}"""
+
+
+def test_narrow_page_breaks_only_long_names(store: RunningStore, tmp_path: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    with running_connector(tmp_path, store.url, state_dir=tmp_path / "state") as connector:
+        base = connector.base_url
+        redirect = f"https://{LONG_HOST}/callback"
+        registered = httpx.post(base + "/register", json={"redirect_uris": [redirect], "client_name": "Narrow"})
+        assert registered.status_code == 201, registered.text
+        url = base + "/authorize?" + urlencode({
+            "response_type": "code", "client_id": registered.json()["client_id"], "redirect_uri": redirect,
+            "state": "s", "code_challenge": s256("v" * 43), "code_challenge_method": "S256",
+            "resource": base + "/mcp", "scope": "brain.read"})
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+            try:
+                page = browser.new_page(viewport={"width": 320, "height": 640})
+                response = page.goto(url)
+                assert response is not None and response.status == 200
+                assert LONG_HOST in page.inner_text("body")
+                broken = [w for w in page.evaluate(BROKEN_WORDS) if w not in LONG_HOST]
+                assert broken == [], f"ordinary words broken mid-word: {broken}"
+                # the long host name wraps instead of widening the page
+                assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+            finally:
+                browser.close()

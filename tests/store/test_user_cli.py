@@ -1,0 +1,115 @@
+"""`brain-store user ...` as an operator meets it: which store it acts on, a missing data
+directory, brains of removed users (list, purge, adopt), and one meaning of "stored bytes"."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.store.conftest import add_user, brain_files, cli, make_archive, start_store, upload
+from tests.support.processes import console_script
+
+KEY = "33" * 32
+
+
+def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([console_script("brain-store"), *args], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, **(env or {})})
+
+
+@pytest.mark.parametrize("args", [("user", "list"), ("user", "rotate", "alice"), ("user", "remove", "alice"),
+                                  ("user", "allow", "alice"), ("user", "orphans"), ("user", "purge", "usr_12345678"),
+                                  ("user", "adopt", "usr_12345678", "bob")])
+def test_commands_on_a_missing_data_directory_say_so_and_create_nothing(args: tuple[str, ...], tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-store"
+    done = _run(*args, "--data", str(missing))
+    assert done.returncode == 1
+    assert done.stderr.strip() == (f"Error: {missing}: no such data directory (give the store's --data or "
+                                   "STORE_DATA_DIR; `brain-store user add` creates a new one)")
+    assert not missing.exists()
+
+
+def test_each_user_command_names_the_data_directory(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    added = cli("user", "add", "alice", data=data)
+    assert added.stdout.startswith("created user alice (") and f") in {data}\n" in added.stdout
+    assert cli("user", "list", data=data).stdout.startswith(f"users of {data}:\n")
+    assert f"in {data};" in cli("user", "rotate", "alice", data=data).stdout
+    assert f"from {data};" in cli("user", "remove", "alice", data=data).stdout
+
+
+def test_brains_of_removed_users_are_listed_purged_or_adopted(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    env = {**os.environ, "STORE_ENCRYPTION_KEY": KEY}  # adopted brains stay readable: same id, same key
+    tokens = {name: add_user(data, name) for name in ("alice", "bob", "carol")}
+    archive = make_archive(brain_files(3, "bob"))
+    with start_store(tmp_path, data=data, env={"STORE_ENCRYPTION_KEY": KEY}) as store:
+        ids = {}
+        for name in ("bob", "carol"):
+            client = store.client(tokens[name])
+            ids[name] = client.get("/auth/me").json()["user"]["id"]
+            brain = client.get("/api/brains").json()[0]["id"]
+            assert upload(client, brain, archive).status_code == 200
+        assert "no brains" not in cli("user", "orphans", data=data, env=env).stdout
+        for name in ("bob", "carol"):
+            removed = cli("user", "remove", name, data=data, env=env).stdout
+            assert f"`brain-store user purge {ids[name]}`" in removed and f"user adopt {ids[name]} NAME" in removed
+            assert store.client(tokens[name]).get("/auth/me").status_code == 401
+
+        listing = cli("user", "list", data=data, env=env).stdout
+        assert "2 brain(s) of 2 removed user(s) are still kept: `brain-store user orphans`" in listing
+        orphans = cli("user", "orphans", data=data, env=env).stdout
+        assert ids["bob"] in orphans and ids["carol"] in orphans and ids["bob"] not in listing
+
+        # a current user is neither purged nor adopted through these commands
+        alice_id = store.client(tokens["alice"]).get("/auth/me").json()["user"]["id"]
+        refused = _run("user", "purge", alice_id, "--data", str(data), env={"STORE_ENCRYPTION_KEY": KEY})
+        assert refused.returncode == 1 and "is a current user" in refused.stderr
+
+        adopted = cli("user", "adopt", ids["bob"], "robert", data=data, env=env).stdout
+        assert "with the 1 brain(s) of the removed user" in adopted
+        robert = store.client(adopted.strip().splitlines()[-1])
+        assert robert.get("/auth/me").json()["user"] == {**robert.get("/auth/me").json()["user"], "name": "robert"}
+        brain = robert.get("/api/brains").json()[0]
+        got = robert.get(f"/api/brains/{brain['id']}/sync")
+        assert got.status_code == 200 and hashlib.sha256(got.content).hexdigest() == hashlib.sha256(archive).hexdigest()
+        assert store.client(tokens["bob"]).get("/auth/me").status_code == 401  # the old token stays dead
+
+        purged = cli("user", "purge", ids["carol"], data=data, env=env).stdout
+        assert purged.startswith(f"deleted 1 brain(s) of removed user {ids['carol']} from {data}")
+        assert not (data / "brains" / ids["carol"]).exists()
+        assert cli("user", "orphans", data=data, env=env).stdout.endswith("none\n")
+        gone = _run("user", "adopt", ids["carol"], "x", "--data", str(data), env={"STORE_ENCRYPTION_KEY": KEY})
+        assert gone.returncode == 1 and "no brains of a removed user" in gone.stderr
+
+
+def test_stored_bytes_mean_the_same_everywhere(tmp_path: Path) -> None:
+    """user list, the API's stored_bytes, backup, restore and migrate print one number for one store."""
+    data = tmp_path / "data"
+    env = {**os.environ, "STORE_ENCRYPTION_KEY": KEY, "STORE_FSYNC": "0"}  # sealed blobs are larger on disk
+    token = add_user(data, "alice")
+    with start_store(tmp_path, data=data, env={"STORE_ENCRYPTION_KEY": KEY}) as store:
+        client = store.client(token)
+        brain = client.get("/api/brains").json()[0]["id"]
+        for i in range(3):
+            assert upload(client, brain, make_archive(brain_files(4, f"v{i}"))).status_code == 200
+        api = sum(b["stored_bytes"] for b in client.get("/api/brains").json())
+    row = next(line for line in cli("user", "list", data=data, env=env).stdout.splitlines() if " alice " in line)
+    assert int(row.split()[-2]) == api
+    on_disk = sum(p.stat().st_size for p in data.rglob("blobs/*"))
+    assert on_disk > api  # what the number is not: the sealed files' size
+
+    backup = tmp_path / "b.bak"
+    made = cli("backup", "--to", str(backup), data=data, env=env).stderr
+    assert re.search(rf"backup done: .* {api} stored bytes; backup file \d+ bytes", made), made
+    restored = cli("restore", "--from", str(backup), data=tmp_path / "copy", env=env).stderr
+    assert f"verified: 1 user(s), 1 brain(s), 3 archive(s), {api} stored bytes" in restored
+    assert re.search(rf"restore done: .* {api} stored bytes", restored), restored
+    moved = subprocess.run([console_script("brain-store"), "migrate", "--from", str(data), "--to",
+                            str(tmp_path / "moved")], capture_output=True, text=True, timeout=60, env=env)
+    assert f"{api} stored bytes" in moved.stdout, moved.stdout + moved.stderr
