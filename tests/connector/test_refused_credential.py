@@ -10,23 +10,16 @@ token are still dropped and told, as before.
 from __future__ import annotations
 
 import asyncio
-import subprocess
 from dataclasses import replace
 
 import pytest
 
 from connector.engine.ops import connector_memorize
 from connector.workcopy.manager import SIGN_IN_AGAIN, BrainUnavailable, ManagerTuning, WorkingCopyManager
-from tests.connector.conftest import RunningStore, StoreUser
+from tests.connector.conftest import RunningStore
 from tests.connector.test_workcopy import FlakyUploads, account_for
-from tests.support.processes import console_script
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def _rotate(store: RunningStore, user: StoreUser) -> None:
-    subprocess.run([console_script("brain-store"), "user", "rotate", user.name, "--data", str(store.data)],
-                   capture_output=True, text=True, timeout=60, check=True)
 
 
 def test_a_refused_store_token_is_reported_and_an_oidc_refusal_is_not(store: RunningStore) -> None:
@@ -40,7 +33,7 @@ def test_a_refused_store_token_is_reported_and_an_oidc_refusal_is_not(store: Run
         await manager.snapshot(alice_app)
         await manager.snapshot(account_for(bob))
         assert told == []
-        _rotate(store, alice)
+        store.rotate(alice)
         await asyncio.sleep(0.02)
         with pytest.raises(BrainUnavailable, match=SIGN_IN_AGAIN):
             await manager.snapshot(alice_app)
@@ -69,7 +62,7 @@ def test_a_held_write_refused_for_a_rotated_token_is_dropped_told_and_reported(s
         client.failing = True
         held = await manager.write(account, connector_memorize("Held while the store is away"), "memorize")
         assert not held.synced
-        _rotate(store, carol)
+        store.rotate(carol)
         client.failing = False
         await asyncio.sleep(0.05)
         await manager.maintain()  # the retry is refused (401): dropped for good, and reported

@@ -14,11 +14,8 @@ from the connector, Bob's too, with 429.
 from __future__ import annotations
 
 import asyncio
-import secrets
-import subprocess
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 import httpx2
 import pytest
@@ -26,10 +23,8 @@ import pytest
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.support.processes import console_script
-
-from ..conftest import RunningStore, StoreUser, start_store
-from .live import MemoryStorage, running_connector, signed_in_provider
+from ..conftest import RunningStore, StoreUser
+from .live import MemoryStorage, memorize_and_recall, running_connector, signed_in_provider
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(240)]
 
@@ -38,24 +33,6 @@ ALICE_CALLS = 100
 
 class SignInAgain(Exception):
     """Alice's 'browser' was sent to a sign-in page: her client must sign in again."""
-
-
-@pytest.fixture
-def running_store(tmp_path: Path) -> Iterator[RunningStore]:
-    """A store with its default failed-login limit, trusting the connector on loopback as documented."""
-    running, manager = start_store(tmp_path, env={"STORE_TRUST_PROXY": "loopback"})
-    try:
-        yield running
-    finally:
-        manager.__exit__(None, None, None)  # type: ignore[attr-defined]
-
-
-def _rotate(store: RunningStore, user: StoreUser) -> str:
-    done = subprocess.run(
-        [console_script("brain-store"), "user", "rotate", user.name, "--data", str(store.data)],
-        capture_output=True, text=True, timeout=60, check=True,
-    )
-    return done.stdout.strip().splitlines()[-1].strip()
 
 
 def _is_sign_in_again(exc: BaseException) -> bool:
@@ -117,57 +94,30 @@ def _away(pages: list[str]) -> Callable[[str], Awaitable[None]]:
     return handler
 
 
-async def _bob_rounds(url: str, bob: StoreUser, done: asyncio.Event, signed_in: asyncio.Event) -> list[tuple[str, bool]]:
-    """Bob memorizes and recalls until Alice is done, and twice more; each step and whether it worked."""
-    provider = signed_in_provider(url, bob.token, MemoryStorage(), client_name="bob's app")
-    outcomes: list[tuple[str, bool]] = []
-    headers = {"X-Forwarded-For": "198.51.100.8"}
-    async with httpx2.AsyncClient(auth=provider, timeout=httpx2.Timeout(60), headers=headers) as http:
-        async with Client(streamable_http_client(url, http_client=http)) as client:  # type: ignore[arg-type]
-            await client.list_tools()
-            signed_in.set()
-            after = 0
-            for number in range(400):
-                if done.is_set():
-                    after += 1
-                    if after > 2:
-                        break
-                fact = f"bob keeps note {number}: the {secrets.token_hex(4)} release ships on day {number}"
-                saved = await client.call_tool("brain_memorize", {"content": fact, "origin": "user"})
-                body: dict[str, Any] = saved.structured_content or {}
-                ok = not saved.is_error and body.get("synced") is True
-                outcomes.append(("memorize", ok))
-                if ok:
-                    hits = await client.call_tool("brain_recall", {"query": fact})
-                    found = [hit["id"] for hit in (hits.structured_content or {}).get("results", [])]
-                    outcomes.append(("recall", not hits.is_error and body["stored"]["id"] in found))
-                await asyncio.sleep(0.2)
-    return outcomes
-
-
-async def test_a_rotated_token_ends_its_sessions_and_locks_nobody_out(running_store: RunningStore, tmp_path: Path) -> None:
-    alice, bob = running_store.add_user("alice"), running_store.add_user("bob")
+async def test_a_rotated_token_ends_its_sessions_and_locks_nobody_out(trusting_store: RunningStore, tmp_path: Path) -> None:
+    alice, bob = trusting_store.add_user("alice"), trusting_store.add_user("bob")
     # Copies re-checked every second, so Alice's calls reach the store soon after the rotation.
     env = {"CONNECTOR_REPULL_TTL_MS": "1000"}
-    with running_connector(tmp_path, running_store.url, state_dir=tmp_path / "state", extra_env=env) as connector:
+    with running_connector(tmp_path, trusting_store.url, state_dir=tmp_path / "state", extra_env=env) as connector:
         url = connector.base_url + "/mcp"
         rotated, alice_in, bob_in, alice_done = asyncio.Event(), asyncio.Event(), asyncio.Event(), asyncio.Event()
         alice_task = asyncio.create_task(_alice_calls(url, alice, rotated, alice_in))
-        bob_task = asyncio.create_task(_bob_rounds(url, bob, alice_done, bob_in))
+        bob_outcomes: list[tuple[str, str, bool]] = []
+        bob_task = asyncio.create_task(memorize_and_recall(url, bob, alice_done, bob_in, bob_outcomes))
         await asyncio.wait_for(asyncio.gather(alice_in.wait(), bob_in.wait()), 120)
 
         loop = asyncio.get_running_loop()
         started = loop.time()
-        new_token = await asyncio.to_thread(_rotate, running_store, alice)
+        new_token = await asyncio.to_thread(trusting_store.rotate, alice)
         rotated.set()
         outcomes, pages = await asyncio.wait_for(alice_task, 120)
         took = loop.time() - started
         alice_done.set()
-        bob_outcomes = await asyncio.wait_for(bob_task, 120)
+        await asyncio.wait_for(bob_task, 120)
 
         assert len(outcomes) == ALICE_CALLS and took < 60, (len(outcomes), took)
         # Bob never noticed: every write reached the store, every recall found it.
-        assert len(bob_outcomes) >= 10 and all(ok for _, ok in bob_outcomes), bob_outcomes
+        assert len(bob_outcomes) >= 10 and all(ok for _, _, ok in bob_outcomes), bob_outcomes
         # Alice: served from her copy until it is re-checked, then told once, then asked to sign in again.
         refused = [outcome for outcome in outcomes if outcome.startswith("refused")]
         assert 1 <= len(refused) <= 2, refused
@@ -186,10 +136,10 @@ async def test_a_rotated_token_ends_its_sessions_and_locks_nobody_out(running_st
 
 
 async def test_a_write_refused_for_a_rotated_token_says_not_saved_then_sign_in_again(
-    running_store: RunningStore, tmp_path: Path
+    trusting_store: RunningStore, tmp_path: Path
 ) -> None:
-    carol = running_store.add_user("carol")
-    with running_connector(tmp_path, running_store.url, state_dir=tmp_path / "state") as connector:
+    carol = trusting_store.add_user("carol")
+    with running_connector(tmp_path, trusting_store.url, state_dir=tmp_path / "state") as connector:
         url = connector.base_url + "/mcp"
         pages: list[str] = []
         provider = signed_in_provider(url, carol.token, MemoryStorage(), client_name="carol's app", attempts=pages)
@@ -197,7 +147,7 @@ async def test_a_write_refused_for_a_rotated_token_says_not_saved_then_sign_in_a
             async with Client(streamable_http_client(url, http_client=http)) as client:  # type: ignore[arg-type]
                 saved = await client.call_tool("brain_memorize", {"content": "Saved with the old token"})
                 assert not saved.is_error and (saved.structured_content or {}).get("synced") is True
-            await asyncio.to_thread(_rotate, running_store, carol)
+            await asyncio.to_thread(trusting_store.rotate, carol)
             provider.context.redirect_handler = _away(pages)
             async with Client(streamable_http_client(url, http_client=http)) as client:  # type: ignore[arg-type]
                 refused = await client.call_tool("brain_memorize", {"content": "Written after the rotation"})
