@@ -17,6 +17,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import httpx
 import httpx2
 import pytest
 
@@ -33,6 +34,14 @@ ALICE_CALLS = 100
 
 class SignInAgain(Exception):
     """Alice's 'browser' was sent to a sign-in page: her client must sign in again."""
+
+
+def _store_answers(store: RunningStore, status: int) -> float:
+    """How many requests the store has answered with ``status`` (its /metrics)."""
+    text = httpx.get(store.url + "/metrics", timeout=30).text
+    wanted = f'status="{status}"'
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("brain_store_requests_total{") and wanted in line)
 
 
 def _is_sign_in_again(exc: BaseException) -> bool:
@@ -108,23 +117,27 @@ async def test_a_rotated_token_ends_its_sessions_and_locks_nobody_out(trusting_s
 
         loop = asyncio.get_running_loop()
         started = loop.time()
+        refused_before, limited_before = _store_answers(trusting_store, 401), _store_answers(trusting_store, 429)
         new_token = await asyncio.to_thread(trusting_store.rotate, alice)
         rotated.set()
         outcomes, pages = await asyncio.wait_for(alice_task, 120)
         took = loop.time() - started
         alice_done.set()
         await asyncio.wait_for(bob_task, 120)
+        refused = _store_answers(trusting_store, 401) - refused_before
+        limited = _store_answers(trusting_store, 429) - limited_before
 
         assert len(outcomes) == ALICE_CALLS and took < 60, (len(outcomes), took)
+        # Her dead token cost the store one failed login, not one per call; nobody was refused 429.
+        assert refused == 1 and limited == 0, (refused, limited)
         # Bob never noticed: every write reached the store, every recall found it.
         assert len(bob_outcomes) >= 10 and all(ok for _, _, ok in bob_outcomes), bob_outcomes
         # Alice: served from her copy until it is re-checked, then told once, then asked to sign in again.
-        refused = [outcome for outcome in outcomes if outcome.startswith("refused")]
-        assert 1 <= len(refused) <= 2, refused
-        assert all("sign in again" in outcome for outcome in refused), refused
-        first_refusal = outcomes.index(refused[0])
+        told = [outcome for outcome in outcomes if outcome.startswith("refused")]
+        assert len(told) == 1 and "sign in again" in told[0], told
+        first_refusal = outcomes.index(told[0])
         assert set(outcomes[:first_refusal]) <= {"ok"}, outcomes
-        assert set(outcomes[first_refusal + len(refused):]) == {"sign in again"}, outcomes
+        assert set(outcomes[first_refusal + 1:]) == {"sign in again"}, outcomes
         # One sign-in page, the first; then one for each call refused with 401.
         assert len(pages) == 1 + outcomes.count("sign in again"), (len(pages), outcomes)
 
