@@ -66,6 +66,8 @@ async def _alice_calls(url: str, alice: StoreUser, rotated: asyncio.Event, signe
     pages: list[str] = []
     provider = signed_in_provider(url, alice.token, MemoryStorage(), client_name="alice's app", attempts=pages)
     outcomes: list[str] = []
+    # Her own address (through the connector's trusted loopback proxy): her calls spend her
+    # share of the connector's per-address /mcp limit, not Bob's.
     headers = {"X-Forwarded-For": "198.51.100.7"}
     async with httpx2.AsyncClient(auth=provider, timeout=httpx2.Timeout(60), headers=headers) as http:
         async with Client(streamable_http_client(url, http_client=http)) as client:  # type: ignore[arg-type]
