@@ -162,6 +162,7 @@ class McpGate:
             credential=claims.store_credential,
             kind=claims.idp or "static",
             client_name=claims.client_name or claims.client_id,
+            session=claims.family,
         )
         scope[CALLER_SCOPE_KEY] = Caller(account=account, scopes=frozenset(claims.scope))  # type: ignore[literal-required]
         await self.endpoint(scope, receive, send)

@@ -140,6 +140,22 @@ class RefreshGrants:
             r.get("subject") == subject and r.get("expires", 0) > current for r in self._state.families.records.values()
         )
 
+    def families_using(self, subject: str, store_credential: str) -> list[str]:
+        """The ids of ``subject``'s families (OIDC ones aside) whose store credential is ``store_credential``.
+
+        Only that subject's secrets are opened (a person has a few sign-ins, one per
+        app and device), and each is compared in constant time.
+        """
+        wanted = store_credential.encode("utf-8")
+        found: list[str] = []
+        for family_id, record in list(self._state.families.records.items()):
+            if not isinstance(record, dict) or record.get("subject") != subject or record.get("idp") == "oidc":
+                continue
+            family = self._family(family_id, record)
+            if family is not None and hmac.compare_digest(family.store_credential.encode("utf-8"), wanted):
+                found.append(family_id)
+        return found
+
     def load_family(self, family_id: str) -> Family | None:
         """The family ``family_id`` (secrets opened), or None."""
         record = self._state.families.get(family_id)

@@ -129,7 +129,8 @@ def build_oauth(
     """The authorization server and its routes, from the connector's settings.
 
     ``manager`` (the working-copy manager) is told when a user's last session
-    ends, so their copies are purged. Raises ConfigurationError when no
+    ends, so their copies are purged, and tells the server when the store refuses
+    a store token, so the sign-ins using it end. Raises ConfigurationError when no
     identity provider is configured.
     """
     chosen = provider or choose_provider(settings)
@@ -150,6 +151,9 @@ def build_oauth(
         box=state.box,
         signin_attempts_per_min=int(getattr(settings, "signin_attempts_per_min", SIGNIN_ATTEMPTS_PER_MIN)),
     )
+    if manager is not None and hasattr(manager, "on_credential_refused"):
+        # A store token the store refuses ends its sign-ins at once (see WorkingCopyManager._watching).
+        manager.on_credential_refused = server.end_refused_sign_ins
     handlers = oauth_route_handlers(server, settings, dev=chosen.kind == "dev")
     return OAuthMount(server=server, provider=chosen, route_handlers=handlers)
 

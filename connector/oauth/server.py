@@ -580,6 +580,25 @@ class AuthorizationServer:
         except Exception:  # the session is over either way; a purge failure must not turn into a 500
             log.exception("session-end hook failed")
 
+    def end_refused_sign_ins(self, subject: str, store_credential: str, session: str = "") -> int:
+        """The store refused a store token (401): end every sign-in using it, and ``session``.
+
+        Their refresh tokens die and their access tokens are refused from now on, so
+        the clients are sent to sign in again instead of presenting the dead token to
+        the store on every call (each a failed login the store counts against the
+        connector's address). The working copies are not purged here: this runs while
+        the manager holds a copy's lock, and idle copies go on their own. Returns how
+        many sign-ins ended.
+        """
+        now = self._clock()
+        ended = set(self.grants.families_using(subject, store_credential))
+        if session:
+            ended.add(session)
+        for family_id in ended:
+            self.grants.revoke_family(family_id, now)
+        log.info("the store refused a store token: its sign-ins ended", extra={"sign_ins": len(ended)})
+        return len(ended)
+
     def _lock_for(self, family_id: str) -> asyncio.Lock:
         return self._locks[zlib.crc32(family_id.encode("utf-8")) % _LOCK_STRIPES]
 

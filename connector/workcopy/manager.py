@@ -64,6 +64,10 @@ from connector.workcopy.store_client import (
 
 log = logging.getLogger("connector.workcopy")
 
+SIGN_IN_AGAIN = "The store refused this sign-in's credential; sign in again."
+# Told (subject, store credential, session) when the store refuses a store token for good.
+CredentialRefused = Callable[[str, str, str], None]
+
 
 class BrainChoices(Protocol):
     """Where each user's chosen brain is persisted (the OAuth state store implements this)."""
@@ -294,6 +298,8 @@ class WorkingCopyManager:
         # Brain loads under way (bounded), and the bytes of the budget they have reserved.
         self._loads = asyncio.Semaphore(max(1, self.tuning.max_loads))
         self._reserved = 0
+        # Set by the OAuth side (connector/oauth/routes.py): ends the sign-ins of a dead store token.
+        self.on_credential_refused: CredentialRefused | None = None
 
     # ----- lifecycle -------------------------------------------------------
 
@@ -393,7 +399,8 @@ class WorkingCopyManager:
         if state.brains is not None and fresh and not force:
             return state.brains
         try:
-            state.brains = await self.store.list_brains(state.account.credential)
+            with self._watching(state.account):
+                state.brains = await self.store.list_brains(state.account.credential)
             state.brains_at = self._mono()
         except StoreUnreachable:
             if state.brains is None:
@@ -496,9 +503,10 @@ class WorkingCopyManager:
         old_key = copy.key
         async with self._loads:  # downloads and unpacking: a few at once
             try:
-                download = await self.store.download(
-                    copy.account.credential, copy.brain_id, copy.base_checksum if conditional else None
-                )
+                with self._watching(copy.account):
+                    download = await self.store.download(
+                        copy.account.credential, copy.brain_id, copy.base_checksum if conditional else None
+                    )
             except StoreNotFound:
                 # No archive yet (or the brain is gone): an empty copy, base None.
                 self._forget_brain(copy)
@@ -561,9 +569,7 @@ class WorkingCopyManager:
             copy.checked_at = self._mono()
             log.warning("store unreachable on freshness check; serving the copy held")
         except StoreUnauthorized:
-            raise BrainUnavailable(
-                "The store refused this sign-in's credential; sign in to the connector again."
-            ) from None
+            raise BrainUnavailable(SIGN_IN_AGAIN) from None
         except StoreError as exc:
             raise BrainUnavailable(f"The brain could not be loaded from the store: {exc}.") from None
 
@@ -582,7 +588,7 @@ class WorkingCopyManager:
         except StoreUnreachable:
             raise BrainUnavailable("The store cannot be reached right now. Try again shortly.") from None
         except StoreUnauthorized:
-            raise BrainUnavailable("The store refused this sign-in's credential; sign in again.") from None
+            raise BrainUnavailable(SIGN_IN_AGAIN) from None
         except StoreError as exc:
             raise BrainUnavailable(f"The store answered unexpectedly: {exc}.") from None
         identity = identity_for(account, brains, active)
@@ -635,7 +641,7 @@ class WorkingCopyManager:
         try:
             brains, active = await self._active(account)
         except StoreUnauthorized:
-            raise BrainUnavailable("The store refused this sign-in's credential; sign in again.") from None
+            raise BrainUnavailable(SIGN_IN_AGAIN) from None
         except StoreUnreachable:
             brains, active = [], None
             state = self._users.get(account.subject)
@@ -716,7 +722,8 @@ class WorkingCopyManager:
 
     async def _ensure_brain(self, copy: WorkingCopy) -> None:
         """Create the brain at the store for a copy that has none yet. Lock held."""
-        record = await self.store.create_brain(copy.account.credential)
+        with self._watching(copy.account):
+            record = await self.store.create_brain(copy.account.credential)
         old_key = (copy.subject, None)
         copy.brain_id, copy.brain_name, copy.base_checksum = record.id, record.name, None
         if self._copies.get(old_key) is copy:
@@ -801,14 +808,15 @@ class WorkingCopyManager:
                 if copy.brain_id is None:
                     await self._ensure_brain(copy)
                 assert copy.brain_id is not None
-                if copy.base_checksum is None:
-                    result = await self.store.upload(
-                        copy.account.credential, copy.brain_id, archive, if_none_match_any=True
-                    )
-                else:
-                    result = await self.store.upload(
-                        copy.account.credential, copy.brain_id, archive, if_match=copy.base_checksum
-                    )
+                with self._watching(copy.account):
+                    if copy.base_checksum is None:
+                        result = await self.store.upload(
+                            copy.account.credential, copy.brain_id, archive, if_none_match_any=True
+                        )
+                    else:
+                        result = await self.store.upload(
+                            copy.account.credential, copy.brain_id, archive, if_match=copy.base_checksum
+                        )
             except PreconditionFailed:
                 log.info("push lost a race; rebasing pending writes", extra={"attempt": attempt + 1})
                 if not await self._replay(copy, dropped):
@@ -838,7 +846,8 @@ class WorkingCopyManager:
         if copy.brain_id is not None:  # else: a brain-less account's first writes, recovered
             async with self._loads:
                 try:
-                    download = await self.store.download(copy.account.credential, copy.brain_id, None)
+                    with self._watching(copy.account):
+                        download = await self.store.download(copy.account.credential, copy.brain_id, None)
                 except StoreNotFound:
                     download = None
                 if download is not None and download.data is not None:
@@ -919,6 +928,29 @@ class WorkingCopyManager:
         copy.next_retry_at = 0.0
         copy.checked_at = self._mono()
         copy.synced_at = time.time()
+
+    @contextlib.contextmanager
+    def _watching(self, account: Account) -> Iterator[None]:
+        """Around a store call with ``account``'s credential: a dead store token ends its sign-ins.
+
+        The store counts every 401 as a failed login against the connector's address,
+        which carries every user's requests: a client that kept calling with a removed
+        or rotated token would get the whole connector refused (429) within a minute.
+        So the first 401 for a store token ends the sign-ins using it, and the client's
+        next call is refused here (401, sign in again) without asking the store. An
+        organisation sign-in's 401 only means its ID token expired: kept, as before.
+        The exception goes on to the caller unchanged.
+        """
+        try:
+            yield
+        except StoreUnauthorized as refusal:
+            hook = self.on_credential_refused
+            if refusal.status == 401 and account.kind != "oidc" and hook is not None:
+                try:
+                    hook(account.subject, account.credential, account.session)
+                except Exception:  # the refusal is reported either way; ending the sign-in is best effort
+                    log.exception("ending the sign-ins of a refused store token failed")
+            raise
 
     @staticmethod
     def _final(copy: WorkingCopy, refusal: StoreError) -> bool:

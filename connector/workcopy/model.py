@@ -33,6 +33,8 @@ class Account:
     credential: str
     kind: str = "static"
     client_name: str = ""
+    # The sign-in (refresh-token family) the caller's access token belongs to; "" when unknown.
+    session: str = ""
 
     @property
     def kind_label(self) -> str:

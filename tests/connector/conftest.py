@@ -53,6 +53,17 @@ class RunningStore:
         me = httpx.get(self.url + "/auth/me", headers=auth(token), timeout=30).json()
         return StoreUser(name=name, token=token, id=me["user"]["id"])
 
+    def rotate(self, user: StoreUser) -> str:
+        """Give ``user`` a new token with `brain-store user rotate` (the old one dies at once); the new token."""
+        done = subprocess.run(
+            [console_script("brain-store"), "user", "rotate", user.name, "--data", str(self.data)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        return done.stdout.strip().splitlines()[-1].strip()
+
 
 def auth(token: str) -> dict[str, str]:
     """The Authorization header for a store token."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -23,7 +22,7 @@ import pytest
 
 from tests.connector.conftest import RunningStore, auth, brains_of, download_brain, memory_ids
 from tests.connector.test_e2e_tools import connector, mcp_session, mint, structured
-from tests.support.processes import console_script, free_port
+from tests.support.processes import free_port
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -203,11 +202,7 @@ def test_write_after_the_store_token_was_rotated_is_refused_and_said(store: Runn
     async def scenario(base: str) -> None:
         async with mcp_session(base + "/mcp", mint(base, user, ALL)) as client:
             structured(await client.call_tool("brain_memorize", {"content": "Saved with the old token"}))
-            done = subprocess.run(
-                [console_script("brain-store"), "user", "rotate", user.name, "--data", str(store.data)],
-                capture_output=True, text=True, timeout=60,
-            )
-            assert done.returncode == 0, done.stderr
+            store.rotate(user)
             refused = await client.call_tool("brain_memorize", {"content": "Saved after the rotation"})
             assert refused.is_error
             message = text_of(refused)

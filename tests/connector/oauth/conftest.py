@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,8 @@ from connector.oauth.pkce import s256
 from connector.oauth.server import AuthorizationServer, PageReply, RedirectReply
 from connector.oauth.state import OAuthState
 from connector.oauth.tokens import AccessTokenCodec
+
+from ..conftest import RunningStore, start_store
 
 BASE = "http://127.0.0.1:8788"
 RESOURCE = BASE + "/mcp"
@@ -158,3 +160,13 @@ async def get_tokens(world: World, flow: Flow) -> dict[str, Any]:
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture
+def trusting_store(tmp_path: Path) -> Iterator[RunningStore]:
+    """A store that believes X-Forwarded-For from loopback (where the connector runs), with its default limits."""
+    running, manager = start_store(tmp_path, env={"STORE_TRUST_PROXY": "loopback"})
+    try:
+        yield running
+    finally:
+        manager.__exit__(None, None, None)  # type: ignore[attr-defined]

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
+import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, urljoin, urlsplit
 
 import httpx
+import httpx2
+from mcp.client import Client
 from mcp.client.auth import OAuthClientProvider
+from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
 
+from tests.connector.conftest import StoreUser
 from tests.support.processes import ServerProcess, console_script, free_port, run_server
 
 
@@ -114,3 +121,37 @@ def signed_in_provider(
         redirect_handler=redirect_handler,
         callback_handler=callback_handler,
     )
+
+
+async def memorize_and_recall(url: str, user: StoreUser, attack_done: asyncio.Event, signed_in: asyncio.Event,
+                              outcomes: list[tuple[str, str, bool]]) -> list[str]:
+    """Sign ``user`` in, then memorize and recall until ``attack_done`` and twice more; the ids stored.
+
+    Each step is appended to ``outcomes`` as (user name, "memorize" or "recall", whether it worked):
+    a write counts only when synced to the store, a recall only when it finds that write.
+    """
+    provider = signed_in_provider(url, user.token, MemoryStorage(), client_name=f"{user.name}'s app")
+    stored: list[str] = []
+    async with httpx2.AsyncClient(auth=provider, timeout=httpx2.Timeout(60)) as http:
+        async with Client(streamable_http_client(url, http_client=http)) as client:  # type: ignore[arg-type]
+            await client.list_tools()
+            signed_in.set()
+            after = 0
+            for number in range(200):
+                if attack_done.is_set():
+                    after += 1
+                    if after > 2:
+                        break
+                fact = f"{user.name} keeps note {number}: the {secrets.token_hex(4)} release ships on day {number}"
+                saved = await client.call_tool("brain_memorize", {"content": fact, "origin": "user"})
+                body: dict[str, Any] = saved.structured_content or {}
+                ok = not saved.is_error and body.get("synced") is True
+                outcomes.append((user.name, "memorize", ok))
+                if not ok:
+                    continue
+                stored.append(body["stored"]["id"])
+                hits = await client.call_tool("brain_recall", {"query": fact})
+                found = [hit["id"] for hit in (hits.structured_content or {}).get("results", [])]
+                outcomes.append((user.name, "recall", not hits.is_error and body["stored"]["id"] in found))
+                await asyncio.sleep(0.2)
+    return stored

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import httpx2
@@ -26,23 +24,13 @@ from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from ..conftest import RunningStore, StoreUser, brains_of, download_brain, memory_ids, start_store
-from .live import MemoryStorage, login_id_of, running_connector, signed_in_provider
+from .live import MemoryStorage, login_id_of, memorize_and_recall, running_connector, signed_in_provider
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(240)]
 
 ATTACKERS = [f"203.0.113.{n}" for n in range(1, 21)]
 WRONG_PER_ADDRESS = 10  # the connector's default CONNECTOR_SIGNIN_ATTEMPTS_PER_MIN
 REDIRECT = "http://127.0.0.1:1/callback"
-
-
-@pytest.fixture
-def trusting_store(tmp_path: Path) -> Iterator[RunningStore]:
-    """A store that believes X-Forwarded-For from loopback (where the connector runs), with its default limits."""
-    running, manager = start_store(tmp_path, env={"STORE_TRUST_PROXY": "loopback"})
-    try:
-        yield running
-    finally:
-        manager.__exit__(None, None, None)  # type: ignore[attr-defined]
 
 
 def _authorize_params(base: str, client_id: str) -> dict[str, str]:
@@ -75,36 +63,6 @@ async def _wrong_tokens(http: httpx.AsyncClient, base: str, client_id: str, addr
     return statuses
 
 
-async def _user_rounds(url: str, user: StoreUser, attack_done: asyncio.Event, signed_in: asyncio.Event,
-                       outcomes: list[tuple[str, str, bool]]) -> list[str]:
-    """Sign ``user`` in, then memorize and recall until the attack is over and twice more; the ids stored."""
-    provider = signed_in_provider(url, user.token, MemoryStorage(), client_name=f"{user.name}'s app")
-    stored: list[str] = []
-    async with httpx2.AsyncClient(auth=provider, timeout=httpx2.Timeout(60)) as http:
-        async with Client(streamable_http_client(url, http_client=http)) as client:  # type: ignore[arg-type]
-            await client.list_tools()
-            signed_in.set()
-            after = 0
-            for number in range(200):
-                if attack_done.is_set():
-                    after += 1
-                    if after > 2:
-                        break
-                fact = f"{user.name} keeps note {number}: the {secrets.token_hex(4)} release ships on day {number}"
-                saved = await client.call_tool("brain_memorize", {"content": fact, "origin": "user"})
-                body: dict[str, Any] = saved.structured_content or {}
-                ok = not saved.is_error and body.get("synced") is True
-                outcomes.append((user.name, "memorize", ok))
-                if not ok:
-                    continue
-                stored.append(body["stored"]["id"])
-                hits = await client.call_tool("brain_recall", {"query": fact})
-                found = [hit["id"] for hit in (hits.structured_content or {}).get("results", [])]
-                outcomes.append((user.name, "recall", not hits.is_error and body["stored"]["id"] in found))
-                await asyncio.sleep(0.2)
-    return stored
-
-
 async def test_wrong_tokens_from_many_addresses_lock_nobody_else_out(trusting_store: RunningStore, tmp_path: Path) -> None:
     alice, bob, carol = (trusting_store.add_user(name) for name in ("alice", "bob", "carol"))
     with running_connector(tmp_path, trusting_store.url, state_dir=tmp_path / "state") as connector:
@@ -118,7 +76,7 @@ async def test_wrong_tokens_from_many_addresses_lock_nobody_else_out(trusting_st
         ready = [asyncio.Event(), asyncio.Event()]
         outcomes: list[tuple[str, str, bool]] = []
         users = [
-            asyncio.create_task(_user_rounds(url, user, attack_done, event, outcomes))
+            asyncio.create_task(memorize_and_recall(url, user, attack_done, event, outcomes))
             for user, event in zip((alice, bob), ready, strict=True)
         ]
         await asyncio.wait_for(asyncio.gather(*(event.wait() for event in ready)), 120)
