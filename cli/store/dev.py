@@ -210,7 +210,10 @@ def dev(data: Path, port: int | None, connector_port: int | None) -> None:
     base_env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     # One person on loopback: the per-user limits are raised (unless set) so that trying
     # things, e.g. `brain-store check` against the dev store, is not paced like a public server.
-    store_env = {**DEV_RATE_LIMITS, **base_env, "STORE_BACKEND": "local", "STORE_DATA_DIR": str(store_dir)}
+    # The store listens on loopback only, so trusting loopback proxies lets the connector
+    # name the person signing in (their wrong tokens count against them, not the connector).
+    store_env = {**DEV_RATE_LIMITS, "STORE_TRUST_PROXY": "loopback", **base_env,
+                 "STORE_BACKEND": "local", "STORE_DATA_DIR": str(store_dir)}
     connector_env = {
         **base_env,
         "CONNECTOR_IDP": "static",
