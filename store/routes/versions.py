@@ -20,7 +20,8 @@ async def list_versions(request: Request[Any, Any, Any]) -> ASGIApp:
     brain_id = request.path_params["brain_id"]
     c = ctx(request)
     p = await c.authenticate(request.scope)
-    snaps = await c.run(c.service.versions, p.user_id, parse_brain_id(brain_id))
+    bid = parse_brain_id(brain_id)
+    snaps = await c.run(c.service.versions, c.sharing.authorize(p, bid, "snapshots"), bid)
     versions = [
         {
             "version": s.name,
@@ -44,7 +45,9 @@ async def restore(request: Request[Any, Any, Any]) -> ASGIApp:
     p = await c.authenticate(scope)
     bid = parse_brain_id(brain_id)
     cond = Preconditions.from_headers(header(scope, b"if-match"), header(scope, b"if-none-match"))
-    archive = await anyio.to_thread.run_sync(c.service.restore, p.user_id, bid, name, cond)
+    owner = c.sharing.authorize(p, bid, "restore")
+    archive = await anyio.to_thread.run_sync(c.service.restore, owner, bid, name, cond)
+    c.sharing.record(bid, p, "restore", version=name)
     return json_response(
         200,
         {"restored_version": name, "checksum": archive.checksum, "size_bytes": archive.size,
