@@ -31,7 +31,7 @@ class _Store:
 
     def user(self, who: str) -> Any:
         """A user by name, e-mail or id."""
-        user = self.users.find(who) or next((u for u in self.users.users() if u.email and u.email == who), None)
+        user = self.sharing.find_user(who)
         if user is None:
             raise click.ClickException(f"no user {who!r}")
         return user

@@ -40,7 +40,7 @@ async def list_brains(request: Request[Any, Any, Any]) -> ASGIApp:
     return await serve_list(ctx(request), request.scope)
 
 
-async def _json_body(request: Request[Any, Any, Any]) -> Any:
+async def json_body(request: Request[Any, Any, Any]) -> Any:
     chunks: list[bytes] = []
     total = 0
     async for chunk in request.stream():
@@ -64,7 +64,7 @@ async def create_brain(request: Request[Any, Any, Any]) -> ASGIApp:
     p = await c.authenticate(request.scope)
     if p.key is not None:
         raise ServiceError(403, "an agent key cannot create brains")
-    body = await _json_body(request)
+    body = await json_body(request)
     name = "default"
     if body is not None:
         if not isinstance(body, dict):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from store.auth.authenticate import Principal
-from store.auth.permissions import permitted
+from store.auth.permissions import ROLES, permitted
 from store.auth.users import UserRegistry
 from store.errors import ServiceError
 from store.service import brain_record
@@ -113,6 +113,25 @@ class Sharing:
             self.registry.forget_brain(brain_id)
         if self.audit is not None:
             self.audit.forget(brain_id)
+
+    def find_user(self, who: str) -> Any:
+        """A user by name, e-mail or id, or None."""
+        found = self.users.find(who)
+        if found is None and who:
+            found = next((u for u in self.users.users() if u.email == who), None)
+        return found
+
+    def members(self, brain_id: str, creator_id: str) -> list[dict[str, str]]:
+        """Who shares a brain: the creator first, then members by role (owners first) and name."""
+        share = self.registry.share(brain_id) if self.registry is not None else None
+        roles = [(creator_id, "owner"), *sorted((share.members if share else {}).items(),
+                                                key=lambda m: (-ROLES.index(m[1]), self.user_name(m[0])))]
+        out = []
+        for user_id, role in roles:
+            user = self.users.get(user_id)
+            out.append({"id": user_id, "name": user.name if user else "", "email": user.email if user else "",
+                        "role": role})
+        return out
 
     def user_name(self, user_id: str) -> str:
         """A user's name ("" when the user is gone)."""

@@ -43,7 +43,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     with start_store(tmp, workers=2, env={"STORE_SNAPSHOTS": "100"}) as store:
         data = store.data
         tokens = {name: add_user(data, name, f"{name}@example.org") for name in
-                  ("alice", "olga", "eddie", "vera", "otto")}
+                  ("alice", "olga", "eddie", "vera", "otto", "pia")}
         alice = store.client(tokens["alice"])
         brain = alice.get("/api/brains").json()[0]["id"]
         spare = alice.post("/api/brains", json={"name": "spare"}).json()["id"]
@@ -87,6 +87,10 @@ MATRIX: dict[str, list[int]] = {
     "upload":     [200, 200, 200, 403, 404, 403, 200, 200, 403, 404, 401, 401],
     "restore":    [200, 200, 403, 403, 404, 403, 403, 403, 403, 404, 401, 401],
     # the owners' delete (alice, olga) runs last, in test_owner_deletes_shared_brain_last
+    "members":    [200, 200, 200, 200, 404, 200, 200, 200, 200, 404, 401, 401],
+    "set_member": [200, 200, 403, 403, 404, 403, 403, 403, 403, 404, 401, 401],
+    "audit":      [200, 200, 403, 403, 404, 403, 403, 403, 403, 404, 401, 401],
+    "keys":       [200, 200, 200, 200, 200, 403, 403, 403, 403, 403, 401, 401],
     "delete":     [0, 0, 403, 403, 404, 403, 403, 403, 403, 404, 401, 401],
 }
 
@@ -108,6 +112,14 @@ def _do(world: World, who: str, action: str) -> int:
             with world.client("alice") as owner:
                 name = owner.get(f"/api/brains/{b}/versions").json()["versions"][0]["version"]
             return c.post(f"/api/brains/{b}/versions/{name}/restore").status_code
+        if action == "members":
+            return c.get(f"/api/brains/{b}/members").status_code
+        if action == "set_member":
+            return c.put(f"/api/brains/{b}/members", json={"user": "pia", "role": "viewer"}).status_code
+        if action == "audit":
+            return c.get(f"/api/brains/{b}/audit").status_code
+        if action == "keys":
+            return c.get("/api/keys").status_code
         if action == "delete":
             return c.delete(f"/api/brains/{b}").status_code
     raise AssertionError(action)
@@ -143,6 +155,61 @@ def test_listing_shows_shared_brains_with_role_and_owner(world: World) -> None:
 def test_keys_cannot_create_brains(world: World) -> None:
     with world.client("key-write") as c:
         assert c.post("/api/brains", json={"name": "x"}).status_code == 403
+
+
+def test_members_keys_and_audit_over_http(world: World) -> None:
+    """Owners manage members; users make, list and revoke their own keys; owners read the audit."""
+    b = world.brain
+    with world.client("alice") as alice, world.client("eddie") as eddie, world.client("otto") as otto:
+        members = alice.put(f"/api/brains/{b}/members", json={"user": "otto@example.org", "role": "viewer"})
+        assert members.status_code == 200
+        assert {m["name"]: m["role"] for m in members.json()["members"]} == {
+            "alice": "owner", "olga": "owner", "eddie": "editor", "vera": "viewer", "otto": "viewer", "pia": "viewer"}
+        assert members.json()["members"][0]["name"] == "alice"  # the creator first
+        assert otto.get(f"/api/brains/{b}/sync").status_code == 200
+        assert alice.put(f"/api/brains/{b}/members", json={"user": "otto", "role": "boss"}).status_code == 400
+        assert alice.put(f"/api/brains/{b}/members", json={"user": "nobody", "role": "viewer"}).status_code == 404
+        assert alice.put(f"/api/brains/{b}/members", json={"user": "alice", "role": "viewer"}).status_code == 409
+        assert alice.delete(f"/api/brains/{b}/members/alice").status_code == 409  # the creator stays owner
+        assert eddie.delete(f"/api/brains/{b}/members/otto").status_code == 403
+        assert otto.delete(f"/api/brains/{b}/members/otto").status_code == 204  # leaving
+        assert otto.get(f"/api/brains/{b}/sync").status_code == 404
+        assert alice.delete(f"/api/brains/{b}/members/pia").status_code == 204
+        assert alice.delete(f"/api/brains/{b}/members/pia").status_code == 404
+
+        # keys: made for brains the caller has a role on, shown once, listed by prefix, revoked at once
+        assert otto.post("/api/keys", json={"brains": [b], "scope": "read"}).status_code == 404
+        assert eddie.post("/api/keys", json={"brains": [b], "scope": "admin"}).status_code == 400
+        assert eddie.post("/api/keys", json={"brains": [b], "scope": "read", "expires": "soon"}).status_code == 400
+        made = eddie.post("/api/keys", json={"brains": [b], "scope": "write", "label": "ci", "expires": "1d"})
+        assert made.status_code == 201
+        key = made.json()["key"]
+        assert key.startswith("bsk_") and made.json()["prefix"] == key[:12] and made.json()["expires_at"]
+        listed = eddie.get("/api/keys").json()["keys"]
+        assert [(k["label"], k["scope"]) for k in listed if k["prefix"] == key[:12]] == [("ci", "write")]
+        assert {k["prefix"] for k in listed} == {key[:12], world.tokens["editor-key-write"][:12]}  # his only
+        assert all("key" not in k for k in listed)
+        with world.store.client(key) as agent:
+            r = agent.put(f"/api/brains/{b}/sync", files={"brain": ("b.tar.gz", OTHER)})
+            assert r.status_code == 200
+            assert agent.post("/api/keys", json={"brains": [b], "scope": "read"}).status_code == 403
+            assert alice.delete(f"/api/keys/{key[:12]}").status_code == 404  # not alice's key
+            assert eddie.delete(f"/api/keys/{key[:12]}").status_code == 204
+            assert agent.get(f"/api/brains/{b}/sync").status_code == 401
+
+        events = alice.get(f"/api/brains/{b}/audit").json()["events"]
+    actions = [(e["action"], e.get("actor_name")) for e in events]
+    assert ("member_set", "alice") in actions and ("member_removed", "otto") in actions
+    assert ("key_created", "eddie") in actions and ("key_revoked", "eddie") in actions
+    upload = [e for e in events if e["action"] == "upload" and e.get("key") == key[:12]]
+    assert len(upload) == 1 and upload[0]["actor_name"] == "eddie"
+    assert any(e["action"] == "restore" for e in events)
+    assert all(key not in str(e) for e in events)  # never the key itself
+
+
+def test_audit_cli_reads_the_same_log(world: World) -> None:
+    out = cli("audit", world.brain, data=world.store.data).stdout
+    assert '"action": "member_set"' in out and '"actor": "operator"' in out
 
 
 def _until(check, limit: float = 5.0) -> float:  # type: ignore[no-untyped-def]
