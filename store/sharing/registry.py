@@ -12,9 +12,7 @@ from __future__ import annotations
 import base64
 import hmac
 import logging
-import os
 import secrets
-import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -25,7 +23,7 @@ import msgspec
 from store.auth.permissions import ROLES, SCOPES
 from store.auth.tokens import hash_token
 from store.auth.users import now_rfc3339
-from store.storage.local import FileLock, settled, write_atomic
+from store.storage.jsonfile import WatchedJsonFile
 
 log = logging.getLogger("store.sharing")
 
@@ -74,10 +72,6 @@ class SharingDocument(msgspec.Struct):
     keys: list[AgentKey] = msgspec.field(default_factory=list)
 
 
-_encoder = msgspec.json.Encoder()
-_decoder = msgspec.json.Decoder(SharingDocument)
-
-
 def new_agent_key() -> str:
     """A fresh agent key from 32 random bytes."""
     return KEY_PREFIX + base64.urlsafe_b64encode(secrets.token_bytes(32)).rstrip(b"=").decode("ascii")
@@ -100,39 +94,21 @@ class SharingRegistry:
 
     def __init__(self, data_dir: Path, *, fsync: bool = True) -> None:
         self.path = Path(data_dir) / "sharing.json"
-        self.lock_path = Path(data_dir) / "locks" / "sharing.lock"
-        self._path_str = str(self.path)
-        self._fsync = fsync
+        self._file = WatchedJsonFile(self.path, Path(data_dir) / "locks" / "sharing.lock", SharingDocument,
+                                     fsync=fsync, log=log, what="sharing file")
         self._index = _Index(SharingDocument())
-        self._stat_key: tuple[int, int, int] | None = None
-        self._reload_lock = threading.Lock()
         self.refresh()
 
     # -- reading (request path) ----------------------------------------------------------
 
     def refresh(self) -> None:
         """Re-read the file if it changed; a missing file means nothing is shared."""
-        try:
-            st = os.stat(self._path_str)
-        except FileNotFoundError:
-            if self._stat_key is not None:
-                self._index, self._stat_key = _Index(SharingDocument()), None
-            return
-        key = (st.st_ino, st.st_mtime_ns, st.st_size)
-        if key == self._stat_key:
-            return
-        with self._reload_lock:
-            if key == self._stat_key:
-                return
-            try:
-                doc = _decoder.decode(self.path.read_bytes())
-            except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
-                log.critical("sharing file %s is unreadable or corrupt (%s); serving the last good copy",
-                             self.path, exc)
-                self._stat_key = key
-                return
+        doc = self._file.changed(self._forget_all)
+        if doc is not None:
             self._index = _Index(doc)
-            self._stat_key = key if settled(st.st_mtime_ns) else None
+
+    def _forget_all(self) -> None:
+        self._index = _Index(SharingDocument())
 
     def share(self, brain_id: str) -> Share | None:
         """The share record of a brain, or None when it is not shared."""
@@ -163,15 +139,7 @@ class SharingRegistry:
     # -- changing ------------------------------------------------------------------------
 
     def _edit(self, change: Callable[[SharingDocument], T]) -> T:
-        with FileLock(self.lock_path):
-            try:
-                doc = _decoder.decode(self.path.read_bytes())
-            except FileNotFoundError:
-                doc = SharingDocument()
-            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                raise SharingError(f"{self.path} is corrupt ({exc}); fix or restore it first") from exc
-            result = change(doc)
-            write_atomic(self.path, _encoder.encode(doc), fsync=self._fsync, mode=0o600)
+        result = self._file.edit(change, SharingError)
         self.refresh()
         return result
 
