@@ -87,6 +87,10 @@ class _Index:
         self.doc = doc
         self.shares: dict[str, Share] = {s.brain_id: s for s in doc.shares}
         self.keys: dict[str, AgentKey] = {k.sha256: k for k in doc.keys}
+        self.by_member: dict[str, list[Share]] = {}
+        for share in doc.shares:
+            for user_id in share.members:
+                self.by_member.setdefault(user_id, []).append(share)
 
 
 class SharingRegistry:
@@ -118,7 +122,7 @@ class SharingRegistry:
     def shared_with(self, user_id: str) -> list[Share]:
         """Shares where ``user_id`` is a member (not the creator)."""
         self.refresh()
-        return [s for s in self._index.doc.shares if user_id in s.members]
+        return list(self._index.by_member.get(user_id, ()))
 
     def by_key(self, token: str) -> AgentKey | None:
         """The live (unexpired) agent key for ``token``; constant-time comparison of the hash."""
