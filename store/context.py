@@ -40,11 +40,23 @@ def rate_limit_file(settings: StoreSettings, kind: str) -> Path:
     return settings.data_dir / "locks" / f"rate-{kind}.bin"
 
 
-def open_sharing(settings: StoreSettings, registry: UserRegistry, backend: StorageBackend) -> Sharing:
-    """Members, roles and agent keys: kept in the data directory, so only with the local backend."""
-    if settings.backend != "local":
-        return Sharing(None, registry, backend, None)
+def open_sharing(
+    settings: StoreSettings, registry: UserRegistry, backend: StorageBackend, *, serving: bool = False
+) -> Sharing:
+    """Members, roles and agent keys: a file in the data directory, or an object in the bucket
+    (polled by a serving replica). The per-brain audit log is kept on local disk only."""
     from store.sharing.audit import BrainAudit
+
+    if settings.backend == "s3":
+        from store.storage.factory import s3_bucket
+        from store.storage.s3client import make_client
+        from store.storage.s3sharing import S3SharingRegistry
+
+        shared = S3SharingRegistry(make_client(settings), s3_bucket(settings),
+                                   poll_seconds=settings.s3_users_poll_seconds)
+        if serving:
+            shared.start_polling()
+        return Sharing(shared, registry, backend, None)
     from store.sharing.registry import SharingRegistry
 
     return Sharing(SharingRegistry(settings.data_dir, fsync=settings.fsync), registry, backend,
@@ -95,7 +107,7 @@ class AppContext:
             failed = _limiter(settings, "failed-logins", settings.rate_failed_logins_per_min)
             requests = _limiter(settings, "requests", settings.rate_requests_per_min)
             uploads = _limiter(settings, "uploads", settings.rate_uploads_per_min)
-        sharing = open_sharing(settings, registry, backend)
+        sharing = open_sharing(settings, registry, backend, serving=True)
         authenticator = Authenticator(
             registry, oidc=oidc, on_new_user=service.ensure_default, failed_logins=failed, requests=requests,
             agent_keys=sharing.key_principal,

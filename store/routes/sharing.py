@@ -98,7 +98,8 @@ async def remove_member(request: Request[Any, Any, Any]) -> ASGIApp:
 async def brain_audit(request: Request[Any, Any, Any]) -> ASGIApp:
     """Uploads, restores, member and key changes of this brain, oldest first (owners)."""
     c, _, bid, _ = await _brain(request, "manage")
-    assert c.sharing.audit is not None
+    if c.sharing.audit is None:
+        raise ServiceError(501, "the sharing audit log needs the local-disk backend (STORE_BACKEND=local)")
     events = await anyio.to_thread.run_sync(c.sharing.audit.events, bid)
     return json_response(200, {"events": events})
 

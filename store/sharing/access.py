@@ -23,21 +23,21 @@ NOT_FOUND = "brain not found"
 
 
 class Sharing:
-    """Members, roles and agent keys of one store process (local-disk backend only for now)."""
+    """Members, roles and agent keys of one store process."""
 
     def __init__(
         self, registry: SharingRegistry | None, users: UserRegistry, backend: StorageBackend,
         audit: BrainAudit | None,
     ) -> None:
-        self.registry = registry  # None: sharing is not available (S3 backend)
+        self.registry = registry  # None: sharing is not available
+        self.audit = audit  # None: no audit log (S3 backend)
         self.users = users
         self.backend = backend
-        self.audit = audit
 
     def require(self) -> SharingRegistry:
         """The registry, or 501 when this store cannot share."""
         if self.registry is None:
-            raise ServiceError(501, "sharing and agent keys need the local-disk backend (STORE_BACKEND=local)")
+            raise ServiceError(501, "sharing is not available on this store")
         return self.registry
 
     # -- who is calling ------------------------------------------------------------------
