@@ -44,19 +44,19 @@ def open_sharing(
     settings: StoreSettings, registry: UserRegistry, backend: StorageBackend, *, serving: bool = False
 ) -> Sharing:
     """Members, roles and agent keys: a file in the data directory, or an object in the bucket
-    (polled by a serving replica). The per-brain audit log is kept on local disk only."""
+    (polled by a serving replica); the per-brain audit log likewise."""
     from store.sharing.audit import BrainAudit
 
     if settings.backend == "s3":
         from store.storage.factory import s3_bucket
         from store.storage.s3client import make_client
-        from store.storage.s3sharing import S3SharingRegistry
+        from store.storage.s3sharing import S3BrainAudit, S3SharingRegistry
 
         shared = S3SharingRegistry(make_client(settings), s3_bucket(settings),
                                    poll_seconds=settings.s3_users_poll_seconds)
         if serving:
             shared.start_polling()
-        return Sharing(shared, registry, backend, None)
+        return Sharing(shared, registry, backend, S3BrainAudit(backend))
     from store.sharing.registry import SharingRegistry
 
     return Sharing(SharingRegistry(settings.data_dir, fsync=settings.fsync), registry, backend,

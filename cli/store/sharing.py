@@ -193,6 +193,6 @@ def audit(brain_id: str, limit: int, data: Path | None) -> None:
     store = _Store(data)
     brain_id, _ = store.creator(brain_id)
     if store.sharing.audit is None:
-        raise click.ClickException("the sharing audit log needs the local-disk backend (STORE_BACKEND=local)")
+        raise click.ClickException("this store keeps no sharing audit log")
     for event in store.sharing.audit.events(brain_id, limit):
         click.echo(json.dumps(event, sort_keys=True))

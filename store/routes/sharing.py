@@ -99,7 +99,7 @@ async def brain_audit(request: Request[Any, Any, Any]) -> ASGIApp:
     """Uploads, restores, member and key changes of this brain, oldest first (owners)."""
     c, _, bid, _ = await _brain(request, "manage")
     if c.sharing.audit is None:
-        raise ServiceError(501, "the sharing audit log needs the local-disk backend (STORE_BACKEND=local)")
+        raise ServiceError(501, "this store keeps no sharing audit log")
     events = await anyio.to_thread.run_sync(c.sharing.audit.events, bid)
     return json_response(200, {"events": events})
 

@@ -15,7 +15,7 @@ from store.auth.permissions import ROLES, permitted
 from store.auth.users import UserRegistry
 from store.errors import ServiceError
 from store.service import brain_record
-from store.sharing.audit import BrainAudit
+from store.sharing.audit import AuditLog
 from store.sharing.registry import SharingRegistry
 from store.storage.base import BrainMeta, StorageBackend
 
@@ -27,10 +27,10 @@ class Sharing:
 
     def __init__(
         self, registry: SharingRegistry | None, users: UserRegistry, backend: StorageBackend,
-        audit: BrainAudit | None,
+        audit: AuditLog | None,
     ) -> None:
         self.registry = registry  # None: sharing is not available
-        self.audit = audit  # None: no audit log (S3 backend)
+        self.audit = audit
         self.users = users
         self.backend = backend
 

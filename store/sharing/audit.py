@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -21,6 +21,28 @@ log = logging.getLogger("store.sharing")
 
 MAX_READ_BYTES = 4 * 1024 * 1024
 _encoder = msgspec.json.Encoder()
+
+
+class AuditLog(Protocol):
+    """Where a store keeps per-brain audit events: ``BrainAudit`` (disk), ``S3BrainAudit``."""
+
+    def record(self, brain_id: str, actor_id: str, actor_name: str, action: str, **details: Any) -> None:
+        """Store one event, never raising."""
+        ...
+
+    def events(self, brain_id: str, limit: int = 1000) -> list[dict[str, Any]]:
+        """The latest events, oldest first."""
+        ...
+
+    def forget(self, brain_id: str) -> None:
+        """Remove a deleted brain's log."""
+        ...
+
+
+def audit_event(brain_id: str, actor_id: str, actor_name: str, action: str, **details: Any) -> dict[str, Any]:
+    """One audit entry (empty details left out)."""
+    return {"ts": now_rfc3339(), "brain": brain_id, "actor": actor_id, "actor_name": actor_name,
+            "action": action, **{k: v for k, v in details.items() if v not in (None, "")}}
 
 
 class BrainAudit:
@@ -34,8 +56,7 @@ class BrainAudit:
 
     def record(self, brain_id: str, actor_id: str, actor_name: str, action: str, **details: Any) -> None:
         """Append one event; a failing disk is logged, never raised (the change itself happened)."""
-        event = {"ts": now_rfc3339(), "brain": brain_id, "actor": actor_id, "actor_name": actor_name,
-                 "action": action, **{k: v for k, v in details.items() if v not in (None, "")}}
+        event = audit_event(brain_id, actor_id, actor_name, action, **details)
         try:
             self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
             fd = os.open(self._path(brain_id), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)

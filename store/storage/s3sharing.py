@@ -3,16 +3,23 @@
 Same document and rules as the local sharing file (``store.sharing.registry``), stored as
 one object (``store.storage.s3doc``): compare-and-swap edits, and a serving replica polls
 it every ``poll_seconds``, so a share, role change or revocation made anywhere is seen by
-every replica within about one poll interval.
+every replica within about one poll interval. The per-brain audit log is one object per
+event (``S3BrainAudit``).
 """
 
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import msgspec
+from botocore.exceptions import ClientError
+
+from store.sharing.audit import audit_event
 from store.sharing.registry import SharingDocument, SharingError, SharingRegistry, _Index
+from store.storage.s3 import S3Backend
 from store.storage.s3client import Bucket
 from store.storage.s3doc import S3JsonObject
 
@@ -47,3 +54,43 @@ class S3SharingRegistry(SharingRegistry):
 
     def _edit(self, change: Callable[[SharingDocument], T]) -> T:
         return self._object.edit(change, SharingError)
+
+
+class S3BrainAudit:
+    """The per-brain sharing audit log on S3: one small object per event under
+    ``sharing-audit/<brain>/``, named by time so a listing is in order (no appends on S3)."""
+
+    MAX_EVENTS = 200  # one GET per event: an S3 listing answers the latest 200
+
+    def __init__(self, backend: S3Backend) -> None:
+        self._backend = backend
+
+    def _prefix(self, brain_id: str) -> str:
+        return self._backend.bucket.key("sharing-audit", brain_id, "")
+
+    def record(self, brain_id: str, actor_id: str, actor_name: str, action: str, **details: Any) -> None:
+        """Store one event; a failing bucket is logged, never raised (the change itself happened)."""
+        event = audit_event(brain_id, actor_id, actor_name, action, **details)
+        name = event["ts"].replace("-", "").replace(":", "") + "-" + uuid.uuid4().hex[:8] + ".json"
+        try:
+            self._backend.client.put_object(Bucket=self._backend.bucket.name, Key=self._prefix(brain_id) + name,
+                                            Body=msgspec.json.encode(event), ContentType="application/json")
+        except Exception as exc:
+            log.error("cannot write the sharing audit log of brain %s: %s", brain_id, exc)
+
+    def events(self, brain_id: str, limit: int = 1000) -> list[dict[str, Any]]:
+        """The brain's latest events (at most ``MAX_EVENTS``), oldest first."""
+        keys = sorted(item["Key"] for item in self._backend._list(self._prefix(brain_id)))
+        events = []
+        for key in keys[-min(limit, self.MAX_EVENTS):]:
+            try:
+                reply = self._backend.client.get_object(Bucket=self._backend.bucket.name, Key=key)
+                with reply["Body"] as body:
+                    events.append(msgspec.json.decode(body.read()))
+            except (ClientError, msgspec.DecodeError):
+                continue  # removed meanwhile, or damaged: skipped
+        return events
+
+    def forget(self, brain_id: str) -> None:
+        """Remove a deleted brain's log."""
+        self._backend._delete_prefix(self._prefix(brain_id))
