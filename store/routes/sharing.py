@@ -7,6 +7,7 @@ agent keys are made, listed and revoked by their user (never with an agent key).
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import anyio.to_thread
@@ -71,7 +72,8 @@ async def set_member(request: Request[Any, Any, Any]) -> ASGIApp:
         await anyio.to_thread.run_sync(c.sharing.require().set_member, bid, owner, user.id, role)
     except SharingError as exc:
         raise ServiceError(400 if "role must" in str(exc) else 409, str(exc)) from None
-    c.sharing.record(bid, p, "member_set", member=user.id, member_name=user.name, role=role)
+    await c.run(partial(c.sharing.record, bid, p, "member_set", member=user.id, member_name=user.name,
+                        role=role))
     return json_response(200, {"members": c.sharing.members(bid, owner)})
 
 
@@ -90,7 +92,8 @@ async def remove_member(request: Request[Any, Any, Any]) -> ASGIApp:
         role = await anyio.to_thread.run_sync(c.sharing.require().remove_member, bid, who.id)
     except SharingError as exc:
         raise ServiceError(409 if "creator" in str(exc) else 404, str(exc)) from None
-    c.sharing.record(bid, p, "member_removed", always=True, member=who.id, member_name=who.name, role=role)
+    await c.run(partial(c.sharing.record, bid, p, "member_removed", always=True, member=who.id,
+                        member_name=who.name, role=role))
     return RawResponse(204)
 
 
@@ -140,7 +143,8 @@ async def create_key(request: Request[Any, Any, Any]) -> ASGIApp:
     except SharingError as exc:
         raise ServiceError(400, str(exc)) from None
     for bid in key.brains:
-        c.sharing.record(bid, p, "key_created", always=True, key=key.prefix, scope=scope, label=label)
+        await c.run(partial(c.sharing.record, bid, p, "key_created", always=True, key=key.prefix, scope=scope,
+                            label=label))
     return json_response(201, {**key_record(key), "key": token})
 
 
@@ -160,7 +164,7 @@ async def revoke_key(request: Request[Any, Any, Any]) -> ASGIApp:
     except SharingError as exc:
         raise ServiceError(404, str(exc)) from None
     for bid in key.brains:
-        c.sharing.record(bid, p, "key_revoked", always=True, key=key.prefix)
+        await c.run(partial(c.sharing.record, bid, p, "key_revoked", always=True, key=key.prefix))
     return RawResponse(204)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -122,7 +123,7 @@ async def serve_upload(c: AppContext, scope: Any, brain_id: str, receive: Any) -
         # unauthenticated or rate-limited callers get little patience
         await body.drain(1024 * 1024 if exc.status in (401, 429) else DRAIN_LIMIT)
         raise
-    c.sharing.record(bid, p, "upload", checksum=archive.checksum)  # a stat; one append when shared
+    await c.run(partial(c.sharing.record, bid, p, "upload", checksum=archive.checksum))
     return json_response(
         200,
         {"size_bytes": archive.size, "file_count": archive.file_count, "checksum": archive.checksum},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import anyio.to_thread
@@ -47,7 +48,7 @@ async def restore(request: Request[Any, Any, Any]) -> ASGIApp:
     cond = Preconditions.from_headers(header(scope, b"if-match"), header(scope, b"if-none-match"))
     owner = c.sharing.authorize(p, bid, "restore")
     archive = await anyio.to_thread.run_sync(c.service.restore, owner, bid, name, cond)
-    c.sharing.record(bid, p, "restore", version=name)
+    await c.run(partial(c.sharing.record, bid, p, "restore", version=name))
     return json_response(
         200,
         {"restored_version": name, "checksum": archive.checksum, "size_bytes": archive.size,
