@@ -14,6 +14,7 @@ from store.auth.authenticate import Authenticator, Principal, too_many
 from store.auth.users import UserRegistry
 from store.errors import ServiceError
 from store.service import BrainService
+from store.sharing.access import Sharing
 from store.settings import StoreSettings
 from store.storage.base import StorageBackend
 
@@ -39,6 +40,29 @@ def rate_limit_file(settings: StoreSettings, kind: str) -> Path:
     return settings.data_dir / "locks" / f"rate-{kind}.bin"
 
 
+def open_sharing(
+    settings: StoreSettings, registry: UserRegistry, backend: StorageBackend, *, serving: bool = False
+) -> Sharing:
+    """Members, roles and agent keys: a file in the data directory, or an object in the bucket
+    (polled by a serving replica); the per-brain audit log likewise."""
+    from store.sharing.audit import BrainAudit
+
+    if settings.backend == "s3":
+        from store.storage.factory import s3_bucket
+        from store.storage.s3client import make_client
+        from store.storage.s3sharing import S3BrainAudit, S3SharingRegistry
+
+        shared = S3SharingRegistry(make_client(settings), s3_bucket(settings),
+                                   poll_seconds=settings.s3_users_poll_seconds)
+        if serving:
+            shared.start_polling()
+        return Sharing(shared, registry, backend, S3BrainAudit(backend))
+    from store.sharing.registry import SharingRegistry
+
+    return Sharing(SharingRegistry(settings.data_dir, fsync=settings.fsync), registry, backend,
+                   BrainAudit(settings.data_dir))
+
+
 def _limiter(settings: StoreSettings, kind: str, rate_per_min: int) -> Any:
     # Buckets in a small shared file: with --workers N the budget stays per host, not N times it.
     from common.limits import SharedTokenBucketLimiter
@@ -61,6 +85,7 @@ class AppContext:
     upload_limiter: Any = None
     oidc: Any = None
     openapi: bytes | None = None
+    sharing: Sharing = None  # type: ignore[assignment]  # set by build()
     extras: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -82,8 +107,10 @@ class AppContext:
             failed = _limiter(settings, "failed-logins", settings.rate_failed_logins_per_min)
             requests = _limiter(settings, "requests", settings.rate_requests_per_min)
             uploads = _limiter(settings, "uploads", settings.rate_uploads_per_min)
+        sharing = open_sharing(settings, registry, backend, serving=True)
         authenticator = Authenticator(
-            registry, oidc=oidc, on_new_user=service.ensure_default, failed_logins=failed, requests=requests
+            registry, oidc=oidc, on_new_user=service.ensure_default, failed_logins=failed, requests=requests,
+            agent_keys=sharing.key_principal,
         )
         openapi = OPENAPI_PATH.read_bytes() if OPENAPI_PATH.is_file() else None
         return cls(
@@ -96,6 +123,7 @@ class AppContext:
             upload_limiter=uploads,
             oidc=oidc,
             openapi=openapi,
+            sharing=sharing,
         )
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
@@ -152,6 +180,8 @@ class AppContext:
         caps = ["static-token", "conditional-sync"]
         if self.oidc is not None:
             caps.append("oidc")
+        if self.sharing is not None and self.sharing.registry is not None:
+            caps.append("sharing")
         return caps
 
 

@@ -36,8 +36,9 @@ class Principal:
 
     user_id: str
     email: str
-    kind: str  # "static" | "oidc"
+    kind: str  # "static" | "oidc" | "agent-key"
     name: str = ""
+    key: Any = None  # the AgentKey (store.sharing.registry) when the caller used an agent key
 
 
 class Limiter(Protocol):
@@ -88,12 +89,14 @@ class Authenticator:
         on_new_user: Callable[[str], None] | None = None,
         failed_logins: Limiter | None = None,
         requests: Limiter | None = None,
+        agent_keys: Callable[[str], Principal | None] | None = None,
     ) -> None:
         self.registry = registry
         self.oidc = oidc
         self._on_new_user = on_new_user
         self._failed = failed_logins
         self._requests = requests
+        self._agent_keys = agent_keys  # bsk_... -> Principal (store.sharing.access)
         # user id -> (the registry's User object, its Principal): rebuilt when the user changes
         self._principals: dict[str, tuple[Any, Principal]] = {}
 
@@ -120,6 +123,12 @@ class Authenticator:
         token = bearer_token(authorization)
         if token is None:
             raise self._fail(address)
+        if token.startswith("bsk_") and self._agent_keys is not None:
+            # an agent key: a hash lookup in the sharing file, like a static token
+            key_principal = self._agent_keys(token)
+            if key_principal is None:
+                raise self._fail(address)
+            return self._counted(key_principal)
         if not token.startswith("bst_"):
             if self.oidc is not None:
                 return None

@@ -11,12 +11,9 @@ from __future__ import annotations
 
 import hmac
 import logging
-import os
 import re
-import threading
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
@@ -24,7 +21,7 @@ from typing import TypeVar
 import msgspec
 
 from store.auth.tokens import hash_token, new_token
-from store.storage.local import FileLock, settled, write_atomic
+from store.storage.jsonfile import WatchedJsonFile
 
 log = logging.getLogger("store.users")
 
@@ -68,8 +65,6 @@ class UsersDocument(msgspec.Struct):
     denied: list[DeniedIdentity] = msgspec.field(default_factory=list)
 
 
-_encoder = msgspec.json.Encoder()
-_decoder = msgspec.json.Decoder(UsersDocument)
 
 
 def now_rfc3339() -> str:
@@ -98,43 +93,20 @@ class UserRegistry:
     def __init__(self, data_dir: Path, *, fsync: bool = True) -> None:
         self.path = Path(data_dir) / "users.json"
         self.lock_path = Path(data_dir) / "users.lock"
-        self._path_str = str(self.path)
         self._fsync = fsync
+        self._file = WatchedJsonFile(self.path, self.lock_path, UsersDocument, fsync=fsync, log=log,
+                                     what="users file")
         self._index = _Index(UsersDocument())
-        self._stat_key: tuple[int, int, int] | None = None
-        self._reload_lock = threading.Lock()
         self.refresh()
 
     # -- reading (server hot path) ---------------------------------------------------
 
     def refresh(self) -> None:
-        """Re-read the file if it changed; on a corrupt file keep the last good copy."""
-        try:
-            st = os.stat(self._path_str)
-        except FileNotFoundError:
-            if self._stat_key is not None:
-                log.error("users file %s disappeared; keeping the last good copy", self.path)
-                self._stat_key = None
-            return
-        key = (st.st_ino, st.st_mtime_ns, st.st_size)
-        if key == self._stat_key:
-            return
-        with self._reload_lock:
-            if key == self._stat_key:
-                return
-            try:
-                doc = _decoder.decode(self.path.read_bytes())
-            except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
-                log.critical(
-                    "users file %s is unreadable or corrupt (%s); still serving the last good copy",
-                    self.path,
-                    exc,
-                )
-                self._stat_key = key  # log once per bad version, not per request
-                return
+        """Re-read the file if it changed; on a corrupt or missing file keep the last good copy."""
+        doc = self._file.changed(
+            lambda: log.error("users file %s disappeared; keeping the last good copy", self.path))
+        if doc is not None:
             self._index = _Index(doc)
-            # a file written within the timestamp granularity is read again next time
-            self._stat_key = key if settled(st.st_mtime_ns) else None
 
     def by_token(self, token: str) -> User | None:
         """The user owning a static token (O(1); constant-time comparison of the hash)."""
@@ -179,24 +151,10 @@ class UserRegistry:
 
     # -- changing (CLI, OIDC first sight) ----------------------------------------------
 
-    @contextmanager
-    def _editing(self) -> Iterator[UsersDocument]:
-        with FileLock(self.lock_path):
-            try:
-                doc = _decoder.decode(self.path.read_bytes())
-            except FileNotFoundError:
-                doc = UsersDocument()
-            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                raise UsersFileError(
-                    f"{self.path} is corrupt ({exc}); fix or restore it before changing users"
-                ) from exc
-            yield doc
-            write_atomic(self.path, _encoder.encode(doc), fsync=self._fsync, mode=0o600)
-        self.refresh()
-
     def _edit(self, change: Callable[[UsersDocument], T]) -> T:
-        with self._editing() as doc:
-            return change(doc)
+        result = self._file.edit(change, UsersFileError)
+        self.refresh()
+        return result
 
     def edit(self, change: Callable[[UsersDocument], T]) -> T:
         """Apply ``change`` to the whole users document in one locked edit; returns its result.

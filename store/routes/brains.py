@@ -30,7 +30,8 @@ async def me(request: Request[Any, Any, Any]) -> ASGIApp:
 async def serve_list(c: AppContext, scope: Any) -> ASGIApp:
     """GET /api/brains from the raw ASGI scope (also used by the fast path in store.app)."""
     p = c.authenticate_now(scope) or await c.authenticate_waiting(scope)
-    return json_response(200, [brain_record(m) for m in await c.run(c.service.list_brains, p.user_id)])
+    own = await c.run(c.service.list_brains, p.user_id)
+    return json_response(200, await c.run(c.sharing.listing, p, own))
 
 
 @get("/api/brains")
@@ -39,7 +40,7 @@ async def list_brains(request: Request[Any, Any, Any]) -> ASGIApp:
     return await serve_list(ctx(request), request.scope)
 
 
-async def _json_body(request: Request[Any, Any, Any]) -> Any:
+async def json_body(request: Request[Any, Any, Any]) -> Any:
     chunks: list[bytes] = []
     total = 0
     async for chunk in request.stream():
@@ -61,7 +62,9 @@ async def create_brain(request: Request[Any, Any, Any]) -> ASGIApp:
     """Create a brain (optional body {"name": ...}, default "default")."""
     c = ctx(request)
     p = await c.authenticate(request.scope)
-    body = await _json_body(request)
+    if p.key is not None:
+        raise ServiceError(403, "an agent key cannot create brains")
+    body = await json_body(request)
     name = "default"
     if body is not None:
         if not isinstance(body, dict):
@@ -81,8 +84,10 @@ async def get_brain(request: Request[Any, Any, Any]) -> ASGIApp:
     brain_id = request.path_params["brain_id"]
     c = ctx(request)
     p = await c.authenticate(request.scope)
-    meta = await c.run(c.service.get, p.user_id, parse_brain_id(brain_id))
-    return json_response(200, brain_record(meta))
+    bid = parse_brain_id(brain_id)
+    owner = c.sharing.authorize(p, bid, "list")
+    meta = await c.run(c.service.get, owner, bid)
+    return json_response(200, c.sharing.record_of(p, meta))
 
 
 @delete("/api/brains/{brain_id:str}", status_code=200)
@@ -91,7 +96,10 @@ async def delete_brain(request: Request[Any, Any, Any]) -> ASGIApp:
     brain_id = request.path_params["brain_id"]
     c = ctx(request)
     p = await c.authenticate(request.scope)
-    await anyio.to_thread.run_sync(c.service.delete, p.user_id, parse_brain_id(brain_id))
+    bid = parse_brain_id(brain_id)
+    owner = c.sharing.authorize(p, bid, "delete")
+    await anyio.to_thread.run_sync(c.service.delete, owner, bid)
+    await anyio.to_thread.run_sync(c.sharing.forget, bid)
     return RawResponse(204)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -43,22 +44,23 @@ async def serve_download(c: AppContext, scope: Any, brain_id: str) -> Any:
     """GET/HEAD of /sync from the raw ASGI scope (also used by the front door in store.app)."""
     p = c.authenticate_now(scope) or await c.authenticate_waiting(scope)
     bid = parse_brain_id(brain_id)
+    owner = c.sharing.authorize(p, bid, "download")
     version = query_value(scope, "version")
     inm = header(scope, b"if-none-match")
     if inm is not None or scope["method"] == "HEAD":
         if c.backend.blocking:
-            archive = await c.run(c.service.resolve, p.user_id, bid, version)
+            archive = await c.run(c.service.resolve, owner, bid, version)
         else:  # local disk: a cached metadata lookup, no need for a coroutine
-            archive = c.service.resolve(p.user_id, bid, version)
+            archive = c.service.resolve(owner, bid, version)
         if inm is not None and _none_match(inm, archive.checksum):
             checksum = archive.checksum.encode()
             return RawResponse(304, b"", [(b"etag", b'"' + checksum + b'"'), (b"x-checksum", checksum)])
         if scope["method"] == "HEAD":
             return _HeadResponse([*_archive_headers(archive.checksum), (b"content-length", str(archive.size).encode())])
     if c.backend.blocking:
-        dl = await c.run(c.service.open_download, p.user_id, bid, version)
+        dl = await c.run(c.service.open_download, owner, bid, version)
     else:
-        dl = c.service.open_download(p.user_id, bid, version)
+        dl = c.service.open_download(owner, bid, version)
     headers = _archive_headers(dl.archive.checksum)
     if dl.body is not None:
         return FileResponse(dl.body, headers)
@@ -107,19 +109,21 @@ async def serve_upload(c: AppContext, scope: Any, brain_id: str, receive: Any) -
     try:
         p = c.authenticate_now(scope) or await c.authenticate_waiting(scope)
         bid = parse_brain_id(brain_id)
+        owner = c.sharing.authorize(p, bid, "upload")
         c.check_upload_rate(p)
         cond = Preconditions.from_headers(header(scope, b"if-match"), header(scope, b"if-none-match"))
         force = query_flag(query_value(scope, "force"))
-        await c.run(c.service.precheck_upload, p.user_id, bid, cond)
+        await c.run(c.service.precheck_upload, owner, bid, cond)
         boundary = multipart_boundary(header(scope, b"content-type"))
         archive = await receive_upload(
-            c.service, body, boundary, header(scope, b"content-length"), p.user_id, bid, cond, force
+            c.service, body, boundary, header(scope, b"content-length"), owner, bid, cond, force
         )
     except ServiceError as exc:
         # read what is left of the body so the client sees the answer, not a reset;
         # unauthenticated or rate-limited callers get little patience
         await body.drain(1024 * 1024 if exc.status in (401, 429) else DRAIN_LIMIT)
         raise
+    await c.run(partial(c.sharing.record, bid, p, "upload", checksum=archive.checksum))
     return json_response(
         200,
         {"size_bytes": archive.size, "file_count": archive.file_count, "checksum": archive.checksum},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import anyio.to_thread
@@ -20,7 +21,8 @@ async def list_versions(request: Request[Any, Any, Any]) -> ASGIApp:
     brain_id = request.path_params["brain_id"]
     c = ctx(request)
     p = await c.authenticate(request.scope)
-    snaps = await c.run(c.service.versions, p.user_id, parse_brain_id(brain_id))
+    bid = parse_brain_id(brain_id)
+    snaps = await c.run(c.service.versions, c.sharing.authorize(p, bid, "snapshots"), bid)
     versions = [
         {
             "version": s.name,
@@ -44,7 +46,9 @@ async def restore(request: Request[Any, Any, Any]) -> ASGIApp:
     p = await c.authenticate(scope)
     bid = parse_brain_id(brain_id)
     cond = Preconditions.from_headers(header(scope, b"if-match"), header(scope, b"if-none-match"))
-    archive = await anyio.to_thread.run_sync(c.service.restore, p.user_id, bid, name, cond)
+    owner = c.sharing.authorize(p, bid, "restore")
+    archive = await anyio.to_thread.run_sync(c.service.restore, owner, bid, name, cond)
+    await c.run(partial(c.sharing.record, bid, p, "restore", version=name))
     return json_response(
         200,
         {"restored_version": name, "checksum": archive.checksum, "size_bytes": archive.size,

@@ -1,0 +1,1 @@
+"""Shared brains: members and roles, agent keys, the per-brain audit log."""

@@ -1,0 +1,250 @@
+"""The sharing file (``sharing.json``): members of shared brains and agent keys (hashes only).
+
+Like the users file: every change is one locked edit (``flock`` shared by the CLI and
+every worker process, atomic write with mode 0600), and readers look at the file's
+inode/mtime/size on every call and re-read it when it changed. So a share, a role
+change or a revocation made anywhere on the host is seen by every worker on its next
+request (no cache outlives a change). A corrupt file keeps the last good copy serving.
+"""
+
+from __future__ import annotations
+
+import base64
+import hmac
+import logging
+import secrets
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TypeVar
+
+import msgspec
+
+from store.auth.permissions import ROLES, SCOPES
+from store.auth.tokens import hash_token
+from store.auth.users import now_rfc3339
+from store.storage.jsonfile import WatchedJsonFile
+
+log = logging.getLogger("store.sharing")
+
+KEY_PREFIX = "bsk_"
+# How much of a key is shown in listings and names it for revocation ("bsk_" + 8 characters).
+SHOWN_CHARS = 12
+MAX_KEY_BRAINS = 100
+MAX_LABEL_CHARS = 100
+T = TypeVar("T")
+
+
+class SharingError(Exception):
+    """A sharing change that is not allowed (the message says why); nothing was changed."""
+
+
+class Share(msgspec.Struct, omit_defaults=True):
+    """One shared brain: its creator (always an owner, where its data lives) and its members."""
+
+    brain_id: str
+    owner_id: str
+    members: dict[str, str] = msgspec.field(default_factory=dict)  # user id -> role (creator not listed)
+
+
+class AgentKey(msgspec.Struct, frozen=True, omit_defaults=True):
+    """An agent key: a token for some brains of one user, with a scope; stored hashed."""
+
+    prefix: str
+    sha256: str
+    user_id: str
+    brains: tuple[str, ...]
+    scope: str
+    created_at: str
+    label: str = ""
+    expires_at: str = ""  # RFC 3339 UTC (lexically comparable); empty: never
+
+    def expired(self, now: str) -> bool:
+        """True when the key's expiry has passed at ``now`` (RFC 3339 UTC)."""
+        return bool(self.expires_at) and self.expires_at <= now
+
+
+class SharingDocument(msgspec.Struct):
+    """The whole sharing file."""
+
+    version: int = 1
+    shares: list[Share] = msgspec.field(default_factory=list)
+    keys: list[AgentKey] = msgspec.field(default_factory=list)
+
+
+def new_agent_key() -> str:
+    """A fresh agent key from 32 random bytes."""
+    return KEY_PREFIX + base64.urlsafe_b64encode(secrets.token_bytes(32)).rstrip(b"=").decode("ascii")
+
+
+def is_agent_key(token: str) -> bool:
+    """True when ``token`` has the shape of an agent key."""
+    return token.startswith(KEY_PREFIX) and len(token) == len(KEY_PREFIX) + 43
+
+
+class _Index:
+    def __init__(self, doc: SharingDocument) -> None:
+        self.doc = doc
+        self.shares: dict[str, Share] = {s.brain_id: s for s in doc.shares}
+        self.keys: dict[str, AgentKey] = {k.sha256: k for k in doc.keys}
+        self.by_member: dict[str, list[Share]] = {}
+        for share in doc.shares:
+            for user_id in share.members:
+                self.by_member.setdefault(user_id, []).append(share)
+
+
+class SharingRegistry:
+    """Reads and changes ``sharing.json`` in one data directory."""
+
+    def __init__(self, data_dir: Path, *, fsync: bool = True) -> None:
+        self.path = Path(data_dir) / "sharing.json"
+        self._file = WatchedJsonFile(self.path, Path(data_dir) / "locks" / "sharing.lock", SharingDocument,
+                                     fsync=fsync, log=log, what="sharing file")
+        self._index = _Index(SharingDocument())
+        self.refresh()
+
+    # -- reading (request path) ----------------------------------------------------------
+
+    def refresh(self) -> None:
+        """Re-read the file if it changed; a missing file means nothing is shared."""
+        doc = self._file.changed(self._forget_all)
+        if doc is not None:
+            self._index = _Index(doc)
+
+    def _forget_all(self) -> None:
+        self._index = _Index(SharingDocument())
+
+    def share(self, brain_id: str) -> Share | None:
+        """The share record of a brain, or None when it is not shared."""
+        self.refresh()
+        return self._index.shares.get(brain_id)
+
+    def shared_with(self, user_id: str) -> list[Share]:
+        """Shares where ``user_id`` is a member (not the creator)."""
+        self.refresh()
+        return list(self._index.by_member.get(user_id, ()))
+
+    def by_key(self, token: str) -> AgentKey | None:
+        """The live (unexpired) agent key for ``token``; constant-time comparison of the hash."""
+        if not is_agent_key(token):
+            return None
+        self.refresh()
+        digest = hash_token(token)
+        key = self._index.keys.get(digest)
+        if key is None or not hmac.compare_digest(key.sha256, digest) or key.expired(now_rfc3339()):
+            return None
+        return key
+
+    def keys(self, user_id: str | None = None) -> list[AgentKey]:
+        """Agent keys (of one user when given), oldest first."""
+        self.refresh()
+        return [k for k in self._index.doc.keys if user_id is None or k.user_id == user_id]
+
+    # -- changing ------------------------------------------------------------------------
+
+    def _edit(self, change: Callable[[SharingDocument], T]) -> T:
+        result = self._file.edit(change, SharingError)
+        self.refresh()
+        return result
+
+    def set_member(self, brain_id: str, owner_id: str, user_id: str, role: str) -> Share:
+        """Give ``user_id`` ``role`` on a brain created by ``owner_id`` (adding or changing)."""
+        if role not in ROLES:
+            raise SharingError(f"role must be one of {', '.join(ROLES)}")
+        if user_id == owner_id:
+            raise SharingError("the brain's creator is always an owner")
+
+        def change(doc: SharingDocument) -> Share:
+            for share in doc.shares:
+                if share.brain_id == brain_id:
+                    share.members[user_id] = role
+                    return share
+            share = Share(brain_id, owner_id, {user_id: role})
+            doc.shares.append(share)
+            return share
+
+        return self._edit(change)
+
+    def remove_member(self, brain_id: str, user_id: str) -> str:
+        """Take ``user_id`` off a brain; returns the role they had."""
+
+        def change(doc: SharingDocument) -> str:
+            for i, share in enumerate(doc.shares):
+                if share.brain_id != brain_id:
+                    continue
+                if user_id == share.owner_id:
+                    raise SharingError("the brain's creator is always an owner and cannot be removed")
+                role = share.members.pop(user_id, None)
+                if role is None:
+                    break
+                if not share.members:
+                    del doc.shares[i]
+                return role
+            raise SharingError("that user is not a member of this brain")
+
+        return self._edit(change)
+
+    def forget_brain(self, brain_id: str) -> None:
+        """Drop a deleted brain's members (its keys simply stop matching it)."""
+        if self.share(brain_id) is None:
+            return
+
+        def change(doc: SharingDocument) -> None:
+            doc.shares[:] = [s for s in doc.shares if s.brain_id != brain_id]
+
+        self._edit(change)
+
+    def create_key(
+        self, user_id: str, brains: list[str], scope: str, *, label: str = "", expires_at: str = ""
+    ) -> tuple[AgentKey, str]:
+        """A new agent key; returns its record and the key itself (shown once, never stored)."""
+        if scope not in SCOPES:
+            raise SharingError(f"scope must be one of {', '.join(SCOPES)}")
+        if not brains or len(brains) > MAX_KEY_BRAINS:
+            raise SharingError(f"a key is for 1 to {MAX_KEY_BRAINS} brains")
+        if len(label) > MAX_LABEL_CHARS or any(ord(ch) < 32 or ord(ch) == 127 for ch in label):
+            raise SharingError(f"a label is at most {MAX_LABEL_CHARS} printable characters")
+        token = new_agent_key()
+        key = AgentKey(
+            prefix=token[:SHOWN_CHARS],
+            sha256=hash_token(token),
+            user_id=user_id,
+            brains=tuple(dict.fromkeys(brains)),
+            scope=scope,
+            created_at=now_rfc3339(),
+            label=label,
+            expires_at=expires_at,
+        )
+
+        def change(doc: SharingDocument) -> None:
+            doc.keys.append(key)
+
+        self._edit(change)
+        return key, token
+
+    def revoke_key(self, prefix: str, user_id: str | None = None) -> AgentKey:
+        """Delete the key shown as ``prefix`` (of ``user_id`` when given): it stops working at once."""
+
+        def change(doc: SharingDocument) -> AgentKey:
+            found = [i for i, k in enumerate(doc.keys)
+                     if k.prefix == prefix and (user_id is None or k.user_id == user_id)]
+            if not found:
+                raise SharingError(f"no agent key {prefix!r}")
+            if len(found) > 1:
+                raise SharingError(f"{len(found)} keys start with {prefix!r}; revoke them by their user")
+            return doc.keys.pop(found[0])
+
+        return self._edit(change)
+
+
+def expiry(text: str, now: datetime | None = None) -> str:
+    """The RFC 3339 instant ``text`` from now (``30d``, ``12h``, ``90m``); SharingError when malformed."""
+    text = text.strip().lower()
+    units = {"d": 86400, "h": 3600, "m": 60}
+    if len(text) < 2 or text[-1] not in units or not text[:-1].isdigit():
+        raise SharingError("an expiry is a whole number followed by d, h or m (e.g. 30d)")
+    seconds = int(text[:-1]) * units[text[-1]]
+    if not 0 < seconds <= 3650 * 86400:
+        raise SharingError("an expiry is between one minute and ten years")
+    moment = (now or datetime.now(UTC)) + timedelta(seconds=seconds)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
