@@ -15,17 +15,12 @@ Vectors are kept as int8 with one float32 scale per vector (512 + 4 bytes: about
 from __future__ import annotations
 
 import hashlib
-import os
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
-
-# The model must never reach for a hub: these guard libraries that might try.
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 MODEL_ID = "use-multilingual-v3/fast-use-0.2"
 DIMENSIONS = 512
