@@ -37,6 +37,11 @@ def _last_line(result: object) -> str:
     return result.stdout.strip().splitlines()[-1]  # type: ignore[attr-defined]
 
 
+# The tests share one store and build on each other's changes (members added, a snapshot
+# restored, the brain deleted last), so they run in order on one xdist worker.
+pytestmark = pytest.mark.xdist_group("sharing-world")
+
+
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     tmp = tmp_path_factory.mktemp("sharing")
