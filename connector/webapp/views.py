@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from connector.engine.archive import ArchiveError, load_archive
-from connector.engine.hybrid import MODES
 from connector.engine.index import BrainIndex, RecallError, index_for
 from connector.engine.restore import frontmatter_values
 from connector.engine.rules import MEMORY_TYPES
@@ -32,7 +31,7 @@ RECALL_POOL = 200
 BROWSE_LIMIT = 50
 TAG_CACHE_SIZE = 32
 TYPES = tuple(MEMORY_TYPES)
-# The search page's names for brain_recall's modes (engine.hybrid.MODES), in its order.
+# The search page's names for brain_recall's modes, in engine.hybrid.MODES order (test_units checks).
 MODE_LABELS = {"exact": "Exact words", "hybrid": "Meaning and other languages (hybrid)"}
 
 
