@@ -28,7 +28,7 @@ from connector.webapp.guard import Site, new_signin_token, same_origin, session_
 from connector.webapp.pages import STATIC_TYPES, page_headers, render, static_file
 from connector.webapp.sessions import WebSession, WebSessions
 from connector.webapp.transfer import MAX_IMPORT_BYTES, ImportPlan, dry_run, export_memories, export_zip, plan_import
-from connector.webapp.views import TYPES, BrainViews, SearchForm
+from connector.webapp.views import MODE_LABELS, TYPES, BrainViews, SearchForm, SearchResult
 from connector.workcopy.manager import BrainUnavailable
 from common.limits import TokenBucketLimiter, TrustedProxies, client_address
 
@@ -314,9 +314,17 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
     async def search(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
         params = request.query_params
         form = SearchForm(**{name: (params.get(name) or "").strip()[:2000]
-                             for name in ("query", "type", "tag", "project", "as_of")})
+                             for name in ("query", "type", "tag", "project", "as_of", "mode")})
+        if not form.mode:
+            form.mode = app.views.tools.recall_mode  # brain_recall's default: the server's setting
+        elif form.mode not in MODE_LABELS:
+            # A made-up mode searches nothing: the form comes back with the default and says why.
+            form.mode = app.views.tools.recall_mode
+            error = "Unknown recall mode: choose " + " or ".join(f'"{label}"' for label in MODE_LABELS.values()) + "."
+            return app.page("search.html", visit.site, visit.session, status=400,
+                            result=SearchResult(form=form, error=error), types=TYPES, modes=MODE_LABELS)
         result = await app.views.search(visit.session.account, form)
-        return app.page("search.html", visit.site, visit.session, result=result, types=TYPES)
+        return app.page("search.html", visit.site, visit.session, result=result, types=TYPES, modes=MODE_LABELS)
 
     @get("/app/memory/{memory_id:str}", cache=False, include_in_schema=False)
     @page_route

@@ -31,6 +31,8 @@ RECALL_POOL = 200
 BROWSE_LIMIT = 50
 TAG_CACHE_SIZE = 32
 TYPES = tuple(MEMORY_TYPES)
+# The search page's names for brain_recall's modes, in engine.hybrid.MODES order (test_units checks).
+MODE_LABELS = {"exact": "Exact words", "hybrid": "Meaning and other languages (hybrid)"}
 
 
 @dataclass(frozen=True)
@@ -67,10 +69,11 @@ class SearchForm:
     tag: str = ""
     project: str = ""
     as_of: str = ""
+    mode: str = ""  # brain_recall's mode; the route fills in the server's default
 
     @property
     def empty(self) -> bool:
-        """Nothing asked yet."""
+        """Nothing asked yet (the mode alone asks nothing)."""
         return not (self.query or self.type or self.tag or self.project or self.as_of)
 
 
@@ -169,6 +172,8 @@ def explain(hit: dict[str, Any]) -> str:
         parts.append(f"context {_number(hit['context_match'])}")
     if hit.get("spreading_bonus"):
         parts.append(f"association {_number(hit['spreading_bonus'])}")
+    if "similarity" in hit:  # hybrid recall: how close the meaning is (cosine, -1 to 1)
+        parts.append(f"meaning similarity {_number(hit['similarity']) or '0'}")
     return ", ".join(parts)
 
 
@@ -239,7 +244,7 @@ class BrainViews:
         )
 
     async def search(self, account: Account, form: SearchForm) -> SearchResult:
-        """Recall exactly as brain_recall does, then the type and tag filters; or browse without a query."""
+        """Recall exactly as brain_recall does (in ``form.mode``), then the type and tag filters; or browse without a query."""
         result = SearchResult(form=form)
         snapshot = await self.manager.snapshot(account)
         index = await self._index(snapshot)
@@ -262,7 +267,7 @@ class BrainViews:
                 form.project or None,
                 form.as_of or None,
                 None,
-                self.tools.recall_mode,  # the server's default mode, as brain_recall without one
+                form.mode or self.tools.recall_mode,  # as brain_recall: the server's default unless named
             )
         except RecallError as exc:
             result.error = str(exc)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from connector.engine.hybrid import MODES
 from connector.webapp.markdown import render_markdown
 from connector.webapp.sessions import WebSessions
+from connector.webapp.views import MODE_LABELS, explain
 
 
 class Clock:
@@ -50,3 +52,11 @@ def test_markdown_keeps_formatting_and_drops_everything_active() -> None:
     assert 'href="javascript' not in html and 'href="vbscript' not in html
     assert '<a href="https://example.org" rel="noopener noreferrer nofollow">ok</a>' in html
     assert "<img" not in html and "[image: remote]" in html
+
+
+def test_the_search_page_names_every_recall_mode_and_explains_similarity() -> None:
+    assert tuple(MODE_LABELS) == MODES  # a new brain_recall mode must get a name on the search page
+    exact = {"relevance": 0.8, "decayed_strength": 0.5, "spreading_bonus": 0.1}
+    assert explain(exact) == "relevance 0.8, strength 0.5, association 0.1"
+    assert explain({**exact, "similarity": 0.42}) == "relevance 0.8, strength 0.5, association 0.1, meaning similarity 0.42"
+    assert explain({"relevance": 0.0, "similarity": 0.0}).endswith("meaning similarity 0")

@@ -145,7 +145,16 @@ def test_person_tends_their_brain_in_chromium(store: RunningStore, tmp_path: Pat
                 result = page.get_by_role("link", name="Spare house key")
                 assert result.is_visible()
                 assert "relevance" in page.inner_text(".score")
+                # The recall mode: labelled, the server's default (exact) chosen, hybrid a keyboard choice away.
+                mode = page.get_by_label("Recall mode")
+                assert mode.input_value() == "exact"
+                mode.select_option(label="Meaning and other languages (hybrid)")
+                page.get_by_role("button", name="Search").click()
+                page.wait_for_url("**/app/search?**mode=hybrid**")
+                assert page.get_by_label("Recall mode").input_value() == "hybrid"
+                assert "meaning similarity" in page.locator(".score").first.inner_text()
                 checks.page_ok("search")
+                result = page.get_by_role("link", name="Spare house key")
                 result.click()
                 page.wait_for_url(f"**/app/memory/{ids['plain']}")
                 assert page.locator(".content strong").inner_text() == "blue flowerpot"

@@ -10,6 +10,7 @@ import pytest
 from connector.engine.archive import pack_archive
 from connector.engine.brain import Brain
 from connector.engine.ops import Memorize, connector_memorize
+from tests.engine.hybrid_support import make_brain
 
 from ..conftest import RunningStore, brains_of, direct_memorize, download_brain, upload_raw
 from .conftest import app_client, csrf_of, sign_in
@@ -281,3 +282,44 @@ def test_development_mode_signs_in_the_local_user_without_a_token(store: Running
         assert done.status_code == 303
         home = client.get("/app")
         assert home.status_code == 200 and "default" in home.text
+
+
+def test_search_recall_modes_find_other_languages_only_in_hybrid(store: RunningStore) -> None:
+    alice = store.add_user("alice")
+    brain_id = brains_of(store.url, alice.token)[0]["id"]
+    brain, ids = make_brain()
+    assert upload_raw(store.url, alice.token, brain_id, pack_archive(brain)).status_code == 200
+    cat = ids["猫的疫苗"]
+    with app_client(store.url) as client:  # the server's default mode is exact
+        sign_in(client, alice.token)
+
+        def search(**params: str) -> tuple[int, str, list[str]]:
+            page = client.get("/app/search", params=params)
+            return page.status_code, page.text, re.findall(r'href="/app/memory/(mem_[0-9a-f_]+)"', page.text)
+
+        # The control is labelled, lists both modes and shows the server's default as chosen.
+        status, html, found = search(query="疫苗")
+        assert status == 200 and found == []
+        assert '<label for="f-mode">Recall mode</label>' in html
+        assert '<option value="exact" selected>Exact words</option>' in html
+        assert '<option value="hybrid">Meaning and other languages (hybrid)</option>' in html
+        assert search(query="疫苗", mode="exact")[2] == []
+        # Hybrid finds the Chinese memory; the mode stays chosen and the score names its meaning similarity.
+        status, html, found = search(query="疫苗", mode="hybrid")
+        assert status == 200 and found and found[0] == cat
+        assert '<option value="hybrid" selected>' in html and "meaning similarity 0." in html
+        # Japanese ("walk by the sea") too, only in hybrid.
+        weekend = ids["週末の予定"]
+        assert weekend not in search(query="海辺 散歩", mode="exact")[2]
+        assert search(query="海辺 散歩", mode="hybrid")[2][0] == weekend
+        # Exact hits explain no similarity.
+        assert "meaning similarity" not in search(query="postgresql", mode="exact")[1]
+        # An unknown mode: a clear 400 that searches nothing and offers the default again.
+        status, html, found = search(query="疫苗", mode="fuzzy<b>")
+        assert status == 400 and found == [] and "Unknown recall mode" in html and "fuzzy" not in html
+        assert '<option value="exact" selected>' in html
+    with app_client(store.url, recall_mode="hybrid") as client:  # a hybrid server defaults to hybrid
+        sign_in(client, alice.token)
+        page = client.get("/app/search", params={"query": "疫苗"})
+        assert page.status_code == 200 and '<option value="hybrid" selected>' in page.text
+        assert re.findall(r'href="/app/memory/(mem_[0-9a-f_]+)"', page.text)[0] == cat
