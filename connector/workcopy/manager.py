@@ -1015,7 +1015,10 @@ class WorkingCopyManager:
             why = f"the brain '{escape_one_line(copy.brain_name)}' was deleted at the store"
         elif isinstance(refusal, StoreForbidden):
             # A role or agent key that only reads (or was just reduced to that): the store says which.
-            why = f"the store refused this sign-in's writes to the brain '{escape_one_line(copy.brain_name)}' ({refusal})"
+            why = (
+                f"the store refused this sign-in's writes to the brain '{escape_one_line(copy.brain_name)}' "
+                f"({escape_one_line(str(refusal))})"
+            )
         else:
             why = f"the store no longer accepts this sign-in's writes to the brain '{escape_one_line(copy.brain_name)}'"
         counted = _counted(labels)
