@@ -19,6 +19,7 @@ import pytest
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from connector.identity.static import StaticTokenProvider
 from tests.connector.conftest import RunningStore, StoreUser, auth, brains_of, direct_memorize, download_brain, memory_ids
 from tests.connector.test_e2e_tools import connector, mcp_session, mint, signed_in_provider, structured
 from tests.support.processes import console_script
@@ -160,6 +161,20 @@ def test_a_read_agent_key_signs_in_and_reads_only_its_brain(store: RunningStore,
     direct_memorize(store.url, alice.token, other["id"], "Something the key must not see")
     key = store_cli(store, "key", "create", "--user", "alice", "--brain", default_id, "--scope", "read", "--label", "ci")
     assert key.startswith("bsk_")
+
+    async def subjects() -> None:
+        # The key is its own subject (it never shares the user's copies or brain list), and renews as itself.
+        provider = StaticTokenProvider(store.url)
+        try:
+            by_key = await provider.sign_in(key)
+            by_token = await provider.sign_in(alice.token)
+            assert by_token.subject == f"static:{alice.id}"
+            assert by_key.subject == f"static:{alice.id}/key:{key[:12]}"
+            assert (await provider.renew(by_key.subject, key)).subject == by_key.subject
+        finally:
+            await provider.aclose()
+
+    asyncio.run(subjects())
 
     async def session(url: str) -> None:
         provider = signed_in_provider(url, key)  # the sign-in page, with the agent key pasted
