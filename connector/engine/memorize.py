@@ -551,11 +551,14 @@ def connector_memory(
     agent: str = "",
     project: str = "",
     task: str = "",
+    writer: str = "",
 ) -> MemoryInput:
     """The memory a connector `brain_memorize` call writes (connector.md section 6).
 
     ``project`` and ``task`` fill the encoding context recall matches its own
-    ``project`` / ``task`` against (the command line's context fields).
+    ``project`` / ``task`` against (the command line's context fields). ``writer`` (the
+    store's name for the user, on a store that shares brains) goes into ``source`` after
+    the connector's name, so the members of a shared brain see who said what.
     """
     if not isinstance(content, str) or not content.strip():
         raise BrainError("'content' must not be empty")
@@ -570,7 +573,7 @@ def connector_memory(
         tags=tag_list,
         salience=0.5,
         confidence=0.8,
-        source=CONNECTOR_SOURCE,
+        source=f"{CONNECTOR_SOURCE}, written by {writer}" if writer else CONNECTOR_SOURCE,
         encoding_context={
             "project": project or "",
             "topics": list(tag_list),

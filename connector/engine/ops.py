@@ -180,18 +180,21 @@ def connector_memorize(
     agent: str = "",
     project: str = "",
     task: str = "",
+    writer: str = "",
 ) -> Memorize:
     """The operation behind the connector's `brain_memorize` tool (connector.md section 6).
 
     Title: given, else the content's first line (80 characters at most), else
     "Captured note"; file ``captured/<slug>.md`` (a free name when taken); episodic;
     salience 0.5 and confidence 0.8, capped by the origin; context ``project`` and
-    ``task`` (task type, default "capturing"); bad input -> `BrainError`.
+    ``task`` (task type, default "capturing"); ``writer`` names the user in ``source``;
+    bad input -> `BrainError`.
     """
     return Memorize([
         connector_memory(
             content, title=title, type=type, tags=tags, origin=origin, valid_from=valid_from,
             valid_until=valid_until, supersedes=supersedes, agent=agent, project=project, task=task,
+            writer=writer,
         )
     ])
 

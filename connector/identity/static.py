@@ -1,4 +1,5 @@
-"""The ``static`` provider: the person signs in with their store token (``bst_...``).
+"""The ``static`` provider: the person signs in with their store token (``bst_...``) or
+with an agent key (``bsk_...``, see docs/sharing.md).
 
 The token is checked with the store's ``GET /auth/me``: 401/403 means refused,
 429 means the store is limiting the person's address (also a refusal, so it is
@@ -22,6 +23,16 @@ MAX_TOKEN_CHARS = 4096
 _ME_MAX_BYTES = 64 * 1024
 
 
+def subject_for(user_id: str, token: str) -> str:
+    """The connector subject of a sign-in: ``static:<user id>`` for the user's own token;
+    an agent key is a subject of its own (``static:<user id>/key:<its 12-character prefix>``,
+    the prefix the store lists it by), so its sessions never share the user's working
+    copies, brain list or chosen brain: it sees exactly the key's brains, with its scope."""
+    if token.startswith("bsk_"):
+        return f"static:{user_id}/key:{token[:12]}"
+    return f"static:{user_id}"
+
+
 class StaticTokenProvider:
     """Checks store tokens against one explicitly configured store."""
 
@@ -40,7 +51,7 @@ class StaticTokenProvider:
             raise ProviderRefused("not a store token")
         address = parse_ip(client_address)
         user_id = await self._user_id(token, None if address is None else str(address))
-        return Identity(subject=f"static:{user_id}", store_credential=token, renewal_secret=token)
+        return Identity(subject=subject_for(user_id, token), store_credential=token, renewal_secret=token)
 
     async def renew(self, subject: str, renewal_secret: str) -> Identity:
         """Re-check the token; refused when it no longer names the same user."""

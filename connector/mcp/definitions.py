@@ -75,9 +75,16 @@ _HIT = {
     "required": ["id", "score"],
 }
 
+# On a store that shares brains: the caller's role, whether it only allows reading, the creator's name.
+_SHARING = {
+    "role": {"type": "string", "enum": ["owner", "editor", "viewer"]},
+    "read_only": {"type": "boolean"},
+    "owner": {"type": "string"},
+}
+
 _BRAIN_REF = {
     "type": "object",
-    "properties": {"id": {"type": "string"}, "name": {"type": "string"}},
+    "properties": {"id": {"type": "string"}, "name": {"type": "string"}, **_SHARING},
     "required": ["id", "name"],
 }
 
@@ -222,6 +229,7 @@ TOOLS: tuple[ToolSpec, ...] = (
                             "file_count": {"type": "integer"},
                             "last_synced_at": {"type": ["string", "null"]},
                             "active": {"type": "boolean"},
+                            **_SHARING,
                         },
                         ["id", "name", "active"],
                     ),

@@ -125,7 +125,8 @@ def status_text(result: dict[str, Any]) -> str:
             marker = "*" if brain.get("active") else "-"
             synced = one(brain.get("last_synced_at") or "never synced")
             lines.append(
-                f" {marker} {one(brain.get('name'))} ({one(brain.get('id'))}), {brain.get('size_bytes', 0)} bytes, {synced}"
+                f" {marker} {one(brain.get('name'))} ({one(brain.get('id'))}), {brain.get('size_bytes', 0)} bytes, "
+                f"{synced}{sharing(brain)}"
             )
     identity = result.get("identity", {})
     lines.append(f"Identity: {identity.get('status')}")
@@ -138,10 +139,20 @@ def status_text(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def sharing(brain: dict[str, Any]) -> str:
+    """``, viewer (read-only), owned by alice`` for a brain shared with the caller; ``""`` when
+    the caller owns it (or the store does not share brains)."""
+    role, owner = brain.get("role"), brain.get("owner")
+    if not role or role == "owner":
+        return ""
+    read_only = " (read-only)" if role == "viewer" else ""
+    return f", {one(role)}{read_only}" + (f", owned by {one(owner)}" if owner else "")
+
+
 def use_text(result: dict[str, Any]) -> str:
     """Which brain is now served."""
     brain = result["brain"]
-    text = f"Now using brain '{one(brain['name'])}' ({one(brain['id'])})"
+    text = f"Now using brain '{one(brain['name'])}' ({one(brain['id'])}){sharing(brain)}"
     if "memory_count" in result:
         text += f" with {memories(result['memory_count'])}"
     text += ". This choice is remembered."

@@ -43,7 +43,7 @@ from connector.mcp.definitions import (
 )
 from connector.workcopy.manager import BrainUnavailable, UnknownBrain, WorkingCopyManager
 from connector.workcopy.model import STATUS_NO_BRAIN, Account, Snapshot, WriteOutcome
-from connector.workcopy.store_client import StoreError
+from connector.workcopy.store_client import BrainRecord, StoreError
 from connector.workcopy.vectors import HybridCache, VectorStore
 
 log = logging.getLogger("connector.tools")
@@ -432,6 +432,7 @@ class BrainTools:
                     "file_count": brain.file_count,
                     "last_synced_at": brain.last_synced_at,
                     "active": brain.id == snapshot.brain_id,
+                    **sharing_fields(brain),
                 }
                 for brain in identity.brains
             ],
@@ -451,7 +452,7 @@ class BrainTools:
         record, identity = await self.manager.use_brain(caller.account, wanted)
         snapshot = await self.manager.snapshot(caller.account)
         structured: dict[str, Any] = {
-            "brain": {"id": record.id, "name": record.name},
+            "brain": {"id": record.id, "name": record.name, **sharing_fields(record)},
             "persisted": True,
             "memory_count": len(_entries(snapshot)),
         }
@@ -478,6 +479,7 @@ class BrainTools:
             agent=caller.account.client_name,
             project=args.string("project", max_length=300) or "",
             task=args.string("task", max_length=300) or "",
+            writer=await self.manager.writer(caller.account),
         )
         outcome = await self._write(caller, op, "memorize")
         _refused_for_good(outcome)
@@ -537,6 +539,17 @@ class BrainTools:
         if note:
             structured["note"] = note
         return ok_result(structured, render.verify_text(structured))
+
+
+def sharing_fields(record: BrainRecord) -> dict[str, Any]:
+    """``role`` and ``owner`` of a brain record, when the store shares brains (contract 4.8)."""
+    fields: dict[str, Any] = {}
+    if record.role is not None:
+        fields["role"] = record.role
+        fields["read_only"] = record.read_only
+    if record.owner is not None:
+        fields["owner"] = record.owner
+    return fields
 
 
 def _content_budget(args: Args) -> tuple[int, list[str]]:

@@ -170,6 +170,8 @@ class _UserState:
     brains: list[BrainRecord] | None = None
     brains_at: float = -1e18
     lock: asyncio.Lock | None = None
+    # Who this account is at the store, as memories written to shared brains name them.
+    writer: str | None = None
 
 
 def oldest_first(brains: list[BrainRecord]) -> list[BrainRecord]:
@@ -202,6 +204,16 @@ def find_brain(brains: list[BrainRecord], wanted: str) -> BrainRecord | None:
     if exact:
         return oldest_first(exact)[0]
     return None
+
+
+def viewer_refusal(record: BrainRecord) -> str:
+    """Why a write to a brain the user only views is refused (before anything is attempted)."""
+    owner = f", shared by {escape_one_line(record.owner)}" if record.owner else ""
+    return (
+        f"Not saved: you are a viewer of the brain '{escape_one_line(record.name)}'{owner}. A viewer can recall and "
+        "read it but not change it; nothing was changed. Ask its owner for the editor role, or switch to one of "
+        "your own brains with brain_use."
+    )
 
 
 def identity_for(account: Account, brains: list[BrainRecord], active: BrainRecord | None) -> Identity:
@@ -615,6 +627,30 @@ class WorkingCopyManager:
             synced_at=copy.synced_at,
         )
 
+    async def writer(self, account: Account) -> str:
+        """How a memory written to the active brain names its writer: the store's name for the
+        account (``alice``, ``alice via an agent key``) when the store shares brains, else "".
+
+        Asked once per account (``GET /auth/me``); a failure leaves it unnamed, never blocks the write.
+        """
+        try:
+            _, active = await self._active(account)
+        except StoreError:
+            return ""
+        if active is None or active.role is None:
+            return ""
+        state = self._user(account)
+        if state.writer is None:
+            try:
+                with self._watching(account):
+                    me = await self.store.me(account.credential)
+            except StoreError:
+                return ""
+            user = me.get("user") if isinstance(me.get("user"), dict) else {}
+            name = next((str(user[k]) for k in ("name", "email", "id") if isinstance(user.get(k), str) and user[k]), "")
+            state.writer = f"{name} via an agent key" if name and user.get("kind") == "agent-key" else name
+        return state.writer
+
     async def brains(self, account: Account) -> tuple[list[BrainRecord], BrainRecord | None]:
         """The account's brains (refreshed) and the active one."""
         return await self._active(account, force_list=True)
@@ -652,6 +688,8 @@ class WorkingCopyManager:
                 raise BrainUnavailable(
                     "The store cannot be reached right now, so nothing was saved. Try again shortly."
                 ) from None
+        if active is not None and active.read_only:
+            raise BrainUnavailable(viewer_refusal(active))
         copy = await self._copy_for(account, active)
         if copy is None:
             copy = self._copies.get((account.subject, None))
@@ -975,6 +1013,12 @@ class WorkingCopyManager:
         gone = isinstance(refusal, StoreNotFound)
         if gone:
             why = f"the brain '{escape_one_line(copy.brain_name)}' was deleted at the store"
+        elif isinstance(refusal, StoreForbidden):
+            # A role or agent key that only reads (or was just reduced to that): the store says which.
+            why = (
+                f"the store refused this sign-in's writes to the brain '{escape_one_line(copy.brain_name)}' "
+                f"({escape_one_line(str(refusal))})"
+            )
         else:
             why = f"the store no longer accepts this sign-in's writes to the brain '{escape_one_line(copy.brain_name)}'"
         counted = _counted(labels)

@@ -15,6 +15,9 @@ from urllib.parse import quote
 import httpx
 
 _MAX_ERROR_TEXT = 200
+# The roles a shared brain's record may carry (contract 4.8); anything else is ignored.
+ROLES = ("owner", "editor", "viewer")
+_MAX_OWNER_CHARS = 200
 
 
 class StoreError(Exception):
@@ -60,6 +63,15 @@ class BrainRecord:
     checksum: str | None
     last_synced_at: str | None
     created_at: str
+    # Extension members of a store that shares brains (contract 4.8): the caller's role and
+    # the creator's name. None from a store without sharing (the caller owns every brain).
+    role: str | None = None
+    owner: str | None = None
+
+    @property
+    def read_only(self) -> bool:
+        """True when the caller may only read this brain (a viewer)."""
+        return self.role == "viewer"
 
     @classmethod
     def from_json(cls, data: Any) -> BrainRecord:
@@ -74,6 +86,8 @@ class BrainRecord:
             checksum=data.get("checksum") if isinstance(data.get("checksum"), str) else None,
             last_synced_at=data.get("last_synced_at") if isinstance(data.get("last_synced_at"), str) else None,
             created_at=str(data.get("created_at") or ""),
+            role=data.get("role") if data.get("role") in ROLES else None,
+            owner=data["owner"][:_MAX_OWNER_CHARS] if isinstance(data.get("owner"), str) else None,
         )
 
 
