@@ -32,6 +32,23 @@ KEY_SCOPES: dict[str, frozenset[str]] = {
 }
 
 
+# The most an agent key of each scope can act as: a read key views, a write key edits.
+SCOPE_ROLES: dict[str, str] = {"read": "viewer", "write": "editor"}
+
+
+def effective_role(role: str | None, scope: str | None = None) -> str | None:
+    """The role a caller acts with: ``role``, capped by an agent key's ``scope`` (None: no access).
+
+    This is what listings report, so a client can tell a read key's brains are read-only.
+    """
+    if role is None or scope is None:
+        return role
+    cap = SCOPE_ROLES.get(scope)
+    if cap is None or role not in ROLES:
+        return None
+    return min(role, cap, key=ROLES.index)
+
+
 def permitted(action: str, role: str | None, scope: str | None = None) -> bool:
     """True when ``role`` (narrowed by an agent key's ``scope``, if any) allows ``action``.
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from store.auth.authenticate import Principal
-from store.auth.permissions import ROLES, permitted
+from store.auth.permissions import ROLES, effective_role, permitted
 from store.auth.users import UserRegistry
 from store.errors import ServiceError
 from store.service import brain_record
@@ -101,9 +101,11 @@ class Sharing:
         ]
 
     def record_of(self, principal: Principal, meta: BrainMeta, role: str | None = None) -> dict[str, Any]:
-        """The contract brain record with the caller's ``role`` and the creator's name as ``owner``."""
+        """The contract brain record with the caller's ``role`` (an agent key's: capped by its
+        scope) and the creator's name as ``owner``."""
         record = brain_record(meta)
-        record["role"] = role or self.role(principal, meta.id)[1]
+        scope = principal.key.scope if principal.key is not None else None
+        record["role"] = effective_role(role or self.role(principal, meta.id)[1], scope)
         record["owner"] = principal.name if meta.user_id == principal.user_id else self.user_name(meta.user_id)
         return record
 

@@ -182,13 +182,14 @@ def test_a_read_agent_key_signs_in_and_reads_only_its_brain(store: RunningStore,
             async with Client(streamable_http_client(url, http_client=http)) as client:  # type: ignore[arg-type]
                 status = structured(await client.call_tool("brain_status", {}))
                 assert [brain["id"] for brain in status["brains"]] == [default_id]
+                assert status["brains"][0]["role"] == "viewer"  # a read key views, whatever the user's role
                 assert status["active_brain"]["id"] == default_id
                 hits = structured(await client.call_tool("brain_recall", {"query": "staging database refreshed"}))
                 assert [hit["id"] for hit in hits["results"]][:1] == [first]
                 _, before = download_brain(store.url, alice.token, default_id)
                 refused = await client.call_tool("brain_memorize", {"content": "The agent key tries to write"})
                 assert refused.is_error
-                assert "Not saved" in text(refused) and "this agent key does not allow upload" in text(refused)
+                assert "Not saved" in text(refused) and "you are a viewer" in text(refused)
                 _, after = download_brain(store.url, alice.token, default_id)
                 assert after == before
                 # Reading still works after the refusal.

@@ -147,8 +147,9 @@ def test_listing_shows_shared_brains_with_role_and_owner(world: World) -> None:
     assert listing("vera")[world.brain] == ("viewer", "alice")
     assert listing("olga")[world.brain] == ("owner", "alice")
     assert world.brain not in listing("otto")
-    assert listing("key-read") == {world.brain: ("owner", "alice")}
-    assert listing("key-other-brain") == {world.spare: ("owner", "alice")}
+    # A key's listing shows the role it acts with: its user's, capped by its scope.
+    assert listing("key-read") == {world.brain: ("viewer", "alice")}
+    assert listing("key-other-brain") == {world.spare: ("editor", "alice")}
     assert listing("viewer-key-write") == {world.brain: ("viewer", "alice")}
 
 

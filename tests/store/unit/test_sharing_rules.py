@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from store.auth.permissions import KEY_SCOPES, PERMISSIONS, permitted
+from store.auth.permissions import KEY_SCOPES, PERMISSIONS, ROLES, effective_role, permitted
 from store.sharing.registry import SharingError, SharingRegistry, expiry
 
 BRAIN = "6f1c0c2e-0000-4000-8000-000000000001"
@@ -25,6 +25,19 @@ def test_roles_and_scopes() -> None:
     assert not any(permitted(a, "owner", s) for s in KEY_SCOPES for a in ("restore", "delete", "manage"))
     assert not permitted("download", None) and not permitted("nonsense", "owner")
     assert not permitted("download", "admin") and not permitted("download", "owner", "all")
+
+
+def test_effective_role_is_the_role_capped_by_the_scope() -> None:
+    assert [effective_role(r) for r in ROLES] == list(ROLES)
+    assert [effective_role(r, "read") for r in ROLES] == ["viewer", "viewer", "viewer"]
+    assert [effective_role(r, "write") for r in ROLES] == ["viewer", "editor", "editor"]
+    assert effective_role(None, "write") is None and effective_role("owner", "all") is None
+    # what the effective role allows is exactly what the key may do
+    for role in ROLES:
+        for scope in KEY_SCOPES:
+            capped = effective_role(role, scope)
+            assert {a for a in KEY_SCOPES[scope] if permitted(a, role, scope)} == {
+                a for a in KEY_SCOPES[scope] if permitted(a, capped)}
 
 
 def test_members_and_the_creator(tmp_path: Path) -> None:
