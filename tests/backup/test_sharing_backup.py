@@ -68,6 +68,10 @@ def test_round_trip_keeps_members_keys_and_audit(tmp_path: Path, moto: S3Service
             after = alice.get(f"/api/brains/{brain}/audit").json()["events"]
     assert after[:len(before)] == before  # the restored log, then the uploads just made
     assert [e["action"] for e in after[len(before):]] == ["upload"] * 3  # alice, bob, key-write
+    # --force over the changed store: the log and the members are the backed-up ones again
+    assert cli(local, "restore", "--from", str(backup), "--force").returncode == 0
+    with serve(local, tmp_path) as server, client(server, tokens["alice"]) as alice:
+        assert alice.get(f"/api/brains/{brain}/audit").json()["events"] == before
 
     bucket = {**moto.store_env(moto.new_bucket()), "STORE_DATA_DIR": str(tmp_path / "s3-spool")}
     cli(bucket, "restore", "--from", str(backup))
