@@ -53,7 +53,7 @@ def open_sharing(
         from store.storage.s3sharing import S3BrainAudit, S3SharingRegistry
 
         shared = S3SharingRegistry(make_client(settings), s3_bucket(settings),
-                                   poll_seconds=settings.s3_users_poll_seconds)
+                                   poll_seconds=settings.s3_sharing_poll_ms / 1000)
         if serving:
             shared.start_polling()
         return Sharing(shared, registry, backend, S3BrainAudit(backend))

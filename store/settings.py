@@ -121,6 +121,10 @@ class StoreSettings:
     s3_endpoint_url: str | None = None
     s3_region: str | None = None
     s3_users_poll_seconds: int = 1  # how often a replica looks for changes to the users object
+    # How often a replica looks for changes to the sharing object (members, roles, agent keys):
+    # a conditional GET (an empty 304 when unchanged), often enough that a revocation or role
+    # change applies on every replica within one second.
+    s3_sharing_poll_ms: int = 250
     metrics: bool = True  # GET /metrics (Prometheus); labels are route templates, never ids
     metrics_token: str | None = None  # when set, /metrics needs "Authorization: Bearer <token>"
     metrics_dir: Path | None = None  # STORE_METRICS_DIR: set by serve for --workers N
@@ -247,6 +251,8 @@ class StoreSettings:
             values["s3_region"] = v.strip()
         if (v := get("STORE_S3_USERS_POLL_SECONDS")) is not None:
             values["s3_users_poll_seconds"] = _int("STORE_S3_USERS_POLL_SECONDS", v, 1, 300)
+        if (v := get("STORE_S3_SHARING_POLL_MS")) is not None:
+            values["s3_sharing_poll_ms"] = _int("STORE_S3_SHARING_POLL_MS", v, 50, 60000)
         if (v := get("STORE_METRICS")) is not None:
             values["metrics"] = _bool("STORE_METRICS", v)
         if (v := get("STORE_METRICS_TOKEN")) is not None:
@@ -309,6 +315,7 @@ class StoreSettings:
             "STORE_S3_BUCKET": self.s3_bucket,
             "STORE_S3_PREFIX": self.s3_prefix,
             "STORE_S3_USERS_POLL_SECONDS": str(self.s3_users_poll_seconds),
+            "STORE_S3_SHARING_POLL_MS": str(self.s3_sharing_poll_ms),
             "STORE_METRICS": "on" if self.metrics else "off",
             "STORE_AUDIT_LOG": self.audit_log,
             "STORE_AUDIT_RETENTION_DAYS": str(self.audit_retention_days),

@@ -29,14 +29,16 @@ def backup(target: Path, data: Path | None) -> None:
     from store.backup.format import BackupError
     from store.backup.writer import write_backup
     from store.service import now_utc, rfc3339
+    from store.context import open_sharing
     from store.storage.factory import open_backend, open_registry
 
     settings = settings_from_cli(data_dir=data)
     if settings.backend != "s3" and not (settings.data_dir / "users.json").exists():
         raise click.ClickException(f"{settings.data_dir}: no users.json there; is it a store data directory?")
     try:
-        write_backup(open_backend(settings), open_registry(settings), target, source=store_label(settings),
-                     now=rfc3339(now_utc()), progress=_progress)
+        backend, registry = open_backend(settings), open_registry(settings)
+        write_backup(backend, registry, target, source=store_label(settings), now=rfc3339(now_utc()),
+                     progress=_progress, sharing=open_sharing(settings, registry, backend))
     except (BackupError, OSError) as exc:
         raise click.ClickException(f"backup failed: {exc}") from None
 
@@ -60,10 +62,13 @@ def restore(source: Path, data: Path | None, force: bool) -> None:
     settings = settings_from_cli(data_dir=data)
     keys = ((settings.encryption_key,) if settings.encryption_key else ()) + tuple(settings.previous_keys)
 
-    def open_target() -> tuple[object, object]:
+    def open_target() -> tuple[object, object, object]:
+        from store.context import open_sharing
+
         if settings.backend != "s3":
             settings.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        return open_backend(settings), open_registry(settings)
+        backend, registry = open_backend(settings), open_registry(settings)
+        return backend, registry, open_sharing(settings, registry, backend)
 
     try:
         restore_backup(source, open_target, force=force, master_keys=keys, progress=_progress)

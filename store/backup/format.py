@@ -3,6 +3,8 @@
 A backup is ONE zstandard frame (with its content checksum) holding a POSIX tar stream:
 
     users.json                                   the users document (token hashes, deny records)
+    sharing.json                                 members of shared brains, agent keys (hashes); optional
+    sharing-audit/<brain_id>.jsonl               a brain's sharing audit log, one event a line; optional
     brains/<user_id>/<brain_id>/meta.json        that brain's metadata (BrainMeta, as stored)
     brains/<user_id>/<brain_id>/blobs/<sha256>   each archive it names, bytes as stored
     manifest.json                                format, counts and every entry's size and sha256
@@ -21,11 +23,13 @@ import msgspec
 FORMAT = "brain-store-backup"
 VERSION = 1
 USERS = "users.json"
+SHARING = "sharing.json"
 MANIFEST = "manifest.json"
 MANIFEST_SUM = "manifest.sha256"
 
 _UUIDISH = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
 _META = re.compile(rf"^brains/({_UUIDISH})/({_UUIDISH})/meta\.json\Z")
+_AUDIT = re.compile(rf"^sharing-audit/({_UUIDISH})\.jsonl\Z")
 _BLOB = re.compile(rf"^brains/({_UUIDISH})/({_UUIDISH})/blobs/([0-9a-f]{{64}})\Z")
 
 
@@ -75,3 +79,14 @@ def parse_blob_path(path: str) -> tuple[str, str, str] | None:
     """(user_id, brain_id, checksum) of a blob path, else None."""
     m = _BLOB.match(path)
     return (m.group(1), m.group(2), m.group(3)) if m else None
+
+
+def audit_path(brain_id: str) -> str:
+    """Path of a brain's sharing audit log in the backup."""
+    return f"sharing-audit/{brain_id}.jsonl"
+
+
+def parse_audit_path(path: str) -> str | None:
+    """The brain id of a sharing audit log path, else None."""
+    m = _AUDIT.match(path)
+    return m.group(1) if m else None

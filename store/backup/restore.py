@@ -26,10 +26,12 @@ from store.backup.format import (
     FORMAT,
     MANIFEST,
     MANIFEST_SUM,
+    SHARING,
     USERS,
     VERSION,
     BackupError,
     Manifest,
+    parse_audit_path,
     parse_blob_path,
     parse_meta_path,
 )
@@ -47,6 +49,8 @@ class Verified:
     users: Any  # UsersDocument
     metas: dict[tuple[str, str], BrainMeta] = field(default_factory=dict)
     sealed_heads: dict[tuple[str, str, str], bytes] = field(default_factory=dict)
+    sharing: Any = None  # SharingDocument, when the backup holds one
+    audits: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # brain id -> events
 
 
 def _members(path: Path) -> Iterator[tuple[tarfile.TarInfo, BinaryIO]]:
@@ -101,7 +105,8 @@ def verify_backup(path: Path, progress: Callable[[str], None] = lambda line: Non
     for info, f in _members(path):
         if info.name in seen:
             raise BackupError(f"entry {info.name!r} appears twice")
-        if info.name in (USERS, MANIFEST, MANIFEST_SUM) or parse_meta_path(info.name):
+        if info.name in (USERS, SHARING, MANIFEST, MANIFEST_SUM) or parse_meta_path(info.name) \
+                or parse_audit_path(info.name):
             if info.size > _SMALL:
                 raise BackupError(f"entry {info.name!r} is implausibly large")
             data = f.read()
@@ -175,6 +180,7 @@ def verify_backup(path: Path, progress: Callable[[str], None] = lambda line: Non
         owner = result.metas.get((user_id, brain_id))
         if owner is None or checksum not in owner.blobs():
             raise BackupError(f"{blob} belongs to no brain in the backup")
+    _verify_sharing(smalls, result)
     if len(result.metas) != manifest.brains:
         raise BackupError("the number of brains does not match the manifest")
     progress(
@@ -182,6 +188,28 @@ def verify_backup(path: Path, progress: Callable[[str], None] = lambda line: Non
         f"{sum(m.stored_bytes() for m in result.metas.values())} stored bytes"
     )
     return result
+
+
+def _verify_sharing(smalls: dict[str, bytes], result: Verified) -> None:
+    """Decode the sharing document and audit logs (when present) so a bad one is refused up front
+    (after the brains' metadata: an audit log must belong to a backed-up brain)."""
+    from store.sharing.registry import SharingDocument
+
+    if SHARING in smalls:
+        try:
+            result.sharing = msgspec.json.decode(smalls[SHARING], type=SharingDocument)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise BackupError(f"the sharing document is unreadable ({exc})") from None
+    for name, data in smalls.items():
+        if (brain_id := parse_audit_path(name)) is None:
+            continue
+        try:
+            events = [msgspec.json.decode(line, type=dict[str, Any]) for line in data.splitlines() if line]
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise BackupError(f"{name} is unreadable ({exc})") from None
+        if brain_id not in {brain for _user, brain in result.metas}:
+            raise BackupError(f"{name} belongs to no brain in the backup")
+        result.audits[brain_id] = events
 
 
 def check_keys(verified: Verified, master_keys: tuple[bytes, ...]) -> None:
@@ -232,12 +260,16 @@ def restore_backup(
 ) -> RestoreReport:
     """Verify ``path``, then make the target store equal to it (refusing a non-empty target unless ``force``).
 
-    ``open_target`` returns (backend, users registry); it is only called once the backup has
-    been verified, so a refused backup does not even create the target's directories.
+    ``open_target`` returns (backend, users registry[, sharing]); it is only called once the
+    backup has been verified, so a refused backup does not even create the target's directories.
+    The sharing document ends up equal to the backup's (empty for a backup without one).
     """
     verified = verify_backup(path, progress)
     check_keys(verified, master_keys)
-    backend, registry = open_target()
+    backend, registry, *rest = open_target()
+    sharing = rest[0] if rest else None
+    if (verified.sharing is not None or verified.audits) and (sharing is None or sharing.registry is None):
+        raise BackupError("the backup holds sharing data but the target store cannot keep it")
     if not store_is_empty(backend, registry) and not force:
         raise BackupError("the target store is not empty; use --force to replace its contents with the backup")
     report = RestoreReport()
@@ -249,6 +281,10 @@ def restore_backup(
             if (user_id, meta.id) not in wanted:
                 backend.delete_brain(user_id, meta.id)
                 report.removed_brains += 1
+    if sharing is not None and sharing.registry is not None and verified.sharing is None:
+        from store.sharing.registry import SharingDocument
+
+        sharing.registry.replace(SharingDocument())  # an older backup: nothing was shared
     builder: BrainBuilder | None = None
     for info, f in _members(path):
         entry = expected.get(info.name)
@@ -258,6 +294,14 @@ def restore_backup(
             _replace_users(registry, verified.users)
             report.users = len(verified.users.users)
             progress(f"users: {report.users} restored")
+        elif info.name == SHARING:
+            _check_again(info.name, f.read(), entry)
+            sharing.registry.replace(verified.sharing)
+            progress(f"sharing: {len(verified.sharing.shares)} shared brain(s), "
+                     f"{len(verified.sharing.keys)} agent key(s) restored")
+        elif (brain_id := parse_audit_path(info.name)) is not None:
+            _check_again(info.name, f.read(), entry)
+            sharing.audit.replace(brain_id, verified.audits[brain_id])
         elif (ids := parse_meta_path(info.name)) is not None:
             data = f.read()
             _check_again(info.name, data, entry)

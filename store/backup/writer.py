@@ -26,11 +26,13 @@ from store.backup.format import (
     FORMAT,
     MANIFEST,
     MANIFEST_SUM,
+    SHARING,
     USERS,
     VERSION,
     BackupError,
     Entry,
     Manifest,
+    audit_path,
     blob_path,
     meta_path,
 )
@@ -106,8 +108,13 @@ def write_backup(
     source: str,
     now: str,
     progress: Callable[[str], None] = lambda line: None,
+    sharing: Any = None,
 ) -> Manifest:
-    """Back up users and every brain to ``target`` (written to a temporary name, renamed at the end)."""
+    """Back up users and every brain to ``target`` (written to a temporary name, renamed at the end).
+
+    With ``sharing`` (``store.sharing.access.Sharing``) the sharing document and each backed-up
+    brain's sharing audit log go in too.
+    """
     from store.auth.users import UsersDocument
 
     target = Path(target)
@@ -128,6 +135,10 @@ def write_backup(
             out = BackupWriter(tar)
             out.add_bytes(USERS, msgspec.json.encode(users_doc))
             progress(f"users: {len(users_doc.users)} ({len(users_doc.denied)} deny records)")
+            if sharing is not None and sharing.registry is not None:
+                doc = sharing.registry.document()
+                out.add_bytes(SHARING, msgspec.json.encode(doc))
+                progress(f"sharing: {len(doc.shares)} shared brain(s), {len(doc.keys)} agent key(s)")
             scratch = Path(scratch_dir)
             for user_id in user_ids:
                 for listed in backend.list_brains(user_id):
@@ -142,6 +153,11 @@ def write_backup(
                         path.unlink()
                         archives += 1
                         sealed += int(is_sealed)
+                    if sharing is not None and sharing.audit is not None:
+                        events = sharing.audit.events(meta.id, limit=1 << 30)
+                        if events:
+                            out.add_bytes(audit_path(meta.id), b"".join(msgspec.json.encode(e) + b"\n"
+                                                                        for e in events))
                     brains += 1
                     stored += meta.stored_bytes()
                     progress(

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 import msgspec
 
+from common.files import write_atomic
 from store.auth.users import now_rfc3339
 
 log = logging.getLogger("store.sharing")
@@ -36,6 +37,10 @@ class AuditLog(Protocol):
 
     def forget(self, brain_id: str) -> None:
         """Remove a deleted brain's log."""
+        ...
+
+    def replace(self, brain_id: str, events: list[dict[str, Any]]) -> None:
+        """Make the brain's log exactly ``events`` (restores)."""
         ...
 
 
@@ -87,3 +92,8 @@ class BrainAudit:
     def forget(self, brain_id: str) -> None:
         """Remove a deleted brain's log."""
         self._path(brain_id).unlink(missing_ok=True)
+
+    def replace(self, brain_id: str, events: list[dict[str, Any]]) -> None:
+        """Make the brain's log exactly ``events`` (restores): one atomic write, mode 0600."""
+        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        write_atomic(self._path(brain_id), b"".join(_encoder.encode(e) + b"\n" for e in events))

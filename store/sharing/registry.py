@@ -140,7 +140,21 @@ class SharingRegistry:
         self.refresh()
         return [k for k in self._index.doc.keys if user_id is None or k.user_id == user_id]
 
+    def document(self) -> SharingDocument:
+        """The whole current document (backups)."""
+        self.refresh()
+        return self._index.doc
+
     # -- changing ------------------------------------------------------------------------
+
+    def replace(self, new: SharingDocument) -> None:
+        """Make the document exactly ``new`` (restores), as one edit."""
+
+        def change(doc: SharingDocument) -> None:
+            doc.shares[:] = list(new.shares)
+            doc.keys[:] = list(new.keys)
+
+        self._edit(change)
 
     def _edit(self, change: Callable[[SharingDocument], T]) -> T:
         result = self._file.edit(change, SharingError)

@@ -68,15 +68,23 @@ class S3BrainAudit:
     def _prefix(self, brain_id: str) -> str:
         return self._backend.bucket.key("sharing-audit", brain_id, "")
 
+    def _put(self, brain_id: str, event: dict[str, Any], suffix: str) -> None:
+        name = str(event.get("ts", "")).replace("-", "").replace(":", "") + "-" + suffix + ".json"
+        self._backend.client.put_object(Bucket=self._backend.bucket.name, Key=self._prefix(brain_id) + name,
+                                        Body=msgspec.json.encode(event), ContentType="application/json")
+
     def record(self, brain_id: str, actor_id: str, actor_name: str, action: str, **details: Any) -> None:
         """Store one event; a failing bucket is logged, never raised (the change itself happened)."""
-        event = audit_event(brain_id, actor_id, actor_name, action, **details)
-        name = event["ts"].replace("-", "").replace(":", "") + "-" + uuid.uuid4().hex[:8] + ".json"
         try:
-            self._backend.client.put_object(Bucket=self._backend.bucket.name, Key=self._prefix(brain_id) + name,
-                                            Body=msgspec.json.encode(event), ContentType="application/json")
+            self._put(brain_id, audit_event(brain_id, actor_id, actor_name, action, **details), uuid.uuid4().hex[:8])
         except Exception as exc:
             log.error("cannot write the sharing audit log of brain %s: %s", brain_id, exc)
+
+    def replace(self, brain_id: str, events: list[dict[str, Any]]) -> None:
+        """Make the brain's log exactly ``events`` (restores); names keep their order."""
+        self.forget(brain_id)
+        for i, event in enumerate(events):
+            self._put(brain_id, event, f"r{i:08d}")
 
     def events(self, brain_id: str, limit: int = 1000) -> list[dict[str, Any]]:
         """The brain's latest events (at most ``MAX_EVENTS``), oldest first."""
