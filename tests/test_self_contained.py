@@ -25,6 +25,18 @@ def test_no_test_reads_fixtures_by_absolute_path() -> None:
     assert not offenders, f"absolute paths in {offenders}; use tests.support.fixtures"
 
 
+def test_only_the_fixture_helper_builds_paths_to_shared() -> None:
+    # A path built to ../shared by hand fails on a bare clone instead of using the in-repo subset.
+    helper = REPO_ROOT / "tests" / "support" / "fixtures.py"
+    offenders = [
+        str(path.relative_to(REPO_ROOT))
+        for path in sorted((REPO_ROOT / "tests").rglob("*.py"))
+        if path not in (helper, Path(__file__).resolve())
+        and re.search(r"""["']shared["']\s*/\s*["']fixtures["']""", path.read_text(encoding="utf-8"))
+    ]
+    assert not offenders, f"paths to ../shared built in {offenders}; use tests.support.fixtures"
+
+
 def test_home_is_a_temporary_directory() -> None:
     home = Path(os.environ["HOME"]).resolve()
     assert home.is_relative_to(Path(tempfile.gettempdir()).resolve()) and home.name.startswith("brain-store-test-home-")

@@ -45,6 +45,7 @@ from tests.store.unit.tarbuild import (
     tarfile_archive,
     zeros_gz,
 )
+from tests.support.fixtures import project_parity_dir
 
 SIMPLE = member(b"a.md", b"hello\n") + member(b"dir/", typeflag=b"5") + member(b"dir/b.md", b"x" * 700)
 
@@ -121,7 +122,8 @@ def test_gnu_tar_binary_with_dot_prefix_and_directories(tmp_path: Path) -> None:
         assert (summary.file_count, summary.entries) == (expected_files, expected_entries), fmt
 
 
-FIXTURE_BRAINS = Path(__file__).resolve().parents[4] / "shared" / "fixtures" / "recall-parity" / "brains"
+# Brains written by the reference command line: the full set in ../shared, else the subset in tests/.
+FIXTURE_BRAINS = project_parity_dir() / "brains"
 
 
 def test_engine_packer_archives_are_accepted() -> None:
@@ -504,7 +506,7 @@ def test_ratio_is_not_checked_below_the_floor() -> None:
 
 def test_real_brains_are_far_below_the_ratio_limit() -> None:
     """The recall-parity brains (made by the reference command line), tarred at gzip levels 1 and 9."""
-    brains = sorted((Path(__file__).parents[3] / ".." / "shared" / "fixtures" / "recall-parity" / "brains").glob("*"))
+    brains = sorted(FIXTURE_BRAINS.glob("*"))
     assert brains
     worst = 0.0
     for brain in brains:
