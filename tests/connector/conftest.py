@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import subprocess
 from collections.abc import Iterator
@@ -89,14 +90,21 @@ def start_store(
     return RunningStore(server=server, data=data, port=port, log_path=log_path), manager
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[RunningStore]:
-    """A real store process on a free loopback port."""
-    running, manager = start_store(tmp_path)
+@contextlib.contextmanager
+def running_store(tmp_path: Path, env: dict[str, str] | None = None) -> Iterator[RunningStore]:
+    """A store process (``env`` added to its environment) for the length of a ``with`` block."""
+    running, manager = start_store(tmp_path, env=env)
     try:
         yield running
     finally:
         manager.__exit__(None, None, None)  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[RunningStore]:
+    """A real store process on a free loopback port."""
+    with running_store(tmp_path) as running:
+        yield running
 
 
 def brains_of(store_url: str, token: str) -> list[dict]:

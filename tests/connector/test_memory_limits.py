@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from tests.connector.conftest import RunningStore, brains_of, start_store, upload_raw
+from tests.connector.conftest import RunningStore, brains_of, running_store, upload_raw
 from tests.connector.test_e2e_tools import connector, mcp_session, mint, structured
 
 pytestmark = [
@@ -65,11 +65,8 @@ def _text(result: Any) -> str:
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[RunningStore]:
     """A real store that accepts archives of any inflation ratio."""
-    running, manager = start_store(tmp_path, env={"STORE_INSPECT_MAX_RATIO": "0"})
-    try:
+    with running_store(tmp_path, env={"STORE_INSPECT_MAX_RATIO": "0"}) as running:
         yield running
-    finally:
-        manager.__exit__(None, None, None)  # type: ignore[attr-defined]
 
 
 def test_four_parallel_bomb_loads_stay_within_the_budget(store: RunningStore, tmp_path: Path) -> None:

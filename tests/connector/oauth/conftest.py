@@ -19,7 +19,7 @@ from connector.oauth.server import AuthorizationServer, PageReply, RedirectReply
 from connector.oauth.state import OAuthState
 from connector.oauth.tokens import AccessTokenCodec
 
-from ..conftest import RunningStore, start_store
+from ..conftest import RunningStore, running_store
 
 BASE = "http://127.0.0.1:8788"
 RESOURCE = BASE + "/mcp"
@@ -165,8 +165,5 @@ def anyio_backend() -> str:
 @pytest.fixture
 def trusting_store(tmp_path: Path) -> Iterator[RunningStore]:
     """A store that believes X-Forwarded-For from loopback (where the connector runs), with its default limits."""
-    running, manager = start_store(tmp_path, env={"STORE_TRUST_PROXY": "loopback"})
-    try:
+    with running_store(tmp_path, env={"STORE_TRUST_PROXY": "loopback"}) as running:
         yield running
-    finally:
-        manager.__exit__(None, None, None)  # type: ignore[attr-defined]
