@@ -53,7 +53,7 @@ MCP_RATE_WINDOW_S = 60.0
 
 
 class JsonLogFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, message and safe extras."""
+    """One JSON object per line: time, level, logger, message, process id and safe extras."""
 
     _SKIP = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
 
@@ -63,6 +63,7 @@ class JsonLogFormatter(logging.Formatter):
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),
+            "pid": record.process,  # which worker process (serve --workers N) wrote it
         }
         for key, value in record.__dict__.items():
             if key not in self._SKIP and not key.startswith("_"):

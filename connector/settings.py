@@ -32,6 +32,7 @@ TOOL_NAMES: tuple[str, ...] = (
     "brain_verify",
 )
 IDENTITY_PROVIDERS = ("static", "oidc")
+MAX_WORKERS = 64  # as for the store: more processes than that would only compete for the cores
 DEFAULT_OIDC_SCOPES = "openid email profile offline_access"
 _PROXY_WORDS = ("loopback", "uniquelocal", "linklocal")
 # Values that would mean "trust any forwarder", which lets anyone forge their address.
@@ -49,6 +50,8 @@ class ConnectorSettings:
     store_url: str
     host: str = "127.0.0.1"
     port: int = 8788
+    # Worker processes serving together (`serve --workers N`); they share CONNECTOR_STATE_DIR.
+    workers: int = 1
     idp: str | None = None
     dev: bool = False
     dev_store_token: str | None = None
@@ -220,6 +223,7 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
 
     put("host", _env(env, "CONNECTOR_HOST"))
     put("port", _int(env, "CONNECTOR_PORT"))
+    put("workers", _int(env, "CONNECTOR_WORKERS"))
     put("store_url", _env(env, "CONNECTOR_STORE_URL") or _env(env, "BRAIN_CLOUD_API_URL"))
     idp = _env(env, "CONNECTOR_IDP")
     put("idp", idp.lower() if idp else None)
@@ -297,6 +301,13 @@ def _validated(settings: ConnectorSettings) -> ConnectorSettings:
     public_url = _check_url("CONNECTOR_PUBLIC_URL", settings.public_url) if settings.public_url else None
     if not 0 < settings.port < 65536:
         raise SettingsError(f"port must be 1-65535, got {settings.port}")
+    if not 1 <= settings.workers <= MAX_WORKERS:
+        raise SettingsError(f"CONNECTOR_WORKERS (--workers) must be 1-{MAX_WORKERS}, got {settings.workers}")
+    if settings.workers > 1 and settings.state_dir is None:
+        raise SettingsError(
+            "several workers (CONNECTOR_WORKERS / --workers) share sign-ins, held writes and what each "
+            "brain's newest version is through CONNECTOR_STATE_DIR: set it, or run one worker"
+        )
     if settings.idp is not None and settings.idp not in IDENTITY_PROVIDERS:
         raise SettingsError(f"CONNECTOR_IDP must be one of {', '.join(IDENTITY_PROVIDERS)}, got {settings.idp!r}")
     if settings.idp == "oidc" and not (settings.oidc_issuer and settings.oidc_client_id):
