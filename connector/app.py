@@ -31,6 +31,7 @@ from connector.metrics import observability_layer
 from connector.oauth.state import OAuthState, load_state_key
 from connector.oauth.tokens import AccessClaims, AccessTokenCodec, bearer_challenge
 from connector.settings import ConnectorSettings
+from connector.workcopy.heads import BrainHeads
 from connector.workcopy.journal import HeldWriteJournal
 from connector.workcopy.manager import ManagerTuning, WorkingCopyManager
 from connector.workcopy.model import Account
@@ -261,6 +262,9 @@ def build_parts(settings: ConnectorSettings, *, tuning: ManagerTuning | None = N
         ),
         # Held writes survive a restart only with a state directory to keep them in.
         journal=HeldWriteJournal(settings.state_dir / "held", state_key) if settings.state_dir else None,
+        # Shared with the other workers and replicas on the state directory: a push through one
+        # is seen by a read through any other at once, not after the freshness interval.
+        heads=BrainHeads(settings.state_dir / "heads") if settings.state_dir else None,
     )
     # Hybrid recall's vectors: sealed under the state key in the state directory, when there is one.
     vectors = VectorStore(
