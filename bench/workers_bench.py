@@ -92,7 +92,7 @@ async def heads_cost(store_url: str, token: str, brain_id: str, scratch: Path, r
         assert answer.not_modified
     await client.aclose()
     row("head check per call (one small file read)", median_us(reads), f"median of {len(reads)}")
-    row("head publish per accepted push (lock, read, write in place)", median_us(publishes), f"median of {len(publishes)}")
+    row("head publish per accepted push (lock, write in place)", median_us(publishes), f"median of {len(publishes)}")
     row("instead: conditional download per call (304)", median_us(conditional), f"median of {len(conditional)}")
 
 

@@ -180,6 +180,8 @@ class _UserState:
     lock: asyncio.Lock | None = None
     # Who this account is at the store, as memories written to shared brains name them.
     writer: str | None = None
+    # A chosen brain id missing from the list even after listing again for it (see _active).
+    missing_choice: str | None = None
 
 
 def oldest_first(brains: list[BrainRecord]) -> list[BrainRecord]:
@@ -444,9 +446,15 @@ class WorkingCopyManager:
     async def _active(self, account: Account, *, force_list: bool = False) -> tuple[list[BrainRecord], BrainRecord | None]:
         state = self._user(account)
         assert state.lock is not None
+        chosen = await self.choices.get_chosen_brain(account.subject)
         async with state.lock:
             brains = await self._brains(state, force=force_list)
-        chosen = await self.choices.get_chosen_brain(account.subject)
+            if chosen and chosen != state.missing_choice and not any(brain.id == chosen.lower() for brain in brains):
+                # Chosen through another worker or replica (the choice is shared) after this one
+                # listed the brains, e.g. a brain created since: list again, once per such choice
+                # (a chosen brain deleted at the store must not cost a listing on every call).
+                state.missing_choice = chosen
+                brains = await self._brains(state, force=True)
         return brains, choose_brain(brains, chosen)
 
     async def use_brain(self, account: Account, wanted: str) -> tuple[BrainRecord, Identity]:

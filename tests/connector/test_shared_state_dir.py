@@ -13,13 +13,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from connector.mcp.tools import BrainTools, Caller
 from connector.workcopy.heads import BrainHeads
 from connector.workcopy.journal import HeldWriteJournal
-from connector.workcopy.manager import ManagerTuning, WorkingCopyManager
+from connector.workcopy.manager import ManagerTuning, MemoryBrainChoices, WorkingCopyManager
 from connector.workcopy.model import Account
 from connector.workcopy.store_client import StoreClient
-from tests.connector.conftest import RunningStore, brains_of, direct_memorize, download_brain
+from tests.connector.conftest import RunningStore, auth, brains_of, direct_memorize, download_brain
 from tests.support.processes import REPO_ROOT
 
 ALL = frozenset({"brain.read", "brain.write"})
@@ -101,6 +103,31 @@ def test_without_heads_a_copy_waits_for_its_interval(store: RunningStore) -> Non
             saved = await BrainTools(first).call("brain_memorize", {"content": "Invoices go out on the first"}, caller)
             found = await BrainTools(second).call("brain_recall", {"query": "invoices"}, caller)
             assert saved.structured_content["stored"]["id"] not in _ids(found)
+        finally:
+            await first.close()
+            await second.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_brain_chosen_through_one_process_is_written_through_another(store: RunningStore, tmp_path: Path) -> None:
+    """The choice is shared (the OAuth state); a process whose cached brain list lacks it lists again."""
+    erin = store.add_user("erin")
+    choices = MemoryBrainChoices()  # stands for the shared, file-backed OAuth state
+
+    async def scenario() -> None:
+        first = WorkingCopyManager(StoreClient(store.url, timeout_s=10), choices=choices)
+        second = WorkingCopyManager(StoreClient(store.url, timeout_s=10), choices=choices)
+        caller = Caller(_account(erin), ALL)
+        try:
+            assert not (await BrainTools(second).call("brain_memorize", {"content": "Home notes go here"}, caller)).is_error
+            work = httpx.post(store.url + "/api/brains", json={"name": "work"}, headers=auth(erin.token), timeout=30).json()
+            used = await BrainTools(first).call("brain_use", {"brain": "work"}, caller)
+            assert not used.is_error
+            saved = await BrainTools(second).call("brain_memorize", {"content": "Work notes go here"}, caller)
+            assert saved.structured_content["synced"] is True
+            brain, _ = download_brain(store.url, erin.token, work["id"])  # in the chosen brain, not the oldest
+            assert saved.structured_content["stored"]["id"] in (brain.read_json("index.json") or {})["memories"]
         finally:
             await first.close()
             await second.close()
