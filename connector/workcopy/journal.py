@@ -111,10 +111,6 @@ class HeldWriteJournal:
             (self.directory / (name + _LOCK_SUFFIX)).unlink(missing_ok=True)
         os.close(fd)
 
-    def held(self) -> set[str]:
-        """Names of the files this process holds."""
-        return set(self._claims)
-
     def _context(self, name: str) -> str:
         # Binds a sealed file to its name: a file copied over another's name does not open.
         return f"held-writes/{name}"
