@@ -86,6 +86,9 @@ class ConnectorSettings:
     log_level: str = "info"
     metrics: bool = True  # GET /metrics (Prometheus); labels never carry ids or tokens
     metrics_token: str | None = None  # when set, /metrics needs "Authorization: Bearer <token>"
+    # Where the workers of `serve --workers N` leave their metric totals for /metrics to add up
+    # (serve sets a private temporary directory; None: this process's own series only).
+    metrics_dir: Path | None = None
     # What one client connection may hold (common/connection_guard.py); 0 turns a bound off.
     http_max_header_kb: int = 64  # request line and headers; beyond: 431
     http_header_timeout_s: int = 10  # a request's head must be in within this; else 408
@@ -258,6 +261,8 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     put("log_level", _env(env, "CONNECTOR_LOG_LEVEL"))
     put("metrics", _bool(env, "CONNECTOR_METRICS"))
     put("metrics_token", _env(env, "CONNECTOR_METRICS_TOKEN"))
+    metrics_dir = _env(env, "CONNECTOR_METRICS_DIR")
+    put("metrics_dir", Path(metrics_dir).expanduser() if metrics_dir else None)
     put("http_max_header_kb", _int(env, "CONNECTOR_HTTP_MAX_HEADER_KB"))
     put("http_header_timeout_s", _int(env, "CONNECTOR_HTTP_HEADER_TIMEOUT_S"))
     put("http_body_timeout_s", _int(env, "CONNECTOR_HTTP_BODY_TIMEOUT_S"))

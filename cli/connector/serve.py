@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import os
+import shutil
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import click
@@ -46,6 +50,12 @@ def serve(host: str | None, port: int | None, workers: int | None, dev: bool | N
             "(or run with --dev for a local development setup). Refusing to start."
         )
     configure_logging(settings.log_level)
+    cleanup = None
+    if settings.workers > 1 and settings.metrics and settings.metrics_dir is None:
+        # /metrics adds up every worker's series through files in a private directory.
+        shared = tempfile.mkdtemp(prefix="brain-connector-metrics-")  # 0700, ours alone
+        settings = settings.with_overrides(metrics_dir=Path(shared))
+        cleanup = functools.partial(shutil.rmtree, shared, ignore_errors=True)
     try:
         # Built here, before any fork, so that a bad setting is one clean error (and the state
         # key file exists before the workers read it); the workers build their own after the fork.
@@ -94,3 +104,6 @@ def serve(host: str | None, port: int | None, workers: int | None, dev: bool | N
         serve_forked(settings.workers, make_config, sock, guarded, grace_s=GRACEFUL_SHUTDOWN_SECONDS)
     except KeyboardInterrupt:
         pass
+    finally:
+        if cleanup is not None:
+            cleanup()

@@ -21,7 +21,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.connector.conftest import RunningStore, StoreUser, brains_of, download_brain, start_store
 from tests.connector.test_e2e_tools import connector, mcp_session, mint, structured
@@ -74,6 +76,16 @@ def _stop_all(server: ServerProcess, workers: set[int]) -> None:
         time.sleep(0.1)
 
 
+def _tool_calls(server: ServerProcess, tool: str) -> float:
+    """brain_connector_tool_calls_total for ``tool`` (outcome ok) over a new connection."""
+    text = httpx.get(server.base_url + "/metrics", timeout=30).text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "brain_connector_tool_calls_total" and sample.labels == {"tool": tool, "outcome": "ok"}:
+                return sample.value
+    return 0.0
+
+
 def _texts(store: RunningStore, user: StoreUser, brain_id: str) -> list[str]:
     brain, _ = download_brain(store.url, user.token, brain_id)
     memories = (brain.read_json("index.json") or {}).get("memories", {})
@@ -105,6 +117,14 @@ def test_two_users_write_through_both_workers_and_read_their_writes_anywhere(sto
     with connector(tmp_path, store, env=WORKERS_ENV) as server:
         results = asyncio.run(scenario(server.base_url))
         lines = _log_lines(server)
+        # /metrics adds up both workers' series, whichever worker answers the scrape.
+        calls = len(users) * WRITERS * ROUNDS
+        deadline = time.monotonic() + 10
+        for _ in range(8):
+            while (counted := _tool_calls(server, "brain_memorize")) != calls:  # workers write theirs within a second
+                assert time.monotonic() < deadline, f"/metrics counted {counted} memorize calls, not {calls}"
+                time.sleep(0.2)
+            assert _tool_calls(server, "brain_recall") == calls
     served = {line["pid"] for line in lines if line.get("msg") == "request" and line.get("path") == "/mcp"}
     assert len(served) == 2, f"both workers serve calls: {served}"
 
