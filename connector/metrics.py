@@ -19,7 +19,6 @@ counters; gauges count only workers still running.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 import logging
@@ -34,6 +33,8 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.metrics_core import Metric
 
 from common.asgi_watch import serve_metrics, watched
+from common.files import write_atomic
+from common.workers import FlushSoon, pid_alive
 
 METRICS_PATH = "/metrics"
 LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -62,7 +63,7 @@ class ConnectorMetrics:
     def __init__(self, shared_dir: Path | None = None) -> None:
         self.shared_dir = shared_dir
         self._pid = os.getpid()
-        self._flush_pending = False
+        self._flush_soon = FlushSoon(self.flush, FLUSH_SECONDS)
         r = self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter("brain_connector_requests", "HTTP requests by method, route and status",
                                 ("method", "route", "status"), registry=r)
@@ -88,14 +89,8 @@ class ConnectorMetrics:
         route = route_label(path)
         self.requests.labels(method, route, str(status)).inc()
         self.latency.labels(route).observe(seconds)
-        if self.shared_dir is not None and not self._flush_pending:
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:
-                self.flush()
-                return
-            self._flush_pending = True
-            loop.call_later(FLUSH_SECONDS, self.flush)
+        if self.shared_dir is not None:
+            self._flush_soon.request()
 
     def render(self) -> bytes:
         """The Prometheus text exposition (every worker's series added up, with several)."""
@@ -108,7 +103,6 @@ class ConnectorMetrics:
 
     def flush(self) -> None:
         """Write this worker's samples to its file in the shared directory, atomically."""
-        self._flush_pending = False
         if self.shared_dir is None:
             return
         families = [
@@ -121,11 +115,8 @@ class ConnectorMetrics:
             }
             for family in self.registry.collect()
         ]
-        target = self.shared_dir / f"connector-{self._pid}.json"
-        tmp = target.with_name(f".{target.name}.tmp")
         try:
-            tmp.write_text(json.dumps(families))
-            os.replace(tmp, target)
+            write_atomic(self.shared_dir / f"connector-{self._pid}.json", json.dumps(families).encode(), fsync=False)
         except OSError as exc:  # metrics must never fail a request
             log.warning("cannot write metrics for the other workers", extra={"error": type(exc).__name__})
 
@@ -142,7 +133,7 @@ class _WorkerTotals:
         for path in sorted(self.directory.glob("connector-*.json")):
             try:
                 written = json.loads(path.read_text())
-                running = _alive(int(path.stem.split("-", 1)[1]))
+                running = pid_alive(int(path.stem.split("-", 1)[1]))
             except (OSError, ValueError):
                 continue  # a worker is replacing its file right now; it is complete next time
             for family in written:
@@ -158,15 +149,6 @@ class _WorkerTotals:
                 family.add_sample(sample, dict(labels), value)
             yield family
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _tool_outcome(result: Any) -> str:

@@ -14,6 +14,8 @@ import click
 
 # Seconds in-flight requests get to finish once a stop signal arrives (then held writes are flushed).
 GRACEFUL_SHUTDOWN_SECONDS = 10
+# Seconds a stopping worker gets beyond that to push its held writes before the leader kills it.
+SHUTDOWN_PUSH_SECONDS = 10
 
 
 @click.command()
@@ -101,7 +103,8 @@ def serve(host: str | None, port: int | None, workers: int | None, dev: bool | N
             own = app if os.getpid() == leader else create_app(settings)
             return uvicorn.Config(own, **common, **extra)
 
-        serve_forked(settings.workers, make_config, sock, guarded, grace_s=GRACEFUL_SHUTDOWN_SECONDS)
+        # After their requests the workers push what they hold (the journal keeps anything cut short).
+        serve_forked(settings.workers, make_config, sock, guarded, grace_s=GRACEFUL_SHUTDOWN_SECONDS + SHUTDOWN_PUSH_SECONDS)
     except KeyboardInterrupt:
         pass
     finally:

@@ -72,8 +72,9 @@ def serve_forked(
     protocol the workers' balancing protocol extends (the guarded one). Every process
     shuts down gracefully (in-flight requests finish, bounded by the graceful timeout);
     repeated signals do not turn that into an abrupt exit. The leader waits for the
-    others and kills what is left ``grace_s`` (the uvicorn graceful timeout) plus five
-    seconds after it stopped. Dead workers are not restarted.
+    others and kills what is left ``grace_s`` (how long a worker may take to stop: the
+    uvicorn graceful timeout, and the application's own shutdown) plus five seconds after
+    it stopped. Dead workers are not restarted.
     """
     import uvicorn
 
