@@ -45,7 +45,7 @@ from connector.engine.brain import Brain
 from connector.engine.change import BrainChange, file_digests
 from connector.engine.index import IndexCache
 from connector.workcopy.heads import BrainHeads
-from connector.workcopy.journal import HeldWriteJournal, JournalError, new_entry_name
+from connector.workcopy.journal import HeldWriteJournal, JournalEntry, JournalError, new_entry_name
 from connector.workcopy.longlived import LongLivedObjects, give_back_memory
 from connector.workcopy.model import (
     STATUS_MULTIPLE,
@@ -353,42 +353,54 @@ class WorkingCopyManager:
         found = 0
         for entry in entries:
             key = (entry.account.subject, entry.brain_id)
-            copy = self._copies.get(key)
-            if copy is not None:
-                # Two files for one copy (replicas sharing a state directory, or a dead worker's
-                # writes for a brain this process holds too): one copy holds both, rebuilt from
-                # the store's brain with every pending write applied in order.
-                async with copy.lock:
-                    copy.pending = sorted([*copy.pending, *entry.pending], key=lambda item: item.at)
-                    copy.needs_rebase = True
-                    copy.next_retry_at = 0.0
-                    copy.journaled = None
-                    await self._journal(copy)
-                    if copy.journaled is not None:
-                        await asyncio.to_thread(self.journal.remove, entry.name)
-            else:
-                copy = WorkingCopy(
-                    subject=entry.account.subject,
-                    brain_id=entry.brain_id,
-                    brain_name=entry.brain_name,
-                    brain=Brain(),
-                    base_checksum=entry.base_checksum,
-                    key=f"recovered:{entry.name}",
-                    account=entry.account,
-                    pending=entry.pending,
-                    checked_at=-1e18,
-                    used_at=self._mono(),
-                    journal_name=entry.name,
-                    needs_rebase=True,
-                )
-                copy.journaled = _journal_mark(copy)
-                self._copies[key] = copy
-                self._user(entry.account)
+            while not await self._hold_recovered(key, entry):  # the copy it joined left meanwhile: again
+                pass
             found += len(entry.pending)
             self._recovered.setdefault(entry.account.subject, []).extend(item.label for item in entry.pending)
         if found:
             log.warning("held writes recovered from the journal; pushing them", extra={"writes": found, "copies": len(entries)})
         return found
+
+    async def _hold_recovered(self, key: tuple[str, str | None], entry: JournalEntry) -> bool:
+        """Hold a journal file's writes in the copy of their brain (made for them if there is none).
+
+        Two files for one copy (replicas sharing a state directory, or a dead worker's writes
+        for a brain this process holds too): one copy holds both, rebuilt from the store's
+        brain with every pending write applied in order. False when the copy joined was
+        dropped while its lock was awaited (nothing changed; try again).
+        """
+        assert self.journal is not None
+        copy = self._copies.get(key)
+        if copy is None:
+            copy = WorkingCopy(
+                subject=entry.account.subject,
+                brain_id=entry.brain_id,
+                brain_name=entry.brain_name,
+                brain=Brain(),
+                base_checksum=entry.base_checksum,
+                key=f"recovered:{entry.name}",
+                account=entry.account,
+                pending=entry.pending,
+                checked_at=-1e18,
+                used_at=self._mono(),
+                journal_name=entry.name,
+                needs_rebase=True,
+            )
+            copy.journaled = _journal_mark(copy)
+            self._copies[key] = copy
+            self._user(entry.account)
+            return True
+        async with copy.lock:
+            if self._copies.get(key) is not copy:
+                return False
+            copy.pending = sorted([*copy.pending, *entry.pending], key=lambda item: item.at)
+            copy.needs_rebase = True
+            copy.next_retry_at = 0.0
+            copy.journaled = None
+            await self._journal(copy)
+            if copy.journaled is not None:
+                await asyncio.to_thread(self.journal.remove, entry.name)
+        return True
 
     async def close(self, push_timeout_s: float = 10.0) -> None:
         """Stop the background task and try (bounded) to push every held write."""

@@ -207,14 +207,20 @@ def test_a_live_process_takes_over_held_writes_of_a_dead_one(store: RunningStore
 
     async def scenario(holder: subprocess.Popen[str]) -> None:
         client = StoreClient(store.url, timeout_s=10)
-        manager = WorkingCopyManager(client, tuning=ManagerTuning(held_retry_s=0.05), journal=HeldWriteJournal(held, KEY))
+        tuning = ManagerTuning(held_retry_s=0.05, repull_ttl_s=3600.0)
+        manager = WorkingCopyManager(client, tuning=tuning, journal=HeldWriteJournal(held, KEY))
+        tools, caller = BrainTools(manager), Caller(_account(carol), ALL)
         try:
+            # This process serves carol too: a clean copy of the same brain, without the held write.
+            assert (await tools.call("brain_recall", {"query": "worker dies"}, caller)).structured_content["count"] == 0
             await manager.maintain()  # its holder is alive: left alone
-            assert not manager.copies
+            assert not any(copy.dirty for copy in manager.copies.values())
             holder.kill()
             holder.wait(timeout=30)
-            await manager.maintain()  # taken over and pushed in the same pass
-            assert manager.copies and not any(copy.dirty for copy in manager.copies.values())
+            await manager.maintain()  # taken over into that copy and pushed in the same pass
+            assert len(manager.copies) == 1 and not any(copy.dirty for copy in manager.copies.values())
+            found = await tools.call("brain_recall", {"query": "worker dies"}, caller)
+            assert found.structured_content["count"] == 1
             await manager.maintain()
         finally:
             await manager.close()
