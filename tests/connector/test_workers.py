@@ -127,6 +127,11 @@ def test_two_users_write_through_both_workers_and_read_their_writes_anywhere(sto
                 time.sleep(0.2)
     served = {line["pid"] for line in lines if line.get("msg") == "request" and line.get("path") == "/mcp"}
     assert len(served) == 2, f"both workers serve calls: {served}"
+    # Left with SIGTERM to the process group: every worker finished cleanly, the leader last.
+    assert server.process.returncode == 0
+    finished = {line["pid"] for line in _log_lines(server) if line.get("msg", "").startswith("Finished server process")}
+    assert finished == _worker_pids(server) == served
+    assert "Traceback" not in server.log()
 
     for index, user in enumerate(users):
         brain_id = brains_of(store.url, user.token)[0]["id"]
