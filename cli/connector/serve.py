@@ -8,9 +8,12 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
+
+if TYPE_CHECKING:
+    from connector.settings import ConnectorSettings
 
 # Seconds in-flight requests get to finish once a stop signal arrives (then held writes are flushed).
 GRACEFUL_SHUTDOWN_SECONDS = 10
@@ -35,11 +38,7 @@ SHUTDOWN_PUSH_SECONDS = 10
 )
 def serve(host: str | None, port: int | None, workers: int | None, dev: bool | None) -> None:
     """Serve the MCP connector (POST /mcp) and its OAuth authorization server."""
-    import uvicorn
-
-    from cli.serving.workers import bind_listener, freeze_imported, serve_forked
-    from common.connection_guard import guarded_protocol
-    from connector.app import configure_logging, create_app
+    from connector.app import configure_logging
     from connector.settings import ConnectorSettings, SettingsError
 
     try:
@@ -55,9 +54,29 @@ def serve(host: str | None, port: int | None, workers: int | None, dev: bool | N
     cleanup = None
     if settings.workers > 1 and settings.metrics and settings.metrics_dir is None:
         # /metrics adds up every worker's series through files in a private directory.
-        shared = tempfile.mkdtemp(prefix="brain-connector-metrics-")  # 0700, ours alone
+        try:
+            shared = tempfile.mkdtemp(prefix="brain-connector-metrics-")  # 0700, ours alone
+        except OSError as exc:
+            raise click.ClickException(f"cannot create a directory for the workers' metrics: {exc}") from None
         settings = settings.with_overrides(metrics_dir=Path(shared))
         cleanup = functools.partial(shutil.rmtree, shared, ignore_errors=True)
+    try:
+        _serve(settings)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if cleanup is not None:
+            cleanup()
+
+
+def _serve(settings: ConnectorSettings) -> None:
+    """Build the app, bind the port and serve until stopped."""
+    import uvicorn
+
+    from cli.serving.workers import bind_listener, freeze_imported, serve_forked
+    from common.connection_guard import guarded_protocol
+    from connector.app import create_app
+
     try:
         # Built here, before any fork, so that a bad setting is one clean error (and the state
         # key file exists before the workers read it); the workers build their own after the fork.
@@ -90,23 +109,17 @@ def serve(host: str | None, port: int | None, workers: int | None, dev: bool | N
         server_header=False,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
     )
-    try:
-        if settings.workers == 1:
-            freeze_imported()
-            uvicorn.Server(uvicorn.Config(app, http=guarded, **common)).run(sockets=[sock])
-            return
-        leader = os.getpid()
+    if settings.workers == 1:
+        freeze_imported()
+        uvicorn.Server(uvicorn.Config(app, http=guarded, **common)).run(sockets=[sock])
+        return
+    leader = os.getpid()
 
-        def make_config(**extra: Any) -> uvicorn.Config:
-            # The leader serves the app built above; every fork builds its own (its own store
-            # client, working copies and background tasks, none shared across processes).
-            own = app if os.getpid() == leader else create_app(settings)
-            return uvicorn.Config(own, **common, **extra)
+    def make_config(**extra: Any) -> uvicorn.Config:
+        # The leader serves the app built above; every fork builds its own (its own store
+        # client, working copies and background tasks, none shared across processes).
+        own = app if os.getpid() == leader else create_app(settings)
+        return uvicorn.Config(own, **common, **extra)
 
-        # After their requests the workers push what they hold (the journal keeps anything cut short).
-        serve_forked(settings.workers, make_config, sock, guarded, grace_s=GRACEFUL_SHUTDOWN_SECONDS + SHUTDOWN_PUSH_SECONDS)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        if cleanup is not None:
-            cleanup()
+    # After their requests the workers push what they hold (the journal keeps anything cut short).
+    serve_forked(settings.workers, make_config, sock, guarded, grace_s=GRACEFUL_SHUTDOWN_SECONDS + SHUTDOWN_PUSH_SECONDS)
