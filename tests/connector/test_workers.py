@@ -34,7 +34,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("connector-workers"), py
 ALL = {"brain.read", "brain.write"}
 # An hour: a copy is never re-checked because its interval passed, only because a head moved.
 WORKERS_ENV = {"CONNECTOR_WORKERS": "2", "CONNECTOR_REPULL_TTL_MS": "3600000", "CONNECTOR_MCP_RATE_PER_MIN": "0"}
-ROUNDS = 5
+ROUNDS = 8
 WRITERS = 2  # long-lived connections per user
 
 
