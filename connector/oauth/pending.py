@@ -14,7 +14,10 @@ sign-in has seen and which sign-ins are finished (completed, declined, or out of
 attempts), so a sealed value cannot be submitted again. Only sign-ins with a
 failure or an end are recorded, failures are limited per address, and losing a
 record to the cap only ever gives that one sign-in its attempts back; the
-per-address limit still applies. Each replica keeps its own records.
+per-address limit still applies. Each replica keeps its own records, so behind a
+load balancer a sign-in gets at most three wrong tokens per replica (docs/replicas.md);
+a completed sign-in is also claimed in the shared ``OnceMarkers``, so it completes
+once on every replica.
 """
 
 from __future__ import annotations
@@ -67,6 +70,25 @@ def new_sign_in_id() -> str:
     return secrets.token_urlsafe(16)
 
 
+def seal_fields(box: SecretBox, fields: Mapping[str, Any], context: str) -> str:
+    """``fields`` as JSON sealed under ``context``: a value the browser may carry, opaque to it."""
+    return box.seal(json.dumps(fields, separators=(",", ":")), context)
+
+
+def open_fields(box: SecretBox, value: str | None, context: str) -> dict[str, Any] | None:
+    """What ``seal_fields`` sealed under ``context``; None when malformed, altered or foreign."""
+    if not value or len(value) > MAX_SEALED_CHARS or not _SEALED.fullmatch(value):
+        return None
+    text = box.open(value, context)
+    if text is None:
+        return None
+    try:
+        fields = json.loads(text)
+    except ValueError:
+        return None
+    return fields if isinstance(fields, dict) else None
+
+
 class PendingSeal:
     """Seals a ``Pending`` into a form value and opens it again."""
 
@@ -90,17 +112,14 @@ class PendingSeal:
             "b": pending.bound_to,
             "k": dict(pending.keep),
         }
-        return self._box.seal(json.dumps(fields, separators=(",", ":")), _CONTEXT)
+        return seal_fields(self._box, fields, _CONTEXT)
 
     def open(self, value: str | None, now: float) -> Pending | None:
         """The pending sign-in in ``value``; None when it is malformed, altered, foreign or expired."""
-        if not value or len(value) > MAX_SEALED_CHARS or not _SEALED.fullmatch(value):
-            return None
-        text = self._box.open(value, _CONTEXT)
-        if text is None:
+        fields = open_fields(self._box, value, _CONTEXT)
+        if fields is None:
             return None
         try:
-            fields = json.loads(text)
             pending = Pending(
                 sign_in_id=str(fields["i"]),
                 client_id=str(fields["c"]),

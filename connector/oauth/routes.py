@@ -149,6 +149,7 @@ def build_oauth(
         provider=chosen,
         on_session_end=on_session_end,
         box=state.box,
+        once=state.once,
         signin_attempts_per_min=int(getattr(settings, "signin_attempts_per_min", SIGNIN_ATTEMPTS_PER_MIN)),
     )
     if manager is not None and hasattr(manager, "on_credential_refused"):

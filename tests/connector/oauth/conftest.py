@@ -90,6 +90,7 @@ def build_world(state_dir: Path, key: bytes, provider: FakeStoreProvider, clock:
         provider=provider,
         clock=clock,
         box=state.box,
+        once=state.once,
     )
     return World(server, provider, clock, state_dir, key, lambda: build_world(state_dir, key, provider, clock, grace_s))
 
