@@ -7,7 +7,8 @@ MCP client SDK signing in with OAuth through Caddy. Each replica's /metrics (ask
 directly, not through Caddy) shows which one answered each step of a sign-in: the
 page and its submission, the submission and the token request, land on different
 replicas. Then two users memorize at once through Caddy and every acknowledged memory
-is in the store's archive; a refresh token is rotated at one replica and then the
+is in the store's archive; a browser signs in to the web app and loads pages at both
+replicas, and its sign-out holds at both; a refresh token is rotated at one replica and then the
 other; a revocation at one replica ends the sign-in at both; and a store token rotated
 with `brain-store user rotate` stops working on both replicas.
 """
@@ -142,6 +143,27 @@ async def memorize_many(mcp_url: str, user: StoreUser, storage: MemoryStorage, s
     return stored
 
 
+def web_session(caddy: ServerProcess, replicas: list[ServerProcess], user: StoreUser) -> None:
+    """A browser signs in to the web app through Caddy, loads pages, signs out; the cookie then
+    opens nothing at either replica."""
+    with httpx.Client(base_url=caddy.base_url, timeout=30, follow_redirects=False) as browser:
+        page = browser.get("/app/signin")
+        csrf = page.text.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+        done = browser.post("/app/signin", data={"csrf": csrf, "token": user.token},
+                            headers={"Origin": caddy.base_url})
+        assert done.status_code == 303 and done.headers["location"] == "/app", done.text
+        for _ in range(4):
+            home = browser.get("/app")
+            assert home.status_code == 200, home.status_code
+        cookie = browser.cookies.get("brain-app")
+        csrf = home.text.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+        out = browser.post("/app/signout", data={"csrf": csrf}, headers={"Origin": caddy.base_url})
+        assert out.status_code == 303
+    assert cookie
+    for replica in replicas:
+        assert httpx.get(replica.base_url + "/app", cookies={"brain-app": cookie}, timeout=30).status_code == 303
+
+
 async def recall_until_refused(replica: ServerProcess, access_token: str, tries: int = 40) -> str:
     """brain_recall straight at ``replica`` until the dead store token is noticed; how it was refused."""
     for _ in range(tries):
@@ -192,6 +214,11 @@ async def run_scenario(store: Store, tmp_path: Path) -> None:
             assert set(ids) <= memory_ids(brain), (user.name, set(ids) - memory_ids(brain))
         for replica in replicas:
             assert served(replica)["/mcp"] > WRITES_PER_USER // 2  # the writes went to both
+
+        # The web app through Caddy: signed in at one replica, every page at either, signed out at both.
+        web_before = [served(replica)["other"] for replica in replicas]
+        await asyncio.to_thread(web_session, caddy, replicas, alice)
+        assert all(served(replica)["other"] - before >= 3 for replica, before in zip(replicas, web_before, strict=True))
 
         # Refresh at the replica that did not issue the tokens, then at the one that did.
         assert alice_tokens.tokens is not None and alice_tokens.client is not None
