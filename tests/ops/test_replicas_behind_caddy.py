@@ -66,6 +66,15 @@ class Store:
         me = httpx.get(self.url + "/auth/me", headers={"Authorization": f"Bearer {token}"}, timeout=30).json()
         return StoreUser(name=name, token=token, id=me["user"]["id"])
 
+    def rotate(self, user: StoreUser) -> None:
+        """`brain-store user rotate`, then until the store refuses the old token (on S3: a poll interval)."""
+        self.cli("user", "rotate", user.name)
+        deadline = time.monotonic() + 10
+        while httpx.get(self.url + "/auth/me", headers={"Authorization": f"Bearer {user.token}"},
+                        timeout=30).status_code != 401:
+            assert time.monotonic() < deadline, "the store kept accepting the rotated token"
+            time.sleep(0.1)
+
 
 @contextmanager
 def caddy_round_robin(tmp_path: Path, upstreams: list[ServerProcess], port: int) -> Iterator[ServerProcess]:
@@ -164,25 +173,27 @@ def web_session(caddy: ServerProcess, replicas: list[ServerProcess], user: Store
         assert httpx.get(replica.base_url + "/app", cookies={"brain-app": cookie}, timeout=30).status_code == 303
 
 
-async def recall_until_refused(replica: ServerProcess, access_token: str, tries: int = 40) -> str:
-    """brain_recall straight at ``replica`` until the dead store token is noticed; how it was refused."""
-    for _ in range(tries):
-        if accepts(replica, access_token) == 401:
-            return "401"
-        headers = {"Authorization": f"Bearer {access_token}"}
-        async with httpx2.AsyncClient(timeout=httpx2.Timeout(60), headers=headers) as http:
-            async with Client(streamable_http_client(replica.base_url + "/mcp", http_client=http)) as client:  # type: ignore[arg-type]
-                result = await client.call_tool("brain_recall", {"query": "release"})
-        if result.is_error:
-            return " ".join(getattr(part, "text", "") for part in result.content)
-        await asyncio.sleep(0.25)
-    raise AssertionError("the rotated store token kept working")
+async def call_tool(replica: ServerProcess, access_token: str, name: str, arguments: dict[str, Any]) -> Any:
+    """One MCP tool call straight at ``replica`` with ``access_token``."""
+    headers = {"Authorization": f"Bearer {access_token}"}
+    async with httpx2.AsyncClient(timeout=httpx2.Timeout(60), headers=headers) as http:
+        async with Client(streamable_http_client(replica.base_url + "/mcp", http_client=http)) as client:  # type: ignore[arg-type]
+            return await client.call_tool(name, arguments)
+
+
+async def write_refused(replica: ServerProcess, access_token: str) -> str:
+    """brain_memorize straight at ``replica`` with a dead store token (a write always reaches the store)."""
+    if accepts(replica, access_token) == 401:
+        return "401"
+    result = await call_tool(replica, access_token, "brain_memorize", {"content": "Written after the rotation."})
+    assert result.is_error, result.content
+    return " ".join(getattr(part, "text", "") for part in result.content)
 
 
 async def run_scenario(store: Store, tmp_path: Path) -> None:
     alice, bob = store.add_user("alice"), store.add_user("bob")
     state_dir = tmp_path / "shared-state"
-    env = {"CONNECTOR_STATE_KEY": secrets.token_hex(32), "CONNECTOR_REPULL_TTL_MS": "1000"}
+    env = {"CONNECTOR_STATE_KEY": secrets.token_hex(32)}  # default freshness: copies and brain lists are cached
     ports = [free_port(), free_port()]
     public_url = f"http://127.0.0.1:{free_port()}"  # Caddy's address, chosen before Caddy starts
     with ExitStack() as stack:
@@ -241,9 +252,9 @@ async def run_scenario(store: Store, tmp_path: Path) -> None:
         assert bob_tokens.tokens is not None
         bob_access = bob_tokens.tokens.access_token
         assert [accepts(replica, bob_access) for replica in replicas] == [200, 200]
-        store.cli("user", "rotate", "bob")
-        told = await recall_until_refused(replicas[0], bob_access)
-        assert told == "401" or "sign in again" in told, told
+        store.rotate(bob)
+        told = await write_refused(replicas[0], bob_access)
+        assert told == "401" or "no longer accepts this sign-in" in told, told
         # The other replica refuses it without asking the store: the sign-in ended in the shared state.
         assert accepts(replicas[1], bob_access) == 401
         bob_refresh = bob_tokens.tokens.refresh_token
@@ -266,3 +277,36 @@ async def test_replicas_on_a_store_on_seaweedfs(tmp_path: Path) -> None:
         (tmp_path / "store").mkdir()
         with running_store(tmp_path / "store", env=env) as running:
             await run_scenario(Store(running.url, running.data, env), tmp_path)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "connector/workcopy/manager.py (owned by the workers change) caches each user's brain list for up to "
+    "30 s and falls back to the oldest brain when the chosen one is not in its cached list, so a write at "
+    "the other replica lands in the old brain; docs/replicas.md, 'Known limits'"))
+async def test_a_brain_chosen_at_one_replica_is_written_at_the_other(tmp_path: Path) -> None:
+    (tmp_path / "store").mkdir()
+    with running_store(tmp_path / "store") as running:
+        store = Store(running.url, running.data, {})
+        bob = store.add_user("bob")
+        env = {"CONNECTOR_STATE_KEY": secrets.token_hex(32)}
+        with ExitStack() as stack:
+            a, b = (stack.enter_context(running_connector(tmp_path, store.url, state_dir=tmp_path / "state",
+                                                          extra_env=env)) for _ in range(2))
+            storage = MemoryStorage()
+            provider = signed_in_provider(a.base_url + "/mcp", bob.token, storage, client_name="bob's app")
+            async with httpx2.AsyncClient(auth=provider, timeout=httpx2.Timeout(60)) as http:
+                async with Client(streamable_http_client(a.base_url + "/mcp", http_client=http)) as client:  # type: ignore[arg-type]
+                    await client.list_tools()
+            assert storage.tokens is not None
+            access = storage.tokens.access_token
+            first = await call_tool(b, access, "brain_memorize", {"content": "Home notes go here."})
+            assert not first.is_error
+            work = httpx.post(store.url + "/api/brains", json={"name": "work"}, timeout=30,
+                              headers={"Authorization": f"Bearer {bob.token}"}).json()
+            used = await call_tool(a, access, "brain_use", {"brain": "work"})
+            assert not used.is_error, used.content
+            saved = await call_tool(b, access, "brain_memorize", {"content": "Work notes go here."})
+            assert not saved.is_error and (saved.structured_content or {}).get("synced") is True, saved.content
+            found = httpx.get(f"{store.url}/api/brains/{work['id']}/sync", timeout=30,
+                              headers={"Authorization": f"Bearer {bob.token}"})
+            assert found.status_code == 200, "the write at the other replica did not land in the chosen brain"
