@@ -37,7 +37,7 @@ from mcp.client.streamable_http import streamable_http_client
 from tests.connector.conftest import StoreUser, brains_of, download_brain, memory_ids, running_store
 from tests.connector.oauth.live import MemoryStorage, running_connector, signed_in_provider
 from tests.s3.servers import seaweedfs, wait_for_token, weed_binary
-from tests.support.processes import ServerProcess, console_script, free_port, run_server
+from tests.support.processes import REPO_ROOT, ServerProcess, console_script, free_port, run_server
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
 
@@ -261,6 +261,19 @@ async def run_scenario(store: Store, tmp_path: Path) -> None:
         assert bob_refresh is not None and bob_tokens.client is not None
         assert refresh(replicas[1], bob_refresh, bob_tokens.client.client_id).status_code == 400
         assert time.monotonic() - started < 60
+
+
+def test_the_replicas_caddyfile_example_validates(tmp_path: Path) -> None:
+    caddy = shutil.which("caddy")
+    if caddy is None:
+        pytest.skip("the caddy binary is not installed (apt-get install caddy; .ci/run installs it on CI)")
+    example = REPO_ROOT / "deploy" / "Caddyfile.replicas"
+    env = {**os.environ, "CONNECTOR_HOSTNAME": "brain.example.org", "HOME": str(tmp_path),
+           "XDG_DATA_HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path)}
+    done = subprocess.run([caddy, "validate", "--adapter", "caddyfile", "--config", str(example)],
+                          capture_output=True, text=True, env=env, timeout=60, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "lb_policy round_robin" in example.read_text() and "respond /metrics 404" in example.read_text()
 
 
 async def test_replicas_on_a_local_store(tmp_path: Path) -> None:
