@@ -1,29 +1,33 @@
-"""Authorization codes that any replica can redeem: sealed, self-contained, used once.
+"""Authorization codes that any replica can redeem, once.
 
-A code is everything its token request must match (client, redirect URI, PKCE
-challenge, resource, scope) and the identity it grants, sealed with AES-256-GCM
-under the state key, as access tokens and pending sign-ins are. The server keeps
-nothing while a code waits for its token request, so a code issued by one
-replica is redeemed at another. Single use is what needs sharing: redeeming
-claims the code's random id in ``OnceMarkers`` (a marker file in the shared
-state directory), and only the first claim gets tokens.
-
-The code carries the store credential, like an access token does: sealed, it is
-as opaque to the client (and to whatever logs its redirect URI) as the access
-token it is exchanged for, and worthless after 60 s or one use.
+A code is a random value (32 bytes) naming a record of everything its token
+request must match (client, redirect URI, PKCE challenge, resource, scope) and the
+identity it grants. The record is kept in ``SealedRecords``: with a state
+directory, one file per code in ``<state dir>/codes/``, sealed under the state key
+and named by a hash of the code, so the replica that issued a code need not be
+the one that redeems it. Redeeming *takes* the record (renamed away before it is
+read, which exactly one replica can do), so a code is used once whatever happens
+next. Codes expire after 60 s; files older than that are pruned. The store
+credential never travels in the redirect URL: the code is only a random name.
 """
 
 from __future__ import annotations
 
 import secrets
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from connector.identity.base import Identity
-from connector.oauth.pending import open_fields, seal_fields
+from connector.oauth.sealed_files import SealedRecords
 from connector.oauth.state import SecretBox
 
-_CONTEXT = "authorization-code v1"
+CODE_TTL_S = 60.0
+# Codes waiting for their token request, at most (beyond it the oldest are dropped: their sign-ins start again).
+MAX_CODES = 10_000
+_MAX_CODE_CHARS = 100
 
 
 @dataclass(frozen=True)
@@ -39,59 +43,64 @@ class Code:
     scope: frozenset[str]
     identity: Identity
     expires: float
-    code_id: str = ""
 
 
-class CodeSeal:
-    """Seals a ``Code`` into the value sent to the client's redirect URI, and opens it again."""
+class CodeStore:
+    """Issues codes and redeems each once, at any replica sharing ``directory``."""
 
-    def __init__(self, box: SecretBox) -> None:
-        self._box = box
+    def __init__(self, directory: Path | None, box: SecretBox, *, ttl_s: float = CODE_TTL_S,
+                 capacity: int = MAX_CODES, clock: Callable[[], float] = time.time) -> None:
+        self._records = SealedRecords(directory, box, "authorization-code", ttl_s=ttl_s, capacity=capacity,
+                                      clock=clock)
 
-    def seal(self, code: Code) -> str:
-        """The code value for ``code`` (given a fresh random id, which single use is tracked by)."""
+    def issue(self, code: Code) -> str:
+        """A new code value for ``code`` (blocking: a small file write; call it off the event loop)."""
+        value = secrets.token_urlsafe(32)
         identity = code.identity
-        fields: dict[str, Any] = {
-            "j": secrets.token_urlsafe(16),
-            "c": code.client_id,
-            "n": code.client_name,
-            "r": code.redirect_uri,
-            "x": code.redirect_explicit,
-            "p": code.challenge,
-            "a": code.resource,
-            "o": sorted(code.scope),
-            "e": code.expires,
-            "s": identity.subject,
-            "k": identity.store_credential,
-            "w": identity.renewal_secret,
-            "t": identity.credential_expires_at,
+        record: dict[str, Any] = {
+            "client_id": code.client_id,
+            "client_name": code.client_name,
+            "redirect_uri": code.redirect_uri,
+            "redirect_explicit": code.redirect_explicit,
+            "challenge": code.challenge,
+            "resource": code.resource,
+            "scope": sorted(code.scope),
+            "subject": identity.subject,
+            "store_credential": identity.store_credential,
+            "renewal_secret": identity.renewal_secret,
+            "credential_expires_at": identity.credential_expires_at,
+            "expires": code.expires,
         }
-        return seal_fields(self._box, fields, _CONTEXT)
+        self._records.put(value, record, code.expires)
+        return value
 
-    def open(self, value: str | None, now: float) -> Code | None:
-        """The code in ``value``; None when it is malformed, altered, foreign or expired."""
-        fields = open_fields(self._box, value, _CONTEXT)
-        if fields is None:
+    def redeem(self, value: str | None) -> Code | None:
+        """The code named ``value``, taken (never usable again), or None when unknown, used or expired.
+
+        Blocking (a rename and a read): call it off the event loop.
+        """
+        if not value or len(value) > _MAX_CODE_CHARS:
+            return None
+        record = self._records.take(value)
+        if record is None:
             return None
         try:
-            expires_at = fields["t"]
-            code = Code(
-                code_id=str(fields["j"]),
-                client_id=str(fields["c"]),
-                client_name=str(fields["n"]),
-                redirect_uri=str(fields["r"]),
-                redirect_explicit=bool(fields["x"]),
-                challenge=str(fields["p"]),
-                resource=str(fields["a"]),
-                scope=frozenset(str(scope) for scope in fields["o"]),
-                expires=float(fields["e"]),
+            expires_at = record["credential_expires_at"]
+            return Code(
+                client_id=str(record["client_id"]),
+                client_name=str(record["client_name"]),
+                redirect_uri=str(record["redirect_uri"]),
+                redirect_explicit=bool(record["redirect_explicit"]),
+                challenge=str(record["challenge"]),
+                resource=str(record["resource"]),
+                scope=frozenset(str(scope) for scope in record["scope"]),
                 identity=Identity(
-                    subject=str(fields["s"]),
-                    store_credential=str(fields["k"]),
-                    renewal_secret=str(fields["w"]),
+                    subject=str(record["subject"]),
+                    store_credential=str(record["store_credential"]),
+                    renewal_secret=str(record["renewal_secret"]),
                     credential_expires_at=None if expires_at is None else float(expires_at),
                 ),
+                expires=float(record["expires"]),
             )
-        except (ValueError, KeyError, TypeError):
+        except (KeyError, TypeError, ValueError):
             return None
-        return code if code.expires > now and code.code_id else None

@@ -70,25 +70,6 @@ def new_sign_in_id() -> str:
     return secrets.token_urlsafe(16)
 
 
-def seal_fields(box: SecretBox, fields: Mapping[str, Any], context: str) -> str:
-    """``fields`` as JSON sealed under ``context``: a value the browser may carry, opaque to it."""
-    return box.seal(json.dumps(fields, separators=(",", ":")), context)
-
-
-def open_fields(box: SecretBox, value: str | None, context: str) -> dict[str, Any] | None:
-    """What ``seal_fields`` sealed under ``context``; None when malformed, altered or foreign."""
-    if not value or len(value) > MAX_SEALED_CHARS or not _SEALED.fullmatch(value):
-        return None
-    text = box.open(value, context)
-    if text is None:
-        return None
-    try:
-        fields = json.loads(text)
-    except ValueError:
-        return None
-    return fields if isinstance(fields, dict) else None
-
-
 class PendingSeal:
     """Seals a ``Pending`` into a form value and opens it again."""
 
@@ -112,14 +93,17 @@ class PendingSeal:
             "b": pending.bound_to,
             "k": dict(pending.keep),
         }
-        return seal_fields(self._box, fields, _CONTEXT)
+        return self._box.seal(json.dumps(fields, separators=(",", ":")), _CONTEXT)
 
     def open(self, value: str | None, now: float) -> Pending | None:
         """The pending sign-in in ``value``; None when it is malformed, altered, foreign or expired."""
-        fields = open_fields(self._box, value, _CONTEXT)
-        if fields is None:
+        if not value or len(value) > MAX_SEALED_CHARS or not _SEALED.fullmatch(value):
+            return None
+        text = self._box.open(value, _CONTEXT)
+        if text is None:
             return None
         try:
+            fields = json.loads(text)
             pending = Pending(
                 sign_in_id=str(fields["i"]),
                 client_id=str(fields["c"]),

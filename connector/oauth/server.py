@@ -5,10 +5,10 @@ and the base URL the request reached) and returns a reply object the routes
 turn into an HTTP response. A pending sign-in (10 minutes) travels sealed with
 the browser (connector/oauth/pending.py): in the sign-in page's form, or in a
 cookie while the OIDC issuer has the browser, so starting one costs no server
-capacity. An authorization code (60 s) is sealed too (connector/oauth/codes.py);
-what must happen once (a code redeemed, a sign-in finished) is claimed in
-``OnceMarkers``, shared by replicas through the state directory. Clients and
-refresh families are persisted through OAuthState.
+capacity. An authorization code (60 s) names a sealed record in the state
+directory, taken once by whichever replica redeems it (connector/oauth/codes.py);
+a finished sign-in is claimed in ``OnceMarkers``, shared the same way. Clients
+and refresh families are persisted through OAuthState.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from connector.oauth.clients import (
     RegistryFull,
     is_metadata_document_id,
 )
-from connector.oauth.codes import Code, CodeSeal
+from connector.oauth.codes import CODE_TTL_S, Code, CodeStore
 from connector.oauth.grants import Family, RefreshGrants, RotationConflict
 from connector.oauth.pending import Pending, PendingSeal, SignInAttempts, cookie_name, new_sign_in_id
 from connector.oauth.once import OnceMarkers
@@ -57,7 +57,6 @@ SCOPE_DESCRIPTIONS = {
     "brain.read": "read your memories (recall and status)",
     "brain.write": "add, pin, verify and archive memories",
 }
-CODE_TTL_S = 60.0
 PENDING_TTL_S = 600.0
 MAX_ATTEMPTS = 3
 # Tokens checked per client address (an IPv6 /64) and minute; counted before the store is asked.
@@ -165,10 +164,12 @@ class AuthorizationServer:
         on_session_end: Callable[[str], Awaitable[Any]] | None = None,
         box: SecretBox | None = None,
         once: OnceMarkers | None = None,
+        codes: CodeStore | None = None,
         signin_attempts_per_min: int = SIGNIN_ATTEMPTS_PER_MIN,
     ) -> None:
-        """``box`` seals pending sign-ins and codes and ``once`` records what may happen once
-        (give the state's, so every replica can finish a sign-in and redeem a code, once);
+        """``box`` seals pending sign-ins, ``once`` records finished sign-ins and ``codes`` keeps
+        authorization codes (give the state's, so every replica can finish a sign-in and
+        redeem a code, once);
         ``signin_attempts_per_min`` bounds tokens checked per client address (0: no limit)."""
         self.clients = clients
         self.documents = documents
@@ -179,7 +180,7 @@ class AuthorizationServer:
         self._on_session_end = on_session_end
         box = box or SecretBox(secrets.token_bytes(32))
         self._seal = PendingSeal(box)
-        self._code_seal = CodeSeal(box)
+        self._codes = codes or CodeStore(None, box, clock=clock)
         self._once = once or OnceMarkers(None)
         self._attempts = SignInAttempts()
         self._checks = TokenBucketLimiter(signin_attempts_per_min) if signin_attempts_per_min else None
@@ -399,7 +400,7 @@ class AuthorizationServer:
         if self.clients.is_unused(pending.client_id):
             # Its first sign-in: the registration stops expiring (a small write, off the loop).
             await anyio.to_thread.run_sync(self.clients.mark_used, pending.client_id)
-        code = self._code_seal.seal(Code(
+        code = await anyio.to_thread.run_sync(self._codes.issue, Code(
             client_id=pending.client_id,
             client_name=pending.client_name,
             redirect_uri=pending.redirect_uri,
@@ -432,11 +433,9 @@ class AuthorizationServer:
     async def _token_from_code(self, form: Mapping[str, Any]) -> JsonReply:
         now = self._clock()
         code_value, _ = _single(form, "code")
-        code = self._code_seal.open(code_value, now)
-        if code is None:
-            return _error(400, "invalid_grant", "unknown or expired code", NO_STORE)
-        # Claimed on first sight, on every replica: whatever happens next, a code is never usable twice.
-        if not await anyio.to_thread.run_sync(self._once.claim, "code " + code.code_id):
+        # Taken on lookup, at whichever replica: whatever happens next, a code is never usable twice.
+        code = await anyio.to_thread.run_sync(self._codes.redeem, code_value)
+        if code is None or code.expires <= now:
             return _error(400, "invalid_grant", "unknown or expired code", NO_STORE)
         client_id, _ = _single(form, "client_id")
         if client_id != code.client_id:

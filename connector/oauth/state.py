@@ -210,8 +210,8 @@ class OAuthState:
     ``clients``: client id -> registration (one file each); ``families``: refresh-token family id
     -> family record; ``refresh``: sha256(refresh token) -> token record;
     ``brains``: subject -> chosen brain id; ``revoked``: family id -> until when
-    access tokens naming it must be refused; ``once``: markers of codes redeemed and
-    sign-ins finished (connector/oauth/once.py). Provider renewal secrets are sealed
+    access tokens naming it must be refused; ``once``: markers of sign-ins finished
+    (connector/oauth/once.py). Provider renewal secrets are sealed
     inside family records with ``box``.
     """
 
