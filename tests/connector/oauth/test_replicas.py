@@ -10,16 +10,23 @@ import pytest
 
 from connector.oauth.server import PageReply, RedirectReply
 
-from .conftest import BASE, GOOD_TOKEN, REDIRECT, RESOURCE, Clock, FakeStoreProvider, build_world, get_code, get_tokens, register
+from .conftest import (
+    BASE, GOOD_TOKEN, REDIRECT, RESOURCE, Clock, FakeStoreProvider, World, build_world, get_code, get_tokens, register,
+)
 
 pytestmark = pytest.mark.anyio
 
 
-async def test_replicas_share_sessions_refreshes_and_revocations(tmp_path: Path) -> None:
+def two_replicas(state_dir: Path) -> tuple[World, World, Clock]:
+    """Two authorization servers on one state directory and key, and their shared clock."""
     key = secrets.token_bytes(32)
     clock = Clock()
-    a = build_world(tmp_path / "shared", key, FakeStoreProvider(), clock)
-    b = build_world(tmp_path / "shared", key, FakeStoreProvider(), clock)
+    return (build_world(state_dir, key, FakeStoreProvider(), clock),
+            build_world(state_dir, key, FakeStoreProvider(), clock), clock)
+
+
+async def test_replicas_share_sessions_refreshes_and_revocations(tmp_path: Path) -> None:
+    a, b, clock = two_replicas(tmp_path / "shared")
     flow = register(a)
     tokens = await get_tokens(a, flow)
     assert b.server.verify_access(tokens["access_token"], BASE, now=clock.now) is not None
@@ -56,10 +63,7 @@ async def test_concurrent_refreshes_of_one_token_get_the_same_successor(tmp_path
 
 
 async def test_a_code_issued_by_one_replica_is_redeemed_once_at_any(tmp_path: Path) -> None:
-    key = secrets.token_bytes(32)
-    clock = Clock()
-    a = build_world(tmp_path / "shared", key, FakeStoreProvider(), clock)
-    b = build_world(tmp_path / "shared", key, FakeStoreProvider(), clock)
+    a, b, clock = two_replicas(tmp_path / "shared")
     flow = register(a)
     code = await get_code(a, flow)
     form = {"grant_type": "authorization_code", "code": code, "client_id": flow.client_id,
@@ -91,10 +95,7 @@ async def test_a_code_issued_by_one_replica_is_redeemed_once_at_any(tmp_path: Pa
 
 
 async def test_a_sign_in_finished_at_one_replica_cannot_be_finished_again_at_another(tmp_path: Path) -> None:
-    key = secrets.token_bytes(32)
-    clock = Clock()
-    a = build_world(tmp_path / "shared", key, FakeStoreProvider(), clock)
-    b = build_world(tmp_path / "shared", key, FakeStoreProvider(), clock)
+    a, b, _ = two_replicas(tmp_path / "shared")
     flow = register(a)
     page = await a.server.authorize(flow.authorize_params(), BASE)
     assert isinstance(page, PageReply)

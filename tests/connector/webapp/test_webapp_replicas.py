@@ -21,13 +21,10 @@ import pytest
 from litestar.testing import TestClient
 
 from tests.connector.conftest import RunningStore, brains_of, download_brain, memory_ids
-from tests.contract.harness import running_store
-from tests.support.oidc_issuer import start_issuer
 
-from .conftest import app_client, csrf_of, sign_in
+from .conftest import app_client, oidc_store, sign_in
 
 pytestmark = pytest.mark.timeout(120)
-CLIENT_ID = "brain-connector-web"
 
 
 @contextmanager
@@ -87,23 +84,17 @@ def test_a_web_session_works_and_ends_at_every_replica(store: RunningStore, tmp_
 
 
 def test_an_organisation_sign_in_started_at_one_replica_finishes_at_the_other_once(tmp_path: Path) -> None:
-    with start_issuer(tmp_path, audience=CLIENT_ID) as issuer:
-        env = {"STORE_OIDC_ISSUER": issuer.issuer, "STORE_OIDC_AUDIENCE": CLIENT_ID,
-               "STORE_OIDC_ALLOWED_DOMAINS": "example.com"}
-        with running_store(tmp_path / "store", env=env) as store:
-            oidc = {"idp": "oidc", "oidc_issuer": issuer.issuer, "oidc_client_id": CLIENT_ID,
-                    "oidc_client_secret": "not-checked-by-the-test-issuer"}
-            with two_replicas(store.url, tmp_path / "state", **oidc) as (a, b):
-                assert a.get("/app/signin").status_code == 200
-                start = a.get("/app/signin/start")
-                assert start.status_code == 303
-                at_issuer = httpx.get(start.headers["location"], follow_redirects=False, timeout=30)
-                callback = urlsplit(at_issuer.headers["location"])
-                same_browser(a, b)
-                done = b.get(f"{callback.path}?{callback.query}")
-                assert done.status_code == 303 and done.headers["location"] == "/app", done.text
-                assert b.get("/app").status_code == 200
-                same_browser(b, a)
-                assert a.get("/app").status_code == 200
-                # The state is used once, at whichever replica it comes back to.
-                assert a.get(f"{callback.path}?{callback.query}").status_code == 400
+    with oidc_store(tmp_path) as (_, store, oidc), two_replicas(store.url, tmp_path / "state", **oidc) as (a, b):
+        assert a.get("/app/signin").status_code == 200
+        start = a.get("/app/signin/start")
+        assert start.status_code == 303
+        at_issuer = httpx.get(start.headers["location"], follow_redirects=False, timeout=30)
+        callback = urlsplit(at_issuer.headers["location"])
+        same_browser(a, b)
+        done = b.get(f"{callback.path}?{callback.query}")
+        assert done.status_code == 303 and done.headers["location"] == "/app", done.text
+        assert b.get("/app").status_code == 200
+        same_browser(b, a)
+        assert a.get("/app").status_code == 200
+        # The state is used once, at whichever replica it comes back to.
+        assert a.get(f"{callback.path}?{callback.query}").status_code == 400
