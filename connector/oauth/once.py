@@ -1,14 +1,14 @@
 """What may happen only once, on every replica: a sign-in finished.
 
-``OnceMarkers.claim(name, until)`` is True for the first caller only. With a
+``OnceMarkers.claim(value)`` is True for the first caller only. With a
 state directory the claim is a marker file created with ``O_CREAT | O_EXCL``
 in ``<state dir>/once/``: the file system lets exactly one process create it,
 so replicas sharing the directory (local disk, or NFSv4) agree without a lock.
 The file is named by the SHA-256 of what was claimed (never the value itself),
 holds nothing, and is removed once older than ``keep_s`` (which must outlast
-whatever the claim protects: a pending sign-in lives 10 minutes). Without a directory the
-claims live in a bounded dict; when it is full of live claims a new claim is
-refused (fail closed: the caller starts again), never granted twice.
+whatever the claim protects: a pending sign-in lives 10 minutes). Without a
+directory the claims live in a bounded dict; when it is full of live claims a new
+claim is refused (fail closed: the caller starts again), never granted twice.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Small expiring records that every replica sees: one sealed file each in the state directory.
 
-Used for what a browser's next request needs wherever it lands (the web app's
-sessions and its checked imports). A record lives in ``<directory>/<name>``
+Used for what a client's next request needs wherever it lands: authorization
+codes, and the web app's sessions, sign-ins at the issuer and checked imports. A record lives in ``<directory>/<name>``
 where the name is the SHA-256 of its kind and key (the key itself, e.g. a cookie
 value, is never written), sealed with AES-256-GCM under the state key and bound
 to that name, written atomically with mode 0600. A lookup reads the file, so a
@@ -98,9 +98,11 @@ class SealedRecords:
         except FileNotFoundError:
             return None
         try:
-            return self._live(self._read(claimed, name), name)
+            held = self._read(claimed, name)
         finally:
             claimed.unlink(missing_ok=True)
+        # Expired: nothing to remove (the name may already hold a newer record).
+        return held[1] if held is not None and held[0] > self._clock() else None
 
     def delete(self, key: str) -> bool:
         """Remove the record under ``key`` everywhere; True when there was one."""
