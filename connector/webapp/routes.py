@@ -115,7 +115,8 @@ class WebApp:
         if held is None:
             return None
         operation = operation_from_dict(held["operation"])
-        assert isinstance(operation, Memorize)
+        if not isinstance(operation, Memorize):  # only keep_import writes these records
+            return None
         return ImportPlan(inputs=operation.memories, ids=list(operation.ids or []))
 
     # ----- helpers ----------------------------------------------------------------
