@@ -326,7 +326,8 @@ def create_app(settings: ConnectorSettings, *, tuning: ManagerTuning | None = No
     if settings.webapp:
         from connector.webapp.routes import build_webapp
 
-        web, web_handlers = build_webapp(settings, manager=parts.manager, tools=parts.tools, provider=oauth.provider)
+        web, web_handlers = build_webapp(settings, manager=parts.manager, tools=parts.tools, provider=oauth.provider,
+                                       state=parts.state)
 
     app = Litestar(
         route_handlers=[mcp_endpoint, health, health_live, health_ready, *oauth.route_handlers, *web_handlers],

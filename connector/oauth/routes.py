@@ -26,6 +26,7 @@ from connector.identity.dev import DEV_WARNING, DevProvider
 from connector.identity.static import StaticTokenProvider
 from connector.mcp.http import peer_address, request_base_url
 from connector.oauth.clients import ClientRegistry, MetadataDocumentFetcher
+from connector.oauth.codes import CodeStore
 from connector.oauth.grants import RefreshGrants
 from connector.oauth.metadata import authorization_server_metadata, protected_resource_metadata
 from connector.oauth.server import (
@@ -149,6 +150,8 @@ def build_oauth(
         provider=chosen,
         on_session_end=on_session_end,
         box=state.box,
+        once=state.once,
+        codes=CodeStore(state.state_dir / "codes" if state.state_dir is not None else None, state.box),
         signin_attempts_per_min=int(getattr(settings, "signin_attempts_per_min", SIGNIN_ATTEMPTS_PER_MIN)),
     )
     if manager is not None and hasattr(manager, "on_credential_refused"):

@@ -2,11 +2,13 @@
 
 Each method takes plain parameters (the request's query or form as a mapping,
 and the base URL the request reached) and returns a reply object the routes
-turn into an HTTP response. Codes live in memory (60 s). A pending sign-in
-(10 minutes) travels sealed with the browser (connector/oauth/pending.py): in the
-sign-in page's form, or in a cookie while the OIDC issuer has the browser, so
-starting one costs no server capacity. Clients and refresh families are
-persisted through OAuthState.
+turn into an HTTP response. A pending sign-in (10 minutes) travels sealed with
+the browser (connector/oauth/pending.py): in the sign-in page's form, or in a
+cookie while the OIDC issuer has the browser, so starting one costs no server
+capacity. An authorization code (60 s) names a sealed record in the state
+directory, taken once by whichever replica redeems it (connector/oauth/codes.py);
+a finished sign-in is claimed in ``OnceMarkers``, shared the same way. Clients
+and refresh families are persisted through OAuthState.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ import math
 import secrets
 import time
 import zlib
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -41,8 +42,10 @@ from connector.oauth.clients import (
     RegistryFull,
     is_metadata_document_id,
 )
+from connector.oauth.codes import CODE_TTL_S, Code, CodeStore
 from connector.oauth.grants import Family, RefreshGrants, RotationConflict
 from connector.oauth.pending import Pending, PendingSeal, SignInAttempts, cookie_name, new_sign_in_id
+from connector.oauth.once import OnceMarkers
 from connector.oauth.pkce import is_valid_challenge, verifier_matches
 from connector.oauth.state import SecretBox
 from connector.oauth.tokens import ACCESS_TOKEN_TTL_S, AccessClaims, AccessTokenCodec
@@ -54,14 +57,12 @@ SCOPE_DESCRIPTIONS = {
     "brain.read": "read your memories (recall and status)",
     "brain.write": "add, pin, verify and archive memories",
 }
-CODE_TTL_S = 60.0
 PENDING_TTL_S = 600.0
 MAX_ATTEMPTS = 3
 # Tokens checked per client address (an IPv6 /64) and minute; counted before the store is asked.
 SIGNIN_ATTEMPTS_PER_MIN = 10
 # A cookie carrying an OIDC sign-in must stay under the browsers' 4 KiB per cookie.
 MAX_COOKIE_CHARS = 3800
-MAX_CODES = 10_000
 MAX_PARAM_CHARS = 2048
 NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
 _LOCK_STRIPES = 64
@@ -114,21 +115,6 @@ class PageReply:
 Reply = JsonReply | RedirectReply | PageReply
 
 
-@dataclass(frozen=True)
-class _Code:
-    """An issued authorization code and everything it is bound to."""
-
-    client_id: str
-    client_name: str
-    redirect_uri: str
-    redirect_explicit: bool
-    challenge: str
-    resource: str
-    scope: frozenset[str]
-    identity: Identity
-    expires: float
-
-
 def _error(status: int, error: str, description: str, headers: Mapping[str, str] | None = None) -> JsonReply:
     return JsonReply(status, {"error": error, "error_description": description}, dict(headers or {}))
 
@@ -163,24 +149,6 @@ def parse_scope(raw: str | None) -> frozenset[str] | None:
     return requested
 
 
-class _BoundedExpiring(OrderedDict[str, Any]):
-    """Insertion-ordered entries with an ``expires`` attribute, capped in number."""
-
-    def __init__(self, limit: int) -> None:
-        super().__init__()
-        self.limit = limit
-
-    def prune(self, now: float) -> None:
-        for key in [key for key, entry in self.items() if entry.expires <= now]:
-            del self[key]
-
-    def has_room(self, now: float) -> bool:
-        if len(self) < self.limit:
-            return True
-        self.prune(now)
-        return len(self) < self.limit
-
-
 class AuthorizationServer:
     """OAuth 2.1 for public MCP clients, with one identity provider behind it."""
 
@@ -195,9 +163,13 @@ class AuthorizationServer:
         clock: Callable[[], float] = time.time,
         on_session_end: Callable[[str], Awaitable[Any]] | None = None,
         box: SecretBox | None = None,
+        once: OnceMarkers | None = None,
+        codes: CodeStore | None = None,
         signin_attempts_per_min: int = SIGNIN_ATTEMPTS_PER_MIN,
     ) -> None:
-        """``box`` seals pending sign-ins (give the state's, so every replica can open them);
+        """``box`` seals pending sign-ins, ``once`` records finished sign-ins and ``codes`` keeps
+        authorization codes (give the state's, so every replica can finish a sign-in and
+        redeem a code, once);
         ``signin_attempts_per_min`` bounds tokens checked per client address (0: no limit)."""
         self.clients = clients
         self.documents = documents
@@ -206,10 +178,12 @@ class AuthorizationServer:
         self.provider = provider
         self._clock = clock
         self._on_session_end = on_session_end
-        self._seal = PendingSeal(box or SecretBox(secrets.token_bytes(32)))
+        box = box or SecretBox(secrets.token_bytes(32))
+        self._seal = PendingSeal(box)
+        self._codes = codes or CodeStore(None, box, clock=clock)
+        self._once = once or OnceMarkers(None)
         self._attempts = SignInAttempts()
         self._checks = TokenBucketLimiter(signin_attempts_per_min) if signin_attempts_per_min else None
-        self._codes = _BoundedExpiring(MAX_CODES)
         self._locks = [asyncio.Lock() for _ in range(_LOCK_STRIPES)]
 
     # -- registration ---------------------------------------------------------
@@ -417,15 +391,16 @@ class AuthorizationServer:
             )
         )
 
-    async def _issue_code(self, pending: Pending, identity: Identity) -> RedirectReply:
+    async def _issue_code(self, pending: Pending, identity: Identity) -> Reply:
         now = self._clock()
-        if not self._codes.has_room(now):
-            return self._redirect_error(pending, "temporarily_unavailable", "too many sign-ins in progress")
+        # A sign-in finishes once on every replica (claimed only now: the identity is proven,
+        # so strangers cannot make the connector write markers).
+        if not await anyio.to_thread.run_sync(self._once.claim, "sign-in " + pending.sign_in_id):
+            return PageReply(400, self._expired_view("This sign-in has already been used. Start again from your app."))
         if self.clients.is_unused(pending.client_id):
             # Its first sign-in: the registration stops expiring (a small write, off the loop).
             await anyio.to_thread.run_sync(self.clients.mark_used, pending.client_id)
-        code = secrets.token_urlsafe(32)
-        self._codes[code] = _Code(
+        code = await anyio.to_thread.run_sync(self._codes.issue, Code(
             client_id=pending.client_id,
             client_name=pending.client_name,
             redirect_uri=pending.redirect_uri,
@@ -435,7 +410,7 @@ class AuthorizationServer:
             scope=pending.scope,
             identity=identity,
             expires=now + CODE_TTL_S,
-        )
+        ))
         return RedirectReply(add_query(pending.redirect_uri, {"code": code, "state": pending.state, "iss": pending.issuer}))
 
     # -- token endpoint -------------------------------------------------------
@@ -458,8 +433,8 @@ class AuthorizationServer:
     async def _token_from_code(self, form: Mapping[str, Any]) -> JsonReply:
         now = self._clock()
         code_value, _ = _single(form, "code")
-        # Deleted on lookup: whatever happens next, a code is never usable twice.
-        code: _Code | None = self._codes.pop(code_value, None) if code_value else None
+        # Taken on lookup, at whichever replica: whatever happens next, a code is never usable twice.
+        code = await anyio.to_thread.run_sync(self._codes.redeem, code_value)
         if code is None or code.expires <= now:
             return _error(400, "invalid_grant", "unknown or expired code", NO_STORE)
         client_id, _ = _single(form, "client_id")

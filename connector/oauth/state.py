@@ -30,6 +30,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from common.files import write_atomic
 from connector.oauth.client_files import ClientFiles
+from connector.oauth.once import OnceMarkers
 
 log = logging.getLogger("connector.oauth.state")
 T = TypeVar("T")
@@ -209,7 +210,8 @@ class OAuthState:
     ``clients``: client id -> registration (one file each); ``families``: refresh-token family id
     -> family record; ``refresh``: sha256(refresh token) -> token record;
     ``brains``: subject -> chosen brain id; ``revoked``: family id -> until when
-    access tokens naming it must be refused. Provider renewal secrets are sealed
+    access tokens naming it must be refused; ``once``: markers of sign-ins finished
+    (connector/oauth/once.py). Provider renewal secrets are sealed
     inside family records with ``box``.
     """
 
@@ -233,6 +235,7 @@ class OAuthState:
         self.refresh = JsonCollection(path("refresh.json"))
         self.brains = JsonCollection(path("brains.json"))
         self.revoked = JsonCollection(path("revoked.json"))
+        self.once = OnceMarkers(path("once"))
 
     @property
     def persistent(self) -> bool:

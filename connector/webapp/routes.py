@@ -14,6 +14,7 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
@@ -21,12 +22,15 @@ from litestar import Request, Response, get, post
 from litestar.datastructures import Cookie
 
 from connector.engine.brain import Brain
+from connector.engine.ops import Memorize, operation_from_dict
 from connector.identity.base import ProviderRefused, ProviderUnavailable
 from connector.mcp.http import peer_address
+from connector.oauth.sealed_files import SealedRecords
+from connector.oauth.state import OAuthState, SecretBox
 from connector.webapp.actions import ActionRefused, BrainActions, Done
 from connector.webapp.guard import Site, new_signin_token, same_origin, session_of, site_of, tokens_match
 from connector.webapp.pages import STATIC_TYPES, page_headers, render, static_file
-from connector.webapp.sessions import WebSession, WebSessions
+from connector.webapp.sessions import MAX_SESSIONS, WebSession, WebSessions
 from connector.webapp.transfer import MAX_IMPORT_BYTES, ImportPlan, dry_run, export_memories, export_zip, plan_import
 from connector.webapp.views import MODE_LABELS, TYPES, BrainViews, SearchForm, SearchResult
 from connector.workcopy.manager import BrainUnavailable
@@ -54,55 +58,66 @@ HELD_NOTE = "Saved here, not yet synced to the store; it will be pushed automati
 class WebApp:
     """The web app's state: sessions, sign-in provider, views and actions."""
 
-    def __init__(self, settings: Any, *, manager: Any, tools: Any, provider: Any) -> None:
+    def __init__(self, settings: Any, *, manager: Any, tools: Any, provider: Any, state: OAuthState | None = None) -> None:
+        """``state`` (the connector's) keeps sessions, OIDC sign-ins in flight and checked imports
+        in its directory, so a browser's next request may land on any replica sharing it."""
         self.settings = settings
         self.provider = provider
-        self.sessions = WebSessions(settings.webapp_session_ttl_ms / 1000.0)
+        directory = state.state_dir if state is not None else None
+        box = state.box if state is not None else SecretBox(secrets.token_bytes(32))
+
+        def place(name: str) -> Path | None:
+            return directory / name if directory is not None else None
+
+        self.sessions = WebSessions(settings.webapp_session_ttl_ms / 1000.0, directory=place("web-sessions"), box=box)
         self.views = BrainViews(manager, tools)
         self.actions = BrainActions(manager, tools)
         self._trusted = TrustedProxies.parse(settings.trust_proxy)
         self._signin_limit = TokenBucketLimiter(SIGNIN_RATE_PER_MIN)
-        # Checked imports waiting for the person's confirmation: one per session, for a while.
-        self._imports: dict[str, tuple[str, ImportPlan, float]] = {}
-        # Sign-ins at the OIDC issuer in flight: state -> (the browser's sign-in cookie, what to keep, read-only, since).
-        self._oidc: dict[str, tuple[str, dict[str, Any], bool, float]] = {}
+        # Checked imports waiting for the person's confirmation: one per session (keyed by its CSRF token).
+        self._imports = SealedRecords(place("web-imports"), box, "web-import", ttl_s=IMPORT_TTL_S,
+                                      capacity=MAX_SESSIONS)
+        # Sign-ins at the OIDC issuer in flight, by state: the browser's sign-in cookie, what to keep, read-only.
+        self._oidc = SealedRecords(place("web-oidc"), box, "web-oidc", ttl_s=OIDC_PENDING_TTL_S,
+                                   capacity=MAX_OIDC_PENDING)
 
     def keep_oidc(self, state: str, browser: str, keep: dict[str, Any], read_only: bool) -> None:
         """Remember a sign-in sent to the issuer, bound to this browser's sign-in cookie."""
-        now = time.monotonic()
-        for key in [key for key, held in self._oidc.items() if now - held[3] > OIDC_PENDING_TTL_S]:
-            del self._oidc[key]
-        while len(self._oidc) >= MAX_OIDC_PENDING:
-            del self._oidc[next(iter(self._oidc))]
-        self._oidc[state] = (browser, keep, read_only, now)
+        record = {"browser": browser, "keep": keep, "read_only": read_only}
+        self._oidc.put(state, record, time.time() + OIDC_PENDING_TTL_S)
 
     def take_oidc(self, state: str | None, browser: str | None) -> tuple[dict[str, Any], bool] | None:
         """The sign-in this callback finishes (once), only in the browser that started it."""
-        held = self._oidc.get(state or "")
+        if not state or len(state) > 200:
+            return None
+        held = self._oidc.get(state)
         # Another browser presenting the callback neither finishes nor spends this sign-in.
-        if held is None or not tokens_match(browser, held[0]):
+        if held is None or not tokens_match(browser, str(held.get("browser", ""))):
             return None
-        del self._oidc[state or ""]
-        if time.monotonic() - held[3] > OIDC_PENDING_TTL_S:
+        held = self._oidc.take(state)  # once, even with the same callback at two replicas
+        if held is None:
             return None
-        return held[1], held[2]
+        return dict(held["keep"]), bool(held["read_only"])
 
     def keep_import(self, session: WebSession, plan: ImportPlan) -> str:
-        """Hold a checked import until it is confirmed; returns its reference."""
-        now = time.monotonic()
-        for key in [key for key, (owner, _, at) in self._imports.items() if owner == session.csrf or now - at > IMPORT_TTL_S]:
-            del self._imports[key]
+        """Hold a checked import until it is confirmed (replacing this session's last one); its reference."""
         reference = secrets.token_urlsafe(16)
-        self._imports[reference] = (session.csrf, plan, now)
+        record = {"reference": reference, "operation": plan.operation().to_dict()}
+        self._imports.put(session.csrf, record, time.time() + IMPORT_TTL_S)
         return reference
 
     def take_import(self, session: WebSession, reference: str | None) -> ImportPlan | None:
         """The held import of this session (once), or None."""
-        held = self._imports.get(reference or "")
-        if held is None or held[0] != session.csrf or time.monotonic() - held[2] > IMPORT_TTL_S:
+        held = self._imports.get(session.csrf)
+        if held is None or not tokens_match(reference, str(held.get("reference", ""))):
             return None
-        del self._imports[reference or ""]
-        return held[1]
+        held = self._imports.take(session.csrf)
+        if held is None:
+            return None
+        operation = operation_from_dict(held["operation"])
+        if not isinstance(operation, Memorize):  # only keep_import writes these records
+            return None
+        return ImportPlan(inputs=operation.memories, ids=list(operation.ids or []))
 
     # ----- helpers ----------------------------------------------------------------
 
@@ -445,13 +460,14 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         now = app.actions.manager.now()
         plan = await asyncio.to_thread(plan_import, payload, snapshot.brain, now)
         summary = await asyncio.to_thread(dry_run, plan, snapshot.brain, now)
-        reference = app.keep_import(visit.session, plan) if summary.new else None
+        # Off the loop: a checked import may be megabytes, sealed and written to the state directory.
+        reference = await asyncio.to_thread(app.keep_import, visit.session, plan) if summary.new else None
         return app.page("transfer.html", visit.site, visit.session, summary=summary, reference=reference, error=None)
 
     @post("/app/import/confirm", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
     @write_route
     async def import_confirm(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
-        plan = app.take_import(visit.session, visit.form.get("reference"))
+        plan = await asyncio.to_thread(app.take_import, visit.session, visit.form.get("reference"))
         if plan is None:
             return app.page("transfer.html", visit.site, visit.session, status=409, summary=None, reference=None,
                             error="That import expired or was already done. Upload the file again.")
@@ -512,7 +528,9 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
             static]
 
 
-def build_webapp(settings: Any, *, manager: Any, tools: Any, provider: Any) -> tuple[WebApp, list[Any]]:
-    """The web app and its route handlers (``provider``: the connector's identity provider)."""
-    web = WebApp(settings, manager=manager, tools=tools, provider=provider)
+def build_webapp(settings: Any, *, manager: Any, tools: Any, provider: Any,
+                 state: OAuthState | None = None) -> tuple[WebApp, list[Any]]:
+    """The web app and its route handlers (``provider``: the connector's identity provider;
+    ``state``: the connector's, shared by replicas)."""
+    web = WebApp(settings, manager=manager, tools=tools, provider=provider, state=state)
     return web, webapp_route_handlers(web)

@@ -2,30 +2,31 @@
 
 A session holds what the app needs to act for the person (their subject and the
 store credential their identity provider gave) and whether the sign-in was
-read-only. Sessions live in this process's memory with a bounded lifetime and a
-bounded count: a restart (or another replica) signs everyone out, which is the
-safe direction. Sign-out deletes the record, so a copied cookie stops working.
+read-only. Sessions have a bounded lifetime and a bounded count. With a state
+directory they are files in ``<state dir>/web-sessions/`` (``SealedRecords``:
+named by the cookie's hash, sealed under the state key, 0600), so a browser is
+signed in at every replica sharing that directory and across restarts; without
+one they live in this process's memory. Sign-out deletes the record, so a copied
+cookie stops working at every replica at once.
 """
 
 from __future__ import annotations
 
-import hashlib
+import dataclasses
 import hmac
 import secrets
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
+from connector.oauth.sealed_files import SealedRecords
+from connector.oauth.state import SecretBox
 from connector.workcopy.model import Account
 
 COOKIE_BYTES = 32
 MAX_SESSIONS = 10_000
 CLIENT_NAME = "web app"
-
-
-def _digest(value: str) -> str:
-    return hashlib.sha256(value.encode("utf-8")).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -50,53 +51,48 @@ class WebSession:
 
 
 class WebSessions:
-    """Create, look up and end sessions; only hashes of cookie values are kept."""
+    """Create, look up and end sessions; only hashes of cookie values name them."""
 
-    def __init__(self, ttl_s: float, *, clock: Callable[[], float] = time.time, capacity: int = MAX_SESSIONS) -> None:
+    def __init__(self, ttl_s: float, *, clock: Callable[[], float] = time.time, capacity: int = MAX_SESSIONS,
+                 directory: Path | None = None, box: SecretBox | None = None) -> None:
+        """``directory`` (shared by replicas) and ``box`` (the state's) keep sessions on disk."""
         self._ttl_s = ttl_s
         self._clock = clock
-        self._capacity = capacity
-        self._records: OrderedDict[str, WebSession] = OrderedDict()
+        self._records = SealedRecords(directory, box or SecretBox(secrets.token_bytes(32)), "web-session",
+                                      ttl_s=ttl_s, capacity=capacity, clock=clock)
 
     def create(self, *, subject: str, credential: str, kind: str, read_only: bool,
                credential_expires_at: float | None = None) -> tuple[str, WebSession]:
         """A new session; returns the cookie value (shown to the browser once) and the record."""
-        now = self._clock()
-        self._expire(now)
-        expires = now + self._ttl_s
+        expires = self._clock() + self._ttl_s
         if credential_expires_at is not None:
             # An identity whose store credential expires (an OIDC ID token) cannot outlive it here.
             expires = min(expires, credential_expires_at)
         cookie = secrets.token_urlsafe(COOKIE_BYTES)
         session = WebSession(subject=subject, credential=credential, kind=kind, read_only=read_only,
                              csrf=secrets.token_urlsafe(32), expires_at=expires)
-        self._records[_digest(cookie)] = session
-        while len(self._records) > self._capacity:
-            self._records.popitem(last=False)  # the oldest sign-in goes first
+        self._records.put(cookie, dataclasses.asdict(session), expires)
         return cookie, session
 
     def get(self, cookie: str | None) -> WebSession | None:
         """The live session for a cookie value, else None (unknown, expired or ended)."""
         if not cookie or len(cookie) > 200:
             return None
-        key = _digest(cookie)
-        session = self._records.get(key)
-        if session is None:
+        record = self._records.get(cookie)
+        if record is None:
             return None
-        if session.expires_at <= self._clock():
-            del self._records[key]
+        try:
+            return WebSession(subject=str(record["subject"]), credential=str(record["credential"]),
+                              kind=str(record["kind"]), read_only=bool(record["read_only"]),
+                              csrf=str(record["csrf"]), expires_at=float(record["expires_at"]))
+        except (KeyError, TypeError, ValueError):
             return None
-        return session
 
     def end(self, cookie: str | None) -> bool:
-        """Sign out: forget the session server-side. True when one was ended."""
-        if not cookie:
+        """Sign out: forget the session at every replica. True when one was ended."""
+        if not cookie or len(cookie) > 200:
             return False
-        return self._records.pop(_digest(cookie), None) is not None
-
-    def _expire(self, now: float) -> None:
-        for key in [key for key, session in self._records.items() if session.expires_at <= now]:
-            del self._records[key]
+        return self._records.delete(cookie)
 
     def __len__(self) -> int:
         return len(self._records)

@@ -13,6 +13,7 @@ import pytest
 
 from connector.identity.base import Identity, ProviderRefused, ProviderUnavailable
 from connector.oauth.clients import ClientRegistry, MetadataDocumentFetcher
+from connector.oauth.codes import CodeStore
 from connector.oauth.grants import RefreshGrants
 from connector.oauth.pkce import s256
 from connector.oauth.server import AuthorizationServer, PageReply, RedirectReply
@@ -90,6 +91,8 @@ def build_world(state_dir: Path, key: bytes, provider: FakeStoreProvider, clock:
         provider=provider,
         clock=clock,
         box=state.box,
+        once=state.once,
+        codes=CodeStore(state_dir / "codes", state.box, clock=clock),
     )
     return World(server, provider, clock, state_dir, key, lambda: build_world(state_dir, key, provider, clock, grace_s))
 

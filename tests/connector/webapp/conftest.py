@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,9 +14,13 @@ from litestar.testing import TestClient
 from connector.app import create_app
 from connector.settings import ConnectorSettings
 
+from tests.contract.harness import running_store as running_store_process
+from tests.support.oidc_issuer import start_issuer
+
 from ..conftest import RunningStore, store  # noqa: F401 - the store fixture
 
 KEY_HEX = bytes(range(32)).hex()
+OIDC_CLIENT_ID = "brain-connector-web"
 BASE = "http://127.0.0.1:8788"
 
 
@@ -57,3 +62,14 @@ def sign_in(client: TestClient[Any], token: str, *, access: str = "write") -> st
 def running_store(store: RunningStore) -> RunningStore:  # noqa: F811 - re-exported fixture
     """The real store process."""
     return store
+
+
+@contextmanager
+def oidc_store(tmp_path: Path) -> Iterator[tuple[Any, Any, dict[str, Any]]]:
+    """A test OpenID Connect issuer, a store trusting it, and the connector settings signing in there."""
+    with start_issuer(tmp_path, audience=OIDC_CLIENT_ID) as issuer:
+        env = {"STORE_OIDC_ISSUER": issuer.issuer, "STORE_OIDC_AUDIENCE": OIDC_CLIENT_ID,
+               "STORE_OIDC_ALLOWED_DOMAINS": "example.com"}
+        with running_store_process(tmp_path / "store", env=env) as store:
+            yield issuer, store, {"idp": "oidc", "oidc_issuer": issuer.issuer, "oidc_client_id": OIDC_CLIENT_ID,
+                                  "oidc_client_secret": "not-checked-by-the-test-issuer"}

@@ -1,0 +1,106 @@
+"""Authorization codes that any replica can redeem, once.
+
+A code is a random value (32 bytes) naming a record of everything its token
+request must match (client, redirect URI, PKCE challenge, resource, scope) and the
+identity it grants. The record is kept in ``SealedRecords``: with a state
+directory, one file per code in ``<state dir>/codes/``, sealed under the state key
+and named by a hash of the code, so the replica that issued a code need not be
+the one that redeems it. Redeeming *takes* the record (renamed away before it is
+read, which exactly one replica can do), so a code is used once whatever happens
+next. Codes expire after 60 s; files older than that are pruned. The store
+credential never travels in the redirect URL: the code is only a random name.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from connector.identity.base import Identity
+from connector.oauth.sealed_files import SealedRecords
+from connector.oauth.state import SecretBox
+
+CODE_TTL_S = 60.0
+# Codes waiting for their token request, at most (beyond it the oldest are dropped: their sign-ins start again).
+MAX_CODES = 10_000
+_MAX_CODE_CHARS = 100
+
+
+@dataclass(frozen=True)
+class Code:
+    """An issued authorization code and everything it is bound to."""
+
+    client_id: str
+    client_name: str
+    redirect_uri: str
+    redirect_explicit: bool
+    challenge: str
+    resource: str
+    scope: frozenset[str]
+    identity: Identity
+    expires: float
+
+
+class CodeStore:
+    """Issues codes and redeems each once, at any replica sharing ``directory``."""
+
+    def __init__(self, directory: Path | None, box: SecretBox, *, ttl_s: float = CODE_TTL_S,
+                 capacity: int = MAX_CODES, clock: Callable[[], float] = time.time) -> None:
+        self._records = SealedRecords(directory, box, "authorization-code", ttl_s=ttl_s, capacity=capacity,
+                                      clock=clock)
+
+    def issue(self, code: Code) -> str:
+        """A new code value for ``code`` (blocking: a small file write; call it off the event loop)."""
+        value = secrets.token_urlsafe(32)
+        identity = code.identity
+        record: dict[str, Any] = {
+            "client_id": code.client_id,
+            "client_name": code.client_name,
+            "redirect_uri": code.redirect_uri,
+            "redirect_explicit": code.redirect_explicit,
+            "challenge": code.challenge,
+            "resource": code.resource,
+            "scope": sorted(code.scope),
+            "subject": identity.subject,
+            "store_credential": identity.store_credential,
+            "renewal_secret": identity.renewal_secret,
+            "credential_expires_at": identity.credential_expires_at,
+            "expires": code.expires,
+        }
+        self._records.put(value, record, code.expires)
+        return value
+
+    def redeem(self, value: str | None) -> Code | None:
+        """The code named ``value``, taken (never usable again), or None when unknown, used or expired.
+
+        Blocking (a rename and a read): call it off the event loop.
+        """
+        if not value or len(value) > _MAX_CODE_CHARS:
+            return None
+        record = self._records.take(value)
+        if record is None:
+            return None
+        try:
+            expires_at = record["credential_expires_at"]
+            return Code(
+                client_id=str(record["client_id"]),
+                client_name=str(record["client_name"]),
+                redirect_uri=str(record["redirect_uri"]),
+                redirect_explicit=bool(record["redirect_explicit"]),
+                challenge=str(record["challenge"]),
+                resource=str(record["resource"]),
+                scope=frozenset(str(scope) for scope in record["scope"]),
+                identity=Identity(
+                    subject=str(record["subject"]),
+                    store_credential=str(record["store_credential"]),
+                    renewal_secret=str(record["renewal_secret"]),
+                    credential_expires_at=None if expires_at is None else float(expires_at),
+                ),
+                expires=float(record["expires"]),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
