@@ -290,28 +290,23 @@ async def test_replicas_on_a_store_on_seaweedfs(tmp_path: Path) -> None:
             await run_scenario(Store(running.url, running.data, env), tmp_path)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "connector/workcopy/manager.py (owned by the workers change) caches each user's brain list for up to "
-    "30 s and falls back to the oldest brain when the chosen one is not in its cached list, so a write at "
-    "the other replica lands in the old brain; docs/replicas.md, 'Known limits'"))
 async def test_a_brain_chosen_at_one_replica_is_written_at_the_other(tmp_path: Path) -> None:
     (tmp_path / "store").mkdir()
     with running_store(tmp_path / "store") as running:
         store = Store(running.url, running.data, {})
         bob = store.add_user("bob")
-        env = {"CONNECTOR_STATE_KEY": secrets.token_hex(32)}
+        public_url = f"http://127.0.0.1:{free_port()}"
+        env = {"CONNECTOR_STATE_KEY": secrets.token_hex(32), "CONNECTOR_PUBLIC_URL": public_url}
         with ExitStack() as stack:
             a, b = (stack.enter_context(running_connector(tmp_path, store.url, state_dir=tmp_path / "state",
-                                                          extra_env=env)) for _ in range(2))
-            storage = MemoryStorage()
-            provider = signed_in_provider(a.base_url + "/mcp", bob.token, storage, client_name="bob's app")
-            async with httpx2.AsyncClient(auth=provider, timeout=httpx2.Timeout(60)) as http:
-                async with Client(streamable_http_client(a.base_url + "/mcp", http_client=http)) as client:  # type: ignore[arg-type]
-                    await client.list_tools()
+                                                          port=free_port(), extra_env=env)) for _ in range(2))
+            caddy = stack.enter_context(caddy_round_robin(tmp_path, [a, b], port=int(public_url.rsplit(":", 1)[1])))
+            storage, _ = await sign_in(caddy.base_url + "/mcp", bob, [a, b])
             assert storage.tokens is not None
             access = storage.tokens.access_token
+            # b lists bob's brains (one) and keeps the list; the new brain is chosen at a.
             first = await call_tool(b, access, "brain_memorize", {"content": "Home notes go here."})
-            assert not first.is_error
+            assert not first.is_error, first.content
             work = httpx.post(store.url + "/api/brains", json={"name": "work"}, timeout=30,
                               headers={"Authorization": f"Bearer {bob.token}"}).json()
             used = await call_tool(a, access, "brain_use", {"brain": "work"})
