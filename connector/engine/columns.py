@@ -17,12 +17,32 @@ Two jobs, both prepared once per brain version (`BrainIndex.build`):
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 K1_PLUS_1 = 2.5  # k1 + 1 with k1 = 1.5, exactly as the scalar code computes it
+
+# One document's terms and their counts as stored, in stored order: (terms, counts).
+# Counts are bytes when all are ints 0-255 (the usual case: a byte each), else a
+# tuple. A third of a {term: count} dict's memory.
+DocTerms = tuple[tuple[str, ...], "bytes | tuple[Any, ...]"]
+
+
+def doc_terms(tf: dict[str, Any], *, intern_terms: bool = True) -> DocTerms:
+    """``tf`` (term -> count) as `DocTerms`; terms interned unless ``intern_terms`` is
+    False (parsed JSON holds one string object per occurrence, 400,000 at 10,000
+    memories; interned, the index holds one per term)."""
+    terms = tuple(map(sys.intern, tf)) if intern_terms else tuple(tf)
+    counts = tuple(tf.values())
+    if set(map(type, counts)) <= {int}:  # not bools: they are no counts and must stay bools
+        try:
+            return terms, bytes(counts)
+        except ValueError:
+            pass  # beyond 0-255
+    return terms, counts
 
 
 class Postings:
@@ -38,12 +58,12 @@ class Postings:
         self._arrays: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
     @classmethod
-    def build(cls, doc_tfs: list[dict[str, Any]], norms: list[float]) -> Postings:
+    def build(cls, doc_tfs: list[DocTerms], norms: list[float]) -> Postings:
         """Postings of every term of ``doc_tfs`` (documents in order)."""
         lists: dict[str, list[Any]] = {}
         get = lists.get
-        for doc, tf in enumerate(doc_tfs):
-            for term, count in tf.items():
+        for doc, (terms, counts) in enumerate(doc_tfs):
+            for term, count in zip(terms, counts):
                 entry = get(term)
                 if entry is None:
                     lists[term] = [doc, count]
@@ -52,7 +72,7 @@ class Postings:
                     entry.append(count)
         return cls(lists, norms)
 
-    def extended(self, doc_tfs: list[dict[str, Any]], first_new: int, norms: list[float]) -> Postings:
+    def extended(self, doc_tfs: list[DocTerms], first_new: int, norms: list[float]) -> Postings:
         """These postings plus the documents ``first_new`` onwards of ``doc_tfs`` (the
         earlier ones unchanged), with new ``norms``: equal to `build` on all of them.
 
@@ -62,7 +82,8 @@ class Postings:
         lists = dict(self.lists)
         touched: set[str] = set()
         for doc in range(first_new, len(doc_tfs)):
-            for term, count in doc_tfs[doc].items():
+            terms, counts = doc_tfs[doc]
+            for term, count in zip(terms, counts):
                 if term not in touched:
                     touched.add(term)
                     lists[term] = list(lists.get(term, ()))
@@ -77,6 +98,11 @@ class Postings:
     def term_docs(self, term: str) -> list[int]:
         """Every document position listing ``term`` (whatever its stored count)."""
         return self.lists.get(term, [])[0::2]
+
+    def term_counts(self, term: str) -> zip[tuple[int, Any]]:
+        """(document, count as stored) of every document listing ``term``, documents ascending."""
+        flat = self.lists.get(term, [])
+        return zip(flat[0::2], flat[1::2])
 
     def arrays(self, term: str) -> tuple[np.ndarray, np.ndarray]:
         """(documents as int64, counts as float64 with NaN where not a number)."""
