@@ -526,7 +526,8 @@ def _record(memory_id: str, entry: Any, verify: bool, shared: dict[float, float]
         valid_until_ms=_time_ms(valid_until),
         has_valid_until=valid_until is not None,
         superseded=js_truthy(entry.get("superseded_by")),
-        trust=ORIGIN_TRUST.get(origin, 1.0) if "origin" in entry else None,
+        # An origin that is no string (a list, an object) is none of the known ones (it used to raise).
+        trust=(ORIGIN_TRUST.get(origin, 1.0) if origin.__class__ is str else 1.0) if "origin" in entry else None,
         quarantined=js_truthy(entry.get("quarantined")),
     )
 

@@ -674,7 +674,7 @@ def _hit(
     origin = entry.origin
     if origin is not UNSET:
         hit["origin"] = origin
-        if origin in LOW_TRUST_ORIGINS:
+        if origin.__class__ is str and origin in LOW_TRUST_ORIGINS:
             hit["low_trust"] = True
     if record.quarantined:
         hit["quarantine_pending"] = True
