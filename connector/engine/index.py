@@ -226,7 +226,7 @@ class BrainIndex:
         # when a query reads the postings.
         postings = Postings.build(doc_tfs, doc_norms)
 
-        edges = edge_lists(read_json(brain, "associations.json"))
+        edges = _stored_edges(brain, memories)
         config = read_json(brain, "config.json")
         enforce = isinstance(config, dict) and config.get("quarantine_mode") == "enforce"
         ctx_groups = _context_groups(memories)
@@ -692,14 +692,50 @@ def edge_lists(associations: Any) -> dict[str, list[tuple[str, float]]] | None:
     }
 
 
-def neighbour_list(neighbours: dict[str, Any]) -> list[tuple[str, float]]:
-    """One node's out-edges as (neighbour, weight) in file order."""
+def _stored_edges(brain: Brain, memories: list[MemoryRecord]) -> dict[str, list[tuple[str, float]]] | None:
+    """`edge_lists` of associations.json, read member by member (one node's edges at a
+    time, see `connector/engine/jsonparts.py`); node ids are the records' id strings
+    and equal weights one float object."""
+    data = brain.read("associations.json")
+    parts = jsonparts.members(data) if data is not None else None
+    if parts is None:  # absent, or what msgspec cannot scan: parsed whole
+        return edge_lists(read_json(brain, "associations.json"))
+    same: dict[str, str] = {record.id: record.id for record in memories}
+    shared: dict[float, float] = {}
+    try:
+        for key, part in parts.items():
+            if key != "edges":
+                jsonparts.value(part)  # invalid anywhere: the whole document is
+        listed = parts.get("edges")
+        nodes = jsonparts.members(listed) if listed is not None else None
+        if nodes is None:
+            if listed is not None:
+                jsonparts.value(listed)
+            return None  # no edges object: spreading is skipped
+        edges: dict[str, list[tuple[str, float]]] = {}
+        for node, part in _js_object_order(nodes).items():
+            neighbours = jsonparts.value(part)[0]
+            if isinstance(neighbours, dict):
+                edges[same.get(node, node)] = neighbour_list(neighbours, same, shared)
+        return edges
+    except jsonparts.InvalidJson:
+        return None
+
+
+def neighbour_list(
+    neighbours: dict[str, Any], same: dict[str, str] | None = None, shared: dict[float, float] | None = None
+) -> list[tuple[str, float]]:
+    """One node's out-edges as (neighbour, weight) in file order (``same``: the id string
+    to keep for an equal one; ``shared``: equal weights become one float object)."""
     listed = []
     for neighbour, edge in _js_object_order(neighbours).items():
         weight = number_or_none(edge.get("weight")) if isinstance(edge, dict) else None
         # A non-numeric weight gives NaN bonuses in the reference: never recorded,
         # exactly like a zero weight, which is what we use.
-        listed.append((neighbour, weight if weight is not None and math.isfinite(weight) else 0.0))
+        weight = weight if weight is not None and math.isfinite(weight) else 0.0
+        if shared is not None and weight:  # zero left alone: -0.0 == 0.0
+            weight = shared.setdefault(weight, weight)
+        listed.append((same.get(neighbour, neighbour) if same is not None else neighbour, weight))
     return listed
 
 

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from connector.engine.brain import Brain
 from connector.engine.change import BrainChange
 from connector.engine.columns import Postings, doc_terms
-from connector.engine.index import BrainIndex, HitFields, RecallError, js_object_order, read_json
+from connector.engine.index import BrainIndex, HitFields, RecallError, edge_lists, js_object_order, read_json
 from connector.engine.ops import connector_memorize
 from connector.engine.recall import recall
 from tests.engine.conftest import REPO_ROOT
@@ -178,3 +178,26 @@ def test_postings_extended_by_a_write_equal_postings_built_at_once(documents: li
 def _number(count: float) -> float:
     """A count as JavaScript reads it (integers beyond float64: infinity), as a numpy float."""
     return np.float64(math.inf if count > 1e308 else count)  # type: ignore[return-value]
+
+
+neighbour_maps = st.dictionaries(
+    st.sampled_from(["m1", "m2", "x", "3"]),
+    st.fixed_dictionaries({"weight": json_values}) | json_values,
+    max_size=4,
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(edges=st.dictionaries(st.sampled_from(["m1", "m2", "y", "7"]), neighbour_maps | json_values, max_size=4) | json_values)
+def test_edges_read_node_by_node_equal_a_whole_parse(edges: Any) -> None:
+    brain = _brain(b'{"memories": {"m1": {"path": "a.md"}, "m2": {"path": "b.md"}}}')
+    brain.write("associations.json", json.dumps({"version": 1, "edges": edges}).encode())
+    assert BrainIndex.build(brain).edges == edge_lists(read_json(brain, "associations.json"))
+
+
+def test_invalid_associations_skip_spreading_as_before() -> None:
+    brain = _brain(b'{"memories": {"m1": {"path": "a.md"}, "m2": {"path": "b.md"}}}')
+    brain.write("associations.json", b'{"version": "\xff", "edges": {"m1": {"m2": {"weight": 0.5}}}}')
+    assert BrainIndex.build(brain).edges is None
+    brain.write("associations.json", b'{"version": 1e400, "edges": {"m1": {"m2": {"weight": 0.5}}}}')
+    assert BrainIndex.build(brain).edges == {"m1": [("m2", 0.5)]}
