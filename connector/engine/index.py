@@ -42,10 +42,6 @@ ORIGIN_TRUST = {"user": 1.0, "agent-inferred": 0.95, "tool-output": 0.85, "exter
 LOW_TRUST_ORIGINS = frozenset({"tool-output", "external"})
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
 def read_json(brain: Brain, path: str) -> Any | None:
     """Parse a JSON file of the brain as JavaScript's JSON.parse would; None if absent or invalid.
 
@@ -67,7 +63,7 @@ def _read_json(brain: Brain, path: str) -> tuple[Any | None, bool]:
     except msgspec.DecodeError:
         pass
     try:
-        return json.loads(data, parse_constant=_reject_constant), False
+        return json.loads(data, parse_constant=jsonparts.reject_constant), False
     except (ValueError, UnicodeDecodeError, RecursionError):
         return None, False
 

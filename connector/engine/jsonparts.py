@@ -44,10 +44,11 @@ def value(raw: msgspec.Raw) -> tuple[Any, bool]:
     except msgspec.DecodeError:
         pass
     try:
-        return json.loads(bytes(raw), parse_constant=_reject_constant), False
+        return json.loads(bytes(raw), parse_constant=reject_constant), False
     except (ValueError, UnicodeDecodeError, RecursionError):
         raise InvalidJson("not JSON") from None
 
 
-def _reject_constant(name: str) -> Any:
+def reject_constant(name: str) -> Any:
+    """For json.loads: NaN and Infinity are not JSON (JavaScript refuses them too)."""
     raise ValueError(f"{name} is not JSON")
