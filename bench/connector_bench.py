@@ -13,7 +13,8 @@ measures with the official MCP client SDK:
   conditional push to the store; the recall index follows the write meanwhile),
   each followed at once by a recall of what it wrote, and the phases of a
   memorize timed one by one in this process (``--phases``);
-* with ``--memory`` only: the resident memory of a working copy and its index;
+* with ``--memory`` only: the resident memory of a working copy and its index, and
+  per user when ``--copies`` users hold a brain in one process (`memory_probe.py`);
 * 20 users recalling concurrently (each with their own copy of the brain).
 
 Reference: the public JavaScript connector spawns the `brain` CLI per call
@@ -43,6 +44,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
+import json
 import os
 import random
 import statistics
@@ -371,60 +373,50 @@ def commit_fsyncs(folder: Path, data: bytes) -> None:
             os.close(descriptor)
 
 
-MEMORY_PROBE = """
-import gc, sys, ctypes
-from datetime import UTC, datetime
-from pathlib import Path
-sys.path.insert(0, {repo!r})
-from connector.engine.archive import load_archive
-from connector.engine.change import BrainChange
-from connector.engine.index import BrainIndex
-from connector.engine.ops import connector_memorize
-from connector.engine.recall import recall
-
-def rss():
-    gc.collect()
-    ctypes.CDLL("libc.so.6").malloc_trim(0)
-    return int(Path("/proc/self/statm").read_text().split()[1]) * 4096
-
-data = Path({path!r}).read_bytes()
-start = rss()
-brain = load_archive(data)
-loaded = rss()
-index = BrainIndex.build(brain)
-for query in ("postgres cache", "deploy release", "meeting notes"):
-    recall(None, query, index=index, now=datetime.now(UTC))
-built = rss()
-working = brain.copy()
-working.journal = []
-connector_memorize("memory probe fact", tags=["cache", "probe"]).apply(working, datetime.now(UTC))
-index = index.apply_change(working, BrainChange.of_journal(working.journal))
-working.journal = None
-brain = working
-recall(None, "memory probe", index=index, now=datetime.now(UTC))
-followed = rss()
-print(sum(map(len, brain.files.values())), start, loaded, built, followed)
-"""
-
-
-def memory_report(cache_dir: Path | None) -> None:
-    """Resident memory of one working copy (the unpacked brain) plus its recall index, in a fresh process each."""
-    print("resident memory of a working copy + its recall index (fresh process per size, RSS after gc + malloc_trim)")
+def memory_report(cache_dir: Path | None, runs: int, copies: int) -> None:
+    """Resident memory of one working copy plus its recall index (1,000 and 10,000 memories), and per
+    user when ``copies`` users hold the 1,000-memory brain in one process: `memory_probe.py` in a fresh
+    process per measure, medians of ``runs``."""
+    print(f"resident memory of a working copy + its recall index (fresh process per measure, RSS after gc + "
+          f"malloc_trim above the imported baseline; medians of {runs})")
+    mib = 1024 * 1024
     for size in (1000, 10_000):
-        archive, _ = brain_archive(size, datetime.now(UTC), cache_dir)
-        with tempfile.NamedTemporaryFile(suffix=".tar.gz") as handle:
-            handle.write(archive)
-            handle.flush()
-            done = subprocess.run([sys.executable, "-c", MEMORY_PROBE.format(repo=str(REPO), path=handle.name)],
-                                  capture_output=True, text=True, timeout=600, check=True)
-        inflated, start, loaded, built, followed = map(int, done.stdout.split())
-        mib = 1024 * 1024
-        copy, whole = loaded - start, followed - start
+        results = [probe(size, cache_dir, 0) for _ in range(runs)]
+        inflated = results[0]["inflated"]
+
+        def median(key: str) -> float:
+            return statistics.median(result[key] - result["start"] for result in results)
+
+        copy, built, followed, per_user = median("loaded"), median("built"), median("followed"), median("followed_per_user")
         row(f"{size:,} memories: brain files (inflated)", f"{inflated / mib:.1f} MiB")
         row("  working copy (unpacked brain)", f"{copy / mib:.1f} MiB", f"{copy / inflated:.2f}x inflated")
-        row("  + recall index, after 3 recalls", f"{(built - start) / mib:.1f} MiB", f"{(built - start) / inflated:.2f}x inflated")
-        row("  + one memorize followed (old copy freed)", f"{whole / mib:.1f} MiB",
-            f"{whole / inflated:.2f}x inflated; target <= 4x")
+        row("  + recall index, after 3 recalls", f"{built / mib:.1f} MiB", f"{built / inflated:.2f}x inflated; target <= 4x")
+        parts = results[0]["parts"]
+        row("    the index's live objects (tests/support/footprint.py)", f"{sum(parts.values()) / mib:.1f} MiB",
+            ", ".join(f"{name.split(' (')[0]} {value / mib:.1f}" for name, value in parts.items() if value >= mib / 20))
+        row("  + one memorize followed (old copy freed)", f"{followed / mib:.1f} MiB", f"{followed / inflated:.2f}x inflated")
+        row("    without the write's parsed documents (process-wide)", f"{per_user / mib:.1f} MiB",
+            f"{per_user / inflated:.2f}x inflated")
+    if copies:
+        results = [probe(1000, cache_dir, copies) for _ in range(runs)]
+        inflated = results[0]["inflated"]
+        held = statistics.median((result["held"] - result["start"]) / copies for result in results)
+        written = statistics.median((result["written"] - result["start"]) / copies for result in results)
+        row(f"{copies} users holding the 1,000-memory brain in one process", "")
+        row("  per user: working copy + index, after 3 recalls", f"{held / mib:.2f} MiB", f"{held / inflated:.2f}x inflated")
+        row("  per user, after each memorized once (followed)", f"{written / mib:.2f} MiB",
+            f"{written / inflated:.2f}x inflated")
+
+
+def probe(size: int, cache_dir: Path | None, copies: int) -> dict[str, Any]:
+    """One run of bench/memory_probe.py on the generated brain of ``size`` memories, in a fresh process."""
+    archive, _ = brain_archive(size, datetime.now(UTC), cache_dir)
+    with tempfile.NamedTemporaryFile(suffix=".tar.gz") as handle:
+        handle.write(archive)
+        handle.flush()
+        command = [sys.executable, str(REPO / "bench" / "memory_probe.py"), handle.name, "--copies", str(copies)]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=900, check=True)
+    return json.loads(done.stdout)  # type: ignore[no-any-return]
 
 
 async def one_user_warm(url: str, token: str) -> None:
@@ -443,6 +435,9 @@ def main() -> None:
     parser.add_argument("--phases", type=int, default=10, help="memorize round trips timed phase by phase, in process")
     parser.add_argument("--memory", action="store_true",
                         help="only measure the resident memory of a working copy and its index (1,000 and 10,000 memories)")
+    parser.add_argument("--copies", type=int, default=50,
+                        help="with --memory: users holding the 1,000-memory brain in one process (0: skip)")
+    parser.add_argument("--memory-runs", type=int, default=3, help="with --memory: runs per measure (medians)")
     parser.add_argument("--quick", action="store_true", help="2,000 memories, 30 calls, 5 users")
     parser.add_argument("--mode", choices=["exact", "hybrid"], default="exact", help="brain_recall's mode")
     parser.add_argument("--brain-cache", type=Path, default=None, metavar="DIR",
@@ -454,7 +449,7 @@ def main() -> None:
     if args.quick:
         args.memories, args.calls, args.users, args.concurrent_calls, args.writes = 2000, 30, 5, 5, 10
     if args.memory:
-        memory_report(args.brain_cache)
+        memory_report(args.brain_cache, args.memory_runs, args.copies)
         return
 
     print(f"connector benchmark: {args.memories} memories, {args.calls} calls, {args.users} concurrent users, "

@@ -2,8 +2,8 @@
 
 Two jobs, both prepared once per brain version (`BrainIndex.build`):
 
-* `Postings`: every term's documents and counts (as arrays from a term's first
-  query on), so a query's BM25 scores are a few array operations per term. Only
+* `Postings`: every term's documents and counts as flat arrays, so a query's
+  BM25 scores are a few array operations per term. Only
   IEEE-754 basic operations (+, -, *, /, floor, comparisons) are applied, element
   by element and in the reference's order: bit-identical to the scalar code.
 * `Columns`: per-memory fields (strength, decay rate, last access, salience,
@@ -17,6 +17,7 @@ Two jobs, both prepared once per brain version (`BrainIndex.build`):
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,70 +25,116 @@ import numpy as np
 
 K1_PLUS_1 = 2.5  # k1 + 1 with k1 = 1.5, exactly as the scalar code computes it
 
+# One document's terms and their counts as stored, in stored order: (terms, counts).
+# Counts are bytes when all are ints 0-255 (the usual case: a byte each), else a
+# tuple. A third of a {term: count} dict's memory.
+DocTerms = tuple[tuple[str, ...], "bytes | tuple[Any, ...]"]
+
+
+def doc_terms(tf: dict[str, Any], *, intern_terms: bool = True) -> DocTerms:
+    """``tf`` (term -> count) as `DocTerms`; terms interned unless ``intern_terms`` is
+    False (parsed JSON holds one string object per occurrence, 400,000 at 10,000
+    memories; interned, the index holds one per term)."""
+    terms = tuple(map(sys.intern, tf)) if intern_terms else tuple(tf)
+    counts = tuple(tf.values())
+    if set(map(type, counts)) <= {int}:  # not bools: they are no counts and must stay bools
+        try:
+            return terms, bytes(counts)
+        except ValueError:
+            pass  # beyond 0-255
+    return terms, counts
+
 
 class Postings:
-    """Per-term postings: documents (ascending) and their counts as stored.
+    """Per-term postings as flat arrays (CSR): term ``t`` (``vocabulary[term]``) holds
+    entries ``offsets[t]`` to ``offsets[t + 1]`` of ``docs`` (ascending) and ``counts``.
 
-    Built with one pass over the documents (the build's hot loop: plain list
-    appends); a term's arrays are made on its first query and cached.
+    Counts are as stored, read as JavaScript reads them: uint8 when every count is an
+    int 0-255 (the usual case), else float64 with NaN for what is not a number (a
+    query skips it, as it skips counts <= 0) and infinity for integers beyond float64.
+    Five bytes per posting instead of a Python list's ~24; a term's arrays are views.
     """
 
-    def __init__(self, lists: dict[str, list[Any]], norms: list[float]) -> None:
-        self.lists = lists  # term -> [doc, count, doc, count, ...]
+    def __init__(
+        self, vocabulary: dict[str, int], offsets: np.ndarray, docs: np.ndarray, counts: np.ndarray, norms: Any
+    ) -> None:
+        self.vocabulary = vocabulary  # term -> its number; never changed once built (followers copy it)
+        self.offsets = offsets  # int64, one more than terms
+        self.docs = docs  # int32
+        self.counts = counts  # uint8 or float64
         self.norms = np.asarray(norms, dtype=np.float64)  # per document: k1 x (1 - b + b x dl / avgdl)
-        self._arrays: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
     @classmethod
-    def build(cls, doc_tfs: list[dict[str, Any]], norms: list[float]) -> Postings:
+    def build(cls, doc_tfs: list[DocTerms], norms: list[float]) -> Postings:
         """Postings of every term of ``doc_tfs`` (documents in order)."""
-        lists: dict[str, list[Any]] = {}
-        get = lists.get
-        for doc, tf in enumerate(doc_tfs):
-            for term, count in tf.items():
-                entry = get(term)
-                if entry is None:
-                    lists[term] = [doc, count]
-                else:
-                    entry.append(doc)
-                    entry.append(count)
-        return cls(lists, norms)
+        lengths = np.fromiter((len(terms) for terms, _ in doc_tfs), dtype=np.int64, count=len(doc_tfs))
+        every = [term for terms, _ in doc_tfs for term in terms]
+        vocabulary = {term: number for number, term in enumerate(dict.fromkeys(every))}
+        ids = np.fromiter(map(vocabulary.__getitem__, every), dtype=np.int64, count=len(every))
+        # A stable sort by term keeps each term's documents ascending (terms are
+        # unique within a document).
+        order = np.argsort(ids, kind="stable")
+        owners = np.repeat(np.arange(len(doc_tfs), dtype=np.int32), lengths)
+        offsets = np.zeros(len(vocabulary) + 1, dtype=np.int64)
+        np.cumsum(np.bincount(ids, minlength=len(vocabulary)), out=offsets[1:])
+        counts = _count_array([counts for _, counts in doc_tfs])
+        return cls(vocabulary, offsets, owners[order], counts[order], norms)
 
-    def extended(self, doc_tfs: list[dict[str, Any]], first_new: int, norms: list[float]) -> Postings:
+    def extended(self, doc_tfs: list[DocTerms], first_new: int, norms: list[float]) -> Postings:
         """These postings plus the documents ``first_new`` onwards of ``doc_tfs`` (the
         earlier ones unchanged), with new ``norms``: equal to `build` on all of them.
+        This object (still serving recalls of the older brain) is never changed."""
+        added = doc_tfs[first_new:]
+        every = [term for terms, _ in added for term in terms]
+        vocabulary = self.vocabulary
+        if any(term not in vocabulary for term in every):
+            vocabulary = dict(vocabulary)
+            for term in every:
+                vocabulary.setdefault(term, len(vocabulary))
+        ids = np.fromiter(map(vocabulary.__getitem__, every), dtype=np.int64, count=len(every))
+        order = np.argsort(ids, kind="stable")  # by term, then document
+        ids = ids[order]
+        lengths = np.fromiter((len(terms) for terms, _ in added), dtype=np.int64, count=len(added))
+        new_docs = np.repeat(np.arange(first_new, len(doc_tfs), dtype=np.int32), lengths)[order]
+        new_counts = _count_array([counts for _, counts in added])[order]
+        known = len(self.offsets) - 1
+        # Each new entry goes after its term's last one; a new term's after everything.
+        at = np.full(len(ids), len(self.docs), dtype=np.int64)
+        old_terms = ids < known
+        at[old_terms] = self.offsets[ids[old_terms] + 1]
+        sizes = np.zeros(len(vocabulary), dtype=np.int64)
+        sizes[:known] = np.diff(self.offsets)
+        sizes += np.bincount(ids, minlength=len(vocabulary))
+        offsets = np.zeros(len(vocabulary) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=offsets[1:])
+        counts = self.counts
+        if counts.dtype != new_counts.dtype:
+            counts, new_counts = counts.astype(np.float64), new_counts.astype(np.float64)
+        return Postings(vocabulary, offsets, np.insert(self.docs, at, new_docs), np.insert(counts, at, new_counts), norms)
 
-        Lists of the terms the new documents hold are copied before they grow, so
-        this object (still serving recalls of the older brain) is never changed.
-        """
-        lists = dict(self.lists)
-        touched: set[str] = set()
-        for doc in range(first_new, len(doc_tfs)):
-            for term, count in doc_tfs[doc].items():
-                if term not in touched:
-                    touched.add(term)
-                    lists[term] = list(lists.get(term, ()))
-                entry = lists[term]
-                entry.append(doc)
-                entry.append(count)
-        extended = Postings(lists, norms)
-        # A copy first (atomic under the GIL): recalls of the older brain may add to it meanwhile.
-        extended._arrays = {term: arrays for term, arrays in dict(self._arrays).items() if term not in touched}
-        return extended
+    def _range(self, term: str) -> tuple[int, int]:
+        number = self.vocabulary.get(term)
+        if number is None:
+            return 0, 0
+        offsets = self.offsets
+        return offsets.item(number), offsets.item(number + 1)
 
     def term_docs(self, term: str) -> list[int]:
         """Every document position listing ``term`` (whatever its stored count)."""
-        return self.lists.get(term, [])[0::2]
+        start, end = self._range(term)
+        return self.docs[start:end].tolist()  # type: ignore[no-any-return]
+
+    def term_counts(self, term: str) -> zip[tuple[int, Any]]:
+        """(document, count) of every document listing ``term``, documents ascending;
+        counts as ints, or floats (NaN where not a number)."""
+        start, end = self._range(term)
+        return zip(self.docs[start:end].tolist(), self.counts[start:end].tolist())
 
     def arrays(self, term: str) -> tuple[np.ndarray, np.ndarray]:
-        """(documents as int64, counts as float64 with NaN where not a number)."""
-        cached = self._arrays.get(term)
-        if cached is None:
-            flat = self.lists.get(term, [])
-            cached = (np.array(flat[0::2], dtype=np.int64), _counts(flat[1::2]))
-            if len(self._arrays) >= 50_000:
-                self._arrays.clear()  # bounded memory
-            self._arrays[term] = cached
-        return cached
+        """(documents as intp, counts as float64 with NaN where not a number)."""
+        start, end = self._range(term)
+        # intp once here: every fancy index with int32 would convert again.
+        return self.docs[start:end].astype(np.intp), self.counts[start:end].astype(np.float64, copy=False)
 
     def contributions(self, term: str, idf: float) -> tuple[np.ndarray, np.ndarray]:
         """(documents, ``0.0 + idf x (f x (k1 + 1)) / (f + norm)``) for counts f > 0.
@@ -99,6 +146,13 @@ class Postings:
         if not usable.all():
             counts, docs = counts[usable], docs[usable]
         return docs, (idf * (counts * K1_PLUS_1)) / (counts + self.norms[docs]) + 0.0
+
+
+def _count_array(parts: list[bytes | tuple[Any, ...]]) -> np.ndarray:
+    """Counts of `DocTerms` one after the other: uint8 when all are bytes, else float64."""
+    if all(part.__class__ is bytes for part in parts):
+        return np.frombuffer(b"".join(parts), dtype=np.uint8)  # type: ignore[arg-type]
+    return np.concatenate([_counts(list(part)) for part in parts]) if parts else np.zeros(0)
 
 
 def _counts(values: list[Any]) -> np.ndarray:

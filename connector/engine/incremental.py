@@ -24,12 +24,13 @@ import numpy as np
 
 from connector.engine.brain import Brain
 from connector.engine.change import ABSENT, BrainChange
-from connector.engine.columns import Postings
+from connector.engine.columns import DocTerms, Postings
 from connector.engine.gcpause import gc_paused
 from connector.engine.jsvalues import is_number
 from connector.engine.index import (
     BrainIndex,
     MemoryRecord,
+    document_links,
     document_norms,
     edge_lists,
     js_object_order,
@@ -39,6 +40,7 @@ from connector.engine.index import (
     neighbour_map,
     read_json,
     record,
+    share_context,
     stored_df,
     stored_document,
     usable_count,
@@ -124,7 +126,10 @@ def _apply(old: BrainIndex, brain: Brain, change: BrainChange) -> BrainIndex:
             raise _Rebuild  # columns never built for the older brain: let the build decide
 
     doc_count, doc_ids, doc_tfs, lengths, df, stats_rebuilt, postings, norms, avgdl = documents
-    doc_memory = old.doc_memory if doc_ids is old.doc_ids and not moved else [positions.get(i) for i in doc_ids]
+    if doc_ids is old.doc_ids and not moved:
+        doc_memory, doc_positions = old.doc_memory, old.doc_positions
+    else:
+        doc_ids, doc_memory, doc_positions = document_links(doc_ids, memories, positions)
     index = BrainIndex(
         memories=memories,
         positions=positions,
@@ -138,7 +143,7 @@ def _apply(old: BrainIndex, brain: Brain, change: BrainChange) -> BrainIndex:
         doc_memory_array=old.doc_memory_array if doc_memory is old.doc_memory else memory_array(doc_memory),
         doc_ids=doc_ids,
         doc_lengths=lengths,
-        doc_positions=old.doc_positions if doc_ids is old.doc_ids else {m: d for d, m in enumerate(doc_ids)},
+        doc_positions=doc_positions,
         edges=edges,
         quarantine_enforce=enforce,
         stats_rebuilt=stats_rebuilt,
@@ -169,10 +174,7 @@ def _memories(
         at = old_positions.get(memory_id)
         if at is not None:
             kept = old_records[at]
-            if kept.entry is entry or (memory_id not in hint if hint is not None else kept.entry == entry):
-                # Equal content: the record takes the newest parse's object, so the write's
-                # parsed document (kept for the next write) and the index share it.
-                kept.entry = entry if isinstance(entry, dict) else kept.entry
+            if memory_id not in hint if hint is not None else kept.entry == (entry if isinstance(entry, dict) else {}):
                 memories.append(kept)
                 source.append(at)
                 continue
@@ -187,6 +189,8 @@ def _memories(
                     groups = list(groups)
                 number = group_of[key] = len(groups)
                 groups.append(key)
+            else:
+                share_context(fresh, groups[number])
             fresh.ctx_group = number
         memories.append(fresh)
         source.append(-1)
@@ -202,7 +206,7 @@ def _documents(
     positions: dict[str, int],
     moved: bool,
     search_changed: bool,
-) -> tuple[int, list[str], list[dict[str, Any]], list[float], dict[str, float], bool, Postings, list[float], float]:
+) -> tuple[int, list[str], list[DocTerms], list[float], dict[str, float], bool, Postings, list[float], float]:
     """(doc count, ids, term counts, lengths, df, statistics rebuilt, postings, norms, avgdl) for the new brain."""
     if not old.stats_rebuilt:
         stored = _parsed(brain, change, SEARCH_INDEX) if search_changed else None
@@ -230,7 +234,7 @@ def _stored_documents(old: BrainIndex, stored: dict[str, Any], count: int, hint:
     """Documents of a usable stored search index, reusing ``old``'s unchanged ones."""
     old_docs, old_tfs, old_lengths = old.doc_positions, old.doc_tfs, old.doc_lengths
     doc_ids: list[str] = []
-    doc_tfs: list[dict[str, Any]] = []
+    doc_tfs: list[DocTerms] = []
     lengths: list[float] = []
     prefix = True  # documents so far are exactly old's first ones, unchanged
     for position, (memory_id, document) in enumerate(js_object_order(stored["documents"]).items()):
@@ -260,8 +264,8 @@ def _stored_documents(old: BrainIndex, stored: dict[str, Any], count: int, hint:
         for memory_id in hint:
             at = old_docs.get(memory_id)
             if at is not None:
-                terms.update(old_tfs[at])
-            terms.update(stored_document(memory_id, documents.get(memory_id))[1])
+                terms.update(old_tfs[at][0])
+            terms.update(stored_document(memory_id, documents.get(memory_id))[1][0])
         for term in terms:
             value = raw_df.get(term)
             if is_number(value):
@@ -282,28 +286,27 @@ def _rebuilt_documents(
     paths = change.paths
     old_tfs, old_lengths = old.doc_tfs, old.doc_lengths
     doc_ids: list[str] = []
-    doc_tfs: list[dict[str, Any]] = []
+    doc_tfs: list[DocTerms] = []
     lengths: list[float] = []
     df = dict(old.df)
     gone = set(range(len(old_tfs)))
     prefix = True
     for position, item in enumerate(memories):
         at = position if source is None else source[position]
-        path = item.entry.get("path")
-        if at >= 0 and not (isinstance(path, str) and path in paths):
+        if at >= 0 and not (item.path is not None and item.path in paths):
             tf, length = old_tfs[at], old_lengths[at]
             gone.discard(at)
             prefix = prefix and at == position
         else:
             _, tf, length = memory_document(brain, item)
-            for term in tf:
+            for term in tf[0]:
                 df[term] = df.get(term, 0.0) + 1
             prefix = prefix and position >= len(old_tfs)
         doc_ids.append(item.id)
         doc_tfs.append(tf)
         lengths.append(length)
     for at in gone:
-        for term in old_tfs[at]:
+        for term in old_tfs[at][0]:
             left = df[term] - 1
             if left:
                 df[term] = left
@@ -314,7 +317,7 @@ def _rebuilt_documents(
     return count, doc_ids, doc_tfs, lengths, df, True, _postings(old, doc_tfs, norms, prefix), norms, avgdl
 
 
-def _postings(old: BrainIndex, doc_tfs: list[dict[str, Any]], norms: list[float], prefix: bool) -> Postings:
+def _postings(old: BrainIndex, doc_tfs: list[DocTerms], norms: list[float], prefix: bool) -> Postings:
     """Postings of the new documents: ``old``'s when nothing a query reads changed,
     extended when documents were only added (``prefix``: the first ones are ``old``'s,
     unchanged and in place), else built afresh."""

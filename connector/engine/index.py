@@ -1,9 +1,15 @@
 """The prepared form of a brain that recall scores against.
 
 Built once per brain version (the connector keys it by archive checksum): the
-parsed `index.json` entries, an inverted index (postings per term), document
-lengths and frequencies, and the association edges as adjacency lists. A query
-then touches only its own terms' postings plus the memories it scores.
+`index.json` entries, an inverted index (postings per term), document lengths and
+frequencies, and the association edges as adjacency lists. A query then touches
+only its own terms' postings plus the memories it scores.
+
+A process holds one index per user it serves, so the index is kept compact: each
+entry as compact JSON bytes (decoded when a hit or a page needs it; a parsed entry
+weighs three times as much), each document's terms as tuples, repeated strings and
+numbers shared. bench/README.md ("Memory of a working copy and its index") has
+the figures.
 """
 
 from __future__ import annotations
@@ -21,8 +27,9 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from connector.engine import jsonparts
 from connector.engine.brain import Brain
-from connector.engine.columns import Columns, Postings
+from connector.engine.columns import Columns, DocTerms, Postings, doc_terms
 from connector.engine.gcpause import gc_paused
 from connector.engine.jsvalues import is_number, js_truthy, number_or_none, parse_iso_ms
 from connector.engine.text import document_text, js_key_order, memory_body, term_counts
@@ -35,10 +42,6 @@ ORIGIN_TRUST = {"user": 1.0, "agent-inferred": 0.95, "tool-output": 0.85, "exter
 LOW_TRUST_ORIGINS = frozenset({"tool-output", "external"})
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
 def read_json(brain: Brain, path: str) -> Any | None:
     """Parse a JSON file of the brain as JavaScript's JSON.parse would; None if absent or invalid.
 
@@ -46,17 +49,64 @@ def read_json(brain: Brain, path: str) -> Any | None:
     json module is the fallback for what msgspec refuses but JavaScript accepts
     (lone surrogate escapes). NaN and Infinity are refused, as in JavaScript.
     """
+    return _read_json(brain, path)[0]
+
+
+def _read_json(brain: Brain, path: str) -> tuple[Any | None, bool]:
+    """(`read_json`'s value, whether msgspec read it: then msgspec writes each part back
+    as JSON that reads back equal, which `pack_entry` relies on)."""
     data = brain.read(path)
     if data is None:
-        return None
+        return None, False
     try:
-        return msgspec.json.decode(data)
+        return msgspec.json.decode(data), True
     except msgspec.DecodeError:
         pass
     try:
-        return json.loads(data, parse_constant=_reject_constant)
+        return json.loads(data, parse_constant=jsonparts.reject_constant), False
     except (ValueError, UnicodeDecodeError, RecursionError):
-        return None
+        return None, False
+
+
+_ENTRY_ENCODER = msgspec.json.Encoder()
+_ENTRY_DECODER = msgspec.json.Decoder()
+
+
+class HitFields(msgspec.Struct):
+    """The entry fields a recall hit shows; `msgspec.UNSET` where the entry has none.
+    Decoding only these takes half the time of the whole entry (a recall decodes ten)."""
+
+    title: Any = msgspec.UNSET
+    path: Any = msgspec.UNSET
+    type: Any = msgspec.UNSET
+    confidence: Any = msgspec.UNSET
+    tags: Any = msgspec.UNSET
+    origin: Any = msgspec.UNSET
+    superseded_by: Any = msgspec.UNSET
+    valid_from: Any = msgspec.UNSET
+    valid_until: Any = msgspec.UNSET
+
+
+_HIT_DECODER = msgspec.json.Decoder(HitFields)
+
+
+def pack_entry(entry: dict[str, Any], *, verify: bool = True) -> bytes | dict[str, Any]:
+    """``entry`` as compact JSON bytes, or the dict itself when the bytes would not
+    read back equal (what msgspec cannot write as it was: lone surrogates, infinities
+    from the json-module fallback, tuples a writer put in). ``verify=False`` when
+    ``entry`` comes from msgspec's own parse (it always reads back equal)."""
+    try:
+        packed = _ENTRY_ENCODER.encode(entry)
+    except (TypeError, ValueError, OverflowError):  # UnicodeEncodeError is a ValueError
+        return entry
+    if verify:
+        try:
+            same = _ENTRY_DECODER.decode(packed) == entry
+        except msgspec.DecodeError:
+            same = False
+        if not same:
+            return entry
+    return packed
 
 
 class RecallError(ValueError):
@@ -72,10 +122,12 @@ class BrainNotInitialized(RecallError):
 
 @dataclass(slots=True)
 class MemoryRecord:
-    """One memory's fields, parsed once, in the shape scoring needs."""
+    """One memory's fields, parsed once, in the shape scoring needs; its whole
+    index.json entry as `entry` (decoded on each access: a fresh dict)."""
 
     id: str
-    entry: dict[str, Any]
+    packed: bytes | dict[str, Any]  # the entry (see `pack_entry`)
+    path: str | None  # the entry's path when a string (rebuilt statistics read that file)
     strength: float | None
     decay_rate: float | None
     last_accessed_ms: int | None
@@ -99,6 +151,19 @@ class MemoryRecord:
         # Lets scoring skip the newer-field factors for older brains entirely.
         self.has_newer_fields = self.trust is not None or self.superseded or self.valid_until_ms is not None
 
+    @property
+    def entry(self) -> dict[str, Any]:
+        """The index.json entry (a dict: an empty one when the stored entry is not an object)."""
+        packed = self.packed
+        return _ENTRY_DECODER.decode(packed) if packed.__class__ is bytes else packed  # type: ignore[return-value]
+
+    def hit_fields(self) -> HitFields:
+        """The fields of the entry a recall hit shows."""
+        packed = self.packed
+        if packed.__class__ is bytes:
+            return _HIT_DECODER.decode(packed)  # type: ignore[arg-type]
+        return HitFields(**{name: packed[name] for name in HitFields.__struct_fields__ if name in packed})
+
 
 @dataclass
 class BrainIndex:
@@ -110,7 +175,7 @@ class BrainIndex:
     avgdl: float
     df: dict[str, float]
     postings: Postings  # term -> documents holding it, with their counts (flat arrays)
-    doc_tfs: list[dict[str, Any]]  # per document: term -> count, as stored
+    doc_tfs: list[DocTerms]  # per document: its terms and their counts, as stored
     doc_norms: list[float]
     doc_memory: list[int | None]
     doc_memory_array: np.ndarray  # doc_memory as int64, -1 for None
@@ -139,14 +204,7 @@ class BrainIndex:
         raw = brain.read("index.json")
         if raw is None:
             raise BrainNotInitialized()
-        index = read_json(brain, "index.json")
-        if not isinstance(index, dict):
-            raise RecallError("index.json is not a valid brain index")
-        entries = index.get("memories")
-        if not isinstance(entries, dict):
-            entries = {}
-        entries = _js_object_order(entries)
-        memories = [_record(memory_id, entry) for memory_id, entry in entries.items()]
+        memories = _memory_records(brain, raw)
         positions = {record.id: i for i, record in enumerate(memories)}
 
         documents = _usable_search_index(brain, positions)
@@ -155,16 +213,16 @@ class BrainIndex:
             doc_count, doc_items, df = _rebuild_documents(brain, memories)
         else:
             doc_count, doc_items, df = documents
-        doc_ids = [memory_id for memory_id, _, _ in doc_items]
         doc_tfs = [tf for _, tf, _ in doc_items]
         lengths = [length for _, _, length in doc_items]
         avgdl, doc_norms = document_norms(lengths, doc_count)
-        doc_memory = [positions.get(memory_id) for memory_id in doc_ids]
+        doc_ids, doc_memory, doc_positions = document_links([memory_id for memory_id, _, _ in doc_items], memories, positions)
+        del doc_items
         # Counts are taken as stored; non-numbers and non-positive ones are skipped
         # when a query reads the postings.
         postings = Postings.build(doc_tfs, doc_norms)
 
-        edges = edge_lists(read_json(brain, "associations.json"))
+        edges = _stored_edges(brain, memories)
         config = read_json(brain, "config.json")
         enforce = isinstance(config, dict) and config.get("quarantine_mode") == "enforce"
         ctx_groups = _context_groups(memories)
@@ -185,7 +243,7 @@ class BrainIndex:
             doc_memory_array=memory_array(doc_memory),
             doc_ids=doc_ids,
             doc_lengths=lengths,
-            doc_positions={memory_id: doc for doc, memory_id in enumerate(doc_ids)},
+            doc_positions=doc_positions,
             edges=edges,
             quarantine_enforce=enforce,
             stats_rebuilt=stats_rebuilt,
@@ -292,9 +350,8 @@ class BrainIndex:
             docs: list[int] = []
             numerators: list[float] = []
             denominators: list[float] = []
-            norms, tfs = self.doc_norms, self.doc_tfs
-            for doc in self.postings.term_docs(term):
-                f = tfs[doc][term]
+            norms = self.doc_norms
+            for doc, f in self.postings.term_counts(term):
                 kind = f.__class__
                 if (kind is int or kind is float) and f > 0:
                     docs.append(doc)
@@ -350,6 +407,21 @@ def document_norms(lengths: list[float], doc_count: int) -> tuple[float, list[fl
     return avgdl, [_norm(length, avgdl) for length in lengths]
 
 
+def document_links(
+    doc_ids: list[str], memories: list[MemoryRecord], positions: dict[str, int]
+) -> tuple[list[str], list[int | None], dict[str, int]]:
+    """(document ids, each document's memory position or None, memory id -> document).
+
+    A document of a memory takes the record's id string (one object, not two); when
+    the documents are the memories in order, the id -> document map is ``positions``
+    itself."""
+    doc_memory = [positions.get(memory_id) for memory_id in doc_ids]
+    doc_ids = [memory_id if position is None else memories[position].id for memory_id, position in zip(doc_ids, doc_memory)]
+    if len(doc_ids) == len(memories) and doc_memory == list(range(len(memories))):
+        return doc_ids, doc_memory, positions
+    return doc_ids, doc_memory, {memory_id: doc for doc, memory_id in enumerate(doc_ids)}
+
+
 def memory_array(doc_memory: list[int | None]) -> np.ndarray:
     """Each document's memory position as int64, -1 for none."""
     return np.array([-1 if doc is None else doc for doc in doc_memory], dtype=np.int64)
@@ -374,12 +446,44 @@ def _js_object_order(mapping: dict[str, Any]) -> dict[str, Any]:
     return mapping
 
 
+def _memory_records(brain: Brain, data: bytes) -> list[MemoryRecord]:
+    """The records of index.json's entries in JavaScript object order, each entry
+    parsed, packed and dropped before the next (see `connector/engine/jsonparts.py`).
+    Raises `RecallError` when index.json is no brain index."""
+    shared: dict[float, float] = {}
+    parts = jsonparts.members(data)
+    if parts is None:  # what msgspec cannot scan: parsed whole
+        index, trusted = _read_json(brain, "index.json")
+        if not isinstance(index, dict):
+            raise RecallError("index.json is not a valid brain index")
+        entries = index.get("memories")
+        entries = _js_object_order(entries) if isinstance(entries, dict) else {}
+        return [_record(memory_id, entry, not trusted, shared) for memory_id, entry in entries.items()]
+    try:
+        for key, part in parts.items():
+            if key != "memories":
+                jsonparts.value(part)  # invalid anywhere: the whole document is
+        listed = parts.get("memories")
+        members = jsonparts.members(listed) if listed is not None else {}
+        if members is None:
+            jsonparts.value(listed)  # type: ignore[arg-type]  # valid but not an object: no memories
+            members = {}
+        records = []
+        for memory_id, part in _js_object_order(members).items():
+            entry, trusted = jsonparts.value(part)
+            records.append(_record(memory_id, entry, not trusted, shared))
+        return records
+    except jsonparts.InvalidJson:
+        raise RecallError("index.json is not a valid brain index") from None
+
+
 def record(memory_id: str, entry: Any) -> MemoryRecord:
     """One index.json entry's fields, parsed for scoring (``ctx_group`` not yet set)."""
-    return _record(memory_id, entry)
+    return _record(memory_id, entry, True, None)
 
 
-def _record(memory_id: str, entry: Any) -> MemoryRecord:
+def _record(memory_id: str, entry: Any, verify: bool, shared: dict[float, float] | None) -> MemoryRecord:
+    """``verify``: see `pack_entry`; ``shared``: equal floats of this build become one object."""
     if not isinstance(entry, dict):
         entry = {}
     context = entry.get("encoding_context")
@@ -391,14 +495,24 @@ def _record(memory_id: str, entry: Any) -> MemoryRecord:
         ctx_topics = frozenset(topic if isinstance(topic, (str, int, float)) else object() for topic in topics)
     origin = entry.get("origin")
     valid_until = entry.get("valid_until")
+    path = entry.get("path")
+    strength = number_or_none(entry.get("strength"))
+    decay_rate = number_or_none(entry.get("decay_rate"))
+    salience = number_or_none(entry.get("salience"))
+    if shared is not None:
+        # Zero is left alone: -0.0 == 0.0 would swap one for the other.
+        strength = shared.setdefault(strength, strength) if strength else strength
+        decay_rate = shared.setdefault(decay_rate, decay_rate) if decay_rate else decay_rate
+        salience = shared.setdefault(salience, salience) if salience else salience
     return MemoryRecord(
         id=memory_id,
-        entry=entry,
-        strength=number_or_none(entry.get("strength")),
-        decay_rate=number_or_none(entry.get("decay_rate")),
+        packed=pack_entry(entry, verify=verify),
+        path=path if isinstance(path, str) else None,
+        strength=strength,
+        decay_rate=decay_rate,
         last_accessed_ms=_time_ms(entry.get("last_accessed")),
         never_decays=js_truthy(entry.get("pinned")) or js_truthy(entry.get("stable")),
-        salience=number_or_none(entry.get("salience")),
+        salience=salience,
         has_context=has_context,
         ctx_project=_string_or_none(ctx.get("project")),
         ctx_topics=ctx_topics,
@@ -408,7 +522,8 @@ def _record(memory_id: str, entry: Any) -> MemoryRecord:
         valid_until_ms=_time_ms(valid_until),
         has_valid_until=valid_until is not None,
         superseded=js_truthy(entry.get("superseded_by")),
-        trust=ORIGIN_TRUST.get(origin, 1.0) if "origin" in entry else None,
+        # An origin that is no string (a list, an object) is none of the known ones (it used to raise).
+        trust=(ORIGIN_TRUST.get(origin, 1.0) if origin.__class__ is str else 1.0) if "origin" in entry else None,
         quarantined=js_truthy(entry.get("quarantined")),
     )
 
@@ -437,23 +552,59 @@ def _context_groups(memories: list[MemoryRecord]) -> list[tuple[str | None, str 
             group = groups.get(key)
             if group is None:
                 group = groups[key] = len(groups)
+            else:
+                share_context(record, key)
             record.ctx_group = group
     return list(groups)
 
 
-DocItems = list[tuple[str, dict[str, Any], float]]
+def share_context(record: MemoryRecord, group: tuple[str | None, str | None, frozenset[Any] | None]) -> None:
+    """Give ``record`` its (equal) context group's project, task and topics objects: one copy per group."""
+    record.ctx_project, record.ctx_task, record.ctx_topics = group
+
+
+DocItems = list[tuple[str, DocTerms, float]]
 
 
 def _usable_search_index(
     brain: Brain, positions: dict[str, int]
 ) -> tuple[int, DocItems, dict[str, float]] | None:
-    """The stored statistics when recall.md says they are usable, else None."""
-    stored = read_json(brain, "search-index.json")
-    count = usable_count(stored, positions)
-    if count is None:
+    """The stored statistics when recall.md says they are usable, else None.
+
+    Read member by member (see `connector/engine/jsonparts.py`), df first: its terms
+    become the interned ones, so the documents' copies all die young."""
+    data = brain.read("search-index.json")
+    if data is None:
         return None
-    items = [stored_document(memory_id, document) for memory_id, document in _js_object_order(stored["documents"]).items()]
-    return count, items, stored_df(stored.get("df"))
+    parts = jsonparts.members(data)
+    if parts is None:  # what msgspec cannot scan: parsed whole
+        stored = read_json(brain, "search-index.json")
+        count = usable_count(stored, positions)
+        if count is None:
+            return None
+        df = stored_df(stored.get("df"))
+        items = [stored_document(memory_id, document) for memory_id, document in _js_object_order(stored["documents"]).items()]
+        return count, items, df
+    try:
+        listed = parts.get("documents")
+        documents = jsonparts.members(listed) if listed is not None else None
+        outline: dict[str, Any] = {"documents": documents}
+        if "doc_count" in parts:
+            outline["doc_count"] = jsonparts.value(parts["doc_count"])[0]
+        count = usable_count(outline, positions)
+        if count is None:
+            return None  # whether the rest is valid or not
+        for key, part in parts.items():
+            if key not in ("documents", "doc_count", "df"):
+                jsonparts.value(part)  # invalid anywhere: the whole document is
+        df = stored_df(jsonparts.value(parts["df"])[0]) if "df" in parts else {}
+        items = [
+            stored_document(memory_id, jsonparts.value(part)[0])
+            for memory_id, part in _js_object_order(documents).items()  # type: ignore[arg-type]
+        ]
+        return count, items, df
+    except jsonparts.InvalidJson:
+        return None
 
 
 def usable_count(stored: Any, positions: dict[str, int]) -> int | None:
@@ -471,27 +622,31 @@ def usable_count(stored: Any, positions: dict[str, int]) -> int | None:
     return int(count)
 
 
-def stored_document(memory_id: str, document: Any, *, intern_terms: bool = True) -> tuple[str, dict[str, Any], float]:
-    """(id, term counts as stored, length) of one stored search-index document
+def stored_document(memory_id: str, document: Any, *, intern_terms: bool = True) -> tuple[str, DocTerms, float]:
+    """(id, terms and counts as stored, length) of one stored search-index document
     (``intern_terms``: terms interned, for keeping; without, for comparing)."""
     doc = document if isinstance(document, dict) else {}
     tf = doc.get("tf")
     length = number_or_none(doc.get("length"))
     if not isinstance(tf, dict):
         tf = {}
-    return memory_id, interned(tf) if intern_terms else tf, length or 0.0
-
-
-def interned(tf: dict[str, Any]) -> dict[str, Any]:
-    """``tf`` with its terms interned: parsed JSON holds one string object per
-    occurrence (400,000 at 10,000 memories, 16 MB), the index then one per term."""
-    intern = sys.intern
-    return {intern(term) if term.__class__ is str else term: count for term, count in tf.items()}
+    return memory_id, doc_terms(tf, intern_terms=intern_terms), length or 0.0
 
 
 def stored_df(raw_df: Any) -> dict[str, float]:
-    """Document frequencies as stored (numbers only)."""
-    return {term: float(value) for term, value in raw_df.items() if is_number(value)} if isinstance(raw_df, dict) else {}
+    """Document frequencies as stored (numbers only); terms interned (the postings'
+    strings), equal frequencies one float object."""
+    if not isinstance(raw_df, dict):
+        return {}
+    intern = sys.intern
+    shared: dict[float, float] = {}
+    df: dict[str, float] = {}
+    for term, value in raw_df.items():
+        if is_number(value):
+            number = float(value)
+            # Keys of parsed JSON are always str; zero is left alone (-0.0 == 0.0).
+            df[intern(term)] = shared.setdefault(number, number) if number else number
+    return df
 
 
 def _rebuild_documents(brain: Brain, memories: list[MemoryRecord]) -> tuple[int, DocItems, dict[str, float]]:
@@ -501,21 +656,22 @@ def _rebuild_documents(brain: Brain, memories: list[MemoryRecord]) -> tuple[int,
     for record in memories:
         item = memory_document(brain, record)
         items.append(item)
-        for term in item[1]:
+        for term in item[1][0]:
             df[term] = df.get(term, 0.0) + 1
     return len(memories), items, df
 
 
-def memory_document(brain: Brain, record: MemoryRecord) -> tuple[str, dict[str, Any], float]:
-    """(id, term counts, length) of a memory computed from its file, as the reference rebuilds it."""
-    path = record.entry.get("path")
-    text = brain.read_text(path) if isinstance(path, str) else None
+def memory_document(brain: Brain, record: MemoryRecord) -> tuple[str, DocTerms, float]:
+    """(id, terms and counts, length) of a memory computed from its file, as the reference rebuilds it."""
+    entry = record.entry
+    path = record.path
+    text = brain.read_text(path) if path is not None else None
     body = memory_body(text) if text is not None else ""
-    title = record.entry.get("title")
-    tags = record.entry.get("tags")
+    title = entry.get("title")
+    tags = entry.get("tags")
     text = document_text(title if isinstance(title, str) else None, tags if isinstance(tags, (list, str)) else None, body)
     tf, length = term_counts(text)
-    return record.id, interned(tf), float(length)
+    return record.id, doc_terms(tf), float(length)
 
 
 def edge_lists(associations: Any) -> dict[str, list[tuple[str, float]]] | None:
@@ -532,14 +688,50 @@ def edge_lists(associations: Any) -> dict[str, list[tuple[str, float]]] | None:
     }
 
 
-def neighbour_list(neighbours: dict[str, Any]) -> list[tuple[str, float]]:
-    """One node's out-edges as (neighbour, weight) in file order."""
+def _stored_edges(brain: Brain, memories: list[MemoryRecord]) -> dict[str, list[tuple[str, float]]] | None:
+    """`edge_lists` of associations.json, read member by member (one node's edges at a
+    time, see `connector/engine/jsonparts.py`); node ids are the records' id strings
+    and equal weights one float object."""
+    data = brain.read("associations.json")
+    parts = jsonparts.members(data) if data is not None else None
+    if parts is None:  # absent, or what msgspec cannot scan: parsed whole
+        return edge_lists(read_json(brain, "associations.json"))
+    same: dict[str, str] = {record.id: record.id for record in memories}
+    shared: dict[float, float] = {}
+    try:
+        for key, part in parts.items():
+            if key != "edges":
+                jsonparts.value(part)  # invalid anywhere: the whole document is
+        listed = parts.get("edges")
+        nodes = jsonparts.members(listed) if listed is not None else None
+        if nodes is None:
+            if listed is not None:
+                jsonparts.value(listed)
+            return None  # no edges object: spreading is skipped
+        edges: dict[str, list[tuple[str, float]]] = {}
+        for node, part in _js_object_order(nodes).items():
+            neighbours = jsonparts.value(part)[0]
+            if isinstance(neighbours, dict):
+                edges[same.get(node, node)] = neighbour_list(neighbours, same, shared)
+        return edges
+    except jsonparts.InvalidJson:
+        return None
+
+
+def neighbour_list(
+    neighbours: dict[str, Any], same: dict[str, str] | None = None, shared: dict[float, float] | None = None
+) -> list[tuple[str, float]]:
+    """One node's out-edges as (neighbour, weight) in file order (``same``: the id string
+    to keep for an equal one; ``shared``: equal weights become one float object)."""
     listed = []
     for neighbour, edge in _js_object_order(neighbours).items():
         weight = number_or_none(edge.get("weight")) if isinstance(edge, dict) else None
         # A non-numeric weight gives NaN bonuses in the reference: never recorded,
         # exactly like a zero weight, which is what we use.
-        listed.append((neighbour, weight if weight is not None and math.isfinite(weight) else 0.0))
+        weight = weight if weight is not None and math.isfinite(weight) else 0.0
+        if shared is not None and weight:  # zero left alone: -0.0 == 0.0
+            weight = shared.setdefault(weight, weight)
+        listed.append((same.get(neighbour, neighbour) if same is not None else neighbour, weight))
     return listed
 
 

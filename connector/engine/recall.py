@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
+from msgspec import UNSET
 
 from connector.engine.brain import Brain
 from connector.engine.columns import bm25_relevance
@@ -646,36 +647,43 @@ def _hit(
     match: float,
     now_ms: int,
 ) -> dict[str, Any]:
-    entry = record.entry
+    entry = record.hit_fields()  # UNSET: not in the entry
     hit: dict[str, Any] = {"id": record.id}
-    title = entry.get("title")
+    title = entry.title
+    has_title = title is not UNSET
+    if not has_title:
+        title = None
     if not title:
-        path = entry.get("path")
+        path = entry.path
         title = posixpath.basename(path).removesuffix(".md") if isinstance(path, str) else title
-    if title is not None or "title" in entry:
+    if title is not None or has_title:
         hit["title"] = title
-    for key in ("path", "type"):
-        if key in entry:
-            hit[key] = entry[key]
+    if entry.path is not UNSET:
+        hit["path"] = entry.path
+    if entry.type is not UNSET:
+        hit["type"] = entry.type
     hit["score"] = score + 0.0  # never -0
     hit["relevance"] = round3(relevance)
     hit["decayed_strength"] = round3(decayed)
     hit["context_match"] = round3(match)
     hit["spreading_bonus"] = round3(spreading)
-    if "confidence" in entry:
-        hit["confidence"] = entry["confidence"]
-    if "tags" in entry:
-        hit["tags"] = entry["tags"]
-    origin = entry.get("origin")
-    if "origin" in entry:
+    if entry.confidence is not UNSET:
+        hit["confidence"] = entry.confidence
+    if entry.tags is not UNSET:
+        hit["tags"] = entry.tags
+    origin = entry.origin
+    if origin is not UNSET:
         hit["origin"] = origin
-        if origin in LOW_TRUST_ORIGINS:
+        if origin.__class__ is str and origin in LOW_TRUST_ORIGINS:
             hit["low_trust"] = True
     if record.quarantined:
         hit["quarantine_pending"] = True
-    for key in ("superseded_by", "valid_from", "valid_until"):
-        if key in entry:
-            hit[key] = entry[key]
+    if entry.superseded_by is not UNSET:
+        hit["superseded_by"] = entry.superseded_by
+    if entry.valid_from is not UNSET:
+        hit["valid_from"] = entry.valid_from
+    if entry.valid_until is not UNSET:
+        hit["valid_until"] = entry.valid_until
     if record.valid_until_ms is not None and record.valid_until_ms <= now_ms:
         hit["expired"] = True
     return hit

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import connector.engine.recall as recall_module
 from connector.engine.brain import Brain
-from connector.engine.columns import Postings, bm25_relevance
+from connector.engine.columns import Postings, bm25_relevance, doc_terms
 from connector.engine.index import BrainIndex
 from connector.engine.recall import recall, relevances
 from connector.engine.text import tokenize
@@ -194,7 +194,7 @@ def test_array_relevance_is_bit_identical(tfs: list[dict[str, Any]], query: list
 
 
 def test_postings_keep_document_order_and_flag_non_numbers() -> None:
-    postings = Postings.build([{"a": 1, "b": True}, {"b": 2.5, "a": "x"}, {"a": 3}], [1.0, 1.0, 1.0])
+    postings = Postings.build([doc_terms(tf) for tf in ({"a": 1, "b": True}, {"b": 2.5, "a": "x"}, {"a": 3})], [1.0, 1.0, 1.0])
     assert postings.term_docs("a") == [0, 1, 2]
     assert postings.term_docs("zebra") == []
     docs, contributions = postings.contributions("b", 1.0)
