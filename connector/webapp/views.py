@@ -219,6 +219,8 @@ class BrainViews:
         pending: list[MemoryLine] = []
         if index is not None:
             for record in index.memories:
+                if not (record.never_decays or record.quarantined):
+                    continue  # neither pinned nor waiting: its entry need not be decoded
                 entry = record.entry
                 if entry.get("pinned") is True:
                     priority = entry.get("pin_priority") if isinstance(entry.get("pin_priority"), int) else 0
