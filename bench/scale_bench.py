@@ -16,9 +16,10 @@ Target: p95 <= 100 ms with ``--workers 2``.
 
 Scenario ``users`` (b): U users (200) with brains of 1,000 memories (the cached archive
 with one memory naming the user added, so every brain, and every recall index, is
-distinct), all signed in, start together (the first recalls are a cold-load storm),
-then run ``--rounds`` calls each with a random think time between calls
-(uniform 0..2x``--think``): a ``brain_memorize`` every ``--write-every``-th call,
+distinct), all signed in, start at random within ``--ramp`` seconds (20; 0 makes the
+first recalls a cold-load storm), then run ``--rounds`` calls (12) each with a random
+think time between calls (uniform 0..2x``--think``, 5 s mean): a ``brain_memorize``
+every ``--write-every``-th call (10),
 ``brain_recall`` otherwise. Printed: the offered load (calls/s), recall p50/p95/p99
 for the first (cold) and the later (warm) calls, memorize p50/p95, errors (must be 0),
 the peak RSS of the connector's processes (summed, sampled from /proc every 0.2 s),
@@ -78,6 +79,7 @@ from connector.engine.ops import connector_memorize  # noqa: E402
 
 TARGET_CONCURRENT_P95_MS = 100.0
 TARGET_USERS_P95_MS = 250.0
+KEEPALIVE_S = 4.0
 HEADERS = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-11-25"}
 
 
@@ -170,7 +172,10 @@ class BareUser:
 
     def __init__(self, url: str, token: str) -> None:
         self.url = url
-        self.http = httpx.AsyncClient(headers={**HEADERS, "Authorization": f"Bearer {token}"}, timeout=300)
+        # Idle connections closed before uvicorn's keep-alive (5 s) does: a POST sent on a connection
+        # the server is closing fails with ReadError, and a think time is often longer than 5 s.
+        self.http = httpx.AsyncClient(headers={**HEADERS, "Authorization": f"Bearer {token}"}, timeout=300,
+                                      limits=httpx.Limits(keepalive_expiry=KEEPALIVE_S))
         self.number = 0
 
     async def call(self, name: str, arguments: dict[str, Any]) -> str | None:
@@ -207,7 +212,8 @@ class SdkUser:
 
         self._stack = AsyncExitStack()
         http = await self._stack.enter_async_context(
-            httpx2.AsyncClient(headers={"Authorization": f"Bearer {self.token}"}, timeout=httpx2.Timeout(300))
+            httpx2.AsyncClient(headers={"Authorization": f"Bearer {self.token}"}, timeout=httpx2.Timeout(300),
+                               limits=httpx2.Limits(keepalive_expiry=KEEPALIVE_S))
         )
         self.client = await self._stack.enter_async_context(
             Client(streamable_http_client(self.url, http_client=http))  # type: ignore[arg-type]
@@ -299,10 +305,11 @@ async def concurrent_recalls(site: Servers, calls: int, client: str) -> dict[str
             await timed(user, tally, "recall", "brain_recall", {"query": query(rnd)})
 
     tally = Tally()
-    cpu_before, began = group_cpu(site.connector_leader), time.perf_counter()
+    cpu_before, began, client_began = group_cpu(site.connector_leader), time.perf_counter(), time.process_time()
     await asyncio.gather(*(loop(user, random.Random(i)) for i, user in enumerate(users)))
     wall = time.perf_counter() - began
     cpu = group_cpu(site.connector_leader) - cpu_before
+    client_cpu = time.process_time() - client_began
     for user in users:
         await user.aclose()
     samples = tally.samples["recall"]
@@ -311,6 +318,7 @@ async def concurrent_recalls(site: Servers, calls: int, client: str) -> dict[str
         "first recalls (cold, all at once) p95 ms": quantiles_ms(warm.samples["cold"])[1],
         "recall p50 ms": p50, "recall p95 ms": p95, "recall p99 ms": p99,
         "calls/s": len(samples) / wall, "connector CPU ms/call": cpu * 1000 / len(samples),
+        "this client's CPU ms/call": client_cpu * 1000 / len(samples),
         "errors": float(len(warm.errors) + len(tally.errors)),
     }
     for error in (warm.errors + tally.errors)[:5]:
@@ -321,12 +329,15 @@ async def concurrent_recalls(site: Servers, calls: int, client: str) -> dict[str
 # ----- scenario (b): many signed-in users, recalls and some writes -------------------------
 
 
-async def many_users(site: Servers, rounds: int, write_every: int, think_s: float, client: str) -> dict[str, float]:
+async def many_users(
+    site: Servers, rounds: int, write_every: int, think_s: float, ramp_s: float, client: str
+) -> dict[str, float]:
     users = [make_user(client, i, site.connector_url, token) for i, token in enumerate(site.tokens)]
     tally = Tally()
 
     async def loop(number: int, user: BareUser | SdkUser) -> None:
         rnd = random.Random(number)
+        await asyncio.sleep(rnd.uniform(0, ramp_s))  # when this user's session starts
         for call in range(rounds):
             if call:
                 await asyncio.sleep(rnd.uniform(0, 2 * think_s))
@@ -337,7 +348,7 @@ async def many_users(site: Servers, rounds: int, write_every: int, think_s: floa
             else:
                 await timed(user, tally, "cold" if call == 0 else "warm", "brain_recall", {"query": query(rnd)})
 
-    cpu_before, began = group_cpu(site.connector_leader), time.perf_counter()
+    cpu_before, began, client_began = group_cpu(site.connector_leader), time.perf_counter(), time.process_time()
     with RssSampler({"connector": site.connector_leader, "store": site.store_leader}).running() as rss:
         await asyncio.gather(*(loop(number, user) for number, user in enumerate(users)))
     wall = time.perf_counter() - began
@@ -352,13 +363,14 @@ async def many_users(site: Servers, rounds: int, write_every: int, think_s: floa
     for error in tally.errors[:5]:
         print(f"    error: {error}")
     return {
-        "offered calls/s (users / mean think)": len(users) / think_s if think_s else 0.0,
+        "offered calls/s (users / mean think, once all started)": len(users) / think_s if think_s else 0.0,
         "served calls/s": calls / wall,
         "first recall (cold) p50 ms": cold[0], "first recall (cold) p95 ms": cold[1], "first recall (cold) p99 ms": cold[2],
         "warm recall p50 ms": warm[0], "warm recall p95 ms": warm[1], "warm recall p99 ms": warm[2],
         "all recalls p95 ms": every[1],
         "memorize p50 ms": writes[0], "memorize p95 ms": writes[1],
         "connector CPU ms/call": cpu * 1000 / max(1, calls),
+        "this client's CPU ms/call": (time.process_time() - client_began) * 1000 / max(1, calls),
         "errors": float(len(tally.errors)),
         "connector peak RSS MiB (all processes)": rss.peak["connector"] / mib,
         "connector peak RSS per user MiB": rss.peak["connector"] / mib / len(users),
@@ -396,9 +408,11 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=25, help="recalls per user in scenario concurrent")
     parser.add_argument("--users", type=int, default=200)
     parser.add_argument("--memories", type=int, default=1000, help="memories per brain in scenario users")
-    parser.add_argument("--rounds", type=int, default=15, help="calls per user in scenario users")
+    parser.add_argument("--rounds", type=int, default=12, help="calls per user in scenario users")
     parser.add_argument("--write-every", type=int, default=10, help="every k-th call is a memorize (0: none)")
-    parser.add_argument("--think", type=float, default=2.0, help="mean think time between a user's calls, seconds")
+    parser.add_argument("--think", type=float, default=5.0, help="mean think time between a user's calls, seconds")
+    parser.add_argument("--ramp", type=float, default=20.0,
+                        help="users start at random within this many seconds (0: all at once, a cold-load storm)")
     parser.add_argument("--quick", action="store_true",
                         help="CI-sized: 4 users at 2,000 memories x 10 calls; 20 users at 200 memories x 6 rounds, every 3rd a memorize")
     parser.add_argument("--brain-cache", type=Path, default=None, metavar="DIR",
@@ -408,7 +422,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.concurrent_users, args.concurrent_memories, args.calls = 4, 2000, 10
-        args.users, args.memories, args.rounds, args.think, args.write_every = 20, 200, 6, 0.2, 3
+        args.users, args.memories, args.rounds, args.think, args.write_every, args.ramp = 20, 200, 6, 0.2, 3, 0.5
     workers = args.workers
     if workers > 1 and not supports_workers():
         print(f"note: this connector has no `serve --workers`; running 1 process instead of {workers}")
@@ -435,10 +449,10 @@ def main() -> None:
         for run in range(args.runs):
             with tempfile.TemporaryDirectory(prefix="scale-bench-") as tmp:
                 with servers(Path(tmp), archives, workers, env) as site:
-                    runs.append(asyncio.run(many_users(site, args.rounds, args.write_every, args.think, args.client)))
+                    runs.append(asyncio.run(many_users(site, args.rounds, args.write_every, args.think, args.ramp, args.client)))
             print(f"  run {run + 1}: warm recall p95 {runs[-1]['warm recall p95 ms']:.1f} ms", flush=True)
         report(f"(b) {args.users} users x {args.rounds} calls (memorize every {args.write_every}), "
-               f"think {args.think:g} s mean, {args.memories:,} memories each", runs,
+               f"think {args.think:g} s mean, started within {args.ramp:g} s, {args.memories:,} memories each", runs,
                ("all recalls p95 ms", TARGET_USERS_P95_MS))
 
 
