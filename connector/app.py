@@ -31,6 +31,7 @@ from connector.metrics import observability_layer
 from connector.oauth.state import OAuthState, load_state_key
 from connector.oauth.tokens import AccessClaims, AccessTokenCodec, bearer_challenge
 from connector.settings import ConnectorSettings
+from connector.workcopy.heads import BrainHeads
 from connector.workcopy.journal import HeldWriteJournal
 from connector.workcopy.manager import ManagerTuning, WorkingCopyManager
 from connector.workcopy.model import Account
@@ -53,7 +54,7 @@ MCP_RATE_WINDOW_S = 60.0
 
 
 class JsonLogFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, message and safe extras."""
+    """One JSON object per line: time, level, logger, message, process id and safe extras."""
 
     _SKIP = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
 
@@ -63,6 +64,7 @@ class JsonLogFormatter(logging.Formatter):
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),
+            "pid": record.process,  # which worker process (serve --workers N) wrote it
         }
         for key, value in record.__dict__.items():
             if key not in self._SKIP and not key.startswith("_"):
@@ -260,6 +262,9 @@ def build_parts(settings: ConnectorSettings, *, tuning: ManagerTuning | None = N
         ),
         # Held writes survive a restart only with a state directory to keep them in.
         journal=HeldWriteJournal(settings.state_dir / "held", state_key) if settings.state_dir else None,
+        # Shared with the other workers and replicas on the state directory: a push through one
+        # is seen by a read through any other at once, not after the freshness interval.
+        heads=BrainHeads(settings.state_dir / "heads") if settings.state_dir else None,
     )
     # Hybrid recall's vectors: sealed under the state key in the state directory, when there is one.
     vectors = VectorStore(

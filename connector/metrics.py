@@ -9,18 +9,32 @@ held in memory. Labels never carry user ids, brain ids, client ids or tokens.
 The tool, pull and push counters are recorded by wrapping the components'
 methods once at start-up (``instrument``), so the components themselves stay
 unaware of metrics.
+
+With several workers (`serve --workers N`) each worker writes its samples to
+``<metrics_dir>/connector-<pid>.json`` within a second of a request, and ``/metrics``
+(answered by whichever worker the scrape reaches) adds every worker's up: counters
+and histograms of workers that stopped keep counting, as Prometheus expects from
+counters; gauges count only workers still running.
 """
 
 from __future__ import annotations
 
 import functools
+import json
+import logging
+import os
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.metrics_core import Metric
 
 from common.asgi_watch import serve_metrics, watched
+from common.files import write_atomic
+from common.workers import FlushSoon, pid_alive
 
 METRICS_PATH = "/metrics"
 LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -33,15 +47,23 @@ ROUTES = frozenset({
 })
 
 
+log = logging.getLogger("connector.metrics")
+# How soon after a request a worker writes its totals for the others (several workers only).
+FLUSH_SECONDS = 1.0
+
+
 def route_label(path: str) -> str:
     """The path when it is one of the connector's fixed routes, else ``other``."""
     return path if path in ROUTES else "other"
 
 
 class ConnectorMetrics:
-    """The connector's series in their own registry (one per app)."""
+    """The connector's series in their own registry (one per app), added up over ``shared_dir``'s workers."""
 
-    def __init__(self) -> None:
+    def __init__(self, shared_dir: Path | None = None) -> None:
+        self.shared_dir = shared_dir
+        self._pid = os.getpid()
+        self._flush_soon = FlushSoon(self.flush, FLUSH_SECONDS)
         r = self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter("brain_connector_requests", "HTTP requests by method, route and status",
                                 ("method", "route", "status"), registry=r)
@@ -67,10 +89,66 @@ class ConnectorMetrics:
         route = route_label(path)
         self.requests.labels(method, route, str(status)).inc()
         self.latency.labels(route).observe(seconds)
+        if self.shared_dir is not None:
+            self._flush_soon.request()
 
     def render(self) -> bytes:
-        """The Prometheus text exposition."""
-        return generate_latest(self.registry)
+        """The Prometheus text exposition (every worker's series added up, with several)."""
+        if self.shared_dir is None:
+            return generate_latest(self.registry)
+        self.flush()
+        merged = CollectorRegistry(auto_describe=False)
+        merged.register(_WorkerTotals(self.shared_dir))
+        return generate_latest(merged)
+
+    def flush(self) -> None:
+        """Write this worker's samples to its file in the shared directory, atomically."""
+        if self.shared_dir is None:
+            return
+        families = [
+            {
+                "name": family.name,
+                "doc": family.documentation,
+                "type": family.type,
+                # "_created" samples are start times: adding them up would mean nothing
+                "samples": [[s.name, s.labels, s.value] for s in family.samples if not s.name.endswith("_created")],
+            }
+            for family in self.registry.collect()
+        ]
+        try:
+            write_atomic(self.shared_dir / f"connector-{self._pid}.json", json.dumps(families).encode(), fsync=False)
+        except OSError as exc:  # metrics must never fail a request
+            log.warning("cannot write metrics for the other workers", extra={"error": type(exc).__name__})
+
+
+class _WorkerTotals:
+    """A collector adding up the samples every worker left in ``directory``."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def collect(self) -> Iterator[Metric]:
+        families: dict[str, Metric] = {}
+        sums: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]] = {}
+        for path in sorted(self.directory.glob("connector-*.json")):
+            try:
+                written = json.loads(path.read_text())
+                running = pid_alive(int(path.stem.split("-", 1)[1]))
+            except (OSError, ValueError):
+                continue  # a worker is replacing its file right now; it is complete next time
+            for family in written:
+                if family["type"] == "gauge" and not running:
+                    continue  # what a stopped worker held is gone with it
+                families.setdefault(family["name"], Metric(family["name"], family["doc"], family["type"]))
+                into = sums.setdefault(family["name"], {})
+                for name, labels, value in family["samples"]:
+                    key = (name, tuple(sorted(labels.items())))
+                    into[key] = into.get(key, 0.0) + value
+        for name, family in families.items():
+            for (sample, labels), value in sums[name].items():
+                family.add_sample(sample, dict(labels), value)
+            yield family
+
 
 
 def _tool_outcome(result: Any) -> str:
@@ -156,6 +234,6 @@ def observability_layer(app: Any, parts: Any) -> Any:
     settings = parts.settings
     if not settings.metrics:
         return app
-    metrics = ConnectorMetrics()
+    metrics = ConnectorMetrics(settings.metrics_dir)
     instrument(parts, metrics)
     return MetricsMiddleware(app, metrics, settings.metrics_token)

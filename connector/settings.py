@@ -32,6 +32,7 @@ TOOL_NAMES: tuple[str, ...] = (
     "brain_verify",
 )
 IDENTITY_PROVIDERS = ("static", "oidc")
+MAX_WORKERS = 64  # as for the store: more processes than that would only compete for the cores
 DEFAULT_OIDC_SCOPES = "openid email profile offline_access"
 _PROXY_WORDS = ("loopback", "uniquelocal", "linklocal")
 # Values that would mean "trust any forwarder", which lets anyone forge their address.
@@ -49,6 +50,8 @@ class ConnectorSettings:
     store_url: str
     host: str = "127.0.0.1"
     port: int = 8788
+    # Worker processes serving together (`serve --workers N`); they share CONNECTOR_STATE_DIR.
+    workers: int = 1
     idp: str | None = None
     dev: bool = False
     dev_store_token: str | None = None
@@ -83,6 +86,9 @@ class ConnectorSettings:
     log_level: str = "info"
     metrics: bool = True  # GET /metrics (Prometheus); labels never carry ids or tokens
     metrics_token: str | None = None  # when set, /metrics needs "Authorization: Bearer <token>"
+    # Where the workers of `serve --workers N` leave their metric totals for /metrics to add up
+    # (serve sets a private temporary directory; None: this process's own series only).
+    metrics_dir: Path | None = None
     # What one client connection may hold (common/connection_guard.py); 0 turns a bound off.
     http_max_header_kb: int = 64  # request line and headers; beyond: 431
     http_header_timeout_s: int = 10  # a request's head must be in within this; else 408
@@ -220,6 +226,7 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
 
     put("host", _env(env, "CONNECTOR_HOST"))
     put("port", _int(env, "CONNECTOR_PORT"))
+    put("workers", _int(env, "CONNECTOR_WORKERS"))
     put("store_url", _env(env, "CONNECTOR_STORE_URL") or _env(env, "BRAIN_CLOUD_API_URL"))
     idp = _env(env, "CONNECTOR_IDP")
     put("idp", idp.lower() if idp else None)
@@ -254,6 +261,8 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     put("log_level", _env(env, "CONNECTOR_LOG_LEVEL"))
     put("metrics", _bool(env, "CONNECTOR_METRICS"))
     put("metrics_token", _env(env, "CONNECTOR_METRICS_TOKEN"))
+    metrics_dir = _env(env, "CONNECTOR_METRICS_DIR")
+    put("metrics_dir", Path(metrics_dir).expanduser() if metrics_dir else None)
     put("http_max_header_kb", _int(env, "CONNECTOR_HTTP_MAX_HEADER_KB"))
     put("http_header_timeout_s", _int(env, "CONNECTOR_HTTP_HEADER_TIMEOUT_S"))
     put("http_body_timeout_s", _int(env, "CONNECTOR_HTTP_BODY_TIMEOUT_S"))
@@ -297,6 +306,13 @@ def _validated(settings: ConnectorSettings) -> ConnectorSettings:
     public_url = _check_url("CONNECTOR_PUBLIC_URL", settings.public_url) if settings.public_url else None
     if not 0 < settings.port < 65536:
         raise SettingsError(f"port must be 1-65535, got {settings.port}")
+    if not 1 <= settings.workers <= MAX_WORKERS:
+        raise SettingsError(f"CONNECTOR_WORKERS (--workers) must be 1-{MAX_WORKERS}, got {settings.workers}")
+    if settings.workers > 1 and settings.state_dir is None:
+        raise SettingsError(
+            "several workers (CONNECTOR_WORKERS / --workers) share sign-ins, held writes and what each "
+            "brain's newest version is through CONNECTOR_STATE_DIR: set it, or run one worker"
+        )
     if settings.idp is not None and settings.idp not in IDENTITY_PROVIDERS:
         raise SettingsError(f"CONNECTOR_IDP must be one of {', '.join(IDENTITY_PROVIDERS)}, got {settings.idp!r}")
     if settings.idp == "oidc" and not (settings.oidc_issuer and settings.oidc_client_id):

@@ -13,7 +13,6 @@ there about once a second and ``/metrics`` (answered by any worker) adds them up
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import shutil
@@ -31,6 +30,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.utils import floatToGoString
 
 from common.asgi_watch import serve_metrics
+from common.workers import FlushSoon
 from store.audit import AuditLog, audit_event
 from store.settings import StoreSettings
 
@@ -108,7 +108,7 @@ class StoreMetrics:
     def __init__(self, multiprocess_dir: Path | None = None) -> None:
         self.multiprocess_dir = multiprocess_dir
         self.records: dict[tuple[str, str, int], _Record] = {}
-        self._flush_pending = False
+        self._flush_soon = FlushSoon(self.flush, self.FLUSH_SECONDS)
         self._pid = os.getpid()
 
     def observe(self, method: str, route: str, status: int, seconds: float, bytes_in: int, bytes_out: int) -> None:
@@ -124,21 +124,11 @@ class StoreMetrics:
             record[-2] += bytes_in
         if bytes_out:
             record[-1] += bytes_out
-        if self.multiprocess_dir is not None and not self._flush_pending:
-            self._schedule_flush()
-
-    def _schedule_flush(self) -> None:
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            self.flush()
-            return
-        self._flush_pending = True
-        loop.call_later(self.FLUSH_SECONDS, self.flush)
+        if self.multiprocess_dir is not None:
+            self._flush_soon.request()
 
     def flush(self) -> None:
         """Write this worker's totals to its file (multi-worker mode), atomically."""
-        self._flush_pending = False
         if self.multiprocess_dir is None:
             return
         rows = [[*key, *record] for key, record in self.records.items()]

@@ -6,7 +6,7 @@ handler" (31 k req/s) and "a trivial Litestar app serving a 100 KiB file with
 (section ``yardstick``) runs this app on this machine with the same load, so the
 ratio of the two figures says how much slower or faster this machine is.
 
-It runs the way our store runs (``cli/store/runner.py``): one uvicorn worker,
+It runs the way our store runs (``cli/serving/workers.py``): one uvicorn worker,
 uvloop and httptools, access log off, lifespan off, no server header, and a Litestar
 app with ``debug=False``, ``logging_config=None`` and no OpenAPI routes.
 

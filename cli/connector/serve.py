@@ -1,31 +1,49 @@
-"""`brain-connector serve`: run the MCP connector with uvicorn."""
+"""`brain-connector serve`: run the MCP connector with uvicorn, in one process or several."""
 
 from __future__ import annotations
 
+import functools
+import os
+import shutil
 import sys
+import tempfile
+from pathlib import Path
+from typing import Any
 
 import click
+
+# Seconds in-flight requests get to finish once a stop signal arrives (then held writes are flushed).
+GRACEFUL_SHUTDOWN_SECONDS = 10
+# Seconds a stopping worker gets beyond that to push its held writes before the leader kills it.
+SHUTDOWN_PUSH_SECONDS = 10
 
 
 @click.command()
 @click.option("--host", default=None, help="Bind address (CONNECTOR_HOST, default 127.0.0.1).")
 @click.option("--port", type=int, default=None, help="Port (CONNECTOR_PORT, default 8788).")
 @click.option(
+    "--workers",
+    type=int,
+    default=None,
+    help="Worker processes sharing the port and CONNECTOR_STATE_DIR (CONNECTOR_WORKERS, default 1).",
+)
+@click.option(
     "--dev",
     is_flag=True,
     default=None,
     help="Development mode: sign everyone in as one fixed local user (never for real use).",
 )
-def serve(host: str | None, port: int | None, dev: bool | None) -> None:
+def serve(host: str | None, port: int | None, workers: int | None, dev: bool | None) -> None:
     """Serve the MCP connector (POST /mcp) and its OAuth authorization server."""
     import uvicorn
 
+    from cli.serving.workers import bind_listener, freeze_imported, serve_forked
     from common.connection_guard import guarded_protocol
     from connector.app import configure_logging, create_app
     from connector.settings import ConnectorSettings, SettingsError
 
     try:
-        settings = ConnectorSettings.load(host=host, port=port, dev=dev or None)
+        settings = ConnectorSettings.load(host=host, port=port, workers=workers, dev=dev or None)
     except SettingsError as exc:
         raise click.ClickException(str(exc)) from None
     if settings.idp is None and not settings.dev:
@@ -34,7 +52,15 @@ def serve(host: str | None, port: int | None, dev: bool | None) -> None:
             "(or run with --dev for a local development setup). Refusing to start."
         )
     configure_logging(settings.log_level)
+    cleanup = None
+    if settings.workers > 1 and settings.metrics and settings.metrics_dir is None:
+        # /metrics adds up every worker's series through files in a private directory.
+        shared = tempfile.mkdtemp(prefix="brain-connector-metrics-")  # 0700, ours alone
+        settings = settings.with_overrides(metrics_dir=Path(shared))
+        cleanup = functools.partial(shutil.rmtree, shared, ignore_errors=True)
     try:
+        # Built here, before any fork, so that a bad setting is one clean error (and the state
+        # key file exists before the workers read it); the workers build their own after the fork.
         app = create_app(settings)
     except (ValueError, OSError, RuntimeError) as exc:
         raise click.ClickException(f"cannot start: {exc}") from None
@@ -47,20 +73,40 @@ def serve(host: str | None, port: int | None, dev: bool | None) -> None:
             err=True,
         )
         click.echo(banner, err=True)
+    sock = bind_listener(settings.host, settings.port, shared_port=settings.workers > 1)
     base = settings.public_url or f"http://{settings.host}:{settings.port}"
     click.echo(f"brain-connector listening on http://{settings.host}:{settings.port}")
+    if settings.workers > 1:
+        click.echo(f"{settings.workers} worker processes (working copies and their budgets are per worker)")
     click.echo(f"MCP URL: {base}/mcp   (store: {settings.store_url})")
     if settings.webapp:
         click.echo(f"Web app: {base}/app")
     sys.stdout.flush()
-    uvicorn.run(
-        app,
-        http=guarded_protocol(settings.http_limits),  # header size, slow clients, open connections
-        host=settings.host,
-        port=settings.port,
+    guarded = guarded_protocol(settings.http_limits)  # header size, slow clients, open connections
+    common: dict[str, Any] = dict(
         log_config=None,
         access_log=False,
         proxy_headers=False,
         server_header=False,
-        timeout_graceful_shutdown=10,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
     )
+    try:
+        if settings.workers == 1:
+            freeze_imported()
+            uvicorn.Server(uvicorn.Config(app, http=guarded, **common)).run(sockets=[sock])
+            return
+        leader = os.getpid()
+
+        def make_config(**extra: Any) -> uvicorn.Config:
+            # The leader serves the app built above; every fork builds its own (its own store
+            # client, working copies and background tasks, none shared across processes).
+            own = app if os.getpid() == leader else create_app(settings)
+            return uvicorn.Config(own, **common, **extra)
+
+        # After their requests the workers push what they hold (the journal keeps anything cut short).
+        serve_forked(settings.workers, make_config, sock, guarded, grace_s=GRACEFUL_SHUTDOWN_SECONDS + SHUTDOWN_PUSH_SECONDS)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if cleanup is not None:
+            cleanup()

@@ -4,18 +4,13 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
-import gc
 import logging
 import os
-import signal
-import socket
 import sys
-import time
-from collections.abc import Callable
-from typing import Any
 
 import click
 
+from cli.serving.workers import bind_listener, freeze_imported, serve_forked
 from common.connection_guard import guarded_protocol
 from store.settings import SettingsError, StoreSettings
 
@@ -100,7 +95,13 @@ def run_store(settings: StoreSettings, workers: int = 1, *, announce: str | None
     sys.stdout.flush()  # visible at once even when stdout is a pipe or a file
     try:
         if workers > 1:
-            serve_forked(workers, lambda **extra: uvicorn.Config(app_from_env(), **common, **extra), sock, guarded)  # type: ignore[arg-type]
+            serve_forked(
+                workers,
+                lambda **extra: uvicorn.Config(app_from_env(), **common, **extra),  # type: ignore[arg-type]
+                sock,
+                guarded,
+                grace_s=GRACEFUL_SHUTDOWN_SECONDS,
+            )
         else:
             freeze_imported()
             uvicorn.Server(config).run(sockets=[sock])
@@ -129,129 +130,3 @@ def share_one_malloc_arena() -> None:
     except (OSError, AttributeError):
         return
     mallopt(_M_ARENA_MAX, 1)
-
-
-def freeze_imported() -> None:
-    """Move every object alive now (modules, the app, settings) out of the cyclic GC's sight.
-
-    They live as long as the process; without this each full collection walks all of
-    them again, a pause that lands on whichever request happens to trigger it.
-    """
-    gc.collect()
-    gc.freeze()
-
-
-def bind_listener(host: str, port: int, *, shared_port: bool = False) -> socket.socket:
-    """A TCP socket bound to ``host:port`` (uvicorn makes it listen); a clean CLI error if taken.
-
-    ``shared_port`` sets SO_REUSEPORT so that every worker process can bind a socket of its
-    own to the same port: the kernel then spreads new connections evenly over them. With one
-    socket shared by all workers, whichever process wakes first takes the connection, and a
-    burst of keep-alive connections was seen split 7 / 25 between two workers. Linux only
-    lets sockets of the same user join such a group.
-    """
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if shared_port:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    sock.set_inheritable(True)
-    return sock
-
-
-def serve_forked(workers: int, make_config: Callable[..., Any], sock: socket.socket, base: type[Any]) -> None:
-    """Serve from ``workers`` processes: this one on ``sock`` and ``workers - 1`` forks.
-
-    Each fork binds its own socket to ``sock``'s address (SO_REUSEPORT, see
-    :func:`bind_listener`) so the kernel balances connections across the processes, and
-    a worker holding more than its share of keep-alive connections closes some
-    (``cli/store/balance.py``). ``make_config(**extra)`` builds one process's uvicorn config.
-
-    Why not uvicorn's supervisor: it adds a supervisor process and a multiprocessing
-    resource tracker (about 45 MB together) and re-imports everything in each worker.
-    Here the web stack is imported once before forking (pages shared copy-on-write),
-    every process builds its own app after the fork, and the first process doubles as
-    the leader: a stop signal it gets is passed on to the others once. ``base`` is the HTTP
-    protocol the workers' balancing protocol extends (the guarded one). Every process
-    shuts down gracefully (in-flight requests finish, bounded by the graceful timeout);
-    repeated signals do not turn that into an abrupt exit. The leader waits for the
-    others and kills what is left after the grace period. Dead workers are not restarted.
-    """
-    import uvicorn
-
-    from cli.store.balance import ConnectionTable, balanced_protocol
-
-    children: list[int] = []
-    table = ConnectionTable(workers)  # shared with the forks: made before them
-    protocol = balanced_protocol(table, base)
-    freeze_imported()  # and shared with the workers copy-on-write: GC bookkeeping would copy those pages
-
-    class _Worker(uvicorn.Server):
-        def handle_exit(self, sig: int, frame: Any) -> None:
-            # Graceful only: later signals do not force an abrupt exit, and the signal is
-            # not re-raised after shutdown (the leader still has to wait for the others).
-            self.should_exit = True
-
-    class _Leader(_Worker):
-        def handle_exit(self, sig: int, frame: Any) -> None:
-            if not self.should_exit:
-                for pid in children:
-                    try:
-                        os.kill(pid, signal.SIGTERM)
-                    except ProcessLookupError:
-                        pass
-            super().handle_exit(sig, frame)
-
-    for slot in range(1, workers):
-        pid = os.fork()
-        if pid == 0:  # worker: serve until told to stop, never return into the CLI
-            code = 0
-            try:
-                table.join(slot)
-                own = bind_listener(*sock.getsockname()[:2], shared_port=True)
-                sock.close()
-                _Worker(make_config(http=protocol)).run(sockets=[own])
-            except BaseException:  # noqa: BLE001 - report and exit non-zero
-                logging.getLogger("store").exception("worker failed")
-                code = 1
-            finally:
-                table.leave()
-                os._exit(code)
-        children.append(pid)
-    table.join(0)
-    try:
-        _Leader(make_config(http=protocol)).run(sockets=[sock])
-    finally:
-        table.leave()
-        _reap(children, GRACEFUL_SHUTDOWN_SECONDS + 5)
-
-
-def _reap(children: list[int], timeout: float) -> None:
-    """Ask the workers to stop, wait for them, kill those still running after ``timeout``."""
-    for pid in children:
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + timeout
-    waiting = set(children)
-    while waiting and time.monotonic() < deadline:
-        for pid in list(waiting):
-            try:
-                done, _ = os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                done = pid
-            if done:
-                waiting.discard(pid)
-        time.sleep(0.05)
-    for pid in waiting:
-        try:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        except (ProcessLookupError, ChildProcessError):
-            pass

@@ -16,6 +16,13 @@ state directory) before the tool answers, so a restart or a crash does not lose
 them: `recover` reads them back at start-up and they are pushed like any held
 write, on the store's current brain with their original ids. Without a state
 directory there is no journal and the tool says the held write is not saved.
+
+Several processes may share the state directory (`serve --workers N`, replicas):
+each journal file is held by one process (`journal.py`), and `recover` runs again
+on every maintenance pass to take over the files of a process that died. After
+each push the brain's head is published (`heads.py`) and a clean copy is re-checked
+with the store as soon as another process's head differs from what it last saw, so
+a write through one process is seen by a read through any other.
 """
 
 from __future__ import annotations
@@ -37,7 +44,8 @@ from connector.engine.archive import ArchiveError, ArchiveLimits, ArchiveTooLarg
 from connector.engine.brain import Brain
 from connector.engine.change import BrainChange, file_digests
 from connector.engine.index import IndexCache
-from connector.workcopy.journal import HeldWriteJournal, JournalError, new_entry_name
+from connector.workcopy.heads import BrainHeads
+from connector.workcopy.journal import HeldWriteJournal, JournalEntry, JournalError, new_entry_name
 from connector.workcopy.longlived import LongLivedObjects, give_back_memory
 from connector.workcopy.model import (
     STATUS_MULTIPLE,
@@ -176,6 +184,8 @@ class _UserState:
     lock: asyncio.Lock | None = None
     # Who this account is at the store, as memories written to shared brains name them.
     writer: str | None = None
+    # A chosen brain id missing from the list even after listing again for it (see _active).
+    missing_choice: str | None = None
 
 
 def oldest_first(brains: list[BrainRecord]) -> list[BrainRecord]:
@@ -287,6 +297,7 @@ class WorkingCopyManager:
         choices: BrainChoices | None = None,
         tuning: ManagerTuning | None = None,
         journal: HeldWriteJournal | None = None,
+        heads: BrainHeads | None = None,
         clock: Callable[[], datetime] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -303,6 +314,8 @@ class WorkingCopyManager:
         # Per subject: what the user must hear about writes that were dropped (see _discard).
         self._notices: dict[str, list[str]] = {}
         self.journal = journal
+        # Each brain's head, shared with the other processes on the state directory (None: alone).
+        self.heads = heads
         # Per subject: the kinds of the writes recovered from the journal at start-up (told once).
         self._recovered: dict[str, list[str]] = {}
         self.long_lived = LongLivedObjects()
@@ -333,11 +346,14 @@ class WorkingCopyManager:
             self._maintenance = asyncio.create_task(self._maintain_forever(at_once), name="workcopy-maintenance")
 
     async def recover(self) -> int:
-        """Read the held-write journal back (at start-up, before serving); returns the writes found.
+        """Take over the journal files no process holds; returns the writes found.
 
-        Each journal file becomes a copy holding its writes again, with the account
-        that wrote them; its brain is pulled and the writes applied on it when it is
-        next pushed (the maintenance task tries at once), as after a lost race.
+        At start-up (before serving) these are the writes held when the connector
+        stopped; on each maintenance pass, those of a worker process (or a replica on
+        the same state directory) that died. Each file becomes a copy holding its writes
+        again, with the account that wrote them; its brain is pulled and the writes
+        applied on it when it is next pushed (the maintenance task tries at once), as
+        after a lost race.
         """
         if self.journal is None:
             return 0
@@ -345,37 +361,54 @@ class WorkingCopyManager:
         found = 0
         for entry in entries:
             key = (entry.account.subject, entry.brain_id)
-            copy = self._copies.get(key)
-            if copy is not None:
-                # Two files for one copy (replicas sharing a state directory): one copy holds both.
-                copy.pending = sorted([*copy.pending, *entry.pending], key=lambda item: item.at)
-                copy.journaled = None
-                await self._journal(copy)
-                if copy.journaled is not None:
-                    await asyncio.to_thread(self.journal.remove, entry.name)
-            else:
-                copy = WorkingCopy(
-                    subject=entry.account.subject,
-                    brain_id=entry.brain_id,
-                    brain_name=entry.brain_name,
-                    brain=Brain(),
-                    base_checksum=entry.base_checksum,
-                    key=f"recovered:{entry.name}",
-                    account=entry.account,
-                    pending=entry.pending,
-                    checked_at=-1e18,
-                    used_at=self._mono(),
-                    journal_name=entry.name,
-                    needs_rebase=True,
-                )
-                copy.journaled = _journal_mark(copy)
-                self._copies[key] = copy
-                self._user(entry.account)
+            while not await self._hold_recovered(key, entry):  # the copy it joined left meanwhile: again
+                pass
             found += len(entry.pending)
             self._recovered.setdefault(entry.account.subject, []).extend(item.label for item in entry.pending)
         if found:
             log.warning("held writes recovered from the journal; pushing them", extra={"writes": found, "copies": len(entries)})
         return found
+
+    async def _hold_recovered(self, key: tuple[str, str | None], entry: JournalEntry) -> bool:
+        """Hold a journal file's writes in the copy of their brain (made for them if there is none).
+
+        Two files for one copy (replicas sharing a state directory, or a dead worker's writes
+        for a brain this process holds too): one copy holds both, rebuilt from the store's
+        brain with every pending write applied in order. False when the copy joined was
+        dropped while its lock was awaited (nothing changed; try again).
+        """
+        assert self.journal is not None
+        copy = self._copies.get(key)
+        if copy is None:
+            copy = WorkingCopy(
+                subject=entry.account.subject,
+                brain_id=entry.brain_id,
+                brain_name=entry.brain_name,
+                brain=Brain(),
+                base_checksum=entry.base_checksum,
+                key=f"recovered:{entry.name}",
+                account=entry.account,
+                pending=entry.pending,
+                checked_at=-1e18,
+                used_at=self._mono(),
+                journal_name=entry.name,
+                needs_rebase=True,
+            )
+            copy.journaled = _journal_mark(copy)
+            self._copies[key] = copy
+            self._user(entry.account)
+            return True
+        async with copy.lock:
+            if self._copies.get(key) is not copy:
+                return False
+            copy.pending = sorted([*copy.pending, *entry.pending], key=lambda item: item.at)
+            copy.needs_rebase = True
+            copy.next_retry_at = 0.0
+            copy.journaled = None
+            await self._journal(copy)
+            if copy.journaled is not None:
+                await asyncio.to_thread(self.journal.remove, entry.name)
+        return True
 
     async def close(self, push_timeout_s: float = 10.0) -> None:
         """Stop the background task and try (bounded) to push every held write."""
@@ -433,9 +466,15 @@ class WorkingCopyManager:
     async def _active(self, account: Account, *, force_list: bool = False) -> tuple[list[BrainRecord], BrainRecord | None]:
         state = self._user(account)
         assert state.lock is not None
+        chosen = await self.choices.get_chosen_brain(account.subject)
         async with state.lock:
             brains = await self._brains(state, force=force_list)
-        chosen = await self.choices.get_chosen_brain(account.subject)
+            if chosen and chosen != state.missing_choice and not any(brain.id == chosen.lower() for brain in brains):
+                # Chosen through another worker or replica (the choice is shared) after this one
+                # listed the brains, e.g. a brain created since: list again, once per such choice
+                # (a chosen brain deleted at the store must not cost a listing on every call).
+                state.missing_choice = chosen
+                brains = await self._brains(state, force=True)
         return brains, choose_brain(brains, chosen)
 
     async def use_brain(self, account: Account, wanted: str) -> tuple[BrainRecord, Identity]:
@@ -576,22 +615,38 @@ class WorkingCopyManager:
         ttl = self.tuning.repull_ttl_s
         never_pulled = copy.checked_at < -1e17
         due = never_pulled or force or (ttl > 0 and self._mono() - copy.checked_at >= ttl)
-        if not due:
+        # Read before asking the store: a push published after this is noticed next time.
+        head = self._head(copy)
+        if not due and (head is None or head == copy.head_seen):
             return
         try:
             await self._pull(copy, conditional=not never_pulled)
+            copy.head_seen = head
         except StoreUnreachable:
             if never_pulled:
                 raise BrainUnavailable(
                     "The store cannot be reached right now, so the brain could not be loaded. Try again shortly."
                 ) from None
-            # Serve the copy held; the next check waits for the TTL again instead of every call.
+            # Serve the copy held; the next check waits for the TTL again instead of every call
+            # (a head that changed too: asking again on every call would wait on the store each time).
             copy.checked_at = self._mono()
+            copy.head_seen = head
             log.warning("store unreachable on freshness check; serving the copy held")
         except StoreUnauthorized:
             raise BrainUnavailable(SIGN_IN_AGAIN) from None
         except StoreError as exc:
             raise BrainUnavailable(f"The brain could not be loaded from the store: {exc}.") from None
+
+    def _head(self, copy: WorkingCopy) -> str | None:
+        """The copy's brain head now (`heads.py`); None without heads or when it cannot be read."""
+        if self.heads is None or copy.brain_id is None:
+            return None
+        return self.heads.read(copy.brain_id)
+
+    def _publish(self, copy: WorkingCopy) -> None:
+        """After a push the store accepted: publish the brain's new head for the other processes."""
+        if self.heads is not None and copy.brain_id is not None:
+            copy.head_seen = self.heads.publish(copy.brain_id, copy.head_seen)
 
     async def snapshot(self, account: Account) -> Snapshot:
         """A fresh-enough read view of the user's active brain (pulling it if needed)."""
@@ -684,6 +739,10 @@ class WorkingCopyManager:
         """One attempt; None when the copy left the manager before the write touched it."""
         try:
             brains, active = await self._active(account)
+            if active is None:
+                # Another process (worker or replica) may have created the account's first brain
+                # since this one listed them: ask again rather than create a second one.
+                brains, active = await self._active(account, force_list=True)
         except StoreUnauthorized:
             raise BrainUnavailable(SIGN_IN_AGAIN) from None
         except StoreUnreachable:
@@ -880,6 +939,7 @@ class WorkingCopyManager:
                 self._hold(copy, str(exc))
                 return dropped
             self._mark_synced(copy, result.checksum or checksum)
+            self._publish(copy)
             self._note_pushed(copy)
             return dropped
         self._hold(copy, "other devices kept changing the brain at the same time")
@@ -889,6 +949,7 @@ class WorkingCopyManager:
         """Pull the store's brain and apply the pending writes again, in order, with their ids."""
         base = Brain()
         checksum: str | None = None
+        head = self._head(copy)
         if copy.brain_id is not None:  # else: a brain-less account's first writes, recovered
             async with self._loads:
                 try:
@@ -912,6 +973,7 @@ class WorkingCopyManager:
         await asyncio.to_thread(self._follow_between, copy.key, key, copy.brain, working, parsed)
         copy.brain, copy.base_checksum, copy.pending = working, checksum, kept
         copy.needs_rebase = False
+        copy.head_seen = head
         copy.size_bytes = brain_bytes(working)
         copy.key = key
         copy.checked_at = self._mono()
@@ -1130,7 +1192,11 @@ class WorkingCopyManager:
     # ----- maintenance -----------------------------------------------------
 
     async def maintain(self) -> None:
-        """One maintenance pass: retry held writes that are due, purge idle clean copies."""
+        """One maintenance pass: take over orphaned held writes, retry those due, purge idle clean copies."""
+        try:
+            await self.recover()
+        except Exception:  # the journal directory may be unreadable for a moment; the next pass tries again
+            log.exception("reading the held-write journal failed")
         now = self._mono()
         for key, copy in list(self._copies.items()):
             if copy.lock.locked():

@@ -95,6 +95,9 @@ class WorkingCopy:
     # Restored from the journal at start-up: ``brain`` is not the store's brain yet; the
     # pending writes are applied to it when it is pulled (as after a lost race).
     needs_rebase: bool = False
+    # The brain's head token (`heads.py`) read before the copy last matched the store:
+    # a different token now means another process pushed since. None: never read.
+    head_seen: str | None = None
 
     @property
     def dirty(self) -> bool:

@@ -130,3 +130,16 @@ def test_sign_in_limits() -> None:
     for name in ("CONNECTOR_SIGNIN_ATTEMPTS_PER_MIN", "CONNECTOR_UNUSED_CLIENT_TTL_MS"):
         with pytest.raises(SettingsError, match=name):
             ConnectorSettings.load({**STORE, name: "-1"})
+
+
+def test_workers_bounds_and_state_dir(tmp_path: Path) -> None:
+    assert ConnectorSettings.load(STORE).workers == 1
+    env = {**STORE, "CONNECTOR_STATE_DIR": str(tmp_path)}
+    assert ConnectorSettings.load({**env, "CONNECTOR_WORKERS": "4"}).workers == 4
+    assert ConnectorSettings.load({**env, "CONNECTOR_WORKERS": "4"}, workers=2).workers == 2  # the flag wins
+    for bad in ("0", "65", "-1", "two"):
+        with pytest.raises(SettingsError, match="CONNECTOR_WORKERS"):
+            ConnectorSettings.load({**env, "CONNECTOR_WORKERS": bad})
+    # the workers share sign-ins, held writes and brain heads through the state directory
+    with pytest.raises(SettingsError, match="CONNECTOR_STATE_DIR"):
+        ConnectorSettings.load({**STORE, "CONNECTOR_WORKERS": "2"})

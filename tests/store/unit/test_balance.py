@@ -8,7 +8,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from cli.store.balance import ConnectionTable, should_shed
+from cli.serving.balance import ConnectionTable, should_shed
 
 
 @pytest.mark.parametrize(

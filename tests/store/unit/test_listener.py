@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 import pytest
 
-from cli.store.runner import bind_listener
+from cli.serving.workers import bind_listener
 from tests.support.processes import console_script
 
 HOST = "127.0.0.1"

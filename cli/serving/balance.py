@@ -30,6 +30,8 @@ import time
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from common.workers import pid_alive
+
 _SLOT = struct.Struct("=qq")  # (pid, open connections) of one worker; pid 0: slot unused
 # Seconds a worker must have been over its share before it sheds a connection.
 SHED_AFTER = 1.0
@@ -84,7 +86,7 @@ class ConnectionTable:
         if not should_shed(mine, [count for _, count in others]):
             return False
         # a worker killed outright never cleared its slot: only live ones count
-        return should_shed(mine, [count for pid, count in others if _alive(pid)])
+        return should_shed(mine, [count for pid, count in others if pid_alive(pid)])
 
     def shed_now(self, now: float) -> bool:
         """True if this worker has been over its share for ``shed_after`` seconds up to ``now``."""
@@ -106,14 +108,6 @@ def should_shed(mine: int, others: list[int]) -> bool:
         return False
     share = math.ceil((mine + sum(others)) / (len(others) + 1))
     return mine > share and min(others) < share
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except (ProcessLookupError, PermissionError):  # gone (or its pid reused by another user)
-        return False
-    return True
 
 
 def balanced_protocol(table: ConnectionTable, base: type[HttpToolsProtocol] = HttpToolsProtocol) -> type[HttpToolsProtocol]:

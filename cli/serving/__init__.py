@@ -1,0 +1,1 @@
+"""Serving from several worker processes, shared by `brain-store serve` and `brain-connector serve`."""

@@ -1,0 +1,190 @@
+"""`brain-connector serve --workers 2` end to end: real store and connector processes on
+loopback, driven by the official MCP client SDK.
+
+Two users write concurrently over several connections, which the kernel spreads over both
+workers; every acknowledged memory reaches the store exactly once, and a recall over a new
+connection right after a memorize sees it (the freshness interval is an hour here: only the
+brain heads in the shared state directory can make that work). A worker killed while it holds
+a write the store has not accepted loses nothing and pushes nothing twice; SIGTERM stops every
+worker cleanly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import signal
+import string
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.connector.conftest import RunningStore, StoreUser, brains_of, download_brain, start_store
+from tests.connector.test_e2e_tools import connector, mcp_session, mint, structured
+from tests.support.processes import ServerProcess, free_port
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("connector-workers"), pytest.mark.timeout(300)]
+
+ALL = {"brain.read", "brain.write"}
+# An hour: a copy is never re-checked because its interval passed, only because a head moved.
+WORKERS_ENV = {"CONNECTOR_WORKERS": "2", "CONNECTOR_REPULL_TTL_MS": "3600000", "CONNECTOR_MCP_RATE_PER_MIN": "0"}
+ROUNDS = 5
+WRITERS = 2  # long-lived connections per user
+
+
+def _codeword() -> str:
+    """A word no memory shares, so that a recall for it finds exactly one memory."""
+    return "zq" + "".join(secrets.choice(string.ascii_lowercase) for _ in range(10))
+
+
+def _log_lines(server: ServerProcess) -> list[dict[str, Any]]:
+    lines = []
+    for line in server.log().splitlines():
+        if line.startswith("{"):
+            lines.append(json.loads(line))
+    return lines
+
+
+def _worker_pids(server: ServerProcess) -> set[int]:
+    return {line["pid"] for line in _log_lines(server) if line.get("msg", "").startswith("Started server process")}
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie waiting for its reaper counts as stopped)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def _stop_all(server: ServerProcess, workers: set[int]) -> None:
+    """SIGTERM to the process group (the leader passes it on), then wait, bounded, for every worker."""
+    leader_alive = server.process.poll() is None
+    os.killpg(server.process.pid, signal.SIGTERM)
+    if leader_alive:
+        assert server.process.wait(timeout=30) == 0
+    deadline = time.monotonic() + 30
+    while any(_alive(pid) for pid in workers):  # a worker orphaned by a killed leader is not our child
+        assert time.monotonic() < deadline, "a worker did not stop on SIGTERM"
+        time.sleep(0.1)
+
+
+def _tool_calls(server: ServerProcess, tool: str) -> float:
+    """brain_connector_tool_calls_total for ``tool`` (outcome ok) over a new connection."""
+    text = httpx.get(server.base_url + "/metrics", timeout=30).text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "brain_connector_tool_calls_total" and sample.labels == {"tool": tool, "outcome": "ok"}:
+                return sample.value
+    return 0.0
+
+
+def _texts(store: RunningStore, user: StoreUser, brain_id: str) -> list[str]:
+    brain, _ = download_brain(store.url, user.token, brain_id)
+    memories = (brain.read_json("index.json") or {}).get("memories", {})
+    return [brain.read_text(entry["path"]) for entry in memories.values()]
+
+
+def test_two_users_write_through_both_workers_and_read_their_writes_anywhere(store: RunningStore, tmp_path: Path) -> None:
+    users = [store.add_user("alice"), store.add_user("bob")]
+
+    async def writer(base: str, user: StoreUser, number: int) -> list[tuple[str, str]]:
+        acknowledged: list[tuple[str, str]] = []
+        async with mcp_session(base + "/mcp", mint(base, user, ALL)) as client:
+            for round_ in range(ROUNDS):
+                word = _codeword()
+                content = f"{user.name} writer {number} round {round_}: the codeword is {word}"
+                saved = structured(await client.call_tool("brain_memorize", {"content": content}))
+                assert saved["synced"] is True
+                memory_id = saved["stored"]["id"]
+                acknowledged.append((memory_id, content))
+                # Right after the answer, over a new connection (either worker): the memory is there.
+                async with mcp_session(base + "/mcp", mint(base, user, ALL)) as reader:
+                    found = structured(await reader.call_tool("brain_recall", {"query": word}))
+                assert memory_id in [hit["id"] for hit in found["results"]], (content, found)
+        return acknowledged
+
+    async def scenario(base: str) -> list[list[tuple[str, str]]]:
+        return await asyncio.gather(*(writer(base, user, n) for user in users for n in range(WRITERS)))
+
+    with connector(tmp_path, store, env=WORKERS_ENV) as server:
+        results = asyncio.run(scenario(server.base_url))
+        lines = _log_lines(server)
+        # /metrics adds up both workers' series, whichever worker answers the scrape.
+        calls = len(users) * WRITERS * ROUNDS
+        deadline = time.monotonic() + 10
+        for _ in range(8):
+            while (counted := _tool_calls(server, "brain_memorize")) != calls:  # workers write theirs within a second
+                assert time.monotonic() < deadline, f"/metrics counted {counted} memorize calls, not {calls}"
+                time.sleep(0.2)
+            assert _tool_calls(server, "brain_recall") == calls
+    served = {line["pid"] for line in lines if line.get("msg") == "request" and line.get("path") == "/mcp"}
+    assert len(served) == 2, f"both workers serve calls: {served}"
+
+    for index, user in enumerate(users):
+        brain_id = brains_of(store.url, user.token)[0]["id"]
+        texts = _texts(store, user, brain_id)
+        acknowledged = [item for n in range(WRITERS) for item in results[index * WRITERS + n]]
+        assert len(acknowledged) == ROUNDS * WRITERS
+        for _memory_id, content in acknowledged:
+            assert sum(content in text for text in texts) == 1, content  # in the archive, once
+        assert len(texts) == len(acknowledged)  # and nothing else (no duplicates, no other brain)
+        assert len(brains_of(store.url, user.token)) == 1
+
+
+def test_a_killed_worker_holding_a_write_loses_nothing_and_sigterm_stops_every_worker(tmp_path: Path) -> None:
+    running, store_manager = start_store(tmp_path)
+    store: RunningStore = running
+    user = store.add_user("dora")
+    brain_id = brains_of(store.url, user.token)[0]["id"]
+    state = tmp_path / "connector-state"
+    env = {**WORKERS_ENV, "CONNECTOR_STATE_DIR": str(state)}
+    port = free_port()
+    held_content = "The backup generator is tested on the first Monday of each month"
+
+    async def hold_a_write(base: str) -> str:
+        async with mcp_session(base + "/mcp", mint(base, user, ALL)) as client:
+            structured(await client.call_tool("brain_memorize", {"content": "Saved while the store was up"}))
+            store_manager.__exit__(None, None, None)  # type: ignore[attr-defined]
+            held = structured(await client.call_tool("brain_memorize", {"content": held_content}))
+            assert held["synced"] is False
+            return held["stored"]["id"]
+
+    try:
+        with connector(tmp_path / "first", store, port=port, env=env) as server:
+            held_id = asyncio.run(hold_a_write(server.base_url))
+            holders = {line["pid"] for line in _log_lines(server) if line.get("msg") == "writes held, not yet synced"}
+            assert len(holders) == 1
+            holder = holders.pop()
+            assert list((state / "held").glob("*.held"))
+            os.kill(holder, signal.SIGKILL)  # the worker dies holding the write
+            running, store_manager = start_store(tmp_path, data=store.data, port=store.port)
+            # The other worker (or, if the leader died, its forked worker) takes the write over.
+            deadline = time.monotonic() + 90
+            while sum(held_content in text for text in _texts(store, user, brain_id)) == 0:
+                assert time.monotonic() < deadline, "the held write of the killed worker never reached the store"
+                time.sleep(0.3)
+            survivors = _worker_pids(server) - {holder}
+            assert len(survivors) == 1
+            _stop_all(server, survivors)
+            finished = {line["pid"] for line in _log_lines(server) if line.get("msg", "").startswith("Finished server process")}
+            assert survivors <= finished  # stopped cleanly, not killed
+            assert "Traceback" not in server.log()
+        # A restart changes nothing: the write was pushed once and its journal file is gone.
+        with connector(tmp_path / "second", store, port=port, env=env) as server:
+            time.sleep(1.0)
+            texts = _texts(store, user, brain_id)
+            assert sum(held_content in text for text in texts) == 1
+            assert sum("Saved while the store was up" in text for text in texts) == 1
+            assert list((state / "held").glob("*.held")) == []
+        brain, _ = download_brain(store.url, user.token, brain_id)
+        assert held_id in (brain.read_json("index.json") or {}).get("memories", {})  # with the id the tool gave
+    finally:
+        store_manager.__exit__(None, None, None)  # type: ignore[attr-defined]
