@@ -8,7 +8,9 @@ brain generator and ``--brain-cache``), and drives it with bare JSON-RPC POSTs
 an MCP host keeps one), or with the official MCP client SDK (``--client sdk``).
 
 Scenario ``concurrent`` (a): N users (20) with brains of 10,000 memories call
-``brain_recall`` back to back after one warm-up recall each; p50/p95/p99, calls/s,
+``brain_recall`` back to back (``--calls``, 25 each), after a first recall each and
+``--warmup`` unmeasured ones (10: with several workers, connections are rebalanced at
+first and a user moved to another worker loads a copy there); p50/p95/p99, calls/s,
 the connector's CPU per call (every process of the server, from /proc), errors.
 Every user uploads the same archive, so their recall indexes are one (the index is
 cached by content); the working copies are each user's own.
@@ -294,19 +296,22 @@ def servers(work: Path, archives: list[bytes], workers: int, env: dict[str, str]
 # ----- scenario (a): N users recalling back to back ---------------------------------
 
 
-async def concurrent_recalls(site: Servers, calls: int, client: str) -> dict[str, float]:
+async def concurrent_recalls(site: Servers, calls: int, warmup: int, client: str) -> dict[str, float]:
     users = [make_user(client, i, site.connector_url, token) for i, token in enumerate(site.tokens)]
     warm = Tally()
     # Each user's first recall pulls and loads their copy: done before measuring, all at once.
     await asyncio.gather(*(timed(user, warm, "cold", "brain_recall", {"query": "warm up"}) for user in users))
 
-    async def loop(user: BareUser | SdkUser, rnd: random.Random) -> None:
-        for _ in range(calls):
-            await timed(user, tally, "recall", "brain_recall", {"query": query(rnd)})
+    async def loop(user: BareUser | SdkUser, rnd: random.Random, count: int, into: Tally) -> None:
+        for _ in range(count):
+            await timed(user, into, "recall", "brain_recall", {"query": query(rnd)})
 
+    # Then the same load, unmeasured: with several workers, connections are rebalanced in the
+    # first seconds and a user moved to another worker loads a copy there (once).
+    await asyncio.gather(*(loop(user, random.Random(-1 - i), warmup, warm) for i, user in enumerate(users)))
     tally = Tally()
     cpu_before, began, client_began = group_cpu(site.connector_leader), time.perf_counter(), time.process_time()
-    await asyncio.gather(*(loop(user, random.Random(i)) for i, user in enumerate(users)))
+    await asyncio.gather(*(loop(user, random.Random(i), calls, tally) for i, user in enumerate(users)))
     wall = time.perf_counter() - began
     cpu = group_cpu(site.connector_leader) - cpu_before
     client_cpu = time.process_time() - client_began
@@ -381,8 +386,8 @@ async def many_users(
 # ----- driver -------------------------------------------------------------------------
 
 
-def report(title: str, runs: list[dict[str, float]], target: tuple[str, float]) -> None:
-    """Each figure's runs and their median; the target's verdict on the median."""
+def report(title: str, runs: list[dict[str, float]], target: tuple[str, float]) -> bool:
+    """Each figure's runs and their median, the target's verdict on the median; False when a call failed."""
     print(f"{title}: medians of {len(runs)} run(s); load average now {os.getloadavg()[0]:.1f}")
     for name in runs[0]:
         values = [run[name] for run in runs]
@@ -394,9 +399,11 @@ def report(title: str, runs: list[dict[str, float]], target: tuple[str, float]) 
             note = "must be 0" + ("" if median == 0 and max(values) == 0 else " (FAILS)")
         shown = " / ".join(f"{value:.1f}" for value in values)
         row(f"  {name}", f"{median:.1f}", f"runs: {shown}  {note}")
+    return not any(run["errors"] for run in runs)
 
 
-def main() -> None:
+def main() -> int:
+    """Run the scenarios asked for; exit status 1 when any call failed."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scenario", choices=["concurrent", "users", "both"], default="both")
     parser.add_argument("--workers", type=int, default=2, help="connector processes (serve --workers)")
@@ -405,7 +412,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1, help="runs per scenario, each on fresh servers")
     parser.add_argument("--concurrent-users", type=int, default=20)
     parser.add_argument("--concurrent-memories", type=int, default=10_000)
-    parser.add_argument("--calls", type=int, default=25, help="recalls per user in scenario concurrent")
+    parser.add_argument("--calls", type=int, default=25, help="recalls per user in scenario concurrent, measured")
+    parser.add_argument("--warmup", type=int, default=10, help="recalls per user before those, not measured")
     parser.add_argument("--users", type=int, default=200)
     parser.add_argument("--memories", type=int, default=1000, help="memories per brain in scenario users")
     parser.add_argument("--rounds", type=int, default=12, help="calls per user in scenario users")
@@ -421,7 +429,7 @@ def main() -> None:
                         help="extra connector setting, e.g. CONNECTOR_MAX_CONCURRENT_LOADS=4 (repeatable)")
     args = parser.parse_args()
     if args.quick:
-        args.concurrent_users, args.concurrent_memories, args.calls = 4, 2000, 10
+        args.concurrent_users, args.concurrent_memories, args.calls, args.warmup = 4, 2000, 10, 3
         args.users, args.memories, args.rounds, args.think, args.write_every, args.ramp = 20, 200, 6, 0.2, 3, 0.5
     workers = args.workers
     if workers > 1 and not supports_workers():
@@ -431,16 +439,17 @@ def main() -> None:
     print(f"scale benchmark: {workers} connector process(es), {args.client} client, {os.cpu_count()} CPUs, "
           f"load average {os.getloadavg()[0]:.1f}" + (f", {env}" if env else ""))
 
+    clean = True
     if args.scenario in ("concurrent", "both"):
         archive, _ = brain_archive(args.concurrent_memories, datetime.now(UTC), args.brain_cache)
         runs = []
         for run in range(args.runs):
             with tempfile.TemporaryDirectory(prefix="scale-bench-") as tmp:
                 with servers(Path(tmp), [archive] * args.concurrent_users, workers, env) as site:
-                    runs.append(asyncio.run(concurrent_recalls(site, args.calls, args.client)))
+                    runs.append(asyncio.run(concurrent_recalls(site, args.calls, args.warmup, args.client)))
             print(f"  run {run + 1}: p95 {runs[-1]['recall p95 ms']:.1f} ms", flush=True)
-        report(f"(a) {args.concurrent_users} users x {args.calls} recalls back to back, "
-               f"{args.concurrent_memories:,} memories each", runs, ("recall p95 ms", TARGET_CONCURRENT_P95_MS))
+        title = f"(a) {args.concurrent_users} users x {args.calls} recalls back to back, {args.concurrent_memories:,} memories each"
+        clean &= report(title, runs, ("recall p95 ms", TARGET_CONCURRENT_P95_MS))
 
     if args.scenario in ("users", "both"):
         archive, _ = brain_archive(args.memories, datetime.now(UTC), args.brain_cache)
@@ -449,12 +458,14 @@ def main() -> None:
         for run in range(args.runs):
             with tempfile.TemporaryDirectory(prefix="scale-bench-") as tmp:
                 with servers(Path(tmp), archives, workers, env) as site:
-                    runs.append(asyncio.run(many_users(site, args.rounds, args.write_every, args.think, args.ramp, args.client)))
+                    figures = many_users(site, args.rounds, args.write_every, args.think, args.ramp, args.client)
+                    runs.append(asyncio.run(figures))
             print(f"  run {run + 1}: warm recall p95 {runs[-1]['warm recall p95 ms']:.1f} ms", flush=True)
-        report(f"(b) {args.users} users x {args.rounds} calls (memorize every {args.write_every}), "
-               f"think {args.think:g} s mean, started within {args.ramp:g} s, {args.memories:,} memories each", runs,
-               ("all recalls p95 ms", TARGET_USERS_P95_MS))
+        title = (f"(b) {args.users} users x {args.rounds} calls (memorize every {args.write_every}), think "
+                 f"{args.think:g} s mean, started within {args.ramp:g} s, {args.memories:,} memories each")
+        clean &= report(title, runs, ("all recalls p95 ms", TARGET_USERS_P95_MS))
+    return 0 if clean else 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
