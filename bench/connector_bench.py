@@ -497,10 +497,11 @@ def main() -> None:
 
 
 @contextmanager
-def running_store(work: Path) -> Iterator[ServerProcess]:
-    """A real `brain-store serve` on loopback over ``work/store``, its rate limits out of the way."""
+def running_store(work: Path, env: dict[str, str] | None = None) -> Iterator[ServerProcess]:
+    """A real `brain-store serve` on loopback over ``work/store``, its rate limits out of the way (plus ``env``)."""
     port = free_port()
-    env = {"STORE_RATE_UPLOADS_PER_MIN": "100000", "STORE_RATE_REQUESTS_PER_MIN": "100000", "STORE_QUIET": "1"}
+    env = {"STORE_RATE_UPLOADS_PER_MIN": "100000", "STORE_RATE_REQUESTS_PER_MIN": "100000", "STORE_QUIET": "1",
+           **(env or {})}
     with run_server(
         [console_script("brain-store"), "serve", "--host", "127.0.0.1", "--port", str(port), "--data", str(work / "store")],
         port=port, log_path=work / "store.log", env=env,
