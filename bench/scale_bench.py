@@ -51,7 +51,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AsyncExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -170,7 +170,7 @@ class Tally:
 
 
 class BareUser:
-    """One signed-in user speaking bare JSON-RPC over one keep-alive connection."""
+    """One signed-in user speaking bare JSON-RPC over one keep-alive connection; ``async with`` closes it."""
 
     def __init__(self, url: str, token: str) -> None:
         self.url = url
@@ -196,22 +196,23 @@ class BareUser:
             return f"{name}: {response.text[:300]}"
         return None
 
-    async def aclose(self) -> None:
+    async def __aenter__(self) -> BareUser:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
         await self.http.aclose()
 
 
 class SdkUser:
-    """One signed-in user through the official MCP client SDK (protocol 2026-07-28)."""
+    """One signed-in user through the official MCP client SDK (protocol 2026-07-28); open it with ``async with``."""
 
     def __init__(self, url: str, token: str) -> None:
         self.url = url
         self.token = token
-        self._stack: Any = None
+        self._stack = AsyncExitStack()
         self.client: Client | None = None
 
-    async def open(self) -> None:
-        from contextlib import AsyncExitStack
-
+    async def __aenter__(self) -> SdkUser:
         self._stack = AsyncExitStack()
         http = await self._stack.enter_async_context(
             httpx2.AsyncClient(headers={"Authorization": f"Bearer {self.token}"}, timeout=httpx2.Timeout(300),
@@ -220,20 +221,19 @@ class SdkUser:
         self.client = await self._stack.enter_async_context(
             Client(streamable_http_client(self.url, http_client=http))  # type: ignore[arg-type]
         )
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._stack.aclose()
 
     async def call(self, name: str, arguments: dict[str, Any]) -> str | None:
-        if self.client is None:
-            await self.open()
-        assert self.client is not None
+        """Call a tool; None on success, else what went wrong."""
+        assert self.client is not None, "used outside its async with"
         try:
             result = await self.client.call_tool(name, arguments)
         except Exception as exc:  # the SDK raises on transport and protocol errors: counted, not fatal
             return f"{name}: {type(exc).__name__} {exc}"
         return f"{name}: {result.content[0].text[:300]}" if result.is_error else None
-
-    async def aclose(self) -> None:
-        if self._stack is not None:
-            await self._stack.aclose()
 
 
 async def timed(user: BareUser | SdkUser, tally: Tally, kind: str, name: str, arguments: dict[str, Any]) -> None:
@@ -297,26 +297,35 @@ def servers(work: Path, archives: list[bytes], workers: int, env: dict[str, str]
 
 
 async def concurrent_recalls(site: Servers, calls: int, warmup: int, client: str) -> dict[str, float]:
-    users = [make_user(client, i, site.connector_url, token) for i, token in enumerate(site.tokens)]
-    warm = Tally()
-    # Each user's first recall pulls and loads their copy: done before measuring, all at once.
-    await asyncio.gather(*(timed(user, warm, "cold", "brain_recall", {"query": "warm up"}) for user in users))
+    warm, tally = Tally(), Tally()
+    # Every user's session is one task (the SDK's client must be closed in the task that opened
+    # it); the phases are kept in step by a barrier, the measurement runs between two of them.
+    phase = asyncio.Barrier(len(site.tokens) + 1)
 
-    async def loop(user: BareUser | SdkUser, rnd: random.Random, count: int, into: Tally) -> None:
-        for _ in range(count):
-            await timed(user, into, "recall", "brain_recall", {"query": query(rnd)})
+    async def session(number: int, token: str) -> None:
+        rnd = random.Random(number)
+        async with make_user(client, number, site.connector_url, token) as user:
+            # The first recall pulls and loads the user's copy: all at once, before measuring.
+            await timed(user, warm, "cold", "brain_recall", {"query": "warm up"})
+            await phase.wait()
+            # Then the same load, unmeasured: with several workers, connections are rebalanced in
+            # the first seconds and a user moved to another worker loads a copy there (once).
+            for _ in range(warmup):
+                await timed(user, warm, "recall", "brain_recall", {"query": query(rnd)})
+            await phase.wait()
+            for _ in range(calls):
+                await timed(user, tally, "recall", "brain_recall", {"query": query(rnd)})
+            await phase.wait()
 
-    # Then the same load, unmeasured: with several workers, connections are rebalanced in the
-    # first seconds and a user moved to another worker loads a copy there (once).
-    await asyncio.gather(*(loop(user, random.Random(-1 - i), warmup, warm) for i, user in enumerate(users)))
-    tally = Tally()
+    sessions = asyncio.gather(*(session(number, token) for number, token in enumerate(site.tokens)))
+    await phase.wait()
+    await phase.wait()
     cpu_before, began, client_began = group_cpu(site.connector_leader), time.perf_counter(), time.process_time()
-    await asyncio.gather(*(loop(user, random.Random(i), calls, tally) for i, user in enumerate(users)))
+    await phase.wait()
     wall = time.perf_counter() - began
     cpu = group_cpu(site.connector_leader) - cpu_before
     client_cpu = time.process_time() - client_began
-    for user in users:
-        await user.aclose()
+    await sessions
     samples = tally.samples["recall"]
     p50, p95, p99 = quantiles_ms(samples)
     figures = {
@@ -337,12 +346,15 @@ async def concurrent_recalls(site: Servers, calls: int, warmup: int, client: str
 async def many_users(
     site: Servers, rounds: int, write_every: int, think_s: float, ramp_s: float, client: str
 ) -> dict[str, float]:
-    users = [make_user(client, i, site.connector_url, token) for i, token in enumerate(site.tokens)]
     tally = Tally()
 
-    async def loop(number: int, user: BareUser | SdkUser) -> None:
+    async def session(number: int, token: str) -> None:
         rnd = random.Random(number)
         await asyncio.sleep(rnd.uniform(0, ramp_s))  # when this user's session starts
+        async with make_user(client, number, site.connector_url, token) as user:
+            await calls(number, user, rnd)
+
+    async def calls(number: int, user: BareUser | SdkUser, rnd: random.Random) -> None:
         for call in range(rounds):
             if call:
                 await asyncio.sleep(rnd.uniform(0, 2 * think_s))
@@ -355,11 +367,9 @@ async def many_users(
 
     cpu_before, began, client_began = group_cpu(site.connector_leader), time.perf_counter(), time.process_time()
     with RssSampler({"connector": site.connector_leader, "store": site.store_leader}).running() as rss:
-        await asyncio.gather(*(loop(number, user) for number, user in enumerate(users)))
+        await asyncio.gather(*(session(number, token) for number, token in enumerate(site.tokens)))
     wall = time.perf_counter() - began
     cpu = group_cpu(site.connector_leader) - cpu_before
-    for user in users:
-        await user.aclose()
     calls = sum(len(samples) for samples in tally.samples.values())
     cold, warm = quantiles_ms(tally.samples.get("cold", [])), quantiles_ms(tally.samples.get("warm", []))
     every = quantiles_ms(tally.samples.get("cold", []) + tally.samples.get("warm", []))
@@ -368,7 +378,7 @@ async def many_users(
     for error in tally.errors[:5]:
         print(f"    error: {error}")
     return {
-        "offered calls/s (users / mean think, once all started)": len(users) / think_s if think_s else 0.0,
+        "offered calls/s (users / mean think, once all started)": len(site.tokens) / think_s if think_s else 0.0,
         "served calls/s": calls / wall,
         "first recall (cold) p50 ms": cold[0], "first recall (cold) p95 ms": cold[1], "first recall (cold) p99 ms": cold[2],
         "warm recall p50 ms": warm[0], "warm recall p95 ms": warm[1], "warm recall p99 ms": warm[2],
@@ -378,7 +388,7 @@ async def many_users(
         "this client's CPU ms/call": (time.process_time() - client_began) * 1000 / max(1, calls),
         "errors": float(len(tally.errors)),
         "connector peak RSS MiB (all processes)": rss.peak["connector"] / mib,
-        "connector peak RSS per user MiB": rss.peak["connector"] / mib / len(users),
+        "connector peak RSS per user MiB": rss.peak["connector"] / mib / len(site.tokens),
         "store peak RSS MiB": rss.peak["store"] / mib,
     }
 

@@ -1,4 +1,4 @@
-"""bench/scale_bench.py: its figures, and both scenarios end to end at a tiny size (2 workers)."""
+"""bench/scale_bench.py: its figures, and both scenarios end to end at a tiny size (2 workers, SDK and bare clients)."""
 
 from __future__ import annotations
 
@@ -55,9 +55,9 @@ def test_a_process_groups_memory_and_cpu_add_up_its_processes(bench) -> None:  #
         leader.wait(timeout=30)
 
 
-def test_both_scenarios_run_with_two_workers_and_report_no_errors(tmp_path: Path) -> None:
+def test_both_scenarios_run_with_two_workers_and_both_clients_and_report_no_errors(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, str(BENCH), "--quick", "--workers", "2", "--brain-cache", str(tmp_path / "brains"),
+        [sys.executable, str(BENCH), "--quick", "--workers", "2", "--client", "mix", "--brain-cache", str(tmp_path / "brains"),
          "--concurrent-users", "2", "--concurrent-memories", "120", "--calls", "4",
          "--users", "6", "--memories", "80", "--rounds", "4", "--write-every", "2"],
         capture_output=True, text=True, timeout=240, check=False,
