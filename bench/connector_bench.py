@@ -103,6 +103,34 @@ def cpu_seconds(pid: int) -> float:
         return 0.0
 
 
+def group_pids(leader: int) -> list[int]:
+    """The live processes of ``leader``'s process group (a server and its workers), from /proc."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == leader:  # field 5 of stat: the process group
+            pids.append(int(entry.name))
+    return pids
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident set size of a process (0 once gone)."""
+    try:
+        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def group_cpu(leader: int) -> float:
+    """CPU seconds spent so far by the live processes of a process group."""
+    return sum(cpu_seconds(pid) for pid in group_pids(leader))
+
+
 class ServerCpu:
     """CPU time the connector process spends over a stretch of calls."""
 
