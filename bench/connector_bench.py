@@ -50,9 +50,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -156,7 +156,7 @@ def add_users(data: Path, names: list[str]) -> list[tuple[str, str]]:
     from store.settings import StoreSettings
     from store.storage.factory import open_backend, open_registry
 
-    settings = StoreSettings.from_env({}, data_dir=data)
+    settings = StoreSettings.from_env(os.environ, data_dir=data)  # as the CLI reads them
     registry, service = open_registry(settings), BrainService(settings, open_backend(settings))
     made = []
     for name in names:
