@@ -52,6 +52,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -75,7 +77,7 @@ from store.archive.inspect import inspect_bytes  # noqa: E402
 from connector.oauth.tokens import AccessClaims, AccessTokenCodec  # noqa: E402
 from connector.workcopy.vectors import VectorStore  # noqa: E402
 from engine_bench import WORDS, brain_archive  # noqa: E402
-from tests.support.processes import console_script, free_port, run_server  # noqa: E402
+from tests.support.processes import ServerProcess, console_script, free_port, run_server  # noqa: E402
 
 STATE_KEY = bytes(range(32))
 REFERENCE_RECALL_MS = 421.0
@@ -103,6 +105,34 @@ def cpu_seconds(pid: int) -> float:
         return 0.0
 
 
+def group_pids(leader: int) -> list[int]:
+    """The live processes of ``leader``'s process group (a server and its workers), from /proc."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == leader:  # field 5 of stat: the process group
+            pids.append(int(entry.name))
+    return pids
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident set size of a process (0 once gone)."""
+    try:
+        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def group_cpu(leader: int) -> float:
+    """CPU seconds spent so far by the live processes of a process group."""
+    return sum(cpu_seconds(pid) for pid in group_pids(leader))
+
+
 class ServerCpu:
     """CPU time the connector process spends over a stretch of calls."""
 
@@ -118,15 +148,24 @@ class ServerCpu:
         return f"server CPU {spent * 1000 / max(1, calls):.1f} ms/call"
 
 
-def add_user(data: Path, store_url: str, name: str) -> tuple[str, str]:
-    """(token, user id) of a new store user."""
-    done = subprocess.run(
-        [console_script("brain-store"), "user", "add", name, "--data", str(data)],
-        capture_output=True, text=True, timeout=60, check=True,
-    )
-    token = done.stdout.strip().splitlines()[-1].strip()
-    me = httpx.get(store_url + "/auth/me", headers={"Authorization": f"Bearer {token}"}, timeout=30).json()
-    return token, me["user"]["id"]
+def add_users(data: Path, names: list[str]) -> list[tuple[str, str]]:
+    """(token, user id) of new store users, each with a first brain, as `brain-store user add` makes them.
+
+    In this process (one spawn of the CLI per user would cost ~1 s each at 200 users);
+    the running store sees the changed users file at once, as it does the CLI's.
+    """
+    from store.service import BrainService
+    from store.settings import StoreSettings
+    from store.storage.factory import open_backend, open_registry
+
+    settings = StoreSettings.from_env(os.environ, data_dir=data)  # as the CLI reads them
+    registry, service = open_registry(settings), BrainService(settings, open_backend(settings))
+    made = []
+    for name in names:
+        user, token = registry.add(name)
+        service.ensure_default(user.id)
+        made.append((token, user.id))
+    return made
 
 
 def upload(store_url: str, token: str, archive: bytes) -> None:
@@ -467,31 +506,48 @@ def main() -> None:
             HybridIndex.build(brain, BrainIndex.build(brain), vectors)
             row("vectors computed beforehand (this process)", f"{time.perf_counter() - began:.1f} s",
                 f"{vectors.embedded} embedded")
-        store_port, connector_port = free_port(), free_port()
-        store_env = {"STORE_RATE_UPLOADS_PER_MIN": "100000", "STORE_RATE_REQUESTS_PER_MIN": "100000", "STORE_QUIET": "1"}
-        with run_server(
-            [console_script("brain-store"), "serve", "--host", "127.0.0.1", "--port", str(store_port), "--data", str(work / "store")],
-            port=store_port, log_path=work / "store.log", env=store_env,
-        ) as store:
-            users = [add_user(work / "store", store.base_url, f"bench{i}") for i in range(args.users)]
+        with running_store(work) as store:
+            users = add_users(work / "store", [f"bench{i}" for i in range(args.users)])
             for token, _ in users:
                 upload(store.base_url, token, archive)
-            phases_token, _ = add_user(work / "store", store.base_url, "phases")
+            [(phases_token, _)] = add_users(work / "store", ["phases"])
             upload(store.base_url, phases_token, archive)
             memorize_phases(store.base_url, phases_token, archive, args.phases, work / "fsync", store.process.pid)
-            env = {
-                "CONNECTOR_STORE_URL": store.base_url, "CONNECTOR_IDP": "static", "CONNECTOR_STATE_KEY": STATE_KEY.hex(),
-                "CONNECTOR_STATE_DIR": str(work / "state"), "CONNECTOR_PORT": str(connector_port), "CONNECTOR_LOG_LEVEL": "warning",
-                # Every call comes from 127.0.0.1: the per-address limit (300/min) would answer 429.
-                "CONNECTOR_MCP_RATE_PER_MIN": "0",
-                "CONNECTOR_RECALL_MODE": args.mode,
-            }
-            with run_server([console_script("brain-connector"), "serve"], port=connector_port, env=env,
-                            log_path=work / "connector.log", health_path="/health/live") as connector:
+            with running_connector(store.base_url, work, {"CONNECTOR_RECALL_MODE": args.mode}) as connector:
                 tokens = [mint(connector.base_url, user_id, token) for token, user_id in users]
                 cpu = ServerCpu(connector.process.pid)
                 asyncio.run(bench(connector.base_url, tokens, args.calls, args.concurrent_calls, cpu, archive, args.writes))
 
+
+@contextmanager
+def running_store(work: Path, env: dict[str, str] | None = None) -> Iterator[ServerProcess]:
+    """A real `brain-store serve` on loopback over ``work/store``, its rate limits out of the way (plus ``env``)."""
+    port = free_port()
+    env = {"STORE_RATE_UPLOADS_PER_MIN": "100000", "STORE_RATE_REQUESTS_PER_MIN": "100000", "STORE_QUIET": "1",
+           **(env or {})}
+    with run_server(
+        [console_script("brain-store"), "serve", "--host", "127.0.0.1", "--port", str(port), "--data", str(work / "store")],
+        port=port, log_path=work / "store.log", env=env,
+    ) as store:
+        yield store
+
+
+@contextmanager
+def running_connector(
+    store_url: str, work: Path, env: dict[str, str] | None = None, argv: list[str] | None = None
+) -> Iterator[ServerProcess]:
+    """A real `brain-connector serve` (extra ``argv``, e.g. ``--workers 2``) signing in with STATE_KEY's tokens."""
+    port = free_port()
+    full_env = {
+        "CONNECTOR_STORE_URL": store_url, "CONNECTOR_IDP": "static", "CONNECTOR_STATE_KEY": STATE_KEY.hex(),
+        "CONNECTOR_STATE_DIR": str(work / "state"), "CONNECTOR_PORT": str(port), "CONNECTOR_LOG_LEVEL": "warning",
+        # Every call comes from 127.0.0.1: the per-address limit (300/min) would answer 429.
+        "CONNECTOR_MCP_RATE_PER_MIN": "0",
+        **(env or {}),
+    }
+    with run_server([console_script("brain-connector"), "serve", *(argv or [])], port=port, env=full_env,
+                    log_path=work / "connector.log", health_path="/health/live") as connector:
+        yield connector
 
 if __name__ == "__main__":
     main()

@@ -47,7 +47,7 @@ from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
 from connector.workcopy.heads import BrainHeads  # noqa: E402
 from connector.workcopy.store_client import StoreClient  # noqa: E402
-from connector_bench import STATE_KEY, add_user, mint, row, upload  # noqa: E402
+from connector_bench import STATE_KEY, add_users, group_pids, mint, row, rss_bytes, running_store, upload  # noqa: E402
 from engine_bench import brain_archive  # noqa: E402
 from tests.support.processes import console_script, free_port, run_server  # noqa: E402
 
@@ -58,16 +58,7 @@ def median_us(samples: list[float]) -> str:
 
 def group_rss_mb(leader: int) -> float:
     """Summed resident memory of the connector's processes (the leader and its forks), MiB."""
-    total = 0
-    for status in Path("/proc").glob("[0-9]*/status"):
-        try:
-            fields = dict(line.split(":", 1) for line in status.read_text().splitlines() if ":" in line)
-        except OSError:
-            continue
-        pid = int(status.parent.name)
-        if pid == leader or fields.get("PPid", "").strip() == str(leader):
-            total += int(fields.get("VmRSS", "0 kB").split()[0])
-    return total / 1024
+    return sum(map(rss_bytes, group_pids(leader))) / (1024 * 1024)
 
 
 async def heads_cost(store_url: str, token: str, brain_id: str, scratch: Path, rounds: int) -> None:
@@ -136,13 +127,8 @@ def main() -> None:
           f"({len(archive) / 1e6:.1f} MB archive)")
     with tempfile.TemporaryDirectory(prefix="workers-bench-") as tmp:
         work = Path(tmp)
-        store_port = free_port()
-        store_env = {"STORE_RATE_LIMITS": "off", "STORE_QUIET": "1", "STORE_AUDIT_LOG": "on"}
-        with run_server(
-            [console_script("brain-store"), "serve", "--host", "127.0.0.1", "--port", str(store_port), "--data", str(work / "store")],
-            port=store_port, log_path=work / "store.log", env=store_env,
-        ) as store:
-            users = [add_user(work / "store", store.base_url, f"user{i}") for i in range(args.users)]
+        with running_store(work, {"STORE_RATE_LIMITS": "off", "STORE_AUDIT_LOG": "on"}) as store:
+            users = add_users(work / "store", [f"user{i}" for i in range(args.users)])
             for token, _ in users:
                 upload(store.base_url, token, archive)
             first_token = users[0][0]

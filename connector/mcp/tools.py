@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -148,8 +147,6 @@ class BrainTools:
         if index_cache is None:
             index_cache = getattr(manager, "index_cache", None)
         self.index_cache = IndexCache(capacity=64) if index_cache is None else index_cache
-        # Content keys whose index is (probably) built; bounded like the cache itself.
-        self._warm: OrderedDict[str | None, None] = OrderedDict()
         self._tool_list: list[types.Tool] | None = None
         self._background: set[asyncio.Task[None]] = set()
         # Index builds after writes: the brain being built, and the newest one waiting, per brain.
@@ -179,7 +176,7 @@ class BrainTools:
         the queued one, so a burst costs one or two builds, not one each.
         """
         brain, key = outcome.brain, outcome.key
-        if brain is None or key is None or key in self._warm or "index.json" not in brain:
+        if brain is None or key is None or self._index_ready(key, self.recall_mode) or "index.json" not in brain:
             return
         slot = outcome.brain_id or key
         queued = self._prewarm_next.get(slot)
@@ -216,7 +213,6 @@ class BrainTools:
             self._background.discard(finished)
             self._prewarm_busy.discard(slot)
             if not finished.cancelled() and finished.exception() is None:
-                self._remember_warm(key)
                 self._loaded()
             if slot in self._prewarm_next:
                 self._maybe_start_prewarm(slot)
@@ -237,10 +233,15 @@ class BrainTools:
         if long_lived is not None:
             long_lived.loaded()
 
-    def _remember_warm(self, key: str | None) -> None:
-        self._warm[key] = None
-        while len(self._warm) > self.index_cache.capacity:
-            self._warm.popitem(last=False)
+    def _index_ready(self, key: str | None, mode: str) -> bool:
+        """Whether a recall of this content in ``mode`` finds its indexes built (so runs in a few ms).
+
+        Asked of the caches themselves: an index dropped with its copy, or pushed out,
+        must be built again off the event loop, never on it.
+        """
+        if key is None or self.index_cache.peek(key) is None:
+            return False
+        return mode == "exact" or key in self.hybrid_cache
 
     def list_tools(self) -> list[types.Tool]:
         """The declared tools (only those allowed); built once, they never change."""
@@ -302,8 +303,7 @@ class BrainTools:
         hits: list[dict[str, Any]] = []
         notes: list[str] = []
         if snapshot.brain is not None and "index.json" in snapshot.brain:
-            warm = snapshot.key in self._warm and (mode == "exact" or snapshot.key in self.hybrid_cache)
-            if warm:
+            if self._index_ready(snapshot.key, mode):
                 hits = self.run_recall(snapshot, query, limit, project, as_of, as_known_of, mode)
             else:
                 # First recall of this content builds its index (seconds at 10,000 memories):
@@ -311,7 +311,6 @@ class BrainTools:
                 hits = await asyncio.to_thread(
                     self.run_recall, snapshot, query, limit, project, as_of, as_known_of, mode
                 )
-                self._remember_warm(snapshot.key)
                 self._loaded()
         if hits and snapshot.brain is not None:
             attach_content(hits, snapshot.brain, budget)

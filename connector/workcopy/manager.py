@@ -72,6 +72,10 @@ from connector.workcopy.store_client import (
 
 log = logging.getLogger("connector.workcopy")
 
+# Recall indexes kept: one per copy the cap allows (CONNECTOR_MAX_WORKING_COPIES), at least 64,
+# and this many without a cap (0). An index also leaves with the last copy of its content.
+INDEX_CACHE_MIN = 64
+INDEX_CACHE_UNCAPPED = 1024
 SIGN_IN_AGAIN = "The store refused this sign-in's credential; sign in again."
 # Told (subject, store credential, session) when the store refuses a store token for good.
 CredentialRefused = Callable[[str, str, str], None]
@@ -315,8 +319,12 @@ class WorkingCopyManager:
         # Per subject: the kinds of the writes recovered from the journal at start-up (told once).
         self._recovered: dict[str, list[str]] = {}
         self.long_lived = LongLivedObjects()
-        # Recall indexes by content key; every change of a copy is followed in them.
-        self.index_cache = IndexCache(capacity=64) if index_cache is None else index_cache
+        # Recall indexes by content key; every change of a copy is followed in them. Room for
+        # one per copy held (a fixed 64 made 200 users rebuild their indexes on every recall);
+        # an index leaves with the last copy of its content, so the copy caps bound both.
+        if index_cache is None:
+            index_cache = IndexCache(capacity=max(INDEX_CACHE_MIN, self.tuning.max_copies or INDEX_CACHE_UNCAPPED))
+        self.index_cache = index_cache
         self.followers: list[IndexFollower] = [self.index_cache]
         self._following: dict[str, asyncio.Task[None]] = {}  # content key -> its index being followed
         self._maintenance: asyncio.Task[None] | None = None
@@ -1097,6 +1105,7 @@ class WorkingCopyManager:
         for key, held in list(self._copies.items()):
             if held is copy:
                 del self._copies[key]
+        self._forget_index(copy)
         self.long_lived.dropped()
         state = self._users.get(copy.subject)
         if state is not None:
@@ -1136,6 +1145,11 @@ class WorkingCopyManager:
 
     # ----- memory budget ---------------------------------------------------
 
+    def _forget_index(self, dropped: WorkingCopy) -> None:
+        """Drop the recall index of a dropped copy's content unless another copy holds that content."""
+        if not any(copy.key == dropped.key for copy in self._copies.values()):
+            self.index_cache.invalidate(dropped.key)
+
     def _enforce_budget(self, incoming: int = 0) -> int:
         """Drop least recently used clean copies while over ``max_copies`` or ``max_copy_bytes``.
 
@@ -1162,6 +1176,7 @@ class WorkingCopyManager:
             if copy.dirty or copy.lock.locked():
                 continue
             del self._copies[key]
+            self._forget_index(copy)
             count -= 1
             total -= copy.size_bytes
             evicted += 1
@@ -1193,6 +1208,7 @@ class WorkingCopyManager:
             if idle and not copy.dirty and not copy.lock.locked():
                 if self._copies.get(key) is copy:
                     del self._copies[key]
+                    self._forget_index(copy)
                     self.long_lived.dropped()
                     log.info("purged an idle working copy")
         self._enforce_budget()
@@ -1217,6 +1233,7 @@ class WorkingCopyManager:
                     kept += 1
                     continue
                 self._copies.pop(key, None)
+                self._forget_index(copy)
                 self.long_lived.dropped()
         if not kept:
             self._users.pop(subject, None)

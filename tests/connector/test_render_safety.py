@@ -156,3 +156,40 @@ def test_shared_brain_owner_and_role_stay_on_their_line() -> None:
     assert BrainRecord.from_json({"id": "b" * 32, "role": "admin", "owner": 7}).role is None
     assert render.sharing({"role": "owner", "owner": "alice"}) == ""
     assert render.sharing({"role": "editor", "owner": "alice"}) == ", editor, owned by alice"
+
+
+# The per-character definitions the regular expressions of common/textsafety replace.
+def _reference_escape(text: str, keep: str = "") -> str:
+    from common.textsafety import escape_char, is_unsafe_char
+
+    return "".join(escape_char(c) if is_unsafe_char(c) and c not in keep else c for c in text)
+
+
+_MIXED = st.text(alphabet=st.sampled_from(
+    [chr(code) for code in (*range(0x00, 0x21), *range(0x7e, 0xa1), 0x2028, 0x2029, 0x061c, 0x200e, 0x200f,
+                            *range(0x202a, 0x202f), *range(0x2066, 0x206a), 0x85, 0xad, 0x200b, 0x2060, 0xfeff)]
+    + list("ab `é中"),
+), max_size=40)
+
+
+def test_unsafe_characters_are_exactly_the_per_character_rule_on_every_code_point() -> None:
+    from common.textsafety import is_unsafe_char
+
+    unsafe = "".join(chr(code) for code in range(0x110000) if is_unsafe_char(chr(code)))
+    assert len(unsafe) == 65 + 2 + 12  # Cc, Zl and Zp, the bidi controls
+    everything = "".join(chr(code) for code in range(0x110000) if not 0xD800 <= code <= 0xDFFF)
+    assert escape_one_line(everything) == _reference_escape(everything)
+    assert one_line(unsafe) == "" and has_unsafe_chars(unsafe[-1]) and not has_unsafe_chars("\u200b\xad")
+
+
+@settings(max_examples=300, deadline=None)
+@given(_MIXED)
+def test_escapes_match_the_per_character_rule(text: str) -> None:
+    from common.textsafety import is_unsafe_char
+
+    assert has_unsafe_chars(text) == any(is_unsafe_char(c) for c in text)
+    assert escape_one_line(text) == _reference_escape(text)
+    expected_body = _reference_escape(text.replace("\r\n", "\n"), keep="\n\t") if has_unsafe_chars(text) else text
+    assert escape_multiline(text) == expected_body
+    cleaned = re.sub(r" {2,}", " ", "".join(" " if is_unsafe_char(c) else c for c in text)).strip()
+    assert one_line(text) == (cleaned if has_unsafe_chars(text) else text)

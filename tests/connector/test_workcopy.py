@@ -694,3 +694,34 @@ def test_a_held_write_the_journal_cannot_keep_is_said_to_be_not_saved(store: Run
         await manager.close(push_timeout_s=0.1)
 
     run(scenario())
+
+
+def test_recall_indexes_have_room_for_every_copy_and_leave_with_them(store: RunningStore) -> None:
+    # A fixed 64 indexes made the 65th signed-in user push one out on every recall: each
+    # recall of 200 users rebuilt an index. Now there is room for one per copy held, and
+    # an index is dropped with the last copy of its content (the copy caps bound both).
+    assert manager_for(store, max_copies=300).index_cache.capacity == 300
+    assert manager_for(store, max_copies=0).index_cache.capacity >= 1000  # no copy cap: no 64 either
+    users = [store.add_user(f"indexes{number}") for number in range(3)]
+    for user in users:
+        direct_memorize(store.url, user.token, brains_of(store.url, user.token)[0]["id"], f"A fact of {user.name}")
+
+    async def scenario() -> None:
+        manager = manager_for(store, max_copies=2)
+        tools = BrainTools(manager)
+        keys = []
+        for user in users:
+            result = await tools.call("brain_recall", {"query": "fact"}, Caller(account_for(user), ALL))
+            assert not result.is_error and result.structured_content["count"] == 1
+            keys.append((await manager.snapshot(account_for(user))).key)
+        held = {copy.key for copy in manager.copies.values()}
+        assert held == {keys[1], keys[2]}  # the first user's copy was dropped (max 2 copies) ...
+        assert manager.index_cache.peek(keys[0]) is None  # ... and its index with it
+        assert all(manager.index_cache.peek(key) is not None for key in keys[1:])
+        # The first user comes back: the copy is pulled again and its index built again, off the loop.
+        result = await tools.call("brain_recall", {"query": "fact"}, Caller(account_for(users[0]), ALL))
+        assert result.structured_content["count"] == 1
+        assert manager.index_cache.peek(keys[0]) is not None
+        await manager.close()
+
+    run(scenario())
