@@ -13,11 +13,13 @@ without name or time, so an unchanged brain packs to identical bytes.
 
 from __future__ import annotations
 
+import bisect
 import errno
 import functools
 import gzip
 import hashlib
 import io
+import operator
 import os
 import re
 import secrets
@@ -27,7 +29,7 @@ import tarfile
 import threading
 import zlib
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -227,23 +229,67 @@ def _directories(paths: list[str]) -> set[str]:
     return folders
 
 
+_Entry = tuple[tuple[str, ...], bool]  # (path components, is a directory); () is the root
+_ROOT: _Entry = ((), True)
+_Sums = tuple[bytes, int, int]  # SHA-256, CRC-32 and length of a segment
+
+
 def pack_archive(brain: Brain) -> bytes:
     """The brain as a deterministic tar.gz: same files, same bytes.
 
     The tar stream is exactly what ``tarfile`` writes in GNU format (headers come
     from ``TarInfo.tobuf``). It is compressed in segments whose boundaries depend
-    on content only (see `_segments`), each deflated on its own and joined into
+    on content only (see `_parts`), each deflated on its own and joined into
     one ordinary gzip member (`_Deflated`): after a write most segments are
-    unchanged and their compressed bytes come from a cache, so packing a large
-    brain again costs hashing, not compressing.
+    unchanged and their compressed bytes come from a cache. What this pack computed
+    is kept on the brain (`_PackMemo`, carried by `Brain.copy`): the next pack takes
+    the digests of segments whose files are the very same bytes objects instead of
+    hashing them again, so packing after a write costs about what the write changed.
     """
-    paths = [path for path in brain.files if not _skipped(path)]
+    memo = brain.pack_memo if isinstance(brain.pack_memo, _PackMemo) else None
+    keys, folders, entries = _entries(brain.files, memo)
+    parts = list(_parts(brain.files, entries, memo))
+    packed = _DEFLATED.gzip(parts)
+    brain.pack_memo = _PackMemo.of(keys, folders, entries, parts)
+    return packed
+
+
+def _entries(
+    files: dict[str, bytes], memo: _PackMemo | None
+) -> tuple[frozenset[str], frozenset[str], list[_Entry]]:
+    """(every path, the directories, the sorted tar entries) of ``files``, checked.
+
+    Taken from the last pack's when files were only added since (a memorize adds
+    one), else computed in full. Raises when a path is unsafe.
+    """
+    keys = frozenset(files)
+    if memo is not None and keys == memo.keys:
+        return memo.keys, memo.folders, memo.entries
+    if memo is not None and memo.keys <= keys and len(keys) - len(memo.keys) <= _FEW_ADDED:
+        added = sorted(path for path in keys - memo.keys if not _skipped(path))
+        _check_clean(added)
+        folders = set(memo.folders)
+        entries = list(memo.entries)
+        for folder in _directories(added) - folders:
+            bisect.insort(entries, (tuple(folder.split("/")), True))
+            folders.add(folder)
+        for path in added:
+            bisect.insort(entries, (tuple(path.split("/")), False))
+        return keys, frozenset(folders), entries
+    paths = [path for path in files if not _skipped(path)]
+    _check_clean(paths)
+    folders = _directories(paths)
+    entries = sorted([(tuple(p.split("/")), False) for p in paths] + [(tuple(d.split("/")), True) for d in folders])
+    return keys, frozenset(folders), [_ROOT, *entries]
+
+
+def _check_clean(paths: Iterable[str]) -> None:
     for path in paths:
         if not _clean_path(path):
             raise ArchiveError(f"brain holds an unsafe path: {path[:200]!r}")
-    folders = _directories(paths)
-    entries = sorted([(tuple(p.split("/")), False) for p in paths] + [(tuple(d.split("/")), True) for d in folders])
-    return _DEFLATED.gzip(_segments(brain.files, entries))
+
+
+_FEW_ADDED = 64  # more files added than this since the last pack: entries sorted afresh
 
 
 # Files at least this large are cut into several segments (the big JSON indexes).
@@ -281,44 +327,248 @@ def _forced_cut(content: bytes, after: int) -> int:
     return newline + 1 if newline >= 0 else after + _MAX_PIECE
 
 
-def _segments(files: dict[str, bytes], entries: list[tuple[tuple[str, ...], bool]]) -> Iterator[bytes]:
-    """The tar stream in content-defined segments (their concatenation is the whole stream)."""
+@dataclass(frozen=True)
+class _SmallRun:
+    """A segment of small files and directories: which entries, which file objects, why it ended."""
+
+    entries: list[_Entry]
+    paths: tuple[str, ...]  # its files, in order
+    contents: tuple[bytes, ...]  # their bytes objects then
+    before_big: bool  # ended because a big file follows (else: its last file ends segments)
+    sums: _Sums
+
+    def data(self) -> bytes:
+        """The segment's bytes, built again from the entries and the objects it holds."""
+        contents = iter(self.contents)
+        return _join_small(
+            ("./" + "/".join(parts) if parts else ".", None if is_dir else next(contents))
+            for parts, is_dir in self.entries
+        )
+
+
+@dataclass(frozen=True)
+class _BigRun:
+    """A big file's segments: its bytes object then and each piece's bounds and sums."""
+
+    entry: _Entry
+    content: bytes
+    pieces: list[tuple[int, int, _Sums]]
+
+
+class _Part:
+    """One segment of the tar stream: its SHA-256, CRC-32 and length, and its bytes when needed.
+
+    A segment reused from the memo builds its bytes only if a neighbour must be
+    deflated (the dictionary is its end) or the deflate cache lost it. ``run`` is
+    what it is part of, for the next memo (None for the end of the archive).
+    """
+
+    __slots__ = ("_build", "_data", "crc", "digest", "length", "run")
+
+    def __init__(
+        self,
+        data: bytes | memoryview | None = None,
+        *,
+        sums: _Sums | None = None,
+        build: Callable[[], bytes | memoryview] | None = None,
+        run: _SmallRun | _BigRun | None = None,
+    ) -> None:
+        self._data, self._build, self.run = data, build, run
+        if sums is None:
+            assert data is not None
+            sums = hashlib.sha256(data).digest(), zlib_ng.crc32(data), len(data)
+        self.digest, self.crc, self.length = sums
+
+    @property
+    def known(self) -> bool:
+        """Whether the bytes are at hand (built, not only summed)."""
+        return self._data is not None
+
+    def data(self) -> bytes | memoryview:
+        """The segment's bytes (built on first use when they came from the memo)."""
+        if self._data is None:
+            assert self._build is not None
+            self._data = self._build()
+        return self._data
+
+    @property
+    def sums(self) -> _Sums:
+        return self.digest, self.crc, self.length
+
+
+def _parts(files: dict[str, bytes], entries: list[_Entry], memo: _PackMemo | None) -> Iterator[_Part]:
+    """The tar stream in content-defined segments (their concatenation is the whole stream).
+
+    ``entries`` are sorted, the root first. Small files are grouped, a group ending
+    after a file whose path hash says so (`_ends_segment`) or before a big file; a
+    big file is cut at content-defined points (`_cuts`). Where a run of the memo
+    starts at the same entry and holds the same entries and the very same file
+    objects, its segments are taken as they were (a few C-level comparisons per
+    segment, not per file); elsewhere segments are built and hashed.
+    """
+    runs = memo.runs if memo is not None else []
+    starts = memo.starts if memo is not None else {}
+    count = len(entries)
+    position = 0
     emitted = 0
-    pending: list[bytes] = [_header(".", 0, True)]
-    for parts, is_dir in entries:
-        name = "/".join(parts)
+    expected: int | None = 0  # index of the memo run that would start at ``position``
+    tail: list[tuple[str, bytes | None]] = []
+    while position < count:
+        run = runs[expected] if expected is not None and expected < len(runs) else None
+        if isinstance(run, _SmallRun) and _same_small(run, files, entries, position):
+            yield _Part(sums=run.sums, build=run.data, run=run)
+            emitted += run.sums[2]
+            position += len(run.entries)
+            expected += 1  # type: ignore[operator]
+            continue
+        if isinstance(run, _BigRun) and entries[position] == run.entry and files.get(_path(run.entry)) is run.content:
+            name = _path(run.entry)
+            for start, end, sums in run.pieces:
+                yield _Part(sums=sums, build=functools.partial(_big_piece, name, run.content, start, end), run=run)
+                emitted += sums[2]
+            position += 1
+            expected += 1  # type: ignore[operator]
+            continue
+        built, position, tail = _build_run(files, entries, position)
+        for part in built:
+            emitted += part.length
+            yield part
+        expected = starts.get(entries[position]) if position < count else None
+    # End of archive: the files no segment ended, two zero blocks, then zeros up to a
+    # whole record (as tarfile does).
+    last = _join_small(tail)
+    size = emitted + len(last) + 2 * tarfile.BLOCKSIZE
+    yield _Part(last + bytes(2 * tarfile.BLOCKSIZE + (-size) % tarfile.RECORDSIZE))
+
+
+def _same_small(run: _SmallRun, files: dict[str, bytes], entries: list[_Entry], position: int) -> bool:
+    """Whether ``run`` is, unchanged, the segment starting at ``position``."""
+    stop = position + len(run.entries)
+    if entries[position:stop] != run.entries:
+        return False
+    try:
+        if not all(map(operator.is_, map(files.__getitem__, run.paths), run.contents)):
+            return False  # a file was written: same grouping, but the bytes must be built
+    except KeyError:
+        return False
+    if run.before_big:  # it ended because a big file came next: still so?
+        if stop >= len(entries) or entries[stop][1]:
+            return False
+        following = files.get(_path(entries[stop]))
+        return following is not None and len(following) >= _BIG_FILE
+    return True
+
+
+def _path(entry: _Entry) -> str:
+    return "/".join(entry[0])
+
+
+def _build_run(
+    files: dict[str, bytes], entries: list[_Entry], position: int
+) -> tuple[list[_Part], int, list[tuple[str, bytes | None]]]:
+    """The segments of the run starting at ``position``, built and hashed: (segments, where
+    the next run starts, the entries left over at the end of the archive)."""
+    first = position
+    items: list[tuple[str, bytes | None]] = []
+    paths: list[str] = []
+    while position < len(entries):
+        entry = entries[position]
+        parts, is_dir = entry
         if is_dir:
-            pending.append(_header("./" + name, 0, True))
+            items.append(("./" + "/".join(parts) if parts else ".", None))
+            position += 1
             continue
+        name = "/".join(parts)
         content = files[name]
-        header = _header("./" + name, len(content), False)
-        padding = _PADDING[len(content) % tarfile.BLOCKSIZE]
         if len(content) >= _BIG_FILE:
-            if pending:
-                segment = b"".join(pending)
-                emitted += len(segment)
-                yield segment
-                pending = []
+            if items:  # the small entries before it make one segment
+                return [_small_part(entries[first:position], items, paths, True)], position, []
             bounds = [*_cuts(content), len(content)]
-            for start, end in zip(bounds, bounds[1:]):
-                piece = content[start:end]
-                if start == 0:
-                    piece = header + piece
-                if end == len(content):
-                    piece += padding
-                emitted += len(piece)
-                yield piece
-            continue
-        pending += (header, content, padding)
+            pieces = [(start, end, _big_piece(name, content, start, end)) for start, end in zip(bounds, bounds[1:])]
+            built = [_Part(piece) for _, _, piece in pieces]
+            run = _BigRun(entry, content, [(start, end, part.sums) for (start, end, _), part in zip(pieces, built)])
+            for part in built:
+                part.run = run
+            return built, position + 1, []
+        items.append(("./" + name, content))
+        paths.append(name)
+        position += 1
         if _ends_segment(name):
-            segment = b"".join(pending)
-            emitted += len(segment)
-            yield segment
-            pending = []
-    # End of archive: two zero blocks, then zeros up to a whole record (as tarfile does).
-    size = emitted + sum(map(len, pending)) + 2 * tarfile.BLOCKSIZE
-    pending.append(bytes(2 * tarfile.BLOCKSIZE + (-size) % tarfile.RECORDSIZE))
-    yield b"".join(pending)
+            return [_small_part(entries[first:position], items, paths, False)], position, []
+    return [], position, items
+
+
+def _small_part(entries: list[_Entry], items: list[tuple[str, bytes | None]], paths: list[str], before_big: bool) -> _Part:
+    part = _Part(_join_small(items))
+    contents = tuple(content for _, content in items if content is not None)
+    part.run = _SmallRun(entries, tuple(paths), contents, before_big, part.sums)
+    return part
+
+
+def _join_small(items: Iterable[tuple[str, bytes | None]]) -> bytes:
+    """The tar entries of directories (content None) and small files, one after the other."""
+    out: list[bytes] = []
+    for name, content in items:
+        if content is None:
+            out.append(_header(name, 0, True))
+        else:
+            out += (_header(name, len(content), False), content, _PADDING[len(content) % tarfile.BLOCKSIZE])
+    return b"".join(out)
+
+
+def _big_piece(name: str, content: bytes, start: int, end: int) -> bytes | memoryview:
+    """Bytes ``start:end`` of a big file's entry: its header before the first, padding after the last.
+
+    A view, not a copy, when it is neither (copying 26 MB of JSON cost ~8 ms a pack)."""
+    if start and end != len(content):
+        return memoryview(content)[start:end]
+    piece = content[start:end]
+    if start == 0:
+        piece = _header("./" + name, len(content), False) + piece
+    if end == len(content):
+        piece += _PADDING[len(content) % tarfile.BLOCKSIZE]
+    return piece
+
+
+def _segments(files: dict[str, bytes], entries: list[_Entry]) -> Iterator[bytes | memoryview]:
+    """The tar stream's segments as bytes for sorted ``entries`` (no root), computed afresh."""
+    for part in _parts(files, [_ROOT, *entries], None):
+        yield part.data()
+
+
+@dataclass(frozen=True)
+class _PackMemo:
+    """What one pack computed, for the next pack of the same brain or its copies.
+
+    Never changed after it is made. Reuse is by identity: a run's entries must be
+    equal and each of its files the very bytes object packed then (the memo holds
+    them, so no other object can take their id); bytes are immutable, so the
+    segment's bytes, hence its sums, are the same. Only exact ``bytes`` are memoised.
+    """
+
+    keys: frozenset[str]  # every path of the brain then
+    folders: frozenset[str]
+    entries: list[_Entry]  # sorted, the root first; never mutated (copied before an insertion)
+    runs: list[_SmallRun | _BigRun]  # in stream order, the end of the archive left out
+    starts: dict[_Entry, int]  # the first entry of each run -> its index in ``runs``
+
+    @classmethod
+    def of(
+        cls, keys: frozenset[str], folders: frozenset[str], entries: list[_Entry], parts: list[_Part]
+    ) -> _PackMemo | None:
+        """The memo of a pack's segments; None when a file is not exactly ``bytes`` (could change in place)."""
+        runs: list[_SmallRun | _BigRun] = []
+        starts: dict[_Entry, int] = {}
+        for part in parts:
+            run = part.run
+            if run is None or (runs and runs[-1] is run):
+                continue  # the end of the archive; a big file's further pieces
+            held = run.contents if isinstance(run, _SmallRun) else (run.content,)
+            if not all(type(content) is bytes for content in held):
+                return None
+            starts[run.entries[0] if isinstance(run, _SmallRun) else run.entry] = len(runs)
+            runs.append(run)
+        return cls(keys, folders, entries, runs, starts)
 
 
 @functools.lru_cache(maxsize=1 << 17)
@@ -367,42 +617,44 @@ class _Deflated:
         finisher = zlib_ng.compressobj(_GZIP_LEVEL, zlib.DEFLATED, -zlib.MAX_WBITS)
         self._final_block = finisher.flush(zlib.Z_FINISH)
 
-    def gzip(self, segments: Iterable[bytes]) -> bytes:
-        """One gzip member holding the concatenated ``segments``."""
+    def gzip(self, parts: Iterable[_Part]) -> bytes:
+        """One gzip member holding the concatenated segments ``parts``."""
         out = [_GZIP_HEADER]
         crc = 0
         length = 0
-        previous, previous_digest = b"", b""
-        for segment in segments:
-            crc = zlib_ng.crc32(segment, crc)  # several times zlib's speed
-            length += len(segment)
-            digest = hashlib.sha256(segment).digest()
-            out.append(self._deflate(segment, digest, previous, previous_digest))
-            previous, previous_digest = segment, digest
+        previous: _Part | None = None
+        for part in parts:
+            if part.known:
+                crc = zlib_ng.crc32(part.data(), crc)  # several times zlib's speed
+            else:
+                crc = zlib_ng.crc32_combine(crc, part.crc, part.length)  # its bytes are not even built
+            length += part.length
+            out.append(self._deflate(part, previous))
+            previous = part
         out.append(self._final_block)
         out.append(struct.pack("<II", crc, length & 0xFFFFFFFF))
         return b"".join(out)
 
-    def _deflate(self, segment: bytes, digest: bytes, previous: bytes, previous_digest: bytes) -> bytes:
-        """``segment`` deflated with the end of ``previous`` as its dictionary (cached).
+    def _deflate(self, part: _Part, previous: _Part | None) -> bytes:
+        """``part`` deflated with the end of ``previous`` as its dictionary (cached).
 
         The dictionary is what a decoder has in its window at that point, so matches
         may reach back into the previous segment as in one continuous stream: the
         price of cutting the stream is almost nothing. The output depends on both
         segments, hence the key.
         """
-        key = previous_digest + digest
+        key = (previous.digest if previous is not None else b"") + part.digest
         with self._lock:
             found = self._cache.get(key)
             if found is not None:
                 self._cache.move_to_end(key)
                 return found
-        if previous:
-            window = previous[-_WINDOW:]
+        if previous is not None:
+            window = previous.data()[-_WINDOW:]
             compressor = zlib_ng.compressobj(_GZIP_LEVEL, zlib.DEFLATED, -zlib.MAX_WBITS, zdict=window)
         else:
             compressor = zlib_ng.compressobj(_GZIP_LEVEL, zlib.DEFLATED, -zlib.MAX_WBITS)
-        deflated = compressor.compress(segment) + compressor.flush(zlib.Z_SYNC_FLUSH)
+        deflated = compressor.compress(part.data()) + compressor.flush(zlib.Z_SYNC_FLUSH)
         with self._lock:
             if key not in self._cache:
                 self._cache[key] = deflated

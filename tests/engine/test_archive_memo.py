@@ -1,0 +1,131 @@
+"""Packing with the last pack's memo never reuses a stale segment.
+
+`pack_archive` keeps what it computed on the brain (`Brain.pack_memo`, carried by
+`copy`) and takes the sums of segments whose files are the very same bytes objects.
+Random changes (files written with other bytes of the same length, added in new and
+old folders, removed, grown past the big-file size and shrunk below it, big files
+edited) are packed with the carried memo and compared with a cold pack of the same
+files (no memo, empty segment cache), bit for bit, and with tarfile's own stream.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import random
+from typing import Any
+
+import pytest
+
+from connector.engine import archive
+from connector.engine.archive import load_archive, pack_archive
+from connector.engine.brain import Brain
+from tests.engine.test_archive import _tarfile_written
+from tests.engine.test_archive_segments import big_brain, with_new_memory
+
+
+def cold_pack(files: dict[str, bytes], monkeypatch: pytest.MonkeyPatch) -> bytes:
+    """The pack of ``files`` with nothing remembered: no memo, an empty segment cache."""
+    with monkeypatch.context() as patch:
+        patch.setattr(archive, "_DEFLATED", archive._Deflated())
+        return pack_archive(Brain(dict(files)))
+
+
+def mutate(brain: Brain, rnd: random.Random, step: int) -> None:
+    files = brain.files
+    small = [path for path, data in files.items() if len(data) < archive._BIG_FILE]
+    action = rnd.choice(["rewrite", "rewrite", "add", "add_folder", "remove", "grow", "shrink", "edit_big", "sync", "none"])
+    if action == "rewrite":  # same path, same length, other bytes: only identity tells them apart
+        path = rnd.choice(small)
+        old = files[path]
+        files[path] = bytes(old[:-1]) + bytes([(old[-1] + 1) % 256]) if old else b"x"
+    elif action == "add":
+        folder = rnd.choice(small).rpartition("/")[0]
+        files[f"{folder}/added-{step}.md".lstrip("/")] = f"added {step}\n".encode() * rnd.randint(1, 40)
+    elif action == "add_folder":
+        files[f"new{step}/deeper/x-{step}.md"] = b"in a new folder\n"
+    elif action == "remove":
+        del files[rnd.choice(small)]
+    elif action == "grow":  # a small file becomes big: the grouping around it changes
+        files[rnd.choice(small)] = b"grown line\n" * (archive._BIG_FILE // 10)
+    elif action in ("shrink", "edit_big"):
+        big = [path for path, data in files.items() if len(data) >= archive._BIG_FILE]
+        if not big:
+            return
+        path = rnd.choice(big)
+        if action == "shrink":
+            files[path] = b"small again\n"
+            return
+        data = bytearray(files[path])
+        at = rnd.randrange(len(data))
+        data[at:at] = b'\n    "mem_20260101_abcd01": 1,'  # a new cut point, maybe
+        files[path] = bytes(data)
+    elif action == "sync":
+        files[f".sync/state-{step}"] = b"device state, never packed"
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_packs_with_the_memo_equal_cold_packs(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    rnd = random.Random(seed)
+    brain = big_brain(memories=1200, seed=seed)
+    brain.files["big-notes.md"] = b"a big note\n" * (archive._BIG_FILE // 8)
+    pack_archive(brain)
+    for step in range(25):
+        working = brain.copy()  # carries the memo, as a write's copy does
+        assert working.pack_memo is brain.pack_memo is not None
+        for _ in range(rnd.randint(0, 3)):
+            mutate(working, rnd, step)
+        warm = pack_archive(working)
+        assert warm == cold_pack(working.files, monkeypatch), step
+        if step % 8 == 0:
+            packed = {path: data for path, data in working.files.items() if not path.startswith(".sync/")}
+            assert gzip.decompress(warm) == _tarfile_written(Brain(packed))
+            assert load_archive(warm).files == packed
+        brain = working
+
+
+def test_two_copies_sharing_a_memo_each_pack_their_own_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    brain = big_brain(memories=800)
+    pack_archive(brain)
+    first, second = brain.copy(), brain.copy()
+    path = sorted(p for p in brain.files if p.endswith(".md"))[100]
+    first.files[path] = b"first copy's bytes\n"
+    second.files[path] = b"second copy bytes\n"  # same length, other bytes
+    assert pack_archive(first) == cold_pack(first.files, monkeypatch)
+    assert pack_archive(second) == cold_pack(second.files, monkeypatch)
+    assert load_archive(pack_archive(second)).files[path] == b"second copy bytes\n"
+
+
+def test_a_write_hashes_only_what_changed(monkeypatch: pytest.MonkeyPatch) -> None:
+    brain = big_brain()
+    pack_archive(brain)
+    hashed: list[int] = []
+
+    class Counting:
+        @staticmethod
+        def sha256(data: Any) -> Any:
+            hashed.append(len(data))
+            return hashlib.sha256(data)
+
+    changed = with_new_memory(brain, "abc123")
+    changed.files["area1/topic1/note-1.md"] = b"rewritten\n"
+    monkeypatch.setattr(archive, "hashlib", Counting)
+    warm = pack_archive(changed)
+    total = len(gzip.decompress(warm))
+    big = sum(len(data) for data in changed.files.values() if len(data) >= archive._BIG_FILE)
+    # The two rewritten JSON files (whole) and the few small segments holding a change.
+    assert sum(hashed) < big + 0.1 * (total - big)
+    monkeypatch.setattr(archive, "hashlib", hashlib)
+    assert warm == cold_pack(changed.files, monkeypatch)
+
+
+def test_files_that_could_change_in_place_are_not_remembered(monkeypatch: pytest.MonkeyPatch) -> None:
+    brain = big_brain(memories=800)
+    path = sorted(p for p in brain.files if p.endswith(".md"))[10]
+    content = bytearray(brain.files[path])
+    brain.files[path] = content  # type: ignore[assignment]
+    first = pack_archive(brain)
+    assert brain.pack_memo is None
+    content[0:1] = b"#"
+    again = pack_archive(brain)
+    assert again != first and load_archive(again).files[path] == bytes(content)
