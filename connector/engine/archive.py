@@ -243,8 +243,10 @@ def pack_archive(brain: Brain) -> bytes:
     one ordinary gzip member (`_Deflated`): after a write most segments are
     unchanged and their compressed bytes come from a cache. What this pack computed
     is kept on the brain (`_PackMemo`, carried by `Brain.copy`): the next pack takes
-    the digests of segments whose files are the very same bytes objects instead of
-    hashing them again, so packing after a write costs about what the write changed.
+    the sums of segments whose files are the very same bytes objects instead of
+    hashing them again, and cuts a rewritten big file by comparing it with the
+    version the memo holds (`_recut`), so packing after a write costs about what
+    the write changed.
     """
     memo = brain.pack_memo if isinstance(brain.pack_memo, _PackMemo) else None
     keys, folders, entries = _entries(brain.files, memo)
@@ -307,19 +309,72 @@ _MAX_PIECE = 1024 * 1024
 def _cuts(content: bytes) -> list[int]:
     """Offsets that cut a big file into pieces: content-defined, at least _MIN_PIECE apart.
 
-    A stretch without any cut point is cut at the first newline after _MAX_PIECE
-    (or at _MAX_PIECE), so no piece grows without bound.
+    Each cut is the first cut point at least _MIN_PIECE after the previous cut; a
+    stretch without any within _MAX_PIECE is cut at the first newline after half of
+    it (or at _MAX_PIECE), so no piece grows without bound.
     """
     cuts = [0]
-    for match in _BIG_CUT.finditer(content):
-        start = match.start() + 1  # after the newline
-        while start - cuts[-1] > _MAX_PIECE:
-            cuts.append(_forced_cut(content, cuts[-1]))
-        if start - cuts[-1] >= _MIN_PIECE:
-            cuts.append(start)
-    while len(content) - cuts[-1] > _MAX_PIECE:
-        cuts.append(_forced_cut(content, cuts[-1]))
+    while (cut := _next_cut(content, cuts[-1])) is not None:
+        cuts.append(cut)
     return cuts
+
+
+def _next_cut(content: bytes | memoryview, after: int) -> int | None:
+    """The cut that follows the cut at ``after`` (None: the rest is the last piece).
+
+    It depends only on ``content[after : after + _MAX_PIECE + _KEY]``: that is what
+    lets `_recut` take whole pieces of an older version of the file unexamined.
+    """
+    match = _BIG_CUT.search(content, after + _MIN_PIECE - 1)  # type: ignore[call-overload]
+    if match is not None and match.start() + 1 - after <= _MAX_PIECE:
+        return int(match.start()) + 1  # after the newline
+    if len(content) - after > _MAX_PIECE:
+        return _forced_cut(content, after)
+    return None
+
+
+# Bytes of a cut point after its newline: 4 spaces, the quoted id (which names the piece it starts).
+_KEY = len(b'    "mem_20260101_abcdef"')
+
+
+def _recut(content: bytes, old: _BigRun) -> list[tuple[int, int, _Sums | None]]:
+    """The pieces of ``content`` (bounds exactly `_cuts`'s), with the sums of those that are
+    pieces of ``old`` unchanged (None: to be hashed).
+
+    After each cut, the old piece starting with the same cut point (the same memory
+    id) is compared, plus the cut point that ended it: when the bytes are equal, the
+    next cut is where it was (`_next_cut` sees nothing else) and the piece's bytes, so
+    its sums, are the same; else the next cut is searched for. A memorize rewrites a
+    few entries of 26 MB of JSON: most pieces are compared (memcmp), not hashed.
+    The first and last pieces (tar header, padding) are always hashed.
+    """
+    previous = old.content
+    pieces = old.pieces
+    starting = {previous[start : start + _KEY]: number for number, (start, _, _) in enumerate(pieces) if start}
+    out: list[tuple[int, int, _Sums | None]] = []
+    view = memoryview(previous)
+    cut = 0
+    number: int | None = None  # the old piece that may start at ``cut``
+    while True:
+        if number is not None and number < len(pieces):
+            start, end, sums = pieces[number]
+            length = end - start
+            # Its bytes and the cut point that ended it (a normal cut, not a forced one).
+            if (
+                end < len(previous)
+                and _BIG_CUT.match(previous, end - 1) is not None
+                and content.startswith(view[start : end + _KEY], cut)
+            ):
+                out.append((cut, cut + length, sums))
+                cut += length
+                number += 1
+                continue
+        following = _next_cut(content, cut)
+        out.append((cut, len(content) if following is None else following, None))
+        if following is None:
+            return out
+        cut = following
+        number = starting.get(content[cut : cut + _KEY])
 
 
 def _forced_cut(content: bytes, after: int) -> int:
@@ -404,7 +459,8 @@ def _parts(files: dict[str, bytes], entries: list[_Entry], memo: _PackMemo | Non
     big file is cut at content-defined points (`_cuts`). Where a run of the memo
     starts at the same entry and holds the same entries and the very same file
     objects, its segments are taken as they were (a few C-level comparisons per
-    segment, not per file); elsewhere segments are built and hashed.
+    segment, not per file); a big file written since is cut by `_recut`; elsewhere
+    segments are built and hashed.
     """
     runs = memo.runs if memo is not None else []
     starts = memo.starts if memo is not None else {}
@@ -429,7 +485,17 @@ def _parts(files: dict[str, bytes], entries: list[_Entry], memo: _PackMemo | Non
             position += 1
             expected += 1  # type: ignore[operator]
             continue
-        built, position, tail = _build_run(files, entries, position)
+        entry = entries[position]
+        content = None if entry[1] else files[_path(entry)]
+        if content is not None and len(content) >= _BIG_FILE:
+            # Written since: cut again, comparing with the version the memo holds.
+            held = starts.get(entry)
+            old = runs[held] if held is not None else None
+            built = _big_parts(entry, _path(entry), content, old if isinstance(old, _BigRun) else None)
+            position += 1
+            tail = []
+        else:
+            built, position, tail = _build_run(files, entries, position)
         for part in built:
             emitted += part.length
             yield part
@@ -483,19 +549,31 @@ def _build_run(
         if len(content) >= _BIG_FILE:
             if items:  # the small entries before it make one segment
                 return [_small_part(entries[first:position], items, paths, True)], position, []
-            bounds = [*_cuts(content), len(content)]
-            pieces = [(start, end, _big_piece(name, content, start, end)) for start, end in zip(bounds, bounds[1:])]
-            built = [_Part(piece) for _, _, piece in pieces]
-            run = _BigRun(entry, content, [(start, end, part.sums) for (start, end, _), part in zip(pieces, built)])
-            for part in built:
-                part.run = run
-            return built, position + 1, []
+            return _big_parts(entry, name, content, None), position + 1, []
         items.append(("./" + name, content))
         paths.append(name)
         position += 1
         if _ends_segment(name):
             return [_small_part(entries[first:position], items, paths, False)], position, []
     return [], position, items
+
+
+def _big_parts(entry: _Entry, name: str, content: bytes, old: _BigRun | None) -> list[_Part]:
+    """The segments of a big file: cut afresh, or from an older version of it (`_recut`)."""
+    if old is None or type(content) is not bytes:
+        bounds = [*_cuts(content), len(content)]
+        plan: list[tuple[int, int, _Sums | None]] = [(start, end, None) for start, end in zip(bounds, bounds[1:])]
+    else:
+        plan = _recut(content, old)
+    built = [
+        _Part(_big_piece(name, content, start, end)) if sums is None
+        else _Part(sums=sums, build=functools.partial(_big_piece, name, content, start, end))
+        for start, end, sums in plan
+    ]
+    run = _BigRun(entry, content, [(start, end, part.sums) for (start, end, _), part in zip(plan, built)])
+    for part in built:
+        part.run = run
+    return built
 
 
 def _small_part(entries: list[_Entry], items: list[tuple[str, bytes | None]], paths: list[str], before_big: bool) -> _Part:

@@ -6,6 +6,9 @@ Random changes (files written with other bytes of the same length, added in new 
 old folders, removed, grown past the big-file size and shrunk below it, big files
 edited) are packed with the carried memo and compared with a cold pack of the same
 files (no memo, empty segment cache), bit for bit, and with tarfile's own stream.
+A rewritten big file is cut by comparing it with the version the memo holds
+(`_recut`): its cuts must be those of a cold pass, and a piece is reused only when
+its bytes and what decided its end are unchanged.
 """
 
 from __future__ import annotations
@@ -129,3 +132,100 @@ def test_files_that_could_change_in_place_are_not_remembered(monkeypatch: pytest
     content[0:1] = b"#"
     again = pack_archive(brain)
     assert again != first and load_archive(again).files[path] == bytes(content)
+
+
+def reference_cuts(content: bytes) -> list[int]:
+    """The cuts as first written (one pass over every cut point): `_cuts` and `_recut` must agree."""
+    cuts = [0]
+    for match in archive._BIG_CUT.finditer(content):
+        start = match.start() + 1
+        while start - cuts[-1] > archive._MAX_PIECE:
+            cuts.append(archive._forced_cut(content, cuts[-1]))
+        if start - cuts[-1] >= archive._MIN_PIECE:
+            cuts.append(start)
+    while len(content) - cuts[-1] > archive._MAX_PIECE:
+        cuts.append(archive._forced_cut(content, cuts[-1]))
+    return cuts
+
+
+def json_like(rnd: random.Random, entries: int) -> list[bytes]:
+    """Entries of a map two levels deep, as dump_json writes index.json (a cut point every ~32)."""
+    return [
+        f'    "mem_2026{rnd.randint(1, 12):02d}{rnd.randint(1, 28):02d}_{rnd.getrandbits(24):06x}": {{\n'
+        f'      "title": "{"x" * rnd.randint(0, 400)}",\n      "n": {rnd.randint(0, 9)}\n    }}'.encode()
+        for _ in range(entries)
+    ]
+
+
+def edit(rnd: random.Random, lines: list[bytes]) -> None:
+    action = rnd.choice(["replace", "insert", "delete", "append", "touch_key", "blob", "same_length"])
+    at = rnd.randrange(len(lines))
+    if action == "replace":
+        lines[at] = json_like(rnd, 1)[0]
+    elif action == "insert":
+        lines[at:at] = json_like(rnd, rnd.randint(1, 40))
+    elif action == "delete":
+        del lines[at : at + rnd.randint(1, 40)]
+    elif action == "append":
+        lines += json_like(rnd, rnd.randint(1, 3))
+    elif action == "touch_key":  # the bytes right after a cut point: its id
+        lines[at] = lines[at][:12] + bytes([lines[at][12] ^ 1]) + lines[at][13:]
+    elif action == "blob":  # a long stretch without cut points: forced cuts
+        lines.insert(at, b"    " + b"y" * rnd.randint(1, 3 * archive._MAX_PIECE))
+    else:
+        line = bytearray(lines[at])
+        line[rnd.randrange(len(line))] = ord("z")
+        lines[at] = bytes(line)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_recut_finds_the_cuts_of_a_cold_pass_and_only_unchanged_pieces(seed: int) -> None:
+    rnd = random.Random(seed)
+    lines = json_like(rnd, 3000)
+    content = b"{\n  \"memories\": {\n" + b",\n".join(lines) + b"\n  }\n}\n"
+    bounds = [*archive._cuts(content), len(content)]
+    assert archive._cuts(content) == reference_cuts(content)
+    run = archive._BigRun(archive._ROOT, content, [
+        (start, end, archive._Part(content[start:end]).sums) for start, end in zip(bounds, bounds[1:])
+    ])
+    reused = 0
+    for _ in range(12):
+        for _ in range(rnd.randint(1, 4)):
+            edit(rnd, lines)
+        content = b"{\n  \"memories\": {\n" + b",\n".join(lines) + b"\n  }\n}\n"
+        plan = archive._recut(content, run)
+        expected = reference_cuts(content)
+        assert [start for start, _, _ in plan] == expected
+        assert plan[-1][1] == len(content)
+        for start, end, sums in plan:
+            if sums is not None:
+                reused += 1
+                assert sums == archive._Part(content[start:end]).sums
+        run = archive._BigRun(archive._ROOT, content, [
+            (start, end, sums or archive._Part(content[start:end]).sums) for start, end, sums in plan
+        ])
+    assert reused > 200
+
+
+def test_a_piece_that_ended_at_a_forced_cut_is_not_taken_when_a_cut_point_appears_after_it() -> None:
+    """A forced cut depends on what lies beyond it (no cut point up to _MAX_PIECE): a piece
+    ending there is not reusable on its own bytes alone."""
+    rnd = random.Random(7)
+    head = b",\n".join(json_like(rnd, 400)) + b",\n" + b"    " + b"w" * archive._MIN_PIECE + b",\n"
+    marker = b'    "mem_20260101_aaaa00": 1,\n'  # a cut point (its id ends in 00)
+    half = archive._MAX_PIECE // 2
+    stretch = b"    " + b"y" * (half + 1000) + b"\n" + b"z" * archive._MAX_PIECE + b"\n"
+    old = head + marker + stretch + marker.replace(b"aaaa00", b"bbbb00")
+    bounds = [*archive._cuts(old), len(old)]
+    cut_at_marker = old.index(marker)
+    assert cut_at_marker in bounds
+    forced = bounds[bounds.index(cut_at_marker) + 1]
+    assert old[forced - 1 : forced] == b"\n" and forced < cut_at_marker + archive._MAX_PIECE
+    run = archive._BigRun(archive._ROOT, old, [
+        (start, end, archive._Part(old[start:end]).sums) for start, end in zip(bounds, bounds[1:])
+    ])
+    # Same length, same bytes up to well past the forced cut; then a cut point before _MAX_PIECE.
+    at = cut_at_marker + half + 1000 + 200_000
+    new = old[:at] + b'\n    "mem_20260101_cccc00"' + old[at + 26 :]
+    assert len(new) == len(old) and reference_cuts(new) != bounds[:-1]
+    assert [start for start, _, _ in archive._recut(new, run)] == reference_cuts(new)
