@@ -391,6 +391,7 @@ class _SmallRun:
     contents: tuple[bytes, ...]  # their bytes objects then
     before_big: bool  # ended because a big file follows (else: its last file ends segments)
     sums: _Sums
+    exact: bool  # every file is exactly ``bytes`` (immutable): may be remembered
 
     def data(self) -> bytes:
         """The segment's bytes, built again from the entries and the objects it holds."""
@@ -579,7 +580,8 @@ def _big_parts(entry: _Entry, name: str, content: bytes, old: _BigRun | None) ->
 def _small_part(entries: list[_Entry], items: list[tuple[str, bytes | None]], paths: list[str], before_big: bool) -> _Part:
     part = _Part(_join_small(items))
     contents = tuple(content for _, content in items if content is not None)
-    part.run = _SmallRun(entries, tuple(paths), contents, before_big, part.sums)
+    exact = all(type(content) is bytes for content in contents)
+    part.run = _SmallRun(entries, tuple(paths), contents, before_big, part.sums, exact)
     return part
 
 
@@ -641,8 +643,7 @@ class _PackMemo:
             run = part.run
             if run is None or (runs and runs[-1] is run):
                 continue  # the end of the archive; a big file's further pieces
-            held = run.contents if isinstance(run, _SmallRun) else (run.content,)
-            if not all(type(content) is bytes for content in held):
+            if not (run.exact if isinstance(run, _SmallRun) else type(run.content) is bytes):
                 return None
             starts[run.entries[0] if isinstance(run, _SmallRun) else run.entry] = len(runs)
             runs.append(run)
