@@ -319,15 +319,15 @@ def _cuts(content: bytes) -> list[int]:
     return cuts
 
 
-def _next_cut(content: bytes | memoryview, after: int) -> int | None:
+def _next_cut(content: bytes, after: int) -> int | None:
     """The cut that follows the cut at ``after`` (None: the rest is the last piece).
 
     It depends only on ``content[after : after + _MAX_PIECE + _KEY]``: that is what
     lets `_recut` take whole pieces of an older version of the file unexamined.
     """
-    match = _BIG_CUT.search(content, after + _MIN_PIECE - 1)  # type: ignore[call-overload]
+    match = _BIG_CUT.search(content, after + _MIN_PIECE - 1)
     if match is not None and match.start() + 1 - after <= _MAX_PIECE:
-        return int(match.start()) + 1  # after the newline
+        return match.start() + 1  # after the newline
     if len(content) - after > _MAX_PIECE:
         return _forced_cut(content, after)
     return None

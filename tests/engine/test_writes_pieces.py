@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import random
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -22,7 +22,7 @@ from connector.engine.archive import load_directory
 from connector.engine.brain import dump_json
 from connector.engine.ops import connector_memorize
 from connector.engine.txn import KEPT_MAPS, fast_dump_json
-from tests.engine.test_writes_parsed_cache import FIXTURES, chain
+from tests.engine.test_writes_parsed_cache import FIXTURES, chain, written_once
 
 ALPHABET = ["a", "b", "é", "漢", "\n", '"', "\\", "\t", "\u2028", "/", "<", " ", "0", "\x01", "😀"]
 
@@ -178,13 +178,7 @@ def test_writes_from_pieces_commit_the_full_serialisation(fixture: str, monkeypa
 def test_an_abandoned_write_leaves_no_stale_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
     """A write that changes a document and then gives up (refused half-way) must not leave
     its change in pieces that the next write of the same bytes would join."""
-    source = FIXTURES / "brain-1-06"
-    if not source.is_dir():
-        pytest.skip("fixtures not present")
-    monkeypatch.setattr(txn, "PARSED", txn._ParsedDocuments(capacity=16, min_bytes=0))
-    now = datetime(2026, 3, 1, tzinfo=UTC)
-    brain = load_directory(source)
-    connector_memorize("A first fact about caching", tags=["cache", "deploy"]).apply(brain, now)
+    brain, now = written_once(monkeypatch)
     abandoned = txn.WriteTxn(brain.copy(), now)
     abandoned.update_entry(next(iter(abandoned.memories())), {"title": "changed, never committed"})
     after = brain.copy()
