@@ -229,8 +229,8 @@ def _directories(paths: list[str]) -> set[str]:
     return folders
 
 
-_Entry = tuple[tuple[str, ...], bool]  # (path components, is a directory); () is the root
-_ROOT: _Entry = ((), True)
+_Entry = tuple[str, bool]  # (path, is a directory): the brain's own path strings; "" is the root
+_ROOT: _Entry = ("", True)
 _Sums = tuple[bytes, int, int]  # SHA-256, CRC-32 and length of a segment
 
 
@@ -273,16 +273,25 @@ def _entries(
         folders = set(memo.folders)
         entries = list(memo.entries)
         for folder in _directories(added) - folders:
-            bisect.insort(entries, (tuple(folder.split("/")), True))
+            bisect.insort(entries, (folder, True), key=_tar_order)
             folders.add(folder)
         for path in added:
-            bisect.insort(entries, (tuple(path.split("/")), False))
+            bisect.insort(entries, (path, False), key=_tar_order)
         return keys, frozenset(folders), entries
     paths = [path for path in files if not _skipped(path)]
     _check_clean(paths)
     folders = _directories(paths)
-    entries = sorted([(tuple(p.split("/")), False) for p in paths] + [(tuple(d.split("/")), True) for d in folders])
+    entries = sorted([(path, False) for path in paths] + [(folder, True) for folder in folders], key=_tar_order)
     return keys, frozenset(folders), [_ROOT, *entries]
+
+
+def _tar_order(entry: _Entry) -> tuple[str, bool]:
+    """Sort key of an entry: by path components (as tuples of them compare), files first.
+
+    Clean paths hold no NUL, so with "/" read as NUL, comparing whole paths compares
+    their components one by one ("a/b" before "a-b"), without keeping tuples of them.
+    """
+    return entry[0].replace("/", "\x00"), entry[1]
 
 
 def _check_clean(paths: Iterable[str]) -> None:
@@ -397,8 +406,7 @@ class _SmallRun:
         """The segment's bytes, built again from the entries and the objects it holds."""
         contents = iter(self.contents)
         return _join_small(
-            ("./" + "/".join(parts) if parts else ".", None if is_dir else next(contents))
-            for parts, is_dir in self.entries
+            ("./" + path if path else ".", None if is_dir else next(contents)) for path, is_dir in self.entries
         )
 
 
@@ -478,8 +486,8 @@ def _parts(files: dict[str, bytes], entries: list[_Entry], memo: _PackMemo | Non
             position += len(run.entries)
             expected += 1  # type: ignore[operator]
             continue
-        if isinstance(run, _BigRun) and entries[position] == run.entry and files.get(_path(run.entry)) is run.content:
-            name = _path(run.entry)
+        if isinstance(run, _BigRun) and entries[position] == run.entry and files.get(run.entry[0]) is run.content:
+            name = run.entry[0]
             for start, end, sums in run.pieces:
                 yield _Part(sums=sums, build=functools.partial(_big_piece, name, run.content, start, end), run=run)
                 emitted += sums[2]
@@ -487,12 +495,12 @@ def _parts(files: dict[str, bytes], entries: list[_Entry], memo: _PackMemo | Non
             expected += 1  # type: ignore[operator]
             continue
         entry = entries[position]
-        content = None if entry[1] else files[_path(entry)]
+        content = None if entry[1] else files[entry[0]]
         if content is not None and len(content) >= _BIG_FILE:
             # Written since: cut again, comparing with the version the memo holds.
             held = starts.get(entry)
             old = runs[held] if held is not None else None
-            built = _big_parts(entry, _path(entry), content, old if isinstance(old, _BigRun) else None)
+            built = _big_parts(entry, entry[0], content, old if isinstance(old, _BigRun) else None)
             position += 1
             tail = []
         else:
@@ -521,13 +529,9 @@ def _same_small(run: _SmallRun, files: dict[str, bytes], entries: list[_Entry], 
     if run.before_big:  # it ended because a big file came next: still so?
         if stop >= len(entries) or entries[stop][1]:
             return False
-        following = files.get(_path(entries[stop]))
+        following = files.get(entries[stop][0])
         return following is not None and len(following) >= _BIG_FILE
     return True
-
-
-def _path(entry: _Entry) -> str:
-    return "/".join(entry[0])
 
 
 def _build_run(
@@ -540,12 +544,11 @@ def _build_run(
     paths: list[str] = []
     while position < len(entries):
         entry = entries[position]
-        parts, is_dir = entry
+        name, is_dir = entry
         if is_dir:
-            items.append(("./" + "/".join(parts) if parts else ".", None))
+            items.append(("./" + name if name else ".", None))
             position += 1
             continue
-        name = "/".join(parts)
         content = files[name]
         if len(content) >= _BIG_FILE:
             if items:  # the small entries before it make one segment
@@ -610,9 +613,10 @@ def _big_piece(name: str, content: bytes, start: int, end: int) -> bytes | memor
     return piece
 
 
-def _segments(files: dict[str, bytes], entries: list[_Entry]) -> Iterator[bytes | memoryview]:
-    """The tar stream's segments as bytes for sorted ``entries`` (no root), computed afresh."""
-    for part in _parts(files, [_ROOT, *entries], None):
+def _segments(files: dict[str, bytes], entries: list[tuple[tuple[str, ...], bool]]) -> Iterator[bytes | memoryview]:
+    """The tar stream's segments as bytes, computed afresh, for ``entries`` (path components,
+    is a directory) sorted as tar entries are, the root left out."""
+    for part in _parts(files, [_ROOT, *(("/".join(parts), is_dir) for parts, is_dir in entries)], None):
         yield part.data()
 
 

@@ -229,3 +229,15 @@ def test_a_piece_that_ended_at_a_forced_cut_is_not_taken_when_a_cut_point_appear
     new = old[:at] + b'\n    "mem_20260101_cccc00"' + old[at + 26 :]
     assert len(new) == len(old) and reference_cuts(new) != bounds[:-1]
     assert [start for start, _, _ in archive._recut(new, run)] == reference_cuts(new)
+
+
+def test_entries_are_in_tar_order_when_built_and_when_files_are_added() -> None:
+    """Entries sort as tuples of path components ("a/b" before "a-b"), also when the
+    memo's entries get new files inserted."""
+    names = ["a/b.md", "a-b.md", "a.md", "a/b/c.md", "a b/x.md", "é/x.md", "a0/x.md", "A/x.md", "a/b-c.md", "a/b/c-d/e.md"]
+    brain = Brain({name: name.encode() for name in names[::2]})
+    assert gzip.decompress(pack_archive(brain)) == _tarfile_written(brain)
+    for name in names[1::2] + ["a-b/c.md", "a/b/c/d.md", "a.b/x.md", "b/a.md"]:
+        brain = brain.copy()
+        brain.files[name] = name.encode()
+        assert gzip.decompress(pack_archive(brain)) == _tarfile_written(brain), name
