@@ -354,10 +354,10 @@ class _TarParser:
         them within ``data``; return where the general path takes over.
 
         The same steps as the general loop (``_on_block``, ``_on_header``, then skipping the
-        content), fused: a brain has one such header per file and directory, and at 10,000
-        memories the loop's own overhead was a third of validating an upload. The first
-        header that is not of the common shape (a zero block, pax, GNU long names, any
-        doubt) is left, unconsumed, to the general path.
+        content), fused: a brain has one such header per file and directory (10,332 at
+        10,000 memories: their parsing went from 27 to 24 ms). The first header that is not
+        of the common shape (a zero block, pax, GNU long names, any doubt) is left,
+        unconsumed, to the general path.
         """
         size = len(data)
         common_numbers = _COMMON_NUMBERS.match
