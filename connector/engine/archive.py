@@ -13,11 +13,13 @@ without name or time, so an unchanged brain packs to identical bytes.
 
 from __future__ import annotations
 
+import bisect
 import errno
 import functools
 import gzip
 import hashlib
 import io
+import operator
 import os
 import re
 import secrets
@@ -27,7 +29,7 @@ import tarfile
 import threading
 import zlib
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -227,23 +229,78 @@ def _directories(paths: list[str]) -> set[str]:
     return folders
 
 
+_Entry = tuple[str, bool]  # (path, is a directory): the brain's own path strings; "" is the root
+_ROOT: _Entry = ("", True)
+_Sums = tuple[bytes, int, int]  # SHA-256, CRC-32 and length of a segment
+
+
 def pack_archive(brain: Brain) -> bytes:
     """The brain as a deterministic tar.gz: same files, same bytes.
 
     The tar stream is exactly what ``tarfile`` writes in GNU format (headers come
     from ``TarInfo.tobuf``). It is compressed in segments whose boundaries depend
-    on content only (see `_segments`), each deflated on its own and joined into
+    on content only (see `_parts`), each deflated on its own and joined into
     one ordinary gzip member (`_Deflated`): after a write most segments are
-    unchanged and their compressed bytes come from a cache, so packing a large
-    brain again costs hashing, not compressing.
+    unchanged and their compressed bytes come from a cache. What this pack computed
+    is kept on the brain (`_PackMemo`, carried by `Brain.copy`): the next pack takes
+    the sums of segments whose files are the very same bytes objects instead of
+    hashing them again, and cuts a rewritten big file by comparing it with the
+    version the memo holds (`_recut`), so packing after a write costs about what
+    the write changed.
     """
-    paths = [path for path in brain.files if not _skipped(path)]
+    memo = brain.pack_memo if isinstance(brain.pack_memo, _PackMemo) else None
+    keys, folders, entries = _entries(brain.files, memo)
+    parts = list(_parts(brain.files, entries, memo))
+    packed = _DEFLATED.gzip(parts)
+    brain.pack_memo = _PackMemo.of(keys, folders, entries, parts)
+    return packed
+
+
+def _entries(
+    files: dict[str, bytes], memo: _PackMemo | None
+) -> tuple[frozenset[str], frozenset[str], list[_Entry]]:
+    """(every path, the directories, the sorted tar entries) of ``files``, checked.
+
+    Taken from the last pack's when files were only added since (a memorize adds
+    one), else computed in full. Raises when a path is unsafe.
+    """
+    keys = frozenset(files)
+    if memo is not None and keys == memo.keys:
+        return memo.keys, memo.folders, memo.entries
+    if memo is not None and memo.keys <= keys and len(keys) - len(memo.keys) <= _FEW_ADDED:
+        added = sorted(path for path in keys - memo.keys if not _skipped(path))
+        _check_clean(added)
+        folders = set(memo.folders)
+        entries = list(memo.entries)
+        for folder in _directories(added) - folders:
+            bisect.insort(entries, (folder, True), key=_tar_order)
+            folders.add(folder)
+        for path in added:
+            bisect.insort(entries, (path, False), key=_tar_order)
+        return keys, frozenset(folders), entries
+    paths = [path for path in files if not _skipped(path)]
+    _check_clean(paths)
+    folders = _directories(paths)
+    entries = sorted([(path, False) for path in paths] + [(folder, True) for folder in folders], key=_tar_order)
+    return keys, frozenset(folders), [_ROOT, *entries]
+
+
+def _tar_order(entry: _Entry) -> tuple[str, bool]:
+    """Sort key of an entry: by path components (as tuples of them compare), files first.
+
+    Clean paths hold no NUL, so with "/" read as NUL, comparing whole paths compares
+    their components one by one ("a/b" before "a-b"), without keeping tuples of them.
+    """
+    return entry[0].replace("/", "\x00"), entry[1]
+
+
+def _check_clean(paths: Iterable[str]) -> None:
     for path in paths:
         if not _clean_path(path):
             raise ArchiveError(f"brain holds an unsafe path: {path[:200]!r}")
-    folders = _directories(paths)
-    entries = sorted([(tuple(p.split("/")), False) for p in paths] + [(tuple(d.split("/")), True) for d in folders])
-    return _DEFLATED.gzip(_segments(brain.files, entries))
+
+
+_FEW_ADDED = 64  # more files added than this since the last pack: entries sorted afresh
 
 
 # Files at least this large are cut into several segments (the big JSON indexes).
@@ -261,19 +318,72 @@ _MAX_PIECE = 1024 * 1024
 def _cuts(content: bytes) -> list[int]:
     """Offsets that cut a big file into pieces: content-defined, at least _MIN_PIECE apart.
 
-    A stretch without any cut point is cut at the first newline after _MAX_PIECE
-    (or at _MAX_PIECE), so no piece grows without bound.
+    Each cut is the first cut point at least _MIN_PIECE after the previous cut; a
+    stretch without any within _MAX_PIECE is cut at the first newline after half of
+    it (or at _MAX_PIECE), so no piece grows without bound.
     """
     cuts = [0]
-    for match in _BIG_CUT.finditer(content):
-        start = match.start() + 1  # after the newline
-        while start - cuts[-1] > _MAX_PIECE:
-            cuts.append(_forced_cut(content, cuts[-1]))
-        if start - cuts[-1] >= _MIN_PIECE:
-            cuts.append(start)
-    while len(content) - cuts[-1] > _MAX_PIECE:
-        cuts.append(_forced_cut(content, cuts[-1]))
+    while (cut := _next_cut(content, cuts[-1])) is not None:
+        cuts.append(cut)
     return cuts
+
+
+def _next_cut(content: bytes, after: int) -> int | None:
+    """The cut that follows the cut at ``after`` (None: the rest is the last piece).
+
+    It depends only on ``content[after : after + _MAX_PIECE + _KEY]``: that is what
+    lets `_recut` take whole pieces of an older version of the file unexamined.
+    """
+    match = _BIG_CUT.search(content, after + _MIN_PIECE - 1)
+    if match is not None and match.start() + 1 - after <= _MAX_PIECE:
+        return match.start() + 1  # after the newline
+    if len(content) - after > _MAX_PIECE:
+        return _forced_cut(content, after)
+    return None
+
+
+# Bytes of a cut point after its newline: 4 spaces, the quoted id (which names the piece it starts).
+_KEY = len(b'    "mem_20260101_abcdef"')
+
+
+def _recut(content: bytes, old: _BigRun) -> list[tuple[int, int, _Sums | None]]:
+    """The pieces of ``content`` (bounds exactly `_cuts`'s), with the sums of those that are
+    pieces of ``old`` unchanged (None: to be hashed).
+
+    After each cut, the old piece starting with the same cut point (the same memory
+    id) is compared, plus the cut point that ended it: when the bytes are equal, the
+    next cut is where it was (`_next_cut` sees nothing else) and the piece's bytes, so
+    its sums, are the same; else the next cut is searched for. A memorize rewrites a
+    few entries of 26 MB of JSON: most pieces are compared (memcmp), not hashed.
+    The first and last pieces (tar header, padding) are always hashed.
+    """
+    previous = old.content
+    pieces = old.pieces
+    starting = {previous[start : start + _KEY]: number for number, (start, _, _) in enumerate(pieces) if start}
+    out: list[tuple[int, int, _Sums | None]] = []
+    view = memoryview(previous)
+    cut = 0
+    number: int | None = None  # the old piece that may start at ``cut``
+    while True:
+        if number is not None and number < len(pieces):
+            start, end, sums = pieces[number]
+            length = end - start
+            # Its bytes and the cut point that ended it (a normal cut, not a forced one).
+            if (
+                end < len(previous)
+                and _BIG_CUT.match(previous, end - 1) is not None
+                and content.startswith(view[start : end + _KEY], cut)
+            ):
+                out.append((cut, cut + length, sums))
+                cut += length
+                number += 1
+                continue
+        following = _next_cut(content, cut)
+        out.append((cut, len(content) if following is None else following, None))
+        if following is None:
+            return out
+        cut = following
+        number = starting.get(content[cut : cut + _KEY])
 
 
 def _forced_cut(content: bytes, after: int) -> int:
@@ -281,44 +391,267 @@ def _forced_cut(content: bytes, after: int) -> int:
     return newline + 1 if newline >= 0 else after + _MAX_PIECE
 
 
-def _segments(files: dict[str, bytes], entries: list[tuple[tuple[str, ...], bool]]) -> Iterator[bytes]:
-    """The tar stream in content-defined segments (their concatenation is the whole stream)."""
+@dataclass(frozen=True)
+class _SmallRun:
+    """A segment of small files and directories: which entries, which file objects, why it ended."""
+
+    entries: list[_Entry]
+    paths: tuple[str, ...]  # its files, in order
+    contents: tuple[bytes, ...]  # their bytes objects then
+    before_big: bool  # ended because a big file follows (else: its last file ends segments)
+    sums: _Sums
+    exact: bool  # every file is exactly ``bytes`` (immutable): may be remembered
+
+    def data(self) -> bytes:
+        """The segment's bytes, built again from the entries and the objects it holds."""
+        contents = iter(self.contents)
+        return _join_small(
+            ("./" + path if path else ".", None if is_dir else next(contents)) for path, is_dir in self.entries
+        )
+
+
+@dataclass(frozen=True)
+class _BigRun:
+    """A big file's segments: its bytes object then and each piece's bounds and sums."""
+
+    entry: _Entry
+    content: bytes
+    pieces: list[tuple[int, int, _Sums]]
+
+
+class _Part:
+    """One segment of the tar stream: its SHA-256, CRC-32 and length, and its bytes when needed.
+
+    A segment reused from the memo builds its bytes only if a neighbour must be
+    deflated (the dictionary is its end) or the deflate cache lost it. ``run`` is
+    what it is part of, for the next memo (None for the end of the archive).
+    """
+
+    __slots__ = ("_build", "_data", "crc", "digest", "length", "run")
+
+    def __init__(
+        self,
+        data: bytes | memoryview | None = None,
+        *,
+        sums: _Sums | None = None,
+        build: Callable[[], bytes | memoryview] | None = None,
+        run: _SmallRun | _BigRun | None = None,
+    ) -> None:
+        self._data, self._build, self.run = data, build, run
+        if sums is None:
+            assert data is not None
+            sums = hashlib.sha256(data).digest(), zlib_ng.crc32(data), len(data)
+        self.digest, self.crc, self.length = sums
+
+    @property
+    def known(self) -> bool:
+        """Whether the bytes are at hand (built, not only summed)."""
+        return self._data is not None
+
+    def data(self) -> bytes | memoryview:
+        """The segment's bytes (built on first use when they came from the memo)."""
+        if self._data is None:
+            assert self._build is not None
+            self._data = self._build()
+        return self._data
+
+    @property
+    def sums(self) -> _Sums:
+        return self.digest, self.crc, self.length
+
+
+def _parts(files: dict[str, bytes], entries: list[_Entry], memo: _PackMemo | None) -> Iterator[_Part]:
+    """The tar stream in content-defined segments (their concatenation is the whole stream).
+
+    ``entries`` are sorted, the root first. Small files are grouped, a group ending
+    after a file whose path hash says so (`_ends_segment`) or before a big file; a
+    big file is cut at content-defined points (`_cuts`). Where a run of the memo
+    starts at the same entry and holds the same entries and the very same file
+    objects, its segments are taken as they were (a few C-level comparisons per
+    segment, not per file); a big file written since is cut by `_recut`; elsewhere
+    segments are built and hashed.
+    """
+    runs = memo.runs if memo is not None else []
+    starts = memo.starts if memo is not None else {}
+    count = len(entries)
+    position = 0
     emitted = 0
-    pending: list[bytes] = [_header(".", 0, True)]
-    for parts, is_dir in entries:
-        name = "/".join(parts)
+    expected: int | None = 0  # index of the memo run that would start at ``position``
+    tail: list[tuple[str, bytes | None]] = []
+    while position < count:
+        run = runs[expected] if expected is not None and expected < len(runs) else None
+        if isinstance(run, _SmallRun) and _same_small(run, files, entries, position):
+            yield _Part(sums=run.sums, build=run.data, run=run)
+            emitted += run.sums[2]
+            position += len(run.entries)
+            expected += 1  # type: ignore[operator]
+            continue
+        if isinstance(run, _BigRun) and entries[position] == run.entry and files.get(run.entry[0]) is run.content:
+            name = run.entry[0]
+            for start, end, sums in run.pieces:
+                yield _Part(sums=sums, build=functools.partial(_big_piece, name, run.content, start, end), run=run)
+                emitted += sums[2]
+            position += 1
+            expected += 1  # type: ignore[operator]
+            continue
+        entry = entries[position]
+        content = None if entry[1] else files[entry[0]]
+        if content is not None and len(content) >= _BIG_FILE:
+            # Written since: cut again, comparing with the version the memo holds.
+            held = starts.get(entry)
+            old = runs[held] if held is not None else None
+            built = _big_parts(entry, entry[0], content, old if isinstance(old, _BigRun) else None)
+            position += 1
+            tail = []
+        else:
+            built, position, tail = _build_run(files, entries, position)
+        for part in built:
+            emitted += part.length
+            yield part
+        expected = starts.get(entries[position]) if position < count else None
+    # End of archive: the files no segment ended, two zero blocks, then zeros up to a
+    # whole record (as tarfile does).
+    last = _join_small(tail)
+    size = emitted + len(last) + 2 * tarfile.BLOCKSIZE
+    yield _Part(last + bytes(2 * tarfile.BLOCKSIZE + (-size) % tarfile.RECORDSIZE))
+
+
+def _same_small(run: _SmallRun, files: dict[str, bytes], entries: list[_Entry], position: int) -> bool:
+    """Whether ``run`` is, unchanged, the segment starting at ``position``."""
+    stop = position + len(run.entries)
+    if entries[position:stop] != run.entries:
+        return False
+    try:
+        if not all(map(operator.is_, map(files.__getitem__, run.paths), run.contents)):
+            return False  # a file was written: same grouping, but the bytes must be built
+    except KeyError:
+        return False
+    if run.before_big:  # it ended because a big file came next: still so?
+        if stop >= len(entries) or entries[stop][1]:
+            return False
+        following = files.get(entries[stop][0])
+        return following is not None and len(following) >= _BIG_FILE
+    return True
+
+
+def _build_run(
+    files: dict[str, bytes], entries: list[_Entry], position: int
+) -> tuple[list[_Part], int, list[tuple[str, bytes | None]]]:
+    """The segments of the run starting at ``position``, built and hashed: (segments, where
+    the next run starts, the entries left over at the end of the archive)."""
+    first = position
+    items: list[tuple[str, bytes | None]] = []
+    paths: list[str] = []
+    while position < len(entries):
+        entry = entries[position]
+        name, is_dir = entry
         if is_dir:
-            pending.append(_header("./" + name, 0, True))
+            items.append(("./" + name if name else ".", None))
+            position += 1
             continue
         content = files[name]
-        header = _header("./" + name, len(content), False)
-        padding = _PADDING[len(content) % tarfile.BLOCKSIZE]
         if len(content) >= _BIG_FILE:
-            if pending:
-                segment = b"".join(pending)
-                emitted += len(segment)
-                yield segment
-                pending = []
-            bounds = [*_cuts(content), len(content)]
-            for start, end in zip(bounds, bounds[1:]):
-                piece = content[start:end]
-                if start == 0:
-                    piece = header + piece
-                if end == len(content):
-                    piece += padding
-                emitted += len(piece)
-                yield piece
-            continue
-        pending += (header, content, padding)
+            if items:  # the small entries before it make one segment
+                return [_small_part(entries[first:position], items, paths, True)], position, []
+            return _big_parts(entry, name, content, None), position + 1, []
+        items.append(("./" + name, content))
+        paths.append(name)
+        position += 1
         if _ends_segment(name):
-            segment = b"".join(pending)
-            emitted += len(segment)
-            yield segment
-            pending = []
-    # End of archive: two zero blocks, then zeros up to a whole record (as tarfile does).
-    size = emitted + sum(map(len, pending)) + 2 * tarfile.BLOCKSIZE
-    pending.append(bytes(2 * tarfile.BLOCKSIZE + (-size) % tarfile.RECORDSIZE))
-    yield b"".join(pending)
+            return [_small_part(entries[first:position], items, paths, False)], position, []
+    return [], position, items
+
+
+def _big_parts(entry: _Entry, name: str, content: bytes, old: _BigRun | None) -> list[_Part]:
+    """The segments of a big file: cut afresh, or from an older version of it (`_recut`)."""
+    if old is None or type(content) is not bytes:
+        bounds = [*_cuts(content), len(content)]
+        plan: list[tuple[int, int, _Sums | None]] = [(start, end, None) for start, end in zip(bounds, bounds[1:])]
+    else:
+        plan = _recut(content, old)
+    built = [
+        _Part(_big_piece(name, content, start, end)) if sums is None
+        else _Part(sums=sums, build=functools.partial(_big_piece, name, content, start, end))
+        for start, end, sums in plan
+    ]
+    run = _BigRun(entry, content, [(start, end, part.sums) for (start, end, _), part in zip(plan, built)])
+    for part in built:
+        part.run = run
+    return built
+
+
+def _small_part(entries: list[_Entry], items: list[tuple[str, bytes | None]], paths: list[str], before_big: bool) -> _Part:
+    part = _Part(_join_small(items))
+    contents = tuple(content for _, content in items if content is not None)
+    exact = all(type(content) is bytes for content in contents)
+    part.run = _SmallRun(entries, tuple(paths), contents, before_big, part.sums, exact)
+    return part
+
+
+def _join_small(items: Iterable[tuple[str, bytes | None]]) -> bytes:
+    """The tar entries of directories (content None) and small files, one after the other."""
+    out: list[bytes] = []
+    for name, content in items:
+        if content is None:
+            out.append(_header(name, 0, True))
+        else:
+            out += (_header(name, len(content), False), content, _PADDING[len(content) % tarfile.BLOCKSIZE])
+    return b"".join(out)
+
+
+def _big_piece(name: str, content: bytes, start: int, end: int) -> bytes | memoryview:
+    """Bytes ``start:end`` of a big file's entry: its header before the first, padding after the last.
+
+    A view, not a copy, when it is neither (copying 26 MB of JSON cost ~8 ms a pack)."""
+    if start and end != len(content):
+        return memoryview(content)[start:end]
+    piece = content[start:end]
+    if start == 0:
+        piece = _header("./" + name, len(content), False) + piece
+    if end == len(content):
+        piece += _PADDING[len(content) % tarfile.BLOCKSIZE]
+    return piece
+
+
+def _segments(files: dict[str, bytes], entries: list[tuple[tuple[str, ...], bool]]) -> Iterator[bytes | memoryview]:
+    """The tar stream's segments as bytes, computed afresh, for ``entries`` (path components,
+    is a directory) sorted as tar entries are, the root left out."""
+    for part in _parts(files, [_ROOT, *(("/".join(parts), is_dir) for parts, is_dir in entries)], None):
+        yield part.data()
+
+
+@dataclass(frozen=True)
+class _PackMemo:
+    """What one pack computed, for the next pack of the same brain or its copies.
+
+    Never changed after it is made. Reuse is by identity: a run's entries must be
+    equal and each of its files the very bytes object packed then (the memo holds
+    them, so no other object can take their id); bytes are immutable, so the
+    segment's bytes, hence its sums, are the same. Only exact ``bytes`` are memoised.
+    """
+
+    keys: frozenset[str]  # every path of the brain then
+    folders: frozenset[str]
+    entries: list[_Entry]  # sorted, the root first; never mutated (copied before an insertion)
+    runs: list[_SmallRun | _BigRun]  # in stream order, the end of the archive left out
+    starts: dict[_Entry, int]  # the first entry of each run -> its index in ``runs``
+
+    @classmethod
+    def of(
+        cls, keys: frozenset[str], folders: frozenset[str], entries: list[_Entry], parts: list[_Part]
+    ) -> _PackMemo | None:
+        """The memo of a pack's segments; None when a file is not exactly ``bytes`` (could change in place)."""
+        runs: list[_SmallRun | _BigRun] = []
+        starts: dict[_Entry, int] = {}
+        for part in parts:
+            run = part.run
+            if run is None or (runs and runs[-1] is run):
+                continue  # the end of the archive; a big file's further pieces
+            if not (run.exact if isinstance(run, _SmallRun) else type(run.content) is bytes):
+                return None
+            starts[run.entries[0] if isinstance(run, _SmallRun) else run.entry] = len(runs)
+            runs.append(run)
+        return cls(keys, folders, entries, runs, starts)
 
 
 @functools.lru_cache(maxsize=1 << 17)
@@ -367,42 +700,44 @@ class _Deflated:
         finisher = zlib_ng.compressobj(_GZIP_LEVEL, zlib.DEFLATED, -zlib.MAX_WBITS)
         self._final_block = finisher.flush(zlib.Z_FINISH)
 
-    def gzip(self, segments: Iterable[bytes]) -> bytes:
-        """One gzip member holding the concatenated ``segments``."""
+    def gzip(self, parts: Iterable[_Part]) -> bytes:
+        """One gzip member holding the concatenated segments ``parts``."""
         out = [_GZIP_HEADER]
         crc = 0
         length = 0
-        previous, previous_digest = b"", b""
-        for segment in segments:
-            crc = zlib_ng.crc32(segment, crc)  # several times zlib's speed
-            length += len(segment)
-            digest = hashlib.sha256(segment).digest()
-            out.append(self._deflate(segment, digest, previous, previous_digest))
-            previous, previous_digest = segment, digest
+        previous: _Part | None = None
+        for part in parts:
+            if part.known:
+                crc = zlib_ng.crc32(part.data(), crc)  # several times zlib's speed
+            else:
+                crc = zlib_ng.crc32_combine(crc, part.crc, part.length)  # its bytes are not even built
+            length += part.length
+            out.append(self._deflate(part, previous))
+            previous = part
         out.append(self._final_block)
         out.append(struct.pack("<II", crc, length & 0xFFFFFFFF))
         return b"".join(out)
 
-    def _deflate(self, segment: bytes, digest: bytes, previous: bytes, previous_digest: bytes) -> bytes:
-        """``segment`` deflated with the end of ``previous`` as its dictionary (cached).
+    def _deflate(self, part: _Part, previous: _Part | None) -> bytes:
+        """``part`` deflated with the end of ``previous`` as its dictionary (cached).
 
         The dictionary is what a decoder has in its window at that point, so matches
         may reach back into the previous segment as in one continuous stream: the
         price of cutting the stream is almost nothing. The output depends on both
         segments, hence the key.
         """
-        key = previous_digest + digest
+        key = (previous.digest if previous is not None else b"") + part.digest
         with self._lock:
             found = self._cache.get(key)
             if found is not None:
                 self._cache.move_to_end(key)
                 return found
-        if previous:
-            window = previous[-_WINDOW:]
+        if previous is not None:
+            window = previous.data()[-_WINDOW:]
             compressor = zlib_ng.compressobj(_GZIP_LEVEL, zlib.DEFLATED, -zlib.MAX_WBITS, zdict=window)
         else:
             compressor = zlib_ng.compressobj(_GZIP_LEVEL, zlib.DEFLATED, -zlib.MAX_WBITS)
-        deflated = compressor.compress(segment) + compressor.flush(zlib.Z_SYNC_FLUSH)
+        deflated = compressor.compress(part.data()) + compressor.flush(zlib.Z_SYNC_FLUSH)
         with self._lock:
             if key not in self._cache:
                 self._cache[key] = deflated

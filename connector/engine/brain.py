@@ -38,11 +38,15 @@ class Brain:
     Only regular files are stored; directories are implied by the paths.
     ``journal``, when a list, collects what each write committed (a
     `connector.engine.change.BrainChange` per write) for indexes to follow; it is
-    None unless a caller asks for it, and never copied.
+    None unless a caller asks for it, and never copied. ``pack_memo`` is copied:
+    it is never changed, only replaced, and checks each file by identity.
     """
 
     files: dict[str, bytes] = field(default_factory=dict)
     journal: list[Any] | None = field(default=None, compare=False, repr=False)
+    # What the last pack of these files computed (`connector.engine.archive`), for the
+    # next pack to reuse for files whose bytes are the very same objects. Opaque here.
+    pack_memo: Any = field(default=None, compare=False, repr=False)
 
     def __contains__(self, path: str) -> bool:
         return path in self.files
@@ -83,4 +87,4 @@ class Brain:
 
     def copy(self) -> Brain:
         """An independent copy (file bytes are immutable, so the map is enough)."""
-        return Brain(dict(self.files))
+        return Brain(dict(self.files), pack_memo=self.pack_memo)

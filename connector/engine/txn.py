@@ -11,6 +11,7 @@ import gc
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -20,6 +21,7 @@ from connector.engine.brain import Brain, dump_json
 from connector.engine.change import BrainChange
 from connector.engine.errors import BrainError
 from connector.engine.frontmatter import edit_frontmatter
+from connector.engine.jsonpieces import Pieces, split, serialise
 from connector.engine.rules import (
     REINFORCE_STEP,
     iso_ms,
@@ -36,6 +38,9 @@ ARCHIVE_INDEX = "_archived/index.json"
 REVIEW_QUEUE = "review-queue.json"
 CONFIG = "config.json"
 _MISSING = object()
+# The top-level maps of the large documents whose entries a write re-encodes one by
+# one (see `connector.engine.jsonpieces`): the rest of each map is joined as it was.
+KEPT_MAPS = {INDEX: ("memories",), ASSOCIATIONS: ("edges",), SEARCH_INDEX: ("documents", "df")}
 
 
 _ENCODER = msgspec.json.Encoder()
@@ -74,6 +79,15 @@ def _parse_json(data: bytes) -> tuple[Any, bool]:
             gc.enable()
 
 
+@dataclass
+class Derived:
+    """What a write derived from a document and kept current, for the next write of it."""
+
+    pieces: Pieces | None = None  # the entries' text of its `KEPT_MAPS`
+    tag_index: dict[str, list[str]] | None = None  # index.json only: tag -> memory ids
+    positions: dict[str, int] | None = None  # index.json only: memory id -> position
+
+
 class _ParsedDocuments:
     """The parsed form of large JSON documents a write just produced, for the next write.
 
@@ -89,10 +103,10 @@ class _ParsedDocuments:
     def __init__(self, capacity: int = 6, min_bytes: int = 64 * 1024) -> None:
         self._capacity = capacity
         self.min_bytes = min_bytes
-        self._held: OrderedDict[int, tuple[bytes, Any, bool, Any]] = OrderedDict()
+        self._held: OrderedDict[int, tuple[bytes, Any, bool, Derived | None]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def take(self, data: bytes) -> tuple[Any, bool, Any] | None:
+    def take(self, data: bytes) -> tuple[Any, bool, Derived | None] | None:
         """(document, plain, derived) for exactly this bytes object, removed from the cache; else None."""
         with self._lock:
             held = self._held.get(id(data))
@@ -101,9 +115,9 @@ class _ParsedDocuments:
             del self._held[id(data)]
         return held[1], held[2], held[3]
 
-    def keep(self, data: bytes, value: Any, plain: bool, derived: Any = None) -> None:
+    def keep(self, data: bytes, value: Any, plain: bool, derived: Derived | None = None) -> None:
         """Remember that ``data`` is the serialisation of ``value`` (and what the writer
-        derived from it and kept current, e.g. index.json's tag index)."""
+        derived from it and kept current: its entries' text, index.json's tag index)."""
         if len(data) < self.min_bytes:
             return
         with self._lock:
@@ -116,7 +130,7 @@ class _ParsedDocuments:
 PARSED = _ParsedDocuments()
 
 
-def _parsed(data: bytes) -> tuple[Any, bool, Any]:
+def _parsed(data: bytes) -> tuple[Any, bool, Derived | None]:
     """(document, plain, derived) in ``data``: from the last write's cache when it made
     these bytes, else parsed (derived None)."""
     kept = PARSED.take(data)
@@ -173,6 +187,8 @@ class WriteTxn:
         self._changed_memories: set[str] = set()
         self._changed_nodes: set[str] | None = set()
         self._changed_documents: set[str] | None = set()
+        self._changed_terms: set[str] | None = set()  # search-index.json's df entries
+        self._pieces: dict[str, Pieces] = {}  # documents' entry texts, from the write that made them
 
     # -- files -------------------------------------------------------------------
     def read(self, path: str) -> bytes | None:
@@ -195,6 +211,7 @@ class WriteTxn:
     def remove(self, path: str) -> None:
         self._writes.pop(path, None)
         self._parsed.pop(path, None)
+        self._pieces.pop(path, None)
         self._dirty.discard(path)
         if path in self.brain.files:
             self._removed.add(path)
@@ -236,9 +253,11 @@ class WriteTxn:
         value: Any = _MISSING
         plain = True
         if data is not None:
-            value, plain, _ = _parsed(data)
+            value, plain, derived = _parsed(data)
             if value is None or (valid is not None and not valid(value)):
                 value = _MISSING
+            elif derived is not None and derived.pieces is not None:
+                self._pieces[path] = derived.pieces
         if value is _MISSING:
             if data is not None:
                 self._replaced_whole(path)  # an unreadable document starts over from the default
@@ -257,7 +276,7 @@ class WriteTxn:
         if path == ASSOCIATIONS:
             self._changed_nodes = None
         elif path == SEARCH_INDEX:
-            self._changed_documents = None
+            self._changed_documents = self._changed_terms = None
 
     def mark(self, path: str) -> None:
         """Write the cached document at ``path`` back on commit."""
@@ -267,10 +286,15 @@ class WriteTxn:
         """Apply every staged change to the brain."""
         for path in self._dirty:
             plain = path not in self._unplain
-            self._writes[path] = fast_dump_json(self._parsed[path], plain_floats=plain)
-            # index.json's tag index stays valid for the next write of this document.
-            derived = (self._tag_index, self._positions) if path == INDEX and self._tag_index is not None else None
-            PARSED.keep(self._writes[path], self._parsed[path], plain, derived)
+            data, pieces = self._serialise(path, plain)
+            self._writes[path] = data
+            derived = Derived(pieces=pieces)
+            if pieces is not None:
+                self._pieces[path] = pieces
+            if path == INDEX and self._tag_index is not None:
+                # index.json's tag index stays valid for the next write of this document.
+                derived.tag_index, derived.positions = self._tag_index, self._positions
+            PARSED.keep(data, self._parsed[path], plain, derived)
         if self.brain.journal is not None:
             self.brain.journal.append(BrainChange(
                 paths=set(self._writes) | self._removed,
@@ -287,6 +311,36 @@ class WriteTxn:
         self._writes.clear()
         self._removed.clear()
 
+    def _serialise(self, path: str, plain: bool) -> tuple[bytes, Pieces | None]:
+        """The staged document at ``path`` as bytes, and its entries' text for the next write.
+
+        A large document whose floats are all plain is joined from the previous write's
+        pieces with only the entries this write changed encoded again; else it is
+        serialised in full (and, when large, cut into pieces for the next write).
+        """
+        value = self._parsed[path]
+        names = KEPT_MAPS.get(path)
+        if names is None or not plain or not isinstance(value, dict):
+            return fast_dump_json(value, plain_floats=plain), None
+        pieces = self._pieces.pop(path, None)
+        if pieces is not None:
+            try:
+                data = serialise(value, pieces, self._changed_entries(path))
+            except (TypeError, ValueError, OverflowError):
+                data = None
+            if data is not None:
+                return data, pieces
+        data = fast_dump_json(value, plain_floats=True)
+        return data, split(data, value, names) if len(data) >= PARSED.min_bytes else None
+
+    def _changed_entries(self, path: str) -> dict[str, Collection[str] | None]:
+        """The entries of ``path``'s `KEPT_MAPS` this write changed (None: not known)."""
+        if path == INDEX:
+            return {"memories": self._changed_memories}
+        if path == ASSOCIATIONS:
+            return {"edges": self._changed_nodes}
+        return {"documents": self._changed_documents, "df": self._changed_terms}
+
     # -- index.json ----------------------------------------------------------------
     def index(self, *, create: bool = False) -> dict[str, Any]:
         """``index.json`` (created empty when ``create``; missing or corrupt -> BrainError)."""
@@ -300,7 +354,10 @@ class WriteTxn:
         else:
             value, plain, derived = _parsed(data)
             if derived is not None:
-                self._tag_index, self._positions = derived
+                if derived.tag_index is not None and derived.positions is not None:
+                    self._tag_index, self._positions = derived.tag_index, derived.positions
+                if derived.pieces is not None:
+                    self._pieces[INDEX] = derived.pieces
             if not plain:
                 self._unplain.add(INDEX)
             if not isinstance(value, dict):
@@ -488,7 +545,7 @@ class WriteTxn:
             return None  # unusable: recall rebuilds; leave the file as it is
         if not isinstance(doc.get("df"), dict):
             doc["df"] = {}
-            self._changed_documents = None  # every term's frequency changed
+            self._changed_documents = self._changed_terms = None  # every term's frequency changed
         return doc
 
     def _note_document(self, memory_id: str) -> None:
@@ -505,6 +562,7 @@ class WriteTxn:
         tf, length = term_counts(document_text(title, tags, body))
         doc["documents"][memory_id] = {"tf": tf, "length": length}
         df = doc["df"]
+        self._note_terms(tf)
         # A new integer-like term ("2025") sorts before the others in a JavaScript
         # object; only then is the whole map re-ordered (it can hold many terms).
         reorder = False
@@ -528,12 +586,16 @@ class WriteTxn:
         doc["doc_count"] = len(doc["documents"])
         self.mark(SEARCH_INDEX)
 
-    @staticmethod
-    def _drop_document(doc: dict[str, Any], memory_id: str) -> None:
+    def _note_terms(self, terms: Collection[str]) -> None:
+        if self._changed_terms is not None:
+            self._changed_terms.update(terms)
+
+    def _drop_document(self, doc: dict[str, Any], memory_id: str) -> None:
         old = doc["documents"].pop(memory_id, None)
         if not isinstance(old, dict) or not isinstance(old.get("tf"), dict):
             return
         df = doc["df"]
+        self._note_terms(old["tf"])
         for term in old["tf"]:
             count = df.get(term)
             if isinstance(count, int) and count > 1:

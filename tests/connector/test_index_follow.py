@@ -71,6 +71,15 @@ async def _recalls(tools: BrainTools, caller: Caller) -> list[Any]:
     return answers
 
 
+async def _settled(tools: BrainTools) -> None:
+    """Wait (bounded) until the index builds that writes queued in the background (prewarm) are done."""
+    for _ in range(1000):
+        if not tools._background and not tools._prewarm_next:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("background index builds still running after 10 s")
+
+
 def _store_answers(store: RunningStore, token: str, brain_id: str) -> list[Any]:
     stored, _ = download_brain(store.url, token, brain_id)
     return [recall(stored, query, top=limit, now=NOW) for query, limit in QUERIES]
@@ -116,6 +125,9 @@ def test_a_replayed_write_and_a_pull_are_followed(store: RunningStore, monkeypat
         replayed = await _recalls(tools, caller)
         assert builds.count == 1
         assert replayed == _store_answers(store, user.token, brain_id)
+        # The write queued a background build of its index (prewarm), which finds the followed
+        # one. Let it run first: asked after the pull below, it would build the replaced index.
+        await _settled(tools)
         # And a newer archive pulled after the freshness interval.
         await asyncio.to_thread(direct_memorize, store.url, user.token, brain_id, "Kettle descaled, harbour notes filed")
         manager.tuning.repull_ttl_s = 0.001

@@ -85,7 +85,8 @@ def test_cached_documents_give_the_same_bytes(fixture: str, monkeypatch: pytest.
         brain = working
 
 
-def test_a_failed_write_leaves_no_stale_document(monkeypatch: pytest.MonkeyPatch) -> None:
+def written_once(monkeypatch: pytest.MonkeyPatch) -> tuple[Brain, datetime]:
+    """A fixture brain after one memorize, with every document cached for the next write."""
     source = FIXTURES / "brain-1-06"
     if not source.is_dir():
         pytest.skip("fixtures not present")
@@ -93,6 +94,11 @@ def test_a_failed_write_leaves_no_stale_document(monkeypatch: pytest.MonkeyPatch
     now = datetime(2026, 3, 1, tzinfo=UTC)
     first = load_directory(source)
     connector_memorize("A first fact about caching", tags=["cache", "deploy"]).apply(first, now)
+    return first, now
+
+
+def test_a_failed_write_leaves_no_stale_document(monkeypatch: pytest.MonkeyPatch) -> None:
+    first, now = written_once(monkeypatch)
     refused = first.copy()
     with pytest.raises(BrainError):
         Pin("mem_19990101_000000").apply(refused, now)  # takes the cached index.json, then refuses

@@ -252,6 +252,32 @@ def test_result_independent_of_chunking(size: int, step: int) -> None:
     assert summary.file_count == 2
 
 
+@pytest.mark.parametrize(
+    ("bad", "words"),
+    [
+        (member(b"evil", typeflag=b"2"), "symbolic links"),
+        (member(b"../up.md", b"x"), "'..'"),
+        (member(b"/abs.md", b"x"), "absolute"),
+        (pax({b"path": b"../pax.md"}) + member(b"ok.md", b"x"), "'..'"),
+        (member(b"dir/", b"data", typeflag=b"5"), "carries data"),
+    ],
+)
+@pytest.mark.parametrize("size", [1, 509, 4096, 1 << 22])
+def test_a_bad_entry_after_many_common_ones_is_refused_alike(bad: bytes, words: str, size: int) -> None:
+    """Common headers are taken in a fused loop; the first other one goes the general way,
+    whatever the chunking, and is refused with the same message."""
+    common = b"".join(
+        member(b"notes/%d.md" % number, b"n" * (number * 37 % 1500)) + member(b"d%d/" % number, typeflag=b"5")
+        for number in range(300)
+    )
+    data = gz(common + bad + member(b"after.md", b"x") + END)
+    expected = rejected(data)
+    assert words in expected.message
+    for step in (STEP, 1000, 1 << 20):
+        error = rejected((data[i : i + size] for i in range(0, len(data), size)), step=step)
+        assert (error.message, error.reason) == (expected.message, expected.reason)
+
+
 def test_large_incompressible_file_is_fine() -> None:
     payload = os.urandom(3 << 20)
     summary = inspect_bytes(tarfile_archive([("big.bin", payload)]))
