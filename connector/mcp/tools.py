@@ -196,6 +196,8 @@ class BrainTools:
 
     def _start_prewarm(self, slot: str) -> None:
         brain, key, _ = self._prewarm_next.pop(slot)
+        if self._index_ready(key, self.recall_mode) or not self._current(key):
+            return  # followed meanwhile, or a pull replaced that version: a build would be wasted
         self._prewarm_busy.add(slot)
 
         def build() -> None:
@@ -232,6 +234,10 @@ class BrainTools:
         long_lived = getattr(self.manager, "long_lived", None)
         if long_lived is not None:
             long_lived.loaded()
+
+    def _current(self, key: str) -> bool:
+        """Whether some working copy still holds the content ``key`` names."""
+        return any(copy.key == key for copy in self.manager.copies().values())
 
     def _index_ready(self, key: str | None, mode: str) -> bool:
         """Whether a recall of this content in ``mode`` finds its indexes built (so runs in a few ms).

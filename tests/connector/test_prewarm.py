@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -12,6 +13,16 @@ from connector.engine.brain import Brain
 from connector.mcp import tools as tools_module
 from connector.mcp.tools import BrainTools
 from connector.workcopy.model import WriteOutcome
+
+
+class Holding:
+    """A manager whose working copies hold the given content keys (what a prewarm checks)."""
+
+    def __init__(self, *keys: str) -> None:
+        self.keys = set(keys)
+
+    def copies(self) -> dict[tuple[str, str | None], Any]:
+        return {(key, None): SimpleNamespace(key=key) for key in self.keys}
 
 
 def outcome(brain_id: str, key: str) -> WriteOutcome:
@@ -31,7 +42,7 @@ def test_a_burst_of_writes_builds_only_the_last(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(tools_module, "index_for", slow_build)
 
     async def scenario() -> None:
-        tools = BrainTools(manager=None)  # type: ignore[arg-type]
+        tools = BrainTools(manager=Holding("a4", "b0"))  # type: ignore[arg-type]
         for number in range(5):
             tools.prewarm(outcome("brain-a", f"a{number}"))
         tools.prewarm(outcome("brain-b", "b0"))  # another brain is built alongside
@@ -53,7 +64,7 @@ def test_builds_wait_while_a_write_is_in_flight(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(tools_module, "PREWARM_MAX_WAIT_S", 0.5)
 
     async def scenario() -> None:
-        tools = BrainTools(manager=None)  # type: ignore[arg-type]
+        tools = BrainTools(manager=Holding("a0", "a1"))  # type: ignore[arg-type]
         tools._writes_in_flight = 1  # another write is running
         tools.prewarm(outcome("brain-a", "a0"))
         await asyncio.sleep(0.2)
@@ -75,6 +86,22 @@ def test_builds_wait_while_a_write_is_in_flight(monkeypatch: pytest.MonkeyPatch)
     asyncio.run(scenario())
 
 
+def test_a_version_replaced_before_its_build_is_not_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    built: list[str] = []
+    monkeypatch.setattr(tools_module, "index_for", lambda brain, key, cache: built.append(key))
+    monkeypatch.setattr(tools_module, "PREWARM_QUIET_S", 0.02)
+
+    async def scenario() -> None:
+        holding = Holding("a0")
+        tools = BrainTools(manager=holding)  # type: ignore[arg-type]
+        tools.prewarm(outcome("brain-a", "a0"))
+        holding.keys = {"pulled"}  # a pull replaced the written version before its build began
+        await asyncio.sleep(0.2)
+        assert built == [] and not tools._prewarm_next and not tools._background
+
+    asyncio.run(scenario())
+
+
 def test_hybrid_default_embeds_what_a_write_added_in_the_background(monkeypatch: pytest.MonkeyPatch) -> None:
     from connector.engine.ops import Memorize
     from connector.workcopy.vectors import VectorStore
@@ -91,7 +118,7 @@ def test_hybrid_default_embeds_what_a_write_added_in_the_background(monkeypatch:
             await asyncio.sleep(0.01)
 
     async def scenario() -> None:
-        tools = BrainTools(manager=None, recall_mode="hybrid", vectors=VectorStore(embedder))  # type: ignore[arg-type]
+        tools = BrainTools(manager=Holding("k1", "k2"), recall_mode="hybrid", vectors=VectorStore(embedder))  # type: ignore[arg-type]
         first = WriteOutcome(result={}, synced=True, brain_id="b", brain_name="default", brain=brain, key="k1")
         tools.prewarm(first)
         await settle(tools)
