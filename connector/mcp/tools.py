@@ -237,7 +237,7 @@ class BrainTools:
 
     def _current(self, key: str) -> bool:
         """Whether some working copy still holds the content ``key`` names."""
-        return any(copy.key == key for copy in self.manager.copies().values())
+        return any(copy.key == key for copy in self.manager.copies.values())
 
     def _index_ready(self, key: str | None, mode: str) -> bool:
         """Whether a recall of this content in ``mode`` finds its indexes built (so runs in a few ms).

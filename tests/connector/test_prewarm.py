@@ -21,6 +21,7 @@ class Holding:
     def __init__(self, *keys: str) -> None:
         self.keys = set(keys)
 
+    @property
     def copies(self) -> dict[tuple[str, str | None], Any]:
         return {(key, None): SimpleNamespace(key=key) for key in self.keys}
 
