@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from cli.serving import KEEP_ALIVE_SECONDS
+
 if TYPE_CHECKING:
     from connector.settings import ConnectorSettings
 
@@ -108,6 +110,7 @@ def _serve(settings: ConnectorSettings) -> None:
         proxy_headers=False,
         server_header=False,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
     )
     if settings.workers == 1:
         freeze_imported()

@@ -10,6 +10,7 @@ import sys
 
 import click
 
+from cli.serving import KEEP_ALIVE_SECONDS
 from cli.serving.workers import bind_listener, freeze_imported, serve_forked
 from common.connection_guard import guarded_protocol
 from store.settings import SettingsError, StoreSettings
@@ -70,6 +71,7 @@ def run_store(settings: StoreSettings, workers: int = 1, *, announce: str | None
         proxy_headers=False,  # the store resolves X-Forwarded-For itself, only via trusted proxies
         server_header=False,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
         lifespan="off",
     )
     cleanup_metrics = None

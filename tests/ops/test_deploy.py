@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import importlib
+import json
 import os
 import re
 import shutil
@@ -113,6 +114,37 @@ def test_caddyfile_validates(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     text = (DEPLOY / "Caddyfile").read_text()
     assert text.count("respond /metrics 404") == 2, "metrics must not be served to the internet"
+
+
+def reverse_proxies(config: Any) -> list[dict[str, Any]]:
+    """Every reverse_proxy handler in an adapted (JSON) Caddy config."""
+    if isinstance(config, dict):
+        found = [config] if config.get("handler") == "reverse_proxy" else []
+        return found + [proxy for value in config.values() for proxy in reverse_proxies(value)]
+    if isinstance(config, list):
+        return [proxy for value in config for proxy in reverse_proxies(value)]
+    return []
+
+
+@pytest.mark.parametrize("name", ["Caddyfile", "Caddyfile.replicas"])
+def test_caddy_drops_idle_upstream_connections_before_the_servers_do(name: str, tmp_path: Path) -> None:
+    # Caddy keeps idle upstream connections 2 minutes by default, the servers 5 s: a request
+    # Caddy sends on a connection the server is just closing is answered 502.
+    caddy = shutil.which("caddy")
+    if caddy is None:
+        pytest.skip("the caddy binary is not installed (apt-get install caddy; .ci/run installs it on CI)")
+    from cli.serving import KEEP_ALIVE_SECONDS
+
+    env = {**os.environ, **EXAMPLE_VALUES, "HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path),
+           "XDG_CONFIG_HOME": str(tmp_path)}
+    done = subprocess.run([caddy, "adapt", "--adapter", "caddyfile", "--config", str(DEPLOY / name)],
+                          capture_output=True, text=True, env=env, timeout=60, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    proxies = reverse_proxies(json.loads(done.stdout))
+    assert proxies
+    for proxy in proxies:
+        idle_ns = proxy.get("transport", {}).get("keep_alive", {}).get("idle_timeout")
+        assert isinstance(idle_ns, int) and 0 < idle_ns <= (KEEP_ALIVE_SECONDS - 1) * 10**9, (name, proxy)
 
 
 SANDBOXING = ("NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=yes", "PrivateTmp=yes", "PrivateDevices=yes",
