@@ -148,7 +148,7 @@ class BareUser:
 
     def __init__(self, url: str, token: str) -> None:
         self.url = url
-        # Idle connections closed before uvicorn's keep-alive (5 s) does: a POST sent on a connection
+        # Idle connections closed before the server's keep-alive does: a POST sent on a connection
         # the server is closing fails with ReadError, and a think time is often longer than 5 s.
         self.http = httpx.AsyncClient(headers={**HEADERS, "Authorization": f"Bearer {token}"}, timeout=300,
                                       limits=httpx.Limits(keepalive_expiry=KEEPALIVE_S))

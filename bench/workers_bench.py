@@ -11,8 +11,8 @@ Two measurements, printed as medians:
   worker. A real store (audit log on) and a real connector with ``--workers N``;
   ``--users`` users, each an MCP client of the official SDK keeping its connection
   alive, make ``--calls`` recalls each, all users at once, with a pause between calls of
-  0 s (back to back) and of ``--idle`` seconds (past the 5-second keep-alive of uvicorn
-  and of httpx, so each call opens a new connection, which the kernel places on any
+  0 s (back to back) and of ``--idle`` seconds (past the 5-second keep-alive expiry of
+  httpx, so each call opens a new connection, which the kernel places on any
   worker). Each worker's first load of a brain is a full download (later checks are
   conditional), so the store's audit log tells how many workers loaded each user's
   brain. The summed resident memory of the workers is printed before and after.

@@ -1,7 +1,9 @@
 """Serving from several worker processes, shared by `brain-store serve` and `brain-connector serve`."""
 
-# How long both servers keep an idle keep-alive connection (uvicorn's default, made explicit).
-# A proxy that pools connections to us must drop idle ones sooner: if it sends a request on a
-# connection we are closing, it answers 502 (Caddy keeps idle upstream connections 2 minutes
-# unless told otherwise; deploy/Caddyfile* set 3 s, tests/ops/test_deploy.py holds them to it).
-KEEP_ALIVE_SECONDS = 5
+# How long both servers keep an idle keep-alive connection. Whoever closes an idle connection
+# first must be the client side: a request sent on a connection the server is just closing
+# fails (ReadError in httpx, 502 from a proxy). uvicorn's default of 5 s equals httpx's own
+# expiry (the MCP SDK's client, the connector's store client), so calls ~5 s apart raced.
+# Clients that keep connections longer (Caddy: 2 minutes) must be told to drop them sooner:
+# deploy/Caddyfile* set 10 s, and tests/ops/test_deploy.py holds them to it.
+KEEP_ALIVE_SECONDS = 20

@@ -128,7 +128,7 @@ def reverse_proxies(config: Any) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("name", ["Caddyfile", "Caddyfile.replicas"])
 def test_caddy_drops_idle_upstream_connections_before_the_servers_do(name: str, tmp_path: Path) -> None:
-    # Caddy keeps idle upstream connections 2 minutes by default, the servers 5 s: a request
+    # Caddy keeps idle upstream connections 2 minutes by default, the servers 20 s: a request
     # Caddy sends on a connection the server is just closing is answered 502.
     caddy = shutil.which("caddy")
     if caddy is None:
