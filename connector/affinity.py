@@ -7,7 +7,8 @@ layer every worker would keep its own working copy and recall index of every use
 pull and index the brain again.
 
 So the owner of a request is the worker ``hash(subject) mod N``, the subject read from the
-sealed access token (an AES-GCM open, a few microseconds). A request arriving on another
+sealed access token (an AES-GCM open, about 4 us) for ``/mcp``, from the signed-in session
+for the web app's ``/app`` pages. A request arriving on another
 worker is passed to its owner over the owner's unix socket in a private runtime directory
 (made by `serve`, 0700) and the answer relayed, streamed both ways. The owner believes the
 original client's address only from a request carrying the run's random secret (compared
@@ -16,8 +17,8 @@ in constant time) that arrived on its unix socket, never from the network.
 Every worker still serves everyone correctly: when the owner cannot be reached before the
 request body was handed over (dead worker, no socket, refused), the request is served
 here. A request is forwarded at most once and never sent twice. Requests without a
-token that opens (they get their 401 anywhere), and everything but ``/mcp``, are served
-where they arrive.
+token or session (they get their 401 or sign-in page anywhere), and every other path (the
+OAuth endpoints, health, metrics), are served where they arrive.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ _HOP_BY_HOP = frozenset(
     {b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer", b"transfer-encoding", b"upgrade"}
 )
 _OURS = frozenset({FORWARD_HEADER, CLIENT_HEADER})
-ROUTED_PATHS = frozenset({"/mcp"})
+WEB_APP = "/app"
 
 
 def owner_of(subject: str, workers: int) -> int:
@@ -58,7 +59,8 @@ class WorkerAffinity:
 
     ``slot`` is this worker's index into ``sockets`` (every worker's unix socket path),
     ``secret`` the run's random forwarding secret, ``subject_of`` the subject of a bearer
-    token (None when it does not open).
+    token (None when it does not open), ``session_subject`` that of a web app request's
+    live session (None: signed out; the layer leaves ``/app`` alone without it).
     """
 
     def __init__(
@@ -69,12 +71,14 @@ class WorkerAffinity:
         sockets: Sequence[Path],
         secret: str,
         subject_of: Callable[[str], str | None],
+        session_subject: Callable[[dict[str, Any]], str | None] | None = None,
     ) -> None:
         self.app = app
         self.slot = slot
         self._sockets = list(sockets)
         self._secret = secret.encode("ascii")
         self._subject_of = subject_of
+        self._session_subject = session_subject
         self._clients: dict[int, httpx.AsyncClient] = {}  # made in the worker's event loop, on first use
         self._unreachable: set[int] = set()  # owners whose failure was logged (once until they answer)
 
@@ -82,7 +86,7 @@ class WorkerAffinity:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if self._from_sibling(scope) or scope.get("path") not in ROUTED_PATHS:
+        if self._from_sibling(scope):
             await self.app(scope, receive, send)
             return
         owner = self._owner(scope)
@@ -108,8 +112,16 @@ class WorkerAffinity:
         return True
 
     def _owner(self, scope: dict[str, Any]) -> int | None:
-        token = bearer_token(scope)
-        subject = self._subject_of(token) if token else None
+        """The slot of the worker that serves this request's user; None: serve it here."""
+        path = scope.get("path", "")
+        subject = None
+        if path == "/mcp":
+            token = bearer_token(scope)
+            subject = self._subject_of(token) if token else None
+        elif self._session_subject is not None and (path == WEB_APP or path.startswith(WEB_APP + "/")) and not path.startswith(
+            WEB_APP + "/static/"
+        ):  # its pages, not the static files every worker has
+            subject = self._session_subject(scope)
         return owner_of(subject, len(self._sockets)) if subject else None
 
     def _client(self, owner: int) -> httpx.AsyncClient:

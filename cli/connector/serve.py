@@ -147,7 +147,15 @@ def _serve(settings: ConnectorSettings, runtime: Path | None = None) -> None:
             claims = codec.open(token)
             return claims.sub if claims else None
 
-        routed = WorkerAffinity(own, slot=slot, sockets=paths, secret=secret, subject_of=subject_of)
+        web = own.state.webapp
+        routed = WorkerAffinity(
+            own,
+            slot=slot,
+            sockets=paths,
+            secret=secret,
+            subject_of=subject_of,
+            session_subject=web.session_subject if web is not None else None,
+        )
         return uvicorn.Config(routed, **common, **extra)
 
     # After their requests the workers push what they hold (the journal keeps anything cut short).

@@ -33,6 +33,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from connector.affinity import owner_of
 from tests.connector.conftest import RunningStore, StoreUser, brains_of, download_brain, start_store
 from tests.connector.test_e2e_tools import connector, mcp_session, mint, structured
+from tests.connector.webapp.conftest import sign_in
 from tests.support.processes import ServerProcess, free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("connector-workers"), pytest.mark.timeout(300)]
@@ -244,6 +245,15 @@ def test_each_users_calls_end_on_one_worker_and_a_killed_owner_is_replaced(store
             seen = len(_log_lines(server))
             asyncio.run(calls(server.base_url, user))
             assert _mcp_pids(server, seen) == {owner}, f"{user.name}'s calls were served by {_mcp_pids(server, seen)}"
+
+        # The web app's pages of a signed-in session too (each request over a new connection).
+        with httpx.Client(base_url=server.base_url, headers={"Connection": "close"}, timeout=30) as browser:
+            sign_in(browser, users[1].token)
+            seen = len(_log_lines(server))
+            for _ in range(CALLS):
+                assert browser.get("/app").status_code == 200
+        pages = {line["pid"] for line in _log_lines(server)[seen:] if line.get("msg") == "request" and line.get("path") == "/app"}
+        assert pages == {forked}
 
         # The owner of the second user dies: the surviving worker serves that user itself.
         os.kill(forked, signal.SIGKILL)
