@@ -63,7 +63,9 @@ def serve(host: str | None, port: int | None, workers: int | None, dev: bool | N
         runtime = None
         if settings.workers > 1 and settings.worker_affinity:
             # The workers' unix sockets for requests they pass to a user's worker (connector/affinity.py).
-            runtime = _private_dir("brain-connector-run-", "the workers' sockets", cleanups)
+            # A unix socket's path has at most 107 bytes: under a long TMPDIR they go to /tmp.
+            short = len(tempfile.gettempdir()) + len("/brain-run-12345678/worker-64.sock") <= 107
+            runtime = _private_dir("brain-run-", "the workers' sockets", cleanups, None if short else "/tmp")
         _serve(settings, runtime)
     except KeyboardInterrupt:
         pass
@@ -72,10 +74,10 @@ def serve(host: str | None, port: int | None, workers: int | None, dev: bool | N
             cleanup()
 
 
-def _private_dir(prefix: str, purpose: str, cleanups: list[Callable[[], Any]]) -> Path:
-    """A new temporary directory only we can enter (0700), removed when `serve` ends."""
+def _private_dir(prefix: str, purpose: str, cleanups: list[Callable[[], Any]], parent: str | None = None) -> Path:
+    """A new temporary directory only we can enter (0700, in ``parent`` or TMPDIR), removed when `serve` ends."""
     try:
-        made = tempfile.mkdtemp(prefix=prefix)
+        made = tempfile.mkdtemp(prefix=prefix, dir=parent)
     except OSError as exc:
         raise click.ClickException(f"cannot create a directory for {purpose}: {exc}") from None
     cleanups.append(functools.partial(shutil.rmtree, made, ignore_errors=True))

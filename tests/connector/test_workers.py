@@ -234,11 +234,16 @@ def test_each_users_calls_end_on_one_worker_and_a_killed_owner_is_replaced(store
                 found = structured(await client.call_tool("brain_recall", {"query": word}))
             assert [hit["id"] for hit in found["results"]] == [saved["stored"]["id"]], found
 
-    with connector(tmp_path, store, env=WORKERS_ENV) as server:
+    temporary = tmp_path / "tmp"  # where serve makes its private directories
+    temporary.mkdir()
+    with connector(tmp_path, store, env={**WORKERS_ENV, "TMPDIR": str(temporary)}) as server:
         deadline = time.monotonic() + 30
         while len(workers := _worker_pids(server)) < 2:  # health answered by the first one up
             assert time.monotonic() < deadline, "the second worker never started"
             time.sleep(0.1)
+        (runtime,) = temporary.glob("brain-run-*")
+        assert runtime.stat().st_mode & 0o777 == 0o700
+        assert sorted(path.name for path in runtime.iterdir()) == ["worker-0.sock", "worker-1.sock"]
         leader = server.process.pid  # slot 0; the fork is slot 1
         (forked,) = workers - {leader}
         for user, owner in zip(users, (leader, forked)):
@@ -267,6 +272,7 @@ def test_each_users_calls_end_on_one_worker_and_a_killed_owner_is_replaced(store
         assert "owner worker unreachable, serving here" in server.log()
         _stop_all(server, {leader})
     assert "Traceback" not in server.log()
+    assert list(temporary.iterdir()) == []  # the sockets' and the metrics' directories are gone
 
 
 def _ping(base: str, token: str, headers: dict[str, str]) -> int:
