@@ -8,8 +8,7 @@ pull and index the brain again.
 
 So the owner of a request is the worker ``hash(subject) mod N``, the subject read from the
 sealed access token (an AES-GCM open, about 4 us) for ``/mcp``, from the signed-in session
-for the web app's ``/app`` pages. A request arriving on another
-worker is passed to its owner over the owner's unix socket in a private runtime directory
+for the web app's ``/app`` pages. A request arriving on another worker is passed to its owner over the owner's unix socket in a private runtime directory
 (made by `serve`, 0700) and the answer relayed, streamed both ways. The owner believes the
 original client's address only from a request carrying the run's random secret (compared
 in constant time) that arrived on its unix socket, never from the network.
@@ -52,6 +51,11 @@ def owner_of(subject: str, workers: int) -> int:
     """The worker slot (0..workers-1) that serves ``subject``: the same in every process and run."""
     digest = hashlib.blake2b(subject.encode("utf-8"), digest_size=8).digest()
     return int.from_bytes(digest, "big") % workers
+
+
+def _is_web_page(path: str) -> bool:
+    """A page of the web app (its static files are the same on every worker: served where asked)."""
+    return (path == WEB_APP or path.startswith(WEB_APP + "/")) and not path.startswith(WEB_APP + "/static/")
 
 
 class WorkerAffinity:
@@ -118,9 +122,7 @@ class WorkerAffinity:
         if path == "/mcp":
             token = bearer_token(scope)
             subject = self._subject_of(token) if token else None
-        elif self._session_subject is not None and (path == WEB_APP or path.startswith(WEB_APP + "/")) and not path.startswith(
-            WEB_APP + "/static/"
-        ):  # its pages, not the static files every worker has
+        elif self._session_subject is not None and _is_web_page(path):
             subject = self._session_subject(scope)
         return owner_of(subject, len(self._sockets)) if subject else None
 
