@@ -8,8 +8,9 @@ pull and index the brain again.
 
 So the owner of a request is the worker ``hash(subject) mod N``, the subject read from the
 sealed access token (an AES-GCM open, about 4 us) for ``/mcp``, from the signed-in session
-for the web app's ``/app`` pages. A request arriving on another worker is passed to its owner over the owner's unix socket in a private runtime directory
-(made by `serve`, 0700) and the answer relayed, streamed both ways. The owner believes the
+for the web app's ``/app`` pages. A request arriving on another worker is passed to its
+owner over the owner's unix socket in a private runtime directory (made by `serve`, 0700)
+and the answer relayed, streamed both ways. The owner believes the
 original client's address only from a request carrying the run's random secret (compared
 in constant time) that arrived on its unix socket, never from the network.
 
