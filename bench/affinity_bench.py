@@ -3,7 +3,7 @@
 
 Starts a real store and a real ``brain-connector serve --workers 2`` on loopback and, over
 ``--connections`` keep-alive connections one after another (the kernel places each on either
-worker), sends bare JSON-RPC pings alternately as two users owned by different workers:
+worker), sends bare JSON-RPC pings as two users owned by different workers, one after the other:
 on every connection one user's pings are served where they arrive and the other's are
 passed over the owner's unix socket, so the slower of the two medians is the forwarded one.
 Printed: p50 local and forwarded per connection and their medians; with
@@ -37,11 +37,11 @@ HEADERS = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Versio
 
 
 async def one_connection(url: str, tokens: list[str], pings: int) -> list[float]:
-    """p50 ms of each token's pings, alternating on one keep-alive connection (after a warm-up)."""
+    """p50 ms of each token's pings, one token after the other on one keep-alive connection (after a warm-up)."""
     samples: list[list[float]] = [[] for _ in tokens]
     async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=1)) as http:
-        for round_ in range(pings + 20):
-            for index, token in enumerate(tokens):
+        for index, token in enumerate(tokens):
+            for round_ in range(pings + 20):
                 began = time.perf_counter()
                 response = await http.post(url, json=PING, headers={**HEADERS, "Authorization": f"Bearer {token}"})
                 elapsed = time.perf_counter() - began
