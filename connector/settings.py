@@ -52,6 +52,8 @@ class ConnectorSettings:
     port: int = 8788
     # Worker processes serving together (`serve --workers N`); they share CONNECTOR_STATE_DIR.
     workers: int = 1
+    # With several workers, each user's /mcp requests go to one of them (connector/affinity.py).
+    worker_affinity: bool = True
     idp: str | None = None
     dev: bool = False
     dev_store_token: str | None = None
@@ -227,6 +229,7 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     put("host", _env(env, "CONNECTOR_HOST"))
     put("port", _int(env, "CONNECTOR_PORT"))
     put("workers", _int(env, "CONNECTOR_WORKERS"))
+    put("worker_affinity", _bool(env, "CONNECTOR_WORKER_AFFINITY"))
     put("store_url", _env(env, "CONNECTOR_STORE_URL") or _env(env, "BRAIN_CLOUD_API_URL"))
     idp = _env(env, "CONNECTOR_IDP")
     put("idp", idp.lower() if idp else None)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import functools
 import os
+import secrets
 import shutil
+import socket
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,26 +56,38 @@ def serve(host: str | None, port: int | None, workers: int | None, dev: bool | N
             "(or run with --dev for a local development setup). Refusing to start."
         )
     configure_logging(settings.log_level)
-    cleanup = None
-    if settings.workers > 1 and settings.metrics and settings.metrics_dir is None:
-        # /metrics adds up every worker's series through files in a private directory.
-        try:
-            shared = tempfile.mkdtemp(prefix="brain-connector-metrics-")  # 0700, ours alone
-        except OSError as exc:
-            raise click.ClickException(f"cannot create a directory for the workers' metrics: {exc}") from None
-        settings = settings.with_overrides(metrics_dir=Path(shared))
-        cleanup = functools.partial(shutil.rmtree, shared, ignore_errors=True)
+    cleanups = []
     try:
-        _serve(settings)
+        if settings.workers > 1 and settings.metrics and settings.metrics_dir is None:
+            # /metrics adds up every worker's series through files in a private directory.
+            shared = _private_dir("brain-connector-metrics-", "the workers' metrics", cleanups)
+            settings = settings.with_overrides(metrics_dir=shared)
+        runtime = None
+        if settings.workers > 1 and settings.worker_affinity:
+            # The workers' unix sockets for requests they pass to a user's worker (connector/affinity.py).
+            # A unix socket's path has at most 107 bytes: under a long TMPDIR they go to /tmp.
+            short = len(tempfile.gettempdir()) + len("/brain-run-12345678/worker-64.sock") <= 107
+            runtime = _private_dir("brain-run-", "the workers' sockets", cleanups, None if short else "/tmp")
+        _serve(settings, runtime)
     except KeyboardInterrupt:
         pass
     finally:
-        if cleanup is not None:
+        for cleanup in cleanups:
             cleanup()
 
 
-def _serve(settings: ConnectorSettings) -> None:
-    """Build the app, bind the port and serve until stopped."""
+def _private_dir(prefix: str, purpose: str, cleanups: list[Callable[[], Any]], parent: str | None = None) -> Path:
+    """A new temporary directory only we can enter (0700, in ``parent`` or TMPDIR), removed when `serve` ends."""
+    try:
+        made = tempfile.mkdtemp(prefix=prefix, dir=parent)
+    except OSError as exc:
+        raise click.ClickException(f"cannot create a directory for {purpose}: {exc}") from None
+    cleanups.append(functools.partial(shutil.rmtree, made, ignore_errors=True))
+    return Path(made)
+
+
+def _serve(settings: ConnectorSettings, runtime: Path | None = None) -> None:
+    """Build the app, bind the port and serve until stopped (``runtime``: where the workers' unix sockets go)."""
     import uvicorn
 
     from cli.serving.workers import bind_listener, freeze_imported, serve_forked
@@ -99,6 +114,8 @@ def _serve(settings: ConnectorSettings) -> None:
     click.echo(f"brain-connector listening on http://{settings.host}:{settings.port}")
     if settings.workers > 1:
         click.echo(f"{settings.workers} worker processes (working copies and their budgets are per worker)")
+        if runtime:
+            click.echo("each user's /mcp requests are served by one worker (CONNECTOR_WORKER_AFFINITY)")
     click.echo(f"MCP URL: {base}/mcp   (store: {settings.store_url})")
     if settings.webapp:
         click.echo(f"Web app: {base}/app")
@@ -117,12 +134,52 @@ def _serve(settings: ConnectorSettings) -> None:
         uvicorn.Server(uvicorn.Config(app, http=guarded, **common)).run(sockets=[sock])
         return
     leader = os.getpid()
+    paths = [runtime / f"worker-{slot}.sock" for slot in range(settings.workers)] if runtime else []
+    unix_sockets = [_bind_unix(path) for path in paths]
+    secret = secrets.token_hex(32)  # this run's forwarding secret, in memory only (inherited by the forks)
 
-    def make_config(**extra: Any) -> uvicorn.Config:
+    def make_config(slot: int, **extra: Any) -> uvicorn.Config:
         # The leader serves the app built above; every fork builds its own (its own store
         # client, working copies and background tasks, none shared across processes).
         own = app if os.getpid() == leader else create_app(settings)
-        return uvicorn.Config(own, **common, **extra)
+        if not paths:
+            return uvicorn.Config(own, **common, **extra)
+        from connector.affinity import WorkerAffinity
+
+        codec = own.state.connector.codec
+
+        def subject_of(token: str) -> str | None:
+            claims = codec.open(token)
+            return claims.sub if claims else None
+
+        web = own.state.webapp
+        routed = WorkerAffinity(
+            own,
+            slot=slot,
+            sockets=paths,
+            secret=secret,
+            subject_of=subject_of,
+            session_subject=web.session_subject if web is not None else None,
+        )
+        return uvicorn.Config(routed, **common, **extra)
 
     # After their requests the workers push what they hold (the journal keeps anything cut short).
-    serve_forked(settings.workers, make_config, sock, guarded, grace_s=GRACEFUL_SHUTDOWN_SECONDS + SHUTDOWN_PUSH_SECONDS)
+    serve_forked(
+        settings.workers,
+        make_config,
+        sock,
+        guarded,
+        grace_s=GRACEFUL_SHUTDOWN_SECONDS + SHUTDOWN_PUSH_SECONDS,
+        own_sockets=unix_sockets,
+    )
+
+
+def _bind_unix(path: Path) -> socket.socket:
+    """A unix stream socket bound to ``path`` (uvicorn makes it listen); a clean CLI error if that fails."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(str(path))
+    except OSError as exc:
+        sock.close()
+        raise click.ClickException(f"cannot listen on {path}: {exc.strerror or exc}") from None
+    return sock

@@ -118,8 +118,10 @@ def balanced_protocol(table: ConnectionTable, base: type[HttpToolsProtocol] = Ht
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
-            self._counted = True
-            table.add(1)
+            # TCP only: a unix socket's connections come from the sibling workers (connector/affinity.py)
+            if isinstance(transport.get_extra_info("peername"), tuple):
+                self._counted = True
+                table.add(1)
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._uncount()

@@ -13,7 +13,7 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import click
@@ -55,7 +55,13 @@ def bind_listener(host: str, port: int, *, shared_port: bool = False) -> socket.
 
 
 def serve_forked(
-    workers: int, make_config: Callable[..., Any], sock: socket.socket, base: type[Any], *, grace_s: float
+    workers: int,
+    make_config: Callable[..., Any],
+    sock: socket.socket,
+    base: type[Any],
+    *,
+    grace_s: float,
+    own_sockets: Sequence[socket.socket] = (),
 ) -> None:
     """Serve from ``workers`` processes: this one on ``sock`` and ``workers - 1`` forks.
 
@@ -69,7 +75,11 @@ def serve_forked(
     Here the web stack is imported once before forking (pages shared copy-on-write),
     every process builds its own app after the fork, and the first process doubles as
     the leader: a stop signal it gets is passed on to the others once. ``base`` is the HTTP
-    protocol the workers' balancing protocol extends (the guarded one). Every process
+    protocol the workers' balancing protocol extends (the guarded one). ``make_config(slot,
+    **extra)`` gets the worker's slot (0 for the leader). ``own_sockets``, when given, holds
+    one more listening socket per slot (the connector's unix sockets for requests its
+    workers pass to each other): each worker serves its own and closes the others, so a
+    dead worker's socket refuses connections. Every process
     shuts down gracefully (in-flight requests finish, bounded by the graceful timeout);
     repeated signals do not turn that into an abrupt exit. The leader waits for the
     others and kills what is left ``grace_s`` (how long a worker may take to stop: the
@@ -109,7 +119,7 @@ def serve_forked(
                 table.join(slot)
                 own = bind_listener(*sock.getsockname()[:2], shared_port=True)
                 sock.close()
-                _Worker(make_config(http=protocol)).run(sockets=[own])
+                _Worker(make_config(slot, http=protocol)).run(sockets=[own, *_keep_own(own_sockets, slot)])
             except BaseException:  # noqa: BLE001 - report and exit non-zero
                 log.exception("worker failed")
                 code = 1
@@ -119,10 +129,18 @@ def serve_forked(
         children.append(pid)
     table.join(0)
     try:
-        _Leader(make_config(http=protocol)).run(sockets=[sock])
+        _Leader(make_config(0, http=protocol)).run(sockets=[sock, *_keep_own(own_sockets, 0)])
     finally:
         table.leave()
         _reap(children, grace_s + 5)
+
+
+def _keep_own(sockets: Sequence[socket.socket], slot: int) -> list[socket.socket]:
+    """Close the sockets of the other slots (this process's copies); the one of ``slot``, if any."""
+    for index, other in enumerate(sockets):
+        if index != slot:
+            other.close()
+    return [sockets[slot]] if sockets else []
 
 
 def _reap(children: list[int], timeout: float) -> None:

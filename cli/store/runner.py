@@ -99,7 +99,7 @@ def run_store(settings: StoreSettings, workers: int = 1, *, announce: str | None
         if workers > 1:
             serve_forked(
                 workers,
-                lambda **extra: uvicorn.Config(app_from_env(), **common, **extra),  # type: ignore[arg-type]
+                lambda _slot, **extra: uvicorn.Config(app_from_env(), **common, **extra),  # type: ignore[arg-type]
                 sock,
                 guarded,
                 grace_s=GRACEFUL_SHUTDOWN_SECONDS,

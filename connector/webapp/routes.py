@@ -13,6 +13,7 @@ import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable
+from http.cookies import CookieError, SimpleCookie
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from litestar.datastructures import Cookie
 from connector.engine.brain import Brain
 from connector.engine.ops import Memorize, operation_from_dict
 from connector.identity.base import ProviderRefused, ProviderUnavailable
-from connector.mcp.http import peer_address
+from connector.mcp.http import header, peer_address
 from connector.oauth.sealed_files import SealedRecords
 from connector.oauth.state import OAuthState, SecretBox
 from connector.webapp.actions import ActionRefused, BrainActions, Done
@@ -123,7 +124,22 @@ class WebApp:
 
     def site(self, request: Request[Any, Any, Any]) -> Site:
         """Where the app lives for this request."""
-        return site_of(request.scope, self.settings.public_url, tuple(self.settings.trust_proxy))
+        return self.site_of_scope(request.scope)
+
+    def session_subject(self, scope: dict[str, Any]) -> str | None:
+        """The subject of the live session this request's cookie names, else None (connector/affinity.py)."""
+        cookies = SimpleCookie()
+        try:
+            cookies.load(header(scope, "cookie") or "")
+        except CookieError:
+            return None
+        morsel = cookies.get(self.site_of_scope(scope).session_cookie)
+        session = self.sessions.get(morsel.value) if morsel is not None else None
+        return session.subject if session is not None else None
+
+    def site_of_scope(self, scope: dict[str, Any]) -> Site:
+        """Where the app lives for a request's ASGI scope."""
+        return site_of(scope, self.settings.public_url, tuple(self.settings.trust_proxy))
 
     def signin_retry_after(self, request: Request[Any, Any, Any]) -> float | None:
         """Sign-in attempts per client address are limited (token guessing)."""

@@ -7,6 +7,11 @@ connection right after a memorize sees it (the freshness interval is an hour her
 brain heads in the shared state directory can make that work). A worker killed while it holds
 a write the store has not accepted loses nothing and pushes nothing twice; SIGTERM stops every
 worker cleanly.
+
+With worker affinity (the default), every /mcp request of a user ends on that user's worker,
+whichever worker the connection reached; the owner sees the original client's address, and
+a forged forwarding header from the network changes nothing. A killed owner's users are
+served by the worker they reach.
 """
 
 from __future__ import annotations
@@ -25,8 +30,10 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from connector.affinity import owner_of
 from tests.connector.conftest import RunningStore, StoreUser, brains_of, download_brain, start_store
 from tests.connector.test_e2e_tools import connector, mcp_session, mint, structured
+from tests.connector.webapp.conftest import sign_in
 from tests.support.processes import ServerProcess, free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("connector-workers"), pytest.mark.timeout(300)]
@@ -114,7 +121,8 @@ def test_two_users_write_through_both_workers_and_read_their_writes_anywhere(sto
     async def scenario(base: str) -> list[list[tuple[str, str]]]:
         return await asyncio.gather(*(writer(base, user, n) for user in users for n in range(WRITERS)))
 
-    with connector(tmp_path, store, env=WORKERS_ENV) as server:
+    # Without affinity: both workers serve both users, through the shared state directory.
+    with connector(tmp_path, store, env={**WORKERS_ENV, "CONNECTOR_WORKER_AFFINITY": "0"}) as server:
         results = asyncio.run(scenario(server.base_url))
         lines = _log_lines(server)
         # /metrics adds up both workers' series, whichever worker answers the scrape.
@@ -193,3 +201,113 @@ def test_a_killed_worker_holding_a_write_loses_nothing_and_sigterm_stops_every_w
         assert held_id in (brain.read_json("index.json") or {}).get("memories", {})  # with the id the tool gave
     finally:
         store_manager.__exit__(None, None, None)  # type: ignore[attr-defined]
+
+
+def _users_on_both_slots(store: RunningStore) -> list[StoreUser]:
+    """Two store users whose requests belong to different workers (slot 0 first)."""
+    by_slot: dict[int, StoreUser] = {}
+    for number in range(32):
+        user = store.add_user(f"user{number}")
+        by_slot.setdefault(owner_of(f"static:{user.id}", 2), user)
+        if len(by_slot) == 2:
+            return [by_slot[0], by_slot[1]]
+    raise AssertionError("32 users all hashed to one worker")
+
+
+def _mcp_pids(server: ServerProcess, skip: int) -> set[int]:
+    """Pids of the processes that served /mcp requests logged after the first ``skip`` log lines."""
+    return {line["pid"] for line in _log_lines(server)[skip:] if line.get("msg") == "request" and line.get("path") == "/mcp"}
+
+
+CALLS = 8  # per user, each over a new connection: the kernel places about half on the other worker
+
+
+def test_each_users_calls_end_on_one_worker_and_a_killed_owner_is_replaced(store: RunningStore, tmp_path: Path) -> None:
+    users = _users_on_both_slots(store)
+
+    async def calls(base: str, user: StoreUser) -> None:
+        word = _codeword()
+        async with mcp_session(base + "/mcp", mint(base, user, ALL)) as client:
+            saved = structured(await client.call_tool("brain_memorize", {"content": f"{user.name}: the codeword is {word}"}))
+        for _ in range(CALLS):
+            async with mcp_session(base + "/mcp", mint(base, user, ALL)) as client:
+                found = structured(await client.call_tool("brain_recall", {"query": word}))
+            assert [hit["id"] for hit in found["results"]] == [saved["stored"]["id"]], found
+
+    temporary = tmp_path / "tmp"  # where serve makes its private directories
+    temporary.mkdir()
+    with connector(tmp_path, store, env={**WORKERS_ENV, "TMPDIR": str(temporary)}) as server:
+        deadline = time.monotonic() + 30
+        while len(workers := _worker_pids(server)) < 2:  # health answered by the first one up
+            assert time.monotonic() < deadline, "the second worker never started"
+            time.sleep(0.1)
+        (runtime,) = temporary.glob("brain-run-*")
+        assert runtime.stat().st_mode & 0o777 == 0o700
+        assert sorted(path.name for path in runtime.iterdir()) == ["worker-0.sock", "worker-1.sock"]
+        leader = server.process.pid  # slot 0; the fork is slot 1
+        (forked,) = workers - {leader}
+        for user, owner in zip(users, (leader, forked)):
+            seen = len(_log_lines(server))
+            asyncio.run(calls(server.base_url, user))
+            assert _mcp_pids(server, seen) == {owner}, f"{user.name}'s calls were served by {_mcp_pids(server, seen)}"
+
+        # The web app's pages of a signed-in session too (each request over a new connection).
+        with httpx.Client(base_url=server.base_url, headers={"Connection": "close"}, timeout=30) as browser:
+            sign_in(browser, users[1].token)
+            seen = len(_log_lines(server))
+            for _ in range(CALLS):
+                assert browser.get("/app").status_code == 200
+        pages = {line["pid"] for line in _log_lines(server)[seen:] if line.get("msg") == "request" and line.get("path") == "/app"}
+        assert pages == {forked}
+
+        # The owner of the second user dies: the surviving worker serves that user itself.
+        os.kill(forked, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while _alive(forked):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        seen = len(_log_lines(server))
+        asyncio.run(calls(server.base_url, users[1]))
+        assert _mcp_pids(server, seen) == {leader}
+        assert "owner worker unreachable, serving here" in server.log()
+        _stop_all(server, {leader})
+    assert "Traceback" not in server.log()
+    assert list(temporary.iterdir()) == []  # the sockets' and the metrics' directories are gone
+
+
+def _ping(base: str, token: str, headers: dict[str, str]) -> int:
+    """A bare JSON-RPC ping over a new connection: the HTTP status."""
+    answer = httpx.post(
+        base + "/mcp",
+        json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
+        headers={
+            "Authorization": f"Bearer {token}",
+            "Accept": "application/json, text/event-stream",
+            "MCP-Protocol-Version": "2025-11-25",
+            "Connection": "close",
+            **headers,
+        },
+        timeout=30,
+    )
+    return answer.status_code
+
+
+def test_the_owner_sees_the_original_client_and_a_forged_forwarding_header_is_ignored(store: RunningStore, tmp_path: Path) -> None:
+    user = store.add_user("erin")
+    env = {**WORKERS_ENV, "CONNECTOR_MCP_RATE_PER_MIN": "3"}  # per client address, per worker
+    with connector(tmp_path, store, env=env) as server:
+        base = server.base_url
+        token = mint(base, user, ALL)
+        # Through a trusted proxy (loopback) each request names another client: none is limited,
+        # forwarded or not, because the owner applies the proxy rules to the real peer.
+        statuses = [_ping(base, token, {"X-Forwarded-For": f"198.51.100.{n}"}) for n in range(10)]
+        assert statuses == [200] * 10
+        # A client claiming to be forwarded, from other addresses: it is still 127.0.0.1, limited after 3.
+        forged = [
+            _ping(base, token, {"X-Brain-Connector-Forward": "guess", "X-Brain-Connector-Client": f"http 203.0.113.{n} 1"})
+            for n in range(10)
+        ]
+        assert forged[:3] == [200] * 3
+        assert set(forged[3:]) == {429}
+        assert "forwarding header from the network ignored" in server.log()
+        assert "Traceback" not in server.log()
