@@ -22,6 +22,7 @@ import os
 import secrets
 import signal
 import string
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -234,45 +235,47 @@ def test_each_users_calls_end_on_one_worker_and_a_killed_owner_is_replaced(store
                 found = structured(await client.call_tool("brain_recall", {"query": word}))
             assert [hit["id"] for hit in found["results"]] == [saved["stored"]["id"]], found
 
-    temporary = tmp_path / "tmp"  # where serve makes its private directories
-    temporary.mkdir()
-    with connector(tmp_path, store, env={**WORKERS_ENV, "TMPDIR": str(temporary)}) as server:
-        deadline = time.monotonic() + 30
-        while len(workers := _worker_pids(server)) < 2:  # health answered by the first one up
-            assert time.monotonic() < deadline, "the second worker never started"
-            time.sleep(0.1)
-        (runtime,) = temporary.glob("brain-run-*")
-        assert runtime.stat().st_mode & 0o777 == 0o700
-        assert sorted(path.name for path in runtime.iterdir()) == ["worker-0.sock", "worker-1.sock"]
-        leader = server.process.pid  # slot 0; the fork is slot 1
-        (forked,) = workers - {leader}
-        for user, owner in zip(users, (leader, forked)):
-            seen = len(_log_lines(server))
-            asyncio.run(calls(server.base_url, user))
-            assert _mcp_pids(server, seen) == {owner}, f"{user.name}'s calls were served by {_mcp_pids(server, seen)}"
+    # Where serve makes its private directories: a short path, as a unix socket's must be (under
+    # xdist pytest's tmp_path is too long for one, and serve would use /tmp instead).
+    with tempfile.TemporaryDirectory(prefix="bw-") as short:
+        temporary = Path(short)
+        with connector(tmp_path, store, env={**WORKERS_ENV, "TMPDIR": str(temporary)}) as server:
+            deadline = time.monotonic() + 30
+            while len(workers := _worker_pids(server)) < 2:  # health answered by the first one up
+                assert time.monotonic() < deadline, "the second worker never started"
+                time.sleep(0.1)
+            (runtime,) = temporary.glob("brain-run-*")
+            assert runtime.stat().st_mode & 0o777 == 0o700
+            assert sorted(path.name for path in runtime.iterdir()) == ["worker-0.sock", "worker-1.sock"]
+            leader = server.process.pid  # slot 0; the fork is slot 1
+            (forked,) = workers - {leader}
+            for user, owner in zip(users, (leader, forked)):
+                seen = len(_log_lines(server))
+                asyncio.run(calls(server.base_url, user))
+                assert _mcp_pids(server, seen) == {owner}, f"{user.name}'s calls were served by {_mcp_pids(server, seen)}"
 
-        # The web app's pages of a signed-in session too (each request over a new connection).
-        with httpx.Client(base_url=server.base_url, headers={"Connection": "close"}, timeout=30) as browser:
-            sign_in(browser, users[1].token)
-            seen = len(_log_lines(server))
-            for _ in range(CALLS):
-                assert browser.get("/app").status_code == 200
-        pages = {line["pid"] for line in _log_lines(server)[seen:] if line.get("msg") == "request" and line.get("path") == "/app"}
-        assert pages == {forked}
+            # The web app's pages of a signed-in session too (each request over a new connection).
+            with httpx.Client(base_url=server.base_url, headers={"Connection": "close"}, timeout=30) as browser:
+                sign_in(browser, users[1].token)
+                seen = len(_log_lines(server))
+                for _ in range(CALLS):
+                    assert browser.get("/app").status_code == 200
+            pages = {line["pid"] for line in _log_lines(server)[seen:] if line.get("msg") == "request" and line.get("path") == "/app"}
+            assert pages == {forked}
 
-        # The owner of the second user dies: the surviving worker serves that user itself.
-        os.kill(forked, signal.SIGKILL)
-        deadline = time.monotonic() + 10
-        while _alive(forked):
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        seen = len(_log_lines(server))
-        asyncio.run(calls(server.base_url, users[1]))
-        assert _mcp_pids(server, seen) == {leader}
-        assert "owner worker unreachable, serving here" in server.log()
-        _stop_all(server, {leader})
-    assert "Traceback" not in server.log()
-    assert list(temporary.iterdir()) == []  # the sockets' and the metrics' directories are gone
+            # The owner of the second user dies: the surviving worker serves that user itself.
+            os.kill(forked, signal.SIGKILL)
+            deadline = time.monotonic() + 10
+            while _alive(forked):
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            seen = len(_log_lines(server))
+            asyncio.run(calls(server.base_url, users[1]))
+            assert _mcp_pids(server, seen) == {leader}
+            assert "owner worker unreachable, serving here" in server.log()
+            _stop_all(server, {leader})
+        assert "Traceback" not in server.log()
+        assert list(temporary.iterdir()) == []  # the sockets' and the metrics' directories are gone
 
 
 def _ping(base: str, token: str, headers: dict[str, str]) -> int:
