@@ -330,8 +330,13 @@ def create_app(settings: ConnectorSettings, *, tuning: ManagerTuning | None = No
     async def mcp_endpoint(scope: Scope, receive: Receive, send: Send) -> None:
         await gate(scope, receive, send)
 
-    @asgi("/mcp/brains/{brain:str}", copy_scope=False)
+    # A mount, not a path parameter: Litestar (2.x) cannot route an ASGI handler with path parameters
+    # (KeyError on the method). The mount leaves the rest of the path, e.g. "/team/", in scope["path"].
+    @asgi("/mcp/brains", is_mount=True, copy_scope=False)
     async def mcp_brain_endpoint(scope: Scope, receive: Receive, send: Send) -> None:
+        brain = scope["path"].strip("/")
+        scope["path_params"] = {"brain": brain}
+        scope["path"] = f"/mcp/brains/{brain}"  # as asked, for the logs and the response headers
         await brain_gate(scope, receive, send)
 
     @get("/health", cache=False)
