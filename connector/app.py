@@ -198,7 +198,7 @@ class McpGate:
             return False
         if found is None:
             await _send_json(send, 404, {"error": "not_found", "error_description": (
-                "This account has no brain by that name or id (brain-store brain list shows them).")})
+                "This account has no brain by that name or id (brain_status at /mcp lists its brains).")})
             return False
         return True
 
