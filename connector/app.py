@@ -1,8 +1,9 @@
-"""The connector's web application: MCP at ``POST /mcp`` (and ``/mcp/brains/{brain}``, bound to one brain), OAuth routes, health.
+"""The connector's web application: MCP at ``POST /mcp`` (and at ``/mcp/brains/{brain}``,
+bound to one brain), OAuth routes, health.
 
 ``create_app(settings)`` wires everything from one settings object: the store
 client, the working-copy manager, the brain tools behind the official MCP SDK,
-the bearer check of every ``/mcp`` request (audience ``<base>/mcp``), the OAuth
+the bearer check of every ``/mcp`` request (audience ``<base>/mcp``, or that brain's URL), the OAuth
 authorization server routes, rate limits, security headers and JSON logs
 (never tokens, never memory content).
 """
@@ -37,7 +38,7 @@ from connector.workcopy.heads import BrainHeads
 from connector.workcopy.journal import HeldWriteJournal
 from connector.workcopy.manager import ManagerTuning, WorkingCopyManager
 from connector.workcopy.model import Account
-from connector.workcopy.store_client import StoreClient, StoreError
+from connector.workcopy.store_client import StoreClient, StoreError, StoreUnauthorized
 from connector.workcopy.vectors import VectorStore
 from common.limits import TokenBucketLimiter, TrustedProxies, client_address, limit_key
 
@@ -179,18 +180,24 @@ class McpGate:
             session=claims.family,
             brain=brain or "",
         )
-        if brain is not None and not await self._can_use(account, send):
+        if brain is not None and not await self._can_use(account, base, send):
             return
         scope[CALLER_SCOPE_KEY] = Caller(account=account, scopes=frozenset(claims.scope), base_url=base)  # type: ignore[literal-required]
         await self.endpoint(scope, receive, send)
 
-    async def _can_use(self, account: Account, send: Send) -> bool:
-        """Whether the bound brain is one the account can use; else the answer is sent (404, or 503
-        when the store cannot say). A brain that does not exist and one the account may not see
-        get the same 404, so the URL tells nothing about other people's brains."""
+    async def _can_use(self, account: Account, base: str, send: Send) -> bool:
+        """Whether the bound brain is one the account can use; else the answer is sent: 404 (the
+        same whether the brain does not exist or the account may not see it, so the URL tells
+        nothing about other people's brains), 401 when the store refused the credential, 503
+        when the store cannot say."""
         assert self.manager is not None
         try:
             found = await self.manager.bound_brain(account)
+        except StoreUnauthorized:
+            # The store refused the credential (the manager ended its sign-ins): sign in again.
+            header_value = challenge(base, brain=account.brain, error="invalid_token").encode("latin-1")
+            await _send_json(send, 401, {"error": "invalid_token"}, [(b"www-authenticate", header_value)])
+            return False
         except StoreError:
             await _send_json(send, 503, {"error": "temporarily_unavailable",
                                          "error_description": "The brain store cannot be reached; try again shortly."},

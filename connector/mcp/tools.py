@@ -1,5 +1,6 @@
-"""The brain tools (and ChatGPT's search and fetch over them): argument reading, scope checks, calls into the working copies
-and the engine, and results as structured content plus text.
+"""The brain tools (and ChatGPT's search and fetch over them): argument reading, scope
+checks, calls into the working copies and the engine, and results as structured content
+plus text.
 
 A refusal (bad argument, unknown id, missing scope, store down) is a tool result
 with ``isError: true`` and a clear message, never a protocol error or a crash.

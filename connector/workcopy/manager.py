@@ -482,15 +482,18 @@ class WorkingCopyManager:
     async def _bound(self, account: Account, *, force_list: bool = False) -> tuple[list[BrainRecord], BrainRecord]:
         """A connection bound to one brain (``/mcp/brains/{brain}``): that brain alone, by id or name.
 
-        A brain created or shared since the last listing is looked for once more; one the
-        account cannot see raises UnknownBrain (the same whether it exists or not).
+        A brain created or shared since the last listing is looked for once more (once per
+        such name: asking again and again for a brain that is not there must not cost a
+        listing each time); one the account cannot see raises UnknownBrain, the same
+        whether it exists or not.
         """
         state = self._user(account)
         assert state.lock is not None
         async with state.lock:
             brains = await self._brains(state, force=force_list)
             found = find_brain(brains, account.brain)
-            if found is None and not force_list:
+            if found is None and not force_list and state.missing_choice != account.brain:
+                state.missing_choice = account.brain
                 brains = await self._brains(state, force=True)
                 found = find_brain(brains, account.brain)
         if found is None:

@@ -49,6 +49,8 @@ ALL_TOOLS = {
     "brain_unpin",
     "brain_forget",
     "brain_verify",
+    "search",
+    "fetch",
 }
 FIXTURE = project_parity_dir() / "brains" / "brain-1-06"
 
