@@ -64,6 +64,9 @@ def test_a_member_uses_a_shared_brain_through_its_url(store: RunningStore, tmp_p
             hits = structured(await client.call_tool("brain_recall", {"query": "billing"}))
             assert all("password hint" not in (hit.get("content") or "") for hit in hits["results"])
             assert any("Thursdays" in (hit.get("content") or "") for hit in hits["results"])
+            # ChatGPT's search sees that brain only, too.
+            searched = structured(await client.call_tool("search", {"query": "billing"}))
+            assert [hit["id"] for hit in searched["results"]] == [hit["id"] for hit in hits["results"]]
             saved = structured(await client.call_tool("brain_memorize", {
                 "content": "Release notes go to the team channel", "origin": "user"}))
             assert saved["synced"] is True
