@@ -51,7 +51,7 @@ def require(present: bool, what: str) -> None:
     """Skip without ``what`` on a developer's machine; under CI a missing tool is a failure."""
     if present:
         return
-    message = f"{what} is missing (npm ci --prefix tests/browser; apt-get install chromium nodejs npm)"
+    message = f"missing: {what} (npm ci --prefix tests/browser; apt-get install chromium nodejs npm)"
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(message)
     pytest.skip(message)
