@@ -208,6 +208,24 @@ class SharingRegistry:
 
         self._edit(change)
 
+    def forget_user(self, user_id: str) -> tuple[int, int]:
+        """A user was removed (or their id is handed to someone else): delete their agent keys
+        and their memberships in other users' brains. Shares of brains they created stay
+        (those brains are kept for ``brain-store user adopt``). Returns ``(keys, memberships)``
+        dropped."""
+
+        def change(doc: SharingDocument) -> tuple[int, int]:
+            keys = len(doc.keys)
+            doc.keys[:] = [k for k in doc.keys if k.user_id != user_id]
+            dropped = 0
+            for share in doc.shares:
+                if share.members.pop(user_id, None) is not None:
+                    dropped += 1
+            doc.shares[:] = [s for s in doc.shares if s.members]
+            return keys - len(doc.keys), dropped
+
+        return self._edit(change)
+
     def create_key(
         self, user_id: str, brains: list[str], scope: str, *, label: str = "", expires_at: str = ""
     ) -> tuple[AgentKey, str]:
