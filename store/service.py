@@ -18,6 +18,7 @@ from typing import Any, BinaryIO
 
 import msgspec
 
+from common.textsafety import has_unsafe_chars
 from store.conditional import Preconditions
 from store.errors import ServiceError
 from store.sealed import ArchiveSealer, SealedFileRefused
@@ -182,7 +183,7 @@ class BrainService:
 
     def create(self, user_id: str, name: str = "default") -> BrainMeta:
         """Create a brain; 403 when the account already has the maximum number."""
-        if not isinstance(name, str) or not _BRAIN_NAME.match(name):
+        if not isinstance(name, str) or not _BRAIN_NAME.match(name) or has_unsafe_chars(name):
             raise ServiceError(400, "brain name must be 1-100 printable characters without slashes")
         meta = BrainMeta(id=str(uuid.uuid4()), user_id=user_id, name=name, created_at=rfc3339(now_utc()))
         try:

@@ -20,6 +20,7 @@ from typing import TypeVar
 
 import msgspec
 
+from common.textsafety import has_unsafe_chars
 from store.auth.permissions import ROLES, SCOPES
 from store.auth.tokens import hash_token
 from store.auth.users import now_rfc3339
@@ -234,7 +235,8 @@ class SharingRegistry:
             raise SharingError(f"scope must be one of {', '.join(SCOPES)}")
         if not brains or len(brains) > MAX_KEY_BRAINS:
             raise SharingError(f"a key is for 1 to {MAX_KEY_BRAINS} brains")
-        if len(label) > MAX_LABEL_CHARS or any(ord(ch) < 32 or ord(ch) == 127 for ch in label):
+        if len(label) > MAX_LABEL_CHARS or has_unsafe_chars(label):
+            # no control, line-separator or bidirectional character: a label is shown on one line
             raise SharingError(f"a label is at most {MAX_LABEL_CHARS} printable characters")
         token = new_agent_key()
         key = AgentKey(
