@@ -131,6 +131,11 @@ class UserRegistry:
         if doc is not None:
             self._index = _Index(doc)
 
+    def damaged(self) -> str | None:
+        """Why the file is not being read (damaged: its last good copy serves), else None."""
+        self.refresh()
+        return self._file.damaged
+
     def by_token(self, token: str) -> User | None:
         """The user owning a static token (O(1); constant-time comparison of the hash)."""
         self.refresh()

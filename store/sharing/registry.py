@@ -112,6 +112,11 @@ class SharingRegistry:
         if doc is not None:
             self._index = _Index(doc)
 
+    def damaged(self) -> str | None:
+        """Why the file is not being read (damaged: its last good copy serves), else None."""
+        self.refresh()
+        return self._file.damaged
+
     def _forget_all(self) -> None:
         self._index = _Index(SharingDocument())
 
