@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from store.auth.authenticate import Principal
+from store.auth.authenticate import Principal, unauthorized
 from store.auth.permissions import ROLES, effective_role, permitted
 from store.auth.users import UserRegistry
 from store.errors import ServiceError
@@ -81,6 +81,24 @@ class Sharing:
             who = "this agent key" if principal.key is not None and permitted(action, role) else "your role"
             raise ServiceError(403, f"{who} does not allow {action} on this brain")
         return owner
+
+    def reauthorize(self, principal: Principal, token: str | None, brain_id: str, action: str) -> str:
+        """``authorize`` again for a request authorised a while ago (an upload about to commit):
+        its credential must still be the caller's (a revoked or expired agent key, a rotated
+        token or a removed user: 401) and the *current* role must allow ``action`` (404/403).
+        Memory only, no rate limit counted: the request was counted when it started."""
+        if principal.key is not None:
+            current = self.key_principal(token) if token else None
+            if current is None or current.key.sha256 != principal.key.sha256:
+                raise unauthorized("this agent key was revoked or has expired")
+            principal = current
+        elif principal.kind == "static":
+            user = self.users.by_token(token) if token else None
+            if user is None or user.id != principal.user_id:
+                raise unauthorized("this token no longer works")
+        elif self.users.get(principal.user_id) is None:
+            raise unauthorized("this account was removed")
+        return self.authorize(principal, brain_id, action)
 
     # -- what do they see? ---------------------------------------------------------------
 
