@@ -120,6 +120,7 @@ async def serve_upload(c: AppContext, scope: Any, brain_id: str, receive: Any) -
         archive = await receive_upload(
             c.service, body, boundary, header(scope, b"content-length"), owner, bid, cond, force,
             partial(_still_authorized, c, p, bearer_token(header(scope, b"authorization")), bid, owner),
+            c.sharing.acts_as_owner(p, bid),
         )
     except ServiceError as exc:
         # read what is left of the body so the client sees the answer, not a reset;

@@ -82,6 +82,12 @@ class Sharing:
             raise ServiceError(403, f"{who} does not allow {action} on this brain")
         return owner
 
+    def acts_as_owner(self, principal: Principal, brain_id: str) -> bool:
+        """True when the caller writes to the brain as an owner: an owner's own credential
+        (an agent key acts at most as an editor)."""
+        scope = principal.key.scope if principal.key is not None else None
+        return effective_role(self.role(principal, brain_id)[1], scope) == "owner"
+
     def reauthorize(self, principal: Principal, token: str | None, brain_id: str, action: str) -> str:
         """``authorize`` again for a request authorised a while ago (an upload about to commit):
         its credential must still be the caller's (a revoked or expired agent key, a rotated
