@@ -138,3 +138,28 @@ def test_a_name_never_passes_for_another_users_e_mail(tmp_path: Path) -> None:
 
     share = SharingRegistry(data).share(alice_brain)
     assert share is not None and list(share.members) == [registry.find("bob").id]  # type: ignore[union-attr]
+
+
+def test_adopt_drops_keys_and_memberships_left_by_an_older_remove(tmp_path: Path) -> None:
+    """A user removed before `user remove` cleaned up (only users.json changed): `adopt` still hands
+    over their own brains only."""
+    from store.auth.users import UserRegistry
+    from store.sharing.registry import SharingRegistry
+
+    data = tmp_path / "data"
+    cli("user", "add", "alice", data=data)
+    cli("user", "add", "frank", data=data)
+    registry = UserRegistry(data)
+    alice, frank = registry.find("alice"), registry.find("frank")
+    assert alice is not None and frank is not None
+    alice_brain = next((data / "brains" / alice.id).iterdir()).name
+    frank_brain = next((data / "brains" / frank.id).iterdir()).name
+    cli("share", alice_brain, "--with", "frank", "--role", "editor", data=data)
+    cli("share", frank_brain, "--with", "alice", "--role", "viewer", data=data)
+    cli("key", "create", "--user", "frank", "--brain", frank_brain, "--scope", "write", data=data)
+    registry.remove("frank")  # what an older `user remove` did
+    cli("user", "adopt", frank.id, "grace", data=data)
+    sharing = SharingRegistry(data)
+    assert sharing.keys(frank.id) == [] and sharing.share(alice_brain) is None
+    share = sharing.share(frank_brain)
+    assert share is not None and share.members == {alice.id: "viewer"}
