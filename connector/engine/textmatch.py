@@ -175,6 +175,34 @@ class Bm25Index:
         idf = np.log(1 + (count - df + 0.5) / (df + 0.5)).astype(np.float32)
         return cls(postings, weights, idf)
 
+    def coverage(self, query_terms: Sequence[str]) -> np.ndarray:
+        """Share of the query's information each document holds (0..1): the idf of the
+        (distinct) query terms it contains over the idf of all of them, a term no
+        document holds counting with the highest idf.
+
+        Unlike BM25 divided by the best score it is absolute: a document matching only
+        a common word of the query scores low even when nothing matches better.
+        """
+        postings = self.postings
+        unseen_idf = float(np.log(1 + (postings.count + 0.5) / 0.5))
+        total = 0.0
+        slices_docs = []
+        slices_weights = []
+        for term in dict.fromkeys(query_terms):
+            number = postings.vocabulary.get(term)
+            if number is None:
+                total += unseen_idf
+                continue
+            idf = float(self.idf[number])
+            total += idf
+            start, end = postings.offsets[number], postings.offsets[number + 1]
+            slices_docs.append(postings.docs[start:end])
+            slices_weights.append(np.full(end - start, idf, dtype=np.float64))
+        if not slices_docs or total <= 0:
+            return np.zeros(postings.count, dtype=np.float32)
+        held = np.bincount(np.concatenate(slices_docs), weights=np.concatenate(slices_weights), minlength=postings.count)
+        return (held / total).astype(np.float32)
+
     def scores(self, query_terms: Sequence[str] | dict[str, float]) -> np.ndarray:
         """BM25 score of every document for the (de-duplicated) ``query_terms``, each
         weighted by its value when a mapping is given."""
@@ -258,6 +286,10 @@ class TextIndex:
     def word_scores(self, query: str) -> np.ndarray:
         """Word BM25 per memory, divided by the best (0..1)."""
         return _normalised(self.words.scores(word_terms(query)))
+
+    def word_coverage(self, query: str) -> np.ndarray:
+        """Per memory, the idf-weighted share of the query's words (stems, CJK bigrams) it holds (0..1)."""
+        return self.words.coverage(word_terms(query))
 
     def fuzzy_scores(self, query: str) -> np.ndarray:
         """Word BM25 of the brain's words closest in spelling to each query word,
