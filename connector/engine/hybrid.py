@@ -128,8 +128,9 @@ def ranked_positions(
         candidates = candidates[np.argpartition(-fused[candidates], keep - 1)[:keep]]
     # Ranked on the unrounded score: rounding first would let ids decide near-ties.
     order = sorted(candidates.tolist(), key=lambda position: (-float(fused[position]), ids[position]))
-    if strong is not None and strong in order:
-        order.remove(strong)
+    if strong is not None and listed[strong]:
+        if strong in order:
+            order.remove(strong)
         order.insert(0, strong)
     return order[:top]
 

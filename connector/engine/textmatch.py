@@ -175,33 +175,12 @@ class Bm25Index:
         idf = np.log(1 + (count - df + 0.5) / (df + 0.5)).astype(np.float32)
         return cls(postings, weights, idf)
 
-    def coverage(self, query_terms: Sequence[str]) -> np.ndarray:
-        """Share of the query's information each document holds (0..1): the idf of the
-        (distinct) query terms it contains over the idf of all of them, a term no
-        document holds counting with the highest idf.
-
-        Unlike BM25 divided by the best score it is absolute: a document matching only
-        a common word of the query scores low even when nothing matches better.
-        """
-        postings = self.postings
-        unseen_idf = float(np.log(1 + (postings.count + 0.5) / 0.5))
-        total = 0.0
-        slices_docs = []
-        slices_weights = []
-        for term in dict.fromkeys(query_terms):
-            number = postings.vocabulary.get(term)
-            if number is None:
-                total += unseen_idf
-                continue
-            idf = float(self.idf[number])
-            total += idf
-            start, end = postings.offsets[number], postings.offsets[number + 1]
-            slices_docs.append(postings.docs[start:end])
-            slices_weights.append(np.full(end - start, idf, dtype=np.float64))
-        if not slices_docs or total <= 0:
-            return np.zeros(postings.count, dtype=np.float32)
-        held = np.bincount(np.concatenate(slices_docs), weights=np.concatenate(slices_weights), minlength=postings.count)
-        return (held / total).astype(np.float32)
+    def idf_of(self, term: str) -> float:
+        """The idf of ``term``; a term no document holds gets the highest idf there can be."""
+        number = self.postings.vocabulary.get(term)
+        if number is None:
+            return float(np.log(1 + (self.postings.count + 0.5) / 0.5))
+        return float(self.idf[number])
 
     def scores(self, query_terms: Sequence[str] | dict[str, float]) -> np.ndarray:
         """BM25 score of every document for the (de-duplicated) ``query_terms``, each
@@ -288,8 +267,35 @@ class TextIndex:
         return _normalised(self.words.scores(word_terms(query)))
 
     def word_coverage(self, query: str) -> np.ndarray:
-        """Per memory, the idf-weighted share of the query's words (stems, CJK bigrams) it holds (0..1)."""
-        return self.words.coverage(word_terms(query))
+        """Per memory, the share of the query's information it holds (0..1), absolute rather
+        than relative to the best memory: a memory matching only a common word scores low
+        even when nothing matches better.
+
+        Each distinct query term (stem or CJK bigram) weighs its idf (a term no memory holds
+        weighs the highest idf); a memory holds a term fully when it has the term, and by
+        the Dice similarity of the nearest spelling it has otherwise (a typo).
+        """
+        count = self.words.postings.count
+        held = np.zeros(count, dtype=np.float64)
+        total = 0.0
+        seen: set[str] = set()
+        for word in words_of(query):
+            for term in _word_terms_memo(word):
+                if term in seen:
+                    continue
+                seen.add(term)
+                weight = self.words.idf_of(term)
+                total += weight
+                best = np.zeros(count, dtype=np.float64)
+                near = self.fuzzy.similar(word) if len(word) >= 3 and term == _stem(word) else {}
+                for stem, similarity in ((term, 1.0), *near.items()):
+                    found = self.words.postings.entries(stem)
+                    if found is not None:
+                        np.maximum.at(best, found[0], similarity)
+                held += weight * best
+        if total <= 0:
+            return np.zeros(count, dtype=np.float32)
+        return (held / total).astype(np.float32)
 
     def fuzzy_scores(self, query: str) -> np.ndarray:
         """Word BM25 of the brain's words closest in spelling to each query word,
