@@ -49,11 +49,12 @@ from connector.engine.recall import (
     recall,
 )
 from connector.engine.text import memory_body
-from connector.engine.textmatch import TextIndex
+from connector.engine.textmatch import TextIndex, has_cjk
 
 __all__ = [
-    "DEFAULT_FUSION", "Fusion", "HybridIndex", "MODES", "Signals", "VectorSource", "fuse", "hybrid_recall",
-    "memory_texts", "query_signals", "ranked_positions",
+    "DEFAULT_FUSION", "EXACT_CANNOT_READ", "Fusion", "HybridIndex", "MODES", "NO_GOOD_MATCH", "Signals",
+    "VectorSource", "empty_recall_reason", "fuse", "hybrid_recall", "memory_texts", "query_signals",
+    "ranked_positions",
 ]
 
 MODES = ("exact", "hybrid")
@@ -270,6 +271,26 @@ def hybrid_recall(
         hit["similarity"] = round3(float(signals.semantic[position]))
         hits.append(hit)
     return hits
+
+
+NO_GOOD_MATCH = "no_good_match"
+EXACT_CANNOT_READ = "exact_cannot_read"
+
+
+def empty_recall_reason(mode: str, query: str | None) -> str | None:
+    """Why recall in ``mode`` found nothing for ``query``, when there is something to say.
+
+    NO_GOOD_MATCH: hybrid recall's floor (no memory matches well). EXACT_CANNOT_READ: an
+    exact query in Chinese or Japanese, which the exact engine (the reference's ASCII-only
+    words) cannot search but hybrid mode can. None otherwise.
+    """
+    if not query or not query.strip():
+        return None
+    if mode == "hybrid":
+        return NO_GOOD_MATCH
+    if has_cjk(query):
+        return EXACT_CANNOT_READ
+    return None
 
 
 def recall_in_mode(

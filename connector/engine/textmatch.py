@@ -46,6 +46,11 @@ K1 = 1.2
 B = 0.75
 
 
+def has_cjk(text: str) -> bool:
+    """Whether ``text`` holds Chinese or Japanese (or Korean) characters."""
+    return _CJK_RUN.search(unicodedata.normalize("NFKC", text)) is not None
+
+
 def normalise(text: str) -> str:
     """NFKC, case-folded, Latin accents removed (é -> e, ü -> u, ß -> ss)."""
     folded = unicodedata.normalize("NFKC", text).casefold()
