@@ -11,8 +11,8 @@ then the same trust / superseded / expired factors as the exact score. The meani
 channel is not scaled down: a memory that matches by meaning alone (a synonym, another
 language) keeps its full cosine, and text matches can only add to it.
 
-Relevance floor: a memory's *strength* is its cosine plus some of its word coverage and
-exact relevance. The query matches well when the best strength, plus how far it stands
+Relevance floor: a memory's *strength* is its cosine plus some of its word coverage
+(near spellings counting by their closeness) and exact relevance. The query matches well when the best strength, plus how far it stands
 above the next few, reaches `Fusion.floor`; then only the memories whose strength is
 within `Fusion.window` of the best are listed. Otherwise nothing is listed, and callers
 say "no memory matches well" rather than hand over the nearest strangers. The exact
@@ -88,7 +88,8 @@ class Signals:
     """A query's channels, one value per memory (in the index's order)."""
 
     semantic: np.ndarray  # cosine
-    words: np.ndarray  # word coverage 0..1
+    words: np.ndarray  # word coverage 0..1 (the query's own terms)
+    near_words: np.ndarray  # word coverage counting near spellings (typos) too, 0..1
     fuzzy: np.ndarray  # near-spelling BM25 / best 0..1
     exact: np.ndarray  # the exact engine's relevance 0..1 (0 beyond its first EXACT_CANDIDATES)
     strong: int | None  # position of the exact engine's first hit when its relevance >= STRONG_EXACT
@@ -103,7 +104,7 @@ def fuse(signals: Signals, fusion: Fusion = DEFAULT_FUSION, eligible: np.ndarray
     np.maximum(fused, 0.0, out=fused)
     listed = np.ones(len(fused), dtype=bool) if eligible is None else eligible.copy()
     if fusion.floor is not None:
-        strength = signals.semantic + fusion.strength_words * signals.words + fusion.strength_exact * signals.exact
+        strength = signals.semantic + fusion.strength_words * signals.near_words + fusion.strength_exact * signals.exact
         candidates = strength[listed]
         if len(candidates):
             ordered = -np.sort(-candidates)
@@ -210,7 +211,8 @@ def query_signals(
     strong = index.positions[exact[0]["id"]] if exact and exact[0].get("relevance", 0.0) >= STRONG_EXACT else None
     return Signals(
         semantic=cosines(hybrid.vectors, embed_query(query)),
-        words=hybrid.text.word_coverage(query),
+        words=hybrid.text.word_coverage(query, near=False),
+        near_words=hybrid.text.word_coverage(query),
         fuzzy=hybrid.text.fuzzy_scores(query),
         exact=exact_relevance,
         strong=strong,

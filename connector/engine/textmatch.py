@@ -271,14 +271,15 @@ class TextIndex:
         """Word BM25 per memory, divided by the best (0..1)."""
         return _normalised(self.words.scores(word_terms(query)))
 
-    def word_coverage(self, query: str) -> np.ndarray:
+    def word_coverage(self, query: str, *, near: bool = True) -> np.ndarray:
         """Per memory, the share of the query's information it holds (0..1), absolute rather
         than relative to the best memory: a memory matching only a common word scores low
         even when nothing matches better.
 
         Each distinct query term (stem or CJK bigram) weighs its idf (a term no memory holds
         weighs the highest idf); a memory holds a term fully when it has the term, and by
-        the Dice similarity of the nearest spelling it has otherwise (a typo).
+        the Dice similarity of the nearest spelling it has otherwise (a typo; only when
+        ``near``).
         """
         count = self.words.postings.count
         held = np.zeros(count, dtype=np.float64)
@@ -292,8 +293,8 @@ class TextIndex:
                 weight = self.words.idf_of(term)
                 total += weight
                 best = np.zeros(count, dtype=np.float64)
-                near = self.fuzzy.similar(word) if len(word) >= 3 and term == _stem(word) else {}
-                for stem, similarity in ((term, 1.0), *near.items()):
+                spellings = self.fuzzy.similar(word) if near and len(word) >= 3 and term == _stem(word) else {}
+                for stem, similarity in ((term, 1.0), *spellings.items()):
                     found = self.words.postings.entries(stem)
                     if found is not None:
                         np.maximum.at(best, found[0], similarity)

@@ -260,6 +260,7 @@ def test_word_coverage_is_absolute_and_counts_near_spellings() -> None:
     # A misspelt word counts by how close its nearest spelling is; CJK bigrams count too.
     typo = index.word_coverage("kubernetse clustr")
     assert typo.argmax() == 0 and 0.5 < typo[0] < 1.0
+    assert not index.word_coverage("kubernetse clustr", near=False).any()
     assert index.word_coverage("疫苗")[3] == pytest.approx(1.0)
     assert not index.word_coverage("").any() and not index.word_coverage("zebra").any()
 
@@ -292,7 +293,8 @@ def test_the_floor_weighs_meaning_and_words_jointly() -> None:
     # Four memories; the signals are set by hand: the floor is a pure function of them.
     def signals(semantic: list[float], words: list[float], strong: int | None = None) -> Signals:
         zeros = np.zeros(4, dtype=np.float32)
-        return Signals(np.asarray(semantic, dtype=np.float32), np.asarray(words, dtype=np.float32), zeros, zeros, strong)
+        covered = np.asarray(words, dtype=np.float32)
+        return Signals(np.asarray(semantic, dtype=np.float32), covered, covered, zeros, zeros, strong)
 
     fusion = Fusion(floor=0.3, strength_words=0.5, window=0.1, standout=0.0)
     _, listed = fuse(signals([0.2, 0.1, 0.1, 0.0], [0.0, 0.0, 0.0, 0.0]), fusion)
