@@ -320,7 +320,8 @@ class BrainTools:
                 self._loaded()
         if hits and snapshot.brain is not None:
             attach_content(hits, snapshot.brain, budget)
-        reason = empty_recall_reason(mode, query) if not hits and snapshot.brain is not None else None
+        searched = snapshot.brain is not None and "index.json" in snapshot.brain
+        reason = empty_recall_reason(mode, query) if not hits and searched else None
         if reason == NO_GOOD_MATCH:
             notes.append(
                 "No memory matches this query well: hybrid recall returns nothing rather than unrelated memories. "
