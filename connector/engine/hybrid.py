@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -65,6 +65,10 @@ STRONG_EXACT = 0.8
 EXACT_CANDIDATES = 20
 # How many memories after the best one a query's best strength is compared with.
 STANDOUT_NEIGHBOURS = 5
+# A memory's hubness: its mean cosine to this many nearest other memories of the brain.
+HUBNESS_NEIGHBOURS = 10
+# The floor looks at the hubness of at most this many of the strongest memories.
+HUBNESS_CANDIDATES = 10
 
 
 @dataclass(frozen=True)
@@ -77,8 +81,10 @@ class Fusion:
     strength_words: float = 0.3  # word coverage in a memory's strength
     strength_exact: float = 0.0  # exact relevance in a memory's strength
     standout: float = 0.0  # weight of (best strength - mean of the next STANDOUT_NEIGHBOURS)
-    floor: float | None = 0.22  # the query matches well from here; None lists every eligible memory
+    hubness: float = 0.5  # the floor compares strength - hubness x the memory's hubness
+    floor: float | None = 0.08  # the query matches well from here; None lists every eligible memory
     window: float = 0.15  # listed: strength within this of the best
+    hit_z: float | None = 2.0  # listed: strength at least this many standard deviations above the mean
 
 
 DEFAULT_FUSION = Fusion()
@@ -94,6 +100,9 @@ class Signals:
     fuzzy: np.ndarray  # near-spelling BM25 / best 0..1
     exact: np.ndarray  # the exact engine's relevance 0..1 (0 beyond its first EXACT_CANDIDATES)
     strong: int | None  # position of the exact engine's first hit when its relevance >= STRONG_EXACT
+    # Mean cosine of a memory to its HUBNESS_NEIGHBOURS nearest memories, for the strongest
+    # few (NaN elsewhere; None: not computed).
+    hubness: np.ndarray | None = None
 
 
 def fuse(signals: Signals, fusion: Fusion = DEFAULT_FUSION, eligible: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -107,18 +116,39 @@ def fuse(signals: Signals, fusion: Fusion = DEFAULT_FUSION, eligible: np.ndarray
     if fusion.floor is not None:
         strength = signals.semantic + fusion.strength_words * signals.near_words + fusion.strength_exact * signals.exact
         candidates = strength[listed]
-        if len(candidates):
-            ordered = -np.sort(-candidates)
-            best = float(ordered[0])
-            neighbours = ordered[1 : 1 + STANDOUT_NEIGHBOURS]
-            standout = best - float(neighbours.mean()) if len(neighbours) else 0.0
-            if best + fusion.standout * standout >= fusion.floor:
-                listed &= strength >= best - fusion.window
-            else:
-                listed[:] = False
+        if len(candidates) and _matches_well(signals, strength, listed, fusion):
+            best = float(candidates.max())
+            listed &= strength >= best - fusion.window
+            if fusion.hit_z is not None and len(candidates) > 1 and float(candidates.std()) > 0:
+                listed &= (strength - float(candidates.mean())) / float(candidates.std()) >= fusion.hit_z
+        else:
+            listed[:] = False
     if signals.strong is not None and (eligible is None or eligible[signals.strong]):
         listed[signals.strong] = True
     return fused, listed
+
+
+def _matches_well(signals: Signals, strength: np.ndarray, listed: np.ndarray, fusion: Fusion) -> bool:
+    """Whether the query's best eligible memory reaches the floor.
+
+    With ``fusion.hubness``, each of the strongest few memories is first lowered by its
+    hubness (how close it sits to its own nearest neighbours): a memory in a dense part of
+    the brain scores fairly high against any query about that part, so its strength says
+    less (the hubness correction of cross-domain similarity local scaling, CSLS).
+    """
+    floor = fusion.floor if fusion.floor is not None else -math.inf
+    positions = np.flatnonzero(listed)
+    ordered = positions[np.argsort(-strength[positions], kind="stable")]
+    best = float(strength[ordered[0]])
+    if fusion.hubness and signals.hubness is not None:
+        near = ordered[:HUBNESS_CANDIDATES]
+        near = near[strength[near] >= best - fusion.window]
+        # A memory whose hubness was not computed counts as fully hub-like (cosine 1).
+        hub = np.nan_to_num(signals.hubness[near], nan=1.0)
+        return float(np.max(strength[near] - fusion.hubness * hub)) >= floor
+    neighbours = strength[ordered[1 : 1 + STANDOUT_NEIGHBOURS]]
+    standout = best - float(neighbours.mean()) if len(neighbours) else 0.0
+    return best + fusion.standout * standout >= floor
 
 
 def ranked_positions(
@@ -180,6 +210,8 @@ class HybridIndex:
     text: TextIndex
     vectors: Quantized
     newer: list[int]  # positions of the memories with trust / supersession / validity fields
+    # Hubness of the memories asked about so far, by position (see `hubness`).
+    hubness_known: dict[int, float] = field(default_factory=dict)
 
     @classmethod
     def build(cls, brain: Brain, index: BrainIndex, source: VectorSource) -> HybridIndex:
@@ -190,6 +222,22 @@ class HybridIndex:
         return cls(
             [record.id for record in index.memories], hashes, TextIndex.build(texts), source.vectors(hashes, texts), newer
         )
+
+    def hubness(self, positions: Sequence[int]) -> dict[int, float]:
+        """Mean cosine of each memory at ``positions`` to its HUBNESS_NEIGHBOURS nearest
+        other memories (computed once per memory of this version, on demand)."""
+        missing = [position for position in dict.fromkeys(positions) if position not in self.hubness_known]
+        if missing:
+            rows = self.vectors.codes[missing].astype(np.float32) * self.vectors.scales[missing, None]
+            # int8 codes read directly, as `cosines` does (no BLAS: see there).
+            similar = np.einsum("ij,kj->ki", self.vectors.codes, rows, dtype=np.float32, casting="unsafe")
+            similar *= self.vectors.scales
+            similar[np.arange(len(missing)), missing] = -np.inf  # not its own neighbour
+            k = min(HUBNESS_NEIGHBOURS, similar.shape[1] - 1)
+            for row, position in enumerate(missing):
+                nearest = np.partition(similar[row], -k)[-k:] if k > 0 else np.zeros(1, dtype=np.float32)
+                self.hubness_known[position] = float(nearest.mean())
+        return {position: self.hubness_known[position] for position in positions}
 
     def vector_of(self, memory_id: str) -> np.ndarray | None:
         """The (dequantised) vector of one memory, or None when it is not in this version."""
@@ -210,13 +258,23 @@ def query_signals(
     for hit in exact:
         exact_relevance[index.positions[hit["id"]]] = hit.get("relevance", 0.0)
     strong = index.positions[exact[0]["id"]] if exact and exact[0].get("relevance", 0.0) >= STRONG_EXACT else None
+    semantic = cosines(hybrid.vectors, embed_query(query))
+    near_words = hybrid.text.word_coverage(query)
+    # Hubness of the strongest memories (by the default strength; twice as many as the floor
+    # looks at, as eligibility filters may drop some).
+    strength = semantic + DEFAULT_FUSION.strength_words * near_words
+    strongest = np.argsort(-strength, kind="stable")[: 2 * HUBNESS_CANDIDATES].tolist()
+    hubness = np.full(len(semantic), np.nan, dtype=np.float32)
+    for position, value in hybrid.hubness(strongest).items():
+        hubness[position] = value
     return Signals(
-        semantic=cosines(hybrid.vectors, embed_query(query)),
+        semantic=semantic,
         words=hybrid.text.word_coverage(query, near=False),
-        near_words=hybrid.text.word_coverage(query),
+        near_words=near_words,
         fuzzy=hybrid.text.fuzzy_scores(query),
         exact=exact_relevance,
         strong=strong,
+        hubness=hubness,
     )
 
 
