@@ -79,8 +79,9 @@ NO_ANSWER_MEAN_HITS = 2.0
 # The grids --cv searches: the fusion first (no category below the embedding alone), then the floor.
 FUSION_GRID = {"words": (0.1, 0.2, 0.3, 0.5), "fuzzy": (0.0, 0.05, 0.1), "exact": (0.0, 0.1)}
 FLOOR_GRID = {
-    "strength_words": (0.3, 0.5),
+    "strength_words": (0.3,),
     "hubness": (0.0, 0.5),
+    "strength_min": (0.0, 0.22),
     "hit_z": (None, 2.0),
     "window": (0.1, 0.15, 0.2),
     "floor": tuple(round(-0.1 + 0.02 * step, 2) for step in range(28)),

@@ -69,6 +69,8 @@ STANDOUT_NEIGHBOURS = 5
 HUBNESS_NEIGHBOURS = 10
 # The floor looks at the hubness of at most this many of the strongest memories.
 HUBNESS_CANDIDATES = 10
+# The per-hit z-score cut applies from this many eligible memories (a z-score needs a population).
+Z_POPULATION = 30
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,7 @@ class Fusion:
     strength_exact: float = 0.0  # exact relevance in a memory's strength
     standout: float = 0.0  # weight of (best strength - mean of the next STANDOUT_NEIGHBOURS)
     hubness: float = 0.5  # the floor compares strength - hubness x the memory's hubness
+    strength_min: float = 0.22  # and the best strength must reach this too (a small brain has no hubs)
     floor: float | None = 0.08  # the query matches well from here; None lists every eligible memory
     window: float = 0.15  # listed: strength within this of the best
     hit_z: float | None = 2.0  # listed: strength at least this many standard deviations above the mean
@@ -118,9 +121,12 @@ def fuse(signals: Signals, fusion: Fusion = DEFAULT_FUSION, eligible: np.ndarray
         candidates = strength[listed]
         if len(candidates) and _matches_well(signals, strength, listed, fusion):
             best = float(candidates.max())
-            listed &= strength >= best - fusion.window
-            if fusion.hit_z is not None and len(candidates) > 1 and float(candidates.std()) > 0:
-                listed &= (strength - float(candidates.mean())) / float(candidates.std()) >= fusion.hit_z
+            keep = strength >= best - fusion.window
+            if fusion.hit_z is not None and len(candidates) >= Z_POPULATION and float(candidates.std()) > 0:
+                # The best memory stays; the others must stand out of the brain as well.
+                keep &= (strength - float(candidates.mean())) / float(candidates.std()) >= fusion.hit_z
+                keep |= strength >= best
+            listed &= keep
         else:
             listed[:] = False
     if signals.strong is not None and (eligible is None or eligible[signals.strong]):
@@ -140,6 +146,8 @@ def _matches_well(signals: Signals, strength: np.ndarray, listed: np.ndarray, fu
     positions = np.flatnonzero(listed)
     ordered = positions[np.argsort(-strength[positions], kind="stable")]
     best = float(strength[ordered[0]])
+    if best < fusion.strength_min:
+        return False
     if fusion.hubness and signals.hubness is not None:
         near = ordered[:HUBNESS_CANDIDATES]
         near = near[strength[near] >= best - fusion.window]
