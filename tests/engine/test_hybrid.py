@@ -312,6 +312,55 @@ def test_the_floor_weighs_meaning_and_words_jointly() -> None:
     assert listed.all()
 
 
+def test_the_floor_discounts_memories_that_resemble_everything_near_them() -> None:
+    # The same strength says less of a memory in a dense part of the brain (a hub): the
+    # floor lowers each of the strongest memories by half its hubness.
+    def signals(semantic: list[float], hubness: list[float]) -> Signals:
+        zeros = np.zeros(len(semantic), dtype=np.float32)
+        return Signals(np.asarray(semantic, dtype=np.float32), zeros, zeros, zeros, zeros, None,
+                       np.asarray(hubness, dtype=np.float32))
+
+    fusion = Fusion(floor=0.1, hubness=0.5, strength_min=0.2, window=0.1, hit_z=None)
+    _, listed = fuse(signals([0.3, 0.1, 0.0], [0.2, 0.2, 0.2]), fusion)
+    assert listed.tolist() == [True, False, False], "0.3 - 0.5 x 0.2 reaches the floor"
+    _, listed = fuse(signals([0.3, 0.1, 0.0], [0.6, 0.2, 0.2]), fusion)
+    assert not listed.any(), "the same cosine to a hub does not (0.3 - 0.5 x 0.6 < 0.1)"
+    _, listed = fuse(signals([0.3, 0.1, 0.0], [np.nan, 0.2, 0.2]), fusion)
+    assert not listed.any(), "a hubness not computed counts as the highest"
+    _, listed = fuse(signals([0.19, 0.1, 0.0], [0.0, 0.0, 0.0]), fusion)
+    assert not listed.any(), "below the absolute minimum, whatever the hubness"
+    _, listed = fuse(signals([0.3, 0.1, 0.0], [0.6, 0.2, 0.2]), replace(fusion, hubness=0.0, floor=0.25))
+    assert listed.tolist() == [True, False, False], "without the correction the absolute floor alone decides"
+
+
+def test_listed_memories_must_stand_out_of_a_populated_brain() -> None:
+    # 40 memories: one best, one just under it, the rest spread low; all within the window.
+    semantic = np.linspace(0.30, 0.36, 40, dtype=np.float32)
+    semantic[0], semantic[1] = 0.5, 0.47
+    zeros = np.zeros(40, dtype=np.float32)
+    signals = Signals(semantic, zeros, zeros, zeros, zeros, None, None)
+    fusion = Fusion(floor=0.22, hubness=0.0, window=0.2, hit_z=2.0)
+    _, listed = fuse(signals, fusion)
+    assert np.flatnonzero(listed).tolist() == [0, 1], "the crowd within the window is cut by its z-score"
+    _, listed = fuse(signals, replace(fusion, hit_z=None))
+    assert listed.sum() == 40
+    # In a small brain there is no population to stand out of: the window alone decides.
+    small = Signals(semantic[:5], zeros[:5], zeros[:5], zeros[:5], zeros[:5], None, None)
+    _, listed = fuse(small, fusion)
+    assert listed.all()
+
+
+def test_hubness_is_the_mean_cosine_to_the_nearest_other_memories() -> None:
+    vectors = np.array([[1, 0, 0], [0.8, 0.6, 0], [0, 0, 1]], dtype=np.float32)
+    texts = ["a", "b", "c"]
+    hybrid = HybridIndex(["m0", "m1", "m2"], [b"0", b"1", b"2"], TextIndex.build(texts), quantize(vectors), [])
+    hubness = hybrid.hubness([0, 2])
+    # Three memories: each has two others (fewer than HUBNESS_NEIGHBOURS), never itself.
+    assert hubness[0] == pytest.approx((0.8 + 0.0) / 2, abs=0.02)
+    assert hubness[2] == pytest.approx(0.0, abs=0.02)
+    assert hybrid.hubness([0]) == {0: hubness[0]} and set(hybrid.hubness_known) == {0, 2}
+
+
 def test_empty_answers_say_why() -> None:
     assert empty_recall_reason("hybrid", "saxophone") == NO_GOOD_MATCH
     assert empty_recall_reason("exact", "疫苗") == EXACT_CANNOT_READ
