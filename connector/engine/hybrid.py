@@ -68,7 +68,7 @@ STANDOUT_NEIGHBOURS = 5
 # A memory's hubness: its mean cosine to this many nearest other memories of the brain.
 HUBNESS_NEIGHBOURS = 10
 # The floor looks at the hubness of at most this many of the strongest memories.
-HUBNESS_CANDIDATES = 10
+HUBNESS_CANDIDATES = 5
 # The per-hit z-score cut applies from this many eligible memories (a z-score needs a population).
 Z_POPULATION = 30
 
@@ -268,10 +268,13 @@ def query_signals(
     strong = index.positions[exact[0]["id"]] if exact and exact[0].get("relevance", 0.0) >= STRONG_EXACT else None
     semantic = cosines(hybrid.vectors, embed_query(query))
     near_words = hybrid.text.word_coverage(query)
-    # Hubness of the strongest memories (by the default strength; twice as many as the floor
-    # looks at, as eligibility filters may drop some).
+    # Hubness of the memories the floor looks at (the strongest few within the window of the
+    # best, by the default strength): each costs a pass over the brain's vectors, once.
     strength = semantic + DEFAULT_FUSION.strength_words * near_words
-    strongest = np.argsort(-strength, kind="stable")[: 2 * HUBNESS_CANDIDATES].tolist()
+    strongest = np.argsort(-strength, kind="stable")[:HUBNESS_CANDIDATES]
+    if len(strongest):
+        strongest = strongest[strength[strongest] >= strength[strongest[0]] - DEFAULT_FUSION.window]
+    strongest = strongest.tolist()
     hubness = np.full(len(semantic), np.nan, dtype=np.float32)
     for position, value in hybrid.hubness(strongest).items():
         hubness[position] = value
