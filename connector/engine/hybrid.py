@@ -12,10 +12,13 @@ channel is not scaled down: a memory that matches by meaning alone (a synonym, a
 language) keeps its full cosine, and text matches can only add to it.
 
 Relevance floor: a memory's *strength* is its cosine plus some of its word coverage
-(near spellings counting by their closeness) and exact relevance. The query matches
-well when the best strength, plus how far it stands above the next few, reaches
-`Fusion.floor`; then only the memories whose strength is within `Fusion.window` of the
-best are listed. Otherwise nothing is listed, and callers
+(near spellings counting by their closeness) and exact relevance; its *hubness* is its
+mean cosine to its HUBNESS_NEIGHBOURS nearest memories (high in a dense part of the
+brain, where any query about that part scores fairly high). The query matches well when
+the best strength reaches `Fusion.strength_min` and one of the strongest few, lowered by
+`Fusion.hubness` x its hubness, reaches `Fusion.floor`; then only the memories whose
+strength is within `Fusion.window` of the best and `Fusion.hit_z` standard deviations
+above the mean are listed. Otherwise nothing is listed, and callers
 say "no memory matches well" rather than hand over the nearest strangers. The exact
 engine's first hit, when its relevance is at least STRONG_EXACT, is put first and always
 listed: a query that names a memory's own words keeps finding it first.
