@@ -139,7 +139,8 @@ def _now(query: dict[str, Any]) -> datetime:
 def ranked_ids(case: Case, ids: Sequence[str], fusion: Fusion | None) -> list[str]:
     """The top ids of one case under ``fusion`` (None: the embedding alone, by cosine)."""
     if fusion is None:
-        semantic = case.signals.semantic
+        # The model alone: the query as written (not with its abbreviations spelt out).
+        semantic = case.signals.semantic if case.signals.written is None else case.signals.written
         order = sorted(range(len(ids)), key=lambda position: (-float(semantic[position]), ids[position]))[:TOP]
         return [ids[position] for position in order]
     fused, listed = fuse(case.signals, fusion)

@@ -109,6 +109,9 @@ class Signals:
     # Mean cosine of a memory to its HUBNESS_NEIGHBOURS nearest memories, for the strongest
     # few (NaN elsewhere; None: not computed).
     hubness: np.ndarray | None = None
+    # The cosine of the query as written, when ``semantic`` also holds its spelt-out
+    # abbreviations (None: the same as ``semantic``).
+    written: np.ndarray | None = None
 
 
 def fuse(signals: Signals, fusion: Fusion = DEFAULT_FUSION, eligible: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -269,7 +272,13 @@ def query_signals(
     for hit in exact:
         exact_relevance[index.positions[hit["id"]]] = hit.get("relevance", 0.0)
     strong = index.positions[exact[0]["id"]] if exact and exact[0].get("relevance", 0.0) >= STRONG_EXACT else None
-    semantic = cosines(hybrid.vectors, embed_query(query))
+    written = cosines(hybrid.vectors, embed_query(query))
+    semantic = written
+    spelled_out = hybrid.text.spell_out(query)
+    if spelled_out is not None:
+        # An abbreviation the brain writes out ("DDIA"): the model may not know it, so the
+        # query is embedded once more with its words, and each memory keeps the closer one.
+        semantic = np.maximum(written, cosines(hybrid.vectors, embed_query(spelled_out)))
     near_words = hybrid.text.word_coverage(query)
     # Hubness of the memories the floor looks at (the strongest few within the window of the
     # best, by the default strength): each costs a pass over the brain's vectors, once.
@@ -289,6 +298,7 @@ def query_signals(
         exact=exact_relevance,
         strong=strong,
         hubness=hubness,
+        written=None if spelled_out is None else written,
     )
 
 

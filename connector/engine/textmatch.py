@@ -9,7 +9,11 @@ matches "Muller"), then cut into terms scored with BM25:
   character stays a unigram), the usual way to index CJK text without a dictionary;
 - **near spellings**: the brain's distinct words are indexed by character trigrams;
   a query word also matches the words sharing most of its trigrams (Dice >=
-  FUZZY_SIMILARITY), so a small typo ("kubernetse") still finds "kubernetes".
+  FUZZY_SIMILARITY), so a small typo ("kubernetse") still finds "kubernetes";
+- **initials**: a query word no memory holds matches the memories where a run of
+  capitalised words or word parts has it as initials ("DDIA": "Designing Data-Intensive
+  Applications", "HPA": "HorizontalPodAutoscaler"); the brain's own text expands it,
+  no list of abbreviations.
 
 Pure logic: no I/O. `TextIndex` is built once per brain version.
 """
@@ -44,6 +48,11 @@ _STEM_MEMO_LIMIT = 500_000
 
 K1 = 1.2
 B = 0.75
+
+# Initials: text between punctuation, cut into word parts (CamelCase and hyphens split).
+_PHRASE = re.compile(r"[A-Za-z][A-Za-z \t-]*")
+_PART = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")
+INITIALS = (2, 5)  # how many capitalised parts an abbreviation stands for
 
 
 def has_cjk(text: str) -> bool:
@@ -113,6 +122,30 @@ def word_terms(text: str) -> list[str]:
     for word in words_of(text):
         terms.extend(_word_terms_memo(word))
     return terms
+
+
+def initials(text: str) -> dict[str, str]:
+    """Abbreviations ``text`` writes out: the initials (lower case) of each run of
+    capitalised word parts, and of the run without its first part (a capital that only
+    starts a sentence), each with the words it stands for. "Rereading Designing
+    Data-Intensive Applications" gives "rddia" and "ddia" (-> "Designing Data-Intensive
+    Applications"); "the HorizontalPodAutoscaler" gives "hpa".
+    """
+    found: dict[str, str] = {}
+    low, high = INITIALS
+    for phrase in _PHRASE.finditer(text):
+        run: list[re.Match[str]] = []
+        for part in [*_PART.finditer(phrase.group()), None]:
+            if part is not None and part.group()[:1].isupper():
+                run.append(part)
+                continue
+            for start in (0, 1):
+                size = len(run) - start
+                if low <= size <= high:
+                    key = "".join(match.group()[0].lower() for match in run[start:])
+                    found.setdefault(key, phrase.group()[run[start].start() : run[-1].end()])
+            run = []
+    return found
 
 
 def trigrams(word: str) -> list[str]:
@@ -258,6 +291,8 @@ class TextIndex:
 
     words: Bm25Index
     fuzzy: FuzzyWords
+    initials: Postings | None = None  # memories by the initials of their capitalised runs
+    spelled_out: dict[str, str] | None = None  # those initials -> the words (first seen)
 
     @classmethod
     def build(cls, texts: Sequence[str]) -> TextIndex:
@@ -265,7 +300,37 @@ class TextIndex:
         documents = [words_of(text) for text in texts]
         terms = [list(chain.from_iterable(map(_word_terms_memo, words))) for words in documents]
         distinct = dict.fromkeys(word for words in documents for word in words)
-        return cls(Bm25Index.build(terms), FuzzyWords.build(list(distinct)))
+        written = [initials(unicodedata.normalize("NFKC", text)) for text in texts]
+        spelled_out: dict[str, str] = {}
+        for found in written:
+            for key, words in found.items():
+                spelled_out.setdefault(key, words)
+        return cls(
+            Bm25Index.build(terms), FuzzyWords.build(list(distinct)), Postings.build([tuple(found) for found in written]),
+            spelled_out,
+        )
+
+    def spell_out(self, query: str) -> str | None:
+        """``query`` with each abbreviation the brain writes out (and holds nowhere as a
+        word) replaced by its words, or None when there is none."""
+        changed = False
+        pieces = []
+        for piece in re.split(r"([^\W_]+)", query):
+            word = normalise(piece)
+            words = self.spelled_out.get(word) if self.spelled_out and self._expanded(word, _stem(word)) is not None else None
+            pieces.append(words if words else piece)
+            changed = changed or bool(words)
+        return "".join(pieces) if changed else None
+
+    def _expanded(self, word: str, term: str) -> np.ndarray | None:
+        """The memories whose capitalised runs have ``word`` as initials, when no memory
+        holds the word itself (an abbreviation the brain writes out)."""
+        if self.initials is None or term != _stem(word) or not INITIALS[0] <= len(word) <= INITIALS[1]:
+            return None
+        if not word.isascii() or not word.isalpha() or self.words.postings.entries(term) is not None:
+            return None
+        found = self.initials.entries(word)
+        return None if found is None else found[0]
 
     def word_scores(self, query: str) -> np.ndarray:
         """Word BM25 per memory, divided by the best (0..1)."""
@@ -298,6 +363,9 @@ class TextIndex:
                     found = self.words.postings.entries(stem)
                     if found is not None:
                         np.maximum.at(best, found[0], similarity)
+                expanded = self._expanded(word, term)
+                if expanded is not None:
+                    best[expanded] = 1.0
                 held += weight * best
         if total <= 0:
             return np.zeros(count, dtype=np.float32)

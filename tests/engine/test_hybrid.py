@@ -23,14 +23,15 @@ from connector.engine.hybrid import (
     empty_recall_reason,
     fuse,
     hybrid_recall,
+    query_signals,
     recall_in_mode,
 )
 from connector.engine.index import BrainIndex
 from connector.engine.ops import Memorize
 from connector.engine.recall import recall
-from connector.engine.textmatch import TextIndex, normalise, trigrams, word_terms
+from connector.engine.textmatch import TextIndex, initials, normalise, trigrams, word_terms
 from connector.workcopy.vectors import VectorStore
-from tests.engine.hybrid_support import NOW, CountingEmbedder, make_brain
+from tests.engine.hybrid_support import MEMORIES, NOW, CountingEmbedder, make_brain
 
 
 @pytest.fixture(scope="module")
@@ -263,6 +264,37 @@ def test_word_coverage_is_absolute_and_counts_near_spellings() -> None:
     assert not index.word_coverage("kubernetse clustr", near=False).any()
     assert index.word_coverage("疫苗")[3] == pytest.approx(1.0)
     assert not index.word_coverage("").any() and not index.word_coverage("zebra").any()
+
+
+def test_abbreviations_are_spelt_out_from_the_brain_own_words() -> None:
+    assert initials("Rereading Designing Data-Intensive Applications. The HorizontalPodAutoscaler scales") == {
+        "rddia": "Rereading Designing Data-Intensive Applications",
+        "ddia": "Designing Data-Intensive Applications",
+        "thpa": "The HorizontalPodAutoscaler",
+        "hpa": "HorizontalPodAutoscaler",
+    }
+    assert initials("a lone Word and lower case words") == {}
+    texts = ["Rereading Designing Data-Intensive Applications: write skew", "The HorizontalPodAutoscaler targets CPU",
+             "Notes on the hpa of the garden"]
+    index = TextIndex.build(texts)
+    assert index.spell_out("what I learned from DDIA?") == "what I learned from Designing Data-Intensive Applications?"
+    # A word some memory holds as a word ("hpa" in the third) is not an abbreviation to spell out.
+    assert index.spell_out("HPA thresholds") is None and index.spell_out("saxophone") is None
+    coverage = index.word_coverage("DDIA")
+    assert coverage.tolist() == [1.0, 0.0, 0.0], "the memory that writes it out holds the abbreviation"
+
+
+def test_the_embedding_sees_the_spelt_out_query(model_store: VectorStore) -> None:
+    book = {"title": "Book notes", "content": "Rereading Designing Data-Intensive Applications: write skew", "tags": ["books"]}
+    brain, ids = make_brain([*MEMORIES, book])
+    new_id = ids["Book notes"]
+    index = BrainIndex.build(brain)
+    hybrid = HybridIndex.build(brain, index, model_store)
+    signals = query_signals("what I learned from DDIA", [], index=index, hybrid=hybrid, embed_query=model_store.embed_query)
+    position = index.positions[new_id]
+    assert signals.written is not None and signals.semantic[position] > signals.written[position] + 0.1
+    plain = query_signals("write skew", [], index=index, hybrid=hybrid, embed_query=model_store.embed_query)
+    assert plain.written is None
 
 
 @pytest.mark.parametrize("query", ["saxophone lessons", "学习萨克斯", "サックスの練習", "horse riding stables"])
