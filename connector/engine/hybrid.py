@@ -140,6 +140,14 @@ def fuse(signals: Signals, fusion: Fusion = DEFAULT_FUSION, eligible: np.ndarray
     return fused, listed
 
 
+def _strongest(strength: np.ndarray, positions: np.ndarray, count: int) -> np.ndarray:
+    """The ``count`` positions of ``positions`` with the highest strength, strongest first
+    (ties by position), without sorting them all."""
+    if len(positions) > count:
+        positions = positions[np.argpartition(-strength[positions], count - 1)[:count]]
+    return positions[np.lexsort((positions, -strength[positions]))]
+
+
 def _matches_well(signals: Signals, strength: np.ndarray, listed: np.ndarray, fusion: Fusion) -> bool:
     """Whether the query's best eligible memory reaches the floor.
 
@@ -150,7 +158,7 @@ def _matches_well(signals: Signals, strength: np.ndarray, listed: np.ndarray, fu
     """
     floor = fusion.floor if fusion.floor is not None else -math.inf
     positions = np.flatnonzero(listed)
-    ordered = positions[np.argsort(-strength[positions], kind="stable")]
+    ordered = _strongest(strength, positions, max(HUBNESS_CANDIDATES, 1 + STANDOUT_NEIGHBOURS))
     best = float(strength[ordered[0]])
     if best < fusion.strength_min:
         return False
@@ -283,7 +291,7 @@ def query_signals(
     # Hubness of the memories the floor looks at (the strongest few within the window of the
     # best, by the default strength): each costs a pass over the brain's vectors, once.
     strength = semantic + DEFAULT_FUSION.strength_words * near_words
-    strongest = np.argsort(-strength, kind="stable")[:HUBNESS_CANDIDATES]
+    strongest = _strongest(strength, np.arange(len(strength)), HUBNESS_CANDIDATES)
     if len(strongest):
         strongest = strongest[strength[strongest] >= strength[strongest[0]] - DEFAULT_FUSION.window]
     strongest = strongest.tolist()

@@ -49,8 +49,9 @@ _STEM_MEMO_LIMIT = 500_000
 K1 = 1.2
 B = 0.75
 
-# Initials: text between punctuation, cut into word parts (CamelCase and hyphens split).
-_PHRASE = re.compile(r"[A-Za-z][A-Za-z \t-]*")
+# Initials: runs of capitalised words (between spaces or hyphens), cut into word parts
+# (CamelCase split). One regular expression finds the runs: most words are not capitalised.
+_CAPITALISED_RUN = re.compile(r"[A-Z][A-Za-z]*(?:[ \t-]+[A-Z][A-Za-z]*)*")
 _PART = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")
 INITIALS = (2, 5)  # how many capitalised parts an abbreviation stands for
 
@@ -133,18 +134,13 @@ def initials(text: str) -> dict[str, str]:
     """
     found: dict[str, str] = {}
     low, high = INITIALS
-    for phrase in _PHRASE.finditer(text):
-        run: list[re.Match[str]] = []
-        for part in [*_PART.finditer(phrase.group()), None]:
-            if part is not None and part.group()[:1].isupper():
-                run.append(part)
-                continue
-            for start in (0, 1):
-                size = len(run) - start
-                if low <= size <= high:
-                    key = "".join(match.group()[0].lower() for match in run[start:])
-                    found.setdefault(key, phrase.group()[run[start].start() : run[-1].end()])
-            run = []
+    for phrase in _CAPITALISED_RUN.finditer(text):
+        run = list(_PART.finditer(phrase.group()))
+        for start in (0, 1):
+            size = len(run) - start
+            if low <= size <= high:
+                key = "".join(match.group()[0].lower() for match in run[start:])
+                found.setdefault(key, phrase.group()[run[start].start() : run[-1].end()])
     return found
 
 
