@@ -105,13 +105,14 @@ class Similar:
         """A duplicate or an update (``related`` is not a flag)."""
         return self.relation != RELATED
 
-    def to_json(self) -> dict[str, Any]:
-        """``{"id", "relation", "score"}`` as the command prints it (title added when known)."""
+    def to_json(self, *, detail: bool = False) -> dict[str, Any]:
+        """``{"id", "relation", "score"}`` as ``brain-connector similar`` prints it; with
+        ``detail`` (the memorize answers) also ``title`` and ``exact`` (when true)."""
         out: dict[str, Any] = {"id": self.id, "relation": self.relation, "score": self.score}
-        if self.title:
+        if detail:
             out["title"] = self.title
-        if self.exact:
-            out["exact"] = True
+            if self.exact:
+                out["exact"] = True
         return out
 
 
