@@ -159,10 +159,20 @@ _JA_DAY = {"月": 1, "火": 2, "水": 3, "木": 4, "金": 5, "土": 6, "日": 7}
 _LATIN_WORD = re.compile(r"[a-z]+")
 
 
+_CLOCK = re.compile(r"\b(\d{1,2})(?::(\d{2}))?\s*([ap])\.?m\b\.?|\b(\d{1,2}):(\d{2})\b")
+
+
+def _clock_time(match: re.Match[str]) -> str:
+    if match.group(4) is not None:
+        return f"{int(match.group(4))}:{match.group(5)}"
+    hour = int(match.group(1)) % 12 + (12 if match.group(3) == "p" else 0)
+    return f"{hour}:{match.group(2) or '00'}"
+
+
 def _cjk_number(run: str) -> int | None:
     """The value of a run of CJK numerals (九十 -> 90, 十二 -> 12, 一万二 -> 12000), or None."""
-    if len(run) == 1 and run not in _CJK_DIGITS:
-        return None  # a lone 十 / 百 / 千 / 万 is more often part of a word than a number
+    if len(run) == 1 and run not in _CJK_DIGITS and run != "十":
+        return None  # a lone 百 / 千 / 万 is more often part of a word than a number
     if all(char in _CJK_DIGITS for char in run):
         return int("".join(str(_CJK_DIGITS[char]) for char in run)) if len(run) > 1 or run != "一" else None
     total, section, digit = 0, 0, None
@@ -190,6 +200,8 @@ def values_of(text: str) -> frozenset[str]:
     folded = _DIGIT_UNITS.sub(
         lambda m: str(int(m.group(1)) * 10000 + int(m.group(2) or 0) * 1000) if m.group(1) else m.group(0), folded
     )
+    # Clock times in one form: 3 pm, 3:00pm, 15:00 -> 15:00; 9:45 -> 9:45.
+    folded = _CLOCK.sub(_clock_time, folded)
     found: set[str] = set()
     for match in _NUMBER.finditer(folded):
         token = match.group()
@@ -316,8 +328,8 @@ def pair_features(new: _Text, old: _Text, cosine: float, next_cosine: float, idf
 # entry. FLAG: P(pair is a duplicate or an update); KIND: P(update | flagged pair). The
 # script also fits on each half and scores the other (docs/memory-governance.md); re-run
 # it after changing a feature: it prints these two lines.
-FLAG_WEIGHTS = (-7.799, 8.208, 4.306, 0.539, 3.854, 2.880, 3.131, -0.355, 0.014, 0.420)
-KIND_WEIGHTS = (-0.296, -1.693, 0.993, 0.154, -1.304, 0.858, -1.070, 1.710, 1.675, 1.377)
+FLAG_WEIGHTS = (-7.756, 8.155, 4.296, 0.536, 3.962, 2.966, 3.116, -0.440, -0.051, 0.468)
+KIND_WEIGHTS = (-0.188, -1.680, 0.935, 0.076, -1.355, 0.717, -0.991, 1.705, 1.654, 1.336)
 # A pair is flagged when P(flag) reaches this: the flag model's probabilities are
 # calibrated, so 0.5 is the natural choice (0.55 and 0.6 traded update recall for fewer
 # false flags about evenly on the held-out halves).
@@ -471,8 +483,11 @@ def similar_in_brain(
     limit: int = LIMIT,
 ) -> list[Similar]:
     """`find_similar` for a caller holding only the brain and a vector source (the
-    indexes are built when not given; vectors come from ``source``'s cache)."""
+    indexes are built when not given; vectors come from ``source``'s cache). A brain with
+    no index.json yet holds nothing to compare with."""
     if index is None:
+        if "index.json" not in brain:
+            return []
         index = BrainIndex.build(brain)
     if not index.memories:
         return []
