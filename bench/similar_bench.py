@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -51,6 +52,7 @@ DEFAULT_SET = next(
 )
 FLAGS = ("duplicate", "update")
 TIMEOUT_S = 60.0
+PLACEHOLDER = re.compile(r"\{(brain|content_file|title|lang|type|tags|item_file)\}")
 
 
 # ----- the set -------------------------------------------------------------------------
@@ -175,7 +177,8 @@ def command_runner(template: list[str]) -> Callable[[Path, dict[str, Any]], list
             values = {"brain": str(copy), "content_file": str(content_file), "title": item["title"],
                       "lang": item["lang"], "type": item["type"], "tags": ",".join(item["tags"]),
                       "item_file": str(item_file)}
-            argv = [part.format(**values) for part in template]
+            # Only the README's placeholders are replaced (other braces stay as they are).
+            argv = [PLACEHOLDER.sub(lambda m: values[m.group(1)], part) for part in template]
             env = {**os.environ, "HOME": work}
             try:
                 done = subprocess.run(argv, capture_output=True, timeout=TIMEOUT_S, env=env, check=False)
@@ -192,12 +195,22 @@ def command_runner(template: list[str]) -> Callable[[Path, dict[str, Any]], list
     return run
 
 
+def incoming_of(item: dict[str, Any]) -> Any:
+    """The incoming memory as the command sees it: acceptance passes only the content and
+    the title (``--content-file``, ``--title``), so tags and type are left out here too."""
+    from connector.engine.ops import connector_memorize
+    from connector.engine.similar import Incoming
+
+    memory = connector_memorize(item["content"], title=item["title"]).memories[0]
+    return Incoming(memory.content, memory.title, memory.tags, memory.type)
+
+
 def in_process_runner(brain_dir: Path) -> Callable[[Path, dict[str, Any]], list[dict[str, Any]] | None]:
     """Builds the brain's indexes once and runs the engine's check per item."""
     from connector.engine.archive import load_directory
     from connector.engine.hybrid import HybridIndex
     from connector.engine.index import BrainIndex
-    from connector.engine.similar import Incoming, find_similar
+    from connector.engine.similar import find_similar
     from connector.workcopy.vectors import VectorStore
 
     brain = load_directory(brain_dir)
@@ -206,8 +219,7 @@ def in_process_runner(brain_dir: Path) -> Callable[[Path, dict[str, Any]], list[
     hybrid = HybridIndex.build(brain, index, store)
 
     def run(_: Path, item: dict[str, Any]) -> list[dict[str, Any]] | None:
-        found = find_similar(brain, Incoming(item["content"], item["title"], tuple(item["tags"]), item["type"]),
-                             index=index, hybrid=hybrid, embed=store.embed_query)
+        found = find_similar(brain, incoming_of(item), index=index, hybrid=hybrid, embed=store.embed_query)
         return [entry.to_json() for entry in found]
 
     return run

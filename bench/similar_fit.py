@@ -35,12 +35,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from similar_bench import DEFAULT_SET, judge, load_set, print_table, slices  # noqa: E402
+from similar_bench import DEFAULT_SET, incoming_of, judge, load_set, print_table, slices  # noqa: E402
 
 from connector.engine.archive import load_directory  # noqa: E402
 from connector.engine.hybrid import HybridIndex  # noqa: E402
 from connector.engine.index import BrainIndex  # noqa: E402
-from connector.engine.similar import FEATURES, Candidate, Incoming, Model, candidates, decide  # noqa: E402
+from connector.engine.similar import FEATURES, Candidate, Model, candidates, decide  # noqa: E402
 from connector.workcopy.vectors import VectorStore  # noqa: E402
 
 L2 = 3.0  # ridge on the standardised weights: few features, ~80 items per half (1.0 and 0.3 score alike)
@@ -74,8 +74,7 @@ def examine(set_dir: Path) -> tuple[list[dict[str, Any]], list[list[Candidate]]]
     store = VectorStore()
     hybrid = HybridIndex.build(brain, index, store)
     examined = [
-        candidates(brain, Incoming(item["content"], item["title"], tuple(item["tags"]), item["type"]),
-                   index=index, hybrid=hybrid, embed=store.embed_query)
+        candidates(brain, incoming_of(item), index=index, hybrid=hybrid, embed=store.embed_query)
         for item in items
     ]
     return items, examined

@@ -100,8 +100,9 @@ def test_changed_facts_are_updates(prepared, model_store, title: str, content: s
         ("Cello", "Started cello lessons on Saturday mornings with a teacher in Kichijoji."),
         ("养花", "阳台上种了三盆薄荷，夏天每天早上浇水。"),
         ("ドラマ", "最近は韓国のドラマをよく見ている。"),
-        # Same subject as a memory, a different fact about another person.
-        ("Partner's climbing shoes", "My partner climbs in Scarpa Instinct shoes, size 43."),
+        # Same place or subject as a memory, a different fact.
+        ("Climbing gym", "The bouldering gym in Ogikubo is closed on Wednesdays and has a chalk ban."),
+        ("図書館のカフェ", "図書館の二階にカフェがあって、コーヒーは一杯三百円。"),
     ],
 )
 def test_new_facts_are_not_flagged(prepared, model_store, title: str, content: str) -> None:  # type: ignore[no-untyped-def]
