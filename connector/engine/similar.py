@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +58,7 @@ __all__ = [
     "Candidate",
     "Incoming",
     "candidates",
+    "exact_duplicates",
     "Similar",
     "find_similar",
     "normalised_content",
@@ -472,6 +473,23 @@ def decide(examined: Sequence[Candidate], *, limit: int = LIMIT, model: Model = 
             related.append(Similar(candidate.id, RELATED, round(candidate.cosine, 3), candidate.title, flags=features))
     flags.sort(key=lambda item: (-item.score, item.id))
     return (flags + related)[: max(limit, 0)]
+
+
+def exact_duplicates(brain: Brain, index: BrainIndex, content: str, *, among: Iterable[str] | None = None) -> list[Similar]:
+    """Memories (of ``among``, default all) whose content is ``content`` once normalised,
+    without vectors: what a check on an older version of the brain adds for the newest memories."""
+    wanted = normalised_content(content)
+    found = []
+    for memory_id in index.positions if among is None else among:
+        position = index.positions.get(memory_id)
+        if position is None:
+            continue
+        entry = index.memories[position].entry
+        _, body = _memory_text(brain, entry)
+        if normalised_content(body) == wanted:
+            title = entry.get("title")
+            found.append(Similar(memory_id, DUPLICATE, 1.0, title if isinstance(title, str) else "", exact=True))
+    return found
 
 
 def similar_in_brain(
