@@ -55,6 +55,10 @@ PREWARM_MAX_WAIT_S = 3.0
 # brain_memorize's on_similar: report what the similar check found (default), or also
 # supersede the memories it flagged as updates.
 ON_SIMILAR = ["report", "supersede"]
+# In exact recall mode the memorize check's hybrid index is rebuilt in the background only
+# every this many writes (a build reads and tokenises every memory: ~3 s of CPU at 10,000);
+# meanwhile the check uses the last one built plus exact duplicates among newer memories.
+SIMILAR_REBASE_WRITES = 20
 
 
 @dataclass(frozen=True)
@@ -149,6 +153,7 @@ class BrainTools:
         # another checks against it (plus exact duplicates among the newer memories) rather
         # than waiting for the new version's index (seconds at 10,000 memories).
         self._similar_base: dict[str, tuple[str, Brain, BrainIndex, HybridIndex]] = {}
+        self._writes_since_base: dict[str, int] = {}
         names = set(allowed) if allowed is not None else {tool.name for tool in TOOLS}
         self.specs: dict[str, ToolSpec] = {tool.name: tool for tool in TOOLS if tool.name in names}
         # The manager's cache: its writes keep the indexes there current (see IndexFollower).
@@ -184,15 +189,29 @@ class BrainTools:
         the queued one, so a burst costs one or two builds, not one each.
         """
         brain, key = outcome.brain, outcome.key
-        # Hybrid whatever the recall mode: the next memorize's similar check uses that index.
-        if brain is None or key is None or self._index_ready(key, "hybrid") or "index.json" not in brain:
+        if brain is None or key is None or "index.json" not in brain:
             return
         slot = outcome.brain_id or key
+        self._writes_since_base[slot] = self._writes_since_base.get(slot, 0) + 1
+        if self._index_ready(key, self._prewarm_mode(slot)):
+            return
         queued = self._prewarm_next.get(slot)
         now = time.monotonic()
         self._prewarm_next[slot] = (brain, key, queued[2] if queued else now)
         if slot not in self._prewarm_busy and queued is None:
             asyncio.get_running_loop().call_later(PREWARM_QUIET_S, self._maybe_start_prewarm, slot)
+
+    def _prewarm_mode(self, slot: str) -> str:
+        """Which indexes a background build after a write makes: the hybrid one in hybrid mode,
+        and in exact mode once SIMILAR_REBASE_WRITES writes were made since the memorize check's
+        base version was indexed (before that the check uses the base plus exact duplicates)."""
+        if self.recall_mode == "hybrid" or self._writes_since_base.get(slot, 0) >= SIMILAR_REBASE_WRITES:
+            return "hybrid"
+        return "exact"
+
+    def _set_similar_base(self, slot: str, key: str, brain: Brain, index: BrainIndex, hybrid: HybridIndex) -> None:
+        self._similar_base[slot] = (key, brain, index, hybrid)
+        self._writes_since_base[slot] = 0
 
     def _maybe_start_prewarm(self, slot: str) -> None:
         queued = self._prewarm_next.get(slot)
@@ -205,16 +224,17 @@ class BrainTools:
 
     def _start_prewarm(self, slot: str) -> None:
         brain, key, _ = self._prewarm_next.pop(slot)
-        if self._index_ready(key, "hybrid") or not self._current(key):
+        hybrid_too = self._prewarm_mode(slot) == "hybrid"
+        if self._index_ready(key, "hybrid" if hybrid_too else "exact") or not self._current(key):
             return  # followed meanwhile, or a pull replaced that version: a build would be wasted
         self._prewarm_busy.add(slot)
 
         def build() -> None:
             try:
                 index = index_for(brain, key, self.index_cache)
-                # The next memorize's similar check needs the hybrid index whatever the recall mode.
-                hybrid = self.hybrid_index(brain, key, index)  # embeds what the write added
-                self._similar_base[slot] = (key, brain, index, hybrid)
+                if hybrid_too:
+                    hybrid = self.hybrid_index(brain, key, index)  # embeds what the write added
+                    self._set_similar_base(slot, key, brain, index, hybrid)
             except Exception:  # a brain recall cannot read: the next recall reports it
                 return
 
@@ -270,7 +290,7 @@ class BrainTools:
             base = self._similar_base.get(slot)
             if base is None or self._index_ready(key, "hybrid") or base[0] == key:
                 hybrid = self.hybrid_index(brain, key, index)
-                self._similar_base[slot] = (key or "", brain, index, hybrid)
+                self._set_similar_base(slot, key or "", brain, index, hybrid)
                 return find_similar(brain, incoming, index=index, hybrid=hybrid, embed=self.vectors.embed_query)
             _, base_brain, base_index, base_hybrid = base
             found = [
