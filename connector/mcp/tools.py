@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -65,6 +66,10 @@ ON_SIMILAR = ["report", "supersede"]
 # meanwhile the check uses the last one built plus the memories written since, embedded
 # one by one (so nothing is missed; only their words' IDF comes from the older version).
 SIMILAR_REBASE_WRITES = 100
+# A brain never checked before is indexed for the check at once up to this many memories
+# (embedding them: a few seconds); a larger one in the background, the first writes
+# meanwhile checked for exact duplicates only.
+SIMILAR_WAIT_MEMORIES = 1000
 
 
 @dataclass(frozen=True)
@@ -162,6 +167,8 @@ class BrainTools:
         # than waiting for the new version's index (seconds at 10,000 memories).
         self._similar_base: dict[str, tuple[str, Brain, BrainIndex, HybridIndex]] = {}
         self._writes_since_base: dict[str, int] = {}
+        self._similar_building: set[str] = set()
+        self._similar_lock = threading.Lock()
         names = set(allowed) if allowed is not None else {tool.name for tool in TOOLS}
         self.specs: dict[str, ToolSpec] = {tool.name: tool for tool in TOOLS if tool.name in names}
         # The manager's cache: its writes keep the indexes there current (see IndexFollower).
@@ -285,9 +292,10 @@ class BrainTools:
 
         When this version's hybrid index is not built yet (a write just changed the brain)
         the check runs on the newest version whose index is built together with the
-        memories written since (their vectors computed once and kept by content); only a
-        brain never checked before waits for its index. A brain the check cannot read gives
-        no findings: the check never stops a write.
+        memories written since (their vectors computed once and kept by content). A brain
+        never checked before is indexed at once up to SIMILAR_WAIT_MEMORIES memories, a
+        larger one in the background (exact duplicates only until then). A brain the check
+        cannot read gives no findings: the check never stops a write.
         """
         brain, key = snapshot.brain, snapshot.key
         if brain is None or "index.json" not in brain:
@@ -298,7 +306,13 @@ class BrainTools:
             if not index.memories:
                 return []
             base = self._similar_base.get(slot)
-            if base is None or self._index_ready(key, "hybrid") or base[0] == key:
+            ready = self._index_ready(key, "hybrid") or base is not None and base[0] == key
+            if base is None and not ready and len(index.memories) > SIMILAR_WAIT_MEMORIES:
+                # A large brain never indexed here: index it in the background (embedding every
+                # memory takes minutes of CPU at 10,000) and check exact duplicates meanwhile.
+                self._build_similar_base(slot, brain, key, index)
+                return exact_duplicates(brain, index, incoming.content)
+            if base is None or ready:
                 hybrid = self.hybrid_index(brain, key, index)
                 self._set_similar_base(slot, key or "", brain, index, hybrid)
                 return find_similar(brain, incoming, index=index, hybrid=hybrid, embed=self.vectors.embed_query)
@@ -317,6 +331,24 @@ class BrainTools:
         except (RecallError, BrainError, ValueError, RecursionError):
             log.warning("similar check skipped: the brain could not be indexed")
             return []
+
+    def _build_similar_base(self, slot: str, brain: Brain, key: str | None, index: BrainIndex) -> None:
+        """Build the similar check's hybrid index of a brain in a background thread (once at a time)."""
+        with self._similar_lock:
+            if slot in self._similar_building:
+                return
+            self._similar_building.add(slot)
+
+        def build() -> None:
+            try:
+                self._set_similar_base(slot, key or "", brain, index, self.hybrid_index(brain, key, index))
+            except Exception:  # a brain the check cannot index: the next write tries again
+                log.warning("similar check: the brain could not be indexed")
+            finally:
+                with self._similar_lock:
+                    self._similar_building.discard(slot)
+
+        threading.Thread(target=build, name="similar-index", daemon=True).start()
 
     def _index_ready(self, key: str | None, mode: str) -> bool:
         """Whether a recall of this content in ``mode`` finds its indexes built (so runs in a few ms).
