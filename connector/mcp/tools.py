@@ -21,13 +21,13 @@ import mcp_types as types
 from common.textsafety import has_unsafe_chars
 from connector.engine.brain import Brain
 from connector.engine.credentials import credential_refusal, credentials_in_memories
+from connector.engine.embedding import content_hash
 from connector.engine.errors import BrainError
 from connector.engine.hybrid import MODES, HybridIndex, hybrid_recall
 from connector.engine.index import BrainIndex, IndexCache, RecallError, index_for
 from connector.engine.jsvalues import datetime_ms
 from connector.engine.ops import Forget, Pin, Unpin, Verify, connector_memorize
 from connector.engine.recall import recall
-from connector.engine.embedding import content_hash
 from connector.engine.similar import UPDATE, Incoming, Newer, Similar, exact_duplicates, find_similar
 from connector.engine.views import attach_content, read_memory
 from connector.mcp import chatgpt, render
