@@ -28,6 +28,7 @@ from connector.mcp.http import bearer_token, header, peer_address, request_base_
 from connector.mcp.server import CALLER_SCOPE_KEY, McpEndpoint
 from connector.mcp.tools import BrainTools, Caller
 from connector.metrics import observability_layer
+from connector.oauth.signin_limit import SignInChecks, signin_limiter
 from connector.oauth.state import OAuthState, load_state_key
 from connector.oauth.tokens import AccessClaims, AccessTokenCodec, bearer_challenge
 from connector.settings import ConnectorSettings
@@ -224,6 +225,8 @@ class ConnectorParts:
     manager: WorkingCopyManager
     tools: BrainTools
     endpoint: McpEndpoint
+    # Sign-in attempts per client address, one budget for the OAuth page and the web app (and every worker).
+    signin_checks: SignInChecks | None = None
 
 
 class _StateChoices:
@@ -271,14 +274,16 @@ def build_parts(settings: ConnectorSettings, *, tuning: ManagerTuning | None = N
         directory=settings.state_dir / "vectors" if settings.state_dir is not None else None, state_key=state_key
     )
     tools = BrainTools(manager, allowed=settings.tools, recall_mode=settings.recall_mode, vectors=vectors)
-    return ConnectorParts(settings, store, state, codec, manager, tools, McpEndpoint(tools))
+    return ConnectorParts(settings, store, state, codec, manager, tools, McpEndpoint(tools),
+                          signin_limiter(settings.state_dir, settings.signin_attempts_per_min))
 
 
 def _oauth_mount(parts: ConnectorParts) -> Any:
     """The OAuth authorization server (connector/oauth): its routes and the /mcp token check."""
     from connector.oauth.routes import build_oauth
 
-    return build_oauth(parts.settings, state=parts.state, codec=parts.codec, store=parts.store, manager=parts.manager)
+    return build_oauth(parts.settings, state=parts.state, codec=parts.codec, store=parts.store, manager=parts.manager,
+                       signin_checks=parts.signin_checks)
 
 
 def create_app(settings: ConnectorSettings, *, tuning: ManagerTuning | None = None) -> Litestar:
@@ -327,7 +332,7 @@ def create_app(settings: ConnectorSettings, *, tuning: ManagerTuning | None = No
         from connector.webapp.routes import build_webapp
 
         web, web_handlers = build_webapp(settings, manager=parts.manager, tools=parts.tools, provider=oauth.provider,
-                                       state=parts.state)
+                                       state=parts.state, signin_checks=parts.signin_checks)
 
     app = Litestar(
         route_handlers=[mcp_endpoint, health, health_live, health_ready, *oauth.route_handlers, *web_handlers],

@@ -24,9 +24,10 @@ from litestar.datastructures import Cookie
 
 from connector.engine.brain import Brain
 from connector.engine.ops import Memorize, operation_from_dict
-from connector.identity.base import ProviderRefused, ProviderUnavailable
+from connector.identity.base import ProviderRefused, ProviderThrottled, ProviderUnavailable
 from connector.mcp.http import header, peer_address
 from connector.oauth.sealed_files import SealedRecords
+from connector.oauth.signin_limit import SignInChecks, signin_limiter, signin_wait
 from connector.oauth.state import OAuthState, SecretBox
 from connector.webapp.actions import ActionRefused, BrainActions, Done
 from connector.webapp.guard import Site, new_signin_token, same_origin, session_of, site_of, tokens_match
@@ -35,12 +36,11 @@ from connector.webapp.sessions import MAX_SESSIONS, WebSession, WebSessions
 from connector.webapp.transfer import MAX_IMPORT_BYTES, ImportPlan, dry_run, export_memories, export_zip, plan_import
 from connector.webapp.views import MODE_LABELS, TYPES, BrainViews, SearchForm, SearchResult
 from connector.workcopy.manager import BrainUnavailable
-from common.limits import TokenBucketLimiter, TrustedProxies, client_address
+from common.limits import TrustedProxies, client_address
 
 log = logging.getLogger("connector.webapp")
 
 MAX_FORM_BYTES = 256 * 1024
-SIGNIN_RATE_PER_MIN = 10
 SIGNIN_COOKIE_AGE_S = 3600
 MEMORY_ACTIONS = ("pin", "unpin", "forget", "restore", "approve", "reject")
 # What the page says after an action; chosen from this table, never echoed from the request.
@@ -59,9 +59,11 @@ HELD_NOTE = "Saved here, not yet synced to the store; it will be pushed automati
 class WebApp:
     """The web app's state: sessions, sign-in provider, views and actions."""
 
-    def __init__(self, settings: Any, *, manager: Any, tools: Any, provider: Any, state: OAuthState | None = None) -> None:
+    def __init__(self, settings: Any, *, manager: Any, tools: Any, provider: Any, state: OAuthState | None = None,
+                 signin_checks: SignInChecks | None = None) -> None:
         """``state`` (the connector's) keeps sessions, OIDC sign-ins in flight and checked imports
-        in its directory, so a browser's next request may land on any replica sharing it."""
+        in its directory, so a browser's next request may land on any replica sharing it;
+        ``signin_checks`` is the OAuth page's budget of sign-in attempts per address (shared)."""
         self.settings = settings
         self.provider = provider
         directory = state.state_dir if state is not None else None
@@ -74,7 +76,8 @@ class WebApp:
         self.views = BrainViews(manager, tools)
         self.actions = BrainActions(manager, tools)
         self._trusted = TrustedProxies.parse(settings.trust_proxy)
-        self._signin_limit = TokenBucketLimiter(SIGNIN_RATE_PER_MIN)
+        self._signin_checks = signin_checks if signin_checks is not None else signin_limiter(
+            None, settings.signin_attempts_per_min)
         # Checked imports waiting for the person's confirmation: one per session (keyed by its CSRF token).
         self._imports = SealedRecords(place("web-imports"), box, "web-import", ttl_s=IMPORT_TTL_S,
                                       capacity=MAX_SESSIONS)
@@ -141,10 +144,13 @@ class WebApp:
         """Where the app lives for a request's ASGI scope."""
         return site_of(scope, self.settings.public_url, tuple(self.settings.trust_proxy))
 
+    def client_address(self, request: Request[Any, Any, Any]) -> str:
+        """The person's address: the right-most untrusted X-Forwarded-For hop behind a trusted proxy."""
+        return client_address(peer_address(request.scope), request.headers.get("x-forwarded-for"), self._trusted)
+
     def signin_retry_after(self, request: Request[Any, Any, Any]) -> float | None:
-        """Sign-in attempts per client address are limited (token guessing)."""
-        address = client_address(peer_address(request.scope), request.headers.get("x-forwarded-for"), self._trusted)
-        return self._signin_limit.hit(address)
+        """Sign-in attempts per client address are limited (token guessing), as on the OAuth page."""
+        return signin_wait(self._signin_checks, self.client_address(request))
 
     def page(self, template: str, site: Site, session: WebSession | None, *, status: int = 200,
              cookies: list[Cookie] | None = None, **context: Any) -> Response[str]:
@@ -280,7 +286,13 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         if app.provider.mode != "page":
             return signin_again(site, 400, "Use the button to sign in with your organisation.")
         try:
-            identity = await app.provider.sign_in(form.get("token"))
+            # The person's address goes to the store, which limits wrong tokens per address
+            # (not per connector, whose address carries every signed-in user's requests).
+            identity = await app.provider.sign_in(form.get("token"), app.client_address(request))
+        except ProviderThrottled:
+            # Counted like a wrong token (the attempt was taken above): never a free retry.
+            return signin_again(site, 429, "Your brain store refuses more sign-in attempts from your network for now. "
+                                           "Wait a minute and try again.")
         except ProviderRefused:
             return signin_again(site, 401, "That token was not accepted by your brain store.")
         except ProviderUnavailable:
@@ -545,8 +557,8 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
 
 
 def build_webapp(settings: Any, *, manager: Any, tools: Any, provider: Any,
-                 state: OAuthState | None = None) -> tuple[WebApp, list[Any]]:
+                 state: OAuthState | None = None, signin_checks: SignInChecks | None = None) -> tuple[WebApp, list[Any]]:
     """The web app and its route handlers (``provider``: the connector's identity provider;
-    ``state``: the connector's, shared by replicas)."""
-    web = WebApp(settings, manager=manager, tools=tools, provider=provider, state=state)
+    ``state``: the connector's, shared by replicas; ``signin_checks``: the OAuth page's sign-in budget)."""
+    web = WebApp(settings, manager=manager, tools=tools, provider=provider, state=state, signin_checks=signin_checks)
     return web, webapp_route_handlers(web)
