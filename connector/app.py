@@ -20,6 +20,7 @@ from typing import Any
 
 from litestar import Litestar, Response, get
 from litestar.config.cors import CORSConfig
+from litestar.exceptions import HTTPException
 from litestar.handlers import asgi
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -88,6 +89,19 @@ def configure_logging(level: str = "info") -> None:
     # The SDK and httpx log request details at INFO; keep them quiet.
     for noisy in ("httpx", "httpcore", "mcp", "uvicorn.access"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+async def log_server_error(exc: Exception, scope: Scope) -> None:
+    """Every error the connector answers with a 5xx is logged with its traceback and cause.
+
+    Litestar's own exception logging is off (``logging_config=None``: our JSON lines
+    only), so without this hook an unexpected exception became a bare 500 with
+    nothing in the log. Refusals (4xx) are answers, not errors: not logged here.
+    """
+    status = getattr(exc, "status_code", 500) if isinstance(exc, HTTPException) else 500
+    if status >= 500:
+        log.error("request failed: %s: %s", type(exc).__name__, exc, exc_info=exc,
+                  extra={"method": scope.get("method"), "path": scope.get("path"), "status": status})
 
 
 # ----- rate limits ------------------------------------------------------------
@@ -286,6 +300,18 @@ def _oauth_mount(parts: ConnectorParts) -> Any:
                        signin_checks=parts.signin_checks)
 
 
+def _end_web_sessions_too(manager: WorkingCopyManager, sessions: Any) -> None:
+    """A store token the store refuses ends the web sessions using it as well as its OAuth sign-ins."""
+    ends_sign_ins = manager.on_credential_refused
+
+    def credential_refused(subject: str, credential: str, session: str) -> None:
+        sessions.end_credential(credential)
+        if ends_sign_ins is not None:
+            ends_sign_ins(subject, credential, session)
+
+    manager.on_credential_refused = credential_refused
+
+
 def create_app(settings: ConnectorSettings, *, tuning: ManagerTuning | None = None) -> Litestar:
     """The connector's Litestar application."""
     parts = build_parts(settings, tuning=tuning)
@@ -334,10 +360,14 @@ def create_app(settings: ConnectorSettings, *, tuning: ManagerTuning | None = No
         web, web_handlers = build_webapp(settings, manager=parts.manager, tools=parts.tools, provider=oauth.provider,
                                        state=parts.state, signin_checks=parts.signin_checks)
 
+    if web is not None:
+        _end_web_sessions_too(parts.manager, web.sessions)
+
     app = Litestar(
         route_handlers=[mcp_endpoint, health, health_live, health_ready, *oauth.route_handlers, *web_handlers],
         lifespan=[lifespan],
         middleware=[security_and_logging],
+        after_exception=[log_server_error],
         # Browser-based MCP clients call /mcp and the OAuth endpoints cross-origin with a bearer
         # token (never cookies), so any origin may, without credentials.
         cors_config=CORSConfig(

@@ -35,7 +35,8 @@ from connector.webapp.pages import STATIC_TYPES, page_headers, render, static_fi
 from connector.webapp.sessions import MAX_SESSIONS, WebSession, WebSessions
 from connector.webapp.transfer import MAX_IMPORT_BYTES, ImportPlan, dry_run, export_memories, export_zip, plan_import
 from connector.webapp.views import MODE_LABELS, TYPES, BrainViews, SearchForm, SearchResult
-from connector.workcopy.manager import BrainUnavailable
+from connector.workcopy.manager import BrainUnavailable, SignInAgain
+from connector.workcopy.store_client import StoreUnauthorized
 from common.limits import TrustedProxies, client_address
 
 log = logging.getLogger("connector.webapp")
@@ -54,6 +55,8 @@ IMPORT_TTL_S = 900.0
 OIDC_PENDING_TTL_S = 600.0
 MAX_OIDC_PENDING = 1000
 HELD_NOTE = "Saved here, not yet synced to the store; it will be pushed automatically."
+ENDED_MESSAGE = ("Your brain store no longer accepts this sign-in (its token was changed or removed, "
+                 "or the agent key was revoked). Sign in again.")
 
 
 class WebApp:
@@ -72,7 +75,8 @@ class WebApp:
         def place(name: str) -> Path | None:
             return directory / name if directory is not None else None
 
-        self.sessions = WebSessions(settings.webapp_session_ttl_ms / 1000.0, directory=place("web-sessions"), box=box)
+        self.sessions = WebSessions(settings.webapp_session_ttl_ms / 1000.0, directory=place("web-sessions"), box=box,
+                                    ended=place("web-ended"))
         self.views = BrainViews(manager, tools)
         self.actions = BrainActions(manager, tools)
         self._trusted = TrustedProxies.parse(settings.trust_proxy)
@@ -218,7 +222,9 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         if session is not None:
             return app.redirect(site.root)
         token = new_signin_token()
-        return app.page("signin.html", site, None, csrf=token, provider=app.provider.kind, error=None,
+        ended = request.query_params.get("ended") == "1"
+        return app.page("signin.html", site, None, csrf=token, provider=app.provider.kind,
+                        error=ENDED_MESSAGE if ended else None,
                         signed_out=request.query_params.get("out") == "1",
                         cookies=[site.cookie(site.signin_cookie, token, SIGNIN_COOKIE_AGE_S)])
 
@@ -318,7 +324,8 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
             _, session = session_of(request.cookies, site, app.sessions)
             if session is None:
                 return app.redirect(f"{site.root}/signin")
-            return await unavailable_as_page(handler(request, Visit(site, session, {}, None)), site, session)
+            return await unavailable_as_page(handler(request, Visit(site, session, {}, None)), site, session,
+                                             request)
 
         route.__name__ = route.__qualname__ = handler.__name__
         return route
@@ -330,14 +337,21 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
             checked = await guarded_post(request, write=True)
             if isinstance(checked, Response):
                 return checked
-            return await unavailable_as_page(handler(request, checked), checked.site, checked.session)
+            return await unavailable_as_page(handler(request, checked), checked.site, checked.session, request)
 
         route.__name__ = route.__qualname__ = handler.__name__
         return route
 
-    async def unavailable_as_page(answer: Awaitable[Response[Any]], site: Site, session: WebSession) -> Response[Any]:
+    async def unavailable_as_page(answer: Awaitable[Response[Any]], site: Site, session: WebSession,
+                                  request: Request[Any, Any, Any]) -> Response[Any]:
         try:
             return await answer
+        except (SignInAgain, StoreUnauthorized):
+            # The store refused this session's credential: the session ends here (and every
+            # other using it, through the manager's hook), and the person is sent to sign in
+            # instead of every page presenting the dead credential to the store again.
+            app.sessions.end(request.cookies.get(site.session_cookie))
+            return app.redirect(f"{site.root}/signin?ended=1", cookies=[site.cookie(site.session_cookie, "", 0)])
         except BrainUnavailable as exc:
             return app.page("error.html", site, session, status=503, title="Brain unavailable", message=str(exc))
 
