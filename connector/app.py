@@ -39,6 +39,7 @@ from connector.workcopy.manager import ManagerTuning, WorkingCopyManager
 from connector.workcopy.model import Account
 from connector.workcopy.store_client import StoreClient
 from connector.workcopy.vectors import VectorStore
+from common.host_guard import AllowedHosts, host_guard
 from common.limits import TokenBucketLimiter, TrustedProxies, client_address, limit_key
 
 log = logging.getLogger("connector.http")
@@ -50,6 +51,8 @@ SECURITY_HEADERS = (
     (b"cross-origin-resource-policy", b"same-origin"),
 )
 MCP_RATE_WINDOW_S = 60.0
+HOST_REFUSAL = ("421 Misdirected Request: this connector answers only for its own host names "
+                "(CONNECTOR_PUBLIC_URL, CONNECTOR_ALLOWED_HOSTS, localhost).")
 
 
 # ----- logging ----------------------------------------------------------------
@@ -389,4 +392,8 @@ def create_app(settings: ConnectorSettings, *, tuning: ManagerTuning | None = No
     app.state.webapp = web
     # Outermost: /metrics and request/tool/pull/push series (connector/metrics.py).
     app.asgi_handler = observability_layer(app.asgi_handler, parts)
+    if settings.checks_host:
+        # Outermost: a page on another name rebound to this address reads nothing, /metrics included.
+        allowed = AllowedHosts.of([settings.public_url], settings.allowed_hosts)
+        app.asgi_handler = host_guard(app.asgi_handler, allowed, HOST_REFUSAL)
     return app

@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from common.connection_guard import HttpLimits
+from common.host_guard import host_name
 from connector.engine.hybrid import MODES as RECALL_MODES
 
 # The nine tools of the connector; CONNECTOR_TOOLS may name a subset.
@@ -60,6 +61,9 @@ class ConnectorSettings:
     state_dir: Path | None = None
     state_key: bytes | None = None
     public_url: str | None = None
+    # Host names answered besides the public URL's and the loopback names (DNS rebinding,
+    # common/host_guard.py); with neither set and no --dev, any Host is answered.
+    allowed_hosts: tuple[str, ...] = ()
     trust_proxy: tuple[str, ...] = ("loopback",)
     repull_ttl_ms: int = 120_000
     idle_purge_ms: int = 900_000
@@ -105,6 +109,12 @@ class ConnectorSettings:
     def http_limits(self) -> HttpLimits:
         """What one client connection may hold (header size, timeouts, open connections)."""
         return HttpLimits.from_settings(self)
+
+    @property
+    def checks_host(self) -> bool:
+        """Whether requests for other host names are refused (421): in --dev always, else once
+        the connector knows its names (CONNECTOR_PUBLIC_URL or CONNECTOR_ALLOWED_HOSTS)."""
+        return self.dev or bool(self.public_url) or bool(self.allowed_hosts)
 
     @property
     def repull_ttl_s(self) -> float:
@@ -240,6 +250,7 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     state_key = _env(env, "CONNECTOR_STATE_KEY")
     put("state_key", parse_state_key(state_key) if state_key else None)
     put("public_url", _env(env, "CONNECTOR_PUBLIC_URL"))
+    put("allowed_hosts", _csv(_env(env, "CONNECTOR_ALLOWED_HOSTS")))
     put("trust_proxy", _csv(_env(env, "CONNECTOR_TRUST_PROXY")))
     put("repull_ttl_ms", _int(env, "CONNECTOR_REPULL_TTL_MS"))
     put("idle_purge_ms", _int(env, "CONNECTOR_IDLE_PURGE_MS"))
@@ -337,6 +348,9 @@ def _validated(settings: ConnectorSettings) -> ConnectorSettings:
         raise SettingsError("CONNECTOR_LOG_LEVEL must be debug, info, warning or error")
     if not 60_000 <= settings.webapp_session_ttl_ms <= 30 * 24 * 3600 * 1000:
         raise SettingsError("CONNECTOR_WEBAPP_SESSION_TTL_MS must be between one minute and 30 days")
+    bad_hosts = [host for host in settings.allowed_hosts if host_name(host) is None]
+    if bad_hosts:
+        raise SettingsError(f"CONNECTOR_ALLOWED_HOSTS must list host names (name or name:port), got {bad_hosts[0]!r}")
     return replace(
         settings,
         store_url=store_url,
