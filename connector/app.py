@@ -334,10 +334,13 @@ def create_app(settings: ConnectorSettings, *, tuning: ManagerTuning | None = No
         return {"status": "ok"}
 
     @get("/health/ready", cache=False)
-    async def health_ready() -> Response[dict[str, str]]:
+    async def health_ready() -> Response[dict[str, Any]]:
+        # A damaged state file is served from its last good records: ready, but said (by name).
+        damaged = parts.state.damaged()
+        extra: dict[str, Any] = {"damaged_state_files": sorted(damaged)} if damaged else {}
         if await parts.store.health():
-            return Response({"status": "ok", "store": "reachable"})
-        return Response({"status": "unavailable", "store": "unreachable"}, status_code=503)
+            return Response({"status": "degraded" if damaged else "ok", "store": "reachable", **extra})
+        return Response({"status": "unavailable", "store": "unreachable", **extra}, status_code=503)
 
     @asynccontextmanager
     async def lifespan(_app: Litestar) -> AsyncIterator[None]:

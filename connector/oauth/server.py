@@ -14,6 +14,7 @@ and refresh families are persisted through OAuthState.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import math
 import secrets
@@ -200,6 +201,13 @@ class AuthorizationServer:
             return _error(400, exc.error, exc.description)
         except RegistryFull:
             return _error(503, "temporarily_unavailable", "the client registry is full", {"Retry-After": "3600"})
+        except OSError as exc:
+            # A full disk (or a read-only one) is the server's trouble, said as such, never a bare 500.
+            reason = "no space left on the connector's disk" if exc.errno in (errno.ENOSPC, errno.EDQUOT) \
+                else "the connector cannot write its state directory"
+            log.error("client registration not saved: %s", exc, extra={"reason": reason})
+            return _error(503, "temporarily_unavailable", f"the registration could not be saved: {reason}",
+                          {"Retry-After": "60"})
         return JsonReply(201, response, dict(NO_STORE))
 
     async def find_client(self, client_id: str) -> ClientRecord | None:
