@@ -292,7 +292,7 @@ def build_parts(settings: ConnectorSettings, *, tuning: ManagerTuning | None = N
     )
     tools = BrainTools(manager, allowed=settings.tools, recall_mode=settings.recall_mode, vectors=vectors)
     return ConnectorParts(settings, store, state, codec, manager, tools, McpEndpoint(tools),
-                          signin_limiter(settings.state_dir, settings.signin_attempts_per_min))
+                          signin_limiter(settings.limits_dir, settings.signin_attempts_per_min))
 
 
 def _oauth_mount(parts: ConnectorParts) -> Any:

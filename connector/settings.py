@@ -95,6 +95,9 @@ class ConnectorSettings:
     # Where the workers of `serve --workers N` leave their metric totals for /metrics to add up
     # (serve sets a private temporary directory; None: this process's own series only).
     metrics_dir: Path | None = None
+    # Where the workers of `serve --workers N` keep the sign-in attempt buckets they share
+    # (serve sets a private temporary directory; None: this process's memory).
+    limits_dir: Path | None = None
     # What one client connection may hold (common/connection_guard.py); 0 turns a bound off.
     http_max_header_kb: int = 64  # request line and headers; beyond: 431
     http_header_timeout_s: int = 10  # a request's head must be in within this; else 408

@@ -8,6 +8,7 @@ with ``isError: true`` and a clear message, never a protocol error or a crash.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -121,6 +122,13 @@ def _sync_fields(outcome: WriteOutcome) -> dict[str, Any]:
     if outcome.synced or outcome.durable:
         return {"synced": outcome.synced}
     return {"synced": False, "durable": False}
+
+
+def _request_key(caller: Caller, idempotency_key: str | None) -> str | None:
+    """A client's retry key made the caller's own: another person's same key names another write."""
+    if not idempotency_key:
+        return None
+    return hashlib.sha256(f"{caller.account.subject}\0{idempotency_key}".encode()).hexdigest()
 
 
 class BrainTools:
@@ -485,6 +493,7 @@ class BrainTools:
             project=args.string("project", max_length=300) or "",
             task=args.string("task", max_length=300) or "",
             writer=await self.manager.writer(caller.account),
+            request_key=_request_key(caller, args.string("idempotency_key", max_length=200)),
         )
         outcome = await self._write(caller, op, "memorize")
         _refused_for_good(outcome)

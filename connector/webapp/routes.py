@@ -31,7 +31,7 @@ from connector.oauth.signin_limit import SignInChecks, signin_limiter, signin_wa
 from connector.oauth.state import OAuthState, SecretBox
 from connector.webapp.actions import ActionRefused, BrainActions, Done
 from connector.webapp.guard import Site, new_signin_token, same_origin, session_of, site_of, tokens_match
-from connector.webapp.pages import STATIC_TYPES, page_headers, render, static_file
+from connector.webapp.pages import STATIC_TYPES, page_headers, path_segment, render, static_file
 from connector.webapp.sessions import MAX_SESSIONS, WebSession, WebSessions
 from connector.webapp.transfer import MAX_IMPORT_BYTES, ImportPlan, dry_run, export_memories, export_zip, plan_import
 from connector.webapp.views import MODE_LABELS, TYPES, BrainViews, SearchForm, SearchResult
@@ -190,7 +190,7 @@ def _flash(done: str | None, held: str | None) -> str | None:
 
 def _done_location(site: Site, action: str, done: Done) -> str:
     query = {"done": action, **({} if done.synced else {"held": "1"})}
-    return f"{site.root}/memory/{done.memory_id}?{urlencode(query)}"
+    return f"{site.root}/memory/{path_segment(done.memory_id)}?{urlencode(query)}"
 
 
 def webapp_route_handlers(app: WebApp) -> list[Any]:
@@ -504,7 +504,10 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         summary = await asyncio.to_thread(dry_run, plan, snapshot.brain, now)
         # Off the loop: a checked import may be megabytes, sealed and written to the state directory.
         reference = await asyncio.to_thread(app.keep_import, visit.session, plan) if summary.new else None
-        return app.page("transfer.html", visit.site, visit.session, summary=summary, reference=reference, error=None)
+        # A file with nothing to import and errors is refused as such (400), the errors listed.
+        status = 400 if summary.errors and not summary.new else 200
+        return app.page("transfer.html", visit.site, visit.session, status=status, summary=summary,
+                        reference=reference, error=None)
 
     @post("/app/import/confirm", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
     @write_route

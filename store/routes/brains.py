@@ -55,6 +55,9 @@ async def json_body(request: Request[Any, Any, Any]) -> Any:
         return msgspec.json.decode(raw)
     except msgspec.DecodeError:
         raise ServiceError(400, "request body is not valid JSON") from None
+    except RecursionError:
+        # Thousands of nested brackets fit in the size limit; no request of ours nests that deep.
+        raise ServiceError(400, "request body is nested too deeply") from None
 
 
 @post("/api/brains")
