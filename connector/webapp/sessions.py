@@ -78,6 +78,8 @@ class WebSessions:
         session = WebSession(subject=subject, credential=credential, kind=kind, read_only=read_only,
                              csrf=secrets.token_urlsafe(32), expires_at=expires)
         self._records.put(cookie, dataclasses.asdict(session), expires)
+        # The store has just accepted the credential: a mark from an earlier refusal no longer holds.
+        self._ended.delete(credential)
         return cookie, session
 
     def get(self, cookie: str | None) -> WebSession | None:
