@@ -133,14 +133,21 @@ class Memorize(Operation):
         """From the command line's memorize JSON (object, array or ``{"memories": [...]}``)."""
         return cls(parse_memorize_request(payload))
 
+    def _key_ids(self, txn: WriteTxn, archived: Mapping[str, Any]) -> None:
+        """With a retry key, the id is the key's (`_keyed_id`), drawn once."""
+        if not self.ids and self.request_key is not None and len(self.memories) == 1:
+            self.ids = [_keyed_id(txn, self.request_key, self.memories[0].title, archived)]
+
     def prepare(self, brain: Brain, now: datetime) -> list[str]:
         """Draw the memory ids now (without writing), e.g. to report them before a sync."""
         if self.ids is None:
             txn = WriteTxn(brain, now)
-            drawn: list[str] = []
-            for _ in self.memories:
-                drawn.append(_draw_id(txn, set(drawn)))
-            self.ids = drawn
+            self._key_ids(txn, txn.archive_index()["memories"] if txn.read(ARCHIVE_INDEX) is not None else {})
+            if self.ids is None:
+                drawn: list[str] = []
+                for _ in self.memories:
+                    drawn.append(_draw_id(txn, set(drawn)))
+                self.ids = drawn
         return list(self.ids)
 
     def apply(self, brain: Brain, now: datetime) -> dict[str, Any]:
@@ -148,8 +155,7 @@ class Memorize(Operation):
         txn.index(create=True)
         created = self.created or txn.now_iso
         archived = txn.archive_index()["memories"] if txn.read(ARCHIVE_INDEX) is not None else {}
-        if not self.ids and self.request_key is not None and len(self.memories) == 1:
-            self.ids = [_keyed_id(txn, self.request_key, self.memories[0].title, archived)]
+        self._key_ids(txn, archived)
         ids = list(self.ids) if self.ids else []
         reserved = set(ids)
         stored: list[dict[str, Any]] = []

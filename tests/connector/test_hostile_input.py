@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -124,4 +124,16 @@ def test_memorize_with_an_idempotency_key_writes_once(store: RunningStore, tmp_p
     assert again["id"] == first["id"] and again.get("already_present") is True
     assert other["id"] != first["id"]
     brain, _ = download_brain(store.url, alice.token, brains_of(store.url, alice.token)[0]["id"])
+    assert memory_ids(brain) == {first["id"], other["id"]}
+
+
+def test_a_retry_key_finds_the_first_save_also_across_midnight_and_never_another_memory() -> None:
+    brain, now = Brain(), datetime.now(UTC)
+    first = connector_memorize("Fact one here", request_key="k").apply(brain, now)["stored"][0]
+    assert connector_memorize("Fact one here", request_key="k").prepare(brain, now) == [first["id"]]
+    retried = connector_memorize("Fact one here", request_key="k").apply(brain, now + timedelta(days=1))["stored"][0]
+    assert retried["id"] == first["id"] and retried["already_present"] is True
+    # The same key with other content is another memory (the key's id is taken: a fresh one is drawn).
+    other = connector_memorize("Another fact", request_key="k").apply(brain, now)["stored"][0]
+    assert other["id"] != first["id"] and "already_present" not in other
     assert memory_ids(brain) == {first["id"], other["id"]}
