@@ -96,7 +96,7 @@ class ConnectorSettings:
     # (serve sets a private temporary directory; None: this process's own series only).
     metrics_dir: Path | None = None
     # Where the workers of `serve --workers N` keep the sign-in attempt buckets they share
-    # (serve sets a private temporary directory; None: this process's memory).
+    # (CONNECTOR_LIMITS_DIR: serve sets a private temporary directory; None: this process's memory).
     limits_dir: Path | None = None
     # What one client connection may hold (common/connection_guard.py); 0 turns a bound off.
     http_max_header_kb: int = 64  # request line and headers; beyond: 431
@@ -280,6 +280,8 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     put("metrics_token", _env(env, "CONNECTOR_METRICS_TOKEN"))
     metrics_dir = _env(env, "CONNECTOR_METRICS_DIR")
     put("metrics_dir", Path(metrics_dir).expanduser() if metrics_dir else None)
+    limits_dir = _env(env, "CONNECTOR_LIMITS_DIR")
+    put("limits_dir", Path(limits_dir).expanduser() if limits_dir else None)
     put("http_max_header_kb", _int(env, "CONNECTOR_HTTP_MAX_HEADER_KB"))
     put("http_header_timeout_s", _int(env, "CONNECTOR_HTTP_HEADER_TIMEOUT_S"))
     put("http_body_timeout_s", _int(env, "CONNECTOR_HTTP_BODY_TIMEOUT_S"))

@@ -26,6 +26,7 @@ def signin_limiter(limits_dir: Path | None, attempts_per_min: int) -> SignInChec
         return None
     if limits_dir is None:
         return TokenBucketLimiter(attempts_per_min)
+    limits_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     return SharedTokenBucketLimiter(limits_dir / "signin-attempts.bin", attempts_per_min, attempts_per_min, slots=16_384)
 
 
