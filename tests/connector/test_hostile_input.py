@@ -28,8 +28,7 @@ from connector.engine.ops import connector_memorize
 from .conftest import RunningStore, auth, brains_of, download_brain, memory_ids, upload_raw
 from .oauth.live import running_connector
 from .test_e2e_tools import connector, mcp_session, mint, structured
-from .webapp.conftest import csrf_of
-from .webapp.test_webapp_dead_credential import _browser
+from .webapp.conftest import csrf_of, signed_in_browser
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -60,7 +59,7 @@ def test_deeply_nested_json_is_a_400_that_changes_nothing(store: RunningStore) -
 def test_a_web_import_with_a_list_or_object_as_title_or_content_is_refused(store: RunningStore, tmp_path: Path) -> None:
     alice = store.add_user("alice")
     with running_connector(tmp_path, store.url, state_dir=tmp_path / "state") as server:
-        browser = _browser(server.base_url, alice.token, "198.51.100.1")
+        browser = signed_in_browser(server.base_url, alice.token, "198.51.100.1")
         csrf = csrf_of(browser.get("/app/transfer").text)
         for bad in ({"title": ["a", "b"], "content": "text"}, {"title": "t", "content": {"nested": [1]}},
                     {"title": {"x": 1}, "content": ["y"]}):
@@ -91,7 +90,7 @@ def test_hostile_memory_ids_stay_inside_their_link_segment(store: RunningStore, 
         brain.write_json("index.json", index)
     assert upload_raw(store.url, alice.token, brain_id, pack_archive(brain), {"If-None-Match": "*"}).status_code == 200
     with running_connector(tmp_path, store.url, state_dir=tmp_path / "state") as server:
-        browser = _browser(server.base_url, alice.token, "198.51.100.1")
+        browser = signed_in_browser(server.base_url, alice.token, "198.51.100.1")
         found = browser.get("/app/search", params={"query": "zebra striped horses"})
         links = _links(found.text)
         assert sorted(links) == ["/app/memory/%252E%252E", "/app/memory/..%2F..%2Fsignout",

@@ -26,8 +26,7 @@ from tests.support.processes import free_port
 
 from .conftest import RunningStore, StoreUser
 from .oauth.live import running_connector
-from .webapp.conftest import csrf_of
-from .webapp.test_webapp_dead_credential import _browser
+from .webapp.conftest import csrf_of, signed_in_browser
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -90,7 +89,7 @@ def test_damaged_state_files_keep_the_last_good_state_and_are_reported(store: Ru
         assert httpx.post(base + "/revoke", data={"token": revoked["refresh_token"], "client_id": client.client_id}).status_code == 200
         assert mcp_status(base, revoked["access_token"]) == 401
         # A brain chosen in the web app (brains.json holds each person's choice).
-        browser = _browser(base, alice.token, "198.51.100.1")
+        browser = signed_in_browser(base, alice.token, "198.51.100.1")
         home = browser.get("/app")
         chosen = browser.post("/app/brain", data={"brain": "default", "csrf": csrf_of(home.text)})
         assert chosen.status_code == 303, chosen.text

@@ -25,22 +25,11 @@ from ..conftest import RunningStore, StoreUser, brains_of
 from ..oauth.live import running_connector
 from ..oauth.test_dead_credential import _store_answers
 from ..test_e2e_sharing import store_cli
-from .conftest import connector_settings, csrf_of
-from .test_webapp_signin_limits import web_sign_in
+from .conftest import connector_settings, csrf_of, signed_in_browser, web_sign_in
 
 pytestmark = [pytest.mark.timeout(120)]
 
 RELOADS = 40
-
-
-def _browser(base: str, token: str, address: str) -> httpx.Client:
-    """A browser signed in to the web app with ``token`` (its cookie jar kept)."""
-    http = httpx.Client(base_url=base, timeout=30, headers={"X-Forwarded-For": address})
-    page = http.get("/app/signin")
-    done = http.post("/app/signin", data={"csrf": csrf_of(page.text), "token": token, "access": "write"})
-    assert done.status_code == 303, done.text
-    assert http.get("/app").status_code == 200
-    return http
 
 
 def _reloads(http: httpx.Client) -> list[tuple[int, str]]:
@@ -60,8 +49,8 @@ def test_a_dead_credential_ends_the_web_session_at_the_first_401(store: RunningS
             "user remove": (bob.token, lambda: store_cli(store, "user", "remove", "bob")),
         }
         for number, (what, (credential, kill)) in enumerate(killers.items()):
-            first = _browser(base, credential, f"198.51.100.{number}")
-            second = _browser(base, credential, f"198.51.100.{number + 10}")
+            first = signed_in_browser(base, credential, f"198.51.100.{number}")
+            second = signed_in_browser(base, credential, f"198.51.100.{number + 10}")
             kill()
             refused_before = _store_answers(store, 401)
             answers = _reloads(first)

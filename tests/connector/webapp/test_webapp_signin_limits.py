@@ -11,38 +11,21 @@ is a refusal, never a "token not accepted" that invites another try.
 
 from __future__ import annotations
 
-import re
 import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
 import pytest
 
 from ..conftest import RunningStore, running_store
 from ..oauth.live import running_connector
+from .conftest import web_sign_in
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("connector-workers"), pytest.mark.timeout(120)]
 
 ATTACKERS = [f"203.0.113.{n}" for n in range(1, 5)]
 WRONG_PER_ADDRESS = 8  # under the connector's own limit (10 a minute per address)
-
-
-def _csrf(html: str) -> str:
-    match = re.search(r'name="csrf" value="([^"]+)"', html)
-    assert match, "no sign-in form"
-    return match.group(1)
-
-
-def web_sign_in(base: str, token: str, address: str) -> httpx.Response:
-    """One sign-in through `/app/signin` from ``address`` (through the trusted loopback proxy),
-    on fresh connections (so the kernel spreads them over both workers); the POST's answer."""
-    headers = {"X-Forwarded-For": address, "Connection": "close"}
-    with httpx.Client(base_url=base, timeout=30, headers=headers) as http:
-        page = http.get("/app/signin")
-        assert page.status_code == 200, page.text
-        return http.post("/app/signin", data={"csrf": _csrf(page.text), "token": token, "access": "write"})
 
 
 @contextmanager
