@@ -1,5 +1,6 @@
-"""The nine brain tools: argument reading, scope checks, calls into the working copies
-and the engine, and results as structured content plus text.
+"""The brain tools (and ChatGPT's search and fetch over them): argument reading, scope
+checks, calls into the working copies and the engine, and results as structured content
+plus text.
 
 A refusal (bad argument, unknown id, missing scope, store down) is a tool result
 with ``isError: true`` and a clear message, never a protocol error or a crash.
@@ -27,7 +28,7 @@ from connector.engine.jsvalues import datetime_ms
 from connector.engine.ops import Forget, Pin, Unpin, Verify, connector_memorize
 from connector.engine.recall import recall
 from connector.engine.views import attach_content, read_memory
-from connector.mcp import render
+from connector.mcp import chatgpt, render
 from connector.mcp.arguments import ArgumentError, Args
 from connector.mcp.definitions import (
     CHARS_PER_TOKEN,
@@ -48,6 +49,9 @@ from connector.workcopy.vectors import HybridCache, VectorStore
 
 log = logging.getLogger("connector.tools")
 
+# Tools a connection bound to one brain (/mcp/brains/{brain}) does not have.
+BOUND_EXCLUDED = frozenset({"brain_use"})
+
 # Background index builds after writes start once no write has been in flight for this
 # long, and at the latest this long after the write that asked for them.
 PREWARM_QUIET_S = 0.25
@@ -56,10 +60,12 @@ PREWARM_MAX_WAIT_S = 3.0
 
 @dataclass(frozen=True)
 class Caller:
-    """Who is calling: the account and the scopes of their token."""
+    """Who is calling: the account, the scopes of their token and the connector's external base URL."""
 
     account: Account
     scopes: frozenset[str]
+    # Where the connector is reached (CONNECTOR_PUBLIC_URL, else this request's): links to the web app.
+    base_url: str = ""
 
 
 class ToolFailure(Exception):
@@ -171,6 +177,8 @@ class BrainTools:
             "brain_unpin": self._unpin,
             "brain_forget": self._forget,
             "brain_verify": self._verify,
+            "search": self._search,
+            "fetch": self._fetch,
         }
 
     def prewarm(self, outcome: WriteOutcome) -> None:
@@ -257,11 +265,12 @@ class BrainTools:
             return False
         return mode == "exact" or key in self.hybrid_cache
 
-    def list_tools(self) -> list[types.Tool]:
-        """The declared tools (only those allowed); built once, they never change."""
+    def list_tools(self, *, bound: bool = False) -> list[types.Tool]:
+        """The declared tools (only those allowed; without brain_use on a connection ``bound`` to one
+        brain); built once, they never change."""
         if self._tool_list is None:
             self._tool_list = [spec.to_tool() for spec in self.specs.values()]
-        return list(self._tool_list)
+        return [tool for tool in self._tool_list if not (bound and tool.name in BOUND_EXCLUDED)]
 
     def input_schema(self, name: str) -> dict[str, Any] | None:
         """The input schema of an allowed tool."""
@@ -271,8 +280,10 @@ class BrainTools:
     async def call(self, name: str, arguments: Any, caller: Caller) -> types.CallToolResult:
         """Run one tool call; every failure becomes an error result."""
         spec = self.specs.get(name)
-        if spec is None:
-            return error_result(f"Unknown tool {name!r}. Available: {', '.join(self.specs)}.")
+        bound = bool(caller.account.brain)
+        if spec is None or (bound and name in BOUND_EXCLUDED):
+            available = [known for known in self.specs if not (bound and known in BOUND_EXCLUDED)]
+            return error_result(f"Unknown tool {name!r}. Available: {', '.join(available)}.")
         args = Args(arguments)
         needs_write = not spec.read_only and not (name == "brain_verify" and _is_list(args))
         if needs_write and WRITE_SCOPE not in caller.scopes:
@@ -410,6 +421,16 @@ class BrainTools:
         if notes:
             found["note"] = " ".join(notes)
         return ok_result(found, render.read_text(found))
+
+    async def _search(self, caller: Caller, args: Args) -> types.CallToolResult:
+        """ChatGPT's ``search``: brain_recall (the server's recall mode) as ids, titles and links."""
+        query = args.string("query", required=True, max_length=10_000)
+        found = await self._recall(caller, Args({"query": query, "limit": chatgpt.SEARCH_LIMIT, "max_chars": 0}))
+        return chatgpt.search_result(found, caller.base_url)
+
+    async def _fetch(self, caller: Caller, args: Args) -> types.CallToolResult:
+        """ChatGPT's ``fetch``: brain_read as id, title, text, link and metadata."""
+        return chatgpt.fetch_result(await self._read(caller, args), caller.base_url)
 
     @property
     def vectors(self) -> VectorStore:
