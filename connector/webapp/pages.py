@@ -12,9 +12,10 @@ import hashlib
 from functools import lru_cache
 from importlib import resources
 from typing import Any
-from urllib.parse import quote
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+
+from connector.mcp.http import path_segment
 
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
@@ -51,17 +52,6 @@ def environment() -> Environment:
     env.globals["static_version"] = static_version
     env.filters["segment"] = path_segment
     return env
-
-
-def path_segment(value: Any) -> str:
-    """``value`` as one URL path segment: every reserved character percent-encoded.
-
-    Memory ids come from archives anyone may have written: an id such as
-    ``../../signout`` or ``x?y#z`` must stay inside its own segment of a link.
-    """
-    encoded = quote(str(value), safe="")
-    # "." and ".." are dot segments however they are encoded: encode their "%" once more.
-    return encoded.replace(".", "%252E") if encoded in (".", "..") else encoded
 
 
 def render(template: str, **context: Any) -> str:

@@ -25,13 +25,13 @@ from litestar.datastructures import Cookie
 from connector.engine.brain import Brain
 from connector.engine.ops import Memorize, operation_from_dict
 from connector.identity.base import ProviderRefused, ProviderThrottled, ProviderUnavailable
-from connector.mcp.http import header, peer_address
+from connector.mcp.http import header, path_segment, peer_address
 from connector.oauth.sealed_files import SealedRecords
 from connector.oauth.signin_limit import SignInChecks, signin_limiter, signin_wait
 from connector.oauth.state import OAuthState, SecretBox
 from connector.webapp.actions import ActionRefused, BrainActions, Done
 from connector.webapp.guard import Site, new_signin_token, same_origin, session_of, site_of, tokens_match
-from connector.webapp.pages import STATIC_TYPES, page_headers, path_segment, render, static_file
+from connector.webapp.pages import STATIC_TYPES, page_headers, render, static_file
 from connector.webapp.sessions import MAX_SESSIONS, WebSession, WebSessions
 from connector.webapp.transfer import MAX_IMPORT_BYTES, ImportPlan, dry_run, export_memories, export_zip, plan_import
 from connector.webapp.views import MODE_LABELS, TYPES, BrainViews, SearchForm, SearchResult
