@@ -20,7 +20,7 @@ import mcp_types as types
 
 from common.textsafety import has_unsafe_chars
 from connector.engine.brain import Brain
-from connector.engine.credentials import find_credentials
+from connector.engine.credentials import credential_refusal, credentials_in_memories
 from connector.engine.errors import BrainError
 from connector.engine.hybrid import MODES, HybridIndex, hybrid_recall
 from connector.engine.index import BrainIndex, IndexCache, RecallError, index_for
@@ -499,8 +499,6 @@ class BrainTools:
         assert content is not None
         title = args.string("title", max_length=1000)
         tags = args.string_list("tags")
-        if not args.boolean("allow_secrets"):
-            _refuse_credentials(content, title or "", *tags)
         op = connector_memorize(
             content,
             title=title,
@@ -516,6 +514,8 @@ class BrainTools:
             writer=await self.manager.writer(caller.account),
             request_key=_request_key(caller, args.string("idempotency_key", max_length=200)),
         )
+        if not args.boolean("allow_secrets"):
+            _refuse_credentials(op.memories)
         outcome = await self._write(caller, op, "memorize")
         _refused_for_good(outcome)
         self.prewarm(outcome)
@@ -604,13 +604,12 @@ def _content_budget(args: Args) -> tuple[int, list[str]]:
     return (min(chars, by_tokens) if args.given("max_chars") else by_tokens), notes
 
 
-def _refuse_credentials(*texts: str) -> None:
-    """Refuse a write whose text looks like it holds a credential, naming the kinds, never the values."""
-    kinds = find_credentials(*texts)
+def _refuse_credentials(memories: list[Any]) -> None:
+    """Refuse a write whose text (any field) looks like it holds a credential, naming the kinds, never the values."""
+    kinds = credentials_in_memories(memories)
     if kinds:
         raise ToolFailure(
-            f"Not saved: this looks like it contains a credential ({', '.join(kinds)}). Memories are synced to "
-            "every device and shown to every agent the user connects, so credentials do not belong in them. "
+            f"{credential_refusal(kinds)} "
             "Leave the secret out (say where it is kept instead), or, only if the user explicitly confirms they "
             "want it stored, call brain_memorize again with allow_secrets=true."
         )
