@@ -109,7 +109,7 @@ class ConnectorSettings:
     http_max_connections: int = 512  # open connections; beyond: 503
     webapp: bool = True  # the web app at /app (docs/webapp.md)
     webapp_session_ttl_ms: int = 8 * 3600 * 1000  # a web sign-in ends after this, whatever happens
-    recall_mode: str = "exact"  # brain_recall's mode when the caller names none (exact or hybrid)
+    recall_mode: str = "hybrid"  # brain_recall's and the web search's mode when none is named (exact or hybrid)
 
     @property
     def http_limits(self) -> HttpLimits:

@@ -22,7 +22,7 @@ from common.textsafety import has_unsafe_chars
 from connector.engine.brain import Brain
 from connector.engine.credentials import credential_refusal, credentials_in_memories
 from connector.engine.errors import BrainError
-from connector.engine.hybrid import MODES, HybridIndex, hybrid_recall
+from connector.engine.hybrid import EXACT_CANNOT_READ, MODES, NO_GOOD_MATCH, HybridIndex, empty_recall_reason, hybrid_recall
 from connector.engine.index import BrainIndex, IndexCache, RecallError, index_for
 from connector.engine.jsvalues import datetime_ms
 from connector.engine.ops import Forget, Pin, Unpin, Verify, connector_memorize
@@ -146,7 +146,7 @@ class BrainTools:
         *,
         allowed: Iterable[str] | None = None,
         index_cache: IndexCache | None = None,
-        recall_mode: str = "exact",
+        recall_mode: str = "hybrid",
         vectors: VectorStore | None = None,
     ) -> None:
         self.manager = manager
@@ -339,6 +339,18 @@ class BrainTools:
                 self._loaded()
         if hits and snapshot.brain is not None:
             attach_content(hits, snapshot.brain, budget)
+        searched = snapshot.brain is not None and "index.json" in snapshot.brain
+        reason = empty_recall_reason(mode, query) if not hits and searched else None
+        if reason == NO_GOOD_MATCH:
+            notes.append(
+                "No memory matches this query well: hybrid recall returns nothing rather than unrelated memories. "
+                "The brain may not hold this; try other words if it should."
+            )
+        elif reason == EXACT_CANNOT_READ:
+            notes.append(
+                "Exact mode matches only the ASCII words of a query, as `brain recall` does, so it cannot search "
+                'Chinese or Japanese text; hybrid mode (mode "hybrid") would search this query.'
+            )
         notes += ([clamped] if clamped else []) + budget_notes
         if not hits and snapshot.identity.status == STATUS_NO_BRAIN and snapshot.identity.note:
             notes.append(snapshot.identity.note)
@@ -358,6 +370,8 @@ class BrainTools:
         if snapshot.pending_writes:
             notes.append(f"{snapshot.pending_writes} recent write(s) are held here, not yet synced to the store.")
         structured: dict[str, Any] = {"count": len(hits), "results": hits}
+        if reason == NO_GOOD_MATCH:
+            structured["nothing_matches_well"] = True
         if notes:
             structured["note"] = " ".join(notes)
         return ok_result(structured, render.recall_text(structured))
