@@ -120,6 +120,13 @@ class VectorStore:
 
     # ----- computing --------------------------------------------------------
 
+    def keep(self, hashes: Sequence[bytes], vectors: Quantized, brain_id: str | None = None) -> None:
+        """Keep vectors computed elsewhere for ``hashes`` of ``brain_id`` (benchmarks seed many
+        copies of one brain this way); known ones are left as they are."""
+        with self._lock:
+            self._load_once()
+            self._keep(_keys(hashes, brain_id), vectors)
+
     def _embed_and_keep(self, missing: dict[bytes, str]) -> None:
         digests = list(missing)
         for start in range(0, len(digests), _BATCH):
@@ -127,12 +134,19 @@ class VectorStore:
             packed = quantize(self.embedder.embed([missing[digest] for digest in batch]))
             with self._lock:
                 self.embedded += len(batch)
-                fresh = [(d, i) for i, d in enumerate(batch) if d not in self._rows]
-                if not fresh:
-                    continue
-                picked = np.asarray([i for _, i in fresh], dtype=np.int64)
-                self._append([d for d, _ in fresh], packed.codes[picked], packed.scales[picked])
-                self._persist([d for d, _ in fresh], packed.codes[picked], packed.scales[picked])
+                self._keep(batch, packed)
+
+    def _keep(self, keys: list[bytes], packed: Quantized) -> None:
+        """Append and save the rows of ``keys`` not known yet (under the lock)."""
+        fresh: dict[bytes, int] = {}
+        for position, key in enumerate(keys):
+            if key not in self._rows and key not in fresh:
+                fresh[key] = position
+        if not fresh:
+            return
+        picked = np.fromiter(fresh.values(), dtype=np.int64, count=len(fresh))
+        self._append(list(fresh), packed.codes[picked], packed.scales[picked])
+        self._persist(list(fresh), packed.codes[picked], packed.scales[picked])
 
     def _append(self, digests: list[bytes], codes: np.ndarray, scales: np.ndarray) -> None:
         used = len(self._rows)

@@ -272,3 +272,8 @@ def test_vectors_are_kept_per_brain_across_restarts_and_without_a_state_dir(tmp_
     assert restarted.embedded == 0 and len(store) == 3 * len(ids)
     HybridIndex.build(brain, index, store.for_brain("carol"))
     assert restarted.embedded == len(ids)
+    # Vectors computed elsewhere can be kept for a brain (benchmarks seed copies of one brain).
+    seeded = HybridIndex.build(brain, index, store.for_brain("alice"))
+    store.keep(seeded.hashes, seeded.vectors, "dave")
+    HybridIndex.build(brain, index, store.for_brain("dave"))
+    assert restarted.embedded == len(ids)
