@@ -123,9 +123,14 @@ def _sync_fields(outcome: WriteOutcome) -> dict[str, Any]:
     return {"synced": False, "durable": False}
 
 
+def _hybrid_prefix(brain_id: str | None) -> str:
+    """The start of every hybrid cache key of one brain."""
+    return f"{brain_id or ''}\n"
+
+
 def _hybrid_key(brain_id: str | None, key: str | None) -> str | None:
     """The hybrid cache's key: a content key within one brain (two brains never share an index)."""
-    return None if key is None else f"{brain_id or ''}\n{key}"
+    return None if key is None else _hybrid_prefix(brain_id) + key
 
 
 class BrainTools:
@@ -424,9 +429,13 @@ class BrainTools:
         recall could find another brain's cached vectors and time that.
         """
         source = self.vectors.for_brain(brain_id)
-        return self.hybrid_cache.get_or_build(
-            _hybrid_key(brain_id, key), lambda: HybridIndex.build(brain, index, source)
-        )
+
+        def build() -> HybridIndex:
+            # The brain's last index is reused when this version changed no memory's text.
+            previous = self.hybrid_cache.newest(_hybrid_prefix(brain_id))
+            return HybridIndex.build(brain, index, source, previous)
+
+        return self.hybrid_cache.get_or_build(_hybrid_key(brain_id, key), build)
 
     async def _status(self, caller: Caller, args: Args) -> types.CallToolResult:
         snapshot = await self.manager.snapshot(caller.account)

@@ -331,6 +331,14 @@ class HybridCache:
                 self._items.move_to_end(key)
             return found
 
+    def newest(self, prefix: str) -> HybridIndex | None:
+        """The most recently used index whose key starts with ``prefix`` (one brain's), or None."""
+        with self._lock:
+            for key in reversed(self._items):
+                if key.startswith(prefix):
+                    return self._items[key]
+        return None
+
     def get_or_build(self, key: str | None, build: Callable[[], HybridIndex]) -> HybridIndex:
         """The index for ``key``, built with ``build`` on a miss (never cached without a key)."""
         if key is None:

@@ -163,7 +163,10 @@ def test_another_brain_never_hits_a_brains_vectors_or_index(monkeypatch: pytest.
         assert embedder.embedded == 2 * len(ids), "every text of mallory's brain was a miss"
         alice = tools.hybrid_index(brain, "same", BrainIndex.build(brain), "alice")
         mallory = tools.hybrid_index(brain, "same", BrainIndex.build(brain), "mallory")
-        assert alice is not mallory and alice.hashes == mallory.hashes
+        assert alice is not mallory and alice.hashes == mallory.hashes and alice.text is not mallory.text
+        # A new version of alice's brain with the same texts reuses her index's parts, never mallory's.
+        again = tools.hybrid_index(brain, "same-texts-new-key", BrainIndex.build(brain), "alice")
+        assert again.text is alice.text and again.vectors is alice.vectors
         assert embedder.embedded == 2 * len(ids)  # both cached now, each for its own brain
         digest = alice.hashes[0]
         assert store.for_brain("alice").get(digest) is not None and store.for_brain("mallory").get(digest) is not None

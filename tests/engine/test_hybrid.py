@@ -277,3 +277,17 @@ def test_vectors_are_kept_per_brain_across_restarts_and_without_a_state_dir(tmp_
     store.keep(seeded.hashes, seeded.vectors, "dave")
     HybridIndex.build(brain, index, store.for_brain("dave"))
     assert restarted.embedded == len(ids)
+
+
+def test_a_version_with_unchanged_texts_reuses_the_previous_index() -> None:
+    brain, ids = make_brain()
+    embedder = CountingEmbedder()
+    store = VectorStore(embedder).for_brain("b")
+    first = HybridIndex.build(brain, BrainIndex.build(brain), store)
+    pulled = load_archive(pack_archive(brain))
+    again = HybridIndex.build(pulled, BrainIndex.build(pulled), store, first)
+    assert again.text is first.text and again.vectors is first.vectors and again.ids == first.ids
+    Memorize.from_request([{"title": "New", "type": "learning", "path": "notes/", "content": "brand new"}]).apply(pulled, NOW)
+    changed = HybridIndex.build(pulled, BrainIndex.build(pulled), store, first)
+    assert changed.text is not first.text and len(changed.ids) == len(ids) + 1
+    assert embedder.embedded == len(ids) + 1
