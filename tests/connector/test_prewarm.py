@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from connector.engine.brain import Brain
+from connector.engine.index import BrainIndex
 from connector.mcp import tools as tools_module
 from connector.mcp.tools import BrainTools
 from connector.workcopy.model import WriteOutcome
@@ -29,6 +30,14 @@ class Holding:
 def outcome(brain_id: str, key: str) -> WriteOutcome:
     brain = Brain({"index.json": b'{"version": 2, "memories": {}}'})
     return WriteOutcome(result={}, synced=True, brain_id=brain_id, brain_name="default", brain=brain, key=key)
+
+
+async def settle(tools: BrainTools) -> None:
+    """Until the background builds are done (bounded)."""
+    for _ in range(500):
+        if not tools._background and not tools._prewarm_next:
+            return
+        await asyncio.sleep(0.01)
 
 
 def test_a_burst_of_writes_builds_only_the_last(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -112,12 +121,6 @@ def test_hybrid_default_embeds_what_a_write_added_in_the_background(monkeypatch:
     brain, ids = make_brain()
     embedder = CountingEmbedder()
 
-    async def settle(tools: BrainTools) -> None:
-        for _ in range(500):
-            if not tools._background and not tools._prewarm_next:
-                return
-            await asyncio.sleep(0.01)
-
     async def scenario() -> None:
         tools = BrainTools(manager=Holding("k1", "k2"), recall_mode="hybrid", vectors=VectorStore(embedder))  # type: ignore[arg-type]
         first = WriteOutcome(result={}, synced=True, brain_id="b", brain_name="default", brain=brain, key="k1")
@@ -144,12 +147,6 @@ def test_another_brain_never_hits_a_brains_vectors_or_index(monkeypatch: pytest.
     embedder = CountingEmbedder()
     store = VectorStore(embedder)
 
-    async def settle(tools: BrainTools) -> None:
-        for _ in range(500):
-            if not tools._background and not tools._prewarm_next:
-                return
-            await asyncio.sleep(0.01)
-
     async def scenario() -> None:
         tools = BrainTools(manager=Holding("same"), recall_mode="hybrid", vectors=store)  # type: ignore[arg-type]
         tools.prewarm(WriteOutcome(result={}, synced=True, brain_id="alice", brain_name="default", brain=brain, key="same"))
@@ -171,7 +168,5 @@ def test_another_brain_never_hits_a_brains_vectors_or_index(monkeypatch: pytest.
         digest = alice.hashes[0]
         assert store.for_brain("alice").get(digest) is not None and store.for_brain("mallory").get(digest) is not None
         assert store.for_brain("eve").get(digest) is None and store.get(digest) is None
-
-    from connector.engine.index import BrainIndex
 
     asyncio.run(scenario())
