@@ -115,7 +115,7 @@ class FastUse:
             np.ascontiguousarray(np.hstack([w1[k * _CNN_DIM : (k + 1) * _CNN_DIM] for k in range(n)]))
             for w1, (n, _) in zip(backend.w1, _ORDERS)
         ]
-        self._ones = np.ones(backend._feat_dim, dtype=np.float32)
+        self._ones = np.ones(backend._feat_dim - _EMB_DIM, dtype=np.float32)
         self._limit_lock = threading.Lock()
 
     # ----- public -------------------------------------------------------------
@@ -183,8 +183,9 @@ class FastUse:
         x += b.proj_b
         _layernorm(x, b.ln_g_all, b.ln_b_all, b.eps)
 
-        feats = np.empty((interior, b._feat_dim), dtype=np.float32)
-        np.take(emb, inner, axis=0, out=feats[:, :_EMB_DIM])
+        # The n-gram branches' features per token; the embedding part of each token's features
+        # stays per distinct token (it enters the layer norm and the sum below through them).
+        conv = np.empty((interior, b._feat_dim - _EMB_DIM), dtype=np.float32)
         hbuf = np.zeros((interior + 2 * _PAD, _CNN_DIM), dtype=np.float32)
         h = hbuf[_PAD : _PAD + interior]
         for i, (n, left) in enumerate(_ORDERS):
@@ -205,7 +206,7 @@ class FastUse:
             for k in range(n):
                 offset = _PAD + k - left
                 window[:, k * _CNN_DIM : (k + 1) * _CNN_DIM] = hbuf[offset : offset + interior]
-            c2 = feats[:, _EMB_DIM + i * _CNN_DIM : _EMB_DIM + (i + 1) * _CNN_DIM]
+            c2 = conv[:, i * _CNN_DIM : (i + 1) * _CNN_DIM]
             np.matmul(window, b.w2[i], out=c2)
             c2 += b.b2[i]
             np.maximum(c2, 0, out=c2)
@@ -215,19 +216,26 @@ class FastUse:
         # Layer norm then the sum over each text's tokens, fused: sum_t LN(f_t) =
         # gamma * sum_t r_t (f_t - mu_t) + len * beta, with r_t = 1 / sqrt(var_t + eps).
         # (The wheel normalises every token in place and sums with add.reduceat: 5x slower.)
-        dim = feats.shape[1]
-        mu = feats @ self._ones / dim
-        var = np.einsum("ij,ij->i", feats, feats) / dim - mu * mu
+        # A token's features are [its embedding row | conv]: row sums and sums of squares add up.
+        dim = b._feat_dim
+        mu = (conv @ self._ones + emb.sum(axis=1)[inner]) / dim
+        var = (np.einsum("ij,ij->i", conv, conv) + np.einsum("ij,ij->i", emb, emb)[inner]) / dim - mu * mu
         np.maximum(var, 0.0, out=var)
         r = np.reciprocal(np.sqrt(var + b.eps))
-        pooled = np.empty((n_texts, dim), dtype=np.float32)
+        pooled = np.zeros((n_texts, dim), dtype=np.float32)
         first = 0
         for s, length in enumerate(lens.tolist()):
             rows = slice(first, first + length)
-            pooled[s] = r[rows] @ feats[rows]
+            pooled[s, _EMB_DIM:] = r[rows] @ conv[rows]
             pooled[s] -= r[rows] @ mu[rows]
             first += length + _PAD
-        del feats
+        del conv
+        # The embedding part: r summed per (text, distinct token), times the distinct rows.
+        real = np.arange(n_tokens, dtype=np.int64) + _PAD * text_of
+        weights = np.bincount(
+            text_of * (n_distinct + 1) + inverse, weights=r[real], minlength=n_texts * (n_distinct + 1)
+        ).astype(np.float32)
+        pooled[:, :_EMB_DIM] += weights.reshape(n_texts, n_distinct + 1) @ emb
         flens = lens.astype(np.float32)
         pooled *= b.ln_g
         pooled += flens[:, None] * b.ln_b
