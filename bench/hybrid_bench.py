@@ -172,10 +172,10 @@ def main() -> None:
             pulled_hybrid = HybridIndex.build(pulled, pulled_index, vectors.for_brain(BRAIN), previous)
             hybrid_recall(pulled, "postgres cache", index=pulled_index, hybrid=pulled_hybrid,
                           embed_query=vectors.embed_query, top=10, now=now)
-            end = time.perf_counter()
+            end, end_cpu = time.perf_counter(), time.process_time()
             spent = steps(pulled, pulled_index, fresh()) if previous is None else {}
             gc.unfreeze()
-            return end - middle, end - began, time.process_time() - middle_cpu, spent
+            return end - middle, end - began, end_cpu - middle_cpu, spent
 
         def steps(pulled, pulled_index, vectors) -> dict[str, float]:  # type: ignore[no-untyped-def]
             """The same hybrid part again, step by step (CPU seconds), to see what dominates."""
