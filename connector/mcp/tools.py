@@ -41,6 +41,7 @@ from connector.mcp.definitions import (
     WRITE_SCOPE,
     ToolSpec,
 )
+from connector.thinking.source import ModelSource
 from connector.workcopy.manager import BrainUnavailable, UnknownBrain, WorkingCopyManager
 from connector.workcopy.model import STATUS_NO_BRAIN, Account, Snapshot, WriteOutcome
 from connector.workcopy.store_client import BrainRecord, StoreError
@@ -140,6 +141,7 @@ class BrainTools:
         index_cache: IndexCache | None = None,
         recall_mode: str = "exact",
         vectors: VectorStore | None = None,
+        model: ModelSource | None = None,
     ) -> None:
         self.manager = manager
         self.recall_mode = recall_mode
@@ -172,6 +174,9 @@ class BrainTools:
             "search": self._search,
             "fetch": self._fetch,
         }
+        from connector.mcp.thinking import ThinkingTools  # it builds on this class: imported here, not at the top
+
+        self._handlers.update(ThinkingTools(self, model).handlers())
 
     def prewarm(self, outcome: WriteOutcome) -> None:
         """Build the recall index of a just-written brain in the background.
@@ -277,7 +282,9 @@ class BrainTools:
             available = [known for known in self.specs if not (bound and known in BOUND_EXCLUDED)]
             return error_result(f"Unknown tool {name!r}. Available: {', '.join(available)}.")
         args = Args(arguments)
-        needs_write = not spec.read_only and not (name == "brain_verify" and _is_list(args))
+        needs_write = not spec.read_only and not (name == "brain_verify" and _is_list(args)) and not (
+            name == "brain_extract" and not _saves(args)
+        )
         if needs_write and WRITE_SCOPE not in caller.scopes:
             return error_result(
                 f"{name} changes the brain and needs the '{WRITE_SCOPE}' permission, which this sign-in did not "
@@ -567,6 +574,20 @@ class BrainTools:
         return ok_result(structured, render.verify_text(structured))
 
 
+    # ----- for other tools (connector/mcp/thinking.py) ----------------------------
+
+    async def recall_structured(self, caller: Caller, arguments: dict[str, Any]) -> dict[str, Any]:
+        """brain_recall's own recall (mode, budget, notes), its structured result; a refusal raises ToolFailure."""
+        result = await self._recall(caller, Args(arguments))
+        if result.is_error or result.structured_content is None:
+            raise ToolFailure(result.content[0].text if result.content else "recall failed")
+        return result.structured_content
+
+    async def memorize_one(self, caller: Caller, arguments: dict[str, Any]) -> types.CallToolResult:
+        """brain_memorize's own path, every check included, as its result (errors as error results)."""
+        return await self._run("brain_memorize", caller, Args(arguments))
+
+
 def sharing_fields(record: BrainRecord) -> dict[str, Any]:
     """``role`` and ``owner`` of a brain record, when the store shares brains (contract 4.8)."""
     fields: dict[str, Any] = {}
@@ -612,3 +633,11 @@ def _is_list(args: Args) -> bool:
         return args.choice("action", ["list", "approve", "reject"], default="list") == "list"
     except ArgumentError:
         return False
+
+
+def _saves(args: Args) -> bool:
+    """Whether a brain_extract call asks to save (then it needs the write scope); unreadable counts as yes."""
+    try:
+        return args.boolean("save")
+    except ArgumentError:
+        return True
