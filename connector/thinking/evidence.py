@@ -124,14 +124,16 @@ def build_pack(
             truncated=bool(hit.get("content_truncated")),
             superseded_by=_attr(superseded, 200) or None,
         )
-        overhead = len(_block(item, pack.marker)) - len(content) + (0 if theme in chosen else len(_group_header(theme)))
-        room = budget_chars - used - overhead
+        # The room is counted as if the text were cut (the header then says so): never over the budget.
+        cut = EvidenceItem(item.id, item.title, item.type, item.date, "", True, item.superseded_by)
+        header = 0 if theme in chosen else len(_group_header(theme))
+        room = budget_chars - used - header - len(_block(cut, pack.marker))
         if room < min(len(content), _MIN_CONTENT):
             pack.left_out += 1
             continue
         if len(content) > room:
             item = EvidenceItem(item.id, item.title, item.type, item.date, content[:room], True, item.superseded_by)
         chosen.setdefault(theme, []).append(item)
-        used += overhead + len(item.content)
+        used += header + len(_block(item, pack.marker))
     pack.groups = [(theme, sorted(items, key=lambda item: item.date)) for theme, items in chosen.items()]
     return pack
