@@ -119,7 +119,7 @@ def build_pack(
             id=memory_id,
             title=_one_line(str(hit.get("title") or entry.get("title") or ""), 200).replace(pack.nonce, ""),
             type=theme,
-            date=_attr(entry.get("created"), 10),
+            date=_attr(entry.get("created"), 24),
             content=content,
             truncated=bool(hit.get("content_truncated")),
             superseded_by=_attr(superseded, 200) or None,

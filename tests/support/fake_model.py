@@ -2,7 +2,7 @@
 with scripted answers, for tests that reach it through the ``openai`` library.
 
 Run: ``python -m tests.support.fake_model PORT SCRIPT LOG``. Each POST to
-``/v1/chat/completions`` appends the request (headers and body) to LOG as one JSON line and
+``/v1/chat/completions`` appends the request (headers, names in lower case, and body) to LOG as one JSON line and
 answers with the next entry of SCRIPT, a JSON list re-read on every request (tests rewrite it)::
 
     [{"content": "text the model says", "delay": 0, "status": 200}]
@@ -43,7 +43,7 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         body = json.loads(self.rfile.read(length) or b"{}")
         with self.log.open("a") as log:
-            log.write(json.dumps({"path": self.path, "headers": dict(self.headers), "body": body}) + "\n")
+            log.write(json.dumps({"path": self.path, "headers": {key.lower(): value for key, value in self.headers.items()}, "body": body}) + "\n")
         entries = json.loads(self.script.read_text())
         entry = entries[min(type(self).served, len(entries) - 1)]
         type(self).served += 1
