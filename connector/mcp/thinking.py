@@ -1,10 +1,10 @@
 """brain_reflect and brain_extract: the tools that think with a model (docs/thinking.md).
 
-Where the thinking happens, in the issue's order: the host's model through MCP sampling is not
-used yet (our stateless JSON-response transport cannot send a request to the client during a
-call; docs/thinking.md says why); then the operator's model (``CONNECTOR_MODEL_URL``); then no
-model, where brain_reflect returns the evidence for the host's model and brain_extract writes
-nothing. Recall and writes go through BrainTools' own paths (brain_recall's recall,
+Where the thinking happens, in the issue's order: the host's model through MCP sampling, when the
+client declared it on protocol 2026-07-28 (the multi-round trip: connector/thinking/host.py; older
+versions cannot carry it over our stateless transport, docs/thinking.md says why); then the
+operator's model (``CONNECTOR_MODEL_URL``); then no model, where brain_reflect returns the
+evidence for the host's model and brain_extract writes nothing. Recall and writes go through BrainTools' own paths (brain_recall's recall,
 brain_memorize's write with its checks).
 """
 
@@ -35,18 +35,28 @@ from connector.mcp.definitions import (
 from connector.thinking import prompts
 from connector.thinking.answers import ExtractionRefused, check_citations, parse_candidates
 from connector.thinking.evidence import EvidencePack, build_pack
-from connector.thinking.source import ModelError, ModelSource
+from connector.thinking.host import CURRENT as HOST
+from connector.thinking.source import ModelAnswer, ModelError, ModelSource
 
 if TYPE_CHECKING:
     from connector.mcp.tools import BrainTools, Caller
 
-Handler = Callable[["Caller", Args], Awaitable[types.CallToolResult]]
+Handler = Callable[["Caller", Args], Awaitable[types.CallToolResult | types.InputRequiredResult]]
+# Output bounds of one answer (the operator's CONNECTOR_MODEL_MAX_TOKENS may bound it lower).
+REFLECT_ANSWER_TOKENS = 1024
+EXTRACT_ANSWER_TOKENS = 4096
 
 NO_MODEL_FOR_EXTRACT = (
-    "brain_extract needs a model, and this connector has none: the host's sampling is not available over "
-    "this connector yet, and no operator model is set (CONNECTOR_MODEL_URL). Nothing was extracted or written. "
+    "brain_extract needs a model, and none is available: this host did not offer sampling (MCP protocol "
+    "2026-07-28) and no operator model is set (CONNECTOR_MODEL_URL). Nothing was extracted or written. "
     "Pick out the facts worth keeping yourself and save each with brain_memorize."
 )
+Thought = ModelAnswer | types.InputRequiredResult | None
+
+
+def written_by(answer: ModelAnswer) -> str:
+    """Who wrote an answer, for the result's text."""
+    return f"the host's model {answer.model}" if answer.source == "host" else f"the operator's model {answer.model}"
 
 
 def _ok(structured: dict[str, Any], text: str) -> types.CallToolResult:
@@ -65,6 +75,22 @@ class ThinkingTools:
     def handlers(self) -> dict[str, Handler]:
         """Tool name -> handler, for BrainTools' dispatch."""
         return {"brain_reflect": self.reflect, "brain_extract": self.extract}
+
+    async def think(self, key: str, system: str, user: str, max_tokens: int, notes: list[str]) -> Thought:
+        """An answer from the first source that has one: the host's model (asked through an interim
+        result, answered on the retry), the operator's model, or None (no model). A model failure
+        raises ModelError; a host that did not answer falls through, noted."""
+        host = HOST.get()
+        if host.can_sample:
+            answer = host.answer(key)
+            if answer is not None:
+                return answer
+            if key not in host.responses:
+                return host.ask(key, system, user, max_tokens=max_tokens)
+            notes.append("The host's model gave no usable answer.")
+        if self.model is not None:
+            return await self.model.complete(system, user, max_tokens=max_tokens)
+        return None
 
     # ----- brain_reflect ------------------------------------------------------
 
@@ -98,39 +124,41 @@ class ThinkingTools:
                          "the budget.")
         return query, pack, notes
 
-    async def reflect(self, caller: Caller, args: Args) -> types.CallToolResult:
-        """A synthesis by the operator's model citing memory ids, or the evidence for the host's model."""
+    async def reflect(self, caller: Caller, args: Args) -> types.CallToolResult | types.InputRequiredResult:
+        """A synthesis by the host's or the operator's model citing memory ids, or the evidence for the host."""
         query, pack, notes = await self.evidence(caller, args)
-        if self.model is not None and pack.ids:
+        answer: Thought = None
+        if pack.ids:
             try:
-                answer = await self.model.complete(
-                    prompts.reflect_system(pack), prompts.reflect_user(query, pack), max_tokens=MAX_REFLECT_TOKENS
-                )
+                answer = await self.think("reflect", prompts.reflect_system(pack), prompts.reflect_user(query, pack),
+                                          REFLECT_ANSWER_TOKENS, notes)
             except ModelError as exc:
                 # Read-only, so nothing is lost: the host's model gets the evidence instead.
                 notes.insert(0, f"{exc} The evidence follows for you to answer from instead.")
-            else:
-                checked = check_citations(answer.text, pack.ids)
-                if checked.removed:
-                    notes.append("The model cited ids that are not among the evidence; they were removed: "
-                                 + ", ".join(render.one(memory_id) for memory_id in checked.removed[:10]) + ".")
-                if not checked.cited:
-                    notes.append("The synthesis cites no memory: treat it with care.")
-                if answer.truncated:
-                    notes.append("The answer was cut at the output-token bound.")
-                structured: dict[str, Any] = {
-                    "mode": "synthesis",
-                    "query": query,
-                    "synthesis": checked.text,
-                    "written_by": {"source": answer.source, "model": answer.model},
-                    "cited": checked.cited,
-                    "memories": [{"id": item.id, "title": item.title} for _, items in pack.groups for item in items],
-                    "budget_chars": pack.budget_chars,
-                }
-                if notes:
-                    structured["note"] = " ".join(notes)
-                header = f"Synthesis written by {self.model.label} from {render.plural(len(pack.ids), 'memory', 'memories')}"
-                return _ok(structured, f"{header}:\n\n{checked.text}" + (f"\n\nNote: {structured['note']}" if notes else ""))
+        if isinstance(answer, types.InputRequiredResult):
+            return answer
+        if answer is not None:
+            checked = check_citations(answer.text, pack.ids)
+            if checked.removed:
+                notes.append("The model cited ids that are not among the evidence; they were removed: "
+                             + ", ".join(render.one(memory_id) for memory_id in checked.removed[:10]) + ".")
+            if not checked.cited:
+                notes.append("The synthesis cites no memory: treat it with care.")
+            if answer.truncated:
+                notes.append("The answer was cut at the output-token bound.")
+            structured: dict[str, Any] = {
+                "mode": "synthesis",
+                "query": query,
+                "synthesis": checked.text,
+                "written_by": {"source": answer.source, "model": answer.model},
+                "cited": checked.cited,
+                "memories": [{"id": item.id, "title": item.title} for _, items in pack.groups for item in items],
+                "budget_chars": pack.budget_chars,
+            }
+            if notes:
+                structured["note"] = " ".join(notes)
+            header = f"Synthesis written by {written_by(answer)} from {render.plural(len(pack.ids), 'memory', 'memories')}"
+            return _ok(structured, f"{header}:\n\n{checked.text}" + (f"\n\nNote: {structured['note']}" if notes else ""))
         instruction = prompts.host_instruction(pack)
         structured = {"mode": "evidence", "query": query, "instruction": instruction, **pack.as_dict()}
         if notes:
@@ -140,8 +168,9 @@ class ThinkingTools:
 
     # ----- brain_extract ------------------------------------------------------
 
-    async def extract(self, caller: Caller, args: Args) -> types.CallToolResult:
-        """Candidate memories from a text, by the operator's model; saved through brain_memorize with ``save``."""
+    async def extract(self, caller: Caller, args: Args) -> types.CallToolResult | types.InputRequiredResult:
+        """Candidate memories from a text, by the host's or the operator's model; saved through brain_memorize
+        with ``save``."""
         text = args.string("text", required=True, max_length=10 * MAX_EXTRACT_CHARS)
         assert text is not None
         if len(text) > MAX_EXTRACT_CHARS:
@@ -153,12 +182,17 @@ class ThinkingTools:
         if title is not None and has_unsafe_chars(title):
             raise ArgumentError("'document_title' must be plain text on one line")
         save = args.boolean("save")
-        if self.model is None:
-            return types.CallToolResult(content=[types.TextContent(type="text", text=NO_MODEL_FOR_EXTRACT)], is_error=True)
+        notes: list[str] = []
         try:
-            answer = await self.model.complete(
-                prompts.extract_system(MAX_EXTRACT_ITEMS), prompts.extract_user(text, title), max_tokens=4096
-            )
+            answer = await self.think("extract", prompts.extract_system(MAX_EXTRACT_ITEMS),
+                                      prompts.extract_user(text, title), EXTRACT_ANSWER_TOKENS, notes)
+            if answer is None:
+                return types.CallToolResult(
+                    content=[types.TextContent(type="text", text=" ".join([*notes, NO_MODEL_FOR_EXTRACT]))],
+                    is_error=True,
+                )
+            if isinstance(answer, types.InputRequiredResult):
+                return answer
             candidates = parse_candidates(answer.text, MEMORY_TYPES, MAX_EXTRACT_ITEMS)
         except ModelError as exc:
             raise ArgumentError(f"{exc} Nothing was extracted or written; try again later.") from None
@@ -174,7 +208,7 @@ class ThinkingTools:
         if save and candidates:
             structured["saved"] = await self._save(caller, candidates, source, structured)
         lines = [f"{render.plural(len(candidates), 'candidate memory', 'candidate memories')} extracted by "
-                 f"{self.model.label}" + (f", saved with the tag {source}" if structured["saved"] else "") + ":"]
+                 f"{written_by(answer)}" + (f", saved with the tag {source}" if structured["saved"] else "") + ":"]
         lines += [f"- [{c.type}] {c.title}: {c.content}" for c in candidates]
         if structured.get("note"):
             lines.append(f"Note: {structured['note']}")

@@ -161,7 +161,7 @@ class BrainTools:
         self._prewarm_busy: set[str] = set()
         self._prewarm_next: dict[str, tuple[Brain, str, float]] = {}
         self._writes_in_flight = 0
-        self._handlers: dict[str, Callable[[Caller, Args], Awaitable[types.CallToolResult]]] = {
+        self._handlers: dict[str, Callable[[Caller, Args], Awaitable[types.CallToolResult | types.InputRequiredResult]]] = {
             "brain_recall": self._recall,
             "brain_status": self._status,
             "brain_read": self._read,
@@ -274,7 +274,9 @@ class BrainTools:
         spec = self.specs.get(name)
         return spec.input_schema if spec else None
 
-    async def call(self, name: str, arguments: Any, caller: Caller) -> types.CallToolResult:
+    async def call(
+        self, name: str, arguments: Any, caller: Caller
+    ) -> types.CallToolResult | types.InputRequiredResult:
         """Run one tool call; every failure becomes an error result."""
         spec = self.specs.get(name)
         bound = bool(caller.account.brain)
@@ -291,11 +293,13 @@ class BrainTools:
                 "grant (read-only access). Ask the user to reconnect with write access."
             )
         result = await self._run(name, caller, args)
+        if not isinstance(result, types.CallToolResult):
+            return result  # an interim result (the host's model is asked first): notices wait for the final one
         # Writes dropped for good (brain deleted, access lost) are told on the next call, whatever it is.
         notices = self.manager.take_notices(caller.account.subject)
         return with_notices(result, notices) if notices else result
 
-    async def _run(self, name: str, caller: Caller, args: Args) -> types.CallToolResult:
+    async def _run(self, name: str, caller: Caller, args: Args) -> types.CallToolResult | types.InputRequiredResult:
         """The tool's handler, with every refusal or failure turned into an error result."""
         try:
             return await self._handlers[name](caller, args)
@@ -585,7 +589,9 @@ class BrainTools:
 
     async def memorize_one(self, caller: Caller, arguments: dict[str, Any]) -> types.CallToolResult:
         """brain_memorize's own path, every check included, as its result (errors as error results)."""
-        return await self._run("brain_memorize", caller, Args(arguments))
+        result = await self._run("brain_memorize", caller, Args(arguments))
+        assert isinstance(result, types.CallToolResult)  # memorize never asks the host
+        return result
 
 
 def sharing_fields(record: BrainRecord) -> dict[str, Any]:

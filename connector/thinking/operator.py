@@ -51,11 +51,6 @@ class OperatorModel:
             max_retries=0,
         )
 
-    @property
-    def label(self) -> str:
-        """Who writes answers."""
-        return f"the operator's model {self.config.model}"
-
     async def complete(self, system: str, user: str, *, max_tokens: int) -> ModelAnswer:
         """One chat completion (temperature 0), its output within ``max_tokens`` and the configured bound."""
         if self.config.local_only:

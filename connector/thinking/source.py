@@ -30,11 +30,6 @@ class ModelAnswer:
 class ModelSource(Protocol):
     """Something that can write an answer to one prompt."""
 
-    @property
-    def label(self) -> str:
-        """Who writes answers, for results ("operator model llama3.2")."""
-        ...
-
     async def complete(self, system: str, user: str, *, max_tokens: int) -> ModelAnswer:
         """The model's answer; raises `ModelError` on any failure."""
         ...

@@ -9,11 +9,15 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx2
+import mcp_types as types
 import pytest
+from mcp.client import Client
+from mcp.client.streamable_http import streamable_http_client
 
 from tests.connector.conftest import RunningStore, brains_of, direct_memorize, download_brain, memory_ids
 from tests.connector.test_e2e_tools import STATE_KEY, connector, mcp_session, mint, structured
@@ -212,3 +216,68 @@ def test_local_only_refuses_a_public_endpoint_at_start_up(store: RunningStore, t
     assert done.returncode != 0
     assert "CONNECTOR_MODEL_LOCAL_ONLY" in done.stderr and "93.184.216.34" in done.stderr
     assert API_KEY not in done.stderr + done.stdout
+
+
+@asynccontextmanager
+async def sampling_session(url: str, token: str, callback: Any, mode: str = "auto") -> Any:
+    """An MCP client session that declares sampling and answers with ``callback``."""
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(60)) as http:
+        async with Client(streamable_http_client(url, http_client=http), mode=mode,  # type: ignore[arg-type]
+                          sampling_callback=callback) as client:
+            yield client
+
+
+def test_the_hosts_model_through_sampling_on_2026_07_28(store: RunningStore, tmp_path: Path) -> None:
+    alice, bob = store.add_user("alice"), store.add_user("bob")
+    brain_id = brains_of(store.url, alice.token)[0]["id"]
+    kept = direct_memorize(store.url, alice.token, brain_id, "Architecture: Alice prefers a modular monolith")
+    hostile = direct_memorize(store.url, alice.token, brain_id, "Architecture: " + INJECTION)
+    direct_memorize(store.url, bob.token, brains_of(store.url, bob.token)[0]["id"], "Architecture: bob-private-zebra")
+    asked: list[types.CreateMessageRequestParams] = []
+    answers: list[str] = []
+
+    async def host_model(context: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+        asked.append(params)
+        return types.CreateMessageResult(role="assistant", model="host-test-model",
+                                         content=types.TextContent(type="text", text=answers.pop(0)))
+
+    # An operator model is set too: the host's model comes first, and the operator's is never called.
+    with fake_model(tmp_path) as (model_url, _script, log):
+        env = {"CONNECTOR_MODEL_URL": model_url, "CONNECTOR_MODEL": "fake-llm"}
+        with connector(tmp_path / "c", store, env=env) as server:
+            base = server.base_url
+
+            async def scenario() -> None:
+                async with sampling_session(base + "/mcp", mint(base, alice, ALL), host_model) as client:
+                    answers.append(f"A modular monolith [{kept}], not [mem_20990101_000000].")
+                    result = structured(await client.call_tool("brain_reflect", {"query": "architecture", "budget": 300}))
+                    assert result["mode"] == "synthesis" and result["cited"] == [kept]
+                    assert result["written_by"] == {"source": "host", "model": "host-test-model"}
+                    sent = asked[-1]
+                    assert sent.max_tokens <= 1024 and sent.include_context == "none"
+                    user = sent.messages[0].content.text
+                    assert len(user.split("\n", 2)[2]) <= 300 * 4 and "bob-private-zebra" not in user
+                    assert "DATA" in (sent.system_prompt or "") and INJECTION not in (sent.system_prompt or "")
+                    marker = sent.system_prompt.split("between <", 1)[1].split(" ", 1)[0]
+                    assert INJECTION in user.split(f'<{marker} id="{hostile}"', 1)[1].split(f"</{marker}>", 1)[0]
+
+                    answers.append(json.dumps({"memories": [{"title": "Monolith", "type": "preference",
+                                                             "content": "Alice prefers a modular monolith.",
+                                                             "tags": ["architecture"]}]}))
+                    extracted = structured(await client.call_tool(
+                        "brain_extract", {"text": "Alice: I like modular monoliths.", "document_title": "Chat",
+                                          "save": True}))
+                    assert extracted["written_by"]["source"] == "host"
+                    saved = extracted["saved"][0]["stored"]["id"]
+                    entry = download_brain(store.url, alice.token, brain_id)[0].read_json("index.json")["memories"][saved]
+                    assert "source:chat" in entry["tags"]
+                    assert "<document>\nAlice: I like modular monoliths.\n</document>" in asked[-1].messages[0].content.text
+
+                # The 2025-11-25 handshake cannot carry sampling over this stateless server: the operator's model.
+                async with sampling_session(base + "/mcp", mint(base, alice, ALL), host_model, mode="legacy") as client:
+                    calls = len(asked)
+                    result = structured(await client.call_tool("brain_reflect", {"query": "architecture"}))
+                    assert len(asked) == calls and result["written_by"]["source"] == "operator"
+
+            asyncio.run(scenario())
+            assert len(requests_of(log)) == 1
