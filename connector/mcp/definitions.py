@@ -499,6 +499,12 @@ TOOLS: tuple[ToolSpec, ...] = (
 )
 
 # Thinking with a model (connector/mcp/thinking.py, docs/thinking.md).
+_WRITTEN_BY = {
+    "type": "object",
+    "description": "Which model wrote the answer: source 'host' (the host's, through sampling) or 'operator'.",
+    "properties": {"source": {"type": "string", "enum": ["host", "operator"]}, "model": {"type": "string"}},
+    "required": ["source", "model"],
+}
 REFLECT_TOOL = ToolSpec(
     name="brain_reflect",
     title="Reflect on memories",
@@ -531,7 +537,7 @@ REFLECT_TOOL = ToolSpec(
             "mode": {"type": "string", "enum": ["synthesis", "evidence"]},
             "query": {"type": "string"},
             "synthesis": {"type": "string", "description": "The model's answer, citing memory ids in brackets."},
-            "written_by": _object({"source": {"type": "string"}, "model": {"type": "string"}}, ["source", "model"]),
+            "written_by": _WRITTEN_BY,
             "cited": {"type": "array", "items": {"type": "string"}},
             "memories": {"type": "array", "items": {"type": "object"}},
             "instruction": {"type": "string", "description": "Evidence mode: how to write the answer yourself."},
@@ -570,7 +576,7 @@ EXTRACT_TOOL = ToolSpec(
     output_schema=_object(
         {
             "candidates": {"type": "array", "items": {"type": "object"}},
-            "written_by": _object({"source": {"type": "string"}, "model": {"type": "string"}}, ["source", "model"]),
+            "written_by": _WRITTEN_BY,
             "source_tag": {"type": "string"},
             "saved": {"type": "array", "items": {"type": "object"}},
             "note": _NOTE,

@@ -577,7 +577,6 @@ class BrainTools:
             structured["note"] = note
         return ok_result(structured, render.verify_text(structured))
 
-
     # ----- for other tools (connector/mcp/thinking.py) ----------------------------
 
     async def recall_structured(self, caller: Caller, arguments: dict[str, Any]) -> dict[str, Any]:
