@@ -19,9 +19,9 @@ import mcp_types as types
 
 from common.textsafety import has_unsafe_chars
 from connector.engine.brain import Brain
-from connector.engine.credentials import find_credentials
+from connector.engine.credentials import credential_refusal, credentials_in_memories
 from connector.engine.errors import BrainError
-from connector.engine.hybrid import MODES, HybridIndex, hybrid_recall
+from connector.engine.hybrid import EXACT_CANNOT_READ, MODES, NO_GOOD_MATCH, HybridIndex, empty_recall_reason, hybrid_recall
 from connector.engine.index import BrainIndex, IndexCache, RecallError, index_for
 from connector.engine.jsvalues import datetime_ms
 from connector.engine.ops import Forget, Pin, Unpin, Verify, connector_memorize
@@ -139,7 +139,7 @@ class BrainTools:
         *,
         allowed: Iterable[str] | None = None,
         index_cache: IndexCache | None = None,
-        recall_mode: str = "exact",
+        recall_mode: str = "hybrid",
         vectors: VectorStore | None = None,
         model: ModelSource | None = None,
     ) -> None:
@@ -342,6 +342,18 @@ class BrainTools:
                 self._loaded()
         if hits and snapshot.brain is not None:
             attach_content(hits, snapshot.brain, budget)
+        searched = snapshot.brain is not None and "index.json" in snapshot.brain
+        reason = empty_recall_reason(mode, query) if not hits and searched else None
+        if reason == NO_GOOD_MATCH:
+            notes.append(
+                "No memory matches this query well: hybrid recall returns nothing rather than unrelated memories. "
+                "The brain may not hold this; try other words if it should."
+            )
+        elif reason == EXACT_CANNOT_READ:
+            notes.append(
+                "Exact mode matches only the ASCII words of a query, as `brain recall` does, so it cannot search "
+                'Chinese or Japanese text; hybrid mode (mode "hybrid") would search this query.'
+            )
         notes += ([clamped] if clamped else []) + budget_notes
         if not hits and snapshot.identity.status == STATUS_NO_BRAIN and snapshot.identity.note:
             notes.append(snapshot.identity.note)
@@ -361,6 +373,8 @@ class BrainTools:
         if snapshot.pending_writes:
             notes.append(f"{snapshot.pending_writes} recent write(s) are held here, not yet synced to the store.")
         structured: dict[str, Any] = {"count": len(hits), "results": hits}
+        if reason == NO_GOOD_MATCH:
+            structured["nothing_matches_well"] = True
         if notes:
             structured["note"] = " ".join(notes)
         return ok_result(structured, render.recall_text(structured))
@@ -502,8 +516,6 @@ class BrainTools:
         assert content is not None
         title = args.string("title", max_length=1000)
         tags = args.string_list("tags")
-        if not args.boolean("allow_secrets"):
-            _refuse_credentials(content, title or "", *tags)
         op = connector_memorize(
             content,
             title=title,
@@ -518,6 +530,8 @@ class BrainTools:
             task=args.string("task", max_length=300) or "",
             writer=await self.manager.writer(caller.account),
         )
+        if not args.boolean("allow_secrets"):
+            _refuse_credentials(op.memories)
         outcome = await self._write(caller, op, "memorize")
         _refused_for_good(outcome)
         self.prewarm(outcome)
@@ -621,13 +635,12 @@ def _content_budget(args: Args) -> tuple[int, list[str]]:
     return (min(chars, by_tokens) if args.given("max_chars") else by_tokens), notes
 
 
-def _refuse_credentials(*texts: str) -> None:
-    """Refuse a write whose text looks like it holds a credential, naming the kinds, never the values."""
-    kinds = find_credentials(*texts)
+def _refuse_credentials(memories: list[Any]) -> None:
+    """Refuse a write whose text (any field) looks like it holds a credential, naming the kinds, never the values."""
+    kinds = credentials_in_memories(memories)
     if kinds:
         raise ToolFailure(
-            f"Not saved: this looks like it contains a credential ({', '.join(kinds)}). Memories are synced to "
-            "every device and shown to every agent the user connects, so credentials do not belong in them. "
+            f"{credential_refusal(kinds)} "
             "Leave the secret out (say where it is kept instead), or, only if the user explicitly confirms they "
             "want it stored, call brain_memorize again with allow_secrets=true."
         )
