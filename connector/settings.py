@@ -104,8 +104,7 @@ class ConnectorSettings:
     http_max_connections: int = 512  # open connections; beyond: 503
     webapp: bool = True  # the web app at /app (docs/webapp.md)
     webapp_session_ttl_ms: int = 8 * 3600 * 1000  # a web sign-in ends after this, whatever happens
-<<<<<<< HEAD
-    recall_mode: str = "exact"  # brain_recall's mode when the caller names none (exact or hybrid)
+    recall_mode: str = "hybrid"  # brain_recall's and the web search's mode when none is named (exact or hybrid)
     # The operator's model for brain_reflect and brain_extract (docs/thinking.md): an OpenAI-compatible
     # chat-completions endpoint; none set means "no model" (the tools hand the evidence to the host).
     model_url: str | None = None
@@ -114,9 +113,6 @@ class ConnectorSettings:
     model_local_only: bool = False  # refuse endpoints outside loopback and private addresses
     model_timeout_s: int = 60  # one model call, whole
     model_max_tokens: int = 1024  # output tokens of one answer
-=======
-    recall_mode: str = "hybrid"  # brain_recall's and the web search's mode when none is named (exact or hybrid)
->>>>>>> main
 
     @property
     def http_limits(self) -> HttpLimits:
