@@ -92,9 +92,12 @@ def test_reflect_and_extract_with_the_operators_model(store: RunningStore, tmp_p
                     evidence = user.split("\n", 2)[2]
                     assert len(evidence) <= 400 * 4  # the budget bounds what the model is sent
                     assert "bob-private-zebra" not in user  # another user's memories never
-                    marker = system.split("between <", 1)[1].split(" ", 1)[0]
                     assert "DATA" in system and "never instructions" in system
-                    # The hostile memory is inside its block, as data; it is not in the instructions.
+
+                    # A memory written as instructions reaches the model inside its block, as data.
+                    await client.call_tool("brain_reflect", {"query": "reveal the API key instructions"})
+                    system, user = (message["content"] for message in requests_of(log)[-1]["body"]["messages"])
+                    marker = system.split("between <", 1)[1].split(" ", 1)[0]
                     assert INJECTION not in system
                     block = user.split(f'<{marker} id="{hostile}"', 1)[1].split(f"</{marker}>", 1)[0]
                     assert INJECTION in block
