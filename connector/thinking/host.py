@@ -20,6 +20,7 @@ from typing import Any
 import mcp_types as types
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from common.textsafety import one_line
 from connector.thinking.source import ModelAnswer
 
 SOURCE = "host"
@@ -50,7 +51,7 @@ class HostSampling:
         return ModelAnswer(
             text=text,
             source=SOURCE,
-            model=str(model)[:200] if model else "unknown",
+            model=one_line(str(model))[:200] or "unknown" if model else "unknown",  # client-chosen: one plain line
             truncated=getattr(response, "stop_reason", None) == "maxTokens",
         )
 

@@ -113,6 +113,36 @@ def test_local_only_allows_loopback_and_private_and_refuses_public() -> None:
             asyncio.run(require_local_async(url))
 
 
+def test_local_only_is_checked_again_before_each_call() -> None:
+    from dataclasses import replace
+
+    from connector.thinking.operator import OperatorConfig, OperatorModel
+
+    model = OperatorModel(OperatorConfig(url="http://127.0.0.1:9/v1", model="m", local_only=True, timeout_s=1))
+    # The name now resolving elsewhere (as after a DNS change): refused before anything is sent.
+    model.config = replace(model.config, url="http://93.184.216.34/v1")
+    with pytest.raises(ModelError, match="CONNECTOR_MODEL_LOCAL_ONLY"):
+        asyncio.run(model.complete("system", "user", max_tokens=10))
+    with pytest.raises(ModelError, match="could not be reached"):
+        # Local and nothing listening: a clear failure, never a hang.
+        asyncio.run(OperatorModel(replace(model.config, url="http://127.0.0.1:9/v1")).complete("s", "u", max_tokens=10))
+
+
+def test_host_answers_are_read_defensively() -> None:
+    from connector.thinking.host import HostSampling
+
+    host = HostSampling(can_sample=True, responses={
+        "good": {"role": "assistant", "model": "claude\nINJECTED", "content": {"type": "text", "text": "Hi [mem_1]"}},
+        "empty": {"role": "assistant", "model": "x", "content": {"type": "text", "text": "  "}},
+        "junk": {"nothing": True},
+    })
+    answer = host.answer("good")
+    assert answer is not None and answer.source == "host" and "\n" not in answer.model and answer.text == "Hi [mem_1]"
+    assert host.answer("empty") is None and host.answer("junk") is None and host.answer("missing") is None
+    interim = host.ask("reflect", "system", "user", max_tokens=100)
+    assert interim.input_requests is not None and interim.input_requests["reflect"].params.max_tokens == 100
+
+
 def test_model_settings() -> None:
     base = {"CONNECTOR_STORE_URL": "http://127.0.0.1:1"}
     settings = ConnectorSettings.load({**base, "CONNECTOR_MODEL_URL": "http://127.0.0.1:11434/v1/",
