@@ -27,6 +27,7 @@ from connector.mcp.definitions import (
     DEFAULT_REFLECT_TOKENS,
     MAX_EXTRACT_CHARS,
     MAX_EXTRACT_ITEMS,
+    MAX_RECALL_CHARS,
     MAX_RECALL_LIMIT,
     MAX_REFLECT_TOKENS,
     MEMORY_TYPES,
@@ -108,7 +109,7 @@ class ThinkingTools:
             caller,
             {"query": query, "limit": MAX_RECALL_LIMIT, "project": project,
              # With a tag filter some hits are dropped: fetch text for more so the budget still fills.
-             "max_chars": budget_chars * (3 if tags else 1)},
+             "max_chars": min(MAX_RECALL_CHARS, budget_chars * (3 if tags else 1))},
         )
         hits = [hit for hit in found.get("results", []) if not tags or tags & {str(t).lower() for t in hit.get("tags") or []}]
         snapshot = await self.tools.manager.snapshot(caller.account)

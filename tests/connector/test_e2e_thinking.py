@@ -195,8 +195,10 @@ def test_reflect_without_a_model_returns_the_evidence_pack(store: RunningStore, 
                 assert INJECTION in text.split(f'<{marker} id="{hostile}"', 1)[1].split(f"</{marker}>", 1)[0]
 
                 # Tags filter; a small budget bounds the pack and says what was left out.
-                tagged = structured(await client.call_tool("brain_reflect", {"query": "deploy", "tags": ["deploy"]}))
+                tagged = structured(await client.call_tool("brain_reflect", {"query": "deploy", "tags": ["deploy"],
+                                                                             "budget": 10_000}))
                 assert untagged not in [m["id"] for g in tagged["groups"] for m in g["memories"]]
+                assert "outside" not in tagged.get("note", "")  # the largest budget is not a clamped recall
                 small = structured(await client.call_tool("brain_reflect", {"query": "deploy", "budget": 100}))
                 assert small["evidence_chars"] <= 400 and small["left_out"] >= 1
 
