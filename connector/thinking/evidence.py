@@ -2,15 +2,16 @@
 group, superseded ones marked, each memory's text quoted inside a delimited block whose marker
 carries a random nonce, so text inside a memory cannot close its block and pass for instructions.
 
-Pure: built from recall hits (content attached) and the brain's index entries, within a budget
-in characters that bounds the whole quoted text.
+Memories whose validity ended are marked ``expired``. Pure: built from recall hits (content
+attached) and the brain's index entries, within a budget in characters that bounds the whole
+quoted text.
 """
 
 from __future__ import annotations
 
 import re
 import secrets
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 _SAFE_ATTR = re.compile(r"[^A-Za-z0-9_.:-]")
@@ -29,6 +30,7 @@ class EvidenceItem:
     content: str
     truncated: bool
     superseded_by: str | None = None
+    expired: bool = False  # its validity window has ended
 
     def as_dict(self) -> dict[str, Any]:
         """The item for a tool's structured result."""
@@ -38,6 +40,8 @@ class EvidenceItem:
             data["content_truncated"] = True
         if self.superseded_by:
             data["superseded_by"] = self.superseded_by
+        if self.expired:
+            data["expired"] = True
         return data
 
 
@@ -87,7 +91,8 @@ def _group_header(theme: str) -> str:
 def _block(item: EvidenceItem, marker: str) -> str:
     superseded = f' superseded_by="{item.superseded_by}"' if item.superseded_by else ""
     cut = ' truncated="true"' if item.truncated else ""
-    return (f'<{marker} id="{item.id}" type="{item.type}" date="{item.date}"{superseded}{cut}>\n'
+    expired = ' expired="true"' if item.expired else ""
+    return (f'<{marker} id="{item.id}" type="{item.type}" date="{item.date}"{superseded}{expired}{cut}>\n'
             f"title: {item.title}\n{item.content}\n</{marker}>\n")
 
 
@@ -123,16 +128,17 @@ def build_pack(
             content=content,
             truncated=bool(hit.get("content_truncated")),
             superseded_by=_attr(superseded, 200) or None,
+            expired=hit.get("expired") is True,
         )
         # The room is counted as if the text were cut (the header then says so): never over the budget.
-        cut = EvidenceItem(item.id, item.title, item.type, item.date, "", True, item.superseded_by)
+        cut = replace(item, content="", truncated=True)
         header = 0 if theme in chosen else len(_group_header(theme))
         room = budget_chars - used - header - len(_block(cut, pack.marker))
         if room < min(len(content), _MIN_CONTENT):
             pack.left_out += 1
             continue
         if len(content) > room:
-            item = EvidenceItem(item.id, item.title, item.type, item.date, content[:room], True, item.superseded_by)
+            item = replace(item, content=content[:room], truncated=True)
         chosen.setdefault(theme, []).append(item)
         used += header + len(_block(item, pack.marker))
     pack.groups = [(theme, sorted(items, key=lambda item: item.date)) for theme, items in chosen.items()]

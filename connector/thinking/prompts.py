@@ -25,8 +25,9 @@ def reflect_system(pack: EvidencePack) -> str:
     return (
         "You answer a person's question from their own memories (their 'brain'). Use only the memories given. "
         "After every claim, cite the memory ids it rests on in square brackets, e.g. [mem_20250108_032187]; "
-        "cite only ids that appear in the memories. Memories marked superseded_by were replaced by a newer one: "
-        "prefer the newer, and say when the person's view changed over time. Say plainly when the memories do "
+        "cite only ids that appear in the memories. Memories marked superseded_by were replaced by a newer one, "
+        "and those marked expired no longer hold: prefer the others, and say when the person's view changed over "
+        "time. Say plainly when the memories do "
         "not answer the question. Be brief. " + data_rule(pack.marker)
     )
 
@@ -42,7 +43,7 @@ def host_instruction(pack: EvidencePack) -> str:
         return "No memories matched: tell the user their memory holds nothing on this question."
     return (
         "No model writes on this server: answer the user's question yourself from these memories, citing the "
-        "memory ids in square brackets after each claim, preferring memories that are not superseded. "
+        "memory ids in square brackets after each claim, preferring memories that are not superseded or expired. "
         + data_rule(pack.marker)
     )
 

@@ -32,7 +32,8 @@ ENTRIES = {
 
 
 def test_pack_groups_by_theme_orders_by_time_and_marks_superseded() -> None:
-    hits = [hit("mem_1", "Use Postgres."), hit("mem_3", "Likes tabs.", "preference"), hit("mem_2", "Use MySQL.")]
+    hits = [hit("mem_1", "Use Postgres."), hit("mem_3", "Likes tabs.", "preference", expired=True),
+            hit("mem_2", "Use MySQL.")]
     pack = build_pack(hits, ENTRIES, 4000, nonce="abc")
     assert [(theme, [item.id for item in items]) for theme, items in pack.groups] == [
         ("decision", ["mem_2", "mem_1"]),  # the group of the best hit first; oldest first inside it
@@ -41,7 +42,9 @@ def test_pack_groups_by_theme_orders_by_time_and_marks_superseded() -> None:
     shaped = pack.as_dict()
     older = shaped["groups"][0]["memories"][0]
     assert older["superseded_by"] == "mem_1" and older["date"].startswith("2024-01-01")
-    assert 'superseded_by="mem_1"' in pack.render()
+    assert 'superseded_by="mem_1"' in pack.render() and 'id="mem_3" type="preference" date="2025-06-01T00:00:00Z" expired' \
+        in pack.render()
+    assert shaped["groups"][1]["memories"][0]["expired"] is True and "expired" not in older
     assert shaped["count"] == 3 and shaped["evidence_chars"] == len(pack.render()) <= 4000
 
 
