@@ -128,6 +128,11 @@ def test_reflect_and_extract_with_the_operators_model(store: RunningStore, tmp_p
                         ({"content": "Sure! Here are the memories: {oops"}, "not valid JSON"),
                         ({"content": json.dumps({"memories": [{"title": "x", "type": "decision", "content": "y",
                                                                "path": "../../etc/passwd"}]})}, "'path'"),
+                        ({"content": json.dumps({"memories": [
+                            {"title": "Fine", "type": "learning", "content": "Standups are at 9.", "tags": []},
+                            {"title": "Deploy key", "type": "learning", "tags": [],
+                             "content": "The deploy user's AWS key is AKIAZ7Q3XJ5PLM2WN4RT"}]})},
+                         "look like they hold a credential"),
                         ({"content": "{}", "status": 500}, "HTTP 500"),
                         ({"content": "{}", "delay": 4}, "did not answer within 2 seconds"),
                     ):
