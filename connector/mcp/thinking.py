@@ -231,6 +231,8 @@ class ThinkingTools:
             })
             if result.is_error or result.structured_content is None:
                 reason = result.content[0].text if result.content else "refused"
+                if not saved:  # e.g. a viewer of a shared brain: refused before anything was written
+                    raise ArgumentError(f"{reason} Nothing was written.")
                 structured["note"] = (f"Saving stopped at candidate {len(saved) + 1} of {len(candidates)} ({reason}); "
                                       f"{render.plural(len(saved), 'memory was', 'memories were')} saved before it.")
                 break

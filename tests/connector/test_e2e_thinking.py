@@ -13,13 +13,15 @@ from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 import httpx2
 import mcp_types as types
 import pytest
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.connector.conftest import RunningStore, brains_of, direct_memorize, download_brain, memory_ids
+from tests.connector.conftest import RunningStore, auth, brains_of, direct_memorize, download_brain, memory_ids
+from tests.connector.test_e2e_sharing import share
 from tests.connector.test_e2e_tools import STATE_KEY, connector, mcp_session, mint, structured
 from tests.support.processes import console_script, free_port, run_server
 
@@ -243,6 +245,9 @@ def test_the_hosts_model_through_sampling_on_2026_07_28(store: RunningStore, tmp
     kept = direct_memorize(store.url, alice.token, brain_id, "Architecture: Alice prefers a modular monolith")
     hostile = direct_memorize(store.url, alice.token, brain_id, "Architecture: " + INJECTION)
     direct_memorize(store.url, bob.token, brains_of(store.url, bob.token)[0]["id"], "Architecture: bob-private-zebra")
+    team = httpx.post(f"{store.url}/api/brains", headers=auth(alice.token), json={"name": "team"}, timeout=30).json()
+    team_memory = direct_memorize(store.url, alice.token, team["id"], "The team deploys on Thursdays")
+    share(store, team["id"], bob, "viewer")
     asked: list[types.CreateMessageRequestParams] = []
     answers: list[str] = []
 
@@ -282,6 +287,20 @@ def test_the_hosts_model_through_sampling_on_2026_07_28(store: RunningStore, tmp
                     entry = download_brain(store.url, alice.token, brain_id)[0].read_json("index.json")["memories"][saved]
                     assert "source:chat" in entry["tags"]
                     assert "<document>\nAlice: I like modular monoliths.\n</document>" in asked[-1].messages[0].content.text
+
+                # A viewer of a shared brain reflects on it, but extraction saves nothing there.
+                async with sampling_session(base + "/mcp", mint(base, bob, ALL), host_model) as client:
+                    structured(await client.call_tool("brain_use", {"brain": team["id"]}))
+                    answers.append(f"The team deploys on Thursdays [{team_memory}].")
+                    seen = structured(await client.call_tool("brain_reflect", {"query": "team deploys Thursdays"}))
+                    assert seen["cited"] == [team_memory] and "bob-private-zebra" not in asked[-1].messages[0].content.text
+                    _, before = download_brain(store.url, alice.token, team["id"])
+                    answers.append(json.dumps({"memories": [
+                        {"title": "Mondays", "type": "decision", "content": "Deploy on Mondays.", "tags": []}]}))
+                    refused = await client.call_tool("brain_extract", {"text": "Deploy on Mondays.", "save": True})
+                    assert refused.is_error and "you are a viewer" in text_of(refused), text_of(refused)
+                    assert "Nothing was written" in text_of(refused)
+                    assert download_brain(store.url, alice.token, team["id"])[1] == before
 
                 # The 2025-11-25 handshake cannot carry sampling over this stateless server: the operator's model.
                 async with sampling_session(base + "/mcp", mint(base, alice, ALL), host_model, mode="legacy") as client:
