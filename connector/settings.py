@@ -112,7 +112,7 @@ class ConnectorSettings:
     model_api_key: str | None = field(default=None, repr=False)
     model_local_only: bool = False  # refuse endpoints outside loopback and private addresses
     model_timeout_s: int = 60  # one model call, whole
-    model_max_tokens: int = 1024  # output tokens of one answer
+    model_max_tokens: int = 4096  # output tokens of one answer (reflect asks 1024 at most, extract 4096)
 
     @property
     def http_limits(self) -> HttpLimits:

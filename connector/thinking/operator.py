@@ -34,7 +34,7 @@ class OperatorConfig:
     api_key: str | None = field(default=None, repr=False)
     local_only: bool = False
     timeout_s: float = 60.0
-    max_tokens: int = 1024
+    max_tokens: int = 4096
 
 
 class OperatorModel:

@@ -70,7 +70,8 @@ def test_reflect_and_extract_with_the_operators_model(store: RunningStore, tmp_p
 
     with fake_model(tmp_path) as (model_url, script, log):
         env = {"CONNECTOR_MODEL_URL": model_url, "CONNECTOR_MODEL": "fake-llm", "CONNECTOR_MODEL_API_KEY": API_KEY,
-               "CONNECTOR_MODEL_LOCAL_ONLY": "true", "CONNECTOR_MODEL_TIMEOUT_S": "2", "CONNECTOR_LOG_LEVEL": "debug"}
+               "CONNECTOR_MODEL_LOCAL_ONLY": "true", "CONNECTOR_MODEL_TIMEOUT_S": "2", "CONNECTOR_LOG_LEVEL": "debug",
+               "CONNECTOR_MODEL_MAX_TOKENS": "512"}
         with connector(tmp_path / "c", store, env=env) as server:
             base = server.base_url
 
@@ -89,7 +90,7 @@ def test_reflect_and_extract_with_the_operators_model(store: RunningStore, tmp_p
 
                     sent = requests_of(log)[0]
                     assert sent["headers"]["authorization"] == f"Bearer {API_KEY}"
-                    assert sent["body"]["model"] == "fake-llm" and sent["body"]["max_tokens"] <= 1024
+                    assert sent["body"]["model"] == "fake-llm" and sent["body"]["max_tokens"] == 512
                     system, user = (message["content"] for message in sent["body"]["messages"])
                     evidence = user.split("\n", 2)[2]
                     assert len(evidence) <= 400 * 4  # the budget bounds what the model is sent
