@@ -35,7 +35,8 @@ from connector.oauth.state import OAuthState, load_state_key
 from connector.oauth.metadata import challenge
 from connector.oauth.server import valid_brain_segment
 from connector.oauth.tokens import AccessClaims, AccessTokenCodec
-from connector.settings import ConnectorSettings
+from connector.settings import ConnectorSettings, SettingsError
+from connector.thinking.source import ModelError, ModelSource
 from connector.workcopy.heads import BrainHeads
 from connector.workcopy.journal import HeldWriteJournal
 from connector.workcopy.manager import ManagerTuning, WorkingCopyManager
@@ -301,6 +302,27 @@ class _StateChoices:
         self._state.set_brain(subject, brain_id)
 
 
+def _model(settings: ConnectorSettings) -> ModelSource | None:
+    """The operator's model when CONNECTOR_MODEL_URL is set (a refused endpoint stops the start-up), else none."""
+    if settings.model_url is None or settings.model is None:
+        return None
+    # Imported only when used: the openai library takes a while to load.
+    from connector.thinking.operator import OperatorConfig, OperatorModel
+
+    config = OperatorConfig(
+        url=settings.model_url,
+        model=settings.model,
+        api_key=settings.model_api_key,
+        local_only=settings.model_local_only,
+        timeout_s=float(settings.model_timeout_s),
+        max_tokens=settings.model_max_tokens,
+    )
+    try:
+        return OperatorModel(config)
+    except ModelError as exc:
+        raise SettingsError(str(exc)) from None
+
+
 def build_parts(settings: ConnectorSettings, *, tuning: ManagerTuning | None = None) -> ConnectorParts:
     """Construct the connector's components from settings (no I/O beyond the state directory)."""
     state_key, _source = load_state_key(settings.state_dir, settings.state_key)
@@ -332,7 +354,9 @@ def build_parts(settings: ConnectorSettings, *, tuning: ManagerTuning | None = N
     vectors = VectorStore(
         directory=settings.state_dir / "vectors" if settings.state_dir is not None else None, state_key=state_key
     )
-    tools = BrainTools(manager, allowed=settings.tools, recall_mode=settings.recall_mode, vectors=vectors)
+    tools = BrainTools(
+        manager, allowed=settings.tools, recall_mode=settings.recall_mode, vectors=vectors, model=_model(settings)
+    )
     return ConnectorParts(
         settings, store, state, codec, manager, tools, McpEndpoint(tools), McpEndpoint(tools, bound=True),
         signin_limiter(settings.limits_dir, settings.signin_attempts_per_min),

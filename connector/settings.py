@@ -34,6 +34,8 @@ TOOL_NAMES: tuple[str, ...] = (
     "brain_verify",
     "search",
     "fetch",
+    "brain_reflect",
+    "brain_extract",
 )
 IDENTITY_PROVIDERS = ("static", "oidc")
 MAX_WORKERS = 64  # as for the store: more processes than that would only compete for the cores
@@ -110,6 +112,14 @@ class ConnectorSettings:
     webapp: bool = True  # the web app at /app (docs/webapp.md)
     webapp_session_ttl_ms: int = 8 * 3600 * 1000  # a web sign-in ends after this, whatever happens
     recall_mode: str = "hybrid"  # brain_recall's and the web search's mode when none is named (exact or hybrid)
+    # The operator's model for brain_reflect and brain_extract (docs/thinking.md): an OpenAI-compatible
+    # chat-completions endpoint; none set means "no model" (the tools hand the evidence to the host).
+    model_url: str | None = None
+    model: str | None = None
+    model_api_key: str | None = field(default=None, repr=False)
+    model_local_only: bool = False  # refuse endpoints outside loopback and private addresses
+    model_timeout_s: int = 60  # one model call, whole
+    model_max_tokens: int = 4096  # output tokens of one answer (reflect asks 1024 at most, extract 4096)
 
     @property
     def http_limits(self) -> HttpLimits:
@@ -294,6 +304,12 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     put("webapp_session_ttl_ms", _int(env, "CONNECTOR_WEBAPP_SESSION_TTL_MS"))
     recall_mode = _env(env, "CONNECTOR_RECALL_MODE")
     put("recall_mode", recall_mode.strip().lower() if recall_mode else None)
+    put("model_url", _env(env, "CONNECTOR_MODEL_URL"))
+    put("model", _env(env, "CONNECTOR_MODEL"))
+    put("model_api_key", _env(env, "CONNECTOR_MODEL_API_KEY"))
+    put("model_local_only", _bool(env, "CONNECTOR_MODEL_LOCAL_ONLY"))
+    put("model_timeout_s", _int(env, "CONNECTOR_MODEL_TIMEOUT_S"))
+    put("model_max_tokens", _int(env, "CONNECTOR_MODEL_MAX_TOKENS"))
     return values
 
 
@@ -321,6 +337,21 @@ def _check_proxy(entries: tuple[str, ...]) -> tuple[str, ...]:
         except ValueError:
             raise SettingsError(f"CONNECTOR_TRUST_PROXY entry {entry!r} is not loopback, uniquelocal or a CIDR") from None
     return tuple(e for e in entries if e.lower() not in ("none", "false", "0"))
+
+
+def _check_model(settings: ConnectorSettings) -> str | None:
+    """CONNECTOR_MODEL_* checked together (the endpoint's locality is checked when the model is built)."""
+    if settings.model_url is None:
+        if settings.model or settings.model_api_key:
+            raise SettingsError("CONNECTOR_MODEL and CONNECTOR_MODEL_API_KEY need CONNECTOR_MODEL_URL (the endpoint)")
+        return None
+    if not settings.model:
+        raise SettingsError("CONNECTOR_MODEL_URL needs CONNECTOR_MODEL: the model's name at that endpoint")
+    if not 1 <= settings.model_timeout_s <= 600:
+        raise SettingsError("CONNECTOR_MODEL_TIMEOUT_S must be 1-600 seconds")
+    if not 16 <= settings.model_max_tokens <= 32_768:
+        raise SettingsError("CONNECTOR_MODEL_MAX_TOKENS must be 16-32768")
+    return _check_url("CONNECTOR_MODEL_URL", settings.model_url)
 
 
 def _validated(settings: ConnectorSettings) -> ConnectorSettings:
@@ -359,8 +390,10 @@ def _validated(settings: ConnectorSettings) -> ConnectorSettings:
     bad_hosts = [host for host in settings.allowed_hosts if host_name(host) is None]
     if bad_hosts:
         raise SettingsError(f"CONNECTOR_ALLOWED_HOSTS must list host names (name or name:port), got {bad_hosts[0]!r}")
+    model_url = _check_model(settings)
     return replace(
         settings,
+        model_url=model_url,
         store_url=store_url,
         public_url=public_url,
         trust_proxy=_check_proxy(tuple(settings.trust_proxy)),

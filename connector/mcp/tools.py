@@ -42,6 +42,7 @@ from connector.mcp.definitions import (
     WRITE_SCOPE,
     ToolSpec,
 )
+from connector.thinking.source import ModelSource
 from connector.workcopy.manager import BrainUnavailable, UnknownBrain, WorkingCopyManager
 from connector.workcopy.model import STATUS_NO_BRAIN, Account, Snapshot, WriteOutcome
 from connector.workcopy.store_client import BrainRecord, StoreError
@@ -158,6 +159,7 @@ class BrainTools:
         index_cache: IndexCache | None = None,
         recall_mode: str = "hybrid",
         vectors: VectorStore | None = None,
+        model: ModelSource | None = None,
     ) -> None:
         self.manager = manager
         self.recall_mode = recall_mode
@@ -178,7 +180,7 @@ class BrainTools:
         self._prewarm_busy: set[str] = set()
         self._prewarm_next: dict[str, tuple[Brain, str, float, str | None]] = {}
         self._writes_in_flight = 0
-        self._handlers: dict[str, Callable[[Caller, Args], Awaitable[types.CallToolResult]]] = {
+        self._handlers: dict[str, Callable[[Caller, Args], Awaitable[types.CallToolResult | types.InputRequiredResult]]] = {
             "brain_recall": self._recall,
             "brain_status": self._status,
             "brain_read": self._read,
@@ -191,6 +193,9 @@ class BrainTools:
             "search": self._search,
             "fetch": self._fetch,
         }
+        from connector.mcp.thinking import ThinkingTools  # it builds on this class: imported here, not at the top
+
+        self._handlers.update(ThinkingTools(self, model).handlers())
 
     def prewarm(self, outcome: WriteOutcome) -> None:
         """Build the recall index of a just-written brain in the background.
@@ -289,7 +294,9 @@ class BrainTools:
         spec = self.specs.get(name)
         return spec.input_schema if spec else None
 
-    async def call(self, name: str, arguments: Any, caller: Caller) -> types.CallToolResult:
+    async def call(
+        self, name: str, arguments: Any, caller: Caller
+    ) -> types.CallToolResult | types.InputRequiredResult:
         """Run one tool call; every failure becomes an error result."""
         spec = self.specs.get(name)
         bound = bool(caller.account.brain)
@@ -297,18 +304,22 @@ class BrainTools:
             available = [known for known in self.specs if not (bound and known in BOUND_EXCLUDED)]
             return error_result(f"Unknown tool {name!r}. Available: {', '.join(available)}.")
         args = Args(arguments)
-        needs_write = not spec.read_only and not (name == "brain_verify" and _is_list(args))
+        needs_write = not spec.read_only and not (name == "brain_verify" and _is_list(args)) and not (
+            name == "brain_extract" and not _saves(args)
+        )
         if needs_write and WRITE_SCOPE not in caller.scopes:
             return error_result(
                 f"{name} changes the brain and needs the '{WRITE_SCOPE}' permission, which this sign-in did not "
                 "grant (read-only access). Ask the user to reconnect with write access."
             )
         result = await self._run(name, caller, args)
+        if not isinstance(result, types.CallToolResult):
+            return result  # an interim result (the host's model is asked first): notices wait for the final one
         # Writes dropped for good (brain deleted, access lost) are told on the next call, whatever it is.
         notices = self.manager.take_notices(caller.account.subject)
         return with_notices(result, notices) if notices else result
 
-    async def _run(self, name: str, caller: Caller, args: Args) -> types.CallToolResult:
+    async def _run(self, name: str, caller: Caller, args: Args) -> types.CallToolResult | types.InputRequiredResult:
         """The tool's handler, with every refusal or failure turned into an error result."""
         try:
             return await self._handlers[name](caller, args)
@@ -612,6 +623,21 @@ class BrainTools:
             structured["note"] = note
         return ok_result(structured, render.verify_text(structured))
 
+    # ----- for other tools (connector/mcp/thinking.py) ----------------------------
+
+    async def recall_structured(self, caller: Caller, arguments: dict[str, Any]) -> dict[str, Any]:
+        """brain_recall's own recall (mode, budget, notes), its structured result; a refusal raises ToolFailure."""
+        result = await self._recall(caller, Args(arguments))
+        if result.is_error or result.structured_content is None:
+            raise ToolFailure(result.content[0].text if result.content else "recall failed")
+        return result.structured_content
+
+    async def memorize_one(self, caller: Caller, arguments: dict[str, Any]) -> types.CallToolResult:
+        """brain_memorize's own path, every check included, as its result (errors as error results)."""
+        result = await self._run("brain_memorize", caller, Args(arguments))
+        assert isinstance(result, types.CallToolResult)  # memorize never asks the host
+        return result
+
 
 def sharing_fields(record: BrainRecord) -> dict[str, Any]:
     """``role`` and ``owner`` of a brain record, when the store shares brains (contract 4.8)."""
@@ -657,3 +683,11 @@ def _is_list(args: Args) -> bool:
         return args.choice("action", ["list", "approve", "reject"], default="list") == "list"
     except ArgumentError:
         return False
+
+
+def _saves(args: Args) -> bool:
+    """Whether a brain_extract call asks to save (then it needs the write scope); unreadable counts as yes."""
+    try:
+        return args.boolean("save")
+    except ArgumentError:
+        return True

@@ -51,6 +51,8 @@ ALL_TOOLS = {
     "brain_verify",
     "search",
     "fetch",
+    "brain_reflect",
+    "brain_extract",
 }
 FIXTURE = project_parity_dir() / "brains" / "brain-1-06"
 
