@@ -92,8 +92,11 @@ def test_memorize_with_an_idempotency_key_writes_once(store: RunningStore, tmp_p
         for key in ("retry-1", "retry-1", "retry-2"):
             # A new connection each time, as a client retrying after a reset would open.
             async with mcp_session(base + "/mcp", token) as client:
+                # allow_duplicate: the same content under another key is another save (without it,
+                # content the brain already holds is not written again, whatever the key).
                 result = await client.call_tool("brain_memorize", {
-                    "content": "The release train leaves on Thursdays", "idempotency_key": key})
+                    "content": "The release train leaves on Thursdays", "idempotency_key": key,
+                    "allow_duplicate": True})
                 answers.append(structured(result)["stored"])
         return answers
 
