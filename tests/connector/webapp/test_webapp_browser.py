@@ -26,6 +26,7 @@ from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.connector.oauth import live
+from tests.support.tools import needs_tool
 
 from ..conftest import RunningStore, StoreUser, brains_of, download_brain
 
@@ -39,8 +40,8 @@ CSP_WATCH = ("window.__csp = []; document.addEventListener('securitypolicyviolat
 
 pytestmark = [
     pytest.mark.timeout(300),
-    pytest.mark.skipif(shutil.which(CHROMIUM) is None, reason="Debian chromium is not installed"),
-    pytest.mark.skipif(not AXE.is_file(), reason="axe-core is not installed: npm ci --prefix tests/browser"),
+    needs_tool(shutil.which(CHROMIUM) is not None, "Debian chromium is not installed"),
+    needs_tool(AXE.is_file(), "axe-core is not installed: npm ci --prefix tests/browser"),
 ]
 
 
