@@ -200,7 +200,7 @@ def test_meta_counts_and_subcategories_in_existing_directories() -> None:
 
 
 def test_ids_are_fresh_and_never_reused(monkeypatch: pytest.MonkeyPatch) -> None:
-    brain = fixture_brain("brain-1-03")
+    brain = fixture_brain("brain-1-05")
     taken_live = next(iter(entries(brain)))
     taken_archived = next(iter(brain.read_json("_archived/index.json")["memories"]))
     today = NOW.strftime("%Y%m%d")
