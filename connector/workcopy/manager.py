@@ -68,6 +68,7 @@ from connector.workcopy.store_client import (
     StoreNotFound,
     StoreUnauthorized,
     StoreUnreachable,
+    UploadResult,
 )
 
 log = logging.getLogger("connector.workcopy")
@@ -230,24 +231,39 @@ def viewer_refusal(record: BrainRecord) -> str:
     )
 
 
+def empty_brain_note(name: str) -> str:
+    """What a new user reads while the brain in use holds nothing yet: what to do next."""
+    return (
+        f"Your brain '{escape_one_line(name)}' is ready and empty: nothing is saved yet. Ask your assistant to "
+        "remember something (brain_memorize), or add a memory in the web app (New memory); every assistant "
+        "connected to this brain can then recall it."
+    )
+
+
 def identity_for(account: Account, brains: list[BrainRecord], active: BrainRecord | None) -> Identity:
-    """The identity signal of section 5: status and the note the user should see."""
+    """The identity signal of section 5: status and the note the user should see.
+
+    An account with no brain at all may be a different account than the one used elsewhere:
+    that is warned about. An account whose brain exists but is empty is a new user: it gets a
+    welcome saying what to do next, not a warning."""
     label = account.kind_label
-    has_archive = any(b.checksum for b in brains)
-    if not brains or not has_archive:
+    if not brains:
         note = (
-            f"This account (signed in with {label}) has no brain with memories at the store yet. "
+            f"This account (signed in with {label}) has no brain at the store yet. "
             "Probably a different account is signed in than the one used elsewhere, or this is a new user. "
             "The first memory saved creates one."
         )
-        return Identity(STATUS_NO_BRAIN, note, tuple(brains), active.id if active else None)
+        return Identity(STATUS_NO_BRAIN, note, tuple(brains), active.id if active else None, empty=True)
+    empty = active is not None and not active.checksum
+    welcome = empty_brain_note(active.name) if empty and active is not None else None
     if len(brains) > 1 and active is not None:
         note = (
             f"This account (signed in with {label}) has {len(brains)} brains; serving '{escape_one_line(active.name)}' "
             f"({active.id}). Use brain_use to switch."
         )
-        return Identity(STATUS_MULTIPLE, note, tuple(brains), active.id)
-    return Identity(STATUS_OK, None, tuple(brains), active.id if active else None)
+        return Identity(STATUS_MULTIPLE, f"{note} {welcome}" if welcome else note, tuple(brains), active.id,
+                        empty=empty)
+    return Identity(STATUS_OK, welcome, tuple(brains), active.id if active else None, empty=empty)
 
 
 # Notices kept per user about dropped writes (the most recent ones).
@@ -648,18 +664,19 @@ class WorkingCopyManager:
         if self.heads is not None and copy.brain_id is not None:
             copy.head_seen = self.heads.publish(copy.brain_id, copy.head_seen)
 
-    async def snapshot(self, account: Account) -> Snapshot:
-        """A fresh-enough read view of the user's active brain (pulling it if needed)."""
+    async def snapshot(self, account: Account, *, fresh_list: bool = False) -> Snapshot:
+        """A fresh-enough read view of the user's active brain (pulling it if needed);
+        ``fresh_list`` asks the store for the brain list now (what brain_status reports)."""
         for _ in range(3):
-            view = await self._snapshot_once(account)
+            view = await self._snapshot_once(account, fresh_list)
             if view is not None:
                 return view
         raise BrainUnavailable("The brain changed at the store while it was being read; try again.")
 
-    async def _snapshot_once(self, account: Account) -> Snapshot | None:
+    async def _snapshot_once(self, account: Account, fresh_list: bool = False) -> Snapshot | None:
         """One attempt; None when the copy was dropped meanwhile (its brain deleted at the store)."""
         try:
-            brains, active = await self._active(account)
+            brains, active = await self._active(account, force_list=fresh_list)
         except StoreUnreachable:
             raise BrainUnavailable("The store cannot be reached right now. Try again shortly.") from None
         except StoreUnauthorized:
@@ -940,7 +957,7 @@ class WorkingCopyManager:
                 return dropped
             self._mark_synced(copy, result.checksum or checksum)
             self._publish(copy)
-            self._note_pushed(copy)
+            self._note_pushed(copy, result)
             return dropped
         self._hold(copy, "other devices kept changing the brain at the same time")
         return dropped
@@ -1008,18 +1025,24 @@ class WorkingCopyManager:
             except Exception:  # e.g. a brain recall cannot read: the next recall builds and reports it
                 log.warning("an index could not follow a change; it is built again when needed", exc_info=True)
 
-    def _note_pushed(self, copy: WorkingCopy) -> None:
-        """Record in the cached brain list that the pushed brain now has an archive.
+    def _note_pushed(self, copy: WorkingCopy, pushed: UploadResult) -> None:
+        """Record in the cached brain list what the push changed: checksum, size, file count
+        and time of the last sync.
 
-        Until the list expires it would still show the brain without one, which reads as
-        "this account has no brain" right after the account's first write. The push told
-        us all that changes, so the cached record is updated without asking the store.
+        Until the list expires it would still show the brain as before the push, which read
+        as "this account has no brain" right after the account's first write, and made
+        brain_status say "0 bytes, never synced" after writes it had called saved and synced.
+        The push told us all that changes, so the cached record is updated without asking
+        the store.
         """
         state = self._users.get(copy.subject)
         if state is None or state.brains is None or not copy.base_checksum:
             return
+        synced = datetime.fromtimestamp(copy.synced_at or time.time(), UTC).isoformat().replace("+00:00", "Z")
         state.brains = [
-            dataclasses.replace(brain, checksum=copy.base_checksum) if brain.id == copy.brain_id else brain
+            dataclasses.replace(brain, checksum=copy.base_checksum, size_bytes=pushed.size_bytes,
+                                file_count=pushed.file_count or brain.file_count, last_synced_at=synced)
+            if brain.id == copy.brain_id else brain
             for brain in state.brains
         ]
 

@@ -44,8 +44,9 @@ def test_recall_content_budget_brain_read_and_honest_texts(store: RunningStore, 
 
     async def scenario(base: str) -> None:
         async with mcp_session(base + "/mcp", mint(base, user, RW)) as client:
-            # A new account: "no brain" until the first push, and not one call longer.
-            assert structured(await client.call_tool("brain_status", {}))["identity"]["status"] == "no-cloud-brain"
+            # A new account: a welcome to its empty brain until the first push, and not one call longer.
+            welcome = structured(await client.call_tool("brain_status", {}))["identity"]
+            assert welcome["status"] == "ok" and "is ready and empty" in welcome["note"]
             saved = structured(await client.call_tool("brain_memorize", {
                 "content": CHECKLIST, "title": "Deploy checklist", "tags": ["deploy", "payments"],
                 "project": "apollo", "task": "releasing", "origin": "user",
