@@ -183,8 +183,8 @@ class _UserState:
     brains: list[BrainRecord] | None = None
     brains_at: float = -1e18
     lock: asyncio.Lock | None = None
-    # Who this account is at the store, as memories written to shared brains name them.
-    writer: str | None = None
+    # Who this account is at the store (name, kind), as memories written to shared brains name them.
+    who: tuple[str, str] | None = None
     # A chosen brain id missing from the list even after listing again for it (see _active).
     missing_choice: str | None = None
 
@@ -719,17 +719,44 @@ class WorkingCopyManager:
             return ""
         if active is None or active.role is None:
             return ""
+        who = await self._who(account)
+        if who is None:
+            return ""
+        name, kind = who
+        return f"{name} via an agent key" if name and kind == "agent-key" else name
+
+    async def _who(self, account: Account) -> tuple[str, str] | None:
+        """The account's name and kind (``static``, ``oidc``, ``agent-key``) at the store, asked
+        once (``GET /auth/me``); None when the store cannot say."""
         state = self._user(account)
-        if state.writer is None:
+        if state.who is None:
             try:
                 with self._watching(account):
                     me = await self.store.me(account.credential)
             except StoreError:
-                return ""
+                return None
             user = me.get("user") if isinstance(me.get("user"), dict) else {}
             name = next((str(user[k]) for k in ("name", "email", "id") if isinstance(user.get(k), str) and user[k]), "")
-            state.writer = f"{name} via an agent key" if name and user.get("kind") == "agent-key" else name
-        return state.writer
+            state.who = (name, str(user.get("kind") or ""))
+        return state.who
+
+    async def _read_only_refusal(self, account: Account, record: BrainRecord) -> str:
+        """Why a write to a brain this account may only read is refused: a viewer's role, or a
+        read-only agent key (of the brain's owner: then the role is not the reason at all)."""
+        who = await self._who(account)
+        if who is None or who[1] != "agent-key":
+            return viewer_refusal(record)
+        name = escape_one_line(record.name)
+        if record.owner and record.owner == who[0]:
+            reason = f"this connection uses a read-only agent key for the brain '{name}' (your own brain)"
+        else:
+            reason = (f"this connection's agent key may only read the brain '{name}' (a read-only key, "
+                      "or its user is a viewer of the brain)")
+        return (
+            f"Not saved: {reason}. It can recall and read but not change the brain; nothing was changed. "
+            "For this agent to write, sign it in with an agent key created with write access "
+            "(brain-store key create --scope write)."
+        )
 
     async def brains(self, account: Account) -> tuple[list[BrainRecord], BrainRecord | None]:
         """The account's brains (refreshed) and the active one."""
@@ -773,7 +800,7 @@ class WorkingCopyManager:
                     "The store cannot be reached right now, so nothing was saved. Try again shortly."
                 ) from None
         if active is not None and active.read_only:
-            raise BrainUnavailable(viewer_refusal(active))
+            raise BrainUnavailable(await self._read_only_refusal(account, active))
         copy = await self._copy_for(account, active)
         if copy is None:
             copy = self._copies.get((account.subject, None))
