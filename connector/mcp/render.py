@@ -55,8 +55,9 @@ def fenced(content: str, label: str = "memory") -> list[str]:
     return [f"{fence}{label}", *escape_multiline(content).split("\n"), fence]
 
 
-def _content_lines(hit: dict[str, Any]) -> list[str]:
-    """A hit's content, fenced, and what the budget cut of it."""
+def _content_lines(hit: dict[str, Any], titles_only: bool = False) -> list[str]:
+    """A hit's content, fenced, and what the budget cut of it (``titles_only``: the caller
+    asked for no content at all, so none was left out for better hits)."""
     if "content" not in hit:
         return []
     content = hit.get("content") or ""
@@ -69,14 +70,18 @@ def _content_lines(hit: dict[str, Any]) -> list[str]:
         if shown:
             lines.append(f"   (content cut by the recall budget: {shown} of {total} characters shown; "
                          "brain_read gives the whole memory)")
+        elif titles_only:
+            lines.append(f"   (content not shown: titles only were asked for; {total} characters; "
+                         "brain_read gives the whole memory)")
         else:
             lines.append(f"   (content left out: the recall budget was spent on better hits; {total} characters; "
                          "brain_read gives the whole memory)")
     return lines
 
 
-def recall_text(result: dict[str, Any]) -> str:
-    """Numbered hits with id, title, score, markers and fenced content, then the note."""
+def recall_text(result: dict[str, Any], *, titles_only: bool = False) -> str:
+    """Numbered hits with id, title, score, markers and fenced content, then the note
+    (``titles_only``: a content budget of 0 was asked for)."""
     hits = result.get("results", [])
     lines = [f"{memories(result.get('count', len(hits)))} found." if hits else "No matching memories."]
     for number, hit in enumerate(hits, 1):
@@ -102,7 +107,7 @@ def recall_text(result: dict[str, Any]) -> str:
             details.append(one(hit["path"]))
         if details:
             lines.append("   " + " | ".join(details))
-        lines += _content_lines(hit)
+        lines += _content_lines(hit, titles_only)
     if result.get("note"):
         lines.append("")
         lines.append(f"Note: {result['note']}")

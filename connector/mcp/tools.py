@@ -341,7 +341,7 @@ class BrainTools:
         structured: dict[str, Any] = {"count": len(hits), "results": hits}
         if notes:
             structured["note"] = " ".join(notes)
-        return ok_result(structured, render.recall_text(structured))
+        return ok_result(structured, render.recall_text(structured, titles_only=budget == 0))
 
     def run_recall(
         self,

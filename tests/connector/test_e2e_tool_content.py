@@ -74,8 +74,11 @@ def test_recall_content_budget_brain_read_and_honest_texts(store: RunningStore, 
             assert "cut by the recall budget" in text_of(cut) and "brain_read" in text_of(cut)
             by_tokens = structured(await client.call_tool("brain_recall", {"query": "deploy", "max_tokens": 5}))
             assert len(by_tokens["results"][0]["content"]) <= 20
-            titles_only = structured(await client.call_tool("brain_recall", {"query": "deploy", "max_chars": 0}))
+            asked = await client.call_tool("brain_recall", {"query": "deploy", "max_chars": 0})
+            titles_only = structured(asked)
             assert titles_only["results"][0]["content"] == "" and titles_only["results"][0]["content_truncated"]
+            # Titles only were asked for: nothing was "spent on better hits".
+            assert "titles only were asked for" in text_of(asked) and "better hits" not in text_of(asked)
 
             # A clamped limit says it was clamped.
             clamped = structured(await client.call_tool("brain_recall", {"query": "deploy", "limit": 500}))
