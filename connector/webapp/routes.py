@@ -72,6 +72,8 @@ class WebApp:
             return directory / name if directory is not None else None
 
         self.sessions = WebSessions(settings.webapp_session_ttl_ms / 1000.0, directory=place("web-sessions"), box=box)
+        # Where a signed-in person's store credential is kept (the sign-in page says which).
+        self.sessions_on_disk = directory is not None
         self.views = BrainViews(manager, tools)
         self.actions = BrainActions(manager, tools)
         self._trusted = TrustedProxies.parse(settings.trust_proxy)
@@ -150,7 +152,7 @@ class WebApp:
     def page(self, template: str, site: Site, session: WebSession | None, *, status: int = 200,
              cookies: list[Cookie] | None = None, **context: Any) -> Response[str]:
         """A rendered page with the app's security headers."""
-        html = render(template, root=site.root, session=session,
+        html = render(template, root=site.root, session=session, sessions_on_disk=self.sessions_on_disk,
                       can_write=session is not None and not session.read_only, **context)
         return Response(html, status_code=status, media_type="text/html; charset=utf-8", headers=page_headers(),
                         cookies=cookies or [])

@@ -95,3 +95,12 @@ def test_home_lists_recent_memories_newest_first_with_paging(store: RunningStore
         second, html = listed("2")
         assert second == newest_first[20:] and 'href="/app?page=1#recent-h"' in html
         assert listed("99")[0] == second and listed("x")[0] == first  # out of range or not a number: clamped
+
+
+def test_the_sign_in_page_says_truly_where_the_token_is_kept(store: RunningStore, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    with app_client(store.url) as client:
+        assert "kept only in this server's memory" in client.get("/app/signin").text
+    with app_client(store.url, state_dir=tmp_path / "state") as client:
+        page = client.get("/app/signin").text
+        assert "kept only in this server's memory" not in page
+        assert "sealed (encrypted) in this server's state directory" in page
