@@ -104,3 +104,19 @@ def test_the_sign_in_page_says_truly_where_the_token_is_kept(store: RunningStore
         page = client.get("/app/signin").text
         assert "kept only in this server's memory" not in page
         assert "sealed (encrypted) in this server's state directory" in page
+
+
+def test_a_sign_in_while_the_store_is_down_is_logged_with_why(caplog: pytest.LogCaptureFixture) -> None:
+    from tests.support.processes import free_port
+
+    from .conftest import csrf_of
+
+    nowhere = f"http://127.0.0.1:{free_port()}"
+    token = "bst_" + "Q" * 43
+    with app_client(nowhere) as client, caplog.at_level("WARNING", logger="connector.identity"):
+        page = client.get("/app/signin")
+        done = client.post("/app/signin", data={"csrf": csrf_of(page.text), "token": token})
+        assert done.status_code == 503 and "cannot be reached" in done.text
+    logged = [record.getMessage() for record in caplog.records if record.name == "connector.identity"]
+    assert any(f"store unreachable at {nowhere}/auth/me (ConnectError" in line for line in logged), logged
+    assert token not in caplog.text
