@@ -17,6 +17,7 @@ from connector.engine.index import BrainIndex, RecallError, index_for
 from connector.engine.restore import frontmatter_values
 from connector.engine.rules import MEMORY_TYPES
 from connector.engine.text import memory_body
+from connector.engine.titles import plain_title
 from connector.mcp.tools import BrainTools
 from connector.webapp.graph import Graph, neighbourhood
 from connector.webapp.history import BrainDiff, diff_brains
@@ -160,7 +161,7 @@ def line_of(memory_id: str, entry: dict[str, Any], *, expired: bool = False) -> 
     """A list line from an index entry."""
     return MemoryLine(
         id=memory_id,
-        title=_string(entry.get("title")) or memory_id,
+        title=plain_title(_string(entry.get("title"))) or memory_id,
         type=_string(entry.get("type")),
         tags=_tags(entry.get("tags")),
         pinned=entry.get("pinned") is True,
@@ -364,12 +365,12 @@ class BrainViews:
         reasons = fields.get("quarantine_reasons")
         graph = None
         if associations and index is not None:
-            titles = {memory_id: _string(fields.get("title")) or memory_id,
+            titles = {memory_id: plain_title(_string(fields.get("title"))) or memory_id,
                       **{line.id: line.title for line, _ in associations if line.id in index.positions}}
             graph = neighbourhood(memory_id, titles, index.edges)
         return MemoryView(
             id=memory_id,
-            title=_string(fields.get("title")) or memory_id,
+            title=plain_title(_string(fields.get("title"))) or memory_id,
             archived=archived,
             content_html=render_markdown(body),
             fields=fields,

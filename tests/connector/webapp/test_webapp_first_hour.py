@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from datetime import UTC, datetime, timedelta
 
@@ -120,3 +121,25 @@ def test_a_sign_in_while_the_store_is_down_is_logged_with_why(caplog: pytest.Log
     logged = [record.getMessage() for record in caplog.records if record.name == "connector.identity"]
     assert any(f"store unreachable at {nowhere}/auth/me (ConnectError" in line for line in logged), logged
     assert token not in caplog.text
+
+
+def test_titles_read_without_markdown_and_times_readably(store: RunningStore) -> None:
+    alice = store.add_user("alice")
+    brain_id = brains_of(store.url, alice.token)[0]["id"]
+    brain = Brain()
+    stored = connector_memorize("The pot on the balcony is blue.", title="**blue flowerpot**")
+    # Written by another client, as the reference would: the title keeps its Markdown in the brain.
+    stored.memories[0] = dataclasses.replace(stored.memories[0], title="**blue flowerpot**")
+    memory_id = stored.apply(brain, datetime(2026, 3, 1, 12, 0, 0, 123456, tzinfo=UTC))["stored"][0]["id"]
+    assert upload_raw(store.url, alice.token, brain_id, pack_archive(brain), {"If-None-Match": "*"}).status_code == 200
+    with app_client(store.url) as client:
+        sign_in(client, alice.token)
+        home = client.get("/app").text
+        assert ">blue flowerpot</a>" in home and "**blue flowerpot**" not in home
+        page = client.get(f"/app/memory/{memory_id}").text
+        assert "<h1>blue flowerpot" in page and "**" not in page
+        # Times: readable, the exact instant kept in the <time> element.
+        assert re.search(r'<time datetime="2026-03-01T12:00:00\.123Z" title="[^"]+">1 Mar 2026, 12:00 UTC</time>', page)
+        assert re.search(r"<time datetime=\"[^\"]+\" title=\"[^\"]+\">\d{1,2} \w{3} \d{4}, \d\d:\d\d UTC</time>", home)
+        visible = re.sub(r"<[^>]+>", " ", page)
+        assert not re.search(r"\d{4}-\d\d-\d\dT\d\d:\d\d", visible), "a raw ISO instant is shown as text"
