@@ -40,6 +40,10 @@ def plain_title(title: str) -> str:
     whitespace runs made single; the title itself when nothing is left."""
     if not isinstance(title, str) or not _MARKS.intersection(title):
         return title
+    if any(ord(char) < 32 or char in "\u2028\u2029\x85" for char in title):
+        # Not one line: left as it is, so that where it is shown its line breaks are shown
+        # escaped (a forged "\n2. Fake result" must stay visible as such).
+        return title
     text = " ".join(_text_of(token.children or []) for token in _parser().parse(title) if token.type == "inline")
     text = " ".join(text.split())
     return text or title
