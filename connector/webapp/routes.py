@@ -332,6 +332,11 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         except BrainUnavailable as exc:
             return app.page("error.html", site, session, status=503, title="Brain unavailable", message=str(exc))
 
+    def read_only_refusal(visit: Visit) -> Response[Any]:
+        """The page a read-only sign-in gets for a form that would change memories."""
+        return app.page("error.html", visit.site, visit.session, status=403, title="Read-only sign-in",
+                        message="This sign-in is read-only: it cannot change memories.")
+
     def not_found(visit: Visit, message: str = "This brain has no memory with that id, live or archived.") -> Response[Any]:
         return app.page("error.html", visit.site, visit.session, status=404, title="No such memory", message=message)
 
@@ -375,8 +380,7 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
     @page_route
     async def edit_page(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
         if visit.session.read_only:
-            return app.page("error.html", visit.site, visit.session, status=403, title="Read-only sign-in",
-                            message="This sign-in is read-only: it cannot change memories.")
+            return read_only_refusal(visit)
         view = await app.views.memory(visit.session.account, request.path_params["memory_id"][:200])
         if view is None or view.archived:
             return not_found(visit, "Only memories in the brain (not in the archive) can be edited.")
@@ -386,8 +390,7 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
     @page_route
     async def new_page(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
         if visit.session.read_only:
-            return app.page("error.html", visit.site, visit.session, status=403, title="Read-only sign-in",
-                            message="This sign-in is read-only: it cannot add memories.")
+            return read_only_refusal(visit)
         return app.page("new.html", visit.site, visit.session, types=TYPES, form={}, error=None)
 
     @post("/app/new", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
