@@ -17,6 +17,7 @@ import click
 
 from connector.engine.archive import ArchiveError, load_directory, save_directory
 from connector.engine.brain import Brain, dump_json
+from connector.engine.credentials import credential_refusal, credentials_in_memories
 from connector.engine.errors import BrainError
 from connector.engine.ops import Forget, Memorize, Operation, Pin, Unpin, Verify
 from connector.engine.rules import parse_iso
@@ -69,7 +70,9 @@ def _run(brain_dir: Path, make: Any, now: str | None, *, create: bool = False, w
 @click.command()
 @_BRAIN_ARGUMENT
 @_NOW_OPTION
-def memorize(brain: Path, now: str | None) -> None:
+@click.option("--allow-secrets", is_flag=True,
+              help="Store memories even when their text looks like it holds a credential (refused without it).")
+def memorize(brain: Path, now: str | None, allow_secrets: bool) -> None:
     """Write memories into BRAIN (a directory) from JSON on stdin.
 
     The JSON is what `brain memorize` takes: one memory object, an array of them, or
@@ -78,6 +81,8 @@ def memorize(brain: Path, now: str | None) -> None:
     pinned, pin_scope, pin_priority, stable, origin, valid_from, valid_until,
     supersedes. A path not ending in .md is a directory (the file is named from the
     title). A missing BRAIN directory is created. Prints the stored memories as JSON.
+    A memory whose text (any field) looks like it holds a credential (a cloud key, a
+    token, a private key) is refused, as on every other write path, unless --allow-secrets.
     """
 
     def make() -> Operation:
@@ -86,7 +91,11 @@ def memorize(brain: Path, now: str | None) -> None:
             payload = json.loads(raw)
         except (ValueError, UnicodeDecodeError):
             raise BrainError("stdin is not valid JSON") from None
-        return Memorize.from_request(payload)
+        op = Memorize.from_request(payload)
+        kinds = [] if allow_secrets else credentials_in_memories(op.memories)
+        if kinds:
+            raise BrainError(f"{credential_refusal(kinds)} Leave the secret out, or pass --allow-secrets.")
+        return op
 
     _run(brain, make, now, create=True)
 

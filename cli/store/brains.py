@@ -56,6 +56,12 @@ class BrainDirectory:
                 rows.append(self._row(meta, share.members[user.id]))
         return rows
 
+    def _shared_orphan(self, brain_id: str) -> BrainRow | None:
+        """A shared brain whose creator was removed (its members keep it; the operator manages it)."""
+        share = self.registry.share(brain_id) if self.registry is not None else None
+        meta = self.backend.read_meta(share.owner_id, brain_id) if share is not None else None
+        return self._row(meta, "owner") if meta is not None and meta.user_id == share.owner_id else None
+
     def every(self) -> list[BrainRow]:
         """Every brain of the store once, with its owner."""
         return [self._row(meta, "owner") for user in self.users.users() for meta in self.backend.list_brains(user.id)]
@@ -69,6 +75,9 @@ class BrainDirectory:
         by_id = [row for row in every if row.id == text.lower()]
         if by_id:
             return by_id[0]
+        orphan = self._shared_orphan(text.lower())
+        if orphan is not None:
+            return orphan
         rows = self.of_user(user) if user is not None else every
         named = [row for row in rows if row.name == text] or [row for row in rows if row.name.lower() == text.lower()]
         unique = {row.id: row for row in named}

@@ -46,6 +46,11 @@ K1 = 1.2
 B = 0.75
 
 
+def has_cjk(text: str) -> bool:
+    """Whether ``text`` holds Chinese or Japanese (or Korean) characters."""
+    return _CJK_RUN.search(unicodedata.normalize("NFKC", text)) is not None
+
+
 def normalise(text: str) -> str:
     """NFKC, case-folded, Latin accents removed (é -> e, ü -> u, ß -> ss)."""
     folded = unicodedata.normalize("NFKC", text).casefold()
@@ -175,6 +180,13 @@ class Bm25Index:
         idf = np.log(1 + (count - df + 0.5) / (df + 0.5)).astype(np.float32)
         return cls(postings, weights, idf)
 
+    def idf_of(self, term: str) -> float:
+        """The idf of ``term``; a term no document holds gets the highest idf there can be."""
+        number = self.postings.vocabulary.get(term)
+        if number is None:
+            return float(np.log(1 + (self.postings.count + 0.5) / 0.5))
+        return float(self.idf[number])
+
     def scores(self, query_terms: Sequence[str] | dict[str, float]) -> np.ndarray:
         """BM25 score of every document for the (de-duplicated) ``query_terms``, each
         weighted by its value when a mapping is given."""
@@ -258,6 +270,38 @@ class TextIndex:
     def word_scores(self, query: str) -> np.ndarray:
         """Word BM25 per memory, divided by the best (0..1)."""
         return _normalised(self.words.scores(word_terms(query)))
+
+    def word_coverage(self, query: str, *, near: bool = True) -> np.ndarray:
+        """Per memory, the share of the query's information it holds (0..1), absolute rather
+        than relative to the best memory: a memory matching only a common word scores low
+        even when nothing matches better.
+
+        Each distinct query term (stem or CJK bigram) weighs its idf (a term no memory holds
+        weighs the highest idf); a memory holds a term fully when it has the term, and by
+        the Dice similarity of the nearest spelling it has otherwise (a typo; only when
+        ``near``).
+        """
+        count = self.words.postings.count
+        held = np.zeros(count, dtype=np.float64)
+        total = 0.0
+        seen: set[str] = set()
+        for word in words_of(query):
+            for term in _word_terms_memo(word):
+                if term in seen:
+                    continue
+                seen.add(term)
+                weight = self.words.idf_of(term)
+                total += weight
+                best = np.zeros(count, dtype=np.float64)
+                spellings = self.fuzzy.similar(word) if near and len(word) >= 3 and term == _stem(word) else {}
+                for stem, similarity in ((term, 1.0), *spellings.items()):
+                    found = self.words.postings.entries(stem)
+                    if found is not None:
+                        np.maximum.at(best, found[0], similarity)
+                held += weight * best
+        if total <= 0:
+            return np.zeros(count, dtype=np.float32)
+        return (held / total).astype(np.float32)
 
     def fuzzy_scores(self, query: str) -> np.ndarray:
         """Word BM25 of the brain's words closest in spelling to each query word,

@@ -144,7 +144,9 @@ TOOLS: tuple[ToolSpec, ...] = (
         title="Recall from memory",
         description=(
             "Search the user's long-term memory for facts relevant to a query and return the best matches, "
-            "most relevant first (scored exactly like the `brain recall` command line). Use it before a task "
+            "most relevant first: by default by meaning and words, in any language (hybrid mode); when no "
+            "memory matches well it returns none and says so (nothing_matches_well) rather than unrelated "
+            "memories. Use it before a task "
             "where past decisions, preferences, conventions or lessons may matter. Each hit carries the memory's "
             "text in 'content', best hits first, within a budget (max_chars, or max_tokens; default about "
             f"{DEFAULT_RECALL_CHARS} characters in all); a hit the budget cut says so, and brain_read gives the "
@@ -187,16 +189,26 @@ TOOLS: tuple[ToolSpec, ...] = (
                     "type": "string",
                     "enum": ["exact", "hybrid"],
                     "description": (
-                        "exact: only the query's exact words, scored like `brain recall`. hybrid: also other "
-                        "word forms, accents and small typos, Chinese and Japanese text, and meaning across "
-                        "wording and languages. Default: the server's setting."
+                        "hybrid: the query's words in other forms, accents and small typos, Chinese and "
+                        "Japanese text, and meaning across wording and languages; only memories that match "
+                        "well. exact: only the query's exact ASCII words, scored like the `brain recall` "
+                        "command line (no Chinese or Japanese). Default: the server's setting (hybrid unless "
+                        "changed)."
                     ),
                 },
             },
             ["query"],
         ),
         output_schema=_object(
-            {"count": {"type": "integer"}, "results": {"type": "array", "items": _HIT}, "note": _NOTE},
+            {
+                "count": {"type": "integer"},
+                "results": {"type": "array", "items": _HIT},
+                "nothing_matches_well": {
+                    "type": "boolean",
+                    "description": "true when hybrid recall found no memory that matches the query well",
+                },
+                "note": _NOTE,
+            },
             ["count", "results"],
         ),
         read_only=True,
@@ -436,6 +448,58 @@ TOOLS: tuple[ToolSpec, ...] = (
         read_only=False,
         destructive=True,
         idempotent=False,
+    ),
+    # ChatGPT's connectors (deep research, company knowledge) use a server only through these two,
+    # in OpenAI's shape (connector/mcp/chatgpt.py): the same recall and reads as brain_recall/brain_read.
+    ToolSpec(
+        name="search",
+        title="Search memories",
+        description=(
+            "Search the user's memories (their long-term memory) for a query and get matching memory ids, titles "
+            "and links; read one whole with fetch. The same search as brain_recall, in the shape ChatGPT's "
+            "connectors use; hosts that offer brain_recall should prefer it."
+        ),
+        input_schema=_object(
+            {"query": {"type": "string", "minLength": 1, "description": "What to look for, in a few words."}},
+            ["query"],
+        ),
+        output_schema=_object(
+            {
+                "results": {
+                    "type": "array",
+                    "items": _object(
+                        {"id": {"type": "string"}, "title": {"type": "string"}, "url": {"type": "string"}},
+                        ["id", "title", "url"],
+                    ),
+                }
+            },
+            ["results"],
+        ),
+        read_only=True,
+        destructive=False,
+        idempotent=True,
+    ),
+    ToolSpec(
+        name="fetch",
+        title="Fetch a memory",
+        description=(
+            "Fetch one whole memory by the id search returned: its title, full text, link and details "
+            "(type, tags, origin, dates). The same read as brain_read, in the shape ChatGPT's connectors use."
+        ),
+        input_schema=_object({"id": {**_ID, "description": "A memory id from search."}}, ["id"]),
+        output_schema=_object(
+            {
+                "id": {"type": "string"},
+                "title": {"type": "string"},
+                "text": {"type": "string"},
+                "url": {"type": "string"},
+                "metadata": {"type": "object", "additionalProperties": {"type": "string"}},
+            },
+            ["id", "title", "text", "url", "metadata"],
+        ),
+        read_only=True,
+        destructive=False,
+        idempotent=True,
     ),
 )
 

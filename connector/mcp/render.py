@@ -89,7 +89,12 @@ def recall_text(result: dict[str, Any], *, titles_only: bool = False) -> str:
     """Numbered hits with id, title, score, markers and fenced content, then the note
     (``titles_only``: a content budget of 0 was asked for)."""
     hits = result.get("results", [])
-    lines = [f"{memories(result.get('count', len(hits)))} found." if hits else "No matching memories."]
+    if hits:
+        lines = [f"{memories(result.get('count', len(hits)))} found."]
+    elif result.get("nothing_matches_well"):
+        lines = ["No memory matches well."]
+    else:
+        lines = ["No matching memories."]
     for number, hit in enumerate(hits, 1):
         marks = []
         if hit.get("quarantine_pending"):

@@ -1,5 +1,6 @@
-"""The nine brain tools: argument reading, scope checks, calls into the working copies
-and the engine, and results as structured content plus text.
+"""The brain tools (and ChatGPT's search and fetch over them): argument reading, scope
+checks, calls into the working copies and the engine, and results as structured content
+plus text.
 
 A refusal (bad argument, unknown id, missing scope, store down) is a tool result
 with ``isError: true`` and a clear message, never a protocol error or a crash.
@@ -18,15 +19,15 @@ import mcp_types as types
 
 from common.textsafety import has_unsafe_chars
 from connector.engine.brain import Brain
-from connector.engine.credentials import find_credentials
+from connector.engine.credentials import credential_refusal, credentials_in_memories
 from connector.engine.errors import BrainError
-from connector.engine.hybrid import MODES, HybridIndex, hybrid_recall
+from connector.engine.hybrid import EXACT_CANNOT_READ, MODES, NO_GOOD_MATCH, HybridIndex, empty_recall_reason, hybrid_recall
 from connector.engine.index import BrainIndex, IndexCache, RecallError, index_for
 from connector.engine.jsvalues import datetime_ms
 from connector.engine.ops import Forget, Pin, Unpin, Verify, connector_memorize
 from connector.engine.recall import recall
 from connector.engine.views import attach_content, read_memory
-from connector.mcp import render
+from connector.mcp import chatgpt, render
 from connector.mcp.arguments import ArgumentError, Args
 from connector.mcp.definitions import (
     CHARS_PER_TOKEN,
@@ -47,6 +48,9 @@ from connector.workcopy.vectors import HybridCache, VectorStore
 
 log = logging.getLogger("connector.tools")
 
+# Tools a connection bound to one brain (/mcp/brains/{brain}) does not have.
+BOUND_EXCLUDED = frozenset({"brain_use"})
+
 # Background index builds after writes start once no write has been in flight for this
 # long, and at the latest this long after the write that asked for them.
 PREWARM_QUIET_S = 0.25
@@ -55,10 +59,12 @@ PREWARM_MAX_WAIT_S = 3.0
 
 @dataclass(frozen=True)
 class Caller:
-    """Who is calling: the account and the scopes of their token."""
+    """Who is calling: the account, the scopes of their token and the connector's external base URL."""
 
     account: Account
     scopes: frozenset[str]
+    # Where the connector is reached (CONNECTOR_PUBLIC_URL, else this request's): links to the web app.
+    base_url: str = ""
 
 
 class ToolFailure(Exception):
@@ -132,7 +138,7 @@ class BrainTools:
         *,
         allowed: Iterable[str] | None = None,
         index_cache: IndexCache | None = None,
-        recall_mode: str = "exact",
+        recall_mode: str = "hybrid",
         vectors: VectorStore | None = None,
     ) -> None:
         self.manager = manager
@@ -163,6 +169,8 @@ class BrainTools:
             "brain_unpin": self._unpin,
             "brain_forget": self._forget,
             "brain_verify": self._verify,
+            "search": self._search,
+            "fetch": self._fetch,
         }
 
     def prewarm(self, outcome: WriteOutcome) -> None:
@@ -249,11 +257,12 @@ class BrainTools:
             return False
         return mode == "exact" or key in self.hybrid_cache
 
-    def list_tools(self) -> list[types.Tool]:
-        """The declared tools (only those allowed); built once, they never change."""
+    def list_tools(self, *, bound: bool = False) -> list[types.Tool]:
+        """The declared tools (only those allowed; without brain_use on a connection ``bound`` to one
+        brain); built once, they never change."""
         if self._tool_list is None:
             self._tool_list = [spec.to_tool() for spec in self.specs.values()]
-        return list(self._tool_list)
+        return [tool for tool in self._tool_list if not (bound and tool.name in BOUND_EXCLUDED)]
 
     def input_schema(self, name: str) -> dict[str, Any] | None:
         """The input schema of an allowed tool."""
@@ -263,8 +272,10 @@ class BrainTools:
     async def call(self, name: str, arguments: Any, caller: Caller) -> types.CallToolResult:
         """Run one tool call; every failure becomes an error result."""
         spec = self.specs.get(name)
-        if spec is None:
-            return error_result(f"Unknown tool {name!r}. Available: {', '.join(self.specs)}.")
+        bound = bool(caller.account.brain)
+        if spec is None or (bound and name in BOUND_EXCLUDED):
+            available = [known for known in self.specs if not (bound and known in BOUND_EXCLUDED)]
+            return error_result(f"Unknown tool {name!r}. Available: {', '.join(available)}.")
         args = Args(arguments)
         needs_write = not spec.read_only and not (name == "brain_verify" and _is_list(args))
         if needs_write and WRITE_SCOPE not in caller.scopes:
@@ -320,6 +331,18 @@ class BrainTools:
                 self._loaded()
         if hits and snapshot.brain is not None:
             attach_content(hits, snapshot.brain, budget)
+        searched = snapshot.brain is not None and "index.json" in snapshot.brain
+        reason = empty_recall_reason(mode, query) if not hits and searched else None
+        if reason == NO_GOOD_MATCH:
+            notes.append(
+                "No memory matches this query well: hybrid recall returns nothing rather than unrelated memories. "
+                "The brain may not hold this; try other words if it should."
+            )
+        elif reason == EXACT_CANNOT_READ:
+            notes.append(
+                "Exact mode matches only the ASCII words of a query, as `brain recall` does, so it cannot search "
+                'Chinese or Japanese text; hybrid mode (mode "hybrid") would search this query.'
+            )
         notes += ([clamped] if clamped else []) + budget_notes
         if not hits and (snapshot.identity.status == STATUS_NO_BRAIN or snapshot.identity.empty) and snapshot.identity.note:
             notes.append(snapshot.identity.note)
@@ -339,6 +362,8 @@ class BrainTools:
         if snapshot.pending_writes:
             notes.append(f"{snapshot.pending_writes} recent write(s) are held here, not yet synced to the store.")
         structured: dict[str, Any] = {"count": len(hits), "results": hits}
+        if reason == NO_GOOD_MATCH:
+            structured["nothing_matches_well"] = True
         if notes:
             structured["note"] = " ".join(notes)
         return ok_result(structured, render.recall_text(structured, titles_only=budget == 0))
@@ -402,6 +427,16 @@ class BrainTools:
         if notes:
             found["note"] = " ".join(notes)
         return ok_result(found, render.read_text(found))
+
+    async def _search(self, caller: Caller, args: Args) -> types.CallToolResult:
+        """ChatGPT's ``search``: brain_recall (the server's recall mode) as ids, titles and links."""
+        query = args.string("query", required=True, max_length=10_000)
+        found = await self._recall(caller, Args({"query": query, "limit": chatgpt.SEARCH_LIMIT, "max_chars": 0}))
+        return chatgpt.search_result(found, caller.base_url)
+
+    async def _fetch(self, caller: Caller, args: Args) -> types.CallToolResult:
+        """ChatGPT's ``fetch``: brain_read as id, title, text, link and metadata."""
+        return chatgpt.fetch_result(await self._read(caller, args), caller.base_url)
 
     @property
     def vectors(self) -> VectorStore:
@@ -472,8 +507,6 @@ class BrainTools:
         assert content is not None
         title = args.string("title", max_length=1000)
         tags = args.string_list("tags")
-        if not args.boolean("allow_secrets"):
-            _refuse_credentials(content, title or "", *tags)
         op = connector_memorize(
             content,
             title=title,
@@ -488,6 +521,8 @@ class BrainTools:
             task=args.string("task", max_length=300) or "",
             writer=await self.manager.writer(caller.account),
         )
+        if not args.boolean("allow_secrets"):
+            _refuse_credentials(op.memories)
         outcome = await self._write(caller, op, "memorize")
         _refused_for_good(outcome)
         self.prewarm(outcome)
@@ -576,13 +611,12 @@ def _content_budget(args: Args) -> tuple[int, list[str]]:
     return (min(chars, by_tokens) if args.given("max_chars") else by_tokens), notes
 
 
-def _refuse_credentials(*texts: str) -> None:
-    """Refuse a write whose text looks like it holds a credential, naming the kinds, never the values."""
-    kinds = find_credentials(*texts)
+def _refuse_credentials(memories: list[Any]) -> None:
+    """Refuse a write whose text (any field) looks like it holds a credential, naming the kinds, never the values."""
+    kinds = credentials_in_memories(memories)
     if kinds:
         raise ToolFailure(
-            f"Not saved: this looks like it contains a credential ({', '.join(kinds)}). Memories are synced to "
-            "every device and shown to every agent the user connects, so credentials do not belong in them. "
+            f"{credential_refusal(kinds)} "
             "Leave the secret out (say where it is kept instead), or, only if the user explicitly confirms they "
             "want it stored, call brain_memorize again with allow_secrets=true."
         )
