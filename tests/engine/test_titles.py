@@ -75,3 +75,9 @@ def test_file_names_of_non_ascii_titles_stay_unique() -> None:
     paths = [connector_memorize("盆栽は毎朝水をやる", title="蓝色花盆").apply(brain, NOW)["stored"][0]["path"]
              for _ in range(3)]
     assert paths == ["captured/lan-se-hua-pen.md", "captured/lan-se-hua-pen-2.md", "captured/lan-se-hua-pen-3.md"]
+
+
+def test_chatgpt_search_titles_carry_no_markdown() -> None:
+    from connector.mcp.chatgpt import _title
+
+    assert _title("**blue flowerpot**", "mem_20260301_abcdef") == "blue flowerpot"

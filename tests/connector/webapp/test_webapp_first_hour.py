@@ -143,3 +143,14 @@ def test_titles_read_without_markdown_and_times_readably(store: RunningStore) ->
         assert re.search(r"<time datetime=\"[^\"]+\" title=\"[^\"]+\">\d{1,2} \w{3} \d{4}, \d\d:\d\d UTC</time>", home)
         visible = re.sub(r"<[^>]+>", " ", page)
         assert not re.search(r"\d{4}-\d\d-\d\dT\d\d:\d\d", visible), "a raw ISO instant is shown as text"
+
+
+def test_a_new_memory_holding_a_credential_is_refused_as_an_edit_is(store: RunningStore) -> None:
+    alice = store.add_user("alice")
+    with app_client(store.url) as client:
+        csrf = sign_in(client, alice.token)
+        refused = client.post("/app/new", data={"csrf": csrf, "title": "AWS", "type": "learning", "tags": "",
+                                                "content": "The key is AKIAIOSFODNN7EXAMPLE for the bucket."},
+                              headers=SAME_ORIGIN)
+        assert refused.status_code == 400 and "Leave the secret out" in refused.text
+    assert not brains_of(store.url, alice.token)[0]["checksum"]
