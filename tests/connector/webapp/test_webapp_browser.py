@@ -284,6 +284,24 @@ def test_person_tends_their_brain_in_chromium(store: RunningStore, tmp_path: Pat
                     assert width <= 360, (path, width)
                 checks.page_ok("phone")
 
+                # A new user's empty brain: a welcome with what to do next, accessible too.
+                newcomer = store.add_user("newcomer")
+                fresh = browser.new_context(viewport={"width": 360, "height": 740})
+                fresh.add_init_script(CSP_WATCH)
+                welcome = fresh.new_page()
+                welcome_checks = Checks(welcome, shots)
+                welcome.goto(base + "/app")
+                welcome.get_by_label("Your store token").fill(newcomer.token)
+                welcome.get_by_role("button", name="Sign in").click()
+                welcome.wait_for_url(base + "/app")
+                assert welcome.get_by_role("heading", name="Welcome: your brain is ready").is_visible()
+                assert welcome.get_by_role("link", name="Add your first memory").get_attribute("href") == "/app/new"
+                assert "different account" not in welcome.inner_text("main")
+                assert welcome.evaluate("document.documentElement.scrollWidth") <= 360
+                welcome_checks.page_ok("welcome")
+                assert not welcome_checks.console_errors, welcome_checks.console_errors
+                fresh.close()
+
                 # Sign out ends the session.
                 page.get_by_role("button", name="Sign out").click()
                 page.wait_for_url("**/app/signin?out=1")
