@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from common.connection_guard import HttpLimits
+from common.host_guard import host_name
 from connector.engine.hybrid import MODES as RECALL_MODES
 
 # The connector's tools (the nine brain_* tools, and ChatGPT's search and fetch over the same
@@ -63,6 +64,9 @@ class ConnectorSettings:
     state_dir: Path | None = None
     state_key: bytes | None = None
     public_url: str | None = None
+    # Host names answered besides the public URL's and the loopback names (DNS rebinding,
+    # common/host_guard.py); with neither set and no --dev, any Host is answered.
+    allowed_hosts: tuple[str, ...] = ()
     trust_proxy: tuple[str, ...] = ("loopback",)
     repull_ttl_ms: int = 120_000
     idle_purge_ms: int = 900_000
@@ -94,6 +98,9 @@ class ConnectorSettings:
     # Where the workers of `serve --workers N` leave their metric totals for /metrics to add up
     # (serve sets a private temporary directory; None: this process's own series only).
     metrics_dir: Path | None = None
+    # Where the workers of `serve --workers N` keep the sign-in attempt buckets they share
+    # (CONNECTOR_LIMITS_DIR: serve sets a private temporary directory; None: this process's memory).
+    limits_dir: Path | None = None
     # What one client connection may hold (common/connection_guard.py); 0 turns a bound off.
     http_max_header_kb: int = 64  # request line and headers; beyond: 431
     http_header_timeout_s: int = 10  # a request's head must be in within this; else 408
@@ -108,6 +115,12 @@ class ConnectorSettings:
     def http_limits(self) -> HttpLimits:
         """What one client connection may hold (header size, timeouts, open connections)."""
         return HttpLimits.from_settings(self)
+
+    @property
+    def checks_host(self) -> bool:
+        """Whether requests for other host names are refused (421): in --dev always, else once
+        the connector knows its names (CONNECTOR_PUBLIC_URL or CONNECTOR_ALLOWED_HOSTS)."""
+        return self.dev or bool(self.public_url) or bool(self.allowed_hosts)
 
     @property
     def repull_ttl_s(self) -> float:
@@ -243,6 +256,7 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     state_key = _env(env, "CONNECTOR_STATE_KEY")
     put("state_key", parse_state_key(state_key) if state_key else None)
     put("public_url", _env(env, "CONNECTOR_PUBLIC_URL"))
+    put("allowed_hosts", _csv(_env(env, "CONNECTOR_ALLOWED_HOSTS")))
     put("trust_proxy", _csv(_env(env, "CONNECTOR_TRUST_PROXY")))
     put("repull_ttl_ms", _int(env, "CONNECTOR_REPULL_TTL_MS"))
     put("idle_purge_ms", _int(env, "CONNECTOR_IDLE_PURGE_MS"))
@@ -269,6 +283,8 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     put("metrics_token", _env(env, "CONNECTOR_METRICS_TOKEN"))
     metrics_dir = _env(env, "CONNECTOR_METRICS_DIR")
     put("metrics_dir", Path(metrics_dir).expanduser() if metrics_dir else None)
+    limits_dir = _env(env, "CONNECTOR_LIMITS_DIR")
+    put("limits_dir", Path(limits_dir).expanduser() if limits_dir else None)
     put("http_max_header_kb", _int(env, "CONNECTOR_HTTP_MAX_HEADER_KB"))
     put("http_header_timeout_s", _int(env, "CONNECTOR_HTTP_HEADER_TIMEOUT_S"))
     put("http_body_timeout_s", _int(env, "CONNECTOR_HTTP_BODY_TIMEOUT_S"))
@@ -340,6 +356,9 @@ def _validated(settings: ConnectorSettings) -> ConnectorSettings:
         raise SettingsError("CONNECTOR_LOG_LEVEL must be debug, info, warning or error")
     if not 60_000 <= settings.webapp_session_ttl_ms <= 30 * 24 * 3600 * 1000:
         raise SettingsError("CONNECTOR_WEBAPP_SESSION_TTL_MS must be between one minute and 30 days")
+    bad_hosts = [host for host in settings.allowed_hosts if host_name(host) is None]
+    if bad_hosts:
+        raise SettingsError(f"CONNECTOR_ALLOWED_HOSTS must list host names (name or name:port), got {bad_hosts[0]!r}")
     return replace(
         settings,
         store_url=store_url,

@@ -355,6 +355,12 @@ TOOLS: tuple[ToolSpec, ...] = (
                     "description": "Store it even though it looks like it holds a credential. Only when the user "
                     "explicitly confirmed they want that credential kept in their memory.",
                 },
+                "idempotency_key": {
+                    "type": "string",
+                    "maxLength": 200,
+                    "description": "Optional: a unique value for this save. Sending the same call again with the "
+                    "same key (a retry after a lost answer) returns the first save instead of saving twice.",
+                },
             },
             ["content"],
         ),

@@ -9,6 +9,7 @@ with ``isError: true`` and a clear message, never a protocol error or a crash.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -129,6 +130,23 @@ def _sync_fields(outcome: WriteOutcome) -> dict[str, Any]:
     return {"synced": False, "durable": False}
 
 
+def _request_key(caller: Caller, idempotency_key: str | None) -> str | None:
+    """A client's retry key made the caller's own: another person's same key names another write."""
+    if not idempotency_key:
+        return None
+    return hashlib.sha256(f"{caller.account.subject}\0{idempotency_key}".encode()).hexdigest()
+
+
+def _hybrid_prefix(brain_id: str | None) -> str:
+    """The start of every hybrid cache key of one brain."""
+    return f"{brain_id or ''}\n"
+
+
+def _hybrid_key(brain_id: str | None, key: str | None) -> str | None:
+    """The hybrid cache's key: a content key within one brain (two brains never share an index)."""
+    return None if key is None else _hybrid_prefix(brain_id) + key
+
+
 class BrainTools:
     """Dispatches tool calls for one connector process."""
 
@@ -143,8 +161,9 @@ class BrainTools:
     ) -> None:
         self.manager = manager
         self.recall_mode = recall_mode
-        # Hybrid recall's vectors (shared by every brain: keyed by content) and, per content
-        # key, its text index and vector matrix. Both are made on first hybrid use.
+        # Hybrid recall's vectors (one store, keyed per brain and content: never shared between
+        # brains, see workcopy/vectors.py) and, per brain and content key, its text index and
+        # vector matrix. Both are made on first hybrid use.
         self._vectors = vectors
         self.hybrid_cache = HybridCache()
         names = set(allowed) if allowed is not None else {tool.name for tool in TOOLS}
@@ -157,7 +176,7 @@ class BrainTools:
         self._background: set[asyncio.Task[None]] = set()
         # Index builds after writes: the brain being built, and the newest one waiting, per brain.
         self._prewarm_busy: set[str] = set()
-        self._prewarm_next: dict[str, tuple[Brain, str, float]] = {}
+        self._prewarm_next: dict[str, tuple[Brain, str, float, str | None]] = {}
         self._writes_in_flight = 0
         self._handlers: dict[str, Callable[[Caller, Args], Awaitable[types.CallToolResult]]] = {
             "brain_recall": self._recall,
@@ -184,12 +203,13 @@ class BrainTools:
         the queued one, so a burst costs one or two builds, not one each.
         """
         brain, key = outcome.brain, outcome.key
-        if brain is None or key is None or self._index_ready(key, self.recall_mode) or "index.json" not in brain:
+        ready = self._index_ready(key, self.recall_mode, outcome.brain_id)
+        if brain is None or key is None or ready or "index.json" not in brain:
             return
         slot = outcome.brain_id or key
         queued = self._prewarm_next.get(slot)
         now = time.monotonic()
-        self._prewarm_next[slot] = (brain, key, queued[2] if queued else now)
+        self._prewarm_next[slot] = (brain, key, queued[2] if queued else now, outcome.brain_id)
         if slot not in self._prewarm_busy and queued is None:
             asyncio.get_running_loop().call_later(PREWARM_QUIET_S, self._maybe_start_prewarm, slot)
 
@@ -203,8 +223,8 @@ class BrainTools:
         self._start_prewarm(slot)
 
     def _start_prewarm(self, slot: str) -> None:
-        brain, key, _ = self._prewarm_next.pop(slot)
-        if self._index_ready(key, self.recall_mode) or not self._current(key):
+        brain, key, _, brain_id = self._prewarm_next.pop(slot)
+        if self._index_ready(key, self.recall_mode, brain_id) or not self._current(key):
             return  # followed meanwhile, or a pull replaced that version: a build would be wasted
         self._prewarm_busy.add(slot)
 
@@ -212,7 +232,7 @@ class BrainTools:
             try:
                 index = index_for(brain, key, self.index_cache)
                 if self.recall_mode == "hybrid":
-                    self.hybrid_index(brain, key, index)  # embeds what the write added
+                    self.hybrid_index(brain, key, index, brain_id)  # embeds what the write added
             except Exception:  # a brain recall cannot read: the next recall reports it
                 return
 
@@ -247,7 +267,7 @@ class BrainTools:
         """Whether some working copy still holds the content ``key`` names."""
         return any(copy.key == key for copy in self.manager.copies.values())
 
-    def _index_ready(self, key: str | None, mode: str) -> bool:
+    def _index_ready(self, key: str | None, mode: str, brain_id: str | None = None) -> bool:
         """Whether a recall of this content in ``mode`` finds its indexes built (so runs in a few ms).
 
         Asked of the caches themselves: an index dropped with its copy, or pushed out,
@@ -255,7 +275,7 @@ class BrainTools:
         """
         if key is None or self.index_cache.peek(key) is None:
             return False
-        return mode == "exact" or key in self.hybrid_cache
+        return mode == "exact" or _hybrid_key(brain_id, key) in self.hybrid_cache
 
     def list_tools(self, *, bound: bool = False) -> list[types.Tool]:
         """The declared tools (only those allowed; without brain_use on a connection ``bound`` to one
@@ -320,7 +340,7 @@ class BrainTools:
         hits: list[dict[str, Any]] = []
         notes: list[str] = []
         if snapshot.brain is not None and "index.json" in snapshot.brain:
-            if self._index_ready(snapshot.key, mode):
+            if self._index_ready(snapshot.key, mode, snapshot.brain_id):
                 hits = self.run_recall(snapshot, query, limit, project, as_of, as_known_of, mode)
             else:
                 # First recall of this content builds its index (seconds at 10,000 memories):
@@ -386,7 +406,7 @@ class BrainTools:
                 snapshot.brain,
                 query,
                 index=index,
-                hybrid=self.hybrid_index(snapshot.brain, snapshot.key, index),
+                hybrid=self.hybrid_index(snapshot.brain, snapshot.key, index, snapshot.brain_id),
                 embed_query=self.vectors.embed_query,
                 top=limit,
                 project=project,
@@ -445,9 +465,20 @@ class BrainTools:
             self._vectors = VectorStore()
         return self._vectors
 
-    def hybrid_index(self, brain: Brain, key: str | None, index: BrainIndex) -> HybridIndex:
-        """The hybrid index of one brain version, cached under its content key."""
-        return self.hybrid_cache.get_or_build(key, lambda: HybridIndex.build(brain, index, self.vectors))
+    def hybrid_index(self, brain: Brain, key: str | None, index: BrainIndex, brain_id: str | None = None) -> HybridIndex:
+        """The hybrid index of one version of brain ``brain_id``, cached under that brain and its content key.
+
+        Its vectors are that brain's own (`VectorStore.for_brain`): pass the brain id, or a
+        recall could find another brain's cached vectors and time that.
+        """
+        source = self.vectors.for_brain(brain_id)
+
+        def build() -> HybridIndex:
+            # The brain's last index is reused when this version changed no memory's text.
+            previous = self.hybrid_cache.newest(_hybrid_prefix(brain_id))
+            return HybridIndex.build(brain, index, source, previous)
+
+        return self.hybrid_cache.get_or_build(_hybrid_key(brain_id, key), build)
 
     async def _status(self, caller: Caller, args: Args) -> types.CallToolResult:
         # The brain list asked anew: status reports the brains as they are now (size, last sync),
@@ -520,6 +551,7 @@ class BrainTools:
             project=args.string("project", max_length=300) or "",
             task=args.string("task", max_length=300) or "",
             writer=await self.manager.writer(caller.account),
+            request_key=_request_key(caller, args.string("idempotency_key", max_length=200)),
         )
         if not args.boolean("allow_secrets"):
             _refuse_credentials(op.memories)

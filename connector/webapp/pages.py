@@ -19,6 +19,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescap
 from markupsafe import Markup
 
 from connector.engine.jsvalues import parse_iso_ms
+from connector.mcp.http import path_segment
 
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
@@ -54,6 +55,7 @@ def environment() -> Environment:
     )
     env.globals["static_version"] = static_version
     env.filters["when"] = when
+    env.filters["segment"] = path_segment
     return env
 
 
