@@ -236,14 +236,22 @@ class HybridIndex:
     hubness_known: dict[int, float] = field(default_factory=dict)
 
     @classmethod
-    def build(cls, brain: Brain, index: BrainIndex, source: VectorSource) -> HybridIndex:
-        """Text index and vectors of every memory (vectors come from ``source``'s cache when known)."""
+    def build(
+        cls, brain: Brain, index: BrainIndex, source: VectorSource, previous: HybridIndex | None = None
+    ) -> HybridIndex:
+        """Text index and vectors of every memory (vectors come from ``source``'s cache when known).
+
+        ``previous``: the index of an earlier version of the same brain. When the texts are
+        unchanged (a pull that changed no memory's text: same content hashes, same order),
+        its text index and vectors are reused: the text index is most of a build.
+        """
         texts = memory_texts(brain, index)
         hashes = [content_hash(source.model_id, text) for text in texts]
         newer = [position for position, record in enumerate(index.memories) if record.has_newer_fields]
-        return cls(
-            [record.id for record in index.memories], hashes, TextIndex.build(texts), source.vectors(hashes, texts), newer
-        )
+        ids = [record.id for record in index.memories]
+        if previous is not None and previous.hashes == hashes:
+            return cls(ids, hashes, previous.text, previous.vectors, newer)
+        return cls(ids, hashes, TextIndex.build(texts), source.vectors(hashes, texts), newer)
 
     def hubness(self, positions: Sequence[int]) -> dict[int, float]:
         """Mean cosine of each memory at ``positions`` to its HUBNESS_NEIGHBOURS nearest

@@ -15,6 +15,7 @@ import re
 from typing import Any
 
 from common.textsafety import escape_multiline, escape_one_line
+from connector.engine.titles import plain_title
 
 
 def _fmt_number(value: Any) -> str:
@@ -26,6 +27,11 @@ def _fmt_number(value: Any) -> str:
 def one(value: Any) -> str:
     """A single-line value as text, with anything that would break its line escaped."""
     return escape_one_line(value if isinstance(value, str) else str(value))
+
+
+def title(value: Any) -> str:
+    """A memory's title on one line, as people read it (its Markdown marks taken out)."""
+    return one(plain_title(value) if isinstance(value, str) else value)
 
 
 def plural(count: int, singular: str, plural_form: str | None = None) -> str:
@@ -55,8 +61,9 @@ def fenced(content: str, label: str = "memory") -> list[str]:
     return [f"{fence}{label}", *escape_multiline(content).split("\n"), fence]
 
 
-def _content_lines(hit: dict[str, Any]) -> list[str]:
-    """A hit's content, fenced, and what the budget cut of it."""
+def _content_lines(hit: dict[str, Any], titles_only: bool = False) -> list[str]:
+    """A hit's content, fenced, and what the budget cut of it (``titles_only``: the caller
+    asked for no content at all, so none was left out for better hits)."""
     if "content" not in hit:
         return []
     content = hit.get("content") or ""
@@ -69,14 +76,18 @@ def _content_lines(hit: dict[str, Any]) -> list[str]:
         if shown:
             lines.append(f"   (content cut by the recall budget: {shown} of {total} characters shown; "
                          "brain_read gives the whole memory)")
+        elif titles_only:
+            lines.append(f"   (content not shown: titles only were asked for; {total} characters; "
+                         "brain_read gives the whole memory)")
         else:
             lines.append(f"   (content left out: the recall budget was spent on better hits; {total} characters; "
                          "brain_read gives the whole memory)")
     return lines
 
 
-def recall_text(result: dict[str, Any]) -> str:
-    """Numbered hits with id, title, score, markers and fenced content, then the note."""
+def recall_text(result: dict[str, Any], *, titles_only: bool = False) -> str:
+    """Numbered hits with id, title, score, markers and fenced content, then the note
+    (``titles_only``: a content budget of 0 was asked for)."""
     hits = result.get("results", [])
     if hits:
         lines = [f"{memories(result.get('count', len(hits)))} found."]
@@ -96,7 +107,7 @@ def recall_text(result: dict[str, Any]) -> str:
             marks.append("low trust")
         mark_text = f" [{'; '.join(marks)}]" if marks else ""
         lines.append(
-            f"{number}. {one(hit.get('title'))} ({one(hit.get('id'))}, score {_fmt_number(hit.get('score'))}){mark_text}"
+            f"{number}. {title(hit.get('title'))} ({one(hit.get('id'))}, score {_fmt_number(hit.get('score'))}){mark_text}"
         )
         details = []
         if hit.get("type"):
@@ -107,7 +118,7 @@ def recall_text(result: dict[str, Any]) -> str:
             details.append(one(hit["path"]))
         if details:
             lines.append("   " + " | ".join(details))
-        lines += _content_lines(hit)
+        lines += _content_lines(hit, titles_only)
     if result.get("note"):
         lines.append("")
         lines.append(f"Note: {result['note']}")
@@ -183,11 +194,51 @@ def _written_tail(result: dict[str, Any]) -> list[str]:
     return tail
 
 
+def similar_advice(found: list[Any], *, superseded: list[str], stored_id: Any = None) -> str:
+    """What the model should do about what the similar check flagged (empty when nothing)."""
+    duplicates = [item for item in found if item.relation == "duplicate"]
+    updates = [item for item in found if item.relation == "update" and item.id not in superseded]
+    advice = []
+    if superseded:
+        advice.append(f"As asked (on_similar=supersede), it supersedes {', '.join(map(one, superseded))}, which it "
+                      "updates; the older memories stay, marked superseded.")
+    if updates:
+        named = ", ".join(one(item.id) for item in updates)
+        advice.append(
+            f"It looks like an update of {named}: if it replaces that fact, call brain_memorize again with "
+            f"supersedes=[{named}] (or on_similar='supersede')"
+            + (f" and brain_forget {one(stored_id)}" if stored_id else "")
+            + "; if both hold, leave them."
+        )
+    if duplicates:
+        named = ", ".join(one(item.id) for item in duplicates)
+        advice.append(
+            f"It seems to repeat {named}: if it adds nothing, brain_forget {one(stored_id) if stored_id else 'it'} "
+            "(nothing was deleted on a guess)."
+        )
+    return " ".join(advice)
+
+
+def _similar_lines(result: dict[str, Any]) -> list[str]:
+    flagged = [item for item in result.get("similar") or [] if item.get("relation") in ("duplicate", "update")]
+    if not flagged:
+        return []
+    lines = ["Similar memories already in the brain:"]
+    for item in flagged:
+        sure = "exact same content" if item.get("exact") else f"{round(100 * float(item.get('score', 0)))}% sure"
+        lines.append(f"- {one(item.get('relation'))} of '{one(item.get('title'))}' ({one(item.get('id'))}), {sure}")
+    return lines
+
+
 def memorize_text(result: dict[str, Any]) -> str:
-    """The stored memory, its flags, and the sync state."""
+    """The stored memory (or the one already holding it), its flags, what the similar check
+    found, and the sync state."""
     stored = result["stored"]
+    if result.get("written") is False:
+        lines = [f"Already in memory as '{one(stored.get('title'))}' ({one(stored.get('id'))}); nothing written."]
+        return "\n".join([*lines, *_similar_lines(result), *_written_tail(result)])
     lines = [
-        f"Remembered '{one(stored.get('title'))}' as {one(stored.get('id'))} "
+        f"Remembered '{title(stored.get('title'))}' as {one(stored.get('id'))} "
         f"({one(stored.get('type'))}, {one(stored.get('path'))})."
     ]
     if stored.get("quarantine_pending"):
@@ -198,19 +249,19 @@ def memorize_text(result: dict[str, Any]) -> str:
     conflicts = stored.get("potential_conflicts")
     if conflicts:
         named = [
-            f"'{one(item.get('title'))}' ({one(item.get('id'))})" if isinstance(item, dict) else one(item)
+            f"'{title(item.get('title'))}' ({one(item.get('id'))})" if isinstance(item, dict) else one(item)
             for item in conflicts
         ]
         lines.append(f"Potential conflicts with pinned or stable memories: {', '.join(named)}")
     if stored.get("superseded"):
         lines.append(f"Supersedes: {', '.join(map(one, stored['superseded']))}")
+    lines += _similar_lines(result)
     return "\n".join([*lines, *_written_tail(result)])
 
 
 def write_text(verb: str, result: dict[str, Any]) -> str:
     """Pin / unpin / forget; a write that changed nothing says so instead of "saved"."""
-    title = result.get("title")
-    named = f"'{one(title)}' ({one(result['id'])})" if title else one(result["id"])
+    named = f"'{title(result['title'])}' ({one(result['id'])})" if result.get("title") else one(result["id"])
     if result.get("was_pinned") is False:
         return "\n".join([f"{named} was not pinned; nothing changed.", *_notes_only(result)])
     if result.get("already_archived"):
@@ -238,7 +289,7 @@ def verify_text(result: dict[str, Any]) -> str:
         for item in pending:
             reasons = ", ".join(map(one, item.get("reasons") or []))
             lines.append(
-                f"- {one(item.get('id'))}: {one(item.get('title'))} ({one(item.get('origin') or 'no origin')}; {reasons})"
+                f"- {one(item.get('id'))}: {title(item.get('title'))} ({one(item.get('origin') or 'no origin')}; {reasons})"
             )
         return "\n".join(lines)
     lines = []
@@ -256,7 +307,7 @@ def verify_text(result: dict[str, Any]) -> str:
 
 def read_text(result: dict[str, Any]) -> str:
     """One whole memory: what it is, where it comes from, how it stands, its links, its content."""
-    head = f"{one(result.get('title'))} ({one(result['id'])})"
+    head = f"{title(result.get('title'))} ({one(result['id'])})"
     lines = [f"Archived memory {head}" if result.get("archived") else f"Memory {head}"]
     facts = [f"type {one(result['type'])}" if result.get("type") else "", one(result.get("path") or "")]
     lines.append(" | ".join(fact for fact in facts if fact))
@@ -281,7 +332,7 @@ def read_text(result: dict[str, Any]) -> str:
     links = result.get("associations") or []
     if links:
         lines.append("Associated: " + ", ".join(
-            f"'{one(link.get('title'))}' ({one(link['id'])}, weight {_fmt_number(link.get('weight'))})" for link in links
+            f"'{title(link.get('title'))}' ({one(link['id'])}, weight {_fmt_number(link.get('weight'))})" for link in links
         ))
     lines += fenced(result.get("content") or "")
     if result.get("content_truncated"):

@@ -9,7 +9,9 @@ with ``isError: true`` and a clear message, never a protocol error or a crash.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -20,12 +22,14 @@ import mcp_types as types
 from common.textsafety import has_unsafe_chars
 from connector.engine.brain import Brain
 from connector.engine.credentials import credential_refusal, credentials_in_memories
+from connector.engine.embedding import content_hash
 from connector.engine.errors import BrainError
 from connector.engine.hybrid import EXACT_CANNOT_READ, MODES, NO_GOOD_MATCH, HybridIndex, empty_recall_reason, hybrid_recall
 from connector.engine.index import BrainIndex, IndexCache, RecallError, index_for
 from connector.engine.jsvalues import datetime_ms
 from connector.engine.ops import Forget, Pin, Unpin, Verify, connector_memorize
 from connector.engine.recall import recall
+from connector.engine.similar import UPDATE, Incoming, Newer, Similar, exact_duplicates, find_similar
 from connector.engine.views import attach_content, read_memory
 from connector.mcp import chatgpt, render
 from connector.mcp.arguments import ArgumentError, Args
@@ -41,6 +45,7 @@ from connector.mcp.definitions import (
     WRITE_SCOPE,
     ToolSpec,
 )
+from connector.thinking.source import ModelSource
 from connector.workcopy.manager import BrainUnavailable, UnknownBrain, WorkingCopyManager
 from connector.workcopy.model import STATUS_NO_BRAIN, Account, Snapshot, WriteOutcome
 from connector.workcopy.store_client import BrainRecord, StoreError
@@ -55,6 +60,18 @@ BOUND_EXCLUDED = frozenset({"brain_use"})
 # long, and at the latest this long after the write that asked for them.
 PREWARM_QUIET_S = 0.25
 PREWARM_MAX_WAIT_S = 3.0
+# brain_memorize's on_similar: report what the similar check found (default), or also
+# supersede the memories it flagged as updates.
+ON_SIMILAR = ["report", "supersede"]
+# In exact recall mode the memorize check's hybrid index is rebuilt in the background only
+# every this many writes (a build reads and tokenises every memory: ~3 s of CPU at 10,000);
+# meanwhile the check uses the last one built plus the memories written since, embedded
+# one by one (so nothing is missed; only their words' IDF comes from the older version).
+SIMILAR_REBASE_WRITES = 100
+# A brain never checked before is indexed for the check at once up to this many memories
+# (embedding them: a few seconds); a larger one in the background, the first writes
+# meanwhile checked for exact duplicates only.
+SIMILAR_WAIT_MEMORIES = 1000
 
 
 @dataclass(frozen=True)
@@ -129,6 +146,23 @@ def _sync_fields(outcome: WriteOutcome) -> dict[str, Any]:
     return {"synced": False, "durable": False}
 
 
+def _request_key(caller: Caller, idempotency_key: str | None) -> str | None:
+    """A client's retry key made the caller's own: another person's same key names another write."""
+    if not idempotency_key:
+        return None
+    return hashlib.sha256(f"{caller.account.subject}\0{idempotency_key}".encode()).hexdigest()
+
+
+def _hybrid_prefix(brain_id: str | None) -> str:
+    """The start of every hybrid cache key of one brain."""
+    return f"{brain_id or ''}\n"
+
+
+def _hybrid_key(brain_id: str | None, key: str | None) -> str | None:
+    """The hybrid cache's key: a content key within one brain (two brains never share an index)."""
+    return None if key is None else _hybrid_prefix(brain_id) + key
+
+
 class BrainTools:
     """Dispatches tool calls for one connector process."""
 
@@ -140,13 +174,22 @@ class BrainTools:
         index_cache: IndexCache | None = None,
         recall_mode: str = "hybrid",
         vectors: VectorStore | None = None,
+        model: ModelSource | None = None,
     ) -> None:
         self.manager = manager
         self.recall_mode = recall_mode
-        # Hybrid recall's vectors (shared by every brain: keyed by content) and, per content
-        # key, its text index and vector matrix. Both are made on first hybrid use.
+        # Hybrid recall's vectors (one store, keyed per brain and content: never shared between
+        # brains, see workcopy/vectors.py) and, per brain and content key, its text index and
+        # vector matrix. Both are made on first hybrid use.
         self._vectors = vectors
         self.hybrid_cache = HybridCache()
+        # Per brain, the newest version whose hybrid index is built: a memorize right after
+        # another checks against it (plus exact duplicates among the newer memories) rather
+        # than waiting for the new version's index (seconds at 10,000 memories).
+        self._similar_base: dict[str, tuple[str, Brain, BrainIndex, HybridIndex]] = {}
+        self._writes_since_base: dict[str, int] = {}
+        self._similar_building: set[str] = set()
+        self._similar_lock = threading.Lock()
         names = set(allowed) if allowed is not None else {tool.name for tool in TOOLS}
         self.specs: dict[str, ToolSpec] = {tool.name: tool for tool in TOOLS if tool.name in names}
         # The manager's cache: its writes keep the indexes there current (see IndexFollower).
@@ -157,9 +200,9 @@ class BrainTools:
         self._background: set[asyncio.Task[None]] = set()
         # Index builds after writes: the brain being built, and the newest one waiting, per brain.
         self._prewarm_busy: set[str] = set()
-        self._prewarm_next: dict[str, tuple[Brain, str, float]] = {}
+        self._prewarm_next: dict[str, tuple[Brain, str, float, str | None]] = {}
         self._writes_in_flight = 0
-        self._handlers: dict[str, Callable[[Caller, Args], Awaitable[types.CallToolResult]]] = {
+        self._handlers: dict[str, Callable[[Caller, Args], Awaitable[types.CallToolResult | types.InputRequiredResult]]] = {
             "brain_recall": self._recall,
             "brain_status": self._status,
             "brain_read": self._read,
@@ -172,6 +215,9 @@ class BrainTools:
             "search": self._search,
             "fetch": self._fetch,
         }
+        from connector.mcp.thinking import ThinkingTools  # it builds on this class: imported here, not at the top
+
+        self._handlers.update(ThinkingTools(self, model).handlers())
 
     def prewarm(self, outcome: WriteOutcome) -> None:
         """Build the recall index of a just-written brain in the background.
@@ -184,14 +230,29 @@ class BrainTools:
         the queued one, so a burst costs one or two builds, not one each.
         """
         brain, key = outcome.brain, outcome.key
-        if brain is None or key is None or self._index_ready(key, self.recall_mode) or "index.json" not in brain:
+        if brain is None or key is None or "index.json" not in brain:
             return
         slot = outcome.brain_id or key
+        self._writes_since_base[slot] = self._writes_since_base.get(slot, 0) + 1
+        if self._index_ready(key, self._prewarm_mode(slot), outcome.brain_id):
+            return
         queued = self._prewarm_next.get(slot)
         now = time.monotonic()
-        self._prewarm_next[slot] = (brain, key, queued[2] if queued else now)
+        self._prewarm_next[slot] = (brain, key, queued[2] if queued else now, outcome.brain_id)
         if slot not in self._prewarm_busy and queued is None:
             asyncio.get_running_loop().call_later(PREWARM_QUIET_S, self._maybe_start_prewarm, slot)
+
+    def _prewarm_mode(self, slot: str) -> str:
+        """Which indexes a background build after a write makes: the hybrid one in hybrid mode,
+        and in exact mode once SIMILAR_REBASE_WRITES writes were made since the memorize check's
+        base version was indexed (before that the check uses the base plus exact duplicates)."""
+        if self.recall_mode == "hybrid" or self._writes_since_base.get(slot, 0) >= SIMILAR_REBASE_WRITES:
+            return "hybrid"
+        return "exact"
+
+    def _set_similar_base(self, slot: str, key: str, brain: Brain, index: BrainIndex, hybrid: HybridIndex) -> None:
+        self._similar_base[slot] = (key, brain, index, hybrid)
+        self._writes_since_base[slot] = 0
 
     def _maybe_start_prewarm(self, slot: str) -> None:
         queued = self._prewarm_next.get(slot)
@@ -203,16 +264,18 @@ class BrainTools:
         self._start_prewarm(slot)
 
     def _start_prewarm(self, slot: str) -> None:
-        brain, key, _ = self._prewarm_next.pop(slot)
-        if self._index_ready(key, self.recall_mode) or not self._current(key):
+        brain, key, _, brain_id = self._prewarm_next.pop(slot)
+        hybrid_too = self._prewarm_mode(slot) == "hybrid"
+        if self._index_ready(key, "hybrid" if hybrid_too else "exact", brain_id) or not self._current(key):
             return  # followed meanwhile, or a pull replaced that version: a build would be wasted
         self._prewarm_busy.add(slot)
 
         def build() -> None:
             try:
                 index = index_for(brain, key, self.index_cache)
-                if self.recall_mode == "hybrid":
-                    self.hybrid_index(brain, key, index)  # embeds what the write added
+                if hybrid_too:
+                    hybrid = self.hybrid_index(brain, key, index, brain_id)  # embeds what the write added
+                    self._set_similar_base(slot, key, brain, index, hybrid)
             except Exception:  # a brain recall cannot read: the next recall reports it
                 return
 
@@ -247,7 +310,75 @@ class BrainTools:
         """Whether some working copy still holds the content ``key`` names."""
         return any(copy.key == key for copy in self.manager.copies.values())
 
-    def _index_ready(self, key: str | None, mode: str) -> bool:
+    def similar_for(self, snapshot: Snapshot, incoming: Incoming) -> list[Similar]:
+        """The memories of the snapshot's brain ``incoming`` duplicates, updates or is near
+        (connector/engine/similar.py), on the indexes cached for its content key.
+
+        When this version's hybrid index is not built yet (a write just changed the brain)
+        the check runs on the newest version whose index is built together with the
+        memories written since (their vectors computed once and kept by content). A brain
+        never checked before is indexed at once up to SIMILAR_WAIT_MEMORIES memories, a
+        larger one in the background (exact duplicates only until then). A brain the check
+        cannot read gives no findings: the check never stops a write.
+        """
+        brain, key = snapshot.brain, snapshot.key
+        if brain is None or "index.json" not in brain:
+            return []
+        slot = snapshot.brain_id or key or ""
+        try:
+            index = index_for(brain, key, self.index_cache)
+            if not index.memories:
+                return []
+            base = self._similar_base.get(slot)
+            brain_id = snapshot.brain_id
+            ready = self._index_ready(key, "hybrid", brain_id) or base is not None and base[0] == key
+            if base is None and not ready and len(index.memories) > SIMILAR_WAIT_MEMORIES:
+                # A large brain never indexed here: index it in the background (embedding every
+                # memory takes minutes of CPU at 10,000) and check exact duplicates meanwhile.
+                self._build_similar_base(slot, brain, key, index, brain_id)
+                return exact_duplicates(brain, index, incoming.content)
+            if base is None or ready:
+                hybrid = self.hybrid_index(brain, key, index, brain_id)
+                self._set_similar_base(slot, key or "", brain, index, hybrid)
+                return find_similar(brain, incoming, index=index, hybrid=hybrid, embed=self.vectors.embed_query)
+            _, base_brain, base_index, base_hybrid = base
+            newer_ids = [memory_id for memory_id in index.positions if memory_id not in base_index.positions]
+            entries = [index.memories[index.positions[memory_id]].entry for memory_id in newer_ids]
+            texts = Newer.texts(brain, entries)
+            # Each newer memory is embedded once (the vector store keeps it by content).
+            source = self.vectors.for_brain(brain_id)
+            vectors = source.vectors([content_hash(source.model_id, text) for text in texts], texts)
+            gone = {memory_id for memory_id in base_index.positions if memory_id not in index.positions}
+            found = find_similar(base_brain, incoming, index=base_index, hybrid=base_hybrid,
+                                 embed=self.vectors.embed_query, newer=Newer(brain, newer_ids, entries, vectors),
+                                 skip=gone)
+            exact = exact_duplicates(brain, index, incoming.content, among=newer_ids)
+            return exact + [item for item in found if item.id not in {e.id for e in exact}]
+        except (RecallError, BrainError, ValueError, RecursionError):
+            log.warning("similar check skipped: the brain could not be indexed")
+            return []
+
+    def _build_similar_base(
+        self, slot: str, brain: Brain, key: str | None, index: BrainIndex, brain_id: str | None
+    ) -> None:
+        """Build the similar check's hybrid index of a brain in a background thread (once at a time)."""
+        with self._similar_lock:
+            if slot in self._similar_building:
+                return
+            self._similar_building.add(slot)
+
+        def build() -> None:
+            try:
+                self._set_similar_base(slot, key or "", brain, index, self.hybrid_index(brain, key, index, brain_id))
+            except Exception:  # a brain the check cannot index: the next write tries again
+                log.warning("similar check: the brain could not be indexed")
+            finally:
+                with self._similar_lock:
+                    self._similar_building.discard(slot)
+
+        threading.Thread(target=build, name="similar-index", daemon=True).start()
+
+    def _index_ready(self, key: str | None, mode: str, brain_id: str | None = None) -> bool:
         """Whether a recall of this content in ``mode`` finds its indexes built (so runs in a few ms).
 
         Asked of the caches themselves: an index dropped with its copy, or pushed out,
@@ -255,7 +386,7 @@ class BrainTools:
         """
         if key is None or self.index_cache.peek(key) is None:
             return False
-        return mode == "exact" or key in self.hybrid_cache
+        return mode == "exact" or _hybrid_key(brain_id, key) in self.hybrid_cache
 
     def list_tools(self, *, bound: bool = False) -> list[types.Tool]:
         """The declared tools (only those allowed; without brain_use on a connection ``bound`` to one
@@ -269,7 +400,9 @@ class BrainTools:
         spec = self.specs.get(name)
         return spec.input_schema if spec else None
 
-    async def call(self, name: str, arguments: Any, caller: Caller) -> types.CallToolResult:
+    async def call(
+        self, name: str, arguments: Any, caller: Caller
+    ) -> types.CallToolResult | types.InputRequiredResult:
         """Run one tool call; every failure becomes an error result."""
         spec = self.specs.get(name)
         bound = bool(caller.account.brain)
@@ -277,18 +410,22 @@ class BrainTools:
             available = [known for known in self.specs if not (bound and known in BOUND_EXCLUDED)]
             return error_result(f"Unknown tool {name!r}. Available: {', '.join(available)}.")
         args = Args(arguments)
-        needs_write = not spec.read_only and not (name == "brain_verify" and _is_list(args))
+        needs_write = not spec.read_only and not (name == "brain_verify" and _is_list(args)) and not (
+            name == "brain_extract" and not _saves(args)
+        )
         if needs_write and WRITE_SCOPE not in caller.scopes:
             return error_result(
                 f"{name} changes the brain and needs the '{WRITE_SCOPE}' permission, which this sign-in did not "
                 "grant (read-only access). Ask the user to reconnect with write access."
             )
         result = await self._run(name, caller, args)
+        if not isinstance(result, types.CallToolResult):
+            return result  # an interim result (the host's model is asked first): notices wait for the final one
         # Writes dropped for good (brain deleted, access lost) are told on the next call, whatever it is.
         notices = self.manager.take_notices(caller.account.subject)
         return with_notices(result, notices) if notices else result
 
-    async def _run(self, name: str, caller: Caller, args: Args) -> types.CallToolResult:
+    async def _run(self, name: str, caller: Caller, args: Args) -> types.CallToolResult | types.InputRequiredResult:
         """The tool's handler, with every refusal or failure turned into an error result."""
         try:
             return await self._handlers[name](caller, args)
@@ -320,7 +457,7 @@ class BrainTools:
         hits: list[dict[str, Any]] = []
         notes: list[str] = []
         if snapshot.brain is not None and "index.json" in snapshot.brain:
-            if self._index_ready(snapshot.key, mode):
+            if self._index_ready(snapshot.key, mode, snapshot.brain_id):
                 hits = self.run_recall(snapshot, query, limit, project, as_of, as_known_of, mode)
             else:
                 # First recall of this content builds its index (seconds at 10,000 memories):
@@ -344,7 +481,7 @@ class BrainTools:
                 'Chinese or Japanese text; hybrid mode (mode "hybrid") would search this query.'
             )
         notes += ([clamped] if clamped else []) + budget_notes
-        if not hits and snapshot.identity.status == STATUS_NO_BRAIN and snapshot.identity.note:
+        if not hits and (snapshot.identity.status == STATUS_NO_BRAIN or snapshot.identity.empty) and snapshot.identity.note:
             notes.append(snapshot.identity.note)
         pending = sum(1 for hit in hits if hit.get("quarantine_pending"))
         if pending:
@@ -366,7 +503,7 @@ class BrainTools:
             structured["nothing_matches_well"] = True
         if notes:
             structured["note"] = " ".join(notes)
-        return ok_result(structured, render.recall_text(structured))
+        return ok_result(structured, render.recall_text(structured, titles_only=budget == 0))
 
     def run_recall(
         self,
@@ -386,7 +523,7 @@ class BrainTools:
                 snapshot.brain,
                 query,
                 index=index,
-                hybrid=self.hybrid_index(snapshot.brain, snapshot.key, index),
+                hybrid=self.hybrid_index(snapshot.brain, snapshot.key, index, snapshot.brain_id),
                 embed_query=self.vectors.embed_query,
                 top=limit,
                 project=project,
@@ -445,12 +582,25 @@ class BrainTools:
             self._vectors = VectorStore()
         return self._vectors
 
-    def hybrid_index(self, brain: Brain, key: str | None, index: BrainIndex) -> HybridIndex:
-        """The hybrid index of one brain version, cached under its content key."""
-        return self.hybrid_cache.get_or_build(key, lambda: HybridIndex.build(brain, index, self.vectors))
+    def hybrid_index(self, brain: Brain, key: str | None, index: BrainIndex, brain_id: str | None = None) -> HybridIndex:
+        """The hybrid index of one version of brain ``brain_id``, cached under that brain and its content key.
+
+        Its vectors are that brain's own (`VectorStore.for_brain`): pass the brain id, or a
+        recall could find another brain's cached vectors and time that.
+        """
+        source = self.vectors.for_brain(brain_id)
+
+        def build() -> HybridIndex:
+            # The brain's last index is reused when this version changed no memory's text.
+            previous = self.hybrid_cache.newest(_hybrid_prefix(brain_id))
+            return HybridIndex.build(brain, index, source, previous)
+
+        return self.hybrid_cache.get_or_build(_hybrid_key(brain_id, key), build)
 
     async def _status(self, caller: Caller, args: Args) -> types.CallToolResult:
-        snapshot = await self.manager.snapshot(caller.account)
+        # The brain list asked anew: status reports the brains as they are now (size, last sync),
+        # also after writes made through other workers, replicas or the store's own clients.
+        snapshot = await self.manager.snapshot(caller.account, fresh_list=True)
         entries = _entries(snapshot)
         index = snapshot.brain.read_json("index.json") if snapshot.brain is not None else None
         last_updated = index.get("last_updated") if isinstance(index, dict) else None
@@ -505,30 +655,77 @@ class BrainTools:
         assert content is not None
         title = args.string("title", max_length=1000)
         tags = args.string_list("tags")
-        op = connector_memorize(
-            content,
-            title=title,
-            type=args.choice("type", MEMORY_TYPES, default="learning"),
-            tags=tags,
-            origin=args.choice("origin", ORIGINS, default="agent-inferred"),
-            valid_from=args.string("valid_from"),
-            valid_until=args.string("valid_until"),
-            supersedes=args.string_list("supersedes"),
-            agent=caller.account.client_name,
-            project=args.string("project", max_length=300) or "",
-            task=args.string("task", max_length=300) or "",
-            writer=await self.manager.writer(caller.account),
-        )
+        allow_duplicate = args.boolean("allow_duplicate")
+        on_similar = args.choice("on_similar", ON_SIMILAR, default="report")
+        options: dict[str, Any] = {
+            "title": title,
+            "type": args.choice("type", MEMORY_TYPES, default="learning"),
+            "tags": tags,
+            "origin": args.choice("origin", ORIGINS, default="agent-inferred"),
+            "valid_from": args.string("valid_from"),
+            "valid_until": args.string("valid_until"),
+            "supersedes": args.string_list("supersedes"),
+            "agent": caller.account.client_name,
+            "project": args.string("project", max_length=300) or "",
+            "task": args.string("task", max_length=300) or "",
+            "writer": await self.manager.writer(caller.account),
+            "request_key": _request_key(caller, args.string("idempotency_key", max_length=200)),
+        }
+        op = connector_memorize(content, **options)
         if not args.boolean("allow_secrets"):
             _refuse_credentials(op.memories)
+        memory = op.memories[0]
+        # The check runs on the brain as it is before the write, off the event loop (it may
+        # build the brain's indexes), and decides before anything is written: the operation
+        # that is written (and replayed after a 412) carries its outcome, so a replay is
+        # deterministic and keeps its id.
+        snapshot = await self.manager.snapshot(caller.account)
+        incoming = Incoming(memory.content, memory.title, memory.tags, memory.type)
+        if self._index_ready(snapshot.key, "hybrid", snapshot.brain_id):
+            found = self.similar_for(snapshot, incoming)
+        else:
+            found = await asyncio.to_thread(self.similar_for, snapshot, incoming)
+        exact = next((item for item in found if item.exact), None)
+        if exact is not None and not allow_duplicate:
+            return self._duplicate_result(snapshot, exact, found)
+        superseding: list[str] = []
+        if on_similar == "supersede":
+            superseding = [item.id for item in found if item.relation == UPDATE and item.id not in memory.supersedes]
+            if superseding:
+                op = connector_memorize(content, **{**options, "supersedes": [*memory.supersedes, *superseding]})
         outcome = await self._write(caller, op, "memorize")
         _refused_for_good(outcome)
         self.prewarm(outcome)
         stored = dict(outcome.result["stored"][0])
-        structured: dict[str, Any] = {"stored": stored, **_sync_fields(outcome)}
-        note = _sync_note(outcome)
+        structured: dict[str, Any] = {
+            "stored": stored, **_sync_fields(outcome), "similar": [item.to_json(detail=True) for item in found],
+        }
+        advice = render.similar_advice(found, superseded=superseding, stored_id=stored.get("id"))
+        note = " ".join(part for part in (advice, _sync_note(outcome)) if part)
         if note:
             structured["note"] = note
+        return ok_result(structured, render.memorize_text(structured))
+
+    def _duplicate_result(self, snapshot: Snapshot, exact: Similar, found: list[Similar]) -> types.CallToolResult:
+        """The answer to a memorize of content the brain already holds word for word: nothing written."""
+        entry = _entries(snapshot).get(exact.id)
+        entry = entry if isinstance(entry, dict) else {}
+        structured: dict[str, Any] = {
+            "stored": {
+                "id": exact.id,
+                "title": exact.title,
+                "path": entry.get("path") if isinstance(entry.get("path"), str) else "",
+                "type": entry.get("type") if isinstance(entry.get("type"), str) else "",
+                "already_present": True,
+            },
+            "written": False,
+            "synced": True,
+            "similar": [item.to_json(detail=True) for item in found],
+            "note": (
+                f"Not written: memory {exact.id} already holds this content. Use that id; call brain_memorize "
+                "again with allow_duplicate=true only if the user wants a second copy."
+            ),
+        }
         return ok_result(structured, render.memorize_text(structured))
 
     async def _simple_write(self, caller: Caller, op: Any, label: str, verb: str) -> types.CallToolResult:
@@ -580,6 +777,21 @@ class BrainTools:
             structured["note"] = note
         return ok_result(structured, render.verify_text(structured))
 
+    # ----- for other tools (connector/mcp/thinking.py) ----------------------------
+
+    async def recall_structured(self, caller: Caller, arguments: dict[str, Any]) -> dict[str, Any]:
+        """brain_recall's own recall (mode, budget, notes), its structured result; a refusal raises ToolFailure."""
+        result = await self._recall(caller, Args(arguments))
+        if result.is_error or result.structured_content is None:
+            raise ToolFailure(result.content[0].text if result.content else "recall failed")
+        return result.structured_content
+
+    async def memorize_one(self, caller: Caller, arguments: dict[str, Any]) -> types.CallToolResult:
+        """brain_memorize's own path, every check included, as its result (errors as error results)."""
+        result = await self._run("brain_memorize", caller, Args(arguments))
+        assert isinstance(result, types.CallToolResult)  # memorize never asks the host
+        return result
+
 
 def sharing_fields(record: BrainRecord) -> dict[str, Any]:
     """``role`` and ``owner`` of a brain record, when the store shares brains (contract 4.8)."""
@@ -625,3 +837,11 @@ def _is_list(args: Args) -> bool:
         return args.choice("action", ["list", "approve", "reject"], default="list") == "list"
     except ArgumentError:
         return False
+
+
+def _saves(args: Args) -> bool:
+    """Whether a brain_extract call asks to save (then it needs the write scope); unreadable counts as yes."""
+    try:
+        return args.boolean("save")
+    except ArgumentError:
+        return True

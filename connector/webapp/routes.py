@@ -24,9 +24,11 @@ from litestar.datastructures import Cookie
 
 from connector.engine.brain import Brain
 from connector.engine.ops import Memorize, operation_from_dict
-from connector.identity.base import ProviderRefused, ProviderUnavailable
-from connector.mcp.http import header, peer_address
+from connector.engine.similar import Incoming
+from connector.identity.base import ProviderRefused, ProviderThrottled, ProviderUnavailable
+from connector.mcp.http import header, path_segment, peer_address
 from connector.oauth.sealed_files import SealedRecords
+from connector.oauth.signin_limit import SignInChecks, signin_limiter, signin_wait
 from connector.oauth.state import OAuthState, SecretBox
 from connector.webapp.actions import ActionRefused, BrainActions, Done
 from connector.webapp.guard import Site, new_signin_token, same_origin, session_of, site_of, tokens_match
@@ -34,13 +36,13 @@ from connector.webapp.pages import STATIC_TYPES, page_headers, render, static_fi
 from connector.webapp.sessions import MAX_SESSIONS, WebSession, WebSessions
 from connector.webapp.transfer import MAX_IMPORT_BYTES, ImportPlan, dry_run, export_memories, export_zip, plan_import
 from connector.webapp.views import MODE_LABELS, TYPES, BrainViews, SearchForm, SearchResult
-from connector.workcopy.manager import BrainUnavailable
-from common.limits import TokenBucketLimiter, TrustedProxies, client_address
+from connector.workcopy.manager import BrainUnavailable, SignInAgain
+from connector.workcopy.store_client import StoreUnauthorized
+from common.limits import TrustedProxies, client_address
 
 log = logging.getLogger("connector.webapp")
 
 MAX_FORM_BYTES = 256 * 1024
-SIGNIN_RATE_PER_MIN = 10
 SIGNIN_COOKIE_AGE_S = 3600
 MEMORY_ACTIONS = ("pin", "unpin", "forget", "restore", "approve", "reject")
 # What the page says after an action; chosen from this table, never echoed from the request.
@@ -49,19 +51,24 @@ DONE_MESSAGES = {
     "restore": "Restored from the archive.", "approve": "Approved.", "reject": "Rejected: moved to the archive.",
     "edit": "Saved as a new memory that supersedes the old one.", "brain": "Brain switched.",
     "import": "Imported.", "snapshot": "Snapshot restored: the brain is as it was then.",
+    "new": "Saved.",
 }
 IMPORT_TTL_S = 900.0
 OIDC_PENDING_TTL_S = 600.0
 MAX_OIDC_PENDING = 1000
 HELD_NOTE = "Saved here, not yet synced to the store; it will be pushed automatically."
+ENDED_MESSAGE = ("Your brain store no longer accepts this sign-in (its token was changed or removed, "
+                 "or the agent key was revoked). Sign in again.")
 
 
 class WebApp:
     """The web app's state: sessions, sign-in provider, views and actions."""
 
-    def __init__(self, settings: Any, *, manager: Any, tools: Any, provider: Any, state: OAuthState | None = None) -> None:
+    def __init__(self, settings: Any, *, manager: Any, tools: Any, provider: Any, state: OAuthState | None = None,
+                 signin_checks: SignInChecks | None = None) -> None:
         """``state`` (the connector's) keeps sessions, OIDC sign-ins in flight and checked imports
-        in its directory, so a browser's next request may land on any replica sharing it."""
+        in its directory, so a browser's next request may land on any replica sharing it;
+        ``signin_checks`` is the OAuth page's budget of sign-in attempts per address (shared)."""
         self.settings = settings
         self.provider = provider
         directory = state.state_dir if state is not None else None
@@ -70,11 +77,15 @@ class WebApp:
         def place(name: str) -> Path | None:
             return directory / name if directory is not None else None
 
-        self.sessions = WebSessions(settings.webapp_session_ttl_ms / 1000.0, directory=place("web-sessions"), box=box)
+        self.sessions = WebSessions(settings.webapp_session_ttl_ms / 1000.0, directory=place("web-sessions"), box=box,
+                                    ended=place("web-ended"))
+        # Where a signed-in person's store credential is kept (the sign-in page says which).
+        self.sessions_on_disk = directory is not None
         self.views = BrainViews(manager, tools)
         self.actions = BrainActions(manager, tools)
         self._trusted = TrustedProxies.parse(settings.trust_proxy)
-        self._signin_limit = TokenBucketLimiter(SIGNIN_RATE_PER_MIN)
+        self._signin_checks = signin_checks if signin_checks is not None else signin_limiter(
+            None, settings.signin_attempts_per_min)
         # Checked imports waiting for the person's confirmation: one per session (keyed by its CSRF token).
         self._imports = SealedRecords(place("web-imports"), box, "web-import", ttl_s=IMPORT_TTL_S,
                                       capacity=MAX_SESSIONS)
@@ -141,15 +152,18 @@ class WebApp:
         """Where the app lives for a request's ASGI scope."""
         return site_of(scope, self.settings.public_url, tuple(self.settings.trust_proxy))
 
+    def client_address(self, request: Request[Any, Any, Any]) -> str:
+        """The person's address: the right-most untrusted X-Forwarded-For hop behind a trusted proxy."""
+        return client_address(peer_address(request.scope), request.headers.get("x-forwarded-for"), self._trusted)
+
     def signin_retry_after(self, request: Request[Any, Any, Any]) -> float | None:
-        """Sign-in attempts per client address are limited (token guessing)."""
-        address = client_address(peer_address(request.scope), request.headers.get("x-forwarded-for"), self._trusted)
-        return self._signin_limit.hit(address)
+        """Sign-in attempts per client address are limited (token guessing), as on the OAuth page."""
+        return signin_wait(self._signin_checks, self.client_address(request))
 
     def page(self, template: str, site: Site, session: WebSession | None, *, status: int = 200,
              cookies: list[Cookie] | None = None, **context: Any) -> Response[str]:
         """A rendered page with the app's security headers."""
-        html = render(template, root=site.root, session=session,
+        html = render(template, root=site.root, session=session, sessions_on_disk=self.sessions_on_disk,
                       can_write=session is not None and not session.read_only, **context)
         return Response(html, status_code=status, media_type="text/html; charset=utf-8", headers=page_headers(),
                         cookies=cookies or [])
@@ -180,7 +194,7 @@ def _flash(done: str | None, held: str | None) -> str | None:
 
 def _done_location(site: Site, action: str, done: Done) -> str:
     query = {"done": action, **({} if done.synced else {"held": "1"})}
-    return f"{site.root}/memory/{done.memory_id}?{urlencode(query)}"
+    return f"{site.root}/memory/{path_segment(done.memory_id)}?{urlencode(query)}"
 
 
 def webapp_route_handlers(app: WebApp) -> list[Any]:
@@ -212,7 +226,9 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         if session is not None:
             return app.redirect(site.root)
         token = new_signin_token()
-        return app.page("signin.html", site, None, csrf=token, provider=app.provider.kind, error=None,
+        ended = request.query_params.get("ended") == "1"
+        return app.page("signin.html", site, None, csrf=token, provider=app.provider.kind,
+                        error=ENDED_MESSAGE if ended else None,
                         signed_out=request.query_params.get("out") == "1",
                         cookies=[site.cookie(site.signin_cookie, token, SIGNIN_COOKIE_AGE_S)])
 
@@ -280,7 +296,13 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         if app.provider.mode != "page":
             return signin_again(site, 400, "Use the button to sign in with your organisation.")
         try:
-            identity = await app.provider.sign_in(form.get("token"))
+            # The person's address goes to the store, which limits wrong tokens per address
+            # (not per connector, whose address carries every signed-in user's requests).
+            identity = await app.provider.sign_in(form.get("token"), app.client_address(request))
+        except ProviderThrottled:
+            # Counted like a wrong token (the attempt was taken above): never a free retry.
+            return signin_again(site, 429, "Your brain store refuses more sign-in attempts from your network for now. "
+                                           "Wait a minute and try again.")
         except ProviderRefused:
             return signin_again(site, 401, "That token was not accepted by your brain store.")
         except ProviderUnavailable:
@@ -306,7 +328,8 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
             _, session = session_of(request.cookies, site, app.sessions)
             if session is None:
                 return app.redirect(f"{site.root}/signin")
-            return await unavailable_as_page(handler(request, Visit(site, session, {}, None)), site, session)
+            return await unavailable_as_page(handler(request, Visit(site, session, {}, None)), site, session,
+                                             request)
 
         route.__name__ = route.__qualname__ = handler.__name__
         return route
@@ -318,16 +341,28 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
             checked = await guarded_post(request, write=True)
             if isinstance(checked, Response):
                 return checked
-            return await unavailable_as_page(handler(request, checked), checked.site, checked.session)
+            return await unavailable_as_page(handler(request, checked), checked.site, checked.session, request)
 
         route.__name__ = route.__qualname__ = handler.__name__
         return route
 
-    async def unavailable_as_page(answer: Awaitable[Response[Any]], site: Site, session: WebSession) -> Response[Any]:
+    async def unavailable_as_page(answer: Awaitable[Response[Any]], site: Site, session: WebSession,
+                                  request: Request[Any, Any, Any]) -> Response[Any]:
         try:
             return await answer
+        except (SignInAgain, StoreUnauthorized):
+            # The store refused this session's credential: the session ends here (and every
+            # other using it, through the manager's hook), and the person is sent to sign in
+            # instead of every page presenting the dead credential to the store again.
+            app.sessions.end(request.cookies.get(site.session_cookie))
+            return app.redirect(f"{site.root}/signin?ended=1", cookies=[site.cookie(site.session_cookie, "", 0)])
         except BrainUnavailable as exc:
             return app.page("error.html", site, session, status=503, title="Brain unavailable", message=str(exc))
+
+    def read_only_refusal(visit: Visit) -> Response[Any]:
+        """The page a read-only sign-in gets for a form that would change memories."""
+        return app.page("error.html", visit.site, visit.session, status=403, title="Read-only sign-in",
+                        message="This sign-in is read-only: it cannot change memories.")
 
     def not_found(visit: Visit, message: str = "This brain has no memory with that id, live or archived.") -> Response[Any]:
         return app.page("error.html", visit.site, visit.session, status=404, title="No such memory", message=message)
@@ -335,7 +370,8 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
     @get(["/app", "/app/"], cache=False, include_in_schema=False)
     @page_route
     async def home(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
-        data = await app.views.home(visit.session.account)
+        page = request.query_params.get("page") or "1"
+        data = await app.views.home(visit.session.account, int(page) if page.isdigit() and len(page) < 7 else 1)
         params = request.query_params
         return app.page("home.html", visit.site, visit.session, home=data,
                         flash=_flash(params.get("done"), params.get("held")))
@@ -364,19 +400,42 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         if view is None:
             return not_found(visit)
         params = request.query_params
+        # After an edit, what the new text repeats or updates elsewhere in the brain (as brain_memorize says).
+        similar = (await app.views.similar_to(visit.session.account, view.id)
+                   if params.get("done") == "edit" and not view.archived else [])
         return app.page("memory.html", visit.site, visit.session, memory=view, error=None, offer_force=False,
-                        flash=_flash(params.get("done"), params.get("held")))
+                        flash=_flash(params.get("done"), params.get("held")), similar=similar)
 
     @get("/app/memory/{memory_id:str}/edit", cache=False, include_in_schema=False)
     @page_route
     async def edit_page(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
         if visit.session.read_only:
-            return app.page("error.html", visit.site, visit.session, status=403, title="Read-only sign-in",
-                            message="This sign-in is read-only: it cannot change memories.")
+            return read_only_refusal(visit)
         view = await app.views.memory(visit.session.account, request.path_params["memory_id"][:200])
         if view is None or view.archived:
             return not_found(visit, "Only memories in the brain (not in the archive) can be edited.")
         return app.page("edit.html", visit.site, visit.session, memory=view, types=TYPES, error=None)
+
+    @get("/app/new", cache=False, include_in_schema=False)
+    @page_route
+    async def new_page(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
+        if visit.session.read_only:
+            return read_only_refusal(visit)
+        return app.page("new.html", visit.site, visit.session, types=TYPES, form={}, error=None)
+
+    @post("/app/new", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
+    @write_route
+    async def new_submit(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
+        form = visit.form
+        try:
+            done = await app.actions.create(visit.session.account, title=form.get("title", ""),
+                                            content=form.get("content", ""), type_=form.get("type", "learning"),
+                                            tags=form.get("tags", ""))
+        except ActionRefused as exc:
+            # The form comes back as typed, with the reason; nothing was saved.
+            return app.page("new.html", visit.site, visit.session, status=400, types=TYPES, form=form,
+                            error=str(exc))
+        return app.redirect(_done_location(visit.site, "new", done))
 
     @get("/app/archive", cache=False, include_in_schema=False)
     @page_route
@@ -478,7 +537,14 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         summary = await asyncio.to_thread(dry_run, plan, snapshot.brain, now)
         # Off the loop: a checked import may be megabytes, sealed and written to the state directory.
         reference = await asyncio.to_thread(app.keep_import, visit.session, plan) if summary.new else None
-        return app.page("transfer.html", visit.site, visit.session, summary=summary, reference=reference, error=None)
+        # A file with nothing to import and errors is refused as such (400), the errors listed.
+        status = 400 if summary.errors and not summary.new else 200
+        # What the new memories repeat or update among those already here (the first ones checked).
+        similar = await app.views.similar_to_new(visit.session.account, [
+            Incoming(memory.content, memory.title, memory.tags, memory.type) for memory in plan.inputs
+        ]) if summary.new else []
+        return app.page("transfer.html", visit.site, visit.session, status=status, summary=summary,
+                        reference=reference, error=None, similar=similar)
 
     @post("/app/import/confirm", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
     @write_route
@@ -539,14 +605,15 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
                         headers={"Cache-Control": "public, max-age=86400", "X-Content-Type-Options": "nosniff"})
 
     return [signin_page, signin_start, oidc_callback, signin_submit, signout, home, search, memory, edit_page, archive, edit_submit,
+            new_page, new_submit,
             memory_action, use_brain, transfer_page, export, import_preview, import_confirm, history, history_diff,
             history_restore,
             static]
 
 
 def build_webapp(settings: Any, *, manager: Any, tools: Any, provider: Any,
-                 state: OAuthState | None = None) -> tuple[WebApp, list[Any]]:
+                 state: OAuthState | None = None, signin_checks: SignInChecks | None = None) -> tuple[WebApp, list[Any]]:
     """The web app and its route handlers (``provider``: the connector's identity provider;
-    ``state``: the connector's, shared by replicas)."""
-    web = WebApp(settings, manager=manager, tools=tools, provider=provider, state=state)
+    ``state``: the connector's, shared by replicas; ``signin_checks``: the OAuth page's sign-in budget)."""
+    web = WebApp(settings, manager=manager, tools=tools, provider=provider, state=state, signin_checks=signin_checks)
     return web, webapp_route_handlers(web)

@@ -17,7 +17,9 @@ from connector.engine.hybrid import empty_recall_reason
 from connector.engine.index import BrainIndex, RecallError, index_for
 from connector.engine.restore import frontmatter_values
 from connector.engine.rules import MEMORY_TYPES
+from connector.engine.similar import Incoming, Similar
 from connector.engine.text import memory_body
+from connector.engine.titles import plain_title
 from connector.mcp.tools import BrainTools
 from connector.webapp.graph import Graph, neighbourhood
 from connector.webapp.history import BrainDiff, diff_brains
@@ -30,10 +32,22 @@ SEARCH_LIMIT = 25
 # Recall is asked for more than is shown so that type and tag filters still fill a page.
 RECALL_POOL = 200
 BROWSE_LIMIT = 50
+RECENT_PAGE = 20  # recent memories per page on the home page
 TAG_CACHE_SIZE = 32
 TYPES = tuple(MEMORY_TYPES)
 # The search page's names for brain_recall's modes, in engine.hybrid.MODES order (test_units checks).
 MODE_LABELS = {"exact": "Exact words", "hybrid": "Meaning and other languages (hybrid)"}
+
+
+@dataclass(frozen=True)
+class SimilarLine:
+    """An existing memory the similar check flagged: which, how, how sure (percent)."""
+
+    memory: MemoryLine
+    relation: str
+    percent: int
+    exact: bool
+    about: str = ""  # the new memory's title (an import lists several)
 
 
 @dataclass(frozen=True)
@@ -115,6 +129,11 @@ class Home:
     pending: list[MemoryLine]
     pending_writes: int
     note: str | None
+    # The brain in use holds nothing yet: the page welcomes and says what to do next.
+    empty: bool = False
+    recent: list[MemoryLine] = field(default_factory=list)
+    page: int = 1
+    pages: int = 1
 
 
 @dataclass
@@ -157,7 +176,7 @@ def line_of(memory_id: str, entry: dict[str, Any], *, expired: bool = False) -> 
     """A list line from an index entry."""
     return MemoryLine(
         id=memory_id,
-        title=_string(entry.get("title")) or memory_id,
+        title=plain_title(_string(entry.get("title"))) or memory_id,
         type=_string(entry.get("type")),
         tags=_tags(entry.get("tags")),
         pinned=entry.get("pinned") is True,
@@ -213,8 +232,9 @@ class BrainViews:
                     self._tags.pop(next(iter(self._tags)))
         return cached
 
-    async def home(self, account: Account) -> Home:
-        """Brains, counts, last sync, pinned tier and memories waiting for verification."""
+    async def home(self, account: Account, page: int = 1) -> Home:
+        """Brains, counts, last sync, pinned tier, memories waiting for verification and
+        page ``page`` of the recent memories (newest first)."""
         records, active = await self.manager.brains(account)
         snapshot = await self.manager.snapshot(account)
         index = await self._index(snapshot)
@@ -232,6 +252,7 @@ class BrainViews:
                 if record.quarantined or entry.get("quarantined"):
                     pending.append(line_of(record.id, entry))
         pinned.sort(key=lambda item: item[:3])
+        recent, page, pages = _recent(index, page) if index is not None else ([], 1, 1)
         last_updated = _last_updated(snapshot.brain.read("index.json")) if snapshot.brain is not None else None
         archived = snapshot.brain.read_json("_archived/index.json") if snapshot.brain is not None else None
         archived_count = len(archived.get("memories") or {}) if isinstance(archived, dict) and isinstance(archived.get("memories"), dict) else 0
@@ -245,7 +266,12 @@ class BrainViews:
             pinned=[item[3] for item in pinned],
             pending=pending,
             pending_writes=snapshot.pending_writes,
-            note=snapshot.identity.note,
+            # An empty brain gets the page's welcome instead of the tools' note.
+            note=None if snapshot.identity.empty and snapshot.brain_id else snapshot.identity.note,
+            empty=(index is None or not index.memories) and not archived_count,
+            recent=recent,
+            page=page,
+            pages=pages,
         )
 
     async def search(self, account: Account, form: SearchForm) -> SearchResult:
@@ -320,6 +346,46 @@ class BrainViews:
         fields = {**frontmatter_values(text), **record}
         return self._view(memory_id, fields, text, index, archived=True)
 
+    async def similar_to(self, account: Account, memory_id: str) -> list[SimilarLine]:
+        """The memories a live memory repeats or updates (the check brain_memorize runs),
+        leaving out the memory itself and those it already supersedes."""
+        snapshot = await self.manager.snapshot(account)
+        brain = snapshot.brain
+        index = await self._index(snapshot)
+        position = index.positions.get(memory_id) if index is not None else None
+        if brain is None or index is None or position is None:
+            return []
+        entry = index.memories[position].entry
+        incoming = Incoming(memory_body(brain.read_text(_string(entry.get("path"))) or ""),
+                            _string(entry.get("title")) or None, _tags(entry.get("tags")), _string(entry.get("type")))
+        found = await asyncio.to_thread(self.tools.similar_for, snapshot, incoming)
+        return self._similar_lines(index, [item for item in found if item.id != memory_id], memory_id)
+
+    async def similar_to_new(self, account: Account, memories: list[Incoming], limit: int = 50) -> list[SimilarLine]:
+        """What the check finds for memories about to be written (an import's first ``limit``)."""
+        snapshot = await self.manager.snapshot(account)
+        index = await self._index(snapshot)
+        if index is None:
+            return []
+        lines: list[SimilarLine] = []
+        for incoming in memories[:limit]:
+            found = await asyncio.to_thread(self.tools.similar_for, snapshot, incoming)
+            lines += self._similar_lines(index, found, None, about=incoming.title or "")
+        return lines
+
+    @staticmethod
+    def _similar_lines(index: BrainIndex, found: list[Similar], superseder: str | None, about: str = "") -> list[SimilarLine]:
+        lines = []
+        for item in found:
+            position = index.positions.get(item.id)
+            if not item.flagged or position is None:
+                continue
+            entry = index.memories[position].entry
+            if superseder is not None and entry.get("superseded_by") == superseder:
+                continue  # the memory an edit replaced
+            lines.append(SimilarLine(line_of(item.id, entry), item.relation, round(100 * item.score), item.exact, about))
+        return lines
+
     def _view(self, memory_id: str, entry: dict[str, Any], text: str, index: BrainIndex | None, *, archived: bool) -> MemoryView:
         front = frontmatter_values(text)
         fields = {**front, **entry}
@@ -356,12 +422,12 @@ class BrainViews:
         reasons = fields.get("quarantine_reasons")
         graph = None
         if associations and index is not None:
-            titles = {memory_id: _string(fields.get("title")) or memory_id,
+            titles = {memory_id: plain_title(_string(fields.get("title"))) or memory_id,
                       **{line.id: line.title for line, _ in associations if line.id in index.positions}}
             graph = neighbourhood(memory_id, titles, index.edges)
         return MemoryView(
             id=memory_id,
-            title=_string(fields.get("title")) or memory_id,
+            title=plain_title(_string(fields.get("title"))) or memory_id,
             archived=archived,
             content_html=render_markdown(body),
             fields=fields,
@@ -438,6 +504,15 @@ def _common_tags(index: BrainIndex, limit: int = 40) -> list[str]:
         for tag in _tags(record.entry.get("tags")):
             counts[tag] = counts.get(tag, 0) + 1
     return [tag for tag, _ in sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:limit]]
+
+
+def _recent(index: BrainIndex, page: int) -> tuple[list[MemoryLine], int, int]:
+    """One page of the memories, newest first; the page (clamped to those there are) and the page count."""
+    ordered = sorted(index.memories, key=lambda record: (-(record.created_ms or 0), record.id))
+    pages = max(1, -(-len(ordered) // RECENT_PAGE))
+    page = min(max(1, page), pages)
+    chosen = ordered[(page - 1) * RECENT_PAGE:page * RECENT_PAGE]
+    return [line_of(record.id, record.entry) for record in chosen], page, pages
 
 
 def _browse(index: BrainIndex, form: SearchForm) -> list[MemoryLine]:

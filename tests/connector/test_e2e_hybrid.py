@@ -55,3 +55,38 @@ def test_recall_mode_over_mcp(store: RunningStore, tmp_path: Path) -> None:
     # The vectors were kept, sealed, in the connector's state directory (never in the brain).
     segments = list((tmp_path / "connector-state" / "vectors").glob("seg-*.bin"))
     assert segments and all(path.stat().st_mode & 0o777 == 0o600 for path in segments)
+
+
+def _vectors_kept(state: Path) -> int:
+    """Vectors in the sealed segments (count from sizes: nonce, tag, header, 532 bytes each)."""
+    sizes = [path.stat().st_size - 12 - 16 - 6 - 8 for path in (state / "vectors").glob("seg-*.bin")]
+    assert all(size % (16 + 4 + 512) == 0 for size in sizes)
+    return sum(size // (16 + 4 + 512) for size in sizes)
+
+
+def test_vectors_are_per_brain_and_survive_a_restart(store: RunningStore, tmp_path: Path) -> None:
+    """Issue 24 item 11: another user's brain holding the same texts never finds them cached."""
+    users = {name: store.add_user(name) for name in ("alice", "mallory")}
+    ids = {}
+    for name, user in users.items():
+        brain, ids[name] = make_brain()  # the same texts in both brains
+        brain_id = brains_of(store.url, user.token)[0]["id"]
+        assert upload_raw(store.url, user.token, brain_id, pack_archive(brain)).status_code == 200
+    state = tmp_path / "connector-state"
+
+    async def recall(base: str, name: str) -> None:
+        token = mint(base, users[name], {"brain.read"})
+        async with mcp_session(base + "/mcp", token) as client:
+            found = structured(await client.call_tool("brain_recall", {"query": "疫苗", "mode": "hybrid", "limit": 3}))
+            assert found["results"][0]["id"] == ids[name]["猫的疫苗"]
+
+    count = len(ids["alice"])
+    with connector(tmp_path, store) as server:
+        asyncio.run(recall(server.base_url, "alice"))
+        assert _vectors_kept(state) == count
+        asyncio.run(recall(server.base_url, "mallory"))
+        assert _vectors_kept(state) == 2 * count, "mallory's texts were embedded for mallory, not found in alice's"
+    with connector(tmp_path, store) as server:  # restarted: both read back, nothing computed again
+        asyncio.run(recall(server.base_url, "alice"))
+        asyncio.run(recall(server.base_url, "mallory"))
+        assert _vectors_kept(state) == 2 * count

@@ -399,3 +399,58 @@ def test_empty_answers_say_why() -> None:
     assert empty_recall_reason("exact", "ワクチン") == EXACT_CANNOT_READ
     assert empty_recall_reason("exact", "saxophone") is None
     assert empty_recall_reason("hybrid", "  ") is None and empty_recall_reason("exact", None) is None
+
+
+def test_vectors_are_kept_per_brain_across_restarts_and_without_a_state_dir(tmp_path: Path) -> None:
+    from connector.workcopy import vectors as vectors_module
+
+    brain, ids = make_brain()
+    index = BrainIndex.build(brain)
+    key = bytes(range(32))
+    directory = tmp_path / "vectors"
+    # A segment of the first format (keyed by content alone, shared by all brains) is dropped.
+    old = VectorStore(CountingEmbedder(), directory, key)
+    old._load_once()
+    payload = vectors_module._OLD_MAGIC + b"\0" * 8
+    nonce = os.urandom(12)
+    (directory / "seg-0000000000000000.bin").write_bytes(nonce + old._aead.encrypt(nonce, payload, old.model_id.encode()))
+    for brain_id, state in (("alice", (directory, key)), ("alice", (None, None))):
+        embedder = CountingEmbedder()
+        store = VectorStore(embedder, *state)
+        first = HybridIndex.build(brain, index, store.for_brain(brain_id))
+        assert embedder.embedded == len(ids)
+        HybridIndex.build(brain, index, store.for_brain(brain_id))
+        assert embedder.embedded == len(ids), "known vectors are not embedded again"
+        HybridIndex.build(brain, index, store.for_brain("bob"))
+        assert embedder.embedded == 2 * len(ids), "another brain's vectors are never used"
+        HybridIndex.build(brain, index, store)
+        assert embedder.embedded == 3 * len(ids), "nor those of a brain from the bare store"
+        assert np.array_equal(store.for_brain("bob").get(first.hashes[0]), store.for_brain(brain_id).get(first.hashes[0]))
+    assert not (directory / "seg-0000000000000000.bin").exists()
+    # Restarted: alice's and bob's vectors come back from the state directory, each its own.
+    restarted = CountingEmbedder()
+    store = VectorStore(restarted, directory, key)
+    for brain_id in ("alice", "bob", None):
+        HybridIndex.build(brain, index, store.for_brain(brain_id))
+    assert restarted.embedded == 0 and len(store) == 3 * len(ids)
+    HybridIndex.build(brain, index, store.for_brain("carol"))
+    assert restarted.embedded == len(ids)
+    # Vectors computed elsewhere can be kept for a brain (benchmarks seed copies of one brain).
+    seeded = HybridIndex.build(brain, index, store.for_brain("alice"))
+    store.keep(seeded.hashes, seeded.vectors, "dave")
+    HybridIndex.build(brain, index, store.for_brain("dave"))
+    assert restarted.embedded == len(ids)
+
+
+def test_a_version_with_unchanged_texts_reuses_the_previous_index() -> None:
+    brain, ids = make_brain()
+    embedder = CountingEmbedder()
+    store = VectorStore(embedder).for_brain("b")
+    first = HybridIndex.build(brain, BrainIndex.build(brain), store)
+    pulled = load_archive(pack_archive(brain))
+    again = HybridIndex.build(pulled, BrainIndex.build(pulled), store, first)
+    assert again.text is first.text and again.vectors is first.vectors and again.ids == first.ids
+    Memorize.from_request([{"title": "New", "type": "learning", "path": "notes/", "content": "brand new"}]).apply(pulled, NOW)
+    changed = HybridIndex.build(pulled, BrainIndex.build(pulled), store, first)
+    assert changed.text is not first.text and len(changed.ids) == len(ids) + 1
+    assert embedder.embedded == len(ids) + 1

@@ -30,6 +30,8 @@ import pytest
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
+from tests.support.tools import missing_tool
+
 from ..conftest import RunningStore
 from .live import flat_query, running_connector
 
@@ -41,7 +43,8 @@ TS_CLIENT = PACKAGES / "mcp_clients" / "ts_sdk_client.mjs"
 TS_SDK = PACKAGES / "node_modules" / "@modelcontextprotocol" / "sdk" / "package.json"
 MCP_REMOTE = PACKAGES / "node_modules" / "mcp-remote" / "dist" / "proxy.js"
 TOOLS = {"brain_recall", "brain_status", "brain_read", "brain_use", "brain_memorize", "brain_pin", "brain_unpin",
-         "brain_forget", "brain_verify", "search", "fetch"}
+         "brain_forget", "brain_verify", "search", "fetch",
+         "brain_reflect", "brain_extract"}
 AUTHORIZE_LINE = "Please authorize this client by visiting:"
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("node-clients")]
@@ -49,12 +52,8 @@ pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("node-clients")]
 
 def require(present: bool, what: str) -> None:
     """Skip without ``what`` on a developer's machine; under CI a missing tool is a failure."""
-    if present:
-        return
-    message = f"missing: {what} (npm ci --prefix tests/browser; apt-get install chromium nodejs npm)"
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(message)
-    pytest.skip(message)
+    if not present:
+        missing_tool(f"missing: {what} (npm ci --prefix tests/browser; apt-get install chromium nodejs npm)")
 
 
 @pytest.fixture
