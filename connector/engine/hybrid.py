@@ -250,7 +250,7 @@ class HybridIndex:
         newer = [position for position, record in enumerate(index.memories) if record.has_newer_fields]
         ids = [record.id for record in index.memories]
         if previous is not None and previous.hashes == hashes:
-            return cls(ids, hashes, previous.text, previous.vectors, newer)
+            return cls(ids, hashes, previous.text, previous.vectors, newer, previous.hubness_known)
         return cls(ids, hashes, TextIndex.build(texts), source.vectors(hashes, texts), newer)
 
     def hubness(self, positions: Sequence[int]) -> dict[int, float]:
