@@ -71,7 +71,7 @@ STANDOUT_NEIGHBOURS = 5
 # A memory's hubness: its mean cosine to this many nearest other memories of the brain.
 HUBNESS_NEIGHBOURS = 10
 # The floor looks at the hubness of at most this many of the strongest memories.
-HUBNESS_CANDIDATES = 5
+HUBNESS_CANDIDATES = 3
 # The per-hit z-score cut applies from this many eligible memories (a z-score needs a population).
 Z_POPULATION = 30
 
