@@ -461,4 +461,12 @@ def operation_from_dict(value: Mapping[str, Any]) -> Operation:
         from connector.engine.restore import Restore  # restore.py builds on this module
 
         return Restore(value["id"])
+    if kind == "review-flag":
+        from connector.engine.review import FlagPairs  # review.py builds on this module
+
+        return FlagPairs.from_dict(value)
+    if kind == "review-decide":
+        from connector.engine.review import Decide
+
+        return Decide.from_dict(value)
     raise BrainError(f"unknown operation {kind!r}")
