@@ -469,4 +469,8 @@ def operation_from_dict(value: Mapping[str, Any]) -> Operation:
         from connector.engine.review import Decide
 
         return Decide.from_dict(value)
+    if kind == "memorize-flagged":
+        from connector.engine.review import MemorizeFlagged
+
+        return MemorizeFlagged.from_dict(value)
     raise BrainError(f"unknown operation {kind!r}")

@@ -39,14 +39,14 @@ newer brain after a lost push (412) and survive in the held-write journal.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar
 
 from connector.engine.brain import Brain
 from connector.engine.errors import BrainError
 from connector.engine.memorize import MemoryInput, add_memory, apply_supersession, is_memory_id
-from connector.engine.ops import Operation, _draw_id, archive_memory
+from connector.engine.ops import Memorize, Operation, _draw_id, archive_memory
 from connector.engine.txn import WriteTxn
 
 REVIEW_FILE = "pair-review.json"
@@ -68,6 +68,7 @@ __all__ = [
     "Decide",
     "Flag",
     "FlagPairs",
+    "MemorizeFlagged",
     "PendingPair",
     "add_flags",
     "mark_checked",
@@ -333,6 +334,46 @@ class FlagPairs(Operation):
         """From `to_dict`'s form."""
         return cls([Flag.from_dict(item) for item in value.get("flags", [])],
                    [str(item) for item in value.get("checked", [])])
+
+
+@dataclass
+class MemorizeFlagged(Memorize):
+    """A memorize whose similarity check flagged existing memories: the pairs are queued in the same write.
+
+    ``similar`` holds ``{"id", "relation", "score"}`` per existing memory the (single) new
+    memory was found to duplicate or update before the write; ``by`` says who wrote it.
+    A replay writes the memory with its id again (or finds it there) and queues only
+    what the newer brain does not hold yet.
+    """
+
+    similar: list[dict[str, Any]] = field(default_factory=list)
+    by: str = ""
+    kind: ClassVar[str] = "memorize-flagged"
+
+    def apply(self, brain: Brain, now: datetime) -> dict[str, Any]:
+        result = super().apply(brain, now)
+        stored = result["stored"]
+        if len(stored) != 1 or not self.similar:
+            return result
+        new = str(stored[0]["id"])
+        txn = WriteTxn(brain, now)
+        added = add_flags(txn, [Flag(new, str(item["id"]), str(item["relation"]), float(item["score"]), "write",
+                                     self.by) for item in self.similar])
+        if added:
+            txn.commit()
+            result["review_queued"] = [item["old"] for item in added]
+        return result
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), "op": self.kind, "similar": list(self.similar), "by": self.by}
+
+    @classmethod
+    def from_dict(cls, value: Mapping[str, Any]) -> MemorizeFlagged:
+        """From `to_dict`'s form."""
+        memories = [MemoryInput.from_mapping(item) for item in value.get("memories", [])]
+        return cls(memories, ids=value.get("ids"), created=value.get("created"),
+                   similar=[dict(item) for item in value.get("similar", []) if isinstance(item, Mapping)],
+                   by=str(value.get("by", "")))
 
 
 # ----- decisions ---------------------------------------------------------------------------

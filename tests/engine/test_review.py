@@ -20,6 +20,7 @@ from connector.engine.review import (
     Decide,
     Flag,
     FlagPairs,
+    MemorizeFlagged,
     pending_count,
     pending_pairs,
     review_document,
@@ -260,3 +261,23 @@ def test_a_brain_with_decisions_keeps_the_command_line_format(brain: Brain, pair
     Forget(e).apply(brain, later)
     assert brain.read(REVIEW_FILE) == review  # the command line's writes leave our file as it is
     check_consistency(brain)
+
+
+def test_a_flagged_memorize_queues_its_pairs_in_the_same_write(brain: Brain) -> None:
+    old = _write(brain, "The standup is at 9:30.", "Standup time")
+    base = brain.copy()
+    memory = connector_memory("We moved the standup to 10:00.", title="Standup moved")
+    op = MemorizeFlagged([memory], similar=[{"id": old, "relation": "update", "score": 0.81},
+                                            {"id": "mem_20250101_aaaaaa", "relation": "related", "score": 0.4}],
+                         by="claude")
+    result = op.apply(brain, NOW)
+    new = result["stored"][0]["id"]
+    assert result["review_queued"] == [old] and _pending(brain) == [(new, old)]
+    assert _record(brain, new, old)["by"] == "claude" and _record(brain, new, old)["via"] == "write"
+    check_consistency(brain)
+    # Replayed from the journal's form on the older base: the same memory id, the same queue.
+    again = operation_from_dict(json.loads(json.dumps(op.to_dict())))
+    assert isinstance(again, MemorizeFlagged)
+    again.apply(base, NOW)
+    assert base.files == brain.files
+    assert "review_queued" not in again.apply(base, NOW)  # and once more: nothing added twice
