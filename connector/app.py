@@ -26,6 +26,7 @@ from litestar.types import ASGIApp, Message, Receive, Scope, Send
 from connector.engine.archive import ArchiveLimits
 from connector.mcp.http import bearer_token, header, peer_address, request_base_url
 from connector.mcp.server import CALLER_SCOPE_KEY, McpEndpoint
+from connector.mcp.pullreview import PullReview
 from connector.mcp.tools import BrainTools, Caller
 from connector.metrics import observability_layer
 from connector.oauth.state import OAuthState, load_state_key
@@ -271,6 +272,8 @@ def build_parts(settings: ConnectorSettings, *, tuning: ManagerTuning | None = N
         directory=settings.state_dir / "vectors" if settings.state_dir is not None else None, state_key=state_key
     )
     tools = BrainTools(manager, allowed=settings.tools, recall_mode=settings.recall_mode, vectors=vectors)
+    # Memories other devices wrote are checked for duplicates after the pull that brings them.
+    PullReview(manager, tools)
     return ConnectorParts(settings, store, state, codec, manager, tools, McpEndpoint(tools))
 
 
