@@ -208,7 +208,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         title="Memory status",
         description=(
             "Describe the user's memory: how many memories, when it last changed, pinned and pending-verification "
-            "counts, the account's brains with the one in use marked, and whether the signed-in account looks "
+            "counts, similar pairs waiting for the user's review, the account's brains with the one in use marked, and whether the signed-in account looks "
             "right. Use it when recall finds nothing unexpectedly or the user asks about their memory."
         ),
         input_schema=_object({}),
@@ -218,6 +218,7 @@ TOOLS: tuple[ToolSpec, ...] = (
                 "last_updated": {"type": ["string", "null"]},
                 "pinned_count": {"type": "integer"},
                 "pending_verification_count": {"type": "integer"},
+                "review_pending_count": {"type": "integer"},
                 "active_brain": {"anyOf": [_BRAIN_REF, {"type": "null"}]},
                 "brains": {
                     "type": "array",

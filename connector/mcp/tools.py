@@ -25,6 +25,7 @@ from connector.engine.index import BrainIndex, IndexCache, RecallError, index_fo
 from connector.engine.jsvalues import datetime_ms
 from connector.engine.ops import Forget, Pin, Unpin, Verify, connector_memorize
 from connector.engine.recall import recall
+from connector.engine.review import pending_count
 from connector.engine.views import attach_content, read_memory
 from connector.mcp import render
 from connector.mcp.arguments import ArgumentError, Args
@@ -426,6 +427,8 @@ class BrainTools:
             "last_updated": last_updated if isinstance(last_updated, str) else None,
             "pinned_count": sum(1 for entry in valid if entry.get("pinned") is True),
             "pending_verification_count": sum(1 for entry in valid if entry.get("quarantined")),
+            # Pairs of similar memories waiting for a person (the web app's Review page).
+            "review_pending_count": pending_count(snapshot.brain, entries) if snapshot.brain is not None else 0,
             "active_brain": (
                 {"id": snapshot.brain_id, "name": snapshot.brain_name or ""} if snapshot.brain_id else None
             ),
