@@ -54,7 +54,7 @@ import httpx  # noqa: E402
 from connector.engine.archive import load_archive, pack_archive  # noqa: E402
 from connector.engine.ops import Pin, connector_memorize  # noqa: E402
 from connector.engine.review import Flag, FlagPairs  # noqa: E402
-from connector_bench import add_user, percentiles, query, row, upload  # noqa: E402
+from connector_bench import add_users, percentiles, query, row, upload  # noqa: E402
 from engine_bench import brain_archive  # noqa: E402
 from tests.support.processes import console_script, free_port, run_server  # noqa: E402
 
@@ -138,7 +138,7 @@ def main() -> None:
              "--data", str(work / "store")],
             port=store_port, log_path=work / "store.log", env=store_env,
         ) as store:
-            token, _ = add_user(work / "store", store.base_url, "bench")
+            [(token, _)] = add_users(work / "store", ["bench"])
             upload(store.base_url, token, archive)
             # A second version: the first becomes the store's snapshot, for the history diff.
             changed = load_archive(archive)
