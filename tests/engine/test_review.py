@@ -281,3 +281,31 @@ def test_a_flagged_memorize_queues_its_pairs_in_the_same_write(brain: Brain) -> 
     again.apply(base, NOW)
     assert base.files == brain.files
     assert "review_queued" not in again.apply(base, NOW)  # and once more: nothing added twice
+
+
+def test_review_writes_survive_the_held_write_journal(brain: Brain, pair: tuple[str, str], tmp_path) -> None:
+    """Held (unpushed) review writes are sealed to disk and read back as the same operations,
+    which then apply to the brain as the originals would."""
+    import secrets
+
+    from connector.workcopy.journal import HeldWriteJournal
+    from connector.workcopy.model import Account, PendingWrite
+
+    new, old = pair
+    base = brain.copy()
+    ops = [FlagPairs([Flag(new, old, "duplicate", 0.9)], [new]),
+           MemorizeFlagged([connector_memory("Queue: NATS since June.")], similar=[{"id": old, "relation": "update",
+                                                                                    "score": 0.8}], by="claude"),
+           Decide(new, old, "merge", by="alice", merged=connector_memory("The job queue is NATS.", origin="user"))]
+    for op in ops:
+        op.apply(brain, NOW)
+    key = secrets.token_bytes(32)
+    journal = HeldWriteJournal(tmp_path / "held", key)
+    journal.record("copy", Account("static:alice", "token"), "brain-1", "default", None,
+                   [PendingWrite(op, NOW, op.kind) for op in ops])
+    journal._release("copy", gone=False)  # as when the process that held them ends
+    [entry] = HeldWriteJournal(tmp_path / "held", key).load()  # a restarted process reads them back
+    assert [item.op.to_dict() for item in entry.pending] == [op.to_dict() for op in ops]
+    for item in entry.pending:  # a restart replays them on the store's brain, with the same ids
+        item.op.apply(base, item.at)
+    assert base.files == brain.files
