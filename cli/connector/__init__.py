@@ -10,6 +10,7 @@ from cli.lazy import LazyGroup
 COMMANDS = {
     "serve": "cli.connector.serve:serve",
     "recall": "cli.connector.recall:recall",
+    "similar": "cli.connector.similar:similar",
     "memorize": "cli.connector.brain_ops:memorize",
     "pin": "cli.connector.brain_ops:pin",
     "unpin": "cli.connector.brain_ops:unpin",

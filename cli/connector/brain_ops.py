@@ -43,8 +43,35 @@ def _fail(message: str) -> None:
     sys.exit(1)
 
 
-def _run(brain_dir: Path, make: Any, now: str | None, *, create: bool = False, writes: bool = True) -> None:
-    """Build the operation, apply it to the directory's brain, save, print the result."""
+def _similar_before(brain: Brain, operation: Memorize) -> list[list[dict[str, Any]]]:
+    """What the similar check finds for each memory of ``operation`` in the brain before it is written."""
+    from connector.engine.hybrid import HybridIndex
+    from connector.engine.index import BrainIndex
+    from connector.engine.similar import Incoming, find_similar
+    from connector.workcopy.vectors import VectorStore
+
+    if "index.json" not in brain:
+        return [[] for _ in operation.memories]
+    index = BrainIndex.build(brain)
+    if not index.memories:
+        return [[] for _ in operation.memories]
+    store = VectorStore()  # this run only: the command keeps no state
+    hybrid = HybridIndex.build(brain, index, store)
+    return [
+        [item.to_json(detail=True) for item in find_similar(
+            brain, Incoming(memory.content, memory.title, memory.tags, memory.type),
+            index=index, hybrid=hybrid, embed=store.embed_query)]
+        for memory in operation.memories
+    ]
+
+
+def _run(
+    brain_dir: Path, make: Any, now: str | None, *, create: bool = False, writes: bool = True, similar: bool = False
+) -> None:
+    """Build the operation, apply it to the directory's brain, save, print the result.
+
+    With ``similar`` (memorize), each stored memory also lists what the similar check
+    found in the brain before the write (connector/engine/similar.py)."""
     clock = _clock(now)
     try:
         operation: Operation = make()
@@ -52,7 +79,11 @@ def _run(brain_dir: Path, make: Any, now: str | None, *, create: bool = False, w
             raise BrainError(f"brain not initialized: no index.json in {brain_dir}")
         brain = load_directory(brain_dir) if brain_dir.is_dir() else Brain()
         before = dict(brain.files)
+        found = _similar_before(brain, operation) if similar and isinstance(operation, Memorize) else None
         result = operation.apply(brain, clock)
+        if found is not None:
+            for entry, items in zip(result["stored"], found, strict=False):
+                entry["similar"] = items
         if writes and brain.files != before:
             save_directory(brain, brain_dir)
     except (BrainError, ArchiveError) as exc:
@@ -68,7 +99,10 @@ def _run(brain_dir: Path, make: Any, now: str | None, *, create: bool = False, w
 @click.command()
 @_BRAIN_ARGUMENT
 @_NOW_OPTION
-def memorize(brain: Path, now: str | None) -> None:
+@click.option("--similar/--no-similar", "check_similar", default=True, show_default=True,
+              help="List, for each memory written, the existing memories it duplicates or updates "
+              "(embeds the brain's memories first: seconds per thousand memories).")
+def memorize(brain: Path, now: str | None, check_similar: bool) -> None:
     """Write memories into BRAIN (a directory) from JSON on stdin.
 
     The JSON is what `brain memorize` takes: one memory object, an array of them, or
@@ -76,7 +110,10 @@ def memorize(brain: Path, now: str | None) -> None:
     cognitive_type, tags, related, salience, confidence, source, encoding_context,
     pinned, pin_scope, pin_priority, stable, origin, valid_from, valid_until,
     supersedes. A path not ending in .md is a directory (the file is named from the
-    title). A missing BRAIN directory is created. Prints the stored memories as JSON.
+    title). A missing BRAIN directory is created. Prints the stored memories as JSON;
+    each has "similar": the existing memories it repeats (duplicate), changes (update)
+    or is close to (related), as `brain-connector similar` finds them (nothing is
+    skipped or superseded because of them).
     """
 
     def make() -> Operation:
@@ -87,7 +124,7 @@ def memorize(brain: Path, now: str | None) -> None:
             raise BrainError("stdin is not valid JSON") from None
         return Memorize.from_request(payload)
 
-    _run(brain, make, now, create=True)
+    _run(brain, make, now, create=True, similar=check_similar)
 
 
 @click.command()

@@ -75,6 +75,23 @@ _HIT = {
     "required": ["id", "score"],
 }
 
+# What brain_memorize's similar check found (connector/engine/similar.py), best first.
+_SIMILAR = {
+    "type": "array",
+    "description": "Existing memories this one repeats (duplicate), changes (update) or is close to (related).",
+    "items": {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string"},
+            "relation": {"type": "string", "enum": ["duplicate", "update", "related"]},
+            "score": {"type": "number", "description": "How sure, 0 to 1."},
+            "title": {"type": "string"},
+            "exact": {"type": "boolean", "description": "True when its content is exactly this content."},
+        },
+        "required": ["id", "relation", "score"],
+    },
+}
+
 # On a store that shares brains: the caller's role, whether it only allows reading, the creator's name.
 _SHARING = {
     "role": {"type": "string", "enum": ["owner", "editor", "viewer"]},
@@ -308,7 +325,9 @@ TOOLS: tuple[ToolSpec, ...] = (
             "secret or credential (content that looks like one is refused unless allow_secrets is true, which "
             "only the user may ask for). It is recallable at once and reaches the user's other devices. Use "
             "origin 'user' only when the user said it themselves. Pass 'project' when the fact belongs to a "
-            "project: brain_recall with the same project then favours it."
+            "project: brain_recall with the same project then favours it. The answer lists memories it repeats "
+            "(duplicate) or changes (update) in any language; content the brain already holds word for word is "
+            "not written again (its id is returned)."
         ),
         input_schema=_object(
             {
@@ -344,6 +363,18 @@ TOOLS: tuple[ToolSpec, ...] = (
                     "description": "Store it even though it looks like it holds a credential. Only when the user "
                     "explicitly confirmed they want that credential kept in their memory.",
                 },
+                "allow_duplicate": {
+                    "type": "boolean",
+                    "default": False,
+                    "description": "Write it even when a memory already holds exactly this content.",
+                },
+                "on_similar": {
+                    "type": "string",
+                    "enum": ["report", "supersede"],
+                    "default": "report",
+                    "description": "report: only list similar memories; supersede: also mark the memories it is "
+                    "found to update as superseded by this one (use when the fact replaces an older one).",
+                },
             },
             ["content"],
         ),
@@ -358,6 +389,17 @@ TOOLS: tuple[ToolSpec, ...] = (
                     },
                     ["id", "title", "path", "type"],
                 ),
+                "written": {
+                    "type": "boolean",
+                    "description": "Present and false when nothing was written: 'stored' is the memory that "
+                    "already holds this content.",
+                },
+                "similar": _SIMILAR,
+                "review_queued": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "description": "Ids of the memories this one was paired with in the user's review queue.",
+                },
                 "synced": _SYNCED,
                 "durable": _DURABLE,
                 "note": _NOTE,

@@ -181,9 +181,49 @@ def _written_tail(result: dict[str, Any]) -> list[str]:
     return tail
 
 
+def similar_advice(found: list[Any], *, superseded: list[str], stored_id: Any = None) -> str:
+    """What the model should do about what the similar check flagged (empty when nothing)."""
+    duplicates = [item for item in found if item.relation == "duplicate"]
+    updates = [item for item in found if item.relation == "update" and item.id not in superseded]
+    advice = []
+    if superseded:
+        advice.append(f"As asked (on_similar=supersede), it supersedes {', '.join(map(one, superseded))}, which it "
+                      "updates; the older memories stay, marked superseded.")
+    if updates:
+        named = ", ".join(one(item.id) for item in updates)
+        advice.append(
+            f"It looks like an update of {named}: if it replaces that fact, call brain_memorize again with "
+            f"supersedes=[{named}] (or on_similar='supersede')"
+            + (f" and brain_forget {one(stored_id)}" if stored_id else "")
+            + "; if both hold, leave them."
+        )
+    if duplicates:
+        named = ", ".join(one(item.id) for item in duplicates)
+        advice.append(
+            f"It seems to repeat {named}: if it adds nothing, brain_forget {one(stored_id) if stored_id else 'it'} "
+            "(nothing was deleted on a guess)."
+        )
+    return " ".join(advice)
+
+
+def _similar_lines(result: dict[str, Any]) -> list[str]:
+    flagged = [item for item in result.get("similar") or [] if item.get("relation") in ("duplicate", "update")]
+    if not flagged:
+        return []
+    lines = ["Similar memories already in the brain:"]
+    for item in flagged:
+        sure = "exact same content" if item.get("exact") else f"{round(100 * float(item.get('score', 0)))}% sure"
+        lines.append(f"- {one(item.get('relation'))} of '{one(item.get('title'))}' ({one(item.get('id'))}), {sure}")
+    return lines
+
+
 def memorize_text(result: dict[str, Any]) -> str:
-    """The stored memory, its flags, and the sync state."""
+    """The stored memory (or the one already holding it), its flags, what the similar check
+    found, and the sync state."""
     stored = result["stored"]
+    if result.get("written") is False:
+        lines = [f"Already in memory as '{one(stored.get('title'))}' ({one(stored.get('id'))}); nothing written."]
+        return "\n".join([*lines, *_similar_lines(result), *_written_tail(result)])
     lines = [
         f"Remembered '{one(stored.get('title'))}' as {one(stored.get('id'))} "
         f"({one(stored.get('type'))}, {one(stored.get('path'))})."
@@ -202,6 +242,7 @@ def memorize_text(result: dict[str, Any]) -> str:
         lines.append(f"Potential conflicts with pinned or stable memories: {', '.join(named)}")
     if stored.get("superseded"):
         lines.append(f"Supersedes: {', '.join(map(one, stored['superseded']))}")
+    lines += _similar_lines(result)
     return "\n".join([*lines, *_written_tail(result)])
 
 

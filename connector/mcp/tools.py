@@ -25,7 +25,8 @@ from connector.engine.index import BrainIndex, IndexCache, RecallError, index_fo
 from connector.engine.jsvalues import datetime_ms
 from connector.engine.ops import Forget, Pin, Unpin, Verify, connector_memorize
 from connector.engine.recall import recall
-from connector.engine.review import pending_count
+from connector.engine.review import MemorizeFlagged, pending_count
+from connector.engine.similar import UPDATE, Incoming, Similar, find_similar
 from connector.engine.views import attach_content, read_memory
 from connector.mcp import render
 from connector.mcp.arguments import ArgumentError, Args
@@ -52,6 +53,9 @@ log = logging.getLogger("connector.tools")
 # long, and at the latest this long after the write that asked for them.
 PREWARM_QUIET_S = 0.25
 PREWARM_MAX_WAIT_S = 3.0
+# brain_memorize's on_similar: report what the similar check found (default), or also
+# supersede the memories it flagged as updates.
+ON_SIMILAR = ["report", "supersede"]
 
 
 @dataclass(frozen=True)
@@ -204,8 +208,8 @@ class BrainTools:
         def build() -> None:
             try:
                 index = index_for(brain, key, self.index_cache)
-                if self.recall_mode == "hybrid":
-                    self.hybrid_index(brain, key, index)  # embeds what the write added
+                # The next memorize's similar check needs the hybrid index whatever the recall mode.
+                self.hybrid_index(brain, key, index)  # embeds what the write added
             except Exception:  # a brain recall cannot read: the next recall reports it
                 return
 
@@ -239,6 +243,25 @@ class BrainTools:
     def _current(self, key: str) -> bool:
         """Whether some working copy still holds the content ``key`` names."""
         return any(copy.key == key for copy in self.manager.copies.values())
+
+    def similar_for(self, snapshot: Snapshot, incoming: Incoming) -> list[Similar]:
+        """The memories of the snapshot's brain ``incoming`` duplicates, updates or is near
+        (connector/engine/similar.py), on the indexes cached for its content key.
+
+        A brain the check cannot read gives no findings: the check never stops a write.
+        """
+        brain = snapshot.brain
+        if brain is None or "index.json" not in brain:
+            return []
+        try:
+            index = index_for(brain, snapshot.key, self.index_cache)
+            if not index.memories:
+                return []
+            hybrid = self.hybrid_index(brain, snapshot.key, index)
+            return find_similar(brain, incoming, index=index, hybrid=hybrid, embed=self.vectors.embed_query)
+        except (RecallError, BrainError, ValueError, RecursionError):
+            log.warning("similar check skipped: the brain could not be indexed")
+            return []
 
     def _index_ready(self, key: str | None, mode: str) -> bool:
         """Whether a recall of this content in ``mode`` finds its indexes built (so runs in a few ms).
@@ -475,28 +498,83 @@ class BrainTools:
         tags = args.string_list("tags")
         if not args.boolean("allow_secrets"):
             _refuse_credentials(content, title or "", *tags)
-        op = connector_memorize(
-            content,
-            title=title,
-            type=args.choice("type", MEMORY_TYPES, default="learning"),
-            tags=tags,
-            origin=args.choice("origin", ORIGINS, default="agent-inferred"),
-            valid_from=args.string("valid_from"),
-            valid_until=args.string("valid_until"),
-            supersedes=args.string_list("supersedes"),
-            agent=caller.account.client_name,
-            project=args.string("project", max_length=300) or "",
-            task=args.string("task", max_length=300) or "",
-            writer=await self.manager.writer(caller.account),
-        )
+        allow_duplicate = args.boolean("allow_duplicate")
+        on_similar = args.choice("on_similar", ON_SIMILAR, default="report")
+        options: dict[str, Any] = {
+            "title": title,
+            "type": args.choice("type", MEMORY_TYPES, default="learning"),
+            "tags": tags,
+            "origin": args.choice("origin", ORIGINS, default="agent-inferred"),
+            "valid_from": args.string("valid_from"),
+            "valid_until": args.string("valid_until"),
+            "supersedes": args.string_list("supersedes"),
+            "agent": caller.account.client_name,
+            "project": args.string("project", max_length=300) or "",
+            "task": args.string("task", max_length=300) or "",
+            "writer": await self.manager.writer(caller.account),
+        }
+        op = connector_memorize(content, **options)
+        memory = op.memories[0]
+        # The check runs on the brain as it is before the write, off the event loop (it may
+        # build the brain's indexes), and decides before anything is written: the operation
+        # that is written (and replayed after a 412) carries its outcome, so a replay is
+        # deterministic and keeps its id.
+        snapshot = await self.manager.snapshot(caller.account)
+        incoming = Incoming(memory.content, memory.title, memory.tags, memory.type)
+        if self._index_ready(snapshot.key, "hybrid"):
+            found = self.similar_for(snapshot, incoming)
+        else:
+            found = await asyncio.to_thread(self.similar_for, snapshot, incoming)
+        exact = next((item for item in found if item.exact), None)
+        if exact is not None and not allow_duplicate:
+            return self._duplicate_result(snapshot, exact, found)
+        superseding: list[str] = []
+        if on_similar == "supersede":
+            superseding = [item.id for item in found if item.relation == UPDATE and item.id not in memory.supersedes]
+            if superseding:
+                op = connector_memorize(content, **{**options, "supersedes": [*memory.supersedes, *superseding]})
+        # Flags not settled by this write wait for the person in the review queue (docs/review.md),
+        # queued in the same write.
+        flagged = [item.to_json() for item in found if item.flagged and item.id not in op.memories[0].supersedes]
+        if flagged:
+            op = MemorizeFlagged(op.memories, similar=flagged, by=caller.account.client_name)
         outcome = await self._write(caller, op, "memorize")
         _refused_for_good(outcome)
         self.prewarm(outcome)
         stored = dict(outcome.result["stored"][0])
-        structured: dict[str, Any] = {"stored": stored, **_sync_fields(outcome)}
-        note = _sync_note(outcome)
+        structured: dict[str, Any] = {
+            "stored": stored, **_sync_fields(outcome), "similar": [item.to_json(detail=True) for item in found],
+        }
+        advice = render.similar_advice(found, superseded=superseding, stored_id=stored.get("id"))
+        queued = outcome.result.get("review_queued")
+        if queued:
+            structured["review_queued"] = list(queued)
+        review = "The user also sees the pair in their review queue and may decide there." if queued else ""
+        note = " ".join(part for part in (advice, review, _sync_note(outcome)) if part)
         if note:
             structured["note"] = note
+        return ok_result(structured, render.memorize_text(structured))
+
+    def _duplicate_result(self, snapshot: Snapshot, exact: Similar, found: list[Similar]) -> types.CallToolResult:
+        """The answer to a memorize of content the brain already holds word for word: nothing written."""
+        entry = _entries(snapshot).get(exact.id)
+        entry = entry if isinstance(entry, dict) else {}
+        structured: dict[str, Any] = {
+            "stored": {
+                "id": exact.id,
+                "title": exact.title,
+                "path": entry.get("path") if isinstance(entry.get("path"), str) else "",
+                "type": entry.get("type") if isinstance(entry.get("type"), str) else "",
+                "already_present": True,
+            },
+            "written": False,
+            "synced": True,
+            "similar": [item.to_json(detail=True) for item in found],
+            "note": (
+                f"Not written: memory {exact.id} already holds this content. Use that id; call brain_memorize "
+                "again with allow_duplicate=true only if the user wants a second copy."
+            ),
+        }
         return ok_result(structured, render.memorize_text(structured))
 
     async def _simple_write(self, caller: Caller, op: Any, label: str, verb: str) -> types.CallToolResult:

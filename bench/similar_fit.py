@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""Fit the similar-memory check's two logistic regressions on a labelled set, with a half split.
+
+The check (connector/engine/similar.py) examines the few memories closest in meaning to
+an incoming memory and describes each pair by a handful of features (FEATURES there).
+This script computes those features for every item of a memory-governance set, then:
+
+1. splits the items in two halves (alternating within each label and language), fits on
+   one half and scores the other with the README's metrics, both ways round;
+2. fits on all items and prints the constants to paste into similar.py
+   (FLAG_WEIGHTS, KIND_WEIGHTS), with the metrics of that fit on the whole set.
+
+The flag model learns P(pair is a duplicate or an update of the incoming memory) from
+every examined pair; the kind model learns P(update | flagged pair) from the target
+pairs. Both are L2-regularised logistic regressions (Newton steps) on standardised
+features, folded back to weights on the raw features.
+
+Usage::
+
+    .venv/bin/python bench/similar_fit.py              # the development set
+    .venv/bin/python bench/similar_fit.py PATH
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from similar_bench import DEFAULT_SET, incoming_of, judge, load_set, print_table, slices  # noqa: E402
+
+from connector.engine.archive import load_directory  # noqa: E402
+from connector.engine.hybrid import HybridIndex  # noqa: E402
+from connector.engine.index import BrainIndex  # noqa: E402
+from connector.engine.similar import FEATURES, Candidate, Model, candidates, decide  # noqa: E402
+from connector.workcopy.vectors import VectorStore  # noqa: E402
+
+L2 = 3.0  # ridge on the standardised weights: few features, ~80 items per half (1.0 and 0.3 score alike)
+
+
+def logistic_fit(x: np.ndarray, y: np.ndarray, l2: float = L2) -> np.ndarray:
+    """Intercept and weights on the raw features of an L2 logistic regression (standardised inside)."""
+    mean, scale = x.mean(axis=0), x.std(axis=0)
+    scale[scale == 0] = 1.0
+    z = np.hstack([np.ones((len(x), 1)), (x - mean) / scale])
+    w = np.zeros(z.shape[1])
+    penalty = np.full(z.shape[1], l2)
+    penalty[0] = 0.0
+    for _ in range(100):
+        p = 1 / (1 + np.exp(-np.clip(z @ w, -60, 60)))
+        gradient = z.T @ (p - y) + penalty * w
+        hessian = (z * (p * (1 - p))[:, None]).T @ z + np.diag(penalty)
+        step = np.linalg.solve(hessian, gradient)
+        w -= step
+        if np.abs(step).max() < 1e-9:
+            break
+    raw = w[1:] / scale
+    return np.concatenate([[w[0] - float(raw @ mean)], raw])
+
+
+def examine(set_dir: Path) -> tuple[list[dict[str, Any]], list[list[Candidate]]]:
+    """The items of a set and the candidates the check examines for each."""
+    brain_dir, items = load_set(set_dir)
+    brain = load_directory(brain_dir)
+    index = BrainIndex.build(brain)
+    store = VectorStore()
+    hybrid = HybridIndex.build(brain, index, store)
+    examined = [
+        candidates(brain, incoming_of(item), index=index, hybrid=hybrid, embed=store.embed_query)
+        for item in items
+    ]
+    return items, examined
+
+
+def fit(items: list[dict[str, Any]], examined: list[list[Candidate]]) -> Model:
+    """Both models fitted on these items."""
+    flag_x, flag_y, kind_x, kind_y = [], [], [], []
+    for item, found in zip(items, examined, strict=True):
+        targets = set(item.get("target") or [])
+        for candidate in found:
+            on_target = candidate.id in targets
+            flag_x.append(candidate.features)
+            flag_y.append(1.0 if on_target else 0.0)
+            if on_target:
+                kind_x.append(candidate.features)
+                kind_y.append(1.0 if item["label"] == "update" else 0.0)
+    flag = logistic_fit(np.array(flag_x), np.array(flag_y))
+    kind = logistic_fit(np.array(kind_x), np.array(kind_y))
+    return Model(tuple(flag.tolist()), tuple(kind.tolist()))
+
+
+def score(items: list[dict[str, Any]], examined: list[list[Candidate]], model: Model) -> dict[str, dict[str, Any]]:
+    """The README's metrics of ``model`` on these items."""
+    outcomes = [judge(item, [s.to_json() for s in decide(found, model=model)]) for item, found in zip(items, examined, strict=True)]
+    return slices(items, outcomes)
+
+
+def halves(items: list[dict[str, Any]]) -> tuple[list[int], list[int]]:
+    """Item positions of two halves, alternating within each (label, language)."""
+    seen: dict[tuple[str, str], int] = defaultdict(int)
+    first, second = [], []
+    for position, item in enumerate(items):
+        key = (item["label"], item["lang"])
+        (first if seen[key] % 2 == 0 else second).append(position)
+        seen[key] += 1
+    return first, second
+
+
+def constants(model: Model) -> str:
+    """The lines to paste into similar.py."""
+    def fmt(values: tuple[float, ...]) -> str:
+        return "(" + ", ".join(f"{value:.3f}" for value in values) + ")"
+    return f"FLAG_WEIGHTS = {fmt(tuple(model.flag))}\nKIND_WEIGHTS = {fmt(tuple(model.kind))}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("set", nargs="?", type=Path, default=DEFAULT_SET)
+    args = parser.parse_args()
+    items, examined = examine(args.set)
+    first, second = halves(items)
+    for name, train, test in (("A", first, second), ("B", second, first)):
+        model = fit([items[i] for i in train], [examined[i] for i in train])
+        print(f"\n## fitted on half {name} ({len(train)} items): on the training half")
+        print_table({k: v for k, v in score([items[i] for i in train], [examined[i] for i in train], model).items()
+                     if not k.startswith("kind:")})
+        print(f"\n## fitted on half {name}: on the other half ({len(test)} items)")
+        print_table({k: v for k, v in score([items[i] for i in test], [examined[i] for i in test], model).items()
+                     if not k.startswith("kind:")})
+        print(constants(model))
+    model = fit(items, examined)
+    print(f"\n## fitted on all {len(items)} items (features: {', '.join(FEATURES)})")
+    print_table(score(items, examined, model))
+    print("\n" + constants(model))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

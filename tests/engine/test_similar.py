@@ -1,0 +1,141 @@
+"""The similar-memory check: duplicates, updates and neither, in English, Chinese and Japanese."""
+
+from __future__ import annotations
+
+import pytest
+
+from connector.engine.brain import Brain
+from connector.engine.hybrid import HybridIndex
+from connector.engine.index import BrainIndex
+from connector.engine.similar import (
+    DUPLICATE,
+    RELATED,
+    UPDATE,
+    Incoming,
+    find_similar,
+    negated,
+    normalised_content,
+    script_of,
+    similar_in_brain,
+    values_of,
+)
+from connector.workcopy.vectors import VectorStore
+from tests.engine.similar_support import MEMORIES, governance_brain
+
+
+@pytest.fixture(scope="module")
+def model_store() -> VectorStore:
+    """The real multilingual model, memory only (shared: loading it takes about a second)."""
+    return VectorStore()
+
+
+@pytest.fixture(scope="module")
+def prepared(model_store: VectorStore):  # type: ignore[no-untyped-def]
+    brain, ids = governance_brain()
+    index = BrainIndex.build(brain)
+    return brain, ids, index, HybridIndex.build(brain, index, model_store)
+
+
+def check(prepared, store: VectorStore, content: str, title: str | None = None):  # type: ignore[no-untyped-def]
+    brain, ids, index, hybrid = prepared
+    by_id = {memory_id: name for name, memory_id in ids.items()}
+    found = find_similar(brain, Incoming(content, title), index=index, hybrid=hybrid, embed=store.embed_query)
+    return [(by_id[item.id], item.relation) for item in found if item.flagged], found
+
+
+def test_values_meet_across_notations_and_languages() -> None:
+    assert values_of("Standup at 3 pm, rent 128,000 yen, in July, every Monday") == {"15:00", "128000", "m7", "d1"}
+    assert values_of("meeting 15:00") == values_of("meeting at 3pm")
+    # Chinese numerals and weekdays; Japanese digits with units and weekdays.
+    assert values_of("十一月十日，每周四") >= {"11", "10", "m11", "d4"}
+    assert values_of("月2万3千円、金曜の夜") == {"23000", "d5"}
+    assert values_of("4月に") == {"4", "m4"}
+
+
+def test_negation_and_scripts() -> None:
+    assert negated("He does not own a car") and negated("I don't drink coffee") and negated("他不喝咖啡")
+    assert negated("車は持っていない") and not negated("車を買った") and not negated("I own a car")
+    assert [script_of(t) for t in ("a car", "汽车", "車を買った")] == ["en", "zh", "ja"]
+
+
+@pytest.mark.parametrize(
+    ("title", "content", "target"),
+    [
+        # A paraphrase with the time written another way.
+        ("Dentist visit", "Dentist visit on May 14 at 15:00, at the clinic by Ikebukuro station.", "Dentist appointment"),
+        # Translations: English -> Japanese, Chinese -> English, English -> Chinese.
+        ("中野のジム", "中野のジムは月8000円で、仕事の後に月曜と木曜に通っている。", "Gym membership"),
+        ("Grandma's birthday", "Grandma's birthday is November 8; she loves Longjing tea, and I send her a box "
+         "every year.", "奶奶的生日"),
+        ("工作电脑", "我的工作电脑是ThinkPad X1 Carbon，32GB内存，装的是Ubuntu 24.04。", "Work laptop"),
+    ],
+)
+def test_restatements_are_duplicates(prepared, model_store, title: str, content: str, target: str) -> None:  # type: ignore[no-untyped-def]
+    flags, found = check(prepared, model_store, content, title)
+    assert flags == [(target, DUPLICATE)]
+    assert 0.0 < found[0].score <= 1.0 and not found[0].exact
+
+
+@pytest.mark.parametrize(
+    ("title", "content", "target"),
+    [
+        # The same sentence with one value changed: a date, a weekday, a Chinese date, an amount.
+        ("Dentist appointment moved", "The dentist appointment is on 21 May at 3 pm at the clinic near Ikebukuro "
+         "station.", "Dentist appointment"),
+        ("図書館の休館日", "区立図書館は毎週火曜日が休館日。本は二週間まで借りられる。", "図書館"),
+        ("奶奶的生日", "奶奶的生日是十一月十日，她最喜欢喝龙井茶，每年都给她寄一盒。", "奶奶的生日"),
+        ("Work laptop", "My work laptop is a ThinkPad X1 Carbon with 64 GB of memory and Ubuntu 24.04.", "Work laptop"),
+        # A negation of what the brain holds.
+        ("Gym", "I no longer go to the gym in Nakano; the membership ended in March.", "Gym membership"),
+    ],
+)
+def test_changed_facts_are_updates(prepared, model_store, title: str, content: str, target: str) -> None:  # type: ignore[no-untyped-def]
+    flags, _ = check(prepared, model_store, content, title)
+    assert flags == [(target, UPDATE)]
+
+
+@pytest.mark.parametrize(
+    ("title", "content"),
+    [
+        ("Cello", "Started cello lessons on Saturday mornings with a teacher in Kichijoji."),
+        ("养花", "阳台上种了三盆薄荷，夏天每天早上浇水。"),
+        ("ドラマ", "最近は韓国のドラマをよく見ている。"),
+        # Same place or subject as a memory, a different fact.
+        ("Climbing gym", "The bouldering gym in Ogikubo is closed on Wednesdays and has a chalk ban."),
+        ("図書館のカフェ", "図書館の二階にカフェがあって、コーヒーは一杯三百円。"),
+    ],
+)
+def test_new_facts_are_not_flagged(prepared, model_store, title: str, content: str) -> None:  # type: ignore[no-untyped-def]
+    flags, found = check(prepared, model_store, content, title)
+    assert flags == []
+    assert all(item.relation == RELATED for item in found)
+
+
+def test_exact_content_is_an_exact_duplicate_first(prepared, model_store) -> None:  # type: ignore[no-untyped-def]
+    _, ids, _, _ = prepared
+    original = MEMORIES[6]["content"]
+    flags, found = check(prepared, model_store, "  " + original.upper().replace(" ", "  ") + "\n", "Another title")
+    assert found[0].id == ids["Bread baking"] and found[0].exact and found[0].score == 1.0
+    assert flags[0] == ("Bread baking", DUPLICATE)
+    assert normalised_content(original) == normalised_content(original.upper() + "  ")
+
+
+def test_answer_shapes(prepared, model_store) -> None:  # type: ignore[no-untyped-def]
+    _, _, _, _ = prepared
+    _, found = check(prepared, model_store, MEMORIES[0]["content"])
+    assert found[0].to_json() == {"id": found[0].id, "relation": "duplicate", "score": 1.0}
+    assert found[0].to_json(detail=True) == {
+        "id": found[0].id, "relation": "duplicate", "score": 1.0, "title": "Dentist appointment", "exact": True,
+    }
+    # Best first: flags by score, then related memories by cosine; at most `limit`.
+    brain, _, index, hybrid = prepared
+    listed = find_similar(brain, Incoming("Dentist and gym and bread"), index=index, hybrid=hybrid,
+                          embed=model_store.embed_query, limit=2)
+    assert len(listed) <= 2
+
+
+def test_empty_brain_and_convenience(model_store) -> None:  # type: ignore[no-untyped-def]
+    assert similar_in_brain(Brain(), Incoming("anything"), model_store) == []
+    brain, ids = governance_brain()
+    found = similar_in_brain(brain, Incoming(MEMORIES[3]["content"], "図書館"), model_store)
+    assert found[0].id == ids["図書館"] and found[0].exact
