@@ -1,10 +1,10 @@
 """The review queue across processes: real store, two connector processes, the official MCP client SDK.
 
 The queue lives in the brain (``pair-review.json``), so what one connector flags is
-listed through another. Here the pair is found on pull: a device writes, straight to
-the store, a memory that repeats one the brain had; the connector that pulls it checks
-it, queues the pair through its normal write path, and the other connector's
-``brain_status`` then counts it.
+listed through another: a pair flagged by ``brain_memorize`` through one connector, and a
+pair found on pull (a device writes, straight to the store, a memory that repeats one the
+brain had; the connector that pulls it checks it and queues the pair through its normal
+write path), are both counted by the other connector's ``brain_status``.
 """
 
 from __future__ import annotations
@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from connector.engine.archive import pack_archive
 from connector.engine.review import review_document
-from tests.connector.conftest import RunningStore, brains_of, direct_memorize, download_brain
+from tests.connector.conftest import RunningStore, brains_of, direct_memorize, download_brain, upload_raw
 from tests.connector.test_e2e_tools import connector, mcp_session, mint, structured
+from tests.engine.similar_support import governance_brain
 from tests.engine.writes_support import check_consistency
 
 pytestmark = pytest.mark.timeout(300)
@@ -60,6 +62,43 @@ def test_a_duplicate_another_device_wrote_is_flagged_on_pull_and_seen_by_another
                 (copy, original, "duplicate", "pull", "pending")
             assert copy in review_document(brain)["checked"] or review_document(brain)["checked_until"]
             check_consistency(brain)
+
+    with connector(tmp_path / "a", store, env=env) as first, connector(tmp_path / "b", store, env=env) as second:
+        asyncio.run(scenario(first.base_url, second.base_url))
+
+
+def test_a_near_duplicate_memorized_through_one_connector_waits_in_the_queue_of_another(
+        store: RunningStore, tmp_path: Path) -> None:
+    user = store.add_user("bob")
+    brain_id = brains_of(store.url, user.token)[0]["id"]
+    brain, ids = governance_brain()
+    assert upload_raw(store.url, user.token, brain_id, pack_archive(brain)).status_code == 200
+    env = {"CONNECTOR_REPULL_TTL_MS": "1"}
+
+    async def scenario(first: str, second: str) -> None:
+        scopes = {"brain.read", "brain.write"}
+        async with mcp_session(first + "/mcp", mint(first, user, scopes)) as a, \
+                mcp_session(second + "/mcp", mint(second, user, scopes)) as b:
+            assert structured(await b.call_tool("brain_status", {}))["review_pending_count"] == 0
+            moved = await a.call_tool("brain_memorize", {
+                "title": "Dentist appointment moved",
+                "content": "The dentist appointment is on 21 May at 3 pm at the clinic near Ikebukuro station.",
+            })
+            answer = structured(moved)
+            new_id = answer["stored"]["id"]
+            assert answer["review_queued"] == [ids["Dentist appointment"]]
+            assert "review queue" in moved.content[0].text
+            assert structured(await a.call_tool("brain_status", {}))["review_pending_count"] == 1
+            status = await b.call_tool("brain_status", {})
+            assert structured(status)["review_pending_count"] == 1
+            assert "1 pair of similar memories waiting for review" in status.content[0].text
+            stored, _ = download_brain(store.url, user.token, brain_id)
+            [pair] = review_document(stored)["pairs"]
+            assert (pair["new"], pair["old"], pair["relation"], pair["via"], pair["status"], pair["by"]) == \
+                (new_id, ids["Dentist appointment"], "update", "write", "pending", "pytest-e2e")
+            # Nothing was superseded on the guess.
+            assert "superseded_by" not in stored.read_json("index.json")["memories"][ids["Dentist appointment"]]
+            check_consistency(stored)
 
     with connector(tmp_path / "a", store, env=env) as first, connector(tmp_path / "b", store, env=env) as second:
         asyncio.run(scenario(first.base_url, second.base_url))
