@@ -47,10 +47,12 @@ class ReviewItem:
 
 @dataclass
 class ReviewPage:
-    """The pairs shown (oldest flag first) and how many wait in all."""
+    """The pairs shown (oldest flag first), how many wait in all, and whether the
+    signed-in person only views this brain (a viewer of a shared brain cannot decide)."""
 
     items: list[ReviewItem]
     total: int
+    viewer: bool = False
 
 
 def _string(value: Any) -> str:
@@ -63,29 +65,30 @@ class ReviewViews:
     def __init__(self, views: BrainViews) -> None:
         self.views = views
 
-    async def _pending(self, account: Account) -> tuple[list[PendingPair], Any]:
+    async def _pending(self, account: Account) -> tuple[list[PendingPair], Any, bool]:
         snapshot = await self.views.manager.snapshot(account)
         brain = snapshot.brain
+        viewer = any(record.id == snapshot.brain_id and record.read_only for record in snapshot.identity.brains)
         if brain is None or REVIEW_FILE not in brain:
-            return [], None
+            return [], None, viewer
         index = await self.views._index(snapshot)
         if index is None:
-            return [], None
+            return [], None, viewer
 
         def entry(memory_id: str) -> Any:
             position = index.positions.get(memory_id)
             return index.memories[position].entry if position is not None else None
 
-        return pending_pairs(review_document(brain), entry), brain
+        return pending_pairs(review_document(brain), entry), brain, viewer
 
     async def waiting(self, account: Account) -> int:
         """How many pairs wait for a decision."""
-        pairs, _ = await self._pending(account)
+        pairs, _, _ = await self._pending(account)
         return len(pairs)
 
     async def page(self, account: Account) -> ReviewPage:
         """The first `REVIEW_PAGE_SIZE` pairs with both texts."""
-        pairs, brain = await self._pending(account)
+        pairs, brain, viewer = await self._pending(account)
 
         def side(memory_id: str, entry: Any) -> ReviewSide:
             body = memory_body(brain.read_text(_string(entry.get("path"))) or "")
@@ -100,4 +103,4 @@ class ReviewViews:
                 relation_label=RELATION_LABELS.get(pair.relation, pair.relation), score=pair.score,
                 flagged_at=pair.flagged_at, via=pair.via, by=pair.by, merge_tags=", ".join(dict.fromkeys(tags)),
             ))
-        return ReviewPage(items=items, total=len(pairs))
+        return ReviewPage(items=items, total=len(pairs), viewer=viewer)

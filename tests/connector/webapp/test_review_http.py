@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import httpx
 import pytest
 
 from tests.engine.writes_support import check_consistency
 
-from ..conftest import RunningStore, brains_of, direct_memorize
+from ..conftest import RunningStore, auth, brains_of, direct_memorize
 from ..review_support import flag_pairs_at_store, statuses_at_store
+from ..test_e2e_sharing import share
 from .conftest import app_client, sign_in
 
 pytestmark = pytest.mark.timeout(120)
@@ -70,4 +72,23 @@ def test_a_read_only_sign_in_sees_the_pairs_but_cannot_decide(store: RunningStor
                                                        "content": "merged"})
             assert refused.status_code == 403 and "read-only" in refused.text
     _, statuses = statuses_at_store(store.url, alice.token, brain_id)
+    assert statuses == {(new, old): "pending"}
+
+
+def test_a_viewer_of_a_shared_brain_sees_the_pairs_but_cannot_decide(store: RunningStore) -> None:
+    alice, bob = store.add_user("alice"), store.add_user("bob")
+    team = httpx.post(f"{store.url}/api/brains", headers=auth(alice.token), json={"name": "team"}, timeout=30).json()
+    direct_memorize(store.url, alice.token, team["id"], "The team deploys the billing service on Thursdays.")
+    [(new, old)] = flag_pairs_at_store(store.url, alice.token, team["id"], PAIRS[:1])
+    share(store, team["id"], bob, "viewer")
+    with app_client(store.url) as client:
+        csrf = sign_in(client, bob.token)  # a sign-in that may write: the brain's role is what forbids
+        assert client.post("/app/brain", data={"csrf": csrf, "brain": team["id"]}).status_code == 303
+        page = client.get("/app/review")
+        assert page.status_code == 200 and "1 pair waiting" in page.text
+        assert "You are a viewer of this brain" in page.text
+        assert 'name="decision"' not in page.text and ">Merge<" not in page.text
+        refused = client.post("/app/review", data={"csrf": csrf, "new": new, "old": old, "decision": "keep_new"})
+        assert refused.status_code == 409 and "viewer" in refused.text
+    _, statuses = statuses_at_store(store.url, alice.token, team["id"])
     assert statuses == {(new, old): "pending"}
