@@ -41,12 +41,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from connector.engine.brain import Brain
 from connector.engine.errors import BrainError
+from connector.engine.jsvalues import datetime_ms
 from connector.engine.memorize import MemoryInput, add_memory, apply_supersession, is_memory_id
 from connector.engine.ops import Memorize, Operation, _draw_id, archive_memory
+from connector.engine.rules import parse_iso
 from connector.engine.txn import WriteTxn
 
 REVIEW_FILE = "pair-review.json"
@@ -61,6 +63,7 @@ STATUS_OF = {"keep_new": "kept_new", "keep_old": "kept_old", "merge": "merged", 
 FIRST_CHECK = 20
 MAX_BY = 200
 ARCHIVED_REASON = "review_keep_old"
+T = TypeVar("T")
 
 __all__ = [
     "DECISIONS",
@@ -76,6 +79,7 @@ __all__ = [
     "pending_pairs",
     "review_document",
     "unchecked",
+    "unchecked_ms",
 ]
 
 
@@ -214,15 +218,27 @@ def _created(entry: Any) -> str:
     return created if isinstance(created, str) else ""
 
 
+def _until(doc: Mapping[str, Any], created: Iterable[T], exists: bool, convert: Callable[[str], T], floor: T) -> T:
+    """``checked_until`` (as ``convert`` reads it); for a brain without a review file, the creation
+    time below its newest `FIRST_CHECK` memories; ``floor`` when everything is unchecked."""
+    if exists:
+        until = doc.get("checked_until")
+        return convert(until) if isinstance(until, str) else floor
+    times = sorted(created, reverse=True)  # type: ignore[type-var]
+    return times[FIRST_CHECK] if len(times) > FIRST_CHECK else floor
+
+
 def _watermark(doc: Mapping[str, Any], entries: Mapping[str, Any], exists: bool) -> str:
-    """``checked_until``; for a brain without a review file, the creation time below its newest few."""
-    until = doc.get("checked_until")
-    if exists and isinstance(until, str):
-        return until
-    if exists and until is None and doc.get("pairs"):
-        return ""  # written by a flag before any pull check: everything older counts as checked below
-    times = sorted((_created(entry) for entry in entries.values()), reverse=True)
-    return times[FIRST_CHECK] if len(times) > FIRST_CHECK else ""
+    return _until(doc, (_created(entry) for entry in entries.values()), exists, str, "")
+
+
+def _pick(doc: Mapping[str, Any], until: T, created: Mapping[str, T], limit: int | None) -> list[str]:
+    """Ids created after ``until`` and not in ``checked``, oldest first (at most ``limit``)."""
+    checked = {item for item in doc.get("checked", []) if isinstance(item, str)}
+    waiting = sorted((time, memory_id) for memory_id, time in created.items()  # type: ignore[type-var]
+                     if time > until and memory_id not in checked)  # type: ignore[operator]
+    chosen = [memory_id for _, memory_id in waiting]
+    return chosen if limit is None else chosen[:limit]
 
 
 def unchecked(brain: Brain, entries: Mapping[str, Any], limit: int) -> list[str]:
@@ -231,18 +247,25 @@ def unchecked(brain: Brain, entries: Mapping[str, Any], limit: int) -> list[str]
     Those created after ``checked_until`` and not in ``checked``. A brain without a review
     file counts only its newest `FIRST_CHECK` memories as unchecked.
     """
-    exists = REVIEW_FILE in brain
+    return _unchecked(review_document(brain), entries, REVIEW_FILE in brain, limit)
+
+
+def unchecked_ms(brain: Brain, created_ms: Mapping[str, int | None], limit: int) -> list[str]:
+    """`unchecked` from creation times in milliseconds (the recall index's), without index.json."""
     doc = review_document(brain)
-    return _unchecked(doc, entries, exists, limit)
+    times = {memory_id: -1 if ms is None else ms for memory_id, ms in created_ms.items()}
+    until = _until(doc, times.values(), REVIEW_FILE in brain, _ms, -1)
+    return _pick(doc, until, times, limit)
+
+
+def _ms(text: str) -> int:
+    moment = parse_iso(text)
+    return -1 if moment is None else datetime_ms(moment)
 
 
 def _unchecked(doc: Mapping[str, Any], entries: Mapping[str, Any], exists: bool, limit: int | None) -> list[str]:
-    until = _watermark(doc, entries, exists)
-    checked = {item for item in doc.get("checked", []) if isinstance(item, str)}
-    waiting = sorted((_created(entry), memory_id) for memory_id, entry in entries.items()
-                     if _created(entry) > until and memory_id not in checked and isinstance(entry, Mapping))
-    chosen = [memory_id for _, memory_id in waiting]
-    return chosen if limit is None else chosen[:limit]
+    created = {memory_id: _created(entry) for memory_id, entry in entries.items() if isinstance(entry, Mapping)}
+    return _pick(doc, _watermark(doc, entries, exists), created, limit)
 
 
 def mark_checked(txn: WriteTxn, ids: Iterable[str]) -> bool:

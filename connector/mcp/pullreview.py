@@ -35,7 +35,7 @@ from typing import Any
 from connector.engine.brain import Brain
 from connector.engine.errors import BrainError
 from connector.engine.index import index_for
-from connector.engine.review import Flag, FlagPairs, unchecked
+from connector.engine.review import Flag, FlagPairs, unchecked_ms
 from connector.engine.similar import Incoming, find_similar
 from connector.engine.text import memory_body
 from connector.mcp.tools import BrainTools
@@ -119,21 +119,22 @@ class PullReview:
             self._done.popitem(last=False)
 
     def find(self, brain_id: str, key: str, brain: Brain) -> tuple[list[Flag], list[str]]:
-        """(pairs found, ids checked) among the memories of ``brain`` not checked yet (worker thread)."""
-        document = brain.read_json("index.json")
-        entries = document.get("memories") if isinstance(document, dict) else None
-        if not isinstance(entries, dict):
-            return [], []
+        """(pairs found, ids checked) among the memories of ``brain`` not checked yet (worker thread).
+
+        Reads the recall index the pull just followed (a cache hit), not index.json: parsing
+        that takes a few hundred ms at 10,000 memories; only the memories checked are decoded.
+        """
+        index = index_for(brain, key, self.tools.index_cache)
+        created = {record.id: record.created_ms for record in index.memories}
         known = self._done.get(brain_id, set())
-        waiting = [memory_id for memory_id in unchecked(brain, entries, self.limit + len(known))
+        waiting = [memory_id for memory_id in unchecked_ms(brain, created, self.limit + len(known))
                    if memory_id not in known][: self.limit]
         if not waiting:
             return [], []
-        index = index_for(brain, key, self.tools.index_cache)
         hybrid = self.tools.hybrid_index(brain, key, index)
         flags: list[Flag] = []
         for memory_id in waiting:
-            entry = entries[memory_id]
+            entry = index.memories[index.positions[memory_id]].entry
             text = brain.read_text(_string(entry.get("path"))) or ""
             tags = [tag for tag in entry.get("tags", []) if isinstance(tag, str)] \
                 if isinstance(entry.get("tags"), list) else []
@@ -143,13 +144,14 @@ class PullReview:
                                  limit=SIMILAR_LIMIT)
             context = entry.get("encoding_context")
             by = (_string(context.get("agent")) if isinstance(context, dict) else "") or "another device"
+            mine = created[memory_id] or -1
             for similar in found:
-                other = entries.get(similar.id)
-                if not similar.flagged or similar.id == memory_id or not isinstance(other, dict):
+                if not similar.flagged or similar.id == memory_id or similar.id not in created:
                     continue
                 # The newer of the two is the one asked about ("keep new" / "keep old").
-                if _string(other.get("created")) > _string(entry.get("created")):
+                if (created[similar.id] or -1) > mine:
                     flags.append(Flag(similar.id, memory_id, similar.relation, similar.score, "pull", by))
                 else:
                     flags.append(Flag(memory_id, similar.id, similar.relation, similar.score, "pull", by))
         return flags, waiting
+

@@ -25,7 +25,9 @@ from connector.engine.review import (
     pending_pairs,
     review_document,
     unchecked,
+    unchecked_ms,
 )
+from connector.engine.index import IndexCache, index_for
 from tests.engine.writes_support import NOW, check_consistency, entries, fixture_brain, frontmatter, require_fixtures
 
 require_fixtures()
@@ -213,6 +215,8 @@ def test_only_unchecked_memories_are_checked_on_pull_and_the_mark_moves() -> Non
     # No review file yet: only the newest FIRST_CHECK memories count as unchecked, oldest first.
     assert unchecked(brain, entries(brain), 100) == ids[5:]
     assert unchecked(brain, entries(brain), 3) == ids[5:8]
+    fresh = index_for(brain, None, IndexCache(capacity=1))
+    assert unchecked_ms(brain, {record.id: record.created_ms for record in fresh.memories}, 100) == ids[5:]
     FlagPairs([], ids[5:8]).apply(brain, NOW)
     assert unchecked(brain, entries(brain), 100) == ids[8:]
     assert review_document(brain)["checked_until"] == entries(brain)[ids[7]]["created"]
@@ -226,6 +230,9 @@ def test_only_unchecked_memories_are_checked_on_pull_and_the_mark_moves() -> Non
     assert review_document(brain)["checked"] == []
     later = _write(brain, "Something another device wrote.", "Later", NOW + timedelta(days=1))
     assert unchecked(brain, entries(brain), 100) == [*ids[11:], later]
+    # The same from the recall index's milliseconds (what a pull check reads instead of index.json).
+    index = index_for(brain, None, IndexCache(capacity=1))
+    assert unchecked_ms(brain, {record.id: record.created_ms for record in index.memories}, 100) == [*ids[11:], later]
     check_consistency(brain)
 
 
