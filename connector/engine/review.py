@@ -77,6 +77,7 @@ __all__ = [
     "mark_checked",
     "pending_count",
     "pending_pairs",
+    "recorded",
     "review_document",
     "unchecked",
     "unchecked_ms",
@@ -205,6 +206,11 @@ def pending_count(brain: Brain, entries: Mapping[str, Any] | None = None) -> int
         index = brain.read_json("index.json")
         entries = index.get("memories") if isinstance(index, dict) and isinstance(index.get("memories"), dict) else {}
     return len(pending_pairs(doc, lambda memory_id: _as_entry(entries.get(memory_id))))
+
+
+def recorded(brain: Brain) -> set[frozenset[str]]:
+    """Every pair the brain's queue holds (unordered, any status): a flag for one is not news."""
+    return {_key(pair["new"], pair["old"]) for pair in _records(review_document(brain))}
 
 
 def _as_entry(value: Any) -> Mapping[str, Any] | None:

@@ -35,7 +35,7 @@ from typing import Any
 from connector.engine.brain import Brain
 from connector.engine.errors import BrainError
 from connector.engine.index import index_for
-from connector.engine.review import Flag, FlagPairs, unchecked_ms
+from connector.engine.review import Flag, FlagPairs, recorded, unchecked_ms
 from connector.engine.similar import Incoming, find_similar
 from connector.engine.text import memory_body
 from connector.mcp.tools import BrainTools
@@ -87,11 +87,6 @@ class PullReview:
 
         task.add_done_callback(done)
 
-    async def idle(self) -> None:
-        """Wait for the checks under way (tests, shutdown)."""
-        while self._running:
-            await asyncio.gather(*self._running.values(), return_exceptions=True)
-
     async def _check(self, account: Account, brain_id: str, key: str, brain: Brain) -> None:
         try:
             flags, checked = await asyncio.to_thread(self.find, brain_id, key, brain)
@@ -132,6 +127,7 @@ class PullReview:
         if not waiting:
             return [], []
         hybrid = self.tools.hybrid_index(brain, key, index)
+        seen = recorded(brain)  # pairs queued before (e.g. by the memorize that wrote one of them)
         flags: list[Flag] = []
         for memory_id in waiting:
             entry = index.memories[index.positions[memory_id]].entry
@@ -146,7 +142,8 @@ class PullReview:
             by = (_string(context.get("agent")) if isinstance(context, dict) else "") or "another device"
             mine = created[memory_id] or -1
             for similar in found:
-                if not similar.flagged or similar.id == memory_id or similar.id not in created:
+                if not similar.flagged or similar.id == memory_id or similar.id not in created \
+                        or frozenset((similar.id, memory_id)) in seen:
                     continue
                 # The newer of the two is the one asked about ("keep new" / "keep old").
                 if (created[similar.id] or -1) > mine:
