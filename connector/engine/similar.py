@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +58,7 @@ __all__ = [
     "Candidate",
     "Incoming",
     "candidates",
+    "exact_duplicates",
     "Similar",
     "find_similar",
     "normalised_content",
@@ -282,7 +283,7 @@ class _Text:
 
 FEATURES = (
     "cosine", "margin", "cross", "cross_cosine", "shared_words", "values_agree", "new_values", "old_values",
-    "negation_differs",
+    "negation_differs", "value_changed",
 )
 
 
@@ -297,7 +298,8 @@ def pair_features(new: _Text, old: _Text, cosine: float, next_cosine: float, idf
     - values_agree: share of the values of both that both state (0 when neither has any);
     - new_values / old_values: share of the incoming (existing) memory's values the other
       lacks: a changed value shows as both, a restatement with fewer values as neither;
-    - negation_differs: 1 when exactly one of the two is negated.
+    - negation_differs: 1 when exactly one of the two is negated;
+    - value_changed: 1 when each states a value the other lacks (a value replaced).
     """
     shared = new.terms & old.terms
     weight_new = sum(idf(term) for term in new.terms)
@@ -317,6 +319,7 @@ def pair_features(new: _Text, old: _Text, cosine: float, next_cosine: float, idf
             len(new.values - old.values) / len(new.values) if new.values else 0.0,
             len(old.values - new.values) / len(old.values) if old.values else 0.0,
             1.0 if new.negated != old.negated else 0.0,
+            1.0 if (new.values - old.values) and (old.values - new.values) else 0.0,
         ],
         dtype=np.float64,
     )
@@ -329,8 +332,8 @@ def pair_features(new: _Text, old: _Text, cosine: float, next_cosine: float, idf
 # entry. FLAG: P(pair is a duplicate or an update); KIND: P(update | flagged pair). The
 # script also fits on each half and scores the other (docs/memory-governance.md); re-run
 # it after changing a feature: it prints these two lines.
-FLAG_WEIGHTS = (-7.641, 8.439, 4.571, 0.462, 4.154, 2.978, 3.102, -0.496, -0.014, 0.496)
-KIND_WEIGHTS = (-0.347, -1.512, 1.009, 0.136, -1.490, 0.669, -1.001, 1.707, 1.640, 1.347)
+FLAG_WEIGHTS = (-7.457, 8.417, 4.529, 0.430, 4.137, 2.733, 2.708, -1.040, -0.344, 0.519, 0.849)
+KIND_WEIGHTS = (-0.554, -1.048, 0.976, 0.064, -1.309, 0.269, -1.116, 0.881, 1.227, 1.314, 1.256)
 # A pair is flagged when P(flag) reaches this: the flag model's probabilities are
 # calibrated, so 0.5 is the natural choice (0.55 and 0.6 traded update recall for fewer
 # false flags about evenly on the held-out halves).
@@ -472,6 +475,23 @@ def decide(examined: Sequence[Candidate], *, limit: int = LIMIT, model: Model = 
             related.append(Similar(candidate.id, RELATED, round(candidate.cosine, 3), candidate.title, flags=features))
     flags.sort(key=lambda item: (-item.score, item.id))
     return (flags + related)[: max(limit, 0)]
+
+
+def exact_duplicates(brain: Brain, index: BrainIndex, content: str, *, among: Iterable[str] | None = None) -> list[Similar]:
+    """Memories (of ``among``, default all) whose content is ``content`` once normalised,
+    without vectors: what a check on an older version of the brain adds for the newest memories."""
+    wanted = normalised_content(content)
+    found = []
+    for memory_id in index.positions if among is None else among:
+        position = index.positions.get(memory_id)
+        if position is None:
+            continue
+        entry = index.memories[position].entry
+        _, body = _memory_text(brain, entry)
+        if normalised_content(body) == wanted:
+            title = entry.get("title")
+            found.append(Similar(memory_id, DUPLICATE, 1.0, title if isinstance(title, str) else "", exact=True))
+    return found
 
 
 def similar_in_brain(

@@ -26,7 +26,7 @@ from connector.engine.jsvalues import datetime_ms
 from connector.engine.ops import Forget, Pin, Unpin, Verify, connector_memorize
 from connector.engine.recall import recall
 from connector.engine.review import MemorizeFlagged, pending_count
-from connector.engine.similar import UPDATE, Incoming, Similar, find_similar
+from connector.engine.similar import UPDATE, Incoming, Similar, exact_duplicates, find_similar
 from connector.engine.views import attach_content, read_memory
 from connector.mcp import render
 from connector.mcp.arguments import ArgumentError, Args
@@ -56,6 +56,10 @@ PREWARM_MAX_WAIT_S = 3.0
 # brain_memorize's on_similar: report what the similar check found (default), or also
 # supersede the memories it flagged as updates.
 ON_SIMILAR = ["report", "supersede"]
+# In exact recall mode the memorize check's hybrid index is rebuilt in the background only
+# every this many writes (a build reads and tokenises every memory: ~3 s of CPU at 10,000);
+# meanwhile the check uses the last one built plus exact duplicates among newer memories.
+SIMILAR_REBASE_WRITES = 20
 
 
 @dataclass(frozen=True)
@@ -146,6 +150,11 @@ class BrainTools:
         # key, its text index and vector matrix. Both are made on first hybrid use.
         self._vectors = vectors
         self.hybrid_cache = HybridCache()
+        # Per brain, the newest version whose hybrid index is built: a memorize right after
+        # another checks against it (plus exact duplicates among the newer memories) rather
+        # than waiting for the new version's index (seconds at 10,000 memories).
+        self._similar_base: dict[str, tuple[str, Brain, BrainIndex, HybridIndex]] = {}
+        self._writes_since_base: dict[str, int] = {}
         names = set(allowed) if allowed is not None else {tool.name for tool in TOOLS}
         self.specs: dict[str, ToolSpec] = {tool.name: tool for tool in TOOLS if tool.name in names}
         # The manager's cache: its writes keep the indexes there current (see IndexFollower).
@@ -181,14 +190,29 @@ class BrainTools:
         the queued one, so a burst costs one or two builds, not one each.
         """
         brain, key = outcome.brain, outcome.key
-        if brain is None or key is None or self._index_ready(key, self.recall_mode) or "index.json" not in brain:
+        if brain is None or key is None or "index.json" not in brain:
             return
         slot = outcome.brain_id or key
+        self._writes_since_base[slot] = self._writes_since_base.get(slot, 0) + 1
+        if self._index_ready(key, self._prewarm_mode(slot)):
+            return
         queued = self._prewarm_next.get(slot)
         now = time.monotonic()
         self._prewarm_next[slot] = (brain, key, queued[2] if queued else now)
         if slot not in self._prewarm_busy and queued is None:
             asyncio.get_running_loop().call_later(PREWARM_QUIET_S, self._maybe_start_prewarm, slot)
+
+    def _prewarm_mode(self, slot: str) -> str:
+        """Which indexes a background build after a write makes: the hybrid one in hybrid mode,
+        and in exact mode once SIMILAR_REBASE_WRITES writes were made since the memorize check's
+        base version was indexed (before that the check uses the base plus exact duplicates)."""
+        if self.recall_mode == "hybrid" or self._writes_since_base.get(slot, 0) >= SIMILAR_REBASE_WRITES:
+            return "hybrid"
+        return "exact"
+
+    def _set_similar_base(self, slot: str, key: str, brain: Brain, index: BrainIndex, hybrid: HybridIndex) -> None:
+        self._similar_base[slot] = (key, brain, index, hybrid)
+        self._writes_since_base[slot] = 0
 
     def _maybe_start_prewarm(self, slot: str) -> None:
         queued = self._prewarm_next.get(slot)
@@ -201,15 +225,17 @@ class BrainTools:
 
     def _start_prewarm(self, slot: str) -> None:
         brain, key, _ = self._prewarm_next.pop(slot)
-        if self._index_ready(key, self.recall_mode) or not self._current(key):
+        hybrid_too = self._prewarm_mode(slot) == "hybrid"
+        if self._index_ready(key, "hybrid" if hybrid_too else "exact") or not self._current(key):
             return  # followed meanwhile, or a pull replaced that version: a build would be wasted
         self._prewarm_busy.add(slot)
 
         def build() -> None:
             try:
                 index = index_for(brain, key, self.index_cache)
-                # The next memorize's similar check needs the hybrid index whatever the recall mode.
-                self.hybrid_index(brain, key, index)  # embeds what the write added
+                if hybrid_too:
+                    hybrid = self.hybrid_index(brain, key, index)  # embeds what the write added
+                    self._set_similar_base(slot, key, brain, index, hybrid)
             except Exception:  # a brain recall cannot read: the next recall reports it
                 return
 
@@ -248,17 +274,35 @@ class BrainTools:
         """The memories of the snapshot's brain ``incoming`` duplicates, updates or is near
         (connector/engine/similar.py), on the indexes cached for its content key.
 
-        A brain the check cannot read gives no findings: the check never stops a write.
+        When this version's hybrid index is not built yet (a write just changed the brain;
+        the background build after it is under way) the check runs on the newest version
+        whose index is built, and exact duplicates among the memories written since are
+        added; only a brain never checked before waits for its index. A brain the check
+        cannot read gives no findings: the check never stops a write.
         """
-        brain = snapshot.brain
+        brain, key = snapshot.brain, snapshot.key
         if brain is None or "index.json" not in brain:
             return []
+        slot = snapshot.brain_id or key or ""
         try:
-            index = index_for(brain, snapshot.key, self.index_cache)
+            index = index_for(brain, key, self.index_cache)
             if not index.memories:
                 return []
-            hybrid = self.hybrid_index(brain, snapshot.key, index)
-            return find_similar(brain, incoming, index=index, hybrid=hybrid, embed=self.vectors.embed_query)
+            base = self._similar_base.get(slot)
+            if base is None or self._index_ready(key, "hybrid") or base[0] == key:
+                hybrid = self.hybrid_index(brain, key, index)
+                self._set_similar_base(slot, key or "", brain, index, hybrid)
+                return find_similar(brain, incoming, index=index, hybrid=hybrid, embed=self.vectors.embed_query)
+            _, base_brain, base_index, base_hybrid = base
+            found = [
+                item
+                for item in find_similar(base_brain, incoming, index=base_index, hybrid=base_hybrid,
+                                         embed=self.vectors.embed_query)
+                if item.id in index.positions  # not forgotten since
+            ]
+            newer = [memory_id for memory_id in index.positions if memory_id not in base_index.positions]
+            exact = exact_duplicates(brain, index, incoming.content, among=newer)
+            return exact + found
         except (RecallError, BrainError, ValueError, RecursionError):
             log.warning("similar check skipped: the brain could not be indexed")
             return []

@@ -24,6 +24,7 @@ from litestar.datastructures import Cookie
 
 from connector.engine.brain import Brain
 from connector.engine.ops import Memorize, operation_from_dict
+from connector.engine.similar import Incoming
 from connector.identity.base import ProviderRefused, ProviderUnavailable
 from connector.mcp.http import header, peer_address
 from connector.oauth.sealed_files import SealedRecords
@@ -371,8 +372,11 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         if view is None:
             return not_found(visit)
         params = request.query_params
+        # After an edit, what the new text repeats or updates elsewhere in the brain (as brain_memorize says).
+        similar = (await app.views.similar_to(visit.session.account, view.id)
+                   if params.get("done") == "edit" and not view.archived else [])
         return app.page("memory.html", visit.site, visit.session, memory=view, error=None, offer_force=False,
-                        flash=_flash(params.get("done"), params.get("held")))
+                        flash=_flash(params.get("done"), params.get("held")), similar=similar)
 
     @get("/app/memory/{memory_id:str}/edit", cache=False, include_in_schema=False)
     @page_route
@@ -509,7 +513,12 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         summary = await asyncio.to_thread(dry_run, plan, snapshot.brain, now)
         # Off the loop: a checked import may be megabytes, sealed and written to the state directory.
         reference = await asyncio.to_thread(app.keep_import, visit.session, plan) if summary.new else None
-        return app.page("transfer.html", visit.site, visit.session, summary=summary, reference=reference, error=None)
+        # What the new memories repeat or update among those already here (the first ones checked).
+        similar = await app.views.similar_to_new(visit.session.account, [
+            Incoming(memory.content, memory.title, memory.tags, memory.type) for memory in plan.inputs
+        ]) if summary.new else []
+        return app.page("transfer.html", visit.site, visit.session, summary=summary, reference=reference, error=None,
+                        similar=similar)
 
     @post("/app/import/confirm", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
     @write_route

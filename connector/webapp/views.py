@@ -16,6 +16,7 @@ from connector.engine.archive import ArchiveError, load_archive
 from connector.engine.index import BrainIndex, RecallError, index_for
 from connector.engine.restore import frontmatter_values
 from connector.engine.rules import MEMORY_TYPES
+from connector.engine.similar import Incoming, Similar
 from connector.engine.text import memory_body
 from connector.mcp.tools import BrainTools
 from connector.webapp.graph import Graph, neighbourhood
@@ -33,6 +34,17 @@ TAG_CACHE_SIZE = 32
 TYPES = tuple(MEMORY_TYPES)
 # The search page's names for brain_recall's modes, in engine.hybrid.MODES order (test_units checks).
 MODE_LABELS = {"exact": "Exact words", "hybrid": "Meaning and other languages (hybrid)"}
+
+
+@dataclass(frozen=True)
+class SimilarLine:
+    """An existing memory the similar check flagged: which, how, how sure (percent)."""
+
+    memory: MemoryLine
+    relation: str
+    percent: int
+    exact: bool
+    about: str = ""  # the new memory's title (an import lists several)
 
 
 @dataclass(frozen=True)
@@ -314,6 +326,46 @@ class BrainViews:
         text = brain.read_text(_string(record.get("archived_path"))) or ""
         fields = {**frontmatter_values(text), **record}
         return self._view(memory_id, fields, text, index, archived=True)
+
+    async def similar_to(self, account: Account, memory_id: str) -> list[SimilarLine]:
+        """The memories a live memory repeats or updates (the check brain_memorize runs),
+        leaving out the memory itself and those it already supersedes."""
+        snapshot = await self.manager.snapshot(account)
+        brain = snapshot.brain
+        index = await self._index(snapshot)
+        position = index.positions.get(memory_id) if index is not None else None
+        if brain is None or index is None or position is None:
+            return []
+        entry = index.memories[position].entry
+        incoming = Incoming(memory_body(brain.read_text(_string(entry.get("path"))) or ""),
+                            _string(entry.get("title")) or None, _tags(entry.get("tags")), _string(entry.get("type")))
+        found = await asyncio.to_thread(self.tools.similar_for, snapshot, incoming)
+        return self._similar_lines(index, [item for item in found if item.id != memory_id], memory_id)
+
+    async def similar_to_new(self, account: Account, memories: list[Incoming], limit: int = 50) -> list[SimilarLine]:
+        """What the check finds for memories about to be written (an import's first ``limit``)."""
+        snapshot = await self.manager.snapshot(account)
+        index = await self._index(snapshot)
+        if index is None:
+            return []
+        lines: list[SimilarLine] = []
+        for incoming in memories[:limit]:
+            found = await asyncio.to_thread(self.tools.similar_for, snapshot, incoming)
+            lines += self._similar_lines(index, found, None, about=incoming.title or "")
+        return lines
+
+    @staticmethod
+    def _similar_lines(index: BrainIndex, found: list[Similar], superseder: str | None, about: str = "") -> list[SimilarLine]:
+        lines = []
+        for item in found:
+            position = index.positions.get(item.id)
+            if not item.flagged or position is None:
+                continue
+            entry = index.memories[position].entry
+            if superseder is not None and entry.get("superseded_by") == superseder:
+                continue  # the memory an edit replaced
+            lines.append(SimilarLine(line_of(item.id, entry), item.relation, round(100 * item.score), item.exact, about))
+        return lines
 
     def _view(self, memory_id: str, entry: dict[str, Any], text: str, index: BrainIndex | None, *, archived: bool) -> MemoryView:
         front = frontmatter_values(text)

@@ -81,6 +81,10 @@ def test_memorize_reports_similar_memories(store: RunningStore, tmp_path: Path) 
             plain = structured(await client.call_tool(
                 "brain_memorize", {"content": "Started cello lessons on Saturday mornings in Kichijoji."}))
             assert [item for item in plain["similar"] if item["relation"] != "related"] == []
+            # Said again at once (the new version's index may still be building): not written twice.
+            repeated = structured(await client.call_tool(
+                "brain_memorize", {"content": "Started cello lessons on Saturday mornings in Kichijoji."}))
+            assert repeated["written"] is False and repeated["stored"]["id"] == plain["stored"]["id"]
 
     with connector(tmp_path, store) as server:
         asyncio.run(scenario(server.base_url))

@@ -12,6 +12,7 @@ from connector.engine.similar import (
     RELATED,
     UPDATE,
     Incoming,
+    exact_duplicates,
     find_similar,
     negated,
     normalised_content,
@@ -139,3 +140,12 @@ def test_empty_brain_and_convenience(model_store) -> None:  # type: ignore[no-un
     brain, ids = governance_brain()
     found = similar_in_brain(brain, Incoming(MEMORIES[3]["content"], "図書館"), model_store)
     assert found[0].id == ids["図書館"] and found[0].exact
+
+
+def test_exact_duplicates_without_vectors() -> None:
+    brain, ids = governance_brain()
+    index = BrainIndex.build(brain)
+    content = MEMORIES[7]["content"]
+    found = exact_duplicates(brain, index, content.lower() + " ")
+    assert [(item.id, item.relation, item.exact) for item in found] == [(ids["Train pass"], DUPLICATE, True)]
+    assert exact_duplicates(brain, index, content, among=[ids["Gym membership"], "mem_unknown"]) == []
