@@ -158,9 +158,14 @@ class Memorize(Operation):
                 if len(self.memories) == 1:
                     raise
                 raise BrainError(f"memory {position + 1}: {error}") from None
+        result = {"stored": stored, "count": len(stored)}
+        self.also(txn, result)
         txn.commit()
         self.ids, self.created = ids, created
-        return {"stored": stored, "count": len(stored)}
+        return result
+
+    def also(self, txn: WriteTxn, result: dict[str, Any]) -> None:
+        """More changes in the same write, before it commits (a subclass's, e.g. the review queue's)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"op": self.kind, "memories": [memory.to_mapping() for memory in self.memories],

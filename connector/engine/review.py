@@ -39,7 +39,7 @@ newer brain after a lost push (412) and survive in the held-write journal.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, ClassVar, TypeVar
 
@@ -47,7 +47,7 @@ from connector.engine.brain import Brain
 from connector.engine.errors import BrainError
 from connector.engine.jsvalues import datetime_ms
 from connector.engine.memorize import MemoryInput, add_memory, apply_supersession, is_memory_id
-from connector.engine.ops import Memorize, Operation, _draw_id, archive_memory
+from connector.engine.ops import Memorize, Operation, _draw_id, archive_memory, operation_from_dict
 from connector.engine.rules import parse_iso
 from connector.engine.txn import WriteTxn
 
@@ -379,30 +379,32 @@ class MemorizeFlagged(Memorize):
     by: str = ""
     kind: ClassVar[str] = "memorize-flagged"
 
-    def apply(self, brain: Brain, now: datetime) -> dict[str, Any]:
-        result = super().apply(brain, now)
+    @classmethod
+    def of(cls, base: Memorize, similar: list[dict[str, Any]], by: str = "") -> MemorizeFlagged:
+        """``base`` (every field it has) with the flags to queue."""
+        kept = {item.name: getattr(base, item.name) for item in fields(Memorize)}
+        return cls(**kept, similar=similar, by=by)
+
+    def also(self, txn: WriteTxn, result: dict[str, Any]) -> None:
         stored = result["stored"]
         if len(stored) != 1 or not self.similar:
-            return result
+            return
         new = str(stored[0]["id"])
-        txn = WriteTxn(brain, now)
         added = add_flags(txn, [Flag(new, str(item["id"]), str(item["relation"]), float(item["score"]), "write",
                                      self.by) for item in self.similar])
         if added:
-            txn.commit()
             result["review_queued"] = [item["old"] for item in added]
-        return result
 
     def to_dict(self) -> dict[str, Any]:
         return {**super().to_dict(), "op": self.kind, "similar": list(self.similar), "by": self.by}
 
     @classmethod
     def from_dict(cls, value: Mapping[str, Any]) -> MemorizeFlagged:
-        """From `to_dict`'s form."""
-        memories = [MemoryInput.from_mapping(item) for item in value.get("memories", [])]
-        return cls(memories, ids=value.get("ids"), created=value.get("created"),
-                   similar=[dict(item) for item in value.get("similar", []) if isinstance(item, Mapping)],
-                   by=str(value.get("by", "")))
+        """From `to_dict`'s form (the memorize read as `operation_from_dict` reads one)."""
+        base = operation_from_dict({**value, "op": Memorize.kind})
+        assert isinstance(base, Memorize)
+        similar = [dict(item) for item in value.get("similar", []) if isinstance(item, Mapping)]
+        return cls.of(base, similar, str(value.get("by", "")))
 
 
 # ----- decisions ---------------------------------------------------------------------------

@@ -581,7 +581,7 @@ class BrainTools:
         # queued in the same write.
         flagged = [item.to_json() for item in found if item.flagged and item.id not in op.memories[0].supersedes]
         if flagged:
-            op = MemorizeFlagged(op.memories, similar=flagged, by=caller.account.client_name)
+            op = MemorizeFlagged.of(op, flagged, by=caller.account.client_name)
         outcome = await self._write(caller, op, "memorize")
         _refused_for_good(outcome)
         self.prewarm(outcome)

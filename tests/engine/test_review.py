@@ -274,12 +274,16 @@ def test_a_flagged_memorize_queues_its_pairs_in_the_same_write(brain: Brain) -> 
     old = _write(brain, "The standup is at 9:30.", "Standup time")
     base = brain.copy()
     memory = connector_memory("We moved the standup to 10:00.", title="Standup moved")
-    op = MemorizeFlagged([memory], similar=[{"id": old, "relation": "update", "score": 0.81},
-                                            {"id": "mem_20250101_aaaaaa", "relation": "related", "score": 0.4}],
-                         by="claude")
+    op = MemorizeFlagged.of(Memorize([memory]), [{"id": old, "relation": "update", "score": 0.81},
+                                                 {"id": "mem_20250101_aaaaaa", "relation": "related", "score": 0.4}],
+                            by="claude")
+    brain.journal = []
     result = op.apply(brain, NOW)
     new = result["stored"][0]["id"]
     assert result["review_queued"] == [old] and _pending(brain) == [(new, old)]
+    [change] = brain.journal  # one commit: the memory and its queued pair together
+    assert REVIEW_FILE in change.paths and "index.json" in change.paths
+    brain.journal = None
     assert _record(brain, new, old)["by"] == "claude" and _record(brain, new, old)["via"] == "write"
     check_consistency(brain)
     # Replayed from the journal's form on the older base: the same memory id, the same queue.
@@ -301,8 +305,8 @@ def test_review_writes_survive_the_held_write_journal(brain: Brain, pair: tuple[
     new, old = pair
     base = brain.copy()
     ops = [FlagPairs([Flag(new, old, "duplicate", 0.9)], [new]),
-           MemorizeFlagged([connector_memory("Queue: NATS since June.")], similar=[{"id": old, "relation": "update",
-                                                                                    "score": 0.8}], by="claude"),
+           MemorizeFlagged.of(Memorize([connector_memory("Queue: NATS since June.")]),
+                              [{"id": old, "relation": "update", "score": 0.8}], by="claude"),
            Decide(new, old, "merge", by="alice", merged=connector_memory("The job queue is NATS.", origin="user"))]
     for op in ops:
         op.apply(brain, NOW)
