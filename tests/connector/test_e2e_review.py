@@ -4,12 +4,14 @@ The queue lives in the brain (``pair-review.json``), so what one connector flags
 listed through another: a pair flagged by ``brain_memorize`` through one connector, and a
 pair found on pull (a device writes, straight to the store, a memory that repeats one the
 brain had; the connector that pulls it checks it and queues the pair through its normal
-write path), are both counted by the other connector's ``brain_status``.
+write path), are both counted by the other connector's ``brain_status``; a third (the web
+app) lists the pair and decides it, and both connectors then count none.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from connector.engine.archive import pack_archive
 from connector.engine.review import review_document
 from tests.connector.conftest import RunningStore, brains_of, direct_memorize, download_brain, upload_raw
 from tests.connector.test_e2e_tools import connector, mcp_session, mint, structured
+from tests.connector.webapp.conftest import app_client, sign_in
 from tests.engine.similar_support import governance_brain
 from tests.engine.writes_support import check_consistency
 
@@ -100,5 +103,22 @@ def test_a_near_duplicate_memorized_through_one_connector_waits_in_the_queue_of_
             assert "superseded_by" not in stored.read_json("index.json")["memories"][ids["Dentist appointment"]]
             check_consistency(stored)
 
+    async def pending_through(base: str) -> int:
+        async with mcp_session(base + "/mcp", mint(base, user, {"brain.read"})) as client:
+            return int(structured(await client.call_tool("brain_status", {}))["review_pending_count"])
+
     with connector(tmp_path / "a", store, env=env) as first, connector(tmp_path / "b", store, env=env) as second:
         asyncio.run(scenario(first.base_url, second.base_url))
+        # A third connector (the web app, in process) lists the pair and decides it; the others see it decided.
+        with app_client(store.url) as web:
+            csrf = sign_in(web, user.token)
+            page = web.get("/app/review")
+            assert "1 pair waiting" in page.text and "Dentist appointment moved" in page.text
+            [new_id] = re.findall(r'name="new" value="([^"]+)"', page.text)[:1]
+            done = web.post("/app/review", data={"csrf": csrf, "new": new_id, "old": ids["Dentist appointment"],
+                                                 "decision": "keep_new"})
+            assert done.status_code == 303
+        assert asyncio.run(pending_through(first.base_url)) == 0
+        assert asyncio.run(pending_through(second.base_url)) == 0
+    stored, _ = download_brain(store.url, user.token, brain_id)
+    assert stored.read_json("index.json")["memories"][ids["Dentist appointment"]]["superseded_by"] == new_id
