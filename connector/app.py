@@ -25,8 +25,8 @@ from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from connector.engine.archive import ArchiveLimits
 from connector.mcp.http import bearer_token, header, peer_address, request_base_url
-from connector.mcp.server import CALLER_SCOPE_KEY, McpEndpoint
 from connector.mcp.pullreview import PullReview
+from connector.mcp.server import CALLER_SCOPE_KEY, McpEndpoint
 from connector.mcp.tools import BrainTools, Caller
 from connector.metrics import observability_layer
 from connector.oauth.state import OAuthState, load_state_key

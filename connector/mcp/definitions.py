@@ -225,8 +225,9 @@ TOOLS: tuple[ToolSpec, ...] = (
         title="Memory status",
         description=(
             "Describe the user's memory: how many memories, when it last changed, pinned and pending-verification "
-            "counts, similar pairs waiting for the user's review, the account's brains with the one in use marked, and whether the signed-in account looks "
-            "right. Use it when recall finds nothing unexpectedly or the user asks about their memory."
+            "counts, similar pairs waiting for the user's review, the account's brains with the one in use marked, "
+            "and whether the signed-in account looks right. Use it when recall finds nothing unexpectedly or the "
+            "user asks about their memory."
         ),
         input_schema=_object({}),
         output_schema=_object(

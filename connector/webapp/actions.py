@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from connector.engine.errors import BrainError
-from connector.engine.ops import Forget, Operation, Pin, Unpin, Verify, connector_memorize
 from connector.engine.memorize import connector_memory
+from connector.engine.ops import Forget, Operation, Pin, Unpin, Verify, connector_memorize
 from connector.engine.restore import Restore
 from connector.engine.review import DECISIONS, Decide
 from connector.mcp.tools import BrainTools

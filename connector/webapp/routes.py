@@ -400,7 +400,7 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
     async def review(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
         data = await app.review.page(visit.session.account)
         params = request.query_params
-        return app.page("review.html", visit.site, visit.session, review=data, types=TYPES, error=None,
+        return app.page("review.html", visit.site, visit.session, review=data, error=None,
                         flash=_flash(params.get("done"), params.get("held")))
 
     # ----- writes -------------------------------------------------------------------
@@ -416,8 +416,8 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
                                             type_=form.get("type", "learning"), tags=form.get("tags", ""))
         except ActionRefused as exc:
             data = await app.review.page(visit.session.account)
-            return app.page("review.html", visit.site, visit.session, status=409, review=data, types=TYPES,
-                            error=str(exc), flash=None)
+            return app.page("review.html", visit.site, visit.session, status=409, review=data, error=str(exc),
+                            flash=None)
         query = {"done": decision, **({} if done.synced else {"held": "1"})}
         return app.redirect(f"{visit.site.root}/review?{urlencode(query)}")
 
