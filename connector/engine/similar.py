@@ -37,14 +37,14 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from connector.engine.brain import Brain
-from connector.engine.embedding import cosines, embedded_text
+from connector.engine.embedding import Quantized, cosines, embedded_text
 from connector.engine.hybrid import HybridIndex, VectorSource
 from connector.engine.index import BrainIndex
 from connector.engine.text import memory_body
@@ -57,6 +57,7 @@ __all__ = [
     "UPDATE",
     "Candidate",
     "Incoming",
+    "Newer",
     "candidates",
     "exact_duplicates",
     "Similar",
@@ -219,8 +220,8 @@ def values_of(text: str) -> frozenset[str]:
     for word in _LATIN_WORD.findall(folded):
         if word in _MONTHS and (len(word) > 3 or word == "may"):
             found.add(f"m{_MONTHS[word]}")
-        elif word in _WEEKDAYS_EN and len(word) > 3:
-            found.add(f"d{_WEEKDAYS_EN[word]}")
+        elif len(word) > 3 and (word in _WEEKDAYS_EN or word.endswith("s") and word[:-1] in _WEEKDAYS_EN):
+            found.add(f"d{_WEEKDAYS_EN[word if word in _WEEKDAYS_EN else word[:-1]]}")  # "on Mondays" too
     found.update(f"d{_ZH_DAY[day]}" for day in _WEEKDAY_ZH.findall(folded))
     found.update(f"d{_JA_DAY[day]}" for day in _WEEKDAY_JA.findall(folded))
     # "4月" / "十月": a number followed by the month character is also the month.
@@ -332,8 +333,8 @@ def pair_features(new: _Text, old: _Text, cosine: float, next_cosine: float, idf
 # entry. FLAG: P(pair is a duplicate or an update); KIND: P(update | flagged pair). The
 # script also fits on each half and scores the other (docs/memory-governance.md); re-run
 # it after changing a feature: it prints these two lines.
-FLAG_WEIGHTS = (-7.457, 8.417, 4.529, 0.430, 4.137, 2.733, 2.708, -1.040, -0.344, 0.519, 0.849)
-KIND_WEIGHTS = (-0.554, -1.048, 0.976, 0.064, -1.309, 0.269, -1.116, 0.881, 1.227, 1.314, 1.256)
+FLAG_WEIGHTS = (-7.406, 8.447, 4.512, 0.427, 4.131, 2.715, 2.672, -1.050, -0.431, 0.515, 0.868)
+KIND_WEIGHTS = (-0.559, -1.046, 0.980, 0.065, -1.307, 0.272, -1.112, 0.875, 1.226, 1.319, 1.261)
 # A pair is flagged when P(flag) reaches this: the flag model's probabilities are
 # calibrated, so 0.5 is the natural choice (0.55 and 0.6 traded update recall for fewer
 # false flags about evenly on the held-out halves).
@@ -402,6 +403,30 @@ class Candidate:
     exact: bool
 
 
+@dataclass(frozen=True)
+class Newer:
+    """Memories written since the version ``hybrid`` indexes, checked beside it: their
+    entries in the newer brain and their vectors (a caller keeps them cached by content)."""
+
+    brain: Brain
+    ids: list[str]
+    entries: list[dict[str, Any]]
+    vectors: Quantized
+
+    @staticmethod
+    def texts(brain: Brain, entries: Sequence[dict[str, Any]]) -> list[str]:
+        """The text embedded for each entry (as hybrid recall embeds a memory)."""
+        out = []
+        for entry in entries:
+            path = entry.get("path")
+            file_text = brain.read_text(path) if isinstance(path, str) else None
+            title, tags = entry.get("title"), entry.get("tags")
+            out.append(embedded_text(title if isinstance(title, str) else None,
+                                     tags if isinstance(tags, (list, str)) else None,
+                                     memory_body(file_text) if file_text is not None else ""))
+        return out
+
+
 def candidates(
     brain: Brain,
     incoming: Incoming,
@@ -410,31 +435,47 @@ def candidates(
     hybrid: HybridIndex,
     embed: Callable[[str], np.ndarray],
     count: int = CANDIDATES,
+    newer: Newer | None = None,
+    skip: Container[str] = (),
 ) -> list[Candidate]:
-    """The ``count`` memories closest in meaning to ``incoming``, closest first, with their features."""
-    if not index.memories or count <= 0:
+    """The ``count`` memories closest in meaning to ``incoming``, closest first, with their
+    features: among ``index``'s memories (but those in ``skip``) and ``newer`` ones."""
+    if count <= 0 or not (index.memories or newer is not None and newer.ids):
         return []
     if len(hybrid.ids) != len(index.memories):
         raise ValueError("the hybrid index was built for another version of the brain")
     query = embed(embedded_text(incoming.title, list(incoming.tags), incoming.content))
-    semantic = cosines(hybrid.vectors, query)
-    take = min(len(semantic), count + 1)
-    nearest = np.argpartition(-semantic, take - 1)[:take] if take < len(semantic) else np.arange(len(semantic))
-    nearest = nearest[np.argsort(-semantic[nearest], kind="stable")]
-    near = [float(semantic[position]) for position in nearest]
+    pools: list[tuple[Brain, list[str], Callable[[int], dict[str, Any]], np.ndarray]] = [
+        (brain, hybrid.ids, lambda position: index.memories[position].entry, cosines(hybrid.vectors, query)),
+    ]
+    if newer is not None and newer.ids:
+        pools.append((newer.brain, newer.ids, newer.entries.__getitem__, cosines(newer.vectors, query)))
+    ranked: list[tuple[float, int, int]] = []  # (-cosine, pool, position)
+    for number, (_, ids, _, semantic) in enumerate(pools):
+        if skip:
+            semantic = semantic.copy()
+            semantic[[position for position, memory_id in enumerate(ids) if memory_id in skip]] = -2.0
+        take = min(len(semantic), count + 1)
+        if take == 0:
+            continue
+        nearest = np.argpartition(-semantic, take - 1)[:take] if take < len(semantic) else np.arange(len(semantic))
+        ranked += [(-float(semantic[position]), number, int(position)) for position in nearest
+                   if semantic[position] > -2.0]
+    ranked.sort()
+    near = [-negated for negated, _, _ in ranked]
     wanted = normalised_content(incoming.content)
     new = _Text.of(f"{incoming.title}\n{incoming.content}" if incoming.title else incoming.content)
     idf = _idf_of(hybrid)
     found = []
-    for rank, position in enumerate(nearest[:count].tolist()):
-        record = index.memories[position]
-        entry = record.entry
+    for rank, (_, number, position) in enumerate(ranked[:count]):
+        source, ids, entry_of, _ = pools[number]
+        entry = entry_of(position)
         title = entry.get("title")
-        text, body = _memory_text(brain, entry)
+        text, body = _memory_text(source, entry)
         # The margin: how far above the best *other* memory (for the best, the second best).
         other = near[1] if rank == 0 and len(near) > 1 else near[0] if rank else near[rank]
         found.append(Candidate(
-            record.id, title if isinstance(title, str) else "", near[rank],
+            ids[position], title if isinstance(title, str) else "", near[rank],
             pair_features(new, _Text.of(text), near[rank], other, idf), normalised_content(body) == wanted,
         ))
     return found
@@ -448,14 +489,17 @@ def find_similar(
     hybrid: HybridIndex,
     embed: Callable[[str], np.ndarray],
     limit: int = LIMIT,
+    newer: Newer | None = None,
+    skip: Container[str] = (),
 ) -> list[Similar]:
     """Existing memories ``incoming`` repeats (duplicate), changes (update) or is near (related).
 
     Best first: flags (highest score first), then related memories by cosine. ``hybrid``
     must be the hybrid index of the brain version ``index`` describes; ``embed`` turns
-    one text into a unit vector (``VectorSource.embed_query``).
+    one text into a unit vector (``VectorSource.embed_query``). ``newer``: memories written
+    since that version, checked too; ``skip``: ids of memories left out (e.g. forgotten since).
     """
-    found = candidates(brain, incoming, index=index, hybrid=hybrid, embed=embed)
+    found = candidates(brain, incoming, index=index, hybrid=hybrid, embed=embed, newer=newer, skip=skip)
     return decide(found, limit=limit)
 
 

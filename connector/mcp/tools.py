@@ -25,8 +25,9 @@ from connector.engine.index import BrainIndex, IndexCache, RecallError, index_fo
 from connector.engine.jsvalues import datetime_ms
 from connector.engine.ops import Forget, Pin, Unpin, Verify, connector_memorize
 from connector.engine.recall import recall
+from connector.engine.embedding import content_hash
 from connector.engine.review import MemorizeFlagged, pending_count
-from connector.engine.similar import UPDATE, Incoming, Similar, exact_duplicates, find_similar
+from connector.engine.similar import UPDATE, Incoming, Newer, Similar, exact_duplicates, find_similar
 from connector.engine.views import attach_content, read_memory
 from connector.mcp import render
 from connector.mcp.arguments import ArgumentError, Args
@@ -58,8 +59,9 @@ PREWARM_MAX_WAIT_S = 3.0
 ON_SIMILAR = ["report", "supersede"]
 # In exact recall mode the memorize check's hybrid index is rebuilt in the background only
 # every this many writes (a build reads and tokenises every memory: ~3 s of CPU at 10,000);
-# meanwhile the check uses the last one built plus exact duplicates among newer memories.
-SIMILAR_REBASE_WRITES = 20
+# meanwhile the check uses the last one built plus the memories written since, embedded
+# one by one (so nothing is missed; only their words' IDF comes from the older version).
+SIMILAR_REBASE_WRITES = 100
 
 
 @dataclass(frozen=True)
@@ -274,11 +276,11 @@ class BrainTools:
         """The memories of the snapshot's brain ``incoming`` duplicates, updates or is near
         (connector/engine/similar.py), on the indexes cached for its content key.
 
-        When this version's hybrid index is not built yet (a write just changed the brain;
-        the background build after it is under way) the check runs on the newest version
-        whose index is built, and exact duplicates among the memories written since are
-        added; only a brain never checked before waits for its index. A brain the check
-        cannot read gives no findings: the check never stops a write.
+        When this version's hybrid index is not built yet (a write just changed the brain)
+        the check runs on the newest version whose index is built together with the
+        memories written since (their vectors computed once and kept by content); only a
+        brain never checked before waits for its index. A brain the check cannot read gives
+        no findings: the check never stops a write.
         """
         brain, key = snapshot.brain, snapshot.key
         if brain is None or "index.json" not in brain:
@@ -294,15 +296,17 @@ class BrainTools:
                 self._set_similar_base(slot, key or "", brain, index, hybrid)
                 return find_similar(brain, incoming, index=index, hybrid=hybrid, embed=self.vectors.embed_query)
             _, base_brain, base_index, base_hybrid = base
-            found = [
-                item
-                for item in find_similar(base_brain, incoming, index=base_index, hybrid=base_hybrid,
-                                         embed=self.vectors.embed_query)
-                if item.id in index.positions  # not forgotten since
-            ]
-            newer = [memory_id for memory_id in index.positions if memory_id not in base_index.positions]
-            exact = exact_duplicates(brain, index, incoming.content, among=newer)
-            return exact + found
+            newer_ids = [memory_id for memory_id in index.positions if memory_id not in base_index.positions]
+            entries = [index.memories[index.positions[memory_id]].entry for memory_id in newer_ids]
+            texts = Newer.texts(brain, entries)
+            # Each newer memory is embedded once (the vector store keeps it by content).
+            vectors = self.vectors.vectors([content_hash(self.vectors.model_id, text) for text in texts], texts)
+            gone = {memory_id for memory_id in base_index.positions if memory_id not in index.positions}
+            found = find_similar(base_brain, incoming, index=base_index, hybrid=base_hybrid,
+                                 embed=self.vectors.embed_query, newer=Newer(brain, newer_ids, entries, vectors),
+                                 skip=gone)
+            exact = exact_duplicates(brain, index, incoming.content, among=newer_ids)
+            return exact + [item for item in found if item.id not in {e.id for e in exact}]
         except (RecallError, BrainError, ValueError, RecursionError):
             log.warning("similar check skipped: the brain could not be indexed")
             return []

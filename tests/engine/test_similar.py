@@ -149,3 +149,30 @@ def test_exact_duplicates_without_vectors() -> None:
     found = exact_duplicates(brain, index, content.lower() + " ")
     assert [(item.id, item.relation, item.exact) for item in found] == [(ids["Train pass"], DUPLICATE, True)]
     assert exact_duplicates(brain, index, content, among=[ids["Gym membership"], "mem_unknown"]) == []
+
+
+def test_newer_memories_are_checked_beside_an_older_version(prepared, model_store) -> None:  # type: ignore[no-untyped-def]
+    from connector.engine.embedding import content_hash
+    from connector.engine.ops import Memorize
+    from connector.engine.similar import Newer
+    from tests.engine.hybrid_support import NOW
+
+    brain, ids, index, hybrid = prepared
+    later = brain.copy()
+    stored = Memorize.from_request([{"title": "Piano lessons", "type": "learning", "path": "notes/",
+                                     "content": "Piano lessons are on Wednesdays at 7 pm with Ms. Tanaka."}]
+                                   ).apply(later, NOW)["stored"][0]
+    later_index = BrainIndex.build(later)
+    entries = [later_index.memories[later_index.positions[stored["id"]]].entry]
+    texts = Newer.texts(later, entries)
+    vectors = model_store.vectors([content_hash(model_store.model_id, text) for text in texts], texts)
+    newer = Newer(later, [stored["id"]], entries, vectors)
+    moved = Incoming("Piano lessons are on Fridays at 7 pm with Ms. Tanaka.", "Piano lessons moved")
+    found = find_similar(brain, moved, index=index, hybrid=hybrid, embed=model_store.embed_query, newer=newer)
+    assert [(item.id, item.relation) for item in found if item.flagged] == [(stored["id"], UPDATE)]
+    # A memory gone since the older version is left out.
+    dentist = Incoming(MEMORIES[0]["content"])
+    assert find_similar(brain, dentist, index=index, hybrid=hybrid, embed=model_store.embed_query)[0].exact
+    left = find_similar(brain, dentist, index=index, hybrid=hybrid, embed=model_store.embed_query,
+                        skip={ids["Dentist appointment"]})
+    assert ids["Dentist appointment"] not in [item.id for item in left]
