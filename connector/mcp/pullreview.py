@@ -102,6 +102,9 @@ class PullReview:
             # E.g. a viewer of a shared brain: the pairs are found again by a sign-in that may write.
             log.info("pulled duplicates not queued: %s", exc)
             return
+        except Exception:  # a background task: never dies unseen
+            log.warning("pulled duplicates not queued", exc_info=True)
+            return
         log.info("queued pulled duplicates for review", extra={"pairs": outcome.result.get("count", 0)})
 
     def _remember(self, brain_id: str, ids: list[str]) -> None:
