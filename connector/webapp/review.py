@@ -104,8 +104,7 @@ class ReviewViews:
 
         items = []
         for pair in pairs[:REVIEW_PAGE_SIZE]:
-            tags = [tag for entry in (pair.new_entry, pair.old_entry) for tag in (entry.get("tags") or [])
-                    if isinstance(tag, str)]
+            tags = [tag for entry in (pair.new_entry, pair.old_entry) for tag in line_of("", dict(entry)).tags]
             items.append(ReviewItem(
                 new=side(pair.new, pair.new_entry), old=side(pair.old, pair.old_entry), relation=pair.relation,
                 relation_label=RELATION_LABELS.get(pair.relation, pair.relation), score=pair.score,
