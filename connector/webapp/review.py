@@ -104,9 +104,10 @@ class ReviewViews:
 
         items = []
         for pair in pairs[:REVIEW_PAGE_SIZE]:
-            tags = [tag for entry in (pair.new_entry, pair.old_entry) for tag in line_of("", dict(entry)).tags]
+            new, old = side(pair.new, pair.new_entry), side(pair.old, pair.old_entry)
+            tags = (*new.line.tags, *old.line.tags)
             items.append(ReviewItem(
-                new=side(pair.new, pair.new_entry), old=side(pair.old, pair.old_entry), relation=pair.relation,
+                new=new, old=old, relation=pair.relation,
                 relation_label=RELATION_LABELS.get(pair.relation, pair.relation), score=pair.score,
                 flagged_at=_when(pair.flagged_at), via=pair.via, by=pair.by, merge_tags=", ".join(dict.fromkeys(tags)),
             ))
