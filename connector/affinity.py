@@ -7,7 +7,7 @@ layer every worker would keep its own working copy and recall index of every use
 pull and index the brain again.
 
 So the owner of a request is the worker ``hash(subject) mod N``, the subject read from the
-sealed access token (an AES-GCM open, about 4 us) for ``/mcp``, from the signed-in session
+sealed access token (an AES-GCM open, about 4 us) for ``/mcp`` and ``/mcp/brains/{brain}``, from the signed-in session
 for the web app's ``/app`` pages. A request arriving on another worker is passed to its
 owner over the owner's unix socket in a private runtime directory (made by `serve`, 0700)
 and the answer relayed, streamed both ways. The owner believes the
@@ -32,7 +32,7 @@ from typing import Any
 
 import httpx
 
-from connector.mcp.http import bearer_token
+from connector.mcp.http import bearer_token, is_mcp_path
 
 log = logging.getLogger("connector.affinity")
 
@@ -120,7 +120,7 @@ class WorkerAffinity:
         """The slot of the worker that serves this request's user; None: serve it here."""
         path = scope.get("path", "")
         subject = None
-        if path == "/mcp":
+        if is_mcp_path(path):
             token = bearer_token(scope)
             subject = self._subject_of(token) if token else None
         elif self._session_subject is not None and _is_web_page(path):

@@ -1,8 +1,9 @@
-"""The connector's web application: MCP at ``POST /mcp``, OAuth routes, health.
+"""The connector's web application: MCP at ``POST /mcp`` (and at ``/mcp/brains/{brain}``,
+bound to one brain), OAuth routes, health.
 
 ``create_app(settings)`` wires everything from one settings object: the store
 client, the working-copy manager, the brain tools behind the official MCP SDK,
-the bearer check of every ``/mcp`` request (audience ``<base>/mcp``), the OAuth
+the bearer check of every ``/mcp`` request (audience ``<base>/mcp``, or that brain's URL), the OAuth
 authorization server routes, rate limits, security headers and JSON logs
 (never tokens, never memory content).
 """
@@ -24,19 +25,21 @@ from litestar.handlers import asgi
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from connector.engine.archive import ArchiveLimits
-from connector.mcp.http import bearer_token, header, peer_address, request_base_url
+from connector.mcp.http import bearer_token, header, is_mcp_path, peer_address, request_base_url
 from connector.mcp.pullreview import PullReview
 from connector.mcp.server import CALLER_SCOPE_KEY, McpEndpoint
 from connector.mcp.tools import BrainTools, Caller
 from connector.metrics import observability_layer
 from connector.oauth.state import OAuthState, load_state_key
-from connector.oauth.tokens import AccessClaims, AccessTokenCodec, bearer_challenge
+from connector.oauth.metadata import challenge
+from connector.oauth.server import valid_brain_segment
+from connector.oauth.tokens import AccessClaims, AccessTokenCodec
 from connector.settings import ConnectorSettings
 from connector.workcopy.heads import BrainHeads
 from connector.workcopy.journal import HeldWriteJournal
 from connector.workcopy.manager import ManagerTuning, WorkingCopyManager
 from connector.workcopy.model import Account
-from connector.workcopy.store_client import StoreClient
+from connector.workcopy.store_client import StoreClient, StoreError, StoreUnauthorized
 from connector.workcopy.vectors import VectorStore
 from common.limits import TokenBucketLimiter, TrustedProxies, client_address, limit_key
 
@@ -131,34 +134,44 @@ async def _send_json(
 # ----- the /mcp endpoint --------------------------------------------------------
 
 
-Verifier = Callable[[str, str], AccessClaims | None]
+Verifier = Callable[[str, str, str | None], AccessClaims | None]
 
 
 @dataclass
 class McpGate:
-    """Method check, rate limit and bearer check in front of the MCP endpoint."""
+    """Rate limit, bearer check and method check in front of the MCP endpoint; for ``bound`` (the
+    URL of one brain, ``/mcp/brains/{brain}``) also whether the signed-in account can use that brain."""
 
     settings: ConnectorSettings
     endpoint: McpEndpoint
     verify: Verifier
     limits: _Limits
+    manager: WorkingCopyManager | None = None
+    bound: bool = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
-            return
-        if scope["method"] != "POST":
-            await _send_json(send, 405, {"error": "method_not_allowed"}, [(b"allow", b"POST")])
             return
         retry = self.limits.retry_after(scope)
         if retry is not None:
             await _send_json(send, 429, {"error": "rate_limited"}, [(b"retry-after", str(max(1, int(retry + 0.999))).encode())])
             return
+        brain = str(scope.get("path_params", {}).get("brain", "")) if self.bound else None
+        if brain is not None and not valid_brain_segment(brain):
+            await _send_json(send, 404, {"error": "not_found", "error_description": "No such brain URL."})
+            return
         base = request_base_url(scope, self.settings.public_url, self.settings.trust_proxy)
         token = bearer_token(scope)
-        claims = self.verify(token, base) if token else None
+        claims = self.verify(token, base, brain) if token else None
         if claims is None:
-            challenge = bearer_challenge(base).encode("latin-1")
-            await _send_json(send, 401, {"error": "invalid_token"}, [(b"www-authenticate", challenge)])
+            # Any method, GET included: a client probing the URL learns where to sign in.
+            error = "invalid_token" if token else None
+            header_value = challenge(base, brain=brain, error=error).encode("latin-1")
+            await _send_json(send, 401, {"error": error or "unauthorized"}, [(b"www-authenticate", header_value)])
+            return
+        if scope["method"] != "POST":
+            # Stateless Streamable HTTP: no server-sent event stream to open (GET), no session to end (DELETE).
+            await _send_json(send, 405, {"error": "method_not_allowed"}, [(b"allow", b"POST")])
             return
         account = Account(
             subject=claims.sub,
@@ -166,9 +179,36 @@ class McpGate:
             kind=claims.idp or "static",
             client_name=claims.client_name or claims.client_id,
             session=claims.family,
+            brain=brain or "",
         )
-        scope[CALLER_SCOPE_KEY] = Caller(account=account, scopes=frozenset(claims.scope))  # type: ignore[literal-required]
+        if brain is not None and not await self._can_use(account, base, send):
+            return
+        scope[CALLER_SCOPE_KEY] = Caller(account=account, scopes=frozenset(claims.scope), base_url=base)  # type: ignore[literal-required]
         await self.endpoint(scope, receive, send)
+
+    async def _can_use(self, account: Account, base: str, send: Send) -> bool:
+        """Whether the bound brain is one the account can use; else the answer is sent: 404 (the
+        same whether the brain does not exist or the account may not see it, so the URL tells
+        nothing about other people's brains), 401 when the store refused the credential, 503
+        when the store cannot say."""
+        assert self.manager is not None
+        try:
+            found = await self.manager.bound_brain(account)
+        except StoreUnauthorized:
+            # The store refused the credential (the manager ended its sign-ins): sign in again.
+            header_value = challenge(base, brain=account.brain, error="invalid_token").encode("latin-1")
+            await _send_json(send, 401, {"error": "invalid_token"}, [(b"www-authenticate", header_value)])
+            return False
+        except StoreError:
+            await _send_json(send, 503, {"error": "temporarily_unavailable",
+                                         "error_description": "The brain store cannot be reached; try again shortly."},
+                             [(b"retry-after", b"5")])
+            return False
+        if found is None:
+            await _send_json(send, 404, {"error": "not_found", "error_description": (
+                "This account has no brain by that name or id (brain_status at /mcp lists its brains).")})
+            return False
+        return True
 
 
 # ----- middleware -----------------------------------------------------------------
@@ -189,7 +229,7 @@ def security_and_logging(app: ASGIApp) -> ASGIApp:
                 status_box["status"] = message["status"]
                 present = {key.lower() for key, _ in message.get("headers", [])}
                 extra = [(key, value) for key, value in SECURITY_HEADERS if key not in present]
-                if scope.get("path") == "/mcp" and b"cache-control" not in present:
+                if is_mcp_path(scope.get("path", "")) and b"cache-control" not in present:
                     extra.append((b"cache-control", b"no-store"))
                 message["headers"] = [*message.get("headers", []), *extra]
             await send(message)
@@ -225,6 +265,8 @@ class ConnectorParts:
     manager: WorkingCopyManager
     tools: BrainTools
     endpoint: McpEndpoint
+    # /mcp/brains/{brain}: the same tools, for connections bound to one brain (no brain_use).
+    brain_endpoint: McpEndpoint
 
 
 class _StateChoices:
@@ -274,7 +316,9 @@ def build_parts(settings: ConnectorSettings, *, tuning: ManagerTuning | None = N
     tools = BrainTools(manager, allowed=settings.tools, recall_mode=settings.recall_mode, vectors=vectors)
     # Memories other devices wrote are checked for duplicates after the pull that brings them.
     PullReview(manager, tools)
-    return ConnectorParts(settings, store, state, codec, manager, tools, McpEndpoint(tools))
+    return ConnectorParts(
+        settings, store, state, codec, manager, tools, McpEndpoint(tools), McpEndpoint(tools, bound=True)
+    )
 
 
 def _oauth_mount(parts: ConnectorParts) -> Any:
@@ -288,11 +332,22 @@ def create_app(settings: ConnectorSettings, *, tuning: ManagerTuning | None = No
     """The connector's Litestar application."""
     parts = build_parts(settings, tuning=tuning)
     oauth = _oauth_mount(parts)
-    gate = McpGate(settings, parts.endpoint, oauth.verify_access, _Limits(settings))
+    limits = _Limits(settings)
+    gate = McpGate(settings, parts.endpoint, oauth.verify_access, limits)
+    brain_gate = McpGate(settings, parts.brain_endpoint, oauth.verify_access, limits, parts.manager, bound=True)
 
     @asgi("/mcp", copy_scope=False)
     async def mcp_endpoint(scope: Scope, receive: Receive, send: Send) -> None:
         await gate(scope, receive, send)
+
+    # A mount, not a path parameter: Litestar (2.x) cannot route an ASGI handler with path parameters
+    # (KeyError on the method). The mount leaves the rest of the path, e.g. "/team/", in scope["path"].
+    @asgi("/mcp/brains", is_mount=True, copy_scope=False)
+    async def mcp_brain_endpoint(scope: Scope, receive: Receive, send: Send) -> None:
+        brain = scope["path"].strip("/")
+        scope["path_params"] = {"brain": brain}
+        scope["path"] = f"/mcp/brains/{brain}"  # as asked, for the logs and the response headers
+        await brain_gate(scope, receive, send)
 
     @get("/health", cache=False)
     async def health() -> dict[str, str]:
@@ -312,6 +367,7 @@ def create_app(settings: ConnectorSettings, *, tuning: ManagerTuning | None = No
     async def lifespan(_app: Litestar) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
             await stack.enter_async_context(parts.endpoint.running())
+            await stack.enter_async_context(parts.brain_endpoint.running())
             await parts.manager.recover()
             parts.manager.start()
             try:
@@ -333,7 +389,7 @@ def create_app(settings: ConnectorSettings, *, tuning: ManagerTuning | None = No
                                        state=parts.state)
 
     app = Litestar(
-        route_handlers=[mcp_endpoint, health, health_live, health_ready, *oauth.route_handlers, *web_handlers],
+        route_handlers=[mcp_endpoint, mcp_brain_endpoint, health, health_live, health_ready, *oauth.route_handlers, *web_handlers],
         lifespan=[lifespan],
         middleware=[security_and_logging],
         # Browser-based MCP clients call /mcp and the OAuth endpoints cross-origin with a bearer

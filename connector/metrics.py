@@ -52,8 +52,13 @@ log = logging.getLogger("connector.metrics")
 FLUSH_SECONDS = 1.0
 
 
+BRAIN_ROUTE = "/mcp/brains/{brain}"
+
+
 def route_label(path: str) -> str:
-    """The path when it is one of the connector's fixed routes, else ``other``."""
+    """The path when it is one of the connector's fixed routes, one label for every brain's URL, else ``other``."""
+    if path.startswith("/mcp/brains/"):
+        return BRAIN_ROUTE
     return path if path in ROUTES else "other"
 
 

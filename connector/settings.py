@@ -19,7 +19,8 @@ from urllib.parse import parse_qsl, urlsplit
 from common.connection_guard import HttpLimits
 from connector.engine.hybrid import MODES as RECALL_MODES
 
-# The nine tools of the connector; CONNECTOR_TOOLS may name a subset.
+# The connector's tools (the nine brain_* tools, and ChatGPT's search and fetch over the same
+# recall and reads); CONNECTOR_TOOLS may name a subset.
 TOOL_NAMES: tuple[str, ...] = (
     "brain_recall",
     "brain_status",
@@ -30,6 +31,8 @@ TOOL_NAMES: tuple[str, ...] = (
     "brain_unpin",
     "brain_forget",
     "brain_verify",
+    "search",
+    "fetch",
 )
 IDENTITY_PROVIDERS = ("static", "oidc")
 MAX_WORKERS = 64  # as for the store: more processes than that would only compete for the cores

@@ -137,6 +137,14 @@ class AppContext:
         """None when storage can serve now, else a short reason (``/health/ready``)."""
         return await self.run(self.backend.ready)
 
+    def damaged(self) -> list[str]:
+        """The state files (users, sharing) that do not parse and are served from their last good
+        copy, each with the reason; empty when all is well (``/health/ready``)."""
+        found = [self.sharing.users.damaged()]
+        if self.sharing.registry is not None:
+            found.append(self.sharing.registry.damaged())
+        return [reason for reason in found if reason]
+
     def address(self, scope: Any) -> str:
         """The client address of a request (X-Forwarded-For only through trusted proxies)."""
         client = scope.get("client")

@@ -18,6 +18,7 @@ from typing import Any, BinaryIO
 
 import msgspec
 
+from common.textsafety import has_unsafe_chars
 from store.conditional import Preconditions
 from store.errors import ServiceError
 from store.sealed import ArchiveSealer, SealedFileRefused
@@ -182,7 +183,7 @@ class BrainService:
 
     def create(self, user_id: str, name: str = "default") -> BrainMeta:
         """Create a brain; 403 when the account already has the maximum number."""
-        if not isinstance(name, str) or not _BRAIN_NAME.match(name):
+        if not isinstance(name, str) or not _BRAIN_NAME.match(name) or has_unsafe_chars(name):
             raise ServiceError(400, "brain name must be 1-100 printable characters without slashes")
         meta = BrainMeta(id=str(uuid.uuid4()), user_id=user_id, name=name, created_at=rfc3339(now_utc()))
         try:
@@ -240,13 +241,17 @@ class BrainService:
             raise ServiceError(412, "precondition failed", extra={"current_checksum": current})
 
     def commit_upload(
-        self, user_id: str, brain_id: str, staged: StagedUpload, cond: Preconditions, force: bool = False
+        self, user_id: str, brain_id: str, staged: StagedUpload, cond: Preconditions, force: bool = False,
+        by_owner: bool = True,
     ) -> ArchiveRef:
-        """Make a fully received upload the brain's archive (blocking; run in a thread)."""
+        """Make a fully received upload the brain's archive (blocking; run in a thread).
+
+        ``by_owner`` False: written by an editor or through an agent key (see ``_retain``).
+        """
         try:
             for _ in range(_COMMIT_ATTEMPTS):
                 try:
-                    return self._commit_upload_once(user_id, brain_id, staged, cond, force)
+                    return self._commit_upload_once(user_id, brain_id, staged, cond, force, by_owner)
                 except CommitConflict:
                     continue
             raise ServiceError(503, "too much contention on this brain, retry")
@@ -258,7 +263,7 @@ class BrainService:
             staged.blob.discard()
 
     def _commit_upload_once(
-        self, user_id: str, brain_id: str, staged: StagedUpload, cond: Preconditions, force: bool
+        self, user_id: str, brain_id: str, staged: StagedUpload, cond: Preconditions, force: bool, by_owner: bool
     ) -> ArchiveRef:
         quota = self.settings.max_user_bytes
         with self.backend.transaction(user_id, brain_id, user_wide=bool(quota)) as tx:
@@ -285,11 +290,13 @@ class BrainService:
                 file_count=staged.file_count,
                 synced_at=rfc3339(moment),
                 sealed=staged.sealed,
+                by_other=not by_owner,
             )
             snapshots = meta.snapshots
             if current is not None and current.checksum != staged.checksum:
                 snapshots = self._retain(
-                    (*snapshots, Snapshot(name=next_version_name(meta, moment), date=rfc3339(moment), archive=current))
+                    (*snapshots, Snapshot(name=next_version_name(meta, moment), date=rfc3339(moment), archive=current)),
+                    archive,
                 )
             new = msgspec.structs.replace(meta, current=archive, snapshots=snapshots, generation=meta.generation + 1)
             if quota:
@@ -299,10 +306,22 @@ class BrainService:
             tx.commit(new, staged.blob)
             return archive
 
-    def _retain(self, snapshots: tuple[Snapshot, ...]) -> tuple[Snapshot, ...]:
+    def _retain(self, snapshots: tuple[Snapshot, ...], current: ArchiveRef) -> tuple[Snapshot, ...]:
+        """The snapshots to keep beside the new ``current`` archive: the newest ``STORE_SNAPSHOTS``,
+        plus the newest owner-written one while the current archive is someone else's.
+
+        So the owner of a shared brain can always get back what it held before others' writes:
+        an editor (or an agent key) uploading junk again and again, or forcing an empty archive,
+        pushes every other snapshot out but never that one (docs/sharing.md).
+        """
         keep = self.settings.snapshots
         ordered = tuple(sorted(snapshots, key=lambda s: s.name))
-        return ordered[-keep:] if keep > 0 else ()
+        kept = ordered[-keep:] if keep > 0 else ()
+        if current.by_other:
+            own = next((s for s in reversed(ordered) if not s.archive.by_other), None)
+            if own is not None and own not in kept:
+                kept = (own, *kept)  # older than every snapshot kept, so still in order
+        return kept
 
     def restore(self, user_id: str, brain_id: str, name: str, cond: Preconditions) -> ArchiveRef:
         """Make a snapshot the current archive, keeping the current one as a snapshot first."""
@@ -330,12 +349,14 @@ class BrainService:
                 raise ServiceError(404, "version not found")
             self._check(meta, cond)
             moment = now_utc()
-            archive = msgspec.structs.replace(snap.archive, synced_at=rfc3339(moment))
+            # restoring is for owners only: the restored archive is theirs from now on
+            archive = msgspec.structs.replace(snap.archive, synced_at=rfc3339(moment), by_other=False)
             snapshots = meta.snapshots
             current = meta.current
             if current is not None and current.checksum != archive.checksum:
                 snapshots = self._retain(
-                    (*snapshots, Snapshot(name=next_version_name(meta, moment), date=rfc3339(moment), archive=current))
+                    (*snapshots, Snapshot(name=next_version_name(meta, moment), date=rfc3339(moment), archive=current)),
+                    archive,
                 )
             new = msgspec.structs.replace(meta, current=archive, snapshots=snapshots, generation=meta.generation + 1)
             tx.commit(new, None)

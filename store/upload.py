@@ -29,7 +29,7 @@ import asyncio
 import hashlib
 import os
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -83,7 +83,8 @@ class UploadTarget(Protocol):
     def stored_archive(self, user_id: str, brain_id: str, checksum: str) -> ArchiveRef | None: ...
 
     def commit_upload(
-        self, user_id: str, brain_id: str, staged: StagedUpload, cond: Preconditions, force: bool = False
+        self, user_id: str, brain_id: str, staged: StagedUpload, cond: Preconditions, force: bool = False,
+        by_owner: bool = True,
     ) -> ArchiveRef: ...
 
 
@@ -302,12 +303,16 @@ def _checked(
 
 
 def _durably_committed(
-    service: UploadTarget, staged: StagedUpload, user_id: str, brain_id: str, cond: Preconditions, force: bool
+    service: UploadTarget, staged: StagedUpload, user_id: str, brain_id: str, cond: Preconditions, force: bool,
+    before_commit: Callable[[], None] | None = None, by_owner: bool = True,
 ) -> ArchiveRef:
-    """fsync the staged blob, then commit it (disk waits; the blob is committed or removed)."""
+    """fsync the staged blob, call ``before_commit`` (it may refuse by raising), then commit
+    (disk waits; the blob is committed or removed)."""
     with _discarded_on_error(staged.blob):
         staged.blob.finish()
-    return service.commit_upload(user_id, brain_id, staged, cond, force)
+        if before_commit is not None:
+            before_commit()
+    return service.commit_upload(user_id, brain_id, staged, cond, force, by_owner)
 
 
 # Each hand-over of body bytes to a worker thread costs a wait for a CPU slot and GIL
@@ -387,8 +392,16 @@ async def receive_upload(
     brain_id: str,
     cond: Preconditions,
     force: bool,
+    before_commit: Callable[[], None] | None = None,
+    by_owner: bool = True,
 ) -> ArchiveRef:
     """Stream a multipart upload into a staged blob and commit it; raises ServiceError.
+
+    ``by_owner`` False: the archive is written by an editor or through an agent key.
+
+    ``before_commit`` (blocking, called in a worker thread once the body is received and
+    durable, just before the commit) may refuse the commit by raising ServiceError: the
+    caller's authorisation is checked again there, however long the body took.
 
     The body is read on the event loop and handed to a worker thread in batches:
     hashing, inflating and writing release the GIL, so concurrent uploads use every
@@ -433,4 +446,5 @@ async def receive_upload(
                 chunks, pending, pending_size = pending, [], 0
                 await anyio.to_thread.run_sync(sink.feed_all, chunks, limiter=slots)
         staged = await anyio.to_thread.run_sync(_checked, service, sink, pending, user_id, brain_id, limiter=slots)
-    return await anyio.to_thread.run_sync(_durably_committed, service, staged, user_id, brain_id, cond, force)
+    return await anyio.to_thread.run_sync(_durably_committed, service, staged, user_id, brain_id, cond, force,
+                                          before_commit, by_owner)

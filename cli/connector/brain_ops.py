@@ -17,6 +17,7 @@ import click
 
 from connector.engine.archive import ArchiveError, load_directory, save_directory
 from connector.engine.brain import Brain, dump_json
+from connector.engine.credentials import credential_refusal, credentials_in_memories
 from connector.engine.errors import BrainError
 from connector.engine.ops import Forget, Memorize, Operation, Pin, Unpin, Verify
 from connector.engine.rules import parse_iso
@@ -99,10 +100,12 @@ def _run(
 @click.command()
 @_BRAIN_ARGUMENT
 @_NOW_OPTION
+@click.option("--allow-secrets", is_flag=True,
+              help="Store memories even when their text looks like it holds a credential (refused without it).")
 @click.option("--similar/--no-similar", "check_similar", default=True, show_default=True,
               help="List, for each memory written, the existing memories it duplicates or updates "
               "(embeds the brain's memories first: seconds per thousand memories).")
-def memorize(brain: Path, now: str | None, check_similar: bool) -> None:
+def memorize(brain: Path, now: str | None, allow_secrets: bool, check_similar: bool) -> None:
     """Write memories into BRAIN (a directory) from JSON on stdin.
 
     The JSON is what `brain memorize` takes: one memory object, an array of them, or
@@ -113,7 +116,9 @@ def memorize(brain: Path, now: str | None, check_similar: bool) -> None:
     title). A missing BRAIN directory is created. Prints the stored memories as JSON;
     each has "similar": the existing memories it repeats (duplicate), changes (update)
     or is close to (related), as `brain-connector similar` finds them (nothing is
-    skipped or superseded because of them).
+    skipped or superseded because of them). A memory whose text (any field) looks like
+    it holds a credential (a cloud key, a token, a private key) is refused, as on every
+    other write path, unless --allow-secrets.
     """
 
     def make() -> Operation:
@@ -122,7 +127,11 @@ def memorize(brain: Path, now: str | None, check_similar: bool) -> None:
             payload = json.loads(raw)
         except (ValueError, UnicodeDecodeError):
             raise BrainError("stdin is not valid JSON") from None
-        return Memorize.from_request(payload)
+        op = Memorize.from_request(payload)
+        kinds = [] if allow_secrets else credentials_in_memories(op.memories)
+        if kinds:
+            raise BrainError(f"{credential_refusal(kinds)} Leave the secret out, or pass --allow-secrets.")
+        return op
 
     _run(brain, make, now, create=True, similar=check_similar)
 

@@ -15,9 +15,12 @@ from cli.store.target import store_label
 @click.option("--key", "key_text", default=None, envvar="REFERENCE_ENCRYPTION_KEY", metavar="KEY",
               help="The reference store's STORE_ENCRYPTION_KEY (64 hex or base64), if it sealed archives "
                    "[env REFERENCE_ENCRYPTION_KEY].")
+@click.option("--into-existing", is_flag=True,
+              help="Let a reference user who already has an account here get the brains that account lacks "
+                   "(refused without it).")
 @click.option("--data", type=click.Path(path_type=Path), default=None,
               help="This store's data directory [env STORE_DATA_DIR]; with STORE_BACKEND=s3 the bucket is used.")
-def import_reference(ref_dir: Path, key_text: str | None, data: Path | None) -> None:
+def import_reference(ref_dir: Path, key_text: str | None, into_existing: bool, data: Path | None) -> None:
     """Import users (token hashes: their tokens keep working), brains and snapshots from REF_DIR.
 
     Every archive is opened (decrypting the reference's sealed files), hashed and checked
@@ -25,6 +28,9 @@ def import_reference(ref_dir: Path, key_text: str | None, data: Path | None) -> 
     and nothing changes. Archives are stored sealed with this store's key when
     STORE_ENCRYPTION_KEY is set; snapshots keep their reference names. Users and brains
     already here are left as they are, so running it again adds only what is missing.
+    Refused, with nothing changed: a brain id another user here already has, a brain that
+    would be added to an account already here (unless --into-existing), a user name that
+    is not 1-128 letters, digits or . _ @ + - or is another user's name or e-mail.
     """
     from store.backup.reference import ReferenceImportError
     from store.backup.reference import import_reference as run
@@ -44,7 +50,8 @@ def import_reference(ref_dir: Path, key_text: str | None, data: Path | None) -> 
     click.echo(f"importing {ref_dir} into {store_label(settings)}" + (" (sealed with this store's key)" if sealer else ""))
     try:
         report = run(ref_dir, open_registry(settings), lambda: open_backend(settings), ref_key=ref_key,
-                     sealer=sealer, limits=settings.inspect_limits, progress=click.echo)
+                     sealer=sealer, limits=settings.inspect_limits, progress=click.echo,
+                     into_existing=into_existing)
     except ReferenceImportError as exc:
         raise click.ClickException(str(exc)) from None
     for warning in report.warnings:

@@ -34,6 +34,19 @@ def _open(settings: StoreSettings):  # type: ignore[no-untyped-def]
     return open_registry(settings), BrainService(settings, open_backend(settings))
 
 
+def _forget_access(settings: StoreSettings, registry: Any, service: BrainService, user_id: str) -> None:
+    """Delete a removed user's agent keys and memberships in others' brains, so a later
+    ``adopt`` of their id hands over their own brains only."""
+    _sharing(settings, registry, service).require().forget_user(user_id)
+
+
+def _sharing(settings: StoreSettings, registry: Any, service: BrainService) -> Any:
+    """Members and agent keys of the store (``store.sharing.access.Sharing``)."""
+    from store.context import open_sharing
+
+    return open_sharing(settings, registry, service.backend)
+
+
 def _fail(exc: Exception) -> click.ClickException:
     return click.ClickException(str(exc))
 
@@ -130,6 +143,7 @@ def remove(name_or_id: str, purge: bool, data: Path | None) -> None:
         account = registry.remove(name_or_id)
     except UsersFileError as exc:
         raise _fail(exc) from None
+    _forget_access(settings, registry, service, account.id)
     where = store_label(settings)
     if purge:
         service.backend.delete_user(account.id)
@@ -194,12 +208,18 @@ def orphans(data: Path | None) -> None:
         click.echo("none")
         return
     denied = {d.user_id: d for d in registry.denied() if d.user_id}
+    sharing = _sharing(settings, registry, service)
     click.echo(f"{'FORMER USER ID':36}  {'BRAIN ID':36}  {'NAME':20}  {'SNAPSHOTS':>9}  {'STORED BYTES':>12}  LAST SYNC")
     for former_id, brains in sorted(found.items()):
         for meta in brains:
             synced = meta.current.synced_at if meta.current else "never"
             click.echo(f"{former_id:36}  {meta.id:36}  {meta.name[:20]:20}  {len(meta.snapshots):>9}  "
                        f"{meta.stored_bytes():>12}  {synced}")
+            members = sharing.members(meta.id, former_id)[1:] if sharing.registry.share(meta.id) else []
+            if members:
+                # members keep their roles; only the operator manages a brain with no creator
+                listed = ", ".join(f"{m['name'] or m['id']} ({m['role']})" for m in members)
+                click.echo(f"  shared with {listed}: `brain-store share|unshare {meta.id}` manages them")
         if former_id in denied:
             click.echo(f"  ({former_id} was {denied[former_id].name or '?'}, removed {denied[former_id].removed_at})")
     click.echo("`brain-store user purge ID` deletes them; `brain-store user adopt ID NAME` gives them to a new user")
@@ -214,6 +234,9 @@ def purge(former_id: str, data: Path | None) -> None:
     registry, service = _open(settings)
     brains = _orphan_brains(registry, service, former_id)
     service.backend.delete_user(former_id)
+    sharing = _sharing(settings, registry, service)
+    for meta in brains:
+        sharing.forget(meta.id)
     click.echo(f"deleted {len(brains)} brain(s) of removed user {former_id} from {store_label(settings)}")
 
 
@@ -226,13 +249,15 @@ def adopt(former_id: str, name: str, email: str, data: Path | None) -> None:
     """Give the brains of removed user FORMER_ID to a new user NAME (prints the token last).
 
     The new user takes over the former id, so the brains, their snapshots and (with
-    encryption on) their sealing key come along unchanged; the old token stays dead.
+    encryption on) their sealing key come along unchanged; the old token, the removed
+    user's agent keys and their memberships in other users' brains stay dead.
     """
     from store.auth.users import UsersFileError
 
     settings = existing_store(data)
     registry, service = _open(settings)
     brains = _orphan_brains(registry, service, former_id)
+    _forget_access(settings, registry, service, former_id)  # removed by an older version: still there
     try:
         account, token = registry.add(name, email, user_id=former_id)
     except UsersFileError as exc:

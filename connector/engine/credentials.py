@@ -12,7 +12,9 @@ entropy guessing, which flags ordinary ids and hashes), plus this system's own t
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from functools import lru_cache
+from typing import Any
 
 from detect_secrets.plugins.artifactory import ArtifactoryDetector
 from detect_secrets.plugins.aws import AWSKeyDetector
@@ -41,11 +43,11 @@ _OVERLAP = 256
 
 
 class BrainTokenDetector(RegexBasedDetector):
-    """This system's own credentials: store tokens and the connector's access and refresh tokens."""
+    """This system's own credentials: store tokens, agent keys and the connector's access and refresh tokens."""
 
     secret_type = "Brain store or connector token"
     denylist = [
-        re.compile(r"\bbst_[A-Za-z0-9_-]{43}(?![A-Za-z0-9_-])"),
+        re.compile(r"\bbs[tk]_[A-Za-z0-9_-]{43}(?![A-Za-z0-9_-])"),  # store tokens and agent keys
         re.compile(r"\bbc[ar]1_[A-Za-z0-9_.~-]{20,}"),
     ]
 
@@ -89,3 +91,31 @@ def find_credentials(*texts: str) -> list[str]:
                 found[detector.secret_type] = None
                 break
     return list(found)
+
+
+def _strings(value: Any) -> Iterable[str]:
+    """Every string inside ``value`` (nested mappings and lists included)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _strings(item)
+
+
+def credentials_in_memories(memories: Iterable[Any]) -> list[str]:
+    """The kinds of credential in any text field of memories about to be written (``MemoryInput``:
+    title, content, tags, source, project, task and the rest of its mapping); never values.
+
+    The one check of every write path: the MCP tool, the web app's edit and import, the
+    command line's memorize.
+    """
+    return find_credentials(*(text for memory in memories for text in _strings(memory.to_mapping())))
+
+
+def credential_refusal(kinds: list[str]) -> str:
+    """The first sentences of every refusal: what was found (kinds only) and why it is not stored."""
+    return (f"Not saved: this looks like it contains a credential ({', '.join(kinds)}). Memories are synced to "
+            "every device and shown to every agent the user connects, so credentials do not belong in them.")

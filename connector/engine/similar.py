@@ -48,7 +48,7 @@ from connector.engine.embedding import Quantized, cosines, embedded_text
 from connector.engine.hybrid import HybridIndex, VectorSource
 from connector.engine.index import BrainIndex
 from connector.engine.text import memory_body
-from connector.engine.textmatch import normalise, word_terms
+from connector.engine.textmatch import word_terms
 
 __all__ = [
     "DUPLICATE",

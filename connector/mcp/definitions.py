@@ -481,6 +481,58 @@ TOOLS: tuple[ToolSpec, ...] = (
         destructive=True,
         idempotent=False,
     ),
+    # ChatGPT's connectors (deep research, company knowledge) use a server only through these two,
+    # in OpenAI's shape (connector/mcp/chatgpt.py): the same recall and reads as brain_recall/brain_read.
+    ToolSpec(
+        name="search",
+        title="Search memories",
+        description=(
+            "Search the user's memories (their long-term memory) for a query and get matching memory ids, titles "
+            "and links; read one whole with fetch. The same search as brain_recall, in the shape ChatGPT's "
+            "connectors use; hosts that offer brain_recall should prefer it."
+        ),
+        input_schema=_object(
+            {"query": {"type": "string", "minLength": 1, "description": "What to look for, in a few words."}},
+            ["query"],
+        ),
+        output_schema=_object(
+            {
+                "results": {
+                    "type": "array",
+                    "items": _object(
+                        {"id": {"type": "string"}, "title": {"type": "string"}, "url": {"type": "string"}},
+                        ["id", "title", "url"],
+                    ),
+                }
+            },
+            ["results"],
+        ),
+        read_only=True,
+        destructive=False,
+        idempotent=True,
+    ),
+    ToolSpec(
+        name="fetch",
+        title="Fetch a memory",
+        description=(
+            "Fetch one whole memory by the id search returned: its title, full text, link and details "
+            "(type, tags, origin, dates). The same read as brain_read, in the shape ChatGPT's connectors use."
+        ),
+        input_schema=_object({"id": {**_ID, "description": "A memory id from search."}}, ["id"]),
+        output_schema=_object(
+            {
+                "id": {"type": "string"},
+                "title": {"type": "string"},
+                "text": {"type": "string"},
+                "url": {"type": "string"},
+                "metadata": {"type": "object", "additionalProperties": {"type": "string"}},
+            },
+            ["id", "title", "text", "url", "metadata"],
+        ),
+        read_only=True,
+        destructive=False,
+        idempotent=True,
+    ),
 )
 
 TOOLS_BY_NAME: dict[str, ToolSpec] = {tool.name: tool for tool in TOOLS}

@@ -93,3 +93,8 @@ def bearer_token(scope: dict[str, Any]) -> str | None:
     if kind.lower() != "bearer" or not token.strip():
         return None
     return token.strip()
+
+
+def is_mcp_path(path: str) -> bool:
+    """``/mcp`` or the URL of one brain, ``/mcp/brains/{brain}``."""
+    return path == "/mcp" or path.startswith("/mcp/brains/")

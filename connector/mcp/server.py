@@ -28,6 +28,10 @@ CALLER_SCOPE_KEY = "brain_connector.caller"
 SERVER_NAME = "brain-connector"
 SERVER_VERSION = "0.1.0"
 MAX_REQUEST_BYTES = 1024 * 1024
+BOUND_INSTRUCTIONS = (
+    "\n- This connection serves one brain only (its URL names it): every tool acts on that brain, "
+    "and there is no brain_use."
+)
 
 
 def _caller_of(ctx: ServerRequestContext[Any, Any]) -> Caller | None:
@@ -40,11 +44,11 @@ def _caller_of(ctx: ServerRequestContext[Any, Any]) -> Caller | None:
     return None
 
 
-def build_server(tools: BrainTools) -> Server[Any]:
-    """The low-level MCP server exposing ``tools``."""
+def build_server(tools: BrainTools, *, bound: bool = False) -> Server[Any]:
+    """The low-level MCP server exposing ``tools`` (``bound``: for connections bound to one brain)."""
 
     async def list_tools(ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=tools.list_tools())
+        return types.ListToolsResult(tools=tools.list_tools(bound=bound))
 
     async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> types.CallToolResult:
         caller = _caller_of(ctx)
@@ -89,7 +93,7 @@ def build_server(tools: BrainTools) -> Server[Any]:
         version=SERVER_VERSION,
         title="Brain memory",
         description="The user's long-term memory (Brain Memory), shared across their devices.",
-        instructions=INSTRUCTIONS,
+        instructions=INSTRUCTIONS + (BOUND_INSTRUCTIONS if bound else ""),
         get_tool_input_schema=tools.input_schema,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
@@ -102,10 +106,11 @@ def build_server(tools: BrainTools) -> Server[Any]:
 
 
 class McpEndpoint:
-    """The ASGI endpoint for ``POST /mcp`` (stateless: nothing survives between requests)."""
+    """The ASGI endpoint for ``POST /mcp``, or (``bound``) ``POST /mcp/brains/{brain}`` (stateless:
+    nothing survives between requests)."""
 
-    def __init__(self, tools: BrainTools) -> None:
-        self.server = build_server(tools)
+    def __init__(self, tools: BrainTools, *, bound: bool = False) -> None:
+        self.server = build_server(tools, bound=bound)
         self.sessions = StreamableHTTPSessionManager(
             app=self.server,
             json_response=True,

@@ -1,5 +1,6 @@
-"""The nine brain tools: argument reading, scope checks, calls into the working copies
-and the engine, and results as structured content plus text.
+"""The brain tools (and ChatGPT's search and fetch over them): argument reading, scope
+checks, calls into the working copies and the engine, and results as structured content
+plus text.
 
 A refusal (bad argument, unknown id, missing scope, store down) is a tool result
 with ``isError: true`` and a clear message, never a protocol error or a crash.
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -18,18 +20,18 @@ import mcp_types as types
 
 from common.textsafety import has_unsafe_chars
 from connector.engine.brain import Brain
-from connector.engine.credentials import find_credentials
+from connector.engine.credentials import credential_refusal, credentials_in_memories
+from connector.engine.embedding import content_hash
 from connector.engine.errors import BrainError
 from connector.engine.hybrid import MODES, HybridIndex, hybrid_recall
 from connector.engine.index import BrainIndex, IndexCache, RecallError, index_for
 from connector.engine.jsvalues import datetime_ms
 from connector.engine.ops import Forget, Pin, Unpin, Verify, connector_memorize
 from connector.engine.recall import recall
-from connector.engine.embedding import content_hash
 from connector.engine.review import MemorizeFlagged, pending_count
 from connector.engine.similar import UPDATE, Incoming, Newer, Similar, exact_duplicates, find_similar
 from connector.engine.views import attach_content, read_memory
-from connector.mcp import render
+from connector.mcp import chatgpt, render
 from connector.mcp.arguments import ArgumentError, Args
 from connector.mcp.definitions import (
     CHARS_PER_TOKEN,
@@ -50,6 +52,9 @@ from connector.workcopy.vectors import HybridCache, VectorStore
 
 log = logging.getLogger("connector.tools")
 
+# Tools a connection bound to one brain (/mcp/brains/{brain}) does not have.
+BOUND_EXCLUDED = frozenset({"brain_use"})
+
 # Background index builds after writes start once no write has been in flight for this
 # long, and at the latest this long after the write that asked for them.
 PREWARM_QUIET_S = 0.25
@@ -62,14 +67,20 @@ ON_SIMILAR = ["report", "supersede"]
 # meanwhile the check uses the last one built plus the memories written since, embedded
 # one by one (so nothing is missed; only their words' IDF comes from the older version).
 SIMILAR_REBASE_WRITES = 100
+# A brain never checked before is indexed for the check at once up to this many memories
+# (embedding them: a few seconds); a larger one in the background, the first writes
+# meanwhile checked for exact duplicates only.
+SIMILAR_WAIT_MEMORIES = 1000
 
 
 @dataclass(frozen=True)
 class Caller:
-    """Who is calling: the account and the scopes of their token."""
+    """Who is calling: the account, the scopes of their token and the connector's external base URL."""
 
     account: Account
     scopes: frozenset[str]
+    # Where the connector is reached (CONNECTOR_PUBLIC_URL, else this request's): links to the web app.
+    base_url: str = ""
 
 
 class ToolFailure(Exception):
@@ -157,6 +168,8 @@ class BrainTools:
         # than waiting for the new version's index (seconds at 10,000 memories).
         self._similar_base: dict[str, tuple[str, Brain, BrainIndex, HybridIndex]] = {}
         self._writes_since_base: dict[str, int] = {}
+        self._similar_building: set[str] = set()
+        self._similar_lock = threading.Lock()
         names = set(allowed) if allowed is not None else {tool.name for tool in TOOLS}
         self.specs: dict[str, ToolSpec] = {tool.name: tool for tool in TOOLS if tool.name in names}
         # The manager's cache: its writes keep the indexes there current (see IndexFollower).
@@ -179,6 +192,8 @@ class BrainTools:
             "brain_unpin": self._unpin,
             "brain_forget": self._forget,
             "brain_verify": self._verify,
+            "search": self._search,
+            "fetch": self._fetch,
         }
 
     def prewarm(self, outcome: WriteOutcome) -> None:
@@ -278,9 +293,10 @@ class BrainTools:
 
         When this version's hybrid index is not built yet (a write just changed the brain)
         the check runs on the newest version whose index is built together with the
-        memories written since (their vectors computed once and kept by content); only a
-        brain never checked before waits for its index. A brain the check cannot read gives
-        no findings: the check never stops a write.
+        memories written since (their vectors computed once and kept by content). A brain
+        never checked before is indexed at once up to SIMILAR_WAIT_MEMORIES memories, a
+        larger one in the background (exact duplicates only until then). A brain the check
+        cannot read gives no findings: the check never stops a write.
         """
         brain, key = snapshot.brain, snapshot.key
         if brain is None or "index.json" not in brain:
@@ -291,7 +307,13 @@ class BrainTools:
             if not index.memories:
                 return []
             base = self._similar_base.get(slot)
-            if base is None or self._index_ready(key, "hybrid") or base[0] == key:
+            ready = self._index_ready(key, "hybrid") or base is not None and base[0] == key
+            if base is None and not ready and len(index.memories) > SIMILAR_WAIT_MEMORIES:
+                # A large brain never indexed here: index it in the background (embedding every
+                # memory takes minutes of CPU at 10,000) and check exact duplicates meanwhile.
+                self._build_similar_base(slot, brain, key, index)
+                return exact_duplicates(brain, index, incoming.content)
+            if base is None or ready:
                 hybrid = self.hybrid_index(brain, key, index)
                 self._set_similar_base(slot, key or "", brain, index, hybrid)
                 return find_similar(brain, incoming, index=index, hybrid=hybrid, embed=self.vectors.embed_query)
@@ -311,6 +333,24 @@ class BrainTools:
             log.warning("similar check skipped: the brain could not be indexed")
             return []
 
+    def _build_similar_base(self, slot: str, brain: Brain, key: str | None, index: BrainIndex) -> None:
+        """Build the similar check's hybrid index of a brain in a background thread (once at a time)."""
+        with self._similar_lock:
+            if slot in self._similar_building:
+                return
+            self._similar_building.add(slot)
+
+        def build() -> None:
+            try:
+                self._set_similar_base(slot, key or "", brain, index, self.hybrid_index(brain, key, index))
+            except Exception:  # a brain the check cannot index: the next write tries again
+                log.warning("similar check: the brain could not be indexed")
+            finally:
+                with self._similar_lock:
+                    self._similar_building.discard(slot)
+
+        threading.Thread(target=build, name="similar-index", daemon=True).start()
+
     def _index_ready(self, key: str | None, mode: str) -> bool:
         """Whether a recall of this content in ``mode`` finds its indexes built (so runs in a few ms).
 
@@ -321,11 +361,12 @@ class BrainTools:
             return False
         return mode == "exact" or key in self.hybrid_cache
 
-    def list_tools(self) -> list[types.Tool]:
-        """The declared tools (only those allowed); built once, they never change."""
+    def list_tools(self, *, bound: bool = False) -> list[types.Tool]:
+        """The declared tools (only those allowed; without brain_use on a connection ``bound`` to one
+        brain); built once, they never change."""
         if self._tool_list is None:
             self._tool_list = [spec.to_tool() for spec in self.specs.values()]
-        return list(self._tool_list)
+        return [tool for tool in self._tool_list if not (bound and tool.name in BOUND_EXCLUDED)]
 
     def input_schema(self, name: str) -> dict[str, Any] | None:
         """The input schema of an allowed tool."""
@@ -335,8 +376,10 @@ class BrainTools:
     async def call(self, name: str, arguments: Any, caller: Caller) -> types.CallToolResult:
         """Run one tool call; every failure becomes an error result."""
         spec = self.specs.get(name)
-        if spec is None:
-            return error_result(f"Unknown tool {name!r}. Available: {', '.join(self.specs)}.")
+        bound = bool(caller.account.brain)
+        if spec is None or (bound and name in BOUND_EXCLUDED):
+            available = [known for known in self.specs if not (bound and known in BOUND_EXCLUDED)]
+            return error_result(f"Unknown tool {name!r}. Available: {', '.join(available)}.")
         args = Args(arguments)
         needs_write = not spec.read_only and not (name == "brain_verify" and _is_list(args))
         if needs_write and WRITE_SCOPE not in caller.scopes:
@@ -475,6 +518,16 @@ class BrainTools:
             found["note"] = " ".join(notes)
         return ok_result(found, render.read_text(found))
 
+    async def _search(self, caller: Caller, args: Args) -> types.CallToolResult:
+        """ChatGPT's ``search``: brain_recall (the server's recall mode) as ids, titles and links."""
+        query = args.string("query", required=True, max_length=10_000)
+        found = await self._recall(caller, Args({"query": query, "limit": chatgpt.SEARCH_LIMIT, "max_chars": 0}))
+        return chatgpt.search_result(found, caller.base_url)
+
+    async def _fetch(self, caller: Caller, args: Args) -> types.CallToolResult:
+        """ChatGPT's ``fetch``: brain_read as id, title, text, link and metadata."""
+        return chatgpt.fetch_result(await self._read(caller, args), caller.base_url)
+
     @property
     def vectors(self) -> VectorStore:
         """The vector store (a memory-only one, made on first use, when none was given)."""
@@ -544,8 +597,6 @@ class BrainTools:
         assert content is not None
         title = args.string("title", max_length=1000)
         tags = args.string_list("tags")
-        if not args.boolean("allow_secrets"):
-            _refuse_credentials(content, title or "", *tags)
         allow_duplicate = args.boolean("allow_duplicate")
         on_similar = args.choice("on_similar", ON_SIMILAR, default="report")
         options: dict[str, Any] = {
@@ -562,6 +613,8 @@ class BrainTools:
             "writer": await self.manager.writer(caller.account),
         }
         op = connector_memorize(content, **options)
+        if not args.boolean("allow_secrets"):
+            _refuse_credentials(op.memories)
         memory = op.memories[0]
         # The check runs on the brain as it is before the write, off the event loop (it may
         # build the brain's indexes), and decides before anything is written: the operation
@@ -703,13 +756,12 @@ def _content_budget(args: Args) -> tuple[int, list[str]]:
     return (min(chars, by_tokens) if args.given("max_chars") else by_tokens), notes
 
 
-def _refuse_credentials(*texts: str) -> None:
-    """Refuse a write whose text looks like it holds a credential, naming the kinds, never the values."""
-    kinds = find_credentials(*texts)
+def _refuse_credentials(memories: list[Any]) -> None:
+    """Refuse a write whose text (any field) looks like it holds a credential, naming the kinds, never the values."""
+    kinds = credentials_in_memories(memories)
     if kinds:
         raise ToolFailure(
-            f"Not saved: this looks like it contains a credential ({', '.join(kinds)}). Memories are synced to "
-            "every device and shown to every agent the user connects, so credentials do not belong in them. "
+            f"{credential_refusal(kinds)} "
             "Leave the secret out (say where it is kept instead), or, only if the user explicitly confirms they "
             "want it stored, call brain_memorize again with allow_secrets=true."
         )

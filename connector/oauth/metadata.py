@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from connector.oauth.server import SCOPES, resource_of
+from connector.oauth.tokens import bearer_challenge
 from mcp.shared.auth import OAuthMetadata, ProtectedResourceMetadata
 
 
@@ -29,13 +30,26 @@ def authorization_server_metadata(base_url: str) -> dict[str, Any]:
     return document.model_dump(mode="json", exclude_none=True)
 
 
-def protected_resource_metadata(base_url: str) -> dict[str, Any]:
-    """The RFC 9728 document of ``<base_url>/mcp``."""
+def protected_resource_metadata(base_url: str, brain: str | None = None) -> dict[str, Any]:
+    """The RFC 9728 document of ``<base_url>/mcp``, or of ``<base_url>/mcp/brains/<brain>``."""
     document = ProtectedResourceMetadata(
-        resource=resource_of(base_url),  # type: ignore[arg-type]
+        resource=resource_of(base_url, brain),  # type: ignore[arg-type]
         authorization_servers=[base_url],  # type: ignore[list-item]
         scopes_supported=list(SCOPES),
         bearer_methods_supported=["header"],
-        resource_name="Brain",
+        resource_name=f"Brain: {brain}" if brain else "Brain",
     )
     return document.model_dump(mode="json", exclude_none=True)
+
+
+def resource_metadata_url(base_url: str, brain: str | None = None) -> str:
+    """Where the RFC 9728 document of a resource is (section 3.1: the well-known name, then the
+    resource's path after ``/mcp``'s own, which is served at the bare name too)."""
+    base = base_url.rstrip("/")
+    suffix = resource_of(base, brain)[len(base) + len("/mcp"):]
+    return f"{base}/.well-known/oauth-protected-resource" + (f"/mcp{suffix}" if brain else "")
+
+
+def challenge(base_url: str, *, brain: str | None = None, error: str | None = None) -> str:
+    """The WWW-Authenticate value of a 401 from ``/mcp`` or ``/mcp/brains/<brain>``."""
+    return bearer_challenge(resource_metadata_url(base_url, brain), " ".join(SCOPES), error)

@@ -36,6 +36,7 @@ from connector.oauth.server import (
     PageReply,
     RedirectReply,
     Reply,
+    valid_brain_segment,
 )
 from connector.oauth.state import OAuthState
 from connector.oauth.tokens import AccessClaims, AccessTokenCodec
@@ -108,9 +109,10 @@ class OAuthMount:
     provider: IdentityProvider
     route_handlers: list[Any]
 
-    def verify_access(self, token: str, base_url: str) -> AccessClaims | None:
-        """The claims of a valid access token for ``<base_url>/mcp``, else None (→ 401)."""
-        return self.server.verify_access(token, base_url)
+    def verify_access(self, token: str, base_url: str, brain: str | None = None) -> AccessClaims | None:
+        """The claims of a valid access token for ``<base_url>/mcp`` (or, with ``brain``, for that
+        brain's URL), else None (→ 401)."""
+        return self.server.verify_access(token, base_url, brain=brain)
 
     async def aclose(self) -> None:
         """Release the provider's network clients."""
@@ -265,6 +267,13 @@ def oauth_route_handlers(server: AuthorizationServer, settings: Any, *, dev: boo
     async def resource_metadata(request: Request[Any, Any, Any]) -> Response[Any]:
         return _json(200, protected_resource_metadata(base_of(request)), {"Cache-Control": "no-store", **_CORS})
 
+    @get("/.well-known/oauth-protected-resource/mcp/brains/{brain:str}", cache=False, include_in_schema=False)
+    async def brain_resource_metadata(request: Request[Any, Any, Any]) -> Response[Any]:
+        brain = str(request.path_params["brain"])
+        if not valid_brain_segment(brain):
+            return _json(404, {"error": "not_found"}, {"Cache-Control": "no-store", **_CORS})
+        return _json(200, protected_resource_metadata(base_of(request), brain), {"Cache-Control": "no-store", **_CORS})
+
     @get(
         ["/.well-known/oauth-authorization-server", "/.well-known/oauth-authorization-server/mcp"],
         cache=False,
@@ -327,4 +336,4 @@ def oauth_route_handlers(server: AuthorizationServer, settings: Any, *, dev: boo
             return _json(400, {"error": "invalid_request", "error_description": "expected a form"}, _CORS)
         return _to_response(await server.revoke(form), cors=True)
 
-    return [resource_metadata, server_metadata, register, authorize, authorize_complete, oidc_callback, token, revoke]
+    return [resource_metadata, brain_resource_metadata, server_metadata, register, authorize, authorize_complete, oidc_callback, token, revoke]

@@ -22,11 +22,12 @@ import zlib
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 import anyio.to_thread
 
 from common.limits import TokenBucketLimiter, limit_key
+from common.textsafety import has_unsafe_chars
 from connector.identity.base import (
     Identity,
     IdentityProvider,
@@ -66,6 +67,9 @@ MAX_COOKIE_CHARS = 3800
 MAX_PARAM_CHARS = 2048
 NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
 _LOCK_STRIPES = 64
+# The URL of one brain is <base>/mcp/brains/<name or id> (connector/app.py).
+BRAINS_PATH = "/brains/"
+MAX_BRAIN_CHARS = 300
 
 
 # -- replies ------------------------------------------------------------------
@@ -102,6 +106,8 @@ class SignInView:
     attempts_left: int = MAX_ATTEMPTS
     redirect_origin: str | None = None
     form_action: str = "/authorize/complete"
+    # The brain (name or id) a sign-in for ``/mcp/brains/{brain}`` is for; None for ``/mcp``.
+    brain: str | None = None
 
 
 @dataclass(frozen=True)
@@ -256,10 +262,11 @@ class AuthorizationServer:
         challenge = values["code_challenge"]
         if not challenge or not is_valid_challenge(challenge):
             return back("invalid_request", "code_challenge is missing or malformed")
-        resource = values["resource"]
-        expected_resource = resource_of(base_url)
-        if resource != expected_resource:
-            return back("invalid_target", f"resource must be {expected_resource}")
+        resource = values["resource"] or ""
+        try:
+            brain_of_resource(resource, base_url)
+        except ValueError as exc:
+            return back("invalid_target", str(exc))
         scope = parse_scope(values["scope"])
         if scope is None:
             return back("invalid_scope", f"known scopes: {' '.join(SCOPES)}")
@@ -272,7 +279,7 @@ class AuthorizationServer:
             redirect_explicit=redirect_explicit,
             state=state,
             challenge=challenge,
-            resource=expected_resource,
+            resource=resource,
             scope=scope,
             issuer=issuer,
             expires=now + PENDING_TTL_S,
@@ -290,7 +297,12 @@ class AuthorizationServer:
 
     def _view(self, pending: Pending, login_id: str | None, error: str | None = None, attempts: int = 0) -> SignInView:
         parts = urlsplit(pending.redirect_uri)
+        try:
+            brain = brain_of_resource(pending.resource, pending.issuer)
+        except ValueError:
+            brain = None
         return SignInView(
+            brain=brain,
             provider=self.provider.kind,
             client_name=pending.client_name,
             client_id=pending.client_id,
@@ -596,9 +608,18 @@ class AuthorizationServer:
                 await self._end_family(family)
         return JsonReply(200, {}, dict(NO_STORE))
 
-    def verify_access(self, token: str, base_url: str, now: float | None = None) -> AccessClaims | None:
-        """The claims of a valid access token for ``<base_url>/mcp`` whose family is alive, else None."""
-        claims = self.codec.verify(token, resource_of(base_url), now=now)
+    def verify_access(
+        self, token: str, base_url: str, now: float | None = None, *, brain: str | None = None
+    ) -> AccessClaims | None:
+        """The claims of a valid access token whose family is alive, else None.
+
+        At ``<base>/mcp`` a token must be for that resource. At ``<base>/mcp/brains/<brain>``
+        (``brain`` given) a token for that resource, or for ``<base>/mcp``: the latter already
+        reaches every brain of its user (brain_use), so binding the connection to one takes
+        nothing away; a token for one brain's URL is never accepted anywhere else.
+        """
+        audiences = (resource_of(base_url),) + ((resource_of(base_url, brain),) if brain else ())
+        claims = self.codec.verify(token, audiences, now=now)
         if claims is None:
             return None
         if claims.family and self.grants.family_revoked(claims.family, now):
@@ -606,9 +627,30 @@ class AuthorizationServer:
         return claims
 
 
-def resource_of(base_url: str) -> str:
-    """The protected resource (RFC 8707 audience) of a connector reached at ``base_url``."""
-    return base_url.rstrip("/") + "/mcp"
+def resource_of(base_url: str, brain: str | None = None) -> str:
+    """The protected resource (RFC 8707 audience) of a connector reached at ``base_url``:
+    ``<base>/mcp``, or ``<base>/mcp/brains/<brain>`` for the URL bound to one brain."""
+    resource = base_url.rstrip("/") + "/mcp"
+    return f"{resource}{BRAINS_PATH}{quote(brain, safe='')}" if brain else resource
+
+
+def brain_of_resource(resource: str, base_url: str) -> str | None:
+    """The brain a resource of this connector names (None for ``<base>/mcp``); ValueError when the
+    resource is not one of this connector's, or not in the form `resource_of` writes it."""
+    plain = resource_of(base_url)
+    if resource == plain:
+        return None
+    prefix = plain + BRAINS_PATH
+    if resource.startswith(prefix):
+        brain = unquote(resource[len(prefix):])
+        if valid_brain_segment(brain) and resource == resource_of(base_url, brain):
+            return brain
+    raise ValueError(f"resource must be {plain} or {prefix}<brain name or id>")
+
+
+def valid_brain_segment(brain: str) -> bool:
+    """Whether ``brain`` can name a brain in a ``/mcp/brains/{brain}`` URL (one path segment, one line)."""
+    return 0 < len(brain) <= MAX_BRAIN_CHARS and "/" not in brain and brain.strip() == brain and not has_unsafe_chars(brain)
 
 
 def _signin_cookie(oidc_state: str, value: str, base_url: str, max_age: float) -> str:

@@ -147,20 +147,24 @@ class AccessTokenCodec:
             iat=wire.t,
         )
 
-    def verify(self, token: str, audience: str, now: float | None = None) -> AccessClaims | None:
-        """The claims of a genuine, unexpired token issued for ``audience``, else None."""
+    def verify(self, token: str, audience: str | tuple[str, ...], now: float | None = None) -> AccessClaims | None:
+        """The claims of a genuine, unexpired token issued for ``audience`` (or one of them), else None."""
         claims = self.open(token)
         if claims is None:
             return None
         current = time.time() if now is None else now
         if claims.exp <= current:
             return None
-        if not hmac.compare_digest(claims.aud.encode("utf-8"), audience.encode("utf-8")):
-            return None
-        return claims
+        wanted = (audience,) if isinstance(audience, str) else audience
+        aud = claims.aud.encode("utf-8")
+        # Every audience compared (no early exit): the time says nothing about which one matched.
+        matches = [hmac.compare_digest(aud, one.encode("utf-8")) for one in wanted]
+        return claims if any(matches) else None
 
 
-def bearer_challenge(base_url: str, error: str = "invalid_token") -> str:
-    """The WWW-Authenticate value of a 401 from /mcp, pointing at RFC 9728 metadata."""
-    base = base_url.rstrip("/")
-    return f'Bearer resource_metadata="{base}/.well-known/oauth-protected-resource", error="{error}"'
+def bearer_challenge(metadata_url: str, scope: str, error: str | None = None) -> str:
+    """The WWW-Authenticate value of a 401 from /mcp: where the RFC 9728 metadata is, the scopes
+    to ask for (MCP authorization 2025-11-25), and ``error`` only when a token was presented
+    (RFC 6750 section 3.1: a request without credentials gets no error code)."""
+    challenge = f'Bearer resource_metadata="{metadata_url}", scope="{scope}"'
+    return challenge + (f', error="{error}"' if error else "")

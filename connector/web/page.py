@@ -63,7 +63,11 @@ def render_signin(view: SignInView, *, dev: bool = False) -> str:
         parts.append(f'<p class="error" role="alert">{escape(view.error or "Something went wrong.")}</p>')
     else:
         title = "Connect your brain"
-        parts.append(f"<p><strong>{escape(view.client_name)}</strong> asks to use your brain and to:</p>")
+        if view.brain:
+            parts.append(f"<p><strong>{escape(view.client_name)}</strong> asks to use your brain "
+                         f"<strong class=\"brain\">{escape(view.brain)}</strong> (only this brain) and to:</p>")
+        else:
+            parts.append(f"<p><strong>{escape(view.client_name)}</strong> asks to use your brain and to:</p>")
         parts.append("<ul>" + "".join(f"<li>{escape(SCOPE_DESCRIPTIONS.get(s, s))}</li>" for s in view.scopes) + "</ul>")
         parts.append(f'<p class="muted">The app names itself; it will be sent back to {escape(view.redirect_host)}.'
                      f" Client id: {escape(view.client_id)}</p>")

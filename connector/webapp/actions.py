@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from connector.engine.credentials import credential_refusal, credentials_in_memories
 from connector.engine.errors import BrainError
 from connector.engine.memorize import connector_memory
 from connector.engine.ops import Forget, Operation, Pin, Unpin, Verify, connector_memorize
@@ -107,6 +108,9 @@ class BrainActions:
             )
         except BrainError as exc:
             raise ActionRefused(str(exc)) from None
+        kinds = credentials_in_memories(op.memories)
+        if kinds:
+            raise ActionRefused(f"{credential_refusal(kinds)} Leave the secret out (say where it is kept instead).")
         outcome = await self._apply(account, op, "memorize")
         return Done(str(outcome.result["stored"][0]["id"]), outcome.synced)
 

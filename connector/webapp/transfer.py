@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from connector.engine.brain import Brain
+from connector.engine.credentials import credentials_in_memories
 from connector.engine.errors import BrainError
 from connector.engine.memorize import MemoryInput
 from connector.engine.ops import Memorize
@@ -161,6 +162,11 @@ def plan_import(payload: bytes, brain: Brain | None, now: datetime) -> ImportPla
             memory = MemoryInput.from_mapping(item)
         except BrainError as exc:
             plan.errors.append(f"{item.get('title') or item.get('id') or 'a memory'}: {exc}")
+            continue
+        kinds = credentials_in_memories([memory])  # the same check as every other write
+        if kinds:
+            plan.errors.append(f"{memory.title}: looks like it contains a credential ({', '.join(kinds)}); "
+                               "not imported")
             continue
         plan.inputs.append(memory)
         plan.ids.append(new_id)

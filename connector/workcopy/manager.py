@@ -468,6 +468,8 @@ class WorkingCopyManager:
         return state.brains
 
     async def _active(self, account: Account, *, force_list: bool = False) -> tuple[list[BrainRecord], BrainRecord | None]:
+        if account.brain:
+            return await self._bound(account, force_list=force_list)
         state = self._user(account)
         assert state.lock is not None
         chosen = await self.choices.get_chosen_brain(account.subject)
@@ -480,6 +482,35 @@ class WorkingCopyManager:
                 state.missing_choice = chosen
                 brains = await self._brains(state, force=True)
         return brains, choose_brain(brains, chosen)
+
+    async def _bound(self, account: Account, *, force_list: bool = False) -> tuple[list[BrainRecord], BrainRecord]:
+        """A connection bound to one brain (``/mcp/brains/{brain}``): that brain alone, by id or name.
+
+        A brain created or shared since the last listing is looked for once more (once per
+        such name: asking again and again for a brain that is not there must not cost a
+        listing each time); one the account cannot see raises UnknownBrain, the same
+        whether it exists or not.
+        """
+        state = self._user(account)
+        assert state.lock is not None
+        async with state.lock:
+            brains = await self._brains(state, force=force_list)
+            found = find_brain(brains, account.brain)
+            if found is None and not force_list and state.missing_choice != account.brain:
+                state.missing_choice = account.brain
+                brains = await self._brains(state, force=True)
+                found = find_brain(brains, account.brain)
+        if found is None:
+            raise UnknownBrain(account.brain, oldest_first(brains))
+        return [found], found
+
+    async def bound_brain(self, account: Account) -> BrainRecord | None:
+        """The brain a bound connection names when this account can see it, else None."""
+        try:
+            _, found = await self._bound(account)
+        except UnknownBrain:
+            return None
+        return found
 
     async def use_brain(self, account: Account, wanted: str) -> tuple[BrainRecord, Identity]:
         """Switch the user's brain (by name or id) and persist the choice."""
@@ -759,7 +790,12 @@ class WorkingCopyManager:
             state = self._users.get(account.subject)
             if state is not None and state.brains is not None:
                 brains = state.brains
-                active = choose_brain(brains, await self.choices.get_chosen_brain(account.subject))
+                if account.brain:
+                    active = find_brain(brains, account.brain)
+                    if active is None:
+                        raise UnknownBrain(account.brain, oldest_first(brains)) from None
+                else:
+                    active = choose_brain(brains, await self.choices.get_chosen_brain(account.subject))
             if active is None and (account.subject, None) not in self._copies:
                 raise BrainUnavailable(
                     "The store cannot be reached right now, so nothing was saved. Try again shortly."

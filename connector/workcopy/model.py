@@ -35,6 +35,9 @@ class Account:
     client_name: str = ""
     # The sign-in (refresh-token family) the caller's access token belongs to; "" when unknown.
     session: str = ""
+    # The brain (name or id) the connection is bound to (``/mcp/brains/{brain}``); "" for the
+    # user's chosen brain (``/mcp``, switched with brain_use).
+    brain: str = ""
 
     @property
     def kind_label(self) -> str:

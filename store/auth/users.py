@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -67,6 +67,29 @@ class UsersDocument(msgspec.Struct):
 
 
 
+NAME_RULE = "a user name is 1-128 letters, digits or . _ @ + - (starting alphanumeric)"
+
+
+def name_problem(name: str, others: list[Any], user_id: str = "") -> str | None:
+    """Why ``name`` cannot be a user's name beside ``others`` (users: id, name, e-mail; None: it can).
+
+    One rule for every place a name is given (``user add``, ``adopt``, the reference import):
+    no spaces, controls, line separators or bidirectional characters (a name is shown on one
+    line in listings), not another user's name, and not another user's e-mail address (so a
+    name never passes for someone's e-mail where users are looked up by either).
+    """
+    if not _NAME.match(name):
+        return NAME_RULE
+    for other in others:
+        if other.id == user_id:
+            continue
+        if other.name == name:
+            return f"a user named {name!r} already exists"
+        if other.email and other.email.lower() == name.lower():
+            return f"{name!r} is the e-mail address of another user"
+    return None
+
+
 def now_rfc3339() -> str:
     """The current UTC time as an RFC 3339 string with microseconds."""
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -107,6 +130,11 @@ class UserRegistry:
             lambda: log.error("users file %s disappeared; keeping the last good copy", self.path))
         if doc is not None:
             self._index = _Index(doc)
+
+    def damaged(self) -> str | None:
+        """Why the file is not being read (damaged: its last good copy serves), else None."""
+        self.refresh()
+        return self._file.damaged
 
     def by_token(self, token: str) -> User | None:
         """The user owning a static token (O(1); constant-time comparison of the hash)."""
@@ -172,12 +200,13 @@ class UserRegistry:
         new user's (``brain-store user adopt``); by default the id is a new UUID.
         """
         if not _NAME.match(name):
-            raise UsersFileError("a user name is 1-128 letters, digits or . _ @ + - (starting alphanumeric)")
+            raise UsersFileError(NAME_RULE)
         token = new_token()
 
         def change(doc: UsersDocument) -> User:
-            if any(u.name == name for u in doc.users):
-                raise UsersFileError(f"a user named {name!r} already exists")
+            problem = name_problem(name, doc.users)
+            if problem is not None:
+                raise UsersFileError(problem)
             if user_id is not None and any(u.id == user_id for u in doc.users):
                 raise UsersFileError(f"user id {user_id} is in use")
             user = User(

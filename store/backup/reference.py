@@ -39,6 +39,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from common.textsafety import escape_one_line
+from store.auth.users import name_problem
 from store.backup.apply import BrainBuilder, is_partial
 from store.storage.base import SAFE_ID, ArchiveRef, BrainMeta, Snapshot
 
@@ -150,6 +152,8 @@ def parse_users(text: str) -> list[RefUser]:
         doc = json.loads(text)
     except ValueError as exc:
         raise ReferenceImportError(f"users.json is not JSON ({exc}); nothing imported") from None
+    except RecursionError:
+        raise ReferenceImportError("users.json is nested too deeply to be a users file; nothing imported") from None
     records = doc.get("users") if isinstance(doc, dict) else None
     if not isinstance(records, list):
         raise ReferenceImportError('users.json has no "users" list; nothing imported')
@@ -345,6 +349,34 @@ def check_users(users: list[RefUser], present: list[Any]) -> None:
         if ru.token_sha256 and hashes.get(ru.token_sha256, ru.id) != ru.id:
             raise ReferenceImportError(f"users.json: user {ru.name!r} has the token of another user of this "
                                        "store; nothing imported")
+        problem = name_problem(ru.name, [*present, *users], ru.id)
+        if problem is not None:
+            raise ReferenceImportError(f"users.json: user {ru.id}: {escape_one_line(problem)}; nothing imported")
+
+
+def check_brains(plan: Survey, backend: Any, present: list[Any], *, into_existing: bool) -> None:
+    """Refuse brains that would take over or slip into an account of this store.
+
+    A brain id is one brain: an id another user here already has (or two reference users
+    share) is refused, never renamed, since clients and shares name the brain by it. A brain
+    that would be added to an account already here (same user id) needs ``into_existing``.
+    """
+    owners: dict[str, str] = {}
+    for user_id in backend.iter_users():
+        for meta in backend.list_brains(user_id):
+            owners[meta.id] = user_id
+    accounts = {u.id: u.name for u in present}
+    planned: dict[str, str] = {}
+    for brain in plan.brains:
+        holder = owners.get(brain.brain_id, planned.get(brain.brain_id, brain.user_id))
+        if holder != brain.user_id:
+            raise ReferenceImportError(f"brain {brain.label}: this store already has a brain with id "
+                                       f"{brain.brain_id} belonging to another user; nothing imported")
+        planned[brain.brain_id] = brain.user_id
+        if brain.user_id in accounts and brain.brain_id not in owners and not into_existing:
+            raise ReferenceImportError(
+                f"brain {brain.label}: user {accounts[brain.user_id]!r} already has an account here and the "
+                "import would add this brain to it; pass --into-existing to do that; nothing imported")
 
 
 def _survey_brain(ref: Path, brain_dir: Path, user_id: str, master: bytes | None, limits: Any,
@@ -357,6 +389,9 @@ def _survey_brain(ref: Path, brain_dir: Path, user_id: str, master: bytes | None
             record = json.loads(meta_file.read_text(encoding="utf-8"))
         except ValueError as exc:
             raise ReferenceImportError(f"{rel_dir}/meta.json is not JSON ({exc}); nothing imported") from None
+        except RecursionError:
+            raise ReferenceImportError(f"{rel_dir}/meta.json is nested too deeply to be a brain record; "
+                                       "nothing imported") from None
         if not isinstance(record, dict):
             raise ReferenceImportError(f"{rel_dir}/meta.json is not an object; nothing imported")
     else:
@@ -434,14 +469,19 @@ def import_reference(
     sealer: Any,
     limits: Any,
     progress: Callable[[str], None] = lambda line: None,
+    into_existing: bool = False,
 ) -> ImportReport:
     """Import users and brains of the reference data directory ``ref`` (see the module doc).
+
+    ``into_existing``: a reference user who already has an account here may get brains that
+    account does not have yet (else that is refused, see ``check_brains``).
 
     ``open_backend`` is called only once the survey passed, so a refused import leaves even a
     new data directory uncreated.
     """
     plan = survey(ref, ref_key, limits, registry.users(), progress)
     backend = open_backend()
+    check_brains(plan, backend, registry.users(), into_existing=into_existing)
     report = ImportReport(warnings=list(plan.warnings))
     for brain in plan.brains:
         meta = brain.meta(sealed=sealer is not None)

@@ -53,6 +53,30 @@ class Verified:
     audits: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # brain id -> events
 
 
+_UNREADABLE = (tarfile.TarError, zstandard.ZstdError, EOFError)
+
+
+def _unreadable(path: Path, exc: BaseException) -> BackupError:
+    return BackupError(f"{path}: not a readable backup ({exc}); truncated or corrupt?")
+
+
+class _GuardedMember:
+    """A member's file object whose read errors are BackupErrors too: the bytes are decompressed
+    while the caller reads them, outside ``_members``' own error handling (a byte flipped near
+    the end of the file shows up there as a zstd checksum error)."""
+
+    def __init__(self, path: Path, f: BinaryIO) -> None:
+        self._path = path
+        self._f = f
+
+    def read(self, size: int = -1) -> bytes:
+        """Like ``BinaryIO.read``; a damaged stream raises BackupError."""
+        try:
+            return self._f.read(size)
+        except _UNREADABLE as exc:
+            raise _unreadable(self._path, exc) from None
+
+
 def _members(path: Path) -> Iterator[tuple[tarfile.TarInfo, BinaryIO]]:
     """Regular-file members of the backup, streamed; every format error becomes BackupError."""
     try:
@@ -66,15 +90,15 @@ def _members(path: Path) -> Iterator[tuple[tarfile.TarInfo, BinaryIO]]:
                     raise BackupError(f"unexpected non-file entry {info.name!r}")
                 f = tar.extractfile(info)
                 assert f is not None
-                yield info, f
+                yield info, _GuardedMember(path, f)  # type: ignore[misc]
             # after the end marker only the tar's zero padding may follow (anything else is unchecked data)
             padding = 0
             while chunk := zst.read(CHUNK):
                 padding += len(chunk)
                 if chunk.strip(b"\0") or padding > 16 * CHUNK:
                     raise BackupError("data after the end of the backup")
-    except (tarfile.TarError, zstandard.ZstdError, EOFError) as exc:
-        raise BackupError(f"{path}: not a readable backup ({exc}); truncated or corrupt?") from None
+    except _UNREADABLE as exc:
+        raise _unreadable(path, exc) from None
 
 
 def _hash_stream(f: BinaryIO, sink: Callable[[bytes], None] | None = None) -> tuple[int, str, bytes]:

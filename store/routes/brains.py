@@ -53,7 +53,7 @@ async def json_body(request: Request[Any, Any, Any]) -> Any:
         return None
     try:
         return msgspec.json.decode(raw)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):  # RecursionError: nested deeper than any request needs
         raise ServiceError(400, "request body is not valid JSON") from None
 
 

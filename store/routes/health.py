@@ -32,10 +32,18 @@ async def live(request: Request[Any, Any, Any]) -> ASGIApp:
 
 @get("/health/ready")
 async def ready(request: Request[Any, Any, Any]) -> ASGIApp:
-    """Storage can serve: the data directory is writable (disk) or the bucket answers (S3)."""
-    problem = await ctx(request).ready()
+    """Storage can serve: the data directory is writable (disk) or the bucket answers (S3).
+
+    A damaged users or sharing file is served from its last good copy, so the store stays
+    ready; the answer then says ``"status": "degraded"`` and names the file in ``damaged``.
+    """
+    c = ctx(request)
+    problem = await c.ready()
     if problem is not None:
         return json_response(503, {"status": "unavailable", "error": problem})
+    damaged = await c.run(c.damaged)
+    if damaged:
+        return json_response(200, {"status": "degraded", "damaged": damaged})
     return json_response(200, {"status": "ready"})
 
 

@@ -9,12 +9,14 @@ from urllib.parse import parse_qs
 from litestar import Request, put, route
 from litestar.types import ASGIApp
 
+from store.auth.authenticate import Principal, bearer_token
 from store.conditional import Preconditions, etag, parse_tag_list
 from store.context import AppContext
 from store.errors import ServiceError
 from store.http import GZIP_TYPE, ChunksResponse, FileResponse, RawResponse, json_response
 from store.routes.common import ctx, header, query_flag
 from store.service import parse_brain_id
+from store.sharing.access import NOT_FOUND
 from store.upload import BodyReader, multipart_boundary, receive_upload
 
 # After refusing an upload part-way we keep reading (and discarding) at most this much
@@ -116,19 +118,35 @@ async def serve_upload(c: AppContext, scope: Any, brain_id: str, receive: Any) -
         await c.run(c.service.precheck_upload, owner, bid, cond)
         boundary = multipart_boundary(header(scope, b"content-type"))
         archive = await receive_upload(
-            c.service, body, boundary, header(scope, b"content-length"), owner, bid, cond, force
+            c.service, body, boundary, header(scope, b"content-length"), owner, bid, cond, force,
+            partial(_still_authorized, c, p, bearer_token(header(scope, b"authorization")), bid, owner),
+            c.sharing.acts_as_owner(p, bid),
         )
     except ServiceError as exc:
         # read what is left of the body so the client sees the answer, not a reset;
         # unauthenticated or rate-limited callers get little patience
         await body.drain(1024 * 1024 if exc.status in (401, 429) else DRAIN_LIMIT)
         raise
-    await c.run(partial(c.sharing.record, bid, p, "upload", checksum=archive.checksum))
+    # every write by someone other than the creator (or through an agent key) is audited,
+    # even when the brain's last member left meanwhile
+    others = owner != p.user_id or p.key is not None
+    await c.run(partial(c.sharing.record, bid, p, "upload", always=others, checksum=archive.checksum))
     return json_response(
         200,
         {"size_bytes": archive.size, "file_count": archive.file_count, "checksum": archive.checksum},
         [(b"etag", etag(archive.checksum).encode()), (b"x-checksum", archive.checksum.encode())],
     )
+
+
+def _still_authorized(c: AppContext, p: Principal, token: str | None, bid: str, owner: str) -> None:
+    """Just before an upload commits (blocking): the caller may still upload to the brain, by the
+    same permission table as at the start; a refusal is audited and no commit happens."""
+    try:
+        if c.sharing.reauthorize(p, token, bid, "upload") != owner:
+            raise ServiceError(404, NOT_FOUND)
+    except ServiceError as exc:
+        c.sharing.record(bid, p, "upload_refused", always=True, status=exc.status, reason=exc.message)
+        raise
 
 
 @put("/api/brains/{brain_id:str}/sync")

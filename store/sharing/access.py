@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from store.auth.authenticate import Principal
+from store.auth.authenticate import Principal, unauthorized
 from store.auth.permissions import ROLES, effective_role, permitted
 from store.auth.users import UserRegistry
 from store.errors import ServiceError
@@ -82,6 +82,30 @@ class Sharing:
             raise ServiceError(403, f"{who} does not allow {action} on this brain")
         return owner
 
+    def acts_as_owner(self, principal: Principal, brain_id: str) -> bool:
+        """True when the caller writes to the brain as an owner: an owner's own credential
+        (an agent key acts at most as an editor)."""
+        scope = principal.key.scope if principal.key is not None else None
+        return effective_role(self.role(principal, brain_id)[1], scope) == "owner"
+
+    def reauthorize(self, principal: Principal, token: str | None, brain_id: str, action: str) -> str:
+        """``authorize`` again for a request authorised a while ago (an upload about to commit):
+        its credential must still be the caller's (a revoked or expired agent key, a rotated
+        token or a removed user: 401) and the *current* role must allow ``action`` (404/403).
+        Memory only, no rate limit counted: the request was counted when it started."""
+        if principal.key is not None:
+            current = self.key_principal(token) if token else None
+            if current is None or current.key.sha256 != principal.key.sha256:
+                raise unauthorized("this agent key was revoked or has expired")
+            principal = current
+        elif principal.kind == "static":
+            user = self.users.by_token(token) if token else None
+            if user is None or user.id != principal.user_id:
+                raise unauthorized("this token no longer works")
+        elif self.users.get(principal.user_id) is None:
+            raise unauthorized("this account was removed")
+        return self.authorize(principal, brain_id, action)
+
     # -- what do they see? ---------------------------------------------------------------
 
     def listing(self, principal: Principal, own: list[BrainMeta]) -> list[dict[str, Any]]:
@@ -117,11 +141,11 @@ class Sharing:
             self.audit.forget(brain_id)
 
     def find_user(self, who: str) -> Any:
-        """A user by name, e-mail or id, or None."""
-        found = self.users.find(who)
-        if found is None and who:
-            found = next((u for u in self.users.users() if u.email == who), None)
-        return found
+        """A user by name, e-mail or id, or None. Text with an ``@`` is an e-mail address first:
+        a user *named* like someone's e-mail never wins over the user whose e-mail it is."""
+        by_email = next((u for u in self.users.users() if u.email and u.email.lower() == who.lower()),
+                        None) if "@" in who else None
+        return by_email or self.users.find(who)
 
     def members(self, brain_id: str, creator_id: str) -> list[dict[str, str]]:
         """Who shares a brain: the creator first, then members by role (owners first) and name."""

@@ -20,6 +20,7 @@ from typing import TypeVar
 
 import msgspec
 
+from common.textsafety import has_unsafe_chars
 from store.auth.permissions import ROLES, SCOPES
 from store.auth.tokens import hash_token
 from store.auth.users import now_rfc3339
@@ -110,6 +111,11 @@ class SharingRegistry:
         doc = self._file.changed(self._forget_all)
         if doc is not None:
             self._index = _Index(doc)
+
+    def damaged(self) -> str | None:
+        """Why the file is not being read (damaged: its last good copy serves), else None."""
+        self.refresh()
+        return self._file.damaged
 
     def _forget_all(self) -> None:
         self._index = _Index(SharingDocument())
@@ -208,6 +214,24 @@ class SharingRegistry:
 
         self._edit(change)
 
+    def forget_user(self, user_id: str) -> tuple[int, int]:
+        """A user was removed (or their id is handed to someone else): delete their agent keys
+        and their memberships in other users' brains. Shares of brains they created stay
+        (those brains are kept for ``brain-store user adopt``). Returns ``(keys, memberships)``
+        dropped."""
+
+        def change(doc: SharingDocument) -> tuple[int, int]:
+            keys = len(doc.keys)
+            doc.keys[:] = [k for k in doc.keys if k.user_id != user_id]
+            dropped = 0
+            for share in doc.shares:
+                if share.members.pop(user_id, None) is not None:
+                    dropped += 1
+            doc.shares[:] = [s for s in doc.shares if s.members]
+            return keys - len(doc.keys), dropped
+
+        return self._edit(change)
+
     def create_key(
         self, user_id: str, brains: list[str], scope: str, *, label: str = "", expires_at: str = ""
     ) -> tuple[AgentKey, str]:
@@ -216,7 +240,8 @@ class SharingRegistry:
             raise SharingError(f"scope must be one of {', '.join(SCOPES)}")
         if not brains or len(brains) > MAX_KEY_BRAINS:
             raise SharingError(f"a key is for 1 to {MAX_KEY_BRAINS} brains")
-        if len(label) > MAX_LABEL_CHARS or any(ord(ch) < 32 or ord(ch) == 127 for ch in label):
+        if len(label) > MAX_LABEL_CHARS or has_unsafe_chars(label):
+            # no control, line-separator or bidirectional character: a label is shown on one line
             raise SharingError(f"a label is at most {MAX_LABEL_CHARS} printable characters")
         token = new_agent_key()
         key = AgentKey(

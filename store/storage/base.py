@@ -71,6 +71,9 @@ class ArchiveRef(msgspec.Struct, frozen=True):
     file_count: int
     synced_at: str
     sealed: bool = False
+    # written by someone other than an owner (an editor, or through an agent key): what
+    # snapshot retention keeps the owner's last version from (store.service.BrainService._retain)
+    by_other: bool = False
 
 
 class Snapshot(msgspec.Struct, frozen=True):

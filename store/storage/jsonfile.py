@@ -5,6 +5,12 @@ file's inode, mtime or size changed (a file written within the timestamp granula
 is read again next time). Writers go through ``edit()``: an ``flock`` shared by every
 process, read, change, atomic write (temporary file, fsync, rename) with mode 0600.
 The users file and the sharing file are kept this way.
+
+Every edit also writes the new document to ``<name>.last-good`` (before the file itself).
+A file damaged from outside (truncated, overwritten) is never read as empty: readers turn
+to that copy, the latest state written, so every process serves the same state; a process
+that had not yet read the latest edit does not keep serving what was revoked meanwhile.
+The damage is logged at CRITICAL and reported by ``damaged`` (the store's /health/ready).
 """
 
 from __future__ import annotations
@@ -40,6 +46,8 @@ class WatchedJsonFile(Generic[D]):
         self._what = what
         self._stat_key: tuple[int, int, int] | None = None
         self._reload_lock = threading.Lock()
+        self.last_good = path.with_name(path.name + ".last-good")
+        self.damaged: str | None = None  # why the file is not read (its last good copy serves)
 
     def changed(self, on_missing: Callable[[], None]) -> D | None:
         """The document when the file changed since the last call and parses, else None.
@@ -62,13 +70,24 @@ class WatchedJsonFile(Generic[D]):
                 return None
             try:
                 doc = self._decoder.decode(self.path.read_bytes())
-            except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
-                self._log.critical("%s %s is unreadable or corrupt (%s); still serving the last good copy",
-                                   self._what, self.path, exc)
+            except (OSError, msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
                 self._stat_key = key  # log once per bad version, not per request
-                return None
+                return self._damaged(exc)
+            self.damaged = None
             self._stat_key = key if settled(st.st_mtime_ns) else None
             return doc
+
+    def _damaged(self, exc: Exception) -> D | None:
+        """The file does not parse: the last good copy written (None: keep what is in memory)."""
+        try:
+            doc = self._decoder.decode(self.last_good.read_bytes())
+            serving = f"serving its last good copy {self.last_good.name}"
+        except (OSError, msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+            doc = None
+            serving = "no readable last good copy; still serving what this process read before"
+        self.damaged = f"{self._what} {self.path} is unreadable or corrupt ({exc}); {serving}"
+        self._log.critical("%s", self.damaged)
+        return doc
 
     def edit(self, change: Callable[[D], T], corrupt: Callable[[str], Exception]) -> T:
         """Apply ``change`` to the document in one locked edit and write it; returns its result.
@@ -81,8 +100,12 @@ class WatchedJsonFile(Generic[D]):
                 doc = self._decoder.decode(self.path.read_bytes())
             except FileNotFoundError:
                 doc = self._type()
-            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                raise corrupt(f"{self.path} is corrupt ({exc}); fix or restore it first") from exc
+            except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
+                raise corrupt(f"{self.path} is corrupt ({exc}); fix or restore it first "
+                              f"(its last good copy is {self.last_good})") from None
             result = change(doc)
-            write_atomic(self.path, self._encoder.encode(doc), fsync=self._fsync, mode=0o600)
+            data = self._encoder.encode(doc)
+            # the copy first: it is never older than the file it stands in for
+            write_atomic(self.last_good, data, fsync=self._fsync, mode=0o600)
+            write_atomic(self.path, data, fsync=self._fsync, mode=0o600)
         return result

@@ -47,6 +47,7 @@ class S3JsonObject(Generic[D]):
         self.lock = threading.Lock()
         self._etag: str | None = None
         self._bad_etag: str | None = None
+        self.damaged: str | None = None  # why the object is not installed (corrupt), else None
         self._missing_logged = False
         self._stop = threading.Event()
         self._poller: threading.Thread | None = None
@@ -81,12 +82,13 @@ class S3JsonObject(Generic[D]):
             self._missing_logged = False
             try:
                 doc = self._decoder.decode(data)
-            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
                 if etag != self._bad_etag:
-                    self._log.critical("%s %s is corrupt (%s); still serving the last good copy",
-                                       self._what, self.path, exc)
+                    self.damaged = f"{self._what} {self.path} is corrupt ({exc}); still serving the last good copy"
+                    self._log.critical("%s", self.damaged)
                     self._bad_etag = etag
                 return
+            self.damaged = None
             self._on_change(doc)
             self._etag = etag
 

@@ -44,6 +44,10 @@ class S3SharingRegistry(SharingRegistry):
     def refresh(self) -> None:
         """No I/O here (hot path): the poller thread installs changes as they appear."""
 
+    def damaged(self) -> str | None:
+        """Why the object is not installed (corrupt: the last good copy serves), else None."""
+        return self._object.damaged
+
     def start_polling(self) -> None:
         """Start the background poller (servers); idempotent."""
         self._object.start_polling("sharing-poller")

@@ -55,6 +55,10 @@ class S3UserRegistry(UserRegistry):
     def refresh(self) -> None:
         """No I/O here (hot path): the poller thread installs changes as they appear."""
 
+    def damaged(self) -> str | None:
+        """Why the object is not installed (corrupt: the last good copy serves), else None."""
+        return self._object.damaged
+
     def recheck_token(self, token: str) -> User | None:
         """An unknown token triggers one early look at S3 (rate-limited); blocking, so servers
         call it in a worker thread. ``by_token`` itself answers from memory only."""

@@ -112,3 +112,24 @@ def test_non_empty_target_needs_force(stores: tuple) -> None:
     restored = _tree(target)
     assert restored["users.json"] == source["users.json"]
     assert {k for k in restored if "/blobs/" in k} == {k for k in source if "/blobs/" in k}
+
+
+def test_flipped_byte_inside_a_large_archive_is_one_line(tmp_path: Path) -> None:
+    """Issue 24 item 10: the damage is found while an archive's bytes are read (a zstd checksum or
+    corruption error deep in the stream), still one line, nothing changed, no traceback."""
+    import os
+
+    src = {"STORE_DATA_DIR": str(tmp_path / "src"), "STORE_ENCRYPTION_KEY": KEY}
+    user, _ = registry(src).add("alice")
+    sealed_brain(tmp_path / "src", KEY, user.id, archive({"random.md": os.urandom(300_000).hex().encode()}))
+    backup = tmp_path / "big.backup"
+    cli(src, "backup", "--to", str(backup))
+    good = backup.read_bytes()
+    for offset in (len(good) - 3, len(good) - 1000, len(good) - 5000):
+        damaged = tmp_path / f"flipped-{offset}.backup"
+        damaged.write_bytes(good[:offset] + bytes([good[offset] ^ 0x01]) + good[offset + 1:])
+        target = {**src, "STORE_DATA_DIR": str(tmp_path / f"dst-{offset}")}
+        done = cli(target, "restore", "--from", str(damaged), check=False)
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+        assert done.stderr.strip().splitlines()[-1].startswith("Error: restore refused: "), done.stderr
+        assert not (tmp_path / f"dst-{offset}").exists()

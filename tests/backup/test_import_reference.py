@@ -302,3 +302,82 @@ def test_damaged_reference_files_are_named_without_a_traceback(damage: str, tmp_
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines()[-1].startswith(f"Error: {named} ")
     assert not (tmp_path / "ours").exists()
+
+
+# -- issue 24, item 8: an import never takes over or slips into another account ---------
+
+
+def _brain_dir(ref: Path, user: str) -> Path:
+    users = {u["name"]: u["id"] for u in json.loads((ref / "users.json").read_text())["users"]}
+    return next((ref / "brains" / users[user]).iterdir())
+
+
+def _refused(env: dict[str, str], ref: Path, ours: Path, *extra: str) -> str:
+    """Run an import that must be refused: one clear line, no traceback, the store unchanged."""
+    before = _tree(ours)
+    done = cli(env, "import-reference", str(ref), *extra, check=False)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert _tree(ours) == before
+    line = done.stderr.strip().splitlines()[-1]
+    assert line.startswith("Error: ") and line.endswith("nothing imported"), done.stderr
+    return line
+
+
+def test_brain_id_of_another_user_is_refused(tmp_path: Path) -> None:
+    ref = _copy("plain", tmp_path)
+    ours = tmp_path / "ours"
+    env = {"STORE_DATA_DIR": str(ours)}
+    cli(env, "user", "add", "carol")
+    carols = next(next((ours / "brains").iterdir()).iterdir()).name
+    # bob's reference brain claims carol's brain id
+    bob = _brain_dir(ref, "bob")
+    meta = json.loads((bob / "meta.json").read_text())
+    meta["id"] = carols
+    (bob / "meta.json").write_text(json.dumps(meta))
+    bob.rename(bob.parent / carols)
+    line = _refused(env, ref, ours)
+    assert f"already has a brain with id {carols} belonging to another user" in line
+
+
+def test_brains_are_not_added_to_an_existing_account_without_the_flag(tmp_path: Path) -> None:
+    ref = _copy("plain", tmp_path)
+    ours = tmp_path / "ours"
+    env = {"STORE_DATA_DIR": str(ours)}
+    cli(env, "import-reference", str(ref))
+    alice = _brain_dir(ref, "alice")
+    new_id = "0b5e7c1a-1111-4222-8333-944455556666"
+    shutil.copytree(alice, alice.parent / new_id, copy_function=shutil.copyfile)
+    meta = json.loads((alice.parent / new_id / "meta.json").read_text())
+    meta["id"] = new_id
+    (alice.parent / new_id / "meta.json").write_text(json.dumps(meta))
+    line = _refused(env, ref, ours)
+    assert "user 'alice' already has an account here" in line and "--into-existing" in line
+    out = cli(env, "import-reference", str(ref), "--into-existing").stdout
+    assert "1 brain(s) (2 already here)" in out
+    assert (ours / "brains" / alice.parent.name / new_id).is_dir()
+
+
+@pytest.mark.parametrize("name", ["bob\nalice    admin", "bob\u2028x", "bob\u202e", "alice@example.org"])
+def test_unusable_user_names_are_refused(name: str, tmp_path: Path) -> None:
+    """Newlines forge lines in `user list`; a name that is another user's e-mail passes for them."""
+    ref = _copy("plain", tmp_path)
+    users = json.loads((ref / "users.json").read_text())
+    users["users"][1]["name"] = name  # bob
+    (ref / "users.json").write_text(json.dumps(users))
+    ours = tmp_path / "ours"
+    env = {"STORE_DATA_DIR": str(ours)}
+    cli(env, "user", "add", "carol")
+    line = _refused(env, ref, ours)
+    assert "e-mail address of another user" in line if "@" in name else "a user name is 1-128" in line
+
+
+def test_deeply_nested_reference_json_is_one_line(tmp_path: Path) -> None:
+    ref = _copy("plain", tmp_path)
+    ours = tmp_path / "ours"
+    env = {"STORE_DATA_DIR": str(ours)}
+    cli(env, "user", "add", "carol")
+    meta = _brain_dir(ref, "bob") / "meta.json"
+    meta.write_text("[" * 100_000 + "]" * 100_000)
+    assert "meta.json is nested too deeply" in _refused(env, ref, ours)
+    (ref / "users.json").write_text('{"users": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    assert "users.json is nested too deeply" in _refused(env, ref, ours)

@@ -33,11 +33,12 @@ def test_mcp_rate_limit_per_address() -> None:
         assert int(limited.headers["retry-after"]) >= 1
 
 
-def test_security_headers_and_405() -> None:
+def test_security_headers_and_401_for_get() -> None:
     app = create_app(settings())
     with TestClient(app) as client:
         response = client.get("/mcp")
-        assert response.status_code == 405 and response.headers["allow"] == "POST"
+        assert response.status_code == 401 and "resource_metadata=" in response.headers["www-authenticate"]
+        assert "error=" not in response.headers["www-authenticate"]
         health = client.get("/health")
         assert health.status_code == 200
         assert health.headers["x-content-type-options"] == "nosniff"

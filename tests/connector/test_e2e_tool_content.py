@@ -208,6 +208,31 @@ def test_credentials_are_refused_unless_confirmed(store: RunningStore, tmp_path:
     assert len(memory_ids(stored_brain)) == 1
 
 
+AGENT_KEY = "bsk_" + "Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4zAB7cDE0fGHi"
+GITHUB_TOKEN = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+
+
+def test_credentials_in_any_field_and_agent_keys_are_refused(store: RunningStore, tmp_path: Path) -> None:
+    """Issue 24 item 7: our own agent keys are credentials; project, task and tags are scanned too."""
+    user = store.add_user("thorough")
+
+    async def scenario(base: str) -> None:
+        async with mcp_session(base + "/mcp", mint(base, user, RW)) as client:
+            for arguments, kind in [
+                ({"content": f"The CI agent key is {AGENT_KEY}"}, "Brain store or connector token"),
+                ({"content": "Deploy notes", "project": f"infra AKIAIOSFODNN7EXAMPLE"}, "AWS Access Key"),
+                ({"content": "Deploy notes", "task": f"push with {GITHUB_TOKEN}"}, "GitHub Token"),
+                ({"content": "Deploy notes", "tags": ["ops", AGENT_KEY]}, "Brain store or connector token"),
+            ]:
+                refused = await client.call_tool("brain_memorize", arguments)
+                assert refused.is_error and kind in text_of(refused), text_of(refused)
+                assert AGENT_KEY not in text_of(refused) and GITHUB_TOKEN not in text_of(refused)
+            assert not brains_of(store.url, user.token)[0].get("checksum")
+
+    with connector(tmp_path, store) as server:
+        asyncio.run(scenario(server.base_url))
+
+
 def test_pinned_resource_memory_template_and_session_start_prompt(store: RunningStore, tmp_path: Path) -> None:
     user = store.add_user("sessions")
     brain_id = brains_of(store.url, user.token)[0]["id"]

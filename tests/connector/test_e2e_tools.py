@@ -49,6 +49,8 @@ ALL_TOOLS = {
     "brain_unpin",
     "brain_forget",
     "brain_verify",
+    "search",
+    "fetch",
 }
 FIXTURE = project_parity_dir() / "brains" / "brain-1-06"
 
@@ -303,22 +305,30 @@ def test_http_surface_auth_and_protocol_versions(store: RunningStore, tmp_path: 
 
     with connector(tmp_path, store) as server:
         base = server.base_url
+        expected = (f'Bearer resource_metadata="{base}/.well-known/oauth-protected-resource", '
+                    'scope="brain.read brain.write"')
+        # Without credentials every method gets the challenge (mcp-remote probes with GET), with the
+        # scopes to ask for and no error code (RFC 6750 section 3.1).
+        for method in ("GET", "DELETE", "POST"):
+            probe = httpx.request(method, base + "/mcp", timeout=30)
+            assert probe.status_code == 401 and probe.headers["www-authenticate"] == expected, method
+        signed = {"Authorization": f"Bearer {mint(base, user, {'brain.read'})}"}
         for method in ("GET", "DELETE"):
-            response = httpx.request(method, base + "/mcp", timeout=30)
+            response = httpx.request(method, base + "/mcp", headers=signed, timeout=30)
             assert response.status_code == 405 and response.headers["allow"] == "POST"
         body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
         headers = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-11-25"}
         missing = httpx.post(base + "/mcp", json=body, headers=headers, timeout=30)
-        assert missing.status_code == 401
-        challenge = missing.headers["www-authenticate"]
-        assert f'resource_metadata="{base}/.well-known/oauth-protected-resource"' in challenge
+        assert missing.status_code == 401 and missing.headers["www-authenticate"] == expected
         for bad in (
             mint(base, user, {"brain.read"}, audience="http://elsewhere.example/mcp"),
+            mint(base, user, {"brain.read"}, audience=base + "/mcp/brains/default"),
             mint(base, user, {"brain.read"}, ttl=-10),
             "bca1_forged",
         ):
             refused = httpx.post(base + "/mcp", json=body, headers={**headers, "Authorization": f"Bearer {bad}"}, timeout=30)
             assert refused.status_code == 401, refused.text
+            assert refused.headers["www-authenticate"] == expected + ', error="invalid_token"'
         ok = httpx.post(
             base + "/mcp",
             json=body,

@@ -21,10 +21,12 @@ EXPECTED_HINTS = {
     "brain_unpin": (False, True, True),
     "brain_forget": (False, True, False),
     "brain_verify": (False, True, False),
+    "search": (True, False, True),
+    "fetch": (True, False, True),
 }
 
 
-def test_nine_tools_with_schemas_and_annotations() -> None:
+def test_tools_with_schemas_and_annotations() -> None:
     assert tuple(tool.name for tool in TOOLS) == TOOL_NAMES
     for spec in TOOLS:
         tool = spec.to_tool()

@@ -8,7 +8,7 @@ brain heads in the shared state directory can make that work). A worker killed w
 a write the store has not accepted loses nothing and pushes nothing twice; SIGTERM stops every
 worker cleanly.
 
-With worker affinity (the default), every /mcp request of a user ends on that user's worker,
+With worker affinity (the default), every /mcp (and /mcp/brains/...) request of a user ends on that user's worker,
 whichever worker the connection reached; the owner sees the original client's address, and
 a forged forwarding header from the network changes nothing. A killed owner's users are
 served by the worker they reach.
@@ -32,6 +32,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from connector.affinity import owner_of
+from connector.mcp.http import is_mcp_path
 from tests.connector.conftest import RunningStore, StoreUser, brains_of, download_brain, start_store
 from tests.connector.test_e2e_tools import connector, mcp_session, mint, structured
 from tests.connector.webapp.conftest import sign_in
@@ -217,7 +218,8 @@ def _users_on_both_slots(store: RunningStore) -> list[StoreUser]:
 
 def _mcp_pids(server: ServerProcess, skip: int) -> set[int]:
     """Pids of the processes that served /mcp requests logged after the first ``skip`` log lines."""
-    return {line["pid"] for line in _log_lines(server)[skip:] if line.get("msg") == "request" and line.get("path") == "/mcp"}
+    return {line["pid"] for line in _log_lines(server)[skip:]
+            if line.get("msg") == "request" and is_mcp_path(line.get("path", ""))}
 
 
 CALLS = 8  # per user, each over a new connection: the kernel places about half on the other worker
@@ -230,8 +232,10 @@ def test_each_users_calls_end_on_one_worker_and_a_killed_owner_is_replaced(store
         word = _codeword()
         async with mcp_session(base + "/mcp", mint(base, user, ALL)) as client:
             saved = structured(await client.call_tool("brain_memorize", {"content": f"{user.name}: the codeword is {word}"}))
-        for _ in range(CALLS):
-            async with mcp_session(base + "/mcp", mint(base, user, ALL)) as client:
+        for number in range(CALLS):
+            # Half through the URL of the user's brain (/mcp/brains/default): routed to the same worker.
+            url = base + ("/mcp" if number % 2 else "/mcp/brains/default")
+            async with mcp_session(url, mint(base, user, ALL)) as client:
                 found = structured(await client.call_tool("brain_recall", {"query": word}))
             assert [hit["id"] for hit in found["results"]] == [saved["stored"]["id"]], found
 

@@ -126,3 +126,20 @@ def test_console_script_round_trip(brain_dir: Path) -> None:
     assert completed.returncode == 0, completed.stderr
     stored = json.loads(completed.stdout)["stored"][0]
     assert (brain_dir / stored["path"]).is_file()
+
+
+def test_memorize_refuses_credentials_in_any_field_unless_allowed(tmp_path: Path) -> None:
+    """Issue 24 item 7: the command line runs the same credential check as the MCP tool and the web app."""
+    key = "bsk_" + "Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4zAB7cDE0fGHi"
+    brain_dir = tmp_path / "brain"
+    code, _, _ = run("memorize", str(brain_dir), "--now", NOW, stdin=json.dumps(memory("First")))
+    assert code == 0
+    before = snapshot(brain_dir)
+    for payload in (memory("Agent key", content=f"ci uses {key}"), memory("Tagged", tags=["AKIAIOSFODNN7EXAMPLE"]),
+                    {**memory("Context"), "encoding_context": {"project": key}}):
+        code, result, err = run("memorize", str(brain_dir), "--now", NOW, stdin=json.dumps(payload))
+        assert code == 1 and result is None and "looks like it contains a credential" in err and key not in err
+    assert snapshot(brain_dir) == before
+    code, result, _ = run("memorize", str(brain_dir), "--now", NOW, "--allow-secrets",
+                          stdin=json.dumps(memory("Agent key", content=f"ci uses {key}")))
+    assert code == 0 and result["count"] == 1

@@ -25,6 +25,8 @@ def test_route_labels_are_fixed_paths() -> None:
     assert route_label("/mcp") == "/mcp" and route_label("/token") == "/token"
     assert route_label("/authorize/complete") == "/authorize/complete"
     assert route_label("/mcp/abc") == "other" and route_label("/static/x.css") == "other"
+    # Every brain's URL under one label: no series per brain name.
+    assert route_label("/mcp/brains/team") == route_label("/mcp/brains/x y") == "/mcp/brains/{brain}"
 
 
 def test_metrics_settings() -> None:

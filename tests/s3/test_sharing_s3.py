@@ -140,3 +140,21 @@ def test_sharing_matrix_and_propagation_on_two_replicas(s3: S3Service, tmp_path:
     worst = max(max(v) for v in timings.values())
     # bounded by STORE_S3_SHARING_POLL_MS (250 ms by default) plus one conditional GET and the check
     assert worst < PROPAGATION_LIMIT, timings
+
+
+def test_editor_cannot_destroy_a_shared_brain_on_s3(s3: S3Service, tmp_path: Path) -> None:
+    """Issue 24 item 5 on S3: the owner's last version outlives an editor's junk and forced empty
+    uploads (through the other replica) and restores (tests/store/test_owner_recovers.py)."""
+    from tests.store.test_owner_recovers import editor_trashes_owner_restores
+
+    with two_replicas(s3, tmp_path, STORE_RATE_LIMITS="off") as (a, b, _):
+        alice, eddie = a.add_user("alice"), a.add_user("eddie")
+        for url in (a.url, b.url):
+            for token in (alice, eddie):
+                wait_for_token(url, token)
+        with httpx.Client(base_url=a.url, headers=_auth(alice), timeout=30) as owner, \
+                httpx.Client(base_url=b.url, headers=_auth(eddie), timeout=30) as editor:
+            brain = owner.get("/api/brains").json()[0]["id"]
+            assert owner.put(f"/api/brains/{brain}/members", json={"user": "eddie", "role": "editor"}).status_code == 200
+            _seconds_until(lambda: _role(b.url, eddie, brain) == "editor")
+            editor_trashes_owner_restores(owner, editor, brain)

@@ -61,8 +61,11 @@ def test_corrupt_users_file_keeps_last_good_copy(tmp_path: Path, caplog: pytest.
     assert any("corrupt" in r.getMessage() for r in caplog.records)
     with pytest.raises(UsersFileError):
         UserRegistry(tmp_path).add("dave")  # never overwrite a corrupt file blindly
-    fresh = UserRegistry(tmp_path)  # a process starting on a corrupt file serves nobody, no crash
-    assert fresh.by_token(token) is None
+    # a process starting on a corrupt file serves the last good copy written (never an empty
+    # file: issue 24), and without one serves nobody, no crash
+    assert UserRegistry(tmp_path).by_token(token) is not None
+    reg.path.with_name("users.json.last-good").unlink()
+    assert UserRegistry(tmp_path).by_token(token) is None
 
 
 def test_oidc_users_and_deny_records(tmp_path: Path) -> None:

@@ -113,3 +113,53 @@ def test_stored_bytes_mean_the_same_everywhere(tmp_path: Path) -> None:
     moved = subprocess.run([console_script("brain-store"), "migrate", "--from", str(data), "--to",
                             str(tmp_path / "moved")], capture_output=True, text=True, timeout=60, env=env)
     assert f"{api} stored bytes" in moved.stdout, moved.stdout + moved.stderr
+
+
+def test_a_name_never_passes_for_another_users_e_mail(tmp_path: Path) -> None:
+    """Issue 24 item 8: `user add` refuses another user's e-mail as a name (and control characters);
+    `share --with ADDRESS` means the user whose e-mail it is, even if an older user is named so."""
+    data = tmp_path / "data"
+    cli("user", "add", "alice", "--email", "alice@example.org", data=data)
+    for bad, why in (("alice@example.org", "is the e-mail address of another user"),
+                     ("ALICE@example.org", "is the e-mail address of another user"),
+                     ("mallory\nalice", "a user name is 1-128"), ("mallory\u2028x", "a user name is 1-128")):
+        done = _run("user", "add", bad, "--data", str(data))
+        assert done.returncode == 1 and why in done.stderr and "Traceback" not in done.stderr
+    # a user named like an address added before the owner of that address had an account
+    from store.auth.users import UserRegistry
+
+    registry = UserRegistry(data)
+    registry.add("bob@example.org")
+    cli("user", "add", "bob", "--email", "bob@example.org", data=data)
+    alice_brain = next((data / "brains" / registry.find("alice").id).iterdir()).name  # type: ignore[union-attr]
+    out = cli("share", alice_brain, "--with", "bob@example.org", "--role", "viewer", data=data).stdout
+    assert out.startswith("bob is now viewer")
+    from store.sharing.registry import SharingRegistry
+
+    share = SharingRegistry(data).share(alice_brain)
+    assert share is not None and list(share.members) == [registry.find("bob").id]  # type: ignore[union-attr]
+
+
+def test_adopt_drops_keys_and_memberships_left_by_an_older_remove(tmp_path: Path) -> None:
+    """A user removed before `user remove` cleaned up (only users.json changed): `adopt` still hands
+    over their own brains only."""
+    from store.auth.users import UserRegistry
+    from store.sharing.registry import SharingRegistry
+
+    data = tmp_path / "data"
+    cli("user", "add", "alice", data=data)
+    cli("user", "add", "frank", data=data)
+    registry = UserRegistry(data)
+    alice, frank = registry.find("alice"), registry.find("frank")
+    assert alice is not None and frank is not None
+    alice_brain = next((data / "brains" / alice.id).iterdir()).name
+    frank_brain = next((data / "brains" / frank.id).iterdir()).name
+    cli("share", alice_brain, "--with", "frank", "--role", "editor", data=data)
+    cli("share", frank_brain, "--with", "alice", "--role", "viewer", data=data)
+    cli("key", "create", "--user", "frank", "--brain", frank_brain, "--scope", "write", data=data)
+    registry.remove("frank")  # what an older `user remove` did
+    cli("user", "adopt", frank.id, "grace", data=data)
+    sharing = SharingRegistry(data)
+    assert sharing.keys(frank.id) == [] and sharing.share(alice_brain) is None
+    share = sharing.share(frank_brain)
+    assert share is not None and share.members == {alice.id: "viewer"}

@@ -335,3 +335,40 @@ async def test_last_session_end_is_reported_once_per_user(world: World) -> None:
     assert ended == []  # the user still has another session
     await world.server.revoke({"token": second["refresh_token"], "client_id": flow.client_id})
     assert ended == ["static:u1"]
+
+
+@pytest.mark.parametrize("brain", ["team", "team notes", "7c9e6679-7425-40de-944b-e07fc1f90ae7", "日本"])
+async def test_a_token_for_one_brains_url_is_good_there_only(world: World, brain: str) -> None:
+    from urllib.parse import quote
+
+    flow = register(world)
+    resource = f"{RESOURCE}/brains/{quote(brain, safe='')}"
+    page = await world.server.authorize(flow.authorize_params(resource=resource), BASE)
+    assert isinstance(page, PageReply) and page.view.brain == brain  # the sign-in page names it
+    done = await world.server.complete({"login_id": page.view.login_id, "token": GOOD_TOKEN})
+    assert isinstance(done, RedirectReply)
+    code = query_of(done.location)["code"]
+    refused = await world.server.token(code_form(flow, code, resource=RESOURCE))
+    assert refused.status == 400 and refused.body["error"] == "invalid_target"
+    code = await get_code(world, flow, resource=resource)
+    reply = await world.server.token(code_form(flow, code, resource=resource))
+    assert reply.status == 200, reply.body
+    token = reply.body["access_token"]
+    claims = world.server.verify_access(token, BASE, now=world.clock.now, brain=brain)
+    assert claims is not None and claims.aud == resource
+    assert world.server.verify_access(token, BASE, now=world.clock.now) is None  # not at /mcp
+    assert world.server.verify_access(token, BASE, now=world.clock.now, brain=brain + "x") is None
+    # A refresh keeps the token bound to that URL.
+    refreshed = await world.server.token(refresh_form(flow, reply.body["refresh_token"]))
+    assert refreshed.status == 200
+    again = world.server.verify_access(refreshed.body["access_token"], BASE, now=world.clock.now, brain=brain)
+    assert again is not None and again.aud == resource
+    assert world.server.verify_access(refreshed.body["access_token"], BASE, now=world.clock.now) is None
+
+
+async def test_a_token_for_mcp_is_good_at_every_brains_url(world: World) -> None:
+    flow = register(world)
+    tokens = await get_tokens(world, flow)
+    for brain in ("team", "7c9e6679-7425-40de-944b-e07fc1f90ae7"):
+        claims = world.server.verify_access(tokens["access_token"], BASE, now=world.clock.now, brain=brain)
+        assert claims is not None and claims.aud == RESOURCE

@@ -55,7 +55,9 @@ def test_store_credential_is_not_readable_from_the_token() -> None:
     assert "bst_" not in token
 
 
-def test_bearer_challenge_names_resource_metadata() -> None:
-    assert bearer_challenge("https://c.example/") == (
-        'Bearer resource_metadata="https://c.example/.well-known/oauth-protected-resource", error="invalid_token"'
+def test_bearer_challenge_names_resource_metadata_and_scope() -> None:
+    url = "https://c.example/.well-known/oauth-protected-resource"
+    assert bearer_challenge(url, "brain.read brain.write") == f'Bearer resource_metadata="{url}", scope="brain.read brain.write"'
+    assert bearer_challenge(url, "brain.read", "invalid_token") == (
+        f'Bearer resource_metadata="{url}", scope="brain.read", error="invalid_token"'
     )

@@ -1,0 +1,87 @@
+"""ChatGPT's `search` and `fetch` tools through the official MCP client SDK, against a real
+connector and store: OpenAI's shape (one text item holding the JSON, the same object as
+structured content), absolute links to the web app from the public URL, read-only access
+enough, the same permissions and the same recall as brain_recall."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.connector.conftest import RunningStore, brains_of, direct_memorize
+from tests.connector.test_e2e_tools import connector, mcp_session, mint, structured
+from tests.support.processes import free_port
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def only_json(result: Any) -> dict[str, Any]:
+    """The one text content item of a successful result, parsed; it must equal the structured content."""
+    assert not result.is_error, result.content
+    assert len(result.content) == 1 and result.content[0].type == "text"
+    document = json.loads(result.content[0].text)
+    assert document == result.structured_content
+    return document
+
+
+def test_search_and_fetch_in_openais_shape(store: RunningStore, tmp_path: Path) -> None:
+    user = store.add_user("chatgpt")
+    brain_id = brains_of(store.url, user.token)[0]["id"]
+    kettle = direct_memorize(store.url, user.token, brain_id, "The blue kettle lives on the second shelf of the pantry")
+    direct_memorize(store.url, user.token, brain_id, "Standups move to 9:30 on Mondays from March")
+    port = free_port()
+    public = f"http://localhost:{port}"  # the public URL differs from the address the client uses
+
+    async def use(base: str) -> None:
+        token = mint(public, user, {"brain.read"})  # read-only is enough for both
+        async with mcp_session(base + "/mcp", token) as client:
+            tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+            for name, argument in (("search", "query"), ("fetch", "id")):
+                tool = tools[name]
+                assert tool.input_schema["required"] == [argument]
+                assert list(tool.input_schema["properties"]) == [argument]
+                assert tool.input_schema["properties"][argument]["type"] == "string"
+                assert tool.annotations is not None and tool.annotations.read_only_hint is True
+
+            found = only_json(await client.call_tool("search", {"query": "where is the blue kettle"}))
+            assert set(found) == {"results"} and found["results"]
+            first = found["results"][0]
+            assert set(first) == {"id", "title", "url"}
+            assert first["id"] == kettle and first["title"]
+            assert first["url"] == f"{public}/app/memory/{kettle}"
+            # The same recall as brain_recall, in its order.
+            recalled = structured(await client.call_tool("brain_recall", {"query": "where is the blue kettle",
+                                                                            "limit": 10}))
+            assert [hit["id"] for hit in found["results"]] == [hit["id"] for hit in recalled["results"]]
+
+            document = only_json(await client.call_tool("fetch", {"id": kettle}))
+            assert set(document) == {"id", "title", "text", "url", "metadata"}
+            assert document["id"] == kettle and document["url"] == first["url"]
+            assert "second shelf of the pantry" in document["text"]
+            assert document["title"] == first["title"]
+            assert all(isinstance(value, str) for value in document["metadata"].values())
+            assert document["metadata"]["type"] == "learning"
+
+            unknown = await client.call_tool("fetch", {"id": "mem_20990101_000000"})
+            assert unknown.is_error and "unknown memory id" in unknown.content[0].text
+            empty = await client.call_tool("search", {"query": ""})
+            assert empty.is_error
+
+        # Another user's memory is not reachable through fetch.
+        other = store.add_user("stranger")
+        async with mcp_session(base + "/mcp", mint(public, other, {"brain.read"})) as client:
+            refused = await client.call_tool("fetch", {"id": kettle})
+            assert refused.is_error
+            nothing = only_json(await client.call_tool("search", {"query": "blue kettle pantry"}))
+            assert nothing == {"results": []}
+
+    with connector(tmp_path, store, port=port, env={"CONNECTOR_PUBLIC_URL": public}) as server:
+        asyncio.run(use(server.base_url))
+        # The link is the web app's page of that memory (it asks a visitor to sign in first).
+        page = httpx.get(f"{server.base_url}/app/memory/{kettle}", timeout=30)
+        assert page.status_code in (200, 302, 303, 401) and page.status_code != 404
