@@ -28,7 +28,15 @@ from connector.engine.review import (
     unchecked_ms,
 )
 from connector.engine.index import IndexCache, index_for
-from tests.engine.writes_support import NOW, check_consistency, entries, fixture_brain, frontmatter, require_fixtures
+from tests.engine.writes_support import (
+    FIXTURES,
+    NOW,
+    check_consistency,
+    entries,
+    fixture_brain,
+    frontmatter,
+    require_fixtures,
+)
 
 require_fixtures()
 
@@ -236,11 +244,17 @@ def test_only_unchecked_memories_are_checked_on_pull_and_the_mark_moves() -> Non
     check_consistency(brain)
 
 
-def test_a_brain_with_decisions_keeps_the_command_line_format(brain: Brain, pair: tuple[str, str]) -> None:
-    """The engine's compatibility checks over a brain with every kind of decision in it: JSON
-    layout, cross-file invariants, search index in step with a rebuild, archive round trip,
-    and later command-line writes keeping our file untouched."""
-    new, old = pair
+@pytest.mark.parametrize("name", sorted(path.name for path in FIXTURES.iterdir() if (path / "index.json").is_file()))
+def test_a_brain_with_decisions_keeps_the_command_line_format(name: str) -> None:
+    """The engine's compatibility checks over each fixture brain (written by the reference
+    command line) with every kind of decision in it: JSON layout, cross-file invariants,
+    search index in step with a rebuild, archive round trip, and later command-line writes
+    keeping our file untouched."""
+    brain = fixture_brain(name)
+    brain.write("review-queue.json", CLI_QUEUE)
+    old = _write(brain, "We use Redis for the job queue.", "Job queue on Redis")
+    new = _write(brain, "We replaced Redis with NATS for the job queue.", "Job queue on NATS")
+    FlagPairs([Flag(new, old, "update", 0.87)], []).apply(brain, NOW)
     a = _write(brain, "Deploys go out on Tuesdays.", "Deploy day")
     b = _write(brain, "We deploy every Tuesday.", "Deploys on Tuesday")
     c = _write(brain, "The office plant needs water weekly.", "Office plant")
