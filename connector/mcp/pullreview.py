@@ -12,10 +12,9 @@ Where and when it runs, and what it writes:
 - in a background task after the pull (the listener is called with the copy's lock
   held, so it only schedules), one check per brain at a time, a newer pull replacing
   a queued one;
-- only when this process already holds the hybrid index of the brain's previous
-  version (the embedding model is loaded and the vectors known), so a pull never
-  loads the model or embeds a whole brain just for this; the next pull after the
-  brain is used with meaning matching is checked;
+- only when this process already uses the embedding model (it has built a hybrid
+  index: a hybrid recall or a memorize's check), so a pull never loads the model
+  just for this;
 - pairs found are queued through the normal write path (`FlagPairs` via
   ``manager.write``: pushed with If-Match, replayed on a 412, held when the store is
   away), together with the ids checked, which moves the brain's ``checked_until`` so no
@@ -68,8 +67,12 @@ class PullReview:
         manager.pull_listeners.append(self.pulled)
 
     def pulled(self, account: Account, brain_id: str, old_key: str, new_key: str, brain: Brain) -> None:
-        """A pull brought ``brain`` (content ``new_key``): schedule its check when the model is warm."""
-        if old_key not in self.tools.hybrid_cache or "index.json" not in brain:
+        """A pull brought ``brain`` (content ``new_key``): schedule its check when the model is in use.
+
+        In use: this process has built a hybrid index (recall in hybrid mode, or the memorize
+        check). Asked of the cache's size, not of a key, so it holds whatever the cache keys by.
+        """
+        if len(self.tools.hybrid_cache) == 0 or "index.json" not in brain:
             return
         self._next[brain_id] = (account, new_key, brain)
         if brain_id not in self._running:
