@@ -5,7 +5,7 @@ written (`connector.engine.review.MemorizeFlagged`). One written elsewhere (the
 ``brain`` command line, another connector) arrives with a pull; the working-copy
 manager tells `PullReview` of every pull that brought a newer archive
 (``manager.pull_listeners``), and it checks the memories no check has looked at yet
-(`connector.engine.review.unchecked`), oldest first, at most `PULL_CHECK_LIMIT` per pull.
+(`connector.engine.review.unchecked_ms`), oldest first, at most `PULL_CHECK_LIMIT` per pull.
 
 Where and when it runs, and what it writes:
 
