@@ -168,7 +168,8 @@ def add_users(data: Path, names: list[str]) -> list[tuple[str, str]]:
     return made
 
 
-def upload(store_url: str, token: str, archive: bytes) -> None:
+def upload(store_url: str, token: str, archive: bytes) -> str:
+    """Upload ``archive`` as the user's first brain; its id."""
     headers = {"Authorization": f"Bearer {token}"}
     brain_id = httpx.get(store_url + "/api/brains", headers=headers, timeout=30).json()[0]["id"]
     response = httpx.put(
@@ -176,6 +177,7 @@ def upload(store_url: str, token: str, archive: bytes) -> None:
         files={"brain": ("brain.tar.gz", archive, "application/gzip")}, timeout=120,
     )
     response.raise_for_status()
+    return brain_id
 
 
 def mint(base: str, user_id: str, store_token: str) -> str:
@@ -503,13 +505,15 @@ def main() -> None:
             began = time.perf_counter()
             vectors = VectorStore(directory=work / "state" / "vectors", state_key=STATE_KEY)
             brain = load_archive(archive)
-            HybridIndex.build(brain, BrainIndex.build(brain), vectors)
+            computed = HybridIndex.build(brain, BrainIndex.build(brain), vectors)
             row("vectors computed beforehand (this process)", f"{time.perf_counter() - began:.1f} s",
                 f"{vectors.embedded} embedded")
         with running_store(work) as store:
             users = add_users(work / "store", [f"bench{i}" for i in range(args.users)])
             for token, _ in users:
-                upload(store.base_url, token, archive)
+                brain_id = upload(store.base_url, token, archive)
+                if args.mode == "hybrid":  # vectors are kept per brain: seed each user's copy
+                    vectors.keep(computed.hashes, computed.vectors, brain_id)
             [(phases_token, _)] = add_users(work / "store", ["phases"])
             upload(store.base_url, phases_token, archive)
             memorize_phases(store.base_url, phases_token, archive, args.phases, work / "fsync", store.process.pid)

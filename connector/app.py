@@ -21,6 +21,7 @@ from typing import Any
 
 from litestar import Litestar, Response, get
 from litestar.config.cors import CORSConfig
+from litestar.exceptions import HTTPException
 from litestar.handlers import asgi
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -30,17 +31,20 @@ from connector.mcp.pullreview import PullReview
 from connector.mcp.server import CALLER_SCOPE_KEY, McpEndpoint
 from connector.mcp.tools import BrainTools, Caller
 from connector.metrics import observability_layer
+from connector.oauth.signin_limit import SignInChecks, signin_limiter
 from connector.oauth.state import OAuthState, load_state_key
 from connector.oauth.metadata import challenge
 from connector.oauth.server import valid_brain_segment
 from connector.oauth.tokens import AccessClaims, AccessTokenCodec
-from connector.settings import ConnectorSettings
+from connector.settings import ConnectorSettings, SettingsError
+from connector.thinking.source import ModelError, ModelSource
 from connector.workcopy.heads import BrainHeads
 from connector.workcopy.journal import HeldWriteJournal
 from connector.workcopy.manager import ManagerTuning, WorkingCopyManager
 from connector.workcopy.model import Account
 from connector.workcopy.store_client import StoreClient, StoreError, StoreUnauthorized
 from connector.workcopy.vectors import VectorStore
+from common.host_guard import AllowedHosts, host_guard
 from common.limits import TokenBucketLimiter, TrustedProxies, client_address, limit_key
 
 log = logging.getLogger("connector.http")
@@ -52,6 +56,8 @@ SECURITY_HEADERS = (
     (b"cross-origin-resource-policy", b"same-origin"),
 )
 MCP_RATE_WINDOW_S = 60.0
+HOST_REFUSAL = ("421 Misdirected Request: this connector answers only for its own host names "
+                "(CONNECTOR_PUBLIC_URL, CONNECTOR_ALLOWED_HOSTS, localhost).")
 
 
 # ----- logging ----------------------------------------------------------------
@@ -91,6 +97,19 @@ def configure_logging(level: str = "info") -> None:
     # The SDK and httpx log request details at INFO; keep them quiet.
     for noisy in ("httpx", "httpcore", "mcp", "uvicorn.access"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+async def log_server_error(exc: Exception, scope: Scope) -> None:
+    """Every error the connector answers with a 5xx is logged with its traceback and cause.
+
+    Litestar's own exception logging is off (``logging_config=None``: our JSON lines
+    only), so without this hook an unexpected exception became a bare 500 with
+    nothing in the log. Refusals (4xx) are answers, not errors: not logged here.
+    """
+    status = getattr(exc, "status_code", 500) if isinstance(exc, HTTPException) else 500
+    if status >= 500:
+        log.error("request failed: %s: %s", type(exc).__name__, exc, exc_info=exc,
+                  extra={"method": scope.get("method"), "path": scope.get("path"), "status": status})
 
 
 # ----- rate limits ------------------------------------------------------------
@@ -267,6 +286,8 @@ class ConnectorParts:
     endpoint: McpEndpoint
     # /mcp/brains/{brain}: the same tools, for connections bound to one brain (no brain_use).
     brain_endpoint: McpEndpoint
+    # Sign-in attempts per client address, one budget for the OAuth page and the web app (and every worker).
+    signin_checks: SignInChecks | None = None
 
 
 class _StateChoices:
@@ -280,6 +301,27 @@ class _StateChoices:
 
     async def set_chosen_brain(self, subject: str, brain_id: str) -> None:
         self._state.set_brain(subject, brain_id)
+
+
+def _model(settings: ConnectorSettings) -> ModelSource | None:
+    """The operator's model when CONNECTOR_MODEL_URL is set (a refused endpoint stops the start-up), else none."""
+    if settings.model_url is None or settings.model is None:
+        return None
+    # Imported only when used: the openai library takes a while to load.
+    from connector.thinking.operator import OperatorConfig, OperatorModel
+
+    config = OperatorConfig(
+        url=settings.model_url,
+        model=settings.model,
+        api_key=settings.model_api_key,
+        local_only=settings.model_local_only,
+        timeout_s=float(settings.model_timeout_s),
+        max_tokens=settings.model_max_tokens,
+    )
+    try:
+        return OperatorModel(config)
+    except ModelError as exc:
+        raise SettingsError(str(exc)) from None
 
 
 def build_parts(settings: ConnectorSettings, *, tuning: ManagerTuning | None = None) -> ConnectorParts:
@@ -313,11 +355,14 @@ def build_parts(settings: ConnectorSettings, *, tuning: ManagerTuning | None = N
     vectors = VectorStore(
         directory=settings.state_dir / "vectors" if settings.state_dir is not None else None, state_key=state_key
     )
-    tools = BrainTools(manager, allowed=settings.tools, recall_mode=settings.recall_mode, vectors=vectors)
+    tools = BrainTools(
+        manager, allowed=settings.tools, recall_mode=settings.recall_mode, vectors=vectors, model=_model(settings)
+    )
     # Memories other devices wrote are checked for duplicates after the pull that brings them.
     PullReview(manager, tools)
     return ConnectorParts(
-        settings, store, state, codec, manager, tools, McpEndpoint(tools), McpEndpoint(tools, bound=True)
+        settings, store, state, codec, manager, tools, McpEndpoint(tools), McpEndpoint(tools, bound=True),
+        signin_limiter(settings.limits_dir, settings.signin_attempts_per_min),
     )
 
 
@@ -325,7 +370,20 @@ def _oauth_mount(parts: ConnectorParts) -> Any:
     """The OAuth authorization server (connector/oauth): its routes and the /mcp token check."""
     from connector.oauth.routes import build_oauth
 
-    return build_oauth(parts.settings, state=parts.state, codec=parts.codec, store=parts.store, manager=parts.manager)
+    return build_oauth(parts.settings, state=parts.state, codec=parts.codec, store=parts.store, manager=parts.manager,
+                       signin_checks=parts.signin_checks)
+
+
+def _end_web_sessions_too(manager: WorkingCopyManager, sessions: Any) -> None:
+    """A store token the store refuses ends the web sessions using it as well as its OAuth sign-ins."""
+    ends_sign_ins = manager.on_credential_refused
+
+    def credential_refused(subject: str, credential: str, session: str) -> None:
+        sessions.end_credential(credential)
+        if ends_sign_ins is not None:
+            ends_sign_ins(subject, credential, session)
+
+    manager.on_credential_refused = credential_refused
 
 
 def create_app(settings: ConnectorSettings, *, tuning: ManagerTuning | None = None) -> Litestar:
@@ -358,10 +416,13 @@ def create_app(settings: ConnectorSettings, *, tuning: ManagerTuning | None = No
         return {"status": "ok"}
 
     @get("/health/ready", cache=False)
-    async def health_ready() -> Response[dict[str, str]]:
+    async def health_ready() -> Response[dict[str, Any]]:
+        # A damaged state file is served from its last good records: ready, but said (by name).
+        damaged = parts.state.damaged()
+        extra: dict[str, Any] = {"damaged_state_files": sorted(damaged)} if damaged else {}
         if await parts.store.health():
-            return Response({"status": "ok", "store": "reachable"})
-        return Response({"status": "unavailable", "store": "unreachable"}, status_code=503)
+            return Response({"status": "degraded" if damaged else "ok", "store": "reachable", **extra})
+        return Response({"status": "unavailable", "store": "unreachable", **extra}, status_code=503)
 
     @asynccontextmanager
     async def lifespan(_app: Litestar) -> AsyncIterator[None]:
@@ -386,12 +447,16 @@ def create_app(settings: ConnectorSettings, *, tuning: ManagerTuning | None = No
         from connector.webapp.routes import build_webapp
 
         web, web_handlers = build_webapp(settings, manager=parts.manager, tools=parts.tools, provider=oauth.provider,
-                                       state=parts.state)
+                                       state=parts.state, signin_checks=parts.signin_checks)
+
+    if web is not None:
+        _end_web_sessions_too(parts.manager, web.sessions)
 
     app = Litestar(
         route_handlers=[mcp_endpoint, mcp_brain_endpoint, health, health_live, health_ready, *oauth.route_handlers, *web_handlers],
         lifespan=[lifespan],
         middleware=[security_and_logging],
+        after_exception=[log_server_error],
         # Browser-based MCP clients call /mcp and the OAuth endpoints cross-origin with a bearer
         # token (never cookies), so any origin may, without credentials.
         cors_config=CORSConfig(
@@ -413,4 +478,8 @@ def create_app(settings: ConnectorSettings, *, tuning: ManagerTuning | None = No
     app.state.webapp = web
     # Outermost: /metrics and request/tool/pull/push series (connector/metrics.py).
     app.asgi_handler = observability_layer(app.asgi_handler, parts)
+    if settings.checks_host:
+        # Outermost: a page on another name rebound to this address reads nothing, /metrics included.
+        allowed = AllowedHosts.of([settings.public_url], settings.allowed_hosts)
+        app.asgi_handler = host_guard(app.asgi_handler, allowed, HOST_REFUSAL)
     return app

@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from common.connection_guard import HttpLimits
+from common.host_guard import host_name
 from connector.engine.hybrid import MODES as RECALL_MODES
 
 # The connector's tools (the nine brain_* tools, and ChatGPT's search and fetch over the same
@@ -33,6 +34,8 @@ TOOL_NAMES: tuple[str, ...] = (
     "brain_verify",
     "search",
     "fetch",
+    "brain_reflect",
+    "brain_extract",
 )
 IDENTITY_PROVIDERS = ("static", "oidc")
 MAX_WORKERS = 64  # as for the store: more processes than that would only compete for the cores
@@ -63,6 +66,9 @@ class ConnectorSettings:
     state_dir: Path | None = None
     state_key: bytes | None = None
     public_url: str | None = None
+    # Host names answered besides the public URL's and the loopback names (DNS rebinding,
+    # common/host_guard.py); with neither set and no --dev, any Host is answered.
+    allowed_hosts: tuple[str, ...] = ()
     trust_proxy: tuple[str, ...] = ("loopback",)
     repull_ttl_ms: int = 120_000
     idle_purge_ms: int = 900_000
@@ -94,6 +100,9 @@ class ConnectorSettings:
     # Where the workers of `serve --workers N` leave their metric totals for /metrics to add up
     # (serve sets a private temporary directory; None: this process's own series only).
     metrics_dir: Path | None = None
+    # Where the workers of `serve --workers N` keep the sign-in attempt buckets they share
+    # (CONNECTOR_LIMITS_DIR: serve sets a private temporary directory; None: this process's memory).
+    limits_dir: Path | None = None
     # What one client connection may hold (common/connection_guard.py); 0 turns a bound off.
     http_max_header_kb: int = 64  # request line and headers; beyond: 431
     http_header_timeout_s: int = 10  # a request's head must be in within this; else 408
@@ -102,12 +111,26 @@ class ConnectorSettings:
     http_max_connections: int = 512  # open connections; beyond: 503
     webapp: bool = True  # the web app at /app (docs/webapp.md)
     webapp_session_ttl_ms: int = 8 * 3600 * 1000  # a web sign-in ends after this, whatever happens
-    recall_mode: str = "exact"  # brain_recall's mode when the caller names none (exact or hybrid)
+    recall_mode: str = "hybrid"  # brain_recall's and the web search's mode when none is named (exact or hybrid)
+    # The operator's model for brain_reflect and brain_extract (docs/thinking.md): an OpenAI-compatible
+    # chat-completions endpoint; none set means "no model" (the tools hand the evidence to the host).
+    model_url: str | None = None
+    model: str | None = None
+    model_api_key: str | None = field(default=None, repr=False)
+    model_local_only: bool = False  # refuse endpoints outside loopback and private addresses
+    model_timeout_s: int = 60  # one model call, whole
+    model_max_tokens: int = 4096  # output tokens of one answer (reflect asks 1024 at most, extract 4096)
 
     @property
     def http_limits(self) -> HttpLimits:
         """What one client connection may hold (header size, timeouts, open connections)."""
         return HttpLimits.from_settings(self)
+
+    @property
+    def checks_host(self) -> bool:
+        """Whether requests for other host names are refused (421): in --dev always, else once
+        the connector knows its names (CONNECTOR_PUBLIC_URL or CONNECTOR_ALLOWED_HOSTS)."""
+        return self.dev or bool(self.public_url) or bool(self.allowed_hosts)
 
     @property
     def repull_ttl_s(self) -> float:
@@ -243,6 +266,7 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     state_key = _env(env, "CONNECTOR_STATE_KEY")
     put("state_key", parse_state_key(state_key) if state_key else None)
     put("public_url", _env(env, "CONNECTOR_PUBLIC_URL"))
+    put("allowed_hosts", _csv(_env(env, "CONNECTOR_ALLOWED_HOSTS")))
     put("trust_proxy", _csv(_env(env, "CONNECTOR_TRUST_PROXY")))
     put("repull_ttl_ms", _int(env, "CONNECTOR_REPULL_TTL_MS"))
     put("idle_purge_ms", _int(env, "CONNECTOR_IDLE_PURGE_MS"))
@@ -269,6 +293,8 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     put("metrics_token", _env(env, "CONNECTOR_METRICS_TOKEN"))
     metrics_dir = _env(env, "CONNECTOR_METRICS_DIR")
     put("metrics_dir", Path(metrics_dir).expanduser() if metrics_dir else None)
+    limits_dir = _env(env, "CONNECTOR_LIMITS_DIR")
+    put("limits_dir", Path(limits_dir).expanduser() if limits_dir else None)
     put("http_max_header_kb", _int(env, "CONNECTOR_HTTP_MAX_HEADER_KB"))
     put("http_header_timeout_s", _int(env, "CONNECTOR_HTTP_HEADER_TIMEOUT_S"))
     put("http_body_timeout_s", _int(env, "CONNECTOR_HTTP_BODY_TIMEOUT_S"))
@@ -278,6 +304,12 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     put("webapp_session_ttl_ms", _int(env, "CONNECTOR_WEBAPP_SESSION_TTL_MS"))
     recall_mode = _env(env, "CONNECTOR_RECALL_MODE")
     put("recall_mode", recall_mode.strip().lower() if recall_mode else None)
+    put("model_url", _env(env, "CONNECTOR_MODEL_URL"))
+    put("model", _env(env, "CONNECTOR_MODEL"))
+    put("model_api_key", _env(env, "CONNECTOR_MODEL_API_KEY"))
+    put("model_local_only", _bool(env, "CONNECTOR_MODEL_LOCAL_ONLY"))
+    put("model_timeout_s", _int(env, "CONNECTOR_MODEL_TIMEOUT_S"))
+    put("model_max_tokens", _int(env, "CONNECTOR_MODEL_MAX_TOKENS"))
     return values
 
 
@@ -305,6 +337,21 @@ def _check_proxy(entries: tuple[str, ...]) -> tuple[str, ...]:
         except ValueError:
             raise SettingsError(f"CONNECTOR_TRUST_PROXY entry {entry!r} is not loopback, uniquelocal or a CIDR") from None
     return tuple(e for e in entries if e.lower() not in ("none", "false", "0"))
+
+
+def _check_model(settings: ConnectorSettings) -> str | None:
+    """CONNECTOR_MODEL_* checked together (the endpoint's locality is checked when the model is built)."""
+    if settings.model_url is None:
+        if settings.model or settings.model_api_key:
+            raise SettingsError("CONNECTOR_MODEL and CONNECTOR_MODEL_API_KEY need CONNECTOR_MODEL_URL (the endpoint)")
+        return None
+    if not settings.model:
+        raise SettingsError("CONNECTOR_MODEL_URL needs CONNECTOR_MODEL: the model's name at that endpoint")
+    if not 1 <= settings.model_timeout_s <= 600:
+        raise SettingsError("CONNECTOR_MODEL_TIMEOUT_S must be 1-600 seconds")
+    if not 16 <= settings.model_max_tokens <= 32_768:
+        raise SettingsError("CONNECTOR_MODEL_MAX_TOKENS must be 16-32768")
+    return _check_url("CONNECTOR_MODEL_URL", settings.model_url)
 
 
 def _validated(settings: ConnectorSettings) -> ConnectorSettings:
@@ -340,8 +387,13 @@ def _validated(settings: ConnectorSettings) -> ConnectorSettings:
         raise SettingsError("CONNECTOR_LOG_LEVEL must be debug, info, warning or error")
     if not 60_000 <= settings.webapp_session_ttl_ms <= 30 * 24 * 3600 * 1000:
         raise SettingsError("CONNECTOR_WEBAPP_SESSION_TTL_MS must be between one minute and 30 days")
+    bad_hosts = [host for host in settings.allowed_hosts if host_name(host) is None]
+    if bad_hosts:
+        raise SettingsError(f"CONNECTOR_ALLOWED_HOSTS must list host names (name or name:port), got {bad_hosts[0]!r}")
+    model_url = _check_model(settings)
     return replace(
         settings,
+        model_url=model_url,
         store_url=store_url,
         public_url=public_url,
         trust_proxy=_check_proxy(tuple(settings.trust_proxy)),

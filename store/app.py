@@ -14,6 +14,7 @@ from litestar import Litestar, Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 
 from common.asgi_watch import watched
+from common.host_guard import AllowedHosts, host_guard
 from store.context import AppContext
 from store.errors import ServiceError
 from store.http import error_response
@@ -25,6 +26,8 @@ from store.settings import StoreSettings
 
 log = logging.getLogger("store")
 
+HOST_REFUSAL = ("421 Misdirected Request: this store answers only for its own host names "
+                "(STORE_ALLOWED_HOSTS, localhost).")
 _BAD_ESCAPE = re.compile(rb"%(?![0-9A-Fa-f]{2})")
 _log_encoder = msgspec.json.Encoder()
 
@@ -207,12 +210,16 @@ def create_app(settings: StoreSettings, ctx: AppContext | None = None) -> Litest
     return app
 
 
-def serving_app(settings: StoreSettings) -> FrontDoor:
-    """What the server runs: the front door over ``create_app(settings)``."""
-    return FrontDoor(create_app(settings))
+def serving_app(settings: StoreSettings) -> Any:
+    """What the server runs: the front door over ``create_app(settings)`` (with
+    ``STORE_ALLOWED_HOSTS``, behind the host check: 421 for other names, DNS rebinding)."""
+    door = FrontDoor(create_app(settings))
+    if not settings.allowed_hosts:
+        return door
+    return host_guard(door, AllowedHosts.of(hosts=settings.allowed_hosts), HOST_REFUSAL)
 
 
-def app_from_env() -> FrontDoor:
+def app_from_env() -> Any:
     """Factory for uvicorn workers: settings from the environment (the serve command fills it)."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     return serving_app(StoreSettings.from_env(os.environ))

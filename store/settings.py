@@ -68,6 +68,17 @@ def _list(text: str) -> tuple[str, ...]:
     return tuple(item.strip() for item in text.split(",") if item.strip())
 
 
+def _hosts(name: str, text: str) -> tuple[str, ...]:
+    """Host names (``name`` or ``name:port``) answered besides the loopback names."""
+    from common.host_guard import host_name
+
+    items = _list(text)
+    bad = [item for item in items if host_name(item) is None]
+    if bad:
+        raise SettingsError(f"{name} must list host names (name or name:port), got {bad[0]!r}")
+    return items
+
+
 def _proxies(name: str, text: str) -> tuple[str, ...]:
     """Trusted proxies: keywords (``loopback``, ``private``...), IP addresses or CIDR networks."""
     from common.limits.address import TrustedProxies
@@ -98,6 +109,9 @@ class StoreSettings:
     rate_uploads_per_min: int = 30
     rate_failed_logins_per_min: int = 30
     trust_proxy: tuple[str, ...] = ()
+    # When set, only these host names (and the loopback names) are answered: 421 for any other
+    # Host (DNS rebinding, common/host_guard.py). `brain-store dev` sets it to localhost.
+    allowed_hosts: tuple[str, ...] = ()
     quiet: bool = False
     oidc_issuer: str | None = None
     oidc_audience: str | None = None
@@ -208,6 +222,8 @@ class StoreSettings:
                 values[attr] = _int(name, v, 1)
         if (v := get("STORE_TRUST_PROXY")) is not None:
             values["trust_proxy"] = _proxies("STORE_TRUST_PROXY", v)
+        if (v := get("STORE_ALLOWED_HOSTS")) is not None:
+            values["allowed_hosts"] = _hosts("STORE_ALLOWED_HOSTS", v)
         if (v := get("STORE_QUIET")) is not None:
             values["quiet"] = _bool("STORE_QUIET", v)
         if (v := get("STORE_OIDC_ISSUER")) is not None:
@@ -320,6 +336,8 @@ class StoreSettings:
             "STORE_AUDIT_LOG": self.audit_log,
             "STORE_AUDIT_RETENTION_DAYS": str(self.audit_retention_days),
         }
+        if self.allowed_hosts:
+            env["STORE_ALLOWED_HOSTS"] = ",".join(self.allowed_hosts)
         if self.metrics_token:
             env["STORE_METRICS_TOKEN"] = self.metrics_token
         if self.metrics_dir:

@@ -50,7 +50,8 @@ def _load(path: Path) -> Brain:
     type=click.Choice(MODES),
     default="exact",
     show_default=True,
-    help="exact: scored like `brain recall`; hybrid: also matches stems, typos, Chinese/Japanese and meaning.",
+    help="exact: scored like `brain recall`; hybrid: also matches stems, typos, Chinese/Japanese and meaning, "
+    "and lists only memories that match well (none when nothing does).",
 )
 def recall(
     brain: Path,

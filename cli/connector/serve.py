@@ -62,6 +62,10 @@ def serve(host: str | None, port: int | None, workers: int | None, dev: bool | N
             # /metrics adds up every worker's series through files in a private directory.
             shared = _private_dir("brain-connector-metrics-", "the workers' metrics", cleanups)
             settings = settings.with_overrides(metrics_dir=shared)
+        if settings.workers > 1 and settings.limits_dir is None:
+            # One budget of sign-in attempts per address for all the workers, not one each.
+            limits = _private_dir("brain-connector-limits-", "the workers' sign-in limits", cleanups)
+            settings = settings.with_overrides(limits_dir=limits)
         runtime = None
         if settings.workers > 1 and settings.worker_affinity:
             # The workers' unix sockets for requests they pass to a user's worker (connector/affinity.py).

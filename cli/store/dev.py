@@ -212,8 +212,10 @@ def dev(data: Path, port: int | None, connector_port: int | None) -> None:
     # things, e.g. `brain-store check` against the dev store, is not paced like a public server.
     # The store listens on loopback only, so trusting loopback proxies lets the connector
     # name the person signing in (their wrong tokens count against them, not the connector).
+    # Both answer only for loopback names (421 otherwise): a page on another name that is made to
+    # resolve to 127.0.0.1 (DNS rebinding) cannot use them with the demo user's sign-in.
     store_env = {**DEV_RATE_LIMITS, "STORE_TRUST_PROXY": "loopback", **base_env,
-                 "STORE_BACKEND": "local", "STORE_DATA_DIR": str(store_dir)}
+                 "STORE_BACKEND": "local", "STORE_DATA_DIR": str(store_dir), "STORE_ALLOWED_HOSTS": "localhost"}
     connector_env = {
         **base_env,
         "CONNECTOR_IDP": "static",
@@ -222,6 +224,7 @@ def dev(data: Path, port: int | None, connector_port: int | None) -> None:
         "CONNECTOR_HOST": "127.0.0.1",
         "CONNECTOR_PORT": str(mcp_port),
         "CONNECTOR_PUBLIC_URL": "",  # the URL comes from the request: loopback only
+        "CONNECTOR_ALLOWED_HOSTS": "localhost",
     }
 
     previous = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}

@@ -1,18 +1,27 @@
 """Hybrid recall: the exact engine's answer, fused with text matching and meaning.
 
-For a query, every eligible memory gets
+For a query, every eligible memory gets a fused score (`Fusion`)
 
-    W_SEMANTIC x cosine(query, memory)          (multilingual sentence embeddings)
-  + W_WORDS    x word BM25 / best               (stems, CJK bigrams, accents folded)
-  + W_FUZZY    x BM25 of near spellings / best  (small typos, by character trigrams)
-  + W_EXACT    x the exact engine's relevance   (recall.md, unchanged)
+    cosine(query, memory)                      (multilingual sentence embeddings)
+  + words x word coverage                      (idf share of the query's stems / CJK bigrams held)
+  + fuzzy x BM25 of near spellings / best      (small typos, by character trigrams)
+  + exact x the exact engine's relevance       (recall.md, unchanged)
 
-then the same trust / superseded / expired factors as the exact score. The exact
-engine's first hit, when its relevance is at least STRONG_EXACT, is put first
-whatever the fusion says: a query that names a memory's own words keeps finding it
-first. The weights were chosen on the development quality set
-(bench/recall_quality.py) among settings that score alike, preferring the simplest;
-see docs/recall.md for the measurements.
+then the same trust / superseded / expired factors as the exact score. The meaning
+channel is not scaled down: a memory that matches by meaning alone (a synonym, another
+language) keeps its full cosine, and text matches can only add to it.
+
+Relevance floor: a memory's *strength* is its cosine plus some of its word coverage
+(near spellings counting by their closeness) and exact relevance. The query matches
+well when the best strength, plus how far it stands above the next few, reaches
+`Fusion.floor`; then only the memories whose strength is within `Fusion.window` of the
+best are listed. Otherwise nothing is listed, and callers
+say "no memory matches well" rather than hand over the nearest strangers. The exact
+engine's first hit, when its relevance is at least STRONG_EXACT, is put first and always
+listed: a query that names a memory's own words keeps finding it first.
+
+The parameters were chosen by cross-validation on the development quality set and on
+no-answer queries written for it (bench/recall_quality.py --cv, docs/recall.md).
 
 Pure logic: vectors come from a `VectorSource` (the connector keeps them in a
 content-hash cache, see connector/workcopy/vectors.py).
@@ -41,25 +50,92 @@ from connector.engine.recall import (
     recall,
 )
 from connector.engine.text import memory_body
-from connector.engine.textmatch import TextIndex
+from connector.engine.textmatch import TextIndex, has_cjk
 
-__all__ = ["HybridIndex", "VectorSource", "hybrid_recall", "memory_texts", "MODES"]
+__all__ = [
+    "DEFAULT_FUSION", "EXACT_CANNOT_READ", "Fusion", "HybridIndex", "MODES", "NO_GOOD_MATCH", "Signals",
+    "VectorSource", "empty_recall_reason", "fuse", "hybrid_recall", "memory_texts", "query_signals",
+    "ranked_positions",
+]
 
 MODES = ("exact", "hybrid")
 
-W_SEMANTIC = 1.0
-W_WORDS = 0.2
-W_FUZZY = 0.05
-W_EXACT = 0.1
 STRONG_EXACT = 0.8
-# Memories matching no word, no near spelling well and nothing exactly must be at least this
-# close in meaning to be listed (the best matches of a query about nothing in the brain
-# sit around 0.1-0.15 with this model, gold answers of the dev set mostly above 0.25):
-# a query about nothing in the brain returns little rather than random memories.
-SEMANTIC_FLOOR = 0.2
-FUZZY_FLOOR = 0.5
 # Exact hits taken into the fusion (their relevance and their fields).
 EXACT_CANDIDATES = 20
+# How many memories after the best one a query's best strength is compared with.
+STANDOUT_NEIGHBOURS = 5
+
+
+@dataclass(frozen=True)
+class Fusion:
+    """How hybrid recall weighs its channels and where its relevance floor lies."""
+
+    words: float = 0.3  # weight of word coverage in the score
+    fuzzy: float = 0.05  # weight of near-spelling BM25 / best
+    exact: float = 0.0  # weight of the exact engine's relevance
+    strength_words: float = 0.3  # word coverage in a memory's strength
+    strength_exact: float = 0.0  # exact relevance in a memory's strength
+    standout: float = 0.0  # weight of (best strength - mean of the next STANDOUT_NEIGHBOURS)
+    floor: float | None = 0.22  # the query matches well from here; None lists every eligible memory
+    window: float = 0.15  # listed: strength within this of the best
+
+
+DEFAULT_FUSION = Fusion()
+
+
+@dataclass(frozen=True)
+class Signals:
+    """A query's channels, one value per memory (in the index's order)."""
+
+    semantic: np.ndarray  # cosine
+    words: np.ndarray  # word coverage 0..1 (the query's own terms)
+    near_words: np.ndarray  # word coverage counting near spellings (typos) too, 0..1
+    fuzzy: np.ndarray  # near-spelling BM25 / best 0..1
+    exact: np.ndarray  # the exact engine's relevance 0..1 (0 beyond its first EXACT_CANDIDATES)
+    strong: int | None  # position of the exact engine's first hit when its relevance >= STRONG_EXACT
+
+
+def fuse(signals: Signals, fusion: Fusion = DEFAULT_FUSION, eligible: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Fused score of every memory and which of them are listed (over the floor and eligible).
+
+    Pure: the same signals and fusion always give the same answer (the bench fits on it).
+    """
+    fused = signals.semantic + fusion.words * signals.words + fusion.fuzzy * signals.fuzzy + fusion.exact * signals.exact
+    np.maximum(fused, 0.0, out=fused)
+    listed = np.ones(len(fused), dtype=bool) if eligible is None else eligible.copy()
+    if fusion.floor is not None:
+        strength = signals.semantic + fusion.strength_words * signals.near_words + fusion.strength_exact * signals.exact
+        candidates = strength[listed]
+        if len(candidates):
+            ordered = -np.sort(-candidates)
+            best = float(ordered[0])
+            neighbours = ordered[1 : 1 + STANDOUT_NEIGHBOURS]
+            standout = best - float(neighbours.mean()) if len(neighbours) else 0.0
+            if best + fusion.standout * standout >= fusion.floor:
+                listed &= strength >= best - fusion.window
+            else:
+                listed[:] = False
+    if signals.strong is not None and (eligible is None or eligible[signals.strong]):
+        listed[signals.strong] = True
+    return fused, listed
+
+
+def ranked_positions(
+    fused: np.ndarray, listed: np.ndarray, strong: int | None, top: int, ids: Sequence[str]
+) -> list[int]:
+    """The listed positions, best fused score first (ties by id), the strong exact hit first."""
+    candidates = np.flatnonzero(listed)
+    keep = min(len(candidates), top + 1)  # enough to fill ``top`` after the strong exact hit moves first
+    if keep < len(candidates):
+        candidates = candidates[np.argpartition(-fused[candidates], keep - 1)[:keep]]
+    # Ranked on the unrounded score: rounding first would let ids decide near-ties.
+    order = sorted(candidates.tolist(), key=lambda position: (-float(fused[position]), ids[position]))
+    if strong is not None and listed[strong]:
+        if strong in order:
+            order.remove(strong)
+        order.insert(0, strong)
+    return order[:top]
 
 
 class VectorSource(Protocol):
@@ -106,14 +182,22 @@ class HybridIndex:
     newer: list[int]  # positions of the memories with trust / supersession / validity fields
 
     @classmethod
-    def build(cls, brain: Brain, index: BrainIndex, source: VectorSource) -> HybridIndex:
-        """Text index and vectors of every memory (vectors come from ``source``'s cache when known)."""
+    def build(
+        cls, brain: Brain, index: BrainIndex, source: VectorSource, previous: HybridIndex | None = None
+    ) -> HybridIndex:
+        """Text index and vectors of every memory (vectors come from ``source``'s cache when known).
+
+        ``previous``: the index of an earlier version of the same brain. When the texts are
+        unchanged (a pull that changed no memory's text: same content hashes, same order),
+        its text index and vectors are reused: the text index is most of a build.
+        """
         texts = memory_texts(brain, index)
         hashes = [content_hash(source.model_id, text) for text in texts]
         newer = [position for position, record in enumerate(index.memories) if record.has_newer_fields]
-        return cls(
-            [record.id for record in index.memories], hashes, TextIndex.build(texts), source.vectors(hashes, texts), newer
-        )
+        ids = [record.id for record in index.memories]
+        if previous is not None and previous.hashes == hashes:
+            return cls(ids, hashes, previous.text, previous.vectors, newer)
+        return cls(ids, hashes, TextIndex.build(texts), source.vectors(hashes, texts), newer)
 
     def vector_of(self, memory_id: str) -> np.ndarray | None:
         """The (dequantised) vector of one memory, or None when it is not in this version."""
@@ -122,6 +206,26 @@ class HybridIndex:
         except ValueError:
             return None
         return self.vectors.codes[row].astype(np.float32) * self.vectors.scales[row]
+
+
+def query_signals(
+    query: str, exact: list[dict[str, Any]], *, index: BrainIndex, hybrid: HybridIndex, embed_query: Callable[[str], np.ndarray]
+) -> Signals:
+    """The channels of ``query`` for every memory, given the exact engine's hits for it."""
+    if len(hybrid.ids) != len(index.memories) or (hybrid.ids and hybrid.ids[-1] != index.memories[-1].id):
+        raise ValueError("the hybrid index was built for another version of the brain")
+    exact_relevance = np.zeros(len(index.memories), dtype=np.float32)
+    for hit in exact:
+        exact_relevance[index.positions[hit["id"]]] = hit.get("relevance", 0.0)
+    strong = index.positions[exact[0]["id"]] if exact and exact[0].get("relevance", 0.0) >= STRONG_EXACT else None
+    return Signals(
+        semantic=cosines(hybrid.vectors, embed_query(query)),
+        words=hybrid.text.word_coverage(query, near=False),
+        near_words=hybrid.text.word_coverage(query),
+        fuzzy=hybrid.text.fuzzy_scores(query),
+        exact=exact_relevance,
+        strong=strong,
+    )
 
 
 def hybrid_recall(
@@ -139,9 +243,11 @@ def hybrid_recall(
     now: datetime,
     as_of: datetime | str | None = None,
     as_known_of: datetime | str | None = None,
+    fusion: Fusion = DEFAULT_FUSION,
 ) -> list[dict[str, Any]]:
     """Hybrid recall; hits have the exact engine's fields, ``score`` being the fused score.
 
+    An empty answer to a query means no memory matches well (the relevance floor).
     Context mode (no query) is the exact engine's: there is no text to match.
     """
     exact = recall(
@@ -150,56 +256,20 @@ def hybrid_recall(
     )
     if context and not query or not query or top <= 0 or not index.memories:
         return exact[:top] if top > 0 else []
-    if len(hybrid.ids) != len(index.memories) or hybrid.ids[-1] != index.memories[-1].id:
-        raise ValueError("the hybrid index was built for another version of the brain")
-    count = len(index.memories)
     now_ms = datetime_ms(now)
     as_of_ms = _instant_ms(as_of)
     as_known_ms = _instant_ms(as_known_of)
-
-    exact_relevance = np.zeros(count, dtype=np.float32)
-    exact_hits: dict[int, dict[str, Any]] = {}
-    for hit in exact:
-        position = index.positions[hit["id"]]
-        exact_hits[position] = hit
-        exact_relevance[position] = hit.get("relevance", 0.0)
-    semantic = cosines(hybrid.vectors, embed_query(query))
-    words = hybrid.text.word_scores(query)
-    fuzzy = hybrid.text.fuzzy_scores(query)
-    fused = W_SEMANTIC * semantic + W_WORDS * words + W_FUZZY * fuzzy + W_EXACT * exact_relevance
-    np.maximum(fused, 0.0, out=fused)
+    signals = query_signals(query, exact, index=index, hybrid=hybrid, embed_query=embed_query)
+    eligible = _eligibility(index, as_of_ms, as_known_ms)
+    fused, listed = fuse(signals, fusion, None if eligible is None else np.asarray(eligible, dtype=bool))
     # The exact score's factors (origin trust; 0.25 when superseded or expired), on the few
     # memories that have those fields.
     expiry_ms = as_of_ms if as_of_ms is not None else now_ms
     for position in hybrid.newer:
         fused[position] = _newer_field_factors(index.memories[position], float(fused[position]), expiry_ms, as_of_ms is not None)
-    listed = (semantic >= SEMANTIC_FLOOR) | (words > 0) | (fuzzy >= FUZZY_FLOOR) | (exact_relevance > 0)
-    for position in exact_hits:
-        listed[position] = True
-    eligible = _eligibility(index, as_of_ms, as_known_ms)
-    if eligible is not None:
-        listed &= np.asarray(eligible, dtype=bool)
-
-    candidates = np.flatnonzero(listed)
-    # Enough of the best to fill ``top`` after the strong exact hit moves first.
-    keep = min(len(candidates), top + 1)
-    if keep < len(candidates):
-        candidates = candidates[np.argpartition(-fused[candidates], keep - 1)[:keep]]
-    ranked: list[tuple[float, str, int]] = []
-    for position in candidates.tolist():
-        score = float(fused[position])
-        # Ranked on the unrounded score: rounding first would let ids decide near-ties.
-        ranked.append((-score if math.isfinite(score) else -0.0, index.memories[position].id, position))
-    ranked.sort()
-    order = [position for _, _, position in ranked]
-    if exact and exact[0].get("relevance", 0.0) >= STRONG_EXACT:
-        first = index.positions[exact[0]["id"]]
-        if first in order:
-            order.remove(first)
-        order.insert(0, first)
-    scores = {position: round3(-negated) for negated, _, position in ranked}
+    exact_hits = {index.positions[hit["id"]]: hit for hit in exact}
     hits = []
-    for position in order[:top]:
+    for position in ranked_positions(fused, listed, signals.strong, top, hybrid.ids):
         hit = exact_hits.get(position)
         if hit is None:
             record = index.memories[position]
@@ -207,10 +277,31 @@ def hybrid_recall(
             hit = _hit(record, 0.0, 0.0, decayed, 0.0, 0.0, now_ms)
         else:
             hit = dict(hit)
-        hit["score"] = scores.get(position, hit["score"]) + 0.0
-        hit["similarity"] = round3(float(semantic[position]))
+        score = float(fused[position])
+        hit["score"] = round3(score if math.isfinite(score) else 0.0) + 0.0
+        hit["similarity"] = round3(float(signals.semantic[position]))
         hits.append(hit)
     return hits
+
+
+NO_GOOD_MATCH = "no_good_match"
+EXACT_CANNOT_READ = "exact_cannot_read"
+
+
+def empty_recall_reason(mode: str, query: str | None) -> str | None:
+    """Why recall in ``mode`` found nothing for ``query``, when there is something to say.
+
+    NO_GOOD_MATCH: hybrid recall's floor (no memory matches well). EXACT_CANNOT_READ: an
+    exact query in Chinese or Japanese, which the exact engine (the reference's ASCII-only
+    words) cannot search but hybrid mode can. None otherwise.
+    """
+    if not query or not query.strip():
+        return None
+    if mode == "hybrid":
+        return NO_GOOD_MATCH
+    if has_cjk(query):
+        return EXACT_CANNOT_READ
+    return None
 
 
 def recall_in_mode(

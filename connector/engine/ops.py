@@ -9,10 +9,11 @@ replaying a write that the base already holds does not duplicate it.
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
 from connector.engine.brain import Brain
@@ -66,6 +67,20 @@ def _draw_id(txn: WriteTxn, reserved: set[str]) -> str:
     raise BrainError("could not draw a free memory id")
 
 
+def _keyed_id(txn: WriteTxn, request_key: str, title: str, archived: Mapping[str, Any]) -> str:
+    """The id a memorize with ``request_key`` writes: today's, unless yesterday's (a retry
+    across midnight) already holds this title. Same key, same day, same id: a retry is
+    found as already written (an id taken by another memory makes `apply` draw a new one)."""
+    digest = hashlib.sha256(request_key.encode("utf-8")).hexdigest()[:6]
+    today = txn.now if txn.now.tzinfo is None else txn.now.astimezone(UTC)
+    candidates = [f"mem_{day.strftime('%Y%m%d')}_{digest}" for day in (today, today - timedelta(days=1))]
+    for candidate in candidates:
+        present = txn.entry(candidate) or archived.get(candidate)
+        if isinstance(present, dict) and present.get("title") == title:
+            return candidate
+    return candidates[0]
+
+
 def _known_entry(txn: WriteTxn, memory_id: Any) -> dict[str, Any]:
     if not isinstance(memory_id, str) or not memory_id:
         raise BrainError("a memory id is required")
@@ -98,6 +113,9 @@ class Memorize(Operation):
     memories: list[MemoryInput]
     ids: list[str] | None = None
     created: str | None = None
+    # A client's retry key (already made per caller): the memory's id is derived from it, so a
+    # retry (e.g. after a connection reset) finds the first write instead of writing again.
+    request_key: str | None = None
     kind: ClassVar[str] = "memorize"
 
     def __post_init__(self) -> None:
@@ -115,14 +133,21 @@ class Memorize(Operation):
         """From the command line's memorize JSON (object, array or ``{"memories": [...]}``)."""
         return cls(parse_memorize_request(payload))
 
+    def _key_ids(self, txn: WriteTxn, archived: Mapping[str, Any]) -> None:
+        """With a retry key, the id is the key's (`_keyed_id`), drawn once."""
+        if not self.ids and self.request_key is not None and len(self.memories) == 1:
+            self.ids = [_keyed_id(txn, self.request_key, self.memories[0].title, archived)]
+
     def prepare(self, brain: Brain, now: datetime) -> list[str]:
         """Draw the memory ids now (without writing), e.g. to report them before a sync."""
         if self.ids is None:
             txn = WriteTxn(brain, now)
-            drawn: list[str] = []
-            for _ in self.memories:
-                drawn.append(_draw_id(txn, set(drawn)))
-            self.ids = drawn
+            self._key_ids(txn, txn.archive_index()["memories"] if txn.read(ARCHIVE_INDEX) is not None else {})
+            if self.ids is None:
+                drawn: list[str] = []
+                for _ in self.memories:
+                    drawn.append(_draw_id(txn, set(drawn)))
+                self.ids = drawn
         return list(self.ids)
 
     def apply(self, brain: Brain, now: datetime) -> dict[str, Any]:
@@ -130,6 +155,7 @@ class Memorize(Operation):
         txn.index(create=True)
         created = self.created or txn.now_iso
         archived = txn.archive_index()["memories"] if txn.read(ARCHIVE_INDEX) is not None else {}
+        self._key_ids(txn, archived)
         ids = list(self.ids) if self.ids else []
         reserved = set(ids)
         stored: list[dict[str, Any]] = []
@@ -186,6 +212,7 @@ def connector_memorize(
     project: str = "",
     task: str = "",
     writer: str = "",
+    request_key: str | None = None,
 ) -> Memorize:
     """The operation behind the connector's `brain_memorize` tool (connector.md section 6).
 
@@ -193,7 +220,7 @@ def connector_memorize(
     "Captured note"; file ``captured/<slug>.md`` (a free name when taken); episodic;
     salience 0.5 and confidence 0.8, capped by the origin; context ``project`` and
     ``task`` (task type, default "capturing"); ``writer`` names the user in ``source``;
-    bad input -> `BrainError`.
+    bad input -> `BrainError`; ``request_key``: the caller's retry key (see `Memorize`).
     """
     return Memorize([
         connector_memory(
@@ -201,7 +228,7 @@ def connector_memorize(
             valid_until=valid_until, supersedes=supersedes, agent=agent, project=project, task=task,
             writer=writer,
         )
-    ])
+    ], request_key=request_key)
 
 
 @dataclass

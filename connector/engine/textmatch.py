@@ -20,7 +20,7 @@ import math
 import re
 import threading
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import chain
 
@@ -44,6 +44,11 @@ _STEM_MEMO_LIMIT = 500_000
 
 K1 = 1.2
 B = 0.75
+
+
+def has_cjk(text: str) -> bool:
+    """Whether ``text`` holds Chinese or Japanese (or Korean) characters."""
+    return _CJK_RUN.search(unicodedata.normalize("NFKC", text)) is not None
 
 
 def normalise(text: str) -> str:
@@ -137,7 +142,41 @@ class Postings:
         every = [term for terms in documents for term in terms]
         vocabulary = {term: number for number, term in enumerate(dict.fromkeys(every))}
         ids = np.fromiter(map(vocabulary.__getitem__, every), dtype=np.int64, count=len(every))
-        owners = np.repeat(np.arange(count, dtype=np.int64), lengths)
+        return cls._of(vocabulary, ids, np.repeat(np.arange(count, dtype=np.int64), lengths), lengths)
+
+    @classmethod
+    def of_words(cls, documents: Sequence[Sequence[str]], terms_of: Callable[[str], Sequence[str]]) -> Postings:
+        """The postings `build` gives for each document's words cut into terms by ``terms_of``,
+        with ``terms_of`` called once per distinct word and each occurrence expanded on arrays
+        (a brain repeats its words: 10,000 memories hold ~400,000 words, a few ten thousand distinct)."""
+        count = len(documents)
+        words_per_document = np.fromiter(map(len, documents), dtype=np.int64, count=count)
+        every = list(chain.from_iterable(documents))
+        numbers = {word: number for number, word in enumerate(dict.fromkeys(every))}
+        occurrences = np.fromiter(map(numbers.__getitem__, every), dtype=np.int64, count=len(every))
+        cut = [terms_of(word) for word in numbers]
+        # Terms numbered in order of first appearance, as `build` numbers them.
+        vocabulary = {term: number for number, term in enumerate(dict.fromkeys(chain.from_iterable(cut)))}
+        per_word = np.fromiter(map(len, cut), dtype=np.int64, count=len(cut))
+        flat = np.fromiter(map(vocabulary.__getitem__, chain.from_iterable(cut)), dtype=np.int64, count=int(per_word.sum()))
+        word_owners = np.repeat(np.arange(count, dtype=np.int64), words_per_document)
+        if np.all(per_word == 1):  # the usual case: one term per word (CJK runs give several)
+            ids, owners = flat[occurrences], word_owners
+        else:
+            first_term = np.zeros(len(cut) + 1, dtype=np.int64)
+            np.cumsum(per_word, out=first_term[1:])
+            spans = per_word[occurrences]
+            ends = np.cumsum(spans)
+            within = np.arange(int(ends[-1]) if len(ends) else 0, dtype=np.int64) - np.repeat(ends - spans, spans)
+            ids = flat[np.repeat(first_term[occurrences], spans) + within]
+            owners = np.repeat(word_owners, spans)
+        lengths = np.bincount(owners, minlength=count).astype(np.int64)
+        return cls._of(vocabulary, ids, owners, lengths)
+
+    @classmethod
+    def _of(cls, vocabulary: dict[str, int], ids: np.ndarray, owners: np.ndarray, lengths: np.ndarray) -> Postings:
+        """Postings from the term number and the document of every occurrence, in document order."""
+        count = len(lengths)
         keys, counts = np.unique(ids * max(count, 1) + owners, return_counts=True)
         term_of = keys // max(count, 1)
         offsets = np.zeros(len(vocabulary) + 1, dtype=np.int64)
@@ -165,7 +204,11 @@ class Bm25Index:
     @classmethod
     def build(cls, documents: Sequence[Sequence[str]]) -> Bm25Index:
         """The index of ``documents`` (each a list of terms)."""
-        postings = Postings.build(documents)
+        return cls.of_postings(Postings.build(documents))
+
+    @classmethod
+    def of_postings(cls, postings: Postings) -> Bm25Index:
+        """The index over ready ``postings``."""
         lengths, count = postings.lengths, postings.count
         average = lengths.mean() if count and lengths.sum() else 1.0
         tf = postings.counts
@@ -174,6 +217,13 @@ class Bm25Index:
         df = np.diff(postings.offsets)
         idf = np.log(1 + (count - df + 0.5) / (df + 0.5)).astype(np.float32)
         return cls(postings, weights, idf)
+
+    def idf_of(self, term: str) -> float:
+        """The idf of ``term``; a term no document holds gets the highest idf there can be."""
+        number = self.postings.vocabulary.get(term)
+        if number is None:
+            return float(np.log(1 + (self.postings.count + 0.5) / 0.5))
+        return float(self.idf[number])
 
     def scores(self, query_terms: Sequence[str] | dict[str, float]) -> np.ndarray:
         """BM25 score of every document for the (de-duplicated) ``query_terms``, each
@@ -209,9 +259,9 @@ class FuzzyWords:
     def build(cls, words: Sequence[str]) -> FuzzyWords:
         """The index of distinct ``words`` (normalised, unstemmed)."""
         kept = [word for word in dict.fromkeys(words) if len(word) >= 3 and not _CJK_RUN.search(word)]
-        grams = [set(trigrams(word)) for word in kept]
-        sizes = np.fromiter((len(g) for g in grams), dtype=np.float64, count=len(grams))
-        return cls([_stem(word) for word in kept], sizes, Postings.build([tuple(g) for g in grams]))
+        grams = _trigram_postings(kept)
+        sizes = np.diff(np.searchsorted(np.sort(grams.docs), np.arange(len(kept) + 1))).astype(np.float64)
+        return cls([_stem(word) for word in kept], sizes, grams)
 
     def similar(self, word: str) -> dict[str, float]:
         """Stems of the words sharing at least FUZZY_SIMILARITY of ``word``'s trigrams (Dice), best similarity each."""
@@ -228,6 +278,53 @@ class FuzzyWords:
             stem = self.stems[number]
             result[stem] = max(result.get(stem, 0.0), float(dice[number]))
         return result
+
+
+# Words up to this long get their trigrams on arrays (one row of code points each); longer
+# ones (rare: identifiers, URLs) one by one, so the array stays small.
+_ARRAY_WORD = 24
+
+
+def _trigram_postings(words: Sequence[str]) -> Postings:
+    """Postings of each word's distinct `trigrams` (word = document), as `Postings.build` gives
+    them up to the order of terms, computed on arrays: a brain has ~20,000 distinct words."""
+    short = [number for number, word in enumerate(words) if len(word) <= _ARRAY_WORD]
+    long = [number for number, word in enumerate(words) if len(word) > _ARRAY_WORD]
+    codes_parts, owners_parts = [], []
+    if short:
+        points = np.array([words[number] for number in short], dtype=f"<U{_ARRAY_WORD}").view(np.uint32)
+        points = points.reshape(len(short), _ARRAY_WORD).astype(np.int64)
+        lengths = np.fromiter((len(words[number]) for number in short), dtype=np.int64, count=len(short))
+        padded = np.zeros((len(short), _ARRAY_WORD + 2), dtype=np.int64)
+        padded[:, 0] = 32
+        padded[:, 1:-1] = points
+        padded[np.arange(len(short)), lengths + 1] = 32  # " word ": a space after the last letter
+        codes = (padded[:, :-2] << 42) | (padded[:, 1:-1] << 21) | padded[:, 2:]  # 21 bits per code point
+        valid = np.arange(_ARRAY_WORD)[None, :] < lengths[:, None]  # a word of n letters has n trigrams
+        codes_parts.append(codes[valid])
+        owners_parts.append(np.repeat(np.asarray(short, dtype=np.int64), lengths))
+    for number in long:
+        padded_word = [32, *map(ord, words[number]), 32]
+        codes_parts.append(np.asarray(
+            [(padded_word[i] << 42) | (padded_word[i + 1] << 21) | padded_word[i + 2] for i in range(len(padded_word) - 2)],
+            dtype=np.int64,
+        ))
+        owners_parts.append(np.full(len(padded_word) - 2, number, dtype=np.int64))
+    codes = np.concatenate(codes_parts) if codes_parts else np.zeros(0, dtype=np.int64)
+    owners = np.concatenate(owners_parts) if owners_parts else np.zeros(0, dtype=np.int64)
+    # Distinct (trigram, word) pairs, then trigrams numbered and spelt back once each.
+    order = np.lexsort((owners, codes))
+    codes, owners = codes[order], owners[order]
+    first = np.ones(len(codes), dtype=bool)
+    first[1:] = (codes[1:] != codes[:-1]) | (owners[1:] != owners[:-1])
+    codes, owners = codes[first], owners[first]
+    distinct, ids = np.unique(codes, return_inverse=True)
+    mask = (1 << 21) - 1
+    letters = np.stack([distinct >> 42, (distinct >> 21) & mask, distinct & mask], axis=1).astype(np.uint32)
+    spelt = letters.view("<U3").ravel().tolist() if len(distinct) else []
+    lengths = np.bincount(owners, minlength=len(words)).astype(np.int64)
+    # Occurrences go in document order, as `Postings._of` expects of its inputs' counts.
+    return Postings._of({gram: number for number, gram in enumerate(spelt)}, ids, owners, lengths)
 
 
 # Dice similarity of trigram sets from which two words count as one misspelt: "kubernetse"
@@ -251,13 +348,44 @@ class TextIndex:
     def build(cls, texts: Sequence[str]) -> TextIndex:
         """The index of one text per memory."""
         documents = [words_of(text) for text in texts]
-        terms = [list(chain.from_iterable(map(_word_terms_memo, words))) for words in documents]
-        distinct = dict.fromkeys(word for words in documents for word in words)
-        return cls(Bm25Index.build(terms), FuzzyWords.build(list(distinct)))
+        postings = Postings.of_words(documents, _word_terms_memo)
+        return cls(Bm25Index.of_postings(postings), FuzzyWords.build(list(dict.fromkeys(chain.from_iterable(documents)))))
 
     def word_scores(self, query: str) -> np.ndarray:
         """Word BM25 per memory, divided by the best (0..1)."""
         return _normalised(self.words.scores(word_terms(query)))
+
+    def word_coverage(self, query: str, *, near: bool = True) -> np.ndarray:
+        """Per memory, the share of the query's information it holds (0..1), absolute rather
+        than relative to the best memory: a memory matching only a common word scores low
+        even when nothing matches better.
+
+        Each distinct query term (stem or CJK bigram) weighs its idf (a term no memory holds
+        weighs the highest idf); a memory holds a term fully when it has the term, and by
+        the Dice similarity of the nearest spelling it has otherwise (a typo; only when
+        ``near``).
+        """
+        count = self.words.postings.count
+        held = np.zeros(count, dtype=np.float64)
+        total = 0.0
+        seen: set[str] = set()
+        for word in words_of(query):
+            for term in _word_terms_memo(word):
+                if term in seen:
+                    continue
+                seen.add(term)
+                weight = self.words.idf_of(term)
+                total += weight
+                best = np.zeros(count, dtype=np.float64)
+                spellings = self.fuzzy.similar(word) if near and len(word) >= 3 and term == _stem(word) else {}
+                for stem, similarity in ((term, 1.0), *spellings.items()):
+                    found = self.words.postings.entries(stem)
+                    if found is not None:
+                        np.maximum.at(best, found[0], similarity)
+                held += weight * best
+        if total <= 0:
+            return np.zeros(count, dtype=np.float32)
+        return (held / total).astype(np.float32)
 
     def fuzzy_scores(self, query: str) -> np.ndarray:
         """Word BM25 of the brain's words closest in spelling to each query word,

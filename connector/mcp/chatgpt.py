@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import json
 from typing import Any
-from urllib.parse import quote
 
 import mcp_types as types
 
 from common.textsafety import escape_one_line
+from connector.mcp.http import path_segment
 
 # How many memories one search returns (ChatGPT fetches the ones it wants to read).
 SEARCH_LIMIT = 10
@@ -29,7 +29,7 @@ _TITLE_CHARS = 80
 
 def memory_url(base_url: str, memory_id: str) -> str:
     """The memory's page in the web app, absolute (``<base>/app/memory/<id>``)."""
-    return f"{base_url.rstrip('/')}/app/memory/{quote(memory_id, safe='')}"
+    return f"{base_url.rstrip('/')}/app/memory/{path_segment(memory_id)}"
 
 
 def _title(value: Any, memory_id: str, content: Any = None) -> str:

@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any
+from urllib.parse import quote
 
 _NAMED_NETWORKS = {
     "loopback": ("127.0.0.0/8", "::1/128"),
@@ -98,3 +99,14 @@ def bearer_token(scope: dict[str, Any]) -> str | None:
 def is_mcp_path(path: str) -> bool:
     """``/mcp`` or the URL of one brain, ``/mcp/brains/{brain}``."""
     return path == "/mcp" or path.startswith("/mcp/brains/")
+
+
+def path_segment(value: Any) -> str:
+    """``value`` as one URL path segment: every reserved character percent-encoded.
+
+    Memory ids come from archives anyone may have written: an id such as
+    ``../../signout`` or ``x?y#z`` must stay inside its own segment of a link.
+    """
+    encoded = quote(str(value), safe="")
+    # "." and ".." are dot segments however they are encoded: encode their "%" once more.
+    return encoded.replace(".", "%252E") if encoded in (".", "..") else encoded

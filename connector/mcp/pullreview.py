@@ -132,7 +132,7 @@ class PullReview:
                    if memory_id not in known][: self.limit]
         if not waiting:
             return [], []
-        hybrid = self.tools.hybrid_index(brain, key, index)
+        hybrid = self.tools.hybrid_index(brain, key, index, brain_id)  # this brain's own vectors
         seen = recorded(brain)  # pairs queued before (e.g. by the memorize that wrote one of them)
         flags: list[Flag] = []
         for memory_id in waiting:

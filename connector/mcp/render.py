@@ -78,7 +78,12 @@ def _content_lines(hit: dict[str, Any]) -> list[str]:
 def recall_text(result: dict[str, Any]) -> str:
     """Numbered hits with id, title, score, markers and fenced content, then the note."""
     hits = result.get("results", [])
-    lines = [f"{memories(result.get('count', len(hits)))} found." if hits else "No matching memories."]
+    if hits:
+        lines = [f"{memories(result.get('count', len(hits)))} found."]
+    elif result.get("nothing_matches_well"):
+        lines = ["No memory matches well."]
+    else:
+        lines = ["No matching memories."]
     for number, hit in enumerate(hits, 1):
         marks = []
         if hit.get("quarantine_pending"):

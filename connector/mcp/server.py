@@ -23,6 +23,8 @@ from starlette.types import Receive, Scope, Send
 from connector.mcp.context import PROMPTS, RESOURCE_TEMPLATES, RESOURCES, BrainContext
 from connector.mcp.definitions import INSTRUCTIONS
 from connector.mcp.tools import BrainTools, Caller, error_result
+from connector.thinking.host import CURRENT as HOST_SAMPLING
+from connector.thinking.host import host_sampling
 
 CALLER_SCOPE_KEY = "brain_connector.caller"
 SERVER_NAME = "brain-connector"
@@ -50,12 +52,20 @@ def build_server(tools: BrainTools, *, bound: bool = False) -> Server[Any]:
     async def list_tools(ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         return types.ListToolsResult(tools=tools.list_tools(bound=bound))
 
-    async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def call_tool(
+        ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult | types.InputRequiredResult:
         caller = _caller_of(ctx)
         if caller is None:
             # The HTTP layer authenticates every request; reaching here without a caller is a wiring bug.
             return error_result("Not signed in.")
-        return await tools.call(params.name, params.arguments, caller)
+        # Whether this call may ask the host's model (brain_reflect, brain_extract), for the call's duration.
+        offered = host_sampling(ctx.protocol_version, ctx.session.client_capabilities, params)
+        token = HOST_SAMPLING.set(offered)
+        try:
+            return await tools.call(params.name, params.arguments, caller)
+        finally:
+            HOST_SAMPLING.reset(token)
 
     context = BrainContext(tools)
 

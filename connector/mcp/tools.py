@@ -9,6 +9,7 @@ with ``isError: true`` and a clear message, never a protocol error or a crash.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import threading
 import time
@@ -23,7 +24,7 @@ from connector.engine.brain import Brain
 from connector.engine.credentials import credential_refusal, credentials_in_memories
 from connector.engine.embedding import content_hash
 from connector.engine.errors import BrainError
-from connector.engine.hybrid import MODES, HybridIndex, hybrid_recall
+from connector.engine.hybrid import EXACT_CANNOT_READ, MODES, NO_GOOD_MATCH, HybridIndex, empty_recall_reason, hybrid_recall
 from connector.engine.index import BrainIndex, IndexCache, RecallError, index_for
 from connector.engine.jsvalues import datetime_ms
 from connector.engine.ops import Forget, Pin, Unpin, Verify, connector_memorize
@@ -45,6 +46,7 @@ from connector.mcp.definitions import (
     WRITE_SCOPE,
     ToolSpec,
 )
+from connector.thinking.source import ModelSource
 from connector.workcopy.manager import BrainUnavailable, UnknownBrain, WorkingCopyManager
 from connector.workcopy.model import STATUS_NO_BRAIN, Account, Snapshot, WriteOutcome
 from connector.workcopy.store_client import BrainRecord, StoreError
@@ -145,6 +147,23 @@ def _sync_fields(outcome: WriteOutcome) -> dict[str, Any]:
     return {"synced": False, "durable": False}
 
 
+def _request_key(caller: Caller, idempotency_key: str | None) -> str | None:
+    """A client's retry key made the caller's own: another person's same key names another write."""
+    if not idempotency_key:
+        return None
+    return hashlib.sha256(f"{caller.account.subject}\0{idempotency_key}".encode()).hexdigest()
+
+
+def _hybrid_prefix(brain_id: str | None) -> str:
+    """The start of every hybrid cache key of one brain."""
+    return f"{brain_id or ''}\n"
+
+
+def _hybrid_key(brain_id: str | None, key: str | None) -> str | None:
+    """The hybrid cache's key: a content key within one brain (two brains never share an index)."""
+    return None if key is None else _hybrid_prefix(brain_id) + key
+
+
 class BrainTools:
     """Dispatches tool calls for one connector process."""
 
@@ -154,13 +173,15 @@ class BrainTools:
         *,
         allowed: Iterable[str] | None = None,
         index_cache: IndexCache | None = None,
-        recall_mode: str = "exact",
+        recall_mode: str = "hybrid",
         vectors: VectorStore | None = None,
+        model: ModelSource | None = None,
     ) -> None:
         self.manager = manager
         self.recall_mode = recall_mode
-        # Hybrid recall's vectors (shared by every brain: keyed by content) and, per content
-        # key, its text index and vector matrix. Both are made on first hybrid use.
+        # Hybrid recall's vectors (one store, keyed per brain and content: never shared between
+        # brains, see workcopy/vectors.py) and, per brain and content key, its text index and
+        # vector matrix. Both are made on first hybrid use.
         self._vectors = vectors
         self.hybrid_cache = HybridCache()
         # Per brain, the newest version whose hybrid index is built: a memorize right after
@@ -180,9 +201,9 @@ class BrainTools:
         self._background: set[asyncio.Task[None]] = set()
         # Index builds after writes: the brain being built, and the newest one waiting, per brain.
         self._prewarm_busy: set[str] = set()
-        self._prewarm_next: dict[str, tuple[Brain, str, float]] = {}
+        self._prewarm_next: dict[str, tuple[Brain, str, float, str | None]] = {}
         self._writes_in_flight = 0
-        self._handlers: dict[str, Callable[[Caller, Args], Awaitable[types.CallToolResult]]] = {
+        self._handlers: dict[str, Callable[[Caller, Args], Awaitable[types.CallToolResult | types.InputRequiredResult]]] = {
             "brain_recall": self._recall,
             "brain_status": self._status,
             "brain_read": self._read,
@@ -195,6 +216,9 @@ class BrainTools:
             "search": self._search,
             "fetch": self._fetch,
         }
+        from connector.mcp.thinking import ThinkingTools  # it builds on this class: imported here, not at the top
+
+        self._handlers.update(ThinkingTools(self, model).handlers())
 
     def prewarm(self, outcome: WriteOutcome) -> None:
         """Build the recall index of a just-written brain in the background.
@@ -211,11 +235,11 @@ class BrainTools:
             return
         slot = outcome.brain_id or key
         self._writes_since_base[slot] = self._writes_since_base.get(slot, 0) + 1
-        if self._index_ready(key, self._prewarm_mode(slot)):
+        if self._index_ready(key, self._prewarm_mode(slot), outcome.brain_id):
             return
         queued = self._prewarm_next.get(slot)
         now = time.monotonic()
-        self._prewarm_next[slot] = (brain, key, queued[2] if queued else now)
+        self._prewarm_next[slot] = (brain, key, queued[2] if queued else now, outcome.brain_id)
         if slot not in self._prewarm_busy and queued is None:
             asyncio.get_running_loop().call_later(PREWARM_QUIET_S, self._maybe_start_prewarm, slot)
 
@@ -241,9 +265,9 @@ class BrainTools:
         self._start_prewarm(slot)
 
     def _start_prewarm(self, slot: str) -> None:
-        brain, key, _ = self._prewarm_next.pop(slot)
+        brain, key, _, brain_id = self._prewarm_next.pop(slot)
         hybrid_too = self._prewarm_mode(slot) == "hybrid"
-        if self._index_ready(key, "hybrid" if hybrid_too else "exact") or not self._current(key):
+        if self._index_ready(key, "hybrid" if hybrid_too else "exact", brain_id) or not self._current(key):
             return  # followed meanwhile, or a pull replaced that version: a build would be wasted
         self._prewarm_busy.add(slot)
 
@@ -251,7 +275,7 @@ class BrainTools:
             try:
                 index = index_for(brain, key, self.index_cache)
                 if hybrid_too:
-                    hybrid = self.hybrid_index(brain, key, index)  # embeds what the write added
+                    hybrid = self.hybrid_index(brain, key, index, brain_id)  # embeds what the write added
                     self._set_similar_base(slot, key, brain, index, hybrid)
             except Exception:  # a brain recall cannot read: the next recall reports it
                 return
@@ -307,14 +331,15 @@ class BrainTools:
             if not index.memories:
                 return []
             base = self._similar_base.get(slot)
-            ready = self._index_ready(key, "hybrid") or base is not None and base[0] == key
+            brain_id = snapshot.brain_id
+            ready = self._index_ready(key, "hybrid", brain_id) or base is not None and base[0] == key
             if base is None and not ready and len(index.memories) > SIMILAR_WAIT_MEMORIES:
                 # A large brain never indexed here: index it in the background (embedding every
                 # memory takes minutes of CPU at 10,000) and check exact duplicates meanwhile.
-                self._build_similar_base(slot, brain, key, index)
+                self._build_similar_base(slot, brain, key, index, brain_id)
                 return exact_duplicates(brain, index, incoming.content)
             if base is None or ready:
-                hybrid = self.hybrid_index(brain, key, index)
+                hybrid = self.hybrid_index(brain, key, index, brain_id)
                 self._set_similar_base(slot, key or "", brain, index, hybrid)
                 return find_similar(brain, incoming, index=index, hybrid=hybrid, embed=self.vectors.embed_query)
             _, base_brain, base_index, base_hybrid = base
@@ -322,7 +347,8 @@ class BrainTools:
             entries = [index.memories[index.positions[memory_id]].entry for memory_id in newer_ids]
             texts = Newer.texts(brain, entries)
             # Each newer memory is embedded once (the vector store keeps it by content).
-            vectors = self.vectors.vectors([content_hash(self.vectors.model_id, text) for text in texts], texts)
+            source = self.vectors.for_brain(brain_id)
+            vectors = source.vectors([content_hash(source.model_id, text) for text in texts], texts)
             gone = {memory_id for memory_id in base_index.positions if memory_id not in index.positions}
             found = find_similar(base_brain, incoming, index=base_index, hybrid=base_hybrid,
                                  embed=self.vectors.embed_query, newer=Newer(brain, newer_ids, entries, vectors),
@@ -333,7 +359,9 @@ class BrainTools:
             log.warning("similar check skipped: the brain could not be indexed")
             return []
 
-    def _build_similar_base(self, slot: str, brain: Brain, key: str | None, index: BrainIndex) -> None:
+    def _build_similar_base(
+        self, slot: str, brain: Brain, key: str | None, index: BrainIndex, brain_id: str | None
+    ) -> None:
         """Build the similar check's hybrid index of a brain in a background thread (once at a time)."""
         with self._similar_lock:
             if slot in self._similar_building:
@@ -342,7 +370,7 @@ class BrainTools:
 
         def build() -> None:
             try:
-                self._set_similar_base(slot, key or "", brain, index, self.hybrid_index(brain, key, index))
+                self._set_similar_base(slot, key or "", brain, index, self.hybrid_index(brain, key, index, brain_id))
             except Exception:  # a brain the check cannot index: the next write tries again
                 log.warning("similar check: the brain could not be indexed")
             finally:
@@ -351,7 +379,7 @@ class BrainTools:
 
         threading.Thread(target=build, name="similar-index", daemon=True).start()
 
-    def _index_ready(self, key: str | None, mode: str) -> bool:
+    def _index_ready(self, key: str | None, mode: str, brain_id: str | None = None) -> bool:
         """Whether a recall of this content in ``mode`` finds its indexes built (so runs in a few ms).
 
         Asked of the caches themselves: an index dropped with its copy, or pushed out,
@@ -359,7 +387,7 @@ class BrainTools:
         """
         if key is None or self.index_cache.peek(key) is None:
             return False
-        return mode == "exact" or key in self.hybrid_cache
+        return mode == "exact" or _hybrid_key(brain_id, key) in self.hybrid_cache
 
     def list_tools(self, *, bound: bool = False) -> list[types.Tool]:
         """The declared tools (only those allowed; without brain_use on a connection ``bound`` to one
@@ -373,7 +401,9 @@ class BrainTools:
         spec = self.specs.get(name)
         return spec.input_schema if spec else None
 
-    async def call(self, name: str, arguments: Any, caller: Caller) -> types.CallToolResult:
+    async def call(
+        self, name: str, arguments: Any, caller: Caller
+    ) -> types.CallToolResult | types.InputRequiredResult:
         """Run one tool call; every failure becomes an error result."""
         spec = self.specs.get(name)
         bound = bool(caller.account.brain)
@@ -381,18 +411,22 @@ class BrainTools:
             available = [known for known in self.specs if not (bound and known in BOUND_EXCLUDED)]
             return error_result(f"Unknown tool {name!r}. Available: {', '.join(available)}.")
         args = Args(arguments)
-        needs_write = not spec.read_only and not (name == "brain_verify" and _is_list(args))
+        needs_write = not spec.read_only and not (name == "brain_verify" and _is_list(args)) and not (
+            name == "brain_extract" and not _saves(args)
+        )
         if needs_write and WRITE_SCOPE not in caller.scopes:
             return error_result(
                 f"{name} changes the brain and needs the '{WRITE_SCOPE}' permission, which this sign-in did not "
                 "grant (read-only access). Ask the user to reconnect with write access."
             )
         result = await self._run(name, caller, args)
+        if not isinstance(result, types.CallToolResult):
+            return result  # an interim result (the host's model is asked first): notices wait for the final one
         # Writes dropped for good (brain deleted, access lost) are told on the next call, whatever it is.
         notices = self.manager.take_notices(caller.account.subject)
         return with_notices(result, notices) if notices else result
 
-    async def _run(self, name: str, caller: Caller, args: Args) -> types.CallToolResult:
+    async def _run(self, name: str, caller: Caller, args: Args) -> types.CallToolResult | types.InputRequiredResult:
         """The tool's handler, with every refusal or failure turned into an error result."""
         try:
             return await self._handlers[name](caller, args)
@@ -424,7 +458,7 @@ class BrainTools:
         hits: list[dict[str, Any]] = []
         notes: list[str] = []
         if snapshot.brain is not None and "index.json" in snapshot.brain:
-            if self._index_ready(snapshot.key, mode):
+            if self._index_ready(snapshot.key, mode, snapshot.brain_id):
                 hits = self.run_recall(snapshot, query, limit, project, as_of, as_known_of, mode)
             else:
                 # First recall of this content builds its index (seconds at 10,000 memories):
@@ -435,6 +469,18 @@ class BrainTools:
                 self._loaded()
         if hits and snapshot.brain is not None:
             attach_content(hits, snapshot.brain, budget)
+        searched = snapshot.brain is not None and "index.json" in snapshot.brain
+        reason = empty_recall_reason(mode, query) if not hits and searched else None
+        if reason == NO_GOOD_MATCH:
+            notes.append(
+                "No memory matches this query well: hybrid recall returns nothing rather than unrelated memories. "
+                "The brain may not hold this; try other words if it should."
+            )
+        elif reason == EXACT_CANNOT_READ:
+            notes.append(
+                "Exact mode matches only the ASCII words of a query, as `brain recall` does, so it cannot search "
+                'Chinese or Japanese text; hybrid mode (mode "hybrid") would search this query.'
+            )
         notes += ([clamped] if clamped else []) + budget_notes
         if not hits and snapshot.identity.status == STATUS_NO_BRAIN and snapshot.identity.note:
             notes.append(snapshot.identity.note)
@@ -454,6 +500,8 @@ class BrainTools:
         if snapshot.pending_writes:
             notes.append(f"{snapshot.pending_writes} recent write(s) are held here, not yet synced to the store.")
         structured: dict[str, Any] = {"count": len(hits), "results": hits}
+        if reason == NO_GOOD_MATCH:
+            structured["nothing_matches_well"] = True
         if notes:
             structured["note"] = " ".join(notes)
         return ok_result(structured, render.recall_text(structured))
@@ -476,7 +524,7 @@ class BrainTools:
                 snapshot.brain,
                 query,
                 index=index,
-                hybrid=self.hybrid_index(snapshot.brain, snapshot.key, index),
+                hybrid=self.hybrid_index(snapshot.brain, snapshot.key, index, snapshot.brain_id),
                 embed_query=self.vectors.embed_query,
                 top=limit,
                 project=project,
@@ -535,9 +583,20 @@ class BrainTools:
             self._vectors = VectorStore()
         return self._vectors
 
-    def hybrid_index(self, brain: Brain, key: str | None, index: BrainIndex) -> HybridIndex:
-        """The hybrid index of one brain version, cached under its content key."""
-        return self.hybrid_cache.get_or_build(key, lambda: HybridIndex.build(brain, index, self.vectors))
+    def hybrid_index(self, brain: Brain, key: str | None, index: BrainIndex, brain_id: str | None = None) -> HybridIndex:
+        """The hybrid index of one version of brain ``brain_id``, cached under that brain and its content key.
+
+        Its vectors are that brain's own (`VectorStore.for_brain`): pass the brain id, or a
+        recall could find another brain's cached vectors and time that.
+        """
+        source = self.vectors.for_brain(brain_id)
+
+        def build() -> HybridIndex:
+            # The brain's last index is reused when this version changed no memory's text.
+            previous = self.hybrid_cache.newest(_hybrid_prefix(brain_id))
+            return HybridIndex.build(brain, index, source, previous)
+
+        return self.hybrid_cache.get_or_build(_hybrid_key(brain_id, key), build)
 
     async def _status(self, caller: Caller, args: Args) -> types.CallToolResult:
         snapshot = await self.manager.snapshot(caller.account)
@@ -611,6 +670,7 @@ class BrainTools:
             "project": args.string("project", max_length=300) or "",
             "task": args.string("task", max_length=300) or "",
             "writer": await self.manager.writer(caller.account),
+            "request_key": _request_key(caller, args.string("idempotency_key", max_length=200)),
         }
         op = connector_memorize(content, **options)
         if not args.boolean("allow_secrets"):
@@ -622,7 +682,7 @@ class BrainTools:
         # deterministic and keeps its id.
         snapshot = await self.manager.snapshot(caller.account)
         incoming = Incoming(memory.content, memory.title, memory.tags, memory.type)
-        if self._index_ready(snapshot.key, "hybrid"):
+        if self._index_ready(snapshot.key, "hybrid", snapshot.brain_id):
             found = self.similar_for(snapshot, incoming)
         else:
             found = await asyncio.to_thread(self.similar_for, snapshot, incoming)
@@ -727,6 +787,21 @@ class BrainTools:
             structured["note"] = note
         return ok_result(structured, render.verify_text(structured))
 
+    # ----- for other tools (connector/mcp/thinking.py) ----------------------------
+
+    async def recall_structured(self, caller: Caller, arguments: dict[str, Any]) -> dict[str, Any]:
+        """brain_recall's own recall (mode, budget, notes), its structured result; a refusal raises ToolFailure."""
+        result = await self._recall(caller, Args(arguments))
+        if result.is_error or result.structured_content is None:
+            raise ToolFailure(result.content[0].text if result.content else "recall failed")
+        return result.structured_content
+
+    async def memorize_one(self, caller: Caller, arguments: dict[str, Any]) -> types.CallToolResult:
+        """brain_memorize's own path, every check included, as its result (errors as error results)."""
+        result = await self._run("brain_memorize", caller, Args(arguments))
+        assert isinstance(result, types.CallToolResult)  # memorize never asks the host
+        return result
+
 
 def sharing_fields(record: BrainRecord) -> dict[str, Any]:
     """``role`` and ``owner`` of a brain record, when the store shares brains (contract 4.8)."""
@@ -772,3 +847,11 @@ def _is_list(args: Args) -> bool:
         return args.choice("action", ["list", "approve", "reject"], default="list") == "list"
     except ArgumentError:
         return False
+
+
+def _saves(args: Args) -> bool:
+    """Whether a brain_extract call asks to save (then it needs the write scope); unreadable counts as yes."""
+    try:
+        return args.boolean("save")
+    except ArgumentError:
+        return True

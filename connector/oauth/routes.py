@@ -38,6 +38,7 @@ from connector.oauth.server import (
     Reply,
     valid_brain_segment,
 )
+from connector.oauth.signin_limit import SignInChecks
 from connector.oauth.state import OAuthState
 from connector.oauth.tokens import AccessClaims, AccessTokenCodec
 from connector.web.page import page_headers, render_signin
@@ -128,12 +129,14 @@ def build_oauth(
     manager: Any = None,
     provider: IdentityProvider | None = None,
     documents: MetadataDocumentFetcher | None = None,
+    signin_checks: SignInChecks | None = None,
 ) -> OAuthMount:
     """The authorization server and its routes, from the connector's settings.
 
     ``manager`` (the working-copy manager) is told when a user's last session
     ends, so their copies are purged, and tells the server when the store refuses
-    a store token, so the sign-ins using it end. Raises ConfigurationError when no
+    a store token, so the sign-ins using it end. ``signin_checks`` is the budget of
+    sign-in attempts per address the web app shares (`signin_limiter`). Raises ConfigurationError when no
     identity provider is configured.
     """
     chosen = provider or choose_provider(settings)
@@ -155,6 +158,7 @@ def build_oauth(
         once=state.once,
         codes=CodeStore(state.state_dir / "codes" if state.state_dir is not None else None, state.box),
         signin_attempts_per_min=int(getattr(settings, "signin_attempts_per_min", SIGNIN_ATTEMPTS_PER_MIN)),
+        signin_checks=signin_checks,
     )
     if manager is not None and hasattr(manager, "on_credential_refused"):
         # A store token the store refuses ends its sign-ins at once (see WorkingCopyManager._watching).

@@ -14,6 +14,7 @@ and refresh families are persisted through OAuthState.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import math
 import secrets
@@ -26,7 +27,7 @@ from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsp
 
 import anyio.to_thread
 
-from common.limits import TokenBucketLimiter, limit_key
+from common.limits import TokenBucketLimiter
 from common.textsafety import has_unsafe_chars
 from connector.identity.base import (
     Identity,
@@ -47,6 +48,7 @@ from connector.oauth.codes import CODE_TTL_S, Code, CodeStore
 from connector.oauth.grants import Family, RefreshGrants, RotationConflict
 from connector.oauth.pending import Pending, PendingSeal, SignInAttempts, cookie_name, new_sign_in_id
 from connector.oauth.once import OnceMarkers
+from connector.oauth.signin_limit import SignInChecks, signin_wait
 from connector.oauth.pkce import is_valid_challenge, verifier_matches
 from connector.oauth.state import SecretBox
 from connector.oauth.tokens import ACCESS_TOKEN_TTL_S, AccessClaims, AccessTokenCodec
@@ -172,11 +174,14 @@ class AuthorizationServer:
         once: OnceMarkers | None = None,
         codes: CodeStore | None = None,
         signin_attempts_per_min: int = SIGNIN_ATTEMPTS_PER_MIN,
+        signin_checks: SignInChecks | None = None,
     ) -> None:
         """``box`` seals pending sign-ins, ``once`` records finished sign-ins and ``codes`` keeps
         authorization codes (give the state's, so every replica can finish a sign-in and
         redeem a code, once);
-        ``signin_attempts_per_min`` bounds tokens checked per client address (0: no limit)."""
+        ``signin_attempts_per_min`` bounds tokens checked per client address (0: no limit);
+        ``signin_checks`` (from `signin_limiter`) replaces that bound with one shared by the
+        web app's sign-in and the other workers."""
         self.clients = clients
         self.documents = documents
         self.grants = grants
@@ -189,7 +194,7 @@ class AuthorizationServer:
         self._codes = codes or CodeStore(None, box, clock=clock)
         self._once = once or OnceMarkers(None)
         self._attempts = SignInAttempts()
-        self._checks = TokenBucketLimiter(signin_attempts_per_min) if signin_attempts_per_min else None
+        self._checks = signin_checks or (TokenBucketLimiter(signin_attempts_per_min) if signin_attempts_per_min else None)
         self._locks = [asyncio.Lock() for _ in range(_LOCK_STRIPES)]
 
     # -- registration ---------------------------------------------------------
@@ -202,6 +207,13 @@ class AuthorizationServer:
             return _error(400, exc.error, exc.description)
         except RegistryFull:
             return _error(503, "temporarily_unavailable", "the client registry is full", {"Retry-After": "3600"})
+        except OSError as exc:
+            # A full disk (or a read-only one) is the server's trouble, said as such, never a bare 500.
+            reason = "no space left on the connector's disk" if exc.errno in (errno.ENOSPC, errno.EDQUOT) \
+                else "the connector cannot write its state directory"
+            log.error("client registration not saved: %s", exc, extra={"reason": reason})
+            return _error(503, "temporarily_unavailable", f"the registration could not be saved: {reason}",
+                          {"Retry-After": "60"})
         return JsonReply(201, response, dict(NO_STORE))
 
     async def find_client(self, client_id: str) -> ClientRecord | None:
@@ -338,7 +350,7 @@ class AuthorizationServer:
         if action == "deny":
             self._attempts.set(pending.sign_in_id, MAX_ATTEMPTS, pending.expires, now)
             return self._redirect_error(pending, "access_denied", "the user declined")
-        wait = self._checks.hit(limit_key(client_address)) if self._checks is not None else None
+        wait = signin_wait(self._checks, client_address)
         if wait is not None:
             message = f"Too many sign-in attempts from your network. Wait {math.ceil(wait)} seconds, then try again."
             return PageReply(429, self._view(pending, login_id, message, attempts))

@@ -129,6 +129,13 @@ class JsonCollection:
     under an exclusive lock on a sibling ``.lock`` file after re-reading the
     file, and reads pick up another process's change when the file changed.
     Without a path the collection lives in memory only.
+
+    A file damaged from outside (truncated, edited, a disk error) is never read as
+    empty, which would revive what it revoked: the last good records stay in use
+    (those in memory, or at start-up the ``.good`` copy written after every change),
+    the file is named in the log and in ``damaged`` (``/health/ready`` says so), and
+    the next change writes the good records back. With neither good records nor a
+    good copy, start-up refuses (StateError) rather than guess.
     """
 
     def __init__(self, path: Path | None) -> None:
@@ -136,7 +143,18 @@ class JsonCollection:
         self._lock = threading.Lock()
         self._records: dict[str, Any] = {}
         self._signature: tuple[int, int, int] | None = None
+        self.damaged: str | None = None  # why the file could not be read, while it cannot
         self._reload(force=True)
+
+    @property
+    def name(self) -> str:
+        """The file's name ("" in memory)."""
+        return self._path.name if self._path is not None else ""
+
+    @property
+    def _good_copy(self) -> Path:
+        assert self._path is not None
+        return self._path.with_name(self._path.name + ".good")
 
     def _stat_signature(self) -> tuple[int, int, int] | None:
         assert self._path is not None
@@ -146,6 +164,13 @@ class JsonCollection:
             return None
         return (info.st_mtime_ns, info.st_size, info.st_ino)
 
+    @staticmethod
+    def _parse(path: Path) -> dict[str, Any]:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        return data
+
     def _reload(self, force: bool = False) -> None:
         if self._path is None:
             return
@@ -153,15 +178,25 @@ class JsonCollection:
         if not force and signature == self._signature:
             return
         if signature is None:
-            self._records, self._signature = {}, None
+            self._records, self._signature, self.damaged = {}, None, None
             return
         try:
-            data = json.loads(self._path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise StateError(f"cannot read {self._path}: {exc}") from None
-        if not isinstance(data, dict):
-            raise StateError(f"{self._path} does not hold a JSON object")
-        self._records, self._signature = data, signature
+            self._records, self._signature, self.damaged = self._parse(self._path), signature, None
+            return
+        except (OSError, ValueError, RecursionError) as exc:
+            reason = f"{type(exc).__name__}: {str(exc)[:200]}"
+        self._signature = signature  # reported once per damaged version, not on every read
+        if force:  # start-up: nothing in memory yet, so the copy of the last good records
+            try:
+                self._records = self._parse(self._good_copy)
+            except (OSError, ValueError, RecursionError):
+                raise StateError(
+                    f"cannot read {self._path} ({reason}) and there is no good copy ({self._good_copy.name}): "
+                    "restore it from a backup; deleting it forgets what it holds (sign-ins, revocations)"
+                ) from None
+        self.damaged = reason
+        log.error("state file damaged: the last good records stay in use and are written back at the next change",
+                  extra={"file": self._path.name, "reason": reason})
 
     @property
     def records(self) -> dict[str, Any]:
@@ -194,6 +229,9 @@ class JsonCollection:
                 self._flush(working)
                 self._records = working
                 self._signature = self._stat_signature()
+                if self.damaged is not None:
+                    log.warning("state file written back from the last good records", extra={"file": self._path.name})
+                    self.damaged = None
                 return result
             finally:
                 os.close(lock_fd)  # closing releases the lock
@@ -202,6 +240,9 @@ class JsonCollection:
         assert self._path is not None
         payload = json.dumps(records, separators=(",", ":"), sort_keys=True).encode("utf-8")
         write_atomic(self._path, payload)
+        # The copy a restart falls back on if the file is damaged later (its own inode: a
+        # file truncated in place leaves it whole). The file above is the durable one.
+        write_atomic(self._good_copy, payload, fsync=False)
 
 
 class OAuthState:
@@ -241,6 +282,15 @@ class OAuthState:
     def persistent(self) -> bool:
         """True when the state survives a restart."""
         return self.state_dir is not None
+
+    def damaged(self) -> dict[str, str]:
+        """The state files that cannot be read right now (their last good records are in use): name -> why."""
+        found = {}
+        for collection in (self.families, self.refresh, self.brains, self.revoked):
+            collection.records  # noqa: B018 - a read notices a file damaged since the last one
+            if collection.damaged is not None:
+                found[collection.name] = collection.damaged
+        return found
 
     def get_brain(self, subject: str) -> str | None:
         """The brain id ``subject`` chose with brain_use, or None."""

@@ -15,6 +15,8 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
+from connector.mcp.http import path_segment
+
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
     "form-action 'self'; frame-ancestors 'none'; base-uri 'none'; object-src 'none'"
@@ -48,6 +50,7 @@ def environment() -> Environment:
         lstrip_blocks=True,
     )
     env.globals["static_version"] = static_version
+    env.filters["segment"] = path_segment
     return env
 
 

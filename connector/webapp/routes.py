@@ -25,9 +25,10 @@ from litestar.datastructures import Cookie
 from connector.engine.brain import Brain
 from connector.engine.ops import Memorize, operation_from_dict
 from connector.engine.similar import Incoming
-from connector.identity.base import ProviderRefused, ProviderUnavailable
-from connector.mcp.http import header, peer_address
+from connector.identity.base import ProviderRefused, ProviderThrottled, ProviderUnavailable
+from connector.mcp.http import header, path_segment, peer_address
 from connector.oauth.sealed_files import SealedRecords
+from connector.oauth.signin_limit import SignInChecks, signin_limiter, signin_wait
 from connector.oauth.state import OAuthState, SecretBox
 from connector.webapp.actions import ActionRefused, BrainActions, Done
 from connector.webapp.guard import Site, new_signin_token, same_origin, session_of, site_of, tokens_match
@@ -36,13 +37,13 @@ from connector.webapp.review import ReviewViews
 from connector.webapp.sessions import MAX_SESSIONS, WebSession, WebSessions
 from connector.webapp.transfer import MAX_IMPORT_BYTES, ImportPlan, dry_run, export_memories, export_zip, plan_import
 from connector.webapp.views import MODE_LABELS, TYPES, BrainViews, SearchForm, SearchResult
-from connector.workcopy.manager import BrainUnavailable
-from common.limits import TokenBucketLimiter, TrustedProxies, client_address
+from connector.workcopy.manager import BrainUnavailable, SignInAgain
+from connector.workcopy.store_client import StoreUnauthorized
+from common.limits import TrustedProxies, client_address
 
 log = logging.getLogger("connector.webapp")
 
 MAX_FORM_BYTES = 256 * 1024
-SIGNIN_RATE_PER_MIN = 10
 SIGNIN_COOKIE_AGE_S = 3600
 MEMORY_ACTIONS = ("pin", "unpin", "forget", "restore", "approve", "reject")
 # What the page says after an action; chosen from this table, never echoed from the request.
@@ -60,14 +61,18 @@ IMPORT_TTL_S = 900.0
 OIDC_PENDING_TTL_S = 600.0
 MAX_OIDC_PENDING = 1000
 HELD_NOTE = "Saved here, not yet synced to the store; it will be pushed automatically."
+ENDED_MESSAGE = ("Your brain store no longer accepts this sign-in (its token was changed or removed, "
+                 "or the agent key was revoked). Sign in again.")
 
 
 class WebApp:
     """The web app's state: sessions, sign-in provider, views and actions."""
 
-    def __init__(self, settings: Any, *, manager: Any, tools: Any, provider: Any, state: OAuthState | None = None) -> None:
+    def __init__(self, settings: Any, *, manager: Any, tools: Any, provider: Any, state: OAuthState | None = None,
+                 signin_checks: SignInChecks | None = None) -> None:
         """``state`` (the connector's) keeps sessions, OIDC sign-ins in flight and checked imports
-        in its directory, so a browser's next request may land on any replica sharing it."""
+        in its directory, so a browser's next request may land on any replica sharing it;
+        ``signin_checks`` is the OAuth page's budget of sign-in attempts per address (shared)."""
         self.settings = settings
         self.provider = provider
         directory = state.state_dir if state is not None else None
@@ -76,12 +81,14 @@ class WebApp:
         def place(name: str) -> Path | None:
             return directory / name if directory is not None else None
 
-        self.sessions = WebSessions(settings.webapp_session_ttl_ms / 1000.0, directory=place("web-sessions"), box=box)
+        self.sessions = WebSessions(settings.webapp_session_ttl_ms / 1000.0, directory=place("web-sessions"), box=box,
+                                    ended=place("web-ended"))
         self.views = BrainViews(manager, tools)
         self.actions = BrainActions(manager, tools)
         self.review = ReviewViews(self.views)
         self._trusted = TrustedProxies.parse(settings.trust_proxy)
-        self._signin_limit = TokenBucketLimiter(SIGNIN_RATE_PER_MIN)
+        self._signin_checks = signin_checks if signin_checks is not None else signin_limiter(
+            None, settings.signin_attempts_per_min)
         # Checked imports waiting for the person's confirmation: one per session (keyed by its CSRF token).
         self._imports = SealedRecords(place("web-imports"), box, "web-import", ttl_s=IMPORT_TTL_S,
                                       capacity=MAX_SESSIONS)
@@ -148,10 +155,13 @@ class WebApp:
         """Where the app lives for a request's ASGI scope."""
         return site_of(scope, self.settings.public_url, tuple(self.settings.trust_proxy))
 
+    def client_address(self, request: Request[Any, Any, Any]) -> str:
+        """The person's address: the right-most untrusted X-Forwarded-For hop behind a trusted proxy."""
+        return client_address(peer_address(request.scope), request.headers.get("x-forwarded-for"), self._trusted)
+
     def signin_retry_after(self, request: Request[Any, Any, Any]) -> float | None:
-        """Sign-in attempts per client address are limited (token guessing)."""
-        address = client_address(peer_address(request.scope), request.headers.get("x-forwarded-for"), self._trusted)
-        return self._signin_limit.hit(address)
+        """Sign-in attempts per client address are limited (token guessing), as on the OAuth page."""
+        return signin_wait(self._signin_checks, self.client_address(request))
 
     def page(self, template: str, site: Site, session: WebSession | None, *, status: int = 200,
              cookies: list[Cookie] | None = None, **context: Any) -> Response[str]:
@@ -187,7 +197,7 @@ def _flash(done: str | None, held: str | None) -> str | None:
 
 def _done_location(site: Site, action: str, done: Done) -> str:
     query = {"done": action, **({} if done.synced else {"held": "1"})}
-    return f"{site.root}/memory/{done.memory_id}?{urlencode(query)}"
+    return f"{site.root}/memory/{path_segment(done.memory_id)}?{urlencode(query)}"
 
 
 def webapp_route_handlers(app: WebApp) -> list[Any]:
@@ -219,7 +229,9 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         if session is not None:
             return app.redirect(site.root)
         token = new_signin_token()
-        return app.page("signin.html", site, None, csrf=token, provider=app.provider.kind, error=None,
+        ended = request.query_params.get("ended") == "1"
+        return app.page("signin.html", site, None, csrf=token, provider=app.provider.kind,
+                        error=ENDED_MESSAGE if ended else None,
                         signed_out=request.query_params.get("out") == "1",
                         cookies=[site.cookie(site.signin_cookie, token, SIGNIN_COOKIE_AGE_S)])
 
@@ -287,7 +299,13 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         if app.provider.mode != "page":
             return signin_again(site, 400, "Use the button to sign in with your organisation.")
         try:
-            identity = await app.provider.sign_in(form.get("token"))
+            # The person's address goes to the store, which limits wrong tokens per address
+            # (not per connector, whose address carries every signed-in user's requests).
+            identity = await app.provider.sign_in(form.get("token"), app.client_address(request))
+        except ProviderThrottled:
+            # Counted like a wrong token (the attempt was taken above): never a free retry.
+            return signin_again(site, 429, "Your brain store refuses more sign-in attempts from your network for now. "
+                                           "Wait a minute and try again.")
         except ProviderRefused:
             return signin_again(site, 401, "That token was not accepted by your brain store.")
         except ProviderUnavailable:
@@ -313,7 +331,8 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
             _, session = session_of(request.cookies, site, app.sessions)
             if session is None:
                 return app.redirect(f"{site.root}/signin")
-            return await unavailable_as_page(handler(request, Visit(site, session, {}, None)), site, session)
+            return await unavailable_as_page(handler(request, Visit(site, session, {}, None)), site, session,
+                                             request)
 
         route.__name__ = route.__qualname__ = handler.__name__
         return route
@@ -325,14 +344,21 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
             checked = await guarded_post(request, write=True)
             if isinstance(checked, Response):
                 return checked
-            return await unavailable_as_page(handler(request, checked), checked.site, checked.session)
+            return await unavailable_as_page(handler(request, checked), checked.site, checked.session, request)
 
         route.__name__ = route.__qualname__ = handler.__name__
         return route
 
-    async def unavailable_as_page(answer: Awaitable[Response[Any]], site: Site, session: WebSession) -> Response[Any]:
+    async def unavailable_as_page(answer: Awaitable[Response[Any]], site: Site, session: WebSession,
+                                  request: Request[Any, Any, Any]) -> Response[Any]:
         try:
             return await answer
+        except (SignInAgain, StoreUnauthorized):
+            # The store refused this session's credential: the session ends here (and every
+            # other using it, through the manager's hook), and the person is sent to sign in
+            # instead of every page presenting the dead credential to the store again.
+            app.sessions.end(request.cookies.get(site.session_cookie))
+            return app.redirect(f"{site.root}/signin?ended=1", cookies=[site.cookie(site.session_cookie, "", 0)])
         except BrainUnavailable as exc:
             return app.page("error.html", site, session, status=503, title="Brain unavailable", message=str(exc))
 
@@ -513,12 +539,14 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         summary = await asyncio.to_thread(dry_run, plan, snapshot.brain, now)
         # Off the loop: a checked import may be megabytes, sealed and written to the state directory.
         reference = await asyncio.to_thread(app.keep_import, visit.session, plan) if summary.new else None
+        # A file with nothing to import and errors is refused as such (400), the errors listed.
+        status = 400 if summary.errors and not summary.new else 200
         # What the new memories repeat or update among those already here (the first ones checked).
         similar = await app.views.similar_to_new(visit.session.account, [
             Incoming(memory.content, memory.title, memory.tags, memory.type) for memory in plan.inputs
         ]) if summary.new else []
-        return app.page("transfer.html", visit.site, visit.session, summary=summary, reference=reference, error=None,
-                        similar=similar)
+        return app.page("transfer.html", visit.site, visit.session, status=status, summary=summary,
+                        reference=reference, error=None, similar=similar)
 
     @post("/app/import/confirm", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
     @write_route
@@ -586,8 +614,8 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
 
 
 def build_webapp(settings: Any, *, manager: Any, tools: Any, provider: Any,
-                 state: OAuthState | None = None) -> tuple[WebApp, list[Any]]:
+                 state: OAuthState | None = None, signin_checks: SignInChecks | None = None) -> tuple[WebApp, list[Any]]:
     """The web app and its route handlers (``provider``: the connector's identity provider;
-    ``state``: the connector's, shared by replicas)."""
-    web = WebApp(settings, manager=manager, tools=tools, provider=provider, state=state)
+    ``state``: the connector's, shared by replicas; ``signin_checks``: the OAuth page's sign-in budget)."""
+    web = WebApp(settings, manager=manager, tools=tools, provider=provider, state=state, signin_checks=signin_checks)
     return web, webapp_route_handlers(web)

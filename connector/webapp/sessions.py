@@ -7,7 +7,10 @@ directory they are files in ``<state dir>/web-sessions/`` (``SealedRecords``:
 named by the cookie's hash, sealed under the state key, 0600), so a browser is
 signed in at every replica sharing that directory and across restarts; without
 one they live in this process's memory. Sign-out deletes the record, so a copied
-cookie stops working at every replica at once.
+cookie stops working at every replica at once. A store credential the store refused
+(rotated or removed user, revoked agent key) is remembered as ended (sealed, in
+``<state dir>/web-ended/``), so every session using it ends at its next request
+without presenting the dead credential to the store again.
 """
 
 from __future__ import annotations
@@ -54,12 +57,15 @@ class WebSessions:
     """Create, look up and end sessions; only hashes of cookie values name them."""
 
     def __init__(self, ttl_s: float, *, clock: Callable[[], float] = time.time, capacity: int = MAX_SESSIONS,
-                 directory: Path | None = None, box: SecretBox | None = None) -> None:
-        """``directory`` (shared by replicas) and ``box`` (the state's) keep sessions on disk."""
+                 directory: Path | None = None, box: SecretBox | None = None, ended: Path | None = None) -> None:
+        """``directory`` (shared by replicas) and ``box`` (the state's) keep sessions on disk;
+        ``ended`` (likewise) the credentials the store refused."""
         self._ttl_s = ttl_s
         self._clock = clock
-        self._records = SealedRecords(directory, box or SecretBox(secrets.token_bytes(32)), "web-session",
-                                      ttl_s=ttl_s, capacity=capacity, clock=clock)
+        box = box or SecretBox(secrets.token_bytes(32))
+        self._records = SealedRecords(directory, box, "web-session", ttl_s=ttl_s, capacity=capacity, clock=clock)
+        # No session outlives ttl_s, so neither need the marks of the credentials it may hold.
+        self._ended = SealedRecords(ended, box, "web-ended-credential", ttl_s=ttl_s, capacity=capacity, clock=clock)
 
     def create(self, *, subject: str, credential: str, kind: str, read_only: bool,
                credential_expires_at: float | None = None) -> tuple[str, WebSession]:
@@ -72,6 +78,8 @@ class WebSessions:
         session = WebSession(subject=subject, credential=credential, kind=kind, read_only=read_only,
                              csrf=secrets.token_urlsafe(32), expires_at=expires)
         self._records.put(cookie, dataclasses.asdict(session), expires)
+        # The store has just accepted the credential: a mark from an earlier refusal no longer holds.
+        self._ended.delete(credential)
         return cookie, session
 
     def get(self, cookie: str | None) -> WebSession | None:
@@ -82,11 +90,19 @@ class WebSessions:
         if record is None:
             return None
         try:
-            return WebSession(subject=str(record["subject"]), credential=str(record["credential"]),
-                              kind=str(record["kind"]), read_only=bool(record["read_only"]),
-                              csrf=str(record["csrf"]), expires_at=float(record["expires_at"]))
+            session = WebSession(subject=str(record["subject"]), credential=str(record["credential"]),
+                                 kind=str(record["kind"]), read_only=bool(record["read_only"]),
+                                 csrf=str(record["csrf"]), expires_at=float(record["expires_at"]))
         except (KeyError, TypeError, ValueError):
             return None
+        if self._ended.get(session.credential) is not None:
+            self._records.delete(cookie)
+            return None
+        return session
+
+    def end_credential(self, credential: str) -> None:
+        """The store refused ``credential``: every session using it ends at its next request."""
+        self._ended.put(credential, {}, self._clock() + self._ttl_s)
 
     def end(self, cookie: str | None) -> bool:
         """Sign out: forget the session at every replica. True when one was ended."""

@@ -146,6 +146,10 @@ def plan_import(payload: bytes, brain: Brain | None, now: datetime) -> ImportPla
         if not isinstance(item, Mapping):
             plan.errors.append(f"memory {position}: not an object")
             continue
+        wrong = [name for name in ("title", "content") if item.get(name) is not None and not isinstance(item[name], str)]
+        if wrong:
+            plan.errors.append(f"memory {position}: '{wrong[0]}' must be text")
+            continue
         key = (item.get("title"), item.get("content"))
         if key in present:
             plan.skipped += 1

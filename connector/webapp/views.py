@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from connector.engine.archive import ArchiveError, load_archive
+from connector.engine.hybrid import empty_recall_reason
 from connector.engine.index import BrainIndex, RecallError, index_for
 from connector.engine.restore import frontmatter_values
 from connector.engine.rules import MEMORY_TYPES
@@ -98,6 +99,8 @@ class SearchResult:
     browse: list[MemoryLine] = field(default_factory=list)
     error: str | None = None
     tags: list[str] = field(default_factory=list)
+    # Why the recall itself found nothing (hybrid.empty_recall_reason), shown above the empty list.
+    empty_reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -288,6 +291,8 @@ class BrainViews:
             return result
         brain = snapshot.brain
         assert brain is not None
+        if not hits:
+            result.empty_reason = empty_recall_reason(form.mode or self.tools.recall_mode, form.query)
         for hit in hits:
             if form.type and hit.get("type") != form.type:
                 continue

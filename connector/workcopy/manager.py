@@ -130,6 +130,13 @@ class BrainUnavailable(Exception):
     """The brain cannot be served right now; the message is safe to show to the user."""
 
 
+class SignInAgain(BrainUnavailable):
+    """The store refused the caller's credential (401/403): only a new sign-in helps."""
+
+    def __init__(self, message: str = SIGN_IN_AGAIN) -> None:
+        super().__init__(message)
+
+
 class UnknownBrain(Exception):
     """brain_use named no brain of this account; carries the names to offer."""
 
@@ -673,7 +680,7 @@ class WorkingCopyManager:
             copy.head_seen = head
             log.warning("store unreachable on freshness check; serving the copy held")
         except StoreUnauthorized:
-            raise BrainUnavailable(SIGN_IN_AGAIN) from None
+            raise SignInAgain() from None
         except StoreError as exc:
             raise BrainUnavailable(f"The brain could not be loaded from the store: {exc}.") from None
 
@@ -703,7 +710,7 @@ class WorkingCopyManager:
         except StoreUnreachable:
             raise BrainUnavailable("The store cannot be reached right now. Try again shortly.") from None
         except StoreUnauthorized:
-            raise BrainUnavailable(SIGN_IN_AGAIN) from None
+            raise SignInAgain() from None
         except StoreError as exc:
             raise BrainUnavailable(f"The store answered unexpectedly: {exc}.") from None
         identity = identity_for(account, brains, active)
@@ -784,7 +791,7 @@ class WorkingCopyManager:
                 # since this one listed them: ask again rather than create a second one.
                 brains, active = await self._active(account, force_list=True)
         except StoreUnauthorized:
-            raise BrainUnavailable(SIGN_IN_AGAIN) from None
+            raise SignInAgain() from None
         except StoreUnreachable:
             brains, active = [], None
             state = self._users.get(account.subject)

@@ -1,10 +1,15 @@
 """Where hybrid recall's vectors live: in memory, and sealed on disk in the state directory.
 
-A vector is computed once per memory *content* (key: `embedding.content_hash` of
-the model and the embedded text), whichever brain, device or version it comes
-from: a pull of an unchanged brain, or of a brain where a few memories changed,
-embeds only what it has never seen. Nothing is written into the brain archive, so
-the reference `brain` command line reads and writes it as before.
+A vector is computed once per memory *content* within one brain (key: a keyed
+BLAKE2b of the brain id over `embedding.content_hash` of the model and the embedded
+text), whichever device or version it comes from: a pull of an unchanged brain, or
+of a brain where a few memories changed, embeds only what it has never seen. Vectors
+are never shared between brains, even for the same text: a shared cache would let
+one user time whether another user's brain holds a text (a hit is ~6x faster than a
+miss). `VectorStore.for_brain(brain_id)` is the view the connector hands to hybrid
+recall; the store used bare (no brain: the command line, benchmarks) keys by content
+alone. Nothing is written into the brain archive, so the reference `brain` command
+line reads and writes it as before.
 
 With a state directory, new vectors are appended to ``vectors/`` there as segment
 files sealed with AES-256-GCM under a key derived from the state key (memory text
@@ -16,6 +21,7 @@ damaged) is ignored: its vectors are computed again when needed.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import secrets
@@ -37,12 +43,13 @@ from connector.engine.hybrid import HybridIndex
 log = logging.getLogger("connector.vectors")
 
 _KEY_INFO = b"brain-connector vector cache v1"
-_MAGIC = b"BVEC1\n"
+_MAGIC = b"BVEC2\n"  # keys per brain; BVEC1 segments (keyed by content alone) are deleted when seen
+_OLD_MAGIC = b"BVEC1\n"
 _HASH_BYTES = 16
-# Texts embedded per model call: enough to amortise the weights' streaming (the model
-# batches up to ~384 tokens itself), few enough that new vectors are kept (and saved)
-# as they come.
-_BATCH = 64
+# Texts embedded per model call: enough for the model's threads and its sharing of work
+# between repeated tokens (~35 micro-batches of 4,096 tokens), few enough that new
+# vectors are kept (and saved, one segment per call) as they come: a few seconds each.
+_BATCH = 1024
 # Segments beyond this many are merged into one at the next write.
 _MAX_SEGMENTS = 16
 
@@ -84,28 +91,41 @@ class VectorStore:
         """The unit vector of a query (not stored)."""
         return self.embedder.embed([text])[0]
 
-    def get(self, digest: bytes) -> np.ndarray | None:
-        """The (dequantised) vector kept for one content hash, or None when never computed."""
+    def for_brain(self, brain_id: str | None) -> BrainVectors:
+        """The vectors of one brain: a `VectorSource` that never sees another brain's vectors."""
+        return BrainVectors(self, brain_id)
+
+    def get(self, digest: bytes, brain_id: str | None = None) -> np.ndarray | None:
+        """The (dequantised) vector kept for one content hash (of ``brain_id``), or None when never computed."""
+        key = _keys([digest], brain_id)[0]
         with self._lock:
             self._load_once()
-            row = self._rows.get(digest)
+            row = self._rows.get(key)
             return None if row is None else self._codes[row].astype(np.float32) * self._scales[row]
 
-    def vectors(self, hashes: Sequence[bytes], texts: Sequence[str]) -> Quantized:
-        """Vectors of ``texts`` keyed by ``hashes``, one row each in order, embedding only unknown ones."""
+    def vectors(self, hashes: Sequence[bytes], texts: Sequence[str], brain_id: str | None = None) -> Quantized:
+        """Vectors of ``texts`` keyed by ``hashes`` (within ``brain_id``), one row each in order, embedding only unknown ones."""
+        keys = _keys(hashes, brain_id)
         with self._lock:
             self._load_once()
             missing: dict[bytes, str] = {}
-            for digest, text in zip(hashes, texts):
-                if digest not in self._rows and digest not in missing:
-                    missing[digest] = text
+            for key, text in zip(keys, texts):
+                if key not in self._rows and key not in missing:
+                    missing[key] = text
         if missing:
             self._embed_and_keep(missing)
         with self._lock:
-            rows = np.fromiter((self._rows[digest] for digest in hashes), dtype=np.int64, count=len(hashes))
+            rows = np.fromiter(map(self._rows.__getitem__, keys), dtype=np.int64, count=len(keys))
             return Quantized(self._codes[rows], self._scales[rows])
 
     # ----- computing --------------------------------------------------------
+
+    def keep(self, hashes: Sequence[bytes], vectors: Quantized, brain_id: str | None = None) -> None:
+        """Keep vectors computed elsewhere for ``hashes`` of ``brain_id`` (benchmarks seed many
+        copies of one brain this way); known ones are left as they are."""
+        with self._lock:
+            self._load_once()
+            self._keep(_keys(hashes, brain_id), vectors)
 
     def _embed_and_keep(self, missing: dict[bytes, str]) -> None:
         digests = list(missing)
@@ -114,12 +134,19 @@ class VectorStore:
             packed = quantize(self.embedder.embed([missing[digest] for digest in batch]))
             with self._lock:
                 self.embedded += len(batch)
-                fresh = [(d, i) for i, d in enumerate(batch) if d not in self._rows]
-                if not fresh:
-                    continue
-                picked = np.asarray([i for _, i in fresh], dtype=np.int64)
-                self._append([d for d, _ in fresh], packed.codes[picked], packed.scales[picked])
-                self._persist([d for d, _ in fresh], packed.codes[picked], packed.scales[picked])
+                self._keep(batch, packed)
+
+    def _keep(self, keys: list[bytes], packed: Quantized) -> None:
+        """Append and save the rows of ``keys`` not known yet (under the lock)."""
+        fresh: dict[bytes, int] = {}
+        for position, key in enumerate(keys):
+            if key not in self._rows and key not in fresh:
+                fresh[key] = position
+        if not fresh:
+            return
+        picked = np.fromiter(fresh.values(), dtype=np.int64, count=len(fresh))
+        self._append(list(fresh), packed.codes[picked], packed.scales[picked])
+        self._persist(list(fresh), packed.codes[picked], packed.scales[picked])
 
     def _append(self, digests: list[bytes], codes: np.ndarray, scales: np.ndarray) -> None:
         used = len(self._rows)
@@ -152,6 +179,8 @@ class VectorStore:
         except (InvalidTag, ValueError):
             return None
         if not payload.startswith(_MAGIC):
+            if payload.startswith(_OLD_MAGIC):
+                raise _OldFormat
             return None
         count, dimensions = struct.unpack_from("<II", payload, len(_MAGIC))
         if dimensions != self.dimensions:
@@ -192,6 +221,10 @@ class VectorStore:
                 opened = self._open(path.read_bytes())
             except OSError:
                 opened = None
+            except _OldFormat:
+                # Keyed by content alone (shared across brains): dropped, recomputed per brain.
+                path.unlink(missing_ok=True)
+                continue
             if opened is None:
                 log.warning("ignoring unreadable vector cache segment %s", path.name)
                 continue
@@ -236,6 +269,42 @@ class VectorStore:
             raise
 
 
+class _OldFormat(Exception):
+    """A segment of the first format, keyed by content alone (shared across brains)."""
+
+
+def _keys(hashes: Sequence[bytes], brain_id: str | None) -> list[bytes]:
+    """Cache keys of content hashes within one brain (the hashes themselves without a brain)."""
+    if brain_id is None:
+        return list(hashes)
+    # Keyed BLAKE2b: the brain id is the key, so equal texts of two brains never share a key.
+    scope = hashlib.sha256(b"brain-connector vectors of brain\0" + brain_id.encode("utf-8", "surrogatepass")).digest()
+    blake = hashlib.blake2b
+    return [blake(digest, key=scope, digest_size=_HASH_BYTES).digest() for digest in hashes]
+
+
+class BrainVectors:
+    """One brain's view of a `VectorStore` (a `VectorSource` for `HybridIndex.build`)."""
+
+    def __init__(self, store: VectorStore, brain_id: str | None) -> None:
+        self.store = store
+        self.brain_id = brain_id
+        self.model_id = store.model_id
+        self.dimensions = store.dimensions
+
+    def vectors(self, hashes: Sequence[bytes], texts: Sequence[str]) -> Quantized:
+        """Vectors of ``texts`` keyed by ``hashes`` within this brain, embedding only unknown ones."""
+        return self.store.vectors(hashes, texts, self.brain_id)
+
+    def get(self, digest: bytes) -> np.ndarray | None:
+        """The vector kept for one content hash of this brain, or None."""
+        return self.store.get(digest, self.brain_id)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """The unit vector of a query (not stored)."""
+        return self.store.embed_query(text)
+
+
 class HybridCache:
     """A small LRU of hybrid indexes keyed by content key (an archive checksum), thread-safe.
 
@@ -261,6 +330,14 @@ class HybridCache:
             if found is not None:
                 self._items.move_to_end(key)
             return found
+
+    def newest(self, prefix: str) -> HybridIndex | None:
+        """The most recently used index whose key starts with ``prefix`` (one brain's), or None."""
+        with self._lock:
+            for key in reversed(self._items):
+                if key.startswith(prefix):
+                    return self._items[key]
+        return None
 
     def get_or_build(self, key: str | None, build: Callable[[], HybridIndex]) -> HybridIndex:
         """The index for ``key``, built with ``build`` on a miss (never cached without a key)."""

@@ -9,6 +9,7 @@ import pytest
 
 from connector.engine.archive import pack_archive
 from tests.connector.conftest import RunningStore, brains_of, upload_raw
+from tests.connector.test_e2e_tool_content import text_of
 from tests.connector.test_e2e_tools import connector, mcp_session, mint, structured
 from tests.engine.hybrid_support import make_brain
 
@@ -26,19 +27,66 @@ def test_recall_mode_over_mcp(store: RunningStore, tmp_path: Path) -> None:
         async with mcp_session(base + "/mcp", token) as client:
             tools = {tool.name: tool for tool in (await client.list_tools()).tools}
             assert tools["brain_recall"].input_schema["properties"]["mode"]["enum"] == ["exact", "hybrid"]
-            # CONNECTOR_RECALL_MODE=hybrid: the default finds Chinese text and typos.
+            # Hybrid is the default (no CONNECTOR_RECALL_MODE set): it finds Chinese text and typos.
             found = structured(await client.call_tool("brain_recall", {"query": "疫苗", "limit": 3}))
-            assert found["results"][0]["id"] == ids["猫的疫苗"]
+            assert found["results"][0]["id"] == ids["猫的疫苗"] and "nothing_matches_well" not in found
             typo = structured(await client.call_tool("brain_recall", {"query": "kubernetse clustr", "limit": 3}))
             assert ids["Cluster upgrade"] in [hit["id"] for hit in typo["results"]]
-            # The caller can still ask for the exact engine, which sees no Chinese.
+            # A topic the brain never mentions: nothing, and the answer says no memory matches well,
+            # in English, Chinese and Japanese alike.
+            for absent in ("saxophone lessons", "学习萨克斯", "サックスの練習"):
+                answer = await client.call_tool("brain_recall", {"query": absent})
+                nothing = structured(answer)
+                assert nothing["count"] == 0 and nothing["results"] == [] and nothing["nothing_matches_well"] is True
+                assert "No memory matches this query well" in nothing["note"]
+                assert text_of(answer).startswith("No memory matches well.")
+            # The caller can still ask for the exact engine, which sees no Chinese: it says hybrid would.
             exact = structured(await client.call_tool("brain_recall", {"query": "疫苗", "mode": "exact"}))
-            assert exact == {"count": 0, "results": []}
+            assert exact["count"] == 0 and exact["results"] == [] and "nothing_matches_well" not in exact
+            assert 'cannot search Chinese or Japanese text; hybrid mode (mode "hybrid") would search' in exact["note"]
+            # An English exact query that finds nothing gets no such hint.
+            plain = structured(await client.call_tool("brain_recall", {"query": "saxophone", "mode": "exact"}))
+            assert plain == {"count": 0, "results": []}
             wrong = await client.call_tool("brain_recall", {"query": "疫苗", "mode": "fuzzy"})
             assert wrong.is_error and "'mode' must be one of: exact, hybrid" in wrong.content[0].text
 
-    with connector(tmp_path, store, env={"CONNECTOR_RECALL_MODE": "hybrid"}) as server:
+    with connector(tmp_path, store) as server:
         asyncio.run(scenario(server.base_url))
     # The vectors were kept, sealed, in the connector's state directory (never in the brain).
     segments = list((tmp_path / "connector-state" / "vectors").glob("seg-*.bin"))
     assert segments and all(path.stat().st_mode & 0o777 == 0o600 for path in segments)
+
+
+def _vectors_kept(state: Path) -> int:
+    """Vectors in the sealed segments (count from sizes: nonce, tag, header, 532 bytes each)."""
+    sizes = [path.stat().st_size - 12 - 16 - 6 - 8 for path in (state / "vectors").glob("seg-*.bin")]
+    assert all(size % (16 + 4 + 512) == 0 for size in sizes)
+    return sum(size // (16 + 4 + 512) for size in sizes)
+
+
+def test_vectors_are_per_brain_and_survive_a_restart(store: RunningStore, tmp_path: Path) -> None:
+    """Issue 24 item 11: another user's brain holding the same texts never finds them cached."""
+    users = {name: store.add_user(name) for name in ("alice", "mallory")}
+    ids = {}
+    for name, user in users.items():
+        brain, ids[name] = make_brain()  # the same texts in both brains
+        brain_id = brains_of(store.url, user.token)[0]["id"]
+        assert upload_raw(store.url, user.token, brain_id, pack_archive(brain)).status_code == 200
+    state = tmp_path / "connector-state"
+
+    async def recall(base: str, name: str) -> None:
+        token = mint(base, users[name], {"brain.read"})
+        async with mcp_session(base + "/mcp", token) as client:
+            found = structured(await client.call_tool("brain_recall", {"query": "疫苗", "mode": "hybrid", "limit": 3}))
+            assert found["results"][0]["id"] == ids[name]["猫的疫苗"]
+
+    count = len(ids["alice"])
+    with connector(tmp_path, store) as server:
+        asyncio.run(recall(server.base_url, "alice"))
+        assert _vectors_kept(state) == count
+        asyncio.run(recall(server.base_url, "mallory"))
+        assert _vectors_kept(state) == 2 * count, "mallory's texts were embedded for mallory, not found in alice's"
+    with connector(tmp_path, store) as server:  # restarted: both read back, nothing computed again
+        asyncio.run(recall(server.base_url, "alice"))
+        asyncio.run(recall(server.base_url, "mallory"))
+        assert _vectors_kept(state) == 2 * count

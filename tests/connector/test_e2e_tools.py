@@ -51,6 +51,8 @@ ALL_TOOLS = {
     "brain_verify",
     "search",
     "fetch",
+    "brain_reflect",
+    "brain_extract",
 }
 FIXTURE = project_parity_dir() / "brains" / "brain-1-06"
 
@@ -265,7 +267,8 @@ def test_recall_through_mcp_equals_the_engine(store: RunningStore, tmp_path: Pat
         for mode in ("legacy", "auto"):
             async with mcp_session(base + "/mcp", token, mode) as client:
                 for query, limit, project in queries:
-                    arguments: dict[str, Any] = {"query": query, "limit": limit}
+                    # Exact mode (named: hybrid is the default) is the engine's `brain recall` exactly.
+                    arguments: dict[str, Any] = {"query": query, "limit": limit, "mode": "exact"}
                     if project:
                         arguments["project"] = project
                     # The connector's clock lies between these two instants; a 3-decimal value may tick over

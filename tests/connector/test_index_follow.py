@@ -55,7 +55,8 @@ def _setup(store: RunningStore, name: str) -> tuple[Any, str, Account, WorkingCo
         tuning=ManagerTuning(repull_ttl_s=120.0, retry_base_s=0.01, retry_cap_s=0.05),
         clock=lambda: NOW,
     )
-    return user, brain_id, account, manager, BrainTools(manager)
+    # Exact mode, named (hybrid is the default): the answers are compared with the exact engine's.
+    return user, brain_id, account, manager, BrainTools(manager, recall_mode="exact")
 
 
 CONTENT_KEYS = ("content", "content_truncated", "content_length")

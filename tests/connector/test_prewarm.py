@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from connector.engine.brain import Brain
+from connector.engine.index import BrainIndex
 from connector.mcp import tools as tools_module
 from connector.mcp.tools import BrainTools
 from connector.workcopy.model import WriteOutcome
@@ -29,6 +30,14 @@ class Holding:
 def outcome(brain_id: str, key: str) -> WriteOutcome:
     brain = Brain({"index.json": b'{"version": 2, "memories": {}}'})
     return WriteOutcome(result={}, synced=True, brain_id=brain_id, brain_name="default", brain=brain, key=key)
+
+
+async def settle(tools: BrainTools) -> None:
+    """Until the background builds are done (bounded)."""
+    for _ in range(500):
+        if not tools._background and not tools._prewarm_next:
+            return
+        await asyncio.sleep(0.01)
 
 
 def test_a_burst_of_writes_builds_only_the_last(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -112,22 +121,52 @@ def test_hybrid_default_embeds_what_a_write_added_in_the_background(monkeypatch:
     brain, ids = make_brain()
     embedder = CountingEmbedder()
 
-    async def settle(tools: BrainTools) -> None:
-        for _ in range(500):
-            if not tools._background and not tools._prewarm_next:
-                return
-            await asyncio.sleep(0.01)
-
     async def scenario() -> None:
         tools = BrainTools(manager=Holding("k1", "k2"), recall_mode="hybrid", vectors=VectorStore(embedder))  # type: ignore[arg-type]
         first = WriteOutcome(result={}, synced=True, brain_id="b", brain_name="default", brain=brain, key="k1")
         tools.prewarm(first)
         await settle(tools)
-        assert "k1" in tools.hybrid_cache and embedder.embedded == len(ids)
+        assert tools._index_ready("k1", "hybrid", "b") and embedder.embedded == len(ids)
         after = brain.copy()
         Memorize.from_request([{"title": "New", "type": "learning", "path": "notes/", "content": "x"}]).apply(after, NOW)
         tools.prewarm(WriteOutcome(result={}, synced=True, brain_id="b", brain_name="default", brain=after, key="k2"))
         await settle(tools)
-        assert "k2" in tools.hybrid_cache and embedder.embedded == len(ids) + 1
+        assert tools._index_ready("k2", "hybrid", "b") and embedder.embedded == len(ids) + 1
+
+    asyncio.run(scenario())
+
+
+def test_another_brain_never_hits_a_brains_vectors_or_index(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 24 item 11: the same texts in another brain are embedded again, not found in the cache
+    (a hit is several times faster than a miss, so a shared cache told who holds a text)."""
+    from connector.workcopy.vectors import VectorStore
+    from tests.engine.hybrid_support import CountingEmbedder, make_brain
+
+    monkeypatch.setattr(tools_module, "PREWARM_QUIET_S", 0.01)
+    brain, ids = make_brain()
+    embedder = CountingEmbedder()
+    store = VectorStore(embedder)
+
+    async def scenario() -> None:
+        tools = BrainTools(manager=Holding("same"), recall_mode="hybrid", vectors=store)  # type: ignore[arg-type]
+        tools.prewarm(WriteOutcome(result={}, synced=True, brain_id="alice", brain_name="default", brain=brain, key="same"))
+        await settle(tools)
+        assert tools._index_ready("same", "hybrid", "alice") and embedder.embedded == len(ids)
+        # Mallory's brain holds the very same texts, even the same archive (content key).
+        assert not tools._index_ready("same", "hybrid", "mallory")
+        tools.prewarm(WriteOutcome(result={}, synced=True, brain_id="mallory", brain_name="default", brain=brain.copy(), key="same"))
+        await settle(tools)
+        assert tools._index_ready("same", "hybrid", "mallory")
+        assert embedder.embedded == 2 * len(ids), "every text of mallory's brain was a miss"
+        alice = tools.hybrid_index(brain, "same", BrainIndex.build(brain), "alice")
+        mallory = tools.hybrid_index(brain, "same", BrainIndex.build(brain), "mallory")
+        assert alice is not mallory and alice.hashes == mallory.hashes and alice.text is not mallory.text
+        # A new version of alice's brain with the same texts reuses her index's parts, never mallory's.
+        again = tools.hybrid_index(brain, "same-texts-new-key", BrainIndex.build(brain), "alice")
+        assert again.text is alice.text and again.vectors is alice.vectors
+        assert embedder.embedded == 2 * len(ids)  # both cached now, each for its own brain
+        digest = alice.hashes[0]
+        assert store.for_brain("alice").get(digest) is not None and store.for_brain("mallory").get(digest) is not None
+        assert store.for_brain("eve").get(digest) is None and store.get(digest) is None
 
     asyncio.run(scenario())

@@ -62,8 +62,8 @@ def test_tools_allowlist() -> None:
 
 
 def test_recall_mode() -> None:
-    assert ConnectorSettings.load(STORE).recall_mode == "exact"
-    assert ConnectorSettings.load({**STORE, "CONNECTOR_RECALL_MODE": " Hybrid "}).recall_mode == "hybrid"
+    assert ConnectorSettings.load(STORE).recall_mode == "hybrid", "hybrid is the default (issue 28)"
+    assert ConnectorSettings.load({**STORE, "CONNECTOR_RECALL_MODE": " Exact "}).recall_mode == "exact"
     with pytest.raises(SettingsError, match="CONNECTOR_RECALL_MODE must be exact or hybrid"):
         ConnectorSettings.load({**STORE, "CONNECTOR_RECALL_MODE": "semantic"})
 

@@ -23,6 +23,8 @@ EXPECTED_HINTS = {
     "brain_verify": (False, True, False),
     "search": (True, False, True),
     "fetch": (True, False, True),
+    "brain_reflect": (True, False, True),
+    "brain_extract": (False, True, False),
 }
 
 

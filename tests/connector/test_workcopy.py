@@ -468,7 +468,7 @@ def test_recall_tool_equals_engine_recall(store: RunningStore) -> None:
 
     async def scenario() -> None:
         manager = manager_for(store)
-        tools = BrainTools(manager)
+        tools = BrainTools(manager, recall_mode="exact")  # compared with the exact engine
         caller = Caller(account_for(user), ALL)
         stored, _ = download_brain(store.url, user.token, brain_id)
         for query, limit in [("database migration", 10), ("performance latency", 5), ("testing", 25)]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,18 @@ import pytest
 
 from connector.engine.archive import load_archive, pack_archive
 from connector.engine.embedding import quantize, cosines
-from connector.engine.hybrid import HybridIndex, hybrid_recall, recall_in_mode
+from connector.engine.hybrid import (
+    DEFAULT_FUSION,
+    EXACT_CANNOT_READ,
+    NO_GOOD_MATCH,
+    Fusion,
+    HybridIndex,
+    Signals,
+    empty_recall_reason,
+    fuse,
+    hybrid_recall,
+    recall_in_mode,
+)
 from connector.engine.index import BrainIndex
 from connector.engine.ops import Memorize
 from connector.engine.recall import recall
@@ -236,3 +248,128 @@ def test_segments_merge_without_losing_another_process_vectors(tmp_path: Path, m
     fresh = CountingEmbedder()
     VectorStore(fresh, tmp_path, key).vectors(hashes[:5], texts[:5])
     assert fresh.embedded == 0
+
+
+def test_word_coverage_is_absolute_and_counts_near_spellings() -> None:
+    index = TextIndex.build(["kubernetes cluster upgrade window", "swimming lessons on sunday", "coffee in the morning", "猫的疫苗"])
+    # Unlike BM25 divided by the best, a memory sharing only a common word of the query scores low.
+    lessons = index.word_coverage("saxophone lessons")
+    assert lessons.argmax() == 1 and 0 < lessons[1] < 0.5
+    assert index.word_scores("saxophone lessons")[1] == 1.0, "the relative score calls it the best match"
+    assert index.word_coverage("kubernetes cluster upgrade")[0] == pytest.approx(1.0)
+    # A misspelt word counts by how close its nearest spelling is; CJK bigrams count too.
+    typo = index.word_coverage("kubernetse clustr")
+    assert typo.argmax() == 0 and 0.5 < typo[0] < 1.0
+    assert not index.word_coverage("kubernetse clustr", near=False).any()
+    assert index.word_coverage("疫苗")[3] == pytest.approx(1.0)
+    assert not index.word_coverage("").any() and not index.word_coverage("zebra").any()
+
+
+@pytest.mark.parametrize("query", ["saxophone lessons", "学习萨克斯", "サックスの練習", "horse riding stables"])
+def test_a_query_on_an_absent_topic_returns_nothing(query: str, model_store: VectorStore) -> None:
+    brain, _ = make_brain()
+    assert ids_for(brain, query, model_store, top=10) == []
+    assert empty_recall_reason("hybrid", query) == NO_GOOD_MATCH
+    # Without the floor the same fusion would have listed the nearest strangers.
+    index = BrainIndex.build(brain)
+    hybrid = HybridIndex.build(brain, index, model_store)
+    unfloored = hybrid_recall(brain, query, index=index, hybrid=hybrid, embed_query=model_store.embed_query, top=10,
+                              now=NOW, fusion=replace(DEFAULT_FUSION, floor=None))
+    assert len(unfloored) == len(index.memories)
+
+
+@pytest.mark.parametrize(
+    ("query", "title"),
+    [("coffee", "Coffee"), ("when does my cat get vaccinated", "猫的疫苗"), ("海辺 散歩", "週末の予定"),
+     ("webhook relay retries", "Webhook relay")],
+)
+def test_a_matching_query_still_finds_its_memory_first(query: str, title: str, model_store: VectorStore) -> None:
+    brain, ids = make_brain()
+    found = ids_for(brain, query, model_store, top=10)
+    assert found and found[0] == ids[title]
+
+
+def test_the_floor_weighs_meaning_and_words_jointly() -> None:
+    # Four memories; the signals are set by hand: the floor is a pure function of them.
+    def signals(semantic: list[float], words: list[float], strong: int | None = None) -> Signals:
+        zeros = np.zeros(4, dtype=np.float32)
+        covered = np.asarray(words, dtype=np.float32)
+        return Signals(np.asarray(semantic, dtype=np.float32), covered, covered, zeros, zeros, strong)
+
+    fusion = Fusion(floor=0.3, strength_words=0.5, window=0.1, standout=0.0)
+    _, listed = fuse(signals([0.2, 0.1, 0.1, 0.0], [0.0, 0.0, 0.0, 0.0]), fusion)
+    assert not listed.any(), "weak meaning, no words: nothing matches well"
+    _, listed = fuse(signals([0.2, 0.1, 0.1, 0.0], [0.4, 0.0, 0.0, 0.0]), fusion)
+    assert listed.tolist() == [True, False, False, False], "the same meaning with the query's words does"
+    _, listed = fuse(signals([0.5, 0.45, 0.1, 0.0], [0.0, 0.0, 0.0, 0.0]), fusion)
+    assert listed.tolist() == [True, True, False, False], "a strong meaning alone does; the far tail is cut"
+    _, listed = fuse(signals([0.0, 0.1, 0.1, 0.0], [0.0, 0.0, 0.0, 0.0], strong=3), fusion)
+    assert listed.tolist() == [False, False, False, True], "a strong exact hit always stands"
+    eligible = np.array([True, False, True, True])
+    _, listed = fuse(signals([0.5, 0.9, 0.1, 0.0], [0.0, 0.0, 0.0, 0.0]), fusion, eligible)
+    assert listed.tolist() == [True, False, False, False], "filtered memories neither list nor set the bar"
+    _, listed = fuse(signals([0.2, 0.1, 0.1, 0.0], [0.0, 0.0, 0.0, 0.0]), replace(fusion, floor=None))
+    assert listed.all()
+
+
+def test_empty_answers_say_why() -> None:
+    assert empty_recall_reason("hybrid", "saxophone") == NO_GOOD_MATCH
+    assert empty_recall_reason("exact", "疫苗") == EXACT_CANNOT_READ
+    assert empty_recall_reason("exact", "ワクチン") == EXACT_CANNOT_READ
+    assert empty_recall_reason("exact", "saxophone") is None
+    assert empty_recall_reason("hybrid", "  ") is None and empty_recall_reason("exact", None) is None
+
+
+def test_vectors_are_kept_per_brain_across_restarts_and_without_a_state_dir(tmp_path: Path) -> None:
+    from connector.workcopy import vectors as vectors_module
+
+    brain, ids = make_brain()
+    index = BrainIndex.build(brain)
+    key = bytes(range(32))
+    directory = tmp_path / "vectors"
+    # A segment of the first format (keyed by content alone, shared by all brains) is dropped.
+    old = VectorStore(CountingEmbedder(), directory, key)
+    old._load_once()
+    payload = vectors_module._OLD_MAGIC + b"\0" * 8
+    nonce = os.urandom(12)
+    (directory / "seg-0000000000000000.bin").write_bytes(nonce + old._aead.encrypt(nonce, payload, old.model_id.encode()))
+    for brain_id, state in (("alice", (directory, key)), ("alice", (None, None))):
+        embedder = CountingEmbedder()
+        store = VectorStore(embedder, *state)
+        first = HybridIndex.build(brain, index, store.for_brain(brain_id))
+        assert embedder.embedded == len(ids)
+        HybridIndex.build(brain, index, store.for_brain(brain_id))
+        assert embedder.embedded == len(ids), "known vectors are not embedded again"
+        HybridIndex.build(brain, index, store.for_brain("bob"))
+        assert embedder.embedded == 2 * len(ids), "another brain's vectors are never used"
+        HybridIndex.build(brain, index, store)
+        assert embedder.embedded == 3 * len(ids), "nor those of a brain from the bare store"
+        assert np.array_equal(store.for_brain("bob").get(first.hashes[0]), store.for_brain(brain_id).get(first.hashes[0]))
+    assert not (directory / "seg-0000000000000000.bin").exists()
+    # Restarted: alice's and bob's vectors come back from the state directory, each its own.
+    restarted = CountingEmbedder()
+    store = VectorStore(restarted, directory, key)
+    for brain_id in ("alice", "bob", None):
+        HybridIndex.build(brain, index, store.for_brain(brain_id))
+    assert restarted.embedded == 0 and len(store) == 3 * len(ids)
+    HybridIndex.build(brain, index, store.for_brain("carol"))
+    assert restarted.embedded == len(ids)
+    # Vectors computed elsewhere can be kept for a brain (benchmarks seed copies of one brain).
+    seeded = HybridIndex.build(brain, index, store.for_brain("alice"))
+    store.keep(seeded.hashes, seeded.vectors, "dave")
+    HybridIndex.build(brain, index, store.for_brain("dave"))
+    assert restarted.embedded == len(ids)
+
+
+def test_a_version_with_unchanged_texts_reuses_the_previous_index() -> None:
+    brain, ids = make_brain()
+    embedder = CountingEmbedder()
+    store = VectorStore(embedder).for_brain("b")
+    first = HybridIndex.build(brain, BrainIndex.build(brain), store)
+    pulled = load_archive(pack_archive(brain))
+    again = HybridIndex.build(pulled, BrainIndex.build(pulled), store, first)
+    assert again.text is first.text and again.vectors is first.vectors and again.ids == first.ids
+    Memorize.from_request([{"title": "New", "type": "learning", "path": "notes/", "content": "brand new"}]).apply(pulled, NOW)
+    changed = HybridIndex.build(pulled, BrainIndex.build(pulled), store, first)
+    assert changed.text is not first.text and len(changed.ids) == len(ids) + 1
+    assert embedder.embedded == len(ids) + 1

@@ -22,7 +22,8 @@ from .live import MemoryStorage, running_connector, signed_in_provider
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
 REDIRECT = "http://127.0.0.1:1/callback"  # never contacted: the test reads the redirect itself
 TOOLS = {"brain_recall", "brain_status", "brain_read", "brain_use", "brain_memorize", "brain_pin", "brain_unpin",
-         "brain_forget", "brain_verify", "search", "fetch"}
+         "brain_forget", "brain_verify", "search", "fetch",
+         "brain_reflect", "brain_extract"}
 
 
 def oauth_provider(mcp_url: str, store_token: str, storage: MemoryStorage, attempts: list[str]) -> OAuthClientProvider:

@@ -41,7 +41,8 @@ TS_CLIENT = PACKAGES / "mcp_clients" / "ts_sdk_client.mjs"
 TS_SDK = PACKAGES / "node_modules" / "@modelcontextprotocol" / "sdk" / "package.json"
 MCP_REMOTE = PACKAGES / "node_modules" / "mcp-remote" / "dist" / "proxy.js"
 TOOLS = {"brain_recall", "brain_status", "brain_read", "brain_use", "brain_memorize", "brain_pin", "brain_unpin",
-         "brain_forget", "brain_verify", "search", "fetch"}
+         "brain_forget", "brain_verify", "search", "fetch",
+         "brain_reflect", "brain_extract"}
 AUTHORIZE_LINE = "Please authorize this client by visiting:"
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("node-clients")]

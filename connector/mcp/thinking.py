@@ -1,0 +1,246 @@
+"""brain_reflect and brain_extract: the tools that think with a model (docs/thinking.md).
+
+Where the thinking happens, in the issue's order: the host's model through MCP sampling, when the
+client declared it on protocol 2026-07-28 (the multi-round trip: connector/thinking/host.py; older
+versions cannot carry it over our stateless transport, docs/thinking.md says why); then the
+operator's model (``CONNECTOR_MODEL_URL``); then no model, where brain_reflect returns the
+evidence for the host's model and brain_extract writes nothing. Recall and writes go through BrainTools' own paths (brain_recall's recall,
+brain_memorize's write with its checks).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import mcp_types as types
+
+from common.textsafety import has_unsafe_chars
+from connector.engine.credentials import find_credentials
+from connector.mcp import render
+from connector.mcp.arguments import ArgumentError, Args
+from connector.mcp.definitions import (
+    CHARS_PER_TOKEN,
+    DEFAULT_REFLECT_TOKENS,
+    MAX_EXTRACT_CHARS,
+    MAX_EXTRACT_ITEMS,
+    MAX_RECALL_CHARS,
+    MAX_RECALL_LIMIT,
+    MAX_REFLECT_TOKENS,
+    MEMORY_TYPES,
+    MIN_REFLECT_TOKENS,
+)
+from connector.thinking import prompts
+from connector.thinking.answers import ExtractionRefused, check_citations, parse_candidates
+from connector.thinking.evidence import EvidencePack, build_pack
+from connector.thinking.host import CURRENT as HOST
+from connector.thinking.source import ModelAnswer, ModelError, ModelSource
+
+if TYPE_CHECKING:
+    from connector.mcp.tools import BrainTools, Caller
+
+Handler = Callable[["Caller", Args], Awaitable[types.CallToolResult | types.InputRequiredResult]]
+# Output bounds of one answer (the operator's CONNECTOR_MODEL_MAX_TOKENS may bound it lower).
+REFLECT_ANSWER_TOKENS = 1024
+EXTRACT_ANSWER_TOKENS = 4096
+
+NO_MODEL_FOR_EXTRACT = (
+    "brain_extract needs a model, and none is available: this host did not offer sampling (MCP protocol "
+    "2026-07-28) and no operator model is set (CONNECTOR_MODEL_URL). Nothing was extracted or written. "
+    "Pick out the facts worth keeping yourself and save each with brain_memorize."
+)
+Thought = ModelAnswer | types.InputRequiredResult | None
+
+
+def written_by(answer: ModelAnswer) -> str:
+    """Who wrote an answer, for the result's text."""
+    return f"the host's model {answer.model}" if answer.source == "host" else f"the operator's model {answer.model}"
+
+
+def _ok(structured: dict[str, Any], text: str) -> types.CallToolResult:
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=text)], structured_content=structured, is_error=False
+    )
+
+
+class ThinkingTools:
+    """The two tools' handlers, over one BrainTools (its recall, snapshot and memorize) and a model or none."""
+
+    def __init__(self, tools: BrainTools, model: ModelSource | None) -> None:
+        self.tools = tools
+        self.model = model
+
+    def handlers(self) -> dict[str, Handler]:
+        """Tool name -> handler, for BrainTools' dispatch."""
+        return {"brain_reflect": self.reflect, "brain_extract": self.extract}
+
+    async def think(self, key: str, system: str, user: str, max_tokens: int, notes: list[str]) -> Thought:
+        """An answer from the first source that has one: the host's model (asked through an interim
+        result, answered on the retry), the operator's model, or None (no model). A model failure
+        raises ModelError; a host that did not answer falls through, noted."""
+        host = HOST.get()
+        if host.can_sample:
+            answer = host.answer(key)
+            if answer is not None:
+                return answer
+            if key not in host.responses:
+                return host.ask(key, system, user, max_tokens=max_tokens)
+            notes.append("The host's model gave no usable answer.")
+        if self.model is not None:
+            return await self.model.complete(system, user, max_tokens=max_tokens)
+        return None
+
+    # ----- brain_reflect ------------------------------------------------------
+
+    async def evidence(self, caller: Caller, args: Args) -> tuple[str, EvidencePack, list[str]]:
+        """The question, its evidence pack within the budget, and notes (clamped values, recall notes)."""
+        query = args.string("query", required=True, max_length=2000)
+        assert query is not None
+        tokens, clamped = args.clamped_integer(
+            "budget", default=DEFAULT_REFLECT_TOKENS, minimum=MIN_REFLECT_TOKENS, maximum=MAX_REFLECT_TOKENS
+        )
+        budget_chars = tokens * CHARS_PER_TOKEN
+        tags = {tag.lower() for tag in args.string_list("tags", max_items=20)}
+        project = args.string("project", max_length=300)
+        found = await self.tools.recall_structured(
+            caller,
+            {"query": query, "limit": MAX_RECALL_LIMIT, "project": project,
+             # With a tag filter some hits are dropped: fetch text for more so the budget still fills.
+             "max_chars": min(MAX_RECALL_CHARS, budget_chars * (3 if tags else 1))},
+        )
+        hits = [hit for hit in found.get("results", []) if not tags or tags & {str(t).lower() for t in hit.get("tags") or []}]
+        snapshot = await self.tools.manager.snapshot(caller.account)
+        entries: dict[str, Any] = {}
+        if snapshot.brain is not None and hits:
+            index = await asyncio.to_thread(snapshot.brain.read_json, "index.json")
+            memories = index.get("memories") if isinstance(index, dict) else None
+            entries = memories if isinstance(memories, dict) else {}
+        pack = build_pack(hits, entries, budget_chars)
+        notes = [note for note in (clamped, found.get("note")) if note]
+        if pack.left_out:
+            notes.append(f"{render.plural(pack.left_out, 'more memory', 'more memories')} matched but did not fit "
+                         "the budget.")
+        return query, pack, notes
+
+    async def reflect(self, caller: Caller, args: Args) -> types.CallToolResult | types.InputRequiredResult:
+        """A synthesis by the host's or the operator's model citing memory ids, or the evidence for the host."""
+        query, pack, notes = await self.evidence(caller, args)
+        answer: Thought = None
+        if pack.ids:
+            try:
+                answer = await self.think("reflect", prompts.reflect_system(pack), prompts.reflect_user(query, pack),
+                                          REFLECT_ANSWER_TOKENS, notes)
+            except ModelError as exc:
+                # Read-only, so nothing is lost: the host's model gets the evidence instead.
+                notes.insert(0, f"{exc} The evidence follows for you to answer from instead.")
+        if isinstance(answer, types.InputRequiredResult):
+            return answer
+        if answer is not None:
+            checked = check_citations(answer.text, pack.ids)
+            if checked.removed:
+                notes.append("The model cited ids that are not among the evidence; they were removed: "
+                             + ", ".join(render.one(memory_id) for memory_id in checked.removed[:10]) + ".")
+            if not checked.cited:
+                notes.append("The synthesis cites no memory: treat it with care.")
+            if answer.truncated:
+                notes.append("The answer was cut at the output-token bound.")
+            structured: dict[str, Any] = {
+                "mode": "synthesis",
+                "query": query,
+                "synthesis": checked.text,
+                "written_by": {"source": answer.source, "model": answer.model},
+                "cited": checked.cited,
+                "memories": [{"id": item.id, "title": item.title} for _, items in pack.groups for item in items],
+                "budget_chars": pack.budget_chars,
+            }
+            if notes:
+                structured["note"] = " ".join(notes)
+            header = f"Synthesis written by {written_by(answer)} from {render.plural(len(pack.ids), 'memory', 'memories')}"
+            return _ok(structured, f"{header}:\n\n{checked.text}" + (f"\n\nNote: {structured['note']}" if notes else ""))
+        instruction = prompts.host_instruction(pack)
+        structured = {"mode": "evidence", "query": query, "instruction": instruction, **pack.as_dict()}
+        if notes:
+            structured["note"] = " ".join(notes)
+        text = f"{instruction}\n\nQuestion: {query}\n{pack.render()}" + (f"\nNote: {structured['note']}" if notes else "")
+        return _ok(structured, text)
+
+    # ----- brain_extract ------------------------------------------------------
+
+    async def extract(self, caller: Caller, args: Args) -> types.CallToolResult | types.InputRequiredResult:
+        """Candidate memories from a text, by the host's or the operator's model; saved through brain_memorize
+        with ``save``."""
+        text = args.string("text", required=True, max_length=10 * MAX_EXTRACT_CHARS)
+        assert text is not None
+        if len(text) > MAX_EXTRACT_CHARS:
+            raise ArgumentError(
+                f"'text' has {len(text):,} characters; brain_extract takes at most {MAX_EXTRACT_CHARS:,} per call. "
+                "Nothing was extracted or written: split the document and extract each part."
+            )
+        title = args.string("document_title", max_length=200)
+        if title is not None and has_unsafe_chars(title):
+            raise ArgumentError("'document_title' must be plain text on one line")
+        save = args.boolean("save")
+        notes: list[str] = []
+        try:
+            answer = await self.think("extract", prompts.extract_system(MAX_EXTRACT_ITEMS),
+                                      prompts.extract_user(text, title), EXTRACT_ANSWER_TOKENS, notes)
+            if answer is None:
+                return types.CallToolResult(
+                    content=[types.TextContent(type="text", text=" ".join([*notes, NO_MODEL_FOR_EXTRACT]))],
+                    is_error=True,
+                )
+            if isinstance(answer, types.InputRequiredResult):
+                return answer
+            candidates = parse_candidates(answer.text, MEMORY_TYPES, MAX_EXTRACT_ITEMS)
+        except ModelError as exc:
+            raise ArgumentError(f"{exc} Nothing was extracted or written; try again later.") from None
+        except ExtractionRefused as exc:
+            raise ArgumentError(f"The model's answer was refused ({exc}); nothing was written.") from None
+        source = source_tag(title, self.tools.manager.now())
+        structured: dict[str, Any] = {
+            "candidates": [candidate.as_dict() for candidate in candidates],
+            "written_by": {"source": answer.source, "model": answer.model},
+            "source_tag": source,
+            "saved": [],
+        }
+        if save and candidates:
+            structured["saved"] = await self._save(caller, candidates, source, structured)
+        lines = [f"{render.plural(len(candidates), 'candidate memory', 'candidate memories')} extracted by "
+                 f"{written_by(answer)}" + (f", saved with the tag {source}" if structured["saved"] else "") + ":"]
+        lines += [f"- [{c.type}] {c.title}: {c.content}" for c in candidates]
+        if structured.get("note"):
+            lines.append(f"Note: {structured['note']}")
+        return _ok(structured, "\n".join(lines))
+
+    async def _save(self, caller: Caller, candidates: list[Any], source: str, structured: dict[str, Any]) -> list[dict[str, Any]]:
+        """Each candidate through brain_memorize's own path, tagged with ``source``; credentials refuse all first."""
+        flagged = [number for number, c in enumerate(candidates, 1) if find_credentials(c.title, c.content, *c.tags)]
+        if flagged:
+            raise ArgumentError(
+                f"Nothing was written: candidate(s) {', '.join(map(str, flagged))} look like they hold a credential. "
+                "Extract again from the text without the secret, or save the other facts with brain_memorize."
+            )
+        saved: list[dict[str, Any]] = []
+        for candidate in candidates:
+            result = await self.tools.memorize_one(caller, {
+                "content": candidate.content, "title": candidate.title, "type": candidate.type,
+                "tags": [*candidate.tags, source], "task": "extracting",
+            })
+            if result.is_error or result.structured_content is None:
+                reason = result.content[0].text if result.content else "refused"
+                if not saved:  # e.g. a viewer of a shared brain: refused before anything was written
+                    raise ArgumentError(f"{reason} Nothing was written.")
+                structured["note"] = (f"Saving stopped at candidate {len(saved) + 1} of {len(candidates)} ({reason}); "
+                                      f"{render.plural(len(saved), 'memory was', 'memories were')} saved before it.")
+                break
+            saved.append(result.structured_content)
+        return saved
+
+
+def source_tag(title: str | None, now: datetime) -> str:
+    """The tag every memory from one document carries: ``source:<title as a slug>`` (else the time)."""
+    slug = re.sub(r"[^\w]+", "-", (title or "").lower()).strip("-_")[:60].strip("-_")
+    return f"source:{slug or 'pasted-' + now.strftime('%Y%m%d-%H%M%S')}"

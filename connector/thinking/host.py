@@ -1,0 +1,81 @@
+"""The host's own model through MCP sampling, where our stateless transport can carry it: protocol
+2026-07-28's multi-round trip. A tool call returns `InputRequiredResult` holding a
+``sampling/createMessage`` request; the client has its model answer and calls the tool again with
+the answer in ``inputResponses``; the tool then finishes with it. Nothing waits in between, so any
+worker or replica can take the retry.
+
+Older protocol versions would need the request on the POST's response stream and the answer back
+in the same process, which a stateless JSON-response server cannot do (docs/thinking.md).
+
+What this tools/call offers is put in a context variable by the MCP layer (connector/mcp/server.py)
+for the duration of one call, so the tool handlers keep their one signature.
+"""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any
+
+import mcp_types as types
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from common.textsafety import one_line
+from connector.thinking.source import ModelAnswer
+
+SOURCE = "host"
+# Echoed back by the client; never trusted (the evidence is recomputed on the retry).
+REQUEST_STATE = "brain-connector:sampling:v1"
+
+
+@dataclass(frozen=True)
+class HostSampling:
+    """What one tools/call allows: whether the host's model can be asked, and answers it already gave."""
+
+    can_sample: bool = False
+    responses: dict[str, Any] = field(default_factory=dict)
+
+    def answer(self, key: str) -> ModelAnswer | None:
+        """The host model's answer to our request ``key``, when the client sent a usable one."""
+        response = self.responses.get(key)
+        if isinstance(response, dict):
+            try:
+                response = types.CreateMessageResult.model_validate(response)
+            except ValueError:
+                return None
+        content = getattr(response, "content", None)
+        text = getattr(content, "text", None)
+        if not isinstance(text, str) or not text.strip():
+            return None
+        model = getattr(response, "model", None)
+        return ModelAnswer(
+            text=text,
+            source=SOURCE,
+            model=one_line(str(model))[:200] or "unknown" if model else "unknown",  # client-chosen: one plain line
+            truncated=getattr(response, "stop_reason", None) == "maxTokens",
+        )
+
+    def ask(self, key: str, system: str, user: str, *, max_tokens: int) -> types.InputRequiredResult:
+        """The interim result asking the host's model (bounded in tokens, no other context)."""
+        request = types.CreateMessageRequest(
+            params=types.CreateMessageRequestParams(
+                messages=[types.SamplingMessage(role="user", content=types.TextContent(type="text", text=user))],
+                system_prompt=system,
+                include_context="none",
+                temperature=0,
+                max_tokens=max_tokens,
+            )
+        )
+        return types.InputRequiredResult(input_requests={key: request}, request_state=REQUEST_STATE)
+
+
+NO_SAMPLING = HostSampling()
+CURRENT: ContextVar[HostSampling] = ContextVar("brain_connector_host_sampling", default=NO_SAMPLING)
+
+
+def host_sampling(protocol_version: str | None, capabilities: Any, params: Any) -> HostSampling:
+    """What a tools/call offers: sampling on protocol 2026-07-28 when the client declared it."""
+    modern = protocol_version in MODERN_PROTOCOL_VERSIONS
+    declared = getattr(capabilities, "sampling", None) is not None
+    responses = getattr(params, "input_responses", None) or {}
+    return HostSampling(can_sample=modern and declared, responses=dict(responses) if modern else {})

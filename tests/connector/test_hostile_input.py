@@ -1,0 +1,120 @@
+"""Hostile input against real processes (issue 24, items 10 and 11, the connector's parts;
+deep JSON to the store's reader: tests/store/test_bad_text_input.py).
+
+- A web app import whose memories have a list or an object as `title`/`content` is
+  refused with 400 naming the memory, writing nothing.
+- Memory ids taken from an archive (`../../signout`, `x?y#z`, `..`) reach the web
+  app's links and form actions as one encoded path segment each.
+- `brain_memorize` with an `idempotency_key`, sent again (a client retrying after
+  a connection reset), answers the first save's id and writes nothing more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
+import pytest
+
+from connector.engine.archive import pack_archive
+from connector.engine.brain import Brain
+from connector.engine.ops import connector_memorize
+
+from .conftest import RunningStore, auth, brains_of, download_brain, memory_ids, upload_raw
+from .oauth.live import running_connector
+from .test_e2e_tools import connector, mcp_session, mint, structured
+from .webapp.conftest import csrf_of, signed_in_browser
+
+pytestmark = [pytest.mark.timeout(120)]
+
+HOSTILE_IDS = ["../../signout", "evil?done=1#x", ".."]
+ALL = {"brain.read", "brain.write"}
+
+
+def test_a_web_import_with_a_list_or_object_as_title_or_content_is_refused(store: RunningStore, tmp_path: Path) -> None:
+    alice = store.add_user("alice")
+    with running_connector(tmp_path, store.url, state_dir=tmp_path / "state") as server:
+        browser = signed_in_browser(server.base_url, alice.token, "198.51.100.1")
+        csrf = csrf_of(browser.get("/app/transfer").text)
+        for bad in ({"title": ["a", "b"], "content": "text"}, {"title": "t", "content": {"nested": [1]}},
+                    {"title": {"x": 1}, "content": ["y"]}):
+            document = {"format": "brain-store/memories", "version": 1, "memories": [bad]}
+            answer = browser.post("/app/import", data={"csrf": csrf},
+                                  files={"file": ("m.json", json.dumps(document).encode(), "application/json")})
+            assert answer.status_code == 400, answer.text
+            assert "must be text" in answer.text and 'name="reference"' not in answer.text
+        log = server.log()
+        assert '"status": 500' not in log and "Traceback" not in log
+    brain_id = brains_of(store.url, alice.token)[0]["id"]
+    never_written = httpx.get(f"{store.url}/api/brains/{brain_id}/sync", headers=auth(alice.token), timeout=30)
+    assert never_written.status_code == 404
+
+
+def _links(html: str) -> list[str]:
+    return re.findall(r'(?:href|action)="([^"]*/memory/[^"]*)"', html)
+
+
+def test_hostile_memory_ids_stay_inside_their_link_segment(store: RunningStore, tmp_path: Path) -> None:
+    alice = store.add_user("alice")
+    brain_id = brains_of(store.url, alice.token)[0]["id"]
+    brain, now = Brain(), datetime.now(UTC)
+    for number, hostile in enumerate(HOSTILE_IDS):
+        stored = connector_memorize(f"Zebra note {number} about striped horses", agent="a").apply(brain, now)
+        index = brain.read_json("index.json")
+        index["memories"][hostile] = index["memories"].pop(stored["stored"][0]["id"])
+        brain.write_json("index.json", index)
+    assert upload_raw(store.url, alice.token, brain_id, pack_archive(brain), {"If-None-Match": "*"}).status_code == 200
+    with running_connector(tmp_path, store.url, state_dir=tmp_path / "state") as server:
+        browser = signed_in_browser(server.base_url, alice.token, "198.51.100.1")
+        found = browser.get("/app/search", params={"query": "zebra striped horses"})
+        links = _links(found.text)
+        assert sorted(links) == ["/app/memory/%252E%252E", "/app/memory/..%2F..%2Fsignout",
+                                 "/app/memory/evil%3Fdone%3D1%23x"]
+        page = browser.get("/app/memory/evil%3Fdone%3D1%23x")
+        assert page.status_code == 200 and "Zebra note 1" in page.text
+        actions = _links(page.text)
+        assert actions and all(link.startswith("/app/memory/evil%3Fdone%3D1%23x/") for link in actions), actions
+        pinned = browser.post("/app/memory/evil%3Fdone%3D1%23x/pin", data={"csrf": csrf_of(page.text)})
+        assert pinned.status_code == 303
+        assert pinned.headers["location"].startswith("/app/memory/evil%3Fdone%3D1%23x?done=pin")
+
+
+def test_memorize_with_an_idempotency_key_writes_once(store: RunningStore, tmp_path: Path) -> None:
+    alice = store.add_user("alice")
+
+    async def saves(base: str) -> list[dict]:
+        token = mint(base, alice, ALL)
+        answers = []
+        for key in ("retry-1", "retry-1", "retry-2"):
+            # A new connection each time, as a client retrying after a reset would open.
+            async with mcp_session(base + "/mcp", token) as client:
+                # allow_duplicate: the same content under another key is another save (without it,
+                # content the brain already holds is not written again, whatever the key).
+                result = await client.call_tool("brain_memorize", {
+                    "content": "The release train leaves on Thursdays", "idempotency_key": key,
+                    "allow_duplicate": True})
+                answers.append(structured(result)["stored"])
+        return answers
+
+    with connector(tmp_path, store) as server:
+        first, again, other = asyncio.run(saves(server.base_url))
+    assert again["id"] == first["id"] and again.get("already_present") is True
+    assert other["id"] != first["id"]
+    brain, _ = download_brain(store.url, alice.token, brains_of(store.url, alice.token)[0]["id"])
+    assert memory_ids(brain) == {first["id"], other["id"]}
+
+
+def test_a_retry_key_finds_the_first_save_also_across_midnight_and_never_another_memory() -> None:
+    brain, now = Brain(), datetime.now(UTC)
+    first = connector_memorize("Fact one here", request_key="k").apply(brain, now)["stored"][0]
+    assert connector_memorize("Fact one here", request_key="k").prepare(brain, now) == [first["id"]]
+    retried = connector_memorize("Fact one here", request_key="k").apply(brain, now + timedelta(days=1))["stored"][0]
+    assert retried["id"] == first["id"] and retried["already_present"] is True
+    # The same key with other content is another memory (the key's id is taken: a fresh one is drawn).
+    other = connector_memorize("Another fact", request_key="k").apply(brain, now)["stored"][0]
+    assert other["id"] != first["id"] and "already_present" not in other
+    assert memory_ids(brain) == {first["id"], other["id"]}

@@ -1,0 +1,74 @@
+"""A stand-in for a language model: a real HTTP server speaking OpenAI's chat-completions protocol
+with scripted answers, for tests that reach it through the ``openai`` library.
+
+Run: ``python -m tests.support.fake_model PORT SCRIPT LOG``. Each POST to
+``/v1/chat/completions`` appends the request (headers, names in lower case, and body) to LOG as one JSON line and
+answers with the next entry of SCRIPT, a JSON list re-read on every request (tests rewrite it)::
+
+    [{"content": "text the model says", "delay": 0, "status": 200}]
+
+``delay`` (seconds) makes the answer slow; ``status`` other than 200 answers an error. Entries
+are used in turn; the last one repeats. ``GET /health`` answers 200.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+
+class _Handler(BaseHTTPRequestHandler):
+    script: Path
+    log: Path
+    served = 0
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
+        return  # quiet: the request log is the JSON lines file
+
+    def _send(self, status: int, body: dict[str, object]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        self._send(200 if self.path == "/health" else 404, {"ok": self.path == "/health"})
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(length) or b"{}")
+        with self.log.open("a") as log:
+            log.write(json.dumps({"path": self.path, "headers": {key.lower(): value for key, value in self.headers.items()}, "body": body}) + "\n")
+        entries = json.loads(self.script.read_text())
+        entry = entries[min(type(self).served, len(entries) - 1)]
+        type(self).served += 1
+        time.sleep(float(entry.get("delay", 0)))
+        status = int(entry.get("status", 200))
+        if status != 200:
+            self._send(status, {"error": {"message": "scripted failure", "type": "server_error"}})
+            return
+        self._send(200, {
+            "id": f"chatcmpl-{type(self).served}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model", "fake"),
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": entry["content"]}}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        })
+
+
+def main() -> None:
+    """Serve on 127.0.0.1:PORT until killed."""
+    port, script, log = int(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+    _Handler.script, _Handler.log = script, log
+    ThreadingHTTPServer(("127.0.0.1", port), _Handler).serve_forever()
+
+
+if __name__ == "__main__":
+    main()
