@@ -13,6 +13,8 @@ import tempfile
 
 import pytest
 
+from tests.support.tools import missing_tool
+
 _REAL_HOME = os.environ.get("HOME", "")
 
 
@@ -33,3 +35,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 _HOME_KEY = pytest.StashKey[str]()
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test marked ``needs_tool`` whose tool is missing skips (fails under CI=true)."""
+    for mark in item.iter_markers("needs_tool"):
+        if not mark.args[0]:
+            missing_tool(mark.kwargs["reason"])

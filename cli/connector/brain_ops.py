@@ -77,7 +77,8 @@ def _run(
     try:
         operation: Operation = make()
         if not (brain_dir / "index.json").is_file() and not create:
-            raise BrainError(f"brain not initialized: no index.json in {brain_dir}")
+            raise BrainError(f"brain not initialized: no index.json in {brain_dir}, so it is not a brain directory "
+                             "(the `brain` command line's directory holds index.json and the memory folders)")
         brain = load_directory(brain_dir) if brain_dir.is_dir() else Brain()
         before = dict(brain.files)
         found = _similar_before(brain, operation) if similar and isinstance(operation, Memorize) else None

@@ -28,7 +28,10 @@ def _instant(value: str | None, option: str) -> datetime | None:
 def _load(path: Path) -> Brain:
     if path.is_dir():
         if not (path / "index.json").is_file():
-            raise RecallError("brain not initialized")  # before reading a whole unrelated tree
+            # Said before reading a whole unrelated tree.
+            raise RecallError(f"brain not initialized: {path} has no index.json, so it is not a brain directory. "
+                              "Give the directory the `brain` command line keeps (holding index.json and the "
+                              "memory folders) or a brain archive (.tar.gz), e.g. one downloaded from the store")
         return load_directory(path)
     with path.open("rb") as stream:
         return load_archive(stream)

@@ -11,6 +11,7 @@ COMMANDS = {
     "serve": "cli.store.serve:serve",
     "dev": "cli.store.dev:dev",
     "user": "cli.store.users:user",
+    "brain": "cli.store.brains:brain",
     "share": "cli.store.sharing:share",
     "unshare": "cli.store.sharing:unshare",
     "key": "cli.store.sharing:key",

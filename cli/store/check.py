@@ -29,12 +29,27 @@ def check(url: str, token: str, token2: str | None, only: tuple[str, ...], core:
     """
     from contract.conformance.context import Pacer
     from contract.conformance.registry import CHECKS
-    from contract.conformance.runner import Result, SuiteConfig, failed, format_table, preflight, run_suite, to_json
+    from contract.conformance.runner import (
+        Result,
+        SuiteConfig,
+        failed,
+        format_table,
+        normalize_url,
+        preflight,
+        run_suite,
+        to_json,
+    )
 
     known = {c.id for c in CHECKS}
     unknown = [sel for sel in only if sel not in known and not any(k.startswith(sel) for k in known if sel.endswith("."))]
     if unknown:
         raise click.BadParameter(f"unknown check id(s): {', '.join(unknown)}", param_hint="--only")
+    try:
+        url, completed = normalize_url(url)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--url") from None
+    if completed and not quiet:
+        click.echo(completed, err=True)
     config = SuiteConfig(url=url, token=token, token2=token2, only=only, extensions=not core, timeout=timeout)
     problem = preflight(config)
     if problem is not None:

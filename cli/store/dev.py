@@ -12,6 +12,7 @@ replaced when it no longer works (e.g. after ``brain-store user rotate demo``).
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shlex
 import shutil
@@ -25,6 +26,7 @@ from pathlib import Path
 
 import click
 
+from cli.store.dev_examples import seed_examples
 from cli.store.runner import settings_from_cli
 
 DEFAULT_STORE_PORT = 8787
@@ -32,6 +34,7 @@ DEFAULT_CONNECTOR_PORT = 8788
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 20.0
 TOKEN_FILE = "demo-token"
+LOCK_FILE = "dev.lock"
 DEV_RATE_LIMITS = {"STORE_RATE_REQUESTS_PER_MIN": "6000", "STORE_RATE_UPLOADS_PER_MIN": "600"}
 
 
@@ -104,6 +107,26 @@ def demo_token(store_dir: Path, token_file: Path) -> str:
     return token
 
 
+def hold_lock(data: Path) -> int:
+    """Lock ``data`` for this run (``DATA/dev.lock``, flock); ``click.ClickException`` naming the
+    running one when another `brain-store dev` holds it. Returns the descriptor (kept open)."""
+    fd = os.open(data / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 64).decode(errors="replace").strip()
+        os.close(fd)
+        raise click.ClickException(
+            f"another `brain-store dev` is already running with the data in {data}"
+            + (f" (process {holder})" if holder.isdigit() else "")
+            + ". Use that one (its banner has the URLs and the token), stop it with Ctrl-C in its terminal, "
+            "or start a separate one with another --data directory."
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
 def _wait_ready(url: str, process: subprocess.Popen[bytes], log_path: Path) -> None:
     """Poll ``url`` until 200, failing with the child's log if it exits or takes too long."""
     import httpx
@@ -158,12 +181,18 @@ def _on_signal(signum: int, frame: object) -> None:
     raise _Stop()
 
 
-def instructions(store_url: str, mcp_url: str, token: str, data: Path) -> str:
-    """What a newcomer reads after start-up (the test parses the first lines)."""
+def instructions(store_url: str, mcp_url: str, token: str, data: Path, examples: int | None = None) -> str:
+    """What a newcomer reads after start-up (the test parses the first lines); ``examples``:
+    how many example memories were just added (None: skipped with --no-examples)."""
     store_dir = shlex.quote(str(data / "store"))
+    if examples:
+        seeded = (f"\nThe demo brain has {examples} example memories to try recall on (forget them any time; "
+                  "start with --no-examples to skip them on a new --data directory).\n")
+    else:
+        seeded = ""
     return f"""
 brain-store dev is running (data in {data}; logs in {data}/store.log and {data}/connector.log)
-
+{seeded}
   store URL:  {store_url}
   MCP URL:    {mcp_url}
   token:      {token}
@@ -194,15 +223,24 @@ Ctrl-C stops both servers.
               help=f"Store port [default {DEFAULT_STORE_PORT} if free, else any free port].")
 @click.option("--connector-port", type=click.IntRange(1, 65535), default=None,
               help=f"Connector port [default {DEFAULT_CONNECTOR_PORT} if free, else any free port].")
-def dev(data: Path, port: int | None, connector_port: int | None) -> None:
-    """Run a local store and MCP connector on 127.0.0.1 with a demo user; Ctrl-C stops both."""
+@click.option("--no-examples", is_flag=True,
+              help="Do not put example memories in the demo brain (they are added only while it is empty).")
+def dev(data: Path, port: int | None, connector_port: int | None, no_examples: bool) -> None:
+    """Run a local store and MCP connector on 127.0.0.1 with a demo user; Ctrl-C stops both.
+
+    On its first start the demo brain gets a few example memories (see --no-examples).
+    Only one `brain-store dev` runs on one --data directory: a second one is refused."""
     data = data.expanduser().resolve()
-    # Both ports first: a port in use is said at once, before anything is created or started.
+    # A run already on this data directory is said first (not moved to other ports beside it).
+    lock = hold_lock(data) if data.is_dir() else None
+    # Both ports next: a port in use is said at once, before anything is created or started.
     store_port = pick_port(port, DEFAULT_STORE_PORT)
     mcp_port = pick_port(connector_port, DEFAULT_CONNECTOR_PORT, taken=(store_port,))
     store_dir, state_dir = data / "store", data / "connector"
     for directory in (data, store_dir, state_dir):
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if lock is None:
+        lock = hold_lock(data)
     token = demo_token(store_dir, data / TOKEN_FILE)
 
     store_url = f"http://127.0.0.1:{store_port}"
@@ -237,7 +275,8 @@ def dev(data: Path, port: int | None, connector_port: int | None) -> None:
                             "--port", str(mcp_port)], connector_env, data / "connector.log")
         _wait_ready(store_url + "/health/ready", store, data / "store.log")
         _wait_ready(connector_url + "/health/ready", connector, data / "connector.log")
-        click.echo(instructions(store_url, connector_url + "/mcp", token, data))
+        examples = None if no_examples else seed_examples(store_url, token)
+        click.echo(instructions(store_url, connector_url + "/mcp", token, data, examples))
         sys.stdout.flush()
         while True:
             for name, process in (("store", store), ("connector", connector)):
@@ -256,4 +295,5 @@ def dev(data: Path, port: int | None, connector_port: int | None) -> None:
         _stop(store)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        os.close(lock)  # releases the lock: the next `brain-store dev` may start
     click.echo("stopped.")

@@ -10,7 +10,9 @@ import click
 from cli.store.runner import settings_from_cli
 from cli.store.users import _data_option as data_option
 
-_brain_arg = click.argument("brain_id")
+_brain_arg = click.argument("brain_id", metavar="BRAIN")
+_owner_option = click.option("--user", "owner", default=None,
+                             help="Whose brain BRAIN names (user name, e-mail or id); needed when the name is ambiguous.")
 
 
 class _Store:
@@ -36,22 +38,14 @@ class _Store:
             raise click.ClickException(f"no user {who!r}")
         return user
 
-    def creator(self, brain_id: str) -> tuple[str, str]:
-        """``(canonical brain id, id of the user who created and stores it)``."""
-        from store.errors import ServiceError
-        from store.service import parse_brain_id
+    def creator(self, given: str, owner: str | None = None) -> tuple[str, str]:
+        """``(brain id, id of the user who created and stores it)`` for a brain named by its id or
+        its name (among ``owner``'s brains when given; an ambiguous name is refused)."""
+        from cli.store.brains import BrainDirectory
 
-        try:
-            brain_id = parse_brain_id(brain_id)
-        except ServiceError:
-            raise click.ClickException(f"no brain {brain_id!r}") from None
-        share = self.registry.share(brain_id)
-        candidates = [share.owner_id] if share else [u.id for u in self.users.users()]
-        for user_id in candidates:
-            meta = self.backend.read_meta(user_id, brain_id)
-            if meta is not None and meta.user_id == user_id:
-                return brain_id, user_id
-        raise click.ClickException(f"no brain {brain_id!r}")
+        directory = BrainDirectory(self.users, self.backend, self.registry)
+        found = directory.find(given, self.user(owner) if owner else None)
+        return found.id, found.owner_id
 
     def may_key(self, user_id: str, brain_id: str) -> bool:
         """True when ``user_id`` has a role on ``brain_id`` (what an agent key of theirs needs)."""
@@ -76,13 +70,14 @@ def _fail(exc: Exception) -> click.ClickException:
 @_brain_arg
 @click.option("--with", "who", required=True, help="User name, e-mail or id.")
 @click.option("--role", type=click.Choice(["viewer", "editor", "owner"]), required=True)
+@_owner_option
 @data_option
-def share(brain_id: str, who: str, role: str, data: Path | None) -> None:
-    """Share a brain with a user, or change their role."""
+def share(brain_id: str, who: str, role: str, owner: str | None, data: Path | None) -> None:
+    """Share BRAIN (its id or name) with a user, or change their role."""
     from store.sharing.registry import SharingError
 
     store = _Store(data)
-    (brain_id, creator), user = store.creator(brain_id), store.user(who)
+    (brain_id, creator), user = store.creator(brain_id, owner), store.user(who)
     try:
         store.registry.set_member(brain_id, creator, user.id, role)
     except SharingError as exc:
@@ -94,13 +89,15 @@ def share(brain_id: str, who: str, role: str, data: Path | None) -> None:
 @click.command()
 @_brain_arg
 @click.option("--with", "who", required=True, help="User name, e-mail or id.")
+@_owner_option
 @data_option
-def unshare(brain_id: str, who: str, data: Path | None) -> None:
-    """Take a user off a shared brain (their access, and their agent keys' access, end at once)."""
+def unshare(brain_id: str, who: str, owner: str | None, data: Path | None) -> None:
+    """Take a user off a shared brain, BRAIN its id or name (their access, and their agent keys'
+    access, end at once)."""
     from store.sharing.registry import SharingError
 
     store = _Store(data)
-    brain_id, _ = store.creator(brain_id)
+    brain_id, _ = store.creator(brain_id, owner)
     user = store.user(who)
     try:
         role = store.registry.remove_member(brain_id, user.id)
@@ -117,7 +114,8 @@ def key() -> None:
 
 @key.command("create")
 @click.option("--user", "who", required=True, help="User name, e-mail or id.")
-@click.option("--brain", "brains", multiple=True, required=True, help="Brain id (repeat for several).")
+@click.option("--brain", "brains", multiple=True, required=True,
+              help="Brain id, or name among the user's brains (repeat for several).")
 @click.option("--scope", type=click.Choice(["read", "write"]), required=True)
 @click.option("--expires", default="", help="Lifetime such as 30d, 12h or 90m (default: none).")
 @click.option("--label", default="", help="A name to recognise the key by.")
@@ -130,7 +128,7 @@ def key_create(who: str, brains: tuple[str, ...], scope: str, expires: str, labe
     user = store.user(who)
     ids = []
     for given in brains:
-        brain_id, _ = store.creator(given)
+        brain_id, _ = store.creator(given, user.id)
         if not store.may_key(user.id, brain_id):
             raise click.ClickException(f"{user.name} has no role on brain {brain_id}")
         ids.append(brain_id)
@@ -185,13 +183,14 @@ def key_revoke(prefix: str, data: Path | None) -> None:
 @click.command()
 @_brain_arg
 @click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 1000))
+@_owner_option
 @data_option
-def audit(brain_id: str, limit: int, data: Path | None) -> None:
-    """Show a brain's sharing audit log (uploads, restores, members, keys), oldest first."""
+def audit(brain_id: str, limit: int, owner: str | None, data: Path | None) -> None:
+    """Show the sharing audit log of BRAIN (its id or name): uploads, restores, members, keys, oldest first."""
     import json
 
     store = _Store(data)
-    brain_id, _ = store.creator(brain_id)
+    brain_id, _ = store.creator(brain_id, owner)
     if store.sharing.audit is None:
         raise click.ClickException("this store keeps no sharing audit log")
     for event in store.sharing.audit.events(brain_id, limit):

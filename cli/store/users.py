@@ -77,16 +77,23 @@ def add(name: str, email: str, data: Path | None) -> None:
 
 
 @user.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array of the users instead of a table.")
 @_data_option
-def list_users(data: Path | None) -> None:
+def list_users(as_json: bool, data: Path | None) -> None:
     """List users: id, name, email, kind, brains, stored bytes, created.
 
     STORED BYTES counts every distinct archive a user's brains keep (current and
     snapshots), at the size clients upload and download: what the quota counts.
+    `brain-store brain list` lists the brains themselves with their ids.
     """
     settings = existing_store(data)
     registry, service = _open(settings)
     users = registry.users()
+    if as_json:
+        import json
+
+        click.echo(json.dumps([_user_json(u, service) for u in users], indent=2))
+        return
     click.echo(f"users of {store_label(settings)}:")
     if not users:
         click.echo("no users")
@@ -99,6 +106,12 @@ def list_users(data: Path | None) -> None:
     if orphans:
         count = sum(len(brains) for brains in orphans.values())
         click.echo(f"{count} brain(s) of {len(orphans)} removed user(s) are still kept: `brain-store user orphans`")
+
+
+def _user_json(u: User, service: BrainService) -> dict[str, Any]:
+    brains = service.list_brains(u.id)
+    return {"id": u.id, "name": u.name, "email": u.email, "kind": u.kind, "brains": len(brains),
+            "stored_bytes": sum(m.stored_bytes() for m in brains), "created_at": u.created_at}
 
 
 def _print_users(users: list[User], service: BrainService) -> None:

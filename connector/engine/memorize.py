@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +32,7 @@ from connector.engine.rules import (
     parse_iso,
     token_estimate,
 )
+from connector.engine.titles import plain_title
 from connector.engine.txn import ASSOCIATIONS, INDEX, WriteTxn
 
 DEFAULT_SALIENCE = 0.5
@@ -43,9 +45,31 @@ MEMORY_ID = re.compile(r"^mem_\d{8}_[0-9a-f]{6}$")
 _RESERVED_TOP = frozenset({"_archived", ".sync", ".cloud"})
 
 
+def transliterate(text: str) -> str:
+    """``text`` in ASCII letters (anyascii: "Müller" -> "Muller", "蓝色花盆" -> "Lan Se Hua Pen",
+    each Chinese character a syllable of its own); ASCII text is returned as it is."""
+    if text.isascii():
+        return text
+    from anyascii import anyascii
+
+    parts = []
+    for char in text:
+        if char.isascii():
+            parts.append(char)
+        elif unicodedata.name(char, "").startswith("CJK"):
+            parts.append(f" {anyascii(char)} ")  # ideographs read as separate syllables
+        else:
+            parts.append(anyascii(char))
+    return "".join(parts)
+
+
 def slugify(text: str, *, length: int = SLUG_LENGTH, fallback: str = "memory") -> str:
-    """Lower-case; runs of characters other than a-z and 0-9 become ``-``; trimmed; cut."""
-    slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    """Lower-case; runs of characters other than a-z and 0-9 become ``-``; trimmed; cut.
+
+    ASCII titles slug exactly as the reference command line slugs them; other titles are
+    transliterated first (``Dr. Müller's`` -> ``dr-muller-s``, not ``dr-m-ller-s``; a Chinese
+    title gets its pinyin instead of the fallback ``memory``)."""
+    slug = re.sub(r"[^a-z0-9]+", "-", transliterate(text).lower()).strip("-")
     slug = slug[:length].strip("-")
     return slug or fallback
 
@@ -529,9 +553,10 @@ def cut_title(text: str, length: int = TITLE_LENGTH) -> str:
 
 
 def connector_title(content: str, title: str | None = None) -> str:
-    """The title given, else the content's first line, cut to 80 characters at a boundary."""
+    """The title given, else the content's first line, cut to 80 characters at a boundary;
+    Markdown marks taken out (``**blue flowerpot**`` is titled "blue flowerpot")."""
     chosen = one_line(title or "").strip() or _first_line(content)
-    chosen = cut_title(one_line(chosen))
+    chosen = cut_title(plain_title(one_line(chosen)))
     return chosen or "Captured note"
 
 

@@ -14,10 +14,14 @@ re-checks it and a rotated or removed user loses the session.
 
 from __future__ import annotations
 
+import logging
+
 import httpx
 
 from common.limits import parse_ip
 from connector.identity.base import Identity, ProviderRefused, ProviderThrottled, ProviderUnavailable
+
+log = logging.getLogger("connector.identity")
 
 MAX_TOKEN_CHARS = 4096
 _ME_MAX_BYTES = 64 * 1024
@@ -64,6 +68,12 @@ class StaticTokenProvider:
             raise ProviderRefused("the token now belongs to another user")
         return identity
 
+    def _unavailable(self, reason: str) -> ProviderUnavailable:
+        """The error for a token the store could not check, logged with why (never the token):
+        the person sees only "cannot be reached", the operator needs the reason."""
+        log.warning("a sign-in could not be checked at the store: %s", reason, extra={"url": self._me_url})
+        return ProviderUnavailable(reason)
+
     async def _user_id(self, token: str, forwarded_for: str | None = None) -> str:
         headers = {"Authorization": f"Bearer {token}"}
         if forwarded_for is not None:
@@ -72,20 +82,20 @@ class StaticTokenProvider:
         try:
             response = await self._client.get(self._me_url, headers=headers)
         except httpx.HTTPError as exc:
-            raise ProviderUnavailable(f"store unreachable ({type(exc).__name__})") from None
+            raise self._unavailable(f"store unreachable at {self._me_url} ({type(exc).__name__}: {exc})") from None
         if response.status_code in (401, 403):
             raise ProviderRefused("the store did not accept the token")
         if response.status_code == 429:
             raise ProviderThrottled("the store is limiting wrong tokens from this address")
         if response.status_code != 200 or len(response.content) > _ME_MAX_BYTES:
-            raise ProviderUnavailable(f"store answered {response.status_code}")
+            raise self._unavailable(f"store answered {response.status_code} to GET {self._me_url}")
         try:
             user = response.json().get("user") or {}
             user_id = user.get("id")
         except (ValueError, AttributeError):
-            raise ProviderUnavailable("store answered something that is not a user") from None
+            raise self._unavailable("store answered something that is not a user") from None
         if not isinstance(user_id, str) or not user_id or len(user_id) > 255:
-            raise ProviderUnavailable("store answered a user without an id")
+            raise self._unavailable("store answered a user without an id")
         return user_id
 
     async def aclose(self) -> None:

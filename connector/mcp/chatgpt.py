@@ -19,6 +19,7 @@ from typing import Any
 import mcp_types as types
 
 from common.textsafety import escape_one_line
+from connector.engine.titles import plain_title
 from connector.mcp.http import path_segment
 
 # How many memories one search returns (ChatGPT fetches the ones it wants to read).
@@ -33,9 +34,10 @@ def memory_url(base_url: str, memory_id: str) -> str:
 
 
 def _title(value: Any, memory_id: str, content: Any = None) -> str:
-    """A one-line title: the memory's own, else the start of its text, else its id."""
+    """A one-line title as people read it (Markdown marks out): the memory's own, else the
+    start of its text, else its id."""
     if isinstance(value, str) and value.strip():
-        return escape_one_line(value.strip())
+        return escape_one_line(plain_title(value.strip()))
     if isinstance(content, str) and content.strip():
         first = " ".join(content.split())
         return escape_one_line(first if len(first) <= _TITLE_CHARS else first[: _TITLE_CHARS - 1].rstrip() + "…")

@@ -15,6 +15,7 @@ import re
 from typing import Any
 
 from common.textsafety import escape_multiline, escape_one_line
+from connector.engine.titles import plain_title
 
 
 def _fmt_number(value: Any) -> str:
@@ -26,6 +27,11 @@ def _fmt_number(value: Any) -> str:
 def one(value: Any) -> str:
     """A single-line value as text, with anything that would break its line escaped."""
     return escape_one_line(value if isinstance(value, str) else str(value))
+
+
+def title(value: Any) -> str:
+    """A memory's title on one line, as people read it (its Markdown marks taken out)."""
+    return one(plain_title(value) if isinstance(value, str) else value)
 
 
 def plural(count: int, singular: str, plural_form: str | None = None) -> str:
@@ -55,8 +61,9 @@ def fenced(content: str, label: str = "memory") -> list[str]:
     return [f"{fence}{label}", *escape_multiline(content).split("\n"), fence]
 
 
-def _content_lines(hit: dict[str, Any]) -> list[str]:
-    """A hit's content, fenced, and what the budget cut of it."""
+def _content_lines(hit: dict[str, Any], titles_only: bool = False) -> list[str]:
+    """A hit's content, fenced, and what the budget cut of it (``titles_only``: the caller
+    asked for no content at all, so none was left out for better hits)."""
     if "content" not in hit:
         return []
     content = hit.get("content") or ""
@@ -69,14 +76,18 @@ def _content_lines(hit: dict[str, Any]) -> list[str]:
         if shown:
             lines.append(f"   (content cut by the recall budget: {shown} of {total} characters shown; "
                          "brain_read gives the whole memory)")
+        elif titles_only:
+            lines.append(f"   (content not shown: titles only were asked for; {total} characters; "
+                         "brain_read gives the whole memory)")
         else:
             lines.append(f"   (content left out: the recall budget was spent on better hits; {total} characters; "
                          "brain_read gives the whole memory)")
     return lines
 
 
-def recall_text(result: dict[str, Any]) -> str:
-    """Numbered hits with id, title, score, markers and fenced content, then the note."""
+def recall_text(result: dict[str, Any], *, titles_only: bool = False) -> str:
+    """Numbered hits with id, title, score, markers and fenced content, then the note
+    (``titles_only``: a content budget of 0 was asked for)."""
     hits = result.get("results", [])
     if hits:
         lines = [f"{memories(result.get('count', len(hits)))} found."]
@@ -96,7 +107,7 @@ def recall_text(result: dict[str, Any]) -> str:
             marks.append("low trust")
         mark_text = f" [{'; '.join(marks)}]" if marks else ""
         lines.append(
-            f"{number}. {one(hit.get('title'))} ({one(hit.get('id'))}, score {_fmt_number(hit.get('score'))}){mark_text}"
+            f"{number}. {title(hit.get('title'))} ({one(hit.get('id'))}, score {_fmt_number(hit.get('score'))}){mark_text}"
         )
         details = []
         if hit.get("type"):
@@ -107,7 +118,7 @@ def recall_text(result: dict[str, Any]) -> str:
             details.append(one(hit["path"]))
         if details:
             lines.append("   " + " | ".join(details))
-        lines += _content_lines(hit)
+        lines += _content_lines(hit, titles_only)
     if result.get("note"):
         lines.append("")
         lines.append(f"Note: {result['note']}")
@@ -230,7 +241,7 @@ def memorize_text(result: dict[str, Any]) -> str:
         lines = [f"Already in memory as '{one(stored.get('title'))}' ({one(stored.get('id'))}); nothing written."]
         return "\n".join([*lines, *_similar_lines(result), *_written_tail(result)])
     lines = [
-        f"Remembered '{one(stored.get('title'))}' as {one(stored.get('id'))} "
+        f"Remembered '{title(stored.get('title'))}' as {one(stored.get('id'))} "
         f"({one(stored.get('type'))}, {one(stored.get('path'))})."
     ]
     if stored.get("quarantine_pending"):
@@ -241,7 +252,7 @@ def memorize_text(result: dict[str, Any]) -> str:
     conflicts = stored.get("potential_conflicts")
     if conflicts:
         named = [
-            f"'{one(item.get('title'))}' ({one(item.get('id'))})" if isinstance(item, dict) else one(item)
+            f"'{title(item.get('title'))}' ({one(item.get('id'))})" if isinstance(item, dict) else one(item)
             for item in conflicts
         ]
         lines.append(f"Potential conflicts with pinned or stable memories: {', '.join(named)}")
@@ -253,8 +264,7 @@ def memorize_text(result: dict[str, Any]) -> str:
 
 def write_text(verb: str, result: dict[str, Any]) -> str:
     """Pin / unpin / forget; a write that changed nothing says so instead of "saved"."""
-    title = result.get("title")
-    named = f"'{one(title)}' ({one(result['id'])})" if title else one(result["id"])
+    named = f"'{title(result['title'])}' ({one(result['id'])})" if result.get("title") else one(result["id"])
     if result.get("was_pinned") is False:
         return "\n".join([f"{named} was not pinned; nothing changed.", *_notes_only(result)])
     if result.get("already_archived"):
@@ -282,7 +292,7 @@ def verify_text(result: dict[str, Any]) -> str:
         for item in pending:
             reasons = ", ".join(map(one, item.get("reasons") or []))
             lines.append(
-                f"- {one(item.get('id'))}: {one(item.get('title'))} ({one(item.get('origin') or 'no origin')}; {reasons})"
+                f"- {one(item.get('id'))}: {title(item.get('title'))} ({one(item.get('origin') or 'no origin')}; {reasons})"
             )
         return "\n".join(lines)
     lines = []
@@ -300,7 +310,7 @@ def verify_text(result: dict[str, Any]) -> str:
 
 def read_text(result: dict[str, Any]) -> str:
     """One whole memory: what it is, where it comes from, how it stands, its links, its content."""
-    head = f"{one(result.get('title'))} ({one(result['id'])})"
+    head = f"{title(result.get('title'))} ({one(result['id'])})"
     lines = [f"Archived memory {head}" if result.get("archived") else f"Memory {head}"]
     facts = [f"type {one(result['type'])}" if result.get("type") else "", one(result.get("path") or "")]
     lines.append(" | ".join(fact for fact in facts if fact))
@@ -325,7 +335,7 @@ def read_text(result: dict[str, Any]) -> str:
     links = result.get("associations") or []
     if links:
         lines.append("Associated: " + ", ".join(
-            f"'{one(link.get('title'))}' ({one(link['id'])}, weight {_fmt_number(link.get('weight'))})" for link in links
+            f"'{title(link.get('title'))}' ({one(link['id'])}, weight {_fmt_number(link.get('weight'))})" for link in links
         ))
     lines += fenced(result.get("content") or "")
     if result.get("content_truncated"):

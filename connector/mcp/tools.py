@@ -482,7 +482,7 @@ class BrainTools:
                 'Chinese or Japanese text; hybrid mode (mode "hybrid") would search this query.'
             )
         notes += ([clamped] if clamped else []) + budget_notes
-        if not hits and snapshot.identity.status == STATUS_NO_BRAIN and snapshot.identity.note:
+        if not hits and (snapshot.identity.status == STATUS_NO_BRAIN or snapshot.identity.empty) and snapshot.identity.note:
             notes.append(snapshot.identity.note)
         pending = sum(1 for hit in hits if hit.get("quarantine_pending"))
         if pending:
@@ -504,7 +504,7 @@ class BrainTools:
             structured["nothing_matches_well"] = True
         if notes:
             structured["note"] = " ".join(notes)
-        return ok_result(structured, render.recall_text(structured))
+        return ok_result(structured, render.recall_text(structured, titles_only=budget == 0))
 
     def run_recall(
         self,
@@ -599,7 +599,9 @@ class BrainTools:
         return self.hybrid_cache.get_or_build(_hybrid_key(brain_id, key), build)
 
     async def _status(self, caller: Caller, args: Args) -> types.CallToolResult:
-        snapshot = await self.manager.snapshot(caller.account)
+        # The brain list asked anew: status reports the brains as they are now (size, last sync),
+        # also after writes made through other workers, replicas or the store's own clients.
+        snapshot = await self.manager.snapshot(caller.account, fresh_list=True)
         entries = _entries(snapshot)
         index = snapshot.brain.read_json("index.json") if snapshot.brain is not None else None
         last_updated = index.get("last_updated") if isinstance(index, dict) else None

@@ -301,7 +301,10 @@ def oauth_route_handlers(server: AuthorizationServer, settings: Any, *, dev: boo
     async def authorize(request: Request[Any, Any, Any]) -> Response[Any]:
         if (blocked := limited("authorize", request)) is not None:
             return blocked
-        return _to_response(await server.authorize(_query(request), base_of(request)), dev=dev)
+        reply = await server.authorize(_query(request), base_of(request))
+        if isinstance(reply, JsonReply) and reply.status >= 400 and "text/html" in request.headers.get("accept", ""):
+            reply = server.refusal_page(reply)  # a browser shows a page, not raw JSON
+        return _to_response(reply, dev=dev)
 
     @post("/authorize/complete", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
     async def authorize_complete(request: Request[Any, Any, Any]) -> Response[Any]:

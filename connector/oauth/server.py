@@ -331,6 +331,14 @@ class AuthorizationServer:
     def _expired_view(self, error: str) -> SignInView:
         return SignInView(provider=self.provider.kind, client_name="", client_id="", redirect_host="", scopes=(), error=error)
 
+    def refusal_page(self, reply: JsonReply) -> PageReply:
+        """A refused authorization request as a page for a person's browser (the JSON is for
+        programs): the reason in words and what to do, nothing signed in."""
+        description = str(reply.body.get("error_description") or reply.body.get("error") or "it was refused")
+        return PageReply(reply.status, self._expired_view(
+            f"This sign-in cannot start: {description}. Nothing was signed in. Start again from your app; "
+            "if this keeps happening, remove the connector in your app and add it again."))
+
     async def complete(self, form: Mapping[str, Any], client_address: str = "unknown") -> Reply:
         """POST /authorize/complete: the sign-in page was submitted from ``client_address``.
 

@@ -97,6 +97,12 @@ class BrainActions:
     async def edit(self, account: Account, memory_id: str, *, title: str, content: str, type_: str,
                    tags: str) -> Done:
         """A new memory with the edited text that supersedes the old one; returns the new id."""
+        return await self.create(account, title=title, content=content, type_=type_, tags=tags,
+                                 supersedes=[memory_id])
+
+    async def create(self, account: Account, *, title: str, content: str, type_: str, tags: str,
+                     supersedes: list[str] | None = None) -> Done:
+        """A new memory typed in the app (``brain_memorize``'s write), optionally superseding others."""
         if not content.strip():
             raise ActionRefused("The content must not be empty.")
         if len(content) > MAX_CONTENT_CHARS or len(title) > MAX_TITLE_CHARS:
@@ -104,7 +110,7 @@ class BrainActions:
         try:
             op = connector_memorize(
                 content, title=title.strip() or None, type=type_, tags=tags, origin=EDIT_ORIGIN,
-                supersedes=[memory_id], agent="web app",
+                supersedes=supersedes or [], agent="web app",
             )
         except BrainError as exc:
             raise ActionRefused(str(exc)) from None

@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 
 from connector.engine.brain import Brain
+from connector.engine.titles import plain_title
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ def _entries(brain: Brain | None) -> dict[str, dict[str, Any]]:
 
 def _title(memory_id: str, entry: dict[str, Any]) -> str:
     title = entry.get("title")
-    return title if isinstance(title, str) and title else memory_id
+    return plain_title(title) if isinstance(title, str) and title else memory_id
 
 
 def diff_brains(then: Brain | None, now: Brain | None) -> BrainDiff:

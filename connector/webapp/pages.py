@@ -9,12 +9,16 @@ plain form post, so the app works with the keyboard and without JavaScript.
 from __future__ import annotations
 
 import hashlib
+import re
+from datetime import UTC, datetime
 from functools import lru_cache
 from importlib import resources
 from typing import Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from markupsafe import Markup
 
+from connector.engine.jsvalues import parse_iso_ms
 from connector.mcp.http import path_segment
 
 CSP = (
@@ -50,8 +54,27 @@ def environment() -> Environment:
         lstrip_blocks=True,
     )
     env.globals["static_version"] = static_version
+    env.filters["when"] = when
     env.filters["segment"] = path_segment
     return env
+
+
+_INSTANT = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}")
+
+
+def when(value: Any) -> Markup | str:
+    """An ISO 8601 instant as people read it, ``1 Mar 2026, 12:00 UTC``, in a ``<time>``
+    element carrying the exact instant (``datetime``, and as its tooltip); anything that is
+    not an instant comes back unchanged (still escaped by the template)."""
+    if not isinstance(value, str) or not _INSTANT.match(value):
+        return value
+    millis = parse_iso_ms(value)
+    if millis is None:
+        return value
+    moment = datetime.fromtimestamp(millis / 1000, UTC)
+    readable = f"{moment.day} {moment:%b %Y, %H:%M} UTC"
+    exact = moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return Markup('<time datetime="{0}" title="{1}">{2}</time>').format(exact, value, readable)
 
 
 def render(template: str, **context: Any) -> str:

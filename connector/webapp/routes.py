@@ -52,6 +52,7 @@ DONE_MESSAGES = {
     "restore": "Restored from the archive.", "approve": "Approved.", "reject": "Rejected: moved to the archive.",
     "edit": "Saved as a new memory that supersedes the old one.", "brain": "Brain switched.",
     "import": "Imported.", "snapshot": "Snapshot restored: the brain is as it was then.",
+    "new": "Saved.",
     "keep_new": "Kept the new memory: the old one is superseded.",
     "keep_old": "Kept the old memory: the new one is in the archive (restorable).",
     "merge": "Merged into one new memory that supersedes both.",
@@ -83,6 +84,8 @@ class WebApp:
 
         self.sessions = WebSessions(settings.webapp_session_ttl_ms / 1000.0, directory=place("web-sessions"), box=box,
                                     ended=place("web-ended"))
+        # Where a signed-in person's store credential is kept (the sign-in page says which).
+        self.sessions_on_disk = directory is not None
         self.views = BrainViews(manager, tools)
         self.actions = BrainActions(manager, tools)
         self.review = ReviewViews(self.views)
@@ -166,7 +169,7 @@ class WebApp:
     def page(self, template: str, site: Site, session: WebSession | None, *, status: int = 200,
              cookies: list[Cookie] | None = None, **context: Any) -> Response[str]:
         """A rendered page with the app's security headers."""
-        html = render(template, root=site.root, session=session,
+        html = render(template, root=site.root, session=session, sessions_on_disk=self.sessions_on_disk,
                       can_write=session is not None and not session.read_only, **context)
         return Response(html, status_code=status, media_type="text/html; charset=utf-8", headers=page_headers(),
                         cookies=cookies or [])
@@ -362,13 +365,19 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         except BrainUnavailable as exc:
             return app.page("error.html", site, session, status=503, title="Brain unavailable", message=str(exc))
 
+    def read_only_refusal(visit: Visit) -> Response[Any]:
+        """The page a read-only sign-in gets for a form that would change memories."""
+        return app.page("error.html", visit.site, visit.session, status=403, title="Read-only sign-in",
+                        message="This sign-in is read-only: it cannot change memories.")
+
     def not_found(visit: Visit, message: str = "This brain has no memory with that id, live or archived.") -> Response[Any]:
         return app.page("error.html", visit.site, visit.session, status=404, title="No such memory", message=message)
 
     @get(["/app", "/app/"], cache=False, include_in_schema=False)
     @page_route
     async def home(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
-        data = await app.views.home(visit.session.account)
+        page = request.query_params.get("page") or "1"
+        data = await app.views.home(visit.session.account, int(page) if page.isdigit() and len(page) < 7 else 1)
         review_waiting = await app.review.waiting(visit.session.account)
         params = request.query_params
         return app.page("home.html", visit.site, visit.session, home=data, review_waiting=review_waiting,
@@ -408,12 +417,32 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
     @page_route
     async def edit_page(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
         if visit.session.read_only:
-            return app.page("error.html", visit.site, visit.session, status=403, title="Read-only sign-in",
-                            message="This sign-in is read-only: it cannot change memories.")
+            return read_only_refusal(visit)
         view = await app.views.memory(visit.session.account, request.path_params["memory_id"][:200])
         if view is None or view.archived:
             return not_found(visit, "Only memories in the brain (not in the archive) can be edited.")
         return app.page("edit.html", visit.site, visit.session, memory=view, types=TYPES, error=None)
+
+    @get("/app/new", cache=False, include_in_schema=False)
+    @page_route
+    async def new_page(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
+        if visit.session.read_only:
+            return read_only_refusal(visit)
+        return app.page("new.html", visit.site, visit.session, types=TYPES, form={}, error=None)
+
+    @post("/app/new", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
+    @write_route
+    async def new_submit(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
+        form = visit.form
+        try:
+            done = await app.actions.create(visit.session.account, title=form.get("title", ""),
+                                            content=form.get("content", ""), type_=form.get("type", "learning"),
+                                            tags=form.get("tags", ""))
+        except ActionRefused as exc:
+            # The form comes back as typed, with the reason; nothing was saved.
+            return app.page("new.html", visit.site, visit.session, status=400, types=TYPES, form=form,
+                            error=str(exc))
+        return app.redirect(_done_location(visit.site, "new", done))
 
     @get("/app/archive", cache=False, include_in_schema=False)
     @page_route
@@ -607,7 +636,7 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
                         headers={"Cache-Control": "public, max-age=86400", "X-Content-Type-Options": "nosniff"})
 
     return [signin_page, signin_start, oidc_callback, signin_submit, signout, home, search, memory, edit_page, archive, edit_submit,
-            review, review_decide,
+            new_page, new_submit, review, review_decide,
             memory_action, use_brain, transfer_page, export, import_preview, import_confirm, history, history_diff,
             history_restore,
             static]

@@ -19,6 +19,7 @@ from connector.engine.restore import frontmatter_values
 from connector.engine.rules import MEMORY_TYPES
 from connector.engine.similar import Incoming, Similar
 from connector.engine.text import memory_body
+from connector.engine.titles import plain_title
 from connector.mcp.tools import BrainTools
 from connector.webapp.graph import Graph, neighbourhood
 from connector.webapp.history import BrainDiff, diff_brains
@@ -31,6 +32,7 @@ SEARCH_LIMIT = 25
 # Recall is asked for more than is shown so that type and tag filters still fill a page.
 RECALL_POOL = 200
 BROWSE_LIMIT = 50
+RECENT_PAGE = 20  # recent memories per page on the home page
 TAG_CACHE_SIZE = 32
 TYPES = tuple(MEMORY_TYPES)
 # The search page's names for brain_recall's modes, in engine.hybrid.MODES order (test_units checks).
@@ -127,6 +129,11 @@ class Home:
     pending: list[MemoryLine]
     pending_writes: int
     note: str | None
+    # The brain in use holds nothing yet: the page welcomes and says what to do next.
+    empty: bool = False
+    recent: list[MemoryLine] = field(default_factory=list)
+    page: int = 1
+    pages: int = 1
 
 
 @dataclass
@@ -169,7 +176,7 @@ def line_of(memory_id: str, entry: dict[str, Any], *, expired: bool = False) -> 
     """A list line from an index entry."""
     return MemoryLine(
         id=memory_id,
-        title=_string(entry.get("title")) or memory_id,
+        title=plain_title(_string(entry.get("title"))) or memory_id,
         type=_string(entry.get("type")),
         tags=_tags(entry.get("tags")),
         pinned=entry.get("pinned") is True,
@@ -225,8 +232,9 @@ class BrainViews:
                     self._tags.pop(next(iter(self._tags)))
         return cached
 
-    async def home(self, account: Account) -> Home:
-        """Brains, counts, last sync, pinned tier and memories waiting for verification."""
+    async def home(self, account: Account, page: int = 1) -> Home:
+        """Brains, counts, last sync, pinned tier, memories waiting for verification and
+        page ``page`` of the recent memories (newest first)."""
         records, active = await self.manager.brains(account)
         snapshot = await self.manager.snapshot(account)
         index = await self._index(snapshot)
@@ -244,6 +252,7 @@ class BrainViews:
                 if record.quarantined or entry.get("quarantined"):
                     pending.append(line_of(record.id, entry))
         pinned.sort(key=lambda item: item[:3])
+        recent, page, pages = _recent(index, page) if index is not None else ([], 1, 1)
         last_updated = _last_updated(snapshot.brain.read("index.json")) if snapshot.brain is not None else None
         archived = snapshot.brain.read_json("_archived/index.json") if snapshot.brain is not None else None
         archived_count = len(archived.get("memories") or {}) if isinstance(archived, dict) and isinstance(archived.get("memories"), dict) else 0
@@ -257,7 +266,12 @@ class BrainViews:
             pinned=[item[3] for item in pinned],
             pending=pending,
             pending_writes=snapshot.pending_writes,
-            note=snapshot.identity.note,
+            # An empty brain gets the page's welcome instead of the tools' note.
+            note=None if snapshot.identity.empty and snapshot.brain_id else snapshot.identity.note,
+            empty=(index is None or not index.memories) and not archived_count,
+            recent=recent,
+            page=page,
+            pages=pages,
         )
 
     async def search(self, account: Account, form: SearchForm) -> SearchResult:
@@ -408,12 +422,12 @@ class BrainViews:
         reasons = fields.get("quarantine_reasons")
         graph = None
         if associations and index is not None:
-            titles = {memory_id: _string(fields.get("title")) or memory_id,
+            titles = {memory_id: plain_title(_string(fields.get("title"))) or memory_id,
                       **{line.id: line.title for line, _ in associations if line.id in index.positions}}
             graph = neighbourhood(memory_id, titles, index.edges)
         return MemoryView(
             id=memory_id,
-            title=_string(fields.get("title")) or memory_id,
+            title=plain_title(_string(fields.get("title"))) or memory_id,
             archived=archived,
             content_html=render_markdown(body),
             fields=fields,
@@ -490,6 +504,15 @@ def _common_tags(index: BrainIndex, limit: int = 40) -> list[str]:
         for tag in _tags(record.entry.get("tags")):
             counts[tag] = counts.get(tag, 0) + 1
     return [tag for tag, _ in sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:limit]]
+
+
+def _recent(index: BrainIndex, page: int) -> tuple[list[MemoryLine], int, int]:
+    """One page of the memories, newest first; the page (clamped to those there are) and the page count."""
+    ordered = sorted(index.memories, key=lambda record: (-(record.created_ms or 0), record.id))
+    pages = max(1, -(-len(ordered) // RECENT_PAGE))
+    page = min(max(1, page), pages)
+    chosen = ordered[(page - 1) * RECENT_PAGE:page * RECENT_PAGE]
+    return [line_of(record.id, record.entry) for record in chosen], page, pages
 
 
 def _browse(index: BrainIndex, form: SearchForm) -> list[MemoryLine]:

@@ -68,6 +68,7 @@ from connector.workcopy.store_client import (
     StoreNotFound,
     StoreUnauthorized,
     StoreUnreachable,
+    UploadResult,
 )
 
 log = logging.getLogger("connector.workcopy")
@@ -189,8 +190,8 @@ class _UserState:
     brains: list[BrainRecord] | None = None
     brains_at: float = -1e18
     lock: asyncio.Lock | None = None
-    # Who this account is at the store, as memories written to shared brains name them.
-    writer: str | None = None
+    # Who this account is at the store (name, kind), as memories written to shared brains name them.
+    who: tuple[str, str] | None = None
     # A chosen brain id missing from the list even after listing again for it (see _active).
     missing_choice: str | None = None
 
@@ -237,24 +238,39 @@ def viewer_refusal(record: BrainRecord) -> str:
     )
 
 
+def empty_brain_note(name: str) -> str:
+    """What a new user reads while the brain in use holds nothing yet: what to do next."""
+    return (
+        f"Your brain '{escape_one_line(name)}' is ready and empty: nothing is saved yet. Ask your assistant to "
+        "remember something (brain_memorize), or add a memory in the web app (New memory); every assistant "
+        "connected to this brain can then recall it."
+    )
+
+
 def identity_for(account: Account, brains: list[BrainRecord], active: BrainRecord | None) -> Identity:
-    """The identity signal of section 5: status and the note the user should see."""
+    """The identity signal of section 5: status and the note the user should see.
+
+    An account with no brain at all may be a different account than the one used elsewhere:
+    that is warned about. An account whose brain exists but is empty is a new user: it gets a
+    welcome saying what to do next, not a warning."""
     label = account.kind_label
-    has_archive = any(b.checksum for b in brains)
-    if not brains or not has_archive:
+    if not brains:
         note = (
-            f"This account (signed in with {label}) has no brain with memories at the store yet. "
+            f"This account (signed in with {label}) has no brain at the store yet. "
             "Probably a different account is signed in than the one used elsewhere, or this is a new user. "
             "The first memory saved creates one."
         )
-        return Identity(STATUS_NO_BRAIN, note, tuple(brains), active.id if active else None)
+        return Identity(STATUS_NO_BRAIN, note, tuple(brains), active.id if active else None, empty=True)
+    empty = active is not None and not active.checksum
+    welcome = empty_brain_note(active.name) if empty and active is not None else None
     if len(brains) > 1 and active is not None:
         note = (
             f"This account (signed in with {label}) has {len(brains)} brains; serving '{escape_one_line(active.name)}' "
             f"({active.id}). Use brain_use to switch."
         )
-        return Identity(STATUS_MULTIPLE, note, tuple(brains), active.id)
-    return Identity(STATUS_OK, None, tuple(brains), active.id if active else None)
+        return Identity(STATUS_MULTIPLE, f"{note} {welcome}" if welcome else note, tuple(brains), active.id,
+                        empty=empty)
+    return Identity(STATUS_OK, welcome, tuple(brains), active.id if active else None, empty=empty)
 
 
 # Notices kept per user about dropped writes (the most recent ones).
@@ -695,18 +711,19 @@ class WorkingCopyManager:
         if self.heads is not None and copy.brain_id is not None:
             copy.head_seen = self.heads.publish(copy.brain_id, copy.head_seen)
 
-    async def snapshot(self, account: Account) -> Snapshot:
-        """A fresh-enough read view of the user's active brain (pulling it if needed)."""
+    async def snapshot(self, account: Account, *, fresh_list: bool = False) -> Snapshot:
+        """A fresh-enough read view of the user's active brain (pulling it if needed);
+        ``fresh_list`` asks the store for the brain list now (what brain_status reports)."""
         for _ in range(3):
-            view = await self._snapshot_once(account)
+            view = await self._snapshot_once(account, fresh_list)
             if view is not None:
                 return view
         raise BrainUnavailable("The brain changed at the store while it was being read; try again.")
 
-    async def _snapshot_once(self, account: Account) -> Snapshot | None:
+    async def _snapshot_once(self, account: Account, fresh_list: bool = False) -> Snapshot | None:
         """One attempt; None when the copy was dropped meanwhile (its brain deleted at the store)."""
         try:
-            brains, active = await self._active(account)
+            brains, active = await self._active(account, force_list=fresh_list)
         except StoreUnreachable:
             raise BrainUnavailable("The store cannot be reached right now. Try again shortly.") from None
         except StoreUnauthorized:
@@ -749,17 +766,44 @@ class WorkingCopyManager:
             return ""
         if active is None or active.role is None:
             return ""
+        who = await self._who(account)
+        if who is None:
+            return ""
+        name, kind = who
+        return f"{name} via an agent key" if name and kind == "agent-key" else name
+
+    async def _who(self, account: Account) -> tuple[str, str] | None:
+        """The account's name and kind (``static``, ``oidc``, ``agent-key``) at the store, asked
+        once (``GET /auth/me``); None when the store cannot say."""
         state = self._user(account)
-        if state.writer is None:
+        if state.who is None:
             try:
                 with self._watching(account):
                     me = await self.store.me(account.credential)
             except StoreError:
-                return ""
+                return None
             user = me.get("user") if isinstance(me.get("user"), dict) else {}
             name = next((str(user[k]) for k in ("name", "email", "id") if isinstance(user.get(k), str) and user[k]), "")
-            state.writer = f"{name} via an agent key" if name and user.get("kind") == "agent-key" else name
-        return state.writer
+            state.who = (name, str(user.get("kind") or ""))
+        return state.who
+
+    async def _read_only_refusal(self, account: Account, record: BrainRecord) -> str:
+        """Why a write to a brain this account may only read is refused: a viewer's role, or a
+        read-only agent key (of the brain's owner: then the role is not the reason at all)."""
+        who = await self._who(account)
+        if who is None or who[1] != "agent-key":
+            return viewer_refusal(record)
+        name = escape_one_line(record.name)
+        if record.owner and record.owner == who[0]:
+            reason = f"this connection uses a read-only agent key for the brain '{name}' (your own brain)"
+        else:
+            reason = (f"this connection's agent key may only read the brain '{name}' (a read-only key, "
+                      "or its user is a viewer of the brain)")
+        return (
+            f"Not saved: {reason}. It can recall and read but not change the brain; nothing was changed. "
+            "For this agent to write, sign it in with an agent key created with write access "
+            "(brain-store key create --scope write)."
+        )
 
     async def brains(self, account: Account) -> tuple[list[BrainRecord], BrainRecord | None]:
         """The account's brains (refreshed) and the active one."""
@@ -808,7 +852,7 @@ class WorkingCopyManager:
                     "The store cannot be reached right now, so nothing was saved. Try again shortly."
                 ) from None
         if active is not None and active.read_only:
-            raise BrainUnavailable(viewer_refusal(active))
+            raise BrainUnavailable(await self._read_only_refusal(account, active))
         copy = await self._copy_for(account, active)
         if copy is None:
             copy = self._copies.get((account.subject, None))
@@ -992,7 +1036,7 @@ class WorkingCopyManager:
                 return dropped
             self._mark_synced(copy, result.checksum or checksum)
             self._publish(copy)
-            self._note_pushed(copy)
+            self._note_pushed(copy, result)
             return dropped
         self._hold(copy, "other devices kept changing the brain at the same time")
         return dropped
@@ -1060,18 +1104,24 @@ class WorkingCopyManager:
             except Exception:  # e.g. a brain recall cannot read: the next recall builds and reports it
                 log.warning("an index could not follow a change; it is built again when needed", exc_info=True)
 
-    def _note_pushed(self, copy: WorkingCopy) -> None:
-        """Record in the cached brain list that the pushed brain now has an archive.
+    def _note_pushed(self, copy: WorkingCopy, pushed: UploadResult) -> None:
+        """Record in the cached brain list what the push changed: checksum, size, file count
+        and time of the last sync.
 
-        Until the list expires it would still show the brain without one, which reads as
-        "this account has no brain" right after the account's first write. The push told
-        us all that changes, so the cached record is updated without asking the store.
+        Until the list expires it would still show the brain as before the push, which read
+        as "this account has no brain" right after the account's first write, and made
+        brain_status say "0 bytes, never synced" after writes it had called saved and synced.
+        The push told us all that changes, so the cached record is updated without asking
+        the store.
         """
         state = self._users.get(copy.subject)
         if state is None or state.brains is None or not copy.base_checksum:
             return
+        synced = datetime.fromtimestamp(copy.synced_at or time.time(), UTC).isoformat().replace("+00:00", "Z")
         state.brains = [
-            dataclasses.replace(brain, checksum=copy.base_checksum) if brain.id == copy.brain_id else brain
+            dataclasses.replace(brain, checksum=copy.base_checksum, size_bytes=pushed.size_bytes,
+                                file_count=pushed.file_count or brain.file_count, last_synced_at=synced)
+            if brain.id == copy.brain_id else brain
             for brain in state.brains
         ]
 

@@ -116,6 +116,8 @@ class Identity:
     note: str | None
     brains: tuple[BrainRecord, ...]
     active_id: str | None
+    # The brain in use exists but holds nothing yet (a new user): pages show a welcome, not a warning.
+    empty: bool = False
 
 
 @dataclass(frozen=True)

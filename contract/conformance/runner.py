@@ -76,6 +76,18 @@ def run_check(item: Check, ctx: Context) -> Result:
 PREFLIGHT_TIMEOUT_S = 10.0
 
 
+def normalize_url(given: str) -> tuple[str, str | None]:
+    """The store URL to use for ``given`` and a note when it was completed: ``localhost:8787``
+    (no scheme) means ``http://localhost:8787``. ``ValueError`` for a scheme other than http(s)."""
+    url = given.strip()
+    if "://" not in url:
+        return f"http://{url}", f"no scheme in {given!r}: using http://{url}"
+    scheme = url.split("://", 1)[0].lower()
+    if scheme not in ("http", "https"):
+        raise ValueError(f"{given!r}: a store URL starts with http:// or https://, e.g. http://127.0.0.1:8787")
+    return url, None
+
+
 def preflight(config: SuiteConfig, *, transport: httpx.BaseTransport | None = None) -> str | None:
     """None when the store answers ``/health`` and accepts the token(s); else why no check can run."""
     base = config.url.rstrip("/")
@@ -92,6 +104,8 @@ def preflight(config: SuiteConfig, *, transport: httpx.BaseTransport | None = No
                 if me.status_code in (401, 403):
                     return (f"the store at {base} refused the token given with {option} ({me.status_code}); "
                             "give the token of an existing user")
+                if me.status_code == 404:
+                    return _not_a_store(http, base)
                 if me.status_code not in (200, 429):
                     return f"{base} answered {me.status_code} to GET /auth/me with the {option} token"
     except httpx.TimeoutException:
@@ -99,6 +113,20 @@ def preflight(config: SuiteConfig, *, transport: httpx.BaseTransport | None = No
     except httpx.HTTPError as exc:
         return f"cannot reach {base} ({type(exc).__name__}: {exc})"
     return None
+
+
+def _not_a_store(http: httpx.Client, base: str) -> str:
+    """Why a server without ``/auth/me`` is no store, naming the MCP connector when it is one."""
+    try:
+        connector = http.get("/.well-known/oauth-protected-resource").status_code == 200
+    except httpx.HTTPError:
+        connector = False
+    if connector:
+        return (f"{base} looks like an MCP connector (it publishes OAuth metadata), not a brain store: "
+                "give the store's URL (the connector's CONNECTOR_STORE_URL; `brain-store dev` prints it as "
+                "'store URL')")
+    return (f"{base} answered 404 to GET /auth/me: it does not look like a brain store "
+            "(every store answers /auth/me); check the URL and port")
 
 
 def run_suite(

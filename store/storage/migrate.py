@@ -42,14 +42,16 @@ class MigrateReport:
     bytes: int = 0
 
 
-def location_settings(settings: StoreSettings, location: str) -> StoreSettings:
-    """Settings pointing at ``location``: ``s3://bucket/prefix`` or a directory path."""
+def location_settings(settings: StoreSettings, location: str, spool: Path) -> StoreSettings:
+    """Settings pointing at ``location``: ``s3://bucket/prefix`` or a directory path.
+
+    ``spool`` is where an S3 backend may stage files: a private directory of this run
+    (a fixed shared path under /tmp could be read or planted by other local users)."""
     if location.startswith("s3://"):
         bucket, _, prefix = location[5:].partition("/")
         if not bucket:
             raise MigrateError(f"{location}: expected s3://bucket[/prefix]")
-        scratch = Path(tempfile.gettempdir()) / "brain-store-migrate-spool"
-        return dataclasses.replace(settings, backend="s3", s3_bucket=bucket, s3_prefix=prefix, data_dir=scratch)
+        return dataclasses.replace(settings, backend="s3", s3_bucket=bucket, s3_prefix=prefix, data_dir=spool)
     if "://" in location:
         raise MigrateError(f"{location}: only directories and s3:// URLs are supported")
     return dataclasses.replace(settings, backend="local", data_dir=Path(location).expanduser())
@@ -133,17 +135,18 @@ def migrate(
     """Copy users, brains and snapshots from ``source`` to ``target`` (directories or s3:// URLs)."""
     from store.storage.factory import open_backend, open_registry
 
-    src_settings = location_settings(settings, source)
-    dst_settings = location_settings(settings, target)
-    if src_settings.backend == "local" and not (src_settings.data_dir / "users.json").exists():
-        raise MigrateError(f"{source}: no users.json there; is it a store data directory?")
-    src: Any = open_backend(src_settings)
-    dst: Any = open_backend(dst_settings)
-    report = MigrateReport()
-    report.users = _copy_users(open_registry(src_settings), open_registry(dst_settings))
-    progress(f"users: {report.users} added")
+    # mkdtemp: 0700, unique, removed with everything staged in it when the run ends.
     with tempfile.TemporaryDirectory(prefix="brain-store-migrate-") as scratch_dir:
         scratch = Path(scratch_dir)
+        src_settings = location_settings(settings, source, scratch / "source-spool")
+        dst_settings = location_settings(settings, target, scratch / "target-spool")
+        if src_settings.backend == "local" and not (src_settings.data_dir / "users.json").exists():
+            raise MigrateError(f"{source}: no users.json there; is it a store data directory?")
+        src: Any = open_backend(src_settings)
+        dst: Any = open_backend(dst_settings)
+        report = MigrateReport()
+        report.users = _copy_users(open_registry(src_settings), open_registry(dst_settings))
+        progress(f"users: {report.users} added")
         for user_id in list(src.iter_users()):
             for meta in src.list_brains(user_id):
                 files: dict[str, Path] = {}

@@ -189,7 +189,10 @@ def test_a_read_agent_key_signs_in_and_reads_only_its_brain(store: RunningStore,
                 _, before = download_brain(store.url, alice.token, default_id)
                 refused = await client.call_tool("brain_memorize", {"content": "The agent key tries to write"})
                 assert refused.is_error
-                assert "Not saved" in text(refused) and "you are a viewer" in text(refused)
+                # The owner's own brain through a read-only key: the key is the reason, not a role.
+                assert "Not saved" in text(refused) and "read-only agent key" in text(refused)
+                assert "viewer" not in text(refused) and "ask its owner" not in text(refused).lower()
+                assert "--scope write" in text(refused)
                 _, after = download_brain(store.url, alice.token, default_id)
                 assert after == before
                 # Reading still works after the refusal.

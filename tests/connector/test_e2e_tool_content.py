@@ -44,8 +44,9 @@ def test_recall_content_budget_brain_read_and_honest_texts(store: RunningStore, 
 
     async def scenario(base: str) -> None:
         async with mcp_session(base + "/mcp", mint(base, user, RW)) as client:
-            # A new account: "no brain" until the first push, and not one call longer.
-            assert structured(await client.call_tool("brain_status", {}))["identity"]["status"] == "no-cloud-brain"
+            # A new account: a welcome to its empty brain until the first push, and not one call longer.
+            welcome = structured(await client.call_tool("brain_status", {}))["identity"]
+            assert welcome["status"] == "ok" and "is ready and empty" in welcome["note"]
             saved = structured(await client.call_tool("brain_memorize", {
                 "content": CHECKLIST, "title": "Deploy checklist", "tags": ["deploy", "payments"],
                 "project": "apollo", "task": "releasing", "origin": "user",
@@ -74,8 +75,11 @@ def test_recall_content_budget_brain_read_and_honest_texts(store: RunningStore, 
             assert "cut by the recall budget" in text_of(cut) and "brain_read" in text_of(cut)
             by_tokens = structured(await client.call_tool("brain_recall", {"query": "deploy", "max_tokens": 5}))
             assert len(by_tokens["results"][0]["content"]) <= 20
-            titles_only = structured(await client.call_tool("brain_recall", {"query": "deploy", "max_chars": 0}))
+            asked = await client.call_tool("brain_recall", {"query": "deploy", "max_chars": 0})
+            titles_only = structured(asked)
             assert titles_only["results"][0]["content"] == "" and titles_only["results"][0]["content_truncated"]
+            # Titles only were asked for: nothing was "spent on better hits".
+            assert "titles only were asked for" in text_of(asked) and "better hits" not in text_of(asked)
 
             # A clamped limit says it was clamped.
             clamped = structured(await client.call_tool("brain_recall", {"query": "deploy", "limit": 500}))

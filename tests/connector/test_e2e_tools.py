@@ -138,7 +138,8 @@ def test_all_eight_tools_through_the_oauth_flow(store: RunningStore, tmp_path: P
                 assert names == ALL_TOOLS
                 status = structured(await client.call_tool("brain_status", {}))
                 assert status["active_brain"]["id"] == brain_id
-                assert status["identity"]["status"] == "no-cloud-brain"  # a new user: nothing stored yet
+                assert status["identity"]["status"] == "ok"  # a new user: an empty brain, welcomed
+                assert "is ready and empty" in status["identity"]["note"]
 
                 saved = structured(
                     await client.call_tool(

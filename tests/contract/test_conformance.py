@@ -157,3 +157,23 @@ def test_uploads_settle_at_the_store_upload_rate() -> None:
         assert client.request("GET", "/api/brains").status_code == 200  # reads are not spaced
     assert statuses.count(429) <= 2, statuses
     assert 0.6 <= pacer.upload_gap < 2
+
+
+def test_check_takes_a_url_without_scheme_and_says_when_it_is_a_connector_not_a_store(
+    store: tuple[Store, str, str], tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    from tests.connector.test_e2e_tools import connector
+
+    running, token1, _ = store
+    bare = running.url.removeprefix("http://")
+    done = _check_cli("--url", bare, "--token", token1, "--only", "health.status")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"no scheme in '{bare}': using http://{bare}" in done.stderr and "UnsupportedProtocol" not in done.stderr
+    wrong = _check_cli("--url", "ftp://" + bare, "--token", token1)
+    assert wrong.returncode == 2 and "starts with http:// or https://" in wrong.stderr
+
+    with connector(tmp_path_factory.mktemp("check-connector"), running) as server:  # type: ignore[arg-type]
+        mistaken = _check_cli("--url", server.base_url, "--token", token1)
+    assert mistaken.returncode == 1 and mistaken.stdout == ""
+    assert "looks like an MCP connector" in mistaken.stderr and "not a brain store" in mistaken.stderr
+    assert "store URL" in mistaken.stderr and "Traceback" not in mistaken.stderr

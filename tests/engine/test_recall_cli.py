@@ -56,7 +56,9 @@ def test_cli_uninitialized_brain(tmp_path: Path) -> None:
         [console_script("brain-connector"), "recall", str(tmp_path), "anything"], capture_output=True, timeout=60, check=False
     )
     assert done.returncode != 0
-    assert b"brain not initialized" in done.stderr
+    # What is missing and what to give instead, not only "brain not initialized".
+    assert f"brain not initialized: {tmp_path} has no index.json".encode() in done.stderr
+    assert b"not a brain directory" in done.stderr and b".tar.gz" in done.stderr
     assert b"Traceback" not in done.stderr
 
 

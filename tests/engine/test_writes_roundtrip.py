@@ -78,7 +78,7 @@ def test_a_pinned_memory_does_not_decay_and_an_unpinned_one_does() -> None:
 
 
 def test_a_forgotten_memory_disappears_and_sits_in_the_archive() -> None:
-    brain = fixture_brain("brain-1-03")
+    brain = fixture_brain("brain-1-05")
     [stored] = Memorize.from_request(memory("Axolotl regeneration", content="Axolotls regrow limbs.",
                                             tags=["axolotl"])).apply(brain, NOW)["stored"]
     assert ids(recall(brain, "axolotl regrow", now=NOW)) == [stored["id"]]

@@ -22,6 +22,7 @@ import yaml
 from connector.settings import ConnectorSettings
 from store.settings import StoreSettings
 from tests.support.processes import REPO_ROOT
+from tests.support.tools import missing_tool
 
 DEPLOY = REPO_ROOT / "deploy"
 # Variables compose uses for itself (interpolation into the Caddy service), not server settings.
@@ -106,7 +107,7 @@ def test_compose_commands_are_our_console_scripts(compose: dict[str, Any]) -> No
 def test_caddyfile_validates(tmp_path: Path) -> None:
     caddy = shutil.which("caddy")
     if caddy is None:
-        pytest.skip("the caddy binary is not installed (apt-get install caddy; .ci/run installs it on CI)")
+        missing_tool("the caddy binary is not installed (apt-get install caddy; .ci/run installs it on CI)")
     env = {**os.environ, **EXAMPLE_VALUES, "HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path),
            "XDG_CONFIG_HOME": str(tmp_path)}
     done = subprocess.run([caddy, "validate", "--adapter", "caddyfile", "--config", str(DEPLOY / "Caddyfile")],
@@ -132,7 +133,7 @@ def test_caddy_drops_idle_upstream_connections_before_the_servers_do(name: str, 
     # Caddy sends on a connection the server is just closing is answered 502.
     caddy = shutil.which("caddy")
     if caddy is None:
-        pytest.skip("the caddy binary is not installed (apt-get install caddy; .ci/run installs it on CI)")
+        missing_tool("the caddy binary is not installed (apt-get install caddy; .ci/run installs it on CI)")
     from cli.serving import KEEP_ALIVE_SECONDS
 
     env = {**os.environ, **EXAMPLE_VALUES, "HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path),

