@@ -59,14 +59,6 @@ def _string(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _when(value: Any) -> str:
-    """``2026-03-01 12:05 UTC`` from an ISO time as the brain writes it (else as it is)."""
-    text = _string(value)
-    if len(text) >= 16 and text[10] == "T" and text.endswith("Z"):
-        return f"{text[:10]} {text[11:16]} UTC"
-    return text
-
-
 class ReviewViews:
     """Read views of the review queue of the signed-in person's active brain."""
 
@@ -100,7 +92,7 @@ class ReviewViews:
 
         def side(memory_id: str, entry: Any) -> ReviewSide:
             body = memory_body(brain.read_text(_string(entry.get("path"))) or "")
-            return ReviewSide(line_of(memory_id, dict(entry)), _when(entry.get("created")), render_markdown(body), body)
+            return ReviewSide(line_of(memory_id, dict(entry)), _string(entry.get("created")), render_markdown(body), body)
 
         items = []
         for pair in pairs[:REVIEW_PAGE_SIZE]:
@@ -109,6 +101,6 @@ class ReviewViews:
             items.append(ReviewItem(
                 new=new, old=old, relation=pair.relation,
                 relation_label=RELATION_LABELS.get(pair.relation, pair.relation), score=pair.score,
-                flagged_at=_when(pair.flagged_at), via=pair.via, by=pair.by, merge_tags=", ".join(dict.fromkeys(tags)),
+                flagged_at=pair.flagged_at, via=pair.via, by=pair.by, merge_tags=", ".join(dict.fromkeys(tags)),
             ))
         return ReviewPage(items=items, total=len(pairs), viewer=viewer)
