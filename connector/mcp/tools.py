@@ -682,14 +682,18 @@ class BrainTools:
         # build the brain's indexes), and decides before anything is written: the operation
         # that is written (and replayed after a 412) carries its outcome, so a replay is
         # deterministic and keeps its id.
-        snapshot = await self.manager.snapshot(caller.account)
+        try:
+            snapshot: Snapshot | None = await self.manager.snapshot(caller.account)
+        except BrainUnavailable:
+            snapshot = None  # no check: the write below says why nothing could be saved
         incoming = Incoming(memory.content, memory.title, memory.tags, memory.type)
-        if self._index_ready(snapshot.key, "hybrid", snapshot.brain_id):
+        found: list[Similar] = []
+        if snapshot is not None and self._index_ready(snapshot.key, "hybrid", snapshot.brain_id):
             found = self.similar_for(snapshot, incoming)
-        else:
+        elif snapshot is not None:
             found = await asyncio.to_thread(self.similar_for, snapshot, incoming)
         exact = next((item for item in found if item.exact), None)
-        if exact is not None and not allow_duplicate:
+        if exact is not None and snapshot is not None and not allow_duplicate:
             return self._duplicate_result(snapshot, exact, found)
         superseding: list[str] = []
         if on_similar == "supersede":
