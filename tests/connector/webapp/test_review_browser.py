@@ -20,7 +20,7 @@ from tests.engine.writes_support import check_consistency
 
 from ..conftest import RunningStore, brains_of, direct_memorize
 from ..review_support import flag_pairs_at_store, statuses_at_store
-from .test_webapp_browser import AXE, CHROMIUM, CHROMIUM_ARGS, CSP_WATCH, Checks
+from .test_webapp_browser import AXE, CHROMIUM, CHROMIUM_ARGS, signed_in_page
 
 pytestmark = [
     pytest.mark.timeout(300),
@@ -59,14 +59,7 @@ def test_a_person_decides_about_similar_memories_in_chromium(store: RunningStore
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
             try:
-                context = browser.new_context(viewport={"width": 1024, "height": 800})
-                context.add_init_script(CSP_WATCH)
-                page = context.new_page()
-                checks = Checks(page, shots)
-                page.goto(base + "/app")
-                page.get_by_label("Your store token").fill(alice.token)
-                page.get_by_role("button", name="Sign in").click()
-                page.wait_for_url(base + "/app")
+                page, checks = signed_in_page(browser, base, alice.token, shots)
                 # The home page says how many pairs wait, and links to them.
                 page.get_by_role("link", name="4", exact=True).click()
                 page.wait_for_url(base + "/app/review")
