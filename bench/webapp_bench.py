@@ -13,11 +13,13 @@ working copy and the recall index, then measures:
 * the history diff: what changed between the store's snapshot (the brain as first
   uploaded) and the brain now (a second upload with one memory added and one pinned),
   both N memories: the snapshot downloaded, loaded and compared (server time);
+* the Review page (``GET /app/review``): 50 pairs of similar memories waiting in the
+  brain's queue file, the first 20 shown side by side with both texts (server p50/p95);
 * the weight of a first visit: the home page's HTML plus every file it loads
   (stylesheet, icon), and the search page's HTML with 25 results.
 
 Targets (issue #18): search page p50 <= 50 ms and memory page p50 <= 30 ms at
-10,000 memories, history diff of two 10,000-memory snapshots <= 1 s, first page
+10,000 memories, Review page p50 <= 50 ms (issue #28), history diff of two 10,000-memory snapshots <= 1 s, first page
 weight <= 150 KB. Figures are noisy on a shared machine.
 
 Usage::
@@ -51,7 +53,8 @@ import httpx  # noqa: E402
 
 from connector.engine.archive import load_archive, pack_archive  # noqa: E402
 from connector.engine.ops import Pin, connector_memorize  # noqa: E402
-from connector_bench import add_user, percentiles, query, row, upload  # noqa: E402
+from connector.engine.review import Flag, FlagPairs  # noqa: E402
+from connector_bench import add_users, percentiles, query, row, upload  # noqa: E402
 from engine_bench import brain_archive  # noqa: E402
 from tests.support.processes import console_script, free_port, run_server  # noqa: E402
 
@@ -59,6 +62,8 @@ TARGET_SEARCH_MS = 50.0
 TARGET_MEMORY_MS = 30.0
 TARGET_FIRST_PAGE_KB = 150.0
 TARGET_DIFF_MS = 1000.0
+TARGET_REVIEW_MS = 50.0
+REVIEW_PAIRS = 50
 DIFF_REQUESTS = 5
 
 
@@ -133,12 +138,15 @@ def main() -> None:
              "--data", str(work / "store")],
             port=store_port, log_path=work / "store.log", env=store_env,
         ) as store:
-            token, _ = add_user(work / "store", store.base_url, "bench")
+            [(token, _)] = add_users(work / "store", ["bench"])
             upload(store.base_url, token, archive)
             # A second version: the first becomes the store's snapshot, for the history diff.
             changed = load_archive(archive)
             connector_memorize("A change for the history diff.").apply(changed, datetime.now(UTC))
             Pin(ids[0]).apply(changed, datetime.now(UTC))
+            # Pairs of similar memories waiting for review (as flagged writes would leave them).
+            FlagPairs([Flag(ids[2 * k + 1], ids[2 * k + 2], "duplicate", 0.9) for k in range(REVIEW_PAIRS)],
+                      []).apply(changed, datetime.now(UTC))
             upload(store.base_url, token, pack_archive(changed))
             env = {"CONNECTOR_STORE_URL": store.base_url, "CONNECTOR_IDP": "static",
                    "CONNECTOR_STATE_DIR": str(work / "state"), "CONNECTOR_PORT": str(connector_port),
@@ -158,9 +166,11 @@ def main() -> None:
                     for path, target, label in (
                         ("/app/search", TARGET_SEARCH_MS, "search page"),
                         ("/app/memory/", TARGET_MEMORY_MS, "memory page"),
+                        ("/app/review", TARGET_REVIEW_MS, "review page"),
                     ):
                         paths = ([f"/app/search?query={query(rnd).replace(' ', '+')}{mode}" for _ in range(args.requests)]
                                  if label == "search page" else
+                                 ["/app/review"] * args.requests if label == "review page" else
                                  [f"/app/memory/{rnd.choice(ids)}" for _ in range(args.requests)])
                         since = len(log.read_text().splitlines())
                         wall = timed_pages(http, paths)

@@ -27,6 +27,7 @@ from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from connector.engine.archive import ArchiveLimits
 from connector.mcp.http import bearer_token, header, is_mcp_path, peer_address, request_base_url
+from connector.mcp.pullreview import PullReview
 from connector.mcp.server import CALLER_SCOPE_KEY, McpEndpoint
 from connector.mcp.tools import BrainTools, Caller
 from connector.metrics import observability_layer
@@ -357,6 +358,8 @@ def build_parts(settings: ConnectorSettings, *, tuning: ManagerTuning | None = N
     tools = BrainTools(
         manager, allowed=settings.tools, recall_mode=settings.recall_mode, vectors=vectors, model=_model(settings)
     )
+    # Memories other devices wrote are checked for duplicates after the pull that brings them.
+    PullReview(manager, tools)
     return ConnectorParts(
         settings, store, state, codec, manager, tools, McpEndpoint(tools), McpEndpoint(tools, bound=True),
         signin_limiter(settings.limits_dir, settings.signin_attempts_per_min),

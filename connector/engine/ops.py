@@ -184,9 +184,14 @@ class Memorize(Operation):
                 if len(self.memories) == 1:
                     raise
                 raise BrainError(f"memory {position + 1}: {error}") from None
+        result = {"stored": stored, "count": len(stored)}
+        self.also(txn, result)
         txn.commit()
         self.ids, self.created = ids, created
-        return {"stored": stored, "count": len(stored)}
+        return result
+
+    def also(self, txn: WriteTxn, result: dict[str, Any]) -> None:
+        """More changes in the same write, before it commits (a subclass's, e.g. the review queue's)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"op": self.kind, "memories": [memory.to_mapping() for memory in self.memories],
@@ -488,4 +493,16 @@ def operation_from_dict(value: Mapping[str, Any]) -> Operation:
         from connector.engine.restore import Restore  # restore.py builds on this module
 
         return Restore(value["id"])
+    if kind == "review-flag":
+        from connector.engine.review import FlagPairs  # review.py builds on this module
+
+        return FlagPairs.from_dict(value)
+    if kind == "review-decide":
+        from connector.engine.review import Decide
+
+        return Decide.from_dict(value)
+    if kind == "memorize-flagged":
+        from connector.engine.review import MemorizeFlagged
+
+        return MemorizeFlagged.from_dict(value)
     raise BrainError(f"unknown operation {kind!r}")

@@ -244,8 +244,9 @@ TOOLS: tuple[ToolSpec, ...] = (
         title="Memory status",
         description=(
             "Describe the user's memory: how many memories, when it last changed, pinned and pending-verification "
-            "counts, the account's brains with the one in use marked, and whether the signed-in account looks "
-            "right. Use it when recall finds nothing unexpectedly or the user asks about their memory."
+            "counts, similar pairs waiting for the user's review, the account's brains with the one in use marked, "
+            "and whether the signed-in account looks right. Use it when recall finds nothing unexpectedly or the "
+            "user asks about their memory."
         ),
         input_schema=_object({}),
         output_schema=_object(
@@ -254,6 +255,7 @@ TOOLS: tuple[ToolSpec, ...] = (
                 "last_updated": {"type": ["string", "null"]},
                 "pinned_count": {"type": "integer"},
                 "pending_verification_count": {"type": "integer"},
+                "review_pending_count": {"type": "integer"},
                 "active_brain": {"anyOf": [_BRAIN_REF, {"type": "null"}]},
                 "brains": {
                     "type": "array",
@@ -419,6 +421,11 @@ TOOLS: tuple[ToolSpec, ...] = (
                     "already holds this content.",
                 },
                 "similar": _SIMILAR,
+                "review_queued": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "description": "Ids of the memories this one was paired with in the user's review queue.",
+                },
                 "synced": _SYNCED,
                 "durable": _DURABLE,
                 "note": _NOTE,

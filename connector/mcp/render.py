@@ -134,6 +134,9 @@ def status_text(result: dict[str, Any]) -> str:
         f"pending verification {result.get('pending_verification_count', 0)})",
         f"Last updated: {one(result.get('last_updated') or 'never')}",
     ]
+    if result.get("review_pending_count"):
+        lines.append(f"{plural(result['review_pending_count'], 'pair')} of similar memories waiting for review "
+                     "(the web app's Review page).")
     brains = result.get("brains", [])
     if brains:
         lines.append("Brains of this account:")

@@ -29,6 +29,7 @@ from connector.engine.index import BrainIndex, IndexCache, RecallError, index_fo
 from connector.engine.jsvalues import datetime_ms
 from connector.engine.ops import Forget, Pin, Unpin, Verify, connector_memorize
 from connector.engine.recall import recall
+from connector.engine.review import MemorizeFlagged, pending_count
 from connector.engine.similar import UPDATE, Incoming, Newer, Similar, exact_duplicates, find_similar
 from connector.engine.views import attach_content, read_memory
 from connector.mcp import chatgpt, render
@@ -611,6 +612,8 @@ class BrainTools:
             "last_updated": last_updated if isinstance(last_updated, str) else None,
             "pinned_count": sum(1 for entry in valid if entry.get("pinned") is True),
             "pending_verification_count": sum(1 for entry in valid if entry.get("quarantined")),
+            # Pairs of similar memories waiting for a person (the web app's Review page).
+            "review_pending_count": pending_count(snapshot.brain, entries) if snapshot.brain is not None else 0,
             "active_brain": (
                 {"id": snapshot.brain_id, "name": snapshot.brain_name or ""} if snapshot.brain_id else None
             ),
@@ -679,20 +682,29 @@ class BrainTools:
         # build the brain's indexes), and decides before anything is written: the operation
         # that is written (and replayed after a 412) carries its outcome, so a replay is
         # deterministic and keeps its id.
-        snapshot = await self.manager.snapshot(caller.account)
+        try:
+            snapshot: Snapshot | None = await self.manager.snapshot(caller.account)
+        except BrainUnavailable:
+            snapshot = None  # no check: the write below says why nothing could be saved
         incoming = Incoming(memory.content, memory.title, memory.tags, memory.type)
-        if self._index_ready(snapshot.key, "hybrid", snapshot.brain_id):
+        found: list[Similar] = []
+        if snapshot is not None and self._index_ready(snapshot.key, "hybrid", snapshot.brain_id):
             found = self.similar_for(snapshot, incoming)
-        else:
+        elif snapshot is not None:
             found = await asyncio.to_thread(self.similar_for, snapshot, incoming)
         exact = next((item for item in found if item.exact), None)
-        if exact is not None and not allow_duplicate:
+        if exact is not None and snapshot is not None and not allow_duplicate:
             return self._duplicate_result(snapshot, exact, found)
         superseding: list[str] = []
         if on_similar == "supersede":
             superseding = [item.id for item in found if item.relation == UPDATE and item.id not in memory.supersedes]
             if superseding:
                 op = connector_memorize(content, **{**options, "supersedes": [*memory.supersedes, *superseding]})
+        # Flags not settled by this write wait for the person in the review queue (docs/review.md),
+        # queued in the same write.
+        flagged = [item.to_json() for item in found if item.flagged and item.id not in op.memories[0].supersedes]
+        if flagged:
+            op = MemorizeFlagged.of(op, flagged, by=caller.account.client_name)
         outcome = await self._write(caller, op, "memorize")
         _refused_for_good(outcome)
         self.prewarm(outcome)
@@ -701,7 +713,11 @@ class BrainTools:
             "stored": stored, **_sync_fields(outcome), "similar": [item.to_json(detail=True) for item in found],
         }
         advice = render.similar_advice(found, superseded=superseding, stored_id=stored.get("id"))
-        note = " ".join(part for part in (advice, _sync_note(outcome)) if part)
+        queued = outcome.result.get("review_queued")
+        if queued:
+            structured["review_queued"] = list(queued)
+        review = "The user also sees the pair in their review queue and may decide there." if queued else ""
+        note = " ".join(part for part in (advice, review, _sync_note(outcome)) if part)
         if note:
             structured["note"] = note
         return ok_result(structured, render.memorize_text(structured))

@@ -13,8 +13,10 @@ from dataclasses import dataclass
 
 from connector.engine.credentials import credential_refusal, credentials_in_memories
 from connector.engine.errors import BrainError
+from connector.engine.memorize import connector_memory
 from connector.engine.ops import Forget, Operation, Pin, Unpin, Verify, connector_memorize
 from connector.engine.restore import Restore
+from connector.engine.review import DECISIONS, Decide
 from connector.mcp.tools import BrainTools
 from connector.workcopy.manager import BrainUnavailable, UnknownBrain, WorkingCopyManager
 from connector.workcopy.model import Account, WriteOutcome
@@ -117,6 +119,33 @@ class BrainActions:
             raise ActionRefused(f"{credential_refusal(kinds)} Leave the secret out (say where it is kept instead).")
         outcome = await self._apply(account, op, "memorize")
         return Done(str(outcome.result["stored"][0]["id"]), outcome.synced)
+
+    async def decide(self, account: Account, new: str, old: str, decision: str, *, title: str = "",
+                     content: str = "", type_: str = "learning", tags: str = "") -> Done:
+        """A decision about a pair of similar memories (see `connector.engine.review.Decide`).
+
+        ``merge`` writes ``content`` (the person's edit) as one memory superseding both.
+        The Done names the memory to show next: the one kept, or the merged one.
+        """
+        if decision not in DECISIONS:
+            raise ActionRefused("The app offers no such decision.")
+        merged = None
+        if decision == "merge":
+            if not content.strip():
+                raise ActionRefused("The merged text must not be empty.")
+            if len(content) > MAX_CONTENT_CHARS or len(title) > MAX_TITLE_CHARS:
+                raise ActionRefused("The text is too long.")
+        try:
+            if decision == "merge":
+                merged = connector_memory(content, title=title.strip() or None, type=type_, tags=tags,
+                                          origin=EDIT_ORIGIN, agent="web app")
+            by = await self.manager.writer(account) or "web app"
+            op = Decide(new, old, decision, by=by, merged=merged)
+        except BrainError as exc:
+            raise ActionRefused(str(exc)) from None
+        outcome = await self._apply(account, op, f"review-{decision}")
+        shown = outcome.result.get("merged_into") or (old if decision == "keep_old" else new)
+        return Done(str(shown), outcome.synced)
 
     async def restore_snapshot(self, account: Account, name: str) -> None:
         """Make one of the store's snapshots of the active brain live, then serve it here."""

@@ -33,6 +33,7 @@ from connector.oauth.state import OAuthState, SecretBox
 from connector.webapp.actions import ActionRefused, BrainActions, Done
 from connector.webapp.guard import Site, new_signin_token, same_origin, session_of, site_of, tokens_match
 from connector.webapp.pages import STATIC_TYPES, page_headers, render, static_file
+from connector.webapp.review import ReviewViews
 from connector.webapp.sessions import MAX_SESSIONS, WebSession, WebSessions
 from connector.webapp.transfer import MAX_IMPORT_BYTES, ImportPlan, dry_run, export_memories, export_zip, plan_import
 from connector.webapp.views import MODE_LABELS, TYPES, BrainViews, SearchForm, SearchResult
@@ -52,6 +53,10 @@ DONE_MESSAGES = {
     "edit": "Saved as a new memory that supersedes the old one.", "brain": "Brain switched.",
     "import": "Imported.", "snapshot": "Snapshot restored: the brain is as it was then.",
     "new": "Saved.",
+    "keep_new": "Kept the new memory: the old one is superseded.",
+    "keep_old": "Kept the old memory: the new one is in the archive (restorable).",
+    "merge": "Merged into one new memory that supersedes both.",
+    "dismiss": "Marked as not the same: you will not be asked about this pair again.",
 }
 IMPORT_TTL_S = 900.0
 OIDC_PENDING_TTL_S = 600.0
@@ -83,6 +88,7 @@ class WebApp:
         self.sessions_on_disk = directory is not None
         self.views = BrainViews(manager, tools)
         self.actions = BrainActions(manager, tools)
+        self.review = ReviewViews(self.views)
         self._trusted = TrustedProxies.parse(settings.trust_proxy)
         self._signin_checks = signin_checks if signin_checks is not None else signin_limiter(
             None, settings.signin_attempts_per_min)
@@ -372,8 +378,9 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
     async def home(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
         page = request.query_params.get("page") or "1"
         data = await app.views.home(visit.session.account, int(page) if page.isdigit() and len(page) < 7 else 1)
+        review_waiting = await app.review.waiting(visit.session.account)
         params = request.query_params
-        return app.page("home.html", visit.site, visit.session, home=data,
+        return app.page("home.html", visit.site, visit.session, home=data, review_waiting=review_waiting,
                         flash=_flash(params.get("done"), params.get("held")))
 
     @get("/app/search", cache=False, include_in_schema=False)
@@ -443,7 +450,31 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         lines = await app.views.archive(visit.session.account)
         return app.page("archive.html", visit.site, visit.session, archived=lines)
 
+    @get("/app/review", cache=False, include_in_schema=False)
+    @page_route
+    async def review(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
+        data = await app.review.page(visit.session.account)
+        params = request.query_params
+        return app.page("review.html", visit.site, visit.session, review=data, error=None,
+                        flash=_flash(params.get("done"), params.get("held")))
+
     # ----- writes -------------------------------------------------------------------
+
+    @post("/app/review", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
+    @write_route
+    async def review_decide(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
+        form = visit.form
+        decision = form.get("decision", "")
+        try:
+            done = await app.actions.decide(visit.session.account, form.get("new", "")[:200], form.get("old", "")[:200],
+                                            decision, title=form.get("title", ""), content=form.get("content", ""),
+                                            type_=form.get("type", "learning"), tags=form.get("tags", ""))
+        except ActionRefused as exc:
+            data = await app.review.page(visit.session.account)
+            return app.page("review.html", visit.site, visit.session, status=409, review=data, error=str(exc),
+                            flash=None)
+        query = {"done": decision, **({} if done.synced else {"held": "1"})}
+        return app.redirect(f"{visit.site.root}/review?{urlencode(query)}")
 
     @post("/app/memory/{memory_id:str}/edit", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
     @write_route
@@ -605,7 +636,7 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
                         headers={"Cache-Control": "public, max-age=86400", "X-Content-Type-Options": "nosniff"})
 
     return [signin_page, signin_start, oidc_callback, signin_submit, signout, home, search, memory, edit_page, archive, edit_submit,
-            new_page, new_submit,
+            new_page, new_submit, review, review_decide,
             memory_action, use_brain, transfer_page, export, import_preview, import_confirm, history, history_diff,
             history_restore,
             static]

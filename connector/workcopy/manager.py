@@ -356,6 +356,10 @@ class WorkingCopyManager:
         self._reserved = 0
         # Set by the OAuth side (connector/oauth/routes.py): ends the sign-ins of a dead store token.
         self.on_credential_refused: CredentialRefused | None = None
+        # Told of every pull that brought a newer archive: (account, brain id, old key, new key, brain).
+        # Called on the event loop with the copy's lock held, so a listener only schedules work
+        # (the review queue's check of memories other devices wrote: connector/mcp/pullreview.py).
+        self.pull_listeners: list[Callable[[Account, str, str, str, Brain], None]] = []
 
     # ----- lifecycle -------------------------------------------------------
 
@@ -645,6 +649,11 @@ class WorkingCopyManager:
         if digests is not None and old_key != checksum:
             await asyncio.to_thread(self._follow, old_key, checksum, brain, BrainChange.since(digests, brain))
         self.long_lived.loaded()
+        for listener in self.pull_listeners:
+            try:
+                listener(copy.account, copy.brain_id, old_key, checksum, brain)
+            except Exception:  # a listener's failure never fails the pull
+                log.warning("a pull listener failed", exc_info=True)
 
     @staticmethod
     def _forget_brain(copy: WorkingCopy) -> None:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 import pytest
@@ -17,6 +18,8 @@ from connector.engine.archive import load_archive, pack_archive
 from connector.engine.brain import Brain
 from connector.engine.ops import connector_memorize
 from tests.support.processes import ServerProcess, console_script, free_port, run_server
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -131,8 +134,10 @@ def upload_raw(store_url: str, token: str, brain_id: str, data: bytes, headers: 
     )
 
 
-def direct_memorize(store_url: str, token: str, brain_id: str, content: str, attempts: int = 50) -> str:
-    """A command-line device: pull, memorize, push with If-Match; retry on 412. Returns the id."""
+def device_write(store_url: str, token: str, brain_id: str, change: Callable[[Brain], T], attempts: int = 50) -> T:
+    """A device writing straight to the store: pull, ``change`` the brain, push with If-Match; again on 412.
+
+    Returns what ``change`` returned on the push that won."""
     for _ in range(attempts):
         response = httpx.get(f"{store_url}/api/brains/{brain_id}/sync", headers=auth(token), timeout=30)
         if response.status_code == 404:
@@ -141,13 +146,22 @@ def direct_memorize(store_url: str, token: str, brain_id: str, content: str, att
             response.raise_for_status()
             brain = load_archive(response.content)
             condition = {"If-Match": f'"{response.headers["X-Checksum"]}"'}
-        op = connector_memorize(content, agent="direct-device")
-        result = op.apply(brain, datetime.now(UTC))
+        result = change(brain)
         pushed = upload_raw(store_url, token, brain_id, pack_archive(brain), condition)
         if pushed.status_code == 200:
-            return result["stored"][0]["id"]
+            return result
         assert pushed.status_code == 412, pushed.text
     raise AssertionError("direct pusher never won a push")
+
+
+def direct_memorize(store_url: str, token: str, brain_id: str, content: str, attempts: int = 50) -> str:
+    """A command-line device: pull, memorize, push with If-Match; retry on 412. Returns the id."""
+
+    def memorize(brain: Brain) -> str:
+        result = connector_memorize(content, agent="direct-device").apply(brain, datetime.now(UTC))
+        return str(result["stored"][0]["id"])
+
+    return device_write(store_url, token, brain_id, memorize, attempts)
 
 
 def memory_ids(brain: Brain) -> set[str]:

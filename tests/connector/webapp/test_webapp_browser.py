@@ -105,6 +105,21 @@ class Checks:
         page.screenshot(path=str(self.shots / f"webapp-{name}.png"), full_page=True)
 
 
+def signed_in_page(browser: Any, base: str, token: str, shots: Path,
+                   viewport: dict[str, int] | None = None) -> tuple[Any, Checks]:
+    """A new browser context signed in to the app with a store token: its page (on the home
+    page, CSP violations recorded) and the checks every page must pass."""
+    context = browser.new_context(viewport=viewport or {"width": 1024, "height": 800})
+    context.add_init_script(CSP_WATCH)
+    page = context.new_page()
+    checks = Checks(page, shots)
+    page.goto(base + "/app")
+    page.get_by_label("Your store token").fill(token)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(base + "/app")
+    return page, checks
+
+
 def test_person_tends_their_brain_in_chromium(store: RunningStore, tmp_path: Path) -> None:
     from playwright.sync_api import sync_playwright
 

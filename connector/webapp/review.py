@@ -1,0 +1,106 @@
+"""The Review page's facts: pairs of similar memories waiting for a person, side by side.
+
+Read from the brain's own queue file (`connector.engine.review`, ``pair-review.json``)
+and the same recall index the other pages use, so a page at 10,000 memories costs
+the queue file's parse, two index lookups per pair and the two texts shown.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from connector.engine.review import PendingPair, REVIEW_FILE, pending_pairs, review_document
+from connector.engine.text import memory_body
+from connector.webapp.markdown import render_markdown
+from connector.webapp.views import BrainViews, MemoryLine, line_of
+from connector.workcopy.model import Account
+
+REVIEW_PAGE_SIZE = 20
+RELATION_LABELS = {"duplicate": "repeats", "update": "may update"}
+
+
+@dataclass(frozen=True)
+class ReviewSide:
+    """One memory of a pair: its line, when it was written, its text."""
+
+    line: MemoryLine
+    created: str
+    content_html: str
+    body: str
+
+
+@dataclass(frozen=True)
+class ReviewItem:
+    """A pair waiting for a decision."""
+
+    new: ReviewSide
+    old: ReviewSide
+    relation: str
+    relation_label: str
+    score: float
+    flagged_at: str
+    via: str
+    by: str
+    merge_tags: str
+
+
+@dataclass
+class ReviewPage:
+    """The pairs shown (oldest flag first), how many wait in all, and whether the
+    signed-in person only views this brain (a viewer of a shared brain cannot decide)."""
+
+    items: list[ReviewItem]
+    total: int
+    viewer: bool = False
+
+
+def _string(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+class ReviewViews:
+    """Read views of the review queue of the signed-in person's active brain."""
+
+    def __init__(self, views: BrainViews) -> None:
+        self.views = views
+
+    async def _pending(self, account: Account) -> tuple[list[PendingPair], Any, bool]:
+        snapshot = await self.views.manager.snapshot(account)
+        brain = snapshot.brain
+        viewer = any(record.id == snapshot.brain_id and record.read_only for record in snapshot.identity.brains)
+        if brain is None or REVIEW_FILE not in brain:
+            return [], None, viewer
+        index = await self.views._index(snapshot)
+        if index is None:
+            return [], None, viewer
+
+        def entry(memory_id: str) -> Any:
+            position = index.positions.get(memory_id)
+            return index.memories[position].entry if position is not None else None
+
+        return pending_pairs(review_document(brain), entry), brain, viewer
+
+    async def waiting(self, account: Account) -> int:
+        """How many pairs wait for a decision."""
+        pairs, _, _ = await self._pending(account)
+        return len(pairs)
+
+    async def page(self, account: Account) -> ReviewPage:
+        """The first `REVIEW_PAGE_SIZE` pairs with both texts."""
+        pairs, brain, viewer = await self._pending(account)
+
+        def side(memory_id: str, entry: Any) -> ReviewSide:
+            body = memory_body(brain.read_text(_string(entry.get("path"))) or "")
+            return ReviewSide(line_of(memory_id, dict(entry)), _string(entry.get("created")), render_markdown(body), body)
+
+        items = []
+        for pair in pairs[:REVIEW_PAGE_SIZE]:
+            new, old = side(pair.new, pair.new_entry), side(pair.old, pair.old_entry)
+            tags = (*new.line.tags, *old.line.tags)
+            items.append(ReviewItem(
+                new=new, old=old, relation=pair.relation,
+                relation_label=RELATION_LABELS.get(pair.relation, pair.relation), score=pair.score,
+                flagged_at=pair.flagged_at, via=pair.via, by=pair.by, merge_tags=", ".join(dict.fromkeys(tags)),
+            ))
+        return ReviewPage(items=items, total=len(pairs), viewer=viewer)
