@@ -33,6 +33,7 @@ class S3Service:
 
     name: str
     endpoint: str
+    ports: tuple[int, ...] = ()  # every port the server listens on (SeaweedFS)
 
     def client(self) -> Any:
         """A boto3 client for this endpoint."""
@@ -126,6 +127,15 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
             process.wait(timeout=10)
 
 
+def _remove_grpc_sockets(ports: dict[str, int]) -> None:
+    """weed puts its gRPC unix sockets at a fixed ``/tmp/seaweedfs-KIND-grpc-PORT.sock`` (no flag
+    moves them); remove the ones of this process's own gRPC ports once it has stopped."""
+    for name, port in ports.items():
+        if name.endswith(".grpc"):
+            kind = name.split(".", 1)[0]
+            Path(f"/tmp/seaweedfs-{kind}-grpc-{port}.sock").unlink(missing_ok=True)
+
+
 _WEED_PORTS = (
     "master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "filer.port", "filer.port.grpc",
     "s3.port", "s3.port.grpc", "admin.port", "admin.port.grpc", "s3.port.iceberg", "s3.port.lance", "metricsPort",
@@ -163,7 +173,7 @@ def seaweedfs(workdir: Path) -> Iterator[S3Service]:
         process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
         _wait_port(ports["s3.port"], process, 90, log)
-        service = S3Service("seaweedfs", f"http://127.0.0.1:{ports['s3.port']}")
+        service = S3Service("seaweedfs", f"http://127.0.0.1:{ports['s3.port']}", tuple(ports.values()))
         deadline = time.monotonic() + 90
         while True:  # the S3 gateway listens before the filer behind it is ready
             try:
@@ -176,3 +186,4 @@ def seaweedfs(workdir: Path) -> Iterator[S3Service]:
         yield service
     finally:
         _stop(process)
+        _remove_grpc_sockets(ports)

@@ -240,7 +240,10 @@ def test_mcp_remote_bridges_a_brain_url_with_sign_in_and_refresh(
         second_log = tmp_path / "mcp-remote-2.log"
         second = asyncio.run(session(second_log, sign_in=False))
         assert AUTHORIZE_LINE not in second_log.read_text(errors="replace")
-        assert second["status"].structured_content["memory_count"] == 2  # the same fact, saved twice
+        # The same fact again: the connector sees the exact duplicate and points at the first save.
+        assert second["saved"].structured_content["written"] is False
+        assert second["saved"].structured_content["stored"]["id"] == memory_id
+        assert second["status"].structured_content["memory_count"] == 1
         renewed = json.loads(tokens_file.read_text())
         assert renewed["access_token"] not in (tokens["access_token"], "bca1_spoiled")
         assert renewed["refresh_token"] != tokens["refresh_token"]

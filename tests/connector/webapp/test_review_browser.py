@@ -17,6 +17,7 @@ import pytest
 
 from tests.connector.oauth import live
 from tests.engine.writes_support import check_consistency
+from tests.support.tools import needs_tool
 
 from ..conftest import RunningStore, brains_of, direct_memorize
 from ..review_support import flag_pairs_at_store, statuses_at_store
@@ -24,8 +25,8 @@ from .test_webapp_browser import AXE, CHROMIUM, CHROMIUM_ARGS, signed_in_page
 
 pytestmark = [
     pytest.mark.timeout(300),
-    pytest.mark.skipif(shutil.which(CHROMIUM) is None, reason="Debian chromium is not installed"),
-    pytest.mark.skipif(not AXE.is_file(), reason="axe-core is not installed: npm ci --prefix tests/browser"),
+    needs_tool(shutil.which(CHROMIUM) is not None, "Debian chromium is not installed"),
+    needs_tool(AXE.is_file(), "axe-core is not installed: npm ci --prefix tests/browser"),
 ]
 
 PAIRS = [
