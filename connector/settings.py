@@ -205,6 +205,11 @@ def _csv(value: str | None) -> tuple[str, ...] | None:
     return tuple(part.strip() for part in value.split(",") if part.strip())
 
 
+def _path(env: Mapping[str, str], name: str) -> Path | None:
+    value = _env(env, name)
+    return Path(value).expanduser() if value else None
+
+
 def _bool(env: Mapping[str, str], name: str) -> bool | None:
     value = _env(env, name)
     if value is None:
@@ -261,8 +266,7 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     put("idp", idp.lower() if idp else None)
     put("dev", _bool(env, "CONNECTOR_DEV"))
     put("dev_store_token", _env(env, "CONNECTOR_DEV_STORE_TOKEN"))
-    state_dir = _env(env, "CONNECTOR_STATE_DIR")
-    put("state_dir", Path(state_dir).expanduser() if state_dir else None)
+    put("state_dir", _path(env, "CONNECTOR_STATE_DIR"))
     state_key = _env(env, "CONNECTOR_STATE_KEY")
     put("state_key", parse_state_key(state_key) if state_key else None)
     put("public_url", _env(env, "CONNECTOR_PUBLIC_URL"))
@@ -291,10 +295,8 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     put("log_level", _env(env, "CONNECTOR_LOG_LEVEL"))
     put("metrics", _bool(env, "CONNECTOR_METRICS"))
     put("metrics_token", _env(env, "CONNECTOR_METRICS_TOKEN"))
-    metrics_dir = _env(env, "CONNECTOR_METRICS_DIR")
-    put("metrics_dir", Path(metrics_dir).expanduser() if metrics_dir else None)
-    limits_dir = _env(env, "CONNECTOR_LIMITS_DIR")
-    put("limits_dir", Path(limits_dir).expanduser() if limits_dir else None)
+    put("metrics_dir", _path(env, "CONNECTOR_METRICS_DIR"))
+    put("limits_dir", _path(env, "CONNECTOR_LIMITS_DIR"))
     put("http_max_header_kb", _int(env, "CONNECTOR_HTTP_MAX_HEADER_KB"))
     put("http_header_timeout_s", _int(env, "CONNECTOR_HTTP_HEADER_TIMEOUT_S"))
     put("http_body_timeout_s", _int(env, "CONNECTOR_HTTP_BODY_TIMEOUT_S"))
