@@ -132,7 +132,7 @@ class JsonCollection:
 
     A file damaged from outside (truncated, edited, a disk error) is never read as
     empty, which would revive what it revoked: the last good records stay in use
-    (those in memory, or at start-up the ``.good`` copy written after every change),
+    (those in memory, or at start-up the ``.last-good`` copy written after every change),
     the file is named in the log and in ``damaged`` (``/health/ready`` says so), and
     the next change writes the good records back. With neither good records nor a
     good copy, start-up refuses (StateError) rather than guess.
@@ -154,7 +154,7 @@ class JsonCollection:
     @property
     def _good_copy(self) -> Path:
         assert self._path is not None
-        return self._path.with_name(self._path.name + ".good")
+        return self._path.with_name(self._path.name + ".last-good")
 
     def _stat_signature(self) -> tuple[int, int, int] | None:
         assert self._path is not None

@@ -3,7 +3,7 @@
 Real store and connector processes sharing nothing but loopback. State files damaged
 from outside (truncated in place) are never read as empty: `/token`, MCP calls and
 web pages go on from the last good records, a revoked sign-in stays revoked (also
-after a restart, from the `.good` copy), the log and `/health/ready` name the files,
+after a restart, from the `.last-good` copy), the log and `/health/ready` name the files,
 and the next change writes them back. A full disk under the state directory makes
 `/register` answer 503 with the reason, and it works again once there is room.
 """
