@@ -61,16 +61,7 @@ from connector.engine.recall import recall  # noqa: E402
 from connector.workcopy.vectors import VectorStore  # noqa: E402
 
 
-def _default_set() -> Path:
-    # The shared fixtures sit beside the repository (or beside the worktrees' parent).
-    for base in (REPO.parent, REPO.parent.parent):
-        candidate = base / "shared" / "fixtures" / "recall-quality"
-        if candidate.is_dir():
-            return candidate
-    return REPO.parent / "shared" / "fixtures" / "recall-quality"
-
-
-DEFAULT_SET = _default_set()
+DEFAULT_SET = REPO.parent / "shared" / "fixtures" / "recall-quality"
 DEFAULT_NO_ANSWER = REPO / "bench" / "no_answer_queries.json"
 TOP = 10
 # Targets on no-answer queries the floor is fitted to (issue 28).

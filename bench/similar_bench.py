@@ -45,13 +45,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-# ../shared beside the repository (a worktree one level deeper finds it one level up).
-DEFAULT_SET = next(
-    (candidate for candidate in (REPO.parent / "shared" / "fixtures" / "memory-governance",
-                                 REPO.parent.parent / "shared" / "fixtures" / "memory-governance")
-     if candidate.is_dir()),
-    REPO.parent / "shared" / "fixtures" / "memory-governance",
-)
+DEFAULT_SET = REPO.parent / "shared" / "fixtures" / "memory-governance"  # ../shared beside the repository
 FLAGS = ("duplicate", "update")
 TIMEOUT_S = 60.0
 PLACEHOLDER = re.compile(r"\{(brain|content_file|title|lang|type|tags|item_file)\}")
