@@ -134,6 +134,10 @@ class DirectoryStore(ConditionalUpdate):
 
     # -- the interface -----------------------------------------------------------------------
 
+    def locate(self, key: str) -> str:
+        """The document's file, for messages."""
+        return str(self._path(key))
+
     def get(self, key: str) -> Document | None:
         """The document, or None."""
         path = self._path(key)
