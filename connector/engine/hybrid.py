@@ -86,7 +86,6 @@ class Fusion:
     strength_words: float = 0.3  # word coverage in a memory's strength
     strength_exact: float = 0.0  # exact relevance in a memory's strength
     standout: float = 0.0  # weight of (best strength - mean of the next STANDOUT_NEIGHBOURS)
-    unheld: float = 0.0  # weight of the query's share of (Latin) terms no memory holds, taken off
     hubness: float = 0.5  # the floor compares strength - hubness x the memory's hubness
     strength_min: float = 0.22  # and the best strength must reach this too (a small brain has no hubs)
     floor: float | None = 0.08  # the query matches well from here; None lists every eligible memory
@@ -113,8 +112,6 @@ class Signals:
     # The cosine of the query as written, when ``semantic`` also holds its spelt-out
     # abbreviations (None: the same as ``semantic``).
     written: np.ndarray | None = None
-    # The idf share of the query's Latin-script terms no memory holds, even as a near spelling.
-    unheld: float = 0.0
 
 
 def fuse(signals: Signals, fusion: Fusion = DEFAULT_FUSION, eligible: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -165,17 +162,15 @@ def _matches_well(signals: Signals, strength: np.ndarray, listed: np.ndarray, fu
     best = float(strength[ordered[0]])
     if best < fusion.strength_min:
         return False
-    value = best
     if fusion.hubness and signals.hubness is not None:
         near = ordered[:HUBNESS_CANDIDATES]
         near = near[strength[near] >= best - fusion.window]
         # A memory whose hubness was not computed counts as fully hub-like (cosine 1).
         hub = np.nan_to_num(signals.hubness[near], nan=1.0)
-        value = float(np.max(strength[near] - fusion.hubness * hub))
-    if fusion.standout:
-        neighbours = strength[ordered[1 : 1 + STANDOUT_NEIGHBOURS]]
-        value += fusion.standout * (best - float(neighbours.mean()) if len(neighbours) else 0.0)
-    return value - fusion.unheld * signals.unheld >= floor
+        return float(np.max(strength[near] - fusion.hubness * hub)) >= floor
+    neighbours = strength[ordered[1 : 1 + STANDOUT_NEIGHBOURS]]
+    standout = best - float(neighbours.mean()) if len(neighbours) else 0.0
+    return best + fusion.standout * standout >= floor
 
 
 def ranked_positions(
@@ -300,7 +295,7 @@ def query_signals(
         # An abbreviation the brain writes out ("DDIA"): the model may not know it, so the
         # query is embedded once more with its words, and each memory keeps the closer one.
         semantic = np.maximum(written, cosines(hybrid.vectors, embed_query(spelled_out)))
-    near_words, unheld = hybrid.text.coverage_and_unheld(query)
+    near_words = hybrid.text.word_coverage(query)
     # Hubness of the memories the floor looks at (the strongest few within the window of the
     # best, by the default strength): each costs a pass over the brain's vectors, once.
     strength = semantic + DEFAULT_FUSION.strength_words * near_words
@@ -320,7 +315,6 @@ def query_signals(
         strong=strong,
         hubness=hubness,
         written=None if spelled_out is None else written,
-        unheld=unheld,
     )
 
 

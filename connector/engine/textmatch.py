@@ -416,31 +416,6 @@ class TextIndex:
         """Word BM25 per memory, divided by the best (0..1)."""
         return _normalised(self.words.scores(word_terms(query)))
 
-    def _held_terms(self, query: str, *, near: bool) -> list[tuple[str, float, np.ndarray]]:
-        """Per distinct query term (stem or CJK bigram): the term, its idf weight (a term no memory
-        holds weighs the highest idf) and, per memory, how fully the memory holds it: 1
-        when it has the term (or, for an abbreviation the brain writes out, its words),
-        the Dice similarity of its nearest spelling otherwise (a typo; only when ``near``)."""
-        count = self.words.postings.count
-        found_terms: list[tuple[str, float, np.ndarray]] = []
-        seen: set[str] = set()
-        for word in words_of(query):
-            for term in _word_terms_memo(word):
-                if term in seen:
-                    continue
-                seen.add(term)
-                best = np.zeros(count, dtype=np.float64)
-                spellings = self.fuzzy.similar(word) if near and len(word) >= 3 and term == _stem(word) else {}
-                for stem, similarity in ((term, 1.0), *spellings.items()):
-                    found = self.words.postings.entries(stem)
-                    if found is not None:
-                        np.maximum.at(best, found[0], similarity)
-                expanded = self._expanded(word, term)
-                if expanded is not None:
-                    best[expanded] = 1.0
-                found_terms.append((term, self.words.idf_of(term), best))
-        return found_terms
-
     def word_coverage(self, query: str, *, near: bool = True) -> np.ndarray:
         """Per memory, the share of the query's information it holds (0..1), absolute rather
         than relative to the best memory: a memory matching only a common word scores low
@@ -451,28 +426,30 @@ class TextIndex:
         the Dice similarity of the nearest spelling it has otherwise (a typo; only when
         ``near``).
         """
-        return self.coverage_and_unheld(query, near=near)[0]
-
-    def coverage_and_unheld(self, query: str, *, near: bool = True) -> tuple[np.ndarray, float]:
-        """`word_coverage` of every memory, and the query's *unheld* share: the idf share of
-        its Latin-script terms that no memory holds, not even as a near spelling or written
-        out ("saxophone", "Kafka" in a brain that never names them; 0 for a query without
-        Latin words). CJK bigrams are left out of it: a bigram across a word boundary is
-        unheld in any brain, so the share would mostly measure where words meet."""
-        held = np.zeros(self.words.postings.count, dtype=np.float64)
+        count = self.words.postings.count
+        held = np.zeros(count, dtype=np.float64)
         total = 0.0
-        latin = 0.0
-        unheld = 0.0
-        for term, weight, best in self._held_terms(query, near=near):
-            total += weight
-            held += weight * best
-            if not _CJK_RUN.search(term):
-                latin += weight
-                if not best.any():
-                    unheld += weight
+        seen: set[str] = set()
+        for word in words_of(query):
+            for term in _word_terms_memo(word):
+                if term in seen:
+                    continue
+                seen.add(term)
+                weight = self.words.idf_of(term)
+                total += weight
+                best = np.zeros(count, dtype=np.float64)
+                spellings = self.fuzzy.similar(word) if near and len(word) >= 3 and term == _stem(word) else {}
+                for stem, similarity in ((term, 1.0), *spellings.items()):
+                    found = self.words.postings.entries(stem)
+                    if found is not None:
+                        np.maximum.at(best, found[0], similarity)
+                expanded = self._expanded(word, term)
+                if expanded is not None:
+                    best[expanded] = 1.0
+                held += weight * best
         if total <= 0:
-            return np.zeros(self.words.postings.count, dtype=np.float32), 0.0
-        return (held / total).astype(np.float32), (unheld / latin if latin > 0 else 0.0)
+            return np.zeros(count, dtype=np.float32)
+        return (held / total).astype(np.float32)
 
     def fuzzy_scores(self, query: str) -> np.ndarray:
         """Word BM25 of the brain's words closest in spelling to each query word,

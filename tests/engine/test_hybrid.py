@@ -266,39 +266,6 @@ def test_word_coverage_is_absolute_and_counts_near_spellings() -> None:
     assert not index.word_coverage("").any() and not index.word_coverage("zebra").any()
 
 
-def test_the_unheld_share_counts_latin_terms_no_memory_holds() -> None:
-    index = TextIndex.build(["kubernetes cluster upgrade window", "swimming lessons on sunday",
-                             "Rereading Designing Data-Intensive Applications", "猫的疫苗"])
-    coverage, unheld = index.coverage_and_unheld("saxophone lessons")
-    assert coverage.tolist() == index.word_coverage("saxophone lessons").tolist()
-    # "saxophone" is unheld: the rarest weight, so more than half of the query's.
-    assert 0.5 < unheld < 1.0
-    assert index.coverage_and_unheld("swimming lessons")[1] == 0.0
-    assert index.coverage_and_unheld("zebra saxophone")[1] == pytest.approx(1.0)
-    # A near spelling or an abbreviation the brain writes out is held; CJK bigrams never count.
-    assert index.coverage_and_unheld("kubernetse clustr")[1] == 0.0
-    assert index.coverage_and_unheld("kubernetse clustr", near=False)[1] == pytest.approx(1.0)
-    assert index.coverage_and_unheld("DDIA")[1] == 0.0
-    assert index.coverage_and_unheld("学习萨克斯")[1] == 0.0 and index.coverage_and_unheld("")[1] == 0.0
-
-
-def test_the_floor_can_take_off_unheld_words_and_add_standout() -> None:
-    # Four memories, hubness off: the floor compares best + standout x (best - the rest) - unheld x share.
-    def signals(semantic: list[float], unheld: float) -> Signals:
-        zeros = np.zeros(len(semantic), dtype=np.float32)
-        return Signals(np.asarray(semantic, dtype=np.float32), zeros, zeros, zeros, zeros, None, None, unheld=unheld)
-
-    fusion = Fusion(floor=0.3, hubness=0.0, strength_min=0.0, window=0.1, hit_z=None, unheld=0.2)
-    _, listed = fuse(signals([0.35, 0.1, 0.1, 0.0], 0.0), fusion)
-    assert listed.tolist() == [True, False, False, False]
-    _, listed = fuse(signals([0.35, 0.1, 0.1, 0.0], 0.5), fusion)
-    assert not listed.any(), "0.35 - 0.2 x 0.5 < 0.3: half the query's words are nowhere in the brain"
-    _, listed = fuse(signals([0.35, 0.1, 0.1, 0.0], 0.5), replace(fusion, standout=0.5))
-    assert listed.tolist() == [True, False, False, False], "standing 0.28 above the rest makes up for it"
-    _, listed = fuse(signals([0.35, 0.1, 0.1, 0.0], 0.5), replace(fusion, unheld=0.0))
-    assert listed.any(), "weight 0: the share changes nothing"
-
-
 def test_abbreviations_are_spelt_out_from_the_brain_own_words() -> None:
     assert initials("Rereading Designing Data-Intensive Applications. The HorizontalPodAutoscaler scales") == {
         "rddia": "Rereading Designing Data-Intensive Applications",
