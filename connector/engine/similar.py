@@ -485,6 +485,8 @@ def candidates(
     wanted = normalised_content(incoming.content)
     new = _Text.of(f"{incoming.title}\n{incoming.content}" if incoming.title else incoming.content)
     idf = _idf_of(hybrid)
+    # The hubness of the examined memories of this version, in one pass over the brain's vectors.
+    hubness_of = hybrid.hubness([position for _, number, position in ranked[:count] if number == 0])
     found = []
     for rank, (_, number, position) in enumerate(ranked[:count]):
         source, ids, entry_of, _ = pools[number]
@@ -493,7 +495,7 @@ def candidates(
         text, body = _memory_text(source, entry)
         # The margin: how far above the best *other* memory (for the best, the second best).
         other = near[1] if rank == 0 and len(near) > 1 else near[0] if rank else near[rank]
-        hubness = hybrid.hubness([position])[position] if number == 0 else _hubness_of(hybrid, newer, position)
+        hubness = hubness_of[position] if number == 0 else _hubness_of(hybrid, newer, position)
         found.append(Candidate(
             ids[position], title if isinstance(title, str) else "", near[rank],
             pair_features(new, _Text.of(text), near[rank], other, idf, hubness), normalised_content(body) == wanted,
