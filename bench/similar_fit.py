@@ -26,9 +26,9 @@ Usage::
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
 import sys
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 

@@ -437,7 +437,7 @@ class Newer:
         return out
 
 
-def _hubness_of(hybrid: HybridIndex, newer: Newer | None, position: int) -> float:
+def _newer_hubness(hybrid: HybridIndex, newer: Newer | None, position: int) -> float:
     """The hubness (`HybridIndex.hubness`) of a memory written since ``hybrid``'s version,
     among that version's memories."""
     if newer is None or not len(hybrid.ids):
@@ -497,7 +497,7 @@ def candidates(
         text, body = _memory_text(source, entry)
         # The margin: how far above the best *other* memory (for the best, the second best).
         other = near[1] if rank == 0 and len(near) > 1 else near[0] if rank else near[rank]
-        hubness = hubness_of[position] if number == 0 else _hubness_of(hybrid, newer, position)
+        hubness = hubness_of[position] if number == 0 else _newer_hubness(hybrid, newer, position)
         found.append(Candidate(
             ids[position], title if isinstance(title, str) else "", near[rank],
             pair_features(new, _Text.of(text), near[rank], other, idf, hubness), normalised_content(body) == wanted,
