@@ -36,6 +36,7 @@ TOOL_NAMES: tuple[str, ...] = (
     "fetch",
     "brain_reflect",
     "brain_extract",
+    "brain_mental_model",
 )
 IDENTITY_PROVIDERS = ("static", "oidc")
 MAX_WORKERS = 64  # as for the store: more processes than that would only compete for the cores

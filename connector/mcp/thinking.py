@@ -20,6 +20,7 @@ import mcp_types as types
 
 from common.textsafety import has_unsafe_chars
 from connector.engine.credentials import find_credentials
+from connector.engine.errors import BrainError
 from connector.mcp import render
 from connector.mcp.arguments import ArgumentError, Args
 from connector.mcp.definitions import (
@@ -38,6 +39,9 @@ from connector.thinking.answers import ExtractionRefused, check_citations, parse
 from connector.thinking.evidence import EvidencePack, build_pack
 from connector.thinking.host import CURRENT as HOST
 from connector.thinking.source import ModelAnswer, ModelError, ModelSource
+
+from connector.mcp.tools import ToolFailure
+from connector.workcopy.manager import BrainUnavailable, UnknownBrain
 
 if TYPE_CHECKING:
     from connector.mcp.tools import BrainTools, Caller
@@ -216,28 +220,35 @@ class ThinkingTools:
         return _ok(structured, "\n".join(lines))
 
     async def _save(self, caller: Caller, candidates: list[Any], source: str, structured: dict[str, Any]) -> list[dict[str, Any]]:
-        """Each candidate through brain_memorize's own path, tagged with ``source``; credentials refuse all first."""
+        """Every candidate, tagged with ``source``, in ONE write through brain_memorize's checks
+        (`BrainTools.memorize_many`): all saved, or none with the reason (credentials refuse all first)."""
         flagged = [number for number, c in enumerate(candidates, 1) if find_credentials(c.title, c.content, *c.tags)]
         if flagged:
             raise ArgumentError(
                 f"Nothing was written: candidate(s) {', '.join(map(str, flagged))} look like they hold a credential. "
                 "Extract again from the text without the secret, or save the other facts with brain_memorize."
             )
-        saved: list[dict[str, Any]] = []
-        for candidate in candidates:
-            result = await self.tools.memorize_one(caller, {
-                "content": candidate.content, "title": candidate.title, "type": candidate.type,
-                "tags": [*candidate.tags, source], "task": "extracting",
-            })
-            if result.is_error or result.structured_content is None:
-                reason = result.content[0].text if result.content else "refused"
-                if not saved:  # e.g. a viewer of a shared brain: refused before anything was written
-                    raise ArgumentError(f"{reason} Nothing was written.")
-                structured["note"] = (f"Saving stopped at candidate {len(saved) + 1} of {len(candidates)} ({reason}); "
-                                      f"{render.plural(len(saved), 'memory was', 'memories were')} saved before it.")
-                break
-            saved.append(result.structured_content)
-        return saved
+        items = [{"content": c.content, "title": c.title, "type": c.type, "tags": [*c.tags, source]} for c in candidates]
+        try:
+            result = await self.tools.memorize_many(caller, items, task="extracting")
+        except (ToolFailure, BrainError, BrainUnavailable, UnknownBrain) as exc:
+            # One write: a refusal (a viewer's brain, a bad candidate, the store refusing for good) saved none.
+            raise ArgumentError(f"{exc} Nothing was written: none of the {len(candidates)} candidates was saved; "
+                                "they are listed in this call's candidates if you call again without save.") from None
+        notes = [structured["note"]] if structured.get("note") else []
+        if result["already_present"]:
+            notes.append(f"{render.plural(len(result['already_present']), 'candidate was', 'candidates were')} "
+                         "already in the brain word for word and not written again: "
+                         + ", ".join(render.one(item["id"]) for item in result["already_present"]) + ".")
+        if result.get("review_queued"):
+            notes.append("Some saved memories may repeat or update older ones; the user sees the pairs in their "
+                         "review queue.")
+        if result.get("note"):
+            notes.append(result["note"])
+        if notes:
+            structured["note"] = " ".join(notes)
+        structured["synced"] = result["synced"]
+        return [{"stored": stored} for stored in result["stored"]]
 
 
 def source_tag(title: str | None, now: datetime) -> str:
