@@ -12,6 +12,7 @@ wrote them, through whichever connector process.
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -34,15 +35,16 @@ from connector.engine.mental import (
 from connector.mcp import render
 from connector.mcp.arguments import ArgumentError, Args
 from connector.mcp.definitions import DEFAULT_REFLECT_TOKENS, MENTAL_ACTIONS
-from connector.mcp.thinking import ThinkingTools, written_by
+from connector.mcp.thinking import ThinkingTools, checked_answer, written_by
 from connector.mcp.tools import ToolFailure, ok_result, snapshot_entries
 from connector.thinking import prompts
-from connector.thinking.answers import check_citations
 from connector.thinking.source import ModelError
 from connector.workcopy.model import Account, Snapshot
 
 if TYPE_CHECKING:
     from connector.mcp.tools import BrainTools, Caller
+
+log = logging.getLogger("connector.mental")
 
 REFRESH_ANSWER_TOKENS = 1024
 # How many of the best matches of a model's question are looked at for staleness.
@@ -107,7 +109,8 @@ class MentalModels:
             if created:
                 try:
                     hits = self.tools.run_recall(snapshot, model.question, STALE_RECALL_TOP, None, None, None, "hybrid")
-                except (RecallError, BrainError, ValueError, RecursionError):
+                except Exception:  # a brain recall cannot read: brain_status and the list still answer
+                    log.warning("mental model staleness skipped: the brain could not be recalled from")
                     hits = []
                 newer = newer_matches(model, hits, created)
             states.append(ModelState(model, "stale" if newer else "fresh", tuple(newer)))
@@ -185,12 +188,17 @@ class MentalModels:
                            caller.account.client_name)
         except BrainError as exc:
             raise ArgumentError(f"{exc}; nothing was saved.") from None
-        outcome = await self.tools.write_op(caller, op, "mental-update")
-        model = outcome.result["model"]
-        structured = {"action": "update", "mode": "saved", "model": {**model, "state": "fresh"}, "state": "fresh",
-                      "synced": outcome.synced}
+        structured = await self._save(caller, op, "update", "saved")
+        model = structured["model"]
         return ok_result(structured, f"Saved the mental model {render.one(model['name'])}, citing "
                                      f"{render.plural(len(model['cited']), 'memory', 'memories')}.")
+
+    async def _save(self, caller: Caller, op: SaveModel, action: str, mode: str) -> dict[str, Any]:
+        """Write a model's new text; the structured result of ``action`` (the model is fresh now)."""
+        outcome = await self.tools.write_op(caller, op, f"mental-{action}")
+        saved = outcome.result["model"]
+        return {"action": action, "mode": mode, "model": {**saved, "state": "fresh"}, "state": "fresh",
+                "synced": outcome.synced}
 
     # ----- refresh ---------------------------------------------------------------------
 
@@ -228,23 +236,14 @@ class MentalModels:
                 structured["note"] = " ".join(notes)
             current = prompts.refresh_user(model.name, model.question, model.text, pack)
             return ok_result(structured, f"{instruction}\n\n{current}" + (f"\nNote: {structured['note']}" if notes else ""))
-        checked = check_citations(answer.text, allowed)
-        if checked.removed:
-            notes.append("The model cited ids that are not among the evidence; they were removed: "
-                         + ", ".join(render.one(memory_id) for memory_id in checked.removed[:10]) + ".")
-        if not checked.cited:
-            notes.append("The new text cites no memory: treat it with care.")
-        if answer.truncated:
-            notes.append("The answer was cut at the output-token bound.")
+        checked = checked_answer(answer, allowed, notes, "new text")
         try:
             op = SaveModel(model.id, checked.text, checked.cited, answer.source, answer.model,
                            caller.account.client_name)
         except BrainError as exc:
             raise ToolFailure(f"The model's answer could not be kept ({exc}); nothing was written.") from None
-        outcome = await self.tools.write_op(caller, op, "mental-refresh")
-        saved = outcome.result["model"]
-        structured = {"action": "refresh", "mode": "synthesis", "model": {**saved, "state": "fresh"}, "state": "fresh",
-                      "written_by": {"source": answer.source, "model": answer.model}, "synced": outcome.synced}
+        structured = await self._save(caller, op, "refresh", "synthesis")
+        structured["written_by"] = {"source": answer.source, "model": answer.model}
         if notes:
             structured["note"] = " ".join(notes)
         text = (f"Refreshed {render.one(model.name)}, written by {written_by(answer)}:\n\n{checked.text}"

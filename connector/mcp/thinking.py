@@ -35,7 +35,7 @@ from connector.mcp.definitions import (
     MIN_REFLECT_TOKENS,
 )
 from connector.thinking import prompts
-from connector.thinking.answers import ExtractionRefused, check_citations, parse_candidates
+from connector.thinking.answers import CheckedSynthesis, ExtractionRefused, check_citations, parse_candidates
 from connector.thinking.evidence import EvidencePack, build_pack
 from connector.thinking.host import CURRENT as HOST
 from connector.thinking.source import ModelAnswer, ModelError, ModelSource
@@ -143,14 +143,7 @@ class ThinkingTools:
         if isinstance(answer, types.InputRequiredResult):
             return answer
         if answer is not None:
-            checked = check_citations(answer.text, pack.ids)
-            if checked.removed:
-                notes.append("The model cited ids that are not among the evidence; they were removed: "
-                             + ", ".join(render.one(memory_id) for memory_id in checked.removed[:10]) + ".")
-            if not checked.cited:
-                notes.append("The synthesis cites no memory: treat it with care.")
-            if answer.truncated:
-                notes.append("The answer was cut at the output-token bound.")
+            checked = checked_answer(answer, pack.ids, notes, "synthesis")
             structured: dict[str, Any] = {
                 "mode": "synthesis",
                 "query": query,
@@ -249,6 +242,20 @@ class ThinkingTools:
             structured["note"] = " ".join(notes)
         structured["synced"] = result["synced"]
         return [{"stored": stored} for stored in result["stored"]]
+
+
+def checked_answer(answer: ModelAnswer, allowed: list[str], notes: list[str], what: str) -> CheckedSynthesis:
+    """The model's text with citations outside ``allowed`` removed; notes say what was removed, that the
+    ``what`` (synthesis, new text) cites nothing, or that the answer was cut."""
+    checked = check_citations(answer.text, allowed)
+    if checked.removed:
+        notes.append("The model cited ids that are not among the evidence; they were removed: "
+                     + ", ".join(render.one(memory_id) for memory_id in checked.removed[:10]) + ".")
+    if not checked.cited:
+        notes.append(f"The {what} cites no memory: treat it with care.")
+    if answer.truncated:
+        notes.append("The answer was cut at the output-token bound.")
+    return checked
 
 
 def source_tag(title: str | None, now: datetime) -> str:

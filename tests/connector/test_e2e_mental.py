@@ -85,7 +85,6 @@ def test_mental_models_across_connectors_models_and_restarts(store: RunningStore
                         refused = await client.call_tool("brain_mental_model", arguments)
                         assert refused.is_error and reason in text_of(refused), text_of(refused)
                     assert models_at_store(store, alice.token, brain_id) == before
-                    # The model's answer is checked too: one citing nothing known keeps none of it as citations.
                     return model_id
 
             model_id = asyncio.run(first())
