@@ -33,11 +33,12 @@ from connector.mcp.tools import BrainTools, Caller
 from connector.metrics import observability_layer
 from connector.oauth.signin_limit import SignInChecks, signin_limiter
 from connector.oauth.state import OAuthState
-from connector.state.sealing import load_state_key
 from connector.oauth.metadata import challenge
 from connector.oauth.server import valid_brain_segment
 from connector.oauth.tokens import AccessClaims, AccessTokenCodec
 from connector.settings import ConnectorSettings, SettingsError
+from connector.state import open_state
+from connector.state.sealing import load_state_key
 from connector.thinking.source import ModelError, ModelSource
 from connector.workcopy.heads import BrainHeads
 from connector.workcopy.journal import HeldWriteJournal
@@ -327,8 +328,9 @@ def _model(settings: ConnectorSettings) -> ModelSource | None:
 
 def build_parts(settings: ConnectorSettings, *, tuning: ManagerTuning | None = None) -> ConnectorParts:
     """Construct the connector's components from settings (no I/O beyond the state directory)."""
-    state_key, _source = load_state_key(settings.state_dir, settings.state_key)
-    state = OAuthState(settings.state_dir, state_key)
+    # With the state in a bucket the key is configured (settings refuse anything else).
+    state_key, _source = load_state_key(None if settings.state_url else settings.state_dir, settings.state_key)
+    state = OAuthState(settings.state_dir, state_key, docs=open_state(settings) if settings.state_url else None)
     codec = AccessTokenCodec(state_key)
     # An archive larger than what a brain may unpack to is not even downloaded whole.
     store = StoreClient(settings.store_url, timeout_s=settings.store_timeout_s, max_archive_bytes=settings.max_brain_bytes)
