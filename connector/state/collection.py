@@ -16,6 +16,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -236,15 +237,22 @@ class DocCollection:
         log.error("state document damaged: the last good records stay in use and are written back at the next change",
                   extra={"file": self._key, "reason": reason})
 
-    def _poll(self) -> None:
+    @staticmethod
+    def _poll(ref: weakref.ReferenceType[DocCollection], every_s: float) -> None:
+        # A weak reference: the thread ends once its collection is gone.
         while True:
-            time.sleep(self._fresh_s)
-            self._refresh()
+            time.sleep(every_s)
+            collection = ref()
+            if collection is None:
+                return
+            collection._refresh()
+            del collection
 
     def _ensure_poller(self) -> None:
         # Started on first use, and again in a forked worker (threads do not survive a fork).
         if self._poller is None or self._poller[0] != os.getpid():
-            thread = threading.Thread(target=self._poll, name=f"state-poll-{self._key}", daemon=True)
+            thread = threading.Thread(target=self._poll, args=(weakref.ref(self), self._fresh_s),
+                                      name=f"state-poll-{self._key}", daemon=True)
             self._poller = (os.getpid(), thread)
             thread.start()
 

@@ -223,6 +223,7 @@ class SealedDocs:
         self._pruned_at = 0.0
         self._written_since_prune = 0
         self._pruning = False
+        self._again = False  # a pass was due while one ran: run once more
 
     def _key(self, key: str) -> tuple[str, str]:
         name = record_name(self._kind, key)
@@ -268,10 +269,23 @@ class SealedDocs:
         with self._lock:
             self._written_since_prune += 1
             due = now - self._pruned_at >= self._prune_every_s or self._written_since_prune >= self._capacity
-            if not due or self._pruning:
+            if not due:
                 return
-            self._pruned_at, self._written_since_prune, self._pruning = now, 0, True
-        threading.Thread(target=self._prune, name=f"prune-{self._kind}", daemon=True).start()
+            self._pruned_at, self._written_since_prune = now, 0
+            if self._pruning:
+                self._again = True
+                return
+            self._pruning = True
+        threading.Thread(target=self._prune_passes, name=f"prune-{self._kind}", daemon=True).start()
+
+    def _prune_passes(self) -> None:
+        while True:
+            self._prune()
+            with self._lock:
+                if not self._again:
+                    self._pruning = False
+                    return
+                self._again = False
 
     def _prune(self) -> None:
         try:
@@ -291,6 +305,3 @@ class SealedDocs:
                 self._docs.delete(doc_key)
         except Exception as exc:  # noqa: BLE001 - a failed pass is retried by the next; never kills a request
             log.warning("could not prune %s: %s", self._prefix, exc)
-        finally:
-            with self._lock:
-                self._pruning = False
