@@ -46,6 +46,7 @@ from connector.workcopy.manager import ManagerTuning, WorkingCopyManager
 from connector.workcopy.model import Account
 from connector.workcopy.store_client import StoreClient, StoreError, StoreUnauthorized
 from connector.workcopy.vectors import VectorStore
+from common.docstore import DocumentStoreError
 from common.host_guard import AllowedHosts, host_guard
 from common.limits import TokenBucketLimiter, TrustedProxies, client_address, limit_key
 
@@ -99,6 +100,15 @@ def configure_logging(level: str = "info") -> None:
     # The SDK and httpx log request details at INFO; keep them quiet.
     for noisy in ("httpx", "httpcore", "mcp", "uvicorn.access"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def state_unreachable(request: Any, exc: DocumentStoreError) -> Response[dict[str, str]]:
+    """The shared state (its bucket or directory) could not be read or changed: 503, said as such,
+    with nothing written (never a bare 500)."""
+    log.error("shared state unavailable: %s", exc, extra={"path": request.scope.get("path")})
+    return Response({"error": "temporarily_unavailable",
+                     "error_description": "the connector cannot reach its shared state; try again shortly"},
+                    status_code=503, headers={"Retry-After": "5", "Cache-Control": "no-store"})
 
 
 async def log_server_error(exc: Exception, scope: Scope) -> None:
@@ -460,6 +470,7 @@ def create_app(settings: ConnectorSettings, *, tuning: ManagerTuning | None = No
         lifespan=[lifespan],
         middleware=[security_and_logging],
         after_exception=[log_server_error],
+        exception_handlers={DocumentStoreError: state_unreachable},
         # Browser-based MCP clients call /mcp and the OAuth endpoints cross-origin with a bearer
         # token (never cookies), so any origin may, without credentials.
         cors_config=CORSConfig(

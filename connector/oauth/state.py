@@ -26,9 +26,12 @@ from connector.state.sealing import SecretBox
 
 log = logging.getLogger("connector.oauth.state")
 
-# How stale a replica's copy of the revocations may be on the state in a bucket: each access
-# token's check answers from memory, refreshed in the background (docs/replicas.md).
-REVOCATIONS_FRESH_S = 1.0
+# How stale a replica's copies of the revocations and of the chosen brains may be with the state
+# in a bucket: both are read on every tool call, from memory, refreshed in the background by a
+# conditional GET this often (docs/replicas.md). A request to S3 on every call would cost more
+# than the whole call (~20 ms on a loaded machine).
+REVOCATIONS_FRESH_S = 0.5
+BRAINS_FRESH_S = 0.5
 # Pruning passes over a bucket read every document of a kind: rarer than on a directory.
 BUCKET_PRUNE_EVERY_S = 300.0
 
@@ -63,8 +66,7 @@ class OAuthState:
             self.clients = ClientDocs(docs, "clients")
             self.families = DocCollection(docs, "families.json")
             self.refresh = DocCollection(docs, "refresh.json")
-            # Read on every tool call, so a choice made at another replica holds at once: not cached.
-            self.brains = DocCollection(docs, "brains.json")
+            self.brains = DocCollection(docs, "brains.json", fresh_s=BRAINS_FRESH_S)
             self.revoked = DocCollection(docs, "revoked.json", fresh_s=REVOCATIONS_FRESH_S)
             self.once = OnceDocs(docs, "once", prune_every_s=BUCKET_PRUNE_EVERY_S)
             return
