@@ -10,6 +10,7 @@ authorization server routes, rate limits, security headers and JSON logs
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import sys
@@ -32,11 +33,13 @@ from connector.mcp.server import CALLER_SCOPE_KEY, McpEndpoint
 from connector.mcp.tools import BrainTools, Caller
 from connector.metrics import observability_layer
 from connector.oauth.signin_limit import SignInChecks, signin_limiter
-from connector.oauth.state import OAuthState, load_state_key
+from connector.oauth.state import OAuthState
 from connector.oauth.metadata import challenge
 from connector.oauth.server import valid_brain_segment
 from connector.oauth.tokens import AccessClaims, AccessTokenCodec
 from connector.settings import ConnectorSettings, SettingsError
+from connector.state import open_state
+from connector.state.sealing import load_state_key
 from connector.thinking.source import ModelError, ModelSource
 from connector.workcopy.heads import BrainHeads
 from connector.workcopy.journal import HeldWriteJournal
@@ -44,6 +47,7 @@ from connector.workcopy.manager import ManagerTuning, WorkingCopyManager
 from connector.workcopy.model import Account
 from connector.workcopy.store_client import StoreClient, StoreError, StoreUnauthorized
 from connector.workcopy.vectors import VectorStore
+from common.docstore import DocumentStoreError
 from common.host_guard import AllowedHosts, host_guard
 from common.limits import TokenBucketLimiter, TrustedProxies, client_address, limit_key
 
@@ -97,6 +101,15 @@ def configure_logging(level: str = "info") -> None:
     # The SDK and httpx log request details at INFO; keep them quiet.
     for noisy in ("httpx", "httpcore", "mcp", "uvicorn.access"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def state_unreachable(request: Any, exc: DocumentStoreError) -> Response[dict[str, str]]:
+    """The shared state (its bucket or directory) could not be read or changed: 503, said as such,
+    with nothing written (never a bare 500)."""
+    log.error("shared state unavailable: %s", exc, extra={"path": request.scope.get("path")})
+    return Response({"error": "temporarily_unavailable",
+                     "error_description": "the connector cannot reach its shared state; try again shortly"},
+                    status_code=503, headers={"Retry-After": "5", "Cache-Control": "no-store"})
 
 
 async def log_server_error(exc: Exception, scope: Scope) -> None:
@@ -300,7 +313,8 @@ class _StateChoices:
         return self._state.get_brain(subject)
 
     async def set_chosen_brain(self, subject: str, brain_id: str) -> None:
-        self._state.set_brain(subject, brain_id)
+        # Off the loop: with the state in a bucket the change is a read and a conditional write.
+        await asyncio.to_thread(self._state.set_brain, subject, brain_id)
 
 
 def _model(settings: ConnectorSettings) -> ModelSource | None:
@@ -326,8 +340,9 @@ def _model(settings: ConnectorSettings) -> ModelSource | None:
 
 def build_parts(settings: ConnectorSettings, *, tuning: ManagerTuning | None = None) -> ConnectorParts:
     """Construct the connector's components from settings (no I/O beyond the state directory)."""
-    state_key, _source = load_state_key(settings.state_dir, settings.state_key)
-    state = OAuthState(settings.state_dir, state_key)
+    # With the state in a bucket the key is configured (settings refuse anything else).
+    state_key, _source = load_state_key(None if settings.state_url else settings.state_dir, settings.state_key)
+    state = OAuthState(settings.state_dir, state_key, docs=open_state(settings) if settings.state_url else None)
     codec = AccessTokenCodec(state_key)
     # An archive larger than what a brain may unpack to is not even downloaded whole.
     store = StoreClient(settings.store_url, timeout_s=settings.store_timeout_s, max_archive_bytes=settings.max_brain_bytes)
@@ -457,6 +472,7 @@ def create_app(settings: ConnectorSettings, *, tuning: ManagerTuning | None = No
         lifespan=[lifespan],
         middleware=[security_and_logging],
         after_exception=[log_server_error],
+        exception_handlers={DocumentStoreError: state_unreachable},
         # Browser-based MCP clients call /mcp and the OAuth endpoints cross-origin with a bearer
         # token (never cookies), so any origin may, without credentials.
         cors_config=CORSConfig(

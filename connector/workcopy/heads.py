@@ -27,7 +27,7 @@ import os
 import secrets
 from pathlib import Path
 
-from connector.oauth.state import ensure_private_dir
+from connector.state.files import ensure_private_dir
 
 log = logging.getLogger("connector.workcopy.heads")
 

@@ -43,7 +43,8 @@ from typing import Any
 
 from common.files import fsync_dir, write_atomic
 from connector.engine.ops import operation_from_dict
-from connector.oauth.state import SecretBox, ensure_private_dir
+from connector.state.files import ensure_private_dir
+from connector.state.sealing import SecretBox
 from connector.workcopy.model import Account, PendingWrite
 
 log = logging.getLogger("connector.workcopy.journal")

@@ -24,14 +24,16 @@ from tests.support.processes import ServerProcess, console_script, free_port, ru
 
 @contextmanager
 def running_connector(
-    tmp_path: Path, store_url: str, *, state_dir: Path, port: int | None = None, extra_env: dict[str, str] | None = None
+    tmp_path: Path, store_url: str, *, state_dir: Path | None, port: int | None = None,
+    extra_env: dict[str, str] | None = None
 ) -> Iterator[ServerProcess]:
-    """`brain-connector serve` with the static provider on a free loopback port."""
+    """`brain-connector serve` with the static provider on a free loopback port (``state_dir``
+    None: the state is wherever ``extra_env`` says, e.g. CONNECTOR_STATE_URL, or in memory)."""
     port = port or free_port()
     env = {
         "CONNECTOR_STORE_URL": store_url,
         "CONNECTOR_IDP": "static",
-        "CONNECTOR_STATE_DIR": str(state_dir),
+        **({"CONNECTOR_STATE_DIR": str(state_dir)} if state_dir is not None else {}),
         "CONNECTOR_PORT": str(port),
         "CONNECTOR_HOST": "127.0.0.1",
         **(extra_env or {}),
