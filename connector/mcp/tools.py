@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import re
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -50,6 +51,7 @@ from connector.thinking.source import ModelSource
 from connector.workcopy.manager import BrainUnavailable, UnknownBrain, WorkingCopyManager
 from connector.workcopy.model import STATUS_NO_BRAIN, Account, Snapshot, WriteOutcome
 from connector.workcopy.store_client import BrainRecord, StoreError
+from connector.workcopy.indexdisk import IndexDisk
 from connector.workcopy.vectors import HybridCache, VectorStore
 
 log = logging.getLogger("connector.tools")
@@ -154,6 +156,10 @@ def _request_key(caller: Caller, idempotency_key: str | None) -> str | None:
     return hashlib.sha256(f"{caller.account.subject}\0{idempotency_key}".encode()).hexdigest()
 
 
+# A store checksum (SHA-256 hex): the content keys worth keeping on disk.
+_CHECKSUM = re.compile(r"[0-9a-f]{64}")
+
+
 def _hybrid_prefix(brain_id: str | None) -> str:
     """The start of every hybrid cache key of one brain."""
     return f"{brain_id or ''}\n"
@@ -176,6 +182,7 @@ class BrainTools:
         recall_mode: str = "hybrid",
         vectors: VectorStore | None = None,
         model: ModelSource | None = None,
+        index_disk: IndexDisk | None = None,
     ) -> None:
         self.manager = manager
         self.recall_mode = recall_mode
@@ -184,6 +191,9 @@ class BrainTools:
         # vector matrix. Both are made on first hybrid use.
         self._vectors = vectors
         self.hybrid_cache = HybridCache()
+        # Those indexes also on this replica's disk, by brain and archive checksum: a restart or
+        # an eviction reads one back instead of rebuilding it (connector/workcopy/indexdisk.py).
+        self.index_disk = index_disk
         # Per brain, the newest version whose hybrid index is built: a memorize right after
         # another checks against it (plus exact duplicates among the newer memories) rather
         # than waiting for the new version's index (seconds at 10,000 memories).
@@ -590,13 +600,24 @@ class BrainTools:
         recall could find another brain's cached vectors and time that.
         """
         source = self.vectors.for_brain(brain_id)
+        cache_key = _hybrid_key(brain_id, key)
+        # Only a store checksum names content that comes back (after a pull, a restart); the
+        # keys of local versions ("local:...", "empty:...") are never seen again.
+        disk = self.index_disk if key is not None and _CHECKSUM.fullmatch(key) else None
 
         def build() -> HybridIndex:
+            if disk is not None and cache_key is not None:
+                kept = disk.load(cache_key, index, source.model_id)
+                if kept is not None:
+                    return kept
             # The brain's last index is reused when this version changed no memory's text.
             previous = self.hybrid_cache.newest(_hybrid_prefix(brain_id))
-            return HybridIndex.build(brain, index, source, previous)
+            built = HybridIndex.build(brain, index, source, previous)
+            if disk is not None and cache_key is not None:
+                disk.save_later(_hybrid_prefix(brain_id), cache_key, built, source.model_id)
+            return built
 
-        return self.hybrid_cache.get_or_build(_hybrid_key(brain_id, key), build)
+        return self.hybrid_cache.get_or_build(cache_key, build)
 
     async def _status(self, caller: Caller, args: Args) -> types.CallToolResult:
         # The brain list asked anew: status reports the brains as they are now (size, last sync),
