@@ -348,10 +348,11 @@ class BrainTools:
                 # memory takes minutes of CPU at 10,000) and check exact duplicates meanwhile.
                 self._build_similar_base(slot, brain, key, index, brain_id)
                 return exact_duplicates(brain, index, incoming.content)
+            embed = self._embed_keeping(brain_id)
             if base is None or ready:
                 hybrid = self.hybrid_index(brain, key, index, brain_id)
                 self._set_similar_base(slot, key or "", brain, index, hybrid)
-                return find_similar(brain, incoming, index=index, hybrid=hybrid, embed=self.vectors.embed_query)
+                return find_similar(brain, incoming, index=index, hybrid=hybrid, embed=embed)
             _, base_brain, base_index, base_hybrid = base
             newer_ids = [memory_id for memory_id in index.positions if memory_id not in base_index.positions]
             entries = [index.memories[index.positions[memory_id]].entry for memory_id in newer_ids]
@@ -361,13 +362,27 @@ class BrainTools:
             vectors = source.vectors([content_hash(source.model_id, text) for text in texts], texts)
             gone = {memory_id for memory_id in base_index.positions if memory_id not in index.positions}
             found = find_similar(base_brain, incoming, index=base_index, hybrid=base_hybrid,
-                                 embed=self.vectors.embed_query, newer=Newer(brain, newer_ids, entries, vectors),
+                                 embed=embed, newer=Newer(brain, newer_ids, entries, vectors),
                                  skip=gone)
             exact = exact_duplicates(brain, index, incoming.content, among=newer_ids)
             return exact + [item for item in found if item.id not in {e.id for e in exact}]
         except (RecallError, BrainError, ValueError, RecursionError):
             log.warning("similar check skipped: the brain could not be indexed")
             return []
+
+    def _embed_keeping(self, brain_id: str | None) -> Callable[[str], np.ndarray]:
+        """The similar check's embedder: the text it embeds is the new memory's own, as the
+        brain's next index embeds it (title, tags, body), so its vector is kept for that
+        index (by content, in this brain) instead of being computed again after the write.
+        Kept off the caller's thread: keeping writes a sealed segment to the state directory."""
+        source = self.vectors.for_brain(brain_id)
+
+        def embed(text: str) -> np.ndarray:
+            vector = source.embed_query(text)
+            threading.Thread(target=source.keep_text, args=(text, vector), name="keep-vector", daemon=True).start()
+            return vector
+
+        return embed
 
     def _build_similar_base(
         self, slot: str, brain: Brain, key: str | None, index: BrainIndex, brain_id: str | None

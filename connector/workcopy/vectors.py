@@ -37,7 +37,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from connector.engine.embedding import Embedder, Quantized, default_embedder, quantize
+from connector.engine.embedding import Embedder, Quantized, content_hash, default_embedder, quantize
 from connector.engine.hybrid import HybridIndex
 
 log = logging.getLogger("connector.vectors")
@@ -299,6 +299,12 @@ class BrainVectors:
     def get(self, digest: bytes) -> np.ndarray | None:
         """The vector kept for one content hash of this brain, or None."""
         return self.store.get(digest, self.brain_id)
+
+    def keep_text(self, text: str, vector: np.ndarray) -> None:
+        """Keep the unit ``vector`` computed elsewhere for the memory text ``text`` of this brain
+        (the similar check's embedding of a memory about to be written: not embedded again)."""
+        self.store.keep([content_hash(self.model_id, text)], quantize(np.asarray(vector, dtype=np.float32)[None, :]),
+                        self.brain_id)
 
     def embed_query(self, text: str) -> np.ndarray:
         """The unit vector of a query (not stored)."""
