@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import mcp_types as types
+import numpy as np
 
 from common.textsafety import has_unsafe_chars
 from connector.engine.brain import Brain
@@ -373,13 +374,13 @@ class BrainTools:
     def _embed_keeping(self, brain_id: str | None) -> Callable[[str], np.ndarray]:
         """The similar check's embedder: the text it embeds is the new memory's own, as the
         brain's next index embeds it (title, tags, body), so its vector is kept for that
-        index (by content, in this brain) instead of being computed again after the write.
-        Kept off the caller's thread: keeping writes a sealed segment to the state directory."""
+        index (by content, in this brain) instead of being computed again after the write
+        (kept in memory: the write's path writes no file for it)."""
         source = self.vectors.for_brain(brain_id)
 
         def embed(text: str) -> np.ndarray:
             vector = source.embed_query(text)
-            threading.Thread(target=source.keep_text, args=(text, vector), name="keep-vector", daemon=True).start()
+            source.keep_text(text, vector)
             return vector
 
         return embed
