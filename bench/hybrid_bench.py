@@ -14,8 +14,10 @@ Measures, at N memories (default 10,000):
   computed: (a) in the running process, the brain's last index still cached (its
   text index and vectors are reused when no text changed: the connector's case);
   (b) that index evicted (rebuilt, vectors in memory); (c) after a restart (rebuilt,
-  vectors read back from the state directory); each as the hybrid part (texts,
-  hashes, text index, vector lookup, one recall; for (b) and (c) each step printed)
+  vectors read back from the state directory); (d) what the connector does in (b) and
+  (c): the index read back from its disk cache (connector/workcopy/indexdisk.py, a new
+  object: nothing in memory); each as the hybrid part (texts, hashes, text index,
+  vector lookup, one recall; for (b) and (c) each step printed unless ``--no-steps``)
   and in total (archive load + exact index too).
 
 Targets (issues 17, 28): embedding 10,000 memories from scratch <= 15 s; recall p50
