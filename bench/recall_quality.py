@@ -73,8 +73,8 @@ FLOOR_GRID = {
     "strength_words": (0.3,),
     "hubness": (0.0, 0.5),
     "strength_min": (0.0, 0.22),
-    "hit_z": (None, 2.0),
-    "window": (0.1, 0.15, 0.2),
+    "hit_z": (None, 2.0, 2.5, 3.0),
+    "window": (0.1, 0.12, 0.15, 0.2),
     "floor": tuple(round(-0.1 + 0.02 * step, 2) for step in range(28)),
 }
 

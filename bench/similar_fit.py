@@ -7,6 +7,8 @@ This script computes those features for every item of a memory-governance set, t
 
 1. splits the items in two halves (alternating within each label and language), fits on
    one half and scores the other with the README's metrics, both ways round;
+   and prints what each flag threshold would give on the other half (FLAG_THRESHOLD is
+   chosen from that);
 2. fits on all items and prints the constants to paste into similar.py
    (FLAG_WEIGHTS, KIND_WEIGHTS), with the metrics of that fit on the whole set.
 
@@ -26,6 +28,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -40,9 +43,12 @@ from similar_bench import DEFAULT_SET, incoming_of, judge, load_set, print_table
 from connector.engine.archive import load_directory  # noqa: E402
 from connector.engine.hybrid import HybridIndex  # noqa: E402
 from connector.engine.index import BrainIndex  # noqa: E402
-from connector.engine.similar import FEATURES, Candidate, Model, candidates, decide  # noqa: E402
+from connector.engine.similar import FEATURES, FLAG_THRESHOLD, Candidate, Model, candidates, decide  # noqa: E402
 from connector.workcopy.vectors import VectorStore  # noqa: E402
 
+THRESHOLDS = (0.45, 0.5, 0.55, 0.6, 0.65)
+THRESHOLD_COLUMNS = ("dup_flag_recall", "update_flag_recall", "right_relation", "false_flags_related",
+                     "false_flags_unrelated")
 L2 = 3.0  # ridge on the standardised weights: few features, ~80 items per half (1.0 and 0.3 score alike)
 
 
@@ -136,6 +142,11 @@ def main() -> int:
         print_table({k: v for k, v in score([items[i] for i in test], [examined[i] for i in test], model).items()
                      if not k.startswith("kind:")})
         print(constants(model))
+        print(f"flag threshold on the other half (FLAG_THRESHOLD {FLAG_THRESHOLD}):")
+        for threshold in THRESHOLDS:
+            figures = score([items[i] for i in test], [examined[i] for i in test],
+                            replace(model, threshold=threshold))["overall"]
+            print(f"  {threshold:.2f}: " + ", ".join(f"{name} {figures[name]:.3f}" for name in THRESHOLD_COLUMNS))
     model = fit(items, examined)
     print(f"\n## fitted on all {len(items)} items (features: {', '.join(FEATURES)})")
     print_table(score(items, examined, model))

@@ -89,8 +89,8 @@ class Fusion:
     hubness: float = 0.5  # the floor compares strength - hubness x the memory's hubness
     strength_min: float = 0.22  # and the best strength must reach this too (a small brain has no hubs)
     floor: float | None = 0.08  # the query matches well from here; None lists every eligible memory
-    window: float = 0.15  # listed: strength within this of the best
-    hit_z: float | None = 2.0  # listed: strength at least this many standard deviations above the mean
+    window: float = 0.15  # listed: strength within this of the best (0.12: see docs/recall.md)
+    hit_z: float | None = 2.5  # listed: strength at least this many standard deviations above the mean
 
 
 DEFAULT_FUSION = Fusion()

@@ -5,7 +5,9 @@ Keys under the configured prefix::
     meta/<user>/<brain>.json            the commit point: BrainMeta + where each blob lives
     blobs/<user>/<brain>/<sha>.<id>     immutable archives (sealed when encryption is on)
     accounts/<user>.json                per-user brain list and quota claims (CAS-serialised)
-    users.json                          accounts and token hashes (store.storage.s3users)
+    users.json, sharing.json            accounts and token hashes, shares and agent keys, with
+    users.json.last-good, ...           their last good copies (store.auth.users, store.sharing.registry
+                                        on common.docstore)
 
 Commit protocol: an upload streams into a local anonymous spool file while it is
 hashed and validated; at commit it is sent to a fresh blob key (content-addressed by
@@ -43,7 +45,8 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from store.storage.base import SAFE_ID, BrainMeta, CommitConflict, StorageError, check_checksum, check_id
 from store.storage.s3blob import S3StagedBlob, open_reader
-from store.storage.s3client import Bucket, is_conflict, is_not_found, is_not_modified
+from common.s3client import is_conflict, is_not_found, is_not_modified
+from store.storage.s3client import Bucket
 
 log = logging.getLogger("store.s3")
 

@@ -9,13 +9,18 @@ from connector.engine.hybrid import HybridIndex
 from connector.engine.index import BrainIndex
 from connector.engine.similar import (
     DUPLICATE,
+    FEATURES,
     RELATED,
     UPDATE,
     Incoming,
+    _Text,
+    candidates,
+    classify,
     exact_duplicates,
     find_similar,
     negated,
     normalised_content,
+    pair_features,
     script_of,
     similar_in_brain,
     values_of,
@@ -176,3 +181,25 @@ def test_newer_memories_are_checked_beside_an_older_version(prepared, model_stor
     left = find_similar(brain, dentist, index=index, hybrid=hybrid, embed=model_store.embed_query,
                         skip={ids["Dentist appointment"]})
     assert ids["Dentist appointment"] not in [item.id for item in left]
+
+
+def test_a_memory_in_a_dense_neighbourhood_needs_a_closer_cosine() -> None:
+    # The same pair, the same cosine: against a memory whose own neighbours are as close as
+    # the new one (a hub: many facts about one subject) it is less likely a flag.
+    new = _Text.of("The company check-up is in June this year.")
+    old = _Text.of("The company health check-up is in September.")
+    lone = pair_features(new, old, 0.8, 0.5, lambda term: 1.0, 0.3)
+    hub = pair_features(new, old, 0.8, 0.5, lambda term: 1.0, 0.75)
+    assert dict(zip(FEATURES, lone.tolist(), strict=True))["above_hub"] == pytest.approx(0.5)
+    assert dict(zip(FEATURES, hub.tolist(), strict=True))["above_hub"] == pytest.approx(0.05)
+    assert classify(hub)[1] < classify(lone)[1]
+
+
+def test_hubness_of_candidates_comes_from_the_hybrid_index(prepared, model_store) -> None:  # type: ignore[no-untyped-def]
+    brain, ids, index, hybrid = prepared
+    found = candidates(brain, Incoming("Bread baking on Sundays with a sourdough starter."), index=index, hybrid=hybrid,
+                       embed=model_store.embed_query)
+    for candidate in found:
+        position = index.positions[candidate.id]
+        features = dict(zip(FEATURES, candidate.features.tolist(), strict=True))
+        assert features["above_hub"] == pytest.approx(candidate.cosine - hybrid.hubness([position])[position], abs=1e-6)
