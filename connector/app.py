@@ -42,6 +42,7 @@ from connector.state import open_state
 from connector.state.sealing import load_state_key
 from connector.thinking.source import ModelError, ModelSource
 from connector.workcopy.heads import BrainHeads
+from connector.workcopy.indexdisk import IndexDisk
 from connector.workcopy.journal import HeldWriteJournal
 from connector.workcopy.manager import ManagerTuning, WorkingCopyManager
 from connector.workcopy.model import Account
@@ -370,8 +371,14 @@ def build_parts(settings: ConnectorSettings, *, tuning: ManagerTuning | None = N
     vectors = VectorStore(
         directory=settings.state_dir / "vectors" if settings.state_dir is not None else None, state_key=state_key
     )
+    # Hybrid indexes kept on this replica's disk (by brain and content), so a restart does not rebuild them.
+    index_cache = settings.index_cache_path
+    index_disk = (
+        IndexDisk(index_cache, state_key, max_bytes=settings.index_cache_mb * 1024 * 1024) if index_cache else None
+    )
     tools = BrainTools(
-        manager, allowed=settings.tools, recall_mode=settings.recall_mode, vectors=vectors, model=_model(settings)
+        manager, allowed=settings.tools, recall_mode=settings.recall_mode, vectors=vectors, model=_model(settings),
+        index_disk=index_disk,
     )
     # Memories other devices wrote are checked for duplicates after the pull that brings them.
     PullReview(manager, tools)
@@ -453,6 +460,8 @@ def create_app(settings: ConnectorSettings, *, tuning: ManagerTuning | None = No
                 if held:
                     log.warning("shutting down with writes still held", extra={"copies": held})
                 await parts.manager.close(push_timeout_s=5.0)
+                if parts.tools.index_disk is not None:
+                    await asyncio.to_thread(parts.tools.index_disk.flush)  # hybrid indexes waiting to be saved
                 await parts.store.aclose()
                 await oauth.aclose()
 

@@ -37,7 +37,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from connector.engine.embedding import Embedder, Quantized, default_embedder, quantize
+from connector.engine.embedding import Embedder, Quantized, content_hash, default_embedder, quantize
 from connector.engine.hybrid import HybridIndex
 
 log = logging.getLogger("connector.vectors")
@@ -120,12 +120,13 @@ class VectorStore:
 
     # ----- computing --------------------------------------------------------
 
-    def keep(self, hashes: Sequence[bytes], vectors: Quantized, brain_id: str | None = None) -> None:
+    def keep(self, hashes: Sequence[bytes], vectors: Quantized, brain_id: str | None = None, *, persist: bool = True) -> None:
         """Keep vectors computed elsewhere for ``hashes`` of ``brain_id`` (benchmarks seed many
-        copies of one brain this way); known ones are left as they are."""
+        copies of one brain this way); known ones are left as they are. Without ``persist``
+        they are kept in memory only until the next merge of the segments writes them."""
         with self._lock:
             self._load_once()
-            self._keep(_keys(hashes, brain_id), vectors)
+            self._keep(_keys(hashes, brain_id), vectors, persist=persist)
 
     def _embed_and_keep(self, missing: dict[bytes, str]) -> None:
         digests = list(missing)
@@ -136,7 +137,7 @@ class VectorStore:
                 self.embedded += len(batch)
                 self._keep(batch, packed)
 
-    def _keep(self, keys: list[bytes], packed: Quantized) -> None:
+    def _keep(self, keys: list[bytes], packed: Quantized, *, persist: bool = True) -> None:
         """Append and save the rows of ``keys`` not known yet (under the lock)."""
         fresh: dict[bytes, int] = {}
         for position, key in enumerate(keys):
@@ -146,7 +147,8 @@ class VectorStore:
             return
         picked = np.fromiter(fresh.values(), dtype=np.int64, count=len(fresh))
         self._append(list(fresh), packed.codes[picked], packed.scales[picked])
-        self._persist(list(fresh), packed.codes[picked], packed.scales[picked])
+        if persist:
+            self._persist(list(fresh), packed.codes[picked], packed.scales[picked])
 
     def _append(self, digests: list[bytes], codes: np.ndarray, scales: np.ndarray) -> None:
         used = len(self._rows)
@@ -299,6 +301,14 @@ class BrainVectors:
     def get(self, digest: bytes) -> np.ndarray | None:
         """The vector kept for one content hash of this brain, or None."""
         return self.store.get(digest, self.brain_id)
+
+    def keep_text(self, text: str, vector: np.ndarray) -> None:
+        """Keep the unit ``vector`` computed elsewhere for the memory text ``text`` of this brain
+        (the similar check's embedding of a memory about to be written: not embedded again).
+        In memory: no file is written on the write's path; the next merge of the segments
+        saves it, and the hybrid index cache holds it meanwhile."""
+        self.store.keep([content_hash(self.model_id, text)], quantize(np.asarray(vector, dtype=np.float32)[None, :]),
+                        self.brain_id, persist=False)
 
     def embed_query(self, text: str) -> np.ndarray:
         """The unit vector of a query (not stored)."""
