@@ -43,6 +43,7 @@ from connector.workcopy.journal import HeldWriteJournal
 from connector.workcopy.manager import ManagerTuning, WorkingCopyManager
 from connector.workcopy.model import Account
 from connector.workcopy.store_client import StoreClient, StoreError, StoreUnauthorized
+from connector.webapp.i18n import LocaleMiddleware
 from connector.workcopy.vectors import VectorStore
 from common.host_guard import AllowedHosts, host_guard
 from common.limits import TokenBucketLimiter, TrustedProxies, client_address, limit_key
@@ -476,6 +477,8 @@ def create_app(settings: ConnectorSettings, *, tuning: ManagerTuning | None = No
     app.state.connector = parts
     app.state.oauth = oauth
     app.state.webapp = web
+    # Each page request's language (connector/webapp/i18n.py): the switch's cookie, else Accept-Language.
+    app.asgi_handler = LocaleMiddleware(app.asgi_handler)
     # Outermost: /metrics and request/tool/pull/push series (connector/metrics.py).
     app.asgi_handler = observability_layer(app.asgi_handler, parts)
     if settings.checks_host:
