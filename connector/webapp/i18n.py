@@ -144,6 +144,11 @@ def use_locale(locale: str, here: str | None = None) -> None:
     _here.set(here)
 
 
+def not_this_address() -> None:
+    """The switch leads elsewhere than this page's address (an error page: what was refused is not repeated)."""
+    _here.set(None)
+
+
 def page_address() -> str | None:
     """This page's own address (path and query) when a GET asked for it, else None."""
     return _here.get()

@@ -31,7 +31,7 @@ from connector.oauth.sealed_files import SealedRecords
 from connector.oauth.signin_limit import SignInChecks, signin_limiter, signin_wait
 from connector.oauth.state import OAuthState, SecretBox
 from connector.webapp.actions import ActionRefused, BrainActions, Done
-from connector.webapp.i18n import N_, Text, gettext, message_of
+from connector.webapp.i18n import N_, Text, gettext, message_of, not_this_address
 from connector.webapp.guard import Site, new_signin_token, same_origin, session_of, site_of, tokens_match
 from connector.webapp.pages import STATIC_TYPES, page_headers, render, static_file
 from connector.webapp.review import ReviewViews
@@ -170,6 +170,8 @@ class WebApp:
     def page(self, template: str, site: Site, session: WebSession | None, *, status: int = 200,
              cookies: list[Cookie] | None = None, **context: Any) -> Response[str]:
         """A rendered page with the app's security headers."""
+        if status >= 400:
+            not_this_address()  # the language switch leads home, not back to what was refused
         html = render(template, root=site.root, session=session, sessions_on_disk=self.sessions_on_disk,
                       can_write=session is not None and not session.read_only, **context)
         return Response(html, status_code=status, media_type="text/html; charset=utf-8", headers=page_headers(),
