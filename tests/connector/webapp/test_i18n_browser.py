@@ -100,7 +100,7 @@ def _register_client(base: str) -> str:
 def _export_file(tmp_path: Path) -> Path:
     path = tmp_path / "import.json"
     path.write_text(json.dumps({"format": "brain-store/memories", "version": 1, "memories": [
-        {"title": "Bike shop hours", "content": "The bike shop closes at six on Saturdays.", "type": "observation",
+        {"title": "Bike shop hours", "path": "observations/bike-shop-hours.md", "content": "The bike shop closes at six on Saturdays.", "type": "observation",
          "tags": ["bike"]},
         "not a memory",
     ]}), encoding="utf-8")
