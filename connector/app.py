@@ -38,12 +38,12 @@ from connector.oauth.server import valid_brain_segment
 from connector.oauth.tokens import AccessClaims, AccessTokenCodec
 from connector.settings import ConnectorSettings, SettingsError
 from connector.thinking.source import ModelError, ModelSource
+from connector.webapp.i18n import LocaleMiddleware
 from connector.workcopy.heads import BrainHeads
 from connector.workcopy.journal import HeldWriteJournal
 from connector.workcopy.manager import ManagerTuning, WorkingCopyManager
 from connector.workcopy.model import Account
 from connector.workcopy.store_client import StoreClient, StoreError, StoreUnauthorized
-from connector.webapp.i18n import LocaleMiddleware
 from connector.workcopy.vectors import VectorStore
 from common.host_guard import AllowedHosts, host_guard
 from common.limits import TokenBucketLimiter, TrustedProxies, client_address, limit_key

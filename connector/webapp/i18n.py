@@ -220,11 +220,6 @@ def message_of(exc: BaseException) -> str:
     return first if isinstance(first, str) else str(exc)
 
 
-def translate_all(messages: Iterable[Any], locale: str | None = None) -> list[Any]:
-    """`translate` of each."""
-    return [translate(message, locale) for message in messages]
-
-
 # ----- dates and numbers ------------------------------------------------------------------
 
 
