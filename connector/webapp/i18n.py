@@ -303,7 +303,10 @@ class LocaleMiddleware:
         asked = next((value for name, value in parse_qsl(query) if name == QUERY_NAME), None)
         remembered = _cookie(_header(scope, b"cookie") or "", COOKIE_NAME)
         locale = choose(asked, remembered, _header(scope, b"accept-language"))
-        here = f"{scope.get('root_path', '')}{path}" + (f"?{query}" if query else "")
+        # The path as sent (percent-encoded): a decoded "%3F" in a memory id would end the path early.
+        raw = scope.get("raw_path")
+        sent = raw.decode("latin-1") if isinstance(raw, bytes) and raw.startswith(b"/") else path
+        here = f"{scope.get('root_path', '')}{sent}" + (f"?{query}" if query else "")
         use_locale(locale, here if scope.get("method") in ("GET", "HEAD") else None)
         remember = asked in LOCALES and asked != remembered
         secure = scope.get("scheme") == "https" or (_header(scope, b"x-forwarded-proto") or "") == "https"
