@@ -98,6 +98,7 @@ def preferences(accept_language: str | None) -> list[str]:
     return [tag for _, _, tag in sorted(ranked)]
 
 
+@lru_cache(maxsize=1024)  # browsers send the same few tags; Babel's parsing is the costly part
 def supported(tag: str | None) -> str | None:
     """The locale we serve for a language tag, or None: Babel parses the tag and fills in the
     likely script (``zh-CN`` and ``zh`` are written in Hans, ``zh-TW`` in Hant, which we lack)."""
