@@ -20,8 +20,8 @@ from common.connection_guard import HttpLimits
 from common.host_guard import host_name
 from connector.engine.hybrid import MODES as RECALL_MODES
 
-# The connector's tools (the nine brain_* tools, and ChatGPT's search and fetch over the same
-# recall and reads); CONNECTOR_TOOLS may name a subset.
+# The connector's tools (the brain_* tools, and ChatGPT's search and fetch over the same recall
+# and reads); CONNECTOR_TOOLS may name a subset.
 TOOL_NAMES: tuple[str, ...] = (
     "brain_recall",
     "brain_status",
@@ -36,6 +36,7 @@ TOOL_NAMES: tuple[str, ...] = (
     "fetch",
     "brain_reflect",
     "brain_extract",
+    "brain_mental_model",
 )
 IDENTITY_PROVIDERS = ("static", "oidc")
 MAX_WORKERS = 64  # as for the store: more processes than that would only compete for the cores

@@ -505,4 +505,9 @@ def operation_from_dict(value: Mapping[str, Any]) -> Operation:
         from connector.engine.review import MemorizeFlagged
 
         return MemorizeFlagged.from_dict(value)
+    if kind in ("mental-create", "mental-save", "mental-delete"):
+        from connector.engine.mental import CreateModel, DeleteModel, SaveModel  # mental.py builds on this module
+
+        kinds: dict[str, Any] = {"mental-create": CreateModel, "mental-save": SaveModel, "mental-delete": DeleteModel}
+        return kinds[kind].from_dict(value)  # type: ignore[no-any-return]
     raise BrainError(f"unknown operation {kind!r}")

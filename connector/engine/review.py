@@ -369,10 +369,11 @@ class FlagPairs(Operation):
 class MemorizeFlagged(Memorize):
     """A memorize whose similarity check flagged existing memories: the pairs are queued in the same write.
 
-    ``similar`` holds ``{"id", "relation", "score"}`` per existing memory the (single) new
-    memory was found to duplicate or update before the write; ``by`` says who wrote it.
-    A replay writes the memory with its id again (or finds it there) and queues only
-    what the newer brain does not hold yet.
+    ``similar`` holds ``{"id", "relation", "score"}`` per existing memory a new memory was
+    found to duplicate or update before the write, with ``"of"``: the new memory's position
+    in a write of several (0 when absent); ``by`` says who wrote it. A replay writes the
+    memories with their ids again (or finds them there) and queues only what the newer
+    brain does not hold yet.
     """
 
     similar: list[dict[str, Any]] = field(default_factory=list)
@@ -387,11 +388,13 @@ class MemorizeFlagged(Memorize):
 
     def also(self, txn: WriteTxn, result: dict[str, Any]) -> None:
         stored = result["stored"]
-        if len(stored) != 1 or not self.similar:
-            return
-        new = str(stored[0]["id"])
-        added = add_flags(txn, [Flag(new, str(item["id"]), str(item["relation"]), float(item["score"]), "write",
-                                     self.by) for item in self.similar])
+        flags = []
+        for item in self.similar:
+            position = item.get("of", 0)
+            if isinstance(position, int) and 0 <= position < len(stored):
+                flags.append(Flag(str(stored[position]["id"]), str(item["id"]), str(item["relation"]),
+                                  float(item["score"]), "write", self.by))
+        added = add_flags(txn, flags) if flags else []
         if added:
             result["review_queued"] = [item["old"] for item in added]
 

@@ -137,6 +137,12 @@ def status_text(result: dict[str, Any]) -> str:
     if result.get("review_pending_count"):
         lines.append(f"{plural(result['review_pending_count'], 'pair')} of similar memories waiting for review "
                      "(the web app's Review page).")
+    models = result.get("mental_models") or {}
+    if models.get("count"):
+        stale = models.get("stale") or []
+        lines.append(f"{plural(models['count'], 'mental model')}"
+                     + (f"; stale (newer memories match): {', '.join(one(name) for name in stale)}." if stale else
+                        ", none stale."))
     brains = result.get("brains", [])
     if brains:
         lines.append("Brains of this account:")

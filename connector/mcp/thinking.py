@@ -20,6 +20,7 @@ import mcp_types as types
 
 from common.textsafety import has_unsafe_chars
 from connector.engine.credentials import find_credentials
+from connector.engine.errors import BrainError
 from connector.mcp import render
 from connector.mcp.arguments import ArgumentError, Args
 from connector.mcp.definitions import (
@@ -34,10 +35,13 @@ from connector.mcp.definitions import (
     MIN_REFLECT_TOKENS,
 )
 from connector.thinking import prompts
-from connector.thinking.answers import ExtractionRefused, check_citations, parse_candidates
+from connector.thinking.answers import CheckedSynthesis, ExtractionRefused, check_citations, parse_candidates
 from connector.thinking.evidence import EvidencePack, build_pack
 from connector.thinking.host import CURRENT as HOST
 from connector.thinking.source import ModelAnswer, ModelError, ModelSource
+
+from connector.mcp.tools import ToolFailure
+from connector.workcopy.manager import BrainUnavailable, UnknownBrain
 
 if TYPE_CHECKING:
     from connector.mcp.tools import BrainTools, Caller
@@ -139,14 +143,7 @@ class ThinkingTools:
         if isinstance(answer, types.InputRequiredResult):
             return answer
         if answer is not None:
-            checked = check_citations(answer.text, pack.ids)
-            if checked.removed:
-                notes.append("The model cited ids that are not among the evidence; they were removed: "
-                             + ", ".join(render.one(memory_id) for memory_id in checked.removed[:10]) + ".")
-            if not checked.cited:
-                notes.append("The synthesis cites no memory: treat it with care.")
-            if answer.truncated:
-                notes.append("The answer was cut at the output-token bound.")
+            checked = checked_answer(answer, pack.ids, notes, "synthesis")
             structured: dict[str, Any] = {
                 "mode": "synthesis",
                 "query": query,
@@ -216,28 +213,49 @@ class ThinkingTools:
         return _ok(structured, "\n".join(lines))
 
     async def _save(self, caller: Caller, candidates: list[Any], source: str, structured: dict[str, Any]) -> list[dict[str, Any]]:
-        """Each candidate through brain_memorize's own path, tagged with ``source``; credentials refuse all first."""
+        """Every candidate, tagged with ``source``, in ONE write through brain_memorize's checks
+        (`BrainTools.memorize_many`): all saved, or none with the reason (credentials refuse all first)."""
         flagged = [number for number, c in enumerate(candidates, 1) if find_credentials(c.title, c.content, *c.tags)]
         if flagged:
             raise ArgumentError(
                 f"Nothing was written: candidate(s) {', '.join(map(str, flagged))} look like they hold a credential. "
                 "Extract again from the text without the secret, or save the other facts with brain_memorize."
             )
-        saved: list[dict[str, Any]] = []
-        for candidate in candidates:
-            result = await self.tools.memorize_one(caller, {
-                "content": candidate.content, "title": candidate.title, "type": candidate.type,
-                "tags": [*candidate.tags, source], "task": "extracting",
-            })
-            if result.is_error or result.structured_content is None:
-                reason = result.content[0].text if result.content else "refused"
-                if not saved:  # e.g. a viewer of a shared brain: refused before anything was written
-                    raise ArgumentError(f"{reason} Nothing was written.")
-                structured["note"] = (f"Saving stopped at candidate {len(saved) + 1} of {len(candidates)} ({reason}); "
-                                      f"{render.plural(len(saved), 'memory was', 'memories were')} saved before it.")
-                break
-            saved.append(result.structured_content)
-        return saved
+        items = [{"content": c.content, "title": c.title, "type": c.type, "tags": [*c.tags, source]} for c in candidates]
+        try:
+            result = await self.tools.memorize_many(caller, items, task="extracting")
+        except (ToolFailure, BrainError, BrainUnavailable, UnknownBrain) as exc:
+            # One write: a refusal (a viewer's brain, a bad candidate, the store refusing for good) saved none.
+            raise ArgumentError(f"{exc} Nothing was written: none of the {len(candidates)} candidates was saved; "
+                                "they are listed in this call's candidates if you call again without save.") from None
+        notes = [structured["note"]] if structured.get("note") else []
+        if result["already_present"]:
+            notes.append(f"{render.plural(len(result['already_present']), 'candidate was', 'candidates were')} "
+                         "already in the brain word for word and not written again: "
+                         + ", ".join(render.one(item["id"]) for item in result["already_present"]) + ".")
+        if result.get("review_queued"):
+            notes.append("Some saved memories may repeat or update older ones; the user sees the pairs in their "
+                         "review queue.")
+        if result.get("note"):
+            notes.append(result["note"])
+        if notes:
+            structured["note"] = " ".join(notes)
+        structured["synced"] = result["synced"]
+        return [{"stored": stored} for stored in result["stored"]]
+
+
+def checked_answer(answer: ModelAnswer, allowed: list[str], notes: list[str], what: str) -> CheckedSynthesis:
+    """The model's text with citations outside ``allowed`` removed; notes say what was removed, that the
+    ``what`` (synthesis, new text) cites nothing, or that the answer was cut."""
+    checked = check_citations(answer.text, allowed)
+    if checked.removed:
+        notes.append("The model cited ids that are not among the evidence; they were removed: "
+                     + ", ".join(render.one(memory_id) for memory_id in checked.removed[:10]) + ".")
+    if not checked.cited:
+        notes.append(f"The {what} cites no memory: treat it with care.")
+    if answer.truncated:
+        notes.append("The answer was cut at the output-token bound.")
+    return checked
 
 
 def source_tag(title: str | None, now: datetime) -> str:

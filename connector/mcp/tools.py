@@ -27,7 +27,8 @@ from connector.engine.errors import BrainError
 from connector.engine.hybrid import EXACT_CANNOT_READ, MODES, NO_GOOD_MATCH, HybridIndex, empty_recall_reason, hybrid_recall
 from connector.engine.index import BrainIndex, IndexCache, RecallError, index_for
 from connector.engine.jsvalues import datetime_ms
-from connector.engine.ops import Forget, Pin, Unpin, Verify, connector_memorize
+from connector.engine.memorize import MemoryInput, connector_memory
+from connector.engine.ops import Forget, Memorize, Pin, Unpin, Verify, connector_memorize
 from connector.engine.recall import recall
 from connector.engine.review import MemorizeFlagged, pending_count
 from connector.engine.similar import UPDATE, Incoming, Newer, Similar, exact_duplicates, find_similar
@@ -41,6 +42,8 @@ from connector.mcp.definitions import (
     MAX_RECALL_CHARS,
     MAX_RECALL_LIMIT,
     MEMORY_TYPES,
+    MENTAL_ACTIONS,
+    MENTAL_READ_ACTIONS,
     ORIGINS,
     TOOLS,
     WRITE_SCOPE,
@@ -101,7 +104,8 @@ def error_result(message: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=message)], is_error=True)
 
 
-def _entries(snapshot: Snapshot) -> dict[str, Any]:
+def snapshot_entries(snapshot: Snapshot) -> dict[str, Any]:
+    """index.json's memories of the snapshot's brain (empty when there is none or it is unreadable)."""
     if snapshot.brain is None:
         return {}
     index = snapshot.brain.read_json("index.json")
@@ -218,7 +222,12 @@ class BrainTools:
         }
         from connector.mcp.thinking import ThinkingTools  # it builds on this class: imported here, not at the top
 
-        self._handlers.update(ThinkingTools(self, model).handlers())
+        from connector.mcp.mental import MentalModels
+
+        thinking = ThinkingTools(self, model)
+        self.mental = MentalModels(self, thinking)
+        self._handlers.update(thinking.handlers())
+        self._handlers.update(self.mental.handlers())
 
     def prewarm(self, outcome: WriteOutcome) -> None:
         """Build the recall index of a just-written brain in the background.
@@ -300,6 +309,14 @@ class BrainTools:
             return await self.manager.write(caller.account, op, label)
         finally:
             self._writes_in_flight -= 1
+
+    async def write_op(self, caller: Caller, op: Any, label: str) -> WriteOutcome:
+        """Any other operation's write (e.g. a mental model's), refused for good -> ToolFailure;
+        the next recall index is built in the background as after a memorize."""
+        outcome = await self._write(caller, op, label)
+        _refused_for_good(outcome)
+        self.prewarm(outcome)
+        return outcome
 
     def _loaded(self) -> None:
         """A recall index was built: keep the collector off its objects (see workcopy/longlived.py)."""
@@ -413,7 +430,7 @@ class BrainTools:
         args = Args(arguments)
         needs_write = not spec.read_only and not (name == "brain_verify" and _is_list(args)) and not (
             name == "brain_extract" and not _saves(args)
-        )
+        ) and not (name == "brain_mental_model" and _reads_models(args))
         if needs_write and WRITE_SCOPE not in caller.scopes:
             return error_result(
                 f"{name} changes the brain and needs the '{WRITE_SCOPE}' permission, which this sign-in did not "
@@ -602,7 +619,7 @@ class BrainTools:
         # The brain list asked anew: status reports the brains as they are now (size, last sync),
         # also after writes made through other workers, replicas or the store's own clients.
         snapshot = await self.manager.snapshot(caller.account, fresh_list=True)
-        entries = _entries(snapshot)
+        entries = snapshot_entries(snapshot)
         index = snapshot.brain.read_json("index.json") if snapshot.brain is not None else None
         last_updated = index.get("last_updated") if isinstance(index, dict) else None
         valid = [entry for entry in entries.values() if isinstance(entry, dict)]
@@ -614,6 +631,8 @@ class BrainTools:
             "pending_verification_count": sum(1 for entry in valid if entry.get("quarantined")),
             # Pairs of similar memories waiting for a person (the web app's Review page).
             "review_pending_count": pending_count(snapshot.brain, entries) if snapshot.brain is not None else 0,
+            # Standing answers kept in the brain, and which newer memories made stale (brain_mental_model).
+            "mental_models": await self.mental.summary(caller.account),
             "active_brain": (
                 {"id": snapshot.brain_id, "name": snapshot.brain_name or ""} if snapshot.brain_id else None
             ),
@@ -647,7 +666,7 @@ class BrainTools:
         structured: dict[str, Any] = {
             "brain": {"id": record.id, "name": record.name, **sharing_fields(record)},
             "persisted": True,
-            "memory_count": len(_entries(snapshot)),
+            "memory_count": len(snapshot_entries(snapshot)),
         }
         if identity.status == STATUS_NO_BRAIN and identity.note:
             structured["note"] = identity.note
@@ -686,12 +705,7 @@ class BrainTools:
             snapshot: Snapshot | None = await self.manager.snapshot(caller.account)
         except BrainUnavailable:
             snapshot = None  # no check: the write below says why nothing could be saved
-        incoming = Incoming(memory.content, memory.title, memory.tags, memory.type)
-        found: list[Similar] = []
-        if snapshot is not None and self._index_ready(snapshot.key, "hybrid", snapshot.brain_id):
-            found = self.similar_for(snapshot, incoming)
-        elif snapshot is not None:
-            found = await asyncio.to_thread(self.similar_for, snapshot, incoming)
+        found = await self._similar_checked(snapshot, memory)
         exact = next((item for item in found if item.exact), None)
         if exact is not None and snapshot is not None and not allow_duplicate:
             return self._duplicate_result(snapshot, exact, found)
@@ -722,9 +736,18 @@ class BrainTools:
             structured["note"] = note
         return ok_result(structured, render.memorize_text(structured))
 
+    async def _similar_checked(self, snapshot: Snapshot | None, memory: MemoryInput) -> list[Similar]:
+        """`similar_for` of one memory about to be written (off the event loop when indexes must be built)."""
+        if snapshot is None:
+            return []
+        incoming = Incoming(memory.content, memory.title, memory.tags, memory.type)
+        if self._index_ready(snapshot.key, "hybrid", snapshot.brain_id):
+            return self.similar_for(snapshot, incoming)
+        return await asyncio.to_thread(self.similar_for, snapshot, incoming)
+
     def _duplicate_result(self, snapshot: Snapshot, exact: Similar, found: list[Similar]) -> types.CallToolResult:
         """The answer to a memorize of content the brain already holds word for word: nothing written."""
-        entry = _entries(snapshot).get(exact.id)
+        entry = snapshot_entries(snapshot).get(exact.id)
         entry = entry if isinstance(entry, dict) else {}
         structured: dict[str, Any] = {
             "stored": {
@@ -802,10 +825,45 @@ class BrainTools:
             raise ToolFailure(result.content[0].text if result.content else "recall failed")
         return result.structured_content
 
-    async def memorize_one(self, caller: Caller, arguments: dict[str, Any]) -> types.CallToolResult:
-        """brain_memorize's own path, every check included, as its result (errors as error results)."""
-        result = await self._run("brain_memorize", caller, Args(arguments))
-        assert isinstance(result, types.CallToolResult)  # memorize never asks the host
+    async def memorize_many(self, caller: Caller, items: list[dict[str, Any]], *, task: str) -> dict[str, Any]:
+        """Several memories (``content``, ``title``, ``type``, ``tags`` each) in ONE write: one
+        transaction, one push, all or nothing. Each goes through brain_memorize's checks: one that
+        looks like a credential refuses the whole batch; one the brain holds word for word already
+        is not written again (listed in ``already_present``); memories it may repeat or update are
+        queued for review in the same write. A refusal raises (ToolFailure, BrainError,
+        BrainUnavailable) with nothing written."""
+        writer = await self.manager.writer(caller.account)
+        memories = [connector_memory(item["content"], title=item.get("title"), type=item.get("type", "learning"),
+                                     tags=item.get("tags", ()), agent=caller.account.client_name, task=task,
+                                     writer=writer) for item in items]
+        _refuse_credentials(memories)
+        snapshot = await self.manager.snapshot(caller.account)
+        kept: list[MemoryInput] = []
+        present: list[dict[str, Any]] = []
+        flagged: list[dict[str, Any]] = []
+        for memory in memories:
+            found = await self._similar_checked(snapshot, memory)
+            exact = next((item for item in found if item.exact), None)
+            if exact is not None:
+                present.append({"id": exact.id, "title": memory.title})
+                continue
+            flagged += [{**item.to_json(), "of": len(kept)} for item in found if item.flagged]
+            kept.append(memory)
+        if not kept:
+            return {"stored": [], "already_present": present, "synced": True}
+        op: Memorize = Memorize(kept)
+        if flagged:
+            op = MemorizeFlagged.of(op, flagged, by=caller.account.client_name)
+        outcome = await self._write(caller, op, "memorize")
+        _refused_for_good(outcome)
+        self.prewarm(outcome)
+        result: dict[str, Any] = {"stored": list(outcome.result["stored"]), "already_present": present,
+                                  **_sync_fields(outcome)}
+        if outcome.result.get("review_queued"):
+            result["review_queued"] = list(outcome.result["review_queued"])
+        note = _sync_note(outcome)
+        if note:
+            result["note"] = note
         return result
 
 
@@ -851,6 +909,14 @@ def _refuse_credentials(memories: list[Any]) -> None:
 def _is_list(args: Args) -> bool:
     try:
         return args.choice("action", ["list", "approve", "reject"], default="list") == "list"
+    except ArgumentError:
+        return False
+
+
+def _reads_models(args: Args) -> bool:
+    """Whether a brain_mental_model call only reads (list, get): then it needs no write scope."""
+    try:
+        return args.choice("action", MENTAL_ACTIONS, default="list") in MENTAL_READ_ACTIONS
     except ArgumentError:
         return False
 

@@ -34,6 +34,7 @@ from connector.webapp.actions import ActionRefused, BrainActions, Done
 from connector.webapp.i18n import N_, Text, gettext, message_of, not_this_address
 from connector.webapp.guard import Site, new_signin_token, same_origin, session_of, site_of, tokens_match
 from connector.webapp.pages import STATIC_TYPES, page_headers, render, static_file
+from connector.webapp.mental import MentalViews
 from connector.webapp.review import ReviewViews
 from connector.webapp.sessions import MAX_SESSIONS, WebSession, WebSessions
 from connector.webapp.transfer import MAX_IMPORT_BYTES, ImportPlan, dry_run, export_memories, export_zip, plan_import
@@ -58,6 +59,8 @@ DONE_MESSAGES = {
     "keep_old": N_("Kept the old memory: the new one is in the archive (restorable)."),
     "merge": N_("Merged into one new memory that supersedes both."),
     "dismiss": N_("Marked as not the same: you will not be asked about this pair again."),
+    "refreshed": N_("Refreshed: the model was rewritten from your memories."),
+    "deleted": N_("Mental model deleted; the memories it cited stay."),
 }
 IMPORT_TTL_S = 900.0
 OIDC_PENDING_TTL_S = 600.0
@@ -90,6 +93,7 @@ class WebApp:
         self.views = BrainViews(manager, tools)
         self.actions = BrainActions(manager, tools)
         self.review = ReviewViews(self.views)
+        self.mental = MentalViews(tools.mental)
         self._trusted = TrustedProxies.parse(settings.trust_proxy)
         self._signin_checks = signin_checks if signin_checks is not None else signin_limiter(
             None, settings.signin_attempts_per_min)
@@ -462,7 +466,53 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         return app.page("review.html", visit.site, visit.session, review=data, error=None,
                         flash=_flash(params.get("done"), params.get("held")))
 
+    @get("/app/mental", cache=False, include_in_schema=False)
+    @page_route
+    async def mental_list(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
+        data = await app.mental.listing(visit.session.account)
+        params = request.query_params
+        return app.page("mental.html", visit.site, visit.session, models=data, model=None, error=None,
+                        flash=_flash(params.get("done"), params.get("held")))
+
+    @get("/app/mental/{model_id:str}", cache=False, include_in_schema=False)
+    @page_route
+    async def mental_model(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
+        return await mental_page(visit, request.path_params["model_id"][:200], request.query_params.get("done"),
+                                 request.query_params.get("held"))
+
+    async def mental_page(visit: Visit, model_id: str, done: str | None, held: str | None, *, status: int = 200,
+                          error: str | None = None) -> Response[Any]:
+        found = await app.mental.page(visit.session.account, model_id)
+        if found is None:
+            return app.page("error.html", visit.site, visit.session, status=404, title=N_("No such mental model"),
+                            message=N_("This brain has no mental model with that id (it may have been deleted)."))
+        listing = await app.mental.listing(visit.session.account)
+        return app.page("mental.html", visit.site, visit.session, status=status, models=listing, model=found,
+                        error=error, flash=_flash(done, held))
+
     # ----- writes -------------------------------------------------------------------
+
+    @post("/app/mental/{model_id:str}/{action:str}", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
+    @write_route
+    async def mental_action(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
+        model_id, action = request.path_params["model_id"][:200], request.path_params["action"]
+        if action not in ("refresh", "delete"):
+            return app.page("error.html", visit.site, visit.session, status=404, title=N_("Unknown action"),
+                            message=N_("The app offers no such action."))
+        account = visit.session.account
+        try:
+            if action == "refresh":
+                synced = await app.mental.refresh(account, model_id)
+            else:
+                synced = await app.mental.delete(account, model_id)
+        except ActionRefused as exc:
+            if action == "delete":
+                return app.page("error.html", visit.site, visit.session, status=409, title=N_("Not deleted"),
+                                message=message_of(exc))
+            return await mental_page(visit, model_id, None, None, status=409, error=message_of(exc))
+        query = urlencode({"done": "refreshed" if action == "refresh" else "deleted", **({} if synced else {"held": "1"})})
+        target = f"/mental/{path_segment(model_id)}" if action == "refresh" else "/mental"
+        return app.redirect(f"{visit.site.root}{target}?{query}")
 
     @post("/app/review", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
     @write_route
@@ -640,7 +690,7 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
                         headers={"Cache-Control": "public, max-age=86400", "X-Content-Type-Options": "nosniff"})
 
     return [signin_page, signin_start, oidc_callback, signin_submit, signout, home, search, memory, edit_page, archive, edit_submit,
-            new_page, new_submit, review, review_decide,
+            new_page, new_submit, review, review_decide, mental_list, mental_model, mental_action,
             memory_action, use_brain, transfer_page, export, import_preview, import_confirm, history, history_diff,
             history_restore,
             static]

@@ -311,3 +311,52 @@ def test_the_hosts_model_through_sampling_on_2026_07_28(store: RunningStore, tmp
 
             asyncio.run(scenario())
             assert len(requests_of(log)) == 1
+
+
+def test_extract_saves_every_candidate_in_one_push_or_none(store: RunningStore, tmp_path: Path) -> None:
+    alice, bob = store.add_user("alice"), store.add_user("bob")
+    brain_id = brains_of(store.url, alice.token)[0]["id"]
+    known = direct_memorize(store.url, alice.token, brain_id, "Releases go out on Tuesdays.")
+    team = httpx.post(f"{store.url}/api/brains", headers=auth(alice.token), json={"name": "team"}, timeout=30).json()
+    direct_memorize(store.url, alice.token, team["id"], "The team deploys on Thursdays")
+    share(store, team["id"], bob, "viewer")
+
+    def versions(brain: str) -> int:
+        response = httpx.get(f"{store.url}/api/brains/{brain}/versions", headers=auth(alice.token), timeout=30)
+        return int(response.json()["total"])
+
+    candidates = {"content": json.dumps({"memories": [
+        {"title": "Release day", "type": "decision", "content": "Releases go out on Tuesdays.", "tags": []},
+        {"title": "Review style", "type": "preference", "content": "Alice wants small PRs.", "tags": ["review"]},
+        {"title": "Standups", "type": "decision", "content": "Standups are at 9:30.", "tags": []},
+        {"title": "On call", "type": "decision", "content": "On-call rotates weekly.", "tags": []},
+    ]})}
+    with fake_model(tmp_path) as (model_url, script, _log):
+        env = {"CONNECTOR_MODEL_URL": model_url, "CONNECTOR_MODEL": "fake-llm"}
+        with connector(tmp_path / "c", store, env=env) as server:
+            base = server.base_url
+
+            async def scenario() -> None:
+                async with mcp_session(base + "/mcp", mint(base, alice, ALL)) as client:
+                    answer(script, candidates)
+                    before, pushes = memory_ids(download_brain(store.url, alice.token, brain_id)[0]), versions(brain_id)
+                    saved = structured(await client.call_tool("brain_extract", {
+                        "text": "Meeting notes.", "document_title": "Team sync", "save": True}))
+                    new = [item["stored"]["id"] for item in saved["saved"]]
+                    brain = download_brain(store.url, alice.token, brain_id)[0]
+                    # Three new memories in ONE push; the one the brain held word for word is not written again.
+                    assert versions(brain_id) == pushes + 1 and len(new) == 3
+                    assert memory_ids(brain) - before == set(new) and known in saved["note"]
+                    entries = brain.read_json("index.json")["memories"]
+                    assert all("source:team-sync" in entries[memory_id]["tags"] for memory_id in new)
+                    assert saved["synced"] is True
+
+                # A viewer's save is refused whole: nothing of the batch reaches the brain.
+                async with mcp_session(base + "/mcp", mint(base, bob, ALL)) as client:
+                    structured(await client.call_tool("brain_use", {"brain": team["id"]}))
+                    _, checksum = download_brain(store.url, alice.token, team["id"])
+                    refused = await client.call_tool("brain_extract", {"text": "notes", "save": True})
+                    assert refused.is_error and "Nothing was written: none of the 4 candidates" in text_of(refused)
+                    assert download_brain(store.url, alice.token, team["id"])[1] == checksum
+
+            asyncio.run(scenario())

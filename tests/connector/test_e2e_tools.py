@@ -53,6 +53,7 @@ ALL_TOOLS = {
     "fetch",
     "brain_reflect",
     "brain_extract",
+    "brain_mental_model",
 }
 FIXTURE = project_parity_dir() / "brains" / "brain-1-06"
 

@@ -25,6 +25,7 @@ EXPECTED_HINTS = {
     "fetch": (True, False, True),
     "brain_reflect": (True, False, True),
     "brain_extract": (False, True, False),
+    "brain_mental_model": (False, True, False),
 }
 
 

@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
 REDIRECT = "http://127.0.0.1:1/callback"  # never contacted: the test reads the redirect itself
 TOOLS = {"brain_recall", "brain_status", "brain_read", "brain_use", "brain_memorize", "brain_pin", "brain_unpin",
          "brain_forget", "brain_verify", "search", "fetch",
-         "brain_reflect", "brain_extract"}
+         "brain_reflect", "brain_extract", "brain_mental_model"}
 
 
 def oauth_provider(mcp_url: str, store_token: str, storage: MemoryStorage, attempts: list[str]) -> OAuthClientProvider:

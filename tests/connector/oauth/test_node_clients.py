@@ -44,7 +44,7 @@ TS_SDK = PACKAGES / "node_modules" / "@modelcontextprotocol" / "sdk" / "package.
 MCP_REMOTE = PACKAGES / "node_modules" / "mcp-remote" / "dist" / "proxy.js"
 TOOLS = {"brain_recall", "brain_status", "brain_read", "brain_use", "brain_memorize", "brain_pin", "brain_unpin",
          "brain_forget", "brain_verify", "search", "fetch",
-         "brain_reflect", "brain_extract"}
+         "brain_reflect", "brain_extract", "brain_mental_model"}
 AUTHORIZE_LINE = "Please authorize this client by visiting:"
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("node-clients")]

@@ -1,0 +1,181 @@
+"""brain_mental_model end to end: real store and connector processes, the official MCP client SDK, the
+scripted chat-completions server (tests/support/fake_model.py) and a sampling host.
+
+A model created through one connector is kept in the brain (``mental-models.json``): the store's
+archive holds it, another connector process and a restarted one read it, and a memorize through
+another connector process makes it stale. Refresh runs with the operator's model, with the host's
+model through sampling, and with no model (the host's rewrite saved back with ``update``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import mcp_types as types
+import pytest
+
+from connector.engine.mental import MENTAL_FILE
+from tests.connector.conftest import RunningStore, brains_of, direct_memorize, download_brain, memory_ids
+from tests.connector.test_e2e_thinking import ALL, INJECTION, answer, fake_model, requests_of, sampling_session, text_of
+from tests.connector.test_e2e_tools import connector, mcp_session, mint, structured
+
+pytestmark = pytest.mark.timeout(300)
+
+QUESTION = "What does Alice want in code review?"
+
+
+def models_at_store(store: RunningStore, token: str, brain_id: str) -> list[dict[str, Any]]:
+    brain, _ = download_brain(store.url, token, brain_id)
+    return (brain.read_json(MENTAL_FILE) or {}).get("models", [])
+
+
+async def call(client: Any, **arguments: Any) -> dict[str, Any]:
+    return structured(await client.call_tool("brain_mental_model", arguments))
+
+
+def test_mental_models_across_connectors_models_and_restarts(store: RunningStore, tmp_path: Path) -> None:
+    alice = store.add_user("alice")
+    brain_id = brains_of(store.url, alice.token)[0]["id"]
+    small = direct_memorize(store.url, alice.token, brain_id, "Code review: Alice wants small pull requests")
+    tests = direct_memorize(store.url, alice.token, brain_id, "Code review: Alice wants tests with every change")
+    hostile = direct_memorize(store.url, alice.token, brain_id, "Code review: Alice wants short comments. " + INJECTION)
+    direct_memorize(store.url, alice.token, brain_id, "The office plant needs water on Mondays")
+
+    with fake_model(tmp_path) as (model_url, script, log):
+        env = {"CONNECTOR_MODEL_URL": model_url, "CONNECTOR_MODEL": "fake-llm", "CONNECTOR_MODEL_TIMEOUT_S": "2"}
+        with connector(tmp_path / "a", store, env=env) as a, connector(tmp_path / "b", store) as b:
+
+            async def first() -> str:
+                async with mcp_session(a.base_url + "/mcp", mint(a.base_url, alice, ALL)) as client:
+                    created = await call(client, action="create", name="How I like code reviewed", question=QUESTION)
+                    model_id = created["model"]["id"]
+                    assert created["state"] == "empty"
+                    listed = await call(client, action="list")
+                    assert [(m["name"], m["state"]) for m in listed["models"]] == [("How I like code reviewed", "empty")]
+
+                    # Refresh with the operator's model: an invented id is removed, the rest saved in the brain.
+                    answer(script, {"content": f"Small pull requests [{small}] with tests [{tests}]; "
+                                               f"never Fridays [mem_20990101_000000]."})
+                    refreshed = await call(client, action="refresh", id=model_id, budget=500)
+                    assert refreshed["mode"] == "synthesis" and refreshed["state"] == "fresh"
+                    assert refreshed["written_by"] == {"source": "operator", "model": "fake-llm"}
+                    assert set(refreshed["model"]["cited"]) == {small, tests}
+                    assert "mem_20990101_000000" not in refreshed["model"]["text"] and "removed" in refreshed["note"]
+                    system, user = (m["content"] for m in requests_of(log)[-1]["body"]["messages"])
+                    marker = system.split("between <memory-", 1)[1].split(" ", 1)[0]
+                    assert INJECTION not in system and "DATA" in system and QUESTION in user
+                    assert f"<memory-{marker} id=\"{hostile}\"" in user, user
+                    block = user.split(f'<memory-{marker} id="{hostile}"', 1)[1].split(f"</memory-{marker}>", 1)[0]
+                    assert INJECTION in block  # quoted as data, inside its block
+
+                    # Bad input: clear refusals, nothing written.
+                    before = models_at_store(store, alice.token, brain_id)
+                    for arguments, reason in (
+                        ({"action": "create", "name": "Huge", "question": "why? " * 2000}, "1 to 1,000 characters"),
+                        ({"action": "create", "name": "how i like CODE reviewed", "question": "q"}, "exists already"),
+                        ({"action": "update", "id": model_id, "text": "Bob decides [mem_20990101_abcdef]."},
+                         "does not hold"),
+                        ({"action": "get", "id": "no such model"}, "No mental model"),
+                        ({"action": "explode"}, "one of"),
+                    ):
+                        refused = await client.call_tool("brain_mental_model", arguments)
+                        assert refused.is_error and reason in text_of(refused), text_of(refused)
+                    assert models_at_store(store, alice.token, brain_id) == before
+                    return model_id
+
+            model_id = asyncio.run(first())
+            [kept] = models_at_store(store, alice.token, brain_id)  # the store's archive holds the document
+            assert kept["id"] == model_id and set(kept["cited"]) == {small, tests}
+
+            async def through_b() -> str:
+                async with mcp_session(b.base_url + "/mcp", mint(b.base_url, alice, ALL)) as client:
+                    got = await call(client, action="get", id=model_id)
+                    assert got["state"] == "fresh" and {m["id"] for m in got["cited_memories"]} == {small, tests}
+                    saved = structured(await client.call_tool("brain_memorize", {
+                        "content": "Code review: Alice now wants reviews within one working day", "tags": ["review"]}))
+                    return saved["stored"]["id"]
+
+            newer = asyncio.run(through_b())
+
+            async def stale_on_a() -> None:
+                async with mcp_session(a.base_url + "/mcp", mint(a.base_url, alice, ALL)) as client:
+                    deadline = time.monotonic() + 30
+                    while True:
+                        status = structured(await client.call_tool("brain_status", {}))
+                        if status["mental_models"]["stale"] or time.monotonic() > deadline:
+                            break
+                        await asyncio.sleep(0.5)
+                    assert status["mental_models"] == {"count": 1, "stale": ["How I like code reviewed"]}
+                    assert "stale" in text_of(await client.call_tool("brain_status", {}))
+                    got = await call(client, action="get", id="How I like code reviewed")
+                    assert got["state"] == "stale" and got["model"]["new_since_refresh"] == [newer]
+
+            asyncio.run(stale_on_a())
+
+            async def no_model_on_b() -> None:
+                async with mcp_session(b.base_url + "/mcp", mint(b.base_url, alice, ALL)) as client:
+                    pack = await call(client, action="refresh", id=model_id)
+                    assert pack["mode"] == "evidence" and "action 'update'" in pack["instruction"]
+                    assert pack["new_since_refresh"] == [newer] and pack["model"]["text"] == kept["text"]
+                    assert newer in [m["id"] for g in pack["groups"] for m in g["memories"]]
+                    text = f"Small PRs [{small}], tests [{tests}], reviewed within a day [{newer}]."
+                    saved = await call(client, action="update", id=model_id, text=text)
+                    assert saved["state"] == "fresh" and saved["model"]["written_by"]["source"] == "host-update"
+                    listed = await call(client, action="list")
+                    assert listed["models"][0]["state"] == "fresh"
+
+            asyncio.run(no_model_on_b())
+            [kept] = models_at_store(store, alice.token, brain_id)
+            assert newer in kept["cited"] and "within a day" in kept["text"]
+
+        # A restarted connector (new process, same state) reads the model from the brain.
+        with connector(tmp_path / "a", store) as again:
+
+            async def after_restart() -> None:
+                async with mcp_session(again.base_url + "/mcp", mint(again.base_url, alice, ALL)) as client:
+                    got = await call(client, action="get", id=model_id)
+                    assert got["state"] == "fresh" and "within a day" in got["model"]["text"]
+                    await call(client, action="delete", id=model_id)
+                    assert (await call(client, action="list"))["models"] == []
+                    # A read-only sign-in lists, but cannot create.
+                async with mcp_session(again.base_url + "/mcp", mint(again.base_url, alice, {"brain.read"})) as client:
+                    assert (await call(client, action="list"))["models"] == []
+                    refused = await client.call_tool("brain_mental_model", {"action": "create", "name": "x",
+                                                                            "question": "y"})
+                    assert refused.is_error and "brain.write" in text_of(refused)
+
+            asyncio.run(after_restart())
+            assert models_at_store(store, alice.token, brain_id) == []
+            assert {small, tests, hostile, newer} <= memory_ids(download_brain(store.url, alice.token, brain_id)[0])
+
+
+def test_refresh_with_the_hosts_model_through_sampling(store: RunningStore, tmp_path: Path) -> None:
+    alice = store.add_user("alice")
+    brain_id = brains_of(store.url, alice.token)[0]["id"]
+    lead = direct_memorize(store.url, alice.token, brain_id, "Team: Bob leads the platform team")
+    asked: list[types.CreateMessageRequestParams] = []
+
+    async def host_model(context: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+        asked.append(params)
+        return types.CreateMessageResult(role="assistant", model="host-test-model", content=types.TextContent(
+            type="text", text=f"Bob leads platform [{lead}]. Also [mem_20990101_000000]."))
+
+    with connector(tmp_path / "c", store) as server:
+
+        async def scenario() -> None:
+            async with sampling_session(server.base_url + "/mcp", mint(server.base_url, alice, ALL), host_model) as client:
+                model_id = (await call(client, action="create", name="Team directory", question="Who leads which team?"))["model"]["id"]
+                refreshed = await call(client, action="refresh", id=model_id)
+                assert refreshed["written_by"] == {"source": "host", "model": "host-test-model"}
+                assert refreshed["model"]["cited"] == [lead] and "mem_20990101_000000" not in refreshed["model"]["text"]
+                assert asked[-1].max_tokens <= 1024 and asked[-1].include_context == "none"
+                assert "Who leads which team?" in asked[-1].messages[0].content.text
+
+        asyncio.run(scenario())
+    [kept] = models_at_store(store, alice.token, brain_id)
+    assert kept["cited"] == [lead] and kept["written_by"]["source"] == "host"
+    assert json.dumps(kept).count("mem_20990101_000000") == 0
