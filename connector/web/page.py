@@ -28,7 +28,9 @@ _ORIGIN_RE = re.compile(r"^https?://[A-Za-z0-9.\-]+(?::[0-9]{1,5})?$|^https?://\
 def _assets() -> tuple[Template, str, str]:
     folder = resources.files("connector.web")
     template = Template(folder.joinpath("signin.html").read_text(encoding="utf-8"))
-    css = folder.joinpath("signin.css").read_text(encoding="utf-8")
+    # The web app's font stacks (CJK per language) first, inlined like the rest: the page loads nothing.
+    fonts = resources.files("connector.webapp").joinpath("static", "fonts.css").read_text(encoding="utf-8")
+    css = fonts + folder.joinpath("signin.css").read_text(encoding="utf-8")
     digest = base64.b64encode(hashlib.sha256(css.encode("utf-8")).digest()).decode("ascii")
     return template, css, f"'sha256-{digest}'"
 

@@ -26,7 +26,7 @@ CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
     "form-action 'self'; frame-ancestors 'none'; base-uri 'none'; object-src 'none'"
 )
-STATIC_TYPES = {"app.css": "text/css; charset=utf-8", "icon.svg": "image/svg+xml"}
+STATIC_TYPES = {"app.css": "text/css; charset=utf-8", "fonts.css": "text/css; charset=utf-8", "icon.svg": "image/svg+xml"}
 
 
 def page_headers() -> dict[str, str]:

@@ -172,6 +172,8 @@ def test_every_page_in_three_languages(store: RunningStore, tmp_path: Path) -> N
                     page.goto(f"{base}/app/review")
                     assert page.locator("ol.review > li").count() == 1
                     visit.check("review")
+                    page.goto(f"{base}/app/mental")
+                    visit.check("mental-models")
                     page.goto(f"{base}/app/archive")
                     visit.check("archive")
                     page.goto(f"{base}/app/history")

@@ -156,3 +156,23 @@ def test_the_oauth_sign_in_page_speaks_the_chosen_language(store: RunningStore) 
         refused = client.get("/authorize?response_type=code&client_id=nope", headers={"Accept": "text/html"})
         assert refused.status_code >= 400 and "无法开始此次登录" not in refused.text
         assert "このサインインは開始できません" in refused.text
+
+
+def test_fonts_render_cjk_and_prefer_each_languages_glyphs(store: RunningStore) -> None:
+    with app_client(store.url) as client:
+        page = client.get("/app/signin")
+        assert re.search(r'<link rel="stylesheet" href="/app/static/fonts.css\?v=\w+">', page.text)
+        fonts = client.get("/app/static/fonts.css")
+        assert fonts.status_code == 200 and fonts.headers["content-type"].startswith("text/css")
+        css = fonts.text
+        # Japanese and simplified Chinese each name their own fonts first (Han glyphs differ), for
+        # macOS/iOS, Windows, Linux and Android.
+        ja = css[css.index(":lang(ja)"):].split("}")[0]
+        zh = css[css.index(":lang(zh-Hans)"):].split("}")[0]
+        assert ja.index("Hiragino Sans") < ja.index("Noto Sans CJK JP") and "Yu Gothic" in ja and "SC" not in ja
+        assert zh.index("PingFang SC") < zh.index("Noto Sans CJK SC") and "Microsoft YaHei" in zh and "JP" not in zh
+        # The OAuth sign-in page loads nothing: the same fonts are inlined, allowed by their hash.
+        query = _authorize_query(client)
+        oauth = client.get(query, headers={"Accept": "text/html"})
+        assert ":lang(ja)" in oauth.text and "Noto Sans CJK SC" in oauth.text
+        assert "style-src 'sha256-" in oauth.headers["content-security-policy"]
