@@ -306,7 +306,8 @@ class LocaleMiddleware:
         locale = choose(asked, remembered, _header(scope, b"accept-language"))
         # The path as sent (percent-encoded): a decoded "%3F" in a memory id would end the path early.
         raw = scope.get("raw_path")
-        sent = raw.decode("latin-1") if isinstance(raw, bytes) and raw.startswith(b"/") else path
+        # (Some servers and test clients put the query in raw_path too: only the path is kept.)
+        sent = raw.decode("latin-1").partition("?")[0] if isinstance(raw, bytes) and raw.startswith(b"/") else path
         here = f"{scope.get('root_path', '')}{sent}" + (f"?{query}" if query else "")
         use_locale(locale, here if scope.get("method") in ("GET", "HEAD") else None)
         remember = asked in LOCALES and asked != remembered
