@@ -67,7 +67,7 @@ def _language_switch(view: SignInView) -> str:
     if page_address() is not None:
         links = "".join(f'<li><a href="{escape(link.href)}" lang="{escape(link.locale)}" hreflang="{escape(link.locale)}"'
                         f'{CURRENT if link.current else ""}>{escape(link.name)}</a></li>'
-                        for link in switch_links(view.form_action))
+                        for link in switch_links(view.form_action, view.form_action.removesuffix("/authorize/complete")))
         return f'<nav class="languages" aria-label="{label}"><ul>{links}</ul></nav>\n'
     buttons = "".join(
         f'<button type="submit" class="language" name="action" value="language" lang="{escape(link.locale)}" '

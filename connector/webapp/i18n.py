@@ -45,6 +45,7 @@ COOKIE_AGE_S = 365 * 24 * 3600
 QUERY_NAME = "lang"
 # The paths whose pages are localised (the middleware leaves the rest alone).
 PAGE_PREFIXES = ("/app", "/authorize", "/oidc/callback")
+STATIC_PREFIX = "/app/static/"  # the same in every language (cached without Vary)
 MAX_ACCEPT_CHARS = 1000
 
 _locale: ContextVar[str] = ContextVar("brain_locale", default=DEFAULT_LOCALE)
@@ -165,9 +166,10 @@ class LanguageLink:
     current: bool
 
 
-def switch_links(fallback: str) -> list[LanguageLink]:
-    """The language switch: this page (or ``fallback`` when it answered a form) in each locale."""
-    here = _here.get() or fallback
+def switch_links(fallback: str, prefix: str = "") -> list[LanguageLink]:
+    """The language switch: this page (or ``fallback`` when it answered a form) in each locale;
+    ``prefix`` is the path a path-prefixing proxy adds in front of this page's own path."""
+    here = prefix + _here.get() if _here.get() is not None else fallback
     path, _, query = here.partition("?")
     kept = [(name, value) for name, value in parse_qsl(query, keep_blank_values=True) if name != QUERY_NAME]
     return [LanguageLink(locale, name, f"{path}?{urlencode([*kept, (QUERY_NAME, locale)])}", locale == current_locale())
@@ -297,7 +299,7 @@ class LocaleMiddleware:
     async def __call__(self, scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
         """Choose the locale, then answer; adds the cookie and ``Vary`` to the answer."""
         path = str(scope.get("path", ""))
-        if scope.get("type") != "http" or not path.startswith(PAGE_PREFIXES):
+        if scope.get("type") != "http" or not path.startswith(PAGE_PREFIXES) or path.startswith(STATIC_PREFIX):
             await self.app(scope, receive, send)
             return
         query = scope.get("query_string", b"").decode("latin-1")
@@ -308,7 +310,7 @@ class LocaleMiddleware:
         raw = scope.get("raw_path")
         # (Some servers and test clients put the query in raw_path too: only the path is kept.)
         sent = raw.decode("latin-1").partition("?")[0] if isinstance(raw, bytes) and raw.startswith(b"/") else path
-        here = f"{scope.get('root_path', '')}{sent}" + (f"?{query}" if query else "")
+        here = sent + (f"?{query}" if query else "")
         use_locale(locale, here if scope.get("method") in ("GET", "HEAD") else None)
         remember = asked in LOCALES and asked != remembered
         secure = scope.get("scheme") == "https" or (_header(scope, b"x-forwarded-proto") or "") == "https"

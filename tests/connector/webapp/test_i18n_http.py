@@ -176,3 +176,12 @@ def test_fonts_render_cjk_and_prefer_each_languages_glyphs(store: RunningStore) 
         oauth = client.get(query, headers={"Accept": "text/html"})
         assert ":lang(ja)" in oauth.text and "Noto Sans CJK SC" in oauth.text
         assert "style-src 'sha256-" in oauth.headers["content-security-policy"]
+
+
+def test_the_switch_keeps_a_proxy_path_prefix_and_static_files_do_not_vary(store: RunningStore) -> None:
+    with app_client(store.url, public_url="http://127.0.0.1:8788/brain") as client:
+        page = client.get("/app/signin?x=1")
+        hrefs = re.findall(r'<a href="([^"]+)" lang="[^"]+" hreflang', page.text)
+        assert hrefs and all(href.startswith("/brain/app/signin?x=1&amp;lang=") for href in hrefs), hrefs
+        css = client.get("/app/static/app.css")
+        assert "vary" not in css.headers and "content-language" not in css.headers
