@@ -207,7 +207,7 @@ class ThinkingTools:
             structured["saved"] = await self._save(caller, candidates, source, structured)
         lines = [f"{render.plural(len(candidates), 'candidate memory', 'candidate memories')} extracted by "
                  f"{written_by(answer)}" + (f", saved with the tag {source}" if structured["saved"] else "") + ":"]
-        lines += [f"- [{c.type}] {c.title}: {c.content}" for c in candidates]
+        lines += candidate_lines(candidates)
         if structured.get("note"):
             lines.append(f"Note: {structured['note']}")
         return _ok(structured, "\n".join(lines))
@@ -226,8 +226,10 @@ class ThinkingTools:
             result = await self.tools.memorize_many(caller, items, task="extracting")
         except (ToolFailure, BrainError, BrainUnavailable, UnknownBrain) as exc:
             # One write: a refusal (a viewer's brain, a bad candidate, the store refusing for good) saved none.
-            raise ArgumentError(f"{exc} Nothing was written: none of the {len(candidates)} candidates was saved; "
-                                "they are listed in this call's candidates if you call again without save.") from None
+            # The candidates come back in the message: what the model extracted is not lost.
+            listed = "\n".join(candidate_lines(candidates))
+            raise ArgumentError(f"{exc} Nothing was written: none of the {len(candidates)} candidates was saved. "
+                                f"They were:\n{listed}") from None
         notes = [structured["note"]] if structured.get("note") else []
         if result["already_present"]:
             notes.append(f"{render.plural(len(result['already_present']), 'candidate was', 'candidates were')} "
@@ -242,6 +244,11 @@ class ThinkingTools:
             structured["note"] = " ".join(notes)
         structured["synced"] = result["synced"]
         return [{"stored": stored} for stored in result["stored"]]
+
+
+def candidate_lines(candidates: list[Any]) -> list[str]:
+    """One line per candidate memory, as the result's text lists them."""
+    return [f"- [{c.type}] {c.title}: {c.content}" for c in candidates]
 
 
 def checked_answer(answer: ModelAnswer, allowed: list[str], notes: list[str], what: str) -> CheckedSynthesis:

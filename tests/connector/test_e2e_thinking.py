@@ -357,6 +357,7 @@ def test_extract_saves_every_candidate_in_one_push_or_none(store: RunningStore, 
                     _, checksum = download_brain(store.url, alice.token, team["id"])
                     refused = await client.call_tool("brain_extract", {"text": "notes", "save": True})
                     assert refused.is_error and "Nothing was written: none of the 4 candidates" in text_of(refused)
+                    assert "- [decision] On call: On-call rotates weekly." in text_of(refused)  # nothing lost
                     assert download_brain(store.url, alice.token, team["id"])[1] == checksum
 
             asyncio.run(scenario())
