@@ -17,9 +17,6 @@ from connector.webapp.views import BrainViews, MemoryLine, line_of
 from connector.workcopy.model import Account
 
 REVIEW_PAGE_SIZE = 20
-RELATION_LABELS = {"duplicate": "repeats", "update": "may update"}
-
-
 @dataclass(frozen=True)
 class ReviewSide:
     """One memory of a pair: its line, when it was written, its text."""
@@ -37,7 +34,6 @@ class ReviewItem:
     new: ReviewSide
     old: ReviewSide
     relation: str
-    relation_label: str
     score: float
     flagged_at: str
     via: str
@@ -105,7 +101,7 @@ class ReviewViews:
             tags = (*new.line.tags, *old.line.tags)
             items.append(ReviewItem(
                 new=new, old=old, relation=pair.relation,
-                relation_label=RELATION_LABELS.get(pair.relation, pair.relation), score=pair.score,
+                score=pair.score,
                 flagged_at=pair.flagged_at, via=pair.via, by=pair.by, merge_tags=", ".join(dict.fromkeys(tags)),
             ))
         return ReviewPage(items=items, total=len(pairs), viewer=viewer)
