@@ -358,7 +358,7 @@ class AuthorizationServer:
         if action == "deny":
             self._attempts.set(pending.sign_in_id, MAX_ATTEMPTS, pending.expires, now)
             return self._redirect_error(pending, "access_denied", "the user declined")
-        wait = signin_wait(self._checks, client_address)
+        wait = await signin_wait(self._checks, client_address)
         if wait is not None:
             message = f"Too many sign-in attempts from your network. Wait {math.ceil(wait)} seconds, then try again."
             return PageReply(429, self._view(pending, login_id, message, attempts))
