@@ -32,7 +32,8 @@ from connector.mcp.server import CALLER_SCOPE_KEY, McpEndpoint
 from connector.mcp.tools import BrainTools, Caller
 from connector.metrics import observability_layer
 from connector.oauth.signin_limit import SignInChecks, signin_limiter
-from connector.oauth.state import OAuthState, load_state_key
+from connector.oauth.state import OAuthState
+from connector.state.sealing import load_state_key
 from connector.oauth.metadata import challenge
 from connector.oauth.server import valid_brain_segment
 from connector.oauth.tokens import AccessClaims, AccessTokenCodec

@@ -50,7 +50,7 @@ from connector.oauth.pending import Pending, PendingSeal, SignInAttempts, cookie
 from connector.oauth.once import OnceMarkers
 from connector.oauth.signin_limit import SignInChecks, signin_wait
 from connector.oauth.pkce import is_valid_challenge, verifier_matches
-from connector.oauth.state import SecretBox
+from connector.state.sealing import SecretBox
 from connector.oauth.tokens import ACCESS_TOKEN_TTL_S, AccessClaims, AccessTokenCodec
 
 log = logging.getLogger("connector.oauth")

@@ -29,7 +29,8 @@ from connector.identity.base import ProviderRefused, ProviderThrottled, Provider
 from connector.mcp.http import header, path_segment, peer_address
 from connector.oauth.sealed_files import SealedRecords
 from connector.oauth.signin_limit import SignInChecks, signin_limiter, signin_wait
-from connector.oauth.state import OAuthState, SecretBox
+from connector.oauth.state import OAuthState
+from connector.state.sealing import SecretBox
 from connector.webapp.actions import ActionRefused, BrainActions, Done
 from connector.webapp.guard import Site, new_signin_token, same_origin, session_of, site_of, tokens_match
 from connector.webapp.pages import STATIC_TYPES, page_headers, render, static_file

@@ -39,7 +39,7 @@ from typing import Any
 
 from common.docstore import DocumentStore, DocumentStoreError
 from connector.engine.ops import operation_from_dict
-from connector.oauth.state import SecretBox
+from connector.state.sealing import SecretBox
 from connector.workcopy.leases import DEFAULT_LEASE_S, LeaseKeeper
 from connector.workcopy.model import Account, PendingWrite
 
