@@ -39,6 +39,8 @@ from common.docstore import Document, DocumentStore
 log = logging.getLogger("connector.workcopy.heads")
 
 _PREFIX = "heads/"
+# How stale a head read over S3 may be (seconds): a warm tool call asks S3 at most this often per brain.
+S3_HEAD_MAX_AGE_S = 1.0
 _MAX_CACHED = 10_000
 
 
