@@ -34,7 +34,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
-from common.docstore import Document, DocumentStore
+from common.docstore import UNCHANGED, Document, DocumentStore
 
 log = logging.getLogger("connector.workcopy.heads")
 
@@ -96,7 +96,7 @@ class BrainHeads:
         except Exception as exc:  # a state that cannot be read only delays noticing a change
             log.warning("could not read a brain head", extra={"error": type(exc).__name__})
             return None
-        if found == "unchanged":
+        if found == UNCHANGED:
             assert known is not None
             self._remember(key, known[0], known[1])
             return known[0]
