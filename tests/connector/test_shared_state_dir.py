@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import subprocess
 import sys
 import textwrap
@@ -190,12 +191,16 @@ _HOLDER = textwrap.dedent(
 )
 
 
-@contextlib.contextmanager
-def _holder(state: Path, subject: str, token: str, brain_id: str) -> Iterator[subprocess.Popen[str]]:
+def _holder(state: Path, subject: str, token: str, brain_id: str) -> Any:
     """Another process holding one journal document ("f" * 32) in the state ``state`` until it is killed."""
-    process = subprocess.Popen(
-        [sys.executable, "-c", _HOLDER, str(state), subject, token, brain_id], stdout=subprocess.PIPE, cwd=REPO_ROOT, text=True
-    )
+    return holding(_HOLDER, str(state), subject, token, brain_id)
+
+
+@contextlib.contextmanager
+def holding(script: str, *args: str, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[str]]:
+    """A Python process running ``script`` with ``args``, once it printed "holding"; killed at the end."""
+    process = subprocess.Popen([sys.executable, "-c", script, *args], stdout=subprocess.PIPE, cwd=REPO_ROOT, text=True,
+                               env={**os.environ, **env} if env else None)
     try:
         assert process.stdout is not None and process.stdout.readline().strip() == "holding"
         yield process

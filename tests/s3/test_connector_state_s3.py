@@ -12,14 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import multiprocessing
 import secrets
 import signal
-import subprocess
-import sys
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +23,12 @@ import httpx
 import pytest
 
 from common.docstore import open_document_store
-from common.limits import StoredTokenBucketLimiter
 from connector.workcopy.journal import HeldWriteJournal
 from tests.connector.conftest import brains_of, download_brain, memory_ids, start_store
-from tests.connector.test_e2e_tools import STATE_KEY, connector, mcp_session, mint, structured
+from tests.connector.test_e2e_tools import connector, mcp_session, mint, structured
+from tests.connector.test_shared_state_dir import holding
 from tests.s3.servers import CREDENTIALS, S3Service
-from tests.support.processes import REPO_ROOT, free_port
+from tests.store.unit.test_limits_stored import granted_by_processes
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -158,22 +154,9 @@ _HOLDER = textwrap.dedent(
 )
 
 
-@contextlib.contextmanager
-def _holder(weed: S3Service, bucket: str, where: str, lease_s: float) -> Iterator[subprocess.Popen[str]]:
+def _holder(weed: S3Service, bucket: str, where: str, lease_s: float) -> Any:
     """Another process holding one journal document ("f" * 32) on S3 until it is killed."""
-    import os
-
-    process = subprocess.Popen(
-        [sys.executable, "-c", _HOLDER, f"s3://{bucket}/{PREFIX}", weed.endpoint, where, str(lease_s)],
-        stdout=subprocess.PIPE, cwd=REPO_ROOT, text=True, env={**os.environ, **CREDENTIALS},
-    )
-    try:
-        assert process.stdout is not None and process.stdout.readline().strip() == "holding"
-        yield process
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait(timeout=30)
+    return holding(_HOLDER, f"s3://{bucket}/{PREFIX}", weed.endpoint, where, str(lease_s), env=CREDENTIALS)
 
 
 @pytest.mark.parametrize("where", ["this-host", "elsewhere"])
@@ -204,24 +187,7 @@ def test_a_journal_document_is_held_by_one_process_and_taken_over_when_it_dies(w
     assert weed.keys(bucket, f"{PREFIX}/held/") == []
 
 
-def _hammer(bucket: str, endpoint: str, count: int, queue: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
-    import os
-
-    os.environ.update(CREDENTIALS)
-    state = open_document_store(f"s3://{bucket}/{PREFIX}", s3_endpoint_url=endpoint, s3_region="us-east-1")
-    limiter = StoredTokenBucketLimiter(state, "limits/test", 1, 20)
-    queue.put(sum(limiter.hit("203.0.113.7") is None for _ in range(count)))
-
-
 def test_token_buckets_on_s3_grant_one_budget_to_several_processes(weed: S3Service) -> None:
-    bucket = weed.new_bucket()
-    context = multiprocessing.get_context("spawn")
-    queue = context.Queue()
-    workers = [context.Process(target=_hammer, args=(bucket, weed.endpoint, 15, queue)) for _ in range(3)]
-    for worker in workers:
-        worker.start()
-    totals = [queue.get(timeout=120) for _ in workers]
-    for worker in workers:
-        worker.join(timeout=30)
+    location = f"s3://{weed.new_bucket()}/{PREFIX}"
     # 45 attempts from three processes racing on one S3 document: one budget of 20.
-    assert 20 <= sum(totals) <= 21, totals
+    assert 20 <= granted_by_processes(location, weed.endpoint, 20, 15) <= 21
