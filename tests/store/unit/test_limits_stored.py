@@ -100,3 +100,36 @@ def granted_by_processes(location: str, endpoint: str | None, burst: int, count:
 def test_budget_is_shared_between_processes(tmp_path: Path) -> None:
     # 90 attempts from three processes, one budget of 40 (a refill of 1/min is negligible here).
     assert 40 <= granted_by_processes(str(tmp_path), None, 40, 30) <= 41
+
+
+def test_synced_buckets_decide_at_once_and_share_the_budget_after_a_sync(tmp_path: Path) -> None:
+    from common.limits import SyncedTokenBucketLimiter
+
+    def replica() -> SyncedTokenBucketLimiter:
+        clock = lambda: 100.0  # noqa: E731  (one wall clock for both replicas)
+        shared = StoredTokenBucketLimiter(open_document_store(tmp_path), PREFIX, 1, 10, clock=clock)
+        return SyncedTokenBucketLimiter(shared, 1, 10, start=False, clock=clock)
+
+    one, two = replica(), replica()
+    # Within one interval each replica decides alone: up to its own bucket each.
+    assert [one.hit("203.0.113.5") for _ in range(6)] == [None] * 6
+    assert [two.hit("203.0.113.5") for _ in range(6)] == [None] * 6
+    assert one.hit("198.51.100.1") is None
+    one.sync()
+    two.sync()  # 12 of a budget of 10 spent together: the second to sync learns it at once
+    wait = two.hit("203.0.113.5")
+    assert wait is not None and wait > 60  # the overshoot is paid back first
+    assert one.hit("203.0.113.5") is None  # the first learns it at its next sync, one interval later
+    one.sync()
+    assert one.hit("203.0.113.5") is not None and one.peek("203.0.113.5") is not None
+    assert one.hit("198.51.100.1") is None  # another address keeps its budget
+
+
+def test_synced_buckets_without_the_shared_state_keep_this_process_budget() -> None:
+    from common.limits import SyncedTokenBucketLimiter
+
+    limiter = SyncedTokenBucketLimiter(StoredTokenBucketLimiter(Unreachable(), PREFIX, 60, 2), 60, 2,  # type: ignore[arg-type]
+                                       start=False)
+    assert [limiter.hit("a", now=5.0) for _ in range(2)] == [None, None]
+    limiter.sync()  # logged, nothing learned
+    assert limiter.hit("a", now=5.0) == pytest.approx(1.0)
