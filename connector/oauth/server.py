@@ -363,7 +363,7 @@ class AuthorizationServer:
         if action == "deny":
             self._attempts.set(pending.sign_in_id, MAX_ATTEMPTS, pending.expires, now)
             return self._redirect_error(pending, "access_denied", "the user declined")
-        wait = signin_wait(self._checks, client_address)
+        wait = await signin_wait(self._checks, client_address)
         if wait is not None:
             message = Text("Too many sign-in attempts from your network. Wait %(seconds)s seconds, then try again.",
                            seconds=math.ceil(wait))

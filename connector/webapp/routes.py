@@ -15,7 +15,6 @@ import time
 from collections.abc import Awaitable, Callable
 from http.cookies import CookieError, SimpleCookie
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
@@ -167,9 +166,9 @@ class WebApp:
         """The person's address: the right-most untrusted X-Forwarded-For hop behind a trusted proxy."""
         return client_address(peer_address(request.scope), request.headers.get("x-forwarded-for"), self._trusted)
 
-    def signin_retry_after(self, request: Request[Any, Any, Any]) -> float | None:
+    async def signin_retry_after(self, request: Request[Any, Any, Any]) -> float | None:
         """Sign-in attempts per client address are limited (token guessing), as on the OAuth page."""
-        return signin_wait(self._signin_checks, self.client_address(request))
+        return await signin_wait(self._signin_checks, self.client_address(request))
 
     def page(self, template: str, site: Site, session: WebSession | None, *, status: int = 200,
              cookies: list[Cookie] | None = None, **context: Any) -> Response[str]:
@@ -269,7 +268,7 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         browser = request.cookies.get(site.signin_cookie)
         if app.provider.mode != "redirect" or not browser:
             return app.redirect(f"{site.root}/signin")
-        if app.signin_retry_after(request) is not None:
+        if await app.signin_retry_after(request) is not None:
             return signin_again(site, 429, N_("Too many sign-in attempts from here. Wait a minute and try again."))
         try:
             start = await app.provider.start(f"{site.origin}{site.root}/oidc/callback")
@@ -304,7 +303,7 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
 
         if not same_origin(request.headers, site) or not tokens_match(form.get("csrf"), expected):
             return signin_again(site, 403, N_("The sign-in form expired or came from another site. Please try again."))
-        if app.signin_retry_after(request) is not None:
+        if await app.signin_retry_after(request) is not None:
             return signin_again(site, 429, N_("Too many sign-in attempts from here. Wait a minute and try again."))
         if app.provider.mode != "page":
             return signin_again(site, 400, N_("Use the button to sign in with your organisation."))
