@@ -679,6 +679,7 @@ def test_a_held_write_the_journal_cannot_keep_is_said_to_be_not_saved(store: Run
 
     user = store.add_user("unjournaled")
     state = open_document_store(tmp_path / "state")
+    (tmp_path / "state").mkdir(mode=0o700)  # the store makes its directory on its first write only
     (tmp_path / "state" / "held").write_text("a file where the journal's directory should be")
 
     async def scenario() -> None:
