@@ -38,6 +38,13 @@ def state_url_supported() -> bool:
     return "state_url" in fields and importlib.util.find_spec("connector.state") is not None
 
 
+def shared_limits_supported() -> bool:
+    """Whether sign-in attempts are counted in the shared state, across replicas (issue 27, item 2)."""
+    import common.limits
+
+    return hasattr(common.limits, "StoredTokenBucketLimiter")
+
+
 @dataclass
 class Cluster:
     """The running cluster and what a test needs to reach into it."""

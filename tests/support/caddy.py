@@ -24,12 +24,13 @@ def round_robin_config(sites: Mapping[int, Sequence[ServerProcess]], *, trust_lo
     (``lb_policy round_robin``, no sticky sessions). ``trust_loopback`` makes Caddy keep an
     ``X-Forwarded-For`` sent from loopback (and append to it), so a test can speak for several
     client addresses as a chain of proxies would."""
-    options = "\tservers {\n\t\ttrusted_proxies static 127.0.0.1/32\n\t}\n" if trust_loopback else ""
-    config = "{\n\tadmin off\n\tauto_https off\n" + options + "}\n"
+    # Caddy 2.6.2 (Debian's) takes trusted_proxies in reverse_proxy, not yet in the global options.
+    trust = "\t\ttrusted_proxies 127.0.0.1/32\n" if trust_loopback else ""
+    config = "{\n\tadmin off\n\tauto_https off\n}\n"
     for port, upstreams in sites.items():
         targets = " ".join(upstream.base_url.removeprefix("http://") for upstream in upstreams)
         config += (f"\nhttp://127.0.0.1:{port} {{\n\treverse_proxy {targets} {{\n\t\tlb_policy round_robin\n"
-                   "\t\tflush_interval -1\n\t}\n}\n")
+                   "\t\tflush_interval -1\n" + trust + "\t}\n}\n")
     return config
 
 
