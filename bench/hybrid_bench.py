@@ -49,6 +49,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from engine_bench import brain_archive, percentiles, query_text  # noqa: E402
 
+from common.docstore import open_document_store  # noqa: E402
 from connector.engine.archive import load_archive  # noqa: E402
 from connector.engine.embedding import BULK_THREADS, MAX_EMBED_CHARS, content_hash, embedded_text  # noqa: E402
 from connector.engine.hybrid import HybridIndex, hybrid_recall, memory_texts  # noqa: E402
@@ -106,10 +107,9 @@ def main() -> None:
     archive, _ = brain_archive(args.memories, now, args.brain_cache)
     print(f"hybrid benchmark: {args.memories} memories, {args.queries} queries (medians; shared machine; {load()})")
     with tempfile.TemporaryDirectory(prefix="hybrid-bench-") as tmp:
-        directory = Path(tmp) / "vectors"
         brain = load_archive(archive)
         index = BrainIndex.build(brain)
-        store = VectorStore(directory=directory, state_key=KEY)
+        store = VectorStore(state=open_document_store(Path(tmp)), state_key=KEY)
         store.embed_query("load the model")  # model load (~1 s) is not embedding time
         began, began_cpu = time.perf_counter(), time.process_time()
         hybrid = HybridIndex.build(brain, index, store.for_brain(BRAIN))
@@ -199,7 +199,7 @@ def main() -> None:
             ("first hybrid recall after a pull, same process", lambda: store, hybrid),
             # That index evicted (16 brains more recent): text index rebuilt, vectors in memory.
             ("  same, its last index evicted (rebuilt)", lambda: store, None),
-            ("  same, restarted (rebuilt, vectors read back)", lambda: VectorStore(directory=directory, state_key=KEY), None),
+            ("  same, restarted (rebuilt, vectors read back)", lambda: VectorStore(state=open_document_store(Path(tmp)), state_key=KEY), None),
         ):
             results = []
             for _ in range(args.runs):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from pathlib import Path
 
@@ -24,8 +25,9 @@ def is_temporary(name: str) -> bool:
     return name.startswith(".") and name.endswith(TEMP_SUFFIX)
 
 
-def write_atomic(path: Path, data: bytes, *, fsync: bool = True, mode: int = 0o600) -> None:
-    """Write ``data`` to ``path`` via a temporary file, fsync and rename (then fsync the dir)."""
+def write_temporary(path: Path, data: bytes, *, fsync: bool = True, mode: int = 0o600) -> tuple[Path, os.stat_result]:
+    """Write ``data`` to a new temporary file beside ``path`` (fsynced when ``fsync``); returns
+    its path and status. The caller renames or links it into place, or removes it."""
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}{TEMP_SUFFIX}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     try:
@@ -36,14 +38,43 @@ def write_atomic(path: Path, data: bytes, *, fsync: bool = True, mode: int = 0o6
                 view = view[written:]
             if fsync:
                 os.fsync(fd)
+            status = os.fstat(fd)
         finally:
             os.close(fd)
+    except BaseException:
+        remove_quietly(tmp)
+        raise
+    return tmp, status
+
+
+def remove_quietly(path: Path) -> None:
+    """Remove ``path`` if it is there."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def write_atomic(path: Path, data: bytes, *, fsync: bool = True, mode: int = 0o600) -> os.stat_result:
+    """Write ``data`` to ``path`` via a temporary file, fsync and rename (then fsync the dir);
+    returns the new file's status."""
+    tmp, status = write_temporary(path, data, fsync=fsync, mode=mode)
+    try:
         os.rename(tmp, path)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+        remove_quietly(tmp)
         raise
     if fsync:
         fsync_dir(path.parent)
+    return status
+
+
+# File timestamps are coarse (a kernel tick). A file read within this margin of its
+# mtime could be replaced by another file with the same inode number, mtime and size,
+# so such reads are not cached (the "racy timestamp" rule); older files are safe to cache.
+RACY_MARGIN_NS = 50_000_000
+
+
+def settled(st_mtime_ns: int) -> bool:
+    """True when a file with this mtime can be cached by (inode, mtime, size)."""
+    return time.time_ns() - st_mtime_ns > RACY_MARGIN_NS

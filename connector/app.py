@@ -32,13 +32,15 @@ from connector.mcp.server import CALLER_SCOPE_KEY, McpEndpoint
 from connector.mcp.tools import BrainTools, Caller
 from connector.metrics import observability_layer
 from connector.oauth.signin_limit import SignInChecks, signin_limiter
-from connector.oauth.state import OAuthState, load_state_key
+from connector.oauth.state import OAuthState
+from connector.state import open_state
+from connector.state.sealing import load_state_key
 from connector.oauth.metadata import challenge
 from connector.oauth.server import valid_brain_segment
 from connector.oauth.tokens import AccessClaims, AccessTokenCodec
 from connector.settings import ConnectorSettings, SettingsError
 from connector.thinking.source import ModelError, ModelSource
-from connector.workcopy.heads import BrainHeads
+from connector.workcopy.heads import S3_HEAD_MAX_AGE_S, BrainHeads
 from connector.workcopy.journal import HeldWriteJournal
 from connector.workcopy.manager import ManagerTuning, WorkingCopyManager
 from connector.workcopy.model import Account
@@ -328,6 +330,8 @@ def build_parts(settings: ConnectorSettings, *, tuning: ManagerTuning | None = N
     """Construct the connector's components from settings (no I/O beyond the state directory)."""
     state_key, _source = load_state_key(settings.state_dir, settings.state_key)
     state = OAuthState(settings.state_dir, state_key)
+    shared = open_state(settings)  # the working copies' state and the shared limits (directory or S3)
+    local = settings.state_url is None
     codec = AccessTokenCodec(state_key)
     # An archive larger than what a brain may unpack to is not even downloaded whole.
     store = StoreClient(settings.store_url, timeout_s=settings.store_timeout_s, max_archive_bytes=settings.max_brain_bytes)
@@ -345,16 +349,15 @@ def build_parts(settings: ConnectorSettings, *, tuning: ManagerTuning | None = N
             archive_limits=ArchiveLimits(max_inflated=settings.max_brain_bytes),
             max_loads=settings.max_concurrent_loads,
         ),
-        # Held writes survive a restart only with a state directory to keep them in.
-        journal=HeldWriteJournal(settings.state_dir / "held", state_key) if settings.state_dir else None,
-        # Shared with the other workers and replicas on the state directory: a push through one
-        # is seen by a read through any other at once, not after the freshness interval.
-        heads=BrainHeads(settings.state_dir / "heads") if settings.state_dir else None,
+        # Held writes survive a restart only with a state (directory or S3) to keep them in.
+        journal=HeldWriteJournal(shared, state_key) if shared is not None else None,
+        # Shared with the other workers and replicas: a push through one is seen by a read through
+        # any other at once (directory), or within a second (S3: heads are cached that long).
+        heads=BrainHeads(shared, max_age_s=0.0 if local else S3_HEAD_MAX_AGE_S, inline=local)
+        if shared is not None else None,
     )
-    # Hybrid recall's vectors: sealed under the state key in the state directory, when there is one.
-    vectors = VectorStore(
-        directory=settings.state_dir / "vectors" if settings.state_dir is not None else None, state_key=state_key
-    )
+    # Hybrid recall's vectors: sealed under the state key in the state, when there is one.
+    vectors = VectorStore(state=shared, state_key=state_key)
     tools = BrainTools(
         manager, allowed=settings.tools, recall_mode=settings.recall_mode, vectors=vectors, model=_model(settings)
     )
@@ -362,7 +365,7 @@ def build_parts(settings: ConnectorSettings, *, tuning: ManagerTuning | None = N
     PullReview(manager, tools)
     return ConnectorParts(
         settings, store, state, codec, manager, tools, McpEndpoint(tools), McpEndpoint(tools, bound=True),
-        signin_limiter(settings.limits_dir, settings.signin_attempts_per_min),
+        signin_limiter(settings.limits_dir, settings.signin_attempts_per_min, shared),
     )
 
 

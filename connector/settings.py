@@ -64,6 +64,11 @@ class ConnectorSettings:
     dev: bool = False
     dev_store_token: str | None = None
     state_dir: Path | None = None
+    # CONNECTOR_STATE_URL: "s3://bucket/prefix" keeps the shared state in a bucket instead of
+    # state_dir (connector/state); the S3 client settings are the store's (credentials from AWS_*).
+    state_url: str | None = None
+    s3_endpoint_url: str | None = None
+    s3_region: str | None = None
     state_key: bytes | None = None
     public_url: str | None = None
     # Host names answered besides the public URL's and the loopback names (DNS rebinding,
@@ -238,6 +243,26 @@ def parse_auth_params(text: str) -> dict[str, str]:
     return dict(parse_qsl(text, keep_blank_values=True))
 
 
+def _check_state_url(settings: ConnectorSettings) -> None:
+    """CONNECTOR_STATE_URL names a bucket (and the key that seals what goes there); the S3
+    client settings make sense only with it."""
+    if settings.state_url is None:
+        if settings.s3_endpoint_url is not None or settings.s3_region is not None:
+            raise SettingsError("CONNECTOR_S3_ENDPOINT_URL and CONNECTOR_S3_REGION need CONNECTOR_STATE_URL (s3://bucket/prefix)")
+        return
+    parts = urlsplit(settings.state_url)
+    if parts.scheme != "s3" or not parts.netloc or parts.query or parts.fragment or "@" in parts.netloc:
+        raise SettingsError(f"CONNECTOR_STATE_URL must look like s3://bucket/prefix, got {settings.state_url!r}")
+    prefix = parts.path.strip("/")
+    if prefix and any(segment in ("", ".", "..") for segment in prefix.split("/")):
+        raise SettingsError("CONNECTOR_STATE_URL's prefix must be /-separated names (no empty, . or .. parts)")
+    if settings.state_key is None:
+        # The key is never kept beside what it seals: whoever reads the bucket must not open it.
+        raise SettingsError("CONNECTOR_STATE_URL needs CONNECTOR_STATE_KEY (64 hex characters, the same at every replica)")
+    if settings.s3_endpoint_url is not None:
+        _check_url("CONNECTOR_S3_ENDPOINT_URL", settings.s3_endpoint_url)
+
+
 def parse_state_key(text: str) -> bytes:
     """CONNECTOR_STATE_KEY: 32 bytes written as 64 hex characters."""
     cleaned = text.strip()
@@ -267,6 +292,9 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     put("dev", _bool(env, "CONNECTOR_DEV"))
     put("dev_store_token", _env(env, "CONNECTOR_DEV_STORE_TOKEN"))
     put("state_dir", _path(env, "CONNECTOR_STATE_DIR"))
+    put("state_url", _env(env, "CONNECTOR_STATE_URL"))
+    put("s3_endpoint_url", _env(env, "CONNECTOR_S3_ENDPOINT_URL"))
+    put("s3_region", _env(env, "CONNECTOR_S3_REGION"))
     state_key = _env(env, "CONNECTOR_STATE_KEY")
     put("state_key", parse_state_key(state_key) if state_key else None)
     put("public_url", _env(env, "CONNECTOR_PUBLIC_URL"))
@@ -363,11 +391,12 @@ def _validated(settings: ConnectorSettings) -> ConnectorSettings:
         raise SettingsError(f"port must be 1-65535, got {settings.port}")
     if not 1 <= settings.workers <= MAX_WORKERS:
         raise SettingsError(f"CONNECTOR_WORKERS (--workers) must be 1-{MAX_WORKERS}, got {settings.workers}")
-    if settings.workers > 1 and settings.state_dir is None:
+    if settings.workers > 1 and settings.state_dir is None and settings.state_url is None:
         raise SettingsError(
             "several workers (CONNECTOR_WORKERS / --workers) share sign-ins, held writes and what each "
-            "brain's newest version is through CONNECTOR_STATE_DIR: set it, or run one worker"
+            "brain's newest version is through CONNECTOR_STATE_DIR or CONNECTOR_STATE_URL: set one, or run one worker"
         )
+    _check_state_url(settings)
     if settings.idp is not None and settings.idp not in IDENTITY_PROVIDERS:
         raise SettingsError(f"CONNECTOR_IDP must be one of {', '.join(IDENTITY_PROVIDERS)}, got {settings.idp!r}")
     if settings.idp == "oidc" and not (settings.oidc_issuer and settings.oidc_client_id):

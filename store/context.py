@@ -48,11 +48,10 @@ def open_sharing(
     from store.sharing.audit import BrainAudit
 
     if settings.backend == "s3":
-        from store.storage.factory import s3_bucket
-        from store.storage.s3client import make_client
+        from store.storage.factory import s3_bucket, s3_client
         from store.storage.s3sharing import S3BrainAudit, S3SharingRegistry
 
-        shared = S3SharingRegistry(make_client(settings), s3_bucket(settings),
+        shared = S3SharingRegistry(s3_client(settings), s3_bucket(settings),
                                    poll_seconds=settings.s3_sharing_poll_ms / 1000)
         if serving:
             shared.start_polling()

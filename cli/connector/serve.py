@@ -33,7 +33,8 @@ SHUTDOWN_PUSH_SECONDS = 10
     "--workers",
     type=int,
     default=None,
-    help="Worker processes sharing the port and CONNECTOR_STATE_DIR (CONNECTOR_WORKERS, default 1).",
+    help="Worker processes sharing the port and the state, CONNECTOR_STATE_DIR or CONNECTOR_STATE_URL "
+    "(CONNECTOR_WORKERS, default 1).",
 )
 @click.option(
     "--dev",
@@ -42,7 +43,12 @@ SHUTDOWN_PUSH_SECONDS = 10
     help="Development mode: sign everyone in as one fixed local user (never for real use).",
 )
 def serve(host: str | None, port: int | None, workers: int | None, dev: bool | None) -> None:
-    """Serve the MCP connector (POST /mcp) and its OAuth authorization server."""
+    """Serve the MCP connector (POST /mcp) and its OAuth authorization server.
+
+    The shared state (sign-ins, web sessions, held writes) lives in CONNECTOR_STATE_DIR, or with
+    CONNECTOR_STATE_URL=s3://bucket/prefix in a bucket (CONNECTOR_S3_ENDPOINT_URL, CONNECTOR_S3_REGION,
+    credentials from AWS_*; needs CONNECTOR_STATE_KEY); see docs/replicas.md.
+    """
     from connector.app import configure_logging
     from connector.settings import ConnectorSettings, SettingsError
 

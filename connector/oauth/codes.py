@@ -22,7 +22,7 @@ from typing import Any
 
 from connector.identity.base import Identity
 from connector.oauth.sealed_files import SealedRecords
-from connector.oauth.state import SecretBox
+from connector.state.sealing import SecretBox
 
 CODE_TTL_S = 60.0
 # Codes waiting for their token request, at most (beyond it the oldest are dropped: their sign-ins start again).

@@ -26,7 +26,8 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from connector.identity.base import Identity
-from connector.oauth.state import OAuthState, token_hash
+from connector.oauth.state import OAuthState
+from connector.state.sealing import token_hash
 from connector.oauth.tokens import ACCESS_TOKEN_TTL_S
 
 REFRESH_PREFIX = "bcr1_"

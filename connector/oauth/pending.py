@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from connector.oauth.state import SecretBox
+from connector.state.sealing import SecretBox
 
 _CONTEXT = "pending-sign-in v1"
 # What SecretBox.seal writes; anything else (even what lenient base64 would read the same) is refused.

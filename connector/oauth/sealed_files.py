@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from common.files import write_atomic
-from connector.oauth.state import SecretBox, ensure_private_dir
+from connector.state.files import ensure_private_dir
+from connector.state.sealing import SecretBox
 
 log = logging.getLogger("connector.oauth.sealed_files")
 

@@ -50,7 +50,7 @@ from connector.oauth.pending import Pending, PendingSeal, SignInAttempts, cookie
 from connector.oauth.once import OnceMarkers
 from connector.oauth.signin_limit import SignInChecks, signin_wait
 from connector.oauth.pkce import is_valid_challenge, verifier_matches
-from connector.oauth.state import SecretBox
+from connector.state.sealing import SecretBox
 from connector.oauth.tokens import ACCESS_TOKEN_TTL_S, AccessClaims, AccessTokenCodec
 
 log = logging.getLogger("connector.oauth")
@@ -358,7 +358,7 @@ class AuthorizationServer:
         if action == "deny":
             self._attempts.set(pending.sign_in_id, MAX_ATTEMPTS, pending.expires, now)
             return self._redirect_error(pending, "access_denied", "the user declined")
-        wait = signin_wait(self._checks, client_address)
+        wait = await signin_wait(self._checks, client_address)
         if wait is not None:
             message = f"Too many sign-in attempts from your network. Wait {math.ceil(wait)} seconds, then try again."
             return PageReply(429, self._view(pending, login_id, message, attempts))

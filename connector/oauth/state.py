@@ -1,4 +1,4 @@
-"""Persisted OAuth state: the state key, secrets sealed at rest, and JSON collections.
+"""Persisted OAuth state: JSON collections and what the authorization server keeps.
 
 Everything the authorization server must remember across a restart lives in
 ``CONNECTOR_STATE_DIR``: client registrations, refresh-token families (only
@@ -10,115 +10,24 @@ out, which is said at start-up).
 
 from __future__ import annotations
 
-import base64
 import copy
 import fcntl
-import hashlib
 import json
 import logging
 import os
-import secrets
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-
 from common.files import write_atomic
 from connector.oauth.client_files import ClientFiles
 from connector.oauth.once import OnceMarkers
+from connector.state.files import StateError, ensure_private_dir
+from connector.state.sealing import SecretBox
 
 log = logging.getLogger("connector.oauth.state")
 T = TypeVar("T")
-
-KEY_FILE_NAME = "state.key"
-_SECRET_PREFIX = "sec1:"
-_SECRET_INFO = b"brain-connector state secrets v1"
-
-
-class StateError(RuntimeError):
-    """The state directory or key is unusable (start-up refuses to continue)."""
-
-
-def token_hash(token: str) -> str:
-    """The SHA-256 hex of a token: the only form in which our tokens are stored."""
-    return hashlib.sha256(token.encode("utf-8")).hexdigest()
-
-
-def load_state_key(state_dir: Path | None, configured: bytes | None) -> tuple[bytes, str]:
-    """The 32-byte state key and where it came from.
-
-    A configured key (``CONNECTOR_STATE_KEY``) wins. Otherwise a key file in the
-    state directory is read, or generated with mode 0600. With neither, a random
-    key lives only as long as the process.
-    """
-    if configured is not None:
-        if len(configured) != 32:
-            raise StateError("the state key must be 32 bytes")
-        return configured, "configured"
-    if state_dir is None:
-        return secrets.token_bytes(32), "ephemeral"
-    ensure_private_dir(state_dir)
-    path = state_dir / KEY_FILE_NAME
-    if path.exists():
-        mode = path.stat().st_mode & 0o777
-        if mode & 0o077:
-            raise StateError(f"{path} is readable by others (mode {mode:o}); chmod 600 it")
-        try:
-            key = bytes.fromhex(path.read_text(encoding="ascii").strip())
-        except ValueError:
-            raise StateError(f"{path} does not hold 64 hex characters") from None
-        if len(key) != 32:
-            raise StateError(f"{path} does not hold a 32-byte key")
-        return key, "file"
-    key = secrets.token_bytes(32)
-    # O_EXCL: two processes starting at once must not each write a different key.
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return load_state_key(state_dir, None)
-    with os.fdopen(fd, "w", encoding="ascii") as handle:
-        handle.write(key.hex() + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    return key, "generated"
-
-
-def ensure_private_dir(path: Path) -> None:
-    """Create ``path`` (mode 0700) if missing; refuse a directory others can write."""
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    mode = path.stat().st_mode & 0o777
-    if mode & 0o022:
-        raise StateError(f"state directory {path} is writable by others (mode {mode:o})")
-
-
-class SecretBox:
-    """AES-256-GCM for small secrets at rest, bound to what they belong to."""
-
-    def __init__(self, state_key: bytes) -> None:
-        key = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_SECRET_INFO).derive(state_key)
-        self._aead = AESGCM(key)
-
-    def seal(self, plaintext: str, context: str) -> str:
-        """``plaintext`` sealed; ``context`` (e.g. the family id) must match when opening."""
-        nonce = os.urandom(12)
-        sealed = self._aead.encrypt(nonce, plaintext.encode("utf-8"), context.encode("utf-8"))
-        return _SECRET_PREFIX + base64.urlsafe_b64encode(nonce + sealed).decode("ascii")
-
-    def open(self, sealed: str, context: str) -> str | None:
-        """The secret, or None when it was sealed under another key or context, or altered."""
-        if not sealed.startswith(_SECRET_PREFIX):
-            return None
-        try:
-            raw = base64.urlsafe_b64decode(sealed[len(_SECRET_PREFIX) :])
-            return self._aead.decrypt(raw[:12], raw[12:], context.encode("utf-8")).decode("utf-8")
-        except (ValueError, InvalidTag, UnicodeDecodeError):
-            return None
-
 
 class JsonCollection:
     """A dict of JSON records, written through to one file (0600) after each change.

@@ -29,7 +29,8 @@ from connector.identity.base import ProviderRefused, ProviderThrottled, Provider
 from connector.mcp.http import header, path_segment, peer_address
 from connector.oauth.sealed_files import SealedRecords
 from connector.oauth.signin_limit import SignInChecks, signin_limiter, signin_wait
-from connector.oauth.state import OAuthState, SecretBox
+from connector.oauth.state import OAuthState
+from connector.state.sealing import SecretBox
 from connector.webapp.actions import ActionRefused, BrainActions, Done
 from connector.webapp.guard import Site, new_signin_token, same_origin, session_of, site_of, tokens_match
 from connector.webapp.pages import STATIC_TYPES, page_headers, render, static_file
@@ -162,9 +163,9 @@ class WebApp:
         """The person's address: the right-most untrusted X-Forwarded-For hop behind a trusted proxy."""
         return client_address(peer_address(request.scope), request.headers.get("x-forwarded-for"), self._trusted)
 
-    def signin_retry_after(self, request: Request[Any, Any, Any]) -> float | None:
+    async def signin_retry_after(self, request: Request[Any, Any, Any]) -> float | None:
         """Sign-in attempts per client address are limited (token guessing), as on the OAuth page."""
-        return signin_wait(self._signin_checks, self.client_address(request))
+        return await signin_wait(self._signin_checks, self.client_address(request))
 
     def page(self, template: str, site: Site, session: WebSession | None, *, status: int = 200,
              cookies: list[Cookie] | None = None, **context: Any) -> Response[str]:
@@ -262,7 +263,7 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         browser = request.cookies.get(site.signin_cookie)
         if app.provider.mode != "redirect" or not browser:
             return app.redirect(f"{site.root}/signin")
-        if app.signin_retry_after(request) is not None:
+        if await app.signin_retry_after(request) is not None:
             return signin_again(site, 429, "Too many sign-in attempts from here. Wait a minute and try again.")
         try:
             start = await app.provider.start(f"{site.origin}{site.root}/oidc/callback")
@@ -297,7 +298,7 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
 
         if not same_origin(request.headers, site) or not tokens_match(form.get("csrf"), expected):
             return signin_again(site, 403, "The sign-in form expired or came from another site. Please try again.")
-        if app.signin_retry_after(request) is not None:
+        if await app.signin_retry_after(request) is not None:
             return signin_again(site, 429, "Too many sign-in attempts from here. Wait a minute and try again.")
         if app.provider.mode != "page":
             return signin_again(site, 400, "Use the button to sign in with your organisation.")

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from connector.oauth.sealed_files import SealedRecords
-from connector.oauth.state import SecretBox
+from connector.state.sealing import SecretBox
 from connector.workcopy.model import Account
 
 COOKIE_BYTES = 32

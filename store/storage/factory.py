@@ -15,6 +15,13 @@ def s3_bucket(settings: StoreSettings) -> Any:
     return Bucket.of(settings.s3_bucket, settings.s3_prefix)
 
 
+def s3_client(settings: StoreSettings, *, timeout: float | None = None) -> Any:
+    """A boto3 client for the configured endpoint and region (``common.s3client.make_client``)."""
+    from common.s3client import make_client
+
+    return make_client(settings.s3_endpoint_url, settings.s3_region, timeout=timeout)
+
+
 # A readiness probe of the bucket gives up after this many seconds (no retries).
 READY_TIMEOUT = 2.0
 
@@ -23,11 +30,10 @@ def open_backend(settings: StoreSettings, client: Any = None, *, serving: bool =
     """The ``StorageBackend`` for the settings; a serving S3 backend also gets a quick-probe client."""
     if settings.backend == "s3":
         from store.storage.s3 import S3Backend
-        from store.storage.s3client import make_client
 
-        probe = make_client(settings, timeout=READY_TIMEOUT) if serving else None
+        probe = s3_client(settings, timeout=READY_TIMEOUT) if serving else None
         return S3Backend(
-            client or make_client(settings), s3_bucket(settings), settings.data_dir / "spool", probe_client=probe
+            client or s3_client(settings), s3_bucket(settings), settings.data_dir / "spool", probe_client=probe
         )
     from store.storage.local import LocalBackend
 
@@ -37,11 +43,10 @@ def open_backend(settings: StoreSettings, client: Any = None, *, serving: bool =
 def open_registry(settings: StoreSettings, *, serving: bool = False, client: Any = None) -> UserRegistry:
     """The users registry; a serving S3 replica also starts polling for changes."""
     if settings.backend == "s3":
-        from store.storage.s3client import make_client
         from store.storage.s3users import S3UserRegistry
 
         registry = S3UserRegistry(
-            client or make_client(settings), s3_bucket(settings), poll_seconds=settings.s3_users_poll_seconds
+            client or s3_client(settings), s3_bucket(settings), poll_seconds=settings.s3_users_poll_seconds
         )
         if serving:
             registry.start_polling()
@@ -53,10 +58,9 @@ def prepare_storage(settings: StoreSettings) -> None:
     """Before serving: S3 must honour conditional writes (else ``ConditionalWritesUnsupported``);
     then crash leftovers are removed."""
     if settings.backend == "s3":
-        from store.storage.s3client import make_client
         from store.storage.s3probe import probe_conditional_writes
 
-        client = make_client(settings)
+        client = s3_client(settings)
         probe_conditional_writes(client, s3_bucket(settings), settings.s3_endpoint_url or "S3")
         open_backend(settings, client).startup()
         return

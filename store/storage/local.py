@@ -32,7 +32,7 @@ from typing import BinaryIO
 
 import msgspec
 
-from common.files import fsync_dir, write_atomic  # also imported from here by other store modules
+from common.files import fsync_dir, settled, write_atomic  # also imported from here by other store modules
 from store.storage.base import (
     SAFE_ID,
     BlobMissing,
@@ -49,17 +49,6 @@ _FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
 log = logging.getLogger("store.storage")
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(BrainMeta)
-
-
-# File timestamps are coarse (a kernel tick). A file read within this margin of its
-# mtime could be replaced by another file with the same inode number, mtime and size,
-# so such reads are not cached (the "racy timestamp" rule); older files are safe to cache.
-RACY_MARGIN_NS = 50_000_000
-
-
-def settled(st_mtime_ns: int) -> bool:
-    """True when a file with this mtime can be cached by (inode, mtime, size)."""
-    return time.time_ns() - st_mtime_ns > RACY_MARGIN_NS
 
 
 # Write buffer of a staged upload: uploads arrive in batches of this size or more (store.upload),

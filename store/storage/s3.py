@@ -43,7 +43,8 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from store.storage.base import SAFE_ID, BrainMeta, CommitConflict, StorageError, check_checksum, check_id
 from store.storage.s3blob import S3StagedBlob, open_reader
-from store.storage.s3client import Bucket, is_conflict, is_not_found, is_not_modified
+from common.s3client import is_conflict, is_not_found, is_not_modified
+from store.storage.s3client import Bucket
 
 log = logging.getLogger("store.s3")
 

@@ -13,7 +13,8 @@ from typing import Any, BinaryIO
 from botocore.exceptions import ClientError
 
 from store.storage.base import BlobMissing
-from store.storage.s3client import is_not_found, upload_file
+from common.s3client import is_not_found
+from store.storage.s3client import upload_file
 
 log = logging.getLogger("store.s3")
 

@@ -1,6 +1,6 @@
-"""The S3 side of the store: a boto3 client, error classification, streamed object transfer.
+"""The S3 side of the store's archives: the bucket and prefix, streamed object transfer.
 
-Everything here is plain S3 API use (works with Amazon S3 and compatible services).
+The client and error classification both servers use live in ``common.s3client``.
 Transfers stream between an S3 object and a local file in bounded pieces, so memory
 does not grow with the archive size: uploads of large files use a multipart upload
 whose parts are read from the file while they are sent.
@@ -12,10 +12,6 @@ import io
 import os
 from dataclasses import dataclass
 from typing import Any, BinaryIO
-
-from botocore.exceptions import ClientError
-
-from store.settings import StoreSettings
 
 MIB = 1024 * 1024
 # Files up to this size go up in one PutObject; larger ones as a multipart upload.
@@ -40,64 +36,6 @@ class Bucket:
     def key(self, *parts: str) -> str:
         """The object key for path ``parts`` under the prefix."""
         return self.prefix + "/".join(parts)
-
-
-def make_client(
-    settings: StoreSettings, *, endpoint_url: str | None = None, region: str | None = None,
-    timeout: float | None = None,
-) -> Any:
-    """A boto3 S3 client for the settings; credentials come from the standard AWS chain.
-
-    ``timeout`` (seconds): a client for quick probes, with that connect/read timeout and no retries.
-    """
-    import boto3
-    from botocore.config import Config
-
-    endpoint = endpoint_url if endpoint_url is not None else settings.s3_endpoint_url
-    config = Config(
-        # a custom endpoint (SeaweedFS, MinIO, moto...) is addressed by path, not by DNS name
-        s3={"addressing_style": "path" if endpoint else "auto"},
-        # checksums only where S3 requires them: compatible services differ in support, and
-        # our archives carry their own SHA-256 (and sealed ones an AEAD tag)
-        request_checksum_calculation="when_required",
-        response_checksum_validation="when_required",
-        retries={"max_attempts": 1 if timeout else 4, "mode": "standard"},
-        max_pool_connections=64,
-        connect_timeout=timeout or 5,
-        read_timeout=timeout or 60,
-    )
-    session = boto3.session.Session()
-    return session.client("s3", endpoint_url=endpoint or None, region_name=region or settings.s3_region or "us-east-1",
-                          config=config)
-
-
-def error_code(exc: ClientError) -> str:
-    """The S3 error code of a failed call."""
-    return str(exc.response.get("Error", {}).get("Code", ""))
-
-
-def http_status(exc: ClientError) -> int:
-    """The HTTP status of a failed call."""
-    return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
-
-
-def is_not_found(exc: ClientError) -> bool:
-    """The object (or key) does not exist."""
-    return http_status(exc) == 404 or error_code(exc) in ("NoSuchKey", "404", "NotFound")
-
-
-def is_not_modified(exc: ClientError) -> bool:
-    """A conditional GET found the object unchanged."""
-    return http_status(exc) == 304 or error_code(exc) == "304"
-
-
-def is_conflict(exc: ClientError) -> bool:
-    """A conditional write lost: precondition failed, a concurrent conditional write, or the
-    object to replace is gone."""
-    return http_status(exc) in (409, 412) or error_code(exc) in (
-        "PreconditionFailed",
-        "ConditionalRequestConflict",
-    ) or (is_not_found(exc) and error_code(exc) != "NoSuchBucket")
 
 
 class FileSlice(io.RawIOBase):

@@ -21,7 +21,8 @@ from typing import Any, Generic, TypeVar
 import msgspec
 from botocore.exceptions import ClientError
 
-from store.storage.s3client import Bucket, is_conflict, is_not_found, is_not_modified
+from common.s3client import is_conflict, is_not_found, is_not_modified
+from store.storage.s3client import Bucket
 
 D = TypeVar("D")
 T = TypeVar("T")

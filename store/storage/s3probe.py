@@ -14,7 +14,8 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from store.storage.s3client import Bucket, http_status, is_conflict
+from common.s3client import http_status, is_conflict
+from store.storage.s3client import Bucket
 
 
 class ConditionalWritesUnsupported(RuntimeError):

@@ -143,3 +143,28 @@ def test_workers_bounds_and_state_dir(tmp_path: Path) -> None:
     # the workers share sign-ins, held writes and brain heads through the state directory
     with pytest.raises(SettingsError, match="CONNECTOR_STATE_DIR"):
         ConnectorSettings.load({**STORE, "CONNECTOR_WORKERS": "2"})
+
+
+KEY = "ab" * 32
+
+
+def test_state_url_names_a_bucket_and_needs_the_key() -> None:
+    env = {**STORE, "CONNECTOR_STATE_URL": "s3://brains/connector/state", "CONNECTOR_STATE_KEY": KEY,
+           "CONNECTOR_S3_ENDPOINT_URL": "http://127.0.0.1:8333", "CONNECTOR_S3_REGION": "eu-west-1"}
+    settings = ConnectorSettings.load(env)
+    assert settings.state_url == "s3://brains/connector/state"
+    assert (settings.s3_endpoint_url, settings.s3_region) == ("http://127.0.0.1:8333", "eu-west-1")
+    assert settings.state_dir is None
+    # The bucket alone is enough for several workers.
+    assert ConnectorSettings.load({**env, "CONNECTOR_WORKERS": "2"}).workers == 2
+    # The key never lives beside what it seals, so it must be configured.
+    with pytest.raises(SettingsError, match="CONNECTOR_STATE_KEY"):
+        ConnectorSettings.load({**STORE, "CONNECTOR_STATE_URL": "s3://brains/connector"})
+    for bad in ("http://brains/x", "s3://", "s3:///prefix", "s3://b/a/../c", "s3://b/x?y=1", "brains/x", "s3://u@b/x"):
+        with pytest.raises(SettingsError, match="CONNECTOR_STATE_URL"):
+            ConnectorSettings.load({**STORE, "CONNECTOR_STATE_URL": bad, "CONNECTOR_STATE_KEY": KEY})
+    with pytest.raises(SettingsError, match="CONNECTOR_S3_ENDPOINT_URL"):
+        ConnectorSettings.load({**env, "CONNECTOR_S3_ENDPOINT_URL": "127.0.0.1:8333"})
+    # S3 client settings without a bucket to use them for are a mistake, said at once.
+    with pytest.raises(SettingsError, match="CONNECTOR_STATE_URL"):
+        ConnectorSettings.load({**STORE, "CONNECTOR_S3_ENDPOINT_URL": "http://127.0.0.1:8333"})

@@ -674,6 +674,7 @@ def test_budget_is_applied_before_a_load_and_a_brain_is_never_held_twice(store: 
 
 
 def test_a_held_write_the_journal_cannot_keep_is_said_to_be_not_saved(store: RunningStore, tmp_path: Path) -> None:
+    from common.docstore import open_document_store
     from connector.workcopy.journal import HeldWriteJournal
 
     user = store.add_user("unjournaled")
@@ -682,7 +683,7 @@ def test_a_held_write_the_journal_cannot_keep_is_said_to_be_not_saved(store: Run
 
     async def scenario() -> None:
         client = FlakyUploads(store.url)
-        journal = HeldWriteJournal(blocker / "held", bytes(32))
+        journal = HeldWriteJournal(open_document_store(blocker), bytes(32))
         manager = WorkingCopyManager(client, tuning=ManagerTuning(held_retry_s=60.0), journal=journal)
         tools = BrainTools(manager)
         caller = Caller(account_for(user), ALL)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from connector.oauth.once import OnceMarkers
 from connector.oauth.sealed_files import SealedRecords
-from connector.oauth.state import SecretBox
+from connector.state.sealing import SecretBox
 
 
 def test_a_claim_is_granted_once_across_processes_sharing_the_directory(tmp_path: Path) -> None:

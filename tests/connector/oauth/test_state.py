@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from connector.oauth.state import KEY_FILE_NAME, JsonCollection, OAuthState, SecretBox, StateError, load_state_key
+from connector.oauth.state import JsonCollection, OAuthState
+from connector.state.files import StateError
+from connector.state.sealing import KEY_FILE_NAME, SecretBox, load_state_key
 
 
 def test_generated_key_file_is_private_and_reused(tmp_path: Path) -> None:
