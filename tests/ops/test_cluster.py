@@ -26,8 +26,8 @@ import pytest
 
 from tests.connector.conftest import StoreUser, brains_of, download_brain
 from tests.connector.oauth.live import MemoryStorage
-from tests.ops.cluster import BACKENDS, CONNECTOR_REPLICAS, Cluster, running_cluster, shared_limits_supported,
-                               state_url_supported
+from tests.ops.cluster import (BACKENDS, CONNECTOR_REPLICAS, Cluster, running_cluster, shared_limits_supported,
+                               state_url_supported)
 from tests.ops.test_replicas_behind_caddy import accepts, call_tool, refresh, sign_in
 from tests.s3.servers import S3Service, seaweedfs, weed_binary
 from tests.support.tools import missing_tool
