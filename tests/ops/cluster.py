@@ -71,6 +71,13 @@ class Cluster:
             wait_for_token(replica.base_url, user.token)
         return user
 
+    def held_documents(self) -> list[str]:
+        """The held-write journal's documents in the shared state (``held/*.held``)."""
+        if self.state_dir is not None:
+            return sorted(path.name for path in (self.state_dir / "held").glob("*.held"))
+        keys = self.s3.keys(self.bucket, f"{CONNECTOR_PREFIX}/held/")
+        return sorted(key for key in keys if key.endswith(".held"))
+
     @contextmanager
     def extra_store(self, name: str) -> Iterator[ServerProcess]:
         """Another store replica on the bucket, outside the balancer (a test may stop it)."""
