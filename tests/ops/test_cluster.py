@@ -199,6 +199,8 @@ async def test_a_held_write_of_a_killed_replica_is_pushed_once_by_another(cluste
             text = " ".join(getattr(part, "text", "") for part in held.content)
             assert body.get("synced") is False and "pushed automatically" in text and "NOT saved" not in text, text
             held_id = body["stored"]["id"]
+            # Acknowledged only once it is in the shared state, where the others can find it.
+            assert len(cluster.held_documents()) == 1
             doomed.kill(signal.SIGKILL)
     # Its store is gone too: only the three replicas of the cluster can push it.
     deadline = time.monotonic() + TAKEOVER_BOUND_S
