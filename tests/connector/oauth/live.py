@@ -25,17 +25,17 @@ from tests.support.processes import ServerProcess, console_script, free_port, ru
 @contextmanager
 def running_connector(
     tmp_path: Path, store_url: str, *, state_dir: Path | None, port: int | None = None,
-    extra_env: dict[str, str] | None = None,
+    extra_env: dict[str, str] | None = None
 ) -> Iterator[ServerProcess]:
     """`brain-connector serve` with the static provider on a free loopback port (``state_dir``
-    None: no state directory, e.g. when ``extra_env`` names a CONNECTOR_STATE_URL)."""
+    None: the state is wherever ``extra_env`` says, e.g. CONNECTOR_STATE_URL, or in memory)."""
     port = port or free_port()
     env = {
         "CONNECTOR_STORE_URL": store_url,
         "CONNECTOR_IDP": "static",
+        **({"CONNECTOR_STATE_DIR": str(state_dir)} if state_dir is not None else {}),
         "CONNECTOR_PORT": str(port),
         "CONNECTOR_HOST": "127.0.0.1",
-        **({"CONNECTOR_STATE_DIR": str(state_dir)} if state_dir is not None else {}),
         **(extra_env or {}),
     }
     with run_server([console_script("brain-connector"), "serve"], port=port, env=env,
