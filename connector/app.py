@@ -33,12 +33,12 @@ from connector.mcp.tools import BrainTools, Caller
 from connector.metrics import observability_layer
 from connector.oauth.signin_limit import SignInChecks, signin_limiter
 from connector.oauth.state import OAuthState
-from connector.state import open_state
-from connector.state.sealing import load_state_key
 from connector.oauth.metadata import challenge
 from connector.oauth.server import valid_brain_segment
 from connector.oauth.tokens import AccessClaims, AccessTokenCodec
 from connector.settings import ConnectorSettings, SettingsError
+from connector.state import open_state
+from connector.state.sealing import load_state_key
 from connector.thinking.source import ModelError, ModelSource
 from connector.workcopy.heads import S3_HEAD_MAX_AGE_S, BrainHeads
 from connector.workcopy.journal import HeldWriteJournal
@@ -46,6 +46,7 @@ from connector.workcopy.manager import ManagerTuning, WorkingCopyManager
 from connector.workcopy.model import Account
 from connector.workcopy.store_client import StoreClient, StoreError, StoreUnauthorized
 from connector.workcopy.vectors import VectorStore
+from common.docstore import DocumentStoreError
 from common.host_guard import AllowedHosts, host_guard
 from common.limits import TokenBucketLimiter, TrustedProxies, client_address, limit_key
 
@@ -99,6 +100,15 @@ def configure_logging(level: str = "info") -> None:
     # The SDK and httpx log request details at INFO; keep them quiet.
     for noisy in ("httpx", "httpcore", "mcp", "uvicorn.access"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def state_unreachable(request: Any, exc: DocumentStoreError) -> Response[dict[str, str]]:
+    """The shared state (its bucket or directory) could not be read or changed: 503, said as such,
+    with nothing written (never a bare 500)."""
+    log.error("shared state unavailable: %s", exc, extra={"path": request.scope.get("path")})
+    return Response({"error": "temporarily_unavailable",
+                     "error_description": "the connector cannot reach its shared state; try again shortly"},
+                    status_code=503, headers={"Retry-After": "5", "Cache-Control": "no-store"})
 
 
 async def log_server_error(exc: Exception, scope: Scope) -> None:
@@ -328,9 +338,10 @@ def _model(settings: ConnectorSettings) -> ModelSource | None:
 
 def build_parts(settings: ConnectorSettings, *, tuning: ManagerTuning | None = None) -> ConnectorParts:
     """Construct the connector's components from settings (no I/O beyond the state directory)."""
-    state_key, _source = load_state_key(settings.state_dir, settings.state_key)
-    state = OAuthState(settings.state_dir, state_key)
+    # With the state in a bucket the key is configured (settings refuse anything else).
+    state_key, _source = load_state_key(None if settings.state_url else settings.state_dir, settings.state_key)
     shared = open_state(settings)  # the working copies' state and the shared limits (directory or S3)
+    state = OAuthState(settings.state_dir, state_key, docs=shared if settings.state_url else None)
     local = settings.state_url is None
     codec = AccessTokenCodec(state_key)
     # An archive larger than what a brain may unpack to is not even downloaded whole.
@@ -460,6 +471,7 @@ def create_app(settings: ConnectorSettings, *, tuning: ManagerTuning | None = No
         lifespan=[lifespan],
         middleware=[security_and_logging],
         after_exception=[log_server_error],
+        exception_handlers={DocumentStoreError: state_unreachable},
         # Browser-based MCP clients call /mcp and the OAuth endpoints cross-origin with a bearer
         # token (never cookies), so any origin may, without credentials.
         cors_config=CORSConfig(

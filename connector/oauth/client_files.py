@@ -5,7 +5,8 @@ so it costs the same with 50,000 clients as with 10; the old single
 ``clients.json`` was rewritten whole on every registration. Replicas sharing the
 state directory see each other's clients at once (a lookup reads the file).
 Callers keep writes off the event loop (the /register route runs in a thread).
-Without a directory the clients live in a dict.
+Without a directory the clients live in a dict. ``ClientDocs`` keeps the same records in a
+``DocumentStore`` (the state in a bucket), one document each at the same relative key.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from common.docstore import DocumentStore
 from common.files import is_temporary, write_atomic
 
 log = logging.getLogger("connector.oauth.clients")
@@ -34,6 +36,25 @@ MAX_RECORD_BYTES = 256 * 1024
 
 def _is_client_id(client_id: str) -> bool:
     return bool(_CLIENT_ID.fullmatch(client_id))
+
+
+def _shard(client_id: str) -> str:
+    return hashlib.sha256(client_id.encode("ascii")).hexdigest()[:2]
+
+
+def _parse_record(client_id: str, data: bytes) -> dict[str, Any] | None:
+    if len(data) > MAX_RECORD_BYTES:
+        return None
+    try:
+        record = json.loads(data)
+    except ValueError:
+        log.warning("client record %s is unreadable; treated as unknown", client_id)
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def _encode(record: dict[str, Any]) -> bytes:
+    return json.dumps(record, separators=(",", ":"), sort_keys=True).encode("utf-8")
 
 
 class ClientFiles:
@@ -56,8 +77,7 @@ class ClientFiles:
 
     def _path(self, client_id: str) -> Path:
         assert self._dir is not None
-        shard = hashlib.sha256(client_id.encode("ascii")).hexdigest()[:2]
-        return self._dir / shard / (client_id + _SUFFIX)
+        return self._dir / _shard(client_id) / (client_id + _SUFFIX)
 
     def _paths(self, clean: bool = False) -> Iterator[Path]:
         """Every client file; with ``clean``, also remove temporary files a crash left behind."""
@@ -86,12 +106,7 @@ class ClientFiles:
                 data = handle.read(MAX_RECORD_BYTES + 1)
         except OSError:
             return None
-        try:
-            record = json.loads(data)
-        except ValueError:
-            log.warning("client record %s is unreadable; treated as unknown", client_id)
-            return None
-        return record if isinstance(record, dict) else None
+        return _parse_record(client_id, data)
 
     def put(self, client_id: str, record: dict[str, Any], *, durable: bool = True) -> None:
         """Write ``record`` for ``client_id`` atomically (a crash leaves the old or the new file)."""
@@ -104,8 +119,7 @@ class ClientFiles:
         path = self._path(client_id)
         path.parent.mkdir(mode=0o700, exist_ok=True)
         existed = path.exists()
-        payload = json.dumps(record, separators=(",", ":"), sort_keys=True).encode("utf-8")
-        write_atomic(path, payload, fsync=durable)
+        write_atomic(path, _encode(record), fsync=durable)
         if not existed:
             with self._lock:
                 self._count += 1
@@ -158,3 +172,60 @@ class ClientFiles:
         except FileNotFoundError:
             pass  # a replica starting at the same moment moved it first
         return moved
+
+
+class ClientDocs:
+    """Client id -> registration record in ``docs``: ``<prefix>/<2 hex>/<client id>.json``, as the files."""
+
+    def __init__(self, docs: DocumentStore, prefix: str = "clients") -> None:
+        self._docs = docs
+        self._prefix = prefix.rstrip("/") + "/"
+        self._lock = threading.Lock()
+        self._count = len(self._keys())
+
+    def _key(self, client_id: str) -> str:
+        return f"{self._prefix}{_shard(client_id)}/{client_id}{_SUFFIX}"
+
+    def _keys(self) -> list[str]:
+        return [key for key in self._docs.list(self._prefix)
+                if key.endswith(_SUFFIX) and _is_client_id(key.rsplit("/", 1)[-1][: -len(_SUFFIX)])]
+
+    def __len__(self) -> int:
+        """How many clients are registered (as far as this process has seen)."""
+        return self._count
+
+    def get(self, client_id: str) -> dict[str, Any] | None:
+        """The record of ``client_id``, or None (unknown, malformed id, unreadable document)."""
+        if not _is_client_id(client_id):
+            return None
+        document = self._docs.get(self._key(client_id))
+        return _parse_record(client_id, document.data) if document is not None else None
+
+    def put(self, client_id: str, record: dict[str, Any], *, durable: bool = True) -> None:
+        """Write ``record`` for ``client_id`` (a new client is created, never overwriting another's)."""
+        del durable  # every write to the store is durable
+        if not _is_client_id(client_id):
+            raise ValueError("not a client id")
+        key = self._key(client_id)
+        if self._docs.create(key, _encode(record)) is not None:
+            with self._lock:
+                self._count += 1
+            return
+        self._docs.put(key, _encode(record))
+
+    def delete(self, client_id: str) -> None:
+        """Forget ``client_id`` (nothing happens when it is unknown)."""
+        if _is_client_id(client_id) and self._docs.delete(self._key(client_id)):
+            with self._lock:
+                self._count = max(0, self._count - 1)
+
+    def items(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Every (client id, record); slow with many clients (one read each): call it from a thread."""
+        keys = self._keys()
+        with self._lock:
+            self._count = len(keys)  # re-counted: replicas may have added or removed clients
+        for key in keys:
+            client_id = key.rsplit("/", 1)[-1][: -len(_SUFFIX)]
+            record = self.get(client_id)
+            if record is not None:
+                yield client_id, record

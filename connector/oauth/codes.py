@@ -21,10 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from connector.identity.base import Identity
-from connector.oauth.sealed_files import SealedRecords
+from connector.state.sealed import SealedDocs, SealedRecords
 from connector.state.sealing import SecretBox
 
 CODE_TTL_S = 60.0
+CODE_KIND = "authorization-code"
+CODES_PLACE = "codes"
 # Codes waiting for their token request, at most (beyond it the oldest are dropped: their sign-ins start again).
 MAX_CODES = 10_000
 _MAX_CODE_CHARS = 100
@@ -46,12 +48,17 @@ class Code:
 
 
 class CodeStore:
-    """Issues codes and redeems each once, at any replica sharing ``directory``."""
+    """Issues codes and redeems each once, at any replica sharing where they are kept."""
 
-    def __init__(self, directory: Path | None, box: SecretBox, *, ttl_s: float = CODE_TTL_S,
-                 capacity: int = MAX_CODES, clock: Callable[[], float] = time.time) -> None:
-        self._records = SealedRecords(directory, box, "authorization-code", ttl_s=ttl_s, capacity=capacity,
-                                      clock=clock)
+    def __init__(self, records: SealedRecords | SealedDocs) -> None:
+        """``records``: where codes are kept (``OAuthState.sealed(CODES_PLACE, CODE_KIND, ...)``)."""
+        self._records = records
+
+    @classmethod
+    def in_directory(cls, directory: Path | None, box: SecretBox, *, ttl_s: float = CODE_TTL_S,
+                     capacity: int = MAX_CODES, clock: Callable[[], float] = time.time) -> CodeStore:
+        """Codes in ``directory`` (None: this process's memory)."""
+        return cls(SealedRecords(directory, box, CODE_KIND, ttl_s=ttl_s, capacity=capacity, clock=clock))
 
     def issue(self, code: Code) -> str:
         """A new code value for ``code`` (blocking: a small file write; call it off the event loop)."""

@@ -26,7 +26,7 @@ from connector.identity.dev import DEV_WARNING, DevProvider
 from connector.identity.static import StaticTokenProvider
 from connector.mcp.http import peer_address, request_base_url
 from connector.oauth.clients import ClientRegistry, MetadataDocumentFetcher
-from connector.oauth.codes import CodeStore
+from connector.oauth.codes import CODE_KIND, CODE_TTL_S, CODES_PLACE, MAX_CODES, CodeStore
 from connector.oauth.grants import RefreshGrants
 from connector.oauth.metadata import authorization_server_metadata, protected_resource_metadata
 from connector.oauth.server import (
@@ -141,7 +141,8 @@ def build_oauth(
     """
     chosen = provider or choose_provider(settings)
     if not state.persistent:
-        log.warning("CONNECTOR_STATE_DIR is not set: sign-ins are kept in memory and end at restart")
+        log.warning("neither CONNECTOR_STATE_DIR nor CONNECTOR_STATE_URL is set: sign-ins are kept in memory "
+                    "and end at restart")
     on_session_end: Callable[[str], Awaitable[Any]] | None = getattr(manager, "purge_user", None)
     server = AuthorizationServer(
         clients=ClientRegistry(state.clients, unused_ttl_s=settings.unused_client_ttl_ms / 1000.0),
@@ -156,7 +157,7 @@ def build_oauth(
         on_session_end=on_session_end,
         box=state.box,
         once=state.once,
-        codes=CodeStore(state.state_dir / "codes" if state.state_dir is not None else None, state.box),
+        codes=CodeStore(state.sealed(CODES_PLACE, CODE_KIND, ttl_s=CODE_TTL_S, capacity=MAX_CODES)),
         signin_attempts_per_min=int(getattr(settings, "signin_attempts_per_min", SIGNIN_ATTEMPTS_PER_MIN)),
         signin_checks=signin_checks,
     )

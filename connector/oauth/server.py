@@ -47,7 +47,7 @@ from connector.oauth.clients import (
 from connector.oauth.codes import CODE_TTL_S, Code, CodeStore
 from connector.oauth.grants import Family, RefreshGrants, RotationConflict
 from connector.oauth.pending import Pending, PendingSeal, SignInAttempts, cookie_name, new_sign_in_id
-from connector.oauth.once import OnceMarkers
+from connector.state.once import OnceMarkers
 from connector.oauth.signin_limit import SignInChecks, signin_wait
 from connector.oauth.pkce import is_valid_challenge, verifier_matches
 from connector.state.sealing import SecretBox
@@ -191,7 +191,7 @@ class AuthorizationServer:
         self._on_session_end = on_session_end
         box = box or SecretBox(secrets.token_bytes(32))
         self._seal = PendingSeal(box)
-        self._codes = codes or CodeStore(None, box, clock=clock)
+        self._codes = codes or CodeStore.in_directory(None, box, clock=clock)
         self._once = once or OnceMarkers(None)
         self._attempts = SignInAttempts()
         self._checks = signin_checks or (TokenBucketLimiter(signin_attempts_per_min) if signin_attempts_per_min else None)

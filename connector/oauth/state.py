@@ -1,7 +1,7 @@
-"""Persisted OAuth state: JSON collections and what the authorization server keeps.
+"""Persisted OAuth state: what the authorization server keeps, in the connector's state.
 
 Everything the authorization server must remember across a restart lives in
-``CONNECTOR_STATE_DIR``: client registrations, refresh-token families (only
+``CONNECTOR_STATE_DIR`` or, with ``CONNECTOR_STATE_URL``, in a bucket: client registrations, refresh-token families (only
 hashes of our tokens), each user's chosen brain, and the identity provider's
 renewal secrets, the latter sealed with AES-256-GCM under the state key. With
 no state directory everything stays in memory (and a restart signs everyone
@@ -10,148 +10,30 @@ out, which is said at start-up).
 
 from __future__ import annotations
 
-import copy
-import fcntl
-import json
 import logging
-import os
-import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from common.files import write_atomic
-from connector.oauth.client_files import ClientFiles
-from connector.oauth.once import OnceMarkers
-from connector.state.files import StateError, ensure_private_dir
+from common.docstore import DocumentStore
+from connector.oauth.client_files import ClientDocs, ClientFiles
+from connector.state.collection import DocCollection, JsonCollection
+from connector.state.files import ensure_private_dir
+from connector.state.once import OnceDocs, OnceMarkers
+from connector.state.sealed import SealedDocs, SealedRecords
 from connector.state.sealing import SecretBox
 
 log = logging.getLogger("connector.oauth.state")
-T = TypeVar("T")
 
-class JsonCollection:
-    """A dict of JSON records, written through to one file (0600) after each change.
-
-    Writes are atomic (temporary file, fsync, rename, directory fsync), so a
-    crash leaves the old or the new file, never a torn one. Several processes
-    may share the file (replicas on one state directory): a change happens
-    under an exclusive lock on a sibling ``.lock`` file after re-reading the
-    file, and reads pick up another process's change when the file changed.
-    Without a path the collection lives in memory only.
-
-    A file damaged from outside (truncated, edited, a disk error) is never read as
-    empty, which would revive what it revoked: the last good records stay in use
-    (those in memory, or at start-up the ``.last-good`` copy written after every change),
-    the file is named in the log and in ``damaged`` (``/health/ready`` says so), and
-    the next change writes the good records back. With neither good records nor a
-    good copy, start-up refuses (StateError) rather than guess.
-    """
-
-    def __init__(self, path: Path | None) -> None:
-        self._path = path
-        self._lock = threading.Lock()
-        self._records: dict[str, Any] = {}
-        self._signature: tuple[int, int, int] | None = None
-        self.damaged: str | None = None  # why the file could not be read, while it cannot
-        self._reload(force=True)
-
-    @property
-    def name(self) -> str:
-        """The file's name ("" in memory)."""
-        return self._path.name if self._path is not None else ""
-
-    @property
-    def _good_copy(self) -> Path:
-        assert self._path is not None
-        return self._path.with_name(self._path.name + ".last-good")
-
-    def _stat_signature(self) -> tuple[int, int, int] | None:
-        assert self._path is not None
-        try:
-            info = self._path.stat()
-        except FileNotFoundError:
-            return None
-        return (info.st_mtime_ns, info.st_size, info.st_ino)
-
-    @staticmethod
-    def _parse(path: Path) -> dict[str, Any]:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(data, dict):
-            raise ValueError("not a JSON object")
-        return data
-
-    def _reload(self, force: bool = False) -> None:
-        if self._path is None:
-            return
-        signature = self._stat_signature()
-        if not force and signature == self._signature:
-            return
-        if signature is None:
-            self._records, self._signature, self.damaged = {}, None, None
-            return
-        try:
-            self._records, self._signature, self.damaged = self._parse(self._path), signature, None
-            return
-        except (OSError, ValueError, RecursionError) as exc:
-            reason = f"{type(exc).__name__}: {str(exc)[:200]}"
-        self._signature = signature  # reported once per damaged version, not on every read
-        if force:  # start-up: nothing in memory yet, so the copy of the last good records
-            try:
-                self._records = self._parse(self._good_copy)
-            except (OSError, ValueError, RecursionError):
-                raise StateError(
-                    f"cannot read {self._path} ({reason}) and there is no good copy ({self._good_copy.name}): "
-                    "restore it from a backup; deleting it forgets what it holds (sign-ins, revocations)"
-                ) from None
-        self.damaged = reason
-        log.error("state file damaged: the last good records stay in use and are written back at the next change",
-                  extra={"file": self._path.name, "reason": reason})
-
-    @property
-    def records(self) -> dict[str, Any]:
-        """The current records (re-read when another process changed the file). Do not mutate."""
-        with self._lock:
-            self._reload()
-            return self._records
-
-    def get(self, key: str) -> Any:
-        """The record under ``key`` or None."""
-        return self.records.get(key)
-
-    def __len__(self) -> int:
-        return len(self.records)
-
-    def mutate(self, change: Callable[[dict[str, Any]], T]) -> T:
-        """Apply ``change`` to the latest records and persist the result; returns what ``change`` returned.
-
-        If ``change`` raises, nothing is written.
-        """
-        with self._lock:
-            if self._path is None:
-                return change(self._records)
-            lock_fd = os.open(self._path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o600)
-            try:
-                fcntl.flock(lock_fd, fcntl.LOCK_EX)
-                self._reload()
-                working = copy.deepcopy(self._records)
-                result = change(working)
-                self._flush(working)
-                self._records = working
-                self._signature = self._stat_signature()
-                if self.damaged is not None:
-                    log.warning("state file written back from the last good records", extra={"file": self._path.name})
-                    self.damaged = None
-                return result
-            finally:
-                os.close(lock_fd)  # closing releases the lock
-
-    def _flush(self, records: dict[str, Any]) -> None:
-        assert self._path is not None
-        payload = json.dumps(records, separators=(",", ":"), sort_keys=True).encode("utf-8")
-        write_atomic(self._path, payload)
-        # The copy a restart falls back on if the file is damaged later (its own inode: a
-        # file truncated in place leaves it whole). The file above is the durable one.
-        write_atomic(self._good_copy, payload, fsync=False)
+# How stale a replica's copies of the revocations and of the chosen brains may be with the state
+# in a bucket: both are read on every tool call, from memory, refreshed in the background by a
+# conditional GET this often (docs/replicas.md). A request to S3 on every call would cost more
+# than the whole call (~20 ms on a loaded machine).
+REVOCATIONS_FRESH_S = 0.5
+BRAINS_FRESH_S = 0.5
+# Pruning passes over a bucket read every document of a kind: rarer than on a directory.
+BUCKET_PRUNE_EVERY_S = 300.0
 
 
 class OAuthState:
@@ -161,14 +43,34 @@ class OAuthState:
     -> family record; ``refresh``: sha256(refresh token) -> token record;
     ``brains``: subject -> chosen brain id; ``revoked``: family id -> until when
     access tokens naming it must be refused; ``once``: markers of sign-ins finished
-    (connector/oauth/once.py). Provider renewal secrets are sealed
+    (connector/state/once.py). Provider renewal secrets are sealed
     inside family records with ``box``.
+
+    Where it lives: ``docs`` (the state in a bucket, from ``connector.state.open_state``), else
+    ``state_dir`` (files, flock and rename), else this process's memory. ``sealed`` gives the
+    expiring sealed records (codes, web sessions, ...) in the same place.
     """
 
-    def __init__(self, state_dir: Path | None, state_key: bytes) -> None:
-        self.state_dir = state_dir
+    def __init__(self, state_dir: Path | None, state_key: bytes, *, docs: DocumentStore | None = None) -> None:
+        self.state_dir = None if docs is not None else state_dir
+        self.docs = docs
         self.key = state_key
         self.box = SecretBox(state_key)
+        self.clients: ClientFiles | ClientDocs
+        self.families: JsonCollection | DocCollection
+        self.refresh: JsonCollection | DocCollection
+        self.brains: JsonCollection | DocCollection
+        self.revoked: JsonCollection | DocCollection
+        self.once: OnceMarkers | OnceDocs
+        if docs is not None:
+            self.clients = ClientDocs(docs, "clients")
+            self.families = DocCollection(docs, "families.json")
+            self.refresh = DocCollection(docs, "refresh.json")
+            self.brains = DocCollection(docs, "brains.json", fresh_s=BRAINS_FRESH_S)
+            self.revoked = DocCollection(docs, "revoked.json", fresh_s=REVOCATIONS_FRESH_S)
+            self.once = OnceDocs(docs, "once", prune_every_s=BUCKET_PRUNE_EVERY_S)
+            return
+        state_dir = self.state_dir
         if state_dir is not None:
             ensure_private_dir(state_dir)
             self._remove_stale_temporaries(state_dir)
@@ -187,10 +89,19 @@ class OAuthState:
         self.revoked = JsonCollection(path("revoked.json"))
         self.once = OnceMarkers(path("once"))
 
+    def sealed(self, place: str, kind: str, *, ttl_s: float, capacity: int,
+               clock: Callable[[], float] = time.time) -> SealedRecords | SealedDocs:
+        """Expiring sealed records of ``kind`` kept at ``place`` (a directory name) in this state."""
+        if self.docs is not None:
+            return SealedDocs(self.docs, place, self.box, kind, ttl_s=ttl_s, capacity=capacity, clock=clock,
+                              prune_every_s=BUCKET_PRUNE_EVERY_S)
+        directory = self.state_dir / place if self.state_dir is not None else None
+        return SealedRecords(directory, self.box, kind, ttl_s=ttl_s, capacity=capacity, clock=clock)
+
     @property
     def persistent(self) -> bool:
         """True when the state survives a restart."""
-        return self.state_dir is not None
+        return self.state_dir is not None or self.docs is not None
 
     def damaged(self) -> dict[str, str]:
         """The state files that cannot be read right now (their last good records are in use): name -> why."""

@@ -27,7 +27,7 @@ from connector.engine.ops import Memorize, operation_from_dict
 from connector.engine.similar import Incoming
 from connector.identity.base import ProviderRefused, ProviderThrottled, ProviderUnavailable
 from connector.mcp.http import header, path_segment, peer_address
-from connector.oauth.sealed_files import SealedRecords
+from connector.state.sealed import SealedDocs, SealedRecords
 from connector.oauth.signin_limit import SignInChecks, signin_limiter, signin_wait
 from connector.oauth.state import OAuthState
 from connector.state.sealing import SecretBox
@@ -77,16 +77,9 @@ class WebApp:
         ``signin_checks`` is the OAuth page's budget of sign-in attempts per address (shared)."""
         self.settings = settings
         self.provider = provider
-        directory = state.state_dir if state is not None else None
-        box = state.box if state is not None else SecretBox(secrets.token_bytes(32))
-
-        def place(name: str) -> Path | None:
-            return directory / name if directory is not None else None
-
-        self.sessions = WebSessions(settings.webapp_session_ttl_ms / 1000.0, directory=place("web-sessions"), box=box,
-                                    ended=place("web-ended"))
+        self.sessions = WebSessions(settings.webapp_session_ttl_ms / 1000.0, state=state)
         # Where a signed-in person's store credential is kept (the sign-in page says which).
-        self.sessions_on_disk = directory is not None
+        self.sessions_on_disk = state is not None and state.persistent
         self.views = BrainViews(manager, tools)
         self.actions = BrainActions(manager, tools)
         self.review = ReviewViews(self.views)
@@ -94,11 +87,17 @@ class WebApp:
         self._signin_checks = signin_checks if signin_checks is not None else signin_limiter(
             None, settings.signin_attempts_per_min)
         # Checked imports waiting for the person's confirmation: one per session (keyed by its CSRF token).
-        self._imports = SealedRecords(place("web-imports"), box, "web-import", ttl_s=IMPORT_TTL_S,
-                                      capacity=MAX_SESSIONS)
+        self._imports = self._sealed(state, "web-imports", "web-import", ttl_s=IMPORT_TTL_S, capacity=MAX_SESSIONS)
         # Sign-ins at the OIDC issuer in flight, by state: the browser's sign-in cookie, what to keep, read-only.
-        self._oidc = SealedRecords(place("web-oidc"), box, "web-oidc", ttl_s=OIDC_PENDING_TTL_S,
-                                   capacity=MAX_OIDC_PENDING)
+        self._oidc = self._sealed(state, "web-oidc", "web-oidc", ttl_s=OIDC_PENDING_TTL_S, capacity=MAX_OIDC_PENDING)
+
+    @staticmethod
+    def _sealed(state: OAuthState | None, place: str, kind: str, *, ttl_s: float,
+                capacity: int) -> SealedRecords | SealedDocs:
+        """Records every replica sharing ``state`` sees (this process's memory without one)."""
+        if state is not None:
+            return state.sealed(place, kind, ttl_s=ttl_s, capacity=capacity)
+        return SealedRecords(None, SecretBox(secrets.token_bytes(32)), kind, ttl_s=ttl_s, capacity=capacity)
 
     def keep_oidc(self, state: str, browser: str, keep: dict[str, Any], read_only: bool) -> None:
         """Remember a sign-in sent to the issuer, bound to this browser's sign-in cookie."""

@@ -4,9 +4,10 @@ A session holds what the app needs to act for the person (their subject and the
 store credential their identity provider gave) and whether the sign-in was
 read-only. Sessions have a bounded lifetime and a bounded count. With a state
 directory they are files in ``<state dir>/web-sessions/`` (``SealedRecords``:
-named by the cookie's hash, sealed under the state key, 0600), so a browser is
-signed in at every replica sharing that directory and across restarts; without
-one they live in this process's memory. Sign-out deletes the record, so a copied
+named by the cookie's hash, sealed under the state key, 0600), with the state in a
+bucket documents under ``web-sessions/`` (``SealedDocs``), so a browser is
+signed in at every replica sharing the state and across restarts; without
+either they live in this process's memory. Sign-out deletes the record, so a copied
 cookie stops working at every replica at once. A store credential the store refused
 (rotated or removed user, revoked agent key) is remembered as ended (sealed, in
 ``<state dir>/web-ended/``), so every session using it ends at its next request
@@ -21,15 +22,16 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-
-from connector.oauth.sealed_files import SealedRecords
+from typing import Any
+from connector.state.sealed import SealedDocs, SealedRecords
 from connector.state.sealing import SecretBox
 from connector.workcopy.model import Account
 
 COOKIE_BYTES = 32
 MAX_SESSIONS = 10_000
 CLIENT_NAME = "web app"
+SESSIONS_PLACE = "web-sessions"
+ENDED_PLACE = "web-ended"
 
 
 @dataclass(frozen=True)
@@ -57,15 +59,23 @@ class WebSessions:
     """Create, look up and end sessions; only hashes of cookie values name them."""
 
     def __init__(self, ttl_s: float, *, clock: Callable[[], float] = time.time, capacity: int = MAX_SESSIONS,
-                 directory: Path | None = None, box: SecretBox | None = None, ended: Path | None = None) -> None:
-        """``directory`` (shared by replicas) and ``box`` (the state's) keep sessions on disk;
-        ``ended`` (likewise) the credentials the store refused."""
+                 state: Any = None) -> None:
+        """``state`` (the connector's ``OAuthState``, shared by replicas) keeps the sessions and the
+        credentials the store refused; without it they live in this process."""
         self._ttl_s = ttl_s
         self._clock = clock
-        box = box or SecretBox(secrets.token_bytes(32))
-        self._records = SealedRecords(directory, box, "web-session", ttl_s=ttl_s, capacity=capacity, clock=clock)
-        # No session outlives ttl_s, so neither need the marks of the credentials it may hold.
-        self._ended = SealedRecords(ended, box, "web-ended-credential", ttl_s=ttl_s, capacity=capacity, clock=clock)
+        self._records: SealedRecords | SealedDocs
+        self._ended: SealedRecords | SealedDocs
+        if state is not None:
+            self._records = state.sealed(SESSIONS_PLACE, "web-session", ttl_s=ttl_s, capacity=capacity, clock=clock)
+            # No session outlives ttl_s, so neither need the marks of the credentials it may hold.
+            self._ended = state.sealed(ENDED_PLACE, "web-ended-credential", ttl_s=ttl_s, capacity=capacity,
+                                       clock=clock)
+        else:
+            box = SecretBox(secrets.token_bytes(32))
+            self._records = SealedRecords(None, box, "web-session", ttl_s=ttl_s, capacity=capacity, clock=clock)
+            self._ended = SealedRecords(None, box, "web-ended-credential", ttl_s=ttl_s, capacity=capacity,
+                                        clock=clock)
 
     def create(self, *, subject: str, credential: str, kind: str, read_only: bool,
                credential_expires_at: float | None = None) -> tuple[str, WebSession]:

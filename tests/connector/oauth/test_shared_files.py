@@ -9,8 +9,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from connector.oauth.once import OnceMarkers
-from connector.oauth.sealed_files import SealedRecords
+from connector.state.once import OnceMarkers
+from connector.state.sealed import SealedRecords
 from connector.state.sealing import SecretBox
 
 

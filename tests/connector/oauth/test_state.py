@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from connector.oauth.state import JsonCollection, OAuthState
+from connector.oauth.state import OAuthState
+from connector.state.collection import JsonCollection
 from connector.state.files import StateError
 from connector.state.sealing import KEY_FILE_NAME, SecretBox, load_state_key
 
