@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Benchmark of the cluster (issue 27): what keeping the connectors' state on S3 costs.
 
-For each state backend, starts the cluster of `tests/ops/cluster.py` (SeaweedFS, two store
-replicas on one bucket, three connector replicas behind Caddy round robin): the connectors'
-state in a shared directory (``directory``), then in the bucket under another prefix
-(``s3``, ``CONNECTOR_STATE_URL``, no shared directory). Through Caddy, with the official MCP
+For each state backend, starts the cluster of `tests/ops/cluster.py` (two store replicas on
+a bucket, three connector replicas behind Caddy round robin), both on one SeaweedFS and
+side by side: the connectors' state in a shared directory (``directory``), and in the
+bucket under another prefix (``s3``, ``CONNECTOR_STATE_URL``, no shared directory). Through Caddy, with the official MCP
 client SDK, it measures:
 
 * sign-in: the SDK's whole OAuth sign-in (discovery, registration, the sign-in page and its
@@ -14,10 +14,14 @@ client SDK, it measures:
 * memorize: ``brain_memorize`` (the write, the conditional push to the store, the brain's head
   in the shared state), acknowledged only once the store took it.
 
+Beside each figure: the CPU time the three connector processes spent per call (from /proc),
+which a loaded machine stretches less than wall-clock time.
+
 Each figure is p50/p95 of one run's calls; the printed figure is the median over ``--runs``
-runs. Then the difference S3 minus directory for each p50, against the targets (+<= 5 ms on a
-warm tool call, +<= 30 ms on a memorize). Requests go round robin, so every replica serves a
-third of them. Figures are noisy on a shared machine: say how loaded it was.
+runs, the two clusters' runs alternating. Then the difference S3 minus directory for each
+p50, against the targets (+<= 5 ms on a warm tool call, +<= 30 ms on a memorize). Requests
+go round robin, so every replica serves a third of them. Figures are noisy on a shared
+machine: say how loaded it was.
 
 Usage::
 
@@ -35,6 +39,7 @@ import statistics
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +51,7 @@ import httpx2  # noqa: E402
 from mcp.client import Client  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
-from connector_bench import percentiles, row  # noqa: E402
+from connector_bench import cpu_seconds, percentiles, row  # noqa: E402
 from tests.connector.oauth.live import MemoryStorage, signed_in_provider  # noqa: E402
 from tests.ops.cluster import BACKENDS, Cluster, running_cluster, state_url_supported  # noqa: E402
 from tests.s3.servers import seaweedfs  # noqa: E402
@@ -79,42 +84,66 @@ async def timed(client: Any, name: str, arguments: dict[str, Any]) -> float:
     return elapsed
 
 
-async def one_run(cluster: Cluster, token: str, sign_ins: int, calls: int, writes: int) -> dict[str, tuple[float, float]]:
-    """p50/p95 (ms) of each figure in one run."""
+def connectors_cpu(cluster: Cluster) -> float:
+    """CPU seconds the connector replicas have used so far (what they spend, whatever the load)."""
+    return sum(cpu_seconds(replica.process.pid) for replica in cluster.connectors)
+
+
+Figures = dict[str, tuple[float, float, float]]  # figure -> (p50 ms, p95 ms, connector CPU ms per call)
+
+
+async def one_run(cluster: Cluster, token: str, sign_ins: int, calls: int, writes: int) -> Figures:
+    """p50/p95 (ms) of each figure in one run, and the connectors' CPU time per call (ms)."""
     samples: dict[str, list[float]] = {figure: [] for figure in FIGURES}
+    cpu: dict[str, float] = {}
     access = ""
+    cpu["sign-in"] = connectors_cpu(cluster)
     for _ in range(sign_ins):
         seconds, access = await sign_in(cluster, token)
         samples["sign-in"].append(seconds)
+    cpu["sign-in"] = connectors_cpu(cluster) - cpu["sign-in"]
     headers = {"Authorization": f"Bearer {access}"}
     async with httpx2.AsyncClient(timeout=httpx2.Timeout(60), headers=headers) as http:
         async with Client(streamable_http_client(cluster.mcp_url, http_client=http)) as client:  # type: ignore[arg-type]
             for number in range(6):  # warm: every replica loads the brain (twice round the balancer)
                 await timed(client, "brain_memorize", {"content": f"Warm-up note {number}: {secrets.token_hex(4)}"})
                 await timed(client, "brain_recall", {"query": "warm-up note"})
+            cpu["warm tool call"] = connectors_cpu(cluster)
             for _ in range(calls):
                 samples["warm tool call"].append(await timed(client, "brain_status", {}))
+            cpu["recall"] = connectors_cpu(cluster)
+            cpu["warm tool call"] = cpu["recall"] - cpu["warm tool call"]
             for number in range(calls):
                 samples["recall"].append(await timed(client, "brain_recall", {"query": f"release note {number % 7}"}))
+            cpu["memorize"] = connectors_cpu(cluster)
+            cpu["recall"] = cpu["memorize"] - cpu["recall"]
             for number in range(writes):
                 content = f"Release note {number % 7}: the {secrets.token_hex(4)} build ships on day {number}"
                 samples["memorize"].append(await timed(client, "brain_memorize", {"content": content, "origin": "user"}))
-    return {figure: percentiles(values) for figure, values in samples.items()}
+            cpu["memorize"] = connectors_cpu(cluster) - cpu["memorize"]
+    return {figure: (*percentiles(values), cpu[figure] * 1000 / len(values)) for figure, values in samples.items()}
 
 
-def measure(backend: str, runs: int, sign_ins: int, calls: int, writes: int) -> dict[str, tuple[float, float]]:
-    """Median over runs of each figure's p50 and p95 for one backend (a fresh cluster)."""
-    with tempfile.TemporaryDirectory(prefix=f"cluster-bench-{backend}-") as temp:
+def measure(backends: list[str], runs: int, sign_ins: int, calls: int, writes: int) -> dict[str, Figures]:
+    """Median over runs of each figure's p50, p95 and CPU per call, per backend. The clusters run side by side
+    on one SeaweedFS and their runs alternate, so a change in the machine's load meanwhile
+    weighs on both alike."""
+    results: dict[str, list[Figures]] = {backend: [] for backend in backends}
+    with tempfile.TemporaryDirectory(prefix="cluster-bench-") as temp, ExitStack() as stack:
         tmp = Path(temp)
         (tmp / "weed").mkdir()
-        (tmp / "cluster").mkdir()
-        with seaweedfs(tmp / "weed") as s3:
+        s3 = stack.enter_context(seaweedfs(tmp / "weed"))
+        clusters: dict[str, tuple[Cluster, str]] = {}
+        for backend in backends:
+            (tmp / backend).mkdir()
             # No per-address sign-in limit: every sign-in of the benchmark comes from 127.0.0.1.
-            with running_cluster(tmp / "cluster", s3, backend, CONNECTOR_SIGNIN_ATTEMPTS_PER_MIN="0") as cluster:
-                user = cluster.add_user("bench")
-                results = [asyncio.run(one_run(cluster, user.token, sign_ins, calls, writes)) for _ in range(runs)]
-    return {figure: (statistics.median(r[figure][0] for r in results), statistics.median(r[figure][1] for r in results))
-            for figure in FIGURES}
+            cluster = stack.enter_context(running_cluster(tmp / backend, s3, backend, CONNECTOR_SIGNIN_ATTEMPTS_PER_MIN="0"))
+            clusters[backend] = (cluster, cluster.add_user("bench").token)
+        for _ in range(runs):
+            for backend, (cluster, token) in clusters.items():
+                results[backend].append(asyncio.run(one_run(cluster, token, sign_ins, calls, writes)))
+    return {backend: {figure: tuple(statistics.median(r[figure][i] for r in done) for i in range(3))  # type: ignore[misc]
+                      for figure in FIGURES} for backend, done in results.items()}
 
 
 def main() -> None:
@@ -133,22 +162,23 @@ def main() -> None:
         print("connector state on S3 (CONNECTOR_STATE_URL) is not in this code: measuring the directory only")
         backends.remove("s3")
     print(f"3 connector replicas, 2 store replicas on SeaweedFS, Caddy round robin; {args.runs} run(s), "
-          f"{args.sign_ins} sign-ins, {args.calls} calls, {args.writes} memorizes per run (p50 / p95 ms, medians of runs)")
-    figures = {}
+          f"{args.sign_ins} sign-ins, {args.calls} calls, {args.writes} memorizes per run\n"
+          "(p50 / p95 ms, and the 3 connectors' CPU ms per call: medians of runs)")
+    figures = measure(backends, args.runs, args.sign_ins, args.calls, args.writes)
     for backend in backends:
-        figures[backend] = measure(backend, args.runs, args.sign_ins, args.calls, args.writes)
         print(f"\nconnector state: {backend}")
         for figure in FIGURES:
-            p50, p95 = figures[backend][figure]
-            row(figure, f"{p50:8.1f} / {p95:8.1f}")
+            p50, p95, cpu = figures[backend][figure]
+            row(figure, f"{p50:8.1f} / {p95:8.1f}", f"CPU {cpu:6.1f}")
     if {"directory", "s3"} <= set(figures):
         print("\nwhat S3 adds to each p50 (s3 - directory)")
         targets = {"warm tool call": TARGET_WARM_CALL_MS, "memorize": TARGET_MEMORIZE_MS}
         for figure in FIGURES:
             added = figures["s3"][figure][0] - figures["directory"][figure][0]
+            added_cpu = figures["s3"][figure][2] - figures["directory"][figure][2]
             target = targets.get(figure)
             note = "" if target is None else f"target <= +{target:.0f} ms: {'met' if added <= target else 'MISSED'}"
-            row(figure, f"{added:+8.1f}", note)
+            row(figure, f"{added:+8.1f}", f"CPU {added_cpu:+6.1f}  {note}")
 
 
 if __name__ == "__main__":
