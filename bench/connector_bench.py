@@ -157,7 +157,8 @@ def add_users(data: Path, names: list[str]) -> list[tuple[str, str]]:
     """
     from store.service import BrainService
     from store.settings import StoreSettings
-    from store.storage.factory import open_backend, open_registry
+    from store.context import open_registry
+    from store.storage.factory import open_backend
 
     settings = StoreSettings.from_env(os.environ, data_dir=data)  # as the CLI reads them
     registry, service = open_registry(settings), BrainService(settings, open_backend(settings))

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 import anyio.to_thread
 
+from common.docstore import DirectoryStore, DocumentStore
 from store.auth.authenticate import Authenticator, Principal, too_many
 from store.auth.users import UserRegistry
 from store.errors import ServiceError
@@ -40,26 +41,41 @@ def rate_limit_file(settings: StoreSettings, kind: str) -> Path:
     return settings.data_dir / "locks" / f"rate-{kind}.bin"
 
 
+def document_store(settings: StoreSettings) -> DocumentStore:
+    """Where the users and sharing documents live: the data directory, or the bucket under the
+    store's prefix (``users.json``, ``sharing.json`` and their ``.last-good`` copies)."""
+    if settings.backend == "s3":
+        from common.docstore.s3 import S3Store
+        from store.storage.factory import s3_bucket, s3_client
+
+        bucket = s3_bucket(settings)
+        return S3Store(s3_client(settings), bucket.name, bucket.prefix)
+    return DirectoryStore(settings.data_dir, fsync=settings.fsync)
+
+
+def open_registry(settings: StoreSettings, *, serving: bool = False) -> UserRegistry:
+    """The users registry; a serving S3 replica also starts polling for changes."""
+    s3 = settings.backend == "s3"
+    registry = UserRegistry(document_store(settings), poll_seconds=settings.s3_users_poll_seconds if s3 else None)
+    if serving:
+        registry.start_polling()
+    return registry
+
+
 def open_sharing(
     settings: StoreSettings, registry: UserRegistry, backend: StorageBackend, *, serving: bool = False
 ) -> Sharing:
-    """Members, roles and agent keys: a file in the data directory, or an object in the bucket
+    """Members, roles and agent keys: a document in the data directory, or in the bucket
     (polled by a serving replica); the per-brain audit log likewise."""
-    from store.sharing.audit import BrainAudit
-
-    if settings.backend == "s3":
-        from store.storage.factory import s3_bucket, s3_client
-        from store.storage.s3sharing import S3BrainAudit, S3SharingRegistry
-
-        shared = S3SharingRegistry(s3_client(settings), s3_bucket(settings),
-                                   poll_seconds=settings.s3_sharing_poll_ms / 1000)
-        if serving:
-            shared.start_polling()
-        return Sharing(shared, registry, backend, S3BrainAudit(backend))
+    from store.sharing.audit import AuditLog, BrainAudit, S3BrainAudit
     from store.sharing.registry import SharingRegistry
 
-    return Sharing(SharingRegistry(settings.data_dir, fsync=settings.fsync), registry, backend,
-                   BrainAudit(settings.data_dir))
+    s3 = settings.backend == "s3"
+    shared = SharingRegistry(document_store(settings), poll_seconds=settings.s3_sharing_poll_ms / 1000 if s3 else None)
+    if serving:
+        shared.start_polling()
+    audit: AuditLog = S3BrainAudit(backend) if s3 else BrainAudit(settings.data_dir)  # type: ignore[arg-type]
+    return Sharing(shared, registry, backend, audit)
 
 
 def _limiter(settings: StoreSettings, kind: str, rate_per_min: int) -> Any:
@@ -90,7 +106,7 @@ class AppContext:
     @classmethod
     def build(cls, settings: StoreSettings) -> AppContext:
         """Wire every component for ``settings`` (raises on unusable settings)."""
-        from store.storage.factory import open_backend, open_registry
+        from store.storage.factory import open_backend
 
         backend = open_backend(settings, serving=True)  # local disk or S3 (STORE_BACKEND)
         registry = open_registry(settings, serving=True)

@@ -39,6 +39,19 @@ def test_packages_import_only_downwards(package: str, forbidden: tuple[str, ...]
     assert offending == []
 
 
+def test_storage_holds_archives_and_blobs_only() -> None:
+    # store/storage/ is the bottom layer of the store: archives, blobs and their backends. The
+    # registries (auth, sharing) and the tools built on them (rekey, migrate) sit above it.
+    allowed = ("store.storage", "store.settings")
+    offending = [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path, names in first_party_imports("store/storage").items()
+        for name in names
+        if name.split(".")[0] == "store" and not name.startswith(allowed)
+    ]
+    assert offending == []
+
+
 def test_upload_does_not_import_the_service() -> None:
     # The service drives uploads; uploads see it only through the UploadTarget protocol.
     assert "store.service" not in imported_modules(ROOT / "store" / "upload.py")

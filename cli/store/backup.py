@@ -29,8 +29,8 @@ def backup(target: Path, data: Path | None) -> None:
     from store.backup.format import BackupError
     from store.backup.writer import write_backup
     from store.service import now_utc, rfc3339
-    from store.context import open_sharing
-    from store.storage.factory import open_backend, open_registry
+    from store.context import open_registry, open_sharing
+    from store.storage.factory import open_backend
 
     settings = settings_from_cli(data_dir=data)
     if settings.backend != "s3" and not (settings.data_dir / "users.json").exists():
@@ -57,7 +57,8 @@ def restore(source: Path, data: Path | None, force: bool) -> None:
     """
     from store.backup.format import BackupError
     from store.backup.restore import restore_backup
-    from store.storage.factory import open_backend, open_registry
+    from store.context import open_registry
+    from store.storage.factory import open_backend
 
     settings = settings_from_cli(data_dir=data)
     keys = ((settings.encryption_key,) if settings.encryption_key else ()) + tuple(settings.previous_keys)

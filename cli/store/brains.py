@@ -93,8 +93,8 @@ class BrainDirectory:
 
 def open_directory(settings: Any) -> BrainDirectory:
     """The brain directory of an existing store."""
-    from store.context import open_sharing
-    from store.storage.factory import open_backend, open_registry
+    from store.context import open_registry, open_sharing
+    from store.storage.factory import open_backend
 
     users = open_registry(settings)
     backend = open_backend(settings)

@@ -35,7 +35,8 @@ def import_reference(ref_dir: Path, key_text: str | None, into_existing: bool, d
     from store.backup.reference import ReferenceImportError
     from store.backup.reference import import_reference as run
     from store.settings import SettingsError, parse_key
-    from store.storage.factory import open_backend, open_registry
+    from store.context import open_registry
+    from store.storage.factory import open_backend
 
     settings = settings_from_cli(data_dir=data)
     try:

@@ -39,7 +39,7 @@ def rekey(new_key: str, data: Path | None) -> None:
         raise click.UsageError(str(exc)) from None
     if settings.backend == "s3":
         from store.storage.factory import open_backend
-        from store.storage.s3rekey import rekey_bucket
+        from store.rekey.s3 import rekey_bucket
 
         report = rekey_bucket(settings, open_backend(settings), key, progress=lambda line: click.echo(line))
     else:

@@ -17,8 +17,8 @@ def migrate(source: str, target: str) -> None:
     and the standard AWS chain. Stop the stores (or keep them read-only) while it runs;
     running it again skips brains already copied. Sealed archives are copied as they are.
     """
-    from store.storage.migrate import MigrateError
-    from store.storage.migrate import migrate as run
+    from store.migrate import MigrateError
+    from store.migrate import migrate as run
 
     settings = settings_from_cli()
     try:

@@ -19,8 +19,8 @@ class _Store:
     """The users registry, storage and sharing registry of one data directory."""
 
     def __init__(self, data: Path | None) -> None:
-        from store.context import open_sharing
-        from store.storage.factory import open_backend, open_registry
+        from store.context import open_registry, open_sharing
+        from store.storage.factory import open_backend
 
         settings = settings_from_cli(data_dir=data)
         self.users = open_registry(settings)

@@ -29,7 +29,8 @@ _data_option = click.option(
 
 def _open(settings: StoreSettings):  # type: ignore[no-untyped-def]
     from store.service import BrainService
-    from store.storage.factory import open_backend, open_registry
+    from store.context import open_registry
+    from store.storage.factory import open_backend
 
     return open_registry(settings), BrainService(settings, open_backend(settings))
 

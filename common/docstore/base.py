@@ -71,6 +71,10 @@ class DocumentStore(Protocol):
 
     where: str  # "directory /path" or "s3://bucket/prefix", for messages
 
+    def locate(self, key: str) -> str:
+        """Where the document ``key`` is, for messages ("/path/key", "s3://bucket/prefix/key")."""
+        ...
+
     def get(self, key: str) -> Document | None:
         """The document, or None when there is none."""
         ...

@@ -38,6 +38,9 @@ from common.docstore.base import (
 from common.files import fsync_dir, remove_quietly, settled, write_temporary
 
 
+_KNOWN_PATHS = 1024  # file names remembered by get_if_changed
+
+
 def _version(status: os.stat_result, data: bytes) -> str:
     digest = hashlib.blake2b(data, digest_size=8).hexdigest()
     return f"{status.st_ino:x}.{status.st_mtime_ns:x}.{status.st_size:x}.{digest}"
@@ -54,6 +57,7 @@ class DirectoryStore(ConditionalUpdate):
         self.root = Path(root)
         self.where = f"directory {self.root}"
         self._fsync = fsync
+        self._known: dict[str, str] = {}
         try:
             self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         except OSError as exc:
@@ -63,6 +67,16 @@ class DirectoryStore(ConditionalUpdate):
 
     def _path(self, key: str) -> Path:
         return self.root / check_key(key)
+
+    def _path_str(self, key: str) -> str:
+        """The checked file name of ``key``, remembered: ``get_if_changed`` is on request paths."""
+        path = self._known.get(key)
+        if path is None:
+            path = str(self._path(key))
+            if len(self._known) >= _KNOWN_PATHS:
+                self._known.clear()
+            self._known[key] = path
+        return path
 
     @contextmanager
     def _errors(self, action: str, key: str) -> Iterator[None]:
@@ -134,6 +148,10 @@ class DirectoryStore(ConditionalUpdate):
 
     # -- the interface -----------------------------------------------------------------------
 
+    def locate(self, key: str) -> str:
+        """The document's file, for messages."""
+        return str(self._path(key))
+
     def get(self, key: str) -> Document | None:
         """The document, or None."""
         path = self._path(key)
@@ -142,18 +160,20 @@ class DirectoryStore(ConditionalUpdate):
 
     def get_if_changed(self, key: str, version: str | None) -> Document | None | Unchanged:
         """``"unchanged"`` when the file is still ``version`` (one ``stat`` for a settled file)."""
-        path = self._path(key)
         if version is None:
             return self.get(key)
+        path = self._path_str(key)
+        try:
+            status = os.stat(path)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise DocumentStoreError(f"cannot read {key} in the {self.where}: {exc.strerror}") from None
+        stat_part = f"{status.st_ino:x}.{status.st_mtime_ns:x}.{status.st_size:x}"
+        if stat_part == _stat_part(version) and settled(status.st_mtime_ns):
+            return UNCHANGED
         with self._errors("read", key):
-            try:
-                status = os.stat(path)
-            except FileNotFoundError:
-                return None
-            stat_part = f"{status.st_ino:x}.{status.st_mtime_ns:x}.{status.st_size:x}"
-            if stat_part == _stat_part(version) and settled(status.st_mtime_ns):
-                return UNCHANGED
-            doc = self._read(path)
+            doc = self._read(Path(path))
         if doc is not None and doc.version == version:
             return UNCHANGED
         return doc

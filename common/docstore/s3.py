@@ -90,6 +90,10 @@ class S3Store(ConditionalUpdate):
 
     # -- the interface -----------------------------------------------------------------------
 
+    def locate(self, key: str) -> str:
+        """The document's object, for messages."""
+        return f"s3://{self.bucket}/{self._key(key)}"
+
     def get(self, key: str) -> Document | None:
         """The document, or None."""
         with self._errors("read", key):

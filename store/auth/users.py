@@ -1,10 +1,14 @@
-"""The users file (``users.json``): who may use the store, with token hashes only.
+"""The users registry (``users.json``): who may use the store, with token hashes only.
 
-The server keeps an in-memory index (token hash -> user) and re-reads the file when
-its inode/mtime/size change, so the CLI's changes apply without a restart. A corrupt
-file never takes the server down: the last good copy keeps serving and the problem
-is logged loudly. Every write happens under an ``flock`` shared with the CLI and is
-atomic (temporary file, fsync, rename), with mode 0600.
+The document lives in a ``DocumentStore`` (``common.docstore``): the data directory, or the
+bucket of an S3 store (shared by every replica and the CLI), kept by one ``WatchedDocument``.
+On a directory every read looks at the file (one ``stat``; re-read when it changed), so the
+CLI's changes apply without a restart; on S3 a serving replica polls the object every
+``poll_seconds`` (a conditional GET) and reads answer from memory, so a user added, rotated or
+removed anywhere is seen by every replica within about one poll interval. A damaged document
+never takes the server down: its last good copy keeps serving and the problem is logged
+loudly. Every change is one conditional edit (an ``flock`` shared with the CLI on disk,
+compare-and-swap on S3), written atomically with mode 0600 on disk.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import hmac
 import logging
 import re
+import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -20,13 +25,17 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from common.docstore import DirectoryStore, DocumentStore
+from common.docstore.watched import WatchedDocument
 from store.auth.tokens import hash_token, new_token
-from store.storage.jsonfile import WatchedJsonFile
 
 log = logging.getLogger("store.users")
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}$")
 T = TypeVar("T")
+# An unknown token makes a serving S3 replica look at the bucket at once (at most this often),
+# so a user created a moment ago can sign in on any replica without waiting for the poller.
+MISS_REFRESH_SECONDS = 0.25
 
 
 class UsersFileError(Exception):
@@ -109,32 +118,38 @@ class _Index:
 
 
 class UserRegistry:
-    """Reads and changes ``users.json`` in one data directory."""
+    """Reads and changes ``users.json`` in a document store (or a data directory)."""
 
-    blocking = False  # recheck_token waits on the network (S3): call it in a worker thread
-
-    def __init__(self, data_dir: Path, *, fsync: bool = True) -> None:
-        self.path = Path(data_dir) / "users.json"
-        self.lock_path = Path(data_dir) / "users.lock"
-        self._fsync = fsync
-        self._file = WatchedJsonFile(self.path, self.lock_path, UsersDocument, fsync=fsync, log=log,
-                                     what="users file")
+    def __init__(self, docs: DocumentStore | Path, *, fsync: bool = True, poll_seconds: float | None = None) -> None:
+        """``docs``: the store holding ``users.json`` (a path: that data directory, written with
+        ``fsync``); ``poll_seconds``: answer reads from memory and let ``start_polling`` look
+        every so often (S3) instead of looking on every read (a directory)."""
+        store = DirectoryStore(Path(docs), fsync=fsync) if isinstance(docs, (str, Path)) else docs
         self._index = _Index(UsersDocument())
-        self.refresh()
+        self._doc = WatchedDocument(store, "users.json", UsersDocument, what="users file", log=log,
+                                    on_change=self._install, on_missing=self._missing, poll_seconds=poll_seconds)
+        self.path = self._doc.location  # for messages
+        # recheck_token waits on the network (S3): call it in a worker thread
+        self.blocking = poll_seconds is not None
+        self._doc.check()
+
+    def _install(self, doc: UsersDocument) -> None:
+        self._index = _Index(doc)
+
+    def _missing(self) -> None:
+        log.error("users file %s disappeared; keeping the last good copy", self.path)
 
     # -- reading (server hot path) ---------------------------------------------------
 
     def refresh(self) -> None:
-        """Re-read the file if it changed; on a corrupt or missing file keep the last good copy."""
-        doc = self._file.changed(
-            lambda: log.error("users file %s disappeared; keeping the last good copy", self.path))
-        if doc is not None:
-            self._index = _Index(doc)
+        """Look for changes (on a directory; on S3 the poller does); on a damaged or missing
+        document keep the last good copy."""
+        self._doc.refresh()
 
     def damaged(self) -> str | None:
-        """Why the file is not being read (damaged: its last good copy serves), else None."""
+        """Why the document is not being read (damaged: its last good copy serves), else None."""
         self.refresh()
-        return self._file.damaged
+        return self._doc.damaged
 
     def by_token(self, token: str) -> User | None:
         """The user owning a static token (O(1); constant-time comparison of the hash)."""
@@ -146,9 +161,28 @@ class UserRegistry:
         return user
 
     def recheck_token(self, token: str) -> User | None:
-        """Look again for a token ``by_token`` did not know; a registry that keeps its document
-        elsewhere (``blocking``) fetches the latest copy first. On disk ``by_token`` already did."""
-        return None
+        """Look again for a token ``by_token`` did not know: a polling replica (``blocking``)
+        fetches the latest copy first, at most every ``MISS_REFRESH_SECONDS``. On a directory
+        ``by_token`` already looked."""
+        if not self._doc.polling:
+            return None
+        user = self.by_token(token)
+        if user is None and time.monotonic() - self._doc.last_fetch > MISS_REFRESH_SECONDS:
+            try:
+                self._doc.check()
+            except Exception as exc:
+                log.warning("cannot refresh the users file: %s", exc)
+                return None
+            user = self.by_token(token)
+        return user
+
+    def start_polling(self) -> None:
+        """Start the background poller (a serving replica with ``poll_seconds``); idempotent."""
+        self._doc.start_polling("users-poller")
+
+    def stop_polling(self) -> None:
+        """Stop the poller (tests, shutdown)."""
+        self._doc.stop_polling()
 
     def get(self, user_id: str) -> User | None:
         """The user with this id."""
@@ -180,16 +214,13 @@ class UserRegistry:
     # -- changing (CLI, OIDC first sight) ----------------------------------------------
 
     def _edit(self, change: Callable[[UsersDocument], T]) -> T:
-        result = self._file.edit(change, UsersFileError)
-        self.refresh()
-        return result
+        return self._doc.edit(change, UsersFileError)
 
     def edit(self, change: Callable[[UsersDocument], T]) -> T:
         """Apply ``change`` to the whole users document in one locked edit; returns its result.
 
         For the bulk tools (restore, reference import, migrate) that replace or merge
-        many users at once; if ``change`` raises, nothing is written. Subclasses keep
-        their own locking by overriding the private ``_edit``.
+        many users at once; if ``change`` raises, nothing is written.
         """
         return self._edit(change)
 

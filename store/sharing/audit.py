@@ -1,7 +1,8 @@
 """The per-brain sharing audit log: who uploaded, restored, or changed members and keys.
 
-One JSON line per event in ``sharing-audit/<brain id>.jsonl`` (mode 0600), appended with a
-single ``write`` on an ``O_APPEND`` descriptor so worker processes never interleave lines.
+On disk (``BrainAudit``): one JSON line per event in ``sharing-audit/<brain id>.jsonl`` (mode
+0600), appended with a single ``write`` on an ``O_APPEND`` descriptor so worker processes never
+interleave lines. On S3 (``S3BrainAudit``): one small object per event (no appends on S3).
 Entries carry time, actor (user id and name, and the agent key's prefix when one was
 used), action and details such as a member's role: never a key or a token.
 """
@@ -10,13 +11,17 @@ from __future__ import annotations
 
 import logging
 import os
+import uuid
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
 from common.files import write_atomic
 from store.auth.users import now_rfc3339
+
+if TYPE_CHECKING:
+    from store.storage.s3 import S3Backend
 
 log = logging.getLogger("store.sharing")
 
@@ -97,3 +102,53 @@ class BrainAudit:
         """Make the brain's log exactly ``events`` (restores): one atomic write, mode 0600."""
         self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         write_atomic(self._path(brain_id), b"".join(_encoder.encode(e) + b"\n" for e in events))
+
+
+class S3BrainAudit:
+    """The per-brain sharing audit log on S3: one small object per event under
+    ``sharing-audit/<brain>/``, named by time so a listing is in order (no appends on S3)."""
+
+    MAX_EVENTS = 200  # one GET per event: an S3 listing answers the latest 200
+
+    def __init__(self, backend: S3Backend) -> None:
+        self._backend = backend
+
+    def _prefix(self, brain_id: str) -> str:
+        return self._backend.bucket.key("sharing-audit", brain_id, "")
+
+    def _put(self, brain_id: str, event: dict[str, Any], suffix: str) -> None:
+        name = str(event.get("ts", "")).replace("-", "").replace(":", "") + "-" + suffix + ".json"
+        self._backend.client.put_object(Bucket=self._backend.bucket.name, Key=self._prefix(brain_id) + name,
+                                        Body=msgspec.json.encode(event), ContentType="application/json")
+
+    def record(self, brain_id: str, actor_id: str, actor_name: str, action: str, **details: Any) -> None:
+        """Store one event; a failing bucket is logged, never raised (the change itself happened)."""
+        try:
+            self._put(brain_id, audit_event(brain_id, actor_id, actor_name, action, **details), uuid.uuid4().hex[:8])
+        except Exception as exc:
+            log.error("cannot write the sharing audit log of brain %s: %s", brain_id, exc)
+
+    def replace(self, brain_id: str, events: list[dict[str, Any]]) -> None:
+        """Make the brain's log exactly ``events`` (restores); names keep their order."""
+        self.forget(brain_id)
+        for i, event in enumerate(events):
+            self._put(brain_id, event, f"r{i:08d}")
+
+    def events(self, brain_id: str, limit: int = 1000) -> list[dict[str, Any]]:
+        """The brain's latest events (at most ``MAX_EVENTS``), oldest first."""
+        from botocore.exceptions import ClientError
+
+        keys = sorted(item["Key"] for item in self._backend._list(self._prefix(brain_id)))
+        events = []
+        for key in keys[-min(limit, self.MAX_EVENTS):]:
+            try:
+                reply = self._backend.client.get_object(Bucket=self._backend.bucket.name, Key=key)
+                with reply["Body"] as body:
+                    events.append(msgspec.json.decode(body.read()))
+            except (ClientError, msgspec.DecodeError):
+                continue  # removed meanwhile, or damaged: skipped
+        return events
+
+    def forget(self, brain_id: str) -> None:
+        """Remove a deleted brain's log."""
+        self._backend._delete_prefix(self._prefix(brain_id))

@@ -1,10 +1,12 @@
-"""The sharing file (``sharing.json``): members of shared brains and agent keys (hashes only).
+"""The sharing registry (``sharing.json``): members of shared brains and agent keys (hashes only).
 
-Like the users file: every change is one locked edit (``flock`` shared by the CLI and
-every worker process, atomic write with mode 0600), and readers look at the file's
-inode/mtime/size on every call and re-read it when it changed. So a share, a role
-change or a revocation made anywhere on the host is seen by every worker on its next
-request (no cache outlives a change). A corrupt file keeps the last good copy serving.
+Kept like the users registry, by one ``WatchedDocument`` in a ``DocumentStore``: every change
+is one conditional edit (an ``flock`` shared by the CLI and every worker process on disk,
+compare-and-swap on S3). On a directory readers look at the file on every call (one
+``stat``), so a share, a role change or a revocation made anywhere on the host is seen by
+every worker on its next request; on S3 a serving replica polls the object every
+``poll_seconds``, so it is seen by every replica within about one poll interval. A damaged
+document keeps its last good copy serving; a missing one means nothing is shared.
 """
 
 from __future__ import annotations
@@ -20,11 +22,12 @@ from typing import TypeVar
 
 import msgspec
 
+from common.docstore import DirectoryStore, DocumentStore
+from common.docstore.watched import WatchedDocument
 from common.textsafety import has_unsafe_chars
 from store.auth.permissions import ROLES, SCOPES
 from store.auth.tokens import hash_token
 from store.auth.users import now_rfc3339
-from store.storage.jsonfile import WatchedJsonFile
 
 log = logging.getLogger("store.sharing")
 
@@ -95,27 +98,42 @@ class _Index:
 
 
 class SharingRegistry:
-    """Reads and changes ``sharing.json`` in one data directory."""
+    """Reads and changes ``sharing.json`` in a document store (or a data directory)."""
 
-    def __init__(self, data_dir: Path, *, fsync: bool = True) -> None:
-        self.path = Path(data_dir) / "sharing.json"
-        self._file = WatchedJsonFile(self.path, Path(data_dir) / "locks" / "sharing.lock", SharingDocument,
-                                     fsync=fsync, log=log, what="sharing file")
+    def __init__(self, docs: DocumentStore | Path, *, fsync: bool = True, poll_seconds: float | None = None) -> None:
+        """``docs``: the store holding ``sharing.json`` (a path: that data directory, written
+        with ``fsync``); ``poll_seconds``: answer reads from memory and let ``start_polling``
+        look every so often (S3) instead of looking on every read (a directory)."""
+        store = DirectoryStore(Path(docs), fsync=fsync) if isinstance(docs, (str, Path)) else docs
         self._index = _Index(SharingDocument())
-        self.refresh()
+        self._doc = WatchedDocument(store, "sharing.json", SharingDocument, what="sharing file", log=log,
+                                    on_change=self._install, on_missing=self._forget_all,
+                                    poll_seconds=poll_seconds)
+        self.path = self._doc.location  # for messages
+        self._doc.check()
+
+    def _install(self, doc: SharingDocument) -> None:
+        self._index = _Index(doc)
 
     # -- reading (request path) ----------------------------------------------------------
 
     def refresh(self) -> None:
-        """Re-read the file if it changed; a missing file means nothing is shared."""
-        doc = self._file.changed(self._forget_all)
-        if doc is not None:
-            self._index = _Index(doc)
+        """Look for changes (on a directory; on S3 the poller does); a missing document means
+        nothing is shared."""
+        self._doc.refresh()
 
     def damaged(self) -> str | None:
-        """Why the file is not being read (damaged: its last good copy serves), else None."""
+        """Why the document is not being read (damaged: its last good copy serves), else None."""
         self.refresh()
-        return self._file.damaged
+        return self._doc.damaged
+
+    def start_polling(self) -> None:
+        """Start the background poller (a serving replica with ``poll_seconds``); idempotent."""
+        self._doc.start_polling("sharing-poller")
+
+    def stop_polling(self) -> None:
+        """Stop the poller (tests, shutdown)."""
+        self._doc.stop_polling()
 
     def _forget_all(self) -> None:
         self._index = _Index(SharingDocument())
@@ -163,9 +181,7 @@ class SharingRegistry:
         self._edit(change)
 
     def _edit(self, change: Callable[[SharingDocument], T]) -> T:
-        result = self._file.edit(change, SharingError)
-        self.refresh()
-        return result
+        return self._doc.edit(change, SharingError)
 
     def set_member(self, brain_id: str, owner_id: str, user_id: str, role: str) -> Share:
         """Give ``user_id`` ``role`` on a brain created by ``owner_id`` (adding or changing)."""

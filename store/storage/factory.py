@@ -1,10 +1,9 @@
-"""Pick the storage backend and users registry the settings ask for (local disk or S3)."""
+"""Pick the storage backend the settings ask for (local disk or S3), and its S3 client."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from store.auth.users import UserRegistry
 from store.settings import StoreSettings
 
 
@@ -38,20 +37,6 @@ def open_backend(settings: StoreSettings, client: Any = None, *, serving: bool =
     from store.storage.local import LocalBackend
 
     return LocalBackend(settings.data_dir, fsync=settings.fsync)
-
-
-def open_registry(settings: StoreSettings, *, serving: bool = False, client: Any = None) -> UserRegistry:
-    """The users registry; a serving S3 replica also starts polling for changes."""
-    if settings.backend == "s3":
-        from store.storage.s3users import S3UserRegistry
-
-        registry = S3UserRegistry(
-            client or s3_client(settings), s3_bucket(settings), poll_seconds=settings.s3_users_poll_seconds
-        )
-        if serving:
-            registry.start_polling()
-        return registry
-    return UserRegistry(settings.data_dir, fsync=settings.fsync)
 
 
 def prepare_storage(settings: StoreSettings) -> None:

@@ -23,7 +23,6 @@ import logging
 import mmap
 import os
 import shutil
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager

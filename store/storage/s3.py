@@ -5,7 +5,9 @@ Keys under the configured prefix::
     meta/<user>/<brain>.json            the commit point: BrainMeta + where each blob lives
     blobs/<user>/<brain>/<sha>.<id>     immutable archives (sealed when encryption is on)
     accounts/<user>.json                per-user brain list and quota claims (CAS-serialised)
-    users.json                          accounts and token hashes (store.storage.s3users)
+    users.json, sharing.json            accounts and token hashes, shares and agent keys, with
+    users.json.last-good, ...           their last good copies (store.auth.users, store.sharing.registry
+                                        on common.docstore)
 
 Commit protocol: an upload streams into a local anonymous spool file while it is
 hashed and validated; at commit it is sent to a fresh blob key (content-addressed by

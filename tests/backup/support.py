@@ -58,13 +58,12 @@ def upload(c: httpx.Client, brain_id: str, data: bytes) -> None:
 
 def registry(env: dict[str, str], moto: Any = None) -> Any:
     """The users registry of the store ``env`` describes (in this process, no CLI start-up)."""
-    if env.get("STORE_BACKEND") == "s3":
-        from store.storage.s3client import Bucket
-        from store.storage.s3users import S3UserRegistry
-
-        return S3UserRegistry(moto.client(), Bucket.of(env["STORE_S3_BUCKET"], env["STORE_S3_PREFIX"]))
     from store.auth.users import UserRegistry
 
+    if env.get("STORE_BACKEND") == "s3":
+        from common.docstore.s3 import S3Store
+
+        return UserRegistry(S3Store(moto.client(), env["STORE_S3_BUCKET"], env["STORE_S3_PREFIX"]), poll_seconds=1.0)
     Path(env["STORE_DATA_DIR"]).mkdir(parents=True, exist_ok=True)
     return UserRegistry(Path(env["STORE_DATA_DIR"]), fsync=False)
 

@@ -14,44 +14,18 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from common.docstore import UNCHANGED, DirectoryStore, DocumentStore, DocumentStoreError, open_document_store
+from common.docstore import UNCHANGED, DirectoryStore, DocumentStoreError, open_document_store
 from common.docstore.s3 import S3Store
+from tests.common.conftest import Backend
 from tests.s3.servers import CREDENTIALS, S3Service
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@dataclass
-class Backend:
-    """A store under test and how a separate process opens the same one."""
-
-    store: DocumentStore
-    location: str
-    endpoint: str = ""
-
-    def reopen(self) -> DocumentStore:
-        """A second, independent store object on the same place (another replica)."""
-        return open_document_store(self.location, s3_endpoint_url=self.endpoint or None, fsync=False)
-
-
-@pytest.fixture(params=["directory", "moto", "seaweedfs"])
-def backend(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Backend]:
-    if request.param == "directory":
-        yield Backend(DirectoryStore(tmp_path / "docs", fsync=False), str(tmp_path / "docs"))
-        return
-    service: S3Service = request.getfixturevalue("moto" if request.param == "moto" else "weed")
-    for name, value in CREDENTIALS.items():
-        monkeypatch.setenv(name, value)
-    bucket = service.new_bucket()
-    location = f"s3://{bucket}/state"
-    yield Backend(open_document_store(location, s3_endpoint_url=service.endpoint), location, service.endpoint)
 
 
 # -- semantics -------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.contract.harness import Store, running_store
 from tests.s3.archives import archive, big_archive, counter_archive, read_counter
@@ -137,6 +138,34 @@ def test_users_changes_reach_the_other_replica_within_seconds(moto: S3Service, t
         run_cli(env, "user", "remove", "carol")
         for url in (a.url, b.url):
             assert _wait_token(url, new_token, 401) < 5
+
+
+def test_a_damaged_users_object_is_served_from_its_last_good_copy(moto: S3Service, tmp_path: Path) -> None:
+    # As on disk (tests/store/test_damaged_state_files.py): every edit writes users.json.last-good
+    # first, so a damaged object is never read as empty nor as what a replica read before.
+    with two_replicas(moto, tmp_path) as (a, b, env):
+        token = a.add_user("dana")
+        for url in (a.url, b.url):
+            _wait_token(url, token, 200)
+        from tests.s3.cli import run_cli
+
+        new_token = run_cli(env, "user", "rotate", "dana").strip().splitlines()[-1]
+        key = f"{env['STORE_S3_PREFIX']}/users.json"
+        client = moto.client()
+        good = client.get_object(Bucket=env["STORE_S3_BUCKET"], Key=key)["Body"].read()
+        client.put_object(Bucket=env["STORE_S3_BUCKET"], Key=key, Body=good[: len(good) // 2])
+        for url in (a.url, b.url):
+            assert _wait_token(url, token, 401) < 5  # the rotation holds on every replica
+            assert _wait_token(url, new_token, 200) < 5
+            deadline = time.monotonic() + 5
+            while (ready := httpx.get(url + "/health/ready", timeout=10).json())["status"] != "degraded":
+                assert time.monotonic() < deadline, ready
+                time.sleep(0.1)
+            assert "users.json is unreadable or corrupt" in " ".join(ready["damaged"])
+        with pytest.raises(AssertionError, match="fix or restore it first"):
+            run_cli(env, "user", "add", "erin")
+        after = client.get_object(Bucket=env["STORE_S3_BUCKET"], Key=key)["Body"].read()
+        assert after == good[: len(good) // 2]  # never written over
 
 
 def test_sigkill_during_uploads_leaves_no_visible_partial_state(weed: S3Service, tmp_path: Path) -> None:

@@ -28,9 +28,9 @@ def test_token_shape_and_hash() -> None:
 def test_registry_add_rotate_remove_and_file_mode(tmp_path: Path) -> None:
     reg = UserRegistry(tmp_path)
     user, token = reg.add("alice", "a@example.com")
-    assert oct(reg.path.stat().st_mode & 0o777) == "0o600"
-    assert token not in reg.path.read_text()  # only the hash is stored
-    assert hash_token(token) in reg.path.read_text()
+    assert oct((tmp_path / "users.json").stat().st_mode & 0o777) == "0o600"
+    assert token not in (tmp_path / "users.json").read_text()  # only the hash is stored
+    assert hash_token(token) in (tmp_path / "users.json").read_text()
     assert reg.by_token(token) == user
     with pytest.raises(UsersFileError):
         reg.add("alice")
@@ -55,7 +55,7 @@ def test_corrupt_users_file_keeps_last_good_copy(tmp_path: Path, caplog: pytest.
     reg = UserRegistry(tmp_path)
     _, token = reg.add("carol")
     assert reg.by_token(token) is not None
-    reg.path.write_text("{ not json")
+    (tmp_path / "users.json").write_text("{ not json")
     with caplog.at_level("CRITICAL"):
         assert reg.by_token(token) is not None
     assert any("corrupt" in r.getMessage() for r in caplog.records)
@@ -64,7 +64,7 @@ def test_corrupt_users_file_keeps_last_good_copy(tmp_path: Path, caplog: pytest.
     # a process starting on a corrupt file serves the last good copy written (never an empty
     # file: issue 24), and without one serves nobody, no crash
     assert UserRegistry(tmp_path).by_token(token) is not None
-    reg.path.with_name("users.json.last-good").unlink()
+    (tmp_path / "users.json.last-good").unlink()
     assert UserRegistry(tmp_path).by_token(token) is None
 
 

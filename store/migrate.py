@@ -133,7 +133,8 @@ def migrate(
     settings: StoreSettings, source: str, target: str, progress: Callable[[str], None] = lambda line: None
 ) -> MigrateReport:
     """Copy users, brains and snapshots from ``source`` to ``target`` (directories or s3:// URLs)."""
-    from store.storage.factory import open_backend, open_registry
+    from store.context import open_registry
+    from store.storage.factory import open_backend
 
     # mkdtemp: 0700, unique, removed with everything staged in it when the run ends.
     with tempfile.TemporaryDirectory(prefix="brain-store-migrate-") as scratch_dir:
