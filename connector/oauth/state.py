@@ -1,11 +1,11 @@
 """Persisted OAuth state: what the authorization server keeps, in the connector's state.
 
 Everything the authorization server must remember across a restart lives in
-``CONNECTOR_STATE_DIR`` or, with ``CONNECTOR_STATE_URL``, in a bucket: client registrations, refresh-token families (only
-hashes of our tokens), each user's chosen brain, and the identity provider's
-renewal secrets, the latter sealed with AES-256-GCM under the state key. With
-no state directory everything stays in memory (and a restart signs everyone
-out, which is said at start-up).
+``CONNECTOR_STATE_DIR`` or, with ``CONNECTOR_STATE_URL``, in a bucket: client
+registrations, refresh-token families (only hashes of our tokens), each user's chosen
+brain, and the identity provider's renewal secrets, the latter sealed with AES-256-GCM
+under the state key. With neither everything stays in memory (and a restart signs
+everyone out, which is said at start-up).
 """
 
 from __future__ import annotations

@@ -41,7 +41,22 @@ def _decode(data: bytes) -> dict[str, Any]:
     return records
 
 
-class JsonCollection:
+class _Records:
+    """What both collections answer from their ``records``."""
+
+    @property
+    def records(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def get(self, key: str) -> Any:
+        """The record under ``key`` or None."""
+        return self.records.get(key)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+
+class JsonCollection(_Records):
     """A dict of JSON records, written through to one file (0600) after each change.
 
     Writes are atomic (temporary file, fsync, rename, directory fsync), so a
@@ -123,13 +138,6 @@ class JsonCollection:
             self._reload()
             return self._records
 
-    def get(self, key: str) -> Any:
-        """The record under ``key`` or None."""
-        return self.records.get(key)
-
-    def __len__(self) -> int:
-        return len(self.records)
-
     def mutate(self, change: Callable[[dict[str, Any]], T]) -> T:
         """Apply ``change`` to the latest records and persist the result; returns what ``change`` returned.
 
@@ -164,7 +172,7 @@ class JsonCollection:
 
 
 
-class DocCollection:
+class DocCollection(_Records):
     """A dict of JSON records in one document of a ``DocumentStore`` (the state in a bucket).
 
     A change reads the document, applies the change to a copy and writes it back with the
@@ -269,13 +277,6 @@ class DocCollection:
                 self._refresh()
         with self._lock:
             return self._records
-
-    def get(self, key: str) -> Any:
-        """The record under ``key`` or None."""
-        return self.records.get(key)
-
-    def __len__(self) -> int:
-        return len(self.records)
 
     def mutate(self, change: Callable[[dict[str, Any]], T]) -> T:
         """Apply ``change`` to the latest records and store the result; returns what ``change`` returned.

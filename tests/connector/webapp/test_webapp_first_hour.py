@@ -104,7 +104,7 @@ def test_the_sign_in_page_says_truly_where_the_token_is_kept(store: RunningStore
     with app_client(store.url, state_dir=tmp_path / "state") as client:
         page = client.get("/app/signin").text
         assert "kept only in this server's memory" not in page
-        assert "sealed (encrypted) in this server's state directory" in page
+        assert "sealed (encrypted) in this server's state (its directory or bucket)" in page
 
 
 def test_a_sign_in_while_the_store_is_down_is_logged_with_why(caplog: pytest.LogCaptureFixture) -> None:
