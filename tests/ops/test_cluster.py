@@ -32,7 +32,8 @@ from tests.ops.test_replicas_behind_caddy import accepts, call_tool, refresh, si
 from tests.s3.servers import S3Service, seaweedfs, weed_binary
 from tests.support.tools import missing_tool
 
-pytestmark = [pytest.mark.anyio, pytest.mark.timeout(300)]
+# One worker runs the whole module (`make test` is -n 2 --dist loadgroup): one cluster per backend, not one per worker.
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(300), pytest.mark.xdist_group("cluster")]
 
 WRITES_PER_USER = 5
 # How long a revocation may take to reach every replica (docs/replicas.md): at once on a
