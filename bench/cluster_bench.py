@@ -53,7 +53,7 @@ from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
 from connector_bench import cpu_seconds, percentiles, row  # noqa: E402
 from tests.connector.oauth.live import MemoryStorage, signed_in_provider  # noqa: E402
-from tests.ops.cluster import BACKENDS, Cluster, running_cluster, state_url_supported  # noqa: E402
+from tests.ops.cluster import BACKENDS, Cluster, running_cluster  # noqa: E402
 from tests.s3.servers import seaweedfs  # noqa: E402
 
 TARGET_WARM_CALL_MS = 5.0
@@ -158,9 +158,6 @@ def main() -> None:
     if args.quick:
         args.runs, args.sign_ins, args.calls, args.writes = 1, 3, 20, 8
     backends = [name for name in args.backends.split(",") if name]
-    if "s3" in backends and not state_url_supported():
-        print("connector state on S3 (CONNECTOR_STATE_URL) is not in this code: measuring the directory only")
-        backends.remove("s3")
     print(f"3 connector replicas, 2 store replicas on SeaweedFS, Caddy round robin; {args.runs} run(s), "
           f"{args.sign_ins} sign-ins, {args.calls} calls, {args.writes} memorizes per run\n"
           "(p50 / p95 ms, and the 3 connectors' CPU ms per call: medians of runs)")

@@ -10,15 +10,12 @@ and `bench/cluster_bench.py`.
 
 from __future__ import annotations
 
-import dataclasses
-import importlib.util
 import secrets
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from connector.settings import ConnectorSettings
 from tests.connector.conftest import StoreUser, running_store
 from tests.connector.oauth.live import running_connector
 from tests.ops.test_replicas_behind_caddy import Store
@@ -30,19 +27,6 @@ BACKENDS = ("directory", "s3")
 CONNECTOR_REPLICAS = 3
 STORE_REPLICAS = 2
 CONNECTOR_PREFIX = "connector"
-
-
-def state_url_supported() -> bool:
-    """Whether this code keeps connector state on S3 (``CONNECTOR_STATE_URL``, issue 27)."""
-    fields = {field.name for field in dataclasses.fields(ConnectorSettings)}
-    return "state_url" in fields and importlib.util.find_spec("connector.state") is not None
-
-
-def shared_limits_supported() -> bool:
-    """Whether sign-in attempts are counted in the shared state, across replicas (issue 27, item 2)."""
-    import common.limits
-
-    return hasattr(common.limits, "StoredTokenBucketLimiter")
 
 
 @dataclass

@@ -24,11 +24,10 @@ from typing import Any
 import httpx
 import pytest
 
+from connector.oauth.state import REVOCATIONS_FRESH_S
 from tests.connector.conftest import StoreUser, brains_of, download_brain
 from tests.connector.oauth.live import MemoryStorage
-from tests.ops.cluster import (BACKENDS, CONNECTOR_REPLICAS, Cluster, running_cluster, shared_limits_supported,
-                               state_url_supported)
-from connector.oauth.state import REVOCATIONS_FRESH_S
+from tests.ops.cluster import BACKENDS, CONNECTOR_REPLICAS, Cluster, running_cluster
 from tests.ops.test_replicas_behind_caddy import accepts, call_tool, refresh, refused_within, sign_in
 from tests.s3.servers import S3Service, seaweedfs, weed_binary
 from tests.support.tools import missing_tool
@@ -57,8 +56,6 @@ def weed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Service]:
 @pytest.fixture(scope="module", params=BACKENDS)
 def cluster(request: pytest.FixtureRequest, weed: S3Service, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """One cluster per state backend, shared by the module's tests."""
-    if request.param == "s3" and not state_url_supported():
-        pytest.skip("connector state on S3 (CONNECTOR_STATE_URL) comes with the cstate-oauth/cstate-work branches")
     with running_cluster(tmp_path_factory.mktemp(f"cluster-{request.param}"), weed, request.param) as running:
         yield running
 
@@ -213,8 +210,6 @@ async def test_a_held_write_of_a_killed_replica_is_pushed_once_by_another(cluste
 
 
 def test_sign_in_attempts_from_one_address_are_limited_across_replicas(cluster: Cluster) -> None:
-    if not shared_limits_supported():
-        pytest.skip("sign-in limits shared across replicas come with the cstate-work branch")
     address = f"203.0.113.{secrets.randbelow(200) + 20}"  # a stranger's, through the balancer
     headers = {"X-Forwarded-For": address, "Origin": cluster.front.base_url}
     attempts = SIGNIN_ATTEMPTS_PER_MIN * CONNECTOR_REPLICAS

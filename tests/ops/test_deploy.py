@@ -318,8 +318,6 @@ def test_the_cluster_shares_no_volume(cluster_compose: dict[str, Any]) -> None:
 
 
 def test_the_cluster_replicas_use_settings_that_exist_and_parse(cluster_compose: dict[str, Any]) -> None:
-    from tests.ops.cluster import state_url_supported
-
     stores, connectors = _replicas(cluster_compose, "store"), _replicas(cluster_compose, "connector")
     store_envs = [_environment(service, CLUSTER_EXAMPLES) for service in stores.values()]
     assert all(env == store_envs[0] for env in store_envs), "store replicas must be configured alike"
@@ -332,11 +330,9 @@ def test_the_cluster_replicas_use_settings_that_exist_and_parse(cluster_compose:
     # The connectors' state: the same bucket, another prefix; their stores: Caddy's internal listener.
     assert env["CONNECTOR_STATE_URL"] == "s3://brain/connector" and env["CONNECTOR_STATE_DIR"] == ""
     assert env["CONNECTOR_STORE_URL"] == "http://caddy:8787"
-    if not state_url_supported():
-        pytest.skip("CONNECTOR_STATE_URL comes with the cstate-oauth branch")
     assert set(env) <= CONNECTOR_ENV, set(env) - CONNECTOR_ENV
     connector = ConnectorSettings.load({**env, "CONNECTOR_IDP": "static"})
-    assert connector.state_dir is None and connector.state_url == "s3://brain/connector"  # type: ignore[attr-defined]
+    assert connector.state_dir is None and connector.state_url == "s3://brain/connector"
     assert connector.public_url == "https://brain.example.org"
 
 
