@@ -51,17 +51,14 @@ def _stat_part(version: str) -> str:
 
 
 class DirectoryStore(ConditionalUpdate):
-    """Documents as files under ``root`` (created 0700 when missing)."""
+    """Documents as files under ``root``, created 0700 on the first write (opening a store
+    that is only read, or never written because a command failed, leaves no trace)."""
 
     def __init__(self, root: Path, *, fsync: bool = True) -> None:
         self.root = Path(root)
         self.where = f"directory {self.root}"
         self._fsync = fsync
         self._known: dict[str, str] = {}
-        try:
-            self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
-        except OSError as exc:
-            raise DocumentStoreError(f"cannot create the {self.where}: {exc.strerror}") from None
 
     # -- paths, locks, errors --------------------------------------------------------------
 
@@ -92,7 +89,7 @@ class DirectoryStore(ConditionalUpdate):
         """Hold the key's lock; ``remove``: delete the lock file before letting go (the document
         is gone, so its lock file would only pile up)."""
         lock = path.with_name(f".{path.name}.lock")
-        lock.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._make_dirs(lock.parent)
         while True:
             fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
             try:
@@ -115,6 +112,16 @@ class DirectoryStore(ConditionalUpdate):
                 remove_quietly(lock)
             os.close(fd)  # closing releases the flock
 
+    def _make_dirs(self, directory: Path) -> None:
+        """``directory`` (the root or below it) and every directory between, each 0700."""
+        if directory.is_dir():
+            return
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        current = self.root
+        for part in directory.relative_to(self.root).parts:
+            current = current / part
+            current.mkdir(exist_ok=True, mode=0o700)
+
     def _read(self, path: Path) -> Document | None:
         try:
             fd = os.open(path, os.O_RDONLY)
@@ -130,7 +137,7 @@ class DirectoryStore(ConditionalUpdate):
 
     def _write(self, path: Path, data: bytes, *, exclusive: bool = False) -> str | None:
         """Write ``data`` at ``path`` atomically (``exclusive``: only when absent); the version."""
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._make_dirs(path.parent)
         tmp, status = write_temporary(path, data, fsync=self._fsync)
         try:
             if exclusive:
@@ -204,6 +211,8 @@ class DirectoryStore(ConditionalUpdate):
     def delete(self, key: str) -> bool:
         """Remove the document; True when it existed."""
         path = self._path(key)
+        if not path.parent.is_dir():
+            return False  # nothing there, and nothing to lock
         with self._errors("delete", key), self._locked(path, remove=True):
             try:
                 os.unlink(path)
@@ -217,6 +226,8 @@ class DirectoryStore(ConditionalUpdate):
         """Read and remove exactly once: the file is renamed to a unique name first, which
         only one caller can do."""
         path = self._path(key)
+        if not path.parent.is_dir():
+            return None  # nothing there, and nothing to lock
         with self._errors("take", key), self._locked(path, remove=True):
             taken = path.with_name(f".{path.name}.{uuid.uuid4().hex}.taken")
             try:

@@ -127,7 +127,7 @@ def test_bad_keys_raise_value_error_and_write_nothing(backend: Backend, key: str
             call()
     assert store.list() == []
     if isinstance(store, DirectoryStore):
-        assert list(store.root.iterdir()) == []
+        assert not store.root.exists()  # not even the directory was made
 
 
 @pytest.mark.parametrize("prefix", ["/a", "../", "a/../", ".x", "a b"])
@@ -276,15 +276,20 @@ def test_open_document_store_chooses_the_backend(tmp_path: Path) -> None:
 
 def test_directory_files_are_private_and_leave_no_bookkeeping(tmp_path: Path) -> None:
     store = DirectoryStore(tmp_path / "state", fsync=True)
-    assert stat.S_IMODE((tmp_path / "state").stat().st_mode) == 0o700
+    assert store.get("a") is None and store.list() == [] and store.take("a") is None
+    assert not (tmp_path / "state").exists()  # reading leaves no trace
+    store.create("sub/deeper/doc.json", b"{}")
+    for directory in ("state", "state/sub", "state/sub/deeper"):
+        assert stat.S_IMODE((tmp_path / directory).stat().st_mode) == 0o700
+    store.delete("sub/deeper/doc.json")
     store.create("sub/doc.json", b"{}")
-    assert stat.S_IMODE((tmp_path / "state" / "sub").stat().st_mode) == 0o700
     assert stat.S_IMODE((tmp_path / "state" / "sub" / "doc.json").stat().st_mode) == 0o600
     store.update("sub/doc.json", lambda data: b"{1}")
     store.create("sub/code", b"c")
     store.take("sub/code")
     store.delete("sub/doc.json")
-    assert sorted(p.name for p in (tmp_path / "state" / "sub").iterdir()) == []  # locks, temporaries gone
+    # locks and temporaries gone (an emptied directory stays)
+    assert [p for p in (tmp_path / "state").rglob("*") if not p.is_dir()] == []
 
 
 def test_directory_notices_a_file_changed_from_outside(tmp_path: Path) -> None:
@@ -311,7 +316,7 @@ def test_directory_list_skips_temporaries_and_foreign_names(tmp_path: Path) -> N
 def test_directory_that_cannot_be_written_raises_document_store_error(tmp_path: Path) -> None:
     (tmp_path / "file").write_bytes(b"x")
     with pytest.raises(DocumentStoreError):
-        DirectoryStore(tmp_path / "file" / "below")
+        DirectoryStore(tmp_path / "file" / "below").put("a", b"x")
     store = DirectoryStore(tmp_path / "ok", fsync=False)
     store.put("a", b"1")
     with pytest.raises(DocumentStoreError):
