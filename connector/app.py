@@ -10,6 +10,7 @@ authorization server routes, rate limits, security headers and JSON logs
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import sys
@@ -312,7 +313,8 @@ class _StateChoices:
         return self._state.get_brain(subject)
 
     async def set_chosen_brain(self, subject: str, brain_id: str) -> None:
-        self._state.set_brain(subject, brain_id)
+        # Off the loop: with the state in a bucket the change is a read and a conditional write.
+        await asyncio.to_thread(self._state.set_brain, subject, brain_id)
 
 
 def _model(settings: ConnectorSettings) -> ModelSource | None:

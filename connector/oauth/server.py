@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import logging
 import math
 import secrets
@@ -220,7 +221,8 @@ class AuthorizationServer:
         """A registered client, or one described by a metadata document URL."""
         if is_metadata_document_id(client_id):
             return await self.documents.fetch(client_id)
-        return self.clients.get(client_id)
+        # Off the loop: with the state in a bucket a look-up is a network round trip.
+        return await anyio.to_thread.run_sync(self.clients.get, client_id)
 
     # -- authorization --------------------------------------------------------
 
@@ -429,7 +431,7 @@ class AuthorizationServer:
         # so strangers cannot make the connector write markers).
         if not await anyio.to_thread.run_sync(self._once.claim, "sign-in " + pending.sign_in_id):
             return PageReply(400, self._expired_view("This sign-in has already been used. Start again from your app."))
-        if self.clients.is_unused(pending.client_id):
+        if await anyio.to_thread.run_sync(self.clients.is_unused, pending.client_id):
             # Its first sign-in: the registration stops expiring (a small write, off the loop).
             await anyio.to_thread.run_sync(self.clients.mark_used, pending.client_id)
         code = await anyio.to_thread.run_sync(self._codes.issue, Code(
@@ -481,7 +483,8 @@ class AuthorizationServer:
         resource, _ = _single(form, "resource")
         if resource is not None and resource != code.resource:
             return _error(400, "invalid_target", "resource differs from the authorization request", NO_STORE)
-        family, refresh_token = self.grants.start_family(
+        family, refresh_token = await anyio.to_thread.run_sync(functools.partial(
+            self.grants.start_family,
             client_id=code.client_id,
             client_name=code.client_name,
             scope=code.scope,
@@ -489,7 +492,7 @@ class AuthorizationServer:
             idp=self.provider.kind,
             identity=code.identity,
             now=now,
-        )
+        ))
         log.info("sign-in completed", extra={"client_id": code.client_id, "idp": self.provider.kind})
         return self._token_reply(family, refresh_token, family.scope, now)
 
@@ -500,12 +503,12 @@ class AuthorizationServer:
             return _error(400, "invalid_request", "refresh_token is required", NO_STORE)
         if not client_id:
             return _error(400, "invalid_request", "client_id is required for public clients", NO_STORE)
-        family_id = self.grants.family_of(token)
+        family_id = await anyio.to_thread.run_sync(self.grants.family_of, token)
         if family_id is None:
             return _error(400, "invalid_grant", "unknown refresh token", NO_STORE)
         async with self._lock_for(family_id):
             now = self._clock()
-            seen = self.grants.inspect(token, now)
+            seen = await anyio.to_thread.run_sync(self.grants.inspect, token, now)
             if seen.family is None or seen.status in ("unknown", "expired"):
                 return _error(400, "invalid_grant", "unknown or expired refresh token", NO_STORE)
             family = seen.family
@@ -543,10 +546,10 @@ class AuthorizationServer:
                 return _error(400, "invalid_grant", "the identity is no longer valid; sign in again", NO_STORE)
             now = self._clock()
             try:
-                family, successor = self.grants.rotate(token, identity, now)
+                family, successor = await anyio.to_thread.run_sync(self.grants.rotate, token, identity, now)
             except RotationConflict:
                 # Another replica rotated it meanwhile: answer as a replay would, or refuse.
-                again = self.grants.inspect(token, now)
+                again = await anyio.to_thread.run_sync(self.grants.inspect, token, now)
                 if again.status != "replay" or again.family is None or again.successor is None:
                     return _error(400, "invalid_grant", "refresh token was already used", NO_STORE)
                 family, successor = again.family, again.successor
@@ -579,8 +582,9 @@ class AuthorizationServer:
 
     async def _end_family(self, family: Family) -> None:
         """Revoke a family; when it was the user's last session, tell the working copies."""
-        self.grants.revoke_family(family.family_id, self._clock())
-        if self._on_session_end is None or self.grants.subject_has_live_family(family.subject, self._clock()):
+        await anyio.to_thread.run_sync(self.grants.revoke_family, family.family_id, self._clock())
+        if self._on_session_end is None or await anyio.to_thread.run_sync(
+                self.grants.subject_has_live_family, family.subject, self._clock()):
             return
         try:
             await self._on_session_end(family.subject)
@@ -617,12 +621,12 @@ class AuthorizationServer:
         if not token or repeated:
             return _error(400, "invalid_request", "token is required", NO_STORE)
         client_id, _ = _single(form, "client_id")
-        family_id = self.grants.family_of(token)
+        family_id = await anyio.to_thread.run_sync(self.grants.family_of, token)
         if family_id is None:
             claims = self.codec.open(token)
             family_id = claims.family if claims is not None and claims.family else None
         if family_id is not None:
-            family = self.grants.load_family(family_id)
+            family = await anyio.to_thread.run_sync(self.grants.load_family, family_id)
             # A public client may only revoke its own tokens; anything else is silently ignored.
             if family is not None and (client_id is None or secrets.compare_digest(client_id, family.client_id)):
                 await self._end_family(family)

@@ -3,13 +3,15 @@
 Real components only: a store process (local disk, then S3 on SeaweedFS), two
 `brain-connector serve` processes sharing a temporary state directory and state key,
 Caddy's `reverse_proxy` with `lb_policy round_robin` in front of them, and the official
-MCP client SDK signing in with OAuth through Caddy. Each replica's /metrics (asked
+MCP client SDK signing in with OAuth through Caddy (and, once, with the state in a SeaweedFS
+bucket instead of a directory: nothing shared but the bucket). Each replica's /metrics (asked
 directly, not through Caddy) shows which one answered each step of a sign-in: the
 page and its submission, the submission and the token request, land on different
 replicas. Then two users memorize at once through Caddy and every acknowledged memory
 is in the store's archive; a browser signs in to the web app and loads pages at both
 replicas, and its sign-out holds at both; a refresh token is rotated at one replica and then the
-other; a revocation at one replica ends the sign-in at both; and a store token rotated
+other; a code is redeemed once across replicas; a refresh token replayed at the other
+replica ends the sign-in at both; a revocation at one replica ends the sign-in at both; and a store token rotated
 with `brain-store user rotate` stops working on both replicas.
 """
 
@@ -34,10 +36,11 @@ import pytest
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from connector.oauth.pkce import s256
 from connector.oauth.state import REVOCATIONS_FRESH_S
 from connector.workcopy.manager import SIGN_IN_AGAIN
 from tests.connector.conftest import StoreUser, brains_of, download_brain, memory_ids, running_store
-from tests.connector.oauth.live import MemoryStorage, running_connector, signed_in_provider
+from tests.connector.oauth.live import MemoryStorage, flat_query, login_id_of, running_connector, signed_in_provider
 from tests.s3.servers import seaweedfs, wait_for_token, weed_binary
 from tests.support.caddy import caddy_round_robin
 from tests.support.processes import REPO_ROOT, ServerProcess, console_script, free_port, run_server
@@ -179,6 +182,28 @@ def refused_within(replicas: list[ServerProcess], access_token: str, bound_s: fl
         time.sleep(0.05)
 
 
+def code_redeemed_once(replicas: list[ServerProcess], public_url: str, user: StoreUser) -> None:
+    """A sign-in by hand with each step at the other replica; its code redeemed at one replica is
+    refused at the other."""
+    redirect, verifier = "http://127.0.0.1:1/callback", secrets.token_urlsafe(48)
+    first, second = replicas[0].base_url, replicas[1].base_url
+    client_id = httpx.post(first + "/register", json={"redirect_uris": [redirect], "client_name": "by hand"},
+                           timeout=30).json()["client_id"]
+    page = httpx.get(second + "/authorize", timeout=30, params={
+        "response_type": "code", "client_id": client_id, "redirect_uri": redirect, "state": "s",
+        "code_challenge": s256(verifier), "code_challenge_method": "S256", "resource": public_url + "/mcp"})
+    assert page.status_code == 200, page.text
+    done = httpx.post(first + "/authorize/complete", timeout=30,
+                      data={"login_id": login_id_of(page.text), "token": user.token, "action": "allow"})
+    assert done.status_code == 303, done.text
+    code = flat_query(done.headers["location"])["code"]
+    exchange = {"grant_type": "authorization_code", "code": code, "client_id": client_id, "redirect_uri": redirect,
+                "code_verifier": verifier, "resource": public_url + "/mcp"}
+    assert httpx.post(second + "/token", data=exchange, timeout=30).status_code == 200
+    again = httpx.post(first + "/token", data=exchange, timeout=30)
+    assert again.status_code == 400 and again.json()["error"] == "invalid_grant", again.text
+
+
 async def run_scenario(store: Store, tmp_path: Path, state: dict[str, str] | None = None) -> None:
     """``state``: where the replicas keep their state (CONNECTOR_STATE_URL...); default a shared directory."""
     alice, bob, carol = store.add_user("alice"), store.add_user("bob"), store.add_user("carol")
@@ -234,6 +259,8 @@ async def run_scenario(store: Store, tmp_path: Path, state: dict[str, str] | Non
             assert renewed.status_code == 200, renewed.text
             token, access = renewed.json()["refresh_token"], renewed.json()["access_token"]
             assert [accepts(other, access) for other in replicas] == [200, 200]
+
+        await asyncio.to_thread(code_redeemed_once, replicas, public_url, carol)
 
         # A refresh token replayed at the other replica after its successor was used: reuse, the
         # whole sign-in ends at both replicas.

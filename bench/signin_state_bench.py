@@ -13,8 +13,8 @@ the directory, so only the OAuth state differs). For each it measures, wall cloc
 
 Usage::
 
-    .venv/bin/python bench/state_bench.py                  # 20 sign-ins, 200 tool calls, 3 runs
-    .venv/bin/python bench/state_bench.py --quick          # 5 sign-ins, 50 tool calls, 1 run
+    .venv/bin/python bench/signin_state_bench.py                  # 20 sign-ins, 200 tool calls, 3 runs
+    .venv/bin/python bench/signin_state_bench.py --quick          # 5 sign-ins, 50 tool calls, 1 run
 
 Figures are noisy on a shared machine: compare the two configurations of one run.
 """
