@@ -342,9 +342,11 @@ def build_parts(settings: ConnectorSettings, *, tuning: ManagerTuning | None = N
     """Construct the connector's components from settings (no I/O beyond the state directory)."""
     # With the state in a bucket the key is configured (settings refuse anything else).
     state_key, _source = load_state_key(None if settings.state_url else settings.state_dir, settings.state_key)
-    shared = open_state(settings)  # the working copies' state and the shared limits (directory or S3)
+    shared = open_state(settings)  # the OAuth state in a bucket, the working copies' state (directory or S3)
     state = OAuthState(settings.state_dir, state_key, docs=shared if settings.state_url else None)
     local = settings.state_url is None
+    # Brain heads and limit counters: a crash may lose a write of theirs at no cost (no fsync).
+    volatile = open_state(settings, fsync=False) if local else shared
     codec = AccessTokenCodec(state_key)
     # An archive larger than what a brain may unpack to is not even downloaded whole.
     store = StoreClient(settings.store_url, timeout_s=settings.store_timeout_s, max_archive_bytes=settings.max_brain_bytes)
@@ -366,8 +368,8 @@ def build_parts(settings: ConnectorSettings, *, tuning: ManagerTuning | None = N
         journal=HeldWriteJournal(shared, state_key) if shared is not None else None,
         # Shared with the other workers and replicas: a push through one is seen by a read through
         # any other at once (directory), or within a second (S3: heads are cached that long).
-        heads=BrainHeads(shared, max_age_s=0.0 if local else S3_HEAD_MAX_AGE_S, inline=local)
-        if shared is not None else None,
+        heads=BrainHeads(volatile, max_age_s=0.0 if local else S3_HEAD_MAX_AGE_S, inline=local)
+        if volatile is not None else None,
     )
     # Hybrid recall's vectors: sealed under the state key in the state, when there is one.
     vectors = VectorStore(state=shared, state_key=state_key)
@@ -378,7 +380,7 @@ def build_parts(settings: ConnectorSettings, *, tuning: ManagerTuning | None = N
     PullReview(manager, tools)
     return ConnectorParts(
         settings, store, state, codec, manager, tools, McpEndpoint(tools), McpEndpoint(tools, bound=True),
-        signin_limiter(settings.limits_dir, settings.signin_attempts_per_min, shared),
+        signin_limiter(settings.limits_dir, settings.signin_attempts_per_min, volatile),
     )
 
 

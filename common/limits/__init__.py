@@ -4,10 +4,12 @@ from common.limits.address import TrustedProxies, client_address, limit_key, par
 from common.limits.rate import TokenBucketLimiter
 from common.limits.shared import SharedTokenBucketLimiter
 from common.limits.stored import StoredTokenBucketLimiter
+from common.limits.synced import SyncedTokenBucketLimiter
 
 __all__ = [
     "SharedTokenBucketLimiter",
     "StoredTokenBucketLimiter",
+    "SyncedTokenBucketLimiter",
     "TokenBucketLimiter",
     "TrustedProxies",
     "client_address",

@@ -340,6 +340,7 @@ class WorkingCopyManager:
         self.journal = journal
         # Each brain's head, shared with the other processes on the state directory (None: alone).
         self.heads = heads
+        self._publishing: set[asyncio.Task[None]] = set()  # heads being published (remote state)
         # Per subject: the kinds of the writes recovered from the journal at start-up (told once).
         self._recovered: dict[str, list[str]] = {}
         self.long_lived = LongLivedObjects()
@@ -445,6 +446,8 @@ class WorkingCopyManager:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._maintenance
             self._maintenance = None
+        if self._publishing:
+            await asyncio.wait(list(self._publishing), timeout=push_timeout_s)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.flush(), timeout=push_timeout_s)
 
@@ -714,13 +717,25 @@ class WorkingCopyManager:
         return await asyncio.to_thread(heads.read, copy.brain_id)
 
     async def _publish(self, copy: WorkingCopy) -> None:
-        """After a push the store accepted: publish the brain's new head for the other processes."""
+        """After a push the store accepted: publish the brain's new head for the other processes.
+
+        On a remote state (S3: a GET and a conditional PUT) the write is not waited for: the
+        tool answers at once and the copy takes the new token as seen when it is published. The
+        copy holds at least what it pushed by then, so taking that token never hides a change."""
         heads = self.heads
-        if heads is not None and copy.brain_id is not None:
-            if heads.inline:
-                copy.head_seen = heads.publish(copy.brain_id, copy.head_seen)
-            else:
-                copy.head_seen = await asyncio.to_thread(heads.publish, copy.brain_id, copy.head_seen)
+        if heads is None or copy.brain_id is None:
+            return
+        if heads.inline:
+            copy.head_seen = heads.publish(copy.brain_id, copy.head_seen)
+            return
+        brain_id, seen = copy.brain_id, copy.head_seen
+
+        async def publish() -> None:
+            copy.head_seen = await asyncio.to_thread(heads.publish, brain_id, seen)
+
+        task = asyncio.create_task(publish(), name="workcopy-publish-head")
+        self._publishing.add(task)
+        task.add_done_callback(self._publishing.discard)
 
     async def snapshot(self, account: Account, *, fresh_list: bool = False) -> Snapshot:
         """A fresh-enough read view of the user's active brain (pulling it if needed);

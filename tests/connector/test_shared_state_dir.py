@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import subprocess
 import sys
 import textwrap
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from common.docstore import open_document_store
 from connector.mcp.tools import BrainTools, Caller
@@ -53,14 +55,30 @@ def _ids(result: Any) -> list[str]:
     return [hit["id"] for hit in result.structured_content["results"]]
 
 
-def test_a_write_through_one_process_is_recalled_at_once_through_another(store: RunningStore, tmp_path: Path) -> None:
-    alice = store.add_user("alice")
+# A remote state (S3) as the connector uses it: heads cached this long, read and published off the loop.
+REMOTE_MAX_AGE_S = 0.3
+
+
+@pytest.mark.parametrize("remote", [False, True], ids=["directory", "remote-cached"])
+def test_a_write_through_one_process_is_recalled_at_once_through_another(store: RunningStore, tmp_path: Path,
+                                                                        remote: bool) -> None:
+    """At once on a state directory; within the cache's bound (1 s on S3) on a remote state."""
+    alice = store.add_user(f"alice-{remote}")
     brain_id = brains_of(store.url, alice.token)[0]["id"]
     direct_memorize(store.url, alice.token, brain_id, "The office plants are watered on Mondays")
     state = tmp_path / "state"
 
+    def heads() -> BrainHeads:
+        if remote:
+            return BrainHeads(open_document_store(state, fsync=False), max_age_s=REMOTE_MAX_AGE_S, inline=False)
+        return BrainHeads(open_document_store(state))
+
+    async def settle() -> None:
+        if remote:  # the bound: a head read is at most this old
+            await asyncio.sleep(REMOTE_MAX_AGE_S + 0.05)
+
     async def scenario() -> None:
-        (first, first_store), (second, second_store) = _manager(store, BrainHeads(open_document_store(state))), _manager(store, BrainHeads(open_document_store(state)))
+        (first, first_store), (second, second_store) = _manager(store, heads()), _manager(store, heads())
         caller = Caller(_account(alice), ALL)
         one, two = BrainTools(first), BrainTools(second)
         try:
@@ -74,11 +92,13 @@ def test_a_write_through_one_process_is_recalled_at_once_through_another(store: 
             for round_ in range(3):
                 saved = await one.call("brain_memorize", {"content": f"Deploy freeze number {round_} starts on Thursday"}, caller)
                 new_id = saved.structured_content["stored"]["id"]
+                await settle()
                 found = await two.call("brain_recall", {"query": f"deploy freeze number {round_}"}, caller)
                 assert new_id in _ids(found)  # within the hour-long interval: the head said so
                 # and the other way round: a write through the second is seen by the first
                 saved = await two.call("brain_memorize", {"content": f"Release train {round_} leaves at nine"}, caller)
                 other_id = saved.structured_content["stored"]["id"]
+                await settle()
                 assert other_id in _ids(await one.call("brain_recall", {"query": f"release train {round_}"}, caller))
             # A pushing copy takes its own head as seen: its next read asks the store nothing.
             before = first_store.downloads
@@ -171,12 +191,16 @@ _HOLDER = textwrap.dedent(
 )
 
 
-@contextlib.contextmanager
-def _holder(state: Path, subject: str, token: str, brain_id: str) -> Iterator[subprocess.Popen[str]]:
+def _holder(state: Path, subject: str, token: str, brain_id: str) -> Any:
     """Another process holding one journal document ("f" * 32) in the state ``state`` until it is killed."""
-    process = subprocess.Popen(
-        [sys.executable, "-c", _HOLDER, str(state), subject, token, brain_id], stdout=subprocess.PIPE, cwd=REPO_ROOT, text=True
-    )
+    return holding(_HOLDER, str(state), subject, token, brain_id)
+
+
+@contextlib.contextmanager
+def holding(script: str, *args: str, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[str]]:
+    """A Python process running ``script`` with ``args``, once it printed "holding"; killed at the end."""
+    process = subprocess.Popen([sys.executable, "-c", script, *args], stdout=subprocess.PIPE, cwd=REPO_ROOT, text=True,
+                               env={**os.environ, **env} if env else None)
     try:
         assert process.stdout is not None and process.stdout.readline().strip() == "holding"
         yield process

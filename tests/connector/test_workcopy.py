@@ -678,12 +678,12 @@ def test_a_held_write_the_journal_cannot_keep_is_said_to_be_not_saved(store: Run
     from connector.workcopy.journal import HeldWriteJournal
 
     user = store.add_user("unjournaled")
-    blocker = tmp_path / "not-a-directory"
-    blocker.write_text("a file where the journal's directory should be")
+    state = open_document_store(tmp_path / "state")
+    (tmp_path / "state" / "held").write_text("a file where the journal's directory should be")
 
     async def scenario() -> None:
         client = FlakyUploads(store.url)
-        journal = HeldWriteJournal(open_document_store(blocker), bytes(32))
+        journal = HeldWriteJournal(state, bytes(32))
         manager = WorkingCopyManager(client, tuning=ManagerTuning(held_retry_s=60.0), journal=journal)
         tools = BrainTools(manager)
         caller = Caller(account_for(user), ALL)
