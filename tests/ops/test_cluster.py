@@ -18,7 +18,6 @@ import secrets
 import signal
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -30,6 +29,7 @@ from tests.connector.oauth.live import MemoryStorage
 from tests.ops.cluster import BACKENDS, CONNECTOR_REPLICAS, Cluster, running_cluster
 from tests.ops.test_replicas_behind_caddy import accepts, call_tool, refresh, refused_within, sign_in
 from tests.s3.servers import S3Service, seaweedfs, weed_binary
+from tests.support.signin import csrf_of, wrong_web_sign_ins
 from tests.support.tools import missing_tool
 
 # One worker runs the whole module (`make test` is -n 2 --dist loadgroup): one cluster per backend, not one per worker.
@@ -125,23 +125,19 @@ async def test_two_users_memorizing_at_once_keep_every_acknowledged_memory_once(
             assert sum(fact in text for text in stored.values()) == 1, (user.name, fact)
 
 
-def _csrf(html: str) -> str:
-    return html.split('name="csrf" value="', 1)[1].split('"', 1)[0]
-
-
 def test_a_web_app_session_is_valid_at_every_replica_and_signed_out_at_all(cluster: Cluster) -> None:
     user = _user(cluster)
     origin = {"Origin": cluster.front.base_url}
     with httpx.Client(base_url=cluster.front.base_url, timeout=30, follow_redirects=False) as browser:
         page = browser.get("/app/signin")
-        done = browser.post("/app/signin", data={"csrf": _csrf(page.text), "token": user.token}, headers=origin)
+        done = browser.post("/app/signin", data={"csrf": csrf_of(page.text), "token": user.token}, headers=origin)
         assert done.status_code == 303 and done.headers["location"] == "/app", done.text
         cookie = browser.cookies.get("brain-app")
         assert cookie
         for replica in cluster.connectors:
             home = httpx.get(replica.base_url + "/app", cookies={"brain-app": cookie}, timeout=30)
             assert home.status_code == 200, (replica.base_url, home.status_code)
-        out = browser.post("/app/signout", data={"csrf": _csrf(home.text)}, headers=origin)
+        out = browser.post("/app/signout", data={"csrf": csrf_of(home.text)}, headers=origin)
         assert out.status_code == 303
     for replica in cluster.connectors:
         assert httpx.get(replica.base_url + "/app", cookies={"brain-app": cookie}, timeout=30).status_code == 303
@@ -211,28 +207,12 @@ async def test_a_held_write_of_a_killed_replica_is_pushed_once_by_another(cluste
 
 def test_sign_in_attempts_from_one_address_are_limited_across_replicas(cluster: Cluster) -> None:
     address = f"203.0.113.{secrets.randbelow(200) + 20}"  # a stranger's, through the balancer
-    headers = {"X-Forwarded-For": address, "Origin": cluster.front.base_url}
     attempts = SIGNIN_ATTEMPTS_PER_MIN * CONNECTOR_REPLICAS
-    checked = limited = 0
     started = time.monotonic()
-    with httpx.Client(base_url=cluster.front.base_url, timeout=30, follow_redirects=False) as browser:
-        for _ in range(attempts):
-            page = browser.get("/app/signin", headers=headers)
-            answer = browser.post("/app/signin", headers=headers,
-                                  data={"csrf": _csrf(page.text), "token": "wrong-" + secrets.token_hex(16)})
-            if answer.status_code == 401:
-                checked += 1
-            elif answer.status_code == 429 and "Too many sign-in attempts from here" in answer.text:
-                limited += 1
-            else:
-                raise AssertionError(f"unexpected answer {answer.status_code}: {answer.text[:300]}")
+    checked, limited = wrong_web_sign_ins([cluster.front.base_url], address, attempts)
     refilled = int((time.monotonic() - started) * SIGNIN_ATTEMPTS_PER_MIN / 60) + 1
     # One process's budget (plus what refilled meanwhile), not one per replica.
     assert SIGNIN_ATTEMPTS_PER_MIN <= checked <= SIGNIN_ATTEMPTS_PER_MIN + refilled, (checked, limited)
     assert checked + limited == attempts
     # Counted per address: another one still has its budget (the balancer passed the address on).
-    page = httpx.get(cluster.front.base_url + "/app/signin")
-    other = httpx.post(cluster.front.base_url + "/app/signin", cookies=page.cookies,
-                       headers={"X-Forwarded-For": "198.51.100.7", "Origin": cluster.front.base_url},
-                       data={"csrf": _csrf(page.text), "token": "wrong-" + secrets.token_hex(16)})
-    assert other.status_code == 401, other.status_code
+    assert wrong_web_sign_ins([cluster.front.base_url], "198.51.100.7", 1) == (1, 0)
