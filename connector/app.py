@@ -49,7 +49,15 @@ from connector.workcopy.store_client import StoreClient, StoreError, StoreUnauth
 from connector.workcopy.vectors import VectorStore
 from common.docstore import DocumentStoreError
 from common.host_guard import AllowedHosts, host_guard
-from common.limits import TokenBucketLimiter, TrustedProxies, client_address, limit_key
+from common.docstore import DocumentStore
+from common.limits import (
+    StoredTokenBucketLimiter,
+    SyncedTokenBucketLimiter,
+    TokenBucketLimiter,
+    TrustedProxies,
+    client_address,
+    limit_key,
+)
 
 log = logging.getLogger("connector.http")
 
@@ -128,12 +136,24 @@ async def log_server_error(exc: Exception, scope: Scope) -> None:
 # ----- rate limits ------------------------------------------------------------
 
 
+# /mcp requests per address: where they are counted in the shared state, and how often (seconds).
+MCP_LIMITS_PREFIX = "limits/mcp-requests"
+MCP_LIMITS_SYNC_S = 1.0
+
+
 class _Limits:
     """Per-address limits for /mcp, on the store's limiter and client-address rules (store/limits)."""
 
-    def __init__(self, settings: ConnectorSettings) -> None:
+    def __init__(self, settings: ConnectorSettings, state: DocumentStore | None = None) -> None:
         self._trusted = TrustedProxies.parse(settings.trust_proxy)
-        self._limiter = TokenBucketLimiter(settings.mcp_rate_per_min) if settings.mcp_rate_per_min else None
+        rate = settings.mcp_rate_per_min
+        self._limiter: TokenBucketLimiter | SyncedTokenBucketLimiter | None = None
+        if rate and state is not None:
+            # Decided here at once; counted across the replicas sharing the state every second.
+            shared = StoredTokenBucketLimiter(state, MCP_LIMITS_PREFIX, rate, rate)
+            self._limiter = SyncedTokenBucketLimiter(shared, rate, rate, interval_s=MCP_LIMITS_SYNC_S)
+        elif rate:
+            self._limiter = TokenBucketLimiter(rate)
 
     def client_address(self, scope: Scope) -> str:
         """The client's address: the right-most untrusted X-Forwarded-For hop behind a trusted proxy."""
@@ -301,6 +321,8 @@ class ConnectorParts:
     brain_endpoint: McpEndpoint
     # Sign-in attempts per client address, one budget for the OAuth page and the web app (and every worker).
     signin_checks: SignInChecks | None = None
+    # Where limits shared by replicas are counted (None: no shared state).
+    limits_state: DocumentStore | None = None
 
 
 class _StateChoices:
@@ -380,7 +402,7 @@ def build_parts(settings: ConnectorSettings, *, tuning: ManagerTuning | None = N
     PullReview(manager, tools)
     return ConnectorParts(
         settings, store, state, codec, manager, tools, McpEndpoint(tools), McpEndpoint(tools, bound=True),
-        signin_limiter(settings.limits_dir, settings.signin_attempts_per_min, volatile),
+        signin_limiter(settings.limits_dir, settings.signin_attempts_per_min, volatile), volatile,
     )
 
 
@@ -408,7 +430,7 @@ def create_app(settings: ConnectorSettings, *, tuning: ManagerTuning | None = No
     """The connector's Litestar application."""
     parts = build_parts(settings, tuning=tuning)
     oauth = _oauth_mount(parts)
-    limits = _Limits(settings)
+    limits = _Limits(settings, parts.limits_state)
     gate = McpGate(settings, parts.endpoint, oauth.verify_access, limits)
     brain_gate = McpGate(settings, parts.brain_endpoint, oauth.verify_access, limits, parts.manager, bound=True)
 

@@ -76,9 +76,9 @@ class Holder:
 
     def gone(self) -> bool:
         """Whether this holder is a process of this host that no longer runs (False when unknown)."""
-        if self.host != _HOST:
-            return False
-        return _process_start(self.pid) != self.start or self.start is None
+        if self.host != _HOST or self.start is None:
+            return False  # another host, or no /proc to tell: only the lease's expiry says
+        return _process_start(self.pid) != self.start
 
 
 _HOST = _host_id()

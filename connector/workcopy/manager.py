@@ -725,8 +725,8 @@ class WorkingCopyManager:
         heads = self.heads
         if heads is None or copy.brain_id is None:
             return
-        if heads.inline:
-            copy.head_seen = heads.publish(copy.brain_id, copy.head_seen)
+        if heads.inline:  # a state directory: a locked rename, ~1-4 ms, kept off the event loop
+            copy.head_seen = await asyncio.to_thread(heads.publish, copy.brain_id, copy.head_seen)
             return
         brain_id, seen = copy.brain_id, copy.head_seen
 

@@ -174,3 +174,33 @@ def test_token_buckets_on_s3_grant_one_budget_to_several_processes(weed: S3Servi
     location = f"s3://{weed.new_bucket()}/{PREFIX}"
     # 45 attempts from three processes racing on one S3 document: one budget of 20.
     assert 20 <= granted_by_processes(location, weed.endpoint, 20, 15) <= 21
+
+
+MCP_RATE = 12  # /mcp requests per address and minute, for the test
+
+
+def test_mcp_requests_from_one_address_get_about_one_budget_across_three_connectors(tmp_path: Path,
+                                                                                    weed: S3Service) -> None:
+    """Decided at each connector at once, counted across them every second: one budget, late by one interval."""
+    bucket = weed.new_bucket()
+    running, store_manager = start_store(tmp_path)
+    address = f"203.0.113.{secrets.randbelow(200) + 20}"
+    env = {**_state_env(weed, bucket), "CONNECTOR_MCP_RATE_PER_MIN": str(MCP_RATE)}
+    statuses: list[int] = []
+    try:
+        with contextlib.ExitStack() as stack:
+            replicas = [stack.enter_context(connector(tmp_path / f"c{index}", running, env=env)) for index in range(3)]
+            for round_ in range(3):  # each round: a burst at every replica, then more than a sync interval
+                for attempt in range(MCP_RATE):
+                    base = replicas[attempt % 3].base_url
+                    answer = httpx.post(base + "/mcp", json={}, timeout=30, headers={"X-Forwarded-For": address})
+                    statuses.append(answer.status_code)
+                time.sleep(2.5)
+    finally:
+        store_manager.__exit__(None, None, None)  # type: ignore[attr-defined]
+    passed = [status for status in statuses if status != 429]
+    assert set(passed) <= {401}, statuses  # past the limit: asked for a token
+    # One budget of 12, plus what the other replicas let through in the one interval before they
+    # learned it was spent (4 each here) and a few refilled: not one budget per connector (all 36).
+    assert MCP_RATE <= len(passed) <= MCP_RATE + 2 * (MCP_RATE // 3) + 3, statuses
+    assert statuses[-MCP_RATE:].count(429) >= MCP_RATE - 3, statuses  # the last round: spent, but what refilled
