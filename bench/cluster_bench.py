@@ -136,8 +136,10 @@ def measure(backends: list[str], runs: int, sign_ins: int, calls: int, writes: i
         clusters: dict[str, tuple[Cluster, str]] = {}
         for backend in backends:
             (tmp / backend).mkdir()
-            # No per-address sign-in limit: every sign-in of the benchmark comes from 127.0.0.1.
-            cluster = stack.enter_context(running_cluster(tmp / backend, s3, backend, CONNECTOR_SIGNIN_ATTEMPTS_PER_MIN="0"))
+            # No per-address limits (sign-ins, /mcp requests, counted across the replicas): every
+            # request of the benchmark comes from 127.0.0.1.
+            cluster = stack.enter_context(running_cluster(tmp / backend, s3, backend, CONNECTOR_SIGNIN_ATTEMPTS_PER_MIN="0",
+                                                          CONNECTOR_MCP_RATE_PER_MIN="0"))
             clusters[backend] = (cluster, cluster.add_user("bench").token)
         for _ in range(runs):
             for backend, (cluster, token) in clusters.items():
