@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from common.docstore import open_document_store
@@ -28,6 +27,7 @@ from tests.connector.conftest import brains_of, download_brain, memory_ids, star
 from tests.connector.test_e2e_tools import connector, mcp_session, mint, structured
 from tests.connector.test_shared_state_dir import holding
 from tests.s3.servers import CREDENTIALS, S3Service
+from tests.support.signin import wrong_web_sign_ins
 from tests.store.unit.test_limits_stored import granted_by_processes
 
 pytestmark = pytest.mark.timeout(300)
@@ -94,34 +94,17 @@ def test_a_held_write_of_a_killed_connector_is_pushed_once_by_another(tmp_path: 
         store_manager.__exit__(None, None, None)  # type: ignore[attr-defined]
 
 
-def _csrf(html: str) -> str:
-    return html.split('name="csrf" value="', 1)[1].split('"', 1)[0]
-
-
 def test_sign_in_attempts_from_one_address_are_limited_across_three_connectors(tmp_path: Path, weed: S3Service) -> None:
     bucket = weed.new_bucket()
     running, store_manager = start_store(tmp_path)
     address = f"203.0.113.{secrets.randbelow(200) + 20}"
     attempts = SIGNIN_ATTEMPTS_PER_MIN * 3
-    checked = limited = 0
     try:
         with contextlib.ExitStack() as stack:
             replicas = [stack.enter_context(connector(tmp_path / f"c{index}", running, env=_state_env(weed, bucket)))
                         for index in range(3)]
-            started = time.monotonic()
-            for attempt in range(attempts):
-                base = replicas[attempt % 3].base_url  # round robin, no stickiness
-                headers = {"X-Forwarded-For": address, "Origin": base}
-                with httpx.Client(base_url=base, timeout=30, follow_redirects=False) as browser:
-                    page = browser.get("/app/signin", headers=headers)
-                    answer = browser.post("/app/signin", headers=headers,
-                                          data={"csrf": _csrf(page.text), "token": "wrong-" + secrets.token_hex(16)})
-                if answer.status_code == 401:
-                    checked += 1
-                elif answer.status_code == 429 and "Too many sign-in attempts from here" in answer.text:
-                    limited += 1
-                else:
-                    raise AssertionError(f"unexpected answer {answer.status_code}: {answer.text[:300]}")
+            started = time.monotonic()  # round robin over the connectors, no stickiness
+            checked, limited = wrong_web_sign_ins([replica.base_url for replica in replicas], address, attempts)
             refilled = int((time.monotonic() - started) * SIGNIN_ATTEMPTS_PER_MIN / 60) + 1
     finally:
         store_manager.__exit__(None, None, None)  # type: ignore[attr-defined]
