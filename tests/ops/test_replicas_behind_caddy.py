@@ -24,8 +24,7 @@ import shutil
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,7 +42,7 @@ from tests.connector.conftest import StoreUser, brains_of, download_brain, memor
 from tests.connector.oauth.live import MemoryStorage, flat_query, login_id_of, running_connector, signed_in_provider
 from tests.s3.servers import seaweedfs, wait_for_token, weed_binary
 from tests.support.caddy import caddy_round_robin
-from tests.support.processes import REPO_ROOT, ServerProcess, console_script, free_port, run_server
+from tests.support.processes import REPO_ROOT, ServerProcess, console_script, free_port
 from tests.support.tools import missing_tool
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
