@@ -30,9 +30,9 @@ test: $(STAMP)
 image-test: $(STAMP)
 	BRAIN_STORE_IMAGE_TEST=1 $(BIN)/python -m pytest -q -s -p no:cacheprovider -n 0 tests/image
 
-## Extract the pages' messages and update every catalog (connector/web/locale/*/LC_MESSAGES/messages.po).
+## Extract the pages' messages and update every catalog (connector/i18n/locale/*/LC_MESSAGES/messages.po).
 ## New messages arrive untranslated; translate them (tests/connector/webapp/test_i18n_catalogs.py checks).
-LOCALE_DIR := connector/web/locale
+LOCALE_DIR := connector/i18n/locale
 messages: $(STAMP)
 	$(BIN)/pybabel extract -F babel.cfg -k N_ -k Text --no-location --sort-by-file --omit-header \
 		--add-comments=Translators: -o $(LOCALE_DIR)/messages.pot .

@@ -41,7 +41,7 @@ from connector.settings import ConnectorSettings, SettingsError
 from connector.state import open_state
 from connector.state.sealing import load_state_key
 from connector.thinking.source import ModelError, ModelSource
-from connector.web.i18n import LocaleMiddleware
+from connector.i18n import LocaleMiddleware
 from connector.workcopy.heads import S3_HEAD_MAX_AGE_S, BrainHeads
 from connector.workcopy.indexdisk import IndexDisk
 from connector.workcopy.journal import HeldWriteJournal
@@ -527,7 +527,7 @@ def create_app(settings: ConnectorSettings, *, tuning: ManagerTuning | None = No
     app.state.connector = parts
     app.state.oauth = oauth
     app.state.webapp = web
-    # Each page request's language (connector/web/i18n.py): the switch's cookie, else Accept-Language.
+    # Each page request's language (connector/i18n/__init__.py): the switch's cookie, else Accept-Language.
     app.asgi_handler = LocaleMiddleware(app.asgi_handler)
     # Outermost: /metrics and request/tool/pull/push series (connector/metrics.py).
     app.asgi_handler = observability_layer(app.asgi_handler, parts)

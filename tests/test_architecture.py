@@ -55,3 +55,22 @@ def test_storage_holds_archives_and_blobs_only() -> None:
 def test_upload_does_not_import_the_service() -> None:
     # The service drives uploads; uploads see it only through the UploadTarget protocol.
     assert "store.service" not in imported_modules(ROOT / "store" / "upload.py")
+
+
+@pytest.mark.parametrize(
+    ("package", "forbidden"),
+    [
+        # The connector's state and the pages' shared parts are below the OAuth server and the web app.
+        ("connector/state", ("connector.oauth", "connector.webapp", "connector.workcopy", "connector.mcp")),
+        ("connector/i18n", ("connector.oauth", "connector.web", "connector.webapp", "connector.mcp")),
+        ("connector/oauth", ("connector.webapp",)),
+    ],
+)
+def test_connector_layers_import_only_downwards(package: str, forbidden: tuple[str, ...]) -> None:
+    offending = [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path, names in first_party_imports(package).items()
+        for name in names
+        if name.startswith(forbidden)
+    ]
+    assert offending == []

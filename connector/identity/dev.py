@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from connector.identity.base import Identity
-from connector.web.i18n import N_
+from connector.i18n import N_
 
 DEV_SUBJECT = "dev:local"
 DEV_WARNING = N_(

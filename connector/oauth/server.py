@@ -53,7 +53,7 @@ from connector.oauth.signin_limit import SignInChecks, signin_wait
 from connector.oauth.pkce import is_valid_challenge, verifier_matches
 from connector.state.sealing import SecretBox
 from connector.oauth.tokens import ACCESS_TOKEN_TTL_S, AccessClaims, AccessTokenCodec
-from connector.web.i18n import N_, Text
+from connector.i18n import N_, Text
 
 log = logging.getLogger("connector.oauth")
 

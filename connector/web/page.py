@@ -17,8 +17,8 @@ from string import Template
 
 from connector.identity.dev import DEV_WARNING
 from connector.oauth.server import SCOPE_DESCRIPTIONS, SignInView
-from connector.web.i18n import QUERY_NAME, current_locale, ngettext, page_address, switch_links, translate
-from connector.web.i18n import gettext as _
+from connector.i18n import QUERY_NAME, current_locale, ngettext, page_address, switch_links, translate
+from connector.i18n import gettext as _
 
 # A CSP source we are willing to add for the redirect after the form (scheme://host[:port]).
 _ORIGIN_RE = re.compile(r"^https?://[A-Za-z0-9.\-]+(?::[0-9]{1,5})?$|^https?://\[[0-9A-Fa-f:.]+\](?::[0-9]{1,5})?$")

@@ -18,7 +18,7 @@ from connector.engine.ops import Forget, Operation, Pin, Unpin, Verify, connecto
 from connector.engine.restore import Restore
 from connector.engine.review import DECISIONS, Decide
 from connector.mcp.tools import BrainTools
-from connector.web.i18n import Text, message_of
+from connector.i18n import Text, message_of
 from connector.workcopy.manager import BrainUnavailable, UnknownBrain, WorkingCopyManager
 from connector.workcopy.model import Account, WriteOutcome
 from connector.workcopy.store_client import StoreError

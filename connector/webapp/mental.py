@@ -17,7 +17,7 @@ from connector.mcp.mental import MentalModels, ModelState
 from connector.mcp.tools import Caller, ToolFailure, snapshot_entries
 from connector.webapp.actions import ActionRefused
 from connector.webapp.markdown import render_markdown
-from connector.web.i18n import N_, Text
+from connector.i18n import N_, Text
 from connector.webapp.views import MemoryLine, line_of
 from connector.workcopy.manager import BrainUnavailable
 from connector.workcopy.model import Account

@@ -20,7 +20,7 @@ from markupsafe import Markup
 
 from connector.engine.jsvalues import parse_iso_ms
 from connector.mcp.http import path_segment
-from connector.web.i18n import Text, current_locale, listing, number, readable_instant, size, switch_links, translate, translations
+from connector.i18n import Text, current_locale, listing, number, readable_instant, size, switch_links, translate, translations
 
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "

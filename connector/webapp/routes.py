@@ -31,7 +31,7 @@ from connector.oauth.signin_limit import SignInChecks, signin_limiter, signin_wa
 from connector.oauth.state import OAuthState
 from connector.state.sealing import SecretBox
 from connector.webapp.actions import ActionRefused, BrainActions, Done
-from connector.web.i18n import N_, Text, gettext, message_of, not_this_address
+from connector.i18n import N_, Text, gettext, message_of, not_this_address
 from connector.webapp.guard import Site, new_signin_token, same_origin, session_of, site_of, tokens_match
 from connector.webapp.pages import STATIC_TYPES, page_headers, render, static_file
 from connector.webapp.mental import MentalViews

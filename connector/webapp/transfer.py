@@ -27,7 +27,7 @@ from connector.engine.ops import Memorize
 from connector.engine.restore import frontmatter_values
 from connector.engine.rules import iso_ms
 from connector.engine.text import memory_body
-from connector.web.i18n import Text
+from connector.i18n import Text
 
 FORMAT = "brain-store/memories"
 VERSION = 1

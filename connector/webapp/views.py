@@ -23,7 +23,7 @@ from connector.engine.titles import plain_title
 from connector.mcp.tools import BrainTools
 from connector.webapp.graph import Graph, neighbourhood
 from connector.webapp.history import BrainDiff, diff_brains
-from connector.web.i18n import N_, Text
+from connector.i18n import N_, Text
 from connector.webapp.markdown import render_markdown
 from connector.workcopy.manager import BrainUnavailable, WorkingCopyManager
 from connector.workcopy.model import Account, Snapshot

@@ -21,7 +21,7 @@ import httpx
 import pytest
 from babel.messages.pofile import read_po
 
-from connector.web.i18n import CATALOG_DIRS, catalog_path
+from connector.i18n import CATALOG_DIRS, catalog_path
 from tests.connector.oauth import live
 from tests.support.tools import needs_tool
 

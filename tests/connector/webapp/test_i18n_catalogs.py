@@ -11,7 +11,7 @@ from babel.messages.extract import extract_from_dir
 from babel.messages.frontend import parse_mapping_cfg
 from babel.messages.pofile import read_po
 
-from connector.web.i18n import CATALOG_DIRS, LOCALES, catalog_path, gettext, ngettext, translations
+from connector.i18n import CATALOG_DIRS, LOCALES, catalog_path, gettext, ngettext, translations
 
 ROOT = Path(__file__).resolve().parents[3]
 KEYWORDS = {"_": None, "gettext": None, "ngettext": (1, 2), "N_": None, "Text": None}

@@ -9,7 +9,7 @@ from urllib.parse import quote
 
 import pytest
 
-from connector.web.i18n import COOKIE_NAME, negotiate, preferences, supported
+from connector.i18n import COOKIE_NAME, negotiate, preferences, supported
 
 from ..conftest import RunningStore
 from .conftest import BASE, app_client, csrf_of, sign_in

@@ -6,7 +6,7 @@ page; it is kept in a cookie), the cookie, the browser's ``Accept-Language`` neg
 Babel, else English. `LocaleMiddleware` decides it once per request and keeps it in a context
 variable, so rendering code asks `current_locale()` instead of threading the request through.
 
-Catalogs are the ``.po`` files under ``connector/web/locale``, compiled in memory at first
+Catalogs are the ``.po`` files under ``connector/i18n/locale``, compiled in memory at first
 use with Babel's own reader and writer (no build step, nothing generated to commit). English
 needs none: the messages are English. Messages made in Python are `Text` (a message with its
 parameters, translated when shown) or plain strings marked with `N_` for extraction.
@@ -181,7 +181,7 @@ def switch_links(fallback: str, prefix: str = "") -> list[LanguageLink]:
 
 def catalog_path(locale: str) -> Any:
     """The ``.po`` file of a translated locale (a Traversable inside the package)."""
-    return resources.files("connector.web").joinpath("locale", CATALOG_DIRS[locale], "LC_MESSAGES", "messages.po")
+    return resources.files("connector.i18n").joinpath("locale", CATALOG_DIRS[locale], "LC_MESSAGES", "messages.po")
 
 
 @lru_cache(maxsize=None)
