@@ -26,7 +26,7 @@ from connector.webapp.history import BrainDiff, diff_brains
 from connector.i18n import N_, Text
 from connector.webapp.markdown import render_markdown
 from connector.workcopy.manager import BrainUnavailable, WorkingCopyManager
-from connector.workcopy.model import Account, Snapshot
+from connector.workcopy.model import STATUS_MULTIPLE, STATUS_NO_BRAIN, Account, Identity, Snapshot
 from connector.workcopy.store_client import StoreError, StoreNotFound, VersionRecord
 
 SEARCH_LIMIT = 25
@@ -273,8 +273,7 @@ class BrainViews:
             pinned=[item[3] for item in pinned],
             pending=pending,
             pending_writes=snapshot.pending_writes,
-            # An empty brain gets the page's welcome instead of the tools' note.
-            note=None if snapshot.identity.empty and snapshot.brain_id else snapshot.identity.note,
+            note=_home_note(snapshot.identity, snapshot.brain_name),
             empty=(index is None or not index.memories) and not archived_count,
             recent=recent,
             page=page,
@@ -536,3 +535,14 @@ def _browse(index: BrainIndex, form: SearchForm) -> list[MemoryLine]:
         chosen.append((record.created_ms or 0, record.id, entry))
     chosen.sort(key=lambda item: (-item[0], item[1]))
     return [line_of(memory_id, entry) for _, memory_id, entry in chosen[:BROWSE_LIMIT]]
+
+
+def _home_note(identity: Identity, brain_name: str | None) -> Text | None:
+    """The home page's word on which brain is shown, in the page's language (the tools' note,
+    ``identity.note``, is English for the model). An empty brain gets the page's welcome instead."""
+    if identity.status == STATUS_NO_BRAIN:
+        return Text("This account has no brain at the store yet: the first memory you save creates one.")
+    if identity.status == STATUS_MULTIPLE and brain_name:
+        return Text("This account has %(count)s brains; this page shows '%(name)s'.",
+                    count=len(identity.brains), name=brain_name)
+    return None

@@ -185,3 +185,15 @@ def test_the_switch_keeps_a_proxy_path_prefix_and_static_files_do_not_vary(store
         assert hrefs and all(href.startswith("/brain/app/signin?x=1&amp;lang=") for href in hrefs), hrefs
         css = client.get("/app/static/app.css")
         assert "vary" not in css.headers and "content-language" not in css.headers
+
+
+def test_the_home_pages_word_on_the_account_is_in_the_pages_language(store: RunningStore) -> None:
+    newcomer = store.add_user("newcomer")  # no brain at the store yet
+    with app_client(store.url) as client:
+        client.cookies.set(COOKIE_NAME, "ja")
+        sign_in(client, newcomer.token)
+        home = client.get("/app")
+        assert home.status_code == 200 and _lang(home.text) == "ja"
+        assert "このアカウントにはまだストアにブレインがありません" in home.text
+        # The tools' English note for the model is not what the page shows.
+        assert "has no brain at the store yet" not in home.text
