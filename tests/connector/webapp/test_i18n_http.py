@@ -7,6 +7,7 @@ import re
 from typing import Any
 from urllib.parse import quote
 
+import httpx
 import pytest
 
 from connector.i18n import COOKIE_NAME, negotiate, preferences, supported
@@ -188,12 +189,15 @@ def test_the_switch_keeps_a_proxy_path_prefix_and_static_files_do_not_vary(store
 
 
 def test_the_home_pages_word_on_the_account_is_in_the_pages_language(store: RunningStore) -> None:
-    newcomer = store.add_user("newcomer")  # no brain at the store yet
+    alice = store.add_user("alice")
+    made = httpx.post(f"{store.url}/api/brains", headers={"Authorization": f"Bearer {alice.token}"},
+                      json={"name": "team notes"}, timeout=30)
+    assert made.status_code in (200, 201), made.text
     with app_client(store.url) as client:
         client.cookies.set(COOKIE_NAME, "ja")
-        sign_in(client, newcomer.token)
+        sign_in(client, alice.token)
         home = client.get("/app")
         assert home.status_code == 200 and _lang(home.text) == "ja"
-        assert "このアカウントにはまだストアにブレインがありません" in home.text
+        assert "このアカウントにはブレインが 2 個あります" in home.text
         # The tools' English note for the model is not what the page shows.
-        assert "has no brain at the store yet" not in home.text
+        assert "brains; serving" not in home.text and "Use brain_use" not in home.text
