@@ -41,6 +41,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from common.textsafety import escape_one_line
+from connector.i18n import Text
 from connector.engine.archive import ArchiveError, ArchiveLimits, ArchiveTooLarge, load_archive, pack_archive
 from connector.engine.brain import Brain
 from connector.engine.change import BrainChange, file_digests
@@ -78,7 +79,7 @@ log = logging.getLogger("connector.workcopy")
 # and this many without a cap (0). An index also leaves with the last copy of its content.
 INDEX_CACHE_MIN = 64
 INDEX_CACHE_UNCAPPED = 1024
-SIGN_IN_AGAIN = "The store refused this sign-in's credential; sign in again."
+SIGN_IN_AGAIN = Text("The store refused this sign-in's credential; sign in again.")
 # Told (subject, store credential, session) when the store refuses a store token for good.
 CredentialRefused = Callable[[str, str, str], None]
 
@@ -607,15 +608,16 @@ class WorkingCopyManager:
             await asyncio.to_thread(give_back_memory)
             limit_mb = self.tuning.archive_limits.max_inflated // (1024 * 1024)
             raise BrainUnavailable(
-                f"The brain '{escape_one_line(copy.brain_name)}' is larger than this connector accepts: it unpacks to more than "
-                f"{limit_mb} MiB (the operator's CONNECTOR_MAX_BRAIN_MB). The connector did not load it and "
-                "changed nothing."
+                Text("The brain '%(name)s' is larger than this connector accepts: it unpacks to more than "
+                     "%(limit)s MiB (the operator's CONNECTOR_MAX_BRAIN_MB). The connector did not load it and "
+                     "changed nothing.", name=escape_one_line(copy.brain_name), limit=limit_mb)
             ) from None
         except ArchiveError as exc:
             await asyncio.to_thread(give_back_memory)
             raise BrainUnavailable(
-                f"The brain '{escape_one_line(copy.brain_name)}' at the store could not be read safely ({exc}); "
-                "the connector did not use it and changed nothing."
+                Text("The brain '%(name)s' at the store could not be read safely (%(reason)s); "
+                     "the connector did not use it and changed nothing.", name=escape_one_line(copy.brain_name),
+                     reason=str(exc))
             ) from None
 
     async def _pull(self, copy: WorkingCopy, *, conditional: bool) -> None:
@@ -692,7 +694,7 @@ class WorkingCopyManager:
         except StoreUnreachable:
             if never_pulled:
                 raise BrainUnavailable(
-                    "The store cannot be reached right now, so the brain could not be loaded. Try again shortly."
+                    Text("The store cannot be reached right now, so the brain could not be loaded. Try again shortly.")
                 ) from None
             # Serve the copy held; the next check waits for the TTL again instead of every call
             # (a head that changed too: asking again on every call would wait on the store each time).
@@ -702,7 +704,7 @@ class WorkingCopyManager:
         except StoreUnauthorized:
             raise SignInAgain() from None
         except StoreError as exc:
-            raise BrainUnavailable(f"The brain could not be loaded from the store: {exc}.") from None
+            raise BrainUnavailable(Text("The brain could not be loaded from the store: %(reason)s.", reason=str(exc))) from None
 
     async def _head(self, copy: WorkingCopy) -> str | None:
         """The copy's brain head now (`heads.py`, through its cache); None without heads or when it cannot be read."""
@@ -744,18 +746,18 @@ class WorkingCopyManager:
             view = await self._snapshot_once(account, fresh_list)
             if view is not None:
                 return view
-        raise BrainUnavailable("The brain changed at the store while it was being read; try again.")
+        raise BrainUnavailable(Text("The brain changed at the store while it was being read; try again."))
 
     async def _snapshot_once(self, account: Account, fresh_list: bool = False) -> Snapshot | None:
         """One attempt; None when the copy was dropped meanwhile (its brain deleted at the store)."""
         try:
             brains, active = await self._active(account, force_list=fresh_list)
         except StoreUnreachable:
-            raise BrainUnavailable("The store cannot be reached right now. Try again shortly.") from None
+            raise BrainUnavailable(Text("The store cannot be reached right now. Try again shortly.")) from None
         except StoreUnauthorized:
             raise SignInAgain() from None
         except StoreError as exc:
-            raise BrainUnavailable(f"The store answered unexpectedly: {exc}.") from None
+            raise BrainUnavailable(Text("The store answered unexpectedly: %(reason)s.", reason=str(exc))) from None
         identity = identity_for(account, brains, active)
         copy = await self._copy_for(account, active)
         if copy is None:
@@ -850,7 +852,7 @@ class WorkingCopyManager:
             if outcome is not None:
                 self._enforce_budget()
                 return outcome
-        raise BrainUnavailable("The brain changed at the store while saving; nothing was saved. Try again.")
+        raise BrainUnavailable(Text("The brain changed at the store while saving; nothing was saved. Try again."))
 
     async def _write_once(self, account: Account, op: Operation, label: str) -> WriteOutcome | None:
         """One attempt; None when the copy left the manager before the write touched it."""
@@ -875,7 +877,7 @@ class WorkingCopyManager:
                     active = choose_brain(brains, await self.choices.get_chosen_brain(account.subject))
             if active is None and (account.subject, None) not in self._copies:
                 raise BrainUnavailable(
-                    "The store cannot be reached right now, so nothing was saved. Try again shortly."
+                    Text("The store cannot be reached right now, so nothing was saved. Try again shortly.")
                 ) from None
         if active is not None and active.read_only:
             raise BrainUnavailable(await self._read_only_refusal(account, active))
