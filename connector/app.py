@@ -49,16 +49,15 @@ from connector.workcopy.manager import ManagerTuning, WorkingCopyManager
 from connector.workcopy.model import Account
 from connector.workcopy.store_client import StoreClient, StoreError, StoreUnauthorized
 from connector.workcopy.vectors import VectorStore
-from common.docstore import DocumentStoreError
+from common.docstore import DocumentStore, DocumentStoreError
 from common.host_guard import AllowedHosts, host_guard
-from common.docstore import DocumentStore
 from common.limits import (
-    StoredTokenBucketLimiter,
     SyncedTokenBucketLimiter,
     TokenBucketLimiter,
     TrustedProxies,
     client_address,
     limit_key,
+    request_limiter,
 )
 
 log = logging.getLogger("connector.http")
@@ -149,13 +148,10 @@ class _Limits:
     def __init__(self, settings: ConnectorSettings, state: DocumentStore | None = None) -> None:
         self._trusted = TrustedProxies.parse(settings.trust_proxy)
         rate = settings.mcp_rate_per_min
-        self._limiter: TokenBucketLimiter | SyncedTokenBucketLimiter | None = None
-        if rate and state is not None:
-            # Decided here at once; counted across the replicas sharing the state every second.
-            shared = StoredTokenBucketLimiter(state, MCP_LIMITS_PREFIX, rate, rate)
-            self._limiter = SyncedTokenBucketLimiter(shared, rate, rate, interval_s=MCP_LIMITS_SYNC_S)
-        elif rate:
-            self._limiter = TokenBucketLimiter(rate)
+        # Decided here at once; counted across the replicas sharing the state every second.
+        self._limiter: TokenBucketLimiter | SyncedTokenBucketLimiter | None = (
+            request_limiter(rate, state, MCP_LIMITS_PREFIX, interval_s=MCP_LIMITS_SYNC_S) if rate else None
+        )
 
     def client_address(self, scope: Scope) -> str:
         """The client's address: the right-most untrusted X-Forwarded-For hop behind a trusted proxy."""
@@ -419,7 +415,7 @@ def _oauth_mount(parts: ConnectorParts) -> Any:
     from connector.oauth.routes import build_oauth
 
     return build_oauth(parts.settings, state=parts.state, codec=parts.codec, store=parts.store, manager=parts.manager,
-                       signin_checks=parts.signin_checks)
+                       signin_checks=parts.signin_checks, limits_state=parts.limits_state)
 
 
 def _end_web_sessions_too(manager: WorkingCopyManager, sessions: Any) -> None:

@@ -4,7 +4,7 @@ from common.limits.address import TrustedProxies, client_address, limit_key, par
 from common.limits.rate import TokenBucketLimiter
 from common.limits.shared import SharedTokenBucketLimiter
 from common.limits.stored import StoredTokenBucketLimiter
-from common.limits.synced import SyncedTokenBucketLimiter
+from common.limits.synced import SyncedTokenBucketLimiter, request_limiter
 
 __all__ = [
     "SharedTokenBucketLimiter",
@@ -15,4 +15,5 @@ __all__ = [
     "client_address",
     "limit_key",
     "parse_ip",
+    "request_limiter",
 ]

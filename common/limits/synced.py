@@ -24,11 +24,11 @@ import threading
 import time
 from collections.abc import Callable
 
-from common.docstore import DocumentStoreError
+from common.docstore import DocumentStore, DocumentStoreError
 from common.limits.rate import TokenBucketLimiter
 from common.limits.stored import StoredTokenBucketLimiter
 
-__all__ = ["SyncedTokenBucketLimiter"]
+__all__ = ["SyncedTokenBucketLimiter", "request_limiter"]
 
 log = logging.getLogger("common.limits.synced")
 
@@ -110,3 +110,13 @@ class SyncedTokenBucketLimiter:
             except Exception:  # never let the thread die: the next interval tries again
                 log.exception("syncing the shared request limits failed")
         self.sync()
+
+
+def request_limiter(rate_per_min: float, state: DocumentStore | None, prefix: str, *,
+                    interval_s: float = 1.0) -> TokenBucketLimiter | SyncedTokenBucketLimiter:
+    """Per-key request rates: counted across the replicas sharing ``state`` (under ``prefix``,
+    synced every ``interval_s``) when there is one, else in this process only."""
+    if state is None:
+        return TokenBucketLimiter(rate_per_min)
+    shared = StoredTokenBucketLimiter(state, prefix, rate_per_min, rate_per_min)
+    return SyncedTokenBucketLimiter(shared, rate_per_min, rate_per_min, interval_s=interval_s)

@@ -20,7 +20,8 @@ import anyio.to_thread
 from litestar import Request, Response, get, post
 from litestar.enums import MediaType
 
-from common.limits import TokenBucketLimiter, TrustedProxies, client_address, limit_key
+from common.docstore import DocumentStore
+from common.limits import TrustedProxies, client_address, limit_key, request_limiter
 from connector.identity.base import IdentityProvider
 from connector.identity.dev import DEV_WARNING, DevProvider
 from connector.identity.static import StaticTokenProvider
@@ -49,6 +50,8 @@ MAX_FORM_BYTES = 64 * 1024
 MAX_FORM_FIELDS = 64
 # Requests per minute per client address (connector.md section 1).
 RATE_LIMITS = {"register": 10, "authorize": 30, "token": 60}
+# Where the replicas count them together, in the shared state ("<prefix>-<group>/").
+LIMITS_PREFIX = "limits/oauth"
 # Public clients hold no cookies here, so any origin may read these answers (browser-based
 # MCP clients). Preflight (OPTIONS) answers are the app's CORS configuration.
 _CORS = {"Access-Control-Allow-Origin": "*"}
@@ -88,11 +91,13 @@ def choose_provider(settings: Any) -> IdentityProvider:
 
 
 class _RateLimits:
-    """Per-address limits of the OAuth routes (common/limits; an IPv6 address counts with its /64)."""
+    """Per-address limits of the OAuth routes (common/limits; an IPv6 address counts with its /64),
+    counted across the replicas sharing ``state`` when there is one (synced every second)."""
 
-    def __init__(self, trust_proxy: tuple[str, ...]) -> None:
+    def __init__(self, trust_proxy: tuple[str, ...], state: DocumentStore | None = None) -> None:
         self._trusted = TrustedProxies.parse(trust_proxy)
-        self._limiters = {group: TokenBucketLimiter(rate) for group, rate in RATE_LIMITS.items()}
+        self._limiters = {group: request_limiter(rate, state, f"{LIMITS_PREFIX}-{group}")
+                          for group, rate in RATE_LIMITS.items()}
 
     def address(self, request: Request[Any, Any, Any]) -> str:
         """The client's address: the right-most untrusted X-Forwarded-For hop behind a trusted proxy."""
@@ -130,13 +135,15 @@ def build_oauth(
     provider: IdentityProvider | None = None,
     documents: MetadataDocumentFetcher | None = None,
     signin_checks: SignInChecks | None = None,
+    limits_state: DocumentStore | None = None,
 ) -> OAuthMount:
     """The authorization server and its routes, from the connector's settings.
 
     ``manager`` (the working-copy manager) is told when a user's last session
     ends, so their copies are purged, and tells the server when the store refuses
     a store token, so the sign-ins using it end. ``signin_checks`` is the budget of
-    sign-in attempts per address the web app shares (`signin_limiter`). Raises ConfigurationError when no
+    sign-in attempts per address the web app shares (`signin_limiter`); ``limits_state`` the shared state the
+    per-address limits of the routes are counted in across replicas. Raises ConfigurationError when no
     identity provider is configured.
     """
     chosen = provider or choose_provider(settings)
@@ -164,7 +171,7 @@ def build_oauth(
     if manager is not None and hasattr(manager, "on_credential_refused"):
         # A store token the store refuses ends its sign-ins at once (see WorkingCopyManager._watching).
         manager.on_credential_refused = server.end_refused_sign_ins
-    handlers = oauth_route_handlers(server, settings, dev=chosen.kind == "dev")
+    handlers = oauth_route_handlers(server, settings, dev=chosen.kind == "dev", limits_state=limits_state)
     return OAuthMount(server=server, provider=chosen, route_handlers=handlers)
 
 
@@ -251,11 +258,12 @@ def _rate_limited(retry: float) -> Response[Any]:
 # -- the routes -------------------------------------------------------------------
 
 
-def oauth_route_handlers(server: AuthorizationServer, settings: Any, *, dev: bool = False) -> list[Any]:
+def oauth_route_handlers(server: AuthorizationServer, settings: Any, *, dev: bool = False,
+                         limits_state: DocumentStore | None = None) -> list[Any]:
     """Litestar handlers for every OAuth route of connector.md section 1."""
     public_url = getattr(settings, "public_url", None)
     trust_proxy = tuple(getattr(settings, "trust_proxy", ("loopback",)))
-    limits = _RateLimits(trust_proxy)
+    limits = _RateLimits(trust_proxy, limits_state)
 
     def base_of(request: Request[Any, Any, Any]) -> str:
         return request_base_url(request.scope, public_url, trust_proxy)

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from common.docstore import open_document_store
@@ -204,3 +205,33 @@ def test_mcp_requests_from_one_address_get_about_one_budget_across_three_connect
     # learned it was spent (4 each here) and a few refilled: not one budget per connector (all 36).
     assert MCP_RATE <= len(passed) <= MCP_RATE + 2 * (MCP_RATE // 3) + 3, statuses
     assert statuses[-MCP_RATE:].count(429) >= MCP_RATE - 3, statuses  # the last round: spent, but what refilled
+
+
+def test_registrations_from_one_address_get_about_one_budget_across_three_connectors(tmp_path: Path,
+                                                                                    weed: S3Service) -> None:
+    """The OAuth routes' per-address limits (here /register, 10 a minute) are shared like /mcp's."""
+    from connector.oauth.routes import RATE_LIMITS
+
+    budget = RATE_LIMITS["register"]
+    bucket = weed.new_bucket()
+    running, store_manager = start_store(tmp_path)
+    address = f"198.51.100.{secrets.randbelow(200) + 20}"
+    statuses: list[int] = []
+    try:
+        with contextlib.ExitStack() as stack:
+            replicas = [stack.enter_context(connector(tmp_path / f"c{index}", running, env=_state_env(weed, bucket)))
+                        for index in range(3)]
+            for round_ in range(3):  # each round: a burst at every replica, then more than a sync interval
+                for attempt in range(budget):
+                    answer = httpx.post(replicas[attempt % 3].base_url + "/register", timeout=30,
+                                        headers={"X-Forwarded-For": address},
+                                        json={"client_name": "flood", "redirect_uris": ["http://127.0.0.1:9/cb"],
+                                              "token_endpoint_auth_method": "none"})
+                    statuses.append(answer.status_code)
+                time.sleep(2.5)
+    finally:
+        store_manager.__exit__(None, None, None)  # type: ignore[attr-defined]
+    registered = [status for status in statuses if status != 429]
+    assert set(registered) <= {200, 201}, statuses
+    # One budget, plus what the other replicas let through before the next sync: not 3 budgets (all 30).
+    assert budget <= len(registered) <= budget + 2 * (budget // 3) + 3, statuses
