@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from connector.engine.hybrid import MODES
-from connector.webapp.markdown import render_markdown
+from connector.webapp import markdown
+from connector.webapp.markdown import render_markdown, render_markdown_in
 from connector.webapp.sessions import WebSessions
 from connector.webapp.views import MODE_LABELS, explain
 
@@ -60,3 +61,19 @@ def test_the_search_page_names_every_recall_mode_and_explains_similarity() -> No
     assert explain(exact) == "relevance 0.8, strength 0.5, association 0.1"
     assert explain({**exact, "similarity": 0.42}) == "relevance 0.8, strength 0.5, association 0.1, meaning similarity 0.42"
     assert explain({"relevance": 0.0, "similarity": 0.0}).endswith("meaning similarity 0")
+
+
+def test_rendered_markdown_is_remembered_per_brain_only() -> None:
+    """The Review page renders the same texts again and again: remembered, but per brain (issue 28)."""
+    text = "Standup at **9:45**, see <script>x</script> ![pixel](https://tracker.example/p.png)"
+    assert render_markdown_in("brain-a", text) == render_markdown(text)
+    before = markdown._remembered.cache_info()
+    assert render_markdown_in("brain-a", text) == render_markdown(text)
+    after = markdown._remembered.cache_info()
+    assert after.hits == before.hits + 1
+    # Another brain's request for the same text is a miss: it cannot time what brain-a holds.
+    render_markdown_in("brain-b", text)
+    assert markdown._remembered.cache_info().misses == after.misses + 1
+    long = "word " * 5000  # past the size bound: rendered every time, never kept
+    assert render_markdown_in("brain-a", long) == render_markdown(long)
+    assert markdown._remembered.cache_info().currsize == after.currsize + 1
