@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: dev test image-test venv clean
+.PHONY: dev test image-test venv clean messages
 
 $(STAMP): requirements.lock requirements-test.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,14 @@ test: $(STAMP)
 ## `make test`: the first run takes minutes (a Debian base image is made with debootstrap).
 image-test: $(STAMP)
 	BRAIN_STORE_IMAGE_TEST=1 $(BIN)/python -m pytest -q -s -p no:cacheprovider -n 0 tests/image
+
+## Extract the pages' messages and update every catalog (connector/webapp/locale/*/LC_MESSAGES/messages.po).
+## New messages arrive untranslated; translate them (tests/connector/webapp/test_i18n_catalogs.py checks).
+LOCALE_DIR := connector/webapp/locale
+messages: $(STAMP)
+	$(BIN)/pybabel extract -F babel.cfg -k N_ -k Text --no-location --sort-by-file --omit-header \
+		--add-comments=Translators: -o $(LOCALE_DIR)/messages.pot .
+	$(BIN)/pybabel update -i $(LOCALE_DIR)/messages.pot -d $(LOCALE_DIR) --no-fuzzy-matching --ignore-obsolete
 
 clean:
 	rm -rf $(VENV) .dev-data .pytest_cache

@@ -67,6 +67,7 @@ import httpx2  # noqa: E402
 from mcp.client import Client  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
+from common.docstore import open_document_store  # noqa: E402
 from connector.engine.archive import load_archive, pack_archive  # noqa: E402
 from connector.engine.change import BrainChange  # noqa: E402
 from connector.engine.hybrid import HybridIndex  # noqa: E402
@@ -504,7 +505,7 @@ def main() -> None:
         work = Path(tmp)
         if args.mode == "hybrid":
             began = time.perf_counter()
-            vectors = VectorStore(directory=work / "state" / "vectors", state_key=STATE_KEY)
+            vectors = VectorStore(state=open_document_store(work / "state"), state_key=STATE_KEY)
             brain = load_archive(archive)
             computed = HybridIndex.build(brain, BrainIndex.build(brain), vectors)
             row("vectors computed beforehand (this process)", f"{time.perf_counter() - began:.1f} s",

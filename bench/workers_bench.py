@@ -45,6 +45,7 @@ import httpx2  # noqa: E402
 from mcp.client import Client  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
+from common.docstore import open_document_store  # noqa: E402
 from connector.workcopy.heads import BrainHeads  # noqa: E402
 from connector.workcopy.store_client import StoreClient  # noqa: E402
 from connector_bench import STATE_KEY, add_users, group_pids, mint, row, rss_bytes, running_store, upload  # noqa: E402
@@ -62,7 +63,7 @@ def group_rss_mb(leader: int) -> float:
 
 
 async def heads_cost(store_url: str, token: str, brain_id: str, scratch: Path, rounds: int) -> None:
-    heads = BrainHeads(scratch / "heads")
+    heads = BrainHeads(open_document_store(scratch))
     seen = heads.publish(brain_id, "") or ""
     reads, publishes = [], []
     for _ in range(rounds):

@@ -41,7 +41,9 @@ from connector.settings import ConnectorSettings, SettingsError
 from connector.state import open_state
 from connector.state.sealing import load_state_key
 from connector.thinking.source import ModelError, ModelSource
-from connector.workcopy.heads import BrainHeads
+from connector.webapp.i18n import LocaleMiddleware
+from connector.workcopy.heads import S3_HEAD_MAX_AGE_S, BrainHeads
+from connector.workcopy.indexdisk import IndexDisk
 from connector.workcopy.journal import HeldWriteJournal
 from connector.workcopy.manager import ManagerTuning, WorkingCopyManager
 from connector.workcopy.model import Account
@@ -49,7 +51,15 @@ from connector.workcopy.store_client import StoreClient, StoreError, StoreUnauth
 from connector.workcopy.vectors import VectorStore
 from common.docstore import DocumentStoreError
 from common.host_guard import AllowedHosts, host_guard
-from common.limits import TokenBucketLimiter, TrustedProxies, client_address, limit_key
+from common.docstore import DocumentStore
+from common.limits import (
+    StoredTokenBucketLimiter,
+    SyncedTokenBucketLimiter,
+    TokenBucketLimiter,
+    TrustedProxies,
+    client_address,
+    limit_key,
+)
 
 log = logging.getLogger("connector.http")
 
@@ -128,12 +138,24 @@ async def log_server_error(exc: Exception, scope: Scope) -> None:
 # ----- rate limits ------------------------------------------------------------
 
 
+# /mcp requests per address: where they are counted in the shared state, and how often (seconds).
+MCP_LIMITS_PREFIX = "limits/mcp-requests"
+MCP_LIMITS_SYNC_S = 1.0
+
+
 class _Limits:
     """Per-address limits for /mcp, on the store's limiter and client-address rules (store/limits)."""
 
-    def __init__(self, settings: ConnectorSettings) -> None:
+    def __init__(self, settings: ConnectorSettings, state: DocumentStore | None = None) -> None:
         self._trusted = TrustedProxies.parse(settings.trust_proxy)
-        self._limiter = TokenBucketLimiter(settings.mcp_rate_per_min) if settings.mcp_rate_per_min else None
+        rate = settings.mcp_rate_per_min
+        self._limiter: TokenBucketLimiter | SyncedTokenBucketLimiter | None = None
+        if rate and state is not None:
+            # Decided here at once; counted across the replicas sharing the state every second.
+            shared = StoredTokenBucketLimiter(state, MCP_LIMITS_PREFIX, rate, rate)
+            self._limiter = SyncedTokenBucketLimiter(shared, rate, rate, interval_s=MCP_LIMITS_SYNC_S)
+        elif rate:
+            self._limiter = TokenBucketLimiter(rate)
 
     def client_address(self, scope: Scope) -> str:
         """The client's address: the right-most untrusted X-Forwarded-For hop behind a trusted proxy."""
@@ -301,6 +323,8 @@ class ConnectorParts:
     brain_endpoint: McpEndpoint
     # Sign-in attempts per client address, one budget for the OAuth page and the web app (and every worker).
     signin_checks: SignInChecks | None = None
+    # Where limits shared by replicas are counted (None: no shared state).
+    limits_state: DocumentStore | None = None
 
 
 class _StateChoices:
@@ -342,7 +366,11 @@ def build_parts(settings: ConnectorSettings, *, tuning: ManagerTuning | None = N
     """Construct the connector's components from settings (no I/O beyond the state directory)."""
     # With the state in a bucket the key is configured (settings refuse anything else).
     state_key, _source = load_state_key(None if settings.state_url else settings.state_dir, settings.state_key)
-    state = OAuthState(settings.state_dir, state_key, docs=open_state(settings) if settings.state_url else None)
+    shared = open_state(settings)  # the state (directory or S3), None for memory only
+    state = OAuthState(settings.state_dir, state_key, docs=shared if settings.state_url else None)
+    local = settings.state_url is None
+    # Brain heads and limit counters: a crash may lose a write of theirs at no cost (no fsync).
+    volatile = open_state(settings, fsync=False) if local else shared
     codec = AccessTokenCodec(state_key)
     # An archive larger than what a brain may unpack to is not even downloaded whole.
     store = StoreClient(settings.store_url, timeout_s=settings.store_timeout_s, max_archive_bytes=settings.max_brain_bytes)
@@ -360,24 +388,29 @@ def build_parts(settings: ConnectorSettings, *, tuning: ManagerTuning | None = N
             archive_limits=ArchiveLimits(max_inflated=settings.max_brain_bytes),
             max_loads=settings.max_concurrent_loads,
         ),
-        # Held writes survive a restart only with a state directory to keep them in.
-        journal=HeldWriteJournal(settings.state_dir / "held", state_key) if settings.state_dir else None,
-        # Shared with the other workers and replicas on the state directory: a push through one
-        # is seen by a read through any other at once, not after the freshness interval.
-        heads=BrainHeads(settings.state_dir / "heads") if settings.state_dir else None,
+        # Held writes survive a restart only with a state (directory or S3) to keep them in.
+        journal=HeldWriteJournal(shared, state_key) if shared is not None else None,
+        # Shared with the other workers and replicas: a push through one is seen by a read through
+        # any other at once (directory), or within a second (S3: heads are cached that long).
+        heads=BrainHeads(volatile, max_age_s=0.0 if local else S3_HEAD_MAX_AGE_S, inline=local)
+        if volatile is not None else None,
     )
-    # Hybrid recall's vectors: sealed under the state key in the state directory, when there is one.
-    vectors = VectorStore(
-        directory=settings.state_dir / "vectors" if settings.state_dir is not None else None, state_key=state_key
+    # Hybrid recall's vectors: sealed under the state key in the state, when there is one.
+    vectors = VectorStore(state=shared, state_key=state_key)
+    # Hybrid indexes kept on this replica's disk (by brain and content), so a restart does not rebuild them.
+    index_cache = settings.index_cache_path
+    index_disk = (
+        IndexDisk(index_cache, state_key, max_bytes=settings.index_cache_mb * 1024 * 1024) if index_cache else None
     )
     tools = BrainTools(
-        manager, allowed=settings.tools, recall_mode=settings.recall_mode, vectors=vectors, model=_model(settings)
+        manager, allowed=settings.tools, recall_mode=settings.recall_mode, vectors=vectors, model=_model(settings),
+        index_disk=index_disk,
     )
     # Memories other devices wrote are checked for duplicates after the pull that brings them.
     PullReview(manager, tools)
     return ConnectorParts(
         settings, store, state, codec, manager, tools, McpEndpoint(tools), McpEndpoint(tools, bound=True),
-        signin_limiter(settings.limits_dir, settings.signin_attempts_per_min),
+        signin_limiter(settings.limits_dir, settings.signin_attempts_per_min, volatile), volatile,
     )
 
 
@@ -405,7 +438,7 @@ def create_app(settings: ConnectorSettings, *, tuning: ManagerTuning | None = No
     """The connector's Litestar application."""
     parts = build_parts(settings, tuning=tuning)
     oauth = _oauth_mount(parts)
-    limits = _Limits(settings)
+    limits = _Limits(settings, parts.limits_state)
     gate = McpGate(settings, parts.endpoint, oauth.verify_access, limits)
     brain_gate = McpGate(settings, parts.brain_endpoint, oauth.verify_access, limits, parts.manager, bound=True)
 
@@ -453,6 +486,8 @@ def create_app(settings: ConnectorSettings, *, tuning: ManagerTuning | None = No
                 if held:
                     log.warning("shutting down with writes still held", extra={"copies": held})
                 await parts.manager.close(push_timeout_s=5.0)
+                if parts.tools.index_disk is not None:
+                    await asyncio.to_thread(parts.tools.index_disk.flush)  # hybrid indexes waiting to be saved
                 await parts.store.aclose()
                 await oauth.aclose()
 
@@ -492,6 +527,8 @@ def create_app(settings: ConnectorSettings, *, tuning: ManagerTuning | None = No
     app.state.connector = parts
     app.state.oauth = oauth
     app.state.webapp = web
+    # Each page request's language (connector/webapp/i18n.py): the switch's cookie, else Accept-Language.
+    app.asgi_handler = LocaleMiddleware(app.asgi_handler)
     # Outermost: /metrics and request/tool/pull/push series (connector/metrics.py).
     app.asgi_handler = observability_layer(app.asgi_handler, parts)
     if settings.checks_host:

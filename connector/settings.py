@@ -106,6 +106,11 @@ class ConnectorSettings:
     # Where the workers of `serve --workers N` leave their metric totals for /metrics to add up
     # (serve sets a private temporary directory; None: this process's own series only).
     metrics_dir: Path | None = None
+    # This replica's own cache of hybrid indexes (connector/workcopy/indexdisk.py), so that a
+    # restart need not rebuild them: CONNECTOR_INDEX_CACHE_DIR; None: ``index-cache`` in the
+    # state directory, or none without one. A cache, never shared state; sealed with the state key.
+    index_cache_dir: Path | None = None
+    index_cache_mb: int = 1024  # what that cache may hold; the least recently used go first; 0 = off
     # Where the workers of `serve --workers N` keep the sign-in attempt buckets they share
     # (CONNECTOR_LIMITS_DIR: serve sets a private temporary directory; None: this process's memory).
     limits_dir: Path | None = None
@@ -152,6 +157,15 @@ class ConnectorSettings:
     def max_brain_bytes(self) -> int:
         """What one brain may unpack to, in bytes."""
         return self.max_brain_mb * 1024 * 1024
+
+    @property
+    def index_cache_path(self) -> Path | None:
+        """Where hybrid indexes are cached on this replica's disk, or None (cache off)."""
+        if self.index_cache_mb <= 0:
+            return None
+        if self.index_cache_dir is not None:
+            return self.index_cache_dir
+        return self.state_dir / "index-cache" if self.state_dir is not None else None
 
     @property
     def idle_purge_s(self) -> float:
@@ -326,6 +340,8 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     put("metrics_token", _env(env, "CONNECTOR_METRICS_TOKEN"))
     put("metrics_dir", _path(env, "CONNECTOR_METRICS_DIR"))
     put("limits_dir", _path(env, "CONNECTOR_LIMITS_DIR"))
+    put("index_cache_dir", _path(env, "CONNECTOR_INDEX_CACHE_DIR"))
+    put("index_cache_mb", _int(env, "CONNECTOR_INDEX_CACHE_MB"))
     put("http_max_header_kb", _int(env, "CONNECTOR_HTTP_MAX_HEADER_KB"))
     put("http_header_timeout_s", _int(env, "CONNECTOR_HTTP_HEADER_TIMEOUT_S"))
     put("http_body_timeout_s", _int(env, "CONNECTOR_HTTP_BODY_TIMEOUT_S"))

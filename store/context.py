@@ -78,7 +78,22 @@ def open_sharing(
     return Sharing(shared, registry, backend, audit)
 
 
+# Limits counted in the bucket (STORE_BACKEND=s3), across every replica: those of rare events,
+# where one conditional read-modify-write per event is affordable (docs/sign-in-limits.md).
+SHARED_LIMITS = frozenset({"failed-logins"})
+LIMITS_PREFIX = "limits"  # under STORE_S3_PREFIX, beside the store's own objects
+
+
 def _limiter(settings: StoreSettings, kind: str, rate_per_min: int) -> Any:
+    if settings.backend == "s3" and kind in SHARED_LIMITS:
+        # In the bucket: N replicas grant one budget between them, not N.
+        from common.docstore.s3 import S3Store
+        from common.limits import StoredTokenBucketLimiter
+        from store.storage.factory import s3_client
+
+        prefix = "/".join(part for part in (settings.s3_prefix.strip("/"), LIMITS_PREFIX) if part)
+        return StoredTokenBucketLimiter(S3Store(s3_client(settings), settings.s3_bucket, prefix), kind,
+                                        rate_per_min, rate_per_min)
     # Buckets in a small shared file: with --workers N the budget stays per host, not N times it.
     from common.limits import SharedTokenBucketLimiter
 

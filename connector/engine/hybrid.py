@@ -41,7 +41,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from connector.engine.brain import Brain
-from connector.engine.embedding import Quantized, content_hash, cosines, embedded_text
+from connector.engine.embedding import Quantized, content_hash, cosines, embedded_text, products
 from connector.engine.index import BrainIndex
 from connector.engine.jsvalues import datetime_ms, round3
 from connector.engine.recall import (
@@ -259,9 +259,7 @@ class HybridIndex:
         missing = [position for position in dict.fromkeys(positions) if position not in self.hubness_known]
         if missing:
             rows = self.vectors.codes[missing].astype(np.float32) * self.vectors.scales[missing, None]
-            # int8 codes read directly, as `cosines` does (no BLAS: see there).
-            similar = np.einsum("ij,kj->ki", self.vectors.codes, rows, dtype=np.float32, casting="unsafe")
-            similar *= self.vectors.scales
+            similar = np.ascontiguousarray(products(self.vectors, rows).T)
             similar[np.arange(len(missing)), missing] = -np.inf  # not its own neighbour
             k = min(HUBNESS_NEIGHBOURS, similar.shape[1] - 1)
             for row, position in enumerate(missing):

@@ -25,7 +25,7 @@ import re
 import threading
 import unicodedata
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import chain
 
 import numpy as np
@@ -283,6 +283,9 @@ class FuzzyWords:
     stems: list[str]  # stem of each distinct word
     sizes: np.ndarray  # trigrams per word
     grams: Postings  # trigram -> words
+    # Answers of `similar` by query word: one recall asks for each word two or three times
+    # (near-word coverage, fuzzy scores), and queries repeat words. Bounded, cleared when full.
+    _memo: dict[str, dict[str, float]] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def build(cls, words: Sequence[str]) -> FuzzyWords:
@@ -294,6 +297,15 @@ class FuzzyWords:
 
     def similar(self, word: str) -> dict[str, float]:
         """Stems of the words sharing at least FUZZY_SIMILARITY of ``word``'s trigrams (Dice), best similarity each."""
+        found = self._memo.get(word)
+        if found is None:
+            found = self._similar(word)
+            if len(self._memo) >= _SIMILAR_MEMO:
+                self._memo.clear()
+            self._memo[word] = found
+        return dict(found)
+
+    def _similar(self, word: str) -> dict[str, float]:
         wanted = set(trigrams(word))
         if not wanted or not self.stems:
             return {}
@@ -308,6 +320,9 @@ class FuzzyWords:
             result[stem] = max(result.get(stem, 0.0), float(dice[number]))
         return result
 
+
+# Query words whose near spellings are remembered per brain version.
+_SIMILAR_MEMO = 4096
 
 # Words up to this long get their trigrams on arrays (one row of code points each); longer
 # ones (rare: identifiers, URLs) one by one, so the array stays small.

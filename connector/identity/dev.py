@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from connector.identity.base import Identity
+from connector.webapp.i18n import N_
 
 DEV_SUBJECT = "dev:local"
-DEV_WARNING = (
+DEV_WARNING = N_(
     "DEVELOPMENT MODE: every sign-in becomes the same local user without any check. "
     "Never expose this connector to anyone else."
 )

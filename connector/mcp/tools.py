@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import re
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import mcp_types as types
+import numpy as np
 
 from common.textsafety import has_unsafe_chars
 from connector.engine.brain import Brain
@@ -53,6 +55,7 @@ from connector.thinking.source import ModelSource
 from connector.workcopy.manager import BrainUnavailable, UnknownBrain, WorkingCopyManager
 from connector.workcopy.model import STATUS_NO_BRAIN, Account, Snapshot, WriteOutcome
 from connector.workcopy.store_client import BrainRecord, StoreError
+from connector.workcopy.indexdisk import IndexDisk
 from connector.workcopy.vectors import HybridCache, VectorStore
 
 log = logging.getLogger("connector.tools")
@@ -158,6 +161,10 @@ def _request_key(caller: Caller, idempotency_key: str | None) -> str | None:
     return hashlib.sha256(f"{caller.account.subject}\0{idempotency_key}".encode()).hexdigest()
 
 
+# A store checksum (SHA-256 hex): the content keys worth keeping on disk.
+_CHECKSUM = re.compile(r"[0-9a-f]{64}")
+
+
 def _hybrid_prefix(brain_id: str | None) -> str:
     """The start of every hybrid cache key of one brain."""
     return f"{brain_id or ''}\n"
@@ -180,6 +187,7 @@ class BrainTools:
         recall_mode: str = "hybrid",
         vectors: VectorStore | None = None,
         model: ModelSource | None = None,
+        index_disk: IndexDisk | None = None,
     ) -> None:
         self.manager = manager
         self.recall_mode = recall_mode
@@ -188,6 +196,9 @@ class BrainTools:
         # vector matrix. Both are made on first hybrid use.
         self._vectors = vectors
         self.hybrid_cache = HybridCache()
+        # Those indexes also on this replica's disk, by brain and archive checksum: a restart or
+        # an eviction reads one back instead of rebuilding it (connector/workcopy/indexdisk.py).
+        self.index_disk = index_disk
         # Per brain, the newest version whose hybrid index is built: a memorize right after
         # another checks against it (plus exact duplicates among the newer memories) rather
         # than waiting for the new version's index (seconds at 10,000 memories).
@@ -355,10 +366,11 @@ class BrainTools:
                 # memory takes minutes of CPU at 10,000) and check exact duplicates meanwhile.
                 self._build_similar_base(slot, brain, key, index, brain_id)
                 return exact_duplicates(brain, index, incoming.content)
+            embed = self._embed_keeping(brain_id)
             if base is None or ready:
                 hybrid = self.hybrid_index(brain, key, index, brain_id)
                 self._set_similar_base(slot, key or "", brain, index, hybrid)
-                return find_similar(brain, incoming, index=index, hybrid=hybrid, embed=self.vectors.embed_query)
+                return find_similar(brain, incoming, index=index, hybrid=hybrid, embed=embed)
             _, base_brain, base_index, base_hybrid = base
             newer_ids = [memory_id for memory_id in index.positions if memory_id not in base_index.positions]
             entries = [index.memories[index.positions[memory_id]].entry for memory_id in newer_ids]
@@ -368,13 +380,27 @@ class BrainTools:
             vectors = source.vectors([content_hash(source.model_id, text) for text in texts], texts)
             gone = {memory_id for memory_id in base_index.positions if memory_id not in index.positions}
             found = find_similar(base_brain, incoming, index=base_index, hybrid=base_hybrid,
-                                 embed=self.vectors.embed_query, newer=Newer(brain, newer_ids, entries, vectors),
+                                 embed=embed, newer=Newer(brain, newer_ids, entries, vectors),
                                  skip=gone)
             exact = exact_duplicates(brain, index, incoming.content, among=newer_ids)
             return exact + [item for item in found if item.id not in {e.id for e in exact}]
         except (RecallError, BrainError, ValueError, RecursionError):
             log.warning("similar check skipped: the brain could not be indexed")
             return []
+
+    def _embed_keeping(self, brain_id: str | None) -> Callable[[str], np.ndarray]:
+        """The similar check's embedder: the text it embeds is the new memory's own, as the
+        brain's next index embeds it (title, tags, body), so its vector is kept for that
+        index (by content, in this brain) instead of being computed again after the write
+        (kept in memory: the write's path writes no file for it)."""
+        source = self.vectors.for_brain(brain_id)
+
+        def embed(text: str) -> np.ndarray:
+            vector = source.embed_query(text)
+            source.keep_text(text, vector)
+            return vector
+
+        return embed
 
     def _build_similar_base(
         self, slot: str, brain: Brain, key: str | None, index: BrainIndex, brain_id: str | None
@@ -607,13 +633,24 @@ class BrainTools:
         recall could find another brain's cached vectors and time that.
         """
         source = self.vectors.for_brain(brain_id)
+        cache_key = _hybrid_key(brain_id, key)
+        # Only a store checksum names content that comes back (after a pull, a restart); the
+        # keys of local versions ("local:...", "empty:...") are never seen again.
+        disk = self.index_disk if key is not None and _CHECKSUM.fullmatch(key) else None
 
         def build() -> HybridIndex:
+            if disk is not None and cache_key is not None:
+                kept = disk.load(cache_key, index, source.model_id)
+                if kept is not None:
+                    return kept
             # The brain's last index is reused when this version changed no memory's text.
             previous = self.hybrid_cache.newest(_hybrid_prefix(brain_id))
-            return HybridIndex.build(brain, index, source, previous)
+            built = HybridIndex.build(brain, index, source, previous)
+            if disk is not None and cache_key is not None:
+                disk.save_later(_hybrid_prefix(brain_id), cache_key, built, source.model_id)
+            return built
 
-        return self.hybrid_cache.get_or_build(_hybrid_key(brain_id, key), build)
+        return self.hybrid_cache.get_or_build(cache_key, build)
 
     async def _status(self, caller: Caller, args: Args) -> types.CallToolResult:
         # The brain list asked anew: status reports the brains as they are now (size, last sync),

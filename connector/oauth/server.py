@@ -55,13 +55,14 @@ from connector.oauth.signin_limit import SignInChecks, signin_wait
 from connector.oauth.pkce import is_valid_challenge, verifier_matches
 from connector.state.sealing import SecretBox
 from connector.oauth.tokens import ACCESS_TOKEN_TTL_S, AccessClaims, AccessTokenCodec
+from connector.webapp.i18n import N_, Text
 
 log = logging.getLogger("connector.oauth")
 
 SCOPES: tuple[str, ...] = ("brain.read", "brain.write")
 SCOPE_DESCRIPTIONS = {
-    "brain.read": "read your memories (recall and status)",
-    "brain.write": "add, pin, verify and archive memories",
+    "brain.read": N_("read your memories (recall and status)"),
+    "brain.write": N_("add, pin, verify and archive memories"),
 }
 PENDING_TTL_S = 600.0
 MAX_ATTEMPTS = 3
@@ -341,9 +342,9 @@ class AuthorizationServer:
         """A refused authorization request as a page for a person's browser (the JSON is for
         programs): the reason in words and what to do, nothing signed in."""
         description = str(reply.body.get("error_description") or reply.body.get("error") or "it was refused")
-        return PageReply(reply.status, self._expired_view(
-            f"This sign-in cannot start: {description}. Nothing was signed in. Start again from your app; "
-            "if this keeps happening, remove the connector in your app and add it again."))
+        return PageReply(reply.status, self._expired_view(Text(
+            "This sign-in cannot start: %(reason)s. Nothing was signed in. Start again from your app; "
+            "if this keeps happening, remove the connector in your app and add it again.", reason=description)))
 
     async def complete(self, form: Mapping[str, Any], client_address: str = "unknown") -> Reply:
         """POST /authorize/complete: the sign-in page was submitted from ``client_address``.
@@ -358,30 +359,33 @@ class AuthorizationServer:
         pending = self._seal.open(login_id, now) if self.provider.mode == "page" else None
         attempts = self._attempts.count(pending.sign_in_id, now) if pending is not None else 0
         if pending is None or pending.bound_to or attempts >= MAX_ATTEMPTS:
-            return PageReply(400, self._expired_view("This sign-in has expired. Start again from your app."))
+            return PageReply(400, self._expired_view(Text("This sign-in has expired. Start again from your app.")))
         assert login_id is not None
         action, _ = _single(form, "action")
+        if action == "language":  # the page's language switch: the same page again, nothing counted
+            return PageReply(200, self._view(pending, login_id, None, attempts))
         if action == "deny":
             self._attempts.set(pending.sign_in_id, MAX_ATTEMPTS, pending.expires, now)
             return self._redirect_error(pending, "access_denied", "the user declined")
-        wait = signin_wait(self._checks, client_address)
+        wait = await signin_wait(self._checks, client_address)
         if wait is not None:
-            message = f"Too many sign-in attempts from your network. Wait {math.ceil(wait)} seconds, then try again."
+            message = Text("Too many sign-in attempts from your network. Wait %(seconds)s seconds, then try again.",
+                           seconds=math.ceil(wait))
             return PageReply(429, self._view(pending, login_id, message, attempts))
         token, _ = _single(form, "token")
         try:
             identity = await self.provider.sign_in(token, client_address)  # type: ignore[attr-defined]
         except ProviderUnavailable:
-            return PageReply(503, self._view(pending, login_id, "The store could not be reached. Try again.", attempts))
+            return PageReply(503, self._view(pending, login_id, Text("The store could not be reached. Try again."), attempts))
         except ProviderRefused as refused:
             attempts = self._attempts.count(pending.sign_in_id, now) + 1
             self._attempts.set(pending.sign_in_id, attempts, pending.expires, now)
             if attempts >= MAX_ATTEMPTS:
                 return self._redirect_error(pending, "access_denied", "too many wrong tokens")
             if isinstance(refused, ProviderThrottled):
-                message = "The store refuses more attempts from your network for now. Wait a minute, then try again."
+                message = Text("The store refuses more attempts from your network for now. Wait a minute, then try again.")
                 return PageReply(429, self._view(pending, login_id, message, attempts))
-            return PageReply(401, self._view(pending, login_id, "That token was not accepted by the store.", attempts))
+            return PageReply(401, self._view(pending, login_id, Text("That token was not accepted by the store."), attempts))
         # A sign-in completes once: its sealed value is worth nothing afterwards.
         self._attempts.set(pending.sign_in_id, MAX_ATTEMPTS, pending.expires, now)
         return await self._issue_code(pending, identity)
@@ -399,7 +403,7 @@ class AuthorizationServer:
             or not secrets.compare_digest(pending.bound_to, state or "")
             or self._attempts.count(pending.sign_in_id, now) >= MAX_ATTEMPTS
         ):
-            return PageReply(400, self._expired_view("This sign-in has expired or is unknown. Start again from your app."))
+            return PageReply(400, self._expired_view(Text("This sign-in has expired or is unknown. Start again from your app.")))
         self._attempts.set(pending.sign_in_id, MAX_ATTEMPTS, pending.expires, now)  # a callback works once
         reply = await self._finish_redirect(pending, params)
         if isinstance(reply, RedirectReply):  # the browser no longer needs the cookie
@@ -415,7 +419,7 @@ class AuthorizationServer:
             finish = self.provider.finish  # type: ignore[attr-defined]
             identity = await finish(code, callback_url(pending.issuer), dict(pending.keep))
         except ProviderUnavailable:
-            view = self._expired_view("The organisation's sign-in service could not be reached. Start again from your app.")
+            view = self._expired_view(Text("The organisation's sign-in service could not be reached. Start again from your app."))
             return PageReply(503, view)
         except ProviderRefused:
             return self._redirect_error(pending, "access_denied", "the organisation sign-in was refused")
@@ -434,7 +438,7 @@ class AuthorizationServer:
         # A sign-in finishes once on every replica (claimed only now: the identity is proven,
         # so strangers cannot make the connector write markers).
         if not await anyio.to_thread.run_sync(self._once.claim, "sign-in " + pending.sign_in_id):
-            return PageReply(400, self._expired_view("This sign-in has already been used. Start again from your app."))
+            return PageReply(400, self._expired_view(Text("This sign-in has already been used. Start again from your app.")))
         if await anyio.to_thread.run_sync(self.clients.is_unused, pending.client_id):
             # Its first sign-in: the registration stops expiring (a small write, off the loop).
             await anyio.to_thread.run_sync(self.clients.mark_used, pending.client_id)

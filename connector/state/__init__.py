@@ -17,12 +17,17 @@ if TYPE_CHECKING:
     from connector.settings import ConnectorSettings
 
 
-def open_state(settings: ConnectorSettings) -> DocumentStore | None:
-    """The document store holding the connector's shared state, or None when it lives in memory."""
+def open_state(settings: ConnectorSettings, *, fsync: bool = True) -> DocumentStore | None:
+    """The document store holding the connector's shared state, or None when it lives in memory.
+
+    ``fsync=False`` is for documents a crash may lose at no cost (brain heads, limit counters):
+    in a directory their writes skip the fsync (~15 ms on a busy disk); on S3 it changes nothing.
+    """
     # Imported here: boto3 loads only when a bucket is used.
     from common.docstore import open_document_store
 
     location = settings.state_url or settings.state_dir
     if location is None:
         return None
-    return open_document_store(location, s3_endpoint_url=settings.s3_endpoint_url, s3_region=settings.s3_region)
+    return open_document_store(location, s3_endpoint_url=settings.s3_endpoint_url, s3_region=settings.s3_region,
+                               fsync=fsync)

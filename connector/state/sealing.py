@@ -79,13 +79,28 @@ class SecretBox:
 
     def seal(self, plaintext: str, context: str) -> str:
         """``plaintext`` sealed; ``context`` (e.g. the family id) must match when opening."""
-        nonce = os.urandom(12)
-        sealed = self._aead.encrypt(nonce, plaintext.encode("utf-8"), context.encode("utf-8"))
-        return _SECRET_PREFIX + base64.urlsafe_b64encode(nonce + sealed).decode("ascii")
+        return _SECRET_PREFIX + base64.urlsafe_b64encode(self.seal_bytes(plaintext.encode("utf-8"), context)).decode("ascii")
 
     def open(self, sealed: str, context: str) -> str | None:
         """The secret, or None when it was sealed under another key or context, or altered."""
         if not sealed.startswith(_SECRET_PREFIX):
+            return None
+        try:
+            opened = self.open_bytes(base64.urlsafe_b64decode(sealed[len(_SECRET_PREFIX) :]), context)
+            return None if opened is None else opened.decode("utf-8")
+        except (ValueError, UnicodeDecodeError):
+            return None
+
+    def seal_bytes(self, plaintext: bytes, context: str) -> bytes:
+        """``plaintext`` sealed as raw bytes (nonce + ciphertext + tag): for large values, no base64."""
+        nonce = os.urandom(12)
+        return nonce + self._aead.encrypt(nonce, plaintext, context.encode("utf-8"))
+
+    def open_bytes(self, sealed: bytes, context: str) -> bytes | None:
+        """What `seal_bytes` sealed, or None when sealed under another key or context, or altered."""
+        try:
+            return self._aead.decrypt(sealed[:12], sealed[12:], context.encode("utf-8"))
+        except (ValueError, InvalidTag):
             return None
         try:
             raw = base64.urlsafe_b64decode(sealed[len(_SECRET_PREFIX) :])

@@ -18,6 +18,7 @@ from connector.engine.ops import Forget, Operation, Pin, Unpin, Verify, connecto
 from connector.engine.restore import Restore
 from connector.engine.review import DECISIONS, Decide
 from connector.mcp.tools import BrainTools
+from connector.webapp.i18n import Text, message_of
 from connector.workcopy.manager import BrainUnavailable, UnknownBrain, WorkingCopyManager
 from connector.workcopy.model import Account, WriteOutcome
 from connector.workcopy.store_client import StoreError
@@ -52,9 +53,10 @@ class BrainActions:
         except BrainError as exc:
             raise ActionRefused(str(exc)) from None
         except BrainUnavailable as exc:
-            raise ActionRefused(str(exc)) from None
+            raise ActionRefused(message_of(exc)) from None
         except StoreError as exc:
-            raise ActionRefused(f"The store could not complete this ({exc}); nothing was changed.") from None
+            raise ActionRefused(Text("The store could not complete this (%(reason)s); nothing was changed.",
+                                     reason=str(exc))) from None
         if outcome.discarded:
             raise ActionRefused(outcome.discarded)
         # Same as after a tool's write: build the next recall index in the background.
@@ -104,9 +106,9 @@ class BrainActions:
                      supersedes: list[str] | None = None) -> Done:
         """A new memory typed in the app (``brain_memorize``'s write), optionally superseding others."""
         if not content.strip():
-            raise ActionRefused("The content must not be empty.")
+            raise ActionRefused(Text("The content must not be empty."))
         if len(content) > MAX_CONTENT_CHARS or len(title) > MAX_TITLE_CHARS:
-            raise ActionRefused("The text is too long.")
+            raise ActionRefused(Text("The text is too long."))
         try:
             op = connector_memorize(
                 content, title=title.strip() or None, type=type_, tags=tags, origin=EDIT_ORIGIN,
@@ -116,7 +118,8 @@ class BrainActions:
             raise ActionRefused(str(exc)) from None
         kinds = credentials_in_memories(op.memories)
         if kinds:
-            raise ActionRefused(f"{credential_refusal(kinds)} Leave the secret out (say where it is kept instead).")
+            raise ActionRefused(Text("%(refusal)s Leave the secret out (say where it is kept instead).",
+                                     refusal=credential_refusal(kinds)))
         outcome = await self._apply(account, op, "memorize")
         return Done(str(outcome.result["stored"][0]["id"]), outcome.synced)
 
@@ -128,13 +131,13 @@ class BrainActions:
         The Done names the memory to show next: the one kept, or the merged one.
         """
         if decision not in DECISIONS:
-            raise ActionRefused("The app offers no such decision.")
+            raise ActionRefused(Text("The app offers no such decision."))
         merged = None
         if decision == "merge":
             if not content.strip():
-                raise ActionRefused("The merged text must not be empty.")
+                raise ActionRefused(Text("The merged text must not be empty."))
             if len(content) > MAX_CONTENT_CHARS or len(title) > MAX_TITLE_CHARS:
-                raise ActionRefused("The text is too long.")
+                raise ActionRefused(Text("The text is too long."))
         try:
             if decision == "merge":
                 merged = connector_memory(content, title=title.strip() or None, type=type_, tags=tags,
@@ -151,25 +154,25 @@ class BrainActions:
         """Make one of the store's snapshots of the active brain live, then serve it here."""
         snapshot = await self.manager.snapshot(account)
         if snapshot.brain_id is None:
-            raise ActionRefused("This account has no brain at the store yet.")
+            raise ActionRefused(Text("This account has no brain at the store yet."))
         if snapshot.pending_writes:
             # Held writes would be replayed on top of the snapshot; let them reach the store first.
-            raise ActionRefused("Some changes are not synced to the store yet; try again in a moment.")
+            raise ActionRefused(Text("Some changes are not synced to the store yet; try again in a moment."))
         try:
             await self.manager.store.restore_version(account.credential, snapshot.brain_id, name)
             # brain_use on the same brain re-reads it from the store at once (the manager's public re-pull).
             await self.manager.use_brain(account, snapshot.brain_id)
         except StoreError as exc:
-            raise ActionRefused(f"The snapshot was not restored ({exc}).") from None
+            raise ActionRefused(Text("The snapshot was not restored (%(reason)s).", reason=str(exc))) from None
         except (UnknownBrain, BrainUnavailable) as exc:
-            raise ActionRefused(str(exc)) from None
+            raise ActionRefused(message_of(exc)) from None
 
     async def use_brain(self, account: Account, wanted: str) -> str:
         """Switch the active brain as brain_use does; returns its name."""
         try:
             record, _ = await self.manager.use_brain(account, wanted)
         except (UnknownBrain, BrainUnavailable) as exc:
-            raise ActionRefused(str(exc)) from None
+            raise ActionRefused(message_of(exc)) from None
         except StoreError as exc:
-            raise ActionRefused(f"The store could not list the brains ({exc}).") from None
+            raise ActionRefused(Text("The store could not list the brains (%(reason)s).", reason=str(exc))) from None
         return record.name

@@ -17,11 +17,12 @@ from connector.mcp.mental import MentalModels, ModelState
 from connector.mcp.tools import Caller, ToolFailure, snapshot_entries
 from connector.webapp.actions import ActionRefused
 from connector.webapp.markdown import render_markdown
+from connector.webapp.i18n import N_, Text
 from connector.webapp.views import MemoryLine, line_of
 from connector.workcopy.manager import BrainUnavailable
 from connector.workcopy.model import Account
 
-NO_MODEL = ("No model is set on this server, so it cannot rewrite this model itself. Ask your assistant to "
+NO_MODEL = N_("No model is set on this server, so it cannot rewrite this model itself. Ask your assistant to "
             "refresh it: brain_mental_model with action 'refresh' (it writes the text with its own model).")
 
 
@@ -91,7 +92,7 @@ class MentalViews:
         """Delete the model; True when stored at the store (else held)."""
         found = await self.page(account, model_id)
         if found is None:
-            raise ActionRefused("This brain has no such mental model (it may have been deleted already).")
+            raise ActionRefused(Text("This brain has no such mental model (it may have been deleted already)."))
         caller = Caller(account, frozenset({READ_SCOPE, WRITE_SCOPE}))
         try:
             outcome = await self.models.tools.write_op(caller, DeleteModel(found.state.model.id), "mental-delete")

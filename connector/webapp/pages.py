@@ -20,12 +20,13 @@ from markupsafe import Markup
 
 from connector.engine.jsvalues import parse_iso_ms
 from connector.mcp.http import path_segment
+from connector.webapp.i18n import Text, current_locale, listing, number, readable_instant, size, switch_links, translate, translations
 
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
     "form-action 'self'; frame-ancestors 'none'; base-uri 'none'; object-src 'none'"
 )
-STATIC_TYPES = {"app.css": "text/css; charset=utf-8", "icon.svg": "image/svg+xml"}
+STATIC_TYPES = {"app.css": "text/css; charset=utf-8", "fonts.css": "text/css; charset=utf-8", "icon.svg": "image/svg+xml"}
 
 
 def page_headers() -> dict[str, str]:
@@ -43,18 +44,28 @@ def page_headers() -> dict[str, str]:
     }
 
 
-@lru_cache(maxsize=1)
-def environment() -> Environment:
-    """The template environment: autoescape on for every template, undefined names fail loudly."""
+@lru_cache(maxsize=None)
+def environment(locale: str = "en") -> Environment:
+    """The template environment of one locale: autoescape on for every template, undefined
+    names fail loudly, gettext from the locale's catalog (``{% trans %}``, ``_()``)."""
     env = Environment(
         loader=PackageLoader("connector.webapp", "templates"),
         autoescape=select_autoescape(default=True, default_for_string=True),
         undefined=StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
+        extensions=["jinja2.ext.i18n"],
     )
+    env.install_gettext_translations(translations(locale), newstyle=True)  # type: ignore[attr-defined]
     env.globals["static_version"] = static_version
-    env.filters["when"] = when
+    env.globals["locale"] = locale
+    env.globals["languages"] = switch_links
+    env.filters["when"] = lambda value: when(translate(value, locale) if isinstance(value, Text) else value, locale)
+    # A message made in Python (a Text or a marked string), translated and still escaped as text.
+    env.filters["t"] = lambda message: translate(message, locale)
+    env.filters["number"] = lambda value, pattern=None: number(value, locale, pattern)
+    env.filters["size"] = lambda value: size(value, locale)
+    env.filters["listing"] = lambda items: listing(items, locale)
     env.filters["segment"] = path_segment
     return env
 
@@ -62,24 +73,24 @@ def environment() -> Environment:
 _INSTANT = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}")
 
 
-def when(value: Any) -> Markup | str:
-    """An ISO 8601 instant as people read it, ``1 Mar 2026, 12:00 UTC``, in a ``<time>``
-    element carrying the exact instant (``datetime``, and as its tooltip); anything that is
-    not an instant comes back unchanged (still escaped by the template)."""
+def when(value: Any, locale: str = "en") -> Markup | str:
+    """An ISO 8601 instant as people of ``locale`` read it, ``1 Mar 2026, 12:00 UTC``, in a
+    ``<time>`` element carrying the exact instant (``datetime``, and as its tooltip); anything
+    that is not an instant comes back unchanged (still escaped by the template)."""
     if not isinstance(value, str) or not _INSTANT.match(value):
         return value
     millis = parse_iso_ms(value)
     if millis is None:
         return value
     moment = datetime.fromtimestamp(millis / 1000, UTC)
-    readable = f"{moment.day} {moment:%b %Y, %H:%M} UTC"
+    readable = readable_instant(moment, locale)
     exact = moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
     return Markup('<time datetime="{0}" title="{1}">{2}</time>').format(exact, value, readable)
 
 
 def render(template: str, **context: Any) -> str:
-    """One page."""
-    return environment().get_template(template).render(**context)
+    """One page, in the locale of the request."""
+    return environment(current_locale()).get_template(template).render(**context)
 
 
 @lru_cache(maxsize=None)

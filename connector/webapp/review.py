@@ -12,14 +12,11 @@ from typing import Any
 
 from connector.engine.review import PendingPair, REVIEW_FILE, pending_pairs, review_document
 from connector.engine.text import memory_body
-from connector.webapp.markdown import render_markdown
+from connector.webapp.markdown import render_markdown_in
 from connector.webapp.views import BrainViews, MemoryLine, line_of
 from connector.workcopy.model import Account
 
 REVIEW_PAGE_SIZE = 20
-RELATION_LABELS = {"duplicate": "repeats", "update": "may update"}
-
-
 @dataclass(frozen=True)
 class ReviewSide:
     """One memory of a pair: its line, when it was written, its text."""
@@ -37,7 +34,6 @@ class ReviewItem:
     new: ReviewSide
     old: ReviewSide
     relation: str
-    relation_label: str
     score: float
     flagged_at: str
     via: str
@@ -65,34 +61,39 @@ class ReviewViews:
     def __init__(self, views: BrainViews) -> None:
         self.views = views
 
-    async def _pending(self, account: Account) -> tuple[list[PendingPair], Any, bool]:
+    async def _pending(self, account: Account) -> tuple[list[PendingPair], Any, bool, str]:
+        """The open pairs, the brain, whether the person only views it, and the brain's
+        cache scope (its id, or the copy's content key for a brain without one)."""
         snapshot = await self.views.manager.snapshot(account)
         brain = snapshot.brain
         viewer = any(record.id == snapshot.brain_id and record.read_only for record in snapshot.identity.brains)
+        scope = snapshot.brain_id or f"{account.subject}\0{snapshot.key}"
         if brain is None or REVIEW_FILE not in brain:
-            return [], None, viewer
+            return [], None, viewer, scope
         index = await self.views._index(snapshot)
         if index is None:
-            return [], None, viewer
+            return [], None, viewer, scope
 
         def entry(memory_id: str) -> Any:
             position = index.positions.get(memory_id)
             return index.memories[position].entry if position is not None else None
 
-        return pending_pairs(review_document(brain), entry), brain, viewer
+        return pending_pairs(review_document(brain), entry), brain, viewer, scope
 
     async def waiting(self, account: Account) -> int:
         """How many pairs wait for a decision."""
-        pairs, _, _ = await self._pending(account)
+        pairs, _, _, _ = await self._pending(account)
         return len(pairs)
 
     async def page(self, account: Account) -> ReviewPage:
         """The first `REVIEW_PAGE_SIZE` pairs with both texts."""
-        pairs, brain, viewer = await self._pending(account)
+        pairs, brain, viewer, scope = await self._pending(account)
 
         def side(memory_id: str, entry: Any) -> ReviewSide:
             body = memory_body(brain.read_text(_string(entry.get("path"))) or "")
-            return ReviewSide(line_of(memory_id, dict(entry)), _string(entry.get("created")), render_markdown(body), body)
+            # Remembered per brain: the page shows the same 40 texts until a decision is made.
+            return ReviewSide(line_of(memory_id, dict(entry)), _string(entry.get("created")),
+                              render_markdown_in(scope, body), body)
 
         items = []
         for pair in pairs[:REVIEW_PAGE_SIZE]:
@@ -100,7 +101,7 @@ class ReviewViews:
             tags = (*new.line.tags, *old.line.tags)
             items.append(ReviewItem(
                 new=new, old=old, relation=pair.relation,
-                relation_label=RELATION_LABELS.get(pair.relation, pair.relation), score=pair.score,
+                score=pair.score,
                 flagged_at=pair.flagged_at, via=pair.via, by=pair.by, merge_tags=", ".join(dict.fromkeys(tags)),
             ))
         return ReviewPage(items=items, total=len(pairs), viewer=viewer)

@@ -15,7 +15,6 @@ import time
 from collections.abc import Awaitable, Callable
 from http.cookies import CookieError, SimpleCookie
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
@@ -33,6 +32,7 @@ from connector.oauth.signin_limit import SignInChecks, signin_limiter, signin_wa
 from connector.oauth.state import OAuthState
 from connector.state.sealing import SecretBox
 from connector.webapp.actions import ActionRefused, BrainActions, Done
+from connector.webapp.i18n import N_, Text, gettext, message_of, not_this_address
 from connector.webapp.guard import Site, new_signin_token, same_origin, session_of, site_of, tokens_match
 from connector.webapp.pages import STATIC_TYPES, page_headers, render, static_file
 from connector.webapp.mental import MentalViews
@@ -51,23 +51,23 @@ SIGNIN_COOKIE_AGE_S = 3600
 MEMORY_ACTIONS = ("pin", "unpin", "forget", "restore", "approve", "reject")
 # What the page says after an action; chosen from this table, never echoed from the request.
 DONE_MESSAGES = {
-    "pin": "Pinned.", "unpin": "Unpinned.", "forget": "Forgotten: moved to the archive.",
-    "restore": "Restored from the archive.", "approve": "Approved.", "reject": "Rejected: moved to the archive.",
-    "edit": "Saved as a new memory that supersedes the old one.", "brain": "Brain switched.",
-    "import": "Imported.", "snapshot": "Snapshot restored: the brain is as it was then.",
-    "new": "Saved.",
-    "keep_new": "Kept the new memory: the old one is superseded.",
-    "keep_old": "Kept the old memory: the new one is in the archive (restorable).",
-    "merge": "Merged into one new memory that supersedes both.",
-    "dismiss": "Marked as not the same: you will not be asked about this pair again.",
-    "refreshed": "Refreshed: the model was rewritten from your memories.",
-    "deleted": "Mental model deleted; the memories it cited stay.",
+    "pin": N_("Pinned."), "unpin": N_("Unpinned."), "forget": N_("Forgotten: moved to the archive."),
+    "restore": N_("Restored from the archive."), "approve": N_("Approved."), "reject": N_("Rejected: moved to the archive."),
+    "edit": N_("Saved as a new memory that supersedes the old one."), "brain": N_("Brain switched."),
+    "import": N_("Imported."), "snapshot": N_("Snapshot restored: the brain is as it was then."),
+    "new": N_("Saved."),
+    "keep_new": N_("Kept the new memory: the old one is superseded."),
+    "keep_old": N_("Kept the old memory: the new one is in the archive (restorable)."),
+    "merge": N_("Merged into one new memory that supersedes both."),
+    "dismiss": N_("Marked as not the same: you will not be asked about this pair again."),
+    "refreshed": N_("Refreshed: the model was rewritten from your memories."),
+    "deleted": N_("Mental model deleted; the memories it cited stay."),
 }
 IMPORT_TTL_S = 900.0
 OIDC_PENDING_TTL_S = 600.0
 MAX_OIDC_PENDING = 1000
-HELD_NOTE = "Saved here, not yet synced to the store; it will be pushed automatically."
-ENDED_MESSAGE = ("Your brain store no longer accepts this sign-in (its token was changed or removed, "
+HELD_NOTE = N_("Saved here, not yet synced to the store; it will be pushed automatically.")
+ENDED_MESSAGE = N_("Your brain store no longer accepts this sign-in (its token was changed or removed, "
                  "or the agent key was revoked). Sign in again.")
 
 
@@ -168,13 +168,15 @@ class WebApp:
         """The person's address: the right-most untrusted X-Forwarded-For hop behind a trusted proxy."""
         return client_address(peer_address(request.scope), request.headers.get("x-forwarded-for"), self._trusted)
 
-    def signin_retry_after(self, request: Request[Any, Any, Any]) -> float | None:
+    async def signin_retry_after(self, request: Request[Any, Any, Any]) -> float | None:
         """Sign-in attempts per client address are limited (token guessing), as on the OAuth page."""
-        return signin_wait(self._signin_checks, self.client_address(request))
+        return await signin_wait(self._signin_checks, self.client_address(request))
 
     def page(self, template: str, site: Site, session: WebSession | None, *, status: int = 200,
              cookies: list[Cookie] | None = None, **context: Any) -> Response[str]:
         """A rendered page with the app's security headers."""
+        if status >= 400:
+            not_this_address()  # the language switch leads home, not back to what was refused
         html = render(template, root=site.root, session=session, sessions_on_disk=self.sessions_on_disk,
                       can_write=session is not None and not session.read_only, **context)
         return Response(html, status_code=status, media_type="text/html; charset=utf-8", headers=page_headers(),
@@ -200,8 +202,8 @@ class Visit:
 def _flash(done: str | None, held: str | None) -> str | None:
     message = DONE_MESSAGES.get(done or "")
     if message and held == "1":
-        message += " " + HELD_NOTE
-    return message
+        return f"{gettext(message)} {gettext(HELD_NOTE)}"
+    return gettext(message) if message else None
 
 
 def _done_location(site: Site, action: str, done: Done) -> str:
@@ -217,16 +219,16 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         site = app.site(request)
         _, session = await session_of(request.cookies, site, app.sessions)
         if session is None:
-            return app.page("error.html", site, None, status=401, title="Signed out",
-                            message="Your session has ended. Sign in again.")
+            return app.page("error.html", site, None, status=401, title=N_("Signed out"),
+                            message=N_("Your session has ended. Sign in again."))
         raw = await request.form()
         form = {key: value for key, value in raw.items() if isinstance(value, str)}
         if not same_origin(request.headers, site) or not session.csrf_ok(form.get("csrf")):
-            return app.page("error.html", site, session, status=403, title="Request refused",
-                            message="This request did not come from this app's own page, so nothing was changed.")
+            return app.page("error.html", site, session, status=403, title=N_("Request refused"),
+                            message=N_("This request did not come from this app's own page, so nothing was changed."))
         if write and session.read_only:
-            return app.page("error.html", site, session, status=403, title="Read-only sign-in",
-                            message="This sign-in is read-only: it cannot change memories. Sign in with write access.")
+            return app.page("error.html", site, session, status=403, title=N_("Read-only sign-in"),
+                            message=N_("This sign-in is read-only: it cannot change memories. Sign in with write access."))
         return Visit(site, session, form, raw)
 
     # ----- sign-in -----------------------------------------------------------------
@@ -268,12 +270,12 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         browser = request.cookies.get(site.signin_cookie)
         if app.provider.mode != "redirect" or not browser:
             return app.redirect(f"{site.root}/signin")
-        if app.signin_retry_after(request) is not None:
-            return signin_again(site, 429, "Too many sign-in attempts from here. Wait a minute and try again.")
+        if await app.signin_retry_after(request) is not None:
+            return signin_again(site, 429, N_("Too many sign-in attempts from here. Wait a minute and try again."))
         try:
             start = await app.provider.start(f"{site.origin}{site.root}/oidc/callback")
         except ProviderUnavailable:
-            return signin_again(site, 503, "Your organisation's sign-in cannot be reached right now. Try again shortly.")
+            return signin_again(site, 503, N_("Your organisation's sign-in cannot be reached right now. Try again shortly."))
         app.keep_oidc(start.state, browser, start.keep, request.query_params.get("access") == "read")
         return Response(b"", status_code=303, headers={"Location": start.url, "Cache-Control": "no-store"})
 
@@ -283,16 +285,16 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         params = request.query_params
         pending = app.take_oidc(params.get("state"), request.cookies.get(site.signin_cookie))
         if pending is None or app.provider.mode != "redirect":
-            return signin_again(site, 400, "This sign-in expired or was started in another browser. Please try again.")
+            return signin_again(site, 400, N_("This sign-in expired or was started in another browser. Please try again."))
         keep, read_only = pending
         if params.get("error") or not params.get("code"):
-            return signin_again(site, 401, "Your organisation's sign-in did not let you in.")
+            return signin_again(site, 401, N_("Your organisation's sign-in did not let you in."))
         try:
             identity = await app.provider.finish(params.get("code"), f"{site.origin}{site.root}/oidc/callback", keep)
         except ProviderRefused:
-            return signin_again(site, 401, "Your organisation's sign-in did not let you in.")
+            return signin_again(site, 401, N_("Your organisation's sign-in did not let you in."))
         except ProviderUnavailable:
-            return signin_again(site, 503, "Your organisation's sign-in cannot be reached right now. Try again shortly.")
+            return signin_again(site, 503, N_("Your organisation's sign-in cannot be reached right now. Try again shortly."))
         return signed_in(site, identity, read_only)
 
     @post("/app/signin", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
@@ -302,23 +304,23 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         expected = request.cookies.get(site.signin_cookie)
 
         if not same_origin(request.headers, site) or not tokens_match(form.get("csrf"), expected):
-            return signin_again(site, 403, "The sign-in form expired or came from another site. Please try again.")
-        if app.signin_retry_after(request) is not None:
-            return signin_again(site, 429, "Too many sign-in attempts from here. Wait a minute and try again.")
+            return signin_again(site, 403, N_("The sign-in form expired or came from another site. Please try again."))
+        if await app.signin_retry_after(request) is not None:
+            return signin_again(site, 429, N_("Too many sign-in attempts from here. Wait a minute and try again."))
         if app.provider.mode != "page":
-            return signin_again(site, 400, "Use the button to sign in with your organisation.")
+            return signin_again(site, 400, N_("Use the button to sign in with your organisation."))
         try:
             # The person's address goes to the store, which limits wrong tokens per address
             # (not per connector, whose address carries every signed-in user's requests).
             identity = await app.provider.sign_in(form.get("token"), app.client_address(request))
         except ProviderThrottled:
             # Counted like a wrong token (the attempt was taken above): never a free retry.
-            return signin_again(site, 429, "Your brain store refuses more sign-in attempts from your network for now. "
-                                           "Wait a minute and try again.")
+            return signin_again(site, 429, N_("Your brain store refuses more sign-in attempts from your network for now. "
+                                           "Wait a minute and try again."))
         except ProviderRefused:
-            return signin_again(site, 401, "That token was not accepted by your brain store.")
+            return signin_again(site, 401, N_("That token was not accepted by your brain store."))
         except ProviderUnavailable:
-            return signin_again(site, 503, "Your brain store cannot be reached right now. Try again shortly.")
+            return signin_again(site, 503, N_("Your brain store cannot be reached right now. Try again shortly."))
         return signed_in(site, identity, form.get("access") == "read")
 
     @post("/app/signout", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
@@ -369,15 +371,15 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
             app.sessions.end(request.cookies.get(site.session_cookie))
             return app.redirect(f"{site.root}/signin?ended=1", cookies=[site.cookie(site.session_cookie, "", 0)])
         except BrainUnavailable as exc:
-            return app.page("error.html", site, session, status=503, title="Brain unavailable", message=str(exc))
+            return app.page("error.html", site, session, status=503, title=N_("Brain unavailable"), message=message_of(exc))
 
     def read_only_refusal(visit: Visit) -> Response[Any]:
         """The page a read-only sign-in gets for a form that would change memories."""
-        return app.page("error.html", visit.site, visit.session, status=403, title="Read-only sign-in",
-                        message="This sign-in is read-only: it cannot change memories.")
+        return app.page("error.html", visit.site, visit.session, status=403, title=N_("Read-only sign-in"),
+                        message=N_("This sign-in is read-only: it cannot change memories."))
 
-    def not_found(visit: Visit, message: str = "This brain has no memory with that id, live or archived.") -> Response[Any]:
-        return app.page("error.html", visit.site, visit.session, status=404, title="No such memory", message=message)
+    def not_found(visit: Visit, message: str = N_("This brain has no memory with that id, live or archived.")) -> Response[Any]:
+        return app.page("error.html", visit.site, visit.session, status=404, title=N_("No such memory"), message=message)
 
     @get(["/app", "/app/"], cache=False, include_in_schema=False)
     @page_route
@@ -400,7 +402,8 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         elif form.mode not in MODE_LABELS:
             # A made-up mode searches nothing: the form comes back with the default and says why.
             form.mode = app.views.tools.recall_mode
-            error = "Unknown recall mode: choose " + " or ".join(f'"{label}"' for label in MODE_LABELS.values()) + "."
+            error = Text("Unknown recall mode: choose “%(exact)s” or “%(hybrid)s”.",
+                         exact=gettext(MODE_LABELS["exact"]), hybrid=gettext(MODE_LABELS["hybrid"]))
             return app.page("search.html", visit.site, visit.session, status=400,
                             result=SearchResult(form=form, error=error), types=TYPES, modes=MODE_LABELS)
         result = await app.views.search(visit.session.account, form)
@@ -426,7 +429,7 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
             return read_only_refusal(visit)
         view = await app.views.memory(visit.session.account, request.path_params["memory_id"][:200])
         if view is None or view.archived:
-            return not_found(visit, "Only memories in the brain (not in the archive) can be edited.")
+            return not_found(visit, N_("Only memories in the brain (not in the archive) can be edited."))
         return app.page("edit.html", visit.site, visit.session, memory=view, types=TYPES, error=None)
 
     @get("/app/new", cache=False, include_in_schema=False)
@@ -447,7 +450,7 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         except ActionRefused as exc:
             # The form comes back as typed, with the reason; nothing was saved.
             return app.page("new.html", visit.site, visit.session, status=400, types=TYPES, form=form,
-                            error=str(exc))
+                            error=message_of(exc))
         return app.redirect(_done_location(visit.site, "new", done))
 
     @get("/app/archive", cache=False, include_in_schema=False)
@@ -482,8 +485,8 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
                           error: str | None = None) -> Response[Any]:
         found = await app.mental.page(visit.session.account, model_id)
         if found is None:
-            return app.page("error.html", visit.site, visit.session, status=404, title="No such mental model",
-                            message="This brain has no mental model with that id (it may have been deleted).")
+            return app.page("error.html", visit.site, visit.session, status=404, title=N_("No such mental model"),
+                            message=N_("This brain has no mental model with that id (it may have been deleted)."))
         listing = await app.mental.listing(visit.session.account)
         return app.page("mental.html", visit.site, visit.session, status=status, models=listing, model=found,
                         error=error, flash=_flash(done, held))
@@ -495,8 +498,8 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
     async def mental_action(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
         model_id, action = request.path_params["model_id"][:200], request.path_params["action"]
         if action not in ("refresh", "delete"):
-            return app.page("error.html", visit.site, visit.session, status=404, title="Unknown action",
-                            message="The app offers no such action.")
+            return app.page("error.html", visit.site, visit.session, status=404, title=N_("Unknown action"),
+                            message=N_("The app offers no such action."))
         account = visit.session.account
         try:
             if action == "refresh":
@@ -505,9 +508,9 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
                 synced = await app.mental.delete(account, model_id)
         except ActionRefused as exc:
             if action == "delete":
-                return app.page("error.html", visit.site, visit.session, status=409, title="Not deleted",
-                                message=str(exc))
-            return await mental_page(visit, model_id, None, None, status=409, error=str(exc))
+                return app.page("error.html", visit.site, visit.session, status=409, title=N_("Not deleted"),
+                                message=message_of(exc))
+            return await mental_page(visit, model_id, None, None, status=409, error=message_of(exc))
         query = urlencode({"done": "refreshed" if action == "refresh" else "deleted", **({} if synced else {"held": "1"})})
         target = f"/mental/{path_segment(model_id)}" if action == "refresh" else "/mental"
         return app.redirect(f"{visit.site.root}{target}?{query}")
@@ -523,7 +526,7 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
                                             type_=form.get("type", "learning"), tags=form.get("tags", ""))
         except ActionRefused as exc:
             data = await app.review.page(visit.session.account)
-            return app.page("review.html", visit.site, visit.session, status=409, review=data, error=str(exc),
+            return app.page("review.html", visit.site, visit.session, status=409, review=data, error=message_of(exc),
                             flash=None)
         query = {"done": decision, **({} if done.synced else {"held": "1"})}
         return app.redirect(f"{visit.site.root}/review?{urlencode(query)}")
@@ -539,9 +542,9 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         except ActionRefused as exc:
             view = await app.views.memory(visit.session.account, memory_id)
             if view is None:
-                return not_found(visit, str(exc))
+                return not_found(visit, message_of(exc))
             return app.page("edit.html", visit.site, visit.session, status=409, memory=view, types=TYPES,
-                            error=str(exc))
+                            error=message_of(exc))
         return app.redirect(_done_location(visit.site, "edit", done))
 
     @post("/app/memory/{memory_id:str}/{action:str}", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
@@ -549,8 +552,8 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
     async def memory_action(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
         memory_id, action = request.path_params["memory_id"][:200], request.path_params["action"]
         if action not in MEMORY_ACTIONS:
-            return app.page("error.html", visit.site, visit.session, status=404, title="Unknown action",
-                            message="The app offers no such action.")
+            return app.page("error.html", visit.site, visit.session, status=404, title=N_("Unknown action"),
+                            message=N_("The app offers no such action."))
         account = visit.session.account
         try:
             if action == "pin":
@@ -566,9 +569,9 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         except ActionRefused as exc:
             view = await app.views.memory(account, memory_id)
             if view is None:
-                return not_found(visit, str(exc))
-            return app.page("memory.html", visit.site, visit.session, status=409, memory=view, error=str(exc),
-                            flash=None, offer_force=action == "forget" and "force" in str(exc))
+                return not_found(visit, message_of(exc))
+            return app.page("memory.html", visit.site, visit.session, status=409, memory=view, error=message_of(exc),
+                            flash=None, offer_force=action == "forget" and "force" in message_of(exc))
         return app.redirect(_done_location(visit.site, action, done))
 
     @post("/app/brain", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
@@ -577,8 +580,8 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         try:
             await app.actions.use_brain(visit.session.account, visit.form.get("brain", "")[:300])
         except ActionRefused as exc:
-            return app.page("error.html", visit.site, visit.session, status=409, title="Brain not switched",
-                            message=str(exc))
+            return app.page("error.html", visit.site, visit.session, status=409, title=N_("Brain not switched"),
+                            message=message_of(exc))
         return app.redirect(f"{visit.site.root}?done=brain")
 
     # ----- export and import ----------------------------------------------------------
@@ -612,7 +615,7 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         upload = visit.raw.get("file")
         if upload is None or isinstance(upload, str):
             return app.page("transfer.html", visit.site, visit.session, status=400, summary=None, reference=None,
-                            error="Choose a JSON file exported from this app.")
+                            error=N_("Choose a JSON file exported from this app."))
         payload = await upload.read()
         snapshot = await app.actions.manager.snapshot(visit.session.account)
         now = app.actions.manager.now()
@@ -635,12 +638,12 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         plan = await asyncio.to_thread(app.take_import, visit.session, visit.form.get("reference"))
         if plan is None:
             return app.page("transfer.html", visit.site, visit.session, status=409, summary=None, reference=None,
-                            error="That import expired or was already done. Upload the file again.")
+                            error=N_("That import expired or was already done. Upload the file again."))
         try:
             done = await app.actions.write(visit.session.account, plan.operation(), "import")
         except ActionRefused as exc:
             return app.page("transfer.html", visit.site, visit.session, status=409, summary=None, reference=None,
-                            error=str(exc))
+                            error=message_of(exc))
         return app.redirect(f"{visit.site.root}?done=import" + ("" if done.synced else "&held=1"))
 
     # ----- history --------------------------------------------------------------------
@@ -662,8 +665,8 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         record = next((item for item in versions if item.name == version), None)
         changes = await app.views.diff(visit.session.account, version) if record is not None else None
         if record is None or changes is None:
-            return app.page("error.html", visit.site, visit.session, status=404, title="No such snapshot",
-                            message="The store keeps no snapshot of this brain by that name.")
+            return app.page("error.html", visit.site, visit.session, status=404, title=N_("No such snapshot"),
+                            message=N_("The store keeps no snapshot of this brain by that name."))
         return app.page("history_diff.html", visit.site, visit.session, version=record, changes=changes)
 
     @post("/app/history/restore", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
@@ -672,8 +675,8 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         try:
             await app.actions.restore_snapshot(visit.session.account, visit.form.get("version", "")[:200])
         except ActionRefused as exc:
-            return app.page("error.html", visit.site, visit.session, status=409, title="Snapshot not restored",
-                            message=str(exc))
+            return app.page("error.html", visit.site, visit.session, status=409, title=N_("Snapshot not restored"),
+                            message=message_of(exc))
         return app.redirect(f"{visit.site.root}/history?done=snapshot")
 
     # ----- static files -----------------------------------------------------------------

@@ -27,6 +27,7 @@ from connector.engine.ops import Memorize
 from connector.engine.restore import frontmatter_values
 from connector.engine.rules import iso_ms
 from connector.engine.text import memory_body
+from connector.webapp.i18n import Text
 
 FORMAT = "brain-store/memories"
 VERSION = 1
@@ -116,22 +117,22 @@ def plan_import(payload: bytes, brain: Brain | None, now: datetime) -> ImportPla
     """
     plan = ImportPlan()
     if len(payload) > MAX_IMPORT_BYTES:
-        plan.errors.append(f"The file is larger than {MAX_IMPORT_BYTES // (1024 * 1024)} MB.")
+        plan.errors.append(Text("The file is larger than %(mb)s MB.", mb=MAX_IMPORT_BYTES // (1024 * 1024)))
         return plan
     try:
         document = json.loads(payload.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
-        plan.errors.append("The file is not JSON.")
+        plan.errors.append(Text("The file is not JSON."))
         return plan
     if not isinstance(document, Mapping) or document.get("format") != FORMAT or document.get("version") != VERSION:
-        plan.errors.append(f"The file is not a '{FORMAT}' version {VERSION} export.")
+        plan.errors.append(Text("The file is not a '%(format)s' version %(version)s export.", format=FORMAT, version=VERSION))
         return plan
     items = document.get("memories")
     if not isinstance(items, list):
-        plan.errors.append("The file has no 'memories' list.")
+        plan.errors.append(Text("The file has no 'memories' list."))
         return plan
     if len(items) > MAX_IMPORT_MEMORIES:
-        plan.errors.append(f"The file has more than {MAX_IMPORT_MEMORIES} memories; split it.")
+        plan.errors.append(Text("The file has more than %(count)s memories; split it.", count=MAX_IMPORT_MEMORIES))
         return plan
     present = set()
     if brain is not None:
@@ -144,11 +145,11 @@ def plan_import(payload: bytes, brain: Brain | None, now: datetime) -> ImportPla
     accepted: list[tuple[dict[str, Any], str]] = []
     for position, item in enumerate(items, start=1):
         if not isinstance(item, Mapping):
-            plan.errors.append(f"memory {position}: not an object")
+            plan.errors.append(Text("memory %(position)s: not an object", position=position))
             continue
         wrong = [name for name in ("title", "content") if item.get(name) is not None and not isinstance(item[name], str)]
         if wrong:
-            plan.errors.append(f"memory {position}: '{wrong[0]}' must be text")
+            plan.errors.append(Text("memory %(position)s: '%(field)s' must be text", position=position, field=wrong[0]))
             continue
         key = (item.get("title"), item.get("content"))
         if key in present:
@@ -169,8 +170,8 @@ def plan_import(payload: bytes, brain: Brain | None, now: datetime) -> ImportPla
             continue
         kinds = credentials_in_memories([memory])  # the same check as every other write
         if kinds:
-            plan.errors.append(f"{memory.title}: looks like it contains a credential ({', '.join(kinds)}); "
-                               "not imported")
+            plan.errors.append(Text("%(title)s: looks like it contains a credential (%(kinds)s); not imported",
+                                    title=memory.title, kinds=", ".join(kinds)))
             continue
         plan.inputs.append(memory)
         plan.ids.append(new_id)

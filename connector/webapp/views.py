@@ -23,6 +23,7 @@ from connector.engine.titles import plain_title
 from connector.mcp.tools import BrainTools
 from connector.webapp.graph import Graph, neighbourhood
 from connector.webapp.history import BrainDiff, diff_brains
+from connector.webapp.i18n import N_, Text
 from connector.webapp.markdown import render_markdown
 from connector.workcopy.manager import BrainUnavailable, WorkingCopyManager
 from connector.workcopy.model import Account, Snapshot
@@ -36,7 +37,7 @@ RECENT_PAGE = 20  # recent memories per page on the home page
 TAG_CACHE_SIZE = 32
 TYPES = tuple(MEMORY_TYPES)
 # The search page's names for brain_recall's modes, in engine.hybrid.MODES order (test_units checks).
-MODE_LABELS = {"exact": "Exact words", "hybrid": "Meaning and other languages (hybrid)"}
+MODE_LABELS = {"exact": N_("Exact words"), "hybrid": N_("Meaning and other languages (hybrid)")}
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ class SearchHit:
 
     line: MemoryLine
     score: float
-    explanation: str
+    explanation: list[Text]  # the score in words, part by part (explain_parts)
     snippet_html: str
     low_trust: bool
 
@@ -186,17 +187,23 @@ def line_of(memory_id: str, entry: dict[str, Any], *, expired: bool = False) -> 
     )
 
 
-def explain(hit: dict[str, Any]) -> str:
-    """The score in words: the parts recall combined (relevance, strength, context, association)."""
-    parts = [f"relevance {_number(hit.get('relevance', 0)) or '0'}",
-             f"strength {_number(hit.get('decayed_strength', 0)) or '0'}"]
+def explain_parts(hit: dict[str, Any]) -> list[Text]:
+    """The score in words, part by part (translated where shown): the parts recall combined
+    (relevance, strength, context, association, meaning similarity)."""
+    parts = [Text("relevance %(value)s", value=_number(hit.get("relevance", 0)) or "0"),
+             Text("strength %(value)s", value=_number(hit.get("decayed_strength", 0)) or "0")]
     if hit.get("context_match"):
-        parts.append(f"context {_number(hit['context_match'])}")
+        parts.append(Text("context %(value)s", value=_number(hit["context_match"])))
     if hit.get("spreading_bonus"):
-        parts.append(f"association {_number(hit['spreading_bonus'])}")
+        parts.append(Text("association %(value)s", value=_number(hit["spreading_bonus"])))
     if "similarity" in hit:  # hybrid recall: how close the meaning is (cosine, -1 to 1)
-        parts.append(f"meaning similarity {_number(hit['similarity']) or '0'}")
-    return ", ".join(parts)
+        parts.append(Text("meaning similarity %(value)s", value=_number(hit["similarity"]) or "0"))
+    return parts
+
+
+def explain(hit: dict[str, Any]) -> str:
+    """The score in words, in English: the parts recall combined."""
+    return ", ".join(explain_parts(hit))
 
 
 def _snippet(text: str, limit: int = 280) -> str:
@@ -319,7 +326,7 @@ class BrainViews:
             result.hits.append(SearchHit(
                 line=line_of(hit["id"], entry or hit, expired=bool(hit.get("expired"))),
                 score=float(hit.get("score") or 0.0),
-                explanation=explain(hit),
+                explanation=explain_parts(hit),
                 snippet_html=render_markdown(_snippet(memory_body(text or ""))),
                 low_trust=bool(hit.get("low_trust")),
             ))
@@ -397,22 +404,22 @@ class BrainViews:
             return line_of(other, other_entry) if other_entry else MemoryLine(other, other, "", ())
 
         provenance = [(label, value) for label, value in (
-            ("Origin", _string(fields.get("origin")) or "not recorded"),
-            ("Source", _string(fields.get("source"))),
-            ("Written by", _string((fields.get("encoding_context") or {}).get("agent")) if isinstance(fields.get("encoding_context"), dict) else ""),
-            ("Confidence", _number(fields.get("confidence"))),
-            ("Salience", _number(fields.get("salience"))),
-            ("Strength", _number(fields.get("strength"))),
-            ("Created", _string(fields.get("created"))),
-            ("Last used", _string(fields.get("last_accessed"))),
-            ("Times recalled", _number(fields.get("access_count"))),
-            ("File", _string(fields.get("path"))),
+            (N_("Origin"), _string(fields.get("origin")) or Text("not recorded")),
+            (N_("Source"), _string(fields.get("source"))),
+            (N_("Written by"), _string((fields.get("encoding_context") or {}).get("agent")) if isinstance(fields.get("encoding_context"), dict) else ""),
+            (N_("Confidence"), _number(fields.get("confidence"))),
+            (N_("Salience"), _number(fields.get("salience"))),
+            (N_("Strength"), _number(fields.get("strength"))),
+            (N_("Created"), _string(fields.get("created"))),
+            (N_("Last used"), _string(fields.get("last_accessed"))),
+            (N_("Times recalled"), _number(fields.get("access_count"))),
+            (N_("File"), _string(fields.get("path"))),
         ) if value]
         if archived:
-            provenance.append(("Archived", f"{_string(entry.get('archived_date'))} ({_string(entry.get('archived_reason'))})"))
+            provenance.append((N_("Archived"), f"{_string(entry.get('archived_date'))} ({_string(entry.get('archived_reason'))})"))
         validity = [(label, value) for label, value in (
-            ("Valid from", _string(fields.get("valid_from"))),
-            ("Valid until", _string(fields.get("valid_until"))),
+            (N_("Valid from"), _string(fields.get("valid_from"))),
+            (N_("Valid until"), _string(fields.get("valid_until"))),
         ) if value]
         superseded_by = fields.get("superseded_by")
         associations: list[tuple[MemoryLine, float]] = []
@@ -452,7 +459,7 @@ class BrainViews:
         try:
             versions = await self.manager.store.list_versions(account.credential, snapshot.brain_id)
         except StoreError as exc:
-            raise BrainUnavailable(f"The store could not list the snapshots ({exc}).") from None
+            raise BrainUnavailable(Text("The store could not list the snapshots (%(reason)s).", reason=str(exc))) from None
         return snapshot.brain_name, versions
 
     async def diff(self, account: Account, version: str) -> BrainDiff | None:
@@ -465,12 +472,12 @@ class BrainViews:
         except StoreNotFound:
             return None
         except StoreError as exc:
-            raise BrainUnavailable(f"The store could not send the snapshot ({exc}).") from None
+            raise BrainUnavailable(Text("The store could not send the snapshot (%(reason)s).", reason=str(exc))) from None
         assert download.data is not None
         try:
             then = await asyncio.to_thread(load_archive, download.data, self.manager.tuning.archive_limits)
         except ArchiveError as exc:
-            raise BrainUnavailable(f"The snapshot could not be read safely ({exc}).") from None
+            raise BrainUnavailable(Text("The snapshot could not be read safely (%(reason)s).", reason=str(exc))) from None
         return await asyncio.to_thread(diff_brains, then, snapshot.brain)
 
     async def archive(self, account: Account) -> list[MemoryLine]:

@@ -12,14 +12,15 @@ sign-in may no longer write it (401/403), retrying can never succeed, so the hel
 writes are dropped and the user is told on their next tool call.
 
 Held writes are also written to the held-write journal (`journal.py`, in the
-state directory) before the tool answers, so a restart or a crash does not lose
+connector's state: a directory or S3) before the tool answers, so a restart or a crash does not lose
 them: `recover` reads them back at start-up and they are pushed like any held
 write, on the store's current brain with their original ids. Without a state
-directory there is no journal and the tool says the held write is not saved.
+there is no journal and the tool says the held write is not saved.
 
-Several processes may share the state directory (`serve --workers N`, replicas):
-each journal file is held by one process (`journal.py`), and `recover` runs again
-on every maintenance pass to take over the files of a process that died. After
+Several processes may share the state (`serve --workers N`, replicas): each
+journal document is held by one process under a lease (`journal.py`), and `recover`
+runs again on every maintenance pass to renew this process's leases and take over
+the documents of a process that died. After
 each push the brain's head is published (`heads.py`) and a clean copy is re-checked
 with the store as soon as another process's head differs from what it last saw, so
 a write through one process is seen by a read through any other.
@@ -339,6 +340,7 @@ class WorkingCopyManager:
         self.journal = journal
         # Each brain's head, shared with the other processes on the state directory (None: alone).
         self.heads = heads
+        self._publishing: set[asyncio.Task[None]] = set()  # heads being published (remote state)
         # Per subject: the kinds of the writes recovered from the journal at start-up (told once).
         self._recovered: dict[str, list[str]] = {}
         self.long_lived = LongLivedObjects()
@@ -444,6 +446,8 @@ class WorkingCopyManager:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._maintenance
             self._maintenance = None
+        if self._publishing:
+            await asyncio.wait(list(self._publishing), timeout=push_timeout_s)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.flush(), timeout=push_timeout_s)
 
@@ -679,7 +683,7 @@ class WorkingCopyManager:
         never_pulled = copy.checked_at < -1e17
         due = never_pulled or force or (ttl > 0 and self._mono() - copy.checked_at >= ttl)
         # Read before asking the store: a push published after this is noticed next time.
-        head = self._head(copy)
+        head = await self._head(copy)
         if not due and (head is None or head == copy.head_seen):
             return
         try:
@@ -700,16 +704,38 @@ class WorkingCopyManager:
         except StoreError as exc:
             raise BrainUnavailable(f"The brain could not be loaded from the store: {exc}.") from None
 
-    def _head(self, copy: WorkingCopy) -> str | None:
-        """The copy's brain head now (`heads.py`); None without heads or when it cannot be read."""
-        if self.heads is None or copy.brain_id is None:
+    async def _head(self, copy: WorkingCopy) -> str | None:
+        """The copy's brain head now (`heads.py`, through its cache); None without heads or when it cannot be read."""
+        heads = self.heads
+        if heads is None or copy.brain_id is None:
             return None
-        return self.heads.read(copy.brain_id)
+        cached = heads.cached(copy.brain_id)
+        if cached is not None:
+            return cached
+        if heads.inline:
+            return heads.read(copy.brain_id)
+        return await asyncio.to_thread(heads.read, copy.brain_id)
 
-    def _publish(self, copy: WorkingCopy) -> None:
-        """After a push the store accepted: publish the brain's new head for the other processes."""
-        if self.heads is not None and copy.brain_id is not None:
-            copy.head_seen = self.heads.publish(copy.brain_id, copy.head_seen)
+    async def _publish(self, copy: WorkingCopy) -> None:
+        """After a push the store accepted: publish the brain's new head for the other processes.
+
+        On a remote state (S3: a GET and a conditional PUT) the write is not waited for: the
+        tool answers at once and the copy takes the new token as seen when it is published. The
+        copy holds at least what it pushed by then, so taking that token never hides a change."""
+        heads = self.heads
+        if heads is None or copy.brain_id is None:
+            return
+        if heads.inline:  # a state directory: a locked rename, ~1-4 ms, kept off the event loop
+            copy.head_seen = await asyncio.to_thread(heads.publish, copy.brain_id, copy.head_seen)
+            return
+        brain_id, seen = copy.brain_id, copy.head_seen
+
+        async def publish() -> None:
+            copy.head_seen = await asyncio.to_thread(heads.publish, brain_id, seen)
+
+        task = asyncio.create_task(publish(), name="workcopy-publish-head")
+        self._publishing.add(task)
+        task.add_done_callback(self._publishing.discard)
 
     async def snapshot(self, account: Account, *, fresh_list: bool = False) -> Snapshot:
         """A fresh-enough read view of the user's active brain (pulling it if needed);
@@ -1035,7 +1061,7 @@ class WorkingCopyManager:
                 self._hold(copy, str(exc))
                 return dropped
             self._mark_synced(copy, result.checksum or checksum)
-            self._publish(copy)
+            await self._publish(copy)
             self._note_pushed(copy, result)
             return dropped
         self._hold(copy, "other devices kept changing the brain at the same time")
@@ -1045,7 +1071,7 @@ class WorkingCopyManager:
         """Pull the store's brain and apply the pending writes again, in order, with their ids."""
         base = Brain()
         checksum: str | None = None
-        head = self._head(copy)
+        head = await self._head(copy)
         if copy.brain_id is not None:  # else: a brain-less account's first writes, recovered
             async with self._loads:
                 try:

@@ -1,4 +1,4 @@
-"""Where hybrid recall's vectors live: in memory, and sealed on disk in the state directory.
+"""Where hybrid recall's vectors live: in memory, and sealed in the connector's state (directory or S3).
 
 A vector is computed once per memory *content* within one brain (key: a keyed
 BLAKE2b of the brain id over `embedding.content_hash` of the model and the embedded
@@ -11,12 +11,13 @@ recall; the store used bare (no brain: the command line, benchmarks) keys by con
 alone. Nothing is written into the brain archive, so the reference `brain` command
 line reads and writes it as before.
 
-With a state directory, new vectors are appended to ``vectors/`` there as segment
-files sealed with AES-256-GCM under a key derived from the state key (memory text
-can be partly inferred from its embedding, so vectors are treated like the
-secrets beside them); files 0600 in a 0700 directory. Many small segments are
-merged into one from time to time. A segment that cannot be opened (other key,
-damaged) is ignored: its vectors are computed again when needed.
+With a state (a directory, or S3 with ``CONNECTOR_STATE_URL``), new vectors are
+appended under ``vectors/`` there as segment documents sealed with AES-256-GCM under
+a key derived from the state key (memory text can be partly inferred from its
+embedding, so vectors are treated like the secrets beside them); in a directory,
+files 0600 in a 0700 directory. Many small segments are merged into one from time
+to time. A segment that cannot be opened (other key, damaged) is ignored: its
+vectors are computed again when needed.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ import struct
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 import numpy as np
 from cryptography.exceptions import InvalidTag
@@ -37,7 +37,8 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from connector.engine.embedding import Embedder, Quantized, default_embedder, quantize
+from common.docstore import DocumentStore, DocumentStoreError
+from connector.engine.embedding import Embedder, Quantized, content_hash, default_embedder, quantize
 from connector.engine.hybrid import HybridIndex
 
 log = logging.getLogger("connector.vectors")
@@ -52,6 +53,7 @@ _HASH_BYTES = 16
 _BATCH = 1024
 # Segments beyond this many are merged into one at the next write.
 _MAX_SEGMENTS = 16
+_PREFIX = "vectors/"
 
 
 class VectorStore:
@@ -62,21 +64,21 @@ class VectorStore:
     ``embedded`` counts texts sent to the model (tests and benchmarks read it).
     """
 
-    def __init__(self, embedder: Embedder | None = None, directory: Path | None = None, state_key: bytes | None = None):
+    def __init__(self, embedder: Embedder | None = None, state: DocumentStore | None = None, state_key: bytes | None = None):
         self.embedder = embedder or default_embedder()
         self.model_id = self.embedder.model_id
         self.dimensions = self.embedder.dimensions
-        self.directory = directory if directory is not None and state_key is not None else None
+        self.state = state if state is not None and state_key is not None else None
         self._aead = (
             AESGCM(HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_KEY_INFO).derive(state_key))
-            if self.directory is not None and state_key is not None
+            if self.state is not None and state_key is not None
             else None
         )
         self._rows: dict[bytes, int] = {}
         self._codes = np.zeros((0, self.dimensions), dtype=np.int8)
         self._scales = np.zeros(0, dtype=np.float32)
         self._lock = threading.RLock()
-        self._loaded_from_disk = self.directory is None
+        self._loaded_from_disk = self.state is None
         self.embedded = 0
 
     def __len__(self) -> int:
@@ -120,12 +122,13 @@ class VectorStore:
 
     # ----- computing --------------------------------------------------------
 
-    def keep(self, hashes: Sequence[bytes], vectors: Quantized, brain_id: str | None = None) -> None:
+    def keep(self, hashes: Sequence[bytes], vectors: Quantized, brain_id: str | None = None, *, persist: bool = True) -> None:
         """Keep vectors computed elsewhere for ``hashes`` of ``brain_id`` (benchmarks seed many
-        copies of one brain this way); known ones are left as they are."""
+        copies of one brain this way); known ones are left as they are. Without ``persist``
+        they are kept in memory only until the next merge of the segments writes them."""
         with self._lock:
             self._load_once()
-            self._keep(_keys(hashes, brain_id), vectors)
+            self._keep(_keys(hashes, brain_id), vectors, persist=persist)
 
     def _embed_and_keep(self, missing: dict[bytes, str]) -> None:
         digests = list(missing)
@@ -136,7 +139,7 @@ class VectorStore:
                 self.embedded += len(batch)
                 self._keep(batch, packed)
 
-    def _keep(self, keys: list[bytes], packed: Quantized) -> None:
+    def _keep(self, keys: list[bytes], packed: Quantized, *, persist: bool = True) -> None:
         """Append and save the rows of ``keys`` not known yet (under the lock)."""
         fresh: dict[bytes, int] = {}
         for position, key in enumerate(keys):
@@ -146,7 +149,8 @@ class VectorStore:
             return
         picked = np.fromiter(fresh.values(), dtype=np.int64, count=len(fresh))
         self._append(list(fresh), packed.codes[picked], packed.scales[picked])
-        self._persist(list(fresh), packed.codes[picked], packed.scales[picked])
+        if persist:
+            self._persist(list(fresh), packed.codes[picked], packed.scales[picked])
 
     def _append(self, digests: list[bytes], codes: np.ndarray, scales: np.ndarray) -> None:
         used = len(self._rows)
@@ -196,37 +200,39 @@ class VectorStore:
         codes = np.frombuffer(payload, dtype=np.int8, count=count * dimensions, offset=at).reshape(count, dimensions)
         return digests, codes, scales
 
-    def _segments(self) -> list[Path]:
-        assert self.directory is not None
-        return sorted(self.directory.glob("seg-*.bin"))
+    def _segments(self) -> list[str]:
+        assert self.state is not None
+        return [key for key in self.state.list(_PREFIX) if key.startswith(_PREFIX + "seg-") and key.endswith(".bin")]
 
     def _load_once(self) -> None:
         if self._loaded_from_disk:
             return
         self._loaded_from_disk = True
-        assert self.directory is not None
+        assert self.state is not None
         try:
-            self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
             segments = self._segments()
-        except OSError as exc:
-            log.warning("vector cache unavailable: %s", exc.strerror or exc)
-            self.directory = None
+        except (DocumentStoreError, OSError) as exc:
+            log.warning("vector cache unavailable: %s", exc)
+            self.state = None
             return
         self._read_segments(segments)
 
-    def _read_segments(self, segments: list[Path]) -> None:
+    def _read_segments(self, segments: list[str]) -> None:
         """Keep the vectors of ``segments`` not known yet (unreadable ones are skipped)."""
-        for path in segments:
+        assert self.state is not None
+        for key in segments:
             try:
-                opened = self._open(path.read_bytes())
-            except OSError:
+                found = self.state.get(key)
+                opened = self._open(found.data) if found is not None else None
+            except (DocumentStoreError, OSError):
                 opened = None
             except _OldFormat:
                 # Keyed by content alone (shared across brains): dropped, recomputed per brain.
-                path.unlink(missing_ok=True)
+                self._delete(key)
                 continue
             if opened is None:
-                log.warning("ignoring unreadable vector cache segment %s", path.name)
+                if found is not None:
+                    log.warning("ignoring unreadable vector cache segment %s", key[len(_PREFIX) :])
                 continue
             digests, codes, scales = opened
             fresh = [i for i, digest in enumerate(digests) if digest not in self._rows]
@@ -234,39 +240,36 @@ class VectorStore:
                 picked = np.asarray(fresh, dtype=np.int64)
                 self._append([digests[i] for i in fresh], codes[picked], scales[picked])
 
+    def _delete(self, key: str) -> None:
+        assert self.state is not None
+        try:
+            self.state.delete(key)
+        except (DocumentStoreError, OSError) as exc:
+            log.warning("could not delete a vector cache segment: %s", exc)
+
     def _persist(self, digests: list[bytes], codes: np.ndarray, scales: np.ndarray) -> None:
-        if self.directory is None:
+        if self.state is None:
             return
         try:
             segments = self._segments()
             if len(segments) >= _MAX_SEGMENTS:
                 # Merge into one file everything known plus those segments' vectors (another
-                # process sharing the directory may have written some since we read it).
+                # process sharing the state may have written some since we read it).
                 self._read_segments(segments)
                 used = len(self._rows)
                 ordered = sorted(self._rows, key=self._rows.__getitem__)
                 self._write_segment(ordered, self._codes[:used], self._scales[:used])
                 for old in segments:
-                    old.unlink(missing_ok=True)
+                    self._delete(old)
             else:
                 self._write_segment(digests, codes, scales)
-        except OSError as exc:  # a full or read-only disk costs recomputation later, nothing else
-            log.warning("could not save vectors: %s", exc.strerror or exc)
+        except (DocumentStoreError, OSError) as exc:  # a full disk or S3 away costs recomputation later, nothing else
+            log.warning("could not save vectors: %s", exc)
 
     def _write_segment(self, digests: list[bytes], codes: np.ndarray, scales: np.ndarray) -> None:
-        assert self.directory is not None
-        name = f"seg-{secrets.token_hex(8)}.bin"
-        temporary = self.directory / f".{name}.tmp"
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(self._seal(digests, codes, scales))
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(temporary, self.directory / name)
-        except BaseException:
-            temporary.unlink(missing_ok=True)
-            raise
+        assert self.state is not None
+        # A fresh random name: created once, never replaced (no condition needed).
+        self.state.put(f"{_PREFIX}seg-{secrets.token_hex(8)}.bin", self._seal(digests, codes, scales))
 
 
 class _OldFormat(Exception):
@@ -299,6 +302,14 @@ class BrainVectors:
     def get(self, digest: bytes) -> np.ndarray | None:
         """The vector kept for one content hash of this brain, or None."""
         return self.store.get(digest, self.brain_id)
+
+    def keep_text(self, text: str, vector: np.ndarray) -> None:
+        """Keep the unit ``vector`` computed elsewhere for the memory text ``text`` of this brain
+        (the similar check's embedding of a memory about to be written: not embedded again).
+        In memory: no file is written on the write's path; the next merge of the segments
+        saves it, and the hybrid index cache holds it meanwhile."""
+        self.store.keep([content_hash(self.model_id, text)], quantize(np.asarray(vector, dtype=np.float32)[None, :]),
+                        self.brain_id, persist=False)
 
     def embed_query(self, text: str) -> np.ndarray:
         """The unit vector of a query (not stored)."""

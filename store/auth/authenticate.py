@@ -95,6 +95,9 @@ class Authenticator:
         self.oidc = oidc
         self._on_new_user = on_new_user
         self._failed = failed_logins
+        # Failed logins counted in the bucket shared by replicas (a conditional write on S3): counted
+        # in a worker thread by `authenticate_waiting`, never on the event loop.
+        self._failed_blocking = bool(getattr(failed_logins, "blocking", False))
         self._requests = requests
         self._agent_keys = agent_keys  # bsk_... -> Principal (store.sharing.access)
         # user id -> (the registry's User object, its Principal): rebuilt when the user changes
@@ -115,6 +118,13 @@ class Authenticator:
                 return too_many(wait, "too many failed logins from this address")
         return unauthorized(message)
 
+    def _refuse_now(self, address: str) -> None:
+        """Refuse a request ``authenticate_now`` found wrong: raise at once, or return None so that
+        ``authenticate_waiting`` counts the failure off the event loop (a shared bucket)."""
+        if self._failed_blocking:
+            return None
+        raise self._fail(address)
+
     def authenticate_now(self, authorization: str | None, address: str) -> Principal | None:
         """The caller when no waiting is needed: a static token known to the in-memory
         registry (the hot path), or a refusal. None: ``authenticate_waiting`` must decide
@@ -122,22 +132,22 @@ class Authenticator:
         self._check_blocked(address)
         token = bearer_token(authorization)
         if token is None:
-            raise self._fail(address)
+            return self._refuse_now(address)
         if token.startswith("bsk_") and self._agent_keys is not None:
             # an agent key: a hash lookup in the sharing file, like a static token
             key_principal = self._agent_keys(token)
             if key_principal is None:
-                raise self._fail(address)
+                return self._refuse_now(address)
             return self._counted(key_principal)
         if not token.startswith("bst_"):
             if self.oidc is not None:
                 return None
-            raise self._fail(address)
+            return self._refuse_now(address)
         user = self.registry.by_token(token) if is_static_token(token) else None
         if user is None:
             if self.registry.blocking and is_static_token(token):
                 return None
-            raise self._fail(address)
+            return self._refuse_now(address)
         cached = self._principals.get(user.id)
         if cached is not None and cached[0] is user:
             principal = cached[1]
@@ -153,7 +163,9 @@ class Authenticator:
         verify an ID token, or look for a new static token in the shared users copy."""
         token = bearer_token(authorization) or ""
         principal: Principal | None = None
-        if token.startswith("bst_"):
+        if token.startswith("bsk_") or not token:
+            pass  # an agent key or no token that `authenticate_now` refused (see `_refuse_now`)
+        elif token.startswith("bst_") and is_static_token(token):
             # maybe made on another replica a moment ago: look at the shared copy, off the loop
             user = await anyio.to_thread.run_sync(self.registry.recheck_token, token)
             if user is not None:
@@ -161,6 +173,8 @@ class Authenticator:
         elif self.oidc is not None:
             principal = await self._oidc(token)
         if principal is None:
+            if self._failed_blocking:
+                raise await anyio.to_thread.run_sync(self._fail, address)
             raise self._fail(address)
         return self._counted(principal)
 

@@ -90,3 +90,39 @@ def test_vectors_are_per_brain_and_survive_a_restart(store: RunningStore, tmp_pa
         asyncio.run(recall(server.base_url, "alice"))
         asyncio.run(recall(server.base_url, "mallory"))
         assert _vectors_kept(state) == 2 * count
+
+
+def test_the_hybrid_index_is_read_back_after_a_restart(store: RunningStore, tmp_path: Path) -> None:
+    """Issue 28: a restarted connector reads the brain's hybrid index back from its own disk
+    cache instead of rebuilding it; a damaged cache file is rebuilt."""
+    user = store.add_user("restarts")
+    brain, ids = make_brain()
+    brain_id = brains_of(store.url, user.token)[0]["id"]
+    assert upload_raw(store.url, user.token, brain_id, pack_archive(brain)).status_code == 200
+    state = tmp_path / "connector-state"
+    cache = state / "index-cache"
+
+    async def recall(base: str) -> None:
+        token = mint(base, user, {"brain.read"})
+        async with mcp_session(base + "/mcp", token) as client:
+            found = structured(await client.call_tool("brain_recall", {"query": "疫苗", "mode": "hybrid", "limit": 3}))
+            assert found["results"][0]["id"] == ids["猫的疫苗"]
+
+    with connector(tmp_path, store) as server:
+        asyncio.run(recall(server.base_url))
+    # Saved at shutdown at the latest: one sealed file, 0600.
+    (saved,) = cache.glob("*.hix")
+    assert saved.stat().st_mode & 0o777 == 0o600 and cache.stat().st_mode & 0o777 == 0o700
+    # Without its vector segments a rebuild would embed every memory again; read back, it embeds nothing.
+    for segment in (state / "vectors").glob("seg-*.bin"):
+        segment.unlink()
+    with connector(tmp_path, store) as server:
+        asyncio.run(recall(server.base_url))
+    assert _vectors_kept(state) == 0, "the restarted connector rebuilt the index instead of reading it back"
+    # A damaged file is ignored: the index is rebuilt (the vectors embedded again) and saved anew.
+    whole = saved.stat().st_size
+    saved.write_bytes(saved.read_bytes()[:-100])
+    with connector(tmp_path, store) as server:
+        asyncio.run(recall(server.base_url))
+    assert _vectors_kept(state) == len(ids)
+    assert [path.stat().st_size for path in cache.glob("*.hix")] == [whole]

@@ -168,3 +168,16 @@ def test_state_url_names_a_bucket_and_needs_the_key() -> None:
     # S3 client settings without a bucket to use them for are a mistake, said at once.
     with pytest.raises(SettingsError, match="CONNECTOR_STATE_URL"):
         ConnectorSettings.load({**STORE, "CONNECTOR_S3_ENDPOINT_URL": "http://127.0.0.1:8333"})
+
+
+def test_hybrid_index_cache_directory(tmp_path: Path) -> None:
+    assert ConnectorSettings.load(STORE).index_cache_path is None  # no state directory: memory only
+    in_state = ConnectorSettings.load({**STORE, "CONNECTOR_STATE_DIR": str(tmp_path / "state")})
+    assert in_state.index_cache_path == tmp_path / "state" / "index-cache" and in_state.index_cache_mb == 1024
+    own = ConnectorSettings.load({**STORE, "CONNECTOR_STATE_DIR": str(tmp_path / "state"),
+                                  "CONNECTOR_INDEX_CACHE_DIR": str(tmp_path / "local"), "CONNECTOR_INDEX_CACHE_MB": "64"})
+    assert own.index_cache_path == tmp_path / "local" and own.index_cache_mb == 64
+    off = ConnectorSettings.load({**STORE, "CONNECTOR_STATE_DIR": str(tmp_path / "state"), "CONNECTOR_INDEX_CACHE_MB": "0"})
+    assert off.index_cache_path is None
+    with pytest.raises(SettingsError, match="CONNECTOR_INDEX_CACHE_MB"):
+        ConnectorSettings.load({**STORE, "CONNECTOR_INDEX_CACHE_MB": "lots"})

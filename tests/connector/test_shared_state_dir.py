@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import subprocess
 import sys
 import textwrap
@@ -14,7 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
+from common.docstore import open_document_store
 from connector.mcp.tools import BrainTools, Caller
 from connector.workcopy.heads import BrainHeads
 from connector.workcopy.journal import HeldWriteJournal
@@ -52,14 +55,30 @@ def _ids(result: Any) -> list[str]:
     return [hit["id"] for hit in result.structured_content["results"]]
 
 
-def test_a_write_through_one_process_is_recalled_at_once_through_another(store: RunningStore, tmp_path: Path) -> None:
-    alice = store.add_user("alice")
+# A remote state (S3) as the connector uses it: heads cached this long, read and published off the loop.
+REMOTE_MAX_AGE_S = 0.3
+
+
+@pytest.mark.parametrize("remote", [False, True], ids=["directory", "remote-cached"])
+def test_a_write_through_one_process_is_recalled_at_once_through_another(store: RunningStore, tmp_path: Path,
+                                                                        remote: bool) -> None:
+    """At once on a state directory; within the cache's bound (1 s on S3) on a remote state."""
+    alice = store.add_user(f"alice-{remote}")
     brain_id = brains_of(store.url, alice.token)[0]["id"]
     direct_memorize(store.url, alice.token, brain_id, "The office plants are watered on Mondays")
-    heads = tmp_path / "state" / "heads"
+    state = tmp_path / "state"
+
+    def heads() -> BrainHeads:
+        if remote:
+            return BrainHeads(open_document_store(state, fsync=False), max_age_s=REMOTE_MAX_AGE_S, inline=False)
+        return BrainHeads(open_document_store(state))
+
+    async def settle() -> None:
+        if remote:  # the bound: a head read is at most this old
+            await asyncio.sleep(REMOTE_MAX_AGE_S + 0.05)
 
     async def scenario() -> None:
-        (first, first_store), (second, second_store) = _manager(store, BrainHeads(heads)), _manager(store, BrainHeads(heads))
+        (first, first_store), (second, second_store) = _manager(store, heads()), _manager(store, heads())
         caller = Caller(_account(alice), ALL)
         one, two = BrainTools(first), BrainTools(second)
         try:
@@ -73,11 +92,13 @@ def test_a_write_through_one_process_is_recalled_at_once_through_another(store: 
             for round_ in range(3):
                 saved = await one.call("brain_memorize", {"content": f"Deploy freeze number {round_} starts on Thursday"}, caller)
                 new_id = saved.structured_content["stored"]["id"]
+                await settle()
                 found = await two.call("brain_recall", {"query": f"deploy freeze number {round_}"}, caller)
                 assert new_id in _ids(found)  # within the hour-long interval: the head said so
                 # and the other way round: a write through the second is seen by the first
                 saved = await two.call("brain_memorize", {"content": f"Release train {round_} leaves at nine"}, caller)
                 other_id = saved.structured_content["stored"]["id"]
+                await settle()
                 assert other_id in _ids(await one.call("brain_recall", {"query": f"release train {round_}"}, caller))
             # A pushing copy takes its own head as seen: its next read asks the store nothing.
             before = first_store.downloads
@@ -136,7 +157,7 @@ def test_a_brain_chosen_through_one_process_is_written_through_another(store: Ru
 
 
 def test_a_publisher_takes_its_token_as_seen_only_when_it_missed_nothing(tmp_path: Path) -> None:
-    one, two = BrainHeads(tmp_path / "heads"), BrainHeads(tmp_path / "heads")
+    one, two = BrainHeads(open_document_store(tmp_path)), BrainHeads(open_document_store(tmp_path))
     assert one.read("brain-a") == ""  # nothing published yet
     mine = one.publish("brain-a", "")
     assert mine and two.read("brain-a") == mine and one.read("brain-b") == ""
@@ -156,11 +177,12 @@ _HOLDER = textwrap.dedent(
     from datetime import UTC, datetime
     from pathlib import Path
     from connector.engine.ops import connector_memorize
+    from common.docstore import open_document_store
     from connector.workcopy.journal import HeldWriteJournal
     from connector.workcopy.model import Account, PendingWrite
 
     directory, subject, token, brain_id = sys.argv[1:5]
-    journal = HeldWriteJournal(Path(directory), bytes(range(32)))
+    journal = HeldWriteJournal(open_document_store(Path(directory)), bytes(range(32)))
     pending = [PendingWrite(connector_memorize("Held by a worker that dies"), datetime.now(UTC), "memorize")]
     journal.record("f" * 32, Account(subject, token), brain_id, "default", None, pending)
     print("holding", flush=True)
@@ -169,12 +191,16 @@ _HOLDER = textwrap.dedent(
 )
 
 
+def _holder(state: Path, subject: str, token: str, brain_id: str) -> Any:
+    """Another process holding one journal document ("f" * 32) in the state ``state`` until it is killed."""
+    return holding(_HOLDER, str(state), subject, token, brain_id)
+
+
 @contextlib.contextmanager
-def _holder(held: Path, subject: str, token: str, brain_id: str) -> Iterator[subprocess.Popen[str]]:
-    """Another process holding one journal file ("f" * 32) until it is killed."""
-    process = subprocess.Popen(
-        [sys.executable, "-c", _HOLDER, str(held), subject, token, brain_id], stdout=subprocess.PIPE, cwd=REPO_ROOT, text=True
-    )
+def holding(script: str, *args: str, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[str]]:
+    """A Python process running ``script`` with ``args``, once it printed "holding"; killed at the end."""
+    process = subprocess.Popen([sys.executable, "-c", script, *args], stdout=subprocess.PIPE, cwd=REPO_ROOT, text=True,
+                               env={**os.environ, **env} if env else None)
     try:
         assert process.stdout is not None and process.stdout.readline().strip() == "holding"
         yield process
@@ -186,15 +212,15 @@ def _holder(held: Path, subject: str, token: str, brain_id: str) -> Iterator[sub
 
 def test_a_journal_file_is_held_by_one_process_and_taken_over_when_it_dies(tmp_path: Path) -> None:
     held = tmp_path / "held"
-    with _holder(held, "static:u1", "token-1", "brain-1") as holder:
-        other = HeldWriteJournal(held, KEY)
+    with _holder(tmp_path, "static:u1", "token-1", "brain-1") as holder:
+        other = HeldWriteJournal(open_document_store(tmp_path), KEY)
         assert other.load() == []  # the holder is alive: its writes are not replayed twice
         holder.kill()
         holder.wait(timeout=30)
         taken = other.load()
         assert [entry.name for entry in taken] == ["f" * 32] and taken[0].pending[0].label == "memorize"
         assert other.load() == []  # taken once
-        assert HeldWriteJournal(held, KEY).load() == []  # and no third process takes it too
+        assert HeldWriteJournal(open_document_store(tmp_path), KEY).load() == []  # and no third process takes it too
         other.remove("f" * 32)
         assert sorted(path.name for path in held.iterdir()) == []  # the file and its lock are gone
 
@@ -208,7 +234,7 @@ def test_a_live_process_takes_over_held_writes_of_a_dead_one(store: RunningStore
     async def scenario(holder: subprocess.Popen[str]) -> None:
         client = StoreClient(store.url, timeout_s=10)
         tuning = ManagerTuning(held_retry_s=0.05, repull_ttl_s=3600.0)
-        manager = WorkingCopyManager(client, tuning=tuning, journal=HeldWriteJournal(held, KEY))
+        manager = WorkingCopyManager(client, tuning=tuning, journal=HeldWriteJournal(open_document_store(tmp_path), KEY))
         tools, caller = BrainTools(manager), Caller(_account(carol), ALL)
         try:
             # This process serves carol too: a clean copy of the same brain, without the held write.
@@ -225,7 +251,7 @@ def test_a_live_process_takes_over_held_writes_of_a_dead_one(store: RunningStore
         finally:
             await manager.close()
 
-    with _holder(held, f"static:{carol.id}", carol.token, brain_id) as holder:
+    with _holder(tmp_path, f"static:{carol.id}", carol.token, brain_id) as holder:
         asyncio.run(scenario(holder))
     brain, _ = download_brain(store.url, carol.token, brain_id)
     texts = [brain.read_text(entry["path"]) for entry in brain.read_json("index.json")["memories"].values()]

@@ -65,3 +65,26 @@ def test_after_a_write_the_check_uses_the_indexed_version_and_the_newer_memories
     assert again[0].id == stored["id"] and again[0].exact
     assert "k2" not in tools.hybrid_cache and tools._similar_base["b1"][0] == "k1"
     assert ids["Dentist appointment"] in [item.id for item in tools.similar_for(view, Incoming(MEMORIES[0]["content"]))]
+
+
+def test_the_checked_memory_is_not_embedded_again_after_its_write() -> None:
+    """Issue 28: the check embeds the new memory's text once; the next version's index finds that vector."""
+    from connector.engine.index import BrainIndex
+    from connector.engine.ops import connector_memorize
+    from tests.engine.hybrid_support import CountingEmbedder
+
+    embedder = CountingEmbedder()
+    store = VectorStore(embedder)
+    tools = BrainTools(manager=NoCopies(), vectors=store)  # type: ignore[arg-type]
+    brain, _ = governance_brain()
+    assert tools.similar_for(snapshot(brain, "k1"), Incoming("warm up")) is not None
+    known = len(store)
+    op = connector_memorize("  The bakery on Elm Street now opens at 6:30.\n", title="Bakery hours", tags=["food", "town"])
+    memory = op.memories[0]
+    tools.similar_for(snapshot(brain, "k1"), Incoming(memory.content, memory.title, memory.tags, memory.type))
+    assert len(store) == known + 1
+    after = brain.copy()
+    op.apply(after, NOW)
+    embedded = embedder.embedded
+    tools.hybrid_index(after, "k2", BrainIndex.build(after), "b1")
+    assert embedder.embedded == embedded, "the new memory was embedded again"

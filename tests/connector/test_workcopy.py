@@ -674,15 +674,17 @@ def test_budget_is_applied_before_a_load_and_a_brain_is_never_held_twice(store: 
 
 
 def test_a_held_write_the_journal_cannot_keep_is_said_to_be_not_saved(store: RunningStore, tmp_path: Path) -> None:
+    from common.docstore import open_document_store
     from connector.workcopy.journal import HeldWriteJournal
 
     user = store.add_user("unjournaled")
-    blocker = tmp_path / "not-a-directory"
-    blocker.write_text("a file where the journal's directory should be")
+    state = open_document_store(tmp_path / "state")
+    (tmp_path / "state").mkdir(mode=0o700)  # the store makes its directory on its first write only
+    (tmp_path / "state" / "held").write_text("a file where the journal's directory should be")
 
     async def scenario() -> None:
         client = FlakyUploads(store.url)
-        journal = HeldWriteJournal(blocker / "held", bytes(32))
+        journal = HeldWriteJournal(state, bytes(32))
         manager = WorkingCopyManager(client, tuning=ManagerTuning(held_retry_s=60.0), journal=journal)
         tools = BrainTools(manager)
         caller = Caller(account_for(user), ALL)

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from common.docstore import open_document_store
 from connector.engine.archive import load_archive, pack_archive
 from connector.engine.embedding import quantize, cosines
 from connector.engine.hybrid import (
@@ -124,7 +125,7 @@ def test_vectors_are_computed_once_per_content(tmp_path: Path) -> None:
     brain, ids = make_brain()
     key = bytes(range(32))
     embedder = CountingEmbedder()
-    store = VectorStore(embedder, tmp_path / "vectors", key)
+    store = VectorStore(embedder, open_document_store(tmp_path), key)
     first = HybridIndex.build(brain, BrainIndex.build(brain), store)
     assert embedder.embedded == len(ids)
     # A pull of the unchanged brain (a new archive, parsed again): nothing embedded.
@@ -138,7 +139,7 @@ def test_vectors_are_computed_once_per_content(tmp_path: Path) -> None:
     assert again.vector_of("mem_missing") is None and store.get(bytes(16)) is None
     # A restarted connector reads them back from the state directory.
     restarted = CountingEmbedder()
-    HybridIndex.build(pulled, BrainIndex.build(pulled), VectorStore(restarted, tmp_path / "vectors", key))
+    HybridIndex.build(pulled, BrainIndex.build(pulled), VectorStore(restarted, open_document_store(tmp_path), key))
     assert restarted.embedded == 0
     # A memory written elsewhere gets its vector on first use, alone.
     Memorize.from_request([{"title": "New", "type": "learning", "path": "notes/", "content": "brand new"}]).apply(pulled, NOW)
@@ -149,7 +150,7 @@ def test_vectors_are_computed_once_per_content(tmp_path: Path) -> None:
     assert segments and all(path.stat().st_mode & 0o777 == 0o600 for path in segments)
     assert all(b"Editor settings" not in path.read_bytes() for path in segments)
     stranger = CountingEmbedder()
-    HybridIndex.build(pulled, BrainIndex.build(pulled), VectorStore(stranger, tmp_path / "vectors", bytes(32)))
+    HybridIndex.build(pulled, BrainIndex.build(pulled), VectorStore(stranger, open_document_store(tmp_path), bytes(32)))
     assert stranger.embedded == len(ids) + 1
 
 
@@ -240,14 +241,14 @@ def test_segments_merge_without_losing_another_process_vectors(tmp_path: Path, m
     key = bytes(range(32))
     texts = [f"memory number {i}" for i in range(6)]
     hashes = [bytes([i]) * 16 for i in range(6)]
-    mine = VectorStore(CountingEmbedder(), tmp_path, key)
-    mine.vectors(hashes[:1], texts[:1])  # reads the (empty) directory
-    other = VectorStore(CountingEmbedder(), tmp_path, key)  # a replica on the same state directory
+    mine = VectorStore(CountingEmbedder(), open_document_store(tmp_path), key)
+    mine.vectors(hashes[:1], texts[:1])  # reads the (empty) state
+    other = VectorStore(CountingEmbedder(), open_document_store(tmp_path), key)  # a replica on the same state
     other.vectors(hashes[3:5], texts[3:5])
     mine.vectors(hashes[1:3], texts[1:3])  # past 3 segments: merged
-    assert len(list(tmp_path.glob("seg-*.bin"))) <= 3
+    assert len(list((tmp_path / "vectors").glob("seg-*.bin"))) <= 3
     fresh = CountingEmbedder()
-    VectorStore(fresh, tmp_path, key).vectors(hashes[:5], texts[:5])
+    VectorStore(fresh, open_document_store(tmp_path), key).vectors(hashes[:5], texts[:5])
     assert fresh.embedded == 0
 
 
@@ -409,12 +410,13 @@ def test_vectors_are_kept_per_brain_across_restarts_and_without_a_state_dir(tmp_
     key = bytes(range(32))
     directory = tmp_path / "vectors"
     # A segment of the first format (keyed by content alone, shared by all brains) is dropped.
-    old = VectorStore(CountingEmbedder(), directory, key)
+    old = VectorStore(CountingEmbedder(), open_document_store(tmp_path), key)
     old._load_once()
+    directory.mkdir(mode=0o700, exist_ok=True)
     payload = vectors_module._OLD_MAGIC + b"\0" * 8
     nonce = os.urandom(12)
     (directory / "seg-0000000000000000.bin").write_bytes(nonce + old._aead.encrypt(nonce, payload, old.model_id.encode()))
-    for brain_id, state in (("alice", (directory, key)), ("alice", (None, None))):
+    for brain_id, state in (("alice", (open_document_store(tmp_path), key)), ("alice", (None, None))):
         embedder = CountingEmbedder()
         store = VectorStore(embedder, *state)
         first = HybridIndex.build(brain, index, store.for_brain(brain_id))
@@ -429,7 +431,7 @@ def test_vectors_are_kept_per_brain_across_restarts_and_without_a_state_dir(tmp_
     assert not (directory / "seg-0000000000000000.bin").exists()
     # Restarted: alice's and bob's vectors come back from the state directory, each its own.
     restarted = CountingEmbedder()
-    store = VectorStore(restarted, directory, key)
+    store = VectorStore(restarted, open_document_store(tmp_path), key)
     for brain_id in ("alice", "bob", None):
         HybridIndex.build(brain, index, store.for_brain(brain_id))
     assert restarted.embedded == 0 and len(store) == 3 * len(ids)

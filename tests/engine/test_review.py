@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import pytest
 
+from common.docstore import open_document_store
 from connector.engine.archive import load_archive, pack_archive
 from connector.engine.brain import Brain, dump_json
 from connector.engine.errors import BrainError
@@ -325,11 +326,11 @@ def test_review_writes_survive_the_held_write_journal(brain: Brain, pair: tuple[
     for op in ops:
         op.apply(brain, NOW)
     key = secrets.token_bytes(32)
-    journal = HeldWriteJournal(tmp_path / "held", key)
+    journal = HeldWriteJournal(open_document_store(tmp_path), key)
     journal.record("copy", Account("static:alice", "token"), "brain-1", "default", None,
                    [PendingWrite(op, NOW, op.kind) for op in ops])
-    journal._release("copy", gone=False)  # as when the process that held them ends
-    [entry] = HeldWriteJournal(tmp_path / "held", key).load()  # a restarted process reads them back
+    journal._release("copy")  # as when the process that held them ends
+    [entry] = HeldWriteJournal(open_document_store(tmp_path), key).load()  # a restarted process reads them back
     assert [item.op.to_dict() for item in entry.pending] == [op.to_dict() for op in ops]
     for item in entry.pending:  # a restart replays them on the store's brain, with the same ids
         item.op.apply(base, item.at)

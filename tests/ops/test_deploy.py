@@ -42,9 +42,9 @@ STORE_ENV = settings_env_names(REPO_ROOT / "store" / "settings.py")
 CONNECTOR_ENV = settings_env_names(REPO_ROOT / "connector" / "settings.py")
 
 
-def interpolate(value: str) -> str:
-    """Compose's ``${NAME}`` / ``${NAME:?message}`` with the example host names."""
-    return re.sub(r"\$\{([A-Z_]+)(?::[?-][^}]*)?\}", lambda m: EXAMPLE_VALUES[m.group(1)], value)
+def interpolate(value: str, examples: dict[str, str] = EXAMPLE_VALUES) -> str:
+    """Compose's ``${NAME}`` / ``${NAME:?message}`` with the example values."""
+    return re.sub(r"\$\{([A-Z0-9_]+)(?::[?-][^}]*)?\}", lambda m: examples[m.group(1)], value)
 
 
 @pytest.fixture(scope="module")
@@ -53,27 +53,33 @@ def compose() -> dict[str, Any]:
     return yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
 
 
+def assert_hardened(name: str, service: dict[str, Any], *, one_shot: bool = False) -> None:
+    """A compose service runs read-only, without capabilities or new privileges, restarted
+    (unless it is a ``one_shot`` job), health-checked, with a private /tmp."""
+    assert service.get("read_only") is True, f"{name}: root filesystem must be read-only"
+    assert service.get("cap_drop") == ["ALL"], f"{name}: must drop every capability"
+    assert "no-new-privileges:true" in service.get("security_opt", []), name
+    assert service.get("restart") in (("no",) if one_shot else ("unless-stopped", "always")), name
+    health = service.get("healthcheck") or {}
+    assert health.get("test") and health.get("interval"), f"{name}: needs a health check"
+    assert any(str(t).startswith("/tmp") for t in service.get("tmpfs", [])), f"{name}: needs a /tmp tmpfs"
+    assert not set(service.get("cap_add", [])) - {"NET_BIND_SERVICE"}, name
+
+
 def test_every_compose_service_is_hardened(compose: dict[str, Any]) -> None:
     services = compose["services"]
     assert set(services) >= {"store", "connector", "caddy"}
     for name, service in services.items():
-        assert service.get("read_only") is True, f"{name}: root filesystem must be read-only"
-        assert service.get("cap_drop") == ["ALL"], f"{name}: must drop every capability"
-        assert "no-new-privileges:true" in service.get("security_opt", []), name
-        assert service.get("restart") in ("unless-stopped", "always"), name
-        health = service.get("healthcheck") or {}
-        assert health.get("test") and health.get("interval"), f"{name}: needs a health check"
-        assert any(str(t).startswith("/tmp") for t in service.get("tmpfs", [])), f"{name}: needs a /tmp tmpfs"
-        assert not set(service.get("cap_add", [])) - {"NET_BIND_SERVICE"}, name
+        assert_hardened(name, service)
     # Only Caddy is reachable from outside; the servers stay on the compose network.
     assert "ports" not in services["store"] and "ports" not in services["connector"]
 
 
-def _environment(service: dict[str, Any]) -> dict[str, str]:
+def _environment(service: dict[str, Any], examples: dict[str, str] = EXAMPLE_VALUES) -> dict[str, str]:
     env = service.get("environment") or {}
     if isinstance(env, list):
         env = dict(item.split("=", 1) for item in env)
-    return {key: interpolate(str(value)) for key, value in env.items()}
+    return {key: interpolate(str(value), examples) for key, value in env.items()}
 
 
 def _mounts(service: dict[str, Any]) -> set[str]:
@@ -127,7 +133,7 @@ def reverse_proxies(config: Any) -> list[dict[str, Any]]:
     return []
 
 
-@pytest.mark.parametrize("name", ["Caddyfile", "Caddyfile.replicas"])
+@pytest.mark.parametrize("name", ["Caddyfile", "Caddyfile.replicas", "Caddyfile.cluster"])
 def test_caddy_drops_idle_upstream_connections_before_the_servers_do(name: str, tmp_path: Path) -> None:
     # Caddy keeps idle upstream connections 2 minutes by default, the servers 20 s: a request
     # Caddy sends on a connection the server is just closing is answered 502.
@@ -267,3 +273,88 @@ def test_env_example_documents_every_setting() -> None:
         name = CONNECTOR_FIELD_ENV.get(field.name) or (
             field.name.upper() if field.name.startswith("oidc_") else "CONNECTOR_" + field.name.upper())
         assert name in documented, f"ConnectorSettings.{field.name}: {name} not in env.example"
+
+
+# --- the cluster (compose.cluster.yml, issue 27) -----------------------------------------------
+
+CLUSTER_EXAMPLES = {**EXAMPLE_VALUES, "STORE_S3_BUCKET": "brain", "CONNECTOR_STATE_KEY": "ab" * 32,
+                    "AWS_ACCESS_KEY_ID": "example-key", "AWS_SECRET_ACCESS_KEY": "example-secret"}
+
+
+@pytest.fixture(scope="module")
+def cluster_compose() -> dict[str, Any]:
+    return yaml.safe_load((DEPLOY / "compose.cluster.yml").read_text())
+
+
+def _replicas(compose: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
+    return {name: service for name, service in compose["services"].items() if name.startswith(kind + "-")}
+
+
+def test_the_cluster_has_its_replicas_hardened_and_only_caddy_outside(cluster_compose: dict[str, Any]) -> None:
+    services = cluster_compose["services"]
+    assert len(_replicas(cluster_compose, "store")) == 2 and len(_replicas(cluster_compose, "connector")) == 3
+    assert {"seaweedfs", "bucket", "caddy"} <= set(services)
+    for name, service in services.items():
+        assert_hardened(name, service, one_shot=name == "bucket")
+    assert [name for name, service in services.items() if "ports" in service] == ["caddy"]
+    scripts = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    for name, service in {**_replicas(cluster_compose, "store"), **_replicas(cluster_compose, "connector")}.items():
+        assert service["command"][0] in scripts, name
+        port = service["command"][service["command"].index("--port") + 1]
+        assert f"127.0.0.1:{port}/health" in " ".join(service["healthcheck"]["test"]), name
+
+
+def test_the_cluster_shares_no_volume(cluster_compose: dict[str, Any]) -> None:
+    """No shared directory at all: the replicas mount nothing; every named volume has one user."""
+    users: dict[str, list[str]] = {}
+    for name, service in cluster_compose["services"].items():
+        for volume in service.get("volumes", []):
+            source = str(volume).split(":")[0]
+            if not source.startswith((".", "/")):
+                users.setdefault(source, []).append(name)
+    assert all(len(names) == 1 for names in users.values()), users
+    for name in {**_replicas(cluster_compose, "store"), **_replicas(cluster_compose, "connector")}:
+        assert not cluster_compose["services"][name].get("volumes"), f"{name} must keep nothing on a volume"
+
+
+def test_the_cluster_replicas_use_settings_that_exist_and_parse(cluster_compose: dict[str, Any]) -> None:
+    stores, connectors = _replicas(cluster_compose, "store"), _replicas(cluster_compose, "connector")
+    store_envs = [_environment(service, CLUSTER_EXAMPLES) for service in stores.values()]
+    assert all(env == store_envs[0] for env in store_envs), "store replicas must be configured alike"
+    assert set(store_envs[0]) <= STORE_ENV, set(store_envs[0]) - STORE_ENV
+    settings = StoreSettings.from_env(store_envs[0])
+    assert settings.backend == "s3" and settings.s3_bucket == "brain" and settings.s3_prefix == "store"
+    connector_envs = [_environment(service, CLUSTER_EXAMPLES) for service in connectors.values()]
+    assert all(env == connector_envs[0] for env in connector_envs), "connector replicas must be configured alike"
+    env = connector_envs[0]
+    # The connectors' state: the same bucket, another prefix; their stores: Caddy's internal listener.
+    assert env["CONNECTOR_STATE_URL"] == "s3://brain/connector" and env["CONNECTOR_STATE_DIR"] == ""
+    assert env["CONNECTOR_STORE_URL"] == "http://caddy:8787"
+    assert set(env) <= CONNECTOR_ENV, set(env) - CONNECTOR_ENV
+    connector = ConnectorSettings.load({**env, "CONNECTOR_IDP": "static"})
+    assert connector.state_dir is None and connector.state_url == "s3://brain/connector"
+    assert connector.public_url == "https://brain.example.org"
+
+
+def test_the_cluster_caddyfile_balances_every_replica(cluster_compose: dict[str, Any], tmp_path: Path) -> None:
+    caddy = shutil.which("caddy")
+    if caddy is None:
+        missing_tool("the caddy binary is not installed (apt-get install caddy; .ci/run installs it on CI)")
+    mounted = [volume for volume in cluster_compose["services"]["caddy"]["volumes"] if volume.startswith("./")]
+    assert mounted == ["./Caddyfile.cluster:/etc/caddy/Caddyfile:ro"]
+    env = {**os.environ, **EXAMPLE_VALUES, "HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path),
+           "XDG_CONFIG_HOME": str(tmp_path)}
+    done = subprocess.run([caddy, "adapt", "--adapter", "caddyfile", "--config", str(DEPLOY / "Caddyfile.cluster")],
+                          capture_output=True, text=True, env=env, timeout=60, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    proxies = reverse_proxies(json.loads(done.stdout))
+    upstreams = [sorted(u["dial"] for u in proxy["upstreams"]) for proxy in proxies]
+    stores = sorted(f"{name}:8787" for name in _replicas(cluster_compose, "store"))
+    connectors = sorted(f"{name}:8788" for name in _replicas(cluster_compose, "connector"))
+    # The public store and connector sites, and the connectors' internal way to the stores.
+    assert sorted(upstreams) == sorted([stores, stores, connectors])
+    for proxy in proxies:
+        assert proxy["load_balancing"]["selection_policy"]["policy"] == "round_robin"  # never sticky
+    # Only the internal listener passes the connector's X-Forwarded-For on to the stores.
+    assert sum("trusted_proxies" in proxy for proxy in proxies) == 1
+    assert (DEPLOY / "Caddyfile.cluster").read_text().count("respond /metrics 404") == 2

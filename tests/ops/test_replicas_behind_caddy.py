@@ -24,8 +24,7 @@ import shutil
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,7 +41,8 @@ from connector.workcopy.manager import SIGN_IN_AGAIN
 from tests.connector.conftest import StoreUser, brains_of, download_brain, memory_ids, running_store
 from tests.connector.oauth.live import MemoryStorage, flat_query, login_id_of, running_connector, signed_in_provider
 from tests.s3.servers import seaweedfs, wait_for_token, weed_binary
-from tests.support.processes import REPO_ROOT, ServerProcess, console_script, free_port, run_server
+from tests.support.caddy import caddy_round_robin
+from tests.support.processes import REPO_ROOT, ServerProcess, console_script, free_port
 from tests.support.tools import missing_tool
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
@@ -80,27 +80,6 @@ class Store:
                         timeout=30).status_code != 401:
             assert time.monotonic() < deadline, "the store kept accepting the rotated token"
             time.sleep(0.1)
-
-
-@contextmanager
-def caddy_round_robin(tmp_path: Path, upstreams: list[ServerProcess], port: int) -> Iterator[ServerProcess]:
-    """Caddy on loopback ``port``, proxying to ``upstreams`` in turn (no sticky sessions)."""
-    caddy = shutil.which("caddy")
-    if caddy is None:
-        missing_tool("the caddy binary is not installed (apt-get install caddy; .ci/run installs it on CI)")
-    targets = " ".join(upstream.base_url.removeprefix("http://") for upstream in upstreams)
-    config = tmp_path / "Caddyfile"
-    config.write_text(
-        "{\n\tadmin off\n\tauto_https off\n}\n\n"
-        f"http://127.0.0.1:{port} {{\n\treverse_proxy {targets} {{\n\t\tlb_policy round_robin\n"
-        "\t\tflush_interval -1\n\t}\n}\n"
-    )
-    home = tmp_path / "caddy-home"
-    home.mkdir()
-    env = {"HOME": str(home), "XDG_DATA_HOME": str(home / "data"), "XDG_CONFIG_HOME": str(home / "config")}
-    with run_server([caddy, "run", "--adapter", "caddyfile", "--config", str(config)], port=port, env=env,
-                    log_path=tmp_path / "caddy.log", health_path="/health/live") as server:
-        yield server
 
 
 def served(replica: ServerProcess) -> Counter[str]:

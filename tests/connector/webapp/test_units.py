@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import time
+
 from connector.engine.hybrid import MODES
-from connector.webapp.markdown import render_markdown
+from connector.webapp import markdown
+from connector.webapp.markdown import render_markdown, render_markdown_in
 from connector.webapp.sessions import WebSessions
 from connector.webapp.views import MODE_LABELS, explain
 
@@ -38,6 +41,9 @@ def test_session_lifetime_is_bounded_by_the_credential_and_the_count() -> None:
     assert session.expires_at == clock.now + 30
     second, _ = sessions.create(subject="a", credential="c", kind="static", read_only=False)
     third, _ = sessions.create(subject="b", credential="c", kind="static", read_only=False)
+    deadline = time.monotonic() + 10  # beyond the count, a background pass drops the soonest to expire
+    while sessions.get(cookie) is not None and time.monotonic() < deadline:
+        time.sleep(0.02)
     assert sessions.get(cookie) is None and sessions.get(second) and sessions.get(third)
 
 
@@ -60,3 +66,19 @@ def test_the_search_page_names_every_recall_mode_and_explains_similarity() -> No
     assert explain(exact) == "relevance 0.8, strength 0.5, association 0.1"
     assert explain({**exact, "similarity": 0.42}) == "relevance 0.8, strength 0.5, association 0.1, meaning similarity 0.42"
     assert explain({"relevance": 0.0, "similarity": 0.0}).endswith("meaning similarity 0")
+
+
+def test_rendered_markdown_is_remembered_per_brain_only() -> None:
+    """The Review page renders the same texts again and again: remembered, but per brain (issue 28)."""
+    text = "Standup at **9:45**, see <script>x</script> ![pixel](https://tracker.example/p.png)"
+    assert render_markdown_in("brain-a", text) == render_markdown(text)
+    before = markdown._remembered.cache_info()
+    assert render_markdown_in("brain-a", text) == render_markdown(text)
+    after = markdown._remembered.cache_info()
+    assert after.hits == before.hits + 1
+    # Another brain's request for the same text is a miss: it cannot time what brain-a holds.
+    render_markdown_in("brain-b", text)
+    assert markdown._remembered.cache_info().misses == after.misses + 1
+    long = "word " * 5000  # past the size bound: rendered every time, never kept
+    assert render_markdown_in("brain-a", long) == render_markdown(long)
+    assert markdown._remembered.cache_info().currsize == after.currsize + 1
