@@ -30,6 +30,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import anyio.to_thread
 import httpx
 
 from connector.mcp.http import bearer_token, is_mcp_path
@@ -94,7 +95,7 @@ class WorkerAffinity:
         if self._from_sibling(scope):
             await self.app(scope, receive, send)
             return
-        owner = self._owner(scope)
+        owner = await self._owner(scope)
         if owner is None or owner == self.slot or not await self._forward(owner, scope, receive, send):
             await self.app(scope, receive, send)
 
@@ -116,7 +117,7 @@ class WorkerAffinity:
             scope["client"] = (parts[1], int(parts[2]))
         return True
 
-    def _owner(self, scope: dict[str, Any]) -> int | None:
+    async def _owner(self, scope: dict[str, Any]) -> int | None:
         """The slot of the worker that serves this request's user; None: serve it here."""
         path = scope.get("path", "")
         subject = None
@@ -124,7 +125,8 @@ class WorkerAffinity:
             token = bearer_token(scope)
             subject = self._subject_of(token) if token else None
         elif self._session_subject is not None and _is_web_page(path):
-            subject = self._session_subject(scope)
+            # A session lookup reads the state (two GETs when it is a bucket): off the event loop.
+            subject = await anyio.to_thread.run_sync(self._session_subject, scope)
         return owner_of(subject, len(self._sockets)) if subject else None
 
     def _client(self, owner: int) -> httpx.AsyncClient:

@@ -27,7 +27,7 @@ from pydantic import ValidationError
 
 from common.textsafety import has_unsafe_chars
 from connector.oauth.redirects import is_loopback_host, redirect_uri_problem
-from connector.oauth.client_files import ClientFiles
+from connector.oauth.client_files import ClientDocs
 from mcp.shared.auth import OAuthClientMetadata
 
 MAX_CLIENTS = 50_000
@@ -126,7 +126,7 @@ def validate_registration(body: Any) -> dict[str, Any]:
 
 
 class ClientRegistry:
-    """Registered clients, one file each (``ClientFiles``), at most ``max_clients``.
+    """Registered clients, one document each (``ClientDocs``), at most ``max_clients``.
 
     A client that has not completed a sign-in within ``unused_ttl_s`` of its
     registration is forgotten (0: never), so registrations nobody uses cannot
@@ -136,7 +136,7 @@ class ClientRegistry:
 
     def __init__(
         self,
-        files: ClientFiles,
+        files: ClientDocs,
         max_clients: int = MAX_CLIENTS,
         *,
         unused_ttl_s: float = UNUSED_CLIENT_TTL_S,

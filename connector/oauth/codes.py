@@ -2,12 +2,11 @@
 
 A code is a random value (32 bytes) naming a record of everything its token
 request must match (client, redirect URI, PKCE challenge, resource, scope) and the
-identity it grants. The record is kept in ``SealedRecords``: with a state
-directory, one file per code in ``<state dir>/codes/``, sealed under the state key
-and named by a hash of the code, so the replica that issued a code need not be
-the one that redeems it. Redeeming *takes* the record (renamed away before it is
-read, which exactly one replica can do), so a code is used once whatever happens
-next. Codes expire after 60 s; files older than that are pruned. The store
+identity it grants. The record is kept in ``SealedDocs``: one document per code under
+``codes/`` in the connector's state, sealed under the state key and named by a hash of
+the code, so the replica that issued a code need not be the one that redeems it.
+Redeeming *takes* the record (the store's take-exactly-once), so a code is used once
+whatever happens next. Codes expire after 60 s; older documents are pruned. The store
 credential never travels in the redirect URL: the code is only a random name.
 """
 
@@ -17,11 +16,11 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from connector.identity.base import Identity
-from connector.state.sealed import SealedDocs, SealedRecords
+from connector.state.memory import MemoryStore
+from connector.state.sealed import SealedDocs
 from connector.state.sealing import SecretBox
 
 CODE_TTL_S = 60.0
@@ -50,15 +49,15 @@ class Code:
 class CodeStore:
     """Issues codes and redeems each once, at any replica sharing where they are kept."""
 
-    def __init__(self, records: SealedRecords | SealedDocs) -> None:
+    def __init__(self, records: SealedDocs) -> None:
         """``records``: where codes are kept (``OAuthState.sealed(CODES_PLACE, CODE_KIND, ...)``)."""
         self._records = records
 
     @classmethod
-    def in_directory(cls, directory: Path | None, box: SecretBox, *, ttl_s: float = CODE_TTL_S,
-                     capacity: int = MAX_CODES, clock: Callable[[], float] = time.time) -> CodeStore:
-        """Codes in ``directory`` (None: this process's memory)."""
-        return cls(SealedRecords(directory, box, CODE_KIND, ttl_s=ttl_s, capacity=capacity, clock=clock))
+    def in_memory(cls, box: SecretBox, *, clock: Callable[[], float] = time.time) -> CodeStore:
+        """Codes in this process's memory (a connector without shared state)."""
+        return cls(SealedDocs(MemoryStore(), CODES_PLACE, box, CODE_KIND, ttl_s=CODE_TTL_S, capacity=MAX_CODES,
+                              clock=clock))
 
     def issue(self, code: Code) -> str:
         """A new code value for ``code`` (blocking: a small file write; call it off the event loop)."""

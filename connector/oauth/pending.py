@@ -16,7 +16,7 @@ failure or an end are recorded, failures are limited per address, and losing a
 record to the cap only ever gives that one sign-in its attempts back; the
 per-address limit still applies. Each replica keeps its own records, so behind a
 load balancer a sign-in gets at most three wrong tokens per replica (docs/replicas.md);
-a completed sign-in is also claimed in the shared ``OnceMarkers``, so it completes
+a completed sign-in is also claimed in the shared ``OnceDocs``, so it completes
 once on every replica.
 """
 

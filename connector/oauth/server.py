@@ -7,7 +7,7 @@ the browser (connector/oauth/pending.py): in the sign-in page's form, or in a
 cookie while the OIDC issuer has the browser, so starting one costs no server
 capacity. An authorization code (60 s) names a sealed record in the state
 directory, taken once by whichever replica redeems it (connector/oauth/codes.py);
-a finished sign-in is claimed in ``OnceMarkers``, shared the same way. Clients
+a finished sign-in is claimed in ``OnceDocs``, shared the same way. Clients
 and refresh families are persisted through OAuthState.
 """
 
@@ -28,6 +28,7 @@ from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsp
 
 import anyio.to_thread
 
+from common.docstore import DocumentStoreError
 from common.limits import TokenBucketLimiter
 from common.textsafety import has_unsafe_chars
 from connector.identity.base import (
@@ -48,7 +49,8 @@ from connector.oauth.clients import (
 from connector.oauth.codes import CODE_TTL_S, Code, CodeStore
 from connector.oauth.grants import Family, RefreshGrants, RotationConflict
 from connector.oauth.pending import Pending, PendingSeal, SignInAttempts, cookie_name, new_sign_in_id
-from connector.state.once import OnceMarkers
+from connector.state.memory import MemoryStore
+from connector.state.once import OnceDocs
 from connector.oauth.signin_limit import SignInChecks, signin_wait
 from connector.oauth.pkce import is_valid_challenge, verifier_matches
 from connector.state.sealing import SecretBox
@@ -173,7 +175,7 @@ class AuthorizationServer:
         clock: Callable[[], float] = time.time,
         on_session_end: Callable[[str], Awaitable[Any]] | None = None,
         box: SecretBox | None = None,
-        once: OnceMarkers | None = None,
+        once: OnceDocs | None = None,
         codes: CodeStore | None = None,
         signin_attempts_per_min: int = SIGNIN_ATTEMPTS_PER_MIN,
         signin_checks: SignInChecks | None = None,
@@ -193,8 +195,8 @@ class AuthorizationServer:
         self._on_session_end = on_session_end
         box = box or SecretBox(secrets.token_bytes(32))
         self._seal = PendingSeal(box)
-        self._codes = codes or CodeStore.in_directory(None, box, clock=clock)
-        self._once = once or OnceMarkers(None)
+        self._codes = codes or CodeStore.in_memory(box, clock=clock)
+        self._once = once or OnceDocs(MemoryStore(), "once")
         self._attempts = SignInAttempts()
         self._checks = signin_checks or (TokenBucketLimiter(signin_attempts_per_min) if signin_attempts_per_min else None)
         self._locks = [asyncio.Lock() for _ in range(_LOCK_STRIPES)]
@@ -209,10 +211,12 @@ class AuthorizationServer:
             return _error(400, exc.error, exc.description)
         except RegistryFull:
             return _error(503, "temporarily_unavailable", "the client registry is full", {"Retry-After": "3600"})
-        except OSError as exc:
+        except (OSError, DocumentStoreError) as exc:
             # A full disk (or a read-only one) is the server's trouble, said as such, never a bare 500.
-            reason = "no space left on the connector's disk" if exc.errno in (errno.ENOSPC, errno.EDQUOT) \
-                else "the connector cannot write its state directory"
+            # A DocumentStoreError of a directory keeps the OSError it replaced as its context.
+            cause = exc.__context__ if isinstance(exc, DocumentStoreError) else exc
+            full = isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EDQUOT)
+            reason = "no space left on the connector's disk" if full else "the connector cannot write its state"
             log.error("client registration not saved: %s", exc, extra={"reason": reason})
             return _error(503, "temporarily_unavailable", f"the registration could not be saved: {reason}",
                           {"Retry-After": "60"})

@@ -1,15 +1,13 @@
 """JSON collections every replica shares: a dict of records in one document, changed under a condition.
 
-``JsonCollection`` keeps the dict in one file of the state directory (flock, atomic rename);
-``DocCollection`` in one document of a ``DocumentStore`` (a bucket: a change is a read and an
-``If-Match`` write, retried when another replica won). Both offer ``records``, ``get``,
-``mutate``, ``damaged`` and ``name``; ``connector.oauth.state.OAuthState`` chooses.
+``DocCollection`` keeps the dict in one document of the state's ``DocumentStore`` (a file of
+the state directory changed under its flock, or an object of the bucket changed with
+``If-Match``); ``connector.oauth.state.OAuthState`` makes one per collection.
 """
 
 from __future__ import annotations
 
 import copy
-import fcntl
 import itertools
 import json
 import logging
@@ -18,11 +16,9 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, TypeVar
 
 from common.docstore import UNCHANGED, DocumentStore, DocumentStoreError
-from common.files import write_atomic
 from connector.state.files import StateError
 
 log = logging.getLogger("connector.state.collection")
@@ -41,139 +37,8 @@ def _decode(data: bytes) -> dict[str, Any]:
     return records
 
 
-class _Records:
-    """What both collections answer from their ``records``."""
-
-    @property
-    def records(self) -> dict[str, Any]:
-        raise NotImplementedError
-
-    def get(self, key: str) -> Any:
-        """The record under ``key`` or None."""
-        return self.records.get(key)
-
-    def __len__(self) -> int:
-        return len(self.records)
-
-
-class JsonCollection(_Records):
-    """A dict of JSON records, written through to one file (0600) after each change.
-
-    Writes are atomic (temporary file, fsync, rename, directory fsync), so a
-    crash leaves the old or the new file, never a torn one. Several processes
-    may share the file (replicas on one state directory): a change happens
-    under an exclusive lock on a sibling ``.lock`` file after re-reading the
-    file, and reads pick up another process's change when the file changed.
-    Without a path the collection lives in memory only.
-
-    A file damaged from outside (truncated, edited, a disk error) is never read as
-    empty, which would revive what it revoked: the last good records stay in use
-    (those in memory, or at start-up the ``.last-good`` copy written after every change),
-    the file is named in the log and in ``damaged`` (``/health/ready`` says so), and
-    the next change writes the good records back. With neither good records nor a
-    good copy, start-up refuses (StateError) rather than guess.
-    """
-
-    def __init__(self, path: Path | None) -> None:
-        self._path = path
-        self._lock = threading.Lock()
-        self._records: dict[str, Any] = {}
-        self._signature: tuple[int, int, int] | None = None
-        self.damaged: str | None = None  # why the file could not be read, while it cannot
-        self._reload(force=True)
-
-    @property
-    def name(self) -> str:
-        """The file's name ("" in memory)."""
-        return self._path.name if self._path is not None else ""
-
-    @property
-    def _good_copy(self) -> Path:
-        assert self._path is not None
-        return self._path.with_name(self._path.name + ".last-good")
-
-    def _stat_signature(self) -> tuple[int, int, int] | None:
-        assert self._path is not None
-        try:
-            info = self._path.stat()
-        except FileNotFoundError:
-            return None
-        return (info.st_mtime_ns, info.st_size, info.st_ino)
-
-    @staticmethod
-    def _parse(path: Path) -> dict[str, Any]:
-        return _decode(path.read_bytes())
-
-    def _reload(self, force: bool = False) -> None:
-        if self._path is None:
-            return
-        signature = self._stat_signature()
-        if not force and signature == self._signature:
-            return
-        if signature is None:
-            self._records, self._signature, self.damaged = {}, None, None
-            return
-        try:
-            self._records, self._signature, self.damaged = self._parse(self._path), signature, None
-            return
-        except (OSError, ValueError, RecursionError) as exc:
-            reason = f"{type(exc).__name__}: {str(exc)[:200]}"
-        self._signature = signature  # reported once per damaged version, not on every read
-        if force:  # start-up: nothing in memory yet, so the copy of the last good records
-            try:
-                self._records = self._parse(self._good_copy)
-            except (OSError, ValueError, RecursionError):
-                raise StateError(
-                    f"cannot read {self._path} ({reason}) and there is no good copy ({self._good_copy.name}): "
-                    "restore it from a backup; deleting it forgets what it holds (sign-ins, revocations)"
-                ) from None
-        self.damaged = reason
-        log.error("state file damaged: the last good records stay in use and are written back at the next change",
-                  extra={"file": self._path.name, "reason": reason})
-
-    @property
-    def records(self) -> dict[str, Any]:
-        """The current records (re-read when another process changed the file). Do not mutate."""
-        with self._lock:
-            self._reload()
-            return self._records
-
-    def mutate(self, change: Callable[[dict[str, Any]], T]) -> T:
-        """Apply ``change`` to the latest records and persist the result; returns what ``change`` returned.
-
-        If ``change`` raises, nothing is written.
-        """
-        with self._lock:
-            if self._path is None:
-                return change(self._records)
-            lock_fd = os.open(self._path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o600)
-            try:
-                fcntl.flock(lock_fd, fcntl.LOCK_EX)
-                self._reload()
-                working = copy.deepcopy(self._records)
-                result = change(working)
-                self._flush(working)
-                self._records = working
-                self._signature = self._stat_signature()
-                if self.damaged is not None:
-                    log.warning("state file written back from the last good records", extra={"file": self._path.name})
-                    self.damaged = None
-                return result
-            finally:
-                os.close(lock_fd)  # closing releases the lock
-
-    def _flush(self, records: dict[str, Any]) -> None:
-        assert self._path is not None
-        payload = _encode(records)
-        write_atomic(self._path, payload)
-        # The copy a restart falls back on if the file is damaged later (its own inode: a
-        # file truncated in place leaves it whole). The file above is the durable one.
-        write_atomic(self._good_copy, payload, fsync=False)
-
-
-
-class DocCollection(_Records):
-    """A dict of JSON records in one document of a ``DocumentStore`` (the state in a bucket).
+class DocCollection:
+    """A dict of JSON records in one document of a ``DocumentStore``.
 
     A change reads the document, applies the change to a copy and writes it back with the
     version it read (``DocumentStore.update``: ``If-Match`` on S3), so of two replicas
@@ -185,15 +50,19 @@ class DocCollection(_Records):
     refreshes it itself). This process's own changes are seen at once.
 
     A document damaged from outside is never read as empty: the last good records stay in
-    use, ``damaged`` says why, and the next change writes them back. When the store cannot
-    be reached, reads keep the last records they had (logged) and changes raise
-    ``DocumentStoreError``.
+    use, ``damaged`` says why, and the next change writes them back. With ``good_copy`` every
+    change also writes ``<key>.last-good``, which a start finding the document damaged falls
+    back on (a file can be truncated in place; a bucket object cannot, and bucket versioning
+    keeps old versions there); without a good copy such a start refuses (StateError) rather
+    than guess. When the store cannot be reached, reads keep the last records they had
+    (logged) and changes raise ``DocumentStoreError``.
     """
 
-    def __init__(self, docs: DocumentStore, key: str, *, fresh_s: float = 0.0,
+    def __init__(self, docs: DocumentStore, key: str, *, fresh_s: float = 0.0, good_copy: bool = False,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._docs = docs
         self._key = key
+        self._good_copy = good_copy
         self._fresh_s = fresh_s
         self._clock = clock
         self._lock = threading.Lock()
@@ -238,12 +107,27 @@ class DocCollection(_Records):
             except (ValueError, RecursionError) as exc:
                 reason = f"{type(exc).__name__}: {str(exc)[:200]}"
             self._version = got.version  # reported once per damaged version, not on every read
-            if start:
+            if start and self._good_copy:
+                self._records = self._read_good_copy(reason)
+            elif start:
                 raise StateError(f"cannot read {self._key} in the {self._docs.where} ({reason}): restore it "
                                  "from a backup (bucket versioning); deleting it forgets what it holds") from None
             self.damaged = reason
-        log.error("state document damaged: the last good records stay in use and are written back at the next change",
+        log.error("state file damaged: the last good records stay in use and are written back at the next change",
                   extra={"file": self._key, "reason": reason})
+
+    def _read_good_copy(self, reason: str) -> dict[str, Any]:
+        """The records of ``<key>.last-good`` (start-up with the document damaged), else StateError."""
+        good_key = self._key + ".last-good"
+        try:
+            document = self._docs.get(good_key)
+            if document is not None:
+                return _decode(document.data)
+        except (DocumentStoreError, ValueError, RecursionError):
+            pass
+        raise StateError(
+            f"cannot read {self._docs.locate(self._key)} ({reason}) and there is no good copy ({good_key}): "
+            "restore it from a backup; deleting it forgets what it holds (sign-ins, revocations)") from None
 
     @staticmethod
     def _poll(ref: weakref.ReferenceType[DocCollection], every_s: float) -> None:
@@ -278,6 +162,13 @@ class DocCollection(_Records):
         with self._lock:
             return self._records
 
+    def get(self, key: str) -> Any:
+        """The record under ``key`` or None."""
+        return self.records.get(key)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
     def mutate(self, change: Callable[[dict[str, Any]], T]) -> T:
         """Apply ``change`` to the latest records and store the result; returns what ``change`` returned.
 
@@ -297,12 +188,16 @@ class DocCollection(_Records):
             return _encode(records)
 
         with self._lock:
-            self._docs.update(self._key, apply)
+            written = self._docs.update(self._key, apply)
+            if self._good_copy and written is not None:
+                # The copy a restart falls back on if the document is damaged later (its own
+                # file: one truncated in place leaves it whole).
+                self._docs.put(self._key + ".last-good", written)
             self._records = outcome[1]
             # The version written is not returned: the next read fetches the document once. A
             # distinct marker (not None) so that an answer asked for before this change is dropped.
             self._version, self._checked = f"written-{next(_WRITES)}", self._clock()
             if self.damaged is not None:
-                log.warning("state document written back from the last good records", extra={"file": self._key})
+                log.warning("state file written back from the last good records", extra={"file": self._key})
                 self.damaged = None
         return outcome[0]

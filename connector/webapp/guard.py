@@ -77,7 +77,7 @@ def new_signin_token() -> str:
     return secrets.token_urlsafe(24)
 
 
-def session_of(cookies: Any, site: Site, sessions: WebSessions) -> tuple[str | None, WebSession | None]:
-    """The cookie value and its live session (None when signed out)."""
+async def session_of(cookies: Any, site: Site, sessions: WebSessions) -> tuple[str | None, WebSession | None]:
+    """The cookie value and its live session (None when signed out), read off the event loop."""
     value = cookies.get(site.session_cookie)
-    return value, sessions.get(value)
+    return value, await sessions.find(value)

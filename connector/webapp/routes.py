@@ -26,7 +26,8 @@ from connector.engine.ops import Memorize, operation_from_dict
 from connector.engine.similar import Incoming
 from connector.identity.base import ProviderRefused, ProviderThrottled, ProviderUnavailable
 from connector.mcp.http import header, path_segment, peer_address
-from connector.state.sealed import SealedDocs, SealedRecords
+from connector.state.memory import MemoryStore
+from connector.state.sealed import SealedDocs
 from connector.oauth.signin_limit import SignInChecks, signin_limiter, signin_wait
 from connector.oauth.state import OAuthState
 from connector.state.sealing import SecretBox
@@ -97,11 +98,12 @@ class WebApp:
 
     @staticmethod
     def _sealed(state: OAuthState | None, place: str, kind: str, *, ttl_s: float,
-                capacity: int) -> SealedRecords | SealedDocs:
+                capacity: int) -> SealedDocs:
         """Records every replica sharing ``state`` sees (this process's memory without one)."""
         if state is not None:
             return state.sealed(place, kind, ttl_s=ttl_s, capacity=capacity)
-        return SealedRecords(None, SecretBox(secrets.token_bytes(32)), kind, ttl_s=ttl_s, capacity=capacity)
+        return SealedDocs(MemoryStore(), place, SecretBox(secrets.token_bytes(32)), kind, ttl_s=ttl_s,
+                          capacity=capacity)
 
     def keep_oidc(self, state: str, browser: str, keep: dict[str, Any], read_only: bool) -> None:
         """Remember a sign-in sent to the issuer, bound to this browser's sign-in cookie."""
@@ -215,7 +217,7 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
     async def guarded_post(request: Request[Any, Any, Any], *, write: bool) -> Visit | Response[Any]:
         """The session and form of a state-changing request, or the refusal to send."""
         site = app.site(request)
-        _, session = session_of(request.cookies, site, app.sessions)
+        _, session = await session_of(request.cookies, site, app.sessions)
         if session is None:
             return app.page("error.html", site, None, status=401, title=N_("Signed out"),
                             message=N_("Your session has ended. Sign in again."))
@@ -234,7 +236,7 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
     @get("/app/signin", cache=False, include_in_schema=False)
     async def signin_page(request: Request[Any, Any, Any]) -> Response[Any]:
         site = app.site(request)
-        _, session = session_of(request.cookies, site, app.sessions)
+        _, session = await session_of(request.cookies, site, app.sessions)
         if session is not None:
             return app.redirect(site.root)
         token = new_signin_token()
@@ -337,7 +339,7 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
 
         async def route(request: Request[Any, Any, Any]) -> Response[Any]:
             site = app.site(request)
-            _, session = session_of(request.cookies, site, app.sessions)
+            _, session = await session_of(request.cookies, site, app.sessions)
             if session is None:
                 return app.redirect(f"{site.root}/signin")
             return await unavailable_as_page(handler(request, Visit(site, session, {}, None)), site, session,

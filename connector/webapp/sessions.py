@@ -2,20 +2,21 @@
 
 A session holds what the app needs to act for the person (their subject and the
 store credential their identity provider gave) and whether the sign-in was
-read-only. Sessions have a bounded lifetime and a bounded count. With a state
-directory they are files in ``<state dir>/web-sessions/`` (``SealedRecords``:
-named by the cookie's hash, sealed under the state key, 0600), with the state in a
-bucket documents under ``web-sessions/`` (``SealedDocs``), so a browser is
-signed in at every replica sharing the state and across restarts; without
-either they live in this process's memory. Sign-out deletes the record, so a copied
-cookie stops working at every replica at once. A store credential the store refused
-(rotated or removed user, revoked agent key) is remembered as ended (sealed, in
-``<state dir>/web-ended/``), so every session using it ends at its next request
-without presenting the dead credential to the store again.
+read-only. Sessions have a bounded lifetime and a bounded count. They are documents
+under ``web-sessions/`` in the connector's state (``SealedDocs``: named by the cookie's
+hash, sealed under the state key; files 0600 in a state directory, objects in a bucket),
+so a browser is signed in at every replica sharing the state and across restarts;
+without a shared state they live in this process's memory. Sign-out deletes the record,
+so a copied cookie stops working at every replica at once. A store credential the store
+refused (rotated or removed user, revoked agent key) is remembered as ended (sealed,
+under ``web-ended/``), so every session using it ends at its next request without
+presenting the dead credential to the store again. A page reads its session with
+``find``, in a thread: with the state in a bucket that is two requests to S3.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hmac
 import secrets
@@ -23,7 +24,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from connector.state.sealed import SealedDocs, SealedRecords
+from connector.state.memory import MemoryStore
+from connector.state.sealed import SealedDocs
 from connector.state.sealing import SecretBox
 from connector.workcopy.model import Account
 
@@ -64,18 +66,19 @@ class WebSessions:
         credentials the store refused; without it they live in this process."""
         self._ttl_s = ttl_s
         self._clock = clock
-        self._records: SealedRecords | SealedDocs
-        self._ended: SealedRecords | SealedDocs
+        self._records: SealedDocs
+        self._ended: SealedDocs
         if state is not None:
             self._records = state.sealed(SESSIONS_PLACE, "web-session", ttl_s=ttl_s, capacity=capacity, clock=clock)
             # No session outlives ttl_s, so neither need the marks of the credentials it may hold.
             self._ended = state.sealed(ENDED_PLACE, "web-ended-credential", ttl_s=ttl_s, capacity=capacity,
                                        clock=clock)
         else:
-            box = SecretBox(secrets.token_bytes(32))
-            self._records = SealedRecords(None, box, "web-session", ttl_s=ttl_s, capacity=capacity, clock=clock)
-            self._ended = SealedRecords(None, box, "web-ended-credential", ttl_s=ttl_s, capacity=capacity,
-                                        clock=clock)
+            box, memory = SecretBox(secrets.token_bytes(32)), MemoryStore()
+            self._records = SealedDocs(memory, SESSIONS_PLACE, box, "web-session", ttl_s=ttl_s, capacity=capacity,
+                                       clock=clock)
+            self._ended = SealedDocs(memory, ENDED_PLACE, box, "web-ended-credential", ttl_s=ttl_s,
+                                     capacity=capacity, clock=clock)
 
     def create(self, *, subject: str, credential: str, kind: str, read_only: bool,
                credential_expires_at: float | None = None) -> tuple[str, WebSession]:
@@ -109,6 +112,12 @@ class WebSessions:
             self._records.delete(cookie)
             return None
         return session
+
+    async def find(self, cookie: str | None) -> WebSession | None:
+        """``get`` run in a thread, for the event loop (the state may be a bucket)."""
+        if not cookie or len(cookie) > 200:
+            return None  # nothing to read
+        return await asyncio.to_thread(self.get, cookie)
 
     def end_credential(self, credential: str) -> None:
         """The store refused ``credential``: every session using it ends at its next request."""

@@ -13,7 +13,7 @@ import pytest
 
 from connector.identity.base import Identity, ProviderRefused, ProviderUnavailable
 from connector.oauth.clients import ClientRegistry, MetadataDocumentFetcher
-from connector.oauth.codes import CodeStore
+from connector.oauth.codes import CODE_KIND, CODE_TTL_S, CODES_PLACE, MAX_CODES, CodeStore
 from connector.oauth.grants import RefreshGrants
 from connector.oauth.pkce import s256
 from connector.oauth.server import AuthorizationServer, PageReply, RedirectReply
@@ -92,7 +92,7 @@ def build_world(state_dir: Path, key: bytes, provider: FakeStoreProvider, clock:
         clock=clock,
         box=state.box,
         once=state.once,
-        codes=CodeStore.in_directory(state_dir / "codes", state.box, clock=clock),
+        codes=CodeStore(state.sealed(CODES_PLACE, CODE_KIND, ttl_s=CODE_TTL_S, capacity=MAX_CODES, clock=clock)),
     )
     return World(server, provider, clock, state_dir, key, lambda: build_world(state_dir, key, provider, clock, grace_s))
 

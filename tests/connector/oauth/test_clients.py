@@ -17,7 +17,9 @@ from connector.oauth.clients import (
 )
 from connector.oauth.redirects import redirect_uri_problem
 from connector.oauth.server import JsonReply, PageReply
-from connector.oauth.client_files import ClientFiles
+from common.docstore import DirectoryStore
+from connector.oauth.client_files import ClientDocs
+from connector.state.memory import MemoryStore
 from tests.support.loopback import Answer, LoopbackServer
 
 from .conftest import BASE, World, query_of
@@ -88,7 +90,7 @@ def test_registration_answers_public_client_and_keeps_uris_exactly(world: World)
 
 
 def test_registry_is_bounded(tmp_path: Path) -> None:
-    registry = ClientRegistry(ClientFiles(None), max_clients=2)
+    registry = ClientRegistry(ClientDocs(MemoryStore()), max_clients=2)
     from connector.oauth.clients import RegistryFull
 
     registry.register({"redirect_uris": ["https://a.example/cb"]})
@@ -221,7 +223,7 @@ async def test_names_resolving_to_internal_addresses_are_not_fetched() -> None:
 
 
 def _registry(tmp_path: Path, now: list[float], **kwargs) -> ClientRegistry:  # type: ignore[no-untyped-def]
-    return ClientRegistry(ClientFiles(tmp_path / "clients"), clock=lambda: now[0], **kwargs)
+    return ClientRegistry(ClientDocs(DirectoryStore(tmp_path)), clock=lambda: now[0], **kwargs)
 
 
 def test_a_registration_writes_one_small_file_and_touches_no_other(tmp_path: Path) -> None:
@@ -238,7 +240,7 @@ def test_a_registration_writes_one_small_file_and_touches_no_other(tmp_path: Pat
     assert all(file.stat().st_mode & 0o777 == 0o600 and file.stat().st_size < 1024 for file in files)
     assert registry.get(first) is not None and registry.get(first).client_name == "First"  # type: ignore[union-attr]
     # Another process on the same directory (a replica, or a restart) sees them all.
-    assert len(ClientFiles(tmp_path / "clients")) == 51
+    assert len(ClientDocs(DirectoryStore(tmp_path))) == 51
 
 
 @pytest.mark.parametrize("client_id", ["../clients", "bcc_../../state.key", "bcc_/etc/passwd", "bcc_", "x" * 300, "bcc_a\x00b"])
@@ -246,7 +248,7 @@ def test_client_ids_that_are_not_ours_never_reach_the_disk(tmp_path: Path, clien
     registry = _registry(tmp_path, [0.0])
     assert registry.get(client_id) is None and not registry.is_unused(client_id)
     registry.mark_used(client_id)
-    assert list((tmp_path / "clients").iterdir()) == []
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_registration_never_used_expires_and_a_used_one_stays(tmp_path: Path) -> None:
@@ -305,11 +307,17 @@ def test_redirect_uris_are_bounded_together() -> None:
 def test_temporary_files_a_crash_left_behind_are_removed_at_start(tmp_path: Path) -> None:
     import os
 
+    from connector.oauth.state import OAuthState
+
     registry = _registry(tmp_path, [1_900_000_000.0])
     registry.register({"redirect_uris": ["https://a.example/cb"]})
     [shard] = [path for path in (tmp_path / "clients").iterdir() if path.is_dir()]
     old, fresh = shard / ".x.json.old.tmp", shard / ".x.json.fresh.tmp"
-    old.write_text("{"), fresh.write_text("{")
-    os.utime(old, (0, 0))
-    files = ClientFiles(tmp_path / "clients")
-    assert len(files) == 1 and not old.exists() and fresh.exists()  # a fresh one may be a replica's write
+    top = tmp_path / ".families.json.0123.tmp"
+    for leftover in (old, fresh, top):
+        leftover.write_text("{")
+    os.utime(old, (0, 0)), os.utime(top, (0, 0))
+    (tmp_path / ".families.json.lock").write_text("")  # a lock file is never a leftover
+    state = OAuthState(tmp_path, b"k" * 32)
+    assert len(state.clients) == 1 and not old.exists() and not top.exists()
+    assert fresh.exists() and (tmp_path / ".families.json.lock").exists()  # a fresh one may be a replica's write

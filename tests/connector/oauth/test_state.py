@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from connector.oauth.state import OAuthState
-from connector.state.collection import JsonCollection
+from common.docstore import DirectoryStore
+from connector.state.collection import DocCollection
 from connector.state.files import StateError
 from connector.state.sealing import KEY_FILE_NAME, SecretBox, load_state_key
 
@@ -63,7 +64,7 @@ def test_brain_choice_persists(tmp_path: Path) -> None:
 
 
 def test_failed_change_writes_nothing_and_corrupt_file_is_refused(tmp_path: Path) -> None:
-    collection = JsonCollection(tmp_path / "c.json")
+    collection = DocCollection(DirectoryStore(tmp_path), "c.json", good_copy=True)
     collection.mutate(lambda records: records.__setitem__("a", 1))
 
     def broken(records: dict) -> None:
@@ -72,8 +73,8 @@ def test_failed_change_writes_nothing_and_corrupt_file_is_refused(tmp_path: Path
 
     with pytest.raises(RuntimeError):
         collection.mutate(broken)
-    assert JsonCollection(tmp_path / "c.json").records == {"a": 1}
+    assert DocCollection(DirectoryStore(tmp_path), "c.json").records == {"a": 1}
     assert collection.records == {"a": 1}
     (tmp_path / "d.json").write_text("{not json")
     with pytest.raises(StateError):
-        JsonCollection(tmp_path / "d.json")
+        DocCollection(DirectoryStore(tmp_path), "d.json", good_copy=True)

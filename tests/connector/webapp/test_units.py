@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 from connector.engine.hybrid import MODES
 from connector.webapp import markdown
 from connector.webapp.markdown import render_markdown, render_markdown_in
@@ -39,6 +42,9 @@ def test_session_lifetime_is_bounded_by_the_credential_and_the_count() -> None:
     assert session.expires_at == clock.now + 30
     second, _ = sessions.create(subject="a", credential="c", kind="static", read_only=False)
     third, _ = sessions.create(subject="b", credential="c", kind="static", read_only=False)
+    deadline = time.monotonic() + 10  # beyond the count, a background pass drops the soonest to expire
+    while sessions.get(cookie) is not None and time.monotonic() < deadline:
+        time.sleep(0.02)
     assert sessions.get(cookie) is None and sessions.get(second) and sessions.get(third)
 
 
@@ -77,3 +83,22 @@ def test_rendered_markdown_is_remembered_per_brain_only() -> None:
     long = "word " * 5000  # past the size bound: rendered every time, never kept
     assert render_markdown_in("brain-a", long) == render_markdown(long)
     assert markdown._remembered.cache_info().currsize == after.currsize + 1
+
+
+def test_a_page_reads_its_session_off_the_event_loop() -> None:
+    import asyncio
+    import threading
+
+    sessions = WebSessions(60.0)
+    cookie, session = sessions.create(subject="static:u", credential="c", kind="static", read_only=False)
+    readers: list[int] = []
+    read = sessions._records.get
+
+    def counted(key: str) -> Any:
+        readers.append(threading.get_ident())
+        return read(key)
+
+    sessions._records.get = counted  # type: ignore[method-assign]
+    assert asyncio.run(sessions.find(cookie)) == session
+    assert readers and threading.get_ident() not in readers  # read in a worker thread (a bucket: two GETs)
+    assert asyncio.run(sessions.find(None)) is None

@@ -55,7 +55,7 @@ def test_session_cookie_attributes_and_server_side_sign_out(store: RunningStore)
         assert cookie_value and alice.token not in header
         # The server keeps only a hash of the cookie value.
         web = client.app.state.webapp
-        assert cookie_value not in repr(web.sessions._records._memory.keys())
+        assert cookie_value not in repr(web.sessions._records._docs._documents.keys())
         csrf = csrf_of(client.get("/app").text)
 
         out = client.post("/app/signout", data={"csrf": csrf})
