@@ -16,6 +16,8 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
+
 from tests.connector.conftest import StoreUser, running_store
 from tests.connector.oauth.live import running_connector
 from tests.ops.test_replicas_behind_caddy import Store
@@ -50,10 +52,13 @@ class Cluster:
 
     def add_user(self, name: str) -> StoreUser:
         """A store user made with `brain-store user add`, known to every store replica."""
-        user = self.store.add_user(name)
+        token = self.store.cli("user", "add", name)
+        # Each store replica learns of users within its poll interval: wait for all of them before
+        # asking who the token is through the balancer (which may pick either).
         for replica in self.stores:
-            wait_for_token(replica.base_url, user.token)
-        return user
+            wait_for_token(replica.base_url, token)
+        me = httpx.get(self.store.url + "/auth/me", headers={"Authorization": f"Bearer {token}"}, timeout=30).json()
+        return StoreUser(name=name, token=token, id=me["user"]["id"])
 
     def held_documents(self) -> list[str]:
         """The held-write journal's documents in the shared state (``held/*.held``)."""
