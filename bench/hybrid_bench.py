@@ -170,7 +170,7 @@ def main() -> None:
         IndexDisk(Path(tmp) / "index-cache", KEY).save(cache_key, hybrid, store.model_id)
 
         def first_recall(vectors: VectorStore, fresh, previous) -> tuple[float, float, float, dict[str, float]]:
-            began, began_cpu = time.perf_counter(), time.process_time()
+            began = time.perf_counter()
             pulled = load_archive(archive)
             pulled_index = BrainIndex.build(pulled)
             # As the connector's manager does after a pull (workcopy/longlived.py): the loaded
