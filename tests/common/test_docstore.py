@@ -22,7 +22,7 @@ import pytest
 
 from common.docstore import UNCHANGED, DirectoryStore, DocumentStoreError, open_document_store
 from common.docstore.s3 import S3Store
-from tests.common.conftest import Backend
+from tests.support.docstores import Backend
 from tests.s3.servers import CREDENTIALS, S3Service
 
 ROOT = Path(__file__).resolve().parents[2]

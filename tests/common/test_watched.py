@@ -11,7 +11,7 @@ import msgspec
 import pytest
 
 from common.docstore.watched import WatchedDocument
-from tests.common.conftest import Backend
+from tests.support.docstores import Backend
 
 log = logging.getLogger("tests.watched")
 

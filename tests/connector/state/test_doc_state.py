@@ -26,7 +26,7 @@ from connector.state.once import OnceDocs
 from connector.state.sealed import SealedDocs
 from connector.state.sealing import SecretBox
 
-from .conftest import Place
+from tests.support.docstores import Backend
 
 pytestmark = [pytest.mark.timeout(120)]
 KEY = secrets.token_bytes(32)
@@ -44,8 +44,8 @@ def race(count: int, action: Any) -> list[Any]:
         return list(pool.map(run, range(count)))
 
 
-def test_a_collection_change_at_one_replica_is_read_at_the_other(place: Place) -> None:
-    a, b = DocCollection(place.docs, "brains.json"), DocCollection(place.replica(), "brains.json")
+def test_a_collection_change_at_one_replica_is_read_at_the_other(backend: Backend) -> None:
+    a, b = DocCollection(backend.store, "brains.json"), DocCollection(backend.reopen(), "brains.json")
     assert a.get("alice") is None and len(b) == 0
     a.mutate(lambda records: records.__setitem__("alice", "work"))
     assert b.get("alice") == "work"
@@ -57,15 +57,15 @@ def test_a_collection_change_at_one_replica_is_read_at_the_other(place: Place) -
     assert b.records == {"alice": "home"}
 
 
-def test_concurrent_changes_at_two_replicas_are_all_kept(place: Place) -> None:
-    replicas = [DocCollection(place.docs, "refresh.json"), DocCollection(place.replica(), "refresh.json")]
+def test_concurrent_changes_at_two_replicas_are_all_kept(backend: Backend) -> None:
+    replicas = [DocCollection(backend.store, "refresh.json"), DocCollection(backend.reopen(), "refresh.json")]
     race(8, lambda i: replicas[i % 2].mutate(lambda records: records.__setitem__(f"t{i}", i)))
     assert replicas[0].records == {f"t{i}": i for i in range(8)}
 
 
-def test_a_cached_copy_sees_another_replicas_change_within_its_bound(place: Place) -> None:
-    writer = DocCollection(place.docs, "revoked.json")
-    cached = DocCollection(place.replica(), "revoked.json", fresh_s=0.2)
+def test_a_cached_copy_sees_another_replicas_change_within_its_bound(backend: Backend) -> None:
+    writer = DocCollection(backend.store, "revoked.json")
+    cached = DocCollection(backend.reopen(), "revoked.json", fresh_s=0.2)
     assert cached.get("family") is None  # starts the background refresh
     writer.mutate(lambda records: records.__setitem__("family", 1.0))
     changed = time.monotonic()
@@ -76,28 +76,28 @@ def test_a_cached_copy_sees_another_replicas_change_within_its_bound(place: Plac
     assert time.monotonic() - changed < 1.5
 
 
-def test_a_damaged_document_is_never_read_as_empty(place: Place) -> None:
-    revoked = DocCollection(place.docs, "revoked.json")
+def test_a_damaged_document_is_never_read_as_empty(backend: Backend) -> None:
+    revoked = DocCollection(backend.store, "revoked.json")
     revoked.mutate(lambda records: records.__setitem__("family", 9e12))
-    place.docs.put("revoked.json", b'{"fam')  # damaged from outside
+    backend.store.put("revoked.json", b'{"fam')  # damaged from outside
     assert revoked.get("family") == 9e12 and revoked.damaged is not None
     revoked.mutate(lambda records: records.__setitem__("other", 1.0))
     assert revoked.damaged is None
-    assert DocCollection(place.replica(), "revoked.json").records == {"family": 9e12, "other": 1.0}
-    place.docs.put("revoked.json", b"[]")
+    assert DocCollection(backend.reopen(), "revoked.json").records == {"family": 9e12, "other": 1.0}
+    backend.store.put("revoked.json", b"[]")
     with pytest.raises(StateError, match="revoked.json"):
-        DocCollection(place.replica(), "revoked.json")  # start-up refuses rather than guess
+        DocCollection(backend.reopen(), "revoked.json")  # start-up refuses rather than guess
 
 
-def test_sealed_records_are_shared_taken_once_and_deleted_everywhere(place: Place) -> None:
+def test_sealed_records_are_shared_taken_once_and_deleted_everywhere(backend: Backend) -> None:
     box = SecretBox(KEY)
-    a = SealedDocs(place.docs, "codes", box, "authorization-code", ttl_s=60, capacity=100)
-    b = SealedDocs(place.replica(), "codes", box, "authorization-code", ttl_s=60, capacity=100)
+    a = SealedDocs(backend.store, "codes", box, "authorization-code", ttl_s=60, capacity=100)
+    b = SealedDocs(backend.reopen(), "codes", box, "authorization-code", ttl_s=60, capacity=100)
     a.put("code-1", {"client": "c"}, time.time() + 60)
     assert b.get("code-1") == {"client": "c"}
     # Nothing of the key is written, and the record is sealed.
-    [name] = place.docs.list("codes/")
-    stored = place.docs.get(name)
+    [name] = backend.store.list("codes/")
+    stored = backend.store.get(name)
     assert stored is not None and b"code-1" not in stored.data and b"client" not in stored.data
     taken = race(6, lambda i: (a if i % 2 else b).take("code-1"))
     assert taken.count({"client": "c"}) == 1 and taken.count(None) == 5
@@ -107,14 +107,14 @@ def test_sealed_records_are_shared_taken_once_and_deleted_everywhere(place: Plac
     a.put("old", {"o": 1}, time.time() - 1)
     assert b.get("old") is None and b.take("old") is None
     a.put("mine", {"m": 1}, time.time() + 60)
-    foreign = SealedDocs(place.replica(), "codes", SecretBox(secrets.token_bytes(32)), "authorization-code",
+    foreign = SealedDocs(backend.reopen(), "codes", SecretBox(secrets.token_bytes(32)), "authorization-code",
                          ttl_s=60, capacity=100)
     assert foreign.get("mine") is None
 
 
-def test_pruning_removes_expired_records_and_the_soonest_to_expire_beyond_capacity(place: Place) -> None:
+def test_pruning_removes_expired_records_and_the_soonest_to_expire_beyond_capacity(backend: Backend) -> None:
     now = [1000.0]
-    records = SealedDocs(place.docs, "web-oidc", SecretBox(KEY), "web-oidc", ttl_s=1000, capacity=2,
+    records = SealedDocs(backend.store, "web-oidc", SecretBox(KEY), "web-oidc", ttl_s=1000, capacity=2,
                          clock=lambda: now[0], prune_every_s=1e9)
 
     def settle(count: int) -> None:
@@ -136,15 +136,15 @@ def test_pruning_removes_expired_records_and_the_soonest_to_expire_beyond_capaci
     assert records.get("k4") == {"i": 4} and records.get("k5") == {"i": 5} and len(records) == 2
 
 
-def test_a_sign_in_is_claimed_once_across_replicas(place: Place) -> None:
-    markers = [OnceDocs(place.docs, "once"), OnceDocs(place.replica(), "once")]
+def test_a_sign_in_is_claimed_once_across_replicas(backend: Backend) -> None:
+    markers = [OnceDocs(backend.store, "once"), OnceDocs(backend.reopen(), "once")]
     claims = race(6, lambda i: markers[i % 2].claim("sign-in-1"))
     assert claims.count(True) == 1
     assert markers[1].claim("sign-in-2") and not markers[0].claim("sign-in-2")
 
 
-def test_clients_registered_at_one_replica_are_known_at_the_other(place: Place) -> None:
-    a, b = ClientDocs(place.docs), ClientDocs(place.replica())
+def test_clients_registered_at_one_replica_are_known_at_the_other(backend: Backend) -> None:
+    a, b = ClientDocs(backend.store), ClientDocs(backend.reopen())
     client_id = "bcc_" + secrets.token_urlsafe(24)
     a.put(client_id, {"redirect_uris": ["http://127.0.0.1:1/cb"], "used": False})
     assert b.get(client_id) == {"redirect_uris": ["http://127.0.0.1:1/cb"], "used": False}
@@ -163,15 +163,15 @@ def _grants(docs: DocumentStore) -> tuple[OAuthState, RefreshGrants]:
     return state, RefreshGrants(state, ttl_s=3600, grace_s=0)
 
 
-def test_refresh_reuse_at_another_replica_is_detected_and_revokes_the_family(place: Place) -> None:
-    state_a, grants_a = _grants(place.docs)
-    state_b, grants_b = _grants(place.replica())
+def test_refresh_reuse_at_another_replica_is_detected_and_revokes_the_family(backend: Backend) -> None:
+    state_a, grants_a = _grants(backend.store)
+    state_b, grants_b = _grants(backend.reopen())
     identity = Identity(subject="alice", store_credential="bst_secret", renewal_secret="", credential_expires_at=None)
     family, first = grants_a.start_family(client_id="bcc_x", client_name="x", scope=frozenset({"brain"}),
                                           resource="http://c/mcp", idp="static", identity=identity)
     # The family's secret is sealed: the store credential is nowhere in the documents.
-    for key in place.docs.list(""):
-        document = place.docs.get(key)
+    for key in backend.store.list(""):
+        document = backend.store.get(key)
         assert document is not None and b"bst_secret" not in document.data
     assert grants_b.inspect(first).status == "active"
     _, second = grants_b.rotate(first, identity)
