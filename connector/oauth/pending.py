@@ -26,11 +26,13 @@ import hashlib
 import json
 import re
 import secrets
-from collections import OrderedDict
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from connector.state.memory import MemoryStore
+from connector.state.sealed import SealedDocs
 from connector.state.sealing import SecretBox
 
 _CONTEXT = "pending-sign-in v1"
@@ -38,6 +40,11 @@ _CONTEXT = "pending-sign-in v1"
 _SEALED = re.compile(r"sec1:(?:[A-Za-z0-9_-]{4})*(?:[A-Za-z0-9_-]{2}==|[A-Za-z0-9_-]{3}=)?")
 MAX_SEALED_CHARS = 16_384
 MAX_TRACKED_SIGN_INS = 100_000
+# Where the wrong-token counts of sign-ins are kept in the state, and for how long at most (a
+# sign-in expires after 10 minutes).
+ATTEMPTS_PLACE = "sign-in-tries"
+ATTEMPTS_KIND = "sign-in-tries"
+ATTEMPTS_TTL_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -125,31 +132,26 @@ class PendingSeal:
 
 
 class SignInAttempts:
-    """Wrong tokens per sign-in id (``MAX_ATTEMPTS`` once it is finished); bounded in number."""
+    """Wrong tokens per sign-in id (``MAX_ATTEMPTS`` once it is finished), kept where the replicas
+    share them (``OAuthState.sealed(ATTEMPTS_PLACE, ATTEMPTS_KIND, ...)``), so a sign-in gets its
+    three tries in all, not three at each replica. Blocking (a small read or write of the state):
+    call it off the event loop."""
 
-    def __init__(self, limit: int = MAX_TRACKED_SIGN_INS) -> None:
-        self._limit = limit
-        self._entries: OrderedDict[str, tuple[int, float]] = OrderedDict()  # id -> (count, expires)
+    def __init__(self, records: SealedDocs) -> None:
+        self._records = records
 
-    def count(self, sign_in_id: str, now: float) -> int:
+    @classmethod
+    def in_memory(cls, box: SecretBox, *, clock: Callable[[], float] = time.time) -> SignInAttempts:
+        """Counts in this process's memory (a connector without shared state)."""
+        return cls(SealedDocs(MemoryStore(), ATTEMPTS_PLACE, box, ATTEMPTS_KIND, ttl_s=ATTEMPTS_TTL_S,
+                              capacity=MAX_TRACKED_SIGN_INS, clock=clock))
+
+    def count(self, sign_in_id: str) -> int:
         """The wrong tokens seen so far by this sign-in."""
-        entry = self._entries.get(sign_in_id)
-        if entry is None or entry[1] <= now:
-            return 0
-        return entry[0]
+        record = self._records.get(sign_in_id)
+        count = record.get("count") if record is not None else 0
+        return count if isinstance(count, int) and not isinstance(count, bool) else 0
 
-    def set(self, sign_in_id: str, count: int, expires: float, now: float) -> None:
-        """Remember ``count`` for this sign-in until ``expires``."""
-        self._entries[sign_in_id] = (count, expires)
-        self._entries.move_to_end(sign_in_id)
-        # Drop expired records from the cold end, then the oldest beyond the cap (O(1) each).
-        for _ in range(2):
-            oldest = next(iter(self._entries.items()))
-            if oldest[1][1] > now:
-                break
-            del self._entries[oldest[0]]
-        while len(self._entries) > self._limit:
-            self._entries.popitem(last=False)
-
-    def __len__(self) -> int:
-        return len(self._entries)
+    def set(self, sign_in_id: str, count: int, expires: float) -> None:
+        """Remember ``count`` for this sign-in until ``expires`` (the sign-in's own expiry)."""
+        self._records.put(sign_in_id, {"count": count}, expires)

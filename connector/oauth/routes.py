@@ -30,6 +30,7 @@ from connector.oauth.clients import ClientRegistry, MetadataDocumentFetcher
 from connector.oauth.codes import CODE_KIND, CODE_TTL_S, CODES_PLACE, MAX_CODES, CodeStore
 from connector.oauth.grants import RefreshGrants
 from connector.oauth.metadata import authorization_server_metadata, protected_resource_metadata
+from connector.oauth.pending import ATTEMPTS_KIND, ATTEMPTS_PLACE, ATTEMPTS_TTL_S, MAX_TRACKED_SIGN_INS, SignInAttempts
 from connector.oauth.server import (
     SIGNIN_ATTEMPTS_PER_MIN,
     AuthorizationServer,
@@ -165,6 +166,8 @@ def build_oauth(
         box=state.box,
         once=state.once,
         codes=CodeStore(state.sealed(CODES_PLACE, CODE_KIND, ttl_s=CODE_TTL_S, capacity=MAX_CODES)),
+        attempts=SignInAttempts(state.sealed(ATTEMPTS_PLACE, ATTEMPTS_KIND, ttl_s=ATTEMPTS_TTL_S,
+                                             capacity=MAX_TRACKED_SIGN_INS)),
         signin_attempts_per_min=int(getattr(settings, "signin_attempts_per_min", SIGNIN_ATTEMPTS_PER_MIN)),
         signin_checks=signin_checks,
     )

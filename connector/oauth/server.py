@@ -177,12 +177,14 @@ class AuthorizationServer:
         box: SecretBox | None = None,
         once: OnceDocs | None = None,
         codes: CodeStore | None = None,
+        attempts: SignInAttempts | None = None,
         signin_attempts_per_min: int = SIGNIN_ATTEMPTS_PER_MIN,
         signin_checks: SignInChecks | None = None,
     ) -> None:
         """``box`` seals pending sign-ins, ``once`` records finished sign-ins and ``codes`` keeps
-        authorization codes (give the state's, so every replica can finish a sign-in and
-        redeem a code, once);
+        authorization codes and ``attempts`` the wrong tokens of each sign-in (give the state's, so
+        every replica can finish a sign-in and redeem a code, once, and a sign-in has its three
+        tries in all);
         ``signin_attempts_per_min`` bounds tokens checked per client address (0: no limit);
         ``signin_checks`` (from `signin_limiter`) replaces that bound with one shared by the
         web app's sign-in and the other workers."""
@@ -197,9 +199,17 @@ class AuthorizationServer:
         self._seal = PendingSeal(box)
         self._codes = codes or CodeStore.in_memory(box, clock=clock)
         self._once = once or OnceDocs(MemoryStore(), "once")
-        self._attempts = SignInAttempts()
+        self._attempts = attempts or SignInAttempts.in_memory(box, clock=clock)
         self._checks = signin_checks or (TokenBucketLimiter(signin_attempts_per_min) if signin_attempts_per_min else None)
         self._locks = [asyncio.Lock() for _ in range(_LOCK_STRIPES)]
+
+    async def _tries(self, pending: Pending) -> int:
+        """The wrong tokens this sign-in has had, at any replica (read off the event loop)."""
+        return await anyio.to_thread.run_sync(self._attempts.count, pending.sign_in_id)
+
+    async def _set_tries(self, pending: Pending, count: int) -> None:
+        """Remember ``count`` wrong tokens for this sign-in (``MAX_ATTEMPTS``: it is finished)."""
+        await anyio.to_thread.run_sync(self._attempts.set, pending.sign_in_id, count, pending.expires)
 
     # -- registration ---------------------------------------------------------
 
@@ -357,7 +367,7 @@ class AuthorizationServer:
         now = self._clock()
         login_id, _ = _single(form, "login_id")
         pending = self._seal.open(login_id, now) if self.provider.mode == "page" else None
-        attempts = self._attempts.count(pending.sign_in_id, now) if pending is not None else 0
+        attempts = await self._tries(pending) if pending is not None else 0
         if pending is None or pending.bound_to or attempts >= MAX_ATTEMPTS:
             return PageReply(400, self._expired_view(Text("This sign-in has expired. Start again from your app.")))
         assert login_id is not None
@@ -365,7 +375,7 @@ class AuthorizationServer:
         if action == "language":  # the page's language switch: the same page again, nothing counted
             return PageReply(200, self._view(pending, login_id, None, attempts))
         if action == "deny":
-            self._attempts.set(pending.sign_in_id, MAX_ATTEMPTS, pending.expires, now)
+            await self._set_tries(pending, MAX_ATTEMPTS)
             return self._redirect_error(pending, "access_denied", "the user declined")
         wait = await signin_wait(self._checks, client_address)
         if wait is not None:
@@ -378,8 +388,8 @@ class AuthorizationServer:
         except ProviderUnavailable:
             return PageReply(503, self._view(pending, login_id, Text("The store could not be reached. Try again."), attempts))
         except ProviderRefused as refused:
-            attempts = self._attempts.count(pending.sign_in_id, now) + 1
-            self._attempts.set(pending.sign_in_id, attempts, pending.expires, now)
+            attempts = await self._tries(pending) + 1
+            await self._set_tries(pending, attempts)
             if attempts >= MAX_ATTEMPTS:
                 return self._redirect_error(pending, "access_denied", "too many wrong tokens")
             if isinstance(refused, ProviderThrottled):
@@ -387,7 +397,7 @@ class AuthorizationServer:
                 return PageReply(429, self._view(pending, login_id, message, attempts))
             return PageReply(401, self._view(pending, login_id, Text("That token was not accepted by the store."), attempts))
         # A sign-in completes once: its sealed value is worth nothing afterwards.
-        self._attempts.set(pending.sign_in_id, MAX_ATTEMPTS, pending.expires, now)
+        await self._set_tries(pending, MAX_ATTEMPTS)
         return await self._issue_code(pending, identity)
 
     async def oidc_callback(self, params: Mapping[str, Any], cookies: Mapping[str, str] | None = None) -> Reply:
@@ -401,10 +411,10 @@ class AuthorizationServer:
             pending is None
             or not pending.bound_to
             or not secrets.compare_digest(pending.bound_to, state or "")
-            or self._attempts.count(pending.sign_in_id, now) >= MAX_ATTEMPTS
+            or await self._tries(pending) >= MAX_ATTEMPTS
         ):
             return PageReply(400, self._expired_view(Text("This sign-in has expired or is unknown. Start again from your app.")))
-        self._attempts.set(pending.sign_in_id, MAX_ATTEMPTS, pending.expires, now)  # a callback works once
+        await self._set_tries(pending, MAX_ATTEMPTS)  # a callback works once
         reply = await self._finish_redirect(pending, params)
         if isinstance(reply, RedirectReply):  # the browser no longer needs the cookie
             reply = replace(reply, cookie=_signin_cookie(pending.bound_to, "", pending.issuer, 0))

@@ -15,6 +15,7 @@ from connector.identity.base import Identity, ProviderRefused, ProviderUnavailab
 from connector.oauth.clients import ClientRegistry, MetadataDocumentFetcher
 from connector.oauth.codes import CODE_KIND, CODE_TTL_S, CODES_PLACE, MAX_CODES, CodeStore
 from connector.oauth.grants import RefreshGrants
+from connector.oauth.pending import ATTEMPTS_KIND, ATTEMPTS_PLACE, ATTEMPTS_TTL_S, MAX_TRACKED_SIGN_INS, SignInAttempts
 from connector.oauth.pkce import s256
 from connector.oauth.server import AuthorizationServer, PageReply, RedirectReply
 from connector.oauth.state import OAuthState
@@ -93,6 +94,8 @@ def build_world(state_dir: Path, key: bytes, provider: FakeStoreProvider, clock:
         box=state.box,
         once=state.once,
         codes=CodeStore(state.sealed(CODES_PLACE, CODE_KIND, ttl_s=CODE_TTL_S, capacity=MAX_CODES, clock=clock)),
+        attempts=SignInAttempts(state.sealed(ATTEMPTS_PLACE, ATTEMPTS_KIND, ttl_s=ATTEMPTS_TTL_S,
+                                             capacity=MAX_TRACKED_SIGN_INS, clock=clock)),
     )
     return World(server, provider, clock, state_dir, key, lambda: build_world(state_dir, key, provider, clock, grace_s))
 

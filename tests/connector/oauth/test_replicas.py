@@ -103,3 +103,22 @@ async def test_a_sign_in_finished_at_one_replica_cannot_be_finished_again_at_ano
     assert isinstance(await b.server.complete(form), RedirectReply)
     replayed = await a.server.complete(form)
     assert isinstance(replayed, PageReply) and replayed.status == 400
+
+
+async def test_a_sign_ins_three_wrong_tokens_count_across_replicas(tmp_path: Path) -> None:
+    # Not three at each replica: behind a balancer every submission may reach another one.
+    a, b, _ = two_replicas(tmp_path / "shared")
+    flow = register(a)
+    page = await a.server.authorize(flow.authorize_params(), BASE)
+    assert isinstance(page, PageReply)
+    login_id = page.view.login_id
+    first = await a.server.complete({"login_id": login_id, "token": "bst_wrong"})
+    assert isinstance(first, PageReply) and first.view.attempts_left == 2
+    second = await b.server.complete({"login_id": login_id, "token": "bst_wrong"})
+    assert isinstance(second, PageReply) and second.view.attempts_left == 1
+    third = await a.server.complete({"login_id": login_id, "token": "bst_wrong"})
+    assert isinstance(third, RedirectReply) and "error=access_denied" in third.location
+    # Ended at every replica: the right token no longer finishes it anywhere.
+    for replica in (a, b):
+        late = await replica.server.complete({"login_id": login_id, "token": GOOD_TOKEN})
+        assert isinstance(late, PageReply) and late.status == 400
