@@ -17,12 +17,10 @@ import asyncio
 import secrets
 import signal
 import time
-import warnings
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import httpx2
 import pytest
 
 from connector.oauth.state import REVOCATIONS_FRESH_S
@@ -67,17 +65,7 @@ def _user(cluster: Cluster) -> StoreUser:
 
 
 async def _signed_in(cluster: Cluster, user: StoreUser) -> tuple[MemoryStorage, dict[str, int]]:
-    try:
-        return await sign_in(cluster.mcp_url, user, cluster.connectors)
-    except BaseExceptionGroup as group:
-        # Seen in 2 of about 6 runs with other suites loading the machine: an MCP answer cut mid-body
-        # between Caddy and a replica ("peer closed connection without sending complete message
-        # body"), not yet explained (issue 27's closing note). The sign-in is tried once more, so the
-        # cluster's guarantees are still checked, and the cut is reported as a warning.
-        if group.subgroup(httpx2.RemoteProtocolError) is None:
-            raise
-        warnings.warn(f"a sign-in was retried after an answer cut mid-body: {group.exceptions!r}", stacklevel=1)
-        return await sign_in(cluster.mcp_url, user, cluster.connectors)
+    return await sign_in(cluster.mcp_url, user, cluster.connectors)
 
 
 def _tokens(storage: MemoryStorage) -> tuple[str, str, str]:
