@@ -205,9 +205,7 @@ def test_mcp_requests_from_one_address_get_about_one_budget_across_three_connect
     # (4 each per interval; on a loaded machine a sync may take a second interval) and a few
     # refilled: not one budget per connector (all 36).
     assert MCP_RATE <= len(passed) <= MCP_RATE + 2 * 2 * (MCP_RATE // 3) + 3, statuses
-    # The last round: mostly refused (the budget is spent; what refilled over the rounds, and a sync
-    # late on a loaded machine, may still pass).
-    assert statuses[-MCP_RATE:].count(429) >= MCP_RATE // 2, statuses
+    assert statuses[-MCP_RATE:].count(429) >= MCP_RATE - 3, statuses  # the last round: spent, but what refilled
 
 
 def test_registrations_from_one_address_get_about_one_budget_across_three_connectors(tmp_path: Path,
