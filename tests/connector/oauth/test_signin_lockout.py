@@ -12,7 +12,6 @@ every user's requests with 429 for minutes.
 from __future__ import annotations
 
 import asyncio
-import math
 import secrets
 from pathlib import Path
 
@@ -89,11 +88,8 @@ async def test_wrong_tokens_from_many_addresses_lock_nobody_else_out(trusting_st
                 *(_wrong_tokens(http, base, client_id, address, WRONG_PER_ADDRESS) for address in ATTACKERS)
             )
             took = loop.time() - started
-            # Past its 10 the next wrong token from one address is refused by the connector before the
-            # store is asked. The budget refills one token every 6 s (10 a minute): on a loaded machine
-            # the attack takes long enough for a few to come back, and those may still pass first.
-            refilled = math.ceil((loop.time() - started) / 6.0)
-            extra = await _wrong_tokens(http, base, client_id, ATTACKERS[0], refilled + 1)
+            # The 11th wrong token from one address is refused by the connector before the store is asked.
+            extra = await _wrong_tokens(http, base, client_id, ATTACKERS[0], 1)
         attack_done.set()
         stored = await asyncio.wait_for(asyncio.gather(*users), 180)
 
@@ -102,7 +98,7 @@ async def test_wrong_tokens_from_many_addresses_lock_nobody_else_out(trusting_st
         sent = [status for per_address in statuses for status in per_address]
         assert len(sent) == 200 and took < 60, (len(sent), took)
         assert set(sent) <= {401, 303}, sorted(set(sent))  # every one refused as a wrong token, none "try again"
-        assert extra[-1] == 429 and set(extra) <= {401, 303, 429}, extra
+        assert extra == [429]
         assert all(len(ids) >= 3 for ids in stored), [len(ids) for ids in stored]
         for user, ids in zip((alice, bob), stored, strict=True):
             brain, _ = download_brain(trusting_store.url, user.token, brains_of(trusting_store.url, user.token)[0]["id"])
