@@ -183,10 +183,8 @@ def test_held_write_of_a_brain_deleted_meanwhile_is_dropped_and_told_once(store:
         env = {
             "CONNECTOR_STORE_URL": relay.url,
             "CONNECTOR_REPULL_TTL_MS": "120000",
-            # Maintenance runs every quarter of the idle time: retries are looked at every two seconds.
-            # (Not shorter: on a loaded machine the account's brain list, which a write while the
-            # store is away relies on, would be purged as idle between two calls.)
-            "CONNECTOR_IDLE_PURGE_MS": "8000",
+            # Maintenance runs every quarter of the idle time: retries are looked at every half second.
+            "CONNECTOR_IDLE_PURGE_MS": "2000",
         }
         with connector(tmp_path, store, env=env) as server:
             asyncio.run(scenario(server, relay))
