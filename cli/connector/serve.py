@@ -185,10 +185,16 @@ def _serve(settings: ConnectorSettings, runtime: Path | None = None) -> None:
 
 
 def _bind_unix(path: Path) -> socket.socket:
-    """A unix stream socket bound to ``path`` (uvicorn makes it listen); a clean CLI error if that fails."""
+    """A unix stream socket listening on ``path``; a clean CLI error if that fails.
+
+    Listening from before the fork: a request passed to a worker still building its app
+    waits in the backlog for it, instead of being refused and served by a worker that
+    holds none of the user's state (a write while the store is away could not be held there).
+    """
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.bind(str(path))
+        sock.listen(socket.SOMAXCONN)
     except OSError as exc:
         sock.close()
         raise click.ClickException(f"cannot listen on {path}: {exc.strerror or exc}") from None

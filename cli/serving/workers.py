@@ -117,9 +117,10 @@ def serve_forked(
             code = 0
             try:
                 table.join(slot)
+                kept = _keep_own(own_sockets, slot)  # before building the app: a slow start holds no other's socket
                 own = bind_listener(*sock.getsockname()[:2], shared_port=True)
                 sock.close()
-                _Worker(make_config(slot, http=protocol)).run(sockets=[own, *_keep_own(own_sockets, slot)])
+                _Worker(make_config(slot, http=protocol)).run(sockets=[own, *kept])
             except BaseException:  # noqa: BLE001 - report and exit non-zero
                 log.exception("worker failed")
                 code = 1
@@ -128,8 +129,9 @@ def serve_forked(
                 os._exit(code)
         children.append(pid)
     table.join(0)
+    kept = _keep_own(own_sockets, 0)
     try:
-        _Leader(make_config(0, http=protocol)).run(sockets=[sock, *_keep_own(own_sockets, 0)])
+        _Leader(make_config(0, http=protocol)).run(sockets=[sock, *kept])
     finally:
         table.leave()
         _reap(children, grace_s + 5)

@@ -85,6 +85,27 @@ class TokenBucketLimiter:
         tokens, _ = self._rule.refill(*state, now)
         return self._rule.wait(tokens)
 
+    def lower(self, key: str, tokens: float, now: float | None = None) -> None:
+        """Bring ``key``'s bucket down to ``tokens`` if it holds more (never up).
+
+        ``tokens`` may be below zero: a debt paid back by the refill before the next
+        request passes. For a budget counted elsewhere too (`SyncedTokenBucketLimiter`).
+        """
+        if now is None:
+            now = self._clock()
+        with self._lock:
+            state = self._buckets.get(key)
+            if state is None:
+                if tokens >= self._rule.burst:
+                    return
+                self._make_room(now)
+                current = self._rule.burst
+            else:
+                current, _ = self._rule.refill(*state, now)
+            if tokens < current:
+                self._buckets[key] = (tokens, now)
+                self._buckets.move_to_end(key)
+
     def _make_room(self, now: float) -> None:
         buckets = self._buckets
         # Drop a couple of full (idle) buckets from the cold end on every insert, so

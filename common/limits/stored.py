@@ -124,14 +124,15 @@ class StoredTokenBucketLimiter:
 
     def take_many(self, counts: dict[str, int], now: float | None = None) -> dict[str, float]:
         """Take ``counts[key]`` tokens for each key, allowed or not (requests another process already
-        let through); one read-modify-write per shard document. Returns the keys now out of tokens,
-        each with the seconds until a request would pass. Raises DocumentStoreError."""
+        let through); one read-modify-write per shard document. Returns each key's tokens left
+        afterwards (below one: spent; below zero: overspent, paid back before more passes).
+        Raises DocumentStoreError."""
         clock = self._clock if now is None else (lambda: now)
         by_document: dict[str, list[tuple[str, str, int]]] = {}
         for key, count in counts.items():
             document, field = self._where(key)
             by_document.setdefault(document, []).append((key, field, count))
-        waits: dict[str, float] = {}
+        levels: dict[str, float] = {}
         for document, entries in by_document.items():
             outcome: dict[str, float] = {}
 
@@ -145,14 +146,12 @@ class StoredTokenBucketLimiter:
                     # Spent past zero (down to one burst): the overshoot is paid back before more passes.
                     tokens = max(tokens - count, -self._rule.burst)
                     buckets[field] = (tokens, at)
-                    wait = self._rule.wait(tokens)
-                    if wait is not None:
-                        outcome[key] = wait
+                    outcome[key] = tokens
                 return self._encode(buckets, at_now)
 
             self.store.update(document, change)
-            waits.update(outcome)
-        return waits
+            levels.update(outcome)
+        return levels
 
     def peek(self, key: str, now: float | None = None) -> float | None:
         """None if this process knows of no block on ``key``, else the seconds left (no I/O)."""

@@ -6,8 +6,8 @@ request from this process's own token bucket (a dictionary lookup) and remembers
 how many it let through per key; every ``interval_s`` a background thread takes
 those from the shared buckets (`StoredTokenBucketLimiter.take_many`: one
 read-modify-write per shard document touched, at most 64 whatever the traffic) and
-learns which keys the replicas have spent together: those are refused here until
-the shared bucket has refilled.
+brings this process's bucket of each such key down to the shared level: what the
+replicas spent together is then spent here too, and refills here at the shared rate.
 
 So N replicas give a key about one budget between them, late by at most one
 interval: within ``interval_s`` (plus the sync's own time) each replica can still
@@ -32,9 +32,6 @@ __all__ = ["SyncedTokenBucketLimiter", "request_limiter"]
 
 log = logging.getLogger("common.limits.synced")
 
-_MAX_BLOCKED = 100_000
-
-
 class SyncedTokenBucketLimiter:
     """``hit``/``peek`` like `TokenBucketLimiter`, with the budget shared through ``shared`` every ``interval_s``."""
 
@@ -45,7 +42,6 @@ class SyncedTokenBucketLimiter:
         self._clock = clock
         self.interval_s = interval_s
         self._pending: dict[str, int] = {}
-        self._blocked: dict[str, float] = {}  # key -> refused until (wall clock)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -57,11 +53,6 @@ class SyncedTokenBucketLimiter:
         """Take one token for ``key``: None if allowed, else seconds until a request would pass (no I/O)."""
         at = self._clock() if now is None else now
         with self._lock:
-            until = self._blocked.get(key)
-            if until is not None:
-                if until > at:
-                    return until - at
-                del self._blocked[key]
             wait = self._local.hit(key, at)
             if wait is None:
                 self._pending[key] = self._pending.get(key, 0) + 1
@@ -69,32 +60,25 @@ class SyncedTokenBucketLimiter:
 
     def peek(self, key: str, now: float | None = None) -> float | None:
         """Like :meth:`hit` but takes nothing."""
-        at = self._clock() if now is None else now
-        with self._lock:
-            until = self._blocked.get(key)
-        if until is not None and until > at:
-            return until - at
-        return self._local.peek(key, at)
+        return self._local.peek(key, self._clock() if now is None else now)
 
     def sync(self) -> None:
-        """Count what this process let through in the shared buckets, and learn the keys spent there."""
+        """Count what this process let through in the shared buckets, and spend here what was spent there."""
         with self._lock:
             pending, self._pending = self._pending, {}
         if not pending:
             return
         try:
-            waits = self._shared.take_many(pending)
+            levels = self._shared.take_many(pending)
         except (DocumentStoreError, OSError, ValueError) as exc:
             log.warning("the shared request limits cannot be reached; counting in this process",
                         extra={"error": str(exc)})
             return
         now = self._clock()
         with self._lock:
-            for key, wait in waits.items():
-                self._blocked[key] = now + wait
-            if len(self._blocked) > _MAX_BLOCKED:
-                for key in [key for key, until in self._blocked.items() if until <= now]:
-                    del self._blocked[key]
+            for key, level in levels.items():
+                # What passed here while the shared buckets were written is not in ``level`` yet.
+                self._local.lower(key, level - self._pending.get(key, 0), now)
 
     def close(self) -> None:
         """Stop the background sync (what is pending is synced once more)."""

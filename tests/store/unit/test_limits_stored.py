@@ -125,6 +125,34 @@ def test_synced_buckets_decide_at_once_and_share_the_budget_after_a_sync(tmp_pat
     assert one.hit("198.51.100.1") is None  # another address keeps its budget
 
 
+def test_a_synced_replica_spends_what_the_others_spent_and_refills_only_at_the_shared_rate(tmp_path: Path) -> None:
+    from common.limits import SyncedTokenBucketLimiter
+
+    now = [1000.0]
+
+    def replica() -> SyncedTokenBucketLimiter:
+        shared = StoredTokenBucketLimiter(open_document_store(tmp_path), PREFIX, 12, 12, clock=lambda: now[0])
+        return SyncedTokenBucketLimiter(shared, 12, 12, start=False, clock=lambda: now[0])
+
+    address = "203.0.113.9"
+    replicas = [replica() for _ in range(3)]
+    for limiter in replicas:  # a burst of 12 spread over three replicas: the whole budget
+        assert [limiter.hit(address) for _ in range(4)] == [None] * 4
+    for limiter in replicas:
+        limiter.sync()
+    # The last to sync took the budget's last tokens; the first two learned only what was left when they
+    # synced (8 and 4), not the spending after them: they can pass that much more before their next sync.
+    assert replicas[2].hit(address) is not None
+    now[0] += 6.0  # more than the five seconds one token takes to refill
+    passed = sum(limiter.hit(address) is None for limiter in replicas for _ in range(4))
+    for limiter in replicas:
+        limiter.sync()
+    now[0] += 6.0
+    # The third replica's own bucket (8 tokens it never used) does not come back when its wait ends.
+    later = sum(limiter.hit(address) is None for limiter in replicas for _ in range(4))
+    assert passed <= 4 + 4 + 1 and later == 0, (passed, later)
+
+
 def test_synced_buckets_without_the_shared_state_keep_this_process_budget() -> None:
     from common.limits import SyncedTokenBucketLimiter
 
