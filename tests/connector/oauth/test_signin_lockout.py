@@ -23,7 +23,7 @@ from connector.oauth.pkce import s256
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from ..conftest import RunningStore, StoreUser, brains_of, download_brain, memory_ids, start_store
+from ..conftest import RunningStore, brains_of, download_brain, memory_ids, start_store
 from .live import MemoryStorage, login_id_of, memorize_and_recall, running_connector, signed_in_provider
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(240)]
