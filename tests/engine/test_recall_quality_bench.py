@@ -31,16 +31,19 @@ def test_scores_both_modes_beside_the_reference(tmp_path: Path) -> None:
          "gold": [ids["Cluster upgrade"]], "reference_top5": [], "reference_top10": [], "now": now},
     ]
     (tmp_path / "queries.jsonl").write_text("\n".join(json.dumps(q, ensure_ascii=False) for q in queries) + "\n")
-    no_answer = tmp_path / "no_answer.json"
+    # No-answer queries in two files: --no-answer joins them.
+    no_answer, more = tmp_path / "no_answer.json", tmp_path / "no_answer_more.json"
     no_answer.write_text(json.dumps({"now": now, "queries": [
         {"id": "na-en-01", "query": "saxophone lessons", "lang": "en", "kind": "far"},
         {"id": "na-zh-01", "query": "学习萨克斯", "lang": "zh", "kind": "far"},
+    ]}, ensure_ascii=False))
+    more.write_text(json.dumps({"now": now, "queries": [
         {"id": "na-ja-01", "query": "サックスの練習", "lang": "ja", "kind": "far"},
     ]}, ensure_ascii=False))
     out = tmp_path / "report.json"
     done = subprocess.run(
         [sys.executable, str(REPO_ROOT / "bench" / "recall_quality.py"), str(tmp_path), "--json", str(out),
-         "--no-answer", str(no_answer), "--cv"],
+         "--no-answer", str(no_answer), "--no-answer", str(more), "--cv"],
         capture_output=True, text=True, timeout=300, check=False, env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
     )
     assert done.returncode == 0, done.stderr
@@ -55,7 +58,8 @@ def test_scores_both_modes_beside_the_reference(tmp_path: Path) -> None:
     # No-answer queries: the floor returns nothing for them; the embedding alone returns ten memories each.
     assert report["hybrid"]["no-answer"]["all"] == {"queries": 3, "empty": 1.0, "mean_hits": 0.0}
     assert report["embedding"]["no-answer"]["all"]["mean_hits"] == min(10, len(ids))
-    assert report["hybrid"]["no-answer"]["zh"]["queries"] == 1 and "no-answer queries" in done.stdout
+    assert report["hybrid"]["no-answer"]["zh"]["queries"] == 1 and report["hybrid"]["no-answer"]["ja"]["queries"] == 1
+    assert report["no_answer_sets"] == [str(no_answer), str(more)] and "no-answer queries" in done.stdout
     # Cross-validation: fitted on each half, scored on the other, both directions printed.
     assert [fold["direction"] for fold in report["cv"]] == ["fit odd, score even", "fit even, score odd"]
     assert all("overall" in fold["fitted_on_other_half"] and "floor" in fold["fitted"] for fold in report["cv"])
