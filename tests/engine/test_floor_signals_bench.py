@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from tests.engine.conftest import REPO_ROOT
-from tests.engine.hybrid_support import make_brain
+from tests.engine.hybrid_support import make_brain, write_brain
 
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 from floor_signals import cut_tail, leave_one_out  # type: ignore[import-not-found]  # noqa: E402
@@ -44,9 +44,7 @@ def test_cut_tail_cuts_the_weak_tail_and_keeps_a_strong_exact_hit() -> None:
 
 def test_prints_every_candidate_row_for_a_set(tmp_path: Path) -> None:
     brain, ids = make_brain()
-    for path, data in brain.files.items():
-        (tmp_path / "brain" / path).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / "brain" / path).write_bytes(data)
+    write_brain(brain, tmp_path / "brain")
     now = "2026-03-01T12:00:00.000Z"
     queries = [
         {"id": "t-exact-01", "query": "webhook relay retries", "category": "exact", "lang": "en",

@@ -8,14 +8,12 @@ import sys
 from pathlib import Path
 
 from tests.engine.conftest import REPO_ROOT
-from tests.engine.hybrid_support import make_brain
+from tests.engine.hybrid_support import make_brain, write_brain
 
 
 def test_scores_both_modes_beside_the_reference(tmp_path: Path) -> None:
     brain, ids = make_brain()
-    for path, data in brain.files.items():
-        (tmp_path / "brain" / path).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / "brain" / path).write_bytes(data)
+    write_brain(brain, tmp_path / "brain")
     now = "2026-03-01T12:00:00.000Z"
     queries = [
         {"id": "t-exact-01", "query": "webhook relay retries", "category": "exact", "lang": "en",
