@@ -46,11 +46,9 @@ def test_prints_every_candidate_row_for_a_set(tmp_path: Path) -> None:
     brain, ids = make_brain()
     write_brain(brain, tmp_path / "brain")
     now = "2026-03-01T12:00:00.000Z"
-    queries = [
-        {"id": "t-exact-01", "query": "webhook relay retries", "category": "exact", "lang": "en",
-         "gold": [ids["Webhook relay"]], "now": now},
-        {"id": "t-cjk-01", "query": "疫苗", "category": "cjk", "lang": "zh", "gold": [ids["猫的疫苗"]], "now": now},
-    ]
+    answerable = (("exact", "webhook relay retries", "en", "Webhook relay"), ("cjk", "疫苗", "zh", "猫的疫苗"))
+    queries = [{"id": f"t-{category}-01", "query": text, "category": category, "lang": lang, "gold": [ids[title]], "now": now}
+               for category, text, lang, title in answerable]
     (tmp_path / "queries.jsonl").write_text("\n".join(json.dumps(q, ensure_ascii=False) for q in queries) + "\n")
     no_answer = tmp_path / "no_answer.json"
     no_answer.write_text(json.dumps({"now": now, "queries": [
