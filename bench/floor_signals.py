@@ -33,6 +33,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -43,9 +44,18 @@ sys.path.insert(0, str(REPO / "bench"))
 import recall_quality as rq  # noqa: E402
 
 from connector.engine.archive import load_directory  # noqa: E402
-from connector.engine.hybrid import DEFAULT_FUSION, HUBNESS_CANDIDATES, fuse, ranked_positions  # noqa: E402
+from connector.engine.hybrid import (  # noqa: E402
+    DEFAULT_FUSION,
+    HUBNESS_CANDIDATES,
+    Fusion,
+    HybridIndex,
+    fuse,
+    memory_texts,
+    ranked_positions,
+)
 from connector.engine.index import BrainIndex  # noqa: E402
 from connector.engine.textmatch import _CJK, TextIndex, has_cjk  # noqa: E402
+from connector.workcopy.vectors import VectorStore  # noqa: E402
 
 FLOORS = tuple(round(-0.1 + 0.02 * step, 2) for step in range(28))
 LISTING_GRID = {"window": (0.1, 0.12, 0.15, 0.2), "hit_z": (None, 2.0, 2.5, 3.0), "strength_min": (0.0, 0.22)}
@@ -85,7 +95,8 @@ def leave_one_out(query: str) -> list[str]:
     return [" ".join(v.split()) for v in variants if v.strip()]
 
 
-def features(cases: list[rq.Case], hybrid, store, titles: Sequence[str], texts: Sequence[str]) -> list[Query]:  # type: ignore[no-untyped-def]
+def features(cases: list[rq.Case], hybrid: HybridIndex, store: VectorStore, titles: Sequence[str],
+             texts: Sequence[str]) -> list[Query]:
     """Every case's features (one pass; the hubness of the strongest memories from the index)."""
     vectors = hybrid.vectors.codes.astype(np.float32) * hybrid.vectors.scales[:, None]
     centroid = vectors.mean(axis=0)
@@ -161,16 +172,16 @@ class Candidate:
     cuts: tuple[dict[str, float], ...] = ({},)
 
 
-_LISTED: dict[tuple, np.ndarray] = {}  # type: ignore[type-arg]
+_LISTED: dict[tuple[Any, ...], np.ndarray] = {}
 
 
-def _listed_outcomes(queries: list[Query], ids: Sequence[str], fusion: object, cut: dict) -> np.ndarray:  # type: ignore[type-arg]
+def _listed_outcomes(queries: list[Query], ids: Sequence[str], fusion: Fusion, cut: dict[str, float]) -> np.ndarray:
     """Per query: top-5 hit and hits returned with ``fusion``'s listing, its tail cut (memoised)."""
     key = (id(queries), repr(fusion), tuple(sorted(cut.items())))
     if key not in _LISTED:
         rows = []
         for q in queries:
-            fused, listed = fuse(q.case.signals, fusion)  # type: ignore[arg-type]
+            fused, listed = fuse(q.case.signals, fusion)
             listed = cut_tail(listed, q.strength, q.case.signals.strong, **cut)
             ranked = [ids[p] for p in ranked_positions(fused, listed, q.case.signals.strong, rq.TOP, ids)]
             rows.append([rq.metrics(ranked, q.case.query["gold"])[0] if q.case.answerable else 0.0, len(ranked)])
@@ -178,7 +189,8 @@ def _listed_outcomes(queries: list[Query], ids: Sequence[str], fusion: object, c
     return _LISTED[key]
 
 
-def outcomes(queries: list[Query], ids: Sequence[str], signal: Signal, listing: dict, cut: dict) -> np.ndarray:  # type: ignore[type-arg]
+def outcomes(queries: list[Query], ids: Sequence[str], signal: Signal, listing: dict[str, Any],
+             cut: dict[str, float]) -> np.ndarray:
     """Per query: decision value, then (top-5 hit, hits returned) when the floor passes and when not."""
     on_fusion = replace(DEFAULT_FUSION, floor=-math.inf, strength_min=-math.inf, window=listing["window"], hit_z=listing["hit_z"])
     values = []
@@ -191,7 +203,7 @@ def outcomes(queries: list[Query], ids: Sequence[str], signal: Signal, listing: 
     return np.column_stack([np.array(values), passing, failing])
 
 
-def figures(queries: list[Query], table: np.ndarray, floor: float, embedding: dict[str, float]) -> dict:  # type: ignore[type-arg]
+def figures(queries: list[Query], table: np.ndarray, floor: float, embedding: dict[str, float]) -> dict[str, Any]:
     """recall@5 overall, the categories below the embedding alone, the no-answer figures."""
     passes = table[:, 0] >= floor
     hit = np.where(passes, table[:, 1], table[:, 3])
@@ -210,7 +222,7 @@ def embedding_recall(queries: list[Query], ids: Sequence[str]) -> dict[str, floa
 
 
 def fit_and_score(candidate: Candidate, queries: list[Query], ids: Sequence[str], fitting: list[int],
-                  scoring: list[int]) -> tuple[dict, dict]:  # type: ignore[type-arg]
+                  scoring: list[int]) -> tuple[dict[str, Any], dict[str, Any]]:
     """The candidate's best floor on ``fitting`` (bench/recall_quality.py's criteria), and its
     figures on ``scoring``."""
     fit_queries, score_queries = [queries[i] for i in fitting], [queries[i] for i in scoring]
@@ -251,7 +263,7 @@ def candidates() -> list[Candidate]:
     ]
 
 
-def _cell(result: dict) -> str:  # type: ignore[type-arg]
+def _cell(result: dict[str, Any]) -> str:
     below = ", ".join(result["below"]) or "none"
     return f"{result['recall@5']:.3f} / {result['empty']:.0%} / {result['hits']:.2f} / {below}"
 
@@ -268,7 +280,6 @@ def main(argv: list[str] | None = None) -> int:
     brain = load_directory(args.set / "brain")
     index = BrainIndex.build(brain)
     cases, hybrid, store = rq.prepare(brain, index, queries_in)
-    from connector.engine.hybrid import memory_texts  # noqa: PLC0415
     titles = [str(record.entry.get("title") or "") for record in index.memories]
     queries = features(cases, hybrid, store, titles, memory_texts(brain, index))
     ids = hybrid.ids
