@@ -35,7 +35,7 @@ import hashlib
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -282,6 +282,15 @@ _MAX_NOTICES = 10
 def brain_bytes(brain: Brain) -> int:
     """What a brain's files weigh: the measure of the copies' byte budget."""
     return sum(map(len, brain.files.values()))
+
+
+def changed_bytes(size: int, before: Brain, after: Brain, paths: Iterable[str]) -> int:
+    """`brain_bytes` of ``after``, given ``size``, that of ``before``, and the ``paths`` whose
+    files differ between them (a write changes a few files of thousands: no pass over all)."""
+    old, new = before.files, after.files
+    for path in paths:
+        size += len(new.get(path, b"")) - len(old.get(path, b""))
+    return size
 
 
 def _counted(labels: list[str]) -> str:
@@ -915,8 +924,8 @@ class WorkingCopyManager:
             # for the store); the call returns once both are done.
             following = asyncio.create_task(asyncio.to_thread(self._follow, copy.key, key, working, change))
             self._following[key] = following
+            copy.size_bytes = changed_bytes(copy.size_bytes, copy.brain, working, change.paths)
             copy.brain = working
-            copy.size_bytes = brain_bytes(working)
             copy.key = key
             copy.pending.append(PendingWrite(op=op, at=at, label=label))
             try:
