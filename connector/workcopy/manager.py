@@ -307,6 +307,13 @@ def _checksum(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def _packed(brain: Brain) -> tuple[bytes, str]:
+    """The brain's archive and its checksum (in a worker thread: hashing megabytes on the
+    event loop held up every other call)."""
+    archive = pack_archive(brain)
+    return archive, _checksum(archive)
+
+
 def _apply_journaled(op: Operation, working: Brain, at: datetime) -> tuple[dict[str, Any], BrainChange]:
     """``op`` applied to ``working`` (raises, changing nothing, on refusal) and what it changed."""
     working.journal = []
@@ -1036,8 +1043,7 @@ class WorkingCopyManager:
             # A copy recovered from the journal first gets the store's brain under its writes.
             if copy.needs_rebase and not await self._replay(copy, dropped):
                 return dropped
-            archive = await asyncio.to_thread(pack_archive, copy.brain)
-            checksum = _checksum(archive)
+            archive, checksum = await asyncio.to_thread(_packed, copy.brain)
             if checksum == copy.base_checksum:
                 # Packing unchanged: nothing to send.
                 self._mark_synced(copy, checksum)
