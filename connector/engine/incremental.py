@@ -87,7 +87,14 @@ def _apply(old: BrainIndex, brain: Brain, change: BrainChange) -> BrainIndex:
     moved = memories is not old.memories and (
         len(memories) != len(old.memories) or any(a.id != b.id for a, b in zip(memories, old.memories))
     )
-    positions = {item.id: i for i, item in enumerate(memories)} if moved else old.positions
+    positions = old.positions
+    if moved:
+        count = len(old.memories)
+        if len(memories) > count and memories[:count] == old.memories:  # entries only added: same objects first
+            positions = dict(old.positions)
+            positions.update((item.id, i) for i, item in enumerate(memories[count:], count))
+        else:
+            positions = {item.id: i for i, item in enumerate(memories)}
 
     # --- documents and statistics ------------------------------------------------
     documents = _documents(old, brain, change, memories, source, positions, moved, search_changed)

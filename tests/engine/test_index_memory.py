@@ -214,3 +214,17 @@ def test_js_object_order_puts_array_index_keys_first_whatever_the_smallest_key()
         mapping = dict.fromkeys(keys, 0)
         assert list(js_object_order(mapping)) == list(js_key_order(mapping)), keys
     assert js_object_order({}) == {}
+
+
+def test_document_norms_as_an_array_are_the_scalar_norms_bit_for_bit() -> None:
+    import random
+
+    from connector.engine.index import _norm, document_norms
+
+    rnd = random.Random(7)
+    for _ in range(50):
+        lengths = [rnd.choice([rnd.randint(0, 500), rnd.random() * 300, float(rnd.randint(1, 10**6))])
+                   for _ in range(rnd.randint(1, 2000))]
+        avgdl, norms = document_norms(lengths, len(lengths))
+        assert norms == [_norm(length, avgdl) for length in lengths]
+        assert all(type(norm) is float for norm in norms)
