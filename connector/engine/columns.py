@@ -234,38 +234,17 @@ _EDGE_FIELDS = (
 )
 
 
-def _group_arrays(groups: list[tuple[str | None, str | None, frozenset[Any] | None]]) -> dict[str, Any]:
-    """Codes of each encoding-context group's project and task, topic sizes and topic -> groups."""
-    project_codes: dict[str, int] = {}
-    task_codes: dict[str, int] = {}
-    topic_lists: dict[str, list[int]] = {}
-    group_project, group_task, group_topic_size = [], [], []
-    for group, (project, task, topics) in enumerate(groups):
-        group_project.append(project_codes.setdefault(project, len(project_codes)) if project else -1)
-        group_task.append(task_codes.setdefault(task, len(task_codes)) if task else -1)
-        group_topic_size.append(-1 if topics is None else len(topics))
-        for topic in topics or ():
-            if topic.__class__ is str:
-                topic_lists.setdefault(topic, []).append(group)
-    return {
-        "group_project": np.array(group_project, dtype=np.int64),
-        "group_task": np.array(group_task, dtype=np.int64),
-        "project_codes": project_codes,
-        "task_codes": task_codes,
-        "group_topic_size": np.array(group_topic_size, dtype=np.int64),
-        "topic_groups": {topic: np.array(found, dtype=np.int64) for topic, found in topic_lists.items()},
-    }
-
-
-def _group_arrays_appended(
-    columns: Columns, groups: list[tuple[str | None, str | None, frozenset[Any] | None]]
+def _group_arrays(
+    groups: list[tuple[str | None, str | None, frozenset[Any] | None]], base: Columns | None = None
 ) -> dict[str, Any]:
-    """`_group_arrays` of ``groups`` when the first ones are those of ``columns`` (a write
-    adds a memory with a new context: one group more, not a pass over every group).
-    Codes and topics are numbered in the order of first appearance, as a full build does."""
-    start = len(columns.group_project)
-    project_codes = dict(columns.project_codes)
-    task_codes = dict(columns.task_codes)
+    """Codes of each encoding-context group's project and task, topic sizes and topic -> groups.
+
+    With ``base``, columns built for the first of ``groups``, only the groups after those
+    are encoded (a write adds a memory with a new context: one group more, not a pass over
+    every group); codes and topics keep the order of first appearance, as a full build."""
+    start = 0 if base is None else len(base.group_project)
+    project_codes: dict[str, int] = {} if base is None else dict(base.project_codes)
+    task_codes: dict[str, int] = {} if base is None else dict(base.task_codes)
     topic_lists: dict[str, list[int]] = {}
     group_project, group_task, group_topic_size = [], [], []
     for group in range(start, len(groups)):
@@ -276,17 +255,22 @@ def _group_arrays_appended(
         for topic in topics or ():
             if topic.__class__ is str:
                 topic_lists.setdefault(topic, []).append(group)
-    topic_groups = dict(columns.topic_groups)
+    topic_groups: dict[str, np.ndarray] = {} if base is None else dict(base.topic_groups)
     for topic, found in topic_lists.items():
         added = np.array(found, dtype=np.int64)
         known = topic_groups.get(topic)
         topic_groups[topic] = added if known is None else np.concatenate([known, added])
+
+    def column(name: str, values: list[int]) -> np.ndarray:
+        added = np.array(values, dtype=np.int64)
+        return added if base is None else np.concatenate([getattr(base, name), added])
+
     return {
-        "group_project": np.concatenate([columns.group_project, np.array(group_project, dtype=np.int64)]),
-        "group_task": np.concatenate([columns.group_task, np.array(group_task, dtype=np.int64)]),
+        "group_project": column("group_project", group_project),
+        "group_task": column("group_task", group_task),
         "project_codes": project_codes,
         "task_codes": task_codes,
-        "group_topic_size": np.concatenate([columns.group_topic_size, np.array(group_topic_size, dtype=np.int64)]),
+        "group_topic_size": column("group_topic_size", group_topic_size),
         "topic_groups": topic_groups,
     }
 
@@ -568,7 +552,7 @@ class Columns:
                 old_groups is not None and len(old_groups) == len(self.group_project) <= len(groups)
                 and groups[: len(old_groups)] == old_groups
             )
-            values.update(_group_arrays_appended(self, groups) if appended else _group_arrays(groups))
+            values.update(_group_arrays(groups, self if appended else None))
         else:
             values.update({name: getattr(self, name) for name in _GROUP_FIELDS})
         if edges_changed or positions_moved:
