@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from connector.engine.embedding import MAX_EMBED_CHARS, UseEmbedder
-from connector.engine.usefast import TOKEN_BUDGET, FastUse
+from connector.engine.usefast import _SP_BATCH_MIN, TOKEN_BUDGET, FastUse
 from tests.engine.hybrid_support import MEMORIES
 
 TEXTS = [
@@ -71,3 +71,13 @@ def test_the_connector_embedder_uses_it() -> None:
     assert vectors.shape == (3, 512)
     assert float(vectors[0] @ vectors[1]) > float(vectors[0] @ vectors[2]) + 0.2
     assert embedder.embed([]).shape == (0, 512)
+
+
+def test_a_few_texts_are_tokenised_as_many_are(models: tuple[object, FastUse]) -> None:
+    # A few texts (a query, the memory being written) go to the library one by one, many as
+    # one list (its threads): the pieces are the same either way.
+    _, fast = models
+    few = TEXTS[: _SP_BATCH_MIN - 1]
+    many = (TEXTS * (_SP_BATCH_MIN // len(TEXTS) + 2))[: _SP_BATCH_MIN + 1]
+    assert fast.tokenizer.encode(few) == fast.tokenizer.encode(many)[: len(few)]
+    assert [fast.tokenizer.encode([text])[0] for text in many] == fast.tokenizer.encode(many)
