@@ -39,8 +39,9 @@ PAUSE_S = 0.05
 def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     port = free_port()
     log = tmp_path_factory.mktemp("early-answer") / "upstream.log"
-    with run_server([sys.executable, "-m", "uvicorn", "tests.support.early_answer:app", "--host", "127.0.0.1",
-                     "--port", str(port), "--log-level", "warning"], port=port, log_path=log, health_path="/") as server:
+    argv = [sys.executable, "-m", "uvicorn", "tests.support.early_answer:app", "--host", "127.0.0.1",
+            "--port", str(port), "--log-level", "warning"]
+    with run_server(argv, port=port, log_path=log, health_path="/") as server:
         yield server
 
 

@@ -22,8 +22,8 @@ def caddy_binary() -> str:
 
 
 # Request bodies up to this size are read whole before they go upstream, as in deploy/Caddyfile*
-# (request_buffers there): streamed, Caddy may cut an answer mid-body (docs/replicas.md, "Caddy in
-# front"). Above every request the connector accepts (1 MiB for /mcp, forms far less).
+# (request_buffers there): streamed, Caddy may cut an answer mid-body (docs/replicas.md, "Caddy").
+# Above every MCP request the connector accepts (1 MiB) and every form.
 REQUEST_BUFFER_BYTES = 2 * 1024 * 1024
 
 
@@ -51,7 +51,8 @@ def for_version(caddyfile: str, version: tuple[int, int]) -> str:
     to validate it with the Caddy at hand: its ``request_buffers`` lines as ``request_buffering``."""
     if version >= (2, 8):
         return caddyfile
-    return re.sub(r"^[ \t]*request_buffers [^\n]*\n", lambda _: request_buffering(version), caddyfile, flags=re.MULTILINE)
+    return re.sub(r"^[ \t]*request_buffers [^\n]*\n", lambda _: request_buffering(version), caddyfile,
+                  flags=re.MULTILINE)
 
 
 def round_robin_config(sites: Mapping[int, Sequence[ServerProcess]], *, trust_loopback: bool = False,
