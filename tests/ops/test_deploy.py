@@ -8,10 +8,7 @@ import dataclasses
 import fnmatch
 import importlib
 import json
-import os
 import re
-import shutil
-import subprocess
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -21,9 +18,8 @@ import yaml
 
 from connector.settings import ConnectorSettings
 from store.settings import StoreSettings
-from tests.support.caddy import caddy_version, for_version
+from tests.support.caddy import run_caddy_on_deploy
 from tests.support.processes import REPO_ROOT
-from tests.support.tools import missing_tool
 
 DEPLOY = REPO_ROOT / "deploy"
 # Variables compose uses for itself (interpolation into the Caddy service), not server settings.
@@ -31,20 +27,6 @@ COMPOSE_ONLY = {"STORE_HOSTNAME", "CONNECTOR_HOSTNAME"}
 # Read by libraries in their usual ways (boto3), documented in env.example for completeness.
 LIBRARY_ENV = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
 EXAMPLE_VALUES = {"CONNECTOR_HOSTNAME": "brain.example.org", "STORE_HOSTNAME": "store.example.org"}
-
-
-def run_caddy(command: str, name: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    """``caddy <command>`` (validate, adapt) on deploy/``name``, in the syntax of the Caddy at hand
-    (deploy/ is written for the current one, the image's; Debian's is older: ``for_version``)."""
-    caddy = shutil.which("caddy")
-    if caddy is None:
-        missing_tool("the caddy binary is not installed (apt-get install caddy; .ci/run installs it on CI)")
-    config = tmp_path / name
-    config.write_text(for_version((DEPLOY / name).read_text(), caddy_version(caddy)))
-    env = {**os.environ, **EXAMPLE_VALUES, "HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path),
-           "XDG_CONFIG_HOME": str(tmp_path)}
-    return subprocess.run([caddy, command, "--adapter", "caddyfile", "--config", str(config)],
-                          capture_output=True, text=True, env=env, timeout=60, cwd=tmp_path)
 
 
 def settings_env_names(module_file: Path) -> set[str]:
@@ -126,7 +108,7 @@ def test_compose_commands_are_our_console_scripts(compose: dict[str, Any]) -> No
 
 
 def test_caddyfile_validates(tmp_path: Path) -> None:
-    done = run_caddy("validate", "Caddyfile", tmp_path)
+    done = run_caddy_on_deploy("validate", "Caddyfile", tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     text = (DEPLOY / "Caddyfile").read_text()
     assert text.count("respond /metrics 404") == 2, "metrics must not be served to the internet"
@@ -148,7 +130,7 @@ def test_caddy_drops_idle_upstream_connections_before_the_servers_do(name: str, 
     # Caddy sends on a connection the server is just closing is answered 502.
     from cli.serving import KEEP_ALIVE_SECONDS
 
-    done = run_caddy("adapt", name, tmp_path)
+    done = run_caddy_on_deploy("adapt", name, tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     proxies = reverse_proxies(json.loads(done.stdout))
     assert proxies
@@ -357,7 +339,7 @@ def test_the_cluster_replicas_use_settings_that_exist_and_parse(cluster_compose:
 def test_the_cluster_caddyfile_balances_every_replica(cluster_compose: dict[str, Any], tmp_path: Path) -> None:
     mounted = [volume for volume in cluster_compose["services"]["caddy"]["volumes"] if volume.startswith("./")]
     assert mounted == ["./Caddyfile.cluster:/etc/caddy/Caddyfile:ro"]
-    done = run_caddy("adapt", "Caddyfile.cluster", tmp_path)
+    done = run_caddy_on_deploy("adapt", "Caddyfile.cluster", tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     proxies = reverse_proxies(json.loads(done.stdout))
     upstreams = [sorted(u["dial"] for u in proxy["upstreams"]) for proxy in proxies]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -9,7 +10,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.support.processes import ServerProcess, run_server
+from tests.support.processes import REPO_ROOT, ServerProcess, run_server
 from tests.support.tools import missing_tool
 
 
@@ -53,6 +54,18 @@ def for_version(caddyfile: str, version: tuple[int, int]) -> str:
         return caddyfile
     return re.sub(r"^[ \t]*request_buffers [^\n]*\n", lambda _: request_buffering(version), caddyfile,
                   flags=re.MULTILINE)
+
+
+def run_caddy_on_deploy(command: str, name: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """``caddy <command>`` (validate, adapt) on deploy/``name`` with example host names, in the syntax
+    of the Caddy at hand (deploy/ is written for the image's, the current one; Debian's is older)."""
+    caddy = caddy_binary()
+    config = tmp_path / name
+    config.write_text(for_version((REPO_ROOT / "deploy" / name).read_text(), caddy_version(caddy)))
+    env = {**os.environ, "CONNECTOR_HOSTNAME": "brain.example.org", "STORE_HOSTNAME": "store.example.org",
+           "HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path)}
+    return subprocess.run([caddy, command, "--adapter", "caddyfile", "--config", str(config)],
+                          capture_output=True, text=True, env=env, timeout=60, cwd=tmp_path)
 
 
 def round_robin_config(sites: Mapping[int, Sequence[ServerProcess]], *, trust_loopback: bool = False,
