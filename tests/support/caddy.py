@@ -87,12 +87,12 @@ def round_robin_config(sites: Mapping[int, Sequence[ServerProcess]], *, trust_lo
 
 @contextmanager
 def caddy_sites(tmp_path: Path, sites: Mapping[int, Sequence[ServerProcess]], *,
-                trust_loopback: bool = False, buffer_requests: bool = True) -> Iterator[dict[int, ServerProcess]]:
-    """Caddy serving ``sites`` (see ``round_robin_config``), request bodies buffered as in deploy/
-    unless ``buffer_requests`` is False; the running process per port."""
+                trust_loopback: bool = False) -> Iterator[dict[int, ServerProcess]]:
+    """Caddy serving ``sites`` (see ``round_robin_config``), request bodies read whole as in deploy/;
+    the running process per port."""
     caddy = caddy_binary()
     config = tmp_path / "Caddyfile"
-    buffering = request_buffering(caddy_version(caddy)) if buffer_requests else ""
+    buffering = request_buffering(caddy_version(caddy))
     config.write_text(round_robin_config(sites, trust_loopback=trust_loopback, buffering=buffering))
     home = tmp_path / "caddy-home"
     home.mkdir(exist_ok=True)
