@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from common.docstore import UNCHANGED, DocumentStore, DocumentStoreError
+from common.docstore.watched import LAST_GOOD
 from connector.state.files import StateError
 
 log = logging.getLogger("connector.state.collection")
@@ -118,7 +119,7 @@ class DocCollection:
 
     def _read_good_copy(self, reason: str) -> dict[str, Any]:
         """The records of ``<key>.last-good`` (start-up with the document damaged), else StateError."""
-        good_key = self._key + ".last-good"
+        good_key = self._key + LAST_GOOD
         try:
             document = self._docs.get(good_key)
             if document is not None:
@@ -192,7 +193,7 @@ class DocCollection:
             if self._good_copy and written is not None:
                 # The copy a restart falls back on if the document is damaged later (its own
                 # file: one truncated in place leaves it whole).
-                self._docs.put(self._key + ".last-good", written)
+                self._docs.put(self._key + LAST_GOOD, written)
             self._records = outcome[1]
             # The version written is not returned: the next read fetches the document once. A
             # distinct marker (not None) so that an answer asked for before this change is dropped.

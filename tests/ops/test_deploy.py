@@ -8,10 +8,7 @@ import dataclasses
 import fnmatch
 import importlib
 import json
-import os
 import re
-import shutil
-import subprocess
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -21,8 +18,8 @@ import yaml
 
 from connector.settings import ConnectorSettings
 from store.settings import StoreSettings
+from tests.support.caddy import run_caddy_on_deploy
 from tests.support.processes import REPO_ROOT
-from tests.support.tools import missing_tool
 
 DEPLOY = REPO_ROOT / "deploy"
 # Variables compose uses for itself (interpolation into the Caddy service), not server settings.
@@ -111,13 +108,7 @@ def test_compose_commands_are_our_console_scripts(compose: dict[str, Any]) -> No
 
 
 def test_caddyfile_validates(tmp_path: Path) -> None:
-    caddy = shutil.which("caddy")
-    if caddy is None:
-        missing_tool("the caddy binary is not installed (apt-get install caddy; .ci/run installs it on CI)")
-    env = {**os.environ, **EXAMPLE_VALUES, "HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path),
-           "XDG_CONFIG_HOME": str(tmp_path)}
-    done = subprocess.run([caddy, "validate", "--adapter", "caddyfile", "--config", str(DEPLOY / "Caddyfile")],
-                          capture_output=True, text=True, env=env, timeout=60, cwd=tmp_path)
+    done = run_caddy_on_deploy("validate", "Caddyfile", tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     text = (DEPLOY / "Caddyfile").read_text()
     assert text.count("respond /metrics 404") == 2, "metrics must not be served to the internet"
@@ -137,21 +128,30 @@ def reverse_proxies(config: Any) -> list[dict[str, Any]]:
 def test_caddy_drops_idle_upstream_connections_before_the_servers_do(name: str, tmp_path: Path) -> None:
     # Caddy keeps idle upstream connections 2 minutes by default, the servers 20 s: a request
     # Caddy sends on a connection the server is just closing is answered 502.
-    caddy = shutil.which("caddy")
-    if caddy is None:
-        missing_tool("the caddy binary is not installed (apt-get install caddy; .ci/run installs it on CI)")
     from cli.serving import KEEP_ALIVE_SECONDS
 
-    env = {**os.environ, **EXAMPLE_VALUES, "HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path),
-           "XDG_CONFIG_HOME": str(tmp_path)}
-    done = subprocess.run([caddy, "adapt", "--adapter", "caddyfile", "--config", str(DEPLOY / name)],
-                          capture_output=True, text=True, env=env, timeout=60, cwd=tmp_path)
+    done = run_caddy_on_deploy("adapt", name, tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     proxies = reverse_proxies(json.loads(done.stdout))
     assert proxies
     for proxy in proxies:
         idle_ns = proxy.get("transport", {}).get("keep_alive", {}).get("idle_timeout")
         assert isinstance(idle_ns, int) and 0 < idle_ns <= (KEEP_ALIVE_SECONDS - 1) * 10**9, (name, proxy)
+
+
+@pytest.mark.parametrize("name", ["Caddyfile", "Caddyfile.replicas", "Caddyfile.cluster"])
+def test_caddy_reads_every_mcp_request_whole_before_passing_it_to_a_connector(name: str) -> None:
+    # A request body streamed upstream can make Caddy cut the connector's answer mid-body
+    # (tests/ops/test_caddy_request_bodies.py); buffered, it cannot. Caddy streams a body of the
+    # buffer's size or more, so the buffer is larger than the largest MCP request.
+    from connector.mcp.server import MAX_REQUEST_BYTES
+
+    text = (DEPLOY / name).read_text()
+    blocks = re.findall(r"reverse_proxy ([^{\n]*:8788[^{\n]*)\{(.*?)\n\t\}", text, flags=re.DOTALL)
+    assert blocks, name
+    for upstreams, block in blocks:
+        size = re.search(r"^\s*request_buffers (\d+)MiB$", block, flags=re.MULTILINE)
+        assert size and int(size.group(1)) * 1024 * 1024 > MAX_REQUEST_BYTES, (name, upstreams)
 
 
 SANDBOXING = ("NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=yes", "PrivateTmp=yes", "PrivateDevices=yes",
@@ -337,15 +337,9 @@ def test_the_cluster_replicas_use_settings_that_exist_and_parse(cluster_compose:
 
 
 def test_the_cluster_caddyfile_balances_every_replica(cluster_compose: dict[str, Any], tmp_path: Path) -> None:
-    caddy = shutil.which("caddy")
-    if caddy is None:
-        missing_tool("the caddy binary is not installed (apt-get install caddy; .ci/run installs it on CI)")
     mounted = [volume for volume in cluster_compose["services"]["caddy"]["volumes"] if volume.startswith("./")]
     assert mounted == ["./Caddyfile.cluster:/etc/caddy/Caddyfile:ro"]
-    env = {**os.environ, **EXAMPLE_VALUES, "HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path),
-           "XDG_CONFIG_HOME": str(tmp_path)}
-    done = subprocess.run([caddy, "adapt", "--adapter", "caddyfile", "--config", str(DEPLOY / "Caddyfile.cluster")],
-                          capture_output=True, text=True, env=env, timeout=60, cwd=tmp_path)
+    done = run_caddy_on_deploy("adapt", "Caddyfile.cluster", tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     proxies = reverse_proxies(json.loads(done.stdout))
     upstreams = [sorted(u["dial"] for u in proxy["upstreams"]) for proxy in proxies]

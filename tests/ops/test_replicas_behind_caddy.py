@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
-import shutil
 import subprocess
 import time
 from collections import Counter
@@ -41,7 +40,7 @@ from connector.workcopy.manager import SIGN_IN_AGAIN
 from tests.connector.conftest import StoreUser, brains_of, download_brain, memory_ids, running_store
 from tests.connector.oauth.live import MemoryStorage, flat_query, login_id_of, running_connector, signed_in_provider
 from tests.s3.servers import seaweedfs, wait_for_token, weed_binary
-from tests.support.caddy import caddy_round_robin
+from tests.support.caddy import caddy_round_robin, run_caddy_on_deploy
 from tests.support.processes import REPO_ROOT, ServerProcess, console_script, free_port
 from tests.support.tools import missing_tool
 
@@ -299,14 +298,8 @@ async def run_scenario(store: Store, tmp_path: Path, state: dict[str, str] | Non
 
 
 def test_the_replicas_caddyfile_example_validates(tmp_path: Path) -> None:
-    caddy = shutil.which("caddy")
-    if caddy is None:
-        missing_tool("the caddy binary is not installed (apt-get install caddy; .ci/run installs it on CI)")
     example = REPO_ROOT / "deploy" / "Caddyfile.replicas"
-    env = {**os.environ, "CONNECTOR_HOSTNAME": "brain.example.org", "HOME": str(tmp_path),
-           "XDG_DATA_HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path)}
-    done = subprocess.run([caddy, "validate", "--adapter", "caddyfile", "--config", str(example)],
-                          capture_output=True, text=True, env=env, timeout=60, cwd=tmp_path)
+    done = run_caddy_on_deploy("validate", "Caddyfile.replicas", tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "lb_policy round_robin" in example.read_text() and "respond /metrics 404" in example.read_text()
 
