@@ -48,6 +48,18 @@ _PAD = max(_MAX_LEFT, _MAX_RIGHT)  # zero rows between texts: no window reaches 
 # Tokens per micro-batch: large enough that distinct tokens are shared across many
 # texts, small enough that its working set (~10 KB a token) stays a few tens of MB.
 TOKEN_BUDGET = 4096
+# Rows of the per-token part processed at a time: its few buffers (~0.5 MB each) stay in
+# a core's L2 cache.
+_BLOCK_ROWS = 512
+_HALO = 2 * _PAD
+# A pad's share of the first convolution in the centre slot: far below anything real
+# (shares are O(10)), finite so that sums with real shares stay finite.
+_NO_ROW = -1e30
+
+
+def _slots(weights: np.ndarray, n: int) -> np.ndarray:
+    """A convolution's (n x 256, 256) matrix as n contiguous (256, 256) matrices, one per window slot."""
+    return np.ascontiguousarray(weights.reshape(n, _CNN_DIM, _CNN_DIM))
 
 
 def _layernorm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -> np.ndarray:
@@ -110,12 +122,10 @@ class FastUse:
             # state, and one thread's exit from it would hand the others' products back to
             # every core. Parallelism, where wanted, is ours (encode's threads).
             backend._threadpool(limits=1, user_api="blas")
-        # Each branch's first convolution split by window slot (W1[k] acts on token t+k-left), side
-        # by side: one product gives a token's share for every slot.
-        self._w1_wide = [
-            np.ascontiguousarray(np.hstack([w1[k * _CNN_DIM : (k + 1) * _CNN_DIM] for k in range(n)]))
-            for w1, (n, _) in zip(backend.w1, _ORDERS)
-        ]
+        # Each branch's convolutions split by window slot (W[k] acts on row t+k-left):
+        # concat(x[t+k]) @ W = sum_k x[t+k] @ W[k].
+        self._w1_slots = [_slots(w1, n) for w1, (n, _) in zip(backend.w1, _ORDERS)]
+        self._w2_slots = [_slots(w2, n) for w2, (n, _) in zip(backend.w2, _ORDERS)]
         self._ones = np.ones(backend._feat_dim - _EMB_DIM, dtype=np.float32)
 
     # ----- public -------------------------------------------------------------
@@ -169,10 +179,10 @@ class FastUse:
         # Interior rows: every token, plus _PAD pad rows between consecutive texts.
         text_of = np.repeat(np.arange(n_texts, dtype=np.int64), lens)
         interior = n_tokens + _PAD * (n_texts - 1)
-        ids = np.full(interior + 2 * _PAD, n_distinct, dtype=np.int64)  # n_distinct: a pad row (zero)
-        ids[_PAD + np.arange(n_tokens) + _PAD * text_of] = inverse
-        inner = ids[_PAD : _PAD + interior]
-        pads = inner == n_distinct
+        # _HALO pad rows on either side: the first layer's window around a row of the second's.
+        ids = np.full(interior + 2 * _HALO, n_distinct, dtype=np.int64)  # n_distinct: a pad row (zero)
+        ids[_HALO + np.arange(n_tokens) + _PAD * text_of] = inverse
+        inner = ids[_HALO : _HALO + interior]
 
         # Per distinct token (plus a zero row for pads): dequantised embedding, projection, layer norm.
         emb = np.zeros((n_distinct + 1, _EMB_DIM), dtype=np.float32)
@@ -183,35 +193,56 @@ class FastUse:
         x += b.proj_b
         _layernorm(x, b.ln_g_all, b.ln_b_all, b.eps)
 
-        # The n-gram branches' features per token; the embedding part of each token's features
-        # stays per distinct token (it enters the layer norm and the sum below through them).
-        conv = np.empty((interior, b._feat_dim - _EMB_DIM), dtype=np.float32)
-        hbuf = np.zeros((interior + 2 * _PAD, _CNN_DIM), dtype=np.float32)
-        h = hbuf[_PAD : _PAD + interior]
+        # Per distinct token (plus a zero row for pads), each branch's input slice (its residual)
+        # and each window slot's share of the first convolution, slot-major so that a gather of
+        # rows is contiguous. b1 is folded into the centre slot; there a pad's row is a large
+        # negative number instead of zero, so that the ReLU zeroes a row centred on a pad (the
+        # wheel's zero padding) with no mask. A pad in any other slot adds nothing.
+        tables = []
         for i, (n, left) in enumerate(_ORDERS):
             xs = np.zeros((n_distinct + 1, _CNN_DIM), dtype=np.float32)
             xs[:n_distinct] = x[:, i * _CNN_DIM : (i + 1) * _CNN_DIM]
-            # First convolution: each window slot's share, computed once per distinct token.
-            shares = xs @ self._w1_wide[i]  # (distinct + 1, n x 256); the pad row stays zero
-            h[:] = 0.0
-            for k in range(n):
-                offset = _PAD + k - left
-                h += shares[ids[offset : offset + interior], k * _CNN_DIM : (k + 1) * _CNN_DIM]
-            h += b.b1[i]
-            np.maximum(h, 0, out=h)
-            h += xs[inner]
-            h[pads] = 0.0
-            # Second convolution: its input depends on an n-gram, so it runs per token.
-            window = np.empty((interior, n * _CNN_DIM), dtype=np.float32)
-            for k in range(n):
-                offset = _PAD + k - left
-                window[:, k * _CNN_DIM : (k + 1) * _CNN_DIM] = hbuf[offset : offset + interior]
-            c2 = conv[:, i * _CNN_DIM : (i + 1) * _CNN_DIM]
-            np.matmul(window, b.w2[i], out=c2)
-            c2 += b.b2[i]
-            np.maximum(c2, 0, out=c2)
-            c2 += h
-        del x, hbuf, window, shares
+            shares = np.matmul(xs, self._w1_slots[i])  # (n, distinct + 1, 256)
+            shares[left] += b.b1[i]
+            shares[left, n_distinct] = _NO_ROW
+            tables.append((xs, shares))
+        del x
+
+        # The per-token part runs in blocks of _BLOCK_ROWS rows, so that its buffers stay in
+        # the core's cache: over a whole micro-batch at once (megabytes per step) the gathers,
+        # copies and additions around the products cost as much as the products themselves.
+        conv = np.empty((interior, b._feat_dim - _EMB_DIM), dtype=np.float32)
+        hbuf = np.empty((_BLOCK_ROWS + _HALO, _CNN_DIM), dtype=np.float32)
+        tbuf = np.empty_like(hbuf)
+        cbuf = np.empty((_BLOCK_ROWS, _CNN_DIM), dtype=np.float32)
+        pbuf = np.empty_like(cbuf)
+        for top in range(0, interior, _BLOCK_ROWS):
+            rows = min(_BLOCK_ROWS, interior - top)
+            for i, (n, left) in enumerate(_ORDERS):
+                xs, shares = tables[i]
+                # h for rows top-left .. top+rows+right: the second convolution's window.
+                span = rows + n - 1
+                h, t, c, p = hbuf[:span], tbuf[:span], cbuf[:rows], pbuf[:rows]
+                at = _HALO + top - left  # ids row of h's first row
+                np.take(shares[0], ids[at - left : at - left + span], axis=0, out=h)
+                for k in range(1, n):
+                    np.take(shares[k], ids[at + k - left : at + k - left + span], axis=0, out=t)
+                    h += t
+                np.maximum(h, 0, out=h)
+                np.take(xs, ids[at : at + span], axis=0, out=t)
+                h += t
+                # Second convolution: its input depends on an n-gram, so it runs per token, as one
+                # product per window slot over shifted rows of h (no window copy).
+                w2 = self._w2_slots[i]
+                np.matmul(h[:rows], w2[0], out=c)
+                for k in range(1, n):
+                    np.matmul(h[k : k + rows], w2[k], out=p)
+                    c += p
+                c += b.b2[i]
+                np.maximum(c, 0, out=c)
+                c += h[left : left + rows]
+                conv[top : top + rows, i * _CNN_DIM : (i + 1) * _CNN_DIM] = c
+        del tables, hbuf, tbuf, cbuf, pbuf
 
         # Layer norm then the sum over each text's tokens, fused: sum_t LN(f_t) =
         # gamma * sum_t r_t (f_t - mu_t) + len * beta, with r_t = 1 / sqrt(var_t + eps).
