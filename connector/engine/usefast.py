@@ -216,6 +216,8 @@ class FastUse:
         tbuf = np.empty_like(hbuf)
         cbuf = np.empty((_BLOCK_ROWS, _CNN_DIM), dtype=np.float32)
         pbuf = np.empty_like(cbuf)
+        # ReLU as a maximum with a zero array: 3x faster than with a scalar 0 (numpy 2.4).
+        zeros = np.zeros_like(hbuf)
         for top in range(0, interior, _BLOCK_ROWS):
             rows = min(_BLOCK_ROWS, interior - top)
             for i, (n, left) in enumerate(_ORDERS):
@@ -228,7 +230,7 @@ class FastUse:
                 for k in range(1, n):
                     np.take(shares[k], ids[at + k - left : at + k - left + span], axis=0, out=t)
                     h += t
-                np.maximum(h, 0, out=h)
+                np.maximum(h, zeros[:span], out=h)
                 np.take(xs, ids[at : at + span], axis=0, out=t)
                 h += t
                 # Second convolution: its input depends on an n-gram, so it runs per token, as one
@@ -239,10 +241,10 @@ class FastUse:
                     np.matmul(h[k : k + rows], w2[k], out=p)
                     c += p
                 c += b.b2[i]
-                np.maximum(c, 0, out=c)
+                np.maximum(c, zeros[:rows], out=c)
                 c += h[left : left + rows]
                 conv[top : top + rows, i * _CNN_DIM : (i + 1) * _CNN_DIM] = c
-        del tables, hbuf, tbuf, cbuf, pbuf
+        del tables, hbuf, tbuf, cbuf, pbuf, zeros
 
         # Layer norm then the sum over each text's tokens, fused: sum_t LN(f_t) =
         # gamma * sum_t r_t (f_t - mu_t) + len * beta, with r_t = 1 / sqrt(var_t + eps).
