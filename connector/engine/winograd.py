@@ -43,7 +43,9 @@ def _inverse(matrix: list[list[Fraction]]) -> list[list[Fraction]]:
 
 
 def correlation(m: int, r: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(AT, G, BT)`` of F(m, r), float64: ``y = AT @ ((G @ g) * (BT @ d))``, shapes (m, n), (n, r), (n, n), n = m + r - 1.
+    """``(AT, G, BT)`` of F(m, r), float64: ``y = AT @ ((G @ g) * (BT @ d))``.
+
+    Shapes (m, n), (n, r), (n, n) with n = m + r - 1.
 
     Built as the transpose of the Toom-Cook linear convolution s = A (G g * B x): a
     correlation is the transpose of a convolution, so AT = B^T and BT = A^T.
