@@ -102,9 +102,13 @@ class _Tokenizer:
         try:
             if self._sp is None:
                 pieces = [self._fallback.encode(text, out_type=int, add_bos=True, add_eos=True) for text in texts]
+            elif len(texts) == 1:
+                # One text as a string: a list, even of one, goes to the library's thread pool,
+                # whose threads cost ~1 ms of wall time a call (more on a busy machine).
+                pieces = [self._sp.encode(texts[0], out_type=int, add_bos=True, add_eos=True)]
             else:
                 pieces = self._sp.encode(list(texts), out_type=int, add_bos=True, add_eos=True)
-        except (UnicodeError, TypeError):  # sentencepiece refuses a lone surrogate with TypeError
+        except (UnicodeError, TypeError, RuntimeError):  # a lone surrogate: TypeError in a list, RuntimeError alone
             pieces = [self._one(text) for text in texts]
         # The wheel encodes a text that normalises to nothing as one unknown piece.
         return [ids if len(ids) > 2 else [_BOS, _UNK, _EOS] for ids in pieces]
@@ -271,8 +275,9 @@ class FastUse:
                 inputs = np.lib.stride_tricks.as_strided(
                     h, shape=(_TILE + n - 1, tiles, _CNN_DIM), strides=(row, _TILE * row, column), writeable=False
                 )
-                products = np.matmul(np.tensordot(b_t, inputs, axes=1), taps)  # (4 + n - 1, tiles, 256)
-                outputs = np.tensordot(a_t, products, axes=1)  # (4, tiles, 256): row 4j + i is [i, j]
+                points = _TILE + n - 1
+                products = np.matmul((b_t @ inputs.reshape(points, -1)).reshape(points, tiles, _CNN_DIM), taps)
+                outputs = (a_t @ products.reshape(points, -1)).reshape(_TILE, tiles, _CNN_DIM)  # row 4j + i: [i, j]
                 p[...] = outputs.transpose(1, 0, 2).reshape(tiles * _TILE, _CNN_DIM)[:rows]
                 p += b.b2[i]
                 np.maximum(p, zeros[:rows], out=p)
