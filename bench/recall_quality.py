@@ -11,7 +11,7 @@ Columns: the stored reference, ``exact`` and ``hybrid`` (the connector's recall,
 relevance floor on), and beside them ``embedding`` (the embedding model alone over the
 same text: cosine ranking, nothing else) and ``hybrid-nofloor`` (the same fusion,
 every memory listed). With no-answer queries (``--no-answer``, by default
-bench/no_answer_queries.json for the development set) it prints how often each mode
+bench/no_answer_queries.json for the development set; repeatable) it prints how often each mode
 returns nothing and how many hits it returns on average. ``--cv`` fits the fusion and
 the floor on one half of the queries (odd lines, then even) and scores the other half.
 
@@ -224,10 +224,10 @@ def cross_validate(cases: list[Case], ids: Sequence[str]) -> list[dict[str, Any]
     return out
 
 
-def run(set_dir: Path, modes: list[str], show_misses: bool, no_answer: Path | None, cv: bool) -> dict[str, Any]:
+def run(set_dir: Path, modes: list[str], show_misses: bool, no_answer: Sequence[Path], cv: bool) -> dict[str, Any]:
     """Score each mode (and the stored reference) on the set at ``set_dir``."""
     queries = load_queries(set_dir / "queries.jsonl")
-    extra = load_no_answer(no_answer) if no_answer is not None else []
+    extra = [query for path in no_answer for query in load_no_answer(path)]
     brain = load_directory(set_dir / "brain")
     index = BrainIndex.build(brain)
     reference: dict[str, list[tuple[float, float]]] = defaultdict(list)
@@ -235,7 +235,7 @@ def run(set_dir: Path, modes: list[str], show_misses: bool, no_answer: Path | No
         value = metrics(query.get("reference_top10") or query.get("reference_top5") or [], query["gold"])
         reference[query["category"]].append(value)
         reference["overall"].append(value)
-    report: dict[str, Any] = {"set": str(set_dir), "no_answer_set": str(no_answer) if no_answer else None,
+    report: dict[str, Any] = {"set": str(set_dir), "no_answer_sets": [str(path) for path in no_answer],
                               "reference": table(reference)}
     timings: dict[str, float] = {}
     store: VectorStore | None = None
@@ -334,19 +334,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("set", nargs="?", type=Path, default=DEFAULT_SET, help="the set's directory")
     parser.add_argument("--mode", choices=[*MODES, "all"], default="all")
-    parser.add_argument("--no-answer", type=Path, help="no-answer queries (default: bench/no_answer_queries.json "
-                        "for the development set, none for another set)")
+    parser.add_argument("--no-answer", type=Path, action="append", help="no-answer queries; repeat to join files "
+                        "(default: bench/no_answer_queries.json for the development set, none for another set)")
     parser.add_argument("--cv", action="store_true", help="fit on one half of the queries, score the other (both ways)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--misses", action="store_true", help="list queries whose gold is not in the top 5")
     args = parser.parse_args(argv)
     if not (args.set / "queries.jsonl").is_file():
         parser.error(f"no queries.jsonl in {args.set}")
-    no_answer = args.no_answer
-    if no_answer is None and args.set.resolve() == DEFAULT_SET.resolve():
-        no_answer = DEFAULT_NO_ANSWER
-    if no_answer is not None and not no_answer.is_file():
-        parser.error(f"no such no-answer file: {no_answer}")
+    no_answer = args.no_answer or ([DEFAULT_NO_ANSWER] if args.set.resolve() == DEFAULT_SET.resolve() else [])
+    for path in no_answer:
+        if not path.is_file():
+            parser.error(f"no such no-answer file: {path}")
     modes = list(MODES) if args.mode == "all" else [args.mode]
     if args.cv and "hybrid" not in modes:
         parser.error("--cv needs the hybrid mode")

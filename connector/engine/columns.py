@@ -234,26 +234,44 @@ _EDGE_FIELDS = (
 )
 
 
-def _group_arrays(groups: list[tuple[str | None, str | None, frozenset[Any] | None]]) -> dict[str, Any]:
-    """Codes of each encoding-context group's project and task, topic sizes and topic -> groups."""
-    project_codes: dict[str, int] = {}
-    task_codes: dict[str, int] = {}
+def _group_arrays(
+    groups: list[tuple[str | None, str | None, frozenset[Any] | None]], base: Columns | None = None
+) -> dict[str, Any]:
+    """Codes of each encoding-context group's project and task, topic sizes and topic -> groups.
+
+    With ``base``, columns built for the first of ``groups``, only the groups after those
+    are encoded (a write adds a memory with a new context: one group more, not a pass over
+    every group); codes and topics keep the order of first appearance, as a full build."""
+    start = 0 if base is None else len(base.group_project)
+    project_codes: dict[str, int] = {} if base is None else dict(base.project_codes)
+    task_codes: dict[str, int] = {} if base is None else dict(base.task_codes)
     topic_lists: dict[str, list[int]] = {}
     group_project, group_task, group_topic_size = [], [], []
-    for group, (project, task, topics) in enumerate(groups):
+    for group in range(start, len(groups)):
+        project, task, topics = groups[group]
         group_project.append(project_codes.setdefault(project, len(project_codes)) if project else -1)
         group_task.append(task_codes.setdefault(task, len(task_codes)) if task else -1)
         group_topic_size.append(-1 if topics is None else len(topics))
         for topic in topics or ():
             if topic.__class__ is str:
                 topic_lists.setdefault(topic, []).append(group)
+    topic_groups: dict[str, np.ndarray] = {} if base is None else dict(base.topic_groups)
+    for topic, found in topic_lists.items():
+        added = np.array(found, dtype=np.int64)
+        known = topic_groups.get(topic)
+        topic_groups[topic] = added if known is None else np.concatenate([known, added])
+
+    def column(name: str, values: list[int]) -> np.ndarray:
+        added = np.array(values, dtype=np.int64)
+        return added if base is None else np.concatenate([getattr(base, name), added])
+
     return {
-        "group_project": np.array(group_project, dtype=np.int64),
-        "group_task": np.array(group_task, dtype=np.int64),
+        "group_project": column("group_project", group_project),
+        "group_task": column("group_task", group_task),
         "project_codes": project_codes,
         "task_codes": task_codes,
-        "group_topic_size": np.array(group_topic_size, dtype=np.int64),
-        "topic_groups": {topic: np.array(found, dtype=np.int64) for topic, found in topic_lists.items()},
+        "group_topic_size": column("group_topic_size", group_topic_size),
+        "topic_groups": topic_groups,
     }
 
 
@@ -510,6 +528,7 @@ class Columns:
         positions_moved: bool,
         old_positions: dict[str, int] | None = None,
         changed_nodes: set[str] | None = None,
+        old_groups: list[tuple[str | None, str | None, frozenset[Any] | None]] | None = None,
     ) -> Columns:
         """These columns for a changed brain, equal to `build` on it: ``source[i]`` is
         the position memory ``i`` had here when its record is unchanged, -1 when new
@@ -517,7 +536,9 @@ class Columns:
         group and edge arrays are rebuilt only when they changed (edges also when
         memories moved: memories are the graph's first nodes, by position). With
         ``old_positions`` (memory id -> position here) and ``changed_nodes`` (the
-        nodes whose out-edges changed), only those nodes' edges are read again."""
+        nodes whose out-edges changed), only those nodes' edges are read again. With
+        ``old_groups`` (the groups these columns were built for) and ``groups`` extending
+        them, only the added groups are encoded."""
         fresh_rows = np.flatnonzero(source < 0)
         kept = np.where(source < 0, 0, source)
         values: dict[str, Any] = {}
@@ -527,7 +548,11 @@ class Columns:
             gathered[fresh_rows] = column
             values[name] = gathered
         if groups_changed:
-            values.update(_group_arrays(groups))
+            appended = (
+                old_groups is not None and len(old_groups) == len(self.group_project) <= len(groups)
+                and groups[: len(old_groups)] == old_groups
+            )
+            values.update(_group_arrays(groups, self if appended else None))
         else:
             values.update({name: getattr(self, name) for name in _GROUP_FIELDS})
         if edges_changed or positions_moved:

@@ -18,6 +18,7 @@ more stays, unused), and the lists of nodes linking to a node keep their order
 
 from __future__ import annotations
 
+from itertools import islice
 from typing import Any
 
 import numpy as np
@@ -86,7 +87,14 @@ def _apply(old: BrainIndex, brain: Brain, change: BrainChange) -> BrainIndex:
     moved = memories is not old.memories and (
         len(memories) != len(old.memories) or any(a.id != b.id for a, b in zip(memories, old.memories))
     )
-    positions = {item.id: i for i, item in enumerate(memories)} if moved else old.positions
+    positions = old.positions
+    if moved:
+        count = len(old.memories)
+        if len(memories) > count and memories[:count] == old.memories:  # entries only added: same objects first
+            positions = dict(old.positions)
+            positions.update((item.id, i) for i, item in enumerate(memories[count:], count))
+        else:
+            positions = {item.id: i for i, item in enumerate(memories)}
 
     # --- documents and statistics ------------------------------------------------
     documents = _documents(old, brain, change, memories, source, positions, moved, search_changed)
@@ -119,6 +127,7 @@ def _apply(old: BrainIndex, brain: Brain, change: BrainChange) -> BrainIndex:
                     moved,
                     old.positions,
                     changed_nodes if edges_changed else set(),
+                    old.ctx_groups,
                 )
             except (OverflowError, ValueError):
                 columns = None  # values beyond int64/float64: recall takes the scalar path
@@ -170,7 +179,13 @@ def _memories(
     source: list[int] = []
     groups = old.ctx_groups
     group_of: dict[tuple[Any, Any, Any], int] | None = None
-    for memory_id, entry in entries.items():
+    items: Any = entries.items()
+    kept_count = _appended_only(entries, [record.id for record in old_records], old_positions, hint)
+    if kept_count:
+        # Only entries added after the unchanged ones (a memorize): those are read, not every entry.
+        memories, source = list(old_records), list(range(kept_count))
+        items = islice(items, kept_count, None)
+    for memory_id, entry in items:
         at = old_positions.get(memory_id)
         if at is not None:
             kept = old_records[at]
@@ -195,6 +210,15 @@ def _memories(
         memories.append(fresh)
         source.append(-1)
     return memories, source, groups
+
+
+def _appended_only(mapping: dict[str, Any], old_keys: list[str], old_at: dict[str, int], hint: set[str] | None) -> int:
+    """How many first keys of ``mapping`` are ``old_keys``, unchanged by the write (``hint``
+    names what it changed), when every other key comes after them; else 0."""
+    count = len(old_keys)
+    if hint is None or not count or len(mapping) < count or any(key in old_at for key in hint):
+        return 0
+    return count if list(islice(mapping, count)) == old_keys else 0
 
 
 def _documents(
@@ -237,7 +261,14 @@ def _stored_documents(old: BrainIndex, stored: dict[str, Any], count: int, hint:
     doc_tfs: list[DocTerms] = []
     lengths: list[float] = []
     prefix = True  # documents so far are exactly old's first ones, unchanged
-    for position, (memory_id, document) in enumerate(js_object_order(stored["documents"]).items()):
+    ordered = js_object_order(stored["documents"])
+    items: Any = enumerate(ordered.items())
+    kept_count = _appended_only(ordered, old.doc_ids, old_docs, hint)
+    if kept_count:
+        # Only documents added after the unchanged ones: those are read, not every document.
+        doc_ids, doc_tfs, lengths = list(old.doc_ids), list(old_tfs), list(old_lengths)
+        items = islice(items, kept_count, None)
+    for position, (memory_id, document) in items:
         at = old_docs.get(memory_id)
         if at is not None and hint is not None:
             same = memory_id not in hint

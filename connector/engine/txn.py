@@ -13,6 +13,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import repeat
 from typing import Any
 
 import msgspec
@@ -231,7 +232,8 @@ class WriteTxn:
         known = self._brain_dirs.get(path)
         if known is None:
             prefix = path + "/"
-            known = self._brain_dirs[path] = any(name.startswith(prefix) for name in self.brain.files)
+            # The loop in C (map): a Python generator over 10,000 names cost ~1.5 ms per write.
+            known = self._brain_dirs[path] = any(map(str.startswith, self.brain.files, repeat(prefix)))
         return known
 
     @staticmethod

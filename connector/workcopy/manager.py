@@ -35,7 +35,7 @@ import hashlib
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -284,6 +284,15 @@ def brain_bytes(brain: Brain) -> int:
     return sum(map(len, brain.files.values()))
 
 
+def changed_bytes(size: int, before: Brain, after: Brain, paths: Iterable[str]) -> int:
+    """`brain_bytes` of ``after``, given ``size``, that of ``before``, and the ``paths`` whose
+    files differ between them (a write changes a few files of thousands: no pass over all)."""
+    old, new = before.files, after.files
+    for path in paths:
+        size += len(new.get(path, b"")) - len(old.get(path, b""))
+    return size
+
+
 def _counted(labels: list[str]) -> str:
     """``["memorize", "pin", "memorize"]`` as ``"2 memorize, 1 pin"``."""
     return ", ".join(f"{labels.count(label)} {label}" for label in dict.fromkeys(labels))
@@ -296,6 +305,13 @@ def _journal_mark(copy: WorkingCopy) -> tuple[object, ...]:
 
 def _checksum(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def _packed(brain: Brain) -> tuple[bytes, str]:
+    """The brain's archive and its checksum (in a worker thread: hashing megabytes on the
+    event loop held up every other call)."""
+    archive = pack_archive(brain)
+    return archive, _checksum(archive)
 
 
 def _apply_journaled(op: Operation, working: Brain, at: datetime) -> tuple[dict[str, Any], BrainChange]:
@@ -915,8 +931,8 @@ class WorkingCopyManager:
             # for the store); the call returns once both are done.
             following = asyncio.create_task(asyncio.to_thread(self._follow, copy.key, key, working, change))
             self._following[key] = following
+            copy.size_bytes = changed_bytes(copy.size_bytes, copy.brain, working, change.paths)
             copy.brain = working
-            copy.size_bytes = brain_bytes(working)
             copy.key = key
             copy.pending.append(PendingWrite(op=op, at=at, label=label))
             try:
@@ -1027,8 +1043,7 @@ class WorkingCopyManager:
             # A copy recovered from the journal first gets the store's brain under its writes.
             if copy.needs_rebase and not await self._replay(copy, dropped):
                 return dropped
-            archive = await asyncio.to_thread(pack_archive, copy.brain)
-            checksum = _checksum(archive)
+            archive, checksum = await asyncio.to_thread(_packed, copy.brain)
             if checksum == copy.base_checksum:
                 # Packing unchanged: nothing to send.
                 self._mark_synced(copy, checksum)

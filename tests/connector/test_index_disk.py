@@ -118,6 +118,27 @@ def test_saves_wait_and_keep_only_a_brain_newest_version(tmp_path: Path) -> None
     assert [path.name for path in tmp_path.iterdir()] == [disk._name(CACHE_KEY).name]
 
 
+def test_a_save_waits_until_the_brain_is_quiet_with_one_timer(tmp_path: Path) -> None:
+    _, index, hybrid, store = _built()
+    disk = IndexDisk(tmp_path, KEY)
+    newest = "brain_a\n" + "02" * 32
+    disk.save_later("brain_a\n", "brain_a\n" + "01" * 32, hybrid, store.model_id, delay_s=0.6)
+    (timer,) = disk._timers.values()
+    time.sleep(0.3)
+    disk.save_later("brain_a\n", newest, hybrid, store.model_id, delay_s=0.6)
+    due = time.monotonic() + 0.6
+    assert list(disk._timers.values()) == [timer]  # pushed back, not one more thread per version
+    timer.join(5)  # fires at 0.6 s, finds the newer version and waits for it
+    if time.monotonic() < due - 0.1:
+        assert list(tmp_path.iterdir()) == []
+    deadline = time.monotonic() + 10
+    while not disk._name(newest).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert [path.name for path in tmp_path.iterdir()] == [disk._name(newest).name]
+    assert disk.load(newest, index, store.model_id) is not None
+    assert disk._timers == {} and disk._pending == {}
+
+
 def test_the_size_budget_drops_the_least_recently_used(tmp_path: Path) -> None:
     _, index, hybrid, store = _built()
     size = len(pack(hybrid, store.model_id)) + 28

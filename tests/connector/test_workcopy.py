@@ -14,10 +14,10 @@ import pytest
 
 from connector.engine.archive import pack_archive
 from connector.engine.brain import Brain
-from connector.engine.ops import Pin, connector_memorize
+from connector.engine.ops import Forget, Pin, connector_memorize
 from connector.engine.recall import recall
 from connector.mcp.tools import BrainTools, Caller
-from connector.workcopy.manager import BrainUnavailable, ManagerTuning, WorkingCopyManager
+from connector.workcopy.manager import BrainUnavailable, ManagerTuning, WorkingCopyManager, brain_bytes
 from connector.workcopy.model import Account
 from connector.workcopy.store_client import StoreClient, StoreUnreachable
 from tests.connector.conftest import (
@@ -629,6 +629,27 @@ def test_byte_budget_keeps_the_copy_in_use(store: RunningStore) -> None:
             assert snap.brain is not None and len(memory_ids(snap.brain)) == 1
             assert [key[0] for key in manager.copies] == [account_for(user).subject]
             assert next(iter(manager.copies.values())).size_bytes > 1
+        await manager.close()
+
+    run(scenario())
+
+
+def test_a_copy_counts_the_bytes_each_write_changes(store: RunningStore) -> None:
+    # A write counts the bytes of the files it changed, not every file again: the count must
+    # stay what a full count of the brain says, through added, rewritten and archived files.
+    user = store.add_user("counted")
+    direct_memorize(store.url, user.token, brains_of(store.url, user.token)[0]["id"], "A fact to start with")
+
+    async def scenario() -> None:
+        manager = manager_for(store)
+        account = account_for(user)
+        outcome = await manager.write(account, connector_memorize("The standup moved to 10:00.", tags=["team"]), "memorize")
+        first = outcome.result["stored"][0]["id"]
+        await manager.write(account, connector_memorize("A longer fact " * 50, title="Long"), "memorize")
+        await manager.write(account, Pin(first), "pin")
+        await manager.write(account, Forget(first, force=True), "forget")
+        (copy,) = manager.copies.values()
+        assert copy.size_bytes == brain_bytes(copy.brain) > 0
         await manager.close()
 
     run(scenario())

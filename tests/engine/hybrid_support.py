@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -66,3 +67,10 @@ class CountingEmbedder:
                     vector[axis] = 1.0
             rows.append(vector / np.linalg.norm(vector))
         return np.asarray(rows, dtype=np.float32)
+
+
+def write_brain(brain: Brain, directory: Path) -> None:
+    """Write ``brain``'s files under ``directory`` (a brain directory, as the quality sets hold)."""
+    for path, data in brain.files.items():
+        (directory / path).parent.mkdir(parents=True, exist_ok=True)
+        (directory / path).write_bytes(data)

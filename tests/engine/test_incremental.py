@@ -15,6 +15,7 @@ import random
 from datetime import timedelta
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -211,3 +212,37 @@ def test_a_journal_records_what_each_write_changed() -> None:
     assert change.edge_nodes == set() and change.documents == set()
     assert "index.json" in change.paths and "pinned.json" in change.paths
     assert change.document(brain, "index.json")["memories"][target]["pinned"] is True
+
+
+def test_new_contexts_extend_the_group_columns_as_a_build_numbers_them() -> None:
+    """A memory with a new encoding context adds a group: the follower encodes only the added
+    groups, and its arrays equal a fresh build's (codes in order of first appearance)."""
+    from connector.engine.columns import _GROUP_FIELDS
+
+    brain = fixture_brain("brain-1-10")
+    index = BrainIndex.build(brain)
+    contexts = [
+        {"project": "alpha", "topics": ["cooking", "travel"]},
+        {"project": "gamma", "task": "plan", "topics": ["travel", "new-topic"]},
+        {"project": "alpha", "task": "plan", "topics": ["new-topic"]},
+        {"task": "solo"},
+    ]
+    for number, context in enumerate(contexts):
+        working = brain.copy()
+        working.journal = []
+        Memorize([MemoryInput(title=f"kettle {number}", type="learning", content=f"kettle harbour {number}",
+                              path="notes/", tags=("cooking",), encoding_context=context)]).apply(working, NOW)
+        followed = index.apply_change(working, BrainChange.of_journal(working.journal))
+        built = BrainIndex.build(working)
+        assert followed.ctx_groups == built.ctx_groups and len(built.ctx_groups) == len(index.ctx_groups) + 1
+        assert followed.columns is not None and built.columns is not None
+        for name in _GROUP_FIELDS:
+            mine, theirs = getattr(followed.columns, name), getattr(built.columns, name)
+            if isinstance(theirs, dict):
+                assert list(mine) == list(theirs), name
+                for key, value in theirs.items():
+                    assert np.array_equal(mine[key], value), (name, key)
+            else:
+                assert np.array_equal(mine, theirs), name
+        assert _answers(followed, NOW) == _answers(built, NOW)
+        brain, index = working, followed

@@ -201,3 +201,30 @@ def test_invalid_associations_skip_spreading_as_before() -> None:
     assert BrainIndex.build(brain).edges is None
     brain.write("associations.json", b'{"version": 1e400, "edges": {"m1": {"m2": {"weight": 0.5}}}}')
     assert BrainIndex.build(brain).edges == {"m1": [("m2", 0.5)]}
+
+
+def test_js_object_order_puts_array_index_keys_first_whatever_the_smallest_key() -> None:
+    from connector.engine.text import js_key_order
+
+    unchanged = {"mem_b": 1, "mem_a": 2, ":x": 3, "٣": 4, "Ｘ": 5}
+    assert js_object_order(unchanged) is unchanged
+    mixed = {"b": 1, "10": 2, "a": 3, "2": 4, ":x": 5, "٣": 6, "07": 7, "-1": 8, "": 9}
+    assert list(js_object_order(mixed)) == ["2", "10", "b", "a", ":x", "٣", "07", "-1", ""]
+    for keys in (["z", "5"], ["", "1"], ["!", "0"], ["9a", "mem"], ["٣", "mem"]):
+        mapping = dict.fromkeys(keys, 0)
+        assert list(js_object_order(mapping)) == list(js_key_order(mapping)), keys
+    assert js_object_order({}) == {}
+
+
+def test_document_norms_as_an_array_are_the_scalar_norms_bit_for_bit() -> None:
+    import random
+
+    from connector.engine.index import _norm, document_norms
+
+    rnd = random.Random(7)
+    for _ in range(50):
+        lengths = [rnd.choice([rnd.randint(0, 500), rnd.random() * 300, float(rnd.randint(1, 10**6))])
+                   for _ in range(rnd.randint(1, 2000))]
+        avgdl, norms = document_norms(lengths, len(lengths))
+        assert norms == [_norm(length, avgdl) for length in lengths]
+        assert all(type(norm) is float for norm in norms)

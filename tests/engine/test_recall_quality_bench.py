@@ -8,14 +8,12 @@ import sys
 from pathlib import Path
 
 from tests.engine.conftest import REPO_ROOT
-from tests.engine.hybrid_support import make_brain
+from tests.engine.hybrid_support import make_brain, write_brain
 
 
 def test_scores_both_modes_beside_the_reference(tmp_path: Path) -> None:
     brain, ids = make_brain()
-    for path, data in brain.files.items():
-        (tmp_path / "brain" / path).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / "brain" / path).write_bytes(data)
+    write_brain(brain, tmp_path / "brain")
     now = "2026-03-01T12:00:00.000Z"
     queries = [
         {"id": "t-exact-01", "query": "webhook relay retries", "category": "exact", "lang": "en",
@@ -31,16 +29,19 @@ def test_scores_both_modes_beside_the_reference(tmp_path: Path) -> None:
          "gold": [ids["Cluster upgrade"]], "reference_top5": [], "reference_top10": [], "now": now},
     ]
     (tmp_path / "queries.jsonl").write_text("\n".join(json.dumps(q, ensure_ascii=False) for q in queries) + "\n")
-    no_answer = tmp_path / "no_answer.json"
+    # No-answer queries in two files: --no-answer joins them.
+    no_answer, more = tmp_path / "no_answer.json", tmp_path / "no_answer_more.json"
     no_answer.write_text(json.dumps({"now": now, "queries": [
         {"id": "na-en-01", "query": "saxophone lessons", "lang": "en", "kind": "far"},
         {"id": "na-zh-01", "query": "学习萨克斯", "lang": "zh", "kind": "far"},
+    ]}, ensure_ascii=False))
+    more.write_text(json.dumps({"now": now, "queries": [
         {"id": "na-ja-01", "query": "サックスの練習", "lang": "ja", "kind": "far"},
     ]}, ensure_ascii=False))
     out = tmp_path / "report.json"
     done = subprocess.run(
         [sys.executable, str(REPO_ROOT / "bench" / "recall_quality.py"), str(tmp_path), "--json", str(out),
-         "--no-answer", str(no_answer), "--cv"],
+         "--no-answer", str(no_answer), "--no-answer", str(more), "--cv"],
         capture_output=True, text=True, timeout=300, check=False, env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
     )
     assert done.returncode == 0, done.stderr
@@ -55,7 +56,8 @@ def test_scores_both_modes_beside_the_reference(tmp_path: Path) -> None:
     # No-answer queries: the floor returns nothing for them; the embedding alone returns ten memories each.
     assert report["hybrid"]["no-answer"]["all"] == {"queries": 3, "empty": 1.0, "mean_hits": 0.0}
     assert report["embedding"]["no-answer"]["all"]["mean_hits"] == min(10, len(ids))
-    assert report["hybrid"]["no-answer"]["zh"]["queries"] == 1 and "no-answer queries" in done.stdout
+    assert report["hybrid"]["no-answer"]["zh"]["queries"] == 1 and report["hybrid"]["no-answer"]["ja"]["queries"] == 1
+    assert report["no_answer_sets"] == [str(no_answer), str(more)] and "no-answer queries" in done.stdout
     # Cross-validation: fitted on each half, scored on the other, both directions printed.
     assert [fold["direction"] for fold in report["cv"]] == ["fit odd, score even", "fit even, score odd"]
     assert all("overall" in fold["fitted_on_other_half"] and "floor" in fold["fitted"] for fold in report["cv"])

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from connector.engine.embedding import MAX_EMBED_CHARS, UseEmbedder
-from connector.engine.usefast import TOKEN_BUDGET, FastUse
+from connector.engine.usefast import _SP_BATCH_MIN, TOKEN_BUDGET, FastUse
 from tests.engine.hybrid_support import MEMORIES
 
 TEXTS = [
@@ -62,7 +62,7 @@ def test_texts_the_tokenizer_library_refuses_still_embed(models: tuple[object, F
     texts = ["lone surrogate \ud800 inside", "fine text"]
     got = fast.encode(texts)
     assert np.all(np.isfinite(got))
-    alone = fast.encode(texts[:1])  # one text takes the library's single-string path
+    alone = fast.encode(texts[:1])  # a few texts are tokenised one by one: the other path
     assert float(alone[0] @ got[0]) >= 0.99999
     assert float(got[1] @ wheel.encode(["fine text"])[0]) >= 0.99999  # type: ignore[attr-defined]
 
@@ -107,3 +107,13 @@ def test_real_texts_in_three_languages_match_the_wheel(
         assert np.einsum("ij,ij->i", expected, rows).min() >= 0.999
     # Far above what unrelated texts score: the check would catch a wrong vector.
     assert float(expected[0] @ expected[4]) < 0.6
+
+
+def test_a_few_texts_are_tokenised_as_many_are(models: tuple[object, FastUse]) -> None:
+    # A few texts (a query, the memory being written) go to the library one by one, many as
+    # one list (its threads): the pieces are the same either way.
+    _, fast = models
+    few = TEXTS[: _SP_BATCH_MIN - 1]
+    many = (TEXTS * (_SP_BATCH_MIN // len(TEXTS) + 2))[: _SP_BATCH_MIN + 1]
+    assert fast.tokenizer.encode(few) == fast.tokenizer.encode(many)[: len(few)]
+    assert [fast.tokenizer.encode([text])[0] for text in many] == fast.tokenizer.encode(many)
