@@ -67,7 +67,7 @@ _HALO = 2 * _PAD
 # Outputs per Winograd tile of the second convolution (connector/engine/winograd.py): F(4, r)
 # needs 4 + r - 1 products per 4 rows instead of 4 r (5/8, 6/12, 8/20 of them for the three
 # branches). Larger tiles gained little more: F(6, r) ~5% less CPU, for transforms with
-# coefficients up to 3^9 (more float32 rounding); 512-row blocks stay best with tiles.
+# larger coefficients (points +-3: more float32 rounding); 512-row blocks stay best with tiles.
 _TILE = 4
 _TAIL = _HALO + _TILE  # pad rows after the interior: the last block's tile may overhang it
 # A pad's share of the first convolution in the centre slot: far below anything real
