@@ -381,6 +381,10 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
     def not_found(visit: Visit, message: str = N_("This brain has no memory with that id, live or archived.")) -> Response[Any]:
         return app.page("error.html", visit.site, visit.session, status=404, title=N_("No such memory"), message=message)
 
+    def unknown_action(visit: Visit) -> Response[Any]:
+        return app.page("error.html", visit.site, visit.session, status=404, title=N_("Unknown action"),
+                        message=N_("The app offers no such action."))
+
     @get(["/app", "/app/"], cache=False, include_in_schema=False)
     @page_route
     async def home(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
@@ -498,8 +502,7 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
     async def mental_action(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
         model_id, action = request.path_params["model_id"][:200], request.path_params["action"]
         if action not in ("refresh", "delete"):
-            return app.page("error.html", visit.site, visit.session, status=404, title=N_("Unknown action"),
-                            message=N_("The app offers no such action."))
+            return unknown_action(visit)
         account = visit.session.account
         try:
             if action == "refresh":
@@ -552,8 +555,7 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
     async def memory_action(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
         memory_id, action = request.path_params["memory_id"][:200], request.path_params["action"]
         if action not in MEMORY_ACTIONS:
-            return app.page("error.html", visit.site, visit.session, status=404, title=N_("Unknown action"),
-                            message=N_("The app offers no such action."))
+            return unknown_action(visit)
         account = visit.session.account
         try:
             if action == "pin":
