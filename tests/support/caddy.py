@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -28,6 +29,7 @@ def caddy_binary() -> str:
 REQUEST_BUFFER_BYTES = 2 * 1024 * 1024
 
 
+@functools.cache
 def caddy_version(caddy: str) -> tuple[int, int]:
     """``(major, minor)`` of the ``caddy`` binary (Debian's is 2.6)."""
     found = re.search(r"v?(\d+)\.(\d+)", subprocess.run([caddy, "version"], capture_output=True, text=True,
