@@ -145,7 +145,7 @@ def _serve(settings: ConnectorSettings, runtime: Path | None = None) -> None:
         return
     leader = os.getpid()
     paths = [runtime / f"worker-{slot}.sock" for slot in range(settings.workers)] if runtime else []
-    unix_sockets = [_bind_unix(path) for path in paths]
+    unix_sockets = [bind_unix(path) for path in paths]
     secret = secrets.token_hex(32)  # this run's forwarding secret, in memory only (inherited by the forks)
 
     def make_config(slot: int, **extra: Any) -> uvicorn.Config:
@@ -184,7 +184,7 @@ def _serve(settings: ConnectorSettings, runtime: Path | None = None) -> None:
     )
 
 
-def _bind_unix(path: Path) -> socket.socket:
+def bind_unix(path: Path) -> socket.socket:
     """A unix stream socket listening on ``path``; a clean CLI error if that fails.
 
     Listening from before the fork: a request passed to a worker still building its app

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import uvicorn
 
-from cli.connector.serve import _bind_unix
+from cli.connector.serve import bind_unix
 from connector.affinity import WorkerAffinity, owner_of
 
 
@@ -39,7 +39,7 @@ def test_a_request_for_a_worker_still_starting_waits_for_it_instead_of_being_ser
     subject = _subject_owned_by(1, 2)
 
     async def scenario(paths: list[Path]) -> str:
-        sockets = [_bind_unix(path) for path in paths]
+        sockets = [bind_unix(path) for path in paths]
         late = uvicorn.Server(uvicorn.Config(_answering("owner"), log_config=None, lifespan="off"))
 
         async def start_late() -> None:
