@@ -15,6 +15,7 @@ same model, from the same weights, in less time:
   share of the first convolution: ``concat(x[t+k]) @ W = sum_k x[t+k] @ W_k``). It
   is computed once per *distinct* token of a micro-batch and gathered, instead of
   once per token: natural text repeats its tokens a lot, so most of that work goes.
+  Tokens that several micro-batches of one call hold are computed once for the call.
 * What depends on more than one token runs in blocks of rows that stay in the core's
   cache: the first convolution's shares gathered and summed, the second convolution
   in Winograd tiles F(4, r) (`connector.engine.winograd`: 5/8, 6/12, 8/20 of the
@@ -60,7 +61,7 @@ TOKEN_BUDGET = 4096
 # Tokens found in several micro-batches of one call get their per-token tables computed once
 # for the call (at most this many, the most widespread first: ~15 KB each, so ~31 MB): natural
 # text repeats its common tokens in every micro-batch, and computing them again there was
-# most of the per-distinct-token work (6-9% of a bulk embedding, bench/embed_ab.py).
+# most of the per-distinct-token work (~6% of a bulk embedding's CPU, bench/README.md).
 _SHARED_TOKENS = 2048
 # Fewer texts than this are tokenised one by one (see _Tokenizer.encode). Wall time on the
 # loaded 2-core machine, as one list / one by one: 1 text 0.67 / 0.09 ms, 16 texts
