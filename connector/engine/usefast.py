@@ -15,7 +15,6 @@ same model, from the same weights, in less time:
   share of the first convolution: ``concat(x[t+k]) @ W = sum_k x[t+k] @ W_k``). It
   is computed once per *distinct* token of a micro-batch and gathered, instead of
   once per token: natural text repeats its tokens a lot, so most of that work goes.
-  Tokens that several micro-batches of one call hold are computed once for the call.
 * What depends on more than one token runs in blocks of rows that stay in the core's
   cache: the first convolution's shares gathered and summed, the second convolution
   in Winograd tiles F(4, r) (`connector.engine.winograd`: 5/8, 6/12, 8/20 of the
@@ -35,9 +34,8 @@ normalised features need not be written out): vectors agree with the wheel's to 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from itertools import chain
 from typing import Any
 
@@ -58,11 +56,6 @@ _PAD = max(_MAX_LEFT, _MAX_RIGHT)  # zero rows between texts: no window reaches 
 # texts, small enough that its tables (~18 KB per distinct token, a few hundred of them) stay
 # a few MB; per token only a few bytes are kept.
 TOKEN_BUDGET = 4096
-# Tokens found in several micro-batches of one call get their per-token tables computed once
-# for the call (at most this many, the most widespread first: ~15 KB each, so ~31 MB): natural
-# text repeats its common tokens in every micro-batch, and computing them again there was
-# most of the per-distinct-token work (~6% of a bulk embedding's CPU, bench/README.md).
-_SHARED_TOKENS = 2048
 # Fewer texts than this are tokenised one by one (see _Tokenizer.encode). Wall time on the
 # loaded 2-core machine, as one list / one by one: 1 text 0.67 / 0.09 ms, 16 texts
 # 2.2 / 1.1 ms, 64 texts 14 / 10 ms, 256 texts 59 / 67 ms.
@@ -95,50 +88,6 @@ def _layernorm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -
     x *= gamma
     x += beta
     return x
-
-
-@dataclass
-class _Tables:
-    """Per-token tables, one row per token and a last row for pads: the embedding rows, and per
-    branch its input slice (rows, 256) and each window slot's share of the first convolution
-    (slots, rows, 256)."""
-
-    emb: np.ndarray
-    branches: list[tuple[np.ndarray, np.ndarray]]
-
-
-class _SharedTables:
-    """The tables of the tokens many micro-batches of one call hold, computed once for the call
-    and read (never written) by every thread's micro-batches."""
-
-    def __init__(self, tokens: np.ndarray, vocabulary: int, compute: Callable[[np.ndarray], _Tables]) -> None:
-        self._row = np.full(vocabulary, -1, dtype=np.int64)  # row of a token in the tables, -1: not here
-        self._row[tokens] = np.arange(len(tokens))
-        self._tables = compute(tokens)
-
-    def tables_for(self, distinct: np.ndarray, compute: Callable[[np.ndarray], _Tables]) -> tuple[np.ndarray, _Tables]:
-        """``(order, tables)``: the tables of ``distinct`` (plus the pad row), rows in the order
-        ``distinct[order]``: the shared tokens first (copied), then the others (computed)."""
-        rows = self._row[distinct]
-        known = np.flatnonzero(rows >= 0)
-        other = np.flatnonzero(rows < 0)
-        rows = rows[known]
-        copied = len(known)
-        fresh = compute(distinct[other])  # its last row is the pad row: it stays last
-        emb = np.empty((len(distinct) + 1, _EMB_DIM), dtype=np.float32)
-        np.take(self._tables.emb, rows, axis=0, out=emb[:copied])
-        emb[copied:] = fresh.emb
-        branches = []
-        for (kept_xs, kept_shares), (fresh_xs, fresh_shares) in zip(self._tables.branches, fresh.branches):
-            xs = np.empty((len(distinct) + 1, _CNN_DIM), dtype=np.float32)
-            np.take(kept_xs, rows, axis=0, out=xs[:copied])
-            xs[copied:] = fresh_xs
-            shares = np.empty((kept_shares.shape[0], len(distinct) + 1, _CNN_DIM), dtype=np.float32)
-            for slot in range(kept_shares.shape[0]):
-                np.take(kept_shares[slot], rows, axis=0, out=shares[slot, :copied])
-            shares[:, copied:] = fresh_shares
-            branches.append((xs, shares))
-        return np.concatenate([known, other]), _Tables(emb, branches)
 
 
 class _Tokenizer:
@@ -215,13 +164,12 @@ class FastUse:
         if not texts:
             return out
         groups = self._groups(self.tokenizer.encode(texts))
-        shared = self._shared_tables(groups)
         if threads <= 1 or len(groups) == 1:
             for first, ids in groups:
-                out[first : first + len(ids)] = self._forward(ids, shared)
+                out[first : first + len(ids)] = self._forward(ids)
             return out
         with ThreadPoolExecutor(max_workers=min(threads, len(groups)), thread_name_prefix="embed") as pool:
-            for (first, ids), rows in zip(groups, pool.map(lambda group: self._forward(group[1], shared), groups)):
+            for (first, ids), rows in zip(groups, pool.map(lambda group: self._forward(group[1]), groups)):
                 out[first : first + len(ids)] = rows
         return out
 
@@ -242,51 +190,8 @@ class FastUse:
         groups.append((first, group))
         return groups
 
-    def _shared_tables(self, groups: list[tuple[int, list[list[int]]]]) -> _SharedTables | None:
-        """The tables of the tokens found in more than one micro-batch (None: one micro-batch)."""
-        if len(groups) < 2:
-            return None
-        batches = np.zeros(self._b.table.shape[0], dtype=np.int32)  # micro-batches each token is in
-        for _, group in groups:
-            batches[np.unique(np.fromiter(chain.from_iterable(group), dtype=np.int64))] += 1
-        widespread = np.flatnonzero(batches > 1)
-        if len(widespread) > _SHARED_TOKENS:
-            widespread = np.sort(widespread[np.argsort(-batches[widespread], kind="stable")[:_SHARED_TOKENS]])
-        return _SharedTables(widespread, len(batches), self._tables) if len(widespread) else None
-
-    def _tables(self, tokens: np.ndarray) -> _Tables:
-        """Everything that depends on one token only, for each of ``tokens`` and a last row for pads.
-
-        Dequantised embedding, input projection, layer norm; then each branch's input slice
-        (its residual) and each window slot's share of the first convolution, slot-major so
-        that a gather of rows is contiguous. b1 is folded into the centre slot; there a pad's
-        row is a large negative number instead of zero, so that the ReLU zeroes a row centred
-        on a pad (the wheel's zero padding) with no mask. A pad in any other slot adds nothing.
-        """
-        b = self._b
-        count = len(tokens)
-        emb = np.zeros((count + 1, _EMB_DIM), dtype=np.float32)
-        chunk = tokens % _NUM_CHUNKS
-        np.multiply(b.table[tokens], b.scale[chunk, None], out=emb[:count], casting="unsafe")
-        emb[:count] += b.lo[chunk, None]
-        x = emb[:count] @ b.proj_W
-        x += b.proj_b
-        _layernorm(x, b.ln_g_all, b.ln_b_all, b.eps)
-        branches = []
-        for i, (n, left) in enumerate(_ORDERS):
-            xs = np.zeros((count + 1, _CNN_DIM), dtype=np.float32)
-            xs[:count] = x[:, i * _CNN_DIM : (i + 1) * _CNN_DIM]
-            shares = np.matmul(xs, self._w1_slots[i])  # (n, count + 1, 256)
-            shares[left] += b.b1[i]
-            shares[left, count] = _NO_ROW
-            branches.append((xs, shares))
-        return _Tables(emb, branches)
-
-    def _forward(self, group: list[list[int]], shared: _SharedTables | None = None) -> np.ndarray:
+    def _forward(self, group: list[list[int]]) -> np.ndarray:
         """The model on one flat micro-batch (the wheel's `_encode_batch`, per-token work shared).
-
-        ``shared``: tables computed once for the call; only this micro-batch's other tokens
-        are computed here.
 
         Rows are laid out with _PAD zero rows before each text and after the last, so an
         n-gram window is a plain shifted slice and never reaches into a neighbouring text
@@ -299,13 +204,6 @@ class FastUse:
         flat = np.fromiter(chain.from_iterable(group), dtype=np.int64, count=n_tokens)
         distinct, inverse = np.unique(flat, return_inverse=True)
         n_distinct = len(distinct)
-        if shared is None:
-            tables = self._tables(distinct)
-        else:
-            # Rows reordered (the shared tokens first): ``inverse`` follows the new order.
-            order, tables = shared.tables_for(distinct, self._tables)
-            inverse = np.argsort(order)[inverse]
-        emb = tables.emb
         # Interior rows: every token, plus _PAD pad rows between consecutive texts.
         text_of = np.repeat(np.arange(n_texts, dtype=np.int64), lens)
         interior = n_tokens + _PAD * (n_texts - 1)
@@ -313,6 +211,30 @@ class FastUse:
         ids = np.full(interior + _HALO + _TAIL, n_distinct, dtype=np.int64)  # n_distinct: a pad row (zero)
         ids[_HALO + np.arange(n_tokens) + _PAD * text_of] = inverse
         inner = ids[_HALO : _HALO + interior]
+
+        # Per distinct token (plus a zero row for pads): dequantised embedding, projection, layer norm.
+        emb = np.zeros((n_distinct + 1, _EMB_DIM), dtype=np.float32)
+        chunk = distinct % _NUM_CHUNKS
+        np.multiply(b.table[distinct], b.scale[chunk, None], out=emb[:n_distinct], casting="unsafe")
+        emb[:n_distinct] += b.lo[chunk, None]
+        x = emb[:n_distinct] @ b.proj_W
+        x += b.proj_b
+        _layernorm(x, b.ln_g_all, b.ln_b_all, b.eps)
+
+        # Per distinct token (plus a zero row for pads), each branch's input slice (its residual)
+        # and each window slot's share of the first convolution, slot-major so that a gather of
+        # rows is contiguous. b1 is folded into the centre slot; there a pad's row is a large
+        # negative number instead of zero, so that the ReLU zeroes a row centred on a pad (the
+        # wheel's zero padding) with no mask. A pad in any other slot adds nothing.
+        tables = []
+        for i, (n, left) in enumerate(_ORDERS):
+            xs = np.zeros((n_distinct + 1, _CNN_DIM), dtype=np.float32)
+            xs[:n_distinct] = x[:, i * _CNN_DIM : (i + 1) * _CNN_DIM]
+            shares = np.matmul(xs, self._w1_slots[i])  # (n, distinct + 1, 256)
+            shares[left] += b.b1[i]
+            shares[left, n_distinct] = _NO_ROW
+            tables.append((xs, shares))
+        del x
 
         # The per-token part runs in blocks of _BLOCK_ROWS rows, so that its buffers stay in
         # the core's cache: over a whole micro-batch at once (megabytes per step) the gathers,
@@ -338,7 +260,7 @@ class FastUse:
         for top in range(0, interior, _BLOCK_ROWS):
             rows = min(_BLOCK_ROWS, interior - top)
             for i, (n, left) in enumerate(_ORDERS):
-                xs, shares = tables.branches[i]
+                xs, shares = tables[i]
                 # h for rows top-left .. top+rows+right (the second convolution's window), and up
                 # to a tile more, whole tiles of the second convolution.
                 tiles = -(-rows // _TILE)

@@ -58,27 +58,6 @@ def test_batches_threads_and_order_do_not_change_a_vector(models: tuple[object, 
     assert np.einsum("ij,ij->i", wheel.encode(sample), together[::37]).min() >= 0.99999  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("limit", [usefast._SHARED_TOKENS, 7])
-def test_tables_shared_across_micro_batches_give_the_same_vectors(
-    models: tuple[object, FastUse], limit: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Tokens in several micro-batches have their tables computed once per call; with a low cap
-    most of a micro-batch's tokens are computed there, beside the shared ones (both paths)."""
-    wheel, fast = models
-    monkeypatch.setattr(usefast, "_SHARED_TOKENS", limit)
-    many = [f"{text} (copy {i})" for i in range(60) for text in TEXTS[:12]]
-    groups = fast._groups(fast.tokenizer.encode(many))
-    shared = fast._shared_tables(groups)
-    assert len(groups) > 2 and shared is not None
-    assert 0 < int((shared._row >= 0).sum()) <= limit
-    assert fast._shared_tables(groups[:1]) is None
-    separately = np.concatenate([fast._forward(ids) for _, ids in groups])
-    together = fast.encode(many, threads=2)
-    assert np.einsum("ij,ij->i", separately, together).min() >= 0.99999
-    sample = many[::29]
-    assert np.einsum("ij,ij->i", wheel.encode(sample), together[::29]).min() >= 0.99999  # type: ignore[attr-defined]
-
-
 def test_texts_the_tokenizer_library_refuses_still_embed(models: tuple[object, FastUse]) -> None:
     wheel, fast = models
     texts = ["lone surrogate \ud800 inside", "fine text"]
