@@ -61,16 +61,64 @@ class ServerProcess:
             self.kill()
 
 
+def _listening_inodes(port: int) -> set[str]:
+    """Socket inodes listening on TCP ``port`` (any address), from /proc/net."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(fields[9])
+    return inodes
+
+
+def _listener_is_ours(port: int, group: int) -> bool:
+    """Whether a process of process group ``group`` holds a socket listening on ``port``.
+
+    A port chosen by free_port() may be taken by another test's server before ours binds it
+    (most often when a test restarts a server on the port it had): then that server answers
+    the health check while ours fails to start. True when /proc cannot tell.
+    """
+    inodes = _listening_inodes(port)
+    if not Path("/proc/net/tcp").exists():
+        return True
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            stat = (proc / "stat").read_text()
+            if int(stat[stat.rfind(")") + 2 :].split()[2]) != group:
+                continue
+            for fd in (proc / "fd").iterdir():
+                link = os.readlink(fd)
+                if link.startswith("socket:[") and link[8:-1] in inodes:
+                    return True
+        except (OSError, ValueError, IndexError):
+            continue
+    return False
+
+
 def wait_for_http(url: str, process: subprocess.Popen[bytes] | None = None, timeout: float = 30.0) -> None:
-    """Poll ``url`` until it answers 200; bounded in time, fails fast if the process died."""
+    """Poll ``url`` until it answers 200; bounded in time, fails fast if the process died.
+
+    With ``process`` (the leader of its own process group), the answer counts only once that
+    group holds the listening socket: another test's server on the same port does not pass.
+    """
     deadline = time.monotonic() + timeout
     last_error: Exception | None = None
+    port = httpx.URL(url).port
     while time.monotonic() < deadline:
         if process is not None and process.poll() is not None:
             raise RuntimeError(f"server exited with code {process.returncode} before {url} answered")
         try:
             if httpx.get(url, timeout=2.0).status_code == 200:
-                return
+                if process is None or port is None or _listener_is_ours(port, process.pid):
+                    return
+                last_error = RuntimeError(f"port {port} answers, but not from the process started")
         except httpx.HTTPError as exc:
             last_error = exc
         time.sleep(0.05)
