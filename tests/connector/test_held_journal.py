@@ -22,7 +22,6 @@ import pytest
 
 from tests.connector.conftest import RunningStore, brains_of, direct_memorize, download_brain, memory_ids, start_store
 from tests.connector.test_e2e_tools import connector, mcp_session, mint, structured
-from tests.support.processes import free_port
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -49,7 +48,6 @@ def test_a_held_write_survives_a_restart_of_both_servers(tmp_path: Path, how: si
     user = store.add_user("journal")
     brain_id = brains_of(store.url, user.token)[0]["id"]
     state = tmp_path / "connector-state"
-    port = free_port()
     env = {"CONNECTOR_REPULL_TTL_MS": "200"}
 
     async def before(base: str) -> tuple[str, str]:
@@ -65,7 +63,7 @@ def test_a_held_write_survives_a_restart_of_both_servers(tmp_path: Path, how: si
             return first["stored"]["id"], body["stored"]["id"]
 
     try:
-        with connector(tmp_path / "first", store, port=port, env={**env, "CONNECTOR_STATE_DIR": str(state)}) as server:
+        with connector(tmp_path / "first", store, env={**env, "CONNECTOR_STATE_DIR": str(state)}) as server:
             kept_id, held_id = asyncio.run(before(server.base_url))
             # Fsynced before the answer: the sealed file is there now, private, and shows no content.
             files = _journal_files(state)
@@ -102,7 +100,8 @@ def test_a_held_write_survives_a_restart_of_both_servers(tmp_path: Path, how: si
                 again = await client.call_tool("brain_status", {})
                 assert "restarted" not in _text(again)
 
-        with connector(tmp_path / "second", store, port=port, env={**env, "CONNECTOR_STATE_DIR": str(state)}) as server:
+        # A new port: the old one may have gone to another test's server meanwhile.
+        with connector(tmp_path / "second", store, env={**env, "CONNECTOR_STATE_DIR": str(state)}) as server:
             asyncio.run(after(server.base_url))
             assert _journal_files(state) == []  # removed once pushed
             log = server.log()
@@ -145,24 +144,23 @@ def test_a_journal_sealed_under_another_state_key_is_left_alone(tmp_path: Path) 
     user = running.add_user("rekeyed")
     brain_id = brains_of(running.url, user.token)[0]["id"]
     state = tmp_path / "connector-state"
-    port = free_port()
     env = {"CONNECTOR_STATE_DIR": str(state), "CONNECTOR_REPULL_TTL_MS": "200"}
     try:
-        with connector(tmp_path / "first", running, port=port, env=env) as server:
+        with connector(tmp_path / "first", running, env=env) as server:
             held_id = structured(_held_write(store_manager, user, server.base_url))["stored"]["id"]
             server.kill(signal.SIGKILL)
         [journal] = _journal_files(state)
         sealed = journal.read_bytes()
         running, store_manager = start_store(tmp_path, data=running.data, port=running.port)
         other_key = {**env, "CONNECTOR_STATE_KEY": "ab" * 32}
-        with connector(tmp_path / "second", running, port=port, env=other_key) as server:
+        with connector(tmp_path / "second", running, env=other_key) as server:
             assert httpx.get(server.base_url + "/health/live", timeout=10).status_code == 200
             log = server.log()
         assert "does not open with this connector's state key" in log and "Traceback" not in log
         assert journal.read_bytes() == sealed  # untouched: the right key can still replay it
         assert held_id not in memory_ids(download_brain(running.url, user.token, brain_id)[0])
         # With the right key again, the write is replayed.
-        with connector(tmp_path / "third", running, port=port, env=env):
+        with connector(tmp_path / "third", running, env=env):
             deadline = time.monotonic() + 60
             while held_id not in memory_ids(download_brain(running.url, user.token, brain_id)[0]):
                 assert time.monotonic() < deadline, "the held write was not replayed with the right key"
