@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -55,12 +56,9 @@ def test_text_terms_fold_stem_and_cut_cjk() -> None:
     assert trigrams("tab") == [" ta", "tab", "ab "] and trigrams("ab") == []
 
 
-
 def test_stems_come_from_the_c_stemmer_and_match_the_pure_python_one() -> None:
     """PyStemmer (C) runs the same Snowball English algorithm as snowballstemmer's own Python
     port, 11x faster (a text index build is mostly stemming): the same stems, word for word."""
-    import re
-
     import Stemmer
     from snowballstemmer.english_stemmer import EnglishStemmer
 
@@ -75,6 +73,8 @@ def test_stems_come_from_the_c_stemmer_and_match_the_pure_python_one() -> None:
     pure = EnglishStemmer()
     assert len(words) > 200
     assert [textmatch._stem(word) for word in sorted(words)] == [pure.stemWord(word) for word in sorted(words)]
+
+
 def test_near_spellings_find_the_word_meant() -> None:
     index = TextIndex.build(["kubernetes cluster upgrade", "coffee in the morning", "猫的疫苗"])
     assert set(index.fuzzy.similar("kubernetse")) == {"kubernet"}
