@@ -78,7 +78,7 @@ from store.archive.inspect import inspect_bytes  # noqa: E402
 from connector.oauth.tokens import AccessClaims, AccessTokenCodec  # noqa: E402
 from connector.workcopy.vectors import VectorStore  # noqa: E402
 from engine_bench import WORDS, brain_archive  # noqa: E402
-from tests.support.processes import ServerProcess, console_script, free_port, run_server  # noqa: E402
+from tests.support.processes import ServerProcess, console_script, free_port, group_pids, run_server  # noqa: E402
 
 STATE_KEY = bytes(range(32))
 REFERENCE_RECALL_MS = 421.0
@@ -104,21 +104,6 @@ def cpu_seconds(pid: int) -> float:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
         return 0.0
-
-
-def group_pids(leader: int) -> list[int]:
-    """The live processes of ``leader``'s process group (a server and its workers), from /proc."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == leader:  # field 5 of stat: the process group
-            pids.append(int(entry.name))
-    return pids
 
 
 def rss_bytes(pid: int) -> int:

@@ -76,6 +76,21 @@ def _listening_inodes(port: int) -> set[str]:
     return inodes
 
 
+def group_pids(leader: int) -> list[int]:
+    """The live processes of ``leader``'s process group (a server and its workers), from /proc."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == leader:  # field 5 of stat: the process group
+            pids.append(int(entry.name))
+    return pids
+
+
 def _listener_is_ours(port: int, group: int) -> bool:
     """Whether a process of process group ``group`` holds a socket listening on ``port``.
 
@@ -83,22 +98,16 @@ def _listener_is_ours(port: int, group: int) -> bool:
     (most often when a test restarts a server on the port it had): then that server answers
     the health check while ours fails to start. True when /proc cannot tell.
     """
-    inodes = _listening_inodes(port)
     if not Path("/proc/net/tcp").exists():
         return True
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
+    inodes = _listening_inodes(port)
+    for pid in group_pids(group):
         try:
-            stat = (proc / "stat").read_text()
-            if int(stat[stat.rfind(")") + 2 :].split()[2]) != group:
-                continue
-            for fd in (proc / "fd").iterdir():
-                link = os.readlink(fd)
-                if link.startswith("socket:[") and link[8:-1] in inodes:
-                    return True
-        except (OSError, ValueError, IndexError):
-            continue
+            links = [os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()]
+        except OSError:
+            continue  # gone meanwhile
+        if any(link.startswith("socket:[") and link[8:-1] in inodes for link in links):
+            return True
     return False
 
 
