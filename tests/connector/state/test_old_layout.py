@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from connector.identity.base import Identity
-from connector.oauth.clients import ClientRegistry
+from connector.oauth.clients import UNUSED_CLIENT_TTL_S, ClientRegistry
 from connector.oauth.grants import RefreshGrants
 from connector.oauth.state import OAuthState
 from connector.state.files import StateError
@@ -45,8 +45,12 @@ def old_state(tmp_path: Path) -> Path:
 
 def test_an_old_state_directory_keeps_its_clients_families_brains_and_sessions(old_state: Path) -> None:
     state = OAuthState(old_state, KEY)
-    client = ClientRegistry(state.clients).get(CLIENT_ID)
+    # The fixture's client was registered and never used, so the registry forgets it a day later:
+    # read it on a clock pinned just after its registration, and show it expires on today's.
+    registered_at = float(state.clients.get(CLIENT_ID)["issued_at"])
+    client = ClientRegistry(state.clients, clock=lambda: registered_at + 60.0).get(CLIENT_ID)
     assert client is not None and client.client_name == "Old client"
+    assert ClientRegistry(state.clients, clock=lambda: registered_at + UNUSED_CLIENT_TTL_S).get(CLIENT_ID) is None
     assert client.redirect_uris == ("https://old.example/cb",)
     assert state.get_brain("static:old") == "brain-old"
     grants = RefreshGrants(state, ttl_s=LONG, grace_s=60.0)
