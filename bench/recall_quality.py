@@ -41,9 +41,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from connector.engine.archive import load_directory  # noqa: E402
-from connector.engine.brain import Brain  # noqa: E402
-from connector.engine.hybrid import (  # noqa: E402
+from connector.engine.format.archive import load_directory  # noqa: E402
+from connector.engine.format.brain import Brain  # noqa: E402
+from connector.engine.recall.hybrid import (  # noqa: E402
     DEFAULT_FUSION,
     EXACT_CANDIDATES,
     MODES,
@@ -55,9 +55,9 @@ from connector.engine.hybrid import (  # noqa: E402
     ranked_positions,
     recall_in_mode,
 )
-from connector.engine.index import BrainIndex  # noqa: E402
-from connector.engine.jsvalues import parse_iso_ms  # noqa: E402
-from connector.engine.recall import recall  # noqa: E402
+from connector.engine.format.jsvalues import parse_iso_ms  # noqa: E402
+from connector.engine.recall.exact import recall  # noqa: E402
+from connector.engine.recall.index import BrainIndex  # noqa: E402
 from connector.workcopy.vectors import VectorStore  # noqa: E402
 
 

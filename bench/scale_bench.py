@@ -78,8 +78,8 @@ from engine_bench import WORDS, brain_archive  # noqa: E402
 from mcp.client import Client  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
-from connector.engine.archive import load_archive, pack_archive  # noqa: E402
-from connector.engine.ops import connector_memorize  # noqa: E402
+from connector.engine.format.archive import load_archive, pack_archive  # noqa: E402
+from connector.engine.writes.ops import connector_memorize  # noqa: E402
 
 TARGET_CONCURRENT_P95_MS = 100.0
 TARGET_USERS_P95_MS = 250.0

@@ -194,8 +194,8 @@ def command_runner(template: list[str]) -> Callable[[Path, dict[str, Any]], list
 def incoming_of(item: dict[str, Any]) -> Any:
     """The incoming memory as the command sees it: acceptance passes only the content and
     the title (``--content-file``, ``--title``), so tags and type are left out here too."""
-    from connector.engine.ops import connector_memorize
-    from connector.engine.similar import Incoming
+    from connector.engine.writes.ops import connector_memorize
+    from connector.engine.tending.similar import Incoming
 
     memory = connector_memorize(item["content"], title=item["title"]).memories[0]
     return Incoming(memory.content, memory.title, memory.tags, memory.type)
@@ -203,10 +203,10 @@ def incoming_of(item: dict[str, Any]) -> Any:
 
 def in_process_runner(brain_dir: Path) -> Callable[[Path, dict[str, Any]], list[dict[str, Any]] | None]:
     """Builds the brain's indexes once and runs the engine's check per item."""
-    from connector.engine.archive import load_directory
-    from connector.engine.hybrid import HybridIndex
-    from connector.engine.index import BrainIndex
-    from connector.engine.similar import find_similar
+    from connector.engine.format.archive import load_directory
+    from connector.engine.recall.hybrid import HybridIndex
+    from connector.engine.recall.index import BrainIndex
+    from connector.engine.tending.similar import find_similar
     from connector.workcopy.vectors import VectorStore
 
     brain = load_directory(brain_dir)
@@ -277,12 +277,12 @@ def speed(size: int, runs: int = 30, real_vectors: bool = False, cache_dir: Path
 
     from engine_bench import brain_archive  # type: ignore[import-not-found]
 
-    from connector.engine.archive import load_archive
+    from connector.engine.format.archive import load_archive
 
-    from connector.engine.embedding import default_embedder
-    from connector.engine.hybrid import HybridIndex
-    from connector.engine.index import BrainIndex
-    from connector.engine.similar import Incoming, find_similar
+    from connector.engine.recall.embedding import default_embedder
+    from connector.engine.recall.hybrid import HybridIndex
+    from connector.engine.recall.index import BrainIndex
+    from connector.engine.tending.similar import Incoming, find_similar
     from connector.workcopy.vectors import VectorStore
 
     model = default_embedder()

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fit the similar-memory check's two logistic regressions on a labelled set, with a half split.
 
-The check (connector/engine/similar.py) examines the few memories closest in meaning to
+The check (connector/engine/tending/similar.py) examines the few memories closest in meaning to
 an incoming memory and describes each pair by a handful of features (FEATURES there).
 This script computes those features for every item of a memory-governance set, then:
 
@@ -40,10 +40,10 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from similar_bench import DEFAULT_SET, incoming_of, judge, load_set, print_table, slices  # noqa: E402
 
-from connector.engine.archive import load_directory  # noqa: E402
-from connector.engine.hybrid import HybridIndex  # noqa: E402
-from connector.engine.index import BrainIndex  # noqa: E402
-from connector.engine.similar import FEATURES, FLAG_THRESHOLD, Candidate, Model, candidates, decide  # noqa: E402
+from connector.engine.format.archive import load_directory  # noqa: E402
+from connector.engine.recall.hybrid import HybridIndex  # noqa: E402
+from connector.engine.recall.index import BrainIndex  # noqa: E402
+from connector.engine.tending.similar import FEATURES, FLAG_THRESHOLD, Candidate, Model, candidates, decide  # noqa: E402
 from connector.workcopy.vectors import VectorStore  # noqa: E402
 
 THRESHOLDS = (0.45, 0.5, 0.55, 0.6, 0.65)

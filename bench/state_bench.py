@@ -35,7 +35,7 @@ sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
 from common.docstore import DocumentStore, open_document_store  # noqa: E402
 from common.limits import StoredTokenBucketLimiter  # noqa: E402
-from connector.engine.ops import connector_memorize  # noqa: E402
+from connector.engine.writes.ops import connector_memorize  # noqa: E402
 from connector.workcopy.heads import S3_HEAD_MAX_AGE_S, BrainHeads  # noqa: E402
 from connector.workcopy.journal import HeldWriteJournal, new_entry_name  # noqa: E402
 from connector.workcopy.model import Account, PendingWrite  # noqa: E402

@@ -51,9 +51,9 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import httpx  # noqa: E402
 
-from connector.engine.archive import load_archive, pack_archive  # noqa: E402
-from connector.engine.ops import Pin, connector_memorize  # noqa: E402
-from connector.engine.review import Flag, FlagPairs  # noqa: E402
+from connector.engine.format.archive import load_archive, pack_archive  # noqa: E402
+from connector.engine.tending.review import Flag, FlagPairs  # noqa: E402
+from connector.engine.writes.ops import Pin, connector_memorize  # noqa: E402
 from connector_bench import add_users, percentiles, query, row, upload  # noqa: E402
 from engine_bench import brain_archive  # noqa: E402
 from tests.support.processes import console_script, free_port, run_server  # noqa: E402

@@ -26,22 +26,22 @@ from litestar.exceptions import HTTPException
 from litestar.handlers import asgi
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
-from connector.engine.archive import ArchiveLimits
+from connector.engine.format.archive import ArchiveLimits
+from connector.i18n import LocaleMiddleware
 from connector.mcp.http import bearer_token, header, is_mcp_path, peer_address, request_base_url
 from connector.mcp.pullreview import PullReview
 from connector.mcp.server import CALLER_SCOPE_KEY, McpEndpoint
 from connector.mcp.tools import BrainTools, Caller
 from connector.metrics import observability_layer
-from connector.oauth.signin_limit import SignInChecks, signin_limiter
-from connector.oauth.state import OAuthState
 from connector.oauth.metadata import challenge
 from connector.oauth.server import valid_brain_segment
+from connector.oauth.signin_limit import SignInChecks, signin_limiter
+from connector.oauth.state import OAuthState
 from connector.oauth.tokens import AccessClaims, AccessTokenCodec
 from connector.settings import ConnectorSettings, SettingsError
 from connector.state import open_state
 from connector.state.sealing import load_state_key
 from connector.thinking.source import ModelError, ModelSource
-from connector.i18n import LocaleMiddleware
 from connector.workcopy.heads import S3_HEAD_MAX_AGE_S, BrainHeads
 from connector.workcopy.indexdisk import IndexDisk
 from connector.workcopy.journal import HeldWriteJournal

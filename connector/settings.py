@@ -18,7 +18,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from common.connection_guard import HttpLimits
 from common.host_guard import host_name
-from connector.engine.hybrid import MODES as RECALL_MODES
+from connector.engine.recall.hybrid import MODES as RECALL_MODES
 
 # The connector's tools (the brain_* tools, and ChatGPT's search and fetch over the same recall
 # and reads); CONNECTOR_TOOLS may name a subset.

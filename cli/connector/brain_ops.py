@@ -15,12 +15,12 @@ from typing import Any
 
 import click
 
-from connector.engine.archive import ArchiveError, load_directory, save_directory
-from connector.engine.brain import Brain, dump_json
-from connector.engine.credentials import credential_refusal, credentials_in_memories
-from connector.engine.errors import BrainError
-from connector.engine.ops import Forget, Memorize, Operation, Pin, Unpin, Verify
-from connector.engine.rules import parse_iso
+from connector.engine.format.archive import ArchiveError, load_directory, save_directory
+from connector.engine.format.brain import Brain, dump_json
+from connector.engine.format.rules import parse_iso
+from connector.engine.writes.credentials import credential_refusal, credentials_in_memories
+from connector.engine.writes.errors import BrainError
+from connector.engine.writes.ops import Forget, Memorize, Operation, Pin, Unpin, Verify
 
 _BRAIN_ARGUMENT = click.argument(
     "brain", type=click.Path(file_okay=False, dir_okay=True, path_type=Path)
@@ -46,9 +46,9 @@ def _fail(message: str) -> None:
 
 def _similar_before(brain: Brain, operation: Memorize) -> list[list[dict[str, Any]]]:
     """What the similar check finds for each memory of ``operation`` in the brain before it is written."""
-    from connector.engine.hybrid import HybridIndex
-    from connector.engine.index import BrainIndex
-    from connector.engine.similar import Incoming, find_similar
+    from connector.engine.recall.hybrid import HybridIndex
+    from connector.engine.recall.index import BrainIndex
+    from connector.engine.tending.similar import Incoming, find_similar
     from connector.workcopy.vectors import VectorStore
 
     if "index.json" not in brain:
@@ -72,7 +72,7 @@ def _run(
     """Build the operation, apply it to the directory's brain, save, print the result.
 
     With ``similar`` (memorize), each stored memory also lists what the similar check
-    found in the brain before the write (connector/engine/similar.py)."""
+    found in the brain before the write (connector/engine/tending/similar.py)."""
     clock = _clock(now)
     try:
         operation: Operation = make()

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import click
 
-from connector.engine.archive import ArchiveError, load_archive, load_directory
-from connector.engine.brain import Brain, dump_json
-from connector.engine.hybrid import MODES, recall_in_mode
-from connector.engine.index import RecallError
-from connector.engine.jsvalues import parse_iso_ms
+from connector.engine.format.archive import ArchiveError, load_archive, load_directory
+from connector.engine.format.brain import Brain, dump_json
+from connector.engine.format.jsvalues import parse_iso_ms
+from connector.engine.recall.hybrid import MODES, recall_in_mode
+from connector.engine.recall.index import RecallError
 from connector.workcopy.vectors import VectorStore
 
 

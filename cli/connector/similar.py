@@ -8,12 +8,12 @@ from pathlib import Path
 import click
 
 from cli.connector.recall import _instant, _load
-from connector.engine.archive import ArchiveError
-from connector.engine.brain import dump_json
-from connector.engine.errors import BrainError
-from connector.engine.index import RecallError
-from connector.engine.ops import connector_memorize
-from connector.engine.similar import Incoming, similar_in_brain
+from connector.engine.format.archive import ArchiveError
+from connector.engine.format.brain import dump_json
+from connector.engine.recall.index import RecallError
+from connector.engine.tending.similar import Incoming, similar_in_brain
+from connector.engine.writes.errors import BrainError
+from connector.engine.writes.ops import connector_memorize
 from connector.workcopy.vectors import VectorStore
 
 MAX_CONTENT_BYTES = 50_000 * 4  # the MCP tool's 50,000 characters, in UTF-8 at worst

@@ -36,9 +36,9 @@ def seed_examples(store_url: str, token: str) -> int:
     returns how many were added (0 when the brain already had an archive)."""
     import httpx
 
-    from connector.engine.archive import pack_archive
-    from connector.engine.brain import Brain
-    from connector.engine.ops import connector_memorize
+    from connector.engine.format.archive import pack_archive
+    from connector.engine.format.brain import Brain
+    from connector.engine.writes.ops import connector_memorize
 
     headers = {"Authorization": f"Bearer {token}"}
     with httpx.Client(base_url=store_url, headers=headers, timeout=30.0) as client:

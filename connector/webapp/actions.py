@@ -1,7 +1,7 @@
 """The web app's writes: the very operations the MCP tools apply, through the same manager.
 
-Pin, unpin, forget, approve and reject are `connector.engine.ops` operations;
-restore is `connector.engine.restore.Restore`; an edit is a ``brain_memorize``
+Pin, unpin, forget, approve and reject are `connector.engine.writes.ops` operations;
+restore is `connector.engine.writes.restore.Restore`; an edit is a ``brain_memorize``
 of the new text that supersedes the old memory (so history is kept). Each goes
 through ``WorkingCopyManager.write``: applied to the working copy, pushed with
 If-Match, replayed on a conflict, held and retried when the store is away.
@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from connector.engine.credentials import credential_refusal, credentials_in_memories
-from connector.engine.errors import BrainError
-from connector.engine.memorize import connector_memory
-from connector.engine.ops import Forget, Operation, Pin, Unpin, Verify, connector_memorize
-from connector.engine.restore import Restore
-from connector.engine.review import DECISIONS, Decide
-from connector.mcp.tools import BrainTools
+from connector.engine.tending.review import DECISIONS, Decide
+from connector.engine.writes.credentials import credential_refusal, credentials_in_memories
+from connector.engine.writes.errors import BrainError
+from connector.engine.writes.memorize import connector_memory
+from connector.engine.writes.ops import Forget, Operation, Pin, Unpin, Verify, connector_memorize
+from connector.engine.writes.restore import Restore
 from connector.i18n import Text, message_of
+from connector.mcp.tools import BrainTools
 from connector.workcopy.manager import BrainUnavailable, UnknownBrain, WorkingCopyManager
 from connector.workcopy.model import Account, WriteOutcome
 from connector.workcopy.store_client import StoreError
@@ -125,7 +125,7 @@ class BrainActions:
 
     async def decide(self, account: Account, new: str, old: str, decision: str, *, title: str = "",
                      content: str = "", type_: str = "learning", tags: str = "") -> Done:
-        """A decision about a pair of similar memories (see `connector.engine.review.Decide`).
+        """A decision about a pair of similar memories (see `connector.engine.tending.review.Decide`).
 
         ``merge`` writes ``content`` (the person's edit) as one memory superseding both.
         The Done names the memory to show next: the one kept, or the merged one.

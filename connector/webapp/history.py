@@ -14,8 +14,8 @@ from typing import Any
 
 import msgspec
 
-from connector.engine.brain import Brain
-from connector.engine.titles import plain_title
+from connector.engine.format.brain import Brain
+from connector.engine.format.titles import plain_title
 
 
 @dataclass(frozen=True)

@@ -10,14 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 import mcp_types as types
 
-from connector.engine.errors import BrainError
-from connector.engine.mental import DeleteModel
+from connector.engine.tending.mental import DeleteModel
+from connector.engine.writes.errors import BrainError
+from connector.i18n import N_, Text
 from connector.mcp.definitions import READ_SCOPE, WRITE_SCOPE
 from connector.mcp.mental import MentalModels, ModelState
 from connector.mcp.tools import Caller, ToolFailure, snapshot_entries
 from connector.webapp.actions import ActionRefused
 from connector.webapp.markdown import render_markdown
-from connector.i18n import N_, Text
 from connector.webapp.views import MemoryLine, line_of
 from connector.workcopy.manager import BrainUnavailable
 from connector.workcopy.model import Account

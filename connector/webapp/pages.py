@@ -18,9 +18,9 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup
 
-from connector.engine.jsvalues import parse_iso_ms
-from connector.mcp.http import path_segment
+from connector.engine.format.jsvalues import parse_iso_ms
 from connector.i18n import Text, current_locale, listing, number, readable_instant, size, switch_links, translate, translations
+from connector.mcp.http import path_segment
 
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "

@@ -1,6 +1,6 @@
 """The Review page's facts: pairs of similar memories waiting for a person, side by side.
 
-Read from the brain's own queue file (`connector.engine.review`, ``pair-review.json``)
+Read from the brain's own queue file (`connector.engine.tending.review`, ``pair-review.json``)
 and the same recall index the other pages use, so a page at 10,000 memories costs
 the queue file's parse, two index lookups per pair and the two texts shown.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from connector.engine.review import PendingPair, REVIEW_FILE, pending_pairs, review_document
-from connector.engine.text import memory_body
+from connector.engine.format.text import memory_body
+from connector.engine.tending.review import PendingPair, REVIEW_FILE, pending_pairs, review_document
 from connector.webapp.markdown import render_markdown_in
 from connector.webapp.views import BrainViews, MemoryLine, line_of
 from connector.workcopy.model import Account

@@ -21,21 +21,22 @@ from urllib.parse import urlencode
 from litestar import Request, Response, get, post
 from litestar.datastructures import Cookie
 
-from connector.engine.brain import Brain
-from connector.engine.ops import Memorize, operation_from_dict
-from connector.engine.similar import Incoming
+from connector.engine.format.brain import Brain
+from connector.engine.kinds import operation_from_dict
+from connector.engine.tending.similar import Incoming
+from connector.engine.writes.ops import Memorize
+from connector.i18n import N_, Text, gettext, message_of, not_this_address
 from connector.identity.base import ProviderRefused, ProviderThrottled, ProviderUnavailable
 from connector.mcp.http import header, path_segment, peer_address
-from connector.state.memory import MemoryStore
-from connector.state.sealed import SealedDocs
 from connector.oauth.signin_limit import SignInChecks, signin_limiter, signin_wait
 from connector.oauth.state import OAuthState
+from connector.state.memory import MemoryStore
+from connector.state.sealed import SealedDocs
 from connector.state.sealing import SecretBox
 from connector.webapp.actions import ActionRefused, BrainActions, Done
-from connector.i18n import N_, Text, gettext, message_of, not_this_address
 from connector.webapp.guard import Site, new_signin_token, same_origin, session_of, site_of, tokens_match
-from connector.webapp.pages import STATIC_TYPES, page_headers, render, static_file
 from connector.webapp.mental import MentalViews
+from connector.webapp.pages import STATIC_TYPES, page_headers, render, static_file
 from connector.webapp.review import ReviewViews
 from connector.webapp.sessions import MAX_SESSIONS, WebSession, WebSessions
 from connector.webapp.transfer import MAX_IMPORT_BYTES, ImportPlan, dry_run, export_memories, export_zip, plan_import

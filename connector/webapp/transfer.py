@@ -19,14 +19,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from connector.engine.brain import Brain
-from connector.engine.credentials import credentials_in_memories
-from connector.engine.errors import BrainError
-from connector.engine.memorize import MemoryInput
-from connector.engine.ops import Memorize
-from connector.engine.restore import frontmatter_values
-from connector.engine.rules import iso_ms
-from connector.engine.text import memory_body
+from connector.engine.format.brain import Brain
+from connector.engine.format.rules import iso_ms
+from connector.engine.format.text import memory_body
+from connector.engine.writes.credentials import credentials_in_memories
+from connector.engine.writes.errors import BrainError
+from connector.engine.writes.memorize import MemoryInput
+from connector.engine.writes.ops import Memorize
+from connector.engine.writes.restore import frontmatter_values
 from connector.i18n import Text
 
 FORMAT = "brain-store/memories"

@@ -12,18 +12,19 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-from connector.engine.archive import ArchiveError, load_archive
-from connector.engine.hybrid import empty_recall_reason
-from connector.engine.index import BrainIndex, RecallError, index_for
-from connector.engine.restore import frontmatter_values
-from connector.engine.rules import MEMORY_TYPES
-from connector.engine.similar import Incoming, Similar
-from connector.engine.text import memory_body
-from connector.engine.titles import plain_title
+from connector.engine.format.archive import ArchiveError, load_archive
+from connector.engine.format.rules import MEMORY_TYPES
+from connector.engine.format.text import memory_body
+from connector.engine.format.titles import plain_title
+from connector.engine.recall.hybrid import empty_recall_reason
+from connector.engine.recall.index import BrainIndex, RecallError
+from connector.engine.recall.indexcache import index_for
+from connector.engine.tending.similar import Incoming, Similar
+from connector.engine.writes.restore import frontmatter_values
+from connector.i18n import N_, Text
 from connector.mcp.tools import BrainTools
 from connector.webapp.graph import Graph, neighbourhood
 from connector.webapp.history import BrainDiff, diff_brains
-from connector.i18n import N_, Text
 from connector.webapp.markdown import render_markdown
 from connector.workcopy.manager import BrainUnavailable, WorkingCopyManager
 from connector.workcopy.model import STATUS_MULTIPLE, STATUS_NO_BRAIN, Account, Identity, Snapshot

@@ -1,7 +1,7 @@
 """Hybrid indexes kept on this replica's disk, so a restart or an eviction need not rebuild them.
 
 One file per brain and content key (the archive's checksum): the packed index
-(connector/engine/hybridpack.py) sealed with AES-256-GCM under the state key
+(connector/engine/recall/hybridpack.py) sealed with AES-256-GCM under the state key
 (`SecretBox.seal_bytes`), bound to that brain and key, so a file copied under another
 name, sealed by another connector (other key) or damaged does not open and is rebuilt.
 It holds memory text (the text index's terms, the vectors), hence the sealing.
@@ -32,9 +32,9 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from connector.engine.hybrid import HybridIndex
-from connector.engine.hybridpack import pack, unpack
-from connector.engine.index import BrainIndex
+from connector.engine.recall.hybrid import HybridIndex
+from connector.engine.recall.hybridpack import pack, unpack
+from connector.engine.recall.index import BrainIndex
 from connector.state.sealing import SecretBox
 
 log = logging.getLogger("connector.indexdisk")

@@ -38,7 +38,7 @@ from datetime import datetime
 from typing import Any
 
 from common.docstore import DocumentStore, DocumentStoreError
-from connector.engine.ops import operation_from_dict
+from connector.engine.kinds import operation_from_dict
 from connector.state.sealing import SecretBox
 from connector.workcopy.leases import DEFAULT_LEASE_S, LeaseKeeper
 from connector.workcopy.model import Account, PendingWrite

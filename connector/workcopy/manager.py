@@ -41,11 +41,11 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from common.textsafety import escape_one_line
+from connector.engine.format.archive import ArchiveError, ArchiveLimits, ArchiveTooLarge, load_archive, pack_archive
+from connector.engine.format.brain import Brain
+from connector.engine.format.change import BrainChange, file_digests
+from connector.engine.recall.indexcache import IndexCache
 from connector.i18n import Text
-from connector.engine.archive import ArchiveError, ArchiveLimits, ArchiveTooLarge, load_archive, pack_archive
-from connector.engine.brain import Brain
-from connector.engine.change import BrainChange, file_digests
-from connector.engine.index import IndexCache
 from connector.workcopy.heads import BrainHeads
 from connector.workcopy.journal import HeldWriteJournal, JournalEntry, JournalError, new_entry_name
 from connector.workcopy.longlived import LongLivedObjects, give_back_memory

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
-from connector.engine.brain import Brain
+from connector.engine.format.brain import Brain
 from connector.workcopy.store_client import BrainRecord
 
 # How each identity provider is named to the user (wording names the kind in use).

@@ -38,8 +38,8 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from common.docstore import DocumentStore, DocumentStoreError
-from connector.engine.embedding import Embedder, Quantized, content_hash, default_embedder, quantize
-from connector.engine.hybrid import HybridIndex
+from connector.engine.recall.embedding import Embedder, Quantized, content_hash, default_embedder, quantize
+from connector.engine.recall.hybrid import HybridIndex
 
 log = logging.getLogger("connector.vectors")
 

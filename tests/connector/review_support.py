@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from connector.engine.brain import Brain
-from connector.engine.ops import connector_memorize
-from connector.engine.review import REVIEW_FILE, Flag, FlagPairs, review_document
+from connector.engine.format.brain import Brain
+from connector.engine.tending.review import REVIEW_FILE, Flag, FlagPairs, review_document
+from connector.engine.writes.ops import connector_memorize
 
 from .conftest import device_write, download_brain
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from connector.engine.archive import pack_archive
+from connector.engine.format.archive import pack_archive
 from tests.connector.conftest import RunningStore, brains_of, upload_raw
 from tests.connector.test_e2e_tool_content import text_of
 from tests.connector.test_e2e_tools import connector, mcp_session, mint, structured

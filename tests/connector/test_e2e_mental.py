@@ -18,7 +18,7 @@ from typing import Any
 import mcp_types as types
 import pytest
 
-from connector.engine.mental import MENTAL_FILE
+from connector.engine.tending.mental import MENTAL_FILE
 from tests.connector.conftest import RunningStore, brains_of, direct_memorize, download_brain, memory_ids
 from tests.connector.test_e2e_thinking import ALL, INJECTION, answer, fake_model, requests_of, sampling_session, text_of
 from tests.connector.test_e2e_tools import connector, mcp_session, mint, structured

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from connector.engine.archive import pack_archive
-from connector.engine.review import review_document
+from connector.engine.format.archive import pack_archive
+from connector.engine.tending.review import review_document
 from tests.connector.conftest import RunningStore, brains_of, direct_memorize, download_brain, upload_raw
 from tests.connector.test_e2e_tools import connector, mcp_session, mint, structured
 from tests.connector.webapp.conftest import app_client, sign_in

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from connector.engine.archive import pack_archive
+from connector.engine.format.archive import pack_archive
 from tests.connector.conftest import RunningStore, brains_of, download_brain, memory_ids, upload_raw
 from tests.connector.test_e2e_tools import connector, index_entry, mcp_session, mint, structured
 from tests.engine.similar_support import MEMORIES, governance_brain

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from connector.engine.archive import load_directory, pack_archive
-from connector.engine.ops import Memorize, MemoryInput
-from connector.engine.session import session_start
+from connector.engine.format.archive import load_directory, pack_archive
+from connector.engine.recall.session import session_start
+from connector.engine.writes.ops import Memorize, MemoryInput
 from tests.connector.conftest import RunningStore, brains_of, download_brain, memory_ids, upload_raw
 from tests.connector.test_e2e_tools import connector, mcp_session, mint, structured
 from tests.engine.conftest import parity_dir

@@ -20,8 +20,8 @@ from mcp.client import Client
 from mcp.client.auth import OAuthClientProvider
 from mcp.client.streamable_http import streamable_http_client
 
-from connector.engine.archive import load_directory, pack_archive
-from connector.engine.recall import recall
+from connector.engine.format.archive import load_directory, pack_archive
+from connector.engine.recall.exact import recall
 from connector.oauth.tokens import AccessClaims, AccessTokenCodec
 from tests.connector.conftest import (
     RunningStore,

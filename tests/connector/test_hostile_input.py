@@ -20,9 +20,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from connector.engine.archive import pack_archive
-from connector.engine.brain import Brain
-from connector.engine.ops import connector_memorize
+from connector.engine.format.archive import pack_archive
+from connector.engine.format.brain import Brain
+from connector.engine.writes.ops import connector_memorize
 
 from .conftest import RunningStore, auth, brains_of, download_brain, memory_ids, upload_raw
 from .oauth.live import running_connector

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import numpy as np
 
-from connector.engine.hybrid import HybridIndex, hybrid_recall, query_signals
-from connector.engine.hybridpack import pack, unpack
-from connector.engine.index import BrainIndex
-from connector.engine.recall import recall
+from connector.engine.recall.exact import recall
+from connector.engine.recall.hybrid import HybridIndex, hybrid_recall, query_signals
+from connector.engine.recall.hybridpack import pack, unpack
+from connector.engine.recall.index import BrainIndex
 from connector.workcopy.indexdisk import IndexDisk
 from connector.workcopy.vectors import VectorStore
 from tests.engine.hybrid_support import NOW, CountingEmbedder, make_brain

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from connector.engine.archive import pack_archive
-from connector.engine.index import BrainIndex
-from connector.engine.recall import recall
+from connector.engine.format.archive import pack_archive
+from connector.engine.recall.exact import recall
+from connector.engine.recall.index import BrainIndex
 from connector.mcp.tools import BrainTools, Caller
 from connector.workcopy.manager import ManagerTuning, WorkingCopyManager
 from connector.workcopy.model import Account

@@ -56,8 +56,8 @@ def test_a_cycle_frozen_by_accident_is_collected_after_a_drop() -> None:
 
 _DROP_AND_MEASURE = """
 import gc, random, sys
-from connector.engine.archive import load_archive, pack_archive
-from connector.engine.brain import Brain
+from connector.engine.format.archive import load_archive, pack_archive
+from connector.engine.format.brain import Brain
 from connector.workcopy.longlived import give_back_memory
 
 def rss():

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from connector.engine.brain import Brain
-from connector.engine.index import BrainIndex
+from connector.engine.format.brain import Brain
+from connector.engine.recall.index import BrainIndex
 from connector.mcp import tools as tools_module
 from connector.mcp.tools import BrainTools
 from connector.workcopy.model import WriteOutcome
@@ -113,7 +113,7 @@ def test_a_version_replaced_before_its_build_is_not_built(monkeypatch: pytest.Mo
 
 
 def test_hybrid_default_embeds_what_a_write_added_in_the_background(monkeypatch: pytest.MonkeyPatch) -> None:
-    from connector.engine.ops import Memorize
+    from connector.engine.writes.ops import Memorize
     from connector.workcopy.vectors import VectorStore
     from tests.engine.hybrid_support import NOW, CountingEmbedder, make_brain
 

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 import pytest
 
-from connector.engine.ops import connector_memorize
+from connector.engine.writes.ops import connector_memorize
 from connector.workcopy.manager import SIGN_IN_AGAIN, BrainUnavailable, ManagerTuning, WorkingCopyManager
 from tests.connector.conftest import RunningStore
 from tests.connector.test_workcopy import FlakyUploads, account_for

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from common.textsafety import escape_multiline, escape_one_line, has_unsafe_chars, one_line
-from connector.engine.credentials import find_credentials
+from connector.engine.writes.credentials import find_credentials
 from connector.mcp import render
 from connector.oauth.clients import RegistrationRefused, validate_registration
 from connector.workcopy.manager import UnknownBrain

@@ -176,7 +176,7 @@ _HOLDER = textwrap.dedent(
     import sys, time
     from datetime import UTC, datetime
     from pathlib import Path
-    from connector.engine.ops import connector_memorize
+    from connector.engine.writes.ops import connector_memorize
     from common.docstore import open_document_store
     from connector.workcopy.journal import HeldWriteJournal
     from connector.workcopy.model import Account, PendingWrite

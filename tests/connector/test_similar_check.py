@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from connector.engine.ops import Memorize
-from connector.engine.similar import DUPLICATE, UPDATE, Incoming
+from connector.engine.tending.similar import DUPLICATE, UPDATE, Incoming
+from connector.engine.writes.ops import Memorize
 from connector.mcp import tools as tools_module
 from connector.mcp.tools import BrainTools
 from connector.workcopy.model import Identity, Snapshot
@@ -69,8 +69,8 @@ def test_after_a_write_the_check_uses_the_indexed_version_and_the_newer_memories
 
 def test_the_checked_memory_is_not_embedded_again_after_its_write() -> None:
     """Issue 28: the check embeds the new memory's text once; the next version's index finds that vector."""
-    from connector.engine.index import BrainIndex
-    from connector.engine.ops import connector_memorize
+    from connector.engine.recall.index import BrainIndex
+    from connector.engine.writes.ops import connector_memorize
     from tests.engine.hybrid_support import CountingEmbedder
 
     embedder = CountingEmbedder()

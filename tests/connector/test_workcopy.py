@@ -12,10 +12,10 @@ from typing import Any
 import httpx
 import pytest
 
-from connector.engine.archive import pack_archive
-from connector.engine.brain import Brain
-from connector.engine.ops import Forget, Pin, connector_memorize
-from connector.engine.recall import recall
+from connector.engine.format.archive import pack_archive
+from connector.engine.format.brain import Brain
+from connector.engine.recall.exact import recall
+from connector.engine.writes.ops import Forget, Pin, connector_memorize
 from connector.mcp.tools import BrainTools, Caller
 from connector.workcopy.manager import BrainUnavailable, ManagerTuning, WorkingCopyManager, brain_bytes
 from connector.workcopy.model import Account
@@ -396,7 +396,7 @@ HOSTILE_CONTENT = {
 
 @pytest.mark.parametrize("kind", sorted(REFUSED_BY_ENGINE))
 def test_unsafe_archive_entries_are_refused_by_the_connector(kind: str) -> None:
-    from connector.engine.archive import ArchiveError, load_archive
+    from connector.engine.format.archive import ArchiveError, load_archive
 
     data = REFUSED_BY_ENGINE[kind]()
     if kind in ("symlink", "hardlink"):
@@ -459,7 +459,7 @@ def test_store_unreachable_from_the_start_is_a_clear_error(tmp_path: Path) -> No
 
 
 def test_recall_tool_equals_engine_recall(store: RunningStore) -> None:
-    from connector.engine.archive import load_directory
+    from connector.engine.format.archive import load_directory
 
     user = store.add_user("judy")
     brain_id = brains_of(store.url, user.token)[0]["id"]
@@ -552,7 +552,7 @@ def test_idle_copies_are_purged_only_when_clean(store: RunningStore) -> None:
 
 
 def test_an_archive_inflating_beyond_the_copy_limit_is_refused(store: RunningStore) -> None:
-    from connector.engine.archive import ArchiveLimits
+    from connector.engine.format.archive import ArchiveLimits
 
     user = store.add_user("bomb")
     brain_id = brains_of(store.url, user.token)[0]["id"]
@@ -656,7 +656,7 @@ def test_a_copy_counts_the_bytes_each_write_changes(store: RunningStore) -> None
 
 
 def test_budget_is_applied_before_a_load_and_a_brain_is_never_held_twice(store: RunningStore) -> None:
-    from connector.engine.archive import ArchiveLimits
+    from connector.engine.format.archive import ArchiveLimits
 
     users = [store.add_user(f"before{number}") for number in range(2)]
     for user in users:

@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from connector.engine.brain import Brain
-from connector.engine.ops import Memorize
+from connector.engine.format.brain import Brain
+from connector.engine.writes.ops import Memorize
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from connector.engine.brain import Brain
+from connector.engine.format.brain import Brain
 from tests.engine.hybrid_support import make_brain
 
 MEMORIES = [

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from connector.engine.archive import (
+from connector.engine.format.archive import (
     ArchiveError,
     ArchiveLimits,
     load_archive,
@@ -20,7 +20,7 @@ from connector.engine.archive import (
     pack_archive,
     save_directory,
 )
-from connector.engine.brain import Brain
+from connector.engine.format.brain import Brain
 from tests.engine.conftest import fixture_brains
 
 

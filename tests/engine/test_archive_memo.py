@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from connector.engine import archive
-from connector.engine.archive import load_archive, pack_archive
-from connector.engine.brain import Brain
+from connector.engine.format import archive
+from connector.engine.format.archive import load_archive, pack_archive
+from connector.engine.format.brain import Brain
 from tests.engine.test_archive import _tarfile_written
 from tests.engine.test_archive_segments import big_brain, with_new_memory
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from connector.engine import archive
-from connector.engine.archive import load_archive, pack_archive
-from connector.engine.brain import Brain, dump_json
+from connector.engine.format import archive
+from connector.engine.format.archive import load_archive, pack_archive
+from connector.engine.format.brain import Brain, dump_json
 from tests.engine.test_archive import _tarfile_written
 
 

@@ -9,14 +9,14 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from connector.engine.frontmatter import (
+from connector.engine.format.frontmatter import (
     edit_frontmatter,
     frontmatter_text,
     js_number,
     render_memory_file,
     yaml_string,
 )
-from connector.engine.text import js_trim, memory_body
+from connector.engine.format.text import js_trim, memory_body
 from tests.engine.conftest import fixture_brains
 
 # Any text hypothesis can make (surrogates are not encodable and are excluded by default).

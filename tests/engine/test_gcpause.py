@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 
-from connector.engine.gcpause import gc_paused
+from connector.engine.format.gcpause import gc_paused
 
 
 def test_pause_nests_and_restores() -> None:

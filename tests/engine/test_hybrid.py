@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 
 from common.docstore import open_document_store
-from connector.engine.archive import load_archive, pack_archive
-from connector.engine.embedding import quantize, cosines
-from connector.engine.hybrid import (
+from connector.engine.format.archive import load_archive, pack_archive
+from connector.engine.recall.embedding import quantize, cosines
+from connector.engine.recall.exact import recall
+from connector.engine.recall.hybrid import (
     DEFAULT_FUSION,
     EXACT_CANNOT_READ,
     NO_GOOD_MATCH,
@@ -28,10 +29,9 @@ from connector.engine.hybrid import (
     query_signals,
     recall_in_mode,
 )
-from connector.engine.index import BrainIndex
-from connector.engine.ops import Memorize
-from connector.engine.recall import recall
-from connector.engine.textmatch import TextIndex, initials, normalise, trigrams, word_terms
+from connector.engine.recall.index import BrainIndex
+from connector.engine.recall.textmatch import TextIndex, initials, normalise, trigrams, word_terms
+from connector.engine.writes.ops import Memorize
 from connector.workcopy.vectors import VectorStore
 from tests.engine.hybrid_support import MEMORIES, NOW, CountingEmbedder, make_brain
 from tests.support.fixtures import project_parity_dir
@@ -62,7 +62,7 @@ def test_stems_come_from_the_c_stemmer_and_match_the_pure_python_one() -> None:
     import Stemmer
     from snowballstemmer.english_stemmer import EnglishStemmer
 
-    from connector.engine import textmatch
+    from connector.engine.recall import textmatch
 
     assert isinstance(textmatch._STEMMER, Stemmer.Stemmer)
     words = {"running", "generously", "caresses", "ponies", "dying", "skies", "news", "gently", "Müller"}
@@ -199,7 +199,7 @@ def test_the_model_loads_and_works_without_network(tmp_path: Path) -> None:
         "socket.socket.connect = refuse\n"
         "socket.create_connection = refuse\n"
         "socket.getaddrinfo = refuse\n"
-        "from connector.engine.embedding import default_embedder\n"
+        "from connector.engine.recall.embedding import default_embedder\n"
         "v = default_embedder().embed(['my cat needs a vaccine', '我的猫需要打疫苗', 'quarterly tax filing'])\n"
         "print(round(float(v[0] @ v[1]), 3), round(float(v[0] @ v[2]), 3))\n"
     )

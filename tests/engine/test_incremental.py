@@ -1,4 +1,4 @@
-"""The recall index follows writes (`BrainIndex.apply_change`) and answers exactly as a fresh build.
+"""The recall index follows writes (`incremental.apply_change`) and answers exactly as a fresh build.
 
 Random sequences of writes (memorize with tags, links, supersessions and low-trust
 origins, pin, unpin, forget, verify approve and reject) run on fixture brains with
@@ -20,13 +20,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from connector.engine.archive import load_archive, pack_archive
-from connector.engine.brain import Brain
-from connector.engine.change import BrainChange
-from connector.engine.errors import BrainError
-from connector.engine.index import BrainIndex
-from connector.engine.ops import Forget, Memorize, MemoryInput, Operation, Pin, Unpin, Verify
-from connector.engine.recall import recall
+from connector.engine.format.archive import load_archive, pack_archive
+from connector.engine.format.brain import Brain
+from connector.engine.format.change import BrainChange
+from connector.engine.recall.exact import recall
+from connector.engine.recall.incremental import apply_change
+from connector.engine.recall.index import BrainIndex
+from connector.engine.writes.errors import BrainError
+from connector.engine.writes.ops import Forget, Memorize, MemoryInput, Operation, Pin, Unpin, Verify
 from tests.engine.writes_support import NOW, entries, fixture_brain, require_fixtures
 
 require_fixtures()
@@ -162,12 +163,12 @@ def test_followed_index_answers_as_a_fresh_build(name: str, variant: str, plan: 
         if how == "pull":
             # A newer archive from elsewhere: new bytes objects, nothing parsed, no hints.
             working = load_archive(pack_archive(working))
-            index = index.apply_change(working, BrainChange.between(before, working))
+            index = apply_change(index, working, BrainChange.between(before, working))
             batch, before = [], working
         elif how == "batch" and counter < len(plan) - 1:
             batch += journal  # followed later, several writes at once (as a replay after a 412 does)
         else:
-            index = index.apply_change(working, BrainChange.of_journal(batch + journal))
+            index = apply_change(index, working, BrainChange.of_journal(batch + journal))
             batch, before = [], working
         brain = working
         if not batch:
@@ -175,15 +176,15 @@ def test_followed_index_answers_as_a_fresh_build(name: str, variant: str, plan: 
             _same_statistics(index, built)
             assert _answers(index, now) == _answers(built, now)
     if batch:
-        index = index.apply_change(brain, BrainChange.of_journal(batch))
+        index = apply_change(index, brain, BrainChange.of_journal(batch))
         assert _answers(index, NOW) == _answers(BrainIndex.build(brain), NOW)
 
 
 def test_an_unchanged_brain_keeps_its_index() -> None:
     brain = fixture_brain("brain-1-10")
     index = BrainIndex.build(brain)
-    assert index.apply_change(brain.copy(), BrainChange()) is index
-    assert index.apply_change(load_archive(pack_archive(brain)), BrainChange.between(brain, load_archive(pack_archive(brain)))) is index
+    assert apply_change(index, brain.copy(), BrainChange()) is index
+    assert apply_change(index, load_archive(pack_archive(brain)), BrainChange.between(brain, load_archive(pack_archive(brain)))) is index
 
 
 def test_a_write_keeps_the_older_index_intact() -> None:
@@ -196,7 +197,7 @@ def test_a_write_keeps_the_older_index_intact() -> None:
     Memorize([MemoryInput(title="kettle harbour", type="learning", content="kettle harbour running", path="notes/",
                           tags=("running", "cooking"))]).apply(working, NOW)
     Forget(next(iter(entries(brain))), force=True).apply(working, NOW)
-    followed = index.apply_change(working, BrainChange.of_journal(working.journal))
+    followed = apply_change(index, working, BrainChange.of_journal(working.journal))
     assert followed is not index
     assert _answers(index, NOW) == before
     assert _answers(followed, NOW) == _answers(BrainIndex.build(working), NOW)
@@ -217,7 +218,7 @@ def test_a_journal_records_what_each_write_changed() -> None:
 def test_new_contexts_extend_the_group_columns_as_a_build_numbers_them() -> None:
     """A memory with a new encoding context adds a group: the follower encodes only the added
     groups, and its arrays equal a fresh build's (codes in order of first appearance)."""
-    from connector.engine.columns import _GROUP_FIELDS
+    from connector.engine.recall.columns import _GROUP_FIELDS
 
     brain = fixture_brain("brain-1-10")
     index = BrainIndex.build(brain)
@@ -232,7 +233,7 @@ def test_new_contexts_extend_the_group_columns_as_a_build_numbers_them() -> None
         working.journal = []
         Memorize([MemoryInput(title=f"kettle {number}", type="learning", content=f"kettle harbour {number}",
                               path="notes/", tags=("cooking",), encoding_context=context)]).apply(working, NOW)
-        followed = index.apply_change(working, BrainChange.of_journal(working.journal))
+        followed = apply_change(index, working, BrainChange.of_journal(working.journal))
         built = BrainIndex.build(working)
         assert followed.ctx_groups == built.ctx_groups and len(built.ctx_groups) == len(index.ctx_groups) + 1
         assert followed.columns is not None and built.columns is not None

@@ -21,12 +21,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from connector.engine.brain import Brain
-from connector.engine.change import BrainChange
-from connector.engine.columns import Postings, doc_terms
-from connector.engine.index import BrainIndex, HitFields, RecallError, edge_lists, js_object_order, read_json
-from connector.engine.ops import connector_memorize
-from connector.engine.recall import recall
+from connector.engine.format.brain import Brain
+from connector.engine.format.change import BrainChange
+from connector.engine.recall.columns import Postings, doc_terms
+from connector.engine.recall.exact import recall
+from connector.engine.recall.incremental import apply_change
+from connector.engine.recall.index import BrainIndex, HitFields, RecallError, edge_lists, js_object_order, read_json
+from connector.engine.writes.ops import connector_memorize
 from tests.engine.conftest import REPO_ROOT
 from tests.support.footprint import index_footprint
 
@@ -57,7 +58,7 @@ def test_index_weighs_less_than_twice_its_brain_and_stays_so_after_a_write() -> 
     working = brain.copy()
     working.journal = []
     connector_memorize("kept small after a write", tags=["cache"]).apply(working, NOW)
-    followed = index.apply_change(working, BrainChange.of_journal(working.journal))
+    followed = apply_change(index, working, BrainChange.of_journal(working.journal))
     working.journal = None
     assert recall(None, "kept small after a write", index=followed, now=NOW)[0]["title"].startswith("kept small")
     assert sum(index_footprint(followed, working).values()) < 1.7 * sum(map(len, working.files.values()))
@@ -204,7 +205,7 @@ def test_invalid_associations_skip_spreading_as_before() -> None:
 
 
 def test_js_object_order_puts_array_index_keys_first_whatever_the_smallest_key() -> None:
-    from connector.engine.text import js_key_order
+    from connector.engine.format.text import js_key_order
 
     unchanged = {"mem_b": 1, "mem_a": 2, ":x": 3, "٣": 4, "Ｘ": 5}
     assert js_object_order(unchanged) is unchanged
@@ -219,7 +220,7 @@ def test_js_object_order_puts_array_index_keys_first_whatever_the_smallest_key()
 def test_document_norms_as_an_array_are_the_scalar_norms_bit_for_bit() -> None:
     import random
 
-    from connector.engine.index import _norm, document_norms
+    from connector.engine.recall.index import _norm, document_norms
 
     rnd = random.Random(7)
     for _ in range(50):

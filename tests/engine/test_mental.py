@@ -1,4 +1,4 @@
-"""Mental models in the brain (`connector.engine.mental`, ``mental-models.json``): writes, replays, checks,
+"""Mental models in the brain (`connector.engine.tending.mental`, ``mental-models.json``): writes, replays, checks,
 and that the command line's reads and writes treat the file as an unknown file (kept, never a memory)."""
 
 from __future__ import annotations
@@ -12,10 +12,12 @@ import pytest
 from click.testing import CliRunner
 
 from cli.connector import main
-from connector.engine.archive import load_archive, load_directory, pack_archive
-from connector.engine.brain import Brain, dump_json
-from connector.engine.errors import BrainError
-from connector.engine.mental import (
+from connector.engine.format.archive import load_archive, load_directory, pack_archive
+from connector.engine.format.brain import Brain, dump_json
+from connector.engine.format.jsvalues import datetime_ms
+from connector.engine.format.rules import parse_iso
+from connector.engine.recall.exact import recall
+from connector.engine.tending.mental import (
     MENTAL_FILE,
     CreateModel,
     DeleteModel,
@@ -25,12 +27,10 @@ from connector.engine.mental import (
     new_model_id,
     newer_matches,
 )
-from connector.engine.memorize import connector_memory
-from connector.engine.ops import Forget, Memorize, connector_memorize, operation_from_dict
-from connector.engine.recall import recall
-from connector.engine.review import MemorizeFlagged, review_document
-from connector.engine.rules import parse_iso
-from connector.engine.jsvalues import datetime_ms
+from connector.engine.tending.review import MemorizeFlagged, review_document
+from connector.engine.writes.errors import BrainError
+from connector.engine.writes.memorize import connector_memory
+from connector.engine.writes.ops import Forget, Memorize, connector_memorize, operation_from_dict
 from tests.engine.writes_support import NOW, check_consistency, entries, fixture_brain, require_fixtures
 
 require_fixtures()

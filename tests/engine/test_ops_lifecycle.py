@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from connector.engine.brain import Brain
-from connector.engine.errors import BrainError
-from connector.engine.ops import Forget, Memorize, Pin, Unpin, Verify, connector_memorize, operation_from_dict
+from connector.engine.format.brain import Brain
+from connector.engine.writes.errors import BrainError
+from connector.engine.writes.ops import Forget, Memorize, Pin, Unpin, Verify, connector_memorize, operation_from_dict
 from tests.engine.writes_support import (
     require_fixtures,
     NOW,

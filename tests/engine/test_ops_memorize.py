@@ -11,12 +11,12 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from common.textsafety import has_unsafe_chars, one_line
-from connector.engine import ops as ops_module
-from connector.engine.brain import Brain
-from connector.engine.errors import BrainError
-from connector.engine.ops import Forget, Memorize, MemoryInput, Pin, connector_memorize, new_memory_id
-from connector.engine.rules import COGNITIVE_TYPES, MEMORY_TYPES
-from connector.engine.text import js_trim, memory_body
+from connector.engine.format.brain import Brain
+from connector.engine.format.rules import COGNITIVE_TYPES, MEMORY_TYPES
+from connector.engine.format.text import js_trim, memory_body
+from connector.engine.writes import ops as ops_module
+from connector.engine.writes.errors import BrainError
+from connector.engine.writes.ops import Forget, Memorize, MemoryInput, Pin, connector_memorize, new_memory_id
 from tests.engine.writes_support import (
     require_fixtures,
     NOW,

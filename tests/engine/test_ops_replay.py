@@ -14,9 +14,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from connector.engine.brain import Brain
-from connector.engine.errors import BrainError
-from connector.engine.ops import Forget, Memorize, MemoryInput, Operation, Pin, Unpin, Verify
+from connector.engine.format.brain import Brain
+from connector.engine.writes.errors import BrainError
+from connector.engine.writes.ops import Forget, Memorize, MemoryInput, Operation, Pin, Unpin, Verify
 from tests.engine.writes_support import require_fixtures, NOW, check_consistency, edges, entries, fixture_brain
 
 require_fixtures()

@@ -10,11 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from connector.engine.archive import load_directory
-from connector.engine.brain import Brain
-from connector.engine.index import BrainIndex, BrainNotInitialized, IndexCache
-from connector.engine.jsvalues import parse_iso_ms, round3
-from connector.engine.recall import recall
+from connector.engine.format.archive import load_directory
+from connector.engine.format.brain import Brain
+from connector.engine.format.jsvalues import parse_iso_ms, round3
+from connector.engine.recall.exact import recall
+from connector.engine.recall.index import BrainIndex, BrainNotInitialized
+from connector.engine.recall.indexcache import IndexCache, index_for
 from tests.engine.conftest import parity_dir
 from tests.engine.test_recall_parity import run_case, same_json
 
@@ -205,7 +206,7 @@ def test_cache_and_invalidation() -> None:
     assert len(cache) == 2
     prepared = BrainIndex.build(brain)
     assert ids(recall(None, "vacuum", now=NOW, index=prepared)) == ["m1"]
-    assert BrainIndex.for_brain(brain, "k3", cache) is cache.get("k3", brain)
+    assert index_for(brain, "k3", cache) is cache.get("k3", brain)
     cache.put("k4", prepared)
     assert cache.get("k4", changed) is prepared
 

@@ -14,12 +14,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import connector.engine.recall as recall_module
-from connector.engine.brain import Brain
-from connector.engine.columns import Postings, bm25_relevance, doc_terms
-from connector.engine.index import BrainIndex
-from connector.engine.recall import recall, relevances
-from connector.engine.text import tokenize
+from connector.engine.format.brain import Brain
+from connector.engine.format.text import tokenize
+from connector.engine.recall.columns import Postings, bm25_relevance, doc_terms
+import connector.engine.recall.exact as recall_module
+from connector.engine.recall.exact import recall, relevances
+from connector.engine.recall.index import BrainIndex
 from tests.engine.test_recall import make_brain
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

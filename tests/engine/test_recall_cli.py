@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from connector.engine.archive import load_directory, pack_archive
+from connector.engine.format.archive import load_directory, pack_archive
 from tests.engine.conftest import parity_dir
 from tests.engine.test_recall_parity import same_json
 from tests.support.processes import console_script

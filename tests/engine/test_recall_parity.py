@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from connector.engine.archive import load_directory
-from connector.engine.brain import Brain
-from connector.engine.index import BrainIndex
-from connector.engine.recall import recall
+from connector.engine.format.archive import load_directory
+from connector.engine.format.brain import Brain
+from connector.engine.recall.exact import recall
+from connector.engine.recall.index import BrainIndex
 from tests.engine.conftest import parity_dir
 
 CASES_FILE = parity_dir() / "cases.jsonl"

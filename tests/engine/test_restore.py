@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from connector.engine.brain import Brain
-from connector.engine.errors import BrainError
-from connector.engine.ops import Forget, Verify, connector_memorize, operation_from_dict
-from connector.engine.recall import recall
-from connector.engine.restore import Restore, frontmatter_values
+from connector.engine.format.brain import Brain
+from connector.engine.recall.exact import recall
+from connector.engine.writes.errors import BrainError
+from connector.engine.writes.ops import Forget, Verify, connector_memorize, operation_from_dict
+from connector.engine.writes.restore import Restore, frontmatter_values
 from tests.engine.writes_support import NOW, check_consistency, entries, fixture_brain, require_fixtures
 
 require_fixtures()

@@ -1,4 +1,4 @@
-"""The review queue of similar memories (`connector.engine.review`): queueing, listing, decisions, replays."""
+"""The review queue of similar memories (`connector.engine.tending.review`): queueing, listing, decisions, replays."""
 
 from __future__ import annotations
 
@@ -8,14 +8,11 @@ from datetime import timedelta
 import pytest
 
 from common.docstore import open_document_store
-from connector.engine.archive import load_archive, pack_archive
-from connector.engine.brain import Brain, dump_json
-from connector.engine.errors import BrainError
-from connector.engine.memorize import connector_memory
-from connector.engine.ops import Forget, Memorize, connector_memorize, operation_from_dict
-from connector.engine.recall import recall
-from connector.engine.restore import Restore
-from connector.engine.review import (
+from connector.engine.format.archive import load_archive, pack_archive
+from connector.engine.format.brain import Brain, dump_json
+from connector.engine.recall.exact import recall
+from connector.engine.recall.indexcache import IndexCache, index_for
+from connector.engine.tending.review import (
     FIRST_CHECK,
     REVIEW_FILE,
     Decide,
@@ -28,7 +25,10 @@ from connector.engine.review import (
     unchecked,
     unchecked_ms,
 )
-from connector.engine.index import IndexCache, index_for
+from connector.engine.writes.errors import BrainError
+from connector.engine.writes.memorize import connector_memory
+from connector.engine.writes.ops import Forget, Memorize, connector_memorize, operation_from_dict
+from connector.engine.writes.restore import Restore
 from tests.engine.writes_support import (
     FIXTURES,
     NOW,

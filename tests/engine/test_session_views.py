@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
-from connector.engine.brain import Brain
-from connector.engine.frontmatter import body_text
-from connector.engine.ops import Forget, Memorize, MemoryInput, Pin
-from connector.engine.recall import recall
-from connector.engine.session import edge_order, pinned_tier, session_start, take_within
-from connector.engine.views import attach_content, cut_at_word, read_memory
+from connector.engine.format.brain import Brain
+from connector.engine.format.frontmatter import body_text
+from connector.engine.format.views import attach_content, cut_at_word, read_memory
+from connector.engine.recall.exact import recall
+from connector.engine.recall.session import edge_order, pinned_tier, session_start, take_within
+from connector.engine.writes.ops import Forget, Memorize, MemoryInput, Pin
 
 NOW = datetime(2026, 1, 15, tzinfo=UTC)
 NOW_MS = int(NOW.timestamp() * 1000)

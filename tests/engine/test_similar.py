@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from connector.engine.brain import Brain
-from connector.engine.hybrid import HybridIndex
-from connector.engine.index import BrainIndex
-from connector.engine.similar import (
+from connector.engine.format.brain import Brain
+from connector.engine.recall.hybrid import HybridIndex
+from connector.engine.recall.index import BrainIndex
+from connector.engine.tending.similar import (
     DUPLICATE,
     FEATURES,
     RELATED,
@@ -157,9 +157,9 @@ def test_exact_duplicates_without_vectors() -> None:
 
 
 def test_newer_memories_are_checked_beside_an_older_version(prepared, model_store) -> None:  # type: ignore[no-untyped-def]
-    from connector.engine.embedding import content_hash
-    from connector.engine.ops import Memorize
-    from connector.engine.similar import Newer
+    from connector.engine.recall.embedding import content_hash
+    from connector.engine.writes.ops import Memorize
+    from connector.engine.tending.similar import Newer
     from tests.engine.hybrid_support import NOW
 
     brain, ids, index, hybrid = prepared

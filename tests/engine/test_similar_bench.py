@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from connector.engine.archive import save_directory
+from connector.engine.format.archive import save_directory
 from tests.engine.conftest import REPO_ROOT
 from tests.engine.similar_support import governance_brain
 

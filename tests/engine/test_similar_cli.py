@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from cli.connector import main
-from connector.engine.archive import pack_archive, save_directory
+from connector.engine.format.archive import pack_archive, save_directory
 from tests.engine.similar_support import MEMORIES, governance_brain
 from tests.support.processes import console_script
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from connector.engine.text import (
+from connector.engine.format.text import (
     JS_WHITESPACE,
     STOPWORDS,
     document_text,

@@ -9,10 +9,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from connector.engine.brain import Brain
-from connector.engine.memorize import connector_title, slugify
-from connector.engine.ops import connector_memorize
-from connector.engine.titles import plain_title
+from connector.engine.format.brain import Brain
+from connector.engine.format.titles import plain_title
+from connector.engine.writes.memorize import connector_title, slugify
+from connector.engine.writes.ops import connector_memorize
 from connector.mcp import render
 from tests.support.fixtures import project_parity_dir
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from connector.engine import usefast
-from connector.engine.embedding import MAX_EMBED_CHARS, UseEmbedder
-from connector.engine.usefast import _SP_BATCH_MIN, TOKEN_BUDGET, FastUse
+from connector.engine.recall import usefast
+from connector.engine.recall.embedding import MAX_EMBED_CHARS, UseEmbedder
+from connector.engine.recall.usefast import _SP_BATCH_MIN, TOKEN_BUDGET, FastUse
 from tests.engine.hybrid_support import MEMORIES
 
 TEXTS = [

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from connector.engine.winograd import correlation
+from connector.engine.recall.winograd import correlation
 
 
 @pytest.mark.parametrize(("m", "r"), [(1, 1), (2, 3), (4, 2), (4, 3), (4, 5), (2, 5)])

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from cli.connector import main
-from connector.engine.archive import load_directory
+from connector.engine.format.archive import load_directory
 from tests.engine.writes_support import check_consistency, fixture_path, memory, require_fixtures
 from tests.support.processes import console_script
 

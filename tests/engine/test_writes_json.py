@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from connector.engine.brain import Brain, dump_json
-from connector.engine.txn import WriteTxn, fast_dump_json, maybe_special_float
+from connector.engine.format.brain import Brain, dump_json
+from connector.engine.writes.txn import WriteTxn, fast_dump_json, maybe_special_float
 from tests.engine.writes_support import require_fixtures, NOW, fixture_brain
 
 json_values = st.recursive(

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 import yaml
 
-from connector.engine.brain import Brain
-from connector.engine.frontmatter import frontmatter_text
-from connector.engine.ops import Forget, Memorize, MemoryInput, Pin
-from connector.engine.rules import parse_iso
+from connector.engine.format.brain import Brain
+from connector.engine.format.frontmatter import frontmatter_text
+from connector.engine.format.rules import parse_iso
+from connector.engine.writes.ops import Forget, Memorize, MemoryInput, Pin
 from tests.engine.writes_support import FIXTURES, NOW, fixture_brain, require_fixtures
 
 require_fixtures()

@@ -1,6 +1,6 @@
 """Writes that take the previous write's parsed documents give exactly the bytes of writes that parse.
 
-`connector.engine.txn.PARSED` keeps the documents a commit serialised for the next
+`connector.engine.writes.txn.PARSED` keeps the documents a commit serialised for the next
 write on the same bytes. A chain of mixed writes is run with the cache on (every
 document size cached) and then replayed, the same operations with the same ids and
 times, with the cache off: every step must leave identical files.
@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from connector.engine import txn
-from connector.engine.archive import load_directory
-from connector.engine.brain import Brain
-from connector.engine.errors import BrainError
-from connector.engine.ops import Forget, Pin, Unpin, Verify, connector_memorize
+from connector.engine.format.archive import load_directory
+from connector.engine.format.brain import Brain
+from connector.engine.writes import txn
+from connector.engine.writes.errors import BrainError
+from connector.engine.writes.ops import Forget, Pin, Unpin, Verify, connector_memorize
 from tests.support.fixtures import project_parity_dir
 
 FIXTURES = project_parity_dir() / "brains"

@@ -1,6 +1,6 @@
 """Documents joined from kept pieces are byte for byte their full serialisation.
 
-`connector.engine.jsonpieces` re-encodes only the entries a write names as changed;
+`connector.engine.format.jsonpieces` re-encodes only the entries a write names as changed;
 these tests drive random change sequences on random documents (nested values,
 escapes, non-ASCII, empty containers, integer-like keys) and compare every output
 with `fast_dump_json` of the same document, bit for bit; then whole writes on a
@@ -17,11 +17,12 @@ from typing import Any
 
 import pytest
 
-from connector.engine import jsonpieces, txn
-from connector.engine.archive import load_directory
-from connector.engine.brain import dump_json
-from connector.engine.ops import connector_memorize
-from connector.engine.txn import KEPT_MAPS, fast_dump_json
+from connector.engine.format import jsonpieces
+from connector.engine.format.archive import load_directory
+from connector.engine.format.brain import dump_json
+from connector.engine.writes import txn
+from connector.engine.writes.ops import connector_memorize
+from connector.engine.writes.txn import KEPT_MAPS, fast_dump_json
 from tests.engine.test_writes_parsed_cache import FIXTURES, chain, written_once
 
 ALPHABET = ["a", "b", "é", "漢", "\n", '"', "\\", "\t", "\u2028", "/", "<", " ", "0", "\x01", "😀"]

@@ -6,10 +6,10 @@ from datetime import timedelta
 
 import pytest
 
-from connector.engine.archive import load_archive, pack_archive
-from connector.engine.brain import Brain
-from connector.engine.ops import Forget, Memorize, Pin, Unpin, Verify, connector_memorize
-from connector.engine.recall import recall
+from connector.engine.format.archive import load_archive, pack_archive
+from connector.engine.format.brain import Brain
+from connector.engine.recall.exact import recall
+from connector.engine.writes.ops import Forget, Memorize, Pin, Unpin, Verify, connector_memorize
 from tests.engine.writes_support import require_fixtures, NOW, check_consistency, entries, fixture_brain, memory
 
 require_fixtures()

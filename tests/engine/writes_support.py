@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 import yaml
 
-from connector.engine.archive import load_directory
-from connector.engine.brain import Brain, dump_json
-from connector.engine.frontmatter import frontmatter_text
-from connector.engine.text import document_text, memory_body, term_counts
+from connector.engine.format.archive import load_directory
+from connector.engine.format.brain import Brain, dump_json
+from connector.engine.format.frontmatter import frontmatter_text
+from connector.engine.format.text import document_text, memory_body, term_counts
 from tests.support.fixtures import project_parity_dir
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, 123000, tzinfo=UTC)

@@ -172,7 +172,7 @@ def test_check_against_the_dev_store_passes_in_under_30_seconds(tmp_path: Path) 
 async def test_dev_seeds_example_memories_once_and_a_second_run_on_the_same_data_is_refused(tmp_path: Path) -> None:
     from datetime import UTC, datetime
 
-    from connector.engine.recall import recall
+    from connector.engine.recall.exact import recall
     from tests.connector.conftest import brains_of, download_brain
 
     data = tmp_path / "dev-data"

@@ -120,7 +120,7 @@ _HOLDER = textwrap.dedent(
     import os, sys, time
     from datetime import UTC, datetime
     from common.docstore import open_document_store
-    from connector.engine.ops import connector_memorize
+    from connector.engine.writes.ops import connector_memorize
     from connector.workcopy import leases
     from connector.workcopy.journal import HeldWriteJournal
     from connector.workcopy.model import Account, PendingWrite

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from connector.engine.brain import Brain
-from connector.engine.ops import Forget, Pin, connector_memorize
+from connector.engine.format.brain import Brain
+from connector.engine.writes.ops import Forget, Pin, connector_memorize
 from connector.webapp.history import diff_brains
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)

@@ -8,9 +8,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from connector.engine.brain import Brain
-from connector.engine.mental import MENTAL_FILE, CreateModel, SaveModel, new_model_id
-from connector.engine.ops import connector_memorize
+from connector.engine.format.brain import Brain
+from connector.engine.tending.mental import MENTAL_FILE, CreateModel, SaveModel, new_model_id
+from connector.engine.writes.ops import connector_memorize
 
 from ..conftest import RunningStore, brains_of, device_write, download_brain
 from .conftest import app_client, sign_in

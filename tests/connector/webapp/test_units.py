@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from connector.engine.hybrid import MODES
+from connector.engine.recall.hybrid import MODES
 from connector.webapp import markdown
 from connector.webapp.markdown import render_markdown, render_markdown_in
 from connector.webapp.sessions import WebSessions

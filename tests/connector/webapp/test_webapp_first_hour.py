@@ -9,9 +9,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from connector.engine.archive import pack_archive
-from connector.engine.brain import Brain
-from connector.engine.ops import connector_memorize
+from connector.engine.format.archive import pack_archive
+from connector.engine.format.brain import Brain
+from connector.engine.writes.ops import connector_memorize
 
 from ..conftest import RunningStore, brains_of, download_brain, upload_raw
 from .conftest import app_client, sign_in

@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from connector.engine.archive import pack_archive
-from connector.engine.brain import Brain
-from connector.engine.ops import Memorize, connector_memorize
+from connector.engine.format.archive import pack_archive
+from connector.engine.format.brain import Brain
+from connector.engine.writes.ops import Memorize, connector_memorize
 from tests.engine.hybrid_support import make_brain
 
 from ..conftest import RunningStore, brains_of, direct_memorize, download_brain, upload_raw

@@ -8,9 +8,9 @@ import json
 import re
 from datetime import UTC, datetime
 
-from connector.engine.archive import pack_archive
-from connector.engine.brain import Brain
-from connector.engine.ops import Memorize
+from connector.engine.format.archive import pack_archive
+from connector.engine.format.brain import Brain
+from connector.engine.writes.ops import Memorize
 
 from ..conftest import RunningStore, brains_of, upload_raw
 from .conftest import app_client, sign_in

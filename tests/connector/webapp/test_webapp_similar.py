@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from connector.engine.archive import pack_archive
+from connector.engine.format.archive import pack_archive
 from tests.engine.similar_support import MEMORIES, governance_brain
 
 from ..conftest import RunningStore, brains_of, download_brain, upload_raw

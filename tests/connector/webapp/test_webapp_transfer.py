@@ -9,7 +9,7 @@ import zipfile
 
 import pytest
 
-from connector.engine.text import memory_body
+from connector.engine.format.text import memory_body
 
 from ..conftest import RunningStore, brains_of, direct_memorize, download_brain
 from .conftest import app_client, sign_in

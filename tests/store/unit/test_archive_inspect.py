@@ -127,8 +127,8 @@ FIXTURE_BRAINS = project_parity_dir() / "brains"
 
 
 def test_engine_packer_archives_are_accepted() -> None:
-    archive = pytest.importorskip("connector.engine.archive")
-    brain_module = pytest.importorskip("connector.engine.brain")
+    archive = pytest.importorskip("connector.engine.format.archive")
+    brain_module = pytest.importorskip("connector.engine.format.brain")
     if not hasattr(archive, "pack_archive"):
         pytest.skip("engine packer not available yet")
     files = {"index.json": b"{}\n", "memories/a.md": b"---\ntitle: a\n---\nbody\n", "memories/sub/b.md": b"b"}

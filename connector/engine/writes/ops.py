@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
-from connector.engine.brain import Brain
-from connector.engine.errors import BrainError
-from connector.engine.memorize import (
+from connector.engine.format.brain import ARCHIVE_INDEX, Brain
+from connector.engine.format.rules import PROTECTED_SALIENCE
+from connector.engine.writes.errors import BrainError
+from connector.engine.writes.memorize import (
     MemoryInput,
     add_memory,
     apply_supersession,
@@ -26,8 +27,7 @@ from connector.engine.memorize import (
     parse_memorize_request,
     release_supersessions,
 )
-from connector.engine.rules import PROTECTED_SALIENCE
-from connector.engine.txn import ARCHIVE_INDEX, WriteTxn
+from connector.engine.writes.txn import WriteTxn
 
 __all__ = [
     "BrainError",
@@ -40,7 +40,9 @@ __all__ = [
     "Verify",
     "connector_memorize",
     "new_memory_id",
+    "OPERATION_READERS",
     "operation_from_dict",
+    "register_kind",
 ]
 
 
@@ -475,39 +477,36 @@ class Verify(Operation):
         return {"op": self.kind, "action": self.action, "ids": list(self.ids)}
 
 
+# Operation kind -> how one is read back from its `to_dict` form. Every module that defines
+# kinds registers them (this one below; writes/restore.py, tending/review.py and
+# tending/mental.py theirs), so this module needs none of the modules that build on it.
+# connector/engine/kinds.py imports them all: read kept operations through it.
+OPERATION_READERS: dict[str, Callable[[Mapping[str, Any]], Operation]] = {}
+
+
+def register_kind(kind: str, reader: Callable[[Mapping[str, Any]], Operation]) -> None:
+    """Make ``operation_from_dict`` read operations of ``kind`` with ``reader``."""
+    OPERATION_READERS[kind] = reader
+
+
 def operation_from_dict(value: Mapping[str, Any]) -> Operation:
     """Rebuild an operation from its `to_dict` form (pending writes kept elsewhere)."""
     kind = value.get("op")
-    if kind == "memorize":
-        memories = [MemoryInput.from_mapping(item) for item in value.get("memories", [])]
-        return Memorize(memories, ids=value.get("ids"), created=value.get("created"))
-    if kind == "pin":
-        return Pin(value["id"], value.get("scope", "global"), value.get("priority", 0))
-    if kind == "unpin":
-        return Unpin(value["id"])
-    if kind == "forget":
-        return Forget(value["id"], bool(value.get("force", False)))
-    if kind == "verify":
-        return Verify(value.get("action", "list"), list(value.get("ids", [])))
-    if kind == "restore":
-        from connector.engine.restore import Restore  # restore.py builds on this module
+    reader = OPERATION_READERS.get(kind) if isinstance(kind, str) else None
+    if reader is None:
+        raise BrainError(f"unknown operation {kind!r}")
+    return reader(value)
 
-        return Restore(value["id"])
-    if kind == "review-flag":
-        from connector.engine.review import FlagPairs  # review.py builds on this module
 
-        return FlagPairs.from_dict(value)
-    if kind == "review-decide":
-        from connector.engine.review import Decide
-
-        return Decide.from_dict(value)
-    if kind == "memorize-flagged":
-        from connector.engine.review import MemorizeFlagged
-
-        return MemorizeFlagged.from_dict(value)
-    if kind in ("mental-create", "mental-save", "mental-delete"):
-        from connector.engine.mental import CreateModel, DeleteModel, SaveModel  # mental.py builds on this module
-
-        kinds: dict[str, Any] = {"mental-create": CreateModel, "mental-save": SaveModel, "mental-delete": DeleteModel}
-        return kinds[kind].from_dict(value)  # type: ignore[no-any-return]
-    raise BrainError(f"unknown operation {kind!r}")
+register_kind(
+    Memorize.kind,
+    lambda value: Memorize(
+        [MemoryInput.from_mapping(item) for item in value.get("memories", [])],
+        ids=value.get("ids"),
+        created=value.get("created"),
+    ),
+)
+register_kind(Pin.kind, lambda value: Pin(value["id"], value.get("scope", "global"), value.get("priority", 0)))
+register_kind(Unpin.kind, lambda value: Unpin(value["id"]))
+register_kind(Forget.kind, lambda value: Forget(value["id"], bool(value.get("force", False))))
+register_kind(Verify.kind, lambda value: Verify(value.get("action", "list"), list(value.get("ids", []))))

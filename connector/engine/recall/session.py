@@ -12,10 +12,10 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from connector.engine.brain import Brain
-from connector.engine.index import DEFAULT_CACHE, IndexCache
-from connector.engine.recall import recall
-from connector.engine.views import memory_content
+from connector.engine.format.brain import Brain
+from connector.engine.format.views import memory_content
+from connector.engine.recall.exact import recall
+from connector.engine.recall.indexcache import DEFAULT_CACHE, IndexCache
 
 BUDGET_DEFAULTS = {
     "working_memory_budget_tokens": 3000,

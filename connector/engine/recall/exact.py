@@ -10,34 +10,23 @@ from __future__ import annotations
 
 import heapq
 import math
-import posixpath
 from datetime import datetime
 from typing import Any
 
 import numpy as np
-from msgspec import UNSET
 
-from connector.engine.brain import Brain
-from connector.engine.columns import bm25_relevance
-from connector.engine.index import (
-    LOW_TRUST_ORIGINS,
-    BrainIndex,
-    BrainNotInitialized,
-    IndexCache,
-    MemoryRecord,
-    RecallError,
-    index_for,
-    DEFAULT_CACHE,
-)
-from connector.engine.jsvalues import datetime_ms, parse_iso_ms, round3
-from connector.engine.text import tokenize
+from connector.engine.format.brain import Brain
+from connector.engine.format.jsvalues import datetime_ms, round3
+from connector.engine.format.text import tokenize
+from connector.engine.recall.columns import bm25_relevance
+from connector.engine.recall.index import BrainIndex, BrainNotInitialized, MemoryRecord, RecallError
+from connector.engine.recall.indexcache import DEFAULT_CACHE, IndexCache, index_for
+from connector.engine.recall.pipeline import eligibility, hit_of, instant_ms, newer_field_factors, time_terms
 
 __all__ = ["recall", "BrainIndex", "BrainNotInitialized", "RecallError", "context_query"]
 
-MS_PER_DAY = 86_400_000
 FLOOR = 0.05
 SOURCE_THRESHOLD = 0.3
-SUPERSEDED_FACTOR = 0.25
 
 W_RELEVANCE, W_DECAYED, W_RECENCY = 0.38, 0.18, 0.08
 W_SPREADING, W_CONTEXT, W_SALIENCE = 0.14, 0.14, 0.08
@@ -71,17 +60,6 @@ def context_query(project: str | None, task: str | None, topics: str | None) -> 
     """The query context mode uses: project, topics and task (those given), or ``*``."""
     parts = [part for part in (project, topics, task) if part]
     return " ".join(parts) if parts else "*"
-
-
-def _instant_ms(value: datetime | str | None) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, datetime):
-        return datetime_ms(value)
-    parsed = parse_iso_ms(value)
-    if parsed is None:
-        raise RecallError(f"not an ISO 8601 instant: {value!r}")
-    return parsed
 
 
 def relevances(index: BrainIndex, query: str) -> dict[int, float]:
@@ -136,37 +114,6 @@ def relevances(index: BrainIndex, query: str) -> dict[int, float]:
     return result
 
 
-def _time_terms(memories: list[MemoryRecord], positions: list[int], now_ms: int) -> dict[int, tuple[float, float]]:
-    """Decayed strength and recency of the memories at ``positions`` (one tight loop)."""
-    terms: dict[int, tuple[float, float]] = {}
-    pow_, isfinite = math.pow, math.isfinite
-    for position in positions:
-        record = memories[position]
-        strength = record.strength
-        accessed = record.last_accessed_ms
-        if accessed is None:
-            # Unparseable or missing time: every time-derived term is 0.
-            terms[position] = (strength if (record.never_decays and strength is not None) else 0.0, 0.0)
-            continue
-        days = (now_ms - accessed) / MS_PER_DAY
-        if strength is None:
-            decayed = 0.0
-        elif record.never_decays:
-            decayed = strength
-        elif record.decay_rate is None:
-            decayed = 0.0
-        else:
-            try:
-                decayed = strength * pow_(record.decay_rate, days)
-            except (ValueError, OverflowError):
-                decayed = 0.0  # NaN or infinity in JavaScript
-            if not isfinite(decayed):
-                decayed = 0.0
-        recency = 1 - days / 365
-        terms[position] = (decayed, 0.0 if recency < 0 else (1.0 if recency > 1 else recency))
-    return terms
-
-
 def _evaluate(
     memories: list[MemoryRecord],
     positions: list[int],
@@ -175,7 +122,7 @@ def _evaluate(
 ) -> tuple[dict[int, tuple[float, float]], list[tuple[str, float]]]:
     """Time terms and source strengths (0.55 relevance + 0.30 decayed + 0.15 recency)
     of the memories at ``positions``, in order."""
-    terms = _time_terms(memories, positions, now_ms)
+    terms = time_terms(memories, positions, now_ms)
     relevance_of = relevance_by_pos.get
     strengths = []
     for position in positions:
@@ -277,8 +224,8 @@ def recall(
     if not index.memories:
         return []
     now_ms = datetime_ms(now)
-    as_of_ms = _instant_ms(as_of)
-    as_known_ms = _instant_ms(as_known_of)
+    as_of_ms = instant_ms(as_of)
+    as_known_ms = instant_ms(as_known_of)
     if context and not query:
         query = context_query(project, task, topics)
     query = query or ""
@@ -288,7 +235,7 @@ def recall(
     if ranked is None:
         ranked = _every(index, query, top, project, task, topics, context, now_ms, as_of_ms, as_known_ms)
     memories = index.memories
-    return [_hit(memories[row[2]], -row[0], *row[3:], now_ms) for row in ranked]
+    return [hit_of(memories[row[2]], -row[0], *row[3:], now_ms) for row in ranked]
 
 
 def _every(
@@ -306,7 +253,7 @@ def _every(
     """The reference's way: score every memory that can appear, spreading forward from every source."""
     relevance_by_pos = relevances(index, query)
     memories = index.memories
-    eligible = _eligibility(index, as_of_ms, as_known_ms)
+    eligible = eligibility(index, as_of_ms, as_known_ms)
     # Sources: every eligible memory in context mode, else the relevant ones (the
     # floor drops the rest unless spreading reaches them, handled below).
     if context:
@@ -337,7 +284,7 @@ def _every(
                 if position is not None and (eligible is None or eligible[position]):
                     kept.add(position)
         scored_positions = sorted(kept)
-        terms.update(_time_terms(memories, [p for p in scored_positions if p not in terms], now_ms))
+        terms.update(time_terms(memories, [p for p in scored_positions if p not in terms], now_ms))
     scored = _scores(
         memories, scored_positions, relevance_by_pos, terms, spreading, group_matches, expiry_ms, as_of_ms is not None
     )
@@ -489,7 +436,7 @@ def _score_candidates(
     """Exact scores of ``candidates`` with the scalar code, then the top ones."""
     memories = index.memories
     relevance_by_pos = {position: value for position, value in zip(candidates, relevance[candidates].tolist()) if value}
-    terms = _time_terms(memories, candidates, now_ms)
+    terms = time_terms(memories, candidates, now_ms)
     spreading: dict[str, float] = {}
     if spreads:
         positions = index.positions
@@ -504,7 +451,7 @@ def _score_candidates(
             position = positions.get(memory_id)
             value = None
             if position is not None and maybe[position]:
-                decayed, recency = _time_terms(memories, [position], now_ms)[position]
+                decayed, recency = time_terms(memories, [position], now_ms)[position]
                 strength = 0.55 * float(relevance[position]) + 0.30 * decayed + 0.15 * recency
                 value = strength if strength > SOURCE_THRESHOLD else None
             strengths[memory_id] = value
@@ -580,7 +527,7 @@ def _scores(
         if salience is not None:
             score += weights[slot] * salience
         if record.has_newer_fields:
-            score = _newer_field_factors(record, score, expiry_ms, with_as_of)
+            score = newer_field_factors(record, score, expiry_ms, with_as_of)
         if not isfinite(score) or abs(score) > 1e300:
             score = 0.0  # rounds to 0 in the reference
         scored.append((score, position, relevance, decayed, bonus, match))
@@ -604,86 +551,3 @@ def _top(scored: list[Scored], top: int, memories: list[MemoryRecord]) -> list[R
         for score, position, relevance, decayed, bonus, match in scored
     ]
     return heapq.nsmallest(top, ranked) if top > 0 else sorted(ranked)[:top]
-
-
-def _eligibility(index: BrainIndex, as_of_ms: int | None, as_known_ms: int | None) -> list[bool] | None:
-    """Which memories may appear at all (validity window, knowledge time, quarantine)."""
-    enforce = index.quarantine_enforce
-    if as_of_ms is None and as_known_ms is None and not enforce:
-        return None
-    flags = []
-    for record in index.memories:
-        keep = True
-        if enforce and record.quarantined:
-            keep = False
-        if keep and as_of_ms is not None:
-            if record.valid_from_ms is not None and record.valid_from_ms > as_of_ms:
-                keep = False
-            elif record.valid_until_ms is not None and record.valid_until_ms <= as_of_ms:
-                keep = False
-        if keep and as_known_ms is not None:
-            keep = record.created_ms is not None and record.created_ms <= as_known_ms
-        flags.append(keep)
-    return flags
-
-
-def _newer_field_factors(record: MemoryRecord, score: float, expiry_ms: int, with_as_of: bool) -> float:
-    """Origin trust, then one 0.25 factor for superseded or expired memories."""
-    if record.trust is not None:
-        score *= record.trust
-    superseded = record.superseded and (not with_as_of or not record.has_valid_until)
-    expired = record.valid_until_ms is not None and record.valid_until_ms <= expiry_ms
-    if superseded or expired:
-        score *= SUPERSEDED_FACTOR
-    return score
-
-
-def _hit(
-    record: MemoryRecord,
-    score: float,
-    relevance: float,
-    decayed: float,
-    spreading: float,
-    match: float,
-    now_ms: int,
-) -> dict[str, Any]:
-    entry = record.hit_fields()  # UNSET: not in the entry
-    hit: dict[str, Any] = {"id": record.id}
-    title = entry.title
-    has_title = title is not UNSET
-    if not has_title:
-        title = None
-    if not title:
-        path = entry.path
-        title = posixpath.basename(path).removesuffix(".md") if isinstance(path, str) else title
-    if title is not None or has_title:
-        hit["title"] = title
-    if entry.path is not UNSET:
-        hit["path"] = entry.path
-    if entry.type is not UNSET:
-        hit["type"] = entry.type
-    hit["score"] = score + 0.0  # never -0
-    hit["relevance"] = round3(relevance)
-    hit["decayed_strength"] = round3(decayed)
-    hit["context_match"] = round3(match)
-    hit["spreading_bonus"] = round3(spreading)
-    if entry.confidence is not UNSET:
-        hit["confidence"] = entry.confidence
-    if entry.tags is not UNSET:
-        hit["tags"] = entry.tags
-    origin = entry.origin
-    if origin is not UNSET:
-        hit["origin"] = origin
-        if origin.__class__ is str and origin in LOW_TRUST_ORIGINS:
-            hit["low_trust"] = True
-    if record.quarantined:
-        hit["quarantine_pending"] = True
-    if entry.superseded_by is not UNSET:
-        hit["superseded_by"] = entry.superseded_by
-    if entry.valid_from is not UNSET:
-        hit["valid_from"] = entry.valid_from
-    if entry.valid_until is not UNSET:
-        hit["valid_until"] = entry.valid_until
-    if record.valid_until_ms is not None and record.valid_until_ms <= now_ms:
-        hit["expired"] = True
-    return hit

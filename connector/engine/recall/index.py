@@ -18,8 +18,6 @@ import functools
 import json
 import math
 import sys
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from collections.abc import Callable
 from typing import Any
@@ -27,12 +25,12 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from connector.engine import jsonparts
-from connector.engine.brain import Brain
-from connector.engine.columns import Columns, DocTerms, Postings, doc_terms
-from connector.engine.gcpause import gc_paused
-from connector.engine.jsvalues import is_number, js_truthy, number_or_none, parse_iso_ms
-from connector.engine.text import document_text, js_key_order, memory_body, term_counts
+from connector.engine.format import jsonparts
+from connector.engine.format.brain import Brain
+from connector.engine.format.gcpause import gc_paused
+from connector.engine.format.jsvalues import is_number, js_truthy, number_or_none, parse_iso_ms
+from connector.engine.format.text import document_text, js_key_order, memory_body, term_counts
+from connector.engine.recall.columns import Columns, DocTerms, Postings, doc_terms
 
 K1 = 1.5
 B = 0.75
@@ -251,20 +249,6 @@ class BrainIndex:
             columns=columns,
         )
 
-    @classmethod
-    def for_brain(cls, brain: Brain, key: str | None = None, cache: IndexCache | None = None) -> BrainIndex:
-        """The prepared index of ``brain``, cached under ``key`` (an archive checksum)
-        in ``cache`` (the process-wide one by default); built afresh without a key."""
-        return index_for(brain, key, DEFAULT_CACHE if cache is None else cache)
-
-    def apply_change(self, brain: Brain, change: Any) -> BrainIndex:
-        """The index of ``brain``, this index's brain changed by ``change`` (a
-        `connector.engine.change.BrainChange`): what did not change is reused, and
-        recall answers exactly as from `build` (see `connector/engine/incremental.py`)."""
-        from connector.engine.incremental import apply_change
-
-        return apply_change(self, brain, change)
-
     def spread_bonus(
         self,
         target: str,
@@ -460,7 +444,7 @@ def _js_object_order(mapping: dict[str, Any]) -> dict[str, Any]:
 
 def _memory_records(brain: Brain, data: bytes) -> list[MemoryRecord]:
     """The records of index.json's entries in JavaScript object order, each entry
-    parsed, packed and dropped before the next (see `connector/engine/jsonparts.py`).
+    parsed, packed and dropped before the next (see `connector/engine/format/jsonparts.py`).
     Raises `RecallError` when index.json is no brain index."""
     shared: dict[float, float] = {}
     parts = jsonparts.members(data)
@@ -583,7 +567,7 @@ def _usable_search_index(
 ) -> tuple[int, DocItems, dict[str, float]] | None:
     """The stored statistics when recall.md says they are usable, else None.
 
-    Read member by member (see `connector/engine/jsonparts.py`), df first: its terms
+    Read member by member (see `connector/engine/format/jsonparts.py`), df first: its terms
     become the interned ones, so the documents' copies all die young."""
     data = brain.read("search-index.json")
     if data is None:
@@ -702,7 +686,7 @@ def edge_lists(associations: Any) -> dict[str, list[tuple[str, float]]] | None:
 
 def _stored_edges(brain: Brain, memories: list[MemoryRecord]) -> dict[str, list[tuple[str, float]]] | None:
     """`edge_lists` of associations.json, read member by member (one node's edges at a
-    time, see `connector/engine/jsonparts.py`); node ids are the records' id strings
+    time, see `connector/engine/format/jsonparts.py`); node ids are the records' id strings
     and equal weights one float object."""
     data = brain.read("associations.json")
     parts = jsonparts.members(data) if data is not None else None
@@ -755,86 +739,3 @@ def edge_maps(edges: dict[str, list[tuple[str, float]]]) -> dict[str, dict[str, 
 def neighbour_map(neighbours: list[tuple[str, float]]) -> dict[str, tuple[int, float]]:
     """One node's neighbour -> (position in file order, weight)."""
     return {neighbour: (i, weight) for i, (neighbour, weight) in enumerate(neighbours)}
-
-
-class IndexCache:
-    """A small LRU of prepared indexes keyed by a caller's key (an archive checksum)."""
-
-    def __init__(self, capacity: int = 8) -> None:
-        self.capacity = capacity
-        self._items: OrderedDict[str, BrainIndex] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: str, brain: Brain) -> BrainIndex:
-        """The index for ``key``, building it from ``brain`` on a miss."""
-        with self._lock:
-            found = self._items.get(key)
-            if found is not None:
-                self._items.move_to_end(key)
-                return found
-        built = BrainIndex.build(brain)
-        self.put(key, built)
-        return built
-
-    def put(self, key: str, index: BrainIndex) -> None:
-        """Store an index built elsewhere (e.g. right after a write, for the new checksum)."""
-        with self._lock:
-            self._items[key] = index
-            self._items.move_to_end(key)
-            while len(self._items) > self.capacity:
-                self._items.popitem(last=False)
-
-    def peek(self, key: str) -> BrainIndex | None:
-        """The index cached for ``key``, or None (never builds)."""
-        with self._lock:
-            return self._items.get(key)
-
-    def follow(self, old_key: str, new_key: str, brain: Brain, change: Any) -> BrainIndex | None:
-        """After a write: the index of ``brain`` (the brain of ``old_key`` changed by
-        ``change``, a `BrainChange`) under ``new_key``, derived from the cached index of
-        ``old_key`` (which is dropped: the write's brain replaces that one). Nothing
-        when ``old_key`` has no cached index (the next recall builds it).
-
-        Raises what `BrainIndex.build` raises when the new brain cannot be recalled from."""
-        old = self.peek(old_key)
-        if old is None:
-            return None
-        followed = old.apply_change(brain, change)
-        with self._lock:
-            if old_key != new_key:
-                self._items.pop(old_key, None)
-            self._items[new_key] = followed
-            self._items.move_to_end(new_key)
-            while len(self._items) > self.capacity:
-                self._items.popitem(last=False)
-        return followed
-
-    def rename(self, old_key: str, new_key: str) -> None:
-        """The same content got a new key (e.g. its checksum once pushed)."""
-        with self._lock:
-            found = self._items.pop(old_key, None)
-            if found is not None:
-                self._items[new_key] = found
-
-    def invalidate(self, key: str) -> None:
-        """Forget the index for ``key`` (after a write changed that brain)."""
-        with self._lock:
-            self._items.pop(key, None)
-
-    def clear(self) -> None:
-        """Forget every index."""
-        with self._lock:
-            self._items.clear()
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-
-DEFAULT_CACHE = IndexCache()
-
-
-def index_for(brain: Brain, key: str | None = None, cache: IndexCache = DEFAULT_CACHE) -> BrainIndex:
-    """The prepared index of ``brain``: cached under ``key`` when given, else built now."""
-    if key is None:
-        return BrainIndex.build(brain)
-    return cache.get(key, brain)

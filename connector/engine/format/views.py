@@ -12,10 +12,9 @@ from typing import Any
 
 import yaml
 
-from connector.engine.brain import Brain
-from connector.engine.frontmatter import body_text, frontmatter_text
-from connector.engine.jsvalues import parse_iso_ms
-from connector.engine.txn import ARCHIVE_INDEX
+from connector.engine.format.brain import ARCHIVE_INDEX, Brain
+from connector.engine.format.frontmatter import body_text, frontmatter_text
+from connector.engine.format.jsvalues import parse_iso_ms
 
 # Front matter bigger than this is not parsed for display (the index has the fields).
 MAX_FRONTMATTER_CHARS = 64 * 1024

@@ -16,14 +16,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar
 
-from connector.engine.brain import Brain
-from connector.engine.errors import BrainError
-from connector.engine.frontmatter import frontmatter_text
-from connector.engine.memorize import _free_file_path, apply_supersession
-from connector.engine.ops import Operation
-from connector.engine.rules import token_estimate
-from connector.engine.text import memory_body
-from connector.engine.txn import ARCHIVE_INDEX, WriteTxn
+from connector.engine.format.brain import ARCHIVE_INDEX, Brain
+from connector.engine.format.frontmatter import frontmatter_text
+from connector.engine.format.rules import token_estimate
+from connector.engine.format.text import memory_body
+from connector.engine.writes.errors import BrainError
+from connector.engine.writes.memorize import _free_file_path, apply_supersession
+from connector.engine.writes.ops import Operation, register_kind
+from connector.engine.writes.txn import WriteTxn
 
 # Front-matter keys copied back into the index entry, in the entry's key order.
 _ENTRY_KEYS = (
@@ -149,3 +149,6 @@ class Restore(Operation):
 
     def to_dict(self) -> dict[str, Any]:
         return {"op": self.kind, "id": self.id}
+
+
+register_kind(Restore.kind, lambda value: Restore(value["id"]))

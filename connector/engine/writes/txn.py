@@ -18,29 +18,32 @@ from typing import Any
 
 import msgspec
 
-from connector.engine.brain import Brain, dump_json
-from connector.engine.change import BrainChange
-from connector.engine.errors import BrainError
-from connector.engine.frontmatter import edit_frontmatter
-from connector.engine.jsonpieces import Pieces, split, serialise
-from connector.engine.rules import (
+from connector.engine.format.brain import (
+    ARCHIVE_INDEX,
+    ASSOCIATIONS,
+    CONFIG,
+    INDEX,
+    PINNED,
+    REVIEW_QUEUE,
+    SEARCH_INDEX,
+    Brain,
+    dump_json,
+)
+from connector.engine.format.change import BrainChange
+from connector.engine.format.frontmatter import edit_frontmatter
+from connector.engine.format.jsonpieces import Pieces, split, serialise
+from connector.engine.format.rules import (
     REINFORCE_STEP,
     iso_ms,
     set_entry_fields,
     without_keys,
 )
-from connector.engine.text import document_text, js_key_order, term_counts
+from connector.engine.format.text import document_text, js_key_order, term_counts
+from connector.engine.writes.errors import BrainError
 
-INDEX = "index.json"
-ASSOCIATIONS = "associations.json"
-SEARCH_INDEX = "search-index.json"
-PINNED = "pinned.json"
-ARCHIVE_INDEX = "_archived/index.json"
-REVIEW_QUEUE = "review-queue.json"
-CONFIG = "config.json"
 _MISSING = object()
 # The top-level maps of the large documents whose entries a write re-encodes one by
-# one (see `connector.engine.jsonpieces`): the rest of each map is joined as it was.
+# one (see `connector.engine.format.jsonpieces`): the rest of each map is joined as it was.
 KEPT_MAPS = {INDEX: ("memories",), ASSOCIATIONS: ("edges",), SEARCH_INDEX: ("documents", "df")}
 
 

@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from connector.engine.rules import LOW_TRUST_ORIGINS
+from connector.engine.format.rules import LOW_TRUST_ORIGINS
 
 _FLAGS = re.IGNORECASE | re.MULTILINE
 

@@ -8,7 +8,7 @@ the text of each entry as it stands in the document's last serialisation;
 `serialise` re-encodes only the entries named as changed and joins the others.
 
 The output is byte for byte what ``msgspec.json.format(encode(doc), indent=2) + "\\n"``
-gives (the layout `connector.engine.txn.fast_dump_json` writes for documents whose
+gives (the layout `connector.engine.writes.txn.fast_dump_json` writes for documents whose
 floats are plain): every entry of a top-level map sits on lines of its own, indented
 by four spaces, separated by ``,\\n``; no JSON string holds a raw newline, so the text
 of one entry never contains the separator ``,\\n    "``.

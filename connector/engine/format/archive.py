@@ -36,8 +36,8 @@ from typing import BinaryIO
 
 from zlib_ng import gzip_ng, zlib_ng
 
-from connector.engine.brain import Brain
-from connector.engine.gcpause import gc_paused
+from connector.engine.format.brain import Brain
+from connector.engine.format.gcpause import gc_paused
 
 # Device-local sync state: never part of a brain we load or push.
 SKIPPED_TOP_DIRS = frozenset({".sync", ".cloud"})

@@ -16,10 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from common.textsafety import one_line
-from connector.engine.errors import BrainError
-from connector.engine.frontmatter import ENCODING_CONTEXT_KEYS, render_memory_file
-from connector.engine.quarantine import quarantine_mode, quarantine_reasons
-from connector.engine.rules import (
+from connector.engine.format.brain import ASSOCIATIONS, INDEX
+from connector.engine.format.frontmatter import ENCODING_CONTEXT_KEYS, render_memory_file
+from connector.engine.format.rules import (
     COGNITIVE_TYPES,
     MANUAL_EDGE_WEIGHT,
     MEMORY_TYPES,
@@ -32,8 +31,10 @@ from connector.engine.rules import (
     parse_iso,
     token_estimate,
 )
-from connector.engine.titles import plain_title
-from connector.engine.txn import ASSOCIATIONS, INDEX, WriteTxn
+from connector.engine.format.titles import plain_title
+from connector.engine.writes.errors import BrainError
+from connector.engine.writes.quarantine import quarantine_mode, quarantine_reasons
+from connector.engine.writes.txn import WriteTxn
 
 DEFAULT_SALIENCE = 0.5
 DEFAULT_CONFIDENCE = 0.8

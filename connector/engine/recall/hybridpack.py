@@ -19,10 +19,10 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from connector.engine.embedding import Quantized
-from connector.engine.hybrid import HybridIndex
-from connector.engine.index import BrainIndex
-from connector.engine.textmatch import Bm25Index, FuzzyWords, Postings, TextIndex
+from connector.engine.recall.embedding import Quantized
+from connector.engine.recall.hybrid import HybridIndex
+from connector.engine.recall.index import BrainIndex
+from connector.engine.recall.textmatch import Bm25Index, FuzzyWords, Postings, TextIndex
 
 FORMAT = 1
 _HASH_BYTES = 16

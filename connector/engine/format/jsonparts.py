@@ -5,7 +5,7 @@ once (tens of MB at 10,000 memories) and frees most of them right after: what th
 index keeps is scattered among them, so the freed memory mostly stays with the
 process. Decoding member by member keeps one member's objects alive at a time.
 
-The values are those `connector.engine.index.read_json` gives for the whole
+The values are those `connector.engine.recall.index.read_json` gives for the whole
 document: msgspec first, the json module for what msgspec refuses but JavaScript
 accepts (numbers beyond float64, read as infinity), and the document is invalid
 when a member is invalid for both. Documents msgspec cannot even scan (lone

@@ -35,13 +35,13 @@ from datetime import datetime
 from typing import Any, ClassVar
 
 from common.textsafety import has_unsafe_chars
-from connector.engine.brain import Brain
-from connector.engine.errors import BrainError
-from connector.engine.jsvalues import datetime_ms
-from connector.engine.memorize import is_memory_id
-from connector.engine.ops import Operation
-from connector.engine.rules import parse_iso
-from connector.engine.txn import WriteTxn
+from connector.engine.format.brain import Brain
+from connector.engine.format.jsvalues import datetime_ms
+from connector.engine.format.rules import parse_iso
+from connector.engine.writes.errors import BrainError
+from connector.engine.writes.memorize import is_memory_id
+from connector.engine.writes.ops import Operation, register_kind
+from connector.engine.writes.txn import WriteTxn
 
 MENTAL_FILE = "mental-models.json"
 MAX_MODELS = 50
@@ -333,3 +333,8 @@ def newer_matches(model: MentalModel, hits: list[Mapping[str, Any]], created_ms:
         if isinstance(memory_id, str) and created is not None and created > since_ms and memory_id not in model.cited:
             newer.append(memory_id)
     return newer
+
+
+register_kind(CreateModel.kind, CreateModel.from_dict)
+register_kind(SaveModel.kind, SaveModel.from_dict)
+register_kind(DeleteModel.kind, DeleteModel.from_dict)

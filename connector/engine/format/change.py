@@ -9,9 +9,9 @@ brain obtained some other way (a pull, a replay on a newer base), `between`
 compares two brains file by file and leaves the finer sets unknown; `since` does the
 same against `file_digests` of the older brain, so a pull need not hold both.
 
-Indexes take a change through ``apply_change(brain, change)`` and return an
+Indexes take a change through ``apply_change(index, brain, change)`` and return an
 index of the new brain that is identical in what it answers to one built from
-scratch (`BrainIndex.apply_change` is the exact recall index's).
+scratch (`connector.engine.recall.incremental.apply_change` is the exact recall index's).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from connector.engine.brain import Brain
+from connector.engine.format.brain import Brain
 
 _ABSENT = object()
 

@@ -45,12 +45,12 @@ from typing import Any
 
 import numpy as np
 
-from connector.engine.brain import Brain
-from connector.engine.embedding import Quantized, cosines, embedded_text
-from connector.engine.hybrid import HUBNESS_NEIGHBOURS, HybridIndex, VectorSource
-from connector.engine.index import BrainIndex
-from connector.engine.text import memory_body
-from connector.engine.textmatch import word_terms
+from connector.engine.format.brain import Brain
+from connector.engine.format.text import memory_body
+from connector.engine.recall.embedding import Quantized, cosines, embedded_text
+from connector.engine.recall.hybrid import HUBNESS_NEIGHBOURS, HybridIndex, VectorSource
+from connector.engine.recall.index import BrainIndex
+from connector.engine.recall.textmatch import word_terms
 
 __all__ = [
     "DUPLICATE",

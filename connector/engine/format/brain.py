@@ -11,6 +11,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+# The brain's fixed files (brain-format.md).
+INDEX = "index.json"
+ASSOCIATIONS = "associations.json"
+SEARCH_INDEX = "search-index.json"
+PINNED = "pinned.json"
+ARCHIVE_INDEX = "_archived/index.json"
+REVIEW_QUEUE = "review-queue.json"
+CONFIG = "config.json"
+
 
 def dump_json(value: Any) -> bytes:
     """Serialise JSON the way the `brain` command line does.
@@ -37,14 +46,14 @@ class Brain:
 
     Only regular files are stored; directories are implied by the paths.
     ``journal``, when a list, collects what each write committed (a
-    `connector.engine.change.BrainChange` per write) for indexes to follow; it is
+    `connector.engine.format.change.BrainChange` per write) for indexes to follow; it is
     None unless a caller asks for it, and never copied. ``pack_memo`` is copied:
     it is never changed, only replaced, and checks each file by identity.
     """
 
     files: dict[str, bytes] = field(default_factory=dict)
     journal: list[Any] | None = field(default=None, compare=False, repr=False)
-    # What the last pack of these files computed (`connector.engine.archive`), for the
+    # What the last pack of these files computed (`connector.engine.format.archive`), for the
     # next pack to reuse for files whose bytes are the very same objects. Opaque here.
     pack_memo: Any = field(default=None, compare=False, repr=False)
 

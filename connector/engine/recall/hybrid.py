@@ -40,20 +40,14 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from connector.engine.brain import Brain
-from connector.engine.embedding import Quantized, content_hash, cosines, embedded_text, products
-from connector.engine.index import BrainIndex
-from connector.engine.jsvalues import datetime_ms, round3
-from connector.engine.recall import (
-    _eligibility,
-    _hit,
-    _instant_ms,
-    _newer_field_factors,
-    _time_terms,
-    recall,
-)
-from connector.engine.text import memory_body
-from connector.engine.textmatch import TextIndex, has_cjk
+from connector.engine.format.brain import Brain
+from connector.engine.format.jsvalues import datetime_ms, round3
+from connector.engine.format.text import memory_body
+from connector.engine.recall.embedding import Quantized, content_hash, cosines, embedded_text, products
+from connector.engine.recall.exact import recall
+from connector.engine.recall.index import BrainIndex
+from connector.engine.recall.pipeline import eligibility, hit_of, instant_ms, newer_field_factors, time_terms
+from connector.engine.recall.textmatch import TextIndex, has_cjk
 
 __all__ = [
     "DEFAULT_FUSION", "EXACT_CANNOT_READ", "Fusion", "HybridIndex", "MODES", "NO_GOOD_MATCH", "Signals",
@@ -345,24 +339,24 @@ def hybrid_recall(
     if context and not query or not query or top <= 0 or not index.memories:
         return exact[:top] if top > 0 else []
     now_ms = datetime_ms(now)
-    as_of_ms = _instant_ms(as_of)
-    as_known_ms = _instant_ms(as_known_of)
+    as_of_ms = instant_ms(as_of)
+    as_known_ms = instant_ms(as_known_of)
     signals = query_signals(query, exact, index=index, hybrid=hybrid, embed_query=embed_query)
-    eligible = _eligibility(index, as_of_ms, as_known_ms)
+    eligible = eligibility(index, as_of_ms, as_known_ms)
     fused, listed = fuse(signals, fusion, None if eligible is None else np.asarray(eligible, dtype=bool))
     # The exact score's factors (origin trust; 0.25 when superseded or expired), on the few
     # memories that have those fields.
     expiry_ms = as_of_ms if as_of_ms is not None else now_ms
     for position in hybrid.newer:
-        fused[position] = _newer_field_factors(index.memories[position], float(fused[position]), expiry_ms, as_of_ms is not None)
+        fused[position] = newer_field_factors(index.memories[position], float(fused[position]), expiry_ms, as_of_ms is not None)
     exact_hits = {index.positions[hit["id"]]: hit for hit in exact}
     hits = []
     for position in ranked_positions(fused, listed, signals.strong, top, hybrid.ids):
         hit = exact_hits.get(position)
         if hit is None:
             record = index.memories[position]
-            decayed, _ = _time_terms(index.memories, [position], now_ms)[position]
-            hit = _hit(record, 0.0, 0.0, decayed, 0.0, 0.0, now_ms)
+            decayed, _ = time_terms(index.memories, [position], now_ms)[position]
+            hit = hit_of(record, 0.0, 0.0, decayed, 0.0, 0.0, now_ms)
         else:
             hit = dict(hit)
         score = float(fused[position])

@@ -43,13 +43,13 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, ClassVar, TypeVar
 
-from connector.engine.brain import Brain
-from connector.engine.errors import BrainError
-from connector.engine.jsvalues import datetime_ms
-from connector.engine.memorize import MemoryInput, add_memory, apply_supersession, is_memory_id
-from connector.engine.ops import Memorize, Operation, _draw_id, archive_memory, operation_from_dict
-from connector.engine.rules import parse_iso
-from connector.engine.txn import WriteTxn
+from connector.engine.format.brain import Brain
+from connector.engine.format.jsvalues import datetime_ms
+from connector.engine.format.rules import parse_iso
+from connector.engine.writes.errors import BrainError
+from connector.engine.writes.memorize import MemoryInput, add_memory, apply_supersession, is_memory_id
+from connector.engine.writes.ops import Memorize, Operation, _draw_id, archive_memory, operation_from_dict, register_kind
+from connector.engine.writes.txn import WriteTxn
 
 REVIEW_FILE = "pair-review.json"
 # Relations a person is asked about; "related" is only reported, never queued.
@@ -513,3 +513,8 @@ class Decide(Operation):
         return cls(str(value.get("new", "")), str(value.get("old", "")), str(value.get("decision", "")),
                    str(value.get("by", "")), MemoryInput.from_mapping(merged) if merged is not None else None,
                    value.get("merged_id"), value.get("created"))
+
+
+register_kind(FlagPairs.kind, FlagPairs.from_dict)
+register_kind(Decide.kind, Decide.from_dict)
+register_kind(MemorizeFlagged.kind, MemorizeFlagged.from_dict)

