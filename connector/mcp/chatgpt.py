@@ -19,7 +19,7 @@ from typing import Any
 import mcp_types as types
 
 from common.textsafety import escape_one_line
-from connector.engine.titles import plain_title
+from connector.engine.format.titles import plain_title
 from connector.mcp.http import path_segment
 
 # How many memories one search returns (ChatGPT fetches the ones it wants to read).

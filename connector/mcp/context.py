@@ -18,10 +18,10 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 
 from common.textsafety import escape_multiline
-from connector.engine.errors import BrainError
-from connector.engine.index import RecallError
-from connector.engine.session import DEFAULT_TOP, pinned_tier, session_start
-from connector.engine.views import locate
+from connector.engine.format.views import locate
+from connector.engine.recall.index import RecallError
+from connector.engine.recall.session import DEFAULT_TOP, pinned_tier, session_start
+from connector.engine.writes.errors import BrainError
 from connector.mcp.tools import BrainTools, Caller
 from connector.workcopy.manager import BrainUnavailable
 from connector.workcopy.model import Snapshot

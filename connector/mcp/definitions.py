@@ -82,7 +82,7 @@ _HIT = {
     "required": ["id", "score"],
 }
 
-# What brain_memorize's similar check found (connector/engine/similar.py), best first.
+# What brain_memorize's similar check found (connector/engine/tending/similar.py), best first.
 _SIMILAR = {
     "type": "array",
     "description": "Existing memories this one repeats (duplicate), changes (update) or is close to (related).",

@@ -1,6 +1,6 @@
 """brain_mental_model: standing questions whose answer is kept in the brain (docs/thinking.md).
 
-The models live in the brain's ``mental-models.json`` (connector/engine/mental.py), so every
+The models live in the brain's ``mental-models.json`` (connector/engine/tending/mental.py), so every
 device, replica and backup sees them. A refresh asks the same sources, in the same order, as
 brain_reflect (the host's model through sampling, the operator's model, no model: then the host
 gets the current text and the evidence and saves its rewrite with ``update``). Staleness is
@@ -14,13 +14,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import mcp_types as types
 
-from connector.engine.errors import BrainError
-from connector.engine.index import RecallError, index_for
-from connector.engine.mental import (
+from connector.engine.recall.index import RecallError
+from connector.engine.recall.indexcache import index_for
+from connector.engine.tending.mental import (
     CreateModel,
     DeleteModel,
     MentalModel,
@@ -32,10 +32,12 @@ from connector.engine.mental import (
     new_model_id,
     newer_matches,
 )
+from connector.engine.writes.errors import BrainError
 from connector.mcp import render
 from connector.mcp.arguments import ArgumentError, Args
 from connector.mcp.definitions import DEFAULT_REFLECT_TOKENS, MENTAL_ACTIONS
 from connector.mcp.thinking import ThinkingTools, checked_answer, written_by
+from connector.mcp.toolgroups import register_tool_group
 from connector.mcp.tools import ToolFailure, ok_result, snapshot_entries
 from connector.thinking import prompts
 from connector.thinking.source import ModelError
@@ -275,3 +277,7 @@ def _model_text(state: ModelState) -> str:
     if state.newer:
         head += f"\nNewer memories match its question: {', '.join(state.newer)} (action 'refresh' rewrites it)."
     return f"{head}\n\n{model.text or '(no text yet: action refresh writes it)'}"
+
+
+# Built after thinking.py's group (imported above, so registered first), on which it builds.
+register_tool_group("mental", lambda tools, model, groups: MentalModels(tools, cast(ThinkingTools, groups["thinking"])))

@@ -1,11 +1,11 @@
 """The review queue's check of memories other devices wrote, after a pull brought them.
 
 A memory written through this connector is checked for duplicates and updates as it is
-written (`connector.engine.review.MemorizeFlagged`). One written elsewhere (the
+written (`connector.engine.tending.review.MemorizeFlagged`). One written elsewhere (the
 ``brain`` command line, another connector) arrives with a pull; the working-copy
 manager tells `PullReview` of every pull that brought a newer archive
 (``manager.pull_listeners``), and it checks the memories no check has looked at yet
-(`connector.engine.review.unchecked_ms`), oldest first, at most `PULL_CHECK_LIMIT` per pull.
+(`connector.engine.tending.review.unchecked_ms`), oldest first, at most `PULL_CHECK_LIMIT` per pull.
 
 Where and when it runs, and what it writes:
 
@@ -31,12 +31,12 @@ import logging
 from collections import OrderedDict
 from typing import Any
 
-from connector.engine.brain import Brain
-from connector.engine.errors import BrainError
-from connector.engine.index import index_for
-from connector.engine.review import Flag, FlagPairs, recorded, unchecked_ms
-from connector.engine.similar import Incoming, find_similar
-from connector.engine.text import memory_body
+from connector.engine.format.brain import Brain
+from connector.engine.format.text import memory_body
+from connector.engine.recall.indexcache import index_for
+from connector.engine.tending.review import Flag, FlagPairs, recorded, unchecked_ms
+from connector.engine.tending.similar import Incoming, find_similar
+from connector.engine.writes.errors import BrainError
 from connector.mcp.tools import BrainTools
 from connector.workcopy.manager import BrainUnavailable, UnknownBrain, WorkingCopyManager
 from connector.workcopy.model import Account

@@ -15,7 +15,7 @@ import re
 from typing import Any
 
 from common.textsafety import escape_multiline, escape_one_line
-from connector.engine.titles import plain_title
+from connector.engine.format.titles import plain_title
 
 
 def _fmt_number(value: Any) -> str:

@@ -20,6 +20,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
 from starlette.types import Receive, Scope, Send
 
+from connector.mcp import mental, thinking  # noqa: F401  (each registers its tool group: toolgroups.py)
 from connector.mcp.context import PROMPTS, RESOURCE_TEMPLATES, RESOURCES, BrainContext
 from connector.mcp.definitions import INSTRUCTIONS
 from connector.mcp.tools import BrainTools, Caller, error_result

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 import mcp_types as types
 
 from common.textsafety import has_unsafe_chars
-from connector.engine.credentials import find_credentials
-from connector.engine.errors import BrainError
+from connector.engine.writes.credentials import find_credentials
+from connector.engine.writes.errors import BrainError
 from connector.mcp import render
 from connector.mcp.arguments import ArgumentError, Args
 from connector.mcp.definitions import (
@@ -40,6 +40,7 @@ from connector.thinking.evidence import EvidencePack, build_pack
 from connector.thinking.host import CURRENT as HOST
 from connector.thinking.source import ModelAnswer, ModelError, ModelSource
 
+from connector.mcp.toolgroups import register_tool_group
 from connector.mcp.tools import ToolFailure
 from connector.workcopy.manager import BrainUnavailable, UnknownBrain
 
@@ -269,3 +270,6 @@ def source_tag(title: str | None, now: datetime) -> str:
     """The tag every memory from one document carries: ``source:<title as a slug>`` (else the time)."""
     slug = re.sub(r"[^\w]+", "-", (title or "").lower()).strip("-_")[:60].strip("-_")
     return f"source:{slug or 'pasted-' + now.strftime('%Y%m%d-%H%M%S')}"
+
+
+register_tool_group("thinking", lambda tools, model, groups: ThinkingTools(tools, model))

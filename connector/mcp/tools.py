@@ -22,19 +22,20 @@ import mcp_types as types
 import numpy as np
 
 from common.textsafety import has_unsafe_chars
-from connector.engine.brain import Brain
-from connector.engine.credentials import credential_refusal, credentials_in_memories
-from connector.engine.embedding import content_hash
-from connector.engine.errors import BrainError
-from connector.engine.hybrid import EXACT_CANNOT_READ, MODES, NO_GOOD_MATCH, HybridIndex, empty_recall_reason, hybrid_recall
-from connector.engine.index import BrainIndex, IndexCache, RecallError, index_for
-from connector.engine.jsvalues import datetime_ms
-from connector.engine.memorize import MemoryInput, connector_memory
-from connector.engine.ops import Forget, Memorize, Pin, Unpin, Verify, connector_memorize
-from connector.engine.recall import recall
-from connector.engine.review import MemorizeFlagged, pending_count
-from connector.engine.similar import UPDATE, Incoming, Newer, Similar, exact_duplicates, find_similar
-from connector.engine.views import attach_content, read_memory
+from connector.engine.format.brain import Brain
+from connector.engine.format.jsvalues import datetime_ms
+from connector.engine.format.views import attach_content, read_memory
+from connector.engine.recall.embedding import content_hash
+from connector.engine.recall.exact import recall
+from connector.engine.recall.hybrid import EXACT_CANNOT_READ, MODES, NO_GOOD_MATCH, HybridIndex, empty_recall_reason, hybrid_recall
+from connector.engine.recall.index import BrainIndex, RecallError
+from connector.engine.recall.indexcache import IndexCache, index_for
+from connector.engine.tending.review import MemorizeFlagged, pending_count
+from connector.engine.tending.similar import UPDATE, Incoming, Newer, Similar, exact_duplicates, find_similar
+from connector.engine.writes.credentials import credential_refusal, credentials_in_memories
+from connector.engine.writes.errors import BrainError
+from connector.engine.writes.memorize import MemoryInput, connector_memory
+from connector.engine.writes.ops import Forget, Memorize, Pin, Unpin, Verify, connector_memorize
 from connector.mcp import chatgpt, render
 from connector.mcp.arguments import ArgumentError, Args
 from connector.mcp.definitions import (
@@ -51,11 +52,12 @@ from connector.mcp.definitions import (
     WRITE_SCOPE,
     ToolSpec,
 )
+from connector.mcp.toolgroups import TOOL_GROUPS, ToolGroup
 from connector.thinking.source import ModelSource
+from connector.workcopy.indexdisk import IndexDisk
 from connector.workcopy.manager import BrainUnavailable, UnknownBrain, WorkingCopyManager
 from connector.workcopy.model import STATUS_NO_BRAIN, Account, Snapshot, WriteOutcome
 from connector.workcopy.store_client import BrainRecord, StoreError
-from connector.workcopy.indexdisk import IndexDisk
 from connector.workcopy.vectors import HybridCache, VectorStore
 
 log = logging.getLogger("connector.tools")
@@ -231,14 +233,18 @@ class BrainTools:
             "search": self._search,
             "fetch": self._fetch,
         }
-        from connector.mcp.thinking import ThinkingTools  # it builds on this class: imported here, not at the top
+        # The tools of the modules built on this class (thinking.py, mental.py), from the table
+        # they register into (toolgroups.py): this module imports none of them.
+        self.groups: dict[str, ToolGroup] = {}
+        for group_name, build in TOOL_GROUPS.items():
+            group = build(self, model, self.groups)
+            self.groups[group_name] = group
+            self._handlers.update(group.handlers())
 
-        from connector.mcp.mental import MentalModels
-
-        thinking = ThinkingTools(self, model)
-        self.mental = MentalModels(self, thinking)
-        self._handlers.update(thinking.handlers())
-        self._handlers.update(self.mental.handlers())
+    @property
+    def mental(self) -> Any:
+        """The mental models' group (`connector.mcp.mental.MentalModels`), which its module registers."""
+        return self.groups["mental"]
 
     def prewarm(self, outcome: WriteOutcome) -> None:
         """Build the recall index of a just-written brain in the background.
@@ -341,7 +347,7 @@ class BrainTools:
 
     def similar_for(self, snapshot: Snapshot, incoming: Incoming) -> list[Similar]:
         """The memories of the snapshot's brain ``incoming`` duplicates, updates or is near
-        (connector/engine/similar.py), on the indexes cached for its content key.
+        (connector/engine/tending/similar.py), on the indexes cached for its content key.
 
         When this version's hybrid index is not built yet (a write just changed the brain)
         the check runs on the newest version whose index is built together with the

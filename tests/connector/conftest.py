@@ -14,9 +14,10 @@ from typing import TypeVar
 import httpx
 import pytest
 
-from connector.engine.archive import load_archive, pack_archive
-from connector.engine.brain import Brain
-from connector.engine.ops import connector_memorize
+from connector.engine.format.archive import load_archive, pack_archive
+from connector.engine.format.brain import Brain
+from connector.engine.writes.ops import connector_memorize
+from connector.mcp import server  # noqa: F401  (as in the app: the server assembles every tool group)
 from tests.support.processes import ServerProcess, console_script, free_port, run_server
 
 T = TypeVar("T")
