@@ -42,10 +42,11 @@ from connector.settings import ConnectorSettings, SettingsError
 from connector.state import open_state
 from connector.state.sealing import load_state_key
 from connector.thinking.source import ModelError, ModelSource
+from connector.workcopy.core import ManagerTuning
 from connector.workcopy.heads import S3_HEAD_MAX_AGE_S, BrainHeads
 from connector.workcopy.indexdisk import IndexDisk
 from connector.workcopy.journal import HeldWriteJournal
-from connector.workcopy.manager import ManagerTuning, WorkingCopyManager
+from connector.workcopy.manager import WorkingCopyManager
 from connector.workcopy.model import Account
 from connector.workcopy.store_client import StoreClient, StoreError, StoreUnauthorized
 from connector.workcopy.vectors import VectorStore

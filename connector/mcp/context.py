@@ -23,7 +23,7 @@ from connector.engine.recall.index import RecallError
 from connector.engine.recall.session import DEFAULT_TOP, pinned_tier, session_start
 from connector.engine.writes.errors import BrainError
 from connector.mcp.tools import BrainTools, Caller
-from connector.workcopy.manager import BrainUnavailable
+from connector.workcopy.core import BrainUnavailable
 from connector.workcopy.model import Snapshot
 from connector.workcopy.store_client import StoreError
 

@@ -38,7 +38,9 @@ from connector.engine.tending.review import Flag, FlagPairs, recorded, unchecked
 from connector.engine.tending.similar import Incoming, find_similar
 from connector.engine.writes.errors import BrainError
 from connector.mcp.tools import BrainTools
-from connector.workcopy.manager import BrainUnavailable, UnknownBrain, WorkingCopyManager
+from connector.workcopy.accounts import UnknownBrain
+from connector.workcopy.core import BrainUnavailable
+from connector.workcopy.manager import WorkingCopyManager
 from connector.workcopy.model import Account
 from connector.workcopy.store_client import StoreError
 

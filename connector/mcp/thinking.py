@@ -42,7 +42,8 @@ from connector.thinking.source import ModelAnswer, ModelError, ModelSource
 
 from connector.mcp.toolgroups import register_tool_group
 from connector.mcp.tools import ToolFailure
-from connector.workcopy.manager import BrainUnavailable, UnknownBrain
+from connector.workcopy.accounts import UnknownBrain
+from connector.workcopy.core import BrainUnavailable
 
 if TYPE_CHECKING:
     from connector.mcp.tools import BrainTools, Caller

@@ -19,7 +19,9 @@ from connector.engine.writes.ops import Forget, Operation, Pin, Unpin, Verify, c
 from connector.engine.writes.restore import Restore
 from connector.i18n import Text, message_of
 from connector.mcp.tools import BrainTools
-from connector.workcopy.manager import BrainUnavailable, UnknownBrain, WorkingCopyManager
+from connector.workcopy.accounts import UnknownBrain
+from connector.workcopy.core import BrainUnavailable
+from connector.workcopy.manager import WorkingCopyManager
 from connector.workcopy.model import Account, WriteOutcome
 from connector.workcopy.store_client import StoreError
 

@@ -19,7 +19,7 @@ from connector.mcp.tools import Caller, ToolFailure, snapshot_entries
 from connector.webapp.actions import ActionRefused
 from connector.webapp.markdown import render_markdown
 from connector.webapp.views import MemoryLine, line_of
-from connector.workcopy.manager import BrainUnavailable
+from connector.workcopy.core import BrainUnavailable
 from connector.workcopy.model import Account
 
 NO_MODEL = N_("No model is set on this server, so it cannot rewrite this model itself. Ask your assistant to "

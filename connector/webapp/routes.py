@@ -41,7 +41,7 @@ from connector.webapp.review import ReviewViews
 from connector.webapp.sessions import MAX_SESSIONS, WebSession, WebSessions
 from connector.webapp.transfer import MAX_IMPORT_BYTES, ImportPlan, dry_run, export_memories, export_zip, plan_import
 from connector.webapp.views import MODE_LABELS, TYPES, BrainViews, SearchForm, SearchResult
-from connector.workcopy.manager import BrainUnavailable, SignInAgain
+from connector.workcopy.core import BrainUnavailable, SignInAgain
 from connector.workcopy.store_client import StoreUnauthorized
 from common.limits import TrustedProxies, client_address
 

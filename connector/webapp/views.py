@@ -26,7 +26,8 @@ from connector.mcp.tools import BrainTools
 from connector.webapp.graph import Graph, neighbourhood
 from connector.webapp.history import BrainDiff, diff_brains
 from connector.webapp.markdown import render_markdown
-from connector.workcopy.manager import BrainUnavailable, WorkingCopyManager
+from connector.workcopy.core import BrainUnavailable
+from connector.workcopy.manager import WorkingCopyManager
 from connector.workcopy.model import STATUS_MULTIPLE, STATUS_NO_BRAIN, Account, Identity, Snapshot
 from connector.workcopy.store_client import StoreError, StoreNotFound, VersionRecord
 

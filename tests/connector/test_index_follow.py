@@ -18,7 +18,8 @@ from connector.engine.format.archive import pack_archive
 from connector.engine.recall.exact import recall
 from connector.engine.recall.index import BrainIndex
 from connector.mcp.tools import BrainTools, Caller
-from connector.workcopy.manager import ManagerTuning, WorkingCopyManager
+from connector.workcopy.core import ManagerTuning
+from connector.workcopy.manager import WorkingCopyManager
 from connector.workcopy.model import Account
 from connector.workcopy.store_client import StoreClient
 from tests.connector.conftest import RunningStore, brains_of, direct_memorize, download_brain, upload_raw

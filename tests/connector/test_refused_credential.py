@@ -15,7 +15,8 @@ from dataclasses import replace
 import pytest
 
 from connector.engine.writes.ops import connector_memorize
-from connector.workcopy.manager import SIGN_IN_AGAIN, BrainUnavailable, ManagerTuning, WorkingCopyManager
+from connector.workcopy.core import SIGN_IN_AGAIN, BrainUnavailable, ManagerTuning
+from connector.workcopy.manager import WorkingCopyManager
 from tests.connector.conftest import RunningStore
 from tests.connector.test_workcopy import FlakyUploads, account_for
 

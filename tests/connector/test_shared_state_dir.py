@@ -19,9 +19,10 @@ import pytest
 
 from common.docstore import open_document_store
 from connector.mcp.tools import BrainTools, Caller
+from connector.workcopy.core import ManagerTuning, MemoryBrainChoices
 from connector.workcopy.heads import BrainHeads
 from connector.workcopy.journal import HeldWriteJournal
-from connector.workcopy.manager import ManagerTuning, MemoryBrainChoices, WorkingCopyManager
+from connector.workcopy.manager import WorkingCopyManager
 from connector.workcopy.model import Account
 from connector.workcopy.store_client import StoreClient
 from tests.connector.conftest import RunningStore, auth, brains_of, direct_memorize, download_brain

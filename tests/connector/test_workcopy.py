@@ -17,9 +17,11 @@ from connector.engine.format.brain import Brain
 from connector.engine.recall.exact import recall
 from connector.engine.writes.ops import Forget, Pin, connector_memorize
 from connector.mcp.tools import BrainTools, Caller
-from connector.workcopy.manager import BrainUnavailable, ManagerTuning, WorkingCopyManager, brain_bytes
+from connector.workcopy.core import BrainUnavailable, ManagerTuning
+from connector.workcopy.manager import WorkingCopyManager
 from connector.workcopy.model import Account
 from connector.workcopy.store_client import StoreClient, StoreUnreachable
+from connector.workcopy.sync import brain_bytes
 from tests.connector.conftest import (
     RunningStore,
     auth,

@@ -36,7 +36,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from connector.oauth.pkce import s256
 from connector.oauth.state import REVOCATIONS_FRESH_S
-from connector.workcopy.manager import SIGN_IN_AGAIN
+from connector.workcopy.core import SIGN_IN_AGAIN
 from tests.connector.conftest import StoreUser, brains_of, download_brain, memory_ids, running_store
 from tests.connector.oauth.live import MemoryStorage, flat_query, login_id_of, running_connector, signed_in_provider
 from tests.s3.servers import seaweedfs, wait_for_token, weed_binary

@@ -1,0 +1,237 @@
+"""Each account's brains: listing them, choosing the active one (or the one a connection is
+bound to), switching it (brain_use), and who the account is at the store (a writer's name).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from common.textsafety import escape_one_line
+from connector.workcopy.core import ManagerCore, UserState
+from connector.workcopy.model import STATUS_MULTIPLE, STATUS_NO_BRAIN, STATUS_OK, Account, Identity
+from connector.workcopy.store_client import BrainRecord, StoreError, StoreUnreachable
+
+log = logging.getLogger("connector.workcopy")
+
+
+class UnknownBrain(Exception):
+    """brain_use named no brain of this account; carries the names to offer."""
+
+    def __init__(self, wanted: str, brains: list[BrainRecord]) -> None:
+        self.wanted = wanted
+        self.brains = brains
+        names = ", ".join(f"{escape_one_line(b.name)} ({b.id})" for b in brains) or "none"
+        super().__init__(f"No brain named '{escape_one_line(wanted)}' in this account. Brains: {names}.")
+
+
+def oldest_first(brains: list[BrainRecord]) -> list[BrainRecord]:
+    """Brains ordered oldest first: by creation time, then id."""
+    return sorted(brains, key=lambda b: (b.created_at, b.id))
+
+
+def choose_brain(brains: list[BrainRecord], chosen_id: str | None) -> BrainRecord | None:
+    """The chosen brain when it still exists, else the oldest one, else None."""
+    if chosen_id:
+        for brain in brains:
+            if brain.id == chosen_id.lower():
+                return brain
+    ordered = oldest_first(brains)
+    return ordered[0] if ordered else None
+
+
+def find_brain(brains: list[BrainRecord], wanted: str) -> BrainRecord | None:
+    """A brain by id (any case), else by exact name, else by name ignoring case (if unique)."""
+    text = wanted.strip()
+    for brain in brains:
+        if brain.id == text.lower():
+            return brain
+    exact = [b for b in brains if b.name == text]
+    if len(exact) == 1:
+        return exact[0]
+    folded = [b for b in brains if b.name.lower() == text.lower()]
+    if len(folded) == 1:
+        return folded[0]
+    if exact:
+        return oldest_first(exact)[0]
+    return None
+
+
+def viewer_refusal(record: BrainRecord) -> str:
+    """Why a write to a brain the user only views is refused (before anything is attempted)."""
+    owner = f", shared by {escape_one_line(record.owner)}" if record.owner else ""
+    return (
+        f"Not saved: you are a viewer of the brain '{escape_one_line(record.name)}'{owner}. A viewer can recall and "
+        "read it but not change it; nothing was changed. Ask its owner for the editor role, or switch to one of "
+        "your own brains with brain_use."
+    )
+
+
+def empty_brain_note(name: str) -> str:
+    """What a new user reads while the brain in use holds nothing yet: what to do next."""
+    return (
+        f"Your brain '{escape_one_line(name)}' is ready and empty: nothing is saved yet. Ask your assistant to "
+        "remember something (brain_memorize), or add a memory in the web app (New memory); every assistant "
+        "connected to this brain can then recall it."
+    )
+
+
+def identity_for(account: Account, brains: list[BrainRecord], active: BrainRecord | None) -> Identity:
+    """The identity signal of section 5: status and the note the user should see.
+
+    An account with no brain at all may be a different account than the one used elsewhere:
+    that is warned about. An account whose brain exists but is empty is a new user: it gets a
+    welcome saying what to do next, not a warning."""
+    label = account.kind_label
+    if not brains:
+        note = (
+            f"This account (signed in with {label}) has no brain at the store yet. "
+            "Probably a different account is signed in than the one used elsewhere, or this is a new user. "
+            "The first memory saved creates one."
+        )
+        return Identity(STATUS_NO_BRAIN, note, tuple(brains), active.id if active else None, empty=True)
+    empty = active is not None and not active.checksum
+    welcome = empty_brain_note(active.name) if empty and active is not None else None
+    if len(brains) > 1 and active is not None:
+        note = (
+            f"This account (signed in with {label}) has {len(brains)} brains; serving '{escape_one_line(active.name)}' "
+            f"({active.id}). Use brain_use to switch."
+        )
+        return Identity(STATUS_MULTIPLE, f"{note} {welcome}" if welcome else note, tuple(brains), active.id,
+                        empty=empty)
+    return Identity(STATUS_OK, welcome, tuple(brains), active.id if active else None, empty=empty)
+
+
+class Accounts(ManagerCore):
+    """Each account's brains: the list the store gives, the one in use, who the account is."""
+
+    async def _brains(self, state: UserState, *, force: bool = False) -> list[BrainRecord]:
+        fresh = self._mono() - state.brains_at < self.tuning.brains_ttl_s
+        if state.brains is not None and fresh and not force:
+            return state.brains
+        try:
+            with self._watching(state.account):
+                state.brains = await self.store.list_brains(state.account.credential)
+            state.brains_at = self._mono()
+        except StoreUnreachable:
+            if state.brains is None:
+                raise
+            # Keep serving the last known list; look again in a few seconds, not on every call.
+            state.brains_at = self._mono() - self.tuning.brains_ttl_s + min(5.0, self.tuning.brains_ttl_s)
+            log.warning("store unreachable while listing brains; using the last known list")
+        return state.brains
+
+    async def _active(self, account: Account, *, force_list: bool = False) -> tuple[list[BrainRecord], BrainRecord | None]:
+        if account.brain:
+            return await self._bound(account, force_list=force_list)
+        state = self._user(account)
+        assert state.lock is not None
+        chosen = await self.choices.get_chosen_brain(account.subject)
+        async with state.lock:
+            brains = await self._brains(state, force=force_list)
+            if chosen and chosen != state.missing_choice and not any(brain.id == chosen.lower() for brain in brains):
+                # Chosen through another worker or replica (the choice is shared) after this one
+                # listed the brains, e.g. a brain created since: list again, once per such choice
+                # (a chosen brain deleted at the store must not cost a listing on every call).
+                state.missing_choice = chosen
+                brains = await self._brains(state, force=True)
+        return brains, choose_brain(brains, chosen)
+
+    async def _bound(self, account: Account, *, force_list: bool = False) -> tuple[list[BrainRecord], BrainRecord]:
+        """A connection bound to one brain (``/mcp/brains/{brain}``): that brain alone, by id or name.
+
+        A brain created or shared since the last listing is looked for once more (once per
+        such name: asking again and again for a brain that is not there must not cost a
+        listing each time); one the account cannot see raises UnknownBrain, the same
+        whether it exists or not.
+        """
+        state = self._user(account)
+        assert state.lock is not None
+        async with state.lock:
+            brains = await self._brains(state, force=force_list)
+            found = find_brain(brains, account.brain)
+            if found is None and not force_list and state.missing_choice != account.brain:
+                state.missing_choice = account.brain
+                brains = await self._brains(state, force=True)
+                found = find_brain(brains, account.brain)
+        if found is None:
+            raise UnknownBrain(account.brain, oldest_first(brains))
+        return [found], found
+
+    async def bound_brain(self, account: Account) -> BrainRecord | None:
+        """The brain a bound connection names when this account can see it, else None."""
+        try:
+            _, found = await self._bound(account)
+        except UnknownBrain:
+            return None
+        return found
+
+    async def use_brain(self, account: Account, wanted: str) -> tuple[BrainRecord, Identity]:
+        """Switch the user's brain (by name or id) and persist the choice."""
+        state = self._user(account)
+        assert state.lock is not None
+        async with state.lock:
+            brains = await self._brains(state, force=True)
+        found = find_brain(brains, wanted)
+        if found is None:
+            raise UnknownBrain(wanted, oldest_first(brains))
+        await self.choices.set_chosen_brain(account.subject, found.id)
+        copy = await self._copy_for(account, found)
+        if copy is not None:
+            async with copy.lock:
+                await self._refresh(copy, force=True)
+        return found, identity_for(account, brains, found)
+
+    async def brains(self, account: Account) -> tuple[list[BrainRecord], BrainRecord | None]:
+        """The account's brains (refreshed) and the active one."""
+        return await self._active(account, force_list=True)
+
+    async def writer(self, account: Account) -> str:
+        """How a memory written to the active brain names its writer: the store's name for the
+        account (``alice``, ``alice via an agent key``) when the store shares brains, else "".
+
+        Asked once per account (``GET /auth/me``); a failure leaves it unnamed, never blocks the write.
+        """
+        try:
+            _, active = await self._active(account)
+        except StoreError:
+            return ""
+        if active is None or active.role is None:
+            return ""
+        who = await self._who(account)
+        if who is None:
+            return ""
+        name, kind = who
+        return f"{name} via an agent key" if name and kind == "agent-key" else name
+
+    async def _who(self, account: Account) -> tuple[str, str] | None:
+        """The account's name and kind (``static``, ``oidc``, ``agent-key``) at the store, asked
+        once (``GET /auth/me``); None when the store cannot say."""
+        state = self._user(account)
+        if state.who is None:
+            try:
+                with self._watching(account):
+                    me = await self.store.me(account.credential)
+            except StoreError:
+                return None
+            user = me.get("user") if isinstance(me.get("user"), dict) else {}
+            name = next((str(user[k]) for k in ("name", "email", "id") if isinstance(user.get(k), str) and user[k]), "")
+            state.who = (name, str(user.get("kind") or ""))
+        return state.who
+
+    async def _read_only_refusal(self, account: Account, record: BrainRecord) -> str:
+        """Why a write to a brain this account may only read is refused: a viewer's role, or a
+        read-only agent key (of the brain's owner: then the role is not the reason at all)."""
+        who = await self._who(account)
+        if who is None or who[1] != "agent-key":
+            return viewer_refusal(record)
+        name = escape_one_line(record.name)
+        if record.owner and record.owner == who[0]:
+            reason = f"this connection uses a read-only agent key for the brain '{name}' (your own brain)"
+        else:
+            reason = (f"this connection's agent key may only read the brain '{name}' (a read-only key, "
+                      "or its user is a viewer of the brain)")
+        return (
+            f"Not saved: {reason}. It can recall and read but not change the brain; nothing was changed. "
+            "For this agent to write, sign it in with an agent key created with write access "
+            "(brain-store key create --scope write)."
+        )
