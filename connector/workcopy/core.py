@@ -15,7 +15,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from connector.engine.format.archive import ArchiveLimits
 from connector.engine.format.brain import Brain
@@ -26,7 +26,7 @@ from connector.workcopy.heads import BrainHeads
 from connector.workcopy.journal import HeldWriteJournal
 from connector.workcopy.longlived import LongLivedObjects
 from connector.workcopy.model import Account, WorkingCopy
-from connector.workcopy.store_client import BrainRecord, StoreClient, StoreUnauthorized
+from connector.workcopy.store_client import BrainRecord, StoreClient, StoreError, StoreUnauthorized
 
 log = logging.getLogger("connector.workcopy")
 
@@ -212,6 +212,21 @@ class ManagerCore:
             self._users[account.subject] = state
         state.account = account
         return state
+
+    if TYPE_CHECKING:
+        # What one part calls on another (each is defined in the part named), so that each part
+        # type-checks on its own; `WorkingCopyManager` has them all.
+        async def _copy_for(self, account: Account, record: BrainRecord | None) -> WorkingCopy | None: ...  # manager
+        async def _refresh(self, copy: WorkingCopy, *, force: bool = False) -> None: ...  # sync
+        async def _push_pending(self, copy: WorkingCopy) -> list[str]: ...  # sync
+        async def recover(self) -> int: ...  # held
+        async def _push(self, copy: WorkingCopy) -> list[str]: ...  # held
+        def _hold(self, copy: WorkingCopy, reason: str) -> None: ...  # held
+        def _discard(self, copy: WorkingCopy, refusal: StoreError) -> None: ...  # held
+        @staticmethod
+        def _final(copy: WorkingCopy, refusal: StoreError) -> bool: ...  # held
+        def _room_for_load(self) -> contextlib.AbstractContextManager[None]: ...  # upkeep
+        def _forget_index(self, dropped: WorkingCopy) -> None: ...  # upkeep
 
     @contextlib.contextmanager
     def _watching(self, account: Account) -> Iterator[None]:
