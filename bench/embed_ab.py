@@ -48,10 +48,15 @@ from connector.engine.recall.usefast import FastUse  # noqa: E402
 
 def revision_model(revision: str, folder: Path, backend: object) -> object:
     """``FastUse`` of ``revision``'s usefast.py, loaded from a copy, over the same weights."""
-    source = subprocess.run(
-        ["git", "-C", str(REPO), "show", f"{revision}:connector/engine/recall/usefast.py"],
-        check=True, capture_output=True, text=True,
-    ).stdout
+    # usefast.py moved into engine/recall/ (issue 33): an older revision has it at the old path,
+    # importing winograd from where it stood then.
+    for where in ("connector/engine/recall/usefast.py", "connector/engine/usefast.py"):
+        shown = subprocess.run(["git", "-C", str(REPO), "show", f"{revision}:{where}"], capture_output=True, text=True)
+        if shown.returncode == 0:
+            break
+    else:
+        raise SystemExit(f"no usefast.py at {revision}: {shown.stderr.strip()}")
+    source = shown.stdout.replace("from connector.engine import winograd", "from connector.engine.recall import winograd")
     path = folder / "usefast_base.py"
     path.write_text(source)
     spec = importlib.util.spec_from_file_location("usefast_base", path)
