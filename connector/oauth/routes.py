@@ -172,7 +172,7 @@ def build_oauth(
         signin_checks=signin_checks,
     )
     if manager is not None and hasattr(manager, "on_credential_refused"):
-        # A store token the store refuses ends its sign-ins at once (see ManagerCore._watching, connector/workcopy/core.py).
+        # A store token the store refuses ends its sign-ins at once (see workcopy/core.py, ManagerCore._watching).
         manager.on_credential_refused = server.end_refused_sign_ins
     handlers = oauth_route_handlers(server, settings, dev=chosen.kind == "dev", limits_state=limits_state)
     return OAuthMount(server=server, provider=chosen, route_handlers=handlers)

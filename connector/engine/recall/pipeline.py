@@ -19,7 +19,9 @@ from msgspec import UNSET
 from connector.engine.format.jsvalues import datetime_ms, parse_iso_ms, round3
 from connector.engine.recall.index import LOW_TRUST_ORIGINS, BrainIndex, MemoryRecord, RecallError
 
-__all__ = ["MS_PER_DAY", "SUPERSEDED_FACTOR", "eligibility", "hit_of", "instant_ms", "newer_field_factors", "time_terms"]
+__all__ = [
+    "MS_PER_DAY", "SUPERSEDED_FACTOR", "eligibility", "hit_of", "instant_ms", "newer_field_factors", "time_terms",
+]
 
 MS_PER_DAY = 86_400_000
 SUPERSEDED_FACTOR = 0.25
