@@ -201,8 +201,9 @@ def incoming_of(item: dict[str, Any]) -> Any:
     return Incoming(memory.content, memory.title, memory.tags, memory.type)
 
 
-def in_process_runner(brain_dir: Path) -> Callable[[Path, dict[str, Any]], list[dict[str, Any]] | None]:
-    """Builds the brain's indexes once and runs the engine's check per item."""
+def in_process_runner(brain_dir: Path, store: Any = None) -> Callable[[Path, dict[str, Any]], list[dict[str, Any]] | None]:
+    """Builds the brain's indexes once and runs the engine's check per item (``store``: a
+    `VectorStore` to take known vectors from, e.g. the quality guard's shared one)."""
     from connector.engine.archive import load_directory
     from connector.engine.hybrid import HybridIndex
     from connector.engine.index import BrainIndex
@@ -211,7 +212,7 @@ def in_process_runner(brain_dir: Path) -> Callable[[Path, dict[str, Any]], list[
 
     brain = load_directory(brain_dir)
     index = BrainIndex.build(brain)
-    store = VectorStore()
+    store = store if store is not None else VectorStore()
     hybrid = HybridIndex.build(brain, index, store)
 
     def run(_: Path, item: dict[str, Any]) -> list[dict[str, Any]] | None:

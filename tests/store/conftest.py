@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Iterator
+from typing import Any
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,7 +13,7 @@ import httpx
 import pytest
 
 from contract.conformance.archives import make_archive as conformance_archive
-from tests.support.processes import ServerProcess, console_script, free_port, run_server
+from tests.support.processes import ServerProcess, connection_owner, console_script, free_port, run_server
 
 
 def make_archive(files: dict[str, bytes] | None = None, *, dirs: tuple[str, ...] = ()) -> bytes:
@@ -53,6 +54,7 @@ class Store:
 
     server: ServerProcess
     data: Path
+    workers: int = 1
 
     @property
     def url(self) -> str:
@@ -61,6 +63,32 @@ class Store:
     def client(self, token: str | None = None) -> httpx.Client:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         return httpx.Client(base_url=self.url, headers=headers, timeout=30.0)
+
+    def answered_by(self, method: str, path: str, token: str | None = None, **request: Any) -> tuple[httpx.Response, int]:
+        """One request on a new connection, and the pid of the worker that accepted it
+        (read from /proc while the connection is still open)."""
+        with self.client(token) as client:
+            response = client.request(method, path, **request)
+            client_port = response.extensions["network_stream"].get_extra_info("client_addr")[1]
+            pid = connection_owner(self.server.process.pid, httpx.URL(self.url).port or 0, client_port)
+        assert pid is not None, f"no single process of the store holds the connection from port {client_port}"
+        return response, pid
+
+    def on_every_worker(
+        self, method: str, path: str, token: str | None = None, *, attempts: int = 60, **request: Any
+    ) -> list[httpx.Response]:
+        """The same request, each time on a new connection, until every worker has answered
+        it (at most ``attempts`` times; fails the test if some worker never did). Returns
+        every answer: the caller checks them all."""
+        answers: list[httpx.Response] = []
+        seen: set[int] = set()
+        for _ in range(attempts):
+            response, pid = self.answered_by(method, path, token, **request)
+            answers.append(response)
+            seen.add(pid)
+            if len(seen) == self.workers:
+                return answers
+        raise AssertionError(f"{method} {path}: only workers {sorted(seen)} of {self.workers} answered in {attempts} tries")
 
 
 @contextmanager
@@ -75,7 +103,7 @@ def start_store(
         argv += ["--workers", str(workers)]
     full_env = {"STORE_QUIET": "1", "STORE_RATE_LIMITS": "off", **(env or {})}
     with run_server(argv, port=port, log_path=tmp / f"store-{port}.log", env=full_env) as server:
-        yield Store(server, data)
+        yield Store(server, data, workers)
 
 
 @pytest.fixture(scope="module")
