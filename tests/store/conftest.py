@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import http.client
 import subprocess
+import time
 from collections.abc import Iterator
-from typing import Any
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,26 +65,35 @@ class Store:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         return httpx.Client(base_url=self.url, headers=headers, timeout=30.0)
 
-    def answered_by(self, method: str, path: str, token: str | None = None, **request: Any) -> tuple[httpx.Response, int]:
-        """One request on a new connection, and the pid of the worker that accepted it
-        (read from /proc while the connection is still open)."""
-        with self.client(token) as client:
-            response = client.request(method, path, **request)
-            client_port = response.extensions["network_stream"].get_extra_info("client_addr")[1]
-            pid = connection_owner(self.server.process.pid, httpx.URL(self.url).port or 0, client_port)
-        assert pid is not None, f"no single process of the store holds the connection from port {client_port}"
-        return response, pid
+    def answered_by(self, method: str, path: str, token: str | None = None) -> tuple[httpx.Response, int]:
+        """One request on a new connection, and the pid of the worker that accepted the
+        connection (read from /proc before the request is sent: the connection is then open
+        whatever the answer does to it)."""
+        url = httpx.URL(self.url)
+        connection = http.client.HTTPConnection(url.host, url.port, timeout=30)
+        try:
+            connection.connect()
+            assert connection.sock is not None
+            client_port = connection.sock.getsockname()[1]
+            deadline = time.monotonic() + 10
+            while (pid := connection_owner(self.server.process.pid, url.port or 0, client_port)) is None:
+                assert time.monotonic() < deadline, f"no worker of the store took the connection from port {client_port}"
+                time.sleep(0.01)
+            connection.request(method, path, headers={"Authorization": f"Bearer {token}"} if token else {})
+            answer = connection.getresponse()
+            return httpx.Response(answer.status, headers=answer.getheaders(), content=answer.read()), pid
+        finally:
+            connection.close()
 
-    def on_every_worker(
-        self, method: str, path: str, token: str | None = None, *, attempts: int = 60, **request: Any
-    ) -> list[httpx.Response]:
-        """The same request, each time on a new connection, until every worker has answered
-        it (at most ``attempts`` times; fails the test if some worker never did). Returns
-        every answer: the caller checks them all."""
+    def on_every_worker(self, method: str, path: str, token: str | None = None, *,
+                        attempts: int = 60) -> list[httpx.Response]:
+        """The same request, each time on a new connection, until every worker (the leader
+        serves too: cli/serving/workers.py) has answered it, at most ``attempts`` times; fails
+        the test if some worker never did. Returns every answer: the caller checks them all."""
         answers: list[httpx.Response] = []
         seen: set[int] = set()
         for _ in range(attempts):
-            response, pid = self.answered_by(method, path, token, **request)
+            response, pid = self.answered_by(method, path, token)
             answers.append(response)
             seen.add(pid)
             if len(seen) == self.workers:
