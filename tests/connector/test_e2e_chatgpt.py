@@ -89,7 +89,10 @@ def test_search_and_fetch_in_openais_shape(store: RunningStore, tmp_path: Path) 
         signed_out = httpx.get(f"{server.base_url}{link.path}", timeout=30)
         assert signed_out.status_code == 303, signed_out.text
         assert httpx.URL(signed_out.headers["location"]).path == "/app/signin"
-        with signed_in_browser(server.base_url, user.token, "198.51.100.1") as browser:
+        browser = signed_in_browser(server.base_url, user.token, "198.51.100.1")
+        try:
             page = browser.get(link.path)
-            assert page.status_code == 200, page.text
-            assert "second shelf of the pantry" in page.text and kettle in page.text
+        finally:
+            browser.close()
+        assert page.status_code == 200, page.text
+        assert "second shelf of the pantry" in page.text and kettle in page.text
