@@ -81,8 +81,8 @@ def untranslated(text: str, fragments: list[str], data: list[str]) -> list[str]:
 
 def test_data_excuses_only_what_lies_inside_it() -> None:
     fragments = ["Show external links", "written", "Tags"]
-    data = ["external", "brain-connector (MCP), written by Browser test agent"]
-    assert untranslated("Source brain-connector (MCP), written by Browser test agent", fragments, data) == []
+    data = ["external", "brain-connector (MCP), written by alice"]
+    assert untranslated("Source brain-connector (MCP), written by alice", fragments, data) == []
     assert untranslated("Show external links · external", fragments, data) == ["Show external links"]
     assert untranslated("written 3 May · Tags", fragments, data) == ["written", "Tags"]
 
@@ -160,7 +160,7 @@ def test_every_page_in_three_languages(store: RunningStore, tmp_path: Path) -> N
                 "The spare house key is under the", "by the back door.",
                 "A forum post says the garden tap must be drained before the first frost.", "Browser test agent",
                 "observation", "learning", "external", "house", "garden", "keys", "bike",  # types and tags
-                f"{CONNECTOR_SOURCE}, written by Browser test agent"]  # the source a memory records
+                f"{CONNECTOR_SOURCE}, written by {alice.name}"]  # the source a memory written through MCP records
 
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
