@@ -111,6 +111,13 @@ def test_changed_facts_are_updates(prepared, model_store, title: str, content: s
         # Same place or subject as a memory, a different fact.
         ("Climbing gym", "The bouldering gym in Ogikubo is closed on Wednesdays and has a chalk ban."),
         ("図書館のカフェ", "図書館の二階にカフェがあって、コーヒーは一杯三百円。"),
+        # Same subject as a memory, a different fact about another person: a known miss (flagged as
+        # an update of "Climbing shoes", 0.729), kept here and in `bench/similar_bench.py --hard-cases`
+        # until the check gets it right (docs/memory-governance.md, "Known misses"). Strict: a fix
+        # turns this red until the mark goes.
+        pytest.param("Partner's climbing shoes", "My partner climbs in Scarpa Instinct shoes, size 43.",
+                     marks=pytest.mark.xfail(strict=True, reason="known miss: another person's fact flagged as an "
+                                             "update (docs/memory-governance.md)")),
     ],
 )
 def test_new_facts_are_not_flagged(prepared, model_store, title: str, content: str) -> None:  # type: ignore[no-untyped-def]
