@@ -35,12 +35,11 @@ GOVERNANCE_SET = SHARED / "memory-governance"
 # How far below the documented figure a score may fall (above, for false flags).
 MARGIN = 0.03
 
-pytestmark = [
-    needs_tool((RECALL_SET / "queries.jsonl").is_file() and (GOVERNANCE_SET / "incoming.jsonl").is_file(),
-               f"the development sets are not in {SHARED} (../shared beside the repository): nothing to guard "
-               "quality on"),
-    pytest.mark.xdist_group("quality-guard"),  # one worker, so the brain is embedded once
-]
+pytestmark = pytest.mark.xdist_group("quality-guard")  # one worker, so the brain is embedded once
+needs_sets = needs_tool(
+    (RECALL_SET / "queries.jsonl").is_file() and (GOVERNANCE_SET / "incoming.jsonl").is_file(),
+    f"the development sets are not in {SHARED} (../shared beside the repository): nothing to guard quality on",
+)
 
 
 def markdown_table(path: Path, first_header: str) -> list[dict[str, str]]:
@@ -81,6 +80,7 @@ def vectors() -> VectorStore:
     return VectorStore()
 
 
+@needs_sets
 def test_hybrid_recall_on_the_development_set_keeps_its_documented_quality(vectors: VectorStore) -> None:
     documented = overall(markdown_table(REPO_ROOT / "docs" / "recall.md", "category"), "category")
     recall_at_5, mrr_at_10 = map(float, re.findall(r"\d\.\d+", documented["hybrid r@5 (MRR@10)"]))
@@ -91,6 +91,7 @@ def test_hybrid_recall_on_the_development_set_keeps_its_documented_quality(vecto
     assert measured["mrr@10"] >= mrr_at_10 - MARGIN, (measured, documented)
 
 
+@needs_sets
 def test_the_similar_check_on_the_development_set_keeps_its_documented_quality(vectors: VectorStore) -> None:
     documented = overall(markdown_table(REPO_ROOT / "docs" / "memory-governance.md", "slice"), "slice")
     table, _ = similar_bench.evaluate(GOVERNANCE_SET, lambda brain: similar_bench.in_process_runner(brain, vectors))
