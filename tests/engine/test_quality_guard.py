@@ -9,8 +9,8 @@ another way (one query of 150 is 0.007, one item of 45 duplicates or updates 0.0
 
 Without ../shared (a bare clone) the tests skip, saying why; under ``CI=true`` they fail
 instead (tests/support/tools.py), as CI has ../shared beside the repository. The two sets
-share one brain, so one vector store embeds it once for both (about 25 s on a loaded
-two-core machine).
+share one brain, so one vector store embeds it once for both (12-25 s of wall time for
+the module on two cores at load 10-14).
 """
 
 from __future__ import annotations
