@@ -166,9 +166,10 @@ def _no_answer_figures(hit_counts: dict[str, list[int]]) -> dict[str, dict[str, 
     }
 
 
-def prepare(brain: Brain, index: BrainIndex, queries: list[dict[str, Any]]) -> tuple[list[Case], HybridIndex, VectorStore]:
-    """Every query's channels over ``brain`` (vectors computed once)."""
-    store = VectorStore()
+def prepare(brain: Brain, index: BrainIndex, queries: list[dict[str, Any]],
+            store: VectorStore | None = None) -> tuple[list[Case], HybridIndex, VectorStore]:
+    """Every query's channels over ``brain`` (vectors computed once, or taken from ``store``)."""
+    store = store if store is not None else VectorStore()
     hybrid = HybridIndex.build(brain, index, store)
     cases = []
     for query in queries:
@@ -224,8 +225,10 @@ def cross_validate(cases: list[Case], ids: Sequence[str]) -> list[dict[str, Any]
     return out
 
 
-def run(set_dir: Path, modes: list[str], show_misses: bool, no_answer: Sequence[Path], cv: bool) -> dict[str, Any]:
-    """Score each mode (and the stored reference) on the set at ``set_dir``."""
+def run(set_dir: Path, modes: list[str], show_misses: bool, no_answer: Sequence[Path], cv: bool,
+        store: VectorStore | None = None) -> dict[str, Any]:
+    """Score each mode (and the stored reference) on the set at ``set_dir`` (``store``: a
+    `VectorStore` to take known vectors from, e.g. the quality guard's shared one)."""
     queries = load_queries(set_dir / "queries.jsonl")
     extra = [query for path in no_answer for query in load_no_answer(path)]
     brain = load_directory(set_dir / "brain")
@@ -238,12 +241,11 @@ def run(set_dir: Path, modes: list[str], show_misses: bool, no_answer: Sequence[
     report: dict[str, Any] = {"set": str(set_dir), "no_answer_sets": [str(path) for path in no_answer],
                               "reference": table(reference)}
     timings: dict[str, float] = {}
-    store: VectorStore | None = None
     hybrid: HybridIndex | None = None
     cases: list[Case] = []
     if "hybrid" in modes:
         started = time.perf_counter()
-        cases, hybrid, store = prepare(brain, index, queries + extra)
+        cases, hybrid, store = prepare(brain, index, queries + extra, store)
         timings["hybrid_prepare_s"] = time.perf_counter() - started
     for mode in modes:
         started = time.perf_counter()

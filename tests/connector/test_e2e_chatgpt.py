@@ -15,6 +15,7 @@ import pytest
 
 from tests.connector.conftest import RunningStore, brains_of, direct_memorize
 from tests.connector.test_e2e_tools import connector, mcp_session, mint, structured
+from tests.connector.webapp.conftest import signed_in_browser
 from tests.support.processes import free_port
 
 pytestmark = pytest.mark.timeout(300)
@@ -82,6 +83,16 @@ def test_search_and_fetch_in_openais_shape(store: RunningStore, tmp_path: Path) 
 
     with connector(tmp_path, store, port=port, env={"CONNECTOR_PUBLIC_URL": public}) as server:
         asyncio.run(use(server.base_url))
-        # The link is the web app's page of that memory (it asks a visitor to sign in first).
-        page = httpx.get(f"{server.base_url}/app/memory/{kettle}", timeout=30)
-        assert page.status_code in (200, 302, 303, 401) and page.status_code != 404
+        # The link is the web app's page of that memory: signed in, the page itself; signed out,
+        # the sign-in page (which does not carry the link back yet: issue 36, item 6).
+        link = httpx.URL(f"{public}/app/memory/{kettle}")
+        signed_out = httpx.get(f"{server.base_url}{link.path}", timeout=30)
+        assert signed_out.status_code == 303, signed_out.text
+        assert httpx.URL(signed_out.headers["location"]).path == "/app/signin"
+        browser = signed_in_browser(server.base_url, user.token, "198.51.100.1")
+        try:
+            page = browser.get(link.path)
+        finally:
+            browser.close()
+        assert page.status_code == 200, page.text
+        assert "second shelf of the pantry" in page.text and kettle in page.text

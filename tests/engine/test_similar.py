@@ -12,10 +12,12 @@ from connector.engine.tending.similar import (
     FEATURES,
     RELATED,
     UPDATE,
+    Candidate,
     Incoming,
     _Text,
     candidates,
     classify,
+    decide,
     exact_duplicates,
     find_similar,
     negated,
@@ -109,6 +111,13 @@ def test_changed_facts_are_updates(prepared, model_store, title: str, content: s
         # Same place or subject as a memory, a different fact.
         ("Climbing gym", "The bouldering gym in Ogikubo is closed on Wednesdays and has a chalk ban."),
         ("図書館のカフェ", "図書館の二階にカフェがあって、コーヒーは一杯三百円。"),
+        # Same subject as a memory, a different fact about another person: a known miss (flagged as
+        # an update of "Climbing shoes", 0.729), kept here and in `bench/similar_bench.py --hard-cases`
+        # until the check gets it right (docs/memory-governance.md, "Known misses"). Strict: a fix
+        # turns this red until the mark goes.
+        pytest.param("Partner's climbing shoes", "My partner climbs in Scarpa Instinct shoes, size 43.",
+                     marks=pytest.mark.xfail(strict=True, reason="known miss: another person's fact flagged as an "
+                                             "update (docs/memory-governance.md)")),
     ],
 )
 def test_new_facts_are_not_flagged(prepared, model_store, title: str, content: str) -> None:  # type: ignore[no-untyped-def]
@@ -133,11 +142,27 @@ def test_answer_shapes(prepared, model_store) -> None:  # type: ignore[no-untype
     assert found[0].to_json(detail=True) == {
         "id": found[0].id, "relation": "duplicate", "score": 1.0, "title": "Dentist appointment", "exact": True,
     }
-    # Best first: flags by score, then related memories by cosine; at most `limit`.
-    brain, _, index, hybrid = prepared
-    listed = find_similar(brain, Incoming("Dentist and gym and bread"), index=index, hybrid=hybrid,
-                          embed=model_store.embed_query, limit=2)
-    assert len(listed) <= 2
+    # Best first: flags by score, then related memories by cosine, whatever order the memories were
+    # examined in; at most `limit`, the best ones. One pair of texts at several cosines: the closer
+    # ones are updates, the farther related; a restatement is a duplicate even at a lower cosine.
+    new = _Text.of("The company check-up is in June this year.")
+    changed = _Text.of("The company health check-up is in September.")
+    same = _Text.of("The company check-up is in June this year!")
+
+    def examined(name: str, old: _Text, cosine: float, exact: bool = False) -> Candidate:
+        return Candidate(name, name, cosine, pair_features(new, old, cosine, cosine - 0.1, lambda term: 1.0, 0.3), exact)
+
+    pool = [examined("related-0.5", changed, 0.5), examined("update-0.8", changed, 0.8),
+            examined("related-0.6", changed, 0.6), examined("duplicate-0.6", same, 0.6),
+            examined("below-floor", changed, 0.3), examined("update-0.95", changed, 0.95),
+            examined("related-0.46", changed, 0.46), examined("exact", same, 0.2, exact=True)]
+    listed = decide(pool, limit=10)
+    assert [(item.id, item.relation) for item in listed] == [
+        ("exact", DUPLICATE), ("duplicate-0.6", DUPLICATE), ("update-0.95", UPDATE), ("update-0.8", UPDATE),
+        ("related-0.6", RELATED), ("related-0.5", RELATED), ("related-0.46", RELATED)]
+    scores = [item.score for item in listed]
+    assert scores[0] == 1.0 and scores[1:4] == sorted(scores[1:4], reverse=True) and scores[4:] == [0.6, 0.5, 0.46]
+    assert decide(pool, limit=3) == listed[:3] and decide(pool, limit=0) == []
 
 
 def test_empty_brain_and_convenience(model_store) -> None:  # type: ignore[no-untyped-def]

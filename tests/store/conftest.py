@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import http.client
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -12,7 +14,7 @@ import httpx
 import pytest
 
 from contract.conformance.archives import make_archive as conformance_archive
-from tests.support.processes import ServerProcess, console_script, free_port, run_server
+from tests.support.processes import ServerProcess, connection_owner, console_script, free_port, run_server
 
 
 def make_archive(files: dict[str, bytes] | None = None, *, dirs: tuple[str, ...] = ()) -> bytes:
@@ -53,6 +55,7 @@ class Store:
 
     server: ServerProcess
     data: Path
+    workers: int = 1
 
     @property
     def url(self) -> str:
@@ -61,6 +64,41 @@ class Store:
     def client(self, token: str | None = None) -> httpx.Client:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         return httpx.Client(base_url=self.url, headers=headers, timeout=30.0)
+
+    def answered_by(self, method: str, path: str, token: str | None = None) -> tuple[httpx.Response, int]:
+        """One request on a new connection, and the pid of the worker that accepted the
+        connection (read from /proc before the request is sent: the connection is then open
+        whatever the answer does to it)."""
+        url = httpx.URL(self.url)
+        connection = http.client.HTTPConnection(url.host, url.port, timeout=30)
+        try:
+            connection.connect()
+            assert connection.sock is not None
+            client_port = connection.sock.getsockname()[1]
+            deadline = time.monotonic() + 10
+            while (pid := connection_owner(self.server.process.pid, url.port or 0, client_port)) is None:
+                assert time.monotonic() < deadline, f"no worker of the store took the connection from port {client_port}"
+                time.sleep(0.01)
+            connection.request(method, path, headers={"Authorization": f"Bearer {token}"} if token else {})
+            answer = connection.getresponse()
+            return httpx.Response(answer.status, headers=answer.getheaders(), content=answer.read()), pid
+        finally:
+            connection.close()
+
+    def on_every_worker(self, method: str, path: str, token: str | None = None, *,
+                        attempts: int = 60) -> list[httpx.Response]:
+        """The same request, each time on a new connection, until every worker (the leader
+        serves too: cli/serving/workers.py) has answered it, at most ``attempts`` times; fails
+        the test if some worker never did. Returns every answer: the caller checks them all."""
+        answers: list[httpx.Response] = []
+        seen: set[int] = set()
+        for _ in range(attempts):
+            response, pid = self.answered_by(method, path, token)
+            answers.append(response)
+            seen.add(pid)
+            if len(seen) == self.workers:
+                return answers
+        raise AssertionError(f"{method} {path}: only workers {sorted(seen)} of {self.workers} answered in {attempts} tries")
 
 
 @contextmanager
@@ -75,7 +113,7 @@ def start_store(
         argv += ["--workers", str(workers)]
     full_env = {"STORE_QUIET": "1", "STORE_RATE_LIMITS": "off", **(env or {})}
     with run_server(argv, port=port, log_path=tmp / f"store-{port}.log", env=full_env) as server:
-        yield Store(server, data)
+        yield Store(server, data, workers)
 
 
 @pytest.fixture(scope="module")

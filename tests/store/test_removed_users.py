@@ -17,8 +17,9 @@ ARCHIVE = make_archive(brain_files(3, "frank"), dirs=("memories",))
 def test_adopt_hands_over_own_brains_only(tmp_path: Path) -> None:
     with start_store(tmp_path, workers=2) as store:
         data = store.data
-        alice = store.client(add_user(data, "alice", "alice@example.org"))
-        frank = store.client(add_user(data, "frank", "frank@example.org"))
+        alice_token = add_user(data, "alice", "alice@example.org")
+        frank_token = add_user(data, "frank", "frank@example.org")
+        alice, frank = store.client(alice_token), store.client(frank_token)
         alice_brain = alice.get("/api/brains").json()[0]["id"]
         frank_brain = frank.get("/api/brains").json()[0]["id"]
         frank_id = frank.get("/auth/me").json()["user"]["id"]
@@ -37,15 +38,14 @@ def test_adopt_hands_over_own_brains_only(tmp_path: Path) -> None:
 
         grace_token = cli("user", "adopt", frank_id, "grace", data=data).stdout.strip().splitlines()[-1]
         grace = store.client(grace_token)
-        for _ in range(6):  # both workers
-            for key in (own_key, alice_key):
-                assert store.client(key).get("/api/brains").status_code == 401
-            assert frank.get("/api/brains").status_code == 401
-            listed = {b["id"]: b["role"] for b in grace.get("/api/brains").json()}
-            assert listed == {frank_brain: "owner"}
-            assert grace.get(f"/api/brains/{alice_brain}").status_code == 404
-            members = alice.get(f"/api/brains/{alice_brain}/members").json()
-            assert [m["name"] for m in members["members"] if m["role"] != "owner"] == []
+        # every worker answers alike (each request on a new connection, until each worker answered)
+        for key in (own_key, alice_key, frank_token):
+            assert {r.status_code for r in store.on_every_worker("GET", "/api/brains", key)} == {401}
+        for listed in store.on_every_worker("GET", "/api/brains", grace_token):
+            assert {b["id"]: b["role"] for b in listed.json()} == {frank_brain: "owner"}
+        assert {r.status_code for r in store.on_every_worker("GET", f"/api/brains/{alice_brain}", grace_token)} == {404}
+        for members in store.on_every_worker("GET", f"/api/brains/{alice_brain}/members", alice_token):
+            assert [m["name"] for m in members.json()["members"] if m["role"] != "owner"] == []
         r = grace.put(f"/api/brains/{alice_brain}/sync", files={"brain": ("b.tar.gz", ARCHIVE)})
         assert r.status_code == 404
         # the adopted brain keeps its own members: alice still sees frank's (now grace's) brain

@@ -58,7 +58,8 @@ def _archive(tag: str) -> bytes:
 def test_revoked_key_and_unshared_member_cannot_commit(tmp_path: Path) -> None:
     with start_store(tmp_path, workers=2) as store:
         data = store.data
-        alice = store.client(add_user(data, "alice"))
+        alice_token = add_user(data, "alice")
+        alice = store.client(alice_token)
         eddie_token = add_user(data, "eddie")
         brain = alice.get("/api/brains").json()[0]["id"]
         cli("share", brain, "--with", "eddie", "--role", "editor", data=data)
@@ -75,8 +76,9 @@ def test_revoked_key_and_unshared_member_cannot_commit(tmp_path: Path) -> None:
                                 lambda: cli("unshare", brain, "--with", "eddie", data=data))
         assert unshared.status_code == 404, unshared.text
 
-        for _ in range(4):  # both workers: nothing was committed
-            record = alice.get(f"/api/brains/{brain}").json()
+        # nothing was committed, as every worker tells (each request on a new connection)
+        for answer in store.on_every_worker("GET", f"/api/brains/{brain}", alice_token):
+            record = answer.json()
             assert record["checksum"] == before and record["snapshot_count"] == 0
         events = alice.get(f"/api/brains/{brain}/audit").json()["events"]
         uploads = [(e["action"], e["actor_name"], e.get("key"), e.get("status")) for e in events

@@ -61,8 +61,9 @@ class ServerProcess:
             self.kill()
 
 
-def _listening_inodes(port: int) -> set[str]:
-    """Socket inodes listening on TCP ``port`` (any address), from /proc/net."""
+def _socket_inodes(port: int, *, state: str, remote_port: int | None = None) -> set[str]:
+    """Inodes of the TCP sockets on local ``port`` in ``state`` (``0A`` listening, ``01``
+    established), any address, optionally only those whose peer is on ``remote_port``: from /proc/net."""
     inodes = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
@@ -71,7 +72,8 @@ def _listening_inodes(port: int) -> set[str]:
             continue
         for line in lines:
             fields = line.split()
-            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+            if (len(fields) > 9 and fields[3] == state and int(fields[1].rsplit(":", 1)[1], 16) == port
+                    and (remote_port is None or int(fields[2].rsplit(":", 1)[1], 16) == remote_port)):
                 inodes.add(fields[9])
     return inodes
 
@@ -91,6 +93,19 @@ def group_pids(leader: int) -> list[int]:
     return pids
 
 
+def _holders(group: int, inodes: set[str]) -> list[int]:
+    """The processes of process group ``group`` holding a socket of ``inodes`` open."""
+    holders = []
+    for pid in group_pids(group):
+        try:
+            links = [os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()]
+        except OSError:
+            continue  # gone meanwhile
+        if any(link.startswith("socket:[") and link[8:-1] in inodes for link in links):
+            holders.append(pid)
+    return holders
+
+
 def _listener_is_ours(port: int, group: int) -> bool:
     """Whether a process of process group ``group`` holds a socket listening on ``port``.
 
@@ -100,15 +115,18 @@ def _listener_is_ours(port: int, group: int) -> bool:
     """
     if not Path("/proc/net/tcp").exists():
         return True
-    inodes = _listening_inodes(port)
-    for pid in group_pids(group):
-        try:
-            links = [os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()]
-        except OSError:
-            continue  # gone meanwhile
-        if any(link.startswith("socket:[") and link[8:-1] in inodes for link in links):
-            return True
-    return False
+    return bool(_holders(group, _socket_inodes(port, state="0A")))
+
+
+def connection_owner(group: int, server_port: int, client_port: int) -> int | None:
+    """The pid of the process of process group ``group`` (a server and its workers) holding
+    the server's end of the open loopback connection from ``client_port`` to ``server_port``:
+    which worker accepted it. None when /proc does not show one process holding it.
+
+    For tests only, from outside: the server adds nothing to its answers for this.
+    """
+    holders = _holders(group, _socket_inodes(server_port, state="01", remote_port=client_port))
+    return holders[0] if len(holders) == 1 else None
 
 
 def wait_for_http(url: str, process: subprocess.Popen[bytes] | None = None, timeout: float = 30.0) -> None:

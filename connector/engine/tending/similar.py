@@ -542,6 +542,7 @@ def decide(examined: Sequence[Candidate], *, limit: int = LIMIT, model: Model = 
         elif candidate.cosine >= RELATED_FLOOR:
             related.append(Similar(candidate.id, RELATED, round(candidate.cosine, 3), candidate.title, flags=features))
     flags.sort(key=lambda item: (-item.score, item.id))
+    related.sort(key=lambda item: (-item.score, item.id))  # a score that is the cosine
     return (flags + related)[: max(limit, 0)]
 
 

@@ -21,6 +21,7 @@ import httpx
 import pytest
 from babel.messages.pofile import read_po
 
+from connector.engine.writes.memorize import CONNECTOR_SOURCE
 from connector.i18n import CATALOG_DIRS, catalog_path
 from tests.connector.oauth import live
 from tests.support.tools import needs_tool
@@ -60,12 +61,40 @@ def english_fragments(locale: str) -> list[str]:
     return sorted(fragments, key=len, reverse=True)
 
 
+def untranslated(text: str, fragments: list[str], data: list[str]) -> list[str]:
+    """The catalog's English ``fragments`` that ``text`` shows outside data.
+
+    Data (memory titles, content, types, tags and sources, the names the store and apps
+    chose) excuses a fragment only where the fragment lies wholly inside a place the data is
+    shown: an untranslated label that merely contains a data word ("Show external links"
+    beside a memory of type "external") is still found.
+    """
+    shown = [(found.start(), found.end()) for value in data for found in re.finditer(re.escape(value), text)]
+    left = []
+    for piece in fragments:
+        for found in re.finditer(rf"(?<![A-Za-z]){re.escape(piece)}(?![A-Za-z])", text):
+            if not any(start <= found.start() and found.end() <= end for start, end in shown):
+                left.append(piece)
+                break
+    return left
+
+
+def test_data_excuses_only_what_lies_inside_it() -> None:
+    fragments = ["Show external links", "written", "Tags"]
+    data = ["external", "brain-connector (MCP), written by alice"]
+    assert untranslated("Source brain-connector (MCP), written by alice", fragments, data) == []
+    assert untranslated("Show external links · external", fragments, data) == ["Show external links"]
+    assert untranslated("written 3 May · Tags", fragments, data) == ["written", "Tags"]
+
+
 class Visit:
     """The checks of one language on each page."""
 
     def __init__(self, page: Any, checks: Checks, locale: str, data: list[str]) -> None:
         self.page, self.checks, self.locale, self.data = page, checks, locale, data
         self.fragments = english_fragments(locale) if locale in CATALOG_DIRS else []
+        # A message of the catalog is never data: else its untranslated use would pass as data.
+        assert not set(self.fragments) & set(data), set(self.fragments) & set(data)
         self.seen: list[str] = []
 
     def check(self, name: str, status: int = 200) -> str:
@@ -74,11 +103,7 @@ class Visit:
         assert page.evaluate("document.documentElement.lang") == self.locale, name
         text = page.inner_text("body") + "\n" + page.title()
         if self.fragments:
-            # Data (memory titles and content, ids, the app's own name for itself) is taken out first.
-            visible = text
-            for value in self.data:
-                visible = visible.replace(value, " ")
-            left = [piece for piece in self.fragments if re.search(rf"(?<![A-Za-z]){re.escape(piece)}(?![A-Za-z])", visible)]
+            left = untranslated(text, self.fragments, self.data)
             assert left == [], (self.locale, name, left[:8])
         for instant, readable in page.eval_on_selector_all(
                 "time", "els => els.map(e => [e.getAttribute('datetime'), e.textContent])"):
@@ -134,8 +159,8 @@ def test_every_page_in_three_languages(store: RunningStore, tmp_path: Path) -> N
                 "The dentist is on Monday at 9.", "The dentist moved to Tuesday at 10.", "other device",
                 "The spare house key is under the", "by the back door.",
                 "A forum post says the garden tap must be drained before the first frost.", "Browser test agent",
-                "observation", "learning", "external", "house", "garden", "keys", "bike",
-                "written by"]  # the source a memory records: "brain-connector, written by <agent>"
+                "observation", "learning", "external", "house", "garden", "keys", "bike",  # types and tags
+                f"{CONNECTOR_SOURCE}, written by {alice.name}"]  # the source a memory written through MCP records
 
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
