@@ -219,7 +219,7 @@ class MentalModels:
                                          "nothing was written.")
         answer = None
         try:
-            answer = await self.thinking.think("mental-refresh", prompts.refresh_system(pack),
+            answer = await self.thinking.think(caller, "mental-refresh", prompts.refresh_system(pack),
                                                prompts.refresh_user(model.name, model.question, model.text, pack),
                                                REFRESH_ANSWER_TOKENS, notes)
         except ModelError as exc:
