@@ -99,7 +99,7 @@ def test_a_hostile_model_never_holds_or_breaks_reflect(store: RunningStore, tmp_
             assert all(request["body"]["max_tokens"] == 1024 for request in requests_of(log))
 
 
-def test_extract_refuses_malformed_answers_and_holds_what_it_saves(store: RunningStore, tmp_path: Path) -> None:
+def test_extract_refuses_malformed_answers(store: RunningStore, tmp_path: Path) -> None:
     alice = store.add_user("alice")
     brain_id = brains_of(store.url, alice.token)[0]["id"]
     direct_memorize(store.url, alice.token, brain_id, "Standups are at nine")
@@ -121,6 +121,18 @@ def test_extract_refuses_malformed_answers_and_holds_what_it_saves(store: Runnin
                         assert "Nothing was extracted or written" in text_of(refused)
                     assert memory_ids(download_brain(store.url, alice.token, brain_id)[0]) == before
 
+            asyncio.run(scenario())
+
+
+def test_what_extract_saves_is_held_like_external_memories(store: RunningStore, tmp_path: Path) -> None:
+    alice = store.add_user("alice")
+    brain_id = brains_of(store.url, alice.token)[0]["id"]
+    with fake_model(tmp_path) as (model_url, script, _log):
+        with connector(tmp_path / "c", store, env=model_env(model_url)) as server:
+            base = server.base_url
+
+            async def scenario() -> None:
+                async with mcp_session(base + "/mcp", mint(base, alice, ALL)) as client:
                     # What is extracted from outside text is external: held for verification like
                     # brain_memorize with origin "external", instructions flagged by the same rules.
                     answer(script, {"content": json.dumps({"memories": [
