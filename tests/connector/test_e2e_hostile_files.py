@@ -100,7 +100,8 @@ def test_hostile_values_in_uploaded_files_break_no_page_and_no_tool(store: Runni
         base = server.base_url
         pages_answer(base, alice.token, ["/app", "/app/review", "/app/mental", f"/app/mental/{ids['model']}",
                                          f"/app/memory/{ids['old']}", f"/app/memory/{ids['new']}",
-                                         "/app/search?q=deploys"])
+                                         f"/app/memory/{ids['old']}/edit", "/app/search?q=deploys", "/app/archive",
+                                         "/app/history", "/app/transfer"])
         pages_answer(base, bob.token, ["/app", "/app/review", "/app/mental"])
 
         async def scenario() -> None:
@@ -165,3 +166,4 @@ def test_a_brain_holding_ten_thousand_mental_models_costs_a_bounded_call(store: 
         with closing(signed_in_browser(base, alice.token, "203.0.113.8")) as browser:
             page = browser.get("/app/mental")
             assert page.status_code == 200 and page.text.count('href="/app/mental/mm_') == 50
+            assert "holds 10,000 mental models; only the first 50 are read" in page.text.replace("&#39;", "'")
