@@ -136,8 +136,8 @@ class ThinkingTools:
         answer: Thought = None
         if pack.ids:
             try:
-                answer = await self.think(caller, "reflect", prompts.reflect_system(pack), prompts.reflect_user(query, pack),
-                                          REFLECT_ANSWER_TOKENS, notes)
+                answer = await self.think(caller, "reflect", prompts.reflect_system(pack),
+                                          prompts.reflect_user(query, pack), REFLECT_ANSWER_TOKENS, notes)
             except ModelError as exc:
                 # Read-only, so nothing is lost: the host's model gets the evidence instead.
                 notes.insert(0, f"{exc} The evidence follows for you to answer from instead.")

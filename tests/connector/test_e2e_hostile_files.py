@@ -157,7 +157,8 @@ def test_a_brain_holding_ten_thousand_mental_models_costs_a_bounded_call(store: 
                 assert "stale" in {model["state"] for model in listing["models"]}  # they were checked
                 assert "10,000" in listing["note"] and "first 50" in listing["note"]
                 # A model past the bound is not read; one within it is.
-                assert (await client.call_tool("brain_mental_model", {"action": "get", "id": "mm_00000000270f"})).is_error
+                beyond = await client.call_tool("brain_mental_model", {"action": "get", "id": "mm_00000000270f"})
+                assert beyond.is_error and "No mental model" in beyond.content[0].text
                 assert structured(await client.call_tool("brain_mental_model", {"action": "get",
                                                                                 "id": "mm_000000000031"}))
 
