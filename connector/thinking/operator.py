@@ -26,6 +26,7 @@ from typing import Any
 
 import openai
 
+from common.textsafety import has_lone_surrogate
 from connector.thinking.locality import require_local, require_local_async
 from connector.thinking.source import ModelAnswer, ModelError
 
@@ -106,11 +107,8 @@ def completion_text(body: bytes) -> tuple[str, str | None]:
     text = message.get("content") if isinstance(message, dict) else None
     if not isinstance(text, str) or not text.strip():
         raise ModelError("The operator's model answered with no text.")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        # A lone surrogate (a "\\ud800" escape) is valid JSON but no text: it could not be sent on.
-        raise ModelError("The operator's model gave an unusable answer (text that is not valid Unicode).") from None
+    if has_lone_surrogate(text):  # valid JSON, but no text that could be sent on
+        raise ModelError("The operator's model gave an unusable answer (text that is not valid Unicode).")
     finish = choice.get("finish_reason")
     return text, finish if isinstance(finish, str) else None
 

@@ -139,10 +139,12 @@ def test_host_answers_are_read_defensively() -> None:
         "good": {"role": "assistant", "model": "claude\nINJECTED", "content": {"type": "text", "text": "Hi [mem_1]"}},
         "empty": {"role": "assistant", "model": "x", "content": {"type": "text", "text": "  "}},
         "junk": {"nothing": True},
+        "surrogate": {"role": "assistant", "model": "x", "content": {"type": "text", "text": "Hi \ud800 [mem_1]"}},
     })
     answer = host.answer("good")
     assert answer is not None and answer.source == "host" and "\n" not in answer.model and answer.text == "Hi [mem_1]"
     assert host.answer("empty") is None and host.answer("junk") is None and host.answer("missing") is None
+    assert host.answer("surrogate") is None  # no text that could be sent on: the next source answers
     interim = host.ask("reflect", "system", "user", max_tokens=100)
     assert interim.input_requests is not None and interim.input_requests["reflect"].params.max_tokens == 100
 
