@@ -239,6 +239,11 @@ class ThinkingTools:
             notes.append(f"{render.plural(len(result['already_present']), 'candidate was', 'candidates were')} "
                          "already in the brain word for word and not written again: "
                          + ", ".join(render.one(item["id"]) for item in result["already_present"]) + ".")
+        held = [stored["id"] for stored in result["stored"] if stored.get("quarantine_pending")]
+        if held:
+            notes.append(f"{render.plural(len(held), 'saved memory is', 'saved memories are')} held for verification, "
+                         "as everything drawn from outside text is (origin external): the user approves or rejects "
+                         "them with brain_verify.")
         if result.get("review_queued"):
             notes.append("Some saved memories may repeat or update older ones; the user sees the pairs in their "
                          "review queue.")

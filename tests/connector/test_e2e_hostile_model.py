@@ -152,6 +152,7 @@ def test_what_extract_saves_is_held_like_external_memories(store: RunningStore, 
                         assert "origin:external" in entries[memory_id]["quarantine_reasons"]
                     assert "lint:imperative-url" in entries[ids[0]]["quarantine_reasons"]
                     assert "lint:command" in entries[ids[1]]["quarantine_reasons"]
+                    assert "2 saved memories are held for verification" in saved["note"]
                     pending = structured(await client.call_tool("brain_verify", {"action": "list"}))
                     assert set(ids) <= {item["id"] for item in pending["pending"]}
 
