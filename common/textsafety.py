@@ -40,6 +40,17 @@ def has_unsafe_chars(text: str) -> bool:
     return _UNSAFE.search(text) is not None
 
 
+def has_lone_surrogate(text: str) -> bool:
+    """Whether ``text`` holds a lone surrogate (from a "\\ud800" escape in JSON): no UTF-8 text can carry it."""
+    if text.isascii():
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def one_line(text: str) -> str:
     """``text`` with every run of unsafe characters (and the spaces around them) made one space, trimmed.
 

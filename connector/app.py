@@ -352,6 +352,8 @@ def _model(settings: ConnectorSettings) -> ModelSource | None:
         local_only=settings.model_local_only,
         timeout_s=float(settings.model_timeout_s),
         max_tokens=settings.model_max_tokens,
+        max_calls=settings.model_max_calls,
+        max_calls_per_user=settings.model_max_calls_per_user,
     )
     try:
         return OperatorModel(config)

@@ -131,6 +131,9 @@ class ConnectorSettings:
     model_local_only: bool = False  # refuse endpoints outside loopback and private addresses
     model_timeout_s: int = 60  # one model call, whole
     model_max_tokens: int = 4096  # output tokens of one answer (reflect asks 1024 at most, extract 4096)
+    # Model calls one connector process runs at once, in all and per user; one more is answered "busy".
+    model_max_calls: int = 4
+    model_max_calls_per_user: int = 1
 
     @property
     def http_limits(self) -> HttpLimits:
@@ -357,6 +360,8 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     put("model_local_only", _bool(env, "CONNECTOR_MODEL_LOCAL_ONLY"))
     put("model_timeout_s", _int(env, "CONNECTOR_MODEL_TIMEOUT_S"))
     put("model_max_tokens", _int(env, "CONNECTOR_MODEL_MAX_TOKENS"))
+    put("model_max_calls", _int(env, "CONNECTOR_MODEL_MAX_CALLS"))
+    put("model_max_calls_per_user", _int(env, "CONNECTOR_MODEL_MAX_CALLS_PER_USER"))
     return values
 
 
@@ -398,6 +403,10 @@ def _check_model(settings: ConnectorSettings) -> str | None:
         raise SettingsError("CONNECTOR_MODEL_TIMEOUT_S must be 1-600 seconds")
     if not 16 <= settings.model_max_tokens <= 32_768:
         raise SettingsError("CONNECTOR_MODEL_MAX_TOKENS must be 16-32768")
+    if not 1 <= settings.model_max_calls <= 256:
+        raise SettingsError("CONNECTOR_MODEL_MAX_CALLS must be 1-256")
+    if not 1 <= settings.model_max_calls_per_user <= settings.model_max_calls:
+        raise SettingsError("CONNECTOR_MODEL_MAX_CALLS_PER_USER must be 1 to CONNECTOR_MODEL_MAX_CALLS")
     return _check_url("CONNECTOR_MODEL_URL", settings.model_url)
 
 

@@ -247,10 +247,13 @@ def readable_instant(moment: datetime, locale: str | None = None) -> str:
 
 def number(value: Any, locale: str | None = None, pattern: str | None = None) -> Any:
     """An int or float with the locale's digit grouping and decimal mark (``pattern``: Babel's,
-    e.g. ``0.00``); anything else unchanged."""
+    e.g. ``0.00``; a number too large for it plainly, ``1e+300``); anything else unchanged."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return value
-    return format_decimal(value, format=pattern, locale=babel_locale(locale))
+    try:
+        return format_decimal(value, format=pattern, locale=babel_locale(locale))
+    except (ArithmeticError, ValueError):
+        return f"{value:g}"  # a brain's file may hold 1e300 or inf: beyond what the pattern's rounding takes
 
 
 _SIZE_UNITS = (("digital-gigabyte", 10**9), ("digital-megabyte", 10**6), ("digital-kilobyte", 10**3))

@@ -627,8 +627,9 @@ EXTRACT_TOOL = ToolSpec(
     description=(
         "Find the facts worth keeping (decisions, preferences, lessons, goals) in a long text such as a "
         f"conversation or document (at most {MAX_EXTRACT_CHARS:,} characters), as candidate memories with title, "
-        "type, content and tags. Nothing is saved unless save is true; then each is saved like brain_memorize, "
-        "all tagged source:<document title> so they can be found and forgotten together. Needs a model (yours "
+        "type, content and tags. Nothing is saved unless save is true; then each is saved like brain_memorize "
+        "with origin external (held for the user's verification), all tagged source:<document title> so they can "
+        "be found and forgotten together. Needs a model (yours "
         "through MCP sampling, or the server's); without one it says so and writes nothing. Save only what the "
         "user wants kept."
     ),

@@ -21,6 +21,7 @@ import mcp_types as types
 from connector.engine.recall.index import RecallError
 from connector.engine.recall.indexcache import index_for
 from connector.engine.tending.mental import (
+    MAX_MODELS,
     CreateModel,
     DeleteModel,
     MentalModel,
@@ -84,14 +85,23 @@ class MentalModels:
     # ----- reads ----------------------------------------------------------------
 
     async def states(self, account: Account) -> tuple[Snapshot, list[ModelState]]:
-        """Every model of the active brain with its state (hybrid recall per model, off the event loop)."""
+        """The models of the active brain with their state (hybrid recall per model, off the event loop): the
+        first `MAX_MODELS` of its file, however many an uploaded file holds."""
+        snapshot, states, _ = await self.read(account)
+        return snapshot, states
+
+    async def read(self, account: Account) -> tuple[Snapshot, list[ModelState], int]:
+        """`states`, and how many models the brain's file holds (more than are read when over the bound)."""
         snapshot = await self.tools.manager.snapshot(account)
         if snapshot.brain is None:
-            return snapshot, []
+            return snapshot, [], 0
         models = mental_models(snapshot.brain)
         if not models:
-            return snapshot, []
-        return snapshot, await asyncio.to_thread(self._states, snapshot, models)
+            return snapshot, [], 0
+        # Create refuses a 51st model, but an uploaded brain may hold any number: each costs a recall,
+        # so every call reads the first MAX_MODELS only (the others stay in the file untouched).
+        read = models[:MAX_MODELS]
+        return snapshot, await asyncio.to_thread(self._states, snapshot, read), len(models)
 
     def _states(self, snapshot: Snapshot, models: list[MentalModel]) -> list[ModelState]:
         brain = snapshot.brain
@@ -120,8 +130,13 @@ class MentalModels:
 
     async def summary(self, account: Account) -> dict[str, Any]:
         """For brain_status: how many models, and the names of the stale ones."""
-        _, states = await self.states(account)
-        return {"count": len(states), "stale": [state.model.name for state in states if state.state == "stale"]}
+        _, states, total = await self.read(account)
+        summary: dict[str, Any] = {"count": total, "stale": [state.model.name for state in states
+                                                             if state.state == "stale"]}
+        if total > len(states):
+            summary["read"] = len(states)
+            summary["note"] = _over_bound(total, len(states))
+        return summary
 
     async def one(self, account: Account, wanted: str) -> tuple[Snapshot, ModelState, list[dict[str, Any]]]:
         """One model (by id or name) with its state and its cited memories (id, title, whether still live)."""
@@ -144,9 +159,13 @@ class MentalModels:
         """brain_mental_model: one action per call."""
         action = args.choice("action", MENTAL_ACTIONS, default="list")
         if action == "list":
-            _, states = await self.states(caller.account)
-            structured = {"action": "list", "models": [_listed(state) for state in states]}
-            return ok_result(structured, _list_text(states))
+            _, states, total = await self.read(caller.account)
+            structured: dict[str, Any] = {"action": "list", "models": [_listed(state) for state in states]}
+            text = _list_text(states)
+            if total > len(states):
+                structured.update(total=total, note=_over_bound(total, len(states)))
+                text += f"\nNote: {structured['note']}"
+            return ok_result(structured, text)
         if action == "create":
             return await self._create(caller, args)
         wanted = args.string("id", required=True, max_length=300)
@@ -221,7 +240,7 @@ class MentalModels:
                                          "nothing was written.")
         answer = None
         try:
-            answer = await self.thinking.think("mental-refresh", prompts.refresh_system(pack),
+            answer = await self.thinking.think(caller, "mental-refresh", prompts.refresh_system(pack),
                                                prompts.refresh_user(model.name, model.question, model.text, pack),
                                                REFRESH_ANSWER_TOKENS, notes)
         except ModelError as exc:
@@ -251,6 +270,11 @@ class MentalModels:
         text = (f"Refreshed {render.one(model.name)}, written by {written_by(answer)}:\n\n{checked.text}"
                 + (f"\n\nNote: {structured['note']}" if notes else ""))
         return ok_result(structured, text)
+
+
+def _over_bound(total: int, read: int) -> str:
+    return (f"This brain's file holds {total:,} mental models; only the first {read} are read (a brain keeps at "
+            f"most {MAX_MODELS}). Delete some to reach the others.")
 
 
 def _listed(state: ModelState) -> dict[str, Any]:

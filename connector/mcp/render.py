@@ -143,6 +143,8 @@ def status_text(result: dict[str, Any]) -> str:
         lines.append(f"{plural(models['count'], 'mental model')}"
                      + (f"; stale (newer memories match): {', '.join(one(name) for name in stale)}." if stale else
                         ", none stale."))
+        if models.get("note"):
+            lines.append(str(models["note"]))
     brains = result.get("brains", [])
     if brains:
         lines.append("Brains of this account:")

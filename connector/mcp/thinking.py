@@ -83,10 +83,11 @@ class ThinkingTools:
         """Tool name -> handler, for BrainTools' dispatch."""
         return {"brain_reflect": self.reflect, "brain_extract": self.extract}
 
-    async def think(self, key: str, system: str, user: str, max_tokens: int, notes: list[str]) -> Thought:
+    async def think(self, caller: Caller, key: str, system: str, user: str, max_tokens: int,
+                    notes: list[str]) -> Thought:
         """An answer from the first source that has one: the host's model (asked through an interim
-        result, answered on the retry), the operator's model, or None (no model). A model failure
-        raises ModelError; a host that did not answer falls through, noted."""
+        result, answered on the retry), the operator's model (its calls bounded per account), or None
+        (no model). A model failure raises ModelError; a host that did not answer falls through, noted."""
         host = HOST.get()
         if host.can_sample:
             answer = host.answer(key)
@@ -96,7 +97,7 @@ class ThinkingTools:
                 return host.ask(key, system, user, max_tokens=max_tokens)
             notes.append("The host's model gave no usable answer.")
         if self.model is not None:
-            return await self.model.complete(system, user, max_tokens=max_tokens)
+            return await self.model.complete(system, user, max_tokens=max_tokens, caller=caller.account.subject)
         return None
 
     # ----- brain_reflect ------------------------------------------------------
@@ -137,8 +138,8 @@ class ThinkingTools:
         answer: Thought = None
         if pack.ids:
             try:
-                answer = await self.think("reflect", prompts.reflect_system(pack), prompts.reflect_user(query, pack),
-                                          REFLECT_ANSWER_TOKENS, notes)
+                answer = await self.think(caller, "reflect", prompts.reflect_system(pack),
+                                          prompts.reflect_user(query, pack), REFLECT_ANSWER_TOKENS, notes)
             except ModelError as exc:
                 # Read-only, so nothing is lost: the host's model gets the evidence instead.
                 notes.insert(0, f"{exc} The evidence follows for you to answer from instead.")
@@ -184,7 +185,7 @@ class ThinkingTools:
         save = args.boolean("save")
         notes: list[str] = []
         try:
-            answer = await self.think("extract", prompts.extract_system(MAX_EXTRACT_ITEMS),
+            answer = await self.think(caller, "extract", prompts.extract_system(MAX_EXTRACT_ITEMS),
                                       prompts.extract_user(text, title), EXTRACT_ANSWER_TOKENS, notes)
             if answer is None:
                 return types.CallToolResult(
@@ -223,7 +224,10 @@ class ThinkingTools:
                 f"Nothing was written: candidate(s) {', '.join(map(str, flagged))} look like they hold a credential. "
                 "Extract again from the text without the secret, or save the other facts with brain_memorize."
             )
-        items = [{"content": c.content, "title": c.title, "type": c.type, "tags": [*c.tags, source]} for c in candidates]
+        # Facts drawn from outside text are external, whoever picked them out: the same suspect-content
+        # rules and the same hold for verification as brain_memorize with origin "external".
+        items = [{"content": c.content, "title": c.title, "type": c.type, "tags": [*c.tags, source],
+                  "origin": "external"} for c in candidates]
         try:
             result = await self.tools.memorize_many(caller, items, task="extracting")
         except (ToolFailure, BrainError, BrainUnavailable, UnknownBrain) as exc:
@@ -237,6 +241,11 @@ class ThinkingTools:
             notes.append(f"{render.plural(len(result['already_present']), 'candidate was', 'candidates were')} "
                          "already in the brain word for word and not written again: "
                          + ", ".join(render.one(item["id"]) for item in result["already_present"]) + ".")
+        held = [stored["id"] for stored in result["stored"] if stored.get("quarantine_pending")]
+        if held:
+            notes.append(f"{render.plural(len(held), 'saved memory is', 'saved memories are')} held for verification, "
+                         "as everything drawn from outside text is (origin external): the user approves or rejects "
+                         "them with brain_verify.")
         if result.get("review_queued"):
             notes.append("Some saved memories may repeat or update older ones; the user sees the pairs in their "
                          "review queue.")

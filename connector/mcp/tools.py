@@ -871,7 +871,7 @@ class BrainTools:
         return result.structured_content
 
     async def memorize_many(self, caller: Caller, items: list[dict[str, Any]], *, task: str) -> dict[str, Any]:
-        """Several memories (``content``, ``title``, ``type``, ``tags`` each) in ONE write: one
+        """Several memories (``content``, ``title``, ``type``, ``tags``, optional ``origin`` each) in ONE write: one
         transaction, one push, all or nothing. Each goes through brain_memorize's checks: one that
         looks like a credential refuses the whole batch; one the brain holds word for word already
         is not written again (listed in ``already_present``); memories it may repeat or update are
@@ -879,8 +879,8 @@ class BrainTools:
         BrainUnavailable) with nothing written."""
         writer = await self.manager.writer(caller.account)
         memories = [connector_memory(item["content"], title=item.get("title"), type=item.get("type", "learning"),
-                                     tags=item.get("tags", ()), agent=caller.account.client_name, task=task,
-                                     writer=writer) for item in items]
+                                     tags=item.get("tags", ()), origin=item.get("origin", "agent-inferred"),
+                                     agent=caller.account.client_name, task=task, writer=writer) for item in items]
         _refuse_credentials(memories)
         snapshot = await self.manager.snapshot(caller.account)
         kept: list[MemoryInput] = []

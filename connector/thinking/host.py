@@ -20,7 +20,7 @@ from typing import Any
 import mcp_types as types
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from common.textsafety import one_line
+from common.textsafety import has_lone_surrogate, one_line
 from connector.thinking.source import ModelAnswer
 
 SOURCE = "host"
@@ -45,7 +45,7 @@ class HostSampling:
                 return None
         content = getattr(response, "content", None)
         text = getattr(content, "text", None)
-        if not isinstance(text, str) or not text.strip():
+        if not isinstance(text, str) or not text.strip() or has_lone_surrogate(text):  # no text to send on
             return None
         model = getattr(response, "model", None)
         return ModelAnswer(

@@ -30,6 +30,6 @@ class ModelAnswer:
 class ModelSource(Protocol):
     """Something that can write an answer to one prompt."""
 
-    async def complete(self, system: str, user: str, *, max_tokens: int) -> ModelAnswer:
-        """The model's answer; raises `ModelError` on any failure."""
+    async def complete(self, system: str, user: str, *, max_tokens: int, caller: str = "") -> ModelAnswer:
+        """The model's answer for ``caller`` (the account asking); raises `ModelError` on any failure."""
         ...

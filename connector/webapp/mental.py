@@ -43,6 +43,7 @@ class ModelList:
 
     states: list[ModelState]
     viewer: bool
+    total: int = 0  # models the brain's file holds: more than `states` when over what is read per call
 
 
 class MentalViews:
@@ -52,10 +53,10 @@ class MentalViews:
         self.models = models
 
     async def listing(self, account: Account) -> ModelList:
-        """Every model with its state."""
-        snapshot, states = await self.models.states(account)
+        """The models with their state (the first the tool reads, docs/thinking.md) and how many the file holds."""
+        snapshot, states, total = await self.models.read(account)
         viewer = any(record.id == snapshot.brain_id and record.read_only for record in snapshot.identity.brains)
-        return ModelList(states, viewer)
+        return ModelList(states, viewer, total)
 
     async def page(self, account: Account, model_id: str) -> ModelPage | None:
         """One model, or None when the brain has no such model."""

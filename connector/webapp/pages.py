@@ -76,13 +76,16 @@ _INSTANT = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}")
 def when(value: Any, locale: str = "en") -> Markup | str:
     """An ISO 8601 instant as people of ``locale`` read it, ``1 Mar 2026, 12:00 UTC``, in a
     ``<time>`` element carrying the exact instant (``datetime``, and as its tooltip); anything
-    that is not an instant comes back unchanged (still escaped by the template)."""
+    that is not an instant, or not one a date can hold, comes back unchanged (still escaped by the template)."""
     if not isinstance(value, str) or not _INSTANT.match(value):
         return value
     millis = parse_iso_ms(value)
     if millis is None:
         return value
-    moment = datetime.fromtimestamp(millis / 1000, UTC)
+    try:
+        moment = datetime.fromtimestamp(millis / 1000, UTC)
+    except (ValueError, OverflowError, OSError):
+        return value  # valid ISO, outside the years a datetime holds (0001-01-01T00:00:00+14:00): shown as written
     readable = readable_instant(moment, locale)
     exact = moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
     return Markup('<time datetime="{0}" title="{1}">{2}</time>').format(exact, value, readable)

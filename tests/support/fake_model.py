@@ -7,8 +7,11 @@ answers with the next entry of SCRIPT, a JSON list re-read on every request (tes
 
     [{"content": "text the model says", "delay": 0, "status": 200}]
 
-``delay`` (seconds) makes the answer slow; ``status`` other than 200 answers an error. Entries
-are used in turn; the last one repeats. ``GET /health`` answers 200.
+``delay`` (seconds) makes the answer slow; ``status`` other than 200 answers an error. Hostile
+answers: ``repeat`` (a count) sends ``content`` that many times over (a flood); ``raw`` (a string) is
+sent as the whole 200 body instead of a chat completion (garbage, a deeply nested body); ``trickle``
+(seconds) sends the body one byte at a time with that pause before each. Entries are used in turn;
+the last one repeats. ``GET /health`` answers 200.
 """
 
 from __future__ import annotations
@@ -28,13 +31,22 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
         return  # quiet: the request log is the JSON lines file
 
-    def _send(self, status: int, body: dict[str, object]) -> None:
-        data = json.dumps(body).encode()
+    def _send(self, status: int, body: dict[str, object] | bytes, trickle: float = 0) -> None:
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
-        self.wfile.write(data)
+        try:
+            if not trickle:
+                self.wfile.write(data)
+                return
+            for offset in range(len(data)):
+                time.sleep(trickle)
+                self.wfile.write(data[offset:offset + 1])
+                self.wfile.flush()
+        except OSError:
+            return  # the client gave up: what a trickling model meets
 
     def do_GET(self) -> None:
         self._send(200 if self.path == "/health" else 404, {"ok": self.path == "/health"})
@@ -52,15 +64,20 @@ class _Handler(BaseHTTPRequestHandler):
         if status != 200:
             self._send(status, {"error": {"message": "scripted failure", "type": "server_error"}})
             return
+        trickle = float(entry.get("trickle", 0))
+        if "raw" in entry:
+            self._send(200, str(entry["raw"]).encode("utf-8", "surrogatepass"), trickle)
+            return
+        content = str(entry["content"]) * int(entry.get("repeat", 1))
         self._send(200, {
             "id": f"chatcmpl-{type(self).served}",
             "object": "chat.completion",
             "created": int(time.time()),
             "model": body.get("model", "fake"),
             "choices": [{"index": 0, "finish_reason": "stop",
-                         "message": {"role": "assistant", "content": entry["content"]}}],
+                         "message": {"role": "assistant", "content": content}}],
             "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-        })
+        }, trickle)
 
 
 def main() -> None:

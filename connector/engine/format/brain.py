@@ -79,7 +79,7 @@ class Brain:
             return None
         try:
             return json.loads(data)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):  # nested past the parser's depth: not usable
             return None
 
     def write(self, path: str, data: bytes) -> None:

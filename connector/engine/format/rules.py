@@ -103,7 +103,7 @@ def iso_ms(moment: datetime) -> str:
 
 
 def parse_iso(text: str) -> datetime | None:
-    """An ISO 8601 date or date-time (``Z`` or offset; none means UTC), else None."""
+    """An ISO 8601 date or date-time (``Z`` or offset; none means UTC) a datetime can hold in UTC, else None."""
     if not isinstance(text, str) or not text.strip():
         return None
     value = text.strip()
@@ -115,7 +115,10 @@ def parse_iso(text: str) -> datetime | None:
         return None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
-    return parsed.astimezone(UTC)
+    try:
+        return parsed.astimezone(UTC)
+    except OverflowError:
+        return None  # 0001-01-01T00:00:00+14:00, 9999-12-31T23:59:59-14:00: no UTC instant a datetime holds
 
 
 def set_entry_fields(entry: dict[str, Any], updates: Mapping[str, Any]) -> dict[str, Any]:

@@ -137,7 +137,7 @@ def _instant(value: Any, name: str) -> str | None:
         return None
     parsed = parse_iso(value) if isinstance(value, str) else None
     if parsed is None:
-        raise BrainError(f"'{name}' is not an ISO 8601 date")
+        raise BrainError(f"'{name}' is not an ISO 8601 date in the years 1 to 9999 (UTC)")
     return iso_ms(parsed)
 
 
