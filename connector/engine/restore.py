@@ -30,6 +30,7 @@ _ENTRY_KEYS = (
     "type", "cognitive_type", "created", "last_accessed", "access_count", "strength", "decay_rate",
     "origin", "salience", "confidence", "tags", "related", "encoding_context",
 )
+PIN_FIELDS = ("pinned", "pin_scope", "pin_priority")
 _OPTIONAL_KEYS = ("stable", "quarantined", "quarantine_reasons", "quarantine_flagged", "supersedes",
                   "valid_from", "valid_until")
 
@@ -126,6 +127,8 @@ class Restore(Operation):
         txn.write(path, data)
         txn.remove(archived_path)
         txn.add_entry(self.id, entry)
+        # Forgetting dropped the pin (pinned.json, the entry): the file must not say otherwise.
+        txn.edit_memory_file(self.id, remove=PIN_FIELDS)
         tags = [tag for tag in entry["tags"] if isinstance(tag, str)] if isinstance(entry["tags"], list) else []
         txn.index_document(self.id, str(entry.get("title") or ""), tags, body)
         # What it superseded (an edit) is superseded again, unless something newer took over meanwhile;

@@ -9,12 +9,14 @@ If-Match, replayed on a conflict, held and retried when the store is away.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 from connector.engine.credentials import credential_refusal, credentials_in_memories
 from connector.engine.errors import BrainError
+from connector.engine.index import RecallError, index_for
 from connector.engine.memorize import connector_memory
-from connector.engine.ops import Forget, Operation, Pin, Unpin, Verify, connector_memorize
+from connector.engine.ops import Forget, Memorize, Operation, Pin, Unpin, Verify, connector_memorize
 from connector.engine.restore import Restore
 from connector.engine.review import DECISIONS, Decide
 from connector.mcp.tools import BrainTools
@@ -26,6 +28,8 @@ from connector.workcopy.store_client import StoreError
 EDIT_ORIGIN = "user"  # the person typed it in the app themselves
 MAX_CONTENT_CHARS = 50_000  # as brain_memorize
 MAX_TITLE_CHARS = 1000
+# An import's memories given the similar check (as the dry run lists them): each check embeds a text.
+IMPORT_CHECKED = 50
 
 
 class ActionRefused(Exception):
@@ -38,6 +42,7 @@ class Done:
 
     memory_id: str
     synced: bool
+    changed: bool = True  # False: nothing needed doing (e.g. unpinning a memory that was not pinned)
 
 
 class BrainActions:
@@ -64,22 +69,55 @@ class BrainActions:
         return outcome
 
     async def write(self, account: Account, op: Operation, label: str) -> Done:
-        """Any other operation (an import's Memorize); the Done names no particular memory."""
+        """Any other operation; the Done names no particular memory."""
         outcome = await self._apply(account, op, label)
         return Done("", outcome.synced)
 
+    async def import_memories(self, account: Account, op: Memorize) -> Done:
+        """An import's one Memorize; its first `IMPORT_CHECKED` memories get brain_memorize's similar check."""
+        op = await self._review_flagged(account, op, limit=IMPORT_CHECKED)
+        return await self.write(account, op, "import")
+
+    async def _review_flagged(self, account: Account, op: Memorize, limit: int | None = None) -> Memorize:
+        """``op`` carrying the pairs brain_memorize's similar check flags, queued for review in the same write."""
+        try:
+            snapshot = await self.manager.snapshot(account)
+        except BrainUnavailable:
+            return op  # no check: the write itself says why nothing could be saved
+        by = await self.manager.writer(account) or "web app"
+        return await self.tools.with_review_flags(snapshot, op, by=by, limit=limit)
+
+    async def _refuse_old_version(self, account: Account, memory_id: str) -> None:
+        """An old version (superseded) is history: it is not edited, pinned or forgotten here,
+        so no write from the app can make two versions of a fact current."""
+        snapshot = await self.manager.snapshot(account)
+        if snapshot.brain is None or "index.json" not in snapshot.brain:
+            return
+        # The recall index brain_recall and the pages share (a cache hit), not index.json parsed again.
+        try:
+            index = await asyncio.to_thread(index_for, snapshot.brain, snapshot.key, self.tools.index_cache)
+        except RecallError:
+            return  # an unreadable index: the operation itself refuses what it cannot do
+        position = index.positions.get(memory_id)
+        newer = index.memories[position].entry.get("superseded_by") if position is not None else None
+        if isinstance(newer, str) and newer:
+            raise ActionRefused(Text("This is an old version, replaced by %(newer)s; nothing was changed. "
+                                     "Open the current version to change it.", newer=newer))
+
     async def pin(self, account: Account, memory_id: str) -> Done:
         """Pin into the always-present tier."""
+        await self._refuse_old_version(account, memory_id)
         outcome = await self._apply(account, Pin(memory_id), "pin")
         return Done(memory_id, outcome.synced)
 
     async def unpin(self, account: Account, memory_id: str) -> Done:
-        """Back to normal recall and decay."""
+        """Back to normal recall and decay; ``changed`` is False when it was not pinned."""
         outcome = await self._apply(account, Unpin(memory_id), "unpin")
-        return Done(memory_id, outcome.synced)
+        return Done(memory_id, outcome.synced, changed=bool(outcome.result.get("was_pinned")))
 
     async def forget(self, account: Account, memory_id: str, *, force: bool) -> Done:
         """To the archive (recoverable); salient memories need ``force`` as with brain_forget."""
+        await self._refuse_old_version(account, memory_id)
         outcome = await self._apply(account, Forget(memory_id, force=force), "forget")
         return Done(memory_id, outcome.synced)
 
@@ -99,6 +137,7 @@ class BrainActions:
     async def edit(self, account: Account, memory_id: str, *, title: str, content: str, type_: str,
                    tags: str) -> Done:
         """A new memory with the edited text that supersedes the old one; returns the new id."""
+        await self._refuse_old_version(account, memory_id)
         return await self.create(account, title=title, content=content, type_=type_, tags=tags,
                                  supersedes=[memory_id])
 
@@ -120,6 +159,7 @@ class BrainActions:
         if kinds:
             raise ActionRefused(Text("%(refusal)s Leave the secret out (say where it is kept instead).",
                                      refusal=credential_refusal(kinds)))
+        op = await self._review_flagged(account, op)
         outcome = await self._apply(account, op, "memorize")
         return Done(str(outcome.result["stored"][0]["id"]), outcome.synced)
 

@@ -51,7 +51,7 @@ SIGNIN_COOKIE_AGE_S = 3600
 MEMORY_ACTIONS = ("pin", "unpin", "forget", "restore", "approve", "reject")
 # What the page says after an action; chosen from this table, never echoed from the request.
 DONE_MESSAGES = {
-    "pin": N_("Pinned."), "unpin": N_("Unpinned."), "forget": N_("Forgotten: moved to the archive."),
+    "pin": N_("Pinned."), "unpin": N_("Unpinned."), "not_pinned": N_("This memory was not pinned; nothing changed."), "forget": N_("Forgotten: moved to the archive."),
     "restore": N_("Restored from the archive."), "approve": N_("Approved."), "reject": N_("Rejected: moved to the archive."),
     "edit": N_("Saved as a new memory that supersedes the old one."), "brain": N_("Brain switched."),
     "import": N_("Imported."), "snapshot": N_("Snapshot restored: the brain is as it was then."),
@@ -434,6 +434,11 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         view = await app.views.memory(visit.session.account, request.path_params["memory_id"][:200])
         if view is None or view.archived:
             return not_found(visit, N_("Only memories in the brain (not in the archive) can be edited."))
+        if view.superseded_by is not None:
+            # An old version is history; the current one is what an edit would change.
+            return app.page("error.html", visit.site, visit.session, status=409, title=N_("An old version"),
+                            message=Text("This is an old version, replaced by %(newer)s; nothing was changed. "
+                                         "Open the current version to change it.", newer=view.superseded_by.id))
         return app.page("edit.html", visit.site, visit.session, memory=view, types=TYPES, error=None)
 
     @get("/app/new", cache=False, include_in_schema=False)
@@ -574,7 +579,8 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
                 return not_found(visit, message_of(exc))
             return app.page("memory.html", visit.site, visit.session, status=409, memory=view, error=message_of(exc),
                             flash=None, offer_force=action == "forget" and "force" in message_of(exc))
-        return app.redirect(_done_location(visit.site, action, done))
+        said = action if done.changed else "not_pinned"  # an unpin that found no pin says so
+        return app.redirect(_done_location(visit.site, said, done))
 
     @post("/app/brain", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
     @write_route
@@ -642,7 +648,7 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
             return app.page("transfer.html", visit.site, visit.session, status=409, summary=None, reference=None,
                             error=N_("That import expired or was already done. Upload the file again."))
         try:
-            done = await app.actions.write(visit.session.account, plan.operation(), "import")
+            done = await app.actions.import_memories(visit.session.account, plan.operation())
         except ActionRefused as exc:
             return app.page("transfer.html", visit.site, visit.session, status=409, summary=None, reference=None,
                             error=message_of(exc))
