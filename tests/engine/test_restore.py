@@ -6,7 +6,7 @@ import pytest
 
 from connector.engine.brain import Brain
 from connector.engine.errors import BrainError
-from connector.engine.ops import Forget, Verify, connector_memorize, operation_from_dict
+from connector.engine.ops import Forget, Pin, Verify, connector_memorize, operation_from_dict
 from connector.engine.recall import recall
 from connector.engine.restore import Restore, frontmatter_values
 from tests.engine.writes_support import NOW, check_consistency, entries, fixture_brain, require_fixtures
@@ -92,3 +92,19 @@ def test_a_restored_edit_supersedes_its_predecessor_again_and_keeps_its_context(
     check_consistency(brain)
     assert result["superseded"] == [old] and entries(brain)[old]["superseded_by"] == new
     assert entries(brain)[new]["encoding_context"] == context and context["agent"] == "web app"
+
+
+def test_a_restored_memory_is_not_pinned_in_its_index_entry_its_file_or_pinned_json() -> None:
+    brain = fixture_brain("brain-1-01")
+    stored = connector_memorize("The boarding pass is in the travel folder.", title="Boarding pass",
+                                origin="user").apply(brain, NOW)["stored"][0]
+    memory_id, path = stored["id"], stored["path"]
+    Pin(memory_id, "project:trip", 2).apply(brain, NOW)
+    Forget(memory_id).apply(brain, NOW)
+    Restore(memory_id).apply(brain, NOW)
+    check_consistency(brain)
+    assert entries(brain)[memory_id].get("pinned") is not True
+    assert memory_id not in [pin.get("id") for pin in (brain.read_json("pinned.json") or {}).get("pins", [])]
+    front = frontmatter_values(brain.read_text(path) or "")
+    assert not {"pinned", "pin_scope", "pin_priority"} & set(front)
+    assert "The boarding pass is in the travel folder." in (brain.read_text(path) or "")
