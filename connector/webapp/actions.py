@@ -36,6 +36,12 @@ class ActionRefused(Exception):
     """The write did not happen; the message is safe to show to the person."""
 
 
+def old_version_refusal(newer: str) -> Text:
+    """Why an old (superseded) version is not edited, pinned or forgotten."""
+    return Text("This is an old version, replaced by %(newer)s; nothing was changed. "
+                "Open the current version to change it.", newer=newer)
+
+
 @dataclass(frozen=True)
 class Done:
     """A write that happened: the memory to show next, and whether the store has it yet."""
@@ -101,8 +107,7 @@ class BrainActions:
         position = index.positions.get(memory_id)
         newer = index.memories[position].entry.get("superseded_by") if position is not None else None
         if isinstance(newer, str) and newer:
-            raise ActionRefused(Text("This is an old version, replaced by %(newer)s; nothing was changed. "
-                                     "Open the current version to change it.", newer=newer))
+            raise ActionRefused(old_version_refusal(newer))
 
     async def pin(self, account: Account, memory_id: str) -> Done:
         """Pin into the always-present tier."""

@@ -31,7 +31,7 @@ from connector.state.sealed import SealedDocs
 from connector.oauth.signin_limit import SignInChecks, signin_limiter, signin_wait
 from connector.oauth.state import OAuthState
 from connector.state.sealing import SecretBox
-from connector.webapp.actions import ActionRefused, BrainActions, Done
+from connector.webapp.actions import ActionRefused, BrainActions, Done, old_version_refusal
 from connector.i18n import N_, Text, gettext, message_of, not_this_address
 from connector.webapp.guard import Site, new_signin_token, same_origin, session_of, site_of, tokens_match
 from connector.webapp.pages import STATIC_TYPES, page_headers, render, static_file
@@ -51,7 +51,8 @@ SIGNIN_COOKIE_AGE_S = 3600
 MEMORY_ACTIONS = ("pin", "unpin", "forget", "restore", "approve", "reject")
 # What the page says after an action; chosen from this table, never echoed from the request.
 DONE_MESSAGES = {
-    "pin": N_("Pinned."), "unpin": N_("Unpinned."), "not_pinned": N_("This memory was not pinned; nothing changed."), "forget": N_("Forgotten: moved to the archive."),
+    "pin": N_("Pinned."), "unpin": N_("Unpinned."), "forget": N_("Forgotten: moved to the archive."),
+    "not_pinned": N_("This memory was not pinned; nothing changed."),
     "restore": N_("Restored from the archive."), "approve": N_("Approved."), "reject": N_("Rejected: moved to the archive."),
     "edit": N_("Saved as a new memory that supersedes the old one."), "brain": N_("Brain switched."),
     "import": N_("Imported."), "snapshot": N_("Snapshot restored: the brain is as it was then."),
@@ -437,8 +438,7 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         if view.superseded_by is not None:
             # An old version is history; the current one is what an edit would change.
             return app.page("error.html", visit.site, visit.session, status=409, title=N_("An old version"),
-                            message=Text("This is an old version, replaced by %(newer)s; nothing was changed. "
-                                         "Open the current version to change it.", newer=view.superseded_by.id))
+                            message=old_version_refusal(view.superseded_by.id))
         return app.page("edit.html", visit.site, visit.session, memory=view, types=TYPES, error=None)
 
     @get("/app/new", cache=False, include_in_schema=False)

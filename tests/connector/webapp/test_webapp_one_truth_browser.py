@@ -18,7 +18,9 @@ import asyncio
 import json
 import os
 import shutil
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -85,10 +87,21 @@ def session_start_pins(base: str, user: StoreUser) -> list[str]:
         return pool.submit(asyncio.run, ask()).result()
 
 
-def shots_dir(tmp_path: Path) -> Path:
+@contextmanager
+def in_chromium(store: RunningStore, user: StoreUser, tmp_path: Path) -> Iterator[tuple[str, Any, Any]]:
+    """A connector process over ``store`` and a Chromium page signed in there as ``user``:
+    (the connector's base URL, the page, the checks every page passes)."""
+    from playwright.sync_api import sync_playwright
+
     shots = Path(os.environ.get("WEBAPP_SCREENSHOTS") or tmp_path / "shots")
     shots.mkdir(parents=True, exist_ok=True)
-    return shots
+    with connector(tmp_path, store, env=ENV) as server, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            page, checks = signed_in_page(browser, server.base_url, user.token, shots)
+            yield server.base_url, page, checks
+        finally:
+            browser.close()
 
 
 def new_memory(page: Any, base: str, title: str, content: str) -> str:
@@ -106,8 +119,6 @@ def csrf_of_page(page: Any) -> str:
 
 
 def test_the_pin_follows_a_review_decision(store: RunningStore, tmp_path: Path) -> None:
-    from playwright.sync_api import sync_playwright
-
     alice = store.add_user("alice")
     at_store = AtStore(store, alice)
     (kept, replaced), (merged_new, merged_old) = flag_pairs_at_store(store.url, alice.token, at_store.brain_id, [
@@ -120,49 +131,43 @@ def test_the_pin_follows_a_review_decision(store: RunningStore, tmp_path: Path) 
         Pin(merged_old, "global", 5).apply(brain, datetime.now(UTC))
 
     device_write(store.url, alice.token, at_store.brain_id, pin_olds)  # pinned by another device
-    with connector(tmp_path, store, env=ENV) as server, sync_playwright() as playwright:
-        base = server.base_url
+    with in_chromium(store, alice, tmp_path) as (base, page, checks):
         assert sorted(session_start_pins(base, alice)) == sorted([replaced, merged_old])
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        try:
-            page, checks = signed_in_page(browser, base, alice.token, shots_dir(tmp_path))
-            page.goto(base + "/app/review")
+        page.goto(base + "/app/review")
 
-            def pair_item(new_id: str) -> Any:
-                return page.locator("ol.review > li").filter(has=page.locator(f'a[href$="/memory/{new_id}"]'))
+        def pair_item(new_id: str) -> Any:
+            return page.locator("ol.review > li").filter(has=page.locator(f'a[href$="/memory/{new_id}"]'))
 
-            # Keep new on a pinned old memory: the pin moves to the new one, everywhere.
-            pair_item(kept).get_by_role("button", name="Keep new").click()
-            page.wait_for_url("**/app/review?done=keep_new")
-            brain = at_store.brain()
-            assert pin_state(brain, replaced) == (False, False, False)
-            assert pin_state(brain, kept) == (True, True, True)
-            assert brain.read_json("index.json")["memories"][kept]["pin_priority"] == 2
+        # Keep new on a pinned old memory: the pin moves to the new one, everywhere.
+        pair_item(kept).get_by_role("button", name="Keep new").click()
+        page.wait_for_url("**/app/review?done=keep_new")
+        brain = at_store.brain()
+        assert pin_state(brain, replaced) == (False, False, False)
+        assert pin_state(brain, kept) == (True, True, True)
+        assert brain.read_json("index.json")["memories"][kept]["pin_priority"] == 2
 
-            # Merge a pair whose old memory is pinned: the merged memory carries the pin.
-            item = pair_item(merged_new)
-            item.get_by_text("Merge into one memory").click()
-            item.get_by_label("Merged text (Markdown)").fill("Deploys go out every **Tuesday**.")
-            item.get_by_label("Title").fill("Deploy day")
-            item.get_by_role("button", name="Merge", exact=True).click()
-            page.wait_for_url("**/app/review?done=merge")
-            brain = at_store.brain()
-            entries = brain.read_json("index.json")["memories"]
-            [merged] = [memory_id for memory_id, entry in entries.items() if entry["title"] == "Deploy day"]
-            assert pin_state(brain, merged_old) == (False, False, False)
-            assert pin_state(brain, merged_new) == (False, False, False)
-            assert pin_state(brain, merged) == (True, True, True) and entries[merged]["pin_priority"] == 5
+        # Merge a pair whose old memory is pinned: the merged memory carries the pin.
+        item = pair_item(merged_new)
+        item.get_by_text("Merge into one memory").click()
+        item.get_by_label("Merged text (Markdown)").fill("Deploys go out every **Tuesday**.")
+        item.get_by_label("Title").fill("Deploy day")
+        item.get_by_role("button", name="Merge", exact=True).click()
+        page.wait_for_url("**/app/review?done=merge")
+        brain = at_store.brain()
+        entries = brain.read_json("index.json")["memories"]
+        [merged] = [memory_id for memory_id, entry in entries.items() if entry["title"] == "Deploy day"]
+        assert pin_state(brain, merged_old) == (False, False, False)
+        assert pin_state(brain, merged_new) == (False, False, False)
+        assert pin_state(brain, merged) == (True, True, True) and entries[merged]["pin_priority"] == 5
 
-            # Session start serves the kept and merged texts, not the superseded ones.
-            assert sorted(session_start_pins(base, alice)) == sorted([kept, merged])
-            page.goto(base + "/app")
-            pinned = page.get_by_role("region", name="Pinned (always given to your assistants)")
-            assert pinned.get_by_role("link", name="We moved the standup to 10:00.").is_visible()
-            assert pinned.get_by_role("link", name="Deploy day").is_visible()
-            assert pinned.locator("li").count() == 2
-            checks.page_ok("review-pin-follows")
-        finally:
-            browser.close()
+        # Session start serves the kept and merged texts, not the superseded ones.
+        assert sorted(session_start_pins(base, alice)) == sorted([kept, merged])
+        page.goto(base + "/app")
+        pinned = page.get_by_role("region", name="Pinned (always given to your assistants)")
+        assert pinned.get_by_role("link", name="We moved the standup to 10:00.").is_visible()
+        assert pinned.get_by_role("link", name="Deploy day").is_visible()
+        assert pinned.locator("li").count() == 2
+        checks.page_ok("review-pin-follows")
 
 
 NEAR_IDENTICAL = [
@@ -174,165 +179,141 @@ NEAR_IDENTICAL = [
 
 
 def test_every_web_write_path_runs_the_similar_check(store: RunningStore, tmp_path: Path) -> None:
-    from playwright.sync_api import sync_playwright
-
     alice = store.add_user("alice")
     at_store = AtStore(store, alice)
-    with connector(tmp_path, store, env=ENV) as server, sync_playwright() as playwright:
-        base = server.base_url
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        try:
-            page, checks = signed_in_page(browser, base, alice.token, shots_dir(tmp_path))
-            ids = [new_memory(page, base, "", text) for text in NEAR_IDENTICAL]
-            # Each later memory waits in Review beside one written before it, queued by the write itself.
-            pairs = review_document(at_store.brain())["pairs"]
-            assert pairs, "New memory queued no pair"
-            assert {pair["new"] for pair in pairs} == set(ids[1:])
-            assert all(pair["old"] in ids and pair["status"] == "pending" and pair["via"] == "write"
-                       for pair in pairs)
-            page.goto(base + "/app")
-            assert f'/app/review">{len(pairs)}</a>' in page.content()  # the home page counts them
-            page.goto(base + "/app/review")
-            assert f"{len(pairs)} pairs waiting" in page.inner_text("main")
-            checks.page_ok("review-from-new-memory")
+    with in_chromium(store, alice, tmp_path) as (base, page, checks):
+        ids = [new_memory(page, base, "", text) for text in NEAR_IDENTICAL]
+        # Each later memory waits in Review beside one written before it, queued by the write itself.
+        pairs = review_document(at_store.brain())["pairs"]
+        assert pairs, "New memory queued no pair"
+        assert {pair["new"] for pair in pairs} == set(ids[1:])
+        assert all(pair["old"] in ids and pair["status"] == "pending" and pair["via"] == "write"
+                   for pair in pairs)
+        page.goto(base + "/app")
+        assert f'/app/review">{len(pairs)}</a>' in page.content()  # the home page counts them
+        page.goto(base + "/app/review")
+        assert f"{len(pairs)} pairs waiting" in page.inner_text("main")
+        checks.page_ok("review-from-new-memory")
 
-            # Edit: a memory edited into the same fact as another waits beside it too.
-            other = new_memory(page, base, "Dentist", "Our dentist is Dr. Okafor on Elm Street.")
-            page.goto(f"{base}/app/memory/{other}/edit")
-            page.get_by_label("Content (Markdown)").fill(
-                "The spare house key is under the blue flowerpot, by the back door.")
-            page.get_by_role("button", name="Save").click()
-            page.wait_for_url("**/app/memory/*?done=edit*")
-            edited = page.url.split("/app/memory/")[1].split("?")[0]
-            pairs = review_document(at_store.brain())["pairs"]
-            assert {pair["old"] for pair in pairs if pair["new"] == edited} & set(ids)
-            assert not [pair for pair in pairs if pair["new"] == edited and pair["old"] == other]
+        # Edit: a memory edited into the same fact as another waits beside it too.
+        other = new_memory(page, base, "Dentist", "Our dentist is Dr. Okafor on Elm Street.")
+        page.goto(f"{base}/app/memory/{other}/edit")
+        page.get_by_label("Content (Markdown)").fill(
+            "The spare house key is under the blue flowerpot, by the back door.")
+        page.get_by_role("button", name="Save").click()
+        page.wait_for_url("**/app/memory/*?done=edit*")
+        edited = page.url.split("/app/memory/")[1].split("?")[0]
+        pairs = review_document(at_store.brain())["pairs"]
+        assert {pair["old"] for pair in pairs if pair["new"] == edited} & set(ids)
+        assert not [pair for pair in pairs if pair["new"] == edited and pair["old"] == other]
 
-            # Import: a memory of the file that repeats one in the brain waits beside it.
-            document = {"format": "brain-store/memories", "version": 1, "memories": [
-                {"title": "House key", "type": "learning", "path": "notes/",
-                 "content": "The spare house key is under the blue flowerpot near the back door."},
-            ]}
-            upload = tmp_path / "import.json"
-            upload.write_text(json.dumps(document), encoding="utf-8")
-            page.goto(base + "/app/transfer")
-            page.get_by_label("A JSON file exported from this app").set_input_files(str(upload))
-            page.get_by_role("button", name="Check the file").click()
-            page.get_by_role("button", name="Import 1 memory").click()
-            page.wait_for_url("**/app?done=import*")
-            brain = at_store.brain()
-            entries = brain.read_json("index.json")["memories"]
-            [imported] = [memory_id for memory_id, entry in entries.items() if entry["title"] == "House key"]
-            pairs = review_document(brain)["pairs"]
-            assert {pair["old"] for pair in pairs if pair["new"] == imported} & set(ids)
-        finally:
-            browser.close()
+        # Import: a memory of the file that repeats one in the brain waits beside it.
+        document = {"format": "brain-store/memories", "version": 1, "memories": [
+            {"title": "House key", "type": "learning", "path": "notes/",
+             "content": "The spare house key is under the blue flowerpot near the back door."},
+        ]}
+        upload = tmp_path / "import.json"
+        upload.write_text(json.dumps(document), encoding="utf-8")
+        page.goto(base + "/app/transfer")
+        page.get_by_label("A JSON file exported from this app").set_input_files(str(upload))
+        page.get_by_role("button", name="Check the file").click()
+        page.get_by_role("button", name="Import 1 memory").click()
+        page.wait_for_url("**/app?done=import*")
+        brain = at_store.brain()
+        entries = brain.read_json("index.json")["memories"]
+        [imported] = [memory_id for memory_id, entry in entries.items() if entry["title"] == "House key"]
+        pairs = review_document(brain)["pairs"]
+        assert {pair["old"] for pair in pairs if pair["new"] == imported} & set(ids)
 
 
 def test_an_old_version_cannot_be_edited_pinned_or_forgotten(store: RunningStore, tmp_path: Path) -> None:
-    from playwright.sync_api import sync_playwright
-
     alice = store.add_user("alice")
     at_store = AtStore(store, alice)
-    with connector(tmp_path, store, env=ENV) as server, sync_playwright() as playwright:
-        base = server.base_url
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        try:
-            page, checks = signed_in_page(browser, base, alice.token, shots_dir(tmp_path))
-            first = new_memory(page, base, "Car colour", "The car is blue.")
-            page.get_by_role("link", name="Edit").click()
-            page.get_by_label("Content (Markdown)").fill("The car was repainted green.")
-            page.get_by_role("button", name="Save").click()
-            page.wait_for_url("**/app/memory/*?done=edit*")
-            current = page.url.split("/app/memory/")[1].split("?")[0]
-            csrf = csrf_of_page(page)
-            before = at_store.entries()
-            assert before[first]["superseded_by"] == current
+    with in_chromium(store, alice, tmp_path) as (base, page, checks):
+        first = new_memory(page, base, "Car colour", "The car is blue.")
+        page.get_by_role("link", name="Edit").click()
+        page.get_by_label("Content (Markdown)").fill("The car was repainted green.")
+        page.get_by_role("button", name="Save").click()
+        page.wait_for_url("**/app/memory/*?done=edit*")
+        current = page.url.split("/app/memory/")[1].split("?")[0]
+        csrf = csrf_of_page(page)
+        before = at_store.entries()
+        assert before[first]["superseded_by"] == current
 
-            # The old version, opened through its "Replaces" link: history, no Edit, Pin or Forget.
-            page.get_by_role("region", name="Validity and history").get_by_role("link", name="Car colour").click()
-            page.wait_for_url(f"**/app/memory/{first}")
-            assert "An old version, kept as history" in page.inner_text("main")
-            actions = page.get_by_role("group", name="Actions")
-            assert actions.count() == 0
-            for name in ("Edit", "Pin", "Forget"):
-                assert page.get_by_role("link", name=name, exact=True).count() == 0
-                assert page.get_by_role("button", name=name, exact=True).count() == 0
-            checks.page_ok("memory-old-version")
+        # The old version, opened through its "Replaces" link: history, no Edit, Pin or Forget.
+        page.get_by_role("region", name="Validity and history").get_by_role("link", name="Car colour").click()
+        page.wait_for_url(f"**/app/memory/{first}")
+        assert "An old version, kept as history" in page.inner_text("main")
+        actions = page.get_by_role("group", name="Actions")
+        assert actions.count() == 0
+        for name in ("Edit", "Pin", "Forget"):
+            assert page.get_by_role("link", name=name, exact=True).count() == 0
+            assert page.get_by_role("button", name=name, exact=True).count() == 0
+        checks.page_ok("memory-old-version")
 
-            # The server refuses them too (a form kept from before, or made by hand): nothing changes.
-            edit_page = page.request.get(f"{base}/app/memory/{first}/edit")
-            assert edit_page.status == 409 and "old version" in edit_page.text()
-            posts = {
-                "edit": {"title": "Car colour", "content": "The car is red.", "type": "learning", "tags": ""},
-                "pin": {}, "forget": {"force": "1"},
-            }
-            for action, form in posts.items():
-                answer = page.request.post(f"{base}/app/memory/{first}/{action}",
-                                           form={"csrf": csrf, **form}, headers={"Origin": base},
-                                           max_redirects=0)
-                assert answer.status == 409, (action, answer.status)
-                assert "old version" in answer.text(), action
-            after = at_store.entries()
-            assert after == before
-            current_versions = [memory_id for memory_id, entry in after.items() if not entry.get("superseded_by")]
-            assert current_versions == [current]
-        finally:
-            browser.close()
+        # The server refuses them too (a form kept from before, or made by hand): nothing changes.
+        edit_page = page.request.get(f"{base}/app/memory/{first}/edit")
+        assert edit_page.status == 409 and "old version" in edit_page.text()
+        posts = {
+            "edit": {"title": "Car colour", "content": "The car is red.", "type": "learning", "tags": ""},
+            "pin": {}, "forget": {"force": "1"},
+        }
+        for action, form in posts.items():
+            answer = page.request.post(f"{base}/app/memory/{first}/{action}",
+                                       form={"csrf": csrf, **form}, headers={"Origin": base},
+                                       max_redirects=0)
+            assert answer.status == 409, (action, answer.status)
+            assert "old version" in answer.text(), action
+        after = at_store.entries()
+        assert after == before
+        current_versions = [memory_id for memory_id, entry in after.items() if not entry.get("superseded_by")]
+        assert current_versions == [current]
 
 
 def test_a_restored_memory_is_not_pinned_anywhere(store: RunningStore, tmp_path: Path) -> None:
-    from playwright.sync_api import sync_playwright
-
     alice = store.add_user("alice")
     at_store = AtStore(store, alice)
-    with connector(tmp_path, store, env=ENV) as server, sync_playwright() as playwright:
-        base = server.base_url
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        try:
-            page, checks = signed_in_page(browser, base, alice.token, shots_dir(tmp_path))
-            memory_id = new_memory(page, base, "Boarding pass", "The boarding pass is in the travel folder.")
-            page.get_by_role("button", name="Pin", exact=True).click()
-            page.wait_for_url("**?done=pin*")
-            assert pin_state(at_store.brain(), memory_id) == (True, True, True)
-            page.get_by_role("button", name="Forget", exact=True).click()
-            page.wait_for_url("**?done=forget*")
-            page.goto(base + "/app/archive")
-            page.get_by_role("button", name="Restore").click()
-            page.wait_for_url(f"**/app/memory/{memory_id}?done=restore*")
+    with in_chromium(store, alice, tmp_path) as (base, page, checks):
+        memory_id = new_memory(page, base, "Boarding pass", "The boarding pass is in the travel folder.")
+        page.get_by_role("button", name="Pin", exact=True).click()
+        page.wait_for_url("**?done=pin*")
+        assert pin_state(at_store.brain(), memory_id) == (True, True, True)
+        page.get_by_role("button", name="Forget", exact=True).click()
+        page.wait_for_url("**?done=forget*")
+        page.goto(base + "/app/archive")
+        page.get_by_role("button", name="Restore").click()
+        page.wait_for_url(f"**/app/memory/{memory_id}?done=restore*")
 
-            # The page: not pinned, and Pin offered.
-            assert page.locator(".badge.pin").count() == 0
-            assert page.get_by_role("button", name="Pin", exact=True).is_visible()
-            assert page.get_by_role("button", name="Unpin").count() == 0
-            checks.page_ok("memory-restored")
-            # The archive: not pinned in the index, pinned.json or the file.
-            assert pin_state(at_store.brain(), memory_id) == (False, False, False)
-            # The home page: no pinned memory.
-            page.goto(base + "/app")
-            assert page.get_by_text("No pinned memories.").is_visible()
-            # The export: not pinned.
-            exported = page.request.get(base + "/app/export/memories.json").json()
-            [item] = [item for item in exported["memories"] if item["id"] == memory_id]
-            assert item.get("pinned") is not True
+        # The page: not pinned, and Pin offered.
+        assert page.locator(".badge.pin").count() == 0
+        assert page.get_by_role("button", name="Pin", exact=True).is_visible()
+        assert page.get_by_role("button", name="Unpin").count() == 0
+        checks.page_ok("memory-restored")
+        # The archive: not pinned in the index, pinned.json or the file.
+        assert pin_state(at_store.brain(), memory_id) == (False, False, False)
+        # The home page: no pinned memory.
+        page.goto(base + "/app")
+        assert page.get_by_text("No pinned memories.").is_visible()
+        # The export: not pinned.
+        exported = page.request.get(base + "/app/export/memories.json").json()
+        [item] = [item for item in exported["memories"] if item["id"] == memory_id]
+        assert item.get("pinned") is not True
 
-            # Unpin of a memory that is not pinned (a form kept from before) says so and changes nothing.
-            page.goto(f"{base}/app/memory/{memory_id}")
-            before = at_store.entries()
-            answer = page.request.post(f"{base}/app/memory/{memory_id}/unpin", form={"csrf": csrf_of_page(page)},
-                                       headers={"Origin": base}, max_redirects=0)
-            assert answer.status == 303
-            page.goto(base + answer.headers["location"] if answer.headers["location"].startswith("/")
-                      else answer.headers["location"])
-            said = page.get_by_role("status").inner_text()
-            assert "was not pinned" in said and "Unpinned." not in said
-            assert at_store.entries()[memory_id] == before[memory_id]
-            # And a pinned one: "Unpinned.", and the archive agrees.
-            page.get_by_role("button", name="Pin", exact=True).click()
-            page.wait_for_url("**?done=pin*")
-            page.get_by_role("button", name="Unpin", exact=True).click()
-            page.wait_for_url("**?done=unpin*")
-            assert page.get_by_role("status").inner_text().startswith("Unpinned.")
-            assert pin_state(at_store.brain(), memory_id) == (False, False, False)
-        finally:
-            browser.close()
+        # Unpin of a memory that is not pinned (a form kept from before) says so and changes nothing.
+        page.goto(f"{base}/app/memory/{memory_id}")
+        before = at_store.entries()
+        answer = page.request.post(f"{base}/app/memory/{memory_id}/unpin", form={"csrf": csrf_of_page(page)},
+                                   headers={"Origin": base}, max_redirects=0)
+        assert answer.status == 303
+        page.goto(base + answer.headers["location"] if answer.headers["location"].startswith("/")
+                  else answer.headers["location"])
+        said = page.get_by_role("status").inner_text()
+        assert "was not pinned" in said and "Unpinned." not in said
+        assert at_store.entries()[memory_id] == before[memory_id]
+        # And a pinned one: "Unpinned.", and the archive agrees.
+        page.get_by_role("button", name="Pin", exact=True).click()
+        page.wait_for_url("**?done=pin*")
+        page.get_by_role("button", name="Unpin", exact=True).click()
+        page.wait_for_url("**?done=unpin*")
+        assert page.get_by_role("status").inner_text().startswith("Unpinned.")
+        assert pin_state(at_store.brain(), memory_id) == (False, False, False)
