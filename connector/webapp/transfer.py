@@ -24,7 +24,7 @@ from connector.engine.credentials import credentials_in_memories
 from connector.engine.errors import BrainError
 from connector.engine.memorize import MemoryInput
 from connector.engine.ops import Memorize
-from connector.engine.restore import frontmatter_values
+from connector.engine.restore import PIN_FIELDS, frontmatter_values
 from connector.engine.rules import iso_ms
 from connector.engine.text import memory_body
 from connector.i18n import Text
@@ -52,6 +52,10 @@ def export_memories(brain: Brain, *, brain_id: str | None, brain_name: str | Non
         path = entry.get("path")
         text = brain.read_text(path) if isinstance(path, str) else None
         front = frontmatter_values(text or "")
+        if entry.get("pinned") is not True:
+            # The index entry says whether it is pinned (as session start reads it), whatever an
+            # older connector's restore left in the file.
+            front = {key: value for key, value in front.items() if key not in PIN_FIELDS}
         fields = {**front, **entry}
         item: dict[str, Any] = {"id": memory_id}
         for key in INPUT_FIELDS:

@@ -108,3 +108,31 @@ def test_a_restored_memory_is_not_pinned_in_its_index_entry_its_file_or_pinned_j
     front = frontmatter_values(brain.read_text(path) or "")
     assert not {"pinned", "pin_scope", "pin_priority"} & set(front)
     assert "The boarding pass is in the travel folder." in (brain.read_text(path) or "")
+
+
+def test_a_restored_old_version_stays_an_old_version_while_its_successor_is_live() -> None:
+    brain = fixture_brain("brain-1-01")
+    old = connector_memorize("The car is blue.", origin="user").apply(brain, NOW)["stored"][0]["id"]
+    new = connector_memorize("The car was repainted green.", supersedes=[old],
+                             origin="user").apply(brain, NOW)["stored"][0]["id"]
+    Forget(old).apply(brain, NOW)
+    Restore(old).apply(brain, NOW)
+    check_consistency(brain)
+    memories = entries(brain)
+    assert memories[old]["superseded_by"] == new and "superseded_by" not in memories[new]
+    assert [memory_id for memory_id in (old, new) if not memories[memory_id].get("superseded_by")] == [new]
+
+
+def test_a_restored_old_version_whose_successor_is_gone_is_current_again() -> None:
+    brain = fixture_brain("brain-1-01")
+    old = connector_memorize("The car is blue.", origin="user").apply(brain, NOW)["stored"][0]["id"]
+    new = connector_memorize("The car was repainted green.", supersedes=[old],
+                             origin="user").apply(brain, NOW)["stored"][0]["id"]
+    Forget(old).apply(brain, NOW)
+    Forget(new).apply(brain, NOW)
+    Restore(old).apply(brain, NOW)
+    check_consistency(brain)
+    entry = entries(brain)[old]
+    assert not {"superseded_by", "valid_until", "valid_until_auto"} & set(entry)
+    front = frontmatter_values(brain.read_text(entry["path"]) or "")
+    assert not {"superseded_by", "valid_until", "valid_until_auto"} & set(front)

@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from connector.engine.brain import Brain
-from connector.engine.ops import Pin
+from connector.engine.ops import Forget, Pin
 from connector.engine.restore import frontmatter_values
 from connector.engine.review import review_document
 from tests.engine.writes_support import check_consistency
@@ -268,6 +268,17 @@ def test_an_old_version_cannot_be_edited_pinned_or_forgotten(store: RunningStore
         assert after == before
         current_versions = [memory_id for memory_id, entry in after.items() if not entry.get("superseded_by")]
         assert current_versions == [current]
+
+        # Another device forgets the old version; restored here, it comes back as the old version it is.
+        device_write(store.url, alice.token, at_store.brain_id,
+                     lambda brain: Forget(first).apply(brain, datetime.now(UTC)))
+        page.goto(base + "/app/archive")
+        page.get_by_role("button", name="Restore").click()
+        page.wait_for_url(f"**/app/memory/{first}?done=restore*")
+        assert "An old version, kept as history" in page.inner_text("main")
+        after = at_store.entries()
+        assert after[first]["superseded_by"] == current
+        assert [memory_id for memory_id, entry in after.items() if not entry.get("superseded_by")] == [current]
 
 
 def test_a_restored_memory_is_not_pinned_anywhere(store: RunningStore, tmp_path: Path) -> None:
