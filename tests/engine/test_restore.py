@@ -110,12 +110,18 @@ def test_a_restored_memory_is_not_pinned_in_its_index_entry_its_file_or_pinned_j
     assert "The boarding pass is in the travel folder." in (brain.read_text(path) or "")
 
 
-def test_a_restored_old_version_stays_an_old_version_while_its_successor_is_live() -> None:
+def _forgotten_old_version() -> tuple[Brain, str, str]:
+    """A brain where ``new`` superseded ``old`` and ``old`` was then forgotten: (brain, old, new)."""
     brain = fixture_brain("brain-1-01")
     old = connector_memorize("The car is blue.", origin="user").apply(brain, NOW)["stored"][0]["id"]
     new = connector_memorize("The car was repainted green.", supersedes=[old],
                              origin="user").apply(brain, NOW)["stored"][0]["id"]
     Forget(old).apply(brain, NOW)
+    return brain, old, new
+
+
+def test_a_restored_old_version_stays_an_old_version_while_its_successor_is_live() -> None:
+    brain, old, new = _forgotten_old_version()
     Restore(old).apply(brain, NOW)
     check_consistency(brain)
     memories = entries(brain)
@@ -124,11 +130,7 @@ def test_a_restored_old_version_stays_an_old_version_while_its_successor_is_live
 
 
 def test_a_restored_old_version_whose_successor_is_gone_is_current_again() -> None:
-    brain = fixture_brain("brain-1-01")
-    old = connector_memorize("The car is blue.", origin="user").apply(brain, NOW)["stored"][0]["id"]
-    new = connector_memorize("The car was repainted green.", supersedes=[old],
-                             origin="user").apply(brain, NOW)["stored"][0]["id"]
-    Forget(old).apply(brain, NOW)
+    brain, old, new = _forgotten_old_version()
     Forget(new).apply(brain, NOW)
     Restore(old).apply(brain, NOW)
     check_consistency(brain)
