@@ -446,7 +446,8 @@ TOOLS: tuple[ToolSpec, ...] = (
         title="Pin a memory",
         description=(
             "Pin a memory so it is always included and never decays. Use for standing rules or preferences the "
-            "user explicitly wants always in view. Memories awaiting verification cannot be pinned."
+            "user explicitly wants always in view. Memories awaiting verification cannot be pinned, nor old "
+            "versions (superseded ones): pin the current version."
         ),
         input_schema=_object({"id": _ID}, ["id"]),
         output_schema=_WRITE_RESULT,

@@ -781,6 +781,19 @@ class BrainTools:
             structured["note"] = note
         return ok_result(structured, render.memorize_text(structured))
 
+    async def with_review_flags(self, snapshot: Snapshot | None, op: Memorize, *, by: str,
+                                limit: int | None = None) -> Memorize:
+        """``op`` with what brain_memorize's similar check flags for its memories (the first
+        ``limit`` of them) against the brain as it is before the write: the pairs are queued
+        for review in the same write (`MemorizeFlagged`). Memories a memory supersedes are
+        not flagged against it. The web app's writes (new memory, edit, import) run this."""
+        flagged: list[dict[str, Any]] = []
+        for position, memory in enumerate(op.memories[:limit]):
+            found = await self._similar_checked(snapshot, memory)
+            flagged += [{**item.to_json(), "of": position} for item in found
+                        if item.flagged and item.id not in memory.supersedes]
+        return MemorizeFlagged.of(op, flagged, by=by) if flagged else op
+
     async def _similar_checked(self, snapshot: Snapshot | None, memory: MemoryInput) -> list[Similar]:
         """`similar_for` of one memory about to be written (off the event loop when indexes must be built)."""
         if snapshot is None:

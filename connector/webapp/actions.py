@@ -9,14 +9,18 @@ If-Match, replayed on a conflict, held and retried when the store is away.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
+from connector.engine.recall.index import RecallError
+from connector.engine.recall.indexcache import index_for
 from connector.engine.tending.review import DECISIONS, Decide
 from connector.engine.writes.credentials import credential_refusal, credentials_in_memories
 from connector.engine.writes.errors import BrainError
 from connector.engine.writes.memorize import connector_memory
-from connector.engine.writes.ops import Forget, Operation, Pin, Unpin, Verify, connector_memorize
+from connector.engine.writes.ops import Forget, Memorize, Operation, Pin, Unpin, Verify, connector_memorize
 from connector.engine.writes.restore import Restore
+from connector.mcp.tools import BrainTools
 from connector.i18n import Text, message_of
 from connector.mcp.tools import BrainTools
 from connector.workcopy.accounts import UnknownBrain
@@ -28,10 +32,18 @@ from connector.workcopy.store_client import StoreError
 EDIT_ORIGIN = "user"  # the person typed it in the app themselves
 MAX_CONTENT_CHARS = 50_000  # as brain_memorize
 MAX_TITLE_CHARS = 1000
+# An import's memories given the similar check (as the dry run lists them): each check embeds a text.
+IMPORT_CHECKED = 50
 
 
 class ActionRefused(Exception):
     """The write did not happen; the message is safe to show to the person."""
+
+
+def old_version_refusal(newer: str) -> Text:
+    """Why an old (superseded) version is not edited, pinned or forgotten."""
+    return Text("This is an old version, replaced by %(newer)s; nothing was changed. "
+                "Open the current version to change it.", newer=newer)
 
 
 @dataclass(frozen=True)
@@ -40,6 +52,7 @@ class Done:
 
     memory_id: str
     synced: bool
+    changed: bool = True  # False: nothing needed doing (e.g. unpinning a memory that was not pinned)
 
 
 class BrainActions:
@@ -66,22 +79,54 @@ class BrainActions:
         return outcome
 
     async def write(self, account: Account, op: Operation, label: str) -> Done:
-        """Any other operation (an import's Memorize); the Done names no particular memory."""
+        """Any other operation; the Done names no particular memory."""
         outcome = await self._apply(account, op, label)
         return Done("", outcome.synced)
 
+    async def import_memories(self, account: Account, op: Memorize) -> Done:
+        """An import's one Memorize; its first `IMPORT_CHECKED` memories get brain_memorize's similar check."""
+        op = await self._review_flagged(account, op, limit=IMPORT_CHECKED)
+        return await self.write(account, op, "import")
+
+    async def _review_flagged(self, account: Account, op: Memorize, limit: int | None = None) -> Memorize:
+        """``op`` carrying the pairs brain_memorize's similar check flags, queued for review in the same write."""
+        try:
+            snapshot = await self.manager.snapshot(account)
+        except BrainUnavailable:
+            return op  # no check: the write itself says why nothing could be saved
+        by = await self.manager.writer(account) or "web app"
+        return await self.tools.with_review_flags(snapshot, op, by=by, limit=limit)
+
+    async def _refuse_old_version(self, account: Account, memory_id: str) -> None:
+        """An old version (superseded) is history: it is not edited, pinned or forgotten here,
+        so no write from the app can make two versions of a fact current."""
+        snapshot = await self.manager.snapshot(account)
+        if snapshot.brain is None or "index.json" not in snapshot.brain:
+            return
+        # The recall index brain_recall and the pages share (a cache hit), not index.json parsed again.
+        try:
+            index = await asyncio.to_thread(index_for, snapshot.brain, snapshot.key, self.tools.index_cache)
+        except RecallError:
+            return  # an unreadable index: the operation itself refuses what it cannot do
+        position = index.positions.get(memory_id)
+        newer = index.memories[position].entry.get("superseded_by") if position is not None else None
+        if isinstance(newer, str) and newer:
+            raise ActionRefused(old_version_refusal(newer))
+
     async def pin(self, account: Account, memory_id: str) -> Done:
         """Pin into the always-present tier."""
+        await self._refuse_old_version(account, memory_id)
         outcome = await self._apply(account, Pin(memory_id), "pin")
         return Done(memory_id, outcome.synced)
 
     async def unpin(self, account: Account, memory_id: str) -> Done:
-        """Back to normal recall and decay."""
+        """Back to normal recall and decay; ``changed`` is False when it was not pinned."""
         outcome = await self._apply(account, Unpin(memory_id), "unpin")
-        return Done(memory_id, outcome.synced)
+        return Done(memory_id, outcome.synced, changed=bool(outcome.result.get("was_pinned")))
 
     async def forget(self, account: Account, memory_id: str, *, force: bool) -> Done:
         """To the archive (recoverable); salient memories need ``force`` as with brain_forget."""
+        await self._refuse_old_version(account, memory_id)
         outcome = await self._apply(account, Forget(memory_id, force=force), "forget")
         return Done(memory_id, outcome.synced)
 
@@ -101,6 +146,7 @@ class BrainActions:
     async def edit(self, account: Account, memory_id: str, *, title: str, content: str, type_: str,
                    tags: str) -> Done:
         """A new memory with the edited text that supersedes the old one; returns the new id."""
+        await self._refuse_old_version(account, memory_id)
         return await self.create(account, title=title, content=content, type_=type_, tags=tags,
                                  supersedes=[memory_id])
 
@@ -122,6 +168,7 @@ class BrainActions:
         if kinds:
             raise ActionRefused(Text("%(refusal)s Leave the secret out (say where it is kept instead).",
                                      refusal=credential_refusal(kinds)))
+        op = await self._review_flagged(account, op)
         outcome = await self._apply(account, op, "memorize")
         return Done(str(outcome.result["stored"][0]["id"]), outcome.synced)
 

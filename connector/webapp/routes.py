@@ -33,7 +33,7 @@ from connector.oauth.state import OAuthState
 from connector.state.memory import MemoryStore
 from connector.state.sealed import SealedDocs
 from connector.state.sealing import SecretBox
-from connector.webapp.actions import ActionRefused, BrainActions, Done
+from connector.webapp.actions import ActionRefused, BrainActions, Done, old_version_refusal
 from connector.webapp.guard import Site, new_signin_token, same_origin, session_of, site_of, tokens_match
 from connector.webapp.mental import MentalViews
 from connector.webapp.pages import STATIC_TYPES, page_headers, render, static_file
@@ -53,6 +53,7 @@ MEMORY_ACTIONS = ("pin", "unpin", "forget", "restore", "approve", "reject")
 # What the page says after an action; chosen from this table, never echoed from the request.
 DONE_MESSAGES = {
     "pin": N_("Pinned."), "unpin": N_("Unpinned."), "forget": N_("Forgotten: moved to the archive."),
+    "not_pinned": N_("This memory was not pinned; nothing changed."),
     "restore": N_("Restored from the archive."), "approve": N_("Approved."), "reject": N_("Rejected: moved to the archive."),
     "edit": N_("Saved as a new memory that supersedes the old one."), "brain": N_("Brain switched."),
     "import": N_("Imported."), "snapshot": N_("Snapshot restored: the brain is as it was then."),
@@ -435,6 +436,10 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         view = await app.views.memory(visit.session.account, request.path_params["memory_id"][:200])
         if view is None or view.archived:
             return not_found(visit, N_("Only memories in the brain (not in the archive) can be edited."))
+        if view.superseded_by is not None:
+            # An old version is history; the current one is what an edit would change.
+            return app.page("error.html", visit.site, visit.session, status=409, title=N_("An old version"),
+                            message=old_version_refusal(view.superseded_by.id))
         return app.page("edit.html", visit.site, visit.session, memory=view, types=TYPES, error=None)
 
     @get("/app/new", cache=False, include_in_schema=False)
@@ -575,7 +580,8 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
                 return not_found(visit, message_of(exc))
             return app.page("memory.html", visit.site, visit.session, status=409, memory=view, error=message_of(exc),
                             flash=None, offer_force=action == "forget" and "force" in message_of(exc))
-        return app.redirect(_done_location(visit.site, action, done))
+        said = action if done.changed else "not_pinned"  # an unpin that found no pin says so
+        return app.redirect(_done_location(visit.site, said, done))
 
     @post("/app/brain", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
     @write_route
@@ -643,7 +649,7 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
             return app.page("transfer.html", visit.site, visit.session, status=409, summary=None, reference=None,
                             error=N_("That import expired or was already done. Upload the file again."))
         try:
-            done = await app.actions.write(visit.session.account, plan.operation(), "import")
+            done = await app.actions.import_memories(visit.session.account, plan.operation())
         except ActionRefused as exc:
             return app.page("transfer.html", visit.site, visit.session, status=409, summary=None, reference=None,
                             error=message_of(exc))

@@ -26,7 +26,7 @@ from connector.engine.writes.credentials import credentials_in_memories
 from connector.engine.writes.errors import BrainError
 from connector.engine.writes.memorize import MemoryInput
 from connector.engine.writes.ops import Memorize
-from connector.engine.writes.restore import frontmatter_values
+from connector.engine.writes.restore import PIN_FIELDS, frontmatter_values
 from connector.i18n import Text
 
 FORMAT = "brain-store/memories"
@@ -52,6 +52,10 @@ def export_memories(brain: Brain, *, brain_id: str | None, brain_name: str | Non
         path = entry.get("path")
         text = brain.read_text(path) if isinstance(path, str) else None
         front = frontmatter_values(text or "")
+        if entry.get("pinned") is not True:
+            # The index entry says whether it is pinned (as session start reads it), whatever an
+            # older connector's restore left in the file.
+            front = {key: value for key, value in front.items() if key not in PIN_FIELDS}
         fields = {**front, **entry}
         item: dict[str, Any] = {"id": memory_id}
         for key in INPUT_FIELDS:

@@ -445,7 +445,9 @@ class BrainViews:
             supersedes=[line(other) for other in _tags(fields.get("supersedes"))],
             superseded_by=line(superseded_by) if isinstance(superseded_by, str) else None,
             associations=associations,
-            pinned=fields.get("pinned") is True and not archived,
+            # The index entry decides, as for the home page's pinned tier and session start
+            # (a file's front matter may still say pinned after a restore by an older connector).
+            pinned=entry.get("pinned") is True and not archived,
             pending=bool(fields.get("quarantined")) and not archived,
             pending_reasons=[str(reason) for reason in reasons] if isinstance(reasons, list) else [],
             body=body,

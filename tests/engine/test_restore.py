@@ -7,7 +7,7 @@ import pytest
 from connector.engine.format.brain import Brain
 from connector.engine.recall.exact import recall
 from connector.engine.writes.errors import BrainError
-from connector.engine.writes.ops import Forget, Verify, connector_memorize, operation_from_dict
+from connector.engine.writes.ops import Forget, Pin, Verify, connector_memorize, operation_from_dict
 from connector.engine.writes.restore import Restore, frontmatter_values
 from tests.engine.writes_support import NOW, check_consistency, entries, fixture_brain, require_fixtures
 
@@ -92,3 +92,49 @@ def test_a_restored_edit_supersedes_its_predecessor_again_and_keeps_its_context(
     check_consistency(brain)
     assert result["superseded"] == [old] and entries(brain)[old]["superseded_by"] == new
     assert entries(brain)[new]["encoding_context"] == context and context["agent"] == "web app"
+
+
+def test_a_restored_memory_is_not_pinned_in_its_index_entry_its_file_or_pinned_json() -> None:
+    brain = fixture_brain("brain-1-01")
+    stored = connector_memorize("The boarding pass is in the travel folder.", title="Boarding pass",
+                                origin="user").apply(brain, NOW)["stored"][0]
+    memory_id, path = stored["id"], stored["path"]
+    Pin(memory_id, "project:trip", 2).apply(brain, NOW)
+    Forget(memory_id).apply(brain, NOW)
+    Restore(memory_id).apply(brain, NOW)
+    check_consistency(brain)
+    assert entries(brain)[memory_id].get("pinned") is not True
+    assert memory_id not in [pin.get("id") for pin in (brain.read_json("pinned.json") or {}).get("pins", [])]
+    front = frontmatter_values(brain.read_text(path) or "")
+    assert not {"pinned", "pin_scope", "pin_priority"} & set(front)
+    assert "The boarding pass is in the travel folder." in (brain.read_text(path) or "")
+
+
+def _forgotten_old_version() -> tuple[Brain, str, str]:
+    """A brain where ``new`` superseded ``old`` and ``old`` was then forgotten: (brain, old, new)."""
+    brain = fixture_brain("brain-1-01")
+    old = connector_memorize("The car is blue.", origin="user").apply(brain, NOW)["stored"][0]["id"]
+    new = connector_memorize("The car was repainted green.", supersedes=[old],
+                             origin="user").apply(brain, NOW)["stored"][0]["id"]
+    Forget(old).apply(brain, NOW)
+    return brain, old, new
+
+
+def test_a_restored_old_version_stays_an_old_version_while_its_successor_is_live() -> None:
+    brain, old, new = _forgotten_old_version()
+    Restore(old).apply(brain, NOW)
+    check_consistency(brain)
+    memories = entries(brain)
+    assert memories[old]["superseded_by"] == new and "superseded_by" not in memories[new]
+    assert [memory_id for memory_id in (old, new) if not memories[memory_id].get("superseded_by")] == [new]
+
+
+def test_a_restored_old_version_whose_successor_is_gone_is_current_again() -> None:
+    brain, old, new = _forgotten_old_version()
+    Forget(new).apply(brain, NOW)
+    Restore(old).apply(brain, NOW)
+    check_consistency(brain)
+    entry = entries(brain)[old]
+    assert not {"superseded_by", "valid_until", "valid_until_auto"} & set(entry)
+    front = frontmatter_values(brain.read_text(entry["path"]) or "")
+    assert not {"superseded_by", "valid_until", "valid_until_auto"} & set(front)

@@ -12,6 +12,10 @@ from connector.engine.format.archive import load_archive, pack_archive
 from connector.engine.format.brain import Brain, dump_json
 from connector.engine.recall.exact import recall
 from connector.engine.recall.indexcache import IndexCache, index_for
+from connector.engine.writes.errors import BrainError
+from connector.engine.writes.memorize import connector_memory
+from connector.engine.writes.ops import Forget, Memorize, Pin, connector_memorize, operation_from_dict
+from connector.engine.writes.restore import Restore
 from connector.engine.tending.review import (
     FIRST_CHECK,
     REVIEW_FILE,
@@ -335,3 +339,63 @@ def test_review_writes_survive_the_held_write_journal(brain: Brain, pair: tuple[
     for item in entry.pending:  # a restart replays them on the store's brain, with the same ids
         item.op.apply(base, item.at)
     assert base.files == brain.files
+
+
+def _pin_state(brain: Brain, memory_id: str) -> tuple[bool, bool, bool]:
+    """(entry pinned, listed in pinned.json, file's front matter pinned)."""
+    entry = entries(brain)[memory_id]
+    listed = any(pin.get("id") == memory_id for pin in (brain.read_json("pinned.json") or {}).get("pins", []))
+    return entry.get("pinned") is True, listed, frontmatter(brain, entry["path"]).get("pinned") is True
+
+
+def test_keep_new_moves_the_old_memorys_pin_to_the_new_one(brain: Brain, pair: tuple[str, str]) -> None:
+    new, old = pair
+    Pin(old, "project:infra", 3).apply(brain, NOW)
+    Decide(new, old, "keep_new").apply(brain, NOW + timedelta(hours=1))
+    assert _pin_state(brain, old) == (False, False, False)
+    assert _pin_state(brain, new) == (True, True, True)
+    assert (entries(brain)[new]["pin_scope"], entries(brain)[new]["pin_priority"]) == ("project:infra", 3)
+    check_consistency(brain)
+
+
+def test_keep_new_keeps_the_new_memorys_own_pin(brain: Brain, pair: tuple[str, str]) -> None:
+    new, old = pair
+    Pin(old, "global", 9).apply(brain, NOW)
+    Pin(new, "global", 1).apply(brain, NOW)
+    Decide(new, old, "keep_new").apply(brain, NOW + timedelta(hours=1))
+    assert _pin_state(brain, old) == (False, False, False)
+    assert _pin_state(brain, new) == (True, True, True) and entries(brain)[new]["pin_priority"] == 1
+
+
+def test_merge_pins_the_merged_memory_with_the_higher_priority(brain: Brain, pair: tuple[str, str]) -> None:
+    new, old = pair
+    Pin(old, "global", 2).apply(brain, NOW)
+    Pin(new, "project:infra", 4).apply(brain, NOW)
+    text = connector_memory("The job queue moved from Redis to NATS in June.", title="Job queue: NATS",
+                            origin="user", agent="web app")
+    merged = Decide(new, old, "merge", merged=text).apply(brain, NOW)["merged_into"]
+    assert _pin_state(brain, old) == _pin_state(brain, new) == (False, False, False)
+    assert _pin_state(brain, merged) == (True, True, True)
+    assert (entries(brain)[merged]["pin_scope"], entries(brain)[merged]["pin_priority"]) == ("project:infra", 4)
+    check_consistency(brain)
+
+
+def test_a_merged_text_held_for_verification_leaves_the_pins_where_they_are(brain: Brain,
+                                                                              pair: tuple[str, str]) -> None:
+    new, old = pair
+    Pin(old).apply(brain, NOW)
+    text = connector_memory("A forum post says the job queue moved to NATS.", title="Job queue",
+                            origin="external", agent="web app")
+    merged = Decide(new, old, "merge", merged=text).apply(brain, NOW)["merged_into"]
+    assert entries(brain)[merged].get("quarantined") is True, "the text must be held for this test"
+    assert _pin_state(brain, old) == (True, True, True)  # still current until the merged text is approved
+    assert entries(brain)[merged].get("pinned") is not True
+
+
+def test_an_old_version_cannot_be_pinned(brain: Brain, pair: tuple[str, str]) -> None:
+    new, old = pair
+    Decide(new, old, "keep_new").apply(brain, NOW)
+    before = {name: brain.read(name) for name in brain.files}
+    with pytest.raises(BrainError, match="old version"):
+        Pin(old).apply(brain, NOW)
+    assert {name: brain.read(name) for name in brain.files} == before

@@ -233,6 +233,27 @@ def connector_memorize(
     ], request_key=request_key)
 
 
+def pin_memory(txn: WriteTxn, memory_id: str, scope: str, priority: int) -> None:
+    """Pin a live memory: its index entry, its file's front matter and ``pinned.json``."""
+    entry = txn.entry(memory_id)
+    assert entry is not None
+    fields = {"pinned": True, "pin_scope": scope, "pin_priority": priority}
+    txn.update_entry(memory_id, fields)
+    txn.edit_memory_file(memory_id, fields)
+    txn.set_pin(memory_id, scope, priority, entry.get("token_estimate", 0))
+
+
+def unpin_memory(txn: WriteTxn, memory_id: str, *, listed: bool = True) -> None:
+    """Unpin a live memory (entry, file, and ``pinned.json`` when ``listed`` there)."""
+    entry = txn.entry(memory_id)
+    if entry is not None and entry.get("pinned"):
+        txn.update_entry(memory_id, {"pinned": False})
+        txn.edit_memory_file(memory_id, {"pinned": False})
+    if listed:
+        txn.drop_pin(memory_id)
+        txn.touch_index()
+
+
 @dataclass
 class Pin(Operation):
     """Pin a memory into the always-present tier (it stops decaying)."""
@@ -253,10 +274,11 @@ class Pin(Operation):
         entry = _known_entry(txn, self.id)
         if entry.get("quarantined"):
             raise BrainError(f"{self.id} is pending verification; approve it first")
-        fields = {"pinned": True, "pin_scope": self.scope, "pin_priority": self.priority}
-        txn.update_entry(self.id, fields)
-        txn.edit_memory_file(self.id, fields)
-        txn.set_pin(self.id, self.scope, self.priority, entry.get("token_estimate", 0))
+        newer = entry.get("superseded_by")
+        if isinstance(newer, str) and newer:
+            # Session start would serve an outdated text; the current version is the one to pin.
+            raise BrainError(f"{self.id} is an old version (superseded by {newer}); pin the current version")
+        pin_memory(txn, self.id, self.scope, self.priority)
         txn.commit()
         return {"id": self.id, "title": entry.get("title"), "pinned": True,
                 "scope": self.scope, "priority": self.priority}
@@ -278,12 +300,7 @@ class Unpin(Operation):
         listed = any(isinstance(pin, dict) and pin.get("id") == self.id for pin in txn.pins()) \
             if txn.read("pinned.json") is not None else False
         was_pinned = bool(entry.get("pinned"))
-        if was_pinned:
-            txn.update_entry(self.id, {"pinned": False})
-            txn.edit_memory_file(self.id, {"pinned": False})
-        if listed:
-            txn.drop_pin(self.id)
-            txn.touch_index()
+        unpin_memory(txn, self.id, listed=listed)
         txn.commit()
         result = {"id": self.id, "title": entry.get("title"), "pinned": False, "was_pinned": was_pinned}
         if not was_pinned:

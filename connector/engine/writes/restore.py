@@ -4,8 +4,9 @@ The inverse of `archive_memory` (ops.py) as far as the brain still knows it: the
 file moves from ``_archived/`` back to its old path (a free name when that is
 taken), the index entry is rebuilt from the file's front matter with the archive
 record's fields as fallback, and the memory is searchable again. What forgetting
-dropped for good stays dropped: associations and the pin. An edit that is restored
-supersedes its predecessor again (unless something newer did meanwhile).
+dropped for good stays dropped: associations and the pin (the file loses it too). An
+edit that is restored supersedes its predecessor again (unless something newer did
+meanwhile); an old version comes back superseded by its successor while that one is live.
 Directory ``_meta.json`` counts are left alone, as forgetting leaves them.
 """
 
@@ -30,6 +31,7 @@ _ENTRY_KEYS = (
     "type", "cognitive_type", "created", "last_accessed", "access_count", "strength", "decay_rate",
     "origin", "salience", "confidence", "tags", "related", "encoding_context",
 )
+PIN_FIELDS = ("pinned", "pin_scope", "pin_priority")
 _OPTIONAL_KEYS = ("stable", "quarantined", "quarantine_reasons", "quarantine_flagged", "supersedes",
                   "valid_from", "valid_until")
 
@@ -82,6 +84,25 @@ def _strings(value: Any) -> list[str]:
     return [item for item in value if isinstance(item, str)] if isinstance(value, list) else []
 
 
+def _successor(txn: WriteTxn, fields: dict[str, Any], entry: dict[str, Any]) -> tuple[str, ...]:
+    """An old version (its file names a ``superseded_by``) comes back as an old version while
+    its successor is live, so a restore never makes two versions current; with the successor
+    gone it is current again, as forgetting the successor would have made it (the keys its
+    file must lose are returned)."""
+    newer = fields.get("superseded_by")
+    if not isinstance(newer, str) or not newer:
+        return ()
+    if txn.entry(newer) is not None:
+        entry["superseded_by"] = newer
+        if fields.get("valid_until_auto") is True:
+            entry["valid_until_auto"] = True
+        return ()
+    if fields.get("valid_until_auto") is True:
+        entry.pop("valid_until", None)
+        return ("superseded_by", "valid_until", "valid_until_auto")
+    return ("superseded_by",)
+
+
 @dataclass
 class Restore(Operation):
     """Move an archived memory back into the brain (same id)."""
@@ -123,9 +144,12 @@ class Restore(Operation):
             if fields.get(key) is not None:
                 entry[key] = fields[key]
         txn.index(create=True)
+        stale = _successor(txn, fields, entry)
         txn.write(path, data)
         txn.remove(archived_path)
         txn.add_entry(self.id, entry)
+        # Forgetting dropped the pin (pinned.json, the entry): the file must not say otherwise.
+        txn.edit_memory_file(self.id, remove=PIN_FIELDS + stale)
         tags = [tag for tag in entry["tags"] if isinstance(tag, str)] if isinstance(entry["tags"], list) else []
         txn.index_document(self.id, str(entry.get("title") or ""), tags, body)
         # What it superseded (an edit) is superseded again, unless something newer took over meanwhile;
