@@ -45,7 +45,7 @@ from connector.i18n import LocaleMiddleware
 from connector.workcopy.heads import S3_HEAD_MAX_AGE_S, BrainHeads
 from connector.workcopy.indexdisk import IndexDisk
 from connector.workcopy.journal import HeldWriteJournal
-from connector.workcopy.manager import ManagerTuning, WorkingCopyManager
+from connector.workcopy.manager import AmbiguousBrain, ManagerTuning, WorkingCopyManager
 from connector.workcopy.model import Account
 from connector.workcopy.store_client import StoreClient, StoreError, StoreUnauthorized
 from connector.workcopy.vectors import VectorStore
@@ -230,6 +230,7 @@ class McpGate:
             client_name=claims.client_name or claims.client_id,
             session=claims.family,
             brain=brain or "",
+            writes="brain.write" in claims.scope,
         )
         if brain is not None and not await self._can_use(account, base, send):
             return
@@ -248,6 +249,9 @@ class McpGate:
             # The store refused the credential (the manager ended its sign-ins): sign in again.
             header_value = challenge(base, brain=account.brain, error="invalid_token").encode("latin-1")
             await _send_json(send, 401, {"error": "invalid_token"}, [(b"www-authenticate", header_value)])
+            return False
+        except AmbiguousBrain as exc:
+            await _send_json(send, 409, {"error": "ambiguous_brain", "error_description": str(exc)})
             return False
         except StoreError:
             await _send_json(send, 503, {"error": "temporarily_unavailable",

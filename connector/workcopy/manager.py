@@ -143,11 +143,25 @@ class SignInAgain(BrainUnavailable):
 class UnknownBrain(Exception):
     """brain_use named no brain of this account; carries the names to offer."""
 
-    def __init__(self, wanted: str, brains: list[BrainRecord]) -> None:
+    def __init__(self, wanted: str, brains: list[BrainRecord], message: str | None = None) -> None:
         self.wanted = wanted
         self.brains = brains
         names = ", ".join(f"{escape_one_line(b.name)} ({b.id})" for b in brains) or "none"
-        super().__init__(f"No brain named '{escape_one_line(wanted)}' in this account. Brains: {names}.")
+        super().__init__(message or f"No brain named '{escape_one_line(wanted)}' in this account. Brains: {names}.")
+
+
+class AmbiguousBrain(UnknownBrain):
+    """A name several brains of this account answer to (none of them the caller's own, or several
+    of its own): refused with the choices, by id and owner, rather than guessed."""
+
+    def __init__(self, wanted: str, choices: list[BrainRecord]) -> None:
+        listed = "; ".join(
+            f"{escape_one_line(b.name)} ({b.id}" + (f", owned by {escape_one_line(b.owner)}" if b.owner else "") + ")"
+            for b in choices
+        )
+        super().__init__(wanted, choices, f"Several brains are named '{escape_one_line(wanted)}': {listed}. "
+                                          "Nothing was used; name one by its id (brain_use <id>, or the URL "
+                                          "/mcp/brains/<id>).")
 
 
 @dataclass
@@ -203,30 +217,50 @@ def oldest_first(brains: list[BrainRecord]) -> list[BrainRecord]:
     return sorted(brains, key=lambda b: (b.created_at, b.id))
 
 
-def choose_brain(brains: list[BrainRecord], chosen_id: str | None) -> BrainRecord | None:
-    """The chosen brain when it still exists, else the oldest one, else None."""
+def is_own(record: BrainRecord, me: str | None) -> bool:
+    """Whether the caller created ``record`` (``me``: the caller's name at the store, None when
+    unknown). A store without sharing lists no role: every brain is the caller's. Without the
+    name, only the owner role counts (an editor or viewer is never the creator)."""
+    if record.role is None:
+        return True
+    if me is not None:
+        return bool(record.owner) and record.owner == me
+    return record.role == "owner"
+
+
+def choose_brain(brains: list[BrainRecord], chosen_id: str | None, me: str | None = None) -> BrainRecord | None:
+    """The chosen brain when it still exists, else the caller's own oldest one, else None.
+
+    A brain shared with the caller is used only when chosen (brain_use) or named (a brain's
+    URL): a share never changes where a connection that chose nothing reads or writes (an
+    account with only shared brains gets its own on its first write)."""
     if chosen_id:
         for brain in brains:
             if brain.id == chosen_id.lower():
                 return brain
-    ordered = oldest_first(brains)
+    ordered = oldest_first([b for b in brains if is_own(b, me)])
     return ordered[0] if ordered else None
 
 
-def find_brain(brains: list[BrainRecord], wanted: str) -> BrainRecord | None:
-    """A brain by id (any case), else by exact name, else by name ignoring case (if unique)."""
+def find_brain(brains: list[BrainRecord], wanted: str, me: str | None = None) -> BrainRecord | None:
+    """A brain by id (any case), else by exact name, else by name ignoring case.
+
+    Among brains of that name the caller's own one wins (a share never takes a name that
+    already pointed at the caller's brain); several others by that name raise AmbiguousBrain
+    with the choices, never a guess."""
     text = wanted.strip()
     for brain in brains:
         if brain.id == text.lower():
             return brain
-    exact = [b for b in brains if b.name == text]
-    if len(exact) == 1:
-        return exact[0]
-    folded = [b for b in brains if b.name.lower() == text.lower()]
-    if len(folded) == 1:
-        return folded[0]
-    if exact:
-        return oldest_first(exact)[0]
+    for same in (lambda b: b.name == text, lambda b: b.name.lower() == text.lower()):
+        named = [b for b in brains if same(b)]
+        own = [b for b in named if is_own(b, me)]
+        if len(own) == 1:
+            return own[0]
+        if len(own) > 1 or len(named) > 1:
+            raise AmbiguousBrain(wanted, oldest_first(own or named))
+        if named:
+            return named[0]
     return None
 
 
@@ -263,6 +297,15 @@ def identity_for(account: Account, brains: list[BrainRecord], active: BrainRecor
             "The first memory saved creates one."
         )
         return Identity(STATUS_NO_BRAIN, note, tuple(brains), active.id if active else None, empty=True)
+    if active is None:
+        # Only brains shared with the account: none is used until chosen (see choose_brain).
+        shared = ", ".join(f"'{escape_one_line(b.name)}' ({b.id}" + (f", shared by {escape_one_line(b.owner)}"
+                                                                    if b.owner else "") + ")" for b in brains)
+        note = (
+            f"This account (signed in with {label}) has no brain of its own yet; shared with it: {shared}. "
+            "The first memory saved creates its own brain; brain_use <id> works in a shared one."
+        )
+        return Identity(STATUS_NO_BRAIN, note, tuple(brains), None, empty=True)
     empty = active is not None and not active.checksum
     welcome = empty_brain_note(active.name) if empty and active is not None else None
     if len(brains) > 1 and active is not None:
@@ -525,7 +568,15 @@ class WorkingCopyManager:
                 # (a chosen brain deleted at the store must not cost a listing on every call).
                 state.missing_choice = chosen
                 brains = await self._brains(state, force=True)
-        return brains, choose_brain(brains, chosen)
+        return brains, choose_brain(brains, chosen, await self._me(account, brains))
+
+    async def _me(self, account: Account, brains: list[BrainRecord]) -> str | None:
+        """The caller's name at the store, which tells its own brains from those shared with it
+        (see `is_own`); asked only of a store that shares brains, None when it cannot say."""
+        if all(brain.role is None for brain in brains):
+            return None
+        who = await self._who(account)
+        return who[0] or None if who is not None else None
 
     async def _bound(self, account: Account, *, force_list: bool = False) -> tuple[list[BrainRecord], BrainRecord]:
         """A connection bound to one brain (``/mcp/brains/{brain}``): that brain alone, by id or name.
@@ -539,19 +590,22 @@ class WorkingCopyManager:
         assert state.lock is not None
         async with state.lock:
             brains = await self._brains(state, force=force_list)
-            found = find_brain(brains, account.brain)
+            found = find_brain(brains, account.brain, await self._me(account, brains))
             if found is None and not force_list and state.missing_choice != account.brain:
                 state.missing_choice = account.brain
                 brains = await self._brains(state, force=True)
-                found = find_brain(brains, account.brain)
+                found = find_brain(brains, account.brain, await self._me(account, brains))
         if found is None:
             raise UnknownBrain(account.brain, oldest_first(brains))
         return [found], found
 
     async def bound_brain(self, account: Account) -> BrainRecord | None:
-        """The brain a bound connection names when this account can see it, else None."""
+        """The brain a bound connection names when this account can see it, else None; AmbiguousBrain
+        when the name is several brains' (none of them the account's own)."""
         try:
             _, found = await self._bound(account)
+        except AmbiguousBrain:
+            raise
         except UnknownBrain:
             return None
         return found
@@ -562,7 +616,7 @@ class WorkingCopyManager:
         assert state.lock is not None
         async with state.lock:
             brains = await self._brains(state, force=True)
-        found = find_brain(brains, wanted)
+        found = find_brain(brains, wanted, await self._me(account, brains))
         if found is None:
             raise UnknownBrain(wanted, oldest_first(brains))
         await self.choices.set_chosen_brain(account.subject, found.id)
@@ -598,6 +652,8 @@ class WorkingCopyManager:
         copy.used_at = self._mono()
         if record is not None:
             copy.brain_name = record.name
+        if copy.pull_untold and account.writes:
+            self._tell_pull(copy, copy.key)  # a read-only sign-in pulled it (see _refresh)
         return copy
 
     @contextlib.contextmanager
@@ -671,9 +727,19 @@ class WorkingCopyManager:
         if digests is not None and old_key != checksum:
             await asyncio.to_thread(self._follow, old_key, checksum, brain, BrainChange.since(digests, brain))
         self.long_lived.loaded()
+        if not copy.account.writes:
+            # What a listener does may write (the review queue's pairs): it waits for a writer.
+            copy.pull_untold = True
+            return
+        self._tell_pull(copy, old_key)
+
+    def _tell_pull(self, copy: WorkingCopy, old_key: str) -> None:
+        """Tell the pull listeners of the copy's brain as it is now."""
+        assert copy.brain_id is not None
+        copy.pull_untold = False
         for listener in self.pull_listeners:
             try:
-                listener(copy.account, copy.brain_id, old_key, checksum, brain)
+                listener(copy.account, copy.brain_id, old_key, copy.key, copy.brain)
             except Exception:  # a listener's failure never fails the pull
                 log.warning("a pull listener failed", exc_info=True)
 
@@ -885,12 +951,13 @@ class WorkingCopyManager:
             state = self._users.get(account.subject)
             if state is not None and state.brains is not None:
                 brains = state.brains
+                me = state.who[0] or None if state.who is not None else None
                 if account.brain:
-                    active = find_brain(brains, account.brain)
+                    active = find_brain(brains, account.brain, me)
                     if active is None:
                         raise UnknownBrain(account.brain, oldest_first(brains)) from None
                 else:
-                    active = choose_brain(brains, await self.choices.get_chosen_brain(account.subject))
+                    active = choose_brain(brains, await self.choices.get_chosen_brain(account.subject), me)
             if active is None and (account.subject, None) not in self._copies:
                 raise BrainUnavailable(
                     Text("The store cannot be reached right now, so nothing was saved. Try again shortly.")
