@@ -229,7 +229,8 @@ class McpGate:
             kind=claims.idp or "static",
             client_name=claims.client_name or claims.client_id,
             session=claims.family,
-            brain=brain or "",
+            # A token of this brain's URL keeps the id its name had when it was issued.
+            brain=(claims.brain_id or brain) if brain is not None else "",
             writes="brain.write" in claims.scope,
         )
         if brain is not None and not await self._can_use(account, base, send):

@@ -610,6 +610,15 @@ class WorkingCopyManager:
             return None
         return found
 
+    async def brain_id_of(self, subject: str, credential: str, brain: str) -> str:
+        """The id of the brain ``brain`` (a name or id) names for this account now; "" when none
+        does, several do, or the store cannot say (a sign-in for a brain's URL keeps the id)."""
+        try:
+            found = await self.bound_brain(Account(subject=subject, credential=credential, brain=brain))
+        except (UnknownBrain, StoreError):
+            return ""
+        return found.id if found is not None else ""
+
     async def use_brain(self, account: Account, wanted: str) -> tuple[BrainRecord, Identity]:
         """Switch the user's brain (by name or id) and persist the choice."""
         state = self._user(account)

@@ -14,9 +14,14 @@ import asyncio
 from pathlib import Path
 
 import httpx
+import httpx2
 import pytest
+from mcp.client import Client
+from mcp.client.streamable_http import streamable_http_client
 
 from tests.connector.conftest import RunningStore, StoreUser, auth, brains_of, direct_memorize, download_brain, memory_ids
+from tests.connector.oauth import live
+from tests.connector.oauth.live import MemoryStorage
 from tests.connector.test_e2e_sharing import share
 from tests.connector.test_e2e_tools import connector, mcp_session, mint, structured
 
@@ -35,6 +40,13 @@ async def memorize(url: str, token: str, content: str) -> str:
     """The id of the memory ``content`` saved through ``url``."""
     async with mcp_session(url, token) as client:
         return str(structured(await client.call_tool("brain_memorize", {"content": content}))["stored"]["id"])
+
+
+def new_brain(store: RunningStore, owner: StoreUser, name: str) -> str:
+    """Create a brain named ``name`` for ``owner`` at the store; its id."""
+    made = httpx.post(f"{store.url}/api/brains", headers=auth(owner.token), json={"name": name}, timeout=30)
+    assert made.status_code in (200, 201), made.text
+    return str(made.json()["id"])
 
 
 def stored_in(store: RunningStore, user: StoreUser, brain_id: str) -> set[str]:
@@ -100,10 +112,7 @@ def test_a_share_moves_no_connection(store: RunningStore, tmp_path: Path) -> Non
 
 def test_a_name_several_shared_brains_answer_to_is_refused_with_the_choices(store: RunningStore, tmp_path: Path) -> None:
     alice, carol, erin = store.add_user("alice"), store.add_user("carol"), store.add_user("erin")
-    teams = [
-        httpx.post(f"{store.url}/api/brains", headers=auth(owner.token), json={"name": "team"}, timeout=30).json()
-        for owner in (alice, carol)
-    ]
+    teams = [{"id": new_brain(store, owner, "team")} for owner in (alice, carol)]
     for team in teams:
         share(store, team["id"], erin, "editor")
     erin_default = own_default(store, erin)
@@ -134,3 +143,37 @@ def test_a_name_several_shared_brains_answer_to_is_refused_with_the_choices(stor
         asyncio.run(by_name())
         by_id = asyncio.run(memorize(base + f"/mcp/brains/{teams[0]['id']}", token, "Erin writes to Alice's team"))
         assert by_id in stored_in(store, alice, teams[0]["id"])
+
+
+def test_a_sign_in_for_a_brains_url_keeps_that_brain_by_id(store: RunningStore, tmp_path: Path) -> None:
+    carol, alice, erin = store.add_user("carol"), store.add_user("alice"), store.add_user("erin")
+    carols = new_brain(store, carol, "team")
+    share(store, carols, erin, "editor")
+
+    async def scenario(base: str) -> tuple[list[str], str, str]:
+        url = base + "/mcp/brains/team"
+        storage = MemoryStorage()
+        provider = live.signed_in_provider(url, erin.token, storage, client_name="bound client")
+        async with httpx2.AsyncClient(auth=provider, timeout=httpx2.Timeout(60)) as http:
+            async with Client(streamable_http_client(url, http_client=http)) as client:  # type: ignore[arg-type]
+                saved = [structured(await client.call_tool("brain_memorize", {"content": "Team retro on Fridays"}))]
+                # Later another brain named "team" is shared with Erin, and Erin makes her own.
+                share(store, new_brain(store, alice, "team"), erin, "editor")
+                erins = new_brain(store, erin, "team")
+                saved.append(structured(await client.call_tool("brain_memorize", {"content": "Team lunch on Tuesdays"})))
+        # A refreshed access token of that sign-in keeps the brain too.
+        assert storage.tokens is not None and storage.client is not None
+        refreshed = httpx.post(base + "/token", timeout=30, data={
+            "grant_type": "refresh_token", "refresh_token": storage.tokens.refresh_token,
+            "client_id": storage.client.client_id})
+        assert refreshed.status_code == 200, refreshed.text
+        saved_ids = [str(s["stored"]["id"]) for s in saved]
+        saved_ids.append(await memorize(url, refreshed.json()["access_token"], "Team offsite in June"))
+        # A token for /mcp at that URL names the brain now: Erin's own "team" comes first.
+        by_name = await memorize(url, mint(base, erin, RW), "Erin's own team note")
+        return saved_ids, by_name, erins
+
+    with connector(tmp_path / "c", store) as server:
+        saved, by_name, erins = asyncio.run(scenario(server.base_url))
+    assert set(saved) <= stored_in(store, carol, carols)
+    assert by_name in stored_in(store, erin, erins)
