@@ -233,22 +233,23 @@ class McpGate:
             brain=(claims.brain_id or brain) if brain is not None else "",
             writes="brain.write" in claims.scope,
         )
-        if brain is not None and not await self._can_use(account, base, send):
+        if brain is not None and not await self._can_use(account, base, send, brain):
             return
         scope[CALLER_SCOPE_KEY] = Caller(account=account, scopes=frozenset(claims.scope), base_url=base)  # type: ignore[literal-required]
         await self.endpoint(scope, receive, send)
 
-    async def _can_use(self, account: Account, base: str, send: Send) -> bool:
+    async def _can_use(self, account: Account, base: str, send: Send, url_brain: str) -> bool:
         """Whether the bound brain is one the account can use; else the answer is sent: 404 (the
         same whether the brain does not exist or the account may not see it, so the URL tells
-        nothing about other people's brains), 401 when the store refused the credential, 503
-        when the store cannot say."""
+        nothing about other people's brains), 409 with the choices when the name is several
+        shared brains', 401 when the store refused the credential, 503 when the store cannot say."""
         assert self.manager is not None
         try:
             found = await self.manager.bound_brain(account)
         except StoreUnauthorized:
             # The store refused the credential (the manager ended its sign-ins): sign in again.
-            header_value = challenge(base, brain=account.brain, error="invalid_token").encode("latin-1")
+            # The URL's own resource (account.brain may be the id a token of that URL keeps).
+            header_value = challenge(base, brain=url_brain, error="invalid_token").encode("latin-1")
             await _send_json(send, 401, {"error": "invalid_token"}, [(b"www-authenticate", header_value)])
             return False
         except AmbiguousBrain as exc:

@@ -303,7 +303,7 @@ def identity_for(account: Account, brains: list[BrainRecord], active: BrainRecor
                                                                     if b.owner else "") + ")" for b in brains)
         note = (
             f"This account (signed in with {label}) has no brain of its own yet; shared with it: {shared}. "
-            "The first memory saved creates its own brain; brain_use <id> works in a shared one."
+            "The first memory saved creates its own brain; brain_use <id> switches to a shared one."
         )
         return Identity(STATUS_NO_BRAIN, note, tuple(brains), None, empty=True)
     empty = active is not None and not active.checksum

@@ -2,9 +2,10 @@
 process, the official MCP client SDK.
 
 A duplicate reaches the store straight from another device; a `brain.read`-only sign-in's
-recalls pull it, and the review queue's check of pulled memories (connector/mcp/pullreview.py)
-would queue the pair with a push: nothing is pushed, the store keeps the device's version. The
-pair waits: the next call of a sign-in that may write queues it (pushed under that sign-in)."""
+recalls pull it (and so do a viewer's, through the same connector), and the review queue's
+check of pulled memories (connector/mcp/pullreview.py) would queue the pair with a push:
+nothing is pushed, the store keeps the device's version. The pair waits: the next call of a
+sign-in that may write queues it (pushed under that sign-in)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pytest
 
 from connector.engine.review import review_document
 from tests.connector.conftest import RunningStore, brains_of, direct_memorize, download_brain
+from tests.connector.test_e2e_sharing import share
 from tests.connector.test_e2e_tools import connector, mcp_session, mint, structured
 
 pytestmark = pytest.mark.timeout(300)
@@ -27,29 +29,34 @@ QUIET_S = 8.0
 
 
 def test_a_read_only_sign_in_leaves_pulled_pairs_for_a_writer(store: RunningStore, tmp_path: Path) -> None:
-    user = store.add_user("alice")
+    user, viewer = store.add_user("alice"), store.add_user("vic")
     brain_id = brains_of(store.url, user.token)[0]["id"]
+    share(store, brain_id, viewer, "viewer")
     original = direct_memorize(store.url, user.token, brain_id, FACT)
     direct_memorize(store.url, user.token, brain_id, "Our dentist is Dr. Okafor on Elm Street.")
     env = {"CONNECTOR_RECALL_MODE": "hybrid", "CONNECTOR_REPULL_TTL_MS": "1"}
 
     async def scenario(base: str) -> None:
-        async with mcp_session(base + "/mcp", mint(base, user, {"brain.read"})) as reader:
-            # The reader uses the brain with meaning matching (the model is warm) ...
-            found = structured(await reader.call_tool("brain_recall", {"query": "where is the house key"}))
-            assert found["results"][0]["id"] == original
+        async with mcp_session(base + "/mcp", mint(base, user, {"brain.read"})) as reader, \
+                mcp_session(base + "/mcp", mint(base, viewer, {"brain.read", "brain.write"})) as looker:
+            structured(await looker.call_tool("brain_use", {"brain": brain_id}))
+            # The reader and the viewer use the brain with meaning matching (the model is warm) ...
+            for session in (reader, looker):
+                found = structured(await session.call_tool("brain_recall", {"query": "where is the house key"}))
+                assert found["results"][0]["id"] == original
             # ... then another device writes the same fact again, straight to the store.
             copy = direct_memorize(store.url, user.token, brain_id, FACT)
             _, device_version = download_brain(store.url, user.token, brain_id)
             deadline = time.monotonic() + QUIET_S
-            pulled = False
+            pulled = {"reader": False, "viewer": False}
             while time.monotonic() < deadline:
-                hits = structured(await reader.call_tool("brain_recall", {"query": "spare house key flowerpot"}))
-                pulled = pulled or copy in {hit["id"] for hit in hits["results"]}
+                for name, session in (("reader", reader), ("viewer", looker)):
+                    hits = structured(await session.call_tool("brain_recall", {"query": "spare house key flowerpot"}))
+                    pulled[name] = pulled[name] or copy in {hit["id"] for hit in hits["results"]}
                 await asyncio.sleep(0.5)
-            assert pulled, "the reader never saw the device's memory"
+            assert pulled == {"reader": True, "viewer": True}, pulled
             brain, checksum = download_brain(store.url, user.token, brain_id)
-            assert checksum == device_version, "a read-only sign-in pushed a new brain version"
+            assert checksum == device_version, "a read-only sign-in or a viewer pushed a new brain version"
             assert review_document(brain)["pairs"] == []
 
             # A sign-in that may write: its next call queues the pair the reader's pull found.
