@@ -5,8 +5,10 @@ client SDK. Alice, the oldest account, shares her `default` brain; the people sh
 keep reading and writing their own brains through `/mcp` (nothing chosen), `/mcp/brains/default`
 and a token minted for that URL before the share; a brand-new account shared with at once writes
 its first memory to its own brain; a viewer neither reads Alice's memories nor is refused its own
-writes. A name several shared brains answer to is refused with the choices. Alice's archive at
-the store is checked to be untouched."""
+writes. A name several shared brains answer to is refused with the choices. A sign-in made
+through the OAuth flow for a brain's URL stays on the brain the name had then (by id), through a
+later share of another brain of that name, a new own brain of that name and a refresh. Alice's
+archive at the store is checked to be untouched."""
 
 from __future__ import annotations
 
