@@ -42,6 +42,7 @@ from connector.settings import ConnectorSettings, SettingsError
 from connector.state import open_state
 from connector.state.sealing import load_state_key
 from connector.thinking.source import ModelError, ModelSource
+from connector.workcopy.accounts import AmbiguousBrain
 from connector.workcopy.core import ManagerTuning
 from connector.workcopy.heads import S3_HEAD_MAX_AGE_S, BrainHeads
 from connector.workcopy.indexdisk import IndexDisk
@@ -230,25 +231,31 @@ class McpGate:
             kind=claims.idp or "static",
             client_name=claims.client_name or claims.client_id,
             session=claims.family,
-            brain=brain or "",
+            # A token of this brain's URL keeps the id its name had when it was issued.
+            brain=(claims.brain_id or brain) if brain is not None else "",
+            writes="brain.write" in claims.scope,
         )
-        if brain is not None and not await self._can_use(account, base, send):
+        if brain is not None and not await self._can_use(account, base, send, brain):
             return
         scope[CALLER_SCOPE_KEY] = Caller(account=account, scopes=frozenset(claims.scope), base_url=base)  # type: ignore[literal-required]
         await self.endpoint(scope, receive, send)
 
-    async def _can_use(self, account: Account, base: str, send: Send) -> bool:
+    async def _can_use(self, account: Account, base: str, send: Send, url_brain: str) -> bool:
         """Whether the bound brain is one the account can use; else the answer is sent: 404 (the
         same whether the brain does not exist or the account may not see it, so the URL tells
-        nothing about other people's brains), 401 when the store refused the credential, 503
-        when the store cannot say."""
+        nothing about other people's brains), 409 with the choices when the name is several
+        shared brains', 401 when the store refused the credential, 503 when the store cannot say."""
         assert self.manager is not None
         try:
             found = await self.manager.bound_brain(account)
         except StoreUnauthorized:
             # The store refused the credential (the manager ended its sign-ins): sign in again.
-            header_value = challenge(base, brain=account.brain, error="invalid_token").encode("latin-1")
+            # The URL's own resource (account.brain may be the id a token of that URL keeps).
+            header_value = challenge(base, brain=url_brain, error="invalid_token").encode("latin-1")
             await _send_json(send, 401, {"error": "invalid_token"}, [(b"www-authenticate", header_value)])
+            return False
+        except AmbiguousBrain as exc:
+            await _send_json(send, 409, {"error": "ambiguous_brain", "error_description": str(exc)})
             return False
         except StoreError:
             await _send_json(send, 503, {"error": "temporarily_unavailable",

@@ -19,6 +19,9 @@ Where and when it runs, and what it writes:
   ``manager.write``: pushed with If-Match, replayed on a 412, held when the store is
   away), together with the ids checked, which moves the brain's ``checked_until`` so no
   process checks them again;
+- never for a sign-in that may only read (``brain.read``): the manager tells of such a
+  pull when a sign-in that may write next uses the copy; a viewer's write is refused before
+  anything is attempted, and the brain's owners' connectors find the pairs on their pulls;
 - when nothing is found nothing is written (no push of a new brain version just to
   say so): the ids checked are remembered in this process, and another process may
   check them once more, finding nothing again.
@@ -29,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
+from dataclasses import replace
 from typing import Any
 
 from connector.engine.format.brain import Brain
@@ -102,7 +106,8 @@ class PullReview:
             self._remember(brain_id, checked)
             return
         try:
-            outcome = await self.manager.write(account, FlagPairs(flags, checked), "review-flag")
+            # To the brain pulled, by id: not to whichever brain the account uses by then.
+            outcome = await self.manager.write(replace(account, brain=brain_id), FlagPairs(flags, checked), "review-flag")
         except (BrainError, BrainUnavailable, UnknownBrain, StoreError) as exc:
             # E.g. a viewer of a shared brain: the pairs are found again by a sign-in that may write.
             log.info("pulled duplicates not queued: %s", exc)

@@ -55,6 +55,8 @@ class Family:
     store_credential: str
     renewal_secret: str
     credential_expires_at: float | None
+    # The id of the brain the resource's URL named when the sign-in completed ("" for <base>/mcp).
+    brain_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -89,8 +91,9 @@ class RefreshGrants:
         idp: str,
         identity: Identity,
         now: float | None = None,
+        brain_id: str = "",
     ) -> tuple[Family, str]:
-        """A new family for a completed sign-in, and its first refresh token."""
+        """A new family for a completed sign-in, and its first refresh token (``brain_id``: see Family)."""
         current = time.time() if now is None else now
         self.prune(current)
         family_id = secrets.token_urlsafe(18)
@@ -106,6 +109,7 @@ class RefreshGrants:
             "credential_exp": identity.credential_expires_at,
             "created": current,
             "expires": current + self._ttl,
+            **({"brain": brain_id} if brain_id else {}),
         }
         self._state.families.mutate(lambda records: records.__setitem__(family_id, record))
         self._state.refresh.mutate(
@@ -282,6 +286,7 @@ class RefreshGrants:
             store_credential=secret["credential"],
             renewal_secret=secret["renewal"],
             credential_expires_at=record.get("credential_exp"),
+            brain_id=record["brain"] if isinstance(record.get("brain"), str) else "",
         )
 
 

@@ -22,7 +22,7 @@ from litestar.enums import MediaType
 
 from common.docstore import DocumentStore
 from common.limits import TrustedProxies, client_address, limit_key, request_limiter
-from connector.identity.base import IdentityProvider
+from connector.identity.base import Identity, IdentityProvider
 from connector.identity.dev import DEV_WARNING, DevProvider
 from connector.identity.static import StaticTokenProvider
 from connector.mcp.http import peer_address, request_base_url
@@ -152,6 +152,10 @@ def build_oauth(
         log.warning("neither CONNECTOR_STATE_DIR nor CONNECTOR_STATE_URL is set: sign-ins are kept in memory "
                     "and end at restart")
     on_session_end: Callable[[str], Awaitable[Any]] | None = getattr(manager, "purge_user", None)
+    brain_id_of = getattr(manager, "brain_id_of", None)
+
+    async def bind_brain(identity: Identity, brain: str) -> str:
+        return await brain_id_of(identity.subject, identity.store_credential, brain) if brain_id_of else ""
     server = AuthorizationServer(
         clients=ClientRegistry(state.clients, unused_ttl_s=settings.unused_client_ttl_ms / 1000.0),
         documents=documents or MetadataDocumentFetcher(),
@@ -170,6 +174,7 @@ def build_oauth(
                                              capacity=MAX_TRACKED_SIGN_INS)),
         signin_attempts_per_min=int(getattr(settings, "signin_attempts_per_min", SIGNIN_ATTEMPTS_PER_MIN)),
         signin_checks=signin_checks,
+        bind_brain=bind_brain,
     )
     if manager is not None and hasattr(manager, "on_credential_refused"):
         # A store token the store refuses ends its sign-ins at once (see workcopy/core.py, ManagerCore._watching).

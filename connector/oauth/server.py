@@ -180,6 +180,7 @@ class AuthorizationServer:
         attempts: SignInAttempts | None = None,
         signin_attempts_per_min: int = SIGNIN_ATTEMPTS_PER_MIN,
         signin_checks: SignInChecks | None = None,
+        bind_brain: Callable[[Identity, str], Awaitable[str]] | None = None,
     ) -> None:
         """``box`` seals pending sign-ins, ``once`` records finished sign-ins and ``codes`` keeps
         authorization codes and ``attempts`` the wrong tokens of each sign-in (give the state's, so
@@ -187,8 +188,10 @@ class AuthorizationServer:
         tries in all);
         ``signin_attempts_per_min`` bounds tokens checked per client address (0: no limit);
         ``signin_checks`` (from `signin_limiter`) replaces that bound with one shared by the
-        web app's sign-in and the other workers."""
+        web app's sign-in and the other workers; ``bind_brain`` resolves the brain a resource's URL
+        names to its id for the signed-in identity ("" when it cannot), kept by the sign-in's tokens."""
         self.clients = clients
+        self._bind_brain = bind_brain
         self.documents = documents
         self.grants = grants
         self.codec = codec
@@ -501,6 +504,8 @@ class AuthorizationServer:
         resource, _ = _single(form, "resource")
         if resource is not None and resource != code.resource:
             return _error(400, "invalid_target", "resource differs from the authorization request", NO_STORE)
+        brain_name = brain_of_url(code.resource)
+        brain_id = await self._bind_brain(code.identity, brain_name) if brain_name and self._bind_brain else ""
         family, refresh_token = await anyio.to_thread.run_sync(functools.partial(
             self.grants.start_family,
             client_id=code.client_id,
@@ -510,6 +515,7 @@ class AuthorizationServer:
             idp=self.provider.kind,
             identity=code.identity,
             now=now,
+            brain_id=brain_id,
         ))
         log.info("sign-in completed", extra={"client_id": code.client_id, "idp": self.provider.kind})
         return self._token_reply(family, refresh_token, family.scope, now)
@@ -588,6 +594,7 @@ class AuthorizationServer:
             store_credential=family.store_credential,
             family=family.family_id,
             iat=int(now),
+            brain_id=family.brain_id,
         )
         body = {
             "access_token": self.codec.issue(claims),
@@ -688,6 +695,12 @@ def brain_of_resource(resource: str, base_url: str) -> str | None:
         if valid_brain_segment(brain) and resource == resource_of(base_url, brain):
             return brain
     raise ValueError(f"resource must be {plain} or {prefix}<brain name or id>")
+
+
+def brain_of_url(resource: str) -> str | None:
+    """The brain named by a resource already checked by `brain_of_resource` (None for ``/mcp``)."""
+    _, found, brain = resource.rpartition("/mcp" + BRAINS_PATH)
+    return unquote(brain) if found else None
 
 
 def valid_brain_segment(brain: str) -> bool:

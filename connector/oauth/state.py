@@ -91,8 +91,10 @@ class OAuthState:
         # "unchanged?" with one stat or one lookup, so those are read through.
         self.brains = DocCollection(docs, "brains.json", fresh_s=BRAINS_FRESH_S if in_bucket else 0.0,
                                     good_copy=good_copy)
+        # A missing revocation list must not mean "nothing revoked": it falls back on its good
+        # copy (kept in a bucket too).
         self.revoked = DocCollection(docs, "revoked.json", fresh_s=REVOCATIONS_FRESH_S if in_bucket else 0.0,
-                                     good_copy=good_copy)
+                                     keep_when_missing=True)
         self.once = OnceDocs(volatile, "once", prune_every_s=prune_every_s)
 
     def sealed(self, place: str, kind: str, *, ttl_s: float, capacity: int,

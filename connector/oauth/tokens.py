@@ -50,14 +50,19 @@ class AccessClaims:
     store_credential: str
     family: str = ""
     iat: int = field(default_factory=lambda: int(time.time()))
+    # For a token of one brain's URL: that brain's id, resolved from the URL's name when the
+    # sign-in completed ("" when it could not be, and for <base>/mcp). The connection stays on
+    # this brain whatever is created or shared later under the same name.
+    brain_id: str = ""
 
     def has_scope(self, scope: str) -> bool:
         """True when the token grants ``scope``."""
         return scope in self.scope
 
 
-class _Wire(msgspec.Struct, forbid_unknown_fields=True):
-    """Compact on-the-wire form of AccessClaims (short keys keep tokens small)."""
+class _Wire(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """Compact on-the-wire form of AccessClaims (short keys keep tokens small; members at their
+    default are left out, so a token without a bound brain reads at replicas that know no ``b``)."""
 
     s: str
     sc: list[str]
@@ -69,6 +74,7 @@ class _Wire(msgspec.Struct, forbid_unknown_fields=True):
     k: str
     f: str = ""
     t: int = 0
+    b: str = ""
 
 
 _encoder = msgspec.json.Encoder()
@@ -114,6 +120,7 @@ class AccessTokenCodec:
             k=claims.store_credential,
             f=claims.family,
             t=int(claims.iat),
+            b=claims.brain_id,
         )
         nonce = os.urandom(_NONCE_BYTES)
         sealed = self._aead.encrypt(nonce, _encoder.encode(wire), TOKEN_PREFIX.encode("ascii"))
@@ -145,6 +152,7 @@ class AccessTokenCodec:
             store_credential=wire.k,
             family=wire.f,
             iat=wire.t,
+            brain_id=wire.b,
         )
 
     def verify(self, token: str, audience: str | tuple[str, ...], now: float | None = None) -> AccessClaims | None:

@@ -57,13 +57,19 @@ class DocCollection:
     keeps old versions there); without a good copy such a start refuses (StateError) rather
     than guess. When the store cannot be reached, reads keep the last records they had
     (logged) and changes raise ``DocumentStoreError``.
+
+    With ``keep_when_missing`` (revocations: a missing list must not mean "nothing revoked")
+    a document deleted from outside is treated as damaged, not as empty: once a good copy
+    exists (every change writes one, in a bucket too), reads and the next change start from
+    it, on every replica and after a restart.
     """
 
     def __init__(self, docs: DocumentStore, key: str, *, fresh_s: float = 0.0, good_copy: bool = False,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 keep_when_missing: bool = False, clock: Callable[[], float] = time.monotonic) -> None:
         self._docs = docs
         self._key = key
-        self._good_copy = good_copy
+        self._keep_when_missing = keep_when_missing
+        self._good_copy = good_copy or keep_when_missing
         self._fresh_s = fresh_s
         self._clock = clock
         self._lock = threading.Lock()
@@ -100,22 +106,43 @@ class DocCollection:
             if got == UNCHANGED:
                 return
             if got is None:
-                self._records, self._version, self.damaged = {}, None, None
-                return
-            try:
-                self._records, self._version, self.damaged = _decode(got.data), got.version, None
-                return
-            except (ValueError, RecursionError) as exc:
-                reason = f"{type(exc).__name__}: {str(exc)[:200]}"
-            self._version = got.version  # reported once per damaged version, not on every read
-            if start and self._good_copy:
-                self._records = self._read_good_copy(reason)
-            elif start:
-                raise StateError(f"cannot read {self._key} in the {self._docs.where} ({reason}): restore it "
-                                 "from a backup (bucket versioning); deleting it forgets what it holds") from None
+                if not self._keep_when_missing:
+                    self._records, self._version, self.damaged = {}, None, None
+                    return
+                if self._version is None and self.damaged is not None:
+                    return  # still missing: the good copy already serves (not read again on every call)
+                self._version = None
+                good = self._good_records()
+                if good is None:
+                    if start or not self._records:
+                        self._records, self.damaged = {}, None
+                        return  # never written (no good copy): nothing recorded yet
+                else:
+                    self._records = {**self._records, **good}
+                reason = "the document is missing"
+            else:
+                try:
+                    self._records, self._version, self.damaged = _decode(got.data), got.version, None
+                    return
+                except (ValueError, RecursionError) as exc:
+                    reason = f"{type(exc).__name__}: {str(exc)[:200]}"
+                self._version = got.version  # reported once per damaged version, not on every read
+                if start and self._good_copy:
+                    self._records = self._read_good_copy(reason)
+                elif start:
+                    raise StateError(f"cannot read {self._key} in the {self._docs.where} ({reason}): restore it "
+                                     "from a backup (bucket versioning); deleting it forgets what it holds") from None
             self.damaged = reason
         log.error("state file damaged: the last good records stay in use and are written back at the next change",
                   extra={"file": self._key, "reason": reason})
+
+    def _good_records(self) -> dict[str, Any] | None:
+        """The records of ``<key>.last-good``, or None when there is none or it cannot be read."""
+        try:
+            document = self._docs.get(self._key + LAST_GOOD)
+            return _decode(document.data) if document is not None else None
+        except (DocumentStoreError, ValueError, RecursionError):
+            return None
 
     def _read_good_copy(self, reason: str) -> dict[str, Any]:
         """The records of ``<key>.last-good`` (start-up with the document damaged), else StateError."""
@@ -185,12 +212,21 @@ class DocCollection:
                     records = _decode(current)
                 except (ValueError, RecursionError):
                     records = copy.deepcopy(self._records)  # damaged: write the last good records back
+            elif self._keep_when_missing:
+                # Deleted from outside: start again from the good copy (and what this process holds).
+                records = {**copy.deepcopy(self._records), **(self._good_records() or {})}
             outcome[:] = [change(records), records]
-            return _encode(records)
+            new = _encode(records)
+            if self._keep_when_missing:
+                # The copy first (as the store's watched documents do): a replica whose
+                # conditional write then loses writes its copy again from the newer document,
+                # so the copy does not stay older than the document it stands in for.
+                self._docs.put(self._key + LAST_GOOD, new)
+            return new
 
         with self._lock:
             written = self._docs.update(self._key, apply)
-            if self._good_copy and written is not None:
+            if self._good_copy and not self._keep_when_missing and written is not None:
                 # The copy a restart falls back on if the document is damaged later (its own
                 # file: one truncated in place leaves it whole).
                 self._docs.put(self._key + LAST_GOOD, written)

@@ -17,11 +17,25 @@ log = logging.getLogger("connector.workcopy")
 class UnknownBrain(Exception):
     """brain_use named no brain of this account; carries the names to offer."""
 
-    def __init__(self, wanted: str, brains: list[BrainRecord]) -> None:
+    def __init__(self, wanted: str, brains: list[BrainRecord], message: str | None = None) -> None:
         self.wanted = wanted
         self.brains = brains
         names = ", ".join(f"{escape_one_line(b.name)} ({b.id})" for b in brains) or "none"
-        super().__init__(f"No brain named '{escape_one_line(wanted)}' in this account. Brains: {names}.")
+        super().__init__(message or f"No brain named '{escape_one_line(wanted)}' in this account. Brains: {names}.")
+
+
+class AmbiguousBrain(UnknownBrain):
+    """A name several brains of this account answer to (none of them the caller's own, or several
+    of its own): refused with the choices, by id and owner, rather than guessed."""
+
+    def __init__(self, wanted: str, choices: list[BrainRecord]) -> None:
+        listed = "; ".join(
+            f"{escape_one_line(b.name)} ({b.id}" + (f", owned by {escape_one_line(b.owner)}" if b.owner else "") + ")"
+            for b in choices
+        )
+        super().__init__(wanted, choices, f"Several brains are named '{escape_one_line(wanted)}': {listed}. "
+                                          "Nothing was used; name one by its id (brain_use <id>, or the URL "
+                                          "/mcp/brains/<id>).")
 
 
 def oldest_first(brains: list[BrainRecord]) -> list[BrainRecord]:
@@ -29,30 +43,50 @@ def oldest_first(brains: list[BrainRecord]) -> list[BrainRecord]:
     return sorted(brains, key=lambda b: (b.created_at, b.id))
 
 
-def choose_brain(brains: list[BrainRecord], chosen_id: str | None) -> BrainRecord | None:
-    """The chosen brain when it still exists, else the oldest one, else None."""
+def is_own(record: BrainRecord, me: str | None) -> bool:
+    """Whether the caller created ``record`` (``me``: the caller's name at the store, None when
+    unknown). A store without sharing lists no role: every brain is the caller's. Without the
+    name, only the owner role counts (an editor or viewer is never the creator)."""
+    if record.role is None:
+        return True
+    if me is not None:
+        return bool(record.owner) and record.owner == me
+    return record.role == "owner"
+
+
+def choose_brain(brains: list[BrainRecord], chosen_id: str | None, me: str | None = None) -> BrainRecord | None:
+    """The chosen brain when it still exists, else the caller's own oldest one, else None.
+
+    A brain shared with the caller is used only when chosen (brain_use) or named (a brain's
+    URL): a share never changes where a connection that chose nothing reads or writes (an
+    account with only shared brains gets its own on its first write)."""
     if chosen_id:
         for brain in brains:
             if brain.id == chosen_id.lower():
                 return brain
-    ordered = oldest_first(brains)
+    ordered = oldest_first([b for b in brains if is_own(b, me)])
     return ordered[0] if ordered else None
 
 
-def find_brain(brains: list[BrainRecord], wanted: str) -> BrainRecord | None:
-    """A brain by id (any case), else by exact name, else by name ignoring case (if unique)."""
+def find_brain(brains: list[BrainRecord], wanted: str, me: str | None = None) -> BrainRecord | None:
+    """A brain by id (any case), else by exact name, else by name ignoring case.
+
+    Among brains of that name the caller's own one wins (a share never takes a name that
+    already pointed at the caller's brain); several others by that name raise AmbiguousBrain
+    with the choices, never a guess."""
     text = wanted.strip()
     for brain in brains:
         if brain.id == text.lower():
             return brain
-    exact = [b for b in brains if b.name == text]
-    if len(exact) == 1:
-        return exact[0]
-    folded = [b for b in brains if b.name.lower() == text.lower()]
-    if len(folded) == 1:
-        return folded[0]
-    if exact:
-        return oldest_first(exact)[0]
+    for same in (lambda b: b.name == text, lambda b: b.name.lower() == text.lower()):
+        named = [b for b in brains if same(b)]
+        own = [b for b in named if is_own(b, me)]
+        if len(own) == 1:
+            return own[0]
+        if len(own) > 1 or len(named) > 1:
+            raise AmbiguousBrain(wanted, oldest_first(own or named))
+        if named:
+            return named[0]
     return None
 
 
@@ -89,6 +123,15 @@ def identity_for(account: Account, brains: list[BrainRecord], active: BrainRecor
             "The first memory saved creates one."
         )
         return Identity(STATUS_NO_BRAIN, note, tuple(brains), active.id if active else None, empty=True)
+    if active is None:
+        # Only brains shared with the account: none is used until chosen (see choose_brain).
+        shared = ", ".join(f"'{escape_one_line(b.name)}' ({b.id}" + (f", shared by {escape_one_line(b.owner)}"
+                                                                    if b.owner else "") + ")" for b in brains)
+        note = (
+            f"This account (signed in with {label}) has no brain of its own yet; shared with it: {shared}. "
+            "The first memory saved creates its own brain; brain_use <id> switches to a shared one."
+        )
+        return Identity(STATUS_NO_BRAIN, note, tuple(brains), None, empty=True)
     empty = active is not None and not active.checksum
     welcome = empty_brain_note(active.name) if empty and active is not None else None
     if len(brains) > 1 and active is not None:
@@ -134,7 +177,15 @@ class Accounts(ManagerCore):
                 # (a chosen brain deleted at the store must not cost a listing on every call).
                 state.missing_choice = chosen
                 brains = await self._brains(state, force=True)
-        return brains, choose_brain(brains, chosen)
+        return brains, choose_brain(brains, chosen, await self._me(account, brains))
+
+    async def _me(self, account: Account, brains: list[BrainRecord]) -> str | None:
+        """The caller's name at the store, which tells its own brains from those shared with it
+        (see `is_own`); asked only of a store that shares brains, None when it cannot say."""
+        if all(brain.role is None for brain in brains):
+            return None
+        who = await self._who(account)
+        return who[0] or None if who is not None else None
 
     async def _bound(self, account: Account, *, force_list: bool = False) -> tuple[list[BrainRecord], BrainRecord]:
         """A connection bound to one brain (``/mcp/brains/{brain}``): that brain alone, by id or name.
@@ -148,22 +199,34 @@ class Accounts(ManagerCore):
         assert state.lock is not None
         async with state.lock:
             brains = await self._brains(state, force=force_list)
-            found = find_brain(brains, account.brain)
+            found = find_brain(brains, account.brain, await self._me(account, brains))
             if found is None and not force_list and state.missing_choice != account.brain:
                 state.missing_choice = account.brain
                 brains = await self._brains(state, force=True)
-                found = find_brain(brains, account.brain)
+                found = find_brain(brains, account.brain, await self._me(account, brains))
         if found is None:
             raise UnknownBrain(account.brain, oldest_first(brains))
         return [found], found
 
     async def bound_brain(self, account: Account) -> BrainRecord | None:
-        """The brain a bound connection names when this account can see it, else None."""
+        """The brain a bound connection names when this account can see it, else None; AmbiguousBrain
+        when the name is several brains' (none of them the account's own)."""
         try:
             _, found = await self._bound(account)
+        except AmbiguousBrain:
+            raise
         except UnknownBrain:
             return None
         return found
+
+    async def brain_id_of(self, subject: str, credential: str, brain: str) -> str:
+        """The id of the brain ``brain`` (a name or id) names for this account now; "" when none
+        does, several do, or the store cannot say (a sign-in for a brain's URL keeps the id)."""
+        try:
+            found = await self.bound_brain(Account(subject=subject, credential=credential, brain=brain))
+        except (UnknownBrain, StoreError):
+            return ""
+        return found.id if found is not None else ""
 
     async def use_brain(self, account: Account, wanted: str) -> tuple[BrainRecord, Identity]:
         """Switch the user's brain (by name or id) and persist the choice."""
@@ -171,7 +234,7 @@ class Accounts(ManagerCore):
         assert state.lock is not None
         async with state.lock:
             brains = await self._brains(state, force=True)
-        found = find_brain(brains, wanted)
+        found = find_brain(brains, wanted, await self._me(account, brains))
         if found is None:
             raise UnknownBrain(wanted, oldest_first(brains))
         await self.choices.set_chosen_brain(account.subject, found.id)

@@ -115,6 +115,8 @@ class WorkingCopyManager(Accounts, Sync, HeldWrites, Upkeep):
         copy.used_at = self._mono()
         if record is not None:
             copy.brain_name = record.name
+        if copy.pull_untold and account.writes:
+            self._tell_pull(copy, copy.key)  # a read-only sign-in pulled it (see _refresh)
         return copy
 
     async def snapshot(self, account: Account, *, fresh_list: bool = False) -> Snapshot:
@@ -190,12 +192,13 @@ class WorkingCopyManager(Accounts, Sync, HeldWrites, Upkeep):
             state = self._users.get(account.subject)
             if state is not None and state.brains is not None:
                 brains = state.brains
+                me = state.who[0] or None if state.who is not None else None
                 if account.brain:
-                    active = find_brain(brains, account.brain)
+                    active = find_brain(brains, account.brain, me)
                     if active is None:
                         raise UnknownBrain(account.brain, oldest_first(brains)) from None
                 else:
-                    active = choose_brain(brains, await self.choices.get_chosen_brain(account.subject))
+                    active = choose_brain(brains, await self.choices.get_chosen_brain(account.subject), me)
             if active is None and (account.subject, None) not in self._copies:
                 raise BrainUnavailable(
                     Text("The store cannot be reached right now, so nothing was saved. Try again shortly.")

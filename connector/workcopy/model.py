@@ -38,6 +38,9 @@ class Account:
     # The brain (name or id) the connection is bound to (``/mcp/brains/{brain}``); "" for the
     # user's chosen brain (``/mcp``, switched with brain_use).
     brain: str = ""
+    # False for a sign-in that may only read (no ``brain.write`` scope): nothing it does, not
+    # even work a pull starts (the review queue's check), writes to a brain.
+    writes: bool = True
 
     @property
     def kind_label(self) -> str:
@@ -98,6 +101,9 @@ class WorkingCopy:
     # Restored from the journal at start-up: ``brain`` is not the store's brain yet; the
     # pending writes are applied to it when it is pulled (as after a lost race).
     needs_rebase: bool = False
+    # A pull the pull listeners were not told of because the sign-in that pulled may only
+    # read: told (with the copy as it is then) when a sign-in that may write uses the copy.
+    pull_untold: bool = False
     # The brain's head token (`heads.py`) read before the copy last matched the store:
     # a different token now means another process pushed since. None: never read.
     head_seen: str | None = None

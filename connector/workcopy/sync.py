@@ -124,9 +124,19 @@ class Sync(ManagerCore):
         if digests is not None and old_key != checksum:
             await asyncio.to_thread(self._follow, old_key, checksum, brain, BrainChange.since(digests, brain))
         self.long_lived.loaded()
+        if not copy.account.writes:
+            # What a listener does may write (the review queue's pairs): it waits for a writer.
+            copy.pull_untold = True
+            return
+        self._tell_pull(copy, old_key)
+
+    def _tell_pull(self, copy: WorkingCopy, old_key: str) -> None:
+        """Tell the pull listeners of the copy's brain as it is now."""
+        assert copy.brain_id is not None
+        copy.pull_untold = False
         for listener in self.pull_listeners:
             try:
-                listener(copy.account, copy.brain_id, old_key, checksum, brain)
+                listener(copy.account, copy.brain_id, old_key, copy.key, copy.brain)
             except Exception:  # a listener's failure never fails the pull
                 log.warning("a pull listener failed", exc_info=True)
 

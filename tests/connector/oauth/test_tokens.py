@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import base64
 
-from connector.oauth.tokens import AccessClaims, AccessTokenCodec, bearer_challenge
+import msgspec
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from connector.oauth.tokens import TOKEN_PREFIX, AccessClaims, AccessTokenCodec, bearer_challenge, derive_access_key
 
 AUD = "http://127.0.0.1:8788/mcp"
 
@@ -61,3 +64,34 @@ def test_bearer_challenge_names_resource_metadata_and_scope() -> None:
     assert bearer_challenge(url, "brain.read", "invalid_token") == (
         f'Bearer resource_metadata="{url}", scope="brain.read", error="invalid_token"'
     )
+
+
+class EarlierWire(msgspec.Struct, forbid_unknown_fields=True):
+    """The claims as a replica of the version before bound brains reads them."""
+
+    s: str
+    sc: list[str]
+    a: str
+    e: int
+    c: str
+    cn: str
+    i: str
+    k: str
+    f: str = ""
+    t: int = 0
+
+
+def plain(token: str) -> bytes:
+    """The sealed claims of ``token`` (key ``k`` * 32)."""
+    body = token[len(TOKEN_PREFIX):]
+    raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
+    return AESGCM(derive_access_key(b"k" * 32)).decrypt(raw[:12], raw[12:], TOKEN_PREFIX.encode("ascii"))
+
+
+def test_a_bound_brain_id_round_trips_and_is_left_out_when_empty() -> None:
+    codec = AccessTokenCodec(b"k" * 32)
+    bound = codec.issue(_claims(brain_id="0b9e2a34-5a5e-4b7c-9d6e-3f1a2b3c4d5e"))
+    assert codec.verify(bound, AUD, now=1_950_000_000) == _claims(brain_id="0b9e2a34-5a5e-4b7c-9d6e-3f1a2b3c4d5e")
+    # A token of no brain's URL reads at a replica that knows no bound brain (a rolling upgrade).
+    assert msgspec.json.decode(plain(codec.issue(_claims())), type=EarlierWire).s == "static:u1"
+    assert b'"b"' in plain(bound)
