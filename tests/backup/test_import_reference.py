@@ -24,6 +24,9 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from tests.backup.support import KEY, archive, cli, client, serve, sha, upload
 from tests.support.fixtures import fixture_dir
 
+# Dates inside: tests/test_clock_ahead.py runs this module again with the clock a year ahead.
+pytestmark = pytest.mark.clock
+
 REF = fixture_dir("reference-store-data")
 REF_KEY = "5f1c8a0e9b7d4c3a2f1e0d9c8b7a6f5e4d3c2b1a09f8e7d6c5b4a39281706f5e"
 

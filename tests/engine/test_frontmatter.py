@@ -19,6 +19,9 @@ from connector.engine.format.frontmatter import (
 from connector.engine.format.text import js_trim, memory_body
 from tests.engine.conftest import fixture_brains
 
+# Dates inside: tests/test_clock_ahead.py runs this module again with the clock a year ahead.
+pytestmark = pytest.mark.clock
+
 # Any text hypothesis can make (surrogates are not encodable and are excluded by default).
 any_text = st.text(max_size=60)
 

@@ -20,6 +20,9 @@ from tests.engine.writes_support import (
     memory,
 )
 
+# Dates inside: tests/test_clock_ahead.py runs this module again with the clock a year ahead.
+pytestmark = pytest.mark.clock
+
 require_fixtures()
 
 

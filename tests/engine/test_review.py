@@ -43,6 +43,9 @@ from tests.engine.writes_support import (
     require_fixtures,
 )
 
+# Dates inside: tests/test_clock_ahead.py runs this module again with the clock a year ahead.
+pytestmark = pytest.mark.clock
+
 require_fixtures()
 
 # The command line's own spaced-repetition queue: decisions must leave it byte for byte.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import json
 from datetime import UTC, datetime
 
@@ -11,6 +12,9 @@ from connector.engine.format.views import attach_content, cut_at_word, read_memo
 from connector.engine.recall.exact import recall
 from connector.engine.recall.session import edge_order, pinned_tier, session_start, take_within
 from connector.engine.writes.ops import Forget, Memorize, MemoryInput, Pin
+
+# Dates inside: tests/test_clock_ahead.py runs this module again with the clock a year ahead.
+pytestmark = pytest.mark.clock
 
 NOW = datetime(2026, 1, 15, tzinfo=UTC)
 NOW_MS = int(NOW.timestamp() * 1000)

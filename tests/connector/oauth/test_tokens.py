@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import pytest
 import base64
 
 import msgspec
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from connector.oauth.tokens import TOKEN_PREFIX, AccessClaims, AccessTokenCodec, bearer_challenge, derive_access_key
+
+# Dates inside: tests/test_clock_ahead.py runs this module again with the clock a year ahead.
+pytestmark = pytest.mark.clock
 
 AUD = "http://127.0.0.1:8788/mcp"
 

@@ -23,6 +23,9 @@ from connector.oauth.state import OAuthState
 from connector.state.files import StateError
 from connector.webapp.sessions import WebSessions
 
+# Dates inside: tests/test_clock_ahead.py runs this module again with the clock a year ahead.
+pytestmark = pytest.mark.clock
+
 OLD = Path(__file__).parent / "old_layout"
 KEY = bytes(range(32))
 CLIENT_ID = "bcc_UGNtqi0CEg37n02PVSkXsculTbsRGrtv"

@@ -11,6 +11,9 @@ import pytest
 from store.auth.permissions import KEY_SCOPES, PERMISSIONS, ROLES, effective_role, permitted
 from store.sharing.registry import SharingError, SharingRegistry, expiry
 
+# Dates inside: tests/test_clock_ahead.py runs this module again with the clock a year ahead.
+pytestmark = pytest.mark.clock
+
 BRAIN = "6f1c0c2e-0000-4000-8000-000000000001"
 
 
