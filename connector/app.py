@@ -20,9 +20,9 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from litestar import Litestar, Response, get
+from litestar import Litestar, Request, Response, get
 from litestar.config.cors import CORSConfig
-from litestar.exceptions import HTTPException
+from litestar.exceptions import HTTPException, MethodNotAllowedException, NotFoundException
 from litestar.handlers import asgi
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -42,6 +42,7 @@ from connector.state import open_state
 from connector.state.sealing import load_state_key
 from connector.thinking.source import ModelError, ModelSource
 from connector.i18n import LocaleMiddleware
+from connector.webapp.landing import app_not_found, assistants_page, wants_page, welcome_page
 from connector.workcopy.heads import S3_HEAD_MAX_AGE_S, BrainHeads
 from connector.workcopy.indexdisk import IndexDisk
 from connector.workcopy.journal import HeldWriteJournal
@@ -181,6 +182,16 @@ async def _send_json(
     await send({"type": "http.response.body", "body": payload})
 
 
+async def _send_page(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+    from connector.webapp.pages import page_headers
+
+    raw_headers = [(b"content-type", b"text/html; charset=utf-8"), (b"content-length", str(len(body)).encode("ascii")),
+                   *((name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in page_headers().items()),
+                   *headers]
+    await send({"type": "http.response.start", "status": status, "headers": raw_headers})
+    await send({"type": "http.response.body", "body": body})
+
+
 # ----- the /mcp endpoint --------------------------------------------------------
 
 
@@ -211,6 +222,12 @@ class McpGate:
             await _send_json(send, 404, {"error": "not_found", "error_description": "No such brain URL."})
             return
         base = request_base_url(scope, self.settings.public_url, self.settings.trust_proxy)
+        if wants_page(scope):
+            # A person opened the URL in a browser: a page saying it is for assistants, with the
+            # same status and challenge a client gets (clients never ask for text/html).
+            await _send_page(send, 401, assistants_page(scope, self.settings, brain),
+                             [(b"www-authenticate", challenge(base, brain=brain).encode("latin-1"))])
+            return
         token = bearer_token(scope)
         claims = self.verify(token, base, brain) if token else None
         if claims is None:
@@ -451,6 +468,18 @@ def create_app(settings: ConnectorSettings, *, tuning: ManagerTuning | None = No
         scope["path"] = f"/mcp/brains/{brain}"  # as asked, for the logs and the response headers
         await brain_gate(scope, receive, send)
 
+    @get("/", cache=False, include_in_schema=False)
+    async def welcome(request: Request[Any, Any, Any]) -> Response[str]:
+        return welcome_page(request.scope, settings)
+
+    def page_not_found(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
+        """Under /app a person gets the app's not-found page; elsewhere programs get JSON as before."""
+        path = str(request.scope.get("path", ""))
+        if web is not None and request.method in ("GET", "HEAD") and path.startswith("/app/"):
+            return app_not_found(request, settings, web.sessions.get(request.cookies.get(web.site(request).session_cookie)))
+        return Response({"status_code": exc.status_code, "detail": exc.detail}, status_code=exc.status_code,
+                        headers=exc.headers)
+
     @get("/health", cache=False)
     async def health() -> dict[str, str]:
         return {"status": "ok", "service": "brain-connector"}
@@ -499,11 +528,12 @@ def create_app(settings: ConnectorSettings, *, tuning: ManagerTuning | None = No
         _end_web_sessions_too(parts.manager, web.sessions)
 
     app = Litestar(
-        route_handlers=[mcp_endpoint, mcp_brain_endpoint, health, health_live, health_ready, *oauth.route_handlers, *web_handlers],
+        route_handlers=[mcp_endpoint, mcp_brain_endpoint, welcome, health, health_live, health_ready, *oauth.route_handlers, *web_handlers],
         lifespan=[lifespan],
         middleware=[security_and_logging],
         after_exception=[log_server_error],
-        exception_handlers={DocumentStoreError: state_unreachable},
+        exception_handlers={DocumentStoreError: state_unreachable, NotFoundException: page_not_found,
+                            MethodNotAllowedException: page_not_found},
         # Browser-based MCP clients call /mcp and the OAuth endpoints cross-origin with a bearer
         # token (never cookies), so any origin may, without credentials.
         cors_config=CORSConfig(

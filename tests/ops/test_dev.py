@@ -203,3 +203,49 @@ async def test_dev_seeds_example_memories_once_and_a_second_run_on_the_same_data
     with brain_store_dev(tmp_path / "bare", free_port(), free_port(), "--no-examples") as bare:
         assert "example memories" not in "\n".join(bare.lines)
         assert brains_of(bare.store_url, bare.token)[0]["checksum"] is None
+
+
+def _time_wait_on(port: int) -> None:
+    """Leave a connection of a server on ``port`` in TIME_WAIT, as a Ctrl-C'd server leaves
+    its closed keep-alive connections: the server side closes first."""
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", port))
+        listener.listen()
+        client = socket.create_connection(("127.0.0.1", port))
+        accepted, _ = listener.accept()
+        accepted.close()  # the server's active close: its end goes to TIME_WAIT
+        client.recv(1)
+        client.close()
+
+
+def _in_time_wait(port: int) -> bool:
+    """Whether /proc/net/tcp lists a TIME_WAIT (state 06) connection whose local port is ``port``."""
+    rows = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    return any(int(row.split()[1].split(":")[1], 16) == port and row.split()[3] == "06" for row in rows)
+
+
+def test_a_restart_comes_back_on_the_same_ports_while_the_old_ones_are_in_time_wait(tmp_path: Path) -> None:
+    store_port, connector_port = free_port(), free_port()
+    for port in (store_port, connector_port):
+        _time_wait_on(port)
+        assert _in_time_wait(port)
+    with brain_store_dev(tmp_path / "d", store_port, connector_port) as run:
+        assert run.store_url == f"http://127.0.0.1:{store_port}"
+        assert run.mcp_url == f"http://127.0.0.1:{connector_port}/mcp"
+        assert httpx2.get(run.mcp_url.removesuffix("/mcp") + "/health").status_code == 200
+
+
+def test_the_default_port_in_use_stops_dev_naming_it_and_the_way_out(tmp_path: Path) -> None:
+    from cli.store.dev import pick_port
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(Exception) as refused:
+            pick_port(None, port, "--port")
+    message = str(refused.value)
+    assert f"port {port} is in use" in message and 'make dev ARGS="--port N"' in message
+    _time_wait_on(port)  # only TIME_WAIT left: the same port is taken again, not another one
+    assert _in_time_wait(port) and pick_port(None, port, "--port") == port
