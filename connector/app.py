@@ -27,6 +27,7 @@ from litestar.handlers import asgi
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from connector.engine.archive import ArchiveLimits
+from connector.identity.agentkey import AgentKeyBearer, looks_like_agent_key
 from connector.mcp.http import bearer_token, header, is_mcp_path, peer_address, request_base_url
 from connector.mcp.pullreview import PullReview
 from connector.mcp.server import CALLER_SCOPE_KEY, McpEndpoint
@@ -209,6 +210,7 @@ class McpGate:
     limits: _Limits
     manager: WorkingCopyManager | None = None
     bound: bool = False
+    agent_keys: AgentKeyBearer | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -230,6 +232,15 @@ class McpGate:
             return
         token = bearer_token(scope)
         claims = self.verify(token, base, brain) if token else None
+        if claims is None and token and self.agent_keys is not None and looks_like_agent_key(token):
+            # A script's agent key: checked at the store on this very request (a revoked key is out at once).
+            try:
+                claims = await self.agent_keys.claims(token, base, self.limits.client_address(scope))
+            except StoreError:
+                await _send_json(send, 503, {"error": "temporarily_unavailable",
+                                             "error_description": "The brain store cannot be reached; try again shortly."},
+                                 [(b"retry-after", b"5")])
+                return
         if claims is None:
             # Any method, GET included: a client probing the URL learns where to sign in.
             error = "invalid_token" if token else None
@@ -452,8 +463,10 @@ def create_app(settings: ConnectorSettings, *, tuning: ManagerTuning | None = No
     parts = build_parts(settings, tuning=tuning)
     oauth = _oauth_mount(parts)
     limits = _Limits(settings, parts.limits_state)
-    gate = McpGate(settings, parts.endpoint, oauth.verify_access, limits)
-    brain_gate = McpGate(settings, parts.brain_endpoint, oauth.verify_access, limits, parts.manager, bound=True)
+    agent_keys = AgentKeyBearer(parts.store)
+    gate = McpGate(settings, parts.endpoint, oauth.verify_access, limits, agent_keys=agent_keys)
+    brain_gate = McpGate(settings, parts.brain_endpoint, oauth.verify_access, limits, parts.manager, bound=True,
+                         agent_keys=agent_keys)
 
     @asgi("/mcp", copy_scope=False)
     async def mcp_endpoint(scope: Scope, receive: Receive, send: Send) -> None:

@@ -207,9 +207,11 @@ class StoreClient:
             return False
         return response.status_code == 200
 
-    async def me(self, credential: str) -> dict[str, Any]:
-        """``GET /auth/me``: who the credential belongs to."""
-        response = await self._request("GET", "/auth/me", credential)
+    async def me(self, credential: str, forwarded_for: str | None = None) -> dict[str, Any]:
+        """``GET /auth/me``: who the credential belongs to; ``forwarded_for`` (a parsed address) names
+        the person presenting it, so the store counts a wrong one against them (STORE_TRUST_PROXY)."""
+        headers = {"X-Forwarded-For": forwarded_for} if forwarded_for else {}
+        response = await self._request("GET", "/auth/me", credential, headers=headers)
         if response.status_code == 403:
             raise StoreUnauthorized("the store refused the credential", 403)
         if response.status_code != 200:

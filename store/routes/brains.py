@@ -24,7 +24,12 @@ async def me(request: Request[Any, Any, Any]) -> ASGIApp:
     c = ctx(request)
     p = await c.authenticate(request.scope)
     user = {"id": p.user_id, "email": p.email or "", "name": p.name, "kind": p.kind}
-    return json_response(200, {"user": user, "storage_used": await c.run(c.service.usage, p.user_id)})
+    body: dict[str, Any] = {"user": user, "storage_used": await c.run(c.service.usage, p.user_id)}
+    if p.key is not None:
+        # What an agent key may do, so a client (the connector's /mcp) grants exactly that.
+        body["key"] = {"prefix": p.key.prefix, "scope": p.key.scope, "brains": list(p.key.brains),
+                       "label": p.key.label, "expires_at": p.key.expires_at or None}
+    return json_response(200, body)
 
 
 async def serve_list(c: AppContext, scope: Any) -> ASGIApp:
