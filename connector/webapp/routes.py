@@ -32,6 +32,7 @@ from connector.oauth.signin_limit import SignInChecks, signin_limiter, signin_wa
 from connector.oauth.state import OAuthState
 from connector.state.sealing import SecretBox
 from connector.webapp.actions import ActionRefused, BrainActions, Done
+from connector.webapp.brains import BrainAdmin
 from connector.i18n import N_, Text, gettext, message_of, not_this_address
 from connector.webapp.guard import (Site, new_signin_token, return_target, same_origin, session_of, site_of,
                                     tokens_match)
@@ -63,6 +64,9 @@ DONE_MESSAGES = {
     "dismiss": N_("Marked as not the same: you will not be asked about this pair again."),
     "refreshed": N_("Refreshed: the model was rewritten from your memories."),
     "deleted": N_("Mental model deleted; the memories it cited stay."),
+    "brain_created": N_("Brain created."),
+    "brain_renamed": N_("Brain renamed."),
+    "brain_deleted": N_("Brain deleted. The store keeps its memories and snapshots; its operator can bring it back."),
 }
 IMPORT_TTL_S = 900.0
 OIDC_PENDING_TTL_S = 600.0
@@ -87,6 +91,7 @@ class WebApp:
         self.sessions_on_disk = state is not None and state.persistent
         self.views = BrainViews(manager, tools)
         self.actions = BrainActions(manager, tools)
+        self.brains = BrainAdmin(manager)
         self.review = ReviewViews(self.views)
         self.mental = MentalViews(tools.mental)
         self._trusted = TrustedProxies.parse(settings.trust_proxy)
@@ -592,15 +597,73 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
                             flash=None, offer_force=action == "forget" and "force" in message_of(exc))
         return app.redirect(_done_location(visit.site, action, done))
 
-    @post("/app/brain", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
+    async def brains_page(visit: Visit, *, status: int = 200, error: Any = None, done: str | None = None,
+                          held: str | None = None) -> Response[Any]:
+        entries = await app.brains.listing(visit.session.account)
+        return app.page("brains.html", visit.site, visit.session, status=status, brains=entries, error=error,
+                        flash=_flash(done, held), mcp_base=visit.site.origin + visit.site.root.removesuffix("/app"))
+
+    @get("/app/brains", cache=False, include_in_schema=False)
+    @page_route
+    async def brains(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
+        return await brains_page(visit, done=request.query_params.get("done"))
+
+    @post("/app/brains", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
     @write_route
-    async def use_brain(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
+    async def brain_create(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
+        try:
+            await app.brains.create(visit.session.account, visit.form.get("name", "")[:1000])
+        except ActionRefused as exc:
+            return await brains_page(visit, status=400, error=message_of(exc))
+        return app.redirect(f"{visit.site.root}/brains?done=brain_created")
+
+    @post("/app/brains/{brain_id:str}/rename", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
+    @write_route
+    async def brain_rename(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
+        try:
+            await app.brains.rename(visit.session.account, request.path_params["brain_id"],
+                                    visit.form.get("name", "")[:1000])
+        except ActionRefused as exc:
+            return await brains_page(visit, status=400, error=message_of(exc))
+        return app.redirect(f"{visit.site.root}/brains?done=brain_renamed")
+
+    @get("/app/brains/{brain_id:str}/delete", cache=False, include_in_schema=False)
+    @page_route
+    async def brain_delete_page(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
+        entry = await app.brains.find(visit.session.account, request.path_params["brain_id"])
+        if entry is None or not entry.own:
+            return app.page("error.html", visit.site, visit.session, status=404, title=N_("No such brain"),
+                            message=N_("This account owns no brain with that id."))
+        return app.page("brain_delete.html", visit.site, visit.session, brain=entry, error=None)
+
+    @post("/app/brains/{brain_id:str}/delete", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
+    @write_route
+    async def brain_delete(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
+        if visit.form.get("confirm") != "yes":
+            # Only the confirmation page's form deletes.
+            return app.redirect(f"{visit.site.root}/brains/{path_segment(request.path_params['brain_id'])}/delete")
+        try:
+            await app.brains.delete(visit.session.account, request.path_params["brain_id"])
+        except ActionRefused as exc:
+            return await brains_page(visit, status=409, error=message_of(exc))
+        return app.redirect(f"{visit.site.root}/brains?done=brain_deleted")
+
+    @post("/app/brain", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
+    async def use_brain(request: Request[Any, Any, Any]) -> Response[Any]:
+        # Switching changes no memory: a read-only sign-in may switch too.
+        checked = await guarded_post(request, write=False)
+        if isinstance(checked, Response):
+            return checked
+        return await unavailable_as_page(switch_brain(request, checked), checked.site, checked.session, request)
+
+    async def switch_brain(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
         try:
             await app.actions.use_brain(visit.session.account, visit.form.get("brain", "")[:300])
         except ActionRefused as exc:
             return app.page("error.html", visit.site, visit.session, status=409, title=N_("Brain not switched"),
                             message=message_of(exc))
-        return app.redirect(f"{visit.site.root}?done=brain")
+        back = "/brains" if visit.form.get("back") == "brains" else ""
+        return app.redirect(f"{visit.site.root}{back}?done=brain")
 
     # ----- export and import ----------------------------------------------------------
 
@@ -711,7 +774,7 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
     return [signin_page, signin_start, oidc_callback, signin_submit, signout, home, search, memory, edit_page, archive, edit_submit,
             new_page, new_submit, review, review_decide, mental_list, mental_model, mental_action,
             memory_action, use_brain, transfer_page, export, import_preview, import_confirm, history, history_diff,
-            history_restore,
+            history_restore, brains, brain_create, brain_rename, brain_delete_page, brain_delete,
             static]
 
 

@@ -242,6 +242,20 @@ class StoreClient:
             raise self._fail(response, "create a brain")
         return BrainRecord.from_json(response.json())
 
+    async def rename_brain(self, credential: str, brain_id: str, name: str) -> BrainRecord:
+        """``PATCH /api/brains/{id}`` (this store's extension): the brain under a new name."""
+        response = await self._request("PATCH", f"/api/brains/{brain_id}", credential, json={"name": name})
+        if response.status_code != 200:
+            raise self._fail(response, "rename the brain")
+        return BrainRecord.from_json(response.json())
+
+    async def trash_brain(self, credential: str, brain_id: str) -> None:
+        """``POST /api/brains/{id}/trash`` (this store's extension): deleted for every client, its
+        archive and snapshots kept by the store."""
+        response = await self._request("POST", f"/api/brains/{brain_id}/trash", credential)
+        if response.status_code not in (200, 204):
+            raise self._fail(response, "delete the brain")
+
     async def download(
         self, credential: str, brain_id: str, known_checksum: str | None = None, *, version: str | None = None
     ) -> Download:
