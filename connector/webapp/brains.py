@@ -21,6 +21,7 @@ from connector.workcopy.model import Account
 from connector.workcopy.store_client import BrainRecord, StoreError, StoreForbidden, StoreNotFound, StoreUnauthorized
 
 MAX_NAME_CHARS = 100
+ROLE_LABELS = {"owner": N_("owner"), "editor": N_("editor"), "viewer": N_("viewer (read-only)")}
 NAME_RULE = N_("A brain's name is 1 to 100 characters, without slashes, backslashes or control characters.")
 
 
@@ -35,6 +36,11 @@ class BrainEntry:
     owner: str | None  # the creator's name, for a brain shared with the person
     last_synced_at: str | None
     size_bytes: int
+
+    @property
+    def role_label(self) -> str:
+        """The role in words (translated where shown)."""
+        return ROLE_LABELS.get(self.role, self.role)
 
     @property
     def own(self) -> bool:
