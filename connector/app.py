@@ -225,9 +225,10 @@ class McpGate:
             return
         base = request_base_url(scope, self.settings.public_url, self.settings.trust_proxy)
         if wants_page(scope):
-            # A person opened the URL in a browser: a page saying it is for assistants, with the
-            # same status and challenge a client gets (clients never ask for text/html).
-            await _send_page(send, 401, assistants_page(scope, self.settings, brain),
+            # A person opened the URL in a browser: a page saying it is for assistants (200: the
+            # page is what they asked for), still carrying the challenge a client would get.
+            # MCP clients never ask for text/html, so they keep getting the JSON 401.
+            await _send_page(send, 200, assistants_page(scope, self.settings, brain),
                              [(b"www-authenticate", challenge(base, brain=brain).encode("latin-1"))])
             return
         token = bearer_token(scope)
