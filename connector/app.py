@@ -44,6 +44,7 @@ from connector.state.sealing import load_state_key
 from connector.thinking.source import ModelError, ModelSource
 from connector.i18n import LocaleMiddleware
 from connector.webapp.landing import app_not_found, assistants_page, wants_page, welcome_page
+from connector.webapp.pages import page_headers
 from connector.workcopy.heads import S3_HEAD_MAX_AGE_S, BrainHeads
 from connector.workcopy.indexdisk import IndexDisk
 from connector.workcopy.journal import HeldWriteJournal
@@ -184,8 +185,6 @@ async def _send_json(
 
 
 async def _send_page(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
-    from connector.webapp.pages import page_headers
-
     raw_headers = [(b"content-type", b"text/html; charset=utf-8"), (b"content-length", str(len(body)).encode("ascii")),
                    *((name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in page_headers().items()),
                    *headers]

@@ -362,7 +362,9 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
             _, session = await session_of(request.cookies, site, app.sessions)
             if session is None:
                 # The sign-in page brings the person back here (``next``, checked there).
-                return app.redirect(f"{site.root}/signin?next={quote(_asked_page(site, request), safe='')}")
+                asked = _asked_page(site, request)
+                back = "" if asked in (site.root, site.root + "/") else f"?next={quote(asked, safe='')}"
+                return app.redirect(f"{site.root}/signin{back}")
             return await unavailable_as_page(handler(request, Visit(site, session, {}, None)), site, session,
                                              request)
 
@@ -649,14 +651,8 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         return app.redirect(f"{visit.site.root}/brains?done=brain_deleted")
 
     @post("/app/brain", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
-    async def use_brain(request: Request[Any, Any, Any]) -> Response[Any]:
-        # Switching changes no memory: a read-only sign-in may switch too.
-        checked = await guarded_post(request, write=False)
-        if isinstance(checked, Response):
-            return checked
-        return await unavailable_as_page(switch_brain(request, checked), checked.site, checked.session, request)
-
-    async def switch_brain(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
+    @write_route
+    async def use_brain(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
         try:
             await app.actions.use_brain(visit.session.account, visit.form.get("brain", "")[:300])
         except ActionRefused as exc:
