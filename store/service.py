@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 import msgspec
 
@@ -50,6 +50,7 @@ _VERSION_NAME = re.compile(r"^\d{8}T\d{6}\.(?:\d{6}Z|\d{9}\.tar\.gz)$")
 _VERSION_FORMAT = "%Y%m%dT%H%M%S.%fZ"
 _VERSION_INSTANT = 22  # characters of "YYYYMMDDTHHMMSS.ffffff" at the start of either form
 _COMMIT_ATTEMPTS = 8
+T = TypeVar("T")
 _CANONICAL_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
 
 
@@ -242,25 +243,17 @@ class BrainService:
     def _change_meta(self, user_id: str, brain_id: str, change: Callable[[BrainMeta], BrainMeta], *,
                      deleted: bool = False) -> BrainMeta:
         """Commit ``change`` to a brain's record alone (no new archive); ``deleted``: to a deleted one."""
-        try:
-            for _ in range(_COMMIT_ATTEMPTS):
-                try:
-                    with self.backend.transaction(user_id, brain_id) as tx:
-                        meta = tx.meta
-                        found = meta is not None and meta.user_id == user_id and bool(meta.deleted_at) == deleted
-                        if not found:
-                            raise ServiceError(404, "no deleted brain with that id" if deleted else "brain not found")
-                        assert meta is not None
-                        new = msgspec.structs.replace(change(meta), generation=meta.generation + 1)
-                        tx.commit(new, None)
-                        return new
-                except CommitConflict:
-                    continue
-        except StorageFull:
-            raise ServiceError(507, "the store is out of disk space; nothing was changed") from None
-        except CorruptMeta:
-            raise ServiceError(500, "this brain's stored metadata is damaged; the operator has been told") from None
-        raise ServiceError(503, "too much contention on this brain, retry")
+
+        def once() -> BrainMeta:
+            with self.backend.transaction(user_id, brain_id) as tx:
+                meta = tx.meta
+                if meta is None or meta.user_id != user_id or bool(meta.deleted_at) != deleted:
+                    raise ServiceError(404, "no deleted brain with that id" if deleted else "brain not found")
+                new = msgspec.structs.replace(change(meta), generation=meta.generation + 1)
+                tx.commit(new, None)
+                return new
+
+        return _retrying(once)
 
     def usage(self, user_id: str) -> int:
         """Bytes the user really stores (every distinct archive, snapshots included)."""
@@ -380,17 +373,7 @@ class BrainService:
         """Make a snapshot the current archive, keeping the current one as a snapshot first."""
         if not valid_version_name(name):
             raise ServiceError(404, "version not found")
-        try:
-            for _ in range(_COMMIT_ATTEMPTS):
-                try:
-                    return self._restore_once(user_id, brain_id, name, cond)
-                except CommitConflict:
-                    continue
-        except StorageFull:
-            raise ServiceError(507, "the store is out of disk space; nothing was changed") from None
-        except CorruptMeta:
-            raise ServiceError(500, "this brain's stored metadata is damaged; the operator has been told") from None
-        raise ServiceError(503, "too much contention on this brain, retry")
+        return _retrying(lambda: self._restore_once(user_id, brain_id, name, cond))
 
     def _restore_once(self, user_id: str, brain_id: str, name: str, cond: Preconditions) -> ArchiveRef:
         with self.backend.transaction(user_id, brain_id) as tx:
@@ -489,6 +472,22 @@ class BrainService:
         if head == SEALED_MAGIC:
             log.error("brain %s archive %s is sealed but no key is configured", brain_id, checksum)
             raise ServiceError(500, "stored archive is encrypted and no key is configured")
+
+
+def _retrying(attempt: Callable[[], T]) -> T:
+    """``attempt`` (one transaction) again after a concurrent commit won, a few times; storage
+    refusals as the client's errors (507 full, 500 damaged metadata, 503 contention)."""
+    try:
+        for _ in range(_COMMIT_ATTEMPTS):
+            try:
+                return attempt()
+            except CommitConflict:
+                continue
+    except StorageFull:
+        raise ServiceError(507, "the store is out of disk space; nothing was changed") from None
+    except CorruptMeta:
+        raise ServiceError(500, "this brain's stored metadata is damaged; the operator has been told") from None
+    raise ServiceError(503, "too much contention on this brain, retry")
 
 
 def _live(meta: BrainMeta | None, user_id: str) -> bool:

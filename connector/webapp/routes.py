@@ -610,24 +610,26 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
     async def brains(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
         return await brains_page(visit, done=request.query_params.get("done"))
 
+    async def brain_changed(visit: Visit, change: Awaitable[Any], done: str, refused_status: int) -> Response[Any]:
+        """The brains page again after a change: with what happened, or why nothing did."""
+        try:
+            await change
+        except ActionRefused as exc:
+            return await brains_page(visit, status=refused_status, error=message_of(exc))
+        return app.redirect(f"{visit.site.root}/brains?done={done}")
+
     @post("/app/brains", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
     @write_route
     async def brain_create(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
-        try:
-            await app.brains.create(visit.session.account, visit.form.get("name", "")[:1000])
-        except ActionRefused as exc:
-            return await brains_page(visit, status=400, error=message_of(exc))
-        return app.redirect(f"{visit.site.root}/brains?done=brain_created")
+        return await brain_changed(visit, app.brains.create(visit.session.account, visit.form.get("name", "")[:1000]),
+                                   "brain_created", 400)
 
     @post("/app/brains/{brain_id:str}/rename", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
     @write_route
     async def brain_rename(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
-        try:
-            await app.brains.rename(visit.session.account, request.path_params["brain_id"],
+        renamed = app.brains.rename(visit.session.account, request.path_params["brain_id"],
                                     visit.form.get("name", "")[:1000])
-        except ActionRefused as exc:
-            return await brains_page(visit, status=400, error=message_of(exc))
-        return app.redirect(f"{visit.site.root}/brains?done=brain_renamed")
+        return await brain_changed(visit, renamed, "brain_renamed", 400)
 
     @get("/app/brains/{brain_id:str}/delete", cache=False, include_in_schema=False)
     @page_route
@@ -644,11 +646,8 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         if visit.form.get("confirm") != "yes":
             # Only the confirmation page's form deletes.
             return app.redirect(f"{visit.site.root}/brains/{path_segment(request.path_params['brain_id'])}/delete")
-        try:
-            await app.brains.delete(visit.session.account, request.path_params["brain_id"])
-        except ActionRefused as exc:
-            return await brains_page(visit, status=409, error=message_of(exc))
-        return app.redirect(f"{visit.site.root}/brains?done=brain_deleted")
+        deleted = app.brains.delete(visit.session.account, request.path_params["brain_id"])
+        return await brain_changed(visit, deleted, "brain_deleted", 409)
 
     @post("/app/brain", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
     @write_route
