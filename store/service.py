@@ -219,7 +219,7 @@ class BrainService:
 
     def trash(self, user_id: str, brain_id: str) -> BrainMeta:
         """[extension] Delete a brain for every client while the store keeps its archive and
-        snapshots (``BrainMeta.deleted_at``); ``undelete`` brings it back, ``delete`` purges it."""
+        snapshots (``BrainMeta.deleted_at``); ``undelete`` brings it back, ``purge`` removes it."""
         moment = rfc3339(now_utc())
         return self._change_meta(user_id, brain_id, lambda meta: msgspec.structs.replace(meta, deleted_at=moment))
 
@@ -227,10 +227,6 @@ class BrainService:
         """Bring back a brain ``trash`` deleted, as it was (operator command); 404 when there is none."""
         return self._change_meta(user_id, brain_id, lambda meta: msgspec.structs.replace(meta, deleted_at=""),
                                  deleted=True)
-
-    def deleted(self, user_id: str) -> list[BrainMeta]:
-        """The user's brains deleted with ``trash`` and still kept, oldest first."""
-        return [meta for meta in self.backend.list_brains(user_id) if meta.deleted_at]
 
     def purge(self, user_id: str, brain_id: str) -> None:
         """Remove a deleted brain with its archive and snapshots for good."""
