@@ -20,14 +20,15 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from litestar import Litestar, Response, get
+from litestar import Litestar, Request, Response, get
 from litestar.config.cors import CORSConfig
-from litestar.exceptions import HTTPException
+from litestar.exceptions import HTTPException, MethodNotAllowedException, NotFoundException
 from litestar.handlers import asgi
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from connector.engine.format.archive import ArchiveLimits
 from connector.i18n import LocaleMiddleware
+from connector.identity.agentkey import AgentKeyBearer, looks_like_agent_key
 from connector.mcp.http import bearer_token, header, is_mcp_path, peer_address, request_base_url
 from connector.mcp.pullreview import PullReview
 from connector.mcp.server import CALLER_SCOPE_KEY, McpEndpoint
@@ -42,6 +43,8 @@ from connector.settings import ConnectorSettings, SettingsError
 from connector.state import open_state
 from connector.state.sealing import load_state_key
 from connector.thinking.source import ModelError, ModelSource
+from connector.webapp.landing import app_not_found, assistants_page, wants_page, welcome_page
+from connector.webapp.pages import page_headers
 from connector.workcopy.accounts import AmbiguousBrain
 from connector.workcopy.core import ManagerTuning
 from connector.workcopy.heads import S3_HEAD_MAX_AGE_S, BrainHeads
@@ -183,6 +186,14 @@ async def _send_json(
     await send({"type": "http.response.body", "body": payload})
 
 
+async def _send_page(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+    raw_headers = [(b"content-type", b"text/html; charset=utf-8"), (b"content-length", str(len(body)).encode("ascii")),
+                   *((name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in page_headers().items()),
+                   *headers]
+    await send({"type": "http.response.start", "status": status, "headers": raw_headers})
+    await send({"type": "http.response.body", "body": body})
+
+
 # ----- the /mcp endpoint --------------------------------------------------------
 
 
@@ -200,6 +211,7 @@ class McpGate:
     limits: _Limits
     manager: WorkingCopyManager | None = None
     bound: bool = False
+    agent_keys: AgentKeyBearer | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -213,8 +225,24 @@ class McpGate:
             await _send_json(send, 404, {"error": "not_found", "error_description": "No such brain URL."})
             return
         base = request_base_url(scope, self.settings.public_url, self.settings.trust_proxy)
+        if wants_page(scope):
+            # A person opened the URL in a browser: a page saying it is for assistants (200: the
+            # page is what they asked for), still carrying the challenge a client would get.
+            # MCP clients never ask for text/html, so they keep getting the JSON 401.
+            await _send_page(send, 200, assistants_page(scope, self.settings, brain),
+                             [(b"www-authenticate", challenge(base, brain=brain).encode("latin-1"))])
+            return
         token = bearer_token(scope)
         claims = self.verify(token, base, brain) if token else None
+        if claims is None and token and self.agent_keys is not None and looks_like_agent_key(token):
+            # A script's agent key: checked at the store on this very request (a revoked key is out at once).
+            try:
+                claims = await self.agent_keys.claims(token, base, self.limits.client_address(scope))
+            except StoreError:
+                await _send_json(send, 503, {"error": "temporarily_unavailable",
+                                             "error_description": "The brain store cannot be reached; try again shortly."},
+                                 [(b"retry-after", b"5")])
+                return
         if claims is None:
             # Any method, GET included: a client probing the URL learns where to sign in.
             error = "invalid_token" if token else None
@@ -445,8 +473,10 @@ def create_app(settings: ConnectorSettings, *, tuning: ManagerTuning | None = No
     parts = build_parts(settings, tuning=tuning)
     oauth = _oauth_mount(parts)
     limits = _Limits(settings, parts.limits_state)
-    gate = McpGate(settings, parts.endpoint, oauth.verify_access, limits)
-    brain_gate = McpGate(settings, parts.brain_endpoint, oauth.verify_access, limits, parts.manager, bound=True)
+    agent_keys = AgentKeyBearer(parts.store)
+    gate = McpGate(settings, parts.endpoint, oauth.verify_access, limits, agent_keys=agent_keys)
+    brain_gate = McpGate(settings, parts.brain_endpoint, oauth.verify_access, limits, parts.manager, bound=True,
+                         agent_keys=agent_keys)
 
     @asgi("/mcp", copy_scope=False)
     async def mcp_endpoint(scope: Scope, receive: Receive, send: Send) -> None:
@@ -460,6 +490,18 @@ def create_app(settings: ConnectorSettings, *, tuning: ManagerTuning | None = No
         scope["path_params"] = {"brain": brain}
         scope["path"] = f"/mcp/brains/{brain}"  # as asked, for the logs and the response headers
         await brain_gate(scope, receive, send)
+
+    @get("/", cache=False, include_in_schema=False)
+    async def welcome(request: Request[Any, Any, Any]) -> Response[str]:
+        return welcome_page(request.scope, settings)
+
+    def page_not_found(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
+        """Under /app a person gets the app's not-found page; elsewhere programs get JSON as before."""
+        path = str(request.scope.get("path", ""))
+        if web is not None and request.method in ("GET", "HEAD") and path.startswith("/app/"):
+            return app_not_found(request, settings, web.sessions.get(request.cookies.get(web.site(request).session_cookie)))
+        return Response({"status_code": exc.status_code, "detail": exc.detail}, status_code=exc.status_code,
+                        headers=exc.headers)
 
     @get("/health", cache=False)
     async def health() -> dict[str, str]:
@@ -509,11 +551,12 @@ def create_app(settings: ConnectorSettings, *, tuning: ManagerTuning | None = No
         _end_web_sessions_too(parts.manager, web.sessions)
 
     app = Litestar(
-        route_handlers=[mcp_endpoint, mcp_brain_endpoint, health, health_live, health_ready, *oauth.route_handlers, *web_handlers],
+        route_handlers=[mcp_endpoint, mcp_brain_endpoint, welcome, health, health_live, health_ready, *oauth.route_handlers, *web_handlers],
         lifespan=[lifespan],
         middleware=[security_and_logging],
         after_exception=[log_server_error],
-        exception_handlers={DocumentStoreError: state_unreachable},
+        exception_handlers={DocumentStoreError: state_unreachable, NotFoundException: page_not_found,
+                            MethodNotAllowedException: page_not_found},
         # Browser-based MCP clients call /mcp and the OAuth endpoints cross-origin with a bearer
         # token (never cookies), so any origin may, without credentials.
         cors_config=CORSConfig(

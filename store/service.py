@@ -11,10 +11,10 @@ import logging
 import os
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 import msgspec
 
@@ -50,6 +50,7 @@ _VERSION_NAME = re.compile(r"^\d{8}T\d{6}\.(?:\d{6}Z|\d{9}\.tar\.gz)$")
 _VERSION_FORMAT = "%Y%m%dT%H%M%S.%fZ"
 _VERSION_INSTANT = 22  # characters of "YYYYMMDDTHHMMSS.ffffff" at the start of either form
 _COMMIT_ATTEMPTS = 8
+T = TypeVar("T")
 _CANONICAL_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
 
 
@@ -168,8 +169,8 @@ class BrainService:
     # -- records -----------------------------------------------------------------------
 
     def list_brains(self, user_id: str) -> list[BrainMeta]:
-        """The user's brains, oldest first."""
-        return self.backend.list_brains(user_id)
+        """The user's brains, oldest first (not the deleted ones the store keeps)."""
+        return [meta for meta in self.backend.list_brains(user_id) if not meta.deleted_at]
 
     def get(self, user_id: str, brain_id: str) -> BrainMeta:
         """One brain of the user; 404 when it does not exist or belongs to someone else."""
@@ -177,14 +178,14 @@ class BrainService:
             meta = self.backend.read_meta(user_id, brain_id)
         except CorruptMeta:
             raise ServiceError(500, "this brain's stored metadata is damaged; the operator has been told") from None
-        if meta is None or meta.user_id != user_id:
+        if not _live(meta, user_id):
             raise ServiceError(404, "brain not found")
+        assert meta is not None
         return meta
 
     def create(self, user_id: str, name: str = "default") -> BrainMeta:
         """Create a brain; 403 when the account already has the maximum number."""
-        if not isinstance(name, str) or not _BRAIN_NAME.match(name) or has_unsafe_chars(name):
-            raise ServiceError(400, "brain name must be 1-100 printable characters without slashes")
+        name = _checked_name(name)
         meta = BrainMeta(id=str(uuid.uuid4()), user_id=user_id, name=name, created_at=rfc3339(now_utc()))
         try:
             created = self.backend.create_brain(meta, self.settings.max_brains)
@@ -209,6 +210,46 @@ class BrainService:
         self.get(user_id, brain_id)
         if not self.backend.delete_brain(user_id, brain_id):
             raise ServiceError(404, "brain not found")
+
+    def rename(self, user_id: str, brain_id: str, name: Any) -> BrainMeta:
+        """[extension] Give a brain another name (its id, archive and snapshots stay); 400 for a
+        name ``create`` would refuse, 404 when it does not exist."""
+        name = _checked_name(name)
+        return self._change_meta(user_id, brain_id, lambda meta: msgspec.structs.replace(meta, name=name))
+
+    def trash(self, user_id: str, brain_id: str) -> BrainMeta:
+        """[extension] Delete a brain for every client while the store keeps its archive and
+        snapshots (``BrainMeta.deleted_at``); ``undelete`` brings it back, ``purge`` removes it."""
+        moment = rfc3339(now_utc())
+        return self._change_meta(user_id, brain_id, lambda meta: msgspec.structs.replace(meta, deleted_at=moment))
+
+    def undelete(self, user_id: str, brain_id: str) -> BrainMeta:
+        """Bring back a brain ``trash`` deleted, as it was (operator command); 404 when there is none."""
+        return self._change_meta(user_id, brain_id, lambda meta: msgspec.structs.replace(meta, deleted_at=""),
+                                 deleted=True)
+
+    def purge(self, user_id: str, brain_id: str) -> None:
+        """Remove a deleted brain with its archive and snapshots for good."""
+        meta = self.backend.read_meta(user_id, brain_id)
+        if meta is None or meta.user_id != user_id or not meta.deleted_at:
+            raise ServiceError(404, "no deleted brain with that id")
+        if not self.backend.delete_brain(user_id, brain_id):
+            raise ServiceError(404, "no deleted brain with that id")
+
+    def _change_meta(self, user_id: str, brain_id: str, change: Callable[[BrainMeta], BrainMeta], *,
+                     deleted: bool = False) -> BrainMeta:
+        """Commit ``change`` to a brain's record alone (no new archive); ``deleted``: to a deleted one."""
+
+        def once() -> BrainMeta:
+            with self.backend.transaction(user_id, brain_id) as tx:
+                meta = tx.meta
+                if meta is None or meta.user_id != user_id or bool(meta.deleted_at) != deleted:
+                    raise ServiceError(404, "no deleted brain with that id" if deleted else "brain not found")
+                new = msgspec.structs.replace(change(meta), generation=meta.generation + 1)
+                tx.commit(new, None)
+                return new
+
+        return _retrying(once)
 
     def usage(self, user_id: str) -> int:
         """Bytes the user really stores (every distinct archive, snapshots included)."""
@@ -268,8 +309,9 @@ class BrainService:
         quota = self.settings.max_user_bytes
         with self.backend.transaction(user_id, brain_id, user_wide=bool(quota)) as tx:
             meta = tx.meta
-            if meta is None or meta.user_id != user_id:
+            if not _live(meta, user_id):
                 raise ServiceError(404, "brain not found")
+            assert meta is not None
             self._check(meta, cond)
             current = meta.current
             if (
@@ -327,23 +369,14 @@ class BrainService:
         """Make a snapshot the current archive, keeping the current one as a snapshot first."""
         if not valid_version_name(name):
             raise ServiceError(404, "version not found")
-        try:
-            for _ in range(_COMMIT_ATTEMPTS):
-                try:
-                    return self._restore_once(user_id, brain_id, name, cond)
-                except CommitConflict:
-                    continue
-        except StorageFull:
-            raise ServiceError(507, "the store is out of disk space; nothing was changed") from None
-        except CorruptMeta:
-            raise ServiceError(500, "this brain's stored metadata is damaged; the operator has been told") from None
-        raise ServiceError(503, "too much contention on this brain, retry")
+        return _retrying(lambda: self._restore_once(user_id, brain_id, name, cond))
 
     def _restore_once(self, user_id: str, brain_id: str, name: str, cond: Preconditions) -> ArchiveRef:
         with self.backend.transaction(user_id, brain_id) as tx:
             meta = tx.meta
-            if meta is None or meta.user_id != user_id:
+            if not _live(meta, user_id):
                 raise ServiceError(404, "brain not found")
+            assert meta is not None
             snap = meta.snapshot(name)
             if snap is None:
                 raise ServiceError(404, "version not found")
@@ -370,7 +403,7 @@ class BrainService:
             meta = self.backend.read_meta(user_id, brain_id)
         except CorruptMeta:
             return None
-        if meta is None or meta.user_id != user_id:
+        if meta is None or not _live(meta, user_id):
             return None
         if meta.current is not None and meta.current.checksum == checksum:
             return meta.current
@@ -435,6 +468,34 @@ class BrainService:
         if head == SEALED_MAGIC:
             log.error("brain %s archive %s is sealed but no key is configured", brain_id, checksum)
             raise ServiceError(500, "stored archive is encrypted and no key is configured")
+
+
+def _retrying(attempt: Callable[[], T]) -> T:
+    """``attempt`` (one transaction) again after a concurrent commit won, a few times; storage
+    refusals as the client's errors (507 full, 500 damaged metadata, 503 contention)."""
+    try:
+        for _ in range(_COMMIT_ATTEMPTS):
+            try:
+                return attempt()
+            except CommitConflict:
+                continue
+    except StorageFull:
+        raise ServiceError(507, "the store is out of disk space; nothing was changed") from None
+    except CorruptMeta:
+        raise ServiceError(500, "this brain's stored metadata is damaged; the operator has been told") from None
+    raise ServiceError(503, "too much contention on this brain, retry")
+
+
+def _live(meta: BrainMeta | None, user_id: str) -> bool:
+    """A brain clients may see: it exists, is ``user_id``'s, and was not deleted (``trash``)."""
+    return meta is not None and meta.user_id == user_id and not meta.deleted_at
+
+
+def _checked_name(name: Any) -> str:
+    """A brain name as given, or 400."""
+    if not isinstance(name, str) or not _BRAIN_NAME.match(name) or has_unsafe_chars(name):
+        raise ServiceError(400, "brain name must be 1-100 printable characters without slashes")
+    return name
 
 
 def _head(blob: BinaryIO, size: int) -> bytes:

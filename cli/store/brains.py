@@ -1,4 +1,5 @@
-"""`brain-store brain list`, and finding a brain by its name or id for every command taking one.
+"""`brain-store brain list|create|rename|delete|undelete|purge`, and finding a brain by its name
+or id for every command taking one.
 
 A brain is named by its id (a UUID) or by its name; ``--user NAME`` says whose brains
 to look among (the brains the user owns or shares). A name several brains share is
@@ -49,10 +50,10 @@ class BrainDirectory:
 
     def of_user(self, user: Any) -> list[BrainRow]:
         """The brains ``user`` owns, then those shared with them (their role on each)."""
-        rows = [self._row(meta, "owner") for meta in self.backend.list_brains(user.id)]
+        rows = [self._row(meta, "owner") for meta in self.backend.list_brains(user.id) if not meta.deleted_at]
         for share in self.registry.shared_with(user.id) if self.registry is not None else []:
             meta = self.backend.read_meta(share.owner_id, share.brain_id)
-            if meta is not None and meta.user_id == share.owner_id:
+            if meta is not None and meta.user_id == share.owner_id and not meta.deleted_at:
                 rows.append(self._row(meta, share.members[user.id]))
         return rows
 
@@ -60,11 +61,18 @@ class BrainDirectory:
         """A shared brain whose creator was removed (its members keep it; the operator manages it)."""
         share = self.registry.share(brain_id) if self.registry is not None else None
         meta = self.backend.read_meta(share.owner_id, brain_id) if share is not None else None
-        return self._row(meta, "owner") if meta is not None and meta.user_id == share.owner_id else None
+        return (self._row(meta, "owner") if meta is not None and meta.user_id == share.owner_id
+                and not meta.deleted_at else None)
 
     def every(self) -> list[BrainRow]:
         """Every brain of the store once, with its owner."""
-        return [self._row(meta, "owner") for user in self.users.users() for meta in self.backend.list_brains(user.id)]
+        return [self._row(meta, "owner") for user in self.users.users() for meta in self.backend.list_brains(user.id)
+                if not meta.deleted_at]
+
+    def deleted(self) -> list[tuple[BrainRow, str, int]]:
+        """Brains their owners deleted that the store still keeps: (row, deleted at, snapshots)."""
+        return [(self._row(meta, "owner"), meta.deleted_at, len(meta.snapshots)) for user in self.users.users()
+                for meta in self.backend.list_brains(user.id) if meta.deleted_at]
 
     def find(self, given: str, user: Any | None = None) -> BrainRow:
         """The brain ``given`` names (id, else exact name, else name ignoring case) among
@@ -103,7 +111,7 @@ def open_directory(settings: Any) -> BrainDirectory:
 
 @click.group()
 def brain() -> None:
-    """Brains of the store: list them with their ids."""
+    """Brains of the store: list, create, rename, delete (keeping the data), undelete, purge."""
 
 
 @brain.command("list")
@@ -132,3 +140,130 @@ def list_brains(who: str | None, as_json: bool, data: Path | None) -> None:
     click.echo(f"{'ID':36}  {'NAME':20}  {'OWNER':20}  {'ROLE':6}  {'SIZE':>10}  LAST CHANGE")
     for row in rows:
         click.echo(f"{row.id:36}  {row.name:20}  {row.owner:20}  {row.role:6}  {row.size_bytes:>10}  {row.last_change}")
+    kept = [item for item in directory.deleted() if who is None or item[0].owner_id == user.id]
+    if kept:
+        click.echo(f"deleted, kept with their snapshots until purged (`brain-store brain undelete|purge ID`): "
+                   + ", ".join(f"{row.name} ({row.id}, {row.owner}, deleted {when})" for row, when, _ in kept))
+
+
+# -- changing brains (operator commands; a running store sees the change at once) ----------------
+
+
+def _service(settings: Any) -> Any:
+    from store.service import BrainService
+    from store.storage.factory import open_backend
+
+    return BrainService(settings, open_backend(settings))
+
+
+def _user_named(directory: BrainDirectory, who: str) -> Any:
+    user = directory.users.find(who) or next((u for u in directory.users.users() if u.email == who), None)
+    if user is None:
+        raise click.ClickException(f"no user {who!r} (`brain-store user list` shows them)")
+    return user
+
+
+def _run(action: Any, *args: Any) -> Any:
+    """A service call whose refusal (ServiceError) becomes a clean CLI error."""
+    from store.errors import ServiceError
+
+    try:
+        return action(*args)
+    except ServiceError as exc:
+        raise click.ClickException(exc.message) from None
+
+
+def _owned(directory: BrainDirectory, given: str, who: str | None) -> BrainRow:
+    """The brain ``given`` names (among ``who``'s when given), which its owner changes."""
+    return directory.find(given, _user_named(directory, who) if who else None)
+
+
+_whose_option = click.option("--user", "who", default=None,
+                             help="Whose brain, when a name is not unique (name, e-mail or id).")
+
+
+@brain.command("create")
+@click.argument("name")
+@click.option("--user", "who", required=True, help="The user (name, e-mail or id) who owns the new brain.")
+@data_option
+def create_brain(name: str, who: str, data: Path | None) -> None:
+    """Create a brain NAME for a user; prints its id (last line)."""
+    settings = existing_store(data)
+    directory = open_directory(settings)
+    user = _user_named(directory, who)
+    meta = _run(_service(settings).create, user.id, name)
+    click.echo(f"created brain {meta.name} for {user.name} in {store_label(settings)}; its id:")
+    click.echo(meta.id)
+
+
+@brain.command("rename")
+@click.argument("brain_id", metavar="BRAIN")
+@click.argument("new_name")
+@_whose_option
+@data_option
+def rename_brain(brain_id: str, new_name: str, who: str | None, data: Path | None) -> None:
+    """Give BRAIN (id or name) the name NEW_NAME; its id, memories and snapshots stay."""
+    settings = existing_store(data)
+    row = _owned(open_directory(settings), brain_id, who)
+    meta = _run(_service(settings).rename, row.owner_id, row.id, new_name)
+    click.echo(f"renamed brain {row.name} ({row.id}) of {row.owner} to {meta.name}")
+
+
+@brain.command("delete")
+@click.argument("brain_id", metavar="BRAIN")
+@_whose_option
+@click.option("--yes", is_flag=True, help="Do not ask (for scripts).")
+@data_option
+def delete_brain(brain_id: str, who: str | None, yes: bool, data: Path | None) -> None:
+    """Delete BRAIN for every client (assistants, the web app, `brain`), keeping its archive and
+    snapshots in the store: `brain-store brain undelete ID` brings it back, `purge` removes it."""
+    settings = existing_store(data)
+    directory = open_directory(settings)
+    row = _owned(directory, brain_id, who)
+    if not yes:
+        if not click.get_text_stream("stdin").isatty():
+            raise click.ClickException("this would delete a brain: run it in a terminal to confirm, or add --yes")
+        click.confirm(f"Delete brain {row.name} ({row.id}) of {row.owner}? Assistants and the web app lose it; "
+                      "the store keeps its archive and snapshots until purged", abort=True)
+    _run(_service(settings).trash, row.owner_id, row.id)
+    click.echo(f"deleted brain {row.name} ({row.id}) of {row.owner}; the store keeps its data: "
+               f"`brain-store brain undelete {row.id}` brings it back, `brain-store brain purge {row.id}` removes it")
+
+
+def _deleted_row(directory: BrainDirectory, brain_id: str) -> BrainRow:
+    found = [row for row, _, _ in directory.deleted() if row.id == brain_id.strip().lower()]
+    if not found:
+        raise click.ClickException(f"no deleted brain {brain_id!r} (`brain-store brain list` lists the deleted ones)")
+    return found[0]
+
+
+@brain.command("undelete")
+@click.argument("brain_id", metavar="ID")
+@data_option
+def undelete_brain(brain_id: str, data: Path | None) -> None:
+    """Bring back a deleted brain (by id) as it was, with its snapshots."""
+    settings = existing_store(data)
+    row = _deleted_row(open_directory(settings), brain_id)
+    _run(_service(settings).undelete, row.owner_id, row.id)
+    click.echo(f"brought back brain {row.name} ({row.id}) of {row.owner}")
+
+
+@brain.command("purge")
+@click.argument("brain_id", metavar="ID")
+@click.option("--yes", is_flag=True, help="Do not ask (for scripts).")
+@data_option
+def purge_brain(brain_id: str, yes: bool, data: Path | None) -> None:
+    """Remove a deleted brain (by id) with its archive and snapshots, for good."""
+    settings = existing_store(data)
+    directory = open_directory(settings)
+    row = _deleted_row(directory, brain_id)
+    if not yes:
+        if not click.get_text_stream("stdin").isatty():
+            raise click.ClickException("this removes a brain for good: run it in a terminal to confirm, or add --yes")
+        click.confirm(f"Remove deleted brain {row.name} ({row.id}) of {row.owner} and its snapshots for good?",
+                      abort=True)
+    _run(_service(settings).purge, row.owner_id, row.id)
+    from store.context import open_sharing
+
+    open_sharing(settings, directory.users, directory.backend).forget(row.id)
+    click.echo(f"purged brain {row.name} ({row.id}) of {row.owner}")

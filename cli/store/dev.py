@@ -39,7 +39,11 @@ DEV_RATE_LIMITS = {"STORE_RATE_REQUESTS_PER_MIN": "6000", "STORE_RATE_UPLOADS_PE
 
 
 def _port_is_free(port: int) -> bool:
+    """Whether a server could listen on ``port`` now. Probed as the servers bind (uvicorn and
+    cli/serving set SO_REUSEADDR): a port whose last connections are in TIME_WAIT after a
+    Ctrl-C is free for them, so a restart comes back on the same URLs."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("127.0.0.1", port))
         except OSError:
@@ -47,21 +51,18 @@ def _port_is_free(port: int) -> bool:
     return True
 
 
-def pick_port(given: int | None, preferred: int, taken: Sequence[int] = ()) -> int:
-    """The given port (``click.ClickException`` when it is in use); else ``preferred`` when free
-    (stable URLs across runs); else any free port."""
-    if given:
-        if given in taken or not _port_is_free(given):
-            raise click.ClickException(f"port {given} is in use; choose another with --port / --connector-port")
-        return given
-    if preferred not in taken and _port_is_free(preferred):
-        return preferred
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
-        if port not in taken:
-            return port
+def pick_port(given: int | None, preferred: int, option: str, taken: Sequence[int] = ()) -> int:
+    """The given port, else ``preferred``: the URLs stay the same across runs (clients keep
+    the MCP URL they were given). A port really in use is a ``click.ClickException`` naming it
+    and ``option``, the flag that picks another; it never silently moves."""
+    port = given or preferred
+    if port in taken or not _port_is_free(port):
+        hint = f"make dev ARGS=\"{option} N\"" if not given else f"another {option}"
+        raise click.ClickException(
+            f"port {port} is in use by another program on 127.0.0.1, so `brain-store dev` did not start "
+            f"(it keeps its URLs the same on every run). Stop that program, or choose {hint}; "
+            "`ss -ltnp` shows who holds it.")
+    return port
 
 
 def _console_script(name: str) -> str:
@@ -220,9 +221,9 @@ Ctrl-C stops both servers.
 @click.option("--data", "data", type=click.Path(path_type=Path), default=Path(".dev-data"), show_default=True,
               help="Directory for the local store, the connector's state and the logs.")
 @click.option("--port", type=click.IntRange(1, 65535), default=None,
-              help=f"Store port [default {DEFAULT_STORE_PORT} if free, else any free port].")
+              help=f"Store port [default {DEFAULT_STORE_PORT}; in use: said, and nothing starts].")
 @click.option("--connector-port", type=click.IntRange(1, 65535), default=None,
-              help=f"Connector port [default {DEFAULT_CONNECTOR_PORT} if free, else any free port].")
+              help=f"Connector port [default {DEFAULT_CONNECTOR_PORT}; in use: said, and nothing starts].")
 @click.option("--no-examples", is_flag=True,
               help="Do not put example memories in the demo brain (they are added only while it is empty).")
 def dev(data: Path, port: int | None, connector_port: int | None, no_examples: bool) -> None:
@@ -234,8 +235,8 @@ def dev(data: Path, port: int | None, connector_port: int | None, no_examples: b
     # A run already on this data directory is said first (not moved to other ports beside it).
     lock = hold_lock(data) if data.is_dir() else None
     # Both ports next: a port in use is said at once, before anything is created or started.
-    store_port = pick_port(port, DEFAULT_STORE_PORT)
-    mcp_port = pick_port(connector_port, DEFAULT_CONNECTOR_PORT, taken=(store_port,))
+    store_port = pick_port(port, DEFAULT_STORE_PORT, "--port")
+    mcp_port = pick_port(connector_port, DEFAULT_CONNECTOR_PORT, "--connector-port", taken=(store_port,))
     store_dir, state_dir = data / "store", data / "connector"
     for directory in (data, store_dir, state_dir):
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)

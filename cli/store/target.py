@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
 from pathlib import Path
 
 import click
@@ -21,9 +23,41 @@ def existing_store(data: Path | None) -> StoreSettings:
     """Settings of a store that must already exist: a missing data directory is a clear error
     instead of an empty store being created by a command that only reads or changes users."""
     settings = settings_from_cli(data_dir=data)
+    note_running_dev(settings)
     if settings.backend != "s3" and not settings.data_dir.is_dir():
         raise click.ClickException(
             f"{settings.data_dir}: no such data directory (give the store's --data or STORE_DATA_DIR; "
             "`brain-store user add` creates a new one)"
         )
     return settings
+
+
+# Where `make dev` (`brain-store dev --data .dev-data`) keeps its store, from the repository.
+DEV_DATA = Path(".dev-data")
+
+
+def _dev_running(data: Path) -> bool:
+    """Whether a `brain-store dev` holds its lock on ``data`` (cli/store/dev.py: ``dev.lock``)."""
+    try:
+        fd = os.open(data / "dev.lock", os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def note_running_dev(settings: StoreSettings) -> None:
+    """Say so (on stderr) when a command is about to act on another store than the `make dev`
+    running from this directory: its users and tokens would not reach that store."""
+    if settings.backend == "s3" or not _dev_running(DEV_DATA):
+        return
+    dev_store = (DEV_DATA / "store").resolve()
+    if settings.data_dir.expanduser().resolve() == dev_store:
+        return
+    click.echo(f"note: `make dev` is running here with its store in {DEV_DATA / 'store'}, but this command acts on "
+               f"{store_label(settings)}; for the dev store add --data {DEV_DATA / 'store'}", err=True)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from cli.store.runner import settings_from_cli
-from cli.store.target import existing_store, store_label
+from cli.store.target import existing_store, note_running_dev, store_label
 
 if TYPE_CHECKING:
     from store.auth.users import User
@@ -66,6 +66,7 @@ def add(name: str, email: str, data: Path | None) -> None:
     from store.auth.users import UsersFileError
 
     settings = settings_from_cli(data_dir=data)
+    note_running_dev(settings)
     registry, service = _open(settings)
     try:
         account, token = registry.add(name, email)

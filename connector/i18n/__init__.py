@@ -290,6 +290,17 @@ def _header(scope: Mapping[str, Any], name: bytes) -> str | None:
     return b",".join(values).decode("latin-1") if values else None
 
 
+def _is_page(scope: dict[str, Any], path: str) -> bool:
+    """A request for a page people read: the app, the sign-in pages, the connector's ``/``, and
+    an MCP URL a browser opened (GET asking for HTML: connector/webapp/landing.py)."""
+    if path.startswith(STATIC_PREFIX):
+        return False
+    if path == "/" or path.startswith(PAGE_PREFIXES):
+        return True
+    browser = scope.get("method") == "GET" and "text/html" in (_header(scope, b"accept") or "").lower()
+    return browser and (path == "/mcp" or path.startswith("/mcp/brains/"))
+
+
 class LocaleMiddleware:
     """ASGI middleware: each page request gets its locale (`current_locale`); a ``lang`` choice
     is remembered in a cookie for every page of the connector (path ``/``, ``SameSite=Lax``, so it
@@ -302,7 +313,7 @@ class LocaleMiddleware:
     async def __call__(self, scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
         """Choose the locale, then answer; adds the cookie and ``Vary`` to the answer."""
         path = str(scope.get("path", ""))
-        if scope.get("type") != "http" or not path.startswith(PAGE_PREFIXES) or path.startswith(STATIC_PREFIX):
+        if scope.get("type") != "http" or not _is_page(scope, path):
             await self.app(scope, receive, send)
             return
         query = scope.get("query_string", b"").decode("latin-1")

@@ -398,7 +398,10 @@ class AuthorizationServer:
             if isinstance(refused, ProviderThrottled):
                 message = Text("The store refuses more attempts from your network for now. Wait a minute, then try again.")
                 return PageReply(429, self._view(pending, login_id, message, attempts))
-            return PageReply(401, self._view(pending, login_id, Text("That token was not accepted by the store."), attempts))
+            refused_text = Text("That token was not accepted by the store. A token works only with the store that "
+                                "made it: `brain-store user add` says which data directory it wrote to (for "
+                                "`make dev`, add --data .dev-data/store).")
+            return PageReply(401, self._view(pending, login_id, refused_text, attempts))
         # A sign-in completes once: its sealed value is worth nothing afterwards.
         await self._set_tries(pending, MAX_ATTEMPTS)
         return await self._issue_code(pending, identity)

@@ -81,3 +81,31 @@ async def session_of(cookies: Any, site: Site, sessions: WebSessions) -> tuple[s
     """The cookie value and its live session (None when signed out), read off the event loop."""
     value = cookies.get(site.session_cookie)
     return value, await sessions.find(value)
+
+
+# Pages a sign-in never returns to: the sign-in itself, its callback, signing out.
+_NO_RETURN = ("/signin", "/signout", "/oidc")
+MAX_RETURN_CHARS = 2000
+
+
+def return_target(site: Site, target: str | None) -> str | None:
+    """``target`` when it is a page of this app to go back to after signing in, else None.
+
+    Only a path under the app's own root (``/app/memory/<id>?q=...``) passes: no scheme or
+    host, no ``//`` or backslash a browser could read as another host, no dot segments, no
+    characters outside printable ASCII, not the sign-in pages. So the ``next`` parameter of
+    the sign-in page cannot send anyone elsewhere (an open redirect)."""
+    if not target or len(target) > MAX_RETURN_CHARS:
+        return None
+    if not all("\x21" <= ch <= "\x7e" for ch in target) or "\\" in target or "//" in target:
+        return None
+    path = target.split("?", 1)[0].split("#", 1)[0]
+    if path != site.root and not path.startswith(site.root + "/"):
+        return None
+    rest = path[len(site.root):]
+    segments = [segment.lower().replace("%2e", ".") for segment in rest.split("/")]
+    if any(segment in (".", "..") for segment in segments):
+        return None
+    if any(rest == page or rest.startswith(page + "/") for page in _NO_RETURN):
+        return None
+    return target

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from http.cookies import CookieError, SimpleCookie
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from litestar import Request, Response, get, post
 from litestar.datastructures import Cookie
@@ -34,7 +34,9 @@ from connector.state.memory import MemoryStore
 from connector.state.sealed import SealedDocs
 from connector.state.sealing import SecretBox
 from connector.webapp.actions import ActionRefused, BrainActions, Done, old_version_refusal
-from connector.webapp.guard import Site, new_signin_token, same_origin, session_of, site_of, tokens_match
+from connector.webapp.brains import BrainAdmin
+from connector.webapp.guard import (Site, new_signin_token, return_target, same_origin, session_of, site_of,
+                                    tokens_match)
 from connector.webapp.mental import MentalViews
 from connector.webapp.pages import STATIC_TYPES, page_headers, render, static_file
 from connector.webapp.review import ReviewViews
@@ -64,6 +66,9 @@ DONE_MESSAGES = {
     "dismiss": N_("Marked as not the same: you will not be asked about this pair again."),
     "refreshed": N_("Refreshed: the model was rewritten from your memories."),
     "deleted": N_("Mental model deleted; the memories it cited stay."),
+    "brain_created": N_("Brain created."),
+    "brain_renamed": N_("Brain renamed."),
+    "brain_deleted": N_("Brain deleted. The store keeps its memories and snapshots; its operator can bring it back."),
 }
 IMPORT_TTL_S = 900.0
 OIDC_PENDING_TTL_S = 600.0
@@ -88,6 +93,7 @@ class WebApp:
         self.sessions_on_disk = state is not None and state.persistent
         self.views = BrainViews(manager, tools)
         self.actions = BrainActions(manager, tools)
+        self.brains = BrainAdmin(manager)
         self.review = ReviewViews(self.views)
         self.mental = MentalViews(tools.mental)
         self._trusted = TrustedProxies.parse(settings.trust_proxy)
@@ -107,12 +113,13 @@ class WebApp:
         return SealedDocs(MemoryStore(), place, SecretBox(secrets.token_bytes(32)), kind, ttl_s=ttl_s,
                           capacity=capacity)
 
-    def keep_oidc(self, state: str, browser: str, keep: dict[str, Any], read_only: bool) -> None:
-        """Remember a sign-in sent to the issuer, bound to this browser's sign-in cookie."""
-        record = {"browser": browser, "keep": keep, "read_only": read_only}
+    def keep_oidc(self, state: str, browser: str, keep: dict[str, Any], read_only: bool, target: str = "") -> None:
+        """Remember a sign-in sent to the issuer, bound to this browser's sign-in cookie (and the
+        page of the app to return to, already checked by ``return_target``)."""
+        record = {"browser": browser, "keep": keep, "read_only": read_only, "next": target}
         self._oidc.put(state, record, time.time() + OIDC_PENDING_TTL_S)
 
-    def take_oidc(self, state: str | None, browser: str | None) -> tuple[dict[str, Any], bool] | None:
+    def take_oidc(self, state: str | None, browser: str | None) -> tuple[dict[str, Any], bool, str] | None:
         """The sign-in this callback finishes (once), only in the browser that started it."""
         if not state or len(state) > 200:
             return None
@@ -123,7 +130,7 @@ class WebApp:
         held = self._oidc.take(state)  # once, even with the same callback at two replicas
         if held is None:
             return None
-        return dict(held["keep"]), bool(held["read_only"])
+        return dict(held["keep"]), bool(held["read_only"]), str(held.get("next") or "")
 
     def keep_import(self, session: WebSession, plan: ImportPlan) -> str:
         """Hold a checked import until it is confirmed (replacing this session's last one); its reference."""
@@ -213,6 +220,13 @@ def _done_location(site: Site, action: str, done: Done) -> str:
     return f"{site.root}/memory/{path_segment(done.memory_id)}?{urlencode(query)}"
 
 
+def _asked_page(site: Site, request: Request[Any, Any, Any]) -> str:
+    """The app page this request asked for, as a path under ``site.root`` with its query."""
+    path = str(request.scope.get("path", ""))
+    query = request.scope.get("query_string", b"").decode("latin-1")
+    return site.root + path.removeprefix("/app") + (f"?{query}" if query else "")
+
+
 def webapp_route_handlers(app: WebApp) -> list[Any]:
     """Litestar handlers of every ``/app`` route."""
 
@@ -239,28 +253,30 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
     async def signin_page(request: Request[Any, Any, Any]) -> Response[Any]:
         site = app.site(request)
         _, session = await session_of(request.cookies, site, app.sessions)
+        target = return_target(site, request.query_params.get("next"))
         if session is not None:
-            return app.redirect(site.root)
+            return app.redirect(target or site.root)
         token = new_signin_token()
         ended = request.query_params.get("ended") == "1"
         return app.page("signin.html", site, None, csrf=token, provider=app.provider.kind,
                         error=ENDED_MESSAGE if ended else None,
-                        signed_out=request.query_params.get("out") == "1",
+                        signed_out=request.query_params.get("out") == "1", next=target or "",
                         cookies=[site.cookie(site.signin_cookie, token, SIGNIN_COOKIE_AGE_S)])
 
-    def signin_again(site: Site, status: int, error: str) -> Response[Any]:
+    def signin_again(site: Site, status: int, error: str, target: str | None = None) -> Response[Any]:
         token = new_signin_token()
         return app.page("signin.html", site, None, status=status, csrf=token, provider=app.provider.kind,
-                        error=error, signed_out=False,
+                        error=error, signed_out=False, next=return_target(site, target) or "",
                         cookies=[site.cookie(site.signin_cookie, token, SIGNIN_COOKIE_AGE_S)])
 
-    def signed_in(site: Site, identity: Any, read_only: bool) -> Response[Any]:
+    def signed_in(site: Site, identity: Any, read_only: bool, target: str | None = None) -> Response[Any]:
         cookie, _ = app.sessions.create(
             subject=identity.subject, credential=identity.store_credential, kind=app.provider.kind,
             read_only=read_only, credential_expires_at=identity.credential_expires_at)
         log.info("web sign-in", extra={"kind": app.provider.kind, "read_only": read_only})
         max_age = int(app.settings.webapp_session_ttl_ms / 1000)
-        return app.redirect(site.root, cookies=[
+        # Back to the page the person was going to (checked again: only a page of this app).
+        return app.redirect(return_target(site, target) or site.root, cookies=[
             site.cookie(site.session_cookie, cookie, max_age),
             site.cookie(site.signin_cookie, "", 0),
         ])
@@ -278,7 +294,8 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
             start = await app.provider.start(f"{site.origin}{site.root}/oidc/callback")
         except ProviderUnavailable:
             return signin_again(site, 503, N_("Your organisation's sign-in cannot be reached right now. Try again shortly."))
-        app.keep_oidc(start.state, browser, start.keep, request.query_params.get("access") == "read")
+        app.keep_oidc(start.state, browser, start.keep, request.query_params.get("access") == "read",
+                      return_target(site, request.query_params.get("next")) or "")
         return Response(b"", status_code=303, headers={"Location": start.url, "Cache-Control": "no-store"})
 
     @get("/app/oidc/callback", cache=False, include_in_schema=False)
@@ -288,7 +305,7 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         pending = app.take_oidc(params.get("state"), request.cookies.get(site.signin_cookie))
         if pending is None or app.provider.mode != "redirect":
             return signin_again(site, 400, N_("This sign-in expired or was started in another browser. Please try again."))
-        keep, read_only = pending
+        keep, read_only, target = pending
         if params.get("error") or not params.get("code"):
             return signin_again(site, 401, N_("Your organisation's sign-in did not let you in."))
         try:
@@ -297,20 +314,21 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
             return signin_again(site, 401, N_("Your organisation's sign-in did not let you in."))
         except ProviderUnavailable:
             return signin_again(site, 503, N_("Your organisation's sign-in cannot be reached right now. Try again shortly."))
-        return signed_in(site, identity, read_only)
+        return signed_in(site, identity, read_only, target)
 
     @post("/app/signin", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
     async def signin_submit(request: Request[Any, Any, Any]) -> Response[Any]:
         site = app.site(request)
         form = {key: value for key, value in (await request.form()).items() if isinstance(value, str)}
         expected = request.cookies.get(site.signin_cookie)
+        target = form.get("next")
 
         if not same_origin(request.headers, site) or not tokens_match(form.get("csrf"), expected):
-            return signin_again(site, 403, N_("The sign-in form expired or came from another site. Please try again."))
+            return signin_again(site, 403, N_("The sign-in form expired or came from another site. Please try again."), target)
         if await app.signin_retry_after(request) is not None:
-            return signin_again(site, 429, N_("Too many sign-in attempts from here. Wait a minute and try again."))
+            return signin_again(site, 429, N_("Too many sign-in attempts from here. Wait a minute and try again."), target)
         if app.provider.mode != "page":
-            return signin_again(site, 400, N_("Use the button to sign in with your organisation."))
+            return signin_again(site, 400, N_("Use the button to sign in with your organisation."), target)
         try:
             # The person's address goes to the store, which limits wrong tokens per address
             # (not per connector, whose address carries every signed-in user's requests).
@@ -318,12 +336,14 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         except ProviderThrottled:
             # Counted like a wrong token (the attempt was taken above): never a free retry.
             return signin_again(site, 429, N_("Your brain store refuses more sign-in attempts from your network for now. "
-                                           "Wait a minute and try again."))
+                                           "Wait a minute and try again."), target)
         except ProviderRefused:
-            return signin_again(site, 401, N_("That token was not accepted by your brain store."))
+            return signin_again(site, 401, N_("That token was not accepted by your brain store. A token works only with the store that made it: "
+                                                  "`brain-store user add` says which data directory it wrote to (for `make dev`, "
+                                                  "add --data .dev-data/store)."), target)
         except ProviderUnavailable:
-            return signin_again(site, 503, N_("Your brain store cannot be reached right now. Try again shortly."))
-        return signed_in(site, identity, form.get("access") == "read")
+            return signin_again(site, 503, N_("Your brain store cannot be reached right now. Try again shortly."), target)
+        return signed_in(site, identity, form.get("access") == "read", target)
 
     @post("/app/signout", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
     async def signout(request: Request[Any, Any, Any]) -> Response[Any]:
@@ -343,7 +363,10 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
             site = app.site(request)
             _, session = await session_of(request.cookies, site, app.sessions)
             if session is None:
-                return app.redirect(f"{site.root}/signin")
+                # The sign-in page brings the person back here (``next``, checked there).
+                asked = _asked_page(site, request)
+                back = "" if asked in (site.root, site.root + "/") else f"?next={quote(asked, safe='')}"
+                return app.redirect(f"{site.root}/signin{back}")
             return await unavailable_as_page(handler(request, Visit(site, session, {}, None)), site, session,
                                              request)
 
@@ -583,6 +606,56 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         said = action if done.changed else "not_pinned"  # an unpin that found no pin says so
         return app.redirect(_done_location(visit.site, said, done))
 
+    async def brains_page(visit: Visit, *, status: int = 200, error: Any = None, done: str | None = None,
+                          held: str | None = None) -> Response[Any]:
+        entries = await app.brains.listing(visit.session.account)
+        return app.page("brains.html", visit.site, visit.session, status=status, brains=entries, error=error,
+                        flash=_flash(done, held), mcp_base=visit.site.origin + visit.site.root.removesuffix("/app"))
+
+    @get("/app/brains", cache=False, include_in_schema=False)
+    @page_route
+    async def brains(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
+        return await brains_page(visit, done=request.query_params.get("done"))
+
+    async def brain_changed(visit: Visit, change: Awaitable[Any], done: str, refused_status: int) -> Response[Any]:
+        """The brains page again after a change: with what happened, or why nothing did."""
+        try:
+            await change
+        except ActionRefused as exc:
+            return await brains_page(visit, status=refused_status, error=message_of(exc))
+        return app.redirect(f"{visit.site.root}/brains?done={done}")
+
+    @post("/app/brains", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
+    @write_route
+    async def brain_create(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
+        return await brain_changed(visit, app.brains.create(visit.session.account, visit.form.get("name", "")[:1000]),
+                                   "brain_created", 400)
+
+    @post("/app/brains/{brain_id:str}/rename", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
+    @write_route
+    async def brain_rename(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
+        renamed = app.brains.rename(visit.session.account, request.path_params["brain_id"],
+                                    visit.form.get("name", "")[:1000])
+        return await brain_changed(visit, renamed, "brain_renamed", 400)
+
+    @get("/app/brains/{brain_id:str}/delete", cache=False, include_in_schema=False)
+    @page_route
+    async def brain_delete_page(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
+        entry = await app.brains.find(visit.session.account, request.path_params["brain_id"])
+        if entry is None or not entry.own:
+            return app.page("error.html", visit.site, visit.session, status=404, title=N_("No such brain"),
+                            message=N_("This account owns no brain with that id."))
+        return app.page("brain_delete.html", visit.site, visit.session, brain=entry, error=None)
+
+    @post("/app/brains/{brain_id:str}/delete", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
+    @write_route
+    async def brain_delete(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
+        if visit.form.get("confirm") != "yes":
+            # Only the confirmation page's form deletes.
+            return app.redirect(f"{visit.site.root}/brains/{path_segment(request.path_params['brain_id'])}/delete")
+        deleted = app.brains.delete(visit.session.account, request.path_params["brain_id"])
+        return await brain_changed(visit, deleted, "brain_deleted", 409)
+
     @post("/app/brain", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
     @write_route
     async def use_brain(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
@@ -591,7 +664,8 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         except ActionRefused as exc:
             return app.page("error.html", visit.site, visit.session, status=409, title=N_("Brain not switched"),
                             message=message_of(exc))
-        return app.redirect(f"{visit.site.root}?done=brain")
+        back = "/brains" if visit.form.get("back") == "brains" else ""
+        return app.redirect(f"{visit.site.root}{back}?done=brain")
 
     # ----- export and import ----------------------------------------------------------
 
@@ -702,7 +776,7 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
     return [signin_page, signin_start, oidc_callback, signin_submit, signout, home, search, memory, edit_page, archive, edit_submit,
             new_page, new_submit, review, review_decide, mental_list, mental_model, mental_action,
             memory_action, use_brain, transfer_page, export, import_preview, import_confirm, history, history_diff,
-            history_restore,
+            history_restore, brains, brain_create, brain_rename, brain_delete_page, brain_delete,
             static]
 
 

@@ -207,9 +207,11 @@ class StoreClient:
             return False
         return response.status_code == 200
 
-    async def me(self, credential: str) -> dict[str, Any]:
-        """``GET /auth/me``: who the credential belongs to."""
-        response = await self._request("GET", "/auth/me", credential)
+    async def me(self, credential: str, forwarded_for: str | None = None) -> dict[str, Any]:
+        """``GET /auth/me``: who the credential belongs to; ``forwarded_for`` (a parsed address) names
+        the person presenting it, so the store counts a wrong one against them (STORE_TRUST_PROXY)."""
+        headers = {"X-Forwarded-For": forwarded_for} if forwarded_for else {}
+        response = await self._request("GET", "/auth/me", credential, headers=headers)
         if response.status_code == 403:
             raise StoreUnauthorized("the store refused the credential", 403)
         if response.status_code != 200:
@@ -239,6 +241,20 @@ class StoreClient:
         if response.status_code not in (200, 201):
             raise self._fail(response, "create a brain")
         return BrainRecord.from_json(response.json())
+
+    async def rename_brain(self, credential: str, brain_id: str, name: str) -> BrainRecord:
+        """``PATCH /api/brains/{id}`` (this store's extension): the brain under a new name."""
+        response = await self._request("PATCH", f"/api/brains/{brain_id}", credential, json={"name": name})
+        if response.status_code != 200:
+            raise self._fail(response, "rename the brain")
+        return BrainRecord.from_json(response.json())
+
+    async def trash_brain(self, credential: str, brain_id: str) -> None:
+        """``POST /api/brains/{id}/trash`` (this store's extension): deleted for every client, its
+        archive and snapshots kept by the store."""
+        response = await self._request("POST", f"/api/brains/{brain_id}/trash", credential)
+        if response.status_code not in (200, 204):
+            raise self._fail(response, "delete the brain")
 
     async def download(
         self, credential: str, brain_id: str, known_checksum: str | None = None, *, version: str | None = None

@@ -21,6 +21,7 @@ PERMISSIONS: dict[str, frozenset[str]] = {
     "upload": frozenset({"owner", "editor"}),
     "restore": frozenset({"owner"}),
     "delete": frozenset({"owner"}),
+    "rename": frozenset({"owner"}),
     "manage": frozenset({"owner"}),
 }
 

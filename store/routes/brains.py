@@ -6,7 +6,7 @@ from typing import Any
 
 import anyio.to_thread
 import msgspec
-from litestar import Request, delete, get, post
+from litestar import Request, delete, get, patch, post
 from litestar.types import ASGIApp
 
 from store.context import AppContext
@@ -24,7 +24,12 @@ async def me(request: Request[Any, Any, Any]) -> ASGIApp:
     c = ctx(request)
     p = await c.authenticate(request.scope)
     user = {"id": p.user_id, "email": p.email or "", "name": p.name, "kind": p.kind}
-    return json_response(200, {"user": user, "storage_used": await c.run(c.service.usage, p.user_id)})
+    body: dict[str, Any] = {"user": user, "storage_used": await c.run(c.service.usage, p.user_id)}
+    if p.key is not None:
+        # What an agent key may do, so a client (the connector's /mcp) grants exactly that.
+        body["key"] = {"prefix": p.key.prefix, "scope": p.key.scope, "brains": list(p.key.brains),
+                       "label": p.key.label, "expires_at": p.key.expires_at or None}
+    return json_response(200, body)
 
 
 async def serve_list(c: AppContext, scope: Any) -> ASGIApp:
@@ -103,4 +108,34 @@ async def delete_brain(request: Request[Any, Any, Any]) -> ASGIApp:
     return RawResponse(204)
 
 
-BRAIN_ROUTES = [me, list_brains, create_brain, get_brain, delete_brain]
+@patch("/api/brains/{brain_id:str}")
+async def rename_brain(request: Request[Any, Any, Any]) -> ASGIApp:
+    """[extension] Rename a brain (owners): body {"name": ...}; 200 with the record."""
+    brain_id = request.path_params["brain_id"]
+    c = ctx(request)
+    p = await c.authenticate(request.scope)
+    bid = parse_brain_id(brain_id)
+    owner = c.sharing.authorize(p, bid, "rename")
+    body = await json_body(request)
+    if not isinstance(body, dict) or "name" not in body:
+        raise ServiceError(400, 'request body must be a JSON object with a "name"')
+    meta = await anyio.to_thread.run_sync(c.service.rename, owner, bid, body["name"])
+    await anyio.to_thread.run_sync(lambda: c.sharing.record(bid, p, "rename", name=meta.name))
+    return json_response(200, c.sharing.record_of(p, meta))
+
+
+@post("/api/brains/{brain_id:str}/trash", status_code=200)
+async def trash_brain(request: Request[Any, Any, Any]) -> ASGIApp:
+    """[extension] Delete a brain for every client, keeping its archive and snapshots in the
+    store until the operator brings it back or purges it (owners; 204)."""
+    brain_id = request.path_params["brain_id"]
+    c = ctx(request)
+    p = await c.authenticate(request.scope)
+    bid = parse_brain_id(brain_id)
+    owner = c.sharing.authorize(p, bid, "delete")
+    await anyio.to_thread.run_sync(c.service.trash, owner, bid)
+    await anyio.to_thread.run_sync(lambda: c.sharing.record(bid, p, "delete_kept"))
+    return RawResponse(204)
+
+
+BRAIN_ROUTES = [me, list_brains, create_brain, get_brain, delete_brain, rename_brain, trash_brain]

@@ -115,7 +115,7 @@ class Sharing:
         if self.registry is not None:
             for share in self.registry.shared_with(principal.user_id):
                 meta = self.backend.read_meta(share.owner_id, share.brain_id)
-                if meta is not None and meta.user_id == share.owner_id:
+                if meta is not None and meta.user_id == share.owner_id and not meta.deleted_at:
                     entries.append((meta, share.members[principal.user_id]))
         key = principal.key
         return [

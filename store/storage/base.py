@@ -94,6 +94,10 @@ class BrainMeta(msgspec.Struct, frozen=True):
     generation: int = 0
     current: ArchiveRef | None = None
     snapshots: tuple[Snapshot, ...] = ()
+    # [extension] When the owner deleted the brain keeping its data (``BrainService.trash``): it
+    # is gone for every client (404, never listed) while its archive and snapshots stay until
+    # the operator brings it back or purges it (`brain-store brain undelete|purge`). "" : live.
+    deleted_at: str = ""
 
     def blobs(self) -> set[str]:
         """Checksums of every blob this metadata references."""

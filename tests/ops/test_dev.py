@@ -203,3 +203,83 @@ async def test_dev_seeds_example_memories_once_and_a_second_run_on_the_same_data
     with brain_store_dev(tmp_path / "bare", free_port(), free_port(), "--no-examples") as bare:
         assert "example memories" not in "\n".join(bare.lines)
         assert brains_of(bare.store_url, bare.token)[0]["checksum"] is None
+
+
+def _time_wait_on(port: int) -> None:
+    """Leave a connection of a server on ``port`` in TIME_WAIT, as a Ctrl-C'd server leaves
+    its closed keep-alive connections: the server side closes first."""
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", port))
+        listener.listen()
+        client = socket.create_connection(("127.0.0.1", port))
+        accepted, _ = listener.accept()
+        accepted.close()  # the server's active close: its end goes to TIME_WAIT
+        client.recv(1)
+        client.close()
+
+
+def _in_time_wait(port: int) -> bool:
+    """Whether /proc/net/tcp lists a TIME_WAIT (state 06) connection whose local port is ``port``."""
+    rows = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    return any(int(row.split()[1].split(":")[1], 16) == port and row.split()[3] == "06" for row in rows)
+
+
+def test_a_restart_comes_back_on_the_same_ports_while_the_old_ones_are_in_time_wait(tmp_path: Path) -> None:
+    store_port, connector_port = free_port(), free_port()
+    for port in (store_port, connector_port):
+        _time_wait_on(port)
+        assert _in_time_wait(port)
+    with brain_store_dev(tmp_path / "d", store_port, connector_port) as run:
+        assert run.store_url == f"http://127.0.0.1:{store_port}"
+        assert run.mcp_url == f"http://127.0.0.1:{connector_port}/mcp"
+        assert httpx2.get(run.mcp_url.removesuffix("/mcp") + "/health").status_code == 200
+
+
+def test_the_default_port_in_use_stops_dev_naming_it_and_the_way_out(tmp_path: Path) -> None:
+    from cli.store.dev import pick_port
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(Exception) as refused:
+            pick_port(None, port, "--port")
+    message = str(refused.value)
+    assert f"port {port} is in use" in message and 'make dev ARGS="--port N"' in message
+    _time_wait_on(port)  # only TIME_WAIT left: the same port is taken again, not another one
+    assert _in_time_wait(port) and pick_port(None, port, "--port") == port
+
+
+def test_user_add_says_which_store_and_the_banner_command_reaches_the_dev_store(tmp_path: Path) -> None:
+    from tests.connector.webapp.conftest import csrf_of
+
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {key: value for key, value in os.environ.items() if not key.startswith("STORE_")}
+    env["HOME"] = str(home)
+
+    def web_sign_in(base: str, token: str) -> httpx2.Response:
+        with httpx2.Client(base_url=base, timeout=30) as http:
+            page = http.get("/app/signin")
+            return http.post("/app/signin", data={"csrf": csrf_of(page.text), "token": token, "access": "write"})
+
+    with brain_store_dev(tmp_path / ".dev-data", free_port(), free_port()) as run:
+        base = run.mcp_url.removesuffix("/mcp")
+        # As the README's table shows it, from the directory `make dev` runs in: another store,
+        # and the command says so, naming the dev store's --data.
+        elsewhere = subprocess.run([console_script("brain-store"), "user", "add", "carol"], cwd=tmp_path, env=env,
+                                   capture_output=True, text=True, timeout=60)
+        assert elsewhere.returncode == 0, elsewhere.stderr
+        assert f"in {home / '.brain-store'}" in elsewhere.stdout
+        assert "note: `make dev` is running here" in elsewhere.stderr
+        assert "add --data .dev-data/store" in elsewhere.stderr
+        refused = web_sign_in(base, elsewhere.stdout.strip().splitlines()[-1])
+        assert refused.status_code == 401 and "A token works only with the store that made it" in refused.text
+
+        # The banner's command, as printed: the running store knows the new user at once.
+        line = next(line.strip() for line in run.lines if line.strip().startswith("brain-store user add NAME"))
+        argv = [console_script("brain-store"), *line.replace("NAME", "dave").split()[1:]]
+        added = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+        assert added.returncode == 0 and "note:" not in added.stderr, added.stderr
+        assert web_sign_in(base, added.stdout.strip().splitlines()[-1]).status_code == 303

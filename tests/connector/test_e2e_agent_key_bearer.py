@@ -1,0 +1,120 @@
+"""Agent keys as Bearer tokens at the connector's MCP URLs (issue #36, item 3): real store and
+connector processes, keys made and revoked with `brain-store key`, the official MCP client SDK.
+
+A write key writes to its brain (and only there), a read key reads and every write is refused
+with nothing changed, another brain's URL is a 404, a revoked key is out on its very next call,
+and the script and curl call of docs/connecting.md work as printed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.connector.conftest import RunningStore, auth, brains_of, direct_memorize, download_brain, memory_ids
+from tests.connector.test_e2e_sharing import store_cli, text
+from tests.connector.test_e2e_tools import connector, mcp_session, structured
+from tests.support.processes import REPO_ROOT, console_script
+
+pytestmark = pytest.mark.timeout(300)
+
+DOC = REPO_ROOT / "docs" / "connecting.md"
+
+
+def _doc_block(language: str) -> str:
+    """The code block of ``language`` in the "Scripts: agent keys" section of docs/connecting.md."""
+    section = DOC.read_text().split("## Scripts: agent keys", 1)[1].split("\n## ", 1)[0]
+    match = re.search(rf"```{language}\n(.*?)```", section, re.S)
+    assert match, f"no {language} block in the section"
+    return match.group(1)
+
+
+def test_keys_reach_exactly_their_brains_with_exactly_their_scope_and_revocation_is_at_once(
+        store: RunningStore, tmp_path: Path) -> None:
+    alice = store.add_user("alice")
+    default_id = brains_of(store.url, alice.token)[0]["id"]
+    private = httpx.post(f"{store.url}/api/brains", headers=auth(alice.token), json={"name": "private"}, timeout=30).json()
+    direct_memorize(store.url, alice.token, default_id, "The staging database is refreshed every night")
+    write_key = store_cli(store, "key", "create", "--user", "alice", "--brain", default_id, "--scope", "write",
+                          "--label", "nightly")
+    read_key = store_cli(store, "key", "create", "--user", "alice", "--brain", default_id, "--scope", "read")
+
+    async def with_write_key(base: str) -> None:
+        async with mcp_session(base + "/mcp", write_key) as client:
+            status = structured(await client.call_tool("brain_status", {}))
+            assert [brain["id"] for brain in status["brains"]] == [default_id]  # not the private brain
+            saved = structured(await client.call_tool("brain_memorize", {"content": "Nightly build 411 passed"}))
+            memory_id = saved["stored"]["id"]
+        stored, _ = download_brain(store.url, alice.token, default_id)
+        assert memory_id in memory_ids(stored)
+        path = (stored.read_json("index.json") or {})["memories"][memory_id]["path"]
+        assert f"agent key {write_key[:12]} (nightly)" in stored.read(path).decode()
+        # The brain's URL by name works; another brain of the same user is not there for the key.
+        async with mcp_session(base + "/mcp/brains/default", write_key) as client:
+            hits = structured(await client.call_tool("brain_recall", {"query": "nightly build"}))
+            assert memory_id in [hit["id"] for hit in hits["results"]]
+        for name in ("private", private["id"]):
+            refused = httpx.post(f"{base}/mcp/brains/{name}", headers={"Authorization": f"Bearer {write_key}"},
+                                 json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, timeout=30)
+            assert refused.status_code == 404, refused.text
+
+    async def with_read_key(base: str) -> None:
+        _, before = download_brain(store.url, alice.token, default_id)
+        async with mcp_session(base + "/mcp", read_key) as client:
+            hits = structured(await client.call_tool("brain_recall", {"query": "staging database"}))
+            assert hits["count"] >= 1
+            refused = await client.call_tool("brain_memorize", {"content": "A read key tries to write"})
+            assert refused.is_error and "brain.write" in text(refused)
+            pinned = await client.call_tool("brain_pin", {"id": hits["results"][0]["id"]})
+            assert pinned.is_error
+        _, after = download_brain(store.url, alice.token, default_id)
+        assert after == before
+
+    async def revoked_at_once(base: str) -> None:
+        async with mcp_session(base + "/mcp", write_key) as client:
+            structured(await client.call_tool("brain_status", {}))
+            store_cli(store, "key", "revoke", write_key[:12])
+            with pytest.raises(Exception):
+                await client.call_tool("brain_memorize", {"content": "Written after the revocation"})
+        answer = httpx.post(f"{base}/mcp", headers={"Authorization": f"Bearer {write_key}"},
+                            json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, timeout=30)
+        assert answer.status_code == 401 and 'error="invalid_token"' in answer.headers["www-authenticate"]
+        stored, _ = download_brain(store.url, alice.token, default_id)
+        assert not any("after the revocation" in (stored.read(entry["path"]) or b"").decode()
+                       for entry in (stored.read_json("index.json") or {})["memories"].values())
+
+    with connector(tmp_path / "c", store) as server:
+        asyncio.run(with_write_key(server.base_url))
+        asyncio.run(with_read_key(server.base_url))
+        asyncio.run(revoked_at_once(server.base_url))
+    # The key's upload is in the brain's audit log, by its prefix.
+    audit = subprocess.run([console_script("brain-store"), "audit", default_id, "--data", str(store.data)],
+                           capture_output=True, text=True, timeout=60, check=True)
+    assert write_key[:12] in audit.stdout
+
+def test_the_script_and_curl_call_of_the_docs_work_with_a_key(store: RunningStore, tmp_path: Path) -> None:
+    alice = store.add_user("alice")
+    default_id = brains_of(store.url, alice.token)[0]["id"]
+    key = store_cli(store, "key", "create", "--user", "alice", "--brain", default_id, "--scope", "write")
+    script = tmp_path / "nightly.py"
+    script.write_text(_doc_block("python"))
+    with connector(tmp_path / "c", store) as server:
+        env = {**os.environ, "BRAIN_KEY": key, "BRAIN_MCP_URL": server.base_url + "/mcp"}
+        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert "Saved" in done.stdout or "saved" in done.stdout, done.stdout
+        curl = _doc_block("sh").replace("\\\n", " ")
+        called = subprocess.run(["bash", "-c", curl], capture_output=True, text=True, env=env, timeout=120)
+        assert called.returncode == 0, called.stderr
+        body = called.stdout
+        if body.lstrip().startswith("event:") or "data:" in body:
+            body = next(line[5:] for line in body.splitlines() if line.startswith("data:"))
+        answer = json.loads(body)
+        assert "Nightly build 412 passed" in json.dumps(answer["result"])
