@@ -253,15 +253,15 @@ class HybridIndex:
             return cls(ids, hashes, previous.text, previous.vectors, newer, previous.hubness_known)
         return cls(ids, hashes, TextIndex.build(texts), source.vectors(hashes, texts), newer)
 
-    def changed(self, brain: Brain, index: BrainIndex, source: VectorSource, change: BrainChange) -> HybridIndex:
+    def changed(self, brain: Brain, index: BrainIndex, source: VectorSource, change: BrainChange) -> HybridIndex | None:
         """The index of ``brain`` (exact index ``index``): this one's brain changed by ``change``.
 
         Only what the change touched is read, embedded and indexed: the memories it added,
         changed or removed (when ``change`` does not name them, every memory's text is read
         and compared by hash). The answer is the index `build` makes from scratch, up to how
         terms and words are numbered: every recall answers the same
-        (tests/engine/test_hybrid_follow.py). Falls back to `build` when the memories changed
-        order or this index cannot follow (read from an older cache file).
+        (tests/engine/test_hybrid_follow.py). None when the memories changed order or this
+        index cannot follow (read from an older cache file): `build` the new one then.
         """
         records = index.memories
         ids = [record.id for record in records]
@@ -272,13 +272,14 @@ class HybridIndex:
         added_at: list[int] = []
         texts: list[str] = []
         keep = np.full(len(self.ids), -1, dtype=np.int64)
+        looked: list[int] = []  # positions of the memories whose entry was read
         for position, record in enumerate(records):
             old = old_positions.get(record.id)
-            path = record.entry.get("path")
-            if old is not None and named is not None and record.id not in named and not (isinstance(path, str) and path in paths):
+            if old is not None and named is not None and record.id not in named and record.path not in paths:
                 hashes.append(self.hashes[old])  # neither its entry nor its file changed: same text
                 keep[old] = position
                 continue
+            looked.append(position)
             text = memory_text(brain, record.entry)
             digest = content_hash(source.model_id, text)
             hashes.append(digest)
@@ -287,16 +288,19 @@ class HybridIndex:
             else:
                 added_at.append(position)
                 texts.append(text)
-        newer = [position for position, record in enumerate(records) if record.has_newer_fields]
+        # The memories with newer fields: as before for those whose entry is unchanged.
+        checked = set(looked)
+        newer = sorted([int(keep[old]) for old in self.newer if keep[old] >= 0 and int(keep[old]) not in checked]
+                       + [position for position in looked if records[position].has_newer_fields])
         kept = keep[keep >= 0]
         if not added_at and len(kept) == len(self.ids) and np.all(kept == np.arange(len(kept))):
             return HybridIndex(ids, hashes, self.text, self.vectors, newer, self.hubness_known)  # no text changed
         if np.any(np.diff(kept) <= 0):
-            return HybridIndex.build(brain, index, source)
+            return None
         positions = np.asarray(added_at, dtype=np.int64)
         text = self.text.changed(keep, texts, positions, lambda at: memory_text(brain, records[at].entry))
         if text is None:
-            return HybridIndex.build(brain, index, source)
+            return None
         fresh = source.vectors([hashes[at] for at in added_at], texts)
         codes = np.empty((len(ids), self.vectors.codes.shape[1]), dtype=self.vectors.codes.dtype)
         scales = np.empty(len(ids), dtype=self.vectors.scales.dtype)

@@ -240,6 +240,10 @@ class Postings:
         them. Costs a few passes over the arrays, no sort of the whole.
         """
         count = len(keep) - int(np.count_nonzero(keep < 0)) + len(added_at)
+        if len(keep) == 0 or (keep[-1] == len(keep) - 1 and keep[0] == 0 and (not len(added_at) or added_at[0] >= len(keep))):
+            # Every document kept where it was (keep is increasing, first and last in place),
+            # the new ones after them (a memorize): their entries go at the end of each term's.
+            return self._appended(added, np.asarray(added_at, dtype=np.int64), count)
         terms = np.repeat(np.arange(len(self.vocabulary), dtype=np.int64), np.diff(self.offsets))
         moved = keep[self.docs] if len(self.docs) else np.zeros(0, dtype=np.int64)
         kept = moved >= 0
@@ -271,6 +275,31 @@ class Postings:
         lengths = np.zeros(count, dtype=np.float64)
         lengths[keep[keep >= 0]] = self.lengths[keep >= 0]
         lengths[np.asarray(added_at, dtype=np.int64)] = added.lengths
+        return Postings(vocabulary, offsets, docs, counts, lengths, count)
+
+    def _appended(self, added: Postings, added_at: np.ndarray, count: int) -> Postings:
+        """`merged` when the documents here all stay in place and ``added``'s come after them."""
+        vocabulary = dict(self.vocabulary)
+        added_terms = list(added.vocabulary)
+        renumber = np.fromiter((vocabulary.setdefault(term, len(vocabulary)) for term in added_terms),
+                               dtype=np.int64, count=len(added_terms))
+        new_terms = renumber[np.repeat(np.arange(len(added_terms), dtype=np.int64), np.diff(added.offsets))]
+        new_docs = added_at[added.docs] if len(added.docs) else np.zeros(0, dtype=np.int64)
+        order = np.lexsort((new_docs, new_terms))
+        new_terms, new_docs, new_counts = new_terms[order], new_docs[order], added.counts[order]
+        # After the last entry of its term: the added documents are numbered after every kept one.
+        ends = np.concatenate([self.offsets[1:], np.full(len(vocabulary) - len(self.vocabulary), self.offsets[-1])])
+        at = ends[new_terms]
+        docs = np.insert(self.docs, at, new_docs.astype(np.int32))
+        counts = np.insert(self.counts, at, new_counts)
+        per_term = np.zeros(len(vocabulary), dtype=np.int64)
+        per_term[: len(self.vocabulary)] = np.diff(self.offsets)
+        per_term += np.bincount(new_terms, minlength=len(vocabulary))
+        offsets = np.zeros(len(vocabulary) + 1, dtype=np.int64)
+        np.cumsum(per_term, out=offsets[1:])
+        lengths = np.zeros(count, dtype=np.float64)
+        lengths[: len(self.lengths)] = self.lengths
+        lengths[added_at] = added.lengths
         return Postings(vocabulary, offsets, docs, counts, lengths, count)
 
 
@@ -491,7 +520,9 @@ class TextIndex:
         documents = [words_of(text) for text in texts]
         added, added_holders = Postings.of_words_and_words(documents, _word_terms_memo)
         holders = self.holders.merged(keep, added_holders, added_at)
-        gone = {word for word in self.holders.vocabulary if word not in holders.vocabulary}
+        gone: set[str] = set()
+        if np.any(keep < 0):  # memories gone or changed: some of their words may be held no more
+            gone = {word for word in self.holders.vocabulary if word not in holders.vocabulary}
         new_words = [word for word in added_holders.vocabulary if word not in self.holders.vocabulary]
         fuzzy = self.fuzzy.changed(gone, new_words) if gone or new_words else self.fuzzy
         written = [initials(unicodedata.normalize("NFKC", text)) for text in texts]

@@ -79,7 +79,8 @@ class HybridFollower:
         if old is None:
             return None
         followed = old.changed(brain, index, self.vectors().for_brain(brain_id), change)
-        self.cache.put(prefix + new_key, followed)
+        if followed is not None:  # else the next recall (or the build after the write) makes it
+            self.cache.put(prefix + new_key, followed)
         return followed
 
     def rename(self, old_key: str, new_key: str) -> None:

@@ -24,6 +24,7 @@ from connector.engine.brain import Brain
 from connector.engine.change import BrainChange
 from connector.engine.errors import BrainError
 from connector.engine.hybrid import HybridIndex, hybrid_recall
+from connector.engine.hybridpack import pack, unpack
 from connector.engine.index import BrainIndex
 from connector.engine.ops import Forget, Memorize, MemoryInput, Operation, Pin, Unpin
 from connector.engine.textmatch import Postings, TextIndex
@@ -169,6 +170,7 @@ def test_followed_hybrid_index_is_the_fresh_build(plan: list[Any], seed: int) ->
             change = BrainChange.of_journal(journal)
         index = BrainIndex.build(working)
         followed = hybrid.changed(working, index, store, change)
+        assert followed is not None  # writes and pulls keep the memories' order
         built = HybridIndex.build(working, index, store)
         _same_index(followed, built)
         assert _answers(working, index, followed, store) == _answers(working, index, built, store)
@@ -199,7 +201,7 @@ def test_a_memorize_reads_and_embeds_only_the_new_memory() -> None:
         followed = hybrid.changed(working, index, store, change)
     finally:
         Brain.read_text = original  # type: ignore[method-assign]
-    assert embedder.embedded == embedded + 1
+    assert followed is not None and embedder.embedded == embedded + 1
     # The new memory's file, and the superseded one's (its entry changed: its text is compared).
     assert len(read) == 2
     assert followed.text.words.postings.count == len(hybrid.ids) + 1
@@ -215,5 +217,24 @@ def test_a_pin_keeps_the_text_index_and_vectors() -> None:
     working.journal = []
     Pin(hybrid.ids[3]).apply(working, NOW)
     followed = hybrid.changed(working, BrainIndex.build(working), store, BrainChange.of_journal(working.journal))
-    assert followed.text is hybrid.text and followed.vectors is hybrid.vectors
+    assert followed is not None and followed.text is hybrid.text and followed.vectors is hybrid.vectors
     assert followed.hubness_known == hybrid.hubness_known
+
+
+def test_an_index_read_back_from_the_disk_cache_follows_writes_too() -> None:
+    brain, _ = make_brain()
+    store = VectorStore(CountingEmbedder()).for_brain("b")
+    index = BrainIndex.build(brain)
+    kept = unpack(pack(HybridIndex.build(brain, index, store), store.model_id), index, store.model_id)
+    assert kept is not None
+    working = brain.copy()
+    working.journal = []
+    Forget(kept.ids[2], force=True).apply(working, NOW)
+    Memorize([MemoryInput(title="Designing Data-Intensive Applications", type="learning", content="Rereading DDIA.",
+                          path="notes/")]).apply(working, NOW)
+    index = BrainIndex.build(working)
+    followed = kept.changed(working, index, store, BrainChange.of_journal(working.journal))
+    assert followed is not None
+    built = HybridIndex.build(working, index, store)
+    _same_index(followed, built)
+    assert _answers(working, index, followed, store) == _answers(working, index, built, store)
