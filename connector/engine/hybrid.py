@@ -243,7 +243,9 @@ class HybridIndex:
 
         ``previous``: the index of an earlier version of the same brain. When the texts are
         unchanged (a pull that changed no memory's text: same content hashes, same order),
-        its text index and vectors are reused: the text index is most of a build.
+        its text index and vectors are reused: the text index is most of a build. When some
+        changed, only those are indexed and merged in (`changed`), if the memories kept
+        their order.
         """
         texts = memory_texts(brain, index)
         hashes = [content_hash(source.model_id, text) for text in texts]
@@ -251,6 +253,21 @@ class HybridIndex:
         ids = [record.id for record in index.memories]
         if previous is not None and previous.hashes == hashes:
             return cls(ids, hashes, previous.text, previous.vectors, newer, previous.hubness_known)
+        if previous is not None:
+            # Another version of the brain (a pull, a write made elsewhere): index what differs.
+            old_positions = {memory_id: position for position, memory_id in enumerate(previous.ids)}
+            keep = np.full(len(previous.ids), -1, dtype=np.int64)
+            added_at = []
+            for position, (memory_id, digest) in enumerate(zip(ids, hashes, strict=True)):
+                old = old_positions.get(memory_id)
+                if old is not None and previous.hashes[old] == digest:
+                    keep[old] = position
+                else:
+                    added_at.append(position)
+            merged = previous._merged(ids, hashes, keep, added_at, [texts[at] for at in added_at], newer,
+                                      texts.__getitem__, source)
+            if merged is not None:
+                return merged
         return cls(ids, hashes, TextIndex.build(texts), source.vectors(hashes, texts), newer)
 
     def changed(self, brain: Brain, index: BrainIndex, source: VectorSource, change: BrainChange) -> HybridIndex | None:
@@ -292,13 +309,22 @@ class HybridIndex:
         checked = set(looked)
         newer = sorted([int(keep[old]) for old in self.newer if keep[old] >= 0 and int(keep[old]) not in checked]
                        + [position for position in looked if records[position].has_newer_fields])
+        return self._merged(ids, hashes, keep, added_at, texts, newer,
+                            lambda at: memory_text(brain, records[at].entry), source)
+
+    def _merged(
+        self, ids: list[str], hashes: list[bytes], keep: np.ndarray, added_at: list[int], texts: list[str],
+        newer: list[int], text_at: Callable[[int], str], source: VectorSource,
+    ) -> HybridIndex | None:
+        """The index of a newer version: ``keep`` maps each memory here to its new position
+        (-1: gone or its text changed), ``texts`` are the other memories' (at ``added_at``)."""
         kept = keep[keep >= 0]
         if not added_at and len(kept) == len(self.ids) and np.all(kept == np.arange(len(kept))):
             return HybridIndex(ids, hashes, self.text, self.vectors, newer, self.hubness_known)  # no text changed
         if np.any(np.diff(kept) <= 0):
             return None
         positions = np.asarray(added_at, dtype=np.int64)
-        text = self.text.changed(keep, texts, positions, lambda at: memory_text(brain, records[at].entry))
+        text = self.text.changed(keep, texts, positions, text_at)
         if text is None:
             return None
         fresh = source.vectors([hashes[at] for at in added_at], texts)

@@ -1,4 +1,5 @@
-"""The hybrid index follows writes (`HybridIndex.changed`) and answers exactly as a fresh build.
+"""The hybrid index follows writes (`HybridIndex.changed`, and `HybridIndex.build` given the
+previous version's index) and answers exactly as a fresh build.
 
 Random sequences of writes (memorize, some superseding or relating an older memory, pin,
 unpin, forget, a memory's file or title edited elsewhere and pulled) run on a brain of
@@ -174,6 +175,8 @@ def test_followed_hybrid_index_is_the_fresh_build(plan: list[Any], seed: int) ->
         built = HybridIndex.build(working, index, store)
         _same_index(followed, built)
         assert _answers(working, index, followed, store) == _answers(working, index, built, store)
+        # A build given the previous version's index (a pull: `changed` over every text) too.
+        _same_index(HybridIndex.build(working, index, store, hybrid), built)
         brain, hybrid = working, followed
 
 
