@@ -11,16 +11,18 @@ from typing import Any
 
 import mcp_types as types
 
+from connector.engine.format.tokens import CHARS_PER_TOKEN
+
 READ_SCOPE = "brain.read"
 WRITE_SCOPE = "brain.write"
 
 MEMORY_TYPES = ["decision", "insight", "goal", "experience", "learning", "relationship", "preference", "observation"]
 ORIGINS = ["user", "agent-inferred", "tool-output", "external"]
 MAX_RECALL_LIMIT = 25
-# Recall's content budget, in characters (a token is counted as 4 characters).
+# Recall's content budget, in characters, or in tokens as connector/engine/format/tokens.py counts
+# them (a Chinese or Japanese character about one token, other text about CHARS_PER_TOKEN).
 DEFAULT_RECALL_CHARS = 4000
 MAX_RECALL_CHARS = 40_000
-CHARS_PER_TOKEN = 4
 # brain_read shows at most this much of one memory's content.
 MAX_READ_CHARS = 100_000
 # brain_reflect's evidence budget, in tokens (x4 characters): what a model is sent at most.
@@ -207,7 +209,10 @@ TOOLS: tuple[ToolSpec, ...] = (
                     "type": "integer",
                     "minimum": 0,
                     "maximum": MAX_RECALL_CHARS // CHARS_PER_TOKEN,
-                    "description": "The same budget in tokens (about 4 characters each); the smaller of the two wins.",
+                    "description": (
+                        "The same budget in tokens: a Chinese or Japanese character counts as about one token, "
+                        "other text as about 4 characters a token. With max_chars too, both bound it."
+                    ),
                 },
                 "mode": {
                     "type": "string",
@@ -613,6 +618,8 @@ REFLECT_TOOL = ToolSpec(
             "count": {"type": "integer"},
             "evidence_chars": {"type": "integer"},
             "budget_chars": {"type": "integer"},
+            "evidence_tokens": {"type": "integer"},
+            "budget_tokens": {"type": "integer"},
             "left_out": {"type": "integer"},
             "note": _NOTE,
         },

@@ -23,8 +23,8 @@ from connector.engine.writes.credentials import find_credentials
 from connector.engine.writes.errors import BrainError
 from connector.mcp import render
 from connector.mcp.arguments import ArgumentError, Args
+from connector.engine.format.tokens import CHARS_PER_TOKEN
 from connector.mcp.definitions import (
-    CHARS_PER_TOKEN,
     DEFAULT_REFLECT_TOKENS,
     MAX_EXTRACT_CHARS,
     MAX_EXTRACT_ITEMS,
@@ -109,14 +109,13 @@ class ThinkingTools:
         tokens, clamped = args.clamped_integer(
             "budget", default=DEFAULT_REFLECT_TOKENS, minimum=MIN_REFLECT_TOKENS, maximum=MAX_REFLECT_TOKENS
         )
-        budget_chars = tokens * CHARS_PER_TOKEN
         tags = {tag.lower() for tag in args.string_list("tags", max_items=20)}
         project = args.string("project", max_length=300)
         found = await self.tools.recall_structured(
             caller,
             {"query": query, "limit": MAX_RECALL_LIMIT, "project": project,
              # With a tag filter some hits are dropped: fetch text for more so the budget still fills.
-             "max_chars": min(MAX_RECALL_CHARS, budget_chars * (3 if tags else 1))},
+             "max_tokens": min(MAX_RECALL_CHARS // CHARS_PER_TOKEN, tokens * (3 if tags else 1))},
         )
         hits = [hit for hit in found.get("results", []) if not tags or tags & {str(t).lower() for t in hit.get("tags") or []}]
         snapshot = await self.tools.manager.snapshot(caller.account)
@@ -125,7 +124,7 @@ class ThinkingTools:
             index = await asyncio.to_thread(snapshot.brain.read_json, "index.json")
             memories = index.get("memories") if isinstance(index, dict) else None
             entries = memories if isinstance(memories, dict) else {}
-        pack = build_pack(hits, entries, budget_chars)
+        pack = build_pack(hits, entries, tokens * CHARS_PER_TOKEN, budget_tokens=tokens)
         notes = [note for note in (clamped, found.get("note")) if note]
         if pack.left_out:
             notes.append(f"{render.plural(pack.left_out, 'more memory', 'more memories')} matched but did not fit "
@@ -155,6 +154,7 @@ class ThinkingTools:
                 "cited": checked.cited,
                 "memories": [{"id": item.id, "title": item.title} for _, items in pack.groups for item in items],
                 "budget_chars": pack.budget_chars,
+                "budget_tokens": pack.budget_tokens,
             }
             if notes:
                 structured["note"] = " ".join(notes)

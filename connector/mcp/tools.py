@@ -24,6 +24,7 @@ import numpy as np
 from common.textsafety import has_unsafe_chars
 from connector.engine.format.brain import Brain
 from connector.engine.format.jsvalues import datetime_ms
+from connector.engine.format.tokens import Budget
 from connector.engine.format.views import attach_content, read_memory
 from connector.engine.recall.embedding import content_hash
 from connector.engine.recall.exact import recall
@@ -60,6 +61,8 @@ from connector.workcopy.indexdisk import IndexDisk
 from connector.workcopy.manager import WorkingCopyManager
 from connector.workcopy.model import STATUS_NO_BRAIN, Account, Snapshot, WriteOutcome
 from connector.workcopy.store_client import BrainRecord, StoreError
+from connector.workcopy.hybridfollow import HybridFollower
+from connector.workcopy.indexdisk import IndexDisk
 from connector.workcopy.vectors import HybridCache, VectorStore
 
 log = logging.getLogger("connector.tools")
@@ -216,6 +219,13 @@ class BrainTools:
         if index_cache is None:
             index_cache = getattr(manager, "index_cache", None)
         self.index_cache = IndexCache(capacity=64) if index_cache is None else index_cache
+        # Writes carry the hybrid indexes along (only what each changed), as they do the exact ones.
+        followers = getattr(manager, "followers", None)
+        if isinstance(followers, list):
+            followers.append(HybridFollower(
+                self.hybrid_cache, self.index_cache, lambda: self.vectors, _hybrid_prefix, index_disk,
+                lambda key: _CHECKSUM.fullmatch(key) is not None,
+            ))
         self._tool_list: list[types.Tool] | None = None
         self._background: set[asyncio.Task[None]] = set()
         # Index builds after writes: the brain being built, and the newest one waiting, per brain.
@@ -501,6 +511,7 @@ class BrainTools:
         query = args.string("query", required=True, max_length=10_000)
         limit, clamped = args.clamped_integer("limit", default=10, minimum=1, maximum=MAX_RECALL_LIMIT)
         budget, budget_notes = _content_budget(args)
+        titles_only = budget.empty
         project = args.string("project")
         as_of = args.string("as_of")
         as_known_of = args.string("as_known_of")
@@ -555,7 +566,7 @@ class BrainTools:
             structured["nothing_matches_well"] = True
         if notes:
             structured["note"] = " ".join(notes)
-        return ok_result(structured, render.recall_text(structured, titles_only=budget == 0))
+        return ok_result(structured, render.recall_text(structured, titles_only=titles_only))
 
     def run_recall(
         self,
@@ -936,21 +947,21 @@ def sharing_fields(record: BrainRecord) -> dict[str, Any]:
     return fields
 
 
-def _content_budget(args: Args) -> tuple[int, list[str]]:
-    """Recall's content budget in characters (``max_chars``, or ``max_tokens`` x 4; the smaller
-    when both) and notes for any value that was clamped."""
+def _content_budget(args: Args) -> tuple[Budget, list[str]]:
+    """Recall's content budget: ``max_chars`` characters (default DEFAULT_RECALL_CHARS unless
+    ``max_tokens`` is given), ``max_tokens`` tokens as `connector.engine.format.tokens` counts them;
+    both bound it when both are given. Also notes for any value that was clamped."""
     chars, chars_note = args.clamped_integer(
         "max_chars", default=DEFAULT_RECALL_CHARS, minimum=0, maximum=MAX_RECALL_CHARS
     )
     notes = [chars_note] if chars_note else []
     if not args.given("max_tokens"):
-        return chars, notes
+        return Budget(chars=chars), notes
     tokens, tokens_note = args.clamped_integer(
         "max_tokens", default=0, minimum=0, maximum=MAX_RECALL_CHARS // CHARS_PER_TOKEN
     )
     notes += [tokens_note] if tokens_note else []
-    by_tokens = tokens * CHARS_PER_TOKEN
-    return (min(chars, by_tokens) if args.given("max_chars") else by_tokens), notes
+    return Budget(chars=chars if args.given("max_chars") else None, tokens=tokens), notes
 
 
 def _refuse_credentials(memories: list[Any]) -> None:

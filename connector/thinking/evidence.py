@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import re
 import secrets
+from copy import copy
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+from connector.engine.format.tokens import Budget, count_tokens
 
 _SAFE_ATTR = re.compile(r"[^A-Za-z0-9_.:-]")
 # A memory block's header and footer cost this much besides the attributes and content.
@@ -51,6 +54,7 @@ class EvidencePack:
 
     nonce: str
     budget_chars: int
+    budget_tokens: int | None = None
     groups: list[tuple[str, list[EvidenceItem]]] = field(default_factory=list)
     left_out: int = 0  # recalled memories the budget had no room for
 
@@ -76,6 +80,8 @@ class EvidencePack:
             "count": len(self.ids),
             "evidence_chars": len(self.render()),
             "budget_chars": self.budget_chars,
+            "evidence_tokens": count_tokens(self.render()),
+            **({"budget_tokens": self.budget_tokens} if self.budget_tokens is not None else {}),
             **({"left_out": self.left_out} if self.left_out else {}),
         }
 
@@ -101,17 +107,21 @@ def _one_line(text: str, limit: int) -> str:
 
 
 def build_pack(
-    hits: list[dict[str, Any]], entries: dict[str, Any], budget_chars: int, *, nonce: str | None = None
+    hits: list[dict[str, Any]], entries: dict[str, Any], budget_chars: int, *, budget_tokens: int | None = None,
+    nonce: str | None = None,
 ) -> EvidencePack:
-    """The evidence pack over recall ``hits`` (best first, with ``content``), within ``budget_chars``.
+    """The evidence pack over recall ``hits`` (best first, with ``content``), within ``budget_chars``
+    characters and ``budget_tokens`` tokens (counted by `connector.engine.format.tokens`: a Chinese or
+    Japanese character about one token).
 
     Memories are taken best first while they fit (the last one's text cut to the room left,
-    at least a few words); then grouped by type, groups in the order of their best memory,
-    oldest first inside a group so a changed decision reads in order.
+    at least a few words); the best one always, cut to the room left if it must be. Then
+    grouped by type, groups in the order of their best memory, oldest first inside a group
+    so a changed decision reads in order.
     """
-    pack = EvidencePack(nonce=nonce or secrets.token_hex(6), budget_chars=budget_chars)
+    pack = EvidencePack(nonce=nonce or secrets.token_hex(6), budget_chars=budget_chars, budget_tokens=budget_tokens)
+    budget = Budget(chars=budget_chars, tokens=budget_tokens)
     chosen: dict[str, list[EvidenceItem]] = {}
-    used = 0
     for hit in hits:
         memory_id = _attr(hit.get("id"), 200)
         if not memory_id:
@@ -132,14 +142,19 @@ def build_pack(
         )
         # The room is counted as if the text were cut (the header then says so): never over the budget.
         cut = replace(item, content="", truncated=True)
-        header = 0 if theme in chosen else len(_group_header(theme))
-        room = budget_chars - used - header - len(_block(cut, pack.marker))
-        if room < min(len(content), _MIN_CONTENT):
+        frame = ("" if theme in chosen else _group_header(theme)) + _block(cut, pack.marker)
+        best = not chosen
+        room = 0
+        if budget.fits(frame):
+            after = copy(budget)
+            after.spend(frame)
+            room = after.room(content)
+        if not best and (not budget.fits(frame) or room < min(len(content), _MIN_CONTENT)):
             pack.left_out += 1
             continue
         if len(content) > room:
             item = replace(item, content=content[:room], truncated=True)
         chosen.setdefault(theme, []).append(item)
-        used += header + len(_block(item, pack.marker))
+        budget.spend(("" if len(chosen[theme]) > 1 else _group_header(theme)) + _block(item, pack.marker))
     pack.groups = [(theme, sorted(items, key=lambda item: item.date)) for theme, items in chosen.items()]
     return pack

@@ -342,6 +342,36 @@ class HybridCache:
                 self._items.move_to_end(key)
             return found
 
+    def keys(self) -> list[str]:
+        """The keys cached now (a copy)."""
+        with self._lock:
+            return list(self._items)
+
+    def peek(self, key: str) -> HybridIndex | None:
+        """The index cached for ``key``, or None (never builds)."""
+        with self._lock:
+            return self._items.get(key)
+
+    def put(self, key: str, hybrid: HybridIndex) -> None:
+        """Cache an index made elsewhere (followed from an older version after a write)."""
+        with self._lock:
+            self._put(key, hybrid)
+
+    def rename(self, old_key: str, new_key: str) -> HybridIndex | None:
+        """The index of ``old_key`` is now the one of ``new_key`` (same content); it, or None."""
+        with self._lock:
+            found = self._items.pop(old_key, None)
+            if found is not None:
+                self._put(new_key, found)
+            return found
+
+    def _put(self, key: str, hybrid: HybridIndex) -> None:
+        """Add ``hybrid`` as the most recently used (lock held)."""
+        self._items[key] = hybrid
+        self._items.move_to_end(key)
+        while len(self._items) > self.capacity:
+            self._items.popitem(last=False)
+
     def newest(self, prefix: str) -> HybridIndex | None:
         """The most recently used index whose key starts with ``prefix`` (one brain's), or None."""
         with self._lock:
@@ -365,9 +395,6 @@ class HybridCache:
                 return found
             built = build()
             with self._lock:
-                self._items[key] = built
-                self._items.move_to_end(key)
-                while len(self._items) > self.capacity:
-                    self._items.popitem(last=False)
+                self._put(key, built)
                 self._building.pop(key, None)
             return built

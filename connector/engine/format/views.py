@@ -15,6 +15,7 @@ import yaml
 from connector.engine.format.brain import ARCHIVE_INDEX, Brain
 from connector.engine.format.frontmatter import body_text, frontmatter_text
 from connector.engine.format.jsvalues import parse_iso_ms
+from connector.engine.format.tokens import Budget
 
 # Front matter bigger than this is not parsed for display (the index has the fields).
 MAX_FRONTMATTER_CHARS = 64 * 1024
@@ -43,23 +44,23 @@ def cut_at_word(text: str, limit: int) -> str:
     return head.rstrip()
 
 
-def attach_content(hits: list[dict[str, Any]], brain: Brain, budget_chars: int) -> None:
-    """Give each hit its memory's content, best hits first, within ``budget_chars`` in total.
+def attach_content(hits: list[dict[str, Any]], brain: Brain, budget: Budget) -> None:
+    """Give each hit its memory's content, best hits first, within ``budget`` in total
+    (characters and tokens, a Chinese or Japanese character counting as about one token).
 
     A hit the budget cut gets ``content_truncated: true`` and ``content_length`` (the
     whole content's length); once the budget is spent, later hits get empty content,
     marked the same way. A hit whose file is missing gets empty content, not marked.
     Files are found by the hits' own ``path`` (no index parsing on the recall path).
     """
-    remaining = max(0, budget_chars)
     for hit in hits:
         content = memory_content(brain, hit) or ""
-        shown = cut_at_word(content, remaining)
+        shown = cut_at_word(content, budget.room(content))
         hit["content"] = shown
         if len(shown) < len(content):
             hit["content_truncated"] = True
             hit["content_length"] = len(content)
-        remaining -= len(shown)
+        budget.spend(shown)
 
 
 def _front_matter(text: str | None) -> dict[str, Any] | None:

@@ -41,6 +41,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from connector.engine.format.brain import Brain
+from connector.engine.format.change import BrainChange
 from connector.engine.format.jsvalues import datetime_ms, round3
 from connector.engine.format.text import memory_body
 from connector.engine.recall.embedding import Quantized, content_hash, cosines, embedded_text, products
@@ -200,21 +201,20 @@ class VectorSource(Protocol):
 
 def memory_texts(brain: Brain, index: BrainIndex) -> list[str]:
     """The text embedded and matched for each memory, in the index's order."""
-    texts = []
-    for record in index.memories:
-        entry = record.entry
-        path = entry.get("path")
-        file_text = brain.read_text(path) if isinstance(path, str) else None
-        title = entry.get("title")
-        tags = entry.get("tags")
-        texts.append(
-            embedded_text(
-                title if isinstance(title, str) else None,
-                tags if isinstance(tags, (list, str)) else None,
-                memory_body(file_text) if file_text is not None else "",
-            )
-        )
-    return texts
+    return [memory_text(brain, record.entry) for record in index.memories]
+
+
+def memory_text(brain: Brain, entry: dict[str, Any]) -> str:
+    """The text embedded and matched for one memory (its index entry): title, tags, body."""
+    path = entry.get("path")
+    file_text = brain.read_text(path) if isinstance(path, str) else None
+    title = entry.get("title")
+    tags = entry.get("tags")
+    return embedded_text(
+        title if isinstance(title, str) else None,
+        tags if isinstance(tags, (list, str)) else None,
+        memory_body(file_text) if file_text is not None else "",
+    )
 
 
 @dataclass
@@ -237,7 +237,9 @@ class HybridIndex:
 
         ``previous``: the index of an earlier version of the same brain. When the texts are
         unchanged (a pull that changed no memory's text: same content hashes, same order),
-        its text index and vectors are reused: the text index is most of a build.
+        its text index and vectors are reused: the text index is most of a build. When some
+        changed, only those are indexed and merged in (`changed`), if the memories kept
+        their order.
         """
         texts = memory_texts(brain, index)
         hashes = [content_hash(source.model_id, text) for text in texts]
@@ -245,7 +247,87 @@ class HybridIndex:
         ids = [record.id for record in index.memories]
         if previous is not None and previous.hashes == hashes:
             return cls(ids, hashes, previous.text, previous.vectors, newer, previous.hubness_known)
+        if previous is not None:
+            # Another version of the brain (a pull, a write made elsewhere): index what differs.
+            old_positions = {memory_id: position for position, memory_id in enumerate(previous.ids)}
+            keep = np.full(len(previous.ids), -1, dtype=np.int64)
+            added_at = []
+            for position, (memory_id, digest) in enumerate(zip(ids, hashes, strict=True)):
+                old = old_positions.get(memory_id)
+                if old is not None and previous.hashes[old] == digest:
+                    keep[old] = position
+                else:
+                    added_at.append(position)
+            merged = previous._merged(ids, hashes, keep, added_at, [texts[at] for at in added_at], newer,
+                                      texts.__getitem__, source)
+            if merged is not None:
+                return merged
         return cls(ids, hashes, TextIndex.build(texts), source.vectors(hashes, texts), newer)
+
+    def changed(self, brain: Brain, index: BrainIndex, source: VectorSource, change: BrainChange) -> HybridIndex | None:
+        """The index of ``brain`` (exact index ``index``): this one's brain changed by ``change``.
+
+        Only what the change touched is read, embedded and indexed: the memories it added,
+        changed or removed (when ``change`` does not name them, every memory's text is read
+        and compared by hash). The answer is the index `build` makes from scratch, up to how
+        terms and words are numbered: every recall answers the same
+        (tests/engine/test_hybrid_follow.py). None when the memories changed order or this
+        index cannot follow (read from an older cache file): `build` the new one then.
+        """
+        records = index.memories
+        ids = [record.id for record in records]
+        old_positions = {memory_id: position for position, memory_id in enumerate(self.ids)}
+        named = change.memories
+        paths = change.paths
+        hashes: list[bytes] = []
+        added_at: list[int] = []
+        texts: list[str] = []
+        keep = np.full(len(self.ids), -1, dtype=np.int64)
+        looked: list[int] = []  # positions of the memories whose entry was read
+        for position, record in enumerate(records):
+            old = old_positions.get(record.id)
+            if old is not None and named is not None and record.id not in named and record.path not in paths:
+                hashes.append(self.hashes[old])  # neither its entry nor its file changed: same text
+                keep[old] = position
+                continue
+            looked.append(position)
+            text = memory_text(brain, record.entry)
+            digest = content_hash(source.model_id, text)
+            hashes.append(digest)
+            if old is not None and self.hashes[old] == digest:
+                keep[old] = position
+            else:
+                added_at.append(position)
+                texts.append(text)
+        # The memories with newer fields: as before for those whose entry is unchanged.
+        checked = set(looked)
+        newer = sorted([int(keep[old]) for old in self.newer if keep[old] >= 0 and int(keep[old]) not in checked]
+                       + [position for position in looked if records[position].has_newer_fields])
+        return self._merged(ids, hashes, keep, added_at, texts, newer,
+                            lambda at: memory_text(brain, records[at].entry), source)
+
+    def _merged(
+        self, ids: list[str], hashes: list[bytes], keep: np.ndarray, added_at: list[int], texts: list[str],
+        newer: list[int], text_at: Callable[[int], str], source: VectorSource,
+    ) -> HybridIndex | None:
+        """The index of a newer version: ``keep`` maps each memory here to its new position
+        (-1: gone or its text changed), ``texts`` are the other memories' (at ``added_at``)."""
+        kept = keep[keep >= 0]
+        if not added_at and len(kept) == len(self.ids) and np.all(kept == np.arange(len(kept))):
+            return HybridIndex(ids, hashes, self.text, self.vectors, newer, self.hubness_known)  # no text changed
+        if np.any(np.diff(kept) <= 0):
+            return None
+        positions = np.asarray(added_at, dtype=np.int64)
+        text = self.text.changed(keep, texts, positions, text_at)
+        if text is None:
+            return None
+        fresh = source.vectors([hashes[at] for at in added_at], texts)
+        codes = np.empty((len(ids), self.vectors.codes.shape[1]), dtype=self.vectors.codes.dtype)
+        scales = np.empty(len(ids), dtype=self.vectors.scales.dtype)
+        codes[kept], scales[kept] = self.vectors.codes[keep >= 0], self.vectors.scales[keep >= 0]
+        codes[positions], scales[positions] = fresh.codes, fresh.scales
+        # Hubness depends on every other memory's vector: computed again on demand.
+        return HybridIndex(ids, hashes, text, Quantized(codes, scales), newer)
 
     def hubness(self, positions: Sequence[int]) -> dict[int, float]:
         """Mean cosine of each memory at ``positions`` to its HUBNESS_NEIGHBOURS nearest

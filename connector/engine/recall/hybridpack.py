@@ -24,7 +24,7 @@ from connector.engine.recall.hybrid import HybridIndex
 from connector.engine.recall.index import BrainIndex
 from connector.engine.recall.textmatch import Bm25Index, FuzzyWords, Postings, TextIndex
 
-FORMAT = 1
+FORMAT = 2  # 2: with the words and their holders, so that a read-back index can follow writes
 _HASH_BYTES = 16
 
 
@@ -106,6 +106,8 @@ def pack(hybrid: HybridIndex, model_id: str) -> bytes:
         "sizes": _array(text.fuzzy.sizes),
         "grams": _postings(text.fuzzy.grams),
         "initials": None if text.initials is None else _postings(text.initials),
+        "fuzzy_words": text.fuzzy.words,
+        "holders": None if text.holders is None else _postings(text.holders),
         "spelled_out": text.spelled_out,
         "codes": _array(hybrid.vectors.codes),
         "scales": _array(hybrid.vectors.scales),
@@ -145,6 +147,14 @@ def _unpack(document: Any, index: BrainIndex, model_id: str) -> HybridIndex:
         raise _Damaged
     if grams.count != len(stems) or len(sizes) != len(stems):
         raise _Damaged
+    words_of_fuzzy = document.get("fuzzy_words")
+    if not isinstance(words_of_fuzzy, list) or not all(isinstance(word, str) for word in words_of_fuzzy):
+        raise _Damaged
+    if len(words_of_fuzzy) != len(stems):
+        raise _Damaged
+    holders = None if document.get("holders") is None else _unpostings(document.get("holders"))
+    if holders is not None and holders.count != count:
+        raise _Damaged
     initials = None if document.get("initials") is None else _unpostings(document.get("initials"))
     spelled_out = document.get("spelled_out")
     if spelled_out is not None and not (
@@ -161,6 +171,7 @@ def _unpack(document: Any, index: BrainIndex, model_id: str) -> HybridIndex:
         if not isinstance(position, int) or not 0 <= position < count or not isinstance(value, float):
             raise _Damaged
         hubness[position] = value
-    text = TextIndex(Bm25Index(words, weights, idf), FuzzyWords(stems, sizes, grams), initials, spelled_out)
+    text = TextIndex(Bm25Index(words, weights, idf), FuzzyWords(stems, sizes, grams, words_of_fuzzy), initials,
+                     spelled_out, holders)
     newer = [position for position, record in enumerate(index.memories) if record.has_newer_fields]
     return HybridIndex(ids, hashes, text, Quantized(codes, scales), newer, hubness)

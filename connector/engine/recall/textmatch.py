@@ -31,9 +31,11 @@ from itertools import chain
 import numpy as np
 import snowballstemmer
 
+from connector.engine.format.tokens import CJK_CHARACTERS
+
 # Han (with extensions A and compatibility), Hiragana, Katakana (with the prolonged
 # sound mark and halfwidth forms after NFKC), and Hangul syllables.
-_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
+_CJK = CJK_CHARACTERS
 _CJK_RUN = re.compile(f"[{_CJK}]+")
 _WORD = re.compile(r"[^\W_]+")
 # Combining diacritical marks only: the Japanese (semi-)voiced sound marks
@@ -178,6 +180,13 @@ class Postings:
         """The postings `build` gives for each document's words cut into terms by ``terms_of``,
         with ``terms_of`` called once per distinct word and each occurrence expanded on arrays
         (a brain repeats its words: 10,000 memories hold ~400,000 words, a few ten thousand distinct)."""
+        return cls.of_words_and_words(documents, terms_of)[0]
+
+    @classmethod
+    def of_words_and_words(
+        cls, documents: Sequence[Sequence[str]], terms_of: Callable[[str], Sequence[str]]
+    ) -> tuple[Postings, Postings]:
+        """`of_words`, and the postings of the words themselves (word -> documents holding it)."""
         count = len(documents)
         words_per_document = np.fromiter(map(len, documents), dtype=np.int64, count=count)
         every = list(chain.from_iterable(documents))
@@ -200,7 +209,7 @@ class Postings:
             ids = flat[np.repeat(first_term[occurrences], spans) + within]
             owners = np.repeat(word_owners, spans)
         lengths = np.bincount(owners, minlength=count).astype(np.int64)
-        return cls._of(vocabulary, ids, owners, lengths)
+        return cls._of(vocabulary, ids, owners, lengths), cls._of(numbers, occurrences, word_owners, words_per_document)
 
     @classmethod
     def _of(cls, vocabulary: dict[str, int], ids: np.ndarray, owners: np.ndarray, lengths: np.ndarray) -> Postings:
@@ -220,6 +229,79 @@ class Postings:
             return None
         start, end = self.offsets[number], self.offsets[number + 1]
         return self.docs[start:end], self.counts[start:end]
+
+    def merged(self, keep: np.ndarray, added: Postings, added_at: np.ndarray) -> Postings:
+        """These postings after a change of the documents, equal (up to the numbering of terms)
+        to the postings built from scratch over the new documents.
+
+        ``keep``: for each document here, its number among the new documents, or -1 when it
+        is gone; increasing over the kept ones (documents keep their order). ``added``: the
+        postings of the new or changed documents alone, its document i being new document
+        ``added_at[i]``. Terms no document holds any more are dropped, as a build never has
+        them. Costs a few passes over the arrays, no sort of the whole.
+        """
+        count = len(keep) - int(np.count_nonzero(keep < 0)) + len(added_at)
+        if len(keep) == 0 or (keep[-1] == len(keep) - 1 and keep[0] == 0 and (not len(added_at) or added_at[0] >= len(keep))):
+            # Every document kept where it was (keep is increasing, first and last in place),
+            # the new ones after them (a memorize): their entries go at the end of each term's.
+            return self._appended(added, np.asarray(added_at, dtype=np.int64), count)
+        terms = np.repeat(np.arange(len(self.vocabulary), dtype=np.int64), np.diff(self.offsets))
+        moved = keep[self.docs] if len(self.docs) else np.zeros(0, dtype=np.int64)
+        kept = moved >= 0
+        kept_terms, kept_docs, kept_counts = terms[kept], moved[kept].astype(np.int64), self.counts[kept]
+        vocabulary = dict(self.vocabulary)
+        added_terms = list(added.vocabulary)  # in number order (numbered by first appearance)
+        renumber = np.fromiter((vocabulary.setdefault(term, len(vocabulary)) for term in added_terms),
+                               dtype=np.int64, count=len(added_terms))
+        new_terms = renumber[np.repeat(np.arange(len(added_terms), dtype=np.int64), np.diff(added.offsets))]
+        new_docs = np.asarray(added_at, dtype=np.int64)[added.docs] if len(added.docs) else np.zeros(0, dtype=np.int64)
+        span = max(count, 1)
+        new_keys = new_terms * span + new_docs
+        order = np.argsort(new_keys, kind="stable")
+        new_keys, new_counts = new_keys[order], added.counts[order]
+        # Kept entries stay sorted by (term, document): documents keep their order.
+        at = np.searchsorted(kept_terms * span + kept_docs, new_keys)
+        all_terms = np.insert(kept_terms, at, new_keys // span)
+        docs = np.insert(kept_docs, at, new_keys % span).astype(np.int32)
+        counts = np.insert(kept_counts, at, new_counts)
+        per_term = np.bincount(all_terms, minlength=len(vocabulary))
+        if np.any(per_term == 0):  # terms only removed documents held: renumber without them
+            alive = per_term > 0
+            number = np.cumsum(alive) - 1
+            spelt = list(vocabulary)
+            vocabulary = {spelt[old]: int(number[old]) for old in np.flatnonzero(alive).tolist()}
+            per_term = per_term[alive]
+        offsets = np.zeros(len(vocabulary) + 1, dtype=np.int64)
+        np.cumsum(per_term, out=offsets[1:])
+        lengths = np.zeros(count, dtype=np.float64)
+        lengths[keep[keep >= 0]] = self.lengths[keep >= 0]
+        lengths[np.asarray(added_at, dtype=np.int64)] = added.lengths
+        return Postings(vocabulary, offsets, docs, counts, lengths, count)
+
+    def _appended(self, added: Postings, added_at: np.ndarray, count: int) -> Postings:
+        """`merged` when the documents here all stay in place and ``added``'s come after them."""
+        vocabulary = dict(self.vocabulary)
+        added_terms = list(added.vocabulary)
+        renumber = np.fromiter((vocabulary.setdefault(term, len(vocabulary)) for term in added_terms),
+                               dtype=np.int64, count=len(added_terms))
+        new_terms = renumber[np.repeat(np.arange(len(added_terms), dtype=np.int64), np.diff(added.offsets))]
+        new_docs = added_at[added.docs] if len(added.docs) else np.zeros(0, dtype=np.int64)
+        order = np.lexsort((new_docs, new_terms))
+        new_terms, new_docs, new_counts = new_terms[order], new_docs[order], added.counts[order]
+        # After the last entry of its term: the added documents are numbered after every kept one.
+        ends = np.concatenate([self.offsets[1:], np.full(len(vocabulary) - len(self.vocabulary), self.offsets[-1])])
+        at = ends[new_terms]
+        docs = np.insert(self.docs, at, new_docs.astype(np.int32))
+        counts = np.insert(self.counts, at, new_counts)
+        per_term = np.zeros(len(vocabulary), dtype=np.int64)
+        per_term[: len(self.vocabulary)] = np.diff(self.offsets)
+        per_term += np.bincount(new_terms, minlength=len(vocabulary))
+        offsets = np.zeros(len(vocabulary) + 1, dtype=np.int64)
+        np.cumsum(per_term, out=offsets[1:])
+        lengths = np.zeros(count, dtype=np.float64)
+        lengths[: len(self.lengths)] = self.lengths
+        lengths[added_at] = added.lengths
+        return Postings(vocabulary, offsets, docs, counts, lengths, count)
 
 
 @dataclass
@@ -283,6 +365,7 @@ class FuzzyWords:
     stems: list[str]  # stem of each distinct word
     sizes: np.ndarray  # trigrams per word
     grams: Postings  # trigram -> words
+    words: list[str] = field(default_factory=list)  # the words themselves (to follow a change)
     # Answers of `similar` by query word: one recall asks for each word two or three times
     # (near-word coverage, fuzzy scores), and queries repeat words. Bounded, cleared when full.
     _memo: dict[str, dict[str, float]] = field(default_factory=dict, repr=False, compare=False)
@@ -293,7 +376,21 @@ class FuzzyWords:
         kept = [word for word in dict.fromkeys(words) if len(word) >= 3 and not _CJK_RUN.search(word)]
         grams = _trigram_postings(kept)
         sizes = np.diff(np.searchsorted(np.sort(grams.docs), np.arange(len(kept) + 1))).astype(np.float64)
-        return cls([_stem(word) for word in kept], sizes, grams)
+        return cls([_stem(word) for word in kept], sizes, grams, kept)
+
+    def changed(self, gone: set[str], new: Sequence[str]) -> FuzzyWords:
+        """These words without ``gone`` and with the distinct ``new`` ones (not held yet): what
+        `build` gives for the new word set, up to the numbering of words and trigrams."""
+        new = [word for word in dict.fromkeys(new) if len(word) >= 3 and not _CJK_RUN.search(word)]
+        keep = np.fromiter((word not in gone for word in self.words), dtype=bool, count=len(self.words))
+        numbers = np.where(keep, np.cumsum(keep) - 1, -1).astype(np.int64)
+        kept = int(np.count_nonzero(keep))
+        added = _trigram_postings(new)
+        added_at = np.arange(kept, kept + len(new), dtype=np.int64)
+        sizes = np.concatenate([self.sizes[keep], np.bincount(added.docs, minlength=len(new)).astype(np.float64)])
+        words = [word for word, held in zip(self.words, keep.tolist(), strict=True) if held] + new
+        stems = [stem for stem, held in zip(self.stems, keep.tolist(), strict=True) if held] + [_stem(w) for w in new]
+        return FuzzyWords(stems, sizes, self.grams.merged(numbers, added, added_at), words)
 
     def similar(self, word: str) -> dict[str, float]:
         """Stems of the words sharing at least FUZZY_SIMILARITY of ``word``'s trigrams (Dice), best similarity each."""
@@ -389,21 +486,70 @@ class TextIndex:
     fuzzy: FuzzyWords
     initials: Postings | None = None  # memories by the initials of their capitalised runs
     spelled_out: dict[str, str] | None = None  # those initials -> the words (first seen)
+    holders: Postings | None = None  # each distinct word -> the memories holding it (to follow a change)
 
     @classmethod
     def build(cls, texts: Sequence[str]) -> TextIndex:
         """The index of one text per memory."""
         documents = [words_of(text) for text in texts]
-        postings = Postings.of_words(documents, _word_terms_memo)
+        postings, holders = Postings.of_words_and_words(documents, _word_terms_memo)
         written = [initials(unicodedata.normalize("NFKC", text)) for text in texts]
         spelled_out: dict[str, str] = {}
         for found in written:
             for key, words in found.items():
                 spelled_out.setdefault(key, words)
         return cls(
-            Bm25Index.of_postings(postings), FuzzyWords.build(list(dict.fromkeys(chain.from_iterable(documents)))),
-            Postings.build([tuple(found) for found in written]), spelled_out,
+            Bm25Index.of_postings(postings), FuzzyWords.build(list(holders.vocabulary)),
+            Postings.build([tuple(found) for found in written]), spelled_out, holders,
         )
+
+    def changed(
+        self, keep: np.ndarray, texts: Sequence[str], added_at: np.ndarray, text_at: Callable[[int], str]
+    ) -> TextIndex | None:
+        """The index after a change of the memories, answering exactly as `build` over the new
+        texts would, at the cost of what changed (plus a few array passes).
+
+        ``keep``: each memory's new position, or -1 when it is gone or its text changed
+        (increasing over the kept ones); ``texts``: the new or changed memories' texts, at
+        positions ``added_at``; ``text_at(position)``: the text of any memory of the new
+        version (read for the few abbreviations whose first writer changed). None when this
+        index cannot follow (read from an older cache file): build it instead.
+        """
+        if self.holders is None or self.initials is None or self.spelled_out is None:
+            return None
+        added_at = np.asarray(added_at, dtype=np.int64)
+        documents = [words_of(text) for text in texts]
+        added, added_holders = Postings.of_words_and_words(documents, _word_terms_memo)
+        holders = self.holders.merged(keep, added_holders, added_at)
+        gone: set[str] = set()
+        if np.any(keep < 0):  # memories gone or changed: some of their words may be held no more
+            gone = {word for word in self.holders.vocabulary if word not in holders.vocabulary}
+        new_words = [word for word in added_holders.vocabulary if word not in self.holders.vocabulary]
+        fuzzy = self.fuzzy.changed(gone, new_words) if gone or new_words else self.fuzzy
+        written = [initials(unicodedata.normalize("NFKC", text)) for text in texts]
+        abbreviations = self.initials.merged(keep, Postings.build([tuple(found) for found in written]), added_at)
+        # An abbreviation reads as its first writer (in brain order) wrote it out: look again
+        # at those the change touched (written by a changed memory or by one that is gone).
+        touched = set(chain.from_iterable(written))
+        removed = keep[self.initials.docs] < 0 if len(self.initials.docs) else np.zeros(0, dtype=bool)
+        if np.any(removed):
+            spelt = list(self.initials.vocabulary)
+            owners = np.repeat(np.arange(len(spelt)), np.diff(self.initials.offsets))
+            touched.update(spelt[number] for number in np.unique(owners[removed]).tolist())
+        spelled_out = dict(self.spelled_out)
+        by_position = {int(position): found for position, found in zip(added_at.tolist(), written, strict=True)}
+        for key in touched:
+            held = abbreviations.entries(key)
+            if held is None:
+                spelled_out.pop(key, None)
+                continue
+            first = int(held[0][0])
+            found = by_position.get(first)
+            if found is None:
+                found = initials(unicodedata.normalize("NFKC", text_at(first)))
+            spelled_out[key] = found[key]
+        words = self.words.postings.merged(keep, added, added_at)
+        return TextIndex(Bm25Index.of_postings(words), fuzzy, abbreviations, spelled_out, holders)
 
     def spell_out(self, query: str) -> str | None:
         """``query`` with each abbreviation the brain writes out (and holds nowhere as a
@@ -473,4 +619,6 @@ class TextIndex:
         for word in words_of(query):
             for stem, similarity in self.fuzzy.similar(word).items():
                 expanded[stem] = max(expanded.get(stem, 0.0), similarity)
-        return _normalised(self.words.scores(expanded))
+        # In stem order: the sum's order then does not depend on how the words are numbered
+        # (a followed index numbers them otherwise than a build, see `changed`).
+        return _normalised(self.words.scores(dict(sorted(expanded.items()))))

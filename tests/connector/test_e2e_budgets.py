@@ -1,0 +1,92 @@
+"""End to end, content budgets in tokens: Chinese and Japanese text counted as a tokenizer
+would (a character about one token), in recall (hybrid and exact) and in brain_reflect's
+evidence; the best hit always comes back, cut if it must be.
+
+A real connector process and a real store process, driven by the official MCP client SDK.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import unicodedata
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.connector.conftest import RunningStore
+from tests.connector.test_e2e_tools import connector, mcp_session, mint, structured
+
+pytestmark = pytest.mark.timeout(300)
+
+RW = {"brain.read", "brain.write"}
+ZH = ("我们的支付服务每周二上午发布。发布之前先运行数据库迁移，然后在预发布环境做冒烟测试，"
+      "确认错误率没有上升之后才打开功能开关。发布后十分钟内要盯着监控面板，有异常就立刻回滚。") * 3
+JA = ("週末は鎌倉で友達と海辺を散歩する予定です。朝は早めに出発して、昼は駅の近くの蕎麦屋で食べます。"
+      "夕方には江ノ電に乗って藤沢まで戻り、夜は家でゆっくり写真を整理するつもりです。") * 3
+EN = ("The payments service is released every Tuesday morning. Before a release we run the database "
+      "migrations, then a smoke test on staging, and only flip the feature flag once the error rate "
+      "holds steady. For ten minutes after a release someone watches the dashboards and rolls back. ") * 3
+MIXED = ("周二发布 payments service 之前先跑 database migrations，然后在 staging 上做 smoke test，"
+         "确认 error rate 正常以后再打开 feature flag。") * 4
+
+
+def reference_tokens(text: str) -> int:
+    """An estimate made apart from the connector's: East Asian wide characters one token each,
+    the rest four characters a token (what tokenizers of current models give, roughly)."""
+    wide = sum(1 for char in text if unicodedata.east_asian_width(char) in "WF")
+    return wide + -(-(len(text) - wide) // 4)
+
+
+def test_token_budgets_count_chinese_and_japanese_as_a_tokenizer_would(store: RunningStore, tmp_path: Path) -> None:
+    user = store.add_user("budgets")
+
+    async def scenario(base: str) -> None:
+        async with mcp_session(base + "/mcp", mint(base, user, RW)) as client:
+            ids = {}
+            for name, content, title in (("zh", ZH, "支付服务发布流程"), ("ja", JA, "鎌倉の週末"),
+                                         ("en", EN, "Payments release routine"), ("mixed", MIXED, "发布 checklist")):
+                saved = structured(await client.call_tool("brain_memorize", {"content": content, "title": title}))
+                ids[name] = saved["stored"]["id"]
+
+            async def recall(query: str, **options: Any) -> dict[str, Any]:
+                return structured(await client.call_tool("brain_recall", {"query": query, **options}))
+
+            for query, name, content in (("支付服务发布", "zh", ZH), ("鎌倉の週末", "ja", JA),
+                                         ("payments release migrations", "en", EN),
+                                         ("发布 database migrations", "mixed", MIXED)):
+                found = await recall(query, max_tokens=40)
+                best = found["results"][0]
+                assert best["id"] == ids[name]
+                shown = best["content"]
+                assert shown and content.startswith(shown) and best["content_truncated"] is True
+                total = reference_tokens("".join(hit["content"] for hit in found["results"]))
+                assert total <= 40, (name, total)
+                # Not a quarter of the budget either: the cut uses most of it.
+                assert reference_tokens(shown) >= 25, (name, shown)
+                if name in ("zh", "ja"):
+                    assert len(shown) <= 40  # a character about one token, not 160 characters for 40 tokens
+
+            # Exact mode (the reference's scoring) takes the same budget.
+            exact = await recall("payments release migrations", max_tokens=40, mode="exact")
+            assert exact["results"][0]["id"] == ids["en"]
+            assert 25 <= reference_tokens(exact["results"][0]["content"]) <= 40
+
+            # max_chars and max_tokens together: both bound it.
+            both = await recall("支付服务发布", max_tokens=40, max_chars=10)
+            assert len(both["results"][0]["content"]) <= 10
+            # The smallest budget still returns the best hit, cut to what fits.
+            one = await recall("鎌倉の週末", max_tokens=1)
+            assert one["results"][0]["id"] == ids["ja"] and one["results"][0]["content"] == JA[:1]
+
+            # brain_reflect's evidence is counted the same way, and keeps its best memory.
+            pack = structured(await client.call_tool("brain_reflect", {"query": "支付服务发布流程", "budget": 100}))
+            assert pack["mode"] == "evidence" and pack["count"] >= 1
+            first = pack["groups"][0]["memories"]
+            assert ids["zh"] in [memory["id"] for group in pack["groups"] for memory in group["memories"]] and first
+            assert pack["evidence_tokens"] <= pack["budget_tokens"] == 100
+            quoted = "".join(memory["content"] for group in pack["groups"] for memory in group["memories"])
+            assert reference_tokens(quoted) <= 100
+
+    with connector(tmp_path, store) as server:
+        asyncio.run(scenario(server.base_url))

@@ -1,0 +1,243 @@
+"""The hybrid index follows writes (`HybridIndex.changed`, and `HybridIndex.build` given the
+previous version's index) and answers exactly as a fresh build.
+
+Random sequences of writes (memorize, some superseding or relating an older memory, pin,
+unpin, forget, a memory's file or title edited elsewhere and pulled) run on a brain of
+English, Chinese and Japanese memories. After each step the index carried along by the
+write's change (from the journal, or by comparing the brains file by file as after a
+pull) must hold what `HybridIndex.build` makes from scratch (every posting, weight, idf,
+word, trigram, abbreviation and vector, up to how terms are numbered) and give the same
+hybrid recall answers, to the last bit.
+"""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from connector.engine.format.archive import load_archive, pack_archive
+from connector.engine.format.brain import Brain
+from connector.engine.format.change import BrainChange
+from connector.engine.writes.errors import BrainError
+from connector.engine.recall.hybrid import HybridIndex, hybrid_recall
+from connector.engine.recall.hybridpack import pack, unpack
+from connector.engine.recall.index import BrainIndex
+from connector.engine.writes.ops import Forget, Memorize, MemoryInput, Operation, Pin, Unpin
+from connector.engine.recall.textmatch import Postings, TextIndex
+from connector.workcopy.vectors import VectorStore
+from tests.engine.hybrid_support import NOW, CountingEmbedder, make_brain
+
+WORDS = ["kettle", "harbour", "lantern", "meadow", "quartz", "saffron", "tundra", "violet", "Kubernetes",
+         "Designing Data-Intensive Applications", "HorizontalPodAutoscaler", "Müller", "猫の予防接種", "鎌倉で散歩",
+         "数据库迁移", "running", "runs", "2025"]
+QUERIES = ["kettle harbour", "kubernetse upgrade", "DDIA", "HPA settings", "muller", "猫", "鎌倉", "数据库",
+           "running quartz", "violet meadow lantern", "saffron 2025", "what about tundra"]
+
+memory_specs = st.fixed_dictionaries({
+    "words": st.lists(st.sampled_from(WORDS), min_size=1, max_size=4),
+    "supersede": st.booleans(),
+    "relate": st.booleans(),
+    "pinned": st.booleans(),
+})
+steps = st.lists(
+    st.tuples(
+        st.one_of(
+            st.tuples(st.just("memorize"), st.lists(memory_specs, min_size=1, max_size=2)),
+            st.tuples(st.sampled_from(["pin", "unpin", "forget", "edit body", "edit title"]), st.integers(0, 10_000)),
+        ),
+        st.sampled_from(["journal", "journal", "pull"]),
+    ),
+    min_size=1,
+    max_size=6,
+)
+
+
+def _ids(brain: Brain) -> list[str]:
+    index = brain.read_json("index.json")
+    return list(index["memories"]) if isinstance(index, dict) else []
+
+
+def _operation(brain: Brain, action: tuple[str, Any], counter: int, rnd: random.Random) -> Operation | None:
+    kind, argument = action
+    ids = _ids(brain)
+    if kind == "memorize":
+        inputs = []
+        for number, spec in enumerate(argument):
+            title = " ".join(spec["words"]) + f" {counter}-{number}"
+            target = rnd.choice(ids) if ids else None
+            inputs.append(MemoryInput(
+                title=title, type="learning", content=f"{title} about " + " ".join(rnd.sample(WORDS, 3)), path="notes/",
+                tags=(rnd.choice(WORDS).lower(),), supersedes=(target,) if spec["supersede"] and target else (),
+                related=(target,) if spec["relate"] and target else (), pinned=spec["pinned"],
+            ))
+        return Memorize(inputs)
+    target = ids[argument % len(ids)] if ids else "mem_20990101_000000"
+    if kind in ("pin", "unpin", "forget"):
+        return {"pin": Pin, "unpin": Unpin, "forget": lambda memory_id: Forget(memory_id, force=True)}[kind](target)
+    return None
+
+
+def _edit(brain: Brain, kind: str, argument: int, rnd: random.Random) -> bool:
+    """A memory changed elsewhere (another device): its file's body or its title in the index."""
+    index = brain.read_json("index.json")
+    ids = list(index["memories"])
+    if not ids:
+        return False
+    target = ids[argument % len(ids)]
+    entry = index["memories"][target]
+    if kind == "edit title":
+        entry["title"] = " ".join(rnd.sample(WORDS, 2))
+        brain.write_json("index.json", index)
+    else:
+        path = entry["path"]
+        brain.write(path, brain.files[path] + ("\n" + " ".join(rnd.sample(WORDS, 3)) + "\n").encode())
+    return True
+
+
+def _terms(postings: Postings) -> dict[str, tuple[tuple[int, ...], tuple[float, ...]]]:
+    """Postings by term, whatever the terms' numbers."""
+    found = {}
+    for term, number in postings.vocabulary.items():
+        start, end = int(postings.offsets[number]), int(postings.offsets[number + 1])
+        found[term] = (tuple(postings.docs[start:end].tolist()), tuple(postings.counts[start:end].tolist()))
+    return found
+
+
+def _text_state(text: TextIndex) -> dict[str, Any]:
+    words = text.words
+    weights = {}
+    for term, number in words.postings.vocabulary.items():
+        start, end = int(words.postings.offsets[number]), int(words.postings.offsets[number + 1])
+        weights[term] = (words.weights[start:end].tobytes(), words.idf[number].tobytes())
+    fuzzy = text.fuzzy
+    trigrams: dict[str, set[str]] = {word: set() for word in fuzzy.words}
+    for gram, (docs, _) in _terms(fuzzy.grams).items():
+        for doc in docs:
+            trigrams[fuzzy.words[doc]].add(gram)
+    return {
+        "words": _terms(words.postings), "lengths": words.postings.lengths.tobytes(), "count": words.postings.count,
+        "weights": weights,
+        "fuzzy": {word: (fuzzy.stems[n], float(fuzzy.sizes[n]), frozenset(trigrams[word])) for n, word in enumerate(fuzzy.words)},
+        "initials": _terms(text.initials), "initial lengths": text.initials.lengths.tobytes(),
+        "spelled_out": text.spelled_out, "holders": _terms(text.holders),
+    }
+
+
+def _same_index(followed: HybridIndex, built: HybridIndex) -> None:
+    assert followed.ids == built.ids and followed.hashes == built.hashes and followed.newer == built.newer
+    assert np.array_equal(followed.vectors.codes, built.vectors.codes)
+    assert np.array_equal(followed.vectors.scales, built.vectors.scales)
+    assert _text_state(followed.text) == _text_state(built.text)
+
+
+def _answers(brain: Brain, index: BrainIndex, hybrid: HybridIndex, store: Any) -> list[str]:
+    answers = []
+    for query in QUERIES:
+        for options in ({}, {"top": 3}, {"top": 25, "as_of": "2026-06-01T00:00:00.000Z"}):
+            answers.append(repr(hybrid_recall(brain, query, index=index, hybrid=hybrid, embed_query=store.embed_query,
+                                              now=NOW, **options)))
+    return answers
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(plan=steps, seed=st.integers(0, 2**16))
+def test_followed_hybrid_index_is_the_fresh_build(plan: list[Any], seed: int) -> None:
+    rnd = random.Random(seed)
+    brain, _ = make_brain()
+    store = VectorStore(CountingEmbedder()).for_brain("b")
+    hybrid = HybridIndex.build(brain, BrainIndex.build(brain), store)
+    for counter, (action, how) in enumerate(plan):
+        working = brain.copy()
+        working.journal = []
+        operation = _operation(working, action, counter, rnd)
+        try:
+            if operation is not None:
+                operation.apply(working, NOW + timedelta(minutes=counter))
+            elif not _edit(working, action[0], action[1], rnd):
+                continue
+        except BrainError:
+            continue  # refused: the brain is unchanged
+        journal, working.journal = working.journal, None
+        if how == "pull" or operation is None:
+            pulled = load_archive(pack_archive(working))
+            change = BrainChange.between(brain, pulled)
+            working = pulled
+        else:
+            change = BrainChange.of_journal(journal)
+        index = BrainIndex.build(working)
+        followed = hybrid.changed(working, index, store, change)
+        assert followed is not None  # writes and pulls keep the memories' order
+        built = HybridIndex.build(working, index, store)
+        _same_index(followed, built)
+        assert _answers(working, index, followed, store) == _answers(working, index, built, store)
+        # A build given the previous version's index (a pull: `changed` over every text) too.
+        _same_index(HybridIndex.build(working, index, store, hybrid), built)
+        brain, hybrid = working, followed
+
+
+def test_a_memorize_reads_and_embeds_only_the_new_memory() -> None:
+    brain, _ = make_brain()
+    embedder = CountingEmbedder()
+    store = VectorStore(embedder).for_brain("b")
+    hybrid = HybridIndex.build(brain, BrainIndex.build(brain), store)
+    embedded = embedder.embedded
+    working = brain.copy()
+    working.journal = []
+    Memorize([MemoryInput(title="Harbour lantern", type="learning", content="A lantern at the harbour.", path="notes/",
+                          supersedes=(hybrid.ids[0],))]).apply(working, NOW)
+    change = BrainChange.of_journal(working.journal)
+    index = BrainIndex.build(working)
+    read: list[str] = []
+    original = Brain.read_text
+
+    def counting(self: Brain, path: str) -> str | None:
+        read.append(path)
+        return original(self, path)
+
+    Brain.read_text = counting  # type: ignore[method-assign]
+    try:
+        followed = hybrid.changed(working, index, store, change)
+    finally:
+        Brain.read_text = original  # type: ignore[method-assign]
+    assert followed is not None and embedder.embedded == embedded + 1
+    # The new memory's file, and the superseded one's (its entry changed: its text is compared).
+    assert len(read) == 2
+    assert followed.text.words.postings.count == len(hybrid.ids) + 1
+    assert followed.text is not hybrid.text and hybrid.text.words.postings.count == len(hybrid.ids)  # the old one intact
+
+
+def test_a_pin_keeps_the_text_index_and_vectors() -> None:
+    brain, _ = make_brain()
+    store = VectorStore(CountingEmbedder()).for_brain("b")
+    hybrid = HybridIndex.build(brain, BrainIndex.build(brain), store)
+    hybrid.hubness([0, 1])
+    working = brain.copy()
+    working.journal = []
+    Pin(hybrid.ids[3]).apply(working, NOW)
+    followed = hybrid.changed(working, BrainIndex.build(working), store, BrainChange.of_journal(working.journal))
+    assert followed is not None and followed.text is hybrid.text and followed.vectors is hybrid.vectors
+    assert followed.hubness_known == hybrid.hubness_known
+
+
+def test_an_index_read_back_from_the_disk_cache_follows_writes_too() -> None:
+    brain, _ = make_brain()
+    store = VectorStore(CountingEmbedder()).for_brain("b")
+    index = BrainIndex.build(brain)
+    kept = unpack(pack(HybridIndex.build(brain, index, store), store.model_id), index, store.model_id)
+    assert kept is not None
+    working = brain.copy()
+    working.journal = []
+    Forget(kept.ids[2], force=True).apply(working, NOW)
+    Memorize([MemoryInput(title="Designing Data-Intensive Applications", type="learning", content="Rereading DDIA.",
+                          path="notes/")]).apply(working, NOW)
+    index = BrainIndex.build(working)
+    followed = kept.changed(working, index, store, BrainChange.of_journal(working.journal))
+    assert followed is not None
+    built = HybridIndex.build(working, index, store)
+    _same_index(followed, built)
+    assert _answers(working, index, followed, store) == _answers(working, index, built, store)
