@@ -67,7 +67,7 @@ DONE_MESSAGES = {
     "dismiss": N_("Marked as not the same: you will not be asked about this pair again."),
     "refreshed": N_("Refreshed: the model was rewritten from your memories."),
     "deleted": N_("Mental model deleted; the memories it cited stay."),
-    "created": N_("Mental model created. It has no text yet: refresh it to write it from your memories."),
+    "created": N_("Mental model created. It has no text until it is refreshed."),
     "brain_created": N_("Brain created."),
     "brain_renamed": N_("Brain renamed."),
     "brain_deleted": N_("Brain deleted. The store keeps its memories and snapshots; its operator can bring it back."),

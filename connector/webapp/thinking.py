@@ -144,8 +144,6 @@ class ThinkingViews:
         ids = [item["stored"]["id"] for item in structured.get("saved", [])]
         saved = [line_of(memory_id, entries[memory_id]) for memory_id in ids if isinstance(entries.get(memory_id), dict)]
         note = structured.get("note") if isinstance(structured.get("note"), str) else None
-        if not structured.get("candidates"):
-            note = " ".join(part for part in (note, "The model found nothing worth keeping; nothing was written.") if part)
         by = structured.get("written_by") or {}
         return Extraction(saved=saved, held=[line for line in saved if line.pending], written_by=str(by.get("model") or ""),
                           note=note, synced=bool(structured.get("synced", True)))

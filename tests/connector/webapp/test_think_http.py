@@ -74,7 +74,6 @@ def test_without_a_model_the_pages_say_what_thinking_needs_and_show_the_evidence
 
     with app_client(store.url) as client:  # a read-only sign-in reads and sees the evidence, never writes
         csrf = sign_in(client, alice.token, access="read")
-        assert "/app/mental\" class=\"stack\"" not in client.get("/app/mental").text
         assert 'action="/app/mental"' not in client.get("/app/mental").text
         assert client.post("/app/think/reflect", data={"csrf": csrf, "question": "billing"}).status_code == 200
         assert client.post("/app/mental", data={"csrf": csrf, "name": "X", "question": "Y?"}).status_code == 403
@@ -140,6 +139,12 @@ def test_with_the_operators_model_a_person_reflects_extracts_creates_and_refresh
                 assert "nothing was written" in refused.text.lower(), refused.text[refused.text.find('role="alert"'):][:400]
                 assert ">Other notes</textarea>" in refused.text
                 assert memory_ids(download_brain(store.url, alice.token, brain_id)[0]) == written
+
+            answer(script, {"content": json.dumps({"memories": []})})
+            empty = http.post("/app/think/extract", data={"csrf": csrf, "text": "Small talk about the weather."})
+            assert empty.status_code == 200 and "Nothing was saved" in empty.text
+            assert "found nothing worth keeping" in empty.text
+            assert memory_ids(download_brain(store.url, alice.token, brain_id)[0]) == written
 
             # ----- create a mental model, then refresh it with the model.
             created = http.post("/app/mental", data={"csrf": csrf, "name": "Release rhythm",
