@@ -47,6 +47,11 @@ def test_without_a_model_the_pages_say_what_thinking_needs_and_show_the_evidence
         assert "CONNECTOR_MODEL_URL" in page.text and "docs/thinking.md" in page.text
         # Nothing that can only fail: no extract form, the reflect button only shows the evidence.
         assert "/think/extract" not in page.text and ">Reflect<" not in page.text and ">Show the evidence<" in page.text
+        # The pages speak the person's language: what thinking needs, in Chinese and Japanese.
+        chinese = client.get("/app/think", headers={"Accept-Language": "zh-CN"}).text
+        assert "此服务器没有可用于思考的模型" in chinese and ">显示证据<" in chinese and "CONNECTOR_MODEL_URL" in chinese
+        japanese = client.get("/app/mental", headers={"Accept-Language": "ja"}).text
+        assert "このサーバーには考えるためのモデルがない" in japanese and ">新しいメンタルモデル<" in japanese
         evidence = client.post("/app/think/reflect", data={"csrf": csrf, "question": "When does billing ship?"})
         assert evidence.status_code == 200 and f'/app/memory/{deploys}"' in evidence.text
         assert ">Evidence<" in evidence.text and ">Answer<" not in evidence.text
