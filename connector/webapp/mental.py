@@ -13,11 +13,13 @@ import mcp_types as types
 from connector.engine.tending.mental import DeleteModel
 from connector.engine.writes.errors import BrainError
 from connector.i18n import N_, Text
+from connector.mcp.arguments import ArgumentError, Args
 from connector.mcp.definitions import READ_SCOPE, WRITE_SCOPE
 from connector.mcp.mental import MentalModels, ModelState
 from connector.mcp.tools import Caller, ToolFailure, snapshot_entries
 from connector.webapp.actions import ActionRefused
 from connector.webapp.markdown import render_markdown
+from connector.webapp.thinking import VIEWER_REFUSAL, is_viewer
 from connector.webapp.views import MemoryLine, line_of
 from connector.workcopy.core import BrainUnavailable
 from connector.workcopy.model import Account
@@ -55,8 +57,23 @@ class MentalViews:
     async def listing(self, account: Account) -> ModelList:
         """The models with their state (the first the tool reads, docs/thinking.md) and how many the file holds."""
         snapshot, states, total = await self.models.read(account)
-        viewer = any(record.id == snapshot.brain_id and record.read_only for record in snapshot.identity.brains)
-        return ModelList(states, viewer, total)
+        return ModelList(states, is_viewer(snapshot), total)
+
+    async def create(self, account: Account, name: str, question: str) -> tuple[str, bool]:
+        """A new model (no text until refreshed): its id, and True when stored at the store (else held).
+        Raises `ActionRefused` with the reason when nothing was written."""
+        if is_viewer(await self.models.tools.manager.snapshot(account)):
+            raise ActionRefused(VIEWER_REFUSAL)
+        caller = Caller(account, frozenset({READ_SCOPE, WRITE_SCOPE}))
+        try:
+            result = await self.models.handle(caller, Args({"action": "create", "name": name.strip(),
+                                                            "question": question.strip()}))
+        except (ArgumentError, ToolFailure, BrainError, BrainUnavailable) as exc:
+            raise ActionRefused(str(exc)) from None
+        structured = result.structured_content if isinstance(result, types.CallToolResult) else None
+        if not structured:
+            raise ActionRefused(Text("The mental model could not be created; nothing was written."))
+        return str(structured["model"]["id"]), bool(structured.get("synced", True))
 
     async def page(self, account: Account, model_id: str) -> ModelPage | None:
         """One model, or None when the brain has no such model."""

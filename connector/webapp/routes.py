@@ -38,6 +38,7 @@ from connector.webapp.brains import BrainAdmin
 from connector.webapp.guard import (Site, new_signin_token, return_target, same_origin, session_of, site_of,
                                     tokens_match)
 from connector.webapp.mental import MentalViews
+from connector.webapp.thinking import NEEDS_MODEL, ThinkingViews
 from connector.webapp.pages import STATIC_TYPES, page_headers, render, static_file
 from connector.webapp.review import ReviewViews
 from connector.webapp.sessions import MAX_SESSIONS, WebSession, WebSessions
@@ -66,6 +67,7 @@ DONE_MESSAGES = {
     "dismiss": N_("Marked as not the same: you will not be asked about this pair again."),
     "refreshed": N_("Refreshed: the model was rewritten from your memories."),
     "deleted": N_("Mental model deleted; the memories it cited stay."),
+    "created": N_("Mental model created. It has no text until it is refreshed."),
     "brain_created": N_("Brain created."),
     "brain_renamed": N_("Brain renamed."),
     "brain_deleted": N_("Brain deleted. The store keeps its memories and snapshots; its operator can bring it back."),
@@ -96,6 +98,7 @@ class WebApp:
         self.brains = BrainAdmin(manager)
         self.review = ReviewViews(self.views)
         self.mental = MentalViews(tools.mental)
+        self.thinking = ThinkingViews(tools.mental.thinking)
         self._trusted = TrustedProxies.parse(settings.trust_proxy)
         self._signin_checks = signin_checks if signin_checks is not None else signin_limiter(
             None, settings.signin_attempts_per_min)
@@ -506,7 +509,8 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         data = await app.mental.listing(visit.session.account)
         params = request.query_params
         return app.page("mental.html", visit.site, visit.session, models=data, model=None, error=None,
-                        flash=_flash(params.get("done"), params.get("held")))
+                        flash=_flash(params.get("done"), params.get("held")), has_model=app.thinking.has_model,
+                        needs_model=NEEDS_MODEL, form={})
 
     @get("/app/mental/{model_id:str}", cache=False, include_in_schema=False)
     @page_route
@@ -522,9 +526,67 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
                             message=N_("This brain has no mental model with that id (it may have been deleted)."))
         listing = await app.mental.listing(visit.session.account)
         return app.page("mental.html", visit.site, visit.session, status=status, models=listing, model=found,
-                        error=error, flash=_flash(done, held))
+                        error=error, flash=_flash(done, held), has_model=app.thinking.has_model,
+                        needs_model=NEEDS_MODEL, form={})
 
     # ----- writes -------------------------------------------------------------------
+
+    @post("/app/mental", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
+    @write_route
+    async def mental_create(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
+        form = visit.form
+        try:
+            model_id, synced = await app.mental.create(visit.session.account, form.get("name", ""),
+                                                       form.get("question", ""))
+        except ActionRefused as exc:
+            # The form comes back as typed, with the reason; nothing was written.
+            data = await app.mental.listing(visit.session.account)
+            return app.page("mental.html", visit.site, visit.session, status=400, models=data, model=None,
+                            error=message_of(exc), flash=None, has_model=app.thinking.has_model,
+                            needs_model=NEEDS_MODEL, form=form)
+        query = urlencode({"done": "created", **({} if synced else {"held": "1"})})
+        return app.redirect(f"{visit.site.root}/mental/{path_segment(model_id)}?{query}")
+
+    # ----- thinking: reflect and extract ----------------------------------------------------
+
+    async def think_page(visit: Visit, *, status: int = 200, **context: Any) -> Response[Any]:
+        context = {"reflection": None, "extraction": None, "error": None, "question": "", "form": {}, **context}
+        return app.page("think.html", visit.site, visit.session, status=status, has_model=app.thinking.has_model,
+                        needs_model=NEEDS_MODEL, viewer=await app.thinking.viewer(visit.session.account), **context)
+
+    @get("/app/think", cache=False, include_in_schema=False)
+    @page_route
+    async def think(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
+        return await think_page(visit)
+
+    @post("/app/think/reflect", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
+    async def think_reflect(request: Request[Any, Any, Any]) -> Response[Any]:
+        # A read (any sign-in may reflect), but a POST with the CSRF and origin checks: it may spend the
+        # operator's model, which another site must not make a signed-in browser do.
+        checked = await guarded_post(request, write=False)
+        if isinstance(checked, Response):
+            return checked
+        question = checked.form.get("question", "")
+
+        async def answer() -> Response[Any]:
+            try:
+                reflection = await app.thinking.reflect(checked.session.account, question)
+            except ActionRefused as exc:
+                return await think_page(checked, status=400, error=message_of(exc), question=question)
+            return await think_page(checked, reflection=reflection, question=question)
+
+        return await unavailable_as_page(answer(), checked.site, checked.session, request)
+
+    @post("/app/think/extract", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
+    @write_route
+    async def think_extract(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
+        form = visit.form
+        try:
+            extraction = await app.thinking.extract(visit.session.account, form.get("text", ""), form.get("title", ""))
+        except ActionRefused as exc:
+            # Nothing was written: the text comes back as pasted, with the reason.
+            return await think_page(visit, status=409, error=message_of(exc), form=form)
+        return await think_page(visit, extraction=extraction)
 
     @post("/app/mental/{model_id:str}/{action:str}", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
     @write_route
@@ -774,7 +836,8 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
                         headers={"Cache-Control": "public, max-age=86400", "X-Content-Type-Options": "nosniff"})
 
     return [signin_page, signin_start, oidc_callback, signin_submit, signout, home, search, memory, edit_page, archive, edit_submit,
-            new_page, new_submit, review, review_decide, mental_list, mental_model, mental_action,
+            new_page, new_submit, review, review_decide, mental_list, mental_model, mental_create, mental_action,
+            think, think_reflect, think_extract,
             memory_action, use_brain, transfer_page, export, import_preview, import_confirm, history, history_diff,
             history_restore, brains, brain_create, brain_rename, brain_delete_page, brain_delete,
             static]
