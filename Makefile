@@ -23,7 +23,7 @@ dev: $(STAMP)
 
 ## Run the whole test suite.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=20
 
 ## Build the image and run it for real (root; apt-get install docker.io debootstrap). Not part of
 ## `make test`: the first run takes minutes (a Debian base image is made with debootstrap).

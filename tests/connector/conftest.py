@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import subprocess
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
@@ -19,6 +18,7 @@ from connector.engine.format.brain import Brain
 from connector.engine.writes.ops import connector_memorize
 from connector.mcp import server  # noqa: F401  (as in the app: the server assembles every tool group)
 from tests.support.processes import ServerProcess, console_script, free_port, run_server
+from tests.support.store_cli import brain_store
 
 T = TypeVar("T")
 
@@ -40,34 +40,29 @@ class RunningStore:
     data: Path
     port: int
     log_path: Path
+    # Set on a store shared by a module's tests: a name already taken gets a suffix, so each
+    # test's users are its own (``StoreUser.name`` says the name the store knows).
+    shared: bool = False
+    names: set[str] = field(default_factory=set)
 
     @property
     def url(self) -> str:
         return self.server.base_url
 
     def add_user(self, name: str) -> StoreUser:
-        """Create a user with `brain-store user add` (it gets a first brain named default)."""
-        done = subprocess.run(
-            [console_script("brain-store"), "user", "add", name, "--data", str(self.data)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        )
-        token = done.stdout.strip().splitlines()[-1].strip()
+        """Create a user with `brain-store user add`, run in this process (it gets a first brain named default)."""
+        base, n = name, 1
+        while self.shared and name in self.names:
+            n += 1
+            name = f"{base}-{n}"
+        self.names.add(name)
+        token = brain_store("user", "add", name, data=self.data).strip().splitlines()[-1].strip()
         me = httpx.get(self.url + "/auth/me", headers=auth(token), timeout=30).json()
         return StoreUser(name=name, token=token, id=me["user"]["id"])
 
     def rotate(self, user: StoreUser) -> str:
         """Give ``user`` a new token with `brain-store user rotate` (the old one dies at once); the new token."""
-        done = subprocess.run(
-            [console_script("brain-store"), "user", "rotate", user.name, "--data", str(self.data)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        )
-        return done.stdout.strip().splitlines()[-1].strip()
+        return brain_store("user", "rotate", user.name, data=self.data).strip().splitlines()[-1].strip()
 
 
 def auth(token: str) -> dict[str, str]:
@@ -109,6 +104,22 @@ def store(tmp_path: Path) -> Iterator[RunningStore]:
     """A real store process on a free loopback port."""
     with running_store(tmp_path) as running:
         yield running
+
+
+@pytest.fixture(scope="module")
+def module_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStore]:
+    """One store process for a module whose tests only look at their own users' brains.
+
+    A module opts in by overriding ``store`` with it (see ``shared_store``); a test that
+    checks store-wide state (the store's log, all users, a restart) keeps its own store."""
+    with running_store(tmp_path_factory.mktemp("store")) as running:
+        running.shared = True
+        yield running
+
+
+def shared_store(module_store: RunningStore) -> RunningStore:
+    """The module's shared store as its ``store``: ``store = pytest.fixture(shared_store, name="store")``."""
+    return module_store
 
 
 def brains_of(store_url: str, token: str) -> list[dict]:

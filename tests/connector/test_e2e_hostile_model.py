@@ -12,9 +12,12 @@ from typing import Any
 
 import pytest
 
-from tests.connector.conftest import RunningStore, brains_of, direct_memorize, download_brain, memory_ids
+from tests.connector.conftest import RunningStore, brains_of, direct_memorize, download_brain, memory_ids, shared_store
 from tests.connector.test_e2e_thinking import answer, fake_model, requests_of, text_of
 from tests.connector.test_e2e_tools import connector, mcp_session, mint, structured
+
+# Every test here makes its own users and looks only at their brains: one store for the module.
+store = pytest.fixture(shared_store, name="store")
 
 pytestmark = pytest.mark.timeout(300)
 

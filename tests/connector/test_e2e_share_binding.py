@@ -21,11 +21,23 @@ import pytest
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.connector.conftest import RunningStore, StoreUser, auth, brains_of, direct_memorize, download_brain, memory_ids
+from tests.connector.conftest import (
+    RunningStore,
+    StoreUser,
+    auth,
+    brains_of,
+    direct_memorize,
+    download_brain,
+    memory_ids,
+    shared_store,
+)
 from tests.connector.oauth import live
 from tests.connector.oauth.live import MemoryStorage
 from tests.connector.test_e2e_sharing import share
 from tests.connector.test_e2e_tools import connector, mcp_session, mint, structured
+
+# Every test here makes its own users and looks only at their brains: one store for the module.
+store = pytest.fixture(shared_store, name="store")
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -126,8 +138,8 @@ def test_a_name_several_shared_brains_answer_to_is_refused_with_the_choices(stor
                              json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, timeout=30)
         assert refused.status_code == 409, refused.text
         description = refused.json()["error_description"]
-        for team, owner in zip(teams, ("alice", "carol"), strict=True):
-            assert f"({team['id']}, owned by {owner})" in description
+        for team, owner in zip(teams, (alice, carol), strict=True):
+            assert f"({team['id']}, owned by {owner.name})" in description
 
         async def by_name() -> None:
             async with mcp_session(base + "/mcp", token) as client:

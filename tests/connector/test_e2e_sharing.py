@@ -9,7 +9,6 @@ sees exactly its brain, and its writes are refused."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -22,18 +21,14 @@ from mcp.client.streamable_http import streamable_http_client
 from connector.identity.static import StaticTokenProvider
 from tests.connector.conftest import RunningStore, StoreUser, auth, brains_of, direct_memorize, download_brain, memory_ids
 from tests.connector.test_e2e_tools import connector, mcp_session, mint, signed_in_provider, structured
-from tests.support.processes import console_script
+from tests.support.store_cli import brain_store
 
 pytestmark = pytest.mark.timeout(300)
 
 
 def store_cli(store: RunningStore, *args: str) -> str:
-    """Run `brain-store ARGS --data <the store's data>`; its last output line."""
-    done = subprocess.run(
-        [console_script("brain-store"), *args, "--data", str(store.data)],
-        capture_output=True, text=True, timeout=60, check=True,
-    )
-    return done.stdout.strip().splitlines()[-1].strip()
+    """Run `brain-store ARGS --data <the store's data>` (in this process); its last output line."""
+    return brain_store(*args, data=store.data).strip().splitlines()[-1].strip()
 
 
 def share(store: RunningStore, brain_id: str, user: StoreUser, role: str) -> None:

@@ -20,10 +20,21 @@ import pytest
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.connector.conftest import RunningStore, auth, brains_of, direct_memorize, download_brain, memory_ids
+from tests.connector.conftest import (
+    RunningStore,
+    auth,
+    brains_of,
+    direct_memorize,
+    download_brain,
+    memory_ids,
+    shared_store,
+)
 from tests.connector.test_e2e_sharing import share
 from tests.connector.test_e2e_tools import STATE_KEY, connector, mcp_session, mint, structured
 from tests.support.processes import console_script, free_port, run_server
+
+# Every test here makes its own users and looks only at their brains: one store for the module.
+store = pytest.fixture(shared_store, name="store")
 
 pytestmark = pytest.mark.timeout(300)
 

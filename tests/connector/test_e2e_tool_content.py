@@ -19,9 +19,12 @@ from mcp.shared.exceptions import MCPError
 from connector.engine.format.archive import load_directory, pack_archive
 from connector.engine.recall.session import session_start
 from connector.engine.writes.ops import Memorize, MemoryInput
-from tests.connector.conftest import RunningStore, brains_of, download_brain, memory_ids, upload_raw
+from tests.connector.conftest import RunningStore, brains_of, download_brain, memory_ids, shared_store, upload_raw
 from tests.connector.test_e2e_tools import connector, mcp_session, mint, structured
 from tests.engine.conftest import parity_dir
+
+# Every test here makes its own users and looks only at their brains: one store for the module.
+store = pytest.fixture(shared_store, name="store")
 
 pytestmark = pytest.mark.timeout(300)
 

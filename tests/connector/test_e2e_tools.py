@@ -30,11 +30,15 @@ from tests.connector.conftest import (
     brains_of,
     download_brain,
     memory_ids,
+    shared_store,
     upload_raw,
 )
 from tests.connector.oauth import live
 from tests.support.fixtures import project_parity_dir
 from tests.support.processes import ServerProcess, console_script, free_port, run_server
+
+# Every test here makes its own users and looks only at their brains: one store for the module.
+store = pytest.fixture(shared_store, name="store")
 
 pytestmark = pytest.mark.timeout(300)
 

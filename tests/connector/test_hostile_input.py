@@ -24,10 +24,13 @@ from connector.engine.format.archive import pack_archive
 from connector.engine.format.brain import Brain
 from connector.engine.writes.ops import connector_memorize
 
-from .conftest import RunningStore, auth, brains_of, download_brain, memory_ids, upload_raw
+from .conftest import RunningStore, auth, brains_of, download_brain, memory_ids, shared_store, upload_raw
 from .oauth.live import running_connector
 from .test_e2e_tools import connector, mcp_session, mint, structured
 from .webapp.conftest import csrf_of, signed_in_browser
+
+# Every test here makes its own users and looks only at their brains: one store for the module.
+store = pytest.fixture(shared_store, name="store")
 
 pytestmark = [pytest.mark.timeout(120)]
 

@@ -29,10 +29,14 @@ from tests.connector.conftest import (
     direct_memorize,
     download_brain,
     memory_ids,
+    shared_store,
     start_store,
     upload_raw,
 )
 from tests.support.fixtures import project_parity_dir
+
+# Every test here makes its own users and looks only at their brains: one store for the module.
+store = pytest.fixture(shared_store, name="store")
 
 ALL = frozenset({"brain.read", "brain.write"})
 

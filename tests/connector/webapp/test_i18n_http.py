@@ -12,8 +12,11 @@ import pytest
 
 from connector.i18n import COOKIE_NAME, negotiate, preferences, supported
 
-from ..conftest import RunningStore
+from ..conftest import RunningStore, shared_store
 from .conftest import BASE, app_client, csrf_of, sign_in
+
+# Every test here makes its own users and looks only at their brains: one store for the module.
+store = pytest.fixture(shared_store, name="store")
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -12,8 +12,11 @@ import pytest
 
 from connector.webapp.guard import Site, return_target
 
-from ..conftest import RunningStore
+from ..conftest import RunningStore, shared_store
 from .conftest import app_client, csrf_of, sign_in
+
+# Every test here makes its own users and looks only at their brains: one store for the module.
+store = pytest.fixture(shared_store, name="store")
 
 MCP_CLIENT_ACCEPT = "application/json, text/event-stream"
 BROWSER_ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"

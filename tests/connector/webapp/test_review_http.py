@@ -7,10 +7,13 @@ import pytest
 
 from tests.engine.writes_support import check_consistency
 
-from ..conftest import RunningStore, auth, brains_of, direct_memorize
+from ..conftest import RunningStore, auth, brains_of, direct_memorize, shared_store
 from ..review_support import flag_pairs_at_store, statuses_at_store
 from ..test_e2e_sharing import share
 from .conftest import app_client, sign_in
+
+# Every test here makes its own users and looks only at their brains: one store for the module.
+store = pytest.fixture(shared_store, name="store")
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -13,8 +13,11 @@ from connector.engine.format.archive import pack_archive
 from connector.engine.format.brain import Brain
 from connector.engine.writes.ops import connector_memorize
 
-from ..conftest import RunningStore, brains_of, download_brain, upload_raw
+from ..conftest import RunningStore, brains_of, download_brain, shared_store, upload_raw
 from .conftest import app_client, sign_in
+
+# Every test here makes its own users and looks only at their brains: one store for the module.
+store = pytest.fixture(shared_store, name="store")
 
 pytestmark = pytest.mark.timeout(120)
 SAME_ORIGIN = {"origin": "http://127.0.0.1:8788"}

@@ -12,8 +12,11 @@ from connector.engine.format.brain import Brain
 from connector.engine.writes.ops import Memorize, connector_memorize
 from tests.engine.hybrid_support import make_brain
 
-from ..conftest import RunningStore, brains_of, direct_memorize, download_brain, upload_raw
+from ..conftest import RunningStore, brains_of, direct_memorize, download_brain, shared_store, upload_raw
 from .conftest import app_client, csrf_of, sign_in
+
+# Every test here makes its own users and looks only at their brains: one store for the module.
+store = pytest.fixture(shared_store, name="store")
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -8,13 +8,18 @@ import json
 import re
 from datetime import UTC, datetime
 
+import pytest
+
 from connector.engine.format.archive import pack_archive
 from connector.engine.format.brain import Brain
 from connector.engine.writes.ops import Memorize
 
-from ..conftest import RunningStore, brains_of, upload_raw
+from ..conftest import RunningStore, brains_of, shared_store, upload_raw
 from .conftest import app_client, sign_in
 from .test_webapp_http import _live
+
+# Every test here makes its own users and looks only at their brains: one store for the module.
+store = pytest.fixture(shared_store, name="store")
 
 AWS = "AKIAIOSFODNN7EXAMPLE"
 GITHUB = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"

@@ -11,8 +11,11 @@ import pytest
 
 from connector.engine.format.text import memory_body
 
-from ..conftest import RunningStore, brains_of, direct_memorize, download_brain
+from ..conftest import RunningStore, brains_of, direct_memorize, download_brain, shared_store
 from .conftest import app_client, sign_in
+
+# Every test here makes its own users and looks only at their brains: one store for the module.
+store = pytest.fixture(shared_store, name="store")
 
 pytestmark = pytest.mark.timeout(120)
 
