@@ -53,7 +53,7 @@ from connector.engine.recall import (
     recall,
 )
 from connector.engine.text import memory_body
-from connector.engine.textmatch import TextIndex, has_cjk
+from connector.engine.textmatch import TextIndex, has_cjk, word_terms
 
 __all__ = [
     "DEFAULT_FUSION", "EXACT_CANNOT_READ", "Fusion", "HybridIndex", "MODES", "NO_GOOD_MATCH", "Signals",
@@ -112,6 +112,10 @@ class Signals:
     # The cosine of the query as written, when ``semantic`` also holds its spelt-out
     # abbreviations (None: the same as ``semantic``).
     written: np.ndarray | None = None
+    # The second model's cosine (e5), when the brain version has its vectors (None: not yet).
+    e5: np.ndarray | None = None
+    # BM25 of the query's terms (stems, CJK bigrams), unscaled.
+    bm25: np.ndarray | None = None
 
 
 def fuse(signals: Signals, fusion: Fusion = DEFAULT_FUSION, eligible: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -234,6 +238,9 @@ class HybridIndex:
     newer: list[int]  # positions of the memories with trust / supersession / validity fields
     # Hubness of the memories asked about so far, by position (see `hubness`).
     hubness_known: dict[int, float] = field(default_factory=dict)
+    # The second model's vectors (e5, connector/engine/e5.py) in the same order, once every
+    # memory has one: computed in the background (connector/workcopy/backfill.py), None until then.
+    e5: Quantized | None = None
 
     @classmethod
     def build(
@@ -250,7 +257,7 @@ class HybridIndex:
         newer = [position for position, record in enumerate(index.memories) if record.has_newer_fields]
         ids = [record.id for record in index.memories]
         if previous is not None and previous.hashes == hashes:
-            return cls(ids, hashes, previous.text, previous.vectors, newer, previous.hubness_known)
+            return cls(ids, hashes, previous.text, previous.vectors, newer, previous.hubness_known, previous.e5)
         return cls(ids, hashes, TextIndex.build(texts), source.vectors(hashes, texts), newer)
 
     def hubness(self, positions: Sequence[int]) -> dict[int, float]:
@@ -277,9 +284,17 @@ class HybridIndex:
 
 
 def query_signals(
-    query: str, exact: list[dict[str, Any]], *, index: BrainIndex, hybrid: HybridIndex, embed_query: Callable[[str], np.ndarray]
+    query: str,
+    exact: list[dict[str, Any]],
+    *,
+    index: BrainIndex,
+    hybrid: HybridIndex,
+    embed_query: Callable[[str], np.ndarray],
+    e5: Quantized | None = None,
+    embed_e5_query: Callable[[str], np.ndarray] | None = None,
 ) -> Signals:
-    """The channels of ``query`` for every memory, given the exact engine's hits for it."""
+    """The channels of ``query`` for every memory, given the exact engine's hits for it
+    (the e5 channel too when ``e5`` holds the version's e5 vectors)."""
     if len(hybrid.ids) != len(index.memories) or (hybrid.ids and hybrid.ids[-1] != index.memories[-1].id):
         raise ValueError("the hybrid index was built for another version of the brain")
     exact_relevance = np.zeros(len(index.memories), dtype=np.float32)
@@ -313,6 +328,8 @@ def query_signals(
         strong=strong,
         hubness=hubness,
         written=None if spelled_out is None else written,
+        e5=cosines(e5, embed_e5_query(query)) if e5 is not None and embed_e5_query is not None else None,
+        bm25=hybrid.text.words.scores(word_terms(query)).astype(np.float32),
     )
 
 
@@ -332,6 +349,8 @@ def hybrid_recall(
     as_of: datetime | str | None = None,
     as_known_of: datetime | str | None = None,
     fusion: Fusion = DEFAULT_FUSION,
+    e5: Quantized | None = None,
+    embed_e5_query: Callable[[str], np.ndarray] | None = None,
 ) -> list[dict[str, Any]]:
     """Hybrid recall; hits have the exact engine's fields, ``score`` being the fused score.
 
@@ -347,7 +366,8 @@ def hybrid_recall(
     now_ms = datetime_ms(now)
     as_of_ms = _instant_ms(as_of)
     as_known_ms = _instant_ms(as_known_of)
-    signals = query_signals(query, exact, index=index, hybrid=hybrid, embed_query=embed_query)
+    signals = query_signals(query, exact, index=index, hybrid=hybrid, embed_query=embed_query, e5=e5,
+                            embed_e5_query=embed_e5_query)
     eligible = _eligibility(index, as_of_ms, as_known_ms)
     fused, listed = fuse(signals, fusion, None if eligible is None else np.asarray(eligible, dtype=bool))
     # The exact score's factors (origin trust; 0.25 when superseded or expired), on the few
@@ -400,11 +420,13 @@ def recall_in_mode(
     source: VectorSource | None = None,
     index: BrainIndex | None = None,
     hybrid: HybridIndex | None = None,
+    e5_source: VectorSource | None = None,
     **options: Any,
 ) -> list[dict[str, Any]]:
     """Recall in ``mode`` (``exact`` or ``hybrid``) with the options `recall` takes.
 
-    Hybrid mode needs a ``source`` of vectors unless ``hybrid`` is given prepared.
+    Hybrid mode needs a ``source`` of vectors unless ``hybrid`` is given prepared; with an
+    ``e5_source`` it also fuses in the e5 channel (embedding what that source lacks, here).
     """
     if mode not in MODES:
         raise ValueError(f"unknown recall mode {mode!r} (exact or hybrid)")
@@ -416,8 +438,12 @@ def recall_in_mode(
         if source is None:
             raise ValueError("hybrid recall needs a vector source")
         hybrid = HybridIndex.build(brain, index, source)
+    if e5_source is not None and hybrid.e5 is None and query:
+        texts = memory_texts(brain, index)
+        hybrid.e5 = e5_source.vectors([content_hash(e5_source.model_id, text) for text in texts], texts)
     embed = source.embed_query if source is not None else _no_query_embedder
-    return hybrid_recall(brain, query, index=index, hybrid=hybrid, embed_query=embed, **options)
+    return hybrid_recall(brain, query, index=index, hybrid=hybrid, embed_query=embed, e5=hybrid.e5,
+                         embed_e5_query=e5_source.embed_query if e5_source is not None else None, **options)
 
 
 def _no_query_embedder(text: str) -> np.ndarray:

@@ -56,6 +56,7 @@ from connector.workcopy.manager import BrainUnavailable, UnknownBrain, WorkingCo
 from connector.workcopy.model import STATUS_NO_BRAIN, Account, Snapshot, WriteOutcome
 from connector.workcopy.store_client import BrainRecord, StoreError
 from connector.workcopy.indexdisk import IndexDisk
+from connector.workcopy.backfill import E5Backfill
 from connector.workcopy.vectors import HybridCache, VectorStore
 
 log = logging.getLogger("connector.tools")
@@ -188,6 +189,7 @@ class BrainTools:
         vectors: VectorStore | None = None,
         model: ModelSource | None = None,
         index_disk: IndexDisk | None = None,
+        e5: E5Backfill | None = None,
     ) -> None:
         self.manager = manager
         self.recall_mode = recall_mode
@@ -196,6 +198,9 @@ class BrainTools:
         # vector matrix. Both are made on first hybrid use.
         self._vectors = vectors
         self.hybrid_cache = HybridCache()
+        # The second model's vectors (e5), computed in the background per brain version: recall
+        # fuses them in once a version has them all (None: hybrid recall without e5).
+        self.e5 = e5
         # Those indexes also on this replica's disk, by brain and archive checksum: a restart or
         # an eviction reads one back instead of rebuilding it (connector/workcopy/indexdisk.py).
         self.index_disk = index_disk
@@ -563,12 +568,16 @@ class BrainTools:
         if mode == "hybrid":
             assert snapshot.brain is not None
             index = index_for(snapshot.brain, snapshot.key, self.index_cache)
+            hybrid = self.hybrid_index(snapshot.brain, snapshot.key, index, snapshot.brain_id)
+            e5 = self.e5.vectors(snapshot.brain_id, snapshot.brain, index, hybrid) if self.e5 is not None else None
             return hybrid_recall(
                 snapshot.brain,
                 query,
                 index=index,
-                hybrid=self.hybrid_index(snapshot.brain, snapshot.key, index, snapshot.brain_id),
+                hybrid=hybrid,
                 embed_query=self.vectors.embed_query,
+                e5=e5,
+                embed_e5_query=self.e5.embed_query if e5 is not None and self.e5 is not None else None,
                 top=limit,
                 project=project,
                 now=self.manager.now(),
@@ -688,6 +697,10 @@ class BrainTools:
             "identity": {"status": identity.status, **({"note": identity.note} if identity.note else {})},
             "pending_writes": snapshot.pending_writes,
         }
+        e5 = self.e5.progress(snapshot.brain_id) if self.e5 is not None else None
+        if e5 is not None:
+            # How far the second model's vectors are (hybrid recall fuses them in once all are there).
+            structured["recall_e5"] = e5.to_json()
         if snapshot.pending_writes:
             reason = f" ({snapshot.held_reason})" if snapshot.held_reason else ""
             structured["note"] = f"{snapshot.pending_writes} write(s) are held, not yet synced to the store{reason}."
