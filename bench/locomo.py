@@ -376,10 +376,10 @@ WEIGHT_GRID = {
     "context": (0.0, 0.15, 0.3),
 }
 FLOOR_GRID = {
-    "gate": (False, True),
-    "e5_floor": (None, 0.78, 0.8, 0.82, 0.84, 0.86),
-    "floor": (None, 1.0, 1.5, 2.0, 2.5, 3.0),
-    "window": (None, 0.5, 1.0, 1.5, 2.0, 3.0),
+    "gate": (True,),
+    "e5_floor": (None, 0.8),
+    "window": (None, 1.0, 1.5, 2.0),
+    "hit_floor": (None, 1.5, 2.0),
 }
 CHANNEL_NAMES = ("exact", "bm25", "use", "e5")
 
@@ -461,7 +461,7 @@ def fit(prepared: Sequence[Prepared], no_answer_target: tuple[float, float] = (0
     return chosen
 
 
-def cross_validate(prepared: Sequence[Prepared]) -> None:
+def cross_validate(prepared: Sequence[Prepared], loo: bool = False) -> None:
     """Fit on some sets, score on the others: LoCoMo -> quality, quality -> LoCoMo, and each brain held out."""
     groups = _groups(prepared)
     folds = []
@@ -469,7 +469,7 @@ def cross_validate(prepared: Sequence[Prepared]) -> None:
         for held in groups:
             folds.append((f"fit on {'+'.join(g for g in groups if g != held)}, score {held}",
                           [p for g, m in groups.items() if g != held for p in m], groups[held]))
-    if len(prepared) > 2:
+    if loo and len(prepared) > 2:
         for item in prepared:
             folds.append((f"fit on all but {item.brainset.name}, score it", [p for p in prepared if p is not item], [item]))
     for name, fitting, scoring in folds:
@@ -494,6 +494,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--cv", action="store_true", help="fit on some sets, score on the others")
     parser.add_argument("--fit", action="store_true", help="fit on every set and print the fitted fusion")
+    parser.add_argument("--loo", action="store_true", help="with --cv: also fit on all brains but one, score that one")
     parser.add_argument("--keep", type=Path, help="keep each set's channels here (pickles) and read them back")
     args = parser.parse_args(argv)
     wanted = args.sets.split(",")
@@ -518,7 +519,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.fit:
         print(f"\nfitted on every set: {fit(prepared)}")
     if args.cv:
-        cross_validate(prepared)
+        cross_validate(prepared, args.loo)
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
     return 0

@@ -1,5 +1,11 @@
 """Hybrid recall: the exact engine's answer, fused with text matching and meaning.
 
+Since issue 34 the ranking is `channelfusion.fuse_channels` over the channels this module
+computes (`query_signals`: exact relevance, BM25, USE cosine, and the e5 cosine once the
+brain version's e5 vectors are there), gated by the strength floor below (`matches_well`).
+The fused score below (`Fusion`, `fuse`) is the ranking before issue 34, still scored by
+bench/recall_quality.py and bench/floor_signals.py; its strength and hubness make the floor.
+
 For a query, every eligible memory gets a fused score (`Fusion`)
 
     cosine(query, memory)                      (multilingual sentence embeddings)

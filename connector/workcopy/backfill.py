@@ -68,6 +68,7 @@ class E5Backfill:
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._waiting: dict[str | None, _Job] = {}
+        self._running: _Job | None = None
         self._progress: dict[str | None, Progress] = {}
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -101,6 +102,9 @@ class E5Backfill:
         with self._lock:
             if self._closed:
                 return None
+            running = self._running
+            if running is not None and running.brain_id == brain_id and running.hybrid is hybrid:
+                return None  # this version is being computed already
             self._waiting[brain_id] = _Job(brain_id, brain, index, hybrid)
             previous = self._progress.get(brain_id)
             if previous is None or previous.state == READY:
@@ -136,11 +140,14 @@ class E5Backfill:
                 if self._closed:
                     return
                 brain_id = next(iter(self._waiting))
-                job = self._waiting.pop(brain_id)
+                job = self._running = self._waiting.pop(brain_id)
             try:
                 self._fill(job)
             except Exception:  # a broken job must not end the thread: recall goes on without e5
                 log.exception("computing e5 vectors failed")
+            finally:
+                with self._lock:
+                    self._running = None
 
     def _fill(self, job: _Job) -> None:
         store = self._store
