@@ -85,10 +85,6 @@ def _instant(text: str) -> datetime:
     return datetime.fromtimestamp(parse_iso_ms(text) / 1000, tz=UTC)
 
 
-def _locomo_date(text: str) -> str:
-    return text
-
-
 @dataclass
 class Query:
     """One query of a set: its text, clock, category and the memory ids that answer it (none: no-answer)."""
