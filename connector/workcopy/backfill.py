@@ -95,8 +95,9 @@ class E5Backfill:
     def vectors(self, brain_id: str | None, brain: Brain, index: BrainIndex, hybrid: HybridIndex) -> Quantized | None:
         """The e5 vectors of this brain version in the index's order when all are computed, else
         None (and the missing ones are computed in the background). Never embeds on the caller's thread."""
-        if hybrid.e5 is not None and not hybrid.e5_pending:
-            return hybrid.e5
+        e5, pending = hybrid.e5_state()
+        if e5 is not None and not pending:
+            return e5
         if self.store is None:
             return None
         with self._lock:

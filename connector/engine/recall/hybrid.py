@@ -274,8 +274,7 @@ class HybridIndex:
         newer = [position for position, record in enumerate(index.memories) if record.has_newer_fields]
         ids = [record.id for record in index.memories]
         if previous is not None and previous.hashes == hashes:
-            return cls(ids, hashes, previous.text, previous.vectors, newer, previous.hubness_known,
-                       previous.e5, dict(previous.e5_pending))
+            return cls(ids, hashes, previous.text, previous.vectors, newer, previous.hubness_known, *previous.e5_state())
         if previous is not None:
             # Another version of the brain (a pull, a write made elsewhere): index what differs.
             old_positions = {memory_id: position for position, memory_id in enumerate(previous.ids)}
@@ -344,7 +343,7 @@ class HybridIndex:
         kept = keep[keep >= 0]
         if not added_at and len(kept) == len(self.ids) and np.all(kept == np.arange(len(kept))):
             # No text changed: the e5 vectors (and those still to come) stay where they were.
-            return HybridIndex(ids, hashes, self.text, self.vectors, newer, self.hubness_known, self.e5, dict(self.e5_pending))
+            return HybridIndex(ids, hashes, self.text, self.vectors, newer, self.hubness_known, *self.e5_state())
         if np.any(np.diff(kept) <= 0):
             return None
         positions = np.asarray(added_at, dtype=np.int64)
@@ -366,14 +365,22 @@ class HybridIndex:
         """The e5 vectors of a newer version (``count`` memories, ``keep`` as in `_merged`): the
         kept memories' rows moved, the new ones pending (their rows zero until `with_e5`). None
         when this version has no e5 vectors yet (the background computes the newer one's whole)."""
-        if self.e5 is None:
+        # The pending ones first: `with_e5` (another thread) fills the rows before it drops them.
+        e5, before = self.e5_state()
+        if e5 is None:
             return None, {}
-        codes = np.zeros((count, self.e5.codes.shape[1]), dtype=self.e5.codes.dtype)
-        scales = np.zeros(count, dtype=self.e5.scales.dtype)
-        codes[keep[keep >= 0]], scales[keep[keep >= 0]] = self.e5.codes[keep >= 0], self.e5.scales[keep >= 0]
-        pending = {int(keep[old]): text for old, text in self.e5_pending.items() if keep[old] >= 0}
+        codes = np.zeros((count, e5.codes.shape[1]), dtype=e5.codes.dtype)
+        scales = np.zeros(count, dtype=e5.scales.dtype)
+        codes[keep[keep >= 0]], scales[keep[keep >= 0]] = e5.codes[keep >= 0], e5.scales[keep >= 0]
+        pending = {int(keep[old]): text for old, text in before.items() if keep[old] >= 0}
         pending.update(zip(added_at, texts, strict=True))
         return Quantized(codes, scales), pending
+
+    def e5_state(self) -> tuple[Quantized | None, dict[int, str]]:
+        """The e5 vectors and a copy of the pending ones, read consistently with `with_e5`
+        on another thread (pending first: it fills the rows before it drops them)."""
+        pending = dict(self.e5_pending)
+        return self.e5, pending
 
     def with_e5(self, positions: Sequence[int], vectors: Quantized) -> None:
         """Fill the pending e5 rows at ``positions`` with ``vectors`` (one row each, in order).
