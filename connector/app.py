@@ -53,7 +53,8 @@ from connector.workcopy.journal import HeldWriteJournal
 from connector.workcopy.manager import WorkingCopyManager
 from connector.workcopy.model import Account
 from connector.workcopy.store_client import StoreClient, StoreError, StoreUnauthorized
-from connector.workcopy.vectors import VectorStore
+from connector.workcopy.backfill import E5Backfill
+from connector.workcopy.vectors import VectorStore, e5_store
 from common.docstore import DocumentStore, DocumentStoreError
 from common.host_guard import AllowedHosts, host_guard
 from common.limits import (
@@ -431,6 +432,8 @@ def build_parts(settings: ConnectorSettings, *, tuning: ManagerTuning | None = N
     )
     # Hybrid recall's vectors: sealed under the state key in the state, when there is one.
     vectors = VectorStore(state=shared, state_key=state_key)
+    # The second model's (e5) beside them, computed in the background; its engine loads on first use.
+    e5 = E5Backfill(lambda: e5_store(shared, state_key)) if settings.recall_e5 else None
     # Hybrid indexes kept on this replica's disk (by brain and content), so a restart does not rebuild them.
     index_cache = settings.index_cache_path
     index_disk = (
@@ -438,7 +441,7 @@ def build_parts(settings: ConnectorSettings, *, tuning: ManagerTuning | None = N
     )
     tools = BrainTools(
         manager, allowed=settings.tools, recall_mode=settings.recall_mode, vectors=vectors, model=_model(settings),
-        index_disk=index_disk,
+        index_disk=index_disk, e5=e5,
     )
     # Memories other devices wrote are checked for duplicates after the pull that brings them.
     PullReview(manager, tools)

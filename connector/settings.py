@@ -123,6 +123,7 @@ class ConnectorSettings:
     webapp: bool = True  # the web app at /app (docs/webapp.md)
     webapp_session_ttl_ms: int = 8 * 3600 * 1000  # a web sign-in ends after this, whatever happens
     recall_mode: str = "hybrid"  # brain_recall's and the web search's mode when none is named (exact or hybrid)
+    recall_e5: bool = True  # hybrid recall's second model (e5), its vectors computed in the background
     # The operator's model for brain_reflect and brain_extract (docs/thinking.md): an OpenAI-compatible
     # chat-completions endpoint; none set means "no model" (the tools hand the evidence to the host).
     model_url: str | None = None
@@ -354,6 +355,7 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     put("webapp_session_ttl_ms", _int(env, "CONNECTOR_WEBAPP_SESSION_TTL_MS"))
     recall_mode = _env(env, "CONNECTOR_RECALL_MODE")
     put("recall_mode", recall_mode.strip().lower() if recall_mode else None)
+    put("recall_e5", _bool(env, "CONNECTOR_RECALL_E5"))
     put("model_url", _env(env, "CONNECTOR_MODEL_URL"))
     put("model", _env(env, "CONNECTOR_MODEL"))
     put("model_api_key", _env(env, "CONNECTOR_MODEL_API_KEY"))

@@ -13,7 +13,7 @@ from connector.engine.format.brain import Brain, dump_json
 from connector.engine.format.jsvalues import parse_iso_ms
 from connector.engine.recall.hybrid import MODES, recall_in_mode
 from connector.engine.recall.index import RecallError
-from connector.workcopy.vectors import VectorStore
+from connector.workcopy.vectorcache import CacheDirError, cached_stores, default_cache_dir
 
 
 def _instant(value: str | None, option: str) -> datetime | None:
@@ -56,6 +56,14 @@ def _load(path: Path) -> Brain:
     help="exact: scored like `brain recall`; hybrid: also matches stems, typos, Chinese/Japanese and meaning, "
     "and lists only memories that match well (none when nothing does).",
 )
+@click.option(
+    "--cache-dir",
+    "cache_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where hybrid mode keeps the brain's vectors between runs, keyed by content (a second call on an "
+    f"unchanged brain embeds nothing; deleting it is safe). Default: {default_cache_dir()}.",
+)
 def recall(
     brain: Path,
     query: str | None,
@@ -68,18 +76,21 @@ def recall(
     as_of: str | None,
     as_known_of: str | None,
     mode: str,
+    cache_dir: Path | None,
 ) -> None:
     """Print the memories BRAIN (a directory or a .tar.gz) recalls for QUERY, as JSON."""
     if not query and not context_mode:
         raise click.UsageError("give a QUERY, or --context")
     clock = _instant(now, "--now") or datetime.now(UTC)
     try:
+        # Both models' vectors are kept in the cache directory: only new memories are embedded.
+        use, e5 = cached_stores(cache_dir) if mode == "hybrid" else (None, None)
         hits = recall_in_mode(
             _load(brain),
             query,
             mode=mode,
-            # Vectors are computed for this run only: the command keeps no state.
-            source=VectorStore() if mode == "hybrid" else None,
+            source=use,
+            e5_source=e5,
             top=top,
             project=project,
             task=task,
@@ -89,7 +100,7 @@ def recall(
             as_of=_instant(as_of, "--as-of"),
             as_known_of=_instant(as_known_of, "--as-known-of"),
         )
-    except (ArchiveError, RecallError) as exc:
+    except (ArchiveError, RecallError, CacheDirError) as exc:
         raise click.ClickException(str(exc)) from None
     except OSError as exc:
         raise click.ClickException(f"cannot read {brain}: {exc.strerror or exc}") from None

@@ -14,7 +14,7 @@ from connector.engine.recall.index import RecallError
 from connector.engine.tending.similar import Incoming, similar_in_brain
 from connector.engine.writes.errors import BrainError
 from connector.engine.writes.ops import connector_memorize
-from connector.workcopy.vectors import VectorStore
+from connector.workcopy.vectorcache import CacheDirError, cached_stores, default_cache_dir
 
 MAX_CONTENT_BYTES = 50_000 * 4  # the MCP tool's 50,000 characters, in UTF-8 at worst
 
@@ -28,7 +28,11 @@ MAX_CONTENT_BYTES = 50_000 * 4  # the MCP tool's 50,000 characters, in UTF-8 at 
 @click.option("--tags", default="", help="Comma-separated tags of the new memory.")
 @click.option("--type", "memory_type", default="learning", show_default=True, help="The new memory's type.")
 @click.option("--now", default=None, help="Clock (ISO 8601); accepted for symmetry with memorize: the check is timeless.")
-def similar(brain: Path, content_file: Path, title: str | None, tags: str, memory_type: str, now: str | None) -> None:
+@click.option("--cache-dir", "cache_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where the brain's vectors are kept between runs, keyed by content (a second call on an unchanged "
+              f"brain embeds nothing; deleting it is safe). Default: {default_cache_dir()}.")
+def similar(brain: Path, content_file: Path, title: str | None, tags: str, memory_type: str, now: str | None,
+            cache_dir: Path | None) -> None:
     """Print the memories of BRAIN (a directory or a .tar.gz) that a memorize of the content
     would report as similar, as JSON: {"similar": [{"id", "relation", "score"}, ...]}, best
     first. relation is duplicate (same fact), update (same subject, changed fact) or related
@@ -46,9 +50,10 @@ def similar(brain: Path, content_file: Path, title: str | None, tags: str, memor
         memory = connector_memorize(content, title=title, type=memory_type,
                                     tags=[tag.strip() for tag in tags.split(",") if tag.strip()]).memories[0]
         loaded = _load(brain)
-        # Vectors are computed for this run only: the command keeps no state.
-        found = similar_in_brain(loaded, Incoming(memory.content, memory.title, memory.tags, memory.type), VectorStore())
-    except (ArchiveError, RecallError, BrainError) as exc:
+        # The brain's vectors are kept in the cache directory: only new memories are embedded.
+        found = similar_in_brain(loaded, Incoming(memory.content, memory.title, memory.tags, memory.type),
+                                 cached_stores(cache_dir, e5=False)[0])
+    except (ArchiveError, RecallError, CacheDirError, BrainError) as exc:
         raise click.ClickException(str(exc)) from None
     except OSError as exc:
         raise click.ClickException(f"cannot read {brain}: {exc.strerror or exc}") from None

@@ -125,6 +125,16 @@ def recall_text(result: dict[str, Any], *, titles_only: bool = False) -> str:
     return "\n".join(lines)
 
 
+def _e5_line(e5: dict[str, Any]) -> str:
+    """Where the second recall model's vectors are (brain_status)."""
+    if e5.get("state") == "unavailable":
+        return "Recall model e5: cannot load on this machine; hybrid recall runs without it."
+    if e5.get("state") == "ready":
+        return f"Recall model e5: ready ({e5.get('total', 0)} memories)."
+    return (f"Recall model e5: {e5.get('embedded', 0)} of {e5.get('total', 0)} memories embedded; hybrid recall "
+            "uses it once all are.")
+
+
 def status_text(result: dict[str, Any]) -> str:
     """Counts, brains (active marked), identity note and sync state."""
     active = result.get("active_brain")
@@ -155,6 +165,9 @@ def status_text(result: dict[str, Any]) -> str:
                 f" {marker} {one(brain.get('name'))} ({one(brain.get('id'))}), {brain.get('size_bytes', 0)} bytes, "
                 f"{synced}{sharing(brain)}"
             )
+    e5 = result.get("recall_e5")
+    if e5:
+        lines.append(_e5_line(e5))
     identity = result.get("identity", {})
     lines.append(f"Identity: {identity.get('status')}")
     if identity.get("note"):

@@ -63,6 +63,7 @@ from connector.workcopy.model import STATUS_NO_BRAIN, Account, Snapshot, WriteOu
 from connector.workcopy.store_client import BrainRecord, StoreError
 from connector.workcopy.hybridfollow import HybridFollower
 from connector.workcopy.indexdisk import IndexDisk
+from connector.workcopy.backfill import E5Backfill
 from connector.workcopy.vectors import HybridCache, VectorStore
 
 log = logging.getLogger("connector.tools")
@@ -195,6 +196,7 @@ class BrainTools:
         vectors: VectorStore | None = None,
         model: ModelSource | None = None,
         index_disk: IndexDisk | None = None,
+        e5: E5Backfill | None = None,
     ) -> None:
         self.manager = manager
         self.recall_mode = recall_mode
@@ -203,6 +205,9 @@ class BrainTools:
         # vector matrix. Both are made on first hybrid use.
         self._vectors = vectors
         self.hybrid_cache = HybridCache()
+        # The second model's vectors (e5), computed in the background per brain version: recall
+        # fuses them in once a version has them all (None: hybrid recall without e5).
+        self.e5 = e5
         # Those indexes also on this replica's disk, by brain and archive checksum: a restart or
         # an eviction reads one back instead of rebuilding it (connector/workcopy/indexdisk.py).
         self.index_disk = index_disk
@@ -225,6 +230,7 @@ class BrainTools:
             followers.append(HybridFollower(
                 self.hybrid_cache, self.index_cache, lambda: self.vectors, _hybrid_prefix, index_disk,
                 lambda key: _CHECKSUM.fullmatch(key) is not None,
+                self._e5_follow if e5 is not None else None,
             ))
         self._tool_list: list[types.Tool] | None = None
         self._background: set[asyncio.Task[None]] = set()
@@ -582,12 +588,16 @@ class BrainTools:
         if mode == "hybrid":
             assert snapshot.brain is not None
             index = index_for(snapshot.brain, snapshot.key, self.index_cache)
+            hybrid = self.hybrid_index(snapshot.brain, snapshot.key, index, snapshot.brain_id)
+            e5 = self.e5.vectors(snapshot.brain_id, snapshot.brain, index, hybrid) if self.e5 is not None else None
             return hybrid_recall(
                 snapshot.brain,
                 query,
                 index=index,
-                hybrid=self.hybrid_index(snapshot.brain, snapshot.key, index, snapshot.brain_id),
+                hybrid=hybrid,
                 embed_query=self.vectors.embed_query,
+                e5=e5,
+                embed_e5_query=self.e5.embed_query if e5 is not None and self.e5 is not None else None,
                 top=limit,
                 project=project,
                 now=self.manager.now(),
@@ -644,6 +654,13 @@ class BrainTools:
         if self._vectors is None:
             self._vectors = VectorStore()
         return self._vectors
+
+    def _e5_follow(self, brain_id: str | None, brain: Brain, index: BrainIndex, hybrid: HybridIndex) -> None:
+        """After a write: the e5 vectors of its new memories are computed now, in the background
+        (only when the version before had its e5 vectors: the engine is loaded, and nothing else
+        of the brain is embedded again)."""
+        if self.e5 is not None and hybrid.e5 is not None and hybrid.e5_pending:
+            self.e5.vectors(brain_id, brain, index, hybrid)
 
     def hybrid_index(self, brain: Brain, key: str | None, index: BrainIndex, brain_id: str | None = None) -> HybridIndex:
         """The hybrid index of one version of brain ``brain_id``, cached under that brain and its content key.
@@ -707,6 +724,10 @@ class BrainTools:
             "identity": {"status": identity.status, **({"note": identity.note} if identity.note else {})},
             "pending_writes": snapshot.pending_writes,
         }
+        e5 = self.e5.progress(snapshot.brain_id) if self.e5 is not None else None
+        if e5 is not None:
+            # How far the second model's vectors are (hybrid recall fuses them in once all are there).
+            structured["recall_e5"] = e5.to_json()
         if snapshot.pending_writes:
             reason = f" ({snapshot.held_reason})" if snapshot.held_reason else ""
             structured["note"] = f"{snapshot.pending_writes} write(s) are held, not yet synced to the store{reason}."

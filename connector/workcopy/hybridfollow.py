@@ -22,6 +22,8 @@ from collections.abc import Callable
 
 from connector.engine.format.brain import Brain
 from connector.engine.format.change import BrainChange
+from connector.engine.recall.hybrid import HybridIndex
+from connector.engine.recall.index import BrainIndex
 from connector.engine.recall.indexcache import IndexCache
 from connector.workcopy.indexdisk import IndexDisk
 from connector.workcopy.vectors import HybridCache, VectorStore
@@ -49,13 +51,17 @@ class HybridFollower:
         prefix_of: Callable[[str | None], str],
         disk: IndexDisk | None = None,
         is_checksum: Callable[[str], bool] = lambda key: False,
+        followed: Callable[[str, Brain, BrainIndex, HybridIndex], object] | None = None,
     ) -> None:
+        """``followed``: called with the brain id, brain, exact index and hybrid index of each
+        version a write gave (the e5 backfill starts on the new memories' vectors there)."""
         self.cache = cache
         self.indexes = indexes
         self.vectors = vectors
         self.prefix_of = prefix_of
         self.disk = disk
         self.is_checksum = is_checksum
+        self.followed = followed
 
     def _brain_of(self, old_key: str, new_key: str) -> str | None:
         """The id of the brain a write from ``old_key`` to ``new_key`` changed, when an index of
@@ -81,6 +87,8 @@ class HybridFollower:
         followed = old.changed(brain, index, self.vectors().for_brain(brain_id), change)
         if followed is not None:  # else the next recall (or the build after the write) makes it
             self.cache.put(prefix + new_key, followed)
+            if self.followed is not None:
+                self.followed(brain_id, brain, index, followed)
         return followed
 
     def rename(self, old_key: str, new_key: str) -> None:

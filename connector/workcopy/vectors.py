@@ -54,6 +54,11 @@ _BATCH = 1024
 # Segments beyond this many are merged into one at the next write.
 _MAX_SEGMENTS = 16
 _PREFIX = "vectors/"
+# The e5 channel's segments (connector/engine/recall/e5.py): a folder of their own.
+E5_PREFIX = "vectors/e5/"
+# Texts per e5 call: its vectors are kept and saved as they come (a few seconds of work
+# each), so a background embedding shows progress and a restart loses little.
+E5_BATCH = 64
 
 
 class VectorStore:
@@ -64,8 +69,21 @@ class VectorStore:
     ``embedded`` counts texts sent to the model (tests and benchmarks read it).
     """
 
-    def __init__(self, embedder: Embedder | None = None, state: DocumentStore | None = None, state_key: bytes | None = None):
+    def __init__(
+        self,
+        embedder: Embedder | None = None,
+        state: DocumentStore | None = None,
+        state_key: bytes | None = None,
+        *,
+        prefix: str = _PREFIX,
+        batch: int = _BATCH,
+    ):
+        """``prefix``: where in the state this model's segments live (one folder per model: a
+        store never reads, merges or deletes another model's segments). ``batch``: texts per
+        model call (each call's vectors are kept and saved as they come)."""
         self.embedder = embedder or default_embedder()
+        self.prefix = prefix
+        self.batch = batch
         self.model_id = self.embedder.model_id
         self.dimensions = self.embedder.dimensions
         self.state = state if state is not None and state_key is not None else None
@@ -90,8 +108,9 @@ class VectorStore:
         return int(self._codes.nbytes + self._scales.nbytes)
 
     def embed_query(self, text: str) -> np.ndarray:
-        """The unit vector of a query (not stored)."""
-        return self.embedder.embed([text])[0]
+        """The unit vector of a query (not stored); a model with a query form of its own (e5) uses it."""
+        embed_query = getattr(self.embedder, "embed_query", None)
+        return embed_query(text) if embed_query is not None else self.embedder.embed([text])[0]
 
     def for_brain(self, brain_id: str | None) -> BrainVectors:
         """The vectors of one brain: a `VectorSource` that never sees another brain's vectors."""
@@ -120,6 +139,19 @@ class VectorStore:
             rows = np.fromiter(map(self._rows.__getitem__, keys), dtype=np.int64, count=len(keys))
             return Quantized(self._codes[rows], self._scales[rows])
 
+    def known(self, hashes: Sequence[bytes], brain_id: str | None = None) -> tuple[Quantized, np.ndarray]:
+        """The vectors already kept for ``hashes`` (zero rows elsewhere) and which are, never embedding."""
+        keys = _keys(hashes, brain_id)
+        with self._lock:
+            self._load_once()
+            rows = np.fromiter((self._rows.get(key, -1) for key in keys), dtype=np.int64, count=len(keys))
+            found = rows >= 0
+            codes = np.zeros((len(keys), self.dimensions), dtype=np.int8)
+            scales = np.zeros(len(keys), dtype=np.float32)
+            codes[found] = self._codes[rows[found]]
+            scales[found] = self._scales[rows[found]]
+        return Quantized(codes, scales), found
+
     # ----- computing --------------------------------------------------------
 
     def keep(self, hashes: Sequence[bytes], vectors: Quantized, brain_id: str | None = None, *, persist: bool = True) -> None:
@@ -132,8 +164,8 @@ class VectorStore:
 
     def _embed_and_keep(self, missing: dict[bytes, str]) -> None:
         digests = list(missing)
-        for start in range(0, len(digests), _BATCH):
-            batch = digests[start : start + _BATCH]
+        for start in range(0, len(digests), self.batch):
+            batch = digests[start : start + self.batch]
             packed = quantize(self.embedder.embed([missing[digest] for digest in batch]))
             with self._lock:
                 self.embedded += len(batch)
@@ -202,7 +234,7 @@ class VectorStore:
 
     def _segments(self) -> list[str]:
         assert self.state is not None
-        return [key for key in self.state.list(_PREFIX) if key.startswith(_PREFIX + "seg-") and key.endswith(".bin")]
+        return [key for key in self.state.list(self.prefix) if key.startswith(self.prefix + "seg-") and key.endswith(".bin")]
 
     def _load_once(self) -> None:
         if self._loaded_from_disk:
@@ -232,7 +264,7 @@ class VectorStore:
                 continue
             if opened is None:
                 if found is not None:
-                    log.warning("ignoring unreadable vector cache segment %s", key[len(_PREFIX) :])
+                    log.warning("ignoring unreadable vector cache segment %s", key[len(self.prefix) :])
                 continue
             digests, codes, scales = opened
             fresh = [i for i, digest in enumerate(digests) if digest not in self._rows]
@@ -269,7 +301,18 @@ class VectorStore:
     def _write_segment(self, digests: list[bytes], codes: np.ndarray, scales: np.ndarray) -> None:
         assert self.state is not None
         # A fresh random name: created once, never replaced (no condition needed).
-        self.state.put(f"{_PREFIX}seg-{secrets.token_hex(8)}.bin", self._seal(digests, codes, scales))
+        self.state.put(f"{self.prefix}seg-{secrets.token_hex(8)}.bin", self._seal(digests, codes, scales))
+
+
+def e5_store(state: DocumentStore | None = None, state_key: bytes | None = None) -> VectorStore | None:
+    """The e5 channel's vector store beside the USE one (same state, own folder), or None
+    where the e5 engine cannot load (recall then runs without it)."""
+    from connector.engine.recall.e5 import e5_embedder
+
+    embedder = e5_embedder()
+    if embedder is None:
+        return None
+    return VectorStore(embedder, state=state, state_key=state_key, prefix=E5_PREFIX, batch=E5_BATCH)
 
 
 class _OldFormat(Exception):

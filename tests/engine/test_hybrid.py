@@ -15,6 +15,7 @@ import pytest
 from common.docstore import open_document_store
 from connector.engine.format.archive import load_archive, pack_archive
 from connector.engine.recall.embedding import quantize, cosines
+from connector.engine.recall.channelfusion import CHANNEL_FUSION
 from connector.engine.recall.exact import recall
 from connector.engine.recall.hybrid import (
     DEFAULT_FUSION,
@@ -328,7 +329,7 @@ def test_a_query_on_an_absent_topic_returns_nothing(query: str, model_store: Vec
     index = BrainIndex.build(brain)
     hybrid = HybridIndex.build(brain, index, model_store)
     unfloored = hybrid_recall(brain, query, index=index, hybrid=hybrid, embed_query=model_store.embed_query, top=10,
-                              now=NOW, fusion=replace(DEFAULT_FUSION, floor=None))
+                              now=NOW, fusion=replace(CHANNEL_FUSION, gate=False))
     assert len(unfloored) == len(index.memories)
 
 

@@ -24,7 +24,8 @@ from connector.engine.format.archive import load_archive, pack_archive
 from connector.engine.format.brain import Brain
 from connector.engine.format.change import BrainChange
 from connector.engine.writes.errors import BrainError
-from connector.engine.recall.hybrid import HybridIndex, hybrid_recall
+from connector.engine.recall.embedding import Quantized, content_hash
+from connector.engine.recall.hybrid import HybridIndex, hybrid_recall, memory_texts
 from connector.engine.recall.hybridpack import pack, unpack
 from connector.engine.recall.index import BrainIndex
 from connector.engine.writes.ops import Forget, Memorize, MemoryInput, Operation, Pin, Unpin
@@ -135,12 +136,32 @@ def _same_index(followed: HybridIndex, built: HybridIndex) -> None:
     assert _text_state(followed.text) == _text_state(built.text)
 
 
-def _answers(brain: Brain, index: BrainIndex, hybrid: HybridIndex, store: Any) -> list[str]:
+class SecondEmbedder(CountingEmbedder):
+    """Stands in for the e5 channel's model: other vectors, another model id."""
+
+    model_id = "test-second-embedder"
+    dimensions = 24
+
+
+def _e5_of(brain: Brain, index: BrainIndex, e5: Any) -> Quantized:
+    texts = memory_texts(brain, index)
+    return e5.vectors([content_hash(e5.model_id, text) for text in texts], texts)
+
+
+def _fill_e5(hybrid: HybridIndex, e5: Any) -> None:
+    """What the e5 backfill does to a followed index: embed its pending memories only."""
+    if hybrid.e5_pending:
+        texts = list(hybrid.e5_pending.values())
+        hybrid.with_e5(list(hybrid.e5_pending), e5.vectors([content_hash(e5.model_id, text) for text in texts], texts))
+
+
+def _answers(brain: Brain, index: BrainIndex, hybrid: HybridIndex, store: Any, e5: Any = None) -> list[str]:
     answers = []
     for query in QUERIES:
         for options in ({}, {"top": 3}, {"top": 25, "as_of": "2026-06-01T00:00:00.000Z"}):
             answers.append(repr(hybrid_recall(brain, query, index=index, hybrid=hybrid, embed_query=store.embed_query,
-                                              now=NOW, **options)))
+                                              now=NOW, e5=hybrid.e5 if e5 is not None else None,
+                                              embed_e5_query=e5.embed_query if e5 is not None else None, **options)))
     return answers
 
 
@@ -150,7 +171,10 @@ def test_followed_hybrid_index_is_the_fresh_build(plan: list[Any], seed: int) ->
     rnd = random.Random(seed)
     brain, _ = make_brain()
     store = VectorStore(CountingEmbedder()).for_brain("b")
+    second = SecondEmbedder()
+    e5 = VectorStore(second).for_brain("b")
     hybrid = HybridIndex.build(brain, BrainIndex.build(brain), store)
+    hybrid.e5 = _e5_of(brain, BrainIndex.build(brain), e5)
     for counter, (action, how) in enumerate(plan):
         working = brain.copy()
         working.journal = []
@@ -176,7 +200,20 @@ def test_followed_hybrid_index_is_the_fresh_build(plan: list[Any], seed: int) ->
         _same_index(followed, built)
         assert _answers(working, index, followed, store) == _answers(working, index, built, store)
         # A build given the previous version's index (a pull: `changed` over every text) too.
-        _same_index(HybridIndex.build(working, index, store, hybrid), built)
+        again = HybridIndex.build(working, index, store, hybrid)
+        _same_index(again, built)
+        # The e5 vectors follow too: the kept memories' rows move, only the new ones are
+        # embedded (pending until then), and the answers are those of the whole brain's e5.
+        assert followed.e5 is not None and set(followed.e5_pending) <= set(range(len(followed.ids)))
+        embedded, pending = second.embedded, len(followed.e5_pending)
+        _fill_e5(followed, e5)
+        _fill_e5(again, e5)
+        assert second.embedded - embedded <= pending  # never the whole brain again
+        built.e5 = _e5_of(working, index, e5)
+        for carried in (followed, again):
+            assert not carried.e5_pending and carried.e5 is not None
+            assert np.array_equal(carried.e5.codes, built.e5.codes) and np.array_equal(carried.e5.scales, built.e5.scales)
+        assert _answers(working, index, followed, store, e5) == _answers(working, index, built, store, e5)
         brain, hybrid = working, followed
 
 
@@ -205,6 +242,7 @@ def test_a_memorize_reads_and_embeds_only_the_new_memory() -> None:
     finally:
         Brain.read_text = original  # type: ignore[method-assign]
     assert followed is not None and embedder.embedded == embedded + 1
+    assert followed.e5 is None and not followed.e5_pending  # none before: the background computes them all
     # The new memory's file, and the superseded one's (its entry changed: its text is compared).
     assert len(read) == 2
     assert followed.text.words.postings.count == len(hybrid.ids) + 1
@@ -241,3 +279,28 @@ def test_an_index_read_back_from_the_disk_cache_follows_writes_too() -> None:
     built = HybridIndex.build(working, index, store)
     _same_index(followed, built)
     assert _answers(working, index, followed, store) == _answers(working, index, built, store)
+
+
+def test_a_memorize_leaves_only_its_memory_e5_vector_to_compute() -> None:
+    brain, _ = make_brain()
+    store = VectorStore(CountingEmbedder()).for_brain("b")
+    second = SecondEmbedder()
+    e5 = VectorStore(second).for_brain("b")
+    index = BrainIndex.build(brain)
+    hybrid = HybridIndex.build(brain, index, store)
+    hybrid.e5 = _e5_of(brain, index, e5)
+    embedded = second.embedded
+    working = brain.copy()
+    working.journal = []
+    Memorize([MemoryInput(title="Harbour lantern", type="learning", content="A lantern at the harbour.",
+                          path="notes/")]).apply(working, NOW)
+    index = BrainIndex.build(working)
+    followed = hybrid.changed(working, index, store, BrainChange.of_journal(working.journal))
+    assert followed is not None and followed.e5 is not None
+    new = followed.ids.index(next(memory_id for memory_id in followed.ids if memory_id not in hybrid.ids))
+    assert list(followed.e5_pending) == [new] and second.embedded == embedded  # nothing embedded on the write
+    assert hybrid.e5 is not None and not hybrid.e5_pending  # the old version keeps its vectors
+    _fill_e5(followed, e5)
+    assert second.embedded == embedded + 1 and not followed.e5_pending
+    fresh = _e5_of(working, index, e5)
+    assert np.array_equal(followed.e5.codes, fresh.codes)

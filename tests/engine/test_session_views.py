@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 
 from connector.engine.format.brain import Brain
 from connector.engine.format.frontmatter import body_text
+from connector.engine.format.tokens import Budget
 from connector.engine.format.views import attach_content, cut_at_word, read_memory
 from connector.engine.recall.exact import recall
 from connector.engine.recall.session import edge_order, pinned_tier, session_start, take_within
@@ -40,7 +41,7 @@ def test_content_is_given_best_first_within_the_budget() -> None:
     brain, ids = _brain(_memory("alpha one", long_text.strip()), _memory("alpha two", "alpha short"),
                         _memory("alpha three", "alpha third"))
     hits = recall(brain, "alpha", top=3, now=NOW)
-    attach_content(hits, brain, 100)
+    attach_content(hits, brain, Budget(chars=100))
     first = hits[0]
     assert first["content_truncated"] is True and first["content_length"] == len(long_text.strip())
     assert len(first["content"]) <= 100 and not first["content"].endswith(" ")
@@ -48,7 +49,7 @@ def test_content_is_given_best_first_within_the_budget() -> None:
     spent = sum(len(hit["content"]) for hit in hits)
     assert spent <= 100
     plenty = recall(brain, "alpha", top=3, now=NOW)
-    attach_content(plenty, brain, 10_000)
+    attach_content(plenty, brain, Budget(chars=10_000))
     assert all("content_truncated" not in hit for hit in plenty)
     assert {hit["id"]: hit["content"] for hit in plenty}[ids[1]] == "alpha short"
 

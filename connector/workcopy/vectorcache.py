@@ -1,0 +1,62 @@
+"""The command line's vector cache: a brain directory's vectors kept between runs.
+
+`brain-connector recall --mode hybrid` and `similar` embed every memory of the brain they
+read; a second call on an unchanged brain should embed nothing. They keep the vectors
+the way the connector keeps them in its state directory (`VectorStore` segments, keyed
+by content, sealed with AES-256-GCM), in a cache directory: ``--cache-dir``, by default
+``$XDG_CACHE_HOME/brain-store`` (``~/.cache/brain-store``). The directory is 0700 and
+holds its own random key (``key``, 0600): deleting it is always safe (vectors are then
+computed again).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+from common.docstore import DocumentStoreError, open_document_store
+from connector.workcopy.vectors import VectorStore, e5_store
+
+_KEY_FILE = "key"
+_KEY_BYTES = 32
+
+
+def default_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/brain-store``, else ``~/.cache/brain-store``."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "brain-store"
+
+
+def _cache_key(directory: Path) -> bytes:
+    """The cache's own key, made on first use (0600; another process racing us wins once)."""
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path = directory / _KEY_FILE
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        key = path.read_bytes()
+        if len(key) == _KEY_BYTES:
+            return key
+        # A damaged key: the segments sealed under it cannot be opened anyway.
+        path.unlink()
+        return _cache_key(directory)
+    with os.fdopen(fd, "wb") as stream:
+        stream.write(secrets.token_bytes(_KEY_BYTES))
+    return path.read_bytes()
+
+
+class CacheDirError(Exception):
+    """The cache directory cannot be used (not writable, not a directory)."""
+
+
+def cached_stores(directory: Path | None, *, e5: bool = True) -> tuple[VectorStore, VectorStore | None]:
+    """The USE store and the e5 store (None where the e5 engine cannot load, or without ``e5``)
+    kept in ``directory`` (None: the default cache directory)."""
+    directory = directory or default_cache_dir()
+    try:
+        state = open_document_store(directory)
+        key = _cache_key(directory)
+    except (OSError, DocumentStoreError) as exc:
+        raise CacheDirError(f"cannot use the vector cache directory {directory}: {getattr(exc, 'strerror', None) or exc}") from None
+    return VectorStore(state=state, state_key=key), e5_store(state, key) if e5 else None

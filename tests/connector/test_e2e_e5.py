@@ -1,0 +1,121 @@
+"""The e5 channel over MCP: a real connector and store, the official client SDK.
+
+A brain whose e5 vectors are still being computed answers hybrid recall at once (on its
+other channels); brain_status says how far the vectors are; once they are all there recall
+fuses them in; after a restart they are read back, not computed again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from connector.engine.format.archive import pack_archive
+from tests.connector.conftest import RunningStore, brains_of, upload_raw
+from tests.connector.test_e2e_tools import connector, mcp_session, mint, structured
+from tests.engine.hybrid_support import MEMORIES, make_brain
+
+pytestmark = pytest.mark.timeout(900)
+
+# Sealed e5 segment: nonce 12 + tag 16 + header 6 + 8, then per vector 16 (key) + 4 (scale) + 384 (codes).
+_E5_ROW = 16 + 4 + 384
+
+
+def _e5_vectors_kept(state: Path) -> int:
+    sizes = [path.stat().st_size - 12 - 16 - 6 - 8 for path in (state / "vectors" / "e5").glob("seg-*.bin")]
+    assert all(size % _E5_ROW == 0 for size in sizes)
+    return sum(size // _E5_ROW for size in sizes)
+
+
+def _memories(count: int) -> list[dict[str, Any]]:
+    """MEMORIES and ``count`` plain filler notes, enough to keep e5 busy for a while."""
+    places = ["Lisbon", "Osaka", "Quito", "Tallinn", "Hobart", "Accra", "Bergen", "Cusco"]
+    filler = [
+        {"title": f"Trip note {n}", "content": f"Day {n} in {places[n % len(places)]}: walked {n % 9 + 2} km, "
+         f"visited the market number {n} and wrote postcards to {n % 5 + 1} friends.", "tags": ["travel"]}
+        for n in range(count)
+    ]
+    return MEMORIES + filler
+
+
+def test_recall_answers_while_e5_is_computed_and_keeps_its_vectors(store: RunningStore, tmp_path: Path) -> None:
+    user = store.add_user("e5user")
+    brain, ids = make_brain(_memories(150))
+    brain_id = brains_of(store.url, user.token)[0]["id"]
+    assert upload_raw(store.url, user.token, brain_id, pack_archive(brain)).status_code == 200
+    state = tmp_path / "connector-state"
+    total = len(ids)
+
+    async def first_run(base: str) -> None:
+        token = mint(base, user, {"brain.read"})
+        async with mcp_session(base + "/mcp", token) as client:
+            before = structured(await client.call_tool("brain_status", {}))
+            assert "recall_e5" not in before  # nothing asked for it yet
+            found = structured(await client.call_tool("brain_recall", {"query": "疫苗", "limit": 3}))
+            # Answered on the other channels while e5 is being computed.
+            assert found["results"][0]["id"] == ids["猫的疫苗"]
+            status = structured(await client.call_tool("brain_status", {}))
+            assert status["recall_e5"]["state"] == "embedding" and status["recall_e5"]["total"] == total
+            assert status["recall_e5"]["embedded"] < total
+            # It goes on in the background: recall keeps answering, status shows progress, then ready.
+            deadline = time.monotonic() + 600
+            while status["recall_e5"]["state"] != "ready":
+                assert time.monotonic() < deadline, status
+                await asyncio.sleep(1.0)
+                found = structured(await client.call_tool("brain_recall", {"query": "vaccine for the cat", "limit": 3}))
+                assert found["results"][0]["id"] == ids["猫的疫苗"]
+                status = structured(await client.call_tool("brain_status", {}))
+            assert status["recall_e5"] == {"state": "ready", "embedded": total, "total": total}
+            # With e5 fused in (the version's vectors handed over on the next recall).
+            found = structured(await client.call_tool("brain_recall", {"query": "vaccine for the cat", "limit": 3}))
+            assert found["results"][0]["id"] == ids["猫的疫苗"]
+            assert "Recall model e5: ready" in (await client.call_tool("brain_status", {})).content[0].text
+
+    with connector(tmp_path, store) as server:
+        asyncio.run(first_run(server.base_url))
+    kept = _e5_vectors_kept(state)
+    assert kept == total
+    files = sorted(path.name for path in (state / "vectors" / "e5").glob("seg-*.bin"))
+
+    async def after_restart(base: str) -> None:
+        token = mint(base, user, {"brain.read"})
+        async with mcp_session(base + "/mcp", token) as client:
+            structured(await client.call_tool("brain_recall", {"query": "vaccine for the cat", "limit": 3}))
+            deadline = time.monotonic() + 120
+            while True:
+                status = structured(await client.call_tool("brain_status", {}))
+                if status["recall_e5"]["state"] == "ready":
+                    break
+                assert time.monotonic() < deadline, status
+                await asyncio.sleep(0.2)
+            found = structured(await client.call_tool("brain_recall", {"query": "vaccine for the cat", "limit": 3}))
+            assert found["results"][0]["id"] == ids["猫的疫苗"]
+
+    with connector(tmp_path, store) as server:
+        asyncio.run(after_restart(server.base_url))
+    # Read back, not computed again: the same segment files, no new one.
+    assert sorted(path.name for path in (state / "vectors" / "e5").glob("seg-*.bin")) == files
+    assert _e5_vectors_kept(state) == total
+
+
+def test_without_e5_status_says_nothing_of_it(store: RunningStore, tmp_path: Path) -> None:
+    """CONNECTOR_RECALL_E5=false: hybrid recall on its other channels, no e5 segment, no status field."""
+    user = store.add_user("noe5")
+    brain, ids = make_brain()
+    brain_id = brains_of(store.url, user.token)[0]["id"]
+    assert upload_raw(store.url, user.token, brain_id, pack_archive(brain)).status_code == 200
+
+    async def scenario(base: str) -> None:
+        token = mint(base, user, {"brain.read"})
+        async with mcp_session(base + "/mcp", token) as client:
+            found = structured(await client.call_tool("brain_recall", {"query": "疫苗", "limit": 3}))
+            assert found["results"][0]["id"] == ids["猫的疫苗"]
+            assert "recall_e5" not in structured(await client.call_tool("brain_status", {}))
+
+    with connector(tmp_path, store, env={"CONNECTOR_RECALL_E5": "false"}) as server:
+        asyncio.run(scenario(server.base_url))
+    assert not list((tmp_path / "connector-state" / "vectors" / "e5").glob("seg-*.bin"))

@@ -1,0 +1,71 @@
+"""The channel fusion's arithmetic: z-scores, sparse channels, neighbours, the floor's cuts."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from connector.engine.recall.channelfusion import ChannelFusion, Z_POPULATION, fuse_channels, neighbours, zscores
+
+
+def _population(count: int, seed: int = 1) -> np.ndarray:
+    return np.random.default_rng(seed).normal(0.3, 0.05, count).astype(np.float32)
+
+
+def test_a_missing_channel_does_not_vote_and_the_scale_stays() -> None:
+    use = _population(100)
+    use[7] = 0.9
+    eligible = np.ones(100, dtype=bool)
+    fusion = ChannelFusion(exact=0.0, bm25=0.0, use=1.0, e5=1.0, clip=3.0)
+    alone, _ = fuse_channels({"use": use, "e5": None}, fusion, eligible)
+    both, _ = fuse_channels({"use": use, "e5": use.copy()}, fusion, eligible)
+    # A weighted mean: the same channel twice scores as once; a missing one changes nothing.
+    assert np.allclose(alone, both) and float(alone[7]) == 3.0  # clipped
+
+
+def test_a_sparse_channel_is_scaled_by_its_best_not_z_scored() -> None:
+    bm25 = np.zeros(100, dtype=np.float32)
+    bm25[[3, 4]] = [4.0, 1.0]
+    fused, _ = fuse_channels({"bm25": bm25}, ChannelFusion(exact=0, use=0, e5=0, bm25=1.0, clip=3.0), np.ones(100, bool))
+    # z-scored, the weak match would stand over 2 deviations out (as high as a strong match by
+    # meaning); scaled, it is a quarter of the best.
+    assert fused[3] == 3.0 and fused[4] == 0.75 and fused[0] == 0.0
+    assert zscores(bm25, np.ones(100, bool), 100.0)[4] > 2
+
+
+def test_a_turn_gets_its_session_neighbours_share() -> None:
+    folders = ["s1", "s1", "s1", "s2", "s2"]
+    before, after = neighbours(folders)
+    assert before.tolist() == [-1, 0, 1, -1, 3] and after.tolist() == [1, 2, -1, 4, -1]
+    use = np.array([0.9, 0.1, 0.1, 0.1, 0.1], dtype=np.float32)
+    fusion = ChannelFusion(exact=0, bm25=0, e5=0, use=1.0, context=0.5)
+    fused, _ = fuse_channels({"use": use}, fusion, np.ones(5, bool), (before, after))
+    plain, _ = fuse_channels({"use": use}, ChannelFusion(exact=0, bm25=0, e5=0, use=1.0), np.ones(5, bool), (before, after))
+    # The turn after the strong one rises by half its score; a turn of another session does not.
+    assert fused[1] > plain[1] and fused[3] == plain[3] and fused[2] == plain[2]
+
+
+def test_the_floor_cuts_only_in_a_populated_brain_and_the_gate_empties() -> None:
+    fusion = ChannelFusion(exact=0, bm25=0, e5=0, use=1.0, window=1.0, hit_floor=1.5)
+    small = _population(Z_POPULATION - 1)
+    small[0] = 0.9
+    _, listed = fuse_channels({"use": small}, fusion, np.ones(len(small), bool))
+    assert listed.all()  # too few memories for a z-score to say which stand out
+    large = _population(200)
+    large[0] = 0.9
+    _, listed = fuse_channels({"use": large}, fusion, np.ones(200, bool))
+    assert listed[0] and listed.sum() < 10
+    _, gated = fuse_channels({"use": large}, fusion, np.ones(200, bool), matches_well=False)
+    assert not gated.any()
+    _, ungated = fuse_channels({"use": large}, ChannelFusion(exact=0, bm25=0, e5=0, use=1.0, gate=False), np.ones(200, bool),
+                               matches_well=False)
+    assert ungated.all()
+
+
+def test_offsets_move_a_memory_before_anything_is_listed() -> None:
+    use = _population(100)
+    use[[1, 2]] = [0.9, 0.88]
+    offsets = np.zeros(100, dtype=np.float32)
+    offsets[1] = np.log(0.25)  # superseded
+    fused, listed = fuse_channels({"use": use}, ChannelFusion(exact=0, bm25=0, e5=0, use=1.0), np.ones(100, bool),
+                                  offsets=offsets)
+    assert fused[2] > fused[1] and listed[1] and listed[2]

@@ -1,0 +1,95 @@
+"""`brain-connector recall --mode hybrid` and `similar` keep a brain's vectors between runs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from tests.engine.hybrid_support import make_brain
+from tests.support.processes import console_script
+
+
+def _write(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    brain, ids = make_brain()
+    brain_dir = tmp_path / "brain"
+    for path, data in brain.files.items():
+        (brain_dir / path).parent.mkdir(parents=True, exist_ok=True)
+        (brain_dir / path).write_bytes(data)
+    return brain_dir, ids
+
+
+def _segments(cache: Path) -> dict[str, list[str]]:
+    return {
+        "use": sorted(path.name for path in (cache / "vectors").glob("seg-*.bin")),
+        "e5": sorted(path.name for path in (cache / "vectors" / "e5").glob("seg-*.bin")),
+    }
+
+
+def test_a_second_call_on_an_unchanged_brain_embeds_nothing(tmp_path: Path) -> None:
+    brain_dir, ids = _write(tmp_path)
+    env = {"HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin"}
+
+    def recall(*extra: str) -> list[dict]:
+        command = [console_script("brain-connector"), "recall", str(brain_dir), "vaccine for my cat", "--mode", "hybrid",
+                   "--top", "3", *extra]
+        done = subprocess.run(command, capture_output=True, timeout=300, check=False, env=env)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    # The default: $XDG_CACHE_HOME/brain-store, else ~/.cache/brain-store.
+    default = tmp_path / "home" / ".cache" / "brain-store"
+    first = recall()
+    assert first[0]["id"] == ids["猫的疫苗"]
+    kept = _segments(default)
+    assert kept["use"] and kept["e5"], "both models' vectors are kept"
+    assert (default / "key").stat().st_mode & 0o777 == 0o600 and default.stat().st_mode & 0o777 == 0o700
+    assert recall() == first
+    assert _segments(default) == kept, "the second call embedded something"
+    # A memory added to the brain: only it is embedded (one new segment per model).
+    (brain_dir / "notes").mkdir(exist_ok=True)
+    memorize = subprocess.run(
+        [console_script("brain-connector"), "memorize", str(brain_dir), "--no-similar", "--now", "2026-03-02T00:00:00.000Z"],
+        input=json.dumps([{"title": "Cat food", "content": "The cat eats salmon kibble twice a day.", "type": "learning",
+                           "path": "notes/", "tags": ["cat"]}]).encode(),
+        capture_output=True, timeout=120, check=False, env=env)
+    assert memorize.returncode == 0, memorize.stderr
+    recall()
+    grown = _segments(default)
+    assert len(grown["use"]) == len(kept["use"]) + 1 and len(grown["e5"]) == len(kept["e5"]) + 1
+    # --cache-dir: another directory, filled on its first use; XDG_CACHE_HOME moves the default.
+    other = tmp_path / "other-cache"
+    assert recall("--cache-dir", str(other))[0]["id"] == ids["猫的疫苗"]
+    assert _segments(other)["e5"]
+
+
+def test_an_unusable_cache_dir_is_a_clear_error(tmp_path: Path) -> None:
+    brain_dir, _ = _write(tmp_path)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    done = subprocess.run(
+        [console_script("brain-connector"), "recall", str(brain_dir), "cat", "--mode", "hybrid", "--cache-dir",
+         str(blocker / "cache")],
+        capture_output=True, timeout=120, check=False, env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    assert done.returncode != 0 and b"cannot use the vector cache directory" in done.stderr
+    assert b"Traceback" not in done.stderr
+
+
+def test_similar_keeps_its_vectors_too(tmp_path: Path) -> None:
+    brain_dir, _ = _write(tmp_path)
+    content = tmp_path / "content.txt"
+    content.write_text("Our cat gets her vaccine at the pet clinic every March.")
+    cache = tmp_path / "cache"
+
+    def similar() -> dict:
+        done = subprocess.run(
+            [console_script("brain-connector"), "similar", str(brain_dir), "--content-file", str(content),
+             "--cache-dir", str(cache)],
+            capture_output=True, timeout=300, check=False, env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    first = similar()
+    kept = _segments(cache)
+    assert kept["use"]
+    assert similar() == first and _segments(cache) == kept
