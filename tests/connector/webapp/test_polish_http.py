@@ -1,0 +1,37 @@
+"""Small things that looked like bugs (#36 item 9), over HTTP against a real store process."""
+
+from __future__ import annotations
+
+import pytest
+
+from connector.engine.writes.memorize import CONNECTOR_SOURCE
+from connector.engine.writes.ops import connector_memorize
+
+from ..conftest import RunningStore, brains_of, direct_memorize, download_brain
+from .conftest import app_client, sign_in
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _front_matter(store: RunningStore, token: str, brain_id: str, memory_id: str) -> str:
+    brain, _ = download_brain(store.url, token, brain_id)
+    path = (brain.read_json("index.json") or {})["memories"][memory_id]["path"]
+    data = brain.read(path)
+    assert data is not None
+    return data.decode("utf-8").split("\n---", 1)[0]
+
+
+def test_web_app_writes_carry_their_own_source(store: RunningStore) -> None:
+    alice = store.add_user("alice")
+    brain_id = brains_of(store.url, alice.token)[0]["id"]
+    # An MCP write (brain_memorize's operation) keeps the connector's MCP label.
+    assert connector_memorize("From an assistant.").memories[0].source == CONNECTOR_SOURCE == "brain-connector (MCP)"
+    with app_client(store.url) as client:
+        csrf = sign_in(client, alice.token)
+        new = client.post("/app/new", data={"csrf": csrf, "title": "Tea", "content": "I prefer green tea.",
+                                            "type": "preference", "tags": ""})
+        assert new.status_code == 303, new.text
+        memory_id = new.headers["location"].split("/app/memory/")[1].split("?")[0]
+        page = client.get(f"/app/memory/{memory_id}")
+        assert "brain-connector (web app)" in page.text and "brain-connector (MCP)" not in page.text
+    assert 'source: "brain-connector (web app)"' in _front_matter(store, alice.token, brain_id, memory_id)
