@@ -404,6 +404,9 @@ class BrainViews:
             other_entry = index.memories[position].entry if index is not None and position is not None else {}
             return line_of(other, other_entry) if other_entry else MemoryLine(other, other, "", ())
 
+        # Recall only reads, as the reference's does (../shared/spec/recall.md): last_accessed and
+        # access_count keep what the write set them to, so they show only when some tool moved them.
+        last_used, recalled = _string(fields.get("last_accessed")), _number(fields.get("access_count"))
         provenance = [(label, value) for label, value in (
             (N_("Origin"), _string(fields.get("origin")) or Text("not recorded")),
             (N_("Source"), _string(fields.get("source"))),
@@ -412,8 +415,8 @@ class BrainViews:
             (N_("Salience"), _number(fields.get("salience"))),
             (N_("Strength"), _number(fields.get("strength"))),
             (N_("Created"), _string(fields.get("created"))),
-            (N_("Last used"), _string(fields.get("last_accessed"))),
-            (N_("Times recalled"), _number(fields.get("access_count"))),
+            (N_("Last used"), last_used if last_used != _string(fields.get("created")) else ""),
+            (N_("Times recalled"), recalled if recalled != "0" else ""),
             (N_("File"), _string(fields.get("path"))),
         ) if value]
         if archived:

@@ -35,3 +35,23 @@ def test_web_app_writes_carry_their_own_source(store: RunningStore) -> None:
         page = client.get(f"/app/memory/{memory_id}")
         assert "brain-connector (web app)" in page.text and "brain-connector (MCP)" not in page.text
     assert 'source: "brain-connector (web app)"' in _front_matter(store, alice.token, brain_id, memory_id)
+
+
+def test_no_recall_count_that_recall_never_updates(store: RunningStore) -> None:
+    alice = store.add_user("alice")
+    brain_id = brains_of(store.url, alice.token)[0]["id"]
+    memory_id = direct_memorize(store.url, alice.token, brain_id, "The boiler is serviced in October.")
+    with app_client(store.url) as client:
+        sign_in(client, alice.token)
+        for _ in range(5):
+            found = client.get("/app/search", params={"query": "boiler serviced"})
+            assert f"/app/memory/{memory_id}" in found.text
+        page = client.get(f"/app/memory/{memory_id}")
+        assert page.status_code == 200
+        # Recall reads only (../shared/spec/recall.md): the count stays 0, so the page shows none.
+        brain, _ = download_brain(store.url, alice.token, brain_id)
+        assert brain.read_json("index.json")["memories"][memory_id]["access_count"] == 0
+        assert "Times recalled" not in page.text and "Last used" not in page.text
+        assert "Created" in page.text
+
+
