@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from connector.engine.writes.memorize import CONNECTOR_SOURCE
@@ -55,3 +57,10 @@ def test_no_recall_count_that_recall_never_updates(store: RunningStore) -> None:
         assert "Created" in page.text
 
 
+def test_the_search_box_asks_for_a_search(store: RunningStore) -> None:
+    alice = store.add_user("alice")
+    with app_client(store.url) as client:
+        sign_in(client, alice.token)
+        for path in ("/app/search", "/app/search?query=tea"):
+            placeholder = re.search(r'<input type="search" name="query"[^>]*placeholder="([^"]+)"', client.get(path).text)
+            assert placeholder and placeholder.group(1) == "Search your memories", path
