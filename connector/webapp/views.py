@@ -25,6 +25,7 @@ from connector.i18n import N_, Text
 from connector.mcp.tools import BrainTools
 from connector.webapp.graph import Graph, neighbourhood
 from connector.webapp.history import BrainDiff, diff_brains
+from connector.webapp.labels import ORIGIN_LABELS, origin_label
 from connector.webapp.markdown import render_markdown
 from connector.workcopy.core import BrainUnavailable
 from connector.workcopy.manager import WorkingCopyManager
@@ -407,8 +408,9 @@ class BrainViews:
         # Recall only reads, as the reference's does (../shared/spec/recall.md): last_accessed and
         # access_count keep what the write set them to, so they show only when some tool moved them.
         last_used, recalled = _string(fields.get("last_accessed")), _number(fields.get("access_count"))
+        origin = _string(fields.get("origin"))
         provenance = [(label, value) for label, value in (
-            (N_("Origin"), _string(fields.get("origin")) or Text("not recorded")),
+            (N_("Origin"), Text(origin_label(origin)) if origin in ORIGIN_LABELS else origin or Text("not recorded")),
             (N_("Source"), _string(fields.get("source"))),
             (N_("Written by"), _string((fields.get("encoding_context") or {}).get("agent")) if isinstance(fields.get("encoding_context"), dict) else ""),
             (N_("Confidence"), _number(fields.get("confidence"))),

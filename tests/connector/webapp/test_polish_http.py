@@ -64,3 +64,30 @@ def test_the_search_box_asks_for_a_search(store: RunningStore) -> None:
         for path in ("/app/search", "/app/search?query=tea"):
             placeholder = re.search(r'<input type="search" name="query"[^>]*placeholder="([^"]+)"', client.get(path).text)
             assert placeholder and placeholder.group(1) == "Search your memories", path
+
+
+def test_types_and_origins_read_in_the_pages_language(store: RunningStore) -> None:
+    alice = store.add_user("alice")
+    brain_id = brains_of(store.url, alice.token)[0]["id"]
+    with app_client(store.url) as client:
+        csrf = sign_in(client, alice.token)
+        assert client.get("/app?lang=ja").status_code == 200
+        form = client.get("/app/new").text
+        # The choice reads in Japanese; the value sent stays the format's word.
+        assert '<option value="preference">好み</option>' in form and '<option value="decision">決定</option>' in form
+        new = client.post("/app/new", data={"csrf": csrf, "title": "Tea", "content": "I prefer green tea.",
+                                            "type": "preference", "tags": ""})
+        assert new.status_code == 303, new.text
+        memory_id = new.headers["location"].split("/app/memory/")[1].split("?")[0]
+        page = client.get(f"/app/memory/{memory_id}").text
+        assert '<span class="badge">好み</span>' in page and re.search(r"<dd>本人</dd>", page)
+        assert ">preference<" not in page and "<dd>user</dd>" not in page
+        listed = client.get("/app/search", params={"query": "green tea"}).text
+        assert '<span class="badge">好み</span>' in listed
+        assert client.get("/app?lang=zh-Hans").status_code == 200
+        page = client.get(f"/app/memory/{memory_id}").text
+        assert '<span class="badge">偏好</span>' in page and "<dd>本人</dd>" in page
+    # Stored as the format says, whatever the page's language.
+    front = _front_matter(store, alice.token, brain_id, memory_id)
+    assert "\ntype: preference" in front and '\norigin: "user"' in front
+
