@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from connector.engine.format.brain import Brain
+from connector.engine.tending.review import Flag, FlagPairs
 from connector.engine.writes.memorize import CONNECTOR_SOURCE
 from connector.engine.writes.ops import connector_memorize
 
-from ..conftest import RunningStore, brains_of, direct_memorize, download_brain
+from ..conftest import RunningStore, brains_of, device_write, direct_memorize, download_brain
+from ..review_support import statuses_at_store
 from .conftest import app_client, sign_in
 
 pytestmark = pytest.mark.timeout(120)
@@ -91,3 +95,47 @@ def test_types_and_origins_read_in_the_pages_language(store: RunningStore) -> No
     front = _front_matter(store, alice.token, brain_id, memory_id)
     assert "\ntype: preference" in front and '\norigin: "user"' in front
 
+
+def _one_new_memory_in_two_pairs(store: RunningStore, token: str, brain_id: str) -> tuple[str, str, str]:
+    """A device writes two old memories and a new one similar to both, and queues both pairs."""
+
+    def write(brain: Brain) -> tuple[str, str, str]:
+        now = datetime(2026, 3, 1, 12, tzinfo=UTC)
+        old = [connector_memorize(text, agent="other device").apply(brain, now + timedelta(seconds=number))
+               ["stored"][0]["id"] for number, text in enumerate(("The standup is at 9:30.", "Standup: half past nine."))]
+        new = connector_memorize("We moved the standup to 10:00.", agent="other device").apply(
+            brain, now + timedelta(seconds=5))["stored"][0]["id"]
+        FlagPairs([Flag(new, old[0], "update", 0.9, "write", "other device"),
+                   Flag(new, old[1], "update", 0.8, "write", "other device")], []).apply(brain, now)
+        return new, old[0], old[1]
+
+    return device_write(store.url, token, brain_id, write)
+
+
+def test_keep_old_says_which_other_pairs_it_closed_and_no_choice_is_the_default(store: RunningStore) -> None:
+    alice = store.add_user("alice")
+    brain_id = brains_of(store.url, alice.token)[0]["id"]
+    new, first, second = _one_new_memory_in_two_pairs(store, alice.token, brain_id)
+    with app_client(store.url) as client:
+        csrf = sign_in(client, alice.token)
+        page = client.get("/app/review").text
+        assert "2 pairs waiting" in page
+        # Before the click: each pair says what "Keep old" would close besides.
+        assert page.count("“Keep old” also closes 1 other pair of the new memory.") == 2
+        # No decision is the emphasised default (only the merge form's own submit, inside its details, is).
+        decisions = re.findall(r'<input type="hidden" name="decision" value="(\w+)">\s*<button type="submit"([^>]*)>', page)
+        assert sorted(decision for decision, _ in decisions) == sorted(["keep_new", "keep_old", "dismiss"] * 2)
+        assert not any("primary" in attributes for _, attributes in decisions)
+        done = client.post("/app/review", data={"csrf": csrf, "new": new, "old": first, "decision": "keep_old"})
+        assert done.status_code == 303, done.text
+        assert "closed=1" in done.headers["location"] and second in done.headers["location"]
+        after = client.get(done.headers["location"]).text
+        assert "It also closed 1 other pair that had the same memory (it left the brain)." in after
+        assert f'/app/memory/{second}">Standup: half past nine.</a>' in after
+        assert "Nothing is waiting for review." in after
+        # A made-up or foreign id in the address shows nothing it should not.
+        forged = client.get("/app/review?done=keep_old&closed=3&with=mem_20200101_000000_aaaaaa,%3Cscript%3E").text
+        forged = forged[forged.index("<main"):forged.index("</main>")]
+        assert "It also closed 3 other pairs" in forged and "<script>" not in forged and "mem_20200101" not in forged
+    _, statuses = statuses_at_store(store.url, alice.token, brain_id)
+    assert statuses == {(new, first): "kept_old", (new, second): "pending"}  # closed as its memory left, not decided
