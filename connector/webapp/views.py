@@ -9,7 +9,7 @@ snapshot of the user's active brain and its prepared recall index, so a page at
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from connector.engine.format.archive import ArchiveError, load_archive
@@ -77,6 +77,9 @@ class SearchHit:
     explanation: list[Text]  # the score in words, part by part (explain_parts)
     snippet_html: str
     low_trust: bool
+    # Listed above a higher score: hybrid recall puts a strong exact hit (the query's own
+    # words) first whatever its fused score (connector.engine.recall.hybrid); the page says so.
+    ahead: bool = False
 
 
 @dataclass
@@ -174,6 +177,16 @@ def _number(value: Any) -> str:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return ""
     return f"{value:.2f}".rstrip("0").rstrip(".") if isinstance(value, float) else str(value)
+
+
+def ahead_of_higher_scores(scores: list[float]) -> list[int]:
+    """Positions of the scores listed above a higher one (the order is not by score there)."""
+    ahead, best_below = [], float("-inf")
+    for position in range(len(scores) - 1, -1, -1):
+        if scores[position] < best_below:
+            ahead.append(position)
+        best_below = max(best_below, scores[position])
+    return sorted(ahead)
 
 
 def line_of(memory_id: str, entry: dict[str, Any], *, expired: bool = False) -> MemoryLine:
@@ -334,6 +347,9 @@ class BrainViews:
             ))
             if len(result.hits) >= SEARCH_LIMIT:
                 break
+        if (form.mode or self.tools.recall_mode) == "hybrid":
+            for position in ahead_of_higher_scores([hit.score for hit in result.hits]):
+                result.hits[position] = replace(result.hits[position], ahead=True)
         return result
 
     async def memory(self, account: Account, memory_id: str) -> MemoryView | None:

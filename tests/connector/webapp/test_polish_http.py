@@ -11,6 +11,7 @@ from connector.engine.format.brain import Brain
 from connector.engine.tending.review import Flag, FlagPairs
 from connector.engine.writes.memorize import CONNECTOR_SOURCE
 from connector.engine.writes.ops import connector_memorize
+from connector.webapp.views import ahead_of_higher_scores
 
 from ..conftest import RunningStore, brains_of, device_write, direct_memorize, download_brain
 from ..review_support import statuses_at_store
@@ -139,3 +140,26 @@ def test_keep_old_says_which_other_pairs_it_closed_and_no_choice_is_the_default(
         assert "It also closed 3 other pairs" in forged and "<script>" not in forged and "mem_20200101" not in forged
     _, statuses = statuses_at_store(store.url, alice.token, brain_id)
     assert statuses == {(new, first): "kept_old", (new, second): "pending"}  # closed as its memory left, not decided
+
+
+def test_the_hits_listed_above_higher_scores_are_found() -> None:
+    # The strong exact hit first, then by fused score: only the first is out of score order.
+    assert ahead_of_higher_scores([0.41, 0.83, 0.80, 0.55]) == [0]
+    assert ahead_of_higher_scores([0.9, 0.8, 0.8, 0.1]) == []  # ties and order by score: no hint
+    assert ahead_of_higher_scores([0.5, 0.6, 0.4, 0.45]) == [0, 2]
+    assert ahead_of_higher_scores([]) == []
+
+
+def test_hybrid_results_in_score_order_carry_no_reordering_hint(store: RunningStore) -> None:
+    alice = store.add_user("alice")
+    brain_id = brains_of(store.url, alice.token)[0]["id"]
+    for text in ("Database connection pools reuse open connections to the server.",
+                 "How many database connections a web app should keep open.",
+                 "The tomatoes need water every morning in July."):
+        direct_memorize(store.url, alice.token, brain_id, text)
+    with app_client(store.url) as client:
+        sign_in(client, alice.token)
+        page = client.get("/app/search", params={"query": "keeping db connections open", "mode": "hybrid"}).text
+        scores = [float(score) for score in re.findall(r'<p class="muted score">Score ([\d.]+):', page)]
+        assert len(scores) >= 2 and scores == sorted(scores, reverse=True)
+        assert "Listed above higher scores" not in page
