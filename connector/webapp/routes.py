@@ -43,7 +43,7 @@ from connector.webapp.pages import STATIC_TYPES, page_headers, render, static_fi
 from connector.webapp.review import ReviewViews
 from connector.webapp.sessions import MAX_SESSIONS, WebSession, WebSessions
 from connector.webapp.transfer import MAX_IMPORT_BYTES, ImportPlan, dry_run, export_memories, export_zip, plan_import
-from connector.webapp.views import MODE_LABELS, TYPES, BrainViews, SearchForm, SearchResult
+from connector.webapp.views import CURRENT_VERSION, MODE_LABELS, TYPES, BrainViews, SearchForm, SearchResult
 from connector.workcopy.core import BrainUnavailable, SignInAgain
 from connector.workcopy.store_client import StoreUnauthorized
 from common.limits import TrustedProxies, client_address
@@ -756,10 +756,30 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
     @page_route
     async def history(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
         name, versions = await app.views.history(visit.session.account)
+        current = await app.views.current_version(visit.session.account)
         wanted = request.query_params.get("confirm")
         confirm = next((version for version in versions if version.name == wanted), None)
         return app.page("history.html", visit.site, visit.session, brain_name=name, versions=versions, error=None,
-                        confirm=confirm, flash=_flash(request.query_params.get("done"), None))
+                        current=current, confirm=confirm, flash=_flash(request.query_params.get("done"), None))
+
+    @get("/app/history/changes", cache=False, include_in_schema=False)
+    @page_route
+    async def history_changes(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
+        """What one version changed from the version before it (consecutive versions)."""
+        wanted = (request.query_params.get("version") or "")[:200]
+        _, versions = await app.views.history(visit.session.account)
+        current = await app.views.current_version(visit.session.account)
+        listing = ([current] if current is not None else []) + versions  # newest first
+        position = next((at for at, item in enumerate(listing) if item.name == wanted), None)
+        if position is None:
+            return app.page("error.html", visit.site, visit.session, status=404, title=N_("No such snapshot"),
+                            message=N_("The store keeps no snapshot of this brain by that name."))
+        record = listing[position]
+        previous = listing[position + 1] if position + 1 < len(listing) else None
+        changes = (await app.views.version_changes(visit.session.account, record.name, previous.name)
+                   if previous is not None else None)
+        return app.page("history_changes.html", visit.site, visit.session, version=record, previous=previous,
+                        changes=changes, current=record.name == CURRENT_VERSION)
 
     @get("/app/history/diff", cache=False, include_in_schema=False)
     @page_route
@@ -797,7 +817,7 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
     return [signin_page, signin_start, oidc_callback, signin_submit, signout, home, search, memory, edit_page, archive, edit_submit,
             new_page, new_submit, review, review_decide, mental_list, mental_model, mental_action,
             memory_action, use_brain, transfer_page, export, import_preview, import_confirm, history, history_diff,
-            history_restore, brains, brain_create, brain_rename, brain_delete_page, brain_delete,
+            history_changes, history_restore, brains, brain_create, brain_rename, brain_delete_page, brain_delete,
             static]
 
 

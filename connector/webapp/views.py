@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from connector.engine.format.archive import ArchiveError, load_archive
+from connector.engine.format.brain import Brain
 from connector.engine.format.rules import MEMORY_TYPES
 from connector.engine.format.text import memory_body
 from connector.engine.format.titles import plain_title
@@ -39,6 +40,8 @@ BROWSE_LIMIT = 50
 RECENT_PAGE = 20  # recent memories per page on the home page
 TAG_CACHE_SIZE = 32
 TYPES = tuple(MEMORY_TYPES)
+# The history's name for the brain as it is now (never a snapshot name: those start with digits).
+CURRENT_VERSION = "current"
 # The search page's names for brain_recall's modes, in engine.hybrid.MODES order (test_units checks).
 MODE_LABELS = {"exact": N_("Exact words"), "hybrid": N_("Meaning and other languages (hybrid)")}
 
@@ -486,23 +489,54 @@ class BrainViews:
             raise BrainUnavailable(Text("The store could not list the snapshots (%(reason)s).", reason=str(exc))) from None
         return snapshot.brain_name, versions
 
-    async def diff(self, account: Account, version: str) -> BrainDiff | None:
-        """What changed between the store's snapshot ``version`` and the brain now; None when unknown."""
+    async def current_version(self, account: Account) -> VersionRecord | None:
+        """The brain as the store holds it now, as a history row (named `CURRENT_VERSION`); None
+        before its first upload."""
         snapshot = await self.manager.snapshot(account)
         if snapshot.brain_id is None:
             return None
         try:
-            download = await self.manager.store.download(account.credential, snapshot.brain_id, version=version)
+            records = await self.manager.store.list_brains(account.credential)
+        except StoreError as exc:
+            raise BrainUnavailable(Text("The store could not list the snapshots (%(reason)s).", reason=str(exc))) from None
+        record = next((item for item in records if item.id == snapshot.brain_id), None)
+        if record is None or record.last_synced_at is None:
+            return None
+        return VersionRecord(CURRENT_VERSION, "", record.size_bytes, record.file_count, record.last_synced_at)
+
+    async def _snapshot_brain(self, account: Account, brain_id: str, version: str) -> Brain | None:
+        """The store's snapshot ``version`` of the brain, read; None when the store has no such one."""
+        try:
+            download = await self.manager.store.download(account.credential, brain_id, version=version)
         except StoreNotFound:
             return None
         except StoreError as exc:
             raise BrainUnavailable(Text("The store could not send the snapshot (%(reason)s).", reason=str(exc))) from None
         assert download.data is not None
         try:
-            then = await asyncio.to_thread(load_archive, download.data, self.manager.tuning.archive_limits)
+            return await asyncio.to_thread(load_archive, download.data, self.manager.tuning.archive_limits)
         except ArchiveError as exc:
             raise BrainUnavailable(Text("The snapshot could not be read safely (%(reason)s).", reason=str(exc))) from None
-        return await asyncio.to_thread(diff_brains, then, snapshot.brain)
+
+    async def diff(self, account: Account, version: str) -> BrainDiff | None:
+        """What changed between the store's snapshot ``version`` and the brain now; None when unknown."""
+        snapshot = await self.manager.snapshot(account)
+        if snapshot.brain_id is None:
+            return None
+        then = await self._snapshot_brain(account, snapshot.brain_id, version)
+        return None if then is None else await asyncio.to_thread(diff_brains, then, snapshot.brain)
+
+    async def version_changes(self, account: Account, version: str, previous: str) -> BrainDiff | None:
+        """What ``version`` (a snapshot, or `CURRENT_VERSION`: the brain now) changed from the
+        version before it, ``previous``; None when the store has either no longer."""
+        snapshot = await self.manager.snapshot(account)
+        if snapshot.brain_id is None:
+            return None
+        then = await self._snapshot_brain(account, snapshot.brain_id, previous)
+        now = snapshot.brain if version == CURRENT_VERSION else await self._snapshot_brain(account, snapshot.brain_id, version)
+        if then is None or now is None:
+            return None
+        return await asyncio.to_thread(diff_brains, then, now)
 
     async def archive(self, account: Account) -> list[MemoryLine]:
         """Forgotten (and rejected) memories, most recently archived first."""

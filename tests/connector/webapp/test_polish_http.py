@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 
+import httpx
 import pytest
 
 from connector.engine.format.brain import Brain
@@ -13,7 +14,7 @@ from connector.engine.writes.memorize import CONNECTOR_SOURCE
 from connector.engine.writes.ops import connector_memorize
 from connector.webapp.views import ahead_of_higher_scores
 
-from ..conftest import RunningStore, brains_of, device_write, direct_memorize, download_brain
+from ..conftest import RunningStore, auth, brains_of, device_write, direct_memorize, download_brain
 from ..review_support import statuses_at_store
 from .conftest import app_client, sign_in
 
@@ -163,3 +164,43 @@ def test_hybrid_results_in_score_order_carry_no_reordering_hint(store: RunningSt
         scores = [float(score) for score in re.findall(r'<p class="muted score">Score ([\d.]+):', page)]
         assert len(scores) >= 2 and scores == sorted(scores, reverse=True)
         assert "Listed above higher scores" not in page
+
+
+def _time_instants(html: str) -> list[str]:
+    return re.findall(r'<time datetime="([^"]+)"', html)
+
+
+def test_history_rows_are_versions_by_when_written_with_a_current_row_and_consecutive_changes(
+        store: RunningStore) -> None:
+    alice = store.add_user("alice")
+    brain_id = brains_of(store.url, alice.token)[0]["id"]
+    first = direct_memorize(store.url, alice.token, brain_id, "First note: the boiler.")
+    second = direct_memorize(store.url, alice.token, brain_id, "Second note: the bike.")
+    third = direct_memorize(store.url, alice.token, brain_id, "Third note: the garden.")
+    listed = httpx.get(f"{store.url}/api/brains/{brain_id}/versions", headers=auth(alice.token), timeout=30).json()
+    newer, older = listed["versions"]  # the 2nd and the 1st upload, kept when the next one came
+    # Written when its upload came, replaced when the next one did: the same instant in one upload.
+    assert newer["written_at"] == older["date"] and newer["written_at"] < newer["date"]
+    record = brains_of(store.url, alice.token)[0]
+    with app_client(store.url) as client:
+        sign_in(client, alice.token)
+        page = client.get("/app/history").text
+        rows = re.findall(r"<tr>\s*<td>(.*?)</tr>", page, re.S)
+        assert len(rows) == 3
+        assert "current" in rows[0] and "Restore..." not in rows[0] and "/app/history/diff" not in rows[0]
+        # Each row's first instant is when that version was written; a snapshot's second, when it was replaced.
+        written = [_time_instants(row)[0][:19] for row in rows]
+        assert written == [record["last_synced_at"][:19], newer["written_at"][:19], older["written_at"][:19]]
+        assert _time_instants(rows[1])[1][:19] == newer["date"][:19]
+        assert "oldest kept" in rows[2] and "/app/history/changes" not in rows[2]
+        # What each version changed from the one before it: the versions are told apart.
+        links = re.findall(r'/app/history/changes\?version=([^"]+)"', page)
+        assert links == ["current", newer["version"]]
+        now = client.get("/app/history/changes?version=current").text
+        assert "Added in this version: 1" in now and f"/app/memory/{third}" in now and f"/app/memory/{second}" not in now
+        middle = client.get(f"/app/history/changes?version={newer['version']}").text
+        assert "Added in this version: 1" in middle and f"/app/memory/{second}" in middle
+        assert f"/app/memory/{third}" not in middle and f"/app/memory/{first}" not in middle
+        oldest = client.get(f"/app/history/changes?version={older['version']}").text
+        assert "oldest version the store keeps" in oldest
+        assert client.get("/app/history/changes?version=19990101T000000.000000000").status_code == 404
