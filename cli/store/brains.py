@@ -29,7 +29,8 @@ class BrainRow:
     owner: str
     owner_id: str
     role: str
-    size_bytes: int
+    size_bytes: int  # the current archive
+    stored_bytes: int  # every distinct archive the brain keeps: current and snapshots
     last_change: str
 
 
@@ -44,7 +45,7 @@ class BrainDirectory:
         current = meta.current
         return BrainRow(
             id=meta.id, name=meta.name, owner=owner.name if owner else "", owner_id=meta.user_id, role=role,
-            size_bytes=current.size if current else 0,
+            size_bytes=current.size if current else 0, stored_bytes=meta.stored_bytes(),
             last_change=(current.synced_at if current else "") or meta.created_at,
         )
 
@@ -119,8 +120,13 @@ def brain() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array instead of a table.")
 @data_option
 def list_brains(who: str | None, as_json: bool, data: Path | None) -> None:
-    """List brains: id, name, owner, role, size and last change (the id is what other commands take,
-    though a brain's name works too)."""
+    """List brains: id, name, owner, role, bytes and last change (the id is what other commands
+    take, though a brain's name works too).
+
+    ARCHIVE is the size of the brain's current archive (what a client downloads); WITH SNAPSHOTS
+    adds the earlier versions the store keeps for restore: the brain's stored bytes, which
+    `brain-store user list` sums per user and the quota counts.
+    """
     settings = existing_store(data)
     directory = open_directory(settings)
     if who is not None:
@@ -137,9 +143,9 @@ def list_brains(who: str | None, as_json: bool, data: Path | None) -> None:
     if not rows:
         click.echo("no brains")
         return
-    click.echo(f"{'ID':36}  {'NAME':20}  {'OWNER':20}  {'ROLE':6}  {'SIZE':>10}  LAST CHANGE")
+    click.echo(f"{'ID':36}  {'NAME':20}  {'OWNER':20}  {'ROLE':6}  {'ARCHIVE':>10}  {'WITH SNAPSHOTS':>14}  LAST CHANGE")
     for row in rows:
-        click.echo(f"{row.id:36}  {row.name:20}  {row.owner:20}  {row.role:6}  {row.size_bytes:>10}  {row.last_change}")
+        click.echo(f"{row.id:36}  {row.name:20}  {row.owner:20}  {row.role:6}  {row.size_bytes:>10}  {row.stored_bytes:>14}  {row.last_change}")
     kept = [item for item in directory.deleted() if who is None or item[0].owner_id == user.id]
     if kept:
         click.echo(f"deleted, kept with their snapshots until purged (`brain-store brain undelete|purge ID`): "

@@ -84,9 +84,11 @@ def add(name: str, email: str, data: Path | None) -> None:
 def list_users(as_json: bool, data: Path | None) -> None:
     """List users: id, name, email, kind, brains, stored bytes, created.
 
-    STORED BYTES counts every distinct archive a user's brains keep (current and
-    snapshots), at the size clients upload and download: what the quota counts.
-    `brain-store brain list` lists the brains themselves with their ids.
+    WITH SNAPSHOTS is the user's stored bytes: every distinct archive their brains keep
+    (the current ones and the snapshots), at the size clients upload and download; what
+    the quota, backup and the API's stored_bytes count. `brain-store brain list` lists the
+    brains themselves with their ids, each one's ARCHIVE (current archive only) and WITH
+    SNAPSHOTS (its share of this number).
     """
     settings = existing_store(data)
     registry, service = _open(settings)
@@ -117,12 +119,12 @@ def _user_json(u: User, service: BrainService) -> dict[str, Any]:
 
 
 def _print_users(users: list[User], service: BrainService) -> None:
-    click.echo(f"{'ID':36}  {'NAME':20}  {'EMAIL':28}  {'KIND':6}  {'BRAINS':>6}  {'STORED BYTES':>12}  CREATED")
+    click.echo(f"{'ID':36}  {'NAME':20}  {'EMAIL':28}  {'KIND':6}  {'BRAINS':>6}  {'WITH SNAPSHOTS':>14}  CREATED")
     for u in users:
         brains = service.list_brains(u.id)
         used = sum(m.stored_bytes() for m in brains)
         click.echo(
-            f"{u.id:36}  {u.name:20}  {u.email:28}  {u.kind:6}  {len(brains):>6}  {used:>12}  {u.created_at}"
+            f"{u.id:36}  {u.name:20}  {u.email:28}  {u.kind:6}  {len(brains):>6}  {used:>14}  {u.created_at}"
         )
 
 

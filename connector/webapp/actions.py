@@ -17,7 +17,7 @@ from connector.engine.recall.indexcache import index_for
 from connector.engine.tending.review import DECISIONS, Decide
 from connector.engine.writes.credentials import credential_refusal, credentials_in_memories
 from connector.engine.writes.errors import BrainError
-from connector.engine.writes.memorize import connector_memory
+from connector.engine.writes.memorize import WEB_APP_SOURCE, connector_memory
 from connector.engine.writes.ops import Forget, Memorize, Operation, Pin, Unpin, Verify, connector_memorize
 from connector.engine.writes.restore import Restore
 from connector.mcp.tools import BrainTools
@@ -160,7 +160,7 @@ class BrainActions:
         try:
             op = connector_memorize(
                 content, title=title.strip() or None, type=type_, tags=tags, origin=EDIT_ORIGIN,
-                supersedes=supersedes or [], agent="web app",
+                supersedes=supersedes or [], agent="web app", source=WEB_APP_SOURCE,
             )
         except BrainError as exc:
             raise ActionRefused(str(exc)) from None
@@ -190,7 +190,7 @@ class BrainActions:
         try:
             if decision == "merge":
                 merged = connector_memory(content, title=title.strip() or None, type=type_, tags=tags,
-                                          origin=EDIT_ORIGIN, agent="web app")
+                                          origin=EDIT_ORIGIN, agent="web app", source=WEB_APP_SOURCE)
             by = await self.manager.writer(account) or "web app"
             op = Decide(new, old, decision, by=by, merged=merged)
         except BrainError as exc:

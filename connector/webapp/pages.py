@@ -21,6 +21,7 @@ from markupsafe import Markup
 from connector.engine.format.jsvalues import parse_iso_ms
 from connector.i18n import Text, current_locale, listing, number, readable_instant, size, switch_links, translate, translations
 from connector.mcp.http import path_segment
+from connector.webapp.labels import type_label
 
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
@@ -67,6 +68,8 @@ def environment(locale: str = "en") -> Environment:
     env.filters["size"] = lambda value: size(value, locale)
     env.filters["listing"] = lambda items: listing(items, locale)
     env.filters["segment"] = path_segment
+    # A memory's type as people of the locale read it (the stored word stays in forms' values).
+    env.filters["memory_type"] = lambda value: translate(type_label(value), locale) if isinstance(value, str) else value
     return env
 
 

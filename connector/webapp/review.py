@@ -7,6 +7,7 @@ the queue file's parse, two index lookups per pair and the two texts shown.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +40,10 @@ class ReviewItem:
     via: str
     by: str
     merge_tags: str
+    # Other waiting pairs with the same new / old memory: "Keep old" archives the new memory,
+    # "Keep new" supersedes the old one, and a pair whose memory left closes with it.
+    others_of_new: int = 0
+    others_of_old: int = 0
 
 
 @dataclass
@@ -80,6 +85,21 @@ class ReviewViews:
 
         return pending_pairs(review_document(brain), entry), brain, viewer, scope
 
+    async def open_pairs(self, account: Account) -> list[tuple[str, str]]:
+        """Every waiting pair as (new, old) ids."""
+        pairs, _, _, _ = await self._pending(account)
+        return [(pair.new, pair.old) for pair in pairs]
+
+    async def lines(self, account: Account, ids: list[str]) -> list[MemoryLine]:
+        """The list lines of those of ``ids`` the brain holds live, in that order."""
+        snapshot = await self.views.manager.snapshot(account)
+        index = await self.views._index(snapshot)
+        if index is None:
+            return []
+        found = [(memory_id, index.positions.get(memory_id)) for memory_id in ids]
+        return [line_of(memory_id, dict(index.memories[position].entry)) for memory_id, position in found
+                if position is not None]
+
     async def waiting(self, account: Account) -> int:
         """How many pairs wait for a decision."""
         pairs, _, _, _ = await self._pending(account)
@@ -95,6 +115,7 @@ class ReviewViews:
             return ReviewSide(line_of(memory_id, dict(entry)), _string(entry.get("created")),
                               render_markdown_in(scope, body), body)
 
+        uses = Counter(memory_id for pair in pairs for memory_id in (pair.new, pair.old))
         items = []
         for pair in pairs[:REVIEW_PAGE_SIZE]:
             new, old = side(pair.new, pair.new_entry), side(pair.old, pair.old_entry)
@@ -103,5 +124,6 @@ class ReviewViews:
                 new=new, old=old, relation=pair.relation,
                 score=pair.score,
                 flagged_at=pair.flagged_at, via=pair.via, by=pair.by, merge_tags=", ".join(dict.fromkeys(tags)),
+                others_of_new=uses[pair.new] - 1, others_of_old=uses[pair.old] - 1,
             ))
         return ReviewPage(items=items, total=len(pairs), viewer=viewer)

@@ -24,6 +24,7 @@ from litestar.datastructures import Cookie
 from connector.engine.format.brain import Brain
 from connector.engine.kinds import operation_from_dict
 from connector.engine.tending.similar import Incoming
+from connector.engine.writes.memorize import is_memory_id
 from connector.engine.writes.ops import Memorize
 from connector.i18n import N_, Text, gettext, message_of, not_this_address
 from connector.identity.base import ProviderRefused, ProviderThrottled, ProviderUnavailable
@@ -43,7 +44,7 @@ from connector.webapp.pages import STATIC_TYPES, page_headers, render, static_fi
 from connector.webapp.review import ReviewViews
 from connector.webapp.sessions import MAX_SESSIONS, WebSession, WebSessions
 from connector.webapp.transfer import MAX_IMPORT_BYTES, ImportPlan, dry_run, export_memories, export_zip, plan_import
-from connector.webapp.views import MODE_LABELS, TYPES, BrainViews, SearchForm, SearchResult
+from connector.webapp.views import CURRENT_VERSION, MODE_LABELS, TYPES, BrainViews, SearchForm, SearchResult
 from connector.workcopy.core import BrainUnavailable, SignInAgain
 from connector.workcopy.store_client import StoreUnauthorized
 from common.limits import TrustedProxies, client_address
@@ -211,11 +212,20 @@ class Visit:
     raw: Any  # the parsed form with its uploads (None for a page)
 
 
+# The memories of pairs a decision closed with it that the review page names (the count is exact).
+REVIEW_CLOSED_SHOWN = 20
+
+
 def _flash(done: str | None, held: str | None) -> str | None:
     message = DONE_MESSAGES.get(done or "")
     if message and held == "1":
         return f"{gettext(message)} {gettext(HELD_NOTE)}"
     return gettext(message) if message else None
+
+
+def _count(value: str | None) -> int:
+    """A small count from a query parameter (0 when absent or not one)."""
+    return int(value) if value and value.isdigit() and len(value) <= 6 else 0
 
 
 def _done_location(site: Site, action: str, done: Done) -> str:
@@ -500,8 +510,11 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
     async def review(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
         data = await app.review.page(visit.session.account)
         params = request.query_params
+        closed = _count(params.get("closed"))
+        ids = [item for item in (params.get("with") or "").split(",")[:REVIEW_CLOSED_SHOWN] if is_memory_id(item)]
+        closed_with = await app.review.lines(visit.session.account, ids) if closed else []
         return app.page("review.html", visit.site, visit.session, review=data, error=None,
-                        flash=_flash(params.get("done"), params.get("held")))
+                        flash=_flash(params.get("done"), params.get("held")), closed=closed, closed_with=closed_with)
 
     @get("/app/mental", cache=False, include_in_schema=False)
     @page_route
@@ -614,6 +627,8 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
     async def review_decide(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
         form = visit.form
         decision = form.get("decision", "")
+        pair = (form.get("new", "")[:200], form.get("old", "")[:200])
+        before = await app.review.open_pairs(visit.session.account)
         try:
             done = await app.actions.decide(visit.session.account, form.get("new", "")[:200], form.get("old", "")[:200],
                                             decision, title=form.get("title", ""), content=form.get("content", ""),
@@ -621,8 +636,14 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         except ActionRefused as exc:
             data = await app.review.page(visit.session.account)
             return app.page("review.html", visit.site, visit.session, status=409, review=data, error=message_of(exc),
-                            flash=None)
+                            flash=None, closed=0, closed_with=[])
         query = {"done": decision, **({} if done.synced else {"held": "1"})}
+        # Pairs that closed with this one (their memory left the brain): the page names the other sides.
+        after = set(await app.review.open_pairs(visit.session.account))
+        closed = [item for item in before if item != pair and item not in after]
+        others = list(dict.fromkeys(side for item in closed for side in item if side not in pair))[:REVIEW_CLOSED_SHOWN]
+        if closed:
+            query |= {"closed": str(len(closed)), "with": ",".join(others)}
         return app.redirect(f"{visit.site.root}/review?{urlencode(query)}")
 
     @post("/app/memory/{memory_id:str}/edit", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
@@ -797,10 +818,30 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
     @page_route
     async def history(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
         name, versions = await app.views.history(visit.session.account)
+        current = await app.views.current_version(visit.session.account)
         wanted = request.query_params.get("confirm")
         confirm = next((version for version in versions if version.name == wanted), None)
         return app.page("history.html", visit.site, visit.session, brain_name=name, versions=versions, error=None,
-                        confirm=confirm, flash=_flash(request.query_params.get("done"), None))
+                        current=current, confirm=confirm, flash=_flash(request.query_params.get("done"), None))
+
+    @get("/app/history/changes", cache=False, include_in_schema=False)
+    @page_route
+    async def history_changes(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
+        """What one version changed from the version before it (consecutive versions)."""
+        wanted = (request.query_params.get("version") or "")[:200]
+        _, versions = await app.views.history(visit.session.account)
+        current = await app.views.current_version(visit.session.account)
+        listing = ([current] if current is not None else []) + versions  # newest first
+        position = next((at for at, item in enumerate(listing) if item.name == wanted), None)
+        if position is None:
+            return app.page("error.html", visit.site, visit.session, status=404, title=N_("No such snapshot"),
+                            message=N_("The store keeps no snapshot of this brain by that name."))
+        record = listing[position]
+        previous = listing[position + 1] if position + 1 < len(listing) else None
+        changes = (await app.views.version_changes(visit.session.account, record.name, previous.name)
+                   if previous is not None else None)
+        return app.page("history_changes.html", visit.site, visit.session, version=record, previous=previous,
+                        changes=changes, current=record.name == CURRENT_VERSION)
 
     @get("/app/history/diff", cache=False, include_in_schema=False)
     @page_route
@@ -839,7 +880,7 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
             new_page, new_submit, review, review_decide, mental_list, mental_model, mental_create, mental_action,
             think, think_reflect, think_extract,
             memory_action, use_brain, transfer_page, export, import_preview, import_confirm, history, history_diff,
-            history_restore, brains, brain_create, brain_rename, brain_delete_page, brain_delete,
+            history_changes, history_restore, brains, brain_create, brain_rename, brain_delete_page, brain_delete,
             static]
 
 

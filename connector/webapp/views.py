@@ -9,10 +9,11 @@ snapshot of the user's active brain and its prepared recall index, so a page at
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from connector.engine.format.archive import ArchiveError, load_archive
+from connector.engine.format.brain import Brain
 from connector.engine.format.rules import MEMORY_TYPES
 from connector.engine.format.text import memory_body
 from connector.engine.format.titles import plain_title
@@ -25,6 +26,7 @@ from connector.i18n import N_, Text
 from connector.mcp.tools import BrainTools
 from connector.webapp.graph import Graph, neighbourhood
 from connector.webapp.history import BrainDiff, diff_brains
+from connector.webapp.labels import ORIGIN_LABELS, origin_label
 from connector.webapp.markdown import render_markdown
 from connector.workcopy.core import BrainUnavailable
 from connector.workcopy.manager import WorkingCopyManager
@@ -38,6 +40,8 @@ BROWSE_LIMIT = 50
 RECENT_PAGE = 20  # recent memories per page on the home page
 TAG_CACHE_SIZE = 32
 TYPES = tuple(MEMORY_TYPES)
+# The history's name for the brain as it is now (never a snapshot name: those start with digits).
+CURRENT_VERSION = "current"
 # The search page's names for brain_recall's modes, in engine.hybrid.MODES order (test_units checks).
 MODE_LABELS = {"exact": N_("Exact words"), "hybrid": N_("Meaning and other languages (hybrid)")}
 
@@ -76,6 +80,9 @@ class SearchHit:
     explanation: list[Text]  # the score in words, part by part (explain_parts)
     snippet_html: str
     low_trust: bool
+    # Listed above a higher score: hybrid recall puts a strong exact hit (the query's own
+    # words) first whatever its fused score (connector.engine.recall.hybrid); the page says so.
+    ahead: bool = False
 
 
 @dataclass
@@ -173,6 +180,16 @@ def _number(value: Any) -> str:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return ""
     return f"{value:.2f}".rstrip("0").rstrip(".") if isinstance(value, float) else str(value)
+
+
+def ahead_of_higher_scores(scores: list[float]) -> list[int]:
+    """Positions of the scores listed above a higher one (the order is not by score there)."""
+    ahead, best_below = [], float("-inf")
+    for position in range(len(scores) - 1, -1, -1):
+        if scores[position] < best_below:
+            ahead.append(position)
+        best_below = max(best_below, scores[position])
+    return sorted(ahead)
 
 
 def line_of(memory_id: str, entry: dict[str, Any], *, expired: bool = False) -> MemoryLine:
@@ -333,6 +350,9 @@ class BrainViews:
             ))
             if len(result.hits) >= SEARCH_LIMIT:
                 break
+        if (form.mode or self.tools.recall_mode) == "hybrid":
+            for position in ahead_of_higher_scores([hit.score for hit in result.hits]):
+                result.hits[position] = replace(result.hits[position], ahead=True)
         return result
 
     async def memory(self, account: Account, memory_id: str) -> MemoryView | None:
@@ -404,16 +424,20 @@ class BrainViews:
             other_entry = index.memories[position].entry if index is not None and position is not None else {}
             return line_of(other, other_entry) if other_entry else MemoryLine(other, other, "", ())
 
+        # Recall only reads, as the reference's does (../shared/spec/recall.md): last_accessed and
+        # access_count keep what the write set them to, so they show only when some tool moved them.
+        last_used, recalled = _string(fields.get("last_accessed")), _number(fields.get("access_count"))
+        origin = _string(fields.get("origin"))
         provenance = [(label, value) for label, value in (
-            (N_("Origin"), _string(fields.get("origin")) or Text("not recorded")),
+            (N_("Origin"), Text(origin_label(origin)) if origin in ORIGIN_LABELS else origin or Text("not recorded")),
             (N_("Source"), _string(fields.get("source"))),
             (N_("Written by"), _string((fields.get("encoding_context") or {}).get("agent")) if isinstance(fields.get("encoding_context"), dict) else ""),
             (N_("Confidence"), _number(fields.get("confidence"))),
             (N_("Salience"), _number(fields.get("salience"))),
             (N_("Strength"), _number(fields.get("strength"))),
             (N_("Created"), _string(fields.get("created"))),
-            (N_("Last used"), _string(fields.get("last_accessed"))),
-            (N_("Times recalled"), _number(fields.get("access_count"))),
+            (N_("Last used"), last_used if last_used != _string(fields.get("created")) else ""),
+            (N_("Times recalled"), recalled if recalled != "0" else ""),
             (N_("File"), _string(fields.get("path"))),
         ) if value]
         if archived:
@@ -465,23 +489,54 @@ class BrainViews:
             raise BrainUnavailable(Text("The store could not list the snapshots (%(reason)s).", reason=str(exc))) from None
         return snapshot.brain_name, versions
 
-    async def diff(self, account: Account, version: str) -> BrainDiff | None:
-        """What changed between the store's snapshot ``version`` and the brain now; None when unknown."""
+    async def current_version(self, account: Account) -> VersionRecord | None:
+        """The brain as the store holds it now, as a history row (named `CURRENT_VERSION`); None
+        before its first upload."""
         snapshot = await self.manager.snapshot(account)
         if snapshot.brain_id is None:
             return None
         try:
-            download = await self.manager.store.download(account.credential, snapshot.brain_id, version=version)
+            records = await self.manager.store.list_brains(account.credential)
+        except StoreError as exc:
+            raise BrainUnavailable(Text("The store could not list the snapshots (%(reason)s).", reason=str(exc))) from None
+        record = next((item for item in records if item.id == snapshot.brain_id), None)
+        if record is None or record.last_synced_at is None:
+            return None
+        return VersionRecord(CURRENT_VERSION, "", record.size_bytes, record.file_count, record.last_synced_at)
+
+    async def _snapshot_brain(self, account: Account, brain_id: str, version: str) -> Brain | None:
+        """The store's snapshot ``version`` of the brain, read; None when the store has no such one."""
+        try:
+            download = await self.manager.store.download(account.credential, brain_id, version=version)
         except StoreNotFound:
             return None
         except StoreError as exc:
             raise BrainUnavailable(Text("The store could not send the snapshot (%(reason)s).", reason=str(exc))) from None
         assert download.data is not None
         try:
-            then = await asyncio.to_thread(load_archive, download.data, self.manager.tuning.archive_limits)
+            return await asyncio.to_thread(load_archive, download.data, self.manager.tuning.archive_limits)
         except ArchiveError as exc:
             raise BrainUnavailable(Text("The snapshot could not be read safely (%(reason)s).", reason=str(exc))) from None
-        return await asyncio.to_thread(diff_brains, then, snapshot.brain)
+
+    async def diff(self, account: Account, version: str) -> BrainDiff | None:
+        """What changed between the store's snapshot ``version`` and the brain now; None when unknown."""
+        snapshot = await self.manager.snapshot(account)
+        if snapshot.brain_id is None:
+            return None
+        then = await self._snapshot_brain(account, snapshot.brain_id, version)
+        return None if then is None else await asyncio.to_thread(diff_brains, then, snapshot.brain)
+
+    async def version_changes(self, account: Account, version: str, previous: str) -> BrainDiff | None:
+        """What ``version`` (a snapshot, or `CURRENT_VERSION`: the brain now) changed from the
+        version before it, ``previous``; None when the store has either no longer."""
+        snapshot = await self.manager.snapshot(account)
+        if snapshot.brain_id is None:
+            return None
+        then = await self._snapshot_brain(account, snapshot.brain_id, previous)
+        now = snapshot.brain if version == CURRENT_VERSION else await self._snapshot_brain(account, snapshot.brain_id, version)
+        if then is None or now is None:
+            return None
+        return await asyncio.to_thread(diff_brains, then, now)
 
     async def archive(self, account: Account) -> list[MemoryLine]:
         """Forgotten (and rejected) memories, most recently archived first."""

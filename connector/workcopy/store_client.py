@@ -122,9 +122,10 @@ class VersionRecord:
     """One snapshot of a brain as the store lists it."""
 
     name: str
-    date: str
+    date: str  # when a newer version replaced it (the snapshot was taken)
     size_bytes: int | None
     file_count: int | None
+    written: str = ""  # when it was written ([extension] written_at; "" from a store without it)
 
     @classmethod
     def from_json(cls, item: dict[str, Any]) -> VersionRecord:
@@ -133,8 +134,9 @@ class VersionRecord:
             value = item.get(key)
             return value if isinstance(value, int) and not isinstance(value, bool) else None
 
-        date = item.get("date")
-        return cls(item["version"], date if isinstance(date, str) else "", number("size_bytes"), number("file_count"))
+        date, written = item.get("date"), item.get("written_at")
+        return cls(item["version"], date if isinstance(date, str) else "", number("size_bytes"), number("file_count"),
+                   written if isinstance(written, str) else "")
 
 
 class StoreClient:

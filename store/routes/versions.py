@@ -27,6 +27,7 @@ async def list_versions(request: Request[Any, Any, Any]) -> ASGIApp:
         {
             "version": s.name,
             "date": s.date,
+            "written_at": s.archive.synced_at,  # [extension] date is when a newer version replaced it
             "size": s.archive.size,
             "size_bytes": s.archive.size,
             "checksum": s.archive.checksum,

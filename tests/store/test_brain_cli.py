@@ -48,7 +48,8 @@ def test_user_list_json(data: Path) -> None:
 def test_brain_list_shows_ids_names_owners_and_roles(data: Path) -> None:
     every = json.loads(run(data, "brain", "list", "--json").output)
     assert sorted((b["owner"], b["name"]) for b in every) == [("alice", "default"), ("alice", "team"), ("bob", "default")]
-    assert set(every[0]) == {"id", "name", "owner", "owner_id", "role", "size_bytes", "last_change"}
+    assert set(every[0]) == {"id", "name", "owner", "owner_id", "role", "size_bytes", "stored_bytes",
+                            "last_change"}
     bobs = json.loads(run(data, "brain", "list", "--user", "bob", "--json").output)
     assert sorted((b["name"], b["owner"], b["role"]) for b in bobs) == [("default", "bob", "owner"),
                                                                        ("team", "alice", "viewer")]

@@ -4,6 +4,7 @@ directory, brains of removed users (list, purge, adopt), and one meaning of "sto
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import subprocess
@@ -113,6 +114,34 @@ def test_stored_bytes_mean_the_same_everywhere(tmp_path: Path) -> None:
     moved = subprocess.run([console_script("brain-store"), "migrate", "--from", str(data), "--to",
                             str(tmp_path / "moved")], capture_output=True, text=True, timeout=60, env=env)
     assert f"{api} stored bytes" in moved.stdout, moved.stdout + moved.stderr
+
+
+def test_user_list_and_brain_list_say_which_bytes_they_count(tmp_path: Path) -> None:
+    """Issue 36 item 9e: `user list` and `brain list` name their byte columns (one brain's current
+    archive vs everything kept with its snapshots), agree with the API, and the help says so."""
+    data = tmp_path / "data"
+    token = add_user(data, "alice")
+    with start_store(tmp_path, data=data) as store:
+        client = store.client(token)
+        brain = client.get("/api/brains").json()[0]["id"]
+        for i in range(3):
+            assert upload(client, brain, make_archive(brain_files(4, f"v{i}"))).status_code == 200
+        record = client.get("/api/brains").json()[0]
+    assert record["stored_bytes"] > record["size_bytes"] > 0  # two snapshots are kept besides
+    users = cli("user", "list", data=data).stdout.splitlines()
+    assert "WITH SNAPSHOTS" in users[1] and "STORED BYTES" not in users[1]
+    assert int(next(line for line in users if " alice " in line).split()[-2]) == record["stored_bytes"]
+    brains = cli("brain", "list", data=data).stdout.splitlines()
+    assert brains[1].split()[4:8] == ["ARCHIVE", "WITH", "SNAPSHOTS", "LAST"]
+    row = next(line for line in brains if line.startswith(brain)).split()
+    assert (int(row[4]), int(row[5])) == (record["size_bytes"], record["stored_bytes"])
+    listed = json.loads(cli("brain", "list", "--json", data=data).stdout)[0]
+    assert (listed["size_bytes"], listed["stored_bytes"]) == (record["size_bytes"], record["stored_bytes"])
+    brain_help = " ".join(_run("brain", "list", "--help").stdout.split())
+    assert "ARCHIVE is the size of the brain's current archive" in brain_help
+    assert "WITH SNAPSHOTS adds the earlier versions the store keeps" in brain_help
+    user_help = " ".join(_run("user", "list", "--help").stdout.split())
+    assert "WITH SNAPSHOTS is the user's stored bytes" in user_help
 
 
 def test_a_name_never_passes_for_another_users_e_mail(tmp_path: Path) -> None:

@@ -562,6 +562,8 @@ def connector_title(content: str, title: str | None = None) -> str:
 
 
 CONNECTOR_SOURCE = "brain-connector (MCP)"
+# What the web app writes itself (a person typing, merging in review): not an assistant's MCP call.
+WEB_APP_SOURCE = "brain-connector (web app)"
 
 
 def connector_memory(
@@ -578,13 +580,15 @@ def connector_memory(
     project: str = "",
     task: str = "",
     writer: str = "",
+    source: str = CONNECTOR_SOURCE,
 ) -> MemoryInput:
     """The memory a connector `brain_memorize` call writes (connector.md section 6).
 
     ``project`` and ``task`` fill the encoding context recall matches its own
     ``project`` / ``task`` against (the command line's context fields). ``writer`` (the
     store's name for the user, on a store that shares brains) goes into ``source`` after
-    the connector's name, so the members of a shared brain see who said what.
+    the connector's name, so the members of a shared brain see who said what. ``source``
+    names the way in (`CONNECTOR_SOURCE` for MCP, `WEB_APP_SOURCE` for the web app).
     """
     if not isinstance(content, str) or not content.strip():
         raise BrainError("'content' must not be empty")
@@ -599,7 +603,7 @@ def connector_memory(
         tags=tag_list,
         salience=0.5,
         confidence=0.8,
-        source=f"{CONNECTOR_SOURCE}, written by {writer}" if writer else CONNECTOR_SOURCE,
+        source=f"{source}, written by {writer}" if writer else source,
         encoding_context={
             "project": project or "",
             "topics": list(tag_list),

@@ -20,6 +20,7 @@ from connector.engine.format.brain import ARCHIVE_INDEX, Brain
 from connector.engine.format.rules import PROTECTED_SALIENCE
 from connector.engine.writes.errors import BrainError
 from connector.engine.writes.memorize import (
+    CONNECTOR_SOURCE,
     MemoryInput,
     add_memory,
     apply_supersession,
@@ -214,6 +215,7 @@ def connector_memorize(
     project: str = "",
     task: str = "",
     writer: str = "",
+    source: str = CONNECTOR_SOURCE,
     request_key: str | None = None,
 ) -> Memorize:
     """The operation behind the connector's `brain_memorize` tool (connector.md section 6).
@@ -228,7 +230,7 @@ def connector_memorize(
         connector_memory(
             content, title=title, type=type, tags=tags, origin=origin, valid_from=valid_from,
             valid_until=valid_until, supersedes=supersedes, agent=agent, project=project, task=task,
-            writer=writer,
+            writer=writer, source=source,
         )
     ], request_key=request_key)
 

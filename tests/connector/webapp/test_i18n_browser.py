@@ -64,7 +64,7 @@ def english_fragments(locale: str) -> list[str]:
 def untranslated(text: str, fragments: list[str], data: list[str]) -> list[str]:
     """The catalog's English ``fragments`` that ``text`` shows outside data.
 
-    Data (memory titles, content, types, tags and sources, the names the store and apps
+    Data (memory titles, content, tags and sources, the names the store and apps
     chose) excuses a fragment only where the fragment lies wholly inside a place the data is
     shown: an untranslated label that merely contains a data word ("Show external links"
     beside a memory of type "external") is still found.
@@ -159,7 +159,7 @@ def test_every_page_in_three_languages(store: RunningStore, tmp_path: Path) -> N
                 "The dentist is on Monday at 9.", "The dentist moved to Tuesday at 10.", "other device",
                 "The spare house key is under the", "by the back door.",
                 "A forum post says the garden tap must be drained before the first frost.", "Browser test agent",
-                "observation", "learning", "external", "house", "garden", "keys", "bike",  # types and tags
+                "house", "garden", "keys", "bike",  # tags (types and origins are translated)
                 f"{CONNECTOR_SOURCE}, written by {alice.name}"]  # the source a memory written through MCP records
 
         with sync_playwright() as playwright:
@@ -203,7 +203,11 @@ def test_every_page_in_three_languages(store: RunningStore, tmp_path: Path) -> N
                     visit.check("archive")
                     page.goto(f"{base}/app/history")
                     visit.check("history")
-                    page.locator("table.snapshots td a").first.click()
+                    page.locator("table.snapshots td a[href*='/history/changes']").first.click()
+                    page.wait_for_url("**/app/history/changes?version=**")
+                    visit.check("history-changes")
+                    page.goto(f"{base}/app/history")
+                    page.locator("table.snapshots td a[href*='/history/diff']").first.click()
                     page.wait_for_url("**/app/history/diff?version=**")
                     visit.check("history-diff")
                     page.goto(f"{base}/app/transfer")
