@@ -68,7 +68,5 @@ async def load(upload: Upload, chosen: str | None, model: ModelSource | None, no
         return native.read(document)
     if detected == mem0.FORMAT:
         return mem0.read(document, upload.name)
-    if model is None:  # before reading further: the person learns at once what is missing
-        raise ImportRefused([Text(conversations.NEEDS_MODEL)])
-    found = conversations.read(document, detected, upload.name)
+    found = conversations.read(document, detected, upload.name)  # a bad file says so, model or not
     return await conversations.extract(found, detected, upload.name, model, now)

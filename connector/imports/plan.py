@@ -6,7 +6,8 @@ one the brain already holds word for word (the check's ``exact`` duplicate, or t
 normalised content as a live memory or an earlier memory of the same file) is not written
 again and is reported; one the check flags as a duplicate in other words or an update is
 written, reported, and its pair queued for review in the same write (as brain_memorize
-does). A memory that looks like it holds a credential refuses the whole file.
+does). A memory that looks like it holds a credential is refused and listed (the dry run
+shows it before anything is written); the others are imported.
 """
 
 from __future__ import annotations
@@ -108,17 +109,11 @@ def plan_import(imported: Imported, brain: Brain | None, now: datetime, *,
     (run on the first ``similar_limit`` memories, all when None); the exact-duplicate
     check without vectors runs on every memory whatever the limit. ``related`` and
     ``supersedes`` naming other memories of the same file are rewritten to their new ids,
-    so links survive the move. Refuses (`ImportRefused`) a file with too many memories or
-    one that looks like it holds a credential.
+    so links survive the move. Refuses (`ImportRefused`) a file with too many memories.
     """
     plan = ImportPlan(format=imported.format, passed_over=list(imported.passed_over))
     if len(imported.memories) > MAX_IMPORT_MEMORIES:
         raise ImportRefused([Text("The file has more than %(count)s memories; split it.", count=MAX_IMPORT_MEMORIES)])
-    kinds = credentials_in_memories(imported.memories)  # the same check as every other write
-    if kinds:
-        flagged = [memory.title for memory in imported.memories if credentials_in_memories([memory])]
-        raise ImportRefused([Text("%(title)s: looks like it contains a credential (%(kinds)s); nothing imported",
-                                  title=title, kinds=", ".join(kinds)) for title in flagged])
     entries = _entries(brain)
     held: dict[str, tuple[str, str]] = {}  # normalised content -> (id, title) of a live memory
     for memory_id, entry in entries.items():
@@ -128,6 +123,11 @@ def plan_import(imported: Imported, brain: Brain | None, now: datetime, *,
     taken = set(entries)
     renamed: dict[str, str] = {}
     for number, (memory, original) in enumerate(zip(imported.memories, imported.ids, strict=True)):
+        kinds = credentials_in_memories([memory])  # the same check as every other write: refused, listed
+        if kinds:
+            plan.errors.append(Text("%(title)s: looks like it contains a credential (%(kinds)s); not imported",
+                                    title=memory.title, kinds=", ".join(kinds)))
+            continue
         found = similar(Incoming(memory.content, memory.title, memory.tags, memory.type)) \
             if similar is not None and (similar_limit is None or number < similar_limit) else []
         exact = next((item for item in found if item.exact), None)
