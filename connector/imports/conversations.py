@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from connector.engine.memorize import connector_memory
-from connector.i18n import Text
+from connector.i18n import N_, Text
 from connector.imports.errors import ImportRefused
 from connector.imports.imported import Imported
 from connector.mcp.definitions import MAX_EXTRACT_CHARS, MAX_EXTRACT_ITEMS, MEMORY_TYPES
@@ -36,7 +36,7 @@ CLAUDE = "claude"
 FORMATS = (CHATGPT, CLAUDE)
 FILE_NAME = "conversations.json"
 MAX_CONVERSATIONS = 1000  # one model call each at least: more is a job to split
-NEEDS_MODEL = ("Importing conversations needs a model to pick out the facts worth keeping, and none is set: "
+NEEDS_MODEL = N_("Importing conversations needs a model to pick out the facts worth keeping, and none is set: "
                "set CONNECTOR_MODEL_URL and CONNECTOR_MODEL (docs/thinking.md) and import again. Nothing was imported.")
 _ROLES = {"user": "User", "human": "User", "assistant": "Assistant"}
 
