@@ -41,7 +41,19 @@ OWN_FIELDS = ("title", "type", "cognitive_type", "tags", "related", "salience", 
               "valid_until", "supersedes")
 _OWN_ID = re.compile(r"^mem_[A-Za-z0-9_]+$")
 _HEADING = re.compile(r"^#\s+(.+?)\s*#*\s*$", re.MULTILINE)
+MAX_FRONT_MATTER_CHARS = 64 * 1024
 _FENCE = re.compile(r"\A---[ \t]*\r?\n(.*?)(?:\r?\n)?^---[ \t]*$\r?\n?", re.DOTALL | re.MULTILINE)
+
+
+class _SafeLoaderWithoutAliases(yaml.SafeLoader):
+    """PyYAML's safe loader refusing aliases (``*name``): notes have no use for them, and a few
+    nested ones expand to a tree too large to walk (the "billion laughs")."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:  # noqa: D102 - PyYAML's hook
+        if self.check_event(yaml.AliasEvent):
+            mark = self.peek_event().start_mark
+            raise yaml.composer.ComposerError(None, None, "aliases (*name) are not accepted", mark)
+        return super().compose_node(parent, index)
 
 
 def is_markdown_name(name: str) -> bool:
@@ -79,8 +91,11 @@ def split_front_matter(name: str, text: str) -> tuple[dict[str, Any], str]:
     match = _FENCE.match(text)
     if match is None:
         return {}, text
+    if len(match.group(1)) > MAX_FRONT_MATTER_CHARS:
+        raise ImportRefused([Text("%(name)s, line 2: the front matter is longer than %(count)s characters",
+                                  name=name, count=MAX_FRONT_MATTER_CHARS)])
     try:
-        values = yaml.safe_load(match.group(1))
+        values = yaml.load(match.group(1), Loader=_SafeLoaderWithoutAliases)  # noqa: S506 - a safe loader
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 2 if mark is not None else 1  # +1 for the opening ---, +1 from 0-based

@@ -131,9 +131,9 @@ def plan_import(imported: Imported, brain: Brain | None, now: datetime, *,
         found = similar(Incoming(memory.content, memory.title, memory.tags, memory.type)) \
             if similar is not None and (similar_limit is None or number < similar_limit) else []
         exact = next((item for item in found if item.exact), None)
-        known = held.get(normalised_content(memory.content))
-        if exact is not None or known is not None:
-            existing_id, existing_title = (exact.id, exact.title) if exact is not None else known  # type: ignore[misc]
+        known = (exact.id, exact.title) if exact is not None else held.get(normalised_content(memory.content))
+        if known is not None:
+            existing_id, existing_title = known
             plan.duplicates.append(Duplicate(memory.title, existing_id, existing_title))
             if original is not None:
                 renamed[original] = existing_id  # links to it point at the copy already here
