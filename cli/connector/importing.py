@@ -91,8 +91,9 @@ def import_(brain: Path, file: Path, chosen: str, dry_run: bool, now: str | None
     export), mem0 (its get_all / export JSON), chatgpt and claude (conversations.json; needs
     the operator's model, CONNECTOR_MODEL_URL and CONNECTOR_MODEL, and each conversation's
     extracted memories wait for verification). Prints a JSON report: new, pending_verification,
-    duplicates (not written: the brain holds them), similar (written, flagged as possible
-    duplicates or updates and queued for review), passed_over, and stored when written.
+    duplicates (not written: the brain holds them word for word), similar (written; the
+    existing memories each repeats or updates in other words, as memorize lists them),
+    passed_over (files left out, with why), and stored when written.
     """
     clock = _clock(now)
     try:

@@ -5,8 +5,8 @@ here as a function so the web app and the command line pass their own way of run
 one the brain already holds word for word (the check's ``exact`` duplicate, or the same
 normalised content as a live memory or an earlier memory of the same file) is not written
 again and is reported; one the check flags as a duplicate in other words or an update is
-written, reported, and its pair queued for review in the same write (as brain_memorize
-does). A memory that looks like it holds a credential is refused and listed (the dry run
+written and reported (the web app's import write queues such pairs for review, as
+brain_memorize does). A memory that looks like it holds a credential is refused and listed (the dry run
 shows it before anything is written); the others are imported.
 """
 
@@ -23,7 +23,6 @@ from connector.engine.credentials import credentials_in_memories
 from connector.engine.errors import BrainError
 from connector.engine.memorize import MemoryInput
 from connector.engine.ops import Memorize
-from connector.engine.review import MemorizeFlagged
 from connector.engine.similar import Incoming, Similar, normalised_content
 from connector.engine.text import memory_body
 from connector.i18n import Text
@@ -51,7 +50,7 @@ class ImportPlan:
     ids: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     duplicates: list[Duplicate] = field(default_factory=list)
-    # What the similar check flagged: {"id", "relation", "score", "of"} per pair (the MemorizeFlagged form).
+    # What the similar check flagged, reported: {"id", "relation", "score", "of"} per pair ("of": the new memory).
     flagged: list[dict[str, Any]] = field(default_factory=list)
     passed_over: list[str] = field(default_factory=list)
     format: str = ""
@@ -63,8 +62,7 @@ class ImportPlan:
 
     def operation(self) -> Memorize:
         """The one write (a fresh copy each time: apply fills in ids and time)."""
-        base = Memorize(list(self.inputs), ids=list(self.ids))
-        return MemorizeFlagged.of(base, [dict(item) for item in self.flagged], by="import") if self.flagged else base
+        return Memorize(list(self.inputs), ids=list(self.ids))
 
     @classmethod
     def refused(cls, reasons: list[str], format: str = "") -> ImportPlan:  # noqa: A002 - the field's name

@@ -155,8 +155,7 @@ class WebApp:
         operation = operation_from_dict(held["operation"])
         if not isinstance(operation, Memorize):  # only keep_import writes these records
             return None
-        flagged = [dict(item) for item in getattr(operation, "similar", [])]  # a MemorizeFlagged's pairs
-        return ImportPlan(inputs=operation.memories, ids=list(operation.ids or []), flagged=flagged)
+        return ImportPlan(inputs=operation.memories, ids=list(operation.ids or []))
 
     # ----- helpers ----------------------------------------------------------------
 

@@ -104,6 +104,15 @@ def test_importing_the_same_notes_again_reports_duplicates_and_writes_nothing(tm
     assert held == {"2024-05-02", "Compost", "Tomato plan"}
     assert files_of(brain) == before
 
+    # The same fact in other words is written, and reported with the memory it repeats.
+    paraphrase = tmp_path / "paraphrase.md"
+    paraphrase.write_text("---\ntitle: Compost turning\n---\nEvery other Sunday the compost bin gets turned.\n")
+    report = imported_ok(brain, paraphrase)
+    compost_id = live(brain)["Compost"]["id"]
+    assert report["new"] == 1 and report["duplicates"] == []
+    assert [(item["id"], item["relation"], item["title"]) for item in report["similar"]] == \
+           [(compost_id, "duplicate", "Compost turning")]
+
 
 def test_our_markdown_export_round_trips_into_an_empty_brain(tmp_path: Path) -> None:
     source = tmp_path / "source"
