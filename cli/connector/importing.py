@@ -24,6 +24,7 @@ from cli.connector.brain_ops import _BRAIN_ARGUMENT, _NOW_OPTION, _clock, _fail
 from connector.engine.archive import ArchiveError, load_directory, save_directory
 from connector.engine.brain import Brain, dump_json
 from connector.engine.errors import BrainError
+from connector.engine.index import RecallError
 from connector.imports.errors import ImportRefused
 from connector.imports.files import Upload
 from connector.imports.load import FORMATS, load
@@ -112,7 +113,7 @@ def import_(brain: Path, file: Path, chosen: str, dry_run: bool, now: str | None
         sys.stderr.write(json.dumps({"error": "nothing was imported", "reasons": [str(reason) for reason in exc.reasons]},
                                     ensure_ascii=False) + "\n")
         sys.exit(1)
-    except (BrainError, ArchiveError) as exc:
+    except (BrainError, ArchiveError, RecallError) as exc:
         _fail(str(exc))
         return
     except OSError as exc:

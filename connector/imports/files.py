@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -82,7 +83,8 @@ def _zip_entries(data: bytes) -> dict[str, bytes]:
             raise ImportRefused([Text("%(name)s: a path outside the archive", name=name)])
         try:
             entries[name] = archive.read(info)
-        except (zipfile.BadZipFile, OSError, ValueError, RuntimeError):
+        except (zipfile.BadZipFile, OSError, ValueError, RuntimeError, NotImplementedError, EOFError, zlib.error):
+            # Damaged, encrypted, or compressed in a way Python does not read.
             raise ImportRefused([Text("%(name)s: cannot be read from the archive", name=name)]) from None
     return entries
 

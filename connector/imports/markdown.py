@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 
 from connector.engine.errors import BrainError
-from connector.engine.memorize import MemoryInput
+from connector.engine.memorize import MemoryInput, connector_title
 from connector.engine.rules import MEMORY_TYPES
 from connector.i18n import Text
 from connector.imports.errors import ImportRefused
@@ -155,7 +155,7 @@ def _foreign(front: Mapping[str, Any], body: str, name: str, where: str) -> Memo
     kind = front.get("type")
     folder = str(PurePosixPath(name).parent)
     return MemoryInput(
-        title=_title(front, body, name),
+        title=connector_title(body, _title(front, body, name)),  # cut as brain_memorize cuts a long one
         type=kind if isinstance(kind, str) and kind in MEMORY_TYPES else "learning",
         content=body,
         path="notes/" if folder in ("", ".") else f"{folder}/",

@@ -89,6 +89,16 @@ def test_an_obsidian_vault_and_a_basic_memory_folder_import_with_their_folders_t
     assert coffee["path"].startswith("coffee/") and "Pour over gives a cleaner cup" in coffee["body"]
 
 
+def test_a_single_note_with_a_long_heading_gets_a_title_cut_as_memorize_cuts_one(tmp_path: Path) -> None:
+    note = tmp_path / "long.md"
+    heading = "A very long heading " * 20
+    note.write_text(f"# {heading}\n\nThe **body** of the note.\n")
+    brain = tmp_path / "brain"
+    imported_ok(brain, note)
+    (title,) = live(brain)
+    assert len(title) <= 80 and title.endswith("…") and heading.startswith(title[:-1].rstrip())
+
+
 def test_importing_the_same_notes_again_reports_duplicates_and_writes_nothing(tmp_path: Path) -> None:
     vault = samples.obsidian_vault(tmp_path)
     brain = tmp_path / "brain"
