@@ -66,7 +66,7 @@ def read(upload: Upload) -> Imported:
     imported = Imported(FORMAT)
     problems: list[str] = []
     for name, data in upload.entries.items():
-        if not is_markdown_name(name):
+        if upload.archive and not is_markdown_name(name):  # one file given is read whatever its name
             imported.passed_over.append(Text("%(name)s: not a Markdown file", name=name))
             continue
         try:

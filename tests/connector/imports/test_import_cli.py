@@ -97,6 +97,11 @@ def test_a_single_note_with_a_long_heading_gets_a_title_cut_as_memorize_cuts_one
     imported_ok(brain, note)
     (title,) = live(brain)
     assert len(title) <= 80 and title.endswith("…") and heading.startswith(title[:-1].rstrip())
+    # One note given by itself is read whatever its name ends with; detected, or named with --from.
+    plain = tmp_path / "reminder.txt"
+    plain.write_text("Renew the car insurance before the end of May.\n")
+    assert imported_ok(brain, plain)["format"] == "markdown"
+    assert "reminder" in live(brain)
 
 
 def test_importing_the_same_notes_again_reports_duplicates_and_writes_nothing(tmp_path: Path) -> None:
