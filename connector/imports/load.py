@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import PurePosixPath
 from typing import Any
@@ -47,11 +48,20 @@ def detect(upload: Upload) -> tuple[str, Any]:
                               "a mem0 export, a ChatGPT or Claude conversations.json).", name=name)])
 
 
-async def load(upload: Upload, chosen: str | None, model: ModelSource | None, now: datetime) -> Imported:
-    """The memories of an upload in format ``chosen`` (None or "auto": detected).
+@dataclass(frozen=True)
+class Conversations:
+    """Conversations read from an export, waiting for the model's extraction."""
 
-    Conversations need ``model`` (refused with what is needed when None); the other formats
-    read without one. Raises `ImportRefused` with the reasons for a file that cannot be imported."""
+    kind: str
+    name: str
+    items: list[conversations.Conversation]
+
+
+def read_upload(upload: Upload, chosen: str | None) -> Imported | Conversations:
+    """Everything of an import that needs no model (CPU only: run it off an event loop).
+
+    ``chosen`` None or "auto" detects the format. Raises `ImportRefused` with the reasons
+    for a file that cannot be imported."""
     detected, document = detect(upload) if chosen in (None, "auto") else (chosen, None)
     if detected not in FORMATS:
         raise ImportRefused([Text("Unknown format %(format)s: choose one of %(formats)s.", format=detected,
@@ -68,5 +78,18 @@ async def load(upload: Upload, chosen: str | None, model: ModelSource | None, no
         return native.read(document)
     if detected == mem0.FORMAT:
         return mem0.read(document, upload.name)
-    found = conversations.read(document, detected, upload.name)  # a bad file says so, model or not
-    return await conversations.extract(found, detected, upload.name, model, now)
+    # A bad file says so, model or not.
+    return Conversations(detected, upload.name, conversations.read(document, detected, upload.name))
+
+
+async def extracted(found: Imported | Conversations, model: ModelSource | None, now: datetime) -> Imported:
+    """The memories of what `read_upload` found: conversations through ``model`` (refused with
+    what is needed when None), anything else as it is."""
+    if isinstance(found, Imported):
+        return found
+    return await conversations.extract(found.items, found.kind, found.name, model, now)
+
+
+async def load(upload: Upload, chosen: str | None, model: ModelSource | None, now: datetime) -> Imported:
+    """`read_upload` then `extracted`: the memories of an upload in format ``chosen``."""
+    return await extracted(read_upload(upload, chosen), model, now)

@@ -42,7 +42,7 @@ from connector.webapp.sessions import MAX_SESSIONS, WebSession, WebSessions
 from connector.imports.errors import ImportRefused
 from connector.imports.files import Upload
 from connector.imports.load import FORMATS as IMPORT_FORMATS
-from connector.imports.load import load as load_import
+from connector.imports.load import extracted, read_upload
 from connector.imports.plan import ImportPlan, dry_run, plan_import
 from connector.webapp.transfer import MAX_IMPORT_BYTES, export_memories, export_zip
 from connector.webapp.views import MODE_LABELS, TYPES, BrainViews, SearchForm, SearchResult
@@ -641,10 +641,11 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
             plan = ImportPlan.refused([Text("The file is larger than %(mb)s MB.", mb=MAX_IMPORT_BYTES // 2**20)])
         else:
             try:
-                given = await asyncio.to_thread(Upload.of_bytes, str(upload.filename or "upload")[:200], payload)
+                name = str(upload.filename or "upload")[:200]
+                found = await asyncio.to_thread(
+                    lambda: read_upload(Upload.of_bytes(name, payload), chosen if chosen in IMPORT_FORMATS else None))
                 # Conversations go through the operator's model here, once: the plan kept is what is confirmed.
-                imported = await load_import(given, chosen if chosen in IMPORT_FORMATS else None,
-                                             app.operator_model, now)
+                imported = await extracted(found, app.operator_model, now)
                 plan = await asyncio.to_thread(plan_import, imported, snapshot.brain, now,
                                                similar=partial(app.views.tools.similar_for, snapshot),
                                                similar_limit=SIMILAR_CHECKED)
