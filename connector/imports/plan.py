@@ -101,7 +101,7 @@ def _fresh_id(now: datetime, taken: set[str]) -> str:
 
 def plan_import(imported: Imported, brain: Brain | None, now: datetime, *,
                 similar: SimilarCheck | None = None, similar_limit: int | None = None) -> ImportPlan:
-    """Check ``imported`` against ``brain``: duplicates left out and reported, flags kept, fresh ids.
+    """Check ``imported`` against ``brain``: duplicates left out and reported, flags reported, fresh ids.
 
     ``similar`` is the similar check of one incoming memory against the brain as it is
     (run on the first ``similar_limit`` memories, all when None); the exact-duplicate
@@ -126,10 +126,11 @@ def plan_import(imported: Imported, brain: Brain | None, now: datetime, *,
             plan.errors.append(Text("%(title)s: looks like it contains a credential (%(kinds)s); not imported",
                                     title=memory.title, kinds=", ".join(kinds)))
             continue
+        known = held.get(normalised_content(memory.content))  # no embedding needed for these
         found = similar(Incoming(memory.content, memory.title, memory.tags, memory.type)) \
-            if similar is not None and (similar_limit is None or number < similar_limit) else []
+            if known is None and similar is not None and (similar_limit is None or number < similar_limit) else []
         exact = next((item for item in found if item.exact), None)
-        known = (exact.id, exact.title) if exact is not None else held.get(normalised_content(memory.content))
+        known = (exact.id, exact.title) if exact is not None else known
         if known is not None:
             existing_id, existing_title = known
             plan.duplicates.append(Duplicate(memory.title, existing_id, existing_title))

@@ -4,7 +4,6 @@ model server, duplicates, and refusals that change nothing."""
 
 from __future__ import annotations
 
-import io
 import json
 import subprocess
 import sys
@@ -17,8 +16,6 @@ from typing import Any
 import pytest
 
 from connector.engine.archive import load_directory
-from connector.engine.brain import Brain
-from connector.engine.frontmatter import render_memory_file
 from connector.engine.text import memory_body
 from connector.webapp.transfer import export_zip
 from tests.support.processes import console_script, free_port, run_server
