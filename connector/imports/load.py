@@ -33,9 +33,9 @@ def detect(upload: Upload) -> tuple[str, Any]:
     if entry is None:
         return markdown.FORMAT, None
     name, data = entry
-    if not data.lstrip(b"\xef\xbb\xbf \t\r\n").startswith((b"{", b"[")):
-        if not upload.archive:
-            return markdown.FORMAT, None  # a single note without the .md suffix
+    looks_json = name.lower().endswith(".json") or data.lstrip(b"\xef\xbb\xbf \t\r\n").startswith((b"{", b"["))
+    if not looks_json and not upload.archive:
+        return markdown.FORMAT, None  # a single note without the .md suffix
     document = parse_json(data, name)
     if native.is_native(document):
         return native.FORMAT, document

@@ -199,6 +199,7 @@ BAD_FILES: list[tuple[str, bytes, tuple[str, ...], str]] = [
      "python.md, line 2: the front matter is not YAML"),
     ("latin1.md", b"caf\xe9 au lait\n", (), "latin1.md, line 1: not UTF-8 text"),
     ("other.json", b'{"hello": "world"}', (), "other.json is in no format this app imports"),
+    ("text.json", b"not json at all", (), "text.json, line 1: not JSON"),
     ("mem0-as-claude.json", json.dumps(samples.MEM0_LIST).encode(), ("--from", "claude"),
      "is not a Claude conversations export"),
 ]
