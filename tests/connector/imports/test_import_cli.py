@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import zipfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +15,8 @@ import pytest
 from connector.engine.archive import load_directory
 from connector.engine.text import memory_body
 from connector.webapp.transfer import export_zip
-from tests.support.processes import console_script, free_port, run_server
+from tests.connector.test_e2e_thinking import fake_model
+from tests.support.processes import console_script
 
 from . import samples
 
@@ -242,18 +240,6 @@ def test_conversations_without_a_model_say_what_they_need_and_import_nothing(tmp
     answer = refused(brain, samples.write_json(tmp_path / "conversations.json", document), env=_no_model_env())
     assert "needs a model" in answer["reasons"][0] and "CONNECTOR_MODEL_URL" in answer["reasons"][0]
     assert files_of(brain) == before
-
-
-@contextmanager
-def fake_model(tmp_path: Path) -> Iterator[tuple[str, Path, Path]]:
-    """The scripted model server (tests/support/fake_model.py): its /v1 URL, script and request log."""
-    script, log = tmp_path / "script.json", tmp_path / "requests.jsonl"
-    script.write_text(json.dumps([{"content": "nothing scripted"}]))
-    log.touch()
-    port = free_port()
-    argv = [sys.executable, "-m", "tests.support.fake_model", str(port), str(script), str(log)]
-    with run_server(argv, port=port, log_path=tmp_path / "fake-model.log") as server:
-        yield server.base_url + "/v1", script, log
 
 
 def test_chatgpt_and_claude_conversations_go_through_extraction_and_wait_for_verification(tmp_path: Path) -> None:

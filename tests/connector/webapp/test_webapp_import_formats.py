@@ -6,7 +6,6 @@ from __future__ import annotations
 import io
 import json
 import re
-import sys
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ import pytest
 from connector.engine.text import memory_body
 from tests.connector.imports import samples
 from tests.connector.oauth.live import running_connector
-from tests.support.processes import free_port, run_server
+from tests.connector.test_e2e_thinking import fake_model
 
 from ..conftest import RunningStore, brains_of, direct_memorize, download_brain
 from .conftest import csrf_of, signed_in_browser
@@ -145,14 +144,10 @@ def test_bad_files_and_conversations_without_a_model_are_refused_and_change_noth
 def test_conversations_with_the_operators_model_are_extracted_and_held_for_verification(
         store: RunningStore, tmp_path: Path) -> None:
     alice = store.add_user("alice")
-    script, log = tmp_path / "script.json", tmp_path / "requests.jsonl"
-    script.write_text(json.dumps([{"content": samples.extraction(
-        ("Moving to Lisbon in March", "decision", "Moving to Lisbon in March with the dog Bruno."))}]))
-    log.touch()
-    port = free_port()
-    argv = [sys.executable, "-m", "tests.support.fake_model", str(port), str(script), str(log)]
-    with run_server(argv, port=port, log_path=tmp_path / "fake-model.log") as model:
-        env = {"CONNECTOR_MODEL_URL": model.base_url + "/v1", "CONNECTOR_MODEL": "fake-llm"}
+    with fake_model(tmp_path) as (model_url, script, log):
+        script.write_text(json.dumps([{"content": samples.extraction(
+            ("Moving to Lisbon in March", "decision", "Moving to Lisbon in March with the dog Bruno."))}]))
+        env = {"CONNECTOR_MODEL_URL": model_url, "CONNECTOR_MODEL": "fake-llm"}
         with running_connector(tmp_path, store.url, state_dir=tmp_path / "state", extra_env=env) as server:
             browser = signed_in_browser(server.base_url, alice.token, "198.51.100.11")
             preview = upload(browser, "conversations.json", json.dumps(samples.chatgpt_conversations()).encode())
