@@ -16,6 +16,7 @@ COMMANDS = {
     "unpin": "cli.connector.brain_ops:unpin",
     "forget": "cli.connector.brain_ops:forget",
     "verify": "cli.connector.brain_ops:verify",
+    "import": "cli.connector.importing:import_",
 }
 
 

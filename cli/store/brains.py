@@ -148,7 +148,7 @@ def list_brains(who: str | None, as_json: bool, data: Path | None) -> None:
         click.echo(f"{row.id:36}  {row.name:20}  {row.owner:20}  {row.role:6}  {row.size_bytes:>10}  {row.stored_bytes:>14}  {row.last_change}")
     kept = [item for item in directory.deleted() if who is None or item[0].owner_id == user.id]
     if kept:
-        click.echo(f"deleted, kept with their snapshots until purged (`brain-store brain undelete|purge ID`): "
+        click.echo("deleted, kept with their snapshots until purged (`brain-store brain undelete|purge ID`): "
                    + ", ".join(f"{row.name} ({row.id}, {row.owner}, deleted {when})" for row, when, _ in kept))
 
 

@@ -56,14 +56,13 @@ from connector.mcp.definitions import (
 from connector.mcp.toolgroups import TOOL_GROUPS, ToolGroup
 from connector.thinking.source import ModelSource
 from connector.workcopy.accounts import UnknownBrain
+from connector.workcopy.backfill import E5Backfill
 from connector.workcopy.core import BrainUnavailable
+from connector.workcopy.hybridfollow import HybridFollower
 from connector.workcopy.indexdisk import IndexDisk
 from connector.workcopy.manager import WorkingCopyManager
 from connector.workcopy.model import STATUS_NO_BRAIN, Account, Snapshot, WriteOutcome
 from connector.workcopy.store_client import BrainRecord, StoreError
-from connector.workcopy.hybridfollow import HybridFollower
-from connector.workcopy.indexdisk import IndexDisk
-from connector.workcopy.backfill import E5Backfill
 from connector.workcopy.vectors import HybridCache, VectorStore
 
 log = logging.getLogger("connector.tools")

@@ -20,7 +20,6 @@ from connector.engine.writes.errors import BrainError
 from connector.engine.writes.memorize import WEB_APP_SOURCE, connector_memory
 from connector.engine.writes.ops import Forget, Memorize, Operation, Pin, Unpin, Verify, connector_memorize
 from connector.engine.writes.restore import Restore
-from connector.mcp.tools import BrainTools
 from connector.i18n import Text, message_of
 from connector.mcp.tools import BrainTools
 from connector.workcopy.accounts import UnknownBrain

@@ -15,6 +15,7 @@ import time
 from collections.abc import Awaitable, Callable
 from http.cookies import CookieError, SimpleCookie
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -43,7 +44,12 @@ from connector.webapp.thinking import NEEDS_MODEL, ThinkingViews
 from connector.webapp.pages import STATIC_TYPES, page_headers, render, static_file
 from connector.webapp.review import ReviewViews
 from connector.webapp.sessions import MAX_SESSIONS, WebSession, WebSessions
-from connector.webapp.transfer import MAX_IMPORT_BYTES, ImportPlan, dry_run, export_memories, export_zip, plan_import
+from connector.imports.errors import ImportRefused
+from connector.imports.files import Upload
+from connector.imports.load import FORMATS as IMPORT_FORMATS
+from connector.imports.load import extracted, read_upload
+from connector.imports.plan import ImportPlan, dry_run, plan_import
+from connector.webapp.transfer import MAX_IMPORT_BYTES, export_memories, export_zip
 from connector.webapp.views import CURRENT_VERSION, MODE_LABELS, TYPES, BrainViews, SearchForm, SearchResult
 from connector.workcopy.core import BrainUnavailable, SignInAgain
 from connector.workcopy.store_client import StoreUnauthorized
@@ -74,6 +80,9 @@ DONE_MESSAGES = {
     "brain_deleted": N_("Brain deleted. The store keeps its memories and snapshots; its operator can bring it back."),
 }
 IMPORT_TTL_S = 900.0
+# Imported memories the dry run gives the whole similar check (vectors); every memory gets the
+# exact-duplicate check, whatever the count (connector/imports/plan.py).
+SIMILAR_CHECKED = 500
 OIDC_PENDING_TTL_S = 600.0
 MAX_OIDC_PENDING = 1000
 HELD_NOTE = N_("Saved here, not yet synced to the store; it will be pushed automatically.")
@@ -135,6 +144,11 @@ class WebApp:
         if held is None:
             return None
         return dict(held["keep"]), bool(held["read_only"]), str(held.get("next") or "")
+
+    @property
+    def operator_model(self) -> Any:
+        """The operator's model (CONNECTOR_MODEL_URL) conversations are extracted with, or None."""
+        return self.views.tools.mental.thinking.model
 
     def keep_import(self, session: WebSession, plan: ImportPlan) -> str:
         """Hold a checked import until it is confirmed (replacing this session's last one); its reference."""
@@ -755,7 +769,8 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
     @get("/app/transfer", cache=False, include_in_schema=False)
     @page_route
     async def transfer_page(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
-        return app.page("transfer.html", visit.site, visit.session, summary=None, reference=None, error=None)
+        return app.page("transfer.html", visit.site, visit.session, summary=None, reference=None, error=None,
+                        chosen="auto")
 
     @get(["/app/export/memories.json", "/app/export/memories.zip"], cache=False, include_in_schema=False)
     @page_route
@@ -779,13 +794,27 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
     @write_route
     async def import_preview(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
         upload = visit.raw.get("file")
+        chosen = visit.form.get("format") or "auto"
         if upload is None or isinstance(upload, str):
             return app.page("transfer.html", visit.site, visit.session, status=400, summary=None, reference=None,
-                            error=N_("Choose a JSON file exported from this app."))
+                            error=N_("Choose a file to import."), chosen=chosen)
         payload = await upload.read()
         snapshot = await app.actions.manager.snapshot(visit.session.account)
         now = app.actions.manager.now()
-        plan = await asyncio.to_thread(plan_import, payload, snapshot.brain, now)
+        if len(payload) > MAX_IMPORT_BYTES:
+            plan = ImportPlan.refused([Text("The file is larger than %(mb)s MB.", mb=MAX_IMPORT_BYTES // 2**20)])
+        else:
+            try:
+                name = str(upload.filename or "upload")[:200]
+                found = await asyncio.to_thread(
+                    lambda: read_upload(Upload.of_bytes(name, payload), chosen if chosen in IMPORT_FORMATS else None))
+                # Conversations go through the operator's model here, once: the plan kept is what is confirmed.
+                imported = await extracted(found, app.operator_model, now)
+                plan = await asyncio.to_thread(plan_import, imported, snapshot.brain, now,
+                                               similar=partial(app.views.tools.similar_for, snapshot),
+                                               similar_limit=SIMILAR_CHECKED)
+            except ImportRefused as exc:
+                plan = ImportPlan.refused(exc.reasons)
         summary = await asyncio.to_thread(dry_run, plan, snapshot.brain, now)
         # Off the loop: a checked import may be megabytes, sealed and written to the state directory.
         reference = await asyncio.to_thread(app.keep_import, visit.session, plan) if summary.new else None
@@ -796,7 +825,7 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
             Incoming(memory.content, memory.title, memory.tags, memory.type) for memory in plan.inputs
         ]) if summary.new else []
         return app.page("transfer.html", visit.site, visit.session, status=status, summary=summary,
-                        reference=reference, error=None, similar=similar)
+                        reference=reference, error=None, similar=similar, chosen=chosen)
 
     @post("/app/import/confirm", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
     @write_route

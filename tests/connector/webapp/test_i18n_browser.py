@@ -130,7 +130,9 @@ def _export_file(tmp_path: Path) -> Path:
     path.write_text(json.dumps({"format": "brain-store/memories", "version": 1, "memories": [
         {"title": "Bike shop hours", "path": "observations/bike-shop-hours.md", "content": "The bike shop closes at six on Saturdays.", "type": "observation",
          "tags": ["bike"]},
-        "not a memory",
+        # The same content again: listed in the preview as already held, not written twice.
+        {"title": "Bike shop (copy)", "path": "observations/", "content": "The bike shop closes at six on Saturdays.",
+         "type": "observation"},
     ]}), encoding="utf-8")
     return path
 

@@ -43,10 +43,10 @@ def catalog(locale: str):  # noqa: ANN201 - babel's Catalog
 
 
 def test_extraction_finds_the_pages_messages() -> None:
-    # Templates, routes, actions, transfer, views, the OAuth page and its server: all found.
+    # Templates, routes, actions, the importers, views, the OAuth page and its server: all found.
     files = set(MESSAGES.values())
     for expected in ("templates/home.html", "templates/base.html", "webapp/routes.py", "webapp/actions.py",
-                     "webapp/transfer.py", "webapp/views.py", "web/page.py", "oauth/server.py"):
+                     "imports/plan.py", "imports/markdown.py", "webapp/views.py", "web/page.py", "oauth/server.py"):
         assert any(name.replace("\\", "/").endswith(expected) for name in files), expected
     assert "Sign in to your brain" in MESSAGES and "Pinned." in MESSAGES and "Connect your brain" in MESSAGES
     assert ("%(count)s pair waiting.", "%(count)s pairs waiting.") in MESSAGES

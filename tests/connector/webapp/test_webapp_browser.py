@@ -270,7 +270,7 @@ def test_person_tends_their_brain_in_chromium(store: RunningStore, tmp_path: Pat
                 exported = tmp_path / "export.json"
                 download_info.value.save_as(exported)
                 assert len(json.loads(exported.read_text())["memories"]) == len(at_store.entries())
-                page.get_by_label("A JSON file exported from this app").set_input_files(str(exported))
+                page.get_by_label("A file to import", exact=False).set_input_files(str(exported))
                 page.get_by_role("button", name="Check the file").click()
                 page.wait_for_url(base + "/app/import")
                 assert "0 new memories would be saved" in page.inner_text("main")

@@ -1,0 +1,103 @@
+"""The files of an upload: one file, a zip archive, or (the command line) a folder.
+
+Bounded before anything is parsed: the size of what is read, the number of entries, and a
+zip's uncompressed total (a small archive may expand to gigabytes).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+import zlib
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from connector.i18n import Text
+from connector.imports.errors import ImportRefused
+
+MAX_FILES = 20_000  # entries of an archive or a folder, Markdown or not
+MAX_EXPANDED_BYTES = 256 * 1024 * 1024  # what an archive or a folder may hold in all
+ZIP_MAGIC = b"PK\x03\x04"
+
+
+@dataclass(frozen=True)
+class Upload:
+    """What was given: the file's name (for ``source`` and messages) and its entries.
+
+    ``entries`` maps a relative path (``/`` separators) to its bytes; one file is one
+    entry under its own name.
+    """
+
+    name: str
+    entries: dict[str, bytes]
+    archive: bool  # a zip or a folder (several entries), not one file
+
+    @classmethod
+    def of_bytes(cls, name: str, data: bytes) -> Upload:
+        """A single uploaded file; a zip archive is opened into its entries."""
+        if data.startswith(ZIP_MAGIC):
+            return cls(name, _zip_entries(data), archive=True)
+        return cls(name, {PurePosixPath(name).name or "upload": data}, archive=False)
+
+    @classmethod
+    def of_path(cls, path: Path) -> Upload:
+        """A file or a folder on disk (the command line); hidden folders (``.obsidian``, ``.git``) are left out."""
+        if not path.is_dir():
+            return cls.of_bytes(path.name, path.read_bytes())
+        entries: dict[str, bytes] = {}
+        total = 0
+        for item in sorted(path.rglob("*")):
+            relative = item.relative_to(path)
+            if any(part.startswith(".") for part in relative.parts) or not item.is_file():
+                continue
+            if len(entries) >= MAX_FILES:
+                raise ImportRefused([Text("The folder holds more than %(count)s files.", count=MAX_FILES)])
+            data = item.read_bytes()
+            total += len(data)
+            if total > MAX_EXPANDED_BYTES:
+                raise ImportRefused([Text("The folder holds more than %(mb)s MB.", mb=MAX_EXPANDED_BYTES // 2**20)])
+            entries[relative.as_posix()] = data
+        return cls(path.name, entries, archive=True)
+
+
+def _zip_entries(data: bytes) -> dict[str, bytes]:
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(data))
+        infos = [info for info in archive.infolist() if not info.is_dir()]
+    except (zipfile.BadZipFile, OSError, ValueError):
+        raise ImportRefused([Text("The zip archive cannot be read.")]) from None
+    if len(infos) > MAX_FILES:
+        raise ImportRefused([Text("The archive holds more than %(count)s files.", count=MAX_FILES)])
+    if sum(info.file_size for info in infos) > MAX_EXPANDED_BYTES:
+        raise ImportRefused([Text("The archive expands to more than %(mb)s MB.", mb=MAX_EXPANDED_BYTES // 2**20)])
+    entries: dict[str, bytes] = {}
+    for info in infos:
+        name = info.filename
+        parts = PurePosixPath(name).parts
+        # Hidden folders (an Obsidian vault's .obsidian, macOS's __MACOSX) hold no notes.
+        if any(part.startswith(".") or part == "__MACOSX" for part in parts):
+            continue
+        if name.startswith("/") or ".." in parts or "\\" in name:
+            raise ImportRefused([Text("%(name)s: a path outside the archive", name=name)])
+        try:
+            entries[name] = archive.read(info)
+        except (zipfile.BadZipFile, OSError, ValueError, RuntimeError, NotImplementedError, EOFError, zlib.error):
+            # Damaged, encrypted, or compressed in a way Python does not read.
+            raise ImportRefused([Text("%(name)s: cannot be read from the archive", name=name)]) from None
+    return entries
+
+
+def parse_json(data: bytes, name: str) -> Any:
+    """The JSON of a file, or a refusal naming the line and the reason."""
+    try:
+        return json.loads(data.decode("utf-8-sig"))
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise ImportRefused([Text("%(name)s, line %(line)s: not UTF-8 text", name=name, line=line)]) from None
+    except json.JSONDecodeError as exc:
+        raise ImportRefused([Text("%(name)s, line %(line)s: not JSON (%(reason)s)", name=name, line=exc.lineno,
+                                  reason=exc.msg)]) from None
+    except (ValueError, RecursionError):
+        raise ImportRefused([Text("%(name)s: not JSON", name=name)]) from None

@@ -1,0 +1,189 @@
+"""Markdown notes: a folder or zip of ``.md`` files, with or without YAML front matter.
+
+Obsidian vaults, Basic Memory notes and this app's own Markdown export (the web app's
+"zip of Markdown files", whose front matter carries every field a memory has) all read
+here. Front matter is parsed with PyYAML (``safe_load``); a note whose front matter is not
+YAML refuses the whole import with the note's name, the line and the reason.
+
+- Our own export (front matter with a memory ``id`` and one of our ``type`` values): every
+  memorize field comes back as it was (title, type, tags, path, salience, origin, source,
+  ...), so export then import gives the same memories under new ids.
+- Any other note: title from the front matter's ``title``, else the first ``# heading``,
+  else the file name; tags from ``tags`` (a list or a comma/space-separated string, a
+  leading ``#`` dropped); ``type`` when it is one of ours, else ``learning``; the note's
+  folder in the vault becomes its folder in the brain; ``source`` names the file and the
+  note; origin ``user`` (the person's own notes).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from datetime import date, datetime
+from pathlib import PurePosixPath
+from typing import Any
+
+import yaml
+
+from connector.engine.writes.errors import BrainError
+from connector.engine.writes.memorize import MemoryInput, connector_title
+from connector.engine.format.rules import MEMORY_TYPES
+from connector.i18n import Text
+from connector.imports.errors import ImportRefused
+from connector.imports.files import Upload
+from connector.imports.imported import Imported
+
+FORMAT = "markdown"
+SUFFIXES = (".md", ".markdown")
+# The memorize fields our own export's front matter carries (the title is added by the export).
+OWN_FIELDS = ("title", "type", "cognitive_type", "tags", "related", "salience", "confidence", "source",
+              "encoding_context", "pinned", "pin_scope", "pin_priority", "stable", "origin", "valid_from",
+              "valid_until", "supersedes")
+_OWN_ID = re.compile(r"^mem_[A-Za-z0-9_]+$")
+_HEADING = re.compile(r"^#\s+(.+?)\s*#*\s*$", re.MULTILINE)
+MAX_FRONT_MATTER_CHARS = 64 * 1024
+_FENCE = re.compile(r"\A---[ \t]*\r?\n(.*?)(?:\r?\n)?^---[ \t]*$\r?\n?", re.DOTALL | re.MULTILINE)
+
+
+class _SafeLoaderWithoutAliases(yaml.SafeLoader):
+    """PyYAML's safe loader refusing aliases (``*name``): notes have no use for them, and a few
+    nested ones expand to a tree too large to walk (the "billion laughs")."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:  # noqa: D102 - PyYAML's hook
+        if self.check_event(yaml.AliasEvent):
+            mark = self.peek_event().start_mark
+            raise yaml.composer.ComposerError(None, None, "aliases (*name) are not accepted", mark)
+        return super().compose_node(parent, index)
+
+
+def is_markdown_name(name: str) -> bool:
+    """Whether an entry's name is a Markdown file."""
+    return name.lower().endswith(SUFFIXES)
+
+
+def read(upload: Upload) -> Imported:
+    """Every Markdown note of the upload as a memory; anything else in it is passed over."""
+    imported = Imported(FORMAT)
+    problems: list[str] = []
+    for name, data in upload.entries.items():
+        if upload.archive and not is_markdown_name(name):  # one file given is read whatever its name
+            imported.passed_over.append(Text("%(name)s: not a Markdown file", name=name))
+            continue
+        try:
+            note = _note(upload, name, data)
+        except ImportRefused as exc:
+            problems += exc.reasons
+            continue
+        if note is None:
+            imported.passed_over.append(Text("%(name)s: no text", name=name))
+            continue
+        imported.add(*note)
+    if problems:
+        raise ImportRefused(problems)
+    if not imported.memories:
+        raise ImportRefused([Text("%(name)s holds no Markdown note with text.", name=upload.name)])
+    return imported
+
+
+def split_front_matter(name: str, text: str) -> tuple[dict[str, Any], str]:
+    """(front matter as a mapping, body). No front matter is an empty mapping; front matter
+    that is not a YAML mapping refuses the note with its line and the reason."""
+    match = _FENCE.match(text)
+    if match is None:
+        return {}, text
+    if len(match.group(1)) > MAX_FRONT_MATTER_CHARS:
+        raise ImportRefused([Text("%(name)s, line 2: the front matter is longer than %(count)s characters",
+                                  name=name, count=MAX_FRONT_MATTER_CHARS)])
+    try:
+        values = yaml.load(match.group(1), Loader=_SafeLoaderWithoutAliases)  # noqa: S506 - a safe loader
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 2 if mark is not None else 1  # +1 for the opening ---, +1 from 0-based
+        reason = getattr(exc, "problem", None) or "not YAML"
+        raise ImportRefused([Text("%(name)s, line %(line)s: the front matter is not YAML (%(reason)s)",
+                                  name=name, line=line, reason=reason)]) from None
+    if values is None:
+        values = {}
+    if not isinstance(values, Mapping):
+        raise ImportRefused([Text("%(name)s, line 2: the front matter is not a list of 'key: value' lines", name=name)])
+    return {str(key): _plain(value) for key, value in values.items()}, text[match.end():]
+
+
+def _plain(value: Any) -> Any:
+    """YAML's dates and times as ISO text (our fields are text), everything else as read."""
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    if isinstance(value, Mapping):
+        return {str(key): _plain(item) for key, item in value.items()}
+    return value
+
+
+def _note(upload: Upload, name: str, data: bytes) -> tuple[MemoryInput, str | None] | None:
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise ImportRefused([Text("%(name)s, line %(line)s: not UTF-8 text", name=name, line=line)]) from None
+    text = text.replace("\r\n", "\n")
+    front, body = split_front_matter(name, text)
+    body = body.strip()
+    if not body:
+        return None
+    where = f"{upload.name}/{name}" if upload.archive and upload.name != name else name
+    try:
+        if _is_own(front):
+            return _own(front, body, name), str(front["id"])
+        return _foreign(front, body, name, where), None
+    except BrainError as exc:
+        raise ImportRefused([Text("%(name)s: %(reason)s", name=name, reason=str(exc))]) from None
+
+
+def _is_own(front: Mapping[str, Any]) -> bool:
+    """A memory file of this app (our export): a memory id and one of our types."""
+    return isinstance(front.get("id"), str) and bool(_OWN_ID.match(front["id"])) and front.get("type") in MEMORY_TYPES
+
+
+def _own(front: Mapping[str, Any], body: str, name: str) -> MemoryInput:
+    fields = {key: front[key] for key in OWN_FIELDS if front.get(key) is not None}
+    fields.setdefault("title", _title(front, body, name))
+    return MemoryInput.from_mapping({**fields, "content": body, "path": name})
+
+
+def _foreign(front: Mapping[str, Any], body: str, name: str, where: str) -> MemoryInput:
+    kind = front.get("type")
+    folder = str(PurePosixPath(name).parent)
+    return MemoryInput(
+        title=connector_title(body, _title(front, body, name)),  # cut as brain_memorize cuts a long one
+        type=kind if isinstance(kind, str) and kind in MEMORY_TYPES else "learning",
+        content=body,
+        path="notes/" if folder in ("", ".") else f"{folder}/",
+        tags=tuple(_tags(front.get("tags"))),
+        source=f"imported from {where}",
+        origin="user",
+    )
+
+
+def _title(front: Mapping[str, Any], body: str, name: str) -> str:
+    title = front.get("title")
+    if isinstance(title, str | int | float) and not isinstance(title, bool) and str(title).strip():
+        return str(title).strip()
+    heading = _HEADING.search(body)
+    if heading:
+        return heading.group(1)
+    return PurePosixPath(name).stem
+
+
+def _tags(value: Any) -> list[str]:
+    """Obsidian and Basic Memory spell tags as a list or as one string of them."""
+    if value is None:
+        return []
+    items = value if isinstance(value, list) else re.split(r"[,\s]+", str(value))
+    tags = []
+    for item in items:
+        if isinstance(item, str | int | float) and not isinstance(item, bool):
+            tag = str(item).strip().lstrip("#").strip()
+            if tag and tag not in tags:
+                tags.append(tag)
+    return tags

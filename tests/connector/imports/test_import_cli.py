@@ -1,0 +1,294 @@
+"""`brain-connector import` on real files, as a real process: Markdown vaults and notes, our own
+Markdown export (round trip), mem0 exports, ChatGPT and Claude conversations through a scripted
+model server, duplicates, and refusals that change nothing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from connector.engine.format.archive import load_directory
+from connector.engine.format.text import memory_body
+from connector.webapp.transfer import export_zip
+from tests.connector.test_e2e_thinking import fake_model
+from tests.support.processes import console_script
+
+from . import samples
+
+pytestmark = pytest.mark.timeout(300)
+NOW = "2026-02-03T04:05:06.000Z"  # an explicit clock: ids and times do not depend on today
+
+
+def run_import(brain: Path, source: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([console_script("brain-connector"), "import", str(brain), str(source), "--now", NOW, *args],
+                          capture_output=True, text=True, timeout=240, env=env)
+
+
+def imported_ok(brain: Path, source: Path, *args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+    done = run_import(brain, source, *args, env=env)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def refused(brain: Path, source: Path, *args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+    done = run_import(brain, source, *args, env=env)
+    assert done.returncode == 1, done.stdout
+    assert "Traceback" not in done.stderr
+    return json.loads(done.stderr)
+
+
+def live(brain_dir: Path) -> dict[str, dict[str, Any]]:
+    """The brain's live memories by title: index entry, front matter fields and body."""
+    brain = load_directory(brain_dir)
+    out = {}
+    for memory_id, entry in brain.read_json("index.json")["memories"].items():
+        text = brain.read_text(entry["path"])
+        out[entry["title"]] = {**entry, "id": memory_id, "body": memory_body(text), "text": text}
+    return out
+
+
+def files_of(brain_dir: Path) -> dict[str, bytes]:
+    return {str(path.relative_to(brain_dir)): path.read_bytes() for path in sorted(brain_dir.rglob("*")) if path.is_file()}
+
+
+def test_an_obsidian_vault_and_a_basic_memory_folder_import_with_their_folders_tags_and_sources(tmp_path: Path) -> None:
+    vault = samples.obsidian_vault(tmp_path)
+    brain = tmp_path / "brain"
+    dry = imported_ok(brain, vault, "--dry-run")
+    assert dry["format"] == "markdown" and dry["dry_run"] is True and dry["new"] == 3
+    assert sorted(dry["passed_over"]) == ["Empty.md: no text", "Projects/diagram.png: not a Markdown file"]
+    assert not brain.exists()  # a dry run writes nothing, not even the directory
+
+    report = imported_ok(brain, vault)
+    assert report["new"] == 3 and len(report["stored"]) == 3
+    memories = live(brain)
+    assert set(memories) == {"Tomato plan", "Compost", "2024-05-02"}
+    tomato = memories["Tomato plan"]
+    assert tomato["path"].startswith("Projects/Garden/") and tomato["tags"] == ["garden", "plants"]
+    assert "south bed" in tomato["body"] and "[[Compost]]" in tomato["body"]
+    assert tomato["origin"] == "user" and tomato["type"] == "learning"
+    assert 'source: "imported from Vault/Projects/Garden/Tomatoes.md"' in tomato["text"]
+    assert memories["Compost"]["tags"] == ["garden", "soil"]
+    assert memories["2024-05-02"]["path"].startswith("Daily/")
+    assert not any(".obsidian" in name for name in files_of(brain))
+
+    notes = samples.basic_memory_note(tmp_path)
+    report = imported_ok(brain, notes, "--from", "markdown")
+    coffee = live(brain)["Coffee Brewing Methods"]
+    assert coffee["tags"] == ["coffee", "brewing"] and coffee["type"] == "learning"  # Basic Memory's "note"
+    assert coffee["path"].startswith("coffee/") and "Pour over gives a cleaner cup" in coffee["body"]
+
+
+def test_a_single_note_with_a_long_heading_gets_a_title_cut_as_memorize_cuts_one(tmp_path: Path) -> None:
+    note = tmp_path / "long.md"
+    heading = "A very long heading " * 20
+    note.write_text(f"# {heading}\n\nThe **body** of the note.\n")
+    brain = tmp_path / "brain"
+    imported_ok(brain, note)
+    (title,) = live(brain)
+    assert len(title) <= 80 and title.endswith("…") and heading.startswith(title[:-1].rstrip())
+    # One note given by itself is read whatever its name ends with; detected, or named with --from.
+    plain = tmp_path / "reminder.txt"
+    plain.write_text("Renew the car insurance before the end of May.\n")
+    assert imported_ok(brain, plain)["format"] == "markdown"
+    assert "reminder" in live(brain)
+
+
+def test_importing_the_same_notes_again_reports_duplicates_and_writes_nothing(tmp_path: Path) -> None:
+    vault = samples.obsidian_vault(tmp_path)
+    brain = tmp_path / "brain"
+    imported_ok(brain, vault)
+    before = files_of(brain)
+    # A second copy of one note in another folder: a duplicate within the file too.
+    (vault / "Copy of Compost.md").write_text("The compost bin is turned every second Sunday.\n")
+    again = imported_ok(brain, vault)
+    assert again["new"] == 0 and "stored" not in again
+    titles = sorted(item["title"] for item in again["duplicates"])
+    assert titles == ["2024-05-02", "Compost", "Copy of Compost", "Tomato plan"]
+    held = {item["existing_title"] for item in again["duplicates"]}
+    assert held == {"2024-05-02", "Compost", "Tomato plan"}
+    assert files_of(brain) == before
+
+    # The same fact in other words is written, and reported with the memory it repeats.
+    paraphrase = tmp_path / "paraphrase.md"
+    paraphrase.write_text("---\ntitle: Compost turning\n---\nEvery other Sunday the compost bin gets turned.\n")
+    report = imported_ok(brain, paraphrase)
+    compost_id = live(brain)["Compost"]["id"]
+    assert report["new"] == 1 and report["duplicates"] == []
+    assert [(item["id"], item["relation"], item["title"]) for item in report["similar"]] == \
+           [(compost_id, "duplicate", "Compost turning")]
+
+
+def test_our_markdown_export_round_trips_into_an_empty_brain(tmp_path: Path) -> None:
+    source = tmp_path / "source"
+    memorize = [
+        {"title": "Dentist on Tuesdays", "type": "preference", "path": "personal/", "content": "Dentist appointments "
+         "are on Tuesdays.\n\n- never Mondays\n- *bring* the card", "tags": ["health", "schedule"], "salience": 0.8,
+         "confidence": 0.9, "source": "a phone call", "origin": "user", "pinned": True, "pin_priority": 2,
+         "encoding_context": {"project": "home", "topics": ["health"], "task_type": "planning", "agent": "me"}},
+        {"title": "Router: \"admin\" page --- LAN only", "type": "learning", "path": "home/router.md",
+         "content": "The router admin page is at 192.168.1.1 **only** on the LAN.", "tags": ["home"],
+         "origin": "external", "valid_from": "2025-01-01T00:00:00.000Z"},
+        {"title": "路由器密码在抽屉里", "type": "observation", "path": "home/", "content": "路由器的说明书在书房的抽屉里。",
+         "tags": ["家"], "origin": "agent-inferred", "cognitive_type": "episodic"},
+    ]
+    done = subprocess.run([console_script("brain-connector"), "memorize", str(source), "--now", NOW, "--no-similar"],
+                          input=json.dumps(memorize), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    first = live(source)
+    related_id = first["Dentist on Tuesdays"]["id"]
+    assert first["Router: \"admin\" page --- LAN only"]["quarantined"] is True
+    exported = tmp_path / "brain-export.zip"
+    exported.write_bytes(export_zip(load_directory(source)))
+
+    target = tmp_path / "target"
+    report = imported_ok(target, exported)
+    assert report["format"] == "markdown" and report["new"] == 3 and report["pending_verification"] == 1
+    second = live(target)
+    assert set(second) == set(first)
+    for title, old in first.items():
+        new = second[title]
+        assert new["body"] == old["body"], title
+        for key in ("path", "type", "cognitive_type", "tags", "origin", "salience", "confidence", "encoding_context",
+                    "pinned", "pin_priority", "valid_from", "quarantined", "related", "strength", "decay_rate"):
+            assert new.get(key) == old.get(key), (title, key)
+        for line in ("source:",):
+            assert [x for x in new["text"].splitlines() if x.startswith(line)] == \
+                   [x for x in old["text"].splitlines() if x.startswith(line)], title
+    assert related_id not in second["Dentist on Tuesdays"]["id"]  # new ids
+
+
+def test_a_mem0_export_in_both_documented_shapes(tmp_path: Path) -> None:
+    brain = tmp_path / "brain"
+    report = imported_ok(brain, samples.write_json(tmp_path / "mem0-export.json", samples.MEM0_RESULTS))
+    assert report["format"] == "mem0" and report["new"] == 2
+    memories = live(brain)
+    veggie = memories["Is a vegetarian and allergic to nuts"]
+    assert veggie["tags"] == ["user:alex", "food", "source:onboarding"]
+    assert veggie["valid_from"] == "2024-07-25T11:12:09.447Z"  # updated_at, in UTC
+    assert veggie["origin"] == "agent-inferred" and veggie["body"] == "Is a vegetarian and allergic to nuts"
+    assert ("imported from mem0-export.json (mem0 id 892db2ae-06d9-49e5-8b3e-585ef9b85b8e, created "
+            "2024-07-20T08:30:21.154Z, updated 2024-07-25T11:12:09.447Z)") in veggie["text"]
+    tennis = memories["Plays tennis on Saturday mornings"]
+    assert tennis["tags"] == ["user:alex", "agent:travel-assistant"]
+    assert tennis["encoding_context"]["project"] == "travel-assistant"
+    assert tennis["valid_from"] == "2024-07-21T16:00:00.000Z"
+
+    plain = imported_ok(brain, samples.write_json(tmp_path / "get_all.json", samples.MEM0_LIST))
+    assert plain["format"] == "mem0" and plain["new"] == 1
+    assert live(brain)["Prefers window seats on long flights"]["tags"] == ["user:sam"]
+
+
+BAD_FILES: list[tuple[str, bytes, tuple[str, ...], str]] = [
+    ("broken.json", b'{"results": [\n  {"memory": "ok"},\n  {"memory": "x",}\n]}', (), "broken.json, line 3: not JSON"),
+    ("mem0.json", json.dumps({"results": [{"memory": "fine"}, {"memory": ""}]}).encode(), (),
+     "memory 2: 'memory' must be non-empty text"),
+    ("mem0-time.json", json.dumps([{"memory": "a", "created_at": "yesterday"}]).encode(), (),
+     "memory 1: 'created_at' is not an ISO 8601 time"),
+    ("note.md", b"---\ntitle: [unclosed\n---\nbody\n", (), "note.md, line 2: the front matter is not YAML"),
+    ("laughs.md", b"---\na: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n---\nbody\n", (),
+     "laughs.md, line 3: the front matter is not YAML (aliases (*name) are not accepted)"),
+    ("python.md", b"---\ntitle: !!python/object/apply:os.system [touch /tmp/pwned]\n---\nbody\n", (),
+     "python.md, line 2: the front matter is not YAML"),
+    ("latin1.md", b"caf\xe9 au lait\n", (), "latin1.md, line 1: not UTF-8 text"),
+    ("other.json", b'{"hello": "world"}', (), "other.json is in no format this app imports"),
+    ("text.json", b"not json at all", (), "text.json, line 1: not JSON"),
+    ("mem0-as-claude.json", json.dumps(samples.MEM0_LIST).encode(), ("--from", "claude"),
+     "is not a Claude conversations export"),
+]
+
+
+@pytest.mark.parametrize(("name", "data", "args", "reason"), BAD_FILES, ids=[case[0] for case in BAD_FILES])
+def test_bad_files_are_refused_with_the_line_or_entry_and_change_nothing(
+        tmp_path: Path, name: str, data: bytes, args: tuple[str, ...], reason: str) -> None:
+    brain = tmp_path / "brain"
+    imported_ok(brain, samples.obsidian_vault(tmp_path))
+    before = files_of(brain)
+    bad = tmp_path / name
+    bad.write_bytes(data)
+    answer = refused(brain, bad, *args, env=_no_model_env())
+    assert any(reason in item for item in answer["reasons"]), answer
+    assert files_of(brain) == before
+
+
+def test_a_vault_with_one_bad_note_imports_none_of_it(tmp_path: Path) -> None:
+    vault = samples.obsidian_vault(tmp_path)
+    (vault / "Daily" / "broken.md").write_text("---\ntags: [a, b\nkey: : :\n---\ntext\n")
+    brain = tmp_path / "brain"
+    answer = refused(brain, vault)
+    assert answer["reasons"][0].startswith("Daily/broken.md, line ")
+    assert not brain.exists()
+
+
+def _no_model_env() -> dict[str, str]:
+    import os
+
+    return {key: value for key, value in os.environ.items() if not key.startswith("CONNECTOR_MODEL")}
+
+
+@pytest.mark.parametrize("kind", ["chatgpt", "claude"])
+def test_conversations_without_a_model_say_what_they_need_and_import_nothing(tmp_path: Path, kind: str) -> None:
+    brain = tmp_path / "brain"
+    imported_ok(brain, samples.obsidian_vault(tmp_path))
+    before = files_of(brain)
+    document = samples.chatgpt_conversations() if kind == "chatgpt" else samples.claude_conversations()
+    answer = refused(brain, samples.write_json(tmp_path / "conversations.json", document), env=_no_model_env())
+    assert "needs a model" in answer["reasons"][0] and "CONNECTOR_MODEL_URL" in answer["reasons"][0]
+    assert files_of(brain) == before
+
+
+def test_chatgpt_and_claude_conversations_go_through_extraction_and_wait_for_verification(tmp_path: Path) -> None:
+    brain = tmp_path / "brain"
+    with fake_model(tmp_path) as (url, script, log):
+        env = {**_no_model_env(), "CONNECTOR_MODEL_URL": url, "CONNECTOR_MODEL": "fake-llm",
+               "CONNECTOR_MODEL_API_KEY": "sk-never-printed-0815"}
+        script.write_text(json.dumps([{"content": samples.extraction(
+            ("Moving to Lisbon in March", "decision", "Moving to Lisbon in March 2025 with the dog Bruno."),
+            ("Bruno needs an EU pet passport", "goal", "Bruno the dog needs an EU pet passport from a vet."))}]))
+        # ChatGPT's export is a zip with conversations.json among other files.
+        export = tmp_path / "chatgpt-export.zip"
+        with zipfile.ZipFile(export, "w") as archive:
+            archive.writestr("conversations.json", json.dumps(samples.chatgpt_conversations()))
+            archive.writestr("chat.html", "<html></html>")
+            archive.writestr("user.json", "{}")
+        report = imported_ok(brain, export, env=env)
+        assert report["format"] == "chatgpt" and report["new"] == 2 and report["pending_verification"] == 2
+        sent = [json.loads(line) for line in log.read_text().splitlines()]
+        assert len(sent) == 1
+        prompt = sent[0]["body"]["messages"][1]["content"]
+        assert "User: I'm moving to Lisbon in March with my dog Bruno." in prompt
+        assert "Assistant: You can get one from an authorised vet." in prompt
+        assert "EDITED AWAY BRANCH" not in prompt and "You are ChatGPT." not in prompt
+        assert prompt.index("moving to Lisbon") < prompt.index("EU pet passport")
+
+        script.write_text(json.dumps([{"content": samples.extraction(
+            ("Desk height 72 cm", "observation", "The desk is 72 cm high; a standing height of about 110 cm suits."))}]))
+        report = imported_ok(brain, samples.write_json(tmp_path / "conversations.json", samples.claude_conversations()),
+                             env=env)
+        assert report["format"] == "claude" and report["new"] == 1
+        prompt = [json.loads(line) for line in log.read_text().splitlines()][-1]["body"]["messages"][1]["content"]
+        assert "User: My desk is 72 cm high" in prompt and "Assistant: For your height" in prompt
+
+        # A model failure (or an answer refused) writes nothing of the import.
+        before = files_of(brain)
+        # The server counts answers: the two served so far, then a good one, then one not JSON.
+        good = {"content": samples.extraction(("A", "learning", "a fact"))}
+        script.write_text(json.dumps([good, good, good, {"content": "not JSON at all"}]))
+        two = samples.claude_conversations() + [{**samples.claude_conversations()[0], "uuid": "second",
+                                                 "name": "Second chat"}]
+        answer = refused(brain, samples.write_json(tmp_path / "two.json", two), "--from", "claude", env=env)
+        assert "conversation 2 (Second chat)" in answer["reasons"][0] and "nothing was imported" in answer["reasons"][0]
+        assert files_of(brain) == before
+    memories = live(brain)
+    lisbon = memories["Moving to Lisbon in March"]
+    assert lisbon["origin"] == "external" and lisbon["quarantined"] is True
+    assert "source:moving-to-lisbon" in lisbon["tags"] and lisbon["path"].startswith("imported/chatgpt/")
+    assert "imported from chatgpt-export.zip (ChatGPT conversation 'Moving to Lisbon'" in lisbon["text"]
+    desk = memories["Desk height 72 cm"]
+    assert desk["origin"] == "external" and "Claude conversation 'Standing desk setup', 2024-06-10" in desk["text"]
+    assert "sk-never-printed-0815" not in json.dumps(memories)
