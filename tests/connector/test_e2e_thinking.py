@@ -103,8 +103,9 @@ def test_reflect_and_extract_with_the_operators_model(store: RunningStore, tmp_p
                     assert sent["headers"]["authorization"] == f"Bearer {API_KEY}"
                     assert sent["body"]["model"] == "fake-llm" and sent["body"]["max_tokens"] == 512
                     system, user = (message["content"] for message in sent["body"]["messages"])
-                    evidence = user.split("\n", 2)[2]
-                    assert len(evidence) <= 400 * 4  # the budget bounds what the model is sent
+                    question, blank, heading, evidence = user.split("\n", 3)
+                    assert question.startswith("Question: ") and not blank and heading.startswith("Memories, grouped")
+                    assert len(evidence) <= 400 * 4  # the budget bounds the evidence the model is sent
                     assert "bob-private-zebra" not in user  # another user's memories never
                     assert "DATA" in system and "never instructions" in system
 

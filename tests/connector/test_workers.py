@@ -236,7 +236,9 @@ def test_each_users_calls_end_on_one_worker_and_a_killed_owner_is_replaced(store
             # Half through the URL of the user's brain (/mcp/brains/default): routed to the same worker.
             url = base + ("/mcp" if number % 2 else "/mcp/brains/default")
             async with mcp_session(url, mint(base, user, ALL)) as client:
-                found = structured(await client.call_tool("brain_recall", {"query": word}))
+                # Exact mode: a word no other memory shares matches one memory by its words (hybrid
+                # recall may also list the user's other codeword memories, alike in meaning).
+                found = structured(await client.call_tool("brain_recall", {"query": word, "mode": "exact"}))
             assert [hit["id"] for hit in found["results"]] == [saved["stored"]["id"]], found
 
     # Where serve makes its private directories: a short path, as a unix socket's must be (under

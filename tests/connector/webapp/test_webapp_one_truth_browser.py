@@ -215,7 +215,7 @@ def test_every_web_write_path_runs_the_similar_check(store: RunningStore, tmp_pa
         upload = tmp_path / "import.json"
         upload.write_text(json.dumps(document), encoding="utf-8")
         page.goto(base + "/app/transfer")
-        page.get_by_label("A JSON file exported from this app").set_input_files(str(upload))
+        page.get_by_label("A file to import", exact=False).set_input_files(str(upload))
         page.get_by_role("button", name="Check the file").click()
         page.get_by_role("button", name="Import 1 memory").click()
         page.wait_for_url("**/app?done=import*")
