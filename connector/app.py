@@ -374,7 +374,7 @@ class _StateChoices:
         await asyncio.to_thread(self._state.set_brain, subject, brain_id)
 
 
-def _model(settings: ConnectorSettings) -> ModelSource | None:
+def operator_model(settings: ConnectorSettings) -> ModelSource | None:
     """The operator's model when CONNECTOR_MODEL_URL is set (a refused endpoint stops the start-up), else none."""
     if settings.model_url is None or settings.model is None:
         return None
@@ -440,7 +440,7 @@ def build_parts(settings: ConnectorSettings, *, tuning: ManagerTuning | None = N
         IndexDisk(index_cache, state_key, max_bytes=settings.index_cache_mb * 1024 * 1024) if index_cache else None
     )
     tools = BrainTools(
-        manager, allowed=settings.tools, recall_mode=settings.recall_mode, vectors=vectors, model=_model(settings),
+        manager, allowed=settings.tools, recall_mode=settings.recall_mode, vectors=vectors, model=operator_model(settings),
         index_disk=index_disk, e5=e5,
     )
     # Memories other devices wrote are checked for duplicates after the pull that brings them.

@@ -53,7 +53,7 @@ def _model() -> ModelSource | None:
     """The operator's model from CONNECTOR_MODEL_* (as `brain-connector serve` reads them), or None."""
     if not os.environ.get("CONNECTOR_MODEL_URL"):
         return None
-    from connector.app import _model as operator_model
+    from connector.app import operator_model
     from connector.settings import ConnectorSettings, SettingsError
 
     try:
