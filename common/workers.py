@@ -4,16 +4,25 @@ from __future__ import annotations
 
 import asyncio
 import os
+from pathlib import Path
 from collections.abc import Callable
 
 
 def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` runs (a pid reused by another user's process counts as gone)."""
+    """Whether process ``pid`` runs (a pid reused by another user's process counts as gone).
+
+    A zombie counts as gone too: a worker of `serve --workers N` that was killed stays one
+    until the leader reaps it at shutdown, and must not be counted as serving meanwhile.
+    """
     try:
         os.kill(pid, 0)
     except (ProcessLookupError, PermissionError):
         return False
-    return True
+    try:
+        # the state follows the command name, which may itself hold ")" or spaces
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True  # no /proc (not Linux): the signal test is all there is
 
 
 class FlushSoon:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -19,11 +20,47 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 
 
+def _ephemeral_floor() -> int:
+    """The lowest port the kernel hands to outgoing connections (Linux; 32768 by default)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+_EPHEMERAL_FLOOR = _ephemeral_floor()
+_LOWEST = 20000
+_handed_out: set[int] = set()
+_random = random.Random(os.getpid() ^ time.monotonic_ns())
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+    """A TCP port on 127.0.0.1 that nothing listens on right now, outside the ephemeral range.
+
+    A port the kernel picks (bind to 0) comes from the range it also gives to outgoing
+    connections: between picking it and the server binding it, any test's client socket
+    may take it as its source port (seen in CI: a SeaweedFS listener that could not bind
+    one of its thirteen ports). Below that range only listeners bind, and a random pick
+    keeps parallel test workers apart. Never the same port twice in one process.
+    """
+    if _EPHEMERAL_FLOOR - _LOWEST >= 2000:
+        for _ in range(200):
+            port = _random.randrange(_LOWEST, _EPHEMERAL_FLOOR)
+            if port not in _handed_out and _bindable(port):
+                _handed_out.add(port)
+                return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:  # an unusual range: let the kernel pick
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def console_script(name: str) -> str:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
 from cli.serving.balance import ConnectionTable, should_shed
+from common.workers import pid_alive
 
 
 @pytest.mark.parametrize(
@@ -55,6 +58,26 @@ def test_a_worker_that_died_without_leaving_gets_no_connections() -> None:
     table.add(6)
     assert (pid, 0) in table.counts()
     assert not table.over_share()  # six against a dead zero: keep them
+
+
+def test_a_killed_worker_not_yet_reaped_gets_no_connections() -> None:
+    """`serve` reaps its workers only at shutdown: one killed before stays a zombie till then."""
+    table = ConnectionTable(2)
+    table.join(0)
+    pid = os.fork()
+    if pid == 0:
+        table.join(1)
+        os._exit(0)
+    try:
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        table.add(6)
+        assert not pid_alive(pid)
+        assert not table.over_share()  # six against a zombie's zero: keep them
+    finally:
+        os.waitpid(pid, 0)
 
 
 def test_only_a_lasting_imbalance_sheds() -> None:
