@@ -65,12 +65,17 @@ def _worker_pids(server: ServerProcess) -> set[int]:
 
 
 def _alive(pid: int) -> bool:
-    """Running (a zombie waiting for its reaper counts as stopped)."""
+    """Running, or still exiting (a zombie all of whose threads are gone counts as stopped).
+
+    The state alone is not enough: a killed process's main thread shows "Z" while its other
+    threads (uvicorn's, the model's) still exit, sharing its open files; the kernel keeps
+    queueing new connections on its listening socket until the last one is gone, then resets them.
+    """
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
+        status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    except OSError:
         return False
-    return state != "Z"
+    return not status.get("State", "").strip().startswith("Z") or status.get("Threads", "1").strip() != "1"
 
 
 def _stop_all(server: ServerProcess, workers: set[int]) -> None:
