@@ -8,34 +8,18 @@ import json
 import re
 import zipfile
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
-from connector.engine.format.text import memory_body
 from tests.connector.imports import samples
 from tests.connector.oauth.live import running_connector
 from tests.connector.test_e2e_thinking import fake_model
 
-from ..conftest import RunningStore, brains_of, direct_memorize, download_brain
-from .conftest import csrf_of, signed_in_browser
+from ..conftest import RunningStore, brains_of, direct_memorize
+from .conftest import at_store, csrf_of, signed_in_browser
 
 pytestmark = pytest.mark.timeout(240)
-
-
-def at_store(store: RunningStore, token: str) -> dict[str, dict[str, Any]]:
-    """Live memories in the store's archive by title: index entry, body and file text."""
-    brain_id = brains_of(store.url, token)[0]["id"]
-    try:
-        brain, _ = download_brain(store.url, token, brain_id)
-    except Exception:  # no archive yet: an empty brain
-        return {}
-    out = {}
-    for entry in (brain.read_json("index.json") or {}).get("memories", {}).values():
-        text = brain.read_text(entry["path"]) or ""
-        out[entry["title"]] = {**entry, "body": memory_body(text), "text": text}
-    return out
 
 
 def upload(browser: httpx.Client, name: str, data: bytes, chosen: str = "auto") -> httpx.Response:
