@@ -32,6 +32,7 @@ from connector.engine.writes.txn import WriteTxn
 __all__ = [
     "BrainError",
     "Forget",
+    "IdOperation",
     "Memorize",
     "MemoryInput",
     "Operation",
@@ -102,6 +103,17 @@ class Operation:
 
     def to_dict(self) -> dict[str, Any]:  # pragma: no cover - abstract
         raise NotImplementedError
+
+
+@dataclass
+class IdOperation(Operation):
+    """An operation on one thing its id names (a memory, a mental model); a subclass that adds
+    no fields needs no ``@dataclass`` of its own."""
+
+    id: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"op": self.kind, "id": self.id}
 
 
 @dataclass
@@ -268,11 +280,9 @@ class Pin(Operation):
         return {"op": self.kind, "id": self.id, "scope": self.scope, "priority": self.priority}
 
 
-@dataclass
-class Unpin(Operation):
+class Unpin(IdOperation):
     """Return a pinned memory to normal recall and decay."""
 
-    id: str
     kind: ClassVar[str] = "unpin"
 
     def apply(self, brain: Brain, now: datetime) -> dict[str, Any]:
@@ -287,9 +297,6 @@ class Unpin(Operation):
         if not was_pinned:
             result["note"] = "the memory was not pinned"
         return result
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"op": self.kind, "id": self.id}
 
 
 def _safe_relative(path: Any) -> bool:
