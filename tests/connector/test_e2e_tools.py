@@ -382,30 +382,16 @@ def test_tools_allowlist(store: RunningStore, tmp_path: Path) -> None:
 
 
 def test_serve_refuses_to_start_without_an_identity_provider(tmp_path: Path) -> None:
+    def serve(env: dict[str, str], *options: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([console_script("brain-connector"), "serve", *options], env=env,
+                              capture_output=True, text=True, timeout=60)
+
     env = {"PATH": "/usr/bin:/bin", "CONNECTOR_STORE_URL": "http://127.0.0.1:9", "HOME": str(tmp_path)}
-    done = subprocess.run(
-        [console_script("brain-connector"), "serve", "--port", str(free_port())],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = serve(env, "--port", str(free_port()))
     assert done.returncode != 0 and "identity provider" in done.stderr
-    no_store = subprocess.run(
-        [console_script("brain-connector"), "serve"],
-        env={"PATH": "/usr/bin:/bin", "CONNECTOR_IDP": "static", "HOME": str(tmp_path)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    no_store = serve({"PATH": "/usr/bin:/bin", "CONNECTOR_IDP": "static", "HOME": str(tmp_path)})
     assert no_store.returncode != 0 and "CONNECTOR_STORE_URL" in no_store.stderr
-    proxy = subprocess.run(
-        [console_script("brain-connector"), "serve"],
-        env={**env, "CONNECTOR_IDP": "static", "CONNECTOR_TRUST_PROXY": "true"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proxy = serve({**env, "CONNECTOR_IDP": "static", "CONNECTOR_TRUST_PROXY": "true"})
     assert proxy.returncode != 0 and "CONNECTOR_TRUST_PROXY" in proxy.stderr
 
 
