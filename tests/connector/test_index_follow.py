@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from connector.engine.format.archive import pack_archive
 from connector.engine.recall.exact import recall
 from connector.engine.recall.index import BrainIndex
 from connector.mcp.tools import BrainTools, Caller
@@ -22,7 +21,7 @@ from connector.workcopy.core import ManagerTuning
 from connector.workcopy.manager import WorkingCopyManager
 from connector.workcopy.model import Account
 from connector.workcopy.store_client import StoreClient
-from tests.connector.conftest import RunningStore, brains_of, direct_memorize, download_brain, upload_raw
+from tests.connector.conftest import RunningStore, direct_memorize, download_brain, upload_brain
 from tests.engine.writes_support import fixture_brain, require_fixtures
 
 require_fixtures()
@@ -49,8 +48,7 @@ class Builds:
 def _setup(store: RunningStore, name: str) -> tuple[Any, str, Caller, WorkingCopyManager, BrainTools]:
     """A user with the brain-1-05 fixture: (user, brain id, a caller of all scopes, manager, tools)."""
     user = store.add_user(name)
-    brain_id = brains_of(store.url, user.token)[0]["id"]
-    assert upload_raw(store.url, user.token, brain_id, pack_archive(fixture_brain("brain-1-05"))).status_code == 200
+    brain_id = upload_brain(store.url, user.token, fixture_brain("brain-1-05"))
     account = Account(subject=f"static:{user.id}", credential=user.token, kind="static", client_name="pytest")
     manager = WorkingCopyManager(
         StoreClient(store.url, timeout_s=10),
