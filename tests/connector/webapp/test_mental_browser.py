@@ -23,7 +23,7 @@ from tests.connector.test_e2e_tools import connector, mcp_session, mint
 from tests.support.browser import chromium, needs_chromium, screenshots
 from tests.support.tools import needs_tool
 
-from ..conftest import RunningStore, brains_of, direct_memorize, download_brain, memory_ids
+from ..conftest import RunningStore, StoreUser, brains_of, direct_memorize, download_brain, memory_ids
 from .test_webapp_browser import AXE, signed_in_page
 
 pytestmark = [
@@ -31,6 +31,13 @@ pytestmark = [
     needs_chromium(),
     needs_tool(AXE.is_file(), "axe-core is not installed: npm ci --prefix tests/browser"),
 ]
+
+
+def alice_with_memory(store: RunningStore, content: str) -> tuple[StoreUser, str, str]:
+    """A new user, alice, with ``content`` memorized in her brain: (alice, brain id, memory id)."""
+    alice = store.add_user("alice")
+    brain_id = brains_of(store.url, alice.token)[0]["id"]
+    return alice, brain_id, direct_memorize(store.url, alice.token, brain_id, content)
 
 
 @contextmanager
@@ -43,9 +50,7 @@ def connector_with_model(store: RunningStore, tmp_path: Path) -> Iterator[tuple[
 
 
 def test_a_person_reads_refreshes_and_deletes_a_mental_model_in_chromium(store: RunningStore, tmp_path: Path) -> None:
-    alice = store.add_user("alice")
-    brain_id = brains_of(store.url, alice.token)[0]["id"]
-    bob_leads = direct_memorize(store.url, alice.token, brain_id, "Team: Bob leads the platform team")
+    alice, brain_id, bob_leads = alice_with_memory(store, "Team: Bob leads the platform team")
     shots = screenshots(tmp_path)
 
     with connector_with_model(store, tmp_path) as (base, script):
@@ -105,9 +110,7 @@ def test_a_person_reads_refreshes_and_deletes_a_mental_model_in_chromium(store: 
 
 
 def test_a_person_creates_refreshes_reflects_and_extracts_in_chromium(store: RunningStore, tmp_path: Path) -> None:
-    alice = store.add_user("alice")
-    brain_id = brains_of(store.url, alice.token)[0]["id"]
-    billing = direct_memorize(store.url, alice.token, brain_id, "Deploys: the billing service ships on Thursdays")
+    alice, brain_id, billing = alice_with_memory(store, "Deploys: the billing service ships on Thursdays")
     shots = screenshots(tmp_path)
 
     with connector_with_model(store, tmp_path) as (base, script):
