@@ -29,3 +29,14 @@ class LazyGroup(click.Group):
                 raise TypeError(f"{self._lazy[cmd_name]} is not a click command")
             return command
         return super().get_command(ctx, cmd_name)
+
+
+def lazy_main(lazy: dict[str, str], help_text: str) -> click.Group:
+    """A program's top command: the commands of ``lazy``, ``-h``/``--help`` and ``--version``."""
+
+    @click.group(cls=LazyGroup, lazy=lazy, help=help_text, context_settings={"help_option_names": ["-h", "--help"]})
+    @click.version_option(package_name="brain-store")
+    def main() -> None:
+        pass
+
+    return main

@@ -33,7 +33,7 @@ import logging
 import re
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -588,21 +588,27 @@ class OidcVerifier:
                 if cached.value is not None:
                     return dict(cached.value)  # stale but usable while the issuer is failing
                 raise OidcUnavailable("issuer discovery failed recently; not retrying yet")
-            cached.attempts += 1
-            try:
-                document = self._check_discovery(
-                    await self._fetcher.get_json(self.config.issuer + "/.well-known/openid-configuration")
-                )
-            except OidcUnavailable as exc:
-                cached.failed_until = self._clock() + self.config.failure_ttl
-                log.warning("oidc discovery failed: %s", exc)
-                if cached.value is not None:
-                    return dict(cached.value)
-                raise
-            cached.value = document
-            cached.expires = self._clock() + self.config.discovery_ttl
-            cached.failed_until = 0.0
-            return dict(document)
+            return dict(await self._refetch(cached, self._fetch_discovery(), self.config.discovery_ttl, "discovery"))
+
+    async def _fetch_discovery(self) -> dict[str, Any]:
+        return self._check_discovery(await self._fetcher.get_json(self.config.issuer + "/.well-known/openid-configuration"))
+
+    async def _refetch(self, cached: _Cached, fetch: Awaitable[Any], ttl: float, what: str) -> Any:
+        """``cached``'s value fetched again (good for ``ttl`` seconds). When the fetch fails, the
+        stale value (if any) is served and nothing is fetched again for ``failure_ttl``."""
+        cached.attempts += 1
+        try:
+            value = await fetch
+        except OidcUnavailable as exc:
+            cached.failed_until = self._clock() + self.config.failure_ttl
+            log.warning("oidc %s failed: %s", what, exc)
+            if cached.value is not None:
+                return cached.value
+            raise
+        cached.value = value
+        cached.expires = self._clock() + ttl
+        cached.failed_until = 0.0
+        return value
 
     def _check_discovery(self, document: dict[str, Any]) -> dict[str, Any]:
         issuer = document.get("issuer")
@@ -657,16 +663,8 @@ class OidcVerifier:
                     return list(cached.value)
                 raise OidcUnavailable("issuer key set fetch failed recently; not retrying yet")
             discovery = await self._discovery_document()
-            cached.attempts += 1
-            try:
-                keys = parse_key_set(await self._fetcher.get_json(discovery["jwks_uri"]))
-            except OidcUnavailable as exc:
-                cached.failed_until = self._clock() + self.config.failure_ttl
-                log.warning("oidc key set fetch failed: %s", exc)
-                if cached.value is not None:
-                    return list(cached.value)
-                raise
-            cached.value = keys
-            cached.expires = self._clock() + self.config.jwks_ttl
-            cached.failed_until = 0.0
-            return list(keys)
+            return list(await self._refetch(cached, self._fetch_keys(discovery["jwks_uri"]), self.config.jwks_ttl,
+                                            "key set fetch"))
+
+    async def _fetch_keys(self, jwks_uri: str) -> list[PublicKey]:
+        return parse_key_set(await self._fetcher.get_json(jwks_uri))

@@ -334,19 +334,24 @@ class BrainService:
                 sealed=staged.sealed,
                 by_other=not by_owner,
             )
-            snapshots = meta.snapshots
-            if current is not None and current.checksum != staged.checksum:
-                snapshots = self._retain(
-                    (*snapshots, Snapshot(name=next_version_name(meta, moment), date=rfc3339(moment), archive=current)),
-                    archive,
-                )
-            new = msgspec.structs.replace(meta, current=archive, snapshots=snapshots, generation=meta.generation + 1)
+            new = self._made_current(meta, archive, moment)
             if quota:
                 after = tx.usage() - meta.stored_bytes() + new.stored_bytes()
                 if after > quota:
                     raise ServiceError(413, "this upload would exceed the account's storage quota")
             tx.commit(new, staged.blob)
             return archive
+
+    def _made_current(self, meta: BrainMeta, archive: ArchiveRef, moment: datetime) -> BrainMeta:
+        """``meta`` with ``archive`` current; the archive it replaces, when another, is kept as a snapshot."""
+        snapshots = meta.snapshots
+        current = meta.current
+        if current is not None and current.checksum != archive.checksum:
+            snapshots = self._retain(
+                (*snapshots, Snapshot(name=next_version_name(meta, moment), date=rfc3339(moment), archive=current)),
+                archive,
+            )
+        return msgspec.structs.replace(meta, current=archive, snapshots=snapshots, generation=meta.generation + 1)
 
     def _retain(self, snapshots: tuple[Snapshot, ...], current: ArchiveRef) -> tuple[Snapshot, ...]:
         """The snapshots to keep beside the new ``current`` archive: the newest ``STORE_SNAPSHOTS``,
@@ -384,15 +389,7 @@ class BrainService:
             moment = now_utc()
             # restoring is for owners only: the restored archive is theirs from now on
             archive = msgspec.structs.replace(snap.archive, synced_at=rfc3339(moment), by_other=False)
-            snapshots = meta.snapshots
-            current = meta.current
-            if current is not None and current.checksum != archive.checksum:
-                snapshots = self._retain(
-                    (*snapshots, Snapshot(name=next_version_name(meta, moment), date=rfc3339(moment), archive=current)),
-                    archive,
-                )
-            new = msgspec.structs.replace(meta, current=archive, snapshots=snapshots, generation=meta.generation + 1)
-            tx.commit(new, None)
+            tx.commit(self._made_current(meta, archive, moment), None)
             return archive
 
     # -- reads -------------------------------------------------------------------------

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import click
-
-from cli.lazy import LazyGroup
+from cli.lazy import lazy_main
 
 # One module per command; add a line here when adding a command.
 COMMANDS = {
@@ -19,8 +17,4 @@ COMMANDS = {
     "import": "cli.connector.importing:import_",
 }
 
-
-@click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="brain-store")
-def main() -> None:
-    """Brain MCP connector, and brain operations on a local brain."""
+main = lazy_main(COMMANDS, "Brain MCP connector, and brain operations on a local brain.")

@@ -11,7 +11,7 @@ import json
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -39,9 +39,15 @@ def _clock(value: str | None) -> datetime:
     return parsed
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     sys.stderr.write(json.dumps({"error": message}, ensure_ascii=False) + "\n")
     sys.exit(1)
+
+
+def _print_json(value: Any) -> None:
+    """``value`` as the command's JSON answer on standard output."""
+    sys.stdout.buffer.write(dump_json(value))
+    sys.stdout.buffer.flush()
 
 
 def _similar_before(brain: Brain, operation: Memorize) -> list[list[dict[str, Any]]]:
@@ -90,12 +96,9 @@ def _run(
             save_directory(brain, brain_dir)
     except (BrainError, ArchiveError) as exc:
         _fail(str(exc))
-        return
     except OSError as exc:
         _fail(f"cannot access {brain_dir}: {exc.strerror or exc}")
-        return
-    sys.stdout.buffer.write(dump_json(result))
-    sys.stdout.buffer.flush()
+    _print_json(result)
 
 
 @click.command()

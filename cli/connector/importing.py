@@ -20,9 +20,9 @@ from typing import Any
 
 import click
 
-from cli.connector.brain_ops import _BRAIN_ARGUMENT, _NOW_OPTION, _clock, _fail
+from cli.connector.brain_ops import _BRAIN_ARGUMENT, _NOW_OPTION, _clock, _fail, _print_json
 from connector.engine.format.archive import ArchiveError, load_directory, save_directory
-from connector.engine.format.brain import Brain, dump_json
+from connector.engine.format.brain import Brain
 from connector.engine.writes.errors import BrainError
 from connector.engine.recall.index import RecallError
 from connector.imports.errors import ImportRefused
@@ -115,9 +115,6 @@ def import_(brain: Path, file: Path, chosen: str, dry_run: bool, now: str | None
         sys.exit(1)
     except (BrainError, ArchiveError, RecallError) as exc:
         _fail(str(exc))
-        return
     except OSError as exc:
         _fail(f"cannot access {exc.filename or brain}: {exc.strerror or exc}")
-        return
-    sys.stdout.buffer.write(dump_json(report))
-    sys.stdout.buffer.flush()
+    _print_json(report)

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import click
-
-from cli.lazy import LazyGroup
+from cli.lazy import lazy_main
 
 # One module per command; add a line here when adding a command.
 COMMANDS = {
@@ -25,8 +23,4 @@ COMMANDS = {
     "import-reference": "cli.store.importref:import_reference",
 }
 
-
-@click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="brain-store")
-def main() -> None:
-    """Self-hosted Brain store (contract 1.1)."""
+main = lazy_main(COMMANDS, "Self-hosted Brain store (contract 1.1).")

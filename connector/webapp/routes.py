@@ -425,17 +425,20 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         except BrainUnavailable as exc:
             return app.page("error.html", site, session, status=503, title=N_("Brain unavailable"), message=message_of(exc))
 
+    def error_page(visit: Visit, status: int, title: str, message: str | Text) -> Response[Any]:
+        """The error page with ``status``, ``title`` and ``message``."""
+        return app.page("error.html", visit.site, visit.session, status=status, title=title, message=message)
+
     def read_only_refusal(visit: Visit) -> Response[Any]:
         """The page a read-only sign-in gets for a form that would change memories."""
-        return app.page("error.html", visit.site, visit.session, status=403, title=N_("Read-only sign-in"),
-                        message=N_("This sign-in is read-only: it cannot change memories."))
+        return error_page(visit, 403, N_("Read-only sign-in"),
+                          N_("This sign-in is read-only: it cannot change memories."))
 
     def not_found(visit: Visit, message: str = N_("This brain has no memory with that id, live or archived.")) -> Response[Any]:
-        return app.page("error.html", visit.site, visit.session, status=404, title=N_("No such memory"), message=message)
+        return error_page(visit, 404, N_("No such memory"), message)
 
     def unknown_action(visit: Visit) -> Response[Any]:
-        return app.page("error.html", visit.site, visit.session, status=404, title=N_("Unknown action"),
-                        message=N_("The app offers no such action."))
+        return error_page(visit, 404, N_("Unknown action"), N_("The app offers no such action."))
 
     @get(["/app", "/app/"], cache=False, include_in_schema=False)
     @page_route
@@ -488,8 +491,7 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
             return not_found(visit, N_("Only memories in the brain (not in the archive) can be edited."))
         if view.superseded_by is not None:
             # An old version is history; the current one is what an edit would change.
-            return app.page("error.html", visit.site, visit.session, status=409, title=N_("An old version"),
-                            message=old_version_refusal(view.superseded_by.id))
+            return error_page(visit, 409, N_("An old version"), old_version_refusal(view.superseded_by.id))
         return app.page("edit.html", visit.site, visit.session, memory=view, types=TYPES, error=None)
 
     @get("/app/new", cache=False, include_in_schema=False)
@@ -549,8 +551,8 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
                           error: str | None = None) -> Response[Any]:
         found = await app.mental.page(visit.session.account, model_id)
         if found is None:
-            return app.page("error.html", visit.site, visit.session, status=404, title=N_("No such mental model"),
-                            message=N_("This brain has no mental model with that id (it may have been deleted)."))
+            return error_page(visit, 404, N_("No such mental model"),
+                              N_("This brain has no mental model with that id (it may have been deleted)."))
         listing = await app.mental.listing(visit.session.account)
         return app.page("mental.html", visit.site, visit.session, status=status, models=listing, model=found,
                         error=error, flash=_flash(done, held), has_model=app.thinking.has_model,
@@ -629,8 +631,7 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
                 synced = await app.mental.delete(account, model_id)
         except ActionRefused as exc:
             if action == "delete":
-                return app.page("error.html", visit.site, visit.session, status=409, title=N_("Not deleted"),
-                                message=message_of(exc))
+                return error_page(visit, 409, N_("Not deleted"), message_of(exc))
             return await mental_page(visit, model_id, None, None, status=409, error=message_of(exc))
         query = urlencode({"done": "refreshed" if action == "refresh" else "deleted", **({} if synced else {"held": "1"})})
         target = f"/mental/{path_segment(model_id)}" if action == "refresh" else "/mental"
@@ -740,8 +741,7 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
     async def brain_delete_page(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
         entry = await app.brains.find(visit.session.account, request.path_params["brain_id"])
         if entry is None or not entry.own:
-            return app.page("error.html", visit.site, visit.session, status=404, title=N_("No such brain"),
-                            message=N_("This account owns no brain with that id."))
+            return error_page(visit, 404, N_("No such brain"), N_("This account owns no brain with that id."))
         return app.page("brain_delete.html", visit.site, visit.session, brain=entry, error=None)
 
     @post("/app/brains/{brain_id:str}/delete", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
@@ -759,8 +759,7 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         try:
             await app.actions.use_brain(visit.session.account, visit.form.get("brain", "")[:300])
         except ActionRefused as exc:
-            return app.page("error.html", visit.site, visit.session, status=409, title=N_("Brain not switched"),
-                            message=message_of(exc))
+            return error_page(visit, 409, N_("Brain not switched"), message_of(exc))
         back = "/brains" if visit.form.get("back") == "brains" else ""
         return app.redirect(f"{visit.site.root}{back}?done=brain")
 
@@ -863,8 +862,8 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         listing = ([current] if current is not None else []) + versions  # newest first
         position = next((at for at, item in enumerate(listing) if item.name == wanted), None)
         if position is None:
-            return app.page("error.html", visit.site, visit.session, status=404, title=N_("No such snapshot"),
-                            message=N_("The store keeps no snapshot of this brain by that name."))
+            return error_page(visit, 404, N_("No such snapshot"),
+                              N_("The store keeps no snapshot of this brain by that name."))
         record = listing[position]
         previous = listing[position + 1] if position + 1 < len(listing) else None
         changes = (await app.views.version_changes(visit.session.account, record.name, previous.name)
@@ -880,8 +879,8 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         record = next((item for item in versions if item.name == version), None)
         changes = await app.views.diff(visit.session.account, version) if record is not None else None
         if record is None or changes is None:
-            return app.page("error.html", visit.site, visit.session, status=404, title=N_("No such snapshot"),
-                            message=N_("The store keeps no snapshot of this brain by that name."))
+            return error_page(visit, 404, N_("No such snapshot"),
+                              N_("The store keeps no snapshot of this brain by that name."))
         return app.page("history_diff.html", visit.site, visit.session, version=record, changes=changes)
 
     @post("/app/history/restore", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
@@ -890,8 +889,7 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         try:
             await app.actions.restore_snapshot(visit.session.account, visit.form.get("version", "")[:200])
         except ActionRefused as exc:
-            return app.page("error.html", visit.site, visit.session, status=409, title=N_("Snapshot not restored"),
-                            message=message_of(exc))
+            return error_page(visit, 409, N_("Snapshot not restored"), message_of(exc))
         return app.redirect(f"{visit.site.root}/history?done=snapshot")
 
     # ----- static files -----------------------------------------------------------------

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from connector.engine.format.brain import Brain
 from connector.engine.format.change import BrainChange
@@ -35,33 +36,24 @@ log = logging.getLogger(__name__)
 _LOCAL = "local:"
 
 
+@dataclass(eq=False)
 class HybridFollower:
     """Keeps the hybrid indexes of `HybridCache` current across writes (an `IndexFollower`).
 
     Cache keys are a brain's prefix (``prefix_of(brain_id)``, ending in a newline) and a
     content key. Vectors are per brain (issue 24), so an index is only followed within the
     brain whose write it is: the brain id is the one the write's local key names.
+    ``followed``: called with the brain id, brain, exact index and hybrid index of each
+    version a write gave (the e5 backfill starts on the new memories' vectors there).
     """
 
-    def __init__(
-        self,
-        cache: HybridCache,
-        indexes: IndexCache,
-        vectors: Callable[[], VectorStore],
-        prefix_of: Callable[[str | None], str],
-        disk: IndexDisk | None = None,
-        is_checksum: Callable[[str], bool] = lambda key: False,
-        followed: Callable[[str, Brain, BrainIndex, HybridIndex], object] | None = None,
-    ) -> None:
-        """``followed``: called with the brain id, brain, exact index and hybrid index of each
-        version a write gave (the e5 backfill starts on the new memories' vectors there)."""
-        self.cache = cache
-        self.indexes = indexes
-        self.vectors = vectors
-        self.prefix_of = prefix_of
-        self.disk = disk
-        self.is_checksum = is_checksum
-        self.followed = followed
+    cache: HybridCache
+    indexes: IndexCache
+    vectors: Callable[[], VectorStore]
+    prefix_of: Callable[[str | None], str]
+    disk: IndexDisk | None = None
+    is_checksum: Callable[[str], bool] = lambda key: False
+    followed: Callable[[str, Brain, BrainIndex, HybridIndex], object] | None = None
 
     def _brain_of(self, old_key: str, new_key: str) -> str | None:
         """The id of the brain a write from ``old_key`` to ``new_key`` changed, when an index of

@@ -12,8 +12,8 @@ from litestar.types import ASGIApp
 from store.context import AppContext
 from store.errors import ServiceError
 from store.http import RawResponse, json_response
-from store.routes.common import ctx
-from store.service import brain_record, parse_brain_id
+from store.routes.common import authorized_brain, ctx
+from store.service import brain_record
 
 MAX_JSON_BODY = 64 * 1024
 
@@ -86,11 +86,7 @@ async def create_brain(request: Request[Any, Any, Any]) -> ASGIApp:
 @get("/api/brains/{brain_id:str}")
 async def get_brain(request: Request[Any, Any, Any]) -> ASGIApp:
     """One brain record."""
-    brain_id = request.path_params["brain_id"]
-    c = ctx(request)
-    p = await c.authenticate(request.scope)
-    bid = parse_brain_id(brain_id)
-    owner = c.sharing.authorize(p, bid, "list")
+    c, p, bid, owner = await authorized_brain(request, "list")
     meta = await c.run(c.service.get, owner, bid)
     return json_response(200, c.sharing.record_of(p, meta))
 
@@ -98,11 +94,7 @@ async def get_brain(request: Request[Any, Any, Any]) -> ASGIApp:
 @delete("/api/brains/{brain_id:str}", status_code=200)
 async def delete_brain(request: Request[Any, Any, Any]) -> ASGIApp:
     """Remove a brain with its archive and snapshots."""
-    brain_id = request.path_params["brain_id"]
-    c = ctx(request)
-    p = await c.authenticate(request.scope)
-    bid = parse_brain_id(brain_id)
-    owner = c.sharing.authorize(p, bid, "delete")
+    c, _, bid, owner = await authorized_brain(request, "delete")
     await anyio.to_thread.run_sync(c.service.delete, owner, bid)
     await anyio.to_thread.run_sync(c.sharing.forget, bid)
     return RawResponse(204)
@@ -111,11 +103,7 @@ async def delete_brain(request: Request[Any, Any, Any]) -> ASGIApp:
 @patch("/api/brains/{brain_id:str}")
 async def rename_brain(request: Request[Any, Any, Any]) -> ASGIApp:
     """[extension] Rename a brain (owners): body {"name": ...}; 200 with the record."""
-    brain_id = request.path_params["brain_id"]
-    c = ctx(request)
-    p = await c.authenticate(request.scope)
-    bid = parse_brain_id(brain_id)
-    owner = c.sharing.authorize(p, bid, "rename")
+    c, p, bid, owner = await authorized_brain(request, "rename")
     body = await json_body(request)
     if not isinstance(body, dict) or "name" not in body:
         raise ServiceError(400, 'request body must be a JSON object with a "name"')
@@ -128,11 +116,7 @@ async def rename_brain(request: Request[Any, Any, Any]) -> ASGIApp:
 async def trash_brain(request: Request[Any, Any, Any]) -> ASGIApp:
     """[extension] Delete a brain for every client, keeping its archive and snapshots in the
     store until the operator brings it back or purges it (owners; 204)."""
-    brain_id = request.path_params["brain_id"]
-    c = ctx(request)
-    p = await c.authenticate(request.scope)
-    bid = parse_brain_id(brain_id)
-    owner = c.sharing.authorize(p, bid, "delete")
+    c, p, bid, owner = await authorized_brain(request, "delete")
     await anyio.to_thread.run_sync(c.service.trash, owner, bid)
     await anyio.to_thread.run_sync(lambda: c.sharing.record(bid, p, "delete_kept"))
     return RawResponse(204)

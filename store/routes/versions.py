@@ -11,18 +11,15 @@ from litestar.types import ASGIApp
 
 from store.conditional import Preconditions, etag
 from store.http import json_response
-from store.routes.common import ctx, header
+from store.routes.common import authorized_brain, ctx, header
 from store.service import parse_brain_id
 
 
 @get("/api/brains/{brain_id:str}/versions")
 async def list_versions(request: Request[Any, Any, Any]) -> ASGIApp:
     """Snapshots newest first, with size, checksum and file count."""
-    brain_id = request.path_params["brain_id"]
-    c = ctx(request)
-    p = await c.authenticate(request.scope)
-    bid = parse_brain_id(brain_id)
-    snaps = await c.run(c.service.versions, c.sharing.authorize(p, bid, "snapshots"), bid)
+    c, _, bid, owner = await authorized_brain(request, "snapshots")
+    snaps = await c.run(c.service.versions, owner, bid)
     versions = [
         {
             "version": s.name,

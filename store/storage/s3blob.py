@@ -14,7 +14,7 @@ from botocore.exceptions import ClientError
 
 from store.storage.base import BlobMissing
 from common.s3client import is_not_found
-from store.storage.s3client import upload_file
+from store.storage.s3client import PositionedReader, upload_file
 
 log = logging.getLogger("store.s3")
 
@@ -91,7 +91,7 @@ class S3StagedBlob:
             pass
 
 
-class S3Reader(io.RawIOBase):
+class S3Reader(PositionedReader):
     """A read-only, seekable view of one immutable S3 object, streamed in ranges.
 
     Sequential reads use one GET; a seek drops the open body and the next read
@@ -113,15 +113,6 @@ class S3Reader(io.RawIOBase):
             raise
         self._body: Any = reply["Body"]
         self._size = int(reply["ContentLength"])
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
         base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]

@@ -38,7 +38,22 @@ class Bucket:
         return self.prefix + "/".join(parts)
 
 
-class FileSlice(io.RawIOBase):
+class PositionedReader(io.RawIOBase):
+    """A read-only, seekable raw stream that keeps its position in ``_pos`` (subclasses seek)."""
+
+    _pos: int
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+
+class FileSlice(PositionedReader):
     """A read-only, seekable window ``[start, start+length)`` of an open file (one upload part).
 
     botocore reads it in small blocks while sending, so a part never sits in memory whole.
@@ -49,15 +64,6 @@ class FileSlice(io.RawIOBase):
         self._start = start
         self._length = length
         self._pos = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
         base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._length}[whence]

@@ -146,6 +146,13 @@ def upload_raw(store_url: str, token: str, brain_id: str, data: bytes, headers: 
     )
 
 
+def upload_brain(store_url: str, token: str, brain: Brain) -> str:
+    """Put ``brain`` at the store as the account's first (default) brain; that brain's id."""
+    brain_id = brains_of(store_url, token)[0]["id"]
+    assert upload_raw(store_url, token, brain_id, pack_archive(brain)).status_code == 200
+    return brain_id
+
+
 def device_write(store_url: str, token: str, brain_id: str, change: Callable[[Brain], T], attempts: int = 50) -> T:
     """A device writing straight to the store: pull, ``change`` the brain, push with If-Match; again on 412.
 

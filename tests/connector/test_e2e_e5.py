@@ -14,8 +14,7 @@ from typing import Any
 
 import pytest
 
-from connector.engine.format.archive import pack_archive
-from tests.connector.conftest import RunningStore, brains_of, upload_raw
+from tests.connector.conftest import RunningStore, upload_brain
 from tests.connector.test_e2e_tools import connector, mcp_session, mint, structured
 from tests.engine.hybrid_support import MEMORIES, make_brain
 
@@ -45,8 +44,7 @@ def _memories(count: int) -> list[dict[str, Any]]:
 def test_recall_answers_while_e5_is_computed_and_keeps_its_vectors(store: RunningStore, tmp_path: Path) -> None:
     user = store.add_user("e5user")
     brain, ids = make_brain(_memories(150))
-    brain_id = brains_of(store.url, user.token)[0]["id"]
-    assert upload_raw(store.url, user.token, brain_id, pack_archive(brain)).status_code == 200
+    brain_id = upload_brain(store.url, user.token, brain)
     state = tmp_path / "connector-state"
     total = len(ids)
 
@@ -106,8 +104,7 @@ def test_without_e5_status_says_nothing_of_it(store: RunningStore, tmp_path: Pat
     """CONNECTOR_RECALL_E5=false: hybrid recall on its other channels, no e5 segment, no status field."""
     user = store.add_user("noe5")
     brain, ids = make_brain()
-    brain_id = brains_of(store.url, user.token)[0]["id"]
-    assert upload_raw(store.url, user.token, brain_id, pack_archive(brain)).status_code == 200
+    brain_id = upload_brain(store.url, user.token, brain)
 
     async def scenario(base: str) -> None:
         token = mint(base, user, {"brain.read"})

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from connector.engine.format.archive import pack_archive
-from tests.connector.conftest import RunningStore, brains_of, shared_store, upload_raw
+from tests.connector.conftest import RunningStore, shared_store, upload_brain
 from tests.connector.test_e2e_tool_content import text_of
 from tests.connector.test_e2e_tools import connector, mcp_session, mint, structured
 from tests.engine.hybrid_support import make_brain
@@ -21,9 +20,8 @@ pytestmark = pytest.mark.timeout(300)
 
 def test_recall_mode_over_mcp(store: RunningStore, tmp_path: Path) -> None:
     user = store.add_user("hybrid")
-    brain_id = brains_of(store.url, user.token)[0]["id"]
     brain, ids = make_brain()
-    assert upload_raw(store.url, user.token, brain_id, pack_archive(brain)).status_code == 200
+    brain_id = upload_brain(store.url, user.token, brain)
 
     async def scenario(base: str) -> None:
         token = mint(base, user, {"brain.read", "brain.write"})
@@ -73,8 +71,7 @@ def test_vectors_are_per_brain_and_survive_a_restart(store: RunningStore, tmp_pa
     ids = {}
     for name, user in users.items():
         brain, ids[name] = make_brain()  # the same texts in both brains
-        brain_id = brains_of(store.url, user.token)[0]["id"]
-        assert upload_raw(store.url, user.token, brain_id, pack_archive(brain)).status_code == 200
+        brain_id = upload_brain(store.url, user.token, brain)
     state = tmp_path / "connector-state"
 
     async def recall(base: str, name: str) -> None:
@@ -100,8 +97,7 @@ def test_the_hybrid_index_is_read_back_after_a_restart(store: RunningStore, tmp_
     cache instead of rebuilding it; a damaged cache file is rebuilt."""
     user = store.add_user("restarts")
     brain, ids = make_brain()
-    brain_id = brains_of(store.url, user.token)[0]["id"]
-    assert upload_raw(store.url, user.token, brain_id, pack_archive(brain)).status_code == 200
+    brain_id = upload_brain(store.url, user.token, brain)
     state = tmp_path / "connector-state"
     cache = state / "index-cache"
 

@@ -18,9 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from connector.engine.format.archive import pack_archive
 from connector.engine.tending.review import review_document
-from tests.connector.conftest import RunningStore, brains_of, direct_memorize, download_brain, upload_raw
+from tests.connector.conftest import RunningStore, brains_of, direct_memorize, download_brain, upload_brain
 from tests.connector.test_e2e_tools import connector, mcp_session, mint, structured
 from tests.connector.webapp.conftest import app_client, sign_in
 from tests.engine.similar_support import governance_brain
@@ -76,9 +75,8 @@ def test_a_duplicate_another_device_wrote_is_flagged_on_pull_and_seen_by_another
 def test_a_near_duplicate_memorized_through_one_connector_waits_in_the_queue_of_another(
         store: RunningStore, tmp_path: Path) -> None:
     user = store.add_user("bob")
-    brain_id = brains_of(store.url, user.token)[0]["id"]
     brain, ids = governance_brain()
-    assert upload_raw(store.url, user.token, brain_id, pack_archive(brain)).status_code == 200
+    brain_id = upload_brain(store.url, user.token, brain)
     env = {"CONNECTOR_REPULL_TTL_MS": "1"}
 
     async def scenario(first: str, second: str) -> None:

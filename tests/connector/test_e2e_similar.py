@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from connector.engine.format.archive import pack_archive
-from tests.connector.conftest import RunningStore, brains_of, download_brain, memory_ids, upload_raw
+from tests.connector.conftest import RunningStore, download_brain, memory_ids, upload_brain
 from tests.connector.test_e2e_tools import connector, index_entry, mcp_session, mint, structured
 from tests.engine.similar_support import MEMORIES, governance_brain
 
@@ -17,9 +16,8 @@ pytestmark = pytest.mark.timeout(300)
 
 def test_memorize_reports_similar_memories(store: RunningStore, tmp_path: Path) -> None:
     user = store.add_user("governed")
-    brain_id = brains_of(store.url, user.token)[0]["id"]
     brain, ids = governance_brain()
-    assert upload_raw(store.url, user.token, brain_id, pack_archive(brain)).status_code == 200
+    brain_id = upload_brain(store.url, user.token, brain)
 
     def stored_ids() -> set[str]:
         return memory_ids(download_brain(store.url, user.token, brain_id)[0])

@@ -19,7 +19,7 @@ from mcp.shared.exceptions import MCPError
 from connector.engine.format.archive import load_directory, pack_archive
 from connector.engine.recall.session import session_start
 from connector.engine.writes.ops import Memorize, MemoryInput
-from tests.connector.conftest import RunningStore, brains_of, download_brain, memory_ids, shared_store, upload_raw
+from tests.connector.conftest import RunningStore, brains_of, download_brain, memory_ids, shared_store, upload_brain, upload_raw
 from tests.connector.test_e2e_tools import connector, mcp_session, mint, structured
 from tests.engine.conftest import parity_dir
 
@@ -243,9 +243,8 @@ def test_credentials_in_any_field_and_agent_keys_are_refused(store: RunningStore
 
 def test_pinned_resource_memory_template_and_session_start_prompt(store: RunningStore, tmp_path: Path) -> None:
     user = store.add_user("sessions")
-    brain_id = brains_of(store.url, user.token)[0]["id"]
     fixture = load_directory(parity_dir() / "brains" / "brain-1-06")
-    assert upload_raw(store.url, user.token, brain_id, pack_archive(fixture)).status_code == 200
+    brain_id = upload_brain(store.url, user.token, fixture)
     some_id = sorted(fixture.read_json("index.json")["memories"])[0]
 
     async def scenario(base: str) -> None:

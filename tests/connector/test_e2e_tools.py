@@ -20,7 +20,7 @@ from mcp.client import Client
 from mcp.client.auth import OAuthClientProvider
 from mcp.client.streamable_http import streamable_http_client
 
-from connector.engine.format.archive import load_directory, pack_archive
+from connector.engine.format.archive import load_directory
 from connector.engine.recall.exact import recall
 from connector.oauth.tokens import AccessClaims, AccessTokenCodec
 from tests.connector.conftest import (
@@ -31,7 +31,7 @@ from tests.connector.conftest import (
     download_brain,
     memory_ids,
     shared_store,
-    upload_raw,
+    upload_brain,
 )
 from tests.connector.oauth import live
 from tests.support.fixtures import project_parity_dir
@@ -234,8 +234,7 @@ def test_all_eight_tools_through_the_oauth_flow(store: RunningStore, tmp_path: P
 
 def test_read_only_token_is_refused_on_write_tools(store: RunningStore, tmp_path: Path) -> None:
     user = store.add_user("reader")
-    brain_id = brains_of(store.url, user.token)[0]["id"]
-    assert upload_raw(store.url, user.token, brain_id, pack_archive(load_directory(FIXTURE))).status_code == 200
+    brain_id = upload_brain(store.url, user.token, load_directory(FIXTURE))
 
     async def scenario(base: str) -> None:
         async with mcp_session(base + "/mcp", mint(base, user, {"brain.read"})) as client:
@@ -263,8 +262,7 @@ def test_read_only_token_is_refused_on_write_tools(store: RunningStore, tmp_path
 
 def test_recall_through_mcp_equals_the_engine(store: RunningStore, tmp_path: Path) -> None:
     user = store.add_user("parity")
-    brain_id = brains_of(store.url, user.token)[0]["id"]
-    assert upload_raw(store.url, user.token, brain_id, pack_archive(load_directory(FIXTURE))).status_code == 200
+    brain_id = upload_brain(store.url, user.token, load_directory(FIXTURE))
     stored, _ = download_brain(store.url, user.token, brain_id)
     queries = [("database migration", 10, None), ("performance latency cache", 5, None), ("testing", 25, "api")]
 
@@ -382,30 +380,16 @@ def test_tools_allowlist(store: RunningStore, tmp_path: Path) -> None:
 
 
 def test_serve_refuses_to_start_without_an_identity_provider(tmp_path: Path) -> None:
+    def serve(env: dict[str, str], *options: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([console_script("brain-connector"), "serve", *options], env=env,
+                              capture_output=True, text=True, timeout=60)
+
     env = {"PATH": "/usr/bin:/bin", "CONNECTOR_STORE_URL": "http://127.0.0.1:9", "HOME": str(tmp_path)}
-    done = subprocess.run(
-        [console_script("brain-connector"), "serve", "--port", str(free_port())],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = serve(env, "--port", str(free_port()))
     assert done.returncode != 0 and "identity provider" in done.stderr
-    no_store = subprocess.run(
-        [console_script("brain-connector"), "serve"],
-        env={"PATH": "/usr/bin:/bin", "CONNECTOR_IDP": "static", "HOME": str(tmp_path)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    no_store = serve({"PATH": "/usr/bin:/bin", "CONNECTOR_IDP": "static", "HOME": str(tmp_path)})
     assert no_store.returncode != 0 and "CONNECTOR_STORE_URL" in no_store.stderr
-    proxy = subprocess.run(
-        [console_script("brain-connector"), "serve"],
-        env={**env, "CONNECTOR_IDP": "static", "CONNECTOR_TRUST_PROXY": "true"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proxy = serve({**env, "CONNECTOR_IDP": "static", "CONNECTOR_TRUST_PROXY": "true"})
     assert proxy.returncode != 0 and "CONNECTOR_TRUST_PROXY" in proxy.stderr
 
 

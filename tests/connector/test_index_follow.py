@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from connector.engine.format.archive import pack_archive
 from connector.engine.recall.exact import recall
 from connector.engine.recall.index import BrainIndex
 from connector.mcp.tools import BrainTools, Caller
@@ -22,7 +21,7 @@ from connector.workcopy.core import ManagerTuning
 from connector.workcopy.manager import WorkingCopyManager
 from connector.workcopy.model import Account
 from connector.workcopy.store_client import StoreClient
-from tests.connector.conftest import RunningStore, brains_of, direct_memorize, download_brain, upload_raw
+from tests.connector.conftest import RunningStore, direct_memorize, download_brain, upload_brain
 from tests.engine.writes_support import fixture_brain, require_fixtures
 
 require_fixtures()
@@ -46,10 +45,10 @@ class Builds:
         monkeypatch.setattr(BrainIndex, "_build", staticmethod(counted))
 
 
-def _setup(store: RunningStore, name: str) -> tuple[Any, str, Account, WorkingCopyManager, BrainTools]:
+def _setup(store: RunningStore, name: str) -> tuple[Any, str, Caller, WorkingCopyManager, BrainTools]:
+    """A user with the brain-1-05 fixture: (user, brain id, a caller of all scopes, manager, tools)."""
     user = store.add_user(name)
-    brain_id = brains_of(store.url, user.token)[0]["id"]
-    assert upload_raw(store.url, user.token, brain_id, pack_archive(fixture_brain("brain-1-05"))).status_code == 200
+    brain_id = upload_brain(store.url, user.token, fixture_brain("brain-1-05"))
     account = Account(subject=f"static:{user.id}", credential=user.token, kind="static", client_name="pytest")
     manager = WorkingCopyManager(
         StoreClient(store.url, timeout_s=10),
@@ -57,7 +56,7 @@ def _setup(store: RunningStore, name: str) -> tuple[Any, str, Account, WorkingCo
         clock=lambda: NOW,
     )
     # Exact mode, named (hybrid is the default): the answers are compared with the exact engine's.
-    return user, brain_id, account, manager, BrainTools(manager, recall_mode="exact")
+    return user, brain_id, Caller(account, ALL), manager, BrainTools(manager, recall_mode="exact")
 
 
 CONTENT_KEYS = ("content", "content_truncated", "content_length")
@@ -88,8 +87,7 @@ def _store_answers(store: RunningStore, token: str, brain_id: str) -> list[Any]:
 
 
 def test_a_write_leaves_the_index_of_the_new_content_ready(store: RunningStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    user, brain_id, account, manager, tools = _setup(store, "follow-write")
-    caller = Caller(account, ALL)
+    user, brain_id, caller, manager, tools = _setup(store, "follow-write")
     builds = Builds(monkeypatch)
 
     async def scenario() -> None:
@@ -102,7 +100,7 @@ def test_a_write_leaves_the_index_of_the_new_content_ready(store: RunningStore, 
         new_id = written.structured_content["stored"]["id"]
         pinned = await tools.call("brain_pin", {"id": new_id}, caller)
         assert not pinned.is_error
-        snapshot = await manager.snapshot(account)
+        snapshot = await manager.snapshot(caller.account)
         assert manager.index_cache.peek(snapshot.key) is not None  # ready before any recall asks
         answers = await _recalls(tools, caller)
         assert builds.count == 1  # followed, never rebuilt
@@ -114,8 +112,7 @@ def test_a_write_leaves_the_index_of_the_new_content_ready(store: RunningStore, 
 
 
 def test_a_replayed_write_and_a_pull_are_followed(store: RunningStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    user, brain_id, account, manager, tools = _setup(store, "follow-replay")
-    caller = Caller(account, ALL)
+    user, brain_id, caller, manager, tools = _setup(store, "follow-replay")
     builds = Builds(monkeypatch)
 
     async def scenario() -> None:

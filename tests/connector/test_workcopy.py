@@ -12,7 +12,6 @@ from typing import Any
 import httpx
 import pytest
 
-from connector.engine.format.archive import pack_archive
 from connector.engine.format.brain import Brain
 from connector.engine.recall.exact import recall
 from connector.engine.writes.ops import Forget, Pin, connector_memorize
@@ -24,6 +23,7 @@ from connector.workcopy.store_client import StoreClient, StoreUnreachable
 from connector.workcopy.sync import brain_bytes
 from tests.connector.conftest import (
     RunningStore,
+    StoreUser,
     auth,
     brains_of,
     direct_memorize,
@@ -31,6 +31,7 @@ from tests.connector.conftest import (
     memory_ids,
     shared_store,
     start_store,
+    upload_brain,
     upload_raw,
 )
 from tests.support.fixtures import project_parity_dir
@@ -43,6 +44,14 @@ ALL = frozenset({"brain.read", "brain.write"})
 
 def account_for(user: Any) -> Account:
     return Account(subject=f"static:{user.id}", credential=user.token, kind="static", client_name="pytest")
+
+
+def users_with_a_fact(store: RunningStore, prefix: str, count: int) -> list[StoreUser]:
+    """``count`` new users (``prefix0``, ``prefix1``, ...), each with one memory in their brain."""
+    users = [store.add_user(f"{prefix}{number}") for number in range(count)]
+    for user in users:
+        direct_memorize(store.url, user.token, brains_of(store.url, user.token)[0]["id"], f"A fact of {user.name}")
+    return users
 
 
 def manager_for(store: RunningStore, **tuning: Any) -> WorkingCopyManager:
@@ -468,9 +477,8 @@ def test_recall_tool_equals_engine_recall(store: RunningStore) -> None:
     from connector.engine.format.archive import load_directory
 
     user = store.add_user("judy")
-    brain_id = brains_of(store.url, user.token)[0]["id"]
     fixture = load_directory(project_parity_dir() / "brains" / "brain-1-06")
-    assert upload_raw(store.url, user.token, brain_id, pack_archive(fixture)).status_code == 200
+    brain_id = upload_brain(store.url, user.token, fixture)
 
     async def scenario() -> None:
         manager = manager_for(store)
@@ -583,9 +591,7 @@ def test_an_archive_inflating_beyond_the_copy_limit_is_refused(store: RunningSto
 
 
 def test_lru_cap_drops_clean_copies_only(store: RunningStore) -> None:
-    users = [store.add_user(f"lru{number}") for number in range(4)]
-    for user in users:
-        direct_memorize(store.url, user.token, brains_of(store.url, user.token)[0]["id"], f"A fact of {user.name}")
+    users = users_with_a_fact(store, "lru", 4)
 
     async def scenario() -> None:
         client = FlakyUploads(store.url)
@@ -623,9 +629,7 @@ def test_lru_cap_drops_clean_copies_only(store: RunningStore) -> None:
 
 
 def test_byte_budget_keeps_the_copy_in_use(store: RunningStore) -> None:
-    users = [store.add_user(f"bytes{number}") for number in range(3)]
-    for user in users:
-        direct_memorize(store.url, user.token, brains_of(store.url, user.token)[0]["id"], f"A fact of {user.name}")
+    users = users_with_a_fact(store, "bytes", 3)
 
     async def scenario() -> None:
         # One byte: every copy is over budget alone, so only the one just served stays.
@@ -664,9 +668,7 @@ def test_a_copy_counts_the_bytes_each_write_changes(store: RunningStore) -> None
 def test_budget_is_applied_before_a_load_and_a_brain_is_never_held_twice(store: RunningStore) -> None:
     from connector.engine.format.archive import ArchiveLimits
 
-    users = [store.add_user(f"before{number}") for number in range(2)]
-    for user in users:
-        direct_memorize(store.url, user.token, brains_of(store.url, user.token)[0]["id"], f"A fact of {user.name}")
+    users = users_with_a_fact(store, "before", 2)
     limits = ArchiveLimits(max_inflated=64 * 1024)
     # Room for one load (three times the per-brain limit) and nothing more.
     tuning = ManagerTuning(archive_limits=limits, max_copy_bytes=3 * 64 * 1024 + 1, repull_ttl_s=0.0)
@@ -731,9 +733,7 @@ def test_recall_indexes_have_room_for_every_copy_and_leave_with_them(store: Runn
     # an index is dropped with the last copy of its content (the copy caps bound both).
     assert manager_for(store, max_copies=300).index_cache.capacity == 300
     assert manager_for(store, max_copies=0).index_cache.capacity >= 1000  # no copy cap: no 64 either
-    users = [store.add_user(f"indexes{number}") for number in range(3)]
-    for user in users:
-        direct_memorize(store.url, user.token, brains_of(store.url, user.token)[0]["id"], f"A fact of {user.name}")
+    users = users_with_a_fact(store, "indexes", 3)
 
     async def scenario() -> None:
         manager = manager_for(store, max_copies=2)

@@ -48,12 +48,18 @@ def _wait_token(url: str, token: str, status: int, timeout: float = 10.0) -> flo
         time.sleep(0.1)
 
 
+def user_on_both(a: Store, b: Store, name: str) -> str:
+    """A new user's token, once both replicas accept it."""
+    token = a.add_user(name)
+    for url in (a.url, b.url):
+        wait_for_token(url, token)
+    return token
+
+
 def test_racing_if_match_uploads_exactly_one_wins_per_round(s3: S3Service, tmp_path: Path) -> None:
     rounds, writers = 50, 16
     with two_replicas(s3, tmp_path) as (a, b, _):
-        token = a.add_user("racer")
-        for url in (a.url, b.url):
-            wait_for_token(url, token)
+        token = user_on_both(a, b, "racer")
         brain = _brain(a.url, token)
         first = httpx.put(f"{a.url}/api/brains/{brain}/sync", headers=_auth(token),
                           files={"brain": ("b.tgz", archive({"start": b"0"}))}, timeout=30)
@@ -88,9 +94,7 @@ def test_racing_if_match_uploads_exactly_one_wins_per_round(s3: S3Service, tmp_p
 def test_read_modify_write_counter_loses_no_increment(weed: S3Service, tmp_path: Path) -> None:
     workers, increments = 6, 8
     with two_replicas(weed, tmp_path) as (a, b, _):
-        token = a.add_user("counter")
-        for url in (a.url, b.url):
-            wait_for_token(url, token)
+        token = user_on_both(a, b, "counter")
         brain = _brain(a.url, token)
         httpx.put(f"{a.url}/api/brains/{brain}/sync", headers=_auth(token),
                   files={"brain": ("b.tgz", counter_archive(0))}, timeout=30).raise_for_status()
@@ -170,9 +174,7 @@ def test_a_damaged_users_object_is_served_from_its_last_good_copy(moto: S3Servic
 
 def test_sigkill_during_uploads_leaves_no_visible_partial_state(weed: S3Service, tmp_path: Path) -> None:
     with two_replicas(weed, tmp_path) as (a, b, env):
-        token = a.add_user("crashy")
-        for url in (a.url, b.url):
-            wait_for_token(url, token)
+        token = user_on_both(a, b, "crashy")
         brains = [_brain(a.url, token)]
         for n in range(3):
             brains.append(httpx.post(f"{a.url}/api/brains", headers=_auth(token), json={"name": f"b{n}"},
@@ -226,9 +228,7 @@ def test_sigkill_during_uploads_leaves_no_visible_partial_state(weed: S3Service,
 
 def test_quota_and_brain_limit_hold_across_replicas(weed: S3Service, tmp_path: Path) -> None:
     with two_replicas(weed, tmp_path, STORE_MAX_USER_MB="1", STORE_MAX_BRAINS="4") as (a, b, _):
-        token = a.add_user("frugal")
-        for url in (a.url, b.url):
-            wait_for_token(url, token)
+        token = user_on_both(a, b, "frugal")
         urls = [a.url, b.url]
 
         async def burst(requests: list[tuple[str, str, dict]]) -> list[int]:  # type: ignore[type-arg]

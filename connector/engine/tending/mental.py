@@ -40,7 +40,7 @@ from connector.engine.format.jsvalues import datetime_ms
 from connector.engine.format.rules import parse_iso
 from connector.engine.writes.errors import BrainError
 from connector.engine.writes.memorize import is_memory_id
-from connector.engine.writes.ops import Operation, register_kind
+from connector.engine.writes.ops import IdOperation, Operation, register_kind
 from connector.engine.writes.txn import WriteTxn
 
 MENTAL_FILE = "mental-models.json"
@@ -288,11 +288,9 @@ class SaveModel(Operation):
                    value.get("refreshed_at"))
 
 
-@dataclass
-class DeleteModel(Operation):
+class DeleteModel(IdOperation):
     """Remove a model (its text goes with it; the memories it cited stay)."""
 
-    id: str
     kind: ClassVar[str] = "mental-delete"
 
     def apply(self, brain: Brain, now: datetime) -> dict[str, Any]:
@@ -305,9 +303,6 @@ class DeleteModel(Operation):
         txn.mark(MENTAL_FILE)
         txn.commit()
         return {"deleted": self.id, "name": _string(record.get("name"))}
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"op": self.kind, "id": self.id}
 
     @classmethod
     def from_dict(cls, value: Mapping[str, Any]) -> DeleteModel:

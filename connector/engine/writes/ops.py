@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
@@ -20,7 +20,6 @@ from connector.engine.format.brain import ARCHIVE_INDEX, Brain
 from connector.engine.format.rules import PROTECTED_SALIENCE
 from connector.engine.writes.errors import BrainError
 from connector.engine.writes.memorize import (
-    CONNECTOR_SOURCE,
     MemoryInput,
     add_memory,
     apply_supersession,
@@ -33,6 +32,7 @@ from connector.engine.writes.txn import WriteTxn
 __all__ = [
     "BrainError",
     "Forget",
+    "IdOperation",
     "Memorize",
     "MemoryInput",
     "Operation",
@@ -103,6 +103,17 @@ class Operation:
 
     def to_dict(self) -> dict[str, Any]:  # pragma: no cover - abstract
         raise NotImplementedError
+
+
+@dataclass
+class IdOperation(Operation):
+    """An operation on one thing its id names (a memory, a mental model); a subclass that adds
+    no fields needs no ``@dataclass`` of its own."""
+
+    id: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"op": self.kind, "id": self.id}
 
 
 @dataclass
@@ -201,38 +212,18 @@ class Memorize(Operation):
                 "ids": self.ids, "created": self.created}
 
 
-def connector_memorize(
-    content: str,
-    *,
-    title: str | None = None,
-    type: str = "learning",  # noqa: A002 - the tool's own argument name
-    tags: Sequence[str] | str = (),
-    origin: str = "agent-inferred",
-    valid_from: str | None = None,
-    valid_until: str | None = None,
-    supersedes: Sequence[str] | str = (),
-    agent: str = "",
-    project: str = "",
-    task: str = "",
-    writer: str = "",
-    source: str = CONNECTOR_SOURCE,
-    request_key: str | None = None,
-) -> Memorize:
+def connector_memorize(content: str, *, request_key: str | None = None, **fields: Any) -> Memorize:
     """The operation behind the connector's `brain_memorize` tool (connector.md section 6).
 
-    Title: given, else the content's first line (80 characters at most), else
-    "Captured note"; file ``captured/<slug>.md`` (a free name when taken); episodic;
-    salience 0.5 and confidence 0.8, capped by the origin; context ``project`` and
-    ``task`` (task type, default "capturing"); ``writer`` names the user in ``source``;
-    bad input -> `BrainError`; ``request_key``: the caller's retry key (see `Memorize`).
+    Writes `connector_memory` of ``content`` and ``fields`` (the tool's own arguments: title,
+    type, tags, origin, validity, supersedes, agent, project, task, writer, source). Title:
+    given, else the content's first line (80 characters at most), else "Captured note"; file
+    ``captured/<slug>.md`` (a free name when taken); episodic; salience 0.5 and confidence
+    0.8, capped by the origin; context ``project`` and ``task`` (task type, default
+    "capturing"); ``writer`` names the user in ``source``; bad input -> `BrainError`;
+    ``request_key``: the caller's retry key (see `Memorize`).
     """
-    return Memorize([
-        connector_memory(
-            content, title=title, type=type, tags=tags, origin=origin, valid_from=valid_from,
-            valid_until=valid_until, supersedes=supersedes, agent=agent, project=project, task=task,
-            writer=writer, source=source,
-        )
-    ], request_key=request_key)
+    return Memorize([connector_memory(content, **fields)], request_key=request_key)
 
 
 def pin_memory(txn: WriteTxn, memory_id: str, scope: str, priority: int) -> None:
@@ -289,11 +280,9 @@ class Pin(Operation):
         return {"op": self.kind, "id": self.id, "scope": self.scope, "priority": self.priority}
 
 
-@dataclass
-class Unpin(Operation):
+class Unpin(IdOperation):
     """Return a pinned memory to normal recall and decay."""
 
-    id: str
     kind: ClassVar[str] = "unpin"
 
     def apply(self, brain: Brain, now: datetime) -> dict[str, Any]:
@@ -308,9 +297,6 @@ class Unpin(Operation):
         if not was_pinned:
             result["note"] = "the memory was not pinned"
         return result
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"op": self.kind, "id": self.id}
 
 
 def _safe_relative(path: Any) -> bool:

@@ -13,7 +13,6 @@ Directory ``_meta.json`` counts are left alone, as forgetting leaves them.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar
 
@@ -23,7 +22,7 @@ from connector.engine.format.rules import token_estimate
 from connector.engine.format.text import memory_body
 from connector.engine.writes.errors import BrainError
 from connector.engine.writes.memorize import _free_file_path, apply_supersession
-from connector.engine.writes.ops import Operation, register_kind
+from connector.engine.writes.ops import IdOperation, register_kind
 from connector.engine.writes.txn import WriteTxn
 
 # Front-matter keys copied back into the index entry, in the entry's key order.
@@ -103,11 +102,9 @@ def _successor(txn: WriteTxn, fields: dict[str, Any], entry: dict[str, Any]) -> 
     return ("superseded_by",)
 
 
-@dataclass
-class Restore(Operation):
+class Restore(IdOperation):
     """Move an archived memory back into the brain (same id)."""
 
-    id: str
     kind: ClassVar[str] = "restore"
 
     def apply(self, brain: Brain, now: datetime) -> dict[str, Any]:
@@ -170,9 +167,6 @@ class Restore(Operation):
         if superseded:
             result["superseded"] = superseded
         return result
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"op": self.kind, "id": self.id}
 
 
 register_kind(Restore.kind, lambda value: Restore(value["id"]))

@@ -163,6 +163,12 @@ async def get_tokens(world: World, flow: Flow) -> dict[str, Any]:
     return reply.body
 
 
+async def signed_in(world: World) -> tuple[Flow, dict[str, Any]]:
+    """A newly registered client signed in: its flow and its first tokens."""
+    flow = register(world)
+    return flow, await get_tokens(world, flow)
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"

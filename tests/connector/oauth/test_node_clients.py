@@ -30,14 +30,12 @@ import pytest
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
+from tests.support.browser import CHROMIUM, chromium
 from tests.support.tools import missing_tool
 
 from ..conftest import RunningStore
 from .live import flat_query, running_connector
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--no-first-run"]
 PACKAGES = Path(__file__).resolve().parents[2] / "browser"
 TS_CLIENT = PACKAGES / "mcp_clients" / "ts_sdk_client.mjs"
 TS_SDK = PACKAGES / "node_modules" / "@modelcontextprotocol" / "sdk" / "package.json"
@@ -72,22 +70,16 @@ def sign_in_in_chromium(authorization_url: str, store_token: str) -> str:
 
     Returns once the browser reached the host's redirect URI (the host has its code then).
     """
-    from playwright.sync_api import sync_playwright
-
     redirect_uri = flat_query(authorization_url)["redirect_uri"]
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        try:
-            page = browser.new_page()
-            response = page.goto(authorization_url)
-            assert response is not None and response.status == 200, response and response.status
-            html = page.content()
-            page.fill("#token", store_token)
-            with page.expect_navigation(url=lambda url: url.startswith(redirect_uri)):
-                page.click("button[value=allow]")
-            return html
-        finally:
-            browser.close()
+    with chromium() as browser:
+        page = browser.new_page()
+        response = page.goto(authorization_url)
+        assert response is not None and response.status == 200, response and response.status
+        html = page.content()
+        page.fill("#token", store_token)
+        with page.expect_navigation(url=lambda url: url.startswith(redirect_uri)):
+            page.click("button[value=allow]")
+        return html
 
 
 def private_home(tmp_path: Path) -> dict[str, str]:

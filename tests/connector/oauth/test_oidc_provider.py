@@ -111,27 +111,28 @@ async def test_sign_in_refresh_and_issuer_revocation(server: AuthorizationServer
     assert server.verify_access(refreshed.body["access_token"], BASE) is None
 
 
-async def test_denied_at_issuer_redirects_access_denied(server: AuthorizationServer, issuer: Any) -> None:
-    issuer.login_as(deny=True)
+async def _through_issuer(server: AuthorizationServer) -> tuple[Any, dict[str, str]]:
+    """A new client's sign-in sent to the issuer: the authorize reply, and the query the issuer
+    sends the browser back to the callback with."""
     client_id = server.register({"redirect_uris": [REDIRECT]}).body["client_id"]
     params = {"client_id": client_id, "redirect_uri": REDIRECT, "response_type": "code", "state": "abc",
               "code_challenge": s256("v" * 43), "code_challenge_method": "S256", "resource": RESOURCE}
     start = await server.authorize(params, BASE)
     async with httpx.AsyncClient() as http:
         at_issuer = await http.get(start.location, follow_redirects=False)  # type: ignore[union-attr]
-    back = await server.oidc_callback(query_of(at_issuer.headers["location"]), cookie_of(start))
+    return start, query_of(at_issuer.headers["location"])
+
+
+async def test_denied_at_issuer_redirects_access_denied(server: AuthorizationServer, issuer: Any) -> None:
+    issuer.login_as(deny=True)
+    start, callback = await _through_issuer(server)
+    back = await server.oidc_callback(callback, cookie_of(start))
     assert isinstance(back, RedirectReply) and query_of(back.location)["error"] == "access_denied"
 
 
 async def test_callback_with_unknown_state_or_replayed_state(server: AuthorizationServer, issuer: Any) -> None:
     assert isinstance(await server.oidc_callback({"state": "forged", "code": "x"}), PageReply)
-    client_id = server.register({"redirect_uris": [REDIRECT]}).body["client_id"]
-    params = {"client_id": client_id, "redirect_uri": REDIRECT, "response_type": "code", "state": "abc",
-              "code_challenge": s256("v" * 43), "code_challenge_method": "S256", "resource": RESOURCE}
-    start = await server.authorize(params, BASE)
-    async with httpx.AsyncClient() as http:
-        at_issuer = await http.get(start.location, follow_redirects=False)  # type: ignore[union-attr]
-    callback = query_of(at_issuer.headers["location"])
+    start, callback = await _through_issuer(server)
     forged = {name: value[:-4] + "AAAA" for name, value in cookie_of(start).items()}
     assert isinstance(await server.oidc_callback(callback, forged), PageReply)
     assert isinstance(await server.oidc_callback({**callback, "state": "other"}, cookie_of(start)), PageReply)

@@ -12,6 +12,7 @@ from connector.oauth.server import PageReply, RedirectReply
 
 from .conftest import (
     BASE, GOOD_TOKEN, REDIRECT, RESOURCE, Clock, FakeStoreProvider, World, build_world, get_code, get_tokens, register,
+    signed_in,
 )
 
 pytestmark = pytest.mark.anyio
@@ -53,8 +54,7 @@ async def test_replica_without_the_state_still_accepts_access_tokens(tmp_path: P
 
 async def test_concurrent_refreshes_of_one_token_get_the_same_successor(tmp_path: Path) -> None:
     world = build_world(tmp_path / "s", secrets.token_bytes(32), FakeStoreProvider(), Clock())
-    flow = register(world)
-    tokens = await get_tokens(world, flow)
+    flow, tokens = await signed_in(world)
     form = {"grant_type": "refresh_token", "refresh_token": tokens["refresh_token"], "client_id": flow.client_id}
     replies = await asyncio.gather(*(world.server.token(dict(form)) for _ in range(5)))
     assert all(reply.status == 200 for reply in replies)

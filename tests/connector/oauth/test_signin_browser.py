@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import secrets
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlencode, urlsplit
@@ -13,18 +12,15 @@ import pytest
 
 from connector.oauth.pkce import s256
 from tests.support.loopback import Answer, LoopbackServer
-from tests.support.tools import needs_tool
+from tests.support.browser import chromium, needs_chromium
 
 from ..conftest import RunningStore
 from .live import flat_query, running_connector
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--no-first-run"]
 
 pytestmark = [
     pytest.mark.timeout(240),
-    needs_tool(shutil.which(CHROMIUM) is not None, "Debian chromium is not installed"),
+    needs_chromium(),
 ]
 
 
@@ -49,8 +45,6 @@ def callback() -> Iterator[CallbackServer]:
 
 
 def test_person_signs_in_with_chromium(store: RunningStore, tmp_path: Path, callback: CallbackServer) -> None:
-    from playwright.sync_api import sync_playwright
-
     alice = store.add_user("alice")
     with running_connector(tmp_path, store.url, state_dir=tmp_path / "state") as connector:
         base = connector.base_url
@@ -63,35 +57,31 @@ def test_person_signs_in_with_chromium(store: RunningStore, tmp_path: Path, call
             "resource": base + "/mcp", "scope": "brain.read brain.write"})
 
         requested_hosts: set[str] = set()
-        with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-            try:
-                page = browser.new_page()
-                page.on("request", lambda request: requested_hosts.add(urlsplit(request.url).netloc))
-                console_errors: list[str] = []
-                page.on("console", lambda message: console_errors.append(message.text) if message.type == "error" else None)
-                response = page.goto(authorize_url)
-                assert response is not None and response.status == 200
-                assert response.headers["x-frame-options"] == "DENY"
-                assert "Browser Test App" in page.content()
-                assert page.get_by_text("read your memories").is_visible()
+        with chromium() as browser:
+            page = browser.new_page()
+            page.on("request", lambda request: requested_hosts.add(urlsplit(request.url).netloc))
+            console_errors: list[str] = []
+            page.on("console", lambda message: console_errors.append(message.text) if message.type == "error" else None)
+            response = page.goto(authorize_url)
+            assert response is not None and response.status == 200
+            assert response.headers["x-frame-options"] == "DENY"
+            assert "Browser Test App" in page.content()
+            assert page.get_by_text("read your memories").is_visible()
 
-                # A wrong token first: the page says so and how many attempts are left.
-                page.fill("#token", "bst_this-is-not-the-right-token")
+            # A wrong token first: the page says so and how many attempts are left.
+            page.fill("#token", "bst_this-is-not-the-right-token")
+            page.click("button[value=allow]")
+            page.wait_for_selector(".error")
+            assert "not accepted" in page.inner_text(".error")
+            assert "2 attempts left" in page.inner_text(".error")
+
+            # Then the right one: the browser lands on the app's callback with a code.
+            page.fill("#token", alice.token)
+            with page.expect_navigation(url=lambda url: url.startswith(callback.url)):
                 page.click("button[value=allow]")
-                page.wait_for_selector(".error")
-                assert "not accepted" in page.inner_text(".error")
-                assert "2 attempts left" in page.inner_text(".error")
-
-                # Then the right one: the browser lands on the app's callback with a code.
-                page.fill("#token", alice.token)
-                with page.expect_navigation(url=lambda url: url.startswith(callback.url)):
-                    page.click("button[value=allow]")
-                assert "Signed in" in page.content()
-                # The inline stylesheet is allowed by its hash; nothing was blocked by the CSP.
-                assert not [e for e in console_errors if "Content Security Policy" in e], console_errors
-            finally:
-                browser.close()
+            assert "Signed in" in page.content()
+            # The inline stylesheet is allowed by its hash; nothing was blocked by the CSP.
+            assert not [e for e in console_errors if "Content Security Policy" in e], console_errors
 
         assert requested_hosts <= {urlsplit(base).netloc, urlsplit(callback.url).netloc}, requested_hosts
         arrivals = [path for path in callback.paths if path.startswith("/callback")]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -10,15 +9,14 @@ import httpx
 import pytest
 
 from connector.oauth.pkce import s256
-from tests.support.tools import needs_tool
+from tests.support.browser import chromium, needs_chromium
 
 from ..conftest import RunningStore
 from .live import running_connector
-from .test_signin_browser import CHROMIUM, CHROMIUM_ARGS
 
 pytestmark = [
     pytest.mark.timeout(240),
-    needs_tool(shutil.which(CHROMIUM) is not None, "Debian chromium is not installed"),
+    needs_chromium(),
 ]
 
 LONG_HOST = "an-unusually-long-host-name-that-must-wrap-somewhere.example.org"
@@ -44,8 +42,6 @@ BROKEN_WORDS = """() => {
 
 
 def test_narrow_page_breaks_only_long_names(store: RunningStore, tmp_path: Path) -> None:
-    from playwright.sync_api import sync_playwright
-
     with running_connector(tmp_path, store.url, state_dir=tmp_path / "state") as connector:
         base = connector.base_url
         redirect = f"https://{LONG_HOST}/callback"
@@ -55,16 +51,12 @@ def test_narrow_page_breaks_only_long_names(store: RunningStore, tmp_path: Path)
             "response_type": "code", "client_id": registered.json()["client_id"], "redirect_uri": redirect,
             "state": "s", "code_challenge": s256("v" * 43), "code_challenge_method": "S256",
             "resource": base + "/mcp", "scope": "brain.read"})
-        with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-            try:
-                page = browser.new_page(viewport={"width": 320, "height": 640})
-                response = page.goto(url)
-                assert response is not None and response.status == 200
-                assert LONG_HOST in page.inner_text("body")
-                broken = [w for w in page.evaluate(BROKEN_WORDS) if w not in LONG_HOST]
-                assert broken == [], f"ordinary words broken mid-word: {broken}"
-                # the long host name wraps instead of widening the page
-                assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
-            finally:
-                browser.close()
+        with chromium() as browser:
+            page = browser.new_page(viewport={"width": 320, "height": 640})
+            response = page.goto(url)
+            assert response is not None and response.status == 200
+            assert LONG_HOST in page.inner_text("body")
+            broken = [w for w in page.evaluate(BROKEN_WORDS) if w not in LONG_HOST]
+            assert broken == [], f"ordinary words broken mid-word: {broken}"
+            # the long host name wraps instead of widening the page
+            assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")

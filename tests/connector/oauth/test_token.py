@@ -10,7 +10,7 @@ import pytest
 from connector.oauth.pkce import s256
 from connector.oauth.server import PageReply, RedirectReply
 
-from .conftest import BASE, GOOD_TOKEN, REDIRECT, RESOURCE, Flow, World, get_code, get_tokens, query_of, register
+from .conftest import BASE, GOOD_TOKEN, REDIRECT, RESOURCE, Flow, World, get_code, get_tokens, query_of, register, signed_in
 
 pytestmark = pytest.mark.anyio
 
@@ -115,23 +115,20 @@ async def test_unsupported_and_missing_grant_type(world: World) -> None:
 
 
 async def test_access_token_for_another_audience_is_refused(world: World) -> None:
-    flow = register(world)
-    tokens = await get_tokens(world, flow)
+    flow, tokens = await signed_in(world)
     assert world.server.verify_access(tokens["access_token"], BASE, now=world.clock.now) is not None
     assert world.server.verify_access(tokens["access_token"], "http://127.0.0.1:9999", now=world.clock.now) is None
     assert world.server.verify_access(tokens["access_token"], "https://connector.example", now=world.clock.now) is None
 
 
 async def test_expired_access_token_is_refused(world: World) -> None:
-    flow = register(world)
-    tokens = await get_tokens(world, flow)
+    flow, tokens = await signed_in(world)
     assert world.server.verify_access(tokens["access_token"], BASE, now=world.clock.now + 3599) is not None
     assert world.server.verify_access(tokens["access_token"], BASE, now=world.clock.now + 3600) is None
 
 
 async def test_refresh_rotates_and_renews_at_the_provider(world: World) -> None:
-    flow = register(world)
-    tokens = await get_tokens(world, flow)
+    flow, tokens = await signed_in(world)
     world.clock.now += 10
     reply = await world.server.token(refresh_form(flow, tokens["refresh_token"], resource=RESOURCE))
     assert reply.status == 200 and reply.headers["Cache-Control"] == "no-store"
@@ -145,8 +142,7 @@ async def test_refresh_rotates_and_renews_at_the_provider(world: World) -> None:
 
 
 async def test_refresh_replay_within_grace_returns_the_same_successor(world: World) -> None:
-    flow = register(world)
-    tokens = await get_tokens(world, flow)
+    flow, tokens = await signed_in(world)
     first = await world.server.token(refresh_form(flow, tokens["refresh_token"]))
     world.clock.now += 30
     replay = await world.server.token(refresh_form(flow, tokens["refresh_token"]))
@@ -156,8 +152,7 @@ async def test_refresh_replay_within_grace_returns_the_same_successor(world: Wor
 
 
 async def test_refresh_reuse_after_grace_revokes_the_family(world: World) -> None:
-    flow = register(world)
-    tokens = await get_tokens(world, flow)
+    flow, tokens = await signed_in(world)
     first = await world.server.token(refresh_form(flow, tokens["refresh_token"]))
     world.clock.now += 61
     reuse = await world.server.token(refresh_form(flow, tokens["refresh_token"]))
@@ -169,8 +164,7 @@ async def test_refresh_reuse_after_grace_revokes_the_family(world: World) -> Non
 
 
 async def test_refresh_reuse_after_successor_was_used_revokes_even_within_grace(world: World) -> None:
-    flow = register(world)
-    tokens = await get_tokens(world, flow)
+    flow, tokens = await signed_in(world)
     first = await world.server.token(refresh_form(flow, tokens["refresh_token"]))
     second = await world.server.token(refresh_form(flow, first.body["refresh_token"]))
     assert second.status == 200
@@ -194,8 +188,7 @@ async def test_refresh_by_another_client_and_other_resource_refused(world: World
 
 
 async def test_refresh_may_narrow_scope(world: World) -> None:
-    flow = register(world)
-    tokens = await get_tokens(world, flow)
+    flow, tokens = await signed_in(world)
     reply = await world.server.token(refresh_form(flow, tokens["refresh_token"], scope="brain.read"))
     assert reply.status == 200 and reply.body["scope"] == "brain.read"
     claims = world.server.verify_access(reply.body["access_token"], BASE, now=world.clock.now)
@@ -203,16 +196,14 @@ async def test_refresh_may_narrow_scope(world: World) -> None:
 
 
 async def test_expired_refresh_token_refused(world: World) -> None:
-    flow = register(world)
-    tokens = await get_tokens(world, flow)
+    flow, tokens = await signed_in(world)
     world.clock.now += 30 * 86400 + 1
     reply = await world.server.token(refresh_form(flow, tokens["refresh_token"]))
     assert reply.status == 400 and reply.body["error"] == "invalid_grant"
 
 
 async def test_sliding_window_extends_with_each_use(world: World) -> None:
-    flow = register(world)
-    tokens = await get_tokens(world, flow)
+    flow, tokens = await signed_in(world)
     token = tokens["refresh_token"]
     for _ in range(3):
         world.clock.now += 20 * 86400
@@ -222,8 +213,7 @@ async def test_sliding_window_extends_with_each_use(world: World) -> None:
 
 
 async def test_removed_store_user_at_refresh_revokes_the_family(world: World) -> None:
-    flow = register(world)
-    tokens = await get_tokens(world, flow)
+    flow, tokens = await signed_in(world)
     world.provider.valid.clear()  # the user was removed (or the token rotated) at the store
     reply = await world.server.token(refresh_form(flow, tokens["refresh_token"]))
     assert reply.status == 400 and reply.body["error"] == "invalid_grant"
@@ -233,8 +223,7 @@ async def test_removed_store_user_at_refresh_revokes_the_family(world: World) ->
 
 
 async def test_store_outage_at_refresh_is_503_and_keeps_the_tokens(world: World) -> None:
-    flow = register(world)
-    tokens = await get_tokens(world, flow)
+    flow, tokens = await signed_in(world)
     world.provider.down = True
     reply = await world.server.token(refresh_form(flow, tokens["refresh_token"]))
     assert reply.status == 503 and reply.body["error"] == "temporarily_unavailable"
@@ -244,8 +233,7 @@ async def test_store_outage_at_refresh_is_503_and_keeps_the_tokens(world: World)
 
 
 async def test_revoke_refresh_token_ends_the_family(world: World) -> None:
-    flow = register(world)
-    tokens = await get_tokens(world, flow)
+    flow, tokens = await signed_in(world)
     reply = await world.server.revoke({"token": tokens["refresh_token"], "client_id": flow.client_id})
     assert reply.status == 200
     assert (await world.server.token(refresh_form(flow, tokens["refresh_token"]))).status == 400
@@ -253,8 +241,7 @@ async def test_revoke_refresh_token_ends_the_family(world: World) -> None:
 
 
 async def test_revoke_access_token_ends_the_family_and_unknown_tokens_are_200(world: World) -> None:
-    flow = register(world)
-    tokens = await get_tokens(world, flow)
+    flow, tokens = await signed_in(world)
     assert (await world.server.revoke({"token": "nonsense"})).status == 200
     other = register(world)
     # Another client cannot revoke it.
@@ -266,8 +253,7 @@ async def test_revoke_access_token_ends_the_family_and_unknown_tokens_are_200(wo
 
 
 async def test_state_survives_a_restart(world: World) -> None:
-    flow = register(world)
-    tokens = await get_tokens(world, flow)
+    flow, tokens = await signed_in(world)
     restarted = world.rebuild()
     # Access token still accepted, client still known, refresh still works.
     assert restarted.server.verify_access(tokens["access_token"], BASE, now=world.clock.now) is not None
@@ -282,8 +268,7 @@ async def test_state_survives_a_restart(world: World) -> None:
 
 
 async def test_secrets_are_encrypted_and_tokens_hashed_at_rest(world: World) -> None:
-    flow = register(world)
-    tokens = await get_tokens(world, flow)
+    flow, tokens = await signed_in(world)
     for path in world.state_dir.rglob("*"):
         if path.is_dir():
             assert path.stat().st_mode & 0o777 == 0o700, path.name  # clients/ and its shards
@@ -303,8 +288,7 @@ async def test_state_under_another_key_is_not_trusted(world: World, tmp_path) ->
 
     from .conftest import build_world
 
-    flow = register(world)
-    tokens = await get_tokens(world, flow)
+    flow, tokens = await signed_in(world)
     other = build_world(world.state_dir, _secrets.token_bytes(32), world.provider, world.clock)
     assert other.server.verify_access(tokens["access_token"], BASE, now=world.clock.now) is None
     assert (await other.server.token(refresh_form(flow, tokens["refresh_token"]))).status == 400
@@ -367,8 +351,7 @@ async def test_a_token_for_one_brains_url_is_good_there_only(world: World, brain
 
 
 async def test_a_token_for_mcp_is_good_at_every_brains_url(world: World) -> None:
-    flow = register(world)
-    tokens = await get_tokens(world, flow)
+    flow, tokens = await signed_in(world)
     for brain in ("team", "7c9e6679-7425-40de-944b-e07fc1f90ae7"):
         claims = world.server.verify_access(tokens["access_token"], BASE, now=world.clock.now, brain=brain)
         assert claims is not None and claims.aud == RESOURCE

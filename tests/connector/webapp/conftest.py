@@ -13,12 +13,13 @@ import pytest
 from litestar.testing import TestClient
 
 from connector.app import create_app
+from connector.engine.format.text import memory_body
 from connector.settings import ConnectorSettings
 
 from tests.contract.harness import running_store as running_store_process
 from tests.support.oidc_issuer import start_issuer
 
-from ..conftest import RunningStore, store  # noqa: F401 - the store fixture
+from ..conftest import RunningStore, brains_of, download_brain, store  # noqa: F401 - the store fixture
 
 KEY_HEX = bytes(range(32)).hex()
 OIDC_CLIENT_ID = "brain-connector-web"
@@ -78,6 +79,20 @@ def signed_in_browser(base: str, token: str, address: str) -> httpx.Client:
     assert done.status_code == 303, done.text
     assert http.get("/app").status_code == 200
     return http
+
+
+def at_store(store: RunningStore, token: str) -> dict[str, dict[str, Any]]:
+    """Live memories in the store's archive by title: index entry, body and file text."""
+    brain_id = brains_of(store.url, token)[0]["id"]
+    try:
+        brain, _ = download_brain(store.url, token, brain_id)
+    except Exception:  # no archive yet: an empty brain
+        return {}
+    out = {}
+    for entry in (brain.read_json("index.json") or {}).get("memories", {}).values():
+        text = brain.read_text(entry["path"]) or ""
+        out[entry["title"]] = {**entry, "body": memory_body(text), "text": text}
+    return out
 
 
 @pytest.fixture

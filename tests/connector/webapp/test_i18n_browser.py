@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import shutil
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -24,15 +23,16 @@ from babel.messages.pofile import read_po
 from connector.engine.writes.memorize import CONNECTOR_SOURCE
 from connector.i18n import CATALOG_DIRS, catalog_path
 from tests.connector.oauth import live
+from tests.support.browser import chromium, needs_chromium
 from tests.support.tools import needs_tool
 
 from ..conftest import RunningStore, brains_of
 from ..review_support import flag_pairs_at_store
-from .test_webapp_browser import AXE, CHROMIUM, CHROMIUM_ARGS, CSP_WATCH, Checks, _write_through_mcp
+from .test_webapp_browser import AXE, CSP_WATCH, Checks, _write_through_mcp
 
 pytestmark = [
     pytest.mark.timeout(300),
-    needs_tool(shutil.which(CHROMIUM) is not None, "Debian chromium is not installed"),
+    needs_chromium(),
     needs_tool(AXE.is_file(), "axe-core is not installed: npm ci --prefix tests/browser"),
 ]
 
@@ -138,8 +138,6 @@ def _export_file(tmp_path: Path) -> Path:
 
 
 def test_every_page_in_three_languages(store: RunningStore, tmp_path: Path) -> None:
-    from playwright.sync_api import sync_playwright
-
     alice = store.add_user("alice")
     shots = tmp_path / "shots"
     shots.mkdir()
@@ -164,68 +162,64 @@ def test_every_page_in_three_languages(store: RunningStore, tmp_path: Path) -> N
                 "house", "garden", "keys", "bike",  # tags (types and origins are translated)
                 f"{CONNECTOR_SOURCE}, written by {alice.name}"]  # the source a memory written through MCP records
 
-        with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-            try:
-                for locale, browser_language in (("en", "en-US"), ("ja", "ja-JP"), ("zh-Hans", "en-US")):
-                    context = browser.new_context(viewport={"width": 1024, "height": 800}, locale=browser_language)
-                    context.add_init_script(CSP_WATCH)
-                    page = context.new_page()
-                    visit = Visit(page, Checks(page, shots), locale, data)
+        with chromium() as browser:
+            for locale, browser_language in (("en", "en-US"), ("ja", "ja-JP"), ("zh-Hans", "en-US")):
+                context = browser.new_context(viewport={"width": 1024, "height": 800}, locale=browser_language)
+                context.add_init_script(CSP_WATCH)
+                page = context.new_page()
+                visit = Visit(page, Checks(page, shots), locale, data)
 
-                    page.goto(base + "/app")
-                    page.wait_for_url(base + "/app/signin")
-                    if locale == "zh-Hans":
-                        # The switch: a visible link on the sign-in page, its choice kept in a cookie.
-                        page.get_by_role("navigation").get_by_role("link", name="简体中文").click()
-                        page.wait_for_url("**/app/signin?lang=zh-Hans")
-                    visit.check("signin")
-                    page.locator("#token").fill(alice.token)
-                    page.locator("form.stack button.primary").click()
-                    page.wait_for_url(base + "/app")
-                    visit.check("home")
+                page.goto(base + "/app")
+                page.wait_for_url(base + "/app/signin")
+                if locale == "zh-Hans":
+                    # The switch: a visible link on the sign-in page, its choice kept in a cookie.
+                    page.get_by_role("navigation").get_by_role("link", name="简体中文").click()
+                    page.wait_for_url("**/app/signin?lang=zh-Hans")
+                visit.check("signin")
+                page.locator("#token").fill(alice.token)
+                page.locator("form.stack button.primary").click()
+                page.wait_for_url(base + "/app")
+                visit.check("home")
 
-                    page.goto(f"{base}/app/memory/{ids['plain']}")
-                    text = visit.check("memory")
-                    assert "The spare house key is under the" in text  # memory content is never translated
-                    page.goto(f"{base}/app/memory/{ids['plain']}/edit")
-                    visit.check("edit")
-                    page.goto(f"{base}/app/new")
-                    visit.check("new")
-                    page.goto(f"{base}/app/search?query=spare+key&mode=hybrid")
-                    visit.check("search")
-                    page.goto(f"{base}/app/search?query=saxophone+lessons&mode=hybrid")
-                    visit.check("search-nothing-matches")
-                    page.goto(f"{base}/app/review")
-                    assert page.locator("ol.review > li").count() == 1
-                    visit.check("review")
-                    page.goto(f"{base}/app/mental")
-                    visit.check("mental-models")
-                    page.goto(f"{base}/app/archive")
-                    visit.check("archive")
-                    page.goto(f"{base}/app/history")
-                    visit.check("history")
-                    page.locator("table.snapshots td a[href*='/history/changes']").first.click()
-                    page.wait_for_url("**/app/history/changes?version=**")
-                    visit.check("history-changes")
-                    page.goto(f"{base}/app/history")
-                    page.locator("table.snapshots td a[href*='/history/diff']").first.click()
-                    page.wait_for_url("**/app/history/diff?version=**")
-                    visit.check("history-diff")
-                    page.goto(f"{base}/app/transfer")
-                    visit.check("transfer")
-                    page.locator("#import-file").set_input_files(str(upload))
-                    page.locator("form[enctype] button").click()
-                    page.wait_for_url("**/app/import")
-                    visit.check("import-preview")
-                    page.goto(f"{base}/app/memory/mem_20990101_000000_zzzzzz")
-                    visit.check("error", 404)
-                    page.goto(authorize)
-                    visit.check("oauth-consent")
-                    if locale == "zh-Hans":
-                        # The choice held across the OAuth page and back in the app, whatever the browser asks.
-                        cookie = next(c for c in context.cookies() if c["name"] == "brain_lang")
-                        assert cookie["value"] == "zh-Hans" and cookie["sameSite"] == "Lax" and cookie["path"] == "/"
-                    context.close()
-            finally:
-                browser.close()
+                page.goto(f"{base}/app/memory/{ids['plain']}")
+                text = visit.check("memory")
+                assert "The spare house key is under the" in text  # memory content is never translated
+                page.goto(f"{base}/app/memory/{ids['plain']}/edit")
+                visit.check("edit")
+                page.goto(f"{base}/app/new")
+                visit.check("new")
+                page.goto(f"{base}/app/search?query=spare+key&mode=hybrid")
+                visit.check("search")
+                page.goto(f"{base}/app/search?query=saxophone+lessons&mode=hybrid")
+                visit.check("search-nothing-matches")
+                page.goto(f"{base}/app/review")
+                assert page.locator("ol.review > li").count() == 1
+                visit.check("review")
+                page.goto(f"{base}/app/mental")
+                visit.check("mental-models")
+                page.goto(f"{base}/app/archive")
+                visit.check("archive")
+                page.goto(f"{base}/app/history")
+                visit.check("history")
+                page.locator("table.snapshots td a[href*='/history/changes']").first.click()
+                page.wait_for_url("**/app/history/changes?version=**")
+                visit.check("history-changes")
+                page.goto(f"{base}/app/history")
+                page.locator("table.snapshots td a[href*='/history/diff']").first.click()
+                page.wait_for_url("**/app/history/diff?version=**")
+                visit.check("history-diff")
+                page.goto(f"{base}/app/transfer")
+                visit.check("transfer")
+                page.locator("#import-file").set_input_files(str(upload))
+                page.locator("form[enctype] button").click()
+                page.wait_for_url("**/app/import")
+                visit.check("import-preview")
+                page.goto(f"{base}/app/memory/mem_20990101_000000_zzzzzz")
+                visit.check("error", 404)
+                page.goto(authorize)
+                visit.check("oauth-consent")
+                if locale == "zh-Hans":
+                    # The choice held across the OAuth page and back in the app, whatever the browser asks.
+                    cookie = next(c for c in context.cookies() if c["name"] == "brain_lang")
+                    assert cookie["value"] == "zh-Hans" and cookie["sameSite"] == "Lax" and cookie["path"] == "/"
+                context.close()

@@ -7,35 +7,34 @@ import io
 import json
 import re
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
-from connector.engine.format.text import memory_body
 from tests.connector.imports import samples
 from tests.connector.oauth.live import running_connector
 from tests.connector.test_e2e_thinking import fake_model
+from tests.support.processes import ServerProcess
 
-from ..conftest import RunningStore, brains_of, direct_memorize, download_brain
-from .conftest import csrf_of, signed_in_browser
+from ..conftest import RunningStore, StoreUser, brains_of, direct_memorize
+from .conftest import at_store, csrf_of, signed_in_browser
 
 pytestmark = pytest.mark.timeout(240)
 
 
-def at_store(store: RunningStore, token: str) -> dict[str, dict[str, Any]]:
-    """Live memories in the store's archive by title: index entry, body and file text."""
-    brain_id = brains_of(store.url, token)[0]["id"]
-    try:
-        brain, _ = download_brain(store.url, token, brain_id)
-    except Exception:  # no archive yet: an empty brain
-        return {}
-    out = {}
-    for entry in (brain.read_json("index.json") or {}).get("memories", {}).values():
-        text = brain.read_text(entry["path"]) or ""
-        out[entry["title"]] = {**entry, "body": memory_body(text), "text": text}
-    return out
+@contextmanager
+def alice_signed_in(store: RunningStore, tmp_path: Path, memory: str,
+                    address: str) -> Iterator[tuple[StoreUser, ServerProcess, httpx.Client]]:
+    """Alice, with ``memory`` in her brain, signed in from ``address`` to a connector process's web
+    app: (alice, the connector, her browser)."""
+    alice = store.add_user("alice")
+    brain_id = brains_of(store.url, alice.token)[0]["id"]
+    direct_memorize(store.url, alice.token, brain_id, memory)
+    with running_connector(tmp_path, store.url, state_dir=tmp_path / "state") as server:
+        yield alice, server, signed_in_browser(server.base_url, alice.token, address)
 
 
 def upload(browser: httpx.Client, name: str, data: bytes, chosen: str = "auto") -> httpx.Response:
@@ -62,11 +61,7 @@ def vault_zip(root: Path) -> bytes:
 
 def test_a_vault_zip_and_a_mem0_export_are_checked_then_imported_duplicates_reported(
         store: RunningStore, tmp_path: Path) -> None:
-    alice = store.add_user("alice")
-    brain_id = brains_of(store.url, alice.token)[0]["id"]
-    direct_memorize(store.url, alice.token, brain_id, "The compost bin is turned every second Sunday.")
-    with running_connector(tmp_path, store.url, state_dir=tmp_path / "state") as server:
-        browser = signed_in_browser(server.base_url, alice.token, "198.51.100.7")
+    with alice_signed_in(store, tmp_path, "The compost bin is turned every second Sunday.", "198.51.100.7") as (alice, server, browser):
         before = at_store(store, alice.token)
         preview = upload(browser, "Vault.zip", vault_zip(tmp_path))
         assert preview.status_code == 200, preview.text
@@ -119,11 +114,7 @@ def test_our_markdown_export_round_trips_through_the_web_app(store: RunningStore
 
 def test_bad_files_and_conversations_without_a_model_are_refused_and_change_nothing(
         store: RunningStore, tmp_path: Path) -> None:
-    alice = store.add_user("alice")
-    brain_id = brains_of(store.url, alice.token)[0]["id"]
-    direct_memorize(store.url, alice.token, brain_id, "The boiler is serviced every October.")
-    with running_connector(tmp_path, store.url, state_dir=tmp_path / "state") as server:
-        browser = signed_in_browser(server.base_url, alice.token, "198.51.100.10")
+    with alice_signed_in(store, tmp_path, "The boiler is serviced every October.", "198.51.100.10") as (alice, server, browser):
         before = at_store(store, alice.token)
         cases = [
             ("note.md", b"---\ntitle: [unclosed\n---\nbody\n", "auto", "note.md, line 2: the front matter is not YAML"),

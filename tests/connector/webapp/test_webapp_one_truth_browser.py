@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import shutil
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -32,16 +30,17 @@ from connector.engine.writes.ops import Forget, Pin
 from connector.engine.writes.restore import frontmatter_values
 from connector.engine.tending.review import review_document
 from tests.engine.writes_support import check_consistency
+from tests.support.browser import chromium, needs_chromium, screenshots
 from tests.support.tools import needs_tool
 
 from ..conftest import RunningStore, StoreUser, brains_of, device_write, download_brain
 from ..review_support import flag_pairs_at_store
 from ..test_e2e_tools import connector, mcp_session, mint
-from .test_webapp_browser import AXE, CHROMIUM, CHROMIUM_ARGS, signed_in_page
+from .test_webapp_browser import AXE, signed_in_page
 
 pytestmark = [
     pytest.mark.timeout(400),
-    needs_tool(shutil.which(CHROMIUM) is not None, "Debian chromium is not installed"),
+    needs_chromium(),
     needs_tool(AXE.is_file(), "axe-core is not installed: npm ci --prefix tests/browser"),
 ]
 
@@ -91,17 +90,10 @@ def session_start_pins(base: str, user: StoreUser) -> list[str]:
 def in_chromium(store: RunningStore, user: StoreUser, tmp_path: Path) -> Iterator[tuple[str, Any, Any]]:
     """A connector process over ``store`` and a Chromium page signed in there as ``user``:
     (the connector's base URL, the page, the checks every page passes)."""
-    from playwright.sync_api import sync_playwright
-
-    shots = Path(os.environ.get("WEBAPP_SCREENSHOTS") or tmp_path / "shots")
-    shots.mkdir(parents=True, exist_ok=True)
-    with connector(tmp_path, store, env=ENV) as server, sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        try:
-            page, checks = signed_in_page(browser, server.base_url, user.token, shots)
-            yield server.base_url, page, checks
-        finally:
-            browser.close()
+    shots = screenshots(tmp_path)
+    with connector(tmp_path, store, env=ENV) as server, chromium() as browser:
+        page, checks = signed_in_page(browser, server.base_url, user.token, shots)
+        yield server.base_url, page, checks
 
 
 def new_memory(page: Any, base: str, title: str, content: str) -> str:

@@ -9,26 +9,13 @@ import zipfile
 
 import pytest
 
-from connector.engine.format.text import memory_body
-
 from ..conftest import RunningStore, brains_of, direct_memorize, download_brain, shared_store
-from .conftest import app_client, sign_in
+from .conftest import app_client, at_store, sign_in
 
 # Every test here makes its own users and looks only at their brains: one store for the module.
 store = pytest.fixture(shared_store, name="store")
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def _memories(store: RunningStore, token: str) -> dict[str, tuple[dict, str]]:
-    """Live memories at the store by title: (index entry, body)."""
-    brain_id = brains_of(store.url, token)[0]["id"]
-    try:
-        brain, _ = download_brain(store.url, token, brain_id)
-    except Exception:  # no archive yet: an empty brain
-        return {}
-    entries = (brain.read_json("index.json") or {}).get("memories", {})
-    return {entry["title"]: (entry, memory_body(brain.read_text(entry["path"]) or "")) for entry in entries.values()}
 
 
 def test_export_then_import_into_an_empty_brain_reproduces_the_memories(store: RunningStore) -> None:
@@ -39,9 +26,9 @@ def test_export_then_import_into_an_empty_brain_reproduces_the_memories(store: R
     with app_client(store.url) as client:
         csrf = sign_in(client, alice.token)
         # Pin one so the export carries a flag beyond the text.
-        first = next(entry for entry in _memories(store, alice.token).values())
+        first = next(iter(at_store(store, alice.token).values()))
         memory_id = next(mid for mid, e in (download_brain(store.url, alice.token, brain_id)[0]
-                                            .read_json("index.json")["memories"].items()) if e == first[0])
+                                            .read_json("index.json")["memories"].items()) if e["path"] == first["path"])
         assert client.post(f"/app/memory/{memory_id}/pin", data={"csrf": csrf}).status_code == 303
         exported = client.get("/app/export/memories.json")
         assert exported.status_code == 200 and "attachment" in exported.headers["content-disposition"]
@@ -51,13 +38,13 @@ def test_export_then_import_into_an_empty_brain_reproduces_the_memories(store: R
         item = next(m for m in document["memories"] if m["id"] == memory_id)
         assert item["pinned"] is True and item["content"] and "created" in item["frontmatter"]
         archive = zipfile.ZipFile(io.BytesIO(client.get("/app/export/memories.zip").content))
-        assert sorted(archive.namelist()) == sorted(e["path"] for e, _ in _memories(store, alice.token).values())
+        assert sorted(archive.namelist()) == sorted(m["path"] for m in at_store(store, alice.token).values())
         assert all(name.endswith(".md") and archive.read(name).startswith(b"---") for name in archive.namelist())
         # A third memory from an outside source, for the quarantine of imports.
         document["memories"].append({"title": "From a web page", "type": "learning", "path": "captured/",
                                      "content": "A blog says the boiler needs descaling yearly.", "origin": "external"})
         payload = json.dumps(document).encode()
-    before = _memories(store, alice.token)
+    before = at_store(store, alice.token)
 
     with app_client(store.url) as client:
         csrf = sign_in(client, bob.token)
@@ -65,20 +52,20 @@ def test_export_then_import_into_an_empty_brain_reproduces_the_memories(store: R
                               files={"file": ("brain.json", payload, "application/json")})
         assert preview.status_code == 200, preview.text
         assert "3 new memories would be saved, 1 of them waiting for your verification" in preview.text
-        assert _memories(store, bob.token) == {}  # a dry run writes nothing
+        assert at_store(store, bob.token) == {}  # a dry run writes nothing
         reference = re.search(r'name="reference" value="([^"]+)"', preview.text).group(1)
         done = client.post("/app/import/confirm", data={"csrf": csrf, "reference": reference})
         assert done.status_code == 303, done.text
         # The same reference cannot be used twice.
         again = client.post("/app/import/confirm", data={"csrf": csrf, "reference": reference})
         assert again.status_code == 409
-    after = _memories(store, bob.token)
+    after = at_store(store, bob.token)
     assert set(after) == set(before) | {"From a web page"}
-    for title, (entry, body) in before.items():
-        assert after[title][1] == body
+    for title, memory in before.items():
+        assert after[title]["body"] == memory["body"]
         for key in ("type", "cognitive_type", "tags", "origin", "salience", "confidence", "encoding_context"):
-            assert after[title][0].get(key) == entry.get(key), (title, key)
-    assert after["From a web page"][0]["quarantined"] is True
+            assert after[title].get(key) == memory.get(key), (title, key)
+    assert after["From a web page"]["quarantined"] is True
 
 
 def test_import_refuses_bad_files_and_read_only_sign_ins(store: RunningStore) -> None:
@@ -98,4 +85,4 @@ def test_import_refuses_bad_files_and_read_only_sign_ins(store: RunningStore) ->
         assert client.get("/app/export/memories.json").status_code == 200  # reading is allowed
         refused = client.post("/app/import", data={"csrf": csrf}, files={"file": ("f.json", b"{}", "application/json")})
         assert refused.status_code == 403
-    assert _memories(store, alice.token) == {}
+    assert at_store(store, alice.token) == {}

@@ -734,6 +734,22 @@ def _header_offsets(tar: bytes) -> list[int]:
         return [member.offset for member in archive.getmembers()]
 
 
+def _altered_header(
+    entries: list[tuple[str, bytes | None]], fmt: int, where: int, field_offset: int, value: bytes
+) -> bytearray:
+    """The uncompressed tar of ``entries`` with ``value`` written into one header (the ``where``-th,
+    cyclically) at ``field_offset``, and that header's checksum made valid again: structure, not
+    just bytes, changes."""
+    tar = bytearray(gzip.decompress(tarfile_archive(entries, fmt)))
+    offsets = _header_offsets(bytes(tar))
+    if offsets:
+        start = offsets[where % len(offsets)]
+        for index, byte in enumerate(value):
+            tar[start + field_offset + index] = byte  # within the 512-byte header
+        _fix_checksum(tar, start)
+    return tar
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     entries=_trees(),
@@ -746,14 +762,7 @@ def _header_offsets(tar: bytes) -> list[int]:
 def test_whatever_we_accept_tarfile_reads_identically(
     entries: list[tuple[str, bytes | None]], fmt: int, where: int, field_offset: int, value: bytes, cut: int | None
 ) -> None:
-    tar = bytearray(gzip.decompress(tarfile_archive(entries, fmt)))
-    offsets = _header_offsets(bytes(tar))
-    if offsets:
-        # Overwrite part of a header and give it a valid checksum: structure, not just bytes, changes.
-        start = offsets[where % len(offsets)]
-        for index, byte in enumerate(value):
-            tar[start + field_offset + index] = byte  # within the 512-byte header
-        _fix_checksum(tar, start)
+    tar = _altered_header(entries, fmt, where, field_offset, value)
     if cut is not None:
         tar = tar[: cut % (len(tar) + 1)]
     upload = gz(bytes(tar))
@@ -782,13 +791,7 @@ def test_whatever_we_accept_tarfile_reads_identically(
 def test_whatever_we_accept_gnu_tar_lists_identically(
     entries: list[tuple[str, bytes | None]], fmt: int, where: int, field_offset: int, value: bytes
 ) -> None:
-    tar = bytearray(gzip.decompress(tarfile_archive(entries, fmt)))
-    offsets = _header_offsets(bytes(tar))
-    if offsets:
-        start = offsets[where % len(offsets)]
-        for index, byte in enumerate(value):
-            tar[start + field_offset + index] = byte
-        _fix_checksum(tar, start)
+    tar = _altered_header(entries, fmt, where, field_offset, value)
     upload = gz(bytes(tar))
     try:
         ours = inspect_bytes(upload)
