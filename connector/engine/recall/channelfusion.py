@@ -16,7 +16,8 @@ written together); memories alone in their folder get nothing from it.
 
 The floor: the query matches well when the best fused score reaches ``floor``; then the
 memories within ``window`` of the best fused score (and at least ``hit_floor``) are
-listed. The parameters are chosen by cross-validation across the development sets
+listed, except lookalikes (``lookalike``): a memory that holds none of the query's words
+is listed after the best only when a model sets it apart from the brain. The parameters are chosen by cross-validation across the development sets
 (bench/locomo.py --cv, docs/recall.md).
 
 Pure logic: the same channels and parameters always give the same answer.
@@ -49,6 +50,10 @@ class ChannelFusion:
     hit_floor: float | None = None  # listed: fused score at least this
     gate: bool = True  # the caller's absolute test (hybrid's strength and hubness floor) must pass too
     e5_floor: float | None = None  # with e5: the best e5 cosine must reach this too
+    # Listed beyond the best: a memory holding none of the query's words (BM25 0) must reach this
+    # z-score in one of the models (USE, e5): a lookalike (the same sentence template, another topic)
+    # is close by meaning to any query about it, but does not stand out of the brain like an answer.
+    lookalike: float | None = None
 
     def weight(self, channel: str) -> float:
         return float(getattr(self, channel))
@@ -169,10 +174,25 @@ def fuse_zscores(
         listed &= fused >= best - fusion.window
     if fusion.hit_floor is not None:
         listed &= (fused >= fusion.hit_floor) | (fused >= best)
+    if fusion.lookalike is not None:
+        listed &= _not_lookalike(normalised, fusion.lookalike, count) | (fused >= best)
     return fused, listed
+
+
+def _not_lookalike(normalised: Mapping[str, np.ndarray], standout: float, count: int) -> np.ndarray:
+    """The memories holding one of the query's words, or standing out by ``standout`` in a model."""
+    words = normalised.get("bm25")
+    keep = words > 0 if words is not None else np.ones(count, dtype=bool)
+    for name in ("use", "e5"):
+        values = normalised.get(name)
+        if values is not None:
+            keep = keep | (values >= standout)
+    return keep
 
 
 # The shipped parameters (bench/locomo.py, docs/recall.md): fitted on LoCoMo conversations 26
 # and 30 and the recall-quality set together; the cross-validation across sets is reported there.
+# The lookalike cut (3.0: the clip, a model's strongest) was chosen by both folds of the
+# cross-validation (fit on LoCoMo and half the recall-quality queries, score the other half).
 CHANNEL_FUSION = ChannelFusion(exact=0.0, bm25=0.25, use=0.5, e5=1.0, clip=3.0, context=0.3, gate=True, window=1.5,
-                               hit_floor=1.5)
+                               hit_floor=1.5, lookalike=3.0)
