@@ -88,6 +88,13 @@ def test_a_lookalike_is_listed_only_when_a_model_sets_it_apart() -> None:
     assert listed[[0, 1, 2]].all() and fused[1] >= 1.0
     _, cut = fuse_channels(channels, replace(fusion, lookalike=3.0), np.ones(200, bool))
     assert cut[0] and not cut[1] and cut[2]
+    # A memory holding only a sliver of the query's words (a common one: a tenth of the best
+    # memory's BM25) counts as holding none when ``lookalike_words`` asks for more.
+    bm25[1] = 0.2
+    _, some = fuse_channels(channels, replace(fusion, lookalike=3.0), np.ones(200, bool))
+    _, sliver = fuse_channels(channels, replace(fusion, lookalike=3.0, lookalike_words=0.5), np.ones(200, bool))
+    assert some[1] and not sliver[1] and sliver[0] and sliver[2]
+    bm25[1] = 0.0
     # The best is always listed, whatever it holds.
     use[0] = 0.6  # no memory holds a query word: the best and the standout are listed
     fused, alone = fuse_channels({"bm25": np.zeros(200, np.float32), "use": use, "e5": e5},

@@ -50,10 +50,12 @@ class ChannelFusion:
     hit_floor: float | None = None  # listed: fused score at least this
     gate: bool = True  # the caller's absolute test (hybrid's strength and hubness floor) must pass too
     e5_floor: float | None = None  # with e5: the best e5 cosine must reach this too
-    # Listed beyond the best: a memory holding none of the query's words (BM25 0) must reach this
-    # z-score in one of the models (USE, e5): a lookalike (the same sentence template, another topic)
-    # is close by meaning to any query about it, but does not stand out of the brain like an answer.
+    # Listed beyond the best: a memory that holds too little of the query's words (its BM25, on the
+    # fused scale: ``clip`` x its share of the best memory's, at most ``lookalike_words``) must reach
+    # ``lookalike`` z-score in one of the models (USE, e5): a lookalike (the same sentence template,
+    # another topic) is close by meaning to any query about it, but does not stand out like an answer.
     lookalike: float | None = None
+    lookalike_words: float = 0.0
 
     def weight(self, channel: str) -> float:
         return float(getattr(self, channel))
@@ -175,14 +177,15 @@ def fuse_zscores(
     if fusion.hit_floor is not None:
         listed &= (fused >= fusion.hit_floor) | (fused >= best)
     if fusion.lookalike is not None:
-        listed &= _not_lookalike(normalised, fusion.lookalike, count) | (fused >= best)
+        listed &= _not_lookalike(normalised, fusion.lookalike, fusion.lookalike_words, count) | (fused >= best)
     return fused, listed
 
 
-def _not_lookalike(normalised: Mapping[str, np.ndarray], standout: float, count: int) -> np.ndarray:
-    """The memories holding one of the query's words, or standing out by ``standout`` in a model."""
+def _not_lookalike(normalised: Mapping[str, np.ndarray], standout: float, words_over: float, count: int) -> np.ndarray:
+    """The memories holding the query's words (scaled BM25 over ``words_over``), or standing out
+    by ``standout`` in a model."""
     words = normalised.get("bm25")
-    keep = words > 0 if words is not None else np.ones(count, dtype=bool)
+    keep = words > words_over if words is not None else np.ones(count, dtype=bool)
     for name in ("use", "e5"):
         values = normalised.get(name)
         if values is not None:
@@ -192,7 +195,9 @@ def _not_lookalike(normalised: Mapping[str, np.ndarray], standout: float, count:
 
 # The shipped parameters (bench/locomo.py, docs/recall.md): fitted on LoCoMo conversations 26
 # and 30 and the recall-quality set together; the cross-validation across sets is reported there.
-# The lookalike cut (3.0: the clip, a model's strongest) was chosen by both folds of the
-# cross-validation (fit on LoCoMo and half the recall-quality queries, score the other half).
-CHANNEL_FUSION = ChannelFusion(exact=0.0, bm25=0.25, use=0.5, e5=1.0, clip=3.0, context=0.3, gate=True, window=1.5,
-                               hit_floor=1.5, lookalike=3.0)
+# The listing (window, hit floor, the lookalike cut: 3.0 is the clip, a model's strongest) was
+# chosen alike by every fold of bench/locomo.py --cv-listing (fit on LoCoMo and half the
+# recall-quality queries, score the other half; fit on recall-quality and four conversations,
+# score the fifth).
+CHANNEL_FUSION = ChannelFusion(exact=0.0, bm25=0.25, use=0.5, e5=1.0, clip=3.0, context=0.3, gate=True, window=1.25,
+                               hit_floor=1.6, lookalike=3.0, lookalike_words=0.25)
