@@ -95,6 +95,15 @@ def test_a_lookalike_is_listed_only_when_a_model_sets_it_apart() -> None:
     _, sliver = fuse_channels(channels, replace(fusion, lookalike=3.0, lookalike_words=0.5), np.ones(200, bool))
     assert some[1] and not sliver[1] and sliver[0] and sliver[2]
     bm25[1] = 0.0
+    # Before the brain's e5 vectors are there, USE alone decides, at its own standout.
+    use[1] = 0.525  # a z-score near 2.87 over this brain
+    no_e5 = {"bm25": bm25, "use": use, "e5": None}
+    z = float(zscores(use, np.ones(200, bool), 3.0)[1])
+    assert 2.75 < z < 3.0
+    _, strict = fuse_channels(no_e5, replace(fusion, lookalike=3.0), np.ones(200, bool))
+    _, alone = fuse_channels(no_e5, replace(fusion, lookalike=3.0, lookalike_use_alone=2.75), np.ones(200, bool))
+    assert not strict[1] and alone[1]
+    use[1] = 0.5
     # The best is always listed, whatever it holds.
     use[0] = 0.6  # no memory holds a query word: the best and the standout are listed
     fused, alone = fuse_channels({"bm25": np.zeros(200, np.float32), "use": use, "e5": e5},

@@ -56,6 +56,8 @@ class ChannelFusion:
     # another topic) is close by meaning to any query about it, but does not stand out like an answer.
     lookalike: float | None = None
     lookalike_words: float = 0.0
+    # The same cut while the brain's e5 vectors are not there yet (USE alone); None: ``lookalike``.
+    lookalike_use_alone: float | None = None
 
     def weight(self, channel: str) -> float:
         return float(getattr(self, channel))
@@ -177,7 +179,10 @@ def fuse_zscores(
     if fusion.hit_floor is not None:
         listed &= (fused >= fusion.hit_floor) | (fused >= best)
     if fusion.lookalike is not None:
-        listed &= _not_lookalike(normalised, fusion.lookalike, fusion.lookalike_words, count) | (fused >= best)
+        standout = fusion.lookalike
+        if "e5" not in normalised and fusion.lookalike_use_alone is not None:
+            standout = fusion.lookalike_use_alone
+        listed &= _not_lookalike(normalised, standout, fusion.lookalike_words, count) | (fused >= best)
     return fused, listed
 
 
@@ -199,5 +204,5 @@ def _not_lookalike(normalised: Mapping[str, np.ndarray], standout: float, words_
 # chosen alike by every fold of bench/locomo.py --cv-listing (fit on LoCoMo and half the
 # recall-quality queries, score the other half; fit on recall-quality and four conversations,
 # score the fifth).
-CHANNEL_FUSION = ChannelFusion(exact=0.0, bm25=0.25, use=0.5, e5=1.0, clip=3.0, context=0.3, gate=True, window=1.25,
-                               hit_floor=1.6, lookalike=3.0, lookalike_words=0.25)
+CHANNEL_FUSION = ChannelFusion(exact=0.0, bm25=0.25, use=0.5, e5=1.0, clip=3.0, context=0.3, gate=True, window=1.5,
+                               hit_floor=1.6, lookalike=3.0, lookalike_words=0.25, lookalike_use_alone=2.75)
