@@ -16,9 +16,10 @@ written together); memories alone in their folder get nothing from it.
 
 The floor: the query matches well when the best fused score reaches ``floor``; then the
 memories within ``window`` of the best fused score (and at least ``hit_floor``) are
-listed, except lookalikes (``lookalike``): a memory that holds none of the query's words
-is listed after the best only when a model sets it apart from the brain. The parameters are chosen by cross-validation across the development sets
-(bench/locomo.py --cv, docs/recall.md).
+listed, except lookalikes (``lookalike``): a memory that holds (almost) none of the
+query's words is listed after the best only when a model sets it apart from the brain.
+The parameters are chosen by cross-validation across the development sets
+(bench/locomo.py --cv and --cv-listing, docs/recall.md).
 
 Pure logic: the same channels and parameters always give the same answer.
 """
@@ -200,9 +201,9 @@ def _not_lookalike(normalised: Mapping[str, np.ndarray], standout: float, words_
 
 # The shipped parameters (bench/locomo.py, docs/recall.md): fitted on LoCoMo conversations 26
 # and 30 and the recall-quality set together; the cross-validation across sets is reported there.
-# The listing (window, hit floor, the lookalike cut: 3.0 is the clip, a model's strongest) was
-# chosen alike by every fold of bench/locomo.py --cv-listing (fit on LoCoMo and half the
+# The listing (window, hit floor, the lookalike cut: 3.0 is the clip, a model's strongest) is
+# what six of the seven folds of bench/locomo.py --cv-listing chose (fit on LoCoMo and half the
 # recall-quality queries, score the other half; fit on recall-quality and four conversations,
-# score the fifth).
+# score the fifth; every set counted with and without e5), docs/recall.md.
 CHANNEL_FUSION = ChannelFusion(exact=0.0, bm25=0.25, use=0.5, e5=1.0, clip=3.0, context=0.3, gate=True, window=1.5,
                                hit_floor=1.6, lookalike=3.0, lookalike_words=0.25, lookalike_use_alone=2.75)
