@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from connector.engine.recall.channelfusion import ChannelFusion, Z_POPULATION, fuse_channels, neighbours, zscores
@@ -69,3 +71,41 @@ def test_offsets_move_a_memory_before_anything_is_listed() -> None:
     fused, listed = fuse_channels({"use": use}, ChannelFusion(exact=0, bm25=0, e5=0, use=1.0), np.ones(100, bool),
                                   offsets=offsets)
     assert fused[2] > fused[1] and listed[1] and listed[2]
+
+
+def test_a_lookalike_is_listed_only_when_a_model_sets_it_apart() -> None:
+    # Memory 0 is the answer (a query word, both models); 1 shares no word and is close by
+    # meaning (a lookalike); 2 shares no word but one model puts it at the clip (another language).
+    use = _population(200)
+    e5 = _population(200, seed=2)
+    use[[0, 1, 2]] = [0.9, 0.5, 0.9]
+    e5[[0, 1, 2]] = [0.9, 0.5, 0.35]
+    bm25 = np.zeros(200, dtype=np.float32)
+    bm25[0] = 2.0
+    channels = {"bm25": bm25, "use": use, "e5": e5}
+    fusion = ChannelFusion(exact=0, bm25=0.25, use=0.5, e5=1.0, clip=3.0, window=3.0, hit_floor=1.0)
+    fused, listed = fuse_channels(channels, fusion, np.ones(200, bool))
+    assert listed[[0, 1, 2]].all() and fused[1] >= 1.0
+    _, cut = fuse_channels(channels, replace(fusion, lookalike=3.0), np.ones(200, bool))
+    assert cut[0] and not cut[1] and cut[2]
+    # A memory holding only a sliver of the query's words (a common one: a tenth of the best
+    # memory's BM25) counts as holding none when ``lookalike_words`` asks for more.
+    bm25[1] = 0.2
+    _, some = fuse_channels(channels, replace(fusion, lookalike=3.0), np.ones(200, bool))
+    _, sliver = fuse_channels(channels, replace(fusion, lookalike=3.0, lookalike_words=0.5), np.ones(200, bool))
+    assert some[1] and not sliver[1] and sliver[0] and sliver[2]
+    bm25[1] = 0.0
+    # Before the brain's e5 vectors are there, USE alone decides, at its own standout.
+    use[1] = 0.525  # a z-score near 2.87 over this brain
+    no_e5 = {"bm25": bm25, "use": use, "e5": None}
+    z = float(zscores(use, np.ones(200, bool), 3.0)[1])
+    assert 2.75 < z < 3.0
+    _, strict = fuse_channels(no_e5, replace(fusion, lookalike=3.0), np.ones(200, bool))
+    _, alone = fuse_channels(no_e5, replace(fusion, lookalike=3.0, lookalike_use_alone=2.75), np.ones(200, bool))
+    assert not strict[1] and alone[1]
+    use[1] = 0.5
+    # The best is always listed, whatever it holds.
+    use[0] = 0.6  # no memory holds a query word: the best and the standout are listed
+    fused, alone = fuse_channels({"bm25": np.zeros(200, np.float32), "use": use, "e5": e5},
+                                 replace(fusion, lookalike=3.0, window=10.0, hit_floor=None), np.ones(200, bool))
+    assert int(np.argmax(fused)) == 0 and alone[0] and alone[2] and not alone[1] and alone.sum() == 2
