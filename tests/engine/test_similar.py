@@ -153,15 +153,15 @@ def test_answer_shapes(prepared, model_store) -> None:  # type: ignore[no-untype
         return Candidate(name, name, cosine, pair_features(new, old, cosine, cosine - 0.1, lambda term: 1.0, 0.3), exact)
 
     pool = [examined("related-0.5", changed, 0.5), examined("update-0.8", changed, 0.8),
-            examined("related-0.6", changed, 0.6), examined("duplicate-0.6", same, 0.6),
+            examined("related-0.55", changed, 0.55), examined("duplicate-0.6", same, 0.6),
             examined("below-floor", changed, 0.3), examined("update-0.95", changed, 0.95),
             examined("related-0.46", changed, 0.46), examined("exact", same, 0.2, exact=True)]
     listed = decide(pool, limit=10)
     assert [(item.id, item.relation) for item in listed] == [
         ("exact", DUPLICATE), ("duplicate-0.6", DUPLICATE), ("update-0.95", UPDATE), ("update-0.8", UPDATE),
-        ("related-0.6", RELATED), ("related-0.5", RELATED), ("related-0.46", RELATED)]
+        ("related-0.55", RELATED), ("related-0.5", RELATED), ("related-0.46", RELATED)]
     scores = [item.score for item in listed]
-    assert scores[0] == 1.0 and scores[1:4] == sorted(scores[1:4], reverse=True) and scores[4:] == [0.6, 0.5, 0.46]
+    assert scores[0] == 1.0 and scores[1:4] == sorted(scores[1:4], reverse=True) and scores[4:] == [0.55, 0.5, 0.46]
     assert decide(pool, limit=3) == listed[:3] and decide(pool, limit=0) == []
 
 
