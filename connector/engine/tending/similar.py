@@ -19,9 +19,10 @@ How it decides (docs/memory-governance.md has the measurements):
    scripts (a translation scores a lower cosine than a paraphrase), the IDF-weighted
    share of words (CJK: character bigrams) they have in common, whether their
    *values* (numbers, times, dates, amounts, month and weekday names, CJK numerals)
-   agree or one replaced another, whether one is negated where the other is not, and
+   agree or one replaced another, whether one is negated where the other is not,
    the cosine less the existing memory's hubness (a memory in a dense part of the
-   brain is close to any new fact about that part).
+   brain is close to any new fact about that part), and whether both are Chinese or
+   both Japanese (the model's cosines run on another scale within each language).
 3. Two logistic regressions on those features give the probability that the pair is
    a flag (duplicate or update) and, for a flag, that it is an update rather than a
    duplicate. Their few coefficients are constants below, fitted by
