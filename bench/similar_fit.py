@@ -7,8 +7,9 @@ This script computes those features for every item of a memory-governance set, t
 
 1. splits the items in two halves (alternating within each label and language), fits on
    one half and scores the other with the README's metrics, both ways round;
-   and prints what each flag threshold would give on the other half (FLAG_THRESHOLD is
-   chosen from that);
+   and prints what each flag threshold would give on the other half; then the same over
+   ``--repeats`` random stratified half splits (mean held-out figures per threshold:
+   FLAG_THRESHOLD is chosen from those, where one split's few items move less);
 2. fits on all items and prints the constants to paste into similar.py
    (FLAG_WEIGHTS, KIND_WEIGHTS), with the metrics of that fit on the whole set.
 
@@ -26,6 +27,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import random
 import sys
 from collections import defaultdict
 from dataclasses import replace
@@ -43,10 +45,12 @@ from similar_bench import DEFAULT_SET, incoming_of, judge, load_set, print_table
 from connector.engine.format.archive import load_directory  # noqa: E402
 from connector.engine.recall.hybrid import HybridIndex  # noqa: E402
 from connector.engine.recall.index import BrainIndex  # noqa: E402
-from connector.engine.tending.similar import FEATURES, FLAG_THRESHOLD, Candidate, Model, candidates, decide  # noqa: E402
+from connector.engine.tending.similar import (  # noqa: E402
+    FEATURES, FLAG_ONLY, FLAG_THRESHOLD, Candidate, Model, candidates, decide,
+)
 from connector.workcopy.vectors import VectorStore  # noqa: E402
 
-THRESHOLDS = (0.45, 0.5, 0.55, 0.6, 0.65)
+THRESHOLDS = (0.4, 0.45, 0.5, 0.55, 0.6, 0.65)
 THRESHOLD_COLUMNS = ("dup_flag_recall", "update_flag_recall", "right_relation", "false_flags_related",
                      "false_flags_unrelated")
 L2 = 3.0  # ridge on the standardised weights: few features, ~80 items per half (1.0 and 0.3 score alike)
@@ -99,7 +103,10 @@ def fit(items: list[dict[str, Any]], examined: list[list[Candidate]]) -> Model:
                 kind_x.append(candidate.features)
                 kind_y.append(1.0 if item["label"] == "update" else 0.0)
     flag = logistic_fit(np.array(flag_x), np.array(flag_y))
-    kind = logistic_fit(np.array(kind_x), np.array(kind_y))
+    # The kind model leaves FLAG_ONLY out: its weights for them are 0.
+    used = np.array([name not in FLAG_ONLY for name in FEATURES])
+    kind = np.zeros(len(FEATURES) + 1)
+    kind[np.concatenate([[True], used])] = logistic_fit(np.array(kind_x)[:, used], np.array(kind_y))
     return Model(tuple(flag.tolist()), tuple(kind.tolist()))
 
 
@@ -120,6 +127,48 @@ def halves(items: list[dict[str, Any]]) -> tuple[list[int], list[int]]:
     return first, second
 
 
+def random_halves(items: list[dict[str, Any]], seed: int) -> tuple[list[int], list[int]]:
+    """Item positions of two random halves, stratified by (label, language) (odd groups
+    give their extra item to either half at random)."""
+    rng = random.Random(seed)
+    groups: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for position, item in enumerate(items):
+        groups[(item["label"], item["lang"])].append(position)
+    first, second = [], []
+    for members in groups.values():
+        rng.shuffle(members)
+        cut = len(members) // 2 + (len(members) % 2 if rng.random() < 0.5 else 0)
+        first += members[:cut]
+        second += members[cut:]
+    return first, second
+
+
+def repeated(items: list[dict[str, Any]], examined: list[list[Candidate]], repeats: int) -> None:
+    """Mean held-out figures over ``repeats`` random half splits, both ways round (each item
+    scored once per split by the model fitted on the other half), per flag threshold."""
+    sums: dict[float, np.ndarray] = {threshold: np.zeros(4) for threshold in THRESHOLDS}
+    for seed in range(repeats):
+        first, second = random_halves(items, seed)
+        models = [(fit([items[i] for i in train], [examined[i] for i in train]), test)
+                  for train, test in ((first, second), (second, first))]
+        for threshold in THRESHOLDS:
+            outcomes: list[dict[str, Any] | None] = [None] * len(items)
+            for model, test in models:
+                for i in test:
+                    found = decide(examined[i], model=replace(model, threshold=threshold))
+                    outcomes[i] = judge(items[i], [s.to_json() for s in found])
+            row = slices(items, outcomes)["overall"]  # type: ignore[arg-type]
+            negatives = [item["label"] in ("related", "unrelated") for item in items]
+            false_flags = sum(o["any_flag"] for o, negative in zip(outcomes, negatives) if negative and o) / sum(negatives)
+            sums[threshold] += [row["dup_flag_recall"], row["update_flag_recall"], row["right_relation"], false_flags]
+    print(f"\n## {repeats} random half splits, both ways: mean held-out figures by flag threshold "
+          f"(FLAG_THRESHOLD {FLAG_THRESHOLD})")
+    print("| threshold | dup flag recall | update flag recall | right relation | false flags related + unrelated |")
+    print("|---|---:|---:|---:|---:|")
+    for threshold, total in sums.items():
+        print(f"| {threshold:.2f} | " + " | ".join(f"{value / repeats:.3f}" for value in total) + " |")
+
+
 def constants(model: Model) -> str:
     """The lines to paste into similar.py."""
     def fmt(values: tuple[float, ...]) -> str:
@@ -130,8 +179,12 @@ def constants(model: Model) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("set", nargs="?", type=Path, default=DEFAULT_SET)
+    parser.add_argument("--repeats", type=int, default=12,
+                        help="random half splits for the mean held-out figures (0: none)")
     args = parser.parse_args()
     items, examined = examine(args.set)
+    if args.repeats > 0:
+        repeated(items, examined, args.repeats)
     first, second = halves(items)
     for name, train, test in (("A", first, second), ("B", second, first)):
         model = fit([items[i] for i in train], [examined[i] for i in train])

@@ -10,10 +10,12 @@ from connector.engine.recall.index import BrainIndex
 from connector.engine.tending.similar import (
     DUPLICATE,
     FEATURES,
+    MODEL,
     RELATED,
     UPDATE,
     Candidate,
     Incoming,
+    _logistic,
     _Text,
     candidates,
     classify,
@@ -153,15 +155,15 @@ def test_answer_shapes(prepared, model_store) -> None:  # type: ignore[no-untype
         return Candidate(name, name, cosine, pair_features(new, old, cosine, cosine - 0.1, lambda term: 1.0, 0.3), exact)
 
     pool = [examined("related-0.5", changed, 0.5), examined("update-0.8", changed, 0.8),
-            examined("related-0.6", changed, 0.6), examined("duplicate-0.6", same, 0.6),
+            examined("related-0.55", changed, 0.55), examined("duplicate-0.6", same, 0.6),
             examined("below-floor", changed, 0.3), examined("update-0.95", changed, 0.95),
             examined("related-0.46", changed, 0.46), examined("exact", same, 0.2, exact=True)]
     listed = decide(pool, limit=10)
     assert [(item.id, item.relation) for item in listed] == [
         ("exact", DUPLICATE), ("duplicate-0.6", DUPLICATE), ("update-0.95", UPDATE), ("update-0.8", UPDATE),
-        ("related-0.6", RELATED), ("related-0.5", RELATED), ("related-0.46", RELATED)]
+        ("related-0.55", RELATED), ("related-0.5", RELATED), ("related-0.46", RELATED)]
     scores = [item.score for item in listed]
-    assert scores[0] == 1.0 and scores[1:4] == sorted(scores[1:4], reverse=True) and scores[4:] == [0.6, 0.5, 0.46]
+    assert scores[0] == 1.0 and scores[1:4] == sorted(scores[1:4], reverse=True) and scores[4:] == [0.55, 0.5, 0.46]
     assert decide(pool, limit=3) == listed[:3] and decide(pool, limit=0) == []
 
 
@@ -228,3 +230,30 @@ def test_hubness_of_candidates_comes_from_the_hybrid_index(prepared, model_store
         position = index.positions[candidate.id]
         features = dict(zip(FEATURES, candidate.features.tolist(), strict=True))
         assert features["above_hub"] == pytest.approx(candidate.cosine - hybrid.hubness([position])[position], abs=1e-6)
+
+
+def test_a_same_language_pair_gets_its_language_offset_in_the_flag_model_only() -> None:
+    # The sentence model's cosines run on another scale within Chinese and within Japanese
+    # than within English: a pair of the same script gets its language's offset; a
+    # cross-lingual pair gets `cross` instead, never an offset.
+    english = _Text.of("The company check-up is in June this year.")
+    chinese = _Text.of("公司体检今年在六月。")
+    chinese_changed = _Text.of("公司体检改到九月了。")
+    japanese = _Text.of("会社の健康診断は今年六月です。")
+    japanese_changed = _Text.of("会社の健康診断は九月に変わった。")
+
+    def offsets(new: _Text, old: _Text) -> tuple[float, float, float]:
+        named = dict(zip(FEATURES, pair_features(new, old, 0.7, 0.5, lambda term: 1.0, 0.3).tolist(), strict=True))
+        return named["same_zh"], named["same_ja"], named["cross"]
+
+    assert offsets(chinese, chinese_changed) == (1.0, 0.0, 0.0)
+    assert offsets(japanese, japanese_changed) == (0.0, 1.0, 0.0)
+    assert offsets(english, _Text.of("The company health check-up is in September.")) == (0.0, 0.0, 0.0)
+    assert offsets(chinese, english) == (0.0, 0.0, 1.0)
+    assert offsets(japanese, chinese) == (0.0, 0.0, 1.0)
+    # The offset moves where a flag starts, never which kind a flagged pair is.
+    features = pair_features(japanese, japanese_changed, 0.7, 0.5, lambda term: 1.0, 0.3)
+    without = features.copy()
+    without[FEATURES.index("same_ja")] = 0.0
+    assert _logistic(MODEL.flag, features) != pytest.approx(_logistic(MODEL.flag, without))
+    assert _logistic(MODEL.kind, features) == pytest.approx(_logistic(MODEL.kind, without))
