@@ -89,6 +89,14 @@ def connector(
         yield server
 
 
+def module_connector(module_store: RunningStore, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One connector with the settings above on the module's shared store, for tests that each sign in
+    their own users and change nothing connector-wide (no restart, no setting of their own):
+    ``served = pytest.fixture(module_connector, scope="module", name="served")``."""
+    with connector(tmp_path_factory.mktemp("connector"), module_store) as server:
+        yield server
+
+
 def mint(base: str, user: StoreUser, scopes: set[str], *, audience: str | None = None, ttl: int = 3600) -> str:
     """An access token sealed with the connector's key, as its /token endpoint would issue."""
     claims = AccessClaims(
