@@ -8,7 +8,6 @@ import json
 import re
 import zipfile
 from pathlib import Path
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -18,23 +17,11 @@ from connector.engine.format.text import memory_body
 from tests.connector.imports import samples
 from tests.connector.oauth.live import running_connector
 from tests.connector.test_e2e_thinking import fake_model
-from tests.support.processes import ServerProcess
 
-from ..conftest import RunningStore, brains_of, direct_memorize, download_brain, shared_store
+from ..conftest import RunningStore, brains_of, direct_memorize, download_brain
 from .conftest import csrf_of, signed_in_browser
 
 pytestmark = pytest.mark.timeout(240)
-
-# Every test here makes its own users and looks only at their brains: one store for the module ...
-store = pytest.fixture(shared_store, name="store")
-
-
-@pytest.fixture(scope="module")
-def served(module_store: RunningStore, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """... and one connector with the default settings, for the tests that set none of their own."""
-    work = tmp_path_factory.mktemp("connector")
-    with running_connector(work, module_store.url, state_dir=work / "state") as server:
-        yield server
 
 
 def at_store(store: RunningStore, token: str) -> dict[str, dict[str, Any]]:
@@ -74,51 +61,53 @@ def vault_zip(root: Path) -> bytes:
 
 
 def test_a_vault_zip_and_a_mem0_export_are_checked_then_imported_duplicates_reported(
-        store: RunningStore, served: ServerProcess, tmp_path: Path) -> None:
+        store: RunningStore, tmp_path: Path) -> None:
     alice = store.add_user("alice")
     brain_id = brains_of(store.url, alice.token)[0]["id"]
     direct_memorize(store.url, alice.token, brain_id, "The compost bin is turned every second Sunday.")
-    browser = signed_in_browser(served.base_url, alice.token, "198.51.100.7")
-    before = at_store(store, alice.token)
-    preview = upload(browser, "Vault.zip", vault_zip(tmp_path))
-    assert preview.status_code == 200, preview.text
-    text = preview.text
-    assert "2 new memories would be saved" in text and "1 already in this brain (skipped)" in text
-    assert "Compost: already held as" in text and "Empty.md: no text" in text
-    assert at_store(store, alice.token) == before  # the dry run wrote nothing
-    confirm(browser, preview)
-    after = at_store(store, alice.token)
-    assert set(after) - set(before) == {"Tomato plan", "2024-05-02"}
-    assert after["Tomato plan"]["tags"] == ["garden", "plants"]
-    assert 'source: "imported from Vault.zip/Vault/Projects/Garden/Tomatoes.md"' in after["Tomato plan"]["text"]
+    with running_connector(tmp_path, store.url, state_dir=tmp_path / "state") as server:
+        browser = signed_in_browser(server.base_url, alice.token, "198.51.100.7")
+        before = at_store(store, alice.token)
+        preview = upload(browser, "Vault.zip", vault_zip(tmp_path))
+        assert preview.status_code == 200, preview.text
+        text = preview.text
+        assert "2 new memories would be saved" in text and "1 already in this brain (skipped)" in text
+        assert "Compost: already held as" in text and "Empty.md: no text" in text
+        assert at_store(store, alice.token) == before  # the dry run wrote nothing
+        confirm(browser, preview)
+        after = at_store(store, alice.token)
+        assert set(after) - set(before) == {"Tomato plan", "2024-05-02"}
+        assert after["Tomato plan"]["tags"] == ["garden", "plants"]
+        assert 'source: "imported from Vault.zip/Vault/Projects/Garden/Tomatoes.md"' in after["Tomato plan"]["text"]
 
-    preview = upload(browser, "memories.json", json.dumps(samples.MEM0_RESULTS).encode(), "mem0")
-    assert "2 new memories would be saved" in preview.text
-    confirm(browser, preview)
-    veggie = at_store(store, alice.token)["Is a vegetarian and allergic to nuts"]
-    assert veggie["tags"] == ["user:alex", "food", "source:onboarding"] and veggie["origin"] == "agent-inferred"
+        preview = upload(browser, "memories.json", json.dumps(samples.MEM0_RESULTS).encode(), "mem0")
+        assert "2 new memories would be saved" in preview.text
+        confirm(browser, preview)
+        veggie = at_store(store, alice.token)["Is a vegetarian and allergic to nuts"]
+        assert veggie["tags"] == ["user:alex", "food", "source:onboarding"] and veggie["origin"] == "agent-inferred"
 
-    # Again: everything is already here; nothing to confirm, nothing written.
-    before = at_store(store, alice.token)
-    again = upload(browser, "memories.json", json.dumps(samples.MEM0_RESULTS).encode())
-    assert "0 new memories would be saved" in again.text and "2 already in this brain" in again.text
-    assert 'name="reference"' not in again.text
-    assert at_store(store, alice.token) == before
-    log = served.log()
+        # Again: everything is already here; nothing to confirm, nothing written.
+        before = at_store(store, alice.token)
+        again = upload(browser, "memories.json", json.dumps(samples.MEM0_RESULTS).encode())
+        assert "0 new memories would be saved" in again.text and "2 already in this brain" in again.text
+        assert 'name="reference"' not in again.text
+        assert at_store(store, alice.token) == before
+        log = server.log()
     assert "Traceback" not in log and '"status": 500' not in log
 
 
-def test_our_markdown_export_round_trips_through_the_web_app(store: RunningStore, served: ServerProcess) -> None:
+def test_our_markdown_export_round_trips_through_the_web_app(store: RunningStore, tmp_path: Path) -> None:
     alice, bob = store.add_user("alice"), store.add_user("bob")
     brain_id = brains_of(store.url, alice.token)[0]["id"]
     direct_memorize(store.url, alice.token, brain_id, "Dentist appointments are on Tuesdays.")
     direct_memorize(store.url, alice.token, brain_id, "路由器的说明书在书房的抽屉里。")
-    exported = signed_in_browser(served.base_url, alice.token, "198.51.100.8").get("/app/export/memories.zip")
-    assert exported.status_code == 200
-    bobs = signed_in_browser(served.base_url, bob.token, "198.51.100.9")
-    preview = upload(bobs, "brain-20260101.zip", exported.content)
-    assert "2 new memories would be saved" in preview.text, preview.text
-    confirm(bobs, preview)
+    with running_connector(tmp_path, store.url, state_dir=tmp_path / "state") as server:
+        exported = signed_in_browser(server.base_url, alice.token, "198.51.100.8").get("/app/export/memories.zip")
+        assert exported.status_code == 200
+        bobs = signed_in_browser(server.base_url, bob.token, "198.51.100.9")
+        preview = upload(bobs, "brain-20260101.zip", exported.content)
+        assert "2 new memories would be saved" in preview.text, preview.text
+        confirm(bobs, preview)
     first, second = at_store(store, alice.token), at_store(store, bob.token)
     assert set(first) == set(second) and len(first) == 2
     for title, old in first.items():
@@ -129,25 +118,26 @@ def test_our_markdown_export_round_trips_through_the_web_app(store: RunningStore
 
 
 def test_bad_files_and_conversations_without_a_model_are_refused_and_change_nothing(
-        store: RunningStore, served: ServerProcess) -> None:
+        store: RunningStore, tmp_path: Path) -> None:
     alice = store.add_user("alice")
     brain_id = brains_of(store.url, alice.token)[0]["id"]
     direct_memorize(store.url, alice.token, brain_id, "The boiler is serviced every October.")
-    browser = signed_in_browser(served.base_url, alice.token, "198.51.100.10")
-    before = at_store(store, alice.token)
-    cases = [
-        ("note.md", b"---\ntitle: [unclosed\n---\nbody\n", "auto", "note.md, line 2: the front matter is not YAML"),
-        ("export.json", b'[\n{"memory": "a"},\n{"memory": }\n]', "auto", "export.json, line 3: not JSON"),
-        ("conversations.json", json.dumps(samples.chatgpt_conversations()).encode(), "auto", "needs a model"),
-        ("conversations.json", json.dumps(samples.claude_conversations()).encode(), "claude", "needs a model"),
-        ("m.json", json.dumps(samples.MEM0_LIST).encode(), "chatgpt", "is not a ChatGPT conversations export"),
-    ]
-    for name, data, chosen, reason in cases:
-        answer = upload(browser, name, data, chosen)
-        assert answer.status_code == 400, (name, answer.text)
-        assert reason in answer.text and 'name="reference"' not in answer.text, (name, reason)
-    assert at_store(store, alice.token) == before
-    log = served.log()
+    with running_connector(tmp_path, store.url, state_dir=tmp_path / "state") as server:
+        browser = signed_in_browser(server.base_url, alice.token, "198.51.100.10")
+        before = at_store(store, alice.token)
+        cases = [
+            ("note.md", b"---\ntitle: [unclosed\n---\nbody\n", "auto", "note.md, line 2: the front matter is not YAML"),
+            ("export.json", b'[\n{"memory": "a"},\n{"memory": }\n]', "auto", "export.json, line 3: not JSON"),
+            ("conversations.json", json.dumps(samples.chatgpt_conversations()).encode(), "auto", "needs a model"),
+            ("conversations.json", json.dumps(samples.claude_conversations()).encode(), "claude", "needs a model"),
+            ("m.json", json.dumps(samples.MEM0_LIST).encode(), "chatgpt", "is not a ChatGPT conversations export"),
+        ]
+        for name, data, chosen, reason in cases:
+            answer = upload(browser, name, data, chosen)
+            assert answer.status_code == 400, (name, answer.text)
+            assert reason in answer.text and 'name="reference"' not in answer.text, (name, reason)
+        assert at_store(store, alice.token) == before
+        log = server.log()
     assert "Traceback" not in log
 
 
