@@ -18,15 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.connector.conftest import (
-    RunningStore,
-    auth,
-    brains_of,
-    direct_memorize,
-    download_brain,
-    memory_ids,
-    shared_store,
-)
+from tests.connector.conftest import RunningStore, auth, brains_of, direct_memorize, download_brain, memory_ids, shared_store
 from tests.connector.test_e2e_sharing import store_cli, text
 from tests.connector.test_e2e_tools import mcp_session, module_connector, structured
 from tests.support.processes import REPO_ROOT, ServerProcess, console_script

@@ -19,16 +19,7 @@ from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from connector.identity.static import StaticTokenProvider
-from tests.connector.conftest import (
-    RunningStore,
-    StoreUser,
-    auth,
-    brains_of,
-    direct_memorize,
-    download_brain,
-    memory_ids,
-    shared_store,
-)
+from tests.connector.conftest import RunningStore, StoreUser, auth, brains_of, direct_memorize, download_brain, memory_ids, shared_store
 from tests.connector.test_e2e_tools import connector, mcp_session, mint, module_connector, signed_in_provider, structured
 from tests.support.processes import ServerProcess
 from tests.support.store_cli import brain_store
