@@ -406,15 +406,17 @@ def main() -> int:
     parser.add_argument("--ramp", type=float, default=20.0,
                         help="users start at random within this many seconds (0: all at once, a cold-load storm)")
     parser.add_argument("--quick", action="store_true",
-                        help="CI-sized: 4 users at 2,000 memories x 10 calls; 20 users at 200 memories x 6 rounds, every 3rd a memorize")
+                        help="CI-sized: 4 users at 2,000 memories x 10 calls; 20 users at 200 memories x 6 rounds, every 3rd a memorize "
+                             "(sizes given as options win)")
     parser.add_argument("--brain-cache", type=Path, default=None, metavar="DIR",
                         help="keep/reuse the generated brain archives here (shared with engine_bench.py)")
     parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                         help="extra connector setting, e.g. CONNECTOR_MAX_CONCURRENT_LOADS=4 (repeatable)")
     args = parser.parse_args()
-    if args.quick:
-        args.concurrent_users, args.concurrent_memories, args.calls, args.warmup = 4, 2000, 10, 3
-        args.users, args.memories, args.rounds, args.think, args.write_every, args.ramp = 20, 200, 6, 0.2, 3, 0.5
+    if args.quick:  # new defaults: a size given on the command line still wins
+        parser.set_defaults(concurrent_users=4, concurrent_memories=2000, calls=10, warmup=3,
+                            users=20, memories=200, rounds=6, think=0.2, write_every=3, ramp=0.5)
+        args = parser.parse_args()
     workers = args.workers
     if workers > 1 and not supports_workers():
         print(f"note: this connector has no `serve --workers`; running 1 process instead of {workers}")

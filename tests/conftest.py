@@ -3,6 +3,9 @@
 HOME points at a fresh temporary directory for the session (and for every subprocess a
 test starts), so nothing a test runs (a default ``~/.brain-store`` data or spool
 directory, a tool's cache) reaches the real home directory.
+
+The S3 services (moto, SeaweedFS) are fixtures here, started once per test process whichever
+folder asks first: a fixture defined in several folders' conftests starts once per folder.
 """
 
 from __future__ import annotations
@@ -10,10 +13,15 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.support.tools import missing_tool
+
+if TYPE_CHECKING:
+    from tests.s3.servers import S3Service
 
 _REAL_HOME = os.environ.get("HOME", "")
 
@@ -42,3 +50,23 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     for mark in item.iter_markers("needs_tool"):
         if not mark.args[0]:
             missing_tool(mark.kwargs["reason"])
+
+
+# The S3 services, one of each per test process (each xdist worker) for every folder's tests:
+# each test takes a fresh bucket (S3Service.new_bucket). Imported when first asked for (boto3).
+@pytest.fixture(scope="session")
+def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Service]:
+    """moto in server mode, its own process on loopback."""
+    from tests.s3.servers import moto_server
+
+    with moto_server(tmp_path_factory.mktemp("moto")) as service:
+        yield service
+
+
+@pytest.fixture(scope="session")
+def weed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Service]:
+    """SeaweedFS (`weed mini`) on loopback."""
+    from tests.s3.servers import seaweedfs
+
+    with seaweedfs(tmp_path_factory.mktemp("seaweedfs")) as service:
+        yield service

@@ -18,10 +18,15 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.connector.conftest import RunningStore, auth, brains_of, direct_memorize, download_brain, memory_ids
+from tests.connector.conftest import RunningStore, auth, brains_of, direct_memorize, download_brain, memory_ids, shared_store
 from tests.connector.test_e2e_sharing import store_cli, text
-from tests.connector.test_e2e_tools import connector, mcp_session, structured
-from tests.support.processes import REPO_ROOT, console_script
+from tests.connector.test_e2e_tools import mcp_session, module_connector, structured
+from tests.support.processes import REPO_ROOT, ServerProcess, console_script
+
+# Every test here makes its own users and looks only at their brains: one store for the module,
+store = pytest.fixture(shared_store, name="store")
+# and one connector: none of them restarts it or changes its settings.
+served = pytest.fixture(module_connector, scope="module", name="served")
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -37,14 +42,14 @@ def _doc_block(language: str) -> str:
 
 
 def test_keys_reach_exactly_their_brains_with_exactly_their_scope_and_revocation_is_at_once(
-        store: RunningStore, tmp_path: Path) -> None:
+        store: RunningStore, served: ServerProcess) -> None:
     alice = store.add_user("alice")
     default_id = brains_of(store.url, alice.token)[0]["id"]
     private = httpx.post(f"{store.url}/api/brains", headers=auth(alice.token), json={"name": "private"}, timeout=30).json()
     direct_memorize(store.url, alice.token, default_id, "The staging database is refreshed every night")
-    write_key = store_cli(store, "key", "create", "--user", "alice", "--brain", default_id, "--scope", "write",
+    write_key = store_cli(store, "key", "create", "--user", alice.name, "--brain", default_id, "--scope", "write",
                           "--label", "nightly")
-    read_key = store_cli(store, "key", "create", "--user", "alice", "--brain", default_id, "--scope", "read")
+    read_key = store_cli(store, "key", "create", "--user", alice.name, "--brain", default_id, "--scope", "read")
 
     async def with_write_key(base: str) -> None:
         async with mcp_session(base + "/mcp", write_key) as client:
@@ -90,31 +95,29 @@ def test_keys_reach_exactly_their_brains_with_exactly_their_scope_and_revocation
         assert not any("after the revocation" in (stored.read(entry["path"]) or b"").decode()
                        for entry in (stored.read_json("index.json") or {})["memories"].values())
 
-    with connector(tmp_path / "c", store) as server:
-        asyncio.run(with_write_key(server.base_url))
-        asyncio.run(with_read_key(server.base_url))
-        asyncio.run(revoked_at_once(server.base_url))
+    asyncio.run(with_write_key(served.base_url))
+    asyncio.run(with_read_key(served.base_url))
+    asyncio.run(revoked_at_once(served.base_url))
     # The key's upload is in the brain's audit log, by its prefix.
     audit = subprocess.run([console_script("brain-store"), "audit", default_id, "--data", str(store.data)],
                            capture_output=True, text=True, timeout=60, check=True)
     assert write_key[:12] in audit.stdout
 
-def test_the_script_and_curl_call_of_the_docs_work_with_a_key(store: RunningStore, tmp_path: Path) -> None:
+def test_the_script_and_curl_call_of_the_docs_work_with_a_key(store: RunningStore, served: ServerProcess, tmp_path: Path) -> None:
     alice = store.add_user("alice")
     default_id = brains_of(store.url, alice.token)[0]["id"]
-    key = store_cli(store, "key", "create", "--user", "alice", "--brain", default_id, "--scope", "write")
+    key = store_cli(store, "key", "create", "--user", alice.name, "--brain", default_id, "--scope", "write")
     script = tmp_path / "nightly.py"
     script.write_text(_doc_block("python"))
-    with connector(tmp_path / "c", store) as server:
-        env = {**os.environ, "BRAIN_KEY": key, "BRAIN_MCP_URL": server.base_url + "/mcp"}
-        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
-        assert done.returncode == 0, done.stderr
-        assert "Saved" in done.stdout or "saved" in done.stdout, done.stdout
-        curl = _doc_block("sh").replace("\\\n", " ")
-        called = subprocess.run(["bash", "-c", curl], capture_output=True, text=True, env=env, timeout=120)
-        assert called.returncode == 0, called.stderr
-        body = called.stdout
-        if body.lstrip().startswith("event:") or "data:" in body:
-            body = next(line[5:] for line in body.splitlines() if line.startswith("data:"))
-        answer = json.loads(body)
-        assert "Nightly build 412 passed" in json.dumps(answer["result"])
+    env = {**os.environ, "BRAIN_KEY": key, "BRAIN_MCP_URL": served.base_url + "/mcp"}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "Saved" in done.stdout or "saved" in done.stdout, done.stdout
+    curl = _doc_block("sh").replace("\\\n", " ")
+    called = subprocess.run(["bash", "-c", curl], capture_output=True, text=True, env=env, timeout=120)
+    assert called.returncode == 0, called.stderr
+    body = called.stdout
+    if body.lstrip().startswith("event:") or "data:" in body:
+        body = next(line[5:] for line in body.splitlines() if line.startswith("data:"))
+    answer = json.loads(body)
+    assert "Nightly build 412 passed" in json.dumps(answer["result"])

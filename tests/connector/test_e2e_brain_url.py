@@ -19,10 +19,13 @@ from mcp.client.auth import OAuthClientProvider
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import AuthorizationCodeResult, OAuthClientMetadata
 
-from tests.connector.conftest import RunningStore, auth, download_brain, direct_memorize, memory_ids
+from tests.connector.conftest import RunningStore, auth, direct_memorize, download_brain, memory_ids, shared_store
 from tests.connector.oauth.live import MemoryStorage, flat_query, login_id_of
 from tests.connector.test_e2e_sharing import share
 from tests.connector.test_e2e_tools import connector, mcp_session, mint, structured
+
+# Every test here makes its own users and looks only at their brains: one store for the module.
+store = pytest.fixture(shared_store, name="store")
 
 pytestmark = pytest.mark.timeout(300)
 ALL = {"brain.read", "brain.write"}

@@ -14,9 +14,12 @@ from typing import Any
 
 import pytest
 
-from tests.connector.conftest import RunningStore, upload_brain
+from tests.connector.conftest import RunningStore, shared_store, upload_brain
 from tests.connector.test_e2e_tools import connector, mcp_session, mint, structured
 from tests.engine.hybrid_support import MEMORIES, make_brain
+
+# Every test here makes its own users and looks only at their brains: one store for the module.
+store = pytest.fixture(shared_store, name="store")
 
 pytestmark = pytest.mark.timeout(900)
 

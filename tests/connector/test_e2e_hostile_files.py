@@ -16,9 +16,12 @@ import pytest
 from connector.engine.format.brain import Brain
 from connector.engine.tending.mental import MENTAL_FILE, CreateModel, SaveModel, new_model_id
 from connector.engine.writes.ops import connector_memorize
-from tests.connector.conftest import RunningStore, brains_of, device_write
+from tests.connector.conftest import RunningStore, brains_of, device_write, shared_store
 from tests.connector.test_e2e_tools import connector, mcp_session, mint, structured
 from tests.connector.webapp.conftest import signed_in_browser
+
+# Every test here makes its own users and looks only at their brains: one store for the module.
+store = pytest.fixture(shared_store, name="store")
 
 pytestmark = pytest.mark.timeout(300)
 

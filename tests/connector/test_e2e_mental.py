@@ -19,9 +19,12 @@ import mcp_types as types
 import pytest
 
 from connector.engine.tending.mental import MENTAL_FILE
-from tests.connector.conftest import RunningStore, brains_of, direct_memorize, download_brain, memory_ids
+from tests.connector.conftest import RunningStore, brains_of, direct_memorize, download_brain, memory_ids, shared_store
 from tests.connector.test_e2e_thinking import ALL, INJECTION, answer, fake_model, requests_of, sampling_session, text_of
 from tests.connector.test_e2e_tools import connector, mcp_session, mint, structured
+
+# Every test here makes its own users and looks only at their brains: one store for the module.
+store = pytest.fixture(shared_store, name="store")
 
 pytestmark = pytest.mark.timeout(300)
 

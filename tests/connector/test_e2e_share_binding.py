@@ -13,7 +13,6 @@ archive at the store is checked to be untouched."""
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import httpx
 import httpx2
@@ -34,10 +33,13 @@ from tests.connector.conftest import (
 from tests.connector.oauth import live
 from tests.connector.oauth.live import MemoryStorage
 from tests.connector.test_e2e_sharing import share
-from tests.connector.test_e2e_tools import connector, mcp_session, mint, structured
+from tests.connector.test_e2e_tools import mcp_session, mint, module_connector, structured
+from tests.support.processes import ServerProcess
 
 # Every test here makes its own users and looks only at their brains: one store for the module.
 store = pytest.fixture(shared_store, name="store")
+# ... and one connector: none of them restarts it or changes its settings.
+served = pytest.fixture(module_connector, scope="module", name="served")
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -68,7 +70,7 @@ def stored_in(store: RunningStore, user: StoreUser, brain_id: str) -> set[str]:
     return memory_ids(download_brain(store.url, user.token, brain_id)[0])
 
 
-def test_a_share_moves_no_connection(store: RunningStore, tmp_path: Path) -> None:
+def test_a_share_moves_no_connection(store: RunningStore, served: ServerProcess) -> None:
     alice = store.add_user("alice")
     bob = store.add_user("bob")
     vic = store.add_user("vic")
@@ -76,45 +78,44 @@ def test_a_share_moves_no_connection(store: RunningStore, tmp_path: Path) -> Non
     direct_memorize(store.url, alice.token, alice_default, PLANTED)
     _, alice_before = download_brain(store.url, alice.token, alice_default)
 
-    with connector(tmp_path / "c", store) as server:
-        base = server.base_url
-        bound_url = base + "/mcp/brains/default"
-        # Minted for Bob's `/mcp/brains/default` before anything is shared, and used once.
-        bound_token = mint(base, bob, RW, audience=bound_url)
-        first = asyncio.run(memorize(bound_url, bound_token, "Bob's first note before any share"))
-        assert first in stored_in(store, bob, bob_default)
+    base = served.base_url
+    bound_url = base + "/mcp/brains/default"
+    # Minted for Bob's `/mcp/brains/default` before anything is shared, and used once.
+    bound_token = mint(base, bob, RW, audience=bound_url)
+    first = asyncio.run(memorize(bound_url, bound_token, "Bob's first note before any share"))
+    assert first in stored_in(store, bob, bob_default)
 
-        share(store, alice_default, bob, "editor")
-        share(store, alice_default, vic, "viewer")
-        # An account made after the share's brain and shared with at once.
-        newbie = store.add_user("newbie")
-        share(store, alice_default, newbie, "editor")
-        newbie_default = own_default(store, newbie)
+    share(store, alice_default, bob, "editor")
+    share(store, alice_default, vic, "viewer")
+    # An account made after the share's brain and shared with at once.
+    newbie = store.add_user("newbie")
+    share(store, alice_default, newbie, "editor")
+    newbie_default = own_default(store, newbie)
 
-        async def bob_everywhere() -> list[str]:
-            plain = mint(base, bob, RW)
-            async with mcp_session(base + "/mcp", plain) as client:
-                status = structured(await client.call_tool("brain_status", {}))
-                assert status["active_brain"]["id"] == bob_default, status["active_brain"]
-                recalled = structured(await client.call_tool("brain_recall", {"query": "office safe combination"}))
-                assert not {hit["id"] for hit in recalled["results"]} & stored_in(store, alice, alice_default)
-            return [
-                await memorize(base + "/mcp", plain, "salary negotiation target 140k"),
-                await memorize(bound_url, plain, "salary negotiation walk-away 120k"),
-                await memorize(bound_url, bound_token, "salary negotiation start date in March"),
-            ]
+    async def bob_everywhere() -> list[str]:
+        plain = mint(base, bob, RW)
+        async with mcp_session(base + "/mcp", plain) as client:
+            status = structured(await client.call_tool("brain_status", {}))
+            assert status["active_brain"]["id"] == bob_default, status["active_brain"]
+            recalled = structured(await client.call_tool("brain_recall", {"query": "office safe combination"}))
+            assert not {hit["id"] for hit in recalled["results"]} & stored_in(store, alice, alice_default)
+        return [
+            await memorize(base + "/mcp", plain, "salary negotiation target 140k"),
+            await memorize(bound_url, plain, "salary negotiation walk-away 120k"),
+            await memorize(bound_url, bound_token, "salary negotiation start date in March"),
+        ]
 
-        saved = asyncio.run(bob_everywhere())
-        newbie_saved = asyncio.run(memorize(base + "/mcp", mint(base, newbie, RW), "newbie's very first memory"))
+    saved = asyncio.run(bob_everywhere())
+    newbie_saved = asyncio.run(memorize(base + "/mcp", mint(base, newbie, RW), "newbie's very first memory"))
 
-        async def viewer() -> str:
-            async with mcp_session(base + "/mcp", mint(base, vic, RW)) as client:
-                recalled = structured(await client.call_tool("brain_recall", {"query": "office safe combination 4-8-15-16"}))
-                assert recalled["results"] == [], recalled["results"]
-                saved = await client.call_tool("brain_memorize", {"content": "Vic's own dentist is on Friday"})
-                return str(structured(saved)["stored"]["id"])
+    async def viewer() -> str:
+        async with mcp_session(base + "/mcp", mint(base, vic, RW)) as client:
+            recalled = structured(await client.call_tool("brain_recall", {"query": "office safe combination 4-8-15-16"}))
+            assert recalled["results"] == [], recalled["results"]
+            saved = await client.call_tool("brain_memorize", {"content": "Vic's own dentist is on Friday"})
+            return str(structured(saved)["stored"]["id"])
 
-        vic_saved = asyncio.run(viewer())
+    vic_saved = asyncio.run(viewer())
 
     # At the store: Alice's archive is exactly as before; every memory is in its writer's brain.
     _, alice_after = download_brain(store.url, alice.token, alice_default)
@@ -124,42 +125,41 @@ def test_a_share_moves_no_connection(store: RunningStore, tmp_path: Path) -> Non
     assert vic_saved in stored_in(store, vic, vic_default)
 
 
-def test_a_name_several_shared_brains_answer_to_is_refused_with_the_choices(store: RunningStore, tmp_path: Path) -> None:
+def test_a_name_several_shared_brains_answer_to_is_refused_with_the_choices(store: RunningStore, served: ServerProcess) -> None:
     alice, carol, erin = store.add_user("alice"), store.add_user("carol"), store.add_user("erin")
     teams = [{"id": new_brain(store, owner, "team")} for owner in (alice, carol)]
     for team in teams:
         share(store, team["id"], erin, "editor")
     erin_default = own_default(store, erin)
 
-    with connector(tmp_path / "c", store) as server:
-        base = server.base_url
-        token = mint(base, erin, RW)
-        refused = httpx.post(base + "/mcp/brains/team", headers={**auth(token), "Accept": "application/json, text/event-stream"},
-                             json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, timeout=30)
-        assert refused.status_code == 409, refused.text
-        description = refused.json()["error_description"]
-        for team, owner in zip(teams, (alice, carol), strict=True):
-            assert f"({team['id']}, owned by {owner.name})" in description
+    base = served.base_url
+    token = mint(base, erin, RW)
+    refused = httpx.post(base + "/mcp/brains/team", headers={**auth(token), "Accept": "application/json, text/event-stream"},
+                         json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, timeout=30)
+    assert refused.status_code == 409, refused.text
+    description = refused.json()["error_description"]
+    for team, owner in zip(teams, (alice, carol), strict=True):
+        assert f"({team['id']}, owned by {owner.name})" in description
 
-        async def by_name() -> None:
-            async with mcp_session(base + "/mcp", token) as client:
-                used = await client.call_tool("brain_use", {"brain": "team"})
-                assert used.is_error
-                message = used.content[0].text
-                assert "Several brains are named 'team'" in message and all(t["id"] in message for t in teams)
-                # Nothing was chosen: the connection still writes to Erin's own brain.
-                saved = structured(await client.call_tool("brain_memorize", {"content": "Erin's note"}))
-                assert saved["stored"]["id"] in stored_in(store, erin, erin_default)
-                # By id, each is reachable.
-                chosen = structured(await client.call_tool("brain_use", {"brain": teams[1]["id"]}))
-                assert chosen["brain"]["id"] == teams[1]["id"]
+    async def by_name() -> None:
+        async with mcp_session(base + "/mcp", token) as client:
+            used = await client.call_tool("brain_use", {"brain": "team"})
+            assert used.is_error
+            message = used.content[0].text
+            assert "Several brains are named 'team'" in message and all(t["id"] in message for t in teams)
+            # Nothing was chosen: the connection still writes to Erin's own brain.
+            saved = structured(await client.call_tool("brain_memorize", {"content": "Erin's note"}))
+            assert saved["stored"]["id"] in stored_in(store, erin, erin_default)
+            # By id, each is reachable.
+            chosen = structured(await client.call_tool("brain_use", {"brain": teams[1]["id"]}))
+            assert chosen["brain"]["id"] == teams[1]["id"]
 
-        asyncio.run(by_name())
-        by_id = asyncio.run(memorize(base + f"/mcp/brains/{teams[0]['id']}", token, "Erin writes to Alice's team"))
-        assert by_id in stored_in(store, alice, teams[0]["id"])
+    asyncio.run(by_name())
+    by_id = asyncio.run(memorize(base + f"/mcp/brains/{teams[0]['id']}", token, "Erin writes to Alice's team"))
+    assert by_id in stored_in(store, alice, teams[0]["id"])
 
 
-def test_a_sign_in_for_a_brains_url_keeps_that_brain_by_id(store: RunningStore, tmp_path: Path) -> None:
+def test_a_sign_in_for_a_brains_url_keeps_that_brain_by_id(store: RunningStore, served: ServerProcess) -> None:
     carol, alice, erin = store.add_user("carol"), store.add_user("alice"), store.add_user("erin")
     carols = new_brain(store, carol, "team")
     share(store, carols, erin, "editor")
@@ -187,7 +187,6 @@ def test_a_sign_in_for_a_brains_url_keeps_that_brain_by_id(store: RunningStore, 
         by_name = await memorize(url, mint(base, erin, RW), "Erin's own team note")
         return saved_ids, by_name, erins
 
-    with connector(tmp_path / "c", store) as server:
-        saved, by_name, erins = asyncio.run(scenario(server.base_url))
+    saved, by_name, erins = asyncio.run(scenario(served.base_url))
     assert set(saved) <= stored_in(store, carol, carols)
     assert by_name in stored_in(store, erin, erins)

@@ -19,9 +19,15 @@ from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from connector.identity.static import StaticTokenProvider
-from tests.connector.conftest import RunningStore, StoreUser, auth, brains_of, direct_memorize, download_brain, memory_ids
-from tests.connector.test_e2e_tools import connector, mcp_session, mint, signed_in_provider, structured
+from tests.connector.conftest import RunningStore, StoreUser, auth, brains_of, direct_memorize, download_brain, memory_ids, shared_store
+from tests.connector.test_e2e_tools import connector, mcp_session, mint, module_connector, signed_in_provider, structured
+from tests.support.processes import ServerProcess
 from tests.support.store_cli import brain_store
+
+# Every test here makes its own users and looks only at their brains: one store for the module,
+store = pytest.fixture(shared_store, name="store")
+# and, for the tests that need one connector, one: none of them restarts it or changes its settings.
+served = pytest.fixture(module_connector, scope="module", name="served")
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -49,7 +55,7 @@ def text(result: Any) -> str:
     return result.content[0].text
 
 
-def test_viewer_reads_editor_writes_with_their_name(store: RunningStore, tmp_path: Path) -> None:
+def test_viewer_reads_editor_writes_with_their_name(store: RunningStore, served: ServerProcess) -> None:
     alice, bob, carol = store.add_user("alice"), store.add_user("bob"), store.add_user("carol")
     team = httpx.post(f"{store.url}/api/brains", headers=auth(alice.token), json={"name": "team"}, timeout=30).json()
     first = direct_memorize(store.url, alice.token, team["id"], "The team deploys the billing service on Thursdays")
@@ -60,25 +66,25 @@ def test_viewer_reads_editor_writes_with_their_name(store: RunningStore, tmp_pat
         async with mcp_session(base + "/mcp", mint(base, bob, {"brain.read", "brain.write"})) as client:
             status = structured(await client.call_tool("brain_status", {}))
             listed = {brain["id"]: brain for brain in status["brains"]}
-            assert listed[team["id"]]["role"] == "viewer" and listed[team["id"]]["owner"] == "alice"
+            assert listed[team["id"]]["role"] == "viewer" and listed[team["id"]]["owner"] == alice.name
             assert listed[team["id"]]["read_only"] is True
             own = [brain for brain in status["brains"] if brain["id"] != team["id"]]
             assert own and all(brain["role"] == "owner" for brain in own)
             assert "team (" in text(await client.call_tool("brain_status", {}))
-            assert "viewer (read-only), owned by alice" in text(await client.call_tool("brain_status", {}))
+            assert f"viewer (read-only), owned by {alice.name}" in text(await client.call_tool("brain_status", {}))
 
             used = await client.call_tool("brain_use", {"brain": team["id"]})
             assert structured(used)["brain"] == {
-                "id": team["id"], "name": "team", "role": "viewer", "read_only": True, "owner": "alice",
+                "id": team["id"], "name": "team", "role": "viewer", "read_only": True, "owner": alice.name,
             }
-            assert "viewer (read-only), owned by alice" in text(used)
+            assert f"viewer (read-only), owned by {alice.name}" in text(used)
             hits = structured(await client.call_tool("brain_recall", {"query": "billing service Thursdays"}))
             assert hits["results"][0]["id"] == first
 
             _, before = download_brain(store.url, alice.token, team["id"])
             refused = await client.call_tool("brain_memorize", {"content": "Bob thinks we should deploy on Mondays"})
             assert refused.is_error
-            assert "you are a viewer of the brain 'team', shared by alice" in text(refused)
+            assert f"you are a viewer of the brain 'team', shared by {alice.name}" in text(refused)
             assert "nothing was changed" in text(refused)
             for tool, arguments in (
                 ("brain_pin", {"id": first}),
@@ -102,15 +108,14 @@ def test_viewer_reads_editor_writes_with_their_name(store: RunningStore, tmp_pat
             assert saved["synced"] is True
             return saved["stored"]["id"]
 
-    with connector(tmp_path / "c", store) as server:
-        asyncio.run(as_viewer(server.base_url))
-        carol_id = asyncio.run(as_editor(server.base_url))
+    asyncio.run(as_viewer(served.base_url))
+    carol_id = asyncio.run(as_editor(served.base_url))
 
     stored, _ = download_brain(store.url, alice.token, team["id"])
     assert {first, carol_id} <= memory_ids(stored)
-    assert 'source: "brain-connector (MCP), written by carol"' in memory_file(store, alice.token, team["id"], carol_id)
+    assert f'source: "brain-connector (MCP), written by {carol.name}"' in memory_file(store, alice.token, team["id"], carol_id)
     # The viewer sees the same attribution.
-    assert "written by carol" in memory_file(store, bob.token, team["id"], carol_id)
+    assert f"written by {carol.name}" in memory_file(store, bob.token, team["id"], carol_id)
 
 
 def test_two_editors_through_two_connectors_lose_nothing(store: RunningStore, tmp_path: Path) -> None:
@@ -144,17 +149,17 @@ def test_two_editors_through_two_connectors_lose_nothing(store: RunningStore, tm
                 break
             asyncio.run(asyncio.sleep(0.1))
     assert wanted <= memory_ids(stored)
-    sources = {memory_file(store, alice.token, team["id"], memory_id).count("written by carol") for memory_id in acknowledged[0]}
+    sources = {memory_file(store, alice.token, team["id"], memory_id).count(f"written by {carol.name}") for memory_id in acknowledged[0]}
     assert sources == {1}
 
 
-def test_a_read_agent_key_signs_in_and_reads_only_its_brain(store: RunningStore, tmp_path: Path) -> None:
+def test_a_read_agent_key_signs_in_and_reads_only_its_brain(store: RunningStore, served: ServerProcess) -> None:
     alice = store.add_user("alice")
     default_id = brains_of(store.url, alice.token)[0]["id"]
     other = httpx.post(f"{store.url}/api/brains", headers=auth(alice.token), json={"name": "private"}, timeout=30).json()
     first = direct_memorize(store.url, alice.token, default_id, "The staging database is refreshed every night")
     direct_memorize(store.url, alice.token, other["id"], "Something the key must not see")
-    key = store_cli(store, "key", "create", "--user", "alice", "--brain", default_id, "--scope", "read", "--label", "ci")
+    key = store_cli(store, "key", "create", "--user", alice.name, "--brain", default_id, "--scope", "read", "--label", "ci")
     assert key.startswith("bsk_")
 
     async def subjects() -> None:
@@ -199,6 +204,5 @@ def test_a_read_agent_key_signs_in_and_reads_only_its_brain(store: RunningStore,
             status = structured(await client.call_tool("brain_status", {}))
             assert {brain["id"] for brain in status["brains"]} == {default_id, other["id"]}
 
-    with connector(tmp_path / "c", store) as server:
-        asyncio.run(session(server.base_url + "/mcp"))
-        asyncio.run(owner_session(server.base_url))
+    asyncio.run(session(served.base_url + "/mcp"))
+    asyncio.run(owner_session(served.base_url))

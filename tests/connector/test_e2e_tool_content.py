@@ -10,7 +10,6 @@ import asyncio
 import json
 import re
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,11 +19,14 @@ from connector.engine.format.archive import load_directory, pack_archive
 from connector.engine.recall.session import session_start
 from connector.engine.writes.ops import Memorize, MemoryInput
 from tests.connector.conftest import RunningStore, brains_of, download_brain, memory_ids, shared_store, upload_brain, upload_raw
-from tests.connector.test_e2e_tools import connector, mcp_session, mint, structured
+from tests.connector.test_e2e_tools import mcp_session, mint, module_connector, structured
 from tests.engine.conftest import parity_dir
+from tests.support.processes import ServerProcess
 
 # Every test here makes its own users and looks only at their brains: one store for the module.
 store = pytest.fixture(shared_store, name="store")
+# ... and one connector: none of them restarts it or changes its settings.
+served = pytest.fixture(module_connector, scope="module", name="served")
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -41,7 +43,7 @@ def text_of(result: Any) -> str:
     return result.content[0].text
 
 
-def test_recall_content_budget_brain_read_and_honest_texts(store: RunningStore, tmp_path: Path) -> None:
+def test_recall_content_budget_brain_read_and_honest_texts(store: RunningStore, served: ServerProcess) -> None:
     user = store.add_user("reader")
     brain_id = brains_of(store.url, user.token)[0]["id"]
 
@@ -131,8 +133,7 @@ def test_recall_content_budget_brain_read_and_honest_texts(store: RunningStore, 
             assert archived["archived"] is True and archived["content"] == "Payments deploys need a second reviewer."
             assert "forgotten" in archived["note"]
 
-    with connector(tmp_path, store) as server:
-        asyncio.run(scenario(server.base_url))
+    asyncio.run(scenario(served.base_url))
 
 
 def _forged_brain() -> tuple[bytes, str]:
@@ -151,7 +152,7 @@ def _forged_brain() -> tuple[bytes, str]:
     return pack_archive(brain), memory_id
 
 
-def test_forged_titles_tags_and_content_stay_in_their_place(store: RunningStore, tmp_path: Path) -> None:
+def test_forged_titles_tags_and_content_stay_in_their_place(store: RunningStore, served: ServerProcess) -> None:
     user = store.add_user("forged")
     brain_id = brains_of(store.url, user.token)[0]["id"]
     archive, forged_id = _forged_brain()
@@ -181,11 +182,10 @@ def test_forged_titles_tags_and_content_stay_in_their_place(store: RunningStore,
             entry = stored_brain.read_json("index.json")["memories"][saved["id"]]
             assert entry["tags"] == ["a b", "c d"]
 
-    with connector(tmp_path, store) as server:
-        asyncio.run(scenario(server.base_url))
+    asyncio.run(scenario(served.base_url))
 
 
-def test_credentials_are_refused_unless_confirmed(store: RunningStore, tmp_path: Path) -> None:
+def test_credentials_are_refused_unless_confirmed(store: RunningStore, served: ServerProcess) -> None:
     user = store.add_user("careful")
     brain_id = brains_of(store.url, user.token)[0]["id"]
     key = "AKIAIOSFODNN7EXAMPLE"
@@ -209,9 +209,8 @@ def test_credentials_are_refused_unless_confirmed(store: RunningStore, tmp_path:
             ))
             assert kept["synced"] is True
 
-    with connector(tmp_path, store) as server:
-        asyncio.run(scenario(server.base_url))
-        assert key not in server.log() and "Sup3rS3cret" not in server.log()
+    asyncio.run(scenario(served.base_url))
+    assert key not in served.log() and "Sup3rS3cret" not in served.log()
     stored_brain, _ = download_brain(store.url, user.token, brain_id)
     assert len(memory_ids(stored_brain)) == 1
 
@@ -220,7 +219,7 @@ AGENT_KEY = "bsk_" + "Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4zAB7cDE0fGHi"
 GITHUB_TOKEN = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
 
 
-def test_credentials_in_any_field_and_agent_keys_are_refused(store: RunningStore, tmp_path: Path) -> None:
+def test_credentials_in_any_field_and_agent_keys_are_refused(store: RunningStore, served: ServerProcess) -> None:
     """Issue 24 item 7: our own agent keys are credentials; project, task and tags are scanned too."""
     user = store.add_user("thorough")
 
@@ -237,11 +236,10 @@ def test_credentials_in_any_field_and_agent_keys_are_refused(store: RunningStore
                 assert AGENT_KEY not in text_of(refused) and GITHUB_TOKEN not in text_of(refused)
             assert not brains_of(store.url, user.token)[0].get("checksum")
 
-    with connector(tmp_path, store) as server:
-        asyncio.run(scenario(server.base_url))
+    asyncio.run(scenario(served.base_url))
 
 
-def test_pinned_resource_memory_template_and_session_start_prompt(store: RunningStore, tmp_path: Path) -> None:
+def test_pinned_resource_memory_template_and_session_start_prompt(store: RunningStore, served: ServerProcess) -> None:
     user = store.add_user("sessions")
     fixture = load_directory(parity_dir() / "brains" / "brain-1-06")
     brain_id = upload_brain(store.url, user.token, fixture)
@@ -284,5 +282,4 @@ def test_pinned_resource_memory_template_and_session_start_prompt(store: Running
             assert payload["pinned"][0]["id"] == rule and payload["context_recall"]
             assert payload["budget"]["used"] <= payload["budget"]["cap"]
 
-    with connector(tmp_path, store) as server:
-        asyncio.run(scenario(server.base_url))
+    asyncio.run(scenario(served.base_url))

@@ -89,6 +89,18 @@ def connector(
         yield server
 
 
+def module_connector(module_store: RunningStore, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One connector with the settings above on the module's shared store, for tests that each sign in
+    their own users and change nothing connector-wide (no restart, no setting of their own):
+    ``served = pytest.fixture(module_connector, scope="module", name="served")``."""
+    with connector(tmp_path_factory.mktemp("connector"), module_store) as server:
+        yield server
+
+
+# The tests below that take ``served`` share one: each signs in its own user and changes nothing connector-wide.
+served = pytest.fixture(module_connector, scope="module", name="served")
+
+
 def mint(base: str, user: StoreUser, scopes: set[str], *, audience: str | None = None, ttl: int = 3600) -> str:
     """An access token sealed with the connector's key, as its /token endpoint would issue."""
     claims = AccessClaims(
@@ -232,7 +244,7 @@ def test_all_eight_tools_through_the_oauth_flow(store: RunningStore, tmp_path: P
         asyncio.run(after_restart(server.base_url + "/mcp", work_id))
 
 
-def test_read_only_token_is_refused_on_write_tools(store: RunningStore, tmp_path: Path) -> None:
+def test_read_only_token_is_refused_on_write_tools(store: RunningStore, served: ServerProcess) -> None:
     user = store.add_user("reader")
     brain_id = upload_brain(store.url, user.token, load_directory(FIXTURE))
 
@@ -254,13 +266,12 @@ def test_read_only_token_is_refused_on_write_tools(store: RunningStore, tmp_path
                 assert "brain.write" in result.content[0].text
 
     _, before = download_brain(store.url, user.token, brain_id)
-    with connector(tmp_path, store) as server:
-        asyncio.run(scenario(server.base_url))
+    asyncio.run(scenario(served.base_url))
     _, after = download_brain(store.url, user.token, brain_id)
     assert before == after
 
 
-def test_recall_through_mcp_equals_the_engine(store: RunningStore, tmp_path: Path) -> None:
+def test_recall_through_mcp_equals_the_engine(store: RunningStore, served: ServerProcess) -> None:
     user = store.add_user("parity")
     brain_id = upload_brain(store.url, user.token, load_directory(FIXTURE))
     stored, _ = download_brain(store.url, user.token, brain_id)
@@ -293,11 +304,10 @@ def test_recall_through_mcp_equals_the_engine(store: RunningStore, tmp_path: Pat
                     assert result["count"] == len(candidates[0])
                     assert all("content" in content for content in contents)
 
-    with connector(tmp_path, store) as server:
-        asyncio.run(scenario(server.base_url))
+    asyncio.run(scenario(served.base_url))
 
 
-def test_http_surface_auth_and_protocol_versions(store: RunningStore, tmp_path: Path) -> None:
+def test_http_surface_auth_and_protocol_versions(store: RunningStore, served: ServerProcess) -> None:
     user = store.add_user("surface")
 
     async def protocol_checks(base: str) -> None:
@@ -310,59 +320,58 @@ def test_http_surface_auth_and_protocol_versions(store: RunningStore, tmp_path: 
             for tool in tools:
                 assert tool.output_schema and tool.annotations and tool.annotations.open_world_hint is False
 
-    with connector(tmp_path, store) as server:
-        base = server.base_url
-        expected = (f'Bearer resource_metadata="{base}/.well-known/oauth-protected-resource", '
-                    'scope="brain.read brain.write"')
-        # Without credentials every method gets the challenge (mcp-remote probes with GET), with the
-        # scopes to ask for and no error code (RFC 6750 section 3.1).
-        for method in ("GET", "DELETE", "POST"):
-            probe = httpx.request(method, base + "/mcp", timeout=30)
-            assert probe.status_code == 401 and probe.headers["www-authenticate"] == expected, method
-        signed = {"Authorization": f"Bearer {mint(base, user, {'brain.read'})}"}
-        for method in ("GET", "DELETE"):
-            response = httpx.request(method, base + "/mcp", headers=signed, timeout=30)
-            assert response.status_code == 405 and response.headers["allow"] == "POST"
-        body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
-        headers = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-11-25"}
-        missing = httpx.post(base + "/mcp", json=body, headers=headers, timeout=30)
-        assert missing.status_code == 401 and missing.headers["www-authenticate"] == expected
-        for bad in (
-            mint(base, user, {"brain.read"}, audience="http://elsewhere.example/mcp"),
-            mint(base, user, {"brain.read"}, audience=base + "/mcp/brains/default"),
-            mint(base, user, {"brain.read"}, ttl=-10),
-            "bca1_forged",
-        ):
-            refused = httpx.post(base + "/mcp", json=body, headers={**headers, "Authorization": f"Bearer {bad}"}, timeout=30)
-            assert refused.status_code == 401, refused.text
-            assert refused.headers["www-authenticate"] == expected + ', error="invalid_token"'
-        ok = httpx.post(
-            base + "/mcp",
-            json=body,
-            headers={**headers, "Authorization": f"Bearer {mint(base, user, {'brain.read'})}"},
-            timeout=30,
-        )
-        assert ok.status_code == 200 and ok.headers["x-content-type-options"] == "nosniff"
-        # An older protocol version the SDK still negotiates.
-        init = {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {"protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": {"name": "old", "version": "1"}},
-        }
-        older = httpx.post(
-            base + "/mcp",
-            json=init,
-            headers={"Accept": "application/json, text/event-stream", "Authorization": f"Bearer {mint(base, user, {'brain.read'})}"},
-            timeout=30,
-        )
-        assert older.status_code == 200 and older.json()["result"]["protocolVersion"] == "2025-03-26"
-        assert "brain_recall" in older.json()["result"]["instructions"]
-        for path in ("/health", "/health/live", "/health/ready"):
-            assert httpx.get(base + path, timeout=30).status_code == 200
-        asyncio.run(protocol_checks(base))
-        log = server.log()
-        assert user.token not in log
+    base = served.base_url
+    expected = (f'Bearer resource_metadata="{base}/.well-known/oauth-protected-resource", '
+                'scope="brain.read brain.write"')
+    # Without credentials every method gets the challenge (mcp-remote probes with GET), with the
+    # scopes to ask for and no error code (RFC 6750 section 3.1).
+    for method in ("GET", "DELETE", "POST"):
+        probe = httpx.request(method, base + "/mcp", timeout=30)
+        assert probe.status_code == 401 and probe.headers["www-authenticate"] == expected, method
+    signed = {"Authorization": f"Bearer {mint(base, user, {'brain.read'})}"}
+    for method in ("GET", "DELETE"):
+        response = httpx.request(method, base + "/mcp", headers=signed, timeout=30)
+        assert response.status_code == 405 and response.headers["allow"] == "POST"
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    headers = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-11-25"}
+    missing = httpx.post(base + "/mcp", json=body, headers=headers, timeout=30)
+    assert missing.status_code == 401 and missing.headers["www-authenticate"] == expected
+    for bad in (
+        mint(base, user, {"brain.read"}, audience="http://elsewhere.example/mcp"),
+        mint(base, user, {"brain.read"}, audience=base + "/mcp/brains/default"),
+        mint(base, user, {"brain.read"}, ttl=-10),
+        "bca1_forged",
+    ):
+        refused = httpx.post(base + "/mcp", json=body, headers={**headers, "Authorization": f"Bearer {bad}"}, timeout=30)
+        assert refused.status_code == 401, refused.text
+        assert refused.headers["www-authenticate"] == expected + ', error="invalid_token"'
+    ok = httpx.post(
+        base + "/mcp",
+        json=body,
+        headers={**headers, "Authorization": f"Bearer {mint(base, user, {'brain.read'})}"},
+        timeout=30,
+    )
+    assert ok.status_code == 200 and ok.headers["x-content-type-options"] == "nosniff"
+    # An older protocol version the SDK still negotiates.
+    init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": {"name": "old", "version": "1"}},
+    }
+    older = httpx.post(
+        base + "/mcp",
+        json=init,
+        headers={"Accept": "application/json, text/event-stream", "Authorization": f"Bearer {mint(base, user, {'brain.read'})}"},
+        timeout=30,
+    )
+    assert older.status_code == 200 and older.json()["result"]["protocolVersion"] == "2025-03-26"
+    assert "brain_recall" in older.json()["result"]["instructions"]
+    for path in ("/health", "/health/live", "/health/ready"):
+        assert httpx.get(base + path, timeout=30).status_code == 200
+    asyncio.run(protocol_checks(base))
+    log = served.log()
+    assert user.token not in log
 
 
 def test_tools_allowlist(store: RunningStore, tmp_path: Path) -> None:

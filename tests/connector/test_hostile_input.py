@@ -15,7 +15,6 @@ import asyncio
 import json
 import re
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import httpx
 import pytest
@@ -23,14 +22,16 @@ import pytest
 from connector.engine.format.archive import pack_archive
 from connector.engine.format.brain import Brain
 from connector.engine.writes.ops import connector_memorize
+from tests.support.processes import ServerProcess
 
 from .conftest import RunningStore, auth, brains_of, download_brain, memory_ids, shared_store, upload_raw
-from .oauth.live import running_connector
-from .test_e2e_tools import connector, mcp_session, mint, structured
+from .test_e2e_tools import mcp_session, mint, module_connector, structured
 from .webapp.conftest import csrf_of, signed_in_browser
 
 # Every test here makes its own users and looks only at their brains: one store for the module.
 store = pytest.fixture(shared_store, name="store")
+# ... and one connector: none of them restarts it or changes its settings.
+served = pytest.fixture(module_connector, scope="module", name="served")
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -38,20 +39,19 @@ HOSTILE_IDS = ["../../signout", "evil?done=1#x", ".."]
 ALL = {"brain.read", "brain.write"}
 
 
-def test_a_web_import_with_a_list_or_object_as_title_or_content_is_refused(store: RunningStore, tmp_path: Path) -> None:
+def test_a_web_import_with_a_list_or_object_as_title_or_content_is_refused(store: RunningStore, served: ServerProcess) -> None:
     alice = store.add_user("alice")
-    with running_connector(tmp_path, store.url, state_dir=tmp_path / "state") as server:
-        browser = signed_in_browser(server.base_url, alice.token, "198.51.100.1")
-        csrf = csrf_of(browser.get("/app/transfer").text)
-        for bad in ({"title": ["a", "b"], "content": "text"}, {"title": "t", "content": {"nested": [1]}},
-                    {"title": {"x": 1}, "content": ["y"]}):
-            document = {"format": "brain-store/memories", "version": 1, "memories": [bad]}
-            answer = browser.post("/app/import", data={"csrf": csrf},
-                                  files={"file": ("m.json", json.dumps(document).encode(), "application/json")})
-            assert answer.status_code == 400, answer.text
-            assert "must be text" in answer.text and 'name="reference"' not in answer.text
-        log = server.log()
-        assert '"status": 500' not in log and "Traceback" not in log
+    browser = signed_in_browser(served.base_url, alice.token, "198.51.100.1")
+    csrf = csrf_of(browser.get("/app/transfer").text)
+    for bad in ({"title": ["a", "b"], "content": "text"}, {"title": "t", "content": {"nested": [1]}},
+                {"title": {"x": 1}, "content": ["y"]}):
+        document = {"format": "brain-store/memories", "version": 1, "memories": [bad]}
+        answer = browser.post("/app/import", data={"csrf": csrf},
+                              files={"file": ("m.json", json.dumps(document).encode(), "application/json")})
+        assert answer.status_code == 400, answer.text
+        assert "must be text" in answer.text and 'name="reference"' not in answer.text
+    log = served.log()
+    assert '"status": 500' not in log and "Traceback" not in log
     brain_id = brains_of(store.url, alice.token)[0]["id"]
     never_written = httpx.get(f"{store.url}/api/brains/{brain_id}/sync", headers=auth(alice.token), timeout=30)
     assert never_written.status_code == 404
@@ -61,7 +61,7 @@ def _links(html: str) -> list[str]:
     return re.findall(r'(?:href|action)="([^"]*/memory/[^"]*)"', html)
 
 
-def test_hostile_memory_ids_stay_inside_their_link_segment(store: RunningStore, tmp_path: Path) -> None:
+def test_hostile_memory_ids_stay_inside_their_link_segment(store: RunningStore, served: ServerProcess) -> None:
     alice = store.add_user("alice")
     brain_id = brains_of(store.url, alice.token)[0]["id"]
     brain, now = Brain(), datetime.now(UTC)
@@ -71,26 +71,25 @@ def test_hostile_memory_ids_stay_inside_their_link_segment(store: RunningStore, 
         index["memories"][hostile] = index["memories"].pop(stored["stored"][0]["id"])
         brain.write_json("index.json", index)
     assert upload_raw(store.url, alice.token, brain_id, pack_archive(brain), {"If-None-Match": "*"}).status_code == 200
-    with running_connector(tmp_path, store.url, state_dir=tmp_path / "state") as server:
-        browser = signed_in_browser(server.base_url, alice.token, "198.51.100.1")
-        found = browser.get("/app/search", params={"query": "zebra striped horses"})
-        links = _links(found.text)
-        assert sorted(links) == ["/app/memory/%252E%252E", "/app/memory/..%2F..%2Fsignout",
-                                 "/app/memory/evil%3Fdone%3D1%23x"]
-        page = browser.get("/app/memory/evil%3Fdone%3D1%23x")
-        assert page.status_code == 200 and "Zebra note 1" in page.text
-        links = _links(page.text)
-        # The language switch leads to this very page (its id still one segment), the actions below it.
-        languages = [link for link in links if "lang=" in link]
-        actions = [link for link in links if "lang=" not in link]
-        assert len(languages) == 3 and all(link.startswith("/app/memory/evil%3Fdone%3D1%23x?lang=") for link in languages)
-        assert actions and all(link.startswith("/app/memory/evil%3Fdone%3D1%23x/") for link in actions), actions
-        pinned = browser.post("/app/memory/evil%3Fdone%3D1%23x/pin", data={"csrf": csrf_of(page.text)})
-        assert pinned.status_code == 303
-        assert pinned.headers["location"].startswith("/app/memory/evil%3Fdone%3D1%23x?done=pin")
+    browser = signed_in_browser(served.base_url, alice.token, "198.51.100.2")
+    found = browser.get("/app/search", params={"query": "zebra striped horses"})
+    links = _links(found.text)
+    assert sorted(links) == ["/app/memory/%252E%252E", "/app/memory/..%2F..%2Fsignout",
+                             "/app/memory/evil%3Fdone%3D1%23x"]
+    page = browser.get("/app/memory/evil%3Fdone%3D1%23x")
+    assert page.status_code == 200 and "Zebra note 1" in page.text
+    links = _links(page.text)
+    # The language switch leads to this very page (its id still one segment), the actions below it.
+    languages = [link for link in links if "lang=" in link]
+    actions = [link for link in links if "lang=" not in link]
+    assert len(languages) == 3 and all(link.startswith("/app/memory/evil%3Fdone%3D1%23x?lang=") for link in languages)
+    assert actions and all(link.startswith("/app/memory/evil%3Fdone%3D1%23x/") for link in actions), actions
+    pinned = browser.post("/app/memory/evil%3Fdone%3D1%23x/pin", data={"csrf": csrf_of(page.text)})
+    assert pinned.status_code == 303
+    assert pinned.headers["location"].startswith("/app/memory/evil%3Fdone%3D1%23x?done=pin")
 
 
-def test_memorize_with_an_idempotency_key_writes_once(store: RunningStore, tmp_path: Path) -> None:
+def test_memorize_with_an_idempotency_key_writes_once(store: RunningStore, served: ServerProcess) -> None:
     alice = store.add_user("alice")
 
     async def saves(base: str) -> list[dict]:
@@ -107,8 +106,7 @@ def test_memorize_with_an_idempotency_key_writes_once(store: RunningStore, tmp_p
                 answers.append(structured(result)["stored"])
         return answers
 
-    with connector(tmp_path, store) as server:
-        first, again, other = asyncio.run(saves(server.base_url))
+    first, again, other = asyncio.run(saves(served.base_url))
     assert again["id"] == first["id"] and again.get("already_present") is True
     assert other["id"] != first["id"]
     brain, _ = download_brain(store.url, alice.token, brains_of(store.url, alice.token)[0]["id"])

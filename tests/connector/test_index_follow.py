@@ -21,8 +21,11 @@ from connector.workcopy.core import ManagerTuning
 from connector.workcopy.manager import WorkingCopyManager
 from connector.workcopy.model import Account
 from connector.workcopy.store_client import StoreClient
-from tests.connector.conftest import RunningStore, direct_memorize, download_brain, upload_brain
+from tests.connector.conftest import RunningStore, direct_memorize, download_brain, shared_store, upload_brain
 from tests.engine.writes_support import fixture_brain, require_fixtures
+
+# Every test here makes its own users and looks only at their brains: one store for the module.
+store = pytest.fixture(shared_store, name="store")
 
 require_fixtures()
 

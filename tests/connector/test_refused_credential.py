@@ -17,8 +17,11 @@ import pytest
 from connector.engine.writes.ops import connector_memorize
 from connector.workcopy.core import SIGN_IN_AGAIN, BrainUnavailable, ManagerTuning
 from connector.workcopy.manager import WorkingCopyManager
-from tests.connector.conftest import RunningStore
+from tests.connector.conftest import RunningStore, shared_store
 from tests.connector.test_workcopy import FlakyUploads, account_for
+
+# Every test here makes its own users and looks only at their brains: one store for the module.
+store = pytest.fixture(shared_store, name="store")
 
 pytestmark = pytest.mark.timeout(120)
 

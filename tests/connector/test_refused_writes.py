@@ -20,9 +20,12 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.connector.conftest import RunningStore, auth, brains_of, download_brain, memory_ids
+from tests.connector.conftest import RunningStore, auth, brains_of, download_brain, memory_ids, shared_store
 from tests.connector.test_e2e_tools import connector, mcp_session, mint, structured
 from tests.support.processes import free_port
+
+# Every test here makes its own users and looks only at their brains: one store for the module.
+store = pytest.fixture(shared_store, name="store")
 
 pytestmark = pytest.mark.timeout(180)
 

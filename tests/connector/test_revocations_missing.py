@@ -25,7 +25,6 @@ from connector.oauth.pkce import s256
 from tests.connector.conftest import RunningStore, StoreUser
 from tests.connector.oauth.live import running_connector
 from tests.connector.test_state_damage import mcp_status
-from tests.s3.conftest import moto  # noqa: F401  (the fixture, found by name)
 from tests.s3.servers import CREDENTIALS, S3Service
 from tests.support.processes import ServerProcess, free_port
 
@@ -120,7 +119,7 @@ def replicas(kind: str, tmp_path: Path, store: RunningStore, s3: S3Service) -> I
 
 @pytest.mark.parametrize("kind", ["directory", "s3"])
 def test_deleting_the_revocation_list_revives_no_token(kind: str, store: RunningStore, tmp_path: Path,
-                                                       moto: S3Service) -> None:  # noqa: F811
+                                                       moto: S3Service) -> None:
     alice = store.add_user("alice")
     with replicas(kind, tmp_path, store, moto) as start:
         pair = start(1)

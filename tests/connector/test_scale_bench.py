@@ -65,6 +65,9 @@ def test_both_scenarios_run_with_two_workers_and_both_clients_and_report_no_erro
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     assert "2 connector process(es)" in out
+    # --quick sets the sizes not given: the ones above are the ones run
+    assert "(a) 2 users x 4 recalls back to back, 120 memories each" in out
+    assert "(b) 6 users x 4 calls (memorize every 2)" in out and ", 80 memories each" in out
     assert len(re.findall(r"errors\s+0\.0\s+runs: 0\.0\s+must be 0\n", out)) == 2
     figures = {name.strip(): float(value) for name, value in re.findall(r"^ {4}(\S.*?)\s{2,}(\d+\.\d)\s+runs:", out, re.M)}
     assert figures["recall p95 ms"] > 0 and figures["calls/s"] > 0

@@ -25,8 +25,11 @@ from connector.workcopy.journal import HeldWriteJournal
 from connector.workcopy.manager import WorkingCopyManager
 from connector.workcopy.model import Account
 from connector.workcopy.store_client import StoreClient
-from tests.connector.conftest import RunningStore, auth, brains_of, direct_memorize, download_brain
+from tests.connector.conftest import RunningStore, auth, brains_of, direct_memorize, download_brain, shared_store
 from tests.support.processes import REPO_ROOT
+
+# Every test here makes its own users and looks only at their brains: one store for the module.
+store = pytest.fixture(shared_store, name="store")
 
 ALL = frozenset({"brain.read", "brain.write"})
 KEY = bytes(range(32))

@@ -24,9 +24,12 @@ import pytest
 from connector.oauth.pkce import s256
 from tests.support.processes import free_port
 
-from .conftest import RunningStore, StoreUser
+from .conftest import RunningStore, StoreUser, shared_store
 from .oauth.live import running_connector
 from .webapp.conftest import csrf_of, signed_in_browser
+
+# Every test here makes its own users and looks only at their brains: one store for the module.
+store = pytest.fixture(shared_store, name="store")
 
 pytestmark = [pytest.mark.timeout(120)]
 

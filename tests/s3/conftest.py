@@ -1,24 +1,10 @@
-"""Fixtures: the S3 services (one per test session and worker) and stores on them."""
+"""Fixtures: stores on the S3 services (moto and weed, one per test process: tests/conftest.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
-from tests.s3.servers import S3Service, moto_server, seaweedfs
-
-
-@pytest.fixture(scope="session")
-def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Service]:
-    with moto_server(tmp_path_factory.mktemp("moto")) as service:
-        yield service
-
-
-@pytest.fixture(scope="session")
-def weed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Service]:
-    with seaweedfs(tmp_path_factory.mktemp("seaweedfs")) as service:
-        yield service
+from tests.s3.servers import S3Service
 
 
 @pytest.fixture(params=["moto", "seaweedfs"], scope="module")

@@ -1,4 +1,3 @@
 """Fixtures of the connector state's tests: a document store on each backend (tests/support/docstores.py)."""
 
-from tests.s3.conftest import moto, weed  # noqa: F401  (fixtures, found by name)
 from tests.support.docstores import backend  # noqa: F401  (the fixture, found by name)

@@ -14,9 +14,12 @@ from connector.engine.writes.memorize import CONNECTOR_SOURCE
 from connector.engine.writes.ops import connector_memorize
 from connector.webapp.views import ahead_of_higher_scores
 
-from ..conftest import RunningStore, auth, brains_of, device_write, direct_memorize, download_brain
+from ..conftest import RunningStore, auth, brains_of, device_write, direct_memorize, download_brain, shared_store
 from ..review_support import statuses_at_store
 from .conftest import app_client, sign_in
+
+# Every test here makes its own users and looks only at their brains: one store for the module.
+store = pytest.fixture(shared_store, name="store")
 
 pytestmark = pytest.mark.timeout(120)
 
