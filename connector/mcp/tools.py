@@ -63,7 +63,7 @@ from connector.workcopy.indexdisk import IndexDisk
 from connector.workcopy.manager import WorkingCopyManager
 from connector.workcopy.model import STATUS_NO_BRAIN, Account, Snapshot, WriteOutcome
 from connector.workcopy.store_client import BrainRecord, StoreError
-from connector.workcopy.vectors import HybridCache, VectorStore
+from connector.workcopy.vectors import HybridCache, QueryVectors, VectorStore
 
 log = logging.getLogger("connector.tools")
 
@@ -204,6 +204,8 @@ class BrainTools:
         # vector matrix. Both are made on first hybrid use.
         self._vectors = vectors
         self.hybrid_cache = HybridCache()
+        # Recent queries' vectors per brain and model: a query asked again is not embedded again.
+        self.query_vectors = QueryVectors()
         # The second model's vectors (e5), computed in the background per brain version: recall
         # fuses them in once a version has them all (None: hybrid recall without e5).
         self.e5 = e5
@@ -589,14 +591,17 @@ class BrainTools:
             index = index_for(snapshot.brain, snapshot.key, self.index_cache)
             hybrid = self.hybrid_index(snapshot.brain, snapshot.key, index, snapshot.brain_id)
             e5 = self.e5.vectors(snapshot.brain_id, snapshot.brain, index, hybrid) if self.e5 is not None else None
+            embed_e5 = None
+            if e5 is not None and self.e5 is not None and self.e5.store is not None:
+                embed_e5 = self.query_vectors.embedder(snapshot.brain_id, self.e5.store.model_id, self.e5.embed_query)
             return hybrid_recall(
                 snapshot.brain,
                 query,
                 index=index,
                 hybrid=hybrid,
-                embed_query=self.vectors.embed_query,
+                embed_query=self.query_vectors.embedder(snapshot.brain_id, self.vectors.model_id, self.vectors.embed_query),
                 e5=e5,
-                embed_e5_query=self.e5.embed_query if e5 is not None and self.e5 is not None else None,
+                embed_e5_query=embed_e5,
                 top=limit,
                 project=project,
                 now=self.manager.now(),
