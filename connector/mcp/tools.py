@@ -239,6 +239,11 @@ class BrainTools:
         self._prewarm_busy: set[str] = set()
         self._prewarm_next: dict[str, tuple[Brain, str, float, str | None]] = {}
         self._writes_in_flight = 0
+        # e5 vectors of written memories, per brain, waiting for the writes in flight to answer
+        # (`_e5_follow`), with when the first waited; the lock also guards the count's last step.
+        self._e5_waiting: dict[str | None, tuple[Brain, BrainIndex, HybridIndex]] = {}
+        self._e5_waiting_since: float | None = None
+        self._e5_lock = threading.Lock()
         self._handlers: dict[str, Callable[[Caller, Args], Awaitable[types.CallToolResult | types.InputRequiredResult]]] = {
             "brain_recall": self._recall,
             "brain_status": self._status,
@@ -344,7 +349,9 @@ class BrainTools:
         try:
             return await self.manager.write(caller.account, op, label)
         finally:
-            self._writes_in_flight -= 1
+            with self._e5_lock:
+                self._writes_in_flight -= 1
+            self._e5_after_writes()
 
     async def write_op(self, caller: Caller, op: Any, label: str) -> WriteOutcome:
         """Any other operation's write (e.g. a mental model's), refused for good -> ToolFailure;
@@ -660,11 +667,32 @@ class BrainTools:
         return self._vectors
 
     def _e5_follow(self, brain_id: str | None, brain: Brain, index: BrainIndex, hybrid: HybridIndex) -> None:
-        """After a write: the e5 vectors of its new memories are computed now, in the background
-        (only when the version before had its e5 vectors: the engine is loaded, and nothing else
-        of the brain is embedded again)."""
-        if self.e5 is not None and hybrid.e5 is not None and hybrid.e5_pending:
-            self.e5.vectors(brain_id, brain, index, hybrid)
+        """After a write: the e5 vectors of its new memories are computed in the background (only
+        when the version before had its e5 vectors: the engine is loaded, and nothing else of the
+        brain is embedded again), once the writes in flight have answered: embedding takes a core
+        for tens of ms, which the write's packing, push and the store's validation need (the
+        vector may follow the answer; recall uses the other channels meanwhile)."""
+        if self.e5 is None or hybrid.e5 is None or not hybrid.e5_pending:
+            return
+        with self._e5_lock:
+            if self._writes_in_flight:
+                self._e5_waiting[brain_id] = (brain, index, hybrid)  # a newer version replaces an older one
+                if self._e5_waiting_since is None:
+                    self._e5_waiting_since = time.monotonic()
+                return
+        self.e5.vectors(brain_id, brain, index, hybrid)
+
+    def _e5_after_writes(self) -> None:
+        """A write answered: start the e5 vectors `_e5_follow` kept back, when no write is in
+        flight any more (or they waited PREWARM_MAX_WAIT_S already: a stream of writes)."""
+        with self._e5_lock:
+            since = self._e5_waiting_since
+            if since is None or self._writes_in_flight and time.monotonic() - since < PREWARM_MAX_WAIT_S:
+                return
+            waiting, self._e5_waiting, self._e5_waiting_since = self._e5_waiting, {}, None
+        if self.e5 is not None:
+            for brain_id, (brain, index, hybrid) in waiting.items():
+                self.e5.vectors(brain_id, brain, index, hybrid)
 
     def hybrid_index(self, brain: Brain, key: str | None, index: BrainIndex, brain_id: str | None = None) -> HybridIndex:
         """The hybrid index of one version of brain ``brain_id``, cached under that brain and its content key.
