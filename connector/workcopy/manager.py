@@ -45,7 +45,7 @@ from connector.workcopy.core import BrainUnavailable, SignInAgain
 from connector.workcopy.held import HeldWrites
 from connector.workcopy.model import Account, Operation, PendingWrite, Snapshot, WorkingCopy, WriteOutcome
 from connector.workcopy.store_client import BrainRecord, StoreError, StoreUnauthorized, StoreUnreachable
-from connector.workcopy.sync import Sync, changed_bytes, empty_key, packed_archive
+from connector.workcopy.sync import Sync, changed_bytes, empty_key
 from connector.workcopy.upkeep import Upkeep
 
 
@@ -235,24 +235,17 @@ class WorkingCopyManager(Accounts, Sync, HeldWrites, Upkeep):
             # Refusal raises here, before anything changed. In a worker thread: at 10,000
             # memories a write takes a few hundred ms, which other users' calls need not wait for.
             result, change = await asyncio.to_thread(_apply_journaled, op, working, at)
-            old_key = copy.key
+            # The indexes follow the write while it is packed and pushed (mostly waiting
+            # for the store); the call returns once both are done.
+            following = asyncio.create_task(asyncio.to_thread(self._follow, copy.key, key, working, change))
+            self._following[key] = following
             copy.size_bytes = changed_bytes(copy.size_bytes, copy.brain, working, change.paths)
             copy.brain = working
             copy.key = key
             copy.pending.append(PendingWrite(op=op, at=at, label=label))
-            following: asyncio.Task[None] | None = None
             try:
-                # Packed first, then the indexes follow while the store validates the push (another
-                # process): packing and following both need the interpreter lock, and only the
-                # packing is on the push's path. The call returns once both are done.
-                copy.packed = (working, *await asyncio.to_thread(packed_archive, working))
-                following = asyncio.create_task(asyncio.to_thread(self._follow, old_key, key, working, change))
-                self._following[key] = following
                 dropped = await self._push(copy)
             finally:
-                copy.packed = None
-                if following is None:  # packing failed: the indexes still follow the write
-                    following = asyncio.create_task(asyncio.to_thread(self._follow, old_key, key, working, change))
                 await following
                 self._following.pop(key, None)
             if copy.brain is working and copy.key != key:

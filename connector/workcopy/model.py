@@ -107,9 +107,6 @@ class WorkingCopy:
     # The brain's head token (`heads.py`) read before the copy last matched the store:
     # a different token now means another process pushed since. None: never read.
     head_seen: str | None = None
-    # ``brain`` packed ahead by a write (the brain, its archive and checksum), taken by the push
-    # that follows; ignored when the brain changed meanwhile.
-    packed: tuple[Brain, bytes, str] | None = None
 
     @property
     def dirty(self) -> bool:

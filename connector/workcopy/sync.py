@@ -55,7 +55,7 @@ def _checksum(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def packed_archive(brain: Brain) -> tuple[bytes, str]:
+def _packed(brain: Brain) -> tuple[bytes, str]:
     """The brain's archive and its checksum (in a worker thread: hashing megabytes on the
     event loop held up every other call)."""
     archive = pack_archive(brain)
@@ -259,11 +259,7 @@ class Sync(ManagerCore):
             # A copy recovered from the journal first gets the store's brain under its writes.
             if copy.needs_rebase and not await self._replay(copy, dropped):
                 return dropped
-            packed, copy.packed = copy.packed, None
-            if packed is not None and packed[0] is copy.brain:
-                archive, checksum = packed[1], packed[2]  # packed by the write (`_write_once`)
-            else:
-                archive, checksum = await asyncio.to_thread(packed_archive, copy.brain)
+            archive, checksum = await asyncio.to_thread(_packed, copy.brain)
             if checksum == copy.base_checksum:
                 # Packing unchanged: nothing to send.
                 self._mark_synced(copy, checksum)
