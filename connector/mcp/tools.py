@@ -535,12 +535,12 @@ class BrainTools:
         notes: list[str] = []
         if snapshot.brain is not None and "index.json" in snapshot.brain:
             if self._index_ready(snapshot.key, mode, snapshot.brain_id):
-                hits = self.run_recall(snapshot, query, limit, project, as_of, as_known_of, mode)
+                hits = self.run_recall(snapshot, query, limit, project, as_of, as_known_of, mode, caller.account.subject)
             else:
                 # First recall of this content builds its index (seconds at 10,000 memories):
                 # off the event loop, so other users' calls keep being served meanwhile.
                 hits = await asyncio.to_thread(
-                    self.run_recall, snapshot, query, limit, project, as_of, as_known_of, mode
+                    self.run_recall, snapshot, query, limit, project, as_of, as_known_of, mode, caller.account.subject
                 )
                 self._loaded()
         if hits and snapshot.brain is not None:
@@ -591,22 +591,27 @@ class BrainTools:
         as_of: str | None,
         as_known_of: str | None,
         mode: str = "exact",
+        asker: str | None = None,
     ) -> list[dict[str, Any]]:
-        """The engine's recall over the snapshot, with its indexes cached per content key."""
+        """The engine's recall over the snapshot, with its indexes cached per content key.
+
+        ``asker``: whose query it is (an account's subject): recent query vectors are kept per
+        asker and brain, so the people sharing a brain cannot time each other's queries."""
         if mode == "hybrid":
             assert snapshot.brain is not None
             index = index_for(snapshot.brain, snapshot.key, self.index_cache)
             hybrid = self.hybrid_index(snapshot.brain, snapshot.key, index, snapshot.brain_id)
             e5 = self.e5.vectors(snapshot.brain_id, snapshot.brain, index, hybrid) if self.e5 is not None else None
+            scope = f"{asker or ''}\0{snapshot.brain_id or ''}"
             embed_e5 = None
             if e5 is not None and self.e5 is not None and self.e5.store is not None:
-                embed_e5 = self.query_vectors.embedder(snapshot.brain_id, self.e5.store.model_id, self.e5.embed_query)
+                embed_e5 = self.query_vectors.embedder(scope, self.e5.store.model_id, self.e5.embed_query)
             return hybrid_recall(
                 snapshot.brain,
                 query,
                 index=index,
                 hybrid=hybrid,
-                embed_query=self.query_vectors.embedder(snapshot.brain_id, self.vectors.model_id, self.vectors.embed_query),
+                embed_query=self.query_vectors.embedder(scope, self.vectors.model_id, self.vectors.embed_query),
                 e5=e5,
                 embed_e5_query=embed_e5,
                 top=limit,

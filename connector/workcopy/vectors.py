@@ -364,9 +364,9 @@ class QueryVectors:
 
     Embedding a query costs ~3 ms of CPU with USE and ~10-20 ms with e5, and the same query
     comes back: a mental model's question at every staleness check, a search page reloaded, a
-    model asking again. Scoped by brain like the stored vectors: a shared entry would let one
-    user time whether another recently asked the same words. Keys are hashes of the text, so
-    a long query costs its vector and a digest, not its text.
+    model asking again. Scoped (recall: by asker and brain): a shared entry would let one user
+    time whether another recently asked the same words. Keys are hashes of the text, so a long
+    query costs its vector and a digest, not its text.
     """
 
     def __init__(self, capacity: int = 512) -> None:
@@ -377,12 +377,13 @@ class QueryVectors:
     def __len__(self) -> int:
         return len(self._items)
 
-    def embedder(self, brain_id: str | None, model_id: str, embed: Callable[[str], np.ndarray]) -> Callable[[str], np.ndarray]:
-        """``embed`` (a query's unit vector from one model) answered from this cache within ``brain_id``."""
-        scope = hashlib.sha256(f"{brain_id or ''}\0{model_id}\0".encode("utf-8", "surrogatepass")).digest()
+    def embedder(self, scope: str | None, model_id: str, embed: Callable[[str], np.ndarray]) -> Callable[[str], np.ndarray]:
+        """``embed`` (a query's unit vector from one model) answered from this cache within ``scope``
+        (a brain, or an asker and a brain: entries are never shared between scopes)."""
+        key_of_scope = hashlib.sha256(f"{scope or ''}\0{model_id}\0".encode("utf-8", "surrogatepass")).digest()
 
         def cached(text: str) -> np.ndarray:
-            key = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=20, key=scope[:32]).digest()
+            key = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=20, key=key_of_scope).digest()
             with self._lock:
                 found = self._items.get(key)
                 if found is not None:

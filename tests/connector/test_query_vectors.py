@@ -23,7 +23,8 @@ def test_a_query_asked_again_is_embedded_once_within_its_brain_and_model() -> No
 
 
 def test_other_brains_and_models_never_share_an_entry() -> None:
-    """A shared entry would let one user time whether another asked the same words recently."""
+    """A shared entry would let one user time whether another asked the same words recently (recall
+    scopes by asker and brain)."""
     model = CountingEmbedder()
     cache = QueryVectors()
     embed = lambda text: model.embed([text])[0]  # noqa: E731
