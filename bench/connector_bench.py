@@ -40,8 +40,9 @@ the brain before would have them; the target there is p50 <= 30 ms over MCP.
 Add ``--e5 stand-in`` to seed its e5 vectors too, so every recall fuses the e5 channel and
 embeds its query with e5 (the issue's warm-recall target, p50 <= 15 ms, is for that): the
 rows are stand-ins drawn from each memory's hash (timing only; the real ones take minutes
-of CPU at 10,000 memories); ``--e5 off`` runs the connector without the e5 channel. By default (``--e5 background``) the connector
-computes the brain's e5 vectors itself, in the background, during the measurements.
+of CPU at 10,000 memories); ``--e5 off`` runs the connector without the e5 channel. By
+default (``--e5 background``) the connector computes the brain's e5 vectors itself, in the
+background, during the measurements.
 """
 
 from __future__ import annotations
