@@ -63,7 +63,7 @@ from connector.workcopy.indexdisk import IndexDisk
 from connector.workcopy.manager import WorkingCopyManager
 from connector.workcopy.model import STATUS_NO_BRAIN, Account, Snapshot, WriteOutcome
 from connector.workcopy.store_client import BrainRecord, StoreError
-from connector.workcopy.vectors import HybridCache, VectorStore
+from connector.workcopy.vectors import HybridCache, QueryVectors, VectorStore
 
 log = logging.getLogger("connector.tools")
 
@@ -204,6 +204,8 @@ class BrainTools:
         # vector matrix. Both are made on first hybrid use.
         self._vectors = vectors
         self.hybrid_cache = HybridCache()
+        # Recent queries' vectors per brain and model: a query asked again is not embedded again.
+        self.query_vectors = QueryVectors()
         # The second model's vectors (e5), computed in the background per brain version: recall
         # fuses them in once a version has them all (None: hybrid recall without e5).
         self.e5 = e5
@@ -237,6 +239,11 @@ class BrainTools:
         self._prewarm_busy: set[str] = set()
         self._prewarm_next: dict[str, tuple[Brain, str, float, str | None]] = {}
         self._writes_in_flight = 0
+        # e5 vectors of written memories, per brain, waiting for the writes in flight to answer
+        # (`_e5_follow`), with when the first waited; the lock also guards the count's last step.
+        self._e5_waiting: dict[str | None, tuple[Brain, BrainIndex, HybridIndex]] = {}
+        self._e5_waiting_since: float | None = None
+        self._e5_lock = threading.Lock()
         self._handlers: dict[str, Callable[[Caller, Args], Awaitable[types.CallToolResult | types.InputRequiredResult]]] = {
             "brain_recall": self._recall,
             "brain_status": self._status,
@@ -342,7 +349,9 @@ class BrainTools:
         try:
             return await self.manager.write(caller.account, op, label)
         finally:
-            self._writes_in_flight -= 1
+            with self._e5_lock:
+                self._writes_in_flight -= 1
+            self._e5_after_writes()
 
     async def write_op(self, caller: Caller, op: Any, label: str) -> WriteOutcome:
         """Any other operation's write (e.g. a mental model's), refused for good -> ToolFailure;
@@ -526,12 +535,12 @@ class BrainTools:
         notes: list[str] = []
         if snapshot.brain is not None and "index.json" in snapshot.brain:
             if self._index_ready(snapshot.key, mode, snapshot.brain_id):
-                hits = self.run_recall(snapshot, query, limit, project, as_of, as_known_of, mode)
+                hits = self.run_recall(snapshot, query, limit, project, as_of, as_known_of, mode, caller.account.subject)
             else:
                 # First recall of this content builds its index (seconds at 10,000 memories):
                 # off the event loop, so other users' calls keep being served meanwhile.
                 hits = await asyncio.to_thread(
-                    self.run_recall, snapshot, query, limit, project, as_of, as_known_of, mode
+                    self.run_recall, snapshot, query, limit, project, as_of, as_known_of, mode, caller.account.subject
                 )
                 self._loaded()
         if hits and snapshot.brain is not None:
@@ -582,21 +591,29 @@ class BrainTools:
         as_of: str | None,
         as_known_of: str | None,
         mode: str = "exact",
+        asker: str | None = None,
     ) -> list[dict[str, Any]]:
-        """The engine's recall over the snapshot, with its indexes cached per content key."""
+        """The engine's recall over the snapshot, with its indexes cached per content key.
+
+        ``asker``: whose query it is (an account's subject): recent query vectors are kept per
+        asker and brain, so the people sharing a brain cannot time each other's queries."""
         if mode == "hybrid":
             assert snapshot.brain is not None
             index = index_for(snapshot.brain, snapshot.key, self.index_cache)
             hybrid = self.hybrid_index(snapshot.brain, snapshot.key, index, snapshot.brain_id)
             e5 = self.e5.vectors(snapshot.brain_id, snapshot.brain, index, hybrid) if self.e5 is not None else None
+            scope = f"{asker or ''}\0{snapshot.brain_id or ''}"
+            embed_e5 = None
+            if e5 is not None and self.e5 is not None and self.e5.store is not None:
+                embed_e5 = self.query_vectors.embedder(scope, self.e5.store.model_id, self.e5.embed_query)
             return hybrid_recall(
                 snapshot.brain,
                 query,
                 index=index,
                 hybrid=hybrid,
-                embed_query=self.vectors.embed_query,
+                embed_query=self.query_vectors.embedder(scope, self.vectors.model_id, self.vectors.embed_query),
                 e5=e5,
-                embed_e5_query=self.e5.embed_query if e5 is not None and self.e5 is not None else None,
+                embed_e5_query=embed_e5,
                 top=limit,
                 project=project,
                 now=self.manager.now(),
@@ -655,11 +672,32 @@ class BrainTools:
         return self._vectors
 
     def _e5_follow(self, brain_id: str | None, brain: Brain, index: BrainIndex, hybrid: HybridIndex) -> None:
-        """After a write: the e5 vectors of its new memories are computed now, in the background
-        (only when the version before had its e5 vectors: the engine is loaded, and nothing else
-        of the brain is embedded again)."""
-        if self.e5 is not None and hybrid.e5 is not None and hybrid.e5_pending:
-            self.e5.vectors(brain_id, brain, index, hybrid)
+        """After a write: the e5 vectors of its new memories are computed in the background (only
+        when the version before had its e5 vectors: the engine is loaded, and nothing else of the
+        brain is embedded again), once the writes in flight have answered: embedding takes a core
+        for tens of ms, which the write's packing, push and the store's validation need (the
+        vector may follow the answer; recall uses the other channels meanwhile)."""
+        if self.e5 is None or hybrid.e5 is None or not hybrid.e5_pending:
+            return
+        with self._e5_lock:
+            if self._writes_in_flight:
+                self._e5_waiting[brain_id] = (brain, index, hybrid)  # a newer version replaces an older one
+                if self._e5_waiting_since is None:
+                    self._e5_waiting_since = time.monotonic()
+                return
+        self.e5.vectors(brain_id, brain, index, hybrid)
+
+    def _e5_after_writes(self) -> None:
+        """A write answered: start the e5 vectors `_e5_follow` kept back, when no write is in
+        flight any more (or they waited PREWARM_MAX_WAIT_S already: a stream of writes)."""
+        with self._e5_lock:
+            since = self._e5_waiting_since
+            if since is None or self._writes_in_flight and time.monotonic() - since < PREWARM_MAX_WAIT_S:
+                return
+            waiting, self._e5_waiting, self._e5_waiting_since = self._e5_waiting, {}, None
+        if self.e5 is not None:
+            for brain_id, (brain, index, hybrid) in waiting.items():
+                self.e5.vectors(brain_id, brain, index, hybrid)
 
     def hybrid_index(self, brain: Brain, key: str | None, index: BrainIndex, brain_id: str | None = None) -> HybridIndex:
         """The hybrid index of one version of brain ``brain_id``, cached under that brain and its content key.

@@ -324,6 +324,7 @@ class BrainViews:
                 form.as_of or None,
                 None,
                 form.mode or self.tools.recall_mode,  # as brain_recall: the server's default unless named
+                account.subject,
             )
         except RecallError as exc:
             result.error = str(exc)

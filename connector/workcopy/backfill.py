@@ -14,6 +14,7 @@ computed are kept: a version mostly shares its memories with the one before).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,6 +41,11 @@ class Progress:
         """The figures brain_status shows."""
         return {"state": self.state, "embedded": self.done, "total": self.total}
 
+
+# The background thread's nice value (Linux: per thread, inherited by the engine's OpenMP
+# threads it starts): on a busy host its embedding yields the cores to the calls being
+# answered and to the other processes; on an idle one it runs at full speed all the same.
+BACKGROUND_NICE = 10
 
 UNAVAILABLE = "unavailable"
 READY = "ready"
@@ -135,6 +141,7 @@ class E5Backfill:
             thread.join(timeout)
 
     def _run(self) -> None:
+        _lower_priority(BACKGROUND_NICE)
         while True:
             with self._lock:
                 while not self._waiting and not self._closed:
@@ -191,3 +198,13 @@ class E5Backfill:
     def _set(self, brain_id: str | None, progress: Progress) -> None:
         with self._lock:
             self._progress[brain_id] = progress
+
+
+def _lower_priority(nice: int) -> None:
+    """Give the calling thread (and the threads it starts) the nice value ``nice`` where the
+    platform has per-thread priorities (Linux); elsewhere nothing changes."""
+    try:
+        thread = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, thread, max(nice, os.getpriority(os.PRIO_PROCESS, thread)))
+    except (AttributeError, OSError):
+        pass

@@ -89,22 +89,28 @@ class E5Embedder:
         clipped = [text[:MAX_EMBED_CHARS] for text in texts]
         # No lock: the engine keeps its buffers per call, so a query embedding never waits
         # for a batch another thread is embedding (each call runs its own OpenMP team).
-        vectors = model.passage(clipped) if len(clipped) > 1 else model.passage(clipped[0])[None, :]
+        if len(clipped) > 1:
+            vectors = model.passage(clipped)
+        else:  # a write's one new memory: one thread, as a query
+            vectors = self._one_thread(lambda: model.passage(clipped[0]))[None, :]
         return np.ascontiguousarray(vectors, dtype=np.float32).reshape(len(texts), self.dimensions)
 
     def embed_query(self, text: str) -> np.ndarray:
         """The unit float32 vector of a query (embedded with e5's ``query:`` prefix)."""
         model = self._loaded()
-        # One thread for a query (~10 ms): OpenMP's barriers between a short text's steps cost
-        # more than they save on a busy host. The setting is this thread's own.
+        vector = self._one_thread(lambda: model.query(text[:MAX_EMBED_CHARS]))
+        return np.asarray(vector, dtype=np.float32).reshape(self.dimensions)
+
+    def _one_thread(self, embed: Callable[[], np.ndarray]) -> np.ndarray:
+        """``embed()`` of one short text on one thread (~10 ms): OpenMP's barriers between its
+        steps cost more than they save on a busy host. The setting is this thread's own."""
         if self._set_threads is not None:
             self._set_threads(1)
         try:
-            vector = model.query(text[:MAX_EMBED_CHARS])
+            return embed()
         finally:
             if self._set_threads is not None:
                 self._set_threads(self.threads)
-        return np.asarray(vector, dtype=np.float32).reshape(self.dimensions)
 
 
 def _omp_set_num_threads() -> Callable[[int], None] | None:
