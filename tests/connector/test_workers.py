@@ -31,6 +31,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from common.workers import pid_alive
 from connector.affinity import owner_of
 from connector.mcp.http import is_mcp_path
 from tests.connector.conftest import RunningStore, StoreUser, brains_of, download_brain, start_store
@@ -67,15 +68,19 @@ def _worker_pids(server: ServerProcess) -> set[int]:
 def _alive(pid: int) -> bool:
     """Running, or still exiting (a zombie all of whose threads are gone counts as stopped).
 
-    The state alone is not enough: a killed process's main thread shows "Z" while its other
-    threads (uvicorn's, the model's) still exit, sharing its open files; the kernel keeps
-    queueing new connections on its listening socket until the last one is gone, then resets them.
+    `pid_alive` alone is not enough: a killed process's main thread is a zombie while its
+    other threads (uvicorn's, the model's) still exit, sharing its open files; the kernel
+    keeps queueing new connections on its listening socket until the last one is gone, then
+    resets them.
     """
+    if pid_alive(pid):
+        return True
     try:
-        status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+        status = Path(f"/proc/{pid}/status").read_text()
     except OSError:
         return False
-    return not status.get("State", "").strip().startswith("Z") or status.get("Threads", "1").strip() != "1"
+    threads = [line.split(":", 1)[1].strip() for line in status.splitlines() if line.startswith("Threads:")]
+    return threads not in ([], ["1"])
 
 
 def _stop_all(server: ServerProcess, workers: set[int]) -> None:
