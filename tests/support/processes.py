@@ -31,7 +31,9 @@ def _ephemeral_floor() -> int:
 _EPHEMERAL_FLOOR = _ephemeral_floor()
 _LOWEST = 20000
 _handed_out: set[int] = set()
-_random = random.Random(os.getpid() ^ time.monotonic_ns())
+# Our own generator, seeded from the OS: a plugin that seeds `random` alike in every test
+# worker cannot make two workers draw the same ports.
+_random = random.Random()
 
 
 def free_port() -> int:
