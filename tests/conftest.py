@@ -45,6 +45,18 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 _HOME_KEY = pytest.StashKey[str]()
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Modules holding a ``slow`` test run first, each kept in one piece.
+
+    `make test` (-n 2 --dist loadgroup) hands out the xdist groups first, largest first, then
+    single tests in collection order; a long test collected late (the year-ahead re-run sits
+    near the end) left one core idle while the other finished it. Started early, the short
+    tests collected after it fill both cores to the end.
+    """
+    slow_modules = {item.path for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.path not in slow_modules)  # stable: the order within stays
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """A test marked ``needs_tool`` whose tool is missing skips (fails under CI=true)."""
     for mark in item.iter_markers("needs_tool"):

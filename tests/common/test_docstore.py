@@ -214,6 +214,7 @@ def _processes(backend: Backend, op: str, key: str, n: int, repeat: int = 1, *ex
     return results
 
 
+@pytest.mark.slow
 def test_processes_racing_have_one_winner_one_taker_and_no_lost_update(backend: Backend) -> None:
     n = 4
     created = _processes(backend, "create", "p/create", n)

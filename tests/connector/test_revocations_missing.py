@@ -117,6 +117,7 @@ def replicas(kind: str, tmp_path: Path, store: RunningStore, s3: S3Service) -> I
         yield start
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["directory", "s3"])
 def test_deleting_the_revocation_list_revives_no_token(kind: str, store: RunningStore, tmp_path: Path,
                                                        moto: S3Service) -> None:

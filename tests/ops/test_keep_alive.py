@@ -13,6 +13,8 @@ import http.client
 import time
 from pathlib import Path
 
+import pytest
+
 from cli.serving import KEEP_ALIVE_SECONDS
 from tests.connector.conftest import running_store
 from tests.connector.oauth.live import running_connector
@@ -44,6 +46,7 @@ def get_twice(port: int, path: str, pause_s: float) -> list[int]:
     return statuses
 
 
+@pytest.mark.slow
 def test_idle_connections_outlive_an_httpx_clients(tmp_path: Path) -> None:
     assert KEEP_ALIVE_SECONDS > HTTPX_KEEPALIVE_EXPIRY_S + 1
     (tmp_path / "store").mkdir()

