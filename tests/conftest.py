@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.support.tools import missing_tool
+from tests.support.trust import restore_trust, trust_the_ca_directory
 
 if TYPE_CHECKING:
     from tests.s3.servers import S3Service
@@ -27,22 +28,28 @@ _REAL_HOME = os.environ.get("HOME", "")
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Give this test process (each xdist worker too) its own temporary HOME."""
+    """Give this test process (each xdist worker too) its own temporary HOME; its HTTP clients
+    read the CA directory, not a bundle per client (tests/support/trust.py)."""
     home = tempfile.mkdtemp(prefix="brain-store-test-home-")
     config.stash[_HOME_KEY] = home
     os.environ["HOME"] = home
+    config.stash[_TRUST_KEY] = trust_the_ca_directory()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """Put HOME back and remove the temporary one."""
+    """Put HOME and the CA settings back and remove the temporary HOME."""
     home = config.stash.get(_HOME_KEY, None)
     if _REAL_HOME:
         os.environ["HOME"] = _REAL_HOME
     if home:
         shutil.rmtree(home, ignore_errors=True)
+    saved = config.stash.get(_TRUST_KEY, None)
+    if saved is not None:
+        restore_trust(saved)
 
 
 _HOME_KEY = pytest.StashKey[str]()
+_TRUST_KEY = pytest.StashKey[dict[str, str | None]]()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
