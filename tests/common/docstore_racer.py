@@ -1,11 +1,11 @@
-"""One racer process of tests/common/test_docstore.py: opens the store, waits for the start
-time, does one operation on one key (``repeat`` times) and prints what it got (one line of JSON)."""
+"""One racer process of tests/common/test_docstore.py: opens the store, says ``ready`` and waits
+for ``go`` on stdin (sent to every racer at once), does one operation on one key (``repeat``
+times) and prints what it got (one line of JSON)."""
 
 from __future__ import annotations
 
 import json
 import sys
-import time
 
 from common.docstore import open_document_store
 
@@ -14,9 +14,11 @@ def _increment(data: bytes | None) -> bytes:
     return str(int(data or b"0") + 1).encode()
 
 
-def main(location: str, endpoint: str, op: str, key: str, start_at: float, repeat: int, version: str = "") -> None:
+def main(location: str, endpoint: str, op: str, key: str, repeat: int, version: str = "") -> None:
     store = open_document_store(location, s3_endpoint_url=endpoint or None, fsync=False)
-    time.sleep(max(0.0, min(30.0, start_at - time.time())))
+    print("ready", flush=True)
+    if sys.stdin.readline().strip() != "go":
+        raise SystemExit("no go")
     results: list[object] = []
     for i in range(repeat):
         if op == "create":
@@ -34,4 +36,4 @@ def main(location: str, endpoint: str, op: str, key: str, start_at: float, repea
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], float(sys.argv[5]), int(sys.argv[6]), *sys.argv[7:])
+    main(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), *sys.argv[6:])

@@ -198,14 +198,20 @@ def test_threads_racing_update_lose_no_increment(backend: Backend) -> None:
 
 def _processes(backend: Backend, op: str, key: str, n: int, repeat: int = 1, *extra: str) -> list[list[Any]]:
     """``n`` racer processes (tests/common/docstore_racer.py) doing ``op`` on ``key``; their results."""
-    start_at = time.time() + 3.0  # all import and connect first, then start together
     env = {**os.environ, **CREDENTIALS, "PYTHONPATH": str(ROOT)}
     procs = [
         subprocess.Popen([sys.executable, "-m", "tests.common.docstore_racer", backend.location, backend.endpoint, op,
-                          key, str(start_at), str(repeat), *extra],
-                         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                          key, str(repeat), *extra],
+                         cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         bufsize=0)
         for _ in range(n)
     ]
+    # All import and open the store first (each says so), then all start together.
+    for proc in procs:
+        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n", proc.communicate(timeout=60)[1].decode()
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.write(b"go\n")
     results = []
     for proc in procs:
         out, err = proc.communicate(timeout=180)
@@ -214,6 +220,7 @@ def _processes(backend: Backend, op: str, key: str, n: int, repeat: int = 1, *ex
     return results
 
 
+@pytest.mark.slow
 def test_processes_racing_have_one_winner_one_taker_and_no_lost_update(backend: Backend) -> None:
     n = 4
     created = _processes(backend, "create", "p/create", n)

@@ -44,6 +44,7 @@ def _memories(count: int) -> list[dict[str, Any]]:
     return MEMORIES + filler
 
 
+@pytest.mark.slow
 def test_recall_answers_while_e5_is_computed_and_keeps_its_vectors(store: RunningStore, tmp_path: Path) -> None:
     user = store.add_user("e5user")
     brain, ids = make_brain(_memories(150))

@@ -55,6 +55,7 @@ def test_a_process_groups_memory_and_cpu_add_up_its_processes(bench) -> None:  #
         leader.wait(timeout=30)
 
 
+@pytest.mark.slow
 def test_both_scenarios_run_with_two_workers_and_both_clients_and_report_no_errors(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, str(BENCH), "--quick", "--workers", "2", "--client", "mix", "--brain-cache", str(tmp_path / "brains"),

@@ -31,6 +31,7 @@ from mcp.client.streamable_http import streamable_http_client
 from tests.connector.oauth.live import MemoryStorage
 from tests.connector.oauth.test_e2e_mcp_client import oauth_provider
 from tests.support.processes import REPO_ROOT, free_port
+from tests.support.trust import HOST_CA_BUNDLE
 
 pytestmark = [
     pytest.mark.anyio,
@@ -43,7 +44,6 @@ BASE = "brain-store-base:bookworm"
 IMAGE = "brain-store:smoke"
 CACHE = Path(tempfile.gettempdir()) / "brain-store-image-cache"
 MIRROR = os.environ.get("DEBIAN_MIRROR", "http://deb.debian.org/debian")
-HOST_CA_BUNDLE = os.environ.get("SSL_CERT_FILE", "/etc/ssl/certs/ca-certificates.crt")
 # Debian's client, next to its dockerd (another `docker` earlier on PATH may not be).
 DOCKER = "/usr/bin/docker" if Path("/usr/bin/docker").exists() else "docker"
 

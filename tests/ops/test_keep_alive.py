@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import http.client
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+import pytest
 
 from cli.serving import KEEP_ALIVE_SECONDS
 from tests.connector.conftest import running_store
@@ -44,10 +47,15 @@ def get_twice(port: int, path: str, pause_s: float) -> list[int]:
     return statuses
 
 
+@pytest.mark.slow
 def test_idle_connections_outlive_an_httpx_clients(tmp_path: Path) -> None:
     assert KEEP_ALIVE_SECONDS > HTTPX_KEEPALIVE_EXPIRY_S + 1
     (tmp_path / "store").mkdir()
     with running_store(tmp_path / "store") as store:
         with running_connector(tmp_path, store.url, state_dir=tmp_path / "state") as connector:
-            for port in (store.port, int(connector.base_url.rsplit(":", 1)[1])):
-                assert get_twice(port, "/health/live", HTTPX_KEEPALIVE_EXPIRY_S + 1) == [200, 200], port
+            ports = [store.port, int(connector.base_url.rsplit(":", 1)[1])]
+            # Both servers' connections idle at once (the pause is the test's whole length).
+            with ThreadPoolExecutor(len(ports)) as pool:
+                answers = list(pool.map(lambda port: get_twice(port, "/health/live", HTTPX_KEEPALIVE_EXPIRY_S + 1), ports))
+            for port, statuses in zip(ports, answers, strict=True):
+                assert statuses == [200, 200], port

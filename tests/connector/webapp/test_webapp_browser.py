@@ -116,6 +116,7 @@ def signed_in_page(browser: Any, base: str, token: str, shots: Path,
     return page, checks
 
 
+@pytest.mark.slow
 def test_person_tends_their_brain_in_chromium(store: RunningStore, tmp_path: Path) -> None:
     alice = store.add_user("alice")
     shots = screenshots(tmp_path)

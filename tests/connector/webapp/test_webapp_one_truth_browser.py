@@ -170,6 +170,7 @@ NEAR_IDENTICAL = [
 ]
 
 
+@pytest.mark.slow
 def test_every_web_write_path_runs_the_similar_check(store: RunningStore, tmp_path: Path) -> None:
     alice = store.add_user("alice")
     at_store = AtStore(store, alice)
