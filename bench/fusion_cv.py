@@ -172,8 +172,9 @@ def candidates() -> list[Candidate]:
     for rrf in (0.5, 1.0, 2.0):
         out.append(Candidate("agreement", f"rrf {rrf}", CHANNEL_FUSION, rrf=rrf))
     for clip, clip_e5, hit_floor in itertools.product((3.0, 4.0, 5.0), (None, 5.0), (1.6, 1.65, 1.7, 1.75, 1.8)):
-        out.append(Candidate("e5 regime", f"with e5: clip {clip} e5 {clip_e5} hit floor {hit_floor}",
-                             replace(CHANNEL_FUSION, clip=clip, clip_e5=clip_e5, hit_floor=hit_floor), before_e5=CHANNEL_FUSION))
+        with_e5 = replace(CHANNEL_FUSION, clip=clip, clip_e5=clip_e5, hit_floor=hit_floor)
+        out.append(Candidate("e5 regime", f"with e5: clip {clip} e5 {clip_e5} hit floor {hit_floor}", with_e5,
+                             before_e5=CHANNEL_FUSION))
     return out
 
 
@@ -206,10 +207,10 @@ def outcomes(prepared: Sequence[locomo.Prepared], rank: Callable[[locomo.Case, l
     """Per query: the rank of its first answer in the first ten (0: none) and how many were listed."""
     rows = []
     for item in prepared:
-        gold_positions = {}
+        position = {memory_id: n for n, memory_id in enumerate(item.ids)}
         for case in item.cases:
             ranked = rank(case, item)
-            gold = gold_positions.setdefault(id(case), {item.ids.index(g) for g in case.query.gold})
+            gold = {position[memory_id] for memory_id in case.query.gold}
             rows.append((next((n + 1 for n, p in enumerate(ranked) if p in gold), 0), len(ranked)))
     return np.array(rows, dtype=np.int64)
 
