@@ -265,18 +265,20 @@ def hybrid_ranking(case: Case, ids: Sequence[str], fusion: Fusion) -> list[int]:
     return ranked_positions(fused, listed, case.signals.strong, TOP, ids)
 
 
-def fusion_ranking(case: Case, prepared: Prepared, fusion: ChannelFusion) -> list[int]:
-    """The ranking of the channel fusion (connector/engine/recall/channelfusion.py), its floor included."""
+def fusion_ranking(case: Case, prepared: Prepared, fusion: ChannelFusion, offsets: np.ndarray | None = None) -> list[int]:
+    """The ranking of the channel fusion (connector/engine/recall/channelfusion.py), its floor included
+    (``offsets``: added to the fused scores before anything is listed, as `fuse_zscores` takes them)."""
     memo = case.__dict__.setdefault("_z", {})
-    normalised = memo.get(fusion.clip)
+    clips = (fusion.clip, fusion.clip_e5)
+    normalised = memo.get(clips)
     if normalised is None:
         channels = {"exact": case.exact, "bm25": case.bm25, "use": case.signals.semantic, "e5": case.e5}
-        normalised = memo[fusion.clip] = channel_zscores(channels, case.eligible, fusion.clip)
+        normalised = memo[clips] = channel_zscores(channels, case.eligible, fusion.clip, fusion.clips())
     gate = case.__dict__.get("_gate")
     if gate is None:
         gate = case.__dict__["_gate"] = matches_well(case.signals, case.eligible)
     fused, listed = fuse_zscores(normalised, fusion, case.eligible, prepared.adjacent,
-                                 answers(case.e5, case.eligible, fusion, gate))
+                                 answers(case.e5, case.eligible, fusion, gate), offsets)
     strong = case.signals.strong
     if strong is not None and case.eligible[strong]:
         listed[strong] = True

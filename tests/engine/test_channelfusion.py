@@ -109,3 +109,22 @@ def test_a_lookalike_is_listed_only_when_a_model_sets_it_apart() -> None:
     fused, alone = fuse_channels({"bm25": np.zeros(200, np.float32), "use": use, "e5": e5},
                                  replace(fusion, lookalike=3.0, window=10.0, hit_floor=None), np.ones(200, bool))
     assert int(np.argmax(fused)) == 0 and alone[0] and alone[2] and not alone[1] and alone.sum() == 2
+
+
+def test_e5_keeps_its_order_above_the_clip_of_the_others() -> None:
+    # Two memories stand far out of the brain in both models; e5 (the stronger model) puts
+    # memory 1 first, USE memory 0. Clipped alike, both reach the clip in both models and the
+    # tie is broken elsewhere; with e5's own higher clip its order decides.
+    use = _population(300)
+    e5 = _population(300, seed=2)
+    use[[0, 1]] = [0.95, 0.9]
+    e5[[0, 1]] = [0.47, 0.52]  # z-scores ~3.2 and ~4.2
+    eligible = np.ones(300, dtype=bool)
+    fusion = ChannelFusion(exact=0, bm25=0, use=0.5, e5=1.0, clip=3.0)
+    alike, _ = fuse_channels({"use": use, "e5": e5}, fusion, eligible)
+    assert alike[0] == alike[1] == 3.0
+    own, _ = fuse_channels({"use": use, "e5": e5}, replace(fusion, clip_e5=5.0), eligible)
+    assert own[1] > own[0] > 3.0 and float(own.max()) <= 5.0
+    # USE alone (e5 not ready) is clipped as before.
+    alone, _ = fuse_channels({"use": use, "e5": None}, replace(fusion, clip_e5=5.0), eligible)
+    assert alone[0] == alone[1] == 3.0

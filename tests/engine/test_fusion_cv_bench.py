@@ -1,0 +1,87 @@
+"""bench/fusion_cv.py: its folds, figures and fit, and that its candidates rank through the
+connector's own fusion (a query-adaptive candidate with every power 0 is the fusion itself)."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from datetime import UTC, datetime
+
+import numpy as np
+
+from connector.engine.recall.channelfusion import CHANNEL_FUSION
+from connector.engine.recall.hybrid import Signals
+from tests.engine.conftest import REPO_ROOT
+
+sys.path.insert(0, str(REPO_ROOT / "bench"))
+import fusion_cv  # type: ignore[import-not-found]  # noqa: E402
+import locomo  # type: ignore[import-not-found]  # noqa: E402
+
+NOW = datetime(2026, 3, 1, tzinfo=UTC)
+
+
+def _tab() -> fusion_cv.Table:
+    rows = [("locomo", "locomo-1", "single-hop", True), ("locomo", "locomo-1", "no-answer", False),
+            ("locomo", "locomo-2", "single-hop", True), ("quality", "rq", "synonym", True),
+            ("quality", "rq", "synonym", True), ("quality", "rq", "no-answer", False), ("quality", "rq", "no-answer", False)]
+    half = np.array([0, 0, 1, 0, 1, 0, 1])  # answerable and no-answer queries alternate per set
+    return fusion_cv.Table(*(np.array(column) for column in zip(*rows)), half=half)
+
+
+def test_folds_hold_out_one_conversation_and_one_quality_half() -> None:
+    tab = _tab()
+    folds = fusion_cv.folds(tab)
+    assert [name for name, _ in folds] == ["locomo-1 + quality half 0", "locomo-1 + quality half 1",
+                                          "locomo-2 + quality half 0", "locomo-2 + quality half 1"]
+    assert folds[0][1].tolist() == [True, True, False, True, False, True, False]
+    assert folds[3][1].tolist() == [False, False, True, False, True, False, True]
+
+
+def test_figures_count_recall_mrr_and_no_answer_hits() -> None:
+    tab = _tab()
+    # (rank of the first answer, 0: none; how many listed)
+    result = np.array([[3, 10], [0, 4], [7, 10], [1, 5], [0, 10], [0, 0], [0, 2]])
+    found = fusion_cv.figures(result, tab, np.ones(7, dtype=bool))
+    assert found["locomo"]["r5"] == 0.5 and found["locomo"]["r10"] == 1.0 and found["locomo"]["hits"] == 4.0
+    assert found["quality"]["r5"] == 0.5 and found["quality"]["mrr"] == 0.5
+    assert found["quality"]["empty"] == 0.5 and found["quality"]["hits"] == 1.0
+    assert found["quality"]["hits5"] == {"synonym": 1}
+    # Losing one query to the best single channel of a category is allowed, the second is counted.
+    single = {"quality": {"synonym": 3}, "locomo": {"single-hop": 1}}
+    assert fusion_cv.lost({"quality": {"hits5": {"synonym": 1}}, "locomo": {"hits5": {"single-hop": 1}}},
+                          {"e5": {g: {"hits5": v} for g, v in single.items()}}) == 1
+
+
+def _prepared() -> locomo.Prepared:
+    rng = np.random.default_rng(3)
+    count = 60
+    semantic = rng.normal(0.3, 0.05, count).astype(np.float32)
+    e5 = rng.normal(0.8, 0.02, count).astype(np.float32)
+    semantic[[4, 9]] = [0.42, 0.41]
+    e5[[4, 9]] = [0.84, 0.92]
+    words = np.zeros(count, dtype=np.float32)
+    words[[4, 20]] = [0.5, 0.5]
+    bm25 = words * 4
+    signals = Signals(semantic=semantic, words=words, near_words=words, fuzzy=np.zeros(count, np.float32),
+                      exact=np.zeros(count, np.float32), strong=None, hubness=np.zeros(count, np.float32), e5=e5, bm25=bm25)
+    query = locomo.Query("a question", NOW, "single-hop", ["m9"], "q1")
+    case = locomo.Case(query=query, eligible=np.ones(count, dtype=bool), exact_rank=[], exact=signals.exact, bm25=bm25,
+                       use=semantic, e5=e5, signals=signals)
+    brainset = locomo.Brainset("locomo-x", "locomo", None, [query], "evidence")  # type: ignore[arg-type]
+    return locomo.Prepared(brainset, [f"m{n}" for n in range(count)], [case], [f"s{n // 10}" for n in range(count)])
+
+
+def test_candidates_rank_through_the_connectors_fusion() -> None:
+    prepared = _prepared()
+    case = prepared.cases[0]
+    shipped = locomo.fusion_ranking(case, prepared, CHANNEL_FUSION)
+    same = fusion_cv.Candidate("adaptive", "powers 0", CHANNEL_FUSION, evidence="gap")
+    assert fusion_cv.ranking(case, prepared, same) == shipped and shipped[:2] == [9, 4]
+    # Words weighed high: the memory holding the query's words leads. Weighing each model by its
+    # own gap (1st to 10th best, z-scores) then lets e5, which sets memory 9 far apart, lead.
+    heavy_words = fusion_cv.Candidate("adaptive", "words", replace(CHANNEL_FUSION, bm25=4.0), evidence="gap")
+    assert fusion_cv.ranking(case, prepared, heavy_words)[0] == 4
+    evidence = fusion_cv.evidence(case)
+    assert evidence["e5_gap"] > 2 * evidence["use_gap"] and evidence["words"] == 0.5
+    gap = fusion_cv.Candidate("adaptive", "gap", replace(CHANNEL_FUSION, bm25=4.0), evidence="gap", model_power=2.0)
+    assert fusion_cv.ranking(case, prepared, gap)[:2] == [9, 4]
