@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -60,7 +61,7 @@ from connector.engine.recall.textmatch import TextIndex, has_cjk, word_terms
 __all__ = [
     "DEFAULT_FUSION", "EXACT_CANNOT_READ", "Fusion", "HybridIndex", "MODES", "NO_GOOD_MATCH", "Signals",
     "VectorSource", "empty_recall_reason", "fuse", "hybrid_recall", "memory_texts", "query_signals",
-    "ranked_positions",
+    "ranked_positions", "start_e5_channel",
 ]
 
 MODES = ("exact", "hybrid")
@@ -76,6 +77,11 @@ HUBNESS_NEIGHBOURS = 10
 HUBNESS_CANDIDATES = 3
 # The per-hit z-score cut applies from this many eligible memories (a z-score needs a population).
 Z_POPULATION = 30
+# The e5 channel of a recall (its query embedding, ~10 ms on one core, the longest step, then its
+# cosines) runs here while the calling thread computes the other channels: the e5 engine and
+# BLAS release the GIL, so on two cores the recall takes about the longer of the two, not their sum.
+# A recall whose job has not started when it needs it runs it itself (never waits for a queue).
+_E5_CHANNEL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="hybrid-e5")
 
 
 @dataclass(frozen=True)
@@ -441,9 +447,11 @@ def query_signals(
     embed_query: Callable[[str], np.ndarray],
     e5: Quantized | None = None,
     embed_e5_query: Callable[[str], np.ndarray] | None = None,
+    e5_channel: Future[np.ndarray] | None = None,
 ) -> Signals:
     """The channels of ``query`` for every memory, given the exact engine's hits for it
-    (the e5 channel too when ``e5`` holds the version's e5 vectors)."""
+    (the e5 channel too when ``e5`` holds the version's e5 vectors; ``e5_channel``: that
+    channel already started on another thread, `start_e5_channel`)."""
     if len(hybrid.ids) != len(index.memories) or (hybrid.ids and hybrid.ids[-1] != index.memories[-1].id):
         raise ValueError("the hybrid index was built for another version of the brain")
     exact_relevance = np.zeros(len(index.memories), dtype=np.float32)
@@ -477,9 +485,34 @@ def query_signals(
         strong=strong,
         hubness=hubness,
         written=None if spelled_out is None else written,
-        e5=cosines(e5, embed_e5_query(query)) if e5 is not None and embed_e5_query is not None else None,
+        e5=_e5_cosines(query, e5, embed_e5_query, e5_channel),
         bm25=hybrid.text.words.scores(word_terms(query)).astype(np.float32),
     )
+
+
+def start_e5_channel(
+    query: str, e5: Quantized | None, embed_e5_query: Callable[[str], np.ndarray] | None
+) -> Future[np.ndarray] | None:
+    """The e5 cosines of ``query`` started on a worker thread (None without e5)."""
+    if e5 is None or embed_e5_query is None:
+        return None
+    return _E5_CHANNEL.submit(_e5_job, query, e5, embed_e5_query)
+
+
+def _e5_job(query: str, e5: Quantized, embed_e5_query: Callable[[str], np.ndarray]) -> np.ndarray:
+    return cosines(e5, embed_e5_query(query))
+
+
+def _e5_cosines(
+    query: str, e5: Quantized | None, embed_e5_query: Callable[[str], np.ndarray] | None,
+    started: Future[np.ndarray] | None,
+) -> np.ndarray | None:
+    """The e5 channel: the started job's answer, or computed here (not started, or still queued)."""
+    if started is not None and not started.cancel():
+        return started.result()
+    if e5 is None or embed_e5_query is None:
+        return None
+    return _e5_job(query, e5, embed_e5_query)
 
 
 def hybrid_recall(
@@ -508,17 +541,26 @@ def hybrid_recall(
     memory matches well (the relevance floor). Context mode (no query) is the exact
     engine's: there is no text to match.
     """
-    exact = recall(
-        brain, query, top=max(top, EXACT_CANDIDATES) if top > 0 else top, project=project, task=task, topics=topics,
-        context=context, now=now, as_of=as_of, as_known_of=as_known_of, index=index,
-    )
-    if context and not query or not query or top <= 0 or not index.memories:
+    fused = query if query and top > 0 and index.memories else None  # the query the channels score
+    # Started first: it overlaps everything up to the fusion.
+    e5_channel = start_e5_channel(fused, e5, embed_e5_query) if fused else None
+    try:
+        exact = recall(
+            brain, query, top=max(top, EXACT_CANDIDATES) if top > 0 else top, project=project, task=task,
+            topics=topics, context=context, now=now, as_of=as_of, as_known_of=as_known_of, index=index,
+        )
+    except BaseException:
+        if e5_channel is not None:
+            e5_channel.cancel()
+        raise
+    if not fused:
         return exact[:top] if top > 0 else []
+    query = fused
     now_ms = datetime_ms(now)
     as_of_ms = instant_ms(as_of)
     as_known_ms = instant_ms(as_known_of)
     signals = query_signals(query, exact, index=index, hybrid=hybrid, embed_query=embed_query, e5=e5,
-                            embed_e5_query=embed_e5_query)
+                            embed_e5_query=embed_e5_query, e5_channel=e5_channel)
     eligible = eligibility(index, as_of_ms, as_known_ms)
     channels = {"exact": signals.exact, "bm25": signals.bm25, "use": signals.semantic, "e5": signals.e5}
     allowed = np.ones(len(index.memories), dtype=bool) if eligible is None else np.asarray(eligible, dtype=bool)
