@@ -15,6 +15,7 @@ import pytest
 
 from common.docstore import open_document_store
 from connector.engine.format.archive import load_archive, pack_archive
+from connector.engine.recall import beside
 from connector.engine.recall.embedding import quantize, cosines
 from connector.engine.recall.channelfusion import CHANNEL_FUSION, fuse_channels
 from connector.engine.recall.exact import recall
@@ -484,23 +485,35 @@ def test_a_version_with_unchanged_texts_reuses_the_previous_index() -> None:
     assert embedder.embedded == len(ids) + 1
 
 
-def test_the_e5_channel_runs_beside_the_others_and_answers_as_inline(model_store: VectorStore) -> None:
+def test_the_e5_channel_runs_beside_the_others_and_answers_as_inline(
+    model_store: VectorStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # The e5 query is embedded on a worker thread while this one scores the other channels: the
     # answer is the one the channels computed one after the other give, the query embedded once.
+    monkeypatch.setattr(beside, "SPARE_CORE", beside.SpareCore(share=0.0))  # the worker whatever the host's load
     brain, _ = make_brain()
     index = BrainIndex.build(brain)
     hybrid = HybridIndex.build(brain, index, model_store)
     second = VectorStore(CountingEmbedder(favour={"PostgreSQL": 3, "database": 3}))
     e5 = second.vectors([b"%d" % number for number in range(len(index.memories))], memory_texts(brain, index))
     callers: list[threading.Thread] = []
+    entered = threading.Event()
 
     def embed_e5(text: str) -> np.ndarray:
         callers.append(threading.current_thread())
+        entered.set()
         return second.embed_query(text)
+
+    def embed_use(text: str) -> np.ndarray:
+        # The recall's own thread gets here after starting the e5 job: it waits until a worker has
+        # taken it (asked for before that, the recall would run the step itself).
+        assert entered.wait(30), "no worker took the e5 job"
+        return model_store.embed_query(text)
 
     for query in ("which database did we pick", "猫 疫苗", "webhook retries"):
         callers.clear()
-        hits = hybrid_recall(brain, query, index=index, hybrid=hybrid, embed_query=model_store.embed_query, e5=e5,
+        entered.clear()
+        hits = hybrid_recall(brain, query, index=index, hybrid=hybrid, embed_query=embed_use, e5=e5,
                              embed_e5_query=embed_e5, top=5, now=NOW)
         assert len(callers) == 1 and callers[0] is not threading.current_thread()
         exact = recall(brain, query, top=50, now=NOW, index=index)

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -51,6 +51,7 @@ from connector.engine.format.brain import Brain
 from connector.engine.format.change import BrainChange
 from connector.engine.format.jsvalues import datetime_ms, round3
 from connector.engine.format.text import memory_body
+from connector.engine.recall import beside
 from connector.engine.recall.channelfusion import CHANNEL_FUSION, ChannelFusion, fuse_channels, neighbours
 from connector.engine.recall.embedding import Quantized, content_hash, cosines, embedded_text, products
 from connector.engine.recall.exact import recall
@@ -77,11 +78,6 @@ HUBNESS_NEIGHBOURS = 10
 HUBNESS_CANDIDATES = 3
 # The per-hit z-score cut applies from this many eligible memories (a z-score needs a population).
 Z_POPULATION = 30
-# The e5 channel of a recall (its query embedding, ~10 ms on one core, the longest step, then its
-# cosines) runs here while the calling thread computes the other channels: the e5 engine and
-# BLAS release the GIL, so on two cores the recall takes about the longer of the two, not their sum.
-# A recall whose job has not started when it needs it runs it itself (never waits for a queue).
-_E5_CHANNEL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="hybrid-e5")
 
 
 @dataclass(frozen=True)
@@ -493,10 +489,11 @@ def query_signals(
 def start_e5_channel(
     query: str, e5: Quantized | None, embed_e5_query: Callable[[str], np.ndarray] | None
 ) -> Future[np.ndarray] | None:
-    """The e5 cosines of ``query`` started on a worker thread (None without e5)."""
+    """The e5 cosines of ``query`` started on a worker thread beside the other channels (`beside`:
+    when the host has had a core to spare); None without e5 or when it runs inline."""
     if e5 is None or embed_e5_query is None:
         return None
-    return _E5_CHANNEL.submit(_e5_job, query, e5, embed_e5_query)
+    return beside.start(_e5_job, query, e5, embed_e5_query)
 
 
 def _e5_job(query: str, e5: Quantized, embed_e5_query: Callable[[str], np.ndarray]) -> np.ndarray:
@@ -508,11 +505,9 @@ def _e5_cosines(
     started: Future[np.ndarray] | None,
 ) -> np.ndarray | None:
     """The e5 channel: the started job's answer, or computed here (not started, or still queued)."""
-    if started is not None and not started.cancel():
-        return started.result()
     if e5 is None or embed_e5_query is None:
         return None
-    return _e5_job(query, e5, embed_e5_query)
+    return beside.finish(started, _e5_job, query, e5, embed_e5_query)
 
 
 def hybrid_recall(
