@@ -38,6 +38,7 @@ sys.path.insert(0, str(REPO / "bench"))
 import numpy as np  # noqa: E402
 
 import connector.engine.recall.hybrid as hybrid_module  # noqa: E402
+from connector.engine.recall import beside  # noqa: E402
 from common.docstore import open_document_store  # noqa: E402
 from connector.engine.format.archive import load_archive  # noqa: E402
 from connector.engine.format.tokens import Budget
@@ -124,8 +125,8 @@ def main() -> None:
     parser.add_argument("--state", type=Path, required=True, help="directory keeping the USE vectors between runs")
     parser.add_argument("--no-e5", action="store_true", help="without the e5 channel")
     parser.add_argument("--ab", action="store_true",
-                        help="instead of the stages: the whole recall with the e5 channel on its worker thread and "
-                             "inline (one after the other, as before), call by call alternately")
+                        help="instead of the stages: whole recalls with the e5 channel always on its worker thread, "
+                             "as shipped, and inline (one after the other, as before), call by call in turn")
     args = parser.parse_args()
 
     now = datetime.now(UTC)
@@ -195,24 +196,30 @@ def compare_inline(
     brain: Any, index: BrainIndex, hybrid: HybridIndex, embed_use: Callable[[str], Any], embed_e5: Callable[[str], Any],
     count: int, now: datetime,
 ) -> None:
-    """Wall and process CPU of whole recalls, the e5 channel on its worker thread or inline, alternately
-    (the same load for both); the answers must be the same."""
-    started = hybrid_module.start_e5_channel
+    """Wall and process CPU of whole recalls, the e5 channel always on its worker thread, as shipped
+    (on the worker while the host has had a core to spare, `beside.SpareCore`), and inline, call by
+    call in turn (the same load for all three); the answers must be the same."""
+    shipped = beside.SPARE_CORE
+    ways = {"on the worker": beside.SpareCore(share=0.0), "as shipped": shipped, "inline": beside.SpareCore(share=2.0, probe_every=10**9)}
     rnd = random.Random(7)
     queries = [query(rnd) for _ in range(count + 5)]
-    samples: dict[str, list[tuple[float, float]]] = {"worker thread": [], "inline": []}
+    samples: dict[str, list[tuple[float, float]]] = {way: [] for way in ways}
+    used_worker = 0
+    names = list(ways)
     for number, text in enumerate(queries):
         answers = []
-        for way in (("worker thread", "inline") if number % 2 else ("inline", "worker thread")):
-            hybrid_module.start_e5_channel = started if way == "worker thread" else (lambda *_: None)  # type: ignore[assignment]
+        for way in names[number % 3:] + names[: number % 3]:
+            beside.SPARE_CORE = ways[way]
             wall0, proc0 = time.perf_counter(), time.process_time()
             answers.append(hybrid_recall(brain, text, index=index, hybrid=hybrid, embed_query=embed_use, e5=hybrid.e5,
                                          embed_e5_query=embed_e5, top=10, now=now))
             if number >= 5:
                 samples[way].append((time.perf_counter() - wall0, time.process_time() - proc0))
-        assert answers[0] == answers[1], text
-    hybrid_module.start_e5_channel = started
-    print(f"{count} distinct queries, each recalled both ways (query vectors never cached)")
+                used_worker += way == "as shipped" and shipped.recent >= shipped.share
+        assert all(answer == answers[0] for answer in answers), text
+    beside.SPARE_CORE = shipped
+    print(f"{count} distinct queries, each recalled three ways in turn (query vectors never cached); as shipped: "
+          f"~{used_worker} of {count} on the worker (core share lately {shipped.recent:.2f})")
     for way, rows in samples.items():
         walls, cpus = zip(*rows, strict=True)
         print(f"  e5 channel {way:<14} wall p50 {statistics.median(walls) * 1000:6.2f} ms  "
