@@ -12,7 +12,13 @@ time and this thread's CPU time, medians per call, and the sum. The process's CP
 call is printed beside the thread's (they differ when the e5 engine or a worker thread
 runs elsewhere).
 
+With ``--ab``, instead of the stages: whole recalls with the e5 channel always on its worker
+thread, as shipped (on the worker while the host has had a core to spare,
+`connector.engine.recall.beside`), and inline (one step after the other), each query
+recalled the three ways in turn so that all three see the same load; the answers must match.
+
     .venv/bin/python bench/hybrid_profile.py --brain-cache /tmp/brains --state /tmp/brains/state --queries 60
+    .venv/bin/python bench/hybrid_profile.py --brain-cache /tmp/brains --state /tmp/brains/state --queries 90 --ab
 """
 
 from __future__ import annotations
