@@ -133,7 +133,11 @@ def main() -> None:
     parser.add_argument("--ab", action="store_true",
                         help="instead of the stages: whole recalls with the e5 channel always on its worker thread, "
                              "as shipped, and inline (one after the other, as before), call by call in turn")
+    parser.add_argument("--worker", action="store_true",
+                        help="the stages with the e5 channel always on its worker thread (as with a core to spare)")
     args = parser.parse_args()
+    if args.worker:
+        beside.SPARE_CORE = beside.SpareCore(share=0.0)
 
     now = datetime.now(UTC)
     archive, _ = brain_archive(args.memories, now, args.brain_cache)
