@@ -443,11 +443,9 @@ def query_signals(
     embed_query: Callable[[str], np.ndarray],
     e5: Quantized | None = None,
     embed_e5_query: Callable[[str], np.ndarray] | None = None,
-    e5_channel: Future[np.ndarray] | None = None,
 ) -> Signals:
     """The channels of ``query`` for every memory, given the exact engine's hits for it
-    (the e5 channel too when ``e5`` holds the version's e5 vectors; ``e5_channel``: that
-    channel already started on another thread, `start_e5_channel`)."""
+    (the e5 channel too when ``e5`` holds the version's e5 vectors)."""
     if len(hybrid.ids) != len(index.memories) or (hybrid.ids and hybrid.ids[-1] != index.memories[-1].id):
         raise ValueError("the hybrid index was built for another version of the brain")
     exact_relevance = np.zeros(len(index.memories), dtype=np.float32)
@@ -481,7 +479,7 @@ def query_signals(
         strong=strong,
         hubness=hubness,
         written=None if spelled_out is None else written,
-        e5=_e5_cosines(query, e5, embed_e5_query, e5_channel),
+        e5=_e5_job(query, e5, embed_e5_query) if e5 is not None and embed_e5_query is not None else None,
         bm25=hybrid.text.words.scores(word_terms(query)).astype(np.float32),
     )
 
@@ -536,9 +534,9 @@ def hybrid_recall(
     memory matches well (the relevance floor). Context mode (no query) is the exact
     engine's: there is no text to match.
     """
-    fused = query if query and top > 0 and index.memories else None  # the query the channels score
-    # Started first: it overlaps everything up to the fusion.
-    e5_channel = start_e5_channel(fused, e5, embed_e5_query) if fused else None
+    scored = query if query and top > 0 and index.memories else None  # the query the channels score
+    # Started first and joined last: it runs beside everything up to the fusion.
+    e5_channel = start_e5_channel(scored, e5, embed_e5_query) if scored else None
     try:
         exact = recall(
             brain, query, top=max(top, EXACT_CANDIDATES) if top > 0 else top, project=project, task=task,
@@ -548,16 +546,13 @@ def hybrid_recall(
         if e5_channel is not None:
             e5_channel.cancel()
         raise
-    if not fused:
+    if not scored:
         return exact[:top] if top > 0 else []
-    query = fused
     now_ms = datetime_ms(now)
     as_of_ms = instant_ms(as_of)
     as_known_ms = instant_ms(as_known_of)
-    signals = query_signals(query, exact, index=index, hybrid=hybrid, embed_query=embed_query, e5=e5,
-                            embed_e5_query=embed_e5_query, e5_channel=e5_channel)
+    signals = query_signals(scored, exact, index=index, hybrid=hybrid, embed_query=embed_query)  # e5: below
     eligible = eligibility(index, as_of_ms, as_known_ms)
-    channels = {"exact": signals.exact, "bm25": signals.bm25, "use": signals.semantic, "e5": signals.e5}
     allowed = np.ones(len(index.memories), dtype=bool) if eligible is None else np.asarray(eligible, dtype=bool)
     # The exact score's factors (origin trust; 0.25 when superseded or expired), on the few
     # memories that have those fields: on the fused z-scale a factor is a shift (0.25 costs
@@ -567,8 +562,10 @@ def hybrid_recall(
     for position in hybrid.newer:
         factor = newer_field_factors(index.memories[position], 1.0, expiry_ms, as_of_ms is not None)
         offsets[position] = math.log(factor) if factor > 0 else -1e9
-    fused, listed = fuse_channels(channels, fusion, allowed, hybrid.adjacent(index), matches_well(signals, allowed),
-                                  offsets if hybrid.newer else None)
+    well = matches_well(signals, allowed)
+    channels = {"exact": signals.exact, "bm25": signals.bm25, "use": signals.semantic,
+                "e5": _e5_cosines(scored, e5, embed_e5_query, e5_channel)}
+    fused, listed = fuse_channels(channels, fusion, allowed, hybrid.adjacent(index), well, offsets if hybrid.newer else None)
     if signals.strong is not None and allowed[signals.strong]:
         listed[signals.strong] = True  # a strong exact hit is always listed (and first)
     exact_hits = {index.positions[hit["id"]]: hit for hit in exact}
