@@ -37,7 +37,7 @@ def test_a_step_runs_on_the_worker_or_inline_with_the_same_answer() -> None:
 
     started = start(step, 21, policy=SpareCore(share=0.0))
     assert started is not None
-    _until_taken(started)
+    _until_taken(started.future)
     assert finish(started, step, 21) == 42
     assert ran_on == [ran_on[0]] and ran_on[0] is not threading.current_thread()
     busy = SpareCore(share=2.0, probe_every=1000)  # never a core to spare
@@ -53,17 +53,34 @@ def test_a_caller_never_waits_for_a_queued_job() -> None:
     try:
         for job in held:
             assert job is not None
-            _until_taken(job)
+            _until_taken(job.future)
         ran_on: list[threading.Thread] = []
         policy = SpareCore(share=0.5, weight=1.0)
         queued = start(lambda: ran_on.append(threading.current_thread()) or 7, policy=policy)
         assert queued is not None
         assert finish(queued, lambda: ran_on.append(threading.current_thread()) or 7) == 7
-        assert ran_on == [threading.current_thread()] and queued.cancelled()
+        assert ran_on == [threading.current_thread()] and queued.future.cancelled()
         assert policy.recent == 0.0 and not policy.use_worker(), "a job that did not start counts as no core to spare"
     finally:
         release.set()
-    assert all(job is not None and job.result(timeout=30) for job in held)
+    assert all(job is not None and job.future.result(timeout=30) for job in held)
+
+
+def test_a_dropped_job_does_not_count_against_the_worker() -> None:
+    release = threading.Event()
+    held = [start(release.wait, 30, policy=SpareCore(share=0.0)) for _ in range(2)]
+    try:
+        for job in held:
+            assert job is not None
+            _until_taken(job.future)
+        policy = SpareCore(weight=1.0)
+        queued = start(lambda: 7, policy=policy)
+        assert queued is not None
+        queued.drop()  # the recall failed before it needed the answer
+        assert queued.future.cancelled() and policy.recent == 1.0
+    finally:
+        release.set()
+    assert all(job is not None and job.future.result(timeout=30) for job in held)
 
 
 def _until_taken(job: Future[object]) -> None:

@@ -20,9 +20,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TypeVar
+from dataclasses import dataclass
+from typing import Generic, TypeVar
 
-__all__ = ["SpareCore", "finish", "start"]
+__all__ = ["Job", "SpareCore", "finish", "start"]
 
 T = TypeVar("T")
 
@@ -65,22 +66,34 @@ class SpareCore:
 SPARE_CORE = SpareCore()
 
 
-def start(step: Callable[..., T], *args: object, policy: SpareCore | None = None) -> Future[T] | None:
+@dataclass(frozen=True)
+class Job(Generic[T]):
+    """A step started on the worker, and the policy that sent it there."""
+
+    future: Future[T]
+    policy: SpareCore
+
+    def drop(self) -> None:
+        """Its answer is not wanted any more (the recall failed): not run when not started yet."""
+        self.future.cancel()
+
+
+def start(step: Callable[..., T], *args: object, policy: SpareCore | None = None) -> Job[T] | None:
     """``step(*args)`` started on a worker thread, or None when the host has had no core to spare
     (the caller then runs it inline with `finish`)."""
     policy = policy or SPARE_CORE
     if not policy.use_worker():
         return None
-    job = _WORKERS.submit(_timed, policy, step, *args)
-    job.add_done_callback(lambda done: policy.missed() if done.cancelled() else None)
-    return job
+    return Job(_WORKERS.submit(_timed, policy, step, *args), policy)
 
 
-def finish(started: Future[T] | None, step: Callable[..., T], *args: object) -> T:
+def finish(started: Job[T] | None, step: Callable[..., T], *args: object) -> T:
     """The answer of ``step(*args)``: the started job's, or computed here when it was not started
-    or is still queued (a caller never waits for a queue)."""
-    if started is not None and not started.cancel():
-        return started.result()
+    or is still queued (a caller never waits for a queue; that counts as no core to spare)."""
+    if started is not None:
+        if not started.future.cancel():
+            return started.future.result()
+        started.policy.missed()
     return step(*args)
 
 

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -486,7 +485,7 @@ def query_signals(
 
 def start_e5_channel(
     query: str, e5: Quantized | None, embed_e5_query: Callable[[str], np.ndarray] | None
-) -> Future[np.ndarray] | None:
+) -> beside.Job[np.ndarray] | None:
     """The e5 cosines of ``query`` started on a worker thread beside the other channels (`beside`:
     when the host has had a core to spare); None without e5 or when it runs inline."""
     if e5 is None or embed_e5_query is None:
@@ -500,7 +499,7 @@ def _e5_job(query: str, e5: Quantized, embed_e5_query: Callable[[str], np.ndarra
 
 def _e5_cosines(
     query: str, e5: Quantized | None, embed_e5_query: Callable[[str], np.ndarray] | None,
-    started: Future[np.ndarray] | None,
+    started: beside.Job[np.ndarray] | None,
 ) -> np.ndarray | None:
     """The e5 channel: the started job's answer, or computed here (not started, or still queued)."""
     if e5 is None or embed_e5_query is None:
@@ -544,7 +543,7 @@ def hybrid_recall(
         )
     except BaseException:
         if e5_channel is not None:
-            e5_channel.cancel()
+            e5_channel.drop()
         raise
     if not scored:
         return exact[:top] if top > 0 else []
