@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,8 +15,9 @@ import pytest
 
 from common.docstore import open_document_store
 from connector.engine.format.archive import load_archive, pack_archive
+from connector.engine.recall import beside
 from connector.engine.recall.embedding import quantize, cosines
-from connector.engine.recall.channelfusion import CHANNEL_FUSION
+from connector.engine.recall.channelfusion import CHANNEL_FUSION, fuse_channels
 from connector.engine.recall.exact import recall
 from connector.engine.recall.hybrid import (
     DEFAULT_FUSION,
@@ -27,10 +29,13 @@ from connector.engine.recall.hybrid import (
     empty_recall_reason,
     fuse,
     hybrid_recall,
+    matches_well,
+    memory_texts,
     query_signals,
+    ranked_positions,
     recall_in_mode,
 )
-from connector.engine.recall.index import BrainIndex
+from connector.engine.recall.index import BrainIndex, RecallError
 from connector.engine.recall.textmatch import TextIndex, initials, normalise, trigrams, word_terms
 from connector.engine.writes.ops import Memorize
 from connector.workcopy.vectors import VectorStore
@@ -478,3 +483,65 @@ def test_a_version_with_unchanged_texts_reuses_the_previous_index() -> None:
     changed = HybridIndex.build(pulled, BrainIndex.build(pulled), store, first)
     assert changed.text is not first.text and len(changed.ids) == len(ids) + 1
     assert embedder.embedded == len(ids) + 1
+
+
+def test_the_e5_channel_runs_beside_the_others_and_answers_as_inline(
+    model_store: VectorStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The e5 query is embedded on a worker thread while this one scores the other channels: the
+    # answer is the one the channels computed one after the other give, the query embedded once.
+    monkeypatch.setattr(beside, "SPARE_CORE", beside.SpareCore(share=0.0))  # the worker whatever the host's load
+    brain, _ = make_brain()
+    index = BrainIndex.build(brain)
+    hybrid = HybridIndex.build(brain, index, model_store)
+    second = VectorStore(CountingEmbedder(favour={"PostgreSQL": 3, "database": 3}))
+    e5 = second.vectors([b"%d" % number for number in range(len(index.memories))], memory_texts(brain, index))
+    callers: list[threading.Thread] = []
+    entered = threading.Event()
+
+    def embed_e5(text: str) -> np.ndarray:
+        callers.append(threading.current_thread())
+        entered.set()
+        return second.embed_query(text)
+
+    def embed_use(text: str) -> np.ndarray:
+        # The recall's own thread gets here after starting the e5 job: it waits until a worker has
+        # taken it (asked for before that, the recall would run the step itself).
+        assert entered.wait(30), "no worker took the e5 job"
+        return model_store.embed_query(text)
+
+    for query in ("which database did we pick", "猫 疫苗", "webhook retries"):
+        callers.clear()
+        entered.clear()
+        hits = hybrid_recall(brain, query, index=index, hybrid=hybrid, embed_query=embed_use, e5=e5,
+                             embed_e5_query=embed_e5, top=5, now=NOW)
+        assert len(callers) == 1 and callers[0] is not threading.current_thread()
+        exact = recall(brain, query, top=50, now=NOW, index=index)
+        inline = query_signals(query, exact, index=index, hybrid=hybrid, embed_query=model_store.embed_query, e5=e5,
+                               embed_e5_query=second.embed_query)
+        assert inline.e5 is not None
+        assert np.array_equal(inline.e5, cosines(e5, second.embed_query(query)))
+        channels = {"exact": inline.exact, "bm25": inline.bm25, "use": inline.semantic, "e5": inline.e5}
+        fused, listed = fuse_channels(channels, CHANNEL_FUSION, np.ones(len(index.memories), dtype=bool),
+                                      hybrid.adjacent(index), matches_well(inline, np.ones(len(index.memories), dtype=bool)))
+        expected = [hybrid.ids[position] for position in ranked_positions(fused, listed, inline.strong, 5, hybrid.ids)]
+        assert [hit["id"] for hit in hits] == expected
+
+
+def test_a_failing_e5_query_fails_the_recall_and_a_bad_argument_is_still_what_is_said(model_store: VectorStore) -> None:
+    # The e5 job started beside the exact engine: its failure is the recall's, but an argument the
+    # exact engine refuses is reported as such (the job's own failure is dropped with it).
+    brain, _ = make_brain()
+    index = BrainIndex.build(brain)
+    hybrid = HybridIndex.build(brain, index, model_store)
+    e5 = quantize(np.eye(len(index.memories), 32, dtype=np.float32))
+
+    def broken(text: str) -> np.ndarray:
+        raise RuntimeError("engine failed")
+
+    with pytest.raises(RuntimeError, match="engine failed"):
+        hybrid_recall(brain, "database", index=index, hybrid=hybrid, embed_query=model_store.embed_query, e5=e5,
+                      embed_e5_query=broken, now=NOW)
+    with pytest.raises(RecallError, match="not an ISO 8601 instant"):
+        hybrid_recall(brain, "database", index=index, hybrid=hybrid, embed_query=model_store.embed_query, e5=e5,
+                      embed_e5_query=broken, now=NOW, as_of="yesterday")

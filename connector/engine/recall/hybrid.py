@@ -50,6 +50,7 @@ from connector.engine.format.brain import Brain
 from connector.engine.format.change import BrainChange
 from connector.engine.format.jsvalues import datetime_ms, round3
 from connector.engine.format.text import memory_body
+from connector.engine.recall import beside
 from connector.engine.recall.channelfusion import CHANNEL_FUSION, ChannelFusion, fuse_channels, neighbours
 from connector.engine.recall.embedding import Quantized, content_hash, cosines, embedded_text, products
 from connector.engine.recall.exact import recall
@@ -60,7 +61,7 @@ from connector.engine.recall.textmatch import TextIndex, has_cjk, word_terms
 __all__ = [
     "DEFAULT_FUSION", "EXACT_CANNOT_READ", "Fusion", "HybridIndex", "MODES", "NO_GOOD_MATCH", "Signals",
     "VectorSource", "empty_recall_reason", "fuse", "hybrid_recall", "memory_texts", "query_signals",
-    "ranked_positions",
+    "ranked_positions", "start_e5_channel",
 ]
 
 MODES = ("exact", "hybrid")
@@ -477,9 +478,33 @@ def query_signals(
         strong=strong,
         hubness=hubness,
         written=None if spelled_out is None else written,
-        e5=cosines(e5, embed_e5_query(query)) if e5 is not None and embed_e5_query is not None else None,
+        e5=_e5_job(query, e5, embed_e5_query) if e5 is not None and embed_e5_query is not None else None,
         bm25=hybrid.text.words.scores(word_terms(query)).astype(np.float32),
     )
+
+
+def start_e5_channel(
+    query: str, e5: Quantized | None, embed_e5_query: Callable[[str], np.ndarray] | None
+) -> beside.Job[np.ndarray] | None:
+    """The e5 cosines of ``query`` started on a worker thread beside the other channels (`beside`:
+    when the host has had a core to spare); None without e5 or when it runs inline."""
+    if e5 is None or embed_e5_query is None:
+        return None
+    return beside.start(_e5_job, query, e5, embed_e5_query)
+
+
+def _e5_job(query: str, e5: Quantized, embed_e5_query: Callable[[str], np.ndarray]) -> np.ndarray:
+    return cosines(e5, embed_e5_query(query))
+
+
+def _e5_cosines(
+    query: str, e5: Quantized | None, embed_e5_query: Callable[[str], np.ndarray] | None,
+    started: beside.Job[np.ndarray] | None,
+) -> np.ndarray | None:
+    """The e5 channel: the started job's answer, or computed here (not started, or still queued)."""
+    if e5 is None or embed_e5_query is None:
+        return None
+    return beside.finish(started, _e5_job, query, e5, embed_e5_query)
 
 
 def hybrid_recall(
@@ -508,19 +533,25 @@ def hybrid_recall(
     memory matches well (the relevance floor). Context mode (no query) is the exact
     engine's: there is no text to match.
     """
-    exact = recall(
-        brain, query, top=max(top, EXACT_CANDIDATES) if top > 0 else top, project=project, task=task, topics=topics,
-        context=context, now=now, as_of=as_of, as_known_of=as_known_of, index=index,
-    )
-    if context and not query or not query or top <= 0 or not index.memories:
+    scored = query if query and top > 0 and index.memories else None  # the query the channels score
+    # Started first and joined last: it runs beside everything up to the fusion.
+    e5_channel = start_e5_channel(scored, e5, embed_e5_query) if scored else None
+    try:
+        exact = recall(
+            brain, query, top=max(top, EXACT_CANDIDATES) if top > 0 else top, project=project, task=task,
+            topics=topics, context=context, now=now, as_of=as_of, as_known_of=as_known_of, index=index,
+        )
+    except BaseException:
+        if e5_channel is not None:
+            e5_channel.drop()
+        raise
+    if not scored:
         return exact[:top] if top > 0 else []
     now_ms = datetime_ms(now)
     as_of_ms = instant_ms(as_of)
     as_known_ms = instant_ms(as_known_of)
-    signals = query_signals(query, exact, index=index, hybrid=hybrid, embed_query=embed_query, e5=e5,
-                            embed_e5_query=embed_e5_query)
+    signals = query_signals(scored, exact, index=index, hybrid=hybrid, embed_query=embed_query)  # e5: below
     eligible = eligibility(index, as_of_ms, as_known_ms)
-    channels = {"exact": signals.exact, "bm25": signals.bm25, "use": signals.semantic, "e5": signals.e5}
     allowed = np.ones(len(index.memories), dtype=bool) if eligible is None else np.asarray(eligible, dtype=bool)
     # The exact score's factors (origin trust; 0.25 when superseded or expired), on the few
     # memories that have those fields: on the fused z-scale a factor is a shift (0.25 costs
@@ -530,8 +561,10 @@ def hybrid_recall(
     for position in hybrid.newer:
         factor = newer_field_factors(index.memories[position], 1.0, expiry_ms, as_of_ms is not None)
         offsets[position] = math.log(factor) if factor > 0 else -1e9
-    fused, listed = fuse_channels(channels, fusion, allowed, hybrid.adjacent(index), matches_well(signals, allowed),
-                                  offsets if hybrid.newer else None)
+    well = matches_well(signals, allowed)
+    channels = {"exact": signals.exact, "bm25": signals.bm25, "use": signals.semantic,
+                "e5": _e5_cosines(scored, e5, embed_e5_query, e5_channel)}
+    fused, listed = fuse_channels(channels, fusion, allowed, hybrid.adjacent(index), well, offsets if hybrid.newer else None)
     if signals.strong is not None and allowed[signals.strong]:
         listed[signals.strong] = True  # a strong exact hit is always listed (and first)
     exact_hits = {index.positions[hit["id"]]: hit for hit in exact}
