@@ -38,6 +38,7 @@ import anyio.to_thread
 import multipart
 
 from store.archive.inspect import STEP, ArchiveInspector, ArchiveRejected, InspectLimits
+from store.archive.resume import ValidationMemos, inspect_against
 from store.conditional import Preconditions
 from store.errors import ServiceError
 from store.sealed import ArchiveSealer
@@ -54,6 +55,10 @@ REREAD_CHUNK = 256 * 1024
 # Inflate step for an archive kept in memory: a few big steps instead of many small ones
 # (each step gives up and retakes the GIL). Bounds the inflated bytes held at once.
 KEPT_STEP = 1024 * 1024
+# Archives validated against the brain's last one (held whole in memory meanwhile): smaller
+# ones cost little to inspect, larger ones stream through the inspector.
+MEMO_MIN_ARCHIVE = 256 * 1024
+MEMO_MAX_ARCHIVE = 64 * 1024 * 1024
 
 
 @dataclass
@@ -77,6 +82,7 @@ class UploadTarget(Protocol):
     settings: StoreSettings
     backend: StorageBackend
     sealer: ArchiveSealer | None
+    validation_memos: ValidationMemos
 
     def upload_room(self) -> int: ...
 
@@ -198,6 +204,11 @@ class UploadSink:
             raise ServiceError(400, f"not a valid brain archive: {exc.message}") from None
 
     @property
+    def size(self) -> int:
+        """Archive bytes received so far."""
+        return self._size
+
+    @property
     def inspected_all(self) -> bool:
         """True when every archive byte went through the inspector."""
         return self._early is None or self._inspected >= self._size
@@ -292,6 +303,8 @@ def _checked(
         known = service.stored_archive(user_id, brain_id, checksum)
         if known is not None:
             file_count = known.file_count  # these very bytes passed inspection before
+        elif (file_count := _inspected_against_memo(service, sink, user_id, brain_id)) is not None:
+            pass
         elif sink.kept is not None:
             sink.inspect_rest(iter(sink.kept))
         else:
@@ -300,6 +313,28 @@ def _checked(
     if sink.kept is not None:
         sink.kept.clear()
     return sink.staged(checksum, file_count)
+
+
+def _inspected_against_memo(service: UploadTarget, sink: UploadSink, user_id: str, brain_id: str) -> int | None:
+    """The file count of the archive validated against what validating the brain's last one
+    established (``store.archive.resume``: what is unchanged is not inflated again); None when
+    that cannot decide (then the archive is inspected the usual way, which words any refusal)."""
+    memos = service.validation_memos
+    if not memos.enabled or not MEMO_MIN_ARCHIVE <= sink.size <= MEMO_MAX_ARCHIVE:
+        return None
+    if sink.kept is not None:
+        data = b"".join(sink.kept)
+    else:
+        sink.blob.file.flush()
+        data = b"".join(staged_plaintext(sink.blob))
+    if len(data) != sink.size:
+        return None
+    inspected = inspect_against(data, service.settings.inspect_limits, memos.get(user_id, brain_id))
+    if inspected is None:
+        return None
+    if inspected.memo is not None:
+        memos.put(user_id, brain_id, inspected.memo)
+    return inspected.summary.file_count
 
 
 def _durably_committed(
