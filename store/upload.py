@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import mmap
 import os
 import weakref
 from collections.abc import Callable, Iterator
@@ -269,6 +270,19 @@ def staged_plaintext(blob: StagedBlob) -> Iterator[bytes]:
 
 
 @contextmanager
+def staged_mapping(blob: StagedBlob) -> Iterator[mmap.mmap]:
+    """The archive bytes of a flushed plain (unsealed) staged blob, mapped (the page cache's
+    pages: validated in place, never copied into the process). Copy-on-write, so that ctypes
+    may point into it; nothing writes to it."""
+    with blob.reopen() as handle:
+        mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_COPY)
+    try:
+        yield mapped
+    finally:
+        mapped.close()
+
+
+@contextmanager
 def _discarded_on_error(blob: StagedBlob) -> Iterator[None]:
     """Remove the staged ``blob`` if the block fails in any way; a full disk becomes a 507."""
     try:
@@ -322,14 +336,14 @@ def _inspected_against_memo(service: UploadTarget, sink: UploadSink, user_id: st
     memos = service.validation_memos
     if not memos.enabled or not MEMO_MIN_ARCHIVE <= sink.size <= MEMO_MAX_ARCHIVE:
         return None
+    memo = memos.get(user_id, brain_id)
     if sink.kept is not None:
         data = b"".join(sink.kept)
+        inspected = inspect_against(data, service.settings.inspect_limits, memo) if len(data) == sink.size else None
     else:
         sink.blob.file.flush()
-        data = b"".join(staged_plaintext(sink.blob))
-    if len(data) != sink.size:
-        return None
-    inspected = inspect_against(data, service.settings.inspect_limits, memos.get(user_id, brain_id))
+        with staged_mapping(sink.blob) as mapped:
+            inspected = inspect_against(mapped, service.settings.inspect_limits, memo) if len(mapped) == sink.size else None
     if inspected is None:
         return None
     if inspected.memo is not None:

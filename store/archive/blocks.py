@@ -17,6 +17,7 @@ cannot be found, `available()` is False and callers validate the usual way.
 from __future__ import annotations
 
 import ctypes
+import mmap
 
 from zlib_ng import zlib_ng
 
@@ -26,6 +27,16 @@ WINDOW = 1 << 15  # deflate's window: how far back a match may reach
 _Z_OK, _Z_STREAM_END, _Z_BLOCK, _Z_BUF_ERROR = 0, 1, 5, -5
 _AT_BOUNDARY, _FINAL_READ, _IN_COPY = 128, 64, 256
 _PENDING_BITS = 63
+
+
+Buffer = bytes | bytearray | mmap.mmap
+
+
+def address(source: Buffer, held: object) -> int:
+    """Where ``source``'s bytes start (``held``: its bytes object, or a ctypes array over it)."""
+    if isinstance(source, bytes):
+        return ctypes.cast(ctypes.c_char_p(source), ctypes.c_void_p).value or 0
+    return ctypes.addressof(held)  # type: ignore[arg-type]
 
 
 class InflateFailed(Exception):
@@ -78,17 +89,19 @@ def available() -> bool:
 
 
 class BlockInflater:
-    """A raw deflate decoder over ``source`` (a writable-or-bytes buffer held whole), from ``offset``.
+    """A raw deflate decoder over ``source`` (bytes, or a writable buffer such as a copy-on-write
+    mmap) from ``offset``.
 
     ``window``: what the decoder has in its window at ``offset`` (the last 32 KiB before it),
     for a decoder started at a byte-aligned block boundary inside a stream.
     """
 
-    def __init__(self, source: bytes, offset: int, window: bytes = b"", out_size: int = 1 << 20) -> None:
+    def __init__(self, source: Buffer, offset: int, window: bytes = b"", out_size: int = 1 << 20) -> None:
         if _LIB is None:
             raise InflateFailed("block-by-block inflation is not available")
-        self._source = source  # keeps the buffer alive while the decoder points into it
-        self._base = ctypes.cast(ctypes.c_char_p(source), ctypes.c_void_p).value or 0
+        # Holds the buffer (and, for a writable one, an export of it) while the decoder points into it.
+        self._source: object = source if isinstance(source, bytes) else (ctypes.c_char * len(source)).from_buffer(source)
+        self._base = address(source, self._source)
         self._end = len(source)
         self._out = ctypes.create_string_buffer(out_size)
         self._out_size = out_size
@@ -136,10 +149,11 @@ class BlockInflater:
         return ctypes.string_at(self._out, produced)
 
     def close(self) -> None:
-        """Free the decoder (safe to call more than once)."""
+        """Free the decoder and let go of the buffer (safe to call more than once)."""
         if self._open:
             self._open = False
             _LIB.zng_inflateEnd(ctypes.byref(self._stream))  # type: ignore[union-attr]
+        self._source = None
 
     def __del__(self) -> None:
         self.close()

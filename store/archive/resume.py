@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 from zlib_ng import zlib_ng
 
-from store.archive.blocks import WINDOW, BlockInflater, InflateFailed, available
+from store.archive.blocks import WINDOW, BlockInflater, Buffer, InflateFailed, available
 from store.archive.inspect import _T_DATA, ArchiveRejected, ArchiveSummary, InspectLimits, _TarParser
 
 __all__ = ["Inspected", "ValidationMemo", "ValidationMemos", "inspect_against"]
@@ -54,6 +54,8 @@ MIN_MEMO_INFLATED = 4 << 20
 # the ratio check counts this much less compressed input than was consumed.
 _LOOKAHEAD = 64
 _GZIP_HEADER = 10
+# Tar bytes handed to the parser at once (between checkpoints).
+_PARSE_BATCH = 1 << 20
 _GZIP_TRAILER = 8
 
 
@@ -101,25 +103,30 @@ class Inspected:
     reused: int
 
 
-def inspect_against(data: bytes, limits: InspectLimits, memo: ValidationMemo | None = None) -> Inspected | None:
+def inspect_against(data: Buffer, limits: InspectLimits, memo: ValidationMemo | None = None) -> Inspected | None:
     """Validate the whole archive ``data``, taking what equals ``memo``'s archive from the memo.
 
-    None: not of the simple shape, not valid, or any other doubt: validate it the usual way.
+    ``data``: bytes, or a writable buffer (a copy-on-write mmap of a staged file: the page
+    cache's pages, no copy). None: not of the simple shape, not valid, or any other doubt:
+    validate it the usual way.
     """
     if not available() or len(data) < _GZIP_HEADER + _GZIP_TRAILER or data[:4] != b"\x1f\x8b\x08\x00":
         return None
     if memo is not None and memo.limits != limits:
         memo = None
+    run = _Run(data, limits, memo)
     try:
-        return _Run(data, limits, memo).run()
+        return run.run()
     except (ArchiveRejected, InflateFailed):
         return None
+    finally:
+        run.view.release()  # nothing keeps an export of ``data``: a mmap can be closed
 
 
 class _Run:
     """One validation; see `inspect_against`."""
 
-    def __init__(self, data: bytes, limits: InspectLimits, memo: ValidationMemo | None) -> None:
+    def __init__(self, data: Buffer, limits: InspectLimits, memo: ValidationMemo | None) -> None:
         self.data = data
         self.view = memoryview(data)
         self.limits = limits
@@ -128,6 +135,8 @@ class _Run:
         self.inflater = BlockInflater(data, _GZIP_HEADER)
         self.inflated = 0
         self.crc = 0  # of the tar bytes up to the last checkpoint
+        self.unparsed: list[bytes] = []  # inflated, not yet handed to the parser
+        self.unparsed_size = 0
         self.recent: list[bytes] = []  # the last tar bytes produced, at least WINDOW of them once there are
         self.recent_size = 0
         self.reused = 0
@@ -164,13 +173,23 @@ class _Run:
                     )
                     self.span_crc = zlib_ng.crc32(out, self.span_crc)
                     self._remember(out)
-                    self.tar.feed(out)
+                    self.unparsed.append(out)
+                    self.unparsed_size += len(out)
+                    if self.unparsed_size >= _PARSE_BATCH:
+                        self._parse()
                 if inflater.at_boundary and self.inflated >= WINDOW:
                     self._at_boundary()
                     inflater = self.inflater
         finally:
             self.inflater.close()
         return self._finish(inflater.offset)
+
+    def _parse(self) -> None:
+        """Hand the tar bytes inflated since the last time to the parser (in big pieces: it takes
+        a header split between two pieces the slow way)."""
+        if self.unparsed:
+            self.tar.feed(self.unparsed[0] if len(self.unparsed) == 1 else b"".join(self.unparsed))
+            self.unparsed, self.unparsed_size = [], 0
 
     def _remember(self, out: bytes) -> None:
         recent = self.recent
@@ -193,6 +212,7 @@ class _Run:
         if memo is not None and len(key) == _KEY:
             candidates = memo.keys.get(key)
             if candidates:
+                self._parse()
                 window = self._window()
                 position = self.tar.position()
                 for number in candidates:
@@ -201,10 +221,12 @@ class _Run:
                         self._follow(memo, number, offset, position)
                         return
         if self.inflated - self.span_inflated >= CHECKPOINT_GAP or not self.checkpoints:
+            self._parse()
             self._checkpoint(_Checkpoint(key, self._window(), self.tar.position()), offset)
 
     def _checkpoint(self, point: _Checkpoint, offset: int) -> None:
         """Record ``point`` at ``offset``, closing the span that led to it."""
+        self._parse()
         if self.checkpoints:
             self.spans.append(_Span(
                 hashlib.sha256(self.view[self.span_offset : offset]).digest(), offset - self.span_offset,
@@ -264,6 +286,7 @@ class _Run:
         self._start_span(offset)
 
     def _finish(self, offset: int) -> Inspected | None:
+        self._parse()
         limits = self.limits
         crc = zlib_ng.crc32_combine(self.crc, self.span_crc, self.inflated - self.span_inflated)
         trailer = self.data[offset:]

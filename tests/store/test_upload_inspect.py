@@ -130,10 +130,14 @@ def test_small_body_is_let_go_before_the_disk_wait(tmp_path: Path, monkeypatch: 
     assert held["tail_left"] == [] and held["kept_left"] == []
 
 
-def test_large_plain_body_is_read_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    service = service_for(tmp_path)
+@pytest.mark.parametrize("memo_mb", ["64", "0"])
+def test_large_plain_body_is_read_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, memo_mb: str) -> None:
+    """Read back mapped whole (validated against the brain's last archive), or in pieces (memos off)."""
+    settings = StoreSettings.from_env({"STORE_VALIDATION_MEMO_MB": memo_mb}, data_dir=tmp_path / "data", fsync=False)
+    service = BrainService(settings, LocalBackend(settings.data_dir, fsync=False))
     brain = service.create(USER)
     monkeypatch.setattr(upload_mod, "staged_plaintext", no_reread)
+    monkeypatch.setattr(upload_mod, "staged_mapping", no_reread)
     with pytest.raises(AssertionError, match="read back"):
         upload(service, brain.id, big_archive(8, files=60))
 
