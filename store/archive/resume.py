@@ -31,6 +31,7 @@ which decides and words the refusal.
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -41,6 +42,8 @@ from store.archive.blocks import WINDOW, BlockInflater, Buffer, InflateFailed, a
 from store.archive.inspect import _T_DATA, ArchiveRejected, ArchiveSummary, InspectLimits, _TarParser
 
 __all__ = ["Inspected", "ValidationMemo", "ValidationMemos", "inspect_against"]
+
+log = logging.getLogger("store")
 
 # Tar bytes at least between two checkpoints: each holds a 32 KiB window, so ~5 MiB of
 # memo for a 10,000-memory brain (41 MB of tar); after a change, at most about this much
@@ -114,13 +117,18 @@ def inspect_against(data: Buffer, limits: InspectLimits, memo: ValidationMemo | 
         return None
     if memo is not None and memo.limits != limits:
         memo = None
-    run = _Run(data, limits, memo)
+    run = None
     try:
+        run = _Run(data, limits, memo)
         return run.run()
     except (ArchiveRejected, InflateFailed):
         return None
+    except Exception:  # noqa: BLE001 - a shortcut that fails must never fail the upload: validate it whole
+        log.exception("validation against the last archive failed; validating the whole archive")
+        return None
     finally:
-        run.view.release()  # nothing keeps an export of ``data``: a mmap can be closed
+        if run is not None:
+            run.release()
 
 
 class _Run:
@@ -144,6 +152,11 @@ class _Run:
         self.checkpoints: list[_Checkpoint] = []
         self.spans: list[_Span] = []
         self._start_span(_GZIP_HEADER)
+
+    def release(self) -> None:
+        """Let go of ``data`` (nothing keeps an export of it then: a mmap can be closed)."""
+        self.inflater.close()
+        self.view.release()
 
     def _start_span(self, offset: int) -> None:
         self.span_offset = offset
