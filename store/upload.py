@@ -56,8 +56,9 @@ REREAD_CHUNK = 256 * 1024
 # Inflate step for an archive kept in memory: a few big steps instead of many small ones
 # (each step gives up and retakes the GIL). Bounds the inflated bytes held at once.
 KEPT_STEP = 1024 * 1024
-# Archives validated against the brain's last one (held whole in memory meanwhile): smaller
-# ones cost little to inspect, larger ones stream through the inspector.
+# Archives validated against the brain's last one (store.archive.resume): smaller ones cost
+# little to inspect whole; larger ones stream through the inspector (their memo would not fit
+# STORE_VALIDATION_MEMO_MB's default anyway: ~1/8 of the tar's size).
 MEMO_MIN_ARCHIVE = 256 * 1024
 MEMO_MAX_ARCHIVE = 64 * 1024 * 1024
 
@@ -279,7 +280,10 @@ def staged_mapping(blob: StagedBlob) -> Iterator[mmap.mmap]:
     try:
         yield mapped
     finally:
-        mapped.close()
+        try:
+            mapped.close()
+        except BufferError:  # still pointed into (only after a failure): unmapped once let go
+            pass
 
 
 @contextmanager
