@@ -97,6 +97,7 @@ class BlockInflater:
     """
 
     def __init__(self, source: Buffer, offset: int, window: bytes = b"", out_size: int = 1 << 20) -> None:
+        self._open = False
         if _LIB is None:
             raise InflateFailed("block-by-block inflation is not available")
         # Holds the buffer (and, for a writable one, an export of it) while the decoder points into it.
