@@ -19,6 +19,7 @@ from typing import Any, BinaryIO, TypeVar
 import msgspec
 
 from common.textsafety import has_unsafe_chars
+from store.archive.resume import ValidationMemos
 from store.conditional import Preconditions
 from store.errors import ServiceError
 from store.sealed import ArchiveSealer, SealedFileRefused
@@ -165,6 +166,7 @@ class BrainService:
             ArchiveSealer(settings.encryption_key, settings.previous_keys) if settings.encryption_key else None
         )
         self._small_blobs = SmallBlobCache()
+        self.validation_memos = ValidationMemos(settings.validation_memo_mb * 1024 * 1024)
 
     # -- records -----------------------------------------------------------------------
 

@@ -122,6 +122,7 @@ class StoreSettings:
     inspect_max_header: int = 1 * MIB
     inspect_max_ratio: int = 200  # inflated / compressed bytes past 16 MiB inflated; 0 = not checked
     upload_threads: int = 0  # threads per process doing uploads' CPU work; 0 = automatic
+    validation_memo_mb: int = 64  # per process: what validating each brain's last archive established; 0 = off
     # What one client connection may hold (common/connection_guard.py); 0 turns a bound off.
     http_max_header_kb: int = 64  # request line and headers; beyond: 431
     http_header_timeout_s: int = 10  # a request's head must be in within this; else 408
@@ -244,6 +245,8 @@ class StoreSettings:
             values["inspect_max_ratio"] = _int("STORE_INSPECT_MAX_RATIO", v, 0)
         if (v := get("STORE_UPLOAD_THREADS")) is not None:
             values["upload_threads"] = _int("STORE_UPLOAD_THREADS", v, 0, 64)
+        if (v := get("STORE_VALIDATION_MEMO_MB")) is not None:
+            values["validation_memo_mb"] = _int("STORE_VALIDATION_MEMO_MB", v, 0, 65536)
         for attr, name in (
             ("http_max_header_kb", "STORE_HTTP_MAX_HEADER_KB"),
             ("http_header_timeout_s", "STORE_HTTP_HEADER_TIMEOUT_S"),
@@ -321,6 +324,7 @@ class StoreSettings:
             "STORE_INSPECT_MAX_HEADER_KB": str(self.inspect_max_header // 1024),
             "STORE_INSPECT_MAX_RATIO": str(self.inspect_max_ratio),
             "STORE_UPLOAD_THREADS": str(self.upload_threads),
+            "STORE_VALIDATION_MEMO_MB": str(self.validation_memo_mb),
             "STORE_FSYNC": "1" if self.fsync else "0",
             "STORE_HTTP_MAX_HEADER_KB": str(self.http_max_header_kb),
             "STORE_HTTP_HEADER_TIMEOUT_S": str(self.http_header_timeout_s),

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import mmap
 import os
 import weakref
 from collections.abc import Callable, Iterator
@@ -38,6 +39,7 @@ import anyio.to_thread
 import multipart
 
 from store.archive.inspect import STEP, ArchiveInspector, ArchiveRejected, InspectLimits
+from store.archive.resume import ValidationMemos, inspect_against
 from store.conditional import Preconditions
 from store.errors import ServiceError
 from store.sealed import ArchiveSealer
@@ -54,6 +56,11 @@ REREAD_CHUNK = 256 * 1024
 # Inflate step for an archive kept in memory: a few big steps instead of many small ones
 # (each step gives up and retakes the GIL). Bounds the inflated bytes held at once.
 KEPT_STEP = 1024 * 1024
+# Archives validated against the brain's last one (store.archive.resume): smaller ones cost
+# little to inspect whole; larger ones stream through the inspector (their memo would not fit
+# STORE_VALIDATION_MEMO_MB's default anyway: ~1/8 of the tar's size).
+MEMO_MIN_ARCHIVE = 256 * 1024
+MEMO_MAX_ARCHIVE = 64 * 1024 * 1024
 
 
 @dataclass
@@ -77,6 +84,7 @@ class UploadTarget(Protocol):
     settings: StoreSettings
     backend: StorageBackend
     sealer: ArchiveSealer | None
+    validation_memos: ValidationMemos
 
     def upload_room(self) -> int: ...
 
@@ -198,6 +206,11 @@ class UploadSink:
             raise ServiceError(400, f"not a valid brain archive: {exc.message}") from None
 
     @property
+    def size(self) -> int:
+        """Archive bytes received so far."""
+        return self._size
+
+    @property
     def inspected_all(self) -> bool:
         """True when every archive byte went through the inspector."""
         return self._early is None or self._inspected >= self._size
@@ -258,6 +271,22 @@ def staged_plaintext(blob: StagedBlob) -> Iterator[bytes]:
 
 
 @contextmanager
+def staged_mapping(blob: StagedBlob) -> Iterator[mmap.mmap]:
+    """The archive bytes of a flushed plain (unsealed) staged blob, mapped (the page cache's
+    pages: validated in place, never copied into the process). Copy-on-write, so that ctypes
+    may point into it; nothing writes to it."""
+    with blob.reopen() as handle:
+        mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_COPY)
+    try:
+        yield mapped
+    finally:
+        try:
+            mapped.close()
+        except BufferError:  # still pointed into (only after a failure): unmapped once let go
+            pass
+
+
+@contextmanager
 def _discarded_on_error(blob: StagedBlob) -> Iterator[None]:
     """Remove the staged ``blob`` if the block fails in any way; a full disk becomes a 507."""
     try:
@@ -292,6 +321,8 @@ def _checked(
         known = service.stored_archive(user_id, brain_id, checksum)
         if known is not None:
             file_count = known.file_count  # these very bytes passed inspection before
+        elif (file_count := _inspected_against_memo(service, sink, user_id, brain_id)) is not None:
+            pass
         elif sink.kept is not None:
             sink.inspect_rest(iter(sink.kept))
         else:
@@ -300,6 +331,28 @@ def _checked(
     if sink.kept is not None:
         sink.kept.clear()
     return sink.staged(checksum, file_count)
+
+
+def _inspected_against_memo(service: UploadTarget, sink: UploadSink, user_id: str, brain_id: str) -> int | None:
+    """The file count of the archive validated against what validating the brain's last one
+    established (``store.archive.resume``: what is unchanged is not inflated again); None when
+    that cannot decide (then the archive is inspected the usual way, which words any refusal)."""
+    memos = service.validation_memos
+    if not memos.enabled or not MEMO_MIN_ARCHIVE <= sink.size <= MEMO_MAX_ARCHIVE:
+        return None
+    memo = memos.get(user_id, brain_id)
+    if sink.kept is not None:
+        data = b"".join(sink.kept)
+        inspected = inspect_against(data, service.settings.inspect_limits, memo) if len(data) == sink.size else None
+    else:
+        sink.blob.file.flush()
+        with staged_mapping(sink.blob) as mapped:
+            inspected = inspect_against(mapped, service.settings.inspect_limits, memo) if len(mapped) == sink.size else None
+    if inspected is None:
+        return None
+    if inspected.memo is not None:
+        memos.put(user_id, brain_id, inspected.memo)
+    return inspected.summary.file_count
 
 
 def _durably_committed(

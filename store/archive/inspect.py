@@ -303,6 +303,29 @@ class _TarParser:
         self.entries = 0
         self._headers = 0
 
+    def position(self) -> tuple[object, ...]:
+        """Everything that decides how the parser reads what follows, its counters left out:
+        two parsers at equal positions take equal bytes the same way."""
+        collect = None if self._collect is None else bytes(self._collect)
+        return (
+            self._state, bytes(self._block), self._skip_left, collect, self._collect_left, self._collect_type,
+            self._meta_chain, self._next_path, self._next_long_name, self._next_size, self._next_link,
+        )
+
+    @property
+    def counters(self) -> tuple[int, int, int]:
+        """(files, entries, headers) so far."""
+        return self.file_count, self.entries, self._headers
+
+    def resume(self, position: tuple[object, ...], counters: tuple[int, int, int]) -> None:
+        """Stand at ``position`` (from `position`) with these ``counters``."""
+        (state, block, self._skip_left, collect, self._collect_left, self._collect_type, self._meta_chain,
+         self._next_path, self._next_long_name, self._next_size, self._next_link) = position
+        self._state = state  # type: ignore[assignment]
+        self._block = bytearray(block)  # type: ignore[arg-type]
+        self._collect = None if collect is None else bytearray(collect)  # type: ignore[arg-type]
+        self.file_count, self.entries, self._headers = counters
+
     def feed(self, data: bytes) -> None:
         view = memoryview(data)
         size = len(view)

@@ -27,6 +27,7 @@ from store.settings import SettingsError, StoreSettings
 from store.storage.local import LocalBackend
 from store.upload import EARLY_INSPECT, FEED_BATCH, WHOLE_BODY, BodyReader, receive_upload
 from tests.store.conftest import make_archive
+from tests.store.unit.tarbuild import member as tarbuild_member
 from tests.store.test_service import BOUNDARY, USER, multipart_body
 
 KEY = "ab" * 32
@@ -129,10 +130,14 @@ def test_small_body_is_let_go_before_the_disk_wait(tmp_path: Path, monkeypatch: 
     assert held["tail_left"] == [] and held["kept_left"] == []
 
 
-def test_large_plain_body_is_read_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    service = service_for(tmp_path)
+@pytest.mark.parametrize("memo_mb", ["64", "0"])
+def test_large_plain_body_is_read_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, memo_mb: str) -> None:
+    """Read back mapped whole (validated against the brain's last archive), or in pieces (memos off)."""
+    settings = StoreSettings.from_env({"STORE_VALIDATION_MEMO_MB": memo_mb}, data_dir=tmp_path / "data", fsync=False)
+    service = BrainService(settings, LocalBackend(settings.data_dir, fsync=False))
     brain = service.create(USER)
     monkeypatch.setattr(upload_mod, "staged_plaintext", no_reread)
+    monkeypatch.setattr(upload_mod, "staged_mapping", no_reread)
     with pytest.raises(AssertionError, match="read back"):
         upload(service, brain.id, big_archive(8, files=60))
 
@@ -180,6 +185,7 @@ def test_stored_archive_is_not_inflated_again(
         raise AssertionError("a stored archive was inspected again")
 
     monkeypatch.setattr(upload_mod.UploadSink, "inspect_rest", no_inspection)
+    monkeypatch.setattr(upload_mod, "inspect_against", no_inspection)  # nor against the brain's last archive
     again = upload(service, brain.id, a)  # a is a snapshot now
     assert again.checksum == first_a.checksum and again.file_count == files
     meta = service.get(USER, brain.id)
@@ -189,6 +195,47 @@ def test_stored_archive_is_not_inflated_again(
     other = service.create(USER, "other")
     with pytest.raises(AssertionError, match="inspected again"):
         upload(service, other.id, a)
+
+
+@pytest.mark.parametrize("memo_mb", [64, 0])
+def test_next_archive_is_validated_against_the_last(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, memo_mb: int) -> None:
+    """A brain's next archive has its unchanged compressed bytes taken from what validating the last
+    one established; a hostile entry added to it is refused all the same, and nothing changes.
+    With STORE_VALIDATION_MEMO_MB=0 every archive is inspected whole."""
+    from tests.store.unit.test_archive_resume import HOSTILE_MEMBERS, members, packed, segments_of
+    from tests.store.unit.tarbuild import END
+
+    settings = StoreSettings.from_env({"STORE_VALIDATION_MEMO_MB": str(memo_mb)}, data_dir=tmp_path / "data",
+                                      fsync=False)
+    service = BrainService(settings, LocalBackend(settings.data_dir, fsync=False))
+    brain = service.create(USER)
+    reused: list[int] = []
+    real = upload_mod.inspect_against
+
+    def spy(*args: Any) -> Any:
+        done = real(*args)
+        reused.append(-1 if done is None else done.reused)
+        return done
+
+    monkeypatch.setattr(upload_mod, "inspect_against", spy)
+    segments = segments_of(members()) + [END]
+    first = upload(service, brain.id, packed(segments))
+    changed = list(segments)
+    changed[20] += tarbuild_member(b"./notes/new.md", b"a new memory")
+    second_archive = packed(changed)
+    second = upload(service, brain.id, second_archive)
+    assert second.file_count == first.file_count + 1
+    hostile = list(changed)
+    hostile[50] += HOSTILE_MEMBERS["symlink"]
+    with pytest.raises(ServiceError) as info:
+        upload(service, brain.id, packed(hostile))
+    assert info.value.status == 400 and "symbolic links are not allowed" in info.value.message
+    assert service.get(USER, brain.id).current == second
+    assert os.listdir(service.backend.tmp_root) == []
+    if memo_mb:
+        assert reused[0] == 0 and reused[1] > 0.8 * len(second_archive) and reused[2] == -1
+    else:
+        assert reused == []
 
 
 def test_concurrent_uploads_share_a_bounded_number_of_cpu_threads(tmp_path: Path, monkeypatch: Any) -> None:
