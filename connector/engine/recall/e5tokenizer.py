@@ -25,7 +25,7 @@ class E5Tokenizer:
     def __init__(self, tables: TokenizerTables) -> None:
         self.bos, self.eos, self.unk = tables.bos, tables.eos, tables.unk
         scores = tables.scores
-        self._scores = scores.tolist()
+        self._scores = array("f", scores.tobytes())  # 1 MB; a list of floats would be 8
         self._ids: dict[str, int] = {}
         self._longest: dict[str, int] = {}  # first character -> longest piece (characters) starting with it
         longest_bytes = 1
