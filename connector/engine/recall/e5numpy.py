@@ -22,7 +22,7 @@ import numpy as np
 
 from connector.engine.recall.e5forward import encode
 from connector.engine.recall.e5tokenizer import E5Tokenizer
-from connector.engine.recall.e5weights import E5Weights
+from connector.engine.recall.e5weights import E5Weights, LayerBuffer
 from connector.engine.recall.embedding import blas_on_one_thread
 
 PASSAGE_PREFIX = "passage: "
@@ -95,7 +95,8 @@ class NumpyE5:
                 owner.append(text)
                 share.append(float(max(len(piece), 1)))
         x = weights.embeddings(np.array(ids, np.int64), np.array(positions, np.int64))
-        means = encode(weights.shape, weights.layer, x, windows)
+        room = LayerBuffer(weights.shape)  # one layer at a time, each written over the one before
+        means = encode(weights.shape, lambda index: weights.layer(index, room), x, windows)
         shares = np.array(share, np.float64)
         totals = np.zeros((len(tokens), self.dimensions), np.float64)
         np.add.at(totals, np.array(owner), means * shares[:, None])

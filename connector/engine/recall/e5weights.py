@@ -73,25 +73,27 @@ class E5Weights:
         _normalise(x, *self._norm, self.shape.eps)
         return x
 
-    def layer(self, index: int) -> LayerWeights:
-        """Layer ``index`` in float32 (~7 MB: hold one at a time)."""
+    def layer(self, index: int, into: LayerBuffer | None = None) -> LayerWeights:
+        """Layer ``index`` in float32, its matrices written ``into`` a buffer when given (~7 MB:
+        one buffer reused for every layer spares the fresh pages a new allocation faults in)."""
         prefix = f"l{index}."
-
-        def matrix(name: str) -> np.ndarray:
-            return _dequantize(self._blocks(prefix + name))
-
-        qkv = np.concatenate([matrix("q.w"), matrix("k.w"), matrix("v.w")])
-        qkv_bias = np.concatenate([self._vector(prefix + name) for name in ("q.b", "k.b", "v.b")])
+        into = into or LayerBuffer(self.shape)
+        hidden = self.shape.hidden
+        for row, name in enumerate(("q.w", "k.w", "v.w")):
+            _dequantize(self._blocks(prefix + name), into.qkv[row * hidden : (row + 1) * hidden])
+        _dequantize(self._blocks(prefix + "ao.w"), into.out)
+        _dequantize(self._blocks(prefix + "fi.w"), into.up)
+        _dequantize(self._blocks(prefix + "fo.w"), into.down)
         return LayerWeights(
-            qkv=qkv,
-            qkv_bias=qkv_bias,
-            out=matrix("ao.w"),
+            qkv=into.qkv,
+            qkv_bias=np.concatenate([self._vector(prefix + name) for name in ("q.b", "k.b", "v.b")]),
+            out=into.out,
             out_bias=self._vector(prefix + "ao.b"),
             norm1_weight=self._vector(prefix + "aln.w"),
             norm1_bias=self._vector(prefix + "aln.b"),
-            up=matrix("fi.w"),
+            up=into.up,
             up_bias=self._vector(prefix + "fi.b"),
-            down=matrix("fo.w"),
+            down=into.down,
             down_bias=self._vector(prefix + "fo.b"),
             norm2_weight=self._vector(prefix + "oln.w"),
             norm2_bias=self._vector(prefix + "oln.b"),
@@ -119,11 +121,22 @@ class E5Weights:
             raise E5FormatError(f"the model file has no tensor {name}") from None
 
 
-def _dequantize(blocks: np.ndarray) -> np.ndarray:
+class LayerBuffer:
+    """Room for one layer's float32 matrices (``[outputs, inputs]``)."""
+
+    def __init__(self, shape: Shape) -> None:
+        hidden, ffn = shape.hidden, shape.ffn
+        self.qkv = np.empty((3 * hidden, hidden), np.float32)
+        self.out = np.empty((hidden, hidden), np.float32)
+        self.up = np.empty((ffn, hidden), np.float32)
+        self.down = np.empty((hidden, ffn), np.float32)
+
+
+def _dequantize(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """float32 values ``[rows, blocks * 32]`` of Q4_0 ``blocks`` ``[rows, blocks]`` (exact: (nibble - 8) * scale)."""
     rows, count = blocks.shape
     nibbles = blocks["nibbles"]
-    values = np.empty((rows, count, _BLOCK_VALUES), np.float32)
+    values = (np.empty((rows, count * _BLOCK_VALUES), np.float32) if out is None else out).reshape(rows, count, _BLOCK_VALUES)
     np.bitwise_and(nibbles, 15, out=values[..., :16], casting="unsafe")
     np.right_shift(nibbles, 4, out=values[..., 16:], casting="unsafe")
     values -= np.float32(8)
