@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="what embeds many texts (numpy: as shipped)")
     args = parser.parse_args(argv)
     before = _rss()
-    from connector.engine.recall.e5 import E5Embedder, E5Unavailable
+    from connector.engine.recall.e5 import NUMPY_MIN_TEXTS, E5Embedder, E5Unavailable
 
     started = time.perf_counter()
     model = E5Embedder(bulk=args.path == "numpy")
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     except E5Unavailable:
         print("the e5 engine does not load here")
         return 1
-    model.embed(["warm up: the numpy pass loads", "its tokenizer on first use"])
+    model.embed([f"warm up {n}: the numpy pass loads its tokenizer on first use" for n in range(NUMPY_MIN_TEXTS)])
     load_s = time.perf_counter() - started
     loaded = _rss()
     texts = _texts(args.memories)
