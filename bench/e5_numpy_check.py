@@ -26,7 +26,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 import time
@@ -37,16 +36,15 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
 
-from connector.engine.format.archive import load_directory  # noqa: E402
 from connector.engine.recall.e5 import E5Embedder  # noqa: E402
 from connector.engine.recall.e5numpy import NumpyE5  # noqa: E402
-from connector.engine.recall.embedding import BULK_THREADS, MAX_EMBED_CHARS, embedded_text, quantize  # noqa: E402
+from connector.engine.recall.embedding import BULK_THREADS, MAX_EMBED_CHARS, quantize  # noqa: E402
 from connector.engine.recall.hybrid import memory_texts  # noqa: E402
 from connector.engine.recall.index import BrainIndex  # noqa: E402
+from locomo import Brainset, locomo_sets, quality_set  # noqa: E402  (the sets' memory mapping, one place)
 
-SHARED = REPO.parent / "shared" / "fixtures"
-LOCOMO_CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 _KANA = re.compile("[\u3040-\u30ff]")
 _HAN = re.compile("[\u4e00-\u9fff]")
 
@@ -56,34 +54,11 @@ def language(text: str) -> str:
     return "ja" if _KANA.search(text) else "zh" if _HAN.search(text) else "en"
 
 
-def quality_set(root: Path) -> tuple[list[str], list[str], list[dict]]:
-    """The recall-quality brain's memory texts, their ids, and its queries (with gold ids)."""
-    brain = load_directory(root / "brain")
-    index = BrainIndex.build(brain)
-    ids = [record.id for record in index.memories]
-    queries = [json.loads(line) for line in (root / "queries.jsonl").read_text().splitlines() if line.strip()]
-    return memory_texts(brain, index), ids, [{"text": q["query"], "category": q["category"], "gold": q["gold"]} for q in queries]
-
-
-def locomo_set(root: Path, conversation: str) -> tuple[list[str], list[str], list[dict]]:
-    """One LoCoMo conversation's turns as the memory texts its README describes, and its questions."""
-    data = json.loads((root / "conversations" / f"{conversation}.json").read_text())
-    texts, ids = [], []
-    session = 1
-    while f"session_{session}" in data:
-        date = data[f"session_{session}_date_time"]
-        for turn in data[f"session_{session}"]:
-            words = turn["text"].split()
-            title = f"{turn['speaker']}: " + " ".join(words[:9]) + ("…" if len(words) > 9 else "")
-            content = f"{turn['speaker']} on {date}: {turn['text']}"
-            if turn.get("blip_caption"):
-                content += f" [shares a photo: {turn['blip_caption']}]"
-            texts.append(embedded_text(title, [turn["speaker"].lower()], content))
-            ids.append(f"{conversation}:{turn['dia_id']}")
-        session += 1
-    queries = [json.loads(line) for line in (root / "queries.jsonl").read_text().splitlines() if line.strip()]
-    return texts, ids, [{"text": q["query"], "category": LOCOMO_CATEGORIES[q["category"]], "gold": q["evidence"]}
-                        for q in queries if q["conv"] == conversation]
+def memories_and_queries(brainset: Brainset) -> tuple[list[str], list[str], list[dict]]:
+    """A development set's memory texts (as embedded), their ids, and its answerable queries."""
+    index = BrainIndex.build(brainset.brain)
+    queries = [{"text": q.text, "category": q.category, "gold": q.gold} for q in brainset.queries if q.gold]
+    return memory_texts(brainset.brain, index), [record.id for record in index.memories], queries
 
 
 def long_texts(texts: list[str]) -> list[str]:
@@ -125,8 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--conversations", nargs="*", default=["26"], help="LoCoMo conversations (none: skip LoCoMo)")
     parser.add_argument("--no-quality", action="store_true", help="skip the recall-quality set")
     args = parser.parse_args(argv)
-    sets = [] if args.no_quality else [("recall-quality", *quality_set(SHARED / "recall-quality"))]
-    sets += [(f"locomo-{c}", *locomo_set(SHARED / "locomo-dev", c)) for c in args.conversations or []]
+    brainsets = ([] if args.no_quality else [quality_set()]) + (locomo_sets(conversations=args.conversations)
+                                                                if args.conversations else [])
+    sets = [(brainset.name, *memories_and_queries(brainset)) for brainset in brainsets]
     engine = E5Embedder(bulk=False)
     numpy_pass = NumpyE5()
     worst = 1.0
