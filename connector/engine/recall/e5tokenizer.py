@@ -15,7 +15,6 @@ from array import array
 from connector.engine.recall.e5weights import TokenizerTables
 
 _METASPACE = "\u2581"
-_SPACE = 0x20
 _UNREACHED = -1e30
 
 
@@ -64,7 +63,8 @@ class E5Tokenizer:
 
     def _viterbi(self, text: str) -> list[int]:
         n = len(text)
-        sizes = [len(char.encode("utf-8", "surrogateescape")) if ord(char) > 0x7F else 1 for char in text]
+        # UTF-8 bytes a character takes (a lone surrogate, which the engine is never given, 3).
+        sizes = [len(char.encode("utf-8", "surrogatepass")) if ord(char) > 0x7F else 1 for char in text]
         ends = [0] * (n + 1)
         for i, size in enumerate(sizes):
             ends[i + 1] = ends[i] + size
