@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from connector.engine.recall.e5 import NUMPY_MIN_TEXTS, E5Embedder, e5_embedder
-from connector.engine.recall.e5forward import gelu_
+from connector.engine.recall.e5forward import Shape, _attention, _Scratch, gelu_
 from connector.engine.recall.e5numpy import NumpyE5, packaged_model_path
 from connector.engine.recall.e5weights import E5FormatError, E5Weights
 from connector.engine.recall.embedding import MAX_EMBED_CHARS
@@ -144,3 +144,35 @@ def test_the_background_embedding_uses_the_numpy_pass(engine: E5Embedder, tmp_pa
     # Each kept vector is int8 (cosine ~1e-3 from its float): the engine's, as closely as that allows.
     cosines = np.einsum("ij,ij->i", kept, expected) / np.linalg.norm(kept, axis=1)
     assert cosines.min() > 0.999, cosines.min()
+
+
+def _reference_attention(qkv: np.ndarray, heads: int, windows: list[tuple[int, int]]) -> np.ndarray:
+    """Softmax attention in float64, row by row, each window over its own tokens."""
+    hidden = qkv.shape[0] // 3
+    head = hidden // heads
+    out = np.zeros((hidden, qkv.shape[1]))
+    for start, end in windows:
+        q, k, v = (qkv[part * hidden : (part + 1) * hidden, start:end].astype(np.float64) for part in range(3))
+        for h in range(heads):
+            rows = slice(h * head, (h + 1) * head)
+            scores = q[rows].T @ k[rows] / math.sqrt(head)
+            weights = np.exp(scores - scores.max(axis=1, keepdims=True))
+            weights /= weights.sum(axis=1, keepdims=True)
+            out[rows, start:end] = v[rows] @ weights.T
+    return out
+
+
+def test_attention_keeps_every_row_even_far_below_the_windows_largest_score() -> None:
+    shape = Shape(hidden=64, layers=1, heads=2, ffn=128, eps=1e-12)
+    rng = np.random.default_rng(7)
+    windows = [(0, 5), (5, 12)]
+    qkv = rng.standard_normal((3 * 64, 12)).astype(np.float32)
+    # Token 2's query meets every key of its window at a score ~300 below the window's largest
+    # (token 0's): shifted by that largest score alone, its row would underflow to zeros.
+    qkv[:64, 0] *= 60
+    qkv[:64, 2] *= -60
+    qkv[64:128, :5] = np.abs(qkv[64:128, :5]) * np.sign(qkv[:64, 0])[:, None]
+    context = np.empty((64, 12), np.float32)
+    _attention(shape, qkv, windows, context, _Scratch(shape, 12, 7))
+    assert np.isfinite(context).all()
+    assert np.allclose(context, _reference_attention(qkv, 2, windows), atol=1e-4)
