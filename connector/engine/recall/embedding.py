@@ -142,7 +142,7 @@ _BLOCK = 512
 _ONE_BLAS_THREAD = threading.Event()
 
 
-def _blas_on_one_thread() -> None:
+def blas_on_one_thread() -> None:
     """Hold BLAS to one thread for good, once per process (as the model does when it loads):
     a multi-threaded BLAS call on a busy machine was 50x slower than one thread."""
     if not _ONE_BLAS_THREAD.is_set():
@@ -159,7 +159,7 @@ def products(vectors: Quantized, queries: np.ndarray) -> np.ndarray:
     the memory) and multiplied by BLAS on one thread: 1.5x faster than an ``einsum`` over
     the codes for one query, 3x for three.
     """
-    _blas_on_one_thread()
+    blas_on_one_thread()
     queries = np.asarray(queries, dtype=np.float32)
     count = len(vectors)
     out = np.empty((count, queries.shape[0]), dtype=np.float32)

