@@ -5,16 +5,16 @@ from __future__ import annotations
 import os
 import sys
 import threading
-import time
 
 import numpy as np
 import pytest
 
 from connector.engine.recall.hybrid import HybridIndex
 from connector.engine.recall.index import BrainIndex
-from connector.workcopy.backfill import BACKGROUND_NICE, READY, E5Backfill
+from connector.workcopy.backfill import BACKGROUND_NICE, E5Backfill
 from connector.workcopy.vectors import VectorStore
-from tests.engine.hybrid_support import CountingEmbedder, make_brain
+from tests.engine.hybrid_support import CountingEmbedder, backfilled, make_brain
+from tests.support.waiting import seconds_until
 
 
 class NiceRecorder(CountingEmbedder):
@@ -39,10 +39,7 @@ def test_background_embedding_yields_to_the_answers_and_the_caller_keeps_its_pri
     backfill = E5Backfill(lambda: VectorStore(recorder))
     try:
         assert backfill.vectors("b", brain, index, hybrid) is None  # computed in the background
-        deadline = time.monotonic() + 60
-        while (progress := backfill.progress("b")) is None or progress.state != READY:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        seconds_until(lambda: backfilled(backfill), 60, every=0.05, what="the background embedding")
         assert backfill.vectors("b", brain, index, hybrid) is not None
     finally:
         backfill.close()

@@ -10,6 +10,7 @@ import numpy as np
 
 from connector.engine.format.brain import Brain
 from connector.engine.writes.ops import Memorize
+from connector.workcopy.backfill import READY, E5Backfill
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -74,3 +75,9 @@ def write_brain(brain: Brain, directory: Path) -> None:
     for path, data in brain.files.items():
         (directory / path).parent.mkdir(parents=True, exist_ok=True)
         (directory / path).write_bytes(data)
+
+
+def backfilled(backfill: E5Backfill, brain_id: str = "b") -> bool:
+    """Whether ``backfill`` has computed every e5 vector of ``brain_id``'s version."""
+    progress = backfill.progress(brain_id)
+    return progress is not None and progress.state == READY

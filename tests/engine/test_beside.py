@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
 
 from connector.engine.recall.beside import SpareCore, finish, start
 
@@ -48,12 +50,7 @@ def test_a_step_runs_on_the_worker_or_inline_with_the_same_answer() -> None:
 
 def test_a_caller_never_waits_for_a_queued_job() -> None:
     # Both workers held: a third job is queued, and its caller runs the step itself.
-    release = threading.Event()
-    held = [start(release.wait, 30, policy=SpareCore(share=0.0)) for _ in range(2)]
-    try:
-        for job in held:
-            assert job is not None
-            _until_taken(job.future)
+    with _both_workers_held():
         ran_on: list[threading.Thread] = []
         policy = SpareCore(share=0.5, weight=1.0)
         queued = start(lambda: ran_on.append(threading.current_thread()) or 7, policy=policy)
@@ -61,23 +58,27 @@ def test_a_caller_never_waits_for_a_queued_job() -> None:
         assert finish(queued, lambda: ran_on.append(threading.current_thread()) or 7) == 7
         assert ran_on == [threading.current_thread()] and queued.future.cancelled()
         assert policy.recent == 0.0 and not policy.use_worker(), "a job that did not start counts as no core to spare"
-    finally:
-        release.set()
-    assert all(job is not None and job.future.result(timeout=30) for job in held)
 
 
 def test_a_dropped_job_does_not_count_against_the_worker() -> None:
+    with _both_workers_held():
+        policy = SpareCore(weight=1.0)
+        queued = start(lambda: 7, policy=policy)
+        assert queued is not None
+        queued.drop()  # the recall failed before it needed the answer
+        assert queued.future.cancelled() and policy.recent == 1.0
+
+
+@contextmanager
+def _both_workers_held() -> Iterator[None]:
+    """Both worker threads busy until the block ends (a job started inside it is queued)."""
     release = threading.Event()
     held = [start(release.wait, 30, policy=SpareCore(share=0.0)) for _ in range(2)]
     try:
         for job in held:
             assert job is not None
             _until_taken(job.future)
-        policy = SpareCore(weight=1.0)
-        queued = start(lambda: 7, policy=policy)
-        assert queued is not None
-        queued.drop()  # the recall failed before it needed the answer
-        assert queued.future.cancelled() and policy.recent == 1.0
+        yield
     finally:
         release.set()
     assert all(job is not None and job.future.result(timeout=30) for job in held)

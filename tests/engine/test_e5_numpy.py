@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import math
 import shutil
-import time
 from pathlib import Path
 
 import numpy as np
@@ -18,9 +17,10 @@ from connector.engine.recall.e5weights import E5FormatError, E5Weights
 from connector.engine.recall.embedding import MAX_EMBED_CHARS
 from connector.engine.recall.hybrid import HybridIndex, memory_texts
 from connector.engine.recall.index import BrainIndex
-from connector.workcopy.backfill import READY, E5Backfill
+from connector.workcopy.backfill import E5Backfill
 from connector.workcopy.vectors import E5_BATCH, E5_PREFIX, VectorStore
-from tests.engine.hybrid_support import MEMORIES, CountingEmbedder, make_brain
+from tests.engine.hybrid_support import MEMORIES, CountingEmbedder, backfilled, make_brain
+from tests.support.waiting import seconds_until
 
 TEXTS = [
     "I adopted a grey cat from the shelter last spring.",
@@ -130,10 +130,7 @@ def test_the_background_embedding_uses_the_numpy_pass(engine: E5Embedder, tmp_pa
     backfill = E5Backfill(lambda: VectorStore(e5, state=state, state_key=bytes(32), prefix=E5_PREFIX, batch=E5_BATCH))
     try:
         assert backfill.vectors("b", brain, index, hybrid) is None  # computed in the background
-        deadline = time.monotonic() + 300
-        while (progress := backfill.progress("b")) is None or progress.state != READY:
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
+        seconds_until(lambda: backfilled(backfill), 300, every=0.1, what="the background embedding")
         vectors = backfill.vectors("b", brain, index, hybrid)
     finally:
         backfill.close()
