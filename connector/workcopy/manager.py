@@ -242,16 +242,17 @@ class WorkingCopyManager(Accounts, Sync, HeldWrites, Upkeep):
             # Refusal raises here, before anything changed. In a worker thread: at 10,000
             # memories a write takes a few hundred ms, which other users' calls need not wait for.
             result, change = await asyncio.to_thread(_apply_journaled, op, working, at)
-            # The indexes follow the write once its archive is packed, while the push waits for
-            # the store (following while packing, both needing the interpreter lock, slowed the
-            # pack on the answer's path); the call returns once both are done.
-            gate = self._follow_gates[key] = asyncio.Event()
-            following = asyncio.create_task(self._follow_after(gate, copy.key, key, working, change))
-            self._following[key] = following
+            old_key = copy.key
             copy.size_bytes = changed_bytes(copy.size_bytes, copy.brain, working, change.paths)
             copy.brain = working
             copy.key = key
             copy.pending.append(PendingWrite(op=op, at=at, label=label))
+            # The indexes follow the write once its archive is packed, while the push waits for
+            # the store (following while packing, both needing the interpreter lock, slowed the
+            # pack on the answer's path); the call returns once both are done.
+            gate = self._follow_gates[key] = asyncio.Event()
+            following = asyncio.create_task(self._follow_after(gate, old_key, key, working, change))
+            self._following[key] = following
             try:
                 dropped = await self._push(copy)
             finally:
