@@ -16,21 +16,15 @@ from typing import Any
 import pytest
 
 from connector.engine.recall.exact import recall
-from connector.engine.writes.ops import connector_memorize
 from connector.engine.recall.index import BrainIndex
+from connector.engine.writes.ops import connector_memorize
 from connector.mcp.tools import BrainTools, Caller
+from connector.workcopy import sync as sync_module
 from connector.workcopy.core import ManagerTuning
 from connector.workcopy.manager import WorkingCopyManager
 from connector.workcopy.model import Account
-from connector.workcopy import sync as sync_module
 from connector.workcopy.store_client import PreconditionFailed, StoreClient
-from tests.connector.conftest import (
-    RunningStore,
-    direct_memorize,
-    download_brain,
-    shared_store,
-    upload_brain,
-)
+from tests.connector.conftest import RunningStore, direct_memorize, download_brain, shared_store, upload_brain
 from tests.engine.writes_support import fixture_brain, require_fixtures
 
 # Every test here makes its own users and looks only at their brains: one store for the module.
@@ -170,9 +164,10 @@ class _HeldFollower:
 def test_a_push_refused_while_the_index_follows_replays_the_write(
     store: RunningStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The store answers 412 while the write's index is still being followed: the write is
-    replayed on the store's brain (not lost), and the index of the refused version is never
-    the one recalled from: the next recall answers as the store's brain does, building nothing."""
+    """The write's index follow does not finish before the store refused its push (412): the
+    write is replayed on the store's brain (not lost) from that follow, and the index of the
+    refused version is never the one recalled from: the next recall answers as the store's
+    brain does, building nothing."""
     user, brain_id, caller, manager, tools = _setup(store, "follow-refused")
     builds = Builds(monkeypatch)
     refused = threading.Event()
@@ -195,8 +190,8 @@ def test_a_push_refused_while_the_index_follows_replays_the_write(
         written = await tools.call("brain_memorize", {"content": "Family travel to the harbour in May"}, caller)
         assert not written.is_error and written.structured_content["synced"] is True
         assert refused.is_set()
-        # The write's own follow was still running when the 412 came; the replay followed after it.
-        (write_old, write_new, released), (replay_old, replay_new, _) = held.followed
+        # The write's own follow ended after the 412 came; the replay followed from its index.
+        (_, write_new, released), (replay_old, _, _) = held.followed
         assert released and write_new.startswith("local:") and replay_old == write_new
         stored, _ = download_brain(store.url, user.token, brain_id)
         new_id = written.structured_content["stored"]["id"]
