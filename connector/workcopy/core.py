@@ -185,6 +185,9 @@ class ManagerCore:
         self.index_cache = index_cache
         self.followers: list[IndexFollower] = [self.index_cache]
         self._following: dict[str, asyncio.Task[None]] = {}  # content key -> its index being followed
+        # Content key -> the gate its follow waits at: opened once the write's archive is packed
+        # (the follow then runs while the push waits for the store) or when anything needs it.
+        self._follow_gates: dict[str, asyncio.Event] = {}
         self._maintenance: asyncio.Task[None] | None = None
         # Brain loads under way (bounded), and the bytes of the budget they have reserved.
         self._loads = asyncio.Semaphore(max(1, self.tuning.max_loads))
@@ -227,6 +230,12 @@ class ManagerCore:
         def _final(copy: WorkingCopy, refusal: StoreError) -> bool: ...  # held
         def _room_for_load(self) -> contextlib.AbstractContextManager[None]: ...  # upkeep
         def _forget_index(self, dropped: WorkingCopy) -> None: ...  # upkeep
+
+    def _release_follow(self, key: str) -> None:
+        """Let the index follow of the write that made ``key`` start (no-op when it has)."""
+        gate = self._follow_gates.pop(key, None)
+        if gate is not None:
+            gate.set()
 
     @contextlib.contextmanager
     def _watching(self, account: Account) -> Iterator[None]:

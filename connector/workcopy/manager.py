@@ -91,6 +91,13 @@ class WorkingCopyManager(Accounts, Sync, HeldWrites, Upkeep):
                     await self._push(copy)
         return sum(1 for copy in self._copies.values() if copy.dirty)
 
+    async def _follow_after(
+        self, gate: asyncio.Event, old_key: str, new_key: str, working: Brain, change: BrainChange
+    ) -> None:
+        """The indexes follow a write (`_follow`, in a worker thread) once ``gate`` opens (`_release_follow`)."""
+        await gate.wait()
+        await asyncio.to_thread(self._follow, old_key, new_key, working, change)
+
     async def _copy_for(self, account: Account, record: BrainRecord | None) -> WorkingCopy | None:
         """The copy of ``record`` for this user, pulling it the first time."""
         brain_id = record.id if record else None
@@ -235,17 +242,21 @@ class WorkingCopyManager(Accounts, Sync, HeldWrites, Upkeep):
             # Refusal raises here, before anything changed. In a worker thread: at 10,000
             # memories a write takes a few hundred ms, which other users' calls need not wait for.
             result, change = await asyncio.to_thread(_apply_journaled, op, working, at)
-            # The indexes follow the write while it is packed and pushed (mostly waiting
-            # for the store); the call returns once both are done.
-            following = asyncio.create_task(asyncio.to_thread(self._follow, copy.key, key, working, change))
-            self._following[key] = following
+            old_key = copy.key
             copy.size_bytes = changed_bytes(copy.size_bytes, copy.brain, working, change.paths)
             copy.brain = working
             copy.key = key
             copy.pending.append(PendingWrite(op=op, at=at, label=label))
+            # The indexes follow the write once its archive is packed, while the push waits for
+            # the store (following while packing, both needing the interpreter lock, slowed the
+            # pack on the answer's path); the call returns once both are done.
+            gate = self._follow_gates[key] = asyncio.Event()
+            following = asyncio.create_task(self._follow_after(gate, old_key, key, working, change))
+            self._following[key] = following
             try:
                 dropped = await self._push(copy)
             finally:
+                self._release_follow(key)  # when the push ended before packing (e.g. held)
                 await following
                 self._following.pop(key, None)
             if copy.brain is working and copy.key != key:

@@ -260,6 +260,7 @@ class Sync(ManagerCore):
             if copy.needs_rebase and not await self._replay(copy, dropped):
                 return dropped
             archive, checksum = await asyncio.to_thread(_packed, copy.brain)
+            self._release_follow(copy.key)  # the write's indexes follow while the store is awaited
             if checksum == copy.base_checksum:
                 # Packing unchanged: nothing to send.
                 self._mark_synced(copy, checksum)
@@ -319,6 +320,7 @@ class Sync(ManagerCore):
                 del download
         working = base.copy()
         kept, dropped = await asyncio.to_thread(self._apply_pending, copy, working)
+        self._release_follow(copy.key)
         following = self._following.get(copy.key)
         if following is not None:
             await following  # the index of the write being replayed, to follow from

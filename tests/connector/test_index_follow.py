@@ -9,6 +9,7 @@ recall over the store's archive does.
 from __future__ import annotations
 
 import asyncio
+import threading
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,11 +17,13 @@ import pytest
 
 from connector.engine.recall.exact import recall
 from connector.engine.recall.index import BrainIndex
+from connector.engine.writes.ops import connector_memorize
 from connector.mcp.tools import BrainTools, Caller
+from connector.workcopy import sync as sync_module
 from connector.workcopy.core import ManagerTuning
 from connector.workcopy.manager import WorkingCopyManager
 from connector.workcopy.model import Account
-from connector.workcopy.store_client import StoreClient
+from connector.workcopy.store_client import PreconditionFailed, StoreClient
 from tests.connector.conftest import RunningStore, direct_memorize, download_brain, shared_store, upload_brain
 from tests.engine.writes_support import fixture_brain, require_fixtures
 
@@ -138,6 +141,98 @@ def test_a_replayed_write_and_a_pull_are_followed(store: RunningStore, monkeypat
         pulled = await _recalls(tools, caller)
         assert builds.count == 0
         assert pulled == _store_answers(store, user.token, brain_id)
+        await manager.close()
+
+    asyncio.run(scenario())
+
+
+class _HeldFollower:
+    """An index follower that does not finish before ``release`` is set (a follow still running
+    when the store answers), and notes the keys it was asked to follow."""
+
+    def __init__(self, release: threading.Event) -> None:
+        self.release = release
+        self.followed: list[tuple[str, str, bool]] = []  # (old key, new key, released by then)
+
+    def follow(self, old_key: str, new_key: str, brain: Any, change: Any) -> None:
+        self.followed.append((old_key, new_key, self.release.wait(timeout=10)))
+
+    def rename(self, old_key: str, new_key: str) -> None:
+        pass
+
+
+def test_a_push_refused_while_the_index_follows_replays_the_write(
+    store: RunningStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The write's index follow does not finish before the store refused its push (412): the
+    write is replayed on the store's brain (not lost) from that follow, and the index of the
+    refused version is never the one recalled from: the next recall answers as the store's
+    brain does, building nothing."""
+    user, brain_id, caller, manager, tools = _setup(store, "follow-refused")
+    builds = Builds(monkeypatch)
+    refused = threading.Event()
+    held = _HeldFollower(refused)
+    manager.followers.append(held)
+    real_upload = manager.store.upload
+
+    async def upload(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return await real_upload(*args, **kwargs)
+        except PreconditionFailed:
+            refused.set()
+            raise
+
+    monkeypatch.setattr(manager.store, "upload", upload)
+
+    async def scenario() -> None:
+        await _recalls(tools, caller)
+        other = await asyncio.to_thread(direct_memorize, store.url, user.token, brain_id, "Project meeting moved to Tuesday")
+        written = await tools.call("brain_memorize", {"content": "Family travel to the harbour in May"}, caller)
+        assert not written.is_error and written.structured_content["synced"] is True
+        assert refused.is_set()
+        # The write's own follow ended after the 412 came; the replay followed from its index.
+        (_, write_new, released), (replay_old, _, _) = held.followed
+        assert released and write_new.startswith("local:") and replay_old == write_new
+        stored, _ = download_brain(store.url, user.token, brain_id)
+        new_id = written.structured_content["stored"]["id"]
+        assert {other, new_id} <= set((stored.read_json("index.json") or {})["memories"])
+        snapshot = await manager.snapshot(caller.account)
+        assert manager.index_cache.peek(write_new) is None  # the refused version's index is gone
+        answers = await _recalls(tools, caller)
+        assert builds.count == 1
+        assert answers == _store_answers(store, user.token, brain_id)
+        assert snapshot.key == download_brain(store.url, user.token, brain_id)[1]
+        await manager.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_write_whose_push_fails_before_packing_still_answers(
+    store: RunningStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A push that ends before its archive was packed (here packing fails) never leaves the
+    write waiting for its index follow (which starts once the archive is packed): the call
+    ends with the failure, and the index of the written version was followed all the same."""
+    _, _, caller, manager, tools = _setup(store, "follow-no-pack")
+    builds = Builds(monkeypatch)
+
+    def broken(brain: Any) -> Any:
+        raise RuntimeError("packing failed")
+
+    async def scenario() -> None:
+        await _recalls(tools, caller)
+        monkeypatch.setattr(sync_module, "_packed", broken)
+        with pytest.raises(RuntimeError, match="packing failed"):
+            await asyncio.wait_for(
+                manager.write(caller.account, connector_memorize("Harbour kettle notes, unpacked"), "memorize"),
+                timeout=30,
+            )
+        copy = next(iter(manager.copies.values()))
+        assert copy.dirty and copy.key.startswith("local:")
+        assert manager.index_cache.peek(copy.key) is not None  # followed although nothing was packed
+        assert not manager._following and not manager._follow_gates
+        assert builds.count == 1
+        monkeypatch.undo()
         await manager.close()
 
     asyncio.run(scenario())
