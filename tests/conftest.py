@@ -55,7 +55,7 @@ _TRUST_KEY = pytest.StashKey[dict[str, str | None]]()
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Modules holding a ``slow`` test run first, each kept in one piece.
 
-    `make test` (-n 2 --dist loadgroup) hands out the xdist groups first, largest first, then
+    `make test` (-n 3 --dist loadgroup) hands out the xdist groups first, largest first, then
     single tests in collection order; a long test collected late (the year-ahead re-run sits
     near the end) left one core idle while the other finished it. Started early, the short
     tests collected after it fill both cores to the end.
