@@ -319,13 +319,11 @@ def _checked(
     file_count = None
     if not sink.inspected_all:
         known = service.stored_archive(user_id, brain_id, checksum)
-        if known is not None:
-            file_count = known.file_count  # these very bytes passed inspection before
-        elif (file_count := _inspected_against_memo(service, sink, user_id, brain_id)) is not None:
-            pass
-        elif sink.kept is not None:
+        # These very bytes passed inspection before; else, validated against the brain's last archive.
+        file_count = known.file_count if known is not None else _inspected_against_memo(service, sink, user_id, brain_id)
+        if file_count is None and sink.kept is not None:
             sink.inspect_rest(iter(sink.kept))
-        else:
+        elif file_count is None:
             sink.blob.file.flush()
             sink.inspect_rest(staged_plaintext(sink.blob))
     if sink.kept is not None:
