@@ -149,11 +149,17 @@ def fuse(signals: Signals, fusion: Fusion = DEFAULT_FUSION, eligible: np.ndarray
 
 def matches_well(signals: Signals, eligible: np.ndarray, fusion: Fusion = DEFAULT_FUSION) -> bool:
     """The absolute half of the floor: the query's best eligible memory is strong enough
-    (cosine and word coverage), once lowered by its hubness (see `_matches_well`)."""
+    (cosine and word coverage), once lowered by its hubness (see `_floor_margin`)."""
+    return floor_margin(signals, eligible, fusion) >= 0.0
+
+
+def floor_margin(signals: Signals, eligible: np.ndarray, fusion: Fusion = DEFAULT_FUSION) -> float:
+    """How far the query's best eligible memory is over the strength floor (>= 0: `matches_well`;
+    -inf when nothing is eligible)."""
     if not eligible.any():
-        return False
+        return -math.inf
     strength = signals.semantic + fusion.strength_words * signals.near_words + fusion.strength_exact * signals.exact
-    return _matches_well(signals, strength, eligible, fusion)
+    return _floor_margin(signals, strength, eligible, fusion)
 
 
 def _strongest(strength: np.ndarray, positions: np.ndarray, count: int) -> np.ndarray:
@@ -165,7 +171,13 @@ def _strongest(strength: np.ndarray, positions: np.ndarray, count: int) -> np.nd
 
 
 def _matches_well(signals: Signals, strength: np.ndarray, listed: np.ndarray, fusion: Fusion) -> bool:
-    """Whether the query's best eligible memory reaches the floor.
+    """Whether the query's best eligible memory reaches the floor (see `_floor_margin`)."""
+    return _floor_margin(signals, strength, listed, fusion) >= 0.0
+
+
+def _floor_margin(signals: Signals, strength: np.ndarray, listed: np.ndarray, fusion: Fusion) -> float:
+    """How far the query's best eligible memory is over the floor (>= 0: it reaches it): the
+    smaller of its strength over ``fusion.strength_min`` and the floor test's value over ``fusion.floor``.
 
     With ``fusion.hubness``, each of the strongest few memories is first lowered by its
     hubness (how close it sits to its own nearest neighbours): a memory in a dense part of
@@ -176,17 +188,16 @@ def _matches_well(signals: Signals, strength: np.ndarray, listed: np.ndarray, fu
     positions = np.flatnonzero(listed)
     ordered = _strongest(strength, positions, max(HUBNESS_CANDIDATES, 1 + STANDOUT_NEIGHBOURS))
     best = float(strength[ordered[0]])
-    if best < fusion.strength_min:
-        return False
+    over_minimum = best - fusion.strength_min
     if fusion.hubness and signals.hubness is not None:
         near = ordered[:HUBNESS_CANDIDATES]
         near = near[strength[near] >= best - fusion.window]
         # A memory whose hubness was not computed counts as fully hub-like (cosine 1).
         hub = np.nan_to_num(signals.hubness[near], nan=1.0)
-        return float(np.max(strength[near] - fusion.hubness * hub)) >= floor
+        return min(over_minimum, float(np.max(strength[near] - fusion.hubness * hub)) - floor)
     neighbours = strength[ordered[1 : 1 + STANDOUT_NEIGHBOURS]]
     standout = best - float(neighbours.mean()) if len(neighbours) else 0.0
-    return best + fusion.standout * standout >= floor
+    return min(over_minimum, best + fusion.standout * standout - floor)
 
 
 def ranked_positions(
