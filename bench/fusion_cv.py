@@ -171,6 +171,11 @@ def candidates() -> list[Candidate]:
         out.append(Candidate("agreement", f"agree {agree} in first {k}", CHANNEL_FUSION, agree=agree, agree_k=k))
     for rrf in (0.5, 1.0, 2.0):
         out.append(Candidate("agreement", f"rrf {rrf}", CHANNEL_FUSION, rrf=rrf))
+    for before, context in itertools.product((0.3, 0.45, 0.6, 0.75), (0.0, 0.15, 0.3)):
+        out.append(Candidate("turn order", f"context before {before} after {context}",
+                             replace(CHANNEL_FUSION, context_before=before, context=context)))
+    for follow in (1, 2, 3):
+        out.append(Candidate("follow", f"follow {follow}", replace(CHANNEL_FUSION, follow=follow)))
     for clip, clip_e5, hit_floor in itertools.product((3.0, 4.0, 5.0), (None, 5.0), (1.6, 1.65, 1.7, 1.75, 1.8)):
         with_e5 = replace(CHANNEL_FUSION, clip=clip, clip_e5=clip_e5, hit_floor=hit_floor)
         out.append(Candidate("e5 regime", f"with e5: clip {clip} e5 {clip_e5} hit floor {hit_floor}", with_e5,
@@ -383,6 +388,8 @@ def main(argv: list[str] | None = None) -> int:
         "adaptive": ["before", "shipped", *family_of["weights"], *family_of["adaptive"]],
         "agreement / rrf": ["before", "shipped", *family_of["agreement"]],
         "e5 regime": ["before", "shipped", *family_of["e5 regime"]],
+        "turn order": ["before", "shipped", *family_of["turn order"]],
+        "follow": ["before", "shipped", *family_of["follow"]],
     }
     everything = np.ones(len(tab.group), dtype=bool)
     rule = "fit keeping the fusion before's figures" + (", no more no-answer hits" if args.strict else "")
@@ -400,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
                 held[family] = found["e5 per query"]
     columns = {name: per_query(values) for name, values in singles.items()}
     columns.update({"before": held["before"], "shipped": held["shipped"], "adaptive (cv)": held["adaptive"],
-                    "weights (cv)": held["weights"]})
+                    "turn order (cv)": held["turn order"], "follow (cv)": held["follow"]})
     category_table("single channels beside the fusions (fitted ones: held-out, mean over folds)", columns, tab)
     return 0
 

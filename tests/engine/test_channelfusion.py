@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+import pytest
 
 from connector.engine.recall.channelfusion import ChannelFusion, Z_POPULATION, fuse_channels, neighbours, zscores
 
@@ -128,3 +129,41 @@ def test_e5_keeps_its_order_above_the_clip_of_the_others() -> None:
     # USE alone (e5 not ready) is clipped as before.
     alone, _ = fuse_channels({"use": use, "e5": None}, replace(fusion, clip_e5=5.0), eligible)
     assert alone[0] == alone[1] == 3.0
+
+
+def test_a_turn_can_take_a_larger_share_from_the_turn_it_answers() -> None:
+    folders = ["s1"] * 5
+    use = np.array([0.1, 0.1, 0.9, 0.1, 0.1], dtype=np.float32)
+    fusion = ChannelFusion(exact=0, bm25=0, e5=0, use=1.0, context=0.1, context_before=0.5)
+    fused, _ = fuse_channels({"use": use}, fusion, np.ones(5, bool), neighbours(folders))
+    plain, _ = fuse_channels({"use": use}, replace(fusion, context=0.0, context_before=None), np.ones(5, bool), neighbours(folders))
+    # The reply (after the strong turn) takes half its score, the turn before it a tenth.
+    assert fused[3] - plain[3] == pytest.approx(0.5 * plain[2], rel=1e-5)
+    assert fused[1] - plain[1] == pytest.approx(0.1 * plain[2], rel=1e-5)
+
+
+def test_the_turns_after_the_first_listed_ones_are_listed_after_them() -> None:
+    # 60 memories in sessions of ten: memory 12 is the best, 30 the second; 13 (the reply to 12)
+    # scores too low to be listed on its own; 31 scores above some listed memory (1).
+    use = _population(60, seed=4)
+    use[[12, 30, 1, 31, 40]] = [0.9, 0.85, 0.7, 0.8, 0.75]
+    use[13] = 0.35
+    folders = [f"s{n // 10}" for n in range(60)]
+    fusion = ChannelFusion(exact=0, bm25=0, e5=0, use=1.0, clip=6.0, window=2.0, hit_floor=1.0)
+    fused, alone = fuse_channels({"use": use}, fusion, np.ones(60, bool), neighbours(folders))
+    assert not alone[13] and alone[[12, 30, 31, 1, 40]].all() and alone.sum() == 5
+    followed, listed = fuse_channels({"use": use}, replace(fusion, follow=2), np.ones(60, bool), neighbours(folders))
+    # The replies to the first two (12 and 30): 13 joins, 31 already is; nothing else moves.
+    assert np.flatnonzero(listed).tolist() == [1, 12, 13, 30, 31, 40]
+    lowest = float(fused[alone].min())
+    assert followed[13] < lowest and np.array_equal(followed[alone], fused[alone])
+    # A follower scoring above a memory listed on its own is put just below the lowest of them.
+    use[13] = 0.78
+    fused, alone = fuse_channels({"use": use}, replace(fusion, hit_floor=2.9), np.ones(60, bool), neighbours(folders))
+    followed, listed = fuse_channels({"use": use}, replace(fusion, hit_floor=2.9, follow=2), np.ones(60, bool), neighbours(folders))
+    assert not alone[13] and listed[13] and followed[13] < float(fused[alone].min())
+    # The last turn of a session has no reply; an ineligible reply is not listed.
+    eligible = np.ones(60, bool)
+    eligible[13] = False
+    _, listed = fuse_channels({"use": use}, replace(fusion, follow=2), eligible, neighbours(folders))
+    assert not listed[13]

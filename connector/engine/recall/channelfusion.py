@@ -21,6 +21,9 @@ The floor: the query matches well when the best fused score reaches ``floor``; t
 memories within ``window`` of the best fused score (and at least ``hit_floor``) are
 listed, except lookalikes (``lookalike``): a memory that holds (almost) none of the
 query's words is listed after the best only when a model sets it apart from the brain.
+After them, the memory right after each of the first ``follow`` listed ones in the same
+folder is listed too: in a conversation the answer is often the reply to the turn that
+matches the question's words ("what did you paint?" matches, "a lake at sunrise" answers).
 The parameters are chosen by cross-validation across the development sets
 (bench/locomo.py --cv and --cv-listing, bench/fusion_cv.py, docs/recall.md).
 
@@ -50,6 +53,9 @@ class ChannelFusion:
     clip: float = 6.0  # a channel's z-score is clipped to [-clip, clip]
     clip_e5: float | None = None  # e5's z-scores are clipped to [-clip_e5, clip_e5] instead (None: ``clip``)
     context: float = 0.0  # share of the best same-folder neighbour's fused score
+    # Instead of ``context`` for the memory just before (None: ``context``): a reply means more with
+    # the turn it answers, which comes before it.
+    context_before: float | None = None
     floor: float | None = None  # the best fused score must reach this (None: always lists)
     window: float | None = None  # listed: fused score within this of the best (None: no cut)
     hit_floor: float | None = None  # listed: fused score at least this
@@ -63,6 +69,9 @@ class ChannelFusion:
     lookalike_words: float = 0.0
     # The same cut while the brain's e5 vectors are not there yet (USE alone); None: ``lookalike``.
     lookalike_use_alone: float | None = None
+    # Also listed, after every memory listed on its own: the memory right after each of the first
+    # ``follow`` listed ones in the same folder (a reply follows the turn it answers), when eligible.
+    follow: int = 0
 
     def weight(self, channel: str) -> float:
         return float(getattr(self, channel))
@@ -168,12 +177,12 @@ def fuse_zscores(
     # A weighted mean: the same scale (and floor) whether e5 is ready or not.
     if total > 0:
         fused /= total
-    if fusion.context and adjacent is not None and count:
+    if (fusion.context or fusion.context_before) and adjacent is not None and count:
         before, after = adjacent
         masked = np.where(eligible, fused, -np.inf)
         padded = np.append(masked, -np.inf)  # index -1: no neighbour
-        best_neighbour = np.maximum(padded[before], padded[after])
-        fused = fused + fusion.context * np.where(np.isfinite(best_neighbour), np.maximum(best_neighbour, 0.0), 0.0)
+        share_before = fusion.context if fusion.context_before is None else fusion.context_before
+        fused = fused + np.maximum(np.maximum(padded[before], 0.0) * share_before, np.maximum(padded[after], 0.0) * fusion.context)
     if offsets is not None:
         fused = fused + offsets
     listed = eligible.copy()
@@ -194,6 +203,27 @@ def fuse_zscores(
         if "e5" not in normalised and fusion.lookalike_use_alone is not None:
             standout = fusion.lookalike_use_alone
         listed &= _not_lookalike(normalised, standout, fusion.lookalike_words, count) | (fused >= best)
+    if fusion.follow and adjacent is not None:
+        fused, listed = _follow(fused, listed, eligible, adjacent[1], fusion.follow)
+    return fused, listed
+
+
+def _follow(fused: np.ndarray, listed: np.ndarray, eligible: np.ndarray, after: np.ndarray,
+            count: int) -> tuple[np.ndarray, np.ndarray]:
+    """``listed`` and the memories right after its first ``count`` (by fused score), when eligible;
+    one that scores above a memory listed on its own is moved just below the lowest of them, so a
+    follower never pushes out what the listing chose."""
+    candidates = np.flatnonzero(listed)
+    firsts = candidates[np.lexsort((candidates, -fused[candidates]))][:count]
+    following = after[firsts]
+    following = following[(following >= 0) & ~listed[following] & eligible[following]]
+    if not len(following):
+        return fused, listed
+    lowest = float(fused[candidates].min())
+    fused = fused.copy()
+    listed = listed.copy()
+    fused[following] = np.minimum(fused[following], np.nextafter(np.float32(lowest), np.float32(-np.inf)))
+    listed[following] = True
     return fused, listed
 
 
@@ -219,5 +249,8 @@ def _not_lookalike(normalised: Mapping[str, np.ndarray], standout: float, words_
 # what six of the seven folds of bench/locomo.py --cv-listing chose (fit on LoCoMo and half the
 # recall-quality queries, score the other half; fit on recall-quality and four conversations,
 # score the fifth; every set counted with and without e5), docs/recall.md.
+# Following the first two listed memories: what eight of the ten folds of bench/fusion_cv.py chose
+# (two chose one); it only adds hits after the others, so no answer listed before is lost.
 CHANNEL_FUSION = ChannelFusion(exact=0.0, bm25=0.25, use=0.5, e5=1.0, clip=3.0, clip_e5=5.0, context=0.3, gate=True,
-                               window=1.5, hit_floor=1.6, lookalike=3.0, lookalike_words=0.25, lookalike_use_alone=2.75)
+                               window=1.5, hit_floor=1.6, lookalike=3.0, lookalike_words=0.25, lookalike_use_alone=2.75,
+                               follow=2)
