@@ -265,18 +265,21 @@ def hybrid_ranking(case: Case, ids: Sequence[str], fusion: Fusion) -> list[int]:
     return ranked_positions(fused, listed, case.signals.strong, TOP, ids)
 
 
-def fusion_ranking(case: Case, prepared: Prepared, fusion: ChannelFusion, offsets: np.ndarray | None = None) -> list[int]:
+def fusion_ranking(case: Case, prepared: Prepared, fusion: ChannelFusion, offsets: np.ndarray | None = None,
+                   gate: bool | None = None) -> list[int]:
     """The ranking of the channel fusion (connector/engine/recall/channelfusion.py), its floor included
-    (``offsets``: added to the fused scores before anything is listed, as `fuse_zscores` takes them)."""
+    (``offsets``: added to the fused scores before anything is listed, as `fuse_zscores` takes them;
+    ``gate``: another answer decision in place of the strength floor's, bench/gate_cv.py)."""
     memo = case.__dict__.setdefault("_z", {})
     clips = (fusion.clip, fusion.clip_e5)
     normalised = memo.get(clips)
     if normalised is None:
         channels = {"exact": case.exact, "bm25": case.bm25, "use": case.signals.semantic, "e5": case.e5}
         normalised = memo[clips] = channel_zscores(channels, case.eligible, fusion.clip, fusion.clips())
-    gate = case.__dict__.get("_gate")
     if gate is None:
-        gate = case.__dict__["_gate"] = matches_well(case.signals, case.eligible)
+        gate = case.__dict__.get("_gate")
+        if gate is None:
+            gate = case.__dict__["_gate"] = matches_well(case.signals, case.eligible)
     fused, listed = fuse_zscores(normalised, fusion, case.eligible, prepared.adjacent,
                                  answers(case.e5, case.eligible, fusion, gate), offsets)
     strong = case.signals.strong
@@ -557,11 +560,36 @@ def cross_validate_listing(prepared: Sequence[Prepared]) -> None:
             print_set(f"  {group}", columns, members[0].brainset.metric)
 
 
+def print_misses(prepared: Sequence[Prepared], fusion: ChannelFusion, limit: int) -> None:
+    """The questions ``fusion`` misses at 10 per category: the question, an evidence turn and the first hit."""
+    misses: dict[str, list[str]] = defaultdict(list)
+    for item in prepared:
+        if item.brainset.metric != "evidence":
+            continue
+        texts = memory_texts(item.brainset.brain, BrainIndex.build(item.brainset.brain))
+        position = {memory_id: n for n, memory_id in enumerate(item.ids)}
+        for case in item.cases:
+            if not case.query.gold:
+                continue
+            ranked = fusion_ranking(case, item, fusion)
+            gold = [position[memory_id] for memory_id in case.query.gold]
+            if any(p in gold for p in ranked):
+                continue
+            flat = [" ".join(texts[p].split("\n")[2:]) or texts[p] for p in (gold[0], *ranked[:1])]  # the body (title, tags first)
+            first = flat[1] if ranked else "(nothing listed)"
+            misses[case.query.category].append(
+                f"  [{item.brainset.name}] {case.query.text}\n      evidence: {flat[0][:160]}\n      first hit: {first[:160]}")
+    for category, lines in sorted(misses.items()):
+        print(f"\nmissed at 10, {category}: {len(lines)}")
+        print("\n".join(lines[:limit]))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cache-dir", type=Path, default=None, help="vector cache (default: the command line's)")
     parser.add_argument("--sets", default="locomo,quality", help="comma-separated: locomo, quality")
-    parser.add_argument("--misses", action="store_true")
+    parser.add_argument("--misses", action="store_true", help="print the LoCoMo questions the shipped fusion misses at 10")
+    parser.add_argument("--misses-shown", type=int, default=10, help="with --misses: at most this many per category")
     parser.add_argument("--conversations", default="", help="comma-separated LoCoMo conversations (default: all)")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--cv", action="store_true", help="fit on some sets, score on the others")
@@ -589,6 +617,8 @@ def main(argv: list[str] | None = None) -> int:
             case, next(p for p in members if p.ids is ids), SHIPPED)})
         report[group] = columns
         print_set(group, columns, members[0].brainset.metric)
+    if args.misses:
+        print_misses(prepared, SHIPPED, args.misses_shown)
     if args.fit:
         print(f"\nfitted on every set: {fit(prepared)}")
     if args.cv:
