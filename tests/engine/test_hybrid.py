@@ -392,25 +392,14 @@ def test_the_floor_discounts_memories_that_resemble_everything_near_them() -> No
     assert not listed.any(), "below the absolute minimum, whatever the hubness"
     _, listed = fuse(signals([0.3, 0.1, 0.0], [0.6, 0.2, 0.2]), replace(fusion, hubness=0.0, floor=0.25))
     assert listed.tolist() == [True, False, False], "without the correction the absolute floor alone decides"
-
-
-def test_the_floor_margin_says_how_far_the_best_memory_is_over_the_floor() -> None:
-    def signals(semantic: list[float], hubness: list[float]) -> Signals:
-        zeros = np.zeros(len(semantic), dtype=np.float32)
-        return Signals(np.asarray(semantic, dtype=np.float32), zeros, zeros, zeros, zeros, None,
-                       np.asarray(hubness, dtype=np.float32))
-
-    fusion = Fusion(floor=0.1, hubness=0.5, strength_min=0.2, window=0.1, hit_z=None)
+    # The margin says how far the best memory is over the floor (matches_well: at least 0).
     eligible = np.ones(3, dtype=bool)
-    over = signals([0.3, 0.1, 0.0], [0.2, 0.2, 0.2])
-    assert floor_margin(over, eligible, fusion) == pytest.approx(0.3 - 0.5 * 0.2 - 0.1, abs=1e-6)
-    under = signals([0.3, 0.1, 0.0], [0.6, 0.2, 0.2])
-    assert floor_margin(under, eligible, fusion) == pytest.approx(0.3 - 0.5 * 0.6 - 0.1, abs=1e-6)
-    weak = signals([0.19, 0.1, 0.0], [0.0, 0.0, 0.0])
-    assert floor_margin(weak, eligible, fusion) == pytest.approx(0.19 - 0.2, abs=1e-6), "the absolute minimum"
-    for case in (over, under, weak):
-        assert matches_well(case, eligible, fusion) == (floor_margin(case, eligible, fusion) >= 0)
-    assert floor_margin(over, np.zeros(3, dtype=bool), fusion) == -np.inf
+    margins = {(0.3, 0.2): 0.3 - 0.5 * 0.2 - 0.1, (0.3, 0.6): 0.3 - 0.5 * 0.6 - 0.1, (0.19, 0.0): 0.19 - 0.2}
+    for (best, hub), margin in margins.items():
+        case = signals([best, 0.1, 0.0], [hub, 0.2, 0.2])
+        assert floor_margin(case, eligible, fusion) == pytest.approx(margin, abs=1e-6)
+        assert matches_well(case, eligible, fusion) == (margin >= 0)
+    assert floor_margin(signals([0.3, 0.1, 0.0], [0.2, 0.2, 0.2]), np.zeros(3, dtype=bool), fusion) == -np.inf
 
 
 def test_listed_memories_must_stand_out_of_a_populated_brain() -> None:
