@@ -143,30 +143,69 @@ def random_halves(items: list[dict[str, Any]], seed: int) -> tuple[list[int], li
     return first, second
 
 
-def repeated(items: list[dict[str, Any]], examined: list[list[Candidate]], repeats: int) -> None:
-    """Mean held-out figures over ``repeats`` random half splits, both ways round (each item
-    scored once per split by the model fitted on the other half), per flag threshold."""
-    sums: dict[float, np.ndarray] = {threshold: np.zeros(4) for threshold in THRESHOLDS}
+REPEATED_COLUMNS = ("dup flag recall", "update flag recall", "right relation", "false flags related + unrelated",
+                    "cross-lingual dup flag recall")
+
+
+def held_out_figures(items: list[dict[str, Any]], outcomes: list[dict[str, Any]]) -> np.ndarray:
+    """REPEATED_COLUMNS of some scored items."""
+    row = slices(items, outcomes)["overall"]
+    negatives = [o for item, o in zip(items, outcomes, strict=True) if item["label"] in ("related", "unrelated")]
+    crossed = [o for item, o in zip(items, outcomes, strict=True)
+               if item["label"] == "duplicate" and item.get("target_lang") not in (None, item["lang"])]
+    return np.array([row["dup_flag_recall"], row["update_flag_recall"], row["right_relation"],
+                     sum(o["any_flag"] for o in negatives) / len(negatives) if negatives else np.nan,
+                     sum(o["hit"] for o in crossed) / len(crossed) if crossed else np.nan], dtype=float)
+
+
+def repeated(items: list[dict[str, Any]], examined: list[list[Candidate]], repeats: int,
+             show_misses: bool = False) -> None:
+    """Held-out figures over ``repeats`` random half splits, both ways round, per flag threshold:
+    the mean over the splits (each item scored once per split, by the model fitted on the other
+    half) and the standard deviation over the 2 x ``repeats`` held-out halves; how many halves
+    flag more than 0.10 of their related and unrelated items. ``show_misses``: the items missed
+    (or flagged, for related and unrelated ones) on the held-out halves at FLAG_THRESHOLD, with
+    how often."""
+    pooled: dict[float, list[np.ndarray]] = {threshold: [] for threshold in THRESHOLDS}
+    halves_of: dict[float, list[np.ndarray]] = {threshold: [] for threshold in THRESHOLDS}
+    missed: dict[int, int] = defaultdict(int)
     for seed in range(repeats):
         first, second = random_halves(items, seed)
         models = [(fit([items[i] for i in train], [examined[i] for i in train]), test)
                   for train, test in ((first, second), (second, first))]
         for threshold in THRESHOLDS:
-            outcomes: list[dict[str, Any] | None] = [None] * len(items)
+            outcomes: list[dict[str, Any]] = [{}] * len(items)
             for model, test in models:
                 for i in test:
                     found = decide(examined[i], model=replace(model, threshold=threshold))
                     outcomes[i] = judge(items[i], [s.to_json() for s in found])
-            row = slices(items, outcomes)["overall"]  # type: ignore[arg-type]
-            negatives = [item["label"] in ("related", "unrelated") for item in items]
-            false_flags = sum(o["any_flag"] for o, negative in zip(outcomes, negatives) if negative and o) / sum(negatives)
-            sums[threshold] += [row["dup_flag_recall"], row["update_flag_recall"], row["right_relation"], false_flags]
-    print(f"\n## {repeats} random half splits, both ways: mean held-out figures by flag threshold "
-          f"(FLAG_THRESHOLD {FLAG_THRESHOLD})")
-    print("| threshold | dup flag recall | update flag recall | right relation | false flags related + unrelated |")
-    print("|---|---:|---:|---:|---:|")
-    for threshold, total in sums.items():
-        print(f"| {threshold:.2f} | " + " | ".join(f"{value / repeats:.3f}" for value in total) + " |")
+                    if threshold == FLAG_THRESHOLD and show_misses and (
+                            outcomes[i]["any_flag"] if items[i]["label"] in ("related", "unrelated")
+                            else not outcomes[i]["right"]):
+                        missed[i] += 1
+                halves_of[threshold].append(held_out_figures([items[i] for i in test], [outcomes[i] for i in test]))
+            pooled[threshold].append(held_out_figures(items, outcomes))
+    print(f"\n## {repeats} random half splits, both ways: held-out figures by flag threshold, mean over the "
+          f"splits (standard deviation over the {2 * repeats} halves) (FLAG_THRESHOLD {FLAG_THRESHOLD})")
+    print("| threshold | " + " | ".join(REPEATED_COLUMNS) + " | halves with false flags > 0.10 |")
+    print("|---|" + "---:|" * (len(REPEATED_COLUMNS) + 1))
+    for threshold in THRESHOLDS:
+        mean = np.nanmean(np.array(pooled[threshold]), axis=0)
+        spread = np.nanstd(np.array(halves_of[threshold]), axis=0)
+        over = sum(figures[3] > 0.10 + 1e-9 for figures in halves_of[threshold])
+        print(f"| {threshold:.2f} | " + " | ".join(f"{m:.3f} ({s:.3f})" for m, s in zip(mean, spread, strict=True))
+              + f" | {over} of {len(halves_of[threshold])} |")
+    if show_misses:
+        whole = fit(items, examined)
+        print(f"\n## held out at {FLAG_THRESHOLD}: items missed (duplicate / update: target not flagged with its "
+              f"label) or flagged (related / unrelated), in how many of {repeats} splits")
+        for i, count in sorted(missed.items(), key=lambda pair: (-pair[1], items[pair[0]]["id"])):
+            item = items[i]
+            targets = set(item.get("target") or [])
+            found = decide(examined[i], model=replace(whole, threshold=FLAG_THRESHOLD))
+            shown = ", ".join(f"{'*' if s.id in targets else ''}{s.relation} {s.score:.2f}" for s in found[:3])
+            print(f"{count:2d} {item['id']} {item['kind']} {item['lang']}->{item.get('target_lang') or '-'}: "
+                  f"{item['content'][:80]!r} [whole-set model: {shown}]")
 
 
 def constants(model: Model) -> str:
@@ -181,10 +220,12 @@ def main() -> int:
     parser.add_argument("set", nargs="?", type=Path, default=DEFAULT_SET)
     parser.add_argument("--repeats", type=int, default=12,
                         help="random half splits for the mean held-out figures (0: none)")
+    parser.add_argument("--misses", action="store_true",
+                        help="print the items the random half splits' held-out models get wrong")
     args = parser.parse_args()
     items, examined = examine(args.set)
     if args.repeats > 0:
-        repeated(items, examined, args.repeats)
+        repeated(items, examined, args.repeats, args.misses)
     first, second = halves(items)
     for name, train, test in (("A", first, second), ("B", second, first)):
         model = fit([items[i] for i in train], [examined[i] for i in train])
