@@ -84,3 +84,28 @@ def test_scoring_follows_the_readme() -> None:
     table = metrics([right, extra, wrong, negative, judge({"label": "unrelated", "target": []}, None)])
     assert table["update_flag_recall"] == 1.0 and table["errors"] == 1
     assert abs(table["right_relation"] - 2 / 3) < 1e-9 and table["precision"] == 3 / 4
+
+
+def test_held_out_figures_of_the_half_splits() -> None:
+    # bench/similar_fit.py's columns for the random half splits: duplicates, updates, relation,
+    # false flags on related + unrelated items together, and cross-lingual duplicates alone.
+    sys.path.insert(0, str(REPO_ROOT / "bench"))
+    from similar_bench import judge  # type: ignore[import-not-found]
+    from similar_fit import held_out_figures  # type: ignore[import-not-found]
+
+    items = [
+        {"label": "duplicate", "lang": "en", "target_lang": "zh", "kind": "translation", "target": ["a"]},
+        {"label": "duplicate", "lang": "en", "target_lang": "en", "kind": "paraphrase", "target": ["b"]},
+        {"label": "update", "lang": "ja", "target_lang": "ja", "kind": "negation", "target": ["c"]},
+        {"label": "related", "lang": "en", "near_lang": "en", "kind": "hard-negative", "target": []},
+        {"label": "unrelated", "lang": "zh", "kind": "new-topic", "target": []},
+    ]
+    answers = [
+        [{"id": "a", "relation": "related", "score": 0.5}],  # the cross-lingual duplicate missed
+        [{"id": "b", "relation": "duplicate", "score": 0.9}],
+        [{"id": "c", "relation": "duplicate", "score": 0.7}],  # flagged, the wrong relation
+        [{"id": "d", "relation": "update", "score": 0.6}],  # a false flag
+        [],
+    ]
+    outcomes = [judge(item, answer) for item, answer in zip(items, answers, strict=True)]
+    assert held_out_figures(items, outcomes).tolist() == [0.5, 1.0, 0.5, 0.5, 0.0]
