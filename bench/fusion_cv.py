@@ -360,13 +360,18 @@ def load(keep: Path | None, cache_dir: Path | None) -> list[locomo.Prepared]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def channel_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of a cross-validation over bench/locomo.py's channels (this script's, gate_cv.py's)."""
     parser.add_argument("--cache-dir", type=Path, default=None, help="vector cache (default: the command line's)")
     parser.add_argument("--keep", type=Path, help="bench/locomo.py's kept channels (pickles), read or written here")
+    parser.add_argument("--verbose", action="store_true", help="print each fold's figures and choice")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    channel_arguments(parser)
     parser.add_argument("--free", action="store_true", help="also fit without keeping every figure of the fusion before")
     parser.add_argument("--strict", action="store_true", help="a fit lists no more no-answer hits than the fusion before")
-    parser.add_argument("--verbose", action="store_true", help="print each fold's choice")
     args = parser.parse_args(argv)
     prepared = load(args.keep, args.cache_dir)
     without = [locomo.without_e5(item) for item in prepared]

@@ -313,14 +313,12 @@ def category_table(data: Rows, outcomes: Outcomes, per_query: np.ndarray) -> Non
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cache-dir", type=Path, default=None, help="vector cache (default: the command line's)")
-    parser.add_argument("--keep", type=Path, help="bench/locomo.py's kept channels (pickles), read or written here")
+    fusion_cv.channel_arguments(parser)
     parser.add_argument("--threshold", type=float, default=None, help="a fixed threshold (log-odds) instead of the fit's choice")
     parser.add_argument("--l2", type=float, default=0.1, help="L2 regularisation of the logistic regression")
     parser.add_argument("--grid", action="store_true", help="also score each fixed threshold and l2 1.0 (held out)")
     parser.add_argument("--fit", action="store_true", help="fit on every set and print the AnswerGate")
     parser.add_argument("--features", default="", help="comma-separated: fit on these features only (default: all)")
-    parser.add_argument("--verbose", action="store_true", help="each fold's figures")
     args = parser.parse_args(argv)
     data = rows(fusion_cv.load(args.keep, args.cache_dir))
     if args.features:

@@ -11,7 +11,7 @@ import numpy as np
 
 from connector.engine.recall.channelfusion import CHANNEL_FUSION
 from connector.engine.recall.hybrid import Signals
-from tests.engine.conftest import REPO_ROOT
+from tests.engine.conftest import REPO_ROOT, synthetic_channels
 
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 import fusion_cv  # type: ignore[import-not-found]  # noqa: E402
@@ -53,15 +53,9 @@ def test_figures_count_recall_mrr_and_no_answer_hits() -> None:
 
 
 def _prepared() -> locomo.Prepared:
-    rng = np.random.default_rng(3)
     count = 60
-    semantic = rng.normal(0.3, 0.05, count).astype(np.float32)
-    e5 = rng.normal(0.8, 0.02, count).astype(np.float32)
-    semantic[[4, 9]] = [0.42, 0.41]
-    e5[[4, 9]] = [0.84, 0.92]
-    words = np.zeros(count, dtype=np.float32)
-    words[[4, 20]] = [0.5, 0.5]
-    bm25 = words * 4
+    semantic, e5, words, bm25 = synthetic_channels(
+        count, 3, model_tops={4: (0.42, 0.84), 9: (0.41, 0.92)}, word_hits={4: 0.5, 20: 0.5}, e5_spread=0.02)
     signals = Signals(semantic=semantic, words=words, near_words=words, fuzzy=np.zeros(count, np.float32),
                       exact=np.zeros(count, np.float32), strong=None, hubness=np.zeros(count, np.float32), e5=e5, bm25=bm25)
     query = locomo.Query("a question", NOW, "single-hop", ["m9"], "q1")

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.engine.conftest import REPO_ROOT
+from tests.engine.conftest import REPO_ROOT, synthetic_channels
 
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 import gate_cv  # type: ignore[import-not-found]  # noqa: E402
@@ -17,14 +17,8 @@ import gate_cv  # type: ignore[import-not-found]  # noqa: E402
 
 def test_features_describe_the_best_memories_of_each_channel() -> None:
     count = 40
-    rng = np.random.default_rng(5)
-    use = rng.normal(0.3, 0.05, count).astype(np.float32)
-    e5 = rng.normal(0.8, 0.01, count).astype(np.float32)
-    use[[3, 7]] = [0.6, 0.5]
-    e5[[3, 7]] = [0.9, 0.85]
-    words = np.zeros(count, dtype=np.float32)
-    words[[3, 11]] = [0.5, 1.0]
-    bm25 = words * 4
+    use, e5, words, bm25 = synthetic_channels(
+        count, 5, model_tops={3: (0.6, 0.9), 7: (0.5, 0.85)}, word_hits={3: 0.5, 11: 1.0}, e5_spread=0.01)
     strength = use + 0.3 * words
     eligible = np.ones(count, dtype=bool)
     found = dict(zip(gate_cv.FEATURES, gate_cv.gate_features(0.05, strength, use, e5, bm25, words, words, eligible)))
