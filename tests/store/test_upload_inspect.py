@@ -26,6 +26,7 @@ from store.conditional import Preconditions
 from store.errors import ServiceError
 from store.service import BrainService
 from store.settings import SettingsError, StoreSettings
+import store.storage.local as local_mod
 from store.storage.local import LocalBackend
 from store.upload import EARLY_INSPECT, FEED_BATCH, WHOLE_BODY, BodyReader, receive_upload
 from tests.store.conftest import make_archive
@@ -425,3 +426,44 @@ def test_the_disk_flush_of_a_next_archive_overlaps_its_validation(
     assert service.get(USER, brain.id).current == second
     assert os.listdir(service.backend.tmp_root) == []
     assert flushes == ([True, True] if memo_mb else [])
+
+
+def test_a_commit_flushes_the_blob_rename_beside_the_metadata_and_commits_after_both(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With fsync on: the blobs directory is flushed (its rename made durable) while the new
+    meta.json's temporary file is written and fsynced; meta.json is renamed into place only
+    after both, then its directory is flushed: the same flushes before the commit point."""
+    settings = StoreSettings.from_env({}, data_dir=tmp_path / "data", fsync=True)
+    service = BrainService(settings, LocalBackend(settings.data_dir, fsync=True))
+    brain = service.create(USER)
+    events: list[str] = []
+    real_fsync_dir, real_write_temporary, real_rename = local_mod.fsync_dir, local_mod.write_temporary, os.rename
+    blob_dir_flushing = threading.Event()
+
+    def fsync_dir(path: Path) -> None:
+        if path.name == "blobs":
+            blob_dir_flushing.set()
+            time.sleep(0.05)  # a slow disk: the metadata is written meanwhile
+            events.append("blobs flushed")
+            blob_dir_flushing.clear()
+        else:
+            events.append(f"{path.name} flushed")
+        real_fsync_dir(path)
+
+    def write_temporary(path: Path, data: bytes, **kwargs: Any) -> Any:
+        events.append(f"{path.name} temporary written" + (" while blobs flush" if blob_dir_flushing.is_set() else ""))
+        return real_write_temporary(path, data, **kwargs)
+
+    def rename(source: Any, target: Any, *args: Any, **kwargs: Any) -> None:
+        if Path(target).name == "meta.json":
+            events.append("meta.json renamed")
+        real_rename(source, target, *args, **kwargs)
+
+    monkeypatch.setattr(local_mod, "fsync_dir", fsync_dir)
+    monkeypatch.setattr(local_mod, "write_temporary", write_temporary)
+    monkeypatch.setattr(local_mod.os, "rename", rename)
+    stored = upload(service, brain.id, big_archive(8))
+    assert service.get(USER, brain.id).current == stored
+    assert events[-4:] == ["meta.json temporary written while blobs flush", "blobs flushed", "meta.json renamed",
+                           f"{brain.id} flushed"]
