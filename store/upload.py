@@ -10,8 +10,11 @@ Inflating the gzip stream is most of an upload's CPU, and an archive's validity 
 file count are properties of its bytes. So inspection waits, where it can, until the
 checksum is known: an archive this brain already stores (current or snapshot,
 validated when it was first uploaded) takes its file count from the metadata, and any
-other archive is inspected to the end before the staged blob is fsynced (junk never
-costs a disk flush) and committed. Where the rest is inspected from:
+other archive is inspected to the end before the staged blob is committed. A first
+archive, or one validated whole, is fsynced only once valid (such junk never costs a
+disk flush); the successor of an archive validated before (`store.archive.resume`, a
+connector's next write) has its flush started beside its validation, and the commit
+still waits for `StagedBlob.finish`. Where the rest is inspected from:
 
 * a small body (``WHOLE_BODY``, handed over at its end) keeps the archive bytes it
   carries in memory and inspects them from there, encrypted or not;
@@ -26,6 +29,7 @@ costs a disk flush) and committed. Where the rest is inspected from:
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import hashlib
 import mmap
 import os
@@ -286,6 +290,31 @@ def staged_mapping(blob: StagedBlob) -> Iterator[mmap.mmap]:
             pass
 
 
+_early_flushes = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="store-early-fsync")
+
+
+@contextmanager
+def _flushing(blob: StagedBlob, early: bool) -> Iterator[None]:
+    """With ``early``: fsync the staged (flushed) ``blob``'s file in another thread while the
+    block runs, and wait for it at the end. The disk flush of an upload whose archive is
+    validated against its brain's last one then overlaps that validation (~10 ms each at
+    10,000 memories), where it used to follow it; durability is unchanged (the commit still
+    waits for `StagedBlob.finish`, whose fsync then finds little left to write). Without
+    ``early`` (a first upload, anything validated whole), nothing is flushed before the
+    archive is known valid."""
+    if not early or blob.file.closed:
+        yield
+        return
+    flushed = _early_flushes.submit(os.fsync, blob.file.fileno())
+    try:
+        yield
+    finally:
+        try:
+            flushed.result()
+        except OSError:
+            pass  # `finish` fsyncs again and reports it
+
+
 @contextmanager
 def _discarded_on_error(blob: StagedBlob) -> Iterator[None]:
     """Remove the staged ``blob`` if the block fails in any way; a full disk becomes a 507."""
@@ -308,7 +337,8 @@ def _checked(
 
     CPU work only: the rest of the archive is inspected from memory (a small body) or read
     back from the page cache, before anything is fsynced, so an archive that fails
-    validation never costs the disk a flush. Consumes ``tail`` (emptied) and the sink's
+    validation never costs the disk a flush (except one validated against its brain's last
+    archive, see `_flushing`). Consumes ``tail`` (emptied) and the sink's
     kept archive: the upload then waits for the disk without holding its body.
     """
     if sink.kept is not None and len(tail) > 1:
@@ -339,13 +369,16 @@ def _inspected_against_memo(service: UploadTarget, sink: UploadSink, user_id: st
     if not memos.enabled or not MEMO_MIN_ARCHIVE <= sink.size <= MEMO_MAX_ARCHIVE:
         return None
     memo = memos.get(user_id, brain_id)
-    if sink.kept is not None:
-        data = b"".join(sink.kept)
-        inspected = inspect_against(data, service.settings.inspect_limits, memo) if len(data) == sink.size else None
-    else:
-        sink.blob.file.flush()
-        with staged_mapping(sink.blob) as mapped:
-            inspected = inspect_against(mapped, service.settings.inspect_limits, memo) if len(mapped) == sink.size else None
+    sink.blob.file.flush()
+    # The successor of an archive validated before: its disk flush starts now, beside the
+    # validation, instead of after it (`finish` still fsyncs before the commit).
+    with _flushing(sink.blob, memo is not None):
+        if sink.kept is not None:
+            data = b"".join(sink.kept)
+            inspected = inspect_against(data, service.settings.inspect_limits, memo) if len(data) == sink.size else None
+        else:
+            with staged_mapping(sink.blob) as mapped:
+                inspected = inspect_against(mapped, service.settings.inspect_limits, memo) if len(mapped) == sink.size else None
     if inspected is None:
         return None
     if inspected.memo is not None:
@@ -488,14 +521,29 @@ async def receive_upload(
             keep=whole,
         )
         pending_size = 0
-        while not body.done:
-            chunk = await body.next_chunk()
-            if chunk:
-                pending.append(chunk)
-                pending_size += len(chunk)
-            if pending_size >= batch_size and not body.done:
-                chunks, pending, pending_size = pending, [], 0
-                await anyio.to_thread.run_sync(sink.feed_all, chunks, limiter=slots)
+        # A batch is parsed, hashed and written while the next one is received (never two at
+        # once: the sink is fed in order); the upload holds at most two batches.
+        feeding: asyncio.Future[None] | None = None
+        try:
+            while not body.done:
+                chunk = await body.next_chunk()
+                if chunk:
+                    pending.append(chunk)
+                    pending_size += len(chunk)
+                if pending_size >= batch_size and not body.done:
+                    chunks, pending, pending_size = pending, [], 0
+                    if feeding is not None:
+                        await feeding
+                    feeding = asyncio.ensure_future(anyio.to_thread.run_sync(sink.feed_all, chunks, limiter=slots))
+            if feeding is not None:
+                await feeding
+        except BaseException:
+            if feeding is not None and not feeding.done():
+                # Its thread may still write to the blob: the blob goes only once it is done.
+                await asyncio.wait([feeding])
+            if feeding is not None and not feeding.cancelled():
+                feeding.exception()  # retrieved: the first failure is what is raised
+            raise
         staged = await anyio.to_thread.run_sync(_checked, service, sink, pending, user_id, brain_id, limiter=slots)
     return await anyio.to_thread.run_sync(_durably_committed, service, staged, user_id, brain_id, cond, force,
                                           before_commit, by_owner)

@@ -9,14 +9,15 @@ Layout under the data directory::
     tmp/                                    uploads in progress, brains being deleted
 
 Commit: the upload is written to ``tmp/`` and fsynced, renamed to ``blobs/<checksum>``
-and the blobs directory fsynced; then ``meta.json`` is written to a temporary file,
-fsynced, renamed over the old one and the brain directory fsynced. The meta rename
-is the single commit point. Locks are ``fcntl.flock`` on lock files, so they hold
+and the blobs directory fsynced, while ``meta.json`` is written to a temporary file and
+fsynced; once both are durable it is renamed over the old one and the brain directory
+fsynced. The meta rename is the single commit point. Locks are ``fcntl.flock`` on lock files, so they hold
 between threads and between processes (uvicorn workers, the CLI).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import errno
 import fcntl
 import logging
@@ -31,7 +32,13 @@ from typing import BinaryIO
 
 import msgspec
 
-from common.files import fsync_dir, settled, write_atomic  # also imported from here by other store modules
+from common.files import (  # also imported from here by other store modules
+    fsync_dir,
+    remove_quietly,
+    settled,
+    write_atomic,
+    write_temporary,
+)
 from store.storage.base import (
     SAFE_ID,
     BlobMissing,
@@ -198,6 +205,7 @@ class LocalTransaction:
         blobs_dir = brain_dir / "blobs"
         placed: Path | None = None
         try:
+            placing: concurrent.futures.Future[None] | None = None
             if blob is not None:
                 if new.current is None:
                     raise StorageError("a blob needs a current archive")
@@ -211,8 +219,13 @@ class LocalTransaction:
                     blob.release()
                     placed = target
                     if backend.fsync:
-                        fsync_dir(blobs_dir)
-            write_atomic(brain_dir / "meta.json", _encoder.encode(new), fsync=backend.fsync)
+                        # The rename is flushed while the new meta.json's temporary file is
+                        # written and flushed; both before the rename that commits.
+                        placing = _dir_flushes.submit(fsync_dir, blobs_dir)
+            if placing is None:
+                write_atomic(brain_dir / "meta.json", _encoder.encode(new), fsync=backend.fsync)
+            else:
+                _commit_meta(brain_dir / "meta.json", _encoder.encode(new), placing)
         except OSError as exc:
             if placed is not None and new.current is not None and new.current.checksum not in old.blobs():
                 try:
@@ -230,6 +243,28 @@ class LocalTransaction:
                 os.unlink(blobs_dir / checksum)
             except FileNotFoundError:
                 pass
+
+
+_dir_flushes = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="store-dir-fsync")
+
+
+def _commit_meta(path: Path, data: bytes, placed: concurrent.futures.Future[None]) -> None:
+    """`write_atomic` of the new metadata once ``placed`` (the flush of the blob's rename) is
+    done too: its temporary file is written and fsynced meanwhile, the rename that commits
+    comes only after both, then the directory is fsynced (the same flushes, the same order
+    for the commit point; two disk waits overlap)."""
+    try:
+        tmp, _ = write_temporary(path, data, fsync=True)
+    except BaseException:
+        concurrent.futures.wait([placed])
+        raise
+    try:
+        placed.result()
+        os.rename(tmp, path)
+    except BaseException:
+        remove_quietly(tmp)
+        raise
+    fsync_dir(path.parent)
 
 
 class LocalBackend:

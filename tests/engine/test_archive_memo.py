@@ -137,7 +137,10 @@ def test_files_that_could_change_in_place_are_not_remembered(monkeypatch: pytest
 def reference_cuts(content: bytes) -> list[int]:
     """The cuts as first written (one pass over every cut point): `_cuts` and `_recut` must agree."""
     cuts = [0]
-    for match in archive._BIG_CUT.finditer(content):
+    head = content.find(b'\n    "', 0, archive._MIN_PIECE)
+    if head >= 0:
+        cuts.append(head + 1)
+    for match in archive._BIG_CUT.finditer(content, cuts[-1]):
         start = match.start() + 1
         while start - cuts[-1] > archive._MAX_PIECE:
             cuts.append(archive._forced_cut(content, cuts[-1]))
@@ -241,3 +244,31 @@ def test_entries_are_in_tar_order_when_built_and_when_files_are_added() -> None:
         brain = brain.copy()
         brain.files[name] = name.encode()
         assert gzip.decompress(pack_archive(brain)) == _tarfile_written(brain), name
+
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_top_of_a_big_file_is_a_piece_of_its_own(seed: int) -> None:
+    """A memorize changes index.json's and search-index.json's counts at their top: the first
+    piece ends before the first entry, so the entries after it keep their pieces."""
+    rnd = random.Random(seed)
+    memories = json_like(rnd, 800)
+
+    def text() -> bytes:
+        return (b'{\n  "version": 1,\n  "memory_count": ' + str(len(memories)).encode() + b',\n  "memories": {\n'
+                + b",\n".join(memories) + b'\n  }\n}\n')
+
+    content = text()
+    bounds = [*archive._cuts(content), len(content)]
+    assert bounds == [*reference_cuts(content), len(content)]
+    assert bounds[1] == content.index(b'\n    "mem_') + 1
+    run = archive._BigRun(archive._ROOT, content, [
+        (start, end, archive._Part(content[start:end]).sums) for start, end in zip(bounds, bounds[1:])
+    ])
+    memories.append(json_like(rnd, 1)[0])
+    content = text()
+    plan = archive._recut(content, run)
+    assert [start for start, _, _ in plan] == reference_cuts(content)
+    rehashed = [(start, end) for start, end, sums in plan if sums is None]
+    assert rehashed[0] == (0, bounds[1]) and all(start > len(content) // 2 for start, _ in rehashed[1:])
+    assert sum(end - start for start, end in rehashed) < 0.1 * len(content)

@@ -110,3 +110,25 @@ def test_a_failed_write_leaves_no_stale_document(monkeypatch: pytest.MonkeyPatch
     replayed = first.copy()
     second.apply(replayed, now)
     assert replayed.files == after.files
+
+
+def test_a_document_serialised_to_the_same_bytes_keeps_its_bytes_object(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A memorize whose tags overlap no memory adds no association: associations.json stays the very
+    bytes object it was (packing and the indexes then see it as untouched) and is not in the change."""
+    first, now = written_once(monkeypatch)
+    after = first.copy()
+    after.journal = []
+    connector_memorize("A fact about nothing else here", tags=["zzz-unshared-tag"]).apply(after, now)
+    assert after.files["associations.json"] is first.files["associations.json"]
+    assert after.files["index.json"] is not first.files["index.json"]
+    [change] = after.journal
+    assert "associations.json" not in change.paths and "index.json" in change.paths
+    # The next write takes the document from the cache as if it had been rewritten.
+    second = connector_memorize("Another fact about caching", tags=["cache", "deploy"])
+    again = after.copy()
+    second.apply(again, now)
+    monkeypatch.setattr(txn, "PARSED", txn._ParsedDocuments(capacity=0))
+    replayed = after.copy()
+    second.apply(replayed, now)
+    assert replayed.files == again.files
+    assert again.files["associations.json"] is not after.files["associations.json"]  # this one added edges

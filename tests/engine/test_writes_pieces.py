@@ -186,3 +186,47 @@ def test_an_abandoned_write_leaves_no_stale_pieces(monkeypatch: pytest.MonkeyPat
     connector_memorize("A second fact", tags=["cache"]).apply(after, now + timedelta(minutes=1))
     assert after.files["index.json"] == dump_json(json.loads(after.files["index.json"]))
     assert b"changed, never committed" not in after.files["index.json"]
+
+
+def test_entries_replaced_in_place_and_appended_are_spliced_from_the_last_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A memorize's kind of change (entries replaced where they are, new ones appended) copies the
+    old text in stretches, never entry by entry, and the pieces then point into the new text."""
+    rnd = random.Random(5)
+    doc = document(rnd)
+    doc["memories"] = {f"mem_{i}": value(rnd) for i in range(40)}
+    doc["df"] = {f"term{i}": i for i in range(40)}
+    data = fast_dump_json(doc)
+    pieces = jsonpieces.split(data, doc, ["memories", "df"])
+    assert pieces is not None and pieces.source is data
+
+    def no_entry_by_entry(*args: Any) -> None:
+        raise AssertionError("joined entry by entry")
+
+    monkeypatch.setattr(jsonpieces, "_one_by_one", no_entry_by_entry)
+    for step in range(20):
+        changed: dict[str, set[str]] = {"memories": set(), "df": set()}
+        for key in rnd.sample(list(doc["memories"]), 2):
+            doc["memories"][key] = value(rnd)
+            changed["memories"].add(key)
+        doc["memories"][f"mem_new_{step}"] = value(rnd)
+        changed["memories"].add(f"mem_new_{step}")
+        for key in rnd.sample(list(doc["df"]), 3):
+            doc["df"][key] += 1
+            changed["df"].add(key)
+        doc["df"][f"new{step}"] = 1
+        changed["df"].add(f"new{step}")
+        doc["version"] = step * 1000  # a top-level value of another length before the maps
+        joined = jsonpieces.serialise(doc, pieces, changed)
+        assert joined == fast_dump_json(doc)
+        assert pieces.source is joined
+
+
+def test_pieces_hold_no_copy_of_the_entries() -> None:
+    doc = {"version": 1, "memories": {f"mem_{i}": {"title": "x" * 50} for i in range(100)}}
+    data = fast_dump_json(doc)
+    pieces = jsonpieces.split(data, doc, ["memories"])
+    assert pieces is not None
+    kept = pieces.maps["memories"]
+    texts = [data[start:end] for start, end in zip(kept.starts.tolist(), kept.ends.tolist(), strict=True)]
+    assert texts == [jsonpieces.entry_text(key, entry) for key, entry in doc["memories"].items()]
+    assert kept.keys == list(doc["memories"])

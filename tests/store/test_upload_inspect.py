@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ from store.conditional import Preconditions
 from store.errors import ServiceError
 from store.service import BrainService
 from store.settings import SettingsError, StoreSettings
+import store.storage.local as local_mod
 from store.storage.local import LocalBackend
 from store.upload import EARLY_INSPECT, FEED_BATCH, WHOLE_BODY, BodyReader, receive_upload
 from tests.store.conftest import make_archive
@@ -332,3 +335,135 @@ def test_upload_threads_setting() -> None:
     assert settings.upload_threads == 3 and StoreSettings.from_env(settings.to_env()) == settings
     with pytest.raises(SettingsError):
         StoreSettings.from_env({"STORE_UPLOAD_THREADS": "-1"})
+
+
+
+def test_a_batch_is_fed_while_the_next_is_received(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker parses, hashes and writes one batch while the event loop receives the next one,
+    one batch at a time, in order; the archive is stored as sent."""
+    service = service_for(tmp_path)
+    brain = service.create(USER)
+    archive = big_archive(6, files=80)
+    body = multipart_body(archive)
+    assert len(body) > WHOLE_BODY
+    feeds: list[tuple[float, float]] = []
+    receipts: list[float] = []
+    fed: list[bytes] = []
+    real_feed_all = upload_mod.UploadSink.feed_all
+
+    def slow_feed_all(self: Any, chunks: list[bytes]) -> None:
+        began = time.monotonic()
+        time.sleep(0.05)  # a slow disk: the loop keeps receiving meanwhile (a sleep lets go of the GIL)
+        fed.extend(chunks)
+        real_feed_all(self, chunks)
+        feeds.append((began, time.monotonic()))
+
+    monkeypatch.setattr(upload_mod.UploadSink, "feed_all", slow_feed_all)
+
+    async def run() -> Any:
+        pieces = [body[i : i + 50_000] for i in range(0, len(body), 50_000)]
+
+        async def receive() -> dict[str, Any]:
+            await asyncio.sleep(0)
+            receipts.append(time.monotonic())
+            chunk = pieces.pop(0)
+            return {"type": "http.request", "body": chunk, "more_body": bool(pieces)}
+
+        return await receive_upload(service, BodyReader(receive), BOUNDARY, str(len(body)), USER, brain.id,
+                                    Preconditions(), False)
+
+    stored = asyncio.run(run())
+    assert stored.file_count == 80
+    assert b"".join(fed) == body  # every piece once, in order
+    assert all(ended <= began for (_, ended), (began, _) in zip(feeds, feeds[1:]))  # one batch at a time
+    assert len(feeds) > 10
+    assert any(began < at < ended for began, ended in feeds for at in receipts)
+
+
+@pytest.mark.parametrize("memo_mb", [64, 0])
+def test_the_disk_flush_of_a_next_archive_overlaps_its_validation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, memo_mb: int
+) -> None:
+    """An archive validated against its brain's last one has its staged file flushed beside the
+    validation (the commit still fsyncs it after); a first archive, or any with memos off, is
+    flushed only once valid, and a refused one is removed all the same."""
+    from tests.store.unit.test_archive_resume import HOSTILE_MEMBERS, members, packed, segments_of
+    from tests.store.unit.tarbuild import END
+
+    settings = StoreSettings.from_env({"STORE_VALIDATION_MEMO_MB": str(memo_mb)}, data_dir=tmp_path / "data",
+                                      fsync=False)  # the commit's own fsyncs off: every fsync seen is an early one
+    service = BrainService(settings, LocalBackend(settings.data_dir, fsync=False))
+    brain = service.create(USER)
+    validating = threading.Event()
+    flushes: list[bool] = []  # one per early fsync: whether a validation was running then
+    real_inspect, real_fsync = upload_mod.inspect_against, os.fsync
+
+    def spy(*args: Any) -> Any:
+        validating.set()
+        try:
+            time.sleep(0.05)  # a slow validation: the flush runs meanwhile
+            return real_inspect(*args)
+        finally:
+            validating.clear()
+
+    def fsync(fd: int) -> None:
+        flushes.append(validating.is_set())
+        real_fsync(fd)
+
+    monkeypatch.setattr(upload_mod, "inspect_against", spy)
+    monkeypatch.setattr(os, "fsync", fsync)
+    segments = segments_of(members()) + [END]
+    upload(service, brain.id, packed(segments))
+    assert flushes == []  # no memo yet: validated whole before any flush
+    changed = list(segments)
+    changed[20] += tarbuild_member(b"./notes/new.md", b"a new memory")
+    second = upload(service, brain.id, packed(changed))
+    hostile = list(changed)
+    hostile[50] += HOSTILE_MEMBERS["symlink"]
+    with pytest.raises(ServiceError) as info:
+        upload(service, brain.id, packed(hostile))
+    assert info.value.status == 400
+    assert service.get(USER, brain.id).current == second
+    assert os.listdir(service.backend.tmp_root) == []
+    assert flushes == ([True, True] if memo_mb else [])
+
+
+def test_a_commit_flushes_the_blob_rename_beside_the_metadata_and_commits_after_both(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With fsync on: the blobs directory is flushed (its rename made durable) while the new
+    meta.json's temporary file is written and fsynced; meta.json is renamed into place only
+    after both, then its directory is flushed: the same flushes before the commit point."""
+    settings = StoreSettings.from_env({}, data_dir=tmp_path / "data", fsync=True)
+    service = BrainService(settings, LocalBackend(settings.data_dir, fsync=True))
+    brain = service.create(USER)
+    events: list[str] = []
+    real_fsync_dir, real_write_temporary, real_rename = local_mod.fsync_dir, local_mod.write_temporary, os.rename
+    blob_dir_flushing = threading.Event()
+
+    def fsync_dir(path: Path) -> None:
+        if path.name == "blobs":
+            blob_dir_flushing.set()
+            time.sleep(0.05)  # a slow disk: the metadata is written meanwhile
+            events.append("blobs flushed")
+            blob_dir_flushing.clear()
+        else:
+            events.append(f"{path.name} flushed")
+        real_fsync_dir(path)
+
+    def write_temporary(path: Path, data: bytes, **kwargs: Any) -> Any:
+        events.append(f"{path.name} temporary written" + (" while blobs flush" if blob_dir_flushing.is_set() else ""))
+        return real_write_temporary(path, data, **kwargs)
+
+    def rename(source: Any, target: Any, *args: Any, **kwargs: Any) -> None:
+        if Path(target).name == "meta.json":
+            events.append("meta.json renamed")
+        real_rename(source, target, *args, **kwargs)
+
+    monkeypatch.setattr(local_mod, "fsync_dir", fsync_dir)
+    monkeypatch.setattr(local_mod, "write_temporary", write_temporary)
+    monkeypatch.setattr(local_mod.os, "rename", rename)
+    stored = upload(service, brain.id, big_archive(8))
+    assert service.get(USER, brain.id).current == stored
+    assert events[-4:] == ["meta.json temporary written while blobs flush", "blobs flushed", "meta.json renamed",
+                           f"{brain.id} flushed"]

@@ -311,6 +311,10 @@ _SMALL_SEGMENT_MASK = 31
 # as dump_json indents) keyed by a memory id whose last two hex digits fall in 1/32 of
 # the values. They depend only on nearby content, so an insertion moves no other cut.
 _BIG_CUT = re.compile(rb'\n    "mem_[0-9]{8}_[0-9a-f]{4}0[0-7]"')
+# The first piece ends before the first line two levels deep when there is one in its first
+# _MIN_PIECE bytes: the top of index.json and search-index.json (their counts) changes with
+# every memorize, and the tar header is hashed with it anyway.
+_HEAD_CUT = b'\n    "'
 _MIN_PIECE = 8 * 1024
 _MAX_PIECE = 1024 * 1024
 
@@ -320,7 +324,8 @@ def _cuts(content: bytes) -> list[int]:
 
     Each cut is the first cut point at least _MIN_PIECE after the previous cut; a
     stretch without any within _MAX_PIECE is cut at the first newline after half of
-    it (or at _MAX_PIECE), so no piece grows without bound.
+    it (or at _MAX_PIECE), so no piece grows without bound. The first piece may be
+    shorter (`_HEAD_CUT`).
     """
     cuts = [0]
     while (cut := _next_cut(content, cuts[-1])) is not None:
@@ -334,6 +339,8 @@ def _next_cut(content: bytes, after: int) -> int | None:
     It depends only on ``content[after : after + _MAX_PIECE + _KEY]``: that is what
     lets `_recut` take whole pieces of an older version of the file unexamined.
     """
+    if after == 0 and (head := content.find(_HEAD_CUT, 0, _MIN_PIECE)) >= 0:
+        return head + 1
     match = _BIG_CUT.search(content, after + _MIN_PIECE - 1)
     if match is not None and match.start() + 1 - after <= _MAX_PIECE:
         return match.start() + 1  # after the newline

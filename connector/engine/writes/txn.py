@@ -289,10 +289,21 @@ class WriteTxn:
 
     def commit(self) -> None:
         """Apply every staged change to the brain."""
+        committed: dict[str, bytes] = {}
         for path in self._dirty:
             plain = path not in self._unplain
             data, pieces = self._serialise(path, plain)
-            self._writes[path] = data
+            before = self.brain.read(path)
+            if before is not None and before == data:
+                # Marked but serialised to the same bytes (a memorize that added no edge): the brain
+                # keeps its bytes object, so packing and the indexes see the file as untouched.
+                data = before
+                if pieces is not None:
+                    pieces.source = before
+                self._writes.pop(path, None)
+            else:
+                self._writes[path] = data
+            committed[path] = data
             derived = Derived(pieces=pieces)
             if pieces is not None:
                 self._pieces[path] = pieces
@@ -306,7 +317,7 @@ class WriteTxn:
                 memories=set(self._changed_memories),
                 edge_nodes=None if self._changed_nodes is None else set(self._changed_nodes),
                 documents=None if self._changed_documents is None else set(self._changed_documents),
-                parsed={path: (self._writes[path], self._parsed[path]) for path in self._dirty},
+                parsed={path: (data, self._parsed[path]) for path, data in committed.items()},
             ))
         for path in self._removed:
             self.brain.remove(path)
