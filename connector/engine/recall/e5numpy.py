@@ -13,19 +13,22 @@ tokenizer's vocabulary (~39 MB, once).
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from connector.engine.recall.e5forward import encode
+from connector.engine.recall.e5forward import LayerWeights, encode
+from connector.engine.recall.e5int8 import Int8Layers
 from connector.engine.recall.e5tokenizer import E5Tokenizer
 from connector.engine.recall.e5weights import E5Weights, LayerBuffer
 from connector.engine.recall.embedding import blas_on_one_thread
 
 PASSAGE_PREFIX = "passage: "
+QUERY_PREFIX = "query: "
 _MODEL_FILE = "e5-small-q4.bin"
 
 
@@ -43,6 +46,7 @@ class NumpyE5:
         self.weights = E5Weights(path or packaged_model_path())
         self.dimensions = self.weights.shape.hidden
         self._tokenizer: E5Tokenizer | None = None
+        self._int8: Int8Layers | None = None
         self._lock = threading.Lock()
 
     @property
@@ -55,6 +59,21 @@ class NumpyE5:
     def token_ids(self, text: str) -> list[int]:
         """The content token ids the model reads for a passage (prefix included, no <s> </s>)."""
         return self.tokenizer.content(PASSAGE_PREFIX + text)
+
+    def int8_layers(self) -> Int8Layers:
+        """The int8 kernels of the dense layers, built on first use (raises `Int8Unavailable`)."""
+        with self._lock:
+            if self._int8 is None:
+                self._int8 = Int8Layers(self.weights)
+            return self._int8
+
+    def query(self, text: str) -> np.ndarray:
+        """The unit float32 vector of ``text`` embedded as a query (``"query: "``), on the caller's
+        thread through the int8 kernels (`int8_layers`; raises `Int8Unavailable` where they cannot load)."""
+        layers = self.int8_layers()
+        tokens = [self.tokenizer.content(QUERY_PREFIX + text)]
+        row = self._sums(tokens, layers.layer)[0]
+        return row / np.float32(np.sqrt(max(float(row @ row), 1e-12)))
 
     def passages(self, texts: Sequence[str], threads: int = 1) -> np.ndarray:
         """Unit float32 rows, one per text embedded as a passage; ``threads`` share the texts."""
@@ -75,8 +94,9 @@ class NumpyE5:
         out /= norms[:, None]
         return out
 
-    def _sums(self, tokens: list[list[int]]) -> np.ndarray:
-        """Each text's token-weighted mean of its windows' pooled states (not yet unit length)."""
+    def _sums(self, tokens: list[list[int]], layer: Callable[[int], LayerWeights] | None = None) -> np.ndarray:
+        """Each text's token-weighted mean of its windows' pooled states (not yet unit length);
+        ``layer`` gives the layers (default: dequantised to float32 for BLAS, one at a time)."""
         weights = self.weights
         limit = weights.positions - 2
         ids: list[int] = []
@@ -95,8 +115,10 @@ class NumpyE5:
                 owner.append(text)
                 share.append(float(max(len(piece), 1)))
         x = weights.embeddings(np.array(ids, np.int64), np.array(positions, np.int64))
-        room = LayerBuffer(weights.shape)  # one layer at a time, each written over the one before
-        means = encode(weights.shape, lambda index: weights.layer(index, room), x, windows)
+        if layer is None:
+            room = LayerBuffer(weights.shape)  # one layer at a time, each written over the one before
+            layer = functools.partial(weights.layer, into=room)
+        means = encode(weights.shape, layer, x, windows)
         shares = np.array(share, np.float64)
         totals = np.zeros((len(tokens), self.dimensions), np.float64)
         np.add.at(totals, np.array(owner), means * shares[:, None])
