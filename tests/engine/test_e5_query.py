@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -80,6 +81,13 @@ def test_an_int8_product_is_the_engines_arithmetic() -> None:
     got = layer.up(x)  # type: ignore[operator]
     assert got.shape == want.shape
     assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+
+
+def test_where_the_graphs_cannot_be_written_there_is_no_int8_path(tmp_path: Path) -> None:
+    weights = NumpyE5().weights
+    weights.path = str(tmp_path / "gone.bin")  # the child reads the file itself: here it is not there
+    with pytest.raises(Int8Unavailable, match="the int4 graphs could not be written: .*gone.bin"):
+        Int8Layers(weights)
 
 
 def test_the_first_query_does_not_wait_for_the_kernels(engine: E5Embedder) -> None:

@@ -52,6 +52,7 @@ class E5Weights:
     """The model file mapped read-only; layers are dequantised to float32 on request."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = os.fspath(path)
         with open(path, "rb") as file:
             self._map = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
         self._buffer = memoryview(self._map)
