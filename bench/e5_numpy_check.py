@@ -77,6 +77,15 @@ def long_texts(texts: list[str]) -> list[str]:
     return out
 
 
+def print_by_language(texts: list[str], cosines: np.ndarray) -> None:
+    """The cosines' count, minimum and mean per language of their texts."""
+    by_language = defaultdict(list)
+    for text, cosine in zip(texts, cosines, strict=True):
+        by_language[language(text)].append(cosine)
+    for lang, values in sorted(by_language.items()):
+        print(f"  cosine {lang}: n {len(values)}, min {min(values):.6f}, mean {np.mean(values):.6f}")
+
+
 def figures(vectors: np.ndarray, queries: list[dict], query_vectors: np.ndarray, ids: list[str]) -> tuple[dict, list[list[str]]]:
     """recall@5, recall@10 and MRR@10 per category (and overall), and each query's top 10."""
     sums: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
@@ -123,11 +132,7 @@ def check_queries(no_quality: bool, conversations: list[str]) -> int:
         cosines = np.einsum("ij,ij->i", by_engine, by_int8)
         all_cosines += cosines.tolist()
         print(f"\n{brainset.name}: {len(every)} queries; CPU ms a query: engine {engine_cpu * 1000:.1f}, int8 {int8_cpu * 1000:.1f}")
-        by_language = defaultdict(list)
-        for text, cosine in zip(every, cosines, strict=True):
-            by_language[language(text)].append(cosine)
-        for lang, values in sorted(by_language.items()):
-            print(f"  cosine {lang}: n {len(values)}, min {min(values):.6f}, mean {np.mean(values):.6f}")
+        print_by_language(every, cosines)
         memories = numpy_pass.passages([text[:MAX_EMBED_CHARS] for text in texts], threads=BULK_THREADS)
         position = {text: row for row, text in enumerate(every)}
         rows = [position[query["text"]] for query in answerable]
@@ -168,11 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         all_cosines += cosines.tolist()
         worst = min(worst, float(cosines.min()))
         print(f"\n{name}: {len(texts)} memories; CPU s engine {engine_cpu:.1f}, numpy {numpy_cpu:.1f}")
-        by_language = defaultdict(list)
-        for text, cosine in zip(texts, cosines, strict=True):
-            by_language[language(text)].append(cosine)
-        for lang, values in sorted(by_language.items()):
-            print(f"  cosine {lang}: n {len(values)}, min {min(values):.6f}, mean {np.mean(values):.6f}")
+        print_by_language(texts, cosines)
         query_vectors = np.stack([engine.embed_query(query["text"]) for query in queries])
         columns = {"engine": by_engine, "numpy": by_numpy}
         for label, vectors in list(columns.items()):
