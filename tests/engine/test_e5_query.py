@@ -15,6 +15,7 @@ from connector.engine.recall.e5int8 import Int8Layers, Int8Unavailable
 from connector.engine.recall.e5numpy import NumpyE5
 from connector.engine.recall.e5weights import _dequantize
 from connector.engine.recall.embedding import MAX_EMBED_CHARS
+from connector.workcopy.vectors import e5_store
 
 # Queries as people ask them, in the three languages recall serves, short and long.
 QUERIES = [
@@ -90,14 +91,27 @@ def test_where_the_graphs_cannot_be_written_there_is_no_int8_path(tmp_path: Path
         Int8Layers(weights)
 
 
-def test_the_first_query_does_not_wait_for_the_kernels(engine: E5Embedder) -> None:
+def test_queries_wait_for_nothing_while_the_kernels_build(engine: E5Embedder) -> None:
     e5 = E5Embedder()
     text = "kubernetes cluster upgrade plan"
-    first = e5.embed_query(text)  # starts building them; the engine answers meanwhile
-    assert e5.int8_queries == 0 and np.array_equal(first, engine.embed_query(text))
-    assert e5.prepare_queries(timeout=120)
+    first = e5.embed_query(text)  # nobody asked for the kernels: the engine, and no build begins
+    assert e5.query_kernels == "unloaded" and e5.int8_queries == 0
+    assert np.array_equal(first, engine.embed_query(text))
+    assert not e5.prepare_queries(timeout=0)  # begun, not waited for (a child process writes the graphs: ~1 s)
+    assert e5.query_kernels == "loading"
+    meanwhile = e5.embed_query(text)
+    assert e5.int8_queries == 0 and np.array_equal(meanwhile, first)
+    assert e5.prepare_queries(timeout=120) and e5.query_kernels == "ready"
     later = e5.embed_query(text)
     assert e5.int8_queries == 1 and float(later @ first) >= 0.9999
+
+
+def test_the_connectors_e5_store_begins_building_the_kernels() -> None:
+    assert e5_embedder() is not None
+    server = e5_store(fast_queries=True)  # what the connector's background embedding makes at first use
+    assert server is not None and isinstance(server.embedder, E5Embedder)
+    assert server.embedder.query_kernels in ("loading", "ready")
+    assert server.embedder.prepare_queries(timeout=120)
 
 
 def test_off_means_the_engine_alone(engine: E5Embedder) -> None:

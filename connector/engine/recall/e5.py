@@ -24,8 +24,9 @@ fails, the engine embeds the batch.
 A query goes through the same numpy pass with its dense layers as int8 x int4 products by
 ONNX Runtime (connector/engine/recall/e5int8.py: the engine's arithmetic over weights packed
 once, ~1.4-1.6x less CPU than the engine for a query). Those kernels are built on a background
-thread from the process's first use of e5 (~1-2 s); until they are ready, and where they cannot
-load, the engine embeds the query.
+thread once asked for (`E5Embedder.prepare_queries`: the connector does at its first use of e5,
+~1-2 s; a command line's single query is not worth it); until they are ready, and where they
+cannot load, the engine embeds the query.
 """
 
 from __future__ import annotations
@@ -61,9 +62,9 @@ class E5Embedder:
 
     Batches run through the numpy pass on BULK_THREADS threads (``bulk``; the engine where
     it is off or fails, on BULK_THREADS OpenMP threads); queries through the numpy pass's
-    int8 kernels once they are built (``fast_queries``; the engine meanwhile, where they are
-    off or fail); the engine's optional sparse head is not loaded (~30 MB it would cost
-    every worker).
+    int8 kernels once `prepare_queries` has built them (the engine meanwhile, and where they
+    are off, ``fast_queries=False``, or fail); the engine's optional sparse head is not loaded
+    (~30 MB it would cost every worker).
     """
 
     model_id = E5_MODEL_ID
@@ -167,19 +168,26 @@ class E5Embedder:
         vector = self._one_thread(lambda: model.query(clipped))
         return np.asarray(vector, dtype=np.float32).reshape(self.dimensions)
 
+    @property
+    def query_kernels(self) -> str:
+        """Where the int8 query kernels stand: off, unloaded, loading, ready or failed."""
+        return self._query_state
+
     def prepare_queries(self, timeout: float | None = None) -> bool:
-        """Start building the int8 query kernels if not yet, wait for them (at most ``timeout``
-        seconds); True once queries go through them (benchmarks and tests: recall never waits)."""
-        if self._query_pass() is None and self._query_state == "loading":
+        """Start building the int8 query kernels on a background thread if not yet (~1-2 s of
+        CPU; until then the engine embeds queries), and wait for them at most ``timeout`` seconds
+        (0: not at all; recall never waits). True once queries go through them."""
+        if self._query_pass(start=True) is None and self._query_state == "loading":
             self._query_ready.wait(timeout)
         return self._query_state == "ready"
 
-    def _query_pass(self) -> NumpyE5 | None:
-        """The numpy pass once its int8 kernels are ready, else None (the first call starts building them)."""
+    def _query_pass(self, start: bool = False) -> NumpyE5 | None:
+        """The numpy pass once its int8 kernels are ready, else None (``start``: building them
+        now if not yet begun)."""
         with self._lock:
             if self._query_state == "ready":
                 return self._numpy
-            if self._query_state != "unloaded":
+            if self._query_state != "unloaded" or not start:
                 return None
             self._query_state = "loading"
         threading.Thread(target=self._build_query_pass, name="e5-int8-build", daemon=True).start()
@@ -248,7 +256,6 @@ def e5_embedder() -> E5Embedder | None:
                 log.warning("%s; recall runs without the e5 channel", exc)
             else:
                 _DEFAULT = candidate
-                candidate.prepare_queries(timeout=0)  # the query kernels build meanwhile, off every recall's time
         return _DEFAULT
 
 
