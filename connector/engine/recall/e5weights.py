@@ -29,7 +29,7 @@ _MAGIC = b"E5S1"
 _BLOCK = np.dtype([("scale", "<f2"), ("nibbles", "u1", 16)])
 _BLOCK_VALUES = 32
 _Q4 = 1  # tensor type code of a Q4_0 matrix (0: float32)
-T = TypeVar("T")
+_M = TypeVar("_M")  # what a 4-bit matrix becomes (float32 values, a kernel)
 
 
 class E5FormatError(ValueError):
@@ -84,7 +84,7 @@ class E5Weights:
         targets = iter((into.qkv, into.out, into.up, into.down))
         return self.layer_of(index, lambda blocks: _dequantize(blocks, next(targets)))
 
-    def layer_of(self, index: int, matrix: Callable[[np.ndarray], T]) -> LayerWeights:
+    def layer_of(self, index: int, matrix: Callable[[np.ndarray], _M]) -> LayerWeights:
         """Layer ``index`` with each 4-bit matrix given as ``matrix(blocks)`` of its Q4_0 blocks
         ``[outputs, inputs / 32]`` (query, key and value rows stacked), in the order qkv, out, up, down."""
         prefix = f"l{index}."
