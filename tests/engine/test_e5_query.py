@@ -11,9 +11,8 @@ import numpy as np
 import pytest
 
 from connector.engine.recall.e5 import E5Embedder, e5_embedder
-from connector.engine.recall.e5int8 import Int8Layers, Int8Unavailable
+from connector.engine.recall.e5int8 import Int8Encoder, Int8Unavailable
 from connector.engine.recall.e5numpy import NumpyE5
-from connector.engine.recall.e5weights import _dequantize
 from connector.engine.recall.embedding import MAX_EMBED_CHARS
 from connector.workcopy.vectors import e5_store
 
@@ -70,25 +69,11 @@ def test_a_query_is_not_a_passage(fast: E5Embedder) -> None:
     assert float(fast.embed_query(text) @ fast.embed([text])[0]) < 0.99
 
 
-def test_an_int8_product_is_the_engines_arithmetic() -> None:
-    """int8(x) @ W.T, x rounded per block of 32 as the engine's quantize_acts, W's 4-bit values exactly."""
-    weights = NumpyE5().weights
-    layer = Int8Layers(weights).layer(3)
-    blocks = weights._blocks("l3.fi.w")
-    x = np.random.default_rng(3).standard_normal((7, blocks.shape[1] * 32)).astype(np.float32)
-    scale = np.abs(x.reshape(7, -1, 32)).max(axis=2, keepdims=True) / np.float32(127)
-    rounded = (np.rint(x.reshape(7, -1, 32) / scale) * scale).reshape(x.shape)
-    want = rounded.astype(np.float64) @ _dequantize(blocks).T.astype(np.float64)
-    got = layer.up(x)  # type: ignore[operator]
-    assert got.shape == want.shape
-    assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
-
-
-def test_where_the_graphs_cannot_be_written_there_is_no_int8_path(tmp_path: Path) -> None:
+def test_where_the_graph_cannot_be_written_there_is_no_int8_path(tmp_path: Path) -> None:
     weights = NumpyE5().weights
     weights.path = str(tmp_path / "gone.bin")  # the child reads the file itself: here it is not there
-    with pytest.raises(Int8Unavailable, match="the int4 graphs could not be written: .*gone.bin"):
-        Int8Layers(weights)
+    with pytest.raises(Int8Unavailable, match="the int4 encoder could not be written: .*gone.bin"):
+        Int8Encoder(weights)
 
 
 def test_queries_wait_for_nothing_while_the_kernels_build(engine: E5Embedder) -> None:
@@ -125,7 +110,7 @@ def test_where_onnxruntime_cannot_load_the_engine_embeds_queries(
 ) -> None:
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # as where the package is not installed
     with pytest.raises(Int8Unavailable, match="onnxruntime cannot load"):
-        Int8Layers(NumpyE5().weights)
+        Int8Encoder(NumpyE5().weights)
     e5 = E5Embedder()
     with caplog.at_level(logging.WARNING, logger="connector.e5"):
         assert not e5.prepare_queries(timeout=120)

@@ -199,7 +199,7 @@ class E5Embedder:
             with self._lock:
                 self._numpy = self._numpy or NumpyE5()
                 numpy_pass = self._numpy
-            numpy_pass.int8_layers()
+            numpy_pass.int8_encoder()
             numpy_pass.query("")  # the tokenizer's tables are read on first use: not on a recall's time
         except Exception as exc:  # noqa: BLE001 - any failure (Int8Unavailable, a damaged file, no memory): the engine
             log.warning("the int8 e5 query pass cannot load (%s); the engine embeds queries", exc)

