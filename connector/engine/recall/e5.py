@@ -21,9 +21,10 @@ engine's, as close as the engine's own source compiled here), ~1.7x less CPU. A 
 write's new memories) stay with the engine, which is faster for them; where the numpy pass
 fails, the engine embeds the batch.
 
-A query goes through the same numpy pass with its dense layers as int8 x int4 products by
-ONNX Runtime (connector/engine/recall/e5int8.py: the engine's arithmetic over weights packed
-once, ~1.4-1.6x less CPU than the engine for a query). Those kernels are built on a background
+A query goes through the numpy pass's tokenizer and pooling around the encoder as one ONNX
+Runtime graph with int8 x int4 products (connector/engine/recall/e5int8.py: the engine's
+arithmetic over weights packed once, ~2x less CPU than the engine for a query, the interpreter
+lock released for the whole call). Those kernels are built on a background
 thread once asked for (`E5Embedder.prepare_queries`: the connector does at its first use of e5,
 ~1-2 s; a command line's single query is not worth it); until they are ready, and where they
 cannot load, the engine embeds the query.

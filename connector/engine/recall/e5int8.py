@@ -17,8 +17,10 @@ lock at every step and cost more CPU on a worker than inline). Each layer as the
 tokens scaled by 1/sqrt(32), softmax, layer norms with the model's epsilon, GELU in its erf form.
 
 The graph is written by ``onnx`` in a short-lived child process (``python -m
-connector.engine.recall.e5int8 WEIGHTS OUT``, ~1 s once per process) into a temporary file the
-session reads: importing onnx would cost every worker ~13 MB it never needs again. Where
+connector.engine.recall.e5int8 WEIGHTS OUT``, ~1 s once per process) into a temporary folder the
+session reads, its weights in a file of their own beside it (the session maps them rather than
+parsing 13 MB of them out of the graph's message, which left ~20 MB of the worker's heap in
+pieces): importing onnx would cost every worker ~13 MB it never needs again. Where
 onnxruntime or onnx is missing, or the runtime refuses the graph, `Int8Encoder` raises
 `Int8Unavailable` and the caller keeps the engine.
 """
@@ -90,9 +92,9 @@ def _write_graph_in_child(weights_path: str, out: str) -> None:
         raise Int8Unavailable(f"the int4 encoder could not be written: {reason[-1] if reason else done.returncode}")
 
 
-def encoder_graph(weights: E5Weights) -> bytes:
-    """The serialised ONNX model of the encoder's layers over ``weights`` (input ``x`` ``[tokens,
-    hidden]``: one window's normalised input embeddings; output ``y``: its final token states)."""
+def encoder_graph(weights: E5Weights) -> Any:
+    """The ONNX model (an ``onnx.ModelProto``) of the encoder's layers over ``weights`` (input ``x``
+    ``[tokens, hidden]``: one window's normalised input embeddings; output ``y``: its final token states)."""
     from onnx import TensorProto, helper, numpy_helper
 
     shape = weights.shape
@@ -149,8 +151,7 @@ def encoder_graph(weights: E5Weights) -> bytes:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["tokens", hidden])],
         initializer=initializers,
     )  # fmt: skip
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
-    return model.SerializeToString()
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
 
 
 def _packed(blocks: np.ndarray) -> np.ndarray:
@@ -165,5 +166,9 @@ def _packed(blocks: np.ndarray) -> np.ndarray:
 
 
 if __name__ == "__main__":
-    with open(sys.argv[2], "wb") as file:
-        file.write(encoder_graph(E5Weights(sys.argv[1])))
+    import onnx
+
+    # The weights in a file beside the graph: the session maps them instead of copying them out
+    # of one 13 MB protobuf message (whose parse left the worker's heap fragmented).
+    onnx.save_model(encoder_graph(E5Weights(sys.argv[1])), sys.argv[2], save_as_external_data=True,
+                    all_tensors_to_one_file=True, location="weights.bin", size_threshold=1024)
