@@ -394,20 +394,25 @@ def test_the_disk_flush_of_a_next_archive_overlaps_its_validation(
                                       fsync=False)  # the commit's own fsyncs off: every fsync seen is an early one
     service = BrainService(settings, LocalBackend(settings.data_dir, fsync=False))
     brain = service.create(USER)
-    validating = threading.Event()
+    validating, flushing = threading.Event(), threading.Event()
     flushes: list[bool] = []  # one per early fsync: whether a validation was running then
     real_inspect, real_fsync = upload_mod.inspect_against, os.fsync
 
+    # Each side waits (bounded) for the other to have started, so an overlap is seen whatever
+    # the scheduling; code that ran them one after the other would time out and record False.
     def spy(*args: Any) -> Any:
         validating.set()
         try:
-            time.sleep(0.05)  # a slow validation: the flush runs meanwhile
+            if args[2] is not None:  # against a memo: the flush is expected beside this validation
+                flushing.wait(5)
             return real_inspect(*args)
         finally:
             validating.clear()
+            flushing.clear()
 
     def fsync(fd: int) -> None:
-        flushes.append(validating.is_set())
+        flushing.set()
+        flushes.append(validating.wait(5))
         real_fsync(fd)
 
     monkeypatch.setattr(upload_mod, "inspect_against", spy)
