@@ -444,12 +444,14 @@ def test_a_commit_flushes_the_blob_rename_beside_the_metadata_and_commits_after_
     brain = service.create(USER)
     events: list[str] = []
     real_fsync_dir, real_write_temporary, real_rename = local_mod.fsync_dir, local_mod.write_temporary, os.rename
-    blob_dir_flushing = threading.Event()
+    blob_dir_flushing, meta_written = threading.Event(), threading.Event()
 
+    # Each side waits (bounded) for the other, so the overlap is seen whatever the scheduling;
+    # code that flushed the blobs and then wrote the metadata would time out and record no overlap.
     def fsync_dir(path: Path) -> None:
         if path.name == "blobs":
             blob_dir_flushing.set()
-            time.sleep(0.05)  # a slow disk: the metadata is written meanwhile
+            meta_written.wait(5)  # a slow disk: the metadata is written meanwhile
             events.append("blobs flushed")
             blob_dir_flushing.clear()
         else:
@@ -457,8 +459,12 @@ def test_a_commit_flushes_the_blob_rename_beside_the_metadata_and_commits_after_
         real_fsync_dir(path)
 
     def write_temporary(path: Path, data: bytes, **kwargs: Any) -> Any:
-        events.append(f"{path.name} temporary written" + (" while blobs flush" if blob_dir_flushing.is_set() else ""))
-        return real_write_temporary(path, data, **kwargs)
+        beside = blob_dir_flushing.wait(5)
+        events.append(f"{path.name} temporary written" + (" while blobs flush" if beside else ""))
+        try:
+            return real_write_temporary(path, data, **kwargs)
+        finally:
+            meta_written.set()
 
     def rename(source: Any, target: Any, *args: Any, **kwargs: Any) -> None:
         if Path(target).name == "meta.json":
