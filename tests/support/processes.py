@@ -16,6 +16,8 @@ from pathlib import Path
 
 import httpx
 
+from tests.support.forkserver import ForkedProcess, fork_server, forkable
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 
@@ -75,7 +77,7 @@ def console_script(name: str) -> str:
 class ServerProcess:
     """A started server: its process, base URL and log file."""
 
-    process: subprocess.Popen[bytes]
+    process: subprocess.Popen[bytes] | ForkedProcess
     base_url: str
     log_path: Path
 
@@ -168,7 +170,7 @@ def connection_owner(group: int, server_port: int, client_port: int) -> int | No
     return holders[0] if len(holders) == 1 else None
 
 
-def wait_for_http(url: str, process: subprocess.Popen[bytes] | None = None, timeout: float = 30.0) -> None:
+def wait_for_http(url: str, process: subprocess.Popen[bytes] | ForkedProcess | None = None, timeout: float = 30.0) -> None:
     """Poll ``url`` until it answers 200; bounded in time, fails fast if the process died.
 
     With ``process`` (the leader of its own process group), the answer counts only once that
@@ -203,10 +205,14 @@ def run_server(
 ) -> Iterator[ServerProcess]:
     """Start ``argv`` in its own process group, wait for ``health_path``, stop it on exit."""
     full_env = {**os.environ, **(env or {})}
-    with log_path.open("ab") as log:
-        process = subprocess.Popen(
-            list(argv), stdout=log, stderr=subprocess.STDOUT, env=full_env, cwd=REPO_ROOT, start_new_session=True
-        )
+    process: subprocess.Popen[bytes] | ForkedProcess
+    if forkable(argv, full_env, fork_server().base_env()):
+        process = fork_server().start(argv, full_env, REPO_ROOT, log_path)
+    else:
+        with log_path.open("ab") as log:
+            process = subprocess.Popen(
+                list(argv), stdout=log, stderr=subprocess.STDOUT, env=full_env, cwd=REPO_ROOT, start_new_session=True
+            )
     server = ServerProcess(process=process, base_url=f"http://127.0.0.1:{port}", log_path=log_path)
     try:
         try:

@@ -1,0 +1,234 @@
+"""Start `brain-connector serve` processes for tests by forking one that has already imported it.
+
+Importing the connector (the MCP SDK, Litestar, the engine) costs a new process ~1.2 s of CPU
+before it serves anything; the suite starts over a hundred of them. A helper process per test
+process imports ``cli.connector.serve`` and ``connector.app`` once and forks a server on
+request, the way `serve --workers N` forks its workers from a leader that imported everything
+(cli/serving/workers.py). Each fork is a real server process in its own session: it gets the
+environment, working directory, arguments and log file the test asked for, then runs the same
+click command as the console script and exits as it would (atexit handlers, stdio flushed).
+
+The helper is the fork's parent: it reaps it and reports its exit status, which ForkedProcess
+turns into the few `subprocess.Popen` calls the tests make (pid, poll, wait, returncode,
+send_signal). `run_server` forks only `brain-connector serve` whose environment differs from the
+helper's in the connector's own settings; anything else (interpreter or loader settings, another
+program) is started the ordinary way.
+
+Run as a script (``python forkserver.py``): it imports nothing from the tests.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import NoReturn
+from pathlib import Path
+
+# Environment variables a fork may differ in from the helper: read by the connector's settings at
+# run time. Anything else (PYTHON*, LD_PRELOAD, thread counts read when a library loads) could
+# mean something only to a fresh interpreter, so such a start is not forked.
+_RUN_TIME_PREFIXES = ("CONNECTOR_", "AWS_", "BRAIN_")
+_RUN_TIME_NAMES = frozenset({"PYTEST_CURRENT_TEST", "TMPDIR", "HOME", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "NO_PROXY", "no_proxy"})
+_PRELOADED = ("cli.connector", "cli.connector.serve", "connector.app", "uvicorn", "cli.serving.workers",
+              "common.connection_guard")
+
+
+def forkable(argv: Sequence[str], env: Mapping[str, str], base: Mapping[str, str]) -> bool:
+    """Whether ``argv`` with ``env`` is a `brain-connector serve` a fork of the helper (started with
+    environment ``base``) runs exactly as a new process would."""
+    if os.environ.get("BRAIN_TESTS_NO_FORK"):  # every server a new process, as before (to compare)
+        return False
+    if len(argv) < 2 or Path(argv[0]).name != "brain-connector" or argv[1] != "serve":
+        return False
+    if Path(argv[0]).parent != Path(sys.executable).parent:
+        return False
+    changed = {name for name in set(env) | set(base) if env.get(name) != base.get(name)}
+    return all(name.startswith(_RUN_TIME_PREFIXES) or name in _RUN_TIME_NAMES for name in changed)
+
+
+class ForkServer:
+    """The helper process of this test process, started on first use."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._process: subprocess.Popen[bytes] | None = None
+        self._env: dict[str, str] = {}
+        self._pending = b""
+        self._exits: dict[int, int] = {}
+
+    def base_env(self) -> dict[str, str]:
+        """The environment the helper runs with (os.environ when it started)."""
+        return self._env if self._process is not None else dict(os.environ)
+
+    def start(self, argv: Sequence[str], env: Mapping[str, str], cwd: Path, log_path: Path) -> ForkedProcess:
+        """Fork a server running ``argv`` (a `brain-connector serve`), its output appended to ``log_path``."""
+        with self._lock:
+            if self._process is None or self._process.poll() is not None:
+                self._env = dict(os.environ)
+                self._process = subprocess.Popen([sys.executable, __file__], stdin=subprocess.PIPE,
+                                                 stdout=subprocess.PIPE, env=self._env, cwd=cwd)
+                atexit.register(self.close)
+            assert self._process.stdin is not None
+            request = {"argv": list(argv), "env": dict(env), "cwd": str(cwd), "log": str(log_path)}
+            self._process.stdin.write(json.dumps(request).encode() + b"\n")
+            self._process.stdin.flush()
+            while True:
+                message = self._read(timeout=60)
+                if message is None:
+                    raise RuntimeError("the fork server did not answer")
+                if "pid" in message:
+                    return ForkedProcess(self, int(message["pid"]), list(argv))
+
+    def close(self) -> None:
+        """End the helper (forks still running go on, as servers started the ordinary way would)."""
+        if self._process is not None and self._process.stdin is not None:
+            self._process.stdin.close()
+            self._process.wait(timeout=30)
+
+    def exit_code(self, pid: int, timeout: float) -> int | None:
+        """The exit code of fork ``pid`` once the helper has reaped it (None: still running)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:  # held for short reads only: other threads start and stop servers too
+                if pid not in self._exits:
+                    self._read(timeout=max(0.0, min(0.05, deadline - time.monotonic())))
+                if pid in self._exits:
+                    return self._exits[pid]
+            if time.monotonic() >= deadline:
+                return None
+
+    def _read(self, timeout: float) -> dict | None:
+        """The next message of the helper (exit reports are recorded and returned too); None on timeout."""
+        assert self._process is not None and self._process.stdout is not None
+        stream = self._process.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._pending:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([stream], [], [], left)[0]:
+                return None
+            chunk = os.read(stream, 65536)
+            if not chunk:
+                raise RuntimeError("the fork server exited")
+            self._pending += chunk
+        line, _, self._pending = self._pending.partition(b"\n")
+        message = json.loads(line)
+        if "exit" in message:
+            self._exits[int(message["exit"])] = int(message["code"])
+        return message
+
+
+class ForkedProcess:
+    """A forked server, with the part of `subprocess.Popen` the tests use."""
+
+    def __init__(self, server: ForkServer, pid: int, args: list[str]) -> None:
+        self._server = server
+        self.pid = pid
+        self.args = args
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self._server.exit_code(self.pid, timeout=0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            self.returncode = self._server.exit_code(self.pid, timeout=1e9 if timeout is None else timeout)
+            if self.returncode is None:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+_FORK_SERVER = ForkServer()
+
+
+def fork_server() -> ForkServer:
+    """This test process's fork server."""
+    return _FORK_SERVER
+
+
+# ---- the helper process ----
+
+def _serve_requests() -> None:
+    """Read requests from stdin, fork each, report pids and exit codes on stdout; end at EOF."""
+    sys.path[0] = str(Path(sys.executable).parent)  # the console script's, not this file's folder
+    for name in _PRELOADED:
+        __import__(name)
+    requests, reports = sys.stdin.buffer.fileno(), sys.stdout.buffer
+    pending, children = b"", set()
+    while True:
+        ready = select.select([requests], [], [], 0.05 if children else None)[0]
+        for pid in list(children):
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                children.discard(pid)
+                _report(reports, {"exit": pid, "code": os.waitstatus_to_exitcode(status)})
+        if not ready:
+            continue
+        chunk = os.read(requests, 65536)
+        if not chunk:
+            return
+        pending += chunk
+        while b"\n" in pending:
+            line, _, pending = pending.partition(b"\n")
+            pid = os.fork()
+            if pid == 0:
+                _become_server(json.loads(line))  # does not return
+            children.add(pid)
+            _report(reports, {"pid": pid})
+
+
+def _report(stream: object, message: dict) -> None:
+    stream.write(json.dumps(message).encode() + b"\n")  # type: ignore[attr-defined]
+    stream.flush()  # type: ignore[attr-defined]
+
+
+def _become_server(request: dict) -> NoReturn:
+    """In the fork: the process the console script would have been, running the command to its end."""
+    try:
+        os.setsid()
+        log = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.closerange(3, 65536)
+        os.environ.clear()
+        os.environ.update(request["env"])
+        os.chdir(request["cwd"])
+        time.tzset()
+        import tempfile
+
+        tempfile.tempdir = None  # read TMPDIR again
+        argv = request["argv"]
+        sys.argv = list(argv)
+        sys.path[0] = str(Path(argv[0]).parent)  # as for the console script
+    except BaseException:  # noqa: BLE001 - nothing may return into the helper's loop
+        os._exit(70)
+    from cli.connector import main
+
+    # As the console script does; what is raised leaves through the helper's frames, which catch
+    # nothing, so the interpreter ends this process as it ends a new one (threads, atexit, stdio).
+    sys.exit(main(args=argv[1:], prog_name=Path(argv[0]).name))
+
+
+if __name__ == "__main__":
+    _serve_requests()
