@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import atexit
 import json
+import locale
 import os
 import select
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -37,16 +39,17 @@ from pathlib import Path
 # mean something only to a fresh interpreter, so such a start is not forked.
 _RUN_TIME_PREFIXES = ("CONNECTOR_", "AWS_", "BRAIN_")
 _RUN_TIME_NAMES = frozenset({"PYTEST_CURRENT_TEST", "TMPDIR", "HOME", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "NO_PROXY", "no_proxy"})
+_COMMANDS = ("serve", "import")  # the connector's commands the suite runs most
 _PRELOADED = ("cli.connector", "cli.connector.serve", "connector.app", "uvicorn", "cli.serving.workers",
-              "common.connection_guard")
+              "common.connection_guard", "cli.connector.importing")
 
 
 def forkable(argv: Sequence[str], env: Mapping[str, str], base: Mapping[str, str]) -> bool:
-    """Whether ``argv`` with ``env`` is a `brain-connector serve` a fork of the helper (started with
-    environment ``base``) runs exactly as a new process would."""
+    """Whether ``argv`` with ``env`` is a `brain-connector serve` (or `import`) a fork of the helper
+    (started with environment ``base``) runs exactly as a new process would."""
     if os.environ.get("BRAIN_TESTS_NO_FORK"):  # every server a new process, as before (to compare)
         return False
-    if len(argv) < 2 or Path(argv[0]).name != "brain-connector" or argv[1] != "serve":
+    if len(argv) < 2 or Path(argv[0]).name != "brain-connector" or argv[1] not in _COMMANDS:
         return False
     if Path(argv[0]).parent != Path(sys.executable).parent:
         return False
@@ -69,15 +72,35 @@ class ForkServer:
         return self._env if self._process is not None else dict(os.environ)
 
     def start(self, argv: Sequence[str], env: Mapping[str, str], cwd: Path, log_path: Path) -> ForkedProcess:
-        """Fork a server running ``argv`` (a `brain-connector serve`), its output appended to ``log_path``."""
+        """Fork a server running ``argv`` in its own session, its output appended to ``log_path``."""
+        return self._fork({"argv": list(argv), "env": dict(env), "cwd": str(cwd), "stdin": os.devnull,
+                           "stdout": str(log_path), "stderr": str(log_path), "session": True})
+
+    def run(self, argv: Sequence[str], env: Mapping[str, str], cwd: Path, timeout: float,
+            input: str | None = None) -> subprocess.CompletedProcess[str]:
+        """``subprocess.run(argv, env=env, cwd=cwd, input=input, capture_output=True, text=True,
+        timeout=timeout)`` done by a fork (a command that ends by itself)."""
+        with tempfile.TemporaryDirectory(prefix="forked-run-") as scratch:
+            stdin, stdout, stderr = (Path(scratch) / name for name in ("stdin", "stdout", "stderr"))
+            stdin.write_text(input or "")
+            process = self._fork({"argv": list(argv), "env": dict(env), "cwd": str(cwd), "stdin": str(stdin),
+                                  "stdout": str(stdout), "stderr": str(stderr), "session": False})
+            try:
+                code = process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+                raise
+            return subprocess.CompletedProcess(list(argv), code, _text(stdout), _text(stderr))
+
+    def _fork(self, request: dict) -> ForkedProcess:
         with self._lock:
             if self._process is None or self._process.poll() is not None:
                 self._env = dict(os.environ)
                 self._process = subprocess.Popen([sys.executable, __file__], stdin=subprocess.PIPE,
-                                                 stdout=subprocess.PIPE, env=self._env, cwd=cwd)
+                                                 stdout=subprocess.PIPE, env=self._env, cwd=request["cwd"])
                 atexit.register(self.close)
             assert self._process.stdin is not None
-            request = {"argv": list(argv), "env": dict(env), "cwd": str(cwd), "log": str(log_path)}
             self._process.stdin.write(json.dumps(request).encode() + b"\n")
             self._process.stdin.flush()
             while True:
@@ -85,7 +108,7 @@ class ForkServer:
                 if message is None:
                     raise RuntimeError("the fork server did not answer")
                 if "pid" in message:
-                    return ForkedProcess(self, int(message["pid"]), list(argv))
+                    return ForkedProcess(self, int(message["pid"]), request["argv"])
 
     def close(self) -> None:
         """End the helper (forks still running go on, as servers started the ordinary way would)."""
@@ -123,6 +146,11 @@ class ForkServer:
         if "exit" in message:
             self._exits[int(message["exit"])] = int(message["code"])
         return message
+
+
+def _text(path: Path) -> str:
+    """A captured stream as `subprocess.run(..., text=True)` returns it."""
+    return path.read_bytes().decode(locale.getpreferredencoding(False)).replace("\r\n", "\n").replace("\r", "\n")
 
 
 class ForkedProcess:
@@ -204,19 +232,18 @@ def _report(stream: object, message: dict) -> None:
 def _become_server(request: dict) -> NoReturn:
     """In the fork: the process the console script would have been, running the command to its end."""
     try:
-        os.setsid()
-        log = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(log, 1)
-        os.dup2(log, 2)
+        if request["session"]:
+            os.setsid()
+        for fd, name, flags in ((0, "stdin", os.O_RDONLY), (1, "stdout", os.O_WRONLY | os.O_APPEND | os.O_CREAT),
+                                (2, "stderr", os.O_WRONLY | os.O_APPEND | os.O_CREAT)):
+            opened = os.open(request[name], flags, 0o644)
+            os.dup2(opened, fd)
+            os.close(opened)
         os.closerange(3, 65536)
         os.environ.clear()
         os.environ.update(request["env"])
         os.chdir(request["cwd"])
         time.tzset()
-        import tempfile
-
         tempfile.tempdir = None  # read TMPDIR again
         argv = request["argv"]
         sys.argv = list(argv)

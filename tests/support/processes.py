@@ -73,6 +73,18 @@ def console_script(name: str) -> str:
     return str(candidate) if candidate.exists() else name
 
 
+def run_command(argv: Sequence[str], *, timeout: float, env: Mapping[str, str] | None = None,
+                input: str | None = None) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run(argv, capture_output=True, text=True, ...)`` from the repository root
+    (``env``, as there, the whole environment; None: this process's); a command the fork server
+    runs as a new process would (tests/support/forkserver.py) is forked from it."""
+    full_env = dict(os.environ if env is None else env)
+    if forkable(argv, full_env, fork_server().base_env()):
+        return fork_server().run(argv, full_env, REPO_ROOT, timeout, input)
+    return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, env=full_env, cwd=REPO_ROOT,
+                          input=input, check=False)
+
+
 @dataclass
 class ServerProcess:
     """A started server: its process, base URL and log file."""
