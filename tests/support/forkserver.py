@@ -1,18 +1,18 @@
-"""Start `brain-connector serve` processes for tests by forking one that has already imported it.
+"""Start server processes for tests by forking a process that has already imported the program.
 
 Importing the connector (the MCP SDK, Litestar, the engine) costs a new process ~1.2 s of CPU
-before it serves anything; the suite starts over a hundred of them. A helper process per test
-process imports ``cli.connector.serve`` and ``connector.app`` once and forks a server on
-request, the way `serve --workers N` forks its workers from a leader that imported everything
-(cli/serving/workers.py). Each fork is a real server process in its own session: it gets the
-environment, working directory, arguments and log file the test asked for, then runs the same
-click command as the console script and exits as it would (atexit handlers, stdio flushed).
+before it serves anything, the store ~0.3 s; the suite starts hundreds of them. A helper process
+per program and test process imports the program's modules once and forks a process on request,
+the way `serve --workers N` forks its workers from a leader that imported everything
+(cli/serving/workers.py). Each fork is a real process: it gets the environment, working
+directory, arguments and standard streams the test asked for (a server its own session), then
+runs the same click command as the console script and exits as it would (atexit, stdio flushed).
 
 The helper is the fork's parent: it reaps it and reports its exit status, which ForkedProcess
 turns into the few `subprocess.Popen` calls the tests make (pid, poll, wait, returncode,
-send_signal). `run_server` forks only `brain-connector serve` whose environment differs from the
-helper's in the connector's own settings; anything else (interpreter or loader settings, another
-program) is started the ordinary way.
+send_signal). Only the commands listed in _PROGRAMS are forked, and only when the environment
+differs from the helper's in the programs' own settings; anything else (interpreter or loader
+settings, another program) is started the ordinary way, as is everything with BRAIN_TESTS_NO_FORK=1.
 
 Run as a script (``python forkserver.py``): it imports nothing from the tests.
 """
@@ -20,6 +20,7 @@ Run as a script (``python forkserver.py``): it imports nothing from the tests.
 from __future__ import annotations
 
 import atexit
+import importlib
 import json
 import locale
 import os
@@ -31,36 +32,60 @@ import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import NoReturn
+from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
-# Environment variables a fork may differ in from the helper: read by the connector's settings at
+# Environment variables a fork may differ in from its helper: read by the programs' settings at
 # run time. Anything else (PYTHON*, LD_PRELOAD, thread counts read when a library loads) could
 # mean something only to a fresh interpreter, so such a start is not forked.
-_RUN_TIME_PREFIXES = ("CONNECTOR_", "AWS_", "BRAIN_")
-_RUN_TIME_NAMES = frozenset({"PYTEST_CURRENT_TEST", "TMPDIR", "HOME", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "NO_PROXY", "no_proxy"})
-_COMMANDS = ("serve", "import")  # the connector's commands the suite runs most
-_PRELOADED = ("cli.connector", "cli.connector.serve", "connector.app", "uvicorn", "cli.serving.workers",
-              "common.connection_guard", "cli.connector.importing")
+_RUN_TIME_PREFIXES = ("CONNECTOR_", "STORE_", "AWS_", "BRAIN_")
+_RUN_TIME_NAMES = frozenset({"PYTEST_CURRENT_TEST", "TMPDIR", "HOME", "SSL_CERT_FILE", "SSL_CERT_DIR",
+                             "REQUESTS_CA_BUNDLE", "NO_PROXY", "no_proxy"})
 
 
-def forkable(argv: Sequence[str], env: Mapping[str, str], base: Mapping[str, str]) -> bool:
-    """Whether ``argv`` with ``env`` is a `brain-connector serve` (or `import`) a fork of the helper
-    (started with environment ``base``) runs exactly as a new process would."""
-    if os.environ.get("BRAIN_TESTS_NO_FORK"):  # every server a new process, as before (to compare)
-        return False
-    if len(argv) < 2 or Path(argv[0]).name != "brain-connector" or argv[1] not in _COMMANDS:
-        return False
+@dataclass(frozen=True)
+class _Program:
+    """A console script the helper may fork: its click group, the commands forked, what to import first."""
+
+    main: str
+    commands: tuple[str, ...]
+    preload: tuple[str, ...]
+
+
+# The commands the suite runs most. One helper per program: a fork holds only its own program's modules.
+_PROGRAMS = {
+    "brain-connector": _Program("cli.connector", ("serve", "import"), (
+        "cli.connector.serve", "connector.app", "uvicorn", "cli.serving.workers", "common.connection_guard",
+        "cli.connector.importing")),
+    "brain-store": _Program("cli.store", ("serve",), (
+        "cli.store.serve", "cli.store.runner", "uvicorn", "store.app", "store.storage.factory", "store.upload")),
+}
+
+
+def fork_server_for(argv: Sequence[str], env: Mapping[str, str]) -> ForkServer | None:
+    """The helper that runs ``argv`` with environment ``env`` in a fork exactly as a new process
+    would run it; None when it must be started the ordinary way."""
+    if os.environ.get("BRAIN_TESTS_NO_FORK"):  # every process started the ordinary way (to compare)
+        return None
+    program = Path(argv[0]).name if argv else ""
+    if program not in _PROGRAMS or len(argv) < 2 or argv[1] not in _PROGRAMS[program].commands:
+        return None
     if Path(argv[0]).parent != Path(sys.executable).parent:
-        return False
+        return None
+    helper = _HELPERS.setdefault(program, ForkServer(program))
+    base = helper.base_env()
     changed = {name for name in set(env) | set(base) if env.get(name) != base.get(name)}
-    return all(name.startswith(_RUN_TIME_PREFIXES) or name in _RUN_TIME_NAMES for name in changed)
+    if all(name.startswith(_RUN_TIME_PREFIXES) or name in _RUN_TIME_NAMES for name in changed):
+        return helper
+    return None
 
 
 class ForkServer:
-    """The helper process of this test process, started on first use."""
+    """This test process's helper for one program, started on first use."""
 
-    def __init__(self) -> None:
+    def __init__(self, program: str) -> None:
+        self.program = program
         self._lock = threading.Lock()
         self._process: subprocess.Popen[bytes] | None = None
         self._env: dict[str, str] = {}
@@ -97,7 +122,7 @@ class ForkServer:
         with self._lock:
             if self._process is None or self._process.poll() is not None:
                 self._env = dict(os.environ)
-                self._process = subprocess.Popen([sys.executable, __file__], stdin=subprocess.PIPE,
+                self._process = subprocess.Popen([sys.executable, __file__, self.program], stdin=subprocess.PIPE,
                                                  stdout=subprocess.PIPE, env=self._env, cwd=request["cwd"])
                 atexit.register(self.close)
             assert self._process.stdin is not None
@@ -185,21 +210,16 @@ class ForkedProcess:
         self.send_signal(signal.SIGKILL)
 
 
-_FORK_SERVER = ForkServer()
-
-
-def fork_server() -> ForkServer:
-    """This test process's fork server."""
-    return _FORK_SERVER
+_HELPERS: dict[str, ForkServer] = {}
 
 
 # ---- the helper process ----
 
-def _serve_requests() -> None:
+def _serve_requests(program: _Program) -> None:
     """Read requests from stdin, fork each, report pids and exit codes on stdout; end at EOF."""
     sys.path[0] = str(Path(sys.executable).parent)  # the console script's, not this file's folder
-    for name in _PRELOADED:
-        __import__(name)
+    for name in (program.main, *program.preload):
+        importlib.import_module(name)
     requests, reports = sys.stdin.buffer.fileno(), sys.stdout.buffer
     pending, children = b"", set()
     while True:
@@ -219,7 +239,7 @@ def _serve_requests() -> None:
             line, _, pending = pending.partition(b"\n")
             pid = os.fork()
             if pid == 0:
-                _become_server(json.loads(line))  # does not return
+                _become_server(program, json.loads(line))  # does not return
             children.add(pid)
             _report(reports, {"pid": pid})
 
@@ -229,7 +249,7 @@ def _report(stream: object, message: dict) -> None:
     stream.flush()  # type: ignore[attr-defined]
 
 
-def _become_server(request: dict) -> NoReturn:
+def _become_server(program: _Program, request: dict) -> NoReturn:
     """In the fork: the process the console script would have been, running the command to its end."""
     try:
         if request["session"]:
@@ -250,7 +270,7 @@ def _become_server(request: dict) -> NoReturn:
         sys.path[0] = str(Path(argv[0]).parent)  # as for the console script
     except BaseException:  # noqa: BLE001 - nothing may return into the helper's loop
         os._exit(70)
-    from cli.connector import main
+    main = importlib.import_module(program.main).main
 
     # As the console script does; what is raised leaves through the helper's frames, which catch
     # nothing, so the interpreter ends this process as it ends a new one (threads, atexit, stdio).
@@ -258,4 +278,4 @@ def _become_server(request: dict) -> NoReturn:
 
 
 if __name__ == "__main__":
-    _serve_requests()
+    _serve_requests(_PROGRAMS[sys.argv[1]])

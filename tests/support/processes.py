@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.support.forkserver import ForkedProcess, fork_server, forkable
+from tests.support.forkserver import ForkedProcess, fork_server_for
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
@@ -79,8 +79,8 @@ def run_command(argv: Sequence[str], *, timeout: float, env: Mapping[str, str] |
     (``env``, as there, the whole environment; None: this process's); a command the fork server
     runs as a new process would (tests/support/forkserver.py) is forked from it."""
     full_env = dict(os.environ if env is None else env)
-    if forkable(argv, full_env, fork_server().base_env()):
-        return fork_server().run(argv, full_env, REPO_ROOT, timeout, input)
+    if helper := fork_server_for(argv, full_env):
+        return helper.run(argv, full_env, REPO_ROOT, timeout, input)
     return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, env=full_env, cwd=REPO_ROOT,
                           input=input, check=False)
 
@@ -218,8 +218,8 @@ def run_server(
     """Start ``argv`` in its own process group, wait for ``health_path``, stop it on exit."""
     full_env = {**os.environ, **(env or {})}
     process: subprocess.Popen[bytes] | ForkedProcess
-    if forkable(argv, full_env, fork_server().base_env()):
-        process = fork_server().start(argv, full_env, REPO_ROOT, log_path)
+    if helper := fork_server_for(argv, full_env):
+        process = helper.start(argv, full_env, REPO_ROOT, log_path)
     else:
         with log_path.open("ab") as log:
             process = subprocess.Popen(
