@@ -256,7 +256,7 @@ def _become_server(program: _Program, request: dict) -> NoReturn:
             os.setsid()
         for fd, name, flags in ((0, "stdin", os.O_RDONLY), (1, "stdout", os.O_WRONLY | os.O_APPEND | os.O_CREAT),
                                 (2, "stderr", os.O_WRONLY | os.O_APPEND | os.O_CREAT)):
-            opened = os.open(request[name], flags, 0o644)
+            opened = os.open(request[name], flags, 0o666)  # as open() makes it, less the umask
             os.dup2(opened, fd)
             os.close(opened)
         os.closerange(3, 65536)
