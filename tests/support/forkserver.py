@@ -58,8 +58,9 @@ _PROGRAMS = {
     "brain-connector": _Program("cli.connector", ("serve", "import"), (
         "cli.connector.serve", "connector.app", "uvicorn", "cli.serving.workers", "common.connection_guard",
         "cli.connector.importing")),
-    "brain-store": _Program("cli.store", ("serve",), (
-        "cli.store.serve", "cli.store.runner", "uvicorn", "store.app", "store.storage.factory", "store.upload")),
+    "brain-store": _Program("cli.store", ("serve", "user", "brain", "key", "share", "unshare", "audit"), (
+        "cli.store.serve", "cli.store.runner", "uvicorn", "store.app", "store.storage.factory", "store.upload",
+        "cli.store.users", "cli.store.brains", "cli.store.sharing")),
 }
 
 
