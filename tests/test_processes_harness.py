@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -75,3 +76,18 @@ def test_a_forked_server_leads_its_own_session_and_stops_like_a_new_one(tmp_path
             server.process.send_signal(signal.SIGTERM)
             codes.append(server.process.wait(timeout=60))
     assert codes[0] == codes[1] == -signal.SIGTERM  # uvicorn ends by the signal once it has shut down
+
+
+def test_a_killed_fork_polls_as_ended_once_it_is_dead(tmp_path: Path) -> None:
+    """As Popen.poll: once the process is dead its code is there (the helper reaps it a little later)."""
+    port = free_port()
+    env = {"CONNECTOR_IDP": "static", "CONNECTOR_PORT": str(port), "CONNECTOR_STORE_URL": "http://127.0.0.1:9"}
+    with run_server([console_script("brain-connector"), "serve"], port=port, env=env,
+                    log_path=tmp_path / "connector.log", health_path="/health/live") as server:
+        assert isinstance(server.process, ForkedProcess) and server.process.poll() is None
+        os.kill(server.process.pid, signal.SIGKILL)
+        stat, deadline = Path(f"/proc/{server.process.pid}/stat"), time.monotonic() + 30
+        while stat.exists() and " Z " not in stat.read_text():  # until dead (then reaped: gone)
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+        assert server.process.poll() == -signal.SIGKILL

@@ -160,9 +160,8 @@ class ForkServer:
         stream = self._process.stdout.fileno()
         deadline = time.monotonic() + timeout
         while b"\n" not in self._pending:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([stream], [], [], left)[0]:
-                return None
+            if not select.select([stream], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                return None  # (a timeout of 0 still takes what has arrived)
             chunk = os.read(stream, 65536)
             if not chunk:
                 raise RuntimeError("the fork server exited")
@@ -190,7 +189,8 @@ class ForkedProcess:
 
     def poll(self) -> int | None:
         if self.returncode is None:
-            self.returncode = self._server.exit_code(self.pid, timeout=0)
+            # As Popen's: a process that has ended has a code, though the helper reaps it within 50 ms.
+            self.returncode = self._server.exit_code(self.pid, timeout=5 if _ended(self.pid) else 0)
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
@@ -209,6 +209,14 @@ class ForkedProcess:
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
+
+
+def _ended(pid: int) -> bool:
+    """Whether process ``pid`` has exited (a zombie not yet reaped, or gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
 
 
 _HELPERS: dict[str, ForkServer] = {}
