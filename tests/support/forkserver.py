@@ -14,7 +14,8 @@ send_signal). Only the commands listed in _PROGRAMS are forked, and only when th
 differs from the helper's in the programs' own settings; anything else (interpreter or loader
 settings, another program) is started the ordinary way, as is everything with BRAIN_TESTS_NO_FORK=1.
 
-Run as a script (``python forkserver.py``): it imports nothing from the tests.
+The helper runs this file as a script (``python forkserver.py brain-connector``): it imports nothing
+from the tests.
 """
 
 from __future__ import annotations
