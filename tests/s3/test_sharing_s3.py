@@ -86,7 +86,12 @@ def test_sharing_matrix_and_propagation_on_two_replicas(s3: S3Service, tmp_path:
             assert made.status_code == 201
             tokens[name] = made.json()["key"]
         assert httpx.delete(f"{a.url}/api/keys/{tokens['key-revoked'][:12]}", headers=_auth(alice)).status_code == 204
-        _seconds_until(lambda: httpx.get(b.url + sync, headers=_auth(tokens["key-revoked"])).status_code == 401
+        # A key made after the revocation: once replica b takes it, b has read the revocation too (a
+        # revoked key's 401 alone would also pass while b has not yet seen the new keys at all).
+        marker = httpx.post(a.url + "/api/keys", headers=_auth(alice), json={"brains": [brain], "scope": "read"})
+        assert marker.status_code == 201
+        _seconds_until(lambda: httpx.get(b.url + sync, headers=_auth(marker.json()["key"])).status_code == 200
+                       and httpx.get(b.url + sync, headers=_auth(tokens["key-revoked"])).status_code == 401
                        and httpx.get(b.url + sync, headers=_auth(tokens["vera"])).status_code == 200)
 
         # the matrix's key rows, on each replica

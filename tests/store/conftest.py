@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from contract.conformance.archives import make_archive as conformance_archive
-from tests.support.processes import ServerProcess, connection_owner, console_script, free_port, run_server
+from tests.support.processes import ServerProcess, connection_owner, console_script, free_port, run_command, run_server
 
 
 def make_archive(files: dict[str, bytes] | None = None, *, dirs: tuple[str, ...] = ()) -> bytes:
@@ -32,13 +32,7 @@ def brain_files(n: int, tag: str = "") -> dict[str, bytes]:
 
 def cli(*args: str, data: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run ``brain-store`` with ``--data`` appended; fails the test on a non-zero exit."""
-    result = subprocess.run(
-        [console_script("brain-store"), *args, "--data", str(data)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-    )
+    result = run_command([console_script("brain-store"), *args, "--data", str(data)], timeout=60, env=env)
     assert result.returncode == 0, result.stderr + result.stdout
     return result
 

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import httpx
 
+from tests.support.forkserver import ForkedProcess, fork_server_for
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 
@@ -71,11 +73,23 @@ def console_script(name: str) -> str:
     return str(candidate) if candidate.exists() else name
 
 
+def run_command(argv: Sequence[str], *, timeout: float, env: Mapping[str, str] | None = None,
+                input: str | None = None) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run(argv, capture_output=True, text=True, ...)`` from the repository root
+    (``env``, as there, the whole environment; None: this process's); a command the fork server
+    runs as a new process would (tests/support/forkserver.py) is forked from it."""
+    full_env = dict(os.environ if env is None else env)
+    if helper := fork_server_for(argv, full_env):
+        return helper.run(argv, full_env, REPO_ROOT, timeout, input)
+    return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, env=full_env, cwd=REPO_ROOT,
+                          input=input, check=False)
+
+
 @dataclass
 class ServerProcess:
     """A started server: its process, base URL and log file."""
 
-    process: subprocess.Popen[bytes]
+    process: subprocess.Popen[bytes] | ForkedProcess
     base_url: str
     log_path: Path
 
@@ -168,7 +182,7 @@ def connection_owner(group: int, server_port: int, client_port: int) -> int | No
     return holders[0] if len(holders) == 1 else None
 
 
-def wait_for_http(url: str, process: subprocess.Popen[bytes] | None = None, timeout: float = 30.0) -> None:
+def wait_for_http(url: str, process: subprocess.Popen[bytes] | ForkedProcess | None = None, timeout: float = 30.0) -> None:
     """Poll ``url`` until it answers 200; bounded in time, fails fast if the process died.
 
     With ``process`` (the leader of its own process group), the answer counts only once that
@@ -203,10 +217,14 @@ def run_server(
 ) -> Iterator[ServerProcess]:
     """Start ``argv`` in its own process group, wait for ``health_path``, stop it on exit."""
     full_env = {**os.environ, **(env or {})}
-    with log_path.open("ab") as log:
-        process = subprocess.Popen(
-            list(argv), stdout=log, stderr=subprocess.STDOUT, env=full_env, cwd=REPO_ROOT, start_new_session=True
-        )
+    process: subprocess.Popen[bytes] | ForkedProcess
+    if helper := fork_server_for(argv, full_env):
+        process = helper.start(argv, full_env, REPO_ROOT, log_path)
+    else:
+        with log_path.open("ab") as log:
+            process = subprocess.Popen(
+                list(argv), stdout=log, stderr=subprocess.STDOUT, env=full_env, cwd=REPO_ROOT, start_new_session=True
+            )
     server = ServerProcess(process=process, base_url=f"http://127.0.0.1:{port}", log_path=log_path)
     try:
         try:

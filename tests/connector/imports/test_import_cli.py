@@ -16,7 +16,7 @@ from connector.engine.format.archive import load_directory
 from connector.engine.format.text import memory_body
 from connector.webapp.transfer import export_zip
 from tests.connector.test_e2e_thinking import fake_model
-from tests.support.processes import console_script
+from tests.support.processes import console_script, run_command
 
 from . import samples
 
@@ -25,8 +25,8 @@ NOW = "2026-02-03T04:05:06.000Z"  # an explicit clock: ids and times do not depe
 
 
 def run_import(brain: Path, source: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([console_script("brain-connector"), "import", str(brain), str(source), "--now", NOW, *args],
-                          capture_output=True, text=True, timeout=240, env=env)
+    return run_command([console_script("brain-connector"), "import", str(brain), str(source), "--now", NOW, *args],
+                       timeout=240, env=env)
 
 
 def imported_ok(brain: Path, source: Path, *args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
