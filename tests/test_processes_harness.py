@@ -53,10 +53,23 @@ def test_a_forked_command_ends_as_a_new_process_would(tmp_path: Path, monkeypatc
 def test_only_the_programs_own_settings_may_differ_in_a_fork() -> None:
     serve = [console_script("brain-connector"), "serve"]
     assert fork_server_for(serve, {**os.environ, "CONNECTOR_PORT": "1", "STORE_QUIET": "1"}) is not None
-    for name in ("PYTHONHASHSEED", "LD_PRELOAD", "OMP_NUM_THREADS", "TZ"):
+    for name in ("PYTHONHASHSEED", "LD_PRELOAD", "OPENBLAS_NUM_THREADS", "TZ"):
         assert fork_server_for(serve, {**os.environ, name: "7"}) is None, name
     assert fork_server_for([console_script("brain-connector"), "recall"], dict(os.environ)) is None
     assert fork_server_for([sys.executable, "-c", "pass"], dict(os.environ)) is None
+
+
+def test_openmp_settings_may_differ_as_no_helper_loads_openmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test process that loaded the e5 engine has OMP_* set (connector/engine/recall/e5.py); its
+    starts are still forked, as the helper never loads the OpenMP runtime that reads them."""
+    argv = [console_script("brain-connector"), "import", str(tmp_path / "brain"), str(tmp_path / "missing.md")]
+    run_command(argv, timeout=120)  # the helper runs from here on
+    helper = fork_server_for(argv, dict(os.environ))
+    assert helper is not None and helper.pid is not None
+    assert "libgomp" not in Path(f"/proc/{helper.pid}/maps").read_text()
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    assert fork_server_for(argv, dict(os.environ)) is helper
 
 
 def test_a_forked_server_leads_its_own_session_and_stops_like_a_new_one(tmp_path: Path,

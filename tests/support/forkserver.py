@@ -40,7 +40,9 @@ from typing import NoReturn
 # Environment variables a fork may differ in from its helper: read by the programs' settings at
 # run time. Anything else (PYTHON*, LD_PRELOAD, thread counts read when a library loads) could
 # mean something only to a fresh interpreter, so such a start is not forked.
-_RUN_TIME_PREFIXES = ("CONNECTOR_", "STORE_", "AWS_", "BRAIN_")
+# OpenMP's settings count too: its runtime loads with the e5 engine on first use, never in a
+# helper, and a test process that loaded the engine itself has them set (connector/engine/recall/e5.py).
+_RUN_TIME_PREFIXES = ("CONNECTOR_", "STORE_", "AWS_", "BRAIN_", "OMP_")
 _RUN_TIME_NAMES = frozenset({"PYTEST_CURRENT_TEST", "TMPDIR", "HOME", "SSL_CERT_FILE", "SSL_CERT_DIR",
                              "REQUESTS_CA_BUNDLE", "NO_PROXY", "no_proxy"})
 
@@ -93,6 +95,11 @@ class ForkServer:
         self._env: dict[str, str] = {}
         self._pending = b""
         self._exits: dict[int, int] = {}
+
+    @property
+    def pid(self) -> int | None:
+        """The helper's process id while it runs."""
+        return self._process.pid if self._process is not None and self._process.poll() is None else None
 
     def base_env(self) -> dict[str, str]:
         """The environment the helper runs with (os.environ when it started)."""
