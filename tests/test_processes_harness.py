@@ -60,15 +60,18 @@ def test_only_the_programs_own_settings_may_differ_in_a_fork() -> None:
 
 
 def test_openmp_settings_may_differ_as_no_helper_loads_openmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A test process that loaded the e5 engine has OMP_* set (connector/engine/recall/e5.py); its
-    starts are still forked, as the helper never loads the OpenMP runtime that reads them."""
+    """A test process that loaded the e5 engine or the sentence model has OMP_* or KMP_* set
+    (connector/engine/recall/e5.py, threadpoolctl); its starts are still forked, as the helper
+    never loads an OpenMP runtime that reads them."""
     argv = [console_script("brain-connector"), "import", str(tmp_path / "brain"), str(tmp_path / "missing.md")]
     run_command(argv, timeout=120)  # the helper runs from here on
     helper = fork_server_for(argv, dict(os.environ))
     assert helper is not None and helper.pid is not None
-    assert "libgomp" not in Path(f"/proc/{helper.pid}/maps").read_text()
+    maps = Path(f"/proc/{helper.pid}/maps").read_text()
+    assert "libgomp" not in maps and "libiomp" not in maps
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    monkeypatch.setenv("KMP_DUPLICATE_LIB_OK", "True")
     assert fork_server_for(argv, dict(os.environ)) is helper
 
 

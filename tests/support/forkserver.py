@@ -40,9 +40,10 @@ from typing import NoReturn
 # Environment variables a fork may differ in from its helper: read by the programs' settings at
 # run time. Anything else (PYTHON*, LD_PRELOAD, thread counts read when a library loads) could
 # mean something only to a fresh interpreter, so such a start is not forked.
-# OpenMP's settings count too: its runtime loads with the e5 engine on first use, never in a
-# helper, and a test process that loaded the engine itself has them set (connector/engine/recall/e5.py).
-_RUN_TIME_PREFIXES = ("CONNECTOR_", "STORE_", "AWS_", "BRAIN_", "OMP_")
+# OpenMP's settings (GNU's OMP_*, Intel's KMP_*) count too: its runtimes load with the e5 engine
+# or the sentence model on first use, never in a helper, and a test process that loaded them
+# itself has some set (connector/engine/recall/e5.py; threadpoolctl sets KMP_DUPLICATE_LIB_OK).
+_RUN_TIME_PREFIXES = ("CONNECTOR_", "STORE_", "AWS_", "BRAIN_", "OMP_", "KMP_")
 _RUN_TIME_NAMES = frozenset({"PYTEST_CURRENT_TEST", "TMPDIR", "HOME", "SSL_CERT_FILE", "SSL_CERT_DIR",
                              "REQUESTS_CA_BUNDLE", "NO_PROXY", "no_proxy"})
 
