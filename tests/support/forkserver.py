@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
+from common.workers import pid_alive  # a zombie not yet reaped counts as ended
+
 # Environment variables a fork may differ in from its helper: read by the programs' settings at
 # run time. Anything else (PYTHON*, LD_PRELOAD, thread counts read when a library loads) could
 # mean something only to a fresh interpreter, so such a start is not forked.
@@ -199,7 +201,7 @@ class ForkedProcess:
     def poll(self) -> int | None:
         if self.returncode is None:
             # As Popen's: a process that has ended has a code, though the helper reaps it within 50 ms.
-            self.returncode = self._server.exit_code(self.pid, timeout=5 if _ended(self.pid) else 0)
+            self.returncode = self._server.exit_code(self.pid, timeout=0 if pid_alive(self.pid) else 5)
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
@@ -218,14 +220,6 @@ class ForkedProcess:
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
-
-
-def _ended(pid: int) -> bool:
-    """Whether process ``pid`` has exited (a zombie not yet reaped, or gone)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except (OSError, IndexError):
-        return True
 
 
 _HELPERS: dict[str, ForkServer] = {}
