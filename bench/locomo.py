@@ -52,6 +52,7 @@ sys.path.insert(0, str(REPO))
 from connector.engine.format.archive import load_directory  # noqa: E402
 from connector.engine.format.brain import Brain  # noqa: E402
 from connector.engine.recall.channelfusion import CHANNEL_FUSION, ChannelFusion, answers, channel_zscores, fuse_zscores, neighbours  # noqa: E402
+from connector.engine.recall.dates import date_offsets, named_dates  # noqa: E402
 from connector.engine.recall.embedding import content_hash  # noqa: E402
 from connector.engine.recall.hybrid import (  # noqa: E402
     DEFAULT_FUSION,
@@ -183,6 +184,25 @@ class Prepared:
     folders: list[str]
 
     @property
+    def texts(self) -> list[str]:
+        """Each memory's text, as hybrid recall reads it (index order)."""
+        self._memories()
+        return self._texts
+
+    @property
+    def written(self) -> list[datetime | None]:
+        """When each memory was written (index order)."""
+        self._memories()
+        return self._written
+
+    def _memories(self) -> None:
+        if getattr(self, "_texts", None) is None:
+            index = BrainIndex.build(self.brainset.brain)
+            self._texts = memory_texts(self.brainset.brain, index)
+            self._written = [None if r.created_ms is None else datetime.fromtimestamp(r.created_ms / 1000, tz=UTC)
+                             for r in index.memories]
+
+    @property
     def adjacent(self) -> tuple[np.ndarray, np.ndarray]:
         found = getattr(self, "_adjacent", None)
         if found is None:
@@ -266,10 +286,11 @@ def hybrid_ranking(case: Case, ids: Sequence[str], fusion: Fusion) -> list[int]:
 
 
 def fusion_ranking(case: Case, prepared: Prepared, fusion: ChannelFusion, offsets: np.ndarray | None = None,
-                   gate: bool | None = None) -> list[int]:
+                   gate: bool | None = None, dates: bool = True) -> list[int]:
     """The ranking of the channel fusion (connector/engine/recall/channelfusion.py), its floor included
     (``offsets``: added to the fused scores before anything is listed, as `fuse_zscores` takes them;
-    ``gate``: another answer decision in place of the strength floor's, bench/gate_cv.py)."""
+    ``gate``: another answer decision in place of the strength floor's, bench/gate_cv.py; ``dates``:
+    the date channel of hybrid recall, connector/engine/recall/dates.py)."""
     memo = case.__dict__.setdefault("_z", {})
     clips = (fusion.clip, fusion.clip_e5)
     normalised = memo.get(clips)
@@ -280,8 +301,14 @@ def fusion_ranking(case: Case, prepared: Prepared, fusion: ChannelFusion, offset
         gate = case.__dict__.get("_gate")
         if gate is None:
             gate = case.__dict__["_gate"] = matches_well(case.signals, case.eligible)
-    fused, listed = fuse_zscores(normalised, fusion, case.eligible, prepared.adjacent,
-                                 answers(case.e5, case.eligible, fusion, gate), offsets)
+    answered = answers(case.e5, case.eligible, fusion, gate)
+    fused, listed = fuse_zscores(normalised, fusion, case.eligible, prepared.adjacent, answered, offsets)
+    named = named_dates(case.query.text, case.query.now) if dates else ()
+    if named:  # as hybrid_recall: the memories of a date the query names, among the first candidates, rise
+        raised = date_offsets(named, fused, case.eligible, lambda p: prepared.texts[p], lambda p: prepared.written[p])
+        if raised is not None:
+            fused, listed = fuse_zscores(normalised, fusion, case.eligible, prepared.adjacent, answered,
+                                         raised if offsets is None else offsets + raised)
     strong = case.signals.strong
     if strong is not None and case.eligible[strong]:
         listed[strong] = True

@@ -41,7 +41,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import numpy as np
@@ -52,6 +52,7 @@ from connector.engine.format.jsvalues import datetime_ms, round3
 from connector.engine.format.text import memory_body
 from connector.engine.recall import beside
 from connector.engine.recall.channelfusion import CHANNEL_FUSION, ChannelFusion, fuse_channels, neighbours
+from connector.engine.recall.dates import date_offsets, named_dates
 from connector.engine.recall.embedding import Quantized, content_hash, cosines, embedded_text, products
 from connector.engine.recall.exact import recall
 from connector.engine.recall.index import BrainIndex, MemoryRecord
@@ -575,7 +576,15 @@ def hybrid_recall(
     well = matches_well(signals, allowed)
     channels = {"exact": signals.exact, "bm25": signals.bm25, "use": signals.semantic,
                 "e5": _e5_cosines(scored, e5, embed_e5_query, e5_channel)}
-    fused, listed = fuse_channels(channels, fusion, allowed, hybrid.adjacent(index), well, offsets if hybrid.newer else None)
+    adjacent = hybrid.adjacent(index)
+    fused, listed = fuse_channels(channels, fusion, allowed, adjacent, well, offsets if hybrid.newer else None)
+    named = named_dates(scored, now) if brain is not None else ()
+    if named:  # a query naming a date: the memories of that date among the first candidates rise
+        records = index.memories
+        raised = date_offsets(named, fused, allowed, lambda position: memory_text(brain, records[position].entry),
+                              lambda position: _written(records[position]))
+        if raised is not None:
+            fused, listed = fuse_channels(channels, fusion, allowed, adjacent, well, offsets + raised)
     if signals.strong is not None and allowed[signals.strong]:
         listed[signals.strong] = True  # a strong exact hit is always listed (and first)
     exact_hits = {index.positions[hit["id"]]: hit for hit in exact}
@@ -593,6 +602,10 @@ def hybrid_recall(
         hit["similarity"] = round3(float(signals.semantic[position]))
         hits.append(hit)
     return hits
+
+
+def _written(record: MemoryRecord) -> datetime | None:
+    return None if record.created_ms is None else datetime.fromtimestamp(record.created_ms / 1000, tz=UTC)
 
 
 NO_GOOD_MATCH = "no_good_match"

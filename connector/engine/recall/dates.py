@@ -1,0 +1,222 @@
+"""The dates a query names, and whether a memory is of that date: hybrid recall's date channel.
+
+"What did Joanna watch on 1 May, 2022?", "what did we decide in March 2024?",
+"2023年5月16日の会議": a question that names a calendar date asks about what happened or
+was said then. Its words say little about it (every turn of a conversation on that day
+carries the same date, and "May" matches every May), so the date is read as a date: the
+query's named days, months or years become intervals, a memory is *of* the date when a
+date it names in its text, or the day it was written, falls in one, and the memories of
+the date among the fusion's first candidates are raised (`date_offsets`).
+
+Only dates named outright count (a day with its month, a month with its year, a year
+with a word beside it): a bare number ("postgres 16", "port 5432", "v1.2") is no date,
+and what a span means only relative to now ("in 50 minutes", "at 4pm", a weekday alone)
+is left to the words and the models. A day named without its year takes the year of the
+query's clock (or of the memory's writing), the most recent such day that is not later.
+
+A memory may report a day after it happened ("I watched it last night", said on 2 May):
+a day named in the query also matches memories dated up to ``REPORT_LAG_DAYS`` later.
+
+Parsing is `dateparser`'s (English, Chinese, Japanese). A memory's dates are parsed only
+when a dated query ranks it among the first ``CANDIDATES`` and are kept by text, so a
+brain is never parsed whole and a memory is parsed once per process.
+
+Pure logic: the same texts and clocks always give the same dates.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from datetime import date, datetime, timedelta
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+Interval = tuple[date, date]  # first and last day, inclusive
+
+LANGUAGES = ["en", "zh", "ja"]
+# How many of the fusion's first memories a dated query's dates are checked against.
+CANDIDATES = 50
+# A day named in the query matches memories dated that day and up to this many days later.
+REPORT_LAG_DAYS = 2
+# Added to the fused score of a memory of the date (the z-scale: about one standard deviation).
+DATE_WEIGHT = 1.0
+# Years outside this range are numbers that happened to parse (a port, a count).
+_YEARS = range(1900, 2200)
+# A second clock far from any real one: a span whose date moves with the clock is relative.
+_OTHER_CLOCK = datetime(1911, 3, 7, 5, 5)
+_DIGIT = re.compile(r"\d")
+_DIGITS = re.compile(r"\d+")
+# Characters searched on each side of a number (a month's name and its year fit: "on 9 September, 2022").
+_REACH = 24
+_MAX_WINDOWS = 12  # a memory full of numbers (a table) is searched no further than this
+_WORD = re.compile(r"[^\W\d_]")  # a letter or a CJK character
+_MEMORY_TEXT_CACHE = 8192  # texts kept by the process (a dated query parses at most CANDIDATES)
+
+
+def named_dates(text: str, clock: datetime) -> tuple[Interval, ...]:
+    """The calendar dates ``text`` names outright, as intervals (a day, a month, a year).
+
+    A day or month named without its year takes ``clock``'s (the latest not after it). A text
+    without a digit names none (nothing is parsed: most queries)."""
+    out: list[Interval] = []
+    for window in _windows(text):
+        for interval in _window_dates(window, clock.replace(tzinfo=None)):
+            if interval not in out:
+                out.append(interval)
+    return tuple(out)
+
+
+def _settings(clock: datetime) -> dict[str, Any]:
+    # Naive UTC throughout: the host's time zone (tzlocal) is never read.
+    return {"RELATIVE_BASE": clock, "PREFER_DATES_FROM": "past", "TIMEZONE": "UTC", "TO_TIMEZONE": "UTC",
+            "RETURN_AS_TIMEZONE_AWARE": False}
+
+
+def _windows(text: str) -> list[str]:
+    """The stretches of ``text`` around its numbers (a date names one), merged where they meet:
+    searching these instead of the whole text costs a fraction of it, the same dates found."""
+    spans: list[list[int]] = []
+    for number in _DIGITS.finditer(text):
+        start, end = max(0, number.start() - _REACH), min(len(text), number.end() + _REACH)
+        if spans and start <= spans[-1][1]:
+            spans[-1][1] = end
+        else:
+            if len(spans) == _MAX_WINDOWS:
+                break
+            spans.append([start, end])
+    return [text[start:end] for start, end in spans]
+
+
+def _window_dates(text: str, clock: datetime) -> list[Interval]:
+    from dateparser.search import search_dates  # imported on the first dated text: ~0.1 s
+
+    try:
+        found = search_dates(text, languages=LANGUAGES,
+                             settings=_settings(clock)) or []
+    except (ValueError, OverflowError, TypeError):  # dateparser on odd input: no date, never an error
+        return []
+    out = []
+    searched = 0
+    for span, when in found:
+        span, when, searched = _with_year(text, span, when, searched, clock)
+        if not (_DIGIT.search(span) and _WORD.search(span)) or when.year not in _YEARS:
+            continue
+        try:
+            data = _elsewhere().get_date_data(span)
+        except (ValueError, OverflowError, TypeError):
+            continue
+        if data is None or data.date_obj is None:
+            continue
+        period = data.period if data.period in ("day", "month", "year") else "day"
+        if _absolute(when, data.date_obj, period):
+            out.append(_interval(when.date(), period))
+    return out
+
+
+@lru_cache(maxsize=1)
+def _elsewhere() -> Any:
+    """A parser reading spans at ``_OTHER_CLOCK`` (`_absolute`)."""
+    from dateparser.date import DateDataParser
+
+    return DateDataParser(languages=LANGUAGES, settings=_settings(_OTHER_CLOCK))
+
+
+_YEAR_AFTER = re.compile(r",?\s*\d{4}\b")
+
+
+def _with_year(text: str, span: str, when: datetime, searched: int, clock: datetime) -> tuple[str, datetime, int]:
+    """The span with the year right after it, when the search left it out ("on 10:58 am on 9
+    October" of "... 9 October, 2022"), read again; and where to look for the next span."""
+    start = text.find(span, searched)
+    if start < 0:
+        return span, when, searched
+    end = start + len(span)
+    year = _YEAR_AFTER.match(text, end)
+    if year is None:
+        return span, when, end
+    from dateparser import parse
+
+    longer = text[start:year.end()]
+    try:
+        again = parse(longer, languages=LANGUAGES, settings=_settings(clock))
+    except (ValueError, OverflowError, TypeError):
+        again = None
+    return (longer, again, year.end()) if again is not None else (span, when, end)
+
+
+def _absolute(when: datetime, elsewhere: datetime, period: str) -> bool:
+    """Whether a span read at two far-apart clocks names the same date (a yearless day or
+    month names the same one: only its year follows the clock)."""
+    def key(moment: datetime) -> tuple[int, ...]:
+        return (moment.year,) if period == "year" else (moment.year, moment.month) if period == "month" else (
+            moment.year, moment.month, moment.day)
+    if key(when) == key(elsewhere):
+        return True
+    return period != "year" and key(when)[1:] == key(elsewhere)[1:] and elsewhere.year in (
+        _OTHER_CLOCK.year, _OTHER_CLOCK.year - 1)
+
+
+def _interval(day: date, period: str) -> Interval:
+    if period == "year":
+        return date(day.year, 1, 1), date(day.year, 12, 31)
+    if period == "month":
+        following = date(day.year + day.month // 12, day.month % 12 + 1, 1)
+        return date(day.year, day.month, 1), following - timedelta(days=1)
+    return day, day
+
+
+@lru_cache(maxsize=_MEMORY_TEXT_CACHE)
+def _text_dates(text: str, written_day: date | None) -> tuple[Interval, ...]:
+    # Without a writing day a yearless date lands in _OTHER_CLOCK's year, which no query names.
+    clock = datetime.combine(written_day, datetime.max.time()) if written_day else _OTHER_CLOCK
+    return named_dates(text, clock)
+
+
+def memory_dates(text: str, written: datetime | None) -> tuple[Interval, ...]:
+    """The dates a memory is of: those its text names (a yearless one in the year it was
+    written), and the day it was written."""
+    written_day = written.date() if written is not None else None
+    dates = _text_dates(text, written_day)
+    if written_day is not None and (written_day, written_day) not in dates:
+        dates = (*dates, (written_day, written_day))
+    return dates
+
+
+def of_date(named: Sequence[Interval], dates: Sequence[Interval]) -> bool:
+    """Whether a memory with ``dates`` is of a date the query ``named`` (a named day: up to
+    REPORT_LAG_DAYS later too)."""
+    for first, last in named:
+        if first == last:
+            last = last + timedelta(days=REPORT_LAG_DAYS)
+        if any(start <= last and end >= first for start, end in dates):
+            return True
+    return False
+
+
+def date_offsets(
+    named: Sequence[Interval],
+    fused: np.ndarray,
+    eligible: np.ndarray,
+    text_of: Callable[[int], str],
+    written_of: Callable[[int], datetime | None],
+    weight: float = DATE_WEIGHT,
+    candidates: int = CANDIDATES,
+) -> np.ndarray | None:
+    """``weight`` for each of the first ``candidates`` eligible memories by ``fused`` score
+    that is of a date the query named, 0 elsewhere; None when the dates tell them nothing
+    apart (no date named, none of them of it, or all of them)."""
+    if not named or not eligible.any():
+        return None
+    scores = np.where(eligible, fused, -np.inf)
+    count = min(candidates, int(eligible.sum()))
+    first = np.argpartition(-scores, count - 1)[:count] if count < len(scores) else np.flatnonzero(eligible)
+    matching = [int(position) for position in first
+                if np.isfinite(scores[position]) and of_date(named, memory_dates(text_of(int(position)), written_of(int(position))))]
+    if not matching or len(matching) == count:
+        return None
+    offsets = np.zeros(len(fused), dtype=np.float32)
+    offsets[matching] = weight
+    return offsets
