@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
             dates.named_dates(text, brainset.queries[0].now)
             parse.append(time.perf_counter() - began)
         hybrid = HybridIndex.build(brain, index, use_store)
-        dated = [query for query in brainset.queries if dates.named_dates(query.text, query.now)]
+        dated = [query for query in brainset.queries if dates.query_dates(query.text, query.now)]
         if not dated:
             print(f"{brainset.name}: no dated question")
             continue

@@ -52,7 +52,7 @@ sys.path.insert(0, str(REPO))
 from connector.engine.format.archive import load_directory  # noqa: E402
 from connector.engine.format.brain import Brain  # noqa: E402
 from connector.engine.recall.channelfusion import CHANNEL_FUSION, ChannelFusion, answers, channel_zscores, fuse_zscores, neighbours  # noqa: E402
-from connector.engine.recall.dates import date_offsets, named_dates  # noqa: E402
+from connector.engine.recall.dates import date_offsets, query_dates  # noqa: E402
 from connector.engine.recall.embedding import content_hash  # noqa: E402
 from connector.engine.recall.hybrid import (  # noqa: E402
     DEFAULT_FUSION,
@@ -303,7 +303,7 @@ def fusion_ranking(case: Case, prepared: Prepared, fusion: ChannelFusion, offset
             gate = case.__dict__["_gate"] = matches_well(case.signals, case.eligible)
     answered = answers(case.e5, case.eligible, fusion, gate)
     fused, listed = fuse_zscores(normalised, fusion, case.eligible, prepared.adjacent, answered, offsets)
-    named = named_dates(case.query.text, case.query.now) if dates else ()
+    named = query_dates(case.query.text, case.query.now) if dates else ()
     if named:  # as hybrid_recall: the memories of a date the query names, among the first candidates, rise
         raised = date_offsets(named, fused, case.eligible, lambda p: prepared.texts[p], lambda p: prepared.written[p])
         if raised is not None:

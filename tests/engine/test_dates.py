@@ -3,7 +3,7 @@ of the memories of a named date among the fusion's first candidates."""
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 
 import numpy as np
 import pytest
@@ -15,8 +15,11 @@ from connector.engine.recall.dates import (
     memory_dates,
     named_dates,
     of_date,
+    query_dates,
 )
+from connector.engine.format.brain import Brain
 from connector.engine.recall.hybrid import recall_in_mode
+from connector.engine.writes.ops import Memorize
 from connector.workcopy.vectors import VectorStore
 from tests.engine.hybrid_support import make_brain
 
@@ -63,6 +66,34 @@ def test_a_date_named_outright_is_read_as_a_day_month_or_year(text: str, expecte
 )
 def test_numbers_times_and_relative_spans_are_no_dates(text: str) -> None:
     assert named_dates(text, CLOCK) == ()
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("what did I save yesterday", (day(2023, 10, 21),)),  # CLOCK is Sunday 22 October 2023
+        ("昨天的会议", (day(2023, 10, 21),)),
+        ("3 days ago", (day(2023, 10, 19),)),
+        ("what did we discuss last week", ((date(2023, 10, 9), date(2023, 10, 15)),)),
+        ("上周我做了什么", ((date(2023, 10, 9), date(2023, 10, 15)),)),
+        ("先週の会議", ((date(2023, 10, 9), date(2023, 10, 15)),)),
+        ("things from last month", ((date(2023, 9, 1), date(2023, 9, 30)),)),
+        ("先月の旅行", ((date(2023, 9, 1), date(2023, 9, 30)),)),
+        ("the camping trip last year", ((date(2022, 1, 1), date(2022, 12, 31)),)),
+        ("去年的旅行", ((date(2022, 1, 1), date(2022, 12, 31)),)),
+        # Not dates: a weekday, a time of day, a month by name alone ("may" is a verb too),
+        # characters read as weekdays (金, 水), words that are not about time.
+        ("saxophone lessons on Saturday mornings", ()),
+        ("dining spot near the workplace at noon", ()),
+        ("What may I bring to the March rally?", ()),
+        ("k6 load test before the December peak", ()),
+        ("稟議が必要な金額", ()),
+        ("家里热带鱼的鱼缸换水", ()),
+        ("kettle harbour lantern", ()),
+    ],
+)
+def test_a_query_names_days_weeks_months_and_years_relative_to_now(query: str, expected: tuple) -> None:
+    assert query_dates(query, CLOCK) == expected
 
 
 def test_a_day_named_matches_what_was_reported_up_to_the_lag_after_it() -> None:
@@ -142,3 +173,26 @@ def test_hybrid_recall_finds_the_memory_of_the_date_the_query_names(model_store:
     assert first("what film did we watch on 12 March 2024") == ids["Film at home"]
     assert first("what film did we watch on 2024-03-12") == ids["Film at home"]
     assert first("what film did we watch on March 12th") == ids["Film at home"]  # the year of now
+
+
+def test_hybrid_recall_finds_what_was_written_on_the_day_the_query_names(model_store: VectorStore) -> None:
+    brain = Brain()
+    now = datetime(2024, 10, 9, 18, 0, tzinfo=UTC)  # a Wednesday
+    ids = {}
+    for days_ago, title, content in [
+        (20, "Flaky test", "The payments test fails now and then when the clock crosses midnight; we pinned the clock."),
+        (9, "Flaky retry", "The flaky payments integration test: the retry loop hid a real race."),
+        (1, "Flaky CI job", "The flaky payments test failed again in CI, this time a port already in use."),
+        *[(days, f"Note {days}", f"Cooked dinner and read a chapter about gardens, day {days}.") for days in range(2, 40, 3)],
+    ]:
+        stored = Memorize.from_request([{"title": title, "content": content, "type": "learning", "path": "notes/"}]).apply(
+            brain, now - timedelta(days=days_ago))["stored"]
+        ids[title] = stored[0]["id"]
+
+    def first(query: str) -> str:
+        hits = recall_in_mode(brain, query, mode="hybrid", source=model_store, top=5, now=now)
+        return hits[0]["id"] if hits else ""
+
+    assert first("the flaky payments test") != ids["Flaky CI job"]
+    assert first("the flaky payments test yesterday") == ids["Flaky CI job"]
+    assert first("the flaky payments test last week") == ids["Flaky retry"]

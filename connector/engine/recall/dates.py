@@ -53,6 +53,13 @@ _DIGITS = re.compile(r"\d+")
 _REACH = 24
 _MAX_WINDOWS = 12  # a memory full of numbers (a table) is searched no further than this
 _WORD = re.compile(r"[^\W\d_]")  # a letter or a CJK character
+# A query longer than this is searched for relative dates no further (a pasted paragraph).
+_RELATIVE_QUERY_CHARS = 300
+# A third far clock, on another weekday in another month and year than _OTHER_CLOCK: a weekday's
+# or a month name's distance differs between the two, a relative span's does not.
+_THIRD_CLOCK = datetime(1912, 8, 23, 23, 5)
+_MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
+           "november", "december")
 _MEMORY_TEXT_CACHE = 8192  # texts kept by the process (a dated query parses at most CANDIDATES)
 
 
@@ -67,6 +74,21 @@ def named_dates(text: str, clock: datetime) -> tuple[Interval, ...]:
             if interval not in out:
                 out.append(interval)
     return tuple(out)
+
+
+def query_dates(query: str, now: datetime) -> tuple[Interval, ...]:
+    """The dates a query names: those named outright (`named_dates`) and, relative to ``now``,
+    a day, week, month or year named by where it is from now ("yesterday", "last week",
+    "上周", "先月", "two weeks ago").
+
+    A query holding none of the words `dateparser` reads as such (its own month names and
+    relative phrases, in our languages) and no digit is not parsed: most queries."""
+    found = list(named_dates(query, now))
+    if len(query) <= _RELATIVE_QUERY_CHARS and _date_words().search(query):
+        for interval in _relative_dates(query, now.replace(tzinfo=None)):
+            if interval not in found:
+                found.append(interval)
+    return tuple(found)
 
 
 def _settings(clock: datetime) -> dict[str, Any]:
@@ -116,6 +138,77 @@ def _window_dates(text: str, clock: datetime) -> list[Interval]:
     return out
 
 
+def _relative_dates(text: str, clock: datetime) -> list[Interval]:
+    """The days, weeks, months and years ``text`` names by where they are from ``clock``: a
+    span counts when it lies as far before two other clocks (other weekdays, months, years)
+    ("last week", "昨天", "3 days ago"). A weekday ("on Saturday", "金" read as Friday), a time of day
+    ("at noon"), a month by its name alone ("may" is a verb too) or a bare number does not."""
+    from dateparser.search import search_dates
+
+    try:
+        found = search_dates(text, languages=LANGUAGES, settings=_settings(clock)) or []
+    except (ValueError, OverflowError, TypeError):
+        return []
+    out = []
+    for span, when in found:
+        if not _WORD.search(span):
+            continue
+        try:
+            first, second = (_periods(moment).get_date_data(span) for moment in (_OTHER_CLOCK, _THIRD_CLOCK))
+        except (ValueError, OverflowError, TypeError):
+            continue
+        if first is None or second is None or first.date_obj is None or second.date_obj is None:
+            continue
+        period = first.period
+        if period not in ("day", "week", "month", "year"):
+            continue  # a time of day
+        if _distance(_OTHER_CLOCK, first.date_obj, period) != _distance(_THIRD_CLOCK, second.date_obj, period):
+            continue  # absolute (named_dates'), a weekday, or a word that only looks like a date
+        out.append(_interval(when.date(), period))
+    return out
+
+
+def _distance(clock: datetime, moment: datetime, period: str) -> int:
+    """How far ``moment`` lies before ``clock``, in ``period``s (days for a day or a week)."""
+    if period == "year":
+        return clock.year - moment.year
+    if period == "month":
+        return (clock.year * 12 + clock.month) - (moment.year * 12 + moment.month)
+    return (clock.date() - moment.date()).days
+
+
+@lru_cache(maxsize=2)
+def _periods(clock: datetime) -> Any:
+    """A parser reading spans at ``clock``, a time of day being its own period."""
+    from dateparser.date import DateDataParser
+
+    return DateDataParser(languages=LANGUAGES, settings={**_settings(clock), "RETURN_TIME_AS_PERIOD": True})
+
+
+@lru_cache(maxsize=1)
+def _date_words() -> re.Pattern[str]:
+    """`dateparser`'s own words for months, days, weeks, months and years, and its relative
+    phrases for them, in LANGUAGES: the words a query naming a date without a digit holds."""
+    from dateparser.languages.loader import default_loader
+
+    words: set[str] = set()
+    for code in LANGUAGES:
+        info = default_loader.get_locale(code).info
+        for key in (*_MONTHS, "year", "month", "week", "day"):
+            words.update(word for word in info.get(key, []) if isinstance(word, str))
+        for meaning, phrases in (info.get("relative-type") or {}).items():
+            if meaning.split()[-2:-1] and meaning.split()[-2] in ("day", "week", "month", "year"):
+                words.update(phrase for phrase in phrases if isinstance(phrase, str))
+    latin = sorted((word for word in words if word.isascii()), key=len, reverse=True)
+    other = sorted((word for word in words if not word.isascii()), key=len, reverse=True)
+    parts = []
+    if latin:
+        parts.append(r"\b(?:" + "|".join(re.escape(word) for word in latin) + r")\b")
+    if other:
+        parts.append("|".join(re.escape(word) for word in other))
+    return re.compile("|".join(parts), re.IGNORECASE)
+
+
 @lru_cache(maxsize=1)
 def _elsewhere() -> Any:
     """A parser reading spans at ``_OTHER_CLOCK`` (`_absolute`)."""
@@ -160,6 +253,8 @@ def _absolute(when: datetime, elsewhere: datetime, period: str) -> bool:
 
 
 def _interval(day: date, period: str) -> Interval:
+    if period == "week":  # Monday to Sunday
+        return day - timedelta(days=day.weekday()), day + timedelta(days=6 - day.weekday())
     if period == "year":
         return date(day.year, 1, 1), date(day.year, 12, 31)
     if period == "month":
