@@ -17,6 +17,9 @@ from connector.engine.recall.dates import (
     of_date,
     query_dates,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from connector.engine.format.brain import Brain
 from connector.engine.recall.hybrid import recall_in_mode
 from connector.engine.writes.ops import Memorize
@@ -94,6 +97,14 @@ def test_numbers_times_and_relative_spans_are_no_dates(text: str) -> None:
 )
 def test_a_query_names_days_weeks_months_and_years_relative_to_now(query: str, expected: tuple) -> None:
     assert query_dates(query, CLOCK) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("0123456789 ,.:-/年月日周週前去昨先上 yesterdaylastweekMayJunDecmonth")) | st.characters(),
+               max_size=120))
+def test_any_text_gives_dates_or_none_never_an_error(text: str) -> None:
+    for found in (named_dates(text, CLOCK), query_dates(text, CLOCK)):
+        assert all(first <= last and first.year in range(1900, 2200) for first, last in found)
 
 
 def test_a_day_named_matches_what_was_reported_up_to_the_lag_after_it() -> None:

@@ -118,7 +118,7 @@ def _window_dates(text: str, clock: datetime) -> list[Interval]:
     try:
         found = search_dates(text, languages=LANGUAGES,
                              settings=_settings(clock)) or []
-    except (ValueError, OverflowError, TypeError):  # dateparser on odd input: no date, never an error
+    except Exception:  # noqa: BLE001 - dateparser failing on odd text means no date there, never a failed recall
         return []
     out = []
     searched = 0
@@ -128,7 +128,7 @@ def _window_dates(text: str, clock: datetime) -> list[Interval]:
             continue
         try:
             data = _elsewhere().get_date_data(span)
-        except (ValueError, OverflowError, TypeError):
+        except Exception:  # noqa: BLE001 - as above
             continue
         if data is None or data.date_obj is None:
             continue
@@ -147,7 +147,7 @@ def _relative_dates(text: str, clock: datetime) -> list[Interval]:
 
     try:
         found = search_dates(text, languages=LANGUAGES, settings=_settings(clock)) or []
-    except (ValueError, OverflowError, TypeError):
+    except Exception:  # noqa: BLE001 - as above
         return []
     out = []
     for span, when in found:
@@ -155,7 +155,7 @@ def _relative_dates(text: str, clock: datetime) -> list[Interval]:
             continue
         try:
             first, second = (_periods(moment).get_date_data(span) for moment in (_OTHER_CLOCK, _THIRD_CLOCK))
-        except (ValueError, OverflowError, TypeError):
+        except Exception:  # noqa: BLE001 - as above
             continue
         if first is None or second is None or first.date_obj is None or second.date_obj is None:
             continue
@@ -235,7 +235,7 @@ def _with_year(text: str, span: str, when: datetime, searched: int, clock: datet
     longer = text[start:year.end()]
     try:
         again = parse(longer, languages=LANGUAGES, settings=_settings(clock))
-    except (ValueError, OverflowError, TypeError):
+    except Exception:  # noqa: BLE001 - as above
         again = None
     return (longer, again, year.end()) if again is not None else (span, when, end)
 
