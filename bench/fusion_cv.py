@@ -18,7 +18,10 @@ what it learns on some sets carries to the others. Candidates (families, each a 
   ``k`` (CombMNZ's idea on top of the z-scores); ``rrf``: reciprocal-rank fusion added to
   the z-score fusion;
 - ``e5 regime``: other clips and hit floors only once e5 votes (before that, the shipped
-  fusion).
+  fusion);
+- ``follow``: the turns near the first 1, 2 or 3 listed memories, listed after them: the
+  turn after only or the turn before too, up to 1 or 2 turns away (``ChannelFusion.follow``,
+  ``follow_reach``, ``follow_before``).
 
 Folds: each LoCoMo conversation held out together with one half of recall-quality (its
 answerable and no-answer queries alternately): fit on the other four conversations and
@@ -174,8 +177,9 @@ def candidates() -> list[Candidate]:
     for before, context in itertools.product((0.3, 0.45, 0.6, 0.75), (0.0, 0.15, 0.3)):
         out.append(Candidate("turn order", f"context before {before} after {context}",
                              replace(CHANNEL_FUSION, context_before=before, context=context)))
-    for follow in (1, 2, 3):
-        out.append(Candidate("follow", f"follow {follow}", replace(CHANNEL_FUSION, follow=follow)))
+    for follow, reach, before in itertools.product((1, 2, 3), (1, 2), (False, True)):
+        name = f"follow {follow} reach {reach}" + (" and before" if before else "")
+        out.append(Candidate("follow", name, replace(CHANNEL_FUSION, follow=follow, follow_reach=reach, follow_before=before)))
     for clip, clip_e5, hit_floor in itertools.product((3.0, 4.0, 5.0), (None, 5.0), (1.6, 1.65, 1.7, 1.75, 1.8)):
         with_e5 = replace(CHANNEL_FUSION, clip=clip, clip_e5=clip_e5, hit_floor=hit_floor)
         out.append(Candidate("e5 regime", f"with e5: clip {clip} e5 {clip_e5} hit floor {hit_floor}", with_e5,
