@@ -18,14 +18,18 @@ what it learns on some sets carries to the others. Candidates (families, each a 
   ``k`` (CombMNZ's idea on top of the z-scores); ``rrf``: reciprocal-rank fusion added to
   the z-score fusion;
 - ``e5 regime``: other clips and hit floors only once e5 votes (before that, the shipped
-  fusion).
+  fusion);
+- ``follow``: the turns near the first 1, 2 or 3 listed memories, listed after them: the
+  turn after only or the turn before too, up to 1 or 2 turns away (``ChannelFusion.follow``,
+  ``follow_reach``, ``follow_before``).
 
 Folds: each LoCoMo conversation held out together with one half of recall-quality (its
 answerable and no-answer queries alternately): fit on the other four conversations and
 the other half, score the held-out parts (10 folds; each conversation is scored twice,
 each half five times; figures are the means over folds). The fit: among the grid, the
 candidates that on the fitting part lose no figure of either set (LoCoMo recall@5 and @10,
-recall-quality recall@5 and MRR@10) against the fusion before (``--reference``), with e5
+recall-quality recall@5 and MRR@10) against a reference (``--reference``: the fusion before
+session 15, or the shipped one), with e5
 and without it (a brain whose e5 vectors are not computed yet), and list no more hits for
 recall-quality's no-answer queries (at most 2); then the fewest queries lost against the
 best single channel of each category (beyond one); then the best mean of the two sets'
@@ -174,8 +178,9 @@ def candidates() -> list[Candidate]:
     for before, context in itertools.product((0.3, 0.45, 0.6, 0.75), (0.0, 0.15, 0.3)):
         out.append(Candidate("turn order", f"context before {before} after {context}",
                              replace(CHANNEL_FUSION, context_before=before, context=context)))
-    for follow in (1, 2, 3):
-        out.append(Candidate("follow", f"follow {follow}", replace(CHANNEL_FUSION, follow=follow)))
+    for follow, reach, before in itertools.product((1, 2, 3), (1, 2), (False, True)):
+        name = f"follow {follow} reach {reach}" + (" and before" if before else "")
+        out.append(Candidate("follow", name, replace(CHANNEL_FUSION, follow=follow, follow_reach=reach, follow_before=before)))
     for clip, clip_e5, hit_floor in itertools.product((3.0, 4.0, 5.0), (None, 5.0), (1.6, 1.65, 1.7, 1.75, 1.8)):
         with_e5 = replace(CHANNEL_FUSION, clip=clip, clip_e5=clip_e5, hit_floor=hit_floor)
         out.append(Candidate("e5 regime", f"with e5: clip {clip} e5 {clip_e5} hit floor {hit_floor}", with_e5,
@@ -260,10 +265,10 @@ METRICS = (("locomo", "r5"), ("locomo", "r10"), ("quality", "r5"), ("quality", "
 
 
 def choose(names: Sequence[str], results: dict[str, dict[str, np.ndarray]], singles: dict[str, np.ndarray], tab: Table,
-           mask: np.ndarray, free: bool, strict: bool = False) -> str:
+           mask: np.ndarray, free: bool, strict: bool = False, reference_name: str = "before") -> str:
     """The fit on ``mask`` (see the module's docstring)."""
     single_figures = {name: figures(values, tab, mask) for name, values in singles.items()}
-    reference = {state: figures(results["before"][state], tab, mask) for state in ("e5", "no e5")}
+    reference = {state: figures(results[reference_name][state], tab, mask) for state in ("e5", "no e5")}
     best_key, chosen = None, names[0]
     for name in names:
         found = {state: figures(results[name][state], tab, mask) for state in ("e5", "no e5")}
@@ -287,14 +292,14 @@ def folds(tab: Table) -> list[tuple[str, np.ndarray]]:
 
 
 def cross_validate(family: str, names: Sequence[str], results: dict[str, dict[str, np.ndarray]], singles: dict[str, np.ndarray],
-                   tab: Table, free: bool, verbose: bool, strict: bool = False) -> dict[str, Any]:
+                   tab: Table, free: bool, verbose: bool, strict: bool = False, reference_name: str = "before") -> dict[str, Any]:
     """Fit and score on every fold; the held-out figures, averaged over folds, with e5 and without."""
     scored: dict[str, list[dict[str, dict[str, Any]]]] = {"e5": [], "no e5": []}
     chosen = []
     per_query = {state: np.zeros((len(tab.group), 3)) for state in scored}  # hit@5, hit@10, 1/rank summed over folds
     times = np.zeros(len(tab.group))
     for fold, held in folds(tab):
-        name = names[0] if len(names) == 1 else choose(names, results, singles, tab, ~held, free, strict)
+        name = names[0] if len(names) == 1 else choose(names, results, singles, tab, ~held, free, strict, reference_name)
         chosen.append(name)
         if verbose:
             print(f"    {fold}: {name}")
@@ -372,6 +377,8 @@ def main(argv: list[str] | None = None) -> int:
     channel_arguments(parser)
     parser.add_argument("--free", action="store_true", help="also fit without keeping every figure of the fusion before")
     parser.add_argument("--strict", action="store_true", help="a fit lists no more no-answer hits than the fusion before")
+    parser.add_argument("--reference", choices=("before", "shipped"), default="before",
+                        help="the fusion whose figures a fit keeps (default: the fusion before session 15)")
     args = parser.parse_args(argv)
     prepared = load(args.keep, args.cache_dir)
     without = [locomo.without_e5(item) for item in prepared]
@@ -397,17 +404,19 @@ def main(argv: list[str] | None = None) -> int:
         "follow": ["before", "shipped", *family_of["follow"]],
     }
     everything = np.ones(len(tab.group), dtype=bool)
-    rule = "fit keeping the fusion before's figures" + (", no more no-answer hits" if args.strict else "")
+    reference = "the fusion before's" if args.reference == "before" else "the shipped fusion's"
+    rule = f"fit keeping {reference} figures" + (", no more no-answer hits" if args.strict else "")
     rules = [(rule, False)] + ([("fit on value alone", True)] if args.free else [])
     held: dict[str, np.ndarray] = {}
     for rule, free in rules:
         print(f"\n== cross-validated ({rule}; 10 folds: one conversation + one recall-quality half held out)")
         for family, names in families.items():
-            found = cross_validate(family, names, results, singles, tab, free, args.verbose, args.strict)
+            found = cross_validate(family, names, results, singles, tab, free, args.verbose, args.strict, args.reference)
             print(line(family, found))
             if len(names) > 1:
                 print(f"{'':<22} chosen: " + "; ".join(f"{name} ({count})" for name, count in found["chosen"].most_common(3)))
-                print(f"{'':<22} fitted on every set: {choose(names, results, singles, tab, everything, free, args.strict)}")
+                fitted = choose(names, results, singles, tab, everything, free, args.strict, args.reference)
+                print(f"{'':<22} fitted on every set: {fitted}")
             if not free:
                 held[family] = found["e5 per query"]
     columns = {name: per_query(values) for name, values in singles.items()}

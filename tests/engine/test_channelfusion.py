@@ -167,3 +167,108 @@ def test_the_turns_after_the_first_listed_ones_are_listed_after_them() -> None:
     eligible[13] = False
     _, listed = fuse_channels({"use": use}, replace(fusion, follow=2), eligible, neighbours(folders))
     assert not listed[13]
+
+
+def _sessions(seed: int) -> tuple[np.ndarray, list[str], ChannelFusion]:
+    # 60 memories in sessions of ten; memory 25 is the best and the only one listed on its own.
+    # Its neighbours score low (26, 24, 23) or high but not enough to be listed (27).
+    use = _population(60, seed=seed)
+    use[25] = 0.95
+    use[[23, 24, 26, 27]] = [0.25, 0.3, 0.32, 0.6]
+    folders = [f"s{n // 10}" for n in range(60)]
+    return use, folders, ChannelFusion(exact=0, bm25=0, e5=0, use=1.0, clip=6.0, window=2.0, hit_floor=4.0)
+
+
+def test_followers_reach_further_and_before_nearer_first_below_every_own_listed() -> None:
+    use, folders, fusion = _sessions(5)
+    fused, alone = fuse_channels({"use": use}, fusion, np.ones(60, bool), neighbours(folders))
+    assert np.flatnonzero(alone).tolist() == [25] and fused[27] > fused[26] > fused[24] > fused[23]
+    # The turn after, two turns away: 26 then 27 (which outscores 26 but is farther).
+    followed, listed = fuse_channels({"use": use}, replace(fusion, follow=1, follow_reach=2), np.ones(60, bool), neighbours(folders))
+    assert np.flatnonzero(listed).tolist() == [25, 26, 27]
+    assert followed[25] == fused[25] > followed[26] > followed[27]
+    # And the turn before: 26 (after, 1), 24 (before, 1), 27 (after, 2), 23 (before, 2), in that order,
+    # each below everything listed before it, whatever its own score.
+    both = replace(fusion, follow=1, follow_reach=2, follow_before=True)
+    followed, listed = fuse_channels({"use": use}, both, np.ones(60, bool), neighbours(folders))
+    assert np.flatnonzero(listed).tolist() == [23, 24, 25, 26, 27]
+    assert followed[25] == fused[25] > followed[26] > followed[24] > followed[27] > followed[23]
+    assert followed[26] == fused[26] and followed[24] == fused[24]  # already lower: they keep their scores
+    unlisted = ~listed
+    assert np.array_equal(followed[unlisted], fused[unlisted])
+    # Only the turn before, one turn away.
+    _, listed = fuse_channels({"use": use}, replace(fusion, follow=1, follow_before=True), np.ones(60, bool), neighbours(folders))
+    assert np.flatnonzero(listed).tolist() == [24, 25, 26]
+
+
+def test_followers_never_displace_a_memory_listed_on_its_own() -> None:
+    use, folders, fusion = _sessions(6)
+    use[[27, 41]] = [0.85, 0.9]  # now listed on their own, below 25
+    fusion = replace(fusion, hit_floor=3.5)
+    fused, alone = fuse_channels({"use": use}, fusion, np.ones(60, bool), neighbours(folders))
+    assert np.flatnonzero(alone).tolist() == [25, 27, 41]
+    followed, listed = fuse_channels({"use": use}, replace(fusion, follow=2, follow_reach=2, follow_before=True),
+                                     np.ones(60, bool), neighbours(folders))
+    # The first two are 25 and 41: 27 (25's turn two after) keeps its own score and place; 26 is
+    # listed once (after 25, before 27); 41's neighbours 42, 40 and 43 come in too (39 is in the
+    # session before 41's).
+    assert np.flatnonzero(listed).tolist() == [23, 24, 25, 26, 27, 40, 41, 42, 43]
+    assert np.array_equal(followed[alone], fused[alone])
+    lowest = float(fused[alone].min())
+    assert float(followed[listed & ~alone].max()) < lowest
+
+
+def test_followers_stay_in_their_folder_and_skip_ineligible_memories() -> None:
+    use, folders, fusion = _sessions(7)
+    both = replace(fusion, follow=1, follow_reach=2, follow_before=True)
+    # The best is the last turn of its session: nothing after it, the two before it.
+    use[25], use[29] = 0.3, 0.95
+    _, listed = fuse_channels({"use": use}, both, np.ones(60, bool), neighbours(folders))
+    assert np.flatnonzero(listed).tolist() == [27, 28, 29]
+    # The first turn of its session: the two after it only.
+    use[29], use[20] = 0.3, 0.95
+    _, listed = fuse_channels({"use": use}, both, np.ones(60, bool), neighbours(folders))
+    assert np.flatnonzero(listed).tolist() == [20, 21, 22]
+    # An ineligible turn is not listed; the walk goes on past it to the turn two away.
+    eligible = np.ones(60, bool)
+    eligible[21] = False
+    _, listed = fuse_channels({"use": use}, both, eligible, neighbours(folders))
+    assert np.flatnonzero(listed).tolist() == [20, 22]
+    # A session of two: the walk stops at the session's end (30 is in the next session).
+    two = ["a"] * 28 + ["b", "b"] + ["c"] * 30
+    use[20], use[28] = 0.3, 0.95
+    _, listed = fuse_channels({"use": use}, both, np.ones(60, bool), neighbours(two))
+    assert np.flatnonzero(listed).tolist() == [28, 29]
+
+
+def _follow_before_generalised(fused: np.ndarray, listed: np.ndarray, eligible: np.ndarray, after: np.ndarray,
+                               count: int) -> tuple[np.ndarray, np.ndarray]:
+    """The rule as shipped in session 16 (the turn right after the first ``count``), for comparison."""
+    candidates = np.flatnonzero(listed)
+    firsts = candidates[np.lexsort((candidates, -fused[candidates]))][:count]
+    following = after[firsts]
+    following = following[(following >= 0) & ~listed[following] & eligible[following]]
+    fused, listed = fused.copy(), listed.copy()
+    cap = np.nextafter(np.float32(float(fused[candidates].min())), np.float32(-np.inf))
+    fused[following] = np.minimum(fused[following], cap)
+    listed[following] = True
+    return fused, listed
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_defaults_follow_the_turn_right_after_as_before(seed: int) -> None:
+    assert ChannelFusion().follow_reach == 1 and ChannelFusion().follow_before is False
+    rng = np.random.default_rng(seed)
+    count = 200
+    use = _population(count, seed=seed + 10)
+    use[rng.choice(count, 12, replace=False)] += rng.uniform(0.2, 0.6, 12).astype(np.float32)
+    folders = sorted(f"f{n:03d}" for n in rng.integers(0, 40, count))
+    eligible = rng.random(count) > 0.1
+    adjacent = neighbours(folders)
+    fusion = ChannelFusion(exact=0, bm25=0, e5=0, use=1.0, clip=6.0, window=2.5, hit_floor=1.5)
+    fused, alone = fuse_channels({"use": use}, fusion, eligible, adjacent)
+    for follow in (1, 2, 3):
+        followed, listed = fuse_channels({"use": use}, replace(fusion, follow=follow), eligible, adjacent)
+        expected_fused, expected_listed = _follow_before_generalised(fused, alone, eligible, adjacent[1], follow)
+        assert np.array_equal(listed, expected_listed) and np.array_equal(followed, expected_fused)
+        assert listed.sum() > alone.sum() or follow == 1

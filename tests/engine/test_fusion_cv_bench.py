@@ -79,3 +79,20 @@ def test_candidates_rank_through_the_connectors_fusion() -> None:
     assert evidence["e5_gap"] > 2 * evidence["use_gap"] and evidence["words"] == 0.5
     gap = fusion_cv.Candidate("adaptive", "gap", replace(CHANNEL_FUSION, bm25=4.0), evidence="gap", model_power=2.0)
     assert fusion_cv.ranking(case, prepared, gap)[:2] == [9, 4]
+
+
+def test_the_follow_family_reaches_further_and_before_through_the_connectors_fusion() -> None:
+    found = {c.name: c for c in fusion_cv.candidates()}
+    assert len(found) == len(fusion_cv.candidates())  # results are keyed by name
+    family = [c for c in found.values() if c.family == "follow"]
+    assert {(c.fusion.follow, c.fusion.follow_reach, c.fusion.follow_before) for c in family} == {
+        (follow, reach, before) for follow in (1, 2, 3) for reach in (1, 2) for before in (False, True)}
+    prepared = _prepared()
+    case = prepared.cases[0]
+    # Memory 9 leads and is the last turn of its session (0-9): nothing after it, the two before it.
+    assert fusion_cv.ranking(case, prepared, found["follow 1 reach 1"]) == [9, 4]
+    assert fusion_cv.ranking(case, prepared, found["follow 1 reach 2 and before"]) == [9, 4, 8, 7]
+    # The first two: the turns after at one (5, after 4), before at one (8 and 3, by score), after
+    # at two (6), before at two (7 and 2).
+    assert fusion_cv.ranking(case, prepared, found["follow 2 reach 2 and before"]) == [9, 4, 5, 3, 8, 6, 7, 2]
+    assert fusion_cv.ranking(case, prepared, found["follow 2 reach 1"]) == [9, 4, 5]
