@@ -72,26 +72,27 @@ import locomo  # noqa: E402
 
 from connector.engine.recall.channelfusion import CHANNEL_FUSION, ChannelFusion, zscores  # noqa: E402
 
-# The fusion before session 15 (e5 clipped like the others): the reference a fit may not fall below.
-BEFORE = replace(CHANNEL_FUSION, clip_e5=None)
+# The fixed fusion shipped before session 17's adaptation (its weights, clips and hit floor for every
+# query; the listing, following and dates as shipped), and the one before session 15 (e5 clipped like
+# the others): the reference a fit may not fall below.
+FIXED = replace(CHANNEL_FUSION, exact=0.0, bm25=0.25, use=0.5, adapt_weights=None, adapt_models=0.0, adapt_words=0.0,
+                clip_with_e5=None, hit_floor_with_e5=None)
+BEFORE = replace(FIXED, clip_e5=None)
 SINGLES = ("exact", "bm25", "use", "e5")
 NO_E5_SHARE = 0.25  # weight of the figures without e5 in a fit's value
 
 
 @dataclass(frozen=True)
 class Candidate:
-    """A fusion to score: the channel fusion, and optionally per-query weights or offsets."""
+    """A fusion to score: the channel fusion (its per-query adaptation and e5 regime included),
+    and optionally offsets from agreement or reciprocal ranks."""
 
     family: str
     name: str
     fusion: ChannelFusion
-    evidence: str | None = None  # "top" or "gap": query-adaptive model weights
-    model_power: float = 0.0  # a
-    words_power: float = 0.0  # b
     agree: float = 0.0  # bonus per extra channel holding the memory in its first ``agree_k``
     agree_k: int = 10
     rrf: float = 0.0  # weight of reciprocal-rank fusion (x 60: a channel's first memory adds ~1)
-    before_e5: ChannelFusion | None = None  # the fusion while e5 is not there (None: ``fusion``)
 
 
 def _memo(case: locomo.Case, key: str, make: Callable[[], Any]) -> Any:
@@ -99,22 +100,6 @@ def _memo(case: locomo.Case, key: str, make: Callable[[], Any]) -> Any:
     if found is None:
         found = case.__dict__[key] = make()
     return found
-
-
-def evidence(case: locomo.Case) -> dict[str, float]:
-    """What each channel says about itself for this query (unclipped z-scores of the models;
-    the share of the query's words the best memory holds)."""
-    def make() -> dict[str, float]:
-        out = {}
-        for name, values in (("use", case.signals.semantic), ("e5", case.e5)):
-            if values is None:
-                continue
-            ordered = np.sort(zscores(values, case.eligible, np.inf)[case.eligible])[::-1]
-            out[f"{name}_top"] = max(float(ordered[0]), 0.1)
-            out[f"{name}_gap"] = max(float(ordered[0] - ordered[min(9, len(ordered) - 1)]), 0.05)
-        out["words"] = max(float(np.max(np.where(case.eligible, case.signals.words, 0.0))), 0.01)
-        return out
-    return _memo(case, "_evidence", make)
 
 
 def channel_ranks(case: locomo.Case) -> dict[str, np.ndarray]:
@@ -138,14 +123,6 @@ def channel_ranks(case: locomo.Case) -> dict[str, np.ndarray]:
 def ranking(case: locomo.Case, prepared: locomo.Prepared, candidate: Candidate) -> list[int]:
     """The candidate's first ten positions for one query."""
     fusion = candidate.fusion
-    if case.e5 is None and candidate.before_e5 is not None:
-        fusion = candidate.before_e5
-    if candidate.evidence is not None:
-        found = evidence(case)
-        weights = {name: fusion.weight(name) * found[f"{name}_{candidate.evidence}"] ** candidate.model_power
-                   for name in ("use", "e5") if f"{name}_{candidate.evidence}" in found}
-        words = found["words"] ** candidate.words_power
-        fusion = replace(fusion, bm25=fusion.bm25 * words, exact=fusion.exact * words, **weights)
     offsets = None
     if candidate.agree or candidate.rrf:
         ranks = {name: values for name, values in channel_ranks(case).items() if name != "e5" or case.e5 is not None}
@@ -160,17 +137,20 @@ def ranking(case: locomo.Case, prepared: locomo.Prepared, candidate: Candidate) 
 
 
 def candidates() -> list[Candidate]:
-    out = [Candidate("reference", "before", BEFORE), Candidate("reference", "shipped", CHANNEL_FUSION)]
+    out = [Candidate("reference", "before", BEFORE), Candidate("reference", "fixed", FIXED),
+           Candidate("reference", "shipped", CHANNEL_FUSION)]
     for clip, clip_e5 in itertools.product((3.0, 4.0, 5.0), (None, 4.0, 5.0, 6.0, 8.0)):
         out.append(Candidate("clips", f"clip {clip} e5 {clip_e5}", replace(BEFORE, clip=clip, clip_e5=clip_e5)))
     weights = list(itertools.product((0.25, 0.5), (0.25, 0.5), (0.0, 0.25), (0.3, 0.45)))
     for bm25, use, exact, context in weights:
-        fusion = replace(CHANNEL_FUSION, bm25=bm25, use=use, exact=exact, context=context)
+        fusion = replace(FIXED, bm25=bm25, use=use, exact=exact, context=context)
         name = f"bm25 {bm25} use {use} exact {exact} context {context}"
         out.append(Candidate("weights", name, fusion))
-        for kind, power, words in itertools.product(("gap", "top"), (0.0, 0.5, 1.0, 2.0), (0.0, 0.5, 1.0)):
-            if power or words:
-                out.append(Candidate("adaptive", f"{name}; {kind}^{power}, words^{words}", fusion, kind, power, words))
+        for models, words in itertools.product((0.0, 0.5, 1.0, 2.0), (0.0, 0.5, 1.0)):
+            if models or words:
+                out.append(Candidate("adaptive", f"{name}; gap^{models}, words^{words}",
+                                     replace(FIXED, context=context, adapt_weights=(exact, bm25, use, 1.0),
+                                             adapt_models=models, adapt_words=words)))
     for agree, k in itertools.product((0.1, 0.25, 0.5), (5, 10)):
         out.append(Candidate("agreement", f"agree {agree} in first {k}", CHANNEL_FUSION, agree=agree, agree_k=k))
     for rrf in (0.5, 1.0, 2.0):
@@ -181,10 +161,19 @@ def candidates() -> list[Candidate]:
     for follow, reach, before in itertools.product((1, 2, 3), (1, 2), (False, True)):
         name = f"follow {follow} reach {reach}" + (" and before" if before else "")
         out.append(Candidate("follow", name, replace(CHANNEL_FUSION, follow=follow, follow_reach=reach, follow_before=before)))
-    for clip, clip_e5, hit_floor in itertools.product((3.0, 4.0, 5.0), (None, 5.0), (1.6, 1.65, 1.7, 1.75, 1.8)):
-        with_e5 = replace(CHANNEL_FUSION, clip=clip, clip_e5=clip_e5, hit_floor=hit_floor)
-        out.append(Candidate("e5 regime", f"with e5: clip {clip} e5 {clip_e5} hit floor {hit_floor}", with_e5,
-                             before_e5=CHANNEL_FUSION))
+    for clip, hit_floor in itertools.product((None, 4.0, 5.0), (1.6, 1.65, 1.7, 1.75, 1.8)):
+        out.append(Candidate("e5 regime", f"with e5: clip {clip} hit floor {hit_floor}",
+                             replace(FIXED, clip_with_e5=clip, hit_floor_with_e5=hit_floor)))
+    # Both at once (session 17): the weights, their adaptation and the e5 regime.
+    regimes = ((None, None), (5.0, 1.6), (5.0, 1.7), (5.0, 1.8))
+    for (bm25, use, exact), (models, words), (clip, hit_floor) in itertools.product(
+            itertools.product((0.25, 0.5), (0.25, 0.5), (0.0, 0.25)),
+            itertools.product((0.0, 0.5, 1.0, 2.0), (0.0, 0.5, 1.0)), regimes):
+        name = f"bm25 {bm25} use {use} exact {exact}; gap^{models}, words^{words}; " + (
+            "fixed clips" if clip is None else f"with e5: clip {clip} hit floor {hit_floor}")
+        out.append(Candidate("adaptive e5 regime", name, replace(
+            FIXED, **({"adapt_weights": (exact, bm25, use, 1.0)} if models or words else {"bm25": bm25, "use": use, "exact": exact}),
+            adapt_models=models, adapt_words=words, clip_with_e5=clip, hit_floor_with_e5=hit_floor)))
     return out
 
 
@@ -377,8 +366,9 @@ def main(argv: list[str] | None = None) -> int:
     channel_arguments(parser)
     parser.add_argument("--free", action="store_true", help="also fit without keeping every figure of the fusion before")
     parser.add_argument("--strict", action="store_true", help="a fit lists no more no-answer hits than the fusion before")
-    parser.add_argument("--reference", choices=("before", "shipped"), default="before",
-                        help="the fusion whose figures a fit keeps (default: the fusion before session 15)")
+    parser.add_argument("--reference", choices=("before", "fixed", "shipped"), default="before",
+                        help="the fusion whose figures a fit keeps (default: the fusion before session 15; fixed: the fixed "
+                             "weights shipped before session 17's adaptation)")
     args = parser.parse_args(argv)
     prepared = load(args.keep, args.cache_dir)
     without = [locomo.without_e5(item) for item in prepared]
@@ -394,17 +384,19 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(results)} candidates scored in {time.perf_counter() - started:.0f} s", file=sys.stderr)
     families = {
         "before": ["before"],
+        "fixed": ["fixed"],
         "shipped": ["shipped"],
         "clips": ["before", *family_of["clips"]],
         "weights": ["before", "shipped", *family_of["weights"]],
         "adaptive": ["before", "shipped", *family_of["weights"], *family_of["adaptive"]],
         "agreement / rrf": ["before", "shipped", *family_of["agreement"]],
         "e5 regime": ["before", "shipped", *family_of["e5 regime"]],
+        "adaptive e5 regime": ["before", "fixed", "shipped", *family_of["adaptive e5 regime"]],
         "turn order": ["before", "shipped", *family_of["turn order"]],
         "follow": ["before", "shipped", *family_of["follow"]],
     }
     everything = np.ones(len(tab.group), dtype=bool)
-    reference = "the fusion before's" if args.reference == "before" else "the shipped fusion's"
+    reference = {"before": "the fusion before's", "fixed": "the fixed fusion's", "shipped": "the shipped fusion's"}[args.reference]
     rule = f"fit keeping {reference} figures" + (", no more no-answer hits" if args.strict else "")
     rules = [(rule, False)] + ([("fit on value alone", True)] if args.free else [])
     held: dict[str, np.ndarray] = {}
@@ -420,8 +412,8 @@ def main(argv: list[str] | None = None) -> int:
             if not free:
                 held[family] = found["e5 per query"]
     columns = {name: per_query(values) for name, values in singles.items()}
-    columns.update({"before": held["before"], "shipped": held["shipped"], "adaptive (cv)": held["adaptive"],
-                    "turn order (cv)": held["turn order"], "follow (cv)": held["follow"]})
+    columns.update({"before": held["before"], "fixed": held["fixed"], "shipped": held["shipped"],
+                    "adaptive (cv)": held["adaptive"], "adaptive e5 regime (cv)": held["adaptive e5 regime"]})
     category_table("single channels beside the fusions (fitted ones: held-out, mean over folds)", columns, tab)
     return 0
 

@@ -291,11 +291,12 @@ def fusion_ranking(case: Case, prepared: Prepared, fusion: ChannelFusion, offset
     (``offsets``: added to the fused scores before anything is listed, as `fuse_zscores` takes them;
     ``gate``: another answer decision in place of the strength floor's, bench/gate_cv.py; ``dates``:
     the date channel of hybrid recall, connector/engine/recall/dates.py)."""
+    channels = {"exact": case.exact, "bm25": case.bm25, "use": case.signals.semantic, "e5": case.e5}
+    fusion = fusion.for_query(channels, case.eligible, case.signals.words)
     memo = case.__dict__.setdefault("_z", {})
     clips = (fusion.clip, fusion.clip_e5)
     normalised = memo.get(clips)
     if normalised is None:
-        channels = {"exact": case.exact, "bm25": case.bm25, "use": case.signals.semantic, "e5": case.e5}
         normalised = memo[clips] = channel_zscores(channels, case.eligible, fusion.clip, fusion.clips())
     if gate is None:
         gate = case.__dict__.get("_gate")

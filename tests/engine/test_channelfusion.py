@@ -7,7 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from connector.engine.recall.channelfusion import ChannelFusion, Z_POPULATION, fuse_channels, neighbours, zscores
+from connector.engine.recall.channelfusion import ChannelFusion, Z_POPULATION, fuse_channels, neighbours, standout, zscores
 
 
 def _population(count: int, seed: int = 1) -> np.ndarray:
@@ -272,3 +272,39 @@ def test_the_defaults_follow_the_turn_right_after_as_before(seed: int) -> None:
         expected_fused, expected_listed = _follow_before_generalised(fused, alone, eligible, adjacent[1], follow)
         assert np.array_equal(listed, expected_listed) and np.array_equal(followed, expected_fused)
         assert listed.sum() > alone.sum() or follow == 1
+
+
+def test_a_query_fusion_takes_the_e5_regime_only_once_e5_votes() -> None:
+    fusion = ChannelFusion(clip=3.0, clip_e5=5.0, hit_floor=1.6, clip_with_e5=5.0, hit_floor_with_e5=1.7)
+    eligible = np.ones(50, dtype=bool)
+    use = _population(50)
+    assert fusion.for_query({"use": use, "e5": None}, eligible, None) == fusion
+    with_e5 = fusion.for_query({"use": use, "e5": _population(50, seed=2)}, eligible, None)
+    assert (with_e5.clip, with_e5.clip_e5, with_e5.hit_floor) == (5.0, None, 1.7)
+    plain = ChannelFusion(clip=3.0, clip_e5=5.0, hit_floor=1.6)  # no regime, no adaptation: itself
+    assert plain.for_query({"use": use, "e5": use}, eligible, np.ones(50, np.float32)) is plain
+
+
+def test_a_query_fusion_weighs_each_channel_by_what_it_says_of_itself() -> None:
+    eligible = np.ones(200, dtype=bool)
+    flat = _population(200, seed=3)
+    sharp = flat.copy()
+    sharp[5] = 2.0  # one memory far above the rest: a large gap to the tenth best
+    assert standout(sharp, eligible) > 5 * standout(flat, eligible)
+    fusion = ChannelFusion(exact=0.2, bm25=0.5, use=0.25, e5=1.0, adapt_models=1.0, adapt_words=1.0)
+    words = np.zeros(200, dtype=np.float32)
+    words[7] = 0.5  # the best memory holds half of the query's words
+    adapted = fusion.for_query({"use": flat, "e5": sharp}, eligible, words)
+    assert adapted.e5 == pytest.approx(standout(sharp, eligible))
+    assert adapted.use == pytest.approx(0.25 * standout(flat, eligible))
+    assert (adapted.bm25, adapted.exact) == (pytest.approx(0.25), pytest.approx(0.1))
+    # Ineligible memories say nothing; a channel that says nothing keeps a small weight, not none.
+    eligible[7] = False
+    assert fusion.for_query({"use": flat, "e5": None}, eligible, words).bm25 == pytest.approx(0.5 * 0.01)
+    assert standout(np.full(200, 0.4, np.float32), np.ones(200, bool)) == pytest.approx(0.05)
+    # Without its words share (no word channel), only the models adapt.
+    assert fusion.for_query({"use": flat, "e5": None}, np.ones(200, bool), None).bm25 == pytest.approx(0.5 * 0.01)
+    # In a small brain nothing adapts: two memories are always two deviations apart.
+    few = np.zeros(200, dtype=bool)
+    few[: Z_POPULATION - 1] = True
+    assert fusion.for_query({"use": flat, "e5": sharp}, few, words) == fusion

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from connector.engine.recall.channelfusion import CHANNEL_FUSION
+from connector.engine.recall.channelfusion import CHANNEL_FUSION, standout
 from connector.engine.recall.hybrid import Signals
 from tests.engine.conftest import REPO_ROOT, synthetic_channels
 
@@ -68,17 +68,19 @@ def _prepared() -> locomo.Prepared:
 def test_candidates_rank_through_the_connectors_fusion() -> None:
     prepared = _prepared()
     case = prepared.cases[0]
-    shipped = locomo.fusion_ranking(case, prepared, CHANNEL_FUSION)
-    same = fusion_cv.Candidate("adaptive", "powers 0", CHANNEL_FUSION, evidence="gap")
-    assert fusion_cv.ranking(case, prepared, same) == shipped and shipped[:2] == [9, 4]
+    fixed = locomo.fusion_ranking(case, prepared, fusion_cv.FIXED)
+    same = fusion_cv.Candidate("adaptive", "powers 0", replace(fusion_cv.FIXED, adapt_models=0.0, adapt_words=0.0))
+    assert fusion_cv.ranking(case, prepared, same) == fixed and fixed[:2] == [9, 4]
     # Words weighed high: the memory holding the query's words leads. Weighing each model by its
     # own gap (1st to 10th best, z-scores) then lets e5, which sets memory 9 far apart, lead.
-    heavy_words = fusion_cv.Candidate("adaptive", "words", replace(CHANNEL_FUSION, bm25=4.0), evidence="gap")
+    heavy_words = fusion_cv.Candidate("weights", "words", replace(fusion_cv.FIXED, bm25=4.0))
     assert fusion_cv.ranking(case, prepared, heavy_words)[0] == 4
-    evidence = fusion_cv.evidence(case)
-    assert evidence["e5_gap"] > 2 * evidence["use_gap"] and evidence["words"] == 0.5
-    gap = fusion_cv.Candidate("adaptive", "gap", replace(CHANNEL_FUSION, bm25=4.0), evidence="gap", model_power=2.0)
+    assert standout(case.e5, case.eligible) > 2 * standout(case.signals.semantic, case.eligible)
+    gap = fusion_cv.Candidate("adaptive", "gap", replace(fusion_cv.FIXED, bm25=4.0, adapt_models=2.0))
     assert fusion_cv.ranking(case, prepared, gap)[:2] == [9, 4]
+    # The shipped fusion is one of the candidates of the family it was fitted in.
+    family = [c.fusion for c in fusion_cv.candidates() if c.family == "adaptive e5 regime"]
+    assert CHANNEL_FUSION in family
 
 
 def test_the_follow_family_reaches_further_and_before_through_the_connectors_fusion() -> None:
@@ -89,10 +91,16 @@ def test_the_follow_family_reaches_further_and_before_through_the_connectors_fus
         (follow, reach, before) for follow in (1, 2, 3) for reach in (1, 2) for before in (False, True)}
     prepared = _prepared()
     case = prepared.cases[0]
+
+    def ranked(name: str) -> list[int]:  # the family's following, on the fixed weights (both 9 and 4 listed)
+        fusion = found[name].fusion
+        return fusion_cv.ranking(case, prepared, fusion_cv.Candidate("follow", name, replace(
+            fusion_cv.FIXED, follow=fusion.follow, follow_reach=fusion.follow_reach, follow_before=fusion.follow_before)))
+
     # Memory 9 leads and is the last turn of its session (0-9): nothing after it, the two before it.
-    assert fusion_cv.ranking(case, prepared, found["follow 1 reach 1"]) == [9, 4]
-    assert fusion_cv.ranking(case, prepared, found["follow 1 reach 2 and before"]) == [9, 4, 8, 7]
+    assert ranked("follow 1 reach 1") == [9, 4]
+    assert ranked("follow 1 reach 2 and before") == [9, 4, 8, 7]
     # The first two: the turns after at one (5, after 4), before at one (8 and 3, by score), after
     # at two (6), before at two (7 and 2).
-    assert fusion_cv.ranking(case, prepared, found["follow 2 reach 2 and before"]) == [9, 4, 5, 3, 8, 6, 7, 2]
-    assert fusion_cv.ranking(case, prepared, found["follow 2 reach 1"]) == [9, 4, 5]
+    assert ranked("follow 2 reach 2 and before") == [9, 4, 5, 3, 8, 6, 7, 2]
+    assert ranked("follow 2 reach 1") == [9, 4, 5]

@@ -52,7 +52,7 @@ from connector.engine.format.jsvalues import datetime_ms, round3
 from connector.engine.format.text import memory_body
 from connector.engine.recall import beside
 from connector.engine.recall.channelfusion import CHANNEL_FUSION, ChannelFusion, fuse_channels, neighbours
-from connector.engine.recall.dates import date_offsets, named_dates
+from connector.engine.recall.dates import date_offsets, query_dates
 from connector.engine.recall.embedding import Quantized, content_hash, cosines, embedded_text, products
 from connector.engine.recall.exact import recall
 from connector.engine.recall.index import BrainIndex, MemoryRecord
@@ -577,8 +577,9 @@ def hybrid_recall(
     channels = {"exact": signals.exact, "bm25": signals.bm25, "use": signals.semantic,
                 "e5": _e5_cosines(scored, e5, embed_e5_query, e5_channel)}
     adjacent = hybrid.adjacent(index)
+    fusion = fusion.for_query(channels, allowed, signals.words)
     fused, listed = fuse_channels(channels, fusion, allowed, adjacent, well, offsets if hybrid.newer else None)
-    named = named_dates(scored, now) if brain is not None else ()
+    named = query_dates(scored, now) if brain is not None else ()
     if named:  # a query naming a date: the memories of that date among the first candidates rise
         records = index.memories
         raised = date_offsets(named, fused, allowed, lambda position: memory_text(brain, records[position].entry),
