@@ -61,6 +61,9 @@ def test_a_date_named_outright_is_read_as_a_day_month_or_year(text: str, expecte
         "should I have an espresso at 4pm",
         "Sato Kenji 1:1 written agenda Thursday",
         "cert-manager DNS-01 challenge expired certificate",
+        "benchmark fact 3 kettle",  # a word beside a number: dateparser would read a month
+        "fact 32 token",  # ... or a year 1932
+        "How long ago was Caroline's 18th birthday?",
         "what did I eat yesterday",  # no digit: nothing is parsed
         "",
         "9" * 5000,

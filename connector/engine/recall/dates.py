@@ -49,6 +49,8 @@ _YEARS = range(1900, 2200)
 _OTHER_CLOCK = datetime(1911, 3, 7, 5, 5)
 _DIGIT = re.compile(r"\d")
 _DIGITS = re.compile(r"\d+")
+_YEAR_DIGITS = re.compile(r"(?<!\d)\d{4}(?!\d)")
+_NUMERIC_DATE = re.compile(r"\d{4}-\d{1,2}-\d{1,2}|\d{1,2}[/.]\d{1,2}[/.]\d{2,4}")
 # Characters searched on each side of a number (a month's name and its year fit: "on 9 September, 2022").
 _REACH = 24
 _MAX_WINDOWS = 12  # a memory full of numbers (a table) is searched no further than this
@@ -70,6 +72,8 @@ def named_dates(text: str, clock: datetime) -> tuple[Interval, ...]:
     without a digit names none (nothing is parsed: most queries)."""
     out: list[Interval] = []
     for window in _windows(text):
+        if not (_YEAR_DIGITS.search(window) or _NUMERIC_DATE.search(window) or _month_names().search(window)):
+            continue  # nothing there could name a date outright (`_names_a_date`): not parsed
         for interval in _window_dates(window, clock.replace(tzinfo=None)):
             if interval not in out:
                 out.append(interval)
@@ -133,7 +137,7 @@ def _window_dates(text: str, clock: datetime) -> list[Interval]:
         if data is None or data.date_obj is None:
             continue
         period = data.period if data.period in ("day", "month", "year") else "day"
-        if _absolute(when, data.date_obj, period):
+        if _names_a_date(span, period) and _absolute(when, data.date_obj, period):
             out.append(_interval(when.date(), period))
     return out
 
@@ -189,16 +193,30 @@ def _periods(clock: datetime) -> Any:
 def _date_words() -> re.Pattern[str]:
     """`dateparser`'s own words for months, days, weeks, months and years, and its relative
     phrases for them, in LANGUAGES: the words a query naming a date without a digit holds."""
-    from dateparser.languages.loader import default_loader
-
     words: set[str] = set()
-    for code in LANGUAGES:
-        info = default_loader.get_locale(code).info
+    for info in _locales():
         for key in (*_MONTHS, "year", "month", "week", "day"):
             words.update(word for word in info.get(key, []) if isinstance(word, str))
         for meaning, phrases in (info.get("relative-type") or {}).items():
             if meaning.split()[-2:-1] and meaning.split()[-2] in ("day", "week", "month", "year"):
                 words.update(phrase for phrase in phrases if isinstance(phrase, str))
+    return _any_of(words)
+
+
+@lru_cache(maxsize=1)
+def _month_names() -> re.Pattern[str]:
+    """`dateparser`'s own names of the months in LANGUAGES ("may", "aug", "5月", "一月")."""
+    return _any_of({word for info in _locales() for key in _MONTHS for word in info.get(key, []) if isinstance(word, str)})
+
+
+def _locales() -> list[dict[str, Any]]:
+    from dateparser.languages.loader import default_loader
+
+    return [default_loader.get_locale(code).info for code in LANGUAGES]
+
+
+def _any_of(words: set[str]) -> re.Pattern[str]:
+    """A pattern matching any of ``words``: Latin ones as whole words, others anywhere."""
     latin = sorted((word for word in words if word.isascii()), key=len, reverse=True)
     other = sorted((word for word in words if not word.isascii()), key=len, reverse=True)
     parts = []
@@ -207,6 +225,15 @@ def _date_words() -> re.Pattern[str]:
     if other:
         parts.append("|".join(re.escape(word) for word in other))
     return re.compile("|".join(parts), re.IGNORECASE)
+
+
+def _names_a_date(span: str, period: str) -> bool:
+    """Whether a span names its date outright: a year in four digits ("in 2023"), or a day or
+    month with a month's name ("16 June", "Aug 15th", "5月16日") or as digits with separators
+    ("2024-03-05", "3/5/2024"). A word beside a number ("fact 1", "the 18th") is no date."""
+    if period == "year":
+        return bool(_YEAR_DIGITS.search(span))
+    return bool(_month_names().search(span) or _NUMERIC_DATE.search(span))
 
 
 @lru_cache(maxsize=1)
