@@ -172,14 +172,18 @@ def model_store() -> VectorStore:
     return VectorStore()
 
 
+def _first_hit(brain: Brain, query: str, store: VectorStore, now: datetime) -> str:
+    hits = recall_in_mode(brain, query, mode="hybrid", source=store, top=5, now=now)
+    return hits[0]["id"] if hits else ""
+
+
 def test_hybrid_recall_finds_the_memory_of_the_date_the_query_names(model_store: VectorStore) -> None:
     brain, ids = make_brain([{"title": title, "content": content, "tags": ["diary"], "path": "diary/"}
                              for title, content in DIARY])
     now = datetime(2024, 10, 1, tzinfo=UTC)
 
     def first(query: str) -> str:
-        hits = recall_in_mode(brain, query, mode="hybrid", source=model_store, top=5, now=now)
-        return hits[0]["id"] if hits else ""
+        return _first_hit(brain, query, model_store, now)
 
     # Without the date the richer film memory wins; the day's words find the bike ride. The film
     # of the day before it was told ("last night", on 13 March) is of that date.
@@ -204,8 +208,7 @@ def test_hybrid_recall_finds_what_was_written_on_the_day_the_query_names(model_s
         ids[title] = stored[0]["id"]
 
     def first(query: str) -> str:
-        hits = recall_in_mode(brain, query, mode="hybrid", source=model_store, top=5, now=now)
-        return hits[0]["id"] if hits else ""
+        return _first_hit(brain, query, model_store, now)
 
     assert first("the flaky payments test") != ids["Flaky CI job"]
     assert first("the flaky payments test yesterday") == ids["Flaky CI job"]
