@@ -268,10 +268,10 @@ def fuse_zscores(
     if fusion.hit_floor is not None:
         listed &= (fused >= fusion.hit_floor) | (fused >= best)
     if fusion.lookalike is not None:
-        standout = fusion.lookalike
+        apart = fusion.lookalike
         if "e5" not in normalised and fusion.lookalike_use_alone is not None:
-            standout = fusion.lookalike_use_alone
-        listed &= _not_lookalike(normalised, standout, fusion.lookalike_words, count) | (fused >= best)
+            apart = fusion.lookalike_use_alone
+        listed &= _not_lookalike(normalised, apart, fusion.lookalike_words, count) | (fused >= best)
     if fusion.follow and adjacent is not None:
         fused, listed = _follow(fused, listed, eligible, adjacent, fusion)
     return fused, listed
@@ -305,15 +305,15 @@ def _follow(fused: np.ndarray, listed: np.ndarray, eligible: np.ndarray, adjacen
     return fused, listed
 
 
-def _not_lookalike(normalised: Mapping[str, np.ndarray], standout: float, words_over: float, count: int) -> np.ndarray:
+def _not_lookalike(normalised: Mapping[str, np.ndarray], apart: float, words_over: float, count: int) -> np.ndarray:
     """The memories holding the query's words (scaled BM25 over ``words_over``), or standing out
-    by ``standout`` in a model."""
+    by ``apart`` in a model."""
     words = normalised.get("bm25")
     keep = words > words_over if words is not None else np.ones(count, dtype=bool)
     for name in ("use", "e5"):
         values = normalised.get(name)
         if values is not None:
-            keep = keep | (values >= standout)
+            keep = keep | (values >= apart)
     return keep
 
 
