@@ -17,7 +17,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from connector.engine.format.brain import Brain
 from connector.engine.recall.embedding import Quantized, content_hash
@@ -36,10 +36,17 @@ class Progress:
     state: str
     done: int
     total: int
+    # Where the int8 query kernels stand (`E5Embedder.query_kernels`: off, unloaded, loading, ready,
+    # failed): queries are embedded by them once ready, by the engine otherwise (the two give vectors
+    # equal to ~1e-4, not to the bit). None: not known.
+    query_kernels: str | None = None
 
     def to_json(self) -> dict[str, object]:
         """The figures brain_status shows."""
-        return {"state": self.state, "embedded": self.done, "total": self.total}
+        shown: dict[str, object] = {"state": self.state, "embedded": self.done, "total": self.total}
+        if self.query_kernels is not None:
+            shown["query_kernels"] = self.query_kernels
+        return shown
 
 
 # The background thread's nice value (Linux: per thread, inherited by the engine's OpenMP
@@ -128,7 +135,12 @@ class E5Backfill:
         if self._made and self._store is None:
             return Progress(UNAVAILABLE, 0, 0)
         with self._lock:
-            return self._progress.get(brain_id)
+            progress = self._progress.get(brain_id)
+            store = self._store
+        if progress is None or store is None:
+            return progress
+        kernels = getattr(store.embedder, "query_kernels", None)
+        return replace(progress, query_kernels=kernels) if isinstance(kernels, str) else progress
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the background thread (after its current batch)."""

@@ -71,7 +71,10 @@ def test_recall_answers_while_e5_is_computed_and_keeps_its_vectors(store: Runnin
                 found = structured(await client.call_tool("brain_recall", {"query": "vaccine for the cat", "limit": 3}))
                 assert found["results"][0]["id"] == ids["猫的疫苗"]
                 status = structured(await client.call_tool("brain_status", {}))
-            assert status["recall_e5"] == {"state": "ready", "embedded": total, "total": total}
+            shown = status["recall_e5"]
+            assert {key: shown[key] for key in ("state", "embedded", "total")} == {"state": "ready", "embedded": total, "total": total}
+            # Where the int8 query kernels stand (the connector builds them in the background).
+            assert shown["query_kernels"] in ("loading", "ready", "failed")
             # With e5 fused in (the version's vectors handed over on the next recall).
             found = structured(await client.call_tool("brain_recall", {"query": "vaccine for the cat", "limit": 3}))
             assert found["results"][0]["id"] == ids["猫的疫苗"]

@@ -37,14 +37,19 @@ def _hits(found: dict[str, Any]) -> list[tuple[str, float, float]]:
     return [(hit["id"], hit["score"], hit["similarity"]) for hit in found["results"]]
 
 
-async def settled(client: Any) -> None:
+async def settled(client: Any, queries: bool = False) -> None:
     """Until the brain version's e5 vectors are all there (or e5 cannot load here): both
     connectors then answer with the same channels. A recall first, so the status is this
-    version's (a version without them is queued, and says so, before the recall answers)."""
+    version's (a version without them is queued, and says so, before the recall answers).
+    ``queries``: also until queries are embedded by the int8 kernels (built in the background;
+    the engine's query vectors differ from theirs by ~1e-4, enough to move a score's third
+    decimal), so both connectors embed the measured queries the same way."""
     for _ in range(600):
         await client.call_tool("brain_recall", {"query": "settled", "mode": "hybrid"})
         e5 = structured(await client.call_tool("brain_status", {})).get("recall_e5")
-        if e5 is None or e5["state"] in ("ready", "unavailable"):
+        if e5 is None or e5["state"] == "unavailable":
+            return
+        if e5["state"] == "ready" and (not queries or e5.get("query_kernels") not in ("unloaded", "loading")):
             return
         await asyncio.sleep(0.1)
     raise AssertionError(f"the e5 vectors never got ready: {e5}")
@@ -60,6 +65,9 @@ def test_recall_after_writes_equals_a_fresh_connector(store: RunningStore, tmp_p
 
     async def writes(base: str) -> None:
         async with mcp_session(base + "/mcp", mint(base, user, RW)) as client:
+            await client.call_tool("brain_memorize", {"content": "A first note, so the brain has vectors to settle.",
+                                                      "title": "First note"})
+            await settled(client, queries=True)  # every measured query below embedded by the same kernels
             ids = {}
             for title, content in MEMORIES:
                 saved = structured(await client.call_tool("brain_memorize", {"content": content, "title": title}))
@@ -79,7 +87,7 @@ def test_recall_after_writes_equals_a_fresh_connector(store: RunningStore, tmp_p
 
     async def fresh(base: str) -> None:
         async with mcp_session(base + "/mcp", mint(base, user, RW)) as client:
-            await settled(client)  # a fresh connector computes the brain's e5 vectors first
+            await settled(client, queries=True)  # a fresh connector computes the brain's e5 vectors first
             assert await recall_all(client) == after
 
     with connector(tmp_path / "first", store) as server:
