@@ -107,3 +107,17 @@ def test_a_killed_fork_polls_as_ended_once_it_is_dead(tmp_path: Path) -> None:
             assert time.monotonic() < deadline
             time.sleep(0.001)
         assert server.process.poll() == -signal.SIGKILL
+
+
+def test_parallel_workers_pick_ports_from_their_own_shares(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.support.processes import _worker_share
+
+    shares = []
+    for worker in ("gw0", "gw1", "gw2"):
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", worker)
+        monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "3")
+        shares.append(_worker_share(20000, 32768))
+    assert shares[0][0] == 20000 and all(low < high for low, high in shares)
+    assert all(shares[n][1] <= shares[n + 1][0] for n in range(2)), shares  # disjoint
+    monkeypatch.delenv("PYTEST_XDIST_WORKER")
+    assert _worker_share(20000, 32768) == (20000, 32768)  # one process: the whole range

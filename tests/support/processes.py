@@ -44,18 +44,33 @@ def free_port() -> int:
     A port the kernel picks (bind to 0) comes from the range it also gives to outgoing
     connections: between picking it and the server binding it, any test's client socket
     may take it as its source port (seen in CI: a SeaweedFS listener that could not bind
-    one of its thirteen ports). Below that range only listeners bind, and a random pick
-    keeps parallel test workers apart. Never the same port twice in one process.
+    one of its thirteen ports). Below that range only listeners bind. Each parallel test
+    worker (pytest-xdist's PYTEST_XDIST_WORKER, gw0, gw1, ...) picks from its own share of it:
+    two workers' servers picking the same port between its check and its bind was seen in CI
+    (a `brain-store dev` whose start-up poll was answered by another test's store). Never the
+    same port twice in one process.
     """
-    if _EPHEMERAL_FLOOR - _LOWEST >= 2000:
+    low, high = _worker_share(_LOWEST, _EPHEMERAL_FLOOR)
+    if high - low >= 500:
         for _ in range(200):
-            port = _random.randrange(_LOWEST, _EPHEMERAL_FLOOR)
+            port = _random.randrange(low, high)
             if port not in _handed_out and _bindable(port):
                 _handed_out.add(port)
                 return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:  # an unusual range: let the kernel pick
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def _worker_share(low: int, high: int) -> tuple[int, int]:
+    """This test worker's part of the ports [low, high): the whole range outside pytest-xdist."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if not (worker.startswith("gw") and worker[2:].isdigit() and count.isdigit() and int(count) > 0):
+        return low, high
+    index, parts = int(worker[2:]), int(count)
+    size = (high - low) // parts
+    return low + index * size, low + (index + 1) * size
 
 
 def _bindable(port: int) -> bool:
