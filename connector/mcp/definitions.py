@@ -181,7 +181,9 @@ TOOLS: tuple[ToolSpec, ...] = (
         ),
         input_schema=_object(
             {
-                "query": {"type": "string", "minLength": 1, "description": "What to look for, in a few words."},
+                "query": {"type": "string", "minLength": 1, "description": (
+                    "What to look for, in a few words. A date in it ('on 3 March 2024', 'in May 2023', "
+                    "'yesterday', 'last week') favours what happened or was noted then (hybrid mode).")},
                 "limit": {
                     "type": "integer",
                     "minimum": 1,
