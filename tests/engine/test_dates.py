@@ -3,10 +3,17 @@ of the memories of a named date among the fusion's first candidates."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from connector.engine.recall.dates import (
     CANDIDATES,
@@ -17,14 +24,12 @@ from connector.engine.recall.dates import (
     of_date,
     query_dates,
 )
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from connector.engine.format.brain import Brain
 from connector.engine.recall.hybrid import recall_in_mode
 from connector.engine.writes.ops import Memorize
 from connector.workcopy.vectors import VectorStore
 from tests.engine.hybrid_support import make_brain
+from tests.support.processes import REPO_ROOT
 
 CLOCK = datetime(2023, 10, 22, 9, 55, tzinfo=UTC)
 
@@ -213,3 +218,31 @@ def test_hybrid_recall_finds_what_was_written_on_the_day_the_query_names(model_s
     assert first("the flaky payments test") != ids["Flaky CI job"]
     assert first("the flaky payments test yesterday") == ids["Flaky CI job"]
     assert first("the flaky payments test last week") == ids["Flaky retry"]
+
+
+_FIRST_USE_AT_ONCE = """
+import datetime, json, threading
+from connector.engine.recall.dates import query_dates
+now = datetime.datetime(2026, 12, 5, 17)
+barrier = threading.Barrier(8)
+found = {}
+def run(n):
+    barrier.wait()  # dateparser is imported by the first of them, from two import paths
+    found[n] = query_dates("the 2024 release ships on day 3" if n % 2 else "note 0: ships on day 0", now)
+threads = [threading.Thread(target=run, args=(n,)) for n in range(8)]
+[thread.start() for thread in threads]
+[thread.join() for thread in threads]
+print(json.dumps({n: [[str(a), str(b)] for a, b in dates] for n, dates in found.items()}))
+"""
+
+
+def test_queries_reading_dates_at_once_in_a_fresh_process_all_get_them(tmp_path: Path) -> None:
+    # Two people's first recalls at the same moment imported dateparser from two threads, which
+    # deadlocked in its imports (a failed recall, seen in a test of the connector).
+    for _ in range(3):
+        done = subprocess.run([sys.executable, "-c", _FIRST_USE_AT_ONCE], capture_output=True, text=True, timeout=120,
+                              cwd=REPO_ROOT, env={**os.environ, "HOME": str(tmp_path)}, check=False)
+        assert done.returncode == 0, done.stderr
+        found = json.loads(done.stdout)
+        assert len(found) == 8 and "reading dates failed" not in done.stderr, done.stderr
+        assert all(found[str(n)] == ([["2024-01-01", "2024-12-31"]] if n % 2 else []) for n in range(8)), found

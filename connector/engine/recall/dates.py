@@ -26,13 +26,18 @@ Pure logic: the same texts and clocks always give the same dates.
 
 from __future__ import annotations
 
+import logging
 import re
+import threading
 from collections.abc import Callable, Sequence
 from datetime import date, datetime, timedelta
 from functools import lru_cache
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
+
+log = logging.getLogger("connector.recall")
 
 Interval = tuple[date, date]  # first and last day, inclusive
 
@@ -66,6 +71,15 @@ _MEMORY_TEXT_CACHE = 8192  # texts kept by the process (a dated query parses at 
 
 
 def named_dates(text: str, clock: datetime) -> tuple[Interval, ...]:
+    """`_named_dates`, and none where reading them fails: a date missed never fails a recall."""
+    try:
+        return _named_dates(text, clock)
+    except Exception:  # noqa: BLE001 - the date channel is a hint; the recall goes on without it
+        log.warning("reading dates failed; recall goes on without them", exc_info=True)
+        return ()
+
+
+def _named_dates(text: str, clock: datetime) -> tuple[Interval, ...]:
     """The calendar dates ``text`` names outright, as intervals (a day, a month, a year).
 
     A day or month named without its year takes ``clock``'s (the latest not after it). A text
@@ -74,7 +88,9 @@ def named_dates(text: str, clock: datetime) -> tuple[Interval, ...]:
     for window in _windows(text):
         if not (_YEAR_DIGITS.search(window) or _NUMERIC_DATE.search(window) or _month_names().search(window)):
             continue  # nothing there could name a date outright (`_names_a_date`): not parsed
-        for interval in _window_dates(window, clock.replace(tzinfo=None)):
+        with _DATEPARSER:
+            dates = _window_dates(window, clock.replace(tzinfo=None))
+        for interval in dates:
             if interval not in out:
                 out.append(interval)
     return tuple(out)
@@ -88,11 +104,35 @@ def query_dates(query: str, now: datetime) -> tuple[Interval, ...]:
     A query holding none of the words `dateparser` reads as such (its own month names and
     relative phrases, in our languages) and no digit is not parsed: most queries."""
     found = list(named_dates(query, now))
-    if len(query) <= _RELATIVE_QUERY_CHARS and _date_words().search(query):
-        for interval in _relative_dates(query, now.replace(tzinfo=None)):
-            if interval not in found:
-                found.append(interval)
+    try:
+        if len(query) <= _RELATIVE_QUERY_CHARS and _date_words().search(query):
+            with _DATEPARSER:
+                relative = _relative_dates(query, now.replace(tzinfo=None))
+            for interval in relative:
+                if interval not in found:
+                    found.append(interval)
+    except Exception:  # noqa: BLE001 - as in named_dates
+        log.warning("reading relative dates failed; recall goes on without them", exc_info=True)
     return tuple(found)
+
+
+# Held while dateparser is imported or used: two threads importing it at once deadlock in its
+# own imports (seen: two people's first recalls at the same moment), and its lazily filled
+# caches are not meant for threads either. A parse takes milliseconds.
+_DATEPARSER = threading.RLock()
+
+
+@lru_cache(maxsize=1)
+def _dateparser() -> SimpleNamespace:
+    """`dateparser`'s parts, imported on the first dated text (~0.1 s, ~16 MB)."""
+    with _DATEPARSER:
+        from dateparser import parse
+        from dateparser.date import DateDataParser
+        from dateparser.languages.loader import default_loader
+        from dateparser.search import search_dates
+
+        return SimpleNamespace(parse=parse, DateDataParser=DateDataParser, default_loader=default_loader,
+                               search_dates=search_dates)
 
 
 def _settings(clock: datetime) -> dict[str, Any]:
@@ -117,8 +157,7 @@ def _windows(text: str) -> list[str]:
 
 
 def _window_dates(text: str, clock: datetime) -> list[Interval]:
-    from dateparser.search import search_dates  # imported on the first dated text: ~0.1 s
-
+    search_dates = _dateparser().search_dates
     try:
         found = search_dates(text, languages=LANGUAGES,
                              settings=_settings(clock)) or []
@@ -147,8 +186,7 @@ def _relative_dates(text: str, clock: datetime) -> list[Interval]:
     span counts when it lies as far before two other clocks (other weekdays, months, years)
     ("last week", "昨天", "3 days ago"). A weekday ("on Saturday", "金" read as Friday), a time of day
     ("at noon"), a month by its name alone ("may" is a verb too) or a bare number does not."""
-    from dateparser.search import search_dates
-
+    search_dates = _dateparser().search_dates
     try:
         found = search_dates(text, languages=LANGUAGES, settings=_settings(clock)) or []
     except Exception:  # noqa: BLE001 - as above
@@ -184,8 +222,7 @@ def _distance(clock: datetime, moment: datetime, period: str) -> int:
 @lru_cache(maxsize=2)
 def _periods(clock: datetime) -> Any:
     """A parser reading spans at ``clock``, a time of day being its own period."""
-    from dateparser.date import DateDataParser
-
+    DateDataParser = _dateparser().DateDataParser  # noqa: N806 - the library's class
     return DateDataParser(languages=LANGUAGES, settings={**_settings(clock), "RETURN_TIME_AS_PERIOD": True})
 
 
@@ -210,9 +247,9 @@ def _month_names() -> re.Pattern[str]:
 
 
 def _locales() -> list[dict[str, Any]]:
-    from dateparser.languages.loader import default_loader
-
-    return [default_loader.get_locale(code).info for code in LANGUAGES]
+    default_loader = _dateparser().default_loader
+    with _DATEPARSER:
+        return [default_loader.get_locale(code).info for code in LANGUAGES]
 
 
 def _any_of(words: set[str]) -> re.Pattern[str]:
@@ -239,8 +276,7 @@ def _names_a_date(span: str, period: str) -> bool:
 @lru_cache(maxsize=1)
 def _elsewhere() -> Any:
     """A parser reading spans at ``_OTHER_CLOCK`` (`_absolute`)."""
-    from dateparser.date import DateDataParser
-
+    DateDataParser = _dateparser().DateDataParser  # noqa: N806 - the library's class
     return DateDataParser(languages=LANGUAGES, settings=_settings(_OTHER_CLOCK))
 
 
@@ -257,8 +293,7 @@ def _with_year(text: str, span: str, when: datetime, searched: int, clock: datet
     year = _YEAR_AFTER.match(text, end)
     if year is None:
         return span, when, end
-    from dateparser import parse
-
+    parse = _dateparser().parse
     longer = text[start:year.end()]
     try:
         again = parse(longer, languages=LANGUAGES, settings=_settings(clock))
