@@ -190,17 +190,16 @@ class Prepared:
         return self._texts
 
     @property
-    def written(self) -> list[datetime | None]:
-        """When each memory was written (index order)."""
+    def written_ms(self) -> list[int | None]:
+        """When each memory was written, ms (index order)."""
         self._memories()
-        return self._written
+        return self._written_ms
 
     def _memories(self) -> None:
         if getattr(self, "_texts", None) is None:
             index = BrainIndex.build(self.brainset.brain)
             self._texts = memory_texts(self.brainset.brain, index)
-            self._written = [None if r.created_ms is None else datetime.fromtimestamp(r.created_ms / 1000, tz=UTC)
-                             for r in index.memories]
+            self._written_ms = [record.created_ms for record in index.memories]
 
     @property
     def adjacent(self) -> tuple[np.ndarray, np.ndarray]:
@@ -306,7 +305,7 @@ def fusion_ranking(case: Case, prepared: Prepared, fusion: ChannelFusion, offset
     fused, listed = fuse_zscores(normalised, fusion, case.eligible, prepared.adjacent, answered, offsets)
     named = query_dates(case.query.text, case.query.now) if dates else ()
     if named:  # as hybrid_recall: the memories of a date the query names, among the first candidates, rise
-        raised = date_offsets(named, fused, case.eligible, lambda p: prepared.texts[p], lambda p: prepared.written[p])
+        raised = date_offsets(named, fused, case.eligible, lambda p: prepared.texts[p], lambda p: prepared.written_ms[p])
         if raised is not None:
             fused, listed = fuse_zscores(normalised, fusion, case.eligible, prepared.adjacent, answered,
                                          raised if offsets is None else offsets + raised)

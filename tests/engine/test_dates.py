@@ -25,6 +25,7 @@ from connector.engine.recall.dates import (
     query_dates,
 )
 from connector.engine.format.brain import Brain
+from connector.engine.format.jsvalues import datetime_ms
 from connector.engine.recall.hybrid import recall_in_mode
 from connector.engine.writes.ops import Memorize
 from connector.workcopy.vectors import VectorStore
@@ -126,7 +127,7 @@ def test_a_day_named_matches_what_was_reported_up_to_the_lag_after_it() -> None:
 
 
 def test_a_memory_is_of_the_dates_it_names_and_of_the_day_it_was_written() -> None:
-    written = datetime(2022, 5, 2, 11, 54, tzinfo=UTC)
+    written = datetime_ms(datetime(2022, 5, 2, 11, 54, tzinfo=UTC))
     assert memory_dates("Joanna on 11:54 am on 2 May, 2022: I watched the trilogy last night!", written) == (
         day(2022, 5, 2),)
     assert memory_dates("Deploy freeze starts on 20 December", written) == (day(2021, 12, 20), day(2022, 5, 2))
@@ -155,7 +156,7 @@ def test_dates_that_tell_nothing_apart_raise_nothing() -> None:
     fused = np.linspace(1.0, 0.0, 10).astype(np.float32)
     eligible = np.ones(10, dtype=bool)
     named = named_dates("what happened on 1 May 2022", CLOCK)
-    same_day = datetime(2022, 5, 1, tzinfo=UTC)
+    same_day = datetime_ms(datetime(2022, 5, 1, tzinfo=UTC))
     texts = _texts(10, {})
     # Every candidate was written that day: the date says nothing about which.
     assert date_offsets(named, fused, eligible, texts.__getitem__, lambda position: same_day) is None

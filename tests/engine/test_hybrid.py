@@ -531,8 +531,9 @@ def test_the_e5_channel_runs_beside_the_others_and_answers_as_inline(
         assert inline.e5 is not None
         assert np.array_equal(inline.e5, cosines(e5, second.embed_query(query)))
         channels = {"exact": inline.exact, "bm25": inline.bm25, "use": inline.semantic, "e5": inline.e5}
-        fused, listed = fuse_channels(channels, CHANNEL_FUSION, np.ones(len(index.memories), dtype=bool),
-                                      hybrid.adjacent(index), matches_well(inline, np.ones(len(index.memories), dtype=bool)))
+        everyone = np.ones(len(index.memories), dtype=bool)
+        fused, listed = fuse_channels(channels, CHANNEL_FUSION.for_query(channels, everyone, inline.words), everyone,
+                                      hybrid.adjacent(index), matches_well(inline, everyone))
         expected = [hybrid.ids[position] for position in ranked_positions(fused, listed, inline.strong, 5, hybrid.ids)]
         assert [hit["id"] for hit in hits] == expected
 

@@ -30,7 +30,7 @@ import logging
 import re
 import threading
 from collections.abc import Callable, Sequence
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from functools import lru_cache
 from types import SimpleNamespace
 from typing import Any
@@ -170,7 +170,7 @@ def _window_dates(text: str, clock: datetime) -> list[Interval]:
         if not (_DIGIT.search(span) and _WORD.search(span)) or when.year not in _YEARS:
             continue
         try:
-            data = _elsewhere().get_date_data(span)
+            data = _parser_at(_OTHER_CLOCK).get_date_data(span)
         except Exception:  # noqa: BLE001 - as above
             continue
         if data is None or data.date_obj is None:
@@ -196,7 +196,7 @@ def _relative_dates(text: str, clock: datetime) -> list[Interval]:
         if not _WORD.search(span):
             continue
         try:
-            first, second = (_periods(moment).get_date_data(span) for moment in (_OTHER_CLOCK, _THIRD_CLOCK))
+            first, second = (_parser_at(moment, True).get_date_data(span) for moment in (_OTHER_CLOCK, _THIRD_CLOCK))
         except Exception:  # noqa: BLE001 - as above
             continue
         if first is None or second is None or first.date_obj is None or second.date_obj is None:
@@ -219,11 +219,12 @@ def _distance(clock: datetime, moment: datetime, period: str) -> int:
     return (clock.date() - moment.date()).days
 
 
-@lru_cache(maxsize=2)
-def _periods(clock: datetime) -> Any:
-    """A parser reading spans at ``clock``, a time of day being its own period."""
+@lru_cache(maxsize=4)
+def _parser_at(clock: datetime, time_as_period: bool = False) -> Any:
+    """A dateparser parser reading spans at ``clock`` (``time_as_period``: a time of day is its
+    own period, not a day)."""
     DateDataParser = _dateparser().DateDataParser  # noqa: N806 - the library's class
-    return DateDataParser(languages=LANGUAGES, settings={**_settings(clock), "RETURN_TIME_AS_PERIOD": True})
+    return DateDataParser(languages=LANGUAGES, settings={**_settings(clock), "RETURN_TIME_AS_PERIOD": time_as_period})
 
 
 @lru_cache(maxsize=1)
@@ -271,13 +272,6 @@ def _names_a_date(span: str, period: str) -> bool:
     if period == "year":
         return bool(_YEAR_DIGITS.search(span))
     return bool(_month_names().search(span) or _NUMERIC_DATE.search(span))
-
-
-@lru_cache(maxsize=1)
-def _elsewhere() -> Any:
-    """A parser reading spans at ``_OTHER_CLOCK`` (`_absolute`)."""
-    DateDataParser = _dateparser().DateDataParser  # noqa: N806 - the library's class
-    return DateDataParser(languages=LANGUAGES, settings=_settings(_OTHER_CLOCK))
 
 
 _YEAR_AFTER = re.compile(r",?\s*\d{4}\b")
@@ -332,10 +326,10 @@ def _text_dates(text: str, written_day: date | None) -> tuple[Interval, ...]:
     return named_dates(text, clock)
 
 
-def memory_dates(text: str, written: datetime | None) -> tuple[Interval, ...]:
+def memory_dates(text: str, written_ms: int | None) -> tuple[Interval, ...]:
     """The dates a memory is of: those its text names (a yearless one in the year it was
-    written), and the day it was written."""
-    written_day = written.date() if written is not None else None
+    written), and the day it was written (``written_ms``: the index's creation time, UTC)."""
+    written_day = datetime.fromtimestamp(written_ms / 1000, tz=UTC).date() if written_ms is not None else None
     dates = _text_dates(text, written_day)
     if written_day is not None and (written_day, written_day) not in dates:
         dates = (*dates, (written_day, written_day))
@@ -358,13 +352,14 @@ def date_offsets(
     fused: np.ndarray,
     eligible: np.ndarray,
     text_of: Callable[[int], str],
-    written_of: Callable[[int], datetime | None],
+    written_of: Callable[[int], int | None],
     weight: float = DATE_WEIGHT,
     candidates: int = CANDIDATES,
 ) -> np.ndarray | None:
     """``weight`` for each of the first ``candidates`` eligible memories by ``fused`` score
     that is of a date the query named, 0 elsewhere; None when the dates tell them nothing
-    apart (no date named, none of them of it, or all of them)."""
+    apart (no date named, none of them of it, or all of them). ``text_of`` and ``written_of``
+    give a memory's text and creation time (ms) by position."""
     if not named or not eligible.any():
         return None
     scores = np.where(eligible, fused, -np.inf)

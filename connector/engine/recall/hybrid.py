@@ -1,6 +1,6 @@
 """Hybrid recall: the exact engine's answer, fused with text matching and meaning.
 
-Since issue 34 the ranking is `channelfusion.fuse_channels` over the channels this module
+Since issue 34 the ranking is `channelfusion`'s z-score fusion over the channels this module
 computes (`query_signals`: exact relevance, BM25, USE cosine, and the e5 cosine once the
 brain version's e5 vectors are there), gated by the strength floor below (`matches_well`).
 The fused score below (`Fusion`, `fuse`) is the ranking before issue 34, still scored by
@@ -41,7 +41,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Protocol
 
 import numpy as np
@@ -51,7 +51,14 @@ from connector.engine.format.change import BrainChange
 from connector.engine.format.jsvalues import datetime_ms, round3
 from connector.engine.format.text import memory_body
 from connector.engine.recall import beside
-from connector.engine.recall.channelfusion import CHANNEL_FUSION, ChannelFusion, fuse_channels, neighbours
+from connector.engine.recall.channelfusion import (
+    CHANNEL_FUSION,
+    ChannelFusion,
+    answers,
+    channel_zscores,
+    fuse_zscores,
+    neighbours,
+)
 from connector.engine.recall.dates import date_offsets, query_dates
 from connector.engine.recall.embedding import Quantized, content_hash, cosines, embedded_text, products
 from connector.engine.recall.exact import recall
@@ -541,7 +548,8 @@ def hybrid_recall(
     """Hybrid recall; hits have the exact engine's fields, ``score`` being the fused score.
 
     The channels (exact relevance, BM25, USE, and e5 when ``e5`` holds the version's
-    vectors) are fused by `channelfusion.fuse_channels`. An empty answer to a query means no
+    vectors) are fused by `channelfusion` (weights per query, `fuse_zscores`), memories of a date
+    the query names raised (`dates`). An empty answer to a query means no
     memory matches well (the relevance floor). Context mode (no query) is the exact
     engine's: there is no text to match.
     """
@@ -578,14 +586,18 @@ def hybrid_recall(
                 "e5": _e5_cosines(scored, e5, embed_e5_query, e5_channel)}
     adjacent = hybrid.adjacent(index)
     fusion = fusion.for_query(channels, allowed, signals.words)
-    fused, listed = fuse_channels(channels, fusion, allowed, adjacent, well, offsets if hybrid.newer else None)
+    normalised = channel_zscores(channels, allowed, fusion.clip, fusion.clips())
+    answered = answers(channels["e5"], allowed, fusion, well)
+    shifts = offsets if hybrid.newer else None
+    fused, listed = fuse_zscores(normalised, fusion, allowed, adjacent, answered, shifts)
     named = query_dates(scored, now) if brain is not None else ()
     if named:  # a query naming a date: the memories of that date among the first candidates rise
         records = index.memories
         raised = date_offsets(named, fused, allowed, lambda position: memory_text(brain, records[position].entry),
-                              lambda position: _written(records[position]))
-        if raised is not None:
-            fused, listed = fuse_channels(channels, fusion, allowed, adjacent, well, offsets + raised)
+                              lambda position: records[position].created_ms)
+        if raised is not None:  # fused again from the same z-scores
+            fused, listed = fuse_zscores(normalised, fusion, allowed, adjacent, answered,
+                                         raised if shifts is None else shifts + raised)
     if signals.strong is not None and allowed[signals.strong]:
         listed[signals.strong] = True  # a strong exact hit is always listed (and first)
     exact_hits = {index.positions[hit["id"]]: hit for hit in exact}
@@ -603,10 +615,6 @@ def hybrid_recall(
         hit["similarity"] = round3(float(signals.semantic[position]))
         hits.append(hit)
     return hits
-
-
-def _written(record: MemoryRecord) -> datetime | None:
-    return None if record.created_ms is None else datetime.fromtimestamp(record.created_ms / 1000, tz=UTC)
 
 
 NO_GOOD_MATCH = "no_good_match"
