@@ -10,15 +10,18 @@ what it learns on some sets carries to the others. Candidates (families, each a 
 - ``weights``: fixed channel weights and the neighbours' share (the grid of
   ``bench/locomo.py --cv``), the shipped clips;
 - ``adaptive``: query-adaptive weights from what each channel says about itself for this
-  query (query-performance prediction): a model's weight times ``e ** a``, where ``e`` is
-  the z-score of its best memory (``top``) or the gap between its 1st and 10th best in
-  z-scores (``gap``); the word channels' (bm25, exact) times ``c ** b``, ``c`` the share of
-  the query's words (idf-weighted) its best memory holds. Scale-free: no per-set constant;
+  query (query-performance prediction, `ChannelFusion.for_query`): a model's weight times
+  ``e ** a``, ``e`` the gap between its 1st and 10th best in z-scores; the word channels'
+  (bm25, exact) times ``c ** b``, ``c`` the share of the query's words (idf-weighted) its best
+  memory holds. Scale-free: no per-set constant (session 15 also tried the z-score of the best
+  memory for ``e``: docs/recall.md);
 - ``agreement``: a bonus per extra channel (bm25, USE, e5) holding the memory in its first
   ``k`` (CombMNZ's idea on top of the z-scores); ``rrf``: reciprocal-rank fusion added to
   the z-score fusion;
-- ``e5 regime``: other clips and hit floors only once e5 votes (before that, the shipped
-  fusion);
+- ``e5 regime``: other clips and hit floors only once e5 votes (``clip_with_e5``,
+  ``hit_floor_with_e5``; before that, the fixed fusion);
+- ``adaptive e5 regime``: the weights, their adaptation and the e5 regime at once (session 17:
+  what ships);
 - ``follow``: the turns near the first 1, 2 or 3 listed memories, listed after them: the
   turn after only or the turn before too, up to 1 or 2 turns away (``ChannelFusion.follow``,
   ``follow_reach``, ``follow_before``).
@@ -29,7 +32,7 @@ the other half, score the held-out parts (10 folds; each conversation is scored 
 each half five times; figures are the means over folds). The fit: among the grid, the
 candidates that on the fitting part lose no figure of either set (LoCoMo recall@5 and @10,
 recall-quality recall@5 and MRR@10) against a reference (``--reference``: the fusion before
-session 15, or the shipped one), with e5
+session 15, the fixed fusion shipped before session 17's weights per query, or the shipped one), with e5
 and without it (a brain whose e5 vectors are not computed yet), and list no more hits for
 recall-quality's no-answer queries (at most 2); then the fewest queries lost against the
 best single channel of each category (beyond one); then the best mean of the two sets'
@@ -41,12 +44,14 @@ Every ranking is the connector's own fusion (``channelfusion.fuse_zscores`` thro
 ``bench/locomo.py``'s ``fusion_ranking``), floor and listing included; a candidate only
 changes the weights it is given per query or adds offsets. Channels come from
 ``bench/locomo.py`` (``--keep`` pickles, ``--cache-dir`` vectors: nothing is embedded twice).
-Results: docs/recall.md ("Query-adaptive weights and other fusions, by cross-validation").
+Results: docs/recall.md ("Query-adaptive weights and other fusions, by cross-validation", "Weights per
+query and the e5 regime").
 
 Usage::
 
     .venv/bin/python bench/fusion_cv.py --keep /tmp/locomo-keep            # every family, constrained fit
     .venv/bin/python bench/fusion_cv.py --keep /tmp/locomo-keep --free     # and the unconstrained fit
+    .venv/bin/python bench/fusion_cv.py --keep /tmp/locomo-keep --reference fixed --strict   # session 17's fit
 """
 
 from __future__ import annotations
