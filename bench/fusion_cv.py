@@ -24,7 +24,9 @@ what it learns on some sets carries to the others. Candidates (families, each a 
   what ships);
 - ``follow``: the turns near the first 1, 2 or 3 listed memories, listed after them: the
   turn after only or the turn before too, up to 1 or 2 turns away (``ChannelFusion.follow``,
-  ``follow_reach``, ``follow_before``).
+  ``follow_reach``, ``follow_before``);
+- ``e5 best``: e5's best memory kept among the first 1, 2, 3 or 5 listed, or not kept
+  (``ChannelFusion.e5_best_within``; session 18 ships 3).
 
 Folds: each LoCoMo conversation held out together with one half of recall-quality (its
 answerable and no-answer queries alternately): fit on the other four conversations and
@@ -78,10 +80,10 @@ import locomo  # noqa: E402
 from connector.engine.recall.channelfusion import CHANNEL_FUSION, ChannelFusion, zscores  # noqa: E402
 
 # The fixed fusion shipped before session 17's adaptation (its weights, clips and hit floor for every
-# query; the listing, following and dates as shipped), and the one before session 15 (e5 clipped like
-# the others): the reference a fit may not fall below.
+# query; the listing, following and dates as shipped; e5's best not kept, as before session 18), and
+# the one before session 15 (e5 clipped like the others): the reference a fit may not fall below.
 FIXED = replace(CHANNEL_FUSION, exact=0.0, bm25=0.25, use=0.5, adapt_weights=None, adapt_models=0.0, adapt_words=0.0,
-                clip_with_e5=None, hit_floor_with_e5=None)
+                clip_with_e5=None, hit_floor_with_e5=None, e5_best_within=None)
 BEFORE = replace(FIXED, clip_e5=None)
 SINGLES = ("exact", "bm25", "use", "e5")
 NO_E5_SHARE = 0.25  # weight of the figures without e5 in a fit's value
@@ -169,6 +171,8 @@ def candidates() -> list[Candidate]:
     for clip, hit_floor in itertools.product((None, 4.0, 5.0), (1.6, 1.65, 1.7, 1.75, 1.8)):
         out.append(Candidate("e5 regime", f"with e5: clip {clip} hit floor {hit_floor}",
                              replace(FIXED, clip_with_e5=clip, hit_floor_with_e5=hit_floor)))
+    for within in (None, 1, 2, 3, 5):
+        out.append(Candidate("e5 best", f"e5's best within {within}", replace(CHANNEL_FUSION, e5_best_within=within)))
     # Both at once (session 17): the weights, their adaptation and the e5 regime.
     regimes = ((None, None), (5.0, 1.6), (5.0, 1.7), (5.0, 1.8))
     for (bm25, use, exact), (models, words), (clip, hit_floor) in itertools.product(
@@ -399,6 +403,7 @@ def main(argv: list[str] | None = None) -> int:
         "adaptive e5 regime": ["before", "fixed", "shipped", *family_of["adaptive e5 regime"]],
         "turn order": ["before", "shipped", *family_of["turn order"]],
         "follow": ["before", "shipped", *family_of["follow"]],
+        "e5 best": family_of["e5 best"],
     }
     everything = np.ones(len(tab.group), dtype=bool)
     reference = {"before": "the fusion before's", "fixed": "the fixed fusion's", "shipped": "the shipped fusion's"}[args.reference]

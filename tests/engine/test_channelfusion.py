@@ -308,3 +308,59 @@ def test_a_query_fusion_weighs_each_channel_by_what_it_says_of_itself() -> None:
     few = np.zeros(200, dtype=bool)
     few[: Z_POPULATION - 1] = True
     assert fusion.for_query({"use": flat, "e5": sharp}, few, words) == fusion
+
+
+def _outvoted(seed: int = 5) -> tuple[dict[str, np.ndarray], ChannelFusion]:
+    # 80 memories: USE (weighing more) sets 0-4 apart; e5 is surest of memory 50, which USE
+    # scores low, so the fusion alone ranks it far below them and does not list it.
+    use = _population(80, seed=seed)
+    use[[0, 1, 2, 3, 4]] = [0.9, 0.88, 0.86, 0.84, 0.82]
+    use[50] = 0.2
+    e5 = _population(80, seed=seed + 1)
+    e5[50] = 0.5
+    fusion = ChannelFusion(exact=0, bm25=0, use=1.0, e5=0.4, clip=4.0, window=1.5, hit_floor=1.0)
+    return {"use": use, "e5": e5}, fusion
+
+
+def test_e5s_best_takes_the_lowest_listed_place_among_the_first_three() -> None:
+    channels, fusion = _outvoted()
+    eligible = np.ones(80, bool)
+    fused, alone = fuse_channels(channels, fusion, eligible)
+    assert not alone[50] and alone[[0, 1, 2, 3, 4]].all()
+    kept, listed = fuse_channels(channels, replace(fusion, e5_best_within=3), eligible)
+    before = np.flatnonzero(alone)[np.argsort(-fused[alone], kind="stable")].tolist()
+    # As many listed; the lowest of them gives its place; 50 ranks third, just below the second.
+    assert listed.sum() == alone.sum() and listed[50] and not listed[before[-1]]
+    ranked = np.flatnonzero(listed)[np.argsort(-kept[listed], kind="stable")].tolist()
+    assert ranked == before[:2] + [50] + before[2:-1]
+    assert kept[before[1]] > kept[50] > kept[before[2]] and np.array_equal(np.delete(kept, 50), np.delete(fused, 50))
+    # Already among the first three, nothing changes; an ineligible best gives way to e5's next.
+    channels["e5"][before[0]] = 0.6
+    same, same_listed = fuse_channels(channels, replace(fusion, e5_best_within=3), eligible)
+    plain, plain_listed = fuse_channels(channels, fusion, eligible)
+    assert np.array_equal(same, plain) and np.array_equal(same_listed, plain_listed)
+    eligible[before[0]] = False
+    _, listed = fuse_channels(channels, replace(fusion, e5_best_within=3), eligible)
+    assert listed[50] and not listed[before[0]]
+
+
+def test_e5s_best_joins_a_memory_listed_alone_and_never_fills_an_empty_answer() -> None:
+    channels, fusion = _outvoted()
+    channels["use"][[1, 2, 3, 4]] = 0.3  # only 0 stands out
+    eligible = np.ones(80, bool)
+    _, alone = fuse_channels(channels, fusion, eligible)
+    assert np.flatnonzero(alone).tolist() == [0]
+    kept, listed = fuse_channels(channels, replace(fusion, e5_best_within=3), eligible)
+    assert np.flatnonzero(listed).tolist() == [0, 50] and kept[0] > kept[50]
+    # The gate said the query is not answered: nothing is listed, e5's best neither.
+    _, gated = fuse_channels(channels, replace(fusion, e5_best_within=3), eligible, matches_well=False)
+    assert not gated.any()
+    # Without e5's vectors (not computed yet) there is no e5 best to keep.
+    _, without = fuse_channels({"use": channels["use"], "e5": None}, replace(fusion, e5_best_within=3), eligible)
+    assert np.flatnonzero(without).tolist() == [0]
+
+
+def test_the_shipped_fusion_keeps_e5s_best_among_the_first_two() -> None:
+    from connector.engine.recall.channelfusion import CHANNEL_FUSION
+
+    assert CHANNEL_FUSION.e5_best_within == 2 and ChannelFusion().e5_best_within is None
