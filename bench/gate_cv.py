@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
-"""A learned answer decision for hybrid recall with e5, by cross-validation (tried, not shipped).
+"""The learned answer decision of hybrid recall with e5, by cross-validation (shipped in session 18).
 
 Whether a query is answered at all (hybrid recall lists nothing but a strong exact hit
 otherwise) limits recall-quality's recall@5 and the no-answer queries' emptiness at once.
-The strength floor (`hybrid.matches_well`, USE's cosine, word coverage and hubness) decides
-today, with or without e5. This script tries a small logistic model over what the channels
-say about the query's best memories (`FEATURES`: the floor's own margin, each model's best
-cosine and how far it stands out of the brain, the words the best memories hold, whether
-the channels agree; every feature read from this brain for this query) in its place once
-e5 votes, and scores it held out:
+The strength floor (`hybrid.matches_well`, USE's cosine, word coverage and hubness) decided
+alone until session 18, and still does before e5 votes. This script fits a small logistic
+model over what the channels say about the query's best memories
+(`connector/engine/recall/answergate.py`'s `FEATURES`: the floor's own margin, each model's
+best cosine and how far it stands out of the brain, the words the best memories hold,
+whether the channels agree; every feature read from this brain for this query) in its place
+once e5 votes, scores it held out beside the strength floor alone, and ``--fit`` prints the
+model fitted on every set (what `answergate.ANSWER_GATE` ships, and whether it still is):
 
 - positives: the answered queries of every set whose answer the fusion lists in its first
   ten without any gate; negatives: recall-quality's no-answer queries. LoCoMo's adversarial
@@ -55,87 +57,11 @@ sys.path.insert(0, str(REPO / "bench"))
 import fusion_cv  # noqa: E402
 import locomo  # noqa: E402
 
+from connector.engine.recall.answergate import ANSWER_GATE, FEATURES, AnswerGate, gate_features  # noqa: E402
 from connector.engine.recall.channelfusion import CHANNEL_FUSION  # noqa: E402
 from connector.engine.recall.hybrid import DEFAULT_FUSION, floor_margin, matches_well  # noqa: E402
 
 UNGATED = replace(CHANNEL_FUSION, gate=False)
-
-FEATURES = (
-    "floor_margin",  # the strength floor's margin (>= 0: it passes)
-    "strength",  # the best strength (USE cosine + 0.3 x word coverage with near spellings)
-    "e5_top",  # e5's best cosine
-    "e5_gap10",  # e5's best cosine minus its 10th best
-    "use_top",  # USE's best cosine
-    "near_words",  # the best share of the query's words held (near spellings count)
-    "words",  # the same, the query's own words only
-    "words_at_e5",  # the share e5's best memory holds
-    "bm25_at_e5",  # e5's best memory's BM25 over the best BM25 (0 without a word match)
-    "e5_z",  # e5's best as a z-score over the brain (unclipped)
-    "use_z",  # USE's best likewise
-    "e5_zgap",  # e5's best minus its second best, in the brain's standard deviations
-    "agree_use",  # 1 when e5's best memory is among USE's first 3
-    "agree_bm25",  # 1 when e5's best memory is among BM25's first 3 (and matches a word)
-)
-
-
-def gate_features(margin: float, strength: np.ndarray, use: np.ndarray, e5: np.ndarray, bm25: np.ndarray,
-                  words: np.ndarray, near_words: np.ndarray, eligible: np.ndarray) -> np.ndarray:
-    """The features of `FEATURES` (in that order) for one query over the eligible memories
-    (at least 10 of them)."""
-    positions = np.flatnonzero(eligible)
-    e5_values, use_values, bm25_values = e5[positions], use[positions], bm25[positions]
-    e5_order = _first(e5_values, 10)
-    use_order = _first(use_values, 3)
-    best = int(positions[e5_order[0]])
-    e5_top = float(e5_values[e5_order[0]])
-    e5_spread = float(e5_values.std()) or 1.0
-    use_top = float(use_values[use_order[0]])
-    use_spread = float(use_values.std()) or 1.0
-    bm25_best = float(bm25_values.max())
-    bm25_order = _first(bm25_values, 3)
-    return np.array([
-        margin,
-        float(strength[positions].max()),
-        e5_top,
-        e5_top - float(e5_values[e5_order[min(9, len(e5_order) - 1)]]),
-        use_top,
-        float(near_words[positions].max()),
-        float(words[positions].max()),
-        float(words[best]),
-        float(bm25[best]) / bm25_best if bm25_best > 0 else 0.0,
-        (e5_top - float(e5_values.mean())) / e5_spread,
-        (use_top - float(use_values.mean())) / use_spread,
-        (e5_top - float(e5_values[e5_order[1]])) / e5_spread,
-        float(best in positions[use_order].tolist()),
-        float(bm25[best] > 0 and best in positions[bm25_order].tolist()),
-    ], dtype=np.float64)
-
-
-def _first(values: np.ndarray, count: int) -> np.ndarray:
-    """Indices of the ``count`` highest ``values``, highest first (ties by index)."""
-    count = min(count, len(values))
-    found = np.argpartition(-values, count - 1)[:count] if count < len(values) else np.arange(len(values))
-    return found[np.lexsort((found, -values[found]))]
-
-
-@dataclass(frozen=True)
-class AnswerGate:
-    """A logistic model over `FEATURES` (each standardised by ``means`` and ``scales``): the query
-    is answered when its score reaches ``threshold``."""
-
-    means: Sequence[float]
-    scales: Sequence[float]
-    weights: Sequence[float]
-    intercept: float
-    threshold: float
-
-    def score(self, features: np.ndarray) -> float:
-        standard = (np.asarray(features, dtype=np.float64) - np.asarray(self.means)) / np.asarray(self.scales)
-        return float(standard @ np.asarray(self.weights) + self.intercept)
-
-    def answers(self, features: np.ndarray) -> bool:
-        return self.score(features) >= self.threshold
-
 
 @dataclass
 class Rows:
@@ -350,6 +276,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"    intercept={gate.intercept:.6g},\n    threshold={gate.threshold:g},\n)")
         fitted = outcomes.under(np.array([gate.answers(row) for row in data.features]))
         print(f"in sample: {describe(figures(data, everything, fitted))}")
+        same = all(np.allclose(getattr(gate, name), getattr(ANSWER_GATE, name), rtol=1e-4) for name in
+                   ("means", "scales", "weights", "intercept", "threshold"))
+        print("the shipped ANSWER_GATE (answergate.py): " + ("the same" if same else "DIFFERENT: refit it"))
         print("features: " + ", ".join(f"{name} {weight:+.2f}" for name, weight in zip(FEATURES, gate.weights)))
     return 0
 

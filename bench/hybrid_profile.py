@@ -108,7 +108,7 @@ def patch(stages: Stages) -> None:
     h.channel_zscores = stages.wrap("channel z-scores", h.channel_zscores)
     h.fuse_zscores = stages.wrap("fuse_zscores (context, floor)", h.fuse_zscores)
     h.query_dates = stages.wrap("dates named in the query", h.query_dates)
-    h.matches_well = stages.wrap("matches_well (strength floor)", h.matches_well)
+    h.answer_decision = stages.wrap("answer decision (answer gate or strength floor)", h.answer_decision)
     h.ranked_positions = stages.wrap("ranked_positions", h.ranked_positions)
     h.time_terms = stages.wrap("hits: formatting", h.time_terms)
     h.hit_of = stages.wrap("hits: formatting", h.hit_of)

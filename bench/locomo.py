@@ -60,8 +60,8 @@ from connector.engine.recall.hybrid import (  # noqa: E402
     Fusion,
     HybridIndex,
     Signals,
+    answer_decision,
     fuse,
-    matches_well,
     memory_texts,
     query_signals,
     ranked_positions,
@@ -288,7 +288,7 @@ def fusion_ranking(case: Case, prepared: Prepared, fusion: ChannelFusion, offset
                    gate: bool | None = None, dates: bool = True) -> list[int]:
     """The ranking of the channel fusion (connector/engine/recall/channelfusion.py), its floor included
     (``offsets``: added to the fused scores before anything is listed, as `fuse_zscores` takes them;
-    ``gate``: another answer decision in place of the strength floor's, bench/gate_cv.py; ``dates``:
+    ``gate``: another answer decision in place of hybrid recall's (`answer_decision`), bench/gate_cv.py; ``dates``:
     the date channel of hybrid recall, connector/engine/recall/dates.py)."""
     channels = {"exact": case.exact, "bm25": case.bm25, "use": case.signals.semantic, "e5": case.e5}
     fusion = fusion.for_query(channels, case.eligible, case.signals.words)
@@ -300,7 +300,7 @@ def fusion_ranking(case: Case, prepared: Prepared, fusion: ChannelFusion, offset
     if gate is None:
         gate = case.__dict__.get("_gate")
         if gate is None:
-            gate = case.__dict__["_gate"] = matches_well(case.signals, case.eligible)
+            gate = case.__dict__["_gate"] = answer_decision(case.signals, case.eligible, case.e5)
     answered = answers(case.e5, case.eligible, fusion, gate)
     fused, listed = fuse_zscores(normalised, fusion, case.eligible, prepared.adjacent, answered, offsets)
     named = query_dates(case.query.text, case.query.now) if dates else ()

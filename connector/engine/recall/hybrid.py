@@ -2,9 +2,11 @@
 
 Since issue 34 the ranking is `channelfusion`'s z-score fusion over the channels this module
 computes (`query_signals`: exact relevance, BM25, USE cosine, and the e5 cosine once the
-brain version's e5 vectors are there), gated by the strength floor below (`matches_well`).
-The fused score below (`Fusion`, `fuse`) is the ranking before issue 34, still scored by
-bench/recall_quality.py and bench/floor_signals.py; its strength and hubness make the floor.
+brain version's e5 vectors are there), gated by `answer_decision`: the learned answer gate
+(`answergate`) once e5 votes in a populated brain, the strength floor below (`matches_well`)
+before that. The fused score below (`Fusion`, `fuse`) is the ranking before issue 34, still
+scored by bench/recall_quality.py and bench/floor_signals.py; its strength and hubness make
+the floor.
 
 For a query, every eligible memory gets a fused score (`Fusion`)
 
@@ -51,6 +53,7 @@ from connector.engine.format.change import BrainChange
 from connector.engine.format.jsvalues import datetime_ms, round3
 from connector.engine.format.text import memory_body
 from connector.engine.recall import beside
+from connector.engine.recall.answergate import ANSWER_GATE, MIN_MEMORIES, gate_features
 from connector.engine.recall.channelfusion import (
     CHANNEL_FUSION,
     ChannelFusion,
@@ -68,7 +71,7 @@ from connector.engine.recall.textmatch import TextIndex, has_cjk, word_terms
 
 __all__ = [
     "DEFAULT_FUSION", "EXACT_CANNOT_READ", "Fusion", "HybridIndex", "MODES", "NO_GOOD_MATCH", "Signals",
-    "VectorSource", "empty_recall_reason", "fuse", "hybrid_recall", "memory_texts", "query_signals",
+    "VectorSource", "answer_decision", "empty_recall_reason", "fuse", "hybrid_recall", "memory_texts", "query_signals",
     "ranked_positions", "start_e5_channel",
 ]
 
@@ -138,7 +141,7 @@ def fuse(signals: Signals, fusion: Fusion = DEFAULT_FUSION, eligible: np.ndarray
     np.maximum(fused, 0.0, out=fused)
     listed = np.ones(len(fused), dtype=bool) if eligible is None else eligible.copy()
     if fusion.floor is not None:
-        strength = signals.semantic + fusion.strength_words * signals.near_words + fusion.strength_exact * signals.exact
+        strength = _strength(signals, fusion)
         candidates = strength[listed]
         if len(candidates) and _matches_well(signals, strength, listed, fusion):
             best = float(candidates.max())
@@ -166,8 +169,30 @@ def floor_margin(signals: Signals, eligible: np.ndarray, fusion: Fusion = DEFAUL
     -inf when nothing is eligible)."""
     if not eligible.any():
         return -math.inf
-    strength = signals.semantic + fusion.strength_words * signals.near_words + fusion.strength_exact * signals.exact
-    return _floor_margin(signals, strength, eligible, fusion)
+    return _floor_margin(signals, _strength(signals, fusion), eligible, fusion)
+
+
+def _strength(signals: Signals, fusion: Fusion) -> np.ndarray:
+    """Each memory's strength: its cosine plus some of its word coverage (near spellings
+    counting) and exact relevance."""
+    return signals.semantic + fusion.strength_words * signals.near_words + fusion.strength_exact * signals.exact
+
+
+def answer_decision(signals: Signals, eligible: np.ndarray, e5: np.ndarray | None, margin: float | None = None) -> bool:
+    """Whether hybrid recall answers the query at all (else it lists only a strong exact hit).
+
+    Once e5 votes (``e5``: its cosines) in a brain of Z_POPULATION eligible memories or more,
+    the learned answer gate decides (`answergate.ANSWER_GATE`, over what the channels say of the
+    query's best memories); before that, or in a smaller brain, the strength floor
+    (`matches_well`). ``margin``: the strength floor's (`floor_margin`), when already known."""
+    if margin is None:
+        margin = floor_margin(signals, eligible)
+    if e5 is None or int(eligible.sum()) < max(Z_POPULATION, MIN_MEMORIES):
+        return margin >= 0.0
+    bm25 = signals.bm25 if signals.bm25 is not None else np.zeros(len(eligible), dtype=np.float32)
+    features = gate_features(margin, _strength(signals, DEFAULT_FUSION), signals.semantic, e5, bm25, signals.words,
+                             signals.near_words, eligible)
+    return ANSWER_GATE.answers(features)
 
 
 def _strongest(strength: np.ndarray, positions: np.ndarray, count: int) -> np.ndarray:
@@ -581,9 +606,10 @@ def hybrid_recall(
     for position in hybrid.newer:
         factor = newer_field_factors(index.memories[position], 1.0, expiry_ms, as_of_ms is not None)
         offsets[position] = math.log(factor) if factor > 0 else -1e9
-    well = matches_well(signals, allowed)
+    margin = floor_margin(signals, allowed)  # while the e5 query may still be on its worker
     channels = {"exact": signals.exact, "bm25": signals.bm25, "use": signals.semantic,
                 "e5": _e5_cosines(scored, e5, embed_e5_query, e5_channel)}
+    well = answer_decision(signals, allowed, channels["e5"], margin)
     adjacent = hybrid.adjacent(index)
     fusion = fusion.for_query(channels, allowed, signals.words)
     normalised = channel_zscores(channels, allowed, fusion.clip, fusion.clips())
