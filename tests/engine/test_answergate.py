@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from connector.engine.recall.answergate import ANSWER_GATE, FEATURES, AnswerGate, gate_features
 from connector.engine.recall.hybrid import Signals, Z_POPULATION, answer_decision, floor_margin, matches_well
@@ -86,3 +88,20 @@ def test_a_small_brain_keeps_the_strength_floor() -> None:
     assert answer_decision(signals, eligible, e5) is False
     eligible[:] = False
     assert answer_decision(signals, eligible, e5) is False  # nothing eligible: nothing answers
+
+
+@settings(max_examples=60, deadline=None)
+@given(count=st.integers(1, 80), seed=st.integers(0, 2**16), flat=st.booleans(), eligible_share=st.floats(0.0, 1.0))
+def test_any_channels_give_a_decision(count: int, seed: int, flat: bool, eligible_share: float) -> None:
+    # Flat channels (every memory alike), a few memories, few eligible: always a plain bool, never
+    # an error; with nothing eligible, never an answer.
+    rng = np.random.default_rng(seed)
+    use = np.full(count, 0.4, np.float32) if flat else rng.uniform(-0.2, 1.0, count).astype(np.float32)
+    e5 = np.full(count, 0.8, np.float32) if flat else rng.uniform(0.6, 1.0, count).astype(np.float32)
+    words = np.zeros(count, np.float32) if flat else rng.uniform(0.0, 1.0, count).astype(np.float32)
+    signals = Signals(semantic=use, words=words, near_words=words, fuzzy=words, exact=np.zeros(count, np.float32),
+                      strong=None, hubness=np.full(count, np.nan, np.float32), bm25=words * 3)
+    eligible = rng.uniform(0.0, 1.0, count) < eligible_share
+    decided = answer_decision(signals, eligible, e5)
+    assert isinstance(decided, bool)
+    assert not eligible.any() and decided is False or eligible.any()
