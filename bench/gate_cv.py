@@ -57,9 +57,9 @@ sys.path.insert(0, str(REPO / "bench"))
 import fusion_cv  # noqa: E402
 import locomo  # noqa: E402
 
-from connector.engine.recall.answergate import ANSWER_GATE, FEATURES, AnswerGate, gate_features  # noqa: E402
+from connector.engine.recall.answergate import ANSWER_GATE, FEATURES, AnswerGate  # noqa: E402
 from connector.engine.recall.channelfusion import CHANNEL_FUSION  # noqa: E402
-from connector.engine.recall.hybrid import DEFAULT_FUSION, floor_margin, matches_well  # noqa: E402
+from connector.engine.recall.hybrid import answer_features, matches_well  # noqa: E402
 
 UNGATED = replace(CHANNEL_FUSION, gate=False)
 
@@ -78,11 +78,8 @@ class Rows:
 
 
 def features_of(case: locomo.Case) -> np.ndarray:
-    signals, eligible = case.signals, case.eligible
-    fusion = DEFAULT_FUSION
-    strength = signals.semantic + fusion.strength_words * signals.near_words + fusion.strength_exact * signals.exact
-    return gate_features(floor_margin(signals, eligible), strength, signals.semantic, case.e5, case.bm25,
-                         signals.words, signals.near_words, eligible)
+    """The gate's features of a query, as hybrid recall reads them (`hybrid.answer_features`)."""
+    return answer_features(case.signals, case.eligible, case.e5)
 
 
 def first_answer(case: locomo.Case, item: locomo.Prepared, ranked: Sequence[int]) -> int:

@@ -71,7 +71,7 @@ from connector.engine.recall.textmatch import TextIndex, has_cjk, word_terms
 
 __all__ = [
     "DEFAULT_FUSION", "EXACT_CANNOT_READ", "Fusion", "HybridIndex", "MODES", "NO_GOOD_MATCH", "Signals",
-    "VectorSource", "answer_decision", "empty_recall_reason", "fuse", "hybrid_recall", "memory_texts", "query_signals",
+    "VectorSource", "answer_decision", "answer_features", "empty_recall_reason", "fuse", "hybrid_recall", "memory_texts", "query_signals",
     "ranked_positions", "start_e5_channel",
 ]
 
@@ -189,10 +189,17 @@ def answer_decision(signals: Signals, eligible: np.ndarray, e5: np.ndarray | Non
         margin = floor_margin(signals, eligible)
     if e5 is None or int(eligible.sum()) < max(Z_POPULATION, MIN_MEMORIES):
         return margin >= 0.0
+    return ANSWER_GATE.answers(answer_features(signals, eligible, e5, margin))
+
+
+def answer_features(signals: Signals, eligible: np.ndarray, e5: np.ndarray, margin: float | None = None) -> np.ndarray:
+    """The answer gate's features of the query (`answergate.FEATURES`) over at least
+    `answergate.MIN_MEMORIES` eligible memories (``margin``: the strength floor's, when known)."""
+    if margin is None:
+        margin = floor_margin(signals, eligible)
     bm25 = signals.bm25 if signals.bm25 is not None else np.zeros(len(eligible), dtype=np.float32)
-    features = gate_features(margin, _strength(signals, DEFAULT_FUSION), signals.semantic, e5, bm25, signals.words,
-                             signals.near_words, eligible)
-    return ANSWER_GATE.answers(features)
+    return gate_features(margin, _strength(signals, DEFAULT_FUSION), signals.semantic, e5, bm25, signals.words,
+                         signals.near_words, eligible)
 
 
 def _strongest(strength: np.ndarray, positions: np.ndarray, count: int) -> np.ndarray:
