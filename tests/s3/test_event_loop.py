@@ -56,18 +56,24 @@ class DelayingProxy:
             client.close()
             return
         with client, server:
-            while not self._closed.is_set():
-                ready, _, _ = select.select([client, server], [], [], 0.5)
-                for sock in ready:
-                    data = sock.recv(65536)
-                    if not data:
-                        return
-                    if sock is client:
-                        if self.delay:
-                            time.sleep(self.delay)
-                        server.sendall(data)
-                    else:
-                        client.sendall(data)
+            try:
+                self._relay(client, server)
+            except OSError:
+                return  # either side reset the connection (a client's pool closing it): the pipe ends
+
+    def _relay(self, client: socket.socket, server: socket.socket) -> None:
+        while not self._closed.is_set():
+            ready, _, _ = select.select([client, server], [], [], 0.5)
+            for sock in ready:
+                data = sock.recv(65536)
+                if not data:
+                    return
+                if sock is client:
+                    if self.delay:
+                        time.sleep(self.delay)
+                    server.sendall(data)
+                else:
+                    client.sendall(data)
 
     def close(self) -> None:
         """Stop accepting and end every open connection (the service looks gone)."""
