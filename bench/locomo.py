@@ -51,8 +51,8 @@ sys.path.insert(0, str(REPO))
 
 from connector.engine.format.archive import load_directory  # noqa: E402
 from connector.engine.format.brain import Brain  # noqa: E402
-from connector.engine.recall.channelfusion import CHANNEL_FUSION, ChannelFusion, answers, channel_zscores, fuse_zscores, neighbours  # noqa: E402
-from connector.engine.recall.dates import date_offsets, query_dates  # noqa: E402
+from connector.engine.recall.channelfusion import CHANNEL_FUSION, ChannelFusion, answers, channel_zscores, neighbours  # noqa: E402
+from connector.engine.recall.dates import query_dates  # noqa: E402
 from connector.engine.recall.embedding import content_hash  # noqa: E402
 from connector.engine.recall.hybrid import (  # noqa: E402
     DEFAULT_FUSION,
@@ -62,6 +62,7 @@ from connector.engine.recall.hybrid import (  # noqa: E402
     Signals,
     answer_decision,
     fuse,
+    fuse_with_dates,
     memory_texts,
     query_signals,
     ranked_positions,
@@ -301,14 +302,10 @@ def fusion_ranking(case: Case, prepared: Prepared, fusion: ChannelFusion, offset
         gate = case.__dict__.get("_gate")
         if gate is None:
             gate = case.__dict__["_gate"] = answer_decision(case.signals, case.eligible, case.e5)
-    answered = answers(case.e5, case.eligible, fusion, gate)
-    fused, listed = fuse_zscores(normalised, fusion, case.eligible, prepared.adjacent, answered, offsets)
-    named = query_dates(case.query.text, case.query.now) if dates else ()
-    if named:  # as hybrid_recall: the memories of a date the query names, among the first candidates, rise
-        raised = date_offsets(named, fused, case.eligible, lambda p: prepared.texts[p], lambda p: prepared.written_ms[p])
-        if raised is not None:
-            fused, listed = fuse_zscores(normalised, fusion, case.eligible, prepared.adjacent, answered,
-                                         raised if offsets is None else offsets + raised)
+    fused, listed = fuse_with_dates(normalised, fusion, case.eligible, prepared.adjacent,
+                                    answers(case.e5, case.eligible, fusion, gate), offsets,
+                                    query_dates(case.query.text, case.query.now) if dates else (),
+                                    lambda p: prepared.texts[p], lambda p: prepared.written_ms[p])
     strong = case.signals.strong
     if strong is not None and case.eligible[strong]:
         listed[strong] = True

@@ -56,13 +56,14 @@ from connector.engine.recall import beside
 from connector.engine.recall.answergate import ANSWER_GATE, MIN_MEMORIES, gate_features
 from connector.engine.recall.channelfusion import (
     CHANNEL_FUSION,
+    Z_POPULATION,
     ChannelFusion,
     answers,
     channel_zscores,
     fuse_zscores,
     neighbours,
 )
-from connector.engine.recall.dates import date_offsets, query_dates
+from connector.engine.recall.dates import Interval, date_offsets, query_dates
 from connector.engine.recall.embedding import Quantized, content_hash, cosines, embedded_text, products
 from connector.engine.recall.exact import recall
 from connector.engine.recall.index import BrainIndex, MemoryRecord
@@ -71,8 +72,8 @@ from connector.engine.recall.textmatch import TextIndex, has_cjk, word_terms
 
 __all__ = [
     "DEFAULT_FUSION", "EXACT_CANNOT_READ", "Fusion", "HybridIndex", "MODES", "NO_GOOD_MATCH", "Signals",
-    "VectorSource", "answer_decision", "answer_features", "empty_recall_reason", "fuse", "hybrid_recall", "memory_texts", "query_signals",
-    "ranked_positions", "start_e5_channel",
+    "VectorSource", "Z_POPULATION", "answer_decision", "answer_features", "empty_recall_reason", "fuse",
+    "fuse_with_dates", "hybrid_recall", "memory_texts", "query_signals", "ranked_positions", "start_e5_channel",
 ]
 
 MODES = ("exact", "hybrid")
@@ -86,8 +87,6 @@ STANDOUT_NEIGHBOURS = 5
 HUBNESS_NEIGHBOURS = 10
 # The floor looks at the hubness of at most this many of the strongest memories.
 HUBNESS_CANDIDATES = 3
-# The per-hit z-score cut applies from this many eligible memories (a z-score needs a population).
-Z_POPULATION = 30
 
 
 @dataclass(frozen=True)
@@ -621,16 +620,12 @@ def hybrid_recall(
     fusion = fusion.for_query(channels, allowed, signals.words)
     normalised = channel_zscores(channels, allowed, fusion.clip, fusion.clips())
     answered = answers(channels["e5"], allowed, fusion, well)
-    shifts = offsets if hybrid.newer else None
-    fused, listed = fuse_zscores(normalised, fusion, allowed, adjacent, answered, shifts)
-    named = query_dates(scored, now) if brain is not None else ()
-    if named:  # a query naming a date: the memories of that date among the first candidates rise
-        records = index.memories
-        raised = date_offsets(named, fused, allowed, lambda position: memory_text(brain, records[position].entry),
-                              lambda position: records[position].created_ms)
-        if raised is not None:  # fused again from the same z-scores
-            fused, listed = fuse_zscores(normalised, fusion, allowed, adjacent, answered,
-                                         raised if shifts is None else shifts + raised)
+    records = index.memories
+    fused, listed = fuse_with_dates(
+        normalised, fusion, allowed, adjacent, answered, offsets if hybrid.newer else None,
+        query_dates(scored, now) if brain is not None else (),
+        lambda position: memory_text(brain, records[position].entry), lambda position: records[position].created_ms,
+    )
     if signals.strong is not None and allowed[signals.strong]:
         listed[signals.strong] = True  # a strong exact hit is always listed (and first)
     exact_hits = {index.positions[hit["id"]]: hit for hit in exact}
@@ -648,6 +643,28 @@ def hybrid_recall(
         hit["similarity"] = round3(float(signals.semantic[position]))
         hits.append(hit)
     return hits
+
+
+def fuse_with_dates(
+    normalised: dict[str, np.ndarray],
+    fusion: ChannelFusion,
+    eligible: np.ndarray,
+    adjacent: tuple[np.ndarray, np.ndarray] | None,
+    answered: bool,
+    offsets: np.ndarray | None,
+    named: Sequence[Interval],
+    text_of: Callable[[int], str],
+    written_of: Callable[[int], int | None],
+) -> tuple[np.ndarray, np.ndarray]:
+    """`fuse_zscores`, then, for a query naming dates (``named``: `dates.query_dates`), fused
+    again from the same z-scores with the memories of those dates among the first candidates
+    raised (`dates.date_offsets`; ``text_of`` and ``written_of`` give a memory's text and creation
+    ms by position)."""
+    fused, listed = fuse_zscores(normalised, fusion, eligible, adjacent, answered, offsets)
+    raised = date_offsets(named, fused, eligible, text_of, written_of) if named else None
+    if raised is None:
+        return fused, listed
+    return fuse_zscores(normalised, fusion, eligible, adjacent, answered, raised if offsets is None else offsets + raised)
 
 
 NO_GOOD_MATCH = "no_good_match"
