@@ -101,8 +101,9 @@ class ChannelFusion:
     hit_floor_with_e5: float | None = None
     # Once e5 votes in a populated brain: its best eligible memory is listed among the first this many
     # whenever anything is listed (in the place of the lowest listed memory, or beside a memory listed
-    # alone; callers still put the exact engine's strong first hit before it); None: the fusion alone decides. e5 is the strongest single channel: the others may
-    # reorder what it finds, not hide the memory it is surest of.
+    # alone; callers still put the exact engine's strong first hit before it); None: the fusion alone
+    # decides. e5 is the strongest single channel: the others may reorder what it finds, not hide
+    # the memory it is surest of.
     e5_best_within: int | None = None
 
     def weight(self, channel: str) -> float:
@@ -160,14 +161,15 @@ _GAP_RANK = 10  # a model's best memory is compared with its tenth best
 
 def standout(values: np.ndarray, eligible: np.ndarray) -> float:
     """How far a model's best eligible memory stands above its tenth best, in the model's
-    (unclipped) z-scores over the brain (at least _LEAST_GAP)."""
-    scores = zscores(values, eligible, np.inf)[eligible]
-    if len(scores) < 2:
+    (unclipped) z-scores over the brain (at least _LEAST_GAP): the gap over the brain's spread,
+    the mean cancelling out."""
+    scores = np.asarray(values, dtype=np.float32)[eligible]
+    spread = float(scores.std()) if len(scores) >= 2 else 0.0
+    if spread <= 1e-9:
         return _LEAST_GAP
     rank = min(_GAP_RANK, len(scores)) - 1
-    first = float(scores.max())
     tenth = float(np.partition(scores, len(scores) - 1 - rank)[len(scores) - 1 - rank])
-    return max(first - tenth, _LEAST_GAP)
+    return max((float(scores.max()) - tenth) / spread, _LEAST_GAP)
 
 
 def neighbours(folders: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
