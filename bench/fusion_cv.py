@@ -26,7 +26,7 @@ what it learns on some sets carries to the others. Candidates (families, each a 
   turn after only or the turn before too, up to 1 or 2 turns away (``ChannelFusion.follow``,
   ``follow_reach``, ``follow_before``);
 - ``e5 best``: e5's best memory kept among the first 1, 2, 3 or 5 listed, or not kept
-  (``ChannelFusion.e5_best_within``; session 18 ships 3).
+  (``ChannelFusion.e5_best_within``; session 18 ships 2, nine folds' choice).
 
 Folds: each LoCoMo conversation held out together with one half of recall-quality (its
 answerable and no-answer queries alternately): fit on the other four conversations and
@@ -77,7 +77,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import locomo  # noqa: E402
 
-from connector.engine.recall.channelfusion import CHANNEL_FUSION, ChannelFusion, zscores  # noqa: E402
+from connector.engine.recall.channelfusion import CHANNEL_FUSION, ChannelFusion  # noqa: E402
 
 # The fixed fusion shipped before session 17's adaptation (its weights, clips and hit floor for every
 # query; the listing, following and dates as shipped; e5's best not kept, as before session 18), and
