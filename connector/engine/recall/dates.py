@@ -8,11 +8,13 @@ query's named days, months or years become intervals, a memory is *of* the date 
 date it names in its text, or the day it was written, falls in one, and the memories of
 the date among the fusion's first candidates are raised (`date_offsets`).
 
-Only dates named outright count (a day with its month, a month with its year, a year
-with a word beside it): a bare number ("postgres 16", "port 5432", "v1.2") is no date,
-and what a span means only relative to now ("in 50 minutes", "at 4pm", a weekday alone)
-is left to the words and the models. A day named without its year takes the year of the
-query's clock (or of the memory's writing), the most recent such day that is not later.
+In a memory's text only dates named outright count (a day with its month's name, digits
+with separators, a four-digit year): a bare number ("postgres 16", "port 5432", "v1.2") is
+no date. A query may also name a day, week, month or year by where it lies from now
+("yesterday", "last week", "上周", "先月", "3 days ago": `query_dates`); what a span means
+only at a time of day or on a weekday ("in 50 minutes", "at 4pm", "on Saturday") is left to
+the words and the models. A day named without its year takes the year of the query's clock
+(or of the memory's writing), the most recent such day that is not later.
 
 A memory may report a day after it happened ("I watched it last night", said on 2 May):
 a day named in the query also matches memories dated up to ``REPORT_LAG_DAYS`` later.
@@ -159,8 +161,7 @@ def _windows(text: str) -> list[str]:
 def _window_dates(text: str, clock: datetime) -> list[Interval]:
     search_dates = _dateparser().search_dates
     try:
-        found = search_dates(text, languages=LANGUAGES,
-                             settings=_settings(clock)) or []
+        found = search_dates(text, languages=LANGUAGES, settings=_settings(clock)) or []
     except Exception:  # noqa: BLE001 - dateparser failing on odd text means no date there, never a failed recall
         return []
     out = []
