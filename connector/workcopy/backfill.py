@@ -194,7 +194,7 @@ class E5Backfill:
         vectors, found = store.known(hashes, job.brain_id)
         if found.all():
             job.hybrid.e5 = vectors
-            self._set(job.brain_id, Progress(READY, len(texts), len(texts)))
+            self._finished(job.brain_id, len(texts))
 
     def _fill_pending(self, store: VectorStore, job: _Job) -> None:
         """A version followed from one with e5 vectors (a write, a pull): only its new
@@ -202,10 +202,18 @@ class E5Backfill:
         pending = dict(job.hybrid.e5_pending)
         total = len(job.index.memories)
         if pending:
+            self._set(job.brain_id, Progress(EMBEDDING, total - len(pending), total))
             positions, texts = list(pending), list(pending.values())
             vectors = store.vectors([content_hash(store.model_id, text) for text in texts], texts, job.brain_id)
             job.hybrid.with_e5(positions, vectors)
-        self._set(job.brain_id, Progress(READY, total, total))
+        self._finished(job.brain_id, total)
+
+    def _finished(self, brain_id: str | None, total: int) -> None:
+        """The job's version is complete: READY, unless a newer version of the brain is already
+        waiting (brain_status would call that one ready before its vectors are there)."""
+        with self._lock:
+            if brain_id not in self._waiting:
+                self._progress[brain_id] = Progress(READY, total, total)
 
     def _set(self, brain_id: str | None, progress: Progress) -> None:
         with self._lock:
