@@ -260,7 +260,9 @@ def memorize_text(result: dict[str, Any]) -> str:
     stored = result["stored"]
     if result.get("written") is False:
         lines = [f"Already in memory as '{one(stored.get('title'))}' ({one(stored.get('id'))}); nothing written."]
-        return "\n".join([*lines, *_similar_lines(result), *_written_tail(result)])
+        # Nothing was saved, so no "saved" line: only whether earlier writes are still held, and the note.
+        note = [f"Note: {result['note']}"] if result.get("note") else []
+        return "\n".join([*lines, *_similar_lines(result), *_notes_only(result), *note])
     lines = [
         f"Remembered '{title(stored.get('title'))}' as {one(stored.get('id'))} "
         f"({one(stored.get('type'))}, {one(stored.get('path'))})."

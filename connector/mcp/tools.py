@@ -885,7 +885,8 @@ class BrainTools:
                 "already_present": True,
             },
             "written": False,
-            "synced": True,
+            # Nothing was written now, but earlier writes of this brain may still be held here.
+            "synced": snapshot.pending_writes == 0,
             "similar": [item.to_json(detail=True) for item in found],
             "note": (
                 f"Not written: memory {exact.id} already holds this content. Use that id; call brain_memorize "
@@ -977,7 +978,8 @@ class BrainTools:
             flagged += [{**item.to_json(), "of": len(kept)} for item in found if item.flagged]
             kept.append(memory)
         if not kept:
-            return {"stored": [], "already_present": present, "synced": True}
+            # Nothing written now; earlier writes of this brain may still be held here.
+            return {"stored": [], "already_present": present, "synced": snapshot.pending_writes == 0}
         op: Memorize = Memorize(kept)
         if flagged:
             op = MemorizeFlagged.of(op, flagged, by=caller.account.client_name)

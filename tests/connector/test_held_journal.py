@@ -168,3 +168,29 @@ def test_a_journal_sealed_under_another_state_key_is_left_alone(tmp_path: Path) 
         assert _journal_files(state) == []
     finally:
         _stop(store_manager)
+
+
+def test_a_repeated_memorize_while_writes_are_held_does_not_claim_a_sync(tmp_path: Path) -> None:
+    """The same content again while the store is away: nothing is written, and the answer says
+    the brain's earlier writes are still held instead of "Saved and synced to the store"."""
+    running, store_manager = start_store(tmp_path)
+    user = running.add_user("repeater")
+
+    async def scenario(base: str) -> Any:
+        async with mcp_session(base + "/mcp", mint(base, user, ALL)) as client:
+            structured(await client.call_tool("brain_memorize", {"content": "Saved while the store was up"}))
+            _stop(store_manager)
+            await asyncio.sleep(0.3)
+            assert structured(await client.call_tool("brain_memorize", {"content": HELD}))["synced"] is False
+            return await client.call_tool("brain_memorize", {"content": HELD})
+
+    try:
+        with connector(tmp_path, running, env={"CONNECTOR_REPULL_TTL_MS": "200"}) as server:
+            again = asyncio.run(scenario(server.base_url))
+        body = structured(again)
+        assert body["written"] is False and body["synced"] is False
+        text = _text(again)
+        assert "nothing written" in text and "still held" in text
+        assert "Saved" not in text and "synced to the store." not in text.replace("not yet synced to the store", "")
+    finally:
+        _stop(store_manager)

@@ -68,6 +68,10 @@ def test_no_op_writes_say_nothing_changed() -> None:
     assert "still held" in held and "Saved and synced" not in held
     done = render.write_text("Unpinned", {"id": "m1", "was_pinned": True, "synced": True})
     assert "Saved and synced" in done
+    repeated = render.memorize_text({"stored": {"id": "m1", "title": "T"}, "written": False, "synced": True,
+                                     "note": "Not written: memory m1 already holds this content."})
+    assert repeated == ("Already in memory as 'T' (m1); nothing written.\n"
+                        "Note: Not written: memory m1 already holds this content.")
 
 
 def test_budget_cut_is_said() -> None:
