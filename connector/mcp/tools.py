@@ -677,7 +677,11 @@ class BrainTools:
         brain is embedded again), once the writes in flight have answered: embedding takes a core
         for tens of ms, which the write's packing, push and the store's validation need (the
         vector may follow the answer; recall uses the other channels meanwhile)."""
-        if self.e5 is None or hybrid.e5 is None or not hybrid.e5_pending:
+        if self.e5 is None or hybrid.e5 is None:
+            return
+        if not hybrid.e5_pending:
+            # Nothing to embed (a forget, a pin): the vectors are all there; brain_status's count follows.
+            self.e5.vectors(brain_id, brain, index, hybrid)
             return
         with self._e5_lock:
             if self._writes_in_flight:

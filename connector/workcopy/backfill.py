@@ -110,6 +110,7 @@ class E5Backfill:
         None (and the missing ones are computed in the background). Never embeds on the caller's thread."""
         e5, pending = hybrid.e5_state()
         if e5 is not None and not pending:
+            self._counted(brain_id, len(index.memories))
             return e5
         if self.store is None:
             return None
@@ -213,6 +214,16 @@ class E5Backfill:
         waiting (brain_status would call that one ready before its vectors are there)."""
         with self._lock:
             if brain_id not in self._waiting:
+                self._progress[brain_id] = Progress(READY, total, total)
+
+    def _counted(self, brain_id: str | None, total: int) -> None:
+        """A complete version of a brain called ready: brain_status counts its memories. A version
+        that only lost memories (a forget) takes its vectors from the one before and is never a
+        job, so the count of the last version embedded would otherwise stay."""
+        with self._lock:
+            progress = self._progress.get(brain_id)
+            if progress is not None and progress.state == READY and progress.total != total \
+                    and brain_id not in self._waiting:
                 self._progress[brain_id] = Progress(READY, total, total)
 
     def _set(self, brain_id: str | None, progress: Progress) -> None:

@@ -5,12 +5,14 @@ without e5 for a moment, seen as a flaky after-write test under CI load)."""
 from __future__ import annotations
 
 import threading
+from datetime import UTC, datetime
 
 import numpy as np
 
 from connector.engine.recall.embedding import Quantized
 from connector.engine.recall.hybrid import HybridIndex, memory_texts
 from connector.engine.recall.index import BrainIndex
+from connector.engine.writes.ops import Forget
 from connector.workcopy.backfill import EMBEDDING, READY, E5Backfill
 from connector.workcopy.vectors import VectorStore
 from tests.engine.hybrid_support import MEMORIES, CountingEmbedder, make_brain
@@ -61,4 +63,30 @@ def test_a_newer_version_waiting_behind_a_running_one_is_not_called_ready() -> N
     finally:
         for gate in embedder.gates:
             gate.set()
+        backfill.close()
+
+
+def test_a_version_with_fewer_memories_is_counted_once_it_is_recalled() -> None:
+    """A forget makes a version whose e5 vectors all come from the one before (no job): brain_status
+    said "ready (N memories)" with the forgotten one still counted."""
+    whole, ids = make_brain()
+    whole_index = BrainIndex.build(whole)
+    use = VectorStore(CountingEmbedder()).for_brain("b")
+    whole_hybrid = HybridIndex.build(whole, whole_index, use)
+    backfill = E5Backfill(lambda: VectorStore(CountingEmbedder()))
+    try:
+        assert backfill.vectors("b", whole, whole_index, whole_hybrid) is None
+        seconds_until(lambda: backfill.progress("b").state == READY, 30, what="the whole brain's vectors")
+        assert backfill.progress("b").total == len(whole_index.memories)
+        # One memory forgotten: the vectors of the rest are the earlier version's, nothing is pending.
+        fewer = whole.copy()
+        Forget(ids[MEMORIES[-1]["title"]], force=True).apply(fewer, datetime.now(UTC))
+        fewer_index = BrainIndex.build(fewer)
+        fewer_hybrid = HybridIndex.build(fewer, fewer_index, use, whole_hybrid)
+        assert fewer_hybrid.e5_state()[0] is not None and not fewer_hybrid.e5_state()[1]
+        assert backfill.vectors("b", fewer, fewer_index, fewer_hybrid) is not None
+        progress = backfill.progress("b")
+        assert (progress.state, progress.done, progress.total) == (READY, len(fewer_index.memories),
+                                                                   len(fewer_index.memories))
+    finally:
         backfill.close()

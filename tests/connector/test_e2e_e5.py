@@ -123,3 +123,35 @@ def test_without_e5_status_says_nothing_of_it(store: RunningStore, tmp_path: Pat
     with connector(tmp_path, store, env={"CONNECTOR_RECALL_E5": "false"}) as server:
         asyncio.run(scenario(server.base_url))
     assert not list((tmp_path / "connector-state" / "vectors" / "e5").glob("seg-*.bin"))
+
+
+def test_status_counts_the_memories_left_after_a_forget(store: RunningStore, tmp_path: Path) -> None:
+    """A forget leaves a version whose e5 vectors are all the earlier one's: brain_status counted the
+    forgotten memory still ("ready (N memories)" beside "Memories: N-1") until some later recall."""
+    user = store.add_user("e5forget")
+    brain, ids = make_brain()
+    upload_brain(store.url, user.token, brain)
+
+    async def e5_status(client: Any) -> tuple[int, dict[str, Any]]:
+        status = structured(await client.call_tool("brain_status", {}))
+        return status["memory_count"], status.get("recall_e5") or {}
+
+    async def scenario(base: str) -> None:
+        async with mcp_session(base + "/mcp", mint(base, user, {"brain.read", "brain.write"})) as client:
+            structured(await client.call_tool("brain_recall", {"query": "疫苗", "limit": 3}))
+            deadline = time.monotonic() + 120
+            while (await e5_status(client))[1].get("state") != "ready":
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.2)
+            structured(await client.call_tool("brain_recall", {"query": "vaccine for the cat", "limit": 3}))
+            structured(await client.call_tool("brain_forget", {"id": ids["猫的疫苗"], "force": True}))
+            deadline = time.monotonic() + 20
+            count, e5 = await e5_status(client)
+            while e5.get("total") != count:
+                assert time.monotonic() < deadline, (count, e5)
+                await asyncio.sleep(0.2)
+                count, e5 = await e5_status(client)
+            assert count == len(ids) - 1 and e5["state"] == "ready" and e5["embedded"] == count
+
+    with connector(tmp_path, store) as server:
+        asyncio.run(scenario(server.base_url))
