@@ -55,6 +55,18 @@ class _SafeLoaderWithoutAliases(yaml.SafeLoader):
             raise yaml.composer.ComposerError(None, None, "aliases (*name) are not accepted", mark)
         return super().compose_node(parent, index)
 
+    def construct_yaml_timestamp(self, node: Any) -> Any:  # noqa: D102 - PyYAML's hook
+        # A date the calendar does not have (``date: 2024-02-30``, a typo in a note) stays the
+        # text the note holds: PyYAML raises a bare ValueError for it, which nothing expects.
+        try:
+            return super().construct_yaml_timestamp(node)
+        except (ValueError, OverflowError):
+            return self.construct_scalar(node)
+
+
+_SafeLoaderWithoutAliases.add_constructor("tag:yaml.org,2002:timestamp",
+                                          _SafeLoaderWithoutAliases.construct_yaml_timestamp)
+
 
 def is_markdown_name(name: str) -> bool:
     """Whether an entry's name is a Markdown file."""

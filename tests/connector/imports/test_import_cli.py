@@ -99,6 +99,17 @@ def test_a_single_note_with_a_long_heading_gets_a_title_cut_as_memorize_cuts_one
     assert "reminder" in live(brain)
 
 
+def test_a_note_whose_front_matter_holds_a_date_the_calendar_has_not_imports(tmp_path: Path) -> None:
+    """``date: 2024-02-30`` is YAML's timestamp syntax but no date: PyYAML's ValueError was a traceback
+    here (and a 500 from the web app's import); the value is the note's text, as its author sees it."""
+    note = tmp_path / "typo.md"
+    note.write_text("---\ndate: 2024-02-30\ntags: [garden]\n---\n# Seed order\nOrder tomato seeds in February.\n")
+    brain = tmp_path / "brain"
+    report = imported_ok(brain, note)
+    assert report["new"] == 1
+    assert "Order tomato seeds in February." in live(brain)["Seed order"]["body"]
+
+
 def test_importing_the_same_notes_again_reports_duplicates_and_writes_nothing(tmp_path: Path) -> None:
     vault = samples.obsidian_vault(tmp_path)
     brain = tmp_path / "brain"
