@@ -89,6 +89,16 @@ def test_front_matter_aliases_are_not_expanded() -> None:
     assert memory is not None and memory["front_matter"] == {} and memory["content"] == "body"
 
 
+def test_a_front_matter_date_the_calendar_has_not_is_read_as_text() -> None:
+    # Written by hand or by another client: brain_read and fetch failed on PyYAML's bare ValueError.
+    brain, ids = _brain(_memory("Typo", "x"))
+    path = brain.read_json("index.json")["memories"][ids[0]]["path"]
+    brain.write(path, b"---\nsource: hand\nreviewed: 2024-02-30\n---\nbody\n")
+    memory = read_memory(brain, ids[0], now_ms=NOW_MS, max_chars=100)
+    assert memory is not None and memory["content"] == "body"
+    assert memory["front_matter"] == {"source": "hand", "reviewed": "2024-02-30"}
+
+
 def test_edge_order_and_skip_rule() -> None:
     assert edge_order([1, 2, 3, 4, 5]) == [1, 3, 5, 4, 2]
     assert edge_order([1, 2]) == [1, 2]

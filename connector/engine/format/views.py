@@ -85,6 +85,17 @@ class _NoAliasLoader(yaml.SafeLoader):
             raise yaml.YAMLError("aliases are not read here")
         return super().compose_node(parent, index)
 
+    def construct_yaml_timestamp(self, node: Any) -> Any:
+        # A date the calendar does not have (``2024-02-30``, written by hand or by another client)
+        # is shown as the text it is: PyYAML raises a bare ValueError, and the memory could not be read.
+        try:
+            return super().construct_yaml_timestamp(node)
+        except (ValueError, OverflowError):
+            return self.construct_scalar(node)
+
+
+_NoAliasLoader.add_constructor("tag:yaml.org,2002:timestamp", _NoAliasLoader.construct_yaml_timestamp)
+
 
 def _associations(brain: Brain, memory_id: str, entries: Mapping[str, Any]) -> list[dict[str, Any]]:
     graph = brain.read_json("associations.json")
