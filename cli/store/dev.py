@@ -54,10 +54,15 @@ def _port_is_free(port: int) -> bool:
 def pick_port(given: int | None, preferred: int, option: str, taken: Sequence[int] = ()) -> int:
     """The given port, else ``preferred``: the URLs stay the same across runs (clients keep
     the MCP URL they were given). A port really in use is a ``click.ClickException`` naming it
-    and ``option``, the flag that picks another; it never silently moves."""
+    and ``option``, the flag that picks another; it never silently moves. ``taken``: the store's
+    port, when picking the connector's."""
     port = given or preferred
-    if port in taken or not _port_is_free(port):
-        hint = f"make dev ARGS=\"{option} N\"" if not given else f"another {option}"
+    hint = f"make dev ARGS=\"{option} N\"" if not given else f"another {option}"
+    if port in taken:
+        # Free a moment ago, but the other server of this run gets it: no other program to stop.
+        raise click.ClickException(f"port {port} is also the store's port (--port); the store and the connector "
+                                   f"need one each, so choose {hint}.")
+    if not _port_is_free(port):
         raise click.ClickException(
             f"port {port} is in use by another program on 127.0.0.1, so `brain-store dev` did not start "
             f"(it keeps its URLs the same on every run). Stop that program, or choose {hint}; "

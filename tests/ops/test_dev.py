@@ -23,7 +23,7 @@ import pytest
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from tests.connector.oauth.test_e2e_mcp_client import MemoryStorage, oauth_provider
-from tests.support.processes import REPO_ROOT, console_script, free_port
+from tests.support.processes import REPO_ROOT, console_script, free_port, run_command
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(240)]
 START_TIMEOUT_S = 120.0
@@ -249,6 +249,16 @@ def test_the_default_port_in_use_stops_dev_naming_it_and_the_way_out(tmp_path: P
     assert f"port {port} is in use" in message and 'make dev ARGS="--port N"' in message
     _time_wait_on(port)  # only TIME_WAIT left: the same port is taken again, not another one
     assert _in_time_wait(port) and pick_port(None, port, "--port") == port
+
+
+def test_the_same_port_for_both_servers_is_said_as_such(tmp_path: Path) -> None:
+    # The port is free: "in use by another program" sent the user looking for a program that does not exist.
+    port = free_port()
+    done = run_command([console_script("brain-store"), "dev", "--data", str(tmp_path / "d"), "--port", str(port),
+                        "--connector-port", str(port)], timeout=60)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert f"port {port} is also the store's port (--port)" in done.stderr and "another --connector-port" in done.stderr
+    assert "another program" not in done.stderr and not (tmp_path / "d").exists()
 
 
 def test_user_add_says_which_store_and_the_banner_command_reaches_the_dev_store(tmp_path: Path) -> None:
