@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -12,7 +12,9 @@ from hypothesis import strategies as st
 
 from common.textsafety import has_unsafe_chars, one_line
 from connector.engine.format.brain import Brain
-from connector.engine.format.rules import COGNITIVE_TYPES, MEMORY_TYPES
+from connector.engine.format.jsvalues import datetime_ms
+from connector.engine.format.jsvalues import iso_ms as js_iso_ms
+from connector.engine.format.rules import COGNITIVE_TYPES, MEMORY_TYPES, parse_iso
 from connector.engine.format.text import js_trim, memory_body
 from connector.engine.writes import ops as ops_module
 from connector.engine.writes.errors import BrainError
@@ -315,6 +317,16 @@ def test_validity_is_normalised() -> None:
     assert entry["valid_until"] == "2025-06-01T10:00:00.000Z"
     assert list(entry)[-2:] == ["valid_from", "valid_until"]
     assert frontmatter(brain, entry["path"])["valid_until"] == "2025-06-01T10:00:00.000Z"
+
+
+def test_validity_before_the_year_1000_is_written_so_it_reads_back() -> None:
+    # strftime's %Y wrote "500-01-01T...": not ISO 8601, so the validity was silently lost on reading.
+    brain = Brain()
+    [stored] = store(brain, memory(valid_from="0500-01-01", valid_until="0999-06-01"))
+    entry = entries(brain)[stored["id"]]
+    assert entry["valid_from"] == "0500-01-01T00:00:00.000Z" and entry["valid_until"] == "0999-06-01T00:00:00.000Z"
+    assert parse_iso(entry["valid_until"]) == datetime(999, 6, 1, tzinfo=UTC)
+    assert js_iso_ms(datetime_ms(datetime(5, 1, 2, tzinfo=UTC))) == "0005-01-02T00:00:00.000Z"
 
 
 # -- connector memorize (connector.md section 6) ------------------------------------------

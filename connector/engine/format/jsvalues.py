@@ -151,4 +151,5 @@ def datetime_ms(moment: datetime) -> int:
 def iso_ms(millis: int) -> str:
     """``Date.prototype.toISOString`` of an epoch-millisecond value."""
     moment = _EPOCH + millis * _ONE_MS
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{millis % 1000:03d}Z"
+    # Four-digit years, as toISOString writes them (strftime's %Y gives "500" for the year 500).
+    return f"{moment.year:04d}" + moment.strftime("-%m-%dT%H:%M:%S.") + f"{millis % 1000:03d}Z"

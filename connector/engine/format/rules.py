@@ -99,7 +99,9 @@ def iso_ms(moment: datetime) -> str:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     moment = moment.astimezone(UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    # The year written with four digits: strftime's %Y gives "500" for the year 500, which
+    # parse_iso (and any ISO 8601 reader) does not read back, so a validity before 1000 was lost.
+    return f"{moment.year:04d}" + moment.strftime("-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 
 def parse_iso(text: str) -> datetime | None:
