@@ -110,6 +110,22 @@ def test_a_note_whose_front_matter_holds_a_date_the_calendar_has_not_imports(tmp
     assert "Order tomato seeds in February." in live(brain)["Seed order"]["body"]
 
 
+def test_a_note_holding_a_credential_is_listed_as_refused_and_the_others_import(tmp_path: Path) -> None:
+    """The report said nothing of a note refused for a credential: it vanished from "new" unsaid."""
+    vault = tmp_path / "vault"
+    vault.mkdir()
+    key = "AKIAIOSFODNN7EXAMPLE"
+    (vault / "Deploy keys.md").write_text(f"The deploy user's access key is {key}.\n")
+    (vault / "Tomatoes.md").write_text("Tomatoes need six hours of sun.\n")
+    brain = tmp_path / "brain"
+    for args in (("--dry-run",), ()):
+        report = imported_ok(brain, vault, *args)
+        assert report["new"] == 1 and len(report["refused"]) == 1
+        assert report["refused"][0].startswith("Deploy keys: looks like it contains a credential")
+        assert key not in json.dumps(report)
+    assert list(live(brain)) == ["Tomatoes"]
+
+
 def test_importing_the_same_notes_again_reports_duplicates_and_writes_nothing(tmp_path: Path) -> None:
     vault = samples.obsidian_vault(tmp_path)
     brain = tmp_path / "brain"
