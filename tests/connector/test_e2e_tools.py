@@ -271,6 +271,24 @@ def test_read_only_token_is_refused_on_write_tools(store: RunningStore, served: 
     assert before == after
 
 
+def test_ids_on_a_new_users_empty_brain_are_unknown_ids(store: RunningStore, served: ServerProcess) -> None:
+    """A new account's brain holds nothing yet (no index.json): pin, unpin, forget and verify of any
+    id answered "brain not initialized (no index.json)", as if the brain were broken."""
+    user = store.add_user("newcomer")
+
+    async def scenario(base: str) -> None:
+        async with mcp_session(base + "/mcp", mint(base, user, {"brain.read", "brain.write"})) as client:
+            for name in ("brain_pin", "brain_unpin", "brain_forget"):
+                refused = await client.call_tool(name, {"id": "mem_20250101_aaaaaa"})
+                assert refused.is_error and refused.content[0].text == "unknown memory id mem_20250101_aaaaaa", name
+            verified = structured(await client.call_tool("brain_verify", {"action": "approve",
+                                                                          "ids": ["mem_20250101_aaaaaa"]}))
+            assert verified["results"] == [] and verified["errors"] == [
+                {"id": "mem_20250101_aaaaaa", "error": "unknown memory id"}]
+
+    asyncio.run(scenario(served.base_url))
+
+
 def test_recall_through_mcp_equals_the_engine(store: RunningStore, served: ServerProcess) -> None:
     user = store.add_user("parity")
     brain_id = upload_brain(store.url, user.token, load_directory(FIXTURE))

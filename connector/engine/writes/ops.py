@@ -84,10 +84,16 @@ def _keyed_id(txn: WriteTxn, request_key: str, title: str, archived: Mapping[str
     return candidates[0]
 
 
+def _entry_if_any(txn: WriteTxn, memory_id: str) -> dict[str, Any] | None:
+    """The memory's index entry, or None. A brain nothing was saved in yet (no index.json: a new
+    account's empty brain) holds no memory, so every id is unknown there, not a broken brain."""
+    return txn.entry(memory_id) if txn.read("index.json") is not None else None
+
+
 def _known_entry(txn: WriteTxn, memory_id: Any) -> dict[str, Any]:
     if not isinstance(memory_id, str) or not memory_id:
         raise BrainError("a memory id is required")
-    entry = txn.entry(memory_id)
+    entry = _entry_if_any(txn, memory_id)
     if entry is None:
         raise BrainError(f"unknown memory id {memory_id}")
     return entry
@@ -377,7 +383,7 @@ class Forget(Operation):
 
     def apply(self, brain: Brain, now: datetime) -> dict[str, Any]:
         txn = WriteTxn(brain, now)
-        if isinstance(self.id, str) and txn.entry(self.id) is None:
+        if isinstance(self.id, str) and _entry_if_any(txn, self.id) is None:
             archived = txn.json(ARCHIVE_INDEX)
             if isinstance(archived, dict) and isinstance(archived.get("memories"), dict) \
                     and self.id in archived["memories"]:
@@ -426,7 +432,7 @@ class Verify(Operation):
         results: list[dict[str, Any]] = []
         errors: list[dict[str, Any]] = []
         for memory_id in self.ids:
-            entry = txn.entry(memory_id)
+            entry = _entry_if_any(txn, memory_id)
             if entry is None:
                 errors.append({"id": memory_id, "error": "unknown memory id"})
             elif not entry.get("quarantined"):
