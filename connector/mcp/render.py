@@ -281,6 +281,10 @@ def memorize_text(result: dict[str, Any]) -> str:
         lines.append(f"Potential conflicts with pinned or stable memories: {', '.join(named)}")
     if stored.get("superseded"):
         lines.append(f"Supersedes: {', '.join(map(one, stored['superseded']))}")
+    if stored.get("supersedes_unknown"):
+        # Asked for, not done: said, or the model takes the older fact for replaced.
+        lines.append("Not superseded (no live memory has these ids; forgotten ones are archived): "
+                     f"{', '.join(map(one, stored['supersedes_unknown']))}")
     lines += _similar_lines(result)
     return "\n".join([*lines, *_written_tail(result)])
 

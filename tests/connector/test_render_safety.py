@@ -74,6 +74,13 @@ def test_no_op_writes_say_nothing_changed() -> None:
                         "Note: Not written: memory m1 already holds this content.")
 
 
+def test_supersedes_that_found_no_memory_are_said() -> None:
+    # Only structuredContent said so: the text read as if the older fact had been replaced.
+    text = render.memorize_text({"stored": {"id": "m2", "title": "T", "type": "learning", "path": "p.md",
+                                            "supersedes_unknown": ["m1"]}, "synced": True})
+    assert "Not superseded (no live memory has these ids; forgotten ones are archived): m1" in text
+
+
 def test_budget_cut_is_said() -> None:
     text = render.recall_text({"count": 2, "results": [
         _hit(1, content="abc", content_truncated=True, content_length=10),
