@@ -844,7 +844,9 @@ class BrainTools:
         structured: dict[str, Any] = {
             "stored": stored, **_sync_fields(outcome), "similar": [item.to_json(detail=True) for item in found],
         }
-        advice = render.similar_advice(found, superseded=superseding, stored_id=stored.get("id"))
+        # What the caller superseded itself is settled: no "it seems to repeat ..., forget the new one".
+        advised = [item for item in found if item.id not in memory.supersedes]
+        advice = render.similar_advice(advised, superseded=superseding, stored_id=stored.get("id"))
         queued = outcome.result.get("review_queued")
         if queued:
             structured["review_queued"] = list(queued)

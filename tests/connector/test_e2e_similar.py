@@ -75,6 +75,14 @@ def test_memorize_reports_similar_memories(store: RunningStore, tmp_path: Path) 
             assert "on_similar=supersede" in upgraded["note"]
             assert (index_entry(store, user, brain_id, ids["Work laptop"]) or {}).get("superseded_by") == new_id
 
+            # An explicit supersedes settles the pair: no advice to forget the new memory as a repeat.
+            tabs = structured(await client.call_tool("brain_memorize", {"content": "Alice prefers tabs over spaces"}))
+            spaces = structured(await client.call_tool("brain_memorize", {
+                "content": "Alice now prefers spaces over tabs", "supersedes": [tabs["stored"]["id"]]}))
+            assert spaces["stored"]["superseded"] == [tabs["stored"]["id"]]
+            assert tabs["stored"]["id"] in [item["id"] for item in spaces["similar"] if item["relation"] != "related"]
+            assert tabs["stored"]["id"] not in spaces.get("note", "")
+
             # Nothing similar: a plain write with an empty list.
             plain = structured(await client.call_tool(
                 "brain_memorize", {"content": "Started cello lessons on Saturday mornings in Kichijoji."}))
