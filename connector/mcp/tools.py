@@ -23,7 +23,7 @@ import numpy as np
 
 from common.textsafety import has_unsafe_chars
 from connector.engine.format.brain import Brain
-from connector.engine.format.jsvalues import datetime_ms
+from connector.engine.format.jsvalues import datetime_ms, parse_iso_ms
 from connector.engine.format.tokens import Budget
 from connector.engine.format.views import attach_content, read_memory
 from connector.engine.recall.embedding import content_hash
@@ -824,7 +824,7 @@ class BrainTools:
         except BrainUnavailable:
             snapshot = None  # no check: the write below says why nothing could be saved
         found = await self._similar_checked(snapshot, memory)
-        exact = next((item for item in found if item.exact), None)
+        exact = self._exact_current(snapshot, found)
         if exact is not None and snapshot is not None and not allow_duplicate:
             return self._duplicate_result(snapshot, exact, found)
         superseding: list[str] = []
@@ -877,6 +877,24 @@ class BrainTools:
         if self._index_ready(snapshot.key, "hybrid", snapshot.brain_id):
             return self.similar_for(snapshot, incoming)
         return await asyncio.to_thread(self.similar_for, snapshot, incoming)
+
+    def _exact_current(self, snapshot: Snapshot | None, found: list[Similar]) -> Similar | None:
+        """The memory holding this content word for word as a current fact, if any. An old version
+        (superseded) or a fact whose validity ended does not hold it: the fact stated again now is
+        written, or "already in memory" would point at what recall ranks down as outdated."""
+        exact = [item for item in found if item.exact]
+        if not exact or snapshot is None:
+            return None  # the usual case: index.json is not parsed for nothing
+        entries, now_ms = snapshot_entries(snapshot), datetime_ms(self.manager.now())
+        for item in exact:
+            entry = entries.get(item.id)
+            entry = entry if isinstance(entry, dict) else {}
+            if entry.get("superseded_by"):
+                continue
+            until_ms = parse_iso_ms(entry.get("valid_until")) if entry.get("valid_until") else None
+            if until_ms is None or until_ms > now_ms:
+                return item
+        return None
 
     def _duplicate_result(self, snapshot: Snapshot, exact: Similar, found: list[Similar]) -> types.CallToolResult:
         """The answer to a memorize of content the brain already holds word for word: nothing written."""
@@ -977,7 +995,7 @@ class BrainTools:
         flagged: list[dict[str, Any]] = []
         for memory in memories:
             found = await self._similar_checked(snapshot, memory)
-            exact = next((item for item in found if item.exact), None)
+            exact = self._exact_current(snapshot, found)
             if exact is not None:
                 present.append({"id": exact.id, "title": memory.title})
                 continue

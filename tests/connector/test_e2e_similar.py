@@ -83,6 +83,20 @@ def test_memorize_reports_similar_memories(store: RunningStore, tmp_path: Path) 
             assert tabs["stored"]["id"] in [item["id"] for item in spaces["similar"] if item["relation"] != "related"]
             assert tabs["stored"]["id"] not in spaces.get("note", "")
 
+            # The content of an old version (superseded) stated again is the current fact once more:
+            # written, not "already in memory" pointing at what recall ranks down as outdated.
+            back = structured(await client.call_tool("brain_memorize", {"content": "Alice prefers tabs over spaces"}))
+            assert "written" not in back and back["stored"]["id"] != tabs["stored"]["id"]
+            assert [item["id"] for item in back["similar"] if item.get("exact")] == [tabs["stored"]["id"]]
+            again = structured(await client.call_tool("brain_memorize", {"content": "Alice prefers tabs over spaces"}))
+            assert again["written"] is False and again["stored"]["id"] == back["stored"]["id"]
+            # So is a fact whose validity ended.
+            ended = structured(await client.call_tool("brain_memorize", {
+                "content": "The lab is in room 12 of the west wing", "valid_until": "2020-01-01"}))
+            reopened = structured(await client.call_tool("brain_memorize", {
+                "content": "The lab is in room 12 of the west wing"}))
+            assert "written" not in reopened and reopened["stored"]["id"] != ended["stored"]["id"]
+
             # Nothing similar: a plain write with an empty list.
             plain = structured(await client.call_tool(
                 "brain_memorize", {"content": "Started cello lessons on Saturday mornings in Kichijoji."}))
