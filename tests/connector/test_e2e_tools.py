@@ -220,6 +220,8 @@ def test_all_eight_tools_through_the_oauth_flow(store: RunningStore, tmp_path: P
 
                 bad = await client.call_tool("brain_pin", {"id": "mem_19990101_ffffff"})
                 assert bad.is_error and "unknown memory id" in bad.content[0].text
+                archived = await client.call_tool("brain_pin", {"id": memory_id})
+                assert archived.is_error and "is archived (forgotten)" in archived.content[0].text
                 empty = await client.call_tool("brain_recall", {"query": ""})
                 assert empty.is_error
 

@@ -137,6 +137,9 @@ def test_forget_archives_and_unlinks_everything() -> None:
     assert target not in brain.read_json("search-index.json")["documents"]
     assert brain.read_json("review-queue.json")["items"] == [{"memory_id": "other", "why": "y"}]
     check_consistency(brain)
+    # Pinning it now says it is archived (brain_read shows it so), not "unknown memory id".
+    with pytest.raises(BrainError, match=f"^{target} is archived \\(forgotten\\), not a live memory"):
+        Pin(target).apply(brain, NOW)
 
 
 def test_forget_protects_high_salience_unless_forced() -> None:

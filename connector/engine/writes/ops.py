@@ -95,6 +95,11 @@ def _known_entry(txn: WriteTxn, memory_id: Any) -> dict[str, Any]:
         raise BrainError("a memory id is required")
     entry = _entry_if_any(txn, memory_id)
     if entry is None:
+        archived = txn.json(ARCHIVE_INDEX)
+        if isinstance(archived, dict) and isinstance(archived.get("memories"), dict) \
+                and memory_id in archived["memories"]:
+            # brain_read shows it as archived: "unknown" would contradict it.
+            raise BrainError(f"{memory_id} is archived (forgotten), not a live memory; restore it first")
         raise BrainError(f"unknown memory id {memory_id}")
     return entry
 
