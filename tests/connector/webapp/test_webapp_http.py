@@ -272,6 +272,30 @@ def test_forgetting_a_salient_memory_asks_first_and_edit_errors_change_nothing(s
         assert client.post(f"/app/memory/{memory_id}/nonsense", data={"csrf": csrf}).status_code == 404
 
 
+def test_editing_a_pinned_memory_moves_the_pin_to_the_new_version(store: RunningStore) -> None:
+    """The pin stayed on the old, superseded version: session start served the text before the edit."""
+    alice = store.add_user("alice-pin")
+    brain_id = brains_of(store.url, alice.token)[0]["id"]
+    brain = Brain()
+    old_id = Memorize.from_request({"title": "Review rule", "type": "preference", "path": "rules/", "origin": "user",
+                                    "content": "Reviews need one approval.", "pinned": True,
+                                    "pin_scope": "project:web", "pin_priority": 3}).apply(
+        brain, datetime.now(UTC))["stored"][0]["id"]
+    assert upload_raw(store.url, alice.token, brain_id, pack_archive(brain), {"If-None-Match": "*"}).status_code == 200
+    with app_client(store.url) as client:
+        csrf = sign_in(client, alice.token)
+        edited = client.post(f"/app/memory/{old_id}/edit", data={
+            "csrf": csrf, "title": "Review rule", "content": "Reviews need two approvals.", "type": "preference"})
+        assert edited.status_code == 303
+    after, _ = download_brain(store.url, alice.token, brain_id)
+    entries = after.read_json("index.json")["memories"]
+    (new_id,) = [memory_id for memory_id in entries if memory_id != old_id]
+    assert entries[old_id]["superseded_by"] == new_id and not entries[old_id].get("pinned")
+    assert (entries[new_id]["pinned"], entries[new_id]["pin_scope"], entries[new_id]["pin_priority"]) == \
+           (True, "project:web", 3)
+    assert [pin["id"] for pin in after.read_json("pinned.json")["pins"]] == [new_id]
+
+
 def _live(store: RunningStore, token: str, brain_id: str) -> dict:
     return download_brain(store.url, token, brain_id)[0].read_json("index.json")["memories"]
 
