@@ -114,6 +114,13 @@ def split_front_matter(name: str, text: str) -> tuple[dict[str, Any], str]:
         reason = getattr(exc, "problem", None) or "not YAML"
         raise ImportRefused([Text("%(name)s, line %(line)s: the front matter is not YAML (%(reason)s)",
                                   name=name, line=line, reason=reason)]) from None
+    except (ValueError, RecursionError) as exc:
+        # PyYAML's constructors raise these past YAMLError: a date that is no date (2024-13-45), an
+        # integer of over 4,300 digits, flow collections nested thousands deep. No mark: the line
+        # named is the front matter's first.
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise ImportRefused([Text("%(name)s, line %(line)s: the front matter is not YAML (%(reason)s)",
+                                  name=name, line=2, reason=reason)]) from None
     if values is None:
         values = {}
     if not isinstance(values, Mapping):

@@ -118,6 +118,8 @@ def test_bad_files_and_conversations_without_a_model_are_refused_and_change_noth
         before = at_store(store, alice.token)
         cases = [
             ("note.md", b"---\ntitle: [unclosed\n---\nbody\n", "auto", "note.md, line 2: the front matter is not YAML"),
+            ("nested.md", b"---\na: " + b"[" * 5000 + b"]" * 5000 + b"\n---\nbody\n", "auto",
+             "nested.md, line 2: the front matter is not YAML (nested too deeply)"),
             ("export.json", b'[\n{"memory": "a"},\n{"memory": }\n]', "auto", "export.json, line 3: not JSON"),
             ("conversations.json", json.dumps(samples.chatgpt_conversations()).encode(), "auto", "needs a model"),
             ("conversations.json", json.dumps(samples.claude_conversations()).encode(), "claude", "needs a model"),
