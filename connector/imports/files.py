@@ -20,6 +20,8 @@ from connector.imports.errors import ImportRefused
 MAX_FILES = 20_000  # entries of an archive or a folder, Markdown or not
 MAX_EXPANDED_BYTES = 256 * 1024 * 1024  # what an archive or a folder may hold in all
 ZIP_MAGIC = b"PK\x03\x04"
+# A zip of no entries is only its end record (zipfile writes one for an empty vault's export).
+EMPTY_ZIP_MAGIC = b"PK\x05\x06"
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,7 @@ class Upload:
     @classmethod
     def of_bytes(cls, name: str, data: bytes) -> Upload:
         """A single uploaded file; a zip archive is opened into its entries."""
-        if data.startswith(ZIP_MAGIC):
+        if data.startswith((ZIP_MAGIC, EMPTY_ZIP_MAGIC)):
             return cls(name, _zip_entries(data), archive=True)
         return cls(name, {PurePosixPath(name).name or "upload": data}, archive=False)
 

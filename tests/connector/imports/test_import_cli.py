@@ -227,6 +227,8 @@ BAD_FILES: list[tuple[str, bytes, tuple[str, ...], str]] = [
     ("digits.md", b"---\ntitle: " + b"9" * 5000 + b"\n---\nbody\n", (), "digits.md, line 2: the front matter is not YAML"),
     ("nested.md", b"---\na: " + b"[" * 5000 + b"]" * 5000 + b"\n---\nbody\n", (),
      "nested.md, line 2: the front matter is not YAML (nested too deeply)"),
+    # an empty zip is no note: it was imported as one memory holding its 22 bytes
+    ("empty.zip", b"PK\x05\x06" + bytes(18), (), "empty.zip holds no Markdown note with text."),
     ("latin1.md", b"caf\xe9 au lait\n", (), "latin1.md, line 1: not UTF-8 text"),
     ("other.json", b'{"hello": "world"}', (), "other.json is in no format this app imports"),
     ("text.json", b"not json at all", (), "text.json, line 1: not JSON"),
