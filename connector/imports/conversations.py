@@ -89,6 +89,11 @@ def _string(value: Any) -> str:
     return value.strip() if isinstance(value, str) else ""
 
 
+def _role(value: Any) -> str | None:
+    """The speaker of a message; None for anything else (a list or object there is not hashable)."""
+    return _ROLES.get(value) if isinstance(value, str) else None
+
+
 def _epoch(value: Any) -> str | None:
     if isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < 1e11:
         return datetime.fromtimestamp(value, UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
@@ -124,7 +129,7 @@ def _chatgpt_line(message: Any) -> str:
     if not isinstance(message, Mapping):
         return ""
     author = message.get("author")
-    role = _ROLES.get(author.get("role")) if isinstance(author, Mapping) else None
+    role = _role(author.get("role")) if isinstance(author, Mapping) else None
     content = message.get("content")
     metadata = message.get("metadata")
     if role is None or not isinstance(content, Mapping) or \
@@ -143,7 +148,7 @@ def _claude(item: Any, position: int) -> Conversation:
     for number, message in enumerate(item["chat_messages"], start=1):
         if not isinstance(message, Mapping):
             raise ValueError(f"message {number} is not an object")
-        role = _ROLES.get(message.get("sender"))
+        role = _role(message.get("sender"))
         text = _string(message.get("text"))
         if not text and isinstance(message.get("content"), list):
             text = "\n".join(_string(block.get("text")) for block in message["content"]

@@ -232,6 +232,12 @@ BAD_FILES: list[tuple[str, bytes, tuple[str, ...], str]] = [
     ("latin1.md", b"caf\xe9 au lait\n", (), "latin1.md, line 1: not UTF-8 text"),
     ("other.json", b'{"hello": "world"}', (), "other.json is in no format this app imports"),
     ("text.json", b"not json at all", (), "text.json, line 1: not JSON"),
+    # a speaker that is a list or an object is no speaker (it was a TypeError: unhashable type)
+    ("chatgpt-role.json", json.dumps([{"mapping": {"a": {"message": {"author": {"role": {"x": 1}},
+                                                                      "content": {"parts": ["hi"]}}}},
+                                       "current_node": "a"}]).encode(), (), "needs a model"),
+    ("claude-sender.json", json.dumps([{"chat_messages": [{"sender": ["human"], "text": "hi"}]}]).encode(), (),
+     "needs a model"),
     ("mem0-as-claude.json", json.dumps(samples.MEM0_LIST).encode(), ("--from", "claude"),
      "is not a Claude conversations export"),
 ]
