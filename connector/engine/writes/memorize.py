@@ -225,7 +225,7 @@ class MemoryInput:
         self.pin_scope = one_line(_text(self.pin_scope, "pin_scope", default="global")) or "global"
         if isinstance(self.pin_priority, bool) or not isinstance(self.pin_priority, int):
             raise BrainError("'pin_priority' must be an integer")
-        if self.origin is not None and self.origin not in ORIGINS:
+        if self.origin is not None and (not isinstance(self.origin, str) or self.origin not in ORIGINS):
             raise BrainError(f"'origin' must be one of {', '.join(ORIGINS)}")
         self.encoding_context = _encoding_context(self.encoding_context)
         self.valid_from = _instant(self.valid_from, "valid_from")

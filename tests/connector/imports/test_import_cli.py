@@ -238,6 +238,10 @@ BAD_FILES: list[tuple[str, bytes, tuple[str, ...], str]] = [
                                        "current_node": "a"}]).encode(), (), "needs a model"),
     ("claude-sender.json", json.dumps([{"chat_messages": [{"sender": ["human"], "text": "hi"}]}]).encode(), (),
      "needs a model"),
+    # an origin that is a list is refused as any wrong origin (it was a TypeError: unhashable type)
+    ("origin.json", json.dumps({"format": "brain-store/memories", "version": 1, "memories": [
+        {"title": "t", "type": "learning", "content": "c", "path": "notes/", "origin": ["user"]}]}).encode(), (),
+     "memory 1 (t): 'origin' must be one of"),
     ("mem0-as-claude.json", json.dumps(samples.MEM0_LIST).encode(), ("--from", "claude"),
      "is not a Claude conversations export"),
 ]
