@@ -161,7 +161,9 @@ def _note(upload: Upload, name: str, data: bytes) -> tuple[MemoryInput, str | No
 
 def _is_own(front: Mapping[str, Any]) -> bool:
     """A memory file of this app (our export): a memory id and one of our types."""
-    return isinstance(front.get("id"), str) and bool(_OWN_ID.match(front["id"])) and front.get("type") in MEMORY_TYPES
+    kind = front.get("type")  # a list or an object there cannot be looked up among our types
+    return isinstance(front.get("id"), str) and bool(_OWN_ID.match(front["id"])) and isinstance(kind, str) \
+        and kind in MEMORY_TYPES
 
 
 def _own(front: Mapping[str, Any], body: str, name: str) -> MemoryInput:

@@ -126,6 +126,16 @@ def test_a_note_holding_a_credential_is_listed_as_refused_and_the_others_import(
     assert list(live(brain)) == ["Tomatoes"]
 
 
+def test_a_note_with_a_memory_id_and_a_list_of_types_is_a_note_from_elsewhere(tmp_path: Path) -> None:
+    # Not our export (our type is one word): read as any other note. The lookup of a list among
+    # our types raised TypeError (unhashable type): a traceback, a 500 in the web app.
+    note = tmp_path / "typed.md"
+    note.write_text("---\nid: mem_20240101_abc123\ntype: [note, idea]\n---\nThe shed key hangs by the door.\n")
+    brain = tmp_path / "brain"
+    assert imported_ok(brain, note)["new"] == 1
+    assert live(brain)["typed"]["type"] == "learning"
+
+
 def test_importing_the_same_notes_again_reports_duplicates_and_writes_nothing(tmp_path: Path) -> None:
     vault = samples.obsidian_vault(tmp_path)
     brain = tmp_path / "brain"
