@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import zipfile
 import zlib
 from dataclasses import dataclass
@@ -47,7 +48,10 @@ class Upload:
     def of_path(cls, path: Path) -> Upload:
         """A file or a folder on disk (the command line); hidden folders (``.obsidian``, ``.git``) are left out."""
         if not path.is_dir():
-            return cls.of_bytes(path.name, path.read_bytes())
+            data = _read_at_most(path, MAX_EXPANDED_BYTES)
+            if data is None:
+                raise ImportRefused([Text("The file is larger than %(mb)s MB.", mb=MAX_EXPANDED_BYTES // 2**20)])
+            return cls.of_bytes(path.name, data)
         entries: dict[str, bytes] = {}
         total = 0
         for item in sorted(path.rglob("*")):
@@ -56,12 +60,25 @@ class Upload:
                 continue
             if len(entries) >= MAX_FILES:
                 raise ImportRefused([Text("The folder holds more than %(count)s files.", count=MAX_FILES)])
-            data = item.read_bytes()
-            total += len(data)
-            if total > MAX_EXPANDED_BYTES:
+            data = _read_at_most(item, MAX_EXPANDED_BYTES - total)
+            if data is None:
                 raise ImportRefused([Text("The folder holds more than %(mb)s MB.", mb=MAX_EXPANDED_BYTES // 2**20)])
+            total += len(data)
             entries[relative.as_posix()] = data
         return cls(path.name, entries, archive=True)
+
+
+def _read_at_most(path: Path, limit: int) -> bytes | None:
+    """The bytes of the file at ``path``, or None when it holds more than ``limit``: never more is
+    read, so a huge file (or /dev/zero, which never ends) cannot fill the memory first."""
+    with path.open("rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size > limit:
+            return None
+        data = handle.read(size + 1)  # a read of the size asked for allocates that much at once
+        if len(data) > size:  # more than its size says: a device, or a file still growing
+            data += handle.read(limit - size)
+    return data if len(data) <= limit else None
 
 
 def _zip_entries(data: bytes) -> dict[str, bytes]:

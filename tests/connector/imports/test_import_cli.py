@@ -346,3 +346,26 @@ def test_chatgpt_and_claude_conversations_go_through_extraction_and_wait_for_ver
     desk = memories["Desk height 72 cm"]
     assert desk["origin"] == "external" and "Claude conversation 'Standing desk setup', 2024-06-10" in desk["text"]
     assert "sk-never-printed-0815" not in json.dumps(memories)
+
+
+def test_a_file_or_folder_over_the_size_limit_is_refused_before_it_is_read_whole(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # One file given by itself was read whole, however large: /dev/zero filled the memory.
+    from connector.imports import files
+    from connector.imports.errors import ImportRefused
+
+    monkeypatch.setattr(files, "MAX_EXPANDED_BYTES", 1000)
+    big = tmp_path / "big.md"
+    big.write_bytes(b"a" * 1001)
+    with pytest.raises(ImportRefused, match="larger than"):
+        files.Upload.of_path(big)
+    with pytest.raises(ImportRefused, match="larger than"):
+        files.Upload.of_path(Path("/dev/zero"))  # its size says 0; reading stops after the limit
+    big.write_bytes(b"a" * 1000)
+    assert files.Upload.of_path(big).entries == {"big.md": b"a" * 1000}
+    folder = tmp_path / "vault"
+    folder.mkdir()
+    (folder / "one.md").write_bytes(b"a" * 600)
+    (folder / "two.md").write_bytes(b"a" * 600)
+    with pytest.raises(ImportRefused, match="more than"):
+        files.Upload.of_path(folder)
