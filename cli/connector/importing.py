@@ -74,8 +74,8 @@ def _report(plan: ImportPlan, brain: Brain, now: Any, *, dry: bool) -> dict[str,
         "duplicates": [asdict(item) for item in plan.duplicates],
         "similar": [{**item, "title": plan.inputs[item["of"]].title} for item in plan.flagged],
         "passed_over": [str(item) for item in plan.passed_over],
-        # Memories not imported, with why (one that looks like it holds a credential): never dropped unsaid.
-        "refused": [str(item) for item in summary.errors],
+        # memories refused one by one (a credential, too long): not written, the others are
+        "refused": [str(reason) for reason in summary.errors],
     }
 
 
@@ -96,8 +96,8 @@ def import_(brain: Path, file: Path, chosen: str, dry_run: bool, now: str | None
     extracted memories wait for verification). Prints a JSON report: new, pending_verification,
     duplicates (not written: the brain holds them word for word), similar (written; the
     existing memories each repeats or updates in other words, as memorize lists them),
-    passed_over (files left out, with why), refused (memories not imported, with why: one
-    that looks like it holds a credential), and stored when written.
+    passed_over (files left out, with why), refused (memories not written, with why: one that
+    looks like it holds a credential, or longer than 50,000 characters), and stored when written.
     """
     clock = _clock(now)
     try:

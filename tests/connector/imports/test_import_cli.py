@@ -136,6 +136,17 @@ def test_a_note_with_a_memory_id_and_a_list_of_types_is_a_note_from_elsewhere(tm
     assert live(brain)["typed"]["type"] == "learning"
 
 
+def test_a_note_longer_than_a_memory_may_be_is_refused_by_name(tmp_path: Path) -> None:
+    # brain_memorize and the web app take 50,000 characters; an import took any length (a zip of
+    # 600 KB brought a note of 200 MB: 45 s of checks and 3.7 GB of memory).
+    vault = samples.obsidian_vault(tmp_path)
+    (vault / "Long.md").write_text("# Long\n" + "The hedge is trimmed in June. " * 2000)
+    brain = tmp_path / "brain"
+    report = imported_ok(brain, vault)
+    assert report["new"] == 3 and report["refused"] == ["Long: longer than 50000 characters; not imported"]
+    assert "Long" not in live(brain)
+
+
 def test_importing_the_same_notes_again_reports_duplicates_and_writes_nothing(tmp_path: Path) -> None:
     vault = samples.obsidian_vault(tmp_path)
     brain = tmp_path / "brain"
