@@ -48,6 +48,9 @@ def hostile_values(brain: Brain) -> dict[str, str]:
     index["memories"][new_id]["created"] = LATE
     index["memories"][new_id]["confidence"] = -HUGE
     brain.write_json("index.json", index)
+    # Front matter PyYAML cannot construct: a date that is no date (brain_read failed "unexpectedly").
+    path = index["memories"][new_id]["path"]
+    brain.write(path, brain.read_text(path).replace("---\n", "---\nreviewed: 2024-13-45\n", 1).encode())
     brain.write_json("pair-review.json", {
         "version": 1, "checked_until": LATE, "checked": [],
         "pairs": [{"new": new_id, "old": old_id, "relation": "duplicate", "score": HUGE, "flagged_at": EARLY,

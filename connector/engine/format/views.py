@@ -70,7 +70,9 @@ def _front_matter(text: str | None) -> dict[str, Any] | None:
         return None
     try:
         parsed = yaml.load(raw, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader without aliases
-    except yaml.YAMLError:
+    except (yaml.YAMLError, ValueError, RecursionError):
+        # PyYAML's constructors raise the last two past YAMLError: a date that is no date
+        # (2024-13-45), an integer of over 4,300 digits, lists nested thousands deep.
         return None
     if not isinstance(parsed, dict):
         return None
