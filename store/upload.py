@@ -113,6 +113,12 @@ def multipart_boundary(content_type: str | None) -> str:
     return boundary
 
 
+def _reason(exc: multipart.MultipartError) -> str:
+    """The parser's sentence: a second argument (the UnicodeDecodeError of a header that is not
+    UTF-8) would make ``str(exc)`` the repr of a tuple, Python's internals shown to the client."""
+    return exc.args[0] if exc.args and isinstance(exc.args[0], str) else str(exc)
+
+
 class UploadSink:
     """Consumes a multipart body; see the module doc."""
 
@@ -153,7 +159,7 @@ class UploadSink:
                 max_segment_count=64,
             )
         except multipart.MultipartError as exc:
-            raise ServiceError(400, f"malformed multipart body: {exc}") from None
+            raise ServiceError(400, f"malformed multipart body: {_reason(exc)}") from None
 
     def feed_all(self, chunks: list[bytes]) -> None:
         """Process the next pieces of the request body, in order."""
@@ -171,9 +177,9 @@ class UploadSink:
             for event in self._parser.parse(chunk):
                 self._event(event)
         except multipart.ParserLimitReached as exc:
-            raise ServiceError(400, f"multipart body exceeds a limit: {exc}") from None
+            raise ServiceError(400, f"multipart body exceeds a limit: {_reason(exc)}") from None
         except multipart.MultipartError as exc:
-            raise ServiceError(400, f"malformed multipart body: {exc}") from None
+            raise ServiceError(400, f"malformed multipart body: {_reason(exc)}") from None
 
     def _event(self, event: Any) -> None:
         if isinstance(event, multipart.MultipartSegment):
@@ -239,7 +245,7 @@ class UploadSink:
                 self._event(event)
             self._parser.close()
         except multipart.MultipartError as exc:
-            raise ServiceError(400, f"incomplete multipart body: {exc}") from None
+            raise ServiceError(400, f"incomplete multipart body: {_reason(exc)}") from None
         if not self._seen_brain:
             raise ServiceError(400, "no 'brain' file field in the upload")
         checksum = self._hash.hexdigest()

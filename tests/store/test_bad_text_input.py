@@ -29,3 +29,14 @@ def test_key_labels_and_brain_names_refuse_unsafe_characters(alice: tuple[httpx.
     r = client.post("/api/brains", json={"name": text})
     assert r.status_code == 400
     assert [b["id"] for b in client.get("/api/brains").json()] == [brain]
+
+
+def test_a_multipart_header_that_is_not_utf8_is_refused_in_plain_words(alice: tuple[httpx.Client, str]) -> None:
+    # The answer showed Python's repr of a tuple holding the UnicodeDecodeError.
+    client, brain = alice
+    body = (b'--XyZ\r\nContent-Disposition: form-data; name="\xff\xfe"\r\n\r\nabc\r\n'
+            b'--XyZ\r\nContent-Disposition: form-data; name="brain"\r\n\r\nx\r\n--XyZ--\r\n')
+    r = client.put(f"/api/brains/{brain}/sync", content=body,
+                   headers={"content-type": "multipart/form-data; boundary=XyZ"})
+    assert r.status_code == 400
+    assert r.json()["error"] == "malformed multipart body: Segment header failed to decode"
