@@ -49,7 +49,7 @@ from connector.imports.files import Upload
 from connector.imports.load import FORMATS as IMPORT_FORMATS
 from connector.imports.load import extracted, read_upload
 from connector.imports.plan import ImportPlan, dry_run, plan_import
-from connector.webapp.transfer import MAX_IMPORT_BYTES, export_memories, export_zip
+from connector.webapp.transfer import MAX_IMPORT_BYTES, check_holdable, export_memories, export_zip
 from connector.webapp.views import CURRENT_VERSION, MODE_LABELS, TYPES, BrainViews, SearchForm, SearchResult
 from connector.workcopy.core import BrainUnavailable, SignInAgain
 from connector.workcopy.store_client import StoreUnauthorized
@@ -812,6 +812,8 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
                 plan = await asyncio.to_thread(plan_import, imported, snapshot.brain, now,
                                                similar=partial(app.views.tools.similar_for, snapshot),
                                                similar_limit=SIMILAR_CHECKED)
+                if plan.inputs:  # what would be held until the confirmation (none: nothing is)
+                    await asyncio.to_thread(check_holdable, plan.operation().to_dict())
             except ImportRefused as exc:
                 plan = ImportPlan.refused(exc.reasons)
         summary = await asyncio.to_thread(dry_run, plan, snapshot.brain, now)

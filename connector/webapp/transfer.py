@@ -10,6 +10,7 @@ that JSON, Markdown notes, mem0 exports and conversations.
 from __future__ import annotations
 
 import io
+import json
 import zipfile
 from datetime import datetime
 from typing import Any
@@ -19,14 +20,27 @@ from connector.engine.format.frontmatter import yaml_string
 from connector.engine.format.rules import iso_ms
 from connector.engine.format.text import memory_body
 from connector.engine.writes.restore import PIN_FIELDS, frontmatter_values
+from connector.i18n import Text
+from connector.imports.errors import ImportRefused
 from connector.imports.native import SCHEMA as FORMAT
 from connector.imports.native import VERSION
 
 MAX_IMPORT_BYTES = 8 * 1024 * 1024
+# A checked import waits for its confirmation as one sealed record, read back only up to 64 MB
+# (connector/state/sealed.py): its JSON (CJK text as \u escapes, 6 bytes a character) grows by
+# a third when sealed. A larger one was shown as ready and then always "expired" at confirmation.
+MAX_HELD_IMPORT_CHARS = 40 * 1024 * 1024
 # The memorize fields an exported memory carries at its top level (MemoryInput.from_mapping reads them).
 INPUT_FIELDS = ("title", "type", "cognitive_type", "path", "tags", "related", "salience", "confidence",
                 "source", "encoding_context", "pinned", "pin_scope", "pin_priority", "stable", "origin",
                 "valid_from", "valid_until", "supersedes")
+
+
+def check_holdable(operation: dict[str, Any]) -> None:
+    """Refuse (`ImportRefused`) a checked import too large to be held until it is confirmed."""
+    if len(json.dumps(operation, separators=(",", ":"))) > MAX_HELD_IMPORT_CHARS:
+        raise ImportRefused([Text("The memories of this file take more than %(mb)s MB; split it.",
+                                  mb=MAX_HELD_IMPORT_CHARS // 2**20)])
 
 
 def _entries(brain: Brain) -> dict[str, Any]:

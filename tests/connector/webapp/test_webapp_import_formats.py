@@ -134,6 +134,25 @@ def test_bad_files_and_conversations_without_a_model_are_refused_and_change_noth
     assert "Traceback" not in log
 
 
+def test_an_import_too_large_to_hold_until_confirmed_is_refused_at_the_dry_run(
+        store: RunningStore, tmp_path: Path) -> None:
+    # 200 notes of Chinese, 9.5 million characters (a 100 KB zip): the held import, sealed, came
+    # to 66 MB, more than a sealed record is read back; the dry run offered "Import 200
+    # memories" and the confirmation always answered that the import had expired.
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for number in range(200):
+            archive.writestr(f"n{number}.md", f"# 笔记 {number}\n" + f"番茄种在南边的苗床上，黎明时浇水{number}。" * 2480)
+    with alice_signed_in(store, tmp_path, "The boiler is serviced every October.", "198.51.100.10") as (alice, server, browser):
+        before = at_store(store, alice.token)
+        browser.timeout = httpx.Timeout(300)
+        answer = upload(browser, "notes.zip", buffer.getvalue())
+        assert answer.status_code == 400, answer.text[-2000:]
+        assert "The memories of this file take more than 40 MB; split it." in answer.text
+        assert 'name="reference"' not in answer.text
+        assert at_store(store, alice.token) == before
+
+
 def test_conversations_with_the_operators_model_are_extracted_and_held_for_verification(
         store: RunningStore, tmp_path: Path) -> None:
     alice = store.add_user("alice")
