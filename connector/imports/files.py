@@ -95,11 +95,12 @@ def _zip_entries(data: bytes) -> dict[str, bytes]:
     for info in infos:
         name = info.filename
         parts = PurePosixPath(name).parts
+        # Checked before hidden folders are passed over: ".." starts with a dot too.
+        if name.startswith("/") or ".." in parts or "\\" in name:
+            raise ImportRefused([Text("%(name)s: a path outside the archive", name=name)])
         # Hidden folders (an Obsidian vault's .obsidian, macOS's __MACOSX) hold no notes.
         if any(part.startswith(".") or part == "__MACOSX" for part in parts):
             continue
-        if name.startswith("/") or ".." in parts or "\\" in name:
-            raise ImportRefused([Text("%(name)s: a path outside the archive", name=name)])
         try:
             entries[name] = archive.read(info)
         except (zipfile.BadZipFile, OSError, ValueError, RuntimeError, NotImplementedError, EOFError, zlib.error):

@@ -4,6 +4,7 @@ model server, duplicates, and refusals that change nothing."""
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import zipfile
@@ -232,6 +233,14 @@ def test_a_mem0_export_in_both_documented_shapes(tmp_path: Path) -> None:
     assert live(brain)["Prefers window seats on long flights"]["tags"] == ["user:sam"]
 
 
+def _zip(entries: dict[str, str]) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name, text in entries.items():
+            archive.writestr(name, text)
+    return buffer.getvalue()
+
+
 BAD_FILES: list[tuple[str, bytes, tuple[str, ...], str]] = [
     ("broken.json", b'{"results": [\n  {"memory": "ok"},\n  {"memory": "x",}\n]}', (), "broken.json, line 3: not JSON"),
     ("mem0.json", json.dumps({"results": [{"memory": "fine"}, {"memory": ""}]}).encode(), (),
@@ -248,6 +257,8 @@ BAD_FILES: list[tuple[str, bytes, tuple[str, ...], str]] = [
     ("digits.md", b"---\ntitle: " + b"9" * 5000 + b"\n---\nbody\n", (), "digits.md, line 2: the front matter is not YAML"),
     ("nested.md", b"---\na: " + b"[" * 5000 + b"]" * 5000 + b"\n---\nbody\n", (),
      "nested.md, line 2: the front matter is not YAML (nested too deeply)"),
+    # ".." starts with a dot: such an entry was passed over as a hidden folder, without a word
+    ("outside.zip", _zip({"Vault/../../evil.md": "# Evil\nbody"}), (), "Vault/../../evil.md: a path outside the archive"),
     # an empty zip is no note: it was imported as one memory holding its 22 bytes
     ("empty.zip", b"PK\x05\x06" + bytes(18), (), "empty.zip holds no Markdown note with text."),
     ("latin1.md", b"caf\xe9 au lait\n", (), "latin1.md, line 1: not UTF-8 text"),
