@@ -101,6 +101,8 @@ def _zip_entries(data: bytes) -> dict[str, bytes]:
         # Hidden folders (an Obsidian vault's .obsidian, macOS's __MACOSX) hold no notes.
         if any(part.startswith(".") or part == "__MACOSX" for part in parts):
             continue
+        if name in entries:  # unpackers keep one or the other: which note would be read is anyone's guess
+            raise ImportRefused([Text("%(name)s: twice in the archive", name=name)])
         try:
             entries[name] = archive.read(info)
         except (zipfile.BadZipFile, OSError, ValueError, RuntimeError, NotImplementedError, EOFError, zlib.error):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import subprocess
+import warnings
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -241,6 +242,15 @@ def _zip(entries: dict[str, str]) -> bytes:
     return buffer.getvalue()
 
 
+def _zip_twice(name: str, first: str, second: str) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zipfile warns of the duplicate name
+        archive.writestr(name, first)
+        archive.writestr(name, second)
+    return buffer.getvalue()
+
+
 BAD_FILES: list[tuple[str, bytes, tuple[str, ...], str]] = [
     ("broken.json", b'{"results": [\n  {"memory": "ok"},\n  {"memory": "x",}\n]}', (), "broken.json, line 3: not JSON"),
     ("mem0.json", json.dumps({"results": [{"memory": "fine"}, {"memory": ""}]}).encode(), (),
@@ -259,6 +269,8 @@ BAD_FILES: list[tuple[str, bytes, tuple[str, ...], str]] = [
      "nested.md, line 2: the front matter is not YAML (nested too deeply)"),
     # ".." starts with a dot: such an entry was passed over as a hidden folder, without a word
     ("outside.zip", _zip({"Vault/../../evil.md": "# Evil\nbody"}), (), "Vault/../../evil.md: a path outside the archive"),
+    # the same name twice: the first note was dropped without a word
+    ("twice.zip", _zip_twice("Notes/a.md", "# One\nfirst", "# Two\nsecond"), (), "Notes/a.md: twice in the archive"),
     # an empty zip is no note: it was imported as one memory holding its 22 bytes
     ("empty.zip", b"PK\x05\x06" + bytes(18), (), "empty.zip holds no Markdown note with text."),
     ("latin1.md", b"caf\xe9 au lait\n", (), "latin1.md, line 1: not UTF-8 text"),
