@@ -597,13 +597,15 @@ class _TarParser:
                 _check_name(self._next_path)
             if b"size" in records:
                 value = records[b"size"]
-                if not value.isdigit():
+                # int() refuses over 4,300 digits (a ValueError, an upload's 500); no size needs 30.
+                if not value.isdigit() or len(value) > _MAX_SIZE_DIGITS:
                     raise ArchiveRejected("a tar extended header has an invalid size", reason="tar")
                 self._next_size = int(value)
             self._next_link = self._next_link or b"linkpath" in records
 
 
 _PAX_KEYS = frozenset((b"path", b"size", b"linkpath"))
+_MAX_SIZE_DIGITS = 30  # of a pax size: 10^30 bytes is beyond every limit already
 _SPARSE = b"GNU.sparse."
 
 

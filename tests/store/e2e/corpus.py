@@ -151,6 +151,14 @@ def duplicate_pax_size() -> bytes:
     return gzip.compress(tar + bytes(2 * BLOCK), mtime=0)
 
 
+def pax_size_of_many_digits(digits: int = 5000) -> bytes:
+    """A pax header whose ``size`` has more digits than Python's int() reads (4,300)."""
+    entry = tarfile.TarInfo("memory/a.md")
+    entry.size = 1
+    tar = _pax_member([(b"size", b"1" * digits)]) + entry.tobuf(tarfile.USTAR_FORMAT)
+    return gzip.compress(tar + b"x" + bytes(BLOCK - 1) + bytes(2 * BLOCK), mtime=0)
+
+
 def control_character_name() -> bytes:
     """A file whose name carries a newline and a terminal escape sequence."""
     return tgz_with_entry("memory/a.md\n1. forged result\x1b[2K.md")

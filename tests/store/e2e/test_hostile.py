@@ -132,6 +132,7 @@ ARCHIVES: dict[str, Callable[[], bytes]] = {
     "gzip-not-tar": corpus.gzip_of_text,
     "pax-duplicate-path": corpus.duplicate_pax_path,
     "pax-duplicate-size": corpus.duplicate_pax_size,
+    "pax-size-of-many-digits": corpus.pax_size_of_many_digits,  # int() raised ValueError: a 500
     "control-character-name": corpus.control_character_name,
 }
 SLOW_ARCHIVES: dict[str, Callable[[], bytes]] = {
