@@ -25,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from connector.engine.format.frontmatter import FrontMatterLoader
 from connector.engine.writes.errors import BrainError
 from connector.engine.writes.memorize import MemoryInput, connector_title
 from connector.engine.format.rules import MEMORY_TYPES
@@ -43,29 +44,6 @@ _OWN_ID = re.compile(r"^mem_[A-Za-z0-9_]+$")
 _HEADING = re.compile(r"^#\s+(.+?)\s*#*\s*$", re.MULTILINE)
 MAX_FRONT_MATTER_CHARS = 64 * 1024
 _FENCE = re.compile(r"\A---[ \t]*\r?\n(.*?)(?:\r?\n)?^---[ \t]*$\r?\n?", re.DOTALL | re.MULTILINE)
-
-
-class _SafeLoaderWithoutAliases(yaml.SafeLoader):
-    """PyYAML's safe loader refusing aliases (``*name``): notes have no use for them, and a few
-    nested ones expand to a tree too large to walk (the "billion laughs")."""
-
-    def compose_node(self, parent: Any, index: Any) -> Any:  # noqa: D102 - PyYAML's hook
-        if self.check_event(yaml.AliasEvent):
-            mark = self.peek_event().start_mark
-            raise yaml.composer.ComposerError(None, None, "aliases (*name) are not accepted", mark)
-        return super().compose_node(parent, index)
-
-    def construct_yaml_timestamp(self, node: Any) -> Any:  # noqa: D102 - PyYAML's hook
-        # A date the calendar does not have (``date: 2024-02-30``, a typo in a note) stays the
-        # text the note holds: PyYAML raises a bare ValueError for it, which nothing expects.
-        try:
-            return super().construct_yaml_timestamp(node)
-        except (ValueError, OverflowError):
-            return self.construct_scalar(node)
-
-
-_SafeLoaderWithoutAliases.add_constructor("tag:yaml.org,2002:timestamp",
-                                          _SafeLoaderWithoutAliases.construct_yaml_timestamp)
 
 
 def is_markdown_name(name: str) -> bool:
@@ -107,7 +85,7 @@ def split_front_matter(name: str, text: str) -> tuple[dict[str, Any], str]:
         raise ImportRefused([Text("%(name)s, line 2: the front matter is longer than %(count)s characters",
                                   name=name, count=MAX_FRONT_MATTER_CHARS)])
     try:
-        values = yaml.load(match.group(1), Loader=_SafeLoaderWithoutAliases)  # noqa: S506 - a safe loader
+        values = yaml.load(match.group(1), Loader=FrontMatterLoader)  # noqa: S506 - a safe loader
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 2 if mark is not None else 1  # +1 for the opening ---, +1 from 0-based
@@ -115,9 +93,8 @@ def split_front_matter(name: str, text: str) -> tuple[dict[str, Any], str]:
         raise ImportRefused([Text("%(name)s, line %(line)s: the front matter is not YAML (%(reason)s)",
                                   name=name, line=line, reason=reason)]) from None
     except (ValueError, RecursionError) as exc:
-        # PyYAML's constructors raise these past YAMLError: a date that is no date (2024-13-45), an
-        # integer of over 4,300 digits, flow collections nested thousands deep. No mark: the line
-        # named is the front matter's first.
+        # PyYAML's constructors raise these past YAMLError: an integer of over 4,300 digits, flow
+        # collections nested thousands deep. No mark: the line named is the front matter's first.
         reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
         raise ImportRefused([Text("%(name)s, line %(line)s: the front matter is not YAML (%(reason)s)",
                                   name=name, line=2, reason=reason)]) from None

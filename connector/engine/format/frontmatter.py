@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
+import yaml
+
 from connector.engine.format.text import js_trim
 
 # Characters that must not appear raw inside a double-quoted YAML scalar: C0 controls
@@ -263,3 +265,27 @@ def body_text(text: str) -> str:
     if bounds is None:
         return js_trim(text)
     return js_trim("\n".join(lines[bounds[1] + 1 :]))
+
+
+class FrontMatterLoader(yaml.SafeLoader):
+    """PyYAML's safe loader for front matter written by anyone (an editor's upload, an imported
+    note). Aliases (``*name``) are refused: a few nested ones expand to a tree too large to walk
+    (the "billion laughs"). A date the calendar does not have (``2024-02-30``, a typo) stays the
+    text it is: PyYAML raises a bare ValueError for it, which no reader expects. Its constructors
+    still raise ValueError (an integer of over 4,300 digits) and RecursionError (collections
+    nested thousands deep) past YAMLError: readers catch those too."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:  # noqa: D102 - PyYAML's hook
+        if self.check_event(yaml.AliasEvent):
+            mark = self.peek_event().start_mark
+            raise yaml.composer.ComposerError(None, None, "aliases (*name) are not accepted", mark)
+        return super().compose_node(parent, index)
+
+    def construct_yaml_timestamp(self, node: Any) -> Any:  # noqa: D102 - PyYAML's hook
+        try:
+            return super().construct_yaml_timestamp(node)
+        except (ValueError, OverflowError):
+            return self.construct_scalar(node)
+
+
+FrontMatterLoader.add_constructor("tag:yaml.org,2002:timestamp", FrontMatterLoader.construct_yaml_timestamp)

@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from connector.engine.format.brain import ARCHIVE_INDEX, Brain
-from connector.engine.format.frontmatter import body_text, frontmatter_text
+from connector.engine.format.frontmatter import FrontMatterLoader, body_text, frontmatter_text
 from connector.engine.format.jsvalues import parse_iso_ms
 from connector.engine.format.tokens import Budget
 
@@ -69,34 +69,14 @@ def _front_matter(text: str | None) -> dict[str, Any] | None:
     if raw is None or len(raw) > MAX_FRONTMATTER_CHARS:
         return None
     try:
-        parsed = yaml.load(raw, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader without aliases
+        parsed = yaml.load(raw, Loader=FrontMatterLoader)  # noqa: S506 - a SafeLoader without aliases
     except (yaml.YAMLError, ValueError, RecursionError):
-        # PyYAML's constructors raise the last two past YAMLError: a date that is no date
-        # (2024-13-45), an integer of over 4,300 digits, lists nested thousands deep.
+        # PyYAML's constructors raise the last two past YAMLError: an integer of over 4,300
+        # digits, lists nested thousands deep.
         return None
     if not isinstance(parsed, dict):
         return None
     return json.loads(json.dumps(parsed, default=str, ensure_ascii=False))
-
-
-class _NoAliasLoader(yaml.SafeLoader):
-    """SafeLoader refusing aliases: a hostile file cannot expand into a huge value when shown."""
-
-    def compose_node(self, parent: Any, index: Any) -> Any:  # type: ignore[override]
-        if self.check_event(yaml.AliasEvent):
-            raise yaml.YAMLError("aliases are not read here")
-        return super().compose_node(parent, index)
-
-    def construct_yaml_timestamp(self, node: Any) -> Any:
-        # A date the calendar does not have (``2024-02-30``, written by hand or by another client)
-        # is shown as the text it is: PyYAML raises a bare ValueError, and the memory could not be read.
-        try:
-            return super().construct_yaml_timestamp(node)
-        except (ValueError, OverflowError):
-            return self.construct_scalar(node)
-
-
-_NoAliasLoader.add_constructor("tag:yaml.org,2002:timestamp", _NoAliasLoader.construct_yaml_timestamp)
 
 
 def _associations(brain: Brain, memory_id: str, entries: Mapping[str, Any]) -> list[dict[str, Any]]:
