@@ -74,8 +74,8 @@ def _similar_before(brain: Brain, operation: Memorize) -> list[list[dict[str, An
 
 def _run(
     brain_dir: Path, make: Any, now: str | None, *, create: bool = False, writes: bool = True, similar: bool = False
-) -> None:
-    """Build the operation, apply it to the directory's brain, save, print the result.
+) -> dict[str, Any]:
+    """Build the operation, apply it to the directory's brain, save, print the result (and return it).
 
     With ``similar`` (memorize), each stored memory also lists what the similar check
     found in the brain before the write (connector/engine/tending/similar.py)."""
@@ -99,6 +99,7 @@ def _run(
     except OSError as exc:
         _fail(f"cannot access {brain_dir}: {exc.strerror or exc}")
     _print_json(result)
+    return result
 
 
 @click.command()
@@ -178,6 +179,9 @@ def forget(brain: Path, memory_id: str, force: bool, now: str | None) -> None:
 def verify(brain: Path, action: str, memory_ids: tuple[str, ...], now: str | None) -> None:
     """List memories of BRAIN (a directory) pending verification, or approve/reject MEMORY_IDS.
 
-    Per-id results and errors are printed separately; one bad id does not stop the rest.
+    Per-id results and errors are printed separately; one bad id does not stop the rest. The
+    exit status is 1 when ids were given and none of them could be approved or rejected.
     """
-    _run(brain, lambda: Verify(action, list(memory_ids)), now, writes=action != "list")
+    result = _run(brain, lambda: Verify(action, list(memory_ids)), now, writes=action != "list")
+    if memory_ids and not result.get("results"):
+        sys.exit(1)  # the JSON above says why for each id; a script must not take this for done

@@ -91,6 +91,10 @@ def test_pin_unpin_forget_verify(brain_dir: Path) -> None:
     assert code == 0 and [item["id"] for item in result["pending"]] == [held]
     code, result, _ = run("verify", str(brain_dir), "approve", held, "mem_20990101_000000", "--now", NOW)
     assert code == 0 and [item["id"] for item in result["results"]] == [held] and len(result["errors"]) == 1
+    before = snapshot(brain_dir)
+    code, result, _ = run("verify", str(brain_dir), "reject", "mem_20990101_000000", held, "--now", NOW)
+    assert code == 1 and result["results"] == [] and len(result["errors"]) == 2  # none could be done: not a success
+    assert snapshot(brain_dir) == before
     check_consistency(load_directory(brain_dir))
 
 
