@@ -378,7 +378,7 @@ TOOLS: tuple[ToolSpec, ...] = (
                 "supersedes": {
                     "type": "array",
                     "items": {"type": "string"},
-                    "description": "Ids of memories this one replaces.",
+                    "description": "Ids of memories this one replaces (a pinned one hands its pin to this one).",
                 },
                 "project": {
                     "type": "string",

@@ -1004,7 +1004,7 @@ class BrainTools:
         if not kept:
             # Nothing written now; earlier writes of this brain may still be held here.
             return {"stored": [], "already_present": present, "synced": snapshot.pending_writes == 0}
-        op: Memorize = Memorize(kept)
+        op: Memorize = Memorize(kept, pins_follow=True)
         if flagged:
             op = MemorizeFlagged.of(op, flagged, by=caller.account.client_name)
         outcome = await self._write(caller, op, "memorize")

@@ -10,7 +10,7 @@ If-Match, replayed on a conflict, held and retried when the store is away.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from connector.engine.recall.index import RecallError
 from connector.engine.recall.indexcache import index_for
@@ -21,7 +21,7 @@ from connector.engine.writes.memorize import WEB_APP_SOURCE, connector_memory
 from connector.engine.writes.ops import Forget, Memorize, Operation, Pin, Unpin, Verify, connector_memorize
 from connector.engine.writes.restore import Restore
 from connector.i18n import Text, message_of
-from connector.mcp.tools import BrainTools, snapshot_entries
+from connector.mcp.tools import BrainTools
 from connector.workcopy.accounts import UnknownBrain
 from connector.workcopy.core import BrainUnavailable
 from connector.workcopy.manager import WorkingCopyManager
@@ -146,30 +146,15 @@ class BrainActions:
                    tags: str) -> Done:
         """A new memory with the edited text that supersedes the old one; returns the new id.
 
-        A pinned memory's pin moves to the new version, as a review decision moves it: the old,
-        superseded text is not served at session start (nor can it be pinned again)."""
+        A pinned memory's pin moves to the new version in the same write (`Memorize.pins_follow`),
+        as a review decision moves it: the old, superseded text is not served at session start."""
         await self._refuse_old_version(account, memory_id)
-        pin = await self._pin_of(account, memory_id)
-        done = await self.create(account, title=title, content=content, type_=type_, tags=tags,
-                                 supersedes=[memory_id], pin=pin)
-        if pin is None:
-            return done
-        unpinned = await self._apply(account, Unpin(memory_id), "unpin")
-        return replace(done, synced=done.synced and unpinned.synced)
-
-    async def _pin_of(self, account: Account, memory_id: str) -> tuple[str, int] | None:
-        """(scope, priority) of the memory's pin; None when it is not pinned."""
-        entry = snapshot_entries(await self.manager.snapshot(account)).get(memory_id)
-        if not isinstance(entry, dict) or entry.get("pinned") is not True:
-            return None
-        scope, priority = entry.get("pin_scope"), entry.get("pin_priority")
-        return (scope if isinstance(scope, str) and scope.strip() else "global",
-                priority if isinstance(priority, int) and not isinstance(priority, bool) else 0)
+        return await self.create(account, title=title, content=content, type_=type_, tags=tags,
+                                 supersedes=[memory_id])
 
     async def create(self, account: Account, *, title: str, content: str, type_: str, tags: str,
-                     supersedes: list[str] | None = None, pin: tuple[str, int] | None = None) -> Done:
-        """A new memory typed in the app (``brain_memorize``'s write), optionally superseding others,
-        born pinned with ``pin`` (scope, priority) when given."""
+                     supersedes: list[str] | None = None) -> Done:
+        """A new memory typed in the app (``brain_memorize``'s write), optionally superseding others."""
         if not content.strip():
             raise ActionRefused(Text("The content must not be empty."))
         if len(content) > MAX_CONTENT_CHARS or len(title) > MAX_TITLE_CHARS:
@@ -181,8 +166,6 @@ class BrainActions:
             )
         except BrainError as exc:
             raise ActionRefused(str(exc)) from None
-        if pin is not None:
-            op = Memorize([replace(op.memories[0], pinned=True, pin_scope=pin[0], pin_priority=pin[1])])
         kinds = credentials_in_memories(op.memories)
         if kinds:
             raise ActionRefused(Text("%(refusal)s Leave the secret out (say where it is kept instead).",

@@ -54,9 +54,8 @@ from connector.engine.writes.ops import (
     _draw_id,
     archive_memory,
     operation_from_dict,
-    pin_memory,
+    pin_follows,
     register_kind,
-    unpin_memory,
 )
 from connector.engine.writes.txn import WriteTxn
 
@@ -421,30 +420,6 @@ class MemorizeFlagged(Memorize):
 
 # ----- decisions ---------------------------------------------------------------------------
 
-def _pin_follows(txn: WriteTxn, replaced: list[str], kept: str) -> None:
-    """The pin follows a decision: the memories ``replaced`` that were pinned lose their pin
-    (a superseded text is not served at session start) and ``kept`` is pinned in their place,
-    with the highest priority among them, unless it is pinned already. Nothing moves while
-    ``kept`` waits for verification: the replaced memories are not superseded until then."""
-    target = txn.entry(kept)
-    if target is None or target.get("quarantined"):
-        return
-    pinned = {memory_id: entry for memory_id in replaced
-              if (entry := txn.entry(memory_id)) is not None and entry.get("pinned") is True}
-    if not pinned:
-        return
-    best = max(pinned.values(), key=lambda entry: _priority(entry.get("pin_priority")))
-    scope, priority = best.get("pin_scope"), _priority(best.get("pin_priority"))
-    for memory_id in pinned:
-        unpin_memory(txn, memory_id)
-    if target.get("pinned") is not True:
-        pin_memory(txn, kept, scope if isinstance(scope, str) and scope.strip() else "global", priority)
-
-
-def _priority(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
 @dataclass
 class Decide(Operation):
     """A person's decision about one pending pair (see the module's docstring).
@@ -496,7 +471,7 @@ class Decide(Operation):
         if self.decision == "keep_new":
             self._keep_new(txn, new_entry)
             result["superseded"] = [self.old]
-            _pin_follows(txn, [self.old], self.new)
+            pin_follows(txn, [self.old], self.new)
         elif self.decision == "keep_old":
             if new_entry.get("pinned"):
                 raise BrainError("the new memory is pinned; unpin it first")
@@ -505,7 +480,7 @@ class Decide(Operation):
         elif self.decision == "merge":
             result["merged_into"] = record["merged_into"] = merged_id = self._merge(txn)
             result["superseded"] = [self.new, self.old]
-            _pin_follows(txn, [self.new, self.old], merged_id)
+            pin_follows(txn, [self.new, self.old], merged_id)
         record.update(status=status, decided_at=txn.now_iso, decided_by=self.by[:MAX_BY])
         txn.mark(REVIEW_FILE)
         txn.commit()

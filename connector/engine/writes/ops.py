@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
@@ -141,6 +141,10 @@ class Memorize(Operation):
     # A client's retry key (already made per caller): the memory's id is derived from it, so a
     # retry (e.g. after a connection reset) finds the first write instead of writing again.
     request_key: str | None = None
+    # The connector's writes (brain_memorize, the web app): a pinned memory a new one supersedes
+    # hands its pin to the new one (`pin_follows`), or session start would serve the replaced
+    # text. The command line leaves pins where they are, as the reference's `brain memorize` does.
+    pins_follow: bool = False
     kind: ClassVar[str] = "memorize"
 
     def __post_init__(self) -> None:
@@ -209,6 +213,10 @@ class Memorize(Operation):
                 if len(self.memories) == 1:
                     raise
                 raise BrainError(f"memory {position + 1}: {error}") from None
+        if self.pins_follow:
+            for memory, written in zip(self.memories, stored, strict=True):
+                if memory.supersedes and not written.get("already_present"):
+                    pin_follows(txn, memory.supersedes, str(written["id"]))
         result = {"stored": stored, "count": len(stored)}
         self.also(txn, result)
         txn.commit()
@@ -219,8 +227,9 @@ class Memorize(Operation):
         """More changes in the same write, before it commits (a subclass's, e.g. the review queue's)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"op": self.kind, "memories": [memory.to_mapping() for memory in self.memories],
-                "ids": self.ids, "created": self.created}
+        value = {"op": self.kind, "memories": [memory.to_mapping() for memory in self.memories],
+                 "ids": self.ids, "created": self.created}
+        return {**value, "pins_follow": True} if self.pins_follow else value
 
 
 def connector_memorize(content: str, *, request_key: str | None = None, **fields: Any) -> Memorize:
@@ -232,9 +241,10 @@ def connector_memorize(content: str, *, request_key: str | None = None, **fields
     ``captured/<slug>.md`` (a free name when taken); episodic; salience 0.5 and confidence
     0.8, capped by the origin; context ``project`` and ``task`` (task type, default
     "capturing"); ``writer`` names the user in ``source``; bad input -> `BrainError`;
-    ``request_key``: the caller's retry key (see `Memorize`).
+    ``request_key``: the caller's retry key (see `Memorize`). A pinned memory it supersedes hands
+    its pin to it (`Memorize.pins_follow`).
     """
-    return Memorize([connector_memory(content, **fields)], request_key=request_key)
+    return Memorize([connector_memory(content, **fields)], request_key=request_key, pins_follow=True)
 
 
 def pin_memory(txn: WriteTxn, memory_id: str, scope: str, priority: int) -> None:
@@ -256,6 +266,30 @@ def unpin_memory(txn: WriteTxn, memory_id: str, *, listed: bool = True) -> None:
     if listed:
         txn.drop_pin(memory_id)
         txn.touch_index()
+
+
+def pin_follows(txn: WriteTxn, replaced: Sequence[str], kept: str) -> None:
+    """The pin follows a supersession: the memories ``replaced`` that were pinned lose their pin
+    (a superseded text is not served at session start) and ``kept`` is pinned in their place,
+    with the highest priority among them, unless it is pinned already. Nothing moves while
+    ``kept`` waits for verification: the replaced memories are not superseded until then."""
+    target = txn.entry(kept)
+    if target is None or target.get("quarantined"):
+        return
+    pinned = {memory_id: entry for memory_id in replaced
+              if (entry := txn.entry(memory_id)) is not None and entry.get("pinned") is True}
+    if not pinned:
+        return
+    best = max(pinned.values(), key=lambda entry: _priority(entry.get("pin_priority")))
+    scope, priority = best.get("pin_scope"), _priority(best.get("pin_priority"))
+    for memory_id in pinned:
+        unpin_memory(txn, memory_id)
+    if target.get("pinned") is not True:
+        pin_memory(txn, kept, scope if isinstance(scope, str) and scope.strip() else "global", priority)
+
+
+def _priority(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 @dataclass
@@ -520,6 +554,7 @@ register_kind(
         [MemoryInput.from_mapping(item) for item in value.get("memories", [])],
         ids=value.get("ids"),
         created=value.get("created"),
+        pins_follow=value.get("pins_follow") is True,
     ),
 )
 register_kind(Pin.kind, lambda value: Pin(value["id"], value.get("scope", "global"), value.get("priority", 0)))
