@@ -40,7 +40,7 @@ def _load(path: Path) -> Brain:
 @click.command()
 @click.argument("brain", type=click.Path(exists=True, path_type=Path))
 @click.argument("query", required=False)
-@click.option("--top", type=int, default=10, show_default=True, help="How many hits to print.")
+@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="How many hits to print (1 or more).")
 @click.option("--project", default=None, help="Current project, for context match.")
 @click.option("--task", default=None, help="Current task type, for context match.")
 @click.option("--topics", default=None, help="Comma-separated topics, for context match.")

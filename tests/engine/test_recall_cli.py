@@ -93,3 +93,11 @@ def test_cli_mode_hybrid_finds_chinese_and_exact_stays_the_default(tmp_path: Pat
         assert exact.returncode == 0 and json.loads(exact.stdout) == []
     wrong = run("--mode", "fuzzy")
     assert wrong.returncode != 0 and b"'fuzzy' is not one of" in wrong.stderr and b"Traceback" not in wrong.stderr
+
+
+def test_cli_top_below_one_is_refused_not_answered_empty(tmp_path: Path) -> None:
+    """``--top 0`` printed [] as if nothing matched."""
+    for top in ("0", "-3"):
+        done = subprocess.run([console_script("brain-connector"), "recall", str(tmp_path), "anything", "--top", top],
+                              capture_output=True, timeout=60, check=False)
+        assert done.returncode == 2 and b"--top" in done.stderr and not done.stdout
