@@ -150,15 +150,16 @@ class WebApp:
         """The operator's model (CONNECTOR_MODEL_URL) conversations are extracted with, or None."""
         return self.views.tools.mental.thinking.model
 
-    def keep_import(self, session: WebSession, plan: ImportPlan) -> str:
-        """Hold a checked import until it is confirmed (replacing this session's last one); its reference."""
+    def keep_import(self, session: WebSession, plan: ImportPlan, brain_id: str | None) -> str:
+        """Hold a checked import until it is confirmed (replacing this session's last one); its reference.
+        ``brain_id`` is the brain it was checked against (None: the account had none yet)."""
         reference = secrets.token_urlsafe(16)
-        record = {"reference": reference, "operation": plan.operation().to_dict()}
+        record = {"reference": reference, "operation": plan.operation().to_dict(), "brain": brain_id}
         self._imports.put(session.csrf, record, time.time() + IMPORT_TTL_S)
         return reference
 
-    def take_import(self, session: WebSession, reference: str | None) -> ImportPlan | None:
-        """The held import of this session (once), or None."""
+    def take_import(self, session: WebSession, reference: str | None) -> tuple[ImportPlan, str | None] | None:
+        """The held import of this session (once) and the brain it was checked against, or None."""
         held = self._imports.get(session.csrf)
         if held is None or not tokens_match(reference, str(held.get("reference", ""))):
             return None
@@ -168,7 +169,9 @@ class WebApp:
         operation = operation_from_dict(held["operation"])
         if not isinstance(operation, Memorize):  # only keep_import writes these records
             return None
-        return ImportPlan(inputs=operation.memories, ids=list(operation.ids or []))
+        checked = held.get("brain")
+        return (ImportPlan(inputs=operation.memories, ids=list(operation.ids or [])),
+                checked if isinstance(checked, str) else None)
 
     # ----- helpers ----------------------------------------------------------------
 
@@ -818,7 +821,8 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
                 plan = ImportPlan.refused(exc.reasons)
         summary = await asyncio.to_thread(dry_run, plan, snapshot.brain, now)
         # Off the loop: a checked import may be megabytes, sealed and written to the state directory.
-        reference = await asyncio.to_thread(app.keep_import, visit.session, plan) if summary.new else None
+        reference = (await asyncio.to_thread(app.keep_import, visit.session, plan, snapshot.brain_id)
+                     if summary.new else None)
         # A file with nothing to import and errors is refused as such (400), the errors listed.
         status = 400 if summary.errors and not summary.new else 200
         # What the new memories repeat or update among those already here (the first ones checked).
@@ -831,10 +835,19 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
     @post("/app/import/confirm", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
     @write_route
     async def import_confirm(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
-        plan = await asyncio.to_thread(app.take_import, visit.session, visit.form.get("reference"))
-        if plan is None:
+        held = await asyncio.to_thread(app.take_import, visit.session, visit.form.get("reference"))
+        if held is None:
             return app.page("transfer.html", visit.site, visit.session, status=409, summary=None, reference=None,
                             error=N_("That import expired or was already done. Upload the file again."))
+        plan, checked_brain = held
+        # The brain in use is the account's, shared with its MCP connections and other tabs: it may
+        # have changed since the dry run (brain_use, the Brains page). The file was checked against
+        # that brain (what it skips, what it says), and the person chose it: never import into
+        # another one, e.g. a team's shared brain every member reads.
+        if (await app.actions.manager.snapshot(visit.session.account)).brain_id != checked_brain:
+            return app.page("transfer.html", visit.site, visit.session, status=409, summary=None, reference=None,
+                            error=N_("The brain in use changed since this file was checked; nothing was imported. "
+                                     "Upload the file again to import it into the brain in use now."))
         try:
             done = await app.actions.import_memories(visit.session.account, plan.operation())
         except ActionRefused as exc:

@@ -7,9 +7,11 @@ import json
 import re
 import zipfile
 
+import httpx
 import pytest
 
-from ..conftest import RunningStore, brains_of, direct_memorize, download_brain, shared_store
+from ..conftest import RunningStore, auth, brains_of, direct_memorize, download_brain, shared_store
+from ..test_e2e_sharing import share
 from .conftest import app_client, at_store, sign_in
 
 # Every test here makes its own users and looks only at their brains: one store for the module.
@@ -86,3 +88,31 @@ def test_import_refuses_bad_files_and_read_only_sign_ins(store: RunningStore) ->
         refused = client.post("/app/import", data={"csrf": csrf}, files={"file": ("f.json", b"{}", "application/json")})
         assert refused.status_code == 403
     assert at_store(store, alice.token) == {}
+
+
+def test_an_import_checked_for_one_brain_is_not_written_to_another(store: RunningStore) -> None:
+    """The brain in use is the account's (MCP brain_use, another tab): if it changes between the dry
+    run and the confirmation, the import is refused, not written into a brain shared with others."""
+    alice, bob = store.add_user("alice"), store.add_user("bob")
+    team = httpx.post(f"{store.url}/api/brains", headers=auth(alice.token), json={"name": "team"}, timeout=30).json()
+    direct_memorize(store.url, alice.token, team["id"], "The team deploys on Thursdays.")
+    share(store, team["id"], bob, "editor")
+    own = brains_of(store.url, bob.token)
+    own_id = next(brain["id"] for brain in own if brain["id"] != team["id"])
+    payload = json.dumps({"format": "brain-store/memories", "version": 1, "memories": [
+        {"title": "Bob's private note", "type": "learning", "path": "captured/",
+         "content": "Bob's doctor appointment is on the 14th."}]}).encode()
+    with app_client(store.url) as client:
+        csrf = sign_in(client, bob.token)
+        preview = client.post("/app/import", data={"csrf": csrf}, files={"file": ("b.json", payload, "application/json")})
+        assert preview.status_code == 200 and "1 new memory would be saved" in preview.text, preview.text
+        reference = re.search(r'name="reference" value="([^"]+)"', preview.text).group(1)
+        # Meanwhile the account switches to the shared brain (as an assistant's brain_use would).
+        assert client.post("/app/brain", data={"csrf": csrf, "brain": team["id"]}).status_code == 303
+        refused = client.post("/app/import/confirm", data={"csrf": csrf, "reference": reference})
+        assert refused.status_code == 409 and "The brain in use changed" in refused.text
+    team_brain, _ = download_brain(store.url, alice.token, team["id"])
+    assert [entry["title"] for entry in team_brain.read_json("index.json")["memories"].values()] == [
+        "The team deploys on Thursdays."]
+    with pytest.raises(Exception):  # bob's own brain got nothing either (still no archive)
+        download_brain(store.url, bob.token, own_id)
