@@ -78,13 +78,19 @@ def find_brain(brains: list[BrainRecord], wanted: str, me: str | None = None) ->
     for brain in brains:
         if brain.id == text.lower():
             return brain
-    for same in (lambda b: b.name == text, lambda b: b.name.lower() == text.lower()):
-        named = [b for b in brains if same(b)]
-        own = [b for b in named if is_own(b, me)]
+    matches = (lambda b: b.name == text, lambda b: b.name.lower() == text.lower())
+    # The caller's own brains first, by exact name and then ignoring case: a shared brain whose
+    # name matches exactly never takes the name from the caller's own `Work` reached as `work`.
+    for same in matches:
+        own = [b for b in brains if same(b) and is_own(b, me)]
         if len(own) == 1:
             return own[0]
-        if len(own) > 1 or len(named) > 1:
-            raise AmbiguousBrain(wanted, oldest_first(own or named))
+        if len(own) > 1:
+            raise AmbiguousBrain(wanted, oldest_first(own))
+    for same in matches:
+        named = [b for b in brains if same(b)]
+        if len(named) > 1:
+            raise AmbiguousBrain(wanted, oldest_first(named))
         if named:
             return named[0]
     return None

@@ -193,3 +193,33 @@ def test_a_sign_in_for_a_brains_url_keeps_that_brain_by_id(store: RunningStore, 
     saved, by_name, erins = asyncio.run(scenario(served.base_url))
     assert set(saved) <= stored_in(store, carol, carols)
     assert by_name in stored_in(store, erin, erins)
+
+
+def test_a_shared_brain_whose_name_differs_only_in_case_takes_no_connection(store: RunningStore,
+                                                                            served: ServerProcess) -> None:
+    """Bob's own brain is `Work`, reached as `work` (names match ignoring case). Alice then shares
+    her brain named exactly `work`: the name still means Bob's own brain, at a brain's URL and in
+    brain_use, and Alice's archive is untouched."""
+    alice, bob = store.add_user("alice"), store.add_user("bob")
+    bob_work = new_brain(store, bob, "Work")
+    base = served.base_url
+    token = mint(base, bob, RW)
+    before_share = asyncio.run(memorize(base + "/mcp/brains/work", token, "Bob's quarterly goals draft"))
+    assert before_share in stored_in(store, bob, bob_work)
+
+    alice_work = new_brain(store, alice, "work")
+    direct_memorize(store.url, alice.token, alice_work, PLANTED)
+    _, alice_before = download_brain(store.url, alice.token, alice_work)
+    share(store, alice_work, bob, "editor")
+    asyncio.run(asyncio.sleep(1.0))  # past the connector's brain-list TTL (500 ms here)
+
+    after_share = asyncio.run(memorize(base + "/mcp/brains/work", token, "Bob's performance review notes"))
+
+    async def use_by_name() -> str:
+        async with mcp_session(base + "/mcp", token) as client:
+            return str(structured(await client.call_tool("brain_use", {"brain": "work"}))["brain"]["id"])
+
+    assert asyncio.run(use_by_name()) == bob_work
+    assert after_share in stored_in(store, bob, bob_work)
+    _, alice_after = download_brain(store.url, alice.token, alice_work)
+    assert alice_after == alice_before
