@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from common.textsafety import has_unsafe_chars
 from connector.i18n import N_, Text
+from connector.identity.agentkey import looks_like_agent_key
 from connector.webapp.actions import ActionRefused
 from connector.workcopy.manager import BrainUnavailable, WorkingCopyManager
 from connector.workcopy.model import Account
@@ -88,6 +89,10 @@ class BrainAdmin:
         try:
             record = await self.manager.store.create_brain(account.credential, name)
         except StoreForbidden:
+            if looks_like_agent_key(account.credential):
+                # The store refuses every agent key this (403), whatever the account's count.
+                raise ActionRefused(Text("An agent key cannot create brains. Sign in with your store token "
+                                         "to create one.")) from None
             raise ActionRefused(Text("Your account already has as many brains as the store allows.")) from None
         except StoreUnauthorized:
             raise

@@ -12,7 +12,8 @@ import pytest
 
 from connector.webapp.guard import Site, return_target
 
-from ..conftest import RunningStore, shared_store
+from ..conftest import RunningStore, brains_of, shared_store
+from ..test_e2e_sharing import store_cli
 from .conftest import app_client, csrf_of, sign_in
 
 # Every test here makes its own users and looks only at their brains: one store for the module.
@@ -107,3 +108,19 @@ def test_people_get_pages_programs_keep_their_json(running_store: RunningStore) 
         other = client.get("/no-such-thing")
         assert other.status_code == 404 and other.json()["status_code"] == 404
         assert re.match(r"application/json", other.headers["content-type"])
+
+
+def test_an_agent_key_creating_a_brain_is_told_why_not(store: RunningStore) -> None:
+    """The store refuses every agent key a new brain (403): the Brains page says that, not that
+    the account has as many brains as the store allows."""
+    alice = store.add_user("alice")
+    brain_id = brains_of(store.url, alice.token)[0]["id"]
+    key = store_cli(store, "key", "create", "--user", alice.name, "--brain", brain_id, "--scope", "write")
+    key = key.strip().splitlines()[-1]
+    with app_client(store.url) as client:
+        csrf = sign_in(client, key)
+        refused = client.post("/app/brains", data={"csrf": csrf, "name": "scratch"})
+        assert refused.status_code == 400
+        assert "An agent key cannot create brains" in refused.text
+        assert "as many brains as the store allows" not in refused.text
+    assert [brain["name"] for brain in brains_of(store.url, alice.token)] == ["default"]
