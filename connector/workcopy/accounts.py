@@ -54,18 +54,23 @@ def is_own(record: BrainRecord, me: str | None) -> bool:
     return record.role == "owner"
 
 
-def choose_brain(brains: list[BrainRecord], chosen_id: str | None, me: str | None = None) -> BrainRecord | None:
+def choose_brain(brains: list[BrainRecord], chosen_id: str | None, me: str | None = None, *,
+                 key_brain: str = "") -> BrainRecord | None:
     """The chosen brain when it still exists, else the caller's own oldest one, else None.
 
     A brain shared with the caller is used only when chosen (brain_use) or named (a brain's
     URL): a share never changes where a connection that chose nothing reads or writes (an
-    account with only shared brains gets its own on its first write)."""
+    account with only shared brains gets its own on its first write). An agent key made for
+    one brain (``key_brain``) reaches that brain alone for good and cannot create another: it
+    is the key's brain, even a brain shared with the key's user."""
     if chosen_id:
         for brain in brains:
             if brain.id == chosen_id.lower():
                 return brain
     ordered = oldest_first([b for b in brains if is_own(b, me)])
-    return ordered[0] if ordered else None
+    if ordered:
+        return ordered[0]
+    return next((brain for brain in brains if key_brain and brain.id == key_brain), None)
 
 
 def find_brain(brains: list[BrainRecord], wanted: str, me: str | None = None) -> BrainRecord | None:
@@ -103,6 +108,17 @@ def viewer_refusal(record: BrainRecord) -> str:
         f"Not saved: you are a viewer of the brain '{escape_one_line(record.name)}'{owner}. A viewer can recall and "
         "read it but not change it; nothing was changed. Ask its owner for the editor role, or switch to one of "
         "your own brains with brain_use."
+    )
+
+
+def agent_key_without_brain(brains: list[BrainRecord]) -> str:
+    """Why a write of an agent key that has no brain in use is refused (a key cannot create one)."""
+    names = ", ".join(f"'{escape_one_line(b.name)}' ({b.id})" for b in oldest_first(brains))
+    reaches = (f"it reaches {names}, none of them its user's own" if names
+               else "it reaches no brain (deleted, or no longer shared with its user)")
+    return (
+        f"Not saved: an agent key cannot create a brain, and this one has none in use: {reaches}. "
+        "Choose one with brain_use, or use the brain's URL (/mcp/brains/<name>); nothing was changed."
     )
 
 
@@ -183,7 +199,16 @@ class Accounts(ManagerCore):
                 # (a chosen brain deleted at the store must not cost a listing on every call).
                 state.missing_choice = chosen
                 brains = await self._brains(state, force=True)
-        return brains, choose_brain(brains, chosen, await self._me(account, brains))
+        me = await self._me(account, brains)
+        active = choose_brain(brains, chosen, me)
+        if active is None and brains and await self._is_agent_key(account):  # asked only then
+            active = choose_brain(brains, chosen, me, key_brain=state.key_brain)
+        return brains, active
+
+    async def _is_agent_key(self, account: Account) -> bool:
+        """Whether the account signed in with an agent key (the store says, ``GET /auth/me``)."""
+        who = await self._who(account)
+        return who is not None and who[1] == "agent-key"
 
     async def _me(self, account: Account, brains: list[BrainRecord]) -> str | None:
         """The caller's name at the store, which tells its own brains from those shared with it
@@ -285,6 +310,10 @@ class Accounts(ManagerCore):
             user = me.get("user") if isinstance(me.get("user"), dict) else {}
             name = next((str(user[k]) for k in ("name", "email", "id") if isinstance(user.get(k), str) and user[k]), "")
             state.who = (name, str(user.get("kind") or ""))
+            key = me.get("key") if isinstance(me.get("key"), dict) else {}
+            made_for = key.get("brains")
+            if isinstance(made_for, list) and len(made_for) == 1 and isinstance(made_for[0], str):
+                state.key_brain = made_for[0].lower()
         return state.who
 
     async def _read_only_refusal(self, account: Account, record: BrainRecord) -> str:

@@ -139,6 +139,8 @@ class UserState:
     lock: asyncio.Lock | None = None
     # Who this account is at the store (name, kind), as memories written to shared brains name them.
     who: tuple[str, str] | None = None
+    # The one brain an agent key was made for (its only brain for good), else "" (asked with ``who``).
+    key_brain: str = ""
     # A chosen brain id missing from the list even after listing again for it (see _active).
     missing_choice: str | None = None
 

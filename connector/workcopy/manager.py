@@ -40,7 +40,8 @@ from typing import Any
 from connector.engine.format.brain import Brain
 from connector.engine.format.change import BrainChange
 from connector.i18n import Text
-from connector.workcopy.accounts import Accounts, UnknownBrain, choose_brain, find_brain, identity_for, oldest_first
+from connector.workcopy.accounts import (Accounts, UnknownBrain, agent_key_without_brain, choose_brain, find_brain,
+                                         identity_for, oldest_first)
 from connector.workcopy.core import BrainUnavailable, SignInAgain
 from connector.workcopy.held import HeldWrites
 from connector.workcopy.model import Account, Operation, PendingWrite, Snapshot, WorkingCopy, WriteOutcome
@@ -205,13 +206,17 @@ class WorkingCopyManager(Accounts, Sync, HeldWrites, Upkeep):
                     if active is None:
                         raise UnknownBrain(account.brain, oldest_first(brains)) from None
                 else:
-                    active = choose_brain(brains, await self.choices.get_chosen_brain(account.subject), me)
+                    active = choose_brain(brains, await self.choices.get_chosen_brain(account.subject), me,
+                                          key_brain=state.key_brain)
             if active is None and (account.subject, None) not in self._copies:
                 raise BrainUnavailable(
                     Text("The store cannot be reached right now, so nothing was saved. Try again shortly.")
                 ) from None
         if active is not None and active.read_only:
             raise BrainUnavailable(await self._read_only_refusal(account, active))
+        if active is None and await self._is_agent_key(account):
+            # Its push would ask the store for a new brain, which refuses every key: say so now.
+            raise BrainUnavailable(agent_key_without_brain(brains))
         copy = await self._copy_for(account, active)
         if copy is None:
             copy = self._copies.get((account.subject, None))

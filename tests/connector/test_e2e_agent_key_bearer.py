@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from tests.connector.conftest import RunningStore, auth, brains_of, direct_memorize, download_brain, memory_ids, shared_store
-from tests.connector.test_e2e_sharing import store_cli, text
+from tests.connector.test_e2e_sharing import share, store_cli, text
 from tests.connector.test_e2e_tools import mcp_session, module_connector, structured
 from tests.support.processes import REPO_ROOT, ServerProcess, console_script
 
@@ -121,3 +121,31 @@ def test_the_script_and_curl_call_of_the_docs_work_with_a_key(store: RunningStor
         body = next(line[5:] for line in body.splitlines() if line.startswith("data:"))
     answer = json.loads(body)
     assert "Nightly build 412 passed" in json.dumps(answer["result"])
+
+
+def test_a_key_for_a_brain_shared_with_its_user_writes_there_at_mcp(store: RunningStore, served: ServerProcess) -> None:
+    """Bob is an editor of Alice's `team` and makes a write key for it. At `/mcp` the key's one
+    brain is in use (a key reaches only its brains and cannot create one); a key with two such
+    brains is told to choose one, and nothing is created at the store."""
+    alice, bob = store.add_user("alice"), store.add_user("bob")
+    teams = [httpx.post(f"{store.url}/api/brains", headers=auth(alice.token), json={"name": name}, timeout=30).json()["id"]
+             for name in ("team", "ops")]
+    for brain_id in teams:
+        share(store, brain_id, bob, "editor")
+    one = store_cli(store, "key", "create", "--user", bob.name, "--brain", teams[0], "--scope", "write").strip().splitlines()[-1]
+    two = store_cli(store, "key", "create", "--user", bob.name, "--brain", teams[0], "--brain", teams[1],
+                    "--scope", "write").strip().splitlines()[-1]
+    bob_brains = {brain["id"] for brain in brains_of(store.url, bob.token)}
+
+    async def write_with(key: str, content: str) -> tuple[bool, str, dict | None]:
+        async with mcp_session(served.base_url + "/mcp", key) as client:
+            result = await client.call_tool("brain_memorize", {"content": content})
+            return result.is_error, text(result), None if result.is_error else structured(result)
+
+    refused, said, saved = asyncio.run(write_with(one, "The nightly job rotates the logs at 02:00."))
+    assert not refused, said
+    assert saved is not None and saved["stored"]["id"] in memory_ids(download_brain(store.url, alice.token, teams[0])[0])
+    refused, said, _ = asyncio.run(write_with(two, "The weekly job prunes old snapshots."))
+    assert refused and "an agent key cannot create a brain" in said and "brain_use" in said, said
+    assert teams[0] in said and teams[1] in said
+    assert {brain["id"] for brain in brains_of(store.url, bob.token)} == bob_brains  # no brain made for Bob
