@@ -169,8 +169,17 @@ def identity_for(account: Account, brains: list[BrainRecord], active: BrainRecor
 class Accounts(ManagerCore):
     """Each account's brains: the list the store gives, the one in use, who the account is."""
 
+    def _brains_ttl_s(self, state: UserState) -> float:
+        """How long a brain list is served without asking the store: an agent key's not at all, so
+        a revoked key (or its user's lost role) is refused at its next call, web pages and OAuth
+        sign-ins made with it included, as a key presented at /mcp is (checked on every request)."""
+        if state.who is not None and state.who[1] == "agent-key":
+            return 0.0
+        return self.tuning.brains_ttl_s
+
     async def _brains(self, state: UserState, *, force: bool = False) -> list[BrainRecord]:
-        fresh = self._mono() - state.brains_at < self.tuning.brains_ttl_s
+        ttl = self._brains_ttl_s(state)
+        fresh = self._mono() - state.brains_at < ttl
         if state.brains is not None and fresh and not force:
             return state.brains
         try:
@@ -181,7 +190,7 @@ class Accounts(ManagerCore):
             if state.brains is None:
                 raise
             # Keep serving the last known list; look again in a few seconds, not on every call.
-            state.brains_at = self._mono() - self.tuning.brains_ttl_s + min(5.0, self.tuning.brains_ttl_s)
+            state.brains_at = self._mono() - ttl + min(5.0, self.tuning.brains_ttl_s)
             log.warning("store unreachable while listing brains; using the last known list")
         return state.brains
 

@@ -21,11 +21,11 @@ from litestar.testing import TestClient
 
 from connector.app import create_app
 
-from ..conftest import RunningStore, StoreUser, brains_of
+from ..conftest import RunningStore, StoreUser, brains_of, direct_memorize
 from ..oauth.live import running_connector
 from ..oauth.test_dead_credential import _store_answers
 from ..test_e2e_sharing import store_cli
-from .conftest import connector_settings, csrf_of, signed_in_browser, web_sign_in
+from .conftest import app_client, connector_settings, csrf_of, sign_in, signed_in_browser, web_sign_in
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -88,3 +88,22 @@ def test_every_500_is_logged_with_its_traceback(store: RunningStore, caplog: pyt
     assert failures, "the 500 was not logged"
     assert "the home view broke" in failures[0].getMessage()
     assert failures[0].path == "/app" and failures[0].status == 500
+
+
+def test_a_revoked_agent_key_reads_no_page_from_the_connectors_copy(store: RunningStore) -> None:
+    """With the default freshness (brain list 30 s, copy 120 s) a page served from the copy held
+    asked the store nothing: a revoked key's session kept reading the brain for up to 30 s. Its
+    very next page now ends the session, as a key at /mcp is refused at its next call."""
+    dana = store.add_user("dana")
+    brain_id = brains_of(store.url, dana.token)[0]["id"]
+    memory_id = direct_memorize(store.url, dana.token, brain_id, "The vault code is kept in the safe deposit box.")
+    key = store_cli(store, "key", "create", "--user", "dana", "--brain", brain_id, "--scope", "read")
+    key = key.strip().splitlines()[-1]
+    with app_client(store.url, repull_ttl_ms=120_000) as client:
+        sign_in(client, key)
+        assert "safe deposit box" in client.get(f"/app/memory/{memory_id}").text
+        store_cli(store, "key", "revoke", key[:12])
+        for page in (f"/app/memory/{memory_id}", "/app/search?query=vault"):
+            answer = client.get(page)
+            assert answer.status_code == 303 and answer.headers["location"].startswith("/app/signin"), page
+            assert "safe deposit box" not in answer.text
