@@ -7,8 +7,12 @@ one command's heavy imports (boto3, the MCP SDK) never slow another down.
 from __future__ import annotations
 
 import importlib
+import sys
+from typing import Any
 
 import click
+
+from common.docstore.base import DocumentStoreError
 
 
 class LazyGroup(click.Group):
@@ -29,6 +33,25 @@ class LazyGroup(click.Group):
                 raise TypeError(f"{self._lazy[cmd_name]} is not a click command")
             return command
         return super().get_command(ctx, cmd_name)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the command; an unreachable or refusing S3 (no bucket, no credentials, a bucket
+        gone meanwhile) ends it with its one-line reason instead of a traceback."""
+        try:
+            return super().invoke(ctx)
+        except DocumentStoreError as exc:
+            raise click.ClickException(str(exc)) from None
+        except Exception as exc:
+            if _is_s3_error(exc):
+                raise click.ClickException(f"S3: {exc}") from None
+            raise
+
+
+def _is_s3_error(exc: Exception) -> bool:
+    """Whether ``exc`` is botocore's (checked only once boto3 was loaded: a command that never
+    used S3 does not import it here)."""
+    errors = sys.modules.get("botocore.exceptions")
+    return errors is not None and isinstance(exc, (errors.ClientError, errors.BotoCoreError))
 
 
 def lazy_main(lazy: dict[str, str], help_text: str) -> click.Group:
