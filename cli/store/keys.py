@@ -29,7 +29,7 @@ def rekey(new_key: str, data: Path | None) -> None:
     previous keys) in its environment, so it can open what is stored; (3) drop
     STORE_ENCRYPTION_PREVIOUS_KEYS and restart. Plain (unsealed) archives are sealed too.
     """
-    from store.rekey import rekey_data_dir
+    from store.rekey import RekeyError, rekey_data_dir
     from store.settings import SettingsError, parse_key
 
     settings = settings_from_cli(data_dir=data)
@@ -37,11 +37,17 @@ def rekey(new_key: str, data: Path | None) -> None:
         key = parse_key(new_key, "--new-key")
     except SettingsError as exc:
         raise click.UsageError(str(exc)) from None
-    if settings.backend == "s3":
-        from store.storage.factory import open_backend
-        from store.rekey.s3 import rekey_bucket
+    try:
+        if settings.backend == "s3":
+            from store.storage.factory import open_backend
+            from store.rekey.s3 import rekey_bucket
 
-        report = rekey_bucket(settings, open_backend(settings), key, progress=lambda line: click.echo(line))
-    else:
-        report = rekey_data_dir(settings, key, progress=lambda line: click.echo(line))
+            report = rekey_bucket(settings, open_backend(settings), key, progress=lambda line: click.echo(line))
+        else:
+            report = rekey_data_dir(settings, key, progress=lambda line: click.echo(line))
+    except RekeyError as exc:
+        raise click.ClickException(
+            f"rekey stopped at {exc}; give the key it was sealed with in STORE_ENCRYPTION_KEY or "
+            "STORE_ENCRYPTION_PREVIOUS_KEYS and run it again (archives already re-sealed stay so)"
+        ) from None
     click.echo(f"re-sealed {report.resealed} blob(s) in {report.brains} brain(s); {report.skipped} already current")

@@ -20,6 +20,16 @@ from store.storage import sealing
 from store.storage.local import LocalBackend, fsync_dir
 
 
+class RekeyError(Exception):
+    """An archive could not be opened (no configured key opens it, or it is damaged); the
+    message names it. Archives re-sealed before it stay re-sealed: running again resumes."""
+
+
+def refused(where: str, exc: sealing.SealError) -> RekeyError:
+    """The error for the archive at ``where`` (user/brain/checksum) that ``exc`` refused."""
+    return RekeyError(f"{where}: {exc}")
+
+
 @dataclass
 class RekeyReport:
     """What a rekey did."""
@@ -68,6 +78,8 @@ def rekey_data_dir(
                             staged.finish()
                             os.rename(staged.path, path)
                             staged.committed = True
+                        except sealing.SealError as exc:
+                            raise refused(f"{user_id}/{meta.id}/{checksum}", exc) from None
                         finally:
                             staged.discard()
                     if settings.fsync:

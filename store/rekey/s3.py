@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import msgspec
 
-from store.rekey import RekeyReport
+from store.rekey import RekeyReport, refused
 from store.settings import StoreSettings
 from store.storage import sealing
 from store.storage.s3 import BrainRecord, S3Backend
@@ -63,8 +63,11 @@ def _rekey_brain(
                     report.skipped += 1
                     continue
                 with tempfile.TemporaryFile(dir=backend.spool_dir) as spool:
-                    sealing.reseal(src, spool, old_key=old_keys if sealed else None, new_key=new_user_key,
-                                   user_id=user_id, brain_id=brain_id, checksum=checksum)
+                    try:
+                        sealing.reseal(src, spool, old_key=old_keys if sealed else None, new_key=new_user_key,
+                                       user_id=user_id, brain_id=brain_id, checksum=checksum)
+                    except sealing.SealError as exc:
+                        raise refused(f"{user_id}/{brain_id}/{checksum}", exc) from None
                     spool.flush()
                     target = backend.new_blob_key(user_id, brain_id, checksum)
                     upload_file(backend.client, backend.bucket.name, target, spool, os.fstat(spool.fileno()).st_size)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from store.storage import sealing
 from store.storage.local import LocalBackend
 from tests.store.conftest import brain_files, make_archive
 from tests.store.test_service import USER, put
+from tests.support.processes import console_script, run_command
 
 KEY1 = bytes(range(32))
 KEY2 = bytes(range(32, 64))
@@ -106,3 +108,22 @@ def test_rekey_rolls_without_losing_anything(tmp_path: Path) -> None:
     with pytest.raises(ServiceError):
         download(service_with(data, KEY1), brain.id)
     assert os.listdir(two.backend.tmp_root) == []
+
+
+def _rekey_cli(data: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    full = {**{k: v for k, v in os.environ.items() if not k.startswith("STORE_")}, **env}
+    return run_command([console_script("brain-store"), "rekey", "--new-key", KEY2.hex(), "--data", str(data)],
+                       timeout=60, env=full)
+
+
+def test_rekey_without_the_old_key_says_which_archive(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    service = service_with(data, KEY1)
+    brain = service.create(USER)
+    ref = put(service, brain.id, make_archive(brain_files(1)))
+    done = _rekey_cli(data, {"STORE_ENCRYPTION_KEY": ""})  # the operator forgot the old key
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert f"{USER}/{brain.id}/{ref.checksum}" in done.stderr and "STORE_ENCRYPTION_KEY" in done.stderr
+    assert download(service, brain.id)  # nothing changed
+
