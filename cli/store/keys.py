@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from cli.store.runner import settings_from_cli
+from cli.store.target import existing_store
 
 
 @click.command()
@@ -32,7 +32,7 @@ def rekey(new_key: str, data: Path | None) -> None:
     from store.rekey import RekeyError, rekey_data_dir
     from store.settings import SettingsError, parse_key
 
-    settings = settings_from_cli(data_dir=data)
+    settings = existing_store(data)  # a mistyped --data must not "re-seal 0 blobs" of a new empty store
     try:
         key = parse_key(new_key, "--new-key")
     except SettingsError as exc:

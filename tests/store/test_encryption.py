@@ -127,3 +127,8 @@ def test_rekey_without_the_old_key_says_which_archive(tmp_path: Path) -> None:
     assert f"{USER}/{brain.id}/{ref.checksum}" in done.stderr and "STORE_ENCRYPTION_KEY" in done.stderr
     assert download(service, brain.id)  # nothing changed
 
+
+def test_rekey_refuses_a_data_directory_that_does_not_exist(tmp_path: Path) -> None:
+    done = _rekey_cli(tmp_path / "typo", {"STORE_ENCRYPTION_KEY": KEY1.hex()})
+    assert done.returncode == 1 and "no such data directory" in done.stderr, done.stdout + done.stderr
+    assert not (tmp_path / "typo").exists()
