@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from cli.store.runner import settings_from_cli
+from cli.store.target import existing_store
 from cli.store.users import _data_option as data_option
 
 _brain_arg = click.argument("brain_id", metavar="BRAIN")
@@ -22,7 +22,7 @@ class _Store:
         from store.context import open_registry, open_sharing
         from store.storage.factory import open_backend
 
-        settings = settings_from_cli(data_dir=data)
+        settings = existing_store(data)  # a mistyped --data is an error, not a new empty store
         self.users = open_registry(settings)
         self.backend = open_backend(settings)
         self.sharing = open_sharing(settings, self.users, self.backend)

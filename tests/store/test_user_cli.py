@@ -25,7 +25,11 @@ def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
 
 @pytest.mark.parametrize("args", [("user", "list"), ("user", "rotate", "alice"), ("user", "remove", "alice"),
                                   ("user", "allow", "alice"), ("user", "orphans"), ("user", "purge", "usr_12345678"),
-                                  ("user", "adopt", "usr_12345678", "bob")])
+                                  ("user", "adopt", "usr_12345678", "bob"),
+                                  ("share", "default", "--with", "alice", "--role", "viewer"),
+                                  ("unshare", "default", "--with", "alice"), ("audit", "default"), ("key", "list"),
+                                  ("key", "create", "--user", "alice", "--brain", "default", "--scope", "read"),
+                                  ("key", "revoke", "bak_1234")])
 def test_commands_on_a_missing_data_directory_say_so_and_create_nothing(args: tuple[str, ...], tmp_path: Path) -> None:
     missing = tmp_path / "no-such-store"
     done = _run(*args, "--data", str(missing))
