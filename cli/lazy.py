@@ -36,10 +36,15 @@ class LazyGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         """Run the command; an unreachable or refusing S3 (no bucket, no credentials, a bucket
-        gone meanwhile) ends it with its one-line reason instead of a traceback."""
+        gone meanwhile) or a file system refusing a path ends it with its one-line reason
+        instead of a traceback."""
         try:
             return super().invoke(ctx)
         except DocumentStoreError as exc:
+            raise click.ClickException(str(exc)) from None
+        except OSError as exc:
+            # a data, state or audit directory that cannot be created or written (wrong owner,
+            # read-only mount, a mistyped path): the system's reason and the path say it all
             raise click.ClickException(str(exc)) from None
         except Exception as exc:
             if _is_s3_error(exc):

@@ -196,3 +196,24 @@ def test_adopt_drops_keys_and_memberships_left_by_an_older_remove(tmp_path: Path
     assert sharing.keys(frank.id) == [] and sharing.share(alice_brain) is None
     share = sharing.share(frank_brain)
     assert share is not None and share.members == {alice.id: "viewer"}
+
+
+@pytest.mark.parametrize("args", [("serve", "--port", "0"), ("restore", "--from", "BACKUP")])
+def test_a_data_directory_that_cannot_be_made_is_one_line(args: tuple[str, ...], tmp_path: Path) -> None:
+    add_user(tmp_path / "source", "alice")
+    cli("backup", "--to", str(tmp_path / "store.bak"), data=tmp_path / "source")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    args = tuple(str(tmp_path / "store.bak") if a == "BACKUP" else a for a in args)
+    done = _run(*args, "--data", str(blocker / "data"))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr and str(blocker) in done.stderr, done.stderr
+
+
+def test_an_audit_directory_that_cannot_be_made_is_one_line(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    done = _run("serve", "--port", "0", "--data", str(tmp_path / "data"),
+                env={"STORE_AUDIT_LOG": str(blocker / "audit")})
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr and str(blocker / "audit") in done.stderr, done.stderr
