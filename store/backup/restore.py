@@ -332,15 +332,22 @@ def restore_backup(
             if builder is not None:
                 _finish(builder, report, progress)
             meta = verified.metas[ids]
-            builder = BrainBuilder(backend, meta, replace=True)
+            builder = BrainBuilder(backend, _all_sealed(meta) if master_keys else meta, replace=True)
         elif (parts := parse_blob_path(info.name)) is not None:
             if builder is None or (builder.meta.user_id, builder.meta.id) != parts[:2]:
                 raise BackupError(f"{info.name} is not preceded by its metadata")
+            # A store with a key serves sealed archives only: plain ones (a backup made before
+            # encryption was turned on) are sealed on the way in, as an upload would be.
+            seal_with = master_keys[0] if master_keys and parts not in verified.sealed_heads else None
 
-            def write(out: BinaryIO, f: BinaryIO = f, name: str = info.name) -> None:
-                size, digest, _ = _hash_stream(f, out.write)
+            def write(out: BinaryIO, f: BinaryIO = f, name: str = info.name, parts: tuple[str, str, str] = parts,
+                      seal_with: bytes | None = seal_with) -> None:
+                sealer = _sealer(out, seal_with, parts[0], parts[1]) if seal_with is not None else None
+                size, digest, _ = _hash_stream(f, out.write if sealer is None else sealer.write)
                 if entry is None or size != entry.size or not hmac.compare_digest(digest, entry.sha256):
                     raise BackupError(f"{name} changed since it was verified")
+                if sealer is not None:
+                    sealer.close(parts[2])
 
             builder.add(parts[2], write)
             report.archives += 1
@@ -351,6 +358,26 @@ def restore_backup(
         f"{report.bytes} stored bytes" + (f"; {report.removed_brains} other brain(s) removed" if report.removed_brains else "")
     )
     return report
+
+
+def _sealer(out: BinaryIO, master_key: bytes, user_id: str, brain_id: str) -> Any:
+    """A ``SealWriter`` sealing a plain archive into ``out`` as the store seals an upload."""
+    from store.storage import sealing
+
+    return sealing.SealWriter(out, sealing.derive_user_key(master_key, user_id), user_id, brain_id)
+
+
+def _all_sealed(meta: BrainMeta) -> BrainMeta:
+    """``meta`` with every archive marked sealed (what a store with a key holds once restored)."""
+
+    def sealed(ref: Any) -> Any:
+        return msgspec.structs.replace(ref, sealed=True)
+
+    return msgspec.structs.replace(
+        meta,
+        current=sealed(meta.current) if meta.current is not None else None,
+        snapshots=tuple(msgspec.structs.replace(s, archive=sealed(s.archive)) for s in meta.snapshots),
+    )
 
 
 def _finish(builder: BrainBuilder, report: RestoreReport, progress: Callable[[str], None]) -> None:

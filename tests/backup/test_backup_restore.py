@@ -6,7 +6,7 @@ import hashlib
 import shutil
 from pathlib import Path
 
-from tests.backup.support import KEY, OTHER_KEY, archive, cli, contents, fill, registry, sealed_brain, serve
+from tests.backup.support import KEY, OTHER_KEY, archive, cli, client, contents, fill, registry, sealed_brain, serve
 from tests.s3.servers import S3Service
 
 
@@ -106,3 +106,22 @@ def test_sealed_backup_needs_the_same_key(tmp_path: Path) -> None:
     env = {"STORE_DATA_DIR": str(tmp_path / "rotated"), "STORE_ENCRYPTION_KEY": OTHER_KEY,
            "STORE_ENCRYPTION_PREVIOUS_KEYS": KEY}
     cli(env, "restore", "--from", str(backup))
+
+
+def test_a_plain_backup_restored_into_a_store_with_a_key_is_served(tmp_path: Path) -> None:
+    """A store with STORE_ENCRYPTION_KEY serves sealed archives only: a backup made before
+    encryption was on has its archives sealed on the way in, not kept plain (then every
+    download was refused with 500)."""
+    src = {"STORE_DATA_DIR": str(tmp_path / "src")}
+    user, token = registry(src).add("alice")
+    data = archive({"a.md": b"plain before encryption"})
+    _plain_brain(tmp_path / "src", user.id, data)
+    cli(src, "backup", "--to", str(tmp_path / "b"))
+    dst = {"STORE_DATA_DIR": str(tmp_path / "dst"), "STORE_ENCRYPTION_KEY": KEY}
+    cli(dst, "restore", "--from", str(tmp_path / "b"))
+    blobs = list((tmp_path / "dst" / "brains").rglob("blobs/*"))
+    assert blobs and all(b.read_bytes()[:8] == b"BSTSEAL\x00" for b in blobs)
+    with serve(dst, tmp_path) as server, client(server, token) as c:
+        brain = c.get("/api/brains").json()[0]["id"]
+        got = c.get(f"/api/brains/{brain}/sync")
+        assert got.status_code == 200 and got.content == data, got.text
