@@ -130,7 +130,9 @@ def write_backup(
             os.fdopen(fd, "wb") as raw,
             zstandard.ZstdCompressor(level=3, write_checksum=True).stream_writer(raw, closefd=False) as zst,
             tarfile.open(fileobj=zst, mode="w|", format=tarfile.PAX_FORMAT) as tar,
-            tempfile.TemporaryDirectory(prefix="brain-store-backup-") as scratch_dir,
+            # next to the backup, where the operator made room, not in /tmp (in the container a
+            # 64 MiB tmpfs: one brain with its snapshots can be larger)
+            tempfile.TemporaryDirectory(prefix=".brain-store-backup-", dir=partial.parent) as scratch_dir,
         ):
             out = BackupWriter(tar)
             out.add_bytes(USERS, msgspec.json.encode(users_doc))

@@ -49,3 +49,23 @@ def test_vanished_blob_rereads_the_brain(tmp_path: Path) -> None:
     assert any("backup done" in line for line in lines)
     verified = verify_backup(tmp_path / "b")
     assert len(verified.metas) == 1
+
+
+def test_archives_pass_through_the_backup_s_directory_not_tmp(tmp_path: Path, monkeypatch: Any) -> None:
+    """The scratch copies sit next to the backup file, where the operator made room: in the
+    container /tmp is a 64 MiB tmpfs, and one brain with its snapshots can be larger."""
+    import tempfile
+
+    from tests.backup.support import sealed_brain
+
+    users = registry({"STORE_DATA_DIR": str(tmp_path / "s")})
+    user, _ = users.add("alice")
+    sealed_brain(tmp_path / "s", "11" * 32, user.id, archive({"a.md": b"x"}))
+    unusable = tmp_path / "tmp-is-full"
+    unusable.write_text("")  # anything made under it fails, as on a full tmpfs
+    monkeypatch.setattr(tempfile, "tempdir", str(unusable))
+    (tmp_path / "out").mkdir()
+    manifest = write_backup(LocalBackend(tmp_path / "s", fsync=False), users, tmp_path / "out" / "b",
+                            source="test", now="2026-01-01T00:00:00Z")
+    assert manifest.archives == 1
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["b"]
