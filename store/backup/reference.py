@@ -382,6 +382,12 @@ def check_brains(plan: Survey, backend: Any, present: list[Any], *, into_existin
 def _survey_brain(ref: Path, brain_dir: Path, user_id: str, master: bytes | None, limits: Any,
                   warnings: list[str]) -> RefBrain:
     rel_dir = brain_dir.relative_to(ref).as_posix()
+    if (brain_dir / "blobs").is_dir():
+        # this store's own layout: its archives are in blobs/, which a reference import never
+        # reads, so every brain would arrive empty while its users' tokens worked
+        raise ReferenceImportError(f"{rel_dir}/blobs: this is a brain-store data directory, not a reference "
+                                   "store's; move it with `brain-store backup` and `restore` (or `migrate`); "
+                                   "nothing imported")
     meta_file = brain_dir / "meta.json"
     record: Any = {}
     if meta_file.is_file():

@@ -384,3 +384,15 @@ def test_deeply_nested_reference_json_is_one_line(tmp_path: Path) -> None:
     assert "meta.json is nested too deeply" in _refused(env, ref, ours)
     (ref / "users.json").write_text('{"users": ' + "[" * 100_000 + "]" * 100_000 + "}")
     assert "users.json is nested too deeply" in _refused(env, ref, ours)
+
+
+def test_a_brain_store_data_directory_is_not_imported_as_a_reference(tmp_path: Path) -> None:
+    """This store's own data directory keeps archives in blobs/, which the import never reads:
+    its users came over with working tokens and every brain empty, with no warning."""
+    theirs = {"STORE_DATA_DIR": str(tmp_path / "theirs")}
+    token = cli(theirs, "user", "add", "dora").stdout.strip().splitlines()[-1]
+    with serve(theirs, tmp_path) as server, client(server, token) as c:
+        upload(c, c.get("/api/brains").json()[0]["id"], archive({"a.md": b"kept"}))
+    done = cli({"STORE_DATA_DIR": str(tmp_path / "ours")}, "import-reference", str(tmp_path / "theirs"), check=False)
+    assert done.returncode == 1 and "brain-store data directory" in done.stderr, done.stdout + done.stderr
+    assert not (tmp_path / "ours").exists()
