@@ -27,6 +27,7 @@ import msgspec
 
 from common.docstore import DirectoryStore, DocumentStore
 from common.docstore.watched import WatchedDocument
+from common.textsafety import has_unsafe_chars
 from store.auth.tokens import hash_token, new_token
 
 log = logging.getLogger("store.users")
@@ -96,6 +97,17 @@ def name_problem(name: str, others: list[Any], user_id: str = "") -> str | None:
             return f"a user named {name!r} already exists"
         if other.email and other.email.lower() == name.lower():
             return f"{name!r} is the e-mail address of another user"
+    return None
+
+
+EMAIL_RULE = "an e-mail address is at most 254 characters, without spaces, control or bidirectional characters"
+
+
+def email_problem(email: str) -> str | None:
+    """Why ``email`` cannot be a user's e-mail address (None: it can). It is shown on the user's
+    line in listings beside the name, so it may not break or reorder that line either."""
+    if len(email) > 254 or has_unsafe_chars(email) or any(char.isspace() for char in email):
+        return EMAIL_RULE
     return None
 
 
@@ -232,6 +244,8 @@ class UserRegistry:
         """
         if not _NAME.match(name):
             raise UsersFileError(NAME_RULE)
+        if (problem := email_problem(email)) is not None:
+            raise UsersFileError(problem)
         token = new_token()
 
         def change(doc: UsersDocument) -> User:

@@ -396,3 +396,15 @@ def test_a_brain_store_data_directory_is_not_imported_as_a_reference(tmp_path: P
     done = cli({"STORE_DATA_DIR": str(tmp_path / "ours")}, "import-reference", str(tmp_path / "theirs"), check=False)
     assert done.returncode == 1 and "brain-store data directory" in done.stderr, done.stdout + done.stderr
     assert not (tmp_path / "ours").exists()
+
+
+def test_an_unusable_e_mail_is_refused(tmp_path: Path) -> None:
+    """An imported e-mail is printed on the user's line in `user list` like the name."""
+    ref = _copy("plain", tmp_path)
+    users = json.loads((ref / "users.json").read_text())
+    users["users"][1]["email"] = "bob@example.org\nalice    admin"
+    (ref / "users.json").write_text(json.dumps(users))
+    ours = tmp_path / "ours"
+    env = {"STORE_DATA_DIR": str(ours)}
+    cli(env, "user", "add", "carol")
+    assert "an e-mail address is" in _refused(env, ref, ours)

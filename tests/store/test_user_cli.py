@@ -217,3 +217,15 @@ def test_an_audit_directory_that_cannot_be_made_is_one_line(tmp_path: Path) -> N
                 env={"STORE_AUDIT_LOG": str(blocker / "audit")})
     assert done.returncode == 1, done.stdout + done.stderr
     assert "Traceback" not in done.stderr and str(blocker / "audit") in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("email", ["a\nb  x  static", "a\u2028b@example.org", "a\u202eb@example.org",
+                                   "a b@example.org"])
+def test_an_e_mail_that_would_break_its_line_is_refused(email: str, tmp_path: Path) -> None:
+    """The e-mail is printed on the user's line in `user list`, beside the name that already
+    may not hold such characters: a newline in it forged a line there."""
+    data = tmp_path / "data"
+    cli("user", "add", "alice", data=data)
+    done = _run("user", "add", "mallory", "--email", email, "--data", str(data))
+    assert done.returncode == 1 and "an e-mail address is" in done.stderr, done.stdout + done.stderr
+    assert [u["name"] for u in json.loads(cli("user", "list", "--json", data=data).stdout)] == ["alice"]
