@@ -110,7 +110,8 @@ def _import_local(dst: LocalBackend, meta: BrainMeta, blobs: dict[str, Path]) ->
     if (brain_dir / "meta.json").exists():
         return False
     blobs_dir = brain_dir / "blobs"
-    blobs_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    for directory in (brain_dir.parent, brain_dir, blobs_dir):  # each level 0700, as the store makes them
+        directory.mkdir(exist_ok=True, mode=0o700)
     for checksum, path in blobs.items():
         staged = dst.stage(meta.user_id, meta.id)
         try:

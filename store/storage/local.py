@@ -451,7 +451,9 @@ class LocalBackend:
     def _create_locked(self, meta: BrainMeta) -> bool:
         brain_dir = self.brain_dir(meta.user_id, meta.id)
         try:
-            brain_dir.mkdir(parents=True, mode=0o700)
+            # each level 0700 (mkdir's parents=True would make the user's directory 0755)
+            brain_dir.parent.mkdir(exist_ok=True, mode=0o700)
+            brain_dir.mkdir(mode=0o700)
             (brain_dir / "blobs").mkdir(mode=0o700)
             write_atomic(brain_dir / "meta.json", _encoder.encode(meta), fsync=self.fsync)
             if self.fsync:

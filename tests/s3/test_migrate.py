@@ -65,3 +65,7 @@ def test_migrate_directory_to_s3_and_back(moto: S3Service, tmp_path: Path) -> No
     run_cli(env, "migrate", "--from", url, "--to", str(back))
     with running_store(back, env={"STORE_ENCRYPTION_KEY": "22" * 32}, log_name="back.log") as store:
         assert [_snapshot_state(store.url, t) for t in tokens] == before
+    # every directory of the migrated store is 0700, as the store makes them
+    directories = [p for p in back.rglob("*") if p.is_dir()]
+    assert directories and all(p.stat().st_mode & 0o077 == 0 for p in directories), \
+        [str(p) for p in directories if p.stat().st_mode & 0o077]

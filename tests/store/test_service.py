@@ -80,6 +80,9 @@ def test_upload_commit_layout_and_retention(tmp_path: Path) -> None:
         assert hashlib.sha256(data).hexdigest() == name
     meta_path = service.backend.brain_dir(USER, brain.id) / "meta.json"
     assert oct(meta_path.stat().st_mode & 0o777) == "0o600"
+    # every directory the store makes is 0700, the user's too (whatever the umask)
+    for directory in (service.backend.user_dir(USER), meta_path.parent, meta_path.parent / "blobs"):
+        assert oct(directory.stat().st_mode & 0o777) == "0o700", directory
 
 
 def test_version_names_sort_by_age(tmp_path: Path) -> None:
