@@ -17,7 +17,10 @@ def keygen() -> None:
 
 
 @click.command()
-@click.option("--new-key", "new_key", required=True, help="The new master key (64 hex or base64).")
+# the key may come from the environment: on the command line it is readable by every local user
+# (ps, /proc/PID/cmdline) for as long as the rekey runs, and it stays in the shell's history
+@click.option("--new-key", "new_key", required=True, envvar="NEW_ENCRYPTION_KEY",
+              help="The new master key (64 hex or base64) [env NEW_ENCRYPTION_KEY].")
 @click.option("--data", "data", type=click.Path(path_type=Path), default=None,
               help="Data directory [env STORE_DATA_DIR].")
 def rekey(new_key: str, data: Path | None) -> None:

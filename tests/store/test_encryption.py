@@ -132,3 +132,17 @@ def test_rekey_refuses_a_data_directory_that_does_not_exist(tmp_path: Path) -> N
     done = _rekey_cli(tmp_path / "typo", {"STORE_ENCRYPTION_KEY": KEY1.hex()})
     assert done.returncode == 1 and "no such data directory" in done.stderr, done.stdout + done.stderr
     assert not (tmp_path / "typo").exists()
+
+
+def test_rekey_takes_the_new_key_from_the_environment(tmp_path: Path) -> None:
+    """On the command line the key is readable by every local user (ps) while rekey runs."""
+    data = tmp_path / "data"
+    service = service_with(data, KEY1)
+    brain = service.create(USER)
+    archive = make_archive(brain_files(1))
+    put(service, brain.id, archive)
+    full = {**{k: v for k, v in os.environ.items() if not k.startswith("STORE_")},
+            "STORE_ENCRYPTION_KEY": KEY1.hex(), "NEW_ENCRYPTION_KEY": KEY2.hex()}
+    done = run_command([console_script("brain-store"), "rekey", "--data", str(data)], timeout=60, env=full)
+    assert done.returncode == 0 and "re-sealed 1 blob(s)" in done.stdout, done.stdout + done.stderr
+    assert download(service_with(data, KEY2), brain.id) == archive
