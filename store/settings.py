@@ -64,6 +64,17 @@ def _int(name: str, text: str, minimum: int = 0, maximum: int | None = None) -> 
     return value
 
 
+def _url(name: str, text: str) -> str:
+    """An absolute http(s) URL (an S3 endpoint); anything else is named here, not by boto3's traceback."""
+    from urllib.parse import urlsplit
+
+    value = text.strip()
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise SettingsError(f"{name}: expected an absolute http(s) URL, got {value!r}")
+    return value
+
+
 def _list(text: str) -> tuple[str, ...]:
     return tuple(item.strip() for item in text.split(",") if item.strip())
 
@@ -265,7 +276,7 @@ class StoreSettings:
         if (v := get("STORE_S3_PREFIX")) is not None:
             values["s3_prefix"] = v.strip()
         if (v := get("STORE_S3_ENDPOINT_URL")) is not None:
-            values["s3_endpoint_url"] = v.strip()
+            values["s3_endpoint_url"] = _url("STORE_S3_ENDPOINT_URL", v)
         if (v := get("STORE_S3_REGION")) is not None:
             values["s3_region"] = v.strip()
         if (v := get("STORE_S3_USERS_POLL_SECONDS")) is not None:

@@ -159,6 +159,7 @@ def test_settings_from_env_and_overrides(tmp_path: Path) -> None:
         {"STORE_TRUST_PROXY": "not-an-ip"},
         {"STORE_OIDC_ISSUER": "https://x"},
         {"STORE_INSPECT_MAX_RATIO": "-1"},
+        {"STORE_S3_ENDPOINT_URL": "127.0.0.1:8333"},  # boto3 raised ValueError: a traceback
     ):
         with pytest.raises(SettingsError) as info:
             StoreSettings.from_env(bad)
