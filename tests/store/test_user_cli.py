@@ -229,3 +229,11 @@ def test_an_e_mail_that_would_break_its_line_is_refused(email: str, tmp_path: Pa
     done = _run("user", "add", "mallory", "--email", email, "--data", str(data))
     assert done.returncode == 1 and "an e-mail address is" in done.stderr, done.stdout + done.stderr
     assert [u["name"] for u in json.loads(cli("user", "list", "--json", data=data).stdout)] == ["alice"]
+
+
+@pytest.mark.parametrize("port", ["-1", "70000"])
+def test_serve_refuses_a_port_out_of_range(port: str, tmp_path: Path) -> None:
+    """As STORE_PORT is: the flag went to bind() unchecked (OverflowError traceback)."""
+    done = _run("serve", "--port", port, "--data", str(tmp_path / "data"))
+    assert done.returncode == 2 and "Invalid value for '--port'" in done.stderr, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
