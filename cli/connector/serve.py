@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from cli.serving import KEEP_ALIVE_SECONDS
+from cli.serving import KEEP_ALIVE_SECONDS, http_origin
 
 if TYPE_CHECKING:
     from connector.settings import ConnectorSettings
@@ -120,8 +120,8 @@ def _serve(settings: ConnectorSettings, runtime: Path | None = None) -> None:
         )
         click.echo(banner, err=True)
     sock = bind_listener(settings.host, settings.port, shared_port=settings.workers > 1)
-    base = settings.public_url or f"http://{settings.host}:{settings.port}"
-    click.echo(f"brain-connector listening on http://{settings.host}:{settings.port}")
+    base = settings.public_url or http_origin(settings.host, settings.port)
+    click.echo(f"brain-connector listening on {http_origin(settings.host, settings.port)}")
     if settings.workers > 1:
         click.echo(f"{settings.workers} worker processes (working copies and their budgets are per worker)")
         if runtime:

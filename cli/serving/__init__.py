@@ -7,3 +7,9 @@
 # Clients that keep connections longer (Caddy: 2 minutes) must be told to drop them sooner:
 # deploy/Caddyfile* set 10 s, and tests/ops/test_deploy.py holds them to it.
 KEEP_ALIVE_SECONDS = 20
+
+
+def http_origin(host: str, port: int) -> str:
+    """``http://HOST:PORT`` to print for people to use: an IPv6 address goes in brackets
+    (``http://[::1]:8788``), or the URL is not one."""
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"

@@ -10,7 +10,7 @@ import sys
 
 import click
 
-from cli.serving import KEEP_ALIVE_SECONDS
+from cli.serving import KEEP_ALIVE_SECONDS, http_origin
 from cli.serving.workers import bind_listener, freeze_imported, serve_forked
 from common.connection_guard import guarded_protocol
 from store.settings import SettingsError, StoreSettings
@@ -91,7 +91,7 @@ def run_store(settings: StoreSettings, workers: int = 1, *, announce: str | None
     config = uvicorn.Config(serving_app(settings) if workers == 1 else "unused", http=guarded, **common)  # type: ignore[arg-type]
     sock = bind_listener(settings.host, settings.port, shared_port=workers > 1)
     host, port = sock.getsockname()[:2]
-    click.echo(f"listening on http://{host}:{port}")
+    click.echo(f"listening on {http_origin(host, port)}")
     if announce:
         click.echo(announce)
     sys.stdout.flush()  # visible at once even when stdout is a pipe or a file

@@ -237,3 +237,17 @@ def test_serve_refuses_a_port_out_of_range(port: str, tmp_path: Path) -> None:
     done = _run("serve", "--port", port, "--data", str(tmp_path / "data"))
     assert done.returncode == 2 and "Invalid value for '--port'" in done.stderr, done.stdout + done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_serve_prints_a_usable_url_for_an_ipv6_address(tmp_path: Path) -> None:
+    """`http://::1:8787` is no URL: an IPv6 literal goes in brackets."""
+    process = subprocess.Popen([console_script("brain-store"), "serve", "--host", "::1", "--port", "0",
+                                "--data", str(tmp_path / "data")], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                               text=True, env={**os.environ, "STORE_QUIET": "1"})
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+    assert re.fullmatch(r"listening on http://\[::1\]:\d+\n", line), line
