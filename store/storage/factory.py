@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from store.settings import StoreSettings
@@ -49,4 +50,16 @@ def prepare_storage(settings: StoreSettings) -> None:
         probe_conditional_writes(client, s3_bucket(settings), settings.s3_endpoint_url or "S3")
         open_backend(settings, client).startup()
         return
-    open_backend(settings).startup()
+    backend = open_backend(settings)
+    refuse_open_data_dir(settings.data_dir)
+    backend.startup()
+
+
+def refuse_open_data_dir(data_dir: Path) -> None:
+    """Refuse to serve from a data directory others can write: they could put a users.json of
+    their own there (a token of theirs for anyone's brains, decrypted by the store). The
+    connector refuses such a state directory the same way."""
+    mode = data_dir.stat().st_mode & 0o777
+    if mode & 0o022:
+        raise RuntimeError(f"data directory {data_dir} is writable by others (mode {mode:o}); "
+                           f"make it private: chmod 700 {data_dir}")

@@ -251,3 +251,13 @@ def test_serve_prints_a_usable_url_for_an_ipv6_address(tmp_path: Path) -> None:
         process.terminate()
         process.wait(timeout=30)
     assert re.fullmatch(r"listening on http://\[::1\]:\d+\n", line), line
+
+
+def test_serve_refuses_a_data_directory_others_can_write(tmp_path: Path) -> None:
+    """Others could put their own users.json there: a token of theirs for every brain."""
+    data = tmp_path / "data"
+    cli("user", "add", "alice", data=data)
+    data.chmod(0o777)
+    done = _run("serve", "--port", "0", "--data", str(data))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stderr.strip() == f"Error: data directory {data} is writable by others (mode 777); make it private: chmod 700 {data}"
