@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import subprocess
 from pathlib import Path
 
 import httpx
@@ -11,6 +13,7 @@ from tests.contract.harness import running_store
 from tests.s3.archives import archive
 from tests.s3.cli import run_cli
 from tests.s3.servers import S3Service, wait_for_token
+from tests.support.processes import console_script
 
 # xdist groups (one per S3 service) are set in conftest.py
 
@@ -42,6 +45,12 @@ def test_rekey_reseals_a_bucket(moto: S3Service, tmp_path: Path) -> None:
                       files={"brain": ("b.tgz", archive({f"m{n}": b"x" * n}))}).raise_for_status()
         before = _everything(store.url, token)
     assert len(before) == 2
+    # without the key the archives are sealed with: one line naming the archive, nothing changed
+    full = {**{k: v for k, v in os.environ.items() if not k.startswith("STORE_")}, **env, "STORE_ENCRYPTION_KEY": ""}
+    done = subprocess.run([console_script("brain-store"), "rekey", "--new-key", NEW], capture_output=True, text=True,
+                          env=full, timeout=120)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "rekey stopped at" in done.stderr and "STORE_ENCRYPTION_KEY" in done.stderr, done.stderr
     assert "re-sealed 2 blob(s) in 1 brain(s)" in run_cli(env, "rekey", "--new-key", NEW)
     assert "re-sealed 0 blob(s) in 1 brain(s); 2 already current" in run_cli(env, "rekey", "--new-key", NEW)
     # a replica that only knows the new key serves everything unchanged
