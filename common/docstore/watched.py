@@ -63,6 +63,9 @@ class WatchedDocument(Generic[D]):
         self._seen = False  # a document was there at the last look
         self._lock = threading.Lock()
         self.damaged: str | None = None  # why the document is not read (its last good copy serves)
+        # why neither the document nor its last good copy could be read (what serves is only what
+        # this process read before: for a command that just started, nothing)
+        self.unread: str | None = None
         self.last_fetch = 0.0
         self._stop = threading.Event()
         self._poller: threading.Thread | None = None
@@ -91,7 +94,7 @@ class WatchedDocument(Generic[D]):
             except _UNREADABLE as exc:
                 self._install_last_good(exc)
                 return
-            self.damaged = None
+            self.damaged = self.unread = None
             self._on_change(doc)
 
     def _install_last_good(self, exc: Exception) -> None:
@@ -102,8 +105,11 @@ class WatchedDocument(Generic[D]):
                 raise DocumentStoreError("missing")
             self._on_change(self._decoder.decode(copy.data))
             serving = f"serving its last good copy {self.key}{LAST_GOOD}"
+            self.unread = None
         except (DocumentStoreError, *_UNREADABLE):
             serving = "no readable last good copy; still serving what this process read before"
+            self.unread = f"{self._what} {self.location} is unreadable or corrupt ({exc}) and has no readable " \
+                          f"last good copy ({self.key}{LAST_GOOD})"
         self.damaged = f"{self._what} {self.location} is unreadable or corrupt ({exc}); {serving}"
         self._log.critical("%s", self.damaged)
 

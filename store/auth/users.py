@@ -163,6 +163,12 @@ class UserRegistry:
         self.refresh()
         return self._doc.damaged
 
+    def unreadable(self) -> str | None:
+        """Why neither the document nor its last good copy could be read (what this process holds
+        is then not the store's state: a backup must not take it), else None."""
+        self.refresh()
+        return self._doc.unread
+
     def by_token(self, token: str) -> User | None:
         """The user owning a static token (O(1); constant-time comparison of the hash)."""
         self.refresh()

@@ -119,6 +119,10 @@ def write_backup(
 
     target = Path(target)
     partial = target.with_name(target.name + ".partial")
+    for document in (registry, sharing.registry if sharing is not None else None):
+        if document is not None and (problem := document.unreadable()) is not None:
+            # read as empty, it would make a backup whose restore removes every user (or share)
+            raise BackupError(f"{problem}; restore it (or its last good copy) before backing up")
     users_doc = UsersDocument(users=registry.users(), denied=registry.denied())
     user_ids = [u.id for u in users_doc.users]
     user_ids += sorted(set(backend.iter_users()) - set(user_ids))  # brains of removed users too

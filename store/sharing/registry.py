@@ -164,6 +164,12 @@ class SharingRegistry:
         self.refresh()
         return [k for k in self._index.doc.keys if user_id is None or k.user_id == user_id]
 
+    def unreadable(self) -> str | None:
+        """Why neither the document nor its last good copy could be read (what this process holds
+        is then not the store's state: a backup must not take it), else None."""
+        self.refresh()
+        return self._doc.unread
+
     def document(self) -> SharingDocument:
         """The whole current document (backups)."""
         self.refresh()

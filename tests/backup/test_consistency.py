@@ -69,3 +69,24 @@ def test_archives_pass_through_the_backup_s_directory_not_tmp(tmp_path: Path, mo
                             source="test", now="2026-01-01T00:00:00Z")
     assert manifest.archives == 1
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["b"]
+
+
+def test_a_users_file_read_as_nothing_is_not_backed_up(tmp_path: Path) -> None:
+    """users.json damaged and no last good copy: the backup held 0 users (exit 0), and its
+    restore would have removed every user. With the last good copy it is that copy."""
+    import pytest
+
+    from store.auth.users import UserRegistry
+    from store.backup.format import BackupError
+
+    data = tmp_path / "s"
+    registry({"STORE_DATA_DIR": str(data)}).add("alice")
+    (data / "users.json").write_text("{broken")
+    manifest = write_backup(LocalBackend(data, fsync=False), UserRegistry(data, fsync=False), tmp_path / "b1",
+                            source="test", now="2026-01-01T00:00:00Z")
+    assert manifest.users == 1  # served from users.json.last-good
+    (data / "users.json.last-good").unlink()
+    with pytest.raises(BackupError, match="no readable last good copy"):
+        write_backup(LocalBackend(data, fsync=False), UserRegistry(data, fsync=False), tmp_path / "b2",
+                     source="test", now="2026-01-01T00:00:00Z")
+    assert not (tmp_path / "b2").exists() and not (tmp_path / "b2.partial").exists()
