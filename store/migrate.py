@@ -145,9 +145,13 @@ def migrate(
         if src_settings.backend == "local" and not (src_settings.data_dir / "users.json").exists():
             raise MigrateError(f"{source}: no users.json there; is it a store data directory?")
         src: Any = open_backend(src_settings)
+        src_users = open_registry(src_settings)
+        if (problem := src_users.unreadable()) is not None:
+            # read as nothing, the target would get no users at all
+            raise MigrateError(f"{problem}; restore it (or its last good copy) before migrating")
         dst: Any = open_backend(dst_settings)
         report = MigrateReport()
-        report.users = _copy_users(open_registry(src_settings), open_registry(dst_settings))
+        report.users = _copy_users(src_users, open_registry(dst_settings))
         progress(f"users: {report.users} added")
         for user_id in list(src.iter_users()):
             for meta in src.list_brains(user_id):

@@ -90,3 +90,16 @@ def test_a_users_file_read_as_nothing_is_not_backed_up(tmp_path: Path) -> None:
         write_backup(LocalBackend(data, fsync=False), UserRegistry(data, fsync=False), tmp_path / "b2",
                      source="test", now="2026-01-01T00:00:00Z")
     assert not (tmp_path / "b2").exists() and not (tmp_path / "b2.partial").exists()
+
+
+def test_migrate_refuses_a_users_file_read_as_nothing(tmp_path: Path) -> None:
+    """The same for `migrate`: the target got 0 users (and the brains as orphans)."""
+    from tests.backup.support import cli
+
+    data = tmp_path / "s"
+    registry({"STORE_DATA_DIR": str(data)}).add("alice")
+    (data / "users.json").write_text("{broken")
+    (data / "users.json.last-good").unlink()
+    done = cli({}, "migrate", "--from", str(data), "--to", str(tmp_path / "t"), check=False)
+    assert done.returncode == 1 and "no readable last good copy" in done.stderr, done.stdout + done.stderr
+    assert not (tmp_path / "t").exists()
