@@ -194,6 +194,9 @@ def allow(who: str, data: Path | None) -> None:
 
 def _orphans(registry: Any, service: BrainService) -> dict[str, list[Any]]:
     """Brains kept for user ids that are no longer in the users file, by former user id."""
+    if (problem := registry.unreadable()) is not None:
+        # read as nothing, every user would pass for a removed one (and `purge` delete their brains)
+        raise click.ClickException(f"{problem}; restore it (or its last good copy) first")
     present = {u.id for u in registry.users()}
     found: dict[str, list[Any]] = {}
     for user_id in service.backend.iter_users():

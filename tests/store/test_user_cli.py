@@ -261,3 +261,17 @@ def test_serve_refuses_a_data_directory_others_can_write(tmp_path: Path) -> None
     done = _run("serve", "--port", "0", "--data", str(data))
     assert done.returncode == 1, done.stdout + done.stderr
     assert done.stderr.strip() == f"Error: data directory {data} is writable by others (mode 777); make it private: chmod 700 {data}"
+
+
+def test_a_users_file_read_as_nothing_makes_no_user_an_orphan(tmp_path: Path) -> None:
+    """users.json damaged with no last good copy: every user passed for a removed one, and
+    `user purge ID` deleted a current user's brains (`adopt` dropped their agent keys)."""
+    data = tmp_path / "data"
+    cli("user", "add", "alice", data=data)
+    alice = json.loads(cli("user", "list", "--json", data=data).stdout)[0]["id"]
+    (data / "users.json").write_text("{broken")
+    (data / "users.json.last-good").unlink()
+    for args in (("user", "orphans"), ("user", "purge", alice), ("user", "adopt", alice, "mallory")):
+        done = _run(*args, "--data", str(data))
+        assert done.returncode == 1 and "no readable last good copy" in done.stderr, done.stdout + done.stderr
+    assert (data / "brains" / alice).is_dir() and any((data / "brains" / alice).iterdir())
