@@ -485,6 +485,9 @@ def import_reference(
     ``open_backend`` is called only once the survey passed, so a refused import leaves even a
     new data directory uncreated.
     """
+    if (problem := registry.damaged()) is not None:
+        # the users are written last, by an edit a damaged file refuses: the brains would be in
+        raise ReferenceImportError(f"{problem}; fix or restore it first; nothing imported")
     plan = survey(ref, ref_key, limits, registry.users(), progress)
     backend = open_backend()
     check_brains(plan, backend, registry.users(), into_existing=into_existing)

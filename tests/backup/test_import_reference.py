@@ -408,3 +408,17 @@ def test_an_unusable_e_mail_is_refused(tmp_path: Path) -> None:
     env = {"STORE_DATA_DIR": str(ours)}
     cli(env, "user", "add", "carol")
     assert "an e-mail address is" in _refused(env, ref, ours)
+
+
+@pytest.mark.parametrize("last_good", [True, False])
+def test_a_damaged_users_file_here_imports_nothing(last_good: bool, tmp_path: Path) -> None:
+    """The users are written last by an edit a damaged file refuses: the brains went in, then a
+    UsersFileError traceback, contrary to "nothing changes unless everything can be imported"."""
+    ref = _copy("plain", tmp_path)
+    ours = tmp_path / "ours"
+    env = {"STORE_DATA_DIR": str(ours)}
+    cli(env, "user", "add", "carol")
+    (ours / "users.json").write_text("{broken")
+    if not last_good:
+        (ours / "users.json.last-good").unlink()
+    assert "fix or restore it first" in _refused(env, ref, ours)
