@@ -153,12 +153,15 @@ class WatchedDocument(Generic[D]):
 
     # -- changing -------------------------------------------------------------------------------
 
-    def edit(self, change: Callable[[D], T], corrupt: Callable[[str], Exception]) -> T:
+    def edit(self, change: Callable[[D], T], corrupt: Callable[[str], Exception], *,
+             replace_damaged: bool = False) -> T:
         """Apply ``change`` to the document in one conditional edit and write it; its result.
 
         A missing document starts empty; a damaged one raises ``corrupt(message)`` and is never
-        written over; if ``change`` raises, nothing is written. ``change`` runs again when
-        another writer won the race (S3), so it must only change the document it is given.
+        written over, unless ``replace_damaged`` (a restore, whose ``change`` replaces the whole
+        document: it then starts empty too); if ``change`` raises, nothing is written. ``change``
+        runs again when another writer won the race (S3), so it must only change the document it
+        is given.
         """
         outcome: list[T] = []
 
@@ -169,8 +172,10 @@ class WatchedDocument(Generic[D]):
                 try:
                     doc = self._decoder.decode(data)
                 except _UNREADABLE as exc:
-                    raise corrupt(f"{self.location} is corrupt ({exc}); fix or restore it first "
-                                  f"(its last good copy is {self.key}{LAST_GOOD})") from None
+                    if not replace_damaged:
+                        raise corrupt(f"{self.location} is corrupt ({exc}); fix or restore it first "
+                                      f"(its last good copy is {self.key}{LAST_GOOD})") from None
+                    doc = self._type()
             outcome[:] = [change(doc)]
             new = self._encoder.encode(doc)
             # the copy first: it is never older than the document it stands in for

@@ -242,6 +242,16 @@ class UserRegistry:
         """
         return self._edit(change)
 
+    def replace(self, doc: UsersDocument) -> None:
+        """Make the document exactly ``doc`` (restores), also over a damaged file: a restore is
+        how an operator repairs one, and nothing of the old document is kept anyway."""
+
+        def change(target: UsersDocument) -> None:
+            target.users[:] = list(doc.users)
+            target.denied[:] = list(doc.denied)
+
+        self._doc.edit(change, UsersFileError, replace_damaged=True)
+
     def add(self, name: str, email: str = "", *, user_id: str | None = None) -> tuple[User, str]:
         """Create a static-token user; returns the user and the token (shown once).
 

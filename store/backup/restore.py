@@ -315,7 +315,7 @@ def restore_backup(
         if info.name == USERS:
             data = f.read()
             _check_again(info.name, data, entry)
-            _replace_users(registry, verified.users)
+            registry.replace(verified.users)
             report.users = len(verified.users.users)
             progress(f"users: {report.users} restored")
         elif info.name == SHARING:
@@ -392,13 +392,3 @@ def _finish(builder: BrainBuilder, report: RestoreReport, progress: Callable[[st
 def _check_again(name: str, data: bytes, entry: Any) -> None:
     if entry is None or entry.size != len(data) or not hmac.compare_digest(entry.sha256, hashlib.sha256(data).hexdigest()):
         raise BackupError(f"{name} changed since it was verified")
-
-
-def _replace_users(registry: Any, doc: Any) -> None:
-    """Make the target's users document exactly the backed-up one (under the registry's lock)."""
-
-    def change(target: Any) -> None:
-        target.users[:] = list(doc.users)
-        target.denied[:] = list(doc.denied)
-
-    registry.edit(change)

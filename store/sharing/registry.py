@@ -184,7 +184,8 @@ class SharingRegistry:
             doc.shares[:] = list(new.shares)
             doc.keys[:] = list(new.keys)
 
-        self._edit(change)
+        # also over a damaged file: a restore is how it is repaired, and nothing of it is kept
+        self._doc.edit(change, SharingError, replace_damaged=True)
 
     def _edit(self, change: Callable[[SharingDocument], T]) -> T:
         return self._doc.edit(change, SharingError)

@@ -125,3 +125,23 @@ def test_a_plain_backup_restored_into_a_store_with_a_key_is_served(tmp_path: Pat
         brain = c.get("/api/brains").json()[0]["id"]
         got = c.get(f"/api/brains/{brain}/sync")
         assert got.status_code == 200 and got.content == data, got.text
+
+
+def test_restore_force_repairs_a_damaged_users_file(tmp_path: Path) -> None:
+    """A restore is how an operator repairs a store: it refused to write over the damaged
+    users.json (and sharing.json) with a UsersFileError traceback, after --force had already
+    removed the brains the backup does not hold."""
+    src = {"STORE_DATA_DIR": str(tmp_path / "src")}
+    user, token = registry(src).add("alice")
+    data = archive({"a.md": b"kept"})
+    _plain_brain(tmp_path / "src", user.id, data)
+    cli(src, "backup", "--to", str(tmp_path / "b"))
+    for name in ("users.json", "sharing.json"):
+        (tmp_path / "src" / name).write_text("{broken")
+    (tmp_path / "src" / "users.json.last-good").unlink()
+    done = cli(src, "restore", "--from", str(tmp_path / "b"), "--force", check=False)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stdout + done.stderr
+    assert [u.name for u in registry(src).users()] == ["alice"]
+    with serve(src, tmp_path) as server, client(server, token) as c:
+        brain = c.get("/api/brains").json()[0]["id"]
+        assert c.get(f"/api/brains/{brain}/sync").content == data
