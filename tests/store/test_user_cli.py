@@ -260,7 +260,8 @@ def test_serve_refuses_a_data_directory_others_can_write(tmp_path: Path) -> None
     data.chmod(0o777)
     done = _run("serve", "--port", "0", "--data", str(data))
     assert done.returncode == 1, done.stdout + done.stderr
-    assert done.stderr.strip() == f"Error: data directory {data} is writable by others (mode 777); make it private: chmod 700 {data}"
+    assert done.stderr.strip() == (f"Error: data directory {data} is writable by others (mode 777); "
+                                   f"make it private: chmod 700 {data}")
 
 
 def test_a_users_file_read_as_nothing_makes_no_user_an_orphan(tmp_path: Path) -> None:
