@@ -6,6 +6,7 @@ one command's heavy imports (boto3, the MCP SDK) never slow another down.
 
 from __future__ import annotations
 
+import errno
 import importlib
 import sys
 from typing import Any
@@ -43,6 +44,8 @@ class LazyGroup(click.Group):
         except DocumentStoreError as exc:
             raise click.ClickException(str(exc)) from None
         except OSError as exc:
+            if exc.errno == errno.EPIPE:
+                raise  # output piped into `head`: click ends quietly
             # a data, state or audit directory that cannot be created or written (wrong owner,
             # read-only mount, a mistyped path): the system's reason and the path say it all
             raise click.ClickException(str(exc)) from None

@@ -276,3 +276,18 @@ def test_a_users_file_read_as_nothing_makes_no_user_an_orphan(tmp_path: Path) ->
         done = _run(*args, "--data", str(data))
         assert done.returncode == 1 and "no readable last good copy" in done.stderr, done.stdout + done.stderr
     assert (data / "brains" / alice).is_dir() and any((data / "brains" / alice).iterdir())
+
+
+def test_output_piped_into_head_ends_quietly(tmp_path: Path) -> None:
+    """click ends a command whose reader went away without a word; the one-line OSError
+    message must not turn that into `Error: [Errno 32] Broken pipe`."""
+    data = tmp_path / "data"
+    for name in ("alice", "bob", "carol"):
+        cli("user", "add", name, data=data)
+    process = subprocess.Popen([console_script("brain-store"), "user", "list", "--data", str(data)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()  # the reader is gone before the first line is written
+    stderr = process.stderr.read()
+    process.wait(timeout=60)
+    assert stderr == "", stderr
