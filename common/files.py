@@ -78,3 +78,10 @@ RACY_MARGIN_NS = 50_000_000
 def settled(st_mtime_ns: int) -> bool:
     """True when a file with this mtime can be cached by (inode, mtime, size)."""
     return time.time_ns() - st_mtime_ns > RACY_MARGIN_NS
+
+
+def open_mode(path: Path) -> int | None:
+    """The permission bits of directory ``path`` when its group or others may write it (another
+    local user could plant files there: a users.json, a state record), else None."""
+    mode = path.stat().st_mode & 0o777
+    return mode if mode & 0o022 else None

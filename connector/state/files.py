@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from common.files import open_mode
+
 
 class StateError(RuntimeError):
     """The connector's state (its directory, bucket or key) is unusable: start-up refuses to continue."""
@@ -12,6 +14,5 @@ class StateError(RuntimeError):
 def ensure_private_dir(path: Path) -> None:
     """Create ``path`` (mode 0700) if missing; refuse a directory others can write."""
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    mode = path.stat().st_mode & 0o777
-    if mode & 0o022:
+    if (mode := open_mode(path)) is not None:
         raise StateError(f"state directory {path} is writable by others (mode {mode:o})")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from common.files import open_mode
 from store.settings import StoreSettings
 
 
@@ -59,7 +60,6 @@ def refuse_open_data_dir(data_dir: Path) -> None:
     """Refuse to serve from a data directory others can write: they could put a users.json of
     their own there (a token of theirs for anyone's brains, decrypted by the store). The
     connector refuses such a state directory the same way."""
-    mode = data_dir.stat().st_mode & 0o777
-    if mode & 0o022:
+    if (mode := open_mode(data_dir)) is not None:
         raise RuntimeError(f"data directory {data_dir} is writable by others (mode {mode:o}); "
                            f"make it private: chmod 700 {data_dir}")
