@@ -8,6 +8,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from connector.engine.format.jsvalues import datetime_ms
+from connector.engine.format.jsvalues import iso_ms as js_iso_ms
+
 MEMORY_TYPES: dict[str, tuple[float, float]] = {
     # type: (strength at creation, decay rate per day)
     "decision": (0.85, 0.995),
@@ -95,13 +98,9 @@ def token_estimate(content: str) -> int:
 
 
 def iso_ms(moment: datetime) -> str:
-    """``2025-01-08T00:00:00.000Z``: UTC, milliseconds, ``Z`` (naive times are UTC)."""
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    moment = moment.astimezone(UTC)
-    # The year written with four digits: strftime's %Y gives "500" for the year 500, which
-    # parse_iso (and any ISO 8601 reader) does not read back, so a validity before 1000 was lost.
-    return f"{moment.year:04d}" + moment.strftime("-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    """``2025-01-08T00:00:00.000Z``: UTC, milliseconds, ``Z`` (naive times are UTC); the year
+    always has four digits, so a validity before the year 1000 reads back."""
+    return js_iso_ms(datetime_ms(moment))
 
 
 def parse_iso(text: str) -> datetime | None:
