@@ -90,14 +90,19 @@ def _entry_if_any(txn: WriteTxn, memory_id: str) -> dict[str, Any] | None:
     return txn.entry(memory_id) if txn.read("index.json") is not None else None
 
 
+def _is_archived(txn: WriteTxn, memory_id: str) -> bool:
+    """Whether ``memory_id`` is in the archive index (forgotten, restorable)."""
+    archived = txn.json(ARCHIVE_INDEX)
+    return isinstance(archived, dict) and isinstance(archived.get("memories"), dict) \
+        and memory_id in archived["memories"]
+
+
 def _known_entry(txn: WriteTxn, memory_id: Any) -> dict[str, Any]:
     if not isinstance(memory_id, str) or not memory_id:
         raise BrainError("a memory id is required")
     entry = _entry_if_any(txn, memory_id)
     if entry is None:
-        archived = txn.json(ARCHIVE_INDEX)
-        if isinstance(archived, dict) and isinstance(archived.get("memories"), dict) \
-                and memory_id in archived["memories"]:
+        if _is_archived(txn, memory_id):
             # brain_read shows it as archived: "unknown" would contradict it.
             raise BrainError(f"{memory_id} is archived (forgotten), not a live memory; restore it first")
         raise BrainError(f"unknown memory id {memory_id}")
@@ -422,12 +427,9 @@ class Forget(Operation):
 
     def apply(self, brain: Brain, now: datetime) -> dict[str, Any]:
         txn = WriteTxn(brain, now)
-        if isinstance(self.id, str) and _entry_if_any(txn, self.id) is None:
-            archived = txn.json(ARCHIVE_INDEX)
-            if isinstance(archived, dict) and isinstance(archived.get("memories"), dict) \
-                    and self.id in archived["memories"]:
-                # Already archived (e.g. a replay): nothing more to do.
-                return {"id": self.id, "archived": True, "already_archived": True}
+        if isinstance(self.id, str) and _entry_if_any(txn, self.id) is None and _is_archived(txn, self.id):
+            # Already archived (e.g. a replay): nothing more to do.
+            return {"id": self.id, "archived": True, "already_archived": True}
         entry = _known_entry(txn, self.id)
         if _salience(entry) >= PROTECTED_SALIENCE and not self.force:
             raise BrainError(
