@@ -23,7 +23,7 @@ import numpy as np
 
 from common.textsafety import has_unsafe_chars
 from connector.engine.format.brain import Brain
-from connector.engine.format.jsvalues import datetime_ms, parse_iso_ms
+from connector.engine.format.jsvalues import datetime_ms
 from connector.engine.format.tokens import Budget
 from connector.engine.format.views import attach_content, read_memory
 from connector.engine.recall.embedding import content_hash
@@ -31,6 +31,7 @@ from connector.engine.recall.exact import recall
 from connector.engine.recall.hybrid import EXACT_CANNOT_READ, MODES, NO_GOOD_MATCH, HybridIndex, empty_recall_reason, hybrid_recall
 from connector.engine.recall.index import BrainIndex, RecallError
 from connector.engine.recall.indexcache import IndexCache, index_for
+from connector.engine.recall.pipeline import outdated
 from connector.engine.tending.review import MemorizeFlagged, pending_count
 from connector.engine.tending.similar import UPDATE, Incoming, Newer, Similar, exact_duplicates, find_similar
 from connector.engine.writes.credentials import credential_refusal, credentials_in_memories
@@ -880,19 +881,16 @@ class BrainTools:
 
     def _exact_current(self, snapshot: Snapshot | None, found: list[Similar]) -> Similar | None:
         """The memory holding this content word for word as a current fact, if any. An old version
-        (superseded) or a fact whose validity ended does not hold it: the fact stated again now is
-        written, or "already in memory" would point at what recall ranks down as outdated."""
+        (superseded) or a fact whose validity ended does not hold it (recall ranks it down as
+        `outdated`): the fact stated again now is written, or "already in memory" would point at it."""
         exact = [item for item in found if item.exact]
-        if not exact or snapshot is None:
-            return None  # the usual case: index.json is not parsed for nothing
-        entries, now_ms = snapshot_entries(snapshot), datetime_ms(self.manager.now())
+        if not exact or snapshot is None or snapshot.brain is None:
+            return None  # the usual case: nothing held word for word
+        index = index_for(snapshot.brain, snapshot.key, self.index_cache)  # the similar check's, cached
+        now_ms = datetime_ms(self.manager.now())
         for item in exact:
-            entry = entries.get(item.id)
-            entry = entry if isinstance(entry, dict) else {}
-            if entry.get("superseded_by"):
-                continue
-            until_ms = parse_iso_ms(entry.get("valid_until")) if entry.get("valid_until") else None
-            if until_ms is None or until_ms > now_ms:
+            position = index.positions.get(item.id)
+            if position is None or not outdated(index.memories[position], now_ms):
                 return item
         return None
 

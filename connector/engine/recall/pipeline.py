@@ -20,7 +20,8 @@ from connector.engine.format.jsvalues import datetime_ms, parse_iso_ms, round3
 from connector.engine.recall.index import LOW_TRUST_ORIGINS, BrainIndex, MemoryRecord, RecallError
 
 __all__ = [
-    "MS_PER_DAY", "SUPERSEDED_FACTOR", "eligibility", "hit_of", "instant_ms", "newer_field_factors", "time_terms",
+    "MS_PER_DAY", "SUPERSEDED_FACTOR", "eligibility", "hit_of", "instant_ms", "newer_field_factors", "outdated",
+    "time_terms",
 ]
 
 MS_PER_DAY = 86_400_000
@@ -91,13 +92,18 @@ def time_terms(memories: list[MemoryRecord], positions: list[int], now_ms: int) 
     return terms
 
 
+def outdated(record: MemoryRecord, expiry_ms: int, with_as_of: bool = False) -> bool:
+    """Whether the memory is superseded (with ``as_of``: only without a validity of its own) or
+    its validity ended by ``expiry_ms``: recall ranks it down, and it holds no current fact."""
+    superseded = record.superseded and (not with_as_of or not record.has_valid_until)
+    return superseded or (record.valid_until_ms is not None and record.valid_until_ms <= expiry_ms)
+
+
 def newer_field_factors(record: MemoryRecord, score: float, expiry_ms: int, with_as_of: bool) -> float:
     """Origin trust, then one 0.25 factor for superseded or expired memories."""
     if record.trust is not None:
         score *= record.trust
-    superseded = record.superseded and (not with_as_of or not record.has_valid_until)
-    expired = record.valid_until_ms is not None and record.valid_until_ms <= expiry_ms
-    if superseded or expired:
+    if outdated(record, expiry_ms, with_as_of):
         score *= SUPERSEDED_FACTOR
     return score
 
