@@ -122,6 +122,11 @@ def agent_key_without_brain(brains: list[BrainRecord]) -> str:
     )
 
 
+def _signed_in_with_key(who: tuple[str, str] | None) -> bool:
+    """Whether the store said (``GET /auth/me``: who, kind) the account is an agent key."""
+    return who is not None and who[1] == "agent-key"
+
+
 def empty_brain_note(name: str) -> str:
     """What a new user reads while the brain in use holds nothing yet: what to do next."""
     return (
@@ -173,9 +178,7 @@ class Accounts(ManagerCore):
         """How long a brain list is served without asking the store: an agent key's not at all, so
         a revoked key (or its user's lost role) is refused at its next call, web pages and OAuth
         sign-ins made with it included, as a key presented at /mcp is (checked on every request)."""
-        if state.who is not None and state.who[1] == "agent-key":
-            return 0.0
-        return self.tuning.brains_ttl_s
+        return 0.0 if _signed_in_with_key(state.who) else self.tuning.brains_ttl_s
 
     async def _brains(self, state: UserState, *, force: bool = False) -> list[BrainRecord]:
         ttl = self._brains_ttl_s(state)
@@ -216,8 +219,7 @@ class Accounts(ManagerCore):
 
     async def _is_agent_key(self, account: Account) -> bool:
         """Whether the account signed in with an agent key (the store says, ``GET /auth/me``)."""
-        who = await self._who(account)
-        return who is not None and who[1] == "agent-key"
+        return _signed_in_with_key(await self._who(account))
 
     async def _me(self, account: Account, brains: list[BrainRecord]) -> str | None:
         """The caller's name at the store, which tells its own brains from those shared with it
@@ -329,7 +331,7 @@ class Accounts(ManagerCore):
         """Why a write to a brain this account may only read is refused: a viewer's role, or a
         read-only agent key (of the brain's owner: then the role is not the reason at all)."""
         who = await self._who(account)
-        if who is None or who[1] != "agent-key":
+        if who is None or not _signed_in_with_key(who):
             return viewer_refusal(record)
         name = escape_one_line(record.name)
         if record.owner and record.owner == who[0]:
