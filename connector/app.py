@@ -45,7 +45,7 @@ from connector.state.sealing import load_state_key
 from connector.thinking.source import ModelError, ModelSource
 from connector.webapp.landing import app_not_found, assistants_page, wants_page, welcome_page
 from connector.webapp.pages import page_headers
-from connector.workcopy.accounts import AmbiguousBrain
+from connector.workcopy.accounts import AccessLost, AmbiguousBrain
 from connector.workcopy.core import ManagerTuning
 from connector.workcopy.heads import S3_HEAD_MAX_AGE_S, BrainHeads
 from connector.workcopy.indexdisk import IndexDisk
@@ -285,6 +285,11 @@ class McpGate:
             return False
         except AmbiguousBrain as exc:
             await _send_json(send, 409, {"error": "ambiguous_brain", "error_description": str(exc)})
+            return False
+        except AccessLost as exc:
+            # A shared brain this account was just removed from: 404 as for any brain it cannot
+            # see, saying why (the member knew the brain; nothing new is given away).
+            await _send_json(send, 404, {"error": "not_found", "error_description": str(exc)})
             return False
         except StoreError:
             await _send_json(send, 503, {"error": "temporarily_unavailable",

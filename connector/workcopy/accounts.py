@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 
 from common.textsafety import escape_one_line
-from connector.workcopy.core import ManagerCore, UserState
+from connector.workcopy.core import BrainUnavailable, ManagerCore, UserState
 from connector.workcopy.model import STATUS_MULTIPLE, STATUS_NO_BRAIN, STATUS_OK, Account, Identity
 from connector.workcopy.store_client import BrainRecord, StoreError, StoreUnreachable
 
@@ -101,6 +101,21 @@ def find_brain(brains: list[BrainRecord], wanted: str, me: str | None = None) ->
     return None
 
 
+class AccessLost(BrainUnavailable):
+    """A brain shared with the account is gone from its brain list since the connector last listed
+    it: its owner removed the account from it, or the brain was deleted. The message is safe to
+    show; nothing was read or changed."""
+
+    def __init__(self, record: BrainRecord) -> None:
+        owner = f", shared by {escape_one_line(record.owner)}" if record.owner else ""
+        super().__init__(
+            f"You no longer have access to the brain '{escape_one_line(record.name)}' ({record.id}){owner}: "
+            "its owner removed you from it, or it was deleted. Nothing was read or changed. brain_status lists "
+            "the brains you can use and brain_use switches to one; until you choose one, your own brain is used."
+        )
+        self.record = record
+
+
 def viewer_refusal(record: BrainRecord) -> str:
     """Why a write to a brain the user only views is refused (before anything is attempted)."""
     owner = f", shared by {escape_one_line(record.owner)}" if record.owner else ""
@@ -180,8 +195,28 @@ class Accounts(ManagerCore):
         sign-ins made with it included, as a key presented at /mcp is (checked on every request)."""
         return 0.0 if _signed_in_with_key(state.who) else self.tuning.brains_ttl_s
 
-    async def _brains(self, state: UserState, *, force: bool = False) -> list[BrainRecord]:
-        ttl = self._brains_ttl_s(state)
+    @staticmethod
+    def _shared_held(state: UserState, wanted: str | None) -> BrainRecord | None:
+        """The brain ``wanted`` (a brain_use choice, or a URL's name or id) names in the list held,
+        when it is shared with the account rather than its own; else None.
+
+        Such a brain is listed again on every call (like an agent key's): its owner may remove
+        the member at any moment, at the store, where the connector cannot see it, and keeping
+        the list 30 seconds let a removed member read it for that long. The account's own
+        brains keep the cached list (most calls: no store round trip)."""
+        if not wanted or state.brains is None:
+            return None
+        me = state.who[0] or None if state.who is not None else None
+        try:
+            found = find_brain(state.brains, wanted, me)
+        except AmbiguousBrain:
+            return None
+        return found if found is not None and not is_own(found, me) else None
+
+    async def _brains(self, state: UserState, *, force: bool = False, every_call: bool = False) -> list[BrainRecord]:
+        """The account's brain list: the one held while younger than its TTL (none with ``every_call``),
+        else the store's; the last one known while the store cannot be reached."""
+        ttl = 0.0 if every_call else self._brains_ttl_s(state)
         fresh = self._mono() - state.brains_at < ttl
         if state.brains is not None and fresh and not force:
             return state.brains
@@ -204,7 +239,10 @@ class Accounts(ManagerCore):
         assert state.lock is not None
         chosen = await self.choices.get_chosen_brain(account.subject)
         async with state.lock:
-            brains = await self._brains(state, force=force_list)
+            held = self._shared_held(state, chosen)
+            brains = await self._brains(state, force=force_list, every_call=held is not None)
+            if held is not None and not any(brain.id == held.id for brain in brains):
+                raise AccessLost(held)  # said once: the list now lacks it, and the choice falls back as below
             if chosen and chosen != state.missing_choice and not any(brain.id == chosen.lower() for brain in brains):
                 # Chosen through another worker or replica (the choice is shared) after this one
                 # listed the brains, e.g. a brain created since: list again, once per such choice
@@ -240,7 +278,10 @@ class Accounts(ManagerCore):
         state = self._user(account)
         assert state.lock is not None
         async with state.lock:
-            brains = await self._brains(state, force=force_list)
+            held = self._shared_held(state, account.brain)
+            brains = await self._brains(state, force=force_list, every_call=held is not None)
+            if held is not None and not any(brain.id == held.id for brain in brains):
+                raise AccessLost(held)
             found = find_brain(brains, account.brain, await self._me(account, brains))
             if found is None and not force_list and state.missing_choice != account.brain:
                 state.missing_choice = account.brain
@@ -252,7 +293,8 @@ class Accounts(ManagerCore):
 
     async def bound_brain(self, account: Account) -> BrainRecord | None:
         """The brain a bound connection names when this account can see it, else None; AmbiguousBrain
-        when the name is several brains' (none of them the account's own)."""
+        when the name is several brains' (none of them the account's own); AccessLost when it was a
+        brain shared with the account that the account just lost."""
         try:
             _, found = await self._bound(account)
         except AmbiguousBrain:
@@ -266,7 +308,7 @@ class Accounts(ManagerCore):
         does, several do, or the store cannot say (a sign-in for a brain's URL keeps the id)."""
         try:
             found = await self.bound_brain(Account(subject=subject, credential=credential, brain=brain))
-        except (UnknownBrain, StoreError):
+        except (UnknownBrain, AccessLost, StoreError):
             return ""
         return found.id if found is not None else ""
 

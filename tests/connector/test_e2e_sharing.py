@@ -206,3 +206,45 @@ def test_a_read_agent_key_signs_in_and_reads_only_its_brain(store: RunningStore,
 
     asyncio.run(session(served.base_url + "/mcp"))
     asyncio.run(owner_session(served.base_url))
+
+
+def test_a_removed_member_is_refused_at_the_next_call_on_every_replica(store: RunningStore, tmp_path: Path) -> None:
+    """The owner removes a member at the store: the member's very next call through either of two
+    replicas (one state directory) is refused saying why, though their brain lists are kept 30 s."""
+    alice, bob = store.add_user("alice"), store.add_user("bob")
+    team = httpx.post(f"{store.url}/api/brains", headers=auth(alice.token), json={"name": "team"}, timeout=30).json()
+    direct_memorize(store.url, alice.token, team["id"], "The on-call rota of the team changes on Mondays")
+    share(store, team["id"], bob, "viewer")
+    bound_url = f"/mcp/brains/{team['id']}"
+    tools_list = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    mcp_headers = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-11-25"}
+
+    def bound_post(base: str) -> httpx.Response:
+        token = mint(base, bob, {"brain.read"})
+        return httpx.post(base + bound_url, json=tools_list, headers={**mcp_headers, **auth(token)}, timeout=30)
+
+    async def member(one: str, two: str) -> None:
+        async with mcp_session(one + "/mcp", mint(one, bob, {"brain.read", "brain.write"})) as client:
+            structured(await client.call_tool("brain_use", {"brain": team["id"]}))
+            hits = structured(await client.call_tool("brain_recall", {"query": "on-call rota Mondays"}))
+            assert hits["count"] >= 1
+            assert bound_post(two).status_code == 200  # the other replica lists bob's brains too
+
+            assert "no longer shares" in store_cli(store, "unshare", team["id"], "--with", bob.name)
+
+            refused = await client.call_tool("brain_recall", {"query": "on-call rota Mondays"})
+            assert refused.is_error, text(refused)
+            assert f"You no longer have access to the brain 'team' ({team['id']}), shared by {alice.name}" in text(refused)
+            assert "Mondays" not in text(refused)
+            after = bound_post(two)
+            assert after.status_code == 404
+            assert "You no longer have access to the brain 'team'" in after.json()["error_description"]
+            # Then the member's own brain, as for any chosen brain that is gone: never the team's.
+            status = structured(await client.call_tool("brain_status", {}))
+            assert status["active_brain"]["id"] != team["id"]
+            assert team["id"] not in {brain["id"] for brain in status["brains"]}
+
+    # The brain list kept 30 s, as in production (the tests' usual 500 ms would hide the wait).
+    slow_lists = {"CONNECTOR_REPULL_TTL_MS": "60000"}
+    with connector(tmp_path, store, env=slow_lists) as one, connector(tmp_path, store, env=slow_lists) as two:
+        asyncio.run(member(one.base_url, two.base_url))
