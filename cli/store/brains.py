@@ -130,9 +130,7 @@ def list_brains(who: str | None, as_json: bool, data: Path | None) -> None:
     settings = existing_store(data)
     directory = open_directory(settings)
     if who is not None:
-        user = directory.users.find(who) or next((u for u in directory.users.users() if u.email == who), None)
-        if user is None:
-            raise click.ClickException(f"no user {who!r}")
+        user = _user_named(directory, who)
         rows = directory.of_user(user)
     else:
         rows = directory.every()
@@ -163,7 +161,12 @@ def _service(settings: Any) -> Any:
 
 
 def _user_named(directory: BrainDirectory, who: str) -> Any:
-    user = directory.users.find(who) or next((u for u in directory.users.users() if u.email == who), None)
+    from store.auth.users import AmbiguousEmail
+
+    try:
+        user = directory.users.lookup(who)
+    except AmbiguousEmail as exc:
+        raise click.ClickException(str(exc)) from None
     if user is None:
         raise click.ClickException(f"no user {who!r} (`brain-store user list` shows them)")
     return user

@@ -32,8 +32,13 @@ class _Store:
             raise click.ClickException(str(exc)) from None
 
     def user(self, who: str) -> Any:
-        """A user by name, e-mail or id."""
-        user = self.sharing.find_user(who)
+        """A user by name, e-mail or id (an e-mail address several users have is refused, naming them)."""
+        from store.auth.users import AmbiguousEmail
+
+        try:
+            user = self.sharing.find_user(who)
+        except AmbiguousEmail as exc:
+            raise click.ClickException(str(exc)) from None
         if user is None:
             raise click.ClickException(f"no user {who!r}")
         return user
@@ -68,7 +73,8 @@ def _fail(exc: Exception) -> click.ClickException:
 
 @click.command()
 @_brain_arg
-@click.option("--with", "who", required=True, help="User name, e-mail or id.")
+@click.option("--with", "who", required=True,
+              help="User name, e-mail or id (an e-mail address several users have is refused: name them).")
 @click.option("--role", type=click.Choice(["viewer", "editor", "owner"]), required=True)
 @_owner_option
 @data_option
@@ -88,7 +94,8 @@ def share(brain_id: str, who: str, role: str, owner: str | None, data: Path | No
 
 @click.command()
 @_brain_arg
-@click.option("--with", "who", required=True, help="User name, e-mail or id.")
+@click.option("--with", "who", required=True,
+              help="User name, e-mail or id (an e-mail address several users have is refused: name them).")
 @_owner_option
 @data_option
 def unshare(brain_id: str, who: str, owner: str | None, data: Path | None) -> None:

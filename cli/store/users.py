@@ -59,7 +59,7 @@ def user() -> None:
 
 @user.command("add")
 @click.argument("name")
-@click.option("--email", default="", help="E-mail address shown by /auth/me.")
+@click.option("--email", default="", help="E-mail address shown by /auth/me (one account per address: another user's is refused).")
 @_data_option
 def add(name: str, email: str, data: Path | None) -> None:
     """Create a user with a first brain named `default`; prints the token once (last line)."""
@@ -263,7 +263,7 @@ def purge(former_id: str, data: Path | None) -> None:
 @user.command("adopt")
 @click.argument("former_id")
 @click.argument("name")
-@click.option("--email", default="", help="E-mail address shown by /auth/me.")
+@click.option("--email", default="", help="E-mail address shown by /auth/me (one account per address: another user's is refused).")
 @_data_option
 def adopt(former_id: str, name: str, email: str, data: Path | None) -> None:
     """Give the brains of removed user FORMER_ID to a new user NAME (prints the token last).

@@ -43,6 +43,22 @@ class UsersFileError(Exception):
     """The users file cannot be read or a change to it is not allowed."""
 
 
+class EmailInUse(UsersFileError):
+    """A new account would have the e-mail address of an existing one (nothing was created)."""
+
+
+class AmbiguousEmail(UsersFileError):
+    """Several users have the e-mail address a user was named by (data from before e-mail
+    addresses had to be unique): refused with the choices rather than guessed."""
+
+    def __init__(self, email: str, users: list[Any]) -> None:
+        self.email = email
+        self.users = users
+        listed = ", ".join(f"{user.name} ({user.id})" for user in users)
+        super().__init__(f"several users have the e-mail address {email.strip()!r}: {listed}; "
+                         "nothing was changed. Name the user by their name or id instead.")
+
+
 class User(msgspec.Struct, frozen=True, omit_defaults=True):
     """One account. ``token_sha256`` is empty for accounts that only sign in via OIDC."""
 
@@ -98,6 +114,17 @@ def name_problem(name: str, others: list[Any], user_id: str = "") -> str | None:
         if other.email and other.email.lower() == name.lower():
             return f"{name!r} is the e-mail address of another user"
     return None
+
+
+def email_key(email: str) -> str:
+    """How e-mail addresses are compared: trimmed, ignoring case ("" for none)."""
+    return email.strip().lower()
+
+
+def with_email(email: str, users: list[Any]) -> list[Any]:
+    """The users (id, name, e-mail) whose e-mail address is ``email``, oldest first; none for ""."""
+    key = email_key(email)
+    return [user for user in users if key and email_key(user.email) == key]
 
 
 EMAIL_RULE = "an e-mail address is at most 254 characters, without spaces, control or bidirectional characters"
@@ -229,6 +256,18 @@ class UserRegistry:
                 return user
         return None
 
+    def lookup(self, who: str) -> User | None:
+        """A user by e-mail address, name or id, or None. Text with an ``@`` is an e-mail address
+        first (trimmed, ignoring case): a user *named* like someone's e-mail never wins over the
+        user whose e-mail it is. An address several users have raises AmbiguousEmail."""
+        if "@" in who:
+            found = with_email(who, self.users())
+            if len(found) > 1:
+                raise AmbiguousEmail(who, found)
+            if found:
+                return found[0]
+        return self.find(who)
+
     # -- changing (CLI, OIDC first sight) ----------------------------------------------
 
     def _edit(self, change: Callable[[UsersDocument], T]) -> T:
@@ -268,6 +307,10 @@ class UserRegistry:
             problem = name_problem(name, doc.users)
             if problem is not None:
                 raise UsersFileError(problem)
+            taken = with_email(email, doc.users)
+            if taken:
+                raise EmailInUse(f"the e-mail address {email!r} is already used by the user {taken[0].name!r}; "
+                                 "nothing was created. Give this user another address, or none")
             if user_id is not None and any(u.id == user_id for u in doc.users):
                 raise UsersFileError(f"user id {user_id} is in use")
             user = User(
@@ -328,7 +371,10 @@ class UserRegistry:
         return self._edit(change)
 
     def add_oidc(self, user_id: str, issuer: str, subject: str, email: str, name: str) -> User | None:
-        """The user for an OIDC identity, created on first sight; None when it was denied."""
+        """The user for an OIDC identity, created on first sight; None when it was denied.
+
+        Raises EmailInUse, creating nothing, when another account has the identity's e-mail
+        address (the operator decides which account that person is)."""
 
         def change(doc: UsersDocument) -> User | None:
             if any(d.issuer == issuer and d.subject == subject for d in doc.denied):
@@ -336,6 +382,8 @@ class UserRegistry:
             for user in doc.users:
                 if user.oidc_issuer == issuer and user.oidc_subject == subject:
                     return user
+            if with_email(email, doc.users):
+                raise EmailInUse("another account of this store has this sign-in's e-mail address")
             taken = {u.name for u in doc.users}
             base = name if _NAME.match(name) else "oidc-user"
             unique, n = base, 1

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from common.textsafety import escape_one_line
-from store.auth.users import email_problem, name_problem
+from store.auth.users import email_problem, name_problem, with_email
 from store.backup.apply import BrainBuilder, is_partial
 from store.storage.base import SAFE_ID, ArchiveRef, BrainMeta, Snapshot
 
@@ -350,6 +350,8 @@ def check_users(users: list[RefUser], present: list[Any]) -> None:
             raise ReferenceImportError(f"users.json: user {ru.name!r} has the token of another user of this "
                                        "store; nothing imported")
         problem = name_problem(ru.name, [*present, *users], ru.id) or email_problem(ru.email)
+        if problem is None and any(other.id != ru.id for other in with_email(ru.email, [*present, *users])):
+            problem = f"another user has the e-mail address {ru.email!r}"
         if problem is not None:
             raise ReferenceImportError(f"users.json: user {ru.id}: {escape_one_line(problem)}; nothing imported")
 

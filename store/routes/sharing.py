@@ -15,6 +15,7 @@ from litestar import Request, delete, get, post, put
 from litestar.types import ASGIApp
 
 from store.auth.authenticate import Principal
+from store.auth.users import AmbiguousEmail
 from store.context import AppContext
 from store.errors import ServiceError
 from store.http import RawResponse, json_response
@@ -51,6 +52,13 @@ def _string(body: Any, name: str, *, required: bool = True) -> str:
     return value
 
 
+def _ambiguous(exc: AmbiguousEmail) -> ServiceError:
+    """409 for an e-mail address several users have: the owner names the member otherwise
+    (the other accounts are not listed: the operator's `brain-store share` names them)."""
+    return ServiceError(409, f"several users have the e-mail address {exc.email.strip()!r}; nothing was changed. "
+                             "Name the user by their name or id instead")
+
+
 @get("/api/brains/{brain_id:str}/members")
 async def list_members(request: Request[Any, Any, Any]) -> ASGIApp:
     """Who shares this brain and with which role (any member may look)."""
@@ -64,7 +72,10 @@ async def set_member(request: Request[Any, Any, Any]) -> ASGIApp:
     c, p, bid, owner = await _brain(request, "manage")
     _person(p)
     body = await json_body(request)
-    user = c.sharing.find_user(_string(body, "user"))
+    try:
+        user = c.sharing.find_user(_string(body, "user"))
+    except AmbiguousEmail as exc:
+        raise _ambiguous(exc) from None
     if user is None:
         raise ServiceError(404, "no such user")
     role = _string(body, "role")
@@ -83,9 +94,14 @@ async def remove_member(request: Request[Any, Any, Any]) -> ASGIApp:
     c = ctx(request)
     p = await c.authenticate(request.scope)
     _person(p)
-    who = c.sharing.find_user(request.path_params["user"])
+    try:
+        who, ambiguous = c.sharing.find_user(request.path_params["user"]), None
+    except AmbiguousEmail as exc:
+        who, ambiguous = None, exc
     leaving = who is not None and who.id == p.user_id
     _, _, bid, _ = await _brain(request, "members" if leaving else "manage", p)
+    if ambiguous is not None:  # said only to an owner, once the brain's permission is checked
+        raise _ambiguous(ambiguous)
     if who is None:
         raise ServiceError(404, "no such member")
     try:

@@ -141,11 +141,9 @@ class Sharing:
             self.audit.forget(brain_id)
 
     def find_user(self, who: str) -> Any:
-        """A user by name, e-mail or id, or None. Text with an ``@`` is an e-mail address first:
-        a user *named* like someone's e-mail never wins over the user whose e-mail it is."""
-        by_email = next((u for u in self.users.users() if u.email and u.email.lower() == who.lower()),
-                        None) if "@" in who else None
-        return by_email or self.users.find(who)
+        """A user by name, e-mail or id, or None (`UserRegistry.lookup`: an e-mail address first;
+        AmbiguousEmail when several users have it)."""
+        return self.users.lookup(who)
 
     def members(self, brain_id: str, creator_id: str) -> list[dict[str, str]]:
         """Who shares a brain: the creator first, then members by role (owners first) and name."""

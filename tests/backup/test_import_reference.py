@@ -410,6 +410,18 @@ def test_an_unusable_e_mail_is_refused(tmp_path: Path) -> None:
     assert "an e-mail address is" in _refused(env, ref, ours)
 
 
+def test_an_e_mail_address_another_user_has_is_refused(tmp_path: Path) -> None:
+    """An imported account may not take the e-mail address of a user here (ignoring case)."""
+    ref = _copy("plain", tmp_path)
+    users = json.loads((ref / "users.json").read_text())
+    users["users"][1]["email"] = "Carol@Example.org"
+    (ref / "users.json").write_text(json.dumps(users))
+    ours = tmp_path / "ours"
+    env = {"STORE_DATA_DIR": str(ours)}
+    cli(env, "user", "add", "carol", "--email", "carol@example.org")
+    assert "another user has the e-mail address 'Carol@Example.org'" in _refused(env, ref, ours)
+
+
 @pytest.mark.parametrize("last_good", [True, False])
 def test_a_damaged_users_file_here_imports_nothing(last_good: bool, tmp_path: Path) -> None:
     """The users are written last by an edit a damaged file refuses: the brains went in, then a

@@ -200,6 +200,22 @@ def test_rotate_gives_an_oidc_user_a_static_token(store: Store, issuer: IssuerCl
     assert get(store, "/auth/me", token).status_code == 200  # the ID token keeps working too
 
 
+def test_first_sign_in_with_an_e_mail_address_in_use_creates_nobody(store: Store, issuer: IssuerClient) -> None:
+    """A new OIDC identity whose e-mail address another account has (a static user, or another
+    identity; compared ignoring case) is refused with 403 saying why, and no account is made."""
+    done = cli(store, "user", "add", "taken-static", "--email", f"taken@{DOMAIN}")
+    assert done.returncode == 0, done.stderr
+    first = minter(issuer)(sub="taken-first", email=f"first-taken@{DOMAIN}")
+    assert get(store, "/auth/me", first).status_code == 200
+    for subject, email in (("taken-second", f"Taken@{DOMAIN.upper()}"), ("taken-third", f"FIRST-taken@{DOMAIN}")):
+        before = users(store)
+        refused = get(store, "/auth/me", minter(issuer)(sub=subject, email=email))
+        assert refused.status_code == 403, refused.text
+        assert "already has this sign-in's e-mail address" in refused.json()["error"]
+        assert users(store) == before
+    assert get(store, "/auth/me", first).status_code == 200  # the account that has it goes on
+
+
 # -- separate stores: rotation, outages, limits, configuration ---------------------------------------------------
 
 

@@ -291,3 +291,54 @@ def test_output_piped_into_head_ends_quietly(tmp_path: Path) -> None:
     stderr = process.stderr.read()
     process.wait(timeout=60)
     assert stderr == "", stderr
+
+
+def test_an_e_mail_address_is_one_account_and_old_duplicates_are_refused_by_address(tmp_path: Path) -> None:
+    """`user add` refuses an address another user has (ignoring case and surrounding spaces); a store
+    that already holds two users with one address keeps working, but `share --with ADDRESS` (CLI and
+    HTTP) is refused as ambiguous, naming the users for the operator, instead of picking the oldest."""
+    import msgspec
+
+    from store.auth.users import User, UserRegistry
+
+    data = tmp_path / "data"
+    alice_token = add_user(data, "alice", "alice@example.org")
+    for taken in ("alice@example.org", "ALICE@Example.ORG"):
+        done = _run("user", "add", "mallory", "--email", taken, "--data", str(data))
+        assert done.returncode == 1 and "Traceback" not in done.stderr
+        assert "the e-mail address" in done.stderr and "is already used by the user 'alice'" in done.stderr
+    registry = UserRegistry(data)
+    assert registry.find("mallory") is None
+    # A users file from before the rule: two accounts share an address (one written with spaces, upper case).
+    add_user(data, "bob", "bob@example.org")
+    add_user(data, "robert")
+
+    def duplicate(doc: object) -> None:
+        users = doc.users  # type: ignore[attr-defined]
+        users[:] = [msgspec.structs.replace(u, email=" Bob@Example.org ") if u.name == "robert" else u for u in users]
+
+    registry.edit(duplicate)
+    robert = registry.find("robert")
+    bob = registry.find("bob")
+    assert isinstance(robert, User) and isinstance(bob, User)
+    alice_brain = next((data / "brains" / registry.find("alice").id).iterdir()).name  # type: ignore[union-attr]
+    done = _run("share", alice_brain, "--with", "bob@example.org", "--role", "viewer", "--data", str(data))
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    message = " ".join(done.stderr.split())
+    assert "several users have the e-mail address 'bob@example.org'" in message
+    assert f"bob ({bob.id})" in message and f"robert ({robert.id})" in message
+    assert "Name the user by their name or id instead" in message
+    from store.sharing.registry import SharingRegistry
+
+    assert SharingRegistry(data).share(alice_brain) is None  # nothing shared
+    assert cli("share", alice_brain, "--with", "robert", "--role", "viewer", data=data).stdout.startswith("robert is now viewer")
+
+    with start_store(tmp_path, data=data) as store, store.client(alice_token) as alice:
+        refused = alice.put(f"/api/brains/{alice_brain}/members", json={"user": "BOB@example.org", "role": "viewer"})
+        assert refused.status_code == 409
+        assert "several users have the e-mail address" in refused.json()["error"]
+        assert robert.id not in refused.text  # the accounts are named to the operator only
+        assert alice.delete(f"/api/brains/{alice_brain}/members/bob@example.org").status_code == 409
+        members = alice.get(f"/api/brains/{alice_brain}/members").json()["members"]
+        assert [m["name"] for m in members] == ["alice", "robert"]  # unchanged
+        assert alice.put(f"/api/brains/{alice_brain}/members", json={"user": "bob", "role": "viewer"}).status_code == 200
