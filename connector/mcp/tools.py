@@ -57,7 +57,7 @@ from connector.mcp.definitions import (
 from connector.mcp.toolgroups import TOOL_GROUPS, ToolGroup
 from connector.thinking.source import ModelSource
 from connector.workcopy.accounts import UnknownBrain
-from connector.workcopy.backfill import E5Backfill
+from connector.workcopy.backfill import UNAVAILABLE, E5Backfill, Progress
 from connector.workcopy.core import BrainUnavailable
 from connector.workcopy.hybridfollow import HybridFollower
 from connector.workcopy.indexdisk import IndexDisk
@@ -692,6 +692,26 @@ class BrainTools:
                 return
         self.e5.vectors(brain_id, brain, index, hybrid)
 
+    def _e5_progress(self, snapshot: Snapshot) -> Progress | None:
+        """How far the e5 vectors of the brain version ``snapshot`` shows are (worker thread).
+
+        The backfill counts the last version a recall or a write handed it. A pull (another
+        writer's memories) is not followed by the hybrid index, so brain_status showed the
+        version before's count until the next recall. Once e5 is in use for the brain, the
+        shown version is handed over here as recall does: a cache hit when recall or a write
+        saw it already, else its index is made now and serves the next recall (nothing twice)."""
+        assert self.e5 is not None
+        progress = self.e5.progress(snapshot.brain_id)
+        if progress is None or progress.state == UNAVAILABLE or snapshot.brain is None:
+            return progress
+        try:
+            index = index_for(snapshot.brain, snapshot.key, self.index_cache)
+            hybrid = self.hybrid_index(snapshot.brain, snapshot.key, index, snapshot.brain_id)
+        except RecallError:  # a brain recall cannot read: recall reports it, status keeps the last count
+            return progress
+        self.e5.vectors(snapshot.brain_id, snapshot.brain, index, hybrid)
+        return self.e5.progress(snapshot.brain_id)
+
     def _e5_after_writes(self) -> None:
         """A write answered: start the e5 vectors `_e5_follow` kept back, when no write is in
         flight any more (or they waited PREWARM_MAX_WAIT_S already: a stream of writes)."""
@@ -766,7 +786,7 @@ class BrainTools:
             "identity": {"status": identity.status, **({"note": identity.note} if identity.note else {})},
             "pending_writes": snapshot.pending_writes,
         }
-        e5 = self.e5.progress(snapshot.brain_id) if self.e5 is not None else None
+        e5 = await asyncio.to_thread(self._e5_progress, snapshot) if self.e5 is not None else None
         if e5 is not None:
             # How far the second model's vectors are (hybrid recall fuses them in once all are there).
             structured["recall_e5"] = e5.to_json()

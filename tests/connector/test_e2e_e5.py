@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.connector.conftest import RunningStore, shared_store, upload_brain
+from tests.connector.conftest import RunningStore, direct_memorize, shared_store, upload_brain
 from tests.connector.test_e2e_tools import connector, mcp_session, mint, structured
 from tests.engine.hybrid_support import MEMORIES, make_brain
 
@@ -152,6 +152,47 @@ def test_status_counts_the_memories_left_after_a_forget(store: RunningStore, tmp
                 await asyncio.sleep(0.2)
                 count, e5 = await e5_status(client)
             assert count == len(ids) - 1 and e5["state"] == "ready" and e5["embedded"] == count
+
+    with connector(tmp_path, store) as server:
+        asyncio.run(scenario(server.base_url))
+
+
+def test_status_counts_the_version_a_pull_brought(store: RunningStore, tmp_path: Path) -> None:
+    """Another writer adds a memory at the store; the connector pulls it. brain_status counted the e5
+    vectors of the version before ("ready" with the old total beside the new memory count) until
+    some later recall; it now reports them for the version it shows."""
+    user = store.add_user("e5pull")
+    brain, ids = make_brain()
+    brain_id = upload_brain(store.url, user.token, brain)
+
+    async def e5_status(client: Any) -> tuple[int, dict[str, Any]]:
+        status = structured(await client.call_tool("brain_status", {}))
+        return status["memory_count"], status.get("recall_e5") or {}
+
+    async def scenario(base: str) -> None:
+        async with mcp_session(base + "/mcp", mint(base, user, {"brain.read"})) as client:
+            structured(await client.call_tool("brain_recall", {"query": "疫苗", "limit": 3}))
+            deadline = time.monotonic() + 120
+            while (await e5_status(client))[1].get("state") != "ready":
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.2)
+            assert (await e5_status(client))[1]["total"] == len(ids)
+            direct_memorize(store.url, user.token, brain_id, "The boiler is serviced every October")
+            # No recall from here on: the copy is re-checked (CONNECTOR_REPULL_TTL_MS 500) and pulled.
+            deadline = time.monotonic() + 30
+            count, e5 = await e5_status(client)
+            while count == len(ids):
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.2)
+                count, e5 = await e5_status(client)
+            assert count == len(ids) + 1
+            assert e5["total"] == count, e5  # the version shown, in the same answer
+            deadline = time.monotonic() + 120
+            while e5["state"] != "ready":
+                assert time.monotonic() < deadline, e5
+                await asyncio.sleep(0.2)
+                count, e5 = await e5_status(client)
+            assert e5["embedded"] == e5["total"] == count
 
     with connector(tmp_path, store) as server:
         asyncio.run(scenario(server.base_url))
