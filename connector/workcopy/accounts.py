@@ -213,6 +213,17 @@ class Accounts(ManagerCore):
             return None
         return found if found is not None and not is_own(found, me) else None
 
+    def _let_go(self, subject: str, brain_id: str) -> None:
+        """Drop the account's copy of a brain it may no longer read (and its recall index) now,
+        not after the idle purge: nothing may serve it again. A copy holding writes stays: its
+        push is refused by the store and the user told (`held.py`)."""
+        copy = self._copies.get((subject, brain_id))
+        if copy is None or copy.dirty or copy.lock.locked():
+            return
+        del self._copies[(subject, brain_id)]
+        self._forget_index(copy)
+        self.long_lived.dropped()
+
     async def _brains(self, state: UserState, *, force: bool = False, every_call: bool = False) -> list[BrainRecord]:
         """The account's brain list: the one held while younger than its TTL (none with ``every_call``),
         else the store's; the last one known while the store cannot be reached."""
@@ -242,6 +253,7 @@ class Accounts(ManagerCore):
             held = self._shared_held(state, chosen)
             brains = await self._brains(state, force=force_list, every_call=held is not None)
             if held is not None and not any(brain.id == held.id for brain in brains):
+                self._let_go(account.subject, held.id)
                 raise AccessLost(held)  # said once: the list now lacks it, and the choice falls back as below
             if chosen and chosen != state.missing_choice and not any(brain.id == chosen.lower() for brain in brains):
                 # Chosen through another worker or replica (the choice is shared) after this one
@@ -281,6 +293,7 @@ class Accounts(ManagerCore):
             held = self._shared_held(state, account.brain)
             brains = await self._brains(state, force=force_list, every_call=held is not None)
             if held is not None and not any(brain.id == held.id for brain in brains):
+                self._let_go(account.subject, held.id)
                 raise AccessLost(held)
             found = find_brain(brains, account.brain, await self._me(account, brains))
             if found is None and not force_list and state.missing_choice != account.brain:

@@ -14,8 +14,10 @@ import pytest
 
 from connector.engine.format.brain import Brain
 from connector.engine.recall.exact import recall
+from connector.engine.recall.indexcache import index_for
 from connector.engine.writes.ops import Forget, Pin, connector_memorize
 from connector.mcp.tools import BrainTools, Caller
+from connector.workcopy.accounts import AccessLost
 from connector.workcopy.core import BrainUnavailable, ManagerTuning
 from connector.workcopy.manager import WorkingCopyManager
 from connector.workcopy.model import Account
@@ -35,6 +37,7 @@ from tests.connector.conftest import (
     upload_raw,
 )
 from tests.support.fixtures import project_parity_dir
+from tests.support.store_cli import brain_store
 
 # Every test here makes its own users and looks only at their brains: one store for the module.
 store = pytest.fixture(shared_store, name="store")
@@ -752,5 +755,34 @@ def test_recall_indexes_have_room_for_every_copy_and_leave_with_them(store: Runn
         assert result.structured_content["count"] == 1
         assert manager.index_cache.peek(keys[0]) is not None
         await manager.close()
+
+    run(scenario())
+
+
+def test_a_removed_members_copy_is_let_go_at_once(store: RunningStore) -> None:
+    """The call that finds a shared brain gone (its owner removed the member) drops the member's
+    copy of it and its recall index there and then, not at the idle purge 15 minutes later."""
+    alice, bob = store.add_user("alice"), store.add_user("bob")
+    team = httpx.post(f"{store.url}/api/brains", headers=auth(alice.token), json={"name": "team"}, timeout=30).json()
+    direct_memorize(store.url, alice.token, team["id"], "The team's release train leaves on Wednesdays")
+    brain_store("share", team["id"], "--with", bob.name, "--role", "viewer", data=store.data)
+
+    async def scenario() -> None:
+        manager = manager_for(store)  # the brain list kept 30 s, as in production
+        account = account_for(bob)
+        await manager.use_brain(account, team["id"])
+        seen = await manager.snapshot(account)
+        assert seen.brain_id == team["id"] and seen.brain is not None
+        index_for(seen.brain, seen.key, manager.index_cache)  # as a recall would
+        assert manager.index_cache.peek(seen.key) is not None
+        key = (account.subject, team["id"])
+        assert key in manager.copies
+        brain_store("unshare", team["id"], "--with", bob.name, data=store.data)
+        with pytest.raises(AccessLost, match="You no longer have access to the brain 'team'"):
+            await manager.snapshot(account)
+        assert key not in manager.copies
+        assert manager.index_cache.peek(seen.key) is None
+        assert (await manager.snapshot(account)).brain_id != team["id"]  # then the member's own brain
+        await manager.store.aclose()
 
     run(scenario())
