@@ -93,7 +93,7 @@ def _write_private(path: Path, text: str) -> None:
 
 def demo_token(store_dir: Path, token_file: Path) -> str:
     """The demo user's token: the saved one while it still works, else a new one (saved 0600)."""
-    from store.auth.users import UserRegistry
+    from store.auth.users import EmailInUse, UserRegistry
     from store.service import BrainService
     from store.storage.local import LocalBackend
 
@@ -105,7 +105,10 @@ def demo_token(store_dir: Path, token_file: Path) -> str:
         token = saved
     else:
         if demo is None:
-            demo, token = registry.add("demo", "demo@localhost")
+            try:
+                demo, token = registry.add("demo", "demo@localhost")
+            except EmailInUse as exc:  # a user added to the dev store by hand took the demo's address
+                raise click.ClickException(f"cannot create the demo user in {store_dir}: {exc}") from None
         else:
             demo, token = registry.rotate("demo")
         _write_private(token_file, token)

@@ -293,3 +293,18 @@ def test_user_add_says_which_store_and_the_banner_command_reaches_the_dev_store(
         added = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
         assert added.returncode == 0 and "note:" not in added.stderr, added.stderr
         assert web_sign_in(base, added.stdout.strip().splitlines()[-1]).status_code == 303
+
+
+def test_the_demo_users_address_taken_by_another_user_is_said_in_one_line(tmp_path: Path) -> None:
+    import click
+
+    from cli.store.dev import demo_token
+    from store.auth.users import UserRegistry
+
+    store_dir = tmp_path / "store"
+    store_dir.mkdir(mode=0o700)
+    UserRegistry(store_dir).add("erin", "Demo@localhost")
+    with pytest.raises(click.ClickException) as refused:
+        demo_token(store_dir, tmp_path / "token")
+    assert "cannot create the demo user" in refused.value.message and "'erin'" in refused.value.message
+    assert not (tmp_path / "token").exists()
