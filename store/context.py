@@ -164,8 +164,9 @@ class AppContext:
         return fn(*args)
 
     async def ready(self) -> str | None:
-        """None when storage can serve now, else a short reason (``/health/ready``)."""
-        return await self.run(self.backend.ready)
+        """None when storage can serve now, else a short reason (``/health/ready``): also once a
+        download met sealed archives the configured keys cannot open."""
+        return self.service.key_problem or await self.run(self.backend.ready)
 
     def damaged(self) -> list[str]:
         """The state files (users, sharing) that do not parse and are served from their last good

@@ -11,11 +11,38 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
+from store.settings import StoreSettings
+from store.storage.base import BlobMissing, StorageBackend
+
 CHUNK = 1024 * 1024
+# Start of a sealed blob (store.storage.sealing.MAGIC); kept here so encryption-off stores
+# need not import the crypto stack to recognise one.
+SEALED_MAGIC = b"BSTSEAL\x00"
+HEADER_SIZE = 37  # store.storage.sealing.HEADER_SIZE: magic, version, chunk size, key id, salt
+# Archives the start-up check looks at: enough to catch a store started on sealed data without
+# its key, few enough that it costs a handful of reads even on a large bucket.
+SAMPLED_ARCHIVES = 8
+
+NO_KEY = "STORE_ENCRYPTION_KEY is not set"
+WRONG_KEY = "no configured key (STORE_ENCRYPTION_KEY, STORE_ENCRYPTION_PREVIOUS_KEYS) is the one that sealed them"
 
 
 class SealedFileRefused(Exception):
     """A stored blob is not sealed (or not openable) although it must be; never serve it."""
+
+
+class SealedKeyUnknown(SealedFileRefused):
+    """A sealed blob was sealed with a key this process is not configured with (a settings
+    problem, not damage): ``reason`` says which (``NO_KEY`` or ``WRONG_KEY``)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class KeyDoesNotFit(RuntimeError):
+    """The stored archives are sealed and the configured keys cannot open them; the store
+    must not start (it would answer every download with an error)."""
 
 
 class ArchiveSealer:
@@ -45,12 +72,22 @@ class ArchiveSealer:
         """True when a file starting with ``first_bytes`` is in the sealed format."""
         return bool(self._sealing.is_sealed(first_bytes))
 
+    def knows_key(self, header: bytes, user_id: str) -> bool:
+        """False when ``header`` (a blob's first ``HEADER_SIZE`` bytes) is sealed with a key id
+        none of the configured keys has for ``user_id``; True otherwise (a plain or truncated
+        header is for the integrity check to refuse)."""
+        stored = self._sealing.read_key_id(header)
+        return stored is None or any(self._sealing.key_id(key) == stored for key in self.user_keys(user_id))
+
     def open(self, f: BinaryIO, user_id: str, brain_id: str, checksum: str) -> Iterator[bytes]:
         """Plaintext chunks of a sealed blob; raises ``SealedFileRefused`` before yielding anything
-        when it is not sealed, no accepted key opens it, or the binding does not match."""
-        head = f.read(len(self._sealing.MAGIC))
+        when it is not sealed, no accepted key opens it (``SealedKeyUnknown``), or the binding
+        does not match."""
+        head = f.read(HEADER_SIZE)
         if not self.is_sealed(head):
             raise SealedFileRefused("stored archive is not sealed")
+        if not self.knows_key(head, user_id):
+            raise SealedKeyUnknown(WRONG_KEY)
         f.seek(0)
         keys = [self._key(i, user_id) for i in range(len(self._masters))]
         stream = self._sealing.open_sealed(f, keys, user_id, brain_id, checksum)
@@ -69,3 +106,36 @@ def _chain(first: bytes | None, rest: Iterator[bytes]) -> Iterator[bytes]:
     if first:
         yield first
     yield from rest
+
+
+def check_keys_fit(settings: StoreSettings, backend: StorageBackend, sample: int = SAMPLED_ARCHIVES) -> None:
+    """Before serving: raise ``KeyDoesNotFit`` (one line naming the variable) when one of the
+    first ``sample`` stored archives is sealed and no configured key opens it: without this
+    the store would say ready and then refuse every download. Plain archives pass either way
+    (a key over plain data is refused per download, as documented)."""
+    sealer = ArchiveSealer(settings.encryption_key, settings.previous_keys) if settings.encryption_key else None
+    for user_id, head in _archive_heads(backend, sample):
+        if not head.startswith(SEALED_MAGIC):
+            continue
+        if sealer is None or not sealer.knows_key(head, user_id):
+            raise KeyDoesNotFit(
+                f"the stored archives are encrypted at rest and {NO_KEY if sealer is None else WRONG_KEY}: "
+                "start the store with STORE_ENCRYPTION_KEY set to the key that sealed them"
+            )
+
+
+def _archive_heads(backend: StorageBackend, limit: int) -> Iterator[tuple[str, bytes]]:
+    """(user id, first ``HEADER_SIZE`` bytes) of up to ``limit`` stored archives, current and snapshots."""
+    seen = 0
+    for user_id in backend.iter_users():
+        for meta in backend.list_brains(user_id):
+            for checksum in sorted(meta.blobs()):
+                try:
+                    with backend.open_blob(user_id, meta.id, checksum) as blob:
+                        head = blob.read(HEADER_SIZE)
+                except BlobMissing:
+                    continue  # replaced meanwhile
+                yield user_id, head
+                seen += 1
+                if seen >= limit:
+                    return

@@ -22,7 +22,7 @@ from common.textsafety import has_unsafe_chars
 from store.archive.resume import ValidationMemos
 from store.conditional import Preconditions
 from store.errors import ServiceError
-from store.sealed import ArchiveSealer, SealedFileRefused
+from store.sealed import NO_KEY, SEALED_MAGIC, ArchiveSealer, SealedFileRefused, SealedKeyUnknown
 from store.settings import StoreSettings
 from store.storage.base import (
     ArchiveRef,
@@ -37,10 +37,6 @@ from store.storage.base import (
 from store.upload import StagedUpload
 
 log = logging.getLogger("store.service")
-
-# Start of a sealed blob (store.storage.sealing.MAGIC); kept here so encryption-off stores
-# need not import the crypto stack on every download.
-SEALED_MAGIC = b"BSTSEAL\x00"
 
 EMPTY_PUSH_GUARD_FILES = 5
 _BRAIN_NAME = re.compile(r"^[^\x00-\x1f\x7f/\\]{1,100}$")
@@ -165,6 +161,9 @@ class BrainService:
         self.sealer: ArchiveSealer | None = (
             ArchiveSealer(settings.encryption_key, settings.previous_keys) if settings.encryption_key else None
         )
+        # Set once a download met a sealed archive this process holds no key for: the settings
+        # are wrong, so /health/ready says not ready until the store is restarted with the key.
+        self.key_problem: str | None = None
         self._small_blobs = SmallBlobCache()
         self.validation_memos = ValidationMemos(settings.validation_memo_mb * 1024 * 1024)
 
@@ -454,6 +453,9 @@ class BrainService:
                 return Download(archive=archive, body=None, chunks=_closing(iter(lambda: blob.read(1 << 20), b""), blob))
             try:
                 chunks = self.sealer.open(blob, user_id, brain_id, archive.checksum)
+            except SealedKeyUnknown as exc:
+                blob.close()
+                raise self._no_key_for(exc.reason, brain_id, archive.checksum) from None
             except SealedFileRefused as exc:
                 blob.close()
                 log.error("refusing to serve brain %s archive %s: %s", brain_id, archive.checksum, exc)
@@ -461,12 +463,19 @@ class BrainService:
             return Download(archive=archive, body=None, chunks=_closing(chunks, blob))
         raise ServiceError(404, "brain not found")
 
-    @staticmethod
-    def _refuse_sealed(head: bytes, brain_id: str, checksum: str) -> None:
-        """500 when a stored blob is sealed although no key is configured."""
+    def _refuse_sealed(self, head: bytes, brain_id: str, checksum: str) -> None:
+        """Refuse (``_no_key_for``) a stored blob that is sealed although no key is configured."""
         if head == SEALED_MAGIC:
-            log.error("brain %s archive %s is sealed but no key is configured", brain_id, checksum)
-            raise ServiceError(500, "stored archive is encrypted and no key is configured")
+            raise self._no_key_for(NO_KEY, brain_id, checksum)
+
+    def _no_key_for(self, reason: str, brain_id: str, checksum: str) -> ServiceError:
+        """503 ``encryption_key_unavailable`` for a sealed archive no configured key opens: the
+        store's settings are wrong (not the archive), so it stays unready until restarted."""
+        log.error("brain %s archive %s is encrypted at rest and %s; the store is not ready until it is "
+                  "restarted with the key that sealed it", brain_id, checksum, reason)
+        self.key_problem = f"stored archives are encrypted at rest and {reason}"
+        return ServiceError(503, "this archive is encrypted at rest and the store does not hold its key; "
+                                 "the operator has been told", extra={"code": "encryption_key_unavailable"})
 
 
 def _retrying(attempt: Callable[[], T]) -> T:

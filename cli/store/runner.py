@@ -39,13 +39,15 @@ def check_oidc(settings: StoreSettings) -> None:
 
 
 def run_store(settings: StoreSettings, workers: int = 1, *, announce: str | None = None) -> None:
-    """Recover the data dir, bind, print ``listening on http://H:P``, serve until stopped.
+    """Recover the data dir, check the encryption keys open its archives, bind, print
+    ``listening on http://H:P``, serve until stopped.
 
     Worker processes rebuild the same settings from the environment we export here.
     SIGTERM/SIGINT stop accepting connections and let in-flight requests (uploads) finish.
     """
     import uvicorn
-    from store.storage.factory import prepare_storage
+    from store.sealed import check_keys_fit
+    from store.storage.factory import open_backend, prepare_storage
     from store.upload import upload_threads
 
     check_oidc(settings)
@@ -55,6 +57,8 @@ def run_store(settings: StoreSettings, workers: int = 1, *, announce: str | None
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         prepare_storage(settings)  # crash recovery; on S3 also the conditional-write probe
+        # sealed archives and no key (or another key) would make every download fail: refuse now
+        check_keys_fit(settings, open_backend(settings))
     except RuntimeError as exc:
         raise click.ClickException(str(exc)) from None
     from store.context import rate_limit_file

@@ -85,4 +85,4 @@ def test_sealed_blob_without_a_key_is_refused_not_sent(tmp_path: Path, size: int
     keyless = make_service(tmp_path)
     with pytest.raises(ServiceError) as info:
         keyless.open_download(USER, brain.id, None)
-    assert info.value.status == 500 and "no key" in info.value.message
+    assert info.value.status == 503 and info.value.extra == {"code": "encryption_key_unavailable"}
