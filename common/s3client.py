@@ -49,8 +49,16 @@ def http_status(exc: ClientError) -> int:
     return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
 
 
+def is_missing_bucket(exc: ClientError) -> bool:
+    """The bucket itself does not exist (deleted, or a wrong name): not a missing object."""
+    return error_code(exc) == "NoSuchBucket"
+
+
 def is_not_found(exc: ClientError) -> bool:
-    """The object (or key) does not exist."""
+    """The object (or key) does not exist; never a missing bucket, which holds no "absent"
+    answer about any object (a caller must not conclude a brain or document is gone)."""
+    if is_missing_bucket(exc):
+        return False
     return http_status(exc) == 404 or error_code(exc) in ("NoSuchKey", "404", "NotFound")
 
 
@@ -65,4 +73,4 @@ def is_conflict(exc: ClientError) -> bool:
     return http_status(exc) in (409, 412) or error_code(exc) in (
         "PreconditionFailed",
         "ConditionalRequestConflict",
-    ) or (is_not_found(exc) and error_code(exc) != "NoSuchBucket")
+    ) or is_not_found(exc)

@@ -14,15 +14,17 @@ from litestar import Litestar, Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 
 from common.asgi_watch import watched
+from common.docstore import DocumentStoreError
 from common.host_guard import AllowedHosts, host_guard
 from store.context import AppContext
-from store.errors import ServiceError
+from store.errors import ServiceError, storage_unavailable
 from store.http import error_response
 from store.metrics import ObservabilityMiddleware, ReceiveCounter, observability_layer
 from store.routes import ROUTES
 from store.routes.brains import serve_list
 from store.routes.sync import serve_download, serve_upload
 from store.settings import StoreSettings
+from store.storage.base import StorageUnavailable
 
 log = logging.getLogger("store")
 
@@ -53,6 +55,17 @@ def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response
         message = "method not allowed"
     headers = dict(exc.headers) if exc.headers else None
     return _error(status, message, headers)
+
+
+def _unreachable(method: str, path: str, exc: Exception) -> ServiceError:
+    """The 503 for a request that failed because storage cannot be reached, logged in one line
+    (the operator needs the reason, not a traceback, once per request)."""
+    log.warning("storage unavailable on %s %s: %s", method, path, exc)
+    return storage_unavailable()
+
+
+def _storage_unavailable(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    return _service_error(request, _unreachable(request.method, request.url.path, exc))
 
 
 def _unexpected(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
@@ -140,6 +153,8 @@ class FrontDoor:
             response = await handler(self.ctx, scope, *args)
         except ServiceError as exc:
             response = error_response(exc)
+        except (StorageUnavailable, DocumentStoreError) as exc:
+            response = error_response(_unreachable(scope["method"], scope["path"], exc))
         except Exception:
             log.exception("unexpected error on %s %s", scope["method"], scope["path"])
             response = error_response(ServiceError(500, "internal error"))
@@ -195,6 +210,8 @@ def create_app(settings: StoreSettings, ctx: AppContext | None = None) -> Litest
         openapi_config=None,
         exception_handlers={
             ServiceError: _service_error,
+            StorageUnavailable: _storage_unavailable,
+            DocumentStoreError: _storage_unavailable,
             HTTPException: _http_error,
             Exception: _unexpected,
         },

@@ -8,7 +8,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from common.docstore.base import UNCHANGED, Document, DocumentStore, DocumentStoreError, Unchanged
+from common.docstore.base import (
+    UNCHANGED,
+    Document,
+    DocumentStore,
+    DocumentStoreError,
+    DocumentStoreUnavailable,
+    Unchanged,
+)
 from common.docstore.directory import DirectoryStore
 
 S3_SCHEME = "s3://"
@@ -29,5 +36,6 @@ def open_document_store(location: str | Path, *, s3_endpoint_url: str | None = N
     return DirectoryStore(Path(location), fsync=fsync)
 
 
-__all__ = ["UNCHANGED", "DirectoryStore", "Document", "DocumentStore", "DocumentStoreError", "Unchanged",
+__all__ = ["UNCHANGED", "DirectoryStore", "Document", "DocumentStore", "DocumentStoreError",
+           "DocumentStoreUnavailable", "Unchanged",
            "open_document_store"]

@@ -42,6 +42,11 @@ class DocumentStoreError(Exception):
     safe to log (no document contents, no credentials)."""
 
 
+class DocumentStoreUnavailable(DocumentStoreError):
+    """The backend itself is gone (an S3 bucket that does not exist): no answer about any
+    document, so no caller may read it as "missing" or "damaged"; retry once it is back."""
+
+
 def check_key(key: str) -> str:
     """``key`` when it is a valid document key; else ``ValueError``."""
     if not isinstance(key, str) or not key or len(key) > MAX_KEY_LENGTH:

@@ -22,12 +22,13 @@ from common.docstore.base import (
     ConditionalUpdate,
     Document,
     DocumentStoreError,
+    DocumentStoreUnavailable,
     Unchanged,
     check_key,
     check_prefix,
     is_hidden,
 )
-from common.s3client import error_code, is_conflict, is_not_found, is_not_modified
+from common.s3client import error_code, is_conflict, is_missing_bucket, is_not_found, is_not_modified
 
 TAKEN = ".taken/"
 
@@ -51,8 +52,8 @@ class S3Store(ConditionalUpdate):
         try:
             yield
         except ClientError as exc:
-            raise DocumentStoreError(f"cannot {action} {key} in {self.where}: S3 says {error_code(exc) or exc}") \
-                from None
+            error = DocumentStoreUnavailable if is_missing_bucket(exc) else DocumentStoreError
+            raise error(f"cannot {action} {key} in {self.where}: S3 says {error_code(exc) or exc}") from None
         except BotoCoreError as exc:
             raise DocumentStoreError(f"cannot {action} {key} in {self.where}: {exc}") from None
 
@@ -62,7 +63,7 @@ class S3Store(ConditionalUpdate):
         except ClientError as exc:
             if is_not_modified(exc):
                 return UNCHANGED
-            if is_not_found(exc) and error_code(exc) != "NoSuchBucket":
+            if is_not_found(exc):
                 return None
             raise
         with reply["Body"] as body:
@@ -74,7 +75,7 @@ class S3Store(ConditionalUpdate):
         try:
             reply = self._client.put_object(Bucket=self.bucket, Key=object_key, Body=data, **condition)
         except ClientError as exc:
-            if condition and is_conflict(exc) and error_code(exc) != "NoSuchBucket":
+            if condition and is_conflict(exc):
                 return None
             raise
         return str(reply["ETag"])
@@ -83,7 +84,7 @@ class S3Store(ConditionalUpdate):
         try:
             self._client.head_object(Bucket=self.bucket, Key=object_key)
         except ClientError as exc:
-            if is_not_found(exc) and error_code(exc) != "NoSuchBucket":
+            if is_not_found(exc):
                 return False
             raise
         return True

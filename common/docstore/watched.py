@@ -32,7 +32,7 @@ from typing import Generic, TypeVar
 
 import msgspec
 
-from common.docstore.base import UNCHANGED, DocumentStore, DocumentStoreError
+from common.docstore.base import UNCHANGED, DocumentStore, DocumentStoreError, DocumentStoreUnavailable
 
 D = TypeVar("D")
 T = TypeVar("T")
@@ -159,7 +159,8 @@ class WatchedDocument(Generic[D]):
 
         A missing document starts empty; a damaged one raises ``corrupt(message)`` and is never
         written over, unless ``replace_damaged`` (a restore, whose ``change`` replaces the whole
-        document: it then starts empty too); if ``change`` raises, nothing is written. ``change``
+        document: it then starts empty too); if ``change`` raises, nothing is written. Storage
+        that is gone (``DocumentStoreUnavailable``) is raised as it is, never as ``corrupt``. ``change``
         runs again when another writer won the race (S3), so it must only change the document it
         is given.
         """
@@ -184,6 +185,8 @@ class WatchedDocument(Generic[D]):
 
         try:
             self.store.update(self.key, apply)
+        except DocumentStoreUnavailable:
+            raise  # the storage is gone, not the document refused: the caller answers 503
         except DocumentStoreError as exc:
             raise corrupt(f"cannot change the {self._what}: {exc}") from None
         try:

@@ -36,6 +36,11 @@ class CommitConflict(StorageError):
     """The metadata changed since it was read; re-read and decide again."""
 
 
+class StorageUnavailable(StorageError):
+    """The storage itself cannot be reached (an object store bucket that is gone): a request
+    needing it is refused with 503 and retried later; it does not mean a brain is missing."""
+
+
 class CorruptMeta(StorageError):
     """A brain's metadata document cannot be parsed (outside damage); the brain is unavailable."""
 

@@ -43,7 +43,15 @@ from typing import Any, BinaryIO
 import msgspec
 from botocore.exceptions import BotoCoreError, ClientError
 
-from store.storage.base import SAFE_ID, BrainMeta, CommitConflict, StorageError, check_checksum, check_id
+from store.storage.base import (
+    SAFE_ID,
+    BrainMeta,
+    CommitConflict,
+    StorageError,
+    StorageUnavailable,
+    check_checksum,
+    check_id,
+)
 from store.storage.s3blob import S3StagedBlob, open_reader
 from common.s3client import is_conflict, is_not_found, is_not_modified
 from store.storage.s3client import Bucket
@@ -78,6 +86,20 @@ class Account(msgspec.Struct):
 
     generation: int = 0
     brains: dict[str, Claim] = msgspec.field(default_factory=dict)
+
+
+class BucketMissing(StorageUnavailable, ClientError):
+    """S3 says the bucket does not exist (deleted under a running store): every request needing
+    it is a 503 until it is back. Still a ``ClientError``, so the command line reports it as
+    the S3 error it is."""
+
+
+def _refuse_missing_bucket(parsed: dict[str, Any], model: Any, **_: Any) -> None:
+    """botocore ``after-call`` hook: raise ``BucketMissing`` for a NoSuchBucket answer to any
+    call (paginators and blob readers included), before the backend could read it as "no such
+    object" or the app as an unexpected error."""
+    if parsed.get("Error", {}).get("Code") == "NoSuchBucket":
+        raise BucketMissing(parsed, model.name)
 
 
 _encode = msgspec.json.Encoder().encode
@@ -164,6 +186,7 @@ class S3Backend:
 
     def __init__(self, client: Any, bucket: Bucket, spool_dir: Path, *, probe_client: Any = None) -> None:
         self.client = client
+        client.meta.events.register("after-call.s3", _refuse_missing_bucket, unique_id="brain-store-missing-bucket")
         # readiness checks use a client with short timeouts and no retries when given
         self.probe_client = probe_client if probe_client is not None else client
         self.bucket = bucket
