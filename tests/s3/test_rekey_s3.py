@@ -56,3 +56,26 @@ def test_rekey_reseals_a_bucket(moto: S3Service, tmp_path: Path) -> None:
     # a replica that only knows the new key serves everything unchanged
     with running_store(tmp_path / "new", env={**env, "STORE_ENCRYPTION_KEY": NEW}, log_name="new.log") as store:
         assert _everything(store.url, token) == before
+
+
+def test_serve_refuses_a_bucket_sealed_under_another_key(moto: S3Service, tmp_path: Path) -> None:
+    env = {**moto.store_env(moto.new_bucket()), "STORE_ENCRYPTION_KEY": OLD}
+    with running_store(tmp_path / "old", env=env, log_name="old.log") as store:
+        token = store.add_user("hana")
+        wait_for_token(store.url, token)
+        headers = {"Authorization": f"Bearer {token}"}
+        brain = httpx.get(store.url + "/api/brains", headers=headers).json()[0]["id"]
+        httpx.put(f"{store.url}/api/brains/{brain}/sync", headers=headers,
+                  files={"brain": ("b.tgz", archive({"m": b"sealed"}))}).raise_for_status()
+    base = {**{k: v for k, v in os.environ.items() if not k.startswith("STORE_")}, **env,
+            "STORE_DATA_DIR": str(tmp_path / "spool")}
+    for key in ("", NEW):  # no key, another key
+        argv = [console_script("brain-store"), "serve", "--host", "127.0.0.1", "--port", "0"]
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, env={**base, "STORE_ENCRYPTION_KEY": key},
+                                  timeout=60)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("the store started on a bucket its key cannot open") from None
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+        errors = [line for line in done.stderr.splitlines() if not line.startswith("INFO botocore")]
+        assert len(errors) == 1 and errors[0].startswith("Error: ") and "STORE_ENCRYPTION_KEY" in errors[0], done.stderr
