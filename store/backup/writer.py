@@ -36,11 +36,11 @@ from store.backup.format import (
     blob_path,
     meta_path,
 )
+from store.sealed import SEALED_MAGIC
 from store.storage.base import BlobMissing, BrainMeta
 
 CHUNK = 1024 * 1024
 _RETRIES = 5
-_SEALED_MAGIC = b"BSTSEAL\x00"  # store.storage.sealing.MAGIC, without importing the crypto
 
 
 class BackupWriter:
@@ -77,7 +77,7 @@ def _spool_blob(backend: Any, meta: BrainMeta, checksum: str, scratch: Path) -> 
             digest.update(chunk)
             size += len(chunk)
             out.write(chunk)
-    return path, size, digest.hexdigest(), head.startswith(_SEALED_MAGIC)
+    return path, size, digest.hexdigest(), head.startswith(SEALED_MAGIC)
 
 
 def _consistent_brain(

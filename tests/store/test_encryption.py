@@ -211,3 +211,10 @@ def test_a_sealed_archive_the_store_cannot_open_is_503_and_unready(tmp_path: Pat
         ready = client.get("/health/ready")
         assert ready.status_code == 503 and "STORE_ENCRYPTION_KEY" in ready.json()["error"], ready.text
         assert client.get("/health/live").status_code == 200
+
+
+def test_the_crypto_free_copies_of_the_format_match_it() -> None:
+    """store.sealed recognises sealed blobs without importing the crypto stack (encryption off)."""
+    from store import sealed
+
+    assert sealed.SEALED_MAGIC == sealing.MAGIC and sealed.HEADER_SIZE == sealing.HEADER_SIZE
