@@ -41,7 +41,8 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import msgspec
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
+from botocore.exceptions import ConnectionError as S3ConnectionError
 
 from store.storage.base import (
     SAFE_ID,
@@ -100,6 +101,21 @@ def _refuse_missing_bucket(parsed: dict[str, Any], model: Any, **_: Any) -> None
     object" or the app as an unexpected error."""
     if parsed.get("Error", {}).get("Code") == "NoSuchBucket":
         raise BucketMissing(parsed, model.name)
+
+
+class S3Unreachable(StorageUnavailable, HTTPClientError):
+    """The S3 endpoint does not answer (connection refused, timed out or cut) after botocore's
+    retries: a 503 like a missing bucket, not an unexpected error. Still a ``BotoCoreError``, so
+    the command line reports it as the S3 error it is."""
+
+    fmt = "the S3 endpoint cannot be reached: {error}"
+
+
+def _refuse_unreachable(exception: Exception, **_: Any) -> None:
+    """botocore ``after-call-error`` hook: an endpoint that cannot be reached becomes
+    ``S3Unreachable`` (the app's 503), whichever call met it."""
+    if isinstance(exception, (S3ConnectionError, HTTPClientError)) and not isinstance(exception, S3Unreachable):
+        raise S3Unreachable(error=exception) from exception
 
 
 _encode = msgspec.json.Encoder().encode
@@ -187,6 +203,7 @@ class S3Backend:
     def __init__(self, client: Any, bucket: Bucket, spool_dir: Path, *, probe_client: Any = None) -> None:
         self.client = client
         client.meta.events.register("after-call.s3", _refuse_missing_bucket, unique_id="brain-store-missing-bucket")
+        client.meta.events.register("after-call-error.s3", _refuse_unreachable, unique_id="brain-store-unreachable")
         # readiness checks use a client with short timeouts and no retries when given
         self.probe_client = probe_client if probe_client is not None else client
         self.bucket = bucket

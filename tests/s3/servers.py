@@ -8,7 +8,7 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +34,7 @@ class S3Service:
     name: str
     endpoint: str
     ports: tuple[int, ...] = ()  # every port the server listens on (SeaweedFS)
+    stop: Callable[[], None] | None = None  # ends the server before its block does (moto_server)
 
     def client(self) -> Any:
         """A boto3 client for this endpoint."""
@@ -112,7 +113,7 @@ def moto_server(workdir: Path) -> Iterator[S3Service]:
         process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         _wait_port(port, process, 60, log)
-        yield S3Service("moto", f"http://127.0.0.1:{port}")
+        yield S3Service("moto", f"http://127.0.0.1:{port}", stop=lambda: _stop(process))
     finally:
         _stop(process)
 

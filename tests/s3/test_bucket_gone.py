@@ -65,3 +65,32 @@ def test_a_vanished_bucket_is_503_until_it_is_back(moto: S3Service, tmp_path: Pa
         assert [b["id"] for b in http.get("/api/brains").json()] == [brain]
         assert http.put(f"/api/brains/{brain}/sync", **upload).status_code == 200
         assert len(http.get(f"/api/brains/{brain}/versions").json()["versions"]) == 2
+
+
+def test_an_endpoint_that_stops_answering_is_503_not_500(tmp_path: Path) -> None:
+    """The S3 service itself gone (its process stopped): connection refused after botocore's
+    retries is the same 503 as a missing bucket, said in one log line, not a 500."""
+    from tests.s3.servers import moto_server
+
+    with moto_server(tmp_path) as moto:
+        bucket = moto.new_bucket()
+        store_env = moto.store_env(bucket)
+        with running_store(tmp_path / "spool", env=store_env) as store:
+            token = store.add_user("alice")
+            wait_for_token(store.url, token)
+            http = httpx.Client(base_url=store.url, headers={"Authorization": f"Bearer {token}"}, timeout=60)
+            brain = http.get("/api/brains").json()[0]["id"]
+            assert http.put(f"/api/brains/{brain}/sync",
+                            files={"brain": ("b.tgz", archive({"memories/a.md": b"first"}))}).status_code == 200
+            assert moto.stop is not None
+            moto.stop()
+            upload = {"files": {"brain": ("b.tgz", archive({"memories/a.md": b"second"}))}}
+            for method, path, extra in (("GET", f"/api/brains/{brain}/sync", {}),
+                                        ("GET", f"/api/brains/{brain}/versions", {}),
+                                        ("PUT", f"/api/brains/{brain}/sync", upload)):
+                answer = http.request(method, path, **extra)
+                assert answer.status_code == 503, (method, path, answer.status_code, answer.text)
+                assert answer.json()["code"] == "storage_unavailable" and int(answer.headers["retry-after"]) > 0
+            assert http.get("/health/ready").status_code == 503
+        log = (tmp_path / "store.log").read_text()
+        assert "storage unavailable on GET" in log and "Traceback" not in log
