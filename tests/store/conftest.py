@@ -126,7 +126,8 @@ def alice(store: Store) -> tuple[httpx.Client, str]:
     from store.auth.users import UserRegistry
 
     registry = UserRegistry(store.data)
-    user, token = registry.add(f"u{next(_counter)}-{free_port()}", "alice@example.com")
+    name = f"u{next(_counter)}-{free_port()}"
+    user, token = registry.add(name, f"alice+{name}@example.com")  # an address is one account's
     client = store.client(token)
     brains = client.get("/api/brains").json()
     if not brains:

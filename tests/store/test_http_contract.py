@@ -56,7 +56,7 @@ def test_auth_required_everywhere_but_health(store: Store) -> None:
 def test_me_and_records(store: Store, alice: tuple[httpx.Client, str]) -> None:
     client, bid = alice
     me = client.get("/auth/me").json()
-    assert me["user"]["email"] == "alice@example.com" and isinstance(me["user"]["id"], str)
+    assert me["user"]["email"] == f"alice+{me['user']['name']}@example.com" and isinstance(me["user"]["id"], str)
     assert me["storage_used"] == 0
     brains = client.get("/api/brains").json()
     assert isinstance(brains, list) and brains[0]["id"] == bid
