@@ -21,7 +21,7 @@ import anyio.to_thread
 
 from common.limits import limit_key
 from store.auth.tokens import is_static_token
-from store.auth.users import EmailInUse, UserRegistry
+from store.auth.users import UserRegistry
 from store.errors import ServiceError
 
 log = logging.getLogger("store.auth")
@@ -204,16 +204,9 @@ class Authenticator:
                 return None
             name = (identity.email or "").split("@")[0] or "oidc-user"
             # file lock + fsync: keep it off the event loop
-            try:
-                user = await anyio.to_thread.run_sync(
-                    self.registry.add_oidc, identity.user_id, identity.issuer, identity.subject, identity.email, name
-                )
-            except EmailInUse:
-                # A valid token, so not a failed login: refused (403) saying why, nothing created.
-                log.warning("refused to create a user on first OIDC sign-in: e-mail address in use")
-                raise ServiceError(403, "another account of this store already has this sign-in's e-mail address, "
-                                        "so no account was created for it; ask the store's operator (brain-store "
-                                        "user list shows the accounts)") from None
+            user = await anyio.to_thread.run_sync(
+                self.registry.add_oidc, identity.user_id, identity.issuer, identity.subject, identity.email, name
+            )
             if user is None:
                 return None
             log.info("created user %s on first OIDC sign-in", user.id)

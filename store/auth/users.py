@@ -373,8 +373,10 @@ class UserRegistry:
     def add_oidc(self, user_id: str, issuer: str, subject: str, email: str, name: str) -> User | None:
         """The user for an OIDC identity, created on first sight; None when it was denied.
 
-        Raises EmailInUse, creating nothing, when another account has the identity's e-mail
-        address (the operator decides which account that person is)."""
+        An e-mail address another account already has does not stop it: the identity provider
+        vouches for the person, and refusing would lock them out with no way for the operator to
+        let them in. The address then names neither account (``lookup`` refuses it as ambiguous,
+        so ``share --with ADDRESS`` cannot pick the wrong person); it is logged."""
 
         def change(doc: UsersDocument) -> User | None:
             if any(d.issuer == issuer and d.subject == subject for d in doc.denied):
@@ -383,7 +385,8 @@ class UserRegistry:
                 if user.oidc_issuer == issuer and user.oidc_subject == subject:
                     return user
             if with_email(email, doc.users):
-                raise EmailInUse("another account of this store has this sign-in's e-mail address")
+                log.warning("first OIDC sign-in with an e-mail address another account has: the address "
+                            "now names neither (share by name or id)")
             taken = {u.name for u in doc.users}
             base = name if _NAME.match(name) else "oidc-user"
             unique, n = base, 1
