@@ -362,7 +362,7 @@ class AuthorizationServer:
     async def complete(self, form: Mapping[str, Any], client_address: str = "unknown") -> Reply:
         """POST /authorize/complete: the sign-in page was submitted from ``client_address``.
 
-        Wrong tokens are limited per sign-in (three), and tokens checked per client
+        Wrong tokens are limited per sign-in (three; an empty token is no attempt), and tokens checked per client
         address (counted before the store is asked, so concurrent submissions cannot
         slip past); a store refusing to check more (429) counts as a wrong token, so
         it never turns into free retries.
@@ -380,12 +380,16 @@ class AuthorizationServer:
         if action == "deny":
             await self._set_tries(pending, MAX_ATTEMPTS)
             return self._redirect_error(pending, "access_denied", "the user declined")
+        token, _ = _single(form, "token")
+        if self.provider.kind == "static" and not (token or "").strip():
+            # A form sent with an empty field (Enter pressed too soon) tried no token: it costs
+            # neither one of this sign-in's attempts nor one of the address's.
+            return PageReply(400, self._view(pending, login_id, Text("Enter your token."), attempts))
         wait = await signin_wait(self._checks, client_address)
         if wait is not None:
             message = Text("Too many sign-in attempts from your network. Wait %(seconds)s seconds, then try again.",
                            seconds=math.ceil(wait))
             return PageReply(429, self._view(pending, login_id, message, attempts))
-        token, _ = _single(form, "token")
         try:
             identity = await self.provider.sign_in(token, client_address)  # type: ignore[attr-defined]
         except ProviderUnavailable:

@@ -355,6 +355,9 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
 
         if not same_origin(request.headers, site) or not tokens_match(form.get("csrf"), expected):
             return signin_again(site, 403, N_("The sign-in form expired or came from another site. Please try again."), target)
+        if app.provider.kind == "static" and not (form.get("token") or "").strip():
+            # An empty field tried no token: it does not take one of the address's attempts.
+            return signin_again(site, 400, N_("Enter your token."), target)
         if await app.signin_retry_after(request) is not None:
             return signin_again(site, 429, N_("Too many sign-in attempts from here. Wait a minute and try again."), target)
         if app.provider.mode != "page":

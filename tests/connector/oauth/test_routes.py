@@ -126,6 +126,25 @@ def test_page_flow_over_http(client: TestClient[Litestar]) -> None:
     assert mount.verify_access(refreshed.json()["access_token"], "http://127.0.0.1:8788") is None
 
 
+def test_an_empty_token_asks_for_one_and_takes_no_attempt(client: TestClient[Litestar]) -> None:
+    client_id = _register(client)
+    page = client.get(_authorize_url(client_id, secrets.token_urlsafe(48)))
+    login_id = re.search(r'name="login_id" value="([^"]+)"', page.text).group(1)  # type: ignore[union-attr]
+    provider = client.app.state.mount.provider
+    # More empty submissions than the sign-in's three attempts: each asks for the token again.
+    for empty in ("", "   ", "", "\t", ""):
+        again = client.post("/authorize/complete", data={"login_id": login_id, "token": empty, "action": "allow"})
+        assert again.status_code == 400, again.text
+        assert "Enter your token." in again.text and "3 attempts left" in again.text
+    assert provider.addresses == []  # the store was never asked
+    # The three attempts are all still there: a wrong token takes the first.
+    wrong = client.post("/authorize/complete", data={"login_id": login_id, "token": "bst_wrong", "action": "allow"})
+    assert wrong.status_code == 401 and "2 attempts left" in wrong.text
+    done = client.post("/authorize/complete", data={"login_id": login_id, "token": GOOD_TOKEN, "action": "allow"},
+                       follow_redirects=False)
+    assert done.status_code == 303 and done.headers["location"].startswith(REDIRECT + "?")
+
+
 def test_token_endpoint_wants_a_form(client: TestClient[Litestar]) -> None:
     response = client.post("/token", json={"grant_type": "authorization_code"})
     assert response.status_code == 400 and response.json()["error"] == "invalid_request"

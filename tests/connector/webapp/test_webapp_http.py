@@ -97,6 +97,22 @@ def test_sign_in_needs_its_form_token_and_a_good_token(store: RunningStore) -> N
         assert client.get("/app").status_code == 303
 
 
+def test_an_empty_token_asks_for_one_and_takes_no_sign_in_attempt(store: RunningStore) -> None:
+    alice = store.add_user("alice")
+    # Two attempts a minute from this address: empty submissions must not use them up.
+    with app_client(store.url, signin_attempts_per_min=2) as client:
+        for empty in ("", "  ", "", ""):
+            page = client.get("/app/signin")
+            again = client.post("/app/signin", data={"csrf": csrf_of(page.text), "token": empty})
+            assert again.status_code == 400 and "Enter your token." in again.text, again.text
+        page = client.get("/app/signin")
+        wrong = client.post("/app/signin", data={"csrf": csrf_of(page.text), "token": "bst_wrong"})
+        assert wrong.status_code == 401 and "not accepted" in wrong.text
+        page = client.get("/app/signin")
+        done = client.post("/app/signin", data={"csrf": csrf_of(page.text), "token": alice.token})
+        assert done.status_code == 303, done.text
+
+
 def test_every_write_needs_the_csrf_token_and_same_origin(store: RunningStore) -> None:
     alice = store.add_user("alice")
     brain_id = brains_of(store.url, alice.token)[0]["id"]
