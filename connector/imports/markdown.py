@@ -18,6 +18,7 @@ YAML refuses the whole import with the note's name, the line and the reason.
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Mapping
 from datetime import date, datetime
 from pathlib import PurePosixPath
@@ -93,16 +94,65 @@ def split_front_matter(name: str, text: str) -> tuple[dict[str, Any], str]:
         raise ImportRefused([Text("%(name)s, line %(line)s: the front matter is not YAML (%(reason)s)",
                                   name=name, line=line, reason=reason)]) from None
     except (ValueError, RecursionError) as exc:
-        # PyYAML's constructors raise these past YAMLError: an integer of over 4,300 digits, flow
-        # collections nested thousands deep. No mark: the line named is the front matter's first.
-        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
-        raise ImportRefused([Text("%(name)s, line %(line)s: the front matter is not YAML (%(reason)s)",
-                                  name=name, line=2, reason=reason)]) from None
+        # PyYAML's constructors raise these past YAMLError, with Python's own words and no
+        # line: an integer of over 4,300 digits, collections nested thousands deep.
+        raise ImportRefused([_unreadable_value(name, match.group(1), nested=isinstance(exc, RecursionError))]) from None
     if values is None:
         values = {}
     if not isinstance(values, Mapping):
         raise ImportRefused([Text("%(name)s, line 2: the front matter is not a list of 'key: value' lines", name=name)])
     return {str(key): _plain(value) for key, value in values.items()}, text[match.end():]
+
+
+def _unreadable_value(name: str, raw: str, *, nested: bool) -> Text:
+    """Why front matter ``raw`` of note ``name`` cannot be read when PyYAML's constructors gave
+    up on a value (too deeply nested when ``nested``, else an integer too long to convert):
+    the field and line holding it, found by walking the parser's events (iterative, so it
+    reaches where the recursive constructors could not)."""
+    field, line = _field_holding(raw, nested)
+    if nested:
+        return Text("%(name)s, line %(line)s: the front matter's '%(field)s' is nested too deeply",
+                    name=name, line=line, field=field)
+    return Text("%(name)s, line %(line)s: the front matter's '%(field)s' is a number of more than %(count)s digits",
+                name=name, line=line, field=field, count=sys.get_int_max_str_digits())
+
+
+def _field_holding(raw: str, nested: bool) -> tuple[str, int]:
+    """(top-level key, note line) of the deepest collection (``nested``) or of the first integer
+    longer than Python converts; ``("?", 2)`` when the events do not show one."""
+    loader = FrontMatterLoader(raw)
+    limit = sys.get_int_max_str_digits()
+    depth, items, deepest = 0, 0, 0
+    key, found = "?", ("?", 2)
+    try:
+        while loader.check_event():
+            event = loader.get_event()
+            if depth == 1 and isinstance(event, yaml.NodeEvent):  # a key or a value of the top mapping
+                if items % 2 == 0:
+                    key = event.value if isinstance(event, yaml.ScalarEvent) else "?"
+                items += 1
+            line = event.start_mark.line + 2  # +1 for the opening ---, +1 from 0-based
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if nested and depth > deepest:
+                    deepest, found = depth, (key, line)
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+            elif not nested and isinstance(event, yaml.ScalarEvent) and _too_long_integer(loader, event, limit):
+                return key, line
+    except yaml.YAMLError:
+        pass
+    finally:
+        loader.dispose()
+    return found
+
+
+def _too_long_integer(loader: FrontMatterLoader, event: yaml.ScalarEvent, limit: int) -> bool:
+    """Whether a scalar reads as a decimal integer of more than ``limit`` digits (0: no limit)."""
+    if limit <= 0 or loader.resolve(yaml.ScalarNode, event.value, event.implicit) != "tag:yaml.org,2002:int":
+        return False
+    digits = event.value.lstrip("+-").replace("_", "")
+    return digits.isdigit() and len(digits) > limit
 
 
 def _plain(value: Any) -> Any:

@@ -119,7 +119,9 @@ def test_bad_files_and_conversations_without_a_model_are_refused_and_change_noth
         cases = [
             ("note.md", b"---\ntitle: [unclosed\n---\nbody\n", "auto", "note.md, line 2: the front matter is not YAML"),
             ("nested.md", b"---\na: " + b"[" * 5000 + b"]" * 5000 + b"\n---\nbody\n", "auto",
-             "nested.md, line 2: the front matter is not YAML (nested too deeply)"),
+             "nested.md, line 2: the front matter&#39;s &#39;a&#39; is nested too deeply"),
+            ("digits.md", b"---\ntitle: Long\ncount: " + b"9" * 4301 + b"\n---\nbody\n", "auto",
+             "digits.md, line 3: the front matter&#39;s &#39;count&#39; is a number of more than 4300 digits"),
             ("export.json", b'[\n{"memory": "a"},\n{"memory": }\n]', "auto", "export.json, line 3: not JSON"),
             ("conversations.json", json.dumps(samples.chatgpt_conversations()).encode(), "auto", "needs a model"),
             ("conversations.json", json.dumps(samples.claude_conversations()).encode(), "claude", "needs a model"),
