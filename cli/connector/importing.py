@@ -96,7 +96,8 @@ def import_(brain: Path, file: Path, chosen: str, dry_run: bool, now: str | None
     extracted memories wait for verification). Prints a JSON report: new, pending_verification,
     duplicates (not written: the brain holds them word for word), similar (written; the
     existing memories each repeats or updates in other words, as memorize lists them),
-    passed_over (files left out, with why), refused (memories not written, with why: one that
+    passed_over (files left out, and supersedes links naming a memory of BRAIN the file does not
+    hold, dropped; each with why), refused (memories not written, with why: one that
     looks like it holds a credential, or longer than 50,000 characters), and stored when written.
     """
     clock = _clock(now)

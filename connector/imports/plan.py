@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from connector.engine.format.brain import Brain
+from connector.engine.format.brain import ARCHIVE_INDEX, Brain
 from connector.engine.writes.credentials import credentials_in_memories
 from connector.engine.writes.errors import BrainError
 from connector.engine.writes.memorize import MemoryInput
@@ -110,7 +110,8 @@ def plan_import(imported: Imported, brain: Brain | None, now: datetime, *,
     (run on the first ``similar_limit`` memories, all when None); the exact-duplicate
     check without vectors runs on every memory whatever the limit. ``related`` and
     ``supersedes`` naming other memories of the same file are rewritten to their new ids,
-    so links survive the move. Refuses (`ImportRefused`) a file with too many memories.
+    so links survive the move; a ``supersedes`` naming a memory of the brain the file does not
+    hold is dropped and listed in ``passed_over`` (an import replaces nothing it did not bring). Refuses (`ImportRefused`) a file with too many memories.
     """
     plan = ImportPlan(format=imported.format, passed_over=list(imported.passed_over))
     if len(imported.memories) > MAX_IMPORT_MEMORIES:
@@ -151,17 +152,36 @@ def plan_import(imported: Imported, brain: Brain | None, now: datetime, *,
         held[normalised_content(memory.content)] = (new_id, memory.title)  # a second copy in the file is a duplicate
         plan.inputs.append(memory)
         plan.ids.append(new_id)
-    plan.inputs = [_relinked(memory, renamed) for memory in plan.inputs]
+    # The brain's own memories, live or archived: a file's `supersedes` must not replace one.
+    ours = (set(entries) | _archived_ids(brain)) - set(renamed)
+    relinked = []
+    for memory in plan.inputs:
+        memory, dropped = _relinked(memory, renamed, ours)
+        plan.passed_over += [Text("%(title)s: 'supersedes' names %(id)s, a memory of this brain the file does not "
+                                  "hold; that link was dropped", title=memory.title, id=other) for other in dropped]
+        relinked.append(memory)
+    plan.inputs = relinked
     return plan
 
 
-def _relinked(memory: MemoryInput, renamed: dict[str, str]) -> MemoryInput:
+def _archived_ids(brain: Brain | None) -> set[str]:
+    """The ids of the brain's archive (forgotten or rejected memories a restore brings back)."""
+    index = brain.read_json(ARCHIVE_INDEX) if brain is not None else None
+    memories = index.get("memories") if isinstance(index, dict) else None
+    return set(memories) if isinstance(memories, dict) else set()
+
+
+def _relinked(memory: MemoryInput, renamed: dict[str, str], ours: set[str]) -> tuple[MemoryInput, list[str]]:
+    """``memory`` with its links to memories of the file rewritten to their ids in the brain, and
+    the ``supersedes`` links naming ``ours`` (memories of the brain the file does not hold) dropped,
+    returned: superseding one would hide it from recall (and move its pin) on the file's word."""
     if not (memory.related or memory.supersedes):
-        return memory
+        return memory, []
     mapping = memory.to_mapping()
-    for link in ("related", "supersedes"):
-        mapping[link] = [renamed.get(other, other) for other in mapping[link]]
-    return MemoryInput.from_mapping(mapping)
+    dropped = [other for other in mapping["supersedes"] if other in ours]
+    mapping["related"] = [renamed.get(other, other) for other in mapping["related"]]
+    mapping["supersedes"] = [renamed.get(other, other) for other in mapping["supersedes"] if other not in ours]
+    return MemoryInput.from_mapping(mapping), dropped
 
 
 def dry_run(plan: ImportPlan, brain: Brain | None, now: datetime) -> ImportSummary:

@@ -409,3 +409,40 @@ def test_a_file_or_folder_over_the_size_limit_is_refused_before_it_is_read_whole
     (folder / "two.md").write_bytes(b"a" * 600)
     with pytest.raises(ImportRefused, match="more than"):
         files.Upload.of_path(folder)
+
+
+def test_an_import_supersedes_only_memories_it_brings(tmp_path: Path) -> None:
+    brain = tmp_path / "brain"
+    memorize = [{"title": "Boiler service", "type": "observation", "path": "home/", "origin": "user",
+                 "content": "The boiler is serviced every October by the plumber on Elm Street."}]
+    done = subprocess.run([console_script("brain-connector"), "memorize", str(brain), "--now", NOW, "--no-similar"],
+                          input=json.dumps(memorize), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    held = live(brain)["Boiler service"]["id"]
+    # An export of another brain: a new version superseding an old one of the file (kept), and
+    # links naming a memory of the target brain the file does not hold (dropped, reported).
+    document = {"format": "brain-store/memories", "version": 1, "memories": [
+        {"id": "mem_20250101_aaaaaa", "title": "Bike plan v1", "type": "learning", "path": "notes/", "origin": "user",
+         "content": "Ride the old bike to work on Mondays."},
+        {"id": "mem_20250102_bbbbbb", "title": "Bike plan v2", "type": "learning", "path": "notes/", "origin": "user",
+         "content": "Ride the new bike to work on Mondays and Fridays.", "supersedes": ["mem_20250101_aaaaaa", held]},
+        {"id": "mem_20250103_cccccc", "title": "Boiler moved", "type": "learning", "path": "home/", "origin": "user",
+         "content": "Nothing is serviced any more.", "supersedes": [held]},
+    ]}
+    source = samples.write_json(tmp_path / "other-brain.json", document)
+    dropped = [f"Bike plan v2: 'supersedes' names {held}, a memory of this brain the file does not hold; "
+               "that link was dropped",
+               f"Boiler moved: 'supersedes' names {held}, a memory of this brain the file does not hold; "
+               "that link was dropped"]
+    dry = imported_ok(brain, source, "--dry-run")
+    assert dry["new"] == 3 and dry["passed_over"] == dropped, dry
+    report = imported_ok(brain, source)
+    assert report["passed_over"] == dropped and not any(item.get("superseded") == [held] for item in report["stored"])
+    memories = live(brain)
+    # The brain's own memory is still the live one recall serves: nothing of the file replaced it.
+    assert "superseded_by" not in memories["Boiler service"] and "valid_until" not in memories["Boiler service"]
+    assert "superseded_by" not in live(brain)["Boiler service"]["text"]
+    new_v1, new_v2 = memories["Bike plan v1"]["id"], memories["Bike plan v2"]["id"]
+    assert memories["Bike plan v1"]["superseded_by"] == new_v2  # a link within the file still works
+    assert memories["Bike plan v2"]["supersedes"] == [new_v1]
+    assert "supersedes" not in memories["Boiler moved"]

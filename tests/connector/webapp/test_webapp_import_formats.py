@@ -173,3 +173,26 @@ def test_conversations_with_the_operators_model_are_extracted_and_held_for_verif
     lisbon = at_store(store, alice.token)["Moving to Lisbon in March"]
     assert lisbon["origin"] == "external" and lisbon["quarantined"] is True
     assert "source:moving-to-lisbon" in lisbon["tags"]
+
+
+def test_an_imported_supersedes_naming_a_memory_of_the_brain_is_dropped_and_reported(
+        store: RunningStore, tmp_path: Path) -> None:
+    with alice_signed_in(store, tmp_path, "The boiler is serviced every October.", "198.51.100.12") as (alice, server, browser):
+        before = at_store(store, alice.token)
+        (held_title, held), = before.items()
+        held["id"] = re.search(r'^id: "?(mem_\w+)', held["text"], re.MULTILINE).group(1)  # type: ignore[union-attr]
+        document = {"format": "brain-store/memories", "version": 1, "memories": [
+            {"id": "mem_20250103_cccccc", "title": "Boiler moved", "type": "learning", "path": "home/",
+             "origin": "user", "content": "Nothing is serviced any more.", "supersedes": [held["id"]]}]}
+        preview = upload(browser, "other-brain.json", json.dumps(document).encode())
+        assert preview.status_code == 200, preview.text
+        line = (f"Boiler moved: &#39;supersedes&#39; names {held['id']}, a memory of this brain the file does "
+                "not hold; that link was dropped")
+        assert "1 new memory would be saved" in preview.text and line in preview.text, preview.text
+        confirm(browser, preview)
+        after = at_store(store, alice.token)
+        # Alice's memory is not replaced: recall still serves it.
+        assert "superseded_by" not in after[held_title] and "valid_until" not in after[held_title]
+        assert "supersedes" not in after["Boiler moved"]
+        log = server.log()
+    assert "Traceback" not in log
