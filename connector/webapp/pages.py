@@ -16,10 +16,11 @@ from importlib import resources
 from typing import Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
-from markupsafe import Markup
+from markupsafe import Markup, escape
 
 from connector.engine.format.jsvalues import parse_iso_ms
-from connector.i18n import Text, current_locale, listing, number, readable_instant, size, switch_links, translate, translations
+from connector.i18n import (Text, current_locale, gettext, listing, number, readable_instant, size, switch_links, translate,
+                            translations)
 from connector.mcp.http import path_segment
 from connector.webapp.labels import type_label
 
@@ -62,8 +63,10 @@ def environment(locale: str = "en") -> Environment:
     env.globals["locale"] = locale
     env.globals["languages"] = switch_links
     env.filters["when"] = lambda value: when(translate(value, locale) if isinstance(value, Text) else value, locale)
-    # A message made in Python (a Text or a marked string), translated and still escaped as text.
-    env.filters["t"] = lambda message: translate(message, locale)
+    # A message made in Python (a Text or a marked string), translated, escaped, its text parameters isolated.
+    env.filters["t"] = lambda message: translated(message, locale)
+    # Text people wrote (a title, a name, a tag), isolated from the text around it on its line.
+    env.filters["bdi"] = isolate
     env.filters["number"] = lambda value, pattern=None: number(value, locale, pattern)
     env.filters["size"] = lambda value: size(value, locale)
     env.filters["listing"] = lambda items: listing(items, locale)
@@ -71,6 +74,27 @@ def environment(locale: str = "en") -> Environment:
     # A memory's type as people of the locale read it (the stored word stays in forms' values).
     env.filters["memory_type"] = lambda value: translate(type_label(value), locale) if isinstance(value, str) else value
     return env
+
+
+def isolate(value: Any) -> Any:
+    """Text people wrote (a memory's title, a brain's name, a tag), escaped, in a ``<bdi>``:
+    its bidirectional controls (U+202E RIGHT-TO-LEFT OVERRIDE) stay inside it instead of
+    reordering the labels after it on the line, and it takes its own direction from its first
+    strong letter (an Arabic or Hebrew title reads right to left in its box). Anything but a
+    non-empty string (None, a number) comes back unchanged. Never inside ``<title>`` or an
+    attribute: there a tag is text."""
+    if isinstance(value, str) and value:
+        return Markup("<bdi>{0}</bdi>").format(value)
+    return value
+
+
+def translated(message: Any, locale: str) -> Any:
+    """`translate`, with the text parameters of a `Text` (a file's name, a memory's title)
+    isolated (`isolate`): the message's own words stay escaped text."""
+    if isinstance(message, Text) and message.params:
+        params = {name: isolate(value) for name, value in message.params.items()}
+        return Markup(escape(gettext(message.msgid, locale))) % params
+    return translate(message, locale)
 
 
 _INSTANT = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}")

@@ -116,7 +116,7 @@ def test_python_messages_are_translated_on_error_pages(store: RunningStore) -> N
         assert missing.status_code == 404 and "没有这条记忆" in missing.text
         # An upload that is not JSON: the reason, made in Python with parameters, in Chinese.
         bad = client.post("/app/import", data={"csrf": csrf}, files={"file": ("x.json", b"{not json", "application/json")})
-        assert bad.status_code == 400 and "x.json，第 1 行：不是 JSON" in bad.text
+        assert bad.status_code == 400 and "<bdi>x.json</bdi>，第 1 行：不是 JSON" in bad.text
         unknown = client.get("/app/search?query=tea&mode=fuzzy")
         assert unknown.status_code == 400 and "未知的回想模式" in unknown.text and "混合" in unknown.text
 

@@ -42,7 +42,7 @@ def test_the_page_reads_a_model_and_refusals_change_nothing(store: RunningStore)
     with app_client(store.url) as client:
         csrf = sign_in(client, alice.token)
         listing = client.get("/app/mental")
-        assert listing.status_code == 200 and f'/app/mental/{model_id}">Team directory</a>' in listing.text
+        assert listing.status_code == 200 and f'/app/mental/{model_id}"><bdi>Team directory</bdi></a>' in listing.text
         assert 'href="/app/mental">Mental models</a>' in listing.text  # the nav link
         page = client.get(f"/app/mental/{model_id}")
         assert page.status_code == 200 and "<strong>platform</strong>" in page.text

@@ -136,7 +136,7 @@ def test_keep_old_says_which_other_pairs_it_closed_and_no_choice_is_the_default(
         assert "closed=1" in done.headers["location"] and second in done.headers["location"]
         after = client.get(done.headers["location"]).text
         assert "It also closed 1 other pair that had the same memory (it left the brain)." in after
-        assert f'/app/memory/{second}">Standup: half past nine.</a>' in after
+        assert f'/app/memory/{second}"><bdi>Standup: half past nine.</bdi></a>' in after
         assert "Nothing is waiting for review." in after
         # A made-up or foreign id in the address shows nothing it should not.
         forged = client.get("/app/review?done=keep_old&closed=3&with=mem_20200101_000000_aaaaaa,%3Cscript%3E").text

@@ -102,3 +102,16 @@ def test_a_page_reads_its_session_off_the_event_loop() -> None:
     assert asyncio.run(sessions.find(cookie)) == session
     assert readers and threading.get_ident() not in readers  # read in a worker thread (a bucket: two GETs)
     assert asyncio.run(sessions.find(None)) is None
+
+
+def test_messages_isolate_their_text_parameters_and_escape_them() -> None:
+    from connector.i18n import Text
+    from connector.webapp.pages import environment
+
+    page = environment("en").from_string("<li>{{ note|t }}</li><li>{{ tag|bdi }}</li><li>{{ plain|t }}</li>")
+    html = page.render(note=Text("%(name)s: no text", name="a\u202e<b>.md"), tag="x\u202ey", plain="Pinned.")
+    # A file's name in a message is isolated (and escaped): its override ends with it.
+    assert html == ("<li><bdi>a\u202e&lt;b&gt;.md</bdi>: no text</li><li><bdi>x\u202ey</bdi></li>"
+                    "<li>Pinned.</li>")
+    translated = environment("ja").from_string("{{ note|t }}").render(note=Text("%(name)s: no text", name="n.md"))
+    assert "<bdi>n.md</bdi>" in translated and "no text" not in translated

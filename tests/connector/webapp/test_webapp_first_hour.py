@@ -138,9 +138,9 @@ def test_titles_read_without_markdown_and_times_readably(store: RunningStore) ->
     with app_client(store.url) as client:
         sign_in(client, alice.token)
         home = client.get("/app").text
-        assert ">blue flowerpot</a>" in home and "**blue flowerpot**" not in home
+        assert "><bdi>blue flowerpot</bdi></a>" in home and "**blue flowerpot**" not in home
         page = client.get(f"/app/memory/{memory_id}").text
-        assert "<h1>blue flowerpot" in page and "**" not in page
+        assert "<h1><bdi>blue flowerpot</bdi>" in page and "**" not in page
         # Times: readable, the exact instant kept in the <time> element.
         assert re.search(r'<time datetime="2026-03-01T12:00:00\.123Z" title="[^"]+">1 Mar 2026, 12:00 UTC</time>', page)
         assert re.search(r"<time datetime=\"[^\"]+\" title=\"[^\"]+\">\d{1,2} \w{3} \d{4}, \d\d:\d\d UTC</time>", home)

@@ -66,7 +66,7 @@ def test_import_refuses_memories_with_credentials(store: RunningStore) -> None:
         assert preview.status_code == 200, preview.text
         assert "1 new memory would be saved" in preview.text or "1 new memories would be saved" in preview.text
         for title in ("AWS", "GitHub", "PEM", "Agent"):
-            assert f"{title}: looks like it contains a credential" in preview.text
+            assert f"<bdi>{title}</bdi>: looks like it contains a credential" in preview.text
         assert AWS not in preview.text and GITHUB not in preview.text and "MIIEow" not in preview.text
         reference = re.search(r'name="reference" value="([^"]+)"', preview.text).group(1)  # type: ignore[union-attr]
         assert client.post("/app/import/confirm", data={"csrf": csrf, "reference": reference}).status_code == 303
