@@ -33,16 +33,21 @@ def _everything(url: str, token: str) -> dict[str, str]:
     return out
 
 
+def _sealed_uploads(store_url: str, token: str, count: int) -> None:
+    """``count`` versions of the user's first brain, uploaded to a store sealing under OLD."""
+    wait_for_token(store_url, token)
+    headers = {"Authorization": f"Bearer {token}"}
+    brain = httpx.get(store_url + "/api/brains", headers=headers).json()[0]["id"]
+    for n in range(count):
+        httpx.put(f"{store_url}/api/brains/{brain}/sync", headers=headers,
+                  files={"brain": ("b.tgz", archive({f"m{n}": b"x" * n}))}).raise_for_status()
+
+
 def test_rekey_reseals_a_bucket(moto: S3Service, tmp_path: Path) -> None:
     env = {**moto.store_env(moto.new_bucket()), "STORE_ENCRYPTION_KEY": OLD}
     with running_store(tmp_path / "old", env=env, log_name="old.log") as store:
         token = store.add_user("gina")
-        wait_for_token(store.url, token)
-        headers = {"Authorization": f"Bearer {token}"}
-        brain = httpx.get(store.url + "/api/brains", headers=headers).json()[0]["id"]
-        for n in range(2):
-            httpx.put(f"{store.url}/api/brains/{brain}/sync", headers=headers,
-                      files={"brain": ("b.tgz", archive({f"m{n}": b"x" * n}))}).raise_for_status()
+        _sealed_uploads(store.url, token, 2)
         before = _everything(store.url, token)
     assert len(before) == 2
     # without the key the archives are sealed with: one line naming the archive, nothing changed
@@ -61,12 +66,7 @@ def test_rekey_reseals_a_bucket(moto: S3Service, tmp_path: Path) -> None:
 def test_serve_refuses_a_bucket_sealed_under_another_key(moto: S3Service, tmp_path: Path) -> None:
     env = {**moto.store_env(moto.new_bucket()), "STORE_ENCRYPTION_KEY": OLD}
     with running_store(tmp_path / "old", env=env, log_name="old.log") as store:
-        token = store.add_user("hana")
-        wait_for_token(store.url, token)
-        headers = {"Authorization": f"Bearer {token}"}
-        brain = httpx.get(store.url + "/api/brains", headers=headers).json()[0]["id"]
-        httpx.put(f"{store.url}/api/brains/{brain}/sync", headers=headers,
-                  files={"brain": ("b.tgz", archive({"m": b"sealed"}))}).raise_for_status()
+        _sealed_uploads(store.url, store.add_user("hana"), 1)
     base = {**{k: v for k, v in os.environ.items() if not k.startswith("STORE_")}, **env,
             "STORE_DATA_DIR": str(tmp_path / "spool")}
     for key in ("", NEW):  # no key, another key

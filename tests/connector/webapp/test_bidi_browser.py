@@ -13,12 +13,11 @@ import pytest
 
 from connector.engine.format.brain import Brain
 from connector.engine.writes.ops import connector_memorize
-from tests.connector.oauth import live
-from tests.support.browser import chromium, needs_chromium, screenshots
+from tests.support.browser import needs_chromium
 from tests.support.tools import needs_tool
 
 from ..conftest import RunningStore, brains_of, device_write
-from .test_webapp_browser import AXE, signed_in_page
+from .test_webapp_browser import AXE, app_in_chromium
 
 pytestmark = [
     pytest.mark.timeout(300),
@@ -96,26 +95,23 @@ def _line_reads_in_order(page: Any, memory_id: str, title: str) -> None:
 def test_a_title_with_a_bidi_override_reorders_nothing_after_it(store: RunningStore, tmp_path: Path) -> None:
     alice = store.add_user("alice")
     ids = _write(store, alice.token)
-    shots = screenshots(tmp_path)
-    with live.running_connector(tmp_path, store.url, state_dir=tmp_path / "state",
-                                extra_env={"CONNECTOR_REPULL_TTL_MS": "0"}) as connector:
+    with app_in_chromium(store.url, alice.token, tmp_path) as (connector, page, checks):
         base = connector.base_url
-        with chromium() as browser:
-            page, checks = signed_in_page(browser, base, alice.token, shots)
-            for name, address in (("home", "/app"), ("search-browse", "/app/search?type=observation")):
-                if page.url != base + address:
-                    page.goto(base + address)
-                checks.page_ok(f"bidi-{name}")
-                for title, memory_id in ids.items():
-                    _line_reads_in_order(page, memory_id, title)
-                # The Arabic title still reads right to left in its own box: its first letter is
-                # drawn to the right of its last.
-                link = page.locator(f'a[href$="/memory/{ids[ARABIC_TITLE]}"]').first
-                first, last = link.evaluate(CHARACTER_XS, ARABIC_TITLE)
-                assert first > last, (name, first, last)
+        for name, address in (("home", "/app"), ("search-browse", "/app/search?type=observation")):
+            if page.url != base + address:
+                page.goto(base + address)
+            checks.page_ok(f"bidi-{name}")
+            for title, memory_id in ids.items():
+                _line_reads_in_order(page, memory_id, title)
+            # The Arabic title still reads right to left in its own box: its first letter is
+            # drawn to the right of its last.
+            link = page.locator(f'a[href$="/memory/{ids[ARABIC_TITLE]}"]').first
+            first, last = link.evaluate(CHARACTER_XS, ARABIC_TITLE)
+            assert first > last, (name, first, last)
 
-            page.goto(base + f"/app/memory/{ids[OVERRIDE_TITLE]}")
-            checks.page_ok("bidi-memory")
-            heading = page.locator("h1")
-            assert heading.evaluate(ISOLATED, OVERRIDE_TITLE) is True
-        assert "Traceback" not in connector.log()
+        page.goto(base + f"/app/memory/{ids[OVERRIDE_TITLE]}")
+        checks.page_ok("bidi-memory")
+        heading = page.locator("h1")
+        assert heading.evaluate(ISOLATED, OVERRIDE_TITLE) is True
+        log = connector.log()
+    assert "Traceback" not in log

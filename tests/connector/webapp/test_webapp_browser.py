@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -114,6 +116,18 @@ def signed_in_page(browser: Any, base: str, token: str, shots: Path,
     page.get_by_role("button", name="Sign in").click()
     page.wait_for_url(base + "/app")
     return page, checks
+
+
+@contextmanager
+def app_in_chromium(store_url: str, token: str, tmp_path: Path) -> Iterator[tuple[Any, Any, Checks]]:
+    """A connector on ``store_url`` (pulling on every request) and Chromium signed in to its web
+    app with ``token``: the connector, the page and the checks every page must pass."""
+    shots = screenshots(tmp_path)
+    with live.running_connector(tmp_path, store_url, state_dir=tmp_path / "state",
+                                extra_env={"CONNECTOR_REPULL_TTL_MS": "0"}) as connector:
+        with chromium() as browser:
+            page, checks = signed_in_page(browser, connector.base_url, token, shots)
+            yield connector, page, checks
 
 
 @pytest.mark.slow
