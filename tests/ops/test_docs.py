@@ -1,20 +1,49 @@
-"""The operator docs: every relative link resolves, and docs/README.md lists every operator page."""
+"""The operator docs: every relative link and its #anchor resolves, and docs/README.md lists every operator page."""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from tests.support.processes import REPO_ROOT
 
 DOCS = REPO_ROOT / "docs"
+# Every page a reader follows links from: the docs, the top README, the deploy and bench indexes.
+LINKING_PAGES = [*sorted(DOCS.glob("*.md")), REPO_ROOT / "README.md", REPO_ROOT / "deploy" / "README.md",
+                 REPO_ROOT / "bench" / "README.md"]
 
 
-def test_relative_links_resolve() -> None:
-    for page in DOCS.glob("*.md"):
-        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text()):
-            if "://" in target:
+def without_code_blocks(text: str) -> str:
+    """Markdown outside fenced code blocks (a ``](x)`` or ``# x`` in a code block is no link or heading)."""
+    return re.sub(r"^```.*?^```", "", text, flags=re.MULTILINE | re.DOTALL)
+
+
+def anchors(page: Path) -> set[str]:
+    """The anchors GitHub makes for ``page``'s headings: lowercased, punctuation but ``-`` and ``_``
+    dropped, spaces as ``-``, a repeated heading suffixed ``-1``, ``-2``..."""
+    seen: dict[str, int] = {}
+    found = set()
+    for heading in re.findall(r"^#{1,6}\s+(.+?)\s*$", without_code_blocks(page.read_text()), flags=re.MULTILINE):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        count = seen.get(slug, 0)
+        seen[slug] = count + 1
+        found.add(slug if count == 0 else f"{slug}-{count}")
+    return found
+
+
+def test_relative_links_and_anchors_resolve() -> None:
+    broken = []
+    for page in LINKING_PAGES:
+        for target in re.findall(r"\]\(([^)\s]+)\)", without_code_blocks(page.read_text())):
+            if "://" in target or target.startswith("mailto:"):
                 continue
-            assert (page.parent / target).exists(), f"{page.name} links to missing {target}"
+            path, _, anchor = target.partition("#")
+            linked = (page.parent / path) if path else page
+            if not linked.exists():
+                broken.append(f"{page.relative_to(REPO_ROOT)} links to missing {target}")
+            elif anchor and linked.suffix == ".md" and anchor not in anchors(linked):
+                broken.append(f"{page.relative_to(REPO_ROOT)} links to {target}: no such heading")
+    assert not broken, "\n".join(broken)
 
 
 def test_index_lists_every_page() -> None:
