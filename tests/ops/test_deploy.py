@@ -255,7 +255,7 @@ STORE_FIELD_ENV = {
 }
 CONNECTOR_FIELD_ENV = {"store_url": "CONNECTOR_STORE_URL"}
 # Connector fields only a caller (tests, the CLI) can set: no environment variable exists for them.
-CONNECTOR_NOT_FROM_ENV = {"mcp_rate_per_min", "store_timeout_s"}
+CONNECTOR_NOT_FROM_ENV = {"store_timeout_s"}
 
 
 def test_env_example_documents_every_setting() -> None:
@@ -273,6 +273,32 @@ def test_env_example_documents_every_setting() -> None:
         name = CONNECTOR_FIELD_ENV.get(field.name) or (
             field.name.upper() if field.name.startswith("oidc_") else "CONNECTOR_" + field.name.upper())
         assert name in documented, f"ConnectorSettings.{field.name}: {name} not in env.example"
+
+
+# Commented lines of env.example that show an example value, not the default (no default, or none to show).
+ENV_EXAMPLE_VALUES = {
+    "STORE_OIDC_ISSUER", "STORE_OIDC_AUDIENCE", "STORE_OIDC_ALLOWED_DOMAINS", "STORE_OIDC_ALLOWED_EMAILS",
+    "STORE_S3_ENDPOINT_URL", "CONNECTOR_PUBLIC_URL", "CONNECTOR_ALLOWED_HOSTS", "CONNECTOR_STATE_DIR",
+    "CONNECTOR_STATE_URL", "CONNECTOR_S3_ENDPOINT_URL", "CONNECTOR_S3_REGION", "CONNECTOR_INDEX_CACHE_DIR",
+    "CONNECTOR_MODEL_URL", "CONNECTOR_MODEL", "OIDC_ISSUER", "OIDC_ALLOWED_DOMAINS",
+}
+
+
+def test_env_example_shows_the_settings_defaults() -> None:
+    """A commented ``# NAME=value`` line shows the default ("can stay commented"): uncommented, it
+    changes nothing, unless it is one of the marked example values."""
+    store_url = {"CONNECTOR_STORE_URL": "http://127.0.0.1:8787"}
+    store_default, connector_default = StoreSettings.from_env({}), ConnectorSettings.load(store_url)
+    lines = re.findall(r"^# ([A-Z][A-Z0-9_]+)=(\S*)$", (DEPLOY / "env.example").read_text(), re.M)
+    assert len(lines) > 50
+    for name, value in lines:
+        if name in ENV_EXAMPLE_VALUES or name in LIBRARY_ENV:
+            continue
+        if name.startswith("STORE_"):
+            assert StoreSettings.from_env({name: value}) == store_default, f"env.example: {name}={value} is not the default"
+        else:
+            changed = ConnectorSettings.load({**store_url, name: value})
+            assert changed == connector_default, f"env.example: {name}={value} is not the default"
 
 
 # --- the cluster (compose.cluster.yml, issue 27) -----------------------------------------------
