@@ -63,3 +63,13 @@ def test_the_idle_connection_timeout_is_said_alike_everywhere() -> None:
         said += [(page.name, int(seconds)) for seconds in
                  re.findall(r"(?:idle keep-alive connections?|pauses for more than)[^.]{0,40}? (\d+) ?s\b", text, re.I)]
     assert said and all(seconds == KEEP_ALIVE_SECONDS for _, seconds in said), said
+
+
+def test_the_caddy_block_of_replicas_md_is_deploy_caddyfile_replicas() -> None:
+    """The block people copy from docs/replicas.md is the deploy file without its comments (it once
+    lacked the keep-alive bound, whose absence gets answers 502)."""
+    page = (DOCS / "replicas.md").read_text()
+    shown = re.search(r"Without its comments:\n\n```\n(.*?)```", page, flags=re.DOTALL)
+    deployed = (REPO_ROOT / "deploy" / "Caddyfile.replicas").read_text().splitlines()
+    assert shown is not None
+    assert shown.group(1).splitlines() == [line for line in deployed if line.strip() and not line.lstrip().startswith("#")]
