@@ -73,3 +73,30 @@ def test_the_caddy_block_of_replicas_md_is_deploy_caddyfile_replicas() -> None:
     deployed = (REPO_ROOT / "deploy" / "Caddyfile.replicas").read_text().splitlines()
     assert shown is not None
     assert shown.group(1).splitlines() == [line for line in deployed if line.strip() and not line.lstrip().startswith("#")]
+
+
+def documented_series(section: str) -> dict[str, set[str]]:
+    """The series table under ``section`` of docs/observability.md: each series (``_total`` left off,
+    as Prometheus adds it to counters) with its labels (words before any parenthesis; ``—``: none)."""
+    page = (DOCS / "observability.md").read_text()
+    table = page.split(section, 1)[1].split("\n\n", 2)[1]
+    series: dict[str, set[str]] = {}
+    for row in table.splitlines()[2:]:
+        names, labels = row.split("|")[1:3]
+        label_set = {word.strip() for word in re.sub(r"\([^)]*\)", "", labels).split(",")} - {"—", ""}
+        for name in re.findall(r"`([a-z_]+)`", names):
+            series[name.removesuffix("_total")] = label_set
+    return series
+
+
+def test_the_metrics_tables_name_every_series_with_its_labels() -> None:
+    from prometheus_client.metrics import MetricWrapperBase
+
+    from connector.metrics import ConnectorMetrics
+    from store.metrics import StoreMetrics
+
+    store = {family.name.removeprefix("brain_store_"): set(family._labelnames) for family in StoreMetrics().collect()}
+    connector = {metric._name.removeprefix("brain_connector_"): set(metric._labelnames)
+                 for metric in vars(ConnectorMetrics()).values() if isinstance(metric, MetricWrapperBase)}
+    assert documented_series("Store (`brain_store_*`):") == store
+    assert documented_series("Connector (`brain_connector_*`):") == connector
