@@ -18,7 +18,8 @@ def _progress(line: str) -> None:
 @click.option("--to", "target", required=True, type=click.Path(path_type=Path, dir_okay=False),
               help="Backup file to write (zstandard-compressed tar with a checksummed manifest).")
 @click.option("--data", type=click.Path(path_type=Path), default=None,
-              help="Data directory [env STORE_DATA_DIR]; with STORE_BACKEND=s3 the bucket is used.")
+              help="Data directory [env STORE_DATA_DIR, default ~/.brain-store]; with STORE_BACKEND=s3 "
+                   "the bucket is used.")
 def backup(target: Path, data: Path | None) -> None:
     """Back up users (token hashes, deny records), brains, archives and snapshots.
 
@@ -47,7 +48,8 @@ def backup(target: Path, data: Path | None) -> None:
 @click.option("--from", "source", required=True, type=click.Path(path_type=Path, dir_okay=False),
               help="Backup file written by `brain-store backup`.")
 @click.option("--data", type=click.Path(path_type=Path), default=None,
-              help="Data directory [env STORE_DATA_DIR]; with STORE_BACKEND=s3 the bucket is used.")
+              help="Data directory [env STORE_DATA_DIR, default ~/.brain-store]; with STORE_BACKEND=s3 "
+                   "the bucket is used.")
 @click.option("--force", is_flag=True, help="Replace a non-empty store (it ends up equal to the backup).")
 def restore(source: Path, data: Path | None, force: bool) -> None:
     """Verify a backup completely, then restore it (to local disk or S3, whichever is configured).

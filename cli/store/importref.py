@@ -19,7 +19,8 @@ from cli.store.target import store_label
               help="Let a reference user who already has an account here get the brains that account lacks "
                    "(refused without it).")
 @click.option("--data", type=click.Path(path_type=Path), default=None,
-              help="This store's data directory [env STORE_DATA_DIR]; with STORE_BACKEND=s3 the bucket is used.")
+              help="This store's data directory [env STORE_DATA_DIR, default ~/.brain-store]; with STORE_BACKEND=s3 "
+                   "the bucket is used.")
 def import_reference(ref_dir: Path, key_text: str | None, into_existing: bool, data: Path | None) -> None:
     """Import users (token hashes: their tokens keep working), brains and snapshots from REF_DIR.
 

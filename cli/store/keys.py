@@ -22,7 +22,7 @@ def keygen() -> None:
 @click.option("--new-key", "new_key", required=True, envvar="NEW_ENCRYPTION_KEY",
               help="The new master key (64 hex or base64) [env NEW_ENCRYPTION_KEY].")
 @click.option("--data", "data", type=click.Path(path_type=Path), default=None,
-              help="Data directory [env STORE_DATA_DIR].")
+              help="Data directory [env STORE_DATA_DIR, default ~/.brain-store].")
 def rekey(new_key: str, data: Path | None) -> None:
     """Re-seal every archive and snapshot under NEW_KEY while the store keeps serving.
 

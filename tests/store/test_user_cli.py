@@ -342,3 +342,32 @@ def test_an_e_mail_address_is_one_account_and_old_duplicates_are_refused_by_addr
         members = alice.get(f"/api/brains/{alice_brain}/members").json()["members"]
         assert [m["name"] for m in members] == ["alice", "robert"]  # unchanged
         assert alice.put(f"/api/brains/{alice_brain}/members", json={"user": "bob", "role": "viewer"}).status_code == 200
+
+
+def test_every_data_option_names_the_default_data_directory() -> None:
+    """Every command taking ``--data`` (but ``dev``, which has its own) says in its help which directory
+    it acts on without one: the default the settings use. backup, restore, rekey and import-reference
+    named only STORE_DATA_DIR."""
+    import importlib
+
+    import click
+
+    from cli.store import COMMANDS
+    from store.settings import StoreSettings
+
+    default = str(StoreSettings.from_env({}).data_dir).replace(str(Path.home()), "~")
+    assert default == "~/.brain-store"
+
+    def commands(command: click.Command) -> list[click.Command]:
+        if isinstance(command, click.Group):
+            return [leaf for sub in command.commands.values() for leaf in commands(sub)]
+        return [command]
+
+    silent = []
+    for name, target in COMMANDS.items():
+        module, attr = target.split(":")
+        for command in commands(getattr(importlib.import_module(module), attr)):
+            data = [option for option in command.params if option.name == "data"]
+            if name != "dev" and data and f"default {default}" not in (data[0].help or ""):
+                silent.append(f"{name} {command.name}")
+    assert not silent, f"--data help without the default: {silent}"
