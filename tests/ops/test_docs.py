@@ -100,3 +100,17 @@ def test_the_metrics_tables_name_every_series_with_its_labels() -> None:
                  for metric in vars(ConnectorMetrics()).values() if isinstance(metric, MetricWrapperBase)}
     assert documented_series("Store (`brain_store_*`):") == store
     assert documented_series("Connector (`brain_connector_*`):") == connector
+
+
+def test_the_tools_table_of_connecting_md_names_every_argument() -> None:
+    """Each tool row of docs/connecting.md's table names every argument the tool takes (the
+    brain_recall row once left out ``mode`` and called every hit scored like ``brain recall``)."""
+    from connector.mcp.definitions import TOOLS
+
+    page = (DOCS / "connecting.md").read_text()
+    rows = dict(re.findall(r"^\| `([a-z_]+)` \|(.*)\|\s*$", page, flags=re.MULTILINE))
+    tools = {tool.name: tool for tool in TOOLS if tool.name in rows}
+    assert {"brain_recall", "brain_read", "brain_memorize"} <= set(tools)
+    for name, tool in tools.items():
+        missing = [arg for arg in tool.input_schema["properties"] if f"`{arg}" not in rows[name]]
+        assert not missing, f"connecting.md's {name} row does not name {missing}"
