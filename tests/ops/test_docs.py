@@ -114,3 +114,22 @@ def test_the_tools_table_of_connecting_md_names_every_argument() -> None:
     for name, tool in tools.items():
         missing = [arg for arg in tool.input_schema["properties"] if f"`{arg}" not in rows[name]]
         assert not missing, f"connecting.md's {name} row does not name {missing}"
+
+
+def test_the_messages_troubleshooting_md_quotes_are_the_servers_words() -> None:
+    """An operator greps a log or matches a tool's answer against the "Other symptoms" table: each
+    phrase it quotes is in the code (a number there may stand for a placeholder such as ``{port}``).
+    It once quoted tools saying "held, will retry" and a "journal file" the log calls a document."""
+    sources = "".join(re.sub(r'"\s*\n\s*f?"', "", path.read_text())  # strings continued on the next line
+                      for package in ("store", "connector", "common", "cli")
+                      for path in (REPO_ROOT / package).rglob("*.py"))
+    table = (DOCS / "troubleshooting.md").read_text().split("## Other symptoms", 1)[1]
+    quoted = [phrase for symptom in re.findall(r"^\| (.*?) \|", table, flags=re.MULTILINE)
+              for whole in re.findall(r'"([^"]+)"', symptom) for phrase in re.split(r"\s*\.\.\.\s*", whole)]
+    assert len(quoted) >= 10
+    missing = []
+    for phrase in quoted:
+        pattern = re.sub(r"\d+", lambda number: rf"(?:{number.group()}|\{{[^}}]*\}}|%\([a-z_]+\)[sd])", re.escape(phrase))
+        if not re.search(pattern, sources):
+            missing.append(phrase)
+    assert not missing, f"troubleshooting.md quotes words no server says: {missing}"
