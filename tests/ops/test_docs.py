@@ -133,3 +133,13 @@ def test_the_messages_troubleshooting_md_quotes_are_the_servers_words() -> None:
         if not re.search(pattern, sources):
             missing.append(phrase)
     assert not missing, f"troubleshooting.md quotes words no server says: {missing}"
+
+
+def test_the_readme_layout_names_every_package() -> None:
+    """README.md's Layout names every package of common/, store/, connector/ and cli/ (it once left out
+    connector/imports/, store/routes/ and cli/serving/)."""
+    layout = (REPO_ROOT / "README.md").read_text().split("## Layout", 1)[1]
+    missing = [f"{top}/{package.name}/" for top in ("common", "store", "connector", "cli")
+               for package in sorted((REPO_ROOT / top).iterdir())
+               if (package / "__init__.py").is_file() and f"{package.name}/" not in layout]
+    assert not missing, f"README.md's Layout does not name {missing}"
