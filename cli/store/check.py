@@ -10,8 +10,11 @@ import click
 
 @click.command()
 @click.option("--url", required=True, help="Base URL of the store, e.g. http://127.0.0.1:8787")
-@click.option("--token", required=True, envvar="BRAIN_STORE_CHECK_TOKEN", help="Bearer token of a test user.")
-@click.option("--token2", default=None, envvar="BRAIN_STORE_CHECK_TOKEN2", help="Token of a second user (isolation checks).")
+# The tokens may come from the environment: on the command line every local user can read them (ps).
+@click.option("--token", required=True, envvar="BRAIN_STORE_CHECK_TOKEN",
+              help="Bearer token of a test user [env BRAIN_STORE_CHECK_TOKEN].")
+@click.option("--token2", default=None, envvar="BRAIN_STORE_CHECK_TOKEN2",
+              help="Token of a second user (isolation checks) [env BRAIN_STORE_CHECK_TOKEN2].")
 @click.option("--only", "only", multiple=True, metavar="ID", help="Run only this check id (or 'prefix.'); repeatable.")
 @click.option("--core", is_flag=True, help="Skip this project's extension checks (for other stores).")
 @click.option("--json", "as_json", is_flag=True, help="Print results as JSON instead of a table.")
