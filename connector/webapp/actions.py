@@ -31,7 +31,8 @@ from connector.workcopy.store_client import StoreError
 EDIT_ORIGIN = "user"  # the person typed it in the app themselves
 MAX_CONTENT_CHARS = 50_000  # as brain_memorize
 MAX_TITLE_CHARS = 1000
-# An import's memories given the similar check (as the dry run lists them): each check embeds a text.
+# An import's memories whose similar pairs its write queues for review (the dry run lists the first
+# SIMILAR_CHECKED of connector/webapp/routes.py): each check embeds a text.
 IMPORT_CHECKED = 50
 
 

@@ -143,3 +143,17 @@ def test_the_readme_layout_names_every_package() -> None:
                for package in sorted((REPO_ROOT / top).iterdir())
                if (package / "__init__.py").is_file() and f"{package.name}/" not in layout]
     assert not missing, f"README.md's Layout does not name {missing}"
+
+
+def test_the_import_pages_give_the_web_apps_similar_check_its_numbers() -> None:
+    """The web app's import dry run gives the similar check to the file's first SIMILAR_CHECKED
+    memories and its write queues the pairs of the first IMPORT_CHECKED; webapp.md once said the
+    dry run checked 50, contradicting import.md."""
+    from connector.webapp.actions import IMPORT_CHECKED
+    from connector.webapp.routes import SIMILAR_CHECKED
+
+    webapp = re.sub(r"\s+", " ", (DOCS / "webapp.md").read_text())
+    imports = re.sub(r"\s+", " ", (DOCS / "import.md").read_text())
+    assert f"for the file's first {SIMILAR_CHECKED} memories" in webapp
+    assert f"the first {SIMILAR_CHECKED} memories of a file" in imports
+    assert f"the first {IMPORT_CHECKED} new memories given its similar check" in webapp
