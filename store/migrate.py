@@ -1,7 +1,8 @@
 """Move a whole store between a data directory and an S3 bucket (either direction).
 
 Users (the document with token hashes and OIDC deny records), every brain with its
-current archive and snapshots are copied. Blobs are copied byte for byte as stored:
+current archive and snapshots, and what is shared (members and roles, agent key hashes,
+each copied brain's sharing audit log) are copied. Blobs are copied byte for byte as stored:
 a sealed archive is bound to user, brain and checksum, not to where it lives, so it
 stays valid without the key. A brain is written blobs first and metadata last, so an
 interrupted migration leaves no half-visible brain; running it again skips brains
@@ -22,6 +23,7 @@ import msgspec
 
 from store.auth.users import UserRegistry, UsersDocument
 from store.settings import StoreSettings
+from store.sharing.registry import SharingError
 from store.storage.base import BrainMeta
 from store.storage.local import LocalBackend, fsync_dir, write_atomic
 from store.storage.s3 import Account, BrainRecord, Claim, S3Backend
@@ -36,6 +38,8 @@ class MigrateReport:
     """What a migration did."""
 
     users: int = 0
+    shares: int = 0
+    keys: int = 0
     brains: int = 0
     skipped: int = 0
     blobs: int = 0
@@ -133,8 +137,9 @@ def _import_local(dst: LocalBackend, meta: BrainMeta, blobs: dict[str, Path]) ->
 def migrate(
     settings: StoreSettings, source: str, target: str, progress: Callable[[str], None] = lambda line: None
 ) -> MigrateReport:
-    """Copy users, brains and snapshots from ``source`` to ``target`` (directories or s3:// URLs)."""
-    from store.context import open_registry
+    """Copy users, brains with their snapshots, shares and agent keys from ``source`` to ``target``
+    (directories or s3:// URLs)."""
+    from store.context import open_registry, open_sharing
     from store.storage.factory import open_backend
 
     # mkdtemp: 0700, unique, removed with everything staged in it when the run ends.
@@ -149,9 +154,15 @@ def migrate(
         if (problem := src_users.unreadable()) is not None:
             # read as nothing, the target would get no users at all
             raise MigrateError(f"{problem}; restore it (or its last good copy) before migrating")
+        src_sharing = open_sharing(src_settings, src_users, src)
+        if (problem := src_sharing.registry.unreadable()) is not None:
+            # read as nothing, every share and agent key would be left behind
+            raise MigrateError(f"{problem}; restore it (or its last good copy) before migrating")
         dst: Any = open_backend(dst_settings)
+        dst_users = open_registry(dst_settings)
+        dst_sharing = open_sharing(dst_settings, dst_users, dst)
         report = MigrateReport()
-        report.users = _copy_users(src_users, open_registry(dst_settings))
+        report.users = _copy_users(src_users, dst_users)
         progress(f"users: {report.users} added")
         for user_id in list(src.iter_users()):
             for meta in src.list_brains(user_id):
@@ -165,6 +176,7 @@ def migrate(
                 for path in files.values():
                     path.unlink(missing_ok=True)
                 if done:
+                    dst_sharing.audit.replace(meta.id, src_sharing.audit.events(meta.id, limit=1 << 30))
                     report.brains += 1
                     report.blobs += len(files)
                     report.bytes += meta.stored_bytes()  # the same "stored bytes" as user list and backup
@@ -172,4 +184,10 @@ def migrate(
                 else:
                     report.skipped += 1
                     progress(f"brain {user_id}/{meta.id} already at the target; skipped")
+        # Last: a share or key names brains, which are all in place now.
+        try:
+            report.shares, report.keys = dst_sharing.registry.merge(src_sharing.registry.document())
+        except SharingError as exc:
+            raise MigrateError(f"the target's sharing document cannot be changed: {exc}") from None
+        progress(f"sharing: {report.shares} shared brain(s), {report.keys} agent key(s) added")
     return report

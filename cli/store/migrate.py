@@ -11,7 +11,7 @@ from cli.store.runner import settings_from_cli
 @click.option("--from", "source", required=True, metavar="DIR|s3://BUCKET/PREFIX", help="Where the store is now.")
 @click.option("--to", "target", required=True, metavar="DIR|s3://BUCKET/PREFIX", help="Where it should go.")
 def migrate(source: str, target: str) -> None:
-    """Copy users (token hashes), brains and snapshots from --from to --to.
+    """Copy users (token hashes), brains, snapshots, shares and agent keys from --from to --to.
 
     S3 endpoint, region and credentials come from STORE_S3_ENDPOINT_URL, STORE_S3_REGION
     and the standard AWS chain. Stop the stores (or keep them read-only) while it runs;
@@ -27,5 +27,6 @@ def migrate(source: str, target: str) -> None:
         raise click.ClickException(str(exc)) from None
     click.echo(
         f"migrated {report.users} user(s), {report.brains} brain(s), {report.blobs} archive(s), "
-        f"{report.bytes} stored bytes; {report.skipped} brain(s) already present"
+        f"{report.bytes} stored bytes, {report.shares} shared brain(s), {report.keys} agent key(s); "
+        f"{report.skipped} brain(s) already present"
     )

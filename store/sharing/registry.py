@@ -187,6 +187,21 @@ class SharingRegistry:
         # also over a damaged file: a restore is how it is repaired, and nothing of it is kept
         self._doc.edit(change, SharingError, replace_damaged=True)
 
+    def merge(self, other: SharingDocument) -> tuple[int, int]:
+        """Add ``other``'s shares of brains not shared here and its agent keys not here (migrate);
+        what is here already stays as it is, so merging twice adds nothing. Returns (shares, keys) added."""
+
+        def change(doc: SharingDocument) -> tuple[int, int]:
+            shared = {share.brain_id for share in doc.shares}
+            known = {key.sha256 for key in doc.keys}
+            shares = [share for share in other.shares if share.brain_id not in shared]
+            keys = [key for key in other.keys if key.sha256 not in known]
+            doc.shares.extend(shares)
+            doc.keys.extend(keys)
+            return len(shares), len(keys)
+
+        return self._edit(change)
+
     def _edit(self, change: Callable[[SharingDocument], T]) -> T:
         return self._doc.edit(change, SharingError)
 

@@ -103,3 +103,16 @@ def test_migrate_refuses_a_users_file_read_as_nothing(tmp_path: Path) -> None:
     done = cli({}, "migrate", "--from", str(data), "--to", str(tmp_path / "t"), check=False)
     assert done.returncode == 1 and "no readable last good copy" in done.stderr, done.stdout + done.stderr
     assert not (tmp_path / "t").exists()
+
+
+def test_migrate_refuses_a_sharing_file_read_as_nothing(tmp_path: Path) -> None:
+    """`migrate` copies the shares and agent keys too: a sharing.json damaged without a last good
+    copy stops it before anything is written, instead of leaving every share behind."""
+    from tests.backup.support import cli
+
+    data = tmp_path / "s"
+    registry({"STORE_DATA_DIR": str(data)}).add("alice")
+    (data / "sharing.json").write_text("{broken")
+    done = cli({}, "migrate", "--from", str(data), "--to", str(tmp_path / "t"), check=False)
+    assert done.returncode == 1 and "no readable last good copy" in done.stderr, done.stdout + done.stderr
+    assert not (tmp_path / "t").exists()

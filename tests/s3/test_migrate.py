@@ -69,3 +69,53 @@ def test_migrate_directory_to_s3_and_back(moto: S3Service, tmp_path: Path) -> No
     directories = [p for p in back.rglob("*") if p.is_dir()]
     assert directories and all(p.stat().st_mode & 0o077 == 0 for p in directories), \
         [str(p) for p in directories if p.stat().st_mode & 0o077]
+
+
+def _sharing_state(url: str, owner: str, member: str, key: str, brain: str) -> dict[str, object]:
+    """What sharing gives each party: the member's view of the brain, the key's reach, the owner's
+    member list, key list and the brain's audit actions."""
+    with httpx.Client(base_url=url, timeout=30) as client:
+        def get(path: str, token: str) -> httpx.Response:
+            return client.get(path, headers={"Authorization": f"Bearer {token}"})
+
+        seen = {b["id"]: b["role"] for b in get("/api/brains", member).json()}
+        return {
+            "member_role": seen.get(brain),
+            "key_status": get(f"/api/brains/{brain}/sync", key).status_code,
+            "members": get(f"/api/brains/{brain}/members", owner).json(),
+            "keys": [k["prefix"] for k in get("/api/keys", owner).json()["keys"]],
+            "audit": [event["action"] for event in get(f"/api/brains/{brain}/audit", owner).json()["events"]],
+        }
+
+
+def test_migrate_carries_shares_agent_keys_and_the_audit_log(moto: S3Service, tmp_path: Path) -> None:
+    """Members and roles, agent keys and a shared brain's audit log arrive too: they were left behind,
+    so after moving to a bucket every share was gone and every agent key answered 401."""
+    source = tmp_path / "disk" / "data"
+    with running_store(source, log_name="disk.log") as store:
+        dora, eve = store.add_user("dora"), store.add_user("eve")
+        headers = {"Authorization": f"Bearer {dora}"}
+        brain = httpx.get(store.url + "/api/brains", headers=headers).json()[0]["id"]
+        httpx.put(f"{store.url}/api/brains/{brain}/sync", headers=headers,
+                  files={"brain": ("b.tgz", archive({"m.md": b"memory"}))}).raise_for_status()
+        httpx.put(f"{store.url}/api/brains/{brain}/members", headers=headers,
+                  json={"user": "eve", "role": "editor"}).raise_for_status()
+        made = httpx.post(f"{store.url}/api/keys", headers=headers, json={"brains": [brain], "scope": "read"})
+        key = made.json()["key"]
+        before = _sharing_state(store.url, dora, eve, key, brain)
+    assert before["member_role"] == "editor" and before["key_status"] == 200
+    assert {"member_set", "key_created"} <= set(before["audit"])  # type: ignore[arg-type]
+
+    env = moto.store_env(moto.new_bucket(), prefix="moved")
+    url = f"s3://{env['STORE_S3_BUCKET']}/moved"
+    out = run_cli(env, "migrate", "--from", str(source), "--to", url)
+    assert "1 shared brain(s), 1 agent key(s)" in out, out
+    with running_store(tmp_path / "s3spool", env=env, log_name="s3.log") as store:
+        assert _sharing_state(store.url, dora, eve, key, brain) == before
+    # again: nothing is added twice
+    assert "0 shared brain(s), 0 agent key(s)" in run_cli(env, "migrate", "--from", str(source), "--to", url)
+
+    back = tmp_path / "back" / "data"
+    run_cli(env, "migrate", "--from", url, "--to", str(back))
+    with running_store(back, log_name="back.log") as store:
+        assert _sharing_state(store.url, dora, eve, key, brain) == before
