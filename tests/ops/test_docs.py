@@ -157,3 +157,13 @@ def test_the_import_pages_give_the_web_apps_similar_check_its_numbers() -> None:
     assert f"for the file's first {SIMILAR_CHECKED} memories" in webapp
     assert f"the first {SIMILAR_CHECKED} memories of a file" in imports
     assert f"the first {IMPORT_CHECKED} new memories given its similar check" in webapp
+
+
+def test_every_page_naming_the_redirect_uri_to_register_names_the_web_apps_too() -> None:
+    """With OIDC the provider must know two redirect URIs, the OAuth one and the web app's; env.example
+    and troubleshooting.md named only the first, so the web app's sign-in failed at the provider."""
+    pages = [DOCS / "oidc-providers.md", DOCS / "troubleshooting.md", DOCS / "webapp.md",
+             REPO_ROOT / "deploy" / "env.example"]
+    for page in pages:
+        text = page.read_text()
+        assert "/oidc/callback" in text and "/app/oidc/callback" in text, page.name
