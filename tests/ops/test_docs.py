@@ -167,3 +167,16 @@ def test_every_page_naming_the_redirect_uri_to_register_names_the_web_apps_too()
     for page in pages:
         text = page.read_text()
         assert "/oidc/callback" in text and "/app/oidc/callback" in text, page.name
+
+
+def test_every_repository_path_the_docs_name_exists() -> None:
+    """A path of this repository written in backticks (`store/migrate.py`, `tests/ops/`, `deploy/...`)
+    names a file or directory that is there; deploy/.env is the operator's own copy of env.example."""
+    made_by_the_operator = {"deploy/.env"}
+    missing = []
+    for page in LINKING_PAGES:
+        for path in re.findall(r"`((?:store|connector|common|cli|tests|bench|deploy|contract)/[\w./-]+)`",
+                               page.read_text()):
+            if path not in made_by_the_operator and not (REPO_ROOT / path).exists():
+                missing.append(f"{page.relative_to(REPO_ROOT)}: {path}")
+    assert not missing, missing
