@@ -180,3 +180,27 @@ def test_every_repository_path_the_docs_name_exists() -> None:
             if path not in made_by_the_operator and not (REPO_ROOT / path).exists():
                 missing.append(f"{page.relative_to(REPO_ROOT)}: {path}")
     assert not missing, missing
+
+
+def test_every_flag_the_docs_give_a_command_is_one_it_takes() -> None:
+    """`brain-store user add NAME --email E`, `brain-connector recall BRAIN Q --mode hybrid`...: each
+    ``--flag`` written after a command in the docs is an option of that command (or --help)."""
+    from tests.support.cli_tree import every_command
+
+    commands = every_command()
+    wrong, checked = [], 0
+    for page in [REPO_ROOT / "README.md", *sorted(DOCS.glob("*.md")), REPO_ROOT / "deploy" / "README.md"]:
+        for program, words in re.findall(r"(brain-store|brain-connector) ([a-z][^`\n|#;&)]*)", page.read_text()):
+            names = words.split()
+            # the longest command name the words start with ("user add" before "user")
+            name = next((" ".join([program, *names[:n]]) for n in (2, 1)
+                         if " ".join([program, *names[:n]]) in commands), None)
+            if name is None:
+                continue
+            options = {opt for param in commands[name].params
+                       for opt in [*getattr(param, "opts", []), *getattr(param, "secondary_opts", [])]}
+            for flag in re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", words):
+                checked += 1
+                if flag not in options | {"--help"}:
+                    wrong.append(f"{page.name}: {name} {flag}")
+    assert checked > 50 and not wrong, wrong

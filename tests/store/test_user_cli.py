@@ -4,7 +4,6 @@ directory, brains of removed users (list, purge, adopt), and one meaning of "sto
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import os
 import re
@@ -15,6 +14,7 @@ import click
 import pytest
 
 from tests.store.conftest import add_user, brain_files, cli, make_archive, start_store, upload
+from tests.support.cli_tree import every_command
 from tests.support.processes import console_script
 
 KEY = "33" * 32
@@ -346,24 +346,6 @@ def test_an_e_mail_address_is_one_account_and_old_duplicates_are_refused_by_addr
         assert alice.put(f"/api/brains/{alice_brain}/members", json={"user": "bob", "role": "viewer"}).status_code == 200
 
 
-def every_command() -> list[tuple[str, click.Command]]:
-    """Every leaf command of brain-store and brain-connector, with its full name."""
-    from cli.connector import COMMANDS as CONNECTOR_COMMANDS
-    from cli.store import COMMANDS as STORE_COMMANDS
-
-    def leaves(name: str, command: click.Command) -> list[tuple[str, click.Command]]:
-        if isinstance(command, click.Group):
-            return [leaf for sub, child in command.commands.items() for leaf in leaves(f"{name} {sub}", child)]
-        return [(name, command)]
-
-    found = []
-    for program, commands in (("brain-store", STORE_COMMANDS), ("brain-connector", CONNECTOR_COMMANDS)):
-        for name, target in commands.items():
-            module, attr = target.split(":")
-            found += leaves(f"{program} {name}", getattr(importlib.import_module(module), attr))
-    return found
-
-
 def test_every_data_option_names_the_default_data_directory() -> None:
     """Every store command taking ``--data`` (but ``dev``, which has its own) says in its help which
     directory it acts on without one: the default the settings use. backup, restore, rekey and
@@ -373,7 +355,7 @@ def test_every_data_option_names_the_default_data_directory() -> None:
     default = str(StoreSettings.from_env({}).data_dir).replace(str(Path.home()), "~")
     assert default == "~/.brain-store"
     silent = []
-    for name, command in every_command():
+    for name, command in every_command().items():
         data = [option for option in command.params if option.name == "data"]
         if name.startswith("brain-store ") and name != "brain-store dev" and data:
             if f"default {default}" not in (data[0].help or ""):
@@ -384,7 +366,7 @@ def test_every_data_option_names_the_default_data_directory() -> None:
 def test_every_option_read_from_the_environment_names_its_variable() -> None:
     """An option click also takes from an environment variable says which one in its help, so a
     secret can stay off the command line (`check --token` took BRAIN_STORE_CHECK_TOKEN unsaid)."""
-    unsaid = [f"{name} --{option.name}: {option.envvar}" for name, command in every_command()
+    unsaid = [f"{name} --{option.name}: {option.envvar}" for name, command in every_command().items()
               for option in command.params
               if isinstance(option, click.Option) and option.envvar and f"env {option.envvar}" not in (option.help or "")]
     assert not unsaid, unsaid
