@@ -7,7 +7,6 @@ Command-line flags win over the environment. No other connector module reads
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 from collections.abc import Mapping
@@ -18,6 +17,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from common.connection_guard import HttpLimits
 from common.host_guard import host_name
+from common.limits.address import TrustedProxies
 from connector.engine.recall.hybrid import MODES as RECALL_MODES
 
 # The connector's tools (the brain_* tools, and ChatGPT's search and fetch over the same recall
@@ -41,9 +41,6 @@ TOOL_NAMES: tuple[str, ...] = (
 IDENTITY_PROVIDERS = ("static", "oidc")
 MAX_WORKERS = 64  # as for the store: more processes than that would only compete for the cores
 DEFAULT_OIDC_SCOPES = "openid email profile offline_access"
-_PROXY_WORDS = ("loopback", "uniquelocal", "linklocal")
-# Values that would mean "trust any forwarder", which lets anyone forge their address.
-_REFUSED_PROXY_VALUES = ("true", "1", "yes", "on", "*", "all")
 
 
 class SettingsError(ValueError):
@@ -377,20 +374,14 @@ def _check_url(name: str, url: str) -> str:
 
 
 def _check_proxy(entries: tuple[str, ...]) -> tuple[str, ...]:
-    for entry in entries:
-        lowered = entry.lower()
-        if lowered in _REFUSED_PROXY_VALUES:
-            raise SettingsError(
-                f"CONNECTOR_TRUST_PROXY={entry!r} would trust every forwarder; name the proxies "
-                "(loopback, uniquelocal, or CIDRs such as 10.0.0.0/8)"
-            )
-        if lowered in _PROXY_WORDS or lowered in ("none", "false", "0"):
-            continue
-        try:
-            ipaddress.ip_network(entry, strict=False)
-        except ValueError:
-            raise SettingsError(f"CONNECTOR_TRUST_PROXY entry {entry!r} is not loopback, uniquelocal or a CIDR") from None
-    return tuple(e for e in entries if e.lower() not in ("none", "false", "0"))
+    """The trusted proxies as the store reads them (``TrustedProxies.parse``: keywords such as
+    ``loopback`` or ``private``, addresses, CIDRs); a value trusting every forwarder (``true``,
+    ``*``, ``0.0.0.0/0``), which would let anyone choose the address they are limited by, is refused."""
+    try:
+        trusted = TrustedProxies.parse(entries)
+    except ValueError as exc:
+        raise SettingsError(f"CONNECTOR_TRUST_PROXY: {exc}") from None
+    return entries if trusted else ()
 
 
 def _check_model(settings: ConnectorSettings) -> str | None:

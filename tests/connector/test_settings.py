@@ -41,7 +41,7 @@ def test_flags_win_over_environment(tmp_path: Path) -> None:
     assert ConnectorSettings.load(env, host=None).host == "127.0.0.2"
 
 
-@pytest.mark.parametrize("value", ["true", "1", "TRUE", "*"])
+@pytest.mark.parametrize("value", ["true", "1", "TRUE", "*", "0.0.0.0/0", "loopback, ::/0"])
 def test_trust_proxy_everything_is_refused(value: str) -> None:
     with pytest.raises(SettingsError, match="CONNECTOR_TRUST_PROXY"):
         ConnectorSettings.load({**STORE, "CONNECTOR_TRUST_PROXY": value})
@@ -50,6 +50,9 @@ def test_trust_proxy_everything_is_refused(value: str) -> None:
 def test_trust_proxy_names_and_cidrs() -> None:
     settings = ConnectorSettings.load({**STORE, "CONNECTOR_TRUST_PROXY": "loopback, uniquelocal,10.0.0.0/8"})
     assert settings.trust_proxy == ("loopback", "uniquelocal", "10.0.0.0/8")
+    # The store's words, read by the same parser: `private` is loopback, link-local and unique-local.
+    assert ConnectorSettings.load({**STORE, "CONNECTOR_TRUST_PROXY": "private"}).trust_proxy == ("private",)
+    assert ConnectorSettings.load({**STORE, "CONNECTOR_TRUST_PROXY": "none"}).trust_proxy == ()
     with pytest.raises(SettingsError):
         ConnectorSettings.load({**STORE, "CONNECTOR_TRUST_PROXY": "somewhere"})
 
