@@ -33,6 +33,12 @@ def quarters(text: str) -> int:
     return len(text) + (_WIDE_COST - 1) * wide
 
 
+def is_wide(char: str) -> bool:
+    """Whether ``char`` is a Chinese or Japanese character (or their punctuation, full-width
+    form): written without spaces between words, so text may be cut before or after it."""
+    return _WIDE.fullmatch(char) is not None
+
+
 def count_tokens(text: str) -> int:
     """About how many tokens ``text`` is (rounded up)."""
     return -(-quarters(text) // CHARS_PER_TOKEN)

@@ -15,7 +15,7 @@ import yaml
 from connector.engine.format.brain import ARCHIVE_INDEX, Brain
 from connector.engine.format.frontmatter import FrontMatterLoader, body_text, frontmatter_text
 from connector.engine.format.jsvalues import parse_iso_ms
-from connector.engine.format.tokens import Budget
+from connector.engine.format.tokens import Budget, is_wide
 
 # Front matter bigger than this is not parsed for display (the index has the fields).
 MAX_FRONTMATTER_CHARS = 64 * 1024
@@ -33,11 +33,16 @@ def memory_content(brain: Brain, entry: Mapping[str, Any]) -> str | None:
 
 
 def cut_at_word(text: str, limit: int) -> str:
-    """``text`` cut to at most ``limit`` characters, at a word break when one is near the end."""
+    """``text`` cut to at most ``limit`` characters, at a word break when one is near the end.
+
+    Chinese and Japanese are written without spaces: next to one of their characters the cut
+    is already a break, and moving back to the last space would drop up to a budget's worth
+    of text (a heading's ``#`` was all that was left of a Japanese memory)."""
     if len(text) <= limit:
         return text
     head = text[:limit]
-    if not text[limit].isspace():
+    at_break = text[limit].isspace() or is_wide(text[limit]) or (limit > 0 and is_wide(text[limit - 1]))
+    if not at_break:
         space = max(head.rfind(" "), head.rfind("\n"))
         if space > 0 and limit - space <= max(_WORD_CUT_CHARS, limit * _WORD_CUT_SLACK):
             head = head[:space]
