@@ -23,6 +23,12 @@ MAX_EXPANDED_BYTES = 256 * 1024 * 1024  # what an archive or a folder may hold i
 ZIP_MAGIC = b"PK\x03\x04"
 # A zip of no entries is only its end record (zipfile writes one for an empty vault's export).
 EMPTY_ZIP_MAGIC = b"PK\x05\x06"
+# General purpose flag bit 11: the entry's name is UTF-8 (else zipfile reads it as CP437).
+ZIP_UTF8_FLAG = 0x800
+# How Windows' own zip (and older tools) write names without that flag on a Japanese or a
+# Chinese system: the system's code page. UTF-8 comes first (macOS, Linux tools leave the flag out).
+ZIP_NAME_ENCODINGS = ("utf-8", "cp932", "gbk")
+_HALFWIDTH_KATAKANA = range(0xFF61, 0xFFA0)
 
 
 @dataclass(frozen=True)
@@ -92,8 +98,9 @@ def _zip_entries(data: bytes) -> dict[str, bytes]:
     if sum(info.file_size for info in infos) > MAX_EXPANDED_BYTES:
         raise ImportRefused([Text("The archive expands to more than %(mb)s MB.", mb=MAX_EXPANDED_BYTES // 2**20)])
     entries: dict[str, bytes] = {}
+    names = _entry_names(infos)
     for info in infos:
-        name = info.filename
+        name = names[info.filename]
         parts = PurePosixPath(name).parts
         # Checked before hidden folders are passed over: ".." starts with a dot too.
         if name.startswith("/") or ".." in parts or "\\" in name:
@@ -109,6 +116,30 @@ def _zip_entries(data: bytes) -> dict[str, bytes]:
             # Damaged, encrypted, or compressed in a way Python does not read.
             raise ImportRefused([Text("%(name)s: cannot be read from the archive", name=name)]) from None
     return entries
+
+
+def _entry_names(infos: list[zipfile.ZipInfo]) -> dict[str, str]:
+    """The name of each entry (by zipfile's reading of it), in the encoding it was written in.
+
+    Names without the UTF-8 flag are bytes in whatever encoding the writer's system used;
+    zipfile reads them as CP437, which turned a Japanese or Chinese note's name into
+    mojibake (its title), and a Shift_JIS name whose second byte is 0x5C (予, 表, ソ) read
+    as a backslash, refused as a path outside the archive. One archive comes from one
+    system: the first of `ZIP_NAME_ENCODINGS` that reads all of them is used (Shift_JIS
+    only when it reads no half-width katakana, which GBK's common characters become in it)."""
+    raw = {info.filename: info.filename.encode("cp437") for info in infos
+           if not info.flag_bits & ZIP_UTF8_FLAG and not info.filename.isascii()}
+    names = {info.filename: info.filename for info in infos}
+    for encoding in ZIP_NAME_ENCODINGS:
+        try:
+            decoded = {name: data.decode(encoding) for name, data in raw.items()}
+        except UnicodeDecodeError:
+            continue
+        if encoding == "cp932" and any(ord(char) in _HALFWIDTH_KATAKANA for text in decoded.values() for char in text):
+            continue
+        names.update(decoded)
+        break
+    return names
 
 
 def parse_json(data: bytes, name: str) -> Any:

@@ -251,6 +251,48 @@ def _zip_twice(name: str, first: str, second: str) -> bytes:
     return buffer.getvalue()
 
 
+class _NameAsWritten(zipfile.ZipInfo):
+    """An entry whose name is stored as the given bytes, without the UTF-8 flag (as Windows'
+    own zip writes names on a Japanese or Chinese system, and macOS's Finder writes UTF-8)."""
+
+    raw = b""
+
+    def _encodeFilenameFlags(self) -> tuple[bytes, int]:  # noqa: N802 - zipfile's name
+        return self.raw, self.flag_bits & ~0x800
+
+
+def _zip_named(entries: dict[bytes, str]) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for number, (raw, text) in enumerate(entries.items()):
+            info = _NameAsWritten(f"entry-{number}")
+            info.raw = raw
+            archive.writestr(info, text)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize(("encoding", "names"), [
+    ("utf-8", ["メモ/会議室の予約.md", "笔记/部署流程.md"]),
+    # 予 and 表 end in byte 0x5C in Shift_JIS: read as CP437 that is a backslash
+    ("cp932", ["議事録/会議室の予約表.md", "議事録/ソフト開発.md"]),
+    ("gbk", ["笔记/部署流程.md", "笔记/会议记录.md"]),
+])
+def test_a_vault_zip_with_chinese_or_japanese_names_without_the_utf8_flag_keeps_them(
+        tmp_path: Path, encoding: str, names: list[str]) -> None:
+    """zipfile reads a name without the UTF-8 flag as CP437: the titles were mojibake
+    ("Σ╝ÜΦ¡░σ«ñ"), and a Shift_JIS name holding 予 was refused as a path outside the archive."""
+    vault = tmp_path / "vault.zip"
+    vault.write_bytes(_zip_named({name.encode(encoding): f"{name} の本文。\n" for name in names}))
+    brain = tmp_path / "brain"
+    report = imported_ok(brain, vault)
+    assert report["new"] == 2
+    memories = live(brain)
+    assert set(memories) == {name.split("/")[1].removesuffix(".md") for name in names}
+    for name in names:
+        memory = memories[name.split("/")[1].removesuffix(".md")]
+        assert f'source: "imported from vault.zip/{name}"' in memory["text"] and memory["body"].startswith(name)
+
+
 BAD_FILES: list[tuple[str, bytes, tuple[str, ...], str]] = [
     ("broken.json", b'{"results": [\n  {"memory": "ok"},\n  {"memory": "x",}\n]}', (), "broken.json, line 3: not JSON"),
     ("mem0.json", json.dumps({"results": [{"memory": "fine"}, {"memory": ""}]}).encode(), (),
