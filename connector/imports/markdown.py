@@ -28,7 +28,7 @@ import yaml
 
 from connector.engine.format.frontmatter import FrontMatterLoader
 from connector.engine.writes.errors import BrainError
-from connector.engine.writes.memorize import MemoryInput, connector_title
+from connector.engine.writes.memorize import LIST_SEPARATORS, MemoryInput, connector_title
 from connector.engine.format.rules import MEMORY_TYPES
 from connector.i18n import Text
 from connector.imports.errors import ImportRefused
@@ -227,7 +227,7 @@ def _tags(value: Any) -> list[str]:
     """Obsidian and Basic Memory spell tags as a list or as one string of them."""
     if value is None:
         return []
-    items = value if isinstance(value, list) else re.split(r"[,\s]+", str(value))
+    items = value if isinstance(value, list) else re.split(rf"(?:{LIST_SEPARATORS.pattern}|\s)+", str(value))
     tags = []
     for item in items:
         if isinstance(item, str | int | float) and not isinstance(item, bool):

@@ -36,6 +36,9 @@ from connector.engine.writes.errors import BrainError
 from connector.engine.writes.quarantine import quarantine_mode, quarantine_reasons
 from connector.engine.writes.txn import WriteTxn
 
+# What separates the items of a list written as one string: the comma, and the commas a Chinese
+# or Japanese keyboard types in its place (full-width ，, ideographic 、, half-width ､).
+LIST_SEPARATORS = re.compile("[,\uff0c\u3001\uff64]")
 DEFAULT_SALIENCE = 0.5
 DEFAULT_CONFIDENCE = 0.8
 MAX_PATH_LENGTH = 1024
@@ -88,7 +91,7 @@ def _text(value: Any, name: str, *, required: bool = False, default: str = "") -
 
 
 def _string_list(value: Any, name: str) -> tuple[str, ...]:
-    """A list of strings (a comma-separated string is accepted too), de-duplicated."""
+    """A list of strings (a comma-separated string is accepted too, `LIST_SEPARATORS`), de-duplicated."""
     if value is None:
         return ()
     if isinstance(value, str):
@@ -100,7 +103,7 @@ def _string_list(value: Any, name: str) -> tuple[str, ...]:
                 decoded = json.loads(stripped)
             except ValueError:
                 decoded = None
-        value = decoded if isinstance(decoded, list) else value.split(",")
+        value = decoded if isinstance(decoded, list) else LIST_SEPARATORS.split(value)
     if not isinstance(value, (list, tuple)):
         raise BrainError(f"'{name}' must be a list of strings")
     seen: dict[str, None] = {}

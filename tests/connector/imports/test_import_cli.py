@@ -293,6 +293,14 @@ def test_a_vault_zip_with_chinese_or_japanese_names_without_the_utf8_flag_keeps_
         assert f'source: "imported from vault.zip/{name}"' in memory["text"] and memory["body"].startswith(name)
 
 
+def test_front_matter_tags_separated_by_chinese_or_japanese_commas_are_separate_tags(tmp_path: Path) -> None:
+    note = tmp_path / "会議.md"
+    note.write_text("---\ntags: 会議、予約，部署 支付\n---\n# 会議室の予約\n前日までに予約する。\n", encoding="utf-8")
+    brain = tmp_path / "brain"
+    imported_ok(brain, note)
+    assert live(brain)["会議室の予約"]["tags"] == ["会議", "予約", "部署", "支付"]
+
+
 BAD_FILES: list[tuple[str, bytes, tuple[str, ...], str]] = [
     ("broken.json", b'{"results": [\n  {"memory": "ok"},\n  {"memory": "x",}\n]}', (), "broken.json, line 3: not JSON"),
     ("mem0.json", json.dumps({"results": [{"memory": "fine"}, {"memory": ""}]}).encode(), (),

@@ -13,7 +13,7 @@ import pytest
 from connector.i18n import COOKIE_NAME, negotiate, preferences, supported
 
 from ..conftest import RunningStore, shared_store
-from .conftest import BASE, app_client, csrf_of, sign_in
+from .conftest import BASE, app_client, at_store, csrf_of, sign_in
 
 # Every test here makes its own users and looks only at their brains: one store for the module.
 store = pytest.fixture(shared_store, name="store")
@@ -204,3 +204,21 @@ def test_the_home_pages_word_on_the_account_is_in_the_pages_language(store: Runn
         assert "このアカウントにはブレインが 2 個あります" in home.text
         # The tools' English note for the model is not what the page shows.
         assert "brains; serving" not in home.text and "Use brain_use" not in home.text
+
+
+def test_tags_typed_with_chinese_or_japanese_commas_are_separate_tags(store: RunningStore) -> None:
+    # A Chinese keyboard types ， and a Japanese one 、 for a comma: "部署，支付" was one tag.
+    user = store.add_user("tags-cjk")
+    with app_client(store.url) as client:
+        client.get("/app/signin?lang=ja")
+        csrf = sign_in(client, user.token)
+        new = client.post("/app/new", data={"csrf": csrf, "title": "会議室の予約", "content": "前日までに予約する。",
+                                            "type": "learning", "tags": "会議、予約，部署, 支付､会議"})
+        assert new.status_code == 303, new.text
+        assert at_store(store, user.token)["会議室の予約"]["tags"] == ["会議", "予約", "部署", "支付"]
+        memory_id = new.headers["location"].split("/app/memory/")[1].split("?")[0]
+        edited = client.post(f"/app/memory/{memory_id}/edit", data={
+            "csrf": csrf, "title": "会議室の予約", "content": "前日までに予約する。", "type": "learning",
+            "tags": "会議室，ルール"})
+        assert edited.status_code == 303, edited.text
+        assert at_store(store, user.token)["会議室の予約"]["tags"] == ["会議室", "ルール"]
