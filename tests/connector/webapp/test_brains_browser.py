@@ -24,7 +24,7 @@ from tests.support.browser import chromium, needs_chromium, screenshots
 from tests.support.tools import needs_tool
 
 from ..conftest import RunningStore, auth, brains_of, direct_memorize
-from .test_webapp_browser import AXE, CSP_WATCH, Checks
+from .test_webapp_browser import AXE, CSP_WATCH, Checks, app_in_chromium
 
 pytestmark = [
     pytest.mark.timeout(300),
@@ -170,3 +170,20 @@ def test_several_brains_deep_links_and_pages_for_people_in_chromium(store: Runni
             assert page.get_by_role("heading", name="ブレイン", exact=True).is_visible()
             assert page.get_by_text("bob さんが共有、あなたは閲覧者（読み取り専用）").is_visible()
             checks.page_ok("brains-ja")
+
+
+def test_the_brains_page_fits_a_phone_in_japanese_and_chinese(store: RunningStore, tmp_path: Path) -> None:
+    # The brain URL (<base>/mcp/brains/<name>) has no break in it: on its own line in Chinese or
+    # Japanese text it pushed the page 6 px sideways at 360 px.
+    alice = store.add_user("alice")
+    name = "仕事用のブレイン（東京オフィス・会議室予約と議事録をまとめて管理するためのもの）"
+    assert httpx.post(f"{store.url}/api/brains", headers=auth(alice.token), json={"name": name},
+                      timeout=30).status_code == 201
+    with app_in_chromium(store.url, alice.token, tmp_path) as (_connector, page, checks):
+        page.set_viewport_size({"width": 360, "height": 740})
+        for locale in ("ja", "zh-Hans", "en"):
+            page.goto(page.url.split("/app")[0] + f"/app/brains?lang={locale}")
+            assert page.evaluate("document.documentElement.lang") == locale
+            assert name in page.inner_text("main")
+            assert page.evaluate("document.documentElement.scrollWidth") <= 360, locale
+            checks.page_ok(f"brains-phone-{locale}")
