@@ -11,7 +11,7 @@ import click
 from connector.engine.format.archive import ArchiveError, load_archive, load_directory
 from connector.engine.format.brain import Brain, dump_json
 from connector.engine.format.jsvalues import parse_iso_ms
-from connector.engine.recall.hybrid import MODES, recall_in_mode
+from connector.engine.recall.hybrid import EXACT_CANNOT_READ, MODES, empty_recall_reason, recall_in_mode
 from connector.engine.recall.index import RecallError
 from connector.workcopy.vectorcache import CacheDirError, cached_stores, default_cache_dir
 
@@ -106,3 +106,7 @@ def recall(
         raise click.ClickException(f"cannot read {brain}: {exc.strerror or exc}") from None
     sys.stdout.buffer.write(dump_json(hits))
     sys.stdout.buffer.flush()
+    if not hits and empty_recall_reason(mode, query) == EXACT_CANNOT_READ:
+        # Standard output stays the reference's answer ([]); a person is told why and what works.
+        click.echo("note: exact mode matches only the ASCII words of a query, as `brain recall` does, so it "
+                   "cannot search Chinese or Japanese text; --mode hybrid searches this query.", err=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -79,7 +80,9 @@ def test_cli_mode_hybrid_finds_chinese_and_exact_stays_the_default(tmp_path: Pat
     for path, data in brain.files.items():
         (brain_dir / path).parent.mkdir(parents=True, exist_ok=True)
         (brain_dir / path).write_bytes(data)
-    env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    # PYTHONPATH kept: the command runs the code under test when that is not the installed copy.
+    env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin",
+           **{name: value for name, value in os.environ.items() if name == "PYTHONPATH"}}
 
     def run(*extra: str) -> subprocess.CompletedProcess[bytes]:
         command = [console_script("brain-connector"), "recall", str(brain_dir), "疫苗", "--top", "3", *extra]
@@ -91,6 +94,8 @@ def test_cli_mode_hybrid_finds_chinese_and_exact_stays_the_default(tmp_path: Pat
     assert hits[0]["id"] == ids["猫的疫苗"] and "score" in hits[0]
     for exact in (run(), run("--mode", "exact")):
         assert exact.returncode == 0 and json.loads(exact.stdout) == []
+        # ... and says why, and what works (an empty [] alone read as "nothing about this").
+        assert b"cannot search Chinese or Japanese text; --mode hybrid" in exact.stderr
     wrong = run("--mode", "fuzzy")
     assert wrong.returncode != 0 and b"'fuzzy' is not one of" in wrong.stderr and b"Traceback" not in wrong.stderr
 
