@@ -7,7 +7,9 @@ YAML refuses the whole import with the note's name, the line and the reason.
 
 - Our own export (front matter with a memory ``id`` and one of our ``type`` values): every
   memorize field comes back as it was (title, type, tags, path, salience, origin, source,
-  ...), so export then import gives the same memories under new ids.
+  ...), so export then import gives the same memories under new ids. A brain folder itself
+  (the ``brain`` command line's directory) keeps its titles in ``index.json``, not in the
+  files: a note without a ``title`` takes the one the folder's index gives its path.
 - Any other note: title from the front matter's ``title``, else the first ``# heading``,
   else the file name; tags from ``tags`` (a list or a comma/space-separated string, a
   leading ``#`` dropped); ``type`` when it is one of ours, else ``learning``; the note's
@@ -17,6 +19,7 @@ YAML refuses the whole import with the note's name, the line and the reason.
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from collections.abc import Mapping
@@ -56,12 +59,13 @@ def read(upload: Upload) -> Imported:
     """Every Markdown note of the upload as a memory; anything else in it is passed over."""
     imported = Imported(FORMAT)
     problems: list[str] = []
+    titles = index_titles(upload)
     for name, data in upload.entries.items():
         if upload.archive and not is_markdown_name(name):  # one file given is read whatever its name
             imported.passed_over.append(Text("%(name)s: not a Markdown file", name=name))
             continue
         try:
-            note = _note(upload, name, data)
+            note = _note(upload, name, data, titles.get(name))
         except ImportRefused as exc:
             problems += exc.reasons
             continue
@@ -166,7 +170,29 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _note(upload: Upload, name: str, data: bytes) -> tuple[MemoryInput, str | None] | None:
+def index_titles(upload: Upload) -> dict[str, str]:
+    """The title a brain folder's ``index.json`` gives each memory file, by entry name.
+
+    The ``brain`` command line keeps titles in the index only: without it a memory titled
+    東京オフィスの会議室予約 came back as its file's transliterated name. An index that cannot
+    be read gives none (it is passed over as any file that is not a note)."""
+    titles: dict[str, str] = {}
+    for name, data in upload.entries.items():
+        folder = PurePosixPath(name).parent
+        if PurePosixPath(name).name != "index.json" or "_archived" in folder.parts:
+            continue
+        try:
+            memories = json.loads(data.decode("utf-8-sig")).get("memories")
+        except (ValueError, AttributeError, RecursionError):
+            continue
+        for entry in memories.values() if isinstance(memories, Mapping) else ():
+            path, title = (entry.get("path"), entry.get("title")) if isinstance(entry, Mapping) else (None, None)
+            if isinstance(path, str) and isinstance(title, str) and title.strip():
+                titles.setdefault(str(folder / path) if str(folder) != "." else path, title.strip())
+    return titles
+
+
+def _note(upload: Upload, name: str, data: bytes, index_title: str | None = None) -> tuple[MemoryInput, str | None] | None:
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -180,7 +206,7 @@ def _note(upload: Upload, name: str, data: bytes) -> tuple[MemoryInput, str | No
     where = f"{upload.name}/{name}" if upload.archive and upload.name != name else name
     try:
         if _is_own(front):
-            return _own(front, body, name), str(front["id"])
+            return _own(front if index_title is None else {"title": index_title, **front}, body, name), str(front["id"])
         return _foreign(front, body, name, where), None
     except BrainError as exc:
         raise ImportRefused([Text("%(name)s: %(reason)s", name=name, reason=str(exc))]) from None

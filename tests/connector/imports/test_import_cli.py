@@ -293,6 +293,24 @@ def test_a_vault_zip_with_chinese_or_japanese_names_without_the_utf8_flag_keeps_
         assert f'source: "imported from vault.zip/{name}"' in memory["text"] and memory["body"].startswith(name)
 
 
+def test_a_brain_folder_imports_with_the_titles_of_its_index(tmp_path: Path) -> None:
+    """The `brain` command line keeps titles in index.json, not in the memory files: imported,
+    a memory titled 東京オフィスの会議室予約ルール was titled with its file's transliterated name
+    (dong-jing-ofuisuno-hui-yi-shi-yu-yue-ruru)."""
+    source = tmp_path / "source"
+    titles = ["東京オフィスの会議室予約ルール", "部署流程：蓝绿发布（每周四）", "Redis cache TTL"]
+    memories = [{"title": title, "type": "learning", "path": "captured/", "content": f"{title}の本文。"}
+                for title in titles]
+    done = run_command([console_script("brain-connector"), "memorize", str(source), "--now", NOW, "--no-similar"],
+                       timeout=240, input=json.dumps(memories))
+    assert done.returncode == 0, done.stderr
+    assert not any("title:" in path.read_text() for path in (source / "captured").glob("*.md"))
+    brain = tmp_path / "brain"
+    report = imported_ok(brain, source)
+    assert sorted(item["title"] for item in report["stored"]) == sorted(titles)
+    assert set(live(brain)) == set(titles)
+
+
 def test_front_matter_tags_separated_by_chinese_or_japanese_commas_are_separate_tags(tmp_path: Path) -> None:
     note = tmp_path / "会議.md"
     note.write_text("---\ntags: 会議、予約，部署 支付\n---\n# 会議室の予約\n前日までに予約する。\n", encoding="utf-8")
