@@ -12,6 +12,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from connector.engine.writes.memorize import LIST_SEPARATORS
+
 
 class ArgumentError(ValueError):
     """An argument is missing or unusable; the message says which and why."""
@@ -108,12 +110,13 @@ class Args:
         raise ArgumentError(f"'{name}' must be true or false")
 
     def string_list(self, name: str, *, max_items: int = 200) -> list[str]:
-        """A list of strings: a JSON array, an array sent as a JSON string, or one comma-separated string."""
+        """A list of strings: a JSON array, an array sent as a JSON string, or one comma-separated string
+        (the full-width and ideographic commas a Chinese or Japanese keyboard types separate too)."""
         value = _maybe_json(self._get(name), (list,))
         if value is None or value == "":
             return []
         if isinstance(value, str):
-            items: list[Any] = [part.strip() for part in value.split(",") if part.strip()]
+            items: list[Any] = [part.strip() for part in LIST_SEPARATORS.split(value) if part.strip()]
         elif isinstance(value, list):
             items = value
         else:

@@ -291,6 +291,21 @@ def test_ids_on_a_new_users_empty_brain_are_unknown_ids(store: RunningStore, ser
     asyncio.run(scenario(served.base_url))
 
 
+def test_tags_sent_as_one_string_split_at_chinese_and_japanese_commas(store: RunningStore, served: ServerProcess) -> None:
+    """"議事録、レビュー" (a Japanese keyboard's comma) was one tag; "部署，支付" (a Chinese one's) too."""
+    user = store.add_user("cjk-tags")
+    brain_id = brains_of(store.url, user.token)[0]["id"]
+
+    async def scenario(base: str) -> None:
+        async with mcp_session(base + "/mcp", mint(base, user, {"brain.read", "brain.write"})) as client:
+            saved = structured(await client.call_tool("brain_memorize", {
+                "content": "四半期レビューの議事録：売上は前年比１２０％。", "tags": "議事録、レビュー，部署, 支付"}))
+            entry = index_entry(store, user, brain_id, saved["stored"]["id"])
+            assert entry is not None and entry["tags"] == ["議事録", "レビュー", "部署", "支付"]
+
+    asyncio.run(scenario(served.base_url))
+
+
 def test_recall_through_mcp_equals_the_engine(store: RunningStore, served: ServerProcess) -> None:
     user = store.add_user("parity")
     brain_id = upload_brain(store.url, user.token, load_directory(FIXTURE))
