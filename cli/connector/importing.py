@@ -91,7 +91,8 @@ def import_(brain: Path, file: Path, chosen: str, dry_run: bool, now: str | None
 
     Formats: brain-store (this app's JSON export), markdown (one note, or a folder or zip
     of notes with or without YAML front matter: Obsidian, Basic Memory, this app's Markdown
-    export), mem0 (its get_all / export JSON), chatgpt and claude (conversations.json; needs
+    export, a brain folder), brain-export (the `brain` command line's .brain-export, without
+    a passphrase), mem0 (its get_all / export JSON), chatgpt and claude (conversations.json; needs
     the operator's model, CONNECTOR_MODEL_URL and CONNECTOR_MODEL, and each conversation's
     extracted memories wait for verification). Prints a JSON report: new, pending_verification,
     duplicates (not written: the brain holds them word for word), similar (written; the

@@ -8,14 +8,14 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from connector.i18n import Text
-from connector.imports import conversations, markdown, mem0, native
+from connector.imports import brainexport, conversations, markdown, mem0, native
 from connector.imports.errors import ImportRefused
 from connector.imports.files import Upload, parse_json
 from connector.imports.imported import Imported
 from connector.thinking.source import ModelSource
 
 # The names `--from` and the web app's format menu take ("auto" or none: detect).
-FORMATS = (native.FORMAT, markdown.FORMAT, mem0.FORMAT, conversations.CHATGPT, conversations.CLAUDE)
+FORMATS = (native.FORMAT, markdown.FORMAT, brainexport.FORMAT, mem0.FORMAT, conversations.CHATGPT, conversations.CLAUDE)
 
 
 def _json_entry(upload: Upload) -> tuple[str, bytes] | None:
@@ -33,19 +33,22 @@ def detect(upload: Upload) -> tuple[str, Any]:
     if entry is None:
         return markdown.FORMAT, None
     name, data = entry
-    looks_json = name.lower().endswith(".json") or data.lstrip(b"\xef\xbb\xbf \t\r\n").startswith((b"{", b"["))
+    brainexport.refuse_if_encrypted(name, data)
+    looks_json = name.lower().endswith((".json", brainexport.SUFFIX)) or data.lstrip(b"\xef\xbb\xbf \t\r\n").startswith((b"{", b"["))
     if not looks_json and not upload.archive:
         return markdown.FORMAT, None  # a single note without the .md suffix
     document = parse_json(data, name)
     if native.is_native(document):
         return native.FORMAT, document
+    if brainexport.is_brain_export(document):
+        return brainexport.FORMAT, document
     kind = conversations.kind_of(document)
     if kind is not None:
         return kind, document
     if mem0.items_of(document) is not None:
         return mem0.FORMAT, document
     raise ImportRefused([Text("%(name)s is in no format this app imports (its JSON export, Markdown notes, "
-                              "a mem0 export, a ChatGPT or Claude conversations.json).", name=name)])
+                              "a .brain-export, a mem0 export, a ChatGPT or Claude conversations.json).", name=name)])
 
 
 @dataclass(frozen=True)
@@ -73,9 +76,12 @@ def read_upload(upload: Upload, chosen: str | None) -> Imported | Conversations:
         if entry is None:
             raise ImportRefused([Text("%(name)s has no JSON file to read as %(format)s.", name=upload.name,
                                       format=detected)])
+        brainexport.refuse_if_encrypted(*entry)
         document = parse_json(entry[1], entry[0])
     if detected == native.FORMAT:
         return native.read(document)
+    if detected == brainexport.FORMAT:
+        return brainexport.read(document, upload.name)
     if detected == mem0.FORMAT:
         return mem0.read(document, upload.name)
     # A bad file says so, model or not.

@@ -19,7 +19,7 @@ from tests.connector.oauth.live import running_connector
 from tests.connector.test_e2e_thinking import fake_model
 from tests.support.processes import ServerProcess
 
-from ..conftest import RunningStore, StoreUser, brains_of, direct_memorize
+from ..conftest import RunningStore, StoreUser, brains_of, direct_memorize, download_brain
 from .conftest import at_store, csrf_of, signed_in_browser
 
 pytestmark = pytest.mark.timeout(240)
@@ -201,3 +201,34 @@ def test_an_imported_supersedes_naming_a_memory_of_the_brain_is_dropped_and_repo
         assert "supersedes" not in after["Boiler moved"]
         log = server.log()
     assert "Traceback" not in log
+
+
+def test_a_brain_export_of_the_brain_command_line_imports_with_its_chinese_and_japanese_titles(
+        store: RunningStore, tmp_path: Path) -> None:
+    """The reference `.brain-export` (spec/session-and-export.md §2): a brain's files in one JSON
+    document. It was "in no format this app imports"; its titles live in its index.json."""
+    alice, bob = store.add_user("alice"), store.add_user("bob")
+    brain_id = brains_of(store.url, alice.token)[0]["id"]
+    for content in ("# 東京オフィスの会議室予約ルール\n\n会議室は前日までに予約すること。",
+                    "# 部署流程：蓝绿发布\n\n支付团队每周四使用蓝绿发布进行部署。"):
+        direct_memorize(store.url, alice.token, brain_id, content)
+    brain, _ = download_brain(store.url, alice.token, brain_id)
+    files = {path: data.decode("utf-8") for path, data in brain.files.items()}
+    files["_archived/captured/old.md"] = "---\nid: mem_20200101_000000\ntype: learning\n---\n古いメモ。\n"
+    export = json.dumps({"version": 1, "exportedAt": "2026-12-01T00:00:00.000Z", "files": files},
+                        ensure_ascii=False).encode("utf-8")
+    with running_connector(tmp_path, store.url, state_dir=tmp_path / "state") as server:
+        bobs = signed_in_browser(server.base_url, bob.token, "198.51.100.10")
+        bobs.get("/app?lang=ja")
+        preview = upload(bobs, "work.brain-export", export)
+        assert preview.status_code == 200, preview.text
+        assert "2 件の新しい記憶が保存されます" in preview.text, preview.text
+        assert "_archived/captured/old.md：アーカイブ済みの記憶" in plain_text(preview.text)
+        confirm(bobs, preview)
+        assert set(at_store(store, bob.token)) == {"東京オフィスの会議室予約ルール", "部署流程：蓝绿发布"}
+        # Made with a passphrase, the file is encrypted: refused with what to do, nothing written.
+        sealed = upload(bobs, "sealed.brain-export", bytes(range(256)) * 4)
+        assert "sealed.brain-export は暗号化されています" in plain_text(sealed.text), sealed.text
+        assert len(at_store(store, bob.token)) == 2
+        log = server.log()
+    assert "Traceback" not in log and '"status": 500' not in log
