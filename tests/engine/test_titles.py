@@ -64,6 +64,10 @@ def test_ascii_titles_slug_exactly_as_the_reference_does() -> None:
     ("Dr. Müller's notes", "dr-muller-s-notes"),
     ("蓝色花盆", "lan-se-hua-pen"),
     ("東京の天気", "dong-jing-no-tian-qi"),
+    # Kana read with the small kana after them (anyascii alone: "kiyatshiyu", "ofuisu", "chietku").
+    ("Redisキャッシュ設定", "rediskyasshu-she-ding"),
+    ("東京オフィスのチェックリスト", "dong-jing-ofisunochekkurisuto"),
+    ("しゅっちょうのジャズ", "shutchounojazu"),
     ("Ça va? Straße", "ca-va-strasse"),
 ])
 def test_other_titles_are_transliterated(title: str, slug: str) -> None:

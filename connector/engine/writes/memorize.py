@@ -11,7 +11,7 @@ import json
 import math
 import re
 import unicodedata
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,13 +49,60 @@ MEMORY_ID = re.compile(r"^mem_\d{8}_[0-9a-f]{6}$")
 _RESERVED_TOP = frozenset({"_archived", ".sync", ".cloud"})
 
 
+# Kana a romanisation reads with the kana before it: the small ya/yu/yo (キャ is "kya", not
+# "kiya"), the small vowels (フィ is "fi", チェ is "che"), and the small tsu, which doubles the
+# consonant after it (ッシュ is "sshu"). anyascii reads each kana on its own.
+_SMALL_Y = dict(zip("ゃゅょャュョ", "auoauo", strict=True))
+_SMALL_VOWEL = dict(zip("ぁぃぅぇぉァィゥェォ", "aiueoaiueo", strict=True))
+_SMALL_TSU = frozenset("っッ")
+_KANA = re.compile("[\u3040-\u30ff]+")
+
+
+def _romanised_kana(run: str) -> str:
+    """A run of hiragana and katakana in Hepburn-like romaji (``キャッシュ`` -> ``kyasshu``)."""
+    from anyascii import anyascii
+
+    syllables: list[str] = []
+    double_next = False
+    for char in run:
+        previous = syllables[-1] if syllables else ""
+        if char in _SMALL_Y and previous.endswith("i") and len(previous) > 1:
+            consonant = previous[:-1]
+            joiner = "" if consonant.endswith(("sh", "ch", "j")) else "y"
+            syllables[-1] = consonant + joiner + _SMALL_Y[char]
+        elif char in _SMALL_VOWEL and previous[-1:] in ("a", "i", "u", "e", "o"):
+            consonant = previous.rstrip("aiueo") or "w"  # ウィ is "wi"
+            syllables[-1] = consonant + _SMALL_VOWEL[char]
+        elif char in _SMALL_TSU:
+            double_next = True
+        else:
+            syllable = anyascii(char)
+            if double_next and syllable[:1].isalpha() and syllable[:1] not in "aiueon":
+                syllable = ("t" if syllable.startswith("ch") else syllable[0]) + syllable
+            double_next = False
+            syllables.append(syllable)
+    return "".join(syllables)
+
+
 def transliterate(text: str) -> str:
     """``text`` in ASCII letters (anyascii: "Müller" -> "Muller", "蓝色花盆" -> "Lan Se Hua Pen",
-    each Chinese character a syllable of its own); ASCII text is returned as it is."""
+    each Chinese character a syllable of its own; kana as romaji, "キャッシュ" -> "kyasshu");
+    ASCII text is returned as it is."""
     if text.isascii():
         return text
     from anyascii import anyascii
 
+    parts = []
+    at = 0
+    for run in _KANA.finditer(text):
+        parts.append(_other_characters(text[at:run.start()], anyascii))
+        parts.append(_romanised_kana(run.group()))
+        at = run.end()
+    parts.append(_other_characters(text[at:], anyascii))
+    return "".join(parts)
+
+
+def _other_characters(text: str, anyascii: Callable[[str], str]) -> str:
     parts = []
     for char in text:
         if char.isascii():
