@@ -92,18 +92,20 @@ def test_token_budgets_count_chinese_and_japanese_as_a_tokenizer_would(store: Ru
         asyncio.run(scenario(server.base_url))
 
 
-def test_a_small_budget_cuts_a_japanese_heading_inside_its_words(store: RunningStore, tmp_path: Path) -> None:
+def test_a_small_budget_cuts_a_japanese_heading_inside_its_words_and_counts_emoji(store: RunningStore, tmp_path: Path) -> None:
     # Chinese and Japanese have no spaces between words: the cut is not moved back to the
     # last space (after the heading's '#'), which left '#' as all of the best hit.
     user = store.add_user("budget-heading")
     heading = "# 東京オフィスの会議室予約ルール\n\n会議室は前日までに予約すること。キャンセルは１時間前まで。"
     mixed = "Redis のキャッシュ TTL は 300 秒。缓存过期时间是三百秒，超过以后重新读取数据库。"
+    # Emoji are about a token each too (they were a quarter: ten rockets "cost" two and a half).
+    emoji = "🚀🎉✅🍜🍺👍🙏🎊リリース完了" * 6
 
     async def scenario(base: str) -> None:
         async with mcp_session(base + "/mcp", mint(base, user, RW)) as client:
-            for content in (heading, mixed):
+            for content in (heading, mixed, emoji):
                 structured(await client.call_tool("brain_memorize", {"content": content}))
-            for query, content in (("会議室の予約", heading), ("キャッシュ 缓存", mixed)):
+            for query, content in (("会議室の予約", heading), ("キャッシュ 缓存", mixed), ("リリース完了", emoji)):
                 found = structured(await client.call_tool("brain_recall", {"query": query, "max_tokens": 5}))
                 best = found["results"][0]
                 assert content.startswith(best["content"]) and best["content_truncated"] is True

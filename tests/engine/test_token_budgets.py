@@ -22,7 +22,10 @@ def reference_tokens(text: str) -> int:
     return wide + -(-(len(text) - wide) // 4)
 
 
-@pytest.mark.parametrize("text", [ZH, JA, EN, MIXED, "", "ｈｅｌｌｏ　ワールド", "한국어 문장입니다"])
+EMOJI = "今日のリリース🚀🎉✅ 𠮷野家で打ち上げ🍜🍺 ☕ and done 👍"  # emoji and an extension B ideograph are wide too
+
+
+@pytest.mark.parametrize("text", [ZH, JA, EN, MIXED, "", "ｈｅｌｌｏ　ワールド", "한국어 문장입니다", EMOJI])
 def test_counts_match_a_width_based_estimate(text: str) -> None:
     assert count_tokens(text) == reference_tokens(text)
 

@@ -2,8 +2,8 @@
 
 The one counting function of the connector's content budgets (recall's ``max_tokens``, the
 evidence of ``brain_reflect`` and ``brain_extract``): a Chinese or Japanese character (Han,
-kana, Hangul, their full-width punctuation and forms) is about one token, other text about
-four characters a token. Counting every character as a quarter token let Chinese and
+kana, Hangul, their full-width punctuation and forms) or an emoji is about one token, other
+text about four characters a token. Counting every character as a quarter token let Chinese and
 Japanese content run to about four times the budget asked for.
 
 Tokens are counted in quarters, so sums and cuts are exact integers: a wide character costs
@@ -19,10 +19,16 @@ from dataclasses import dataclass, field
 # mark), CJK ideographs and their extensions and compatibility forms, and Hangul syllables.
 CJK_CHARACTERS = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
 
-# Characters a tokenizer gives about one token each: the ones text matching reads as
-# Chinese, Japanese or Korean (kana, ideographs, Hangul), CJK punctuation (U+3000-303F)
-# and the full-width forms (U+FF00-FFEF).
-_WIDE = re.compile(f"[\u3000-\u303f{CJK_CHARACTERS}\uff00-\uffef]+")
+# Characters a tokenizer gives about one token each (or more): the ones text matching reads
+# as Chinese, Japanese or Korean (kana, ideographs, Hangul), CJK punctuation (U+3000-303F)
+# and the full-width forms (U+FF00-FFEF); also the rest of what is written two columns wide:
+# Hangul jamo, CJK radicals, bopomofo and enclosed or compatibility forms, the ideographs
+# past the Basic Multilingual Plane (extension B on: 𠮷 of 𠮷野家), and emoji and pictographs
+# (U+2600-27BF, U+1F000-1FAFF). Ten emoji counted as two and a half tokens let an answer of
+# emoji run to several times its budget.
+_OTHER_WIDE = ("\u1100-\u115f\u2600-\u27bf\u2e80-\u2fff\u3100-\u33ff\ua960-\ua97f\ufe30-\ufe4f"
+               "\U0001f000-\U0001faff\U00020000-\U0003ffff")
+_WIDE = re.compile(f"[\u3000-\u303f{CJK_CHARACTERS}\uff00-\uffef{_OTHER_WIDE}]+")
 CHARS_PER_TOKEN = 4  # other text: about four characters a token
 _WIDE_COST = CHARS_PER_TOKEN  # in quarters
 
