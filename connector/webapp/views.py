@@ -26,7 +26,7 @@ from connector.i18n import N_, Text
 from connector.mcp.tools import BrainTools
 from connector.webapp.graph import Graph, neighbourhood
 from connector.webapp.history import BrainDiff, diff_brains
-from connector.webapp.labels import ORIGIN_LABELS, origin_label
+from connector.webapp.labels import ORIGIN_LABELS, origin_label, reason_label
 from connector.webapp.markdown import render_markdown
 from connector.workcopy.core import BrainUnavailable
 from connector.workcopy.manager import WorkingCopyManager
@@ -474,7 +474,8 @@ class BrainViews:
             # (a file's front matter may still say pinned after a restore by an older connector).
             pinned=entry.get("pinned") is True and not archived,
             pending=bool(fields.get("quarantined")) and not archived,
-            pending_reasons=[str(reason) for reason in reasons] if isinstance(reasons, list) else [],
+            # Read as words, not the brain's codes ("origin:external" was shown as it is stored).
+            pending_reasons=[reason_label(str(reason)) for reason in reasons] if isinstance(reasons, list) else [],
             body=body,
             graph=graph,
         )

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -13,7 +15,10 @@ import pytest
 from connector.i18n import COOKIE_NAME, negotiate, preferences, supported
 
 from ..conftest import RunningStore, shared_store
-from .conftest import BASE, app_client, at_store, csrf_of, sign_in
+from tests.connector.oauth.live import running_connector
+
+from .conftest import BASE, app_client, at_store, csrf_of, sign_in, signed_in_browser
+from .test_webapp_browser import _write_through_mcp
 
 # Every test here makes its own users and looks only at their brains: one store for the module.
 store = pytest.fixture(shared_store, name="store")
@@ -222,3 +227,16 @@ def test_tags_typed_with_chinese_or_japanese_commas_are_separate_tags(store: Run
             "tags": "会議室，ルール"})
         assert edited.status_code == 303, edited.text
         assert at_store(store, user.token)["会議室の予約"]["tags"] == ["会議室", "ルール"]
+
+
+def test_why_a_memory_waits_for_verification_is_said_in_words_of_the_locale(store: RunningStore, tmp_path: Path) -> None:
+    # The page showed the brain's codes ("origin:external"), in every language.
+    alice = store.add_user("held-reasons")
+    with running_connector(tmp_path, store.url, state_dir=tmp_path / "state") as server:
+        ids = asyncio.run(_write_through_mcp(server.base_url + "/mcp", alice.token))
+        browser = signed_in_browser(server.base_url, alice.token, "198.51.100.30")
+        for locale, words in (("ja", "外部の情報源から来ている"), ("zh-Hans", "来自外部来源"),
+                              ("en", "it comes from an outside source")):
+            page = browser.get(f"/app/memory/{ids['held']}?lang={locale}").text
+            assert words in page and "origin:external" not in page, (locale, page)
+        browser.close()
