@@ -16,11 +16,20 @@ from connector.engine.format.rules import LOW_TRUST_ORIGINS
 
 _FLAGS = re.IGNORECASE | re.MULTILINE
 
+# Secrets and sending them, in Chinese and Japanese (their words run together: no \b).
+_CJK_SECRET = r"(?:密钥|秘钥|密码|口令|令牌|凭证|凭据|私钥|秘密鍵|パスワード|API\s*キー|アクセスキー|トークン|認証情報|クレデンシャル)"
+_CJK_SEND = r"(?:发送|发给|发到|上传|转发|泄露|粘贴到|送信|送って|送る|送れ|アップロード|転送|貼り付け|漏洩)"
+
 # Injection patterns: checked for every non-user write.
 INJECTION_RULES: dict[str, re.Pattern[str]] = {
     "ignore-instructions": re.compile(
         r"\b(?:ignore|disregard|forget|override)\s+(?:all\s+|any\s+|the\s+|your\s+)*"
-        r"(?:previous|prior|earlier|above|preceding|system)\s+(?:instructions|prompts?|rules|directions)",
+        r"(?:previous|prior|earlier|above|preceding|system)\s+(?:instructions|prompts?|rules|directions)"
+        # Chinese (忽略之前的所有指令) and Japanese (これまでの指示はすべて無視して): the same request.
+        r"|(?:忽略|无视|忽视|忘记|忘掉|不要理会|不要遵守|抛开)掉?\s*你?(?:之前|以前|先前|此前|上面|上述|前面|所有|全部|一切|系统)"
+        r"[^\n。]{0,12}?(?:指令|指示|提示词?|规则|命令)"
+        r"|(?:以前|これまで|今まで|先ほど|上記|すべて|全て|システム)[^\n。]{0,12}?(?:指示|命令|ルール|プロンプト|指令)"
+        r"(?:を|は|も)?\s*(?:すべて|全て)?\s*(?:無視|忘れ)",
         _FLAGS,
     ),
     "pipe-to-shell": re.compile(
@@ -31,7 +40,9 @@ INJECTION_RULES: dict[str, re.Pattern[str]] = {
     "exfiltrate-secrets": re.compile(
         r"\b(?:send|post|upload|forward|email|exfiltrate|transmit|leak|share|paste)\b[^\n]{0,80}?"
         r"\b(?:secrets?|api[\s_-]?keys?|keys|tokens?|passwords?|credentials?|private\s+keys?|ssh\s+keys?|\.env)\b"
-        r"[^\n]{0,80}?\b(?:to|at|into|via)\b",
+        r"[^\n]{0,80}?\b(?:to|at|into|via)\b"
+        # Chinese and Japanese, with the verb before or after the secret (把密钥发送到…, APIキーを…に送信).
+        rf"|{_CJK_SEND}[^\n]{{0,40}}?{_CJK_SECRET}|{_CJK_SECRET}[^\n]{{0,40}}?{_CJK_SEND}",
         _FLAGS,
     ),
 }
@@ -39,7 +50,9 @@ INJECTION_RULES: dict[str, re.Pattern[str]] = {
 # Suspect patterns: only for low-trust origins, not for preferences or procedures.
 SUSPECT_RULES: dict[str, re.Pattern[str]] = {
     "imperative-line": re.compile(
-        r"^\s*(?:always|never|you\s+must|do\s+not|don't|from\s+now\s+on|remember\s+to)\b", _FLAGS
+        r"^\s*(?:always|never|you\s+must|do\s+not|don't|from\s+now\s+on|remember\s+to)\b"
+        r"|^\s*(?:总是|始终|永远|你必须|必须|务必|不要|不许|从现在开始|从今以后|记得|记住"
+        r"|常に|必ず|絶対に|決して|今後は|これからは|今から|忘れずに)", _FLAGS
     ),
     "command": re.compile(
         r"^\s*\$\s+\S|\b(?:run|execute|exec)\s+(?:this|the\s+following|`)|"
@@ -48,7 +61,9 @@ SUSPECT_RULES: dict[str, re.Pattern[str]] = {
     ),
     "imperative-url": re.compile(
         r"\b(?:visit|open|go\s+to|download|fetch|click|navigate\s+to|install\s+from|load)\b[^\n]{0,40}?"
-        r"https?://",
+        r"https?://"
+        r"|(?:访问|打开|前往|下载|点击|安装|加载)[^\n]{0,40}?https?://"
+        r"|https?://[^\s]+[^\n]{0,20}?(?:を開|にアクセス|からダウンロード|をダウンロード|をクリック|からインストール|を読み込)",
         _FLAGS,
     ),
 }
