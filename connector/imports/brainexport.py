@@ -2,7 +2,7 @@
 
 The whole brain directory as one JSON document, ``{"version": 1, "exportedAt": ..., "files":
 {"<relative/path>": "<UTF-8 text>"}}``: its memory files are read as the brain folder they
-were (`markdown.read`, titles from the export's ``index.json``); archived memories stay out.
+were (`markdown.read`: titles from the export's ``index.json``, archived memories left out).
 An export made with a passphrase is encrypted (AES-GCM, not JSON) and is refused with what
 to do instead: the passphrase would have to be typed into a form, which this app does not ask.
 """
@@ -22,7 +22,6 @@ from connector.imports.imported import Imported
 FORMAT = "brain-export"
 SUFFIX = ".brain-export"
 VERSION = 1
-ARCHIVE_FOLDER = "_archived"
 
 
 def is_brain_export(document: Any) -> bool:
@@ -43,19 +42,13 @@ def read(document: Any, name: str) -> Imported:
         raise ImportRefused([Text("%(name)s is not a .brain-export file of version %(version)s.",
                                   name=name, version=VERSION)])
     entries: dict[str, bytes] = {}
-    archived: list[str] = []
     for path, text in document["files"].items():
         parts = PurePosixPath(path).parts if isinstance(path, str) else ()
         if not parts or path.startswith("/") or ".." in parts or "\\" in path:
             raise ImportRefused([Text("%(name)s: a path outside the archive", name=str(path)[:200])])
         if not isinstance(text, str):
             raise ImportRefused([Text("%(name)s: '%(path)s' is not text", name=name, path=path[:200])])
-        if parts[0] == ARCHIVE_FOLDER:  # forgotten memories are not brought back as live ones
-            if markdown.is_markdown_name(path) and path != f"{ARCHIVE_FOLDER}/index.json":
-                archived.append(Text("%(name)s: an archived memory", name=path))
-            continue
         entries[path] = text.encode("utf-8")
     found = markdown.read(Upload(name, entries, archive=True))
     found.format = FORMAT
-    found.passed_over += archived
     return found

@@ -9,7 +9,8 @@ YAML refuses the whole import with the note's name, the line and the reason.
   memorize field comes back as it was (title, type, tags, path, salience, origin, source,
   ...), so export then import gives the same memories under new ids. A brain folder itself
   (the ``brain`` command line's directory) keeps its titles in ``index.json``, not in the
-  files: a note without a ``title`` takes the one the folder's index gives its path.
+  files: a note without a ``title`` takes the one the folder's index gives its path; its
+  ``_archived/`` memories (forgotten) are passed over.
 - Any other note: title from the front matter's ``title``, else the first ``# heading``,
   else the file name; tags from ``tags`` (a list or a comma/space-separated string, a
   leading ``#`` dropped); ``type`` when it is one of ours, else ``learning``; the note's
@@ -60,9 +61,13 @@ def read(upload: Upload) -> Imported:
     imported = Imported(FORMAT)
     problems: list[str] = []
     titles = index_titles(upload)
+    archives = _archive_folders(upload)
     for name, data in upload.entries.items():
         if upload.archive and not is_markdown_name(name):  # one file given is read whatever its name
             imported.passed_over.append(Text("%(name)s: not a Markdown file", name=name))
+            continue
+        if name.startswith(archives):  # what the brain forgot is not brought back as live
+            imported.passed_over.append(Text("%(name)s: an archived memory", name=name))
             continue
         try:
             note = _note(upload, name, data, titles.get(name))
@@ -190,6 +195,13 @@ def index_titles(upload: Upload) -> dict[str, str]:
             if isinstance(path, str) and isinstance(title, str) and title.strip():
                 titles.setdefault(str(folder / path) if str(folder) != "." else path, title.strip())
     return titles
+
+
+def _archive_folders(upload: Upload) -> tuple[str, ...]:
+    """The ``_archived/`` folders of the brain folders in an upload (where an ``index.json`` is)."""
+    folders = {str(PurePosixPath(name).parent) for name in upload.entries
+               if PurePosixPath(name).name == "index.json" and "_archived" not in PurePosixPath(name).parts}
+    return tuple("_archived/" if folder == "." else f"{folder}/_archived/" for folder in sorted(folders))
 
 
 def _note(upload: Upload, name: str, data: bytes, index_title: str | None = None) -> tuple[MemoryInput, str | None] | None:

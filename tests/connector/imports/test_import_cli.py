@@ -293,7 +293,7 @@ def test_a_vault_zip_with_chinese_or_japanese_names_without_the_utf8_flag_keeps_
         assert f'source: "imported from vault.zip/{name}"' in memory["text"] and memory["body"].startswith(name)
 
 
-def test_a_brain_folder_imports_with_the_titles_of_its_index(tmp_path: Path) -> None:
+def test_a_brain_folder_imports_with_the_titles_of_its_index_and_not_its_archive(tmp_path: Path) -> None:
     """The `brain` command line keeps titles in index.json, not in the memory files: imported,
     a memory titled 東京オフィスの会議室予約ルール was titled with its file's transliterated name
     (dong-jing-ofuisuno-hui-yi-shi-yu-yue-ruru)."""
@@ -305,10 +305,16 @@ def test_a_brain_folder_imports_with_the_titles_of_its_index(tmp_path: Path) -> 
                        timeout=240, input=json.dumps(memories))
     assert done.returncode == 0, done.stderr
     assert not any("title:" in path.read_text() for path in (source / "captured").glob("*.md"))
+    # A forgotten memory (in _archived/) is not brought back as a live one.
+    forgotten = run_command([console_script("brain-connector"), "forget", str(source),
+                             json.loads(done.stdout)["stored"][2]["id"], "--now", NOW], timeout=240)
+    assert forgotten.returncode == 0, forgotten.stderr
     brain = tmp_path / "brain"
     report = imported_ok(brain, source)
-    assert sorted(item["title"] for item in report["stored"]) == sorted(titles)
-    assert set(live(brain)) == set(titles)
+    assert sorted(item["title"] for item in report["stored"]) == sorted(titles[:2])
+    assert set(live(brain)) == set(titles[:2])
+    assert [item for item in report["passed_over"] if item.endswith("an archived memory")] == [
+        f"{path.relative_to(source)}: an archived memory" for path in (source / "_archived").rglob("*.md")]
 
 
 def test_front_matter_tags_separated_by_chinese_or_japanese_commas_are_separate_tags(tmp_path: Path) -> None:
