@@ -10,6 +10,12 @@ from cli.store.runner import settings_from_cli
 from cli.store.target import store_label
 
 
+_data_option = click.option(
+    "--data", type=click.Path(path_type=Path), default=None,
+    help="Data directory [env STORE_DATA_DIR, default ~/.brain-store]; with STORE_BACKEND=s3 the bucket is used.",
+)
+
+
 def _progress(line: str) -> None:
     click.echo(line, err=True)
 
@@ -17,9 +23,7 @@ def _progress(line: str) -> None:
 @click.command()
 @click.option("--to", "target", required=True, type=click.Path(path_type=Path, dir_okay=False),
               help="Backup file to write (zstandard-compressed tar with a checksummed manifest).")
-@click.option("--data", type=click.Path(path_type=Path), default=None,
-              help="Data directory [env STORE_DATA_DIR, default ~/.brain-store]; with STORE_BACKEND=s3 "
-                   "the bucket is used.")
+@_data_option
 def backup(target: Path, data: Path | None) -> None:
     """Back up users (token hashes, deny records), brains, archives and snapshots.
 
@@ -47,9 +51,7 @@ def backup(target: Path, data: Path | None) -> None:
 @click.command()
 @click.option("--from", "source", required=True, type=click.Path(path_type=Path, dir_okay=False),
               help="Backup file written by `brain-store backup`.")
-@click.option("--data", type=click.Path(path_type=Path), default=None,
-              help="Data directory [env STORE_DATA_DIR, default ~/.brain-store]; with STORE_BACKEND=s3 "
-                   "the bucket is used.")
+@_data_option
 @click.option("--force", is_flag=True, help="Replace a non-empty store (it ends up equal to the backup).")
 def restore(source: Path, data: Path | None, force: bool) -> None:
     """Verify a backup completely, then restore it (to local disk or S3, whichever is configured).

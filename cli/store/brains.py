@@ -18,6 +18,7 @@ import click
 
 from cli.store.target import existing_store, store_label
 from cli.store.users import _data_option as data_option
+from cli.store.users import user_named
 
 
 @dataclass(frozen=True)
@@ -130,7 +131,7 @@ def list_brains(who: str | None, as_json: bool, data: Path | None) -> None:
     settings = existing_store(data)
     directory = open_directory(settings)
     if who is not None:
-        user = _user_named(directory, who)
+        user = user_named(directory.users, who)
         rows = directory.of_user(user)
     else:
         rows = directory.every()
@@ -160,18 +161,6 @@ def _service(settings: Any) -> Any:
     return BrainService(settings, open_backend(settings))
 
 
-def _user_named(directory: BrainDirectory, who: str) -> Any:
-    from store.auth.users import AmbiguousEmail
-
-    try:
-        user = directory.users.lookup(who)
-    except AmbiguousEmail as exc:
-        raise click.ClickException(str(exc)) from None
-    if user is None:
-        raise click.ClickException(f"no user {who!r} (`brain-store user list` shows them)")
-    return user
-
-
 def _run(action: Any, *args: Any) -> Any:
     """A service call whose refusal (ServiceError) becomes a clean CLI error."""
     from store.errors import ServiceError
@@ -184,7 +173,7 @@ def _run(action: Any, *args: Any) -> Any:
 
 def _owned(directory: BrainDirectory, given: str, who: str | None) -> BrainRow:
     """The brain ``given`` names (among ``who``'s when given), which its owner changes."""
-    return directory.find(given, _user_named(directory, who) if who else None)
+    return directory.find(given, user_named(directory.users, who) if who else None)
 
 
 _whose_option = click.option("--user", "who", default=None,
@@ -199,7 +188,7 @@ def create_brain(name: str, who: str, data: Path | None) -> None:
     """Create a brain NAME for a user; prints its id (last line)."""
     settings = existing_store(data)
     directory = open_directory(settings)
-    user = _user_named(directory, who)
+    user = user_named(directory.users, who)
     meta = _run(_service(settings).create, user.id, name)
     click.echo(f"created brain {meta.name} for {user.name} in {store_label(settings)}; its id:")
     click.echo(meta.id)

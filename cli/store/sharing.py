@@ -9,6 +9,7 @@ import click
 
 from cli.store.target import existing_store
 from cli.store.users import _data_option as data_option
+from cli.store.users import user_named
 
 _brain_arg = click.argument("brain_id", metavar="BRAIN")
 _owner_option = click.option("--user", "owner", default=None,
@@ -33,15 +34,7 @@ class _Store:
 
     def user(self, who: str) -> Any:
         """A user by name, e-mail or id (an e-mail address several users have is refused, naming them)."""
-        from store.auth.users import AmbiguousEmail
-
-        try:
-            user = self.sharing.find_user(who)
-        except AmbiguousEmail as exc:
-            raise click.ClickException(str(exc)) from None
-        if user is None:
-            raise click.ClickException(f"no user {who!r}")
-        return user
+        return user_named(self.users, who)
 
     def creator(self, given: str, owner: str | None = None) -> tuple[str, str]:
         """``(brain id, id of the user who created and stores it)`` for a brain named by its id or

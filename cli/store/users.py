@@ -27,6 +27,20 @@ _data_option = click.option(
 )
 
 
+def user_named(users: Any, who: str) -> Any:
+    """The user ``who`` names (name, e-mail or id: ``UserRegistry.lookup``), else a
+    ``click.ClickException``: none has it, or several users have that e-mail address (naming them)."""
+    from store.auth.users import AmbiguousEmail
+
+    try:
+        user = users.lookup(who)
+    except AmbiguousEmail as exc:
+        raise click.ClickException(str(exc)) from None
+    if user is None:
+        raise click.ClickException(f"no user {who!r} (`brain-store user list` shows them)")
+    return user
+
+
 def _open(settings: StoreSettings):  # type: ignore[no-untyped-def]
     from store.service import BrainService
     from store.context import open_registry
