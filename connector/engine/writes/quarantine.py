@@ -16,9 +16,12 @@ from connector.engine.format.rules import LOW_TRUST_ORIGINS
 
 _FLAGS = re.IGNORECASE | re.MULTILINE
 
-# Secrets and sending them, in Chinese and Japanese (their words run together: no \b).
+# Secrets and sending them somewhere, in Chinese and Japanese (their words run together: no \b).
+# The verb names where to, as the English rule's "to/at/into/via" does: "密码重置邮件已发送" (the
+# reset mail was sent) or "パスワード漏洩の対応" (handling a leak) are ordinary notes.
 _CJK_SECRET = r"(?:密钥|秘钥|密码|口令|令牌|凭证|凭据|私钥|秘密鍵|パスワード|API\s*キー|アクセスキー|トークン|認証情報|クレデンシャル)"
-_CJK_SEND = r"(?:发送|发给|发到|上传|转发|泄露|粘贴到|送信|送って|送る|送れ|アップロード|転送|貼り付け|漏洩)"
+_CJK_SEND = (r"(?:(?:发送|发|上传|转发|泄露|粘贴|提交|复制)(?:到|给|至)"
+             r"|[にへ](?:送信|送って|送る|送れ|アップロード|転送|貼り付け|漏ら))")
 
 # Injection patterns: checked for every non-user write.
 INJECTION_RULES: dict[str, re.Pattern[str]] = {
