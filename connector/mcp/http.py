@@ -8,45 +8,27 @@ proxy. Plain functions over the ASGI scope, so any route can use them.
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any
 from urllib.parse import quote
 
-_NAMED_NETWORKS = {
-    "loopback": ("127.0.0.0/8", "::1/128"),
-    "uniquelocal": ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7"),
-    "linklocal": ("169.254.0.0/16", "fe80::/10"),
-}
+from common.limits.address import TrustedProxies
+
 # A Host value we are willing to echo into URLs: name or address, optional port.
 _HOST_RE = re.compile(r"^(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?$")
 
-IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
-
 
 @lru_cache(maxsize=32)
-def proxy_networks(entries: tuple[str, ...]) -> tuple[IpNetwork, ...]:
-    """The networks named by CONNECTOR_TRUST_PROXY entries (names or CIDRs)."""
-    networks: list[IpNetwork] = []
-    for entry in entries:
-        for cidr in _NAMED_NETWORKS.get(entry.lower(), (entry,)):
-            networks.append(ipaddress.ip_network(cidr, strict=False))
-    return tuple(networks)
+def _proxies(entries: tuple[str, ...]) -> TrustedProxies:
+    return TrustedProxies.parse(entries)
 
 
 def is_trusted_proxy(peer: str | None, entries: Iterable[str]) -> bool:
-    """True when ``peer`` (an IP address) belongs to a configured proxy network."""
-    if not peer:
-        return False
-    try:
-        address = ipaddress.ip_address(peer)
-    except ValueError:
-        return False
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    return any(address in network for network in proxy_networks(tuple(entries)))
+    """True when ``peer`` (an IP address) belongs to a configured proxy network
+    (CONNECTOR_TRUST_PROXY, read as the store reads its own: ``TrustedProxies``)."""
+    return bool(peer) and peer in _proxies(tuple(entries))
 
 
 def header(scope: dict[str, Any], name: str) -> str | None:

@@ -99,6 +99,9 @@ def test_base_url_trusts_forwarded_headers_only_from_proxies() -> None:
     assert request_base_url(_scope("203.0.113.9", evil), None, ()) == "http://127.0.0.1:8788"
     assert is_trusted_proxy("::ffff:127.0.0.1", ("loopback",))
     assert not is_trusted_proxy("not-an-ip", ("loopback",))
+    # The store's words too (CONNECTOR_TRUST_PROXY goes through the same parser): `private`, `none`.
+    assert is_trusted_proxy("10.1.2.3", ("private",)) and is_trusted_proxy("fe80::1", ("private",))
+    assert is_trusted_proxy("127.0.0.1", ("loopback", "none")) and not is_trusted_proxy("203.0.113.9", ("private",))
 
 
 def test_bearer_token_parsing() -> None:
