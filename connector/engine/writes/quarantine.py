@@ -17,11 +17,15 @@ from connector.engine.format.rules import LOW_TRUST_ORIGINS
 _FLAGS = re.IGNORECASE | re.MULTILINE
 
 # Secrets and sending them somewhere, in Chinese and Japanese (their words run together: no \b).
-# The verb names where to, as the English rule's "to/at/into/via" does: "密码重置邮件已发送" (the
-# reset mail was sent) or "パスワード漏洩の対応" (handling a leak) are ordinary notes.
+# As the English rule needs "to/at/into/via", the verb names where to, and a secret named before
+# it must be what is sent (把 X 发送到, X を…に送信): "密码重置邮件已发送", "密码重置邮件会发送到
+# 用户的邮箱" (the reset mail is sent), "パスワード漏洩の対応" (a leak handled) are ordinary notes.
 _CJK_SECRET = r"(?:密钥|秘钥|密码|口令|令牌|凭证|凭据|私钥|秘密鍵|パスワード|API\s*キー|アクセスキー|トークン|認証情報|クレデンシャル)"
-_CJK_SEND = (r"(?:(?:发送|发|上传|转发|泄露|粘贴|提交|复制)(?:到|给|至)"
-             r"|[にへ](?:送信|送って|送る|送れ|アップロード|転送|貼り付け|漏ら))")
+_ZH_SEND = r"(?:发送|发|上传|转发|泄露|粘贴|提交)(?:到|给|至)"
+_JA_SEND = r"[にへ](?:送信|送って|送る|送れ|アップロード|転送|貼り付け|漏ら)"
+# "Forget / ignore" that is not "do not forget / do not ignore" (不要忘记, 忘れないで, 忘れずに).
+_ZH_IGNORE = r"(?<!不要)(?<!不能)(?<!别)(?<!勿)(?<!没)(?:忽略|无视|忽视|忘记|忘掉|不要理会|不要遵守|抛开)"
+_JA_IGNORE = r"(?:無視(?!しない|せず|しちゃ|しては|してはいけ)|忘れ(?!ない|ず|ませ|ちゃ|ては))"
 
 # Injection patterns: checked for every non-user write.
 INJECTION_RULES: dict[str, re.Pattern[str]] = {
@@ -29,10 +33,10 @@ INJECTION_RULES: dict[str, re.Pattern[str]] = {
         r"\b(?:ignore|disregard|forget|override)\s+(?:all\s+|any\s+|the\s+|your\s+)*"
         r"(?:previous|prior|earlier|above|preceding|system)\s+(?:instructions|prompts?|rules|directions)"
         # Chinese (忽略之前的所有指令) and Japanese (これまでの指示はすべて無視して): the same request.
-        r"|(?:忽略|无视|忽视|忘记|忘掉|不要理会|不要遵守|抛开)掉?\s*你?(?:之前|以前|先前|此前|上面|上述|前面|所有|全部|一切|系统)"
+        rf"|{_ZH_IGNORE}掉?\s*你?(?:之前|以前|先前|此前|上面|上述|前面|所有|全部|一切|系统)"
         r"[^\n。]{0,12}?(?:指令|指示|提示词?|规则|命令)"
         r"|(?:以前|これまで|今まで|先ほど|上記|すべて|全て|システム)[^\n。]{0,12}?(?:指示|命令|ルール|プロンプト|指令)"
-        r"(?:を|は|も)?\s*(?:すべて|全て)?\s*(?:無視|忘れ)",
+        rf"(?:を|は|も)?\s*(?:すべて|全て)?\s*{_JA_IGNORE}",
         _FLAGS,
     ),
     "pipe-to-shell": re.compile(
@@ -44,8 +48,9 @@ INJECTION_RULES: dict[str, re.Pattern[str]] = {
         r"\b(?:send|post|upload|forward|email|exfiltrate|transmit|leak|share|paste)\b[^\n]{0,80}?"
         r"\b(?:secrets?|api[\s_-]?keys?|keys|tokens?|passwords?|credentials?|private\s+keys?|ssh\s+keys?|\.env)\b"
         r"[^\n]{0,80}?\b(?:to|at|into|via)\b"
-        # Chinese and Japanese, with the verb before or after the secret (把密钥发送到…, APIキーを…に送信).
-        rf"|{_CJK_SEND}[^\n]{{0,40}}?{_CJK_SECRET}|{_CJK_SECRET}[^\n]{{0,40}}?{_CJK_SEND}",
+        # Chinese and Japanese: 发送给我…密码, 把密钥发送到…, APIキーを…に送信.
+        rf"|{_ZH_SEND}[^\n。]{{0,40}}?{_CJK_SECRET}|把[^\n。]{{0,20}}?{_CJK_SECRET}[^\n。]{{0,20}}?{_ZH_SEND}"
+        rf"|{_CJK_SECRET}\s*を[^\n。]{{0,40}}?{_JA_SEND}",
         _FLAGS,
     ),
 }
@@ -54,8 +59,8 @@ INJECTION_RULES: dict[str, re.Pattern[str]] = {
 SUSPECT_RULES: dict[str, re.Pattern[str]] = {
     "imperative-line": re.compile(
         r"^\s*(?:always|never|you\s+must|do\s+not|don't|from\s+now\s+on|remember\s+to)\b"
-        r"|^\s*(?:总是|始终|永远|你必须|必须|务必|不要|不许|从现在开始|从今以后|记得|记住"
-        r"|常に|必ず|絶対に|決して|今後は|これからは|今から|忘れずに)", _FLAGS
+        r"|^\s*(?:总是|始终|永远|你必须|必须|务必|不要(?!紧)|不许|从现在开始|从今以后|记得|记住"
+        r"|常に|必ず|絶対に|決して|今後は|これからは|忘れずに)", _FLAGS
     ),
     "command": re.compile(
         r"^\s*\$\s+\S|\b(?:run|execute|exec)\s+(?:this|the\s+following|`)|"
@@ -66,7 +71,9 @@ SUSPECT_RULES: dict[str, re.Pattern[str]] = {
         r"\b(?:visit|open|go\s+to|download|fetch|click|navigate\s+to|install\s+from|load)\b[^\n]{0,40}?"
         r"https?://"
         r"|(?:访问|打开|前往|下载|点击|安装|加载)[^\n]{0,40}?https?://"
-        r"|https?://[^\s]+[^\n]{0,20}?(?:を開|にアクセス|からダウンロード|をダウンロード|をクリック|からインストール|を読み込)",
+        # The address is taken possessively and at most 512 characters long: with backtracking,
+        # "http://" repeated over a 50,000-character memory took minutes (each start rescanned the rest).
+        r"|https?://[\x21-\x7e]{1,512}+[^\n]{0,20}?(?:を開|にアクセス|からダウンロード|をダウンロード|をクリック|からインストール|を読み込)",
         _FLAGS,
     ),
 }
