@@ -469,11 +469,17 @@ class BrainService:
             raise self._no_key_for(NO_KEY, brain_id, checksum)
 
     def _no_key_for(self, reason: str, brain_id: str, checksum: str) -> ServiceError:
-        """503 ``encryption_key_unavailable`` for a sealed archive no configured key opens: the
-        store's settings are wrong (not the archive), so it stays unready until restarted."""
-        log.error("brain %s archive %s is encrypted at rest and %s; the store is not ready until it is "
-                  "restarted with the key that sealed it", brain_id, checksum, reason)
-        self.key_problem = f"stored archives are encrypted at rest and {reason}"
+        """503 ``encryption_key_unavailable`` for a sealed archive no configured key opens.
+
+        With no key at all the store's settings are wrong for every sealed archive, so it stays
+        unready until restarted with one. A key that does not open one archive (sealed by a
+        replica under a newer key, or a damaged header) refuses that archive only: one such blob
+        must not take the replica out of its load balancer."""
+        if reason == NO_KEY:
+            self.key_problem = f"stored archives are encrypted at rest and {reason}"
+        log.error("brain %s archive %s is encrypted at rest and %s%s", brain_id, checksum, reason,
+                  "; the store is not ready until it is restarted with the key that sealed it"
+                  if reason == NO_KEY else "")
         return ServiceError(503, "this archive is encrypted at rest and the store does not hold its key; "
                                  "the operator has been told", extra={"code": "encryption_key_unavailable"})
 
