@@ -8,11 +8,14 @@ still open, so ``brain-store rekey`` can run while the server serves.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 from store.settings import StoreSettings
 from store.storage.base import BlobMissing, StorageBackend
+
+log = logging.getLogger("store")
 
 CHUNK = 1024 * 1024
 # Start of a sealed blob (store.storage.sealing.MAGIC); kept here so encryption-off stores
@@ -128,13 +131,21 @@ def _archive_heads(backend: StorageBackend, limit: int) -> Iterator[tuple[str, b
     """(user id, first ``HEADER_SIZE`` bytes) of up to ``limit`` stored archives, current and snapshots."""
     seen = 0
     for user_id in backend.iter_users():
-        for meta in backend.list_brains(user_id):
+        try:
+            metas = backend.list_brains(user_id)
+        except Exception as exc:  # noqa: BLE001 - a sample: what cannot be read is refused per request, as before
+            log.warning("key check: skipping the brains of user %s: %s", user_id, exc)
+            continue
+        for meta in metas:
             for checksum in sorted(meta.blobs()):
                 try:
                     with backend.open_blob(user_id, meta.id, checksum) as blob:
                         head = blob.read(HEADER_SIZE)
                 except BlobMissing:
                     continue  # replaced meanwhile
+                except Exception as exc:  # noqa: BLE001 - as above: a damaged blob must not stop the store
+                    log.warning("key check: skipping brain %s archive %s: %s", meta.id, checksum, exc)
+                    continue
                 yield user_id, head
                 seen += 1
                 if seen >= limit:

@@ -190,6 +190,23 @@ def test_serve_starts_when_a_key_opens_the_archives_and_on_plain_data(tmp_path: 
             assert httpx.get(store.url + "/health/ready", timeout=30).status_code == 200
 
 
+
+def test_serve_starts_when_an_archive_it_samples_cannot_be_read(tmp_path: Path) -> None:
+    """The start-up key check is a sample: a blob that cannot be read (here a directory where the
+    file should be) is skipped and logged, as serving did before the check; it ended `serve` with
+    a traceback."""
+    data = tmp_path / "data"
+    service = service_with(data, None)
+    brain_id = service.create(USER).id
+    put(service, brain_id, make_archive(brain_files(1)))
+    (blob,) = (data / "brains" / USER / brain_id / "blobs").iterdir()
+    blob.unlink()
+    blob.mkdir()
+    with start_store(tmp_path, data=data) as store:
+        assert httpx.get(store.url + "/health/ready", timeout=30).status_code == 200
+    assert any("key check: skipping brain" in log.read_text() for log in tmp_path.glob("store-*.log"))
+
+
 @pytest.mark.parametrize("key", [None, KEY2], ids=["no-key", "wrong-key"])
 def test_a_sealed_archive_the_store_cannot_open_is_503_and_unready(tmp_path: Path, key: bytes | None) -> None:
     """Archives sealed after start-up (another process, another replica) under a key this store
