@@ -55,7 +55,9 @@ class S3Store(ConditionalUpdate):
             error = DocumentStoreUnavailable if is_missing_bucket(exc) else DocumentStoreError
             raise error(f"cannot {action} {key} in {self.where}: S3 says {error_code(exc) or exc}") from None
         except BotoCoreError as exc:
-            raise DocumentStoreError(f"cannot {action} {key} in {self.where}: {exc}") from None
+            # No answer at all (endpoint refused or timed out): the backend is gone, not the document
+            # damaged, so no caller may read it as "missing" or "damaged" (the store's 503).
+            raise DocumentStoreUnavailable(f"cannot {action} {key} in {self.where}: {exc}") from None
 
     def _get(self, object_key: str, **condition: str) -> Document | None | Unchanged:
         try:

@@ -87,7 +87,8 @@ def test_an_endpoint_that_stops_answering_is_503_not_500(tmp_path: Path) -> None
             upload = {"files": {"brain": ("b.tgz", archive({"memories/a.md": b"second"}))}}
             for method, path, extra in (("GET", f"/api/brains/{brain}/sync", {}),
                                         ("GET", f"/api/brains/{brain}/versions", {}),
-                                        ("PUT", f"/api/brains/{brain}/sync", upload)):
+                                        ("PUT", f"/api/brains/{brain}/sync", upload),
+                                        ("DELETE", "/api/keys/bsk_nosuchkey", {})):  # the sharing document
                 answer = http.request(method, path, **extra)
                 assert answer.status_code == 503, (method, path, answer.status_code, answer.text)
                 assert answer.json()["code"] == "storage_unavailable" and int(answer.headers["retry-after"]) > 0
