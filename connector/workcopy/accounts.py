@@ -224,6 +224,17 @@ class Accounts(ManagerCore):
         self._forget_index(copy)
         self.long_lived.dropped()
 
+    async def _brains_for(self, subject: str, state: UserState, wanted: str | None, *, force: bool) -> list[BrainRecord]:
+        """The brain list for a call on ``wanted`` (a choice or a URL's brain): listed afresh when
+        that is a brain shared with the account (``_shared_held``); ``AccessLost``, the copy let go,
+        when the fresh list no longer has it."""
+        held = self._shared_held(state, wanted)
+        brains = await self._brains(state, force=force, every_call=held is not None)
+        if held is not None and not any(brain.id == held.id for brain in brains):
+            self._let_go(subject, held.id)
+            raise AccessLost(held)
+        return brains
+
     async def _brains(self, state: UserState, *, force: bool = False, every_call: bool = False) -> list[BrainRecord]:
         """The account's brain list: the one held while younger than its TTL (none with ``every_call``),
         else the store's; the last one known while the store cannot be reached."""
@@ -250,11 +261,9 @@ class Accounts(ManagerCore):
         assert state.lock is not None
         chosen = await self.choices.get_chosen_brain(account.subject)
         async with state.lock:
-            held = self._shared_held(state, chosen)
-            brains = await self._brains(state, force=force_list, every_call=held is not None)
-            if held is not None and not any(brain.id == held.id for brain in brains):
-                self._let_go(account.subject, held.id)
-                raise AccessLost(held)  # said once: the list now lacks it, and the choice falls back as below
+            # A shared brain just lost is refused once (AccessLost); after that the list lacks it and
+            # the choice falls back as below.
+            brains = await self._brains_for(account.subject, state, chosen, force=force_list)
             if chosen and chosen != state.missing_choice and not any(brain.id == chosen.lower() for brain in brains):
                 # Chosen through another worker or replica (the choice is shared) after this one
                 # listed the brains, e.g. a brain created since: list again, once per such choice
@@ -290,11 +299,7 @@ class Accounts(ManagerCore):
         state = self._user(account)
         assert state.lock is not None
         async with state.lock:
-            held = self._shared_held(state, account.brain)
-            brains = await self._brains(state, force=force_list, every_call=held is not None)
-            if held is not None and not any(brain.id == held.id for brain in brains):
-                self._let_go(account.subject, held.id)
-                raise AccessLost(held)
+            brains = await self._brains_for(account.subject, state, account.brain, force=force_list)
             found = find_brain(brains, account.brain, await self._me(account, brains))
             if found is None and not force_list and state.missing_choice != account.brain:
                 state.missing_choice = account.brain
