@@ -10,13 +10,12 @@ to do instead: the passphrase would have to be typed into a form, which this app
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import PurePosixPath
 from typing import Any
 
 from connector.i18n import Text
 from connector.imports import markdown
 from connector.imports.errors import ImportRefused
-from connector.imports.files import Upload
+from connector.imports.files import Upload, outside_archive
 from connector.imports.imported import Imported
 
 FORMAT = "brain-export"
@@ -43,8 +42,7 @@ def read(document: Any, name: str) -> Imported:
                                   name=name, version=VERSION)])
     entries: dict[str, bytes] = {}
     for path, text in document["files"].items():
-        parts = PurePosixPath(path).parts if isinstance(path, str) else ()
-        if not parts or path.startswith("/") or ".." in parts or "\\" in path:
+        if not isinstance(path, str) or outside_archive(path):
             raise ImportRefused([Text("%(name)s: a path outside the archive", name=str(path)[:200])])
         if not isinstance(text, str):
             raise ImportRefused([Text("%(name)s: '%(path)s' is not text", name=name, path=path[:200])])

@@ -103,7 +103,7 @@ def _zip_entries(data: bytes) -> dict[str, bytes]:
         name = names[info.filename]
         parts = PurePosixPath(name).parts
         # Checked before hidden folders are passed over: ".." starts with a dot too.
-        if name.startswith("/") or ".." in parts or "\\" in name:
+        if outside_archive(name):
             raise ImportRefused([Text("%(name)s: a path outside the archive", name=name)])
         # Hidden folders (an Obsidian vault's .obsidian, macOS's __MACOSX) hold no notes.
         if any(part.startswith(".") or part == "__MACOSX" for part in parts):
@@ -116,6 +116,13 @@ def _zip_entries(data: bytes) -> dict[str, bytes]:
             # Damaged, encrypted, or compressed in a way Python does not read.
             raise ImportRefused([Text("%(name)s: cannot be read from the archive", name=name)]) from None
     return entries
+
+
+def outside_archive(name: str) -> bool:
+    """Whether an entry's name would point out of the folder it is unpacked into (absolute, a
+    ``..`` part, a Windows separator) or is empty."""
+    parts = PurePosixPath(name).parts
+    return not parts or name.startswith("/") or ".." in parts or "\\" in name
 
 
 def _entry_names(infos: list[zipfile.ZipInfo]) -> dict[str, str]:
