@@ -92,7 +92,7 @@ class ArchiveSealer:
         if not self.knows_key(head, user_id):
             raise SealedKeyUnknown(WRONG_KEY)
         f.seek(0)
-        keys = [self._key(i, user_id) for i in range(len(self._masters))]
+        keys = self.user_keys(user_id)
         stream = self._sealing.open_sealed(f, keys, user_id, brain_id, checksum)
         try:
             first = next(stream, None)
