@@ -8,6 +8,10 @@ the code, so the replica that issued a code need not be the one that redeems it.
 Redeeming *takes* the record (the store's take-exactly-once), so a code is used once
 whatever happens next. Codes expire after 60 s; older documents are pruned. The store
 credential never travels in the redirect URL: the code is only a random name.
+
+A redeemed code leaves a marker naming the refresh family it started, for the rest of its
+60 s: a second use of the code means it leaked (RFC 6749 section 4.1.2), so the server
+revokes what the first use was given.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ CODES_PLACE = "codes"
 # Codes waiting for their token request, at most (beyond it the oldest are dropped: their sign-ins start again).
 MAX_CODES = 10_000
 _MAX_CODE_CHARS = 100
+# The key of a redeemed code's marker (codes are base64url, so no code is named like one).
+_SPENT = "spent:"
 
 
 @dataclass(frozen=True)
@@ -110,3 +116,21 @@ class CodeStore:
             )
         except (KeyError, TypeError, ValueError):
             return None
+
+    def mark_spent(self, value: str, family_id: str, expires: float) -> None:
+        """Remember until ``expires`` (the code's own expiry) that ``value`` started ``family_id``.
+
+        Blocking (a small write): call it off the event loop.
+        """
+        self._records.put(_SPENT + value, {"family": family_id}, expires)
+
+    def spent_family(self, value: str | None) -> str | None:
+        """The family a code already redeemed started, while its marker lives; else None.
+
+        Blocking (a small read): call it off the event loop.
+        """
+        if not value or len(value) > _MAX_CODE_CHARS:
+            return None
+        record = self._records.get(_SPENT + value)
+        family = record.get("family") if record is not None else None
+        return family if isinstance(family, str) and family else None

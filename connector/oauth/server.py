@@ -498,6 +498,7 @@ class AuthorizationServer:
         # Taken on lookup, at whichever replica: whatever happens next, a code is never usable twice.
         code = await anyio.to_thread.run_sync(self._codes.redeem, code_value)
         if code is None or code.expires <= now:
+            await self._revoke_replayed_code(code_value)
             return _error(400, "invalid_grant", "unknown or expired code", NO_STORE)
         client_id, _ = _single(form, "client_id")
         if client_id != code.client_id:
@@ -524,8 +525,19 @@ class AuthorizationServer:
             now=now,
             brain_id=brain_id,
         ))
+        assert code_value is not None  # redeemed, so it was given
+        await anyio.to_thread.run_sync(self._codes.mark_spent, code_value, family.family_id, code.expires)
         log.info("sign-in completed", extra={"client_id": code.client_id, "idp": self.provider.kind})
         return self._token_reply(family, refresh_token, family.scope, now)
+
+    async def _revoke_replayed_code(self, code_value: str | None) -> None:
+        """A code presented again after it was redeemed leaked (RFC 6749 section 4.1.2): end the
+        sign-in its first use started, so whoever holds those tokens loses them too."""
+        family_id = await anyio.to_thread.run_sync(self._codes.spent_family, code_value)
+        family = await anyio.to_thread.run_sync(self.grants.load_family, family_id) if family_id else None
+        if family is not None:
+            await self._end_family(family)
+            log.warning("authorization code used twice: its sign-in revoked", extra={"client_id": family.client_id})
 
     async def _token_from_refresh(self, form: Mapping[str, Any]) -> JsonReply:
         token, _ = _single(form, "refresh_token")

@@ -86,7 +86,11 @@ async def test_a_code_issued_by_one_replica_is_redeemed_once_at_any(tmp_path: Pa
     for world in (a, b):
         replay = await world.server.token({**form, "code": fresh})
         assert replay.status == 400 and replay.body["error"] == "invalid_grant"
-    assert [path for path in (tmp_path / "shared" / "codes").iterdir() if not path.name.startswith(".")] == []
+    # The replay, at the other replica, ended the sign-in the code started.
+    assert a.server.verify_access(redeemed.body["access_token"], BASE, now=clock.now) is None
+    # What is left is the redeemed code's marker: a new sealed file, with no credential in it.
+    left = [path for path in (tmp_path / "shared" / "codes").iterdir() if not path.name.startswith(".")]
+    assert len(left) == 1 and left != files and GOOD_TOKEN.encode() not in left[0].read_bytes()
     # A code outlives nothing: expired at every replica.
     late = await get_code(a, flow)
     clock.now += 61

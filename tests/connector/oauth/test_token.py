@@ -93,6 +93,22 @@ async def test_code_is_single_use(world: World) -> None:
     assert again.status == 400 and again.body["error"] == "invalid_grant"
 
 
+async def test_a_code_used_twice_revokes_what_its_first_use_was_given(world: World) -> None:
+    flow = register(world)
+    code = await get_code(world, flow)
+    first = await world.server.token(code_form(flow, code))
+    assert first.status == 200
+    # The code leaked (RFC 6749 section 4.1.2): whoever redeemed it first must not keep the tokens.
+    again = await world.server.token(code_form(flow, code))
+    assert again.status == 400 and again.body["error"] == "invalid_grant"
+    assert world.server.verify_access(first.body["access_token"], BASE, now=world.clock.now) is None
+    refreshed = await world.server.token(refresh_form(flow, first.body["refresh_token"]))
+    assert refreshed.status == 400 and refreshed.body["error"] == "invalid_grant"
+    # Another sign-in of the same client is untouched.
+    other = await get_tokens(world, flow)
+    assert world.server.verify_access(other["access_token"], BASE, now=world.clock.now) is not None
+
+
 async def test_code_expires_after_sixty_seconds(world: World) -> None:
     flow = register(world)
     code = await get_code(world, flow)
