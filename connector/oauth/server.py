@@ -24,7 +24,7 @@ import zlib
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
-from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import quote, unquote, urlencode, urlsplit, urlunsplit
 
 import anyio.to_thread
 
@@ -132,11 +132,16 @@ def _error(status: int, error: str, description: str, headers: Mapping[str, str]
 
 
 def add_query(uri: str, params: Mapping[str, str | None]) -> str:
-    """``uri`` with ``params`` appended to its query (None values left out)."""
+    """``uri`` with ``params`` appended to its query (None values left out).
+
+    The registered URI's own query is kept byte for byte (RFC 6749 section 3.1.2): decoding
+    and encoding it again would turn ``?flag`` into ``?flag=`` and an escape that is not
+    UTF-8 into another one, and the client would no longer recognise its own URI.
+    """
     parts = urlsplit(uri)
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    query.extend((key, value) for key, value in params.items() if value is not None)
-    return urlunsplit(parts._replace(query=urlencode(query)))
+    added = urlencode([(key, value) for key, value in params.items() if value is not None])
+    query = "&".join(part for part in (parts.query, added) if part)
+    return urlunsplit(parts._replace(query=query))
 
 
 def _single(params: Mapping[str, Any], name: str) -> tuple[str | None, bool]:

@@ -70,6 +70,21 @@ async def test_errors_redirect_with_iss_and_state(world: World, overrides: dict,
         assert query["state"] == "st-123"
 
 
+async def test_the_registered_redirect_query_comes_back_byte_for_byte(world: World) -> None:
+    # RFC 6749 section 3.1.2: the query of a redirect URI is kept when parameters are added.
+    uri = REDIRECT + "?flag&x=%FF&a=b%20c;d"
+    flow = register(world, uri)
+    refused = await world.server.authorize(flow.authorize_params(redirect_uri=uri, response_type="token"), BASE)
+    assert isinstance(refused, RedirectReply)
+    assert refused.location.startswith(uri + "&error=unsupported_response_type&"), refused.location
+    code = await get_code(world, flow, redirect_uri=uri)
+    page = await world.server.authorize(flow.authorize_params(redirect_uri=uri), BASE)
+    assert isinstance(page, PageReply)
+    done = await world.server.complete({"login_id": page.view.login_id, "token": GOOD_TOKEN})
+    assert isinstance(done, RedirectReply) and done.location.startswith(uri + "&code="), done.location
+    assert code and query_of(done.location)["state"] == "st-123"
+
+
 async def test_check_order_response_type_before_pkce_before_resource(world: World) -> None:
     flow = register(world)
     reply = await world.server.authorize(
