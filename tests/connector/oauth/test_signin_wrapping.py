@@ -1,7 +1,8 @@
-"""The sign-in page on a narrow screen: long host names and ids wrap, ordinary words stay whole."""
+"""The sign-in page on a narrow screen: long host names, ids and names wrap, ordinary words stay whole."""
 
 from __future__ import annotations
 
+import secrets
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -60,3 +61,29 @@ def test_narrow_page_breaks_only_long_names(store: RunningStore, tmp_path: Path)
             assert broken == [], f"ordinary words broken mid-word: {broken}"
             # the long host name wraps instead of widening the page
             assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+
+
+def test_a_long_client_or_brain_name_stays_inside_the_page(store: RunningStore, tmp_path: Path) -> None:
+    # A client names itself (up to 200 characters) and a brain's URL names the brain (up to 300):
+    # without a space to break at, either ran off the card and made a phone scroll sideways.
+    long_name, long_brain = "W" * 200, "B" * 300
+    with running_connector(tmp_path, store.url, state_dir=tmp_path / "state") as connector:
+        base = connector.base_url
+        redirect = "http://127.0.0.1:1/callback"
+        client_id = httpx.post(base + "/register", json={"redirect_uris": [redirect], "client_name": long_name}).json()[
+            "client_id"]
+        query = {"response_type": "code", "client_id": client_id, "redirect_uri": redirect, "state": "s",
+                 "code_challenge": s256(secrets.token_urlsafe(48)), "code_challenge_method": "S256"}
+        with chromium() as browser:
+            page = browser.new_page(viewport={"width": 390, "height": 844})
+            for resource in (base + "/mcp", base + "/mcp/brains/" + long_brain):
+                response = page.goto(base + "/authorize?" + urlencode({**query, "resource": resource}))
+                assert response is not None and response.status == 200
+                assert page.get_by_text(long_name).is_visible()
+                widths = page.evaluate("""() => ({
+                    page: document.documentElement.scrollWidth, view: document.documentElement.clientWidth,
+                    card: document.querySelector('main').getBoundingClientRect().right,
+                    names: Math.max(...[...document.querySelectorAll('main strong')].map(
+                        node => node.getBoundingClientRect().right))})""")
+                assert widths["page"] <= widths["view"], (resource, widths)
+                assert widths["names"] <= widths["card"], (resource, widths)
