@@ -28,6 +28,7 @@ from pydantic import ValidationError
 from common.textsafety import has_unsafe_chars
 from connector.oauth.redirects import is_loopback_host, redirect_uri_problem
 from connector.oauth.client_files import ClientDocs
+from connector.oauth.scopes import known_scopes
 from mcp.shared.auth import OAuthClientMetadata
 
 MAX_CLIENTS = 50_000
@@ -120,7 +121,9 @@ def validate_registration(body: Any) -> dict[str, Any]:
         "redirect_uris": list(dict.fromkeys(uris)),
         "client_name": name,
         "grant_types": grants,
-        "scope": metadata.scope or "",
+        # Unknown scopes are dropped (RFC 7591 section 3.2.1 lets the server replace a value): the
+        # record stays small whatever was sent, and the answer promises nothing /authorize refuses.
+        "scope": known_scopes(metadata.scope),
         "issued_at": int(time.time()),
     }
 

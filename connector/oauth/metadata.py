@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from connector.oauth.server import SCOPES, resource_of
+from connector.oauth.scopes import SCOPES
+from connector.oauth.server import resource_of
 from connector.oauth.tokens import bearer_challenge
 from mcp.shared.auth import OAuthMetadata, ProtectedResourceMetadata
 

@@ -47,6 +47,7 @@ from connector.oauth.clients import (
     is_metadata_document_id,
 )
 from connector.oauth.codes import CODE_TTL_S, Code, CodeStore
+from connector.oauth.scopes import SCOPES
 from connector.oauth.grants import Family, RefreshGrants, RotationConflict
 from connector.oauth.pending import Pending, PendingSeal, SignInAttempts, cookie_name, new_sign_in_id
 from connector.state.memory import MemoryStore
@@ -59,7 +60,6 @@ from connector.i18n import N_, Text
 
 log = logging.getLogger("connector.oauth")
 
-SCOPES: tuple[str, ...] = ("brain.read", "brain.write")
 SCOPE_DESCRIPTIONS = {
     "brain.read": N_("read your memories (recall and status)"),
     "brain.write": N_("add, pin, verify and archive memories"),

@@ -243,6 +243,17 @@ def test_a_registration_writes_one_small_file_and_touches_no_other(tmp_path: Pat
     assert len(ClientDocs(DirectoryStore(tmp_path))) == 51
 
 
+def test_a_registration_keeps_only_the_scopes_this_server_grants(tmp_path: Path) -> None:
+    # The scope member was kept as sent: 60 KB per registration (3 GB for a full registry), and
+    # the response promised scopes /authorize refuses. Unknown ones are dropped (RFC 7591 3.2.1).
+    registry = _registry(tmp_path, [1_900_000_000.0])
+    answer = registry.register({"redirect_uris": ["https://a.example/cb"],
+                                "scope": "brain.write admin brain.read brain.write " + "x" * 60_000})
+    assert answer["scope"] == "brain.read brain.write"
+    assert "scope" not in registry.register({"redirect_uris": ["https://a.example/cb"], "scope": "openid admin"})
+    assert all(file.stat().st_size < 1024 for file in (tmp_path / "clients").glob("*/bcc_*.json"))
+
+
 @pytest.mark.parametrize("client_id", ["../clients", "bcc_../../state.key", "bcc_/etc/passwd", "bcc_", "x" * 300, "bcc_a\x00b"])
 def test_client_ids_that_are_not_ours_never_reach_the_disk(tmp_path: Path, client_id: str) -> None:
     registry = _registry(tmp_path, [0.0])
