@@ -29,7 +29,7 @@ from litestar.types import ASGIApp, Message, Receive, Scope, Send
 from connector.engine.format.archive import ArchiveLimits
 from connector.i18n import LocaleMiddleware
 from connector.identity.agentkey import AgentKeyBearer, looks_like_agent_key
-from connector.mcp.http import bearer_token, header, is_mcp_path, peer_address, request_base_url
+from connector.mcp.http import bearer_token, header, is_mcp_path, last_segment_as_sent, peer_address, request_base_url
 from connector.mcp.pullreview import PullReview
 from connector.mcp.server import CALLER_SCOPE_KEY, McpEndpoint
 from connector.mcp.tools import BrainTools, Caller
@@ -226,12 +226,14 @@ class McpGate:
             await _send_json(send, 404, {"error": "not_found", "error_description": "No such brain URL."})
             return
         base = request_base_url(scope, self.settings.public_url, self.settings.trust_proxy)
+        # The brain's name as this URL writes it: a challenge names the metadata of the client's own URL.
+        written = last_segment_as_sent(scope) if brain is not None else None
         if wants_page(scope):
             # A person opened the URL in a browser: a page saying it is for assistants (200: the
             # page is what they asked for), still carrying the challenge a client would get.
             # MCP clients never ask for text/html, so they keep getting the JSON 401.
             await _send_page(send, 200, assistants_page(scope, self.settings, brain),
-                             [(b"www-authenticate", challenge(base, brain=brain).encode("latin-1"))])
+                             [(b"www-authenticate", challenge(base, brain=brain, written=written).encode("latin-1"))])
             return
         token = bearer_token(scope)
         claims = self.verify(token, base, brain) if token else None
@@ -247,7 +249,7 @@ class McpGate:
         if claims is None:
             # Any method, GET included: a client probing the URL learns where to sign in.
             error = "invalid_token" if token else None
-            header_value = challenge(base, brain=brain, error=error).encode("latin-1")
+            header_value = challenge(base, brain=brain, error=error, written=written).encode("latin-1")
             await _send_json(send, 401, {"error": error or "unauthorized"}, [(b"www-authenticate", header_value)])
             return
         if scope["method"] != "POST":
@@ -264,12 +266,12 @@ class McpGate:
             brain=(claims.brain_id or brain) if brain is not None else "",
             writes="brain.write" in claims.scope,
         )
-        if brain is not None and not await self._can_use(account, base, send, brain):
+        if brain is not None and not await self._can_use(account, base, send, brain, written):
             return
         scope[CALLER_SCOPE_KEY] = Caller(account=account, scopes=frozenset(claims.scope), base_url=base)  # type: ignore[literal-required]
         await self.endpoint(scope, receive, send)
 
-    async def _can_use(self, account: Account, base: str, send: Send, url_brain: str) -> bool:
+    async def _can_use(self, account: Account, base: str, send: Send, url_brain: str, written: str | None) -> bool:
         """Whether the bound brain is one the account can use; else the answer is sent: 404 (the
         same whether the brain does not exist or the account may not see it, so the URL tells
         nothing about other people's brains), 409 with the choices when the name is several
@@ -280,7 +282,7 @@ class McpGate:
         except StoreUnauthorized:
             # The store refused the credential (the manager ended its sign-ins): sign in again.
             # The URL's own resource (account.brain may be the id a token of that URL keeps).
-            header_value = challenge(base, brain=url_brain, error="invalid_token").encode("latin-1")
+            header_value = challenge(base, brain=url_brain, error="invalid_token", written=written).encode("latin-1")
             await _send_json(send, 401, {"error": "invalid_token"}, [(b"www-authenticate", header_value)])
             return False
         except AmbiguousBrain as exc:

@@ -67,6 +67,16 @@ def request_base_url(scope: dict[str, Any], public_url: str | None, trust_proxy:
     return f"{scheme}://{host}"
 
 
+def last_segment_as_sent(scope: dict[str, Any]) -> str:
+    """The last segment of the request's path as the client wrote it (still percent-encoded),
+    from the ASGI ``raw_path``; "" when the server gives none."""
+    raw = scope.get("raw_path")
+    if not isinstance(raw, bytes):
+        return ""
+    # (Some servers and test clients put the query in raw_path too: only the path is kept.)
+    return raw.decode("latin-1").partition("?")[0].rpartition("/")[2]
+
+
 def bearer_token(scope: dict[str, Any]) -> str | None:
     """The token of an ``Authorization: Bearer`` header, or None."""
     value = header(scope, "authorization")

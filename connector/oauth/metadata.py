@@ -31,10 +31,11 @@ def authorization_server_metadata(base_url: str) -> dict[str, Any]:
     return document.model_dump(mode="json", exclude_none=True)
 
 
-def protected_resource_metadata(base_url: str, brain: str | None = None) -> dict[str, Any]:
-    """The RFC 9728 document of ``<base_url>/mcp``, or of ``<base_url>/mcp/brains/<brain>``."""
+def protected_resource_metadata(base_url: str, brain: str | None = None, written: str | None = None) -> dict[str, Any]:
+    """The RFC 9728 document of ``<base_url>/mcp``, or of ``<base_url>/mcp/brains/<brain>`` (``written``:
+    the brain's segment as the client wrote it, see `resource_of`)."""
     document = ProtectedResourceMetadata(
-        resource=resource_of(base_url, brain),  # type: ignore[arg-type]
+        resource=resource_of(base_url, brain, written),  # type: ignore[arg-type]
         authorization_servers=[base_url],  # type: ignore[list-item]
         scopes_supported=list(SCOPES),
         bearer_methods_supported=["header"],
@@ -43,14 +44,15 @@ def protected_resource_metadata(base_url: str, brain: str | None = None) -> dict
     return document.model_dump(mode="json", exclude_none=True)
 
 
-def resource_metadata_url(base_url: str, brain: str | None = None) -> str:
+def resource_metadata_url(base_url: str, brain: str | None = None, written: str | None = None) -> str:
     """Where the RFC 9728 document of a resource is (section 3.1: the well-known name, then the
     resource's path after ``/mcp``'s own, which is served at the bare name too)."""
     base = base_url.rstrip("/")
-    suffix = resource_of(base, brain)[len(base) + len("/mcp"):]
+    suffix = resource_of(base, brain, written)[len(base) + len("/mcp"):]
     return f"{base}/.well-known/oauth-protected-resource" + (f"/mcp{suffix}" if brain else "")
 
 
-def challenge(base_url: str, *, brain: str | None = None, error: str | None = None) -> str:
-    """The WWW-Authenticate value of a 401 from ``/mcp`` or ``/mcp/brains/<brain>``."""
-    return bearer_challenge(resource_metadata_url(base_url, brain), " ".join(SCOPES), error)
+def challenge(base_url: str, *, brain: str | None = None, error: str | None = None, written: str | None = None) -> str:
+    """The WWW-Authenticate value of a 401 from ``/mcp`` or ``/mcp/brains/<brain>`` (``written``: the
+    brain's segment as the request wrote it, so the client is sent to metadata about its own URL)."""
+    return bearer_challenge(resource_metadata_url(base_url, brain, written), " ".join(SCOPES), error)

@@ -25,7 +25,7 @@ from common.limits import TrustedProxies, client_address, limit_key, request_lim
 from connector.identity.base import Identity, IdentityProvider
 from connector.identity.dev import DEV_WARNING, DevProvider
 from connector.identity.static import StaticTokenProvider
-from connector.mcp.http import peer_address, request_base_url
+from connector.mcp.http import last_segment_as_sent, peer_address, request_base_url
 from connector.oauth.clients import ClientRegistry, MetadataDocumentFetcher
 from connector.oauth.codes import CODE_KIND, CODE_TTL_S, CODES_PLACE, MAX_CODES, CodeStore
 from connector.oauth.grants import RefreshGrants
@@ -293,7 +293,8 @@ def oauth_route_handlers(server: AuthorizationServer, settings: Any, *, dev: boo
         brain = str(request.path_params["brain"])
         if not valid_brain_segment(brain):
             return _json(404, {"error": "not_found"}, {"Cache-Control": "no-store", **_CORS})
-        return _json(200, protected_resource_metadata(base_of(request), brain), {"Cache-Control": "no-store", **_CORS})
+        document = protected_resource_metadata(base_of(request), brain, last_segment_as_sent(request.scope))
+        return _json(200, document, {"Cache-Control": "no-store", **_CORS})
 
     @get(
         ["/.well-known/oauth-authorization-server", "/.well-known/oauth-authorization-server/mcp"],

@@ -18,6 +18,7 @@ import errno
 import functools
 import logging
 import math
+import re
 import secrets
 import time
 import zlib
@@ -76,6 +77,8 @@ _LOCK_STRIPES = 64
 # The URL of one brain is <base>/mcp/brains/<name or id> (connector/app.py).
 BRAINS_PATH = "/brains/"
 MAX_BRAIN_CHARS = 300
+# One URL path segment (RFC 3986 pchar): a brain's name as a client may write it in its URL.
+_SEGMENT = re.compile(r"(?:[A-Za-z0-9\-._~!$&'()*+,;=:@]|%[0-9A-Fa-f]{2})+")
 
 
 # -- replies ------------------------------------------------------------------
@@ -299,9 +302,9 @@ class AuthorizationServer:
         challenge = values["code_challenge"]
         if not challenge or not is_valid_challenge(challenge):
             return back("invalid_request", "code_challenge is missing or malformed")
-        resource = values["resource"] or ""
         try:
-            brain_of_resource(resource, base_url)
+            # Kept as `resource_of` writes it, whichever percent-encoding of the brain's name was sent.
+            resource = resource_of(base_url, brain_of_resource(values["resource"] or "", base_url))
         except ValueError as exc:
             return back("invalid_target", str(exc))
         scope = parse_scope(values["scope"])
@@ -515,7 +518,7 @@ class AuthorizationServer:
         if not verifier_matches(verifier, code.challenge):
             return _error(400, "invalid_grant", "code_verifier does not match the code challenge", NO_STORE)
         resource, _ = _single(form, "resource")
-        if resource is not None and resource != code.resource:
+        if resource is not None and not same_resource(resource, code.resource):
             return _error(400, "invalid_target", "resource differs from the authorization request", NO_STORE)
         brain_name = brain_of_url(code.resource)
         brain_id = await self._bind_brain(code.identity, brain_name) if brain_name and self._bind_brain else ""
@@ -567,7 +570,7 @@ class AuthorizationServer:
                 log.warning("refresh token reuse: family revoked", extra={"client_id": family.client_id})
                 return _error(400, "invalid_grant", "refresh token was already used; sign in again", NO_STORE)
             resource, _ = _single(form, "resource")
-            if resource is not None and resource != family.resource:
+            if resource is not None and not same_resource(resource, family.resource):
                 return _error(400, "invalid_target", "resource differs from the original grant", NO_STORE)
             scope_raw, _ = _single(form, "scope")
             scope = family.scope
@@ -700,31 +703,60 @@ class AuthorizationServer:
         return claims
 
 
-def resource_of(base_url: str, brain: str | None = None) -> str:
+def resource_of(base_url: str, brain: str | None = None, written: str | None = None) -> str:
     """The protected resource (RFC 8707 audience) of a connector reached at ``base_url``:
-    ``<base>/mcp``, or ``<base>/mcp/brains/<brain>`` for the URL bound to one brain."""
+    ``<base>/mcp``, or ``<base>/mcp/brains/<brain>`` for the URL bound to one brain.
+
+    The brain's name is percent-encoded whole (the form tokens are bound to), unless ``written``,
+    the path segment as a client wrote it in its URL, names the same brain: the metadata and
+    challenges then speak of the URL the client has, which clients compare character for character.
+    """
     resource = base_url.rstrip("/") + "/mcp"
-    return f"{resource}{BRAINS_PATH}{quote(brain, safe='')}" if brain else resource
+    if not brain:
+        return resource
+    segment = written if written and brain_of_segment(written) == brain else quote(brain, safe="")
+    return f"{resource}{BRAINS_PATH}{segment}"
+
+
+def brain_of_segment(segment: str) -> str | None:
+    """The brain a URL path segment names, however it is percent-encoded ("c++", "c%2B%2B"), or
+    None when it is not one segment (RFC 3986 pchar) naming a brain a URL can name."""
+    if not _SEGMENT.fullmatch(segment):
+        return None
+    try:
+        brain = unquote(segment, errors="strict")
+    except UnicodeDecodeError:
+        return None
+    return brain if valid_brain_segment(brain) else None
 
 
 def brain_of_resource(resource: str, base_url: str) -> str | None:
     """The brain a resource of this connector names (None for ``<base>/mcp``); ValueError when the
-    resource is not one of this connector's, or not in the form `resource_of` writes it."""
+    resource is not one of this connector's, or its last segment cannot name a brain."""
     plain = resource_of(base_url)
     if resource == plain:
         return None
     prefix = plain + BRAINS_PATH
-    if resource.startswith(prefix):
-        brain = unquote(resource[len(prefix):])
-        if valid_brain_segment(brain) and resource == resource_of(base_url, brain):
-            return brain
-    raise ValueError(f"resource must be {plain} or {prefix}<brain name or id>")
+    brain = brain_of_segment(resource[len(prefix):]) if resource.startswith(prefix) else None
+    if brain is None:
+        raise ValueError(f"resource must be {plain} or {prefix}<brain name or id>")
+    return brain
 
 
 def brain_of_url(resource: str) -> str | None:
     """The brain named by a resource already checked by `brain_of_resource` (None for ``/mcp``)."""
     _, found, brain = resource.rpartition("/mcp" + BRAINS_PATH)
     return unquote(brain) if found else None
+
+
+def same_resource(presented: str, granted: str) -> bool:
+    """Whether the ``resource`` a client sent at /token names ``granted`` (as `resource_of` writes it
+    for a sign-in), the brain's name percent-encoded the same way or not."""
+    if presented == granted:
+        return True
+    head, found, brain = granted.rpartition("/mcp" + BRAINS_PATH)
+    prefix = head + "/mcp" + BRAINS_PATH
+    return bool(found) and presented.startswith(prefix) and brain_of_segment(presented[len(prefix):]) == unquote(brain)
 
 
 def valid_brain_segment(brain: str) -> bool:

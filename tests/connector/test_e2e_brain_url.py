@@ -20,7 +20,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import AuthorizationCodeResult, OAuthClientMetadata
 
 from tests.connector.conftest import RunningStore, auth, direct_memorize, download_brain, memory_ids, shared_store
-from tests.connector.oauth.live import MemoryStorage, flat_query, login_id_of
+from tests.connector.oauth.live import MemoryStorage, flat_query, login_id_of, signed_in_provider
 from tests.connector.test_e2e_sharing import share
 from tests.connector.test_e2e_tools import connector, mcp_session, mint, structured
 
@@ -170,3 +170,42 @@ def test_sign_in_for_a_brain_url_names_the_brain(store: RunningStore, tmp_path: 
         asyncio.run(flow(server.base_url))
     assert len(pages) == 1
     assert re.search(r'asks to use your brain <strong class="brain">team</strong> \(only this brain\)', pages[0])
+
+
+def test_a_brain_url_signs_in_however_its_name_is_percent_encoded(store: RunningStore, tmp_path: Path) -> None:
+    """A name with characters a URL path may hold as they are ("c++", "Work (2024)"): the SDK
+    compares the metadata's resource with the URL it was given, so the metadata must speak of the
+    URL as the client wrote it (literal or escaped); the sign-in and its token then work for both."""
+    alice = store.add_user("alice")
+    ids = {}
+    for name in ("c++", "Work (2024)"):
+        ids[name] = httpx.post(f"{store.url}/api/brains", headers=auth(alice.token), json={"name": name},
+                               timeout=30).json()["id"]
+
+    async def sign_in(url: str) -> dict[str, Any]:
+        storage = MemoryStorage()
+        provider = signed_in_provider(url, alice.token, storage, client_name="Encoded agent")
+        async with httpx2.AsyncClient(auth=provider, timeout=httpx2.Timeout(60)) as http:
+            async with Client(streamable_http_client(url, http_client=http)) as client:  # type: ignore[arg-type]
+                status = structured(await client.call_tool("brain_status", {}))
+        assert storage.tokens is not None and storage.tokens.refresh_token
+        return {"active": status["active_brain"]["id"], "refresh": storage.tokens.refresh_token,
+                "client": storage.client}
+
+    with connector(tmp_path, store) as server:
+        base = server.base_url
+        for written, name in (("c++", "c++"), ("c%2B%2B", "c++"), ("Work%20(2024)", "Work (2024)"),
+                              ("Work%20%282024%29", "Work (2024)")):
+            url = f"{base}/mcp/brains/{written}"
+            probe = httpx.get(url, timeout=30)
+            metadata_url = f"{base}/.well-known/oauth-protected-resource/mcp/brains/{written}"
+            assert f'resource_metadata="{metadata_url}"' in probe.headers["www-authenticate"], written
+            assert httpx.get(metadata_url, timeout=30).json()["resource"] == url
+            signed = asyncio.run(sign_in(url))
+            assert signed["active"] == ids[name], written
+            # A refresh naming the resource as the client wrote it is the same grant.
+            refreshed = httpx.post(f"{base}/token", data={
+                "grant_type": "refresh_token", "refresh_token": signed["refresh"],
+                "client_id": signed["client"].client_id, "resource": url}, timeout=30)
+            assert refreshed.status_code == 200, refreshed.text
+            assert post(url, refreshed.json()["access_token"]).status_code == 200
