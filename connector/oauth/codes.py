@@ -91,8 +91,8 @@ class CodeStore:
 
         Blocking (a rename and a read): call it off the event loop.
         """
-        if not value or len(value) > _MAX_CODE_CHARS:
-            return None
+        if not value or len(value) > _MAX_CODE_CHARS or value.startswith(_SPENT):
+            return None  # (a marker is never a code: presenting one must not take it away)
         record = self._records.take(value)
         if record is None:
             return None

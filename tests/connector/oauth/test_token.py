@@ -98,6 +98,9 @@ async def test_a_code_used_twice_revokes_what_its_first_use_was_given(world: Wor
     code = await get_code(world, flow)
     first = await world.server.token(code_form(flow, code))
     assert first.status == 200
+    # A marker's name is not a code: presenting it takes nothing away.
+    sly = await world.server.token(code_form(flow, "spent:" + code))
+    assert sly.status == 400 and sly.body["error"] == "invalid_grant"
     # The code leaked (RFC 6749 section 4.1.2): whoever redeemed it first must not keep the tokens.
     again = await world.server.token(code_form(flow, code))
     assert again.status == 400 and again.body["error"] == "invalid_grant"
