@@ -117,6 +117,10 @@ def validate_registration(body: Any) -> dict[str, Any]:
         raise RegistrationRefused(
             "invalid_client_metadata", "client_name must not contain control or bidirectional-override characters"
         )
+    if not any(ch.isprintable() and not ch.isspace() for ch in name):
+        # Only zero-width or other invisible characters: the page would show no name at all,
+        # so it is no name, and the client id is shown instead (ClientRecord.display_name).
+        name = ""
     return {
         "redirect_uris": list(dict.fromkeys(uris)),
         "client_name": name,

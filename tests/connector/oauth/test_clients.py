@@ -22,7 +22,7 @@ from connector.oauth.client_files import ClientDocs
 from connector.state.memory import MemoryStore
 from tests.support.loopback import Answer, LoopbackServer
 
-from .conftest import BASE, World, query_of
+from .conftest import BASE, REDIRECT, Flow, World, query_of
 
 GOOD_URIS = [
     "https://claude.ai/api/mcp/auth_callback",
@@ -87,6 +87,16 @@ def test_registration_answers_public_client_and_keeps_uris_exactly(world: World)
     assert body["grant_types"] == ["authorization_code", "refresh_token"]
     refused = world.server.register({"redirect_uris": ["http://evil.example/cb"]})
     assert refused.status == 400 and refused.body["error"] == "invalid_redirect_uri"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("name", ["\u200b\u200b\u200b", "\u2060\ufeff", " \u00a0\u3000 "])
+async def test_a_name_nobody_can_see_is_no_name(world: World, name: str) -> None:
+    # The sign-in page read "<nothing> asks to use your brain": the client id is shown as its name instead.
+    reply = world.server.register({"redirect_uris": [REDIRECT], "client_name": name})
+    assert reply.status == 201 and "client_name" not in reply.body
+    page = await world.server.authorize(Flow(reply.body["client_id"]).authorize_params(), BASE)
+    assert isinstance(page, PageReply) and page.view.client_name == reply.body["client_id"]
 
 
 def test_registry_is_bounded(tmp_path: Path) -> None:
