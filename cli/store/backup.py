@@ -20,6 +20,11 @@ def _progress(line: str) -> None:
     click.echo(line, err=True)
 
 
+def _inside(path: Path, directory: Path) -> bool:
+    """Whether ``path`` (existing or not, symbolic links followed) lies in ``directory``."""
+    return path.expanduser().resolve().is_relative_to(directory.expanduser().resolve())
+
+
 @click.command()
 @click.option("--to", "target", required=True, type=click.Path(path_type=Path, dir_okay=False),
               help="Backup file to write (zstandard-compressed tar with a checksummed manifest).")
@@ -40,6 +45,10 @@ def backup(target: Path, data: Path | None) -> None:
     settings = settings_from_cli(data_dir=data)
     if settings.backend != "s3" and not (settings.data_dir / "users.json").exists():
         raise click.ClickException(f"{settings.data_dir}: no users.json there; is it a store data directory?")
+    if settings.backend != "s3" and _inside(target, settings.data_dir):
+        # `--to DATA/users.json` replaced the users file with the backup; any file there is the store's
+        raise click.ClickException(f"{target} is inside the store's data directory {settings.data_dir}; write the "
+                                   "backup elsewhere (it could overwrite the store's own files, and is lost with them)")
     try:
         backend, registry = open_backend(settings), open_registry(settings)
         write_backup(backend, registry, target, source=store_label(settings), now=rfc3339(now_utc()),

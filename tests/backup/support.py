@@ -29,6 +29,12 @@ def cli(env: dict[str, str], *args: str, check: bool = True) -> subprocess.Compl
     return done
 
 
+def tree(root: Path) -> dict[str, str]:
+    """Every file under ``root`` with its sha256 (lock files excluded: they carry no data)."""
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file() and not p.name.endswith(".lock")}
+
+
 def sha(data: bytes) -> str:
     """Lowercase hex SHA-256."""
     return hashlib.sha256(data).hexdigest()

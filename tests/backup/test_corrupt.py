@@ -4,7 +4,6 @@ a non-empty target needs --force."""
 from __future__ import annotations
 
 import gzip
-import hashlib
 import io
 import tarfile
 from pathlib import Path
@@ -12,13 +11,7 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from tests.backup.support import KEY, archive, cli, registry, sealed_brain
-
-
-def _tree(root: Path) -> dict[str, str]:
-    """Every file under ``root`` with its sha256 (lock files excluded: they carry no data)."""
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file() and not p.name.endswith(".lock")}
+from tests.backup.support import KEY, archive, cli, registry, sealed_brain, tree
 
 
 @pytest.fixture
@@ -81,35 +74,35 @@ def _corruptions(backup: Path, tmp: Path) -> dict[str, Path]:
 def test_corrupt_backups_are_refused_and_change_nothing(stores: tuple, tmp_path: Path) -> None:
     _, dst, backup = stores
     target = Path(dst["STORE_DATA_DIR"])
-    before = _tree(target)
+    before = tree(target)
     for name, path in _corruptions(backup, tmp_path).items():
         done = cli(dst, "restore", "--from", str(path), "--force", check=False)
         assert done.returncode != 0, name
         # one clear last line, no traceback
         assert done.stderr.strip().splitlines()[-1].startswith("Error: restore refused: "), (name, done.stderr)
         assert done.stderr.count("Error") == 1 and "Traceback" not in done.stderr, (name, done.stderr)
-        assert _tree(target) == before, name
+        assert tree(target) == before, name
     # a refused backup does not even create an empty target
     fresh = {**dst, "STORE_DATA_DIR": str(tmp_path / "fresh")}
     assert cli(fresh, "restore", "--from", str(tmp_path / "flipped-byte.backup"), check=False).returncode != 0
     assert not (tmp_path / "fresh").exists()
     # the untouched backup does go through
     cli(dst, "restore", "--from", str(backup), "--force")
-    assert _tree(target) != before
+    assert tree(target) != before
 
 
 def test_non_empty_target_needs_force(stores: tuple) -> None:
     src, dst, backup = stores
     target = Path(dst["STORE_DATA_DIR"])
-    before = _tree(target)
+    before = tree(target)
     done = cli(dst, "restore", "--from", str(backup), check=False)
     assert done.returncode != 0 and "not empty" in done.stderr and "--force" in done.stderr
-    assert _tree(target) == before
+    assert tree(target) == before
     done = cli(dst, "restore", "--from", str(backup), "--force")
     assert "1 other brain(s) removed" in done.stderr
     # the target now equals the source: same users file, same brains and blobs
-    source = _tree(Path(src["STORE_DATA_DIR"]))
-    restored = _tree(target)
+    source = tree(Path(src["STORE_DATA_DIR"]))
+    restored = tree(target)
     assert restored["users.json"] == source["users.json"]
     assert {k for k in restored if "/blobs/" in k} == {k for k in source if "/blobs/" in k}
 
