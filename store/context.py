@@ -53,6 +53,20 @@ def document_store(settings: StoreSettings) -> DocumentStore:
     return DirectoryStore(settings.data_dir, fsync=settings.fsync)
 
 
+def no_store_there(settings: StoreSettings) -> str | None:
+    """Why ``settings`` names no store: its data directory or bucket prefix holds no users
+    document (a mistyped path or prefix), else None. Backing up or migrating such a place
+    would copy nothing and report success."""
+    if settings.backend == "s3":
+        docs = document_store(settings)
+        if docs.get("users.json") is None:
+            return f"{docs.where}: no users.json there; is it the store's bucket and prefix?"
+        return None
+    if not (settings.data_dir / "users.json").exists():
+        return f"{settings.data_dir}: no users.json there; is it a store data directory?"
+    return None
+
+
 def open_registry(settings: StoreSettings, *, serving: bool = False) -> UserRegistry:
     """The users registry; a serving S3 replica also starts polling for changes."""
     s3 = settings.backend == "s3"

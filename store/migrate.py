@@ -139,7 +139,7 @@ def migrate(
 ) -> MigrateReport:
     """Copy users, brains with their snapshots, shares and agent keys from ``source`` to ``target``
     (directories or s3:// URLs)."""
-    from store.context import open_registry, open_sharing
+    from store.context import no_store_there, open_registry, open_sharing
     from store.storage.factory import open_backend
 
     # mkdtemp: 0700, unique, removed with everything staged in it when the run ends.
@@ -147,8 +147,8 @@ def migrate(
         scratch = Path(scratch_dir)
         src_settings = location_settings(settings, source, scratch / "source-spool")
         dst_settings = location_settings(settings, target, scratch / "target-spool")
-        if src_settings.backend == "local" and not (src_settings.data_dir / "users.json").exists():
-            raise MigrateError(f"{source}: no users.json there; is it a store data directory?")
+        if (problem := no_store_there(src_settings)) is not None:
+            raise MigrateError(problem)  # a mistyped path or prefix would "migrate" nothing, successfully
         src: Any = open_backend(src_settings)
         src_users = open_registry(src_settings)
         if (problem := src_users.unreadable()) is not None:

@@ -39,12 +39,12 @@ def backup(target: Path, data: Path | None) -> None:
     from store.backup.format import BackupError
     from store.backup.writer import write_backup
     from store.service import now_utc, rfc3339
-    from store.context import open_registry, open_sharing
+    from store.context import no_store_there, open_registry, open_sharing
     from store.storage.factory import open_backend
 
     settings = settings_from_cli(data_dir=data)
-    if settings.backend != "s3" and not (settings.data_dir / "users.json").exists():
-        raise click.ClickException(f"{settings.data_dir}: no users.json there; is it a store data directory?")
+    if (problem := no_store_there(settings)) is not None:
+        raise click.ClickException(problem)
     if settings.backend != "s3" and _inside(target, settings.data_dir):
         # `--to DATA/users.json` replaced the users file with the backup; any file there is the store's
         raise click.ClickException(f"{target} is inside the store's data directory {settings.data_dir}; write the "
