@@ -13,7 +13,7 @@ from connector.engine.format.brain import Brain, dump_json
 from connector.engine.format.jsvalues import parse_iso_ms
 from connector.engine.recall.hybrid import EXACT_CANNOT_READ, MODES, empty_recall_reason, recall_in_mode
 from connector.engine.recall.index import RecallError
-from connector.workcopy.vectorcache import CacheDirError, cached_stores, default_cache_dir
+from connector.workcopy.vectorcache import cached_stores, default_cache_dir
 
 
 def _instant(value: str | None, option: str) -> datetime | None:
@@ -23,6 +23,11 @@ def _instant(value: str | None, option: str) -> datetime | None:
     if millis is None:
         raise click.BadParameter(f"not an ISO 8601 instant: {value!r}", param_hint=option)
     return datetime.fromtimestamp(millis / 1000, tz=UTC)
+
+
+def warn(line: str) -> None:
+    """Tell the person running the command something that does not stop it (stderr)."""
+    click.echo(f"warning: {line}", err=True)
 
 
 def _load(path: Path) -> Brain:
@@ -62,7 +67,8 @@ def _load(path: Path) -> Brain:
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
     help="Where hybrid mode keeps the brain's vectors between runs, keyed by content (a second call on an "
-    f"unchanged brain embeds nothing; deleting it is safe). Default: {default_cache_dir()}.",
+    "unchanged brain embeds nothing; deleting it is safe; a read-only one is read, an unusable one only "
+    f"costs time). Default: {default_cache_dir()}.",
 )
 def recall(
     brain: Path,
@@ -84,7 +90,7 @@ def recall(
     clock = _instant(now, "--now") or datetime.now(UTC)
     try:
         # Both models' vectors are kept in the cache directory: only new memories are embedded.
-        use, e5 = cached_stores(cache_dir) if mode == "hybrid" else (None, None)
+        use, e5 = cached_stores(cache_dir, on_unusable=warn) if mode == "hybrid" else (None, None)
         hits = recall_in_mode(
             _load(brain),
             query,
@@ -100,7 +106,7 @@ def recall(
             as_of=_instant(as_of, "--as-of"),
             as_known_of=_instant(as_known_of, "--as-known-of"),
         )
-    except (ArchiveError, RecallError, CacheDirError) as exc:
+    except (ArchiveError, RecallError) as exc:
         raise click.ClickException(str(exc)) from None
     except OSError as exc:
         raise click.ClickException(f"cannot read {brain}: {exc.strerror or exc}") from None

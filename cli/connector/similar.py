@@ -7,14 +7,14 @@ from pathlib import Path
 
 import click
 
-from cli.connector.recall import _instant, _load
+from cli.connector.recall import _instant, _load, warn
 from connector.engine.format.archive import ArchiveError
 from connector.engine.format.brain import dump_json
 from connector.engine.recall.index import RecallError
 from connector.engine.tending.similar import Incoming, similar_in_brain
 from connector.engine.writes.errors import BrainError
 from connector.engine.writes.ops import connector_memorize
-from connector.workcopy.vectorcache import CacheDirError, cached_stores, default_cache_dir
+from connector.workcopy.vectorcache import cached_stores, default_cache_dir
 
 MAX_CONTENT_BYTES = 50_000 * 4  # the MCP tool's 50,000 characters, in UTF-8 at worst
 
@@ -30,7 +30,8 @@ MAX_CONTENT_BYTES = 50_000 * 4  # the MCP tool's 50,000 characters, in UTF-8 at 
 @click.option("--now", default=None, help="Clock (ISO 8601); accepted for symmetry with memorize: the check is timeless.")
 @click.option("--cache-dir", "cache_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where the brain's vectors are kept between runs, keyed by content (a second call on an unchanged "
-              f"brain embeds nothing; deleting it is safe). Default: {default_cache_dir()}.")
+              "brain embeds nothing; deleting it is safe; a read-only one is read, an unusable one only costs "
+              f"time). Default: {default_cache_dir()}.")
 def similar(brain: Path, content_file: Path, title: str | None, tags: str, memory_type: str, now: str | None,
             cache_dir: Path | None) -> None:
     """Print the memories of BRAIN (a directory or a .tar.gz) that a memorize of the content
@@ -52,8 +53,8 @@ def similar(brain: Path, content_file: Path, title: str | None, tags: str, memor
         loaded = _load(brain)
         # The brain's vectors are kept in the cache directory: only new memories are embedded.
         found = similar_in_brain(loaded, Incoming(memory.content, memory.title, memory.tags, memory.type),
-                                 cached_stores(cache_dir, e5=False)[0])
-    except (ArchiveError, RecallError, CacheDirError, BrainError) as exc:
+                                 cached_stores(cache_dir, e5=False, on_unusable=warn)[0])
+    except (ArchiveError, RecallError, BrainError) as exc:
         raise click.ClickException(str(exc)) from None
     except OSError as exc:
         raise click.ClickException(f"cannot read {brain}: {exc.strerror or exc}") from None

@@ -6,16 +6,18 @@ the way the connector keeps them in its state directory (`VectorStore` segments,
 by content, sealed with AES-256-GCM), in a cache directory: ``--cache-dir``, by default
 ``$XDG_CACHE_HOME/brain-store`` (``~/.cache/brain-store``). The directory is 0700 and
 holds its own random key (``key``, 0600): deleting it is always safe (vectors are then
-computed again).
+computed again). A directory that cannot be used (read-only, not writable) costs only that:
+the command line answers, computing the vectors for that run.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Callable
 from pathlib import Path
 
-from common.docstore import DocumentStoreError, open_document_store
+from common.docstore import DocumentStore, DocumentStoreError, open_document_store
 from connector.workcopy.vectors import VectorStore, e5_store
 
 _KEY_FILE = "key"
@@ -50,13 +52,25 @@ class CacheDirError(Exception):
     """The cache directory cannot be used (not writable, not a directory)."""
 
 
-def cached_stores(directory: Path | None, *, e5: bool = True) -> tuple[VectorStore, VectorStore | None]:
+def cached_stores(
+    directory: Path | None, *, e5: bool = True, on_unusable: Callable[[str], None] | None = None
+) -> tuple[VectorStore, VectorStore | None]:
     """The USE store and the e5 store (None where the e5 engine cannot load, or without ``e5``)
-    kept in ``directory`` (None: the default cache directory)."""
+    kept in ``directory`` (None: the default cache directory).
+
+    A directory that cannot be used (read-only, not a directory) raises ``CacheDirError``; with
+    ``on_unusable`` it is reported there instead and the stores keep vectors in memory only."""
     directory = directory or default_cache_dir()
+    state: DocumentStore | None
+    key: bytes | None
     try:
         state = open_document_store(directory)
         key = _cache_key(directory)
     except (OSError, DocumentStoreError) as exc:
-        raise CacheDirError(f"cannot use the vector cache directory {directory}: {getattr(exc, 'strerror', None) or exc}") from None
+        problem = f"cannot use the vector cache directory {directory}: {getattr(exc, 'strerror', None) or exc}"
+        if on_unusable is None:
+            raise CacheDirError(problem) from None
+        # The cache only saves time: an answer computed without it is the same answer.
+        on_unusable(f"{problem}; vectors are computed for this run only")
+        state, key = None, None
     return VectorStore(state=state, state_key=key), e5_store(state, key) if e5 else None

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 from pathlib import Path
 
 from tests.engine.hybrid_support import make_brain
 from tests.support.processes import console_script
+from tests.support.tools import missing_tool
 
 
 def _write(tmp_path: Path) -> tuple[Path, dict[str, str]]:
@@ -19,6 +22,13 @@ def _write(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     return brain_dir, ids
 
 
+def _env(home: Path) -> dict[str, str]:
+    """A command's environment: ``home`` as HOME; PYTHONPATH kept, so the command runs the code
+    under test when that is not the installed copy."""
+    return {"HOME": str(home), "PATH": "/usr/bin:/bin",
+            **{name: value for name, value in os.environ.items() if name == "PYTHONPATH"}}
+
+
 def _segments(cache: Path) -> dict[str, list[str]]:
     return {
         "use": sorted(path.name for path in (cache / "vectors").glob("seg-*.bin")),
@@ -28,7 +38,7 @@ def _segments(cache: Path) -> dict[str, list[str]]:
 
 def test_a_second_call_on_an_unchanged_brain_embeds_nothing(tmp_path: Path) -> None:
     brain_dir, ids = _write(tmp_path)
-    env = {"HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin"}
+    env = _env(tmp_path / "home")
 
     def recall(*extra: str) -> list[dict]:
         command = [console_script("brain-connector"), "recall", str(brain_dir), "vaccine for my cat", "--mode", "hybrid",
@@ -63,16 +73,62 @@ def test_a_second_call_on_an_unchanged_brain_embeds_nothing(tmp_path: Path) -> N
     assert _segments(other)["e5"]
 
 
-def test_an_unusable_cache_dir_is_a_clear_error(tmp_path: Path) -> None:
-    brain_dir, _ = _write(tmp_path)
+def _as_a_user(command: list[str]) -> list[str]:
+    """``command`` run so that file modes bind: root without CAP_DAC_OVERRIDE (setpriv drops
+    every capability) writes a read-only directory no more than a user does."""
+    if os.geteuid() != 0:
+        return command
+    if shutil.which("setpriv") is None:
+        missing_tool("setpriv (util-linux) is not installed")
+    return ["setpriv", "--inh-caps=-all", "--bounding-set=-all", *command]
+
+
+def _read_only(root: Path) -> None:
+    for path in [root, *root.rglob("*")]:
+        path.chmod(0o500 if path.is_dir() else 0o400)
+
+
+def test_a_read_only_or_unusable_cache_dir_still_answers(tmp_path: Path) -> None:
+    """The cache only saves time: a read-only cache directory (a shared, pre-filled one, a
+    read-only home) or one that cannot be made ended recall and similar with `cannot use the
+    vector cache directory` instead of an answer."""
+    brain_dir, ids = _write(tmp_path)
+    env = _env(tmp_path / "home")
+    content = tmp_path / "content.txt"
+    content.write_text("Our cat gets her vaccine at the pet clinic every March.")
+
+    def run(command: str, cache: Path) -> subprocess.CompletedProcess[bytes]:
+        args = [str(brain_dir), "vaccine for my cat", "--mode", "hybrid", "--top", "3"] if command == "recall" \
+            else [str(brain_dir), "--content-file", str(content)]
+        done = subprocess.run(_as_a_user([console_script("brain-connector"), command, *args, "--cache-dir", str(cache)]),
+                              capture_output=True, timeout=300, check=False, env=env)
+        assert done.returncode == 0 and b"Traceback" not in done.stderr, done.stderr
+        return done
+
+    filled = tmp_path / "filled"
+    answers = {command: json.loads(run(command, filled).stdout) for command in ("recall", "similar")}
+    assert answers["recall"][0]["id"] == ids["猫的疫苗"]
+    kept = _segments(filled)
+    empty = tmp_path / "empty"
+    empty.mkdir()
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
-    done = subprocess.run(
-        [console_script("brain-connector"), "recall", str(brain_dir), "cat", "--mode", "hybrid", "--cache-dir",
-         str(blocker / "cache")],
-        capture_output=True, timeout=120, check=False, env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
-    assert done.returncode != 0 and b"cannot use the vector cache directory" in done.stderr
-    assert b"Traceback" not in done.stderr
+    _read_only(filled)
+    _read_only(empty)
+    try:
+        for command, answer in answers.items():
+            done = run(command, filled)  # read: its vectors serve, nothing to say
+            assert json.loads(done.stdout) == answer and done.stderr == b"", done.stderr
+            for cache in (empty, blocker / "cache"):
+                done = run(command, cache)
+                assert json.loads(done.stdout) == answer, (command, cache)
+                assert done.stderr.decode().startswith(f"warning: cannot use the vector cache directory {cache}: ")
+                assert done.stderr.decode().strip().endswith("; vectors are computed for this run only")
+        assert _segments(filled) == kept and list(empty.iterdir()) == []
+    finally:
+        for path in (filled, empty):
+            for entry in [path, *path.rglob("*")]:
+                entry.chmod(0o700 if entry.is_dir() else 0o600)
 
 
 def test_similar_keeps_its_vectors_too(tmp_path: Path) -> None:
@@ -85,7 +141,7 @@ def test_similar_keeps_its_vectors_too(tmp_path: Path) -> None:
         done = subprocess.run(
             [console_script("brain-connector"), "similar", str(brain_dir), "--content-file", str(content),
              "--cache-dir", str(cache)],
-            capture_output=True, timeout=300, check=False, env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
+            capture_output=True, timeout=300, check=False, env=_env(tmp_path))
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout)
 
