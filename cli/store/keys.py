@@ -22,7 +22,8 @@ def keygen() -> None:
 @click.option("--new-key", "new_key", required=True, envvar="NEW_ENCRYPTION_KEY",
               help="The new master key (64 hex or base64) [env NEW_ENCRYPTION_KEY].")
 @click.option("--data", "data", type=click.Path(path_type=Path), default=None,
-              help="Data directory [env STORE_DATA_DIR, default ~/.brain-store].")
+              help="Data directory [env STORE_DATA_DIR, default ~/.brain-store]; with STORE_BACKEND=s3 the bucket "
+              "is used.")
 def rekey(new_key: str, data: Path | None) -> None:
     """Re-seal every archive and snapshot under NEW_KEY while the store keeps serving.
 
@@ -32,10 +33,14 @@ def rekey(new_key: str, data: Path | None) -> None:
     previous keys) in its environment, so it can open what is stored; (3) drop
     STORE_ENCRYPTION_PREVIOUS_KEYS and restart. Plain (unsealed) archives are sealed too.
     """
+    from store.context import no_store_there
     from store.rekey import RekeyError, rekey_data_dir
     from store.settings import SettingsError, parse_key
 
     settings = existing_store(data)  # a mistyped --data must not "re-seal 0 blobs" of a new empty store
+    # nor a mistyped STORE_S3_PREFIX (a bucket has no directory to be missing: its users.json is)
+    if settings.backend == "s3" and (problem := no_store_there(settings)) is not None:
+        raise click.ClickException(problem)
     try:
         key = parse_key(new_key, "--new-key")
     except SettingsError as exc:

@@ -79,3 +79,17 @@ def test_serve_refuses_a_bucket_sealed_under_another_key(moto: S3Service, tmp_pa
         assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
         errors = [line for line in done.stderr.splitlines() if not line.startswith("INFO botocore")]
         assert len(errors) == 1 and errors[0].startswith("Error: ") and "STORE_ENCRYPTION_KEY" in errors[0], done.stderr
+
+
+def test_rekey_refuses_a_prefix_without_a_store(moto: S3Service, tmp_path: Path) -> None:
+    """A mistyped STORE_S3_PREFIX "re-sealed 0 blob(s)" and exited 0, the store itself untouched
+    under its old key (a mistyped --data was already refused)."""
+    env = moto.store_env(moto.new_bucket(), prefix="stor")
+    full = {**{k: v for k, v in os.environ.items() if not k.startswith("STORE_")}, **env,
+            "STORE_DATA_DIR": str(tmp_path / "spool"), "STORE_ENCRYPTION_KEY": OLD}
+    done = subprocess.run([console_script("brain-store"), "rekey", "--new-key", NEW], capture_output=True, text=True,
+                          env=full, timeout=120)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"Error: s3://{env['STORE_S3_BUCKET']}/stor/: no users.json there; is it the store's bucket and prefix?"]
+    assert moto.keys(env["STORE_S3_BUCKET"]) == []
