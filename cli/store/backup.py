@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from cli.store.runner import settings_from_cli
+from cli.store.runner import settings_from_cli, sigterm_as_ctrl_c
 from cli.store.target import store_label
 
 
@@ -51,8 +51,9 @@ def backup(target: Path, data: Path | None) -> None:
                                    "backup elsewhere (it could overwrite the store's own files, and is lost with them)")
     try:
         backend, registry = open_backend(settings), open_registry(settings)
-        write_backup(backend, registry, target, source=store_label(settings), now=rfc3339(now_utc()),
-                     progress=_progress, sharing=open_sharing(settings, registry, backend))
+        with sigterm_as_ctrl_c():
+            write_backup(backend, registry, target, source=store_label(settings), now=rfc3339(now_utc()),
+                         progress=_progress, sharing=open_sharing(settings, registry, backend))
     except (BackupError, OSError) as exc:
         raise click.ClickException(f"backup failed: {exc}") from None
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from cli.store.runner import settings_from_cli
+from cli.store.runner import settings_from_cli, sigterm_as_ctrl_c
 
 
 @click.command()
@@ -22,7 +22,8 @@ def migrate(source: str, target: str) -> None:
 
     settings = settings_from_cli()
     try:
-        report = run(settings, source, target, progress=lambda line: click.echo(line))
+        with sigterm_as_ctrl_c():  # its scratch directory (archives in transit) goes too
+            report = run(settings, source, target, progress=lambda line: click.echo(line))
     except MigrateError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(

@@ -6,7 +6,10 @@ import ctypes
 import dataclasses
 import logging
 import os
+import signal
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import click
 
@@ -16,6 +19,22 @@ from common.connection_guard import guarded_protocol
 from store.settings import SettingsError, StoreSettings
 
 GRACEFUL_SHUTDOWN_SECONDS = 60
+
+
+@contextmanager
+def sigterm_as_ctrl_c() -> Iterator[None]:
+    """Within the block, SIGTERM (`timeout`, `systemctl stop`, `docker stop`) ends the command as
+    Ctrl-C does: the interrupt unwinds it, so a copy in progress removes its partial file and
+    scratch directory instead of leaving them (a partial backup holds every token hash)."""
+
+    def interrupt(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def settings_from_cli(**overrides: object) -> StoreSettings:
