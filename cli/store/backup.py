@@ -30,7 +30,8 @@ def _inside(path: Path, directory: Path) -> bool:
               help="Backup file to write (zstandard-compressed tar with a checksummed manifest).")
 @_data_option
 def backup(target: Path, data: Path | None) -> None:
-    """Back up users (token hashes, deny records), brains, archives and snapshots.
+    """Back up users (token hashes, deny records), brains with their archives and snapshots,
+    shares and agent keys (hashes), and each brain's sharing audit log.
 
     Safe while the store runs: each brain is copied consistently. Sealed archives stay
     sealed: a restore needs the same STORE_ENCRYPTION_KEY. The file holds token hashes;
@@ -66,7 +67,9 @@ def backup(target: Path, data: Path | None) -> None:
 def restore(source: Path, data: Path | None, force: bool) -> None:
     """Verify a backup completely, then restore it (to local disk or S3, whichever is configured).
 
-    Nothing is changed unless the whole backup checks out. Sealed archives need the
+    Nothing is changed unless the whole backup checks out, and a store that has users or
+    brains is refused unless --force: then it ends up equal to the backup (its users, shares
+    and agent keys replaced, brains the backup does not hold removed). Sealed archives need the
     master key of the backed-up store (STORE_ENCRYPTION_KEY or ..._PREVIOUS_KEYS).
     """
     from store.backup.format import BackupError

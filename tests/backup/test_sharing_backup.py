@@ -122,3 +122,15 @@ def test_backup_with_a_corrupt_sharing_document_is_refused(tmp_path: Path) -> No
     done = cli(target, "restore", "--from", str(bad), check=False)
     assert done.returncode != 0 and "the sharing document is unreadable" in done.stderr
     assert not Path(target["STORE_DATA_DIR"]).exists()
+
+
+def test_the_help_of_backup_and_restore_names_shares_and_agent_keys() -> None:
+    """What docs/backup.md says a backup holds and a forced restore replaces: `backup --help`
+    named only users, brains, archives and snapshots."""
+    from click.testing import CliRunner
+
+    from cli.store import main
+
+    for command in ("backup", "restore"):
+        said = " ".join(CliRunner().invoke(main, [command, "--help"]).output.split())
+        assert "shares and agent keys" in said, (command, said)
