@@ -20,9 +20,31 @@ def _progress(line: str) -> None:
     click.echo(line, err=True)
 
 
-def _inside(path: Path, directory: Path) -> bool:
-    """Whether ``path`` (existing or not, symbolic links followed) lies in ``directory``."""
-    return path.expanduser().resolve().is_relative_to(directory.expanduser().resolve())
+def _unsafe_target(target: Path, data_dir: Path | None) -> str | None:
+    """Why writing a backup to ``target`` would destroy something, else None. The backup is renamed
+    over ``target`` at the end, so an existing file other than an older backup (or an empty one)
+    is refused (as root `--to /dev/null` replaced the device), and so is a place among the
+    store's own files in ``data_dir`` (``--to DATA/users.json`` replaced the users file); a new
+    file directly in the data directory is fine (the compose recipe writes /data/brain.bak:
+    elsewhere is read-only)."""
+    from zstandard import FRAME_HEADER  # what every backup starts with
+
+    path = target.resolve()  # symbolic links followed; the path as the backup is written to it
+    if path.exists():
+        if not path.is_file():
+            return f"{target} exists and is not a regular file; give the backup a file name of its own"
+        with path.open("rb") as existing:
+            head = existing.read(len(FRAME_HEADER))
+            if head and head != FRAME_HEADER:  # an empty file (mktemp's) holds nothing to lose
+                return f"{target} exists and is not a backup; give the backup a file name of its own"
+    if data_dir is None:
+        return None
+    root = data_dir.expanduser().resolve()
+    if path.is_relative_to(root) and (path.parent != root or path.name.startswith(".")
+                                      or path.name.endswith((".json", ".last-good"))):
+        return (f"{target} is among the store's own files in {data_dir}; write the backup elsewhere, or as a "
+                "file of its own directly in the data directory (like brain.bak)")
+    return None
 
 
 @click.command()
@@ -46,10 +68,8 @@ def backup(target: Path, data: Path | None) -> None:
     settings = settings_from_cli(data_dir=data)
     if (problem := no_store_there(settings)) is not None:
         raise click.ClickException(problem)
-    if settings.backend != "s3" and _inside(target, settings.data_dir):
-        # `--to DATA/users.json` replaced the users file with the backup; any file there is the store's
-        raise click.ClickException(f"{target} is inside the store's data directory {settings.data_dir}; write the "
-                                   "backup elsewhere (it could overwrite the store's own files, and is lost with them)")
+    if (problem := _unsafe_target(target, None if settings.backend == "s3" else settings.data_dir)) is not None:
+        raise click.ClickException(problem)
     try:
         backend, registry = open_backend(settings), open_registry(settings)
         with sigterm_as_ctrl_c():

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from unittest.mock import ANY
 
 from tests.backup.support import archive, cli, registry, sealed_brain, tree
 from tests.s3.servers import S3Service
@@ -10,25 +12,40 @@ from tests.s3.servers import S3Service
 KEY = "33" * 32
 
 
-def test_a_backup_is_not_written_inside_the_data_directory(tmp_path: Path) -> None:
-    """`backup --to DATA/users.json` replaced the store's users file with the backup (and
-    said `backup done`); any path in the data directory is refused, symbolic links followed."""
+def test_a_backup_overwrites_only_an_older_backup_and_none_of_the_store_s_files(tmp_path: Path) -> None:
+    """The backup is renamed over FILE at the end: `backup --to DATA/users.json` replaced the
+    store's users file with the backup (and said `backup done`), and any other file or device
+    named went the same way. A new file directly in the data directory stays allowed: the
+    compose recipe of docs/self-hosting.md writes /data/brain.bak."""
     data = tmp_path / "data"
     env = {"STORE_DATA_DIR": str(data), "STORE_ENCRYPTION_KEY": KEY}
     user, _ = registry(env).add("alice")
     sealed_brain(data, KEY, user.id, archive({"a.md": b"kept"}))
-    (data / "backups").mkdir()
     (tmp_path / "link").symlink_to(data, target_is_directory=True)
-    before = tree(data)
-    for target in (data / "users.json", data / "backups" / "nightly.bak", tmp_path / "link" / "users.json"):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    os.mkfifo(tmp_path / "pipe")
+    before = tree(tmp_path)
+    own = "is among the store's own files in {data}; write the backup elsewhere, or as a file of its own " \
+          "directly in the data directory (like brain.bak)"
+    refused = {
+        data / "users.json": "exists and is not a backup; give the backup a file name of its own",
+        tmp_path / "link" / "users.json": "exists and is not a backup; give the backup a file name of its own",
+        notes: "exists and is not a backup; give the backup a file name of its own",
+        tmp_path / "pipe": "exists and is not a regular file; give the backup a file name of its own",
+        data / "sharing.json": own.format(data=data),
+        data / "brains" / "nightly.bak": own.format(data=data),
+    }
+    for target, said in refused.items():
         done = cli(env, "backup", "--to", str(target), check=False)
         assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
-        assert done.stderr.strip().splitlines() == [
-            f"Error: {target} is inside the store's data directory {data}; write the backup elsewhere "
-            "(it could overwrite the store's own files, and is lost with them)"], done.stderr
-        assert tree(data) == before, target
-    cli(env, "backup", "--to", str(tmp_path / "nightly.bak"))
-    assert (tmp_path / "nightly.bak").is_file()
+        assert done.stderr.strip().splitlines() == [f"Error: {target} {said}"], done.stderr
+        assert tree(tmp_path) == before, target
+    for _ in range(2):  # the compose recipe; and again, over the older backup
+        cli(env, "backup", "--to", str(data / "brain.bak"))
+        assert {**before, "data/brain.bak": ANY} == tree(tmp_path)
+    (tmp_path / "from-mktemp").write_bytes(b"")  # an empty file has nothing to lose
+    cli(env, "backup", "--to", str(tmp_path / "from-mktemp"))
 
 
 def test_a_bucket_prefix_without_a_store_is_not_backed_up_or_migrated(tmp_path: Path, moto: S3Service) -> None:
