@@ -4,9 +4,10 @@ Users (the document with token hashes and OIDC deny records), every brain with i
 current archive and snapshots, and what is shared (members and roles, agent key hashes,
 each copied brain's sharing audit log) are copied. Blobs are copied byte for byte as stored:
 a sealed archive is bound to user, brain and checksum, not to where it lives, so it
-stays valid without the key. A brain is written blobs first and metadata last, so an
-interrupted migration leaves no half-visible brain; running it again skips brains
-that already exist at the target.
+stays valid without the key. With a master key set (the target's), plain archives are
+sealed on the way: a store with a key serves sealed archives only. A brain is written
+blobs first and metadata last, so an interrupted migration leaves no half-visible brain;
+running it again skips brains that already exist at the target.
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ from typing import Any
 import msgspec
 
 from store.auth.users import UserRegistry, UsersDocument
+from store.backup.apply import all_sealed
 from store.settings import StoreSettings
 from store.sharing.registry import SharingError
+from store.storage import sealing
 from store.storage.base import BrainMeta
 from store.storage.local import LocalBackend, fsync_dir, write_atomic
 from store.storage.s3 import Account, BrainRecord, Claim, S3Backend
@@ -44,6 +47,7 @@ class MigrateReport:
     skipped: int = 0
     blobs: int = 0
     bytes: int = 0
+    sealed: int = 0  # plain archives sealed on the way (STORE_ENCRYPTION_KEY set)
 
 
 def location_settings(settings: StoreSettings, location: str, spool: Path) -> StoreSettings:
@@ -84,6 +88,27 @@ def _copy_users(src: UserRegistry, dst: UserRegistry) -> int:
         return added
 
     return int(dst.edit(merge))
+
+
+def _copy_blob(src: Any, meta: BrainMeta, checksum: str, path: Path, seal_with: bytes | None) -> bool:
+    """Copy one stored archive of ``meta`` to ``path`` as stored; with ``seal_with`` (the master
+    key of the target) a plain one is sealed on the way, as an upload into a store with a key is.
+    True when it was sealed here."""
+    plain = False
+    if seal_with is not None:
+        with src.open_blob(meta.user_id, meta.id, checksum) as blob:
+            plain = not sealing.is_sealed(blob.read(len(sealing.MAGIC)))
+    with src.open_blob(meta.user_id, meta.id, checksum) as blob, open(path, "wb") as out:
+        if seal_with is None or not plain:
+            shutil.copyfileobj(blob, out, 1024 * 1024)
+            return False
+        try:
+            sealing.reseal(blob, out, old_key=None, new_key=sealing.derive_user_key(seal_with, meta.user_id),
+                           user_id=meta.user_id, brain_id=meta.id, checksum=checksum)
+        except sealing.SealError as exc:
+            raise MigrateError(f"brain {meta.user_id}/{meta.id}: archive {checksum}: {exc}; the brains before it "
+                               "are copied, running it again skips them") from None
+    return True
 
 
 def _import_s3(dst: S3Backend, meta: BrainMeta, blobs: dict[str, Path]) -> bool:
@@ -167,11 +192,13 @@ def migrate(
         for user_id in list(src.iter_users()):
             for meta in src.list_brains(user_id):
                 files: dict[str, Path] = {}
+                sealed_here = 0
                 for checksum in sorted(meta.blobs()):
                     path = scratch / checksum
-                    with src.open_blob(user_id, meta.id, checksum) as blob, open(path, "wb") as out:
-                        shutil.copyfileobj(blob, out, 1024 * 1024)
+                    sealed_here += _copy_blob(src, meta, checksum, path, settings.encryption_key)
                     files[checksum] = path
+                if settings.encryption_key is not None:
+                    meta = all_sealed(meta)  # a store with a key serves sealed archives only
                 done = _import_s3(dst, meta, files) if isinstance(dst, S3Backend) else _import_local(dst, meta, files)
                 for path in files.values():
                     path.unlink(missing_ok=True)
@@ -180,7 +207,9 @@ def migrate(
                     report.brains += 1
                     report.blobs += len(files)
                     report.bytes += meta.stored_bytes()  # the same "stored bytes" as user list and backup
-                    progress(f"brain {user_id}/{meta.id} ({meta.name}): {len(files)} archive(s)")
+                    report.sealed += sealed_here
+                    progress(f"brain {user_id}/{meta.id} ({meta.name}): {len(files)} archive(s)"
+                             + (f", {sealed_here} sealed on the way" if sealed_here else ""))
                 else:
                     report.skipped += 1
                     progress(f"brain {user_id}/{meta.id} already at the target; skipped")

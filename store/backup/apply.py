@@ -32,6 +32,20 @@ def is_partial(meta: BrainMeta) -> bool:
     return any(len(s.name) == 20 and s.name.isdigit() for s in meta.snapshots)
 
 
+def all_sealed(meta: BrainMeta) -> BrainMeta:
+    """``meta`` with every archive marked sealed (what a store with a key holds once a copy
+    sealed the plain ones on the way in)."""
+
+    def sealed(ref: ArchiveRef) -> ArchiveRef:
+        return msgspec.structs.replace(ref, sealed=True)
+
+    return msgspec.structs.replace(
+        meta,
+        current=sealed(meta.current) if meta.current is not None else None,
+        snapshots=tuple(msgspec.structs.replace(s, archive=sealed(s.archive)) for s in meta.snapshots),
+    )
+
+
 class BrainBuilder:
     """Build one brain in a backend: ``add(checksum, write)`` per archive, then ``finish()``."""
 

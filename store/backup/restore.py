@@ -21,7 +21,7 @@ from typing import Any, BinaryIO
 import msgspec
 import zstandard
 
-from store.backup.apply import BrainBuilder
+from store.backup.apply import BrainBuilder, all_sealed
 from store.backup.format import (
     FORMAT,
     MANIFEST,
@@ -332,7 +332,7 @@ def restore_backup(
             if builder is not None:
                 _finish(builder, report, progress)
             meta = verified.metas[ids]
-            builder = BrainBuilder(backend, _all_sealed(meta) if master_keys else meta, replace=True)
+            builder = BrainBuilder(backend, all_sealed(meta) if master_keys else meta, replace=True)
         elif (parts := parse_blob_path(info.name)) is not None:
             if builder is None or (builder.meta.user_id, builder.meta.id) != parts[:2]:
                 raise BackupError(f"{info.name} is not preceded by its metadata")
@@ -365,19 +365,6 @@ def _sealer(out: BinaryIO, master_key: bytes, user_id: str, brain_id: str) -> An
     from store.storage import sealing
 
     return sealing.SealWriter(out, sealing.derive_user_key(master_key, user_id), user_id, brain_id)
-
-
-def _all_sealed(meta: BrainMeta) -> BrainMeta:
-    """``meta`` with every archive marked sealed (what a store with a key holds once restored)."""
-
-    def sealed(ref: Any) -> Any:
-        return msgspec.structs.replace(ref, sealed=True)
-
-    return msgspec.structs.replace(
-        meta,
-        current=sealed(meta.current) if meta.current is not None else None,
-        snapshots=tuple(msgspec.structs.replace(s, archive=sealed(s.archive)) for s in meta.snapshots),
-    )
 
 
 def _finish(builder: BrainBuilder, report: RestoreReport, progress: Callable[[str], None]) -> None:

@@ -119,3 +119,33 @@ def test_migrate_carries_shares_agent_keys_and_the_audit_log(moto: S3Service, tm
     run_cli(env, "migrate", "--from", url, "--to", str(back))
     with running_store(back, log_name="back.log") as store:
         assert _sharing_state(store.url, dora, eve, key, brain) == before
+
+
+def test_migrating_a_plain_store_into_one_with_a_key_seals_its_archives(moto: S3Service, tmp_path: Path) -> None:
+    """Run with the replicas' environment (docs/store-s3.md), STORE_ENCRYPTION_KEY included, a
+    migration copied a plain store's archives plain into the bucket; replicas with the key
+    serve sealed archives only, so every download answered 500. Restore already sealed them."""
+    source = tmp_path / "disk" / "data"
+    with running_store(source, log_name="disk.log") as store:
+        token = store.add_user("dora")
+        headers = {"Authorization": f"Bearer {token}"}
+        brain = httpx.get(store.url + "/api/brains", headers=headers).json()[0]["id"]
+        for n in range(2):
+            httpx.put(f"{store.url}/api/brains/{brain}/sync", headers=headers,
+                      files={"brain": ("b.tgz", archive({f"m{n}.md": f"memory {n}".encode()}))}).raise_for_status()
+        before = _snapshot_state(store.url, token)
+    env = {**moto.store_env(moto.new_bucket(), prefix="moved"), "STORE_ENCRYPTION_KEY": "22" * 32}
+    url = f"s3://{env['STORE_S3_BUCKET']}/moved"
+    out = run_cli(env, "migrate", "--from", str(source), "--to", url)
+    assert "; 2 plain archive(s) sealed with STORE_ENCRYPTION_KEY" in out, out
+    blobs = [key for key in moto.keys(env["STORE_S3_BUCKET"], "moved/blobs/")]
+    assert len(blobs) == 2
+    assert all(moto.client().get_object(Bucket=env["STORE_S3_BUCKET"], Key=key)["Body"].read(8) == b"BSTSEAL\x00"
+               for key in blobs)
+    with running_store(tmp_path / "s3spool", env=env, log_name="s3.log") as store:
+        assert _snapshot_state(store.url, token) == before
+    # and back to a directory with the same key: sealed already, copied as they are
+    back = tmp_path / "back" / "data"
+    assert "sealed with" not in run_cli(env, "migrate", "--from", url, "--to", str(back))
+    with running_store(back, env={"STORE_ENCRYPTION_KEY": "22" * 32}, log_name="back.log") as store:
+        assert _snapshot_state(store.url, token) == before
