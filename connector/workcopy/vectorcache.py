@@ -6,7 +6,8 @@ the way the connector keeps them in its state directory (`VectorStore` segments,
 by content, sealed with AES-256-GCM), in a cache directory: ``--cache-dir``, by default
 ``$XDG_CACHE_HOME/brain-store`` (``~/.cache/brain-store``). The directory is 0700 and
 holds its own random key (``key``, 0600): deleting it is always safe (vectors are then
-computed again). A directory that cannot be used (read-only, not writable) costs only that:
+computed again), and so is a damaged segment: it is removed when read, its vectors computed
+again. A directory that cannot be used (read-only, not writable) costs only that:
 the command line answers, computing the vectors for that run.
 """
 
@@ -73,4 +74,6 @@ def cached_stores(
         # The cache only saves time: an answer computed without it is the same answer.
         on_unusable(f"{problem}; vectors are computed for this run only")
         state, key = None, None
-    return VectorStore(state=state, state_key=key), e5_store(state, key) if e5 else None
+    # Only this cache's own key writes here: a segment it cannot open is damaged for good.
+    use = VectorStore(state=state, state_key=key, prune_unreadable=True)
+    return use, e5_store(state, key, prune_unreadable=True) if e5 else None

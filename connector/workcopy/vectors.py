@@ -77,13 +77,18 @@ class VectorStore:
         *,
         prefix: str = _PREFIX,
         batch: int = _BATCH,
+        prune_unreadable: bool = False,
     ):
         """``prefix``: where in the state this model's segments live (one folder per model: a
         store never reads, merges or deletes another model's segments). ``batch``: texts per
-        model call (each call's vectors are kept and saved as they come)."""
+        model call (each call's vectors are kept and saved as they come). ``prune_unreadable``:
+        delete a segment that cannot be opened instead of ignoring it at every load (for a
+        state only this key ever writes, like the command line's cache: such a segment is
+        damaged for good)."""
         self.embedder = embedder or default_embedder()
         self.prefix = prefix
         self.batch = batch
+        self.prune_unreadable = prune_unreadable
         self.model_id = self.embedder.model_id
         self.dimensions = self.embedder.dimensions
         self.state = state if state is not None and state_key is not None else None
@@ -263,7 +268,10 @@ class VectorStore:
                 self._delete(key)
                 continue
             if opened is None:
-                if found is not None:
+                if found is not None and self.prune_unreadable and self._delete(key):
+                    log.warning("removed unreadable vector cache segment %s (its vectors are computed again)",
+                                key[len(self.prefix) :])
+                elif found is not None:
                     log.warning("ignoring unreadable vector cache segment %s", key[len(self.prefix) :])
                 continue
             digests, codes, scales = opened
@@ -272,12 +280,15 @@ class VectorStore:
                 picked = np.asarray(fresh, dtype=np.int64)
                 self._append([digests[i] for i in fresh], codes[picked], scales[picked])
 
-    def _delete(self, key: str) -> None:
+    def _delete(self, key: str) -> bool:
+        """Remove one segment; False (said in the log) when it could not be."""
         assert self.state is not None
         try:
             self.state.delete(key)
         except (DocumentStoreError, OSError) as exc:
             log.warning("could not delete a vector cache segment: %s", exc)
+            return False
+        return True
 
     def _persist(self, digests: list[bytes], codes: np.ndarray, scales: np.ndarray) -> None:
         if self.state is None:
@@ -305,7 +316,8 @@ class VectorStore:
 
 
 def e5_store(
-    state: DocumentStore | None = None, state_key: bytes | None = None, *, fast_queries: bool = False
+    state: DocumentStore | None = None, state_key: bytes | None = None, *, fast_queries: bool = False,
+    prune_unreadable: bool = False,
 ) -> VectorStore | None:
     """The e5 channel's vector store beside the USE one (same state, own folder), or None
     where the e5 engine cannot load (recall then runs without it). ``fast_queries`` (a server,
@@ -318,7 +330,8 @@ def e5_store(
         return None
     if fast_queries:
         embedder.prepare_queries(timeout=0)
-    return VectorStore(embedder, state=state, state_key=state_key, prefix=E5_PREFIX, batch=E5_BATCH)
+    return VectorStore(embedder, state=state, state_key=state_key, prefix=E5_PREFIX, batch=E5_BATCH,
+                       prune_unreadable=prune_unreadable)
 
 
 class _OldFormat(Exception):

@@ -149,3 +149,31 @@ def test_similar_keeps_its_vectors_too(tmp_path: Path) -> None:
     kept = _segments(cache)
     assert kept["use"]
     assert similar() == first and _segments(cache) == kept
+
+
+def test_a_damaged_cache_file_is_rebuilt_once_and_then_quiet(tmp_path: Path) -> None:
+    """A damaged segment (or key) cost a recomputation, but stayed: every later run said
+    `ignoring unreadable vector cache segment` again, for good. It is removed when read."""
+    brain_dir, ids = _write(tmp_path)
+    cache = tmp_path / "cache"
+
+    def recall() -> tuple[list[dict], str]:
+        done = subprocess.run([console_script("brain-connector"), "recall", str(brain_dir), "vaccine for my cat",
+                               "--mode", "hybrid", "--top", "3", "--cache-dir", str(cache)],
+                              capture_output=True, timeout=300, check=False, env=_env(tmp_path))
+        assert done.returncode == 0 and b"Traceback" not in done.stderr, done.stderr
+        return json.loads(done.stdout), done.stderr.decode()
+
+    first, said = recall()
+    assert first[0]["id"] == ids["猫的疫苗"] and said == ""
+    damaged = [cache / "vectors" / _segments(cache)["use"][0], cache / "vectors" / "e5" / _segments(cache)["e5"][0]]
+    damaged[0].write_bytes(b"\0" * 50)
+    damaged[1].write_bytes(damaged[1].read_bytes()[:-7])  # truncated
+    again, said = recall()
+    assert again == first
+    assert said.count("removed unreadable vector cache segment") == 2, said
+    assert not any(path.exists() for path in damaged)
+    rebuilt = _segments(cache)
+    assert rebuilt["use"] and rebuilt["e5"]
+    assert recall() == (first, "")
+    assert _segments(cache) == rebuilt, "the third run embedded something"
