@@ -8,12 +8,7 @@ import click
 
 from cli.store.runner import settings_from_cli, sigterm_as_ctrl_c
 from cli.store.target import store_label
-
-
-_data_option = click.option(
-    "--data", type=click.Path(path_type=Path), default=None,
-    help="Data directory [env STORE_DATA_DIR, default ~/.brain-store]; with STORE_BACKEND=s3 the bucket is used.",
-)
+from cli.store.users import _data_option
 
 
 def _progress(line: str) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from cli.store.target import existing_store
+from cli.store.users import _data_option as data_option
 
 
 @click.command()
@@ -21,9 +22,7 @@ def keygen() -> None:
 # (ps, /proc/PID/cmdline) for as long as the rekey runs, and it stays in the shell's history
 @click.option("--new-key", "new_key", required=True, envvar="NEW_ENCRYPTION_KEY",
               help="The new master key (64 hex or base64) [env NEW_ENCRYPTION_KEY].")
-@click.option("--data", "data", type=click.Path(path_type=Path), default=None,
-              help="Data directory [env STORE_DATA_DIR, default ~/.brain-store]; with STORE_BACKEND=s3 the bucket "
-              "is used.")
+@data_option
 def rekey(new_key: str, data: Path | None) -> None:
     """Re-seal every archive and snapshot under NEW_KEY while the store keeps serving.
 

@@ -13,7 +13,8 @@ from cli.store.runner import run_store, settings_from_cli
 @click.option("--host", default=None, help="Address to listen on [env STORE_HOST, default 127.0.0.1].")
 @click.option("--port", type=click.IntRange(0, 65535), default=None, help="Port [env STORE_PORT, default 8787].")
 @click.option("--data", "data", type=click.Path(path_type=Path), default=None,
-              help="Data directory [env STORE_DATA_DIR, default ~/.brain-store].")
+              help="Data directory [env STORE_DATA_DIR, default ~/.brain-store]; with STORE_BACKEND=s3 it holds only "
+              "scratch files of uploads in progress.")
 @click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True,
               help="Worker processes sharing the data directory.")
 def serve(host: str | None, port: int | None, data: Path | None, workers: int) -> None:

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 _data_option = click.option(
     "--data", "data", type=click.Path(path_type=Path), default=None,
-    help="Data directory [env STORE_DATA_DIR, default ~/.brain-store].",
+    help="Data directory [env STORE_DATA_DIR, default ~/.brain-store]; with STORE_BACKEND=s3 the bucket is used.",
 )
 
 

@@ -363,6 +363,16 @@ def test_every_data_option_names_the_default_data_directory() -> None:
     assert not silent, f"--data help without the default: {silent}"
 
 
+def test_every_data_option_says_what_it_is_with_a_bucket() -> None:
+    """With STORE_BACKEND=s3 every store command acts on the bucket (serve keeps only scratch files
+    in the data directory), and its ``--data`` help says so: the user, brain, share, key, audit,
+    rekey and serve ones read as if the data directory were the store there too."""
+    unsaid = [name for name, command in every_command().items() if name.startswith("brain-store ")
+              and name != "brain-store dev"  # always a local store of its own
+              for option in command.params if option.name == "data" and "STORE_BACKEND=s3" not in (option.help or "")]
+    assert not unsaid, f"--data help silent about STORE_BACKEND=s3: {unsaid}"
+
+
 def test_every_option_read_from_the_environment_names_its_variable() -> None:
     """An option click also takes from an environment variable says which one in its help, so a
     secret can stay off the command line (`check --token` took BRAIN_STORE_CHECK_TOKEN unsaid)."""
