@@ -299,12 +299,16 @@ def restore_backup(
     report = RestoreReport()
     expected = {e.path: e for e in verified.manifest.entries}
     wanted = set(verified.metas)
-    # --force: the target ends up equal to the backup, so brains it does not hold go
+    # --force: the target ends up equal to the backup, so brains it does not hold go; what it
+    # loses is said brain by brain (the operator asked for it, but should see what it was)
     for user_id in list(backend.iter_users()):
         for meta in backend.list_brains(user_id):
             if (user_id, meta.id) not in wanted:
+                progress(f"brain {user_id}/{meta.id} ({meta.name}): not in the backup; removed")
                 backend.delete_brain(user_id, meta.id)
                 report.removed_brains += 1
+            elif (newer := _newer_here(meta, verified.metas[(user_id, meta.id)])) is not None:
+                progress(newer)
     if sharing is not None and sharing.registry is not None and verified.sharing is None:
         from store.sharing.registry import SharingDocument
 
@@ -358,6 +362,18 @@ def restore_backup(
         f"{report.bytes} stored bytes" + (f"; {report.removed_brains} other brain(s) removed" if report.removed_brains else "")
     )
     return report
+
+
+def _newer_here(here: BrainMeta, backed_up: BrainMeta) -> str | None:
+    """The line saying that the target's version of a brain is newer than the backup's (which
+    replaces it), else None."""
+    if here.current is None or (backed_up.current is not None and (
+            here.current.checksum == backed_up.current.checksum
+            or here.current.synced_at <= backed_up.current.synced_at)):
+        return None
+    then = backed_up.current.synced_at if backed_up.current is not None else "none"
+    return (f"brain {here.user_id}/{here.id} ({here.name}): the store's version of {here.current.synced_at} is "
+            f"newer than the backup's ({then}); replaced by it")
 
 
 def _sealer(out: BinaryIO, master_key: bytes, user_id: str, brain_id: str) -> Any:

@@ -6,7 +6,7 @@ import hashlib
 import shutil
 from pathlib import Path
 
-from tests.backup.support import KEY, OTHER_KEY, archive, cli, client, contents, fill, registry, sealed_brain, serve
+from tests.backup.support import KEY, OTHER_KEY, archive, cli, client, contents, fill, registry, sealed_brain, serve, upload
 from tests.s3.servers import S3Service
 
 
@@ -145,3 +145,26 @@ def test_restore_force_repairs_a_damaged_users_file(tmp_path: Path) -> None:
     with serve(src, tmp_path) as server, client(server, token) as c:
         brain = c.get("/api/brains").json()[0]["id"]
         assert c.get(f"/api/brains/{brain}/sync").content == data
+
+
+def test_a_forced_restore_names_the_newer_versions_and_brains_it_replaces(tmp_path: Path) -> None:
+    """--force makes the store equal to the backup, as asked; but it replaced newer versions
+    without a word and said only how many brains it removed, not which."""
+    env = {"STORE_DATA_DIR": str(tmp_path / "s")}
+    user, token = registry(env).add("alice")
+    old = archive({"a.md": b"old"})
+    _plain_brain(tmp_path / "s", user.id, old)
+    cli(env, "backup", "--to", str(tmp_path / "b"))
+    with serve(env, tmp_path) as server, client(server, token) as c:
+        brain = c.get("/api/brains").json()[0]["id"]
+        upload(c, brain, archive({"a.md": b"newer"}))
+        newer_at = c.get("/api/brains").json()[0]["last_synced_at"]
+        later = c.post("/api/brains", json={"name": "later"}).json()["id"]
+    done = cli(env, "restore", "--from", str(tmp_path / "b"), "--force")
+    assert (f"brain {user.id}/{brain} (default): the store's version of {newer_at} is newer than the backup's "
+            "(2026-01-01T00:00:00.000000Z); replaced by it") in done.stderr.splitlines(), done.stderr
+    assert f"brain {user.id}/{later} (later): not in the backup; removed" in done.stderr.splitlines(), done.stderr
+    with serve(env, tmp_path) as server, client(server, token) as c:
+        assert c.get(f"/api/brains/{brain}/sync").content == old
+    # restoring it once more replaces nothing newer: nothing said
+    assert "newer" not in cli(env, "restore", "--from", str(tmp_path / "b"), "--force").stderr
