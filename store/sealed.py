@@ -113,12 +113,19 @@ def _chain(first: bytes | None, rest: Iterator[bytes]) -> Iterator[bytes]:
 
 def check_keys_fit(settings: StoreSettings, backend: StorageBackend, sample: int = SAMPLED_ARCHIVES) -> None:
     """Before serving: raise ``KeyDoesNotFit`` (one line naming the variable) when one of the
-    first ``sample`` stored archives is sealed and no configured key opens it: without this
-    the store would say ready and then refuse every download. Plain archives pass either way
-    (a key over plain data is refused per download, as documented)."""
+    first ``sample`` stored archives is sealed and no configured key opens it, or is plain while
+    a key is set (a store with a key serves only sealed archives: encryption was turned on
+    without sealing them first). Without this the store would say ready and then refuse every
+    download."""
     sealer = ArchiveSealer(settings.encryption_key, settings.previous_keys) if settings.encryption_key else None
     for user_id, head in _archive_heads(backend, sample):
         if not head.startswith(SEALED_MAGIC):
+            if sealer is not None:
+                raise KeyDoesNotFit(
+                    "the stored archives are not encrypted at rest and STORE_ENCRYPTION_KEY is set (a store "
+                    "with a key serves only sealed archives): stop, seal them with `brain-store rekey "
+                    "--new-key <key>` run without STORE_ENCRYPTION_KEY, then start the store with it"
+                )
             continue
         if sealer is None or not sealer.knows_key(head, user_id):
             raise KeyDoesNotFit(

@@ -183,11 +183,26 @@ def test_serve_starts_when_a_key_opens_the_archives_and_on_plain_data(tmp_path: 
     keyless = service_with(plain, None)
     put(keyless, keyless.create(USER).id, make_archive(brain_files(1)))
     rolling = {"STORE_ENCRYPTION_KEY": KEY2.hex(), "STORE_ENCRYPTION_PREVIOUS_KEYS": KEY1.hex()}
-    # the key during a rotation; plain data without a key; a key over plain data (each download
-    # of such an archive is refused, as documented, but the store starts)
-    for data, env in ((sealed, rolling), (plain, {}), (plain, {"STORE_ENCRYPTION_KEY": KEY1.hex()})):
+    # the key during a rotation; plain data without a key
+    for data, env in ((sealed, rolling), (plain, {})):
         with start_store(tmp_path, data=data, env=env) as store:
             assert httpx.get(store.url + "/health/ready", timeout=30).status_code == 200
+
+
+def test_serve_refuses_a_key_over_plain_archives(tmp_path: Path) -> None:
+    """Encryption turned on without sealing the archives first: the store started, said ready,
+    and then answered 500 to every download. It now stops with one line saying what to run."""
+    data = tmp_path / "data"
+    service = service_with(data, None)
+    brain = service.create(USER)
+    archive = make_archive(brain_files(1))
+    put(service, brain.id, archive)
+    done = _serve_exits(data, {"STORE_ENCRYPTION_KEY": KEY1.hex()})
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr and "listening on" not in done.stdout, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "not encrypted at rest" in lines[0] and "brain-store rekey" in lines[0], done.stderr
+    assert download(service, brain.id) == archive  # nothing changed
 
 
 
