@@ -290,10 +290,13 @@ def memorize_text(result: dict[str, Any]) -> str:
 
 
 def write_text(verb: str, result: dict[str, Any]) -> str:
-    """Pin / unpin / forget; a write that changed nothing says so instead of "saved"."""
+    """Pin / unpin / forget; a write that changed nothing (a pin already there, no pin to remove, an
+    archived memory) says so instead of "saved"."""
     named = f"'{title(result['title'])}' ({one(result['id'])})" if result.get("title") else one(result["id"])
     if result.get("was_pinned") is False:
         return "\n".join([f"{named} was not pinned; nothing changed.", *_notes_only(result)])
+    if result.get("already_pinned"):
+        return "\n".join([f"{named} was already pinned; nothing changed.", *_notes_only(result)])
     if result.get("already_archived"):
         return "\n".join([f"{named} was already archived (forgotten); nothing changed.", *_notes_only(result)])
     lines = [f"{verb} {named}."]

@@ -185,6 +185,28 @@ def test_forged_titles_tags_and_content_stay_in_their_place(store: RunningStore,
     asyncio.run(scenario(served.base_url))
 
 
+def test_pinning_a_pinned_memory_again_changes_nothing(store: RunningStore, served: ServerProcess) -> None:
+    """brain_pin is declared idempotent and hosts retry it: a second pin of the same memory stamped
+    index.json, pushed a new archive (a store snapshot pushed out) and answered "Pinned ... Saved"."""
+    user = store.add_user("repinner")
+    brain_id = brains_of(store.url, user.token)[0]["id"]
+
+    async def scenario(base: str) -> None:
+        async with mcp_session(base + "/mcp", mint(base, user, RW)) as client:
+            memory_id = structured(await client.call_tool("brain_memorize", {
+                "content": "Code reviews need two approvals on the payments repository.", "origin": "user"}))["stored"]["id"]
+            assert structured(await client.call_tool("brain_pin", {"id": memory_id}))["synced"] is True
+            _, pinned_once = download_brain(store.url, user.token, brain_id)
+            again = await client.call_tool("brain_pin", {"id": memory_id})
+            assert structured(again)["already_pinned"] is True
+            assert "was already pinned; nothing changed" in text_of(again) and "Saved" not in text_of(again)
+            stored_brain, pinned_twice = download_brain(store.url, user.token, brain_id)
+            assert pinned_twice == pinned_once
+            assert [pin["id"] for pin in stored_brain.read_json("pinned.json")["pins"]] == [memory_id]
+
+    asyncio.run(scenario(served.base_url))
+
+
 def test_credentials_are_refused_unless_confirmed(store: RunningStore, served: ServerProcess) -> None:
     user = store.add_user("careful")
     brain_id = brains_of(store.url, user.token)[0]["id"]

@@ -49,7 +49,11 @@ def test_pin_sets_index_frontmatter_and_pinned_json() -> None:
     assert (fields["pinned"], fields["pin_scope"], fields["pin_priority"]) == (True, "project", 3)
     pins = brain.read_json("pinned.json")["pins"]
     assert pins[-1] == {"id": target, "scope": "project", "priority": 3, "token_estimate": entry["token_estimate"]}
-    # Pinning again replaces (never duplicates) the pinned.json entry and the frontmatter lines.
+    # Pinned exactly so already: nothing is written (index.json not even stamped), and it says so.
+    before = dict(brain.files)
+    again = Pin(target, "project", 3).apply(brain, NOW)
+    assert again["already_pinned"] is True and "already pinned" in again["note"] and brain.files == before
+    # Pinning again otherwise replaces (never duplicates) the pinned.json entry and the frontmatter lines.
     Pin(target).apply(brain, NOW)
     pins = brain.read_json("pinned.json")["pins"]
     assert [pin["id"] for pin in pins].count(target) == 1 and pins[-1]["scope"] == "global"

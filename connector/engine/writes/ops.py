@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
-from connector.engine.format.brain import ARCHIVE_INDEX, Brain
+from connector.engine.format.brain import ARCHIVE_INDEX, PINNED, Brain
 from connector.engine.format.rules import PROTECTED_SALIENCE
 from connector.engine.writes.errors import BrainError
 from connector.engine.writes.memorize import (
@@ -297,6 +297,16 @@ def _priority(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
+def _pinned_as(txn: WriteTxn, entry: dict[str, Any], memory_id: str, scope: str, priority: int) -> bool:
+    """Whether the memory is pinned exactly so already: its index entry and its ``pinned.json`` item."""
+    if entry.get("pinned") is not True or entry.get("pin_scope") != scope or entry.get("pin_priority") != priority:
+        return False
+    if txn.read(PINNED) is None:
+        return False
+    wanted = {"id": memory_id, "scope": scope, "priority": priority, "token_estimate": entry.get("token_estimate", 0)}
+    return any(isinstance(pin, dict) and pin == wanted for pin in txn.pins())
+
+
 @dataclass
 class Pin(Operation):
     """Pin a memory into the always-present tier (it stops decaying)."""
@@ -321,10 +331,15 @@ class Pin(Operation):
         if isinstance(newer, str) and newer:
             # Session start would serve an outdated text; the current version is the one to pin.
             raise BrainError(f"{self.id} is an old version (superseded by {newer}); pin the current version")
+        result = {"id": self.id, "title": entry.get("title"), "pinned": True,
+                  "scope": self.scope, "priority": self.priority}
+        if _pinned_as(txn, entry, self.id, self.scope, self.priority):
+            # Nothing to change: committing would still stamp index.json and push a new archive
+            # (a store snapshot pushed out) for a host retrying an idempotent call.
+            return {**result, "already_pinned": True, "note": "the memory was already pinned"}
         pin_memory(txn, self.id, self.scope, self.priority)
         txn.commit()
-        return {"id": self.id, "title": entry.get("title"), "pinned": True,
-                "scope": self.scope, "priority": self.priority}
+        return result
 
     def to_dict(self) -> dict[str, Any]:
         return {"op": self.kind, "id": self.id, "scope": self.scope, "priority": self.priority}
