@@ -51,6 +51,18 @@ def has_lone_surrogate(text: str) -> bool:
     return False
 
 
+# What shows nothing on its own: controls, format characters (zero-width space and joiners,
+# bidirectional marks, the byte order mark), separators. Whitespace is checked with str.isspace.
+_INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Zs"})
+
+
+def is_blank(text: str) -> bool:
+    """True when ``text`` shows nothing: only whitespace, controls (NUL included), format
+    characters such as U+200B or U+202E, and separators. ``str.strip`` keeps those, so a text
+    of a NUL or a zero-width space passed for written."""
+    return all(char.isspace() or unicodedata.category(char) in _INVISIBLE_CATEGORIES for char in text)
+
+
 def one_line(text: str) -> str:
     """``text`` with every run of unsafe characters (and the spaces around them) made one space, trimmed.
 

@@ -7,6 +7,8 @@ deep JSON to the store's reader: tests/store/test_bad_text_input.py).
   app's links and form actions as one encoded path segment each.
 - `brain_memorize` with an `idempotency_key`, sent again (a client retrying after
   a connection reset), answers the first save's id and writes nothing more.
+- `brain_memorize` of content that shows nothing (a NUL, a zero-width space, bidi marks)
+  is refused as empty, writing nothing.
 """
 
 from __future__ import annotations
@@ -123,3 +125,24 @@ def test_a_retry_key_finds_the_first_save_also_across_midnight_and_never_another
     other = connector_memorize("Another fact", request_key="k").apply(brain, now)["stored"][0]
     assert other["id"] != first["id"] and "already_present" not in other
     assert memory_ids(brain) == {first["id"], other["id"]}
+
+
+def test_memorize_of_content_that_shows_nothing_is_refused(store: RunningStore, served: ServerProcess) -> None:
+    """A content of a NUL, a zero-width space or bidi marks is empty to a reader, but str.strip()
+    keeps those: brain_memorize saved it as a memory titled "Captured note" holding nothing."""
+    alice = store.add_user("alice")
+    brain_id = brains_of(store.url, alice.token)[0]["id"]
+
+    async def scenario(base: str) -> None:
+        async with mcp_session(base + "/mcp", mint(base, alice, ALL)) as client:
+            for content in ("\x00", "\u200b", "\u202e\u202c", " \x00\t\ufeff\n", "\x1b\x07"):
+                refused = await client.call_tool("brain_memorize", {"content": content})
+                assert refused.is_error, content
+                assert refused.content[0].text == (
+                    "'content' must not be empty: it holds only invisible or control characters"), content
+            kept = structured(await client.call_tool("brain_memorize", {"content": "\u200bZero-width before a word"}))
+            assert kept["synced"] is True
+
+    asyncio.run(scenario(served.base_url))
+    brain, _ = download_brain(store.url, alice.token, brain_id)
+    assert len(memory_ids(brain)) == 1

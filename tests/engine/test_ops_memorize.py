@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from common.textsafety import has_unsafe_chars, one_line
+from common.textsafety import has_unsafe_chars, is_blank, one_line
 from connector.engine.format.brain import Brain
 from connector.engine.format.jsvalues import datetime_ms
 from connector.engine.format.jsvalues import iso_ms as js_iso_ms
@@ -418,6 +418,8 @@ def test_lists_sent_as_json_text_or_commas_are_accepted() -> None:
 def test_any_strings_survive_a_memorize_exactly(title: str, content: str, tags: list[str], source: str,
                                                 agent: str) -> None:
     assume(one_line(title).strip())
+    # A title or content that shows nothing (a NUL, a zero-width space) is refused: is_blank.
+    assume(not is_blank(title) and not is_blank(content))
     brain = Brain()
     op = Memorize([MemoryInput(title=title, type="insight", content=content, path="notes/", tags=tuple(tags),
                                source=source, encoding_context={"agent": agent, "topics": tags})])
@@ -487,3 +489,14 @@ def test_a_held_write_keeps_its_pins_follow_and_a_quarantined_one_moves_no_pin()
                               supersedes=[old]).apply(brain, NOW + timedelta(minutes=1))["stored"][0]["id"]
     live = entries(brain)
     assert live[held].get("quarantined") and live[old]["pinned"] is True and not live[held].get("pinned")
+
+
+@pytest.mark.parametrize("blank", ["\x00", "\u200b", "\ufeff \u202e\u202c", "\x1b\t\n", "\u2028"])
+def test_content_or_title_that_shows_nothing_is_refused(blank: str) -> None:
+    """str.strip() keeps a NUL, controls and zero-width or bidi characters: such a content was saved."""
+    brain = Brain()
+    with pytest.raises(BrainError, match="'content' must not be empty"):
+        connector_memorize(blank)
+    with pytest.raises(BrainError, match="'title' must not be empty"):
+        Memorize([MemoryInput(title=blank, type="insight", content="A fact", path="notes/")])
+    assert brain.files == {}

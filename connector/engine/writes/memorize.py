@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.textsafety import one_line
+from common.textsafety import is_blank, one_line
 from connector.engine.format.brain import ASSOCIATIONS, INDEX
 from connector.engine.format.frontmatter import ENCODING_CONTEXT_KEYS, render_memory_file
 from connector.engine.format.rules import (
@@ -132,9 +132,16 @@ def _text(value: Any, name: str, *, required: bool = False, default: str = "") -
         return default
     if not isinstance(value, str):
         raise BrainError(f"'{name}' must be a string")
-    if required and not value.strip():
-        raise BrainError(f"'{name}' must not be empty")
+    if required and is_blank(value):
+        raise BrainError(_empty(name, value))
     return value
+
+
+def _empty(name: str, value: str) -> str:
+    """The refusal of a required text that shows nothing (saying why when it is not plainly empty)."""
+    if value.strip():
+        return f"'{name}' must not be empty: it holds only invisible or control characters"
+    return f"'{name}' must not be empty"
 
 
 def _string_list(value: Any, name: str) -> tuple[str, ...]:
@@ -640,8 +647,8 @@ def connector_memory(
     the connector's name, so the members of a shared brain see who said what. ``source``
     names the way in (`CONNECTOR_SOURCE` for MCP, `WEB_APP_SOURCE` for the web app).
     """
-    if not isinstance(content, str) or not content.strip():
-        raise BrainError("'content' must not be empty")
+    if not isinstance(content, str) or is_blank(content):
+        raise BrainError(_empty("content", content if isinstance(content, str) else ""))
     chosen_title = connector_title(content, title)
     tag_list = _string_list(tags, "tags")
     return MemoryInput(
