@@ -30,6 +30,7 @@ from typing import Any
 
 import yaml
 
+from common.textsafety import is_blank
 from connector.engine.format.frontmatter import FrontMatterLoader
 from connector.engine.writes.errors import BrainError
 from connector.engine.writes.memorize import LIST_SEPARATORS, MemoryInput, connector_title
@@ -213,7 +214,7 @@ def _note(upload: Upload, name: str, data: bytes, index_title: str | None = None
     text = text.replace("\r\n", "\n")
     front, body = split_front_matter(name, text)
     body = body.strip()
-    if not body:
+    if is_blank(body):  # nothing to read (a NUL or a zero-width space is no note either)
         return None
     where = f"{upload.name}/{name}" if upload.archive and upload.name != name else name
     try:

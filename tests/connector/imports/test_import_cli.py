@@ -86,6 +86,21 @@ def test_an_obsidian_vault_and_a_basic_memory_folder_import_with_their_folders_t
     assert coffee["path"].startswith("coffee/") and "Pour over gives a cleaner cup" in coffee["body"]
 
 
+def test_a_note_whose_text_shows_nothing_is_passed_over_like_an_empty_one(tmp_path: Path) -> None:
+    """A note holding only a zero-width space or a NUL has no text, as an empty note has none: it is
+    passed over, and the rest of the folder imports (memorize refuses such a text as empty)."""
+    folder = tmp_path / "Notes"
+    folder.mkdir()
+    (folder / "Seeds.md").write_text("Order tomato seeds in February.\n")
+    (folder / "Invisible.md").write_text("---\ntags: [x]\n---\n\u200b\ufeff\n")
+    (folder / "Nul.md").write_bytes(b"\x00\n")
+    brain = tmp_path / "brain"
+    report = imported_ok(brain, folder)
+    assert report["new"] == 1
+    assert sorted(report["passed_over"]) == ["Invisible.md: no text", "Nul.md: no text"]
+    assert set(live(brain)) == {"Seeds"}
+
+
 def test_a_single_note_with_a_long_heading_gets_a_title_cut_as_memorize_cuts_one(tmp_path: Path) -> None:
     note = tmp_path / "long.md"
     heading = "A very long heading " * 20
