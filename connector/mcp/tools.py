@@ -23,7 +23,7 @@ import numpy as np
 
 from common.textsafety import has_unsafe_chars
 from connector.engine.format.brain import Brain
-from connector.engine.format.jsvalues import datetime_ms
+from connector.engine.format.jsvalues import datetime_ms, parse_iso_ms
 from connector.engine.format.tokens import Budget
 from connector.engine.format.views import attach_content, read_memory
 from connector.engine.recall.embedding import content_hash
@@ -528,8 +528,8 @@ class BrainTools:
         budget, budget_notes = _content_budget(args)
         titles_only = budget.empty
         project = args.string("project")
-        as_of = args.string("as_of")
-        as_known_of = args.string("as_known_of")
+        as_of = _instant(args, "as_of")
+        as_known_of = _instant(args, "as_known_of")
         mode = args.choice("mode", list(MODES), default=self.recall_mode)
         snapshot = await self.manager.snapshot(caller.account)
         hits: list[dict[str, Any]] = []
@@ -1064,6 +1064,20 @@ def _content_budget(args: Args) -> tuple[Budget, list[str]]:
     )
     notes += [tokens_note] if tokens_note else []
     return Budget(chars=chars if args.given("max_chars") else None, tokens=tokens), notes
+
+
+def _instant(args: Args, name: str) -> str | None:
+    """An ISO 8601 date or time argument (``as_of``, ``as_known_of``), checked before recall: the
+    engine's refusal named only the value, and a brain with no memories yet refused nothing."""
+    value = args.string(name, max_length=100)
+    if value is None:
+        return None
+    text = value.strip()
+    if parse_iso_ms(text) is None:
+        raise ArgumentError(
+            f"'{name}' is not an ISO 8601 date or time (such as 2025-03-01 or 2025-03-01T09:30:00Z): {value!r}"
+        )
+    return text
 
 
 def _refuse_credentials(memories: list[Any]) -> None:

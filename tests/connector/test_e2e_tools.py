@@ -306,6 +306,26 @@ def test_tags_sent_as_one_string_split_at_chinese_and_japanese_commas(store: Run
     asyncio.run(scenario(served.base_url))
 
 
+def test_recall_refuses_a_date_it_cannot_read_naming_the_argument(store: RunningStore, served: ServerProcess) -> None:
+    """as_of / as_known_of that are no ISO 8601 date: the refusal said only "not an ISO 8601 instant:
+    'last tuesday'" (which of the two?), and a brain with no memories yet answered as if it were fine."""
+    user = store.add_user("dates")
+
+    async def scenario(base: str) -> None:
+        async with mcp_session(base + "/mcp", mint(base, user, {"brain.read", "brain.write"})) as client:
+            empty = await client.call_tool("brain_recall", {"query": "deploys", "as_of": "last tuesday"})
+            assert empty.is_error and empty.content[0].text.startswith("'as_of' is not an ISO 8601 date or time")
+            structured(await client.call_tool("brain_memorize", {"content": "Deploys happen on Thursdays."}))
+            refused = await client.call_tool("brain_recall", {"query": "deploys", "as_known_of": "2025-13-01"})
+            assert refused.is_error and refused.content[0].text == (
+                "'as_known_of' is not an ISO 8601 date or time (such as 2025-03-01 or 2025-03-01T09:30:00Z): "
+                "'2025-13-01'")
+            padded = structured(await client.call_tool("brain_recall", {"query": "deploys", "as_known_of": " 2099-01-01 "}))
+            assert padded["count"] == 1
+
+    asyncio.run(scenario(served.base_url))
+
+
 def test_recall_through_mcp_equals_the_engine(store: RunningStore, served: ServerProcess) -> None:
     user = store.add_user("parity")
     brain_id = upload_brain(store.url, user.token, load_directory(FIXTURE))
