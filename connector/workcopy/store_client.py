@@ -197,7 +197,11 @@ class StoreClient:
             return StoreNotFound(f"not found at the store while trying to {what}", status)
         if status == 403:
             return StoreForbidden(f"the store refused to {what}{suffix}", status)
-        if status == 429 or status >= 500:
+        if status == 429:
+            # A rate limit, not an outage: said as "unavailable", a model told the user the store was down.
+            return StoreUnreachable(f"the store asked the connector to slow down ({status}{suffix}) while trying "
+                                    f"to {what}", status)
+        if status >= 500:
             return StoreUnreachable(f"the store is unavailable ({status}) while trying to {what}", status)
         return StoreError(f"the store answered {status} while trying to {what}{suffix}", status)
 

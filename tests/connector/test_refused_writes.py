@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.connector.conftest import RunningStore, auth, brains_of, download_brain, memory_ids, shared_store
+from tests.connector.conftest import RunningStore, auth, brains_of, download_brain, memory_ids, running_store, shared_store
 from tests.connector.test_e2e_tools import connector, mcp_session, mint, structured
 from tests.support.processes import free_port
 
@@ -214,3 +214,25 @@ def test_write_after_the_store_token_was_rotated_is_refused_and_said(store: Runn
 
     with connector(tmp_path, store, port=free_port(), env={"CONNECTOR_REPULL_TTL_MS": "120000"}) as server:
         asyncio.run(scenario(server.base_url))
+
+
+def test_a_write_the_store_rate_limits_is_held_and_said_as_a_limit_not_an_outage(tmp_path: Path) -> None:
+    """The store's upload limit (429) read "the store is unavailable (429)": a model told the user their
+    store was down, when it only asked to slow down. The write is held (retried), and said so."""
+    with running_store(tmp_path, env={"STORE_RATE_UPLOADS_PER_MIN": "2"}) as limited:
+        user = limited.add_user("hasty")
+
+        async def scenario(base: str) -> dict[str, Any]:
+            async with mcp_session(base + "/mcp", mint(base, user, ALL)) as client:
+                for number in range(2):
+                    saved = structured(await client.call_tool("brain_memorize", {
+                        "content": f"Hasty fact number {number} about the {('north', 'south')[number]} garden"}))
+                    assert saved["synced"] is True
+                third = await client.call_tool("brain_memorize", {"content": "A third fact, about the compost heap"})
+                return {"structured": structured(third), "text": text_of(third)}
+
+        with connector(tmp_path / "c", limited) as server:
+            third = asyncio.run(scenario(server.base_url))
+    assert third["structured"]["synced"] is False
+    assert "the store asked the connector to slow down (429: too many uploads)" in third["structured"]["note"]
+    assert "unavailable" not in third["text"] and "held" in third["text"]
