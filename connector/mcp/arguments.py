@@ -32,6 +32,12 @@ def _maybe_json(value: Any, kinds: tuple[type, ...]) -> Any:
     return value
 
 
+def _shown(number: int) -> str:
+    """A whole number as a note repeats it: a huge one (1e300 is 301 digits) in scientific notation."""
+    text = str(number)
+    return text if len(text) <= 20 else f"{float(number):.3g}"
+
+
 class Args:
     """Typed access to one call's arguments."""
 
@@ -77,7 +83,7 @@ class Args:
         bounded = max(minimum, min(maximum, value))
         if bounded == value:
             return bounded, None
-        return bounded, f"'{name}' {value} is outside {minimum}-{maximum}; {bounded} was used."
+        return bounded, f"'{name}' {_shown(value)} is outside {minimum}-{maximum}; {bounded} was used."
 
     def _whole(self, name: str) -> int | None:
         value = self._get(name)

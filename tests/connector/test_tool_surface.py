@@ -75,6 +75,11 @@ def test_argument_refusals_are_clear() -> None:
     with pytest.raises(ArgumentError, match="one of"):
         Args({"origin": "gossip"}).choice("origin", ["user", "external"], default="user")
     assert Args({"limit": 500}).integer("limit", default=10, minimum=1, maximum=25) == 25
+    # A huge number is repeated in a few characters, not as its 301 digits.
+    assert Args({"limit": 1e300}).clamped_integer("limit", default=10, minimum=1, maximum=25) == (
+        25, "'limit' 1e+300 is outside 1-25; 25 was used.")
+    assert Args({"limit": -(10**40)}).clamped_integer("limit", default=10, minimum=1, maximum=25)[1] == (
+        "'limit' -1e+40 is outside 1-25; 1 was used.")
     assert Args({"limit": 0}).integer("limit", default=10, minimum=1, maximum=25) == 1
 
 
