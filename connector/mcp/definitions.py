@@ -25,6 +25,15 @@ DEFAULT_RECALL_CHARS = 4000
 MAX_RECALL_CHARS = 40_000
 # brain_read shows at most this much of one memory's content.
 MAX_READ_CHARS = 100_000
+# The longest arguments the tools take (declared in their input schemas, enforced by tools.py):
+# a query, a memory's content and title, a project / task / brain name, a memory id, a date, a list.
+MAX_QUERY_CHARS = 10_000
+MAX_CONTENT_CHARS = 50_000
+MAX_TITLE_CHARS = 1000
+MAX_CONTEXT_CHARS = 300
+MAX_ID_CHARS = 200
+MAX_DATE_CHARS = 100
+MAX_LIST_ITEMS = 200
 # brain_reflect's evidence budget, in tokens (x4 characters): what a model is sent at most.
 DEFAULT_REFLECT_TOKENS = 2000
 MIN_REFLECT_TOKENS = 100
@@ -44,7 +53,8 @@ INSTRUCTIONS = (
     "- brain_status explains which account and brain are in use when results look unexpected."
 )
 
-_ID = {"type": "string", "description": "A memory id such as mem_20250108_032187 (from brain_recall)."}
+_ID = {"type": "string", "maxLength": MAX_ID_CHARS,
+       "description": "A memory id such as mem_20250108_032187 (from brain_recall)."}
 _NOTE = {"type": "string", "description": "Something the user should know about this result."}
 _SYNCED = {
     "type": "boolean",
@@ -181,7 +191,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         ),
         input_schema=_object(
             {
-                "query": {"type": "string", "minLength": 1, "description": (
+                "query": {"type": "string", "minLength": 1, "maxLength": MAX_QUERY_CHARS, "description": (
                     "What to look for, in a few words. A date in it ('on 3 March 2024', 'in May 2023', "
                     "'yesterday', 'last week') favours what happened or was noted then (hybrid mode).")},
                 "limit": {
@@ -191,13 +201,16 @@ TOOLS: tuple[ToolSpec, ...] = (
                     "default": 10,
                     "description": "How many results at most (1-25).",
                 },
-                "project": {"type": "string", "description": "Favour memories recorded for this project."},
+                "project": {"type": "string", "maxLength": MAX_CONTEXT_CHARS,
+                            "description": "Favour memories recorded for this project."},
                 "as_of": {
                     "type": "string",
+                    "maxLength": MAX_DATE_CHARS,
                     "description": "ISO date/time: only facts valid at that moment.",
                 },
                 "as_known_of": {
                     "type": "string",
+                    "maxLength": MAX_DATE_CHARS,
                     "description": "ISO date/time: only memories recorded at or before that moment.",
                 },
                 "max_chars": {
@@ -339,7 +352,8 @@ TOOLS: tuple[ToolSpec, ...] = (
             "Choose which of the account's brains to use, by name or id; the choice is remembered for this user "
             "across sessions. Nothing is copied between brains. brain_status lists the brains."
         ),
-        input_schema=_object({"brain": {"type": "string", "minLength": 1, "description": "Brain name or id."}}, ["brain"]),
+        input_schema=_object({"brain": {"type": "string", "minLength": 1, "maxLength": MAX_CONTEXT_CHARS,
+                                        "description": "Brain name or id."}}, ["brain"]),
         output_schema=_object(
             {"brain": _BRAIN_REF, "persisted": {"type": "boolean"}, "memory_count": {"type": "integer"}, "note": _NOTE},
             ["brain", "persisted"],
@@ -363,30 +377,38 @@ TOOLS: tuple[ToolSpec, ...] = (
         ),
         input_schema=_object(
             {
-                "content": {"type": "string", "minLength": 1, "description": "The fact, in a sentence or two."},
-                "title": {"type": "string", "description": "Short title (default: the first line of content)."},
+                "content": {"type": "string", "minLength": 1, "maxLength": MAX_CONTENT_CHARS,
+                            "description": "The fact, in a sentence or two."},
+                "title": {"type": "string", "maxLength": MAX_TITLE_CHARS,
+                          "description": "Short title (default: the first line of content)."},
                 "type": {"type": "string", "enum": MEMORY_TYPES, "default": "learning"},
-                "tags": {"type": "array", "items": {"type": "string"}, "description": "A few topic words."},
+                "tags": {"type": "array", "items": {"type": "string"}, "maxItems": MAX_LIST_ITEMS,
+                         "description": "A few topic words."},
                 "origin": {
                     "type": "string",
                     "enum": ORIGINS,
                     "default": "agent-inferred",
                     "description": "Who asserts it: user, agent-inferred, tool-output or external.",
                 },
-                "valid_from": {"type": "string", "description": "ISO date from which the fact holds."},
-                "valid_until": {"type": "string", "description": "ISO date from which it no longer holds."},
+                "valid_from": {"type": "string", "maxLength": MAX_DATE_CHARS,
+                               "description": "ISO date from which the fact holds."},
+                "valid_until": {"type": "string", "maxLength": MAX_DATE_CHARS,
+                                "description": "ISO date from which it no longer holds."},
                 "supersedes": {
                     "type": "array",
                     "items": {"type": "string"},
+                    "maxItems": MAX_LIST_ITEMS,
                     "description": "Ids of memories this one replaces (a pinned one hands its pin to this one).",
                 },
                 "project": {
                     "type": "string",
+                    "maxLength": MAX_CONTEXT_CHARS,
                     "description": "The project this fact belongs to (recorded as its context; recall's 'project' "
                     "favours it).",
                 },
                 "task": {
                     "type": "string",
+                    "maxLength": MAX_CONTEXT_CHARS,
                     "description": "What was being done when it was learned, e.g. 'debugging' (default 'capturing').",
                 },
                 "allow_secrets": {
@@ -397,7 +419,7 @@ TOOLS: tuple[ToolSpec, ...] = (
                 },
                 "idempotency_key": {
                     "type": "string",
-                    "maxLength": 200,
+                    "maxLength": MAX_ID_CHARS,
                     "description": "Optional: a unique value for this save. Sending the same call again with the "
                     "same key (a retry after a lost answer) returns the first save instead of saving twice.",
                 },
@@ -499,7 +521,8 @@ TOOLS: tuple[ToolSpec, ...] = (
         input_schema=_object(
             {
                 "action": {"type": "string", "enum": ["list", "approve", "reject"], "default": "list"},
-                "ids": {"type": "array", "items": {"type": "string"}, "description": "Memory ids to approve or reject."},
+                "ids": {"type": "array", "items": {"type": "string"}, "maxItems": MAX_LIST_ITEMS,
+                        "description": "Memory ids to approve or reject."},
             }
         ),
         output_schema=_object(
@@ -530,7 +553,8 @@ TOOLS: tuple[ToolSpec, ...] = (
             "connectors use; hosts that offer brain_recall should prefer it."
         ),
         input_schema=_object(
-            {"query": {"type": "string", "minLength": 1, "description": "What to look for, in a few words."}},
+            {"query": {"type": "string", "minLength": 1, "maxLength": MAX_QUERY_CHARS,
+                       "description": "What to look for, in a few words."}},
             ["query"],
         ),
         output_schema=_object(

@@ -43,9 +43,16 @@ from connector.mcp.arguments import ArgumentError, Args
 from connector.mcp.definitions import (
     CHARS_PER_TOKEN,
     DEFAULT_RECALL_CHARS,
+    MAX_CONTENT_CHARS,
+    MAX_CONTEXT_CHARS,
+    MAX_DATE_CHARS,
+    MAX_ID_CHARS,
+    MAX_LIST_ITEMS,
+    MAX_QUERY_CHARS,
     MAX_READ_CHARS,
     MAX_RECALL_CHARS,
     MAX_RECALL_LIMIT,
+    MAX_TITLE_CHARS,
     MEMORY_TYPES,
     MENTAL_ACTIONS,
     MENTAL_READ_ACTIONS,
@@ -523,11 +530,11 @@ class BrainTools:
     # ----- read tools -------------------------------------------------------
 
     async def _recall(self, caller: Caller, args: Args) -> types.CallToolResult:
-        query = args.string("query", required=True, max_length=10_000)
+        query = args.string("query", required=True, max_length=MAX_QUERY_CHARS)
         limit, clamped = args.clamped_integer("limit", default=10, minimum=1, maximum=MAX_RECALL_LIMIT)
         budget, budget_notes = _content_budget(args)
         titles_only = budget.empty
-        project = args.string("project")
+        project = args.string("project", max_length=MAX_CONTEXT_CHARS)
         as_of = _instant(args, "as_of")
         as_known_of = _instant(args, "as_known_of")
         mode = args.choice("mode", list(MODES), default=self.recall_mode)
@@ -657,7 +664,7 @@ class BrainTools:
 
     async def _search(self, caller: Caller, args: Args) -> types.CallToolResult:
         """ChatGPT's ``search``: brain_recall (the server's recall mode) as ids, titles and links."""
-        query = args.string("query", required=True, max_length=10_000)
+        query = args.string("query", required=True, max_length=MAX_QUERY_CHARS)
         found = await self._recall(caller, Args({"query": query, "limit": chatgpt.SEARCH_LIMIT, "max_chars": 0}))
         return chatgpt.search_result(found, caller.base_url)
 
@@ -798,7 +805,7 @@ class BrainTools:
     # ----- writes -----------------------------------------------------------
 
     async def _use(self, caller: Caller, args: Args) -> types.CallToolResult:
-        wanted = args.string("brain", required=True, max_length=300)
+        wanted = args.string("brain", required=True, max_length=MAX_CONTEXT_CHARS)
         assert wanted is not None
         record, identity = await self.manager.use_brain(caller.account, wanted)
         snapshot = await self.manager.snapshot(caller.account)
@@ -812,10 +819,10 @@ class BrainTools:
         return ok_result(structured, render.use_text(structured))
 
     async def _memorize(self, caller: Caller, args: Args) -> types.CallToolResult:
-        content = args.string("content", required=True, max_length=50_000)
+        content = args.string("content", required=True, max_length=MAX_CONTENT_CHARS)
         assert content is not None
-        title = args.string("title", max_length=1000)
-        tags = args.string_list("tags")
+        title = args.string("title", max_length=MAX_TITLE_CHARS)
+        tags = args.string_list("tags", max_items=MAX_LIST_ITEMS)
         allow_duplicate = args.boolean("allow_duplicate")
         on_similar = args.choice("on_similar", ON_SIMILAR, default="report")
         options: dict[str, Any] = {
@@ -823,14 +830,14 @@ class BrainTools:
             "type": args.choice("type", MEMORY_TYPES, default="learning"),
             "tags": tags,
             "origin": args.choice("origin", ORIGINS, default="agent-inferred"),
-            "valid_from": args.string("valid_from"),
-            "valid_until": args.string("valid_until"),
-            "supersedes": args.string_list("supersedes"),
+            "valid_from": args.string("valid_from", max_length=MAX_DATE_CHARS),
+            "valid_until": args.string("valid_until", max_length=MAX_DATE_CHARS),
+            "supersedes": args.string_list("supersedes", max_items=MAX_LIST_ITEMS),
             "agent": caller.account.client_name,
-            "project": args.string("project", max_length=300) or "",
-            "task": args.string("task", max_length=300) or "",
+            "project": args.string("project", max_length=MAX_CONTEXT_CHARS) or "",
+            "task": args.string("task", max_length=MAX_CONTEXT_CHARS) or "",
             "writer": await self.manager.writer(caller.account),
-            "request_key": _request_key(caller, args.string("idempotency_key", max_length=200)),
+            "request_key": _request_key(caller, args.string("idempotency_key", max_length=MAX_ID_CHARS)),
         }
         op = connector_memorize(content, **options)
         if not args.boolean("allow_secrets"):
@@ -948,7 +955,7 @@ class BrainTools:
         return ok_result(structured, render.write_text(verb, structured))
 
     def _memory_id(self, args: Args) -> str:
-        memory_id = args.string("id", required=True, max_length=200)
+        memory_id = args.string("id", required=True, max_length=MAX_ID_CHARS)
         assert memory_id is not None
         if has_unsafe_chars(memory_id.strip()):
             # Ids are echoed in results and errors: they stay on one line.
@@ -967,7 +974,7 @@ class BrainTools:
 
     async def _verify(self, caller: Caller, args: Args) -> types.CallToolResult:
         action = args.choice("action", ["list", "approve", "reject"], default="list")
-        ids = args.string_list("ids")
+        ids = args.string_list("ids", max_items=MAX_LIST_ITEMS)
         if action == "list":
             snapshot = await self.manager.snapshot(caller.account)
             listing: dict[str, Any] = {"pending": [], "total": 0}
@@ -1069,7 +1076,7 @@ def _content_budget(args: Args) -> tuple[Budget, list[str]]:
 def _instant(args: Args, name: str) -> str | None:
     """An ISO 8601 date or time argument (``as_of``, ``as_known_of``), checked before recall: the
     engine's refusal named only the value, and a brain with no memories yet refused nothing."""
-    value = args.string(name, max_length=100)
+    value = args.string(name, max_length=MAX_DATE_CHARS)
     if value is None:
         return None
     text = value.strip()

@@ -326,6 +326,52 @@ def test_recall_refuses_a_date_it_cannot_read_naming_the_argument(store: Running
     asyncio.run(scenario(served.base_url))
 
 
+# A valid call of each tool that declares limits; each limited argument is then set over and at its limit.
+LIMITED_CALLS: dict[str, dict[str, Any]] = {
+    "brain_recall": {"query": "limits"},
+    "search": {"query": "limits"},
+    "brain_memorize": {"content": "A fact about the limits of arguments"},
+    "brain_read": {"id": "mem_20250101_aaaaaa"},
+    "brain_pin": {"id": "mem_20250101_aaaaaa"},
+    "brain_unpin": {"id": "mem_20250101_aaaaaa"},
+    "brain_forget": {"id": "mem_20250101_aaaaaa"},
+    "fetch": {"id": "mem_20250101_aaaaaa"},
+    "brain_use": {"brain": "default"},
+    "brain_verify": {"action": "approve", "ids": ["mem_20250101_aaaaaa"]},
+    "brain_extract": {"text": "We chose Postgres."},
+}
+
+
+def test_input_schemas_declare_the_limits_the_tools_enforce(store: RunningStore, served: ServerProcess) -> None:
+    """A model learns an argument's limit from the schema (maxLength, maxItems), not from a refusal:
+    content (50,000), title, query and the rest were refused past limits no schema declared."""
+    user = store.add_user("limits")
+
+    async def scenario(base: str) -> set[tuple[str, str]]:
+        declared: set[tuple[str, str]] = set()
+        async with mcp_session(base + "/mcp", mint(base, user, {"brain.read", "brain.write"})) as client:
+            for tool in (await client.list_tools()).tools:
+                for name, schema in tool.input_schema.get("properties", {}).items():
+                    limit = schema.get("maxLength", schema.get("maxItems"))
+                    if limit is None:
+                        continue
+                    declared.add((tool.name, name))
+                    over, at = (("a" * (limit + 1), "a" * limit) if "maxLength" in schema
+                                else ([f"t{n}" for n in range(limit + 1)], [f"t{n}" for n in range(limit)]))
+                    refused = await client.call_tool(tool.name, {**LIMITED_CALLS[tool.name], name: over})
+                    message = refused.content[0].text
+                    assert refused.is_error and (str(limit) in message or f"{limit:,}" in message), (tool.name, name)
+                    taken = await client.call_tool(tool.name, {**LIMITED_CALLS[tool.name], name: at})
+                    assert "too long" not in taken.content[0].text and "too many" not in taken.content[0].text
+        return declared
+
+    declared = asyncio.run(scenario(served.base_url))
+    assert {("brain_memorize", "content"), ("brain_memorize", "title"), ("brain_memorize", "tags"),
+            ("brain_memorize", "project"), ("brain_memorize", "supersedes"), ("brain_recall", "query"),
+            ("brain_recall", "as_of"), ("search", "query"), ("brain_read", "id"), ("fetch", "id"),
+            ("brain_use", "brain"), ("brain_verify", "ids")} <= declared
+
+
 def test_recall_through_mcp_equals_the_engine(store: RunningStore, served: ServerProcess) -> None:
     user = store.add_user("parity")
     brain_id = upload_brain(store.url, user.token, load_directory(FIXTURE))
