@@ -14,6 +14,7 @@ import logging
 import re
 import threading
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -252,6 +253,9 @@ class BrainTools:
         self._e5_waiting: dict[str | None, tuple[Brain, BrainIndex, HybridIndex]] = {}
         self._e5_waiting_since: float | None = None
         self._e5_lock = threading.Lock()
+        # Per user, the lock of brain_memorize's check-and-write (`_memorize_lock`); an entry
+        # goes when no call holds or waits for it.
+        self._memorize_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._handlers: dict[str, Callable[[Caller, Args], Awaitable[types.CallToolResult | types.InputRequiredResult]]] = {
             "brain_recall": self._recall,
             "brain_status": self._status,
@@ -842,6 +846,22 @@ class BrainTools:
         op = connector_memorize(content, **options)
         if not args.boolean("allow_secrets"):
             _refuse_credentials(op.memories)
+        # One check-and-write at a time per user here: two assistants saving the same fact at
+        # once each checked the brain before the other's write and both wrote it.
+        async with self._memorize_lock(caller.account.subject):
+            return await self._checked_memorize(caller, op, content, options, allow_duplicate, on_similar)
+
+    def _memorize_lock(self, subject: str) -> asyncio.Lock:
+        """The lock serialising one user's brain_memorize calls in this process (kept while in use)."""
+        lock = self._memorize_locks.get(subject)
+        if lock is None:
+            lock = self._memorize_locks[subject] = asyncio.Lock()
+        return lock
+
+    async def _checked_memorize(self, caller: Caller, op: Memorize, content: str, options: dict[str, Any],
+                                allow_duplicate: bool, on_similar: str) -> types.CallToolResult:
+        """brain_memorize's similar check on the brain as it is now, then its write (or the memory
+        already holding this content)."""
         memory = op.memories[0]
         # The check runs on the brain as it is before the write, off the event loop (it may
         # build the brain's indexes), and decides before anything is written: the operation

@@ -516,6 +516,27 @@ def test_dev_mode_starts_and_says_so(store: RunningStore, tmp_path: Path) -> Non
         assert f"http://127.0.0.1:{port}/mcp" in server.log()
 
 
+def test_assistants_saving_the_same_fact_at_once_write_it_once(store: RunningStore, served: ServerProcess) -> None:
+    """Claude and ChatGPT (two sessions) saving one fact at the same moment: each checked the brain before
+    the other's write, so both answered "Remembered" and the brain held the fact twice."""
+    user = store.add_user("twice")
+    brain_id = brains_of(store.url, user.token)[0]["id"]
+    fact = {"content": "The user prefers dark mode in every editor.", "origin": "user"}
+
+    async def scenario(base: str) -> list[dict[str, Any]]:
+        token = mint(base, user, {"brain.read", "brain.write"})
+        async with mcp_session(base + "/mcp", token) as first, mcp_session(base + "/mcp", token) as second:
+            answers = await asyncio.gather(*(client.call_tool("brain_memorize", fact)
+                                             for client in (first, second, first, second)))
+        return [structured(answer) for answer in answers]
+
+    answers = asyncio.run(scenario(served.base_url))
+    assert len({answer["stored"]["id"] for answer in answers}) == 1
+    assert [answer.get("written", True) for answer in answers].count(True) == 1
+    stored, _ = download_brain(store.url, user.token, brain_id)
+    assert memory_ids(stored) == {answers[0]["stored"]["id"]}
+
+
 def test_two_connector_processes_writing_at_once_lose_nothing(store: RunningStore, tmp_path: Path) -> None:
     user = store.add_user("twin")
     brain_id = brains_of(store.url, user.token)[0]["id"]
