@@ -13,7 +13,6 @@ same permissions: `BrainTools` calls those handlers) to these shapes; no I/O.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import mcp_types as types
@@ -21,6 +20,7 @@ import mcp_types as types
 from common.textsafety import escape_one_line
 from connector.engine.format.titles import plain_title
 from connector.mcp.http import path_segment
+from connector.mcp.render import json_text
 
 # How many memories one search returns (ChatGPT fetches the ones it wants to read).
 SEARCH_LIMIT = 10
@@ -45,8 +45,9 @@ def _title(value: Any, memory_id: str, content: Any = None) -> str:
 
 
 def _json_result(document: dict[str, Any]) -> types.CallToolResult:
-    """One text item holding ``document`` as JSON, and the same object as structured content."""
-    text = json.dumps(document, ensure_ascii=False)
+    """One text item holding ``document`` as JSON (a memory's line-breaking and bidi characters
+    escaped: they stay inside their string when read), and the same object as structured content."""
+    text = json_text(document)
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=text)], structured_content=document, is_error=False
     )

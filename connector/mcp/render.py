@@ -11,6 +11,7 @@ and print lines that look like ours.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -22,6 +23,12 @@ def _fmt_number(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.3f}".rstrip("0").rstrip(".") if value != int(value) else str(int(value))
     return str(value)
+
+
+def json_text(value: Any, *, indent: int | None = None) -> str:
+    """``value`` as readable JSON (UTF-8 kept) with line-breaking and bidi characters escaped:
+    still valid JSON, parsing to the same value (``json.dumps`` leaves U+2028 or U+202E raw)."""
+    return escape_multiline(json.dumps(value, ensure_ascii=False, indent=indent))
 
 
 def one(value: Any) -> str:
