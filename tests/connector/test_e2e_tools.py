@@ -222,6 +222,8 @@ def test_all_eight_tools_through_the_oauth_flow(store: RunningStore, tmp_path: P
                 assert bad.is_error and "unknown memory id" in bad.content[0].text
                 archived = await client.call_tool("brain_pin", {"id": memory_id})
                 assert archived.is_error and "is archived (forgotten)" in archived.content[0].text
+                # No tool restores a memory: the message names where the user can.
+                assert "the user can restore it from its page in the web app" in archived.content[0].text
                 empty = await client.call_tool("brain_recall", {"query": ""})
                 assert empty.is_error
 

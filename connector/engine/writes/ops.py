@@ -103,8 +103,10 @@ def _known_entry(txn: WriteTxn, memory_id: Any) -> dict[str, Any]:
     entry = _entry_if_any(txn, memory_id)
     if entry is None:
         if _is_archived(txn, memory_id):
-            # brain_read shows it as archived: "unknown" would contradict it.
-            raise BrainError(f"{memory_id} is archived (forgotten), not a live memory; restore it first")
+            # brain_read shows it as archived: "unknown" would contradict it. No tool restores one
+            # (a model told "restore it first" looked for one): the web app's memory page does.
+            raise BrainError(f"{memory_id} is archived (forgotten), not a live memory; the user can restore it "
+                             "from its page in the web app first")
         raise BrainError(f"unknown memory id {memory_id}")
     return entry
 
