@@ -801,9 +801,16 @@ class BrainTools:
         if e5 is not None:
             # How far the second model's vectors are (hybrid recall fuses them in once all are there).
             structured["recall_e5"] = e5.to_json()
+        notes = []
+        if snapshot.brains_stale:
+            # Said, or a status read as all well while nothing could reach the store.
+            notes.append("The store cannot be reached right now: the brains, sizes and sync times shown are the "
+                         "last known; recall answers from the copy held here.")
         if snapshot.pending_writes:
             reason = f" ({snapshot.held_reason})" if snapshot.held_reason else ""
-            structured["note"] = f"{snapshot.pending_writes} write(s) are held, not yet synced to the store{reason}."
+            notes.append(f"{snapshot.pending_writes} write(s) are held, not yet synced to the store{reason}.")
+        if notes:
+            structured["note"] = " ".join(notes)
         return ok_result(structured, render.status_text(structured))
 
     # ----- writes -----------------------------------------------------------

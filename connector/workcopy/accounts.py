@@ -246,11 +246,13 @@ class Accounts(ManagerCore):
             with self._watching(state.account):
                 state.brains = await self.store.list_brains(state.account.credential)
             state.brains_at = self._mono()
+            state.brains_stale = False
         except StoreUnreachable:
             if state.brains is None:
                 raise
             # Keep serving the last known list; look again in a few seconds, not on every call.
             state.brains_at = self._mono() - ttl + min(5.0, self.tuning.brains_ttl_s)
+            state.brains_stale = True
             log.warning("store unreachable while listing brains; using the last known list")
         return state.brains
 

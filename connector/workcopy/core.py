@@ -143,6 +143,8 @@ class UserState:
     key_brain: str = ""
     # A chosen brain id missing from the list even after listing again for it (see _active).
     missing_choice: str | None = None
+    # The last listing failed (store unreachable): ``brains`` is the last known list.
+    brains_stale: bool = False
 
 
 class ManagerCore:

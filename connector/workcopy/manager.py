@@ -152,7 +152,7 @@ class WorkingCopyManager(Accounts, Sync, HeldWrites, Upkeep):
             # No brain at all: maybe held writes of a brain-less account wait under (subject, None).
             copy = self._copies.get((account.subject, None))
             if copy is None:
-                return Snapshot(None, None, None, None, identity)
+                return Snapshot(None, None, None, None, identity, brains_stale=self._brains_stale(account.subject))
         else:
             async with copy.lock:
                 await self._refresh(copy)
@@ -168,7 +168,13 @@ class WorkingCopyManager(Accounts, Sync, HeldWrites, Upkeep):
             pending_writes=len(copy.pending),
             held_reason=copy.held_reason,
             synced_at=copy.synced_at,
+            brains_stale=self._brains_stale(account.subject),
         )
+
+    def _brains_stale(self, subject: str) -> bool:
+        """Whether the user's brain list is the last known one (the store could not be reached)."""
+        state = self._users.get(subject)
+        return state is not None and state.brains_stale
 
     async def write(self, account: Account, op: Operation, label: str) -> WriteOutcome:
         """Apply ``op`` to the user's active brain and push it; never loses an acknowledged write.

@@ -158,3 +158,5 @@ class Snapshot:
     pending_writes: int = 0
     held_reason: str | None = None
     synced_at: float | None = None
+    # The store could not be reached when the brains were last listed: identity's list is the last known.
+    brains_stale: bool = False

@@ -236,3 +236,31 @@ def test_a_write_the_store_rate_limits_is_held_and_said_as_a_limit_not_an_outage
     assert third["structured"]["synced"] is False
     assert "the store asked the connector to slow down (429: too many uploads)" in third["structured"]["note"]
     assert "unavailable" not in third["text"] and "held" in third["text"]
+
+
+def test_status_says_when_the_store_cannot_be_reached(store: RunningStore, tmp_path: Path) -> None:
+    """brain_status asks the store for the brain list; out of reach, it showed the last known list with
+    its sync times and "Identity: ok", as if all were well."""
+    user = store.add_user("offline")
+
+    async def scenario(base: str, relay: CuttableProxy) -> tuple[dict[str, Any], dict[str, Any]]:
+        async with mcp_session(base + "/mcp", mint(base, user, ALL)) as client:
+            structured(await client.call_tool("brain_memorize", {"content": "A fact saved while all was well"}))
+            relay.set_cut(True)
+            away = structured(await client.call_tool("brain_status", {}))
+            relay.set_cut(False)
+            # Bounded: the last known list is asked again after a few seconds, not on every call.
+            deadline = time.monotonic() + 30
+            while True:
+                back = structured(await client.call_tool("brain_status", {}))
+                if "cannot be reached" not in back.get("note", "") or time.monotonic() > deadline:
+                    return away, back
+                await asyncio.sleep(0.5)
+
+    with proxy_to(store) as relay:
+        with connector(tmp_path, store, env={"CONNECTOR_STORE_URL": relay.url}) as server:
+            away, back = asyncio.run(scenario(server.base_url, relay))
+    assert away["memory_count"] == 1 and len(away["brains"]) == 1
+    assert away["note"].startswith("The store cannot be reached right now: the brains, sizes and sync times shown "
+                                   "are the last known")
+    assert "cannot be reached" not in back.get("note", "")
