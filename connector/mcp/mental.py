@@ -296,11 +296,16 @@ def _list_text(states: list[ModelState]) -> str:
 
 
 def _model_text(state: ModelState) -> str:
+    """A model's name, state and question, then its text between fences no line of it can close: the
+    text is kept in the brain, where another device or a member of a shared brain may have written it."""
     model = state.model
     head = f"Mental model {render.one(model.name)} ({model.id}), {state.state}. Question: {render.one(model.question)}"
     if state.newer:
-        head += f"\nNewer memories match its question: {', '.join(state.newer)} (action 'refresh' rewrites it)."
-    return f"{head}\n\n{model.text or '(no text yet: action refresh writes it)'}"
+        head += f"\nNewer memories match its question: {', '.join(map(render.one, state.newer))} (action 'refresh' " \
+                "rewrites it)."
+    if not model.text:
+        return f"{head}\n\n(no text yet: action refresh writes it)"
+    return "\n".join([head, "", *render.fenced(model.text, "mental-model")])
 
 
 # Built after thinking.py's group (imported above, so registered first), on which it builds.
