@@ -258,8 +258,9 @@ class ThinkingTools:
 
 
 def candidate_lines(candidates: list[Any]) -> list[str]:
-    """One line per candidate memory, as the result's text lists them."""
-    return [f"- [{c.type}] {c.title}: {c.content}" for c in candidates]
+    """One line per candidate memory, as the result's text lists them: a line break in a content (a
+    model's, drawn from a document anyone wrote) is shown escaped, or it printed lines of its own."""
+    return [f"- [{c.type}] {render.one(c.title)}: {render.one(c.content)}" for c in candidates]
 
 
 def checked_answer(answer: ModelAnswer, allowed: list[str], notes: list[str], what: str) -> CheckedSynthesis:
