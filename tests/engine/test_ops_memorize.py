@@ -500,3 +500,12 @@ def test_content_or_title_that_shows_nothing_is_refused(blank: str) -> None:
     with pytest.raises(BrainError, match="'title' must not be empty"):
         Memorize([MemoryInput(title=blank, type="insight", content="A fact", path="notes/")])
     assert brain.files == {}
+
+
+def test_a_title_or_first_line_that_shows_nothing_gives_way_to_the_next() -> None:
+    """With blank texts refused, an invisible title (or first line) must not refuse a content that shows
+    something: it stands for no title, as "" does."""
+    content = "\u200b\nThe kettle is descaled monthly."
+    assert connector_memorize(content).memories[0].title == "The kettle is descaled monthly."
+    assert connector_memorize("A fact", title="\u200b\ufeff").memories[0].title == "A fact"
+    assert connector_memorize("**\u200b**\nSecond line").memories[0].title == "Captured note"

@@ -577,8 +577,9 @@ def is_memory_id(value: Any) -> bool:
 
 
 def _first_line(content: str) -> str:
+    """The content's first line that shows something (a line of a zero-width space does not)."""
     for line in content.splitlines():
-        if line.strip():
+        if not is_blank(line):
             return line.strip()
     return ""
 
@@ -613,9 +614,11 @@ def cut_title(text: str, length: int = TITLE_LENGTH) -> str:
 def connector_title(content: str, title: str | None = None) -> str:
     """The title given, else the content's first line, cut to 80 characters at a boundary;
     Markdown marks taken out (``**blue flowerpot**`` is titled "blue flowerpot")."""
-    chosen = one_line(title or "").strip() or _first_line(content)
+    chosen = one_line(title or "").strip()
+    if is_blank(chosen):  # a title that shows nothing is no title: the first line stands for it
+        chosen = _first_line(content)
     chosen = cut_title(plain_title(one_line(chosen)))
-    return chosen or "Captured note"
+    return "Captured note" if is_blank(chosen) else chosen
 
 
 CONNECTOR_SOURCE = "brain-connector (MCP)"
