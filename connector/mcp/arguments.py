@@ -38,6 +38,21 @@ def _shown(number: int) -> str:
     return text if len(text) <= 20 else f"{float(number):.3g}"
 
 
+def _unbracketed(text: str) -> str:
+    """A list written in brackets that is not JSON (``['a', 'b']``, as models write Python's lists)
+    without its brackets: the items are read as a comma-separated list."""
+    stripped = text.strip()
+    return stripped[1:-1] if stripped[:1] == "[" and stripped[-1:] == "]" else text
+
+
+def _unquoted(item: str) -> str:
+    """A list item without the quotes around it (``'a'``, ``"a"``) and surrounding spaces."""
+    item = item.strip()
+    if len(item) >= 2 and item[0] == item[-1] and item[0] in "'\"":
+        return item[1:-1].strip()
+    return item
+
+
 class Args:
     """Typed access to one call's arguments."""
 
@@ -117,12 +132,13 @@ class Args:
 
     def string_list(self, name: str, *, max_items: int = 200) -> list[str]:
         """A list of strings: a JSON array, an array sent as a JSON string, or one comma-separated string
-        (the full-width and ideographic commas a Chinese or Japanese keyboard types separate too)."""
+        (the full-width and ideographic commas a Chinese or Japanese keyboard types separate too), its
+        items quoted or not and the whole in brackets or not (``['a', 'b']``, Python's way)."""
         value = _maybe_json(self._get(name), (list,))
         if value is None or value == "":
             return []
         if isinstance(value, str):
-            items: list[Any] = [part.strip() for part in LIST_SEPARATORS.split(value) if part.strip()]
+            items: list[Any] = [_unquoted(part) for part in LIST_SEPARATORS.split(_unbracketed(value))]
         elif isinstance(value, list):
             items = value
         else:

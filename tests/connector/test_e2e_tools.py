@@ -308,6 +308,22 @@ def test_tags_sent_as_one_string_split_at_chinese_and_japanese_commas(store: Run
     asyncio.run(scenario(served.base_url))
 
 
+def test_tags_sent_as_a_python_list_string_are_its_items(store: RunningStore, served: ServerProcess) -> None:
+    """"['deploy', 'payments']" is not JSON (models write lists so): it was split at the comma and saved
+    as the tags "['deploy'" and "'payments']"."""
+    user = store.add_user("py-tags")
+    brain_id = brains_of(store.url, user.token)[0]["id"]
+
+    async def scenario(base: str) -> None:
+        async with mcp_session(base + "/mcp", mint(base, user, {"brain.read", "brain.write"})) as client:
+            saved = structured(await client.call_tool("brain_memorize", {
+                "content": "Payments deploys need a second reviewer.", "tags": "['deploy', 'payments']"}))
+            entry = index_entry(store, user, brain_id, saved["stored"]["id"])
+            assert entry is not None and entry["tags"] == ["deploy", "payments"]
+
+    asyncio.run(scenario(served.base_url))
+
+
 def test_recall_refuses_a_date_it_cannot_read_naming_the_argument(store: RunningStore, served: ServerProcess) -> None:
     """as_of / as_known_of that are no ISO 8601 date: the refusal said only "not an ISO 8601 instant:
     'last tuesday'" (which of the two?), and a brain with no memories yet answered as if it were fine."""

@@ -60,6 +60,11 @@ def test_arrays_and_objects_as_json_strings() -> None:
     assert args.integer("limit", default=10, minimum=1, maximum=25) == 7
     assert args.boolean("force") is True
     assert Args('{"query": "x"}').string("query") == "x"
+    # A list in Python's quotes (not JSON, as models often write one) is its items, not "['deploy'".
+    assert Args({"tags": "['deploy', 'payments']"}).string_list("tags") == ["deploy", "payments"]
+    assert Args({"ids": "[mem_1, 'mem_2']"}).string_list("ids") == ["mem_1", "mem_2"]
+    assert Args({"tags": "[]"}).string_list("tags") == [] and Args({"tags": "it's, 'quoted'"}).string_list(
+        "tags") == ["it's", "quoted"]
     assert Args(None).string("query") is None
 
 
