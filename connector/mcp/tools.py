@@ -23,7 +23,7 @@ import mcp_types as types
 import numpy as np
 
 from common.textsafety import has_unsafe_chars
-from connector.engine.format.brain import Brain
+from connector.engine.format.brain import DAMAGED_INDEX_ADVICE, Brain
 from connector.engine.format.jsvalues import datetime_ms, parse_iso_ms
 from connector.engine.format.tokens import Budget
 from connector.engine.format.views import attach_content, read_memory
@@ -802,6 +802,10 @@ class BrainTools:
             # How far the second model's vectors are (hybrid recall fuses them in once all are there).
             structured["recall_e5"] = e5.to_json()
         notes = []
+        if _damaged_index(snapshot, index):
+            # Said here, where a model looks when recall and writes refuse: "0 memories" read as an empty brain.
+            notes.append(f"This brain's index (index.json) is damaged: recall finds nothing and writes are refused. "
+                         f"{DAMAGED_INDEX_ADVICE}")
         if snapshot.brains_stale:
             # Said, or a status read as all well while nothing could reach the store.
             notes.append("The store cannot be reached right now: the brains, sizes and sync times shown are the "
@@ -1098,6 +1102,14 @@ def _content_budget(args: Args) -> tuple[Budget, list[str]]:
     )
     notes += [tokens_note] if tokens_note else []
     return Budget(chars=chars if args.given("max_chars") else None, tokens=tokens), notes
+
+
+def _damaged_index(snapshot: Snapshot, index: Any) -> bool:
+    """Whether the snapshot's brain has an index.json (parsed: ``index``) that is no brain index:
+    recall and writes refuse such a brain."""
+    if snapshot.brain is None or "index.json" not in snapshot.brain:
+        return False
+    return not isinstance(index, dict) or not isinstance(index.get("memories", {}), dict)
 
 
 def _instant(args: Args, name: str) -> str | None:

@@ -13,10 +13,11 @@ from typing import Any
 
 import pytest
 
+from connector.engine.format.archive import pack_archive
 from connector.engine.format.brain import Brain
 from connector.engine.tending.mental import MENTAL_FILE, CreateModel, SaveModel, new_model_id
 from connector.engine.writes.ops import connector_memorize
-from tests.connector.conftest import RunningStore, brains_of, device_write, shared_store
+from tests.connector.conftest import RunningStore, brains_of, device_write, shared_store, upload_raw
 from tests.connector.test_e2e_tools import connector, mcp_session, mint, structured
 from tests.connector.webapp.conftest import signed_in_browser
 
@@ -174,3 +175,30 @@ def test_a_brain_holding_ten_thousand_mental_models_costs_a_bounded_call(store: 
             page = browser.get("/app/mental")
             assert page.status_code == 200 and page.text.count('href="/app/mental/mm_') == 50
             assert "holds 10,000 mental models; only the first 50 are read" in page.text.replace("&#39;", "'")
+
+
+def test_a_damaged_index_is_said_by_status_and_by_every_refusal(store: RunningStore, tmp_path: Path) -> None:
+    """A device pushed a brain whose index.json is no brain index (here valid JSON, a list): recall
+    refused with "index.json is not a valid brain index", a write with "is not valid JSON" (it is), and
+    brain_status, where a model looks next, answered "Memories: 0 ... Identity: ok"."""
+    alice = store.add_user("alice")
+    brain_id = brains_of(store.url, alice.token)[0]["id"]
+    damaged = Brain({"index.json": b"[1, 2]\n", "notes/a.md": b"---\nid: x\n---\nA note\n"})
+    assert upload_raw(store.url, alice.token, brain_id, pack_archive(damaged), {"If-None-Match": "*"}).status_code == 200
+
+    with connector(tmp_path / "c", store) as server:
+        base = server.base_url
+
+        async def scenario() -> dict[str, str]:
+            async with mcp_session(base + "/mcp", mint(base, alice, ALL)) as client:
+                said = {"status": structured(await client.call_tool("brain_status", {}))["note"]}
+                for name, arguments in (("brain_recall", {"query": "note"}), ("brain_memorize", {"content": "A fact"})):
+                    refused = await client.call_tool(name, arguments)
+                    assert refused.is_error, name
+                    said[name] = refused.content[0].text
+                return said
+
+        said = asyncio.run(scenario())
+    assert said["status"].startswith("This brain's index (index.json) is damaged: recall finds nothing and writes")
+    assert all("History page" in message and "damaged" in message for message in said.values()), said
+    assert "not valid JSON" not in said["brain_memorize"]

@@ -19,6 +19,9 @@ PINNED = "pinned.json"
 ARCHIVE_INDEX = "_archived/index.json"
 REVIEW_QUEUE = "review-queue.json"
 CONFIG = "config.json"
+# What to do about an index.json that is no brain index (recall and writes refuse such a brain).
+DAMAGED_INDEX_ADVICE = ("An earlier version of the brain can be put back on the web app's History page "
+                        "(the store keeps snapshots).")
 
 
 def dump_json(value: Any) -> bytes:

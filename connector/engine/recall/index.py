@@ -26,7 +26,7 @@ import msgspec
 import numpy as np
 
 from connector.engine.format import jsonparts
-from connector.engine.format.brain import Brain
+from connector.engine.format.brain import DAMAGED_INDEX_ADVICE, Brain
 from connector.engine.format.gcpause import gc_paused
 from connector.engine.format.jsvalues import is_number, js_truthy, number_or_none, parse_iso_ms
 from connector.engine.format.text import document_text, js_key_order, memory_body, term_counts
@@ -442,6 +442,10 @@ def _js_object_order(mapping: dict[str, Any]) -> dict[str, Any]:
     return mapping
 
 
+# An index.json that is no brain index: recall cannot read the brain.
+DAMAGED_INDEX = f"index.json is not a valid brain index (damaged), so nothing can be recalled. {DAMAGED_INDEX_ADVICE}"
+
+
 def _memory_records(brain: Brain, data: bytes) -> list[MemoryRecord]:
     """The records of index.json's entries in JavaScript object order, each entry
     parsed, packed and dropped before the next (see `connector/engine/format/jsonparts.py`).
@@ -451,7 +455,7 @@ def _memory_records(brain: Brain, data: bytes) -> list[MemoryRecord]:
     if parts is None:  # what msgspec cannot scan: parsed whole
         index, trusted = _read_json(brain, "index.json")
         if not isinstance(index, dict):
-            raise RecallError("index.json is not a valid brain index")
+            raise RecallError(DAMAGED_INDEX)
         entries = index.get("memories")
         entries = _js_object_order(entries) if isinstance(entries, dict) else {}
         return [_record(memory_id, entry, not trusted, shared) for memory_id, entry in entries.items()]
@@ -470,7 +474,7 @@ def _memory_records(brain: Brain, data: bytes) -> list[MemoryRecord]:
             records.append(_record(memory_id, entry, not trusted, shared))
         return records
     except jsonparts.InvalidJson:
-        raise RecallError("index.json is not a valid brain index") from None
+        raise RecallError(DAMAGED_INDEX) from None
 
 
 def record(memory_id: str, entry: Any) -> MemoryRecord:

@@ -22,6 +22,7 @@ from connector.engine.format.brain import (
     ARCHIVE_INDEX,
     ASSOCIATIONS,
     CONFIG,
+    DAMAGED_INDEX_ADVICE,
     INDEX,
     PINNED,
     REVIEW_QUEUE,
@@ -377,12 +378,14 @@ class WriteTxn:
             if not plain:
                 self._unplain.add(INDEX)
             if not isinstance(value, dict):
-                raise BrainError("index.json is not valid JSON; refusing to write over it")
+                raise BrainError(f"index.json is not a valid brain index (damaged); refusing to write over it. "
+                                 f"{DAMAGED_INDEX_ADVICE}")
             memories = value.get("memories")
             if memories is None:
                 value["memories"] = {}
             elif not isinstance(memories, dict):
-                raise BrainError("index.json has no usable 'memories' map; refusing to write over it")
+                raise BrainError(f"index.json has no usable 'memories' map (damaged); refusing to write over it. "
+                                 f"{DAMAGED_INDEX_ADVICE}")
         self._parsed[INDEX] = value
         return value
 
