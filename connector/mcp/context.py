@@ -91,8 +91,9 @@ class BrainContext:
         brain = snapshot.brain
         if uri == PINNED_URI:
             tier = await asyncio.to_thread(pinned_tier, brain)
+            text = json_text(tier, indent=2)
             return types.ReadResourceResult(
-                contents=[types.TextResourceContents(uri=uri, mime_type="application/json", text=json_text(tier, indent=2))]
+                contents=[types.TextResourceContents(uri=uri, mime_type="application/json", text=text)]
             )
         if uri.startswith(MEMORY_URI_PREFIX) and brain is not None:
             memory_id = uri[len(MEMORY_URI_PREFIX):]

@@ -443,7 +443,8 @@ def _js_object_order(mapping: dict[str, Any]) -> dict[str, Any]:
 
 
 # An index.json that is no brain index: recall cannot read the brain.
-DAMAGED_INDEX = f"index.json is not a valid brain index (damaged), so nothing can be recalled. {DAMAGED_INDEX_ADVICE}"
+DAMAGED_INDEX = ("index.json is not a valid brain index (damaged), so nothing can be recalled. "
+                 + DAMAGED_INDEX_ADVICE)
 
 
 def _memory_records(brain: Brain, data: bytes) -> list[MemoryRecord]:
