@@ -198,7 +198,7 @@ class StoreClient:
         if status == 403:
             return StoreForbidden(f"the store refused to {what}{suffix}", status)
         if status == 429:
-            # A rate limit, not an outage: said as "unavailable", a model told the user the store was down.
+            # A rate limit, not an outage: "unavailable" would have the model tell the user the store is down.
             return StoreUnreachable(f"the store asked the connector to slow down ({status}{suffix}) while trying "
                                     f"to {what}", status)
         if status >= 500:

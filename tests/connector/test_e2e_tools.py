@@ -275,6 +275,25 @@ def test_read_only_token_is_refused_on_write_tools(store: RunningStore, served: 
     assert before == after
 
 
+def test_forgetting_a_protected_memory_asks_for_the_users_confirmation(store: RunningStore, served: ServerProcess) -> None:
+    """The refusal read "forget it with force to archive it anyway", which reads as the next step to take,
+    where the tool's description asks for the user's confirmation first."""
+    user = store.add_user("protected")
+    brain_id = upload_brain(store.url, user.token, load_directory(FIXTURE))
+    _, before = download_brain(store.url, user.token, brain_id)
+
+    async def scenario(base: str) -> str:
+        async with mcp_session(base + "/mcp", mint(base, user, {"brain.read", "brain.write"})) as client:
+            refused = await client.call_tool("brain_forget", {"id": "mem_20250923_92e36d"})  # salience 0.92
+            assert refused.is_error
+            return refused.content[0].text
+
+    message = asyncio.run(scenario(served.base_url))
+    assert "is protected; nothing was changed" in message
+    assert "only once the user confirms" in message and "anyway" not in message
+    assert download_brain(store.url, user.token, brain_id)[1] == before
+
+
 def test_ids_on_a_new_users_empty_brain_are_unknown_ids(store: RunningStore, served: ServerProcess) -> None:
     """A new account's brain holds nothing yet (no index.json): pin, unpin, forget and verify of any
     id answered "brain not initialized (no index.json)", as if the brain were broken."""

@@ -217,8 +217,8 @@ def test_write_after_the_store_token_was_rotated_is_refused_and_said(store: Runn
 
 
 def test_a_write_the_store_rate_limits_is_held_and_said_as_a_limit_not_an_outage(tmp_path: Path) -> None:
-    """The store's upload limit (429) read "the store is unavailable (429)": a model told the user their
-    store was down, when it only asked to slow down. The write is held (retried), and said so."""
+    """The store's upload limit (429) read "the store is unavailable (429)", as if the store were down,
+    when it only asked to slow down. The write is held (retried), and said so."""
     with running_store(tmp_path, env={"STORE_RATE_UPLOADS_PER_MIN": "2"}) as limited:
         user = limited.add_user("hasty")
 

@@ -104,7 +104,7 @@ def _known_entry(txn: WriteTxn, memory_id: Any) -> dict[str, Any]:
     if entry is None:
         if _is_archived(txn, memory_id):
             # brain_read shows it as archived: "unknown" would contradict it. No tool restores one
-            # (a model told "restore it first" looked for one): the web app's memory page does.
+            # ("restore it first" gave a model nothing to act on): the web app's memory page does.
             raise BrainError(f"{memory_id} is archived (forgotten), not a live memory; the user can restore it "
                              "from its page in the web app first")
         raise BrainError(f"unknown memory id {memory_id}")
@@ -449,9 +449,10 @@ class Forget(Operation):
             return {"id": self.id, "archived": True, "already_archived": True}
         entry = _known_entry(txn, self.id)
         if _salience(entry) >= PROTECTED_SALIENCE and not self.force:
+            # Not "force it anyway": that reads as the next step, and force needs the user's confirmation.
             raise BrainError(
-                f"{self.id} has salience {_salience(entry)} (>= {PROTECTED_SALIENCE}) and is protected; "
-                "forget it with force to archive it anyway"
+                f"{self.id} has salience {_salience(entry)} (>= {PROTECTED_SALIENCE}) and is protected; nothing was "
+                "changed. Forget it with force only once the user confirms they want this memory gone"
             )
         result = archive_memory(txn, self.id, "forget")
         txn.commit()
