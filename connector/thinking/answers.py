@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from common.textsafety import has_unsafe_chars
+from common.textsafety import has_unsafe_chars, is_blank
 
 CITATION = re.compile(r"\bmem_[A-Za-z0-9_-]+")
 REMOVED = "[citation removed]"
@@ -77,7 +77,8 @@ def _text(item: dict[str, Any], key: str, number: int, limit: int, *, required: 
     value = item.get(key)
     if value is None and not required:
         return ""
-    if not isinstance(value, str) or (required and not value.strip()):
+    # is_blank, not strip(): a text of zero-width characters passed here and memorize then refused it.
+    if not isinstance(value, str) or (required and is_blank(value)):
         raise ExtractionRefused(f"item {number}: '{key}' must be a non-empty string")
     if len(value) > limit:
         raise ExtractionRefused(f"item {number}: '{key}' is longer than {limit} characters")

@@ -232,3 +232,24 @@ def test_a_brain_export_of_the_brain_command_line_imports_with_its_chinese_and_j
         assert len(at_store(store, bob.token)) == 2
         log = server.log()
     assert "Traceback" not in log and '"status": 500' not in log
+
+
+def test_a_model_candidate_that_shows_nothing_refuses_the_import_with_a_reason(
+        store: RunningStore, tmp_path: Path) -> None:
+    # The model's candidate held only a zero-width space: str.strip() let it through the
+    # candidate check, then memorize refused it as empty and the dry run answered 500.
+    alice = store.add_user("alice")
+    with fake_model(tmp_path) as (model_url, script, _):
+        script.write_text(json.dumps([{"content": samples.extraction(
+            ("Moving to Lisbon in March", "decision", "Moving to Lisbon in March with the dog Bruno."),
+            ("Nothing", "decision", "\u200b\u2060"))}]))
+        env = {"CONNECTOR_MODEL_URL": model_url, "CONNECTOR_MODEL": "fake-llm"}
+        with running_connector(tmp_path, store.url, state_dir=tmp_path / "state", extra_env=env) as server:
+            browser = signed_in_browser(server.base_url, alice.token, "198.51.100.13")
+            preview = upload(browser, "conversations.json", json.dumps(samples.chatgpt_conversations()).encode())
+            assert preview.status_code == 400, preview.text[-2000:]
+            assert "item 2: &#39;content&#39; must be a non-empty string" in plain_text(preview.text), preview.text
+            assert 'name="reference"' not in preview.text
+            log = server.log()
+    assert at_store(store, alice.token) == {}
+    assert "Traceback" not in log
