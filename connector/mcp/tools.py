@@ -1109,7 +1109,11 @@ def _damaged_index(snapshot: Snapshot, index: Any) -> bool:
     recall and writes refuse such a brain."""
     if snapshot.brain is None or "index.json" not in snapshot.brain:
         return False
-    return not isinstance(index, dict) or not isinstance(index.get("memories", {}), dict)
+    if not isinstance(index, dict):
+        return True
+    # A missing or null map is no memories yet, as the writes read it (WriteTxn fills it in).
+    memories = index.get("memories")
+    return memories is not None and not isinstance(memories, dict)
 
 
 def _instant(args: Args, name: str) -> str | None:

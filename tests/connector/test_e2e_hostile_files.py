@@ -202,3 +202,26 @@ def test_a_damaged_index_is_said_by_status_and_by_every_refusal(store: RunningSt
     assert said["status"].startswith("This brain's index (index.json) is damaged: recall finds nothing and writes")
     assert all("History page" in message and "damaged" in message for message in said.values()), said
     assert "not valid JSON" not in said["brain_memorize"]
+
+
+def test_an_index_with_a_null_memories_map_is_not_called_damaged(store: RunningStore, tmp_path: Path) -> None:
+    """`"memories": null` is read as no memories yet by recall and by writes (which fill it in), but
+    brain_status said the index was damaged and that writes were refused, sending the user to the
+    History page for a brain that works."""
+    alice = store.add_user("alice")
+    brain_id = brains_of(store.url, alice.token)[0]["id"]
+    empty = Brain({"index.json": b'{"version": 2, "memories": null}\n'})
+    assert upload_raw(store.url, alice.token, brain_id, pack_archive(empty), {"If-None-Match": "*"}).status_code == 200
+
+    with connector(tmp_path / "c", store) as server:
+        base = server.base_url
+
+        async def scenario() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+            async with mcp_session(base + "/mcp", mint(base, alice, ALL)) as client:
+                before = structured(await client.call_tool("brain_status", {}))
+                saved = structured(await client.call_tool("brain_memorize", {"content": "The spare key is under the mat."}))
+                return before, saved, structured(await client.call_tool("brain_status", {}))
+
+        before, saved, after = asyncio.run(scenario())
+    assert "damaged" not in before.get("note", ""), before["note"]
+    assert saved["synced"] is True and after["memory_count"] == 1
