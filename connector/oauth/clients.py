@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 import httpx
 from pydantic import ValidationError
 
-from common.textsafety import has_unsafe_chars
+from common.textsafety import has_unsafe_chars, is_blank
 from connector.oauth.redirects import is_loopback_host, redirect_uri_problem
 from connector.oauth.client_files import ClientDocs
 from connector.oauth.scopes import known_scopes
@@ -117,7 +117,7 @@ def validate_registration(body: Any) -> dict[str, Any]:
         raise RegistrationRefused(
             "invalid_client_metadata", "client_name must not contain control or bidirectional-override characters"
         )
-    if not any(ch.isprintable() and not ch.isspace() for ch in name):
+    if is_blank(name):
         # Only zero-width or other invisible characters: the page would show no name at all,
         # so it is no name, and the client id is shown instead (ClientRecord.display_name).
         name = ""
