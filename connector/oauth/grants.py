@@ -68,6 +68,11 @@ class Presented:
     successor: str | None = None
 
 
+def new_family_id() -> str:
+    """A random id for a new refresh family."""
+    return secrets.token_urlsafe(18)
+
+
 class RefreshGrants:
     """Refresh-token families on top of OAuthState (persisted when it is)."""
 
@@ -92,11 +97,13 @@ class RefreshGrants:
         identity: Identity,
         now: float | None = None,
         brain_id: str = "",
+        family_id: str | None = None,
     ) -> tuple[Family, str]:
-        """A new family for a completed sign-in, and its first refresh token (``brain_id``: see Family)."""
+        """A new family for a completed sign-in, and its first refresh token (``brain_id``: see Family;
+        ``family_id``: one drawn with `new_family_id` beforehand, as a redeemed code's marker names it)."""
         current = time.time() if now is None else now
         self.prune(current)
-        family_id = secrets.token_urlsafe(18)
+        family_id = family_id or new_family_id()
         token = REFRESH_PREFIX + secrets.token_urlsafe(32)
         record = {
             "client_id": client_id,

@@ -49,7 +49,7 @@ from connector.oauth.clients import (
 )
 from connector.oauth.codes import CODE_TTL_S, Code, CodeStore
 from connector.oauth.scopes import SCOPES
-from connector.oauth.grants import Family, RefreshGrants, RotationConflict
+from connector.oauth.grants import Family, RefreshGrants, RotationConflict, new_family_id
 from connector.oauth.pending import Pending, PendingSeal, SignInAttempts, cookie_name, new_sign_in_id
 from connector.state.memory import MemoryStore
 from connector.state.once import OnceDocs
@@ -520,6 +520,11 @@ class AuthorizationServer:
         resource, _ = _single(form, "resource")
         if resource is not None and not same_resource(resource, code.resource):
             return _error(400, "invalid_target", "resource differs from the authorization request", NO_STORE)
+        assert code_value is not None  # redeemed, so it was given
+        # The marker before anything slow (the brain is looked up at the store): a second use of the
+        # code from now on ends this sign-in, also while its tokens are still being made.
+        family_id = new_family_id()
+        await anyio.to_thread.run_sync(self._codes.mark_spent, code_value, family_id, code.expires)
         brain_name = brain_of_url(code.resource)
         brain_id = await self._bind_brain(code.identity, brain_name) if brain_name and self._bind_brain else ""
         family, refresh_token = await anyio.to_thread.run_sync(functools.partial(
@@ -532,9 +537,12 @@ class AuthorizationServer:
             identity=code.identity,
             now=now,
             brain_id=brain_id,
+            family_id=family_id,
         ))
-        assert code_value is not None  # redeemed, so it was given
-        await anyio.to_thread.run_sync(self._codes.mark_spent, code_value, family.family_id, code.expires)
+        if await anyio.to_thread.run_sync(self.grants.family_revoked, family_id, now):
+            # The code was presented again meanwhile (`_revoke_replayed_code`): this sign-in is over.
+            await self._end_family(family)
+            return _error(400, "invalid_grant", "the code was used twice; sign in again", NO_STORE)
         log.info("sign-in completed", extra={"client_id": code.client_id, "idp": self.provider.kind})
         return self._token_reply(family, refresh_token, family.scope, now)
 
@@ -542,10 +550,16 @@ class AuthorizationServer:
         """A code presented again after it was redeemed leaked (RFC 6749 section 4.1.2): end the
         sign-in its first use started, so whoever holds those tokens loses them too."""
         family_id = await anyio.to_thread.run_sync(self._codes.spent_family, code_value)
-        family = await anyio.to_thread.run_sync(self.grants.load_family, family_id) if family_id else None
+        if family_id is None:
+            return
+        family = await anyio.to_thread.run_sync(self.grants.load_family, family_id)
         if family is not None:
             await self._end_family(family)
-            log.warning("authorization code used twice: its sign-in revoked", extra={"client_id": family.client_id})
+        else:
+            # Its tokens are still being made: revoked by id, which the first use then finds.
+            await anyio.to_thread.run_sync(self.grants.revoke_family, family_id, self._clock())
+        log.warning("authorization code used twice: its sign-in revoked",
+                    extra={"client_id": family.client_id if family is not None else None})
 
     async def _token_from_refresh(self, form: Mapping[str, Any]) -> JsonReply:
         token, _ = _single(form, "refresh_token")

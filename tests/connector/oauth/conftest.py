@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,7 +82,8 @@ class World:
     rebuild: Callable[[], World]
 
 
-def build_world(state_dir: Path, key: bytes, provider: FakeStoreProvider, clock: Clock, grace_s: float = 60.0) -> World:
+def build_world(state_dir: Path, key: bytes, provider: FakeStoreProvider, clock: Clock, grace_s: float = 60.0,
+                bind_brain: Callable[[Identity, str], Awaitable[str]] | None = None) -> World:
     state = OAuthState(state_dir, key)
     server = AuthorizationServer(
         clients=ClientRegistry(state.clients, clock=clock),
@@ -96,8 +97,10 @@ def build_world(state_dir: Path, key: bytes, provider: FakeStoreProvider, clock:
         codes=CodeStore(state.sealed(CODES_PLACE, CODE_KIND, ttl_s=CODE_TTL_S, capacity=MAX_CODES, clock=clock)),
         attempts=SignInAttempts(state.sealed(ATTEMPTS_PLACE, ATTEMPTS_KIND, ttl_s=ATTEMPTS_TTL_S,
                                              capacity=MAX_TRACKED_SIGN_INS, clock=clock)),
+        bind_brain=bind_brain,
     )
-    return World(server, provider, clock, state_dir, key, lambda: build_world(state_dir, key, provider, clock, grace_s))
+    return World(server, provider, clock, state_dir, key,
+                 lambda: build_world(state_dir, key, provider, clock, grace_s, bind_brain))
 
 
 @pytest.fixture

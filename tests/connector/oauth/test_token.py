@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import json
+import secrets
+from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
+from connector.identity.base import Identity
 from connector.oauth.pkce import s256
 from connector.oauth.server import PageReply, RedirectReply
 
-from .conftest import BASE, GOOD_TOKEN, REDIRECT, RESOURCE, Flow, World, get_code, get_tokens, query_of, register, signed_in
+from .conftest import (BASE, GOOD_TOKEN, REDIRECT, RESOURCE, Clock, FakeStoreProvider, Flow, World, build_world,
+                       get_code, get_tokens, query_of, register, signed_in)
 
 pytestmark = pytest.mark.anyio
 
@@ -110,6 +115,38 @@ async def test_a_code_used_twice_revokes_what_its_first_use_was_given(world: Wor
     # Another sign-in of the same client is untouched.
     other = await get_tokens(world, flow)
     assert world.server.verify_access(other["access_token"], BASE, now=world.clock.now) is not None
+
+
+async def test_a_code_presented_again_while_its_first_use_is_answered_ends_that_sign_in(tmp_path: Path) -> None:
+    # The marker was written once the tokens were made, after the brain was looked up at the
+    # store: a second use meanwhile (the same code caught by two apps at once) revoked nothing.
+    looking_up, answer = anyio.Event(), anyio.Event()
+
+    async def bind_brain(identity: Identity, brain: str) -> str:
+        looking_up.set()
+        await answer.wait()
+        return "brain-id"
+
+    world = build_world(tmp_path / "state", secrets.token_bytes(32), FakeStoreProvider(), Clock(), bind_brain=bind_brain)
+    flow = register(world)
+    resource = RESOURCE + "/brains/team"
+    code = await get_code(world, flow, resource=resource)
+    first: list[Any] = []
+
+    async def redeem() -> None:
+        first.append(await world.server.token(code_form(flow, code, resource=resource)))
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(redeem)
+        await looking_up.wait()
+        again = await world.server.token(code_form(flow, code, resource=resource))
+        answer.set()
+    assert again.status == 400 and again.body["error"] == "invalid_grant"
+    [reply] = first
+    assert reply.status == 400 and reply.body["error"] == "invalid_grant", reply.body
+    # A later sign-in of the same client is untouched.
+    other = await get_code(world, flow, resource=resource)
+    assert (await world.server.token(code_form(flow, other, resource=resource))).status == 200
 
 
 async def test_code_expires_after_sixty_seconds(world: World) -> None:
