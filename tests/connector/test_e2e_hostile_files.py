@@ -219,7 +219,8 @@ def test_an_index_with_a_null_memories_map_is_not_called_damaged(store: RunningS
         async def scenario() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
             async with mcp_session(base + "/mcp", mint(base, alice, ALL)) as client:
                 before = structured(await client.call_tool("brain_status", {}))
-                saved = structured(await client.call_tool("brain_memorize", {"content": "The spare key is under the mat."}))
+                fact = {"content": "The spare key is under the mat."}
+                saved = structured(await client.call_tool("brain_memorize", fact))
                 return before, saved, structured(await client.call_tool("brain_status", {}))
 
         before, saved, after = asyncio.run(scenario())

@@ -127,7 +127,8 @@ async def test_a_code_presented_again_while_its_first_use_is_answered_ends_that_
         await answer.wait()
         return "brain-id"
 
-    world = build_world(tmp_path / "state", secrets.token_bytes(32), FakeStoreProvider(), Clock(), bind_brain=bind_brain)
+    world = build_world(tmp_path / "state", secrets.token_bytes(32), FakeStoreProvider(), Clock(),
+                        bind_brain=bind_brain)
     flow = register(world)
     resource = RESOURCE + "/brains/team"
     code = await get_code(world, flow, resource=resource)
