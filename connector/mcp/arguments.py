@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from decimal import Context
 from typing import Any
 
 from connector.engine.writes.memorize import LIST_SEPARATORS
@@ -34,8 +35,11 @@ def _maybe_json(value: Any, kinds: tuple[type, ...]) -> Any:
 
 def _shown(number: int) -> str:
     """A whole number as a note repeats it: a huge one (1e300 is 301 digits) in scientific notation."""
-    text = str(number)
-    return text if len(text) <= 20 else f"{float(number):.3g}"
+    if -10**20 < number < 10**20:
+        return str(number)
+    # Decimal, not float: JSON may send a whole number past a float's range (10**400), and
+    # str() refuses one of more than 4,300 digits.
+    return f"{Context(prec=3).create_decimal(number).normalize():g}".lower()
 
 
 def _unbracketed(text: str) -> str:

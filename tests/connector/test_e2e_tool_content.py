@@ -92,6 +92,9 @@ def test_recall_content_budget_brain_read_and_honest_texts(store: RunningStore, 
             over = structured(await client.call_tool("brain_recall", {"query": "deploy", "max_chars": 10**6}))
             assert "'max_chars' 1000000 is outside 0-40000; 40000 was used." in over["note"]
             assert over["results"][0]["content"] == CHECKLIST
+            # A whole number past a float's range (JSON allows one) is clamped and said as the others.
+            huge = structured(await client.call_tool("brain_recall", {"query": "deploy", "limit": 10**400}))
+            assert "'limit' 1e+400 is outside 1-25; 25 was used." in huge["note"]
 
             # The project context reached the stored memory (recall's project matches it).
             stored_brain, _ = download_brain(store.url, user.token, brain_id)
