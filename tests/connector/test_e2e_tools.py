@@ -312,33 +312,24 @@ def test_ids_on_a_new_users_empty_brain_are_unknown_ids(store: RunningStore, ser
     asyncio.run(scenario(served.base_url))
 
 
-def test_tags_sent_as_one_string_split_at_chinese_and_japanese_commas(store: RunningStore, served: ServerProcess) -> None:
-    """"議事録、レビュー" (a Japanese keyboard's comma) was one tag; "部署，支付" (a Chinese one's) too."""
-    user = store.add_user("cjk-tags")
+@pytest.mark.parametrize("sent, kept", [
+    # "議事録、レビュー" (a Japanese keyboard's comma) was one tag; "部署，支付" (a Chinese one's) too.
+    ("議事録、レビュー，部署, 支付", ["議事録", "レビュー", "部署", "支付"]),
+    # Python's quotes are not JSON (models write lists so): split at the comma, they were saved as
+    # the tags "['deploy'" and "'payments']".
+    ("['deploy', 'payments']", ["deploy", "payments"]),
+])
+def test_tags_sent_as_one_string_are_its_items(store: RunningStore, served: ServerProcess, sent: str,
+                                               kept: list[str]) -> None:
+    user = store.add_user("string-tags")
     brain_id = brains_of(store.url, user.token)[0]["id"]
 
     async def scenario(base: str) -> None:
         async with mcp_session(base + "/mcp", mint(base, user, {"brain.read", "brain.write"})) as client:
             saved = structured(await client.call_tool("brain_memorize", {
-                "content": "四半期レビューの議事録：売上は前年比１２０％。", "tags": "議事録、レビュー，部署, 支付"}))
+                "content": "四半期レビューの議事録：売上は前年比１２０％。", "tags": sent}))
             entry = index_entry(store, user, brain_id, saved["stored"]["id"])
-            assert entry is not None and entry["tags"] == ["議事録", "レビュー", "部署", "支付"]
-
-    asyncio.run(scenario(served.base_url))
-
-
-def test_tags_sent_as_a_python_list_string_are_its_items(store: RunningStore, served: ServerProcess) -> None:
-    """"['deploy', 'payments']" is not JSON (models write lists so): it was split at the comma and saved
-    as the tags "['deploy'" and "'payments']"."""
-    user = store.add_user("py-tags")
-    brain_id = brains_of(store.url, user.token)[0]["id"]
-
-    async def scenario(base: str) -> None:
-        async with mcp_session(base + "/mcp", mint(base, user, {"brain.read", "brain.write"})) as client:
-            saved = structured(await client.call_tool("brain_memorize", {
-                "content": "Payments deploys need a second reviewer.", "tags": "['deploy', 'payments']"}))
-            entry = index_entry(store, user, brain_id, saved["stored"]["id"])
-            assert entry is not None and entry["tags"] == ["deploy", "payments"]
+            assert entry is not None and entry["tags"] == kept
 
     asyncio.run(scenario(served.base_url))
 
