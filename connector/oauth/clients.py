@@ -70,8 +70,9 @@ class ClientRecord:
     metadata_document: bool = False
 
     def display_name(self) -> str:
-        """A name to show a person: the registered name, else the client id."""
-        return self.client_name or self.client_id
+        """A name to show a person: the registered name, else the client id (also for a name
+        that shows nothing, which a registration before this check could store)."""
+        return self.client_id if is_blank(self.client_name) else self.client_name
 
 
 def validate_registration(body: Any) -> dict[str, Any]:

@@ -99,6 +99,18 @@ async def test_a_name_nobody_can_see_is_no_name(world: World, name: str) -> None
     assert isinstance(page, PageReply) and page.view.client_name == reply.body["client_id"]
 
 
+def test_an_invisible_name_kept_by_an_earlier_registration_shows_the_client_id(tmp_path: Path) -> None:
+    # Registrations are kept: one made before invisible names were refused still holds its name.
+    registry = _registry(tmp_path, [1_900_000_000.0])
+    client_id = registry.register({"redirect_uris": ["https://a.example/cb"], "client_name": "Named"})["client_id"]
+    docs = ClientDocs(DirectoryStore(tmp_path))
+    record = docs.get(client_id)
+    assert record is not None
+    docs.put(client_id, {**record, "client_name": "\u200b\u2060"})
+    kept = registry.get(client_id)
+    assert kept is not None and kept.display_name() == client_id
+
+
 def test_registry_is_bounded(tmp_path: Path) -> None:
     registry = ClientRegistry(ClientDocs(MemoryStore()), max_clients=2)
     from connector.oauth.clients import RegistryFull
