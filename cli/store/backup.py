@@ -24,14 +24,17 @@ def _unsafe_target(target: Path, data_dir: Path | None) -> str | None:
     elsewhere is read-only)."""
     from zstandard import FRAME_HEADER  # what every backup starts with
 
-    path = target.resolve()  # symbolic links followed; the path as the backup is written to it
-    if path.exists():
-        if not path.is_file():
-            return f"{target} exists and is not a regular file; give the backup a file name of its own"
-        with path.open("rb") as existing:
-            head = existing.read(len(FRAME_HEADER))
-            if head and head != FRAME_HEADER:  # an empty file (mktemp's) holds nothing to lose
-                return f"{target} exists and is not a backup; give the backup a file name of its own"
+    try:
+        path = target.resolve()  # symbolic links followed; the path as the backup is written to it
+        if path.exists():
+            if not path.is_file():
+                return f"{target} exists and is not a regular file; give the backup a file name of its own"
+            with path.open("rb") as existing:
+                head = existing.read(len(FRAME_HEADER))
+                if head and head != FRAME_HEADER:  # an empty file (mktemp's) holds nothing to lose
+                    return f"{target} exists and is not a backup; give the backup a file name of its own"
+    except (OSError, RuntimeError) as exc:  # no permission; a symbolic link loop (RuntimeError before 3.13)
+        return f"cannot check {target}: {getattr(exc, 'strerror', None) or exc}"
     if data_dir is None:
         return None
     root = data_dir.expanduser().resolve()

@@ -48,6 +48,22 @@ def test_a_backup_overwrites_only_an_older_backup_and_none_of_the_store_s_files(
     cli(env, "backup", "--to", str(tmp_path / "from-mktemp"))
 
 
+def test_a_target_that_cannot_be_looked_at_is_refused_in_one_line(tmp_path: Path) -> None:
+    """A `--to` that is a symbolic link loop (or in a directory the operator may not read) ended
+    the new check with a traceback."""
+    data = tmp_path / "data"
+    env = {"STORE_DATA_DIR": str(data)}
+    registry(env).add("alice")
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    before = tree(tmp_path)
+    done = cli(env, "backup", "--to", str(loop), check=False)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith(f"Error: cannot check {loop}: "), line
+    assert tree(tmp_path) == before and loop.is_symlink()
+
+
 def test_a_bucket_prefix_without_a_store_is_not_backed_up_or_migrated(tmp_path: Path, moto: S3Service) -> None:
     """A mistyped STORE_S3_PREFIX (or s3:// URL) made an empty backup, or "migrated 0 user(s)",
     and said it was done (a data directory without users.json was already refused): a nightly
