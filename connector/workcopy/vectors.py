@@ -258,6 +258,9 @@ class VectorStore:
         """Keep the vectors of ``segments`` not known yet (unreadable ones are skipped)."""
         assert self.state is not None
         for key in segments:
+            # A read that fails leaves nothing to judge: the segment is skipped, never removed
+            # (judged by the previous one's document, it was; the first one raised).
+            found = None
             try:
                 found = self.state.get(key)
                 opened = self._open(found.data) if found is not None else None

@@ -182,6 +182,30 @@ def test_vectors_are_computed_once_per_content(tmp_path: Path) -> None:
     assert stranger.embedded == len(ids) + 1
 
 
+def test_a_segment_that_cannot_be_read_is_skipped_and_kept(tmp_path: Path) -> None:
+    """A segment whose read fails (no permission, an I/O error) is no damaged segment: the vectors
+    are computed without it and it stays. The first such read raised UnboundLocalError (nothing
+    read yet to judge), and a later one was judged by the previous segment and removed."""
+    from common.docstore import DirectoryStore, DocumentStoreError
+
+    brain, ids = make_brain()
+    key = bytes(range(32))
+    HybridIndex.build(brain, BrainIndex.build(brain), VectorStore(CountingEmbedder(), open_document_store(tmp_path), key))
+    segments = sorted((tmp_path / "vectors").glob("seg-*.bin"))
+    assert segments
+
+    class Unreadable(DirectoryStore):
+        def get(self, name: str):  # type: ignore[no-untyped-def]
+            if name.endswith(segments[0].name):
+                raise DocumentStoreError(f"cannot read {name}: Permission denied")
+            return super().get(name)
+
+    again = CountingEmbedder()
+    store = VectorStore(again, Unreadable(tmp_path), key, prune_unreadable=True)
+    HybridIndex.build(brain, BrainIndex.build(brain), store)
+    assert segments[0].exists() and 0 < again.embedded <= len(ids)
+
+
 def test_building_never_changes_the_brain(model_store: VectorStore) -> None:
     brain, _ = make_brain()
     before = dict(brain.files)
