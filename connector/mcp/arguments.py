@@ -8,6 +8,7 @@ ArgumentError with a message meant for the model.
 
 from __future__ import annotations
 
+import ast
 import json
 from collections.abc import Mapping
 from decimal import Context
@@ -26,7 +27,7 @@ def _maybe_json(value: Any, kinds: tuple[type, ...]) -> Any:
         if text[:1] in ("[", "{"):
             try:
                 decoded = json.loads(text)
-            except ValueError:
+            except (ValueError, RecursionError):  # RecursionError: nested thousands deep
                 return value
             if isinstance(decoded, kinds):
                 return decoded
@@ -40,6 +41,19 @@ def _shown(number: int) -> str:
     # Decimal, not float: JSON may send a whole number past a float's range (10**400), and
     # str() refuses one of more than 4,300 digits.
     return f"{Context(prec=3).create_decimal(number).normalize():g}".lower()
+
+
+def _python_list(text: str) -> list[Any] | None:
+    """``text`` read as a Python list literal (``['a, b', 'c']``, as models write lists), or None when it
+    is not one: Python's own parser, so a comma inside a quoted item stays in the item."""
+    stripped = text.strip()
+    if stripped[:1] != "[" or stripped[-1:] != "]":
+        return None
+    try:
+        value = ast.literal_eval(stripped)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None
+    return value if isinstance(value, list) else None
 
 
 def _unbracketed(text: str) -> str:
@@ -142,7 +156,9 @@ class Args:
         if value is None or value == "":
             return []
         if isinstance(value, str):
-            items: list[Any] = [_unquoted(part) for part in LIST_SEPARATORS.split(_unbracketed(value))]
+            items: list[Any] | None = _python_list(value)
+            if items is None:  # not a literal ("[mem_1, 'mem_2']", "a, b"): split at the commas
+                items = [_unquoted(part) for part in LIST_SEPARATORS.split(_unbracketed(value))]
         elif isinstance(value, list):
             items = value
         else:

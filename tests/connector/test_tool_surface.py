@@ -63,6 +63,9 @@ def test_arrays_and_objects_as_json_strings() -> None:
     # A list in Python's quotes (not JSON, as models often write one) is its items, not "['deploy'".
     assert Args({"tags": "['deploy', 'payments']"}).string_list("tags") == ["deploy", "payments"]
     assert Args({"ids": "[mem_1, 'mem_2']"}).string_list("ids") == ["mem_1", "mem_2"]
+    # Read by Python's parser: a comma inside a quoted item stays in it.
+    assert Args({"tags": "['a, b', \"c\"]"}).string_list("tags") == ["a, b", "c"]
+    assert Args({"tags": "[" * 5000 + "]" * 5000}).string_list("tags")  # too deep to parse: split, not a crash
     assert Args({"tags": "[]"}).string_list("tags") == [] and Args({"tags": "it's, 'quoted'"}).string_list(
         "tags") == ["it's", "quoted"]
     assert Args(None).string("query") is None
