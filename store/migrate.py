@@ -13,6 +13,7 @@ running it again skips brains that already exist at the target.
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -92,22 +93,25 @@ def _copy_users(src: UserRegistry, dst: UserRegistry) -> int:
 
 def _copy_blob(src: Any, meta: BrainMeta, checksum: str, path: Path, seal_with: bytes | None) -> bool:
     """Copy one stored archive of ``meta`` to ``path`` as stored; with ``seal_with`` (the master
-    key of the target) a plain one is sealed on the way, as an upload into a store with a key is.
-    True when it was sealed here."""
-    plain = False
-    if seal_with is not None:
-        with src.open_blob(meta.user_id, meta.id, checksum) as blob:
-            plain = not sealing.is_sealed(blob.read(len(sealing.MAGIC)))
+    key of the target) a plain one is then sealed, as an upload into a store with a key is.
+    The source is read once (on S3 each read is a request). True when it was sealed here."""
     with src.open_blob(meta.user_id, meta.id, checksum) as blob, open(path, "wb") as out:
-        if seal_with is None or not plain:
-            shutil.copyfileobj(blob, out, 1024 * 1024)
+        shutil.copyfileobj(blob, out, 1024 * 1024)
+    if seal_with is None:
+        return False
+    sealed_path = path.with_name(path.name + ".sealed")
+    with open(path, "rb") as stored:
+        if sealing.is_sealed(stored.read(len(sealing.MAGIC))):
             return False
-        try:
-            sealing.reseal(blob, out, old_key=None, new_key=sealing.derive_user_key(seal_with, meta.user_id),
-                           user_id=meta.user_id, brain_id=meta.id, checksum=checksum)
-        except sealing.SealError as exc:
-            raise MigrateError(f"brain {meta.user_id}/{meta.id}: archive {checksum}: {exc}; the brains before it "
-                               "are copied, running it again skips them") from None
+        stored.seek(0)
+        with open(sealed_path, "wb") as out:
+            try:
+                sealing.reseal(stored, out, old_key=None, new_key=sealing.derive_user_key(seal_with, meta.user_id),
+                               user_id=meta.user_id, brain_id=meta.id, checksum=checksum)
+            except sealing.SealError as exc:
+                raise MigrateError(f"brain {meta.user_id}/{meta.id}: archive {checksum}: {exc}; the brains before "
+                                   "it are copied, running it again skips them") from None
+    os.replace(sealed_path, path)
     return True
 
 
