@@ -768,9 +768,13 @@ def same_resource(presented: str, granted: str) -> bool:
     for a sign-in), the brain's name percent-encoded the same way or not."""
     if presented == granted:
         return True
-    head, found, brain = granted.rpartition("/mcp" + BRAINS_PATH)
-    prefix = head + "/mcp" + BRAINS_PATH
-    return bool(found) and presented.startswith(prefix) and brain_of_segment(presented[len(prefix):]) == unquote(brain)
+    base, found, _ = granted.rpartition("/mcp" + BRAINS_PATH)
+    if not found:
+        return False
+    try:
+        return brain_of_resource(presented, base) == brain_of_url(granted)
+    except ValueError:  # not a resource of this connector
+        return False
 
 
 def valid_brain_segment(brain: str) -> bool:
