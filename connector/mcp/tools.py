@@ -23,7 +23,7 @@ import mcp_types as types
 import numpy as np
 
 from common.textsafety import has_unsafe_chars
-from connector.engine.format.brain import DAMAGED_INDEX_ADVICE, Brain
+from connector.engine.format.brain import DAMAGED_INDEX_ADVICE, Brain, index_damage
 from connector.engine.format.jsvalues import datetime_ms, parse_iso_ms
 from connector.engine.format.tokens import Budget
 from connector.engine.format.views import attach_content, read_memory
@@ -1107,13 +1107,7 @@ def _content_budget(args: Args) -> tuple[Budget, list[str]]:
 def _damaged_index(snapshot: Snapshot, index: Any) -> bool:
     """Whether the snapshot's brain has an index.json (parsed: ``index``) that is no brain index:
     recall and writes refuse such a brain."""
-    if snapshot.brain is None or "index.json" not in snapshot.brain:
-        return False
-    if not isinstance(index, dict):
-        return True
-    # A missing or null map is no memories yet, as the writes read it (WriteTxn fills it in).
-    memories = index.get("memories")
-    return memories is not None and not isinstance(memories, dict)
+    return snapshot.brain is not None and "index.json" in snapshot.brain and index_damage(index) is not None
 
 
 def _instant(args: Args, name: str) -> str | None:

@@ -24,6 +24,17 @@ DAMAGED_INDEX_ADVICE = ("An earlier version of the brain can be put back on the 
                         "(the store keeps snapshots).")
 
 
+def index_damage(index: Any) -> str | None:
+    """Why a parsed index.json is no brain index (recall and writes refuse such a brain), else None.
+    A missing or null "memories" map is no memories yet: writes fill it in."""
+    if not isinstance(index, dict):
+        return "index.json is not a valid brain index (damaged)"
+    memories = index.get("memories")
+    if memories is not None and not isinstance(memories, dict):
+        return "index.json has no usable 'memories' map (damaged)"
+    return None
+
+
 def dump_json(value: Any) -> bytes:
     """Serialise JSON the way the `brain` command line does.
 

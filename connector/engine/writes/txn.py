@@ -29,6 +29,7 @@ from connector.engine.format.brain import (
     SEARCH_INDEX,
     Brain,
     dump_json,
+    index_damage,
 )
 from connector.engine.format.change import BrainChange
 from connector.engine.format.frontmatter import edit_frontmatter
@@ -377,15 +378,10 @@ class WriteTxn:
                     self._pieces[INDEX] = derived.pieces
             if not plain:
                 self._unplain.add(INDEX)
-            if not isinstance(value, dict):
-                raise BrainError(f"index.json is not a valid brain index (damaged); refusing to write over it. "
-                                 f"{DAMAGED_INDEX_ADVICE}")
-            memories = value.get("memories")
-            if memories is None:
+            if (damage := index_damage(value)) is not None:
+                raise BrainError(f"{damage}; refusing to write over it. {DAMAGED_INDEX_ADVICE}")
+            if value.get("memories") is None:
                 value["memories"] = {}
-            elif not isinstance(memories, dict):
-                raise BrainError(f"index.json has no usable 'memories' map (damaged); refusing to write over it. "
-                                 f"{DAMAGED_INDEX_ADVICE}")
         self._parsed[INDEX] = value
         return value
 
