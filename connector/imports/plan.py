@@ -21,7 +21,9 @@ from typing import Any
 from connector.engine.format.brain import ARCHIVE_INDEX, Brain
 from connector.engine.writes.credentials import credentials_in_memories
 from connector.engine.writes.errors import BrainError
-from connector.engine.writes.memorize import MemoryInput
+# MAX_CONTENT_CHARS: checked before anything reads a note whole. Without it a zip of 600 KB brought one
+# note of 200 MB: 45 s of the credential check and 3.7 GB of memory.
+from connector.engine.writes.memorize import MAX_CONTENT_CHARS, MemoryInput
 from connector.engine.writes.ops import Memorize
 from connector.engine.tending.similar import Incoming, Similar, normalised_content
 from connector.engine.format.text import memory_body
@@ -30,9 +32,6 @@ from connector.imports.errors import ImportRefused
 from connector.imports.imported import Imported
 
 MAX_IMPORT_MEMORIES = 5000
-# The longest content of one memory, as brain_memorize and the web app's New memory take. Without
-# it a zip of 600 KB brought one note of 200 MB: 45 s of the credential check and 3.7 GB of memory.
-MAX_CONTENT_CHARS = 50_000
 SimilarCheck = Callable[[Incoming], list[Similar]]
 
 

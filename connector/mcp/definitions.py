@@ -12,6 +12,7 @@ from typing import Any
 import mcp_types as types
 
 from connector.engine.format.tokens import CHARS_PER_TOKEN
+from connector.engine.writes.memorize import MAX_CONTENT_CHARS, MAX_TITLE_CHARS
 
 READ_SCOPE = "brain.read"
 WRITE_SCOPE = "brain.write"
@@ -26,10 +27,9 @@ MAX_RECALL_CHARS = 40_000
 # brain_read shows at most this much of one memory's content.
 MAX_READ_CHARS = 100_000
 # The longest arguments the tools take (declared in their input schemas, enforced by tools.py):
-# a query, a memory's content and title, a project / task / brain name, a memory id, a date, a list.
+# a query, a project / task / brain name, a memory id, a date, a list (a memory's content and
+# title: the engine's MAX_CONTENT_CHARS, MAX_TITLE_CHARS).
 MAX_QUERY_CHARS = 10_000
-MAX_CONTENT_CHARS = 50_000
-MAX_TITLE_CHARS = 1000
 MAX_CONTEXT_CHARS = 300
 MAX_ID_CHARS = 200
 MAX_DATE_CHARS = 100

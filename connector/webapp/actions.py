@@ -17,7 +17,7 @@ from connector.engine.recall.indexcache import index_for
 from connector.engine.tending.review import DECISIONS, Decide
 from connector.engine.writes.credentials import credential_refusal, credentials_in_memories
 from connector.engine.writes.errors import BrainError
-from connector.engine.writes.memorize import WEB_APP_SOURCE, connector_memory
+from connector.engine.writes.memorize import MAX_CONTENT_CHARS, MAX_TITLE_CHARS, WEB_APP_SOURCE, connector_memory
 from connector.engine.writes.ops import Forget, Memorize, Operation, Pin, Unpin, Verify, connector_memorize
 from connector.engine.writes.restore import Restore
 from connector.i18n import Text, message_of
@@ -29,8 +29,6 @@ from connector.workcopy.model import Account, WriteOutcome
 from connector.workcopy.store_client import StoreError
 
 EDIT_ORIGIN = "user"  # the person typed it in the app themselves
-MAX_CONTENT_CHARS = 50_000  # as brain_memorize
-MAX_TITLE_CHARS = 1000
 # An import's memories whose similar pairs its write queues for review (the dry run lists the first
 # SIMILAR_CHECKED of connector/webapp/routes.py): each check embeds a text.
 IMPORT_CHECKED = 50

@@ -43,7 +43,9 @@ DEFAULT_SALIENCE = 0.5
 DEFAULT_CONFIDENCE = 0.8
 MAX_PATH_LENGTH = 1024
 MAX_SEGMENT_LENGTH = 200
-MAX_TITLE_LENGTH = 1000
+# The longest content and title a memory is written with (brain_memorize, the web app, an import).
+MAX_CONTENT_CHARS = 50_000
+MAX_TITLE_CHARS = 1000
 SLUG_LENGTH = 48
 MEMORY_ID = re.compile(r"^mem_\d{8}_[0-9a-f]{6}$")
 _RESERVED_TOP = frozenset({"_archived", ".sync", ".cloud"})
@@ -263,7 +265,7 @@ class MemoryInput:
         self.title = one_line(_text(self.title, "title", required=True)).strip()
         if not self.title:
             raise BrainError("'title' must not be empty")
-        if len(self.title) > MAX_TITLE_LENGTH:
+        if len(self.title) > MAX_TITLE_CHARS:
             raise BrainError("'title' is too long")
         self.content = _text(self.content, "content", required=True)
         if not isinstance(self.type, str) or self.type not in MEMORY_TYPES:
