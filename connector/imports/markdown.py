@@ -176,6 +176,13 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _brain_folders(upload: Upload) -> dict[PurePosixPath, bytes]:
+    """The brain folders of an upload (where an ``index.json`` is, outside ``_archived/``), each
+    with its index's bytes."""
+    return {PurePosixPath(name).parent: data for name, data in upload.entries.items()
+            if PurePosixPath(name).name == "index.json" and "_archived" not in PurePosixPath(name).parts}
+
+
 def index_titles(upload: Upload) -> dict[str, str]:
     """The title a brain folder's ``index.json`` gives each memory file, by entry name.
 
@@ -183,10 +190,7 @@ def index_titles(upload: Upload) -> dict[str, str]:
     東京オフィスの会議室予約 came back as its file's transliterated name. An index that cannot
     be read gives none (it is passed over as any file that is not a note)."""
     titles: dict[str, str] = {}
-    for name, data in upload.entries.items():
-        folder = PurePosixPath(name).parent
-        if PurePosixPath(name).name != "index.json" or "_archived" in folder.parts:
-            continue
+    for folder, data in _brain_folders(upload).items():
         try:
             memories = json.loads(data.decode("utf-8-sig")).get("memories")
         except (ValueError, AttributeError, RecursionError):
@@ -199,10 +203,9 @@ def index_titles(upload: Upload) -> dict[str, str]:
 
 
 def _archive_folders(upload: Upload) -> tuple[str, ...]:
-    """The ``_archived/`` folders of the brain folders in an upload (where an ``index.json`` is)."""
-    folders = {str(PurePosixPath(name).parent) for name in upload.entries
-               if PurePosixPath(name).name == "index.json" and "_archived" not in PurePosixPath(name).parts}
-    return tuple("_archived/" if folder == "." else f"{folder}/_archived/" for folder in sorted(folders))
+    """The ``_archived/`` folders of the brain folders in an upload."""
+    folders = sorted(str(folder) for folder in _brain_folders(upload))
+    return tuple("_archived/" if folder == "." else f"{folder}/_archived/" for folder in folders)
 
 
 def _note(upload: Upload, name: str, data: bytes, index_title: str | None = None) -> tuple[MemoryInput, str | None] | None:
