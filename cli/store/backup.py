@@ -7,8 +7,7 @@ from pathlib import Path
 import click
 
 from cli.store.runner import settings_from_cli, sigterm_as_ctrl_c
-from cli.store.target import store_label
-from cli.store.users import _data_option
+from cli.store.target import data_option, store_label
 
 
 def _progress(line: str) -> None:
@@ -48,7 +47,7 @@ def _unsafe_target(target: Path, data_dir: Path | None) -> str | None:
 @click.command()
 @click.option("--to", "target", required=True, type=click.Path(path_type=Path, dir_okay=False),
               help="Backup file to write (zstandard-compressed tar with a checksummed manifest).")
-@_data_option
+@data_option
 def backup(target: Path, data: Path | None) -> None:
     """Back up users (token hashes, deny records), brains with their archives and snapshots,
     shares and agent keys (hashes), and each brain's sharing audit log.
@@ -80,7 +79,7 @@ def backup(target: Path, data: Path | None) -> None:
 @click.command()
 @click.option("--from", "source", required=True, type=click.Path(path_type=Path, dir_okay=False),
               help="Backup file written by `brain-store backup`.")
-@_data_option
+@data_option
 @click.option("--force", is_flag=True, help="Replace a non-empty store (it ends up equal to the backup).")
 def restore(source: Path, data: Path | None, force: bool) -> None:
     """Verify a backup completely, then restore it (to local disk or S3, whichever is configured).

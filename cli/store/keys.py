@@ -7,8 +7,7 @@ from pathlib import Path
 
 import click
 
-from cli.store.target import existing_store
-from cli.store.users import _data_option as data_option
+from cli.store.target import data_option, existing_store
 
 
 @click.command()

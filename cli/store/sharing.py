@@ -7,8 +7,7 @@ from typing import Any
 
 import click
 
-from cli.store.target import existing_store
-from cli.store.users import _data_option as data_option
+from cli.store.target import data_option, existing_store
 from cli.store.users import user_named
 
 _brain_arg = click.argument("brain_id", metavar="BRAIN")

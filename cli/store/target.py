@@ -12,6 +12,13 @@ from cli.store.runner import settings_from_cli
 from store.settings import StoreSettings
 
 
+# The --data option of the commands that act on a store (one definition: its help says what it is with S3).
+data_option = click.option(
+    "--data", "data", type=click.Path(path_type=Path), default=None,
+    help="Data directory [env STORE_DATA_DIR, default ~/.brain-store]; with STORE_BACKEND=s3 the bucket is used.",
+)
+
+
 def store_label(settings: StoreSettings) -> str:
     """Where the configured store lives: its data directory or ``s3://bucket/prefix``."""
     if settings.backend == "s3":

@@ -14,18 +14,12 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from cli.store.runner import settings_from_cli
-from cli.store.target import existing_store, note_running_dev, store_label
+from cli.store.target import data_option, existing_store, note_running_dev, store_label
 
 if TYPE_CHECKING:
     from store.auth.users import User
     from store.service import BrainService
     from store.settings import StoreSettings
-
-_data_option = click.option(
-    "--data", "data", type=click.Path(path_type=Path), default=None,
-    help="Data directory [env STORE_DATA_DIR, default ~/.brain-store]; with STORE_BACKEND=s3 the bucket is used.",
-)
-
 
 def user_named(users: Any, who: str) -> Any:
     """The user ``who`` names (name, e-mail or id: ``UserRegistry.lookup``), else a
@@ -74,7 +68,7 @@ def user() -> None:
 @user.command("add")
 @click.argument("name")
 @click.option("--email", default="", help="E-mail address shown by /auth/me (one account per address: another user's is refused).")
-@_data_option
+@data_option
 def add(name: str, email: str, data: Path | None) -> None:
     """Create a user with a first brain named `default`; prints the token once (last line)."""
     from store.auth.users import UsersFileError
@@ -94,7 +88,7 @@ def add(name: str, email: str, data: Path | None) -> None:
 
 @user.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array of the users instead of a table.")
-@_data_option
+@data_option
 def list_users(as_json: bool, data: Path | None) -> None:
     """List users: id, name, email, kind, brains, stored bytes, created.
 
@@ -144,7 +138,7 @@ def _print_users(users: list[User], service: BrainService) -> None:
 
 @user.command("rotate")
 @click.argument("name_or_id")
-@_data_option
+@data_option
 def rotate(name_or_id: str, data: Path | None) -> None:
     """Give a user a new token; the old one stops working at once. Prints the token last."""
     from store.auth.users import UsersFileError
@@ -163,7 +157,7 @@ def rotate(name_or_id: str, data: Path | None) -> None:
 @user.command("remove")
 @click.argument("name_or_id")
 @click.option("--purge", is_flag=True, help="Also delete the user's brains, archives and snapshots.")
-@_data_option
+@data_option
 def remove(name_or_id: str, purge: bool, data: Path | None) -> None:
     """Remove a user (their token stops working at once)."""
     from store.auth.users import UsersFileError
@@ -187,7 +181,7 @@ def remove(name_or_id: str, purge: bool, data: Path | None) -> None:
 
 @user.command("allow")
 @click.argument("who")
-@_data_option
+@data_option
 def allow(who: str, data: Path | None) -> None:
     """Let a removed OIDC user sign in again (by former user id, name, email or subject)."""
     from store.auth.users import UsersFileError
@@ -231,7 +225,7 @@ def _orphan_brains(registry: Any, service: BrainService, former_id: str) -> list
 
 
 @user.command("orphans")
-@_data_option
+@data_option
 def orphans(data: Path | None) -> None:
     """List brains kept for removed users (`user remove` without --purge)."""
     settings = existing_store(data)
@@ -261,7 +255,7 @@ def orphans(data: Path | None) -> None:
 
 @user.command("purge")
 @click.argument("former_id")
-@_data_option
+@data_option
 def purge(former_id: str, data: Path | None) -> None:
     """Delete every brain kept for the removed user FORMER_ID (archives and snapshots)."""
     settings = existing_store(data)
@@ -278,7 +272,7 @@ def purge(former_id: str, data: Path | None) -> None:
 @click.argument("former_id")
 @click.argument("name")
 @click.option("--email", default="", help="E-mail address shown by /auth/me (one account per address: another user's is refused).")
-@_data_option
+@data_option
 def adopt(former_id: str, name: str, email: str, data: Path | None) -> None:
     """Give the brains of removed user FORMER_ID to a new user NAME (prints the token last).
 
