@@ -14,11 +14,18 @@ def _progress(line: str) -> None:
     click.echo(line, err=True)
 
 
-def _unsafe_target(target: Path, data_dir: Path | None) -> str | None:
+# Folders the store makes directly in its data directory (store/storage/local.py, the S3 spool,
+# store/sharing/audit.py, STORE_AUDIT_LOG=on): a backup written under one of these names before the
+# store made the folder would stand in its way (`--to DATA/audit` broke the audit log).
+_STORE_FOLDERS = frozenset({"brains", "locks", "tmp", "spool", "sharing-audit", "audit"})
+
+
+def _unsafe_target(target: Path, data_dir: Path | None, audit_dir: Path | None = None) -> str | None:
     """Why writing a backup to ``target`` would destroy something, else None. The backup is renamed
     over ``target`` at the end, so an existing file other than an older backup (or an empty one)
     is refused (as root `--to /dev/null` replaced the device), and so is a place among the
-    store's own files in ``data_dir`` (``--to DATA/users.json`` replaced the users file); a new
+    store's own files in ``data_dir`` (``--to DATA/users.json`` replaced the users file; a name
+    the store keeps for one of its folders) or in its audit log folder ``audit_dir``; a new
     file directly in the data directory is fine (the compose recipe writes /data/brain.bak:
     elsewhere is read-only)."""
     from zstandard import FRAME_HEADER  # what every backup starts with
@@ -34,11 +41,14 @@ def _unsafe_target(target: Path, data_dir: Path | None) -> str | None:
                     return f"{target} exists and is not a backup; give the backup a file name of its own"
     except (OSError, RuntimeError) as exc:  # no permission; a symbolic link loop (RuntimeError before 3.13)
         return f"cannot check {target}: {getattr(exc, 'strerror', None) or exc}"
+    if audit_dir is not None and path.is_relative_to(audit_dir.expanduser().resolve()):
+        return f"{target} is in the store's audit log folder {audit_dir}; write the backup elsewhere"
     if data_dir is None:
         return None
     root = data_dir.expanduser().resolve()
     if path.is_relative_to(root) and (path.parent != root or path.name.startswith(".")
-                                      or path.name.endswith((".json", ".last-good"))):
+                                      or path.name.endswith((".json", ".last-good"))
+                                      or path.name in _STORE_FOLDERS):
         return (f"{target} is among the store's own files in {data_dir}; write the backup elsewhere, or as a "
                 "file of its own directly in the data directory (like brain.bak)")
     return None
@@ -65,7 +75,8 @@ def backup(target: Path, data: Path | None) -> None:
     settings = settings_from_cli(data_dir=data)
     if (problem := no_store_there(settings)) is not None:
         raise click.ClickException(problem)
-    if (problem := _unsafe_target(target, None if settings.backend == "s3" else settings.data_dir)) is not None:
+    data_dir = None if settings.backend == "s3" else settings.data_dir
+    if (problem := _unsafe_target(target, data_dir, settings.audit_dir)) is not None:
         raise click.ClickException(problem)
     try:
         backend, registry = open_backend(settings), open_registry(settings)

@@ -86,3 +86,32 @@ def test_a_bucket_prefix_without_a_store_is_not_backed_up_or_migrated(tmp_path: 
     assert "backup done: 1 user(s)" in cli(env, "backup", "--to", str(tmp_path / "nightly.bak")).stderr
     moved = cli(env, "migrate", "--from", f"s3://{env['STORE_S3_BUCKET']}/store", "--to", str(tmp_path / "moved"))
     assert "migrated 1 user(s)" in moved.stdout
+
+
+def test_a_backup_is_not_written_where_the_store_keeps_a_folder_or_its_audit_log(tmp_path: Path) -> None:
+    """`backup --to DATA/audit` was accepted while the audit log had not made its folder yet: the
+    backup (token hashes included) stood as a file where the store makes its audit folder. The
+    names of the store's other folders, and any place in a STORE_AUDIT_LOG folder elsewhere, are
+    refused the same way, before anything is written."""
+    data = tmp_path / "data"
+    elsewhere = tmp_path / "audit-log"
+    env = {"STORE_DATA_DIR": str(data), "STORE_AUDIT_LOG": str(elsewhere)}
+    registry(env).add("alice")
+    before = tree(tmp_path)
+    own = "is among the store's own files in {data}; write the backup elsewhere, or as a file of its own " \
+          "directly in the data directory (like brain.bak)"
+    refused = {
+        data / "audit": own.format(data=data),
+        data / "spool": own.format(data=data),
+        data / "sharing-audit": own.format(data=data),
+        elsewhere / "nightly.bak": f"is in the store's audit log folder {elsewhere}; write the backup elsewhere",
+    }
+    for target, said in refused.items():
+        done = cli(env, "backup", "--to", str(target), check=False)
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+        assert done.stderr.strip().splitlines() == [f"Error: {target} {said}"], done.stderr
+        assert tree(tmp_path) == before, target
+    cli({**env, "STORE_AUDIT_LOG": "on"}, "backup", "--to", str(data / "audit"), check=False)
+    assert tree(tmp_path) == before
+    cli(env, "backup", "--to", str(data / "audit.bak"))  # a name of its own directly there stays fine
+    assert {**before, "data/audit.bak": ANY} == tree(tmp_path)
