@@ -117,6 +117,7 @@ def restore(source: Path, data: Path | None, force: bool) -> None:
         return backend, registry, open_sharing(settings, registry, backend)
 
     try:
-        restore_backup(source, open_target, force=force, master_keys=keys, progress=_progress)
+        with sigterm_as_ctrl_c():  # stopped half-way, it takes back what it wrote (restore_backup)
+            restore_backup(source, open_target, force=force, master_keys=keys, progress=_progress)
     except BackupError as exc:
         raise click.ClickException(f"restore refused: {exc}") from None

@@ -294,8 +294,45 @@ def restore_backup(
     sharing = rest[0] if rest else None
     if (verified.sharing is not None or verified.audits) and (sharing is None or sharing.registry is None):
         raise BackupError("the backup holds sharing data but the target store cannot keep it")
-    if not store_is_empty(backend, registry) and not force:
+    was_empty = store_is_empty(backend, registry)
+    if not was_empty and not force:
         raise BackupError("the target store is not empty; use --force to replace its contents with the backup")
+    made: dict[tuple[str, str], bool] = {}  # brains begun -> finished, so an interrupted restore can take them back
+    shared_before = sharing.registry.document() if was_empty and sharing is not None and sharing.registry else None
+    try:
+        return _write(path, verified, backend, registry, sharing, master_keys, progress, made)
+    except BaseException:  # Ctrl-C or SIGTERM (cli/store/runner.sigterm_as_ctrl_c), a failing disk
+        _undo(backend, registry, sharing, made, progress, was_empty=was_empty, shared_before=shared_before)
+        raise
+
+
+def _undo(backend: Any, registry: Any, sharing: Any, made: dict[tuple[str, str], bool], progress: Callable[[str], None],
+          *, was_empty: bool, shared_before: Any) -> None:
+    """After a restore stopped half-way: an empty store is made empty again (its brains, users and
+    shares taken back); a forced one loses the brain it was building (a half-built brain holds
+    placeholder snapshots) and is left partly restored, which a second run makes whole."""
+    from store.auth.users import UsersDocument
+
+    for (user_id, brain_id), finished in made.items():
+        if finished and not was_empty:
+            continue
+        backend.delete_brain(user_id, brain_id)
+        if sharing is not None and sharing.audit is not None:
+            sharing.audit.forget(brain_id)
+    if was_empty:
+        registry.replace(UsersDocument())
+        if shared_before is not None:  # the sharing document it had (an empty store may hold stale shares)
+            sharing.registry.replace(shared_before)
+        progress("restore stopped: nothing restored, the store is empty as before")
+    else:
+        progress("restore stopped: the store is partly restored; run the restore again to complete it")
+
+
+def _write(path: Path, verified: Verified, backend: Any, registry: Any, sharing: Any,
+           master_keys: tuple[bytes, ...], progress: Callable[[str], None],
+           made: dict[tuple[str, str], bool]) -> RestoreReport:
+    """Second pass: make the target equal to the verified backup; ``made`` says which brains it
+    began and whether each is finished."""
     report = RestoreReport()
     expected = {e.path: e for e in verified.manifest.entries}
     wanted = set(verified.metas)
@@ -334,8 +371,9 @@ def restore_backup(
             data = f.read()
             _check_again(info.name, data, entry)
             if builder is not None:
-                _finish(builder, report, progress)
+                _finish(builder, report, progress, made)
             meta = verified.metas[ids]
+            made[ids] = False
             builder = BrainBuilder(backend, all_sealed(meta) if master_keys else meta, replace=True)
         elif (parts := parse_blob_path(info.name)) is not None:
             if builder is None or (builder.meta.user_id, builder.meta.id) != parts[:2]:
@@ -356,7 +394,7 @@ def restore_backup(
             builder.add(parts[2], write)
             report.archives += 1
     if builder is not None:
-        _finish(builder, report, progress)
+        _finish(builder, report, progress, made)
     progress(
         f"restore done: {report.users} user(s), {report.brains} brain(s), {report.archives} archive(s), "
         f"{report.bytes} stored bytes" + (f"; {report.removed_brains} other brain(s) removed" if report.removed_brains else "")
@@ -383,8 +421,10 @@ def _sealer(out: BinaryIO, master_key: bytes, user_id: str, brain_id: str) -> An
     return sealing.SealWriter(out, sealing.derive_user_key(master_key, user_id), user_id, brain_id)
 
 
-def _finish(builder: BrainBuilder, report: RestoreReport, progress: Callable[[str], None]) -> None:
+def _finish(builder: BrainBuilder, report: RestoreReport, progress: Callable[[str], None],
+            made: dict[tuple[str, str], bool]) -> None:
     builder.finish()
+    made[(builder.meta.user_id, builder.meta.id)] = True
     report.brains += 1
     meta = builder.meta
     report.bytes += meta.stored_bytes()

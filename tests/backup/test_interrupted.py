@@ -3,13 +3,15 @@ partial file or scratch directory behind, as Ctrl-C already did not."""
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import signal
 import subprocess
+import time
 from pathlib import Path
 
-from tests.backup.support import archive, registry, sealed_brain
+from tests.backup.support import archive, registry, sealed_brain, tree
 from tests.support.processes import REPO_ROOT, console_script
 
 KEY = "44" * 32
@@ -69,3 +71,60 @@ def test_a_stopped_migration_leaves_no_scratch_directory(tmp_path: Path) -> None
                        "--to", str(tmp_path / "moved"))
     assert done.returncode != 0 and "Traceback" not in done.stdout, done.stdout
     assert list(scratch.iterdir()) == [], "left: brain-store-migrate-* with the archives in transit"
+
+
+def _waits_for_a_lock(pid: int) -> bool:
+    """True while process ``pid`` is blocked waiting for a file lock (a ``->`` line of /proc/locks)."""
+    return any(" -> " in line and f" {pid} " in line for line in Path("/proc/locks").read_text().splitlines())
+
+
+def test_a_stopped_restore_takes_back_what_it_wrote(tmp_path: Path) -> None:
+    """`restore` had no SIGTERM handling: stopped half-way (here with alice's brain restored and bob's
+    next), it died where it stood, leaving an "empty" store holding the backup's users, tokens
+    working, and some of its brains. Now it takes back what it wrote: the store is as before."""
+    from store.backup.format import parse_meta_path
+    from store.backup.restore import verify_backup
+    from store.storage.local import LocalBackend
+
+    source = {"STORE_DATA_DIR": str(tmp_path / "data"), "STORE_ENCRYPTION_KEY": KEY}
+    users = registry(source)
+    for name in ("alice", "bob"):
+        sealed_brain(tmp_path / "data", KEY, users.add(name)[0].id, archive({"a.md": f"{name}'s".encode()}))
+    backup = tmp_path / "nightly.bak"
+    subprocess.run([console_script("brain-store"), "backup", "--to", str(backup)], check=True, capture_output=True,
+                   env={**os.environ, "STORE_FSYNC": "0", **source}, cwd=REPO_ROOT, timeout=120)
+    [_first, second] = [ids for e in verify_backup(backup).manifest.entries if (ids := parse_meta_path(e.path))]
+    target = {"STORE_DATA_DIR": str(tmp_path / "restored"), "STORE_ENCRYPTION_KEY": KEY}
+    empty = registry(target)  # an empty store: it had a user once
+    empty.remove(empty.add("carol")[0].id)
+    before = tree(tmp_path / "restored")
+    full = {**{k: v for k, v in os.environ.items() if not k.startswith("STORE_")}, "STORE_FSYNC": "0", **target}
+    # the second brain's lock held here: the restore waits there, the first brain and the users written
+    with LocalBackend(tmp_path / "restored", fsync=False).brain_lock(*second):
+        process = subprocess.Popen([console_script("brain-store"), "restore", "--from", str(backup)],
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=full, cwd=REPO_ROOT)
+        try:
+            for _ in range(600):
+                if _waits_for_a_lock(process.pid) or process.poll() is not None:
+                    break
+                time.sleep(0.1)
+            assert process.poll() is None and _waits_for_a_lock(process.pid), "the restore never reached the lock"
+            assert len(registry(target).users()) == 2  # half-way: the users were restored
+            process.send_signal(signal.SIGTERM)
+        except BaseException:
+            process.kill()
+            raise
+    try:
+        output, _ = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=30)
+    said = output.decode()
+    assert process.returncode != 0 and "Traceback" not in said, said
+    assert "restore stopped: nothing restored, the store is empty as before" in said, said
+    after = tree(tmp_path / "restored")
+    sharing = json.loads((tmp_path / "restored" / "sharing.json").read_bytes())  # written empty: absent before
+    assert (sharing["shares"], sharing["keys"]) == ([], [])
+    assert {k: v for k, v in after.items() if not k.startswith("sharing.json")} == before
+    assert registry(target).users() == []
