@@ -7,7 +7,8 @@ a sealed archive is bound to user, brain and checksum, not to where it lives, so
 stays valid without the key. With a master key set (the target's), plain archives are
 sealed on the way: a store with a key serves sealed archives only. A brain is written
 blobs first and metadata last, so an interrupted migration leaves no half-visible brain;
-running it again skips brains that already exist at the target.
+running it again skips brains that already exist at the target, and brings each user's
+record there up to date (a token rotated at the source since works, the old one no longer).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ class MigrateReport:
     """What a migration did."""
 
     users: int = 0
+    users_updated: int = 0  # already at the target, changed at the source since (a rotated token)
     shares: int = 0
     keys: int = 0
     brains: int = 0
@@ -70,25 +72,31 @@ def _users_doc(registry: UserRegistry) -> UsersDocument:
     return UsersDocument(users=registry.users(), denied=registry.denied())
 
 
-def _copy_users(src: UserRegistry, dst: UserRegistry) -> int:
+def _copy_users(src: UserRegistry, dst: UserRegistry) -> tuple[int, int]:
+    """Make the target's record of every source user equal to the source's; returns (added, updated).
+    A user the target has already (an earlier run) takes the source's record: a token rotated,
+    or a name or address changed, at the source since must not leave the old one working there.
+    The target's own users and deny records stay (a migration adds; it removes nothing)."""
     source = _users_doc(src)
 
-    def merge(doc: UsersDocument) -> int:
-        have_ids = {u.id for u in doc.users}
-        have_names = {u.name for u in doc.users}
-        added = 0
+    def merge(doc: UsersDocument) -> tuple[int, int]:
+        at = {u.id: i for i, u in enumerate(doc.users)}
+        added = updated = 0
         for user in source.users:
-            if user.id in have_ids:
-                continue
-            if user.name in have_names:
+            if any(u.name == user.name and u.id != user.id for u in doc.users):
                 raise MigrateError(f"the target already has a different user named {user.name!r}")
-            doc.users.append(user)
-            added += 1
+            if user.id not in at:
+                at[user.id] = len(doc.users)
+                doc.users.append(user)
+                added += 1
+            elif doc.users[at[user.id]] != user:
+                doc.users[at[user.id]] = user
+                updated += 1
         known = {(d.issuer, d.subject) for d in doc.denied}
         doc.denied.extend(d for d in source.denied if (d.issuer, d.subject) not in known)
-        return added
+        return added, updated
 
-    return int(dst.edit(merge))
+    return dst.edit(merge)
 
 
 def _copy_blob(src: Any, meta: BrainMeta, checksum: str, path: Path, seal_with: bytes | None) -> bool:
@@ -191,8 +199,8 @@ def migrate(
         dst_users = open_registry(dst_settings)
         dst_sharing = open_sharing(dst_settings, dst_users, dst)
         report = MigrateReport()
-        report.users = _copy_users(src_users, dst_users)
-        progress(f"users: {report.users} added")
+        report.users, report.users_updated = _copy_users(src_users, dst_users)
+        progress(f"users: {report.users} added, {report.users_updated} updated")
         for user_id in list(src.iter_users()):
             for meta in src.list_brains(user_id):
                 files: dict[str, Path] = {}

@@ -15,7 +15,8 @@ def migrate(source: str, target: str) -> None:
 
     S3 endpoint, region and credentials come from STORE_S3_ENDPOINT_URL, STORE_S3_REGION
     and the standard AWS chain. Stop the stores (or keep them read-only) while it runs;
-    running it again skips brains already copied. Sealed archives are copied as they are;
+    running it again skips brains already copied and updates users changed at the source since
+    (a rotated token: the old one stops working at the target). Sealed archives are copied as they are;
     with STORE_ENCRYPTION_KEY set (the target's), plain ones are sealed on the way, as a store
     with a key serves sealed archives only.
     """
@@ -29,7 +30,9 @@ def migrate(source: str, target: str) -> None:
     except MigrateError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(
-        f"migrated {report.users} user(s), {report.brains} brain(s), {report.blobs} archive(s), "
+        f"migrated {report.users} user(s)"
+        + (f", {report.users_updated} user(s) updated" if report.users_updated else "")
+        + f", {report.brains} brain(s), {report.blobs} archive(s), "
         f"{report.bytes} stored bytes, {report.shares} shared brain(s), {report.keys} agent key(s); "
         f"{report.skipped} brain(s) already present"
         + (f"; {report.sealed} plain archive(s) sealed with STORE_ENCRYPTION_KEY" if report.sealed else "")
