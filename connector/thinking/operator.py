@@ -171,9 +171,9 @@ class OperatorModel:
             raise ModelError("The operator's model could not be reached (connection failed).") from None
         except openai.APIStatusError as exc:
             raise ModelError(f"The operator's model answered HTTP {exc.status_code}.") from None
-        except openai.OpenAIError as exc:
-            # The type only (a message could echo a header).
-            raise ModelError(f"The operator's model gave an unusable answer ({type(exc).__name__}).") from None
+        except openai.OpenAIError:
+            # No detail (a message could echo a header), and no Python class name: people read this.
+            raise ModelError("The operator's model gave an answer the connector could not read.") from None
 
 
 def _too_long(limit: int) -> str:

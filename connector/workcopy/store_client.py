@@ -14,6 +14,8 @@ from urllib.parse import quote
 
 import httpx
 
+from common.http_failure import no_answer
+
 _MAX_ERROR_TEXT = 200
 # The roles a shared brain's record may carry (contract 4.8); anything else is ignored.
 ROLES = ("owner", "editor", "viewer")
@@ -151,6 +153,7 @@ class StoreClient:
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self._base = base_url.rstrip("/")
+        self._timeout_s = timeout_s
         self._max_archive = max_archive_bytes
         self._http = httpx.AsyncClient(
             base_url=self._base,
@@ -175,10 +178,16 @@ class StoreClient:
             headers["Authorization"] = f"Bearer {credential}"
         try:
             return await self._http.request(method, path, headers=headers, **kwargs)
-        except httpx.TimeoutException as exc:
-            raise StoreUnreachable(f"the store did not answer in time ({type(exc).__name__})") from None
         except httpx.HTTPError as exc:
-            raise StoreUnreachable(f"the store could not be reached ({type(exc).__name__})") from None
+            raise self._unanswered(exc) from None
+
+    @property
+    def _where(self) -> str:
+        return f"the store at {self._base}"
+
+    def _unanswered(self, exc: httpx.HTTPError) -> StoreUnreachable:
+        """The error for a request the store gave no answer to, in plain words (people read it)."""
+        return StoreUnreachable(no_answer(exc, self._where, self._timeout_s))
 
     @staticmethod
     def _fail(response: httpx.Response, what: str) -> StoreError:
@@ -278,10 +287,8 @@ class StoreClient:
         request = self._http.build_request("GET", f"/api/brains/{brain_id}/sync", headers=headers, params=params)
         try:
             response = await self._http.send(request, stream=True)
-        except httpx.TimeoutException as exc:
-            raise StoreUnreachable(f"the store did not answer in time ({type(exc).__name__})") from None
         except httpx.HTTPError as exc:
-            raise StoreUnreachable(f"the store could not be reached ({type(exc).__name__})") from None
+            raise self._unanswered(exc) from None
         try:
             if response.status_code == 304:
                 return Download(data=None, checksum=known_checksum)
@@ -298,7 +305,7 @@ class StoreClient:
                         raise StoreError("the brain's archive is larger than the connector accepts")
                     chunks.append(chunk)
             except httpx.HTTPError as exc:
-                raise StoreUnreachable(f"the download was interrupted ({type(exc).__name__})") from None
+                raise StoreUnreachable(f"the download was interrupted: {no_answer(exc, self._where, self._timeout_s)}") from None
             data = b"".join(chunks)
         finally:
             await response.aclose()

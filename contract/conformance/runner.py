@@ -10,6 +10,7 @@ from typing import Literal
 import httpx
 
 import contract.conformance.checks  # noqa: F401  (registers every check)
+from common.http_failure import no_answer
 from contract.conformance.context import Context, Pacer, UserClient
 from contract.conformance.registry import CHECKS, Check, CheckFailed, CheckSkipped
 
@@ -65,7 +66,7 @@ def run_check(item: Check, ctx: Context) -> Result:
     except CheckSkipped as exc:
         status, detail = "skip", str(exc)
     except httpx.HTTPError as exc:
-        status, detail = "fail", f"HTTP error: {type(exc).__name__}: {exc}"
+        status, detail = "fail", no_answer(exc, "the store")
     leftovers = ctx.user.cleanup() + (ctx.other.cleanup() if ctx.other else [])
     if leftovers and status == "pass":
         status, detail = "fail", f"could not delete scratch brains {leftovers}"
@@ -108,10 +109,10 @@ def preflight(config: SuiteConfig, *, transport: httpx.BaseTransport | None = No
                     return _not_a_store(http, base)
                 if me.status_code not in (200, 429):
                     return f"{base} answered {me.status_code} to GET /auth/me with the {option} token"
-    except httpx.TimeoutException:
-        return f"{base} did not answer within {min(config.timeout, PREFLIGHT_TIMEOUT_S):.0f}s"
     except httpx.HTTPError as exc:
-        return f"cannot reach {base} ({type(exc).__name__}: {exc})"
+        # the system's reason is kept when it adds one ("Connection refused", a name not found)
+        said = f" ({exc})" if str(exc) and not isinstance(exc, httpx.TimeoutException) else ""
+        return no_answer(exc, f"the store at {base}", min(config.timeout, PREFLIGHT_TIMEOUT_S)) + said
     return None
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import socket
 import tarfile
 from datetime import UTC, datetime
 from pathlib import Path
@@ -464,16 +465,37 @@ def test_store_unreachable_from_the_start_is_a_clear_error(tmp_path: Path) -> No
     async def scenario() -> None:
         from tests.support.processes import free_port
 
-        manager = WorkingCopyManager(StoreClient(f"http://127.0.0.1:{free_port()}", timeout_s=2))
+        nowhere = f"http://127.0.0.1:{free_port()}"
+        manager = WorkingCopyManager(StoreClient(nowhere, timeout_s=2))
         tools = BrainTools(manager)
         caller = Caller(Account("static:x", "bst_x"), ALL)
         result = await tools.call("brain_recall", {"query": "x"}, caller)
         assert result.is_error and "cannot be reached" in result.content[0].text
+        # the reason in words: it read "the store could not be reached (ConnectError)"
+        result = await tools.call("brain_use", {"brain": "work"}, caller)
+        assert result.is_error and result.content[0].text == (
+            f"The store could not complete this request (could not connect to the store at {nowhere}). "
+            "Nothing was changed; try again.")
         result = await tools.call("brain_memorize", {"content": "x"}, caller)
         assert result.is_error and "nothing was saved" in result.content[0].text
         await manager.close()
 
     run(scenario())
+
+
+def test_a_store_that_never_answers_is_said_in_words() -> None:
+    """A store that takes the connection and says nothing: "did not answer within 1 s", not
+    "did not answer in time (ReadTimeout)"."""
+    async def scenario(silent: str) -> None:
+        manager = WorkingCopyManager(StoreClient(silent, timeout_s=1))
+        result = await BrainTools(manager).call("brain_use", {"brain": "work"}, Caller(Account("static:x", "bst_x"), ALL))
+        assert result.is_error and result.content[0].text == (
+            f"The store could not complete this request (the store at {silent} did not answer within 1 s). "
+            "Nothing was changed; try again.")
+        await manager.close()
+
+    with socket.create_server(("127.0.0.1", 0), backlog=8) as listening:  # never accepts: the kernel queues
+        run(scenario(f"http://127.0.0.1:{listening.getsockname()[1]}"))
 
 
 def test_recall_tool_equals_engine_recall(store: RunningStore) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import io
 import os
+import re
 import shutil
 import subprocess
 import tarfile
@@ -131,8 +132,12 @@ def test_sync_state_is_skipped() -> None:
     ids=["empty", "garbage", "gzip-not-tar", "truncated"],
 )
 def test_garbage_is_a_clear_error(data: bytes) -> None:
-    with pytest.raises(ArchiveError):
+    """People read the reason (the web app's and the tools' "could not be read safely (...)"): it
+    said Python's class name, "(ReadError)", "(BadGzipFile)", "(EOFError)"."""
+    with pytest.raises(ArchiveError) as refused:
         load_archive(data)
+    said = str(refused.value)
+    assert "archive" in said and not re.search(r"[a-z][A-Z]|EOF", said), said
 
 
 def test_file_and_directory_conflict_is_refused() -> None:

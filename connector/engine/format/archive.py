@@ -200,8 +200,9 @@ def _load_archive(data: bytes | BinaryIO, limits: ArchiveLimits) -> Brain:
         stream.drain()
     except ArchiveError:
         raise
-    except (tarfile.TarError, EOFError, zlib.error, zlib_ng.error, gzip.BadGzipFile, OSError, UnicodeError) as exc:
-        raise ArchiveError(f"not a readable tar.gz archive ({type(exc).__name__})") from None
+    except (tarfile.TarError, EOFError, zlib.error, zlib_ng.error, gzip.BadGzipFile, OSError, UnicodeError):
+        # in words, not Python's class name (people read it): what the archive's failing looks like
+        raise ArchiveError("not a readable tar.gz archive (damaged or cut short)") from None
     _check_tree(files)
     return Brain(files)
 
