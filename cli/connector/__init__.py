@@ -13,6 +13,7 @@ COMMANDS = {
     "pin": "cli.connector.brain_ops:pin",
     "unpin": "cli.connector.brain_ops:unpin",
     "forget": "cli.connector.brain_ops:forget",
+    "restore": "cli.connector.brain_ops:restore",
     "verify": "cli.connector.brain_ops:verify",
     "import": "cli.connector.importing:import_",
 }

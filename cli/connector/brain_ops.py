@@ -1,4 +1,4 @@
-"""`brain-connector memorize|pin|unpin|forget|verify`: the engine's writes on a brain directory.
+"""`brain-connector memorize|pin|unpin|forget|restore|verify`: the engine's writes on a brain directory.
 
 Each command loads the directory into memory, applies one operation, and writes back
 only the files that changed (each atomically). On an error nothing is written, an
@@ -19,8 +19,9 @@ from connector.engine.format.archive import ArchiveError, load_directory, save_d
 from connector.engine.format.brain import Brain, dump_json
 from connector.engine.format.rules import parse_iso
 from connector.engine.writes.credentials import credential_refusal, credentials_in_memories
-from connector.engine.writes.errors import BrainError
+from connector.engine.writes.errors import ArchivedMemory, BrainError
 from connector.engine.writes.ops import Forget, Memorize, Operation, Pin, Unpin, Verify
+from connector.engine.writes.restore import Restore
 
 _BRAIN_ARGUMENT = click.argument(
     "brain", type=click.Path(file_okay=False, dir_okay=True, path_type=Path)
@@ -94,6 +95,9 @@ def _run(
                 entry["similar"] = items
         if writes and brain.files != before:
             save_directory(brain, brain_dir)
+    except ArchivedMemory as exc:  # its message points to the web app, which a brain directory has not
+        _fail(f"{exc.memory_id} is archived (forgotten), not a live memory; restore it first: "
+              f"brain-connector restore {brain_dir} {exc.memory_id}")
     except (BrainError, ArchiveError) as exc:
         _fail(str(exc))
     except OSError as exc:
@@ -169,6 +173,15 @@ def unpin(brain: Path, memory_id: str, now: str | None) -> None:
 def forget(brain: Path, memory_id: str, force: bool, now: str | None) -> None:
     """Archive MEMORY_ID of BRAIN (a directory) into _archived/ (recoverable)."""
     _run(brain, lambda: Forget(memory_id, force), now)
+
+
+@click.command()
+@_BRAIN_ARGUMENT
+@click.argument("memory_id")
+@_NOW_OPTION
+def restore(brain: Path, memory_id: str, now: str | None) -> None:
+    """Bring MEMORY_ID of BRAIN (a directory) back from _archived/ (what forget did), same id."""
+    _run(brain, lambda: Restore(memory_id), now)
 
 
 @click.command()

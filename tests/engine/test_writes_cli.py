@@ -1,4 +1,4 @@
-"""`brain-connector memorize|pin|unpin|forget|verify` on a brain directory."""
+"""`brain-connector memorize|pin|unpin|forget|restore|verify` on a brain directory."""
 
 from __future__ import annotations
 
@@ -115,8 +115,30 @@ def test_device_sync_state_and_unknown_files_are_left_alone(brain_dir: Path) -> 
     assert (brain_dir / "notes.txt").read_text() == "mine"
 
 
+def test_pinning_a_forgotten_memory_says_the_command_line_s_way_to_restore_it(brain_dir: Path) -> None:
+    """`pin` of an archived memory told the person to restore it "from its page in the web app", which
+    a brain directory has not; it names `brain-connector restore`, which brings it back (same id)."""
+    _, result, _ = run("memorize", str(brain_dir), "--now", NOW, stdin=json.dumps(memory("Gone", origin="user")))
+    gone = result["stored"][0]["id"]
+    assert run("forget", str(brain_dir), gone, "--now", NOW)[0] == 0
+    before = snapshot(brain_dir)
+    for command in ("pin", "unpin"):  # forget of it says it was archived already (exit 0)
+        code, _, stderr = run(command, str(brain_dir), gone)
+        assert code == 1 and json.loads(stderr) == {"error": (
+            f"{gone} is archived (forgotten), not a live memory; restore it first: "
+            f"brain-connector restore {brain_dir} {gone}")}, stderr
+    assert snapshot(brain_dir) == before
+    code, result, _ = run("restore", str(brain_dir), gone, "--now", NOW)
+    assert code == 0 and result["restored"] is True and result["id"] == gone
+    code, result, _ = run("pin", str(brain_dir), gone, "--now", NOW)
+    assert code == 0 and result["pinned"] is True
+    check_consistency(load_directory(brain_dir))
+    code, _, stderr = run("restore", str(brain_dir), "mem_20990101_000000")
+    assert code == 1 and "mem_20990101_000000 is not in the archive" in stderr
+
+
 def test_help_documents_the_commands() -> None:
-    for command in ("memorize", "pin", "unpin", "forget", "verify"):
+    for command in ("memorize", "pin", "unpin", "forget", "restore", "verify"):
         result = CliRunner().invoke(main, [command, "--help"])
         assert result.exit_code == 0 and "BRAIN" in result.output
 

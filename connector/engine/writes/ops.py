@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 from connector.engine.format.brain import ARCHIVE_INDEX, PINNED, Brain
 from connector.engine.format.rules import PROTECTED_SALIENCE
-from connector.engine.writes.errors import BrainError
+from connector.engine.writes.errors import ArchivedMemory, BrainError
 from connector.engine.writes.memorize import (
     MemoryInput,
     add_memory,
@@ -105,8 +105,7 @@ def _known_entry(txn: WriteTxn, memory_id: Any) -> dict[str, Any]:
         if _is_archived(txn, memory_id):
             # brain_read shows it as archived: "unknown" would contradict it. No tool restores one
             # ("restore it first" gave a model nothing to act on): the web app's memory page does.
-            raise BrainError(f"{memory_id} is archived (forgotten), not a live memory; the user can restore it "
-                             "from its page in the web app first")
+            raise ArchivedMemory(memory_id)
         raise BrainError(f"unknown memory id {memory_id}")
     return entry
 
