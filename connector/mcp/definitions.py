@@ -56,6 +56,10 @@ INSTRUCTIONS = (
 _ID = {"type": "string", "maxLength": MAX_ID_CHARS,
        "description": "A memory id such as mem_20250108_032187 (from brain_recall)."}
 _NOTE = {"type": "string", "description": "Something the user should know about this result."}
+# How a list of tags sent as one string is read (`Args.string_list`): as YAML and Python write lists,
+# the brackets around the whole are the list's, so "[wip]" is the tag wip, as "[wip, draft]" is two.
+_TAGS_AS_TEXT = ('A list; sent as one string, "[a, b]", \'["a", "b"]\' and "a, b" all mean the tags a and b '
+                 '(the brackets around the whole are the list\'s: for a tag holding brackets send \'["[wip]"]\').')
 _SYNCED = {
     "type": "boolean",
     "description": "True when the store accepted the change; false when it is held here and retried.",
@@ -383,7 +387,7 @@ TOOLS: tuple[ToolSpec, ...] = (
                           "description": "Short title (default: the first line of content)."},
                 "type": {"type": "string", "enum": MEMORY_TYPES, "default": "learning"},
                 "tags": {"type": "array", "items": {"type": "string"}, "maxItems": MAX_LIST_ITEMS,
-                         "description": "A few topic words."},
+                         "description": f"A few topic words. {_TAGS_AS_TEXT}"},
                 "origin": {
                     "type": "string",
                     "enum": ORIGINS,
@@ -626,7 +630,8 @@ REFLECT_TOOL = ToolSpec(
                 "default": DEFAULT_REFLECT_TOKENS,
                 "description": "How much memory text to use, in tokens (about 4 characters each).",
             },
-            "tags": {"type": "array", "items": {"type": "string"}, "description": "Only memories with one of these tags."},
+            "tags": {"type": "array", "items": {"type": "string"},
+                     "description": f"Only memories with one of these tags. {_TAGS_AS_TEXT}"},
             "project": {"type": "string", "description": "Favour memories recorded for this project."},
         },
         ["query"],

@@ -71,6 +71,19 @@ def test_arrays_and_objects_as_json_strings() -> None:
     assert Args(None).string("query") is None
 
 
+def test_brackets_around_a_tag_string_are_the_list_s_and_the_tools_say_so() -> None:
+    """"[wip]" lost its brackets without a word anywhere. It is read as YAML and Python write a list
+    (as "[wip, draft]" is two tags, "[wip]" is the one tag wip), a tag holding brackets is sent in a
+    list, and the tools that take tags now say so in their schema, where the model reads it."""
+    assert Args({"tags": "[wip]"}).string_list("tags") == ["wip"]
+    assert Args({"tags": "[wip, draft]"}).string_list("tags") == ["wip", "draft"]
+    assert Args({"tags": '["[wip]"]'}).string_list("tags") == ["[wip]"]
+    assert Args({"tags": ["[wip]"]}).string_list("tags") == ["[wip]"]
+    for name in ("brain_memorize", "brain_reflect"):
+        said = TOOLS_BY_NAME[name].to_tool().input_schema["properties"]["tags"]["description"]
+        assert '"[a, b]"' in said and "\'[\"[wip]\"]\'" in said, (name, said)
+
+
 def test_argument_refusals_are_clear() -> None:
     with pytest.raises(ArgumentError, match="'query' is required"):
         Args({}).string("query", required=True)
