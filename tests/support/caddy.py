@@ -65,6 +65,7 @@ def run_caddy_on_deploy(command: str, name: str, tmp_path: Path) -> subprocess.C
     config = tmp_path / name
     config.write_text(for_version((REPO_ROOT / "deploy" / name).read_text(), caddy_version(caddy)))
     env = {**os.environ, "CONNECTOR_HOSTNAME": "brain.example.org", "STORE_HOSTNAME": "store.example.org",
+           "SITE_HOSTNAME": "example.org",
            "HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path)}
     return subprocess.run([caddy, command, "--adapter", "caddyfile", "--config", str(config)],
                           capture_output=True, text=True, env=env, timeout=60, cwd=tmp_path)
@@ -92,17 +93,25 @@ def caddy_sites(tmp_path: Path, sites: Mapping[int, Sequence[ServerProcess]], *,
                 trust_loopback: bool = False) -> Iterator[dict[int, ServerProcess]]:
     """Caddy serving ``sites`` (see ``round_robin_config``), request bodies read whole as in deploy/;
     the running process per port."""
+    buffering = request_buffering(caddy_version(caddy_binary()))
+    config = round_robin_config(sites, trust_loopback=trust_loopback, buffering=buffering)
+    with running_caddy(tmp_path, config, next(iter(sites))) as server:
+        yield {port: ServerProcess(server.process, f"http://127.0.0.1:{port}", server.log_path) for port in sites}
+
+
+@contextmanager
+def running_caddy(tmp_path: Path, config: str, port: int, health_path: str = "/health/live") -> Iterator[ServerProcess]:
+    """Caddy running the Caddyfile ``config`` (its own HOME and data under ``tmp_path``), once
+    ``http://127.0.0.1:<port><health_path>`` answers 200 through it."""
     caddy = caddy_binary()
-    config = tmp_path / "Caddyfile"
-    buffering = request_buffering(caddy_version(caddy))
-    config.write_text(round_robin_config(sites, trust_loopback=trust_loopback, buffering=buffering))
+    path = tmp_path / "Caddyfile"
+    path.write_text(config)
     home = tmp_path / "caddy-home"
     home.mkdir(exist_ok=True)
     env = {"HOME": str(home), "XDG_DATA_HOME": str(home / "data"), "XDG_CONFIG_HOME": str(home / "config")}
-    first = next(iter(sites))
-    with run_server([caddy, "run", "--adapter", "caddyfile", "--config", str(config)], port=first, env=env,
-                    log_path=tmp_path / "caddy.log", health_path="/health/live") as server:
-        yield {port: ServerProcess(server.process, f"http://127.0.0.1:{port}", server.log_path) for port in sites}
+    with run_server([caddy, "run", "--adapter", "caddyfile", "--config", str(path)], port=port, env=env,
+                    log_path=tmp_path / "caddy.log", health_path=health_path) as server:
+        yield server
 
 
 @contextmanager
