@@ -39,6 +39,7 @@ from connector.oauth.server import valid_brain_segment
 from connector.oauth.signin_limit import SignInChecks, signin_limiter
 from connector.oauth.state import OAuthState
 from connector.oauth.tokens import AccessClaims, AccessTokenCodec
+from connector.public_path import served_under
 from connector.settings import ConnectorSettings, SettingsError
 from connector.state import open_state
 from connector.state.sealing import load_state_key
@@ -588,6 +589,9 @@ def create_app(settings: ConnectorSettings, *, tuning: ManagerTuning | None = No
     app.state.webapp = web
     # Each page request's language (connector/i18n/__init__.py): the switch's cookie, else Accept-Language.
     app.asgi_handler = LocaleMiddleware(app.asgi_handler)
+    # Under a path of a shared domain (CONNECTOR_PUBLIC_URL=https://host/brain): /brain/mcp is /mcp, and
+    # the root well-known documents of /brain are ours. Inside the metrics layer: /brain/metrics is not /metrics.
+    app.asgi_handler = served_under(app.asgi_handler, settings.public_path)
     # Outermost: /metrics and request/tool/pull/push series (connector/metrics.py).
     app.asgi_handler = observability_layer(app.asgi_handler, parts)
     if settings.checks_host:

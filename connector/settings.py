@@ -19,6 +19,7 @@ from common.connection_guard import HttpLimits
 from common.host_guard import host_name
 from common.limits.address import TrustedProxies
 from connector.engine.recall.hybrid import MODES as RECALL_MODES
+from connector.public_path import path_problem, public_path
 
 # The connector's tools (the brain_* tools, and ChatGPT's search and fetch over the same recall
 # and reads); CONNECTOR_TOOLS may name a subset.
@@ -143,6 +144,11 @@ class ConnectorSettings:
         """Whether requests for other host names are refused (421): in --dev always, else once
         the connector knows its names (CONNECTOR_PUBLIC_URL or CONNECTOR_ALLOWED_HOSTS)."""
         return self.dev or bool(self.public_url) or bool(self.allowed_hosts)
+
+    @property
+    def public_path(self) -> str:
+        """The path of CONNECTOR_PUBLIC_URL (``/brain`` for ``https://host/brain``), "" at a domain's root."""
+        return public_path(self.public_url)
 
     @property
     def repull_ttl_s(self) -> float:
@@ -406,6 +412,8 @@ def _check_model(settings: ConnectorSettings) -> str | None:
 def _validated(settings: ConnectorSettings) -> ConnectorSettings:
     store_url = _check_url("CONNECTOR_STORE_URL", settings.store_url)
     public_url = _check_url("CONNECTOR_PUBLIC_URL", settings.public_url) if settings.public_url else None
+    if (problem := path_problem(public_path(public_url))) is not None:
+        raise SettingsError(f"CONNECTOR_PUBLIC_URL: {problem}, got {public_url!r}")
     if not 0 < settings.port < 65536:
         raise SettingsError(f"port must be 1-65535, got {settings.port}")
     if not 1 <= settings.workers <= MAX_WORKERS:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 from connector.oauth.scopes import SCOPES
 from connector.oauth.server import resource_of
@@ -45,11 +46,13 @@ def protected_resource_metadata(base_url: str, brain: str | None = None, written
 
 
 def resource_metadata_url(base_url: str, brain: str | None = None, written: str | None = None) -> str:
-    """Where the RFC 9728 document of a resource is (section 3.1: the well-known name, then the
-    resource's path after ``/mcp``'s own, which is served at the bare name too)."""
-    base = base_url.rstrip("/")
-    suffix = resource_of(base, brain, written)[len(base) + len("/mcp"):]
-    return f"{base}/.well-known/oauth-protected-resource" + (f"/mcp{suffix}" if brain else "")
+    """Where the RFC 9728 document of a resource is (section 3.1: at the root of its host, the
+    well-known name, then the resource's path; ``/mcp``'s own is served at the bare name too). Under
+    a path (``https://host/brain``): ``https://host/.well-known/oauth-protected-resource/brain/mcp``."""
+    parts = urlsplit(base_url)
+    origin = f"{parts.scheme}://{parts.netloc}"
+    path = resource_of(base_url, brain, written)[len(origin):]
+    return f"{origin}/.well-known/oauth-protected-resource" + ("" if path == "/mcp" else path)
 
 
 def challenge(base_url: str, *, brain: str | None = None, error: str | None = None, written: str | None = None) -> str:

@@ -124,7 +124,7 @@ def reverse_proxies(config: Any) -> list[dict[str, Any]]:
     return []
 
 
-@pytest.mark.parametrize("name", ["Caddyfile", "Caddyfile.replicas", "Caddyfile.cluster"])
+@pytest.mark.parametrize("name", ["Caddyfile", "Caddyfile.replicas", "Caddyfile.cluster", "Caddyfile.path"])
 def test_caddy_drops_idle_upstream_connections_before_the_servers_do(name: str, tmp_path: Path) -> None:
     # Caddy keeps idle upstream connections 2 minutes by default, the servers 20 s: a request
     # Caddy sends on a connection the server is just closing is answered 502.
@@ -139,7 +139,7 @@ def test_caddy_drops_idle_upstream_connections_before_the_servers_do(name: str, 
         assert isinstance(idle_ns, int) and 0 < idle_ns <= (KEEP_ALIVE_SECONDS - 1) * 10**9, (name, proxy)
 
 
-@pytest.mark.parametrize("name", ["Caddyfile", "Caddyfile.replicas", "Caddyfile.cluster"])
+@pytest.mark.parametrize("name", ["Caddyfile", "Caddyfile.replicas", "Caddyfile.cluster", "Caddyfile.path"])
 def test_caddy_reads_every_mcp_request_whole_before_passing_it_to_a_connector(name: str) -> None:
     # A request body streamed upstream can make Caddy cut the connector's answer mid-body
     # (tests/ops/test_caddy_request_bodies.py); buffered, it cannot. Caddy streams a body of the
