@@ -34,6 +34,7 @@ import anyio.to_thread
 import httpx
 
 from connector.mcp.http import bearer_token, is_mcp_path
+from connector.public_path import local_path
 
 log = logging.getLogger("connector.affinity")
 
@@ -66,7 +67,8 @@ class WorkerAffinity:
     ``slot`` is this worker's index into ``sockets`` (every worker's unix socket path),
     ``secret`` the run's random forwarding secret, ``subject_of`` the subject of a bearer
     token (None when it does not open), ``session_subject`` that of a web app request's
-    live session (None: signed out; the layer leaves ``/app`` alone without it).
+    live session (None: signed out; the layer leaves ``/app`` alone without it), ``prefix`` the path
+    of CONNECTOR_PUBLIC_URL, which a proxy may pass on in front of ``/mcp`` and ``/app``.
     """
 
     def __init__(
@@ -78,6 +80,7 @@ class WorkerAffinity:
         secret: str,
         subject_of: Callable[[str], str | None],
         session_subject: Callable[[dict[str, Any]], str | None] | None = None,
+        prefix: str = "",
     ) -> None:
         self.app = app
         self.slot = slot
@@ -85,6 +88,7 @@ class WorkerAffinity:
         self._secret = secret.encode("ascii")
         self._subject_of = subject_of
         self._session_subject = session_subject
+        self._prefix = prefix
         self._clients: dict[int, httpx.AsyncClient] = {}  # made in the worker's event loop, on first use
         self._unreachable: set[int] = set()  # owners whose failure was logged (once until they answer)
 
@@ -119,7 +123,8 @@ class WorkerAffinity:
 
     async def _owner(self, scope: dict[str, Any]) -> int | None:
         """The slot of the worker that serves this request's user; None: serve it here."""
-        path = scope.get("path", "")
+        # The path as the app will serve it (the request itself is passed on as it came).
+        path = local_path(scope.get("path", ""), self._prefix)
         subject = None
         if is_mcp_path(path):
             token = bearer_token(scope)

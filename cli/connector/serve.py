@@ -170,6 +170,7 @@ def _serve(settings: ConnectorSettings, runtime: Path | None = None) -> None:
             secret=secret,
             subject_of=subject_of,
             session_subject=web.session_subject if web is not None else None,
+            prefix=settings.public_path,
         )
         return uvicorn.Config(routed, **common, **extra)
 

@@ -235,6 +235,15 @@ def _mcp_pids(server: ServerProcess, skip: int) -> set[int]:
 CALLS = 8  # per user, each over a new connection: the kernel places about half on the other worker
 
 
+def _both_workers(server: ServerProcess) -> set[int]:
+    """The pids of both workers, once both have started (health is answered by the first one up)."""
+    deadline = time.monotonic() + 30
+    while len(workers := _worker_pids(server)) < 2:
+        assert time.monotonic() < deadline, "the second worker never started"
+        time.sleep(0.1)
+    return workers
+
+
 def test_each_users_calls_end_on_one_worker_and_a_killed_owner_is_replaced(store: RunningStore, tmp_path: Path) -> None:
     users = _users_on_both_slots(store)
 
@@ -256,10 +265,7 @@ def test_each_users_calls_end_on_one_worker_and_a_killed_owner_is_replaced(store
     with tempfile.TemporaryDirectory(prefix="bw-") as short:
         temporary = Path(short)
         with connector(tmp_path, store, env={**WORKERS_ENV, "TMPDIR": str(temporary)}) as server:
-            deadline = time.monotonic() + 30
-            while len(workers := _worker_pids(server)) < 2:  # health answered by the first one up
-                assert time.monotonic() < deadline, "the second worker never started"
-                time.sleep(0.1)
+            workers = _both_workers(server)
             (runtime,) = temporary.glob("brain-run-*")
             assert runtime.stat().st_mode & 0o777 == 0o700
             assert sorted(path.name for path in runtime.iterdir()) == ["worker-0.sock", "worker-1.sock"]
@@ -329,4 +335,31 @@ def test_the_owner_sees_the_original_client_and_a_forged_forwarding_header_is_ig
         assert forged[:3] == [200] * 3
         assert set(forged[3:]) == {429}
         assert "forwarding header from the network ignored" in server.log()
+        assert "Traceback" not in server.log()
+
+
+def test_under_a_public_path_each_users_calls_end_on_their_worker(store: RunningStore, tmp_path: Path) -> None:
+    # CONNECTOR_PUBLIC_URL with a path, and a proxy that passes the path on: /brain/mcp is routed
+    # to the user's worker as /mcp is (docs/self-hosting.md, "Under a path of a shared domain").
+    users = _users_on_both_slots(store)
+    port = free_port()
+    base = f"http://127.0.0.1:{port}/brain"
+
+    async def calls(user: StoreUser) -> None:
+        for number in range(CALLS):
+            url = base + ("/mcp" if number % 2 else "/mcp/brains/default")
+            async with mcp_session(url, mint(base, user, ALL)) as client:
+                structured(await client.call_tool("brain_status", {}))
+
+    with tempfile.TemporaryDirectory(prefix="bw-") as short:
+        env = {**WORKERS_ENV, "TMPDIR": short, "CONNECTOR_PUBLIC_URL": base}
+        with connector(tmp_path, store, port=port, env=env) as server:
+            workers = _both_workers(server)
+            leader = server.process.pid
+            (forked,) = workers - {leader}
+            for user, owner in zip(users, (leader, forked)):
+                seen = len(_log_lines(server))
+                asyncio.run(calls(user))
+                assert _mcp_pids(server, seen) == {owner}, f"{user.name}'s calls were served by {_mcp_pids(server, seen)}"
+            _stop_all(server, workers)
         assert "Traceback" not in server.log()
