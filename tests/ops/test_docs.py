@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from tests.support.processes import REPO_ROOT
 
 DOCS = REPO_ROOT / "docs"
@@ -65,12 +67,14 @@ def test_the_idle_connection_timeout_is_said_alike_everywhere() -> None:
     assert said and all(seconds == KEEP_ALIVE_SECONDS for _, seconds in said), said
 
 
-def test_the_caddy_block_of_replicas_md_is_deploy_caddyfile_replicas() -> None:
-    """The block people copy from docs/replicas.md is the deploy file without its comments (it once
+@pytest.mark.parametrize(("page_name", "deploy_name"), [("replicas.md", "Caddyfile.replicas"),
+                                                        ("self-hosting.md", "Caddyfile.path")])
+def test_a_caddy_block_people_copy_is_its_deploy_file(page_name: str, deploy_name: str) -> None:
+    """The block people copy from a page is the deploy file without its comments (replicas.md's once
     lacked the keep-alive bound, whose absence gets answers 502)."""
-    page = (DOCS / "replicas.md").read_text()
+    page = (DOCS / page_name).read_text()
     shown = re.search(r"Without its comments:\n\n```\n(.*?)```", page, flags=re.DOTALL)
-    deployed = (REPO_ROOT / "deploy" / "Caddyfile.replicas").read_text().splitlines()
+    deployed = (REPO_ROOT / "deploy" / deploy_name).read_text().splitlines()
     assert shown is not None
     assert shown.group(1).splitlines() == [line for line in deployed if line.strip() and not line.lstrip().startswith("#")]
 
