@@ -18,7 +18,7 @@ from typing import Any, BinaryIO, TypeVar
 
 import msgspec
 
-from common.textsafety import has_unsafe_chars
+from common.brainnames import checked_brain_name
 from store.archive.resume import ValidationMemos
 from store.conditional import Preconditions
 from store.errors import ServiceError
@@ -39,7 +39,6 @@ from store.upload import StagedUpload
 log = logging.getLogger("store.service")
 
 EMPTY_PUSH_GUARD_FILES = 5
-_BRAIN_NAME = re.compile(r"^[^\x00-\x1f\x7f/\\]{1,100}$")
 # Snapshot names: a UTC instant with microseconds; fixed width so lexical order is age order.
 # Snapshots imported from a reference store keep its names (a nanosecond field and ".tar.gz");
 # both start with the instant, and ours sort after a reference name of the same microsecond.
@@ -506,10 +505,11 @@ def _live(meta: BrainMeta | None, user_id: str) -> bool:
 
 
 def _checked_name(name: Any) -> str:
-    """A brain name as given, or 400."""
-    if not isinstance(name, str) or not _BRAIN_NAME.match(name) or has_unsafe_chars(name):
+    """A brain name as it is kept (`checked_brain_name`: NFC, surrounding spaces dropped), or 400."""
+    checked = checked_brain_name(name)
+    if checked is None:
         raise ServiceError(400, "brain name must be 1-100 printable characters without slashes")
-    return name
+    return checked
 
 
 def _head(blob: BinaryIO, size: int) -> bytes:

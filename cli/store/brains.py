@@ -18,6 +18,7 @@ import click
 
 from cli.store.target import data_option, existing_store, store_label
 from cli.store.users import user_named
+from common.brainnames import brain_name_key
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,7 @@ class BrainDirectory:
                 for meta in self.backend.list_brains(user.id) if meta.deleted_at]
 
     def find(self, given: str, user: Any | None = None) -> BrainRow:
-        """The brain ``given`` names (id, else exact name, else name ignoring case) among
+        """The brain ``given`` names (id, else name as `brain_name_key` compares it, else ignoring case) among
         ``user``'s brains (all brains without one); ``click.ClickException`` when none or several."""
         text = given.strip()
         # An id names one brain whoever's it is (the caller checks any role it needs).
@@ -88,7 +89,9 @@ class BrainDirectory:
         if orphan is not None:
             return orphan
         rows = self.of_user(user) if user is not None else every
-        named = [row for row in rows if row.name == text] or [row for row in rows if row.name.lower() == text.lower()]
+        exact, folded = brain_name_key(text), brain_name_key(text, ignore_case=True)
+        named = [row for row in rows if brain_name_key(row.name) == exact] or \
+            [row for row in rows if brain_name_key(row.name, ignore_case=True) == folded]
         unique = {row.id: row for row in named}
         whose = f" of {user.name}" if user is not None else ""
         if not unique:

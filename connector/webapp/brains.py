@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from common.textsafety import has_unsafe_chars
+from common.brainnames import checked_brain_name
 from connector.i18n import N_, Text
 from connector.identity.agentkey import looks_like_agent_key
 from connector.webapp.actions import ActionRefused
@@ -21,7 +21,6 @@ from connector.workcopy.manager import BrainUnavailable, WorkingCopyManager
 from connector.workcopy.model import Account
 from connector.workcopy.store_client import BrainRecord, StoreError, StoreForbidden, StoreNotFound, StoreUnauthorized
 
-MAX_NAME_CHARS = 100
 ROLE_LABELS = {"owner": N_("owner"), "editor": N_("editor"), "viewer": N_("viewer (read-only)")}
 NAME_RULE = N_("A brain's name is 1 to 100 characters, without slashes, backslashes or control characters.")
 
@@ -50,11 +49,11 @@ class BrainEntry:
 
 
 def checked_name(name: str) -> str:
-    """A new brain name as typed (surrounding spaces dropped), or ActionRefused saying the rule."""
-    name = name.strip()
-    if not 1 <= len(name) <= MAX_NAME_CHARS or "/" in name or "\\" in name or has_unsafe_chars(name):
+    """A new brain name as the store keeps it (`checked_brain_name`), or ActionRefused saying the rule."""
+    checked = checked_brain_name(name)
+    if checked is None:
         raise ActionRefused(NAME_RULE)
-    return name
+    return checked
 
 
 class BrainAdmin:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 
+from common.brainnames import brain_name_key
 from common.textsafety import escape_one_line
 from connector.workcopy.core import BrainUnavailable, ManagerCore, UserState
 from connector.workcopy.model import STATUS_MULTIPLE, STATUS_NO_BRAIN, STATUS_OK, Account, Identity
@@ -74,7 +75,8 @@ def choose_brain(brains: list[BrainRecord], chosen_id: str | None, me: str | Non
 
 
 def find_brain(brains: list[BrainRecord], wanted: str, me: str | None = None) -> BrainRecord | None:
-    """A brain by id (any case), else by exact name, else by name ignoring case.
+    """A brain by id (any case), else by name (`brain_name_key`: NFC, surrounding spaces
+    dropped), else by name ignoring case.
 
     Among brains of that name the caller's own one wins (a share never takes a name that
     already pointed at the caller's brain); several others by that name raise AmbiguousBrain
@@ -83,7 +85,8 @@ def find_brain(brains: list[BrainRecord], wanted: str, me: str | None = None) ->
     for brain in brains:
         if brain.id == text.lower():
             return brain
-    matches = (lambda b: b.name == text, lambda b: b.name.lower() == text.lower())
+    exact, folded = brain_name_key(text), brain_name_key(text, ignore_case=True)
+    matches = (lambda b: brain_name_key(b.name) == exact, lambda b: brain_name_key(b.name, ignore_case=True) == folded)
     # The caller's own brains first, by exact name and then ignoring case: a shared brain whose
     # name matches exactly never takes the name from the caller's own `Work` reached as `work`.
     for same in matches:
