@@ -36,7 +36,7 @@ from typing import BinaryIO
 
 from zlib_ng import gzip_ng, zlib_ng
 
-from connector.engine.format.brain import Brain
+from connector.engine.format.brain import INDEX, Brain
 from connector.engine.format.gcpause import gc_paused
 
 # Device-local sync state: never part of a brain we load or push.
@@ -837,11 +837,15 @@ def load_directory(path: str | os.PathLike[str], limits: ArchiveLimits = Archive
 def save_directory(brain: Brain, path: str | os.PathLike[str], *, remove_missing: bool = True) -> None:
     """Write ``brain`` into directory ``path`` (created if needed), never outside it.
 
-    Each file is replaced atomically (temporary file + rename) and only when its
-    bytes changed; directories on the way are opened without following symlinks,
-    so a planted link cannot redirect a write. With ``remove_missing``, regular
-    files under ``path`` that the brain no longer holds are deleted (forget moves
-    files), except device sync state (``.sync/``, ``.cloud/``).
+    All or nothing as far as a file system allows: every changed file is first written to a
+    temporary file beside it, and only when all are written are they renamed into place, the
+    brain's ``index.json`` (what makes a memory part of the brain) last. A write that fails
+    (a full disk, a directory where a memory's file goes) removes the temporary files and
+    leaves the brain as it was, never an index naming files that were not written. Files are
+    written only when their bytes changed; directories on the way are
+    opened without following symlinks, so a planted link cannot redirect a write. With
+    ``remove_missing``, regular files under ``path`` that the brain no longer holds are
+    deleted (forget moves files), except device sync state (``.sync/``, ``.cloud/``).
     """
     root = Path(path)
     root.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -851,8 +855,10 @@ def save_directory(brain: Brain, path: str | os.PathLike[str], *, remove_missing
     _check_tree(brain.files)
     existing = {relative: absolute for relative, absolute in _walk(root, ArchiveLimits(max_entries=10**9))}
     root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    staged: list[tuple[str, str]] = []  # (relative path, its temporary file's name)
+    renamed = 0
     try:
-        for relative, content in brain.files.items():
+        for relative, content in sorted(brain.files.items(), key=lambda item: item[0] == INDEX):
             absolute = existing.get(relative)
             if absolute is not None:
                 try:
@@ -860,11 +866,16 @@ def save_directory(brain: Brain, path: str | os.PathLike[str], *, remove_missing
                         continue
                 except (OSError, ArchiveError):
                     pass
-            _write_file(root_fd, relative, content)
+            staged.append((relative, _stage_file(root_fd, relative, content)))
+        for relative, temporary in staged:
+            _rename_into_place(root_fd, relative, temporary)
+            renamed += 1
         if remove_missing:
             for relative in existing.keys() - brain.files.keys():
                 _remove_file(root_fd, relative)
     finally:
+        for relative, temporary in staged[renamed:]:
+            _discard_staged(root_fd, relative, temporary)
         os.close(root_fd)
 
 
@@ -893,23 +904,52 @@ def _open_parent(root_fd: int, relative: str, *, create: bool) -> tuple[int, str
     return fd, leaf
 
 
-def _write_file(root_fd: int, relative: str, content: bytes) -> None:
+def _stage_file(root_fd: int, relative: str, content: bytes) -> str:
+    """Write ``content`` to a new temporary file beside ``relative``; its name. Refuses (ArchiveError)
+    a path a directory already holds, which the rename into place could not replace."""
     fd, leaf = _open_parent(root_fd, relative, create=True)
     try:
+        try:
+            taken = stat.S_ISDIR(os.stat(leaf, dir_fd=fd, follow_symlinks=False).st_mode)
+        except FileNotFoundError:
+            taken = False
+        if taken:
+            raise ArchiveError(f"cannot write {relative[:200]!r}: a directory of that name is in the way")
         temporary = f".{leaf[:100]}.{secrets.token_hex(6)}.tmp"
         out = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=fd)
         try:
             view = memoryview(content)
             while view:
                 view = view[os.write(out, view) :]
-        finally:
+        except BaseException:
             os.close(out)
-        try:
-            # rename replaces a planted symlink itself, never its target
-            os.replace(temporary, leaf, src_dir_fd=fd, dst_dir_fd=fd)
-        except OSError:
             os.unlink(temporary, dir_fd=fd)
             raise
+        os.close(out)
+        return temporary
+    finally:
+        os.close(fd)
+
+
+def _rename_into_place(root_fd: int, relative: str, temporary: str) -> None:
+    fd, leaf = _open_parent(root_fd, relative, create=False)
+    try:
+        # rename replaces a planted symlink itself, never its target
+        os.replace(temporary, leaf, src_dir_fd=fd, dst_dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def _discard_staged(root_fd: int, relative: str, temporary: str) -> None:
+    """Remove a temporary file `_stage_file` wrote that was not renamed into place."""
+    try:
+        fd, _ = _open_parent(root_fd, relative, create=False)
+    except ArchiveError:
+        return
+    try:
+        os.unlink(temporary, dir_fd=fd)
+    except FileNotFoundError:
+        pass
     finally:
         os.close(fd)
 

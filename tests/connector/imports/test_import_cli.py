@@ -408,6 +408,24 @@ def test_a_vault_with_one_bad_note_imports_none_of_it(tmp_path: Path) -> None:
     assert not brain.exists()
 
 
+def test_an_import_whose_write_fails_halfway_leaves_the_brain_as_it_was(tmp_path: Path) -> None:
+    """The write is all or nothing: one memory's file cannot be written (a directory has its
+    name), so neither the index nor any other memory of the import reaches the brain."""
+    brain = tmp_path / "brain"
+    imported_ok(brain, samples.obsidian_vault(tmp_path))
+    before = files_of(brain)
+    notes = tmp_path / "notes.zip"
+    with zipfile.ZipFile(notes, "w") as archive:
+        archive.writestr("inbox/Alpha.md", "# Alpha\nThe alpha release ships on Monday.\n")
+        archive.writestr("inbox/Omega.md", "# Omega\nThe omega release ships on Friday.\n")
+    (brain / "inbox" / "omega.md").mkdir(parents=True)  # where Omega's file would go
+    done = run_import(brain, notes)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert json.loads(done.stderr)["error"] == "cannot write 'inbox/omega.md': a directory of that name is in the way"
+    assert files_of(brain) == before  # no index naming files that are not there, no Alpha, no temporary file
+    assert "Alpha" not in live(brain)
+
+
 def _no_model_env() -> dict[str, str]:
     import os
 
