@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from common.textsafety import has_lone_surrogate
 from connector.i18n import Text
 from connector.imports import markdown
 from connector.imports.errors import ImportRefused
@@ -42,9 +43,11 @@ def read(document: Any, name: str) -> Imported:
                                   name=name, version=VERSION)])
     entries: dict[str, bytes] = {}
     for path, text in document["files"].items():
+        if isinstance(path, str) and has_lone_surrogate(path):
+            raise ImportRefused([Text("%(name)s: a file name that is not text", name=name)])
         if not isinstance(path, str) or outside_archive(path):
             raise ImportRefused([Text("%(name)s: a path outside the archive", name=str(path)[:200])])
-        if not isinstance(text, str):
+        if not isinstance(text, str) or has_lone_surrogate(text):  # a "\ud800" escape: no UTF-8 text holds it
             raise ImportRefused([Text("%(name)s: '%(path)s' is not text", name=name, path=path[:200])])
         entries[path] = text.encode("utf-8")
     found = markdown.read(Upload(name, entries, archive=True))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from common.textsafety import has_lone_surrogate
 from connector.engine.writes.errors import BrainError
 from connector.engine.writes.memorize import MemoryInput
 from connector.i18n import Text
@@ -42,8 +43,10 @@ def read(document: Any) -> Imported:
         try:
             memory = MemoryInput.from_mapping(item)
         except BrainError as exc:
-            problems.append(Text("memory %(position)s (%(title)s): %(reason)s", position=position,
-                                 title=item.get("title") or item.get("id") or "?", reason=str(exc)))
+            label = item.get("title") or item.get("id") or "?"
+            problems.append(Text("memory %(position)s (%(title)s): %(reason)s", position=position, reason=str(exc),
+                                 # A label holding a lone surrogate cannot be shown (or sent) either.
+                                 title="?" if isinstance(label, str) and has_lone_surrogate(label) else label))
             continue
         imported.add(memory, item["id"] if isinstance(item.get("id"), str) else None)
     if problems:

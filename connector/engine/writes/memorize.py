@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.textsafety import is_blank, one_line
+from common.textsafety import has_lone_surrogate, is_blank, one_line
 from connector.engine.format.brain import ASSOCIATIONS, INDEX
 from connector.engine.format.frontmatter import ENCODING_CONTEXT_KEYS, render_memory_file
 from connector.engine.format.rules import (
@@ -134,9 +134,17 @@ def _text(value: Any, name: str, *, required: bool = False, default: str = "") -
         return default
     if not isinstance(value, str):
         raise BrainError(f"'{name}' must be a string")
+    if has_lone_surrogate(value):
+        raise BrainError(_lone_surrogate(name))
     if required and is_blank(value):
         raise BrainError(_empty(name, value))
     return value
+
+
+def _lone_surrogate(name: str) -> str:
+    """The refusal of a text no file can hold: a lone surrogate (a JSON or YAML "\\ud800" escape)
+    is no UTF-8 character, and the brain's files are UTF-8 (writing it failed with a 500)."""
+    return f"'{name}' holds a lone surrogate (an escape like \\ud800 that is half of a character), which is not text"
 
 
 def _empty(name: str, value: str) -> str:
@@ -166,6 +174,8 @@ def _string_list(value: Any, name: str) -> tuple[str, ...]:
     for item in value:
         if not isinstance(item, str):
             raise BrainError(f"'{name}' must be a list of strings")
+        if has_lone_surrogate(item):
+            raise BrainError(_lone_surrogate(name))
         # One line each: a newline in a tag or id would print as extra lines wherever it is shown.
         item = one_line(item).strip()
         if item:
@@ -209,6 +219,8 @@ def clean_path(raw: Any) -> str:
     if not isinstance(raw, str) or not raw.strip():
         raise BrainError("'path' is required")
     path = raw.strip()
+    if has_lone_surrogate(path):
+        raise BrainError(_lone_surrogate("path"))
     if len(path) > MAX_PATH_LENGTH:
         raise BrainError("'path' is too long")
     if path.startswith("/") or "\\" in path or re.search(r"[\x00-\x1f\x7f]", path):

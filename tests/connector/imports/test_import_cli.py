@@ -380,6 +380,10 @@ BAD_FILES: list[tuple[str, bytes, tuple[str, ...], str]] = [
     ("origin.json", json.dumps({"format": "brain-store/memories", "version": 1, "memories": [
         {"title": "t", "type": "learning", "content": "c", "path": "notes/", "origin": ["user"]}]}).encode(), (),
      "memory 1 (t): 'origin' must be one of"),
+    # half of a character (a "\ud800" escape), which no file of the brain can hold: the write failed
+    ("surrogate.json", b'{"format": "brain-store/memories", "version": 1, "memories": [{"title": "t", '
+                       b'"type": "learning", "path": "notes/", "content": "a \\ud800 b"}]}', (),
+     "memory 1 (t): 'content' holds a lone surrogate (an escape like \\ud800 that is half of a character)"),
     ("mem0-as-claude.json", json.dumps(samples.MEM0_LIST).encode(), ("--from", "claude"),
      "is not a Claude conversations export"),
 ]

@@ -131,6 +131,19 @@ def test_bad_files_and_conversations_without_a_model_are_refused_and_change_noth
             ("conversations.json", json.dumps(samples.chatgpt_conversations()).encode(), "auto", "needs a model"),
             ("conversations.json", json.dumps(samples.claude_conversations()).encode(), "claude", "needs a model"),
             ("m.json", json.dumps(samples.MEM0_LIST).encode(), "chatgpt", "is not a ChatGPT conversations export"),
+            # A "\ud800" escape (half of a character: JSON and YAML read it, no UTF-8 file holds it) in
+            # any format: writing it failed, and the dry run answered 500.
+            ("ours.json", b'{"format": "brain-store/memories", "version": 1, "memories": [{"title": "t", '
+                          b'"type": "learning", "path": "notes/", "content": "a \\ud800 b"}]}', "auto",
+             "memory 1 (t): &#39;content&#39; holds a lone surrogate"),
+            ("titled.json", b'{"format": "brain-store/memories", "version": 1, "memories": [{"title": "t\\udc00", '
+                            b'"type": "learning", "path": "notes/", "content": "ab"}]}', "auto",
+             "memory 1 (?): &#39;title&#39; holds a lone surrogate"),
+            ("mem0.json", b'{"results": [{"id": "1", "memory": "ok", "categories": ["\\ud800"]}]}', "auto",
+             "memory 1: &#39;tags&#39; holds a lone surrogate"),
+            ("half.md", b'---\ntitle: "x\\ud800y"\n---\nbody\n', "auto", "half.md: &#39;title&#39; holds a lone surrogate"),
+            ("cli.brain-export", b'{"version": 1, "exportedAt": "2026-01-01", "files": {"a.md": "# A\\n\\ud800"}}',
+             "auto", "cli.brain-export: &#39;a.md&#39; is not text"),
         ]
         for name, data, chosen, reason in cases:
             answer = upload(browser, name, data, chosen)
