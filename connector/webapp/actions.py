@@ -10,14 +10,15 @@ If-Match, replayed on a conflict, held and retried when the store is away.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from connector.engine.recall.index import RecallError
 from connector.engine.recall.indexcache import index_for
 from connector.engine.tending.review import DECISIONS, Decide
 from connector.engine.writes.credentials import credential_refusal, credentials_in_memories
 from connector.engine.writes.errors import BrainError
-from connector.engine.writes.memorize import MAX_CONTENT_CHARS, MAX_TITLE_CHARS, WEB_APP_SOURCE, connector_memory
+from connector.engine.writes.memorize import (MAX_CONTENT_CHARS, MAX_TITLE_CHARS, WEB_APP_SOURCE, attributed,
+                                             connector_memory)
 from connector.engine.writes.ops import Forget, Memorize, Operation, Pin, Unpin, Verify, connector_memorize
 from connector.engine.writes.restore import Restore
 from connector.i18n import Text, message_of
@@ -82,7 +83,13 @@ class BrainActions:
         return Done("", outcome.synced)
 
     async def import_memories(self, account: Account, op: Memorize) -> Done:
-        """An import's one Memorize; its first `IMPORT_CHECKED` memories get brain_memorize's similar check."""
+        """An import's one Memorize; its first `IMPORT_CHECKED` memories get brain_memorize's similar check.
+        On a store that shares brains each memory's ``source`` names who imported it, after what the
+        file said (which may name anyone)."""
+        writer = await self.manager.writer(account)
+        if writer:
+            op = replace(op, memories=[replace(memory, source=attributed(memory.source, writer, "imported"))
+                                       for memory in op.memories])
         op = await self._review_flagged(account, op, limit=IMPORT_CHECKED)
         return await self.write(account, op, "import")
 
@@ -162,6 +169,7 @@ class BrainActions:
             op = connector_memorize(
                 content, title=title.strip() or None, type=type_, tags=tags, origin=EDIT_ORIGIN,
                 supersedes=supersedes or [], agent="web app", source=WEB_APP_SOURCE,
+                writer=await self.manager.writer(account),
             )
         except BrainError as exc:
             raise ActionRefused(str(exc)) from None
@@ -188,11 +196,12 @@ class BrainActions:
                 raise ActionRefused(Text("The merged text must not be empty."))
             if len(content) > MAX_CONTENT_CHARS or len(title) > MAX_TITLE_CHARS:
                 raise ActionRefused(Text("The text is too long."))
+        writer = await self.manager.writer(account)
         try:
             if decision == "merge":
                 merged = connector_memory(content, title=title.strip() or None, type=type_, tags=tags,
-                                          origin=EDIT_ORIGIN, agent="web app", source=WEB_APP_SOURCE)
-            by = await self.manager.writer(account) or "web app"
+                                          origin=EDIT_ORIGIN, agent="web app", source=WEB_APP_SOURCE, writer=writer)
+            by = writer or "web app"
             op = Decide(new, old, decision, by=by, merged=merged)
         except BrainError as exc:
             raise ActionRefused(str(exc)) from None

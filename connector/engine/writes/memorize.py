@@ -640,6 +640,15 @@ CONNECTOR_SOURCE = "brain-connector (MCP)"
 WEB_APP_SOURCE = "brain-connector (web app)"
 
 
+def attributed(source: str, writer: str, how: str = "written") -> str:
+    """``source`` naming who saved the memory (``writer``: the store's name for the user, on a
+    store that shares brains, else ""): ``brain-connector (MCP), written by carol``, and for a
+    memory brought in from a file ``imported from notes.zip/a.md, imported by carol``."""
+    if not writer:
+        return source
+    return f"{source}, {how} by {writer}" if source else f"{how} by {writer}"
+
+
 def connector_memory(
     content: str,
     *,
@@ -677,7 +686,7 @@ def connector_memory(
         tags=tag_list,
         salience=0.5,
         confidence=0.8,
-        source=f"{source}, written by {writer}" if writer else source,
+        source=attributed(source, writer),
         encoding_context={
             "project": project or "",
             "topics": list(tag_list),

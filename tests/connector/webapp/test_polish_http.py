@@ -45,7 +45,9 @@ def test_web_app_writes_carry_their_own_source(store: RunningStore) -> None:
         memory_id = new.headers["location"].split("/app/memory/")[1].split("?")[0]
         page = client.get(f"/app/memory/{memory_id}")
         assert "brain-connector (web app)" in page.text and "brain-connector (MCP)" not in page.text
-    assert 'source: "brain-connector (web app)"' in _front_matter(store, alice.token, brain_id, memory_id)
+    # On a store that shares brains the writer is named, as an assistant's memory names them.
+    assert f'source: "brain-connector (web app), written by {alice.name}"' in _front_matter(store, alice.token, brain_id,
+                                                                                            memory_id)
 
 
 def test_no_recall_count_that_recall_never_updates(store: RunningStore) -> None:

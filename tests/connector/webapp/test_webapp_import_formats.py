@@ -78,7 +78,8 @@ def test_a_vault_zip_and_a_mem0_export_are_checked_then_imported_duplicates_repo
         after = at_store(store, alice.token)
         assert set(after) - set(before) == {"Tomato plan", "2024-05-02"}
         assert after["Tomato plan"]["tags"] == ["garden", "plants"]
-        assert 'source: "imported from Vault.zip/Vault/Projects/Garden/Tomatoes.md"' in after["Tomato plan"]["text"]
+        assert (f'source: "imported from Vault.zip/Vault/Projects/Garden/Tomatoes.md, imported by {alice.name}"'
+                in after["Tomato plan"]["text"])
 
         preview = upload(browser, "memories.json", json.dumps(samples.MEM0_RESULTS).encode(), "mem0")
         assert "2 new memories would be saved" in preview.text

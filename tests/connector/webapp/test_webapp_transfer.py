@@ -116,3 +116,29 @@ def test_an_import_checked_for_one_brain_is_not_written_to_another(store: Runnin
         "The team deploys on Thursdays."]
     with pytest.raises(Exception):  # bob's own brain got nothing either (still no archive)
         download_brain(store.url, bob.token, own_id)
+
+
+def test_what_an_editor_writes_or_imports_in_the_web_app_names_them_in_a_shared_brain(store: RunningStore) -> None:
+    """The members of a shared brain see who said what (docs/sharing.md): a memory typed on the
+    New memory page names its writer as an assistant's does, and an imported one names who
+    imported it after what the file said, whoever the file claims wrote it."""
+    alice, bob = store.add_user("alice"), store.add_user("bob")
+    team = httpx.post(f"{store.url}/api/brains", headers=auth(alice.token), json={"name": "team"}, timeout=30).json()
+    direct_memorize(store.url, alice.token, team["id"], "The team deploys on Thursdays.")
+    share(store, team["id"], bob, "editor")
+    payload = json.dumps({"format": "brain-store/memories", "version": 1, "memories": [
+        {"title": "Freeze", "type": "decision", "path": "captured/", "content": "Deploys freeze in December.",
+         "source": f"brain-connector (MCP), written by {alice.name}"}]}).encode()
+    with app_client(store.url) as client:
+        csrf = sign_in(client, bob.token)
+        assert client.post("/app/brain", data={"csrf": csrf, "brain": team["id"]}).status_code == 303
+        typed = client.post("/app/new", data={"csrf": csrf, "title": "Rollback", "type": "learning", "tags": "",
+                                              "content": "Roll back with the previous image tag."})
+        assert typed.status_code == 303, typed.text
+        preview = client.post("/app/import", data={"csrf": csrf}, files={"file": ("f.json", payload, "application/json")})
+        reference = re.search(r'name="reference" value="([^"]+)"', preview.text).group(1)
+        assert client.post("/app/import/confirm", data={"csrf": csrf, "reference": reference}).status_code == 303
+    brain, _ = download_brain(store.url, alice.token, team["id"])
+    sources = {entry["title"]: brain.read_text(entry["path"]) for entry in brain.read_json("index.json")["memories"].values()}
+    assert f'source: "brain-connector (web app), written by {bob.name}"' in sources["Rollback"]
+    assert f'source: "brain-connector (MCP), written by {alice.name}, imported by {bob.name}"' in sources["Freeze"]
