@@ -25,8 +25,8 @@ from connector.engine.writes.errors import BrainError
 # note of 200 MB: 45 s of the credential check and 3.7 GB of memory.
 from connector.engine.writes.memorize import MAX_CONTENT_CHARS, MemoryInput
 from connector.engine.writes.ops import Memorize
-from connector.engine.tending.similar import Incoming, Similar, normalised_content
-from connector.engine.format.text import memory_body
+from connector.engine.tending.similar import Incoming, Similar
+from connector.engine.format.text import memory_body, normalised_content
 from connector.i18n import Text
 from connector.imports.errors import ImportRefused
 from connector.imports.imported import Imported
@@ -63,8 +63,10 @@ class ImportPlan:
         return len(self.duplicates)
 
     def operation(self) -> Memorize:
-        """The one write (a fresh copy each time: apply fills in ids and time)."""
-        return Memorize(list(self.inputs), ids=list(self.ids))
+        """The one write (a fresh copy each time: apply fills in ids and time). It skips what the
+        brain holds word for word when it is applied (``skip_held``): the same file imported from
+        two tabs or devices at once was checked by each before the other's write."""
+        return Memorize(list(self.inputs), ids=list(self.ids), skip_held=True)
 
     @classmethod
     def refused(cls, reasons: list[str], format: str = "") -> ImportPlan:  # noqa: A002 - the field's name
@@ -193,6 +195,6 @@ def dry_run(plan: ImportPlan, brain: Brain | None, now: datetime) -> ImportSumma
         result = plan.operation().apply(scratch, now)
     except BrainError as exc:
         return ImportSummary(0, 0, plan.skipped, [*plan.errors, str(exc)], **extra)
-    stored = result["stored"]
+    stored = [item for item in result["stored"] if not item.get("already_present")]
     pending = sum(1 for item in stored if item.get("quarantine_pending"))
     return ImportSummary(len(stored), pending, plan.skipped, list(plan.errors), **extra)

@@ -7,6 +7,7 @@ term statistics we compute match the ones it stores in ``search-index.json``.
 from __future__ import annotations
 
 import re
+import unicodedata
 
 # JavaScript's `\s` set. Python's own `\s` differs (it includes U+001C..U+001F and
 # U+0085 and lacks U+FEFF), and token boundaries must match the reference exactly.
@@ -143,3 +144,11 @@ def term_counts(text: str) -> tuple[dict[str, int], int]:
     for token in tokens:
         counts[token] = counts.get(token, 0) + 1
     return js_key_order(counts), len(tokens)
+
+
+_SPACES = re.compile(r"\s+")
+
+
+def normalised_content(text: str) -> str:
+    """Content as compared for exact duplicates: NFKC, case-folded, whitespace collapsed."""
+    return _SPACES.sub(" ", unicodedata.normalize("NFKC", text).casefold()).strip()

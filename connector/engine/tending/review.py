@@ -399,7 +399,8 @@ class MemorizeFlagged(Memorize):
         flags = []
         for item in self.similar:
             position = item.get("of", 0)
-            if isinstance(position, int) and 0 <= position < len(stored):
+            # A memory not written because the brain held it already (`Memorize.skip_held`) has no pair.
+            if isinstance(position, int) and 0 <= position < len(stored) and not stored[position].get("duplicate"):
                 flags.append(Flag(str(stored[position]["id"]), str(item["id"]), str(item["relation"]),
                                   float(item["score"]), "write", self.by))
         added = add_flags(txn, flags) if flags else []

@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from connector.engine.format.brain import Brain
-from connector.engine.format.text import memory_body
+from connector.engine.format.text import memory_body, normalised_content
 from connector.engine.recall.embedding import Quantized, cosines, embedded_text
 from connector.engine.recall.hybrid import HUBNESS_NEIGHBOURS, HybridIndex, VectorSource
 from connector.engine.recall.index import BrainIndex
@@ -121,14 +121,6 @@ class Similar:
             if self.exact:
                 out["exact"] = True
         return out
-
-
-_SPACE = re.compile(r"\s+")
-
-
-def normalised_content(text: str) -> str:
-    """Content as compared for exact duplicates: NFKC, case-folded, whitespace collapsed."""
-    return _SPACE.sub(" ", unicodedata.normalize("NFKC", text).casefold()).strip()
 
 
 # ----- values: numbers, times, dates, month and weekday names ------------------------

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 from connector.engine.format.brain import ARCHIVE_INDEX, PINNED, Brain
 from connector.engine.format.rules import PROTECTED_SALIENCE
+from connector.engine.format.text import memory_body, normalised_content
 from connector.engine.writes.errors import ArchivedMemory, BrainError
 from connector.engine.writes.memorize import (
     MemoryInput,
@@ -151,6 +152,11 @@ class Memorize(Operation):
     # hands its pin to the new one (`pin_follows`), or session start would serve the replaced
     # text. The command line leaves pins where they are, as the reference's `brain memorize` does.
     pins_follow: bool = False
+    # An import's write: a memory whose content a live memory of the brain holds word for word
+    # (`normalised_content`), written meanwhile by another import of the same file, another tab or
+    # device, is not written again; it is reported with that memory's id (``duplicate``). Checked
+    # at every apply, so a replay on a newer brain (after a lost race) skips it too.
+    skip_held: bool = False
     kind: ClassVar[str] = "memorize"
 
     def __post_init__(self) -> None:
@@ -194,6 +200,7 @@ class Memorize(Operation):
         ids = list(self.ids) if self.ids else []
         reserved = set(ids)
         stored: list[dict[str, Any]] = []
+        held = _held_contents(txn) if self.skip_held else {}
         for position, memory in enumerate(self.memories):
             memory_id = ids[position] if position < len(ids) else None
             if memory_id is not None:
@@ -206,6 +213,13 @@ class Memorize(Operation):
                                        "already_present": True})
                         continue
                     memory_id = None  # another memory took this id meanwhile
+            content = normalised_content(memory.content) if self.skip_held else ""
+            if content in held:
+                other = held[content]
+                entry = txn.entry(other) or {}
+                stored.append({"id": other, "title": entry.get("title", memory.title), "path": entry.get("path"),
+                               "type": entry.get("type"), "already_present": True, "duplicate": True})
+                continue
             if memory_id is None:
                 memory_id = _draw_id(txn, reserved)
                 reserved.add(memory_id)
@@ -219,6 +233,8 @@ class Memorize(Operation):
                 if len(self.memories) == 1:
                     raise
                 raise BrainError(f"memory {position + 1}: {error}") from None
+            if self.skip_held:
+                held.setdefault(content, memory_id)
         if self.pins_follow:
             for memory, written in zip(self.memories, stored, strict=True):
                 if memory.supersedes and not written.get("already_present"):
@@ -235,7 +251,19 @@ class Memorize(Operation):
     def to_dict(self) -> dict[str, Any]:
         value = {"op": self.kind, "memories": [memory.to_mapping() for memory in self.memories],
                  "ids": self.ids, "created": self.created}
-        return {**value, "pins_follow": True} if self.pins_follow else value
+        flags = {name: True for name in ("pins_follow", "skip_held") if getattr(self, name)}
+        return {**value, **flags}
+
+
+def _held_contents(txn: WriteTxn) -> dict[str, str]:
+    """The id of the live memory holding each content (`normalised_content`) in the brain."""
+    held: dict[str, str] = {}
+    for memory_id, entry in txn.memories().items():
+        path = entry.get("path") if isinstance(entry, dict) else None
+        text = txn.read_text(path) if isinstance(path, str) else None
+        if text is not None:
+            held.setdefault(normalised_content(memory_body(text)), memory_id)
+    return held
 
 
 def connector_memorize(content: str, *, request_key: str | None = None, **fields: Any) -> Memorize:
@@ -574,6 +602,7 @@ register_kind(
         ids=value.get("ids"),
         created=value.get("created"),
         pins_follow=value.get("pins_follow") is True,
+        skip_held=value.get("skip_held") is True,
     ),
 )
 register_kind(Pin.kind, lambda value: Pin(value["id"], value.get("scope", "global"), value.get("priority", 0)))

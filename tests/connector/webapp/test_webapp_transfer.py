@@ -142,3 +142,27 @@ def test_what_an_editor_writes_or_imports_in_the_web_app_names_them_in_a_shared_
     sources = {entry["title"]: brain.read_text(entry["path"]) for entry in brain.read_json("index.json")["memories"].values()}
     assert f'source: "brain-connector (web app), written by {bob.name}"' in sources["Rollback"]
     assert f'source: "brain-connector (MCP), written by {alice.name}, imported by {bob.name}"' in sources["Freeze"]
+
+
+def test_the_same_file_confirmed_in_two_places_at_once_is_written_once(store: RunningStore) -> None:
+    """Two tabs or devices (here two connectors) check the same file before either writes: both
+    dry runs find nothing held, and both confirmations write. What the brain holds word for word
+    by the time a write is applied is not written again, so each memory is there once."""
+    alice = store.add_user("alice")
+    brain_id = brains_of(store.url, alice.token)[0]["id"]
+    direct_memorize(store.url, alice.token, brain_id, "The compost bin is emptied in spring.")
+    payload = json.dumps({"format": "brain-store/memories", "version": 1, "memories": [
+        {"title": f"Bed {n}", "type": "learning", "path": "garden/", "content": f"Raised bed {n} holds the tomatoes."}
+        for n in (1, 2, 3)]}).encode()
+    with app_client(store.url) as first, app_client(store.url) as second:
+        checked = []
+        for client in (first, second):
+            csrf = sign_in(client, alice.token)
+            preview = client.post("/app/import", data={"csrf": csrf}, files={"file": ("beds.json", payload, "application/json")})
+            assert "3 new memories would be saved" in preview.text, preview.text
+            checked.append((client, csrf, re.search(r'name="reference" value="([^"]+)"', preview.text).group(1)))
+        for client, csrf, reference in checked:
+            assert client.post("/app/import/confirm", data={"csrf": csrf, "reference": reference}).status_code == 303
+    stored, _ = download_brain(store.url, alice.token, brain_id)
+    titles = sorted(entry["title"] for entry in stored.read_json("index.json")["memories"].values())
+    assert titles == ["Bed 1", "Bed 2", "Bed 3", "The compost bin is emptied in spring."]
