@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Three more signals for the answer gate, read from e5 itself (issue 34, session 22).
+"""More signals for the answer gate, read from e5 itself (issue 34, session 22).
 
 The answer gate (connector/engine/recall/answergate.py) loses three answered synonym queries of
 recall-quality whose best cosines sit at the no-answer queries' level. This probe asks whether
 e5 can say more about "does the best memory answer the query" than one cosine of two pooled
-vectors, with three signals no earlier session measured:
+vectors, with four signals no earlier session measured:
 
 - ``sentence``: the best cosine of the query with any one sentence (or line) of e5's five best
   memories (a memory of several sentences pools them all; the answer may be one of them);
@@ -13,13 +13,16 @@ vectors, with three signals no earlier session measured:
   tokens, and the same taken over e5's three best memories;
 - ``background``: how far e5's best cosine in the brain stands above the query's best cosine in
   a corpus of unrelated memories (LoCoMo's 2,760 turns; a query that finds as good a match in
-  anybody's conversation asks about something common, not about this brain).
+  anybody's conversation asks about something common, not about this brain);
+- ``symmetric``: the query embedded as a passage (e5's ``passage:`` prefix, text against text,
+  where recall embeds it as a ``query:``): the gap from its best cosine with the brain's memories
+  to its tenth best. Beside e5's own gap it tells a memory that answers from one that resembles.
 
 For each it prints the area under the ROC curve between recall-quality's answered queries (the
 answer in the first ten without a gate) and its 72 no-answer queries, beside the shipped
 features', where the three lost queries sit among the no-answer ones, and the gate refitted with
 it as a further feature (bench/gate_cv.py's ten folds, held out, and in sample at each
-threshold). Results: docs/recall.md ("Three more signals from e5 (session 22: nothing shipped)").
+threshold). Results: docs/recall.md ("More signals from e5 (session 22: nothing shipped)").
 
 Usage::
 
@@ -108,7 +111,9 @@ def signals(data: gate_cv.Rows, model: NumpyE5) -> dict[str, np.ndarray]:
     background_texts = [text for item in {id(item): item for item, _ in data.cases}.values()
                         if item.brainset.name.startswith("locomo") for text in item.texts]
     background = model.passages(background_texts, threads=2)
-    out: dict[str, list[float]] = {name: [] for name in ("sentence", "tokens", "tokens_top3", "background")}
+    brain_vectors: dict[str, np.ndarray] = {}
+    names = ("sentence", "tokens", "tokens_top3", "background", "symmetric")
+    out: dict[str, list[float]] = {name: [] for name in names}
     for n, (item, case) in enumerate(data.cases):
         texts = item.texts
         positions = np.flatnonzero(case.eligible)
@@ -122,6 +127,10 @@ def signals(data: gate_cv.Rows, model: NumpyE5) -> dict[str, np.ndarray]:
         # A LoCoMo question's own conversation is in the corpus: only recall-quality's values are read.
         own = item.brainset.name.startswith("locomo")
         out["background"].append(float(case.e5[best[0]]) - (0.0 if own else float((background @ query).max())))
+        if item.brainset.name not in brain_vectors:
+            brain_vectors[item.brainset.name] = model.passages(texts, threads=2)
+        alike = np.sort(brain_vectors[item.brainset.name][positions] @ model.passages([case.query.text])[0])[::-1]
+        out["symmetric"].append(float(alike[0] - alike[min(9, len(alike) - 1)]))
         if n % 100 == 0:
             print(f"  {n} of {len(data.cases)} queries", file=sys.stderr, flush=True)
     return {name: np.array(values) for name, values in out.items()}
