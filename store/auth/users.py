@@ -127,6 +127,18 @@ def with_email(email: str, users: list[Any]) -> list[Any]:
     return [user for user in users if key and email_key(user.email) == key]
 
 
+def named(users: list[User], name_or_id: str) -> User | None:
+    """The user of ``users`` whose name or id ``name_or_id`` is: trimmed (a name or id pasted with
+    spaces around it), a name exactly (names differing in case are different users), an id also
+    ignoring case (ids are UUIDs, written in lower case; one copied in upper case is the same id)."""
+    wanted = name_or_id.strip()
+    for user in users:
+        if user.id == wanted or user.name == wanted:
+            return user
+    key = wanted.lower()
+    return next((user for user in users if user.id.lower() == key), None) if key else None
+
+
 EMAIL_RULE = "an e-mail address is at most 254 characters, without spaces, control or bidirectional characters"
 
 
@@ -250,11 +262,8 @@ class UserRegistry:
         return list(self._index.doc.users)
 
     def find(self, name_or_id: str) -> User | None:
-        """A user by name or by id."""
-        for user in self.users():
-            if user.id == name_or_id or user.name == name_or_id:
-                return user
-        return None
+        """A user by name or by id (`named`)."""
+        return named(self.users(), name_or_id)
 
     def lookup(self, who: str) -> User | None:
         """A user by e-mail address, name or id, or None. Text with an ``@`` is an e-mail address
@@ -330,11 +339,12 @@ class UserRegistry:
         token = new_token()
 
         def change(doc: UsersDocument) -> User:
-            for i, user in enumerate(doc.users):
-                if user.id == name_or_id or user.name == name_or_id:
-                    doc.users[i] = msgspec.structs.replace(user, token_sha256=hash_token(token))
-                    return doc.users[i]
-            raise UsersFileError(f"no user {name_or_id!r}")
+            user = named(doc.users, name_or_id)
+            if user is None:
+                raise UsersFileError(f"no user {name_or_id!r}")
+            i = doc.users.index(user)
+            doc.users[i] = msgspec.structs.replace(user, token_sha256=hash_token(token))
+            return doc.users[i]
 
         return self._edit(change), token
 
@@ -342,14 +352,14 @@ class UserRegistry:
         """Remove a user (an OIDC user's identity is remembered as denied)."""
 
         def change(doc: UsersDocument) -> User:
-            for i, user in enumerate(doc.users):
-                if user.id == name_or_id or user.name == name_or_id:
-                    del doc.users[i]
-                    if user.oidc_subject:
-                        doc.denied.append(DeniedIdentity(user.oidc_issuer, user.oidc_subject, now_rfc3339(),
-                                                         user.id, user.name, user.email))
-                    return user
-            raise UsersFileError(f"no user {name_or_id!r}")
+            user = named(doc.users, name_or_id)
+            if user is None:
+                raise UsersFileError(f"no user {name_or_id!r}")
+            doc.users.remove(user)
+            if user.oidc_subject:
+                doc.denied.append(DeniedIdentity(user.oidc_issuer, user.oidc_subject, now_rfc3339(),
+                                                 user.id, user.name, user.email))
+            return user
 
         return self._edit(change)
 
