@@ -266,10 +266,18 @@ def _title(front: Mapping[str, Any], body: str, name: str) -> str:
 
 
 def _tags(value: Any) -> list[str]:
-    """Obsidian and Basic Memory spell tags as a list or as one string of them."""
-    if value is None:
+    """Obsidian and Basic Memory spell tags as a list or as one string of them. A mapping gives
+    its keys (``tags: {work, home}`` is YAML's set of the two; ``{a: 1}`` was read as the tags
+    ``{'a':`` and ``1}``); a value that is neither text, a number, a list nor a mapping (true)
+    gives none, as such an item of a list does."""
+    if isinstance(value, Mapping):
+        items = list(value)
+    elif isinstance(value, list):
+        items = value
+    elif isinstance(value, str | int | float) and not isinstance(value, bool):
+        items = re.split(rf"(?:{LIST_SEPARATORS.pattern}|\s)+", str(value))
+    else:
         return []
-    items = value if isinstance(value, list) else re.split(rf"(?:{LIST_SEPARATORS.pattern}|\s)+", str(value))
     tags = []
     for item in items:
         if isinstance(item, str | int | float) and not isinstance(item, bool):

@@ -340,6 +340,21 @@ def test_front_matter_tags_separated_by_chinese_or_japanese_commas_are_separate_
     assert live(brain)["会議室の予約"]["tags"] == ["会議", "予約", "部署", "支付"]
 
 
+
+@pytest.mark.parametrize(("front", "tags"), [
+    ("tags: {garden: 1, soil: 2}", ["garden", "soil"]),  # was the tags "{'garden':", "1,", "'soil':", "2}"
+    ("tags: {garden, soil}", ["garden", "soil"]),  # YAML's set
+    ("tags: true", []),  # was the tag "True"
+    ("tags: 2024", ["2024"]),
+])
+def test_front_matter_tags_that_are_a_mapping_give_its_keys(tmp_path: Path, front: str, tags: list[str]) -> None:
+    note = tmp_path / "Compost.md"
+    note.write_text(f"---\n{front}\n---\n# Compost\nTurn the heap every two weeks.\n")
+    brain = tmp_path / "brain"
+    imported_ok(brain, note)
+    assert live(brain)["Compost"]["tags"] == tags
+
+
 BAD_FILES: list[tuple[str, bytes, tuple[str, ...], str]] = [
     ("broken.json", b'{"results": [\n  {"memory": "ok"},\n  {"memory": "x",}\n]}', (), "broken.json, line 3: not JSON"),
     ("mem0.json", json.dumps({"results": [{"memory": "fine"}, {"memory": ""}]}).encode(), (),
