@@ -74,7 +74,7 @@ def _report(plan: ImportPlan, brain: Brain, now: Any, *, dry: bool) -> dict[str,
         "duplicates": [asdict(item) for item in plan.duplicates],
         "similar": [{**item, "title": plan.inputs[item["of"]].title} for item in plan.flagged],
         "passed_over": [str(item) for item in plan.passed_over],
-        # memories refused one by one (a credential, too long): not written, the others are
+        # memories refused one by one (a credential, too long, a field over its limit): not written, the others are
         "refused": [str(reason) for reason in summary.errors],
     }
 
@@ -99,7 +99,8 @@ def import_(brain: Path, file: Path, chosen: str, dry_run: bool, now: str | None
     existing memories each repeats or updates in other words, as memorize lists them),
     passed_over (files left out, and supersedes links naming a memory of BRAIN the file does not
     hold, dropped; each with why), refused (memories not written, with why: one that
-    looks like it holds a credential, or longer than 50,000 characters), and stored when written.
+    looks like it holds a credential, longer than 50,000 characters, or with a field holding more
+    than brain_memorize takes, such as over 200 tags), and stored when written.
     """
     clock = _clock(now)
     try:

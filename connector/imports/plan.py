@@ -23,7 +23,7 @@ from connector.engine.writes.credentials import credentials_in_memories
 from connector.engine.writes.errors import BrainError
 # MAX_CONTENT_CHARS: checked before anything reads a note whole. Without it a zip of 600 KB brought one
 # note of 200 MB: 45 s of the credential check and 3.7 GB of memory.
-from connector.engine.writes.memorize import MAX_CONTENT_CHARS, MemoryInput
+from connector.engine.writes.memorize import MAX_CONTENT_CHARS, MemoryInput, OverLimit, over_limit
 from connector.engine.writes.ops import Memorize
 from connector.engine.tending.similar import Incoming, Similar
 from connector.engine.format.text import memory_body, normalised_content
@@ -130,6 +130,10 @@ def plan_import(imported: Imported, brain: Brain | None, now: datetime, *,
             plan.errors.append(Text("%(title)s: longer than %(count)s characters; not imported",
                                     title=memory.title, count=MAX_CONTENT_CHARS))
             continue
+        over = over_limit(memory)  # what brain_memorize would not take either: refused, listed
+        if over is not None:
+            plan.errors.append(_over_limit(memory.title, over))
+            continue
         kinds = credentials_in_memories([memory])  # the same check as every other write: refused, listed
         if kinds:
             plan.errors.append(Text("%(title)s: looks like it contains a credential (%(kinds)s); not imported",
@@ -163,6 +167,18 @@ def plan_import(imported: Imported, brain: Brain | None, now: datetime, *,
         relinked.append(memory)
     plan.inputs = relinked
     return plan
+
+
+def _over_limit(title: str, over: OverLimit) -> Text:
+    """Why a memory of a file is not imported: which of its fields holds too much."""
+    if over.kind == "items":
+        return Text("%(title)s: '%(field)s' has more than %(count)s items; not imported",
+                    title=title, field=over.field, count=over.count)
+    if over.kind == "item_chars":
+        return Text("%(title)s: '%(field)s' holds an item longer than %(count)s characters; not imported",
+                    title=title, field=over.field, count=over.count)
+    return Text("%(title)s: '%(field)s' is longer than %(count)s characters; not imported",
+                title=title, field=over.field, count=over.count)
 
 
 def _archived_ids(brain: Brain | None) -> set[str]:

@@ -12,7 +12,8 @@ from typing import Any
 import mcp_types as types
 
 from connector.engine.format.tokens import CHARS_PER_TOKEN
-from connector.engine.writes.memorize import MAX_CONTENT_CHARS, MAX_TITLE_CHARS
+from connector.engine.writes.memorize import (MAX_CONTENT_CHARS, MAX_CONTEXT_CHARS, MAX_ID_CHARS, MAX_LIST_ITEMS,
+                                              MAX_TITLE_CHARS)
 
 READ_SCOPE = "brain.read"
 WRITE_SCOPE = "brain.write"
@@ -27,13 +28,11 @@ MAX_RECALL_CHARS = 40_000
 # brain_read shows at most this much of one memory's content.
 MAX_READ_CHARS = 100_000
 # The longest arguments the tools take (declared in their input schemas, enforced by tools.py):
-# a query, a project / task / brain name, a memory id, a date, a list (a memory's content and
-# title: the engine's MAX_CONTENT_CHARS, MAX_TITLE_CHARS).
+# a query and a date here; a project / task / brain name, a memory id, a list, a memory's content
+# and title are the engine's MAX_CONTEXT_CHARS, MAX_ID_CHARS, MAX_LIST_ITEMS, MAX_CONTENT_CHARS and
+# MAX_TITLE_CHARS (an import is held to them too).
 MAX_QUERY_CHARS = 10_000
-MAX_CONTEXT_CHARS = 300
-MAX_ID_CHARS = 200
 MAX_DATE_CHARS = 100
-MAX_LIST_ITEMS = 200
 # brain_reflect's evidence budget, in tokens (x4 characters): what a model is sent at most.
 DEFAULT_REFLECT_TOKENS = 2000
 MIN_REFLECT_TOKENS = 100

@@ -13,7 +13,7 @@ import re
 import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from common.textsafety import has_lone_surrogate, is_blank, one_line
 from connector.engine.format.brain import ASSOCIATIONS, INDEX
@@ -46,6 +46,15 @@ MAX_SEGMENT_LENGTH = 200
 # The longest content and title a memory is written with (brain_memorize, the web app, an import).
 MAX_CONTENT_CHARS = 50_000
 MAX_TITLE_CHARS = 1000
+# The most its other fields hold: what brain_memorize takes (its input schema declares them,
+# connector/mcp/definitions.py) and what an import is held to (`over_limit`). A list (tags,
+# related, supersedes, the context's topics) MAX_LIST_ITEMS items; a tag, a project, a task, an
+# agent or a pin scope MAX_CONTEXT_CHARS; a memory id MAX_ID_CHARS; a source MAX_SOURCE_CHARS (a
+# file's path in an archive, MAX_PATH_LENGTH, with the archive's name and who imported it).
+MAX_LIST_ITEMS = 200
+MAX_CONTEXT_CHARS = 300
+MAX_ID_CHARS = 200
+MAX_SOURCE_CHARS = 2 * MAX_PATH_LENGTH
 SLUG_LENGTH = 48
 MEMORY_ID = re.compile(r"^mem_\d{8}_[0-9a-f]{6}$")
 _RESERVED_TOP = frozenset({"_archived", ".sync", ".cloud"})
@@ -331,6 +340,39 @@ class MemoryInput:
             "stable": self.stable, "origin": self.origin, "valid_from": self.valid_from,
             "valid_until": self.valid_until, "supersedes": list(self.supersedes),
         }
+
+
+@dataclass(frozen=True)
+class OverLimit:
+    """A field of a memory holding more than a memory may: ``items`` (too many items), ``chars``
+    (too long) or ``item_chars`` (an item of the list too long), past ``count``."""
+
+    field: str
+    kind: Literal["items", "chars", "item_chars"]
+    count: int
+
+
+def over_limit(memory: MemoryInput) -> OverLimit | None:
+    """The first field of ``memory`` past its limit (``MAX_LIST_ITEMS``, ``MAX_CONTEXT_CHARS``,
+    ``MAX_ID_CHARS``, ``MAX_SOURCE_CHARS``), None when every one fits. Content and title have
+    their own checks (MAX_CONTENT_CHARS, MAX_TITLE_CHARS); the engine writes what it is given,
+    so a write from elsewhere (an import) asks this first."""
+    context = memory.encoding_context
+    lists = (("tags", memory.tags, MAX_CONTEXT_CHARS), ("related", memory.related, MAX_ID_CHARS),
+             ("supersedes", memory.supersedes, MAX_ID_CHARS),
+             ("encoding_context.topics", context.get("topics") or (), MAX_CONTEXT_CHARS))
+    for name, items, longest in lists:
+        if len(items) > MAX_LIST_ITEMS:
+            return OverLimit(name, "items", MAX_LIST_ITEMS)
+        if any(len(item) > longest for item in items):
+            return OverLimit(name, "item_chars", longest)
+    texts = [("source", memory.source, MAX_SOURCE_CHARS), ("pin_scope", memory.pin_scope, MAX_CONTEXT_CHARS)]
+    texts += [(f"encoding_context.{key}", context.get(key) or "", MAX_CONTEXT_CHARS)
+              for key in ENCODING_CONTEXT_KEYS if key != "topics"]
+    for name, text, longest in texts:
+        if len(text) > longest:
+            return OverLimit(name, "chars", longest)
+    return None
 
 
 def _encoding_context(value: Any) -> dict[str, Any]:

@@ -164,6 +164,50 @@ def test_a_note_longer_than_a_memory_may_be_is_refused_by_name(tmp_path: Path) -
     assert "Long" not in live(brain)
 
 
+def _native(*memories: dict[str, Any]) -> bytes:
+    return json.dumps({"format": "brain-store/memories", "version": 1, "memories": [
+        {"type": "learning", "path": "notes/", "content": f"{memory['title']} is kept.", **memory}
+        for memory in memories]}).encode()
+
+
+def test_a_memory_whose_other_fields_hold_more_than_memorize_takes_is_refused_by_name(tmp_path: Path) -> None:
+    # Only the content had a limit: 200,000 tags on one memory were imported (and its page took
+    # seconds to render), as were a source, a pin scope or a context of any length.
+    export = tmp_path / "export.json"
+    export.write_bytes(_native(
+        {"title": "Fine", "tags": [f"t{n}" for n in range(200)], "related": [f"mem_20240101_{n:06x}" for n in range(200)]},
+        {"title": "Many tags", "tags": [f"t{n}" for n in range(200_000)]},
+        {"title": "Long tag", "tags": ["ok", "x" * 301]},
+        {"title": "Many links", "related": [f"mem_20240101_{n:06x}" for n in range(201)]},
+        {"title": "Long link", "supersedes": ["mem_" + "1" * 300]},
+        {"title": "Long source", "source": "s" * 2049},
+        {"title": "Long scope", "pinned": True, "pin_scope": "p" * 301},
+        {"title": "Long project", "encoding_context": {"project": "p" * 301}},
+        {"title": "Many topics", "encoding_context": {"topics": [f"t{n}" for n in range(201)]}},
+    ))
+    brain = tmp_path / "brain"
+    dry = imported_ok(brain, export, "--dry-run")
+    assert dry["new"] == 1 and dry["refused"] == [
+        "Many tags: 'tags' has more than 200 items; not imported",
+        "Long tag: 'tags' holds an item longer than 300 characters; not imported",
+        "Many links: 'related' has more than 200 items; not imported",
+        "Long link: 'supersedes' holds an item longer than 200 characters; not imported",
+        "Long source: 'source' is longer than 2048 characters; not imported",
+        "Long scope: 'pin_scope' is longer than 300 characters; not imported",
+        "Long project: 'encoding_context.project' is longer than 300 characters; not imported",
+        "Many topics: 'encoding_context.topics' has more than 200 items; not imported",
+    ]
+    report = imported_ok(brain, export)
+    assert report["new"] == 1 and report["refused"] == dry["refused"]
+    assert list(live(brain)) == ["Fine"] and len(live(brain)["Fine"]["tags"]) == 200
+
+    # a note from elsewhere is held to the same limits
+    note = tmp_path / "Tagged.md"
+    note.write_text("---\ntags: " + " ".join(f"t{n}" for n in range(201)) + "\n---\n# Tagged\nBody.\n")
+    assert imported_ok(brain, note)["refused"] == ["Tagged: 'tags' has more than 200 items; not imported"]
+    assert list(live(brain)) == ["Fine"]
+
+
 def test_importing_the_same_notes_again_reports_duplicates_and_writes_nothing(tmp_path: Path) -> None:
     vault = samples.obsidian_vault(tmp_path)
     brain = tmp_path / "brain"
