@@ -18,6 +18,7 @@ from typing import Any
 import mcp_types as types
 
 from common.textsafety import escape_one_line
+from connector.engine.format.graphemes import shortened
 from connector.engine.format.titles import plain_title
 from connector.mcp.http import path_segment
 from connector.mcp.render import json_text
@@ -40,7 +41,7 @@ def _title(value: Any, memory_id: str, content: Any = None) -> str:
         return escape_one_line(plain_title(value.strip()))
     if isinstance(content, str) and content.strip():
         first = " ".join(content.split())
-        return escape_one_line(first if len(first) <= _TITLE_CHARS else first[: _TITLE_CHARS - 1].rstrip() + "…")
+        return escape_one_line(shortened(first, _TITLE_CHARS))
     return memory_id
 
 

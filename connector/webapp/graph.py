@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from connector.engine.format.graphemes import shortened
+
 MAX_NEIGHBOURS = 12
 WIDTH, HEIGHT = 640, 420
 RADIUS = 150
@@ -59,7 +61,7 @@ class Graph:
 
 
 def _short(text: str) -> str:
-    return text if len(text) <= LABEL_CHARS else text[: LABEL_CHARS - 1].rstrip() + "\u2026"
+    return shortened(text, LABEL_CHARS)
 
 
 def neighbourhood(centre: str, titles: dict[str, str], edges: dict[str, list[tuple[str, float]]] | None) -> Graph | None:

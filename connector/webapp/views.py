@@ -16,6 +16,7 @@ from connector.engine.format.archive import ArchiveError, load_archive
 from connector.engine.format.brain import Brain
 from connector.engine.format.rules import MEMORY_TYPES
 from connector.engine.format.text import memory_body
+from connector.engine.format.views import cut_at_word
 from connector.engine.format.titles import plain_title
 from connector.engine.recall.hybrid import empty_recall_reason
 from connector.engine.recall.index import BrainIndex, RecallError
@@ -226,9 +227,10 @@ def explain(hit: dict[str, Any]) -> str:
 
 
 def _snippet(text: str, limit: int = 280) -> str:
-    if len(text) <= limit:
-        return text
-    return text[:limit].rsplit(" ", 1)[0] + " ..."
+    # Cut as recall's budget cuts: at a word break near the end, between Chinese or Japanese
+    # characters (the last space may be 260 characters back), never inside an emoji.
+    shown = cut_at_word(text, limit)
+    return text if shown == text else shown + " ..."
 
 
 class BrainViews:

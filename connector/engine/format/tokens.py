@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from connector.engine.format.graphemes import boundary_at_or_before
+
 # Chinese, Japanese and Korean text as text matching reads it: kana (with the prolonged sound
 # mark), CJK ideographs and their extensions and compatibility forms, and Hangul syllables.
 CJK_CHARACTERS = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
@@ -99,7 +101,7 @@ class Budget:
         fits = len(text) if self.chars is None else min(len(text), max(0, self.chars))
         if self._quarters is not None:
             fits = min(fits, prefix_within(text, self._quarters))
-        return fits
+        return boundary_at_or_before(text, fits)  # never half of an emoji or a marked kana
 
     def spend(self, text: str) -> None:
         """Count ``text`` as shown."""

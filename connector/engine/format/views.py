@@ -14,6 +14,7 @@ import yaml
 
 from connector.engine.format.brain import ARCHIVE_INDEX, Brain
 from connector.engine.format.frontmatter import FrontMatterLoader, body_text, frontmatter_text
+from connector.engine.format.graphemes import boundary_at_or_before
 from connector.engine.format.jsvalues import parse_iso_ms
 from connector.engine.format.tokens import Budget, is_wide
 
@@ -37,9 +38,11 @@ def cut_at_word(text: str, limit: int) -> str:
 
     Chinese and Japanese are written without spaces: next to one of their characters the cut
     is already a break, and moving back to the last space would drop up to a budget's worth
-    of text (a heading's ``#`` was all that was left of a Japanese memory)."""
+    of text (a heading's ``#`` was all that was left of a Japanese memory). The cut never
+    splits a character as shown (an emoji sequence, a flag, a kana and its sound mark)."""
     if len(text) <= limit:
         return text
+    limit = boundary_at_or_before(text, limit)
     head = text[:limit]
     at_break = text[limit].isspace() or is_wide(text[limit]) or (limit > 0 and is_wide(text[limit - 1]))
     if not at_break:

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from common.textsafety import has_lone_surrogate, is_blank, one_line
 from connector.engine.format.brain import ASSOCIATIONS, INDEX
 from connector.engine.format.frontmatter import ENCODING_CONTEXT_KEYS, render_memory_file
+from connector.engine.format.graphemes import boundary_at_or_before
 from connector.engine.format.rules import (
     COGNITIVE_TYPES,
     MANUAL_EDGE_WEIGHT,
@@ -663,7 +664,7 @@ def cut_title(text: str, length: int = TITLE_LENGTH) -> str:
     if ends:
         return window[: ends[-1]].strip()
     breaks = [match.start() for match in _WORD_BREAK.finditer(text[:length]) if match.start() >= _MIN_TITLE_CUT]
-    cut = breaks[-1] if breaks else length - 1
+    cut = breaks[-1] if breaks else boundary_at_or_before(text, length - 1)
     return text[:cut].rstrip(_TRAILING_PUNCTUATION) + "\u2026"
 
 

@@ -1,0 +1,99 @@
+"""End to end, a Chinese- or Japanese-speaking person's everyday use: notes with emoji,
+flags and marked kana cut by budgets and snippets without splitting what shows as one
+character, Japanese snippets in the web app's search.
+
+A real connector process and a real store process, driven by the official MCP client SDK
+and, for the web app, by HTTP as a browser would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import unicodedata
+
+import pytest
+
+from tests.connector.conftest import RunningStore, shared_store
+from tests.connector.test_e2e_tools import mcp_session, mint, module_connector, structured
+from tests.connector.webapp.conftest import signed_in_browser
+from tests.support.processes import ServerProcess
+
+store = pytest.fixture(shared_store, name="store")
+served = pytest.fixture(module_connector, scope="module", name="served")
+
+pytestmark = pytest.mark.timeout(300)
+
+RW = {"brain.read", "brain.write"}
+FAMILY = "👨\u200d👩\u200d👧\u200d👦"  # one emoji of seven code points
+FLAG = "🇯🇵"  # two regional indicators
+DATA = unicodedata.normalize("NFD", "データベース")  # as macOS writes it: テ + ゛
+
+
+def whole_clusters(shown: str, content: str) -> bool:
+    """Whether ``shown`` is the start of ``content`` ending where a character as seen ends."""
+    rest = content[len(shown):]
+    if not content.startswith(shown) or not rest:
+        return content.startswith(shown)
+    # The next code point starts a new character: no joiner, mark or second indicator left over.
+    split_sequence = shown.endswith("\u200d") or rest[0] in "\u200d\u3099\u309a" \
+        or unicodedata.category(rest[0]) in ("Mn", "Me")
+    split_flag = rest[0] == "\U0001f1f5" and shown.endswith("\U0001f1ef")
+    return not (split_sequence or split_flag)
+
+
+def test_budgets_never_cut_an_emoji_a_flag_or_a_marked_kana_in_half(store: RunningStore, served: ServerProcess) -> None:
+    user = store.add_user("kazoku")
+    base = served.base_url
+    content = "家族旅行の計画" + FAMILY + FLAG + DATA + "Hokkaido、８月。" + FAMILY * 2
+
+    async def scenario() -> None:
+        async with mcp_session(base + "/mcp", mint(base, user, RW)) as client:
+            memory_id = structured(await client.call_tool(
+                "brain_memorize", {"content": content, "title": "家族旅行"}))["stored"]["id"]
+            for cut in range(1, len(content)):
+                for mode, query in (("exact", "Hokkaido"), ("hybrid", "家族旅行")):
+                    found = structured(await client.call_tool(
+                        "brain_recall", {"query": query, "mode": mode, "max_chars": cut}))
+                    hit = next(hit for hit in found["results"] if hit["id"] == memory_id)
+                    assert len(hit["content"]) <= cut
+                    assert whole_clusters(hit["content"], content), (mode, cut, hit["content"])
+            # In tokens: each emoji about a token; the cut still ends where a character ends.
+            for tokens in range(1, 12):
+                found = structured(await client.call_tool(
+                    "brain_recall", {"query": "家族旅行", "max_tokens": tokens}))
+                assert whole_clusters(found["results"][0]["content"], content), (tokens, found["results"][0]["content"])
+
+    asyncio.run(scenario())
+
+
+def test_the_web_apps_search_snippet_keeps_japanese_text_after_its_first_space(
+        store: RunningStore, served: ServerProcess) -> None:
+    user = store.add_user("honban")
+    base = served.base_url
+    # A Japanese note whose only spaces are around an English term near its start: the snippet
+    # was cut back to that space, showing "本番環境の Kubernetes ..." of a 300-character note.
+    sentence = "ノードプールは東京リージョンに三つあり、夜間バッチは二時に始まる。"
+    long_ja = "本番環境の Kubernetes クラスタについて。" + sentence * 10
+    # An emoji sequence across the snippet's end (280 characters) was cut into 👨‍👩.
+    emoji = "家族" * 138 + FAMILY * 3 + "旅行" * 20
+
+    async def scenario() -> None:
+        async with mcp_session(base + "/mcp", mint(base, user, RW)) as client:
+            structured(await client.call_tool("brain_memorize", {"content": long_ja, "title": "本番クラスタ運用メモ"}))
+            structured(await client.call_tool("brain_memorize", {"content": emoji, "title": "絵文字の切れ目"}))
+
+    asyncio.run(scenario())
+    browser = signed_in_browser(base, user.token, "127.0.0.1")
+    try:
+        page = browser.get("/app/search", params={"query": "夜間バッチ", "mode": "hybrid"})
+        assert page.status_code == 200
+        snippet = page.text.split('<div class="snippet">', 1)[1].split("</div>", 1)[0]
+        assert "本番環境の Kubernetes クラスタについて。ノードプールは東京リージョンに三つあり" in snippet
+        assert len(snippet) > 250  # about the 280 characters a snippet shows, not 20
+        page = browser.get("/app/search", params={"query": "家族 旅行", "mode": "hybrid"})
+        snippet = next(part.split("</div>", 1)[0] for part in page.text.split('<div class="snippet">')[1:]
+                       if "家族家族" in part)
+        assert snippet.count(FAMILY) == snippet.count("\U0001f468")  # every man in a whole family
+        assert "\u200d ..." not in snippet and "\u200d<" not in snippet
+    finally:
+        browser.close()
