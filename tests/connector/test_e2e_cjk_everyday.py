@@ -97,3 +97,33 @@ def test_the_web_apps_search_snippet_keeps_japanese_text_after_its_first_space(
         assert "\u200d ..." not in snippet and "\u200d<" not in snippet
     finally:
         browser.close()
+
+
+def test_a_query_typed_in_full_width_finds_the_ascii_words_it_shows(store: RunningStore, served: ServerProcess) -> None:
+    user = store.add_user("zenkaku")
+    base = served.base_url
+    notes = {
+        "redis": "ｷｬｯｼｭの有効期限は３００秒。Redis クラスタを使う。デプロイは毎週木曜。",
+        "outlook": "会議室は２日前までに Outlook で予約する。最大３時間。",
+        "lunch": "金曜の昼は駅前の蕎麦屋で食べることが多い。",
+        "trip": "家族旅行は八月に北海道へ行く予定。",
+    }
+
+    async def scenario() -> None:
+        async with mcp_session(base + "/mcp", mint(base, user, RW)) as client:
+            ids = {name: structured(await client.call_tool("brain_memorize", {"content": text}))["stored"]["id"]
+                   for name, text in notes.items()}
+
+            async def recall(query: str, mode: str) -> list[dict]:
+                return structured(await client.call_tool("brain_recall", {"query": query, "mode": mode}))["results"]
+
+            for typed, ascii_query, name in (("ＲＥＤＩＳ", "REDIS", "redis"), ("Ｏｕｔｌｏｏｋ　予約", "Outlook 予約", "outlook")):
+                # Exact mode (ASCII words, as `brain recall`) found nothing for the full-width form.
+                exact = await recall(typed, "exact")
+                assert [hit["id"] for hit in exact] == [ids[name]], typed
+                assert exact[0]["relevance"] == (await recall(ascii_query, "exact"))[0]["relevance"]
+                # Hybrid recall scored it without its exact channel: the same answer as the ASCII query.
+                hybrid, plain = await recall(typed, "hybrid"), await recall(ascii_query, "hybrid")
+                assert hybrid[0]["id"] == ids[name] and hybrid[0]["relevance"] == plain[0]["relevance"] > 0
+
+    asyncio.run(scenario())

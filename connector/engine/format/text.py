@@ -83,6 +83,16 @@ def tokenize(text: str) -> list[str]:
     return tokens
 
 
+# The full-width forms of ASCII (U+FF01-FF5E) and the ideographic space, as a Chinese or Japanese
+# keyboard types them in full-width mode (ＲＥＤＩＳ, ３時間, Ｑ＆Ａ): the same words.
+_FULL_WIDTH_TO_ASCII = {code: code - 0xFEE0 for code in range(0xFF01, 0xFF5F)} | {0x3000: 0x20}
+
+
+def ascii_width(text: str) -> str:
+    """``text`` with full-width ASCII letters, digits and signs (and the ideographic space) as ASCII."""
+    return text.translate(_FULL_WIDTH_TO_ASCII)
+
+
 def js_trim(text: str) -> str:
     """``String.prototype.trim``: strip JavaScript whitespace and line terminators."""
     return text.strip(JS_WHITESPACE)
