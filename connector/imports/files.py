@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import unicodedata
 import zipfile
 import zlib
 from dataclasses import dataclass
@@ -70,8 +71,19 @@ class Upload:
             if data is None:
                 raise ImportRefused([Text("The folder holds more than %(mb)s MB.", mb=MAX_EXPANDED_BYTES // 2**20)])
             total += len(data)
-            entries[relative.as_posix()] = data
+            name = composed(relative.as_posix())
+            if name in entries:  # the same name composed and decomposed: which one is meant is a guess
+                raise ImportRefused([Text("%(name)s: twice in the folder", name=name)])
+            entries[name] = data
         return cls(path.name, entries, archive=True)
+
+
+def composed(name: str) -> str:
+    """A file name with its characters composed (NFC). macOS writes names decomposed (NFD: データ
+    as テ + ゛ + ータ), in its zips and on HFS+ disks: read as they are, a note's title and folder
+    were not the text typed elsewhere (a folder split in two beside the same name written on
+    another system, a title searched by equality missed), and its file name lost its sound marks."""
+    return unicodedata.normalize("NFC", name)
 
 
 def _read_at_most(path: Path, limit: int) -> bytes | None:
@@ -100,7 +112,7 @@ def _zip_entries(data: bytes) -> dict[str, bytes]:
     entries: dict[str, bytes] = {}
     names = _entry_names(infos)
     for info in infos:
-        name = names[info.filename]
+        name = composed(names[info.filename])
         parts = PurePosixPath(name).parts
         # Checked before hidden folders are passed over: ".." starts with a dot too.
         if outside_archive(name):

@@ -1,21 +1,29 @@
 """End to end, a Chinese- or Japanese-speaking person's everyday use: notes with emoji,
 flags and marked kana cut by budgets and snippets without splitting what shows as one
-character, Japanese snippets in the web app's search.
+character, Japanese snippets in the web app's search, queries typed in full width, a vault
+zipped on a Mac (decomposed names), half-width katakana titles.
 
 A real connector process and a real store process, driven by the official MCP client SDK
-and, for the web app, by HTTP as a browser would.
+and, for the web app, by HTTP as a browser would; `brain-connector import` as a real process.
 """
 
 from __future__ import annotations
 
 import asyncio
+import io
+import json
+import re
 import unicodedata
+import zipfile
+from pathlib import Path
 
 import pytest
 
+from connector.engine.format.archive import load_directory
 from tests.connector.conftest import RunningStore, shared_store
+from tests.connector.imports.test_import_cli import imported_ok, refused
 from tests.connector.test_e2e_tools import mcp_session, mint, module_connector, structured
-from tests.connector.webapp.conftest import signed_in_browser
+from tests.connector.webapp.conftest import at_store, csrf_of, signed_in_browser
 from tests.support.processes import ServerProcess
 
 store = pytest.fixture(shared_store, name="store")
@@ -127,3 +135,73 @@ def test_a_query_typed_in_full_width_finds_the_ascii_words_it_shows(store: Runni
                 assert hybrid[0]["id"] == ids[name] and hybrid[0]["relevance"] == plain[0]["relevance"] > 0
 
     asyncio.run(scenario())
+
+
+def test_a_vault_zipped_on_a_mac_imports_with_the_names_as_typed(store: RunningStore, served: ServerProcess) -> None:
+    """macOS writes file names decomposed (データ as テ + ゛ + ータ): the titles and folders came in
+    so, a folder split in two beside the one written elsewhere, and file names lost their sound marks."""
+    user = store.add_user("mac-vault")
+    base = served.base_url
+
+    def nfd(name: str) -> str:
+        return unicodedata.normalize("NFD", name)
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr(nfd("Vault/プロジェクト/データベース設計.md"), "テーブルはユーザーと注文の二つ。")
+        archive.writestr(nfd("Vault/プロジェクト/ガイドライン.md"), "---\ntags: [ガイド]\n---\nコードレビューは二人で行う。")
+        archive.writestr("Vault/プロジェクト/議事録.md", "毎週月曜の定例で決めたことを書く。")  # written on another system
+    browser = signed_in_browser(base, user.token, "127.0.0.1")
+    try:
+        csrf = csrf_of(browser.get("/app/transfer").text)
+        preview = browser.post("/app/import", data={"csrf": csrf, "format": "auto"},
+                               files={"file": ("vault.zip", buffer.getvalue())})
+        assert preview.status_code == 200 and "3" in preview.text
+        reference = re.search(r'name="reference" value="([^"]+)"', preview.text)
+        assert reference, preview.text
+        done = browser.post("/app/import/confirm", data={"csrf": csrf_of(preview.text), "reference": reference.group(1)})
+        assert done.status_code == 303, done.text
+    finally:
+        browser.close()
+    memories = at_store(store, user.token)
+    assert set(memories) == {"データベース設計", "ガイドライン", "議事録"}  # composed, as typed
+    paths = sorted(memory["path"] for memory in memories.values())
+    assert all(unicodedata.is_normalized("NFC", path) for path in paths), paths
+    assert {path.rsplit("/", 1)[0] for path in paths} == {"Vault/プロジェクト"}  # one folder, not two
+    assert memories["データベース設計"]["path"] == "Vault/プロジェクト/detabesu-she-ji.md"  # not te-tahe-su-...
+    assert memories["ガイドライン"]["path"] == "Vault/プロジェクト/gaidorain.md"
+
+
+def test_half_width_katakana_titles_name_their_files_as_the_kana_they_show(store: RunningStore, served: ServerProcess) -> None:
+    user = store.add_user("hankaku")
+    base = served.base_url
+
+    async def scenario() -> dict:
+        async with mcp_session(base + "/mcp", mint(base, user, RW)) as client:
+            return structured(await client.call_tool(
+                "brain_memorize", {"content": "ｷｬｯｼｭの有効期限は３００秒。", "title": "ｷｬｯｼｭ設定"}))["stored"]
+
+    stored = asyncio.run(scenario())
+    assert stored["title"] == "ｷｬｯｼｭ設定"  # the title is kept as written
+    assert stored["path"] == "captured/kyasshu-she-ding.md"  # was kiyatshiyu-she-ding.md
+
+
+def test_a_folder_import_composes_decomposed_names_and_refuses_one_name_written_both_ways(tmp_path: Path) -> None:
+    vault = tmp_path / "vault"
+    (vault / unicodedata.normalize("NFD", "プロジェクト")).mkdir(parents=True)
+    (vault / unicodedata.normalize("NFD", "プロジェクト") / unicodedata.normalize("NFD", "データ.md")).write_text(
+        "テーブルは二つ。", encoding="utf-8")
+    brain = tmp_path / "brain"
+    report = imported_ok(brain, vault)
+    assert report["new"] == 1
+    (entry,) = load_directory(brain).read_json("index.json")["memories"].values()
+    assert entry["title"] == "データ" and entry["path"] == "プロジェクト/deta.md"
+
+    both = tmp_path / "both"
+    both.mkdir()
+    (both / "データ.md").write_text("NFC で書いた。", encoding="utf-8")
+    (both / unicodedata.normalize("NFD", "データ.md")).write_text("NFD で書いた。", encoding="utf-8")
+    other = tmp_path / "other-brain"
+    refusal = refused(other, both)
+    assert "データ.md: twice in the folder" in json.dumps(refusal, ensure_ascii=False)
+    assert not other.exists()  # nothing written

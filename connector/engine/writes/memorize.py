@@ -132,7 +132,9 @@ def slugify(text: str, *, length: int = SLUG_LENGTH, fallback: str = "memory") -
     ASCII titles slug exactly as the reference command line slugs them; other titles are
     transliterated first (``Dr. Müller's`` -> ``dr-muller-s``, not ``dr-m-ller-s``; a Chinese
     title gets its pinyin instead of the fallback ``memory``)."""
-    slug = re.sub(r"[^a-z0-9]+", "-", transliterate(text).lower()).strip("-")
+    # NFKC first: half-width katakana (ｷｬｯｼｭ) and kana with a combining sound mark (macOS's
+    # テ + ゛) read as the kana they show; ASCII is unchanged by it.
+    slug = re.sub(r"[^a-z0-9]+", "-", transliterate(unicodedata.normalize("NFKC", text)).lower()).strip("-")
     slug = slug[:length].strip("-")
     return slug or fallback
 
