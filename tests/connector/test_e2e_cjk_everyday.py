@@ -1,10 +1,11 @@
 """End to end, a Chinese- or Japanese-speaking person's everyday use: notes with emoji,
 flags and marked kana cut by budgets and snippets without splitting what shows as one
 character, Japanese snippets in the web app's search, queries typed in full width, a vault
-zipped on a Mac (decomposed names), half-width katakana titles.
+zipped on a Mac (decomposed names), half-width katakana titles, search results on a phone.
 
 A real connector process and a real store process, driven by the official MCP client SDK
-and, for the web app, by HTTP as a browser would; `brain-connector import` as a real process.
+and, for the web app, by HTTP as a browser would (and by headless Chromium where the page's layout matters);
+`brain-connector import` as a real process.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from tests.connector.conftest import RunningStore, shared_store
 from tests.connector.imports.test_import_cli import imported_ok, refused
 from tests.connector.test_e2e_tools import mcp_session, mint, module_connector, structured
 from tests.connector.webapp.conftest import at_store, csrf_of, signed_in_browser
+from tests.support.browser import chromium, needs_chromium
 from tests.support.processes import ServerProcess
 
 store = pytest.fixture(shared_store, name="store")
@@ -205,3 +207,31 @@ def test_a_folder_import_composes_decomposed_names_and_refuses_one_name_written_
     refusal = refused(other, both)
     assert "データ.md: twice in the folder" in json.dumps(refusal, ensure_ascii=False)
     assert not other.exists()  # nothing written
+
+
+@needs_chromium()
+def test_search_results_with_a_long_tag_fit_a_phone_in_japanese_and_chinese(store: RunningStore, served: ServerProcess) -> None:
+    user = store.add_user("phone")
+    base = served.base_url
+
+    async def scenario() -> None:
+        async with mcp_session(base + "/mcp", mint(base, user, RW)) as client:
+            structured(await client.call_tool("brain_memorize", {
+                "content": "設計資料は社内ポータルにある。", "title": "アーキテクチャ資料",
+                # A tag without a break in it (a repository or channel name): the result's tag list
+                # pushed the search page sideways on a 360 px phone.
+                "tags": ["プロジェクト管理", "platform_architecture_review_board_tokyo_2026"]}))
+
+    asyncio.run(scenario())
+    with chromium() as browser:
+        for locale in ("ja", "zh-CN"):
+            context = browser.new_context(viewport={"width": 360, "height": 740}, locale=locale)
+            page = context.new_page()
+            page.goto(base + "/app/signin")
+            page.fill("input[name=token]", user.token)
+            page.click("button[type=submit]")
+            page.wait_for_url(re.compile(r".*/app/?$"))
+            page.goto(base + "/app/search?query=" + "アーキテクチャ資料")
+            assert page.locator(".results .tags li").count() == 2
+            assert page.evaluate("document.documentElement.scrollWidth") <= 360, locale
+            context.close()
