@@ -21,6 +21,7 @@ from connector.engine.format.titles import plain_title
 from connector.engine.recall.hybrid import empty_recall_reason
 from connector.engine.recall.index import BrainIndex, RecallError
 from connector.engine.recall.indexcache import index_for
+from connector.engine.recall.textmatch import normalise
 from connector.engine.tending.similar import Incoming, Similar
 from connector.engine.writes.restore import frontmatter_values
 from connector.i18n import N_, Text
@@ -226,6 +227,13 @@ def explain(hit: dict[str, Any]) -> str:
     return ", ".join(explain_parts(hit))
 
 
+def _has_tag(value: Any, wanted: str) -> bool:
+    """Whether a memory's tags hold ``wanted`` as search reads text: whatever the case and width
+    (``redis`` finds Redis, アーキテクチャ finds ｱｰｷﾃｸﾁｬ, ＡＰＩ finds API)."""
+    key = normalise(wanted.strip())
+    return any(normalise(tag) == key for tag in _tags(value))
+
+
 def _snippet(text: str, limit: int = 280) -> str:
     # Cut as recall's budget cuts: at a word break near the end, between Chinese or Japanese
     # characters (the last space may be 260 characters back), never inside an emoji.
@@ -338,7 +346,7 @@ class BrainViews:
         for hit in hits:
             if form.type and hit.get("type") != form.type:
                 continue
-            if form.tag and form.tag not in _tags(hit.get("tags")):
+            if form.tag and not _has_tag(hit.get("tags"), form.tag):
                 continue
             position = index.positions.get(hit["id"])
             entry = index.memories[position].entry if position is not None else {}
@@ -591,7 +599,7 @@ def _browse(index: BrainIndex, form: SearchForm) -> list[MemoryLine]:
         entry = record.entry
         if form.type and entry.get("type") != form.type:
             continue
-        if form.tag and form.tag not in _tags(entry.get("tags")):
+        if form.tag and not _has_tag(entry.get("tags"), form.tag):
             continue
         if form.project and record.ctx_project != form.project:
             continue

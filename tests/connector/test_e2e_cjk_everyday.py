@@ -235,3 +235,29 @@ def test_search_results_with_a_long_tag_fit_a_phone_in_japanese_and_chinese(stor
             assert page.locator(".results .tags li").count() == 2
             assert page.evaluate("document.documentElement.scrollWidth") <= 360, locale
             context.close()
+
+
+def test_the_web_apps_tag_filter_reads_tags_whatever_their_width_and_case(store: RunningStore, served: ServerProcess) -> None:
+    user = store.add_user("tags")
+    base = served.base_url
+
+    async def scenario() -> dict[str, str]:
+        async with mcp_session(base + "/mcp", mint(base, user, RW)) as client:
+            tagged = structured(await client.call_tool("brain_memorize", {
+                "content": "ｷｬｯｼｭは Redis クラスタに置く。", "tags": ["ｱｰｷﾃｸﾁｬ", "Redis", "ＡＰＩ"]}))["stored"]["id"]
+            other = structured(await client.call_tool("brain_memorize", {
+                "content": "キャッシュの設定は別のメモにある。", "tags": ["メモ"]}))["stored"]["id"]
+            return {"tagged": tagged, "other": other}
+
+    ids = asyncio.run(scenario())
+    browser = signed_in_browser(base, user.token, "127.0.0.1")
+    try:
+        # A tag typed in the other width or case (the filter's field is free text) found nothing.
+        for typed in ("アーキテクチャ", "ｱｰｷﾃｸﾁｬ", "redis", "API"):
+            for params in ({"tag": typed}, {"tag": typed, "query": "キャッシュ", "mode": "hybrid"}):
+                page = browser.get("/app/search", params=params)
+                assert page.status_code == 200
+                shown = set(re.findall(r'href="/app/memory/(mem_\w+)"', page.text))
+                assert shown == {ids["tagged"]}, (params, shown)
+    finally:
+        browser.close()
