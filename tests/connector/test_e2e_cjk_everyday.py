@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from connector.engine.format.archive import load_directory
-from tests.connector.conftest import RunningStore, shared_store
+from tests.connector.conftest import RunningStore, brains_of, download_brain, shared_store
 from tests.connector.imports.test_import_cli import imported_ok, refused
 from tests.connector.test_e2e_tools import mcp_session, mint, module_connector, structured
 from tests.connector.webapp.conftest import at_store, csrf_of, signed_in_browser
@@ -261,3 +261,49 @@ def test_the_web_apps_tag_filter_reads_tags_whatever_their_width_and_case(store:
                 assert shown == {ids["tagged"]}, (params, shown)
     finally:
         browser.close()
+
+
+def test_a_folder_name_too_long_for_a_disk_in_japanese_is_refused_and_nothing_is_written(
+        store: RunningStore, served: ServerProcess) -> None:
+    """A folder name is at most 255 bytes on Linux and macOS disks, 255 UTF-16 units on Windows: a
+    vault zipped there with a folder of 96 Japanese characters (288 bytes) was imported, and every
+    device unpacking the brain (the `brain` command line's directory) then failed."""
+    user = store.add_user("nagai")
+    base = served.base_url
+    brain_id = brains_of(store.url, user.token)[0]["id"]
+
+    async def first_note() -> None:
+        async with mcp_session(base + "/mcp", mint(base, user, RW)) as client:
+            structured(await client.call_tool("brain_memorize", {"content": "最初のメモ。"}))
+
+    asyncio.run(first_note())
+    before = download_brain(store.url, user.token, brain_id)[1]
+
+    def vault(folder: str) -> bytes:
+        buffer = io.BytesIO()
+        with zipfile.ZipFile(buffer, "w") as archive:
+            archive.writestr(f"Vault/{folder}/議事録.md", "月曜の定例で決めたこと。")
+        return buffer.getvalue()
+
+    browser = signed_in_browser(base, user.token, "127.0.0.1")
+    try:
+        csrf = csrf_of(browser.get("/app/transfer").text)
+        answer = browser.post("/app/import", data={"csrf": csrf, "format": "auto"},
+                              files={"file": ("vault.zip", vault("プロジェクト管理" * 12))})
+        assert answer.status_code == 400
+        text = re.sub(r"</?bdi>", "", answer.text)
+        assert "a part that is too long" in text and "255 bytes" in text
+        assert download_brain(store.url, user.token, brain_id)[1] == before  # nothing written
+        # 85 characters (255 bytes) fit.
+        preview = browser.post("/app/import", data={"csrf": csrf, "format": "auto"},
+                               files={"file": ("vault.zip", vault("プ" * 85))})
+        reference = re.search(r'name="reference" value="([^"]+)"', preview.text)
+        assert preview.status_code == 200 and reference, preview.text
+        done = browser.post("/app/import/confirm", data={"csrf": csrf_of(preview.text), "reference": reference.group(1)})
+        assert done.status_code == 303, done.text
+    finally:
+        browser.close()
+    assert at_store(store, user.token)["議事録"]["path"].startswith("Vault/" + "プ" * 85 + "/")
+    brain, _ = download_brain(store.url, user.token, brain_id)
+    for name in brain:
+        assert all(len(part.encode("utf-8")) <= 255 for part in name.split("/")), name

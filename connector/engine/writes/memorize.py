@@ -44,6 +44,10 @@ DEFAULT_SALIENCE = 0.5
 DEFAULT_CONFIDENCE = 0.8
 MAX_PATH_LENGTH = 1024
 MAX_SEGMENT_LENGTH = 200
+# A part of a path is a file or folder name wherever the brain is unpacked (the `brain` command
+# line's directory): at most 255 bytes there (ext4, APFS), so 85 Chinese or Japanese characters.
+# A longer one was saved, and every device pulling the brain then failed to unpack it.
+MAX_SEGMENT_BYTES = 255
 # The longest content and title a memory is written with (brain_memorize, the web app, an import).
 MAX_CONTENT_CHARS = 50_000
 MAX_TITLE_CHARS = 1000
@@ -242,8 +246,9 @@ def clean_path(raw: Any) -> str:
     for segment in segments:
         if segment in ("", ".", "..") or segment.startswith("."):
             raise BrainError("'path' must stay inside the brain (no empty, '.', '..' or hidden parts)")
-        if len(segment) > MAX_SEGMENT_LENGTH:
-            raise BrainError("'path' has a part that is too long")
+        if len(segment) > MAX_SEGMENT_LENGTH or len(segment.encode("utf-8", "surrogatepass")) > MAX_SEGMENT_BYTES:
+            raise BrainError(f"'path' has a part that is too long (at most {MAX_SEGMENT_LENGTH} characters and "
+                             f"{MAX_SEGMENT_BYTES} bytes of UTF-8: 85 Chinese or Japanese characters)")
     if segments[0] in _RESERVED_TOP:
         raise BrainError(f"'path' may not be under {segments[0]}/")
     if not is_directory and not segments[-1].endswith(".md"):
