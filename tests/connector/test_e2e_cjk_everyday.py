@@ -307,3 +307,36 @@ def test_a_folder_name_too_long_for_a_disk_in_japanese_is_refused_and_nothing_is
     brain, _ = download_brain(store.url, user.token, brain_id)
     for name in brain:
         assert all(len(part.encode("utf-8")) <= 255 for part in name.split("/")), name
+
+
+def test_dates_written_in_full_width_digits_are_read_in_memories_and_queries(
+        store: RunningStore, served: ServerProcess) -> None:
+    """Japanese text often writes digits full width (２０２３年５月１６日): recall's date channel read
+    only ASCII digits, so such a date in a memory or a query raised nothing."""
+    user = store.add_user("hizuke")
+    base = served.base_url
+    notes = {
+        "may": "２０２３年５月１６日の定例会議で、来期の予算を三割増やすことに決めた。",
+        "aug": "２０２３年８月２日の定例会議で、新しい採用計画を話し合った。",
+        "other": "定例会議の議事録は共有フォルダに置く。会議室の予約は総務に頼む。",
+    }
+
+    async def scenario() -> None:
+        async with mcp_session(base + "/mcp", mint(base, user, RW)) as client:
+            ids = {name: structured(await client.call_tool("brain_memorize", {"content": text}))["stored"]["id"]
+                   for name, text in notes.items()}
+
+            async def ranked(query: str) -> list[tuple[str, float]]:
+                found = structured(await client.call_tool(
+                    "brain_recall", {"query": query, "mode": "hybrid", "max_chars": 0}))
+                return [(hit["id"], hit["score"]) for hit in found["results"]]
+
+            # The same question with ASCII digits and with full-width ones: the same answer, the
+            # memory of that day first (its date read in its full-width digits).
+            for ascii_query, wide_query, name in (("2023年5月16日の会議", "２０２３年５月１６日の会議", "may"),
+                                                  ("2023/8/2 の会議", "２０２３／８／２ の会議", "aug")):
+                plain, wide = await ranked(ascii_query), await ranked(wide_query)
+                assert plain and plain[0][0] == ids[name], (ascii_query, plain)
+                assert wide == plain, (wide_query, wide, plain)
+
+    asyncio.run(scenario())

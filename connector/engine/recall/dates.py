@@ -39,6 +39,8 @@ from typing import Any
 
 import numpy as np
 
+from connector.engine.format.text import ascii_width
+
 log = logging.getLogger("connector.recall")
 
 Interval = tuple[date, date]  # first and last day, inclusive
@@ -75,7 +77,9 @@ _MEMORY_TEXT_CACHE = 8192  # texts kept by the process (a dated query parses at 
 def named_dates(text: str, clock: datetime) -> tuple[Interval, ...]:
     """`_named_dates`, and none where reading them fails: a date missed never fails a recall."""
     try:
-        return _named_dates(text, clock)
+        # Digits typed in full width (２０２３年５月１６日, common in Japanese text) as ASCII:
+        # dateparser reads only ASCII digits.
+        return _named_dates(ascii_width(text), clock)
     except Exception:  # noqa: BLE001 - the date channel is a hint; the recall goes on without it
         log.warning("reading dates failed; recall goes on without them", exc_info=True)
         return ()
@@ -105,6 +109,7 @@ def query_dates(query: str, now: datetime) -> tuple[Interval, ...]:
 
     A query holding none of the words `dateparser` reads as such (its own month names and
     relative phrases, in our languages) and no digit is not parsed: most queries."""
+    query = ascii_width(query)  # ３日前 as 3日前 (named_dates does the same)
     found = list(named_dates(query, now))
     try:
         if len(query) <= _RELATIVE_QUERY_CHARS and _date_words().search(query):
