@@ -9,6 +9,7 @@ never for preferences or procedural memories, which legitimately say "always ...
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Mapping
 from typing import Any
 
@@ -102,7 +103,9 @@ def quarantine_reasons(
     reasons: list[str] = []
     if origin in LOW_TRUST_ORIGINS:
         reasons.append(f"origin:{origin}")
-    text = f"{title}\n{content}"
+    # Read as NFKC: full-width letters (ＡＰＩキー, typed in a Japanese keyboard's full-width mode,
+    # or ｃｕｒｌ … | sh to slip past) and half-width katakana (ﾊﾟｽﾜｰﾄﾞ) as the words they show.
+    text = unicodedata.normalize("NFKC", f"{title}\n{content}")
     for name, pattern in INJECTION_RULES.items():
         if pattern.search(text):
             reasons.append(f"lint:{name}")
