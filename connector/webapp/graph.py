@@ -10,12 +10,18 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from connector.engine.format.graphemes import shortened
+from connector.engine.format.graphemes import shortened_to_columns
 
 MAX_NEIGHBOURS = 12
 WIDTH, HEIGHT = 640, 420
 RADIUS = 150
-LABEL_CHARS = 26
+LABEL_CHARS = 26  # at most, in columns: a Chinese or Japanese character (or an emoji) takes two
+# About how wide a column of a label is in the picture's 13 px type, and what is kept clear at
+# its edge: a label is cut to the room its side of the picture leaves it. Cut to 26 characters
+# only, the right-hand labels ran past the picture's edge and were clipped mid-character (a
+# Japanese title of 15 characters ended at 666 px of 640).
+COLUMN_PX = 7.0
+EDGE_PX = 4.0
 
 
 @dataclass(frozen=True)
@@ -60,8 +66,15 @@ class Graph:
     height: int = HEIGHT
 
 
-def _short(text: str) -> str:
-    return shortened(text, LABEL_CHARS)
+def _label(text: str, anchor: str, label_x: float) -> str:
+    """``text`` cut to what fits between ``label_x`` and the picture's edge on its ``anchor`` side."""
+    if anchor == "start":
+        room = WIDTH - label_x
+    elif anchor == "end":
+        room = label_x
+    else:
+        room = 2 * min(label_x, WIDTH - label_x)
+    return shortened_to_columns(text, max(2, min(LABEL_CHARS, int((room - EDGE_PX) / COLUMN_PX))))
 
 
 def neighbourhood(centre: str, titles: dict[str, str], edges: dict[str, list[tuple[str, float]]] | None) -> Graph | None:
@@ -78,7 +91,7 @@ def neighbourhood(centre: str, titles: dict[str, str], edges: dict[str, list[tup
     if not direct:
         return None
     cx, cy = WIDTH / 2, HEIGHT / 2
-    nodes = [Node(centre, _short(titles.get(centre, centre)), cx, cy, "middle", cx, cy + 32, centre=True)]
+    nodes = [Node(centre, _label(titles.get(centre, centre), "middle", cx), cx, cy, "middle", cx, cy + 32, centre=True)]
     positions = {centre: (cx, cy)}
     for position, (other, _) in enumerate(direct):
         angle = -math.pi / 2 + 2 * math.pi * position / len(direct)
@@ -88,7 +101,7 @@ def neighbourhood(centre: str, titles: dict[str, str], edges: dict[str, list[tup
         anchor = "middle" if abs(cos) < 0.3 else ("start" if cos > 0 else "end")
         label_x = x + (0 if anchor == "middle" else (12 if anchor == "start" else -12))
         label_y = y + (-14 if math.sin(angle) < -0.3 else (22 if math.sin(angle) > 0.3 else 5))
-        nodes.append(Node(other, _short(titles.get(other, other)), x, y, anchor, label_x, label_y))
+        nodes.append(Node(other, _label(titles.get(other, other), anchor, label_x), x, y, anchor, label_x, label_y))
     drawn: list[Edge] = []
     seen: set[tuple[str, str]] = set()
     for node in positions:

@@ -372,3 +372,41 @@ def test_instruction_shaped_text_in_full_width_or_half_width_katakana_is_held_as
             assert len(pending) == len(held)
 
     asyncio.run(scenario())
+
+
+@needs_chromium()
+def test_the_association_pictures_japanese_labels_stay_inside_it(store: RunningStore, served: ServerProcess) -> None:
+    """Labels were cut to 26 characters whatever their width: the right-hand ones ran past the
+    picture's edge and were clipped mid-character (15 Japanese characters ended at 666 px of 640)."""
+    user = store.add_user("zu")
+    base = served.base_url
+    titles = ["東京オフィスの会議室予約ルールと注意点のまとめ", "大阪オフィスの会議室予約ルールと注意点のまとめ",
+              "名古屋オフィスの備品管理と発注手順のまとめ", "福岡オフィスの入館手続きと来客対応のまとめ",
+              "札幌オフィスの冬季の出社ルールと注意点", "Tokyo office meeting room booking rules and the exceptions",
+              "仙台オフィスの会議室予約ルール 👨‍👩‍👧‍👦🇯🇵 と家族参加イベント"]
+
+    async def scenario() -> str:
+        async with signed_in(served, user) as client:
+            ids = [structured(await client.call_tool("brain_memorize", {
+                "content": f"{title}。詳細は総務のページにある。", "title": title,
+                "tags": ["オフィス", "総務", "ルール"]}))["stored"]["id"] for title in titles]
+            return ids[0]
+
+    first = asyncio.run(scenario())
+    with chromium() as browser:
+        context = browser.new_context(viewport={"width": 1024, "height": 800}, locale="ja")
+        page = context.new_page()
+        page.goto(base + "/app/signin")
+        page.fill("input[name=token]", user.token)
+        page.click("button[type=submit]")
+        page.wait_for_url(re.compile(r".*/app/?$"))
+        page.goto(base + "/app/memory/" + first)
+        labels = page.evaluate("""() => { const svg = document.querySelector('figure.graph svg');
+            const width = svg.viewBox.baseVal.width;
+            return [...svg.querySelectorAll('text.label')].map(text => { const box = text.getBBox();
+                return {text: text.textContent, left: box.x, right: box.x + box.width, width}; }); }""")
+        context.close()
+    assert len(labels) == len(titles)
+    for label in labels:
+        assert 0 <= label["left"] and label["right"] <= label["width"], label
+        assert whole_clusters(label["text"].rstrip("\u2026"), next(t for t in titles if t.startswith(label["text"].rstrip("\u2026"))))

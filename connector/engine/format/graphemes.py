@@ -57,3 +57,31 @@ def shortened(text: str, length: int) -> str:
     if len(text) <= length:
         return text
     return text[: boundary_at_or_before(text, length - 1)].rstrip() + "\u2026"
+
+
+def columns(char: str) -> int:
+    """How many columns ``char`` takes where text is shown: 2 for a Chinese or Japanese
+    character, an emoji or a full-width form (East Asian Wide or Fullwidth), 0 for what attaches
+    to the character before it, else 1."""
+    if _attaches(char):
+        return 0
+    return 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
+
+
+def shortened_to_columns(text: str, width: int) -> str:
+    """``text`` if it takes at most ``width`` columns (`columns`), else its start cut at a
+    boundary and an ellipsis, ``width`` columns or fewer in all: a Chinese or Japanese title
+    shown where 26 Latin letters fit takes 12 of its characters, not 26."""
+    if _fitting(text, width) == len(text):
+        return text
+    return text[: boundary_at_or_before(text, _fitting(text, width - 1))].rstrip() + "\u2026"
+
+
+def _fitting(text: str, width: int) -> int:
+    """How many characters of the start of ``text`` take at most ``width`` columns."""
+    used = 0
+    for at, char in enumerate(text):
+        used += columns(char)
+        if used > width:
+            return at
+    return len(text)
