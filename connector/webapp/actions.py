@@ -39,6 +39,13 @@ class ActionRefused(Exception):
     """The write did not happen; the message is safe to show to the person."""
 
 
+def _refuse_too_long(title: str, content: str) -> None:
+    """Refuse a memory's text over the limits brain_memorize has, saying them (in characters)."""
+    if len(content) > MAX_CONTENT_CHARS or len(title) > MAX_TITLE_CHARS:
+        raise ActionRefused(Text("The text is too long: at most %(content)s characters, and %(title)s for the title.",
+                                 content=MAX_CONTENT_CHARS, title=MAX_TITLE_CHARS))
+
+
 def old_version_refusal(newer: str) -> Text:
     """Why an old (superseded) version is not edited, pinned or forgotten."""
     return Text("This is an old version, replaced by %(newer)s; nothing was changed. "
@@ -163,8 +170,7 @@ class BrainActions:
         """A new memory typed in the app (``brain_memorize``'s write), optionally superseding others."""
         if not content.strip():
             raise ActionRefused(Text("The content must not be empty."))
-        if len(content) > MAX_CONTENT_CHARS or len(title) > MAX_TITLE_CHARS:
-            raise ActionRefused(Text("The text is too long."))
+        _refuse_too_long(title, content)
         try:
             op = connector_memorize(
                 content, title=title.strip() or None, type=type_, tags=tags, origin=EDIT_ORIGIN,
@@ -194,8 +200,7 @@ class BrainActions:
         if decision == "merge":
             if not content.strip():
                 raise ActionRefused(Text("The merged text must not be empty."))
-            if len(content) > MAX_CONTENT_CHARS or len(title) > MAX_TITLE_CHARS:
-                raise ActionRefused(Text("The text is too long."))
+            _refuse_too_long(title, content)
         writer = await self.manager.writer(account)
         try:
             if decision == "merge":

@@ -25,7 +25,7 @@ from litestar.datastructures import Cookie
 from connector.engine.format.brain import Brain
 from connector.engine.kinds import operation_from_dict
 from connector.engine.tending.similar import Incoming
-from connector.engine.writes.memorize import is_memory_id
+from connector.engine.writes.memorize import MAX_CONTENT_CHARS, is_memory_id
 from connector.engine.writes.ops import Memorize
 from connector.i18n import N_, Text, gettext, message_of, not_this_address
 from connector.identity.base import ProviderRefused, ProviderThrottled, ProviderUnavailable
@@ -58,6 +58,11 @@ from common.limits import TrustedProxies, client_address
 log = logging.getLogger("connector.webapp")
 
 MAX_FORM_BYTES = 256 * 1024
+# A form carrying a memory's text (or text to extract from): 50,000 characters of Chinese or
+# Japanese are 150 KB of UTF-8 and 450 KB once the browser percent-encodes them (600 KB for
+# emoji or 𠮷, four bytes each). Held to the 256 KB of other forms, a Japanese note of 30,000
+# characters was answered with a bare 413 instead of being saved.
+MAX_TEXT_FORM_BYTES = MAX_CONTENT_CHARS * 12 + MAX_FORM_BYTES
 SIGNIN_COOKIE_AGE_S = 3600
 MEMORY_ACTIONS = ("pin", "unpin", "forget", "restore", "approve", "reject")
 # What the page says after an action; chosen from this table, never echoed from the request.
@@ -507,7 +512,7 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
             return read_only_refusal(visit)
         return app.page("new.html", visit.site, visit.session, types=TYPES, form={}, error=None)
 
-    @post("/app/new", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
+    @post("/app/new", request_max_body_size=MAX_TEXT_FORM_BYTES, include_in_schema=False)
     @write_route
     async def new_submit(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
         form = visit.form
@@ -612,7 +617,7 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
 
         return await unavailable_as_page(answer(), checked.site, checked.session, request)
 
-    @post("/app/think/extract", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
+    @post("/app/think/extract", request_max_body_size=MAX_TEXT_FORM_BYTES, include_in_schema=False)
     @write_route
     async def think_extract(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
         form = visit.form
@@ -623,7 +628,7 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
             return await think_page(visit, status=409, error=message_of(exc), form=form)
         return await think_page(visit, extraction=extraction)
 
-    @post("/app/mental/{model_id:str}/{action:str}", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
+    @post("/app/mental/{model_id:str}/{action:str}", request_max_body_size=MAX_TEXT_FORM_BYTES, include_in_schema=False)
     @write_route
     async def mental_action(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
         model_id, action = request.path_params["model_id"][:200], request.path_params["action"]
@@ -643,7 +648,7 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         target = f"/mental/{path_segment(model_id)}" if action == "refresh" else "/mental"
         return app.redirect(f"{visit.site.root}{target}?{query}")
 
-    @post("/app/review", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
+    @post("/app/review", request_max_body_size=MAX_TEXT_FORM_BYTES, include_in_schema=False)
     @write_route
     async def review_decide(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
         form = visit.form
@@ -667,7 +672,7 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
             query |= {"closed": str(len(closed)), "with": ",".join(others)}
         return app.redirect(f"{visit.site.root}/review?{urlencode(query)}")
 
-    @post("/app/memory/{memory_id:str}/edit", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
+    @post("/app/memory/{memory_id:str}/edit", request_max_body_size=MAX_TEXT_FORM_BYTES, include_in_schema=False)
     @write_route
     async def edit_submit(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
         memory_id, form = request.path_params["memory_id"][:200], visit.form

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from connector.engine.format.archive import load_directory
+from connector.engine.writes.memorize import MAX_CONTENT_CHARS
 from tests.connector.conftest import RunningStore, StoreUser, brains_of, download_brain, shared_store
 from tests.connector.imports.test_import_cli import imported_ok, refused
 from tests.connector.test_e2e_tools import mcp_session, mint, module_connector, structured
@@ -410,3 +411,31 @@ def test_the_association_pictures_japanese_labels_stay_inside_it(store: RunningS
     for label in labels:
         assert 0 <= label["left"] and label["right"] <= label["width"], label
         assert whole_clusters(label["text"].rstrip("\u2026"), next(t for t in titles if t.startswith(label["text"].rstrip("\u2026"))))
+
+
+def test_a_long_japanese_note_fits_the_web_apps_forms_as_its_characters_do(store: RunningStore, served: ServerProcess) -> None:
+    """50,000 characters is the limit the docs give; in Chinese or Japanese a browser's form sends
+    9 bytes a character (12 for 𠮷 or an emoji), and the 256 KB form limit answered a note of
+    30,000 characters with a bare 413: nothing saved, no reason given."""
+    user = store.add_user("chobun")
+    base = served.base_url
+    japanese = ("議事録の本文。" * 8000)[:MAX_CONTENT_CHARS]
+    astral = "𠮷野家で昼食。" * (MAX_CONTENT_CHARS // 7)
+    browser = signed_in_browser(base, user.token, "127.0.0.1")
+    try:
+        for content, title in ((japanese, "長い議事録"), (astral, "𠮷野家")):
+            csrf = csrf_of(browser.get("/app/new").text)
+            saved = browser.post("/app/new", data={"csrf": csrf, "title": title, "content": content,
+                                                   "type": "learning", "tags": "議事録，長文"})
+            assert saved.status_code == 303, saved.text[:300]
+        # One character over is refused with the reason, the form coming back as typed.
+        csrf = csrf_of(browser.get("/app/new").text)
+        refused_form = browser.post("/app/new", data={"csrf": csrf, "title": "長すぎる", "content": japanese + "。",
+                                                      "type": "learning", "tags": ""})
+        assert refused_form.status_code == 400 and "at most 50000 characters" in refused_form.text
+    finally:
+        browser.close()
+    stored = at_store(store, user.token)
+    assert stored["長い議事録"]["body"] == japanese and stored["長い議事録"]["tags"] == ["議事録", "長文"]
+    assert stored["𠮷野家"]["body"] == astral
+    assert "長すぎる" not in stored
