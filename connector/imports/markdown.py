@@ -37,7 +37,7 @@ from connector.engine.writes.memorize import LIST_SEPARATORS, MemoryInput, conne
 from connector.engine.format.rules import MEMORY_TYPES
 from connector.i18n import Text
 from connector.imports.errors import ImportRefused
-from connector.imports.files import Upload
+from connector.imports.files import Upload, composed
 from connector.imports.imported import Imported
 
 FORMAT = "markdown"
@@ -198,7 +198,8 @@ def index_titles(upload: Upload) -> dict[str, str]:
         for entry in memories.values() if isinstance(memories, Mapping) else ():
             path, title = (entry.get("path"), entry.get("title")) if isinstance(entry, Mapping) else (None, None)
             if isinstance(path, str) and isinstance(title, str) and title.strip():
-                titles.setdefault(str(folder / path) if str(folder) != "." else path, title.strip())
+                # Composed as the upload's names are (`composed`): one of them may be written decomposed.
+                titles.setdefault(composed(str(folder / path) if str(folder) != "." else path), title.strip())
     return titles
 
 

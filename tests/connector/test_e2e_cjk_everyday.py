@@ -16,6 +16,7 @@ import json
 import re
 import unicodedata
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from tests.connector.imports.test_import_cli import imported_ok, refused
 from tests.connector.test_e2e_tools import mcp_session, mint, module_connector, structured
 from tests.connector.webapp.conftest import at_store, csrf_of, signed_in_browser
 from tests.support.browser import chromium, needs_chromium
-from tests.support.processes import ServerProcess
+from tests.support.processes import ServerProcess, console_script, run_command
 
 store = pytest.fixture(shared_store, name="store")
 served = pytest.fixture(module_connector, scope="module", name="served")
@@ -439,3 +440,43 @@ def test_a_long_japanese_note_fits_the_web_apps_forms_as_its_characters_do(store
     assert stored["長い議事録"]["body"] == japanese and stored["長い議事録"]["tags"] == ["議事録", "長文"]
     assert stored["𠮷野家"]["body"] == astral
     assert "長すぎる" not in stored
+
+
+def test_a_brain_folder_zipped_on_a_mac_keeps_the_titles_of_its_index(tmp_path: Path) -> None:
+    """The `brain` command line keeps titles in index.json: a brain folder zipped on a Mac (names
+    decomposed, the index's paths composed, or the other way round) lost them, its memories
+    coming back titled with their files' transliterated names."""
+    source = tmp_path / "source"
+    titles = ["データベースの設計方針", "部署流程：蓝绿发布（每周四）"]
+    memories = [{"title": title, "type": "learning", "path": "プロジェクト/", "content": f"{title}の本文。"}
+                for title in titles]
+    done = run_command([console_script("brain-connector"), "memorize", str(source), "--no-similar"],
+                       timeout=240, input=json.dumps(memories))
+    assert done.returncode == 0, done.stderr
+
+    def zipped(name: Callable[[str], str], index: Callable[[str], str]) -> Path:
+        target = tmp_path / f"brain-{len(list(tmp_path.glob('brain-*.zip')))}.zip"
+        with zipfile.ZipFile(target, "w") as archive:
+            for path in sorted(source.rglob("*")):
+                if path.is_file():
+                    relative = path.relative_to(source).as_posix()
+                    data = path.read_text(encoding="utf-8")
+                    archive.writestr(name("brain/" + relative), index(data) if relative == "index.json" else data)
+        return target
+
+    def nfd(text: str) -> str:
+        return unicodedata.normalize("NFD", text)
+
+    def paths_nfd(index: str) -> str:
+        """The index with its memories' paths decomposed (as a Mac's file system gave them)."""
+        document = json.loads(index)
+        for entry in document["memories"].values():
+            entry["path"] = nfd(entry["path"])
+        return json.dumps(document, ensure_ascii=False)
+
+    for name, index in ((nfd, str), (str, paths_nfd)):
+        brain = tmp_path / f"imported-{name.__name__}-{index.__name__}"
+        report = imported_ok(brain, zipped(name, index))
+        assert sorted(item["title"] for item in report["stored"]) == sorted(titles), report["stored"]
+        entries = load_directory(brain).read_json("index.json")["memories"].values()
+        assert all(entry["path"].startswith("brain/プロジェクト/") for entry in entries)
