@@ -238,9 +238,9 @@ TOOLS: tuple[ToolSpec, ...] = (
                     "description": (
                         "hybrid: the query's words in other forms, accents and small typos, Chinese and "
                         "Japanese text, and meaning across wording and languages; only memories that match "
-                        "well. exact: only the query's exact ASCII words (full-width ones too), scored like the "
-                        "`brain recall` command line (no Chinese or Japanese). Default: the server's setting "
-                        "(hybrid unless changed)."
+                        "well. exact: only the query's exact ASCII words, scored like the `brain recall` "
+                        "command line (no Chinese or Japanese). Default: the server's setting (hybrid unless "
+                        "changed)."
                     ),
                 },
             },

@@ -17,7 +17,7 @@ import numpy as np
 
 from connector.engine.format.brain import Brain
 from connector.engine.format.jsvalues import datetime_ms, round3
-from connector.engine.format.text import ascii_width, tokenize
+from connector.engine.format.text import tokenize
 from connector.engine.recall.columns import bm25_relevance
 from connector.engine.recall.index import BrainIndex, BrainNotInitialized, MemoryRecord, RecallError
 from connector.engine.recall.indexcache import DEFAULT_CACHE, IndexCache, index_for
@@ -228,9 +228,7 @@ def recall(
     as_known_ms = instant_ms(as_known_of)
     if context and not query:
         query = context_query(project, task, topics)
-    # A query typed in full-width mode (ＲＥＤＩＳ) asks for the ASCII words it shows; the
-    # reference reads only ASCII and found nothing (and hybrid lost its exact channel).
-    query = ascii_width(query or "")
+    query = query or ""
     ranked = None
     if not exhaustive and top > 0 and index.columns is not None:
         ranked = _bounded(index, query, top, project, task, topics, context, now_ms, as_of_ms, as_known_ms)

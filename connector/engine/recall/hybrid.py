@@ -51,7 +51,7 @@ import numpy as np
 from connector.engine.format.brain import Brain
 from connector.engine.format.change import BrainChange
 from connector.engine.format.jsvalues import datetime_ms, round3
-from connector.engine.format.text import memory_body
+from connector.engine.format.text import ascii_width, memory_body
 from connector.engine.recall import beside
 from connector.engine.recall.answergate import ANSWER_GATE, MIN_MEMORIES, gate_features
 from connector.engine.recall.channelfusion import (
@@ -588,8 +588,10 @@ def hybrid_recall(
     # Started first and joined last: it runs beside everything up to the fusion.
     e5_channel = start_e5_channel(scored, e5, embed_e5_query) if scored else None
     try:
+        # Its exact channel reads a query typed in full-width mode (ＲＥＤＩＳ) as the ASCII words it
+        # shows; exact mode itself stays the reference's, which reads ASCII only and finds nothing.
         exact = recall(
-            brain, query, top=max(top, EXACT_CANDIDATES) if top > 0 else top, project=project, task=task,
+            brain, ascii_width(query) if query else query, top=max(top, EXACT_CANDIDATES) if top > 0 else top, project=project, task=task,
             topics=topics, context=context, now=now, as_of=as_of, as_known_of=as_known_of, index=index,
         )
     except BaseException:
