@@ -21,7 +21,7 @@ from connector.engine.writes.memorize import (MAX_CONTENT_CHARS, MAX_TITLE_CHARS
                                              connector_memory)
 from connector.engine.writes.ops import Forget, Memorize, Operation, Pin, Unpin, Verify, connector_memorize
 from connector.engine.writes.restore import Restore
-from connector.i18n import Text, message_of
+from connector.i18n import N_, Text, message_of
 from connector.mcp.tools import BrainTools
 from connector.workcopy.accounts import UnknownBrain
 from connector.workcopy.core import BrainUnavailable
@@ -44,6 +44,14 @@ def _refuse_too_long(title: str, content: str) -> None:
     if len(content) > MAX_CONTENT_CHARS or len(title) > MAX_TITLE_CHARS:
         raise ActionRefused(Text("The text is too long: at most %(content)s characters, and %(title)s for the title.",
                                  content=MAX_CONTENT_CHARS, title=MAX_TITLE_CHARS))
+# Why a write to the brain a page was shown for is refused when this person can no longer reach it.
+GONE_BRAIN = N_("The brain this page was shown for is gone, or no longer shared with you; nothing was saved. "
+                "Open the page again to use the brain in use now.")
+
+
+def store_refusal(exc: StoreError) -> Text:
+    """Why a write the store could not complete changed nothing."""
+    return Text("The store could not complete this (%(reason)s); nothing was changed.", reason=str(exc))
 
 
 def old_version_refusal(newer: str) -> Text:
@@ -75,14 +83,32 @@ class BrainActions:
             raise ActionRefused(str(exc)) from None
         except BrainUnavailable as exc:
             raise ActionRefused(message_of(exc)) from None
+        except UnknownBrain:  # the brain a page was shown for (`addressed`) went away meanwhile
+            raise ActionRefused(GONE_BRAIN) from None
         except StoreError as exc:
-            raise ActionRefused(Text("The store could not complete this (%(reason)s); nothing was changed.",
-                                     reason=str(exc))) from None
+            raise ActionRefused(store_refusal(exc)) from None
         if outcome.discarded:
             raise ActionRefused(outcome.discarded)
         # Same as after a tool's write: build the next recall index in the background.
         self.tools.prewarm(outcome)
         return outcome
+
+    async def addressed(self, account: Account, brain_id: str) -> Account:
+        """``account`` writing to the brain ``brain_id`` (the one a page or a dry run was made
+        for), whatever brain is in use by then: the brain in use is the account's, switched by its
+        MCP connections (brain_use) and other tabs. "" leaves ``account`` as is (a page made before
+        the account had a brain). ActionRefused when this person can no longer reach that brain."""
+        if not brain_id:
+            return account
+        try:
+            found = await self.manager.bound_brain(replace(account, brain=brain_id[:200]))
+        except (UnknownBrain, BrainUnavailable) as exc:  # several brains by that name; a share just lost
+            raise ActionRefused(message_of(exc)) from None
+        except StoreError as exc:
+            raise ActionRefused(store_refusal(exc)) from None
+        if found is None:
+            raise ActionRefused(GONE_BRAIN)
+        return replace(account, brain=found.id)
 
     async def write(self, account: Account, op: Operation, label: str) -> Done:
         """Any other operation; the Done names no particular memory."""

@@ -809,7 +809,9 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
             return app.page("transfer.html", visit.site, visit.session, status=400, summary=None, reference=None,
                             error=N_("Choose a file to import."), chosen=chosen)
         payload = await upload.read()
-        snapshot = await app.actions.manager.snapshot(visit.session.account)
+        # One brain for the whole dry run (its plan and its similar memories), whatever is switched meanwhile.
+        account = await app.actions.manager.pinned(visit.session.account)
+        snapshot = await app.actions.manager.snapshot(account)
         now = app.actions.manager.now()
         if len(payload) > MAX_IMPORT_BYTES:
             plan = ImportPlan.refused([Text("The file is larger than %(mb)s MB.", mb=MAX_IMPORT_BYTES // 2**20)])
@@ -834,7 +836,7 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         # A file with nothing to import and errors is refused as such (400), the errors listed.
         status = 400 if summary.errors and not summary.new else 200
         # What the new memories repeat or update among those already here (the first ones checked).
-        similar = await app.views.similar_to_new(visit.session.account, [
+        similar = await app.views.similar_to_new(account, [
             Incoming(memory.content, memory.title, memory.tags, memory.type) for memory in plan.inputs
         ]) if summary.new else []
         return app.page("transfer.html", visit.site, visit.session, status=status, summary=summary,
@@ -849,15 +851,18 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
                             error=N_("That import expired or was already done. Upload the file again."))
         plan, checked_brain = held
         # The brain in use is the account's, shared with its MCP connections and other tabs: it may
-        # have changed since the dry run (brain_use, the Brains page). The file was checked against
-        # that brain (what it skips, what it says), and the person chose it: never import into
-        # another one, e.g. a team's shared brain every member reads.
-        if (await app.actions.manager.snapshot(visit.session.account)).brain_id != checked_brain:
-            return app.page("transfer.html", visit.site, visit.session, status=409, summary=None, reference=None,
-                            error=N_("The brain in use changed since this file was checked; nothing was imported. "
-                                     "Upload the file again to import it into the brain in use now."))
+        # change after the dry run (brain_use, the Brains page), even while this confirmation checks
+        # the similar memories. The file was checked against one brain (what it skips, what it says)
+        # and the person chose it: the write goes to that brain by id, never to another one, e.g. a
+        # team's shared brain every member reads.
         try:
-            done = await app.actions.import_memories(visit.session.account, plan.operation())
+            account = await app.actions.addressed(visit.session.account, checked_brain or "")
+            if checked_brain is None and (await app.actions.manager.snapshot(account)).brain_id is not None:
+                # Checked before the account had a brain; it has one now (made or chosen elsewhere).
+                return app.page("transfer.html", visit.site, visit.session, status=409, summary=None, reference=None,
+                                error=N_("The brain in use changed since this file was checked; nothing was imported. "
+                                         "Upload the file again to import it into the brain in use now."))
+            done = await app.actions.import_memories(account, plan.operation())
         except ActionRefused as exc:
             return app.page("transfer.html", visit.site, visit.session, status=409, summary=None, reference=None,
                             error=message_of(exc))

@@ -5,6 +5,7 @@ bound to), switching it (brain_use), and who the account is at the store (a writ
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 from common.brainnames import brain_name_key
 from common.textsafety import escape_one_line
@@ -326,6 +327,16 @@ class Accounts(ManagerCore):
             return None
         return found
 
+    async def pinned(self, account: Account) -> Account:
+        """``account`` addressing the brain it uses now by that brain's id, as a connection bound to
+        it (``/mcp/brains/{id}``) does; unchanged while it has no brain (its first write makes one).
+
+        A call that checks or shows a brain and then writes (brain_extract waiting on a model, a
+        page and its form) resolves the brain once with this: a brain_use from another client of
+        the same account in between must not send the write into the brain it switched to."""
+        _, active = await self._active(account)
+        return replace(account, brain=active.id) if active is not None else account
+
     async def brain_id_of(self, subject: str, credential: str, brain: str) -> str:
         """The id of the brain ``brain`` (a name or id) names for this account now; "" when none
         does, several do, or the store cannot say (a sign-in for a brain's URL keeps the id)."""
@@ -363,7 +374,7 @@ class Accounts(ManagerCore):
         """
         try:
             _, active = await self._active(account)
-        except StoreError:
+        except (StoreError, UnknownBrain):  # a brain addressed by id that is gone: the write says so
             return ""
         if active is None or active.role is None:
             return ""

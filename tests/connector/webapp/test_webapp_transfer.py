@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from ..conftest import RunningStore, auth, brains_of, direct_memorize, download_brain, shared_store
-from ..test_e2e_sharing import share
+from ..test_e2e_sharing import share, store_cli
 from .conftest import app_client, at_store, sign_in
 
 # Every test here makes its own users and looks only at their brains: one store for the module.
@@ -90,15 +90,16 @@ def test_import_refuses_bad_files_and_read_only_sign_ins(store: RunningStore) ->
     assert at_store(store, alice.token) == {}
 
 
-def test_an_import_checked_for_one_brain_is_not_written_to_another(store: RunningStore) -> None:
+def test_an_import_checked_for_one_brain_is_written_there_whatever_brain_is_in_use_then(store: RunningStore) -> None:
     """The brain in use is the account's (MCP brain_use, another tab): if it changes between the dry
-    run and the confirmation, the import is refused, not written into a brain shared with others."""
+    run and the confirmation, the import still goes to the brain it was checked against, by id,
+    never into the brain switched to (here one shared with others)."""
     alice, bob = store.add_user("alice"), store.add_user("bob")
     team = httpx.post(f"{store.url}/api/brains", headers=auth(alice.token), json={"name": "team"}, timeout=30).json()
     direct_memorize(store.url, alice.token, team["id"], "The team deploys on Thursdays.")
     share(store, team["id"], bob, "editor")
-    own = brains_of(store.url, bob.token)
-    own_id = next(brain["id"] for brain in own if brain["id"] != team["id"])
+    own_id = next(brain["id"] for brain in brains_of(store.url, bob.token) if brain["id"] != team["id"])
+    direct_memorize(store.url, bob.token, own_id, "Bob waters the plants on Sundays.")
     payload = json.dumps({"format": "brain-store/memories", "version": 1, "memories": [
         {"title": "Bob's private note", "type": "learning", "path": "captured/",
          "content": "Bob's doctor appointment is on the 14th."}]}).encode()
@@ -109,8 +110,34 @@ def test_an_import_checked_for_one_brain_is_not_written_to_another(store: Runnin
         reference = re.search(r'name="reference" value="([^"]+)"', preview.text).group(1)
         # Meanwhile the account switches to the shared brain (as an assistant's brain_use would).
         assert client.post("/app/brain", data={"csrf": csrf, "brain": team["id"]}).status_code == 303
+        done = client.post("/app/import/confirm", data={"csrf": csrf, "reference": reference})
+        assert done.status_code == 303, done.text
+    team_brain, _ = download_brain(store.url, alice.token, team["id"])
+    assert [entry["title"] for entry in team_brain.read_json("index.json")["memories"].values()] == [
+        "The team deploys on Thursdays."]
+    own_brain, _ = download_brain(store.url, bob.token, own_id)
+    assert sorted(entry["title"] for entry in own_brain.read_json("index.json")["memories"].values()) == [
+        "Bob waters the plants on Sundays.", "Bob's private note"]
+
+
+def test_an_import_checked_for_a_brain_no_longer_shared_is_refused(store: RunningStore) -> None:
+    """The brain the file was checked against is no longer this person's to write (its owner removed
+    them): the confirmation says so and writes nowhere, not into the brain in use instead."""
+    alice, bob = store.add_user("alice"), store.add_user("bob")
+    team = httpx.post(f"{store.url}/api/brains", headers=auth(alice.token), json={"name": "team"}, timeout=30).json()
+    direct_memorize(store.url, alice.token, team["id"], "The team deploys on Thursdays.")
+    share(store, team["id"], bob, "editor")
+    own_id = next(brain["id"] for brain in brains_of(store.url, bob.token) if brain["id"] != team["id"])
+    payload = json.dumps({"format": "brain-store/memories", "version": 1, "memories": [
+        {"title": "Release notes", "type": "learning", "path": "captured/", "content": "Releases ship on Fridays."}]}).encode()
+    with app_client(store.url) as client:
+        csrf = sign_in(client, bob.token)
+        assert client.post("/app/brain", data={"csrf": csrf, "brain": team["id"]}).status_code == 303
+        preview = client.post("/app/import", data={"csrf": csrf}, files={"file": ("b.json", payload, "application/json")})
+        reference = re.search(r'name="reference" value="([^"]+)"', preview.text).group(1)
+        store_cli(store, "unshare", team["id"], "--with", bob.name)
         refused = client.post("/app/import/confirm", data={"csrf": csrf, "reference": reference})
-        assert refused.status_code == 409 and "The brain in use changed" in refused.text
+        assert refused.status_code == 409 and "no longer have access to the brain" in refused.text, refused.text
     team_brain, _ = download_brain(store.url, alice.token, team["id"])
     assert [entry["title"] for entry in team_brain.read_json("index.json")["memories"].values()] == [
         "The team deploys on Thursdays."]
