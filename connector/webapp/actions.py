@@ -44,9 +44,11 @@ def _refuse_too_long(title: str, content: str) -> None:
     if len(content) > MAX_CONTENT_CHARS or len(title) > MAX_TITLE_CHARS:
         raise ActionRefused(Text("The text is too long: at most %(content)s characters, and %(title)s for the title.",
                                  content=MAX_CONTENT_CHARS, title=MAX_TITLE_CHARS))
-# Why a write to the brain a page was shown for is refused when this person can no longer reach it.
-GONE_BRAIN = N_("The brain this page was shown for is gone, or no longer shared with you; nothing was saved. "
-                "Open the page again to use the brain in use now.")
+
+
+# Why a page, or a write, for the brain a link or form names is refused when this person can no longer reach it.
+GONE_BRAIN = N_("The brain this page was made for is gone, or no longer shared with you; nothing was read "
+                "or changed.")
 
 
 def store_refusal(exc: StoreError) -> Text:

@@ -52,6 +52,7 @@ from connector.imports.plan import ImportPlan, dry_run, plan_import
 from connector.webapp.transfer import MAX_IMPORT_BYTES, check_holdable, export_memories, export_zip
 from connector.webapp.views import CURRENT_VERSION, MODE_LABELS, TYPES, BrainViews, SearchForm, SearchResult
 from connector.workcopy.core import BrainUnavailable, SignInAgain
+from connector.workcopy.model import Account
 from connector.workcopy.store_client import StoreUnauthorized
 from common.limits import TrustedProxies, client_address
 
@@ -234,6 +235,9 @@ class Visit:
     raw: Any  # the parsed form with its uploads (None for a page)
 
 
+# The hidden field naming the brain a form was made for (macros.html's brain_field writes it).
+BRAIN_FIELD = "for_brain"
+
 # The memories of pairs a decision closed with it that the review page names (the count is exact).
 REVIEW_CLOSED_SHOWN = 20
 
@@ -250,8 +254,14 @@ def _count(value: str | None) -> int:
     return int(value) if value and value.isdigit() and len(value) <= 6 else 0
 
 
-def _done_location(site: Site, action: str, done: Done) -> str:
-    query = {"done": action, **({} if done.synced else {"held": "1"})}
+def _in_brain(account: Account) -> dict[str, str]:
+    """The query naming the brain ``account`` addresses (none for the brain in use)."""
+    return {"brain": account.brain} if account.brain else {}
+
+
+def _done_location(site: Site, action: str, done: Done, account: Account) -> str:
+    """The memory's page after a write, in the brain the write went to."""
+    query = {"done": action, **({} if done.synced else {"held": "1"}), **_in_brain(account)}
     return f"{site.root}/memory/{path_segment(done.memory_id)}?{urlencode(query)}"
 
 
@@ -451,6 +461,22 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
     def unknown_action(visit: Visit) -> Response[Any]:
         return error_page(visit, 404, N_("Unknown action"), N_("The app offers no such action."))
 
+    async def page_account(visit: Visit, named: str | None) -> Account:
+        """The account addressing one brain by id for a page and the forms on it: the brain a link
+        names (``?brain=``), else the brain in use now. Its forms carry that id (`BRAIN_FIELD`), so
+        what they write lands there even if another client switches the brain in use meanwhile."""
+        if not named:
+            return await app.actions.manager.pinned(visit.session.account)
+        try:
+            return await app.actions.addressed(visit.session.account, named)
+        except ActionRefused as exc:  # shown as the brain being unavailable (a page, not a write)
+            raise BrainUnavailable(message_of(exc)) from None
+
+    async def form_account(visit: Visit) -> Account:
+        """The account addressing the brain the submitted form was made for (its `BRAIN_FIELD`);
+        the brain in use for a form without one. ActionRefused when that brain is out of reach."""
+        return await app.actions.addressed(visit.session.account, visit.form.get(BRAIN_FIELD, ""))
+
     @get(["/app", "/app/"], cache=False, include_in_schema=False)
     @page_route
     async def home(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
@@ -482,49 +508,56 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
     @get("/app/memory/{memory_id:str}", cache=False, include_in_schema=False)
     @page_route
     async def memory(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
-        view = await app.views.memory(visit.session.account, request.path_params["memory_id"][:200])
+        params = request.query_params
+        account = await page_account(visit, params.get("brain"))
+        view = await app.views.memory(account, request.path_params["memory_id"][:200])
         if view is None:
             return not_found(visit)
-        params = request.query_params
         # After an edit, what the new text repeats or updates elsewhere in the brain (as brain_memorize says).
-        similar = (await app.views.similar_to(visit.session.account, view.id)
+        similar = (await app.views.similar_to(account, view.id)
                    if params.get("done") == "edit" and not view.archived else [])
         return app.page("memory.html", visit.site, visit.session, memory=view, error=None, offer_force=False,
-                        flash=_flash(params.get("done"), params.get("held")), similar=similar)
+                        flash=_flash(params.get("done"), params.get("held")), similar=similar,
+                        page_brain=account.brain)
 
     @get("/app/memory/{memory_id:str}/edit", cache=False, include_in_schema=False)
     @page_route
     async def edit_page(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
         if visit.session.read_only:
             return read_only_refusal(visit)
-        view = await app.views.memory(visit.session.account, request.path_params["memory_id"][:200])
+        account = await page_account(visit, request.query_params.get("brain"))
+        view = await app.views.memory(account, request.path_params["memory_id"][:200])
         if view is None or view.archived:
             return not_found(visit, N_("Only memories in the brain (not in the archive) can be edited."))
         if view.superseded_by is not None:
             # An old version is history; the current one is what an edit would change.
             return error_page(visit, 409, N_("An old version"), old_version_refusal(view.superseded_by.id))
-        return app.page("edit.html", visit.site, visit.session, memory=view, types=TYPES, error=None)
+        return app.page("edit.html", visit.site, visit.session, memory=view, types=TYPES, error=None,
+                        page_brain=account.brain)
 
     @get("/app/new", cache=False, include_in_schema=False)
     @page_route
     async def new_page(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
         if visit.session.read_only:
             return read_only_refusal(visit)
-        return app.page("new.html", visit.site, visit.session, types=TYPES, form={}, error=None)
+        account = await page_account(visit, request.query_params.get("brain"))
+        return app.page("new.html", visit.site, visit.session, types=TYPES, form={}, error=None,
+                        page_brain=account.brain)
 
     @post("/app/new", request_max_body_size=MAX_TEXT_FORM_BYTES, include_in_schema=False)
     @write_route
     async def new_submit(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
         form = visit.form
         try:
-            done = await app.actions.create(visit.session.account, title=form.get("title", ""),
+            account = await form_account(visit)
+            done = await app.actions.create(account, title=form.get("title", ""),
                                             content=form.get("content", ""), type_=form.get("type", "learning"),
                                             tags=form.get("tags", ""))
         except ActionRefused as exc:
-            # The form comes back as typed, with the reason; nothing was saved.
+            # The form comes back as typed, for the same brain, with the reason; nothing was saved.
             return app.page("new.html", visit.site, visit.session, status=400, types=TYPES, form=form,
-                            error=message_of(exc))
-        return app.redirect(_done_location(visit.site, "new", done))
+                            error=message_of(exc), page_brain=form.get(BRAIN_FIELD, "")[:200])
+        return app.redirect(_done_location(visit.site, "new", done, account))
 
     @get("/app/archive", cache=False, include_in_schema=False)
     @page_route
@@ -535,13 +568,15 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
     @get("/app/review", cache=False, include_in_schema=False)
     @page_route
     async def review(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
-        data = await app.review.page(visit.session.account)
         params = request.query_params
+        account = await page_account(visit, params.get("brain"))
+        data = await app.review.page(account)
         closed = _count(params.get("closed"))
         ids = [item for item in (params.get("with") or "").split(",")[:REVIEW_CLOSED_SHOWN] if is_memory_id(item)]
-        closed_with = await app.review.lines(visit.session.account, ids) if closed else []
+        closed_with = await app.review.lines(account, ids) if closed else []
         return app.page("review.html", visit.site, visit.session, review=data, error=None,
-                        flash=_flash(params.get("done"), params.get("held")), closed=closed, closed_with=closed_with)
+                        flash=_flash(params.get("done"), params.get("held")), closed=closed, closed_with=closed_with,
+                        page_brain=account.brain)
 
     @get("/app/mental", cache=False, include_in_schema=False)
     @page_route
@@ -654,18 +689,20 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         form = visit.form
         decision = form.get("decision", "")
         pair = (form.get("new", "")[:200], form.get("old", "")[:200])
-        before = await app.review.open_pairs(visit.session.account)
+        account = visit.session.account
         try:
-            done = await app.actions.decide(visit.session.account, form.get("new", "")[:200], form.get("old", "")[:200],
+            account = await form_account(visit)
+            before = await app.review.open_pairs(account)
+            done = await app.actions.decide(account, form.get("new", "")[:200], form.get("old", "")[:200],
                                             decision, title=form.get("title", ""), content=form.get("content", ""),
                                             type_=form.get("type", "learning"), tags=form.get("tags", ""))
         except ActionRefused as exc:
-            data = await app.review.page(visit.session.account)
+            data = await app.review.page(account)
             return app.page("review.html", visit.site, visit.session, status=409, review=data, error=message_of(exc),
-                            flash=None, closed=0, closed_with=[])
-        query = {"done": decision, **({} if done.synced else {"held": "1"})}
+                            flash=None, closed=0, closed_with=[], page_brain=account.brain)
+        query = {"done": decision, **({} if done.synced else {"held": "1"}), **_in_brain(account)}
         # Pairs that closed with this one (their memory left the brain): the page names the other sides.
-        after = set(await app.review.open_pairs(visit.session.account))
+        after = set(await app.review.open_pairs(account))
         closed = [item for item in before if item != pair and item not in after]
         others = list(dict.fromkeys(side for item in closed for side in item if side not in pair))[:REVIEW_CLOSED_SHOWN]
         if closed:
@@ -676,17 +713,19 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
     @write_route
     async def edit_submit(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
         memory_id, form = request.path_params["memory_id"][:200], visit.form
+        account = visit.session.account
         try:
-            done = await app.actions.edit(visit.session.account, memory_id, title=form.get("title", ""),
+            account = await form_account(visit)
+            done = await app.actions.edit(account, memory_id, title=form.get("title", ""),
                                           content=form.get("content", ""), type_=form.get("type", "learning"),
                                           tags=form.get("tags", ""))
         except ActionRefused as exc:
-            view = await app.views.memory(visit.session.account, memory_id)
+            view = await app.views.memory(account, memory_id) if account.brain or not form.get(BRAIN_FIELD) else None
             if view is None:
                 return not_found(visit, message_of(exc))
             return app.page("edit.html", visit.site, visit.session, status=409, memory=view, types=TYPES,
-                            error=message_of(exc))
-        return app.redirect(_done_location(visit.site, "edit", done))
+                            error=message_of(exc), page_brain=account.brain)
+        return app.redirect(_done_location(visit.site, "edit", done, account))
 
     @post("/app/memory/{memory_id:str}/{action:str}", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
     @write_route
@@ -696,6 +735,7 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
             return unknown_action(visit)
         account = visit.session.account
         try:
+            account = await form_account(visit)
             if action == "pin":
                 done = await app.actions.pin(account, memory_id)
             elif action == "unpin":
@@ -707,13 +747,14 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
             else:
                 done = await app.actions.verify(account, memory_id, action)
         except ActionRefused as exc:
-            view = await app.views.memory(account, memory_id)
+            view = await app.views.memory(account, memory_id) if account.brain or not visit.form.get(BRAIN_FIELD) else None
             if view is None:
                 return not_found(visit, message_of(exc))
             return app.page("memory.html", visit.site, visit.session, status=409, memory=view, error=message_of(exc),
-                            flash=None, offer_force=action == "forget" and "force" in message_of(exc))
+                            flash=None, offer_force=action == "forget" and "force" in message_of(exc),
+                            page_brain=account.brain)
         said = action if done.changed else "not_pinned"  # an unpin that found no pin says so
-        return app.redirect(_done_location(visit.site, said, done))
+        return app.redirect(_done_location(visit.site, said, done, account))
 
     async def brains_page(visit: Visit, *, status: int = 200, error: Any = None, done: str | None = None,
                           held: str | None = None) -> Response[Any]:
