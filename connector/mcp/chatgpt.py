@@ -14,6 +14,7 @@ same permissions: `BrainTools` calls those handlers) to these shapes; no I/O.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
 import mcp_types as types
 
@@ -29,9 +30,12 @@ SEARCH_LIMIT = 10
 _TITLE_CHARS = 80
 
 
-def memory_url(base_url: str, memory_id: str) -> str:
-    """The memory's page in the web app, absolute (``<base>/app/memory/<id>``)."""
-    return f"{base_url.rstrip('/')}/app/memory/{path_segment(memory_id)}"
+def memory_url(base_url: str, memory_id: str, brain_id: str) -> str:
+    """The memory's page in the web app, absolute, in the brain it was found in
+    (``<base>/app/memory/<id>?brain=<brain id>``): the web app otherwise opens the account's
+    brain in use, which need not be a bound connection's brain, nor the one searched."""
+    query = f"?{urlencode({'brain': brain_id})}" if brain_id else ""
+    return f"{base_url.rstrip('/')}/app/memory/{path_segment(memory_id)}{query}"
 
 
 def _title(value: Any, memory_id: str, content: Any = None) -> str:
@@ -59,8 +63,8 @@ def _failed(result: types.CallToolResult) -> types.CallToolResult | None:
     return result if result.is_error or result.structured_content is None else None
 
 
-def search_result(recall: types.CallToolResult, base_url: str) -> types.CallToolResult:
-    """brain_recall's answer as ChatGPT's ``search`` answer."""
+def search_result(recall: types.CallToolResult, base_url: str, brain_id: str) -> types.CallToolResult:
+    """brain_recall's answer (from the brain ``brain_id``) as ChatGPT's ``search`` answer."""
     failed = _failed(recall)
     if failed is not None:
         return failed
@@ -69,7 +73,7 @@ def search_result(recall: types.CallToolResult, base_url: str) -> types.CallTool
         {
             "id": str(hit["id"]),
             "title": _title(hit.get("title"), str(hit["id"]), hit.get("content")),
-            "url": memory_url(base_url, str(hit["id"])),
+            "url": memory_url(base_url, str(hit["id"]), brain_id),
         }
         for hit in recall.structured_content.get("results", [])
         if isinstance(hit, dict) and isinstance(hit.get("id"), str)
@@ -98,8 +102,8 @@ def _metadata(found: dict[str, Any]) -> dict[str, str]:
     return {key: escape_one_line(str(value)) for key, value in values.items() if value not in (None, "")}
 
 
-def fetch_result(read: types.CallToolResult, base_url: str) -> types.CallToolResult:
-    """brain_read's answer as ChatGPT's ``fetch`` answer."""
+def fetch_result(read: types.CallToolResult, base_url: str, brain_id: str) -> types.CallToolResult:
+    """brain_read's answer (from the brain ``brain_id``) as ChatGPT's ``fetch`` answer."""
     failed = _failed(read)
     if failed is not None:
         return failed
@@ -111,7 +115,7 @@ def fetch_result(read: types.CallToolResult, base_url: str) -> types.CallToolRes
             "id": memory_id,
             "title": _title(found.get("title"), memory_id, found.get("content")),
             "text": found.get("content") or "",
-            "url": memory_url(base_url, memory_id),
+            "url": memory_url(base_url, memory_id, brain_id),
             "metadata": _metadata(found),
         }
     )

@@ -16,7 +16,7 @@ import threading
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import mcp_types as types
@@ -669,12 +669,19 @@ class BrainTools:
     async def _search(self, caller: Caller, args: Args) -> types.CallToolResult:
         """ChatGPT's ``search``: brain_recall (the server's recall mode) as ids, titles and links."""
         query = args.string("query", required=True, max_length=MAX_QUERY_CHARS)
+        caller = await self.pinned(caller)  # the links name the brain searched
         found = await self._recall(caller, Args({"query": query, "limit": chatgpt.SEARCH_LIMIT, "max_chars": 0}))
-        return chatgpt.search_result(found, caller.base_url)
+        return chatgpt.search_result(found, caller.base_url, caller.account.brain)
 
     async def _fetch(self, caller: Caller, args: Args) -> types.CallToolResult:
         """ChatGPT's ``fetch``: brain_read as id, title, text, link and metadata."""
-        return chatgpt.fetch_result(await self._read(caller, args), caller.base_url)
+        caller = await self.pinned(caller)  # the link names the brain read
+        return chatgpt.fetch_result(await self._read(caller, args), caller.base_url, caller.account.brain)
+
+    async def pinned(self, caller: Caller) -> Caller:
+        """``caller`` addressing the brain it uses now by id (`Accounts.pinned`): a call that reads
+        or checks and then writes or links keeps to that brain, whatever another client switches to."""
+        return replace(caller, account=await self.manager.pinned(caller.account))
 
     @property
     def vectors(self) -> VectorStore:

@@ -54,7 +54,7 @@ def test_search_and_fetch_in_openais_shape(store: RunningStore, tmp_path: Path) 
             first = found["results"][0]
             assert set(first) == {"id", "title", "url"}
             assert first["id"] == kettle and first["title"]
-            assert first["url"] == f"{public}/app/memory/{kettle}"
+            assert first["url"] == f"{public}/app/memory/{kettle}?brain={brain_id}"
             # The same recall as brain_recall, in its order.
             recalled = structured(await client.call_tool("brain_recall", {"query": "where is the blue kettle",
                                                                             "limit": 10}))
@@ -85,17 +85,45 @@ def test_search_and_fetch_in_openais_shape(store: RunningStore, tmp_path: Path) 
         asyncio.run(use(server.base_url))
         # The link is the web app's page of that memory: signed in, the page itself; signed out,
         # the sign-in page (which does not carry the link back yet: issue 36, item 6).
-        link = httpx.URL(f"{public}/app/memory/{kettle}")
-        signed_out = httpx.get(f"{server.base_url}{link.path}", timeout=30)
+        link = httpx.URL(f"{public}/app/memory/{kettle}?brain={brain_id}")
+        signed_out = httpx.get(f"{server.base_url}{link.raw_path.decode()}", timeout=30)
         assert signed_out.status_code == 303, signed_out.text
         assert httpx.URL(signed_out.headers["location"]).path == "/app/signin"
         browser = signed_in_browser(server.base_url, user.token, "198.51.100.1")
         try:
-            page = browser.get(link.path)
+            page = browser.get(link.raw_path.decode())
         finally:
             browser.close()
         assert page.status_code == 200, page.text
         assert "second shelf of the pantry" in page.text and kettle in page.text
+
+
+def test_a_bound_connections_links_open_its_brain_not_the_brain_in_use(store: RunningStore, tmp_path: Path) -> None:
+    """A connection bound to one brain (``/mcp/brains/<id>``) finds memories there; the web app opens
+    the account's brain in use, another one: the links name the brain, so they open the memory found."""
+    user = store.add_user("twobrains")
+    own = brains_of(store.url, user.token)[0]["id"]
+    direct_memorize(store.url, user.token, own, "The spare house key is with the neighbour")
+    work = httpx.post(f"{store.url}/api/brains", headers={"Authorization": f"Bearer {user.token}"},
+                      json={"name": "work"}, timeout=30).json()["id"]
+    badge = direct_memorize(store.url, user.token, work, "The office badge is renewed every January")
+
+    async def use(base: str) -> tuple[str, str]:
+        async with mcp_session(f"{base}/mcp/brains/{work}", mint(base, user, {"brain.read"})) as client:
+            found = only_json(await client.call_tool("search", {"query": "office badge renewal"}))
+            fetched = only_json(await client.call_tool("fetch", {"id": badge}))
+        return found["results"][0]["url"], fetched["url"]
+
+    with connector(tmp_path, store) as server:
+        searched, fetched = asyncio.run(use(server.base_url))
+        assert searched == fetched == f"{server.base_url}/app/memory/{badge}?brain={work}"
+        browser = signed_in_browser(server.base_url, user.token, "198.51.100.2")  # its brain in use: its own
+        try:
+            page = browser.get(httpx.URL(fetched).raw_path.decode())
+        finally:
+            browser.close()
+        assert page.status_code == 200, page.text
+        assert "renewed every January" in page.text and badge in page.text
 
 
 def test_fetch_keeps_a_memorys_line_and_direction_characters_inside_its_json_string(store: RunningStore,
