@@ -183,6 +183,10 @@ class ThinkingTools:
         if title is not None and has_unsafe_chars(title):
             raise ArgumentError("'document_title' must be plain text on one line")
         save = args.boolean("save")
+        if save:
+            # The brain in use now: the model may take a while, and a brain_use from another client of
+            # the same account meanwhile must not send what this call saves into the brain it switched to.
+            caller = await self.tools.pinned(caller)
         notes: list[str] = []
         try:
             answer = await self.think(caller, "extract", prompts.extract_system(MAX_EXTRACT_ITEMS),

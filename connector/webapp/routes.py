@@ -626,8 +626,10 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
 
     async def think_page(visit: Visit, *, status: int = 200, **context: Any) -> Response[Any]:
         context = {"reflection": None, "extraction": None, "error": None, "question": "", "form": {}, **context}
+        account = await page_account(visit, None)  # the extraction form saves into this brain
         return app.page("think.html", visit.site, visit.session, status=status, has_model=app.thinking.has_model,
-                        needs_model=NEEDS_MODEL, viewer=await app.thinking.viewer(visit.session.account), **context)
+                        needs_model=NEEDS_MODEL, viewer=await app.thinking.viewer(account), page_brain=account.brain,
+                        **context)
 
     @get("/app/think", cache=False, include_in_schema=False)
     @page_route
@@ -657,7 +659,8 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
     async def think_extract(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
         form = visit.form
         try:
-            extraction = await app.thinking.extract(visit.session.account, form.get("text", ""), form.get("title", ""))
+            extraction = await app.thinking.extract(await form_account(visit), form.get("text", ""),
+                                                    form.get("title", ""))
         except ActionRefused as exc:
             # Nothing was written: the text comes back as pasted, with the reason.
             return await think_page(visit, status=409, error=message_of(exc), form=form)

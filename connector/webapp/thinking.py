@@ -129,6 +129,8 @@ class ThinkingViews:
             raise ActionRefused(NEEDS_MODEL)
         if not text.strip():
             raise ActionRefused(N_("Paste the text to extract memories from."))
+        # One brain for the check, the write and the saved lines, whatever is switched while the model works.
+        account = await self.thinking.tools.manager.pinned(account)
         if await self.viewer(account):
             raise ActionRefused(VIEWER_REFUSAL)
         caller = Caller(account, frozenset({READ_SCOPE, WRITE_SCOPE}))

@@ -375,6 +375,46 @@ def test_extract_saves_every_candidate_in_one_push_or_none(store: RunningStore, 
             asyncio.run(scenario())
 
 
+def test_extract_saves_into_the_brain_in_use_when_it_was_called(store: RunningStore, tmp_path: Path) -> None:
+    """brain_extract with save waits on the model; meanwhile another client of the same account
+    switches the brain in use (brain_use). What the call saves lands in the brain in use when it was
+    made; the brain switched to is untouched. The model holds its answer until the switch is done."""
+    carol = store.add_user("carol")
+    own = brains_of(store.url, carol.token)[0]["id"]
+    direct_memorize(store.url, carol.token, own, "The cat is fed at seven.")
+    work = httpx.post(f"{store.url}/api/brains", headers=auth(carol.token), json={"name": "work"}, timeout=30).json()
+    direct_memorize(store.url, carol.token, work["id"], "Standup is at 9:30.")
+    release = tmp_path / "release"
+    candidates = {"wait_for": str(release), "content": json.dumps({"memories": [
+        {"title": "Boiler", "type": "learning", "content": "The boiler is serviced in October.", "tags": []}]})}
+    with fake_model(tmp_path) as (model_url, script, log):
+        env = {"CONNECTOR_MODEL_URL": model_url, "CONNECTOR_MODEL": "fake-llm"}
+        with connector(tmp_path / "c", store, env=env) as server:
+            base = server.base_url
+
+            async def scenario() -> None:
+                answer(script, candidates)
+                async with mcp_session(base + "/mcp", mint(base, carol, ALL)) as first, \
+                        mcp_session(base + "/mcp", mint(base, carol, ALL)) as second:
+                    structured(await first.call_tool("brain_use", {"brain": own}))
+                    call = asyncio.create_task(first.call_tool("brain_extract", {"text": "Notes.", "save": True}))
+                    for _ in range(1500):  # bounded: until the model has the request (it then waits)
+                        if requests_of(log) or call.done():
+                            break
+                        await asyncio.sleep(0.02)
+                    assert requests_of(log) and not call.done()
+                    structured(await second.call_tool("brain_use", {"brain": work["id"]}))
+                    release.touch()
+                    saved = structured(await call)
+                    assert len(saved["saved"]) == 1
+
+            asyncio.run(scenario())
+    titles = {brain: {entry["title"] for entry in download_brain(store.url, carol.token, brain)[0]
+                      .read_json("index.json")["memories"].values()} for brain in (own, work["id"])}
+    assert titles[own] == {"The cat is fed at seven.", "Boiler"}
+    assert titles[work["id"]] == {"Standup is at 9:30."}
+
+
 def test_extracted_candidates_stay_one_line_each(store: RunningStore, tmp_path: Path) -> None:
     """A candidate's content comes from a model reading a document anyone wrote: a line break in it
     printed a line of its own under the list ("Note: ..."), as if the connector had said it."""

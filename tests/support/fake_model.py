@@ -10,7 +10,9 @@ answers with the next entry of SCRIPT, a JSON list re-read on every request (tes
 ``delay`` (seconds) makes the answer slow; ``status`` other than 200 answers an error. Hostile
 answers: ``repeat`` (a count) sends ``content`` that many times over (a flood); ``raw`` (a string) is
 sent as the whole 200 body instead of a chat completion (garbage, a deeply nested body); ``trickle``
-(seconds) sends the body one byte at a time with that pause before each. Entries are used in turn;
+(seconds) sends the body one byte at a time with that pause before each. ``wait_for`` (a path) holds
+the answer until that file exists (at most 60 s), so a test acts while a call is surely waiting on the
+model, with no race against a delay. Entries are used in turn;
 the last one repeats. ``GET /health`` answers 200.
 """
 
@@ -60,6 +62,10 @@ class _Handler(BaseHTTPRequestHandler):
         entry = entries[min(type(self).served, len(entries) - 1)]
         type(self).served += 1
         time.sleep(float(entry.get("delay", 0)))
+        gate, waited = entry.get("wait_for"), 0
+        while gate and not Path(str(gate)).exists() and waited < 3000:  # bounded: 60 s
+            time.sleep(0.02)
+            waited += 1
         status = int(entry.get("status", 200))
         if status != 200:
             self._send(status, {"error": {"message": "scripted failure", "type": "server_error"}})

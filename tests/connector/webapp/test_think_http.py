@@ -7,9 +7,11 @@ mental models. Refusals change nothing."""
 from __future__ import annotations
 
 import json
+import re
 from contextlib import closing
 from pathlib import Path
 
+import httpx
 import pytest
 
 from connector.engine.tending.mental import MENTAL_FILE
@@ -18,7 +20,7 @@ from tests.connector.test_e2e_mental import models_at_store
 from tests.connector.test_e2e_thinking import answer, fake_model, requests_of
 from tests.connector.test_e2e_tools import connector
 
-from ..conftest import RunningStore, brains_of, direct_memorize, download_brain, memory_ids
+from ..conftest import RunningStore, auth, brains_of, direct_memorize, download_brain, memory_ids
 from ..test_e2e_sharing import share
 from .conftest import app_client, csrf_of, sign_in, signed_in_browser
 
@@ -176,3 +178,30 @@ def test_with_the_operators_model_a_person_reflects_extracts_creates_and_refresh
             assert refused.status_code == 409 and "viewer" in refused.text
             assert len(requests_of(log)) == served  # refused before the model was asked
         assert memory_ids(download_brain(store.url, alice.token, brain_id)[0]) == written
+
+
+def test_an_extraction_is_saved_in_the_brain_the_think_page_was_shown_for(store: RunningStore, tmp_path: Path) -> None:
+    """The brain in use changes between the Think page and its Extract (another tab, an assistant's
+    brain_use): what the model picked out is saved in the brain the page was shown for."""
+    carol = store.add_user("carol")
+    own = brains_of(store.url, carol.token)[0]["id"]
+    direct_memorize(store.url, carol.token, own, "The cat is fed at seven.")
+    work = httpx.post(f"{store.url}/api/brains", headers=auth(carol.token), json={"name": "work"}, timeout=30).json()
+    direct_memorize(store.url, carol.token, work["id"], "Standup is at 9:30.")
+    with fake_model(tmp_path) as (model_url, script, _log):
+        env = {"CONNECTOR_MODEL_URL": model_url, "CONNECTOR_MODEL": "fake-llm"}
+        with connector(tmp_path / "c", store, env=env) as server, \
+                closing(signed_in_browser(server.base_url, carol.token, "127.0.0.1")) as http:
+            page = http.get("/app/think")
+            csrf = csrf_of(page.text)
+            shown_for = re.search(r'name="for_brain" value="([^"]+)"', page.text)
+            assert shown_for and shown_for.group(1) == own, "the extract form names no brain"
+            assert http.post("/app/brain", data={"csrf": csrf, "brain": work["id"]}).status_code == 303
+            answer(script, {"content": json.dumps(TWO_FACTS)})
+            extracted = http.post("/app/think/extract", data={"csrf": csrf, "for_brain": shown_for.group(1),
+                                                              "text": NOTES, "title": "Team sync"})
+            assert extracted.status_code == 200 and "Saved memories: 2" in extracted.text, extracted.text
+    titles = {brain: {entry["title"] for entry in download_brain(store.url, carol.token, brain)[0]
+                      .read_json("index.json")["memories"].values()} for brain in (own, work["id"])}
+    assert titles[own] == {"The cat is fed at seven.", "Release day", "Review style"}
+    assert titles[work["id"]] == {"Standup is at 9:30."}
