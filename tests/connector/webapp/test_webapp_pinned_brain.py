@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from ..conftest import RunningStore, auth, brains_of, direct_memorize, download_brain, shared_store
+from ..review_support import flag_pairs_at_store, statuses_at_store
 from .conftest import app_client, sign_in
 
 # Every test here makes its own users and looks only at their brains: one store for the module.
@@ -108,3 +109,23 @@ def test_a_form_for_a_brain_deleted_meanwhile_is_refused_and_saves_nowhere(store
         gone = client.get(f"/app/new?brain={work}")
         assert gone.status_code == 503 and "is gone, or no longer shared with you" in gone.text
     assert set(titles(store, carol.token, own)) == {"The bins go out on Monday evenings."}
+
+
+def test_a_merge_is_saved_in_the_brain_the_review_page_was_shown_for(store: RunningStore) -> None:
+    dora, own, work = two_brains(store, "dora")
+    ((new, old),) = flag_pairs_at_store(store.url, dora.token, own, [
+        ("The standup is at 9:30.", "We moved the standup to 10:00.", "update")])
+    with app_client(store.url) as client:
+        csrf = sign_in(client, dora.token)
+        page = client.get("/app/review")
+        assert page.status_code == 200 and "1 pair waiting" in page.text and form_brain(page.text) == own
+        switch(client, csrf, work)
+        merged = client.post("/app/review", data={
+            "csrf": csrf, "for_brain": form_brain(page.text), "new": new, "old": old, "decision": "merge",
+            "title": "Standup", "content": "The standup is at 10:00.", "type": "decision", "tags": ""})
+        assert merged.status_code == 303 and f"brain={own}" in merged.headers["location"], merged.text
+    _, statuses = statuses_at_store(store.url, dora.token, own)
+    assert statuses[(new, old)] != "pending"
+    mine = titles(store, dora.token, own)
+    assert "Standup" in mine and mine["Standup"]["id"] not in (new, old)
+    assert set(titles(store, dora.token, work)) == {"Standup is at 9:30."}
