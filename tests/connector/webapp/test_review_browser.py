@@ -66,7 +66,7 @@ def test_a_person_decides_about_similar_memories_in_chromium(store: RunningStore
 
             # Keep new: the old memory is superseded by the new one.
             pair_item(standup[0]).get_by_role("button", name="Keep new").click()
-            page.wait_for_url("**/app/review?done=keep_new")
+            page.wait_for_url("**/app/review?done=keep_new*")
             assert "the old one is superseded" in page.inner_text("main")
             entries, _, statuses = at_store()
             assert entries[standup[1]]["superseded_by"] == standup[0]
@@ -75,7 +75,7 @@ def test_a_person_decides_about_similar_memories_in_chromium(store: RunningStore
 
             # Keep old: the new memory goes to the archive (restorable).
             pair_item(queue[0]).get_by_role("button", name="Keep old").click()
-            page.wait_for_url("**/app/review?done=keep_old")
+            page.wait_for_url("**/app/review?done=keep_old*")
             entries, archived, statuses = at_store()
             assert queue[0] not in entries and archived[queue[0]]["archived_reason"] == "review_keep_old"
             assert "superseded_by" not in entries[queue[1]] and statuses[queue] == "kept_old"
@@ -87,7 +87,7 @@ def test_a_person_decides_about_similar_memories_in_chromium(store: RunningStore
             item.get_by_label("Title").fill("Deploy day")
             checks.page_ok("review-merge")
             item.get_by_role("button", name="Merge", exact=True).click()
-            page.wait_for_url("**/app/review?done=merge")
+            page.wait_for_url("**/app/review?done=merge*")
             entries, _, statuses = at_store()
             merged = [memory_id for memory_id, entry in entries.items() if entry["title"] == "Deploy day"]
             assert len(merged) == 1 and entries[merged[0]]["supersedes"] == [deploy[0], deploy[1]]
@@ -96,7 +96,7 @@ def test_a_person_decides_about_similar_memories_in_chromium(store: RunningStore
 
             # Not the same: dismissed; both stay, and the pair is not asked again.
             pair_item(lunch[0]).get_by_role("button", name="Not the same").click()
-            page.wait_for_url("**/app/review?done=dismiss")
+            page.wait_for_url("**/app/review?done=dismiss*")
             entries, _, statuses = at_store()
             assert lunch[0] in entries and lunch[1] in entries and statuses[lunch] == "dismissed"
             assert "superseded_by" not in entries[lunch[0]] and "superseded_by" not in entries[lunch[1]]

@@ -210,7 +210,7 @@ def test_person_tends_their_brain_in_chromium(store: RunningStore, tmp_path: Pat
 
             # Edit: a new memory that supersedes the old one.
             page.get_by_role("link", name="Edit").click()
-            page.wait_for_url("**/edit")
+            page.wait_for_url("**/edit*")
             checks.page_ok("edit")
             page.get_by_label("Content (Markdown)").fill("The spare house key is now in the **key safe** by the garage.")
             page.get_by_role("button", name="Save").click()
@@ -292,7 +292,7 @@ def test_person_tends_their_brain_in_chromium(store: RunningStore, tmp_path: Pat
             page.get_by_label("Content (Markdown)").fill("The bike lock opens with the **old** code.")
             page.get_by_label("Tags (comma-separated)").fill("bike, home")
             page.get_by_role("button", name="Save").click()
-            page.wait_for_url("**/app/memory/mem_*?done=new")
+            page.wait_for_url("**/app/memory/mem_*?done=new*")
             assert "Saved." in page.inner_text("main") and "Bike lock code" in page.inner_text("h1")
             assert any(entry.get("title") == "Bike lock code" for entry in at_store.entries().values())
 

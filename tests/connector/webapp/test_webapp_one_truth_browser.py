@@ -132,7 +132,7 @@ def test_the_pin_follows_a_review_decision(store: RunningStore, tmp_path: Path) 
 
         # Keep new on a pinned old memory: the pin moves to the new one, everywhere.
         pair_item(kept).get_by_role("button", name="Keep new").click()
-        page.wait_for_url("**/app/review?done=keep_new")
+        page.wait_for_url("**/app/review?done=keep_new*")
         brain = at_store.brain()
         assert pin_state(brain, replaced) == (False, False, False)
         assert pin_state(brain, kept) == (True, True, True)
@@ -144,7 +144,7 @@ def test_the_pin_follows_a_review_decision(store: RunningStore, tmp_path: Path) 
         item.get_by_label("Merged text (Markdown)").fill("Deploys go out every **Tuesday**.")
         item.get_by_label("Title").fill("Deploy day")
         item.get_by_role("button", name="Merge", exact=True).click()
-        page.wait_for_url("**/app/review?done=merge")
+        page.wait_for_url("**/app/review?done=merge*")
         brain = at_store.brain()
         entries = brain.read_json("index.json")["memories"]
         [merged] = [memory_id for memory_id, entry in entries.items() if entry["title"] == "Deploy day"]
