@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import pytest
 
 from connector.engine.format.brain import Brain
-from connector.engine.tending.mental import MENTAL_FILE, CreateModel, SaveModel, new_model_id
+from connector.engine.tending.mental import MAX_NAME, MAX_QUESTION, MENTAL_FILE, CreateModel, SaveModel, new_model_id
 from connector.engine.writes.ops import connector_memorize
 
 from ..conftest import RunningStore, brains_of, device_write, download_brain
@@ -44,6 +44,9 @@ def test_the_page_reads_a_model_and_refusals_change_nothing(store: RunningStore)
         listing = client.get("/app/mental")
         assert listing.status_code == 200 and f'/app/mental/{model_id}"><bdi>Team directory</bdi></a>' in listing.text
         assert 'href="/app/mental">Mental models</a>' in listing.text  # the nav link
+        # The form stops typing where the server would refuse (it allowed twice as much).
+        assert f'id="mm-name" name="name" value="" maxlength="{MAX_NAME}"' in listing.text
+        assert f'id="mm-question" name="question" value="" maxlength="{MAX_QUESTION}"' in listing.text
         page = client.get(f"/app/mental/{model_id}")
         assert page.status_code == 200 and "<strong>platform</strong>" in page.text
         assert "<script>" not in page.text and f'/app/memory/{memory_id}"' in page.text
