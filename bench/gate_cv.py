@@ -26,6 +26,11 @@ model fitted on every set (what `answergate.ANSWER_GATE` ships, and whether it s
   held-out queries. Every ranking is the connector's own (bench/locomo.py's
   ``fusion_ranking``: the shipped fusion and listing, only the answer decision differs).
 
+``--cascade BAND`` scores the cascade instead (`answergate.CASCADE`): a second gate over
+PASSAGE_FEATURES (the fourteen and the query embedded as a passage), fitted on the same part,
+decides the queries the first scores within BAND of its threshold; with ``--fit`` it fits that
+second gate (`answergate.PASSAGE_GATE`).
+
 ``--fit`` also fits on every set (coefficients and in-sample figures); ``--grid`` scores each
 fixed threshold (held out: a choice among them made by looking would be fitted on the
 held-out parts, so they are reported, not chosen); ``--features`` fits on a subset.
@@ -57,7 +62,14 @@ sys.path.insert(0, str(REPO / "bench"))
 import fusion_cv  # noqa: E402
 import locomo  # noqa: E402
 
-from connector.engine.recall.answergate import ANSWER_GATE, FEATURES, AnswerGate  # noqa: E402
+from connector.engine.recall.answergate import (  # noqa: E402
+    ANSWER_GATE,
+    CASCADE,
+    FEATURES,
+    PASSAGE_FEATURES,
+    AnswerGate,
+    alike_gap,
+)
 from connector.engine.recall.channelfusion import CHANNEL_FUSION  # noqa: E402
 from connector.engine.recall.hybrid import answer_features, matches_well  # noqa: E402
 
@@ -75,6 +87,13 @@ class Rows:
     found: np.ndarray  # answerable and listed in the first ten by the ungated fusion
     half: np.ndarray
     cases: list[tuple[locomo.Prepared, locomo.Case]]
+    alike: np.ndarray  # PASSAGE_FEATURES' last: the query as a passage (nan where the pickles lack it)
+
+    def with_alike(self) -> Rows:
+        """The same queries over PASSAGE_FEATURES (the cascade's second gate)."""
+        if np.isnan(self.alike).any():
+            raise SystemExit("these channels lack the query embedded as a passage: run bench/locomo.py --keep anew")
+        return replace(self, features=np.column_stack([self.features, self.alike]))
 
 
 def features_of(case: locomo.Case) -> np.ndarray:
@@ -93,8 +112,10 @@ def rows(prepared: Sequence[locomo.Prepared]) -> Rows:
     found = [bool(case.query.gold) and first_answer(case, item, locomo.fusion_ranking(case, item, UNGATED)) > 0
              for item, case in cases]
     tab = fusion_cv.table([locomo.Prepared(item.brainset, item.ids, [case], item.folders) for item, case in cases])
+    alike = [alike_gap(case.e5_alike, case.eligible) if getattr(case, "e5_alike", None) is not None else np.nan
+             for _, case in cases]
     return Rows(np.array([features_of(case) for _, case in cases]), tab.group, tab.brain, tab.category, tab.answerable,
-                np.array(found), tab.half, cases)
+                np.array(found), tab.half, cases, np.array(alike))
 
 
 def logistic(x: np.ndarray, y: np.ndarray, l2: float, steps: int = 3000, rate: float = 0.1) -> tuple[np.ndarray, float]:
@@ -193,18 +214,33 @@ def mean_figures(parts: Sequence[dict[str, dict[str, float]]]) -> dict[str, dict
     return {group: {key: float(np.mean([part[group][key] for part in parts])) for key in parts[0][group]} for group in parts[0]}
 
 
+def cascade_decisions(data: Rows, first: AnswerGate, second: AnswerGate | None, band: float) -> np.ndarray:
+    """Per query: ``first`` decides, except within ``band`` of its threshold, where ``second``
+    (over PASSAGE_FEATURES) does, as `hybrid.answer_decision` with `answergate.CASCADE`."""
+    width = len(FEATURES)
+    decisions = []
+    for row in data.features:
+        score = first.score(row[:width])
+        asked = second is not None and first.threshold - band <= score < first.threshold + band
+        decisions.append(second.answers(row) if asked else score >= first.threshold)
+    return np.array(decisions)
+
+
 def cross_validate(data: Rows, outcomes: Outcomes, l2: float, threshold: float | None,
-                   verbose: bool) -> tuple[dict, dict, np.ndarray, list[float]]:
+                   verbose: bool, band: float | None = None) -> tuple[dict, dict, np.ndarray, list[float]]:
     """Held-out figures of the fitted gate and of the strength floor alone, mean over folds; per
     query the held-out hit@5, times held out and 1/rank of the gate, summed over folds; each fold's
-    threshold."""
+    threshold. ``band``: the cascade (``data`` over PASSAGE_FEATURES), a second gate fitted on
+    the same part deciding within ``band`` of the first's threshold."""
     gated, alone, thresholds = [], [], []
     per_query = np.zeros((len(data.group), 3))
     tab = fusion_cv.Table(data.group, data.brain, data.category, data.answerable, data.half)
+    first_rows = replace(data, features=data.features[:, : len(FEATURES)])
     for name, held in fusion_cv.folds(tab):
-        gate = fit(data, ~held, l2, threshold, outcomes)
+        gate = fit(first_rows, ~held, l2, threshold, outcomes)
+        second = fit(data, ~held, l2, threshold, outcomes) if band is not None else None
         thresholds.append(gate.threshold)
-        results = outcomes.under(np.array([gate.answers(row) for row in data.features]))
+        results = outcomes.under(cascade_decisions(data, gate, second, band or 0.0))
         first = results[held, 0]
         per_query[held] += np.stack([(first > 0) & (first <= 5), np.ones(len(first)),
                                      np.where(first > 0, 1.0 / np.maximum(first, 1), 0.0)], axis=1)
@@ -242,8 +278,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--grid", action="store_true", help="also score each fixed threshold and l2 1.0 (held out)")
     parser.add_argument("--fit", action="store_true", help="fit on every set and print the AnswerGate")
     parser.add_argument("--features", default="", help="comma-separated: fit on these features only (default: all)")
+    parser.add_argument("--cascade", type=float, default=None, metavar="BAND",
+                        help="a second gate over PASSAGE_FEATURES deciding within BAND of the first's threshold "
+                             "(the shipped CASCADE: 0.5); --fit then fits that gate")
     args = parser.parse_args(argv)
     data = rows(fusion_cv.load(args.keep, args.cache_dir))
+    if args.cascade is not None:
+        data = data.with_alike()
     if args.features:
         # The other features held constant: standardised to 0, they do not vote.
         unused = [n for n, name in enumerate(FEATURES) if name not in args.features.split(",")]
@@ -252,7 +293,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(data.group)} queries with e5: {int(data.found.sum())} answered within ten without a gate, "
           f"{int((~data.answerable & (data.group == 'quality')).sum())} no-answer (recall-quality), "
           f"{int((~data.answerable & (data.group == 'locomo')).sum())} adversarial (LoCoMo, scored only)")
-    gated, alone, per_query, thresholds = cross_validate(data, outcomes, args.l2, args.threshold, args.verbose)
+    gated, alone, per_query, thresholds = cross_validate(data, outcomes, args.l2, args.threshold, args.verbose,
+                                                         args.cascade)
     chosen = "fixed" if args.threshold is not None else "chosen per fold: " + ", ".join(f"{t:g}" for t in thresholds)
     print(f"\nten folds, held out (l2 {args.l2}; threshold {chosen}):\n  gate         {describe(gated)}\n"
           f"  floor alone  {describe(alone)}")
@@ -261,7 +303,8 @@ def main(argv: list[str] | None = None) -> int:
         print("\nfixed thresholds, held out (mean over the ten folds):")
         for l2 in (args.l2, 1.0):
             for threshold in THRESHOLDS:
-                print(f"  threshold {threshold:<5} l2 {l2:<4} {describe(cross_validate(data, outcomes, l2, threshold, False)[0])}")
+                found = cross_validate(data, outcomes, l2, threshold, False, args.cascade)[0]
+                print(f"  threshold {threshold:<5} l2 {l2:<4} {describe(found)}")
     everything = np.ones(len(data.group), dtype=bool)
     if args.fit:
         gate = fit(data, everything, args.l2, args.threshold, outcomes)
@@ -271,12 +314,17 @@ def main(argv: list[str] | None = None) -> int:
             values = ", ".join(f"{v:.6g}" for v in getattr(gate, name))
             print(f"    {name}=({values}),")
         print(f"    intercept={gate.intercept:.6g},\n    threshold={gate.threshold:g},\n)")
-        fitted = outcomes.under(np.array([gate.answers(row) for row in data.features]))
-        print(f"in sample: {describe(figures(data, everything, fitted))}")
-        same = all(np.allclose(getattr(gate, name), getattr(ANSWER_GATE, name), rtol=1e-4) for name in
+        if args.cascade is None:
+            shipped, names, decisions = ANSWER_GATE, FEATURES, np.array([gate.answers(row) for row in data.features])
+        else:  # the shipped first gate, this one within the band
+            shipped, names = CASCADE.gate, PASSAGE_FEATURES
+            decisions = cascade_decisions(data, ANSWER_GATE, gate, args.cascade)
+        print(f"in sample: {describe(figures(data, everything, outcomes.under(decisions)))}")
+        same = all(np.allclose(getattr(gate, name), getattr(shipped, name), rtol=1e-4) for name in
                    ("means", "scales", "weights", "intercept", "threshold"))
-        print("the shipped ANSWER_GATE (answergate.py): " + ("the same" if same else "DIFFERENT: refit it"))
-        print("features: " + ", ".join(f"{name} {weight:+.2f}" for name, weight in zip(FEATURES, gate.weights)))
+        label = "ANSWER_GATE" if args.cascade is None else "CASCADE.gate"
+        print(f"the shipped {label} (answergate.py): " + ("the same" if same else "DIFFERENT: refit it"))
+        print("features: " + ", ".join(f"{name} {weight:+.2f}" for name, weight in zip(names, gate.weights)))
     return 0
 
 

@@ -175,6 +175,7 @@ class Case:
     use: np.ndarray
     e5: np.ndarray | None
     signals: Signals  # today's hybrid channels (USE, word coverage, near spellings, exact relevance)
+    e5_alike: np.ndarray | None = None  # e5 cosines of the query embedded as a passage (the answer gate's cascade)
 
 
 @dataclass
@@ -241,6 +242,7 @@ def prepare(brainset: Brainset, cache_dir: Path | None) -> Prepared:
             use=signals.semantic if signals.written is None else signals.written,
             e5=None if e5_vectors is None else cosines(e5_vectors, e5_store.embed_query(query.text)),
             signals=signals,
+            e5_alike=None if e5_vectors is None else cosines(e5_vectors, e5_store.embed_query_as_passage(query.text)),
         ))
     folders = [str(record.entry.get("path") or "").rpartition("/")[0] for record in index.memories]
     return Prepared(brainset, hybrid.ids, cases, folders)
@@ -301,7 +303,8 @@ def fusion_ranking(case: Case, prepared: Prepared, fusion: ChannelFusion, offset
     if gate is None:
         gate = case.__dict__.get("_gate")
         if gate is None:
-            gate = case.__dict__["_gate"] = answer_decision(case.signals, case.eligible, case.e5)
+            gate = case.__dict__["_gate"] = answer_decision(case.signals, case.eligible, case.e5,
+                                                            alike=lambda: case.e5_alike)
     fused, listed = fuse_with_dates(normalised, fusion, case.eligible, prepared.adjacent,
                                     answers(case.e5, case.eligible, fusion, gate), offsets,
                                     query_dates(case.query.text, case.query.now) if dates else (),

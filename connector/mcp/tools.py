@@ -615,9 +615,11 @@ class BrainTools:
             hybrid = self.hybrid_index(snapshot.brain, snapshot.key, index, snapshot.brain_id)
             e5 = self.e5.vectors(snapshot.brain_id, snapshot.brain, index, hybrid) if self.e5 is not None else None
             scope = f"{asker or ''}\0{snapshot.brain_id or ''}"
-            embed_e5 = None
+            embed_e5 = embed_e5_alike = None
             if e5 is not None and self.e5 is not None and self.e5.store is not None:
                 embed_e5 = self.query_vectors.embedder(scope, self.e5.store.model_id, self.e5.embed_query)
+                embed_e5_alike = self.query_vectors.embedder(scope, f"{self.e5.store.model_id} as passage",
+                                                             self.e5.embed_query_as_passage)
             return hybrid_recall(
                 snapshot.brain,
                 query,
@@ -626,6 +628,7 @@ class BrainTools:
                 embed_query=self.query_vectors.embedder(scope, self.vectors.model_id, self.vectors.embed_query),
                 e5=e5,
                 embed_e5_query=embed_e5,
+                embed_e5_alike=embed_e5_alike,
                 top=limit,
                 project=project,
                 now=self.manager.now(),

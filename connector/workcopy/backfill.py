@@ -105,6 +105,12 @@ class E5Backfill:
         assert store is not None
         return store.embed_query(text)
 
+    def embed_query_as_passage(self, text: str):  # type: ignore[no-untyped-def]
+        """The e5 vector of a query embedded as a passage (the store must be available)."""
+        store = self.store
+        assert store is not None
+        return store.embed_query_as_passage(text)
+
     def vectors(self, brain_id: str | None, brain: Brain, index: BrainIndex, hybrid: HybridIndex) -> Quantized | None:
         """The e5 vectors of this brain version in the index's order when all are computed, else
         None (and the missing ones are computed in the background). Never embeds on the caller's thread."""

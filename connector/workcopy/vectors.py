@@ -117,6 +117,12 @@ class VectorStore:
         embed_query = getattr(self.embedder, "embed_query", None)
         return embed_query(text) if embed_query is not None else self.embedder.embed([text])[0]
 
+    def embed_query_as_passage(self, text: str) -> np.ndarray:
+        """The unit vector of a query embedded as a memory is (not stored): the same as
+        `embed_query` for a model with one form for both (USE)."""
+        embed = getattr(self.embedder, "embed_query_as_passage", None)
+        return embed(text) if embed is not None else self.embedder.embed([text])[0]
+
     def for_brain(self, brain_id: str | None) -> BrainVectors:
         """The vectors of one brain: a `VectorSource` that never sees another brain's vectors."""
         return BrainVectors(self, brain_id)
@@ -379,6 +385,10 @@ class BrainVectors:
     def embed_query(self, text: str) -> np.ndarray:
         """The unit vector of a query (not stored)."""
         return self.store.embed_query(text)
+
+    def embed_query_as_passage(self, text: str) -> np.ndarray:
+        """The unit vector of a query embedded as a memory is (not stored)."""
+        return self.store.embed_query_as_passage(text)
 
 
 class QueryVectors:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,8 @@ import pytest
 from tests.connector.conftest import RunningStore, direct_memorize, shared_store, upload_brain
 from tests.connector.test_e2e_tools import connector, mcp_session, mint, structured
 from tests.engine.hybrid_support import MEMORIES, make_brain
+from tests.support.fixtures import SHARED
+from tests.support.tools import needs_tool
 
 # Every test here makes its own users and looks only at their brains: one store for the module.
 store = pytest.fixture(shared_store, name="store")
@@ -105,6 +108,63 @@ def test_recall_answers_while_e5_is_computed_and_keeps_its_vectors(store: Runnin
     # Read back, not computed again: the same segment files, no new one.
     assert sorted(path.name for path in (state / "vectors" / "e5").glob("seg-*.bin")) == files
     assert _e5_vectors_kept(state) == total
+
+
+# Queries of recall-quality's no-answer set whose answer decision the answer gate's cascade
+# changes (bench/gate_cv.py --cascade: the first gate scores them within its band, and the second
+# gate, reading the query as a passage, decides the other way).
+CASCADE_QUERIES = ["Vue component library we picked", "iOS App Store review rejection", "陶芸教室の作品",
+                   "GraphQL接口设计", "stamp collection appraisal"]
+QUALITY_BRAIN = SHARED / "recall-quality" / "brain"
+
+
+@pytest.mark.slow
+@needs_tool(QUALITY_BRAIN.is_dir(), f"the recall-quality set is not in {SHARED}: no brain to run the cascade on")
+def test_recall_over_mcp_decides_near_the_threshold_with_the_query_as_a_passage(store: RunningStore,
+                                                                                 tmp_path: Path) -> None:
+    """The connector hands hybrid recall the query's passage form: its answers are the engine's
+    with the cascade, which differ from the first gate's alone."""
+    from connector.engine.format.archive import load_directory
+    from connector.engine.recall.hybrid import HybridIndex, hybrid_recall, recall_in_mode
+    from connector.engine.recall.index import BrainIndex
+    from connector.workcopy.vectors import VectorStore, e5_store
+
+    user = store.add_user("cascade")
+    brain = load_directory(QUALITY_BRAIN)
+    upload_brain(store.url, user.token, brain)
+    use, e5 = VectorStore().for_brain("b"), e5_store()
+    assert e5 is not None, "the e5 engine does not load here"
+    index = BrainIndex.build(brain)
+    hybrid = HybridIndex.build(brain, index, use)
+
+    def ids(hits: list[dict[str, Any]]) -> list[str]:
+        return [hit["id"] for hit in hits]
+
+    now = datetime.now(UTC)
+    expected = {query: ids(recall_in_mode(brain, query, mode="hybrid", index=index, hybrid=hybrid, source=use,
+                                          e5_source=e5.for_brain("b"), top=5, now=now))
+                for query in CASCADE_QUERIES}
+    first_gate_alone = {query: ids(hybrid_recall(brain, query, index=index, hybrid=hybrid, embed_query=use.embed_query,
+                                                 e5=hybrid.e5, embed_e5_query=e5.embed_query, top=5, now=now))
+                        for query in CASCADE_QUERIES}
+    changed = [query for query in CASCADE_QUERIES if bool(expected[query]) != bool(first_gate_alone[query])]
+    assert changed, (expected, first_gate_alone)
+
+    async def ask(base: str) -> dict[str, list[str]]:
+        token = mint(base, user, {"brain.read"})
+        async with mcp_session(base + "/mcp", token) as client:
+            deadline = time.monotonic() + 600
+            while structured(await client.call_tool("brain_status", {})).get("recall_e5", {}).get("state") != "ready":
+                assert time.monotonic() < deadline, "the brain's e5 vectors never became ready"
+                structured(await client.call_tool("brain_recall", {"query": "warm-up", "limit": 1}))
+                await asyncio.sleep(0.5)
+            return {query: ids(structured(await client.call_tool("brain_recall", {"query": query, "limit": 5}))["results"])
+                    for query in CASCADE_QUERIES}
+
+    with connector(tmp_path, store) as server:
+        answered = asyncio.run(ask(server.base_url))
+    assert {query: bool(found) for query, found in answered.items()} == {
+        query: bool(found) for query, found in expected.items()}, (answered, expected, changed)
 
 
 def test_without_e5_status_says_nothing_of_it(store: RunningStore, tmp_path: Path) -> None:

@@ -8,7 +8,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from connector.engine.recall.answergate import ANSWER_GATE, FEATURES, AnswerGate, gate_features
+from connector.engine.recall.answergate import (
+    ANSWER_GATE,
+    CASCADE,
+    FEATURES,
+    PASSAGE_FEATURES,
+    PASSAGE_GATE,
+    AnswerGate,
+    alike_gap,
+    gate_features,
+)
 from connector.engine.recall.hybrid import Signals, Z_POPULATION, answer_decision, floor_margin, matches_well
 from tests.engine.conftest import synthetic_channels
 
@@ -73,6 +82,57 @@ def test_once_e5_votes_the_gate_decides_where_the_floor_would_not() -> None:
     features = gate_features(floor_margin(signals, eligible), signals.semantic, signals.semantic, e5, signals.bm25,
                              signals.words, signals.near_words, eligible)
     assert answer_decision(signals, eligible, e5) == ANSWER_GATE.answers(features)
+
+
+def test_the_cascade_reads_the_query_as_a_passage_only_near_the_threshold() -> None:
+    assert len(PASSAGE_GATE.weights) == len(PASSAGE_GATE.means) == len(PASSAGE_FEATURES) == len(FEATURES) + 1
+    assert CASCADE.low < ANSWER_GATE.threshold < CASCADE.high and CASCADE.gate is PASSAGE_GATE
+    eligible = np.ones(60, dtype=bool)
+    asked: list[str] = []
+
+    def alike_of(values: np.ndarray):  # type: ignore[no-untyped-def]
+        def alike() -> np.ndarray:
+            asked.append("alike")
+            return values
+        return alike
+
+    rng = np.random.default_rng(5)
+    found = {}
+    for seed in range(400):  # synthetic queries: some far from the threshold, some near it
+        e5_top = 0.80 + 0.002 * (seed % 60)
+        signals, e5 = _query(seed, use_top=0.3, use_level=0.2, e5_top=e5_top, e5_level=0.79, e5_spread=0.01, hubness=0.4)
+        features = gate_features(floor_margin(signals, eligible), signals.semantic, signals.semantic, e5, signals.bm25,
+                                 signals.words, signals.near_words, eligible)
+        score = ANSWER_GATE.score(features)
+        found.setdefault("near" if CASCADE.asks(score) else "far", (signals, e5, features, score))
+    assert set(found) == {"near", "far"}, "the synthetic queries should fall both near and far from the threshold"
+    # Far from the threshold the first gate decides and the second e5 pass never runs.
+    signals, e5, features, score = found["far"]
+    assert answer_decision(signals, eligible, e5, alike=alike_of(rng.uniform(0.7, 0.9, 60))) == (
+        score >= ANSWER_GATE.threshold)
+    assert asked == []
+    # Near it the second gate decides, over the query's resemblance: a query whose best memory also
+    # stands out as a lookalike (a large alike gap) is less likely an answer than one that does not.
+    signals, e5, features, score = found["near"]
+    flat = np.full(60, 0.8, np.float32)
+    flat[0] = 0.8001
+    standout = flat.copy()
+    standout[3] = 0.99
+    decisions = [answer_decision(signals, eligible, e5, alike=alike_of(values)) for values in (flat, standout)]
+    assert asked == ["alike", "alike"]
+    assert decisions == [PASSAGE_GATE.answers(np.append(features, alike_gap(values, eligible))) for values in (flat, standout)]
+    assert PASSAGE_GATE.score(np.append(features, alike_gap(flat, eligible))) > PASSAGE_GATE.score(
+        np.append(features, alike_gap(standout, eligible)))
+    # No passage vector to be had (e5's kernels unavailable): the first gate decides.
+    assert answer_decision(signals, eligible, e5, alike=lambda: None) == (score >= ANSWER_GATE.threshold)
+
+
+def test_alike_gap_reads_the_eligible_memories_only() -> None:
+    values = np.linspace(0.5, 0.9, 30).astype(np.float32)
+    eligible = np.ones(30, dtype=bool)
+    assert alike_gap(values, eligible) == pytest.approx(float(values[29] - values[20]))
+    eligible[29] = False
+    assert alike_gap(values, eligible) == pytest.approx(float(values[28] - values[19]))
 
 
 def test_a_small_brain_keeps_the_strength_floor() -> None:

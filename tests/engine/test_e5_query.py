@@ -69,6 +69,19 @@ def test_a_query_is_not_a_passage(fast: E5Embedder) -> None:
     assert float(fast.embed_query(text) @ fast.embed([text])[0]) < 0.99
 
 
+def test_a_query_as_a_passage_is_the_engines_passage(engine: E5Embedder, fast: E5Embedder) -> None:
+    # The answer gate's cascade compares the query with memories text against text: its vector is
+    # the one the engine gives the same text as a memory, through the int8 kernels or the engine.
+    texts = ["what did I decide about the database migration", "宠物医院疫苗", "鎌倉で散歩", "TF"]
+    before = fast.int8_queries
+    got = np.stack([fast.embed_query_as_passage(text) for text in texts])
+    assert fast.int8_queries - before == len(texts)
+    as_memories = engine.embed(texts)
+    assert np.einsum("ij,ij->i", got, as_memories).min() >= 0.9999
+    assert np.einsum("ij,ij->i", np.stack([engine.embed_query_as_passage(text) for text in texts]), as_memories).min() >= 0.9999
+    assert float(got[0] @ fast.embed_query(texts[0])) < 0.99
+
+
 def test_where_the_graph_cannot_be_written_there_is_no_int8_path(tmp_path: Path) -> None:
     weights = NumpyE5().weights
     weights.path = str(tmp_path / "gone.bin")  # the child reads the file itself: here it is not there
@@ -127,7 +140,7 @@ def test_where_the_int8_pass_fails_the_engine_embeds_queries_from_then_on(
     e5 = E5Embedder()
     assert e5.prepare_queries(timeout=120)
 
-    def broken(self: NumpyE5, text: str) -> np.ndarray:
+    def broken(self: NumpyE5, text: str, prefix: str = "") -> np.ndarray:
         raise MemoryError("no room for the activations")
 
     monkeypatch.setattr(NumpyE5, "query", broken)

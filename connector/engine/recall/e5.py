@@ -41,7 +41,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from connector.engine.recall.e5numpy import NumpyE5
+from connector.engine.recall.e5numpy import PASSAGE_PREFIX, QUERY_PREFIX, NumpyE5
 from connector.engine.recall.embedding import BULK_THREADS, MAX_EMBED_CHARS
 
 log = logging.getLogger("connector.e5")
@@ -153,12 +153,22 @@ class E5Embedder:
 
     def embed_query(self, text: str) -> np.ndarray:
         """The unit float32 vector of a query (embedded with e5's ``query:`` prefix)."""
+        return self._one_query(text, QUERY_PREFIX)
+
+    def embed_query_as_passage(self, text: str) -> np.ndarray:
+        """The unit float32 vector of a query embedded as a passage (``passage:``, as memories
+        are): how much a memory resembles the question, beside how well it answers it (the
+        answer gate's cascade, `answergate.PASSAGE_GATE`)."""
+        return self._one_query(text, PASSAGE_PREFIX)
+
+    def _one_query(self, text: str, prefix: str) -> np.ndarray:
+        """One short text with ``prefix``: through the int8 kernels when ready, else the engine."""
         model = self._loaded()
         clipped = text[:MAX_EMBED_CHARS]
         fast = self._query_pass()
         if fast is not None:
             try:
-                vector = fast.query(clipped)
+                vector = fast.query(clipped, prefix)
             except Exception as exc:  # noqa: BLE001 - any failure: the engine embeds queries, as before
                 log.warning("the int8 e5 query pass failed (%s); the engine embeds queries from now on", exc)
                 self._query_state = "failed"
@@ -166,7 +176,8 @@ class E5Embedder:
                 with self._lock:
                     self.int8_queries += 1
                 return vector
-        vector = self._one_thread(lambda: model.query(clipped))
+        engine = model.query if prefix == QUERY_PREFIX else model.passage
+        vector = self._one_thread(lambda: engine(clipped))
         return np.asarray(vector, dtype=np.float32).reshape(self.dimensions)
 
     @property

@@ -68,14 +68,15 @@ class NumpyE5:
                 self._int8 = Int8Encoder(self.weights)
             return self._int8
 
-    def query(self, text: str) -> np.ndarray:
-        """The unit float32 vector of ``text`` embedded as a query (``"query: "``), on the caller's
+    def query(self, text: str, prefix: str = QUERY_PREFIX) -> np.ndarray:
+        """The unit float32 vector of ``text`` embedded as a query (``"query: "``; ``prefix``
+        PASSAGE_PREFIX: as a passage, what the answer gate's cascade compares it as), on the caller's
         thread through the int8 encoder (`int8_encoder`; raises `Int8Unavailable` where it cannot load):
         windows of at most 510 content tokens, each the mean of its final token states, averaged
         by their token counts, as the engine does."""
         encoder = self.int8_encoder()
         tokenizer = self.tokenizer
-        content = tokenizer.content(QUERY_PREFIX + text)
+        content = tokenizer.content(prefix + text)
         limit = self.weights.positions - 2
         total = np.zeros(self.dimensions, np.float64)
         shares = 0.0

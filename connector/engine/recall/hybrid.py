@@ -53,7 +53,7 @@ from connector.engine.format.change import BrainChange
 from connector.engine.format.jsvalues import datetime_ms, round3
 from connector.engine.format.text import ascii_width, memory_body
 from connector.engine.recall import beside
-from connector.engine.recall.answergate import ANSWER_GATE, MIN_MEMORIES, gate_features
+from connector.engine.recall.answergate import ANSWER_GATE, CASCADE, MIN_MEMORIES, alike_gap, gate_features
 from connector.engine.recall.channelfusion import (
     CHANNEL_FUSION,
     Z_POPULATION,
@@ -177,18 +177,26 @@ def _strength(signals: Signals, fusion: Fusion) -> np.ndarray:
     return signals.semantic + fusion.strength_words * signals.near_words + fusion.strength_exact * signals.exact
 
 
-def answer_decision(signals: Signals, eligible: np.ndarray, e5: np.ndarray | None, margin: float | None = None) -> bool:
+def answer_decision(signals: Signals, eligible: np.ndarray, e5: np.ndarray | None, margin: float | None = None,
+                    alike: Callable[[], np.ndarray | None] | None = None) -> bool:
     """Whether hybrid recall answers the query at all (else it lists only a strong exact hit).
 
     Once e5 votes (``e5``: its cosines) in a brain of Z_POPULATION eligible memories or more,
     the learned answer gate decides (`answergate.ANSWER_GATE`, over what the channels say of the
-    query's best memories); before that, or in a smaller brain, the strength floor
-    (`matches_well`). ``margin``: the strength floor's (`floor_margin`), when already known."""
+    query's best memories); near its threshold (`answergate.CASCADE`) a second gate that also
+    reads ``alike()`` (e5's cosines of the query embedded as a passage, computed only then; None
+    or returning None: the first gate decides alone). Before e5 votes, or in a smaller brain,
+    the strength floor (`matches_well`). ``margin``: the strength floor's (`floor_margin`), when
+    already known."""
     if margin is None:
         margin = floor_margin(signals, eligible)
     if e5 is None or int(eligible.sum()) < max(Z_POPULATION, MIN_MEMORIES):
         return margin >= 0.0
-    return ANSWER_GATE.answers(answer_features(signals, eligible, e5, margin))
+    features = answer_features(signals, eligible, e5, margin)
+    score = ANSWER_GATE.score(features)
+    if alike is not None and CASCADE.asks(score) and (values := alike()) is not None:
+        return CASCADE.gate.answers(np.append(features, alike_gap(values, eligible)))
+    return score >= ANSWER_GATE.threshold
 
 
 def answer_features(signals: Signals, eligible: np.ndarray, e5: np.ndarray, margin: float | None = None) -> np.ndarray:
@@ -575,8 +583,12 @@ def hybrid_recall(
     fusion: ChannelFusion = CHANNEL_FUSION,
     e5: Quantized | None = None,
     embed_e5_query: Callable[[str], np.ndarray] | None = None,
+    embed_e5_alike: Callable[[str], np.ndarray] | None = None,
 ) -> list[dict[str, Any]]:
     """Hybrid recall; hits have the exact engine's fields, ``score`` being the fused score.
+
+    ``embed_e5_alike``: e5's vector of a query embedded as a passage, asked only for the few
+    queries the answer gate's cascade decides (`answer_decision`).
 
     The channels (exact relevance, BM25, USE, and e5 when ``e5`` holds the version's
     vectors) are fused by `channelfusion` (weights per query, `fuse_zscores`), memories of a date
@@ -617,7 +629,10 @@ def hybrid_recall(
     margin = floor_margin(signals, allowed)  # while the e5 query may still be on its worker
     channels = {"exact": signals.exact, "bm25": signals.bm25, "use": signals.semantic,
                 "e5": _e5_cosines(scored, e5, embed_e5_query, e5_channel)}
-    well = answer_decision(signals, allowed, channels["e5"], margin)
+    alike = None
+    if e5 is not None and embed_e5_alike is not None:
+        alike = lambda: cosines(e5, embed_e5_alike(scored))  # noqa: E731 - asked near the threshold only
+    well = answer_decision(signals, allowed, channels["e5"], margin, alike)
     adjacent = hybrid.adjacent(index)
     fusion = fusion.for_query(channels, allowed, signals.words)
     normalised = channel_zscores(channels, allowed, fusion.clip, fusion.clips())
@@ -724,7 +739,8 @@ def recall_in_mode(
             hybrid.with_e5(positions, e5_source.vectors([content_hash(e5_source.model_id, text) for text in texts], texts))
     embed = source.embed_query if source is not None else _no_query_embedder
     return hybrid_recall(brain, query, index=index, hybrid=hybrid, embed_query=embed, e5=hybrid.e5,
-                         embed_e5_query=e5_source.embed_query if e5_source is not None else None, **options)
+                         embed_e5_query=e5_source.embed_query if e5_source is not None else None,
+                         embed_e5_alike=getattr(e5_source, "embed_query_as_passage", None), **options)
 
 
 def _no_query_embedder(text: str) -> np.ndarray:
