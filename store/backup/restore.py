@@ -12,8 +12,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import os
+import signal
 import tarfile
+import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -301,9 +305,38 @@ def restore_backup(
     shared_before = sharing.registry.document() if was_empty and sharing is not None and sharing.registry else None
     try:
         return _write(path, verified, backend, registry, sharing, master_keys, progress, made)
-    except BaseException:  # Ctrl-C or SIGTERM (cli/store/runner.sigterm_as_ctrl_c), a failing disk
-        _undo(backend, registry, sharing, made, progress, was_empty=was_empty, shared_before=shared_before)
+    except BaseException as exc:  # Ctrl-C or SIGTERM (cli/store/runner.sigterm_as_ctrl_c), a failing disk
+        # A second Ctrl-C or SIGTERM must not cut the undo short: that left the store half-restored.
+        with _interrupts_deferred() as noted:
+            _undo(backend, registry, sharing, made, progress, was_empty=was_empty, shared_before=shared_before)
+        if noted and not isinstance(exc, KeyboardInterrupt):
+            raise KeyboardInterrupt from exc  # stopped meanwhile: it ends as stopped
         raise
+
+
+_DEFERRED_NOTE = b"restore: stopping; taking back what it wrote first (it ends when that is done)\n"
+
+
+@contextmanager
+def _interrupts_deferred() -> Iterator[list[int]]:
+    """Within the block SIGINT and SIGTERM are noted (yielded, in order), not acted on, and each
+    says so on stderr; the handlers before it are back on leaving. Off the main thread, where
+    handlers cannot be set, nothing is deferred (no signal is delivered there anyway)."""
+    noted: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield noted
+        return
+
+    def note(signum: int, _frame: object) -> None:
+        noted.append(signum)
+        os.write(2, _DEFERRED_NOTE)  # not print(): the handler may run inside a write to the same stream
+
+    previous = {signum: signal.signal(signum, note) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield noted
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
 
 
 def _undo(backend: Any, registry: Any, sharing: Any, made: dict[tuple[str, str], bool], progress: Callable[[str], None],

@@ -9,6 +9,7 @@ import select
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from tests.backup.support import archive, registry, sealed_brain, tree
@@ -107,13 +108,12 @@ def _waits_for_a_lock(pid: int) -> bool:
     return any(" -> " in line and f" {pid} " in line for line in Path("/proc/locks").read_text().splitlines())
 
 
-def test_a_stopped_restore_takes_back_what_it_wrote(tmp_path: Path) -> None:
-    """`restore` had no SIGTERM handling: stopped half-way (here with alice's brain restored and bob's
-    next), it died where it stood, leaving an "empty" store holding the backup's users, tokens
-    working, and some of its brains. Now it takes back what it wrote: the store is as before."""
+def _backup_of_two_and_an_empty_store(tmp_path: Path) -> tuple[Path, dict[str, str], tuple[str, str],
+                                                                   tuple[str, str]]:
+    """A backup of alice's and bob's brains (sealed) and an empty store to restore it into (it had
+    a user once); the backup, the store's environment and the two brains' ids in restore order."""
     from store.backup.format import parse_meta_path
     from store.backup.restore import verify_backup
-    from store.storage.local import LocalBackend
 
     source = {"STORE_DATA_DIR": str(tmp_path / "data"), "STORE_ENCRYPTION_KEY": KEY}
     users = registry(source)
@@ -122,38 +122,98 @@ def test_a_stopped_restore_takes_back_what_it_wrote(tmp_path: Path) -> None:
     backup = tmp_path / "nightly.bak"
     subprocess.run([console_script("brain-store"), "backup", "--to", str(backup)], check=True, capture_output=True,
                    env={**os.environ, "STORE_FSYNC": "0", **source}, cwd=REPO_ROOT, timeout=120)
-    [_first, second] = [ids for e in verify_backup(backup).manifest.entries if (ids := parse_meta_path(e.path))]
+    [first, second] = [ids for e in verify_backup(backup).manifest.entries if (ids := parse_meta_path(e.path))]
     target = {"STORE_DATA_DIR": str(tmp_path / "restored"), "STORE_ENCRYPTION_KEY": KEY}
-    empty = registry(target)  # an empty store: it had a user once
+    empty = registry(target)
     empty.remove(empty.add("carol")[0].id)
-    before = tree(tmp_path / "restored")
+    return backup, target, first, second
+
+
+def _start_restore(backup: Path, target: dict[str, str]) -> subprocess.Popen[bytes]:
     full = {**{k: v for k, v in os.environ.items() if not k.startswith("STORE_")}, "STORE_FSYNC": "0", **target}
-    # the second brain's lock held here: the restore waits there, the first brain and the users written
-    with LocalBackend(tmp_path / "restored", fsync=False).brain_lock(*second):
-        process = subprocess.Popen([console_script("brain-store"), "restore", "--from", str(backup)],
-                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=full, cwd=REPO_ROOT)
-        try:
-            for _ in range(600):
-                if _waits_for_a_lock(process.pid) or process.poll() is not None:
-                    break
-                time.sleep(0.1)
-            assert process.poll() is None and _waits_for_a_lock(process.pid), "the restore never reached the lock"
-            assert len(registry(target).users()) == 2  # half-way: the users were restored
-            process.send_signal(signal.SIGTERM)
-        except BaseException:
-            process.kill()
-            raise
+    return subprocess.Popen([console_script("brain-store"), "restore", "--from", str(backup)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=full, cwd=REPO_ROOT)
+
+
+def _until(what: str, ready: Callable[[], bool], process: subprocess.Popen[bytes]) -> None:
+    """Wait (bounded) until ``ready()``; fails naming ``what`` when the process ends or time runs out."""
+    for _ in range(600):
+        if ready() or process.poll() is not None:
+            break
+        time.sleep(0.1)
+    assert process.poll() is None and ready(), f"the restore never reached {what}"
+
+
+def _ended(process: subprocess.Popen[bytes]) -> str:
+    """What the process printed, once it ended (bounded: killed after 60 s)."""
     try:
         output, _ = process.communicate(timeout=60)
     finally:
         if process.poll() is None:
             process.kill()
             process.wait(timeout=30)
-    said = output.decode()
-    assert process.returncode != 0 and "Traceback" not in said, said
-    assert "restore stopped: nothing restored, the store is empty as before" in said, said
+    return output.decode()
+
+
+def _as_before(tmp_path: Path, target: dict[str, str], before: dict[str, str]) -> None:
+    """The store holds what it held before the restore (and an empty sharing file: absent before)."""
     after = tree(tmp_path / "restored")
-    sharing = json.loads((tmp_path / "restored" / "sharing.json").read_bytes())  # written empty: absent before
+    sharing = json.loads((tmp_path / "restored" / "sharing.json").read_bytes())
     assert (sharing["shares"], sharing["keys"]) == ([], [])
     assert {k: v for k, v in after.items() if not k.startswith("sharing.json")} == before
     assert registry(target).users() == []
+
+
+def test_a_stopped_restore_takes_back_what_it_wrote(tmp_path: Path) -> None:
+    """`restore` had no SIGTERM handling: stopped half-way (here with alice's brain restored and bob's
+    next), it died where it stood, leaving an "empty" store holding the backup's users, tokens
+    working, and some of its brains. Now it takes back what it wrote: the store is as before."""
+    from store.storage.local import LocalBackend
+
+    backup, target, _first, second = _backup_of_two_and_an_empty_store(tmp_path)
+    before = tree(tmp_path / "restored")
+    # the second brain's lock held here: the restore waits there, the first brain and the users written
+    with LocalBackend(tmp_path / "restored", fsync=False).brain_lock(*second):
+        process = _start_restore(backup, target)
+        try:
+            _until("the lock", lambda: _waits_for_a_lock(process.pid), process)
+            assert len(registry(target).users()) == 2  # half-way: the users were restored
+            process.send_signal(signal.SIGTERM)
+        except BaseException:
+            process.kill()
+            raise
+    said = _ended(process)
+    assert process.returncode != 0 and "Traceback" not in said, said
+    assert "restore stopped: nothing restored, the store is empty as before" in said, said
+    _as_before(tmp_path, target, before)
+
+
+def test_a_second_signal_does_not_cut_the_undo_short(tmp_path: Path) -> None:
+    """A SIGTERM or Ctrl-C arriving while a stopped restore took back what it wrote stopped that
+    too, half-way: the store kept the backup's users (tokens working). Now further signals wait
+    for the undo, which finishes; the command then ends as stopped."""
+    from store.storage.local import LocalBackend
+
+    backup, target, first, second = _backup_of_two_and_an_empty_store(tmp_path)
+    before = tree(tmp_path / "restored")
+    first_brain = tmp_path / "restored" / "brains" / first[0] / first[1] / "meta.json"
+    # The second brain's lock held throughout: the restore waits there, is stopped, and its undo,
+    # having removed the first brain, waits there again (to remove the second) until released.
+    with LocalBackend(tmp_path / "restored", fsync=False).brain_lock(*second):
+        process = _start_restore(backup, target)
+        try:
+            _until("the lock", lambda: first_brain.exists() and _waits_for_a_lock(process.pid), process)
+            process.send_signal(signal.SIGTERM)
+            _until("the lock again, undoing", lambda: not first_brain.exists() and _waits_for_a_lock(process.pid),
+                   process)
+            assert len(registry(target).users()) == 2  # the undo is under way: the users come last
+            process.send_signal(signal.SIGTERM)
+            process.send_signal(signal.SIGINT)
+        except BaseException:
+            process.kill()
+            raise
+    said = _ended(process)
+    _as_before(tmp_path, target, before)
+    assert process.returncode != 0 and "Traceback" not in said, said
+    assert "taking back what it wrote first" in said, said
+    assert "restore stopped: nothing restored, the store is empty as before" in said, said
