@@ -7,8 +7,12 @@ a sealed archive is bound to user, brain and checksum, not to where it lives, so
 stays valid without the key. With a master key set (the target's), plain archives are
 sealed on the way: a store with a key serves sealed archives only. A brain is written
 blobs first and metadata last, so an interrupted migration leaves no half-visible brain;
-running it again skips brains that already exist at the target, and brings each user's
-record there up to date (a token rotated at the source since works, the old one no longer).
+running it again skips brains that already exist at the target, brings each user's
+record there up to date (a token rotated at the source since works, the old one no longer), and
+removes there the users an earlier run brought from the same source that the source no longer
+has (their tokens and agent keys stop working; their brains are kept, as ``user remove`` keeps
+them). Which users came from which source is kept at the target (``migrated-users.json``), so
+the target's own users stay.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ from typing import Any
 
 import msgspec
 
-from store.auth.users import UserRegistry, UsersDocument
+from common.docstore import DocumentStore
+from store.auth.users import User, UserRegistry, UsersDocument
 from store.backup.apply import all_sealed
 from store.settings import StoreSettings
 from store.sharing.registry import SharingError
@@ -44,6 +49,7 @@ class MigrateReport:
 
     users: int = 0
     users_updated: int = 0  # already at the target, changed at the source since (a rotated token)
+    users_removed: int = 0  # brought by an earlier run, removed at the source since
     shares: int = 0
     keys: int = 0
     brains: int = 0
@@ -68,18 +74,58 @@ def location_settings(settings: StoreSettings, location: str, spool: Path) -> St
     return dataclasses.replace(settings, backend="local", data_dir=Path(location).expanduser())
 
 
-def _users_doc(registry: UserRegistry) -> UsersDocument:
-    return UsersDocument(users=registry.users(), denied=registry.denied())
+MIGRATED = "migrated-users.json"  # in the target's document store, beside users.json
 
 
-def _copy_users(src: UserRegistry, dst: UserRegistry) -> tuple[int, int]:
-    """Make the target's record of every source user equal to the source's; returns (added, updated).
+class MigratedUsers(msgspec.Struct):
+    """The target's record of which users migrations brought from each source (by ``source_key``)."""
+
+    version: int = 1
+    sources: dict[str, list[str]] = msgspec.field(default_factory=dict)
+
+
+def source_key(location: str) -> str:
+    """How ``location`` (``--from``) is named in ``MigratedUsers``: a directory by its absolute
+    path, a bucket as ``s3://bucket/prefix`` without stray slashes, so each run names it alike."""
+    if location.startswith("s3://"):
+        bucket, _, prefix = location[5:].partition("/")
+        return f"s3://{bucket}/{prefix.strip('/')}"
+    return str(Path(location).expanduser().resolve())
+
+
+def _migrated(docs: DocumentStore) -> MigratedUsers:
+    found = docs.get(MIGRATED)
+    if found is None:
+        return MigratedUsers()
+    try:
+        return msgspec.json.decode(found.data, type=MigratedUsers)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        # read as nothing, users removed at the source would quietly stay at the target
+        raise MigrateError(f"{docs.locate(MIGRATED)} is unreadable ({exc}); remove it to go on (users removed "
+                           "at the source since an earlier run then stay at the target)") from None
+
+
+def _record_migrated(docs: DocumentStore, source: str, user_ids: set[str]) -> None:
+    """Note ``user_ids`` as the users brought from ``source`` (a ``source_key``)."""
+
+    def change(data: bytes | None) -> bytes:
+        record = msgspec.json.decode(data, type=MigratedUsers) if data is not None else MigratedUsers()
+        record.sources[source] = sorted(user_ids)
+        return msgspec.json.encode(record)
+
+    docs.update(MIGRATED, change)
+
+
+def _copy_users(source: UsersDocument, dst: UserRegistry, gone: set[str]) -> tuple[int, int, list[User]]:
+    """Make the target's record of every source user equal to the source's, and remove the users
+    of ``gone`` (brought by an earlier run, no longer at the source); returns (added, updated, removed).
     A user the target has already (an earlier run) takes the source's record: a token rotated,
     or a name or address changed, at the source since must not leave the old one working there.
-    The target's own users and deny records stay (a migration adds; it removes nothing)."""
-    source = _users_doc(src)
+    The target's other users and its deny records stay (only what the source removed goes)."""
 
-    def merge(doc: UsersDocument) -> tuple[int, int]:
+    def merge(doc: UsersDocument) -> tuple[int, int, list[User]]:
+        removed = [u for u in doc.users if u.id in gone]
+        doc.users[:] = [u for u in doc.users if u.id not in gone]  # first: a name may be taken again since
         at = {u.id: i for i, u in enumerate(doc.users)}
         added = updated = 0
         for user in source.users:
@@ -94,7 +140,7 @@ def _copy_users(src: UserRegistry, dst: UserRegistry) -> tuple[int, int]:
                 updated += 1
         known = {(d.issuer, d.subject) for d in doc.denied}
         doc.denied.extend(d for d in source.denied if (d.issuer, d.subject) not in known)
-        return added, updated
+        return added, updated, removed
 
     return dst.edit(merge)
 
@@ -176,7 +222,7 @@ def migrate(
 ) -> MigrateReport:
     """Copy users, brains with their snapshots, shares and agent keys from ``source`` to ``target``
     (directories or s3:// URLs)."""
-    from store.context import no_store_there, open_registry, open_sharing
+    from store.context import document_store, no_store_there, open_registry, open_sharing
     from store.storage.factory import open_backend
 
     # mkdtemp: 0700, unique, removed with everything staged in it when the run ends.
@@ -199,8 +245,18 @@ def migrate(
         dst_users = open_registry(dst_settings)
         dst_sharing = open_sharing(dst_settings, dst_users, dst)
         report = MigrateReport()
-        report.users, report.users_updated = _copy_users(src_users, dst_users)
-        progress(f"users: {report.users} added, {report.users_updated} updated")
+        source_users = UsersDocument(users=src_users.users(), denied=src_users.denied())
+        present = {u.id for u in source_users.users}
+        dst_docs, from_here = document_store(dst_settings), source_key(source)
+        gone = set(_migrated(dst_docs).sources.get(from_here, ())) - present
+        # Noted before they are added: a run stopped after adding them still knows they came from here.
+        _record_migrated(dst_docs, from_here, present | gone)
+        report.users, report.users_updated, removed = _copy_users(source_users, dst_users, gone)
+        report.users_removed = len(removed)
+        progress(f"users: {report.users} added, {report.users_updated} updated"
+                 + (f", {len(removed)} removed (removed at the source since an earlier run: "
+                    + ", ".join(f"{u.name} ({u.id})" for u in removed)
+                    + "); their brains are kept here: `brain-store user orphans` lists them" if removed else ""))
         for user_id in list(src.iter_users()):
             for meta in src.list_brains(user_id):
                 files: dict[str, Path] = {}
@@ -230,5 +286,9 @@ def migrate(
             report.shares, report.keys = dst_sharing.registry.merge(src_sharing.registry.document())
         except SharingError as exc:
             raise MigrateError(f"the target's sharing document cannot be changed: {exc}") from None
+        for user_id in gone:  # their agent keys and memberships go too, as `user remove` does
+            if dst_sharing.registry.keys(user_id) or dst_sharing.registry.shared_with(user_id):
+                dst_sharing.registry.forget_user(user_id)
+        _record_migrated(dst_docs, from_here, present)
         progress(f"sharing: {report.shares} shared brain(s), {report.keys} agent key(s) added")
     return report

@@ -15,8 +15,11 @@ def migrate(source: str, target: str) -> None:
 
     S3 endpoint, region and credentials come from STORE_S3_ENDPOINT_URL, STORE_S3_REGION
     and the standard AWS chain. Stop the stores (or keep them read-only) while it runs;
-    running it again skips brains already copied and updates users changed at the source since
-    (a rotated token: the old one stops working at the target). Sealed archives are copied as they are;
+    running it again skips brains already copied, updates users changed at the source since
+    (a rotated token: the old one stops working at the target) and removes there the users an
+    earlier run brought that the source no longer has (their tokens and agent keys stop working;
+    their brains are kept, `brain-store user orphans`). Run every pass with the same --from: the
+    target notes which users came from where, and keeps its own. Sealed archives are copied as they are;
     with STORE_ENCRYPTION_KEY set (the target's), plain ones are sealed on the way, as a store
     with a key serves sealed archives only.
     """
@@ -32,6 +35,7 @@ def migrate(source: str, target: str) -> None:
     click.echo(
         f"migrated {report.users} user(s)"
         + (f", {report.users_updated} user(s) updated" if report.users_updated else "")
+        + (f", {report.users_removed} user(s) removed (gone from the source)" if report.users_removed else "")
         + f", {report.brains} brain(s), {report.blobs} archive(s), "
         f"{report.bytes} stored bytes, {report.shares} shared brain(s), {report.keys} agent key(s); "
         f"{report.skipped} brain(s) already present"

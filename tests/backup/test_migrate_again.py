@@ -6,7 +6,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.backup.support import cli, registry, serve
+from tests.backup.support import cli, registry, serve, tree
 
 
 def test_a_token_rotated_at_the_source_since_is_the_one_that_works_at_the_target(tmp_path: Path) -> None:
@@ -32,3 +32,55 @@ def test_a_token_rotated_at_the_source_since_is_the_one_that_works_at_the_target
         [("alice", "alice@example.org"), ("bob", "")]
     third = cli({}, "migrate", "--from", str(source), "--to", str(target)).stdout
     assert "users: 0 added, 0 updated" in third and "user(s) updated" not in third, third
+
+
+def test_a_user_removed_at_the_source_since_is_removed_at_the_target(tmp_path: Path) -> None:
+    """Migrating in passes (copy while live, then a final pass): a user removed at the source between
+    them stayed at the target, token and agent key working (and a new user of that name was
+    refused). Now the later pass removes them there too; the target's own users stay."""
+    source, target = {"STORE_DATA_DIR": str(tmp_path / "source")}, {"STORE_DATA_DIR": str(tmp_path / "target")}
+    tokens = {name: cli(source, "user", "add", name).stdout.splitlines()[-1] for name in ("alice", "bob")}
+    tokens["bob-key"] = cli(source, "key", "create", "--user", "bob", "--brain", "default",
+                            "--scope", "read").stdout.splitlines()[-1]
+    tokens["tom"] = registry(target).add("tom")[1]  # the target's own user
+    first = cli({}, "migrate", "--from", source["STORE_DATA_DIR"], "--to", target["STORE_DATA_DIR"]).stdout
+    assert "migrated 2 user(s), " in first and "removed" not in first, first
+    old_bob = registry(target).find("bob").id
+    assert "removed user bob" in cli(source, "user", "remove", "bob").stdout
+    tokens["new-bob"] = cli(source, "user", "add", "bob").stdout.splitlines()[-1]  # the name, taken again
+
+    again = cli({}, "migrate", "--from", str(tmp_path / "source" / ".." / "source"),  # spelt another way
+                "--to", target["STORE_DATA_DIR"]).stdout
+    assert f"users: 1 added, 0 updated, 1 removed (removed at the source since an earlier run: bob ({old_bob}))" \
+        in again and "`brain-store user orphans` lists them" in again, again
+    assert "migrated 1 user(s), 1 user(s) removed (gone from the source), " in again, again
+    with serve(target, tmp_path) as server:
+        def me(token: str) -> int:
+            return httpx.get(server.base_url + "/auth/me", headers={"Authorization": f"Bearer {token}"},
+                             timeout=30).status_code
+
+        assert {who: me(token) for who, token in tokens.items()} == \
+            {"alice": 200, "bob": 401, "bob-key": 401, "tom": 200, "new-bob": 200}
+    assert sorted(u.name for u in registry(target).users()) == ["alice", "bob", "tom"]
+    assert registry(target).find("bob").id != old_bob
+    assert old_bob not in (tmp_path / "target" / "sharing.json").read_text()  # the key is gone, not only dead
+    assert old_bob in cli(target, "user", "orphans").stdout  # the brains stay, as `user remove` keeps them
+    third = cli({}, "migrate", "--from", source["STORE_DATA_DIR"], "--to", target["STORE_DATA_DIR"]).stdout
+    assert "users: 0 added, 0 updated\n" in third and "removed" not in third, third
+    assert sorted(u.name for u in registry(target).users()) == ["alice", "bob", "tom"]
+
+
+def test_a_damaged_record_of_migrated_users_stops_it_before_anything_changes(tmp_path: Path) -> None:
+    """Read as "none", it would leave users removed at the source working at the target: refused, in one
+    line saying what to do, with the target untouched."""
+    source, target = tmp_path / "source", tmp_path / "target"
+    registry({"STORE_DATA_DIR": str(source)}).add("alice")
+    cli({}, "migrate", "--from", str(source), "--to", str(target))
+    (target / "migrated-users.json").write_text('{"sources": [')
+    registry({"STORE_DATA_DIR": str(source)}).add("bob")
+    before = tree(target)
+    done = cli({}, "migrate", "--from", str(source), "--to", str(target), check=False)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert f"Error: {target / 'migrated-users.json'} is unreadable (" in done.stderr, done.stderr
+    assert "remove it to go on" in done.stderr, done.stderr
+    assert tree(target) == before

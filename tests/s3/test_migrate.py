@@ -69,6 +69,13 @@ def test_migrate_directory_to_s3_and_back(moto: S3Service, tmp_path: Path) -> No
     directories = [p for p in back.rglob("*") if p.is_dir()]
     assert directories and all(p.stat().st_mode & 0o077 == 0 for p in directories), \
         [str(p) for p in directories if p.stat().st_mode & 0o077]
+    # a user removed at the source since goes from the bucket too on the next pass (noted there)
+    assert "removed user eve" in run_cli({"STORE_DATA_DIR": str(source)}, "user", "remove", "eve")
+    assert ", 1 user(s) removed (gone from the source), " in run_cli(env, "migrate", "--from", str(source),
+                                                                      "--to", url)
+    with running_store(tmp_path / "s3spool", env=env, log_name="s3-again.log") as store:
+        assert [httpx.get(store.url + "/auth/me", headers={"Authorization": f"Bearer {t}"}).status_code
+                for t in tokens] == [200, 401]
 
 
 def _sharing_state(url: str, owner: str, member: str, key: str, brain: str) -> dict[str, object]:
