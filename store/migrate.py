@@ -57,6 +57,7 @@ class MigrateReport:
     blobs: int = 0
     bytes: int = 0
     sealed: int = 0  # plain archives sealed on the way (STORE_ENCRYPTION_KEY set)
+    differing: list[str] = dataclasses.field(default_factory=list)  # skipped brains unlike the source's ("user/brain")
 
 
 def location_settings(settings: StoreSettings, location: str, spool: Path) -> StoreSettings:
@@ -143,6 +144,17 @@ def _copy_users(source: UsersDocument, dst: UserRegistry, gone: set[str]) -> tup
         return added, updated, removed
 
     return dst.edit(merge)
+
+
+def _same_brain(source: BrainMeta, here: BrainMeta) -> bool:
+    """Whether the target's copy of a brain is still the source's: a migration writes the source's
+    metadata as it is (only marking archives sealed), so any commit since shows."""
+
+    def state(meta: BrainMeta) -> tuple[object, ...]:
+        current = meta.current.checksum if meta.current is not None else None
+        return meta.generation, meta.name, meta.deleted_at, current, sorted(meta.blobs())
+
+    return state(source) == state(here)
 
 
 def _copy_blob(src: Any, meta: BrainMeta, checksum: str, path: Path, seal_with: bytes | None) -> bool:
@@ -259,6 +271,15 @@ def migrate(
                     + "); their brains are kept here: `brain-store user orphans` lists them" if removed else ""))
         for user_id in list(src.iter_users()):
             for meta in src.list_brains(user_id):
+                if (here := dst.read_meta(user_id, meta.id)) is not None:  # before copying its archives
+                    report.skipped += 1
+                    if _same_brain(meta, here):
+                        progress(f"brain {user_id}/{meta.id} already at the target; skipped")
+                    else:
+                        report.differing.append(f"{user_id}/{meta.id}")
+                        progress(f"brain {user_id}/{meta.id} ({meta.name}) already at the target but not as at the "
+                                 "source (changed on either side since it was copied); left as it is")
+                    continue
                 files: dict[str, Path] = {}
                 sealed_here = 0
                 for checksum in sorted(meta.blobs()):

@@ -15,7 +15,8 @@ def migrate(source: str, target: str) -> None:
 
     S3 endpoint, region and credentials come from STORE_S3_ENDPOINT_URL, STORE_S3_REGION
     and the standard AWS chain. Stop the stores (or keep them read-only) while it runs;
-    running it again skips brains already copied, updates users changed at the source since
+    running it again skips brains already copied (saying which are no longer as at the source:
+    changes since are not carried over), updates users changed at the source since
     (a rotated token: the old one stops working at the target) and removes there the users an
     earlier run brought that the source no longer has (their tokens and agent keys stop working;
     their brains are kept, `brain-store user orphans`). Run every pass with the same --from: the
@@ -41,3 +42,8 @@ def migrate(source: str, target: str) -> None:
         f"{report.skipped} brain(s) already present"
         + (f"; {report.sealed} plain archive(s) sealed with STORE_ENCRYPTION_KEY" if report.sealed else "")
     )
+    if report.differing:
+        # a pass copies a brain once: changes since then are not carried over (docs/store-s3.md#migration)
+        click.echo(f"{len(report.differing)} brain(s) already at the target are not as at the source and were left "
+                   f"as they are: {', '.join(report.differing)}; to copy one again, delete and purge it at the "
+                   "target (`brain-store brain delete`, `brain-store brain purge`) and migrate again")

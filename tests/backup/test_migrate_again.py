@@ -6,7 +6,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.backup.support import cli, registry, serve, tree
+from tests.backup.support import archive, cli, client, registry, serve, tree, upload
 
 
 def test_a_token_rotated_at_the_source_since_is_the_one_that_works_at_the_target(tmp_path: Path) -> None:
@@ -84,3 +84,31 @@ def test_a_damaged_record_of_migrated_users_stops_it_before_anything_changes(tmp
     assert f"Error: {target / 'migrated-users.json'} is unreadable (" in done.stderr, done.stderr
     assert "remove it to go on" in done.stderr, done.stderr
     assert tree(target) == before
+
+
+def test_a_brain_changed_at_the_source_since_it_was_copied_is_named(tmp_path: Path) -> None:
+    """A later pass skips a brain already at the target, so what was uploaded at the source since
+    is not carried over: it said "already at the target; skipped" like for any other. Now such a
+    brain is named with what to do, and doing it copies it again."""
+    source, target = {"STORE_DATA_DIR": str(tmp_path / "source")}, {"STORE_DATA_DIR": str(tmp_path / "target")}
+    token = cli(source, "user", "add", "alice").stdout.splitlines()[-1]
+    with serve(source, tmp_path) as server, client(server, token) as alice:
+        kept = alice.post("/api/brains", json={"name": "kept"}).json()["id"]
+        upload(alice, kept, archive({"a.md": b"as copied"}))
+        changed = alice.post("/api/brains", json={"name": "changed"}).json()["id"]
+        upload(alice, changed, archive({"a.md": b"as copied"}))
+        cli({}, "migrate", "--from", source["STORE_DATA_DIR"], "--to", target["STORE_DATA_DIR"])
+        upload(alice, changed, archive({"a.md": b"uploaded after the first pass"}))
+        newest = alice.get(f"/api/brains/{changed}/sync").content
+    user_id = registry(source).find("alice").id
+    again = cli({}, "migrate", "--from", source["STORE_DATA_DIR"], "--to", target["STORE_DATA_DIR"]).stdout
+    assert f"brain {user_id}/{kept} already at the target; skipped" in again, again
+    assert f"brain {user_id}/{changed} (changed) already at the target but not as at the source" in again, again
+    assert f"1 brain(s) already at the target are not as at the source and were left as they are: " \
+        f"{user_id}/{changed}; to copy one again, delete and purge it at the target" in again, again
+    cli(target, "brain", "delete", changed, "--yes")
+    cli(target, "brain", "purge", changed, "--yes")
+    third = cli({}, "migrate", "--from", source["STORE_DATA_DIR"], "--to", target["STORE_DATA_DIR"]).stdout
+    assert "not as at the source" not in third and ", 1 brain(s), " in third, third
+    with serve(target, tmp_path) as server, client(server, token) as alice:
+        assert alice.get(f"/api/brains/{changed}/sync").content == newest
