@@ -127,6 +127,11 @@ def _serve(settings: ConnectorSettings, runtime: Path | None = None) -> None:
         if runtime:
             click.echo("each user's /mcp requests are served by one worker (CONNECTOR_WORKER_AFFINITY)")
     click.echo(f"MCP URL: {base}/mcp   (store: {settings.store_url})")
+    if not settings.public_url and not settings.dev:
+        click.echo("CONNECTOR_PUBLIC_URL is not set: the OAuth metadata and links take their scheme and host from "
+                   "each request (X-Forwarded-Proto and -Host only from CONNECTOR_TRUST_PROXY). Set it on a public "
+                   "server; under a path (https://host/brain) nothing else works: X-Forwarded-Prefix is not read, "
+                   "as a client could forge it through the proxy.", err=True)
     if settings.webapp:
         click.echo(f"Web app: {base}/app")
     sys.stdout.flush()

@@ -3,11 +3,17 @@
 The base URL (issuer, resource ``<base>/mcp``) comes from ``CONNECTOR_PUBLIC_URL``
 when set, else from the request's scheme and Host, trusting
 ``X-Forwarded-Proto`` / ``X-Forwarded-Host`` only when the peer is a configured
-proxy. Plain functions over the ASGI scope, so any route can use them.
+proxy. ``X-Forwarded-Prefix`` is never read, even from a trusted proxy: proxies set
+those two themselves, but pass a client's own ``X-Forwarded-Prefix`` on (Caddy, nginx,
+unless told otherwise), so anyone could choose the path of the issuer and endpoints in
+the OAuth metadata; and the documents RFC 9728 and RFC 8414 place at the domain's root
+arrive with no prefix at all. A path comes from the public URL only.
+Plain functions over the ASGI scope, so any route can use them.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable
 from functools import lru_cache
@@ -15,6 +21,9 @@ from typing import Any
 from urllib.parse import quote
 
 from common.limits.address import TrustedProxies
+
+log = logging.getLogger("connector.http")
+_prefix_noted = False  # the warning about X-Forwarded-Prefix, once per process
 
 # A Host value we are willing to echo into URLs: name or address, optional port.
 _HOST_RE = re.compile(r"^(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?$")
@@ -59,12 +68,24 @@ def request_base_url(scope: dict[str, Any], public_url: str | None, trust_proxy:
         forwarded_host = (header(scope, "x-forwarded-host") or "").split(",")[0].strip()
         if forwarded_host and _HOST_RE.match(forwarded_host):
             host = forwarded_host
+        if not _prefix_noted and (prefix := header(scope, "x-forwarded-prefix")):
+            _note_prefix(prefix)
     if scheme not in ("http", "https"):
         scheme = "https" if scheme == "wss" else "http"
     if not host or not _HOST_RE.match(host):
         server = scope.get("server") or ("127.0.0.1", 80)
         host = f"{server[0]}:{server[1]}"
     return f"{scheme}://{host}"
+
+
+def _note_prefix(prefix: str) -> None:
+    """Say once that a proxy sends a path the connector's URLs will lack (see the module docstring)."""
+    global _prefix_noted
+    _prefix_noted = True
+    log.warning("a proxy sends X-Forwarded-Prefix %r, which is not read (through most proxies a client can "
+                "set it, and choose the paths in the OAuth metadata): the connector's URLs lack that path. "
+                "Set CONNECTOR_PUBLIC_URL to its public URL, path included (https://host/brain; "
+                "docs/self-hosting.md)", prefix[:100])
 
 
 def last_segment_as_sent(scope: dict[str, Any]) -> str:

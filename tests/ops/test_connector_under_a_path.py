@@ -236,6 +236,32 @@ async def test_an_oidc_sign_in_comes_back_under_the_path(tmp_path: Path) -> None
         assert issuer.counts().get("/token", 0) == 1
 
 
+def test_a_prefix_a_client_sends_through_caddy_is_not_read(tmp_path: Path) -> None:
+    """Why the public URL must be set under a path: Caddy sets X-Forwarded-Proto and -Host, but passes a
+    client's own X-Forwarded-Prefix on, so read from the trusted proxy it would let anyone choose the
+    paths of the issuer and endpoints. Without CONNECTOR_PUBLIC_URL the connector says at start that it
+    must be set under a path, and once in its log that such a header came and is not read."""
+    forged = {"X-Forwarded-Prefix": "/elsewhere"}
+    for place in ("unset", "set"):
+        (tmp_path / place).mkdir()
+    with running_store(tmp_path) as store:
+        with connector_under_a_path(tmp_path / "unset", store, strip=True, env={"CONNECTOR_PUBLIC_URL": ""}) as (base, _):
+            origin = base.removesuffix(PREFIX)
+            for _ in range(2):
+                metadata = httpx.get(base + "/.well-known/oauth-authorization-server", headers=forged, timeout=30)
+                assert metadata.status_code == 200 and metadata.json()["issuer"] == origin, metadata.text
+            [log] = (tmp_path / "unset").glob("connector-*.log")
+            said = log.read_text()
+            assert "CONNECTOR_PUBLIC_URL is not set" in said and "X-Forwarded-Prefix is not read" in said, said
+            # the client's value reached the connector through Caddy: trusting the proxy is not enough
+            assert said.count("a proxy sends X-Forwarded-Prefix '/elsewhere', which is not read") == 1, said
+        with connector_under_a_path(tmp_path / "set", store, strip=True) as (base, _):
+            metadata = httpx.get(base + "/.well-known/oauth-authorization-server", headers=forged, timeout=30)
+            assert metadata.json()["issuer"] == base, metadata.text
+            [log] = (tmp_path / "set").glob("connector-*.log")
+            assert "X-Forwarded-Prefix" not in log.read_text() and "is not set" not in log.read_text()
+
+
 @pytest.mark.parametrize(("url", "said"), [
     ("https://example.com/app", "cannot begin with /app"),
     ("https://example.com/mcp/team", "cannot begin with /mcp"),
