@@ -6,11 +6,12 @@ import os
 import time
 from pathlib import Path
 
+import msgspec
 import numpy as np
 
 from connector.engine.recall.exact import recall
 from connector.engine.recall.hybrid import HybridIndex, hybrid_recall, query_signals
-from connector.engine.recall.hybridpack import pack, unpack
+from connector.engine.recall.hybridpack import FORMAT, pack, unpack
 from connector.engine.recall.index import BrainIndex
 from connector.workcopy.indexdisk import IndexDisk
 from connector.workcopy.vectors import VectorStore
@@ -60,6 +61,15 @@ def test_a_packed_index_fits_only_its_own_memories_and_model() -> None:
     assert unpack(data, BrainIndex.build(other_brain), store.model_id) is None
     for damaged in (data[:-7], data[: len(data) // 2], b"", b"\x00" * 64, data.replace(b"format", b"formax")):
         assert unpack(damaged, index, store.model_id) is None
+
+
+def test_an_index_of_an_older_format_is_rebuilt() -> None:
+    # Format 2 kept traditional Chinese unfolded: its terms would miss simplified queries.
+    brain, index, hybrid, store = _built()
+    document = msgspec.msgpack.decode(pack(hybrid, store.model_id))
+    assert document["format"] == FORMAT == 3
+    document["format"] = FORMAT - 1
+    assert unpack(msgspec.msgpack.encode(document), index, store.model_id) is None
 
 
 def test_kept_on_disk_sealed_and_read_back_by_a_new_process_object(tmp_path: Path) -> None:

@@ -37,7 +37,7 @@ from connector.engine.recall.hybrid import (
     recall_in_mode,
 )
 from connector.engine.recall.index import BrainIndex, RecallError
-from connector.engine.recall.textmatch import TextIndex, initials, normalise, trigrams, word_terms
+from connector.engine.recall.textmatch import TextIndex, fold_traditional, initials, normalise, trigrams, word_terms
 from connector.engine.writes.ops import Memorize
 from connector.workcopy.vectors import VectorStore
 from tests.engine.hybrid_support import MEMORIES, NOW, CountingEmbedder, make_brain
@@ -59,8 +59,42 @@ def test_text_terms_fold_stem_and_cut_cjk() -> None:
     assert normalise("がぎぐ") == "がぎぐ", "Japanese voiced marks are not accents"
     assert word_terms("tabs running") == word_terms("tab runs")[:1] + ["run"]
     assert word_terms("猫的疫苗") == ["猫的", "的疫", "疫苗"]
-    assert word_terms("鎌倉でrunning") == ["鎌倉", "倉で", "run"]
+    assert word_terms("鎌倉でrunning") == ["镰仓", "仓で", "run"]  # kanji folded as traditional Chinese is
     assert trigrams("tab") == [" ta", "tab", "ab "] and trigrams("ab") == []
+
+
+def test_traditional_chinese_is_read_as_simplified_in_memories_and_queries() -> None:
+    assert word_terms("資料庫備份") == word_terms("资料库备份") == ["资料", "料库", "库备", "备份"]
+    assert fold_traditional("资料库 backup, データベース") == "资料库 backup, データベース", "nothing else changes"
+    index = TextIndex.build(["每週備份資料庫", "服务器的记忆体升级", "図書館の自習室は予約制"])
+    for query, memory in (("资料库", 0), ("備份", 0), ("記憶體", 1), ("记忆体", 1), ("図書館の自習室", 2)):
+        assert index.word_scores(query).argmax() == memory, query
+        assert index.word_coverage(query)[memory] == 1.0, query
+
+
+# Traditional and simplified writings of one memory each, and Japanese whose kanji fold too.
+WRITINGS = [
+    {"title": "資料庫備份", "content": "每週日凌晨三點備份資料庫，備份檔保留三十天。", "tags": ["運維"]},
+    {"title": "记忆体升级", "content": "服务器的记忆体从十六升级到六十四，下个月再换硬盘。", "tags": ["服务器"]},
+    {"title": "図書館", "content": "図書館の自習室は予約制で、平日は夜九時まで開いている。", "tags": ["勉強"]},
+]
+
+
+@pytest.mark.parametrize(
+    ("query", "title"),
+    [
+        ("资料库备份", "資料庫備份"),  # simplified query, traditional memory
+        ("記憶體升級", "记忆体升级"),  # traditional query, simplified memory
+        ("図書館の自習室", "図書館"),  # Japanese still finds Japanese
+        ("週末の散歩", "週末の予定"),
+    ],
+)
+def test_traditional_and_simplified_chinese_find_each_other(query: str, title: str) -> None:
+    # Every text gets the same vector: the models tell nothing apart, the words decide.
+    store = VectorStore(CountingEmbedder(favour={"": 0}))
+    brain, ids = make_brain([*MEMORIES, *WRITINGS])
+    hits = recall_in_mode(brain, query, mode="hybrid", source=store, top=3, now=NOW)
+    assert hits and hits[0]["id"] == ids[title]
 
 
 def test_stems_come_from_the_c_stemmer_and_match_the_pure_python_one() -> None:

@@ -35,8 +35,8 @@ from tests.engine.hybrid_support import NOW, CountingEmbedder, make_brain
 
 WORDS = ["kettle", "harbour", "lantern", "meadow", "quartz", "saffron", "tundra", "violet", "Kubernetes",
          "Designing Data-Intensive Applications", "HorizontalPodAutoscaler", "Müller", "猫の予防接種", "鎌倉で散歩",
-         "数据库迁移", "running", "runs", "2025"]
-QUERIES = ["kettle harbour", "kubernetse upgrade", "DDIA", "HPA settings", "muller", "猫", "鎌倉", "数据库",
+         "数据库迁移", "資料庫遷移", "running", "runs", "2025"]
+QUERIES = ["kettle harbour", "kubernetse upgrade", "DDIA", "HPA settings", "muller", "猫", "鎌倉", "数据库", "资料库迁移",
            "running quartz", "violet meadow lantern", "saffron 2025", "what about tundra"]
 
 memory_specs = st.fixed_dictionaries({

@@ -24,7 +24,9 @@ from connector.engine.recall.hybrid import HybridIndex
 from connector.engine.recall.index import BrainIndex
 from connector.engine.recall.textmatch import Bm25Index, FuzzyWords, Postings, TextIndex
 
-FORMAT = 2  # 2: with the words and their holders, so that a read-back index can follow writes
+# 2: with the words and their holders, so that a read-back index can follow writes;
+# 3: CJK bigrams of traditional Chinese folded to simplified (older files hold them unfolded).
+FORMAT = 3
 _HASH_BYTES = 16
 
 

@@ -6,7 +6,9 @@ matches "Muller"), then cut into terms scored with BM25:
 - **words**: runs of letters and digits, stemmed with the Snowball English stemmer
   ("knees" and "knee", "running" and "runs" meet); runs of Chinese or Japanese
   characters, written without spaces, become overlapping character bigrams (a lone
-  character stays a unigram), the usual way to index CJK text without a dictionary;
+  character stays a unigram), the usual way to index CJK text without a dictionary,
+  after traditional Chinese characters are read as simplified ones (`fold_traditional`:
+  資料庫 and 资料库 meet, Taiwan's and Hong Kong's writing and the mainland's);
 - **near spellings**: the brain's distinct words are indexed by character trigrams;
   a query word also matches the words sharing most of its trigrams (Dice >=
   FUZZY_SIMILARITY), so a small typo ("kubernetse") still finds "kubernetes";
@@ -26,9 +28,11 @@ import threading
 import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from itertools import chain
 
 import numpy as np
+import opencc
 import snowballstemmer
 
 from connector.engine.format.tokens import CJK_CHARACTERS
@@ -37,6 +41,9 @@ from connector.engine.format.tokens import CJK_CHARACTERS
 # sound mark and halfwidth forms after NFKC), and Hangul syllables.
 _CJK = CJK_CHARACTERS
 _CJK_RUN = re.compile(f"[{_CJK}]+")
+# Han characters (the unified blocks, extension A and the compatibility ideographs): the only
+# ones traditional-to-simplified conversion changes.
+_HAN = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _WORD = re.compile(r"[^\W_]+")
 # Combining diacritical marks only: the Japanese (semi-)voiced sound marks
 # (U+3099, U+309A) are combining too, and dropping them would change the word.
@@ -71,6 +78,23 @@ def normalise(text: str) -> str:
     return unicodedata.normalize("NFC", _ACCENT.sub("", unicodedata.normalize("NFD", folded)))
 
 
+@lru_cache(maxsize=1)
+def _traditional_to_simplified() -> opencc.OpenCC:
+    # OpenCC's standard table: characters, and phrases where one traditional character has
+    # several simplified ones (乾燥 -> 干燥, 乾隆 stays). ~3 ms to load, on the first Han word.
+    return opencc.OpenCC("t2s")
+
+
+def fold_traditional(text: str) -> str:
+    """``text`` with its traditional Chinese characters written as simplified ones (資料庫 ->
+    资料库, 學習 -> 学习; simplified text stays as it is), so that a word matches in either
+    writing. Japanese kanji that have a simplified form fold too (図書館 -> 図书馆): text is
+    folded alike on both sides (memories and queries), so Japanese still meets Japanese."""
+    if not _HAN.search(text):
+        return text
+    return _traditional_to_simplified().convert(text)
+
+
 def _stem(word: str) -> str:
     stemmed = _STEMS.get(word)
     if stemmed is None:
@@ -90,6 +114,9 @@ def _cjk_grams(run: str) -> list[str]:
 def _terms_of_word(word: str) -> tuple[str, ...]:
     if not _CJK_RUN.search(word):
         return (_stem(word),)
+    # Folded here, once per distinct word (`_word_terms_memo`): every index build, change and
+    # query cuts its words into terms through this function.
+    word = fold_traditional(word)
     terms: list[str] = []
     cursor = 0
     for match in _CJK_RUN.finditer(word):
@@ -120,7 +147,8 @@ def words_of(text: str) -> list[str]:
 
 
 def word_terms(text: str) -> list[str]:
-    """Stemmed words and CJK character bigrams of ``text``, in order."""
+    """Stemmed words and CJK character bigrams (traditional Chinese folded to simplified) of
+    ``text``, in order."""
     terms: list[str] = []
     for word in words_of(text):
         terms.extend(_word_terms_memo(word))
