@@ -69,6 +69,13 @@ def test_negation_and_scripts() -> None:
     assert [script_of(t) for t in ("a car", "汽车", "車を買った")] == ["en", "zh", "ja"]
 
 
+def test_traditional_chinese_reads_as_simplified() -> None:
+    # Words, values, negation and aspect alike; Japanese 無 (無料: free of charge) is no negation.
+    assert _Text.of("他已經兩週沒去健身房了，會員費每月三萬") == _Text.of("他已经两周没去健身房了，会员费每月三万")
+    assert _Text.of("他已经两周没去健身房了").negated and _Text.of("他已經兩週沒去健身房了").change
+    assert not _Text.of("無料のカフェで勉強する").negated
+
+
 def test_a_reported_change_is_told_by_tense_and_aspect() -> None:
     # English past tense (regular, irregular, perfect), not a passive; the Chinese perfective
     # 了 and 已经 / 不再, not 了解 or 为了; the Japanese past, not the progressive ている.

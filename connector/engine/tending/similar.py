@@ -17,7 +17,8 @@ How it decides (docs/memory-governance.md has the measurements):
 2. Each candidate gets a handful of language-independent features: the cosine, how
    far it stands out from the next-best memory, whether the two are in different
    scripts (a translation scores a lower cosine than a paraphrase), the IDF-weighted
-   share of words (CJK: character bigrams) they have in common, whether their
+   share of words (CJK: character bigrams, traditional Chinese read as simplified)
+   they have in common, whether their
    *values* (numbers, times, dates, amounts, month and weekday names, CJK numerals)
    agree or one replaced another, whether one is negated where the other is not,
    the cosine less the existing memory's hubness (a memory in a dense part of the
@@ -53,7 +54,7 @@ from connector.engine.format.text import memory_body, normalised_content
 from connector.engine.recall.embedding import Quantized, cosines, embedded_text
 from connector.engine.recall.hybrid import HUBNESS_NEIGHBOURS, HybridIndex, VectorSource
 from connector.engine.recall.index import BrainIndex
-from connector.engine.recall.textmatch import word_terms
+from connector.engine.recall.textmatch import fold_traditional, word_terms
 
 __all__ = [
     "DUPLICATE",
@@ -316,7 +317,11 @@ class _Text:
 
     @classmethod
     def of(cls, text: str) -> _Text:
-        return cls(frozenset(word_terms(text)), values_of(text), negated(text), script_of(text), reports_change(text))
+        script = script_of(text)
+        # The Chinese numerals, negations and aspect words are written simplified (两, 没, 已经):
+        # Chinese text is read with traditional characters folded. Japanese is not (無料 is no 无).
+        read = fold_traditional(text) if script == "zh" else text
+        return cls(frozenset(word_terms(text)), values_of(read), negated(read), script, reports_change(read))
 
 
 FEATURES = (
