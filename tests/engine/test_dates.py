@@ -88,6 +88,8 @@ def test_numbers_times_and_relative_spans_are_no_dates(text: str) -> None:
         ("3 days ago", (day(2023, 10, 19),)),
         ("what did we discuss last week", ((date(2023, 10, 9), date(2023, 10, 15)),)),
         ("上周我做了什么", ((date(2023, 10, 9), date(2023, 10, 15)),)),
+        ("上週我做了什麼", ((date(2023, 10, 9), date(2023, 10, 15)),)),  # traditional, read folded
+        ("上個月的計劃", ((date(2023, 9, 1), date(2023, 9, 30)),)),
         ("先週の会議", ((date(2023, 10, 9), date(2023, 10, 15)),)),
         ("things from last month", ((date(2023, 9, 1), date(2023, 9, 30)),)),
         ("先月の旅行", ((date(2023, 9, 1), date(2023, 9, 30)),)),

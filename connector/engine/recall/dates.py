@@ -11,7 +11,7 @@ the date among the fusion's first candidates are raised (`date_offsets`).
 In a memory's text only dates named outright count (a day with its month's name, digits
 with separators, a four-digit year): a bare number ("postgres 16", "port 5432", "v1.2") is
 no date. A query may also name a day, week, month or year by where it lies from now
-("yesterday", "last week", "上周", "先月", "3 days ago": `query_dates`); what a span means
+("yesterday", "last week", "上周" or "上週", "先月", "3 days ago": `query_dates`); what a span means
 only at a time of day or on a weekday ("in 50 minutes", "at 4pm", "on Saturday") is left to
 the words and the models. A day named without its year takes the year of the query's clock
 (or of the memory's writing), the most recent such day that is not later.
@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from connector.engine.format.text import ascii_width
+from connector.engine.recall.textmatch import fold_traditional
 
 log = logging.getLogger("connector.recall")
 
@@ -105,19 +106,26 @@ def _named_dates(text: str, clock: datetime) -> tuple[Interval, ...]:
 def query_dates(query: str, now: datetime) -> tuple[Interval, ...]:
     """The dates a query names: those named outright (`named_dates`) and, relative to ``now``,
     a day, week, month or year named by where it is from now ("yesterday", "last week",
-    "上周", "先月", "two weeks ago").
+    "上周", "上週", "先月", "two weeks ago").
 
     A query holding none of the words `dateparser` reads as such (its own month names and
     relative phrases, in our languages) and no digit is not parsed: most queries."""
     query = ascii_width(query)  # ３日前 as 3日前 (named_dates does the same)
     found = list(named_dates(query, now))
     try:
-        if len(query) <= _RELATIVE_QUERY_CHARS and _date_words().search(query):
+        # dateparser's Chinese is simplified: a query naming none as written is read again with
+        # traditional characters folded (上週 as 上周, 上個月 as 上个月). Not first: Japanese reads
+        # as written (今週, 先週; folded, 今周 is no date).
+        for text in dict.fromkeys((query, fold_traditional(query)) if len(query) <= _RELATIVE_QUERY_CHARS else ()):
+            if not _date_words().search(text):
+                continue
             with _DATEPARSER:
-                relative = _relative_dates(query, now.replace(tzinfo=None))
+                relative = _relative_dates(text, now.replace(tzinfo=None))
             for interval in relative:
                 if interval not in found:
                     found.append(interval)
+            if relative:
+                break
     except Exception:  # noqa: BLE001 - as in named_dates
         log.warning("reading relative dates failed; recall goes on without them", exc_info=True)
     return tuple(found)
