@@ -15,8 +15,6 @@ import json
 import os
 import re
 import subprocess
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin, urlsplit
@@ -33,56 +31,18 @@ from connector.app import create_app
 from connector.metrics import METRICS_PATH
 from connector.public_path import OWN_NAMES
 from connector.settings import ConnectorSettings
-from tests.connector.conftest import RunningStore, StoreUser, running_store
-from tests.connector.oauth.live import MemoryStorage, login_id_of, running_connector, signed_in_provider
+from tests.connector.conftest import StoreUser, running_store
+from tests.connector.oauth.live import MemoryStorage, login_id_of, signed_in_provider
 from tests.connector.oauth.test_e2e_mcp_client import REDIRECT, TOOLS, list_tool_names
 from tests.connector.oauth.test_e2e_oidc import CLIENT_ID, follow_to_client
-from tests.support.caddy import caddy_binary, caddy_version, for_version, request_buffering, running_caddy
 from tests.support.oidc_issuer import start_issuer
-from tests.support.processes import REPO_ROOT, console_script, free_port
+from tests.support.processes import console_script, free_port
+from tests.support.under_a_path import PREFIX, connector_under_a_path
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
 
-PREFIX = "/brain"
-GLOBAL_OPTIONS = "{\n\tadmin off\n\tauto_https off\n}\n"
 # Pages a request may be sent to from the web app without changing anything (not sign-out, not exports).
 SKIPPED_LINKS = ("/signout", "/export", "/static/")
-
-
-def documented_config(site: str, upstream: str) -> str:
-    """deploy/Caddyfile.path for a plain-HTTP loopback site and upstream (Caddy at hand's syntax)."""
-    text = for_version((REPO_ROOT / "deploy" / "Caddyfile.path").read_text(), caddy_version(caddy_binary()))
-    return GLOBAL_OPTIONS + text.replace("{$SITE_HOSTNAME}", site).replace("connector:8788", upstream)
-
-
-def stripping_config(site: str, upstream: str) -> str:
-    """A Caddy that takes ``/brain`` off before the connector sees it, the root well-known
-    documents of ``/brain`` passed on as they are, and the rest of the domain answered by Caddy."""
-    buffering = request_buffering(caddy_version(caddy_binary()))
-    proxy = f"reverse_proxy {upstream} {{\n\t\t\tflush_interval -1\n{buffering}\t\t}}"
-    return (GLOBAL_OPTIONS + f"{site} {{\n"
-            f"\t@wellknown path /.well-known/oauth-protected-resource{PREFIX}/* /.well-known/oauth-authorization-server{PREFIX}\n"
-            f"\thandle @wellknown {{\n\t\t{proxy}\n\t}}\n"
-            f"\tredir {PREFIX} {PREFIX}/ 308\n"
-            f"\thandle_path {PREFIX}/* {{\n\t\trespond /metrics 404\n\t\t{proxy}\n\t}}\n"
-            "\thandle {\n\t\trespond \"the rest of the site\" 404\n\t}\n}\n")
-
-
-@contextmanager
-def connector_under_a_path(tmp_path: Path, store: RunningStore, *, strip: bool,
-                           env: dict[str, str] | None = None) -> Iterator[tuple[str, str]]:
-    """The connector (``env`` added to its environment) and Caddy in front of it; the public URL
-    (``http://127.0.0.1:<port>/brain``) and the connector's own."""
-    port = free_port()
-    site = f"http://127.0.0.1:{port}"
-    with ExitStack() as stack:
-        connector = stack.enter_context(running_connector(
-            tmp_path, store.url, state_dir=tmp_path / "state",
-            extra_env={"CONNECTOR_PUBLIC_URL": site + PREFIX, "CONNECTOR_METRICS": "1", **(env or {})}))
-        upstream = connector.base_url.removeprefix("http://")
-        config = stripping_config(site, upstream) if strip else documented_config(site, upstream)
-        stack.enter_context(running_caddy(tmp_path, config, port, health_path=PREFIX + "/health/live"))
-        yield site + PREFIX, connector.base_url
 
 
 def links_of(page: str) -> list[str]:
@@ -202,14 +162,14 @@ def check_pages(base: str, user: StoreUser, authorize_url: str, memory_url: str)
 
 @pytest.mark.parametrize("strip", [False, True], ids=["documented-caddyfile", "proxy-strips-the-path"])
 async def test_mcp_clients_sign_in_and_people_browse_under_a_path(tmp_path: Path, strip: bool) -> None:
-    with running_store(tmp_path) as store, connector_under_a_path(tmp_path, store, strip=strip) as (base, own):
+    with running_store(tmp_path) as store, connector_under_a_path(tmp_path, store, strip=strip) as (base, connector):
         alice = store.add_user("alice")
         check_metadata(base)
         authorize_url, memory_url = await sign_in_and_call_tools(base, alice)
         check_pages(base, alice, authorize_url, memory_url)
         # The connector answers /metrics at its own root only, never under the public path.
-        assert "brain_connector" in httpx.get(own + "/metrics", timeout=30).text
-        assert httpx.get(own + PREFIX + "/metrics", timeout=30).status_code == 404
+        assert "brain_connector" in httpx.get(connector.base_url + "/metrics", timeout=30).text
+        assert httpx.get(connector.base_url + PREFIX + "/metrics", timeout=30).status_code == 404
 
 
 async def test_an_oidc_sign_in_comes_back_under_the_path(tmp_path: Path) -> None:
