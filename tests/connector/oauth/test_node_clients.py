@@ -10,6 +10,11 @@ Both register, sign in, use tools, resources and prompts, and refresh their toke
 server refuses it. The npm packages are pinned in tests/browser/package-lock.json (``npm ci
 --prefix tests/browser``, run by .ci/run). Under ``CI=true`` a missing node, package or Chromium
 fails the test instead of skipping it.
+
+Each runs against a connector at the root of its URL and against one under a path
+(``/brain``) behind a real Caddy (tests/support/under_a_path.py), where the OAuth metadata is
+found at the domain's root (RFC 9728, RFC 8414) and every URL the connector writes carries the
+path.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ import stat
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +38,9 @@ from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from tests.support.browser import CHROMIUM, chromium
+from tests.support.processes import ServerProcess, free_port
 from tests.support.tools import missing_tool
+from tests.support.under_a_path import connector_under_a_path
 
 from ..conftest import RunningStore
 from .live import flat_query, running_connector
@@ -46,12 +55,32 @@ TOOLS = {"brain_recall", "brain_status", "brain_read", "brain_use", "brain_memor
 AUTHORIZE_LINE = "Please authorize this client by visiting:"
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("node-clients")]
+# Under a path, one Caddy mode per client (each run costs ~10 s): what a mode changes is what the
+# connector sees (``/brain/mcp`` or ``/mcp``), the same for every client, and
+# tests/ops/test_connector_under_a_path.py runs the Python SDK through both; what the node clients
+# add is their own discovery, resource indicators and refresh. The SDK host (Claude's) gets the
+# documented Caddyfile; mcp-remote the stripping proxy, its brain URL's metadata passed on unstripped.
+TS_SDK_PLACES = ["root", "documented-caddyfile"]
+MCP_REMOTE_PLACES = ["root", "proxy-strips-the-path"]
 
 
 def require(present: bool, what: str) -> None:
     """Skip without ``what`` on a developer's machine; under CI a missing tool is a failure."""
     if not present:
         missing_tool(f"missing: {what} (npm ci --prefix tests/browser; apt-get install chromium nodejs npm)")
+
+
+@contextmanager
+def served(where: str, tmp_path: Path, store: RunningStore) -> Iterator[tuple[str, ServerProcess]]:
+    """The connector ``where`` a test asks: at the root of its own URL (``root``), or under
+    ``/brain`` behind Caddy as deploy/Caddyfile.path says (``documented-caddyfile``) or with
+    Caddy stripping the path (``proxy-strips-the-path``); its public URL and the connector."""
+    if where == "root":
+        with running_connector(tmp_path, store.url, state_dir=tmp_path / "state") as connector:
+            yield connector.base_url, connector
+    else:
+        with connector_under_a_path(tmp_path, store, strip=where == "proxy-strips-the-path") as (base, connector):
+            yield base, connector
 
 
 @pytest.fixture
@@ -122,23 +151,24 @@ class LineReader:
                 return event
 
 
+@pytest.mark.parametrize("where", TS_SDK_PLACES)
 def test_typescript_sdk_host_signs_in_uses_everything_and_refreshes(
-    node: str, store: RunningStore, tmp_path: Path
+    node: str, store: RunningStore, tmp_path: Path, where: str
 ) -> None:
     alice = store.add_user("alice")
     fact = "The lighthouse keeper's logbook is kept in the red cabinet"
-    with running_connector(tmp_path, store.url, state_dir=tmp_path / "state") as connector:
+    with served(where, tmp_path, store) as (base, connector):
         process = subprocess.Popen(
-            [node, str(TS_CLIENT), connector.base_url + "/mcp", fact, "where is the lighthouse logbook"],
+            [node, str(TS_CLIENT), base + "/mcp", fact, "where is the lighthouse logbook"],
             cwd=PACKAGES, env={**private_home(tmp_path), "PATH": os.environ.get("PATH", "")},
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
         try:
             events = LineReader(process)
             authorize = events.next_event()
-            assert authorize["event"] == "authorize"
+            assert authorize["event"] == "authorize" and authorize["url"].startswith(base + "/authorize?")
             query = flat_query(authorize["url"])
-            assert query["resource"] == connector.base_url + "/mcp" and query["code_challenge_method"] == "S256"
+            assert query["resource"] == base + "/mcp" and query["code_challenge_method"] == "S256"
             assert query["scope"] == "brain.read brain.write"  # from the 401 challenge
             page = sign_in_in_chromium(authorize["url"], alice.token)
             assert "TypeScript SDK host" in page
@@ -178,18 +208,22 @@ def _authorization_url(errlog: Path, deadline_s: float = 120.0) -> str:
     raise AssertionError("mcp-remote never asked to authorize: " + errlog.read_text(errors="replace")[-3000:])
 
 
+@pytest.mark.parametrize("where", MCP_REMOTE_PLACES)
 def test_mcp_remote_bridges_a_brain_url_with_sign_in_and_refresh(
-    node: str, store: RunningStore, tmp_path: Path
+    node: str, store: RunningStore, tmp_path: Path, where: str
 ) -> None:
-    from tests.support.processes import free_port
-
     bob = store.add_user("bob")
     fact = "Bob waters the fern on the balcony every Sunday"
     environment = {**private_home(tmp_path), "MCP_REMOTE_CONFIG_DIR": str(tmp_path / "mcp-auth")}
     pages: list[str] = []
+    authorizations: list[str] = []
 
-    with running_connector(tmp_path, store.url, state_dir=tmp_path / "state") as connector:
-        url = connector.base_url + "/mcp/brains/default"
+    def bob_signs_in(authorization_url: str) -> None:
+        authorizations.append(authorization_url)
+        pages.append(sign_in_in_chromium(authorization_url, bob.token))
+
+    with served(where, tmp_path, store) as (base, connector):
+        url = base + "/mcp/brains/default"
         parameters = StdioServerParameters(
             command=node, args=[str(MCP_REMOTE), url, str(free_port()), "--host", "127.0.0.1", "--allow-http",
                                 "--transport", "http-only"],
@@ -199,8 +233,7 @@ def test_mcp_remote_bridges_a_brain_url_with_sign_in_and_refresh(
         async def session(errlog: Path, sign_in: bool) -> dict[str, Any]:
             signer = None
             if sign_in:
-                signer = asyncio.create_task(asyncio.to_thread(
-                    lambda: pages.append(sign_in_in_chromium(_authorization_url(errlog), bob.token))))
+                signer = asyncio.create_task(asyncio.to_thread(lambda: bob_signs_in(_authorization_url(errlog))))
             with errlog.open("w") as stderr:
                 async with Client(stdio_client(parameters, errlog=stderr), mode="legacy") as client:
                     tools = {tool.name for tool in (await client.list_tools()).tools}
@@ -222,6 +255,8 @@ def test_mcp_remote_bridges_a_brain_url_with_sign_in_and_refresh(
         assert fact in first["prompt"].messages[0].content.text
         assert first["status"].structured_content["active_brain"]["name"] == "default"
         assert len(pages) == 1 and '<strong class="brain">default</strong> (only this brain)' in pages[0]
+        # The issuer's endpoint (under the path, if any), for the brain's URL as the resource.
+        assert authorizations[0].startswith(base + "/authorize?") and flat_query(authorizations[0])["resource"] == url
 
         # mcp-remote keeps its tokens in its config directory; spoil the access token: the next run
         # gets a 401 and refreshes with the refresh token, without asking the person again.
