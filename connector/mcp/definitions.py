@@ -385,8 +385,8 @@ TOOLS: tuple[ToolSpec, ...] = (
                 "title": {"type": "string", "maxLength": MAX_TITLE_CHARS,
                           "description": "Short title (default: the first line of content)."},
                 "type": {"type": "string", "enum": MEMORY_TYPES, "default": "learning"},
-                "tags": {"type": "array", "items": {"type": "string"}, "maxItems": MAX_LIST_ITEMS,
-                         "description": f"A few topic words. {_TAGS_AS_TEXT}"},
+                "tags": {"type": "array", "items": {"type": "string", "maxLength": MAX_CONTEXT_CHARS},
+                         "maxItems": MAX_LIST_ITEMS, "description": f"A few topic words. {_TAGS_AS_TEXT}"},
                 "origin": {
                     "type": "string",
                     "enum": ORIGINS,
@@ -399,7 +399,7 @@ TOOLS: tuple[ToolSpec, ...] = (
                                 "description": "ISO date from which it no longer holds."},
                 "supersedes": {
                     "type": "array",
-                    "items": {"type": "string"},
+                    "items": {"type": "string", "maxLength": MAX_ID_CHARS},
                     "maxItems": MAX_LIST_ITEMS,
                     "description": "Ids of memories this one replaces (a pinned one hands its pin to this one).",
                 },

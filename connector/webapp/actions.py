@@ -17,8 +17,8 @@ from connector.engine.recall.indexcache import index_for
 from connector.engine.tending.review import DECISIONS, Decide
 from connector.engine.writes.credentials import credential_refusal, credentials_in_memories
 from connector.engine.writes.errors import BrainError
-from connector.engine.writes.memorize import (MAX_CONTENT_CHARS, MAX_TITLE_CHARS, WEB_APP_SOURCE, attributed,
-                                             connector_memory)
+from connector.engine.writes.memorize import (MAX_CONTENT_CHARS, MAX_TITLE_CHARS, WEB_APP_SOURCE, OverLimit,
+                                             OverLimitError, attributed, connector_memory)
 from connector.engine.writes.ops import Forget, Memorize, Operation, Pin, Unpin, Verify, connector_memorize
 from connector.engine.writes.restore import Restore
 from connector.i18n import N_, Text, message_of
@@ -44,6 +44,18 @@ def _refuse_too_long(title: str, content: str) -> None:
     if len(content) > MAX_CONTENT_CHARS or len(title) > MAX_TITLE_CHARS:
         raise ActionRefused(Text("The text is too long: at most %(content)s characters, and %(title)s for the title.",
                                  content=MAX_CONTENT_CHARS, title=MAX_TITLE_CHARS))
+
+
+def limit_refusal(over: OverLimit) -> Text:
+    """Why a memory with a field past its limit (`over_limit`, the limits brain_memorize and an
+    import hold to) was not saved, naming the field and the limit."""
+    if over.kind == "items":
+        return Text("'%(field)s' has more than %(count)s items; nothing was saved.", field=over.field, count=over.count)
+    if over.kind == "item_chars":
+        return Text("'%(field)s' holds an item longer than %(count)s characters; nothing was saved.",
+                    field=over.field, count=over.count)
+    return Text("'%(field)s' is longer than %(count)s characters; nothing was saved.",
+                field=over.field, count=over.count)
 
 
 # Why a page, or a write, for the brain a link or form names is refused when this person can no longer reach it.
@@ -205,6 +217,8 @@ class BrainActions:
                 supersedes=supersedes or [], agent="web app", source=WEB_APP_SOURCE,
                 writer=await self.manager.writer(account),
             )
+        except OverLimitError as exc:
+            raise ActionRefused(limit_refusal(exc.over)) from None
         except BrainError as exc:
             raise ActionRefused(str(exc)) from None
         kinds = credentials_in_memories(op.memories)
@@ -236,6 +250,8 @@ class BrainActions:
                                           origin=EDIT_ORIGIN, agent="web app", source=WEB_APP_SOURCE, writer=writer)
             by = writer or "web app"
             op = Decide(new, old, decision, by=by, merged=merged)
+        except OverLimitError as exc:
+            raise ActionRefused(limit_refusal(exc.over)) from None
         except BrainError as exc:
             raise ActionRefused(str(exc)) from None
         outcome = await self._apply(account, op, f"review-{decision}")

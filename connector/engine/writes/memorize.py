@@ -359,12 +359,32 @@ class OverLimit:
     kind: Literal["items", "chars", "item_chars"]
     count: int
 
+    def message(self) -> str:
+        """The refusal in English, naming the field and its limit (the tools' wording)."""
+        if self.kind == "items":
+            return f"'{self.field}' has more than {self.count} items"
+        if self.kind == "item_chars":
+            return f"'{self.field}' holds an item longer than {self.count} characters"
+        return f"'{self.field}' is longer than {self.count} characters"
+
+
+class OverLimitError(BrainError):
+    """A memory refused for a field past its limit (`over_limit`); ``over`` says which."""
+
+    def __init__(self, over: OverLimit) -> None:
+        super().__init__(f"{over.message()}; nothing was saved")
+        self.over = over
+
 
 def over_limit(memory: MemoryInput) -> OverLimit | None:
-    """The first field of ``memory`` past its limit (``MAX_LIST_ITEMS``, ``MAX_CONTEXT_CHARS``,
-    ``MAX_ID_CHARS``, ``MAX_SOURCE_CHARS``), None when every one fits. Content and title have
-    their own checks (MAX_CONTENT_CHARS, MAX_TITLE_CHARS); the engine writes what it is given,
-    so a write from elsewhere (an import) asks this first."""
+    """The first field of ``memory`` past its limit (``MAX_CONTENT_CHARS``, ``MAX_TITLE_CHARS``,
+    ``MAX_LIST_ITEMS``, ``MAX_CONTEXT_CHARS``, ``MAX_ID_CHARS``, ``MAX_SOURCE_CHARS``), None when
+    every one fits. The engine writes what it is given, so every way in asks this first: the
+    connector's writes (`connector_memory`: brain_memorize, the web app) and an import's plan."""
+    if len(memory.content) > MAX_CONTENT_CHARS:
+        return OverLimit("content", "chars", MAX_CONTENT_CHARS)
+    if len(memory.title) > MAX_TITLE_CHARS:
+        return OverLimit("title", "chars", MAX_TITLE_CHARS)
     context = memory.encoding_context
     lists = (("tags", memory.tags, MAX_CONTEXT_CHARS), ("related", memory.related, MAX_ID_CHARS),
              ("supersedes", memory.supersedes, MAX_ID_CHARS),
@@ -721,13 +741,14 @@ def connector_memory(
     ``project`` / ``task`` against (the command line's context fields). ``writer`` (the
     store's name for the user, on a store that shares brains) goes into ``source`` after
     the connector's name, so the members of a shared brain see who said what. ``source``
-    names the way in (`CONNECTOR_SOURCE` for MCP, `WEB_APP_SOURCE` for the web app).
+    names the way in (`CONNECTOR_SOURCE` for MCP, `WEB_APP_SOURCE` for the web app). A field
+    past its limit (`over_limit`) raises `OverLimitError`.
     """
     if not isinstance(content, str) or is_blank(content):
         raise BrainError(_empty("content", content if isinstance(content, str) else ""))
     chosen_title = connector_title(content, title)
     tag_list = _string_list(tags, "tags")
-    return MemoryInput(
+    memory = MemoryInput(
         title=chosen_title,
         type=type,
         content=content.strip(),
@@ -748,3 +769,7 @@ def connector_memory(
         valid_until=valid_until,
         supersedes=_string_list(supersedes, "supersedes"),
     )
+    over = over_limit(memory)  # what an import is held to: every way in takes the same memories
+    if over is not None:
+        raise OverLimitError(over)
+    return memory
