@@ -18,7 +18,9 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup, escape
 
+from connector.engine.format.graphemes import shortened
 from connector.engine.format.jsvalues import parse_iso_ms
+from connector.engine.writes.memorize import MAX_CONTEXT_CHARS
 from connector.i18n import (Text, current_locale, gettext, listing, number, readable_instant, size, switch_links, translate,
                             translations)
 from connector.mcp.http import path_segment
@@ -67,6 +69,8 @@ def environment(locale: str = "en") -> Environment:
     env.filters["t"] = lambda message: translated(message, locale)
     # Text people wrote (a title, a name, a tag), isolated from the text around it on its line.
     env.filters["bdi"] = isolate
+    # A tag as shown: one longer than a tag may be written with (from an archive another client wrote) is cut.
+    env.filters["tag"] = lambda value: shortened(value, MAX_CONTEXT_CHARS) if isinstance(value, str) else value
     env.filters["number"] = lambda value, pattern=None: number(value, locale, pattern)
     env.filters["size"] = lambda value: size(value, locale)
     env.filters["listing"] = lambda items: listing(items, locale)

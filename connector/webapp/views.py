@@ -23,6 +23,7 @@ from connector.engine.recall.index import BrainIndex, RecallError
 from connector.engine.recall.indexcache import index_for
 from connector.engine.recall.textmatch import normalise
 from connector.engine.tending.similar import Incoming, Similar
+from connector.engine.writes.memorize import MAX_CONTEXT_CHARS
 from connector.engine.writes.restore import frontmatter_values
 from connector.i18n import N_, Text
 from connector.mcp.tools import BrainTools
@@ -579,7 +580,8 @@ def _common_tags(index: BrainIndex, limit: int = 40) -> list[str]:
     counts: dict[str, int] = {}
     for record in index.memories:
         for tag in _tags(record.entry.get("tags")):
-            counts[tag] = counts.get(tag, 0) + 1
+            if len(tag) <= MAX_CONTEXT_CHARS:  # longer ones (an archive another client wrote) are no suggestion to type
+                counts[tag] = counts.get(tag, 0) + 1
     return [tag for tag, _ in sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:limit]]
 
 

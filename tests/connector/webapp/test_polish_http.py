@@ -10,8 +10,9 @@ import pytest
 
 from connector.engine.format.brain import Brain
 from connector.engine.tending.review import Flag, FlagPairs
-from connector.engine.writes.memorize import CONNECTOR_SOURCE
-from connector.engine.writes.ops import connector_memorize
+from connector.engine.format.graphemes import shortened
+from connector.engine.writes.memorize import CONNECTOR_SOURCE, MAX_CONTEXT_CHARS, MemoryInput, over_limit
+from connector.engine.writes.ops import Memorize, connector_memorize
 from connector.webapp.views import ahead_of_higher_scores
 
 from ..conftest import RunningStore, auth, brains_of, device_write, direct_memorize, download_brain, shared_store
@@ -209,3 +210,32 @@ def test_history_rows_are_versions_by_when_written_with_a_current_row_and_consec
         oldest = client.get(f"/app/history/changes?version={older['version']}").text
         assert "oldest version the store keeps" in oldest
         assert client.get("/app/history/changes?version=19990101T000000.000000000").status_code == 404
+
+
+def test_a_memory_with_a_thousand_long_tags_shows_some_and_says_how_many_more(store: RunningStore) -> None:
+    """An archive another client wrote may carry memories of 1,000 tags of 1,000 characters (more
+    than any write here takes): the memory page shows 100 of them, the search results 20, each cut
+    to 300 characters, then "and N more"; the page weighed megabytes. The Edit form keeps them all."""
+    alice = store.add_user("alice")
+    brain_id = brains_of(store.url, alice.token)[0]["id"]
+    tags = [f"tag{number:04d}-" + "x" * 992 + "-end" for number in range(1000)]
+    huge = MemoryInput(title="Boiler tags", type="learning", content="The boiler is serviced in October.",
+                       path="notes/", tags=tags)
+    assert over_limit(huge) is not None  # nothing written here takes it: only another client's archive
+    memory_id = device_write(store.url, alice.token, brain_id,
+                             lambda brain: Memorize([huge]).apply(brain, datetime.now(UTC))["stored"][0]["id"])
+    with app_client(store.url) as client:
+        sign_in(client, alice.token)
+        page = client.get(f"/app/memory/{memory_id}")
+        assert page.status_code == 200
+        shown = re.findall(r"<li><bdi>(tag\d{4}-x*…)</bdi></li>", page.text)
+        assert shown == [shortened(tag, MAX_CONTEXT_CHARS) for tag in tags[:100]]
+        assert all(len(tag) == MAX_CONTEXT_CHARS for tag in shown)
+        assert "and 900 more" in page.text and "-end" not in page.text and "tag0100-" not in page.text
+        assert len(page.content) < 100_000
+        found = client.get("/app/search", params={"query": "boiler serviced", "mode": "exact"})
+        assert found.status_code == 200 and "Boiler tags" in found.text
+        assert re.findall(r"<li><bdi>tag(\d{4})-x*…</bdi></li>", found.text) == [f"{n:04d}" for n in range(20)]
+        assert "and 980 more" in found.text and "-end" not in found.text
+        edit = client.get(f"/app/memory/{memory_id}/edit")
+        assert edit.status_code == 200 and ", ".join(tags) in edit.text  # an edit drops none of them
