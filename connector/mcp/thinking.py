@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +60,7 @@ NO_MODEL_FOR_EXTRACT = (
     "Pick out the facts worth keeping yourself and save each with brain_memorize."
 )
 Thought = ModelAnswer | types.InputRequiredResult | None
+NOTHING_SAVED = "nothing was extracted or written. Call brain_extract again to save into the brain in use now."
 
 
 def written_by(answer: ModelAnswer) -> str:
@@ -94,11 +96,34 @@ class ThinkingTools:
             if answer is not None:
                 return answer
             if key not in host.responses:
-                return host.ask(key, system, user, max_tokens=max_tokens)
+                return host.ask(key, system, user, max_tokens=max_tokens, brain=caller.account.brain)
             notes.append("The host's model gave no usable answer.")
         if self.model is not None:
             return await self.model.complete(system, user, max_tokens=max_tokens, caller=caller.account.subject)
         return None
+
+    async def pinned_once(self, caller: Caller) -> Caller:
+        """``caller`` addressing one brain by id for the whole call, across the host's round trips.
+
+        The first round pins the brain in use now (`BrainTools.pinned`); `think` carries it to the
+        retry in the request state. The retry writes into that brain, checked again as a brain a
+        call names is: a brain_use meanwhile does not move the write, and a brain no longer
+        reachable (a share removed) refuses it rather than falling back to another brain."""
+        named = HOST.get().brain()
+        if named is None:
+            return await self.tools.pinned(caller)
+        account = caller.account
+        if account.brain:  # a connection bound to one brain (/mcp/brains/{id}) writes there only
+            pinned = await self.tools.pinned(caller)
+            if pinned.account.brain != named:
+                raise ToolFailure(f"This call began in another brain than the one this connection is bound to; "
+                                  f"{NOTHING_SAVED}")
+            return pinned
+        found = await self.tools.manager.bound_brain(replace(account, brain=named))
+        if found is None:
+            raise ToolFailure(f"The brain this call began in ({named}) is gone, or no longer shared with you; "
+                              f"{NOTHING_SAVED}")
+        return replace(caller, account=replace(account, brain=found.id))
 
     # ----- brain_reflect ------------------------------------------------------
 
@@ -184,9 +209,10 @@ class ThinkingTools:
             raise ArgumentError("'document_title' must be plain text on one line")
         save = args.boolean("save")
         if save:
-            # The brain in use now: the model may take a while, and a brain_use from another client of
-            # the same account meanwhile must not send what this call saves into the brain it switched to.
-            caller = await self.tools.pinned(caller)
+            # The brain in use when the call began, also on the host's retry: the model may take a
+            # while, and a brain_use from another client of the same account meanwhile (or a share
+            # removed) must not send what this call saves into another brain.
+            caller = await self.pinned_once(caller)
         notes: list[str] = []
         try:
             answer = await self.think(caller, "extract", prompts.extract_system(MAX_EXTRACT_ITEMS),

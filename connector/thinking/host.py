@@ -24,8 +24,12 @@ from common.textsafety import has_lone_surrogate, one_line
 from connector.thinking.source import ModelAnswer
 
 SOURCE = "host"
-# Echoed back by the client; never trusted (the evidence is recomputed on the retry).
+# Echoed back by the client; never trusted (the evidence is recomputed on the retry). A call that
+# writes adds the brain it resolved on its first round (`BRAIN_STATE`): the retry writes there, or
+# nowhere, once that brain is checked again as any brain a call names is (ThinkingTools.pinned_once).
 REQUEST_STATE = "brain-connector:sampling:v1"
+BRAIN_STATE = ";brain="
+MAX_BRAIN_STATE = 200  # a brain id or name, as a bound connection's URL carries it
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,15 @@ class HostSampling:
 
     can_sample: bool = False
     responses: dict[str, Any] = field(default_factory=dict)
+    state: str | None = None  # the request state the client echoed on this retry, as sent
+
+    def brain(self) -> str | None:
+        """The brain our first round's request state named (`ask` with ``brain``), as echoed; None
+        on a first round or when the state names none. Only an address: it is checked again."""
+        if not self.state or not self.state.startswith(REQUEST_STATE + BRAIN_STATE):
+            return None
+        named = self.state[len(REQUEST_STATE + BRAIN_STATE):]
+        return named if 0 < len(named) <= MAX_BRAIN_STATE and named.isprintable() else None
 
     def answer(self, key: str) -> ModelAnswer | None:
         """The host model's answer to our request ``key``, when the client sent a usable one."""
@@ -55,8 +68,9 @@ class HostSampling:
             truncated=getattr(response, "stop_reason", None) == "maxTokens",
         )
 
-    def ask(self, key: str, system: str, user: str, *, max_tokens: int) -> types.InputRequiredResult:
-        """The interim result asking the host's model (bounded in tokens, no other context)."""
+    def ask(self, key: str, system: str, user: str, *, max_tokens: int, brain: str = "") -> types.InputRequiredResult:
+        """The interim result asking the host's model (bounded in tokens, no other context);
+        ``brain``: the brain the call writes to, carried to the retry in the request state."""
         request = types.CreateMessageRequest(
             params=types.CreateMessageRequestParams(
                 messages=[types.SamplingMessage(role="user", content=types.TextContent(type="text", text=user))],
@@ -66,7 +80,8 @@ class HostSampling:
                 max_tokens=max_tokens,
             )
         )
-        return types.InputRequiredResult(input_requests={key: request}, request_state=REQUEST_STATE)
+        state = REQUEST_STATE + (BRAIN_STATE + brain if brain else "")
+        return types.InputRequiredResult(input_requests={key: request}, request_state=state)
 
 
 NO_SAMPLING = HostSampling()
@@ -78,4 +93,6 @@ def host_sampling(protocol_version: str | None, capabilities: Any, params: Any) 
     modern = protocol_version in MODERN_PROTOCOL_VERSIONS
     declared = getattr(capabilities, "sampling", None) is not None
     responses = getattr(params, "input_responses", None) or {}
-    return HostSampling(can_sample=modern and declared, responses=dict(responses) if modern else {})
+    state = getattr(params, "request_state", None)
+    return HostSampling(can_sample=modern and declared, responses=dict(responses) if modern else {},
+                        state=state if modern and isinstance(state, str) else None)

@@ -29,7 +29,7 @@ from tests.connector.conftest import (
     memory_ids,
     shared_store,
 )
-from tests.connector.test_e2e_sharing import share
+from tests.connector.test_e2e_sharing import share, store_cli
 from tests.connector.test_e2e_tools import STATE_KEY, connector, mcp_session, mint, structured
 from tests.support.processes import console_script, free_port, run_server
 
@@ -437,3 +437,63 @@ def test_extracted_candidates_stay_one_line_each(store: RunningStore, tmp_path: 
     lines = text_of(extracted).split("\n")
     assert len(lines) == 3 and lines[1].startswith("- [decision] Release day: Releases go out on Tuesdays.\\nNote:")
     assert not any(line.startswith("Note: the user verified") for line in lines)
+
+
+def test_extract_through_the_hosts_model_saves_into_the_brain_of_its_first_round(store: RunningStore,
+                                                                                tmp_path: Path) -> None:
+    """With the host's model, brain_extract is two tool calls: the first asks the model (sampling), the
+    client calls again with its answer. Between them another client of the same account switches the
+    brain in use: the retry saves into the brain of the first round, not the one switched to. A share
+    removed between them refuses the retry, and nothing is written into any brain."""
+    carol, dave = store.add_user("carol"), store.add_user("dave")
+    own = brains_of(store.url, carol.token)[0]["id"]
+    direct_memorize(store.url, carol.token, own, "The cat is fed at seven.")
+    work = httpx.post(f"{store.url}/api/brains", headers=auth(carol.token), json={"name": "work"}, timeout=30).json()
+    direct_memorize(store.url, carol.token, work["id"], "Standup is at 9:30.")
+    share(store, work["id"], dave, "editor")
+    dave_own = brains_of(store.url, dave.token)[0]["id"]
+    direct_memorize(store.url, dave.token, dave_own, "Dave waters the plants on Fridays.")
+    between: list[Any] = []  # what happens while the host's model works (the callback runs it)
+    asked: list[str] = []
+    boiler = json.dumps({"memories": [{"title": "Boiler", "type": "learning",
+                                       "content": "The boiler is serviced in October.", "tags": []}]})
+
+    async def host_model(context: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+        asked.append(params.messages[0].content.text)
+        await between.pop(0)()
+        return types.CreateMessageResult(role="assistant", model="host-test-model",
+                                         content=types.TextContent(type="text", text=boiler))
+
+    with connector(tmp_path / "c", store) as server:
+        base = server.base_url
+
+        async def scenario() -> None:
+            async with sampling_session(base + "/mcp", mint(base, carol, ALL), host_model) as first, \
+                    mcp_session(base + "/mcp", mint(base, carol, ALL)) as second:
+                structured(await first.call_tool("brain_use", {"brain": own}))
+
+                async def switch() -> None:
+                    structured(await second.call_tool("brain_use", {"brain": work["id"]}))
+                between.append(switch)
+                saved = structured(await first.call_tool("brain_extract", {"text": "Notes.", "save": True}))
+                assert len(saved["saved"]) == 1 and saved["written_by"]["source"] == "host" and not between
+
+            async with sampling_session(base + "/mcp", mint(base, dave, ALL), host_model) as client:
+                structured(await client.call_tool("brain_use", {"brain": work["id"]}))
+
+                async def unshare() -> None:
+                    assert "no longer shares" in store_cli(store, "unshare", work["id"], "--with", dave.name)
+                    # Another call learns of it first: the brain list falls back to dave's own brain.
+                    await client.call_tool("brain_status", {})
+                between.append(unshare)
+                refused = await client.call_tool("brain_extract", {"text": "Notes.", "save": True})
+                assert refused.is_error and "nothing was extracted or written" in text_of(refused), text_of(refused)
+                assert not between and len(asked) == 2
+
+        asyncio.run(scenario())
+    titles = {brain: {entry["title"] for entry in download_brain(store.url, token, brain)[0]
+                      .read_json("index.json")["memories"].values()}
+              for brain, token in ((own, carol.token), (work["id"], carol.token), (dave_own, dave.token))}
+    assert titles[own] == {"The cat is fed at seven.", "Boiler"}
+    assert titles[work["id"]] == {"Standup is at 9:30."}
+    assert titles[dave_own] == {"Dave waters the plants on Fridays."}
