@@ -72,7 +72,6 @@ from connector.engine.format.jsvalues import parse_iso_ms  # noqa: E402
 from connector.engine.writes.ops import Memorize  # noqa: E402
 from connector.engine.recall.exact import recall  # noqa: E402
 from connector.engine.recall.pipeline import eligibility  # noqa: E402
-from connector.engine.recall.textmatch import word_terms  # noqa: E402
 from connector.workcopy.vectorcache import cached_stores  # noqa: E402
 
 SHARED = REPO.parent / "shared" / "fixtures"
@@ -238,7 +237,7 @@ def prepare(brainset: Brainset, cache_dir: Path | None) -> Prepared:
             eligible=np.ones(len(index.memories), dtype=bool) if eligible is None else np.asarray(eligible, dtype=bool),
             exact_rank=[index.positions[hit["id"]] for hit in exact],
             exact=_relevance(exact, index),
-            bm25=hybrid.text.words.scores(word_terms(query.text)).astype(np.float32),
+            bm25=signals.bm25,  # as hybrid recall fuses it (none for a query of stopwords alone)
             use=signals.semantic if signals.written is None else signals.written,
             e5=None if e5_vectors is None else cosines(e5_vectors, e5_store.embed_query(query.text)),
             signals=signals,

@@ -27,6 +27,7 @@ from connector.engine.recall.hybrid import (
     HybridIndex,
     Signals,
     empty_recall_reason,
+    has_content_word,
     floor_margin,
     fuse,
     hybrid_recall,
@@ -613,3 +614,41 @@ def test_a_failing_e5_query_fails_the_recall_and_a_bad_argument_is_still_what_is
     with pytest.raises(RecallError, match="not an ISO 8601 instant"):
         hybrid_recall(brain, "database", index=index, hybrid=hybrid, embed_query=model_store.embed_query, e5=e5,
                       embed_e5_query=broken, now=NOW, as_of="yesterday")
+
+
+STOPWORD_MEMORIES = [*MEMORIES,
+                     {"title": "Server costs", "content": "The cost of the servers and of the disks is what it is.",
+                      "tags": ["costs"]},
+                     {"title": "Chores", "content": "What is left of the chores and the errands is on the list.",
+                      "tags": ["home"]},
+                     {"title": "Node drains", "content": "k8s nodes are drained before each upgrade.", "tags": ["k8s"]},
+                     {"title": "Cache", "content": "The cache TTL is five minutes for the price lists.", "tags": ["cache"]}]
+
+
+@pytest.mark.parametrize("query", ["the of and", "what is it", "The OF and?", "is it the", "ｔｈｅ ｏｆ ａｎｄ"])
+def test_a_query_of_stopwords_alone_lists_nothing_in_hybrid_mode(query: str, model_store: VectorStore) -> None:
+    """Memories holding every word of "the of and" matched it in full (word coverage 1.0) and ten
+    memories were listed; such a query says nothing by its words. Exact mode stays the reference's."""
+    brain, _ = make_brain(STOPWORD_MEMORIES)
+    assert not has_content_word(query)
+    assert ids_for(brain, query, model_store, top=10) == []
+    index = BrainIndex.build(brain)
+    hybrid = HybridIndex.build(brain, index, model_store)
+    signals = query_signals(query, [], index=index, hybrid=hybrid, embed_query=model_store.embed_query)
+    assert not signals.words.any() and not signals.near_words.any() and not signals.fuzzy.any()
+    assert signals.bm25 is not None and not signals.bm25.any()
+    assert recall_in_mode(brain, query, mode="exact", top=10, now=NOW) == recall(brain, query, top=10, now=NOW)
+
+
+@pytest.mark.parametrize(("query", "title"), [("k8s", "Node drains"), ("TTL", "Cache"), ("猫", "猫的疫苗"),
+                                              ("the cache TTL", "Cache"), ("what is the cost of the servers", "Server costs")])
+def test_short_real_words_and_cjk_keep_their_word_channels(query: str, title: str, model_store: VectorStore) -> None:
+    brain, ids = make_brain(STOPWORD_MEMORIES)
+    assert has_content_word(query)
+    found = ids_for(brain, query, model_store, top=10)
+    assert found and found[0] == ids[title], found
+
+
+def test_what_counts_as_a_content_word() -> None:
+    assert not any(map(has_content_word, ["", "  ", "the of and", "a b c", "what is it?", "？", "- _"]))
+    assert all(map(has_content_word, ["k8s", "TTL", "猫", "кот", "ＲＥＤＩＳ", "it is Redis", "ok", "café"]))

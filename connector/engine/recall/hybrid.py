@@ -51,7 +51,7 @@ import numpy as np
 from connector.engine.format.brain import Brain
 from connector.engine.format.change import BrainChange
 from connector.engine.format.jsvalues import datetime_ms, round3
-from connector.engine.format.text import ascii_width, memory_body
+from connector.engine.format.text import ascii_width, memory_body, tokenize
 from connector.engine.recall import beside
 from connector.engine.recall.answergate import ANSWER_GATE, CASCADE, MIN_MEMORIES, alike_gap, gate_features
 from connector.engine.recall.channelfusion import (
@@ -516,7 +516,11 @@ def query_signals(
         # An abbreviation the brain writes out ("DDIA"): the model may not know it, so the
         # query is embedded once more with its words, and each memory keeps the closer one.
         semantic = np.maximum(written, cosines(hybrid.vectors, embed_query(spelled_out)))
-    near_words = hybrid.text.word_coverage(query)
+    content = has_content_word(query)
+    # A query of stopwords alone ("the of and", "what is it") matches any memory holding those
+    # words in full: word coverage is a share of the query's idf, 1.0 however small that is. Such
+    # a query says nothing by its words; only what its meaning finds may answer it.
+    near_words = hybrid.text.word_coverage(query) if content else np.zeros(len(semantic), dtype=np.float32)
     # Hubness of the memories the floor looks at (the strongest few within the window of the
     # best, by the default strength): each costs a pass over the brain's vectors, once.
     strength = semantic + DEFAULT_FUSION.strength_words * near_words
@@ -527,18 +531,28 @@ def query_signals(
     hubness = np.full(len(semantic), np.nan, dtype=np.float32)
     for position, value in hybrid.hubness(strongest).items():
         hubness[position] = value
+    nothing = np.zeros(len(semantic), dtype=np.float32)
     return Signals(
         semantic=semantic,
-        words=hybrid.text.word_coverage(query, near=False),
+        words=hybrid.text.word_coverage(query, near=False) if content else nothing,
         near_words=near_words,
-        fuzzy=hybrid.text.fuzzy_scores(query),
+        fuzzy=hybrid.text.fuzzy_scores(query) if content else nothing,
         exact=exact_relevance,
         strong=strong,
         hubness=hubness,
         written=None if spelled_out is None else written,
         e5=_e5_job(query, e5, embed_e5_query) if e5 is not None and embed_e5_query is not None else None,
-        bm25=hybrid.text.words.scores(word_terms(query)).astype(np.float32),
+        bm25=hybrid.text.words.scores(word_terms(query)).astype(np.float32) if content else nothing,
     )
+
+
+def has_content_word(query: str) -> bool:
+    """Whether ``query`` holds a word that says what it is about: a token of the exact engine's
+    (two characters or more, no stopword: "k8s", "TTL"), or a letter or digit outside ASCII
+    (Chinese, Japanese, Cyrillic..., which no stopword list here covers: "猫"). "the of and" and
+    "what is it" hold none."""
+    text = ascii_width(query)
+    return bool(tokenize(text)) or any(not char.isascii() and char.isalnum() for char in text)
 
 
 def start_e5_channel(
