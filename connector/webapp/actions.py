@@ -259,7 +259,9 @@ class BrainActions:
         return Done(str(shown), outcome.synced)
 
     async def restore_snapshot(self, account: Account, name: str) -> None:
-        """Make one of the store's snapshots of the active brain live, then serve it here."""
+        """Make one of the store's snapshots of the brain ``account`` addresses live, then serve it
+        here (the brain in use stays as it is)."""
+        account = await self.manager.pinned(account)  # one brain from the check to the re-read
         snapshot = await self.manager.snapshot(account)
         if snapshot.brain_id is None:
             raise ActionRefused(Text("This account has no brain at the store yet."))
@@ -268,8 +270,8 @@ class BrainActions:
             raise ActionRefused(Text("Some changes are not synced to the store yet; try again in a moment."))
         try:
             await self.manager.store.restore_version(account.credential, snapshot.brain_id, name)
-            # brain_use on the same brain re-reads it from the store at once (the manager's public re-pull).
-            await self.manager.use_brain(account, snapshot.brain_id)
+            # Re-read at once; not brain_use, which would also make it the brain in use.
+            await self.manager.pull_now(account)
         except StoreError as exc:
             raise ActionRefused(Text("The snapshot was not restored (%(reason)s).", reason=str(exc))) from None
         except (UnknownBrain, BrainUnavailable) as exc:

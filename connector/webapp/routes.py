@@ -477,6 +477,16 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         the brain in use for a form without one. ActionRefused when that brain is out of reach."""
         return await app.actions.addressed(visit.session.account, visit.form.get(BRAIN_FIELD, ""))
 
+    async def form_page_account(visit: Visit) -> Account:
+        """`form_account` for a form answered with a page of its brain, by id (the brain in use now
+        for a form naming none): a brain out of reach is shown as unavailable (as `page_account`
+        does), never as a page of another brain."""
+        try:
+            account = await form_account(visit)
+        except ActionRefused as exc:
+            raise BrainUnavailable(message_of(exc)) from None
+        return account if account.brain else await app.actions.manager.pinned(account)
+
     @get(["/app", "/app/"], cache=False, include_in_schema=False)
     @page_route
     async def home(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
@@ -562,8 +572,9 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
     @get("/app/archive", cache=False, include_in_schema=False)
     @page_route
     async def archive(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
-        lines = await app.views.archive(visit.session.account)
-        return app.page("archive.html", visit.site, visit.session, archived=lines)
+        account = await page_account(visit, request.query_params.get("brain"))
+        lines = await app.views.archive(account)
+        return app.page("archive.html", visit.site, visit.session, archived=lines, page_brain=account.brain)
 
     @get("/app/review", cache=False, include_in_schema=False)
     @page_route
@@ -581,28 +592,32 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
     @get("/app/mental", cache=False, include_in_schema=False)
     @page_route
     async def mental_list(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
-        data = await app.mental.listing(visit.session.account)
         params = request.query_params
+        account = await page_account(visit, params.get("brain"))
+        data = await app.mental.listing(account)
         return app.page("mental.html", visit.site, visit.session, models=data, model=None, error=None,
                         flash=_flash(params.get("done"), params.get("held")), has_model=app.thinking.has_model,
-                        needs_model=NEEDS_MODEL, form={})
+                        needs_model=NEEDS_MODEL, form={}, page_brain=account.brain)
 
     @get("/app/mental/{model_id:str}", cache=False, include_in_schema=False)
     @page_route
     async def mental_model(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
-        return await mental_page(visit, request.path_params["model_id"][:200], request.query_params.get("done"),
-                                 request.query_params.get("held"))
+        params = request.query_params
+        account = await page_account(visit, params.get("brain"))
+        return await mental_page(visit, account, request.path_params["model_id"][:200], params.get("done"),
+                                 params.get("held"))
 
-    async def mental_page(visit: Visit, model_id: str, done: str | None, held: str | None, *, status: int = 200,
-                          error: str | None = None) -> Response[Any]:
-        found = await app.mental.page(visit.session.account, model_id)
+    async def mental_page(visit: Visit, account: Account, model_id: str, done: str | None, held: str | None, *,
+                          status: int = 200, error: str | None = None) -> Response[Any]:
+        """One mental model of the brain ``account`` addresses; its forms act on that brain."""
+        found = await app.mental.page(account, model_id)
         if found is None:
             return error_page(visit, 404, N_("No such mental model"),
                               N_("This brain has no mental model with that id (it may have been deleted)."))
-        listing = await app.mental.listing(visit.session.account)
+        listing = await app.mental.listing(account)
         return app.page("mental.html", visit.site, visit.session, status=status, models=listing, model=found,
                         error=error, flash=_flash(done, held), has_model=app.thinking.has_model,
-                        needs_model=NEEDS_MODEL, form={})
+                        needs_model=NEEDS_MODEL, form={}, page_brain=account.brain)
 
     # ----- writes -------------------------------------------------------------------
 
@@ -610,23 +625,23 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
     @write_route
     async def mental_create(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
         form = visit.form
+        account = await form_page_account(visit)
         try:
-            model_id, synced = await app.mental.create(visit.session.account, form.get("name", ""),
-                                                       form.get("question", ""))
+            model_id, synced = await app.mental.create(account, form.get("name", ""), form.get("question", ""))
         except ActionRefused as exc:
-            # The form comes back as typed, with the reason; nothing was written.
-            data = await app.mental.listing(visit.session.account)
+            # The form comes back as typed, for the same brain, with the reason; nothing was written.
+            data = await app.mental.listing(account)
             return app.page("mental.html", visit.site, visit.session, status=400, models=data, model=None,
                             error=message_of(exc), flash=None, has_model=app.thinking.has_model,
-                            needs_model=NEEDS_MODEL, form=form)
-        query = urlencode({"done": "created", **({} if synced else {"held": "1"})})
+                            needs_model=NEEDS_MODEL, form=form, page_brain=account.brain)
+        query = urlencode({"done": "created", **({} if synced else {"held": "1"}), **_in_brain(account)})
         return app.redirect(f"{visit.site.root}/mental/{path_segment(model_id)}?{query}")
 
     # ----- thinking: reflect and extract ----------------------------------------------------
 
-    async def think_page(visit: Visit, *, status: int = 200, **context: Any) -> Response[Any]:
+    async def think_page(visit: Visit, account: Account, *, status: int = 200, **context: Any) -> Response[Any]:
+        """The Think page of the brain ``account`` addresses: its forms reflect on and save into it."""
         context = {"reflection": None, "extraction": None, "error": None, "question": "", "form": {}, **context}
-        account = await page_account(visit, None)  # the extraction form saves into this brain
         return app.page("think.html", visit.site, visit.session, status=status, has_model=app.thinking.has_model,
                         needs_model=NEEDS_MODEL, viewer=await app.thinking.viewer(account), page_brain=account.brain,
                         **context)
@@ -634,7 +649,7 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
     @get("/app/think", cache=False, include_in_schema=False)
     @page_route
     async def think(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
-        return await think_page(visit)
+        return await think_page(visit, await page_account(visit, request.query_params.get("brain")))
 
     @post("/app/think/reflect", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
     async def think_reflect(request: Request[Any, Any, Any]) -> Response[Any]:
@@ -646,11 +661,12 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         question = checked.form.get("question", "")
 
         async def answer() -> Response[Any]:
+            account = await form_page_account(checked)
             try:
-                reflection = await app.thinking.reflect(checked.session.account, question)
+                reflection = await app.thinking.reflect(account, question)
             except ActionRefused as exc:
-                return await think_page(checked, status=400, error=message_of(exc), question=question)
-            return await think_page(checked, reflection=reflection, question=question)
+                return await think_page(checked, account, status=400, error=message_of(exc), question=question)
+            return await think_page(checked, account, reflection=reflection, question=question)
 
         return await unavailable_as_page(answer(), checked.site, checked.session, request)
 
@@ -658,13 +674,13 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
     @write_route
     async def think_extract(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
         form = visit.form
+        account = await form_page_account(visit)
         try:
-            extraction = await app.thinking.extract(await form_account(visit), form.get("text", ""),
-                                                    form.get("title", ""))
+            extraction = await app.thinking.extract(account, form.get("text", ""), form.get("title", ""))
         except ActionRefused as exc:
-            # Nothing was written: the text comes back as pasted, with the reason.
-            return await think_page(visit, status=409, error=message_of(exc), form=form)
-        return await think_page(visit, extraction=extraction)
+            # Nothing was written: the text comes back as pasted, for the same brain, with the reason.
+            return await think_page(visit, account, status=409, error=message_of(exc), form=form)
+        return await think_page(visit, account, extraction=extraction)
 
     @post("/app/mental/{model_id:str}/{action:str}", request_max_body_size=MAX_TEXT_FORM_BYTES, include_in_schema=False)
     @write_route
@@ -672,7 +688,7 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         model_id, action = request.path_params["model_id"][:200], request.path_params["action"]
         if action not in ("refresh", "delete"):
             return unknown_action(visit)
-        account = visit.session.account
+        account = await form_page_account(visit)
         try:
             if action == "refresh":
                 synced = await app.mental.refresh(account, model_id)
@@ -681,8 +697,9 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         except ActionRefused as exc:
             if action == "delete":
                 return error_page(visit, 409, N_("Not deleted"), message_of(exc))
-            return await mental_page(visit, model_id, None, None, status=409, error=message_of(exc))
-        query = urlencode({"done": "refreshed" if action == "refresh" else "deleted", **({} if synced else {"held": "1"})})
+            return await mental_page(visit, account, model_id, None, None, status=409, error=message_of(exc))
+        query = urlencode({"done": "refreshed" if action == "refresh" else "deleted", **({} if synced else {"held": "1"}),
+                           **_in_brain(account)})
         target = f"/mental/{path_segment(model_id)}" if action == "refresh" else "/mental"
         return app.redirect(f"{visit.site.root}{target}?{query}")
 
@@ -884,7 +901,7 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
             Incoming(memory.content, memory.title, memory.tags, memory.type) for memory in plan.inputs
         ]) if summary.new else []
         return app.page("transfer.html", visit.site, visit.session, status=status, summary=summary,
-                        reference=reference, error=None, similar=similar, chosen=chosen)
+                        reference=reference, error=None, similar=similar, chosen=chosen, page_brain=account.brain)
 
     @post("/app/import/confirm", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
     @write_route
@@ -917,20 +934,24 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
     @get("/app/history", cache=False, include_in_schema=False)
     @page_route
     async def history(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
-        name, versions = await app.views.history(visit.session.account)
-        current = await app.views.current_version(visit.session.account)
-        wanted = request.query_params.get("confirm")
+        params = request.query_params
+        account = await page_account(visit, params.get("brain"))
+        name, versions = await app.views.history(account)
+        current = await app.views.current_version(account)
+        wanted = params.get("confirm")
         confirm = next((version for version in versions if version.name == wanted), None)
         return app.page("history.html", visit.site, visit.session, brain_name=name, versions=versions, error=None,
-                        current=current, confirm=confirm, flash=_flash(request.query_params.get("done"), None))
+                        current=current, confirm=confirm, flash=_flash(params.get("done"), None),
+                        page_brain=account.brain)
 
     @get("/app/history/changes", cache=False, include_in_schema=False)
     @page_route
     async def history_changes(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
         """What one version changed from the version before it (consecutive versions)."""
         wanted = (request.query_params.get("version") or "")[:200]
-        _, versions = await app.views.history(visit.session.account)
-        current = await app.views.current_version(visit.session.account)
+        account = await page_account(visit, request.query_params.get("brain"))
+        _, versions = await app.views.history(account)
+        current = await app.views.current_version(account)
         listing = ([current] if current is not None else []) + versions  # newest first
         position = next((at for at, item in enumerate(listing) if item.name == wanted), None)
         if position is None:
@@ -938,31 +959,34 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
                               N_("The store keeps no snapshot of this brain by that name."))
         record = listing[position]
         previous = listing[position + 1] if position + 1 < len(listing) else None
-        changes = (await app.views.version_changes(visit.session.account, record.name, previous.name)
+        changes = (await app.views.version_changes(account, record.name, previous.name)
                    if previous is not None else None)
         return app.page("history_changes.html", visit.site, visit.session, version=record, previous=previous,
-                        changes=changes, current=record.name == CURRENT_VERSION)
+                        changes=changes, current=record.name == CURRENT_VERSION, page_brain=account.brain)
 
     @get("/app/history/diff", cache=False, include_in_schema=False)
     @page_route
     async def history_diff(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
         version = (request.query_params.get("version") or "")[:200]
-        _, versions = await app.views.history(visit.session.account)
+        account = await page_account(visit, request.query_params.get("brain"))
+        _, versions = await app.views.history(account)
         record = next((item for item in versions if item.name == version), None)
-        changes = await app.views.diff(visit.session.account, version) if record is not None else None
+        changes = await app.views.diff(account, version) if record is not None else None
         if record is None or changes is None:
             return error_page(visit, 404, N_("No such snapshot"),
                               N_("The store keeps no snapshot of this brain by that name."))
-        return app.page("history_diff.html", visit.site, visit.session, version=record, changes=changes)
+        return app.page("history_diff.html", visit.site, visit.session, version=record, changes=changes,
+                        page_brain=account.brain)
 
     @post("/app/history/restore", request_max_body_size=MAX_FORM_BYTES, include_in_schema=False)
     @write_route
     async def history_restore(request: Request[Any, Any, Any], visit: Visit) -> Response[Any]:
         try:
-            await app.actions.restore_snapshot(visit.session.account, visit.form.get("version", "")[:200])
+            account = await form_account(visit)
+            await app.actions.restore_snapshot(account, visit.form.get("version", "")[:200])
         except ActionRefused as exc:
             return error_page(visit, 409, N_("Snapshot not restored"), message_of(exc))
-        return app.redirect(f"{visit.site.root}/history?done=snapshot")
+        return app.redirect(f"{visit.site.root}/history?{urlencode({'done': 'snapshot', **_in_brain(account)})}")
 
     # ----- static files -----------------------------------------------------------------
 

@@ -362,6 +362,16 @@ class Accounts(ManagerCore):
                 await self._refresh(copy, force=True)
         return found, identity_for(account, brains, found)
 
+    async def pull_now(self, account: Account) -> None:
+        """Read the brain ``account`` addresses from the store again at once (after a change made
+        at the store itself, e.g. a snapshot restored), without switching the brain in use:
+        ``account`` may address another brain (a web page shown for it, by id)."""
+        _, found = await self._active(account, force_list=True)
+        copy = await self._copy_for(account, found)
+        if copy is not None:
+            async with copy.lock:
+                await self._refresh(copy, force=True)
+
     async def brains(self, account: Account) -> tuple[list[BrainRecord], BrainRecord | None]:
         """The account's brains (refreshed) and the active one."""
         return await self._active(account, force_list=True)

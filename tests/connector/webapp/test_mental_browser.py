@@ -72,7 +72,7 @@ def test_a_person_reads_refreshes_and_deletes_a_mental_model_in_chromium(store: 
             checks.page_ok("mental-list")
 
             item.get_by_role("link", name="Team directory").click()
-            page.wait_for_url(f"{base}/app/mental/{model_id}")
+            page.wait_for_url(f"{base}/app/mental/{model_id}?brain={brain_id}")
             main = page.inner_text("main")
             assert "Bob leads the platform team" in main and "Who leads which team?" in main
             assert "fake-llm" in main
@@ -80,14 +80,14 @@ def test_a_person_reads_refreshes_and_deletes_a_mental_model_in_chromium(store: 
             # The cited memory is linked to its own page.
             page.locator("section").filter(has_text="Memories it cites").get_by_role(
                 "link", name="Team: Bob leads the platform team").click()
-            page.wait_for_url(f"{base}/app/memory/{bob_leads}")
+            page.wait_for_url(f"{base}/app/memory/{bob_leads}?brain={brain_id}")
             page.go_back()
 
             # A memory another device writes makes it stale; the page says so and links it.
             carol = direct_memorize(store.url, alice.token, brain_id, "Team: Carol now leads the platform team")
             page.reload()
             assert "stale" in page.inner_text("main")
-            assert page.locator(f'section a[href$="/memory/{carol}"]').count() == 1
+            assert page.locator(f'section a[href$="/memory/{carol}?brain={brain_id}"]').count() == 1
 
             # A form without the page's CSRF token changes nothing.
             forged = page.request.post(f"{base}/app/mental/{model_id}/delete", form={"csrf": "forged"})
@@ -96,7 +96,7 @@ def test_a_person_reads_refreshes_and_deletes_a_mental_model_in_chromium(store: 
 
             answer(script, {"content": f"Carol leads the platform team [{carol}], after Bob [{bob_leads}]."})
             page.get_by_role("button", name="Refresh").click()
-            page.wait_for_url(f"**/app/mental/{model_id}?done=refreshed")
+            page.wait_for_url(f"**/app/mental/{model_id}?done=refreshed&brain={brain_id}")
             main = page.inner_text("main")
             assert "Refreshed" in main and "Carol leads the platform team" in main and "stale" not in main
             checks.page_ok("mental-refreshed")
@@ -104,7 +104,7 @@ def test_a_person_reads_refreshes_and_deletes_a_mental_model_in_chromium(store: 
             assert set(kept["cited"]) == {carol, bob_leads}
 
             page.get_by_role("button", name="Delete").click()
-            page.wait_for_url("**/app/mental?done=deleted")
+            page.wait_for_url(f"**/app/mental?done=deleted&brain={brain_id}")
             assert "no mental models yet" in page.inner_text("main")
             assert models_at_store(store, alice.token, brain_id) == []
 
@@ -124,7 +124,7 @@ def test_a_person_creates_refreshes_reflects_and_extracts_in_chromium(store: Run
             page.get_by_label("Name").fill("Release rhythm")
             page.get_by_label("Question").fill("When do things ship?")
             page.get_by_role("button", name="Create").click()
-            page.wait_for_url("**/app/mental/*?done=created")
+            page.wait_for_url(f"**/app/mental/*?done=created&brain={brain_id}")
             assert "Mental model created" in page.inner_text("main") and "not written yet" in page.inner_text("main")
             checks.page_ok("mental-created")
             [model] = models_at_store(store, alice.token, brain_id)
@@ -132,7 +132,7 @@ def test_a_person_creates_refreshes_reflects_and_extracts_in_chromium(store: Run
 
             answer(script, {"content": f"Billing ships on **Thursdays** [{billing}]."})
             page.get_by_role("button", name="Refresh").click()
-            page.wait_for_url(f"**/app/mental/{model['id']}?done=refreshed")
+            page.wait_for_url(f"**/app/mental/{model['id']}?done=refreshed&brain={brain_id}")
             main = page.inner_text("main")
             assert "Billing ships on Thursdays" in main and "up to date" in main and "fake-llm" in main
             checks.page_ok("mental-refreshed")
@@ -151,7 +151,7 @@ def test_a_person_creates_refreshes_reflects_and_extracts_in_chromium(store: Run
             assert "The billing service ships on Thursdays" in answer_section.inner_text()
             checks.page_ok("think-reflected")
             answer_section.get_by_role("link", name="Deploys: the billing service ships on Thursdays").first.click()
-            page.wait_for_url(f"{base}/app/memory/{billing}")
+            page.wait_for_url(f"{base}/app/memory/{billing}?brain={brain_id}")
             page.get_by_role("link", name="Think").click()
             page.wait_for_url(base + "/app/think")
 

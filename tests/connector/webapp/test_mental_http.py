@@ -42,14 +42,15 @@ def test_the_page_reads_a_model_and_refusals_change_nothing(store: RunningStore)
     with app_client(store.url) as client:
         csrf = sign_in(client, alice.token)
         listing = client.get("/app/mental")
-        assert listing.status_code == 200 and f'/app/mental/{model_id}"><bdi>Team directory</bdi></a>' in listing.text
+        assert listing.status_code == 200
+        assert f'/app/mental/{model_id}?brain={brain_id}"><bdi>Team directory</bdi></a>' in listing.text
         assert 'href="/app/mental">Mental models</a>' in listing.text  # the nav link
         # The form stops typing where the server would refuse (it allowed twice as much).
         assert f'id="mm-name" name="name" value="" maxlength="{MAX_NAME}"' in listing.text
         assert f'id="mm-question" name="question" value="" maxlength="{MAX_QUESTION}"' in listing.text
         page = client.get(f"/app/mental/{model_id}")
         assert page.status_code == 200 and "<strong>platform</strong>" in page.text
-        assert "<script>" not in page.text and f'/app/memory/{memory_id}"' in page.text
+        assert "<script>" not in page.text and f'/app/memory/{memory_id}?brain={brain_id}"' in page.text
         assert client.get("/app/mental/mm_000000000000").status_code == 404
         # No model on this server: refresh says how to refresh from an assistant, and writes nothing.
         refused = client.post(f"/app/mental/{model_id}/refresh", data={"csrf": csrf})

@@ -139,7 +139,7 @@ def test_keep_old_says_which_other_pairs_it_closed_and_no_choice_is_the_default(
         assert "closed=1" in done.headers["location"] and second in done.headers["location"]
         after = client.get(done.headers["location"]).text
         assert "It also closed 1 other pair that had the same memory (it left the brain)." in after
-        assert f'/app/memory/{second}"><bdi>Standup: half past nine.</bdi></a>' in after
+        assert f'/app/memory/{second}?brain={brain_id}"><bdi>Standup: half past nine.</bdi></a>' in after
         assert "Nothing is waiting for review." in after
         # A made-up or foreign id in the address shows nothing it should not.
         forged = client.get("/app/review?done=keep_old&closed=3&with=mem_20200101_000000_aaaaaa,%3Cscript%3E").text
@@ -200,8 +200,8 @@ def test_history_rows_are_versions_by_when_written_with_a_current_row_and_consec
         assert _time_instants(rows[1])[1][:19] == newer["date"][:19]
         assert "oldest kept" in rows[2] and "/app/history/changes" not in rows[2]
         # What each version changed from the one before it: the versions are told apart.
-        links = re.findall(r'/app/history/changes\?version=([^"]+)"', page)
-        assert links == ["current", newer["version"]]
+        links = re.findall(r'/app/history/changes\?version=([^"&]+)&amp;brain=([^"]+)"', page)
+        assert links == [("current", brain_id), (newer["version"], brain_id)]
         now = client.get("/app/history/changes?version=current").text
         assert "Added in this version: 1" in now and f"/app/memory/{third}" in now and f"/app/memory/{second}" not in now
         middle = client.get(f"/app/history/changes?version={newer['version']}").text

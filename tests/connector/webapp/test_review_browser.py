@@ -62,7 +62,7 @@ def test_a_person_decides_about_similar_memories_in_chromium(store: RunningStore
             checks.page_ok("review")
 
             def pair_item(new_id: str):
-                return page.locator("ol.review > li").filter(has=page.locator(f'a[href$="/memory/{new_id}"]'))
+                return page.locator("ol.review > li").filter(has=page.locator(f'a[href$="/memory/{new_id}?brain={brain_id}"]'))
 
             # Keep new: the old memory is superseded by the new one.
             pair_item(standup[0]).get_by_role("button", name="Keep new").click()

@@ -55,7 +55,7 @@ def test_without_a_model_the_pages_say_what_thinking_needs_and_show_the_evidence
         japanese = client.get("/app/mental", headers={"Accept-Language": "ja"}).text
         assert "このサーバーには考えるためのモデルがない" in japanese and ">新しいメンタルモデル<" in japanese
         evidence = client.post("/app/think/reflect", data={"csrf": csrf, "question": "When does billing ship?"})
-        assert evidence.status_code == 200 and f'/app/memory/{deploys}"' in evidence.text
+        assert evidence.status_code == 200 and f'/app/memory/{deploys}?brain={brain_id}"' in evidence.text
         assert ">Evidence<" in evidence.text and ">Answer<" not in evidence.text
         assert client.post("/app/think/reflect", data={"csrf": csrf, "question": "  "}).status_code == 400
 
@@ -115,7 +115,7 @@ def test_with_the_operators_model_a_person_reflects_extracts_creates_and_refresh
             answer(script, {"content": f"Billing ships on **Thursdays** [{deploys}] [mem_notreal00000]."})
             reflected = http.post("/app/think/reflect", data={"csrf": csrf, "question": "When does billing ship?"})
             assert reflected.status_code == 200 and "<strong>Thursdays</strong>" in reflected.text
-            assert f'/app/memory/{deploys}"' in reflected.text and "fake-llm" in reflected.text
+            assert f'/app/memory/{deploys}?brain={brain_id}"' in reflected.text and "fake-llm" in reflected.text
             assert "mem_notreal00000" in reflected.text and "were removed" in reflected.text
             assert "When does billing ship?" in requests_of(log)[-1]["body"]["messages"][1]["content"]
 
@@ -130,7 +130,7 @@ def test_with_the_operators_model_a_person_reflects_extracts_creates_and_refresh
             saved = memory_ids(brain) - before
             assert {entries[memory_id]["title"] for memory_id in saved} == {"Release day", "Review style"}
             for memory_id in saved:
-                assert f'/app/memory/{memory_id}"' in extracted.text
+                assert f'/app/memory/{memory_id}?brain={brain_id}"' in extracted.text
                 assert entries[memory_id]["origin"] == "external" and entries[memory_id]["quarantined"]
                 assert "source:team-sync" in entries[memory_id]["tags"]
 
@@ -205,3 +205,46 @@ def test_an_extraction_is_saved_in_the_brain_the_think_page_was_shown_for(store:
                       .read_json("index.json")["memories"].values()} for brain in (own, work["id"])}
     assert titles[own] == {"The cat is fed at seven.", "Release day", "Review style"}
     assert titles[work["id"]] == {"Standup is at 9:30."}
+
+
+def test_reflect_and_refresh_from_a_shared_brains_pages_use_that_brain(store: RunningStore, tmp_path: Path) -> None:
+    """A person whose brain in use is their own reflects on, and refreshes a mental model of, a brain
+    another user shares with them, from its pages (``?brain=<id>``): the model reads that brain's
+    memories and the refreshed model is written there; their own brain is untouched."""
+    owner, dana = store.add_user("team-owner"), store.add_user("dana")
+    own = brains_of(store.url, dana.token)[0]["id"]
+    direct_memorize(store.url, dana.token, own, "The cat is fed at seven.")
+    team = httpx.post(f"{store.url}/api/brains", headers=auth(owner.token), json={"name": "team"}, timeout=30).json()["id"]
+    share(store, team, dana, "editor")
+    deploys = direct_memorize(store.url, owner.token, team, "Deploys: the billing service ships on Thursdays")
+    own_before = store_state(store, dana.token, own)
+    with fake_model(tmp_path) as (model_url, script, _log):
+        env = {"CONNECTOR_MODEL_URL": model_url, "CONNECTOR_MODEL": "fake-llm", "CONNECTOR_REPULL_TTL_MS": "1"}
+        with connector(tmp_path / "c", store, env=env) as server, \
+                closing(signed_in_browser(server.base_url, dana.token, "127.0.0.1")) as http:
+            page = http.get(f"/app/think?brain={team}")
+            csrf = csrf_of(page.text)
+            shown_for = re.findall(r'name="for_brain" value="([^"]+)"', page.text)
+            assert shown_for == [team, team], "the Reflect and Extract forms name the brain"
+            answer(script, {"content": f"Billing ships on **Thursdays** [{deploys}]."})
+            reflected = http.post("/app/think/reflect", data={"csrf": csrf, "for_brain": team,
+                                                              "question": "When does billing ship?"})
+            # The team's memory was the evidence: cited, and linked in the team brain.
+            assert reflected.status_code == 200 and "<strong>Thursdays</strong>" in reflected.text, reflected.text
+            assert f'/app/memory/{deploys}?brain={team}"' in reflected.text
+            assert re.findall(r'name="for_brain" value="([^"]+)"', reflected.text) == [team, team]
+
+            created = http.post("/app/mental", data={"csrf": csrf, "for_brain": team, "name": "Release rhythm",
+                                                     "question": "When do things ship?"})
+            assert created.status_code == 303 and f"brain={team}" in created.headers["location"], created.text
+            [model] = models_at_store(store, owner.token, team)
+            model_page = http.get(created.headers["location"])
+            assert re.search(rf'/mental/{model["id"]}/refresh">\s*<input type="hidden" name="csrf" value="[^"]+">\s*'
+                             rf'<input type="hidden" name="for_brain" value="{team}">', model_page.text)
+            answer(script, {"content": f"Billing ships on Thursdays [{deploys}]."})
+            refreshed = http.post(f"/app/mental/{model['id']}/refresh", data={"csrf": csrf, "for_brain": team})
+            assert refreshed.status_code == 303, refreshed.text
+            assert refreshed.headers["location"] == f"/app/mental/{model['id']}?done=refreshed&brain={team}"
+    [model] = models_at_store(store, owner.token, team)
+    assert model["cited"] == [deploys] and "Thursdays" in model["text"]
+    assert store_state(store, dana.token, own) == own_before

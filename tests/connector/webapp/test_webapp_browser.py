@@ -263,7 +263,7 @@ def test_person_tends_their_brain_in_chromium(store: RunningStore, tmp_path: Pat
             page.wait_for_url("**/app/history?confirm=**")
             checks.page_ok("history")
             page.get_by_role("button", name="Restore this snapshot").click()
-            page.wait_for_url("**/app/history?done=snapshot")
+            page.wait_for_url("**/app/history?done=snapshot&brain=*")
             assert at_store.entries()[ids["held"]]["quarantined"] is True
             page.get_by_role("link", name="Home").click()
             assert page.get_by_role("region", name="Awaiting your verification").get_by_role(

@@ -200,7 +200,7 @@ def test_history_lists_snapshots_shows_what_changed_and_restores(store: RunningS
     with app_client(store.url) as client:
         csrf = sign_in(client, alice.token)
         page = client.get("/app/history")
-        versions = re.findall(r"/app/history/diff\?version=([^\"]+)\"", page.text)
+        versions = re.findall(rf"/app/history/diff\?version=([^\"&]+)&amp;brain={brain_id}\"", page.text)
         assert versions and "files" in page.text
         # The newest snapshot is the brain before the second note: that note was added since.
         changed = client.get(f"/app/history/diff?version={versions[0]}")

@@ -235,7 +235,7 @@ def test_an_old_version_cannot_be_edited_pinned_or_forgotten(store: RunningStore
 
         # The old version, opened through its "Replaces" link: history, no Edit, Pin or Forget.
         page.get_by_role("region", name="Validity and history").get_by_role("link", name="Car colour").click()
-        page.wait_for_url(f"**/app/memory/{first}")
+        page.wait_for_url(f"**/app/memory/{first}?brain={at_store.brain_id}")  # the brain of the page
         assert "An old version, kept as history" in page.inner_text("main")
         actions = page.get_by_role("group", name="Actions")
         assert actions.count() == 0

@@ -33,7 +33,7 @@ def test_edit_and_import_name_the_memories_they_repeat_or_update(store: RunningS
         page = client.get(edited.headers["location"])
         assert page.status_code == 200
         assert "Similar memories already in the brain" in page.text
-        assert re.search(rf'exactly the content of <a href="/app/memory/{ids["Bread baking"]}"><bdi>Bread baking</bdi></a>',
+        assert re.search(rf'exactly the content of <a href="/app/memory/{ids["Bread baking"]}\?brain={brain_id}"><bdi>Bread baking</bdi></a>',
                          page.text), page.text
         # The memory the edit replaced is not listed; nothing else was changed.
         assert ids["Train pass"] not in page.text.split("Similar memories already in the brain")[1].split("</section>")[0]
@@ -50,5 +50,5 @@ def test_edit_and_import_name_the_memories_they_repeat_or_update(store: RunningS
                               files={"file": ("brain.json", json.dumps(document).encode(), "application/json")})
         assert preview.status_code == 200, preview.text
         assert "Already in this brain, in other words" in preview.text
-        assert re.search(rf'&ldquo;<bdi>Dentist moved</bdi>&rdquo;: updates <a href="/app/memory/{ids["Dentist appointment"]}">'
+        assert re.search(rf'&ldquo;<bdi>Dentist moved</bdi>&rdquo;: updates <a href="/app/memory/{ids["Dentist appointment"]}\?brain={brain_id}">'
                          r"<bdi>Dentist appointment</bdi></a> \(\d+% sure\)", preview.text), preview.text
