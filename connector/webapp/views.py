@@ -18,10 +18,10 @@ from connector.engine.format.rules import MEMORY_TYPES
 from connector.engine.format.text import memory_body
 from connector.engine.format.views import cut_at_word
 from connector.engine.format.titles import plain_title
-from connector.engine.recall.hybrid import empty_recall_reason
+from connector.engine.recall.hybrid import empty_recall_reason, memory_text
 from connector.engine.recall.index import BrainIndex, RecallError
 from connector.engine.recall.indexcache import index_for
-from connector.engine.recall.textmatch import normalise
+from connector.engine.recall.textmatch import normalise, query_words_in
 from connector.engine.tending.similar import Incoming, Similar
 from connector.engine.writes.memorize import MAX_CONTEXT_CHARS
 from connector.engine.writes.restore import frontmatter_values
@@ -39,6 +39,8 @@ from connector.workcopy.store_client import StoreError, StoreNotFound, VersionRe
 SEARCH_LIMIT = 25
 # Recall is asked for more than is shown so that type and tag filters still fill a page.
 RECALL_POOL = 200
+# The query's words a hybrid hit's explanation names at most (a long query may share dozens).
+QUERY_WORDS_SHOWN = 8
 BROWSE_LIMIT = 50
 RECENT_PAGE = 20  # recent memories per page on the home page
 TAG_CACHE_SIZE = 32
@@ -209,11 +211,20 @@ def line_of(memory_id: str, entry: dict[str, Any], *, expired: bool = False) -> 
     )
 
 
-def explain_parts(hit: dict[str, Any]) -> list[Text]:
+def explain_parts(hit: dict[str, Any], query_words: list[str] | None = None) -> list[Text]:
     """The score in words, part by part (translated where shown): the parts recall combined
-    (relevance, strength, context, association, meaning similarity)."""
-    parts = [Text("relevance %(value)s", value=_number(hit.get("relevance", 0)) or "0"),
-             Text("strength %(value)s", value=_number(hit.get("decayed_strength", 0)) or "0")]
+    (relevance, strength, context, association, meaning similarity).
+
+    A hybrid hit the exact engine did not match (relevance 0: it reads ASCII words only, so every
+    hit of a Chinese or Japanese query) was found by the other channels: ``query_words`` (the
+    query's words the memory holds as the word channel reads them, `query_words_in`) say which,
+    or that none did and its meaning found it. Without them (None) the relevance is shown."""
+    if "similarity" in hit and not hit.get("relevance") and query_words is not None:
+        found = (Text("words of the query in it: %(words)s", words=", ".join(query_words[:QUERY_WORDS_SHOWN]))
+                 if query_words else Text("no word of the query in it: found by its meaning"))
+    else:
+        found = Text("relevance %(value)s", value=_number(hit.get("relevance", 0)) or "0")
+    parts = [found, Text("strength %(value)s", value=_number(hit.get("decayed_strength", 0)) or "0")]
     if hit.get("context_match"):
         parts.append(Text("context %(value)s", value=_number(hit["context_match"])))
     if hit.get("spreading_bonus"):
@@ -223,9 +234,9 @@ def explain_parts(hit: dict[str, Any]) -> list[Text]:
     return parts
 
 
-def explain(hit: dict[str, Any]) -> str:
-    """The score in words, in English: the parts recall combined."""
-    return ", ".join(explain_parts(hit))
+def explain(hit: dict[str, Any], query_words: list[str] | None = None) -> str:
+    """The score in words, in English: the parts recall combined (`explain_parts`)."""
+    return ", ".join(explain_parts(hit, query_words))
 
 
 def _has_tag(value: Any, wanted: str) -> bool:
@@ -344,6 +355,7 @@ class BrainViews:
         assert brain is not None
         if not hits:
             result.empty_reason = empty_recall_reason(form.mode or self.tools.recall_mode, form.query)
+        hybrid = (form.mode or self.tools.recall_mode) == "hybrid"
         for hit in hits:
             if form.type and hit.get("type") != form.type:
                 continue
@@ -356,13 +368,14 @@ class BrainViews:
             result.hits.append(SearchHit(
                 line=line_of(hit["id"], entry or hit, expired=bool(hit.get("expired"))),
                 score=float(hit.get("score") or 0.0),
-                explanation=explain_parts(hit),
+                explanation=explain_parts(hit, query_words_in(form.query, memory_text(brain, entry))
+                                          if hybrid and entry and not hit.get("relevance") else None),
                 snippet_html=render_markdown(_snippet(memory_body(text or ""))),
                 low_trust=bool(hit.get("low_trust")),
             ))
             if len(result.hits) >= SEARCH_LIMIT:
                 break
-        if (form.mode or self.tools.recall_mode) == "hybrid":
+        if hybrid:
             for position in ahead_of_higher_scores([hit.score for hit in result.hits]):
                 result.hits[position] = replace(result.hits[position], ahead=True)
         return result

@@ -38,7 +38,15 @@ from connector.engine.recall.hybrid import (
     recall_in_mode,
 )
 from connector.engine.recall.index import BrainIndex, RecallError
-from connector.engine.recall.textmatch import TextIndex, fold_traditional, initials, normalise, trigrams, word_terms
+from connector.engine.recall.textmatch import (
+    TextIndex,
+    fold_traditional,
+    initials,
+    normalise,
+    query_words_in,
+    trigrams,
+    word_terms,
+)
 from connector.engine.writes.ops import Memorize
 from connector.workcopy.vectors import VectorStore
 from tests.engine.hybrid_support import MEMORIES, NOW, CountingEmbedder, make_brain
@@ -96,6 +104,18 @@ def test_traditional_and_simplified_chinese_find_each_other(query: str, title: s
     brain, ids = make_brain([*MEMORIES, *WRITINGS])
     hits = recall_in_mode(brain, query, mode="hybrid", source=store, top=3, now=NOW)
     assert hits and hits[0]["id"] == ids[title]
+
+
+def test_the_query_words_a_text_holds_are_those_the_word_channel_matches() -> None:
+    """What a hybrid hit's explanation names (the exact engine reads no Chinese or Japanese)."""
+    assert query_words_in("疫苗", "我家的猫每年三月去宠物医院打疫苗。") == ["疫苗"]
+    assert query_words_in("東京の会議はいつ", "東京で会議がある") == ["東京", "会議"]
+    # Bigrams the text holds apart are named apart: it holds no 東京都.
+    assert query_words_in("東京都", "東京の京都") == ["東京", "京都"]
+    assert query_words_in("猫", "猫") == ["猫"] and query_words_in("猫の予防接種", "猫的疫苗") == []
+    # Stems and widths as the channel reads them, named as the query has them (normalised), once.
+    assert query_words_in("Vaccines ＲＥＤＩＳ vaccines 予約", "vaccine for redis, 予約済み") == ["vaccines", "redis", "予約"]
+    assert query_words_in("Outlook予約", "outlook で予約") == ["outlook", "予約"]
 
 
 def test_stems_come_from_the_c_stemmer_and_match_the_pure_python_one() -> None:

@@ -155,6 +155,48 @@ def word_terms(text: str) -> list[str]:
     return terms
 
 
+def query_words_in(query: str, text: str) -> list[str]:
+    """The words of ``query`` that ``text`` holds as hybrid recall's word channel reads both
+    (`word_terms`: stems, and Chinese or Japanese bigrams), normalised, in the query's order, once
+    each: a word whose stem ``text`` holds; in a Chinese or Japanese run, each stretch of
+    characters ``text`` holds whole, else its bigrams ``text`` holds (a lone character alone).
+    What a hybrid hit's word channel matched, for a person: the exact engine reads no Chinese."""
+    held = set(word_terms(text))
+    plain = normalise(text)
+    found: list[str] = []
+    for word in words_of(query):
+        cursor = 0
+        for match in _CJK_RUN.finditer(word):
+            if match.start() > cursor and _stem(word[cursor : match.start()]) in held:
+                found.append(word[cursor : match.start()])
+            found.extend(_held_stretches(match.group(), held, plain))
+            cursor = match.end()
+        if cursor < len(word) and _stem(word[cursor:]) in held:
+            found.append(word[cursor:])
+    return list(dict.fromkeys(found))
+
+
+def _held_stretches(run: str, held: set[str], plain: str) -> list[str]:
+    """The stretches of a Chinese or Japanese ``run`` whose bigrams (its one character, for one)
+    are all in ``held``; a stretch ``plain`` does not hold whole is given as its bigrams."""
+    if len(run) == 1:
+        return [run] if run in held else []
+    stretches: list[str] = []
+    start: int | None = None
+    for at in range(len(run) - 1):
+        if run[at : at + 2] in held:
+            start = at if start is None else start
+            end = at + 2
+            continue
+        if start is not None:
+            stretches.append(run[start:end])
+            start = None
+    if start is not None:
+        stretches.append(run[start:end])
+    return [part for stretch in stretches
+            for part in ([stretch] if stretch in plain else _cjk_grams(stretch))]
+
+
 def initials(text: str) -> dict[str, str]:
     """Abbreviations ``text`` writes out: the initials (lower case) of each run of
     capitalised word parts, and of the run without its first part (a capital that only

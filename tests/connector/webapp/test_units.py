@@ -67,6 +67,12 @@ def test_the_search_page_names_every_recall_mode_and_explains_similarity() -> No
     assert explain(exact) == "relevance 0.8, strength 0.5, association 0.1"
     assert explain({**exact, "similarity": 0.42}) == "relevance 0.8, strength 0.5, association 0.1, meaning similarity 0.42"
     assert explain({"relevance": 0.0, "similarity": 0.0}).endswith("meaning similarity 0")
+    # A hybrid hit the exact engine did not match (every hit of a Chinese query) names what did.
+    cjk = {"relevance": 0.0, "decayed_strength": 0.5, "similarity": 0.61}
+    assert explain(cjk, ["疫苗", "三月"]) == "words of the query in it: 疫苗, 三月, strength 0.5, meaning similarity 0.61"
+    assert explain(cjk, []) == "no word of the query in it: found by its meaning, strength 0.5, meaning similarity 0.61"
+    assert explain({**cjk, "relevance": 0.3}, ["疫苗"]).startswith("relevance 0.3, ")  # the exact engine's own
+    assert explain({**exact, "relevance": 0.0}, []).startswith("relevance 0, ")  # exact mode: as it is
 
 
 def test_rendered_markdown_is_remembered_per_brain_only() -> None:

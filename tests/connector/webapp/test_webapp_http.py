@@ -316,6 +316,38 @@ def _live(store: RunningStore, token: str, brain_id: str) -> dict:
     return download_brain(store.url, token, brain_id)[0].read_json("index.json")["memories"]
 
 
+def test_a_hybrid_hit_of_a_chinese_or_japanese_query_says_what_found_it(store: RunningStore) -> None:
+    """The exact engine reads ASCII words only, so every hit of a Chinese or Japanese query has
+    relevance 0: its explanation names the query's words the memory holds (what the word channel
+    matched), or says its meaning alone found it; it said "relevance 0"."""
+    alice = store.add_user("alice")
+    brain_id = brains_of(store.url, alice.token)[0]["id"]
+    brain, ids = make_brain()
+    assert upload_raw(store.url, alice.token, brain_id, pack_archive(brain)).status_code == 200
+    with app_client(store.url, recall_mode="hybrid") as client:
+        sign_in(client, alice.token)
+
+        def explained(query: str, lang: str = "en") -> dict[str, str]:
+            page = client.get("/app/search", params={"query": query, "lang": lang})
+            assert page.status_code == 200
+            return dict(re.findall(r'<h3><a href="/app/memory/(mem_[0-9a-f_]+)">.*?<p class="muted score">(.*?)</p>',
+                                   page.text, re.S))
+
+        found = explained("疫苗")
+        assert "words of the query in it: 疫苗," in found[ids["猫的疫苗"]], found
+        assert all("relevance 0," not in line for line in found.values()), found
+        found = explained("海辺 散歩")
+        assert "words of the query in it: 海辺, 散歩," in found[ids["週末の予定"]], found
+        # Japanese for the Chinese memory's vaccination: no word (bigram) in common, found by meaning.
+        found = explained("猫の予防接種")
+        assert "no word of the query in it: found by its meaning," in found[ids["猫的疫苗"]], found
+        # Translated where shown.
+        assert "含まれる検索語 疫苗" in explained("疫苗", "ja")[ids["猫的疫苗"]]
+        # A query the exact engine reads keeps its relevance.
+        found = explained("postgresql")
+        assert re.search(r"Score [\d.]+: relevance (1|0\.\d+),", found[ids["Database choice"]]), found
+
+
 def test_development_mode_signs_in_the_local_user_without_a_token(store: RunningStore) -> None:
     alice = store.add_user("alice")
     with app_client(store.url, dev=True, dev_store_token=alice.token) as client:
