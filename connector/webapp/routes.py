@@ -238,6 +238,11 @@ class Visit:
 # The hidden field naming the brain a form was made for (macros.html's brain_field writes it).
 BRAIN_FIELD = "for_brain"
 
+
+class FormBrainRefused(Exception):
+    """The brain a submitted form names is out of reach (unshared, deleted, never this person's):
+    the form is refused (409) with the exception's message; nothing is read or written elsewhere."""
+
 # The memories of pairs a decision closed with it that the review page names (the count is exact).
 REVIEW_CLOSED_SHOWN = 20
 
@@ -445,6 +450,8 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
             return app.redirect(f"{site.root}/signin?ended=1", cookies=[site.cookie(site.session_cookie, "", 0)])
         except BrainUnavailable as exc:
             return app.page("error.html", site, session, status=503, title=N_("Brain unavailable"), message=message_of(exc))
+        except FormBrainRefused as exc:
+            return app.page("error.html", site, session, status=409, title=N_("Brain unavailable"), message=message_of(exc))
 
     def error_page(visit: Visit, status: int, title: str, message: str | Text) -> Response[Any]:
         """The error page with ``status``, ``title`` and ``message``."""
@@ -479,12 +486,12 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
 
     async def form_page_account(visit: Visit) -> Account:
         """`form_account` for a form answered with a page of its brain, by id (the brain in use now
-        for a form naming none): a brain out of reach is shown as unavailable (as `page_account`
-        does), never as a page of another brain."""
+        for a form naming none); `FormBrainRefused` when that brain is out of reach, never a page
+        of another brain."""
         try:
             account = await form_account(visit)
         except ActionRefused as exc:
-            raise BrainUnavailable(message_of(exc)) from None
+            raise FormBrainRefused(message_of(exc)) from None
         return account if account.brain else await app.actions.manager.pinned(account)
 
     @get(["/app", "/app/"], cache=False, include_in_schema=False)

@@ -247,9 +247,11 @@ def test_a_mental_model_form_for_a_brain_out_of_reach_is_refused_and_writes_nowh
             gone = client.get(page)
             assert gone.status_code == 503 and "is gone, or no longer shared with you" in gone.text, page
         for path, form in (("/app/mental", {"name": "Mine now", "question": "Whose brain is this?"}),
-                           (f"/app/mental/{model_id}/delete", {})):
+                           (f"/app/mental/{model_id}/delete", {}), (f"/app/mental/{model_id}/refresh", {}),
+                           ("/app/think/reflect", {"question": "What is in it?"}),
+                           ("/app/think/extract", {"text": "Notes to save somewhere."})):
             refused = client.post(path, data={"csrf": csrf, "for_brain": foreign, **form})
-            assert refused.status_code == 503 and "is gone, or no longer shared with you" in refused.text, path
+            assert refused.status_code == 409 and "is gone, or no longer shared with you" in refused.text, path
         restore = client.post("/app/history/restore", data={"csrf": csrf, "for_brain": foreign, "version": "x"})
         assert restore.status_code == 409 and "is gone, or no longer shared with you" in restore.text
     assert [model["id"] for model in models_at_store(store, stranger.token, foreign)] == [model_id]
