@@ -116,6 +116,8 @@ def test_the_query_words_a_text_holds_are_those_the_word_channel_matches() -> No
     # Stems and widths as the channel reads them, named as the query has them (normalised), once.
     assert query_words_in("Vaccines ＲＥＤＩＳ vaccines 予約", "vaccine for redis, 予約済み") == ["vaccines", "redis", "予約"]
     assert query_words_in("Outlook予約", "outlook で予約") == ["outlook", "予約"]
+    # Traditional and simplified meet, as in the channel; the word is named as the query writes it.
+    assert query_words_in("資料庫", "每周备份资料库") == ["資料庫"] and query_words_in("资料库", "備份資料庫") == ["资料库"]
 
 
 def test_stems_come_from_the_c_stemmer_and_match_the_pure_python_one() -> None:

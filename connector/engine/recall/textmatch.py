@@ -161,8 +161,8 @@ def query_words_in(query: str, text: str) -> list[str]:
     each: a word whose stem ``text`` holds; in a Chinese or Japanese run, each stretch of
     characters ``text`` holds whole, else its bigrams ``text`` holds (a lone character alone).
     What a hybrid hit's word channel matched, for a person: the exact engine reads no Chinese."""
-    held = set(word_terms(text))
-    plain = normalise(text)
+    held = set(word_terms(text))  # folded, as the channel reads it: the query's runs are looked up folded too
+    plain = fold_traditional(normalise(text))
     found: list[str] = []
     for word in words_of(query):
         cursor = 0
@@ -178,23 +178,27 @@ def query_words_in(query: str, text: str) -> list[str]:
 
 def _held_stretches(run: str, held: set[str], plain: str) -> list[str]:
     """The stretches of a Chinese or Japanese ``run`` whose bigrams (its one character, for one)
-    are all in ``held``; a stretch ``plain`` does not hold whole is given as its bigrams."""
+    are all in ``held``; a stretch ``plain`` does not hold whole is given as its bigrams. Looked up
+    with traditional characters folded (`fold_traditional`), named as the query writes them."""
+    folded = fold_traditional(run)
+    key = folded if len(folded) == len(run) else run  # a conversion that changes the length: as written
     if len(run) == 1:
-        return [run] if run in held else []
-    stretches: list[str] = []
+        return [run] if key in held else []
+    stretches: list[tuple[int, int]] = []
     start: int | None = None
+    end = 0
     for at in range(len(run) - 1):
-        if run[at : at + 2] in held:
+        if key[at : at + 2] in held:
             start = at if start is None else start
             end = at + 2
             continue
         if start is not None:
-            stretches.append(run[start:end])
+            stretches.append((start, end))
             start = None
     if start is not None:
-        stretches.append(run[start:end])
-    return [part for stretch in stretches
-            for part in ([stretch] if stretch in plain else _cjk_grams(stretch))]
+        stretches.append((start, end))
+    return [part for first, last in stretches
+            for part in ([run[first:last]] if key[first:last] in plain else _cjk_grams(run[first:last]))]
 
 
 def initials(text: str) -> dict[str, str]:

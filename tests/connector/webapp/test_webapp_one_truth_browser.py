@@ -128,7 +128,7 @@ def test_the_pin_follows_a_review_decision(store: RunningStore, tmp_path: Path) 
         page.goto(base + "/app/review")
 
         def pair_item(new_id: str) -> Any:
-            return page.locator("ol.review > li").filter(has=page.locator(f'a[href$="/memory/{new_id}"]'))
+            return page.locator("ol.review > li").filter(has=page.locator(f'a[href$="/memory/{new_id}?brain={at_store.brain_id}"]'))
 
         # Keep new on a pinned old memory: the pin moves to the new one, everywhere.
         pair_item(kept).get_by_role("button", name="Keep new").click()
