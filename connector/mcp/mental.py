@@ -53,6 +53,8 @@ REFRESH_ANSWER_TOKENS = 1024
 # How many of the best matches of a model's question are looked at for staleness.
 STALE_RECALL_TOP = 10
 MAX_ARGUMENT_TEXT = 200_000  # read at most this much of 'text' before refusing it as too long
+NOTHING_REFRESHED = ("nothing was refreshed or written. Call brain_mental_model again to refresh a model of the "
+                     "brain in use now.")
 
 
 @dataclass(frozen=True)
@@ -227,6 +229,9 @@ class MentalModels:
                       ) -> types.CallToolResult | types.InputRequiredResult:
         """Rewrite a model from its question's evidence with the first model available, and save it; with no
         model, the current text and the evidence for the host to rewrite and save with ``update``."""
+        # One brain from the read to the write, across the host's retry and the operator's model's
+        # wait: a brain_use meanwhile (or a share removed) must not send the new text elsewhere.
+        caller = await self.thinking.pinned_once(caller, NOTHING_REFRESHED)
         snapshot, state, _ = await self.one(caller.account, wanted)
         model = state.model
         budget = (args or Args({})).integer("budget", default=DEFAULT_REFLECT_TOKENS, minimum=1, maximum=1_000_000)

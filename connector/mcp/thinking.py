@@ -60,7 +60,9 @@ NO_MODEL_FOR_EXTRACT = (
     "Pick out the facts worth keeping yourself and save each with brain_memorize."
 )
 Thought = ModelAnswer | types.InputRequiredResult | None
+# How `pinned_once` ends its refusal, per tool: what was not done, and how to do it in the brain in use now.
 NOTHING_SAVED = "nothing was extracted or written. Call brain_extract again to save into the brain in use now."
+NOTHING_REFLECTED = "nothing was answered. Call brain_reflect again to reflect on the brain in use now."
 
 
 def written_by(answer: ModelAnswer) -> str:
@@ -102,13 +104,18 @@ class ThinkingTools:
             return await self.model.complete(system, user, max_tokens=max_tokens, caller=caller.account.subject)
         return None
 
-    async def pinned_once(self, caller: Caller) -> Caller:
-        """``caller`` addressing one brain by id for the whole call, across the host's round trips.
+    async def pinned_once(self, caller: Caller, nothing_done: str) -> Caller:
+        """``caller`` addressing one brain by id for the whole call, across the host's round trips
+        and the wait on the operator's model; every thinking call that writes after a model's
+        answer (brain_extract with save, a mental model's refresh), and brain_reflect, whose retry
+        recalls the evidence again and checks the answer's citations against it, resolves its
+        brain with this.
 
         The first round pins the brain in use now (`BrainTools.pinned`); `think` carries it to the
-        retry in the request state. The retry writes into that brain, checked again as a brain a
+        retry in the request state. The retry works in that brain, checked again as a brain a
         call names is: a brain_use meanwhile does not move the write, and a brain no longer
-        reachable (a share removed) refuses it rather than falling back to another brain."""
+        reachable (a share removed) refuses it rather than falling back to another brain.
+        ``nothing_done`` ends that refusal (what was not done; e.g. `NOTHING_SAVED`)."""
         named = HOST.get().brain()
         if named is None:
             return await self.tools.pinned(caller)
@@ -117,12 +124,12 @@ class ThinkingTools:
             pinned = await self.tools.pinned(caller)
             if pinned.account.brain != named:
                 raise ToolFailure(f"This call began in another brain than the one this connection is bound to; "
-                                  f"{NOTHING_SAVED}")
+                                  f"{nothing_done}")
             return pinned
         found = await self.tools.manager.bound_brain(replace(account, brain=named))
         if found is None:
             raise ToolFailure(f"The brain this call began in ({named}) is gone, or no longer shared with you; "
-                              f"{NOTHING_SAVED}")
+                              f"{nothing_done}")
         return replace(caller, account=replace(account, brain=found.id))
 
     # ----- brain_reflect ------------------------------------------------------
@@ -158,6 +165,9 @@ class ThinkingTools:
 
     async def reflect(self, caller: Caller, args: Args) -> types.CallToolResult | types.InputRequiredResult:
         """A synthesis by the host's or the operator's model citing memory ids, or the evidence for the host."""
+        # The host's answer is checked against the evidence recalled again on its retry: from the
+        # brain the first round recalled from, not one switched to (or no longer shared) meanwhile.
+        caller = await self.pinned_once(caller, NOTHING_REFLECTED)
         query, pack, notes = await self.evidence(caller, args)
         answer: Thought = None
         if pack.ids:
@@ -212,7 +222,7 @@ class ThinkingTools:
             # The brain in use when the call began, also on the host's retry: the model may take a
             # while, and a brain_use from another client of the same account meanwhile (or a share
             # removed) must not send what this call saves into another brain.
-            caller = await self.pinned_once(caller)
+            caller = await self.pinned_once(caller, NOTHING_SAVED)
         notes: list[str] = []
         try:
             answer = await self.think(caller, "extract", prompts.extract_system(MAX_EXTRACT_ITEMS),

@@ -24,8 +24,8 @@ from common.textsafety import has_lone_surrogate, one_line
 from connector.thinking.source import ModelAnswer
 
 SOURCE = "host"
-# Echoed back by the client; never trusted (the evidence is recomputed on the retry). A call that
-# writes adds the brain it resolved on its first round (`BRAIN_STATE`): the retry writes there, or
+# Echoed back by the client; never trusted (the evidence is recomputed on the retry). A call adds
+# the brain it resolved on its first round (`BRAIN_STATE`): the retry reads and writes there, or
 # nowhere, once that brain is checked again as any brain a call names is (ThinkingTools.pinned_once).
 REQUEST_STATE = "brain-connector:sampling:v1"
 BRAIN_STATE = ";brain="
@@ -70,7 +70,7 @@ class HostSampling:
 
     def ask(self, key: str, system: str, user: str, *, max_tokens: int, brain: str = "") -> types.InputRequiredResult:
         """The interim result asking the host's model (bounded in tokens, no other context);
-        ``brain``: the brain the call writes to, carried to the retry in the request state."""
+        ``brain``: the brain the call reads and writes, carried to the retry in the request state."""
         request = types.CreateMessageRequest(
             params=types.CreateMessageRequestParams(
                 messages=[types.SamplingMessage(role="user", content=types.TextContent(type="text", text=user))],

@@ -15,11 +15,21 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import mcp_types as types
 import pytest
 
 from connector.engine.tending.mental import MENTAL_FILE
-from tests.connector.conftest import RunningStore, brains_of, direct_memorize, download_brain, memory_ids, shared_store
+from tests.connector.conftest import (
+    RunningStore,
+    auth,
+    brains_of,
+    direct_memorize,
+    download_brain,
+    memory_ids,
+    shared_store,
+)
+from tests.connector.test_e2e_sharing import share, store_cli
 from tests.connector.test_e2e_thinking import ALL, INJECTION, answer, fake_model, requests_of, sampling_session, text_of
 from tests.connector.test_e2e_tools import connector, mcp_session, mint, structured
 
@@ -182,6 +192,112 @@ def test_refresh_with_the_hosts_model_through_sampling(store: RunningStore, tmp_
     [kept] = models_at_store(store, alice.token, brain_id)
     assert kept["cited"] == [lead] and kept["written_by"]["source"] == "host"
     assert json.dumps(kept).count("mem_20990101_000000") == 0
+
+
+def test_refresh_and_reflect_through_the_hosts_model_keep_to_the_brain_of_their_first_round(
+        store: RunningStore, tmp_path: Path) -> None:
+    """With the host's model a refresh is two tool calls: the first asks the model (sampling), the
+    client calls again with its answer. Between them another client of the same account switches the
+    brain in use to one holding a model of the same name: the retry rewrites the model of the first
+    round's brain, not the namesake. Reflect's retry recalls from that brain too. A share removed
+    between the two calls refuses the retry, and no model anywhere is written."""
+    carol, dave = store.add_user("carol"), store.add_user("dave")
+    own = brains_of(store.url, carol.token)[0]["id"]
+    mine = direct_memorize(store.url, carol.token, own, "Code review: Alice wants small pull requests")
+    work = httpx.post(f"{store.url}/api/brains", headers=auth(carol.token), json={"name": "work"}, timeout=30).json()
+    theirs = direct_memorize(store.url, carol.token, work["id"], "Code review: Alice wants two approvals")
+    share(store, work["id"], dave, "editor")
+    dave_own = brains_of(store.url, dave.token)[0]["id"]
+    direct_memorize(store.url, dave.token, dave_own, "Code review: Alice wants no force pushes")
+    between: list[Any] = []  # what happens while the host's model works (the callback runs it)
+    asked: list[str] = []
+
+    async def host_model(context: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+        asked.append(params.messages[0].content.text)
+        if between:
+            await between.pop(0)()
+        return types.CreateMessageResult(role="assistant", model="host-test-model", content=types.TextContent(
+            type="text", text=f"Small pull requests [{mine}]."))
+
+    with connector(tmp_path / "c", store) as server:
+        base = server.base_url
+
+        async def scenario() -> None:
+            async with sampling_session(base + "/mcp", mint(base, carol, ALL), host_model) as first, \
+                    mcp_session(base + "/mcp", mint(base, carol, ALL)) as second:
+                for brain in (work["id"], own):  # a model named "Review" in each brain
+                    structured(await first.call_tool("brain_use", {"brain": brain}))
+                    await call(first, action="create", name="Review", question=QUESTION)
+
+                async def switch() -> None:
+                    structured(await second.call_tool("brain_use", {"brain": work["id"]}))
+                between.append(switch)
+                refreshed = await call(first, action="refresh", id="Review")
+                assert refreshed["written_by"]["source"] == "host" and refreshed["model"]["cited"] == [mine]
+                assert not between
+
+                structured(await first.call_tool("brain_use", {"brain": own}))
+                between.append(switch)
+                reflected = structured(await first.call_tool("brain_reflect", {"query": QUESTION}))
+                assert [item["id"] for item in reflected["memories"]] == [mine] and reflected["cited"] == [mine]
+                assert not between
+
+            async with sampling_session(base + "/mcp", mint(base, dave, ALL), host_model) as client:
+                await call(client, action="create", name="Review", question=QUESTION)  # in dave's own brain
+                structured(await client.call_tool("brain_use", {"brain": work["id"]}))
+
+                async def unshare() -> None:
+                    assert "no longer shares" in store_cli(store, "unshare", work["id"], "--with", dave.name)
+                    # Another call learns of it first: the brain list falls back to dave's own brain.
+                    await client.call_tool("brain_status", {})
+                between.append(unshare)
+                refused = await client.call_tool("brain_mental_model", {"action": "refresh", "id": "Review"})
+                assert refused.is_error and "nothing was refreshed or written" in text_of(refused), text_of(refused)
+                assert not between and len(asked) == 3
+
+        asyncio.run(scenario())
+    texts = {brain: {model["name"]: model["text"] for model in models_at_store(store, token, brain)}
+             for brain, token in ((own, carol.token), (work["id"], carol.token), (dave_own, dave.token))}
+    assert texts[own] == {"Review": f"Small pull requests [{mine}]."}
+    assert texts[work["id"]] == {"Review": ""} and texts[dave_own] == {"Review": ""}
+    assert theirs in memory_ids(download_brain(store.url, carol.token, work["id"])[0])
+
+
+def test_refresh_with_the_operators_model_writes_into_the_brain_it_read(store: RunningStore, tmp_path: Path) -> None:
+    """A refresh waits on the operator's model; meanwhile another client of the same account switches
+    the brain in use to one holding a model of the same name. The new text lands in the model the
+    refresh read, the namesake is untouched. The model holds its answer until the switch is done."""
+    carol = store.add_user("carol")
+    own = brains_of(store.url, carol.token)[0]["id"]
+    mine = direct_memorize(store.url, carol.token, own, "Code review: Alice wants small pull requests")
+    work = httpx.post(f"{store.url}/api/brains", headers=auth(carol.token), json={"name": "work"}, timeout=30).json()
+    direct_memorize(store.url, carol.token, work["id"], "Code review: Alice wants two approvals")
+    release = tmp_path / "release"
+    with fake_model(tmp_path) as (model_url, script, log):
+        env = {"CONNECTOR_MODEL_URL": model_url, "CONNECTOR_MODEL": "fake-llm"}
+        with connector(tmp_path / "c", store, env=env) as server:
+            base = server.base_url
+
+            async def scenario() -> None:
+                async with mcp_session(base + "/mcp", mint(base, carol, ALL)) as first, \
+                        mcp_session(base + "/mcp", mint(base, carol, ALL)) as second:
+                    for brain in (work["id"], own):  # a model named "Review" in each brain
+                        structured(await first.call_tool("brain_use", {"brain": brain}))
+                        await call(first, action="create", name="Review", question=QUESTION)
+                    answer(script, {"wait_for": str(release), "content": f"Small pull requests [{mine}]."})
+                    refresh = asyncio.create_task(call(first, action="refresh", id="Review"))
+                    for _ in range(1500):  # bounded: until the model has the request (it then waits)
+                        if requests_of(log) or refresh.done():
+                            break
+                        await asyncio.sleep(0.02)
+                    assert requests_of(log) and not refresh.done()
+                    structured(await second.call_tool("brain_use", {"brain": work["id"]}))
+                    release.touch()
+                    assert (await refresh)["model"]["cited"] == [mine]
+
+            asyncio.run(scenario())
+    assert [model["text"] for model in models_at_store(store, carol.token, own)] == [f"Small pull requests [{mine}]."]
+    assert [model["text"] for model in models_at_store(store, carol.token, work["id"])] == [""]
 
 
 def test_a_models_kept_text_is_shown_fenced(store: RunningStore, tmp_path: Path) -> None:
