@@ -279,6 +279,34 @@ def test_the_web_apps_tag_filter_reads_tags_whatever_their_width_and_case(store:
         browser.close()
 
 
+def test_the_web_apps_tag_filter_reads_traditional_and_simplified_chinese_alike(
+        store: RunningStore, served: ServerProcess) -> None:
+    """Search reads traditional Chinese as simplified (`fold_traditional`); the tag filter, said to
+    read tags as search reads text, did not: 运维 found nothing tagged 運維, nor 運維 one tagged 运维."""
+    user = store.add_user("yunwei")
+    base = served.base_url
+
+    async def scenario() -> dict[str, str]:
+        async with signed_in(served, user) as client:
+            memorize = client.call_tool
+            return {name: structured(await memorize("brain_memorize", {"content": content, "tags": tags}))["stored"]["id"]
+                    for name, content, tags in (("traditional", "資料庫每週備份一次。", ["運維"]),
+                                                ("simplified", "数据库每周备份一次。", ["运维"]),
+                                                ("other", "备份的设定写在另一则笔记里。", ["维护"]))}
+
+    ids = asyncio.run(scenario())
+    browser = signed_in_browser(base, user.token, "127.0.0.1")
+    try:
+        for typed in ("运维", "運維"):
+            for params in ({"tag": typed}, {"tag": typed, "query": "备份", "mode": "hybrid"}):
+                page = browser.get("/app/search", params=params)
+                assert page.status_code == 200
+                shown = set(re.findall(r'href="/app/memory/(mem_\w+)"', page.text))
+                assert shown == {ids["traditional"], ids["simplified"]}, (params, shown)
+    finally:
+        browser.close()
+
+
 def test_a_folder_name_too_long_for_a_disk_in_japanese_is_refused_and_nothing_is_written(
         store: RunningStore, served: ServerProcess) -> None:
     """A folder name is at most 255 bytes on Linux and macOS disks, 255 UTF-16 units on Windows: a
