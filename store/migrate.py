@@ -11,8 +11,9 @@ running it again skips brains that already exist at the target, brings each user
 record there up to date (a token rotated at the source since works, the old one no longer), and
 removes there the users an earlier run brought from the same source that the source no longer
 has (their tokens and agent keys stop working; their brains are kept, as ``user remove`` keeps
-them). Which users came from which source is kept at the target (``migrated-users.json``), so
-the target's own users stay.
+them), as it does the agent keys, memberships and OIDC deny records an earlier run brought that
+the source no longer has. What came from which source is kept at the target
+(``migrated-users.json``), so the target's own users, members and keys stay.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from common.docstore import DocumentStore
 from store.auth.users import User, UserRegistry, UsersDocument
 from store.backup.apply import all_sealed
 from store.settings import StoreSettings
-from store.sharing.registry import SharingError
+from store.sharing.registry import SharingDocument, SharingError
 from store.storage import sealing
 from store.storage.base import BrainMeta
 from store.storage.local import LocalBackend, fsync_dir, write_atomic
@@ -50,8 +51,12 @@ class MigrateReport:
     users: int = 0
     users_updated: int = 0  # already at the target, changed at the source since (a rotated token)
     users_removed: int = 0  # brought by an earlier run, removed at the source since
+    denials_lifted: int = 0  # OIDC deny records brought by an earlier run, lifted at the source since
     shares: int = 0
     keys: int = 0
+    members: int = 0  # added to brains shared at the target already
+    keys_removed: list[str] = dataclasses.field(default_factory=list)  # "bsk_prefix of name": revoked at the source
+    members_removed: list[str] = dataclasses.field(default_factory=list)  # "name on brain id": removed at the source
     brains: int = 0
     skipped: int = 0
     blobs: int = 0
@@ -79,10 +84,48 @@ MIGRATED = "migrated-users.json"  # in the target's document store, beside users
 
 
 class MigratedUsers(msgspec.Struct):
-    """The target's record of which users migrations brought from each source (by ``source_key``)."""
+    """The target's record of what migrations brought from each source (by ``source_key``): users,
+    OIDC deny records, memberships of shared brains and agent keys (by hash), so a later pass takes
+    away what the source no longer has and leaves the target's own."""
 
     version: int = 1
-    sources: dict[str, list[str]] = msgspec.field(default_factory=dict)
+    sources: dict[str, list[str]] = msgspec.field(default_factory=dict)  # user ids
+    denied: dict[str, list[tuple[str, str]]] = msgspec.field(default_factory=dict)  # (issuer, subject)
+    members: dict[str, list[tuple[str, str]]] = msgspec.field(default_factory=dict)  # (brain id, user id)
+    keys: dict[str, list[str]] = msgspec.field(default_factory=dict)  # agent key sha256
+
+
+@dataclass(frozen=True)
+class Brought:
+    """What one source has (or what earlier passes brought from it), as ``MigratedUsers`` notes it."""
+
+    users: frozenset[str] = frozenset()
+    denied: frozenset[tuple[str, str]] = frozenset()
+    members: frozenset[tuple[str, str]] = frozenset()
+    keys: frozenset[str] = frozenset()
+
+    @staticmethod
+    def noted(record: MigratedUsers, source: str) -> Brought:
+        """What ``record`` says earlier passes brought from ``source``."""
+        return Brought(frozenset(record.sources.get(source, ())),
+                       frozenset(tuple(d) for d in record.denied.get(source, ())),  # type: ignore[misc]
+                       frozenset(tuple(m) for m in record.members.get(source, ())),  # type: ignore[misc]
+                       frozenset(record.keys.get(source, ())))
+
+    @staticmethod
+    def at(users: UsersDocument, sharing: SharingDocument) -> Brought:
+        """Everything a source has now."""
+        return Brought(frozenset(u.id for u in users.users), frozenset((d.issuer, d.subject) for d in users.denied),
+                       frozenset((s.brain_id, u) for s in sharing.shares for u in s.members),
+                       frozenset(k.sha256 for k in sharing.keys))
+
+    def __or__(self, other: Brought) -> Brought:
+        return Brought(self.users | other.users, self.denied | other.denied, self.members | other.members,
+                       self.keys | other.keys)
+
+    def __sub__(self, other: Brought) -> Brought:
+        return Brought(self.users - other.users, self.denied - other.denied, self.members - other.members,
+                       self.keys - other.keys)
 
 
 def source_key(location: str) -> str:
@@ -106,27 +149,31 @@ def _migrated(docs: DocumentStore) -> MigratedUsers:
                            "at the source since an earlier run then stay at the target)") from None
 
 
-def _record_migrated(docs: DocumentStore, source: str, user_ids: set[str]) -> None:
-    """Note ``user_ids`` as the users brought from ``source`` (a ``source_key``)."""
+def _record_migrated(docs: DocumentStore, source: str, brought: Brought) -> None:
+    """Note ``brought`` as what came from ``source`` (a ``source_key``)."""
 
     def change(data: bytes | None) -> bytes:
         record = msgspec.json.decode(data, type=MigratedUsers) if data is not None else MigratedUsers()
-        record.sources[source] = sorted(user_ids)
+        record.sources[source] = sorted(brought.users)
+        record.denied[source] = sorted(brought.denied)
+        record.members[source] = sorted(brought.members)
+        record.keys[source] = sorted(brought.keys)
         return msgspec.json.encode(record)
 
     docs.update(MIGRATED, change)
 
 
-def _copy_users(source: UsersDocument, dst: UserRegistry, gone: set[str]) -> tuple[int, int, list[User]]:
+def _copy_users(source: UsersDocument, dst: UserRegistry, gone: Brought) -> tuple[int, int, list[User], int]:
     """Make the target's record of every source user equal to the source's, and remove the users
-    of ``gone`` (brought by an earlier run, no longer at the source); returns (added, updated, removed).
-    A user the target has already (an earlier run) takes the source's record: a token rotated,
-    or a name or address changed, at the source since must not leave the old one working there.
-    The target's other users and its deny records stay (only what the source removed goes)."""
+    and deny records of ``gone`` (brought by an earlier run, no longer at the source); returns
+    (added, updated, removed users, deny records lifted). A user the target has already (an earlier
+    run) takes the source's record: a token rotated, or a name or address changed, at the source
+    since must not leave the old one working there. The target's other users and its own deny
+    records stay (only what the source removed goes)."""
 
-    def merge(doc: UsersDocument) -> tuple[int, int, list[User]]:
-        removed = [u for u in doc.users if u.id in gone]
-        doc.users[:] = [u for u in doc.users if u.id not in gone]  # first: a name may be taken again since
+    def merge(doc: UsersDocument) -> tuple[int, int, list[User], int]:
+        removed = [u for u in doc.users if u.id in gone.users]
+        doc.users[:] = [u for u in doc.users if u.id not in gone.users]  # first: a name may be taken again since
         at = {u.id: i for i, u in enumerate(doc.users)}
         added = updated = 0
         for user in source.users:
@@ -139,9 +186,12 @@ def _copy_users(source: UsersDocument, dst: UserRegistry, gone: set[str]) -> tup
             elif doc.users[at[user.id]] != user:
                 doc.users[at[user.id]] = user
                 updated += 1
+        denied = len(doc.denied)
+        doc.denied[:] = [d for d in doc.denied if (d.issuer, d.subject) not in gone.denied]  # `user allow` there
+        lifted = denied - len(doc.denied)
         known = {(d.issuer, d.subject) for d in doc.denied}
         doc.denied.extend(d for d in source.denied if (d.issuer, d.subject) not in known)
-        return added, updated, removed
+        return added, updated, removed, lifted
 
     return dst.edit(merge)
 
@@ -258,17 +308,21 @@ def migrate(
         dst_sharing = open_sharing(dst_settings, dst_users, dst)
         report = MigrateReport()
         source_users = UsersDocument(users=src_users.users(), denied=src_users.denied())
-        present = {u.id for u in source_users.users}
+        source_sharing = src_sharing.registry.document()
+        present = Brought.at(source_users, source_sharing)
         dst_docs, from_here = document_store(dst_settings), source_key(source)
-        gone = set(_migrated(dst_docs).sources.get(from_here, ())) - present
+        earlier = Brought.noted(_migrated(dst_docs), from_here)
+        gone = earlier - present
         # Noted before they are added: a run stopped after adding them still knows they came from here.
-        _record_migrated(dst_docs, from_here, present | gone)
-        report.users, report.users_updated, removed = _copy_users(source_users, dst_users, gone)
+        _record_migrated(dst_docs, from_here, present | earlier)
+        report.users, report.users_updated, removed, report.denials_lifted = _copy_users(source_users, dst_users, gone)
         report.users_removed = len(removed)
         progress(f"users: {report.users} added, {report.users_updated} updated"
                  + (f", {len(removed)} removed (removed at the source since an earlier run: "
                     + ", ".join(f"{u.name} ({u.id})" for u in removed)
-                    + "); their brains are kept here: `brain-store user orphans` lists them" if removed else ""))
+                    + "); their brains are kept here: `brain-store user orphans` lists them" if removed else "")
+                 + (f", {report.denials_lifted} OIDC deny record(s) lifted (allowed again at the source since an "
+                    "earlier run)" if report.denials_lifted else ""))
         for user_id in list(src.iter_users()):
             for meta in src.list_brains(user_id):
                 if (here := dst.read_meta(user_id, meta.id)) is not None:  # before copying its archives
@@ -304,12 +358,23 @@ def migrate(
                     progress(f"brain {user_id}/{meta.id} already at the target; skipped")
         # Last: a share or key names brains, which are all in place now.
         try:
-            report.shares, report.keys = dst_sharing.registry.merge(src_sharing.registry.document())
+            merged = dst_sharing.registry.merge(source_sharing, brought_members=earlier.members,
+                                                brought_keys=earlier.keys)
         except SharingError as exc:
             raise MigrateError(f"the target's sharing document cannot be changed: {exc}") from None
-        for user_id in gone:  # their agent keys and memberships go too, as `user remove` does
+        report.shares, report.keys, report.members = merged.shares, merged.keys, merged.members
+        names = {u.id: u.name for u in [*removed, *dst_users.users()]}  # an id alone names nobody to the operator
+        report.keys_removed = [f"{key.prefix} of {names.get(key.user_id, key.user_id)}" for key in merged.removed_keys]
+        report.members_removed = [f"{names.get(user_id, user_id)} on brain {brain_id}"
+                                  for brain_id, user_id in merged.removed_members]
+        for user_id in gone.users:  # their agent keys and memberships go too, as `user remove` does
             if dst_sharing.registry.keys(user_id) or dst_sharing.registry.shared_with(user_id):
                 dst_sharing.registry.forget_user(user_id)
         _record_migrated(dst_docs, from_here, present)
-        progress(f"sharing: {report.shares} shared brain(s), {report.keys} agent key(s) added")
+        progress(f"sharing: {report.shares} shared brain(s), {report.keys} agent key(s) added"
+                 + (f", {report.members} member(s) added to brains shared already" if report.members else "")
+                 + (f"; taken away (gone from the source since an earlier run): {len(report.keys_removed)} agent "
+                    f"key(s) ({', '.join(report.keys_removed) or 'none'}), {len(report.members_removed)} "
+                    f"membership(s) ({', '.join(report.members_removed) or 'none'})"
+                    if report.keys_removed or report.members_removed else ""))
     return report

@@ -19,8 +19,10 @@ def migrate(source: str, target: str) -> None:
     changes since are not carried over), updates users changed at the source since
     (a rotated token: the old one stops working at the target) and removes there the users an
     earlier run brought that the source no longer has (their tokens and agent keys stop working;
-    their brains are kept, `brain-store user orphans`). Run every pass with the same --from: the
-    target notes which users came from where, and keeps its own. Sealed archives are copied as they are;
+    their brains are kept, `brain-store user orphans`), as it takes away there the agent keys,
+    memberships and OIDC deny records an earlier run brought that the source no longer has (revoked,
+    removed, lifted with `user allow`). Run every pass with the same --from: the
+    target notes what came from where, and keeps its own. Sealed archives are copied as they are;
     with STORE_ENCRYPTION_KEY set (the target's), plain ones are sealed on the way, as a store
     with a key serves sealed archives only.
     """
@@ -37,8 +39,12 @@ def migrate(source: str, target: str) -> None:
         f"migrated {report.users} user(s)"
         + (f", {report.users_updated} user(s) updated" if report.users_updated else "")
         + (f", {report.users_removed} user(s) removed (gone from the source)" if report.users_removed else "")
+        + (f", {report.denials_lifted} OIDC deny record(s) lifted" if report.denials_lifted else "")
         + f", {report.brains} brain(s), {report.blobs} archive(s), "
-        f"{report.bytes} stored bytes, {report.shares} shared brain(s), {report.keys} agent key(s); "
+        f"{report.bytes} stored bytes, {report.shares} shared brain(s), {report.keys} agent key(s)"
+        + (f", {len(report.keys_removed)} agent key(s) and {len(report.members_removed)} membership(s) taken away "
+           "(gone from the source)" if report.keys_removed or report.members_removed else "")
+        + "; "
         f"{report.skipped} brain(s) already present"
         + (f"; {report.sealed} plain archive(s) sealed with STORE_ENCRYPTION_KEY" if report.sealed else "")
     )

@@ -16,6 +16,8 @@ import hmac
 import logging
 import secrets
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TypeVar
@@ -66,6 +68,17 @@ class AgentKey(msgspec.Struct, frozen=True, omit_defaults=True):
     def expired(self, now: str) -> bool:
         """True when the key's expiry has passed at ``now`` (RFC 3339 UTC)."""
         return bool(self.expires_at) and self.expires_at <= now
+
+
+@dataclass(frozen=True)
+class Merged:
+    """What ``SharingRegistry.merge`` changed."""
+
+    shares: int  # shares of brains not shared here before
+    keys: int  # agent keys added
+    members: int  # members added to brains shared here already
+    removed_members: list[tuple[str, str]]  # (brain id, user id): brought earlier, gone from the source since
+    removed_keys: list[AgentKey]  # brought earlier, revoked at the source since
 
 
 class SharingDocument(msgspec.Struct):
@@ -187,18 +200,48 @@ class SharingRegistry:
         # also over a damaged file: a restore is how it is repaired, and nothing of it is kept
         self._doc.edit(change, SharingError, replace_damaged=True)
 
-    def merge(self, other: SharingDocument) -> tuple[int, int]:
-        """Add ``other``'s shares of brains not shared here and its agent keys not here (migrate);
-        what is here already stays as it is, so merging twice adds nothing. Returns (shares, keys) added."""
+    def merge(
+        self, other: SharingDocument, *, brought_members: AbstractSet[tuple[str, str]] = frozenset(),
+        brought_keys: AbstractSet[str] = frozenset(),
+    ) -> Merged:
+        """Bring ``other``'s shares and agent keys here (migrate), as one edit.
 
-        def change(doc: SharingDocument) -> tuple[int, int]:
-            shared = {share.brain_id for share in doc.shares}
+        A share of a brain not shared here is added whole; one shared on both sides gets the members
+        it lacks here. What an earlier merge of the same source brought (``brought_members``: (brain id,
+        user id); ``brought_keys``: key hashes) follows ``other``: a member takes its role there, and
+        a member or key ``other`` no longer has goes (removed or revoked there since). Everything
+        else here (the target's own members and keys) stays, so merging twice changes nothing."""
+        theirs = {(share.brain_id, user_id): role for share in other.shares for user_id, role in share.members.items()}
+        owners = {share.brain_id: share.owner_id for share in other.shares}
+        their_keys = {key.sha256 for key in other.keys}
+
+        def change(doc: SharingDocument) -> Merged:
+            removed_keys = [key for key in doc.keys if key.sha256 in brought_keys and key.sha256 not in their_keys]
+            doc.keys[:] = [key for key in doc.keys if key not in removed_keys]
             known = {key.sha256 for key in doc.keys}
-            shares = [share for share in other.shares if share.brain_id not in shared]
             keys = [key for key in other.keys if key.sha256 not in known]
-            doc.shares.extend(shares)
             doc.keys.extend(keys)
-            return len(shares), len(keys)
+            removed_members: list[tuple[str, str]] = []
+            members = 0
+            here = {share.brain_id: share for share in doc.shares}
+            for share in doc.shares:
+                for user_id in list(share.members):
+                    pair = (share.brain_id, user_id)
+                    if pair not in brought_members:
+                        continue  # the target's own: left as it is
+                    if pair not in theirs:
+                        del share.members[user_id]
+                        removed_members.append(pair)
+                    else:
+                        share.members[user_id] = theirs[pair]  # a role changed there since
+            added = [Share(s.brain_id, s.owner_id, dict(s.members)) for s in other.shares if s.brain_id not in here]
+            for (brain_id, user_id), role in theirs.items():
+                share = here.get(brain_id)
+                if share is not None and share.owner_id == owners[brain_id] and user_id not in share.members:
+                    share.members[user_id] = role
+                    members += 1
+            doc.shares[:] = [share for share in doc.shares if share.members] + added
+            return Merged(len(added), len(keys), members, removed_members, removed_keys)
 
         return self._edit(change)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import httpx
@@ -112,3 +113,60 @@ def test_a_brain_changed_at_the_source_since_it_was_copied_is_named(tmp_path: Pa
     assert "not as at the source" not in third and ", 1 brain(s), " in third, third
     with serve(target, tmp_path) as server, client(server, token) as alice:
         assert alice.get(f"/api/brains/{changed}/sync").content == newest
+
+
+def test_a_share_removed_a_key_revoked_and_a_user_allowed_at_the_source_since_follow_at_the_target(
+        tmp_path: Path) -> None:
+    """The sharing merge only added: a member taken off a brain and an agent key revoked at the source
+    between two passes still read it at the target, and an OIDC user lifted with `user allow` stayed
+    blocked there. Now a later pass takes away what an earlier one brought (and adds a member given
+    since); the target's own membership and key stay."""
+    source, target = {"STORE_DATA_DIR": str(tmp_path / "source")}, {"STORE_DATA_DIR": str(tmp_path / "target")}
+    tokens = {name: cli(source, "user", "add", name).stdout.splitlines()[-1] for name in ("alice", "bob", "carol")}
+    tokens["tom"] = registry(target).add("tom")[1]  # the target's own user
+    with serve(source, tmp_path) as server, client(server, tokens["alice"]) as alice:
+        team = alice.post("/api/brains", json={"name": "team"}).json()["id"]
+        upload(alice, team, archive({"a.md": b"shared"}))
+    for member in ("bob", "carol"):
+        cli(source, "share", team, "--with", member, "--role", "viewer")
+    for owner in ("bob", "alice"):
+        tokens[f"{owner}-key"] = cli(source, "key", "create", "--user", owner, "--brain", team,
+                                     "--scope", "read").stdout.splitlines()[-1]
+    gone = registry(source).add_oidc("oidcuser0001", "https://idp.example", "sub-1", "o@example.org", "olga")
+    assert gone is not None and "removed user olga" in cli(source, "user", "remove", "olga").stdout
+    cli({}, "migrate", "--from", source["STORE_DATA_DIR"], "--to", target["STORE_DATA_DIR"])
+    assert [d.subject for d in registry(target).denied()] == ["sub-1"]
+    # the target's own: tom on the brought brain, a key alice made there
+    cli(target, "share", team, "--with", "tom", "--role", "viewer")
+    tokens["target-key"] = cli(target, "key", "create", "--user", "alice", "--brain", team,
+                               "--scope", "read").stdout.splitlines()[-1]
+
+    def reads() -> dict[str, int]:
+        with serve(target, tmp_path) as server:
+            return {who: httpx.get(f"{server.base_url}/api/brains/{team}/sync", timeout=30,
+                                   headers={"Authorization": f"Bearer {token}"}).status_code
+                    for who, token in tokens.items()}
+
+    assert set(reads().values()) == {200}  # what the first pass brought works, as the target's own
+    assert "no longer shares" in cli(source, "unshare", team, "--with", "bob").stdout
+    assert "revoked" in cli(source, "key", "revoke", tokens["bob-key"][:12]).stdout
+    assert cli(source, "user", "allow", "olga").returncode == 0
+    tokens["dave"] = cli(source, "user", "add", "dave").stdout.splitlines()[-1]
+    cli(source, "share", team, "--with", "dave", "--role", "viewer")  # a member given since
+    cli(source, "share", team, "--with", "carol", "--role", "editor")  # a role changed since
+
+    again = cli({}, "migrate", "--from", source["STORE_DATA_DIR"], "--to", target["STORE_DATA_DIR"]).stdout
+    assert "users: 1 added, 0 updated, 1 OIDC deny record(s) lifted (allowed again at the source" in again, again
+    assert "sharing: 0 shared brain(s), 0 agent key(s) added, 1 member(s) added to brains shared already; taken " \
+        f"away (gone from the source since an earlier run): 1 agent key(s) ({tokens['bob-key'][:12]} of bob), " \
+        f"1 membership(s) (bob on brain {team})" in again, again
+    assert "1 OIDC deny record(s) lifted, " in again and ", 1 agent key(s) and 1 membership(s) taken away " \
+        "(gone from the source); " in again, again
+    assert reads() == {"alice": 200, "bob": 404, "carol": 200, "tom": 200, "bob-key": 401, "alice-key": 200,
+                       "target-key": 200, "dave": 200}
+    assert registry(target).denied() == []
+    [share] = json.loads((tmp_path / "target" / "sharing.json").read_text())["shares"]
+    ids = {u.name: u.id for u in registry(target).users()}
+    assert share["members"] == {ids["carol"]: "editor", ids["tom"]: "viewer", ids["dave"]: "viewer"}
+    third = cli({}, "migrate", "--from", source["STORE_DATA_DIR"], "--to", target["STORE_DATA_DIR"]).stdout
+    assert "taken away" not in third and "lifted" not in third and "member(s) added" not in third, third
