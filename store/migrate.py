@@ -30,6 +30,7 @@ from typing import Any
 import msgspec
 
 from common.docstore import DocumentStore
+from common.files import NotARegularFile
 from store.auth.users import User, UserRegistry, UsersDocument
 from store.backup.apply import all_sealed
 from store.settings import StoreSettings
@@ -211,8 +212,12 @@ def _copy_blob(src: Any, meta: BrainMeta, checksum: str, path: Path, seal_with: 
     """Copy one stored archive of ``meta`` to ``path`` as stored; with ``seal_with`` (the master
     key of the target) a plain one is then sealed, as an upload into a store with a key is.
     The source is read once (on S3 each read is a request). True when it was sealed here."""
-    with src.open_blob(meta.user_id, meta.id, checksum) as blob, open(path, "wb") as out:
-        shutil.copyfileobj(blob, out, 1024 * 1024)
+    try:
+        with src.open_blob(meta.user_id, meta.id, checksum) as blob, open(path, "wb") as out:
+            shutil.copyfileobj(blob, out, 1024 * 1024)
+    except NotARegularFile as exc:  # a named pipe in blobs/ would have hung here
+        raise MigrateError(f"brain {meta.user_id}/{meta.id}: archive {checksum}: {exc} (damaged at the source); the "
+                           "brains before it are copied, running it again skips them") from None
     if seal_with is None:
         return False
     sealed_path = path.with_name(path.name + ".sealed")

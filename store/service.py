@@ -19,6 +19,7 @@ from typing import Any, BinaryIO, TypeVar
 import msgspec
 
 from common.brainnames import checked_brain_name
+from common.files import NotARegularFile
 from store.archive.resume import ValidationMemos
 from store.conditional import Preconditions
 from store.errors import ServiceError
@@ -442,6 +443,10 @@ class BrainService:
                 blob = self.backend.open_blob(user_id, brain_id, archive.checksum)
             except BlobMissing:
                 continue  # replaced or deleted meanwhile: look again
+            except NotARegularFile as exc:
+                # outside damage (a named pipe or device in blobs/): refused at once rather than hanging
+                log.error("refusing to serve brain %s archive %s: %s", brain_id, archive.checksum, exc)
+                raise ServiceError(500, "this brain's stored archive is damaged; the operator has been told") from None
             if self.sealer is None:
                 # a blob this backend streams (an object store): check the seal, send in chunks
                 try:

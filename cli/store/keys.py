@@ -31,6 +31,7 @@ def rekey(new_key: str, data: Path | None) -> None:
     previous keys) in its environment, so it can open what is stored; (3) drop
     STORE_ENCRYPTION_PREVIOUS_KEYS and restart. Plain (unsealed) archives are sealed too.
     """
+    from common.files import NotARegularFile
     from store.context import no_store_there
     from store.rekey import RekeyError, rekey_data_dir
     from store.settings import SettingsError, parse_key
@@ -51,6 +52,8 @@ def rekey(new_key: str, data: Path | None) -> None:
             report = rekey_bucket(settings, open_backend(settings), key, progress=lambda line: click.echo(line))
         else:
             report = rekey_data_dir(settings, key, progress=lambda line: click.echo(line))
+    except NotARegularFile as exc:  # a named pipe or device in blobs/ (outside damage): refused, not waited on
+        raise click.ClickException(f"rekey stopped: {exc}; archives already re-sealed stay so") from None
     except RekeyError as exc:
         raise click.ClickException(
             f"rekey stopped at {exc}; give the key it was sealed with in STORE_ENCRYPTION_KEY or "

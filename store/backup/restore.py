@@ -25,6 +25,7 @@ from typing import Any, BinaryIO
 import msgspec
 import zstandard
 
+from common.files import NotARegularFile, open_regular
 from store.backup.apply import BrainBuilder, all_sealed
 from store.backup.format import (
     FORMAT,
@@ -81,11 +82,20 @@ class _GuardedMember:
             raise _unreadable(self._path, exc) from None
 
 
+def _open_backup(path: Path) -> BinaryIO:
+    """The backup file; a named pipe or device is refused at once (opening one without a writer waited
+    forever, and a backup is read twice: checked whole, then restored)."""
+    try:
+        return open_regular(path, follow_symlinks=True, buffering=-1)
+    except NotARegularFile as exc:
+        raise BackupError(f"{exc}; give the backup file itself (it is read twice: checked, then restored)") from None
+
+
 def _members(path: Path) -> Iterator[tuple[tarfile.TarInfo, BinaryIO]]:
     """Regular-file members of the backup, streamed; every format error becomes BackupError."""
     try:
         with (
-            open(path, "rb") as raw,
+            _open_backup(path) as raw,
             zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=False) as zst,
             tarfile.open(fileobj=zst, mode="r|") as tar,
         ):
@@ -123,8 +133,10 @@ def verify_backup(path: Path, progress: Callable[[str], None] = lambda line: Non
     """First pass: check the whole backup; raises ``BackupError`` with the reason."""
     from store.auth.users import UsersDocument
 
-    if not Path(path).is_file():
-        raise BackupError(f"{path}: no such file")
+    try:
+        _open_backup(path).close()  # a named pipe or device is named as such, not as missing
+    except (FileNotFoundError, NotADirectoryError):
+        raise BackupError(f"{path}: no such file") from None
     seen: dict[str, tuple[int, str]] = {}
     order: list[str] = []
     smalls: dict[str, bytes] = {}

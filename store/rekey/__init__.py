@@ -15,6 +15,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from common.files import open_regular
 from store.settings import StoreSettings
 from store.storage import sealing
 from store.storage.local import LocalBackend, fsync_dir
@@ -58,7 +59,7 @@ def rekey_data_dir(
                     continue
                 for checksum in sorted(current.blobs()):
                     path = backend.blob_path(user_id, meta.id, checksum)
-                    with open(path, "rb") as src:
+                    with open_regular(path, buffering=-1) as src:  # a named pipe there would hang the run
                         head = src.read(sealing.HEADER_SIZE)
                         src.seek(0)
                         if sealing.is_sealed(head) and sealing.read_key_id(head) == new_id:

@@ -34,6 +34,7 @@ import msgspec
 
 from common.files import (  # also imported from here by other store modules
     fsync_dir,
+    open_regular,
     remove_quietly,
     settled,
     write_atomic,
@@ -384,18 +385,20 @@ class LocalBackend:
         """Bytes stored for the user: every distinct archive of every brain, snapshots included."""
         return sum(meta.stored_bytes() for meta in self.list_brains(user_id))
 
+    def _blob_file(self, user_id: str, brain_id: str, checksum: str) -> str:
+        return os.path.join(os.path.dirname(self._meta_path(user_id, brain_id)), "blobs", check_checksum(checksum))
+
     def open_blob(self, user_id: str, brain_id: str, checksum: str) -> BinaryIO:
-        """Open an immutable blob for reading; ``BlobMissing`` if it is gone."""
-        path = os.path.join(
-            os.path.dirname(self._meta_path(user_id, brain_id)), "blobs", check_checksum(checksum)
-        )
+        """Open an immutable blob for reading; ``BlobMissing`` if it is gone, ``NotARegularFile``
+        (an OSError) at once if something else stands in its place (a named pipe would hang the reader)."""
         try:
-            return open(path, "rb", buffering=0)  # noqa: SIM115 - caller closes
+            return open_regular(self._blob_file(user_id, brain_id, checksum))
         except (FileNotFoundError, NotADirectoryError):
             raise BlobMissing(checksum) from None
 
     def read_whole_blob(self, user_id: str, brain_id: str, checksum: str, size: int) -> bytes | memoryview:
-        """The blob as one body (see :func:`read_blob`); ``BlobMissing`` if it is gone."""
+        """The blob as one body (see :func:`read_blob`); ``BlobMissing`` if it is gone,
+        ``NotARegularFile`` if it is not a regular file."""
         with self.open_blob(user_id, brain_id, checksum) as blob:
             return read_blob(blob.fileno(), size)
 
