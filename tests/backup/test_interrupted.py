@@ -18,88 +18,108 @@ from tests.support.processes import REPO_ROOT, console_script
 KEY = "44" * 32
 
 
-def _store_with_a_blocking_archive(data: Path) -> dict[str, str]:
-    """A store whose one archive is a named pipe: a copy opening it waits there, mid-way, until stopped."""
+def _store_with_a_brain(data: Path) -> dict[str, str]:
+    """A store holding alice with one sealed brain."""
     env = {"STORE_DATA_DIR": str(data), "STORE_ENCRYPTION_KEY": KEY}
     user, _ = registry(env).add("alice")
     sealed_brain(data, KEY, user.id, archive({"a.md": b"in transit"}))
-    [blob] = data.glob("brains/*/*/blobs/*")
-    blob.unlink()
-    os.mkfifo(blob)
     return env
 
 
-def _stop_after(env: dict[str, str], said: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """Run ``brain-store ARGS``, wait (bounded) for a line starting with ``said`` on its output,
-    then send SIGTERM; what it printed and its exit status."""
-    full = {**{k: v for k, v in os.environ.items() if not k.startswith("STORE_")}, "STORE_FSYNC": "0", **env}
-    process = subprocess.Popen([console_script("brain-store"), *args], stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, env=full, cwd=REPO_ROOT)
-    assert process.stdout is not None
-    output = b""
+def _full_pipe() -> tuple[int, int]:
+    """A pipe (read end, write end) whose buffer is already full: a process writing to it waits
+    there, as one whose output nobody reads (a stalled terminal, a log shipper that hangs)."""
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
     try:
-        # raw reads: a buffered reader could hold the awaited line while select() waits for more
-        while not any(line.startswith(said.encode()) for line in output.splitlines()):
-            ready, _, _ = select.select([process.stdout], [], [], 60)
-            assert ready, f"no output for 60 s: {output!r}"
-            chunk = os.read(process.stdout.fileno(), 65536)
-            assert chunk and len(output) < 100_000, f"ended before {said!r}: {output!r}"
-            output += chunk
-        _wait_until_blocked_in_the_pipe(process.pid)
-        rest = _terminate(process)
+        while os.write(write_end, b"." * 4096):
+            pass
+    except BlockingIOError:
+        pass
+    os.set_blocking(write_end, True)
+    return read_end, write_end
+
+
+def _stop_while_it_writes(env: dict[str, str], midway: Callable[[], bool], *args: str) -> tuple[int, str]:
+    """Run ``brain-store ARGS`` with its output to a full pipe: its first progress line waits there,
+    after it made its partial file and scratch directory (``midway()``: checked). SIGTERM it while
+    it waits, then read everything it printed; its exit status and its output after the filling."""
+    full = {**{k: v for k, v in os.environ.items() if not k.startswith("STORE_")}, "STORE_FSYNC": "0", **env}
+    read_end, write_end = _full_pipe()
+    process = subprocess.Popen([console_script("brain-store"), *args], stdout=write_end, stderr=write_end,
+                               env=full, cwd=REPO_ROOT)
+    os.close(write_end)
+    try:
+        for _ in range(600):
+            if process.poll() is not None or (midway() and _sleeps_writing(process.pid)):
+                break
+            time.sleep(0.1)
+        assert process.poll() is None, "it ended before stopping half-way"
+        assert midway(), "it never got half-way"
+        output = _terminate(process, read_end)
     finally:
         if process.poll() is None:
             process.kill()
             process.wait(timeout=30)
-    return subprocess.CompletedProcess(args, process.returncode, (output + rest).decode())
+        os.close(read_end)
+    return process.returncode, output.lstrip(b".").decode(errors="replace")
 
 
-def _wait_until_blocked_in_the_pipe(pid: int) -> None:
-    """Wait (bounded) until ``pid`` sleeps in the named pipe's open().
+def _sleeps_writing(pid: int) -> bool:
+    """Whether ``pid`` sleeps in a pipe's write. A SIGTERM sent a moment before that call (after
+    Python's last look at its signals) would wait for the call to return, which it never does here;
+    sent while it sleeps there, it interrupts it. Where the kernel hides wait channels ("0"), after
+    a moment: `_terminate` repeats the signal if need be."""
+    try:
+        channel = Path(f"/proc/{pid}/wchan").read_text()
+    except OSError:
+        return True  # ended: the caller sees it
+    if channel == "0":
+        time.sleep(0.5)
+        return True
+    return "pipe_write" in channel
 
-    A SIGTERM sent a moment earlier, while Python is between its last signal check and that
-    system call, is noted but not acted on until the call returns, which it never does here: the
-    command then hangs (it did once in CI). Sent while the process sleeps there, it interrupts it."""
-    wchan = Path(f"/proc/{pid}/wchan")
-    for _ in range(300):
-        try:
-            if wchan.read_text() in ("wait_for_partner", "0"):
-                return  # "0": the kernel hides wait channels here; _terminate's repeated signal covers it
-        except OSError:
-            return  # ended
-        time.sleep(0.1)
 
-
-def _terminate(process: subprocess.Popen[bytes]) -> bytes:
-    """SIGTERM ``process`` and collect the rest of its output. The signal is repeated (bounded)
-    while it runs: where /proc shows no wait channel, the first can land in the race above."""
-    for _ in range(6):
-        process.send_signal(signal.SIGTERM)
-        try:
-            rest, _ = process.communicate(timeout=10)
-            return rest
-        except subprocess.TimeoutExpired:
-            continue
-    raise AssertionError("the command did not end within 60 s of SIGTERM")
+def _terminate(process: subprocess.Popen[bytes], read_end: int) -> bytes:
+    """SIGTERM ``process`` and read its output to the end (bounded), the signal repeated while it
+    still runs after 10 s (where the first could not be timed, see `_sleeps_writing`)."""
+    output = b""
+    process.send_signal(signal.SIGTERM)
+    deadline, repeat = time.monotonic() + 60, time.monotonic() + 10
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([read_end], [], [], 0.5)
+        if ready:
+            chunk = os.read(read_end, 65536)
+            if not chunk and process.poll() is not None:
+                process.wait(timeout=30)
+                return output
+            output += chunk
+        elif process.poll() is None and time.monotonic() > repeat:
+            process.send_signal(signal.SIGTERM)
+            repeat = time.monotonic() + 10
+    raise AssertionError(f"it did not end within 60 s of SIGTERM: {output.lstrip(b'.')!r}")
 
 
 def test_a_stopped_backup_leaves_nothing_beside_its_file(tmp_path: Path) -> None:
-    env = _store_with_a_blocking_archive(tmp_path / "data")
+    env = _store_with_a_brain(tmp_path / "data")
     out = tmp_path / "backups"
     out.mkdir()
-    # "sharing: ..." comes once the partial file and the scratch directory exist, before the archives
-    done = _stop_after(env, "sharing:", "backup", "--to", str(out / "nightly.bak"))
-    assert done.returncode != 0 and "Traceback" not in done.stdout, done.stdout
+
+    def midway() -> bool:
+        return (out / "nightly.bak.partial").exists() and any(out.glob(".brain-store-backup-*"))
+
+    status, said = _stop_while_it_writes(env, midway, "backup", "--to", str(out / "nightly.bak"))
+    assert status != 0 and "Traceback" not in said, said
     assert sorted(p.name for p in out.iterdir()) == [], "left: nightly.bak.partial and .brain-store-backup-*"
 
 
 def test_a_stopped_migration_leaves_no_scratch_directory(tmp_path: Path) -> None:
-    env = _store_with_a_blocking_archive(tmp_path / "data")
+    env = _store_with_a_brain(tmp_path / "data")
     scratch = tmp_path / "tmp"
     scratch.mkdir()
-    done = _stop_after({**env, "TMPDIR": str(scratch)}, "users:", "migrate", "--from", str(tmp_path / "data"),
-                       "--to", str(tmp_path / "moved"))
-    assert done.returncode != 0 and "Traceback" not in done.stdout, done.stdout
+    status, said = _stop_while_it_writes({**env, "TMPDIR": str(scratch)}, lambda: any(scratch.iterdir()), "migrate",
+                                         "--from", str(tmp_path / "data"), "--to", str(tmp_path / "moved"))
+    assert status != 0 and "Traceback" not in said, said
     assert list(scratch.iterdir()) == [], "left: brain-store-migrate-* with the archives in transit"
 
 
