@@ -15,7 +15,7 @@ from connector.engine.recall.hybridpack import FORMAT, pack, unpack
 from connector.engine.recall.index import BrainIndex
 from connector.workcopy.indexdisk import IndexDisk
 from connector.workcopy.vectors import VectorStore
-from tests.engine.hybrid_support import NOW, CountingEmbedder, make_brain
+from tests.engine.hybrid_support import MEMORIES, NOW, CountingEmbedder, make_brain
 
 KEY = bytes(range(32))
 OTHER_KEY = bytes(range(1, 33))
@@ -23,7 +23,7 @@ CACHE_KEY = "brain_a\n" + "ab" * 32
 
 
 def _built() -> tuple[object, BrainIndex, HybridIndex, VectorStore]:
-    brain, _ = make_brain()
+    brain, _ = make_brain([*MEMORIES, {"title": "DNS", "content": "Lower TTLs before a cutover.", "tags": ["dns"]}])
     index = BrainIndex.build(brain)
     store = VectorStore(CountingEmbedder({"PostgreSQL": 3, "database": 3}))
     hybrid = HybridIndex.build(brain, index, store)
@@ -36,7 +36,7 @@ def _same(one: HybridIndex, other: HybridIndex, brain: object, index: BrainIndex
     assert other.hubness_known == one.hubness_known
     assert np.array_equal(other.vectors.codes, one.vectors.codes)
     assert np.array_equal(other.vectors.scales, one.vectors.scales)
-    for query in ("postgres database", "kubernetse clustr", "疫苗", "Jurgen Muller", "鎌倉 散歩"):
+    for query in ("postgres database", "kubernetse clustr", "疫苗", "Jurgen Muller", "鎌倉 散歩", "time to live"):
         exact = recall(brain, query, top=50, now=NOW, index=index)  # type: ignore[arg-type]
         a = query_signals(query, exact, index=index, hybrid=one, embed_query=store.embed_query)
         b = query_signals(query, exact, index=index, hybrid=other, embed_query=store.embed_query)
@@ -64,10 +64,11 @@ def test_a_packed_index_fits_only_its_own_memories_and_model() -> None:
 
 
 def test_an_index_of_an_older_format_is_rebuilt() -> None:
-    # Format 2 kept traditional Chinese unfolded: its terms would miss simplified queries.
+    # Format 3 kept no abbreviations written in capitals: a query writing one out ("time to
+    # live" for "TTL") would miss them.
     brain, index, hybrid, store = _built()
     document = msgspec.msgpack.decode(pack(hybrid, store.model_id))
-    assert document["format"] == FORMAT == 3
+    assert document["format"] == FORMAT == 4
     document["format"] = FORMAT - 1
     assert unpack(msgspec.msgpack.encode(document), index, store.model_id) is None
 

@@ -40,6 +40,7 @@ from connector.engine.recall.hybrid import (
 from connector.engine.recall.index import BrainIndex, RecallError
 from connector.engine.recall.textmatch import (
     TextIndex,
+    capitals,
     fold_traditional,
     initials,
     normalise,
@@ -394,6 +395,23 @@ def test_abbreviations_are_spelt_out_from_the_brain_own_words() -> None:
     assert coverage.tolist() == [1.0, 0.0, 0.0], "the memory that writes it out holds the abbreviation"
 
 
+def test_an_abbreviation_the_query_writes_out_finds_the_memories_writing_it() -> None:
+    assert capitals("Lower TTLs before the SLO review in NYC; IT and PR stay, Go too") == ["ttl", "slo", "nyc"]
+    texts = ["DNS: lower TTLs on api records a day before a cutover", "Our SLO for tracking is 99.9 %",
+             "Time off: live a little, the time to rest", "Notes on the dsn setting"]
+    index = TextIndex.build(texts)
+    assert index.reworded("typical time to live") == "typical TTL"
+    assert index.reworded("service level objective for tracking") == "SLO for tracking"
+    coverage = index.word_coverage("time to live")
+    assert coverage[0] == pytest.approx(1.0), "the memory writing TTL holds the words it stands for"
+    assert coverage[3] == 0.0
+    # A run starting or ending with a stopword is no abbreviation ("saxophone lessons on" is not
+    # "SLO"); nor is one the query also abbreviates itself; nor a word in lower case ("dsn").
+    assert index.reworded("saxophone lessons on Saturday") is None
+    assert index.reworded("TTL: time to live") is None
+    assert index.reworded("dining spot nearby") is None
+
+
 def test_the_embedding_sees_the_spelt_out_query(model_store: VectorStore) -> None:
     book = {"title": "Book notes", "content": "Rereading Designing Data-Intensive Applications: write skew", "tags": ["books"]}
     brain, ids = make_brain([*MEMORIES, book])
@@ -405,6 +423,19 @@ def test_the_embedding_sees_the_spelt_out_query(model_store: VectorStore) -> Non
     assert signals.written is not None and signals.semantic[position] > signals.written[position] + 0.1
     plain = query_signals("write skew", [], index=index, hybrid=hybrid, embed_query=model_store.embed_query)
     assert plain.written is None
+
+
+def test_the_embedding_sees_the_query_with_what_it_writes_out_abbreviated(model_store: VectorStore) -> None:
+    dns = {"title": "DNS changes before migrations", "content": "Lower TTLs on api records to 60 s a day before a cutover.",
+           "tags": ["dns"]}
+    brain, ids = make_brain([*MEMORIES, dns])
+    index = BrainIndex.build(brain)
+    hybrid = HybridIndex.build(brain, index, model_store)
+    signals = query_signals("typical time to live", [], index=index, hybrid=hybrid, embed_query=model_store.embed_query)
+    position = index.positions[ids["DNS changes before migrations"]]
+    assert signals.written is not None and signals.semantic[position] > signals.written[position] + 0.05
+    # It holds none of the query's words as written: "time to live" counts through its TTLs.
+    assert signals.near_words[position] > 0.5 and signals.near_words.argmax() == position
 
 
 @pytest.mark.parametrize("query", ["saxophone lessons", "学习萨克斯", "サックスの練習", "horse riding stables"])

@@ -6,7 +6,7 @@ unpin, forget, a memory's file or title edited elsewhere and pulled) run on a br
 English, Chinese and Japanese memories. After each step the index carried along by the
 write's change (from the journal, or by comparing the brains file by file as after a
 pull) must hold what `HybridIndex.build` makes from scratch (every posting, weight, idf,
-word, trigram, abbreviation and vector, up to how terms are numbered) and give the same
+word, trigram, abbreviation either way and vector, up to how terms are numbered) and give the same
 hybrid recall answers, to the last bit.
 """
 
@@ -35,9 +35,10 @@ from tests.engine.hybrid_support import NOW, CountingEmbedder, make_brain
 
 WORDS = ["kettle", "harbour", "lantern", "meadow", "quartz", "saffron", "tundra", "violet", "Kubernetes",
          "Designing Data-Intensive Applications", "HorizontalPodAutoscaler", "Müller", "猫の予防接種", "鎌倉で散歩",
-         "数据库迁移", "資料庫遷移", "running", "runs", "2025"]
+         "数据库迁移", "資料庫遷移", "running", "runs", "2025", "TTLs", "SLO"]
 QUERIES = ["kettle harbour", "kubernetse upgrade", "DDIA", "HPA settings", "muller", "猫", "鎌倉", "数据库", "资料库迁移",
-           "running quartz", "violet meadow lantern", "saffron 2025", "what about tundra"]
+           "running quartz", "violet meadow lantern", "saffron 2025", "what about tundra", "typical time to live",
+           "service level objective"]
 
 memory_specs = st.fixed_dictionaries({
     "words": st.lists(st.sampled_from(WORDS), min_size=1, max_size=4),
@@ -125,7 +126,7 @@ def _text_state(text: TextIndex) -> dict[str, Any]:
         "weights": weights,
         "fuzzy": {word: (fuzzy.stems[n], float(fuzzy.sizes[n]), frozenset(trigrams[word])) for n, word in enumerate(fuzzy.words)},
         "initials": _terms(text.initials), "initial lengths": text.initials.lengths.tobytes(),
-        "spelled_out": text.spelled_out, "holders": _terms(text.holders),
+        "spelled_out": text.spelled_out, "holders": _terms(text.holders), "capitals": _terms(text.capitals),
     }
 
 

@@ -511,11 +511,12 @@ def query_signals(
     strong = index.positions[exact[0]["id"]] if exact and exact[0].get("relevance", 0.0) >= STRONG_EXACT else None
     written = cosines(hybrid.vectors, embed_query(query))
     semantic = written
-    spelled_out = hybrid.text.spell_out(query)
-    if spelled_out is not None:
-        # An abbreviation the brain writes out ("DDIA"): the model may not know it, so the
-        # query is embedded once more with its words, and each memory keeps the closer one.
-        semantic = np.maximum(written, cosines(hybrid.vectors, embed_query(spelled_out)))
+    reworded = hybrid.text.reworded(query)
+    if reworded is not None:
+        # An abbreviation the brain writes out ("DDIA"), or one the query writes out that the
+        # brain abbreviates ("time to live", "TTL"): the model may not know the one for the
+        # other, so the query is embedded once more reworded, and each memory keeps the closer.
+        semantic = np.maximum(written, cosines(hybrid.vectors, embed_query(reworded)))
     content = has_content_word(query)
     # A query of stopwords alone ("the of and", "what is it") matches any memory holding those
     # words in full: word coverage is a share of the query's idf, 1.0 however small that is. Such
@@ -540,7 +541,7 @@ def query_signals(
         exact=exact_relevance,
         strong=strong,
         hubness=hubness,
-        written=None if spelled_out is None else written,
+        written=None if reworded is None else written,
         e5=_e5_job(query, e5, embed_e5_query) if e5 is not None and embed_e5_query is not None else None,
         bm25=hybrid.text.words.scores(word_terms(query)).astype(np.float32) if content else nothing,
     )

@@ -25,8 +25,9 @@ from connector.engine.recall.index import BrainIndex
 from connector.engine.recall.textmatch import Bm25Index, FuzzyWords, Postings, TextIndex
 
 # 2: with the words and their holders, so that a read-back index can follow writes;
-# 3: CJK bigrams of traditional Chinese folded to simplified (older files hold them unfolded).
-FORMAT = 3
+# 3: CJK bigrams of traditional Chinese folded to simplified (older files hold them unfolded);
+# 4: with the abbreviations each memory writes in capitals (a query may write them out).
+FORMAT = 4
 _HASH_BYTES = 16
 
 
@@ -110,6 +111,7 @@ def pack(hybrid: HybridIndex, model_id: str) -> bytes:
         "initials": None if text.initials is None else _postings(text.initials),
         "fuzzy_words": text.fuzzy.words,
         "holders": None if text.holders is None else _postings(text.holders),
+        "capitals": None if text.capitals is None else _postings(text.capitals),
         "spelled_out": text.spelled_out,
         "codes": _array(hybrid.vectors.codes),
         "scales": _array(hybrid.vectors.scales),
@@ -158,6 +160,9 @@ def _unpack(document: Any, index: BrainIndex, model_id: str) -> HybridIndex:
     if holders is not None and holders.count != count:
         raise _Damaged
     initials = None if document.get("initials") is None else _unpostings(document.get("initials"))
+    capitals = None if document.get("capitals") is None else _unpostings(document.get("capitals"))
+    if capitals is not None and capitals.count != count:
+        raise _Damaged
     spelled_out = document.get("spelled_out")
     if spelled_out is not None and not (
         isinstance(spelled_out, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in spelled_out.items())
@@ -174,6 +179,6 @@ def _unpack(document: Any, index: BrainIndex, model_id: str) -> HybridIndex:
             raise _Damaged
         hubness[position] = value
     text = TextIndex(Bm25Index(words, weights, idf), FuzzyWords(stems, sizes, grams, words_of_fuzzy), initials,
-                     spelled_out, holders)
+                     spelled_out, holders, capitals)
     newer = [position for position, record in enumerate(index.memories) if record.has_newer_fields]
     return HybridIndex(ids, hashes, text, Quantized(codes, scales), newer, hubness)

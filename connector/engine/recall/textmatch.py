@@ -15,7 +15,10 @@ matches "Muller"), then cut into terms scored with BM25:
 - **initials**: a query word no memory holds matches the memories where a run of
   capitalised words or word parts has it as initials ("DDIA": "Designing Data-Intensive
   Applications", "HPA": "HorizontalPodAutoscaler"); the brain's own text expands it,
-  no list of abbreviations.
+  no list of abbreviations;
+- **written out**: the other way round, a run of three to five query words whose initials
+  a memory writes in capitals ("time to live": "TTLs", "service level objective": "SLO")
+  matches the memories writing it.
 
 Pure logic: no I/O. `TextIndex` is built once per brain version.
 """
@@ -35,6 +38,7 @@ import numpy as np
 import opencc
 import snowballstemmer
 
+from connector.engine.format.text import STOPWORDS
 from connector.engine.format.tokens import CJK_CHARACTERS
 
 # Han (with extensions A and compatibility), Hiragana, Katakana (with the prolonged
@@ -63,6 +67,11 @@ B = 0.75
 _CAPITALISED_RUN = re.compile(r"[A-Z][A-Za-z]*(?:[ \t-]+[A-Z][A-Za-z]*)*")
 _PART = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")
 INITIALS = (2, 5)  # how many capitalised parts an abbreviation stands for
+# Abbreviations written in capitals ("TTL", "SLOs"), which a query may write out. Not two
+# letters: two query words' initials are too often some memory's "IT" or "PR" by chance.
+_CAPITALS = re.compile(r"(?<![A-Za-z0-9])([A-Z]{3,5})s?(?![A-Za-z0-9])")
+_QUERY_WORD = re.compile(r"[A-Za-z]+")
+_BETWEEN_WORDS = re.compile(r"[ \t-]+")
 
 
 def has_cjk(text: str) -> bool:
@@ -218,6 +227,42 @@ def initials(text: str) -> dict[str, str]:
                 key = "".join(match.group()[0].lower() for match in run[start:])
                 found.setdefault(key, phrase.group()[run[start].start() : run[-1].end()])
     return found
+
+
+def capitals(text: str) -> list[str]:
+    """Abbreviations ``text`` writes in capitals, three to five letters (a plural "s" aside),
+    in lower case, each once: "Lower TTLs before the SLO review" gives ["ttl", "slo"]."""
+    return list(dict.fromkeys(match.group(1).lower() for match in _CAPITALS.finditer(text)))
+
+
+@dataclass(frozen=True)
+class WrittenOut:
+    """A run of query words that may write out an abbreviation: ``query[start:end]``, whose
+    initials are ``key`` (lower case) and whose words' terms are ``terms``."""
+
+    start: int
+    end: int
+    key: str
+    terms: frozenset[str]
+
+
+def written_out(query: str) -> list[WrittenOut]:
+    """Every run of three to five adjacent words of ``query`` (between spaces or hyphens)
+    neither starting nor ending with a stopword, longest first: "typical time to live" gives
+    "typical time to live" ("tttl") and "time to live" ("ttl"); "saxophone lessons on" none."""
+    words = list(_QUERY_WORD.finditer(query))
+    runs: list[WrittenOut] = []
+    for size in range(5, 2, -1):
+        for first in range(len(words) - size + 1):
+            run = words[first : first + size]
+            if run[0].group().lower() in STOPWORDS or run[-1].group().lower() in STOPWORDS:
+                continue
+            if not all(_BETWEEN_WORDS.fullmatch(query[a.end() : b.start()]) for a, b in zip(run, run[1:])):
+                continue
+            key = "".join(word.group()[0].lower() for word in run)
+            terms = frozenset(chain.from_iterable(_word_terms_memo(normalise(word.group())) for word in run))
+            runs.append(WrittenOut(run[0].start(), run[-1].end(), key, terms))
+    return runs
 
 
 def trigrams(word: str) -> list[str]:
@@ -561,6 +606,7 @@ class TextIndex:
     initials: Postings | None = None  # memories by the initials of their capitalised runs
     spelled_out: dict[str, str] | None = None  # those initials -> the words (first seen)
     holders: Postings | None = None  # each distinct word -> the memories holding it (to follow a change)
+    capitals: Postings | None = None  # memories by the abbreviations they write in capitals
 
     @classmethod
     def build(cls, texts: Sequence[str]) -> TextIndex:
@@ -575,6 +621,7 @@ class TextIndex:
         return cls(
             Bm25Index.of_postings(postings), FuzzyWords.build(list(holders.vocabulary)),
             Postings.build([tuple(found) for found in written]), spelled_out, holders,
+            Postings.build([capitals(unicodedata.normalize("NFKC", text)) for text in texts]),
         )
 
     def changed(
@@ -589,7 +636,7 @@ class TextIndex:
         version (read for the few abbreviations whose first writer changed). None when this
         index cannot follow (read from an older cache file): build it instead.
         """
-        if self.holders is None or self.initials is None or self.spelled_out is None:
+        if self.holders is None or self.initials is None or self.spelled_out is None or self.capitals is None:
             return None
         added_at = np.asarray(added_at, dtype=np.int64)
         documents = [words_of(text) for text in texts]
@@ -623,7 +670,35 @@ class TextIndex:
                 found = initials(unicodedata.normalize("NFKC", text_at(first)))
             spelled_out[key] = found[key]
         words = self.words.postings.merged(keep, added, added_at)
-        return TextIndex(Bm25Index.of_postings(words), fuzzy, abbreviations, spelled_out, holders)
+        written_in_capitals = self.capitals.merged(
+            keep, Postings.build([capitals(unicodedata.normalize("NFKC", text)) for text in texts]), added_at)
+        return TextIndex(Bm25Index.of_postings(words), fuzzy, abbreviations, spelled_out, holders, written_in_capitals)
+
+    def reworded(self, query: str) -> str | None:
+        """``query`` with its abbreviations spelt out (`spell_out`) and the abbreviations it
+        writes out shortened (`shortened`: "typical time to live" -> "typical TTL"), for a
+        second embedding; None when neither changes it."""
+        runs = self.shortened(query)
+        for run, _ in sorted(runs, key=lambda found: found[0].start, reverse=True):
+            query = query[: run.start] + run.key.upper() + query[run.end :]
+        spelled = self.spell_out(query)
+        return spelled if spelled is not None else (query if runs else None)
+
+    def shortened(self, query: str) -> list[tuple[WrittenOut, np.ndarray]]:
+        """The runs of ``query``'s words that write out an abbreviation some memory writes in
+        capitals (and none of the query's own words is), apart from each other, with the
+        memories writing it: "typical time to live" and a memory's "TTLs"."""
+        if self.capitals is None or not self.capitals.vocabulary:
+            return []
+        own = set(words_of(query))
+        found: list[tuple[WrittenOut, np.ndarray]] = []
+        for run in written_out(query):
+            if run.key in own or any(run.start < other.end and other.start < run.end for other, _ in found):
+                continue
+            held = self.capitals.entries(run.key)
+            if held is not None:
+                found.append((run, held[0]))
+        return found
 
     def spell_out(self, query: str) -> str | None:
         """``query`` with each abbreviation the brain writes out (and holds nowhere as a
@@ -665,6 +740,7 @@ class TextIndex:
         held = np.zeros(count, dtype=np.float64)
         total = 0.0
         seen: set[str] = set()
+        shortened = self.shortened(query)
         for word in words_of(query):
             for term in _word_terms_memo(word):
                 if term in seen:
@@ -681,6 +757,9 @@ class TextIndex:
                 expanded = self._expanded(word, term)
                 if expanded is not None:
                     best[expanded] = 1.0
+                for run, writers in shortened:
+                    if term in run.terms:
+                        best[writers] = 1.0
                 held += weight * best
         if total <= 0:
             return np.zeros(count, dtype=np.float32)
