@@ -405,6 +405,11 @@ def test_an_abbreviation_the_query_writes_out_finds_the_memories_writing_it() ->
     coverage = index.word_coverage("time to live")
     assert coverage[0] == pytest.approx(1.0), "the memory writing TTL holds the words it stands for"
     assert coverage[3] == 0.0
+    # BM25 reads the abbreviation too, in its plural as written ("TTLs": the stemmer keeps the s),
+    # beside the memory holding the words themselves; and an abbreviation spelt out the other way.
+    assert index.word_scores("typical time to live")[0] == 0.0
+    assert index.bm25("typical time to live")[0] > 0 and index.bm25("typical time to live")[2] > 0
+    assert TextIndex.build(["Rereading Designing Data-Intensive Applications", "some applications"]).bm25("DDIA")[0] > 0
     # A run starting or ending with a stopword is no abbreviation ("saxophone lessons on" is not
     # "SLO"); nor is one the query also abbreviates itself; nor a word in lower case ("dsn").
     assert index.reworded("saxophone lessons on Saturday") is None

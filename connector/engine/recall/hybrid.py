@@ -543,7 +543,7 @@ def query_signals(
         hubness=hubness,
         written=None if reworded is None else written,
         e5=_e5_job(query, e5, embed_e5_query) if e5 is not None and embed_e5_query is not None else None,
-        bm25=hybrid.text.words.scores(word_terms(query)).astype(np.float32) if content else nothing,
+        bm25=hybrid.text.bm25(query).astype(np.float32) if content else nothing,
     )
 
 

@@ -238,12 +238,15 @@ def capitals(text: str) -> list[str]:
 @dataclass(frozen=True)
 class WrittenOut:
     """A run of query words that may write out an abbreviation: ``query[start:end]``, whose
-    initials are ``key`` (lower case) and whose words' terms are ``terms``."""
+    initials are ``key`` (lower case)."""
 
     start: int
     end: int
     key: str
-    terms: frozenset[str]
+
+    def terms(self, query: str) -> frozenset[str]:
+        """The terms of the run's words."""
+        return frozenset(chain.from_iterable(map(_word_terms_memo, words_of(query[self.start : self.end]))))
 
 
 def written_out(query: str) -> list[WrittenOut]:
@@ -259,9 +262,7 @@ def written_out(query: str) -> list[WrittenOut]:
                 continue
             if not all(_BETWEEN_WORDS.fullmatch(query[a.end() : b.start()]) for a, b in zip(run, run[1:])):
                 continue
-            key = "".join(word.group()[0].lower() for word in run)
-            terms = frozenset(chain.from_iterable(_word_terms_memo(normalise(word.group())) for word in run))
-            runs.append(WrittenOut(run[0].start(), run[-1].end(), key, terms))
+            runs.append(WrittenOut(run[0].start(), run[-1].end(), "".join(word.group()[0].lower() for word in run)))
     return runs
 
 
@@ -678,9 +679,20 @@ class TextIndex:
         """``query`` with its abbreviations spelt out (`spell_out`) and the abbreviations it
         writes out shortened (`shortened`: "typical time to live" -> "typical TTL"), for a
         second embedding; None when neither changes it."""
+        return self._reworded(query, lambda key: key.upper())
+
+    def bm25(self, query: str) -> np.ndarray:
+        """Word BM25 per memory (raw): of ``query``'s terms, or of the query reworded (as
+        `reworded`, an abbreviation shortened in both its singular and its plural, since the
+        stemmer keeps "ttls") where that scores higher."""
+        scores = self.words.scores(word_terms(query))
+        reworded = self._reworded(query, lambda key: f"{key.upper()} {key.upper()}s")
+        return scores if reworded is None else np.maximum(scores, self.words.scores(word_terms(reworded)))
+
+    def _reworded(self, query: str, shorten: Callable[[str], str]) -> str | None:
         runs = self.shortened(query)
         for run, _ in sorted(runs, key=lambda found: found[0].start, reverse=True):
-            query = query[: run.start] + run.key.upper() + query[run.end :]
+            query = query[: run.start] + shorten(run.key) + query[run.end :]
         spelled = self.spell_out(query)
         return spelled if spelled is not None else (query if runs else None)
 
@@ -740,7 +752,7 @@ class TextIndex:
         held = np.zeros(count, dtype=np.float64)
         total = 0.0
         seen: set[str] = set()
-        shortened = self.shortened(query)
+        shortened = [(run.terms(query), writers) for run, writers in self.shortened(query)]
         for word in words_of(query):
             for term in _word_terms_memo(word):
                 if term in seen:
@@ -757,8 +769,8 @@ class TextIndex:
                 expanded = self._expanded(word, term)
                 if expanded is not None:
                     best[expanded] = 1.0
-                for run, writers in shortened:
-                    if term in run.terms:
+                for terms, writers in shortened:
+                    if term in terms:
                         best[writers] = 1.0
                 held += weight * best
         if total <= 0:
