@@ -32,19 +32,26 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from common.files import NotARegularFile, open_regular
 from common.textsafety import escape_one_line
 from store.auth.users import email_problem, name_problem, with_email
 from store.backup.apply import BrainBuilder, is_partial
 from store.storage.base import SAFE_ID, ArchiveRef, BrainMeta, Snapshot
 
 CHUNK = 1024 * 1024
+# The reference writes a few hundred bytes a user and a brain: a larger file is not its own (or
+# is damaged), and reading it whole could take all the memory.
+MAX_USERS_BYTES = 64 * 1024 * 1024
+MAX_META_BYTES = 1024 * 1024
 REF_MAGIC = b"BSTORE1\x00"
 NONCE_SIZE = 12
 TAG_SIZE = 16
@@ -208,28 +215,83 @@ def _normal_time(text: Any, fallback: datetime) -> str:
 
 
 def _mtime(path: Path) -> datetime:
-    return datetime.fromtimestamp(path.stat().st_mtime, UTC)
+    return datetime.fromtimestamp(path.lstat().st_mtime, UTC)
+
+
+# -- reading the directory: its own files only ---------------------------------------------
+# The reference makes no symbolic links, named pipes or devices. Followed, a link reads files
+# outside the directory into a user's brain; a pipe without a writer would hang the import.
+
+
+def _is_dir(path: Path, rel: str) -> bool:
+    """Whether ``path`` is a directory (False when absent or some other file); a symbolic link is refused."""
+    try:
+        status = path.lstat()
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as exc:
+        raise ReferenceImportError(f"{rel} cannot be read ({exc.strerror or exc}); nothing imported") from None
+    if stat.S_ISLNK(status.st_mode):
+        raise ReferenceImportError(f"{rel} is a symbolic link (the reference store makes none, and it could "
+                                   "lead out of the directory); nothing imported")
+    return stat.S_ISDIR(status.st_mode)
+
+
+def _listing(directory: Path, rel: str) -> list[Path]:
+    """The entries of ``directory``, sorted."""
+    try:
+        return sorted(directory.iterdir())
+    except OSError as exc:
+        raise ReferenceImportError(f"{rel} cannot be listed ({exc.strerror or exc}); nothing imported") from None
+
+
+def _subdirs(directory: Path, rel: str) -> list[Path]:
+    """The directories in ``directory``, sorted (other files are not the reference's: ignored;
+    a symbolic link is refused)."""
+    return [p for p in _listing(directory, rel) if _is_dir(p, f"{rel}/{p.name}")]
+
+
+def _unreadable(rel: str, exc: OSError) -> ReferenceImportError:
+    if isinstance(exc, NotARegularFile):
+        return ReferenceImportError(f"{rel} is {exc.strerror}; nothing imported")
+    return ReferenceImportError(f"{rel} cannot be read ({exc.strerror or exc}); nothing imported")
+
+
+def _read_small(path: Path, rel: str, limit: int) -> bytes | None:
+    """The bytes of a small file (None when absent), refused when it is not a regular file or is
+    larger than ``limit``."""
+    try:
+        with open_regular(path, buffering=-1) as f:
+            data = f.read(limit + 1)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise _unreadable(rel, exc) from None
+    if len(data) > limit:
+        raise ReferenceImportError(f"{rel} is larger than {limit // (1024 * 1024)} MiB, too large to be the "
+                                   "reference store's; nothing imported")
+    return data
 
 
 # -- reading archive files -------------------------------------------------------------
 
 
-def _plain_chunks(path: Path) -> Iterator[bytes]:
-    with open(path, "rb") as f:
-        while chunk := f.read(CHUNK):
-            yield chunk
+def _chunks(f: BinaryIO, key: bytes | None) -> Iterator[bytes]:
+    """The plaintext of the opened archive ``f`` (sealed under ``key``, or plain when None), streamed
+    and closing ``f``; a sealed one raises ``_TagMismatch`` after the last chunk when it does not
+    authenticate (so a consumer must not trust it before the end)."""
+    with f:
+        if key is None:
+            f.seek(0)
+            while chunk := f.read(CHUNK):
+                yield chunk
+            return
+        from cryptography.exceptions import InvalidTag
+        from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-
-def _decrypted_chunks(path: Path, key: bytes) -> Iterator[bytes]:
-    """Plaintext of a reference-sealed file, streamed; raises ``_TagMismatch`` after the last chunk
-    when the file does not authenticate (so a consumer must not trust it before the end)."""
-    from cryptography.exceptions import InvalidTag
-    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
-
-    size = path.stat().st_size
-    if size < len(REF_MAGIC) + NONCE_SIZE + TAG_SIZE:
-        raise _TagMismatch()
-    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size < len(REF_MAGIC) + NONCE_SIZE + TAG_SIZE:
+            raise _TagMismatch()
         f.seek(size - TAG_SIZE)
         tag = f.read(TAG_SIZE)
         f.seek(len(REF_MAGIC))
@@ -248,20 +310,19 @@ def _decrypted_chunks(path: Path, key: bytes) -> Iterator[bytes]:
             raise _TagMismatch() from None
 
 
-def is_reference_sealed(path: Path) -> bool:
-    """True when ``path`` starts with the reference's sealed-file magic."""
-    with open(path, "rb") as f:
-        return f.read(len(REF_MAGIC)) == REF_MAGIC
-
-
 def plaintext(path: Path, user_id: str, master: bytes | None, rel: str) -> tuple[bool, Iterator[bytes]]:
-    """Whether ``path`` is sealed, and its plaintext chunks (see ``_decrypted_chunks``)."""
-    if not is_reference_sealed(path):
-        return False, _plain_chunks(path)
-    if master is None:
-        raise ReferenceImportError(f"{rel} is sealed by the reference store: give the reference's "
-                                   "STORE_ENCRYPTION_KEY with --key or REFERENCE_ENCRYPTION_KEY; nothing imported")
-    return True, _decrypted_chunks(path, reference_user_key(master, user_id))
+    """Whether ``path`` is sealed, and its plaintext chunks (see ``_chunks``). The file is opened
+    once, as a regular file only (``NotARegularFile``, an OSError, for anything else)."""
+    f = open_regular(path, buffering=-1)
+    try:
+        sealed = f.read(len(REF_MAGIC)) == REF_MAGIC
+        if sealed and master is None:
+            raise ReferenceImportError(f"{rel} is sealed by the reference store: give the reference's "
+                                       "STORE_ENCRYPTION_KEY with --key or REFERENCE_ENCRYPTION_KEY; nothing imported")
+    except BaseException:
+        f.close()
+        raise
+    return sealed, _chunks(f, reference_user_key(master, user_id) if sealed and master is not None else None)
 
 
 def _examine(path: Path, rel: str, user_id: str, master: bytes | None, limits: Any) -> RefArchive:
@@ -291,7 +352,7 @@ def _examine(path: Path, rel: str, user_id: str, master: bytes | None, limits: A
     except ArchiveRejected as exc:
         rejected = exc
     except OSError as exc:
-        raise ReferenceImportError(f"{rel} cannot be read ({exc.strerror or exc}); nothing imported") from None
+        raise _unreadable(rel, exc) from None
     if rejected is not None:
         raise ReferenceImportError(f"{rel} is not a valid brain archive ({rejected.message}); nothing imported")
     return RefArchive(path=path, rel=rel, sealed=sealed, checksum=digest.hexdigest(), size=size,
@@ -308,23 +369,23 @@ def survey(ref: Path, master: bytes | None, limits: Any, present: list[Any],
     Raises ``ReferenceImportError`` naming the first file or user that cannot be imported.
     """
     ref = Path(ref)
-    users_file = ref / "users.json"
-    if not users_file.is_file():
+    data = _read_small(ref / "users.json", "users.json", MAX_USERS_BYTES)
+    if data is None:
         raise ReferenceImportError(f"{ref}: no users.json; is it a reference store's data directory?")
     try:
-        text = users_file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
         raise ReferenceImportError(f"users.json cannot be read ({exc}); nothing imported") from None
     users = parse_users(text)
     check_users(users, present)
     result = Survey(users=users, brains=[])
     known = {u.id for u in users}
     root = ref / "brains"
-    user_dirs = sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    user_dirs = _subdirs(root, "brains") if _is_dir(root, "brains") else []
     for user_dir in user_dirs:
         if not SAFE_ID.match(user_dir.name):
             raise ReferenceImportError(f"brains/{user_dir.name}: not a user id; nothing imported")
-        for brain_dir in sorted(p for p in user_dir.iterdir() if p.is_dir()):
+        for brain_dir in _subdirs(user_dir, f"brains/{user_dir.name}"):
             brain = _survey_brain(ref, brain_dir, user_dir.name, master, limits, result.warnings)
             brain.orphan = brain.user_id not in known
             if brain.orphan:
@@ -392,10 +453,11 @@ def _survey_brain(ref: Path, brain_dir: Path, user_id: str, master: bytes | None
                                    "nothing imported")
     meta_file = brain_dir / "meta.json"
     record: Any = {}
-    if meta_file.is_file():
+    meta_data = _read_small(meta_file, f"{rel_dir}/meta.json", MAX_META_BYTES)
+    if meta_data is not None:
         try:
-            record = json.loads(meta_file.read_text(encoding="utf-8"))
-        except ValueError as exc:
+            record = json.loads(meta_data.decode("utf-8"))
+        except ValueError as exc:  # UnicodeDecodeError included
             raise ReferenceImportError(f"{rel_dir}/meta.json is not JSON ({exc}); nothing imported") from None
         except RecursionError:
             raise ReferenceImportError(f"{rel_dir}/meta.json is nested too deeply to be a brain record; "
@@ -409,23 +471,23 @@ def _survey_brain(ref: Path, brain_dir: Path, user_id: str, master: bytes | None
         raise ReferenceImportError(f"{rel_dir}: brain id {brain_id[:80]!r} is not a UUID; nothing imported")
     snapshots: list[tuple[str, str, RefArchive]] = []
     versions = brain_dir / "versions"
-    for path in sorted(versions.iterdir()) if versions.is_dir() else []:
+    for path in _listing(versions, f"{rel_dir}/versions") if _is_dir(versions, f"{rel_dir}/versions") else []:
         rel = f"{rel_dir}/versions/{path.name}"
         date = snapshot_date(path.name)
-        if date is None or not path.is_file():
+        if date is None:  # a snapshot's name that is not a regular file is refused by _examine
             warnings.append(f"{rel}: not a snapshot of the reference store (YYYYMMDDTHHMMSS.NNNNNNNNN.tar.gz); "
                             "ignored")
             continue
         snapshots.append((path.name, date, _examine(path, rel, user_id, master, limits)))
     current_path = brain_dir / "current.bin"
     current = None
-    if current_path.is_file():
+    if os.path.lexists(current_path):  # one that is not a regular file is refused, not taken for none
         current = _examine(current_path, f"{rel_dir}/current.bin", user_id, master, limits)
         said = str(record.get("checksum") or "").lower()
         if said and said != current.checksum:
             warnings.append(f"{rel_dir}: meta.json says checksum {said} but current.bin has {current.checksum} "
                             "(the reference can leave them disagreeing after a crash); the archive's is used")
-    fallback = _mtime(meta_file) if meta_file.is_file() else _mtime(brain_dir)
+    fallback = _mtime(meta_file) if meta_data is not None else _mtime(brain_dir)
     name = str(record.get("name") or "default")[:100]
     return RefBrain(
         user_id=user_id, brain_id=brain_id, name=name, created_at=_normal_time(record.get("created_at"), fallback),
@@ -445,6 +507,17 @@ def _unfinished(existing: BrainMeta, planned: BrainMeta) -> bool:
     return is_partial(existing) or (empty and bool(planned.blobs()))
 
 
+def _read_again(archive: RefArchive, user_id: str, master: bytes | None) -> Iterator[bytes]:
+    """The plaintext of an archive the survey checked; a read error is a ``ReferenceImportError``
+    (a file replaced since by a named pipe or a link is refused, not followed)."""
+    try:
+        _, chunks = plaintext(archive.path, user_id, master, archive.rel)
+        yield from chunks
+    except OSError as exc:
+        raise ReferenceImportError(f"{archive.rel} changed during the import ({exc.strerror or exc}); "
+                                   "run it again") from None
+
+
 def _writer(archive: RefArchive, user_id: str, brain_id: str, master: bytes | None,
             sealer: Any) -> Callable[[BinaryIO], None]:
     """Stream ``archive``'s plaintext into a staged blob (sealed when this store seals); checks that
@@ -454,8 +527,7 @@ def _writer(archive: RefArchive, user_id: str, brain_id: str, master: bytes | No
         seal = sealer.writer(out, user_id, brain_id) if sealer is not None else None
         digest = hashlib.sha256()
         try:
-            _, chunks = plaintext(archive.path, user_id, master, archive.rel)
-            for chunk in chunks:
+            for chunk in _read_again(archive, user_id, master):
                 digest.update(chunk)
                 (seal or out).write(chunk)
         except _TagMismatch:

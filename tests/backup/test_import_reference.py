@@ -428,3 +428,66 @@ def test_a_damaged_users_file_here_imports_nothing(last_good: bool, tmp_path: Pa
     if not last_good:
         (ours / "users.json.last-good").unlink()
     assert "fix or restore it first" in _refused(env, ref, ours)
+
+
+# -- files of the reference directory that are not its own -----------------------------------
+
+
+def _swap(path: Path, kind: str, outside: Path) -> None:
+    """Put a named pipe, or a symbolic link to a file or folder ``outside``, where ``path`` was."""
+    if path.is_dir():
+        shutil.rmtree(path)
+    else:
+        path.unlink()
+    if kind == "pipe":
+        os.mkfifo(path)
+    else:
+        path.symlink_to(outside)
+
+
+@pytest.mark.parametrize(("where", "kind"), [
+    ("users.json", "pipe"), ("users.json", "link"),
+    ("meta.json", "pipe"), ("current.bin", "pipe"), ("current.bin", "link"), ("snapshot", "pipe"),
+    ("snapshot", "link"), ("brain folder", "link"), ("versions folder", "link"),
+])
+def test_a_named_pipe_or_link_in_the_reference_is_refused_at_once(where: str, kind: str, tmp_path: Path) -> None:
+    """The import checked each file with is_file() and then open()ed it: a named pipe hung it (users.json,
+    or one swapped in after the check), one in place of current.bin or meta.json was taken for none
+    (the brain came over without its archive, or renamed 'default'), and a symbolic link was followed
+    out of the directory (a file of the operator's imported into a user's brain). Now each is refused
+    at once, naming it, and nothing is imported."""
+    import time
+
+    ref = _copy("plain", tmp_path)
+    outside = tmp_path / "elsewhere"
+    shutil.copytree(_brain_dir(ref, "alice"), outside, copy_function=shutil.copyfile)  # valid, but not the ref's
+    brain = _brain_dir(ref, "alice")
+    path = {"users.json": ref / "users.json", "meta.json": brain / "meta.json", "current.bin": brain / "current.bin",
+            "snapshot": sorted((brain / "versions").iterdir())[0], "brain folder": brain,
+            "versions folder": brain / "versions"}[where]
+    mirror = outside if path == brain else outside / path.relative_to(brain) if path.is_relative_to(brain) \
+        else outside / "meta.json"
+    _swap(path, kind, mirror)
+    ours = tmp_path / "ours"
+    env = {"STORE_DATA_DIR": str(ours)}
+    cli(env, "user", "add", "carol")
+    started = time.monotonic()
+    line = _refused(env, ref, ours)  # the helper's timeout: 120 s
+    assert time.monotonic() - started < 30
+    named = path.relative_to(ref).as_posix()
+    said = "is a named pipe, not a regular file" if kind == "pipe" else \
+        "is a symbolic link (the reference store makes none" if where.endswith("folder") else \
+        "is a symbolic link, not a regular file"
+    assert line.startswith(f"Error: {named} {said}"), line
+
+
+def test_an_oversized_reference_record_is_refused_without_reading_it_whole(tmp_path: Path) -> None:
+    ref = _copy("plain", tmp_path)
+    ours = tmp_path / "ours"
+    env = {"STORE_DATA_DIR": str(ours)}
+    cli(env, "user", "add", "carol")
+    meta = _brain_dir(ref, "bob") / "meta.json"
+    with meta.open("r+b") as f:
+        f.truncate(2 * 1024 * 1024)  # sparse: JSON followed by zero bytes
+    line = _refused(env, ref, ours)
+    assert line.startswith(f"Error: {meta.relative_to(ref).as_posix()} is larger than 1 MiB"), line
