@@ -12,7 +12,8 @@ record there up to date (a token rotated at the source since works, the old one 
 removes there the users an earlier run brought from the same source that the source no longer
 has (their tokens and agent keys stop working; their brains are kept, as ``user remove`` keeps
 them), as it does the agent keys, memberships and OIDC deny records an earlier run brought that
-the source no longer has. What came from which source is kept at the target
+the source no longer has. What the target removed since an earlier run is not brought again (a
+removal there holds). What came from which source is kept at the target
 (``migrated-users.json``), so the target's own users, members and keys stay.
 """
 
@@ -34,7 +35,7 @@ from common.files import NotARegularFile
 from store.auth.users import User, UserRegistry, UsersDocument
 from store.backup.apply import all_sealed
 from store.settings import StoreSettings
-from store.sharing.registry import SharingDocument, SharingError
+from store.sharing.registry import Share, SharingDocument, SharingError
 from store.storage import sealing
 from store.storage.base import BrainMeta
 from store.storage.local import LocalBackend, fsync_dir, write_atomic
@@ -64,6 +65,7 @@ class MigrateReport:
     bytes: int = 0
     sealed: int = 0  # plain archives sealed on the way (STORE_ENCRYPTION_KEY set)
     differing: list[str] = dataclasses.field(default_factory=list)  # skipped brains unlike the source's ("user/brain")
+    withheld: list[str] = dataclasses.field(default_factory=list)  # removed at the target since: not brought again
 
 
 def location_settings(settings: StoreSettings, location: str, spool: Path) -> StoreSettings:
@@ -82,18 +84,32 @@ def location_settings(settings: StoreSettings, location: str, spool: Path) -> St
 
 
 MIGRATED = "migrated-users.json"  # in the target's document store, beside users.json
+MIGRATED_FORMAT = 1  # fields added since have defaults: records of earlier versions read the same
+
+
+class Noted(msgspec.Struct):
+    """What one pass from a source noted before adding it (``MigratedUsers.pending``)."""
+
+    users: list[str] = msgspec.field(default_factory=list)
+    denied: list[tuple[str, str]] = msgspec.field(default_factory=list)
+    members: list[tuple[str, str]] = msgspec.field(default_factory=list)
+    keys: list[str] = msgspec.field(default_factory=list)
 
 
 class MigratedUsers(msgspec.Struct):
     """The target's record of what migrations brought from each source (by ``source_key``): users,
     OIDC deny records, memberships of shared brains and agent keys (by hash), so a later pass takes
-    away what the source no longer has and leaves the target's own."""
+    away what the source no longer has, leaves the target's own, and does not bring again what the
+    target removed since. The four maps hold what the last finished pass brought; ``pending`` what a
+    pass under way (or stopped) noted before adding it: it may not be at the target yet, so its
+    absence there is no removal. Records of earlier versions (no ``pending``) read the same."""
 
-    version: int = 1
+    version: int = MIGRATED_FORMAT
     sources: dict[str, list[str]] = msgspec.field(default_factory=dict)  # user ids
     denied: dict[str, list[tuple[str, str]]] = msgspec.field(default_factory=dict)  # (issuer, subject)
     members: dict[str, list[tuple[str, str]]] = msgspec.field(default_factory=dict)  # (brain id, user id)
     keys: dict[str, list[str]] = msgspec.field(default_factory=dict)  # agent key sha256
+    pending: dict[str, Noted] = msgspec.field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -114,6 +130,13 @@ class Brought:
                        frozenset(record.keys.get(source, ())))
 
     @staticmethod
+    def pending(record: MigratedUsers, source: str) -> Brought:
+        """What a pass from ``source`` noted and did not finish (stopped), or nothing."""
+        noted = record.pending.get(source, Noted())
+        return Brought(frozenset(noted.users), frozenset(tuple(d) for d in noted.denied),  # type: ignore[misc]
+                       frozenset(tuple(m) for m in noted.members), frozenset(noted.keys))  # type: ignore[misc]
+
+    @staticmethod
     def at(users: UsersDocument, sharing: SharingDocument) -> Brought:
         """Everything a source has now."""
         return Brought(frozenset(u.id for u in users.users), frozenset((d.issuer, d.subject) for d in users.denied),
@@ -127,6 +150,16 @@ class Brought:
     def __sub__(self, other: Brought) -> Brought:
         return Brought(self.users - other.users, self.denied - other.denied, self.members - other.members,
                        self.keys - other.keys)
+
+    def __and__(self, other: Brought) -> Brought:
+        return Brought(self.users & other.users, self.denied & other.denied, self.members & other.members,
+                       self.keys & other.keys)
+
+    def __bool__(self) -> bool:
+        return bool(self.users or self.denied or self.members or self.keys)
+
+    def as_noted(self) -> Noted:
+        return Noted(sorted(self.users), sorted(self.denied), sorted(self.members), sorted(self.keys))
 
 
 def source_key(location: str) -> str:
@@ -143,15 +176,32 @@ def _migrated(docs: DocumentStore) -> MigratedUsers:
     if found is None:
         return MigratedUsers()
     try:
-        return msgspec.json.decode(found.data, type=MigratedUsers)
+        record = msgspec.json.decode(found.data, type=MigratedUsers)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         # read as nothing, users removed at the source would quietly stay at the target
         raise MigrateError(f"{docs.locate(MIGRATED)} is unreadable ({exc}); remove it to go on (users removed "
                            "at the source since an earlier run then stay at the target)") from None
+    if record.version > MIGRATED_FORMAT:
+        # what it holds beyond this version's fields would be dropped by the rewrite, unread
+        raise MigrateError(f"{docs.locate(MIGRATED)} was written by a newer brain-store (format "
+                           f"{record.version}); migrate with that version")
+    return record
+
+
+def _note_pending(docs: DocumentStore, source: str, noted: Brought) -> None:
+    """Note ``noted`` as what a pass from ``source`` (a ``source_key``) is about to bring: a pass
+    stopped after adding it still knows it came from there."""
+
+    def change(data: bytes | None) -> bytes:
+        record = msgspec.json.decode(data, type=MigratedUsers) if data is not None else MigratedUsers()
+        record.pending[source] = noted.as_noted()
+        return msgspec.json.encode(record)
+
+    docs.update(MIGRATED, change)
 
 
 def _record_migrated(docs: DocumentStore, source: str, brought: Brought) -> None:
-    """Note ``brought`` as what came from ``source`` (a ``source_key``)."""
+    """Note ``brought`` as what the finished pass from ``source`` brought."""
 
     def change(data: bytes | None) -> bytes:
         record = msgspec.json.decode(data, type=MigratedUsers) if data is not None else MigratedUsers()
@@ -159,9 +209,27 @@ def _record_migrated(docs: DocumentStore, source: str, brought: Brought) -> None
         record.denied[source] = sorted(brought.denied)
         record.members[source] = sorted(brought.members)
         record.keys[source] = sorted(brought.keys)
+        record.pending.pop(source, None)
         return msgspec.json.encode(record)
 
     docs.update(MIGRATED, change)
+
+
+def _without(users: UsersDocument, sharing: SharingDocument,
+             withheld: Brought) -> tuple[UsersDocument, SharingDocument]:
+    """The source's documents less what the target removed since an earlier pass (``withheld``),
+    and less the memberships and agent keys of users it removed."""
+
+    def kept_member(brain_id: str, user_id: str) -> bool:
+        return (brain_id, user_id) not in withheld.members and user_id not in withheld.users
+
+    shares = [Share(s.brain_id, s.owner_id, {u: r for u, r in s.members.items() if kept_member(s.brain_id, u)})
+              for s in sharing.shares]
+    return (UsersDocument(users=[u for u in users.users if u.id not in withheld.users],
+                          denied=[d for d in users.denied if (d.issuer, d.subject) not in withheld.denied]),
+            SharingDocument(shares=[s for s in shares if s.members],
+                            keys=[k for k in sharing.keys if k.sha256 not in withheld.keys
+                                  and k.user_id not in withheld.users]))
 
 
 def _copy_users(source: UsersDocument, dst: UserRegistry, gone: Brought) -> tuple[int, int, list[User], int]:
@@ -195,6 +263,27 @@ def _copy_users(source: UsersDocument, dst: UserRegistry, gone: Brought) -> tupl
         return added, updated, removed, lifted
 
     return dst.edit(merge)
+
+
+def _withheld_names(withheld: Brought, users: UsersDocument, sharing: SharingDocument) -> list[str]:
+    """``withheld`` for the operator, one phrase per kind (user names: an id alone names nobody)."""
+    names = {u.id: u.name for u in users.users}
+    # the memberships and keys of a removed user went with them (`user remove`): the user says it
+    members = sorted((b, u) for b, u in withheld.members if u not in withheld.users)
+    keys = [k for k in sharing.keys if k.sha256 in withheld.keys and k.user_id not in withheld.users]
+    parts = []
+    if withheld.users:
+        parts.append(f"{len(withheld.users)} user(s) ("
+                     + ", ".join(f"{names.get(u, u)} ({u})" for u in sorted(withheld.users)) + ")")
+    if members:
+        parts.append(f"{len(members)} membership(s) ("
+                     + ", ".join(f"{names.get(u, u)} on brain {b}" for b, u in members) + ")")
+    if keys:
+        parts.append(f"{len(keys)} agent key(s) ("
+                     + ", ".join(f"{k.prefix} of {names.get(k.user_id, k.user_id)}" for k in keys) + ")")
+    if withheld.denied:
+        parts.append(f"{len(withheld.denied)} OIDC deny record(s)")
+    return parts
 
 
 def _same_brain(source: BrainMeta, here: BrainMeta) -> bool:
@@ -316,10 +405,23 @@ def migrate(
         source_sharing = src_sharing.registry.document()
         present = Brought.at(source_users, source_sharing)
         dst_docs, from_here = document_store(dst_settings), source_key(source)
-        earlier = Brought.noted(_migrated(dst_docs), from_here)
+        record = _migrated(dst_docs)
+        finished, unfinished = Brought.noted(record, from_here), Brought.pending(record, from_here)
+        earlier = finished | unfinished
         gone = earlier - present
+        if (problem := dst_users.damaged() or dst_sharing.registry.damaged()) is not None:
+            # what the target has is read to know what its operator removed; its last good copy is not that
+            raise MigrateError(f"at the target: {problem}; fix or restore it first; nothing migrated")
+        here = Brought.at(UsersDocument(users=dst_users.users(), denied=dst_users.denied()),
+                          dst_sharing.registry.document())
+        # What a finished pass brought, the source still has and the target has not: its operator
+        # removed it since (`user remove`, `unshare`, `key revoke`, `user allow`). Not brought again:
+        # a removal there must hold. (What a stopped pass only noted may never have been added.)
+        withheld = (finished & present) - here
+        report.withheld = _withheld_names(withheld, source_users, source_sharing)
         # Noted before they are added: a run stopped after adding them still knows they came from here.
-        _record_migrated(dst_docs, from_here, present | earlier)
+        _note_pending(dst_docs, from_here, present | unfinished)
+        source_users, source_sharing = _without(source_users, source_sharing, withheld)
         report.users, report.users_updated, removed, report.denials_lifted = _copy_users(source_users, dst_users, gone)
         report.users_removed = len(removed)
         progress(f"users: {report.users} added, {report.users_updated} updated"
@@ -328,7 +430,14 @@ def migrate(
                     + "); their brains are kept here: `brain-store user orphans` lists them" if removed else "")
                  + (f", {report.denials_lifted} OIDC deny record(s) lifted (allowed again at the source since an "
                     "earlier run)" if report.denials_lifted else ""))
+        if withheld:
+            progress(f"not brought again (removed at the target since an earlier pass; the source still has "
+                     f"them): {'; '.join(report.withheld)}")
         for user_id in list(src.iter_users()):
+            if user_id in withheld.users:
+                progress(f"brains of user {user_id}: not copied (the user was removed at the target since an "
+                         "earlier pass)")
+                continue
             for meta in src.list_brains(user_id):
                 if (here := dst.read_meta(user_id, meta.id)) is not None:  # before copying its archives
                     report.skipped += 1

@@ -21,7 +21,10 @@ def migrate(source: str, target: str) -> None:
     earlier run brought that the source no longer has (their tokens and agent keys stop working;
     their brains are kept, `brain-store user orphans`), as it takes away there the agent keys,
     memberships and OIDC deny records an earlier run brought that the source no longer has (revoked,
-    removed, lifted with `user allow`). Run every pass with the same --from: the
+    removed, lifted with `user allow`). What the target removed since an earlier pass (a user,
+    a member, an agent key, a deny record) is not brought again while the source still has it;
+    give it again at the target to have it back.
+    Run every pass with the same --from: the
     target notes what came from where, and keeps its own. Sealed archives are copied as they are;
     with STORE_ENCRYPTION_KEY set (the target's), plain ones are sealed on the way, as a store
     with a key serves sealed archives only.

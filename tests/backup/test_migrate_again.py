@@ -170,3 +170,163 @@ def test_a_share_removed_a_key_revoked_and_a_user_allowed_at_the_source_since_fo
     assert share["members"] == {ids["carol"]: "editor", ids["tom"]: "viewer", ids["dave"]: "viewer"}
     third = cli({}, "migrate", "--from", source["STORE_DATA_DIR"], "--to", target["STORE_DATA_DIR"]).stdout
     assert "taken away" not in third and "lifted" not in third and "member(s) added" not in third, third
+
+
+def test_what_the_target_removed_since_an_earlier_pass_is_not_brought_again(tmp_path: Path) -> None:
+    """Between two passes the target's operator took bob off the shared brain, revoked carol's agent key,
+    removed erin and lifted an OIDC deny record (`user allow`): the later pass brought them all back,
+    access the target had ended working again. Now a removal at the target holds (named in the output);
+    what the source gives since is still brought."""
+    source, target = {"STORE_DATA_DIR": str(tmp_path / "source")}, {"STORE_DATA_DIR": str(tmp_path / "target")}
+    tokens = {name: cli(source, "user", "add", name).stdout.splitlines()[-1]
+              for name in ("alice", "bob", "carol", "erin")}
+    with serve(source, tmp_path) as server, client(server, tokens["alice"]) as alice:
+        team = alice.post("/api/brains", json={"name": "team"}).json()["id"]
+        upload(alice, team, archive({"a.md": b"shared"}))
+    for member in ("bob", "carol", "erin"):
+        cli(source, "share", team, "--with", member, "--role", "viewer")
+    tokens["carol-key"] = cli(source, "key", "create", "--user", "carol", "--brain", team,
+                              "--scope", "read").stdout.splitlines()[-1]
+    registry(source).add_oidc("oidcuser0001", "https://idp.example", "sub-1", "o@example.org", "olga")
+    cli(source, "user", "remove", "olga")
+    cli({}, "migrate", "--from", source["STORE_DATA_DIR"], "--to", target["STORE_DATA_DIR"])
+    erin = registry(target).find("erin").id
+
+    assert "no longer shares" in cli(target, "unshare", team, "--with", "bob").stdout
+    assert "revoked" in cli(target, "key", "revoke", tokens["carol-key"][:12]).stdout
+    assert "removed user erin" in cli(target, "user", "remove", "erin").stdout
+    assert cli(target, "user", "allow", "olga").returncode == 0
+    tokens["dave"] = cli(source, "user", "add", "dave").stdout.splitlines()[-1]
+    cli(source, "share", team, "--with", "dave", "--role", "viewer")  # given at the source since: brought
+
+    again = cli({}, "migrate", "--from", source["STORE_DATA_DIR"], "--to", target["STORE_DATA_DIR"]).stdout
+    assert "not brought again (removed at the target since an earlier pass; the source still has them): " \
+        f"1 user(s) (erin ({erin})); 1 membership(s) (bob on brain {team}); 1 agent key(s) " \
+        f"({tokens['carol-key'][:12]} of carol); 1 OIDC deny record(s)" in again, again
+    assert "users: 1 added, 0 updated\n" in again, again
+    assert "1 member(s) added to brains shared already" in again, again
+
+    def reads() -> dict[str, int]:
+        with serve(target, tmp_path) as server:
+            return {who: httpx.get(f"{server.base_url}/api/brains/{team}/sync", timeout=30,
+                                   headers={"Authorization": f"Bearer {token}"}).status_code
+                    for who, token in tokens.items()}
+
+    assert reads() == {"alice": 200, "bob": 404, "carol": 200, "erin": 401, "carol-key": 401, "dave": 200}
+    assert registry(target).denied() == []
+    third = cli({}, "migrate", "--from", source["STORE_DATA_DIR"], "--to", target["STORE_DATA_DIR"]).stdout
+    assert "not brought again" in third and "added to brains shared already" not in third, third
+    assert "users: 0 added, 0 updated\n" in third, third
+    # taken off at the source too: the record of it goes, as for anything the source removes
+    cli(source, "unshare", team, "--with", "bob")
+    fourth = cli({}, "migrate", "--from", source["STORE_DATA_DIR"], "--to", target["STORE_DATA_DIR"]).stdout
+    assert "bob on brain" not in fourth and "taken away" not in fourth, fourth
+
+
+def test_what_a_stopped_pass_only_noted_is_brought_by_the_next(tmp_path: Path) -> None:
+    """A pass notes what it brings before adding it. One stopped before the memberships (a damaged
+    archive at the source) had not added them: the next pass must, not take their absence at the
+    target for a removal there."""
+    import os
+
+    source, target = {"STORE_DATA_DIR": str(tmp_path / "source")}, {"STORE_DATA_DIR": str(tmp_path / "target")}
+    tokens = {name: cli(source, "user", "add", name).stdout.splitlines()[-1] for name in ("alice", "bob")}
+    with serve(source, tmp_path) as server, client(server, tokens["alice"]) as alice:
+        team = alice.post("/api/brains", json={"name": "team"}).json()["id"]
+        upload(alice, team, archive({"a.md": b"shared"}))
+    cli(source, "share", team, "--with", "bob", "--role", "viewer")
+    [blob] = (tmp_path / "source").glob(f"brains/*/{team}/blobs/*")
+    kept = blob.read_bytes()
+    blob.unlink()
+    os.mkfifo(blob)
+    stopped = cli({}, "migrate", "--from", source["STORE_DATA_DIR"], "--to", target["STORE_DATA_DIR"], check=False)
+    assert stopped.returncode == 1 and "a named pipe, not a regular file" in stopped.stderr, stopped.stderr
+    assert "users: 2 added" in stopped.stdout, stopped.stdout  # added before the brains; no membership yet
+    blob.unlink()
+    blob.write_bytes(kept)
+    again = cli({}, "migrate", "--from", source["STORE_DATA_DIR"], "--to", target["STORE_DATA_DIR"]).stdout
+    assert "not brought again" not in again and "1 shared brain(s)" in again, again
+    with serve(target, tmp_path) as server:
+        assert httpx.get(f"{server.base_url}/api/brains/{team}/sync", timeout=30,
+                         headers={"Authorization": f"Bearer {tokens['bob']}"}).status_code == 200
+
+
+def _strip(path: Path, drop: dict[str, tuple[str, ...]]) -> None:
+    """Rewrite the JSON file ``path`` without the fields later versions added (``drop``: where -> names)."""
+    def walk(node: object, where: str) -> object:
+        if isinstance(node, dict):
+            return {k: walk(v, k) for k, v in node.items() if k not in drop.get(where, ())}
+        if isinstance(node, list):
+            return [walk(v, where) for v in node]
+        return node
+
+    path.write_text(json.dumps(walk(json.loads(path.read_text()), "")))
+
+
+def test_records_of_an_earlier_version_migrate(tmp_path: Path) -> None:
+    """Records as the first versions wrote them, without the fields added since (a user's kind and
+    e-mail, the deny list, a brain's generation and deletion mark, an archive's sealed and by_other
+    flags, an agent key's label and expiry, and a migration record of users only) migrate like today's."""
+    source, target = {"STORE_DATA_DIR": str(tmp_path / "source")}, {"STORE_DATA_DIR": str(tmp_path / "target")}
+    tokens = {name: cli(source, "user", "add", name).stdout.splitlines()[-1] for name in ("alice", "bob", "gone")}
+    with serve(source, tmp_path) as server, client(server, tokens["alice"]) as alice:
+        team = alice.post("/api/brains", json={"name": "team"}).json()["id"]
+        for text in (b"one", b"two"):
+            upload(alice, team, archive({"a.md": text}))
+        want = alice.get(f"/api/brains/{team}/sync").content
+    cli(source, "share", team, "--with", "bob", "--role", "editor")
+    tokens["bob-key"] = cli(source, "key", "create", "--user", "bob", "--brain", team, "--scope", "read",
+                            "--label", "x", "--expires", "30d").stdout.splitlines()[-1]
+    data = tmp_path / "source"
+    _strip(data / "users.json", {"users": ("kind", "email", "oidc_issuer", "oidc_subject"), "": ("denied",)})
+    _strip(data / "sharing.json", {"keys": ("label", "expires_at")})
+    for meta in data.glob("brains/*/*/meta.json"):
+        _strip(meta, {"": ("generation", "deleted_at"), "current": ("sealed", "by_other"),
+                      "archive": ("sealed", "by_other")})
+    assert '"generation"' not in (next(data.glob(f"brains/*/{team}/meta.json"))).read_text()
+    cli({}, "migrate", "--from", str(data), "--to", target["STORE_DATA_DIR"])
+    _strip(tmp_path / "target" / "migrated-users.json", {"": ("denied", "members", "keys", "pending")})
+    cli(source, "user", "remove", "gone")
+    again = cli({}, "migrate", "--from", str(data), "--to", target["STORE_DATA_DIR"]).stdout
+    assert "1 removed (removed at the source since an earlier run: gone" in again, again
+    with serve(target, tmp_path) as server:
+        def get(token: str) -> httpx.Response:
+            return httpx.get(f"{server.base_url}/api/brains/{team}/sync", timeout=30,
+                             headers={"Authorization": f"Bearer {token}"})
+
+        assert [get(tokens[who]).content == want for who in ("alice", "bob", "bob-key")] == [True] * 3
+        assert get(tokens["gone"]).status_code == 401
+        with client(server, tokens["alice"]) as alice:
+            assert len(alice.get(f"/api/brains/{team}/versions").json()["versions"]) == 1
+
+
+def test_a_migration_record_of_a_newer_version_is_refused(tmp_path: Path) -> None:
+    """Its fields beyond this version's would be dropped unread when the record is rewritten."""
+    source, target = tmp_path / "source", tmp_path / "target"
+    registry({"STORE_DATA_DIR": str(source)}).add("alice")
+    cli({}, "migrate", "--from", str(source), "--to", str(target))
+    record = json.loads((target / "migrated-users.json").read_text())
+    (target / "migrated-users.json").write_text(json.dumps({**record, "version": 2, "later": {}}))
+    before = tree(target)
+    done = cli({}, "migrate", "--from", str(source), "--to", str(target), check=False)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "was written by a newer brain-store (format 2); migrate with that version" in done.stderr, done.stderr
+    assert tree(target) == before
+
+
+
+def test_a_damaged_users_file_at_the_target_stops_it_before_anything_changes(tmp_path: Path) -> None:
+    """A pass reads what the target has to know what its operator removed; a damaged users file there
+    (its last good copy serving, or none) is not that: refused in one line, the target untouched."""
+    source, target = tmp_path / "source", tmp_path / "target"
+    registry({"STORE_DATA_DIR": str(source)}).add("alice")
+    cli({}, "migrate", "--from", str(source), "--to", str(target))
+    registry({"STORE_DATA_DIR": str(source)}).add("bob")
+    (target / "users.json").write_text("{broken")
+    before = tree(target)
+    done = cli({}, "migrate", "--from", str(source), "--to", str(target), check=False)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert f"Error: at the target: users file {target / 'users.json'} is unreadable or corrupt" in done.stderr, \
+        done.stderr
+    assert "fix or restore it first; nothing migrated" in done.stderr, done.stderr
+    assert tree(target) == before
