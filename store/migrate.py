@@ -13,7 +13,8 @@ removes there the users an earlier run brought from the same source that the sou
 has (their tokens and agent keys stop working; their brains are kept, as ``user remove`` keeps
 them), as it does the agent keys, memberships and OIDC deny records an earlier run brought that
 the source no longer has. What the target removed since an earlier run is not brought again (a
-removal there holds). What came from which source is kept at the target
+removal there holds), and what a run changes in members and keys of brains already at the target
+goes in their sharing audit log. What came from which source is kept at the target
 (``migrated-users.json``), so the target's own users, members and keys stay.
 """
 
@@ -35,7 +36,7 @@ from common.files import NotARegularFile
 from store.auth.users import User, UserRegistry, UsersDocument
 from store.backup.apply import all_sealed
 from store.settings import StoreSettings
-from store.sharing.registry import Share, SharingDocument, SharingError
+from store.sharing.registry import Merged, Share, SharingDocument, SharingError
 from store.storage import sealing
 from store.storage.base import BrainMeta
 from store.storage.local import LocalBackend, fsync_dir, write_atomic
@@ -286,6 +287,27 @@ def _withheld_names(withheld: Brought, users: UsersDocument, sharing: SharingDoc
     return parts
 
 
+def _audit_merge(audit: Any, merged: Merged, names: dict[str, str], copied: set[str]) -> None:
+    """Note in the sharing audit log of each brain at the target what the merge changed there, as
+    `brain-store share|unshare|key` note an operator's change (actor ``operator``). A brain copied by
+    this pass is left out: its log is the source's, which tells how its members and keys came."""
+
+    def note(brain_id: str, action: str, **details: Any) -> None:
+        if brain_id not in copied:
+            audit.record(brain_id, "operator", "operator (migrate)", action, **details)
+
+    for brain_id, user_id, role in merged.set_members:
+        note(brain_id, "member_set", member=user_id, member_name=names.get(user_id, ""), role=role)
+    for brain_id, user_id in merged.removed_members:
+        note(brain_id, "member_removed", member=user_id, member_name=names.get(user_id, ""))
+    for key in merged.added_keys:
+        for brain_id in key.brains:
+            note(brain_id, "key_created", key=key.prefix, member=key.user_id, scope=key.scope, label=key.label)
+    for key in merged.removed_keys:
+        for brain_id in key.brains:
+            note(brain_id, "key_revoked", key=key.prefix, member=key.user_id)
+
+
 def _same_brain(source: BrainMeta, here: BrainMeta) -> bool:
     """Whether the target's copy of a brain is still the source's: a migration writes the source's
     metadata as it is (only marking archives sealed), so any commit since shows."""
@@ -433,6 +455,7 @@ def migrate(
         if withheld:
             progress(f"not brought again (removed at the target since an earlier pass; the source still has "
                      f"them): {'; '.join(report.withheld)}")
+        copied: set[str] = set()  # brains copied by this pass: their audit log is the source's
         for user_id in list(src.iter_users()):
             if user_id in withheld.users:
                 progress(f"brains of user {user_id}: not copied (the user was removed at the target since an "
@@ -461,6 +484,7 @@ def migrate(
                     path.unlink(missing_ok=True)
                 if done:
                     dst_sharing.audit.replace(meta.id, src_sharing.audit.events(meta.id, limit=1 << 30))
+                    copied.add(meta.id)
                     report.brains += 1
                     report.blobs += len(files)
                     report.bytes += meta.stored_bytes()  # the same "stored bytes" as user list and backup
@@ -481,6 +505,7 @@ def migrate(
         report.keys_removed = [f"{key.prefix} of {names.get(key.user_id, key.user_id)}" for key in merged.removed_keys]
         report.members_removed = [f"{names.get(user_id, user_id)} on brain {brain_id}"
                                   for brain_id, user_id in merged.removed_members]
+        _audit_merge(dst_sharing.audit, merged, names, copied)
         for user_id in gone.users:  # their agent keys and memberships go too, as `user remove` does
             if dst_sharing.registry.keys(user_id) or dst_sharing.registry.shared_with(user_id):
                 dst_sharing.registry.forget_user(user_id)

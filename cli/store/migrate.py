@@ -23,7 +23,8 @@ def migrate(source: str, target: str) -> None:
     memberships and OIDC deny records an earlier run brought that the source no longer has (revoked,
     removed, lifted with `user allow`). What the target removed since an earlier pass (a user,
     a member, an agent key, a deny record) is not brought again while the source still has it;
-    give it again at the target to have it back.
+    give it again at the target to have it back. Members and keys a pass adds, changes or takes
+    away on a brain already at the target are noted in its sharing audit log (`brain-store audit`).
     Run every pass with the same --from: the
     target notes what came from where, and keeps its own. Sealed archives are copied as they are;
     with STORE_ENCRYPTION_KEY set (the target's), plain ones are sealed on the way, as a store

@@ -17,7 +17,7 @@ import logging
 import secrets
 from collections.abc import Callable
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TypeVar
@@ -79,6 +79,10 @@ class Merged:
     members: int  # members added to brains shared here already
     removed_members: list[tuple[str, str]]  # (brain id, user id): brought earlier, gone from the source since
     removed_keys: list[AgentKey]  # brought earlier, revoked at the source since
+    # each change by brain, for its audit log: (brain id, user id, role) given (new shares' members
+    # included) or changed to the source's, and the keys added
+    set_members: list[tuple[str, str, str]] = field(default_factory=list)
+    added_keys: list[AgentKey] = field(default_factory=list)
 
 
 class SharingDocument(msgspec.Struct):
@@ -222,6 +226,7 @@ class SharingRegistry:
             keys = [key for key in other.keys if key.sha256 not in known]
             doc.keys.extend(keys)
             removed_members: list[tuple[str, str]] = []
+            set_members: list[tuple[str, str, str]] = []
             members = 0
             here = {share.brain_id: share for share in doc.shares}
             for share in doc.shares:
@@ -232,16 +237,19 @@ class SharingRegistry:
                     if pair not in theirs:
                         del share.members[user_id]
                         removed_members.append(pair)
-                    else:
+                    elif share.members[user_id] != theirs[pair]:
                         share.members[user_id] = theirs[pair]  # a role changed there since
+                        set_members.append((*pair, theirs[pair]))
             added = [Share(s.brain_id, s.owner_id, dict(s.members)) for s in other.shares if s.brain_id not in here]
+            set_members.extend((s.brain_id, user_id, role) for s in added for user_id, role in s.members.items())
             for (brain_id, user_id), role in theirs.items():
                 share = here.get(brain_id)
                 if share is not None and share.owner_id == owners[brain_id] and user_id not in share.members:
                     share.members[user_id] = role
+                    set_members.append((brain_id, user_id, role))
                     members += 1
             doc.shares[:] = [share for share in doc.shares if share.members] + added
-            return Merged(len(added), len(keys), members, removed_members, removed_keys)
+            return Merged(len(added), len(keys), members, removed_members, removed_keys, set_members, keys)
 
         return self._edit(change)
 

@@ -314,7 +314,6 @@ def test_a_migration_record_of_a_newer_version_is_refused(tmp_path: Path) -> Non
     assert tree(target) == before
 
 
-
 def test_a_damaged_users_file_at_the_target_stops_it_before_anything_changes(tmp_path: Path) -> None:
     """A pass reads what the target has to know what its operator removed; a damaged users file there
     (its last good copy serving, or none) is not that: refused in one line, the target untouched."""
@@ -330,3 +329,43 @@ def test_a_damaged_users_file_at_the_target_stops_it_before_anything_changes(tmp
         done.stderr
     assert "fix or restore it first; nothing migrated" in done.stderr, done.stderr
     assert tree(target) == before
+
+
+def test_what_a_later_pass_changes_on_a_brain_is_in_its_audit_log(tmp_path: Path) -> None:
+    """`share`, `unshare` and `key create|revoke` note an operator's change in the brain's sharing audit
+    log; a later migration pass making the same changes at the target (a member given, a role changed, a
+    member taken off, a key added and one revoked at the source since) left no trace there."""
+    source, target = {"STORE_DATA_DIR": str(tmp_path / "source")}, {"STORE_DATA_DIR": str(tmp_path / "target")}
+    tokens = {name: cli(source, "user", "add", name).stdout.splitlines()[-1] for name in ("alice", "bob", "carol")}
+    with serve(source, tmp_path) as server, client(server, tokens["alice"]) as alice:
+        team = alice.post("/api/brains", json={"name": "team"}).json()["id"]
+        upload(alice, team, archive({"a.md": b"shared"}))
+    cli(source, "share", team, "--with", "bob", "--role", "viewer")
+    old_key = cli(source, "key", "create", "--user", "alice", "--brain", team,
+                  "--scope", "read").stdout.splitlines()[-1]
+    cli({}, "migrate", "--from", source["STORE_DATA_DIR"], "--to", target["STORE_DATA_DIR"])
+
+    def log() -> list[dict[str, str]]:
+        lines = cli(target, "audit", team, "--user", "alice").stdout.splitlines()
+        return [json.loads(line) for line in lines]
+
+    first = log()  # the source's log, as copied
+    assert [e["action"] for e in first] == ["member_set", "key_created"], first
+    cli(source, "share", team, "--with", "carol", "--role", "viewer")
+    cli(source, "share", team, "--with", "bob", "--role", "editor")
+    cli(source, "key", "revoke", old_key[:12])
+    new_key = cli(source, "key", "create", "--user", "alice", "--brain", team,
+                  "--scope", "write").stdout.splitlines()[-1]
+    cli({}, "migrate", "--from", source["STORE_DATA_DIR"], "--to", target["STORE_DATA_DIR"])
+    ids = {u.name: u.id for u in registry(target).users()}
+    added = [{k: v for k, v in e.items() if k not in ("ts", "brain")} for e in log()[len(first):]]
+    migrate = {"actor": "operator", "actor_name": "operator (migrate)"}
+    assert sorted(added, key=lambda e: (e["action"], e.get("member_name", ""))) == [
+        {**migrate, "action": "key_created", "key": new_key[:12], "member": ids["alice"], "scope": "write"},
+        {**migrate, "action": "key_revoked", "key": old_key[:12], "member": ids["alice"]},
+        {**migrate, "action": "member_set", "member": ids["bob"], "member_name": "bob", "role": "editor"},
+        {**migrate, "action": "member_set", "member": ids["carol"], "member_name": "carol", "role": "viewer"},
+    ], added
+    assert len(log()) == len(first) + 4
+    cli({}, "migrate", "--from", source["STORE_DATA_DIR"], "--to", target["STORE_DATA_DIR"])
+    assert len(log()) == len(first) + 4  # a pass changing nothing notes nothing
