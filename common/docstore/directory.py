@@ -35,7 +35,7 @@ from common.docstore.base import (
     check_prefix,
     is_hidden,
 )
-from common.files import fsync_dir, remove_quietly, settled, write_temporary
+from common.files import fsync_dir, open_regular_fd, remove_quietly, settled, write_temporary
 
 
 _KNOWN_PATHS = 1024  # file names remembered by get_if_changed
@@ -124,11 +124,11 @@ class DirectoryStore(ConditionalUpdate):
 
     def _read(self, path: Path) -> Document | None:
         try:
-            fd = os.open(path, os.O_RDONLY)
+            # a regular file only: a named pipe put in a document's place would hang every reader
+            fd, status = open_regular_fd(path)
         except FileNotFoundError:
             return None
         try:
-            status = os.fstat(fd)
             with os.fdopen(os.dup(fd), "rb") as f:
                 data = f.read()
         finally:

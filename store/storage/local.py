@@ -33,6 +33,7 @@ from typing import BinaryIO
 import msgspec
 
 from common.files import (  # also imported from here by other store modules
+    NotARegularFile,
     fsync_dir,
     open_regular,
     remove_quietly,
@@ -86,6 +87,19 @@ def read_blob(fd: int, size: int) -> bytes | memoryview:
 def is_disk_full(exc: OSError) -> bool:
     """True for 'no space left' and 'quota exceeded' errors."""
     return exc.errno in _FULL_ERRNOS
+
+
+def _read_meta_file(path: str) -> BrainMeta:
+    """Read and decode one meta.json; ``FileNotFoundError`` when it is gone, ``CorruptMeta`` when it
+    is not a regular file (a named pipe there would hang the reader: a server, backup, migrate)."""
+    try:
+        with open_regular(path, buffering=-1) as f:
+            data = f.read()
+    except NotARegularFile as exc:
+        log.critical("brain metadata %s is damaged (%s); the brain is unavailable until it is repaired",
+                     path, exc.strerror)
+        raise CorruptMeta(path) from None
+    return _decode_meta(path, data)
 
 
 def _decode_meta(path: str, data: bytes) -> BrainMeta:
@@ -327,8 +341,7 @@ class LocalBackend:
         path = self._meta_path(user_id, brain_id)
         if fresh:
             try:
-                with open(path, "rb") as f:
-                    return _decode_meta(path, f.read())
+                return _read_meta_file(path)
             except (FileNotFoundError, NotADirectoryError):
                 return None
         try:
@@ -341,8 +354,7 @@ class LocalBackend:
         if cached is not None and cached[0] == key:
             return cached[1]
         try:
-            with open(path, "rb") as f:
-                meta = _decode_meta(path, f.read())
+            meta = _read_meta_file(path)
         except FileNotFoundError:
             return None
         if settled(st.st_mtime_ns):
@@ -512,8 +524,11 @@ class LocalBackend:
             if entry.is_dir(follow_symlinks=False):
                 shutil.rmtree(path, ignore_errors=True)
                 continue
+            if not entry.is_file(follow_symlinks=False):  # no upload of ours; opening a named pipe would wait
+                remove_quietly(path)
+                continue
             try:
-                fd = os.open(path, os.O_RDONLY)
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
             except FileNotFoundError:
                 continue
             try:

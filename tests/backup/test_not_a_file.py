@@ -75,3 +75,48 @@ def test_a_download_of_a_named_pipe_answers_an_error_and_the_server_goes_on(tmp_
         assert f"refusing to serve brain {brains['damaged']} archive {blob.name}: {blob}: a named pipe, not a " \
             "regular file" in log, log
         assert "Traceback" not in log, log
+
+
+def test_a_named_pipe_for_a_record_stops_nothing(tmp_path: Path) -> None:
+    """Records were opened with a plain open(): a named pipe put in place of a brain's meta.json hung
+    `backup`, `migrate` and the server's requests for that user; one in place of users.json hung every
+    command; one left in tmp/ hung the server's start (its clean-up opened it). Now a pipe for meta.json
+    is a damaged brain (the others go on), one for users.json an error naming it, and one in tmp/ is
+    removed at start."""
+    data = tmp_path / "store"
+    env = {"STORE_DATA_DIR": str(data)}
+    token = cli(env, "user", "add", "alice").stdout.splitlines()[-1]
+    with serve(env, tmp_path) as server, client(server, token) as alice:
+        brains = {}
+        for name in ("damaged", "fine"):
+            brains[name] = alice.post("/api/brains", json={"name": name}).json()["id"]
+            upload(alice, brains[name], archive({"a.md": name.encode()}))
+    [meta] = data.glob(f"brains/*/{brains['damaged']}/meta.json")
+    _pipe_in_place_of(meta)
+    os.mkfifo(data / "tmp" / "left-over")
+
+    started = time.monotonic()
+    done = cli(env, "backup", "--to", str(tmp_path / "store.backup"), check=False)  # the helper's timeout: 120 s
+    assert done.returncode == 0, done.stderr
+    assert f"brain metadata {meta} is damaged (a named pipe, not a regular file)" in done.stderr, done.stderr
+    assert f"{brains['fine']} (fine) 1 archive(s)" in done.stderr, done.stderr
+    with serve(env, tmp_path) as server, client(server, token) as alice:
+        assert alice.get(f"/api/brains/{brains['fine']}/sync", timeout=10).status_code == 200
+        assert alice.get(f"/api/brains/{brains['damaged']}/sync", timeout=10).status_code >= 500
+        assert "Traceback" not in server.log()
+    assert not (data / "tmp" / "left-over").exists()
+    assert time.monotonic() - started < 60
+
+    users = data / "users.json"
+    kept = users.read_bytes()
+    _pipe_in_place_of(users)
+    for args in (("backup", "--to", str(tmp_path / "second.backup")),
+                 ("migrate", "--from", str(data), "--to", str(tmp_path / "target")), ("user", "list")):
+        started = time.monotonic()
+        done = cli(env if args[0] != "migrate" else {}, *args, check=False)
+        assert time.monotonic() - started < 30
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+        assert f"cannot read users.json in the directory {data}: a named pipe, not a regular file" in done.stderr, \
+            done.stderr
+    users.unlink()
+    users.write_bytes(kept)
