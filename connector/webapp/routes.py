@@ -23,6 +23,7 @@ from litestar import Request, Response, get, post
 from litestar.datastructures import Cookie
 
 from connector.engine.format.brain import Brain
+from connector.engine.format.jsvalues import parse_iso_ms
 from connector.engine.kinds import operation_from_dict
 from connector.engine.tending.similar import Incoming
 from connector.engine.writes.memorize import MAX_CONTENT_CHARS, is_memory_id
@@ -517,6 +518,11 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
             form.mode = app.views.tools.recall_mode
             error = Text("Unknown recall mode: choose “%(exact)s” or “%(hybrid)s”.",
                          exact=gettext(MODE_LABELS["exact"]), hybrid=gettext(MODE_LABELS["hybrid"]))
+            return app.page("search.html", visit.site, visit.session, status=400,
+                            result=SearchResult(form=form, error=error), types=TYPES, modes=MODE_LABELS)
+        if form.as_of and parse_iso_ms(form.as_of) is None:
+            # A bookmarked or typed address can hold any text there: said in the page's language, nothing searched.
+            error = Text("“%(value)s” is not a date: write it as 2026-03-01 (or 2026-03-01T09:30Z).", value=form.as_of)
             return app.page("search.html", visit.site, visit.session, status=400,
                             result=SearchResult(form=form, error=error), types=TYPES, modes=MODE_LABELS)
         result = await app.views.search(visit.session.account, form)

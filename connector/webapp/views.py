@@ -22,6 +22,7 @@ from connector.engine.format.titles import plain_title
 from connector.engine.recall.hybrid import empty_recall_reason, memory_text
 from connector.engine.recall.index import BrainIndex, RecallError
 from connector.engine.recall.indexcache import index_for
+from connector.engine.recall.pipeline import eligibility, instant_ms
 from connector.engine.recall.textmatch import fold_traditional, normalise, query_words_in
 from connector.engine.tending.similar import Incoming, Similar
 from connector.engine.writes.memorize import MAX_CONTEXT_CHARS
@@ -623,8 +624,12 @@ def _recent(index: BrainIndex, page: int) -> tuple[list[MemoryLine], int, int]:
 
 def _browse(index: BrainIndex, form: SearchForm) -> list[MemoryLine]:
     """Memories matching the filters, newest first (no query: nothing to rank by)."""
+    # "Remember as of" keeps what a recall as of that moment may list (the validity window), as with a query.
+    eligible = eligibility(index, instant_ms(form.as_of or None), None)
     chosen = []
-    for record in index.memories:
+    for position, record in enumerate(index.memories):
+        if eligible is not None and not eligible[position]:
+            continue
         entry = record.entry
         if form.type and entry.get("type") != form.type:
             continue

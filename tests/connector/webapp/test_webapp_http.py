@@ -258,9 +258,21 @@ def test_search_filters_and_browsing(store: RunningStore) -> None:
         assert old in found(query="postgres version", as_of="2019-06-01")
         # Filters without a query: a browse list, newest first.
         assert found(tag="home") == [preference]
+        # "Remember as of" without a query lists what was valid then, as it does with one: the old
+        # fact expired in 2020, so it is in 2019's list and not in 2021's.
+        assert old in found(as_of="2019-06-01")
+        assert set(found(as_of="2021-06-01")) == {decision, preference}
+        assert set(found(tag="work", as_of="2021-06-01")) == {decision}
         page = client.get("/app/search", params={"query": "postgres"})
         assert "relevance" in page.text and page.text.count('class="muted score"') == 3
-        assert client.get("/app/search", params={"query": "x", "as_of": "not a date"}).status_code == 200
+        # A date that is none is said in the page's language, with or without a query, and nothing is listed.
+        for params in ({"query": "postgres", "as_of": "yesterday"}, {"as_of": "yesterday"}):
+            refused = client.get("/app/search", params=params)
+            assert refused.status_code == 400, refused.text
+            assert "“<bdi>yesterday</bdi>” is not a date: write it as 2026-03-01" in refused.text
+            assert not re.findall(r'href="/app/memory/(mem_[0-9a-f_]+)"', refused.text)
+        chinese = client.get("/app/search", params={"as_of": "昨天"}, cookies={"brain_lang": "zh-Hans"})
+        assert chinese.status_code == 400 and "不是日期" in chinese.text, chinese.text
 
 
 def test_forgetting_a_salient_memory_asks_first_and_edit_errors_change_nothing(store: RunningStore) -> None:
