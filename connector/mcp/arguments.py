@@ -148,10 +148,11 @@ class Args:
             return False
         raise ArgumentError(f"'{name}' must be true or false")
 
-    def string_list(self, name: str, *, max_items: int = 200) -> list[str]:
+    def string_list(self, name: str, *, max_items: int = 200, max_item_length: int | None = None) -> list[str]:
         """A list of strings: a JSON array, an array sent as a JSON string, or one comma-separated string
         (the full-width and ideographic commas a Chinese or Japanese keyboard types separate too), its
-        items quoted or not and the whole in brackets or not (``['a', 'b']``, Python's way)."""
+        items quoted or not and the whole in brackets or not (``['a', 'b']``, Python's way); an item
+        longer than ``max_item_length`` is refused in the words memorize's limits use."""
         value = _maybe_json(self._get(name), (list,))
         if value is None or value == "":
             return []
@@ -172,6 +173,8 @@ class Args:
                 result.append(text)
         if len(result) > max_items:
             raise ArgumentError(f"'{name}' has too many items (at most {max_items})")
+        if max_item_length is not None and any(len(item) > max_item_length for item in result):
+            raise ArgumentError(f"'{name}' holds an item longer than {max_item_length} characters")
         return result
 
     def choice(self, name: str, options: list[str], *, default: str) -> str:

@@ -524,7 +524,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         input_schema=_object(
             {
                 "action": {"type": "string", "enum": ["list", "approve", "reject"], "default": "list"},
-                "ids": {"type": "array", "items": {"type": "string"}, "maxItems": MAX_LIST_ITEMS,
+                "ids": {"type": "array", "items": {"type": "string", "maxLength": MAX_ID_CHARS}, "maxItems": MAX_LIST_ITEMS,
                         "description": "Memory ids to approve or reject."},
             }
         ),

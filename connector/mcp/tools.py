@@ -1015,7 +1015,7 @@ class BrainTools:
 
     async def _verify(self, caller: Caller, args: Args) -> types.CallToolResult:
         action = args.choice("action", ["list", "approve", "reject"], default="list")
-        ids = args.string_list("ids", max_items=MAX_LIST_ITEMS)
+        ids = args.string_list("ids", max_items=MAX_LIST_ITEMS, max_item_length=MAX_ID_CHARS)
         if action == "list":
             snapshot = await self.manager.snapshot(caller.account)
             listing: dict[str, Any] = {"pending": [], "total": 0}

@@ -375,11 +375,19 @@ def test_input_schemas_declare_the_limits_the_tools_enforce(store: RunningStore,
     content (50,000), title, query and the rest were refused past limits no schema declared."""
     user = store.add_user("limits")
 
-    async def scenario(base: str) -> set[tuple[str, str]]:
+    async def scenario(base: str) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
         declared: set[tuple[str, str]] = set()
+        items_declared: set[tuple[str, str]] = set()
         async with mcp_session(base + "/mcp", mint(base, user, {"brain.read", "brain.write"})) as client:
             for tool in (await client.list_tools()).tools:
                 for name, schema in tool.input_schema.get("properties", {}).items():
+                    item_limit = schema.get("items", {}).get("maxLength")
+                    if item_limit is not None:
+                        # A list's items are held to their declared length too, the limit named.
+                        items_declared.add((tool.name, name))
+                        refused = await client.call_tool(tool.name, {**LIMITED_CALLS[tool.name], name: ["a" * (item_limit + 1)]})
+                        message = refused.content[0].text
+                        assert refused.is_error and str(item_limit) in message, (tool.name, name, message)
                     limit = schema.get("maxLength", schema.get("maxItems"))
                     if limit is None:
                         continue
@@ -391,9 +399,10 @@ def test_input_schemas_declare_the_limits_the_tools_enforce(store: RunningStore,
                     assert refused.is_error and (str(limit) in message or f"{limit:,}" in message), (tool.name, name)
                     taken = await client.call_tool(tool.name, {**LIMITED_CALLS[tool.name], name: at})
                     assert "too long" not in taken.content[0].text and "too many" not in taken.content[0].text
-        return declared
+        return declared, items_declared
 
-    declared = asyncio.run(scenario(served.base_url))
+    declared, items_declared = asyncio.run(scenario(served.base_url))
+    assert {("brain_memorize", "tags"), ("brain_memorize", "supersedes"), ("brain_verify", "ids")} <= items_declared
     assert {("brain_memorize", "content"), ("brain_memorize", "title"), ("brain_memorize", "tags"),
             ("brain_memorize", "project"), ("brain_memorize", "supersedes"), ("brain_recall", "query"),
             ("brain_recall", "as_of"), ("search", "query"), ("brain_read", "id"), ("fetch", "id"),
