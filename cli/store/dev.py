@@ -81,6 +81,17 @@ def _console_script(name: str) -> str:
     return found
 
 
+def _command_as_typed(name: str) -> str:
+    """Our command ``name`` as a newcomer types it in a shell: its bare name when their PATH finds this
+    very one (installed, or the venv activated), else its full path (`make dev` runs `.venv/bin/brain-store`,
+    and a bare `brain-store` in the banner was "command not found" in a fresh terminal)."""
+    script = Path(_console_script(name)).absolute()
+    found = shutil.which(name)
+    if found is not None and Path(found).resolve() == script.resolve():
+        return name
+    return shlex.quote(str(script))
+
+
 def _write_private(path: Path, text: str) -> None:
     """Write ``text`` to a fresh 0600 file, replacing ``path`` atomically."""
     tmp = path.with_name(path.name + ".tmp")
@@ -208,7 +219,7 @@ brain-store dev is running (data in {data}; logs in {data}/store.log and {data}/
   store data: {data / "store"}
 
 More users (the running store sees them at once; each command prints the new token):
-  brain-store user add NAME --data {store_dir}
+  {_command_as_typed("brain-store")} user add NAME --data {store_dir}
 
 Claude Code:
   claude mcp add --transport http brain {mcp_url}

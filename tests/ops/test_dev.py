@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import queue
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -50,14 +51,27 @@ def _listening(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
+# A newcomer's shell after `make dev`: the virtualenv is not activated, so its commands are not on PATH.
+NEWCOMER_PATH = os.pathsep.join(part for part in os.environ.get("PATH", os.defpath).split(os.pathsep)
+                                if part and not (Path(part) / "brain-store").exists())
+
+
+def banner_command(run: DevRun, name: str) -> list[str]:
+    """The banner's `user add` command as a shell splits it, NAME replaced by ``name``."""
+    line = next(line.strip() for line in run.lines if " user add NAME " in line)
+    return shlex.split(line.replace("NAME", name))
+
+
 @contextmanager
-def brain_store_dev(data: Path, store_port: int, connector_port: int, *extra: str) -> Iterator[DevRun]:
-    """Start `brain-store dev`, wait for its banner, yield what it printed; always stop it."""
+def brain_store_dev(data: Path, store_port: int, connector_port: int, *extra: str,
+                    env: dict[str, str] | None = None) -> Iterator[DevRun]:
+    """Start `brain-store dev` (in ``env``, else this environment), wait for its banner, yield what it
+    printed; always stop it."""
     process = subprocess.Popen(
         [console_script("brain-store"), "dev", "--data", str(data), "--port", str(store_port),
          "--connector-port", str(connector_port), *extra],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO_ROOT, start_new_session=True,
-        env={**os.environ, "STORE_BACKEND": "local"},
+        env={**(os.environ if env is None else env), "STORE_BACKEND": "local"},
     )
     lines: queue.Queue[str | None] = queue.Queue()
     threading.Thread(target=_reader, args=(process.stdout, lines), daemon=True).start()
@@ -88,7 +102,8 @@ async def test_dev_prints_urls_token_and_a_client_signs_in_memorizes_and_recalls
     store_port, connector_port = free_port(), free_port()
     storage = MemoryStorage()
     attempts: list[str] = []
-    with brain_store_dev(data, store_port, connector_port) as run:
+    newcomer = {**os.environ, "PATH": NEWCOMER_PATH}
+    with brain_store_dev(data, store_port, connector_port, env=newcomer) as run:
         assert run.store_url == f"http://127.0.0.1:{store_port}"
         assert run.mcp_url == f"http://127.0.0.1:{connector_port}/mcp"
         assert re.fullmatch(r"bst_[A-Za-z0-9_-]{43}", run.token)
@@ -97,10 +112,12 @@ async def test_dev_prints_urls_token_and_a_client_signs_in_memorizes_and_recalls
         assert "Claude Desktop" in text
         # The banner names the data and the exact command adding a user to this store, which works.
         assert f"store data: {data.resolve() / 'store'}" in text
-        add_line = next(line.strip() for line in run.lines if line.strip().startswith("brain-store user add NAME"))
-        assert add_line == f"brain-store user add NAME --data {data.resolve() / 'store'}"
-        added = subprocess.run([console_script("brain-store"), *add_line.replace("NAME", "newcomer").split()[1:]], capture_output=True,
-                               text=True, timeout=60, check=True)
+        # In a shell without the virtualenv on PATH, it names the command by its path (a bare
+        # `brain-store` was "command not found" there) and runs as printed.
+        argv = banner_command(run, "newcomer")
+        assert argv[1:] == ["user", "add", "newcomer", "--data", str(data.resolve() / "store")]
+        assert Path(argv[0]).is_absolute() and Path(argv[0]).samefile(console_script("brain-store"))
+        added = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True, env=newcomer)
         new_token = added.stdout.strip().splitlines()[-1]
         assert httpx2.get(run.store_url + "/auth/me", headers={"Authorization": f"Bearer {new_token}"}).status_code == 200
         # The token is kept private on disk so a restart keeps client sign-ins working.
@@ -288,9 +305,8 @@ def test_user_add_says_which_store_and_the_banner_command_reaches_the_dev_store(
         assert refused.status_code == 401 and "A token works only with the store that made it" in refused.text
 
         # The banner's command, as printed: the running store knows the new user at once.
-        line = next(line.strip() for line in run.lines if line.strip().startswith("brain-store user add NAME"))
-        argv = [console_script("brain-store"), *line.replace("NAME", "dave").split()[1:]]
-        added = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+        added = subprocess.run(banner_command(run, "dave"), cwd=tmp_path, env=env, capture_output=True, text=True,
+                               timeout=60)
         assert added.returncode == 0 and "note:" not in added.stderr, added.stderr
         assert web_sign_in(base, added.stdout.strip().splitlines()[-1]).status_code == 303
 
