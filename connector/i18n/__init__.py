@@ -266,7 +266,8 @@ def size(value: Any, locale: str | None = None) -> Any:
     for unit, scale in _SIZE_UNITS:
         if value >= scale:
             return format_unit(value / scale, unit, length="short", format="#,##0.#", locale=babel_locale(locale))
-    return format_unit(value, "digital-byte", length="short", format="#,##0", locale=babel_locale(locale))
+    # Bytes in their long form: CLDR's short English one is "byte" whatever the count ("903 byte").
+    return format_unit(value, "digital-byte", length="long", format="#,##0", locale=babel_locale(locale))
 
 
 def listing(items: Iterable[Any], locale: str | None = None) -> str:

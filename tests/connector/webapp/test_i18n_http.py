@@ -12,7 +12,7 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from connector.i18n import COOKIE_NAME, negotiate, preferences, supported
+from connector.i18n import COOKIE_NAME, negotiate, preferences, size, supported
 
 from ..conftest import RunningStore, shared_store
 from tests.connector.oauth.live import running_connector
@@ -40,6 +40,15 @@ def _lang(html: str) -> str:
 ])
 def test_accept_language_is_negotiated_with_babel(header: str, locale: str) -> None:
     assert negotiate(header) == locale
+
+
+@pytest.mark.parametrize(("value", "locale", "shown"), [
+    (0, "en", "0 bytes"), (1, "en", "1 byte"), (903, "en", "903 bytes"), (2400, "en", "2.4 kB"),
+    (903, "zh-Hans", "903字节"), (903, "ja", "903 バイト"), (3_100_000, "ja", "3.1 MB"),
+])
+def test_sizes_read_as_words_of_the_locale(value: int, locale: str, shown: str) -> None:
+    """The Brains page's sizes: an empty or small brain read "0 byte", "903 byte" in English."""
+    assert size(value, locale) == shown
 
 
 def test_preferences_follow_quality_then_order() -> None:
