@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from cli.store.target import data_option, existing_store, store_label
+from cli.store.target import cell, data_option, existing_store, store_label
 from cli.store.users import user_named
 from common.brainnames import brain_name_key
 
@@ -146,7 +146,7 @@ def list_brains(who: str | None, as_json: bool, data: Path | None) -> None:
         return
     click.echo(f"{'ID':36}  {'NAME':20}  {'OWNER':20}  {'ROLE':6}  {'ARCHIVE':>10}  {'WITH SNAPSHOTS':>14}  LAST CHANGE")
     for row in rows:
-        click.echo(f"{row.id:36}  {row.name:20}  {row.owner:20}  {row.role:6}  {row.size_bytes:>10}  {row.stored_bytes:>14}  {row.last_change}")
+        click.echo(f"{row.id:36}  {cell(row.name, 20)}  {cell(row.owner, 20)}  {row.role:6}  {row.size_bytes:>10}  {row.stored_bytes:>14}  {row.last_change}")
     kept = [item for item in directory.deleted() if who is None or item[0].owner_id == user.id]
     if kept:
         click.echo("deleted, kept with their snapshots until purged (`brain-store brain undelete|purge ID`): "

@@ -31,7 +31,7 @@ def import_reference(ref_dir: Path, key_text: str | None, into_existing: bool, d
     already here are left as they are, so running it again adds only what is missing.
     Refused, with nothing changed: a brain id another user here already has, a brain that
     would be added to an account already here (unless --into-existing), a user name that
-    is not 1-128 letters, digits or . _ @ + - or is another user's name or e-mail.
+    is not 1-128 ASCII letters, digits or . _ @ + - or is another user's name or e-mail.
     """
     from store.backup.reference import ReferenceImportError
     from store.backup.reference import import_reference as run

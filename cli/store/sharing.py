@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from cli.store.target import data_option, existing_store
+from cli.store.target import cell, data_option, existing_store
 from cli.store.users import user_named
 
 _brain_arg = click.argument("brain_id", metavar="BRAIN")
@@ -158,7 +158,7 @@ def key_list(who: str | None, data: Path | None) -> None:
     click.echo(f"{'PREFIX':12}  {'USER':20}  {'SCOPE':5}  {'EXPIRES':27}  {'LABEL':20}  BRAINS")
     for k in keys:
         name = store.sharing.user_name(k.user_id) or k.user_id
-        click.echo(f"{k.prefix:12}  {name:20}  {k.scope:5}  {k.expires_at or 'never':27}  {k.label:20}  "
+        click.echo(f"{k.prefix:12}  {cell(name, 20)}  {k.scope:5}  {k.expires_at or 'never':27}  {cell(k.label, 20)}  "
                    f"{','.join(k.brains)}")
 
 

@@ -26,6 +26,15 @@ def store_label(settings: StoreSettings) -> str:
     return str(settings.data_dir)
 
 
+def cell(text: str, width: int) -> str:
+    """``text`` as a table cell ``width`` terminal columns wide (a Chinese or Japanese character takes two)."""
+    if text.isascii():
+        return f"{text:{width}}"
+    from connector.engine.format.graphemes import padded_to_columns  # its `regex` takes 0.1 s: only when needed
+
+    return padded_to_columns(text, width)
+
+
 def existing_store(data: Path | None) -> StoreSettings:
     """Settings of a store that must already exist: a missing data directory is a clear error
     instead of an empty store being created by a command that only reads or changes users."""

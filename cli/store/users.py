@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from cli.store.runner import settings_from_cli
-from cli.store.target import data_option, existing_store, note_running_dev, store_label
+from cli.store.target import cell, data_option, existing_store, note_running_dev, store_label
 
 if TYPE_CHECKING:
     from store.auth.users import User
@@ -132,7 +132,7 @@ def _print_users(users: list[User], service: BrainService) -> None:
         brains = service.list_brains(u.id)
         used = sum(m.stored_bytes() for m in brains)
         click.echo(
-            f"{u.id:36}  {u.name:20}  {u.email:28}  {u.kind:6}  {len(brains):>6}  {used:>14}  {u.created_at}"
+            f"{u.id:36}  {cell(u.name, 20)}  {cell(u.email, 28)}  {u.kind:6}  {len(brains):>6}  {used:>14}  {u.created_at}"
         )
 
 
@@ -241,7 +241,7 @@ def orphans(data: Path | None) -> None:
     for former_id, brains in sorted(found.items()):
         for meta in brains:
             synced = meta.current.synced_at if meta.current else "never"
-            click.echo(f"{former_id:36}  {meta.id:36}  {meta.name[:20]:20}  {len(meta.snapshots):>9}  "
+            click.echo(f"{former_id:36}  {meta.id:36}  {cell(meta.name[:20], 20)}  {len(meta.snapshots):>9}  "
                        f"{meta.stored_bytes():>12}  {synced}")
             members = sharing.members(meta.id, former_id)[1:] if sharing.registry.share(meta.id) else []
             if members:

@@ -93,7 +93,8 @@ class UsersDocument(msgspec.Struct):
 
 
 
-NAME_RULE = "a user name is 1-128 letters, digits or . _ @ + - (starting alphanumeric)"
+# "letters" alone read as any letters: 王小明 was refused by a rule that seemed to allow it.
+NAME_RULE = "a user name is 1-128 ASCII letters (a-z, A-Z), digits or . _ @ + - (starting with a letter or digit)"
 
 
 def name_problem(name: str, others: list[Any], user_id: str = "") -> str | None:

@@ -4,6 +4,7 @@ whose) wherever a command takes a brain: through the CLI (click's runner) on a r
 from __future__ import annotations
 
 import json
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,32 @@ def test_brain_list_shows_ids_names_owners_and_roles(data: Path) -> None:
     table = run(data, "brain", "list", "--user", "alice").output
     team = next(b for b in every if b["name"] == "team")
     assert f"brains of {data}:" in table and team["id"] in table and "LAST CHANGE" in table
+
+
+def test_tables_keep_their_columns_under_chinese_and_japanese_names(data: Path) -> None:
+    """A Chinese or Japanese character takes two columns in a terminal: the cells after a brain
+    name, a user name or a key label holding them start where the header's do."""
+    run(data, "brain", "create", "工作台", "--user", "alice")
+    run(data, "brain", "create", "メモ帳", "--user", "bob")
+    run(data, "user", "add", "wang", "--email", "王小明@example.cn")
+    run(data, "key", "create", "--user", "alice", "--brain", "工作台", "--scope", "read", "--label", "夜間ビルド")
+
+    def starts(line: str, text: str) -> int:
+        """The terminal column ``text`` starts at in ``line``."""
+        before = line[:line.index(text)]
+        return sum(2 if unicodedata.east_asian_width(char) in "WF" else 1 for char in before)
+
+    cases: tuple[tuple[tuple[str, ...], str, str, str | None], ...] = (
+        (("brain", "list"), "OWNER", "工作台", "alice"), (("brain", "list"), "ROLE", "メモ帳", "owner"),
+        (("user", "list"), "KIND", "王小明@example.cn", "static"), (("key", "list"), "BRAINS", "夜間ビルド", None),
+    )
+    for args, header, row_of, after in cases:
+        lines = run(data, *args).output.splitlines()
+        head = next(line for line in lines if header in line)
+        row = next(line for line in lines if row_of in line)
+        # The cell after the CJK one: named, or (a key's brains: an id) the first word after it.
+        text = after or row[row.index(row_of) + len(row_of):].split()[0]
+        assert starts(row, text) == starts(head, header), (args, head, row)
 
 
 def test_a_name_works_where_an_id_is_taken_and_an_ambiguous_one_is_refused(data: Path) -> None:

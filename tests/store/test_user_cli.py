@@ -157,7 +157,8 @@ def test_a_name_never_passes_for_another_users_e_mail(tmp_path: Path) -> None:
     cli("user", "add", "alice", "--email", "alice@example.org", data=data)
     for bad, why in (("alice@example.org", "is the e-mail address of another user"),
                      ("ALICE@example.org", "is the e-mail address of another user"),
-                     ("mallory\nalice", "a user name is 1-128"), ("mallory\u2028x", "a user name is 1-128")):
+                     ("mallory\nalice", "a user name is 1-128"), ("mallory\u2028x", "a user name is 1-128"),
+                     ("王小明", "a user name is 1-128 ASCII letters (a-z, A-Z), digits")):
         done = _run("user", "add", bad, "--data", str(data))
         assert done.returncode == 1 and why in done.stderr and "Traceback" not in done.stderr
     # a user named like an address added before the owner of that address had an account

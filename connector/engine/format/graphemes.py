@@ -59,6 +59,14 @@ def shortened_to_columns(text: str, width: int) -> str:
     return text[: _fitting(text, width - 1)].rstrip() + "\u2026"
 
 
+def padded_to_columns(text: str, width: int) -> str:
+    """``text`` with spaces after it up to ``width`` columns (`columns`), as a terminal table's cell:
+    Python's ``f"{text:20}"`` counts code points, so a Chinese or Japanese name pushed the next
+    columns right by one per character. Text wider than ``width`` is left whole."""
+    used = sum(columns(cluster.group()) for cluster in _CLUSTER.finditer(text))
+    return text + " " * max(0, width - used)
+
+
 def _fitting(text: str, width: int) -> int:
     """How much of the start of ``text`` (in code points, whole clusters) takes at most ``width`` columns."""
     used = 0
