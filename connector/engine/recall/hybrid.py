@@ -68,7 +68,7 @@ from connector.engine.recall.embedding import Quantized, content_hash, cosines, 
 from connector.engine.recall.exact import recall
 from connector.engine.recall.index import BrainIndex, MemoryRecord
 from connector.engine.recall.pipeline import eligibility, hit_of, instant_ms, newer_field_factors, time_terms
-from connector.engine.recall.textmatch import TextIndex, has_cjk, word_terms
+from connector.engine.recall.textmatch import TextIndex, has_cjk
 
 __all__ = [
     "DEFAULT_FUSION", "EXACT_CANNOT_READ", "Fusion", "HybridIndex", "MODES", "NO_GOOD_MATCH", "Signals",
