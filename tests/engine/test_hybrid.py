@@ -119,6 +119,8 @@ def test_the_query_words_a_text_holds_are_those_the_word_channel_matches() -> No
     assert query_words_in("Outlook予約", "outlook で予約") == ["outlook", "予約"]
     # Traditional and simplified meet, as in the channel; the word is named as the query writes it.
     assert query_words_in("資料庫", "每周备份资料库") == ["資料庫"] and query_words_in("资料库", "備份資料庫") == ["资料库"]
+    # An abbreviation the query writes out, named with the memory's capitals.
+    assert query_words_in("typical time to live", "Lower TTLs on api records") == ["time to live (TTL)"]
 
 
 def test_stems_come_from_the_c_stemmer_and_match_the_pure_python_one() -> None:

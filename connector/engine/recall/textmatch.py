@@ -168,7 +168,8 @@ def query_words_in(query: str, text: str) -> list[str]:
     """The words of ``query`` that ``text`` holds as hybrid recall's word channel reads both
     (`word_terms`: stems, and Chinese or Japanese bigrams), normalised, in the query's order, once
     each: a word whose stem ``text`` holds; in a Chinese or Japanese run, each stretch of
-    characters ``text`` holds whole, else its bigrams ``text`` holds (a lone character alone).
+    characters ``text`` holds whole, else its bigrams ``text`` holds (a lone character alone); a run
+    of words writing out an abbreviation ``text`` writes in capitals, with it ("time to live (TTL)").
     What a hybrid hit's word channel matched, for a person: the exact engine reads no Chinese."""
     held = set(word_terms(text))  # folded, as the channel reads it: the query's runs are looked up folded too
     plain = fold_traditional(normalise(text))
@@ -182,6 +183,11 @@ def query_words_in(query: str, text: str) -> list[str]:
             cursor = match.end()
         if cursor < len(word) and _stem(word[cursor:]) in held:
             found.append(word[cursor:])
+    written = capitals(unicodedata.normalize("NFKC", text))
+    if written:  # "time to live (TTL)": an abbreviation the query writes out, as the channel reads it
+        own = set(words_of(query))
+        found.extend(f"{normalise(query[run.start : run.end])} ({run.key.upper()})"
+                     for run in written_out(query) if run.key in written and run.key not in own)
     return list(dict.fromkeys(found))
 
 
