@@ -117,9 +117,15 @@ def mint(base: str, user: StoreUser, scopes: set[str], *, audience: str | None =
 
 
 @asynccontextmanager
-async def mcp_session(url: str, token: str, mode: str = "auto") -> Any:
-    """An MCP client session with a bearer token."""
-    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(60)) as http:
+async def mcp_session(url: str, token: str, mode: str = "auto", *, sent: list[str] | None = None) -> Any:
+    """An MCP client session with a bearer token (``sent``: gets the path of every HTTP request it sends)."""
+
+    async def note(request: httpx2.Request) -> None:
+        if sent is not None:
+            sent.append(request.url.path)
+
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(60),
+                                  event_hooks={"request": [note]}) as http:
         async with Client(streamable_http_client(url, http_client=http), mode=mode) as client:  # type: ignore[arg-type]
             yield client
 

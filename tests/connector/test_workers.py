@@ -24,6 +24,7 @@ import signal
 import string
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -54,9 +55,10 @@ def _codeword() -> str:
 
 
 def _log_lines(server: ServerProcess) -> list[dict[str, Any]]:
+    """The JSON lines the server wrote so far; a last line still being written (no newline yet) is left for later."""
     lines = []
-    for line in server.log().splitlines():
-        if line.startswith("{"):
+    for line in server.log().splitlines(keepends=True):
+        if line.startswith("{") and line.endswith("\n"):
             lines.append(json.loads(line))
     return lines
 
@@ -226,10 +228,26 @@ def _users_on_both_slots(store: RunningStore) -> list[StoreUser]:
     raise AssertionError("32 users all hashed to one worker")
 
 
-def _mcp_pids(server: ServerProcess, skip: int) -> set[int]:
-    """Pids of the processes that served /mcp requests logged after the first ``skip`` log lines."""
-    return {line["pid"] for line in _log_lines(server)[skip:]
-            if line.get("msg") == "request" and is_mcp_path(line.get("path", ""))}
+def _requests_logged(server: ServerProcess, skip: int, wanted: Callable[[str], bool], count: int) -> list[dict[str, Any]]:
+    """The request lines logged after the first ``skip`` log lines whose path is ``wanted``, once
+    there are ``count`` of them (the number of such requests sent meanwhile), bounded in time.
+
+    A worker logs a request once its answer is sent: a client may have read the answer, and
+    gone on to its next requests, before the line is written. Counting only what was logged
+    when the client was done missed a late line, and the next count took it for one of its own.
+    """
+    deadline = time.monotonic() + 30
+    while len(lines := [line for line in _log_lines(server)[skip:]
+                        if line.get("msg") == "request" and wanted(line.get("path", ""))]) < count:
+        assert time.monotonic() < deadline, f"{len(lines)} of the {count} requests sent were logged"
+        time.sleep(0.05)
+    assert len(lines) == count, f"{count} requests sent, {len(lines)} logged: {lines}"  # each once, by one worker
+    return lines
+
+
+def _mcp_pids(server: ServerProcess, skip: int, count: int) -> set[int]:
+    """Pids of the processes that served the ``count`` /mcp requests sent after the first ``skip`` log lines."""
+    return {line["pid"] for line in _requests_logged(server, skip, is_mcp_path, count)}
 
 
 CALLS = 8  # per user, each over a new connection: the kernel places about half on the other worker
@@ -247,18 +265,22 @@ def _both_workers(server: ServerProcess) -> set[int]:
 def test_each_users_calls_end_on_one_worker_and_a_killed_owner_is_replaced(store: RunningStore, tmp_path: Path) -> None:
     users = _users_on_both_slots(store)
 
-    async def calls(base: str, user: StoreUser) -> None:
+    async def calls(base: str, user: StoreUser) -> int:
+        """The user's calls; how many HTTP requests they sent."""
+        sent: list[str] = []
         word = _codeword()
-        async with mcp_session(base + "/mcp", mint(base, user, ALL)) as client:
+        async with mcp_session(base + "/mcp", mint(base, user, ALL), sent=sent) as client:
             saved = structured(await client.call_tool("brain_memorize", {"content": f"{user.name}: the codeword is {word}"}))
         for number in range(CALLS):
             # Half through the URL of the user's brain (/mcp/brains/default): routed to the same worker.
             url = base + ("/mcp" if number % 2 else "/mcp/brains/default")
-            async with mcp_session(url, mint(base, user, ALL)) as client:
+            async with mcp_session(url, mint(base, user, ALL), sent=sent) as client:
                 # Exact mode: a word no other memory shares matches one memory by its words (hybrid
                 # recall may also list the user's other codeword memories, alike in meaning).
                 found = structured(await client.call_tool("brain_recall", {"query": word, "mode": "exact"}))
             assert [hit["id"] for hit in found["results"]] == [saved["stored"]["id"]], found
+        assert all(is_mcp_path(path) for path in sent), sent
+        return len(sent)
 
     # Where serve makes its private directories: a short path, as a unix socket's must be (under
     # xdist pytest's tmp_path is too long for one, and serve would use /tmp instead).
@@ -273,20 +295,23 @@ def test_each_users_calls_end_on_one_worker_and_a_killed_owner_is_replaced(store
             (forked,) = workers - {leader}
             for user, owner in zip(users, (leader, forked)):
                 seen = len(_log_lines(server))
-                asyncio.run(calls(server.base_url, user))
-                served = _mcp_pids(server, seen)
-                # What the workers said meanwhile, should it fail (it did once in CI, unexplained).
+                sent = asyncio.run(calls(server.base_url, user))
+                served = _mcp_pids(server, seen, sent)
+                # What the workers said meanwhile (besides their request lines), should it fail.
                 said = [line for line in _log_lines(server)[seen:] if line.get("msg") != "request"][-8:]
                 assert served == {owner}, f"{user.name}'s calls were served by {served}; the workers said {said}"
 
             # The web app's pages of a signed-in session too (each request over a new connection).
-            with httpx.Client(base_url=server.base_url, headers={"Connection": "close"}, timeout=30) as browser:
-                sign_in(browser, users[1].token)
-                seen = len(_log_lines(server))
+            pages_sent: list[str] = []
+            seen = len(_log_lines(server))
+            with httpx.Client(base_url=server.base_url, headers={"Connection": "close"}, timeout=30,
+                              event_hooks={"request": [lambda request: pages_sent.append(request.url.path)]}) as browser:
+                sign_in(browser, users[1].token)  # its last request is the signed-in session's first /app
                 for _ in range(CALLS):
                     assert browser.get("/app").status_code == 200
-            pages = {line["pid"] for line in _log_lines(server)[seen:] if line.get("msg") == "request" and line.get("path") == "/app"}
-            assert pages == {forked}
+            page_lines = _requests_logged(server, seen, lambda path: path == "/app", pages_sent.count("/app"))
+            assert len(page_lines) == CALLS + 1
+            assert {line["pid"] for line in page_lines} == {forked}
 
             # The owner of the second user dies: the surviving worker serves that user itself.
             os.kill(forked, signal.SIGKILL)
@@ -295,8 +320,8 @@ def test_each_users_calls_end_on_one_worker_and_a_killed_owner_is_replaced(store
                 assert time.monotonic() < deadline
                 time.sleep(0.05)
             seen = len(_log_lines(server))
-            asyncio.run(calls(server.base_url, users[1]))
-            assert _mcp_pids(server, seen) == {leader}
+            sent = asyncio.run(calls(server.base_url, users[1]))
+            assert _mcp_pids(server, seen, sent) == {leader}
             assert "owner worker unreachable, serving here" in server.log()
             _stop_all(server, {leader})
         assert "Traceback" not in server.log()
@@ -348,11 +373,15 @@ def test_under_a_public_path_each_users_calls_end_on_their_worker(store: Running
     port = free_port()
     base = f"http://127.0.0.1:{port}/brain"
 
-    async def calls(user: StoreUser) -> None:
+    async def calls(user: StoreUser) -> int:
+        """The user's calls; how many HTTP requests they sent."""
+        sent: list[str] = []
         for number in range(CALLS):
             url = base + ("/mcp" if number % 2 else "/mcp/brains/default")
-            async with mcp_session(url, mint(base, user, ALL)) as client:
+            async with mcp_session(url, mint(base, user, ALL), sent=sent) as client:
                 structured(await client.call_tool("brain_status", {}))
+        assert all(path.startswith("/brain/mcp") for path in sent), sent
+        return len(sent)
 
     with tempfile.TemporaryDirectory(prefix="bw-") as short:
         env = {**WORKERS_ENV, "TMPDIR": short, "CONNECTOR_PUBLIC_URL": base}
@@ -362,9 +391,9 @@ def test_under_a_public_path_each_users_calls_end_on_their_worker(store: Running
             (forked,) = workers - {leader}
             for user, owner in zip(users, (leader, forked)):
                 seen = len(_log_lines(server))
-                asyncio.run(calls(user))
-                served = _mcp_pids(server, seen)
-                # What the workers said meanwhile, should it fail (it did once in CI, unexplained).
+                sent = asyncio.run(calls(user))
+                served = _mcp_pids(server, seen, sent)
+                # What the workers said meanwhile (besides their request lines), should it fail.
                 said = [line for line in _log_lines(server)[seen:] if line.get("msg") != "request"][-8:]
                 assert served == {owner}, f"{user.name}'s calls were served by {served}; the workers said {said}"
             _stop_all(server, workers)
