@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -132,13 +133,18 @@ def test_saves_wait_and_keep_only_a_brain_newest_version(tmp_path: Path) -> None
 def test_a_save_waits_until_the_brain_is_quiet_with_one_timer(tmp_path: Path) -> None:
     _, index, hybrid, store = _built()
     disk = IndexDisk(tmp_path, KEY)
+    # The newer version comes while the timer waits. Held by the test (re-entrant: save_later takes
+    # it too), the lock keeps a timer that fires early, the test's thread being late on a loaded
+    # machine, from saving the first version before the second is recorded: it then finds the second.
+    disk._lock = threading.RLock()  # type: ignore[assignment]
     newest = "brain_a\n" + "02" * 32
-    disk.save_later("brain_a\n", "brain_a\n" + "01" * 32, hybrid, store.model_id, delay_s=0.6)
-    (timer,) = disk._timers.values()
-    time.sleep(0.3)
-    disk.save_later("brain_a\n", newest, hybrid, store.model_id, delay_s=0.6)
-    due = time.monotonic() + 0.6
-    assert list(disk._timers.values()) == [timer]  # pushed back, not one more thread per version
+    with disk._lock:
+        disk.save_later("brain_a\n", "brain_a\n" + "01" * 32, hybrid, store.model_id, delay_s=0.6)
+        (timer,) = disk._timers.values()
+        time.sleep(0.3)
+        disk.save_later("brain_a\n", newest, hybrid, store.model_id, delay_s=0.6)
+        due = time.monotonic() + 0.6
+        assert list(disk._timers.values()) == [timer]  # pushed back, not one more thread per version
     timer.join(5)  # fires at 0.6 s, finds the newer version and waits for it
     if time.monotonic() < due - 0.1:
         assert list(tmp_path.iterdir()) == []
