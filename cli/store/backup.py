@@ -64,12 +64,15 @@ def backup(target: Path, data: Path | None) -> None:
 
     Safe while the store runs: each brain is copied consistently. Sealed archives stay
     sealed: a restore needs the same STORE_ENCRYPTION_KEY. The file holds token hashes;
-    it is written with mode 0600. Progress goes to stderr.
+    it is written with mode 0600. Progress goes to stderr. A brain whose metadata is damaged
+    cannot be backed up: the backup of everything else is written, the brain is named, and the
+    command exits with status 1.
     """
     from store.backup.format import BackupError
     from store.backup.writer import write_backup
     from store.service import now_utc, rfc3339
     from store.context import no_store_there, open_registry, open_sharing
+    from store.storage.base import DamagedBrain
     from store.storage.factory import open_backend
 
     settings = settings_from_cli(data_dir=data)
@@ -78,13 +81,19 @@ def backup(target: Path, data: Path | None) -> None:
     data_dir = None if settings.backend == "s3" else settings.data_dir
     if (problem := _unsafe_target(target, data_dir, settings.audit_dir)) is not None:
         raise click.ClickException(problem)
+    left_out: list[DamagedBrain] = []
     try:
         backend, registry = open_backend(settings), open_registry(settings)
         with sigterm_as_ctrl_c():
             write_backup(backend, registry, target, source=store_label(settings), now=rfc3339(now_utc()),
-                         progress=_progress, sharing=open_sharing(settings, registry, backend))
+                         progress=_progress, sharing=open_sharing(settings, registry, backend), left_out=left_out)
     except (BackupError, OSError) as exc:
         raise click.ClickException(f"backup failed: {exc}") from None
+    if left_out:
+        # the backup of the rest is kept (better than none), but a script must not take it for whole
+        raise click.ClickException(
+            f"{target} was written without {len(left_out)} brain(s) whose metadata is damaged: "
+            f"{'; '.join(b.describe() for b in left_out)}; repair or restore them and back up again")
 
 
 @click.command()

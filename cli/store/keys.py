@@ -30,6 +30,8 @@ def rekey(new_key: str, data: Path | None) -> None:
     `brain-store rekey --new-key <new>` with STORE_ENCRYPTION_KEY=<old> (or the
     previous keys) in its environment, so it can open what is stored; (3) drop
     STORE_ENCRYPTION_PREVIOUS_KEYS and restart. Plain (unsealed) archives are sealed too.
+    A brain whose metadata is damaged is left as it is: it is named, and the command exits
+    with status 1 once everything else is re-sealed.
     """
     from common.files import NotARegularFile
     from store.context import no_store_there
@@ -60,3 +62,8 @@ def rekey(new_key: str, data: Path | None) -> None:
             "STORE_ENCRYPTION_PREVIOUS_KEYS and run it again (archives already re-sealed stay so)"
         ) from None
     click.echo(f"re-sealed {report.resealed} blob(s) in {report.brains} brain(s); {report.skipped} already current")
+    if report.damaged:
+        # their archives still need the old key: it must not be dropped on the strength of this run
+        raise click.ClickException(
+            f"{len(report.damaged)} brain(s) NOT re-sealed, their metadata is damaged: {'; '.join(report.damaged)}; "
+            "keep the old key in STORE_ENCRYPTION_PREVIOUS_KEYS, repair them and run rekey again")

@@ -28,7 +28,8 @@ def migrate(source: str, target: str) -> None:
     Run every pass with the same --from: the
     target notes what came from where, and keeps its own. Sealed archives are copied as they are;
     with STORE_ENCRYPTION_KEY set (the target's), plain ones are sealed on the way, as a store
-    with a key serves sealed archives only.
+    with a key serves sealed archives only. A brain whose metadata is damaged is not copied: it is
+    named, and the command exits with status 1 once everything else is copied.
     """
     from store.migrate import MigrateError
     from store.migrate import migrate as run
@@ -57,3 +58,9 @@ def migrate(source: str, target: str) -> None:
         click.echo(f"{len(report.differing)} brain(s) already at the target are not as at the source and were left "
                    f"as they are: {', '.join(report.differing)}; to copy one again, delete and purge it at the "
                    "target (`brain-store brain delete`, `brain-store brain purge`) and migrate again")
+    if report.damaged:
+        # last, after everything else was copied: a script must not take the pass for whole (and
+        # delete the source); a run after the repair copies just these
+        raise click.ClickException(
+            f"{len(report.damaged)} brain(s) NOT migrated, their metadata is damaged: {'; '.join(report.damaged)}; "
+            "everything else was migrated; repair or restore them and migrate again")

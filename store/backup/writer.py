@@ -37,7 +37,7 @@ from store.backup.format import (
     meta_path,
 )
 from store.sealed import SEALED_MAGIC
-from store.storage.base import BlobMissing, BrainMeta
+from store.storage.base import BlobMissing, BrainMeta, CorruptMeta, DamagedBrain
 
 CHUNK = 1024 * 1024
 _RETRIES = 5
@@ -109,11 +109,14 @@ def write_backup(
     now: str,
     progress: Callable[[str], None] = lambda line: None,
     sharing: Any = None,
+    left_out: list[DamagedBrain] | None = None,
 ) -> Manifest:
     """Back up users and every brain to ``target`` (written to a temporary name, renamed at the end).
 
     With ``sharing`` (``store.sharing.access.Sharing``) the sharing document and each backed-up
-    brain's sharing audit log go in too.
+    brain's sharing audit log go in too. A brain whose metadata is damaged cannot go in (a restore
+    checks every brain); it is named in ``progress`` and appended to ``left_out``, and the backup of
+    everything else is written all the same.
     """
     from store.auth.users import UsersDocument
 
@@ -147,8 +150,13 @@ def write_backup(
                 progress(f"sharing: {len(doc.shares)} shared brain(s), {len(doc.keys)} agent key(s)")
             scratch = Path(scratch_dir)
             for user_id in user_ids:
-                for listed in backend.list_brains(user_id):
-                    got = _consistent_brain(backend, user_id, listed.id, scratch)
+                metas, damaged = backend.survey_brains(user_id)
+                for listed in metas:
+                    try:
+                        got = _consistent_brain(backend, user_id, listed.id, scratch)
+                    except CorruptMeta as exc:  # damaged since it was listed
+                        damaged.append(DamagedBrain(user_id, listed.id, exc.where, exc.reason))
+                        continue
                     if got is None:
                         continue
                     meta, copies = got
@@ -170,6 +178,10 @@ def write_backup(
                         f"brain {brains}: {user_id}/{meta.id} ({meta.name}) {len(copies)} archive(s); "
                         f"total {archives} archive(s), {stored} stored bytes"
                     )
+                for broken in damaged:
+                    progress(f"brain {broken.describe()}: NOT in the backup, its metadata is damaged")
+                if left_out is not None:
+                    left_out.extend(damaged)
             manifest = Manifest(
                 format=FORMAT, version=VERSION, created_at=now, source=source, users=len(users_doc.users),
                 brains=brains, archives=archives, sealed_archives=sealed, entries=out.entries,

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from common.files import open_regular
 from store.settings import StoreSettings
 from store.storage import sealing
+from store.storage.base import DamagedBrain
 from store.storage.local import LocalBackend, fsync_dir
 
 
@@ -38,6 +39,16 @@ class RekeyReport:
     brains: int = 0
     resealed: int = 0
     skipped: int = 0
+    # brains left as they are because their metadata is damaged (which archives it names is
+    # unknown): "user/brain (metadata WHERE: REASON)"; their archives keep the old key
+    damaged: list[str] = field(default_factory=list)
+
+
+def note_damaged(report: RekeyReport, damaged: list[DamagedBrain], progress: Callable[[str], None]) -> None:
+    """Note brains left out for damaged metadata in ``report`` and say so."""
+    for broken in damaged:
+        report.damaged.append(broken.describe())
+        progress(f"brain {broken.describe()}: NOT re-sealed, its metadata is damaged")
 
 
 def rekey_data_dir(
@@ -51,7 +62,9 @@ def rekey_data_dir(
         new_user_key = sealing.derive_user_key(new_key, user_id)
         new_id = sealing.key_id(new_user_key)
         old_keys = [sealing.derive_user_key(k, user_id) for k in masters] + [new_user_key]
-        for meta in backend.list_brains(user_id):
+        metas, damaged = backend.survey_brains(user_id)
+        note_damaged(report, damaged, progress)
+        for meta in metas:
             report.brains += 1
             with backend.transaction(user_id, meta.id) as tx:
                 current = tx.meta

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import msgspec
 
-from store.rekey import RekeyReport, refused
+from store.rekey import RekeyReport, note_damaged, refused
 from store.settings import StoreSettings
 from store.storage import sealing
 from store.storage.s3 import BrainRecord, S3Backend
@@ -36,7 +36,9 @@ def rekey_bucket(
         new_user_key = sealing.derive_user_key(new_key, user_id)
         new_id = sealing.key_id(new_user_key)
         old_keys = [sealing.derive_user_key(k, user_id) for k in masters] + [new_user_key]
-        for brain_id in list(backend.brain_metas(user_id)):
+        metas, damaged = backend.survey_brains(user_id)
+        note_damaged(report, damaged, progress)
+        for brain_id in [meta.id for meta in metas]:
             report.brains += 1
             for _ in range(_ATTEMPTS):
                 if _rekey_brain(backend, user_id, brain_id, new_user_key, new_id, old_keys, report, progress):

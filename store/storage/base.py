@@ -16,13 +16,15 @@ Model (shared by every backend):
 
 from __future__ import annotations
 
+import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager
-from typing import BinaryIO, Protocol
+from typing import BinaryIO, NamedTuple, Protocol
 
 import msgspec
 
+log = logging.getLogger("store.storage")
 
 class StorageError(Exception):
     """Base class of storage failures."""
@@ -43,6 +45,46 @@ class StorageUnavailable(StorageError):
 
 class CorruptMeta(StorageError):
     """A brain's metadata document cannot be parsed (outside damage); the brain is unavailable."""
+
+    def __init__(self, where: str, reason: str) -> None:
+        super().__init__(f"{where}: {reason}")
+        self.where = where  # the file or s3:// object, for the operator
+        self.reason = reason
+
+
+class DamagedBrain(NamedTuple):
+    """A brain whose metadata is there but cannot be used (``StorageBackend.survey_brains``):
+    the server leaves it out, and whole-store commands (backup, migrate, rekey) must say so."""
+
+    user_id: str
+    brain_id: str
+    where: str  # its metadata file or object
+    reason: str
+
+    def describe(self) -> str:
+        """One phrase naming the brain and what is wrong with it."""
+        return f"{self.user_id}/{self.brain_id} (metadata {self.where}: {self.reason})"
+
+
+def checked_survey(user_id: str, found: Iterable[tuple[str, str, BrainMeta | CorruptMeta]]
+                   ) -> tuple[list[BrainMeta], list[DamagedBrain]]:
+    """Split what a backend read for each (brain id, where) of ``user_id`` into usable metadata (oldest
+    first) and damaged brains: unparsable ones, and ones whose metadata names another brain or
+    user (a file copied in place of another: used as it is, it would stand for that brain)."""
+    metas: list[BrainMeta] = []
+    damaged: list[DamagedBrain] = []
+    for brain_id, where, got in found:
+        if isinstance(got, CorruptMeta):
+            damaged.append(DamagedBrain(user_id, brain_id, got.where, got.reason))
+        elif got.id != brain_id or got.user_id != user_id:
+            log.critical("brain metadata %s names brain %s/%s, not this one; the brain is unavailable until it is "
+                         "repaired", where, got.user_id, got.id)
+            damaged.append(DamagedBrain(user_id, brain_id, where, f"it names brain {got.user_id}/{got.id}"))
+        else:
+            metas.append(got)
+    metas.sort(key=lambda m: (m.created_at, m.id))
+    damaged.sort(key=lambda d: d.brain_id)
+    return metas, damaged
 
 
 # Our own id format; ids become path components and object keys, so nothing else passes.
@@ -189,7 +231,12 @@ class StorageBackend(Protocol):
         ...
 
     def list_brains(self, user_id: str) -> list[BrainMeta]:
-        """Every brain of ``user_id``, oldest first."""
+        """Every usable brain of ``user_id``, oldest first (damaged ones are logged and left out)."""
+        ...
+
+    def survey_brains(self, user_id: str) -> tuple[list[BrainMeta], list[DamagedBrain]]:
+        """``list_brains`` and the brains it leaves out because their metadata is damaged: what a
+        command over the whole store (backup, migrate, rekey) must account for."""
         ...
 
     def read_meta(self, user_id: str, brain_id: str) -> BrainMeta | None:

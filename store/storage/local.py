@@ -47,10 +47,12 @@ from store.storage.base import (
     BrainMeta,
     CommitConflict,
     CorruptMeta,
+    DamagedBrain,
     StorageError,
     StorageFull,
     check_checksum,
     check_id,
+    checked_survey,
 )
 
 _FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
@@ -98,7 +100,7 @@ def _read_meta_file(path: str) -> BrainMeta:
     except NotARegularFile as exc:
         log.critical("brain metadata %s is damaged (%s); the brain is unavailable until it is repaired",
                      path, exc.strerror)
-        raise CorruptMeta(path) from None
+        raise CorruptMeta(path, exc.strerror) from None
     return _decode_meta(path, data)
 
 
@@ -108,7 +110,7 @@ def _decode_meta(path: str, data: bytes) -> BrainMeta:
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         # our writes are atomic, so this is outside damage: never guess, never delete
         log.critical("brain metadata %s is damaged (%s); the brain is unavailable until it is repaired", path, exc)
-        raise CorruptMeta(path) from None
+        raise CorruptMeta(path, str(exc)) from None
 
 
 class FileLock:
@@ -381,17 +383,26 @@ class LocalBackend:
         return names
 
     def list_brains(self, user_id: str) -> list[BrainMeta]:
-        """Every brain of the user, oldest first."""
-        metas = []
-        for brain_id in self._brain_ids(user_id):
-            try:
-                meta = self.read_meta(user_id, brain_id)
-            except CorruptMeta:
-                continue  # logged; the other brains stay usable
-            if meta is not None:
-                metas.append(meta)
-        metas.sort(key=lambda m: (m.created_at, m.id))
-        return metas
+        """Every usable brain of the user, oldest first (damaged ones are logged and left out: the
+        other brains stay usable)."""
+        return self.survey_brains(user_id)[0]
+
+    def survey_brains(self, user_id: str) -> tuple[list[BrainMeta], list[DamagedBrain]]:
+        """The user's usable brains, oldest first, and the damaged ones (``base.checked_survey``).
+        A brain directory without meta.json is no brain: a create or delete cut short (``startup``
+        removes it)."""
+
+        def read() -> Iterator[tuple[str, str, BrainMeta | CorruptMeta]]:
+            for brain_id in self._brain_ids(user_id):
+                try:
+                    meta = self.read_meta(user_id, brain_id)
+                except CorruptMeta as exc:  # logged
+                    yield brain_id, exc.where, exc
+                    continue
+                if meta is not None:
+                    yield brain_id, self._meta_path(user_id, brain_id), meta
+
+        return checked_survey(user_id, read())
 
     def usage(self, user_id: str) -> int:
         """Bytes stored for the user: every distinct archive of every brain, snapshots included."""

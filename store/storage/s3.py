@@ -48,10 +48,13 @@ from store.storage.base import (
     SAFE_ID,
     BrainMeta,
     CommitConflict,
+    CorruptMeta,
+    DamagedBrain,
     StorageError,
     StorageUnavailable,
     check_checksum,
     check_id,
+    checked_survey,
 )
 from store.storage.s3blob import S3StagedBlob, open_reader
 from common.s3client import is_conflict, is_not_found, is_not_modified
@@ -287,7 +290,15 @@ class S3Backend:
             self._records.pop(key, None)
             return None, None
         etag, data = got
-        record = _record_decoder.decode(data)
+        try:
+            record = _record_decoder.decode(data)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            # our writes are whole objects, so this is outside damage: never guess, never delete
+            where = f"s3://{self.bucket.name}/{key}"
+            log.critical("brain metadata %s is damaged (%s); the brain is unavailable until it is repaired",
+                         where, exc)
+            self._records.pop(key, None)
+            raise CorruptMeta(where, str(exc)) from None
         if len(self._records) > 100_000:
             self._records.clear()
         self._records[key] = (etag, record)
@@ -333,29 +344,42 @@ class S3Backend:
         record, _ = self.read_record(user_id, brain_id)
         return record.meta if record else None
 
-    def brain_metas(self, user_id: str) -> dict[str, BrainMeta]:
-        """Every brain of the user by id (one LIST, GETs only for changed objects)."""
+    def _brain_ids(self, user_id: str) -> Iterator[tuple[str, dict[str, Any]]]:
+        """(brain id, listed object) of every metadata object of the user, damaged ones too."""
         prefix = self.bucket.key("meta", check_id(user_id), "")
-        metas: dict[str, BrainMeta] = {}
         for item in self._list(prefix):
             name = item["Key"][len(prefix):]
-            if not name.endswith(".json") or not SAFE_ID.match(name[:-5]):
-                continue
-            brain_id = name[:-5]
+            if name.endswith(".json") and SAFE_ID.match(name[:-5]):
+                yield name[:-5], item
+
+    def _read_listed(self, user_id: str) -> Iterator[tuple[str, str, BrainMeta | CorruptMeta]]:
+        """What each listed metadata object holds (one LIST, GETs only for changed objects)."""
+        for brain_id, item in self._brain_ids(user_id):
+            where = f"s3://{self.bucket.name}/{item['Key']}"
             cached = self._records.get(item["Key"])
             if cached is not None and cached[0] == item.get("ETag"):
-                metas[brain_id] = cached[1].meta
+                yield brain_id, where, cached[1].meta
                 continue
-            record, _ = self.read_record(user_id, brain_id)
+            try:
+                record, _ = self.read_record(user_id, brain_id)
+            except CorruptMeta as exc:  # logged
+                yield brain_id, where, exc
+                continue
             if record is not None:
-                metas[brain_id] = record.meta
-        return metas
+                yield brain_id, where, record.meta
+
+    def survey_brains(self, user_id: str) -> tuple[list[BrainMeta], list[DamagedBrain]]:
+        """The user's usable brains, oldest first, and the damaged ones (``base.checked_survey``)."""
+        return checked_survey(user_id, self._read_listed(user_id))
+
+    def brain_metas(self, user_id: str) -> dict[str, BrainMeta]:
+        """Every usable brain of the user by id (damaged ones are logged and left out)."""
+        return {meta.id: meta for meta in self.survey_brains(user_id)[0]}
 
     def list_brains(self, user_id: str) -> list[BrainMeta]:
-        """Every brain of the user, oldest first."""
-        metas = list(self.brain_metas(user_id).values())
-        metas.sort(key=lambda m: (m.created_at, m.id))
-        return metas
+        """Every usable brain of the user, oldest first (damaged ones are logged and left out: the
+        other brains stay usable)."""
+        return self.survey_brains(user_id)[0]
 
     def usage(self, user_id: str) -> int:
         """Bytes stored for the user (every distinct archive of every brain, snapshots included)."""
@@ -437,8 +461,11 @@ class S3Backend:
     def delete_brain(self, user_id: str, brain_id: str) -> bool:
         """Remove the metadata (the brain is gone from then on), then its blobs and claim."""
         key = self.meta_key(user_id, brain_id)
-        record, _ = self.read_record(user_id, brain_id, fresh=True)
-        if record is None:
+        try:
+            there = self.read_record(user_id, brain_id, fresh=True)[0] is not None
+        except CorruptMeta:
+            there = True  # damaged, still there: deleted as asked (`user purge`), as on local disk
+        if not there:
             return False
         self.client.delete_object(Bucket=self.bucket.name, Key=key)
         self._records.pop(key, None)
@@ -461,7 +488,7 @@ class S3Backend:
 
     def delete_user(self, user_id: str) -> None:
         """Remove every brain of the user and the account object."""
-        for brain_id in list(self.brain_metas(user_id)):
+        for brain_id, _ in list(self._brain_ids(user_id)):  # damaged ones too, as on local disk
             self.delete_brain(user_id, brain_id)
         self._delete_prefix(self.bucket.key("blobs", check_id(user_id), ""))
         self.delete_key(self.account_key(user_id))
@@ -485,7 +512,7 @@ class S3Backend:
         Young orphans are left alone: they may be uploads another replica is about to commit.
         """
         cutoff = time.time() - orphan_age
-        referenced: dict[tuple[str, str], set[str]] = {}
+        referenced: dict[tuple[str, str], set[str] | None] = {}  # None: damaged metadata, keep all
         blobs_prefix = self.bucket.key("blobs", "")
         for item in list(self._list(blobs_prefix)):
             parts = item["Key"][len(blobs_prefix):].split("/")
@@ -497,12 +524,17 @@ class S3Backend:
             modified: datetime = item["LastModified"]
             if modified.replace(tzinfo=modified.tzinfo or UTC).timestamp() > cutoff:
                 continue
-            keys = referenced.get((user_id, brain_id))
-            if keys is None:
-                record, _ = self.read_record(user_id, brain_id, fresh=True)
-                keys = set(record.blob_keys.values()) if record else set()
+            if (user_id, brain_id) in referenced:
+                keys = referenced[(user_id, brain_id)]
+            else:
+                try:
+                    record, _ = self.read_record(user_id, brain_id, fresh=True)
+                except CorruptMeta:  # logged; its archives are left as they are for the operator
+                    keys = None
+                else:
+                    keys = set(record.blob_keys.values()) if record else set()
                 referenced[(user_id, brain_id)] = keys
-            if item["Key"] not in keys:
+            if keys is not None and item["Key"] not in keys:
                 log.info("removing unreferenced blob %s", item["Key"])
                 self.delete_key(item["Key"])
         try:
