@@ -78,6 +78,16 @@ def run_store(settings: StoreSettings, workers: int = 1, *, announce: str | None
         prepare_storage(settings)  # crash recovery; on S3 also the conditional-write probe
         # sealed archives and no key (or another key) would make every download fail: refuse now
         check_keys_fit(settings, open_backend(settings))
+        if workers > 1:
+            # each worker reads them as it starts; a document a newer release wrote (refused, see
+            # WatchedDocument) is one clear error here rather than a traceback per worker
+            from store.auth.users import UserRegistry
+            from store.context import document_store
+            from store.sharing.registry import SharingRegistry
+
+            docs = document_store(settings)
+            UserRegistry(docs)
+            SharingRegistry(docs)
     except RuntimeError as exc:
         raise click.ClickException(str(exc)) from None
     from store.context import rate_limit_file

@@ -43,10 +43,10 @@ def _open(settings: StoreSettings):  # type: ignore[no-untyped-def]
     return open_registry(settings), BrainService(settings, open_backend(settings))
 
 
-def _forget_access(settings: StoreSettings, registry: Any, service: BrainService, user_id: str) -> None:
+def _forget_access(sharing: Any, user_id: str) -> None:
     """Delete a removed user's agent keys and memberships in others' brains, so a later
     ``adopt`` of their id hands over their own brains only."""
-    _sharing(settings, registry, service).require().forget_user(user_id)
+    sharing.require().forget_user(user_id)
 
 
 def _sharing(settings: StoreSettings, registry: Any, service: BrainService) -> Any:
@@ -164,11 +164,14 @@ def remove(name_or_id: str, purge: bool, data: Path | None) -> None:
 
     settings = existing_store(data)
     registry, service = _open(settings)
+    # read before the user goes: a sharing file this release must not rewrite (a newer one) is
+    # refused with nothing changed, not after the user was removed
+    sharing = _sharing(settings, registry, service)
     try:
         account = registry.remove(name_or_id)
     except UsersFileError as exc:
         raise _fail(exc) from None
-    _forget_access(settings, registry, service, account.id)
+    _forget_access(sharing, account.id)
     where = store_label(settings)
     if purge:
         service.backend.delete_user(account.id)
@@ -261,8 +264,8 @@ def purge(former_id: str, data: Path | None) -> None:
     settings = existing_store(data)
     registry, service = _open(settings)
     brains = _orphan_brains(registry, service, former_id)
+    sharing = _sharing(settings, registry, service)  # read first, as in `remove`
     service.backend.delete_user(former_id)
-    sharing = _sharing(settings, registry, service)
     for meta in brains:
         sharing.forget(meta.id)
     click.echo(f"deleted {len(brains)} brain(s) of removed user {former_id} from {store_label(settings)}")
@@ -285,7 +288,7 @@ def adopt(former_id: str, name: str, email: str, data: Path | None) -> None:
     settings = existing_store(data)
     registry, service = _open(settings)
     brains = _orphan_brains(registry, service, former_id)
-    _forget_access(settings, registry, service, former_id)  # removed by an older version: still there
+    _forget_access(_sharing(settings, registry, service), former_id)  # removed by an older version: still there
     try:
         account, token = registry.add(name, email, user_id=former_id)
     except UsersFileError as exc:

@@ -14,6 +14,7 @@ from common.docstore.base import (
     DocumentStore,
     DocumentStoreError,
     DocumentStoreUnavailable,
+    NewerDocument,
     Unchanged,
 )
 from common.docstore.directory import DirectoryStore
@@ -37,5 +38,5 @@ def open_document_store(location: str | Path, *, s3_endpoint_url: str | None = N
 
 
 __all__ = ["UNCHANGED", "DirectoryStore", "Document", "DocumentStore", "DocumentStoreError",
-           "DocumentStoreUnavailable", "Unchanged",
+           "DocumentStoreUnavailable", "NewerDocument", "Unchanged",
            "open_document_store"]

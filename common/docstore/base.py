@@ -42,6 +42,11 @@ class DocumentStoreError(Exception):
     safe to log (no document contents, no credentials)."""
 
 
+class NewerDocument(DocumentStoreError):
+    """A document carries a ``version`` newer than this code knows: it was written by a newer
+    release, and rewriting it would drop what that release added (unknown fields are not kept)."""
+
+
 class DocumentStoreUnavailable(DocumentStoreError):
     """The backend itself is gone (an S3 bucket that does not exist): no answer about any
     document, so no caller may read it as "missing" or "damaged"; retry once it is back."""

@@ -20,6 +20,10 @@ by ``damaged`` (the store's /health/ready). A damaged document is never written 
 Editing: ``edit()`` reads, applies ``change`` and writes with the store's ``update`` (a
 directory: under the key's flock; S3: If-Match / If-None-Match, retried on conflict), so
 writers in different processes and on different hosts never lose each other's edits.
+
+Versions: with ``newest_version``, a document whose ``version`` is above it (written by a newer
+release, after a downgrade) is refused when read (``NewerDocument``) and never edited: decoding
+drops the fields this code does not know, so a rewrite would lose them.
 """
 
 from __future__ import annotations
@@ -32,7 +36,13 @@ from typing import Generic, TypeVar
 
 import msgspec
 
-from common.docstore.base import UNCHANGED, DocumentStore, DocumentStoreError, DocumentStoreUnavailable
+from common.docstore.base import (
+    UNCHANGED,
+    DocumentStore,
+    DocumentStoreError,
+    DocumentStoreUnavailable,
+    NewerDocument,
+)
 
 D = TypeVar("D")
 T = TypeVar("T")
@@ -46,8 +56,10 @@ class WatchedDocument(Generic[D]):
 
     def __init__(self, store: DocumentStore, key: str, doc_type: type[D], *, what: str, log: logging.Logger,
                  on_change: Callable[[D], None], on_missing: Callable[[], None],
-                 poll_seconds: float | None = None) -> None:
+                 poll_seconds: float | None = None, newest_version: int | None = None) -> None:
+        """``newest_version``: the highest ``version`` field this code writes (``D`` has one)."""
         self.store = store
+        self._newest = newest_version
         self.key = key
         self.last_good_key = key + LAST_GOOD
         self.location = store.locate(key)  # for messages
@@ -94,8 +106,22 @@ class WatchedDocument(Generic[D]):
             except _UNREADABLE as exc:
                 self._install_last_good(exc)
                 return
+            if (newer := self._newer(doc)) is not None:
+                # the version is noted as looked at: a serving process keeps what it read before
+                # and says so once (``refresh``), instead of on every request
+                self.damaged = newer
+                raise NewerDocument(newer)
             self.damaged = self.unread = None
             self._on_change(doc)
+
+    def _newer(self, doc: D) -> str | None:
+        """Why ``doc`` must not be read here (a newer release wrote it), else None."""
+        version = getattr(doc, "version", 0)
+        if self._newest is None or not isinstance(version, int) or version <= self._newest:
+            return None
+        return (f"{self._what} {self.location} has version {version}, newer than this brain-store knows (up to "
+                f"{self._newest}): a newer release wrote it, and rewriting it here would drop what that release "
+                "added; run that release (or restore a backup made with this one); nothing was changed")
 
     def _install_last_good(self, exc: Exception) -> None:
         """The document does not parse: install its last good copy if that one does."""
@@ -103,7 +129,10 @@ class WatchedDocument(Generic[D]):
             copy = self.store.get(self.last_good_key)
             if copy is None:
                 raise DocumentStoreError("missing")
-            self._on_change(self._decoder.decode(copy.data))
+            doc = self._decoder.decode(copy.data)
+            if self._newer(doc) is not None:
+                raise DocumentStoreError("newer")  # not this release's to serve either
+            self._on_change(doc)
             serving = f"serving its last good copy {self.key}{LAST_GOOD}"
             self.unread = None
         except (DocumentStoreError, *_UNREADABLE):
@@ -177,6 +206,8 @@ class WatchedDocument(Generic[D]):
                         raise corrupt(f"{self.location} is corrupt ({exc}); fix or restore it first "
                                       f"(its last good copy is {self.key}{LAST_GOOD})") from None
                     doc = self._type()
+                if (newer := self._newer(doc)) is not None:
+                    raise corrupt(newer)  # before ``change``: nothing is written
             outcome[:] = [change(doc)]
             new = self._encoder.encode(doc)
             # the copy first: it is never older than the document it stands in for

@@ -83,10 +83,15 @@ class DeniedIdentity(msgspec.Struct, frozen=True):
     email: str = ""
 
 
+# The users file's format; one written by a newer release (a higher version) is refused, not
+# rewritten without the fields this release does not know (``WatchedDocument``).
+USERS_VERSION = 1
+
+
 class UsersDocument(msgspec.Struct):
     """The whole users file."""
 
-    version: int = 1
+    version: int = USERS_VERSION
     users: list[User] = msgspec.field(default_factory=list)
     denied: list[DeniedIdentity] = msgspec.field(default_factory=list)
 
@@ -179,7 +184,8 @@ class UserRegistry:
         store = DirectoryStore(Path(docs), fsync=fsync) if isinstance(docs, (str, Path)) else docs
         self._index = _Index(UsersDocument())
         self._doc = WatchedDocument(store, "users.json", UsersDocument, what="users file", log=log,
-                                    on_change=self._install, on_missing=self._missing, poll_seconds=poll_seconds)
+                                    on_change=self._install, on_missing=self._missing, poll_seconds=poll_seconds,
+                                    newest_version=USERS_VERSION)
         self.path = self._doc.location  # for messages
         # recheck_token waits on the network (S3): call it in a worker thread
         self.blocking = poll_seconds is not None

@@ -131,7 +131,7 @@ def _hash_stream(f: BinaryIO, sink: Callable[[bytes], None] | None = None) -> tu
 
 def verify_backup(path: Path, progress: Callable[[str], None] = lambda line: None) -> Verified:
     """First pass: check the whole backup; raises ``BackupError`` with the reason."""
-    from store.auth.users import UsersDocument
+    from store.auth.users import USERS_VERSION, UsersDocument
 
     try:
         _open_backup(path).close()  # a named pipe or device is named as such, not as missing
@@ -193,6 +193,7 @@ def verify_backup(path: Path, progress: Callable[[str], None] = lambda line: Non
         users = msgspec.json.decode(smalls[USERS], type=UsersDocument)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise BackupError(f"the users document is unreadable ({exc})") from None
+    _refuse_newer("users", users.version, USERS_VERSION)
     result = Verified(manifest=manifest, users=users)
     position = {name: i for i, name in enumerate(order)}
     for name, data in smalls.items():
@@ -230,16 +231,25 @@ def verify_backup(path: Path, progress: Callable[[str], None] = lambda line: Non
     return result
 
 
+def _refuse_newer(what: str, version: int, newest: int) -> None:
+    """A document a newer release wrote would be restored without the fields this one does not
+    know (as ``WatchedDocument`` refuses it in a store): refused before anything is changed."""
+    if version > newest:
+        raise BackupError(f"the backup's {what} document has version {version}, newer than this brain-store "
+                          f"knows (up to {newest}): restore it with the release that made it")
+
+
 def _verify_sharing(smalls: dict[str, bytes], result: Verified) -> None:
     """Decode the sharing document and audit logs (when present) so a bad one is refused up front
     (after the brains' metadata: an audit log must belong to a backed-up brain)."""
-    from store.sharing.registry import SharingDocument
+    from store.sharing.registry import SHARING_VERSION, SharingDocument
 
     if SHARING in smalls:
         try:
             result.sharing = msgspec.json.decode(smalls[SHARING], type=SharingDocument)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise BackupError(f"the sharing document is unreadable ({exc})") from None
+        _refuse_newer("sharing", result.sharing.version, SHARING_VERSION)
     for name, data in smalls.items():
         if (brain_id := parse_audit_path(name)) is None:
             continue

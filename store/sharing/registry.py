@@ -85,10 +85,14 @@ class Merged:
     added_keys: list[AgentKey] = field(default_factory=list)
 
 
+# The sharing file's format; one written by a newer release is refused (see users.USERS_VERSION).
+SHARING_VERSION = 1
+
+
 class SharingDocument(msgspec.Struct):
     """The whole sharing file."""
 
-    version: int = 1
+    version: int = SHARING_VERSION
     shares: list[Share] = msgspec.field(default_factory=list)
     keys: list[AgentKey] = msgspec.field(default_factory=list)
 
@@ -125,7 +129,7 @@ class SharingRegistry:
         self._index = _Index(SharingDocument())
         self._doc = WatchedDocument(store, "sharing.json", SharingDocument, what="sharing file", log=log,
                                     on_change=self._install, on_missing=self._forget_all,
-                                    poll_seconds=poll_seconds)
+                                    poll_seconds=poll_seconds, newest_version=SHARING_VERSION)
         self.path = self._doc.location  # for messages
         self._doc.check()
 
