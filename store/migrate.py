@@ -526,7 +526,7 @@ def migrate(
         _audit_merge(dst_sharing.audit, merged, names, copied)
         for user_id in gone.users:  # their agent keys and memberships go too, as `user remove` does
             if dst_sharing.registry.keys(user_id) or dst_sharing.registry.shared_with(user_id):
-                dst_sharing.registry.forget_user(user_id)
+                dst_sharing.forget_user(user_id, names.get(user_id, ""), "operator (migrate)", unnoted=copied)
         _record_migrated(dst_docs, from_here, present)
         progress(f"sharing: {report.shares} shared brain(s), {report.keys} agent key(s) added"
                  + (f", {report.members} member(s) added to brains shared already" if report.members else "")

@@ -43,10 +43,11 @@ def _open(settings: StoreSettings):  # type: ignore[no-untyped-def]
     return open_registry(settings), BrainService(settings, open_backend(settings))
 
 
-def _forget_access(sharing: Any, user_id: str) -> None:
+def _forget_access(sharing: Any, user_id: str, user_name: str, command: str) -> None:
     """Delete a removed user's agent keys and memberships in others' brains, so a later
-    ``adopt`` of their id hands over their own brains only."""
-    sharing.require().forget_user(user_id)
+    ``adopt`` of their id hands over their own brains only; each goes in the brain's audit log
+    (actor ``operator (user COMMAND)``), as `unshare` and `key revoke` note theirs."""
+    sharing.forget_user(user_id, user_name, f"operator (user {command})")
 
 
 def _sharing(settings: StoreSettings, registry: Any, service: BrainService) -> Any:
@@ -171,7 +172,7 @@ def remove(name_or_id: str, purge: bool, data: Path | None) -> None:
         account = registry.remove(name_or_id)
     except UsersFileError as exc:
         raise _fail(exc) from None
-    _forget_access(sharing, account.id)
+    _forget_access(sharing, account.id, account.name, "remove")
     where = store_label(settings)
     if purge:
         service.backend.delete_user(account.id)
@@ -288,7 +289,8 @@ def adopt(former_id: str, name: str, email: str, data: Path | None) -> None:
     settings = existing_store(data)
     registry, service = _open(settings)
     brains = _orphan_brains(registry, service, former_id)
-    _forget_access(_sharing(settings, registry, service), former_id)  # removed by an older version: still there
+    # removed by an older version: still there
+    _forget_access(_sharing(settings, registry, service), former_id, "", "adopt")
     try:
         account, token = registry.add(name, email, user_id=former_id)
     except UsersFileError as exc:

@@ -8,6 +8,7 @@ not leak existence; a member whose role does not allow the action gets 403.
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from store.auth.authenticate import Principal, unauthorized
@@ -132,6 +133,25 @@ class Sharing:
         record["role"] = effective_role(role or self.role(principal, meta.id)[1], scope)
         record["owner"] = principal.name if meta.user_id == principal.user_id else self.user_name(meta.user_id)
         return record
+
+    def forget_user(self, user_id: str, user_name: str, by: str, *,
+                    unnoted: AbstractSet[str] = frozenset()) -> tuple[int, int]:
+        """Drop a removed user's agent keys and memberships (``SharingRegistry.forget_user``) and
+        note each in the audit log of the brain it concerned, as the operator's change (actor
+        ``operator``, named ``by``: "operator (user remove)"), as `brain-store unshare` and
+        `key revoke` note theirs; brains in ``unnoted`` are left out (a log copied from elsewhere).
+        Returns (keys, memberships) dropped."""
+        keys, memberships = self.require().forget_user(user_id)
+        if self.audit is not None:
+            for brain_id, role in memberships:
+                if brain_id not in unnoted:
+                    self.audit.record(brain_id, "operator", by, "member_removed", member=user_id,
+                                      member_name=user_name, role=role)
+            for key in keys:
+                for brain_id in key.brains:
+                    if brain_id not in unnoted:
+                        self.audit.record(brain_id, "operator", by, "key_revoked", key=key.prefix, member=user_id)
+        return len(keys), len(memberships)
 
     def forget(self, brain_id: str) -> None:
         """A brain was deleted: drop its members and its audit log."""

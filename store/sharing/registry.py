@@ -307,21 +307,21 @@ class SharingRegistry:
 
         self._edit(change)
 
-    def forget_user(self, user_id: str) -> tuple[int, int]:
+    def forget_user(self, user_id: str) -> tuple[list[AgentKey], list[tuple[str, str]]]:
         """A user was removed (or their id is handed to someone else): delete their agent keys
         and their memberships in other users' brains. Shares of brains they created stay
-        (those brains are kept for ``brain-store user adopt``). Returns ``(keys, memberships)``
-        dropped."""
+        (those brains are kept for ``brain-store user adopt``). Returns what was dropped, for
+        the brains' audit logs: the keys, and the memberships as (brain id, role)."""
 
-        def change(doc: SharingDocument) -> tuple[int, int]:
-            keys = len(doc.keys)
+        def change(doc: SharingDocument) -> tuple[list[AgentKey], list[tuple[str, str]]]:
+            keys = [k for k in doc.keys if k.user_id == user_id]
             doc.keys[:] = [k for k in doc.keys if k.user_id != user_id]
-            dropped = 0
+            dropped = []
             for share in doc.shares:
-                if share.members.pop(user_id, None) is not None:
-                    dropped += 1
+                if (role := share.members.pop(user_id, None)) is not None:
+                    dropped.append((share.brain_id, role))
             doc.shares[:] = [s for s in doc.shares if s.members]
-            return keys - len(doc.keys), dropped
+            return keys, dropped
 
         return self._edit(change)
 

@@ -1,0 +1,55 @@
+"""`brain-store user remove` notes in each brain's sharing audit log the memberships and agent keys
+it takes away with the user (actor ``operator``, named ``operator (user remove)``), as `unshare` and
+`key revoke` note theirs: the log of a brain no longer said how a member or a key went. On a
+directory and on S3."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.backup.support import cli
+from tests.s3.servers import S3Service
+
+
+def _audit(env: dict[str, str], brain: str, owner: str) -> list[dict[str, str]]:
+    out = cli(env, "audit", brain, "--user", owner).stdout
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+@pytest.mark.parametrize("where", ["directory", "s3"])
+def test_user_remove_notes_the_memberships_and_keys_it_takes_away(where: str, tmp_path: Path,
+                                                                   request: pytest.FixtureRequest) -> None:
+    env = {"STORE_DATA_DIR": str(tmp_path / "store"), "HOME": str(tmp_path)}
+    if where == "s3":
+        moto: S3Service = request.getfixturevalue("moto")
+        env.update(moto.store_env(moto.new_bucket()))
+    for name in ("alice", "bob", "carol"):
+        cli(env, "user", "add", name)
+    cli(env, "brain", "create", "notes", "--user", "alice")
+    cli(env, "brain", "create", "plans", "--user", "carol")
+    cli(env, "share", "notes", "--user", "alice", "--with", "bob", "--role", "editor")
+    cli(env, "share", "plans", "--user", "carol", "--with", "bob", "--role", "viewer")
+    cli(env, "share", "plans", "--user", "carol", "--with", "alice", "--role", "viewer")
+    key = cli(env, "key", "create", "--user", "bob", "--brain", "notes", "--brain", "plans",
+              "--scope", "read").stdout.splitlines()[-1]
+    bob_id = next(json.loads(line)["member"] for line in cli(env, "audit", "notes", "--user", "alice").stdout
+                  .splitlines() if json.loads(line)["action"] == "member_set")
+    before = {"notes": _audit(env, "notes", "alice"), "plans": _audit(env, "plans", "carol")}
+
+    cli(env, "user", "remove", "bob")
+
+    for brain, owner, role in (("notes", "alice", "editor"), ("plans", "carol", "viewer")):
+        events = _audit(env, brain, owner)
+        assert events[:len(before[brain])] == before[brain]
+        added = [{k: v for k, v in e.items() if k != "ts"} for e in events[len(before[brain]):]]
+        assert sorted(added, key=lambda e: e["action"]) == [
+            {"action": "key_revoked", "actor": "operator", "actor_name": "operator (user remove)",
+             "brain": added[0]["brain"], "key": key[:12], "member": bob_id},
+            {"action": "member_removed", "actor": "operator", "actor_name": "operator (user remove)",
+             "brain": added[0]["brain"], "member": bob_id, "member_name": "bob", "role": role},
+        ], added
+    # alice's membership of plans stays, and nothing is noted for it
+    assert not [e for e in _audit(env, "plans", "carol")[len(before["plans"]):] if e.get("member") != bob_id]
