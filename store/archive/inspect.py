@@ -295,6 +295,7 @@ class _TarParser:
         self._collect_left = 0
         self._collect_type = b""
         self._meta_chain = 0
+        self._after_global = False  # a global header was the last header: an entry must follow
         self._next_path: bytes | None = None  # from pax "path" (wins, as in tarfile)
         self._next_long_name: bytes | None = None  # from GNU "L"
         self._next_size: int | None = None  # from pax "size"
@@ -309,7 +310,8 @@ class _TarParser:
         collect = None if self._collect is None else bytes(self._collect)
         return (
             self._state, bytes(self._block), self._skip_left, collect, self._collect_left, self._collect_type,
-            self._meta_chain, self._next_path, self._next_long_name, self._next_size, self._next_link,
+            self._meta_chain, self._after_global, self._next_path, self._next_long_name, self._next_size,
+            self._next_link,
         )
 
     @property
@@ -320,7 +322,7 @@ class _TarParser:
     def resume(self, position: tuple[object, ...], counters: tuple[int, int, int]) -> None:
         """Stand at ``position`` (from `position`) with these ``counters``."""
         (state, block, self._skip_left, collect, self._collect_left, self._collect_type, self._meta_chain,
-         self._next_path, self._next_long_name, self._next_size, self._next_link) = position
+         self._after_global, self._next_path, self._next_long_name, self._next_size, self._next_link) = position
         self._state = state  # type: ignore[assignment]
         self._block = bytearray(block)  # type: ignore[arg-type]
         self._collect = None if collect is None else bytearray(collect)  # type: ignore[arg-type]
@@ -404,7 +406,7 @@ class _TarParser:
             return
         if self._state == _T_DATA or self._block:
             raise ArchiveRejected("the tar archive is truncated", reason="tar")
-        if self._collect is not None or self._meta_chain:
+        if self._collect is not None or self._meta_chain or self._after_global:
             raise ArchiveRejected("the tar archive is truncated after an extended header", reason="tar")
         if self._state == _T_ZERO1:
             raise ArchiveRejected("the tar archive's end marker is incomplete (one zero block, not two)", reason="tar")
@@ -415,7 +417,9 @@ class _TarParser:
             if self._state == _T_ZERO1:
                 self._state = _T_END
                 return
-            if self._meta_chain:
+            # A global header too: tarfile reads the header after one as part of it, and refuses
+            # the archive when none follows.
+            if self._meta_chain or self._after_global:
                 raise ArchiveRejected("an extended header is not followed by an entry", reason="tar")
             self._state = _T_ZERO1
             return
@@ -457,6 +461,7 @@ class _TarParser:
             return False
         self._headers += 1
         self.entries += 1
+        self._after_global = False
         if typeflag == b"0":
             self.file_count += 1
         self._skip(size)
@@ -521,6 +526,7 @@ class _TarParser:
         self._next_size = None
         self._next_link = False
         self._meta_chain = 0
+        self._after_global = False
 
         refused = _REFUSED_TYPES.get(typeflag)
         if refused is not None:
@@ -554,6 +560,8 @@ class _TarParser:
             self._meta_chain += 1
             if self._meta_chain > _MAX_META_CHAIN:
                 raise ArchiveRejected("too many extended headers in a row", reason="tar")
+        else:
+            self._after_global = True
         self._collect = bytearray()
         self._collect_left = size
         self._collect_type = typeflag
