@@ -93,6 +93,9 @@ _HIT = {
         "content_truncated": {"type": "boolean", "description": "True when the budget cut this content."},
         "content_length": {"type": "integer", "description": "Length of the whole content when it was cut."},
         "similarity": {"type": "number", "description": "Hybrid mode: closeness in meaning to the query (cosine)."},
+        "above_higher_scores": {"type": "boolean", "description": (
+            "True when this hit is listed above a hit of higher score: the query's own words match it closely, "
+            "and such a match always comes first.")},
     },
     "required": ["id", "score"],
 }
@@ -182,12 +185,14 @@ TOOLS: tuple[ToolSpec, ...] = (
         name="brain_recall",
         title="Recall from memory",
         description=(
-            "Search the user's long-term memory for facts relevant to a query and return the best matches, "
-            "most relevant first: by default by meaning and words, in any language (hybrid mode); when no "
+            "Search the user's long-term memory for facts relevant to a query and return the best matches: "
+            "by default by meaning and words, in any language (hybrid mode); when no "
             "memory matches well it returns none and says so (nothing_matches_well) rather than unrelated "
-            "memories. Use it before a task "
+            "memories. Hits come by score, highest first, except that a memory holding the query's own words "
+            "closely is listed first whatever its score (marked above_higher_scores, and the text says so). "
+            "Use it before a task "
             "where past decisions, preferences, conventions or lessons may matter. Each hit carries the memory's "
-            "text in 'content', best hits first, within a budget (max_chars, or max_tokens; default about "
+            "text in 'content', in that order, within a budget (max_chars, or max_tokens; default about "
             f"{DEFAULT_RECALL_CHARS} characters in all); a hit the budget cut says so, and brain_read gives the "
             "whole memory. Hits marked quarantine_pending are awaiting the user's verification; hits marked "
             "expired are no longer valid."

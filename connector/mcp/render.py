@@ -112,6 +112,9 @@ def recall_text(result: dict[str, Any], *, titles_only: bool = False) -> str:
             marks.append(f"superseded by {one(hit['superseded_by'])}")
         if hit.get("low_trust"):
             marks.append("low trust")
+        if hit.get("above_higher_scores"):
+            marks.append("listed above higher scores: the query's own words match it closely, and such a match "
+                         "always comes first")
         mark_text = f" [{'; '.join(marks)}]" if marks else ""
         lines.append(
             f"{number}. {title(hit.get('title'))} ({one(hit.get('id'))}, score {_fmt_number(hit.get('score'))}){mark_text}"

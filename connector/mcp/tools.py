@@ -26,7 +26,7 @@ from common.textsafety import has_unsafe_chars
 from connector.engine.format.brain import DAMAGED_INDEX_ADVICE, Brain, index_damage
 from connector.engine.format.jsvalues import datetime_ms, parse_iso_ms
 from connector.engine.format.tokens import Budget
-from connector.engine.format.views import attach_content, read_memory
+from connector.engine.format.views import ahead_of_higher_scores, attach_content, read_memory
 from connector.engine.recall.embedding import content_hash
 from connector.engine.recall.exact import recall
 from connector.engine.recall.hybrid import EXACT_CANNOT_READ, MODES, NO_GOOD_MATCH, HybridIndex, empty_recall_reason, hybrid_recall
@@ -557,6 +557,10 @@ class BrainTools:
                 self._loaded()
         if hits and snapshot.brain is not None:
             attach_content(hits, snapshot.brain, budget)
+        # Said on the hit itself (not in the note, which brain_reflect passes on with the hits regrouped):
+        # "best first" is not "highest score first", and a lower score on top must not read as a mistake.
+        for position in ahead_of_higher_scores([float(hit.get("score") or 0.0) for hit in hits]):
+            hits[position]["above_higher_scores"] = True
         searched = snapshot.brain is not None and "index.json" in snapshot.brain
         reason = empty_recall_reason(mode, query) if not hits and searched else None
         if reason == NO_GOOD_MATCH:

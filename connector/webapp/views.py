@@ -17,7 +17,7 @@ from connector.engine.format.archive import ArchiveError, load_archive
 from connector.engine.format.brain import Brain
 from connector.engine.format.rules import MEMORY_TYPES
 from connector.engine.format.text import memory_body
-from connector.engine.format.views import cut_at_word
+from connector.engine.format.views import ahead_of_higher_scores, cut_at_word
 from connector.engine.format.titles import plain_title
 from connector.engine.recall.hybrid import empty_recall_reason, memory_text
 from connector.engine.recall.index import BrainIndex, RecallError
@@ -188,16 +188,6 @@ def _number(value: Any) -> str:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return ""
     return f"{value:.2f}".rstrip("0").rstrip(".") if isinstance(value, float) else str(value)
-
-
-def ahead_of_higher_scores(scores: list[float]) -> list[int]:
-    """Positions of the scores listed above a higher one (the order is not by score there)."""
-    ahead, best_below = [], float("-inf")
-    for position in range(len(scores) - 1, -1, -1):
-        if scores[position] < best_below:
-            ahead.append(position)
-        best_below = max(best_below, scores[position])
-    return sorted(ahead)
 
 
 def line_of(memory_id: str, entry: dict[str, Any], *, expired: bool = False) -> MemoryLine:

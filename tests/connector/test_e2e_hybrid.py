@@ -125,3 +125,34 @@ def test_the_hybrid_index_is_read_back_after_a_restart(store: RunningStore, tmp_
         asyncio.run(recall(server.base_url))
     assert _vectors_kept(state) == len(ids)
     assert [path.stat().st_size for path in cache.glob("*.hix")] == [whole]
+
+
+def test_a_hit_listed_above_a_higher_score_is_marked_and_said(store: RunningStore, tmp_path: Path) -> None:
+    # "habits" is the Track habit memory's own word (exact relevance 1.0), so hybrid recall lists it
+    # first, although the Coffee memory (tagged habits) fuses to a higher score. The model read
+    # "most relevant first" and scores that said otherwise, with nothing to reconcile them.
+    user = store.add_user("ordering")
+    brain, ids = make_brain()
+    upload_brain(store.url, user.token, brain)
+
+    async def scenario(base: str) -> None:
+        async with mcp_session(base + "/mcp", mint(base, user, {"brain.read"})) as client:
+            tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+            assert "most relevant first" not in tools["brain_recall"].description
+            assert "listed first whatever its score" in tools["brain_recall"].description
+            answer = await client.call_tool("brain_recall", {"query": "habits", "mode": "hybrid", "limit": 3})
+            found = structured(answer)
+            first, second = found["results"][:2]
+            assert first["id"] == ids["Track habit"] and second["id"] == ids["Coffee"]
+            assert first["score"] < second["score"]
+            assert first["above_higher_scores"] is True
+            assert not any(hit.get("above_higher_scores") for hit in found["results"][1:])
+            line = text_of(answer).split("\n")[1]
+            assert line.startswith("1. Track habit (") and line.endswith(
+                "[listed above higher scores: the query's own words match it closely, and such a match always comes first]")
+            # In score order there is nothing to say.
+            plain = structured(await client.call_tool("brain_recall", {"query": "疫苗", "mode": "hybrid", "limit": 3}))
+            assert not any(hit.get("above_higher_scores") for hit in plain["results"])
+
+    with connector(tmp_path, store) as server:
+        asyncio.run(scenario(server.base_url))

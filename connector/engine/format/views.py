@@ -71,6 +71,18 @@ def attach_content(hits: list[dict[str, Any]], brain: Brain, budget: Budget) -> 
         budget.spend(shown)
 
 
+def ahead_of_higher_scores(scores: list[float]) -> list[int]:
+    """Positions of the scores listed above a higher one (the order is not by score there):
+    hybrid recall lists a strong exact hit (the query's own words) first whatever its fused
+    score (connector.engine.recall.hybrid), and what shows the hits says so."""
+    ahead, best_below = [], float("-inf")
+    for position in range(len(scores) - 1, -1, -1):
+        if scores[position] < best_below:
+            ahead.append(position)
+        best_below = max(best_below, scores[position])
+    return sorted(ahead)
+
+
 def _front_matter(text: str | None) -> dict[str, Any] | None:
     """The front matter as JSON-able values (dates as text); None when absent or unreadable."""
     raw = frontmatter_text(text) if text is not None else None

@@ -13,7 +13,7 @@ from connector.engine.tending.review import Flag, FlagPairs
 from connector.engine.format.graphemes import shortened
 from connector.engine.writes.memorize import CONNECTOR_SOURCE, MAX_CONTEXT_CHARS, MemoryInput, over_limit
 from connector.engine.writes.ops import Memorize, connector_memorize
-from connector.webapp.views import ahead_of_higher_scores
+from connector.engine.format.views import ahead_of_higher_scores
 
 from ..conftest import RunningStore, auth, brains_of, device_write, direct_memorize, download_brain, shared_store
 from ..review_support import statuses_at_store
