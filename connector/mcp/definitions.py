@@ -193,7 +193,8 @@ TOOLS: tuple[ToolSpec, ...] = (
             "Use it before a task "
             "where past decisions, preferences, conventions or lessons may matter. Each hit carries the memory's "
             "text in 'content', in that order, within a budget (max_chars, or max_tokens; default about "
-            f"{DEFAULT_RECALL_CHARS} characters in all); a hit the budget cut says so, and brain_read gives the "
+            f"{DEFAULT_RECALL_CHARS} characters in all); a hit the budget cut says so, one it left too little "
+            "room for has its content left out and says so, and brain_read gives the "
             "whole memory. Hits marked quarantine_pending are awaiting the user's verification; hits marked "
             "expired are no longer valid."
         ),

@@ -87,8 +87,8 @@ def _content_lines(hit: dict[str, Any], titles_only: bool = False) -> list[str]:
             lines.append(f"   (content not shown: titles only were asked for; {total} characters; "
                          "brain_read gives the whole memory)")
         else:
-            lines.append(f"   (content left out: the recall budget was spent on better hits; {total} characters; "
-                         "brain_read gives the whole memory)")
+            lines.append(f"   (content left out: too little of the recall budget was left after better hits; "
+                         f"{total} characters; brain_read gives the whole memory)")
     return lines
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.connector.conftest import RunningStore
+from tests.connector.test_e2e_tool_content import text_of
 from tests.connector.test_e2e_tools import connector, mcp_session, mint, structured
 
 pytestmark = pytest.mark.timeout(300)
@@ -110,6 +111,51 @@ def test_a_small_budget_cuts_a_japanese_heading_inside_its_words_and_counts_emoj
                 best = found["results"][0]
                 assert content.startswith(best["content"]) and best["content_truncated"] is True
                 assert 4 <= reference_tokens(best["content"]) <= 5, best["content"]
+
+    with connector(tmp_path, store) as server:
+        asyncio.run(scenario(server.base_url))
+
+
+def test_a_cut_that_would_keep_almost_nothing_leaves_the_content_out(store: RunningStore, tmp_path: Path) -> None:
+    # A hit after the best one was shown as "T" of 232 characters when the budget ran low: noise.
+    # Below ten tokens (40 English characters, 10 Chinese ones) the content is left out and the
+    # text says so; the hit keeps its id and title for brain_read. The best hit is always cut to fit.
+    user = store.add_user("budget-floor")
+    release = "Payments release: Tuesday mornings, after the smoke test on staging."
+    ritual = "发布流程：支付服务每周二上午发布，先在预发布环境做冒烟测试。"
+
+    async def scenario(base: str) -> None:
+        async with mcp_session(base + "/mcp", mint(base, user, RW)) as client:
+            for content, title in ((release, "Payments release"), (EN, "Payments release routine"),
+                                   (ritual, "支付发布"), (ZH, "支付服务发布流程")):
+                structured(await client.call_tool("brain_memorize", {"content": content, "title": title}))
+
+            async def recall(query: str, **options: Any) -> Any:
+                return await client.call_tool("brain_recall", {"query": query, "limit": 2, **options})
+
+            for query, mode, unit in (("payments release", "exact", "max_chars"), ("支付服务发布", "hybrid", "max_tokens")):
+                whole = structured(await recall(query, mode=mode))["results"]
+                assert len(whole) == 2 and not any(hit.get("content_truncated") for hit in whole)
+                first, other = whole[0]["content"], whole[1]["content"]
+                budget = len(first) if unit == "max_chars" else reference_tokens(first)
+                # Five left: the second hit's content is left out, said so, its id and title kept.
+                answer = await recall(query, mode=mode, **{unit: budget + 5})
+                best, second = structured(answer)["results"]
+                assert best["content"] == first and "content_truncated" not in best
+                assert second["id"] == whole[1]["id"] and second["title"] == whole[1]["title"]
+                assert second["content"] == "" and second["content_truncated"] is True
+                assert second["content_length"] == len(other)
+                assert "content left out: too little of the recall budget was left" in text_of(answer)
+                # Twelve tokens (of Chinese: twelve characters, each about a token) are worth showing.
+                answer = await recall(query, mode=mode, **{unit: budget + (48 if unit == "max_chars" else 12)})
+                second = structured(answer)["results"][1]
+                assert second["content"] and other.startswith(second["content"]) and second["content_truncated"]
+                assert "content cut by the recall budget" in text_of(answer)
+                if unit == "max_tokens":
+                    assert len(second["content"]) == 12
+            # The best hit is still cut to whatever fits, however little.
+            tiny = structured(await recall("payments release", mode="exact", max_chars=3))["results"]
+            assert tiny[0]["content"] and len(tiny[0]["content"]) <= 3 and tiny[1]["content"] == ""
 
     with connector(tmp_path, store) as server:
         asyncio.run(scenario(server.base_url))
