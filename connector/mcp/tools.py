@@ -1031,6 +1031,10 @@ class BrainTools:
             raise ToolFailure(f"'{action}' needs 'ids': the memory ids to {action} (see brain_verify with action list).")
         outcome = await self._write(caller, Verify(action, ids), f"verify-{action}")
         _refused_for_good(outcome)
+        if not outcome.result.get("results"):
+            # None could be approved or rejected: a refusal, as the CLI's verify exits 1, not a result a
+            # model may read as done. Verify writes nothing then.
+            raise ToolFailure(_verify_refusal(action, outcome.result.get("errors") or []))
         self.prewarm(outcome)
         structured = {**outcome.result, **_sync_fields(outcome)}
         note = _sync_note(outcome)
@@ -1116,6 +1120,17 @@ def _content_budget(args: Args) -> tuple[Budget, list[str]]:
     )
     notes += [tokens_note] if tokens_note else []
     return Budget(chars=chars if args.given("max_chars") else None, tokens=tokens), notes
+
+
+def _verify_refusal(action: str, errors: list[dict[str, Any]]) -> str:
+    """Why none of the ids could be approved or rejected, each id under its reason."""
+    by_reason: dict[str, list[str]] = {}
+    for error in errors:
+        by_reason.setdefault(str(error.get("error")), []).append(render.one(error.get("id")))
+    reasons = "; ".join(f"{reason}: {', '.join(ids)}" for reason, ids in by_reason.items())
+    verb = "approved" if action == "approve" else "rejected"
+    return (f"Nothing was {verb}, nothing was changed ({reasons}). brain_verify with action list shows the "
+            "memories pending verification.")
 
 
 def _damaged_index(snapshot: Snapshot, index: Any) -> bool:

@@ -310,10 +310,44 @@ def test_ids_on_a_new_users_empty_brain_are_unknown_ids(store: RunningStore, ser
             for name in ("brain_pin", "brain_unpin", "brain_forget"):
                 refused = await client.call_tool(name, {"id": "mem_20250101_aaaaaa"})
                 assert refused.is_error and refused.content[0].text == "unknown memory id mem_20250101_aaaaaa", name
-            verified = structured(await client.call_tool("brain_verify", {"action": "approve",
-                                                                          "ids": ["mem_20250101_aaaaaa"]}))
-            assert verified["results"] == [] and verified["errors"] == [
-                {"id": "mem_20250101_aaaaaa", "error": "unknown memory id"}]
+            verified = await client.call_tool("brain_verify", {"action": "approve", "ids": ["mem_20250101_aaaaaa"]})
+            assert verified.is_error and verified.content[0].text == (
+                "Nothing was approved, nothing was changed (unknown memory id: mem_20250101_aaaaaa). brain_verify "
+                "with action list shows the memories pending verification.")
+
+    asyncio.run(scenario(served.base_url))
+
+
+def test_verify_of_only_ids_it_cannot_act_on_is_an_error_that_changes_nothing(
+        store: RunningStore, served: ServerProcess) -> None:
+    """brain_verify approve/reject whose ids are all unknown (or not pending) answered an ordinary
+    result, which a model may take for done, while the CLI's verify exits 1: an error naming them."""
+    user = store.add_user("verifier")
+    brain_id = brains_of(store.url, user.token)[0]["id"]
+
+    async def scenario(base: str) -> None:
+        async with mcp_session(base + "/mcp", mint(base, user, {"brain.read", "brain.write"})) as client:
+            plain = structured(await client.call_tool("brain_memorize", {"content": "The office opens at eight."}))
+            pending = structured(await client.call_tool("brain_memorize", {
+                "content": "A vendor page claims the API is free", "origin": "external"}))["stored"]
+            assert pending["quarantine_pending"] is True
+            _, before = download_brain(store.url, user.token, brain_id)
+            for action, verb in (("approve", "approved"), ("reject", "rejected")):
+                refused = await client.call_tool("brain_verify", {
+                    "action": action, "ids": ["mem_20200101_000000", plain["stored"]["id"], "mem_20200101_000001"]})
+                assert refused.is_error and refused.content[0].text == (
+                    f"Nothing was {verb}, nothing was changed (unknown memory id: mem_20200101_000000, "
+                    f"mem_20200101_000001; not pending verification: {plain['stored']['id']}). brain_verify with "
+                    "action list shows the memories pending verification.")
+            _, after = download_brain(store.url, user.token, brain_id)
+            assert after == before
+            assert [item["id"] for item in structured(await client.call_tool("brain_verify", {}))["pending"]] == [
+                pending["id"]]
+            # One id it can act on: done, and the others listed as errors beside it.
+            mixed = structured(await client.call_tool("brain_verify", {
+                "action": "approve", "ids": [pending["id"], "mem_20200101_000000"]}))
+            assert [item["id"] for item in mixed["results"]] == [pending["id"]]
+            assert mixed["errors"] == [{"id": "mem_20200101_000000", "error": "unknown memory id"}]
 
     asyncio.run(scenario(served.base_url))
 
