@@ -50,7 +50,7 @@ from connector.imports.files import Upload
 from connector.imports.load import FORMATS as IMPORT_FORMATS
 from connector.imports.load import extracted, read_upload
 from connector.imports.plan import ImportPlan, dry_run, plan_import
-from connector.webapp.transfer import MAX_IMPORT_BYTES, check_holdable, export_memories, export_zip
+from connector.webapp.transfer import MAX_IMPORT_BYTES, check_holdable, export_disposition, export_memories, export_zip
 from connector.webapp.views import CURRENT_VERSION, MODE_LABELS, TYPES, BrainViews, SearchForm, SearchResult
 from connector.workcopy.core import BrainUnavailable, SignInAgain
 from connector.workcopy.model import Account
@@ -866,11 +866,11 @@ def webapp_route_handlers(app: WebApp) -> list[Any]:
         headers = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
         if request.url.path.endswith(".zip"):
             data = await asyncio.to_thread(export_zip, brain)
-            headers["Content-Disposition"] = f'attachment; filename="brain-{stamp}.zip"'
+            headers["Content-Disposition"] = export_disposition(snapshot.brain_name, stamp, "zip")
             return Response(data, media_type="application/zip", headers=headers)
         document = await asyncio.to_thread(export_memories, brain, brain_id=snapshot.brain_id,
                                            brain_name=snapshot.brain_name, now=now)
-        headers["Content-Disposition"] = f'attachment; filename="brain-{stamp}.json"'
+        headers["Content-Disposition"] = export_disposition(snapshot.brain_name, stamp, "json")
         body = json.dumps(document, ensure_ascii=False, indent=1).encode("utf-8")
         return Response(body, media_type="application/json", headers=headers)
 

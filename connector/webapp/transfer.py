@@ -11,14 +11,18 @@ from __future__ import annotations
 
 import io
 import json
+import re
+import unicodedata
 import zipfile
 from datetime import datetime
 from typing import Any
+from urllib.parse import quote
 
 from connector.engine.format.brain import Brain
 from connector.engine.format.frontmatter import yaml_string
 from connector.engine.format.rules import iso_ms
 from connector.engine.format.text import memory_body
+from connector.engine.writes.memorize import slugify
 from connector.engine.writes.restore import PIN_FIELDS, frontmatter_values
 from connector.i18n import Text
 from connector.imports.errors import ImportRefused
@@ -34,6 +38,11 @@ MAX_HELD_IMPORT_CHARS = 40 * 1024 * 1024
 INPUT_FIELDS = ("title", "type", "cognitive_type", "path", "tags", "related", "salience", "confidence",
                 "source", "encoding_context", "pinned", "pin_scope", "pin_priority", "stable", "origin",
                 "valid_from", "valid_until", "supersedes")
+# How much of the brain's name an export's file name keeps.
+EXPORT_NAME_CHARS = 40
+# What a file name may not hold on some system (separators, quotes, controls, spaces, emoji...):
+# anything but letters, digits, "_", "." and "-" becomes "-".
+_NOT_FILENAME = re.compile(r"[^\w.-]+")
 
 
 def check_holdable(operation: dict[str, Any]) -> None:
@@ -71,6 +80,22 @@ def export_memories(brain: Brain, *, brain_id: str | None, brain_name: str | Non
         memories.append(item)
     return {"format": FORMAT, "version": VERSION, "exported_at": iso_ms(now),
             "brain": {"id": brain_id, "name": brain_name}, "memories": memories}
+
+
+def export_disposition(brain_name: str | None, stamp: str, extension: str) -> str:
+    """The Content-Disposition of an export: ``brain-<name>-<stamp>.<extension>``, so exports of
+    several brains tell apart (all were ``brain-<stamp>``).
+
+    ``filename`` is ASCII for every browser: the name slugged as memory files are (a Chinese or
+    Japanese name transliterated, ``brain-<stamp>`` when nothing is left). A name with other
+    letters also gets ``filename*`` (RFC 6266/5987, UTF-8), which browsers prefer: the name as
+    written, only what a file name cannot hold replaced."""
+    ascii_name = slugify(brain_name or "", length=EXPORT_NAME_CHARS, fallback="")
+    header = f'attachment; filename="{"-".join(filter(None, ["brain", ascii_name, stamp]))}.{extension}"'
+    name = _NOT_FILENAME.sub("-", unicodedata.normalize("NFC", brain_name or ""))[:EXPORT_NAME_CHARS].strip("-.")
+    if name and not name.isascii():
+        header += f"; filename*=UTF-8''{quote(f'brain-{name}-{stamp}.{extension}', safe='')}"
+    return header
 
 
 def export_zip(brain: Brain) -> bytes:

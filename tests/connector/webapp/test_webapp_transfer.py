@@ -6,6 +6,7 @@ import io
 import json
 import re
 import zipfile
+from urllib.parse import unquote
 
 import httpx
 import pytest
@@ -193,3 +194,22 @@ def test_the_same_file_confirmed_in_two_places_at_once_is_written_once(store: Ru
     stored, _ = download_brain(store.url, alice.token, brain_id)
     titles = sorted(entry["title"] for entry in stored.read_json("index.json")["memories"].values())
     assert titles == ["Bed 1", "Bed 2", "Bed 3", "The compost bin is emptied in spring."]
+
+
+def test_an_exports_file_name_says_which_brain_it_is(store: RunningStore) -> None:
+    # Every export was "brain-<timestamp>.json": exports of several brains could not be told apart.
+    alice = store.add_user("alice")
+    made = httpx.post(f"{store.url}/api/brains", headers=auth(alice.token), json={"name": "王小明的笔记"}, timeout=30)
+    assert made.status_code in (200, 201), made.text
+    with app_client(store.url) as client:
+        csrf = sign_in(client, alice.token)
+        default = client.get("/app/export/memories.json").headers["content-disposition"]
+        assert re.fullmatch(r'attachment; filename="brain-default-\d{8}-\d{6}\.json"', default), default
+        assert client.post("/app/brain", data={"csrf": csrf, "brain": made.json()["id"]}).status_code == 303
+        for extension in ("json", "zip"):
+            header = client.get(f"/app/export/memories.{extension}").headers["content-disposition"]
+            # An ASCII name for every browser (the name transliterated), and the name as written (RFC 5987).
+            found = re.fullmatch(rf'attachment; filename="brain-wang-xiao-ming-de-bi-ji-(\d{{8}}-\d{{6}})\.{extension}"; '
+                                 rf"filename\*=UTF-8''([A-Za-z0-9%._-]+)", header)
+            assert found, header
+            assert unquote(found.group(2)) == f"brain-王小明的笔记-{found.group(1)}.{extension}"
