@@ -25,6 +25,7 @@ import numpy as np
 from common.textsafety import has_unsafe_chars
 from connector.engine.format.brain import DAMAGED_INDEX_ADVICE, Brain, index_damage
 from connector.engine.format.jsvalues import datetime_ms, parse_iso_ms
+from connector.engine.format.rules import not_an_instant
 from connector.engine.format.tokens import Budget
 from connector.engine.format.views import ahead_of_higher_scores, attach_content, read_memory
 from connector.engine.recall.embedding import content_hash
@@ -1147,9 +1148,7 @@ def _instant(args: Args, name: str) -> str | None:
         return None
     text = value.strip()
     if parse_iso_ms(text) is None:
-        raise ArgumentError(
-            f"'{name}' is not an ISO 8601 date or time (such as 2025-03-01 or 2025-03-01T09:30:00Z): {value!r}"
-        )
+        raise ArgumentError(not_an_instant(name, value))
     return text
 
 

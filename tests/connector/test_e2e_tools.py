@@ -394,6 +394,32 @@ def test_recall_refuses_a_date_it_cannot_read_naming_the_argument(store: Running
     asyncio.run(scenario(served.base_url))
 
 
+def test_memorize_refuses_a_date_it_cannot_read_as_recall_does(store: RunningStore, served: ServerProcess) -> None:
+    """brain_memorize's refusal of valid_from / valid_until gave no example and not the value
+    ("'valid_from' is not an ISO 8601 date in the years 1 to 9999 (UTC)"), unlike brain_recall's."""
+    user = store.add_user("validity")
+    brain_id = brains_of(store.url, user.token)[0]["id"]
+
+    async def scenario(base: str) -> None:
+        async with mcp_session(base + "/mcp", mint(base, user, {"brain.read", "brain.write"})) as client:
+            for name, value in (("valid_from", "next tuesday"), ("valid_until", "2025-02-30"),
+                                ("valid_until", "2025-01-01\n2. Saved")):
+                refused = await client.call_tool("brain_memorize", {"content": "The office moves in spring.", name: value})
+                assert refused.is_error and refused.content[0].text == (
+                    f"'{name}' is not an ISO 8601 date or time in the years 1 to 9999 (such as 2025-03-01 or "
+                    f"2025-03-01T09:30:00Z): {value!r}"), refused.content[0].text
+                assert "\n" not in refused.content[0].text
+            recall_refused = await client.call_tool("brain_recall", {"query": "office", "as_of": "next tuesday"})
+            assert recall_refused.content[0].text == (
+                "'as_of' is not an ISO 8601 date or time (such as 2025-03-01 or 2025-03-01T09:30:00Z): 'next tuesday'")
+            saved = structured(await client.call_tool("brain_memorize", {
+                "content": "The office moves in spring.", "valid_from": "2026-03-01"}))
+            assert saved["stored"]["id"]
+
+    asyncio.run(scenario(served.base_url))
+    assert len(download_brain(store.url, user.token, brain_id)[0].read_json("index.json")["memories"]) == 1
+
+
 # A valid call of each tool that declares limits; each limited argument is then set over and at its limit.
 LIMITED_CALLS: dict[str, dict[str, Any]] = {
     "brain_recall": {"query": "limits"},

@@ -122,6 +122,20 @@ def parse_iso(text: str) -> datetime | None:
         return None  # 0001-01-01T00:00:00+14:00, 9999-12-31T23:59:59-14:00: no UTC instant a datetime holds
 
 
+# Shown wherever a date argument is refused, so a model sees what to send instead.
+ISO_EXAMPLES = "such as 2025-03-01 or 2025-03-01T09:30:00Z"
+_SHOWN_VALUE_CHARS = 100  # MAX_DATE_CHARS of the tools: what they take is shown whole
+
+
+def not_an_instant(name: str, value: Any, *, within: str = "") -> str:
+    """The one refusal of a date argument that is none (brain_recall's ``as_of``, brain_memorize's
+    ``valid_from``, ...): its name, what it must be with examples, and the value as sent (cut,
+    its line breaks and controls escaped by ``repr``). ``within``: a bound on the dates, said too."""
+    shown = repr(value if not isinstance(value, str) or len(value) <= _SHOWN_VALUE_CHARS
+                 else value[:_SHOWN_VALUE_CHARS] + "...")
+    return f"'{name}' is not an ISO 8601 date or time{within} ({ISO_EXAMPLES}): {shown}"
+
+
 def set_entry_fields(entry: dict[str, Any], updates: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of ``entry`` with ``updates`` applied, new keys placed in canonical order.
 

@@ -29,6 +29,7 @@ from connector.engine.format.rules import (
     initial_decay_rate,
     initial_strength,
     iso_ms,
+    not_an_instant,
     parse_iso,
     token_estimate,
 )
@@ -222,7 +223,7 @@ def _instant(value: Any, name: str) -> str | None:
         return None
     parsed = parse_iso(value) if isinstance(value, str) else None
     if parsed is None:
-        raise BrainError(f"'{name}' is not an ISO 8601 date in the years 1 to 9999 (UTC)")
+        raise BrainError(not_an_instant(name, value, within=" in the years 1 to 9999"))
     return iso_ms(parsed)
 
 
