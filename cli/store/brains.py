@@ -98,9 +98,23 @@ class BrainDirectory:
             raise click.ClickException(f"no brain {given!r}{whose} (`brain-store brain list` shows ids and names)")
         if len(unique) > 1:
             listed = "; ".join(f"{row.id} (owner {row.owner or row.owner_id})" for row in unique.values())
-            hint = "give its id" + ("" if user is not None else ", or --user NAME to say whose")
+            # --user narrows to one user's brains: it tells them apart only when no owner has two of them.
+            owners = [row.owner_id for row in unique.values()]
+            whose_helps = user is None and len(set(owners)) == len(owners)
+            hint = "give its id" + (", or --user NAME to say whose" if whose_helps else "")
             raise click.ClickException(f"the brain name {given!r}{whose} is ambiguous: {listed}. {hint}")
         return next(iter(unique.values()))
+
+
+def _note_shared_name(directory: BrainDirectory, owner_id: str, brain_id: str, name: str) -> None:
+    """Say (on stderr, after the change) when the owner has another brain of this name: allowed, as
+    the store's contract allows it, but commands naming either by name will then ask for its id."""
+    others = [row for row in directory.every() if row.owner_id == owner_id and row.id != brain_id
+              and brain_name_key(row.name) == brain_name_key(name)]
+    if others:
+        owner = others[0].owner or owner_id
+        click.echo(f"note: {owner} has another brain named {name!r} ({', '.join(row.id for row in others)}); "
+                   "commands will need the id to tell them apart", err=True)
 
 
 def open_directory(settings: Any) -> BrainDirectory:
@@ -192,6 +206,7 @@ def create_brain(name: str, who: str, data: Path | None) -> None:
     directory = open_directory(settings)
     user = user_named(directory.users, who)
     meta = _run(_service(settings).create, user.id, name)
+    _note_shared_name(directory, user.id, meta.id, meta.name)
     click.echo(f"created brain {meta.name} for {user.name} in {store_label(settings)}; its id:")
     click.echo(meta.id)
 
@@ -204,9 +219,11 @@ def create_brain(name: str, who: str, data: Path | None) -> None:
 def rename_brain(brain_id: str, new_name: str, who: str | None, data: Path | None) -> None:
     """Give BRAIN (id or name) the name NEW_NAME; its id, memories and snapshots stay."""
     settings = existing_store(data)
-    row = _owned(open_directory(settings), brain_id, who)
+    directory = open_directory(settings)
+    row = _owned(directory, brain_id, who)
     meta = _run(_service(settings).rename, row.owner_id, row.id, new_name)
     click.echo(f"renamed brain {row.name} ({row.id}) of {row.owner} to {meta.name}")
+    _note_shared_name(directory, row.owner_id, row.id, meta.name)
 
 
 @brain.command("delete")

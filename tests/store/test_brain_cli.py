@@ -109,3 +109,29 @@ def test_a_name_works_where_an_id_is_taken_and_an_ambiguous_one_is_refused(data:
     assert missing.exit_code == 1 and "no brain 'nonesuch'" in missing.output and "brain list" in missing.output
     # The id still works, in any case.
     assert run(data, "audit", ids["alice", "team"].upper()).exit_code == 0
+
+
+def test_two_brains_of_one_owner_under_one_name_are_told_apart_by_id(data: Path) -> None:
+    """A rename may give a brain the name of another of its owner's (names need not be unique, as
+    the store's contract allows): it says so, and the ambiguity's hint no longer offers --user,
+    which cannot tell one owner's brains apart ("give its id, or --user NAME to say whose")."""
+    ids = {(b["owner"], b["name"]): b["id"] for b in json.loads(run(data, "brain", "list", "--json").output)}
+    renamed = run(data, "brain", "rename", ids["alice", "team"], "default")
+    assert f"renamed brain team ({ids['alice', 'team']}) of alice to default" in renamed.output
+    assert f"note: alice has another brain named 'default' ({ids['alice', 'default']}); commands will need " \
+           "the id to tell them apart" in renamed.output
+    made = run(data, "brain", "create", "default", "--user", "alice")
+    assert "note: alice has another brain named 'default' (" in made.output
+    new_id = made.output.strip().splitlines()[-1]  # still the last line, for scripts
+    assert new_id not in ids.values() and len(new_id) == 36
+    for extra in ((), ("--user", "alice")):
+        refused = run(data, "unshare", "default", *extra, "--with", "bob", ok=False)
+        assert refused.exit_code == 1 and "is ambiguous" in refused.output
+        assert refused.output.rstrip().endswith(". give its id") and "--user NAME" not in refused.output
+    # alice's three and bob's one: --user would not tell alice's apart either.
+    assert "--user NAME" not in run(data, "audit", "default", ok=False).output
+    # By id it is one brain; nothing was shared or unshared on the way.
+    done = run(data, "unshare", ids["alice", "team"], "--with", "bob")
+    assert f"no longer shares brain {ids['alice', 'team']}" in done.output
+    # A name no other brain of the owner has: no note.
+    assert "note:" not in run(data, "brain", "rename", new_id, "scratch").output
