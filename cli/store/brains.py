@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from cli.store.target import cell, data_option, existing_store, store_label
-from cli.store.users import user_named
+from cli.store.users import refuse_damaged, user_named
 from common.brainnames import brain_name_key
 
 
@@ -274,6 +274,8 @@ def purge_brain(brain_id: str, yes: bool, data: Path | None) -> None:
     settings = existing_store(data)
     directory = open_directory(settings)
     row = _deleted_row(directory, brain_id)
+    # its members go too: a damaged sharing file would refuse that after the brain was gone
+    refuse_damaged(directory.registry, "brain purge")
     if not yes:
         if not click.get_text_stream("stdin").isatty():
             raise click.ClickException("this removes a brain for good: run it in a terminal to confirm, or add --yes")

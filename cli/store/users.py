@@ -57,6 +57,18 @@ def _sharing(settings: StoreSettings, registry: Any, service: BrainService) -> A
     return open_sharing(settings, registry, service.backend)
 
 
+def refuse_damaged(document: Any, command: str) -> None:
+    """Stop ``command`` before it changes anything when a state document it must change
+    (``users.json``, ``sharing.json``) is damaged: the edit would be refused halfway through,
+    after the user or brain was already changed (keys and memberships left behind, unlogged)."""
+    problem = document.damaged() if document is not None else None
+    if problem is not None:
+        name = document.path.rsplit("/", 1)[-1]  # a file or an object: "/data/sharing.json", "s3://b/p/sharing.json"
+        raise click.ClickException(
+            f"{problem}; `brain-store {command}` must change it, so nothing was changed: put a good {name} "
+            f"back (its last good copy {name}.last-good, or `brain-store restore` from a backup) and run it again")
+
+
 def _fail(exc: Exception) -> click.ClickException:
     return click.ClickException(str(exc))
 
@@ -165,9 +177,11 @@ def remove(name_or_id: str, purge: bool, data: Path | None) -> None:
 
     settings = existing_store(data)
     registry, service = _open(settings)
-    # read before the user goes: a sharing file this release must not rewrite (a newer one) is
-    # refused with nothing changed, not after the user was removed
+    # read before the user goes: a sharing file this release must not rewrite (a newer one, a
+    # damaged one) is refused with nothing changed, not after the user was removed
     sharing = _sharing(settings, registry, service)
+    refuse_damaged(registry, "user remove")
+    refuse_damaged(sharing.registry, "user remove")
     try:
         account = registry.remove(name_or_id)
     except UsersFileError as exc:
@@ -266,6 +280,7 @@ def purge(former_id: str, data: Path | None) -> None:
     registry, service = _open(settings)
     brains = _orphan_brains(registry, service, former_id)
     sharing = _sharing(settings, registry, service)  # read first, as in `remove`
+    refuse_damaged(sharing.registry, "user purge")
     service.backend.delete_user(former_id)
     for meta in brains:
         sharing.forget(meta.id)
@@ -289,8 +304,16 @@ def adopt(former_id: str, name: str, email: str, data: Path | None) -> None:
     settings = existing_store(data)
     registry, service = _open(settings)
     brains = _orphan_brains(registry, service, former_id)
+    sharing = _sharing(settings, registry, service)
+    # both files are changed: check both before either is
+    refuse_damaged(registry, "user adopt")
+    refuse_damaged(sharing.registry, "user adopt")
+    try:
+        registry.check_add(name, email, user_id=former_id)  # a taken name: refused before the keys go
+    except UsersFileError as exc:
+        raise _fail(exc) from None
     # removed by an older version: still there
-    _forget_access(_sharing(settings, registry, service), former_id, "", "adopt")
+    _forget_access(sharing, former_id, "", "adopt")
     try:
         account, token = registry.add(name, email, user_id=former_id)
     except UsersFileError as exc:

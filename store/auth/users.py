@@ -156,6 +156,22 @@ def email_problem(email: str) -> str | None:
     return None
 
 
+def _refuse_new_user(users: list[Any], name: str, email: str, user_id: str | None) -> None:
+    """Raise ``UsersFileError`` when a user ``name`` (``email``, ``user_id``) cannot join ``users``."""
+    if not _NAME.match(name):
+        raise UsersFileError(NAME_RULE)
+    if (problem := email_problem(email)) is not None:
+        raise UsersFileError(problem)
+    if (problem := name_problem(name, users)) is not None:
+        raise UsersFileError(problem)
+    taken = with_email(email, users)
+    if taken:
+        raise EmailInUse(f"the e-mail address {email!r} is already used by the user {taken[0].name!r}; "
+                         "nothing was created. Give this user another address, or none")
+    if user_id is not None and any(u.id == user_id for u in users):
+        raise UsersFileError(f"user id {user_id} is in use")
+
+
 def now_rfc3339() -> str:
     """The current UTC time as an RFC 3339 string with microseconds."""
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -313,22 +329,11 @@ class UserRegistry:
         ``user_id`` reuses the id of a removed user, so the brains kept for it become the
         new user's (``brain-store user adopt``); by default the id is a new UUID.
         """
-        if not _NAME.match(name):
-            raise UsersFileError(NAME_RULE)
-        if (problem := email_problem(email)) is not None:
-            raise UsersFileError(problem)
+        _refuse_new_user([], name, email, None)  # the name's and address's form; the rest in the edit
         token = new_token()
 
         def change(doc: UsersDocument) -> User:
-            problem = name_problem(name, doc.users)
-            if problem is not None:
-                raise UsersFileError(problem)
-            taken = with_email(email, doc.users)
-            if taken:
-                raise EmailInUse(f"the e-mail address {email!r} is already used by the user {taken[0].name!r}; "
-                                 "nothing was created. Give this user another address, or none")
-            if user_id is not None and any(u.id == user_id for u in doc.users):
-                raise UsersFileError(f"user id {user_id} is in use")
+            _refuse_new_user(doc.users, name, email, user_id)  # against the document this edit changes
             user = User(
                 id=user_id or str(uuid.uuid4()),
                 name=name,
@@ -340,6 +345,12 @@ class UserRegistry:
             return user
 
         return self._edit(change), token
+
+    def check_add(self, name: str, email: str = "", *, user_id: str | None = None) -> None:
+        """Raise the ``UsersFileError`` that ``add`` would raise now, changing nothing: for a command
+        that changes something else first (``user adopt`` drops the former user's keys before the
+        user exists again, so that those keys never work for the new user)."""
+        _refuse_new_user(self.users(), name, email, user_id)
 
     def rotate(self, name_or_id: str) -> tuple[User, str]:
         """Give a user a new token; the old one stops working at once."""
