@@ -189,7 +189,10 @@ def remove(name_or_id: str, purge: bool, data: Path | None) -> None:
     _forget_access(sharing, account.id, account.name, "remove")
     where = store_label(settings)
     if purge:
+        own = service.backend.list_brains(account.id)
         service.backend.delete_user(account.id)
+        for meta in own:  # as `user purge` does: the brains' members and audit logs go with them
+            sharing.forget(meta.id)
         click.echo(f"removed user {account.name} ({account.id}) from {where} and deleted their brains")
     else:
         click.echo(f"removed user {account.name} ({account.id}) from {where}; their brains are kept: "

@@ -53,3 +53,24 @@ def test_user_remove_notes_the_memberships_and_keys_it_takes_away(where: str, tm
         ], added
     # alice's membership of plans stays, and nothing is noted for it
     assert not [e for e in _audit(env, "plans", "carol")[len(before["plans"]):] if e.get("member") != bob_id]
+
+
+def test_user_remove_purge_takes_the_members_and_audit_logs_of_the_brains_it_deletes(tmp_path: Path) -> None:
+    """As `user purge` does: `user remove --purge` kept the deleted brains' shares in sharing.json
+    and their audit logs (member names and all) in sharing-audit/."""
+    data = tmp_path / "store"
+    env = {"STORE_DATA_DIR": str(data), "HOME": str(tmp_path)}
+    for name in ("alice", "bob"):
+        cli(env, "user", "add", name)
+    notes = cli(env, "brain", "create", "notes", "--user", "alice").stdout.splitlines()[-1]
+    plans = cli(env, "brain", "create", "plans", "--user", "bob").stdout.splitlines()[-1]
+    cli(env, "share", "notes", "--user", "alice", "--with", "bob", "--role", "editor")
+    cli(env, "share", "plans", "--user", "bob", "--with", "alice", "--role", "viewer")
+    assert (data / "sharing-audit" / f"{notes}.jsonl").exists()
+
+    cli(env, "user", "remove", "alice", "--purge")
+
+    assert json.loads((data / "sharing.json").read_bytes())["shares"] == []
+    assert not (data / "sharing-audit" / f"{notes}.jsonl").exists()
+    # bob's brain keeps its log, which notes alice's membership going
+    assert [e["action"] for e in _audit(env, plans, "bob")][-1] == "member_removed"
