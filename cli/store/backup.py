@@ -65,8 +65,9 @@ def backup(target: Path, data: Path | None) -> None:
     Safe while the store runs: each brain is copied consistently. Sealed archives stay
     sealed: a restore needs the same STORE_ENCRYPTION_KEY. The file holds token hashes;
     it is written with mode 0600. Progress goes to stderr. A brain whose metadata is damaged
-    cannot be backed up: the backup of everything else is written, the brain is named, and the
-    command exits with status 1.
+    cannot be backed up: the backup of everything else is written, the brain is named (and
+    recorded in the backup, so that `restore --force` keeps the store's brain of that id), and
+    the command exits with status 1.
     """
     from store.backup.format import BackupError
     from store.backup.writer import write_backup
@@ -106,7 +107,8 @@ def restore(source: Path, data: Path | None, force: bool) -> None:
 
     Nothing is changed unless the whole backup checks out, and a store that has users or
     brains is refused unless --force: then it ends up equal to the backup (its users, shares
-    and agent keys replaced, brains the backup does not hold removed). Sealed archives need the
+    and agent keys replaced, brains the backup does not hold removed, except those it left out
+    because their metadata was damaged: they are kept as they are). Sealed archives need the
     master key of the backed-up store (STORE_ENCRYPTION_KEY or ..._PREVIOUS_KEYS).
     """
     from store.backup.format import BackupError

@@ -7,7 +7,8 @@ A backup is ONE zstandard frame (with its content checksum) holding a POSIX tar 
     sharing-audit/<brain_id>.jsonl               a brain's sharing audit log, one event a line; optional
     brains/<user_id>/<brain_id>/meta.json        that brain's metadata (BrainMeta, as stored)
     brains/<user_id>/<brain_id>/blobs/<sha256>   each archive it names, bytes as stored
-    manifest.json                                format, counts and every entry's size and sha256
+    manifest.json                                format, counts, every entry's size and sha256, and
+                                                 the brains left out (damaged metadata)
     manifest.sha256                              sha256 hex of manifest.json
 
 A brain's meta.json always precedes its blobs, and the manifest comes last because the
@@ -45,6 +46,16 @@ class Entry(msgspec.Struct, frozen=True):
     sha256: str
 
 
+class LeftOut(msgspec.Struct, frozen=True):
+    """A brain of the store that the backup does not hold: its metadata was damaged when the
+    backup was made. A restore leaves the target's brain of that id as it is, where a brain
+    merely absent from the backup is removed."""
+
+    user_id: str
+    brain_id: str
+    reason: str = ""  # what was wrong, as the backup said it (``DamagedBrain.describe``)
+
+
 class Manifest(msgspec.Struct):
     """What the backup holds; checked entry by entry on restore."""
 
@@ -57,6 +68,9 @@ class Manifest(msgspec.Struct):
     archives: int
     sealed_archives: int
     entries: list[Entry]
+    # Added within version 1: backups made before it have none (read as []), and an older release
+    # reading a newer backup ignores it (unknown fields are skipped), restoring as it always did.
+    left_out: list[LeftOut] = msgspec.field(default_factory=list)
 
 
 def meta_path(user_id: str, brain_id: str) -> str:

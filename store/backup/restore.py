@@ -222,6 +222,10 @@ def verify_backup(path: Path, progress: Callable[[str], None] = lambda line: Non
         if owner is None or checksum not in owner.blobs():
             raise BackupError(f"{blob} belongs to no brain in the backup")
     _verify_sharing(smalls, result)
+    for left in manifest.left_out:
+        if (left.user_id, left.brain_id) in result.metas:
+            raise BackupError(f"the manifest lists brain {left.user_id}/{left.brain_id} as left out, but the backup "
+                              "holds it; the backup is corrupt")
     if len(result.metas) != manifest.brains:
         raise BackupError("the number of brains does not match the manifest")
     progress(
@@ -298,6 +302,8 @@ class RestoreReport:
     archives: int = 0
     bytes: int = 0  # stored bytes of the restored brains (BrainMeta.stored_bytes), as `user list` shows
     removed_brains: int = 0
+    kept_brains: int = 0  # left out of the backup (damaged when it was made): the target's own kept
+    not_restored: int = 0  # left out of the backup and not in the target: the restored store lacks them
 
 
 def restore_backup(
@@ -391,16 +397,35 @@ def _write(path: Path, verified: Verified, backend: Any, registry: Any, sharing:
     report = RestoreReport()
     expected = {e.path: e for e in verified.manifest.entries}
     wanted = set(verified.metas)
+    # brains the backup could not hold (damaged metadata when it was made): not "gone at the source",
+    # so the target's brain of that id, whatever its state, is kept as it is, never removed
+    left_out = {(left.user_id, left.brain_id): left for left in verified.manifest.left_out}
+    kept: set[tuple[str, str]] = set()
     # --force: the target ends up equal to the backup, so brains it does not hold go; what it
     # loses is said brain by brain (the operator asked for it, but should see what it was)
     for user_id in list(backend.iter_users()):
-        for meta in backend.list_brains(user_id):
-            if (user_id, meta.id) not in wanted:
+        metas, damaged = backend.survey_brains(user_id)
+        for meta in metas:
+            if (user_id, meta.id) in left_out:
+                kept.add((user_id, meta.id))
+                progress(f"brain {user_id}/{meta.id} ({meta.name}): left out of the backup, its metadata was "
+                         "damaged when it was made; kept as it is here")
+            elif (user_id, meta.id) not in wanted:
                 progress(f"brain {user_id}/{meta.id} ({meta.name}): not in the backup; removed")
                 backend.delete_brain(user_id, meta.id)
                 report.removed_brains += 1
             elif (newer := _newer_here(meta, verified.metas[(user_id, meta.id)])) is not None:
                 progress(newer)
+        for broken in damaged:
+            if (user_id, broken.brain_id) in left_out:
+                kept.add((user_id, broken.brain_id))
+                progress(f"brain {broken.describe()}: left out of the backup, its metadata was damaged when it "
+                         "was made; kept as it is here, still damaged")
+    for ids, left in left_out.items():
+        if ids not in kept:
+            progress(f"brain {left.user_id}/{left.brain_id}: left out of the backup ({left.reason or 'damaged'}) "
+                     "and not in this store; NOT restored")
+    report.kept_brains, report.not_restored = len(kept), len(left_out) - len(kept)
     if sharing is not None and sharing.registry is not None and verified.sharing is None:
         from store.sharing.registry import SharingDocument
 
@@ -453,6 +478,8 @@ def _write(path: Path, verified: Verified, backend: Any, registry: Any, sharing:
     progress(
         f"restore done: {report.users} user(s), {report.brains} brain(s), {report.archives} archive(s), "
         f"{report.bytes} stored bytes" + (f"; {report.removed_brains} other brain(s) removed" if report.removed_brains else "")
+        + (f"; {report.kept_brains} brain(s) left out of the backup kept as they were" if report.kept_brains else "")
+        + (f"; {report.not_restored} brain(s) left out of the backup NOT restored" if report.not_restored else "")
     )
     return report
 

@@ -31,6 +31,7 @@ from store.backup.format import (
     VERSION,
     BackupError,
     Entry,
+    LeftOut,
     Manifest,
     audit_path,
     blob_path,
@@ -115,7 +116,8 @@ def write_backup(
 
     With ``sharing`` (``store.sharing.access.Sharing``) the sharing document and each backed-up
     brain's sharing audit log go in too. A brain whose metadata is damaged cannot go in (a restore
-    checks every brain); it is named in ``progress`` and appended to ``left_out``, and the backup of
+    checks every brain); it is named in ``progress``, recorded in the manifest's ``left_out`` (a
+    restore keeps the target's brain of that id) and appended to ``left_out``, and the backup of
     everything else is written all the same.
     """
     from store.auth.users import UsersDocument
@@ -126,6 +128,7 @@ def write_backup(
         if document is not None and (problem := document.unreadable()) is not None:
             # read as empty, it would make a backup whose restore removes every user (or share)
             raise BackupError(f"{problem}; restore it (or its last good copy) before backing up")
+    skipped: list[DamagedBrain] = []  # recorded in the manifest, so a restore keeps them where it finds them
     users_doc = UsersDocument(users=registry.users(), denied=registry.denied())
     user_ids = [u.id for u in users_doc.users]
     user_ids += sorted(set(backend.iter_users()) - set(user_ids))  # brains of removed users too
@@ -180,11 +183,11 @@ def write_backup(
                     )
                 for broken in damaged:
                     progress(f"brain {broken.describe()}: NOT in the backup, its metadata is damaged")
-                if left_out is not None:
-                    left_out.extend(damaged)
+                skipped.extend(damaged)
             manifest = Manifest(
                 format=FORMAT, version=VERSION, created_at=now, source=source, users=len(users_doc.users),
                 brains=brains, archives=archives, sealed_archives=sealed, entries=out.entries,
+                left_out=[LeftOut(b.user_id, b.brain_id, b.describe()) for b in skipped],
             )
             body = msgspec.json.format(msgspec.json.encode(manifest), indent=1)
             BackupWriter(tar).add_bytes(MANIFEST, body)
@@ -195,6 +198,8 @@ def write_backup(
     except BaseException:
         partial.unlink(missing_ok=True)
         raise
+    if left_out is not None:
+        left_out.extend(skipped)
     # "stored bytes" means the same everywhere (user list, /api/brains stored_bytes, restore):
     # every distinct archive of each brain, current and snapshots, at its size as uploaded.
     progress(
