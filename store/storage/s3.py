@@ -434,7 +434,9 @@ class S3Backend:
         now = time.time()
 
         def change(account: Account) -> tuple[bool, Account | None]:
-            existing = set(self.brain_metas(user_id))
+            # every metadata object, damaged ones too: such a brain still holds its id and archives
+            # (counted on local disk as well), and dropping its claim would under-count the quota
+            existing = {brain_id for brain_id, _ in self._brain_ids(user_id)}
             live = existing | {
                 b for b, c in account.brains.items() if now - c.since < PENDING_GRACE_SECONDS
             }

@@ -1,0 +1,65 @@
+"""A brain whose metadata is damaged still holds its id and its archives, so it counts towards
+``STORE_MAX_BRAINS`` on S3 as it does on local disk (on S3 it stopped counting once such a brain was
+left out of listings: once its claim in the account was older than the grace given to a brain being
+created, a user at the limit got another brain, and the damaged one's claim was dropped)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.backup.support import cli
+from tests.s3.cli import backend_for
+from tests.s3.servers import S3Service
+
+
+def _damage(env: dict[str, str], moto: S3Service | None, tmp: Path, user_id: str, brain_id: str) -> None:
+    """Cut the brain's metadata short (a file on disk, an object in the bucket)."""
+    if moto is None:
+        meta = Path(env["STORE_DATA_DIR"]) / "brains" / user_id / brain_id / "meta.json"
+        meta.write_bytes(meta.read_bytes()[:40])
+        return
+    backend = backend_for(moto, env, tmp / "inspect")
+    key = backend.meta_key(user_id, brain_id)
+    s3 = moto.client()
+    body = s3.get_object(Bucket=env["STORE_S3_BUCKET"], Key=key)["Body"].read()
+    s3.put_object(Bucket=env["STORE_S3_BUCKET"], Key=key, Body=body[:40])
+    # the brains were made an hour ago: past the grace in which a new brain's claim counts on its own
+    account = backend.account_key(user_id)
+    doc = json.loads(s3.get_object(Bucket=env["STORE_S3_BUCKET"], Key=account)["Body"].read())
+    for claim in doc["brains"].values():
+        claim["since"] = claim.get("since", 0) - 3600
+    s3.put_object(Bucket=env["STORE_S3_BUCKET"], Key=account, Body=json.dumps(doc).encode())
+
+
+@pytest.mark.parametrize("where", ["directory", "s3"])
+def test_a_damaged_brain_counts_towards_the_limit(where: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    env = {"STORE_DATA_DIR": str(tmp_path / "store"), "HOME": str(tmp_path), "STORE_MAX_BRAINS": "2"}
+    moto: S3Service | None = None
+    if where == "s3":
+        moto = request.getfixturevalue("moto")
+        env.update(moto.store_env(moto.new_bucket()))
+    cli(env, "user", "add", "alice")  # with her `default` brain
+    notes = cli(env, "brain", "create", "notes", "--user", "alice").stdout.splitlines()[-1]
+    alice = next(line.split()[0] for line in cli(env, "user", "list").stdout.splitlines() if "alice" in line)
+    _damage(env, moto, tmp_path, alice, notes)
+
+    done = cli(env, "brain", "create", "more", "--user", "alice", check=False)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "Error: this account may not have more than 2 brains" in done.stderr, done.stderr
+    listed = cli(env, "brain", "list", "--user", "alice").stdout
+    assert "more" not in listed and "default" in listed
+
+    # with `default` gone, one place is free: the damaged brain still holds the other
+    default = next(b["id"] for b in json.loads(cli(env, "brain", "list", "--json").stdout) if b["name"] == "default")
+    cli(env, "brain", "delete", default, "--yes")
+    cli(env, "brain", "purge", default, "--yes")
+    cli(env, "brain", "create", "again", "--user", "alice")
+    if moto is not None:  # the damaged brain keeps its claim in the account
+        account = backend_for(moto, env, tmp_path / "inspect").account_key(alice)
+        doc = json.loads(moto.client().get_object(Bucket=env["STORE_S3_BUCKET"], Key=account)["Body"].read())
+        assert notes in doc["brains"], doc
+    done = cli(env, "brain", "create", "third", "--user", "alice", check=False)
+    assert done.returncode == 1 and "may not have more than 2 brains" in done.stderr, done.stderr
