@@ -26,6 +26,7 @@ import msgspec
 
 log = logging.getLogger("store.storage")
 
+
 class StorageError(Exception):
     """Base class of storage failures."""
 
