@@ -287,10 +287,11 @@ def check_keys(verified: Verified, master_keys: tuple[bytes, ...]) -> None:
 
 
 def store_is_empty(backend: Any, registry: Any) -> bool:
-    """True when the target has no users, no deny records and no brains."""
+    """True when the target has no users, no deny records and no brains, damaged ones included:
+    a brain whose metadata is damaged is still content a restore without --force must not replace."""
     if registry.users() or registry.denied():
         return False
-    return not any(backend.list_brains(u) for u in backend.iter_users())
+    return not any(any(backend.survey_brains(u)) for u in backend.iter_users())
 
 
 @dataclass
