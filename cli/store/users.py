@@ -189,10 +189,10 @@ def remove(name_or_id: str, purge: bool, data: Path | None) -> None:
     _forget_access(sharing, account.id, account.name, "remove")
     where = store_label(settings)
     if purge:
-        own = service.backend.list_brains(account.id)
+        own = _brain_ids(service, account.id)
         service.backend.delete_user(account.id)
-        for meta in own:  # as `user purge` does: the brains' members and audit logs go with them
-            sharing.forget(meta.id)
+        for brain_id in own:  # as `user purge` does: the brains' members and audit logs go with them
+            sharing.forget(brain_id)
         click.echo(f"removed user {account.name} ({account.id}) from {where} and deleted their brains")
     else:
         click.echo(f"removed user {account.name} ({account.id}) from {where}; their brains are kept: "
@@ -219,6 +219,13 @@ def allow(who: str, data: Path | None) -> None:
 
 
 # -- brains of removed users -------------------------------------------------------------
+
+
+def _brain_ids(service: BrainService, user_id: str) -> list[str]:
+    """Every brain ``delete_user`` deletes: the damaged ones too (their shares and audit logs
+    must go with them, or the brain ids would stay shared in sharing.json)."""
+    metas, damaged = service.backend.survey_brains(user_id)
+    return [meta.id for meta in metas] + [brain.brain_id for brain in damaged]
 
 
 def _orphans(registry: Any, service: BrainService) -> dict[str, list[Any]]:
@@ -284,9 +291,10 @@ def purge(former_id: str, data: Path | None) -> None:
     brains = _orphan_brains(registry, service, former_id)
     sharing = _sharing(settings, registry, service)  # read first, as in `remove`
     refuse_damaged(sharing.registry, "user purge")
+    own = _brain_ids(service, former_id)
     service.backend.delete_user(former_id)
-    for meta in brains:
-        sharing.forget(meta.id)
+    for brain_id in own:
+        sharing.forget(brain_id)
     click.echo(f"deleted {len(brains)} brain(s) of removed user {former_id} from {store_label(settings)}")
 
 

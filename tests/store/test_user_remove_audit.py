@@ -74,3 +74,44 @@ def test_user_remove_purge_takes_the_members_and_audit_logs_of_the_brains_it_del
     assert not (data / "sharing-audit" / f"{notes}.jsonl").exists()
     # bob's brain keeps its log, which notes alice's membership going
     assert [e["action"] for e in _audit(env, plans, "bob")][-1] == "member_removed"
+
+
+@pytest.mark.parametrize("where", ["directory", "s3"])
+def test_purging_a_user_takes_the_shares_of_their_damaged_brains(where: str, tmp_path: Path,
+                                                                 request: pytest.FixtureRequest) -> None:
+    """`user remove --purge` and `user purge` delete a user's brains whose metadata is damaged as
+    well; their shares stayed in sharing.json (only the readable brains' were dropped)."""
+    from tests.s3.cli import backend_for
+    from tests.store.test_damaged_brains_count import _damage
+
+    env = {"STORE_DATA_DIR": str(tmp_path / "store"), "HOME": str(tmp_path)}
+    moto: S3Service | None = None
+    if where == "s3":
+        moto = request.getfixturevalue("moto")
+        env.update(moto.store_env(moto.new_bucket()))
+
+    def shared() -> set[str]:
+        if moto is None:
+            doc = json.loads((tmp_path / "store" / "sharing.json").read_bytes())
+        else:
+            key = backend_for(moto, env, tmp_path / "inspect").bucket.key("sharing.json")
+            doc = json.loads(moto.client().get_object(Bucket=env["STORE_S3_BUCKET"], Key=key)["Body"].read())
+        return {share["brain_id"] for share in doc["shares"]}
+
+    for name in ("alice", "bob", "carol"):
+        cli(env, "user", "add", name)
+    users = {u["name"]: u["id"] for u in json.loads(cli(env, "user", "list", "--json").stdout)}
+    brains = {}
+    for owner, name in (("alice", "notes"), ("alice", "plans"), ("carol", "ideas"), ("carol", "drafts")):
+        brains[name] = cli(env, "brain", "create", name, "--user", owner).stdout.splitlines()[-1]
+        cli(env, "share", name, "--user", owner, "--with", "bob", "--role", "viewer")
+    _damage(env, moto, tmp_path, users["alice"], brains["plans"])
+    _damage(env, moto, tmp_path, users["carol"], brains["drafts"])
+    assert shared() == set(brains.values())
+
+    cli(env, "user", "remove", "alice", "--purge")
+    assert shared() == {brains["ideas"], brains["drafts"]}
+
+    cli(env, "user", "remove", "carol")
+    cli(env, "user", "purge", users["carol"])
+    assert shared() == set()
