@@ -405,8 +405,23 @@ class LocalBackend:
         return checked_survey(user_id, read())
 
     def usage(self, user_id: str) -> int:
-        """Bytes stored for the user: every distinct archive of every brain, snapshots included."""
-        return sum(meta.stored_bytes() for meta in self.list_brains(user_id))
+        """Bytes stored for the user: every distinct archive of every brain, snapshots included;
+        a brain with damaged metadata by the files in its blob directory (they still take the space,
+        and its metadata cannot be trusted to say how much)."""
+        metas, damaged = self.survey_brains(user_id)
+        return sum(meta.stored_bytes() for meta in metas) + sum(self._blob_bytes(user_id, b.brain_id) for b in damaged)
+
+    def _blob_bytes(self, user_id: str, brain_id: str) -> int:
+        """Bytes of the regular files in a brain's blob directory (links and the like are no archive)."""
+        total = 0
+        try:
+            with os.scandir(self.brain_dir(user_id, brain_id) / "blobs") as entries:
+                for entry in entries:
+                    if entry.is_file(follow_symlinks=False):
+                        total += entry.stat(follow_symlinks=False).st_size
+        except (FileNotFoundError, NotADirectoryError):
+            pass
+        return total
 
     def _blob_file(self, user_id: str, brain_id: str, checksum: str) -> str:
         return os.path.join(os.path.dirname(self._meta_path(user_id, brain_id)), "blobs", check_checksum(checksum))

@@ -145,11 +145,15 @@ class S3Transaction:
         """Bytes the user stores: this brain as read, every other brain at max(claim, actual)."""
         claims = self._account.brains if self._account else {}
         total = self.meta.stored_bytes() if self.meta else 0
-        for brain_id, meta in self._backend.brain_metas(self._user_id).items():
+        metas, damaged = self._backend.survey_brains(self._user_id)
+        # a brain with damaged metadata still keeps its archives: counted by its listed blob objects
+        others = [(m.id, m.stored_bytes()) for m in metas] + \
+                 [(b.brain_id, self._backend.blob_bytes(self._user_id, b.brain_id)) for b in damaged]
+        for brain_id, stored in others:
             if brain_id == self._brain_id:
                 continue
             claim = claims.get(brain_id)
-            total += max(claim.bytes if claim else 0, meta.stored_bytes())
+            total += max(claim.bytes if claim else 0, stored)
         return total
 
     def commit(self, new: BrainMeta, blob: S3StagedBlob | None = None) -> None:
@@ -382,8 +386,14 @@ class S3Backend:
         return self.survey_brains(user_id)[0]
 
     def usage(self, user_id: str) -> int:
-        """Bytes stored for the user (every distinct archive of every brain, snapshots included)."""
-        return sum(meta.stored_bytes() for meta in self.list_brains(user_id))
+        """Bytes stored for the user (every distinct archive of every brain, snapshots included; a
+        brain with damaged metadata by its listed blob objects, as its metadata cannot say)."""
+        metas, damaged = self.survey_brains(user_id)
+        return sum(meta.stored_bytes() for meta in metas) + sum(self.blob_bytes(user_id, b.brain_id) for b in damaged)
+
+    def blob_bytes(self, user_id: str, brain_id: str) -> int:
+        """Bytes of the blob objects under a brain's prefix, as the bucket lists them."""
+        return sum(int(item.get("Size", 0)) for item in self._list(self.blob_prefix(user_id, brain_id)))
 
     def blob_key(self, user_id: str, brain_id: str, checksum: str) -> str:
         """The key holding the brain's archive with ``checksum`` (re-reads metadata if needed)."""

@@ -63,3 +63,31 @@ def test_a_damaged_brain_counts_towards_the_limit(where: str, tmp_path: Path, re
         assert notes in doc["brains"], doc
     done = cli(env, "brain", "create", "third", "--user", "alice", check=False)
     assert done.returncode == 1 and "may not have more than 2 brains" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("where", ["directory", "s3"])
+def test_a_damaged_brain_counts_towards_the_quota(where: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """Its archives still take the space: `STORE_MAX_USER_MB` counts them (by the stored blobs, as
+    its metadata cannot say), where they were left out and the user could store the quota again."""
+    import os
+
+    from tests.backup.support import archive, client, serve, upload
+
+    env = {"STORE_DATA_DIR": str(tmp_path / "store"), "HOME": str(tmp_path), "STORE_MAX_USER_MB": "1"}
+    moto: S3Service | None = None
+    if where == "s3":
+        moto = request.getfixturevalue("moto")
+        env.update(moto.store_env(moto.new_bucket()))
+    token = cli(env, "user", "add", "alice").stdout.splitlines()[-1]
+    alice = next(line.split()[0] for line in cli(env, "user", "list").stdout.splitlines() if "alice" in line)
+    with serve(env, tmp_path) as server, client(server, token) as c:
+        big = c.post("/api/brains", json={"name": "big"}).json()["id"]
+        other = c.post("/api/brains", json={"name": "other"}).json()["id"]
+        upload(c, big, archive({"a.bin": os.urandom(600_000)}))  # random: the archive stays ~600 kB
+    _damage(env, moto, tmp_path, alice, big)
+
+    with serve(env, tmp_path) as server, client(server, token) as c:
+        files = {"brain": ("brain.tar.gz", archive({"b.bin": os.urandom(600_000)}), "application/gzip")}
+        refused = c.put(f"/api/brains/{other}/sync", files=files)
+        assert refused.status_code == 413 and "quota" in refused.text, refused.text
+        upload(c, other, archive({"c.bin": os.urandom(300_000)}))  # what is left of the quota still fits
