@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -60,6 +60,17 @@ def upload(c: httpx.Client, brain_id: str, data: bytes) -> None:
     """Upload an archive unconditionally."""
     r = c.put(f"/api/brains/{brain_id}/sync", files={"brain": ("brain.tar.gz", data, "application/gzip")})
     assert r.status_code == 200, r.text
+
+
+def brains_with_archives(env: dict[str, str], tmp: Path, token: str, names: Sequence[str]) -> dict[str, str]:
+    """Brains named ``names`` made through a real server for ``token``'s user, each given an
+    archive holding its name; their ids by name."""
+    brains = {}
+    with serve(env, tmp) as server, client(server, token) as c:
+        for name in names:
+            brains[name] = c.post("/api/brains", json={"name": name}).json()["id"]
+            upload(c, brains[name], archive({"a.md": name.encode()}))
+    return brains
 
 
 def registry(env: dict[str, str], moto: Any = None) -> Any:

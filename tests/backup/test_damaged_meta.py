@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.backup.support import KEY, OTHER_KEY, archive, cli, client, fill, serve, tree, upload
+from tests.backup.support import KEY, OTHER_KEY, brains_with_archives, cli, client, fill, serve, tree
 from tests.s3.cli import backend_for
 from tests.s3.servers import S3Service
 
@@ -20,12 +20,7 @@ def _local_store(tmp_path: Path) -> tuple[dict[str, str], str, dict[str, str]]:
     data = tmp_path / "store"
     env = {"STORE_DATA_DIR": str(data), "HOME": str(tmp_path)}
     token = cli(env, "user", "add", "alice").stdout.splitlines()[-1]
-    with serve(env, tmp_path) as server, client(server, token) as alice:
-        brains = {}
-        for name in ("fine", "json", "types", "dir", "copied"):
-            brains[name] = alice.post("/api/brains", json={"name": name}).json()["id"]
-            upload(alice, brains[name], archive({"a.md": name.encode()}))
-    return env, token, brains
+    return env, token, brains_with_archives(env, tmp_path, token, ("fine", "json", "types", "dir", "copied"))
 
 
 def _meta(data: Path, brain_id: str) -> Path:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import zstandard
 
-from tests.backup.support import archive, cli, client, serve, sha, tree, upload
+from tests.backup.support import archive, brains_with_archives, cli, sha, tree
 from tests.s3.cli import backend_for
 from tests.s3.servers import S3Service
 
@@ -22,11 +22,7 @@ from tests.s3.servers import S3Service
 def _store(env: dict[str, str], tmp: Path) -> tuple[str, dict[str, str]]:
     """alice with brains fine and broken, each with an archive; returns her id and the brain ids."""
     token = cli(env, "user", "add", "alice").stdout.splitlines()[-1]
-    with serve(env, tmp) as server, client(server, token) as alice:
-        brains = {}
-        for name in ("fine", "broken"):
-            brains[name] = alice.post("/api/brains", json={"name": name}).json()["id"]
-            upload(alice, brains[name], archive({"a.md": name.encode()}))
+    brains = brains_with_archives(env, tmp, token, ("fine", "broken"))
     alice_id = json.loads(cli(env, "user", "list", "--json").stdout)[0]["id"]
     return alice_id, brains
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.backup.support import KEY, OTHER_KEY, archive, cli, client, registry, sealed_brain, serve, upload
+from tests.backup.support import KEY, OTHER_KEY, archive, brains_with_archives, cli, client, registry, sealed_brain, serve
 
 
 def _pipe_in_place_of(blob: Path) -> None:
@@ -58,11 +58,7 @@ def test_a_download_of_a_named_pipe_answers_an_error_and_the_server_goes_on(tmp_
     for env in ({"STORE_DATA_DIR": str(tmp_path / "plain")},
                 {"STORE_DATA_DIR": str(tmp_path / "sealed"), "STORE_ENCRYPTION_KEY": KEY}):
         token = cli(env, "user", "add", "alice").stdout.splitlines()[-1]
-        with serve(env, tmp_path) as server, client(server, token) as alice:
-            brains = {}
-            for name in ("damaged", "fine"):
-                brains[name] = alice.post("/api/brains", json={"name": name}).json()["id"]
-                upload(alice, brains[name], archive({"a.md": name.encode()}))
+        brains = brains_with_archives(env, tmp_path, token, ("damaged", "fine"))
         [blob] = Path(env["STORE_DATA_DIR"]).glob(f"brains/*/{brains['damaged']}/blobs/*")
         _pipe_in_place_of(blob)
         with serve(env, tmp_path) as server, client(server, token) as alice:
@@ -86,11 +82,7 @@ def test_a_named_pipe_for_a_record_stops_nothing(tmp_path: Path) -> None:
     data = tmp_path / "store"
     env = {"STORE_DATA_DIR": str(data)}
     token = cli(env, "user", "add", "alice").stdout.splitlines()[-1]
-    with serve(env, tmp_path) as server, client(server, token) as alice:
-        brains = {}
-        for name in ("damaged", "fine"):
-            brains[name] = alice.post("/api/brains", json={"name": name}).json()["id"]
-            upload(alice, brains[name], archive({"a.md": name.encode()}))
+    brains = brains_with_archives(env, tmp_path, token, ("damaged", "fine"))
     [meta] = data.glob(f"brains/*/{brains['damaged']}/meta.json")
     _pipe_in_place_of(meta)
     os.mkfifo(data / "tmp" / "left-over")
