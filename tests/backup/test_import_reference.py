@@ -315,6 +315,14 @@ def _brain_dir(ref: Path, user: str) -> Path:
     return next((ref / "brains" / users[user]).iterdir())
 
 
+def _ours_with_carol(tmp: Path) -> tuple[Path, dict[str, str]]:
+    """Our store, holding one user (carol), to import into: its directory and environment."""
+    ours = tmp / "ours"
+    env = {"STORE_DATA_DIR": str(ours)}
+    cli(env, "user", "add", "carol")
+    return ours, env
+
+
 def _refused(env: dict[str, str], ref: Path, ours: Path, *extra: str) -> str:
     """Run an import that must be refused: one clear line, no traceback, the store unchanged."""
     before = _tree(ours)
@@ -328,9 +336,7 @@ def _refused(env: dict[str, str], ref: Path, ours: Path, *extra: str) -> str:
 
 def test_brain_id_of_another_user_is_refused(tmp_path: Path) -> None:
     ref = _copy("plain", tmp_path)
-    ours = tmp_path / "ours"
-    env = {"STORE_DATA_DIR": str(ours)}
-    cli(env, "user", "add", "carol")
+    ours, env = _ours_with_carol(tmp_path)
     carols = next(next((ours / "brains").iterdir()).iterdir()).name
     # bob's reference brain claims carol's brain id
     bob = _brain_dir(ref, "bob")
@@ -367,18 +373,14 @@ def test_unusable_user_names_are_refused(name: str, tmp_path: Path) -> None:
     users = json.loads((ref / "users.json").read_text())
     users["users"][1]["name"] = name  # bob
     (ref / "users.json").write_text(json.dumps(users))
-    ours = tmp_path / "ours"
-    env = {"STORE_DATA_DIR": str(ours)}
-    cli(env, "user", "add", "carol")
+    ours, env = _ours_with_carol(tmp_path)
     line = _refused(env, ref, ours)
     assert "e-mail address of another user" in line if "@" in name else "a user name is 1-128" in line
 
 
 def test_deeply_nested_reference_json_is_one_line(tmp_path: Path) -> None:
     ref = _copy("plain", tmp_path)
-    ours = tmp_path / "ours"
-    env = {"STORE_DATA_DIR": str(ours)}
-    cli(env, "user", "add", "carol")
+    ours, env = _ours_with_carol(tmp_path)
     meta = _brain_dir(ref, "bob") / "meta.json"
     meta.write_text("[" * 100_000 + "]" * 100_000)
     assert "meta.json is nested too deeply" in _refused(env, ref, ours)
@@ -421,9 +423,7 @@ def test_a_damaged_users_file_here_imports_nothing(last_good: bool, tmp_path: Pa
     """The users are written last by an edit a damaged file refuses: the brains went in, then a
     UsersFileError traceback, contrary to "nothing changes unless everything can be imported"."""
     ref = _copy("plain", tmp_path)
-    ours = tmp_path / "ours"
-    env = {"STORE_DATA_DIR": str(ours)}
-    cli(env, "user", "add", "carol")
+    ours, env = _ours_with_carol(tmp_path)
     (ours / "users.json").write_text("{broken")
     if not last_good:
         (ours / "users.json.last-good").unlink()
@@ -468,9 +468,7 @@ def test_a_named_pipe_or_link_in_the_reference_is_refused_at_once(where: str, ki
     mirror = outside if path == brain else outside / path.relative_to(brain) if path.is_relative_to(brain) \
         else outside / "meta.json"
     _swap(path, kind, mirror)
-    ours = tmp_path / "ours"
-    env = {"STORE_DATA_DIR": str(ours)}
-    cli(env, "user", "add", "carol")
+    ours, env = _ours_with_carol(tmp_path)
     started = time.monotonic()
     line = _refused(env, ref, ours)  # the helper's timeout: 120 s
     assert time.monotonic() - started < 30
@@ -483,9 +481,7 @@ def test_a_named_pipe_or_link_in_the_reference_is_refused_at_once(where: str, ki
 
 def test_an_oversized_reference_record_is_refused_without_reading_it_whole(tmp_path: Path) -> None:
     ref = _copy("plain", tmp_path)
-    ours = tmp_path / "ours"
-    env = {"STORE_DATA_DIR": str(ours)}
-    cli(env, "user", "add", "carol")
+    ours, env = _ours_with_carol(tmp_path)
     meta = _brain_dir(ref, "bob") / "meta.json"
     with meta.open("r+b") as f:
         f.truncate(2 * 1024 * 1024)  # sparse: JSON followed by zero bytes
