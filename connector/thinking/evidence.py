@@ -15,11 +15,9 @@ from copy import copy
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from connector.engine.format.tokens import Budget, count_tokens
+from connector.engine.format.tokens import Budget, count_tokens, too_little_of
 
 _SAFE_ATTR = re.compile(r"[^A-Za-z0-9_.:-]")
-# A memory block's header and footer cost this much besides the attributes and content.
-_MIN_CONTENT = 40
 
 
 @dataclass(frozen=True)
@@ -115,7 +113,9 @@ def build_pack(
     Japanese character about one token).
 
     Memories are taken best first while they fit (the last one's text cut to the room left,
-    at least a few words); the best one always, cut to the room left if it must be. Then
+    when that keeps at least `MIN_CUT_TOKENS` of it: 40 English characters, 10 Chinese or
+    Japanese ones; a memory shorter than that only whole); the best one always, cut to the
+    room left if it must be. Then
     grouped by type, groups in the order of their best memory, oldest first inside a group
     so a changed decision reads in order.
     """
@@ -149,7 +149,7 @@ def build_pack(
             after = copy(budget)
             after.spend(frame)
             room = after.room(content)
-        if not best and (not budget.fits(frame) or room < min(len(content), _MIN_CONTENT)):
+        if not best and (not budget.fits(frame) or too_little_of(content[:room], content)):
             pack.left_out += 1
             continue
         if len(content) > room:

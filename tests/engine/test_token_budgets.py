@@ -70,3 +70,52 @@ def test_evidence_pack_counts_cjk_tokens_and_always_keeps_the_best_hit() -> None
     # A budget too small for any memory's text still shows the best one, cut.
     tiny = build_pack([_hit("mem_a", EN * 10), _hit("mem_b", EN)], {}, 150, budget_tokens=38)
     assert tiny.ids == ["mem_a"] and tiny.groups[0][1][0].truncated and tiny.left_out == 1
+
+
+def _framed() -> int:
+    """What the best memory (EN, whole) and the frames of both blocks cost, the second block marked
+    cut, in quarter tokens (as many characters: all of it is ASCII): a pack of both, the second empty."""
+    framed = build_pack([_hit("mem_a", EN), {**_hit("mem_b", ""), "content_truncated": True}], {}, 10_000, nonce="abc")
+    return quarters(framed.render())
+
+
+def _frame(tokens: int = 0) -> int:
+    """A token budget leaving ``tokens`` (as many Chinese or Japanese characters) for the second
+    memory's text."""
+    return -(-_framed() // 4) + tokens
+
+
+@pytest.mark.parametrize("language", [ZH, JA])
+def test_evidence_keeps_a_chinese_or_japanese_cut_of_ten_tokens_and_leaves_out_less(language: str) -> None:
+    # The rule was 40 characters: 40 Chinese characters are about 40 tokens, four times the 40
+    # English characters (10 tokens) it meant; a cut of 20 such characters was left out.
+    second = language * 3
+    for kept in (10, 20, 39):
+        tokens = _frame(kept)
+        pack = build_pack([_hit("mem_a", EN), _hit("mem_b", second)], {}, tokens * 4, budget_tokens=tokens, nonce="abc")
+        assert pack.ids == ["mem_a", "mem_b"] and pack.left_out == 0
+        cut = pack.groups[0][1][1]
+        assert cut.truncated and cut.content == second[:kept] and count_tokens(pack.render()) <= tokens
+    tokens = _frame(9)
+    short = build_pack([_hit("mem_a", EN), _hit("mem_b", second)], {}, tokens * 4, budget_tokens=tokens, nonce="abc")
+    assert short.ids == ["mem_a"] and short.left_out == 1
+    # A memory shorter than ten tokens is quoted whole when it fits, and only whole.
+    brief = language[:6]
+    tokens = _frame(6)
+    assert build_pack([_hit("mem_a", EN), _hit("mem_b", brief)], {}, tokens * 4, budget_tokens=tokens,
+                      nonce="abc").groups[0][1][1].content == brief
+    cramped = build_pack([_hit("mem_a", EN), _hit("mem_b", brief)], {}, (tokens - 1) * 4, budget_tokens=tokens - 1,
+                         nonce="abc")
+    assert cramped.ids == ["mem_a"] and cramped.left_out == 1
+
+
+def test_evidence_keeps_an_english_cut_of_forty_characters_and_leaves_out_less() -> None:
+    # Forty English characters are ten tokens: the floor is the same as it was for English text.
+    second = EN * 3
+    for chars, shown in ((40, True), (39, False)):
+        tokens = _frame(11)  # the characters bind
+        budget = _framed() + chars
+        pack = build_pack([_hit("mem_a", EN), _hit("mem_b", second)], {}, budget, budget_tokens=tokens, nonce="abc")
+        assert (pack.ids == ["mem_a", "mem_b"]) is shown, chars
+        if shown:
+            assert pack.groups[0][1][1].content == second[:chars]

@@ -33,6 +33,10 @@ _OTHER_WIDE = ("\u1100-\u115f\u2600-\u27bf\u2e80-\u2fff\u3100-\u33ff\ua960-\ua97
 _WIDE = re.compile(f"[\u3000-\u303f{CJK_CHARACTERS}\uff00-\uffef{_OTHER_WIDE}]+")
 CHARS_PER_TOKEN = 4  # other text: about four characters a token
 _WIDE_COST = CHARS_PER_TOKEN  # in quarters
+# Less of a memory than this (in tokens: 40 English characters, 10 Chinese or Japanese ones) is
+# left out rather than shown cut, in recall and in brain_reflect's evidence: "T" of 232
+# characters told the model nothing, while ten Chinese characters are a phrase.
+MIN_CUT_TOKENS = 10
 
 
 def quarters(text: str) -> int:
@@ -50,6 +54,12 @@ def is_wide(char: str) -> bool:
 def count_tokens(text: str) -> int:
     """About how many tokens ``text`` is (rounded up)."""
     return -(-quarters(text) // CHARS_PER_TOKEN)
+
+
+def too_little_of(shown: str, whole: str) -> bool:
+    """Whether ``shown``, the start of ``whole`` a budget left room for, is a cut keeping less
+    than MIN_CUT_TOKENS of it (a whole text, however short, is never too little)."""
+    return len(shown) < len(whole) and quarters(shown) < MIN_CUT_TOKENS * CHARS_PER_TOKEN
 
 
 def prefix_within(text: str, allowed: int) -> int:

@@ -16,7 +16,7 @@ from connector.engine.format.brain import ARCHIVE_INDEX, Brain
 from connector.engine.format.frontmatter import FrontMatterLoader, body_text, frontmatter_text
 from connector.engine.format.graphemes import boundary_at_or_before
 from connector.engine.format.jsvalues import parse_iso_ms
-from connector.engine.format.tokens import CHARS_PER_TOKEN, Budget, is_wide, quarters
+from connector.engine.format.tokens import Budget, is_wide, too_little_of
 
 # Front matter bigger than this is not parsed for display (the index has the fields).
 MAX_FRONTMATTER_CHARS = 64 * 1024
@@ -24,10 +24,6 @@ MAX_ASSOCIATIONS_SHOWN = 20
 # A cut may move back to a word break this close to the budget's end (characters, or share of it).
 _WORD_CUT_CHARS = 20
 _WORD_CUT_SLACK = 0.2
-# Less of a memory than this (in tokens: 40 English characters, 10 Chinese or Japanese ones) is
-# left out rather than shown cut: "T" of 232 characters told the model nothing. The best hit is
-# still shown, cut to whatever fits.
-MIN_CUT_TOKENS = 10
 
 
 def memory_content(brain: Brain, entry: Mapping[str, Any]) -> str | None:
@@ -62,14 +58,14 @@ def attach_content(hits: list[dict[str, Any]], brain: Brain, budget: Budget) -> 
 
     A hit the budget cut gets ``content_truncated: true`` and ``content_length`` (the
     whole content's length); a hit after the first whose cut would keep less than
-    MIN_CUT_TOKENS gets empty content instead, marked the same way (the budget it would
+    `MIN_CUT_TOKENS` gets empty content instead, marked the same way (the budget it would
     have used stays for later hits). A hit whose file is missing gets empty content, not
     marked. Files are found by the hits' own ``path`` (no index parsing on the recall path).
     """
     for position, hit in enumerate(hits):
         content = memory_content(brain, hit) or ""
         shown = cut_at_word(content, budget.room(content))
-        if position and len(shown) < len(content) and quarters(shown) < MIN_CUT_TOKENS * CHARS_PER_TOKEN:
+        if position and too_little_of(shown, content):  # the best hit is still cut to whatever fits
             shown = ""
         hit["content"] = shown
         if len(shown) < len(content):
