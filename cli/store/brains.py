@@ -97,13 +97,20 @@ class BrainDirectory:
         if not unique:
             raise click.ClickException(f"no brain {given!r}{whose} (`brain-store brain list` shows ids and names)")
         if len(unique) > 1:
-            listed = "; ".join(f"{row.id} (owner {row.owner or row.owner_id})" for row in unique.values())
-            # --user narrows to one user's brains: it tells them apart only when no owner has two of them.
-            owners = [row.owner_id for row in unique.values()]
-            whose_helps = user is None and len(set(owners)) == len(owners)
-            hint = "give its id" + (", or --user NAME to say whose" if whose_helps else "")
-            raise click.ClickException(f"the brain name {given!r}{whose} is ambiguous: {listed}. {hint}")
+            raise click.ClickException(_ambiguous(given, whose, list(unique.values()), user is None))
         return next(iter(unique.values()))
+
+
+def _ambiguous(given: str, whose: str, rows: list[BrainRow], any_user: bool) -> str:
+    """Why a name several brains answer to is refused: each brain with what tells it from the others
+    (its owner, last change and archive size, as `brain list` shows them), and what to give instead."""
+    listed = "; ".join(f"{row.id} (owner {row.owner or row.owner_id}, last change {row.last_change}, "
+                       f"{row.size_bytes} bytes)" for row in rows)
+    # --user narrows to one user's brains: it tells them apart only when no owner has two of them.
+    owners = [row.owner_id for row in rows]
+    whose_helps = any_user and len(set(owners)) == len(owners)
+    hint = "give its id in place of the name" + (", or --user NAME to say whose" if whose_helps else "")
+    return f"the brain name {given!r}{whose} is ambiguous: {listed}. {hint}"
 
 
 def _note_shared_name(directory: BrainDirectory, owner_id: str, brain_id: str, name: str) -> None:
@@ -193,7 +200,8 @@ def _owned(directory: BrainDirectory, given: str, who: str | None) -> BrainRow:
 
 
 _whose_option = click.option("--user", "who", default=None,
-                             help="Whose brain, when a name is not unique (name, e-mail or id).")
+                             help="Whose brain (name, e-mail or id), when brains of several users share the "
+                                  "name (two of one user's: give BRAIN's id).")
 
 
 @brain.command("create")

@@ -12,7 +12,8 @@ from cli.store.users import user_named
 
 _brain_arg = click.argument("brain_id", metavar="BRAIN")
 _owner_option = click.option("--user", "owner", default=None,
-                             help="Whose brain BRAIN names (user name, e-mail or id); needed when the name is ambiguous.")
+                             help="Whose brain BRAIN names (user name, e-mail or id), when brains of several users "
+                                  "share the name (two of one user's: give BRAIN's id).")
 
 
 class _Store:

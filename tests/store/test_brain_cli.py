@@ -92,8 +92,8 @@ def test_a_name_works_where_an_id_is_taken_and_an_ambiguous_one_is_refused(data:
     refused = run(data, "share", "default", "--with", "bob", "--role", "editor", ok=False)
     assert refused.exit_code == 1
     assert "the brain name 'default' is ambiguous" in refused.output
-    assert f"{ids['alice', 'default']} (owner alice)" in refused.output
-    assert f"{ids['bob', 'default']} (owner bob)" in refused.output and "--user NAME" in refused.output
+    assert f"{ids['alice', 'default']} (owner alice, last change " in refused.output
+    assert f"{ids['bob', 'default']} (owner bob, last change " in refused.output and "--user NAME" in refused.output
     # --user says whose: now it is one brain.
     done = run(data, "share", "default", "--user", "alice", "--with", "bob", "--role", "editor")
     assert f"bob is now editor of brain {ids['alice', 'default']}" in done.output
@@ -127,7 +127,8 @@ def test_two_brains_of_one_owner_under_one_name_are_told_apart_by_id(data: Path)
     for extra in ((), ("--user", "alice")):
         refused = run(data, "unshare", "default", *extra, "--with", "bob", ok=False)
         assert refused.exit_code == 1 and "is ambiguous" in refused.output
-        assert refused.output.rstrip().endswith(". give its id") and "--user NAME" not in refused.output
+        assert refused.output.rstrip().endswith(". give its id in place of the name")
+        assert "--user NAME" not in refused.output
     # alice's three and bob's one: --user would not tell alice's apart either.
     assert "--user NAME" not in run(data, "audit", "default", ok=False).output
     # By id it is one brain; nothing was shared or unshared on the way.
@@ -135,3 +136,45 @@ def test_two_brains_of_one_owner_under_one_name_are_told_apart_by_id(data: Path)
     assert f"no longer shares brain {ids['alice', 'team']}" in done.output
     # A name no other brain of the owner has: no note.
     assert "note:" not in run(data, "brain", "rename", new_id, "scratch").output
+
+
+def test_every_command_taking_a_brain_takes_its_id_where_one_owners_name_is_ambiguous(data: Path) -> None:
+    """With two brains of alice's named "work", a name cannot say which (nor --user: both are
+    alice's): each command refuses it, changing nothing, with what tells the two apart (as `brain
+    list` shows it) and what to give instead; each takes either brain's id."""
+    run(data, "brain", "create", "work", "--user", "alice")
+    run(data, "brain", "create", "work", "--user", "alice")
+    rows = [row for row in json.loads(run(data, "brain", "list", "--json").output) if row["name"] == "work"]
+    first, second = (row["id"] for row in rows)
+    refusals = (("key", "create", "--user", "alice", "--brain", "work", "--scope", "read"),
+                ("share", "work", "--user", "alice", "--with", "bob", "--role", "viewer"),
+                ("unshare", "work", "--user", "alice", "--with", "bob"), ("audit", "work", "--user", "alice"),
+                ("brain", "rename", "work", "other", "--user", "alice"),
+                ("brain", "delete", "work", "--user", "alice", "--yes"))
+    for args in refusals:
+        refused = run(data, *args, ok=False)
+        assert refused.exit_code == 1, args
+        assert "the brain name 'work' of alice is ambiguous: " in refused.output, args
+        for row in rows:
+            assert (f"{row['id']} (owner alice, last change {row['last_change']}, {row['size_bytes']} bytes)"
+                    in refused.output), args
+        assert refused.output.rstrip().endswith(". give its id in place of the name"), args
+        assert "Traceback" not in refused.output
+    # Nothing was done: no key, no member, both brains as they were.
+    assert "no agent keys" in run(data, "key", "list").output
+    assert run(data, "audit", first).output == run(data, "audit", second).output == ""
+    assert [row["name"] for row in json.loads(run(data, "brain", "list", "--json").output)
+            if row["id"] in (first, second)] == ["work", "work"]
+    # By id, each command acts on that brain alone.
+    key = run(data, "key", "create", "--user", "alice", "--brain", second, "--scope", "read")
+    assert key.output.strip().splitlines()[-1].startswith("bsk_")
+    assert second in run(data, "key", "list", "--user", "alice").output
+    assert f"bob is now viewer of brain {second}" in run(
+        data, "share", second, "--with", "bob", "--role", "viewer").output
+    assert run(data, "audit", first).output == "" and "member_set" in run(data, "audit", second).output
+    assert f"bob (viewer) no longer shares brain {second}" in run(data, "unshare", second, "--with", "bob").output
+    assert f"renamed brain work ({first}) of alice to other" in run(data, "brain", "rename", first, "other").output
+    # One "work" is left: its name is enough again.
+    assert "member_removed" in run(data, "audit", "work", "--user", "alice").output
+    deleted = run(data, "brain", "delete", second, "--yes").output
+    assert f"deleted brain work ({second}) of alice" in deleted
