@@ -9,6 +9,7 @@ the tools, resources and prompts, and hands each call to `BrainTools` (tools) or
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -18,8 +19,9 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
+from connector.engine.writes.memorize import MAX_CONTENT_CHARS
 from connector.mcp import mental, thinking  # noqa: F401  (each registers its tool group: toolgroups.py)
 from connector.mcp.context import PROMPTS, RESOURCE_TEMPLATES, RESOURCES, BrainContext
 from connector.mcp.definitions import INSTRUCTIONS
@@ -137,4 +139,31 @@ class McpEndpoint:
             yield
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self.sessions.handle_request(scope, receive, send)
+        await self.sessions.handle_request(scope, receive, _too_large_explained(send))
+
+
+# What a request over MAX_REQUEST_BYTES is answered: a JSON-RPC error, which MCP clients show (the
+# SDK's plain-text 413 reached a model as "Server returned an error response", no reason given).
+_TOO_LARGE_BODY = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": (
+    f"The request is larger than {MAX_REQUEST_BYTES // (1024 * 1024)} MiB, the most this connector reads; "
+    f"nothing was done. brain_memorize takes at most {MAX_CONTENT_CHARS:,} characters of content: "
+    "save a long text as several memories.")}}).encode()
+
+
+def _too_large_explained(send: Send) -> Send:
+    """``send`` with the SDK's 413 for a body over MAX_REQUEST_BYTES answered as `_TOO_LARGE_BODY`."""
+    replacing = False
+
+    async def wrapped(message: Message) -> None:
+        nonlocal replacing
+        if message["type"] == "http.response.start" and message["status"] == 413:
+            replacing = True
+            await send({"type": "http.response.start", "status": 413, "headers": [
+                (b"content-type", b"application/json"), (b"content-length", str(len(_TOO_LARGE_BODY)).encode())]})
+        elif replacing and message["type"] == "http.response.body":
+            if not message.get("more_body", False):  # the SDK's text is dropped, ours sent once
+                await send({"type": "http.response.body", "body": _TOO_LARGE_BODY})
+        else:
+            await send(message)
+
+    return wrapped

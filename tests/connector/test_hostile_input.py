@@ -9,6 +9,8 @@ deep JSON to the store's reader: tests/store/test_bad_text_input.py).
   a connection reset), answers the first save's id and writes nothing more.
 - `brain_memorize` of content that shows nothing (a NUL, a zero-width space, bidi marks)
   is refused as empty, writing nothing.
+- A request over the MCP endpoint's 1 MiB is refused with a JSON-RPC error saying the limit,
+  which the client shows.
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
+from mcp.shared.exceptions import MCPError
 
 from connector.engine.format.archive import pack_archive
 from connector.engine.format.brain import Brain
+from connector.engine.writes.memorize import MAX_CONTENT_CHARS
 from connector.engine.writes.ops import connector_memorize
 from tests.support.processes import ServerProcess
 
@@ -146,3 +150,31 @@ def test_memorize_of_content_that_shows_nothing_is_refused(store: RunningStore, 
     asyncio.run(scenario(served.base_url))
     brain, _ = download_brain(store.url, alice.token, brain_id)
     assert len(memory_ids(brain)) == 1
+
+
+def test_a_request_over_the_limit_is_refused_saying_why(store: RunningStore, served: ServerProcess) -> None:
+    """A brain_memorize of 2,000,000 characters is over the 1 MiB the connector reads: the SDK's
+    plain-text 413 reached the client (and the model) as "Server returned an error response"."""
+    alice = store.add_user("alice")
+    brain_id = brains_of(store.url, alice.token)[0]["id"]
+    token = mint(served.base_url, alice, ALL)
+
+    async def scenario(base: str) -> None:
+        async with mcp_session(base + "/mcp", token) as client:
+            with pytest.raises(MCPError) as refused:
+                await client.call_tool("brain_memorize", {"content": "y" * 2_000_000})
+            message = str(refused.value)
+            assert "larger than 1 MiB" in message and "nothing was done" in message, message
+            assert f"at most {MAX_CONTENT_CHARS:,} characters of content" in message
+            # The session goes on: the next call is answered.
+            structured(await client.call_tool("brain_memorize", {"content": "A fact of ordinary length"}))
+
+    asyncio.run(scenario(served.base_url))
+    raw = httpx.post(served.base_url + "/mcp", content=b"{" + b" " * (1024 * 1024 + 1) + b"}", timeout=30,
+                     headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json",
+                              "Accept": "application/json, text/event-stream"})
+    assert raw.status_code == 413 and raw.headers["content-type"] == "application/json"
+    assert raw.json()["error"]["message"].startswith("The request is larger than 1 MiB")
+    brain, _ = download_brain(store.url, alice.token, brain_id)
+    assert len(memory_ids(brain)) == 1  # only the ordinary one
+
