@@ -131,6 +131,9 @@ class Args:
                 raise ArgumentError(f"'{name}' must be a whole number") from None
         if not isinstance(value, (int, float)) or value != value or value in (float("inf"), float("-inf")):
             raise ArgumentError(f"'{name}' must be a whole number")
+        if isinstance(value, float) and not value.is_integer():
+            # Cut silently, a max_chars of 0.5 was 0: titles only, which nobody asked for.
+            raise ArgumentError(f"'{name}' must be a whole number, not {value}")
         return int(value)
 
     def boolean(self, name: str, *, default: bool = False) -> bool:

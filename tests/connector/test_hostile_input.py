@@ -10,7 +10,7 @@ deep JSON to the store's reader: tests/store/test_bad_text_input.py).
 - `brain_memorize` of content that shows nothing (a NUL, a zero-width space, bidi marks)
   is refused as empty, writing nothing.
 - A request over the MCP endpoint's 1 MiB is refused with a JSON-RPC error saying the limit,
-  which the client shows.
+  which the client shows; a count sent with a fraction (`limit` 1.5) is refused, not cut.
 """
 
 from __future__ import annotations
@@ -178,3 +178,22 @@ def test_a_request_over_the_limit_is_refused_saying_why(store: RunningStore, ser
     brain, _ = download_brain(store.url, alice.token, brain_id)
     assert len(memory_ids(brain)) == 1  # only the ordinary one
 
+
+def test_a_count_sent_with_a_fraction_is_refused_not_cut(store: RunningStore, served: ServerProcess) -> None:
+    """int() cut 1.5 to 1 without a word, and a max_chars of 0.5 to 0: titles only, not asked for."""
+    alice = store.add_user("alice")
+
+    async def scenario(base: str) -> None:
+        async with mcp_session(base + "/mcp", mint(base, alice, ALL)) as client:
+            structured(await client.call_tool("brain_memorize", {"content": "The red car is parked on level 3"}))
+            for tool, sent, shown in (("brain_recall", {"limit": 1.5}, "'limit' must be a whole number, not 1.5"),
+                                      ("brain_recall", {"max_chars": 0.5}, "'max_chars' must be a whole number, not 0.5"),
+                                      ("brain_recall", {"max_tokens": "99.9"}, "'max_tokens' must be a whole number, not 99.9"),
+                                      ("brain_reflect", {"budget": 150.7}, "'budget' must be a whole number, not 150.7")):
+                refused = await client.call_tool(tool, {"query": "red car", **sent})
+                assert refused.is_error and refused.content[0].text == shown, (tool, sent)
+            # A whole number written with a fraction of zero (2.0, "3.0") is that number.
+            found = structured(await client.call_tool("brain_recall", {"query": "red car", "limit": 2.0, "max_chars": "3.0"}))
+            assert found["results"][0]["content"] == "The" and "note" not in found
+
+    asyncio.run(scenario(served.base_url))
