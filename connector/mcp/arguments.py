@@ -1,20 +1,29 @@
 """Tolerant reading of tool arguments as models actually send them.
 
-Unknown extra arguments (``explanation``, ``reasoning``) are ignored; arrays and
-objects sent as JSON strings (``'["a","b"]'``) are accepted; numbers and
-booleans sent as strings are accepted. Anything else wrong raises
-ArgumentError with a message meant for the model.
+Unknown extra arguments (``explanation``, ``reasoning``) are ignored, and the result
+says so (`ignored_note`: a typo such as ``max_token`` would otherwise go unnoticed);
+arrays and objects sent as JSON strings (``'["a","b"]'``) are accepted; numbers and
+booleans sent as strings are accepted. Anything else wrong raises ArgumentError with
+a message meant for the model.
 """
 
 from __future__ import annotations
 
 import ast
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from decimal import Context
+from difflib import get_close_matches
 from typing import Any
 
+from common.textsafety import escape_one_line
+from connector.engine.format.graphemes import shortened
 from connector.engine.writes.memorize import LIST_SEPARATORS
+
+# The note about ignored arguments names this many at most (a model may send dozens), each cut
+# to this many characters (a name may be as long as the request).
+_IGNORED_SHOWN = 5
+_IGNORED_NAME_CHARS = 40
 
 
 class ArgumentError(ValueError):
@@ -83,6 +92,10 @@ class Args:
     def _get(self, name: str) -> Any:
         value = self._raw.get(name)
         return None if value is None else value
+
+    def names(self) -> list[str]:
+        """The names of the arguments sent, in the order sent."""
+        return [str(name) for name in self._raw]
 
     def given(self, name: str) -> bool:
         """Whether the caller sent ``name`` with a value (null and "" count as not sent)."""
@@ -189,3 +202,24 @@ class Args:
         if lowered not in options:
             raise ArgumentError(f"'{name}' must be one of: {', '.join(options)}")
         return lowered
+
+
+def ignored_note(tool: str, sent: list[str], known: Collection[str]) -> str | None:
+    """What a result says about the arguments ``tool`` ignored (those ``sent`` that are not in
+    ``known``), each with the argument it probably meant when one is close; None when none was."""
+    ignored = [name for name in sent if name not in known]
+    if not ignored:
+        return None
+    # An argument sent too is not what a misspelt one meant ({"query": .., "querry": ..}).
+    given = set(sent)
+    unsent = [name for name in known if name not in given]
+    shown = []
+    for name in ignored[:_IGNORED_SHOWN]:
+        # A name longer than any argument's is no typo of one (and costs difflib its length).
+        close = get_close_matches(name, unsent, n=1) if len(name) <= _IGNORED_NAME_CHARS else []
+        meant = f" (did you mean '{close[0]}'?)" if close else ""
+        shown.append(f"'{escape_one_line(shortened(name, _IGNORED_NAME_CHARS))}'{meant}")
+    more = len(ignored) - len(shown)
+    listed = ", ".join(shown) + (f" and {more} more" if more else "")
+    counted = "an argument" if len(ignored) == 1 else f"{len(ignored)} arguments"
+    return f"Ignored {counted} {tool} does not take: {listed}."

@@ -324,25 +324,22 @@ def _notes_only(result: dict[str, Any]) -> list[str]:
 
 def verify_text(result: dict[str, Any]) -> str:
     """Pending list, or per-id outcomes and errors."""
+    lines = []
     if result.get("action") == "list":
         pending = result.get("pending", [])
-        if not pending:
-            return "No memories are pending verification."
-        lines = [f"{memories(result.get('total', len(pending)))} pending verification:"]
+        lines.append(f"{memories(result.get('total', len(pending)))} pending verification:" if pending
+                     else "No memories are pending verification.")
         for item in pending:
             reasons = ", ".join(map(one, item.get("reasons") or []))
             lines.append(
                 f"- {one(item.get('id'))}: {title(item.get('title'))} ({one(item.get('origin') or 'no origin')}; {reasons})"
             )
-        return "\n".join(lines)
-    lines = []
-    for item in result.get("results", []):
+    else:
         verb = "approved" if result.get("action") == "approve" else "rejected (archived)"
-        lines.append(f"- {one(item.get('id'))}: {verb}")
-    for item in result.get("errors", []):
-        lines.append(f"- {one(item.get('id'))}: error: {one(item.get('error'))}")
-    if result.get("results"):
-        lines.append(sync_sentence(bool(result.get("synced")), result.get("durable") is not False))
+        lines += [f"- {one(item.get('id'))}: {verb}" for item in result.get("results", [])]
+        lines += [f"- {one(item.get('id'))}: error: {one(item.get('error'))}" for item in result.get("errors", [])]
+        if result.get("results"):
+            lines.append(sync_sentence(bool(result.get("synced")), result.get("durable") is not False))
     if result.get("note"):
         lines.append(f"Note: {result['note']}")
     return "\n".join(lines) or "Nothing to do."

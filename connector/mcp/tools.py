@@ -41,7 +41,7 @@ from connector.engine.writes.errors import BrainError
 from connector.engine.writes.memorize import MemoryInput, connector_memory
 from connector.engine.writes.ops import Forget, Memorize, Pin, Unpin, Verify, connector_memorize
 from connector.mcp import chatgpt, render
-from connector.mcp.arguments import ArgumentError, Args
+from connector.mcp.arguments import ArgumentError, Args, ignored_note
 from connector.mcp.definitions import (
     CHARS_PER_TOKEN,
     DEFAULT_RECALL_CHARS,
@@ -79,6 +79,9 @@ log = logging.getLogger("connector.tools")
 
 # Tools a connection bound to one brain (/mcp/brains/{brain}) does not have.
 BOUND_EXCLUDED = frozenset({"brain_use"})
+# ChatGPT's tools, whose answer is exactly OpenAI's shape (one JSON text item): they say nothing of
+# arguments they ignore (their one argument is required, so a misspelt one is refused already).
+EXACT_SHAPE = frozenset({"search", "fetch"})
 
 # Background index builds after writes start once no write has been in flight for this
 # long, and at the latest this long after the write that asked for them.
@@ -133,14 +136,28 @@ def snapshot_entries(snapshot: Snapshot) -> dict[str, Any]:
     return memories if isinstance(memories, dict) else {}
 
 
+def _noted(result: types.CallToolResult, note: str, text: str, *, first: bool) -> types.CallToolResult:
+    """``result`` with ``note`` in its structured note (before or after the note it has) and ``text``
+    as a text item of its own (the first or the last)."""
+    item = types.TextContent(type="text", text=text)
+    content = [item, *result.content] if first else [*result.content, item]
+    structured = result.structured_content
+    if structured is not None:
+        held = structured.get("note")
+        structured = {**structured, "note": (f"{note} {held}" if first else f"{held} {note}") if held else note}
+    return types.CallToolResult(content=content, structured_content=structured, is_error=result.is_error)
+
+
 def with_notices(result: types.CallToolResult, notices: list[str]) -> types.CallToolResult:
     """``result`` with messages about dropped writes put first in its text and in its note."""
     told = " ".join(notices)
-    content = [types.TextContent(type="text", text=f"Important: {told}"), *result.content]
-    structured = result.structured_content
-    if structured is not None:
-        structured = {**structured, "note": f"{told} {structured['note']}" if structured.get("note") else told}
-    return types.CallToolResult(content=content, structured_content=structured, is_error=result.is_error)
+    return _noted(result, told, f"Important: {told}", first=True)
+
+
+def with_ignored(result: types.CallToolResult, note: str) -> types.CallToolResult:
+    """``result`` with the note about arguments its tool ignored (`ignored_note`) last in its text and
+    its note: the call was answered, but not with what a misspelt argument meant (a budget, a limit)."""
+    return _noted(result, note, f"Note: {note}", first=False)
 
 
 def _refused_for_good(outcome: WriteOutcome) -> None:
@@ -510,6 +527,9 @@ class BrainTools:
         result = await self._run(name, caller, args)
         if not isinstance(result, types.CallToolResult):
             return result  # an interim result (the host's model is asked first): notices wait for the final one
+        ignored = None if name in EXACT_SHAPE else ignored_note(name, args.names(), spec.input_schema["properties"])
+        if ignored:
+            result = with_ignored(result, ignored)
         # Writes dropped for good (brain deleted, access lost) are told on the next call, whatever it is.
         notices = self.manager.take_notices(caller.account.subject)
         return with_notices(result, notices) if notices else result
@@ -1027,6 +1047,12 @@ class BrainTools:
             if snapshot.brain is not None:
                 listing = await asyncio.to_thread(Verify("list").apply, snapshot.brain.copy(), self.manager.now())
             structured = {"action": "list", **listing}
+            if ids:
+                # Listing takes no ids: a model that sent them most likely meant approve or reject.
+                default = "" if args.given("action") else " (the default)"
+                structured["note"] = (f"'ids' was ignored: action list{default} lists every memory pending "
+                                      "verification. To approve or reject these ids, call brain_verify again "
+                                      "with action approve or reject.")
             return ok_result(structured, render.verify_text(structured))
         if not ids:
             raise ToolFailure(f"'{action}' needs 'ids': the memory ids to {action} (see brain_verify with action list).")

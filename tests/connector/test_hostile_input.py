@@ -11,6 +11,8 @@ deep JSON to the store's reader: tests/store/test_bad_text_input.py).
   is refused as empty, writing nothing.
 - A request over the MCP endpoint's 1 MiB is refused with a JSON-RPC error saying the limit,
   which the client shows; a count sent with a fraction (`limit` 1.5) is refused, not cut.
+- An argument a tool does not take (`max_token` for `max_tokens`) is ignored, and the result
+  says so, naming the argument it probably meant; `brain_verify`'s list says it ignored `ids`.
 """
 
 from __future__ import annotations
@@ -197,3 +199,56 @@ def test_a_count_sent_with_a_fraction_is_refused_not_cut(store: RunningStore, se
             assert found["results"][0]["content"] == "The" and "note" not in found
 
     asyncio.run(scenario(served.base_url))
+
+
+def test_an_argument_a_tool_does_not_take_is_ignored_and_said(store: RunningStore, served: ServerProcess) -> None:
+    """A model's `max_token` for `max_tokens` was dropped without a word: the budget it meant was not
+    applied, and nothing told it so. The call is still answered (lenient), with a note naming it."""
+    alice = store.add_user("alice")
+    brain_id = brains_of(store.url, alice.token)[0]["id"]
+    fact = "The red car is parked on level 3 of the north garage, beside the lift, " * 3
+
+    async def scenario(base: str) -> None:
+        async with mcp_session(base + "/mcp", mint(base, alice, ALL)) as client:
+            # A write: saved as asked, the misspelt tags left out, and said after memorize's own note.
+            saved = await client.call_tool("brain_memorize", {"content": fact, "tag": "cars", "origin": "tool-output"})
+            pending_id = structured(saved)["stored"]["id"]
+            note = "Ignored an argument brain_memorize does not take: 'tag' (did you mean 'tags'?)."
+            assert structured(saved)["note"].endswith(note) and saved.content[-1].text == f"Note: {note}"
+            # What the typo meant is not applied: the whole memory comes back, not 5 tokens of it.
+            typo = await client.call_tool("brain_recall", {"query": "red car garage", "max_token": 5})
+            hit = structured(typo)["results"][0]
+            assert hit["content"] == fact.strip() and "content_truncated" not in hit
+            note = "Ignored an argument brain_recall does not take: 'max_token' (did you mean 'max_tokens'?)."
+            assert structured(typo)["note"].endswith(note) and typo.content[-1].text == f"Note: {note}"
+            meant = structured(await client.call_tool("brain_recall", {"query": "red car garage", "max_tokens": 5}))
+            assert meant["results"][0]["content_truncated"] is True and "Ignored" not in meant.get("note", "")
+            # Several: each named, the close ones with what they probably meant, the rest counted;
+            # a name as long as the request shown cut; one sent beside the one it resembles not "meant".
+            many = {"limt": 1, "Project": "x", "explanation": "why", "query ": "y", "n" * 10_000: 1,
+                    **{f"extra{number}": number for number in range(3)}}
+            noted = structured(await client.call_tool("brain_recall", {"query": "red car", **many}))["note"]
+            assert noted.endswith("Ignored 8 arguments brain_recall does not take: 'limt' (did you mean 'limit'?), "
+                                  "'Project' (did you mean 'project'?), 'explanation', 'query ', "
+                                  f"'{'n' * 39}\u2026' and 3 more."), noted
+            # A refused call says it too, after the refusal.
+            refused = await client.call_tool("brain_recall", {"querry": "red car"})
+            assert refused.is_error and refused.content[0].text == "'query' is required"
+            assert refused.content[-1].text == (
+                "Note: Ignored an argument brain_recall does not take: 'querry' (did you mean 'query'?).")
+            # brain_verify's list takes no ids: it lists, says so, and approves nothing.
+            for sent, default in (({"ids": [pending_id]}, " (the default)"), ({"action": "list", "ids": pending_id}, "")):
+                listed = await client.call_tool("brain_verify", sent)
+                assert [item["id"] for item in structured(listed)["pending"]] == [pending_id]
+                said = (f"'ids' was ignored: action list{default} lists every memory pending verification. To "
+                        "approve or reject these ids, call brain_verify again with action approve or reject.")
+                assert structured(listed)["note"] == said and listed.content[0].text.endswith(f"Note: {said}")
+            # ChatGPT's search answers exactly OpenAI's shape: one JSON text item, no note.
+            searched = await client.call_tool("search", {"query": "red car", "limit": 3})
+            assert len(searched.content) == 1 and set(structured(searched)) == {"results"}
+
+    asyncio.run(scenario(served.base_url))
+    brain, _ = download_brain(store.url, alice.token, brain_id)
+    entry = brain.read_json("index.json")["memories"][next(iter(memory_ids(brain)))]
+    # One memory, still pending, saved without the tags it was not sent.
+    assert len(memory_ids(brain)) == 1 and entry["quarantined"] and not entry.get("tags")
