@@ -28,16 +28,23 @@ class UnknownBrain(Exception):
 
 class AmbiguousBrain(UnknownBrain):
     """A name several brains of this account answer to (none of them the caller's own, or several
-    of its own): refused with the choices, by id and owner, rather than guessed."""
+    of its own): refused with the choices, each by id and owner, its last change and archive size
+    (one owner's two are told apart by those), rather than guessed."""
 
     def __init__(self, wanted: str, choices: list[BrainRecord]) -> None:
-        listed = "; ".join(
-            f"{escape_one_line(b.name)} ({b.id}" + (f", owned by {escape_one_line(b.owner)}" if b.owner else "") + ")"
-            for b in choices
-        )
+        listed = "; ".join(f"{escape_one_line(b.name)} ({b.id}{_told_apart(b)})" for b in choices)
         super().__init__(wanted, choices, f"Several brains are named '{escape_one_line(wanted)}': {listed}. "
                                           "Nothing was used; name one by its id (brain_use <id>, or the URL "
                                           "/mcp/brains/<id>).")
+
+
+def _told_apart(record: BrainRecord) -> str:
+    """What tells a brain from others of its name, from its record as listed (as the store's command
+    line does: owner, last change, archive size): ", owned by alice, last change <when>, 123 bytes"."""
+    owner = f", owned by {escape_one_line(record.owner)}" if record.owner else ""
+    # A brain never written to changed last when it was made.
+    changed = escape_one_line(record.last_synced_at or record.created_at or "unknown")
+    return f"{owner}, last change {changed}, {record.size_bytes} bytes"
 
 
 def oldest_first(brains: list[BrainRecord]) -> list[BrainRecord]:

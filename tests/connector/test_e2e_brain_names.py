@@ -13,7 +13,7 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from tests.connector.conftest import RunningStore, auth, brains_of, shared_store
+from tests.connector.conftest import RunningStore, auth, brains_of, direct_memorize, shared_store
 from tests.connector.test_e2e_tools import mcp_session, mint, module_connector, structured
 from tests.support.processes import ServerProcess
 from tests.support.store_cli import brain_store
@@ -83,3 +83,33 @@ def test_two_brains_whose_names_differ_only_in_encoding_are_refused_as_ambiguous
             assert structured(await client.call_tool("brain_use", {"brain": second["id"]}))["brain"]["id"] == second["id"]
 
     asyncio.run(scenario(served.base_url))
+
+
+def test_one_owners_two_brains_of_one_name_are_told_apart_by_last_change_and_size(store: RunningStore,
+                                                                                   served: ServerProcess) -> None:
+    """Two brains of Alice's named "work" were listed by name, id and owner: the same owner twice, so
+    only the ids differed. Each now comes with its last change and archive size, as the store's
+    command line lists them (from the brain list the connector holds: no further request)."""
+    alice = store.add_user("alice")
+    made = [httpx.post(f"{store.url}/api/brains", headers=auth(alice.token), json={"name": "work"}, timeout=30).json()
+            for _ in range(2)]
+    direct_memorize(store.url, alice.token, made[1]["id"], "The quarterly plan lives in the shared drive")
+    listed = {brain["id"]: brain for brain in brains_of(store.url, alice.token)}
+    first, second = (listed[brain["id"]] for brain in made)
+    assert first["last_synced_at"] is None and second["last_synced_at"] and second["size_bytes"] > 0
+    expected = [f"work ({first['id']}, owned by {alice.name}, last change {first['created_at']}, 0 bytes)",
+                f"work ({second['id']}, owned by {alice.name}, last change {second['last_synced_at']}, "
+                f"{second['size_bytes']} bytes)"]
+    token = mint(served.base_url, alice, {"brain.read", "brain.write"})
+
+    async def scenario(base: str) -> None:
+        async with mcp_session(base + "/mcp", token) as client:
+            refused = await client.call_tool("brain_use", {"brain": "work"})
+            assert refused.is_error and "; ".join(expected) in refused.content[0].text, refused.content[0].text
+            # Nothing was used: still Alice's first brain.
+            assert structured(await client.call_tool("brain_status", {}))["active_brain"]["name"] == "default"
+
+    asyncio.run(scenario(served.base_url))
+    bound = httpx.post(served.base_url + "/mcp/brains/work", headers={**auth(token), "Accept": "application/json"},
+                       json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, timeout=30)
+    assert bound.status_code == 409 and "; ".join(expected) in bound.json()["error_description"], bound.text

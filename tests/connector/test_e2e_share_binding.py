@@ -139,7 +139,7 @@ def test_a_name_several_shared_brains_answer_to_is_refused_with_the_choices(stor
     assert refused.status_code == 409, refused.text
     description = refused.json()["error_description"]
     for team, owner in zip(teams, (alice, carol), strict=True):
-        assert f"({team['id']}, owned by {owner.name})" in description
+        assert f"({team['id']}, owned by {owner.name}, last change " in description
 
     async def by_name() -> None:
         async with mcp_session(base + "/mcp", token) as client:
