@@ -94,8 +94,9 @@ class Args:
         return None if value is None else value
 
     def names(self) -> list[str]:
-        """The names of the arguments sent, in the order sent."""
-        return [str(name) for name in self._raw]
+        """The names of the arguments sent with a value, in the order sent (a host may send every
+        key it knows, unset ones as null: those say nothing)."""
+        return [str(name) for name, value in self._raw.items() if value is not None]
 
     def given(self, name: str) -> bool:
         """Whether the caller sent ``name`` with a value (null and "" count as not sent)."""

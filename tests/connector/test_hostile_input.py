@@ -223,6 +223,9 @@ def test_an_argument_a_tool_does_not_take_is_ignored_and_said(store: RunningStor
             assert structured(typo)["note"].endswith(note) and typo.content[-1].text == f"Note: {note}"
             meant = structured(await client.call_tool("brain_recall", {"query": "red car garage", "max_tokens": 5}))
             assert meant["results"][0]["content_truncated"] is True and "Ignored" not in meant.get("note", "")
+            # An unknown argument sent as null (a host sending every key it knows) is noise, not a typo.
+            nulls = structured(await client.call_tool("brain_recall", {"query": "red car garage", "reasoning": None}))
+            assert "Ignored" not in nulls.get("note", "")
             # Several: each named, the close ones with what they probably meant, the rest counted;
             # a name as long as the request shown cut; one sent beside the one it resembles not "meant".
             many = {"limt": 1, "Project": "x", "explanation": "why", "query ": "y", "n" * 10_000: 1,
