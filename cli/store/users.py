@@ -9,7 +9,7 @@ them, ``adopt`` gives them to a new user.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import click
 
@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from store.auth.users import User
     from store.service import BrainService
     from store.settings import StoreSettings
+    from store.storage.base import BrainMeta, DamagedBrain
+
 
 def user_named(users: Any, who: str) -> Any:
     """The user ``who`` names (name, e-mail or id: ``UserRegistry.lookup``), else a
@@ -129,7 +131,7 @@ def list_users(as_json: bool, data: Path | None) -> None:
                    f"stays out since {d.removed_at}; `brain-store user allow` lets them back")
     orphans = _orphans(registry, service)
     if orphans:
-        count = sum(len(brains) for brains in orphans.values())
+        count = sum(kept.count() for kept in orphans.values())
         click.echo(f"{count} brain(s) of {len(orphans)} removed user(s) are still kept: `brain-store user orphans`")
 
 
@@ -189,7 +191,7 @@ def remove(name_or_id: str, purge: bool, data: Path | None) -> None:
     _forget_access(sharing, account.id, account.name, "remove")
     where = store_label(settings)
     if purge:
-        own = _brain_ids(service, account.id)
+        own = _kept(service, account.id).ids()
         service.backend.delete_user(account.id)
         for brain_id in own:  # as `user purge` does: the brains' members and audit logs go with them
             sharing.forget(brain_id)
@@ -221,35 +223,55 @@ def allow(who: str, data: Path | None) -> None:
 # -- brains of removed users -------------------------------------------------------------
 
 
-def _brain_ids(service: BrainService, user_id: str) -> list[str]:
-    """Every brain ``delete_user`` deletes: the damaged ones too (their shares and audit logs
-    must go with them, or the brain ids would stay shared in sharing.json)."""
-    metas, damaged = service.backend.survey_brains(user_id)
-    return [meta.id for meta in metas] + [brain.brain_id for brain in damaged]
+class KeptBrains(NamedTuple):
+    """Every brain the store keeps for a user: readable ones and ones whose metadata is damaged
+    (``StorageBackend.survey_brains``), which still hold their ids and archives, and which
+    ``delete_user`` deletes too (their shares and audit logs must go with them)."""
+
+    brains: list[BrainMeta]
+    damaged: list[DamagedBrain]
+
+    def count(self) -> int:
+        """How many brains are kept, damaged ones included."""
+        return len(self.brains) + len(self.damaged)
+
+    def ids(self) -> list[str]:
+        """The ids of every one of them."""
+        return [meta.id for meta in self.brains] + [brain.brain_id for brain in self.damaged]
 
 
-def _orphans(registry: Any, service: BrainService) -> dict[str, list[Any]]:
-    """Brains kept for user ids that are no longer in the users file, by former user id."""
+def _kept(service: BrainService, user_id: str) -> KeptBrains:
+    return KeptBrains(*service.backend.survey_brains(user_id))
+
+
+def _orphans(registry: Any, service: BrainService) -> dict[str, KeptBrains]:
+    """Brains kept for user ids that are no longer in the users file, by former user id; a user
+    whose brains are all damaged is one too (else nothing would find or delete what is left)."""
     if (problem := registry.unreadable()) is not None:
         # read as nothing, every user would pass for a removed one (and `purge` delete their brains)
         raise click.ClickException(f"{problem}; restore it (or its last good copy) first")
     present = {u.id for u in registry.users()}
-    found: dict[str, list[Any]] = {}
+    found: dict[str, KeptBrains] = {}
     for user_id in service.backend.iter_users():
         if user_id not in present:
-            brains = service.backend.list_brains(user_id)
-            if brains:
-                found[user_id] = brains
+            kept = _kept(service, user_id)
+            if kept.count():
+                found[user_id] = kept
     return found
 
 
-def _orphan_brains(registry: Any, service: BrainService, former_id: str) -> list[Any]:
+def _orphan_brains(registry: Any, service: BrainService, former_id: str) -> KeptBrains:
     if registry.get(former_id) is not None:
         raise click.ClickException(f"{former_id} is a current user, not a removed one (see `brain-store user list`)")
-    brains = _orphans(registry, service).get(former_id)
-    if not brains:
+    kept = _orphans(registry, service).get(former_id)
+    if kept is None:
         raise click.ClickException(f"no brains of a removed user {former_id!r} (see `brain-store user orphans`)")
-    return brains
+    return kept
+
+
+def _damaged_note(damaged: list[DamagedBrain]) -> str:
+    """The damaged brains named as the other commands name them (``DamagedBrain.describe``)."""
+    return "; ".join(brain.describe() for brain in damaged)
 
 
 @user.command("orphans")
@@ -266,8 +288,8 @@ def orphans(data: Path | None) -> None:
     denied = {d.user_id: d for d in registry.denied() if d.user_id}
     sharing = _sharing(settings, registry, service)
     click.echo(f"{'FORMER USER ID':36}  {'BRAIN ID':36}  {'NAME':20}  {'SNAPSHOTS':>9}  {'STORED BYTES':>12}  LAST SYNC")
-    for former_id, brains in sorted(found.items()):
-        for meta in brains:
+    for former_id, kept in sorted(found.items()):
+        for meta in kept.brains:
             synced = meta.current.synced_at if meta.current else "never"
             click.echo(f"{former_id:36}  {meta.id:36}  {cell(meta.name[:20], 20)}  {len(meta.snapshots):>9}  "
                        f"{meta.stored_bytes():>12}  {synced}")
@@ -276,26 +298,34 @@ def orphans(data: Path | None) -> None:
                 # members keep their roles; only the operator manages a brain with no creator
                 listed = ", ".join(f"{m['name'] or m['id']} ({m['role']})" for m in members)
                 click.echo(f"  shared with {listed}: `brain-store share|unshare {meta.id}` manages them")
+        for damaged in kept.damaged:
+            # its name, snapshots and size are in the metadata that cannot be read
+            click.echo(f"{former_id:36}  {damaged.brain_id:36}  metadata damaged: {damaged.where}: {damaged.reason}")
         if former_id in denied:
             click.echo(f"  ({former_id} was {denied[former_id].name or '?'}, removed {denied[former_id].removed_at})")
     click.echo("`brain-store user purge ID` deletes them; `brain-store user adopt ID NAME` gives them to a new user")
+    if any(kept.damaged for kept in found.values()):
+        click.echo("a brain whose metadata is damaged is unavailable until its metadata is repaired (from a backup, "
+                   "or by hand): `user purge` deletes it with the others, `user adopt` hands it over as it is")
 
 
 @user.command("purge")
 @click.argument("former_id")
 @data_option
 def purge(former_id: str, data: Path | None) -> None:
-    """Delete every brain kept for the removed user FORMER_ID (archives and snapshots)."""
+    """Delete every brain kept for the removed user FORMER_ID (archives and snapshots), those whose
+    metadata is damaged too (named)."""
     settings = existing_store(data)
     registry, service = _open(settings)
-    brains = _orphan_brains(registry, service, former_id)
+    kept = _orphan_brains(registry, service, former_id)
     sharing = _sharing(settings, registry, service)  # read first, as in `remove`
     refuse_damaged(sharing.registry, "user purge")
-    own = _brain_ids(service, former_id)
     service.backend.delete_user(former_id)
-    for brain_id in own:
+    for brain_id in kept.ids():
         sharing.forget(brain_id)
-    click.echo(f"deleted {len(brains)} brain(s) of removed user {former_id} from {store_label(settings)}")
+    damaged = f", {len(kept.damaged)} of them with damaged metadata: {_damaged_note(kept.damaged)}" \
+        if kept.damaged else ""
+    click.echo(f"deleted {kept.count()} brain(s) of removed user {former_id} from {store_label(settings)}{damaged}")
 
 
 @user.command("adopt")
@@ -308,13 +338,15 @@ def adopt(former_id: str, name: str, email: str, data: Path | None) -> None:
 
     The new user takes over the former id, so the brains, their snapshots and (with
     encryption on) their sealing key come along unchanged; the old token, the removed
-    user's agent keys and their memberships in other users' brains stay dead.
+    user's agent keys and their memberships in other users' brains stay dead. A brain whose
+    metadata is damaged comes along as it is (named): it stays unavailable until its metadata is
+    repaired, and is never dropped (`user purge` deletes it with the others instead).
     """
     from store.auth.users import UsersFileError
 
     settings = existing_store(data)
     registry, service = _open(settings)
-    brains = _orphan_brains(registry, service, former_id)
+    kept = _orphan_brains(registry, service, former_id)
     sharing = _sharing(settings, registry, service)
     # both files are changed: check both before either is
     refuse_damaged(registry, "user adopt")
@@ -330,6 +362,10 @@ def adopt(former_id: str, name: str, email: str, data: Path | None) -> None:
     except UsersFileError as exc:
         raise _fail(exc) from None
     click.echo(f"created user {account.name} ({account.id}) in {store_label(settings)} with the "
-               f"{len(brains)} brain(s) of the removed user")
+               f"{kept.count()} brain(s) of the removed user")
+    if kept.damaged:
+        # they stay under the id the new user took over: unreadable, never dropped (see the docstring)
+        click.echo(f"{len(kept.damaged)} of them have damaged metadata and stay unavailable until it is repaired "
+                   f"(from a backup, or by hand): {_damaged_note(kept.damaged)}")
     click.echo("token (shown once, keep it secret):", err=True)
     click.echo(token)

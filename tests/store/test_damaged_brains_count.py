@@ -6,6 +6,7 @@ created, a user at the limit got another brain, and the damaged one's claim was 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,23 +16,35 @@ from tests.s3.cli import backend_for
 from tests.s3.servers import S3Service
 
 
-def _damage(env: dict[str, str], moto: S3Service | None, tmp: Path, user_id: str, brain_id: str) -> None:
-    """Cut the brain's metadata short (a file on disk, an object in the bucket)."""
+def _damage(env: dict[str, str], moto: S3Service | None, tmp: Path, user_id: str, brain_id: str) -> bytes:
+    """Cut the brain's metadata short (a file on disk, an object in the bucket); what it held."""
+    original = swap_meta(env, moto, tmp, user_id, brain_id, lambda body: body[:40])
+    if moto is not None:
+        # the brains were made an hour ago: past the grace in which a new brain's claim counts on its own
+        backend = backend_for(moto, env, tmp / "inspect")
+        account = backend.account_key(user_id)
+        s3 = moto.client()
+        doc = json.loads(s3.get_object(Bucket=env["STORE_S3_BUCKET"], Key=account)["Body"].read())
+        for claim in doc["brains"].values():
+            claim["since"] = claim.get("since", 0) - 3600
+        s3.put_object(Bucket=env["STORE_S3_BUCKET"], Key=account, Body=json.dumps(doc).encode())
+    return original
+
+
+def swap_meta(env: dict[str, str], moto: S3Service | None, tmp: Path, user_id: str, brain_id: str,
+              change: Callable[[bytes], bytes]) -> bytes:
+    """Replace the brain's metadata (file or object) by ``change`` of it, from outside the store;
+    what it held (so a test can put it back: a repair)."""
     if moto is None:
         meta = Path(env["STORE_DATA_DIR"]) / "brains" / user_id / brain_id / "meta.json"
-        meta.write_bytes(meta.read_bytes()[:40])
-        return
-    backend = backend_for(moto, env, tmp / "inspect")
-    key = backend.meta_key(user_id, brain_id)
+        body = meta.read_bytes()
+        meta.write_bytes(change(body))
+        return body
+    key = backend_for(moto, env, tmp / "inspect").meta_key(user_id, brain_id)
     s3 = moto.client()
     body = s3.get_object(Bucket=env["STORE_S3_BUCKET"], Key=key)["Body"].read()
-    s3.put_object(Bucket=env["STORE_S3_BUCKET"], Key=key, Body=body[:40])
-    # the brains were made an hour ago: past the grace in which a new brain's claim counts on its own
-    account = backend.account_key(user_id)
-    doc = json.loads(s3.get_object(Bucket=env["STORE_S3_BUCKET"], Key=account)["Body"].read())
-    for claim in doc["brains"].values():
-        claim["since"] = claim.get("since", 0) - 3600
-    s3.put_object(Bucket=env["STORE_S3_BUCKET"], Key=account, Body=json.dumps(doc).encode())
+    s3.put_object(Bucket=env["STORE_S3_BUCKET"], Key=key, Body=change(body))
+    return body
 
 
 @pytest.mark.parametrize("where", ["directory", "s3"])

@@ -1,0 +1,110 @@
+"""Brains of a removed user whose metadata is damaged: `user orphans` lists them (naming the damage),
+`user list` counts them, `user purge` deletes them and `user adopt` hands them over as they are. A
+user whose brains were all damaged was invisible to the three commands (`none`, `no brains of a
+removed user`), and nothing could find or delete what was left on disk or in the bucket. On a
+directory and on S3."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from tests.backup.support import brains_with_archives, cli, client, serve
+from tests.s3.servers import S3Service
+from tests.store.test_damaged_brains_count import _damage, swap_meta
+
+
+def _store(where: str, tmp: Path, request: pytest.FixtureRequest) -> tuple[dict[str, str], S3Service | None]:
+    env = {"STORE_DATA_DIR": str(tmp / "store"), "HOME": str(tmp)}
+    if where == "directory":
+        return env, None
+    moto: S3Service = request.getfixturevalue("moto")
+    env.update(moto.store_env(moto.new_bucket()))
+    return env, moto
+
+
+def _ids(env: dict[str, str]) -> dict[str, str]:
+    return {u["name"]: u["id"] for u in json.loads(cli(env, "user", "list", "--json").stdout)}
+
+
+def _leftovers(env: dict[str, str], moto: S3Service | None, user_id: str) -> list[str]:
+    """What the store still holds for ``user_id``: files under its directory, or its objects."""
+    if moto is None:
+        return [str(p) for p in (Path(env["STORE_DATA_DIR"]) / "brains" / user_id).rglob("*")]
+    prefix = env["STORE_S3_PREFIX"]
+    return [key for part in ("meta", "blobs", "accounts")
+            for key in moto.keys(env["STORE_S3_BUCKET"], f"{prefix}/{part}/{user_id}")]
+
+
+@pytest.mark.parametrize("where", ["directory", "s3"])
+def test_a_removed_user_whose_brains_are_all_damaged_is_listed_and_purged(
+        where: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    env, moto = _store(where, tmp_path, request)
+    token = cli(env, "user", "add", "alice").stdout.splitlines()[-1]
+    cli(env, "user", "add", "bob")
+    ids = _ids(env)
+    alice, bob = ids["alice"], ids["bob"]
+    notes = brains_with_archives(env, tmp_path, token, ["notes"])["notes"]
+    default = next(b["id"] for b in json.loads(cli(env, "brain", "list", "--user", "alice", "--json").stdout)
+                   if b["name"] == "default")
+    for brain in (default, notes):
+        _damage(env, moto, tmp_path, alice, brain)
+    cli(env, "user", "remove", "alice")
+
+    listed = cli(env, "user", "orphans").stdout
+    for brain in (default, notes):
+        row = next(line for line in listed.splitlines() if brain in line)
+        assert row.startswith(alice) and "metadata damaged: " in row, listed
+        assert ("meta.json" if moto is None else f"s3://{env['STORE_S3_BUCKET']}/") in row, listed
+    assert "`user purge` deletes it with the others" in listed, listed
+    assert "2 brain(s) of 1 removed user(s) are still kept" in cli(env, "user", "list").stdout
+    assert _leftovers(env, moto, alice)
+
+    done = cli(env, "user", "purge", alice)
+    assert f"deleted 2 brain(s) of removed user {alice}" in done.stdout, done.stdout
+    assert f"2 of them with damaged metadata: {alice}/{default} (metadata " in done.stdout, done.stdout
+    assert f"{alice}/{notes} (metadata " in done.stdout, done.stdout
+    assert _leftovers(env, moto, alice) == []
+    assert cli(env, "user", "orphans").stdout.splitlines()[-1] == "none"
+    assert "removed user" not in cli(env, "user", "list").stdout
+    # bob's brain is not touched
+    assert [b["name"] for b in json.loads(cli(env, "brain", "list", "--user", bob, "--json").stdout)] == ["default"]
+
+
+@pytest.mark.parametrize("where", ["directory", "s3"])
+def test_adopt_hands_damaged_brains_over_as_they_are_and_a_repair_gives_them_back(
+        where: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    env, moto = _store(where, tmp_path, request)
+    token = cli(env, "user", "add", "carol").stdout.splitlines()[-1]
+    carol = _ids(env)["carol"]
+    notes = brains_with_archives(env, tmp_path, token, ["notes"])["notes"]
+    default = next(b["id"] for b in json.loads(cli(env, "brain", "list", "--user", "carol", "--json").stdout)
+                   if b["name"] == "default")
+    good_meta = _damage(env, moto, tmp_path, carol, notes)
+    _damage(env, moto, tmp_path, carol, default)
+    cli(env, "user", "remove", "carol")
+    before = _leftovers(env, moto, carol)
+
+    done = cli(env, "user", "adopt", carol, "dave")
+    assert f"created user dave ({carol})" in done.stdout and "with the 2 brain(s) of the removed user" in done.stdout
+    assert "2 of them have damaged metadata and stay unavailable until it is repaired" in done.stdout, done.stdout
+    assert f"{carol}/{notes} (metadata " in done.stdout and f"{carol}/{default} (metadata " in done.stdout
+    dave = done.stdout.splitlines()[-1]  # the token, last as always
+    assert _leftovers(env, moto, carol) == before  # nothing dropped
+    assert "removed user" not in cli(env, "user", "list").stdout
+
+    with serve(env, tmp_path) as server, client(server, dave) as c:
+        listed = c.get("/api/brains")
+        assert listed.status_code == 200 and listed.json() == [], listed.text
+    swap_meta(env, moto, tmp_path, carol, notes, lambda _: good_meta)  # the operator repairs it
+    with serve(env, tmp_path) as server, client(server, dave) as c:
+        assert [(b["id"], b["name"]) for b in c.get("/api/brains").json()] == [(notes, "notes")]
+        got = c.get(f"/api/brains/{notes}/sync")
+        assert got.status_code == 200, got.text
+        with tarfile.open(fileobj=io.BytesIO(got.content), mode="r:gz") as tar:
+            member = tar.extractfile("a.md")
+            assert member is not None and member.read() == b"notes"
