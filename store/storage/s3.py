@@ -148,7 +148,7 @@ class S3Transaction:
         metas, damaged = self._backend.survey_brains(self._user_id)
         # a brain with damaged metadata still keeps its archives: counted by its listed blob objects
         others = [(m.id, m.stored_bytes()) for m in metas] + \
-                 [(b.brain_id, self._backend.blob_bytes(self._user_id, b.brain_id)) for b in damaged]
+                 list(self._backend.damaged_bytes(self._user_id, damaged).items())
         for brain_id, stored in others:
             if brain_id == self._brain_id:
                 continue
@@ -389,11 +389,21 @@ class S3Backend:
         """Bytes stored for the user (every distinct archive of every brain, snapshots included; a
         brain with damaged metadata by its listed blob objects, as its metadata cannot say)."""
         metas, damaged = self.survey_brains(user_id)
-        return sum(meta.stored_bytes() for meta in metas) + sum(self.blob_bytes(user_id, b.brain_id) for b in damaged)
+        return sum(meta.stored_bytes() for meta in metas) + sum(self.damaged_bytes(user_id, damaged).values())
 
-    def blob_bytes(self, user_id: str, brain_id: str) -> int:
-        """Bytes of the blob objects under a brain's prefix, as the bucket lists them."""
-        return sum(int(item.get("Size", 0)) for item in self._list(self.blob_prefix(user_id, brain_id)))
+    def damaged_bytes(self, user_id: str, damaged: list[DamagedBrain]) -> dict[str, int]:
+        """Bytes of the blob objects of each of the user's ``damaged`` brains, by brain id, as the
+        bucket lists them: one listing of the user's blobs for all of them (not one per brain, which
+        a quota-checked upload paid every time); none when no brain is damaged."""
+        sizes = dict.fromkeys((brain.brain_id for brain in damaged), 0)
+        if not sizes:
+            return sizes
+        prefix = self.bucket.key("blobs", check_id(user_id), "")
+        for item in self._list(prefix):
+            brain_id = item["Key"][len(prefix):].split("/", 1)[0]
+            if brain_id in sizes:
+                sizes[brain_id] += int(item.get("Size", 0))
+        return sizes
 
     def blob_key(self, user_id: str, brain_id: str, checksum: str) -> str:
         """The key holding the brain's archive with ``checksum`` (re-reads metadata if needed)."""

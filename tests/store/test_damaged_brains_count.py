@@ -104,3 +104,36 @@ def test_a_damaged_brain_counts_towards_the_quota(where: str, tmp_path: Path, re
         refused = c.put(f"/api/brains/{other}/sync", files=files)
         assert refused.status_code == 413 and "quota" in refused.text, refused.text
         upload(c, other, archive({"c.bin": os.urandom(300_000)}))  # what is left of the quota still fits
+
+
+def test_on_s3_the_quota_check_lists_the_blobs_of_all_damaged_brains_at_once(tmp_path: Path, moto: S3Service) -> None:
+    """A quota-checked upload counts every damaged brain of the user by its blob objects: one
+    listing of the user's blobs for all of them, where it listed each damaged brain's (one LIST per
+    damaged brain, every upload); the bytes are the same."""
+    from tests.backup.support import brains_with_archives
+
+    env = {"STORE_DATA_DIR": str(tmp_path / "store"), "HOME": str(tmp_path), **moto.store_env(moto.new_bucket())}
+    token = cli(env, "user", "add", "alice").stdout.splitlines()[-1]
+    alice = next(line.split()[0] for line in cli(env, "user", "list").stdout.splitlines() if "alice" in line)
+    brains = brains_with_archives(env, tmp_path, token, ["a", "b", "c", "d"])
+    for name in ("a", "b", "c"):
+        _damage(env, moto, tmp_path, alice, brains[name])
+    blobs: dict[str, int] = {}
+    for page in moto.client().get_paginator("list_objects_v2").paginate(
+            Bucket=env["STORE_S3_BUCKET"], Prefix=f"{env['STORE_S3_PREFIX']}/blobs/{alice}/"):
+        for item in page["Contents"]:
+            brain_id = item["Key"].split("/")[-2]
+            blobs[brain_id] = blobs.get(brain_id, 0) + item["Size"]
+    assert len(blobs) == 4 and all(blobs.values()), blobs
+
+    backend = backend_for(moto, env, tmp_path / "quota")
+    listings: list[str] = []
+    backend.client.meta.events.register(
+        "before-call.s3.ListObjectsV2", lambda params, **_: listings.append(params["query_string"]["prefix"]))
+    with backend.transaction(alice, brains["d"], user_wide=True) as change:
+        # d is read as it is, a, b and c by their blob objects
+        assert change.usage() == sum(blobs.values())
+    assert listings == [f"{env['STORE_S3_PREFIX']}/meta/{alice}/", f"{env['STORE_S3_PREFIX']}/blobs/{alice}/"], listings
+    listings.clear()
+    assert backend.usage(alice) == sum(blobs.values())
+    assert len(listings) == 2, listings
