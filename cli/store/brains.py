@@ -19,6 +19,7 @@ import click
 from cli.store.target import cell, data_option, existing_store, store_label
 from cli.store.users import refuse_damaged, user_named
 from common.brainnames import brain_name_key
+from store.storage.base import SAFE_ID, usable_meta
 
 
 @dataclass(frozen=True)
@@ -51,10 +52,11 @@ class BrainDirectory:
         )
 
     def of_user(self, user: Any) -> list[BrainRow]:
-        """The brains ``user`` owns, then those shared with them (their role on each)."""
+        """The brains ``user`` owns, then those shared with them (their role on each); a brain whose
+        metadata is damaged is left out (``refuse_damaged_brain`` names it when asked for by id)."""
         rows = [self._row(meta, "owner") for meta in self.backend.list_brains(user.id) if not meta.deleted_at]
         for share in self.registry.shared_with(user.id) if self.registry is not None else []:
-            meta = self.backend.read_meta(share.owner_id, share.brain_id)
+            meta = usable_meta(self.backend, share.owner_id, share.brain_id)
             if meta is not None and meta.user_id == share.owner_id and not meta.deleted_at:
                 rows.append(self._row(meta, share.members[user.id]))
         return rows
@@ -62,7 +64,7 @@ class BrainDirectory:
     def _shared_orphan(self, brain_id: str) -> BrainRow | None:
         """A shared brain whose creator was removed (its members keep it; the operator manages it)."""
         share = self.registry.share(brain_id) if self.registry is not None else None
-        meta = self.backend.read_meta(share.owner_id, brain_id) if share is not None else None
+        meta = usable_meta(self.backend, share.owner_id, brain_id) if share is not None else None
         return (self._row(meta, "owner") if meta is not None and meta.user_id == share.owner_id
                 and not meta.deleted_at else None)
 
@@ -75,6 +77,19 @@ class BrainDirectory:
         """Brains their owners deleted that the store still keeps: (row, deleted at, snapshots)."""
         return [(self._row(meta, "owner"), meta.deleted_at, len(meta.snapshots)) for user in self.users.users()
                 for meta in self.backend.list_brains(user.id) if meta.deleted_at]
+
+    def refuse_damaged_brain(self, given: str) -> None:
+        """Refuse, naming the damage, when ``given`` is the id of a brain whose metadata is damaged:
+        such a brain is in no listing, and "no brain" would send the operator looking elsewhere."""
+        brain_id = given.strip().lower()
+        if not SAFE_ID.match(brain_id):
+            return
+        for user_id in self.backend.iter_users():
+            for damaged in self.backend.survey_brains(user_id)[1]:
+                if damaged.brain_id == brain_id:
+                    raise click.ClickException(
+                        f"brain {damaged.describe()} cannot be used until its metadata is repaired (put back from "
+                        "a backup, or by hand)")
 
     def find(self, given: str, user: Any | None = None) -> BrainRow:
         """The brain ``given`` names (id, else name as `brain_name_key` compares it, else ignoring case) among
@@ -95,6 +110,7 @@ class BrainDirectory:
         unique = {row.id: row for row in named}
         whose = f" of {user.name}" if user is not None else ""
         if not unique:
+            self.refuse_damaged_brain(text)
             raise click.ClickException(f"no brain {given!r}{whose} (`brain-store brain list` shows ids and names)")
         if len(unique) > 1:
             raise click.ClickException(_ambiguous(given, whose, list(unique.values()), user is None))
@@ -258,6 +274,7 @@ def delete_brain(brain_id: str, who: str | None, yes: bool, data: Path | None) -
 def _deleted_row(directory: BrainDirectory, brain_id: str) -> BrainRow:
     found = [row for row, _, _ in directory.deleted() if row.id == brain_id.strip().lower()]
     if not found:
+        directory.refuse_damaged_brain(brain_id)
         raise click.ClickException(f"no deleted brain {brain_id!r} (`brain-store brain list` lists the deleted ones)")
     return found[0]
 

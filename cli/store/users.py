@@ -191,11 +191,12 @@ def remove(name_or_id: str, purge: bool, data: Path | None) -> None:
     _forget_access(sharing, account.id, account.name, "remove")
     where = store_label(settings)
     if purge:
-        own = _kept(service, account.id).ids()
+        kept = _kept(service, account.id)
         service.backend.delete_user(account.id)
-        for brain_id in own:  # as `user purge` does: the brains' members and audit logs go with them
+        for brain_id in kept.ids():  # as `user purge` does: the brains' members and audit logs go with them
             sharing.forget(brain_id)
-        click.echo(f"removed user {account.name} ({account.id}) from {where} and deleted their brains")
+        click.echo(f"removed user {account.name} ({account.id}) from {where} and deleted their "
+                   f"{kept.count()} brain(s){_damaged_among(kept)}")
     else:
         click.echo(f"removed user {account.name} ({account.id}) from {where}; their brains are kept: "
                    f"`brain-store user purge {account.id}` deletes them, "
@@ -274,6 +275,11 @@ def _damaged_note(damaged: list[DamagedBrain]) -> str:
     return "; ".join(brain.describe() for brain in damaged)
 
 
+def _damaged_among(kept: KeptBrains) -> str:
+    """", N of them with damaged metadata: ..." when some of ``kept`` are damaged, else ""."""
+    return f", {len(kept.damaged)} of them with damaged metadata: {_damaged_note(kept.damaged)}" if kept.damaged else ""
+
+
 @user.command("orphans")
 @data_option
 def orphans(data: Path | None) -> None:
@@ -323,9 +329,8 @@ def purge(former_id: str, data: Path | None) -> None:
     service.backend.delete_user(former_id)
     for brain_id in kept.ids():
         sharing.forget(brain_id)
-    damaged = f", {len(kept.damaged)} of them with damaged metadata: {_damaged_note(kept.damaged)}" \
-        if kept.damaged else ""
-    click.echo(f"deleted {kept.count()} brain(s) of removed user {former_id} from {store_label(settings)}{damaged}")
+    click.echo(f"deleted {kept.count()} brain(s) of removed user {former_id} from {store_label(settings)}"
+               f"{_damaged_among(kept)}")
 
 
 @user.command("adopt")

@@ -18,7 +18,7 @@ from store.errors import ServiceError
 from store.service import brain_record
 from store.sharing.audit import AuditLog
 from store.sharing.registry import SharingRegistry
-from store.storage.base import BrainMeta, StorageBackend
+from store.storage.base import BrainMeta, StorageBackend, usable_meta
 
 NOT_FOUND = "brain not found"
 
@@ -115,7 +115,7 @@ class Sharing:
         entries: list[tuple[BrainMeta, str]] = [(m, "owner") for m in own]
         if self.registry is not None:
             for share in self.registry.shared_with(principal.user_id):
-                meta = self.backend.read_meta(share.owner_id, share.brain_id)
+                meta = usable_meta(self.backend, share.owner_id, share.brain_id)
                 if meta is not None and meta.user_id == share.owner_id and not meta.deleted_at:
                     entries.append((meta, share.members[principal.user_id]))
         key = principal.key

@@ -284,3 +284,13 @@ class StorageBackend(Protocol):
     def iter_users(self) -> Iterator[str]:
         """Ids of users with brains (for maintenance such as rekey)."""
         ...
+
+
+def usable_meta(backend: StorageBackend, user_id: str, brain_id: str) -> BrainMeta | None:
+    """``backend.read_meta``, reading a brain whose metadata is damaged as absent (the backend logged
+    it): for listings that reach into other users' brains (a member's shared brains), where one
+    damaged brain must be left out, as ``list_brains`` leaves it out, not fail the whole listing."""
+    try:
+        return backend.read_meta(user_id, brain_id)
+    except CorruptMeta:
+        return None
