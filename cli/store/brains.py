@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from cli.store.target import cell, data_option, existing_store, store_label
-from cli.store.users import refuse_damaged, user_named
+from cli.store.users import readable_users, refuse_damaged, user_named
 from common.brainnames import brain_name_key
 from store.storage.base import SAFE_ID, usable_meta
 
@@ -145,7 +145,7 @@ def open_directory(settings: Any) -> BrainDirectory:
     from store.context import open_registry, open_sharing
     from store.storage.factory import open_backend
 
-    users = open_registry(settings)
+    users = readable_users(open_registry(settings))
     backend = open_backend(settings)
     return BrainDirectory(users, backend, open_sharing(settings, users, backend).registry)
 

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from cli.store.target import cell, data_option, existing_store
-from cli.store.users import user_named
+from cli.store.users import readable_users, user_named
 
 _brain_arg = click.argument("brain_id", metavar="BRAIN")
 _owner_option = click.option("--user", "owner", default=None,
@@ -24,7 +24,7 @@ class _Store:
         from store.storage.factory import open_backend
 
         settings = existing_store(data)  # a mistyped --data is an error, not a new empty store
-        self.users = open_registry(settings)
+        self.users = readable_users(open_registry(settings))
         self.backend = open_backend(settings)
         self.sharing = open_sharing(settings, self.users, self.backend)
         try:

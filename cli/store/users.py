@@ -37,6 +37,15 @@ def user_named(users: Any, who: str) -> Any:
     return user
 
 
+def readable_users(registry: Any) -> Any:
+    """``registry`` when its users can be read, else a ``click.ClickException`` naming the file: with
+    neither it nor its last good copy readable it reads as no users at all (`user list` printed "no
+    users", `brain list` "no brains", `user orphans` would take every user for a removed one)."""
+    if (problem := registry.unreadable()) is not None:
+        raise click.ClickException(f"{problem}; restore it (or its last good copy) first")
+    return registry
+
+
 def _open(settings: StoreSettings):  # type: ignore[no-untyped-def]
     from store.service import BrainService
     from store.context import open_registry
@@ -115,7 +124,7 @@ def list_users(as_json: bool, data: Path | None) -> None:
     """
     settings = existing_store(data)
     registry, service = _open(settings)
-    users = registry.users()
+    users = readable_users(registry).users()
     if as_json:
         import json
 
@@ -248,10 +257,7 @@ def _kept(service: BrainService, user_id: str) -> KeptBrains:
 def _orphans(registry: Any, service: BrainService) -> dict[str, KeptBrains]:
     """Brains kept for user ids that are no longer in the users file, by former user id; a user
     whose brains are all damaged is one too (else nothing would find or delete what is left)."""
-    if (problem := registry.unreadable()) is not None:
-        # read as nothing, every user would pass for a removed one (and `purge` delete their brains)
-        raise click.ClickException(f"{problem}; restore it (or its last good copy) first")
-    present = {u.id for u in registry.users()}
+    present = {u.id for u in readable_users(registry).users()}
     found: dict[str, KeptBrains] = {}
     for user_id in service.backend.iter_users():
         if user_id not in present:

@@ -279,6 +279,13 @@ def test_a_users_file_read_as_nothing_makes_no_user_an_orphan(tmp_path: Path) ->
         done = _run(*args, "--data", str(data))
         assert done.returncode == 1 and "no readable last good copy" in done.stderr, done.stdout + done.stderr
     assert (data / "brains" / alice).is_dir() and any((data / "brains" / alice).iterdir())
+    # nor does a listing pass it off as an empty store ("no users" and "no brains", status 0)
+    for args in (("user", "list"), ("user", "list", "--json"), ("brain", "list"), ("key", "list"),
+                 ("brain", "create", "work", "--user", "alice")):
+        done = _run(*args, "--data", str(data))
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stdout + done.stderr
+        assert "users.json is unreadable or corrupt" in done.stderr and "restore it" in done.stderr, done.stderr
+        assert "no users" not in done.stdout and "no brains" not in done.stdout and "[]" not in done.stdout
 
 
 def test_output_piped_into_head_ends_quietly(tmp_path: Path) -> None:
