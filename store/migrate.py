@@ -411,6 +411,9 @@ def migrate(
         scratch = Path(scratch_dir)
         src_settings = location_settings(settings, source, scratch / "source-spool")
         dst_settings = location_settings(settings, target, scratch / "target-spool")
+        if source_key(source) == source_key(target):
+            # it "copied" nothing and noted the store as migrated from itself
+            raise MigrateError(f"--from and --to are the same store ({source_key(source)}); nothing migrated")
         if (problem := no_store_there(src_settings)) is not None:
             raise MigrateError(problem)  # a mistyped path or prefix would "migrate" nothing, successfully
         src: Any = open_backend(src_settings)

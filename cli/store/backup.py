@@ -27,7 +27,7 @@ def _unsafe_target(target: Path, data_dir: Path | None, audit_dir: Path | None =
     store's own files in ``data_dir`` (``--to DATA/users.json`` replaced the users file; a name
     the store keeps for one of its folders) or in its audit log folder ``audit_dir``; a new
     file directly in the data directory is fine (the compose recipe writes /data/brain.bak:
-    elsewhere is read-only)."""
+    elsewhere is read-only). A directory that does not exist is refused before the store is read."""
     from zstandard import FRAME_HEADER  # what every backup starts with
 
     try:
@@ -43,14 +43,15 @@ def _unsafe_target(target: Path, data_dir: Path | None, audit_dir: Path | None =
         return f"cannot check {target}: {getattr(exc, 'strerror', None) or exc}"
     if audit_dir is not None and path.is_relative_to(audit_dir.expanduser().resolve()):
         return f"{target} is in the store's audit log folder {audit_dir}; write the backup elsewhere"
-    if data_dir is None:
-        return None
-    root = data_dir.expanduser().resolve()
-    if path.is_relative_to(root) and (path.parent != root or path.name.startswith(".")
-                                      or path.name.endswith((".json", ".last-good"))
-                                      or path.name in _STORE_FOLDERS):
-        return (f"{target} is among the store's own files in {data_dir}; write the backup elsewhere, or as a "
-                "file of its own directly in the data directory (like brain.bak)")
+    if data_dir is not None:
+        root = data_dir.expanduser().resolve()
+        if path.is_relative_to(root) and (path.parent != root or path.name.startswith(".")
+                                          or path.name.endswith((".json", ".last-good"))
+                                          or path.name in _STORE_FOLDERS):
+            return (f"{target} is among the store's own files in {data_dir}; write the backup elsewhere, or as a "
+                    "file of its own directly in the data directory (like brain.bak)")
+    if not path.parent.is_dir():  # said before the whole store is read for nothing
+        return f"{target.parent}: no such directory; make it first, or write the backup into an existing one"
     return None
 
 
@@ -117,6 +118,9 @@ def restore(source: Path, data: Path | None, force: bool) -> None:
     from store.storage.factory import open_backend
 
     settings = settings_from_cli(data_dir=data)
+    if settings.backend != "s3" and settings.data_dir.exists() and not settings.data_dir.is_dir():
+        raise click.ClickException(f"{settings.data_dir} is not a directory; give --data the store's data directory "
+                                   "(restore makes it when it does not exist)")
     keys = ((settings.encryption_key,) if settings.encryption_key else ()) + tuple(settings.previous_keys)
 
     def open_target() -> tuple[object, object, object]:

@@ -115,3 +115,33 @@ def test_a_backup_is_not_written_where_the_store_keeps_a_folder_or_its_audit_log
     assert tree(tmp_path) == before
     cli(env, "backup", "--to", str(data / "audit.bak"))  # a name of its own directly there stays fine
     assert {**before, "data/audit.bak": ANY} == tree(tmp_path)
+
+
+def test_slips_of_migrate_and_restore_are_refused_in_one_line_and_change_nothing(tmp_path: Path) -> None:
+    """`migrate` onto its own source "migrated" nothing with status 0 and noted the store as migrated
+    from itself; `restore --data` naming a file said `[Errno 17] File exists`, and `backup --to` into
+    a directory that does not exist read the whole store first, then said `No such file or directory:
+    '....partial'`."""
+    data = tmp_path / "data"
+    env = {"STORE_DATA_DIR": str(data)}
+    registry(env).add("alice")
+    cli(env, "backup", "--to", str(tmp_path / "nightly.bak"))
+    (tmp_path / "link").symlink_to(data)
+    (tmp_path / "a-file").write_text("not a store")
+    before = tree(tmp_path)
+    said = {
+        ("migrate", "--from", str(data), "--to", f"{data}/"):
+            f"--from and --to are the same store ({data.resolve()}); nothing migrated",
+        ("migrate", "--from", str(tmp_path / "link"), "--to", str(data)):
+            f"--from and --to are the same store ({data.resolve()}); nothing migrated",
+        ("restore", "--from", str(tmp_path / "nightly.bak"), "--data", str(tmp_path / "a-file")):
+            f"{tmp_path / 'a-file'} is not a directory; give --data the store's data directory (restore makes it "
+            "when it does not exist)",
+        ("backup", "--to", str(tmp_path / "nowhere" / "nightly.bak")):
+            f"{tmp_path / 'nowhere'}: no such directory; make it first, or write the backup into an existing one",
+    }
+    for args, message in said.items():
+        done = cli(env, *args, check=False)
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+        assert done.stderr.strip().splitlines() == [f"Error: {message}"], done.stderr
+        assert tree(tmp_path) == before, args
