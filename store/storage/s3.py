@@ -121,6 +121,11 @@ def _refuse_unreachable(exception: Exception, **_: Any) -> None:
         raise S3Unreachable(error=exception) from exception
 
 
+def _log_damaged(damage: CorruptMeta) -> None:
+    log.critical("brain metadata %s is damaged (%s); the brain is unavailable until it is repaired",
+                 damage.where, damage.reason)
+
+
 _encode = msgspec.json.Encoder().encode
 _record_decoder = msgspec.json.Decoder(BrainRecord)
 _account_decoder = msgspec.json.Decoder(Account)
@@ -219,6 +224,9 @@ class S3Backend:
         # the only local state: scratch space for uploads in progress (/health/ready checks it)
         self.root = self.tmp_root = self.spool_dir
         self._records: dict[str, tuple[str, BrainRecord]] = {}  # key -> (etag, record)
+        # key -> (etag, what was wrong) of metadata objects found damaged: a listing showing the same
+        # ETag needs no GET to know it still is (each quota-checked upload surveys the user's brains)
+        self._damaged: dict[str, tuple[str, CorruptMeta]] = {}
 
     # -- keys ------------------------------------------------------------------------
 
@@ -298,11 +306,13 @@ class S3Backend:
             record = _record_decoder.decode(data)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             # our writes are whole objects, so this is outside damage: never guess, never delete
-            where = f"s3://{self.bucket.name}/{key}"
-            log.critical("brain metadata %s is damaged (%s); the brain is unavailable until it is repaired",
-                         where, exc)
+            damage = CorruptMeta(f"s3://{self.bucket.name}/{key}", str(exc))
+            _log_damaged(damage)
             self._records.pop(key, None)
-            raise CorruptMeta(where, str(exc)) from None
+            if len(self._damaged) > 10_000:
+                self._damaged.clear()
+            self._damaged[key] = (etag, damage)
+            raise damage from None
         if len(self._records) > 100_000:
             self._records.clear()
         self._records[key] = (etag, record)
@@ -363,6 +373,11 @@ class S3Backend:
             cached = self._records.get(item["Key"])
             if cached is not None and cached[0] == item.get("ETag"):
                 yield brain_id, where, cached[1].meta
+                continue
+            damaged = self._damaged.get(item["Key"])
+            if damaged is not None and damaged[0] == item.get("ETag"):
+                _log_damaged(damaged[1])  # said on every survey, as when it was read again
+                yield brain_id, where, damaged[1]
                 continue
             try:
                 record, _ = self.read_record(user_id, brain_id)

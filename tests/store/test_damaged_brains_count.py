@@ -106,10 +106,11 @@ def test_a_damaged_brain_counts_towards_the_quota(where: str, tmp_path: Path, re
         upload(c, other, archive({"c.bin": os.urandom(300_000)}))  # what is left of the quota still fits
 
 
-def test_on_s3_the_quota_check_lists_the_blobs_of_all_damaged_brains_at_once(tmp_path: Path, moto: S3Service) -> None:
+def test_on_s3_the_quota_check_does_not_pay_per_damaged_brain(tmp_path: Path, moto: S3Service) -> None:
     """A quota-checked upload counts every damaged brain of the user by its blob objects: one
-    listing of the user's blobs for all of them, where it listed each damaged brain's (one LIST per
-    damaged brain, every upload); the bytes are the same."""
+    listing of the user's blobs for all of them, where it listed each damaged brain's and read each
+    damaged metadata object again (a LIST and a GET per damaged brain, every upload); the bytes are
+    the same."""
     from tests.backup.support import brains_with_archives
 
     env = {"STORE_DATA_DIR": str(tmp_path / "store"), "HOME": str(tmp_path), **moto.store_env(moto.new_bucket())}
@@ -127,13 +128,14 @@ def test_on_s3_the_quota_check_lists_the_blobs_of_all_damaged_brains_at_once(tmp
     assert len(blobs) == 4 and all(blobs.values()), blobs
 
     backend = backend_for(moto, env, tmp_path / "quota")
-    listings: list[str] = []
-    backend.client.meta.events.register(
-        "before-call.s3.ListObjectsV2", lambda params, **_: listings.append(params["query_string"]["prefix"]))
+    assert backend.usage(alice) == sum(blobs.values())  # a replica that has surveyed the user once
+    calls: list[tuple[str, str]] = []
+    backend.client.meta.events.register("before-call.s3", lambda params, model, **_: calls.append(
+        (model.name, params["query_string"].get("prefix", "") if model.name == "ListObjectsV2" else params["url_path"])))
     with backend.transaction(alice, brains["d"], user_wide=True) as change:
-        # d is read as it is, a, b and c by their blob objects
-        assert change.usage() == sum(blobs.values())
-    assert listings == [f"{env['STORE_S3_PREFIX']}/meta/{alice}/", f"{env['STORE_S3_PREFIX']}/blobs/{alice}/"], listings
-    listings.clear()
-    assert backend.usage(alice) == sum(blobs.values())
-    assert len(listings) == 2, listings
+        assert change.usage() == sum(blobs.values())  # d as it is read, a, b and c by their blob objects
+    prefix = env["STORE_S3_PREFIX"]
+    assert [what for op, what in calls if op == "ListObjectsV2"] == [f"{prefix}/meta/{alice}/", f"{prefix}/blobs/{alice}/"]
+    # the account and the brain being changed; no damaged metadata object again
+    assert sorted(path.lstrip("/") for op, path in calls if op == "GetObject") == sorted(
+        [backend.account_key(alice), backend.meta_key(alice, brains["d"])]), calls
