@@ -283,7 +283,9 @@ def _damaged_note(damaged: list[DamagedBrain]) -> str:
 
 def _damaged_among(kept: KeptBrains) -> str:
     """", N of them with damaged metadata: ..." when some of ``kept`` are damaged, else ""."""
-    return f", {len(kept.damaged)} of them with damaged metadata: {_damaged_note(kept.damaged)}" if kept.damaged else ""
+    if not kept.damaged:
+        return ""
+    return f", {len(kept.damaged)} of them with damaged metadata: {_damaged_note(kept.damaged)}"
 
 
 @user.command("orphans")

@@ -135,7 +135,8 @@ def test_on_s3_the_quota_check_does_not_pay_per_damaged_brain(tmp_path: Path, mo
     with backend.transaction(alice, brains["d"], user_wide=True) as change:
         assert change.usage() == sum(blobs.values())  # d as it is read, a, b and c by their blob objects
     prefix = env["STORE_S3_PREFIX"]
-    assert [what for op, what in calls if op == "ListObjectsV2"] == [f"{prefix}/meta/{alice}/", f"{prefix}/blobs/{alice}/"]
+    listed = [what for op, what in calls if op == "ListObjectsV2"]
+    assert listed == [f"{prefix}/meta/{alice}/", f"{prefix}/blobs/{alice}/"], listed
     # the account and the brain being changed; no damaged metadata object again
     assert sorted(path.lstrip("/") for op, path in calls if op == "GetObject") == sorted(
         [backend.account_key(alice), backend.meta_key(alice, brains["d"])]), calls
