@@ -102,6 +102,11 @@ class Args:
         """Whether the caller sent ``name`` with a value (null and "" count as not sent)."""
         return self._get(name) not in (None, "")
 
+    def filled(self) -> list[str]:
+        """The names of the arguments sent with something in them, in the order sent: null, "" and
+        an empty list count as unset (a host may send every key it knows, unset ones empty)."""
+        return [name for name in self.names() if self._get(name) not in (None, "", [])]
+
     def string(self, name: str, *, required: bool = False, non_empty: bool = False, max_length: int = 100_000) -> str | None:
         """A string argument (numbers are turned into text)."""
         value = self._get(name)
@@ -224,3 +229,17 @@ def ignored_note(tool: str, sent: list[str], known: Collection[str]) -> str | No
     listed = ", ".join(shown) + (f" and {more} more" if more else "")
     counted = "an argument" if len(ignored) == 1 else f"{len(ignored)} arguments"
     return f"Ignored {counted} {tool} does not take: {listed}."
+
+
+def unused_note(action: str, defaulted: bool, unused: list[str], instead: Mapping[str, str]) -> str | None:
+    """What a result says about the arguments (``unused``, in the order sent) its ``action`` does not
+    take, then what to call instead for each (``instead``, said once however many share it); None when
+    none was sent. ``defaulted``: the action was not sent (the tool's default)."""
+    if not unused:
+        return None
+    names = [f"'{name}'" for name in unused]
+    listed = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+    verb, pronoun = ("was", "it") if len(names) == 1 else ("were", "them")
+    default = " (the default)" if defaulted else ""
+    hints = list(dict.fromkeys(instead[name] for name in unused if name in instead))
+    return " ".join([f"{listed} {verb} ignored: action {action}{default} does not take {pronoun}.", *hints])

@@ -6,6 +6,7 @@ Pure data. Descriptions are written for the model that decides when to call a to
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -138,6 +139,15 @@ _WRITE_RESULT = {
 
 
 @dataclass(frozen=True)
+class ActionArguments:
+    """For a tool with an ``action`` argument: the arguments each action takes (besides ``action``),
+    and for each other argument what to call to use it (a result names those its action ignored)."""
+
+    takes: Mapping[str, frozenset[str]]
+    instead: Mapping[str, str]
+
+
+@dataclass(frozen=True)
 class ToolSpec:
     """One tool as the server declares it."""
 
@@ -149,6 +159,7 @@ class ToolSpec:
     read_only: bool
     destructive: bool
     idempotent: bool
+    actions: ActionArguments | None = None
 
     @property
     def scope(self) -> str:
@@ -550,6 +561,11 @@ TOOLS: tuple[ToolSpec, ...] = (
         read_only=False,
         destructive=True,
         idempotent=False,
+        actions=ActionArguments(
+            takes={"list": frozenset(), "approve": frozenset({"ids"}), "reject": frozenset({"ids"})},
+            # A model that sent ids with the list most likely meant approve or reject.
+            instead={"ids": "To approve or reject these ids, call brain_verify again with action approve or reject."},
+        ),
     ),
     # ChatGPT's connectors (deep research, company knowledge) use a server only through these two,
     # in OpenAI's shape (connector/mcp/chatgpt.py): the same recall and reads as brain_recall/brain_read.
@@ -701,6 +717,24 @@ EXTRACT_TOOL = ToolSpec(
 )
 MENTAL_ACTIONS = ["list", "get", "create", "refresh", "update", "delete"]
 MENTAL_READ_ACTIONS = frozenset({"list", "get"})
+_MENTAL_CREATE = "To create a model, call brain_mental_model again with action create, 'name' and 'question'."
+_MENTAL_UPDATE = "To save a model's text, call brain_mental_model again with action update, 'id', 'text' and 'cited'."
+_MENTAL_ARGUMENTS = ActionArguments(
+    takes={"list": frozenset(), "get": frozenset({"id"}), "create": frozenset({"name", "question"}),
+           "refresh": frozenset({"id", "budget"}), "update": frozenset({"id", "text", "cited"}),
+           "delete": frozenset({"id"})},
+    instead={
+        "id": "'id' is for a model that exists: call brain_mental_model again with action get, refresh, update or "
+              "delete.",
+        # 'name' beside get or delete most likely names the model to find, which 'id' takes too.
+        "name": "To find a model by its name, send the name as 'id'. " + _MENTAL_CREATE,
+        "question": _MENTAL_CREATE,
+        "text": _MENTAL_UPDATE,
+        "cited": _MENTAL_UPDATE,
+        "budget": "To rewrite a model from that much memory, call brain_mental_model again with action refresh, 'id' "
+                  "and 'budget'.",
+    },
+)
 MENTAL_MODEL_TOOL = ToolSpec(
     name="brain_mental_model",
     title="Mental models: standing answers kept in memory",
@@ -753,6 +787,7 @@ MENTAL_MODEL_TOOL = ToolSpec(
     read_only=False,
     destructive=True,
     idempotent=False,
+    actions=_MENTAL_ARGUMENTS,
 )
 TOOLS = (*TOOLS, REFLECT_TOOL, EXTRACT_TOOL, MENTAL_MODEL_TOOL)
 

@@ -41,7 +41,7 @@ from connector.engine.writes.errors import BrainError
 from connector.engine.writes.memorize import MemoryInput, connector_memory
 from connector.engine.writes.ops import Forget, Memorize, Pin, Unpin, Verify, connector_memorize
 from connector.mcp import chatgpt, render
-from connector.mcp.arguments import ArgumentError, Args, ignored_note
+from connector.mcp.arguments import ArgumentError, Args, ignored_note, unused_note
 from connector.mcp.definitions import (
     CHARS_PER_TOKEN,
     DEFAULT_RECALL_CHARS,
@@ -155,9 +155,32 @@ def with_notices(result: types.CallToolResult, notices: list[str]) -> types.Call
 
 
 def with_ignored(result: types.CallToolResult, note: str) -> types.CallToolResult:
-    """``result`` with the note about arguments its tool ignored (`ignored_note`) last in its text and
+    """``result`` with the note about arguments its tool ignored (`_ignored`) last in its text and
     its note: the call was answered, but not with what a misspelt argument meant (a budget, a limit)."""
     return _noted(result, note, f"Note: {note}", first=False)
+
+
+def _ignored(spec: ToolSpec, args: Args) -> str | None:
+    """What a call's result says about the arguments it ignored: those its action does not take
+    (brain_verify's list given ids), then those its tool does not take (a misspelt one); None if none."""
+    properties = spec.input_schema["properties"]
+    notes = [_unused(spec, args), ignored_note(spec.name, args.names(), properties)]
+    return " ".join(note for note in notes if note) or None
+
+
+def _unused(spec: ToolSpec, args: Args) -> str | None:
+    """The note about the tool's own arguments that the call's action does not take (none for a tool
+    without actions, or an action it refuses)."""
+    if spec.actions is None:
+        return None
+    properties = spec.input_schema["properties"]
+    try:
+        action = args.choice("action", properties["action"]["enum"], default=properties["action"]["default"])
+    except ArgumentError:
+        return None
+    takes = spec.actions.takes[action] | {"action"}
+    unused = [name for name in args.filled() if name in properties and name not in takes]
+    return unused_note(action, not args.given("action"), unused, spec.actions.instead)
 
 
 def _refused_for_good(outcome: WriteOutcome) -> None:
@@ -527,7 +550,7 @@ class BrainTools:
         result = await self._run(name, caller, args)
         if not isinstance(result, types.CallToolResult):
             return result  # an interim result (the host's model is asked first): notices wait for the final one
-        ignored = None if name in EXACT_SHAPE else ignored_note(name, args.names(), spec.input_schema["properties"])
+        ignored = None if name in EXACT_SHAPE else _ignored(spec, args)
         if ignored:
             result = with_ignored(result, ignored)
         # Writes dropped for good (brain deleted, access lost) are told on the next call, whatever it is.
@@ -1046,13 +1069,8 @@ class BrainTools:
             listing: dict[str, Any] = {"pending": [], "total": 0}
             if snapshot.brain is not None:
                 listing = await asyncio.to_thread(Verify("list").apply, snapshot.brain.copy(), self.manager.now())
+            # Ids sent with the list are said to be ignored by `_unused`, as any action's unused arguments.
             structured = {"action": "list", **listing}
-            if ids:
-                # Listing takes no ids: a model that sent them most likely meant approve or reject.
-                default = "" if args.given("action") else " (the default)"
-                structured["note"] = (f"'ids' was ignored: action list{default} lists every memory pending "
-                                      "verification. To approve or reject these ids, call brain_verify again "
-                                      "with action approve or reject.")
             return ok_result(structured, render.verify_text(structured))
         if not ids:
             raise ToolFailure(f"'{action}' needs 'ids': the memory ids to {action} (see brain_verify with action list).")

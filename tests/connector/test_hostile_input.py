@@ -12,7 +12,8 @@ deep JSON to the store's reader: tests/store/test_bad_text_input.py).
 - A request over the MCP endpoint's 1 MiB is refused with a JSON-RPC error saying the limit,
   which the client shows; a count sent with a fraction (`limit` 1.5) is refused, not cut.
 - An argument a tool does not take (`max_token` for `max_tokens`) is ignored, and the result
-  says so, naming the argument it probably meant; `brain_verify`'s list says it ignored `ids`.
+  says so, naming the argument it probably meant; one its action does not take (`brain_verify`'s
+  list given `ids`, `brain_mental_model`'s get given `text`) too, saying what to call instead.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from connector.engine.writes.ops import connector_memorize
 from tests.support.processes import ServerProcess
 
 from .conftest import RunningStore, auth, brains_of, download_brain, memory_ids, shared_store, upload_raw
+from .test_e2e_mental import models_at_store
 from .test_e2e_tools import mcp_session, mint, module_connector, structured
 from .webapp.conftest import csrf_of, signed_in_browser
 
@@ -243,9 +245,9 @@ def test_an_argument_a_tool_does_not_take_is_ignored_and_said(store: RunningStor
             for sent, default in (({"ids": [pending_id]}, " (the default)"), ({"action": "list", "ids": pending_id}, "")):
                 listed = await client.call_tool("brain_verify", sent)
                 assert [item["id"] for item in structured(listed)["pending"]] == [pending_id]
-                said = (f"'ids' was ignored: action list{default} lists every memory pending verification. To "
-                        "approve or reject these ids, call brain_verify again with action approve or reject.")
-                assert structured(listed)["note"] == said and listed.content[0].text.endswith(f"Note: {said}")
+                said = (f"'ids' was ignored: action list{default} does not take it. To approve or reject these "
+                        "ids, call brain_verify again with action approve or reject.")
+                assert structured(listed)["note"] == said and listed.content[-1].text == f"Note: {said}"
             # ChatGPT's search answers exactly OpenAI's shape: one JSON text item, no note.
             searched = await client.call_tool("search", {"query": "red car", "limit": 3})
             assert len(searched.content) == 1 and set(structured(searched)) == {"results"}
@@ -255,3 +257,52 @@ def test_an_argument_a_tool_does_not_take_is_ignored_and_said(store: RunningStor
     entry = brain.read_json("index.json")["memories"][next(iter(memory_ids(brain)))]
     # One memory, still pending, saved without the tags it was not sent.
     assert len(memory_ids(brain)) == 1 and entry["quarantined"] and not entry.get("tags")
+
+
+def test_an_argument_a_mental_model_action_does_not_take_is_said(store: RunningStore, served: ServerProcess) -> None:
+    """brain_mental_model's list given a name, get given a text: the argument went unused without a word
+    (no model found by that name, no text saved). The call is still answered, with a note naming each
+    argument and what to call instead, as brain_verify's list given ids."""
+    alice = store.add_user("alice")
+    brain_id = brains_of(store.url, alice.token)[0]["id"]
+    create = "To create a model, call brain_mental_model again with action create, 'name' and 'question'."
+    update = "To save a model's text, call brain_mental_model again with action update, 'id', 'text' and 'cited'."
+    by_name = "To find a model by its name, send the name as 'id'. " + create
+
+    async def scenario(base: str) -> None:
+        async with mcp_session(base + "/mcp", mint(base, alice, ALL)) as client:
+            # create takes a name and a question: the id and text sent with them are not used.
+            created = await client.call_tool("brain_mental_model", {"action": "create", "name": "Reviews",
+                                                                    "question": "How do I like reviews?",
+                                                                    "id": "mm_mine", "text": "Small ones."})
+            said = ("'id' and 'text' were ignored: action create does not take them. 'id' is for a model that "
+                    "exists: call brain_mental_model again with action get, refresh, update or delete. " + update)
+            assert structured(created)["note"] == said and created.content[-1].text == f"Note: {said}"
+            assert structured(created)["model"]["id"] != "mm_mine" and structured(created)["state"] == "empty"
+            # list (the default) takes nothing: a name sent with it finds no model and creates none.
+            listed = await client.call_tool("brain_mental_model", {"name": "Reviews"})
+            said = f"'name' was ignored: action list (the default) does not take it. {by_name}"
+            assert structured(listed)["note"] == said and listed.content[-1].text == f"Note: {said}"
+            assert [model["name"] for model in structured(listed)["models"]] == ["Reviews"]
+            # get given a text and a budget: both named, each hint once; and then a misspelt argument.
+            got = await client.call_tool("brain_mental_model", {"action": "get", "id": "Reviews", "text": "New.",
+                                                                "cited": ["mem_1"], "budget": 500, "questoin": "?"})
+            said = ("'text', 'cited' and 'budget' were ignored: action get does not take them. " + update + " To "
+                    "rewrite a model from that much memory, call brain_mental_model again with action refresh, 'id' "
+                    "and 'budget'. Ignored an argument brain_mental_model does not take: 'questoin' (did you mean "
+                    "'question'?).")
+            assert structured(got)["note"] == said and got.content[-1].text == f"Note: {said}"
+            assert structured(got)["state"] == "empty" and not structured(got)["model"]["text"]
+            # A refusal says it too, after the refusal: get by 'name' needs the name as 'id'.
+            refused = await client.call_tool("brain_mental_model", {"action": "get", "name": "Reviews"})
+            assert refused.is_error and refused.content[0].text == "'id' is required"
+            assert refused.content[-1].text == f"Note: 'name' was ignored: action get does not take it. {by_name}"
+            # A host sending every key it knows, unset ones null, "" or [], hears nothing.
+            quiet = await client.call_tool("brain_mental_model", {"action": "list", "id": None, "name": "",
+                                                                  "cited": [], "text": None})
+            assert "note" not in structured(quiet) and len(quiet.content) == 1
+
+    asyncio.run(scenario(served.base_url))
+    # One model, as created: no text from the create, the get or the list.
+    assert [(model["name"], model.get("text")) for model in models_at_store(store, alice.token, brain_id)] == [
+        ("Reviews", "")]

@@ -48,6 +48,20 @@ def test_tools_with_schemas_and_annotations() -> None:
     assert TOOLS_BY_NAME["brain_recall"].scope == "brain.read"
 
 
+def test_a_tool_with_actions_says_what_each_takes_and_what_to_call_for_the_rest() -> None:
+    """`ToolSpec.actions` (a result names the arguments its action ignored) covers every action the
+    schema offers and only the schema's arguments, and each argument some action ignores has a hint."""
+    with_actions = [spec for spec in TOOLS if spec.actions is not None]
+    assert {spec.name for spec in with_actions} == {spec.name for spec in TOOLS if "action" in spec.input_schema["properties"]}
+    for spec in with_actions:
+        assert spec.actions is not None
+        arguments = set(spec.input_schema["properties"]) - {"action"}
+        assert set(spec.actions.takes) == set(spec.input_schema["properties"]["action"]["enum"]), spec.name
+        ignored_somewhere = {name for takes in spec.actions.takes.values() for name in arguments - takes}
+        assert set().union(*spec.actions.takes.values()) <= arguments, spec.name
+        assert set(spec.actions.instead) == ignored_somewhere, spec.name
+
+
 def test_instructions_say_recall_first_and_never_the_conversation() -> None:
     assert "brain_recall" in INSTRUCTIONS and "brain_memorize" in INSTRUCTIONS
     assert "whole conversation" in INSTRUCTIONS
