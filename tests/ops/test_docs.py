@@ -208,3 +208,129 @@ def test_every_flag_the_docs_give_a_command_is_one_it_takes() -> None:
                 if flag not in options | {"--help"}:
                     wrong.append(f"{page.name}: {name} {flag}")
     assert checked > 50 and not wrong, wrong
+
+
+# Pages that name settings and commands: the docs, the top README and the deploy and bench indexes.
+SETTING_PAGES = LINKING_PAGES
+# What the "Scripts: agent keys" example of docs/connecting.md reads from its own environment.
+SCRIPT_VARIABLES = {"BRAIN_KEY", "BRAIN_MCP_URL"}
+
+
+def documented_variables(text: str) -> set[str]:
+    """The environment variables a page names: ``STORE_*``, ``CONNECTOR_*``, ``OIDC_*``, ``BRAIN_*`` and the
+    like, a family written ``STORE_HTTP_*`` or ``*_HTTP_MAX_HEADER_KB`` as each of its members, and a
+    row's ``STORE_HTTP_BODY_TIMEOUT_S`` / ``_BODY_MIN_BYTES_PER_S`` as ``STORE_HTTP_BODY_MIN_BYTES_PER_S``."""
+    found = set(re.findall(r"(?<![\w*])((?:STORE|CONNECTOR|OIDC|BRAIN|REFERENCE|NEW|RECALL)_[A-Z0-9_]*[A-Z0-9])\b", text))
+    found |= {prefix + rest for rest in re.findall(r"`\*(_[A-Z0-9_]+)`", text) for prefix in ("STORE", "CONNECTOR")}
+    return found | {completed(first, suffix) for first, suffix in re.findall(r"`([A-Z][A-Z0-9_]+)` / `(_[A-Z0-9_]+)`", text)}
+
+
+def completed(first: str, suffix: str) -> str:
+    """A variable written as a suffix after another (``STORE_INSPECT_MAX_INFLATED_MB`` / ``_MAX_ENTRIES``):
+    the first one's name up to the suffix's first word, then the suffix (``STORE_INSPECT_MAX_ENTRIES``)."""
+    return first[:first.index("_" + suffix.split("_")[1] + "_")] + suffix
+
+
+def test_every_environment_variable_the_docs_name_is_read() -> None:
+    """Each variable a page names is a setting of one of the servers (or compose's own, in env.example),
+    a command's option (`brain-store check`'s BRAIN_STORE_CHECK_TOKEN), or one the tests read; a
+    family (``CONNECTOR_HTTP_*``) has members."""
+    from tests.ops.test_deploy import CONNECTOR_ENV, STORE_ENV, _documented
+    from tests.support.cli_tree import every_command
+
+    options = {param.envvar for command in every_command().values() for param in command.params
+               if isinstance(getattr(param, "envvar", None), str)}
+    tests_read = {name for path in (REPO_ROOT / "tests").rglob("*.py")
+                  for name in re.findall(r"[\"']([A-Z][A-Z0-9_]+)[\"']", path.read_text())}
+    read = STORE_ENV | CONNECTOR_ENV | _documented() | options | SCRIPT_VARIABLES
+    unknown = []
+    for page in SETTING_PAGES:
+        text = page.read_text()
+        for family in re.findall(r"`((?:STORE|CONNECTOR)_[A-Z_]+_)\*`", text):
+            if not any(name.startswith(family) for name in read):
+                unknown.append(f"{page.relative_to(REPO_ROOT)}: {family}*")
+        for name in documented_variables(text) - read - tests_read:
+            unknown.append(f"{page.relative_to(REPO_ROOT)}: {name}")
+    assert not unknown, f"the docs name variables nothing reads: {sorted(unknown)}"
+
+
+# What a settings table's default column says for "nothing set" (an empty value, the setting's default).
+UNSET_WORDS = {"none", "unset", "empty", "–", "(required)", "AWS"}
+# Settings left unset whose effect the table gives: the S3 client's own default region.
+EFFECTIVE_DEFAULTS = {"STORE_S3_REGION": "us-east-1"}
+
+
+def settings_table_defaults(text: str) -> list[tuple[str, str]]:
+    """Each (variable, default) of a page's ``| variable | default | ...`` tables, the default as the
+    environment would give it ("" for a word meaning unset; a trailing "(8 h)" remark left off)."""
+    rows = []
+    for table in re.findall(r"^\| (?:variable|setting) \| default \|.*\n\|[-|]+\|\n((?:\|.*\n)+)", text, re.M):
+        for row in table.splitlines():
+            cells = [cell.strip() for cell in row.split("|")[1:-1]]
+            names = [name for name in re.findall(r"`([A-Z*_][A-Z0-9_]*)`", cells[0])]
+            defaults = [value.strip() for value in cells[1].split(" / ")]
+            assert len(defaults) in (1, len(names)), row
+            for index, name in enumerate(names):
+                if name.startswith("_"):  # `STORE_HTTP_BODY_TIMEOUT_S` / `_BODY_MIN_BYTES_PER_S`
+                    name = completed(names[0], name)
+                value = defaults[index if len(defaults) > 1 else 0].replace("`", "")
+                value = value if value.startswith("(") else re.sub(r"\s*\(.*\)$", "", value)
+                for full in ([prefix + name[1:] for prefix in ("STORE", "CONNECTOR")] if name.startswith("*")
+                             else [name]):
+                    rows.append((full, "" if value in UNSET_WORDS else value))
+    return rows
+
+
+def test_the_settings_tables_give_the_settings_defaults() -> None:
+    """A ``| variable | default |`` table (store.md, store-s3.md, thinking.md, webapp.md, self-hosting.md's
+    connection limits) gives each setting's default: set to it, the settings are the defaults."""
+    from common.s3client import make_client
+    from connector.settings import ConnectorSettings
+    from store.settings import StoreSettings
+
+    store_url = {"CONNECTOR_STORE_URL": "http://127.0.0.1:8787"}
+    store_default, connector_default = StoreSettings.from_env({}), ConnectorSettings.load(store_url)
+    wrong, checked = [], 0
+    for page in SETTING_PAGES:
+        for name, value in settings_table_defaults(page.read_text()):
+            checked += 1
+            if name in EFFECTIVE_DEFAULTS:
+                said = EFFECTIVE_DEFAULTS[name] == value
+                assert StoreSettings.from_env({}).s3_region is None
+            elif name.startswith("STORE_"):
+                said = StoreSettings.from_env({name: value}) == store_default
+            else:
+                said = ConnectorSettings.load({**store_url, name: value}) == connector_default
+            if not said:
+                wrong.append(f"{page.name}: {name} {value!r}")
+    assert make_client(None, None).meta.region_name == EFFECTIVE_DEFAULTS["STORE_S3_REGION"]
+    assert checked > 40 and not wrong, wrong
+
+
+def test_every_command_the_docs_give_a_group_is_one_it_has() -> None:
+    """`brain-store user add`, `brain-store brain purge ID`, `brain-store key revoke`: the word after a
+    group of commands is one of its commands (`...` for any), and a command written first in backticks
+    or first on a line of a code block is one of the program's (the flags test passes over the rest)."""
+    from tests.support.cli_tree import every_command
+
+    commands = every_command()
+    groups: dict[str, set[str]] = {}
+    for name in commands:
+        *group, leaf = name.split()
+        groups.setdefault(" ".join(group), set()).add(leaf)
+    wrong, checked = [], 0
+    for page in SETTING_PAGES:
+        text = page.read_text()
+        for program, first, second in re.findall(r"(brain-store|brain-connector) ([a-z][a-z-]*)(?: ([a-z.][\w.-]*))?", text):
+            if f"{program} {first}" in groups:
+                checked += 1
+                if second not in groups[f"{program} {first}"] and second not in ("...", ""):
+                    wrong.append(f"{page.name}: {program} {first} {second}")
+        code = "\n".join(re.findall(r"^```.*?\n(.*?)^```", text, flags=re.MULTILINE | re.DOTALL))
+        started = re.findall(r"`(brain-store|brain-connector) ([a-z][a-z-]*)", text)
+        for program, first in started + re.findall(r"^\s*(?:\S*/bin/|sudo |\$ )?(brain-store|brain-connector) ([a-z][a-z-]*)",
+                                                   code, flags=re.MULTILINE):
+            checked += 1
+            if first not in groups[program] and f"{program} {first}" not in groups:
+                wrong.append(f"{page.name}: {program} {first}")
+    assert checked > 100 and not wrong, wrong
