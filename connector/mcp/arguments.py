@@ -94,18 +94,13 @@ class Args:
         return None if value is None else value
 
     def names(self) -> list[str]:
-        """The names of the arguments sent with a value, in the order sent (a host may send every
-        key it knows, unset ones as null: those say nothing)."""
-        return [str(name) for name, value in self._raw.items() if value is not None]
+        """The names of the arguments sent with something in them, in the order sent: null, "" and
+        an empty list count as unset (a host may send every key it knows, unset ones empty)."""
+        return [str(name) for name, value in self._raw.items() if value not in (None, "", [])]
 
     def given(self, name: str) -> bool:
         """Whether the caller sent ``name`` with a value (null and "" count as not sent)."""
         return self._get(name) not in (None, "")
-
-    def filled(self) -> list[str]:
-        """The names of the arguments sent with something in them, in the order sent: null, "" and
-        an empty list count as unset (a host may send every key it knows, unset ones empty)."""
-        return [name for name in self.names() if self._get(name) not in (None, "", [])]
 
     def string(self, name: str, *, required: bool = False, non_empty: bool = False, max_length: int = 100_000) -> str | None:
         """A string argument (numbers are turned into text)."""

@@ -179,7 +179,7 @@ def _unused(spec: ToolSpec, args: Args) -> str | None:
     except ArgumentError:
         return None
     takes = spec.actions.takes[action] | {"action"}
-    unused = [name for name in args.filled() if name in properties and name not in takes]
+    unused = [name for name in args.names() if name in properties and name not in takes]
     return unused_note(action, not args.given("action"), unused, spec.actions.instead)
 
 

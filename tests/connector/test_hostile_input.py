@@ -226,7 +226,7 @@ def test_an_argument_a_tool_does_not_take_is_ignored_and_said(store: RunningStor
             meant = structured(await client.call_tool("brain_recall", {"query": "red car garage", "max_tokens": 5}))
             assert meant["results"][0]["content_truncated"] is True and "Ignored" not in meant.get("note", "")
             # An unknown argument sent as null (a host sending every key it knows) is noise, not a typo.
-            nulls = structured(await client.call_tool("brain_recall", {"query": "red car garage", "reasoning": None}))
+            nulls = structured(await client.call_tool("brain_recall", {"query": "red car garage", "reasoning": None, "notes": "", "tags_": []}))
             assert "Ignored" not in nulls.get("note", "")
             # Several: each named, the close ones with what they probably meant, the rest counted;
             # a name as long as the request shown cut; one sent beside the one it resembles not "meant".
