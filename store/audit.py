@@ -4,7 +4,10 @@ One JSON object per line in a file per UTC day (``audit-YYYY-MM-DD.jsonl``) insi
 the audit directory; files older than the retention are deleted when a new day's
 file is opened. Entries carry the time, the user id, the client address, the action,
 the brain id (and snapshot name), the status and an outcome word: never tokens,
-headers, query strings or memory content.
+headers, query strings or memory content. The routes of this project's extensions
+(rename, trash, members, the sharing audit log, agent keys) are audited too; their
+handlers ``note`` what the path does not say (the member's user id and role, an agent
+key's shown prefix, scope and brains), never a key itself.
 
 Several worker processes may write the same day's file: each line is written with a
 single ``write`` on an ``O_APPEND`` descriptor, so lines never interleave.
@@ -39,7 +42,19 @@ ACTIONS: dict[tuple[str, str], str] = {
     ("PUT", "/api/brains/{id}/sync"): "upload",
     ("GET", "/api/brains/{id}/versions"): "list_versions",
     ("POST", "/api/brains/{id}/versions/{name}/restore"): "restore_version",
+    # This project's extensions: who renamed or trashed a brain, shared it, made or revoked its keys.
+    ("PATCH", "/api/brains/{id}"): "rename_brain",
+    ("POST", "/api/brains/{id}/trash"): "trash_brain",
+    ("GET", "/api/brains/{id}/members"): "list_members",
+    ("PUT", "/api/brains/{id}/members"): "set_member",
+    ("DELETE", "/api/brains/{id}/members/{user}"): "remove_member",
+    ("GET", "/api/brains/{id}/audit"): "read_audit",
+    ("POST", "/api/keys"): "create_key",
+    ("GET", "/api/keys"): "list_keys",
+    ("DELETE", "/api/keys/{prefix}"): "revoke_key",
 }
+# Where a handler's notes wait in the request's ASGI scope state for the audit entry.
+_NOTES = "audit_notes"
 _encoder = msgspec.json.Encoder()
 
 
@@ -52,8 +67,22 @@ def outcome(status: int) -> str:
     return "refused" if status < 500 else "error"
 
 
-def audit_event(method: str, route: str, path: str, status: int, user_id: str | None) -> dict[str, Any] | None:
-    """The audit entry of one request, or None when the request is not audited."""
+def note(scope: Any, /, **fields: str | list[str]) -> None:
+    """Add to the request's audit entry what its path does not say (a member's user id, an agent
+    key's shown prefix): ids and words the store checked, never a key, a token or a user's text."""
+    scope.setdefault("state", {}).setdefault(_NOTES, {}).update(fields)
+
+
+def notes(scope: Any) -> dict[str, Any] | None:
+    """What the request's handler noted for its audit entry, if anything."""
+    return scope.get("state", {}).get(_NOTES)  # type: ignore[no-any-return]
+
+
+def audit_event(
+    method: str, route: str, path: str, status: int, user_id: str | None, noted: dict[str, Any] | None = None
+) -> dict[str, Any] | None:
+    """The audit entry of one request (with its handler's ``noted`` fields), or None when the
+    request is not audited."""
     action = ACTIONS.get((method, route))
     if action is None:
         return None
@@ -69,6 +98,8 @@ def audit_event(method: str, route: str, path: str, status: int, user_id: str | 
         event["brain"] = parts[3][:64]  # a malformed id is cut short; never more than a path segment
         if action == "restore_version":
             event["version"] = parts[5][:64]
+    if noted:
+        event.update({k: v for k, v in noted.items() if k not in event})  # never replaces what the request says
     return event
 
 

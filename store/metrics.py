@@ -31,7 +31,7 @@ from prometheus_client.utils import floatToGoString
 
 from common.asgi_watch import serve_metrics
 from common.workers import FlushSoon
-from store.audit import AuditLog, audit_event
+from store.audit import AuditLog, audit_event, notes
 from store.settings import StoreSettings
 
 log = logging.getLogger("store.metrics")
@@ -40,8 +40,11 @@ METRICS_PATH = "/metrics"
 # Request durations: the 304 path takes well under a millisecond, uploads seconds.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 _FIXED_ROUTES = frozenset(
-    {"/health", "/health/live", "/health/ready", "/openapi.yaml", "/auth/me", "/api/brains", METRICS_PATH}
+    {"/health", "/health/live", "/health/ready", "/openapi.yaml", "/auth/me", "/api/brains", "/api/keys",
+     METRICS_PATH}
 )
+# /api/brains/{id}/<name>: the contract's and this project's (trash, members, audit).
+_BRAIN_SUBROUTES = frozenset({"sync", "versions", "trash", "members", "audit"})
 # How an upload (PUT .../sync) ended, by status code.
 _UPLOAD_OUTCOMES = {
     200: "stored",
@@ -68,10 +71,16 @@ def route_template(path: str) -> str:
             return "other"
         if count == 1:
             return "/api/brains/{id}"
-        if count == 2 and parts[1] in ("sync", "versions"):
+        if count == 2 and parts[1] in _BRAIN_SUBROUTES:
             return "/api/brains/{id}/" + parts[1]
+        if count == 3 and parts[1] == "members" and parts[2]:
+            return "/api/brains/{id}/members/{user}"
         if count == 4 and parts[1] == "versions" and parts[3] == "restore":
             return "/api/brains/{id}/versions/{name}/restore"
+    elif path.startswith("/api/keys/"):
+        prefix = path[10:]
+        if prefix and "/" not in prefix:
+            return "/api/keys/{prefix}"
     return "other"
 
 
@@ -271,7 +280,8 @@ class ObservabilityMiddleware:
         if self.metrics is not None:
             self.metrics.observe(scope["method"], route, status, seconds, received, sent)
         if self.audit is not None:
-            event = audit_event(scope["method"], route, scope["path"], status, scope["state"].get("user_id"))
+            event = audit_event(scope["method"], route, scope["path"], status, scope["state"].get("user_id"),
+                                notes(scope))
             if event is not None:
                 event["client"] = self.address(scope)
                 self.audit.write(event)

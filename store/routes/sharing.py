@@ -14,6 +14,7 @@ import anyio.to_thread
 from litestar import Request, delete, get, post, put
 from litestar.types import ASGIApp
 
+from store.audit import note
 from store.auth.authenticate import Principal
 from store.auth.users import AmbiguousEmail
 from store.context import AppContext
@@ -78,11 +79,13 @@ async def set_member(request: Request[Any, Any, Any]) -> ASGIApp:
         raise _ambiguous(exc) from None
     if user is None:
         raise ServiceError(404, "no such user")
+    note(request.scope, member=user.id)
     role = _string(body, "role")
     try:
         await anyio.to_thread.run_sync(c.sharing.require().set_member, bid, owner, user.id, role)
     except SharingError as exc:
         raise ServiceError(400 if "role must" in str(exc) else 409, str(exc)) from None
+    note(request.scope, role=role)  # one of the roles now: set_member refused any other
     await c.run(partial(c.sharing.record, bid, p, "member_set", member=user.id, member_name=user.name,
                         role=role))
     return json_response(200, {"members": c.sharing.members(bid, owner)})
@@ -104,6 +107,7 @@ async def remove_member(request: Request[Any, Any, Any]) -> ASGIApp:
         raise _ambiguous(ambiguous)
     if who is None:
         raise ServiceError(404, "no such member")
+    note(request.scope, member=who.id)  # the id, not the name or e-mail address the path gave
     try:
         role = await anyio.to_thread.run_sync(c.sharing.require().remove_member, bid, who.id)
     except SharingError as exc:
@@ -151,6 +155,7 @@ async def create_key(request: Request[Any, Any, Any]) -> ASGIApp:
         bid = parse_brain_id(given)
         await c.run(c.service.get, c.sharing.authorize(p, bid, "list"), bid)  # 404 unless a member
         ids.append(bid)
+    note(request.scope, brains=list(dict.fromkeys(ids)))
     scope, label = _string(body, "scope"), _string(body, "label", required=False)
     try:
         expires = expiry(_string(body, "expires", required=False)) if body.get("expires") else ""
@@ -158,6 +163,7 @@ async def create_key(request: Request[Any, Any, Any]) -> ASGIApp:
             lambda: c.sharing.require().create_key(p.user_id, ids, scope, label=label, expires_at=expires))
     except SharingError as exc:
         raise ServiceError(400, str(exc)) from None
+    note(request.scope, key=key.prefix, scope=scope)  # the prefix it is listed by, never the key
     for bid in key.brains:
         await c.run(partial(c.sharing.record, bid, p, "key_created", always=True, key=key.prefix, scope=scope,
                             label=label))
@@ -179,6 +185,8 @@ async def revoke_key(request: Request[Any, Any, Any]) -> ASGIApp:
         key = await anyio.to_thread.run_sync(c.sharing.require().revoke_key, request.path_params["prefix"], p.user_id)
     except SharingError as exc:
         raise ServiceError(404, str(exc)) from None
+    # the key's prefix once found: the path may hold anything, even a whole key given by mistake
+    note(request.scope, key=key.prefix, brains=list(key.brains))
     for bid in key.brains:
         await c.run(partial(c.sharing.record, bid, p, "key_revoked", always=True, key=key.prefix))
     return RawResponse(204)

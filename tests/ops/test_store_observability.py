@@ -1,5 +1,6 @@
-"""Store observability: route templates, the audit log's files, and a real two-worker store whose
-/metrics (token-protected) shows every listed series moving with traffic, never ids or tokens."""
+"""Store observability: route templates, the audit log's files, a real two-worker store whose
+/metrics (token-protected) shows every listed series moving with traffic, never ids or tokens, and
+a real store auditing renames, trash, members and agent keys, never a key."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from store.audit import AuditLog, audit_event, day_file, expired_files, outcome
 from store.metrics import StoreMetrics, route_template, upload_outcome
 from store.settings import SettingsError, StoreSettings
-from tests.store.conftest import add_user, brain_files, make_archive
+from tests.store.conftest import add_user, brain_files, make_archive, start_store
 from tests.support.processes import console_script, free_port, run_server
 
 BRAIN = "0123456789abcdef0123456789abcdef"
@@ -26,7 +27,12 @@ BRAIN = "0123456789abcdef0123456789abcdef"
     (f"/api/brains/{BRAIN}", "/api/brains/{id}"), (f"/api/brains/{BRAIN}/sync", "/api/brains/{id}/sync"),
     (f"/api/brains/{BRAIN}/versions", "/api/brains/{id}/versions"),
     (f"/api/brains/{BRAIN}/versions/v1/restore", "/api/brains/{id}/versions/{name}/restore"),
+    (f"/api/brains/{BRAIN}/trash", "/api/brains/{id}/trash"), (f"/api/brains/{BRAIN}/audit", "/api/brains/{id}/audit"),
+    (f"/api/brains/{BRAIN}/members", "/api/brains/{id}/members"),
+    (f"/api/brains/{BRAIN}/members/bob@example.org", "/api/brains/{id}/members/{user}"),
+    ("/api/keys", "/api/keys"), ("/api/keys/bsk_12345678", "/api/keys/{prefix}"),
     ("/api/brains/", "other"), (f"/api/brains/{BRAIN}/secret", "other"), ("/bst_token", "other"),
+    (f"/api/brains/{BRAIN}/members/", "other"), ("/api/keys/", "other"), ("/api/keys/a/b", "other"),
 ])
 def test_route_templates_never_carry_ids(path: str, template: str) -> None:
     assert route_template(path) == template
@@ -96,6 +102,9 @@ def test_audit_log_lines_permissions_and_retention(tmp_path: Path) -> None:
                           f"/api/brains/{BRAIN}/versions/v7/restore", 200, "u_1") or {})
     log.close()
     assert audit_event("GET", "/health", "/health", 200, None) is None
+    noted = audit_event("PUT", "/api/brains/{id}/members", f"/api/brains/{BRAIN}/members", 200, "u_1",
+                        {"member": "u_2", "user": "u_9", "brain": "other"})  # a note never replaces the request's
+    assert noted is not None and (noted["user"], noted["brain"], noted["member"]) == ("u_1", BRAIN, "u_2")
     current = day_file(directory, today.strftime("%Y-%m-%d"))
     lines = [json.loads(line) for line in current.read_text().splitlines()]
     assert lines[0]["action"] == "upload" and lines[0]["outcome"] == "refused" and lines[0]["brain"] == BRAIN
@@ -180,3 +189,58 @@ def test_two_worker_store_metrics_move_and_audit_records(tmp_path: Path) -> None
     assert all(e["user"] and e["client"] == "127.0.0.1" for e in uploads)
     denied = [e for e in entries if e["action"] == "list_brains" and e["outcome"] == "denied"]
     assert len(denied) == 4 and all(e["user"] is None for e in denied)
+
+
+def test_audit_log_records_renames_trash_members_and_keys_never_the_key(tmp_path: Path) -> None:
+    """Who shared a brain, made or revoked its keys, renamed or trashed it: a real store writes each
+    in the contract's line format, with the status, the member's id and the key's prefix only."""
+    data = tmp_path / "data"
+    alice_token, bob_token = add_user(data, "alice"), add_user(data, "bob", "bob@example.org")
+    with start_store(tmp_path, env={"STORE_AUDIT_LOG": "on"}, data=data) as store:
+        alice, bob = store.client(alice_token), store.client(bob_token)
+        alice_id, bob_id = (c.get("/auth/me").json()["user"]["id"] for c in (alice, bob))
+        brain = alice.get("/api/brains").json()[0]["id"]
+        members = f"/api/brains/{brain}/members"
+        assert alice.put(members, json={"user": "bob@example.org", "role": "viewer"}).status_code == 200
+        assert alice.put(members, json={"user": "bob", "role": "king"}).status_code == 400
+        assert bob.get(members).status_code == 200
+        assert bob.patch(f"/api/brains/{brain}", json={"name": "mine"}).status_code == 403
+        assert alice.patch(f"/api/brains/{brain}", json={"name": "work"}).status_code == 200
+        created = alice.post("/api/keys", json={"brains": [brain, brain], "scope": "write", "label": "ci"})
+        assert created.status_code == 201
+        key, prefix = created.json()["key"], created.json()["prefix"]
+        assert alice.get("/api/keys").status_code == 200
+        assert alice.get(f"/api/brains/{brain}/audit").status_code == 200
+        assert alice.delete(f"/api/keys/{key}").status_code == 404  # the whole key, in the path by mistake
+        assert alice.delete(f"/api/keys/{prefix}").status_code == 204
+        assert alice.delete(f"{members}/bob@example.org").status_code == 204
+        assert store.client("bst_wrong").post(f"/api/brains/{brain}/trash").status_code == 401
+        assert alice.post(f"/api/brains/{brain}/trash").status_code == 204
+
+    raw = "".join(path.read_text() for path in (data / "audit").glob("audit-*.jsonl"))
+    assert key not in raw and key[len(prefix):] not in raw and alice_token not in raw and "bst_wrong" not in raw
+    assert "bob@example.org" not in raw and '"ci"' not in raw  # ids only: no addresses, no labels
+    entries = [json.loads(line) for line in raw.splitlines()]
+    assert all(e["client"] == "127.0.0.1" and e["ts"].endswith("Z") for e in entries)
+    seen = [{k: v for k, v in e.items() if k not in ("ts", "client")} for e in entries
+            if e["action"] not in ("whoami", "list_brains")]
+    assert seen == [
+        {"user": alice_id, "action": "set_member", "status": 200, "outcome": "ok", "brain": brain,
+         "member": bob_id, "role": "viewer"},
+        {"user": alice_id, "action": "set_member", "status": 400, "outcome": "refused", "brain": brain,
+         "member": bob_id},
+        {"user": bob_id, "action": "list_members", "status": 200, "outcome": "ok", "brain": brain},
+        {"user": bob_id, "action": "rename_brain", "status": 403, "outcome": "denied", "brain": brain},
+        {"user": alice_id, "action": "rename_brain", "status": 200, "outcome": "ok", "brain": brain},
+        {"user": alice_id, "action": "create_key", "status": 201, "outcome": "ok", "brains": [brain],
+         "key": prefix, "scope": "write"},
+        {"user": alice_id, "action": "list_keys", "status": 200, "outcome": "ok"},
+        {"user": alice_id, "action": "read_audit", "status": 200, "outcome": "ok", "brain": brain},
+        {"user": alice_id, "action": "revoke_key", "status": 404, "outcome": "refused"},
+        {"user": alice_id, "action": "revoke_key", "status": 204, "outcome": "ok", "key": prefix,
+         "brains": [brain]},
+        {"user": alice_id, "action": "remove_member", "status": 204, "outcome": "ok", "brain": brain,
+         "member": bob_id},
+        {"user": None, "action": "trash_brain", "status": 401, "outcome": "denied", "brain": brain},
+        {"user": alice_id, "action": "trash_brain", "status": 204, "outcome": "ok", "brain": brain},
+    ]
