@@ -16,6 +16,7 @@ from litestar.exceptions import HTTPException, ValidationException
 from common.asgi_watch import watched
 from common.docstore import DocumentStoreError
 from common.host_guard import AllowedHosts, host_guard
+from store.audit import logged_path
 from store.context import AppContext
 from store.errors import ServiceError, storage_unavailable
 from store.http import error_response
@@ -60,7 +61,7 @@ def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response
 def _unreachable(method: str, path: str, exc: Exception) -> ServiceError:
     """The 503 for a request that failed because storage cannot be reached, logged in one line
     (the operator needs the reason, not a traceback, once per request)."""
-    log.warning("storage unavailable on %s %s: %s", method, path, exc)
+    log.warning("storage unavailable on %s %s: %s", method, logged_path(path), exc)
     return storage_unavailable()
 
 
@@ -88,7 +89,7 @@ def _write_log(scope: Any, status: int, seconds: float) -> None:
     record = {
         "ts": time.time(),
         "method": scope.get("method"),
-        "path": scope.get("path"),
+        "path": logged_path(scope.get("path", "")),
         "status": status,
         "ms": round(seconds * 1000, 2),
         "client": client[0] if client else None,
@@ -156,7 +157,7 @@ class FrontDoor:
         except (StorageUnavailable, DocumentStoreError) as exc:
             response = error_response(_unreachable(scope["method"], scope["path"], exc))
         except Exception:
-            log.exception("unexpected error on %s %s", scope["method"], scope["path"])
+            log.exception("unexpected error on %s %s", scope["method"], logged_path(scope["path"]))
             response = error_response(ServiceError(500, "internal error"))
         sent = 0
         try:

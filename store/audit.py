@@ -25,6 +25,8 @@ from typing import Any
 
 import msgspec
 
+from store.sharing.registry import SHOWN_CHARS
+
 log = logging.getLogger("store.audit")
 
 PREFIX = "audit-"
@@ -56,6 +58,17 @@ ACTIONS: dict[tuple[str, str], str] = {
 # Where a handler's notes wait in the request's ASGI scope state for the audit entry.
 _NOTES = "audit_notes"
 _encoder = msgspec.json.Encoder()
+
+
+_KEYS_PATH = "/api/keys/"
+
+
+def logged_path(path: str) -> str:
+    """``path`` as the request log and error lines show it: a key's path segment cut to the prefix
+    a key is listed by (a whole agent key pasted there by mistake is never written out)."""
+    if path.startswith(_KEYS_PATH) and len(path) > len(_KEYS_PATH) + SHOWN_CHARS:
+        return path[: len(_KEYS_PATH) + SHOWN_CHARS] + "\u2026"
+    return path
 
 
 def outcome(status: int) -> str:

@@ -196,7 +196,8 @@ def test_audit_log_records_renames_trash_members_and_keys_never_the_key(tmp_path
     in the contract's line format, with the status, the member's id and the key's prefix only."""
     data = tmp_path / "data"
     alice_token, bob_token = add_user(data, "alice"), add_user(data, "bob", "bob@example.org")
-    with start_store(tmp_path, env={"STORE_AUDIT_LOG": "on"}, data=data) as store:
+    # The request lines on stderr too (STORE_QUIET 0): a key pasted into a path is cut there as well.
+    with start_store(tmp_path, env={"STORE_AUDIT_LOG": "on", "STORE_QUIET": "0"}, data=data) as store:
         alice, bob = store.client(alice_token), store.client(bob_token)
         alice_id, bob_id = (c.get("/auth/me").json()["user"]["id"] for c in (alice, bob))
         brain = alice.get("/api/brains").json()[0]["id"]
@@ -219,6 +220,9 @@ def test_audit_log_records_renames_trash_members_and_keys_never_the_key(tmp_path
 
     raw = "".join(path.read_text() for path in (data / "audit").glob("audit-*.jsonl"))
     assert key not in raw and key[len(prefix):] not in raw and alice_token not in raw and "bst_wrong" not in raw
+    requests = "".join(path.read_text() for path in tmp_path.glob("store-*.log"))
+    assert f'"path":"/api/keys/{prefix}\u2026"' in requests or f'"path":"/api/keys/{prefix}…"' in requests
+    assert key not in requests and key[len(prefix):] not in requests
     assert "bob@example.org" not in raw and '"ci"' not in raw  # ids only: no addresses, no labels
     entries = [json.loads(line) for line in raw.splitlines()]
     assert all(e["client"] == "127.0.0.1" and e["ts"].endswith("Z") for e in entries)
