@@ -17,9 +17,9 @@ from typing import Any
 import click
 
 from cli.store.target import cell, data_option, existing_store, store_label
-from cli.store.users import readable_users, refuse_damaged, user_named
+from cli.store.users import members_listed, readable_users, refuse_damaged, user_named
 from common.brainnames import brain_name_key
-from store.storage.base import SAFE_ID, usable_meta
+from store.storage.base import SAFE_ID, DamagedBrain, usable_meta
 
 
 @dataclass(frozen=True)
@@ -78,18 +78,25 @@ class BrainDirectory:
         return [(self._row(meta, "owner"), meta.deleted_at, len(meta.snapshots)) for user in self.users.users()
                 for meta in self.backend.list_brains(user.id) if meta.deleted_at]
 
-    def refuse_damaged_brain(self, given: str) -> None:
-        """Refuse, naming the damage, when ``given`` is the id of a brain whose metadata is damaged:
-        such a brain is in no listing, and "no brain" would send the operator looking elsewhere."""
+    def damaged_brain(self, given: str) -> DamagedBrain | None:
+        """The brain whose metadata is damaged that ``given`` is the id of (any owner's), else None."""
         brain_id = given.strip().lower()
         if not SAFE_ID.match(brain_id):
-            return
+            return None
         for user_id in self.backend.iter_users():
             for damaged in self.backend.survey_brains(user_id)[1]:
                 if damaged.brain_id == brain_id:
-                    raise click.ClickException(
-                        f"brain {damaged.describe()} cannot be used until its metadata is repaired (put back from "
-                        "a backup, or by hand)")
+                    return damaged
+        return None
+
+    def refuse_damaged_brain(self, given: str) -> None:
+        """Refuse, naming the damage, when ``given`` is the id of a brain whose metadata is damaged:
+        such a brain is in no listing, and "no brain" would send the operator looking elsewhere."""
+        damaged = self.damaged_brain(given)
+        if damaged is not None:
+            raise click.ClickException(
+                f"brain {damaged.describe()} cannot be used until its metadata is repaired (put back from "
+                f"a backup, or by hand); `brain-store brain purge {damaged.brain_id} --damaged` removes it for good")
 
     def find(self, given: str, user: Any | None = None) -> BrainRow:
         """The brain ``given`` names (id, else name as `brain_name_key` compares it, else ignoring case) among
@@ -292,22 +299,84 @@ def undelete_brain(brain_id: str, data: Path | None) -> None:
 
 @brain.command("purge")
 @click.argument("brain_id", metavar="ID")
+@click.option("--damaged", is_flag=True,
+              help="ID is a brain whose metadata is damaged (it cannot be deleted first): remove it as it is, "
+                   "with its archives, members and audit log.")
 @click.option("--yes", is_flag=True, help="Do not ask (for scripts).")
 @data_option
-def purge_brain(brain_id: str, yes: bool, data: Path | None) -> None:
-    """Remove a deleted brain (by id) with its archive and snapshots, for good."""
+def purge_brain(brain_id: str, damaged: bool, yes: bool, data: Path | None) -> None:
+    """Remove a deleted brain (by id) with its archive and snapshots, for good; with --damaged, a brain
+    whose metadata is damaged (which cannot be deleted first), with its archives, members and audit log."""
     settings = existing_store(data)
     directory = open_directory(settings)
+    if damaged:
+        _purge_damaged(settings, directory, brain_id, yes)
+        return
     row = _deleted_row(directory, brain_id)
     # its members go too: a damaged sharing file would refuse that after the brain was gone
     refuse_damaged(directory.registry, "brain purge")
-    if not yes:
-        if not click.get_text_stream("stdin").isatty():
-            raise click.ClickException("this removes a brain for good: run it in a terminal to confirm, or add --yes")
-        click.confirm(f"Remove deleted brain {row.name} ({row.id}) of {row.owner} and its snapshots for good?",
-                      abort=True)
+    _confirm(yes, f"Remove deleted brain {row.name} ({row.id}) of {row.owner} and its snapshots for good?")
     _run(_service(settings).purge, row.owner_id, row.id)
+    _sharing(settings, directory).forget(row.id)
+    click.echo(f"purged brain {row.name} ({row.id}) of {row.owner}")
+
+
+def _confirm(yes: bool, question: str) -> None:
+    """Ask ``question`` in a terminal unless ``yes``; refuse, changing nothing, without one."""
+    if yes:
+        return
+    if not click.get_text_stream("stdin").isatty():
+        raise click.ClickException("this removes a brain for good: run it in a terminal to confirm, or add --yes")
+    click.confirm(question, abort=True)
+
+
+def _sharing(settings: Any, directory: BrainDirectory) -> Any:
+    """Members and audit logs of the store's brains (``store.sharing.access.Sharing``)."""
     from store.context import open_sharing
 
-    open_sharing(settings, directory.users, directory.backend).forget(row.id)
-    click.echo(f"purged brain {row.name} ({row.id}) of {row.owner}")
+    return open_sharing(settings, directory.users, directory.backend)
+
+
+def _purge_damaged(settings: Any, directory: BrainDirectory, given: str, yes: bool) -> None:
+    """`brain purge ID --damaged`: remove the brain whose metadata is damaged that ``given`` names,
+    naming what went; a brain that can be read is refused (it is deleted, then purged, as usual)."""
+    found = directory.damaged_brain(given)
+    if found is None:
+        raise click.ClickException(_not_damaged(directory, given))
+    refuse_damaged(directory.registry, "brain purge")  # its members go too, as in a purge
+    owner = directory.users.get(found.user_id)
+    whose = owner.name if owner is not None else f"removed user {found.user_id}"
+    _confirm(yes, f"Remove brain {found.describe()} of {whose} with its archives, members and audit log "
+                  "for good? Repaired from a backup it would be usable again")
+    # asked and answered: a brain repaired meanwhile is one to keep, removed only the usual way
+    if directory.damaged_brain(found.brain_id) is None:
+        raise click.ClickException(f"brain {found.user_id}/{found.brain_id} can be read again (repaired "
+                                   "meanwhile?); nothing was removed")
+    sharing = _sharing(settings, directory)
+    removed = _what_goes(directory, sharing, found)
+    directory.backend.delete_brain(found.user_id, found.brain_id)
+    sharing.forget(found.brain_id)
+    click.echo(f"purged brain {found.describe()} of {whose}: {removed}")
+
+
+def _not_damaged(directory: BrainDirectory, given: str) -> str:
+    """Why ``brain purge ID --damaged`` refuses an id no brain with damaged metadata has."""
+    brain_id = given.strip().lower()
+    readable = [row for row in directory.every() if row.id == brain_id] + \
+        [row for row, _, _ in directory.deleted() if row.id == brain_id]
+    if readable:
+        row = readable[0]
+        return (f"brain {row.name} ({row.id}) of {row.owner or row.owner_id} has no damaged metadata, so --damaged "
+                f"does not remove it: `brain-store brain delete {row.id}` then `brain-store brain purge {row.id}` "
+                "does; nothing was removed")
+    return f"no brain with damaged metadata has the id {given!r} (`brain-store brain list` shows the others)"
+
+
+def _what_goes(directory: BrainDirectory, sharing: Any, found: DamagedBrain) -> str:
+    """What removing the damaged brain ``found`` takes with it, in words: its archives' bytes (as the
+    quota counted them), its members and its audit log."""
+    stored = directory.backend.damaged_bytes(found.user_id, [found])[found.brain_id]
+    members = members_listed(sharing, found.brain_id, found.user_id)
+    logged = sharing.audit is not None and bool(sharing.audit.events(found.brain_id, 1))
+    return (f"its archives ({stored} bytes), " + (f"its members {members}" if members else "no members")
+            + (" and its audit log" if logged else " and no audit log"))

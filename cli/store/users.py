@@ -68,6 +68,14 @@ def _sharing(settings: StoreSettings, registry: Any, service: BrainService) -> A
     return open_sharing(settings, registry, service.backend)
 
 
+def members_listed(sharing: Any, brain_id: str, creator_id: str) -> str:
+    """The members of ``brain_id`` beside its creator, as "name (role), ...", from the sharing
+    registry alone (a brain whose metadata is damaged keeps them); "" when it has none."""
+    if sharing.registry is None or sharing.registry.share(brain_id) is None:
+        return ""
+    return ", ".join(f"{m['name'] or m['id']} ({m['role']})" for m in sharing.members(brain_id, creator_id)[1:])
+
+
 def refuse_damaged(document: Any, command: str) -> None:
     """Stop ``command`` before it changes anything when a state document it must change
     (``users.json``, ``sharing.json``) is damaged: the edit would be refused halfway through,
@@ -307,11 +315,9 @@ def orphans(data: Path | None) -> None:
             synced = meta.current.synced_at if meta.current else "never"
             click.echo(f"{former_id:36}  {meta.id:36}  {cell(meta.name[:20], 20)}  {len(meta.snapshots):>9}  "
                        f"{meta.stored_bytes():>12}  {synced}")
-            members = sharing.members(meta.id, former_id)[1:] if sharing.registry.share(meta.id) else []
-            if members:
+            if members := members_listed(sharing, meta.id, former_id):
                 # members keep their roles; only the operator manages a brain with no creator
-                listed = ", ".join(f"{m['name'] or m['id']} ({m['role']})" for m in members)
-                click.echo(f"  shared with {listed}: `brain-store share|unshare {meta.id}` manages them")
+                click.echo(f"  shared with {members}: `brain-store share|unshare {meta.id}` manages them")
         for damaged in kept.damaged:
             # its name, snapshots and size are in the metadata that cannot be read
             click.echo(f"{former_id:36}  {damaged.brain_id:36}  metadata damaged: {damaged.where}: {damaged.reason}")

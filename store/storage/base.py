@@ -240,6 +240,11 @@ class StorageBackend(Protocol):
         command over the whole store (backup, migrate, rekey) must account for."""
         ...
 
+    def damaged_bytes(self, user_id: str, damaged: list[DamagedBrain]) -> dict[str, int]:
+        """Bytes of the stored archives of each of the user's ``damaged`` brains, by brain id: what
+        they still take (their metadata cannot be trusted to say), as the files or objects are listed."""
+        ...
+
     def read_meta(self, user_id: str, brain_id: str) -> BrainMeta | None:
         """The current metadata of a brain, or None when it does not exist."""
         ...
@@ -294,3 +299,10 @@ def usable_meta(backend: StorageBackend, user_id: str, brain_id: str) -> BrainMe
         return backend.read_meta(user_id, brain_id)
     except CorruptMeta:
         return None
+
+
+def stored_total(backend: StorageBackend, user_id: str, metas: list[BrainMeta], damaged: list[DamagedBrain]) -> int:
+    """Bytes a user's brains keep (``survey_brains``' two lists): each usable brain's stored bytes,
+    deleted ones kept included, and each damaged one's by its archives (``damaged_bytes``); what
+    ``STORE_MAX_USER_MB`` counts, and so what every listing of a user's bytes shows."""
+    return sum(meta.stored_bytes() for meta in metas) + sum(backend.damaged_bytes(user_id, damaged).values())

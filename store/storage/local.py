@@ -53,6 +53,7 @@ from store.storage.base import (
     check_checksum,
     check_id,
     checked_survey,
+    stored_total,
 )
 
 _FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
@@ -408,8 +409,11 @@ class LocalBackend:
         """Bytes stored for the user: every distinct archive of every brain, snapshots included;
         a brain with damaged metadata by the files in its blob directory (they still take the space,
         and its metadata cannot be trusted to say how much)."""
-        metas, damaged = self.survey_brains(user_id)
-        return sum(meta.stored_bytes() for meta in metas) + sum(self._blob_bytes(user_id, b.brain_id) for b in damaged)
+        return stored_total(self, user_id, *self.survey_brains(user_id))
+
+    def damaged_bytes(self, user_id: str, damaged: list[DamagedBrain]) -> dict[str, int]:
+        """Bytes of the files in each of the user's ``damaged`` brains' blob directories, by brain id."""
+        return {brain.brain_id: self._blob_bytes(user_id, brain.brain_id) for brain in damaged}
 
     def _blob_bytes(self, user_id: str, brain_id: str) -> int:
         """Bytes of the regular files in a brain's blob directory (links and the like are no archive)."""

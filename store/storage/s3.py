@@ -55,6 +55,7 @@ from store.storage.base import (
     check_checksum,
     check_id,
     checked_survey,
+    stored_total,
 )
 from store.storage.s3blob import S3StagedBlob, open_reader
 from common.s3client import is_conflict, is_not_found, is_not_modified
@@ -403,8 +404,7 @@ class S3Backend:
     def usage(self, user_id: str) -> int:
         """Bytes stored for the user (every distinct archive of every brain, snapshots included; a
         brain with damaged metadata by its listed blob objects, as its metadata cannot say)."""
-        metas, damaged = self.survey_brains(user_id)
-        return sum(meta.stored_bytes() for meta in metas) + sum(self.damaged_bytes(user_id, damaged).values())
+        return stored_total(self, user_id, *self.survey_brains(user_id))
 
     def damaged_bytes(self, user_id: str, damaged: list[DamagedBrain]) -> dict[str, int]:
         """Bytes of the blob objects of each of the user's ``damaged`` brains, by brain id, as the

@@ -1,10 +1,10 @@
 """The operator commands that change a user's or brain's access (`user remove`, `user purge`, `user
-adopt`, `brain purge`) check every state file they must change before changing anything. With a
-damaged `sharing.json` (served from its last good copy, or with no readable copy at all) `user
-remove` removed the user, then failed with a traceback when it came to their agent keys and
-memberships, which stayed in place and unlogged; `user purge` and `brain purge` deleted the brains
-and left their members. Now each refuses with one line naming the file and what to do, and changes
-nothing; once the file is put back, the same command works. On a directory and on S3."""
+adopt`, `brain purge`, also with `--damaged`) check every state file they must change before changing
+anything. With a damaged `sharing.json` (served from its last good copy, or with no readable copy at
+all) `user remove` removed the user, then failed with a traceback when it came to their agent keys
+and memberships, which stayed in place and unlogged; `user purge` and `brain purge` deleted the
+brains and left their members. Now each refuses with one line naming the file and what to do, and
+changes nothing; once the file is put back, the same command works. On a directory and on S3."""
 
 from __future__ import annotations
 
@@ -89,8 +89,11 @@ def test_access_changing_commands_refuse_a_damaged_sharing_file_and_change_nothi
     if where == "s3":
         moto = request.getfixturevalue("moto")
         env.update(moto.store_env(moto.new_bucket()))
+    from tests.store.test_damaged_brains_count import _damage
+
     place = _Place(env, moto)
     ids = _store(env)
+    _damage(env, moto, tmp_path, ids["alice"], ids["notes"])  # for `brain purge --damaged`
     good = place.read("sharing.json")
     place.write("sharing.json", good[: len(good) // 2])  # truncated, as a full disk leaves it
     if damage == "no readable copy":
@@ -101,7 +104,8 @@ def test_access_changing_commands_refuse_a_damaged_sharing_file_and_change_nothi
                           ("user remove", ("user", "remove", "bob", "--purge")),
                           ("user purge", ("user", "purge", ids["carol"])),
                           ("user adopt", ("user", "adopt", ids["carol"], "dave")),
-                          ("brain purge", ("brain", "purge", ids["old"], "--yes"))):
+                          ("brain purge", ("brain", "purge", ids["old"], "--yes")),
+                          ("brain purge", ("brain", "purge", ids["notes"], "--damaged", "--yes"))):
         _refused(cli(env, *args, check=False), command, place.location("sharing.json"))
         assert place.snapshot() == before, args
 
@@ -111,6 +115,7 @@ def test_access_changing_commands_refuse_a_damaged_sharing_file_and_change_nothi
     cli(env, "user", "remove", "bob")
     cli(env, "user", "adopt", ids["carol"], "dave")
     cli(env, "brain", "purge", ids["old"], "--yes")
+    cli(env, "brain", "purge", ids["notes"], "--damaged", "--yes")
     doc = json.loads(place.read("sharing.json"))
     assert doc["keys"] == []
     assert [(s["brain_id"], s["members"]) for s in doc["shares"]] == [(ids["plans"], {ids["alice"]: "editor"})]

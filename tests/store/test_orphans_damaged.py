@@ -157,3 +157,70 @@ def test_commands_given_a_damaged_brain_name_the_damage_and_change_nothing(
     assert "and deleted their 2 brain(s), 1 of them with damaged metadata: " \
         f"{alice}/{notes} (metadata " in done.stdout, done.stdout
     assert _leftovers(env, moto, alice) == []
+
+
+def _mentions(env: dict[str, str], moto: S3Service | None, text: str) -> list[str]:
+    """The store's files (or objects) whose name or content mention ``text`` (not lock files: a purge
+    leaves them, as every delete does; they carry no data)."""
+    if moto is None:
+        return [str(p) for p in Path(env["STORE_DATA_DIR"]).rglob("*") if not p.name.endswith(".lock")
+                and (text in str(p) or (p.is_file() and text.encode() in p.read_bytes()))]
+    s3, bucket = moto.client(), env["STORE_S3_BUCKET"]
+    return [key for key in moto.keys(bucket)
+            if text in key or text.encode() in s3.get_object(Bucket=bucket, Key=key)["Body"].read()]
+
+
+def _archive_bytes(env: dict[str, str], moto: S3Service | None, user_id: str, brain_id: str) -> int:
+    """What the brain's archives take: its blob files, or its blob objects as the bucket lists them."""
+    if moto is None:
+        return sum(p.stat().st_size for p in (Path(env["STORE_DATA_DIR"]) / "brains" / user_id / brain_id).glob("blobs/*"))
+    prefix = f"{env['STORE_S3_PREFIX']}/blobs/{user_id}/{brain_id}/"
+    pages = moto.client().get_paginator("list_objects_v2").paginate(Bucket=env["STORE_S3_BUCKET"], Prefix=prefix)
+    return sum(item["Size"] for page in pages for item in page.get("Contents", []))
+
+
+@pytest.mark.parametrize("where", ["directory", "s3"])
+def test_brain_purge_damaged_removes_one_damaged_brain_of_a_current_user(
+        where: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """Such a brain could be removed only by hand or with the whole user (`user remove --purge`):
+    `brain purge ID --damaged` removes it with its archives, members and audit log, naming them, and
+    is refused (nothing changed) without the flag, without --yes off a terminal, and for a readable
+    brain."""
+    from tests.store.test_admin_with_damaged_sharing import _Place
+
+    env, moto = _store(where, tmp_path, request)
+    token = cli(env, "user", "add", "alice").stdout.splitlines()[-1]
+    cli(env, "user", "add", "bob")
+    alice = _ids(env)["alice"]
+    brains = brains_with_archives(env, tmp_path, token, ["notes", "work"])
+    notes = brains["notes"]
+    cli(env, "share", notes, "--with", "bob", "--role", "viewer")  # a member, and an event in its audit log
+    _damage(env, moto, tmp_path, alice, notes)
+    stored = _archive_bytes(env, moto, alice, notes)
+    assert stored > 0 and _mentions(env, moto, notes)
+    place = _Place(env, moto)
+    before = place.snapshot()
+
+    for args, expected in (
+            ((notes,), f"`brain-store brain purge {notes} --damaged` removes it for good"),  # says how
+            ((notes, "--damaged"), "run it in a terminal to confirm, or add --yes"),
+            ((brains["work"], "--damaged", "--yes"),
+             f"brain work ({brains['work']}) of alice has no damaged metadata, so --damaged does not remove it: "
+             f"`brain-store brain delete {brains['work']}` then `brain-store brain purge {brains['work']}` does; "
+             "nothing was removed"),
+            (("00000000-0000-4000-8000-000000000000", "--damaged", "--yes"),
+             "no brain with damaged metadata has the id '00000000-0000-4000-8000-000000000000'")):
+        done = cli(env, "brain", "purge", *args, check=False)
+        assert done.returncode == 1 and "Traceback" not in done.stderr, (args, done.stderr)
+        assert expected in done.stderr, (args, done.stderr)
+        assert place.snapshot() == before, args
+
+    done = cli(env, "brain", "purge", notes.upper(), "--damaged", "--yes")
+    assert done.stdout.startswith(f"purged brain {alice}/{notes} (metadata "), done.stdout
+    assert done.stdout.rstrip().endswith(
+        f" of alice: its archives ({stored} bytes), its members bob (viewer) and its audit log"), done.stdout
+    assert _mentions(env, moto, notes) == []  # metadata, blobs, share, audit log: nothing names it
+    assert sorted(b["name"] for b in json.loads(cli(env, "brain", "list", "--user", "alice", "--json").stdout)) \
+        == ["default", "work"]
+    again = cli(env, "brain", "purge", notes, "--damaged", "--yes", check=False)
+    assert again.returncode == 1 and f"no brain with damaged metadata has the id {notes!r}" in again.stderr
