@@ -34,6 +34,7 @@ from store.storage.base import (
     Snapshot,
     StorageBackend,
     StorageFull,
+    stored_total,
 )
 from store.upload import StagedUpload
 
@@ -253,8 +254,9 @@ class BrainService:
         return _retrying(once)
 
     def usage(self, user_id: str) -> int:
-        """Bytes the user really stores (every distinct archive, snapshots included)."""
-        return sum(meta.stored_bytes() for meta in self.backend.list_brains(user_id))
+        """Bytes the user really stores (every distinct archive, snapshots included), as the quota
+        counts them: deleted brains kept and brains whose metadata is damaged too (``stored_total``)."""
+        return stored_total(self.backend, user_id, *self.backend.survey_brains(user_id))
 
     def versions(self, user_id: str, brain_id: str) -> list[Snapshot]:
         """Snapshots, newest first."""

@@ -124,25 +124,28 @@ def add(name: str, email: str, data: Path | None) -> None:
 def list_users(as_json: bool, data: Path | None) -> None:
     """List users: id, name, email, kind, brains, stored bytes, created.
 
-    WITH SNAPSHOTS is the user's stored bytes: every distinct archive their brains keep
-    (the current ones and the snapshots), at the size clients upload and download; what
-    the quota, backup and the API's stored_bytes count. `brain-store brain list` lists the
-    brains themselves with their ids, each one's ARCHIVE (current archive only) and WITH
-    SNAPSHOTS (its share of this number).
+    BRAINS and WITH SNAPSHOTS count what the limits count: every brain the store keeps for the
+    user, the deleted ones not yet purged and those whose metadata is damaged included (a line
+    under the table says how many of each). WITH SNAPSHOTS is the user's stored bytes: every
+    distinct archive their brains keep (the current ones and the snapshots), at the size clients
+    upload and download (a damaged brain's by the archives it keeps); what the quota, backup and the
+    API's storage_used count. `brain-store brain list` lists the brains themselves with their ids,
+    each one's ARCHIVE (current archive only) and WITH SNAPSHOTS (its share of this number).
     """
     settings = existing_store(data)
     registry, service = _open(settings)
     users = readable_users(registry).users()
+    held = {u.id: _kept(service, u.id) for u in users}
     if as_json:
         import json
 
-        click.echo(json.dumps([_user_json(u, service) for u in users], indent=2))
+        click.echo(json.dumps([_user_json(u, held[u.id], service) for u in users], indent=2))
         return
     click.echo(f"users of {store_label(settings)}:")
     if not users:
         click.echo("no users")
     else:
-        _print_users(users, service)
+        _print_users(users, held, service)
     for d in registry.denied():
         click.echo(f"removed OIDC user {d.user_id or d.subject} ({d.name or '?'}, {d.email or 'no email'}) "
                    f"stays out since {d.removed_at}; `brain-store user allow` lets them back")
@@ -152,20 +155,34 @@ def list_users(as_json: bool, data: Path | None) -> None:
         click.echo(f"{count} brain(s) of {len(orphans)} removed user(s) are still kept: `brain-store user orphans`")
 
 
-def _user_json(u: User, service: BrainService) -> dict[str, Any]:
-    brains = service.list_brains(u.id)
-    return {"id": u.id, "name": u.name, "email": u.email, "kind": u.kind, "brains": len(brains),
-            "stored_bytes": sum(m.stored_bytes() for m in brains), "created_at": u.created_at}
+def _user_json(u: User, kept: KeptBrains, service: BrainService) -> dict[str, Any]:
+    return {"id": u.id, "name": u.name, "email": u.email, "kind": u.kind, "brains": kept.count(),
+            "deleted_brains": kept.deleted(), "damaged_brains": len(kept.damaged),
+            "stored_bytes": kept.stored_bytes(service.backend, u.id), "created_at": u.created_at}
 
 
-def _print_users(users: list[User], service: BrainService) -> None:
+def _print_users(users: list[User], held: dict[str, KeptBrains], service: BrainService) -> None:
     click.echo(f"{'ID':36}  {'NAME':20}  {'EMAIL':28}  {'KIND':6}  {'BRAINS':>6}  {'WITH SNAPSHOTS':>14}  CREATED")
     for u in users:
-        brains = service.list_brains(u.id)
-        used = sum(m.stored_bytes() for m in brains)
-        click.echo(
-            f"{u.id:36}  {cell(u.name, 20)}  {cell(u.email, 28)}  {u.kind:6}  {len(brains):>6}  {used:>14}  {u.created_at}"
-        )
+        kept = held[u.id]
+        click.echo(f"{u.id:36}  {cell(u.name, 20)}  {cell(u.email, 28)}  {u.kind:6}  {kept.count():>6}  "
+                   f"{kept.stored_bytes(service.backend, u.id):>14}  {u.created_at}")
+    for u in users:
+        if note := _counted_note(u, held[u.id]):
+            click.echo(note)
+
+
+def _counted_note(u: User, kept: KeptBrains) -> str:
+    """What a user's BRAINS count includes besides the brains clients see ("" when nothing): the
+    deleted ones kept until purged, and those whose metadata is damaged (named, with the way out)."""
+    parts = []
+    if deleted := kept.deleted():
+        parts.append(f"{deleted} deleted, kept until purged (`brain-store brain list` lists them)")
+    if kept.damaged:
+        parts.append(f"{len(kept.damaged)} with damaged metadata, counted by the archives they keep: "
+                     f"{_damaged_note(kept.damaged)}; each is unavailable until its metadata is repaired (from a "
+                     "backup, or by hand), or removed with `brain-store brain purge ID --damaged`")
+    return f"{u.name}'s {kept.count()} brain(s) include {' and '.join(parts)}" if parts else ""
 
 
 @user.command("rotate")
@@ -256,6 +273,16 @@ class KeptBrains(NamedTuple):
     def ids(self) -> list[str]:
         """The ids of every one of them."""
         return [meta.id for meta in self.brains] + [brain.brain_id for brain in self.damaged]
+
+    def deleted(self) -> int:
+        """How many are deleted brains kept until purged."""
+        return sum(1 for meta in self.brains if meta.deleted_at)
+
+    def stored_bytes(self, backend: Any, user_id: str) -> int:
+        """The bytes they keep, as the quota counts them (``stored_total``)."""
+        from store.storage.base import stored_total
+
+        return stored_total(backend, user_id, self.brains, self.damaged)
 
 
 def _kept(service: BrainService, user_id: str) -> KeptBrains:

@@ -43,7 +43,8 @@ def test_user_list_json(data: Path) -> None:
     users = json.loads(run(data, "user", "list", "--json").output)
     assert [u["name"] for u in users] == ["alice", "bob"]
     assert {u["name"]: u["brains"] for u in users} == {"alice": 2, "bob": 1}
-    assert set(users[0]) == {"id", "name", "email", "kind", "brains", "stored_bytes", "created_at"}
+    assert set(users[0]) == {"id", "name", "email", "kind", "brains", "deleted_brains", "damaged_brains", "stored_bytes",
+                             "created_at"}
 
 
 def test_brain_list_shows_ids_names_owners_and_roles(data: Path) -> None:

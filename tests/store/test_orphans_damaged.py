@@ -224,3 +224,44 @@ def test_brain_purge_damaged_removes_one_damaged_brain_of_a_current_user(
         == ["default", "work"]
     again = cli(env, "brain", "purge", notes, "--damaged", "--yes", check=False)
     assert again.returncode == 1 and f"no brain with damaged metadata has the id {notes!r}" in again.stderr
+
+
+@pytest.mark.parametrize("where", ["directory", "s3"])
+def test_user_list_and_storage_used_count_what_the_quota_counts(
+        where: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """`user list`'s BRAINS and WITH SNAPSHOTS and the API's storage_used left out a brain whose
+    metadata is damaged (and `user list` a deleted one kept) while the quota and the brain limit count
+    them: they count them now, and `user list` says how many of each, naming the damaged ones."""
+    env, moto = _store(where, tmp_path, request)
+    token = cli(env, "user", "add", "alice").stdout.splitlines()[-1]
+    cli(env, "user", "add", "bob")
+    alice = _ids(env)["alice"]
+    brains = brains_with_archives(env, tmp_path, token, ["notes", "old"])
+    old_bytes = next(b["stored_bytes"] for b in json.loads(cli(env, "brain", "list", "--json").stdout)
+                     if b["id"] == brains["old"])
+    cli(env, "brain", "delete", brains["old"], "--yes")  # kept until purged
+    _damage(env, moto, tmp_path, alice, brains["notes"])
+    expected = old_bytes + _archive_bytes(env, moto, alice, brains["notes"])  # default's archive is empty
+    assert old_bytes > 0 and expected > old_bytes
+
+    listed = {u["name"]: u for u in json.loads(cli(env, "user", "list", "--json").stdout)}
+    assert {k: listed["alice"][k] for k in ("brains", "deleted_brains", "damaged_brains", "stored_bytes")} == \
+        {"brains": 3, "deleted_brains": 1, "damaged_brains": 1, "stored_bytes": expected}, listed
+    assert {k: listed["bob"][k] for k in ("brains", "deleted_brains", "damaged_brains", "stored_bytes")} == \
+        {"brains": 1, "deleted_brains": 0, "damaged_brains": 0, "stored_bytes": 0}, listed
+    table = cli(env, "user", "list").stdout.splitlines()
+    row = next(line for line in table if line.startswith(alice)).split()
+    assert (int(row[-3]), int(row[-2])) == (3, expected), table
+    notes = [line for line in table if "brain(s) include" in line]
+    assert len(notes) == 1 and notes[0].startswith("alice's 3 brain(s) include 1 deleted, kept until purged "), table
+    assert f"and 1 with damaged metadata, counted by the archives they keep: {alice}/{brains['notes']} (metadata " \
+        in notes[0] and notes[0].endswith("or removed with `brain-store brain purge ID --damaged`"), notes
+    with serve(env, tmp_path) as server, client(server, token) as c:
+        me = c.get("/auth/me")
+        assert me.status_code == 200 and me.json()["storage_used"] == expected, me.text
+
+    cli(env, "brain", "purge", brains["notes"], "--damaged", "--yes")
+    cli(env, "brain", "purge", brains["old"], "--yes")
+    listed = {u["name"]: u for u in json.loads(cli(env, "user", "list", "--json").stdout)}
+    assert (listed["alice"]["brains"], listed["alice"]["stored_bytes"]) == (1, 0), listed
+    assert "brain(s) include" not in cli(env, "user", "list").stdout
