@@ -33,8 +33,13 @@ def user_named(users: Any, who: str) -> Any:
     except AmbiguousEmail as exc:
         raise click.ClickException(str(exc)) from None
     if user is None:
-        raise click.ClickException(f"no user {who!r} (`brain-store user list` shows them)")
+        raise no_user(who)
     return user
+
+
+def no_user(who: str) -> click.ClickException:
+    """The error for a user name or id nobody has, saying where the users are listed."""
+    return click.ClickException(f"no user {who!r} (`brain-store user list` shows them)")
 
 
 def readable_users(registry: Any) -> Any:
@@ -89,7 +94,10 @@ def refuse_damaged(document: Any, command: str) -> None:
 
 
 def _fail(exc: Exception) -> click.ClickException:
-    return click.ClickException(str(exc))
+    """``exc`` (a ``UsersFileError``) as a CLI error; a user nobody has as ``no_user`` words it."""
+    from store.auth.users import NoSuchUser
+
+    return no_user(exc.who) if isinstance(exc, NoSuchUser) else click.ClickException(str(exc))
 
 
 @click.group()

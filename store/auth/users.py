@@ -43,6 +43,14 @@ class UsersFileError(Exception):
     """The users file cannot be read or a change to it is not allowed."""
 
 
+class NoSuchUser(UsersFileError):
+    """No user has the name or id a change was asked for (nothing was changed)."""
+
+    def __init__(self, who: str) -> None:
+        super().__init__(f"no user {who!r}")
+        self.who = who
+
+
 class EmailInUse(UsersFileError):
     """A new account would have the e-mail address of an existing one (nothing was created)."""
 
@@ -359,7 +367,7 @@ class UserRegistry:
         def change(doc: UsersDocument) -> User:
             user = named(doc.users, name_or_id)
             if user is None:
-                raise UsersFileError(f"no user {name_or_id!r}")
+                raise NoSuchUser(name_or_id)
             i = doc.users.index(user)
             doc.users[i] = msgspec.structs.replace(user, token_sha256=hash_token(token))
             return doc.users[i]
@@ -372,7 +380,7 @@ class UserRegistry:
         def change(doc: UsersDocument) -> User:
             user = named(doc.users, name_or_id)
             if user is None:
-                raise UsersFileError(f"no user {name_or_id!r}")
+                raise NoSuchUser(name_or_id)
             doc.users.remove(user)
             if user.oidc_subject:
                 doc.denied.append(DeniedIdentity(user.oidc_issuer, user.oidc_subject, now_rfc3339(),

@@ -388,3 +388,16 @@ def test_every_option_read_from_the_environment_names_its_variable() -> None:
               for option in command.params
               if isinstance(option, click.Option) and option.envvar and f"env {option.envvar}" not in (option.help or "")]
     assert not unsaid, unsaid
+
+
+def test_rotate_and_remove_of_no_such_user_say_where_the_users_are(tmp_path: Path) -> None:
+    """They said only `no user 'nosuch'`, where every other command naming a user adds the hint."""
+    data = tmp_path / "data"
+    add_user(data, "alice")
+    users_file = (data / "users.json").read_bytes()
+    for args in (("rotate", "nosuch"), ("remove", "nosuch"), ("remove", "nosuch", "--purge")):
+        done = _run("user", *args, "--data", str(data))
+        assert done.returncode == 1 and done.stdout == "", (args, done.stdout)
+        assert done.stderr == "Error: no user 'nosuch' (`brain-store user list` shows them)\n", (args, done.stderr)
+    assert (data / "users.json").read_bytes() == users_file
+
