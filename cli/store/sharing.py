@@ -186,12 +186,18 @@ def key_revoke(prefix: str, data: Path | None) -> None:
 @_owner_option
 @data_option
 def audit(brain_id: str, limit: int, owner: str | None, data: Path | None) -> None:
-    """Show the sharing audit log of BRAIN (its id or name): uploads, restores, members, keys, oldest first."""
+    """Show the sharing audit log of BRAIN (its id or name): uploads, restores, members, keys, oldest first,
+    one JSON object a line (a brain without events: one line on stderr saying so)."""
     import json
 
     store = _Store(data)
     brain_id, _ = store.creator(brain_id, owner)
     if store.sharing.audit is None:
         raise click.ClickException("this store keeps no sharing audit log")
-    for event in store.sharing.audit.events(brain_id, limit):
+    events = store.sharing.audit.events(brain_id, limit)
+    if not events:
+        # on stderr: stdout stays JSON lines only, for scripts
+        click.echo(f"no events in the audit log of brain {brain_id} (it records member and key changes, "
+                   "and uploads and restores of shared brains)", err=True)
+    for event in events:
         click.echo(json.dumps(event, sort_keys=True))

@@ -163,7 +163,7 @@ def test_every_command_taking_a_brain_takes_its_id_where_one_owners_name_is_ambi
         assert "Traceback" not in refused.output
     # Nothing was done: no key, no member, both brains as they were.
     assert "no agent keys" in run(data, "key", "list").output
-    assert run(data, "audit", first).output == run(data, "audit", second).output == ""
+    assert run(data, "audit", first).stdout == run(data, "audit", second).stdout == ""  # no events (said on stderr)
     assert [row["name"] for row in json.loads(run(data, "brain", "list", "--json").output)
             if row["id"] in (first, second)] == ["work", "work"]
     # By id, each command acts on that brain alone.
@@ -172,7 +172,7 @@ def test_every_command_taking_a_brain_takes_its_id_where_one_owners_name_is_ambi
     assert second in run(data, "key", "list", "--user", "alice").output
     assert f"bob is now viewer of brain {second}" in run(
         data, "share", second, "--with", "bob", "--role", "viewer").output
-    assert run(data, "audit", first).output == "" and "member_set" in run(data, "audit", second).output
+    assert run(data, "audit", first).stdout == "" and "member_set" in run(data, "audit", second).stdout
     assert f"bob (viewer) no longer shares brain {second}" in run(data, "unshare", second, "--with", "bob").output
     assert f"renamed brain work ({first}) of alice to other" in run(data, "brain", "rename", first, "other").output
     # One "work" is left: its name is enough again.

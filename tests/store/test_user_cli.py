@@ -401,3 +401,19 @@ def test_rotate_and_remove_of_no_such_user_say_where_the_users_are(tmp_path: Pat
         assert done.stderr == "Error: no user 'nosuch' (`brain-store user list` shows them)\n", (args, done.stderr)
     assert (data / "users.json").read_bytes() == users_file
 
+
+def test_audit_of_a_brain_without_events_says_so(tmp_path: Path) -> None:
+    """It printed nothing with status 0; now one line says the log is empty (on stderr: stdout stays
+    JSON lines), and a brain with events prints them as before."""
+    data = tmp_path / "data"
+    add_user(data, "alice")
+    add_user(data, "bob")
+    brain = json.loads(cli("brain", "list", "--user", "alice", "--json", data=data).stdout)[0]["id"]
+    empty = _run("audit", "default", "--user", "alice", "--data", str(data))
+    assert empty.returncode == 0 and empty.stdout == "", empty.stdout
+    assert empty.stderr == (f"no events in the audit log of brain {brain} (it records member and key changes, and "
+                            "uploads and restores of shared brains)\n"), empty.stderr
+    cli("share", brain, "--with", "bob", "--role", "viewer", data=data)
+    logged = _run("audit", "default", "--user", "alice", "--data", str(data))
+    assert logged.returncode == 0 and logged.stderr == "", logged.stderr
+    assert [json.loads(line)["action"] for line in logged.stdout.splitlines()] == ["member_set"]
