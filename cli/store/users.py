@@ -356,6 +356,10 @@ def orphans(data: Path | None) -> None:
         for damaged in kept.damaged:
             # its name, snapshots and size are in the metadata that cannot be read
             click.echo(f"{former_id:36}  {damaged.brain_id:36}  metadata damaged: {damaged.where}: {damaged.reason}")
+            if members := members_listed(sharing, damaged.brain_id, former_id):
+                # sharing.json still has them: who loses the brain if it is purged
+                click.echo(f"  shared with {members}: they keep their roles; `brain-store share|unshare "
+                           f"{damaged.brain_id}` manages them once its metadata is repaired")
         if former_id in denied:
             click.echo(f"  ({former_id} was {denied[former_id].name or '?'}, removed {denied[former_id].removed_at})")
     click.echo("`brain-store user purge ID` deletes them; `brain-store user adopt ID NAME` gives them to a new user")

@@ -54,15 +54,22 @@ def test_a_removed_user_whose_brains_are_all_damaged_is_listed_and_purged(
     notes = brains_with_archives(env, tmp_path, token, ["notes"])["notes"]
     default = next(b["id"] for b in json.loads(cli(env, "brain", "list", "--user", "alice", "--json").stdout)
                    if b["name"] == "default")
+    cli(env, "share", notes, "--with", "bob", "--role", "viewer")
     for brain in (default, notes):
         _damage(env, moto, tmp_path, alice, brain)
     cli(env, "user", "remove", "alice")
 
     listed = cli(env, "user", "orphans").stdout
+    lines = listed.splitlines()
     for brain in (default, notes):
-        row = next(line for line in listed.splitlines() if brain in line)
-        assert row.startswith(alice) and "metadata damaged: " in row, listed
+        row = next(line for line in lines if line.startswith(alice) and brain in line)
+        assert "metadata damaged: " in row, listed
         assert ("meta.json" if moto is None else f"s3://{env['STORE_S3_BUCKET']}/") in row, listed
+    # the members sharing.json keeps for a damaged brain are shown, as for a readable one (they were not)
+    after = {brain: lines[lines.index(next(line for line in lines if brain in line)) + 1] for brain in (default, notes)}
+    assert after[notes] == (f"  shared with bob (viewer): they keep their roles; `brain-store share|unshare {notes}` "
+                            "manages them once its metadata is repaired"), listed
+    assert "shared with" not in after[default], listed
     assert "`user purge` deletes it with the others" in listed, listed
     assert "2 brain(s) of 1 removed user(s) are still kept" in cli(env, "user", "list").stdout
     assert _leftovers(env, moto, alice)
