@@ -1,12 +1,12 @@
 """The opt-in audit log: who did what to which brain, and how it ended.
 
-One JSON object per line in a file per UTC day (``audit-YYYY-MM-DD.jsonl``) inside
-the audit directory; files older than the retention are deleted when a new day's
-file is opened. Entries carry the time, the user id, the client address, the action,
-the brain id (and snapshot name), the status and an outcome word: never tokens,
-headers, query strings or memory content. The routes of this project's extensions
-(rename, trash, members, the sharing audit log, agent keys) are audited too; their
-handlers ``note`` what the path does not say (the member's user id and role, an agent
+One JSON object per line in a file per UTC day (``audit-YYYY-MM-DD.jsonl``) inside the audit
+directory; files older than the retention are deleted when a new day's file is opened.
+Entries carry the time, the user id (and the listed prefix of the agent key a caller used),
+the client address, the action, the brain id (and snapshot name), the status and an outcome
+word: never tokens, headers, query strings or memory content. The routes of this project's
+extensions (rename, trash, members, the sharing audit log, agent keys) are audited too;
+their handlers ``note`` what the path does not say (the member's user id and role, an agent
 key's shown prefix, scope and brains), never a key itself.
 
 Several worker processes may write the same day's file: each line is written with a
@@ -92,10 +92,11 @@ def notes(scope: Any) -> dict[str, Any] | None:
 
 
 def audit_event(
-    method: str, route: str, path: str, status: int, user_id: str | None, noted: dict[str, Any] | None = None
+    method: str, route: str, path: str, status: int, user_id: str | None, noted: dict[str, Any] | None = None,
+    *, key: str | None = None,
 ) -> dict[str, Any] | None:
     """The audit entry of one request (with its handler's ``noted`` fields), or None when the
-    request is not audited."""
+    request is not audited; ``key``: the listed prefix of the agent key the caller used."""
     action = ACTIONS.get((method, route))
     if action is None:
         return None
@@ -106,6 +107,8 @@ def audit_event(
         "status": status,
         "outcome": outcome(status),
     }
+    if key:
+        event["key"] = key[:SHOWN_CHARS]  # the prefix keys are listed by, never more of a key
     if route.startswith("/api/brains/{id}"):
         parts = path.split("/")
         event["brain"] = parts[3][:64]  # a malformed id is cut short; never more than a path segment

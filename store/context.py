@@ -212,13 +212,13 @@ class AppContext:
         ``authenticate_now(scope) or await authenticate_waiting(scope)``: no coroutine per request."""
         principal = self.authenticator.authenticate_now(_authorization(scope), self.address(scope))
         if principal is not None:
-            scope.setdefault("state", {})["user_id"] = principal.user_id
+            _remember(scope, principal)
         return principal
 
     async def authenticate_waiting(self, scope: Any) -> Principal:
         """The caller, for a request ``authenticate_now`` left undecided; raises ServiceError 401/429."""
         principal = await self.authenticator.authenticate_waiting(_authorization(scope), self.address(scope))
-        scope.setdefault("state", {})["user_id"] = principal.user_id
+        _remember(scope, principal)
         return principal
 
     def check_upload_rate(self, principal: Principal) -> None:
@@ -236,6 +236,15 @@ class AppContext:
         if self.sharing is not None and self.sharing.registry is not None:
             caps.append("sharing")
         return caps
+
+
+def _remember(scope: Any, principal: Principal) -> None:
+    """Note the caller in the request's state for its log line and audit entry: the user id, and
+    with an agent key the prefix it is listed by (never the key)."""
+    state = scope.setdefault("state", {})
+    state["user_id"] = principal.user_id
+    if principal.key is not None:
+        state["key_prefix"] = principal.key.prefix
 
 
 def _authorization(scope: Any) -> str | None:

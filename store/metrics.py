@@ -280,8 +280,9 @@ class ObservabilityMiddleware:
         if self.metrics is not None:
             self.metrics.observe(scope["method"], route, status, seconds, received, sent)
         if self.audit is not None:
-            event = audit_event(scope["method"], route, scope["path"], status, scope["state"].get("user_id"),
-                                notes(scope))
+            state = scope["state"]
+            event = audit_event(scope["method"], route, scope["path"], status, state.get("user_id"), notes(scope),
+                                key=state.get("key_prefix"))
             if event is not None:
                 event["client"] = self.address(scope)
                 self.audit.write(event)

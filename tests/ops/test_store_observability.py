@@ -105,6 +105,8 @@ def test_audit_log_lines_permissions_and_retention(tmp_path: Path) -> None:
     noted = audit_event("PUT", "/api/brains/{id}/members", f"/api/brains/{BRAIN}/members", 200, "u_1",
                         {"member": "u_2", "user": "u_9", "brain": "other"})  # a note never replaces the request's
     assert noted is not None and (noted["user"], noted["brain"], noted["member"]) == ("u_1", BRAIN, "u_2")
+    keyed = audit_event("GET", "/api/brains", "/api/brains", 200, "u_1", key="bsk_" + "K" * 43)
+    assert keyed is not None and keyed["key"] == "bsk_" + "K" * 8  # never more of a key than its listed prefix
     current = day_file(directory, today.strftime("%Y-%m-%d"))
     lines = [json.loads(line) for line in current.read_text().splitlines()]
     assert lines[0]["action"] == "upload" and lines[0]["outcome"] == "refused" and lines[0]["brain"] == BRAIN
@@ -248,3 +250,44 @@ def test_audit_log_records_renames_trash_members_and_keys_never_the_key(tmp_path
         {"user": None, "action": "trash_brain", "status": 401, "outcome": "denied", "brain": brain},
         {"user": alice_id, "action": "trash_brain", "status": 204, "outcome": "ok", "brain": brain},
     ]
+
+
+def test_audit_lines_of_an_agent_keys_requests_name_its_prefix(tmp_path: Path) -> None:
+    """Every audit line of a request an agent key authenticated names the key by the 12 characters
+    it is listed by (which key did it, never the key); its user's own requests and a revoked key's
+    refused ones name none."""
+    data = tmp_path / "data"
+    token = add_user(data, "alice")
+    with start_store(tmp_path, env={"STORE_AUDIT_LOG": "on"}, data=data) as store:
+        alice = store.client(token)
+        brain = alice.get("/api/brains").json()[0]["id"]
+        created = alice.post("/api/keys", json={"brains": [brain], "scope": "write"}).json()
+        key, prefix = created["key"], created["prefix"]
+        keyed = store.client(key)
+        archive = make_archive(brain_files(2, "k"))
+        assert keyed.get("/auth/me").status_code == 200
+        assert keyed.put(f"/api/brains/{brain}/sync",
+                         files={"brain": ("b.tar.gz", archive, "application/gzip")}).status_code == 200
+        assert keyed.get(f"/api/brains/{brain}/sync").content == archive
+        assert keyed.patch(f"/api/brains/{brain}", json={"name": "mine"}).status_code == 403
+        assert keyed.post("/api/keys", json={"brains": [brain], "scope": "read"}).status_code == 403
+        assert alice.get(f"/api/brains/{brain}").status_code == 200
+        assert alice.delete(f"/api/keys/{prefix}").status_code == 204
+        assert keyed.get(f"/api/brains/{brain}").status_code == 401
+
+    raw = "".join(path.read_text() for path in (data / "audit").glob("audit-*.jsonl"))
+    assert key not in raw and key[len(prefix):] not in raw and token not in raw
+    entries = [json.loads(line) for line in raw.splitlines()]
+    seen = [(e["action"], e["status"], e.get("key")) for e in entries if e["action"] not in ("list_brains",)]
+    assert seen == [
+        ("create_key", 201, prefix),  # the key made, as before
+        ("whoami", 200, prefix),
+        ("upload", 200, prefix),
+        ("download", 200, prefix),
+        ("rename_brain", 403, prefix),
+        ("create_key", 403, prefix),  # the key that tried, refused before any key was made
+        ("get_brain", 200, None),
+        ("revoke_key", 204, prefix),
+        ("get_brain", 401, None),  # a revoked key authenticates nothing: no user, no key
+    ]
+    assert len(prefix) == 12 and all(e["user"] for e in entries if e.get("key"))
