@@ -70,7 +70,7 @@ def _storage_unavailable(request: Request[Any, Any, Any], exc: Exception) -> Res
 
 
 def _unexpected(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
-    log.exception("unexpected error on %s %s", request.method, request.url.path)
+    log.exception("unexpected error on %s %s", request.method, logged_path(request.url.path))
     return _error(500, "internal error")
 
 

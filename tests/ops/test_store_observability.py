@@ -1,21 +1,26 @@
 """Store observability: route templates, the audit log's files, a real two-worker store whose
 /metrics (token-protected) shows every listed series moving with traffic, never ids or tokens, and
-a real store auditing renames, trash, members and agent keys, never a key."""
+a real store auditing renames, trash, members and agent keys (and which key a caller used), never a
+key, nor in its error lines."""
 
 from __future__ import annotations
 
 import json
+import logging
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
 import pytest
+from litestar.testing import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from store.app import create_app
 from store.audit import AuditLog, audit_event, day_file, expired_files, outcome
 from store.metrics import StoreMetrics, route_template, upload_outcome
 from store.settings import SettingsError, StoreSettings
+from store.sharing.registry import SharingRegistry
 from tests.store.conftest import add_user, brain_files, make_archive, start_store
 from tests.support.processes import console_script, free_port, run_server
 
@@ -291,3 +296,23 @@ def test_audit_lines_of_an_agent_keys_requests_name_its_prefix(tmp_path: Path) -
         ("get_brain", 401, None),  # a revoked key authenticates nothing: no user, no key
     ]
     assert len(prefix) == 12 and all(e["user"] for e in entries if e.get("key"))
+
+
+def test_an_unexpected_error_on_a_key_path_logs_the_path_cut(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             caplog: pytest.LogCaptureFixture) -> None:
+    """The store's error line for a request that failed unexpectedly cuts a key pasted into the
+    path to its listed prefix, as the request log does (a 500 on DELETE /api/keys/<key> wrote it)."""
+    data = tmp_path / "data"
+    token = add_user(data, "alice")
+    key = "bsk_" + "Q" * 43
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("the registry broke")
+
+    monkeypatch.setattr(SharingRegistry, "revoke_key", broken)
+    app = create_app(StoreSettings.from_env({"STORE_DATA_DIR": str(data), "STORE_QUIET": "1"}))
+    with TestClient(app) as client, caplog.at_level(logging.ERROR, logger="store"):
+        answer = client.delete(f"/api/keys/{key}", headers={"Authorization": f"Bearer {token}"})
+    assert answer.status_code == 500 and answer.json() == {"error": "internal error"}
+    assert f"unexpected error on DELETE /api/keys/{key[:12]}\u2026" in caplog.text
+    assert key not in caplog.text and key[12:] not in caplog.text
