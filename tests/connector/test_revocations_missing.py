@@ -22,8 +22,7 @@ import pytest
 
 from connector.oauth.pkce import s256
 from tests.connector.conftest import RunningStore, StoreUser
-from tests.connector.oauth.live import running_connector
-from tests.connector.test_state_damage import mcp_status
+from tests.connector.oauth.live import mcp_status, running_connector
 from tests.s3.servers import CREDENTIALS, S3Service
 from tests.support.processes import ServerProcess, free_port
 from tests.support.waiting import seconds_until

@@ -12,20 +12,17 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import secrets
 import subprocess
 from pathlib import Path
-from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
 
-from connector.oauth.pkce import s256
 from tests.support.processes import free_port
 
-from .conftest import RunningStore, StoreUser, shared_store
-from .oauth.live import running_connector
+from .conftest import RunningStore, shared_store
+from .oauth.live import REDIRECT, HandClient, mcp_status, running_connector
 from .webapp.conftest import csrf_of, signed_in_browser
 
 # Every test here makes its own users and looks only at their brains: one store for the module.
@@ -33,44 +30,7 @@ store = pytest.fixture(shared_store, name="store")
 
 pytestmark = [pytest.mark.timeout(120)]
 
-REDIRECT = "http://127.0.0.1:1/callback"
 DAMAGED = ("families.json", "refresh.json", "revoked.json", "brains.json")
-
-
-class Client:
-    """An OAuth client driving the code flow by hand against a real connector."""
-
-    def __init__(self, base: str) -> None:
-        self.base = base
-        registered = httpx.post(base + "/register", json={"redirect_uris": [REDIRECT], "client_name": "t"}, timeout=30)
-        assert registered.status_code == 201, registered.text
-        self.client_id = registered.json()["client_id"]
-
-    def sign_in(self, user: StoreUser) -> dict[str, str]:
-        verifier = secrets.token_urlsafe(48)
-        params = {"response_type": "code", "client_id": self.client_id, "redirect_uri": REDIRECT, "state": "s",
-                  "code_challenge": s256(verifier), "code_challenge_method": "S256", "resource": self.base + "/mcp"}
-        with httpx.Client(base_url=self.base, timeout=30) as http:
-            page = http.get("/authorize", params=params)
-            login_id = re.search(r'name="login_id" value="([^"]+)"', page.text).group(1)  # type: ignore[union-attr]
-            done = http.post("/authorize/complete", data={"login_id": login_id, "token": user.token, "action": "allow"})
-            code = parse_qs(urlsplit(done.headers["location"]).query)["code"][0]
-            tokens = http.post("/token", data={"grant_type": "authorization_code", "code": code, "client_id": self.client_id,
-                                               "redirect_uri": REDIRECT, "code_verifier": verifier,
-                                               "resource": self.base + "/mcp"})
-        assert tokens.status_code == 200, tokens.text
-        return tokens.json()
-
-    def refresh(self, refresh_token: str) -> httpx.Response:
-        return httpx.post(self.base + "/token", timeout=30, data={
-            "grant_type": "refresh_token", "refresh_token": refresh_token, "client_id": self.client_id})
-
-
-def mcp_status(base: str, access_token: str) -> int:
-    """A bare JSON-RPC ping with the access token: the HTTP status."""
-    return httpx.post(base + "/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"}, timeout=30, headers={
-        "Authorization": f"Bearer {access_token}", "Accept": "application/json, text/event-stream",
-        "MCP-Protocol-Version": "2025-11-25"}).status_code
 
 
 def truncate(path: Path) -> None:
@@ -87,7 +47,7 @@ def test_damaged_state_files_keep_the_last_good_state_and_are_reported(store: Ru
     port = free_port()  # the same after the restart: access tokens name the connector's URL
     with running_connector(tmp_path, store.url, state_dir=state, port=port, extra_env=env) as server:
         base = server.base_url
-        client = Client(base)
+        client = HandClient(base)
         kept, revoked = client.sign_in(alice), client.sign_in(alice)
         assert httpx.post(base + "/revoke", data={"token": revoked["refresh_token"], "client_id": client.client_id}).status_code == 200
         assert mcp_status(base, revoked["access_token"]) == 401

@@ -18,6 +18,7 @@ from mcp.client.auth import OAuthClientProvider
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
 
+from connector.oauth.pkce import s256
 from tests.connector.conftest import StoreUser
 from tests.support.processes import ServerProcess, console_script, free_port, run_server
 
@@ -41,6 +42,50 @@ def running_connector(
     with run_server([console_script("brain-connector"), "serve"], port=port, env=env,
                     log_path=tmp_path / f"connector-{port}.log", health_path="/health/live") as server:
         yield server
+
+
+REDIRECT = "http://127.0.0.1:1/callback"  # never contacted: the hand-driven client reads the redirect itself
+
+
+class HandClient:
+    """An OAuth client driving the code flow by hand against a real connector; ``sent`` keeps
+    every authorization code and PKCE verifier it sent (for tests checking they are never logged)."""
+
+    def __init__(self, base: str) -> None:
+        self.base = base
+        self.sent: list[str] = []
+        registered = httpx.post(base + "/register", json={"redirect_uris": [REDIRECT], "client_name": "t"}, timeout=30)
+        assert registered.status_code == 201, registered.text
+        self.client_id = registered.json()["client_id"]
+
+    def sign_in(self, user: StoreUser) -> dict[str, str]:
+        """Authorize with PKCE, sign in on the form with the user's store token, exchange the code: the tokens."""
+        verifier = secrets.token_urlsafe(48)
+        params = {"response_type": "code", "client_id": self.client_id, "redirect_uri": REDIRECT, "state": "s",
+                  "code_challenge": s256(verifier), "code_challenge_method": "S256", "resource": self.base + "/mcp"}
+        with httpx.Client(base_url=self.base, timeout=30) as http:
+            page = http.get("/authorize", params=params)
+            done = http.post("/authorize/complete",
+                             data={"login_id": login_id_of(page.text), "token": user.token, "action": "allow"})
+            code = flat_query(done.headers["location"])["code"]
+            self.sent += [code, verifier]
+            tokens = http.post("/token", data={"grant_type": "authorization_code", "code": code, "client_id": self.client_id,
+                                               "redirect_uri": REDIRECT, "code_verifier": verifier,
+                                               "resource": self.base + "/mcp"})
+        assert tokens.status_code == 200, tokens.text
+        return tokens.json()
+
+    def refresh(self, refresh_token: str) -> httpx.Response:
+        """The token endpoint's answer to a refresh with ``refresh_token``."""
+        return httpx.post(self.base + "/token", timeout=30, data={
+            "grant_type": "refresh_token", "refresh_token": refresh_token, "client_id": self.client_id})
+
+
+def mcp_status(base: str, access_token: str) -> int:
+    """A bare JSON-RPC ping with the access token: the HTTP status."""
+    return httpx.post(base + "/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"}, timeout=30, headers={
+        "Authorization": f"Bearer {access_token}", "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2025-11-25"}).status_code
 
 
 def login_id_of(html: str) -> str:
