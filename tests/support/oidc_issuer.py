@@ -19,6 +19,8 @@ Test controls live under ``/_test/`` (never counted, never affected by failures)
 - ``POST /_test/revoke``: every refresh token issued so far stops working.
 - ``GET /_test/counts``: requests received per path; ``POST /_test/reset``: clear
   counts, behaviour and the login claims (keys are kept).
+- ``GET /_test/secrets``: every authorization code and token the flow handed out and every PKCE
+  verifier it was sent, oldest first.
 """
 
 from __future__ import annotations
@@ -101,6 +103,8 @@ class IssuerState:
     login: dict[str, Any] = field(default_factory=lambda: IssuerState.default_login())
     codes: dict[str, PendingCode] = field(default_factory=dict)
     refresh: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # codes and tokens handed out, PKCE verifiers received: for tests checking they are never logged
+    secrets_seen: list[str] = field(default_factory=list)
 
     @staticmethod
     def default_login() -> dict[str, Any]:
@@ -258,6 +262,9 @@ class Handler(BaseHTTPRequestHandler):
             if path == "counts":
                 with state.lock:
                     return self._send(200, dict(state.counts))
+            if path == "secrets":
+                with state.lock:
+                    return self._send(200, list(state.secrets_seen))
             return self._send(404, {"error": "not found"})
         with state.lock:
             state.counts[urlsplit(self.path).path] += 1
@@ -345,6 +352,7 @@ class Handler(BaseHTTPRequestHandler):
             with state.lock:
                 state.codes[code] = PendingCode(query["client_id"], redirect_uri, query["code_challenge"],
                                                 query.get("nonce"), login, time.time() + 60)
+                state.secrets_seen.append(code)
             params["code"] = code
         separator = "&" if "?" in redirect_uri else "?"
         self._send(302, None, {"Location": redirect_uri + separator + urlencode(params)})
@@ -373,6 +381,7 @@ class Handler(BaseHTTPRequestHandler):
             if grant == "authorization_code":
                 pending = state.codes.pop(form.get("code", ""), None)
                 verifier = form.get("code_verifier", "")
+                state.secrets_seen.append(verifier)
                 challenge = _b64url(hashlib.sha256(verifier.encode()).digest())
                 if (pending is None or pending.expires < time.time() or pending.client_id != form.get("client_id")
                         or pending.redirect_uri != form.get("redirect_uri")
@@ -392,9 +401,10 @@ class Handler(BaseHTTPRequestHandler):
                 return self._send(400, {"error": "unsupported_grant_type"})
             id_claims = state.claims({**claims, "aud": client_id, "nonce": nonce}, 3600)
             id_token = state.sign(id_claims, "RS256")
-            refresh_token = secrets.token_urlsafe(32)
+            refresh_token, access_token = secrets.token_urlsafe(32), secrets.token_urlsafe(24)
             state.refresh[refresh_token] = {"client_id": client_id, "claims": claims}
-        self._send(200, {"access_token": secrets.token_urlsafe(24), "token_type": "Bearer", "expires_in": 3600,
+            state.secrets_seen += [id_token, refresh_token, access_token]
+        self._send(200, {"access_token": access_token, "token_type": "Bearer", "expires_in": 3600,
                          "id_token": id_token, "refresh_token": refresh_token, "scope": "openid email"},
                    {"Cache-Control": "no-store"})
 
@@ -502,6 +512,12 @@ class IssuerClient:
         response = self._client().get(f"{self.base_url}/_test/counts")
         response.raise_for_status()
         return {str(path): int(count) for path, count in response.json().items()}
+
+    def secrets_seen(self) -> list[str]:
+        """Every authorization code and token the issuer handed out so far, and every PKCE verifier sent to it."""
+        response = self._client().get(f"{self.base_url}/_test/secrets")
+        response.raise_for_status()
+        return [str(item) for item in response.json()]
 
     def total_requests(self) -> int:
         """All non-control requests received so far."""

@@ -42,27 +42,36 @@ async def follow_to_client(authorization_url: str) -> dict[str, str]:
     raise AssertionError("never reached the client's redirect URI")
 
 
-async def test_sdk_client_signs_in_through_the_issuer(store: RunningStore, issuer: Any, tmp_path: Path) -> None:
-    env = {"CONNECTOR_IDP": "oidc", "OIDC_ISSUER": issuer.issuer, "OIDC_CLIENT_ID": CLIENT_ID,
-           "OIDC_CLIENT_SECRET": "not-checked-by-the-test-issuer"}
-    storage = MemoryStorage()
+def issuer_signed_in_provider(mcp_url: str, storage: MemoryStorage,
+                              codes: list[str] | None = None) -> OAuthClientProvider:
+    """The SDK's OAuth client, with a 'browser' already signed in at the connector's issuer (every
+    authorization code the connector sends it back with is appended to ``codes`` when given)."""
     answers: dict[str, str] = {}
 
     async def redirect_handler(url: str) -> None:
         answers.clear()
         answers.update(await follow_to_client(url))
+        if codes is not None:
+            codes.append(answers["code"])
 
     async def callback_handler() -> AuthorizationCodeResult:
         return AuthorizationCodeResult(code=answers["code"], state=answers.get("state"), iss=answers.get("iss"))
 
+    return OAuthClientProvider(
+        server_url=mcp_url,
+        client_metadata=OAuthClientMetadata(redirect_uris=[REDIRECT], client_name="OIDC e2e",  # type: ignore[list-item]
+                                            token_endpoint_auth_method="none"),
+        storage=storage, redirect_handler=redirect_handler, callback_handler=callback_handler,
+    )
+
+
+async def test_sdk_client_signs_in_through_the_issuer(store: RunningStore, issuer: Any, tmp_path: Path) -> None:
+    env = {"CONNECTOR_IDP": "oidc", "OIDC_ISSUER": issuer.issuer, "OIDC_CLIENT_ID": CLIENT_ID,
+           "OIDC_CLIENT_SECRET": "not-checked-by-the-test-issuer"}
+    storage = MemoryStorage()
     with running_connector(tmp_path, store.url, state_dir=tmp_path / "state", extra_env=env) as connector:
         mcp_url = connector.base_url + "/mcp"
-        provider = OAuthClientProvider(
-            server_url=mcp_url,
-            client_metadata=OAuthClientMetadata(redirect_uris=[REDIRECT], client_name="OIDC e2e",  # type: ignore[list-item]
-                                                token_endpoint_auth_method="none"),
-            storage=storage, redirect_handler=redirect_handler, callback_handler=callback_handler,
-        )
+        provider = issuer_signed_in_provider(mcp_url, storage)
         assert await list_tool_names(mcp_url, provider) == TOOLS
         first = storage.tokens
         assert first is not None and first.refresh_token
