@@ -301,7 +301,8 @@ def undelete_brain(brain_id: str, data: Path | None) -> None:
 @click.argument("brain_id", metavar="ID")
 @click.option("--damaged", is_flag=True,
               help="ID is a brain whose metadata is damaged (it cannot be deleted first): remove it as it is, "
-                   "with its archives, members and audit log.")
+                   "with its archives, members and audit log (a removed user's last brain: what is left of "
+                   "them too, as user purge does).")
 @click.option("--yes", is_flag=True, help="Do not ask (for scripts).")
 @data_option
 def purge_brain(brain_id: str, damaged: bool, yes: bool, data: Path | None) -> None:
@@ -357,6 +358,11 @@ def _purge_damaged(settings: Any, directory: BrainDirectory, given: str, yes: bo
     directory.backend.delete_brain(found.user_id, found.brain_id)
     sharing.forget(found.brain_id)
     click.echo(f"purged brain {found.describe()} of {whose}: {removed}")
+    # a removed user's last brain: what is left of them (an empty directory, an account object) no
+    # command lists, so it goes as with `user purge`
+    if owner is None and directory.users.get(found.user_id) is None \
+            and directory.backend.delete_empty_user(found.user_id):
+        click.echo(f"it was the last brain of removed user {found.user_id}: nothing of theirs is kept any more")
 
 
 def _not_damaged(directory: BrainDirectory, given: str) -> str:

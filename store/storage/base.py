@@ -265,6 +265,11 @@ class StorageBackend(Protocol):
         """Remove every brain of a user."""
         ...
 
+    def delete_empty_user(self, user_id: str) -> bool:
+        """Remove what ``delete_user`` would leave of a user who has no brain left (their directory, or
+        their account object); False, removing nothing, while a brain of theirs (damaged too) remains."""
+        ...
+
     def stage(self, user_id: str, brain_id: str) -> StagedBlob:
         """A new temporary blob to stream an upload into."""
         ...

@@ -539,6 +539,15 @@ class LocalBackend:
                     self._delete_locked(user_id, brain_id)
             shutil.rmtree(self.user_dir(user_id), ignore_errors=True)
 
+    def delete_empty_user(self, user_id: str) -> bool:
+        """Remove the user's directory when no brain is left in it (a brain directory without
+        ``meta.json`` is none: ``delete_user`` and ``startup`` remove it too); False while one is."""
+        with self.user_lock(user_id):  # a brain created meanwhile is seen, never removed
+            if self._brain_ids_fresh(user_id):
+                return False
+            shutil.rmtree(self.user_dir(user_id), ignore_errors=True)
+            return True
+
     def ready(self) -> str | None:
         """None when the data directory and its scratch space are writable."""
         if os.access(self.root, os.W_OK) and os.access(self.tmp_root, os.W_OK):

@@ -527,6 +527,23 @@ class S3Backend:
         """Remove every brain of the user and the account object."""
         for brain_id, _ in list(self._brain_ids(user_id)):  # damaged ones too, as on local disk
             self.delete_brain(user_id, brain_id)
+        self._delete_remains(user_id)
+
+    def delete_empty_user(self, user_id: str) -> bool:
+        """Remove the user's account object (and blob objects outside any brain) when no metadata
+        object of theirs is left and no brain is being created (a claim within the grace); False
+        while one is."""
+        account, _ = self.read_account(user_id)
+        now = time.time()
+        if any(now - claim.since < PENDING_GRACE_SECONDS for claim in account.brains.values()):
+            return False
+        if next(self._brain_ids(user_id), None) is not None:
+            return False
+        self._delete_remains(user_id)
+        return True
+
+    def _delete_remains(self, user_id: str) -> None:
+        """Delete the user's blob objects and account object (their brains' metadata is gone)."""
         self._delete_prefix(self.bucket.key("blobs", check_id(user_id), ""))
         self.delete_key(self.account_key(user_id))
 

@@ -35,9 +35,10 @@ def _ids(env: dict[str, str]) -> dict[str, str]:
 
 
 def _leftovers(env: dict[str, str], moto: S3Service | None, user_id: str) -> list[str]:
-    """What the store still holds for ``user_id``: files under its directory, or its objects."""
+    """What the store still holds for ``user_id``: its directory and the files under it, or its objects."""
     if moto is None:
-        return [str(p) for p in (Path(env["STORE_DATA_DIR"]) / "brains" / user_id).rglob("*")]
+        home = Path(env["STORE_DATA_DIR"]) / "brains" / user_id
+        return [str(p) for p in home.rglob("*")] + ([str(home)] if home.exists() else [])
     prefix = env["STORE_S3_PREFIX"]
     return [key for part in ("meta", "blobs", "accounts")
             for key in moto.keys(env["STORE_S3_BUCKET"], f"{prefix}/{part}/{user_id}")]
@@ -272,3 +273,35 @@ def test_user_list_and_storage_used_count_what_the_quota_counts(
     listed = {u["name"]: u for u in json.loads(cli(env, "user", "list", "--json").stdout)}
     assert (listed["alice"]["brains"], listed["alice"]["stored_bytes"]) == (1, 0), listed
     assert "brain(s) include" not in cli(env, "user", "list").stdout
+
+
+@pytest.mark.parametrize("where", ["directory", "s3"])
+def test_brain_purge_damaged_of_a_removed_users_last_brain_leaves_nothing_of_them(
+        where: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """`brain purge ID --damaged` of a removed user's brain left, after their last one, an empty
+    directory (or the account object) that no command listed: it goes as with `user purge`, and only
+    then."""
+    env, moto = _store(where, tmp_path, request)
+    token = cli(env, "user", "add", "alice").stdout.splitlines()[-1]
+    alice = _ids(env)["alice"]
+    notes = brains_with_archives(env, tmp_path, token, ["notes"])["notes"]
+    default = next(b["id"] for b in json.loads(cli(env, "brain", "list", "--user", "alice", "--json").stdout)
+                   if b["name"] == "default")
+    _damage(env, moto, tmp_path, alice, notes)
+    cli(env, "user", "remove", "alice")
+
+    # another brain of theirs remains: what holds it stays
+    done = cli(env, "brain", "purge", notes, "--damaged", "--yes")
+    assert done.stdout.startswith(f"purged brain {alice}/{notes} (metadata ") and "last brain" not in done.stdout
+    assert f"of removed user {alice}: its archives (" in done.stdout, done.stdout
+    assert _leftovers(env, moto, alice) and all(notes not in item for item in _leftovers(env, moto, alice))
+    orphans = cli(env, "user", "orphans").stdout
+    assert f"{alice}  {default}" in orphans and notes not in orphans, orphans
+
+    _damage(env, moto, tmp_path, alice, default)  # now their last brain is damaged too
+    done = cli(env, "brain", "purge", default, "--damaged", "--yes")
+    assert _leftovers(env, moto, alice) == []  # the directory, or the account object, too
+    assert done.stdout.splitlines()[-1] == \
+        f"it was the last brain of removed user {alice}: nothing of theirs is kept any more", done.stdout
+    assert cli(env, "user", "orphans").stdout.splitlines()[-1] == "none"
+    assert "removed user" not in cli(env, "user", "list").stdout
