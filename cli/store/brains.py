@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from cli.store.target import cell, data_option, existing_store, store_label
-from cli.store.users import members_listed, readable_users, refuse_damaged, user_named
+from cli.store.users import members_listed, readable_users, refuse_damaged, removed_users_brains, user_named
 from common.brainnames import brain_name_key
 from store.storage.base import SAFE_ID, DamagedBrain, usable_meta
 
@@ -375,7 +375,23 @@ def _not_damaged(directory: BrainDirectory, given: str) -> str:
         return (f"brain {row.name} ({row.id}) of {row.owner or row.owner_id} has no damaged metadata, so --damaged "
                 f"does not remove it: `brain-store brain delete {row.id}` then `brain-store brain purge {row.id}` "
                 "does; nothing was removed")
-    return f"no brain with damaged metadata has the id {given!r} (`brain-store brain list` shows the others)"
+    return _removed_users_brain(directory, brain_id) or \
+        f"no brain with damaged metadata has the id {given!r} (`brain-store brain list` shows the others)"
+
+
+def _removed_users_brain(directory: BrainDirectory, brain_id: str) -> str:
+    """Why ``brain purge ID --damaged`` refuses a readable brain of a removed user, and what removes it
+    (no brain command takes it: only `user purge`, with the user's other brains); "" for no such brain."""
+    for former_id, kept in removed_users_brains(directory.users, directory.backend).items():
+        for meta in kept.brains:
+            if meta.id == brain_id:
+                others = kept.count() - 1
+                along = (f", with that user's {others} other brain(s) (`brain-store user orphans` lists them)"
+                         if others else " (it is that user's only brain)")
+                return (f"brain {meta.name} ({meta.id}) of removed user {former_id} has no damaged metadata, so "
+                        f"--damaged does not remove it: `brain-store user purge {former_id}` does{along}; "
+                        "nothing was removed")
+    return ""
 
 
 def _what_goes(directory: BrainDirectory, sharing: Any, found: DamagedBrain) -> str:

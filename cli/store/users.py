@@ -143,7 +143,7 @@ def list_users(as_json: bool, data: Path | None) -> None:
     settings = existing_store(data)
     registry, service = _open(settings)
     users = readable_users(registry).users()
-    held = {u.id: _kept(service, u.id) for u in users}
+    held = {u.id: _kept(service.backend, u.id) for u in users}
     if as_json:
         import json
 
@@ -157,7 +157,7 @@ def list_users(as_json: bool, data: Path | None) -> None:
     for d in registry.denied():
         click.echo(f"removed OIDC user {d.user_id or d.subject} ({d.name or '?'}, {d.email or 'no email'}) "
                    f"stays out since {d.removed_at}; `brain-store user allow` lets them back")
-    orphans = _orphans(registry, service)
+    orphans = removed_users_brains(registry, service.backend)
     if orphans:
         count = sum(kept.count() for kept in orphans.values())
         click.echo(f"{count} brain(s) of {len(orphans)} removed user(s) are still kept: `brain-store user orphans`")
@@ -233,7 +233,7 @@ def remove(name_or_id: str, purge: bool, data: Path | None) -> None:
     _forget_access(sharing, account.id, account.name, "remove")
     where = store_label(settings)
     if purge:
-        kept = _kept(service, account.id)
+        kept = _kept(service.backend, account.id)
         service.backend.delete_user(account.id)
         for brain_id in kept.ids():  # as `user purge` does: the brains' members and audit logs go with them
             sharing.forget(brain_id)
@@ -293,18 +293,18 @@ class KeptBrains(NamedTuple):
         return stored_total(backend, user_id, self.brains, self.damaged)
 
 
-def _kept(service: BrainService, user_id: str) -> KeptBrains:
-    return KeptBrains(*service.backend.survey_brains(user_id))
+def _kept(backend: Any, user_id: str) -> KeptBrains:
+    return KeptBrains(*backend.survey_brains(user_id))
 
 
-def _orphans(registry: Any, service: BrainService) -> dict[str, KeptBrains]:
+def removed_users_brains(registry: Any, backend: Any) -> dict[str, KeptBrains]:
     """Brains kept for user ids that are no longer in the users file, by former user id; a user
     whose brains are all damaged is one too (else nothing would find or delete what is left)."""
     present = {u.id for u in readable_users(registry).users()}
     found: dict[str, KeptBrains] = {}
-    for user_id in service.backend.iter_users():
+    for user_id in backend.iter_users():
         if user_id not in present:
-            kept = _kept(service, user_id)
+            kept = _kept(backend, user_id)
             if kept.count():
                 found[user_id] = kept
     return found
@@ -313,7 +313,7 @@ def _orphans(registry: Any, service: BrainService) -> dict[str, KeptBrains]:
 def _orphan_brains(registry: Any, service: BrainService, former_id: str) -> KeptBrains:
     if registry.get(former_id) is not None:
         raise click.ClickException(f"{former_id} is a current user, not a removed one (see `brain-store user list`)")
-    kept = _orphans(registry, service).get(former_id)
+    kept = removed_users_brains(registry, service.backend).get(former_id)
     if kept is None:
         raise click.ClickException(f"no brains of a removed user {former_id!r} (see `brain-store user orphans`)")
     return kept
@@ -337,7 +337,7 @@ def orphans(data: Path | None) -> None:
     """List brains kept for removed users (`user remove` without --purge)."""
     settings = existing_store(data)
     registry, service = _open(settings)
-    found = _orphans(registry, service)
+    found = removed_users_brains(registry, service.backend)
     click.echo(f"brains of removed users in {store_label(settings)}:")
     if not found:
         click.echo("none")

@@ -280,7 +280,8 @@ def test_brain_purge_damaged_of_a_removed_users_last_brain_leaves_nothing_of_the
         where: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """`brain purge ID --damaged` of a removed user's brain left, after their last one, an empty
     directory (or the account object) that no command listed: it goes as with `user purge`, and only
-    then."""
+    then. Their readable brain is refused naming `user purge` (it said "no brain with damaged
+    metadata", pointing at `brain list`, which does not show it)."""
     env, moto = _store(where, tmp_path, request)
     token = cli(env, "user", "add", "alice").stdout.splitlines()[-1]
     alice = _ids(env)["alice"]
@@ -289,6 +290,14 @@ def test_brain_purge_damaged_of_a_removed_users_last_brain_leaves_nothing_of_the
                    if b["name"] == "default")
     _damage(env, moto, tmp_path, alice, notes)
     cli(env, "user", "remove", "alice")
+    before = _leftovers(env, moto, alice)
+
+    refused = cli(env, "brain", "purge", default, "--damaged", "--yes", check=False)
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stderr
+    assert (f"Error: brain default ({default}) of removed user {alice} has no damaged metadata, so --damaged does "
+            f"not remove it: `brain-store user purge {alice}` does, with that user's 1 other brain(s) "
+            "(`brain-store user orphans` lists them); nothing was removed") in refused.stderr, refused.stderr
+    assert _leftovers(env, moto, alice) == before
 
     # another brain of theirs remains: what holds it stays
     done = cli(env, "brain", "purge", notes, "--damaged", "--yes")
@@ -297,6 +306,9 @@ def test_brain_purge_damaged_of_a_removed_users_last_brain_leaves_nothing_of_the
     assert _leftovers(env, moto, alice) and all(notes not in item for item in _leftovers(env, moto, alice))
     orphans = cli(env, "user", "orphans").stdout
     assert f"{alice}  {default}" in orphans and notes not in orphans, orphans
+    refused = cli(env, "brain", "purge", default, "--damaged", "--yes", check=False)
+    assert f"`brain-store user purge {alice}` does (it is that user's only brain); nothing was removed" \
+        in refused.stderr, refused.stderr
 
     _damage(env, moto, tmp_path, alice, default)  # now their last brain is damaged too
     done = cli(env, "brain", "purge", default, "--damaged", "--yes")
