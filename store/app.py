@@ -16,7 +16,7 @@ from litestar.exceptions import HTTPException, ValidationException
 from common.asgi_watch import watched
 from common.docstore import DocumentStoreError
 from common.host_guard import AllowedHosts, host_guard
-from store.audit import logged_path
+from store.audit import caller, logged_path
 from store.context import AppContext
 from store.errors import ServiceError, storage_unavailable
 from store.http import error_response
@@ -84,8 +84,10 @@ def _bad_escape(scope: Any) -> bool:
 
 
 def _write_log(scope: Any, status: int, seconds: float) -> None:
-    """One JSON request-log line on stderr (no headers, query strings or bodies)."""
+    """One JSON request-log line on stderr (no headers, query strings or bodies); a request made
+    with an agent key names it by its listed prefix, as its audit entry does."""
     client = scope.get("client")
+    user_id, key = caller(scope)
     record = {
         "ts": time.time(),
         "method": scope.get("method"),
@@ -93,8 +95,10 @@ def _write_log(scope: Any, status: int, seconds: float) -> None:
         "status": status,
         "ms": round(seconds * 1000, 2),
         "client": client[0] if client else None,
-        "user": scope.get("state", {}).get("user_id"),
+        "user": user_id,
     }
+    if key:
+        record["key"] = key
     sys.stderr.write(_log_encoder.encode(record).decode() + "\n")
 
 

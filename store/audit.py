@@ -91,6 +91,19 @@ def notes(scope: Any) -> dict[str, Any] | None:
     return scope.get("state", {}).get(_NOTES)  # type: ignore[no-any-return]
 
 
+# Where ``context`` notes the caller in a request's ASGI scope state, for its log line and audit entry.
+CALLER_USER = "user_id"
+CALLER_KEY = "key_prefix"
+
+
+def caller(scope: Any) -> tuple[str | None, str | None]:
+    """Who made the request, as authentication noted it: the user id, and the listed prefix of the
+    agent key they used (None with their own token), never more of a key; (None, None) for no caller."""
+    state = scope.get("state", {})
+    key = state.get(CALLER_KEY)
+    return state.get(CALLER_USER), key[:SHOWN_CHARS] if key else None
+
+
 def audit_event(
     method: str, route: str, path: str, status: int, user_id: str | None, noted: dict[str, Any] | None = None,
     *, key: str | None = None,

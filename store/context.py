@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 import anyio.to_thread
 
 from common.docstore import DirectoryStore, DocumentStore
+from store.audit import CALLER_KEY, CALLER_USER
 from store.auth.authenticate import Authenticator, Principal, too_many
 from store.auth.users import UserRegistry
 from store.errors import ServiceError
@@ -242,9 +243,9 @@ def _remember(scope: Any, principal: Principal) -> None:
     """Note the caller in the request's state for its log line and audit entry: the user id, and
     with an agent key the prefix it is listed by (never the key)."""
     state = scope.setdefault("state", {})
-    state["user_id"] = principal.user_id
+    state[CALLER_USER] = principal.user_id
     if principal.key is not None:
-        state["key_prefix"] = principal.key.prefix
+        state[CALLER_KEY] = principal.key.prefix
 
 
 def _authorization(scope: Any) -> str | None:

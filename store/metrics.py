@@ -31,7 +31,7 @@ from prometheus_client.utils import floatToGoString
 
 from common.asgi_watch import serve_metrics
 from common.workers import FlushSoon
-from store.audit import AuditLog, audit_event, notes
+from store.audit import AuditLog, audit_event, caller, notes
 from store.settings import StoreSettings
 
 log = logging.getLogger("store.metrics")
@@ -280,9 +280,8 @@ class ObservabilityMiddleware:
         if self.metrics is not None:
             self.metrics.observe(scope["method"], route, status, seconds, received, sent)
         if self.audit is not None:
-            state = scope["state"]
-            event = audit_event(scope["method"], route, scope["path"], status, state.get("user_id"), notes(scope),
-                                key=state.get("key_prefix"))
+            user_id, key = caller(scope)
+            event = audit_event(scope["method"], route, scope["path"], status, user_id, notes(scope), key=key)
             if event is not None:
                 event["client"] = self.address(scope)
                 self.audit.write(event)

@@ -258,12 +258,12 @@ def test_audit_log_records_renames_trash_members_and_keys_never_the_key(tmp_path
 
 
 def test_audit_lines_of_an_agent_keys_requests_name_its_prefix(tmp_path: Path) -> None:
-    """Every audit line of a request an agent key authenticated names the key by the 12 characters
-    it is listed by (which key did it, never the key); its user's own requests and a revoked key's
-    refused ones name none."""
+    """Every audit line, and every request line on stderr, of a request an agent key authenticated
+    names the key by the 12 characters it is listed by (which key did it, never the key); its user's
+    own requests and a revoked key's refused ones name none. The request lines named only the user."""
     data = tmp_path / "data"
     token = add_user(data, "alice")
-    with start_store(tmp_path, env={"STORE_AUDIT_LOG": "on"}, data=data) as store:
+    with start_store(tmp_path, env={"STORE_AUDIT_LOG": "on", "STORE_QUIET": "0"}, data=data) as store:
         alice = store.client(token)
         brain = alice.get("/api/brains").json()[0]["id"]
         created = alice.post("/api/keys", json={"brains": [brain], "scope": "write"}).json()
@@ -296,6 +296,25 @@ def test_audit_lines_of_an_agent_keys_requests_name_its_prefix(tmp_path: Path) -
         ("get_brain", 401, None),  # a revoked key authenticates nothing: no user, no key
     ]
     assert len(prefix) == 12 and all(e["user"] for e in entries if e.get("key"))
+
+    written = "".join(path.read_text() for path in tmp_path.glob("store-*.log"))
+    assert key not in written and key[len(prefix):] not in written and token not in written
+    lines = [json.loads(line) for line in written.splitlines() if line.startswith('{"ts":')]
+    alice_id = next(e["user"] for e in entries if e["action"] == "get_brain" and e["status"] == 200)
+    requests = [(r["method"], r["path"].replace(brain, "B"), r["status"], r["user"], r.get("key"))
+                for r in lines if r["path"].startswith(("/api/", "/auth/"))]
+    assert requests == [
+        ("GET", "/api/brains", 200, alice_id, None),
+        ("POST", "/api/keys", 201, alice_id, None),  # alice made it: the new key is the audit line's note only
+        ("GET", "/auth/me", 200, alice_id, prefix),
+        ("PUT", "/api/brains/B/sync", 200, alice_id, prefix),  # answered by the front door
+        ("GET", "/api/brains/B/sync", 200, alice_id, prefix),
+        ("PATCH", "/api/brains/B", 403, alice_id, prefix),
+        ("POST", "/api/keys", 403, alice_id, prefix),
+        ("GET", "/api/brains/B", 200, alice_id, None),
+        ("DELETE", f"/api/keys/{prefix}", 204, alice_id, None),
+        ("GET", "/api/brains/B", 401, None, None),
+    ]
 
 
 def test_an_unexpected_error_on_a_key_path_logs_the_path_cut(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
