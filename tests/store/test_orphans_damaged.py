@@ -13,6 +13,7 @@ import io
 import json
 import tarfile
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -34,6 +35,24 @@ def _ids(env: dict[str, str]) -> dict[str, str]:
     return {u["name"]: u["id"] for u in json.loads(cli(env, "user", "list", "--json").stdout)}
 
 
+class _Brains(NamedTuple):
+    """A user made for a test and the ids of their `default` and `notes` brains."""
+
+    user_id: str
+    default: str
+    notes: str
+
+
+def _user_with_notes(env: dict[str, str], tmp: Path, name: str) -> _Brains:
+    """A new user ``name`` with a brain `notes` holding an archive beside their `default` one."""
+    token = cli(env, "user", "add", name).stdout.splitlines()[-1]
+    user_id = _ids(env)[name]
+    notes = brains_with_archives(env, tmp, token, ["notes"])["notes"]
+    default = next(b["id"] for b in json.loads(cli(env, "brain", "list", "--user", name, "--json").stdout)
+                   if b["name"] == "default")
+    return _Brains(user_id, default, notes)
+
+
 def _leftovers(env: dict[str, str], moto: S3Service | None, user_id: str) -> list[str]:
     """What the store still holds for ``user_id``: its directory and the files under it, or its objects."""
     if moto is None:
@@ -48,13 +67,9 @@ def _leftovers(env: dict[str, str], moto: S3Service | None, user_id: str) -> lis
 def test_a_removed_user_whose_brains_are_all_damaged_is_listed_and_purged(
         where: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     env, moto = _store(where, tmp_path, request)
-    token = cli(env, "user", "add", "alice").stdout.splitlines()[-1]
+    alice, default, notes = _user_with_notes(env, tmp_path, "alice")
     cli(env, "user", "add", "bob")
-    ids = _ids(env)
-    alice, bob = ids["alice"], ids["bob"]
-    notes = brains_with_archives(env, tmp_path, token, ["notes"])["notes"]
-    default = next(b["id"] for b in json.loads(cli(env, "brain", "list", "--user", "alice", "--json").stdout)
-                   if b["name"] == "default")
+    bob = _ids(env)["bob"]
     cli(env, "share", notes, "--with", "bob", "--role", "viewer")
     for brain in (default, notes):
         _damage(env, moto, tmp_path, alice, brain)
@@ -90,11 +105,7 @@ def test_a_removed_user_whose_brains_are_all_damaged_is_listed_and_purged(
 def test_adopt_hands_damaged_brains_over_as_they_are_and_a_repair_gives_them_back(
         where: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     env, moto = _store(where, tmp_path, request)
-    token = cli(env, "user", "add", "carol").stdout.splitlines()[-1]
-    carol = _ids(env)["carol"]
-    notes = brains_with_archives(env, tmp_path, token, ["notes"])["notes"]
-    default = next(b["id"] for b in json.loads(cli(env, "brain", "list", "--user", "carol", "--json").stdout)
-                   if b["name"] == "default")
+    carol, default, notes = _user_with_notes(env, tmp_path, "carol")
     good_meta = _damage(env, moto, tmp_path, carol, notes)
     _damage(env, moto, tmp_path, carol, default)
     cli(env, "user", "remove", "carol")
@@ -283,11 +294,7 @@ def test_brain_purge_damaged_of_a_removed_users_last_brain_leaves_nothing_of_the
     then. Their readable brain is refused naming `user purge` (it said "no brain with damaged
     metadata", pointing at `brain list`, which does not show it)."""
     env, moto = _store(where, tmp_path, request)
-    token = cli(env, "user", "add", "alice").stdout.splitlines()[-1]
-    alice = _ids(env)["alice"]
-    notes = brains_with_archives(env, tmp_path, token, ["notes"])["notes"]
-    default = next(b["id"] for b in json.loads(cli(env, "brain", "list", "--user", "alice", "--json").stdout)
-                   if b["name"] == "default")
+    alice, default, notes = _user_with_notes(env, tmp_path, "alice")
     _damage(env, moto, tmp_path, alice, notes)
     cli(env, "user", "remove", "alice")
     before = _leftovers(env, moto, alice)
