@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -89,16 +90,32 @@ def test_where_the_graph_cannot_be_written_there_is_no_int8_path(tmp_path: Path)
         Int8Encoder(weights)
 
 
-def test_queries_wait_for_nothing_while_the_kernels_build(engine: E5Embedder) -> None:
+def test_queries_wait_for_nothing_while_the_kernels_build(engine: E5Embedder, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The build is held until the queries meanwhile are asserted: left to itself (~1 s) it could end
+    # before them when this thread is late on a loaded machine.
     e5 = E5Embedder()
+    building, release = threading.Event(), threading.Event()
+    build = NumpyE5.int8_encoder
+
+    def held_build(self: NumpyE5) -> Int8Encoder:
+        if self is e5._numpy:  # this embedder's build only: another one in this process goes on
+            building.set()
+            release.wait(60)  # bounded: a test that fails before releasing it leaves no thread waiting for ever
+        return build(self)
+
+    monkeypatch.setattr(NumpyE5, "int8_encoder", held_build)
     text = "kubernetes cluster upgrade plan"
     first = e5.embed_query(text)  # nobody asked for the kernels: the engine, and no build begins
-    assert e5.query_kernels == "unloaded" and e5.int8_queries == 0
+    assert e5.query_kernels == "unloaded" and e5.int8_queries == 0 and not building.is_set()
     assert np.array_equal(first, engine.embed_query(text))
-    assert not e5.prepare_queries(timeout=0)  # begun, not waited for (a child process writes the graphs: ~1 s)
-    assert e5.query_kernels == "loading"
-    meanwhile = e5.embed_query(text)
-    assert e5.int8_queries == 0 and np.array_equal(meanwhile, first)
+    try:
+        assert not e5.prepare_queries(timeout=0)  # begun, not waited for
+        assert e5.query_kernels == "loading"
+        meanwhile = e5.embed_query(text)
+        assert e5.int8_queries == 0 and np.array_equal(meanwhile, first)
+        assert building.wait(60), "the kernels' build did not begin in the background"
+    finally:
+        release.set()
     assert e5.prepare_queries(timeout=120) and e5.query_kernels == "ready"
     later = e5.embed_query(text)
     assert e5.int8_queries == 1 and float(later @ first) >= 0.9999
