@@ -14,6 +14,7 @@ from contract.conformance import SuiteConfig, format_table, run_suite
 from contract.conformance.registry import CHECKS
 from tests.contract.harness import Store, running_store
 from tests.support.processes import REPO_ROOT, console_script, free_port
+from tests.support.waiting import seconds_until
 
 pytestmark = pytest.mark.xdist_group("contract-conformance")
 
@@ -89,11 +90,13 @@ def test_rate_limited_clients_share_one_pause() -> None:
 
     from contract.conformance.context import Pacer, UserClient
 
-    blocked_until = time.monotonic() + 1.0
+    blocked_until: list[float] = []  # one second from the first request on, however late it comes
     seen: list[int] = []
 
     def answer(request: httpx.Request) -> httpx.Response:
-        status = 429 if time.monotonic() < blocked_until else 200
+        if not blocked_until:
+            blocked_until.append(time.monotonic() + 1.0)
+        status = 429 if time.monotonic() < blocked_until[0] else 200
         seen.append(status)
         return httpx.Response(status, headers={"Retry-After": "1"} if status == 429 else {}, json={})
 
@@ -103,7 +106,9 @@ def test_rate_limited_clients_share_one_pause() -> None:
     codes: list[int] = []
     first = threading.Thread(target=lambda: codes.append(clients[0].request("GET", "/api/brains").status_code))
     first.start()
-    time.sleep(0.2)  # the second client (another thread, like the race check's writers) comes during the pause
+    # The second client (another thread, like the race check's writers) comes during the pause: once
+    # the first one's 429 set it (after a fixed sleep, a late first thread sent after it, or beside it).
+    seconds_until(lambda: pacer.not_before > 0, 30, every=0.01, what="the pause of the first client's 429")
     codes.append(clients[1].request("GET", "/api/brains").status_code)
     first.join()
     assert codes == [200, 200]
