@@ -27,6 +27,7 @@ from connector.workcopy.model import Account
 from connector.workcopy.store_client import StoreClient
 from tests.connector.conftest import RunningStore, auth, brains_of, direct_memorize, download_brain, shared_store
 from tests.support.processes import REPO_ROOT
+from tests.support.waiting import seconds_until
 
 # Every test here makes its own users and looks only at their brains: one store for the module.
 store = pytest.fixture(shared_store, name="store")
@@ -80,8 +81,15 @@ def test_a_write_through_one_process_is_recalled_at_once_through_another(store: 
             return BrainHeads(open_document_store(state, fsync=False), max_age_s=REMOTE_MAX_AGE_S, inline=False)
         return BrainHeads(open_document_store(state))
 
-    async def settle() -> None:
-        if remote:  # the bound: a head read is at most this old
+    published = BrainHeads(open_document_store(state, fsync=False))  # uncached: what the state holds now
+
+    async def settle(before: str | None) -> None:
+        if remote:
+            # The write's head is published off the loop after the tool answered: wait for it (a
+            # busy host may be late by more than the bound), then for the bound: a head read is at
+            # most this old.
+            await asyncio.to_thread(seconds_until, lambda: published.read(brain_id) != before, 30, 0.01,
+                                    "the write's head published")
             await asyncio.sleep(REMOTE_MAX_AGE_S + 0.05)
 
     async def scenario() -> None:
@@ -97,15 +105,17 @@ def test_a_write_through_one_process_is_recalled_at_once_through_another(store: 
             assert second_store.downloads == before
 
             for round_ in range(3):
+                before = published.read(brain_id)
                 saved = await one.call("brain_memorize", {"content": f"Deploy freeze number {round_} starts on Thursday"}, caller)
                 new_id = saved.structured_content["stored"]["id"]
-                await settle()
+                await settle(before)
                 found = await two.call("brain_recall", {"query": f"deploy freeze number {round_}"}, caller)
                 assert new_id in _ids(found)  # within the hour-long interval: the head said so
                 # and the other way round: a write through the second is seen by the first
+                before = published.read(brain_id)
                 saved = await two.call("brain_memorize", {"content": f"Release train {round_} leaves at nine"}, caller)
                 other_id = saved.structured_content["stored"]["id"]
-                await settle()
+                await settle(before)
                 assert other_id in _ids(await one.call("brain_recall", {"query": f"release train {round_}"}, caller))
             # A pushing copy takes its own head as seen: its next read asks the store nothing. On a
             # remote state the head is published off the loop: on a busy host its cached read may
