@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from connector.engine.format.text import (
@@ -113,6 +113,9 @@ any_text = st.lists(
 ).map("".join)
 
 
+# As every property test here: no 200 ms limit per example (one example stalled on a busy host
+# fails the whole test as flaky, "unreliable test timings").
+@settings(deadline=None)
 @given(any_text)
 def test_tokens_are_clean(text: str) -> None:
     for token in tokenize(text):
@@ -121,6 +124,7 @@ def test_tokens_are_clean(text: str) -> None:
         assert token not in STOPWORDS or stem(token) == token  # stopwords are dropped before stemming
 
 
+@settings(deadline=None)
 @given(st.lists(st.text(alphabet=token_chars, min_size=1, max_size=12), max_size=20))
 def test_tokenize_matches_rules_on_clean_words(words: list[str]) -> None:
     separators = [" ", "\t", "\u3000", " , ", "\n"]
@@ -129,6 +133,7 @@ def test_tokenize_matches_rules_on_clean_words(words: list[str]) -> None:
     assert tokenize(text) == expected
 
 
+@settings(deadline=None)
 @given(st.text(alphabet=st.sampled_from("abcdefghijklmnopqrstuvwxyz"), max_size=14))
 def test_stem_rules(word: str) -> None:
     result = stem(word)
@@ -155,6 +160,7 @@ def test_stem_rules(word: str) -> None:
         )
 
 
+@settings(deadline=None)
 @given(any_text)
 def test_term_counts_consistent(text: str) -> None:
     counts, length = term_counts(text)
