@@ -83,12 +83,12 @@ def test_a_write_through_one_process_is_recalled_at_once_through_another(store: 
 
     published = BrainHeads(open_document_store(state, fsync=False))  # uncached: what the state holds now
 
-    async def settle(before: str | None) -> None:
+    async def settle(head: str | None) -> None:
         if remote:
             # The write's head is published off the loop after the tool answered: wait for it (a
             # busy host may be late by more than the bound), then for the bound: a head read is at
             # most this old.
-            await asyncio.to_thread(seconds_until, lambda: published.read(brain_id) != before, 30, 0.01,
+            await asyncio.to_thread(seconds_until, lambda: published.read(brain_id) != head, 30, 0.01,
                                     "the write's head published")
             await asyncio.sleep(REMOTE_MAX_AGE_S + 0.05)
 
@@ -105,17 +105,17 @@ def test_a_write_through_one_process_is_recalled_at_once_through_another(store: 
             assert second_store.downloads == before
 
             for round_ in range(3):
-                before = published.read(brain_id)
+                head = published.read(brain_id)
                 saved = await one.call("brain_memorize", {"content": f"Deploy freeze number {round_} starts on Thursday"}, caller)
                 new_id = saved.structured_content["stored"]["id"]
-                await settle(before)
+                await settle(head)
                 found = await two.call("brain_recall", {"query": f"deploy freeze number {round_}"}, caller)
                 assert new_id in _ids(found)  # within the hour-long interval: the head said so
                 # and the other way round: a write through the second is seen by the first
-                before = published.read(brain_id)
+                head = published.read(brain_id)
                 saved = await two.call("brain_memorize", {"content": f"Release train {round_} leaves at nine"}, caller)
                 other_id = saved.structured_content["stored"]["id"]
-                await settle(before)
+                await settle(head)
                 assert other_id in _ids(await one.call("brain_recall", {"query": f"release train {round_}"}, caller))
             # A pushing copy takes its own head as seen: its next read asks the store nothing. On a
             # remote state the head is published off the loop: on a busy host its cached read may
