@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 from tests.support.tools import missing_tool
 from tests.support.trust import restore_trust, trust_the_ca_directory
@@ -25,6 +26,12 @@ if TYPE_CHECKING:
     from tests.s3.servers import S3Service
 
 _REAL_HOME = os.environ.get("HOME", "")
+
+
+# Hypothesis keeps no example database (it wrote .hypothesis/ into the repository), and pytest's
+# cache provider is off (pyproject.toml): the suite writes only under temporary directories.
+hypothesis_settings.register_profile("suite", database=None)
+hypothesis_settings.load_profile("suite")
 
 
 def pytest_configure(config: pytest.Config) -> None:
