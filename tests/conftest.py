@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import pytest
-from hypothesis import settings as hypothesis_settings
+from hypothesis.configuration import set_hypothesis_home_dir
 
 from tests.support.tools import missing_tool
 from tests.support.trust import restore_trust, trust_the_ca_directory
@@ -28,18 +28,15 @@ if TYPE_CHECKING:
 _REAL_HOME = os.environ.get("HOME", "")
 
 
-# Hypothesis keeps no example database (it wrote .hypothesis/ into the repository), and pytest's
-# cache provider is off (pyproject.toml): the suite writes only under temporary directories.
-hypothesis_settings.register_profile("suite", database=None)
-hypothesis_settings.load_profile("suite")
-
-
 def pytest_configure(config: pytest.Config) -> None:
     """Give this test process (each xdist worker too) its own temporary HOME; its HTTP clients
     read the CA directory, not a bundle per client (tests/support/trust.py)."""
     home = tempfile.mkdtemp(prefix="brain-store-test-home-")
     config.stash[_HOME_KEY] = home
     os.environ["HOME"] = home
+    # Hypothesis's examples and caches (.hypothesis/) go there too, not into the repository; pytest's
+    # own cache is off (pyproject.toml).
+    set_hypothesis_home_dir(os.path.join(home, ".hypothesis"))
     config.stash[_TRUST_KEY] = trust_the_ca_directory()
 
 
