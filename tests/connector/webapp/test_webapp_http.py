@@ -271,7 +271,9 @@ def test_search_filters_and_browsing(store: RunningStore) -> None:
             assert refused.status_code == 400, refused.text
             assert "“<bdi>yesterday</bdi>” is not a date: write it as 2026-03-01" in refused.text
             assert not re.findall(r'href="/app/memory/(mem_[0-9a-f_]+)"', refused.text)
-        chinese = client.get("/app/search", params={"as_of": "昨天"}, cookies={"brain_lang": "zh-Hans"})
+        client.cookies.set("brain_lang", "zh-Hans")  # on the client: httpx deprecates per-request cookies
+        chinese = client.get("/app/search", params={"as_of": "昨天"})
+        client.cookies.delete("brain_lang")
         assert chinese.status_code == 400 and "不是日期" in chinese.text, chinese.text
 
 
