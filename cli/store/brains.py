@@ -78,6 +78,19 @@ class BrainDirectory:
         return [(self._row(meta, "owner"), meta.deleted_at, len(meta.snapshots)) for user in self.users.users()
                 for meta in self.backend.list_brains(user.id) if meta.deleted_at]
 
+    def deleted_brain(self, given: str) -> BrainRow | None:
+        """The deleted brain kept until purged that ``given`` is the id of: a current user's, else a
+        removed user's (it was deleted before they were removed, or a member deleted it since), else None."""
+        brain_id = given.strip().lower()
+        found = [row for row, _, _ in self.deleted() if row.id == brain_id]
+        if found:
+            return found[0]
+        for kept in removed_users_brains(self.users, self.backend).values():
+            for meta in kept.brains:
+                if meta.id == brain_id and meta.deleted_at:
+                    return self._row(meta, "owner")
+        return None
+
     def damaged_brain(self, given: str) -> DamagedBrain | None:
         """The brain whose metadata is damaged that ``given`` is the id of (any owner's), else None."""
         brain_id = given.strip().lower()
@@ -122,6 +135,11 @@ class BrainDirectory:
         if len(unique) > 1:
             raise click.ClickException(_ambiguous(given, whose, list(unique.values()), user is None))
         return next(iter(unique.values()))
+
+
+def _owner_of(row: BrainRow) -> str:
+    """Whose ``row`` is, in words: its owner's name, or "removed user ID" for a brain kept for one."""
+    return row.owner or f"removed user {row.owner_id}"
 
 
 def _ambiguous(given: str, whose: str, rows: list[BrainRow], any_user: bool) -> str:
@@ -253,7 +271,7 @@ def rename_brain(brain_id: str, new_name: str, who: str | None, data: Path | Non
     directory = open_directory(settings)
     row = _owned(directory, brain_id, who)
     meta = _run(_service(settings).rename, row.owner_id, row.id, new_name)
-    click.echo(f"renamed brain {row.name} ({row.id}) of {row.owner} to {meta.name}")
+    click.echo(f"renamed brain {row.name} ({row.id}) of {_owner_of(row)} to {meta.name}")
     _note_shared_name(directory, row.owner_id, row.id, meta.name)
 
 
@@ -271,30 +289,35 @@ def delete_brain(brain_id: str, who: str | None, yes: bool, data: Path | None) -
     if not yes:
         if not click.get_text_stream("stdin").isatty():
             raise click.ClickException("this would delete a brain: run it in a terminal to confirm, or add --yes")
-        click.confirm(f"Delete brain {row.name} ({row.id}) of {row.owner}? Assistants and the web app lose it; "
+        click.confirm(f"Delete brain {row.name} ({row.id}) of {_owner_of(row)}? Assistants and the web app lose it; "
                       "the store keeps its archive and snapshots until purged", abort=True)
     _run(_service(settings).trash, row.owner_id, row.id)
-    click.echo(f"deleted brain {row.name} ({row.id}) of {row.owner}; the store keeps its data: "
+    click.echo(f"deleted brain {row.name} ({row.id}) of {_owner_of(row)}; the store keeps its data: "
                f"`brain-store brain undelete {row.id}` brings it back, `brain-store brain purge {row.id}` removes it")
 
 
 def _deleted_row(directory: BrainDirectory, brain_id: str) -> BrainRow:
-    found = [row for row, _, _ in directory.deleted() if row.id == brain_id.strip().lower()]
-    if not found:
+    """The deleted brain ``brain_id`` names, any user's (``BrainDirectory.deleted_brain``); else a
+    ``click.ClickException``, naming the damage of a brain whose metadata is damaged."""
+    found = directory.deleted_brain(brain_id)
+    if found is None:
         directory.refuse_damaged_brain(brain_id)
-        raise click.ClickException(f"no deleted brain {brain_id!r} (`brain-store brain list` lists the deleted ones)")
-    return found[0]
+        raise click.ClickException(f"no deleted brain {brain_id!r} (`brain-store brain list` lists the deleted ones, "
+                                   "`brain-store user orphans` those of removed users)")
+    return found
 
 
 @brain.command("undelete")
 @click.argument("brain_id", metavar="ID")
 @data_option
 def undelete_brain(brain_id: str, data: Path | None) -> None:
-    """Bring back a deleted brain (by id) as it was, with its snapshots."""
+    """Bring back a deleted brain (by id; a removed user's too, which `user orphans` lists) as it
+    was, with its snapshots and members."""
     settings = existing_store(data)
     row = _deleted_row(open_directory(settings), brain_id)
     _run(_service(settings).undelete, row.owner_id, row.id)
-    click.echo(f"brought back brain {row.name} ({row.id}) of {row.owner}")
+    click.echo(f"brought back brain {row.name} ({row.id}) of {_owner_of(row)}"
+               + ("" if row.owner else ": `brain-store user orphans` lists it with their other brains"))
 
 
 @brain.command("purge")
@@ -306,7 +329,8 @@ def undelete_brain(brain_id: str, data: Path | None) -> None:
 @click.option("--yes", is_flag=True, help="Do not ask (for scripts).")
 @data_option
 def purge_brain(brain_id: str, damaged: bool, yes: bool, data: Path | None) -> None:
-    """Remove a deleted brain (by id) with its archive and snapshots, for good; with --damaged, a brain
+    """Remove a deleted brain (by id; a removed user's too, their last one taking what is left of them
+    along) with its archive, snapshots and members, for good; with --damaged, a brain
     whose metadata is damaged (which cannot be deleted first), with its archives, members and audit log."""
     settings = existing_store(data)
     directory = open_directory(settings)
@@ -316,10 +340,12 @@ def purge_brain(brain_id: str, damaged: bool, yes: bool, data: Path | None) -> N
     row = _deleted_row(directory, brain_id)
     # its members go too: a damaged sharing file would refuse that after the brain was gone
     refuse_damaged(directory.registry, "brain purge")
-    _confirm(yes, f"Remove deleted brain {row.name} ({row.id}) of {row.owner} and its snapshots for good?")
+    _confirm(yes, f"Remove deleted brain {row.name} ({row.id}) of {_owner_of(row)} and its snapshots for good?")
     _run(_service(settings).purge, row.owner_id, row.id)
     _sharing(settings, directory).forget(row.id)
-    click.echo(f"purged brain {row.name} ({row.id}) of {row.owner}")
+    click.echo(f"purged brain {row.name} ({row.id}) of {_owner_of(row)}")
+    if not row.owner:
+        _last_of_removed_user(directory, row.owner_id)
 
 
 def _confirm(yes: bool, question: str) -> None:
@@ -358,11 +384,15 @@ def _purge_damaged(settings: Any, directory: BrainDirectory, given: str, yes: bo
     directory.backend.delete_brain(found.user_id, found.brain_id)
     sharing.forget(found.brain_id)
     click.echo(f"purged brain {found.describe()} of {whose}: {removed}")
-    # a removed user's last brain: what is left of them (an empty directory, an account object) no
-    # command lists, so it goes as with `user purge`
-    if owner is None and directory.users.get(found.user_id) is None \
-            and directory.backend.delete_empty_user(found.user_id):
-        click.echo(f"it was the last brain of removed user {found.user_id}: nothing of theirs is kept any more")
+    if owner is None:
+        _last_of_removed_user(directory, found.user_id)
+
+
+def _last_of_removed_user(directory: BrainDirectory, former_id: str) -> None:
+    """After a purge of removed user ``former_id``'s brain: when it was their last, what is left of
+    them (an empty directory, an account object) no command lists goes, as with `user purge`."""
+    if directory.users.get(former_id) is None and directory.backend.delete_empty_user(former_id):
+        click.echo(f"it was the last brain of removed user {former_id}: nothing of theirs is kept any more")
 
 
 def _not_damaged(directory: BrainDirectory, given: str) -> str:

@@ -350,6 +350,10 @@ def orphans(data: Path | None) -> None:
             synced = meta.current.synced_at if meta.current else "never"
             click.echo(f"{former_id:36}  {meta.id:36}  {cell(meta.name[:20], 20)}  {len(meta.snapshots):>9}  "
                        f"{meta.stored_bytes():>12}  {synced}")
+            if meta.deleted_at:
+                # deleted before its user was removed, or by a member since: `brain` commands take it
+                click.echo(f"  deleted {meta.deleted_at}, kept until purged: "
+                           f"`brain-store brain undelete|purge {meta.id}`")
             if members := members_listed(sharing, meta.id, former_id):
                 # members keep their roles; only the operator manages a brain with no creator
                 click.echo(f"  shared with {members}: `brain-store share|unshare {meta.id}` manages them")
