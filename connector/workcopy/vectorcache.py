@@ -4,7 +4,7 @@
 read; a second call on an unchanged brain should embed nothing. They keep the vectors
 the way the connector keeps them in its state directory (`VectorStore` segments, keyed
 by content, sealed with AES-256-GCM), in a cache directory: ``--cache-dir``, by default
-``$XDG_CACHE_HOME/brain-store`` (``~/.cache/brain-store``). The directory is 0700 and
+``$XDG_CACHE_HOME/brain-store`` (else ``~/.cache/brain-store``). The directory is 0700 and
 holds its own random key (``key``, 0600): deleting it is always safe (vectors are then
 computed again), and so is a damaged segment: it is removed when read, its vectors computed
 again. A directory that cannot be used (read-only, not writable) costs only that:
@@ -26,9 +26,11 @@ _KEY_BYTES = 32
 
 
 def default_cache_dir() -> Path:
-    """``$XDG_CACHE_HOME/brain-store``, else ``~/.cache/brain-store``."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "brain-store"
+    """``$XDG_CACHE_HOME/brain-store``, else ``~/.cache/brain-store`` (also for an empty or relative
+    ``XDG_CACHE_HOME``: the XDG base directory spec says to ignore it, as the cache would otherwise
+    move with the working directory)."""
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    return (Path(base) if os.path.isabs(base) else Path.home() / ".cache") / "brain-store"
 
 
 def _cache_key(directory: Path) -> bytes:

@@ -67,10 +67,41 @@ def test_a_second_call_on_an_unchanged_brain_embeds_nothing(tmp_path: Path) -> N
     recall()
     grown = _segments(default)
     assert len(grown["use"]) == len(kept["use"]) + 1 and len(grown["e5"]) == len(kept["e5"]) + 1
-    # --cache-dir: another directory, filled on its first use; XDG_CACHE_HOME moves the default.
+    # --cache-dir: another directory, filled on its first use (XDG_CACHE_HOME moves the default:
+    # test_the_default_cache_dir_follows_xdg_cache_home).
     other = tmp_path / "other-cache"
     assert recall("--cache-dir", str(other))[0]["id"] == ids["猫的疫苗"]
     assert _segments(other)["e5"]
+
+
+def test_the_default_cache_dir_follows_xdg_cache_home(tmp_path: Path) -> None:
+    """Without --cache-dir the vectors land in $XDG_CACHE_HOME/brain-store, else (unset, empty, or
+    relative: the XDG base directory spec says to ignore it) in ~/.cache/brain-store; a relative one
+    put the cache under the working directory."""
+    brain_dir, ids = _write(tmp_path)
+    content = tmp_path / "content.txt"
+    content.write_text("Our cat gets her vaccine at the pet clinic every March.")
+    commands = {"recall": [str(brain_dir), "vaccine for my cat", "--mode", "hybrid", "--top", "3"],
+                "similar": [str(brain_dir), "--content-file", str(content)]}
+    for case, xdg in (("set", "xdg"), ("unset", None), ("empty", ""), ("relative", "xdg")):
+        for command, args in commands.items():
+            root = tmp_path / case / command
+            home, work = root / "home", root / "work"
+            work.mkdir(parents=True)
+            given = str(root / xdg) if case == "set" else xdg
+            env = _env(home) | ({} if given is None else {"XDG_CACHE_HOME": given})
+            done = subprocess.run([console_script("brain-connector"), command, *args], cwd=work,
+                                  capture_output=True, timeout=300, check=False, env=env)
+            assert done.returncode == 0 and done.stderr == b"", (case, command, done.stderr)
+            if command == "recall":
+                assert json.loads(done.stdout)[0]["id"] == ids["猫的疫苗"]
+            expected = (root / "xdg" if case == "set" else home / ".cache") / "brain-store"
+            kept = _segments(expected)
+            assert kept["use"] and (kept["e5"] or command == "similar"), (case, command)  # similar: USE only
+            assert (expected / "key").stat().st_mode & 0o777 == 0o600 and expected.stat().st_mode & 0o777 == 0o700
+            # nowhere else: not in ~/.cache beside XDG_CACHE_HOME, not under the working directory
+            assert not (home / ".cache").exists() if case == "set" else not (root / "xdg").exists(), (case, command)
+            assert list(work.iterdir()) == [], (case, command)
 
 
 def _as_a_user(command: list[str]) -> list[str]:
