@@ -398,11 +398,15 @@ def _last_of_removed_user(directory: BrainDirectory, former_id: str) -> None:
 def _not_damaged(directory: BrainDirectory, given: str) -> str:
     """Why ``brain purge ID --damaged`` refuses an id no brain with damaged metadata has."""
     brain_id = given.strip().lower()
-    readable = [row for row in directory.every() if row.id == brain_id] + \
-        [row for row, _, _ in directory.deleted() if row.id == brain_id]
-    if readable:
-        row = readable[0]
-        return (f"brain {row.name} ({row.id}) of {row.owner or row.owner_id} has no damaged metadata, so --damaged "
+    deleted = directory.deleted_brain(brain_id)  # a current or a removed user's
+    if deleted is not None:
+        return (f"brain {deleted.name} ({deleted.id}) of {_owner_of(deleted)} has no damaged metadata, so --damaged "
+                f"does not remove it: it is deleted already, `brain-store brain purge {deleted.id}` removes it; "
+                "nothing was removed")
+    live = [row for row in directory.every() if row.id == brain_id]
+    if live:
+        row = live[0]
+        return (f"brain {row.name} ({row.id}) of {row.owner} has no damaged metadata, so --damaged "
                 f"does not remove it: `brain-store brain delete {row.id}` then `brain-store brain purge {row.id}` "
                 "does; nothing was removed")
     return _removed_users_brain(directory, brain_id) or \

@@ -245,6 +245,33 @@ def test_brain_purge_damaged_removes_one_damaged_brain_of_a_current_user(
     assert again.returncode == 1 and f"no brain with damaged metadata has the id {notes!r}" in again.stderr
 
 
+@pytest.mark.parametrize("owner", ["current", "removed"])
+def test_brain_purge_damaged_of_a_deleted_brain_says_brain_purge(
+        owner: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """A readable brain deleted already (a current user's, or kept for a removed user) given to
+    `brain purge ID --damaged` was told to go through `brain delete ID` then `brain purge ID`: the
+    refusal (nothing changed) says `brain purge ID`, and that removes it."""
+    from tests.store.test_admin_with_damaged_sharing import _Place
+
+    env, moto = _store("directory", tmp_path, request)
+    alice, _, notes = _user_with_notes(env, tmp_path, "alice")
+    cli(env, "brain", "delete", notes, "--yes")
+    whose = "alice"
+    if owner == "removed":
+        cli(env, "user", "remove", "alice")
+        whose = f"removed user {alice}"
+    place = _Place(env, moto)
+    before = place.snapshot()
+
+    refused = cli(env, "brain", "purge", notes, "--damaged", "--yes", check=False)
+    assert refused.returncode == 1 and refused.stderr.strip() == (
+        f"Error: brain notes ({notes}) of {whose} has no damaged metadata, so --damaged does not remove it: it is "
+        f"deleted already, `brain-store brain purge {notes}` removes it; nothing was removed"), refused.stderr
+    assert place.snapshot() == before
+    done = cli(env, "brain", "purge", notes, "--yes")
+    assert done.stdout.startswith(f"purged brain notes ({notes}) of {whose}"), done.stdout
+
+
 @pytest.mark.parametrize("where", ["directory", "s3"])
 def test_user_list_and_storage_used_count_what_the_quota_counts(
         where: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
