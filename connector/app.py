@@ -66,6 +66,7 @@ from common.limits import (
     limit_key,
     request_limiter,
 )
+from common.logs import apply_log_level
 
 log = logging.getLogger("connector.http")
 
@@ -113,10 +114,8 @@ def configure_logging(level: str = "info") -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonLogFormatter())
     root.addHandler(handler)
-    root.setLevel(level.upper())
-    # The SDK and httpx log request details at INFO; keep them quiet.
-    for noisy in ("httpx", "httpcore", "mcp", "uvicorn.access"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    # The SDK logs request details at INFO; httpx too (let through at debug: common/logs.py).
+    apply_log_level(level, quiet=("mcp", "uvicorn.access"))
 
 
 def state_unreachable(request: Any, exc: DocumentStoreError) -> Response[dict[str, str]]:

@@ -18,6 +18,7 @@ from urllib.parse import parse_qsl, urlsplit
 from common.connection_guard import HttpLimits
 from common.host_guard import host_name
 from common.limits.address import TrustedProxies
+from common.logs import parse_log_level
 from connector.engine.recall.hybrid import MODES as RECALL_MODES
 from connector.public_path import path_problem, public_path
 
@@ -441,8 +442,10 @@ def _validated(settings: ConnectorSettings) -> ConnectorSettings:
         raise SettingsError("CONNECTOR_MAX_CONCURRENT_LOADS must be at least 1")
     if settings.recall_mode not in RECALL_MODES:
         raise SettingsError(f"CONNECTOR_RECALL_MODE must be {' or '.join(RECALL_MODES)}, got {settings.recall_mode!r}")
-    if settings.log_level.lower() not in ("debug", "info", "warning", "error"):
-        raise SettingsError("CONNECTOR_LOG_LEVEL must be debug, info, warning or error")
+    try:
+        log_level = parse_log_level("CONNECTOR_LOG_LEVEL", settings.log_level)
+    except ValueError as exc:
+        raise SettingsError(str(exc)) from None
     if not 60_000 <= settings.webapp_session_ttl_ms <= 30 * 24 * 3600 * 1000:
         raise SettingsError("CONNECTOR_WEBAPP_SESSION_TTL_MS must be between one minute and 30 days")
     bad_hosts = [host for host in settings.allowed_hosts if host_name(host) is None]
@@ -456,5 +459,5 @@ def _validated(settings: ConnectorSettings) -> ConnectorSettings:
         public_url=public_url,
         trust_proxy=_check_proxy(tuple(settings.trust_proxy)),
         tools=tuple(dict.fromkeys(settings.tools)),
-        log_level=settings.log_level.lower(),
+        log_level=log_level,
     )

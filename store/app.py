@@ -20,6 +20,7 @@ from store.audit import caller, logged_path
 from store.context import AppContext
 from store.errors import ServiceError, storage_unavailable
 from store.http import error_response
+from store.logs import configure_logging
 from store.metrics import ObservabilityMiddleware, ReceiveCounter, observability_layer
 from store.routes import ROUTES
 from store.routes.brains import serve_list
@@ -243,5 +244,6 @@ def serving_app(settings: StoreSettings) -> Any:
 
 def app_from_env() -> Any:
     """Factory for uvicorn workers: settings from the environment (the serve command fills it)."""
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    return serving_app(StoreSettings.from_env(os.environ))
+    settings = StoreSettings.from_env(os.environ)
+    configure_logging(settings)
+    return serving_app(settings)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from common.connection_guard import HttpLimits
+from common.logs import parse_log_level
 
 if TYPE_CHECKING:
     from store.archive.inspect import InspectLimits
@@ -75,6 +76,13 @@ def _url(name: str, text: str) -> str:
     return value
 
 
+def _log_level(name: str, text: str) -> str:
+    try:
+        return parse_log_level(name, text)
+    except ValueError as exc:
+        raise SettingsError(str(exc)) from None
+
+
 def _list(text: str) -> tuple[str, ...]:
     return tuple(item.strip() for item in text.split(",") if item.strip())
 
@@ -124,6 +132,7 @@ class StoreSettings:
     # Host (DNS rebinding, common/host_guard.py). `brain-store dev` sets it to localhost.
     allowed_hosts: tuple[str, ...] = ()
     quiet: bool = False
+    log_level: str = "info"  # the store's log lines but the request lines (those: quiet)
     oidc_issuer: str | None = None
     oidc_audience: str | None = None
     oidc_allowed_domains: tuple[str, ...] = ()
@@ -238,6 +247,8 @@ class StoreSettings:
             values["allowed_hosts"] = _hosts("STORE_ALLOWED_HOSTS", v)
         if (v := get("STORE_QUIET")) is not None:
             values["quiet"] = _bool("STORE_QUIET", v)
+        if (v := get("STORE_LOG_LEVEL")) is not None:
+            values["log_level"] = _log_level("STORE_LOG_LEVEL", v)
         if (v := get("STORE_OIDC_ISSUER")) is not None:
             values["oidc_issuer"] = v.strip()
         if (v := get("STORE_OIDC_AUDIENCE")) is not None:
@@ -330,6 +341,7 @@ class StoreSettings:
             "STORE_RATE_FAILED_LOGINS_PER_MIN": str(self.rate_failed_logins_per_min),
             "STORE_TRUST_PROXY": ",".join(self.trust_proxy),
             "STORE_QUIET": "1" if self.quiet else "0",
+            "STORE_LOG_LEVEL": self.log_level,
             "STORE_INSPECT_MAX_INFLATED_MB": str(self.inspect_max_inflated // MIB),
             "STORE_INSPECT_MAX_ENTRIES": str(self.inspect_max_entries),
             "STORE_INSPECT_MAX_HEADER_KB": str(self.inspect_max_header // 1024),

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
-import logging
 import os
 import signal
 import sys
@@ -38,11 +37,12 @@ def sigterm_as_ctrl_c() -> Iterator[None]:
 
 
 def settings_from_cli(**overrides: object) -> StoreSettings:
-    """Settings from the environment with CLI flags winning; a bad value is a clean CLI error."""
+    """Settings from the environment with CLI flags winning; a bad value is a clean one-line CLI error
+    (no usage block: the environment, not the command line, is what to fix)."""
     try:
         return StoreSettings.from_env(os.environ, **overrides)
     except SettingsError as exc:
-        raise click.UsageError(str(exc)) from None
+        raise click.ClickException(str(exc)) from None
 
 
 def check_oidc(settings: StoreSettings) -> None:
@@ -54,7 +54,7 @@ def check_oidc(settings: StoreSettings) -> None:
     try:
         OidcConfig.from_settings(settings)
     except OidcConfigError as exc:
-        raise click.UsageError(str(exc)) from None
+        raise click.ClickException(str(exc)) from None
 
 
 def run_store(settings: StoreSettings, workers: int = 1, *, announce: str | None = None) -> None:
@@ -65,6 +65,7 @@ def run_store(settings: StoreSettings, workers: int = 1, *, announce: str | None
     SIGTERM/SIGINT stop accepting connections and let in-flight requests (uploads) finish.
     """
     import uvicorn
+    from store.logs import configure_logging
     from store.sealed import check_keys_fit
     from store.storage.factory import open_backend, prepare_storage
     from store.upload import upload_threads
@@ -73,7 +74,7 @@ def run_store(settings: StoreSettings, workers: int = 1, *, announce: str | None
     share_one_malloc_arena()  # first, before any thread exists
     # the automatic number depends on how many workers share the cores: fixed here, for all of them
     settings = dataclasses.replace(settings, upload_threads=upload_threads(settings.upload_threads, workers))
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    configure_logging(settings)
     try:
         prepare_storage(settings)  # crash recovery; on S3 also the conditional-write probe
         # sealed archives and no key (or another key) would make every download fail: refuse now

@@ -71,6 +71,15 @@ def test_recall_mode() -> None:
         ConnectorSettings.load({**STORE, "CONNECTOR_RECALL_MODE": "semantic"})
 
 
+def test_log_level_is_read_as_the_stores_is() -> None:
+    """One rule for CONNECTOR_LOG_LEVEL and STORE_LOG_LEVEL (common/logs.py): any case, and a bad
+    value named with the levels allowed."""
+    assert ConnectorSettings.load(STORE).log_level == "info"
+    assert ConnectorSettings.load({**STORE, "CONNECTOR_LOG_LEVEL": " Warning "}).log_level == "warning"
+    with pytest.raises(SettingsError, match=r"^CONNECTOR_LOG_LEVEL: expected debug, info, warning or error, got 'loud'$"):
+        ConnectorSettings.load({**STORE, "CONNECTOR_LOG_LEVEL": "loud"})
+
+
 def test_state_key_and_idp_and_oidc() -> None:
     key = "ab" * 32
     settings = ConnectorSettings.load({**STORE, "CONNECTOR_STATE_KEY": key, "CONNECTOR_IDP": "STATIC"})

@@ -327,6 +327,41 @@ def test_unusable_oidc_settings_refuse_to_start(tmp_path: Path, env: dict[str, s
     assert "STORE_OIDC" in done.stderr
 
 
+@pytest.mark.parametrize(("level", "workers"), [("info", 1), ("warning", 2), ("debug", 1)])
+def test_the_log_level_holds_back_info_lines_and_httpx_requests(
+        issuer: IssuerClient, tmp_path: Path, level: str, workers: int) -> None:
+    """STORE_LOG_LEVEL (every worker's): at warning no INFO line; at info, and above, not httpx's line
+    per request to the issuer (naming its URL), which only debug lets through."""
+    subject = f"log-{level}"
+    env = oidc_env(issuer, STORE_LOG_LEVEL=level.upper())
+    with running_store(tmp_path / "data", env=env, workers=workers) as running:
+        assert get(running, "/auth/me", minter(issuer)(sub=subject)).status_code == 200  # fetches, a new user
+        assert issuer.total_requests() >= 2  # discovery and JWKS
+        assert any(u["id"] == user_id_for(issuer.issuer, subject) for u in users(running))
+        running.server.stop()
+        lines = running.server.log().splitlines()
+    from_httpx = [line for line in lines if line.startswith(("INFO httpx", "DEBUG httpx", "DEBUG httpcore"))]
+    created = [line for line in lines if line.startswith("INFO store.auth: created user")]
+    if level == "debug":
+        assert any(f"GET {issuer.issuer}/.well-known/openid-configuration" in line for line in from_httpx), lines
+        assert created, lines
+    else:
+        assert from_httpx == [] and not any(issuer.issuer in line for line in lines), lines
+        assert created if level == "info" else not any(line.startswith("INFO ") for line in lines), lines
+
+
+def test_a_bad_log_level_is_refused_in_one_line(tmp_path: Path) -> None:
+    import os
+
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("STORE_")}
+    done = subprocess.run([console_script("brain-store"), "serve", "--port", "0", "--data", str(tmp_path / "d")],
+                          capture_output=True, text=True, cwd=REPO_ROOT, timeout=60,
+                          env={**clean, "HOME": str(tmp_path), "STORE_LOG_LEVEL": "verbose"})
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == "Error: STORE_LOG_LEVEL: expected debug, info, warning or error, got 'verbose'\n"
+    assert list(tmp_path.iterdir()) == []  # no data directory made
+
+
 def test_without_oidc_settings_jwts_are_just_bad_tokens(tmp_path: Path, issuer: IssuerClient) -> None:
     with running_store(tmp_path / "data") as running:
         assert "oidc" not in httpx.get(running.url + "/health").json()["capabilities"]
