@@ -34,7 +34,6 @@ from store.storage.base import (
     Snapshot,
     StorageBackend,
     StorageFull,
-    stored_total,
 )
 from store.upload import StagedUpload
 
@@ -256,7 +255,7 @@ class BrainService:
     def usage(self, user_id: str) -> int:
         """Bytes the user really stores (every distinct archive, snapshots included), as the quota
         counts them: deleted brains kept and brains whose metadata is damaged too (``stored_total``)."""
-        return stored_total(self.backend, user_id, *self.backend.survey_brains(user_id))
+        return self.backend.usage(user_id)
 
     def versions(self, user_id: str, brain_id: str) -> list[Snapshot]:
         """Snapshots, newest first."""

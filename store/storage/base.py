@@ -240,6 +240,10 @@ class StorageBackend(Protocol):
         command over the whole store (backup, migrate, rekey) must account for."""
         ...
 
+    def usage(self, user_id: str) -> int:
+        """Bytes the user's brains keep, as ``STORE_MAX_USER_MB`` counts them (``stored_total``)."""
+        ...
+
     def damaged_bytes(self, user_id: str, damaged: list[DamagedBrain]) -> dict[str, int]:
         """Bytes of the stored archives of each of the user's ``damaged`` brains, by brain id: what
         they still take (their metadata cannot be trusted to say), as the files or objects are listed."""
