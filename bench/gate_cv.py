@@ -66,12 +66,16 @@ from connector.engine.recall.answergate import (  # noqa: E402
     ANSWER_GATE,
     CASCADE,
     FEATURES,
+    JUDGE_FEATURES,
+    JUDGED_CASCADE,
     PASSAGE_FEATURES,
     AnswerGate,
     alike_gap,
+    judge_candidates,
 )
 from connector.engine.recall.channelfusion import CHANNEL_FUSION  # noqa: E402
 from connector.engine.recall.hybrid import answer_features, matches_well  # noqa: E402
+from connector.engine.recall.judge import judge_reads  # noqa: E402
 
 UNGATED = replace(CHANNEL_FUSION, gate=False)
 
@@ -88,12 +92,19 @@ class Rows:
     half: np.ndarray
     cases: list[tuple[locomo.Prepared, locomo.Case]]
     alike: np.ndarray  # PASSAGE_FEATURES' last: the query as a passage (nan where the pickles lack it)
+    judged: np.ndarray  # JUDGE_FEATURES' last two: (queries, 2), nan where the pickles lack the judge
 
     def with_alike(self) -> Rows:
         """The same queries over PASSAGE_FEATURES (the cascade's second gate)."""
         if np.isnan(self.alike).any():
             raise SystemExit("these channels lack the query embedded as a passage: run bench/locomo.py --keep anew")
         return replace(self, features=np.column_stack([self.features, self.alike]))
+
+    def with_judge(self) -> Rows:
+        """The same queries over JUDGE_FEATURES (the judged cascade's second gate)."""
+        if np.isnan(self.judged).any():
+            raise SystemExit("these channels lack the judge's cosines: run bench/locomo.py --keep anew")
+        return replace(self.with_alike(), features=np.column_stack([self.with_alike().features, self.judged]))
 
 
 def features_of(case: locomo.Case) -> np.ndarray:
@@ -115,7 +126,19 @@ def rows(prepared: Sequence[locomo.Prepared]) -> Rows:
     alike = [alike_gap(case.e5_alike, case.eligible) if getattr(case, "e5_alike", None) is not None else np.nan
              for _, case in cases]
     return Rows(np.array([features_of(case) for _, case in cases]), tab.group, tab.brain, tab.category, tab.answerable,
-                np.array(found), tab.half, cases, np.array(alike))
+                np.array(found), tab.half, cases, np.array(alike), np.array([judged_of(case) for _, case in cases]))
+
+
+def judged_of(case: locomo.Case) -> np.ndarray:
+    """JUDGE_FEATURES' last two, as `hybrid.answer_decision` reads them (nan without the judge's cosines)."""
+    cosines = getattr(case, "judge", None)
+    if cosines is None:
+        return np.full(2, np.nan)
+    if not judge_reads(case.query.text):
+        return np.zeros(2)
+    signals = case.signals
+    bm25 = signals.bm25 if signals.bm25 is not None else np.zeros(len(case.eligible), dtype=np.float32)
+    return np.array([1.0, float(cosines[judge_candidates(case.e5, signals.semantic, bm25, case.eligible)].max())])
 
 
 def logistic(x: np.ndarray, y: np.ndarray, l2: float, steps: int = 3000, rate: float = 0.1) -> tuple[np.ndarray, float]:
@@ -281,9 +304,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cascade", type=float, default=None, metavar="BAND",
                         help="a second gate over PASSAGE_FEATURES deciding within BAND of the first's threshold "
                              "(the shipped CASCADE: 0.5); --fit then fits that gate")
+    parser.add_argument("--judge", action="store_true",
+                        help="with --cascade: the judged cascade's second gate, over JUDGE_FEATURES (the shipped "
+                             "JUDGED_CASCADE: --cascade 3 --threshold -2.0); --fit then fits that gate")
     args = parser.parse_args(argv)
+    if args.judge and args.cascade is None:
+        parser.error("--judge needs --cascade BAND")
     data = rows(fusion_cv.load(args.keep, args.cache_dir))
-    if args.cascade is not None:
+    if args.judge:
+        data = data.with_judge()
+    elif args.cascade is not None:
         data = data.with_alike()
     if args.features:
         # The other features held constant: standardised to 0, they do not vote.
@@ -316,13 +346,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"    intercept={gate.intercept:.6g},\n    threshold={gate.threshold:g},\n)")
         if args.cascade is None:
             shipped, names, decisions = ANSWER_GATE, FEATURES, np.array([gate.answers(row) for row in data.features])
+        elif args.judge:  # the shipped first gate, centred on this one's threshold, this one within the band
+            shipped, names = JUDGED_CASCADE.gate, JUDGE_FEATURES
+            decisions = cascade_decisions(data, replace(ANSWER_GATE, threshold=gate.threshold), gate, args.cascade)
         else:  # the shipped first gate, this one within the band
             shipped, names = CASCADE.gate, PASSAGE_FEATURES
             decisions = cascade_decisions(data, ANSWER_GATE, gate, args.cascade)
         print(f"in sample: {describe(figures(data, everything, outcomes.under(decisions)))}")
         same = all(np.allclose(getattr(gate, name), getattr(shipped, name), rtol=1e-4) for name in
                    ("means", "scales", "weights", "intercept", "threshold"))
-        label = "ANSWER_GATE" if args.cascade is None else "CASCADE.gate"
+        label = "ANSWER_GATE" if args.cascade is None else "JUDGED_CASCADE.gate" if args.judge else "CASCADE.gate"
         print(f"the shipped {label} (answergate.py): " + ("the same" if same else "DIFFERENT: refit it"))
         print("features: " + ", ".join(f"{name} {weight:+.2f}" for name, weight in zip(names, gate.weights)))
     return 0

@@ -68,11 +68,13 @@ from connector.engine.recall.hybrid import (  # noqa: E402
     ranked_positions,
 )
 from connector.engine.recall.index import BrainIndex  # noqa: E402
+from connector.engine.recall.judge import judge_embedder, judge_reads  # noqa: E402
 from connector.engine.format.jsvalues import parse_iso_ms  # noqa: E402
 from connector.engine.writes.ops import Memorize  # noqa: E402
 from connector.engine.recall.exact import recall  # noqa: E402
 from connector.engine.recall.pipeline import eligibility  # noqa: E402
 from connector.workcopy.vectorcache import cached_stores  # noqa: E402
+from connector.workcopy.vectors import VectorStore  # noqa: E402
 
 SHARED = REPO.parent / "shared" / "fixtures"
 LOCOMO = SHARED / "locomo-dev"
@@ -175,6 +177,7 @@ class Case:
     e5: np.ndarray | None
     signals: Signals  # today's hybrid channels (USE, word coverage, near spellings, exact relevance)
     e5_alike: np.ndarray | None = None  # e5 cosines of the query embedded as a passage (the answer gate's cascade)
+    judge: np.ndarray | None = None  # the judge's cosines (connector/engine/recall/judge.py; the judged cascade)
 
 
 @dataclass
@@ -222,8 +225,15 @@ def prepare(brainset: Brainset, cache_dir: Path | None) -> Prepared:
     if e5_store is not None:
         texts = memory_texts(brain, index)
         e5_vectors = e5_store.vectors([content_hash(e5_store.model_id, text) for text in texts], texts)
+    judge = judge_embedder()
+    judge_store = VectorStore(judge) if judge is not None else None
+    judge_vectors = None
+    if judge_store is not None:
+        texts = memory_texts(brain, index)
+        judge_vectors = judge_store.vectors([content_hash(judge_store.model_id, text) for text in texts], texts)
     print(f"  {brainset.name}: {len(index.memories)} memories, vectors in {time.perf_counter() - started:.1f} s "
-          f"(embedded: USE {use_store.embedded}, e5 {e5_store.embedded if e5_store else '-'})", file=sys.stderr)
+          f"(embedded: USE {use_store.embedded}, e5 {e5_store.embedded if e5_store else '-'}, "
+          f"judge {judge_store.embedded if judge_store else '-'})", file=sys.stderr)
     from connector.engine.recall.embedding import cosines
 
     cases = []
@@ -242,6 +252,7 @@ def prepare(brainset: Brainset, cache_dir: Path | None) -> Prepared:
             e5=None if e5_vectors is None else cosines(e5_vectors, e5_store.embed_query(query.text)),
             signals=signals,
             e5_alike=None if e5_vectors is None else cosines(e5_vectors, e5_store.embed_query_as_passage(query.text)),
+            judge=None if judge_vectors is None else cosines(judge_vectors, judge_store.embed_query(query.text)),
         ))
     folders = [str(record.entry.get("path") or "").rpartition("/")[0] for record in index.memories]
     return Prepared(brainset, hybrid.ids, cases, folders)
@@ -302,8 +313,11 @@ def fusion_ranking(case: Case, prepared: Prepared, fusion: ChannelFusion, offset
     if gate is None:
         gate = case.__dict__.get("_gate")
         if gate is None:
-            gate = case.__dict__["_gate"] = answer_decision(case.signals, case.eligible, case.e5,
-                                                            alike=lambda: case.e5_alike)
+            judged = getattr(case, "judge", None)
+            gate = case.__dict__["_gate"] = answer_decision(
+                case.signals, case.eligible, case.e5, alike=lambda: case.e5_alike,
+                judge=None if judged is None else (lambda positions: float(judged[positions].max())),
+                reads=judge_reads(case.query.text))
     fused, listed = fuse_with_dates(normalised, fusion, case.eligible, prepared.adjacent,
                                     answers(case.e5, case.eligible, fusion, gate), offsets,
                                     query_dates(case.query.text, case.query.now) if dates else (),

@@ -55,7 +55,7 @@ from connector.workcopy.manager import WorkingCopyManager
 from connector.workcopy.model import Account
 from connector.workcopy.store_client import StoreClient, StoreError, StoreUnauthorized
 from connector.workcopy.backfill import E5Backfill
-from connector.workcopy.vectors import VectorStore, e5_store
+from connector.workcopy.vectors import VectorStore, e5_store, judge_store
 from common.docstore import DocumentStore, DocumentStoreError
 from common.host_guard import AllowedHosts, host_guard
 from common.limits import (
@@ -441,6 +441,9 @@ def build_parts(settings: ConnectorSettings, *, tuning: ManagerTuning | None = N
     vectors = VectorStore(state=shared, state_key=state_key)
     # The second model's (e5) beside them, computed in the background; its engine loads on first use.
     e5 = E5Backfill(lambda: e5_store(shared, state_key, fast_queries=True)) if settings.recall_e5 else None
+    # The answer gate's judge, prepared in the background (~5 s of CPU once); its few vectors a
+    # query are kept in memory only.
+    judge = judge_store() if settings.recall_e5 and settings.recall_judge else None
     # Hybrid indexes kept on this replica's disk (by brain and content), so a restart does not rebuild them.
     index_cache = settings.index_cache_path
     index_disk = (
@@ -448,7 +451,7 @@ def build_parts(settings: ConnectorSettings, *, tuning: ManagerTuning | None = N
     )
     tools = BrainTools(
         manager, allowed=settings.tools, recall_mode=settings.recall_mode, vectors=vectors, model=operator_model(settings),
-        index_disk=index_disk, e5=e5,
+        index_disk=index_disk, e5=e5, judge=judge,
     )
     # Memories other devices wrote are checked for duplicates after the pull that brings them.
     PullReview(manager, tools)

@@ -123,6 +123,7 @@ class ConnectorSettings:
     webapp_session_ttl_ms: int = 8 * 3600 * 1000  # a web sign-in ends after this, whatever happens
     recall_mode: str = "hybrid"  # brain_recall's and the web search's mode when none is named (exact or hybrid)
     recall_e5: bool = True  # hybrid recall's second model (e5), its vectors computed in the background
+    recall_judge: bool = True  # the answer gate's judge (a third model) on the queries it doubts
     # The operator's model for brain_reflect and brain_extract (docs/thinking.md): an OpenAI-compatible
     # chat-completions endpoint; none set means "no model" (the tools hand the evidence to the host).
     model_url: str | None = None
@@ -360,6 +361,7 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     recall_mode = _env(env, "CONNECTOR_RECALL_MODE")
     put("recall_mode", recall_mode.strip().lower() if recall_mode else None)
     put("recall_e5", _bool(env, "CONNECTOR_RECALL_E5"))
+    put("recall_judge", _bool(env, "CONNECTOR_RECALL_JUDGE"))
     put("model_url", _env(env, "CONNECTOR_MODEL_URL"))
     put("model", _env(env, "CONNECTOR_MODEL"))
     put("model_api_key", _env(env, "CONNECTOR_MODEL_API_KEY"))

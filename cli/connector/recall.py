@@ -14,6 +14,7 @@ from connector.engine.format.jsvalues import parse_iso_ms
 from connector.engine.recall.hybrid import EXACT_CANNOT_READ, MODES, empty_recall_reason, recall_in_mode
 from connector.engine.recall.index import RecallError
 from connector.workcopy.vectorcache import cached_stores, default_cache_dir
+from connector.workcopy.vectors import judge_store
 
 
 def _instant(value: str | None, option: str) -> datetime | None:
@@ -91,12 +92,15 @@ def recall(
     try:
         # Both models' vectors are kept in the cache directory: only new memories are embedded.
         use, e5 = cached_stores(cache_dir, on_unusable=warn) if mode == "hybrid" else (None, None)
+        # The answer gate's judge, loaded only if the query is one it doubts.
+        judge = judge_store(background=False) if e5 is not None else None
         hits = recall_in_mode(
             _load(brain),
             query,
             mode=mode,
             source=use,
             e5_source=e5,
+            judge_source=judge,
             top=top,
             project=project,
             task=task,

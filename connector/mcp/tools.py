@@ -73,7 +73,7 @@ from connector.workcopy.indexdisk import IndexDisk
 from connector.workcopy.manager import WorkingCopyManager
 from connector.workcopy.model import STATUS_NO_BRAIN, Account, Snapshot, WriteOutcome
 from connector.workcopy.store_client import BrainRecord, StoreError
-from connector.workcopy.vectors import HybridCache, QueryVectors, VectorStore
+from connector.workcopy.vectors import BrainVectors, HybridCache, QueryVectors, VectorStore
 
 log = logging.getLogger("connector.tools")
 
@@ -246,6 +246,7 @@ class BrainTools:
         model: ModelSource | None = None,
         index_disk: IndexDisk | None = None,
         e5: E5Backfill | None = None,
+        judge: VectorStore | None = None,
     ) -> None:
         self.manager = manager
         self.recall_mode = recall_mode
@@ -259,6 +260,8 @@ class BrainTools:
         # The second model's vectors (e5), computed in the background per brain version: recall
         # fuses them in once a version has them all (None: hybrid recall without e5).
         self.e5 = e5
+        # The answer gate's judge (workcopy/vectors.judge_store), asked about the queries it doubts.
+        self.judge = judge
         # Those indexes also on this replica's disk, by brain and archive checksum: a restart or
         # an eviction reads one back instead of rebuilding it (connector/workcopy/indexdisk.py).
         self.index_disk = index_disk
@@ -677,6 +680,7 @@ class BrainTools:
                 e5=e5,
                 embed_e5_query=embed_e5,
                 embed_e5_alike=embed_e5_alike,
+                judge_source=self._judge_of(snapshot.brain_id),
                 top=limit,
                 project=project,
                 now=self.manager.now(),
@@ -740,6 +744,13 @@ class BrainTools:
         if self._vectors is None:
             self._vectors = VectorStore()
         return self._vectors
+
+    def _judge_of(self, brain_id: str | None) -> BrainVectors | None:
+        """The judge's vectors of one brain, once its model is ready (None before, or without one)."""
+        judge = self.judge
+        if judge is None or not getattr(judge.embedder, "ready", False):
+            return None
+        return judge.for_brain(brain_id)
 
     def _e5_follow(self, brain_id: str | None, brain: Brain, index: BrainIndex, hybrid: HybridIndex) -> None:
         """After a write: the e5 vectors of its new memories are computed in the background (only

@@ -161,7 +161,8 @@ def test_recall_over_mcp_decides_near_the_threshold_with_the_query_as_a_passage(
             return {query: ids(structured(await client.call_tool("brain_recall", {"query": query, "limit": 5}))["results"])
                     for query in CASCADE_QUERIES}
 
-    with connector(tmp_path, store) as server:
+    # The cascade without the judge (which decides these queries where it runs: tests/engine/test_judge.py).
+    with connector(tmp_path, store, env={"CONNECTOR_RECALL_JUDGE": "false"}) as server:
         answered = asyncio.run(ask(server.base_url))
     assert {query: bool(found) for query, found in answered.items()} == {
         query: bool(found) for query, found in expected.items()}, (answered, expected, changed)

@@ -53,7 +53,15 @@ from connector.engine.format.change import BrainChange
 from connector.engine.format.jsvalues import datetime_ms, round3
 from connector.engine.format.text import ascii_width, memory_body, tokenize
 from connector.engine.recall import beside
-from connector.engine.recall.answergate import ANSWER_GATE, CASCADE, MIN_MEMORIES, alike_gap, gate_features
+from connector.engine.recall.answergate import (
+    ANSWER_GATE,
+    CASCADE,
+    JUDGED_CASCADE,
+    MIN_MEMORIES,
+    alike_gap,
+    gate_features,
+    judge_candidates,
+)
 from connector.engine.recall.channelfusion import (
     CHANNEL_FUSION,
     Z_POPULATION,
@@ -67,6 +75,7 @@ from connector.engine.recall.dates import Interval, date_offsets, query_dates
 from connector.engine.recall.embedding import Quantized, content_hash, cosines, embedded_text, products
 from connector.engine.recall.exact import recall
 from connector.engine.recall.index import BrainIndex, MemoryRecord
+from connector.engine.recall.judge import JudgeUnavailable, judge_reads
 from connector.engine.recall.pipeline import eligibility, hit_of, instant_ms, newer_field_factors, time_terms
 from connector.engine.recall.textmatch import TextIndex, has_cjk
 
@@ -178,25 +187,44 @@ def _strength(signals: Signals, fusion: Fusion) -> np.ndarray:
 
 
 def answer_decision(signals: Signals, eligible: np.ndarray, e5: np.ndarray | None, margin: float | None = None,
-                    alike: Callable[[], np.ndarray | None] | None = None) -> bool:
+                    alike: Callable[[], np.ndarray | None] | None = None,
+                    judge: Callable[[np.ndarray], float | None] | None = None, reads: bool = False) -> bool:
     """Whether hybrid recall answers the query at all (else it lists only a strong exact hit).
 
     Once e5 votes (``e5``: its cosines) in a brain of Z_POPULATION eligible memories or more,
     the learned answer gate decides (`answergate.ANSWER_GATE`, over what the channels say of the
-    query's best memories); near its threshold (`answergate.CASCADE`) a second gate that also
-    reads ``alike()`` (e5's cosines of the query embedded as a passage, computed only then; None
-    or returning None: the first gate decides alone). Before e5 votes, or in a smaller brain,
-    the strength floor (`matches_well`). ``margin``: the strength floor's (`floor_margin`), when
-    already known."""
+    query's best memories); near its threshold a second gate that also reads ``alike()`` (e5's
+    cosines of the query embedded as a passage, computed only then; None or returning None: the
+    first gate decides alone). With a ``judge`` (the best judge cosine between the query and the
+    memories at the positions given, None where it cannot say) that second gate is
+    `answergate.JUDGED_CASCADE`'s, over a wider band, reading the judge's verdict on
+    `answergate.judge_candidates` when it ``reads`` the query's script (`judge.judge_reads`);
+    without one, `answergate.CASCADE`'s. Before e5 votes, or in a smaller brain, the strength
+    floor (`matches_well`). ``margin``: the strength floor's (`floor_margin`), when already known."""
     if margin is None:
         margin = floor_margin(signals, eligible)
     if e5 is None or int(eligible.sum()) < max(Z_POPULATION, MIN_MEMORIES):
         return margin >= 0.0
     features = answer_features(signals, eligible, e5, margin)
     score = ANSWER_GATE.score(features)
+    if alike is not None and judge is not None and JUDGED_CASCADE.asks(score):
+        verdict = _judge_features(signals, eligible, e5, judge, reads)
+        if verdict is not None and (values := alike()) is not None:
+            return JUDGED_CASCADE.gate.answers(np.concatenate([features, [alike_gap(values, eligible)], verdict]))
     if alike is not None and CASCADE.asks(score) and (values := alike()) is not None:
         return CASCADE.gate.answers(np.append(features, alike_gap(values, eligible)))
     return score >= ANSWER_GATE.threshold
+
+
+def _judge_features(signals: Signals, eligible: np.ndarray, e5: np.ndarray,
+                    judge: Callable[[np.ndarray], float | None], reads: bool) -> np.ndarray | None:
+    """JUDGE_FEATURES' last two (whether the judge reads the query, its best cosine over the
+    candidates), or None when the judge could not say."""
+    if not reads:
+        return np.zeros(2)
+    bm25 = signals.bm25 if signals.bm25 is not None else np.zeros(len(eligible), dtype=np.float32)
+    best = judge(judge_candidates(e5, signals.semantic, bm25, eligible))
+    return None if best is None else np.array([1.0, best])
 
 
 def answer_features(signals: Signals, eligible: np.ndarray, e5: np.ndarray, margin: float | None = None) -> np.ndarray:
@@ -599,11 +627,13 @@ def hybrid_recall(
     e5: Quantized | None = None,
     embed_e5_query: Callable[[str], np.ndarray] | None = None,
     embed_e5_alike: Callable[[str], np.ndarray] | None = None,
+    judge_source: VectorSource | None = None,
 ) -> list[dict[str, Any]]:
     """Hybrid recall; hits have the exact engine's fields, ``score`` being the fused score.
 
     ``embed_e5_alike``: e5's vector of a query embedded as a passage, asked only for the few
-    queries the answer gate's cascade decides (`answer_decision`).
+    queries the answer gate's cascade decides (`answer_decision`). ``judge_source``: the judge's
+    vectors (connector/engine/recall/judge.py), asked likewise about a handful of memories.
 
     The channels (exact relevance, BM25, USE, and e5 when ``e5`` holds the version's
     vectors) are fused by `channelfusion` (weights per query, `fuse_zscores`), memories of a date
@@ -647,7 +677,11 @@ def hybrid_recall(
     alike = None
     if e5 is not None and embed_e5_alike is not None:
         alike = lambda: cosines(e5, embed_e5_alike(scored))  # noqa: E731 - asked near the threshold only
-    well = answer_decision(signals, allowed, channels["e5"], margin, alike)
+    judge = None
+    if judge_source is not None and brain is not None:
+        judge = lambda positions: _judged(  # noqa: E731 - asked near the threshold only
+            judge_source, scored, [memory_text(brain, index.memories[p].entry) for p in positions])
+    well = answer_decision(signals, allowed, channels["e5"], margin, alike, judge, judge_reads(scored))
     adjacent = hybrid.adjacent(index)
     fusion = fusion.for_query(channels, allowed, signals.words)
     normalised = channel_zscores(channels, allowed, fusion.clip, fusion.clips())
@@ -675,6 +709,18 @@ def hybrid_recall(
         hit["similarity"] = round3(float(signals.semantic[position]))
         hits.append(hit)
     return hits
+
+
+def _judged(source: VectorSource, query: str, texts: Sequence[str]) -> float | None:
+    """The judge's best cosine between ``query`` and ``texts`` (None without texts); a memory
+    it has not read yet is embedded now (a handful at most, ~4 ms each)."""
+    if not texts:
+        return None
+    try:
+        vectors = source.vectors([content_hash(source.model_id, text) for text in texts], texts)
+        return float(cosines(vectors, source.embed_query(query)).max())
+    except JudgeUnavailable:  # logged where it failed; the gate decides without the judge
+        return None
 
 
 def fuse_with_dates(
@@ -728,12 +774,14 @@ def recall_in_mode(
     index: BrainIndex | None = None,
     hybrid: HybridIndex | None = None,
     e5_source: VectorSource | None = None,
+    judge_source: VectorSource | None = None,
     **options: Any,
 ) -> list[dict[str, Any]]:
     """Recall in ``mode`` (``exact`` or ``hybrid``) with the options `recall` takes.
 
     Hybrid mode needs a ``source`` of vectors unless ``hybrid`` is given prepared; with an
-    ``e5_source`` it also fuses in the e5 channel (embedding what that source lacks, here).
+    ``e5_source`` it also fuses in the e5 channel (embedding what that source lacks, here), and
+    with a ``judge_source`` the answer gate asks the judge about the queries it doubts.
     """
     if mode not in MODES:
         raise ValueError(f"unknown recall mode {mode!r} (exact or hybrid)")
@@ -755,7 +803,8 @@ def recall_in_mode(
     embed = source.embed_query if source is not None else _no_query_embedder
     return hybrid_recall(brain, query, index=index, hybrid=hybrid, embed_query=embed, e5=hybrid.e5,
                          embed_e5_query=e5_source.embed_query if e5_source is not None else None,
-                         embed_e5_alike=getattr(e5_source, "embed_query_as_passage", None), **options)
+                         embed_e5_alike=getattr(e5_source, "embed_query_as_passage", None), judge_source=judge_source,
+                         **options)
 
 
 def _no_query_embedder(text: str) -> np.ndarray:

