@@ -93,7 +93,7 @@ def recall(
         # Both models' vectors are kept in the cache directory: only new memories are embedded.
         use, e5 = cached_stores(cache_dir, on_unusable=warn) if mode == "hybrid" else (None, None)
         # The answer gate's judge, loaded only if the query is one it doubts.
-        judge = judge_store(background=False) if e5 is not None else None
+        judge = judge_store() if e5 is not None else None
         hits = recall_in_mode(
             _load(brain),
             query,

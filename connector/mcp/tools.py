@@ -17,7 +17,7 @@ import time
 import weakref
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 import mcp_types as types
 import numpy as np
@@ -33,6 +33,7 @@ from connector.engine.recall.exact import recall
 from connector.engine.recall.hybrid import EXACT_CANNOT_READ, MODES, NO_GOOD_MATCH, HybridIndex, empty_recall_reason, hybrid_recall
 from connector.engine.recall.index import BrainIndex, RecallError
 from connector.engine.recall.indexcache import IndexCache, index_for
+from connector.engine.recall.judge import JudgeEmbedder
 from connector.engine.recall.pipeline import outdated
 from connector.engine.tending.review import MemorizeFlagged, pending_count
 from connector.engine.tending.similar import UPDATE, Incoming, Newer, Similar, exact_duplicates, find_similar
@@ -746,11 +747,15 @@ class BrainTools:
         return self._vectors
 
     def _judge_of(self, brain_id: str | None) -> BrainVectors | None:
-        """The judge's vectors of one brain, once its model is ready (None before, or without one)."""
-        judge = self.judge
-        if judge is None or not getattr(judge.embedder, "ready", False):
+        """The judge's vectors of one brain once its model is ready; before, None, and the model
+        starts loading in the background (a recall never waits for it)."""
+        if self.judge is None:
             return None
-        return judge.for_brain(brain_id)
+        model = cast(JudgeEmbedder, self.judge.embedder)
+        if not model.ready:
+            model.start()
+            return None
+        return self.judge.for_brain(brain_id)
 
     def _e5_follow(self, brain_id: str | None, brain: Brain, index: BrainIndex, hybrid: HybridIndex) -> None:
         """After a write: the e5 vectors of its new memories are computed in the background (only

@@ -343,15 +343,14 @@ def e5_store(
                        prune_unreadable=prune_unreadable)
 
 
-def judge_store(*, background: bool = True) -> VectorStore | None:
+def judge_store() -> VectorStore:
     """The answer gate's judge's vectors (connector/engine/recall/judge.py), in memory only: a
-    handful of memories a doubtful query. ``background`` (a server): the model loads in the
-    background, and until it is `ready` the gate runs without it (None where it cannot load);
-    else (a command line's one query) it loads when first asked."""
-    from connector.engine.recall.judge import default_judge, judge_embedder
+    handful of memories a doubtful query. Its model loads when first asked (`JudgeEmbedder.embed`),
+    or in the background once started (`JudgeEmbedder.start`: a server, which asks it only once
+    it is `ready`)."""
+    from connector.engine.recall.judge import default_judge
 
-    embedder = judge_embedder(wait=False) if background else default_judge()
-    return VectorStore(embedder) if embedder is not None else None
+    return VectorStore(default_judge())
 
 
 class _OldFormat(Exception):

@@ -289,13 +289,9 @@ def default_judge() -> JudgeEmbedder:
         return _DEFAULT
 
 
-def judge_embedder(wait: bool = True) -> JudgeEmbedder | None:
-    """The process-wide judge: loaded (``wait``; None, once logged, where it cannot load), or,
-    without ``wait``, loading in the background (its `ready` says when; None once it failed)."""
+def judge_embedder() -> JudgeEmbedder | None:
+    """The process-wide judge, loaded now; None (logged once) where it cannot load."""
     judge = default_judge()
-    if not wait:
-        judge.start()
-        return None if judge.failed is not None else judge
     try:
         judge.load()
     except JudgeUnavailable:
