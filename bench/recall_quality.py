@@ -59,7 +59,7 @@ from connector.engine.format.jsvalues import parse_iso_ms  # noqa: E402
 from connector.engine.recall.exact import recall  # noqa: E402
 from connector.engine.recall.index import BrainIndex  # noqa: E402
 from connector.workcopy.vectorcache import cached_stores  # noqa: E402
-from connector.workcopy.vectors import VectorStore  # noqa: E402
+from connector.workcopy.vectors import VectorStore, judge_store  # noqa: E402
 
 
 DEFAULT_SET = REPO.parent / "shared" / "fixtures" / "recall-quality"
@@ -227,11 +227,13 @@ def cross_validate(cases: list[Case], ids: Sequence[str]) -> list[dict[str, Any]
 
 
 def run(set_dir: Path, modes: list[str], show_misses: bool, no_answer: Sequence[Path], cv: bool,
-        store: VectorStore | None = None, e5: VectorStore | None = None) -> dict[str, Any]:
+        store: VectorStore | None = None, e5: VectorStore | None = None,
+        judge: VectorStore | None = None) -> dict[str, Any]:
     """Score each mode (and the stored reference) on the set at ``set_dir`` (``store``: a
     `VectorStore` to take known vectors from, e.g. the quality guard's shared one; ``e5``:
     the e5 channel's store, so hybrid scores as the connector does once a brain's e5 vectors
-    are there; None scores hybrid without e5)."""
+    are there; None scores hybrid without e5; ``judge``: the answer gate's judge's, as the
+    connector once its judge is ready)."""
     queries = load_queries(set_dir / "queries.jsonl")
     extra = [query for path in no_answer for query in load_no_answer(path)]
     brain = load_directory(set_dir / "brain")
@@ -256,7 +258,8 @@ def run(set_dir: Path, modes: list[str], show_misses: bool, no_answer: Sequence[
         empty_by_group: dict[str, list[int]] = defaultdict(list)
         for query in queries + (extra if mode == "hybrid" else []):
             hits = recall_in_mode(brain, query["query"], mode=mode, source=store, index=index, hybrid=hybrid, top=TOP,
-                                  now=_now(query), e5_source=e5 if mode == "hybrid" else None)
+                                  now=_now(query), e5_source=e5 if mode == "hybrid" else None,
+                                  judge_source=judge if mode == "hybrid" else None)
             ranked = [hit["id"] for hit in hits]
             if not query["gold"]:
                 for group in ("all", query.get("kind", "?"), query.get("lang", "?")):
@@ -345,6 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--misses", action="store_true", help="list queries whose gold is not in the top 5")
     parser.add_argument("--no-e5", action="store_true", help="hybrid without the e5 channel (as before a brain's e5 vectors are there)")
+    parser.add_argument("--no-judge", action="store_true", help="hybrid without the answer gate's judge (as before it is ready)")
     parser.add_argument("--cache-dir", type=Path, help="keep the vectors here between runs (default: the command line's cache)")
     args = parser.parse_args(argv)
     if not (args.set / "queries.jsonl").is_file():
@@ -357,8 +361,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.cv and "hybrid" not in modes:
         parser.error("--cv needs the hybrid mode")
     store, e5 = cached_stores(args.cache_dir, e5=not args.no_e5)
-    report = run(args.set, modes, args.misses, no_answer, args.cv, store, e5)
-    print(f"hybrid's e5 channel: {'on' if e5 is not None else 'off'}")
+    judge = judge_store() if e5 is not None and not args.no_judge else None
+    report = run(args.set, modes, args.misses, no_answer, args.cv, store, e5, judge)
+    print(f"hybrid's e5 channel: {'on' if e5 is not None else 'off'}; the answer gate's judge: "
+          f"{'on' if judge is not None else 'off'}")
     print_report(report, modes)
     if args.json:
         args.json.write_text(json.dumps(report, indent=2), encoding="utf-8")
