@@ -145,6 +145,16 @@ def _e5_line(e5: dict[str, Any]) -> str:
             "uses it once all are.")
 
 
+def _judge_line(judge: dict[str, Any]) -> str:
+    """Where the answer gate's judge stands (brain_status)."""
+    if judge.get("state") == "unavailable":
+        reason = f" ({one(judge['reason'])})" if judge.get("reason") else ""
+        return f"Recall judge: cannot load on this machine{reason}; the answer gate decides without it."
+    if judge.get("state") == "ready":
+        return "Recall judge: ready; the answer gate asks it about the queries it doubts."
+    return "Recall judge: loading; the answer gate decides without it until it is ready."
+
+
 def status_text(result: dict[str, Any]) -> str:
     """Counts, brains (active marked), identity note and sync state."""
     active = result.get("active_brain")
@@ -178,6 +188,9 @@ def status_text(result: dict[str, Any]) -> str:
     e5 = result.get("recall_e5")
     if e5:
         lines.append(_e5_line(e5))
+    judge = result.get("recall_judge")
+    if judge:
+        lines.append(_judge_line(judge))
     identity = result.get("identity", {})
     lines.append(f"Identity: {identity.get('status')}")
     if identity.get("note"):

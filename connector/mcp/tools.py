@@ -757,6 +757,18 @@ class BrainTools:
             return None
         return self.judge.for_brain(brain_id)
 
+    def _judge_status(self) -> dict[str, str] | None:
+        """Where the answer gate's judge stands, as brain_status shows it: ``loading``, ``ready``,
+        or ``unavailable`` with the reason (None: the connector runs without one)."""
+        judge = self.judge
+        if judge is None:
+            return None
+        failed = getattr(judge.embedder, "failed", None)
+        if failed is not None:
+            # The reason's summary only: the detail after it (an exception's text, a path) stays in the log.
+            return {"state": "unavailable", "reason": str(failed).split(": ", 1)[0]}
+        return {"state": "ready" if getattr(judge.embedder, "ready", False) else "loading"}
+
     def _e5_follow(self, brain_id: str | None, brain: Brain, index: BrainIndex, hybrid: HybridIndex) -> None:
         """After a write: the e5 vectors of its new memories are computed in the background (only
         when the version before had its e5 vectors: the engine is loaded, and nothing else of the
@@ -875,6 +887,10 @@ class BrainTools:
         if e5 is not None:
             # How far the second model's vectors are (hybrid recall fuses them in once all are there).
             structured["recall_e5"] = e5.to_json()
+        judge = self._judge_status()
+        if judge is not None:
+            # Whether the answer gate's judge is loaded yet (it decides the queries the gate doubts once it is).
+            structured["recall_judge"] = judge
         notes = []
         if _damaged_index(snapshot, index):
             # Said here, where a model looks when recall and writes refuse: "0 memories" read as an empty brain.

@@ -179,7 +179,9 @@ def test_without_e5_status_says_nothing_of_it(store: RunningStore, tmp_path: Pat
         async with mcp_session(base + "/mcp", token) as client:
             found = structured(await client.call_tool("brain_recall", {"query": "疫苗", "limit": 3}))
             assert found["results"][0]["id"] == ids["猫的疫苗"]
-            assert "recall_e5" not in structured(await client.call_tool("brain_status", {}))
+            status = structured(await client.call_tool("brain_status", {}))
+            # No e5, no judge: the answer gate it serves decides only once e5 votes.
+            assert "recall_e5" not in status and "recall_judge" not in status
 
     with connector(tmp_path, store, env={"CONNECTOR_RECALL_E5": "false"}) as server:
         asyncio.run(scenario(server.base_url))
