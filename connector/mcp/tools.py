@@ -758,16 +758,16 @@ class BrainTools:
         return self.judge.for_brain(brain_id)
 
     def _judge_status(self) -> dict[str, str] | None:
-        """Where the answer gate's judge stands, as brain_status shows it: ``loading``, ``ready``,
-        or ``unavailable`` with the reason (None: the connector runs without one)."""
-        judge = self.judge
-        if judge is None:
+        """Where the answer gate's judge stands, as brain_status shows it: ``idle`` (it loads at
+        the first hybrid recall), ``loading``, ``ready``, or ``unavailable`` with the reason (None:
+        the connector runs without one)."""
+        if self.judge is None:
             return None
-        failed = getattr(judge.embedder, "failed", None)
-        if failed is not None:
+        model = cast(JudgeEmbedder, self.judge.embedder)
+        if model.failed is not None:
             # The reason's summary only: the detail after it (an exception's text, a path) stays in the log.
-            return {"state": "unavailable", "reason": str(failed).split(": ", 1)[0]}
-        return {"state": "ready" if getattr(judge.embedder, "ready", False) else "loading"}
+            return {"state": "unavailable", "reason": model.failed.split(": ", 1)[0]}
+        return {"state": "ready" if model.ready else "loading" if model.started else "idle"}
 
     def _e5_follow(self, brain_id: str | None, brain: Brain, index: BrainIndex, hybrid: HybridIndex) -> None:
         """After a write: the e5 vectors of its new memories are computed in the background (only

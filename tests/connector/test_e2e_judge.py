@@ -42,7 +42,7 @@ def _engine_answers(brain: Any) -> tuple[dict[str, list[str]], dict[str, list[st
     from connector.engine.recall.index import BrainIndex
     from connector.workcopy.vectors import VectorStore, e5_store, judge_store
 
-    e5, judge = e5_store(), judge_store(background=False)
+    e5, judge = e5_store(), judge_store()
     assert e5 is not None, "the e5 engine does not load here"
     assert judge is not None, "the judge does not load here"
     # Queries through the int8 kernels, as the connector embeds them once brain_status says they are ready.
@@ -70,8 +70,9 @@ async def _status_once_ready(client: Any, *, judged: bool) -> tuple[dict[str, An
         status = structured(result)
         e5 = status.get("recall_e5") or {}
         if judged:
-            # Loading, then ready: never unavailable (this process loaded the same judge above).
-            assert status["recall_judge"]["state"] in ("loading", "ready"), status["recall_judge"]
+            # Idle until the first hybrid recall, loading, then ready: never unavailable (this process
+            # loaded the same judge above).
+            assert status["recall_judge"]["state"] in ("idle", "loading", "ready"), status["recall_judge"]
         judge_ready = not judged or status["recall_judge"]["state"] == "ready"
         if e5.get("state") == "ready" and e5.get("query_kernels") == "ready" and judge_ready:
             return status, result.content[0].text
@@ -139,7 +140,7 @@ def test_status_says_why_the_judge_cannot_load(store: RunningStore, monkeypatch:
         manager = WorkingCopyManager(StoreClient(store.url))
         tools = BrainTools(manager, judge=VectorStore(embedder))
         shown, text = await status(tools)
-        assert shown["recall_judge"] == {"state": "loading"} and "Recall judge: loading" in text
+        assert shown["recall_judge"] == {"state": "idle"} and "Recall judge: loads at the first hybrid recall" in text
         with pytest.raises(JudgeUnavailable, match="the judge's tokenizer cannot load: "):
             embedder.load()
         shown, text = await status(tools)

@@ -71,6 +71,17 @@ def test_recall_mode() -> None:
         ConnectorSettings.load({**STORE, "CONNECTOR_RECALL_MODE": "semantic"})
 
 
+def test_recall_models_e5_and_the_judge() -> None:
+    """Both on by default; each turned off alone; a value neither true nor false is refused, named."""
+    default = ConnectorSettings.load(STORE)
+    assert (default.recall_e5, default.recall_judge) == (True, True)
+    off = ConnectorSettings.load({**STORE, "CONNECTOR_RECALL_JUDGE": "false"})
+    assert (off.recall_e5, off.recall_judge) == (True, False)
+    assert ConnectorSettings.load({**STORE, "CONNECTOR_RECALL_E5": "0"}).recall_e5 is False
+    with pytest.raises(SettingsError, match="CONNECTOR_RECALL_JUDGE must be true or false, got 'maybe'"):
+        ConnectorSettings.load({**STORE, "CONNECTOR_RECALL_JUDGE": "maybe"})
+
+
 def test_log_level_is_read_as_the_stores_is() -> None:
     """One rule for CONNECTOR_LOG_LEVEL and STORE_LOG_LEVEL (common/logs.py): any case, and a bad
     value named with the levels allowed."""

@@ -93,6 +93,11 @@ class JudgeEmbedder:
         self.failed: str | None = None  # why it cannot load (set once tried)
 
     @property
+    def started(self) -> bool:
+        """Whether loading has begun (`start`, or a first `embed`)."""
+        return self._started
+
+    @property
     def ready(self) -> bool:
         """Whether the judge is loaded (`start` loads it in the background)."""
         return self._session is not None
