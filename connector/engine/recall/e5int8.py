@@ -28,14 +28,12 @@ onnxruntime or onnx is missing, or the runtime refuses the graph, `Int8Encoder` 
 from __future__ import annotations
 
 import math
-import os
-import subprocess
 import sys
-import tempfile
 from typing import Any
 
 import numpy as np
 
+from connector.engine.recall.childwrite import GraphUnavailable, session_written_by
 from connector.engine.recall.e5weights import E5Weights
 
 # ONNX Runtime's MatMulNBits computes in int8 from accuracy level 4 (0-3: float inputs).
@@ -55,41 +53,13 @@ class Int8Encoder:
 
     def __init__(self, weights: E5Weights) -> None:
         try:
-            import onnxruntime
-        except ImportError as exc:
-            raise Int8Unavailable(f"onnxruntime cannot load: {exc}") from exc
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = 1  # a query runs beside the recall's own thread: one core each
-        options.inter_op_num_threads = 1
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        options.enable_cpu_mem_arena = False  # a query's few buffers: no arena kept between calls
-        options.enable_mem_pattern = False
-        options.log_severity_level = 3
-        with tempfile.TemporaryDirectory(prefix="e5-int8-") as folder:
-            path = os.path.join(folder, "encoder.onnx")
-            _write_graph_in_child(weights.path, path)
-            try:
-                self._session: Any = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-            except Exception as exc:  # noqa: BLE001 - any refusal (an old runtime without the operator): no int8 path
-                raise Int8Unavailable(f"onnxruntime refused the int4 encoder: {exc}") from exc
+            self._session: Any = session_written_by(__name__, weights.path, "encoder.onnx", "the int4 encoder",
+                                                    _CHILD_TIMEOUT_S)
+        except GraphUnavailable as exc:
+            raise Int8Unavailable(str(exc)) from exc
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         return self._session.run(None, {"x": np.ascontiguousarray(x, dtype=np.float32)})[0]
-
-
-def _write_graph_in_child(weights_path: str, out: str) -> None:
-    """Write the encoder's graph for the model file at ``weights_path`` to ``out`` in a child process."""
-    # The child imports this package from where this process did (an unpacked checkout too).
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
-    try:
-        done = subprocess.run([sys.executable, "-m", __name__, weights_path, out], capture_output=True,
-                              timeout=_CHILD_TIMEOUT_S, check=False, env=env)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise Int8Unavailable(f"the int4 encoder could not be written: {exc}") from exc
-    if done.returncode != 0 or not os.path.isfile(out):
-        reason = done.stderr.decode("utf-8", "replace").strip().splitlines()
-        raise Int8Unavailable(f"the int4 encoder could not be written: {reason[-1] if reason else done.returncode}")
 
 
 def encoder_graph(weights: E5Weights) -> Any:

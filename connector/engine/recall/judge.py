@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
 import sys
-import tempfile
 import threading
 from collections.abc import Sequence
 from importlib import metadata
@@ -36,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from connector.engine.recall.childwrite import GraphUnavailable, session_written_by
 from connector.engine.recall.embedding import MAX_EMBED_CHARS
 from connector.engine.recall.textmatch import has_cjk
 
@@ -152,7 +151,6 @@ def _load() -> tuple[Any, Any]:
     """The tokenizer and the onnxruntime session of the rewritten model."""
     model, vocabulary = _package_file(*_MODEL), _package_file(*_TOKENIZER)
     try:
-        import onnxruntime
         from tokenizers import Tokenizer
     except ImportError as exc:
         raise JudgeUnavailable(f"cannot import {exc.name}") from exc
@@ -162,36 +160,11 @@ def _load() -> tuple[Any, Any]:
         raise JudgeUnavailable(f"the judge's tokenizer cannot load: {exc}") from exc
     tokenizer.enable_truncation(max_length=MAX_TOKENS)
     tokenizer.no_padding()
-    options = onnxruntime.SessionOptions()
-    # One thread: a handful of short texts a query, beside the other channels' work.
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    options.enable_cpu_mem_arena = False  # a text's few buffers: no arena kept between calls
-    options.enable_mem_pattern = False
-    options.log_severity_level = 3
-    with tempfile.TemporaryDirectory(prefix="judge-") as folder:
-        path = os.path.join(folder, "judge.onnx")
-        _rewrite_in_child(str(model), path)
-        try:
-            session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-        except Exception as exc:  # noqa: BLE001 - any refusal of the rewritten model: no judge
-            raise JudgeUnavailable(f"onnxruntime refused the judge's model: {exc}") from exc
-    return tokenizer, session
-
-
-def _rewrite_in_child(model: str, out: str) -> None:
-    """Write `rewrite`'s model of ``model`` to ``out`` in a child process."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
     try:
-        done = subprocess.run([sys.executable, "-m", __name__, model, out], capture_output=True,
-                              timeout=_CHILD_TIMEOUT_S, check=False, env=env)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise JudgeUnavailable(f"the judge's model could not be prepared: {exc}") from exc
-    if done.returncode != 0 or not os.path.isfile(out):
-        reason = done.stderr.decode("utf-8", "replace").strip().splitlines()
-        raise JudgeUnavailable(f"the judge's model could not be prepared: {reason[-1] if reason else done.returncode}")
+        session = session_written_by(__name__, str(model), "judge.onnx", "the judge's model", _CHILD_TIMEOUT_S)
+    except GraphUnavailable as exc:
+        raise JudgeUnavailable(str(exc)) from exc
+    return tokenizer, session
 
 
 def rewrite(model: str, out: str) -> None:
@@ -315,6 +288,6 @@ def judge_unavailable_reason() -> str | None:
     return _DEFAULT.failed if _DEFAULT is not None else None
 
 
-if __name__ == "__main__":  # the child of `_rewrite_in_child`
+if __name__ == "__main__":  # the child of `_load` (childwrite.session_written_by)
     logging.basicConfig(level=logging.ERROR)
     rewrite(sys.argv[1], sys.argv[2])
