@@ -713,7 +713,7 @@ def hybrid_recall(
 
 def _judged(source: VectorSource, query: str, texts: Sequence[str]) -> float | None:
     """The judge's best cosine between ``query`` and ``texts`` (None without texts); a memory
-    it has not read yet is embedded now (a handful at most, ~4 ms each)."""
+    it has not read yet is embedded now (at most 15, ~6 ms each; none once read)."""
     if not texts:
         return None
     try:
