@@ -441,8 +441,8 @@ def build_parts(settings: ConnectorSettings, *, tuning: ManagerTuning | None = N
     vectors = VectorStore(state=shared, state_key=state_key)
     # The second model's (e5) beside them, computed in the background; its engine loads on first use.
     e5 = E5Backfill(lambda: e5_store(shared, state_key, fast_queries=True)) if settings.recall_e5 else None
-    # The answer gate's judge, prepared in the background at the first hybrid recall (~1 s of CPU
-    # once); its few vectors a query are kept in memory only.
+    # The answer gate's judge, prepared in the background at the first query the gate doubts (~1 s
+    # of CPU once); its few vectors a query are kept in memory only.
     judge = judge_store() if settings.recall_e5 and settings.recall_judge else None
     # Hybrid indexes kept on this replica's disk (by brain and content), so a restart does not rebuild them.
     index_cache = settings.index_cache_path

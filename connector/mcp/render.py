@@ -153,7 +153,7 @@ def _judge_line(judge: dict[str, Any]) -> str:
     if judge.get("state") == "ready":
         return "Recall judge: ready; the answer gate asks it about the queries it doubts."
     if judge.get("state") == "idle":
-        return "Recall judge: loads at the first hybrid recall; the answer gate decides without it until then."
+        return "Recall judge: loads at the first query the answer gate doubts; the gate decides without it until then."
     return "Recall judge: loading; the answer gate decides without it until it is ready."
 
 

@@ -74,7 +74,7 @@ from connector.workcopy.indexdisk import IndexDisk
 from connector.workcopy.manager import WorkingCopyManager
 from connector.workcopy.model import STATUS_NO_BRAIN, Account, Snapshot, WriteOutcome
 from connector.workcopy.store_client import BrainRecord, StoreError
-from connector.workcopy.vectors import BrainVectors, HybridCache, QueryVectors, VectorStore
+from connector.workcopy.vectors import HybridCache, QueryVectors, VectorStore, WhenReady
 
 log = logging.getLogger("connector.tools")
 
@@ -746,20 +746,14 @@ class BrainTools:
             self._vectors = VectorStore()
         return self._vectors
 
-    def _judge_of(self, brain_id: str | None) -> BrainVectors | None:
-        """The judge's vectors of one brain once its model is ready; before, None, and the model
-        starts loading in the background (a recall never waits for it)."""
-        if self.judge is None:
-            return None
-        model = cast(JudgeEmbedder, self.judge.embedder)
-        if not model.ready:
-            model.start()
-            return None
-        return self.judge.for_brain(brain_id)
+    def _judge_of(self, brain_id: str | None) -> WhenReady | None:
+        """The judge's vectors of one brain, which never wait for its model (it starts loading at
+        the first query the gate doubts)."""
+        return WhenReady(self.judge, brain_id) if self.judge is not None else None
 
     def _judge_status(self) -> dict[str, str] | None:
         """Where the answer gate's judge stands, as brain_status shows it: ``idle`` (it loads at
-        the first hybrid recall), ``loading``, ``ready``, or ``unavailable`` with the reason (None:
+        the first query the gate doubts), ``loading``, ``ready``, or ``unavailable`` with the reason (None:
         the connector runs without one)."""
         if self.judge is None:
             return None

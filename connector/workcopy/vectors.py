@@ -30,6 +30,7 @@ import struct
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from typing import cast
 
 import numpy as np
 from cryptography.exceptions import InvalidTag
@@ -40,6 +41,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from common.docstore import DocumentStore, DocumentStoreError
 from connector.engine.recall.embedding import Embedder, Quantized, content_hash, default_embedder, quantize
 from connector.engine.recall.hybrid import HybridIndex
+from connector.engine.recall.judge import JudgeEmbedder, JudgeUnavailable, default_judge
 
 log = logging.getLogger("connector.vectors")
 
@@ -348,9 +350,34 @@ def judge_store() -> VectorStore:
     handful of memories a doubtful query. Its model loads when first asked (`JudgeEmbedder.embed`),
     or in the background once started (`JudgeEmbedder.start`: a server, which asks it only once
     it is `ready`)."""
-    from connector.engine.recall.judge import default_judge
-
     return VectorStore(default_judge())
+
+
+class WhenReady:
+    """One brain's judge vectors for a server, which never waits for the judge's model: asked
+    before the model is ready, it starts loading it in the background and raises
+    `JudgeUnavailable` (hybrid recall's gate then decides without the judge). So the model loads
+    at the first query the gate doubts, in a process that has one (a `VectorSource`)."""
+
+    def __init__(self, store: VectorStore, brain_id: str | None) -> None:
+        self._vectors = store.for_brain(brain_id)
+        self._model = cast(JudgeEmbedder, store.embedder)
+        self.model_id = store.model_id
+
+    def _ready(self) -> None:
+        if not self._model.ready:
+            self._model.start()
+            raise JudgeUnavailable("the judge is loading")
+
+    def vectors(self, hashes: Sequence[bytes], texts: Sequence[str]) -> Quantized:
+        """Vectors of ``texts`` keyed by ``hashes`` (see `BrainVectors.vectors`), once the model is ready."""
+        self._ready()
+        return self._vectors.vectors(hashes, texts)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """The unit vector of a query, once the model is ready."""
+        self._ready()
+        return self._vectors.embed_query(text)
 
 
 class _OldFormat(Exception):

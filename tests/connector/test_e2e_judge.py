@@ -77,7 +77,8 @@ async def _status_once_ready(client: Any, *, judged: bool) -> tuple[dict[str, An
         if e5.get("state") == "ready" and e5.get("query_kernels") == "ready" and judge_ready:
             return status, result.content[0].text
         assert time.monotonic() < deadline, status
-        structured(await client.call_tool("brain_recall", {"query": "warm-up", "limit": 1}))
+        # A query the gate doubts: once e5 votes, it starts the judge loading.
+        structured(await client.call_tool("brain_recall", {"query": JUDGE_QUERIES[1], "limit": 1}))
         await asyncio.sleep(0.5)
 
 
@@ -140,7 +141,7 @@ def test_status_says_why_the_judge_cannot_load(store: RunningStore, monkeypatch:
         manager = WorkingCopyManager(StoreClient(store.url))
         tools = BrainTools(manager, judge=VectorStore(embedder))
         shown, text = await status(tools)
-        assert shown["recall_judge"] == {"state": "idle"} and "Recall judge: loads at the first hybrid recall" in text
+        assert shown["recall_judge"] == {"state": "idle"} and "Recall judge: loads at the first query the answer gate doubts" in text
         with pytest.raises(JudgeUnavailable, match="the judge's tokenizer cannot load: "):
             embedder.load()
         shown, text = await status(tools)
