@@ -753,8 +753,8 @@ class BrainTools:
 
     def _judge_status(self) -> dict[str, str] | None:
         """Where the answer gate's judge stands, as brain_status shows it: ``idle`` (it loads at
-        the first query the gate doubts), ``loading``, ``ready``, or ``unavailable`` with the reason (None:
-        the connector runs without one)."""
+        the first query the gate doubts), ``loading``, ``ready``, or ``unavailable`` with the
+        reason (None: the connector runs without one)."""
         if self.judge is None:
             return None
         model = cast(JudgeEmbedder, self.judge.embedder)
