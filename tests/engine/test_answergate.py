@@ -15,6 +15,7 @@ from connector.engine.recall.answergate import (
     PASSAGE_FEATURES,
     PASSAGE_GATE,
     AnswerGate,
+    Cascade,
     alike_gap,
     gate_features,
 )
@@ -84,6 +85,20 @@ def test_once_e5_votes_the_gate_decides_where_the_floor_would_not() -> None:
     assert answer_decision(signals, eligible, e5) == ANSWER_GATE.answers(features)
 
 
+def _near_and_far(cascade: Cascade, eligible: np.ndarray) -> dict[str, tuple]:  # type: ignore[type-arg]
+    """A synthetic query the first gate scores inside ``cascade``'s band ("near") and one outside
+    it ("far"), each as (signals, e5, features, score): e5's best rising from query to query."""
+    found: dict[str, tuple] = {}  # type: ignore[type-arg]
+    for seed in range(600):
+        e5_top = 0.79 + 0.002 * (seed % 80)
+        signals, e5 = _query(seed, use_top=0.3, use_level=0.2, e5_top=e5_top, e5_level=0.79, e5_spread=0.01, hubness=0.4)
+        features = gate_features(floor_margin(signals, eligible), signals.semantic, signals.semantic, e5, signals.bm25,
+                                 signals.words, signals.near_words, eligible)
+        score = ANSWER_GATE.score(features)
+        found.setdefault("near" if cascade.asks(score) else "far", (signals, e5, features, score))
+    return found
+
+
 def test_the_cascade_reads_the_query_as_a_passage_only_near_the_threshold() -> None:
     assert len(PASSAGE_GATE.weights) == len(PASSAGE_GATE.means) == len(PASSAGE_FEATURES) == len(FEATURES) + 1
     assert CASCADE.low < ANSWER_GATE.threshold < CASCADE.high and CASCADE.gate is PASSAGE_GATE
@@ -97,14 +112,7 @@ def test_the_cascade_reads_the_query_as_a_passage_only_near_the_threshold() -> N
         return alike
 
     rng = np.random.default_rng(5)
-    found = {}
-    for seed in range(400):  # synthetic queries: some far from the threshold, some near it
-        e5_top = 0.80 + 0.002 * (seed % 60)
-        signals, e5 = _query(seed, use_top=0.3, use_level=0.2, e5_top=e5_top, e5_level=0.79, e5_spread=0.01, hubness=0.4)
-        features = gate_features(floor_margin(signals, eligible), signals.semantic, signals.semantic, e5, signals.bm25,
-                                 signals.words, signals.near_words, eligible)
-        score = ANSWER_GATE.score(features)
-        found.setdefault("near" if CASCADE.asks(score) else "far", (signals, e5, features, score))
+    found = _near_and_far(CASCADE, eligible)
     assert set(found) == {"near", "far"}, "the synthetic queries should fall both near and far from the threshold"
     # Far from the threshold the first gate decides and the second e5 pass never runs.
     signals, e5, features, score = found["far"]

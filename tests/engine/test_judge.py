@@ -17,12 +17,11 @@ from connector.engine.recall.answergate import (
     JUDGED_GATE,
     PASSAGE_FEATURES,
     alike_gap,
-    gate_features,
     judge_candidates,
 )
-from connector.engine.recall.hybrid import answer_decision, floor_margin
+from connector.engine.recall.hybrid import answer_decision
 from connector.engine.recall.judge import JudgeEmbedder, JudgeUnavailable, judge_embedder, judge_reads
-from tests.engine.test_answergate import _query
+from tests.engine.test_answergate import _near_and_far
 
 
 @pytest.fixture(scope="module")
@@ -80,18 +79,6 @@ def test_judge_candidates_are_each_channels_first_few_that_may_be_listed() -> No
     assert found.tolist() == [0, 1, 2, 10, 12, 26, 27, 28]
 
 
-def _near_and_far(eligible: np.ndarray) -> dict[str, tuple]:  # type: ignore[type-arg]
-    found: dict[str, tuple] = {}  # type: ignore[type-arg]
-    for seed in range(600):
-        e5_top = 0.79 + 0.002 * (seed % 80)
-        signals, e5 = _query(seed, use_top=0.3, use_level=0.2, e5_top=e5_top, e5_level=0.79, e5_spread=0.01, hubness=0.4)
-        features = gate_features(floor_margin(signals, eligible), signals.semantic, signals.semantic, e5, signals.bm25,
-                                 signals.words, signals.near_words, eligible)
-        score = ANSWER_GATE.score(features)
-        found.setdefault("near" if JUDGED_CASCADE.asks(score) else "far", (signals, e5, features, score))
-    return found
-
-
 def test_the_judged_gate_asks_the_judge_about_doubtful_queries_only() -> None:
     assert JUDGE_FEATURES == (*PASSAGE_FEATURES, "judge_reads", "judge_top")
     assert len(JUDGED_GATE.weights) == len(JUDGED_GATE.means) == len(JUDGED_GATE.scales) == len(JUDGE_FEATURES)
@@ -99,7 +86,7 @@ def test_the_judged_gate_asks_the_judge_about_doubtful_queries_only() -> None:
     assert JUDGED_CASCADE.low <= CASCADE.low and CASCADE.high <= JUDGED_CASCADE.high
     eligible = np.ones(60, dtype=bool)
     alike = np.random.default_rng(3).uniform(0.7, 0.9, 60).astype(np.float32)
-    found = _near_and_far(eligible)
+    found = _near_and_far(JUDGED_CASCADE, eligible)
     assert set(found) == {"near", "far"}
     asked: list[list[int]] = []
 

@@ -29,9 +29,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["ANSWER_GATE", "AnswerGate", "CASCADE", "FEATURES", "JUDGED_CASCADE", "JUDGED_GATE", "JUDGE_CANDIDATES",
-           "JUDGE_FEATURES", "MIN_MEMORIES", "PASSAGE_FEATURES", "PASSAGE_GATE", "alike_gap", "gate_features",
-           "judge_candidates"]
+__all__ = ["ANSWER_GATE", "AnswerGate", "CASCADE", "Cascade", "FEATURES", "JUDGED_CASCADE", "JUDGED_GATE",
+           "JUDGE_CANDIDATES", "JUDGE_FEATURES", "MIN_MEMORIES", "PASSAGE_FEATURES", "PASSAGE_GATE", "alike_gap",
+           "gate_features", "judge_candidates"]
 
 FEATURES = (
     "floor_margin",  # the strength floor's margin (>= 0: it passes)
