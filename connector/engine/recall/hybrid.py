@@ -681,7 +681,8 @@ def hybrid_recall(
     if judge_source is not None and brain is not None:
         judge = lambda positions: _judged(  # noqa: E731 - asked near the threshold only
             judge_source, scored, [memory_text(brain, index.memories[p].entry) for p in positions])
-    well = answer_decision(signals, allowed, channels["e5"], margin, alike, judge, judge_reads(scored))
+    well = answer_decision(signals, allowed, channels["e5"], margin, alike, judge,
+                           judge is not None and judge_reads(scored))
     adjacent = hybrid.adjacent(index)
     fusion = fusion.for_query(channels, allowed, signals.words)
     normalised = channel_zscores(channels, allowed, fusion.clip, fusion.clips())
