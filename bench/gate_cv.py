@@ -104,7 +104,8 @@ class Rows:
         """The same queries over JUDGE_FEATURES (the judged cascade's second gate)."""
         if np.isnan(self.judged).any():
             raise SystemExit("these channels lack the judge's cosines: run bench/locomo.py --keep anew")
-        return replace(self.with_alike(), features=np.column_stack([self.with_alike().features, self.judged]))
+        alike = self.with_alike()
+        return replace(alike, features=np.column_stack([alike.features, self.judged]))
 
 
 def features_of(case: locomo.Case) -> np.ndarray:

@@ -74,7 +74,7 @@ from connector.engine.writes.ops import Memorize  # noqa: E402
 from connector.engine.recall.exact import recall  # noqa: E402
 from connector.engine.recall.pipeline import eligibility  # noqa: E402
 from connector.workcopy.vectorcache import cached_stores  # noqa: E402
-from connector.workcopy.vectors import VectorStore  # noqa: E402
+from connector.workcopy.vectors import judge_store as vectors_of_judge  # noqa: E402
 
 SHARED = REPO.parent / "shared" / "fixtures"
 LOCOMO = SHARED / "locomo-dev"
@@ -221,15 +221,14 @@ def prepare(brainset: Brainset, cache_dir: Path | None) -> Prepared:
     index = BrainIndex.build(brain)
     started = time.perf_counter()
     hybrid = HybridIndex.build(brain, index, use_store)
+    texts = memory_texts(brain, index)
     e5_vectors = None
     if e5_store is not None:
-        texts = memory_texts(brain, index)
         e5_vectors = e5_store.vectors([content_hash(e5_store.model_id, text) for text in texts], texts)
-    judge = judge_embedder()
-    judge_store = VectorStore(judge) if judge is not None else None
+    # The judge where it loads here (else the runs score the cascade without it).
+    judge_store = vectors_of_judge() if judge_embedder() is not None else None
     judge_vectors = None
     if judge_store is not None:
-        texts = memory_texts(brain, index)
         judge_vectors = judge_store.vectors([content_hash(judge_store.model_id, text) for text in texts], texts)
     print(f"  {brainset.name}: {len(index.memories)} memories, vectors in {time.perf_counter() - started:.1f} s "
           f"(embedded: USE {use_store.embedded}, e5 {e5_store.embedded if e5_store else '-'}, "
