@@ -391,14 +391,32 @@ class HybridIndex:
         """
         records = index.memories
         ids = [record.id for record in records]
-        old_positions = {memory_id: position for position, memory_id in enumerate(self.ids)}
         named = change.memories
-        paths = change.paths
+        count = len(self.ids)
+        if named is not None and ids[:count] == self.ids:
+            hashes, keep, looked, added_at, texts = self._appended(brain, index, source, change, named)
+        else:
+            hashes, keep, looked, added_at, texts = self._compared(brain, records, source, change)
+        # The memories with newer fields: as before for those whose entry is unchanged.
+        checked = set(looked)
+        newer = sorted([int(keep[old]) for old in self.newer if keep[old] >= 0 and int(keep[old]) not in checked]
+                       + [position for position in looked if records[position].has_newer_fields])
+        return self._merged(ids, hashes, keep, added_at, texts, newer,
+                            lambda at: memory_text(brain, records[at].entry), source)
+
+    def _compared(
+        self, brain: Brain, records: Sequence[MemoryRecord], source: VectorSource, change: BrainChange
+    ) -> tuple[list[bytes], np.ndarray, list[int], list[int], list[str]]:
+        """`changed`'s view of the memories, each compared with this version's by id (and, where
+        ``change`` does not rule it out, by content): (their hashes, ``keep`` as in `_merged`,
+        the positions whose text was read, the positions and texts of the new or changed ones)."""
+        old_positions = {memory_id: position for position, memory_id in enumerate(self.ids)}
+        named, paths = change.memories, change.paths
         hashes: list[bytes] = []
         added_at: list[int] = []
         texts: list[str] = []
         keep = np.full(len(self.ids), -1, dtype=np.int64)
-        looked: list[int] = []  # positions of the memories whose entry was read
+        looked: list[int] = []
         for position, record in enumerate(records):
             old = old_positions.get(record.id)
             if old is not None and named is not None and record.id not in named and record.path not in paths:
@@ -414,12 +432,36 @@ class HybridIndex:
             else:
                 added_at.append(position)
                 texts.append(text)
-        # The memories with newer fields: as before for those whose entry is unchanged.
-        checked = set(looked)
-        newer = sorted([int(keep[old]) for old in self.newer if keep[old] >= 0 and int(keep[old]) not in checked]
-                       + [position for position in looked if records[position].has_newer_fields])
-        return self._merged(ids, hashes, keep, added_at, texts, newer,
-                            lambda at: memory_text(brain, records[at].entry), source)
+        return hashes, keep, looked, added_at, texts
+
+    def _appended(
+        self, brain: Brain, index: BrainIndex, source: VectorSource, change: BrainChange, named: set[str]
+    ) -> tuple[list[bytes], np.ndarray, list[int], list[int], list[str]]:
+        """`_compared` when this version's memories are the first of the new one, in order (a
+        write that added memories or changed some in place): only the memories ``change``
+        names or whose file it wrote, and the added ones, are read (a memorize at 10,000
+        memories need not walk all of them in Python)."""
+        records = index.memories
+        count = len(self.ids)
+        paths = change.paths
+        looked = {index.positions[memory_id] for memory_id in named if memory_id in index.positions}
+        looked.update(range(count, len(records)))
+        if paths:
+            looked.update(position for position, record in enumerate(records) if record.path in paths)
+        hashes = [*self.hashes, *([b""] * (len(records) - count))]
+        keep = np.arange(count, dtype=np.int64)
+        added_at: list[int] = []
+        texts: list[str] = []
+        for position in sorted(looked):
+            text = memory_text(brain, records[position].entry)
+            digest = content_hash(source.model_id, text)
+            hashes[position] = digest
+            if position >= count or self.hashes[position] != digest:
+                if position < count:
+                    keep[position] = -1
+                added_at.append(position)
+                texts.append(text)
+        return hashes, keep, sorted(looked), added_at, texts
 
     def _merged(
         self, ids: list[str], hashes: list[bytes], keep: np.ndarray, added_at: list[int], texts: list[str],
@@ -438,9 +480,7 @@ class HybridIndex:
         if text is None:
             return None
         fresh = source.vectors([hashes[at] for at in added_at], texts)
-        codes = np.empty((len(ids), self.vectors.codes.shape[1]), dtype=self.vectors.codes.dtype)
-        scales = np.empty(len(ids), dtype=self.vectors.scales.dtype)
-        codes[kept], scales[kept] = self.vectors.codes[keep >= 0], self.vectors.scales[keep >= 0]
+        codes, scales = _moved(self.vectors, keep, len(ids))
         codes[positions], scales[positions] = fresh.codes, fresh.scales
         e5, pending = self._e5_followed(len(ids), keep, added_at, texts)
         # Hubness depends on every other memory's vector: computed again on demand.
@@ -456,9 +496,10 @@ class HybridIndex:
         e5, before = self.e5_state()
         if e5 is None:
             return None, {}
-        codes = np.zeros((count, e5.codes.shape[1]), dtype=e5.codes.dtype)
-        scales = np.zeros(count, dtype=e5.scales.dtype)
-        codes[keep[keep >= 0]], scales[keep[keep >= 0]] = e5.codes[keep >= 0], e5.scales[keep >= 0]
+        codes, scales = _moved(e5, keep, count)
+        absent = np.ones(count, dtype=bool)
+        absent[keep[keep >= 0]] = False
+        codes[absent], scales[absent] = 0, 0
         pending = {int(keep[old]): text for old, text in before.items() if keep[old] >= 0}
         pending.update(zip(added_at, texts, strict=True))
         return Quantized(codes, scales), pending
@@ -510,6 +551,21 @@ class HybridIndex:
         except ValueError:
             return None
         return self.vectors.codes[row].astype(np.float32) * self.vectors.scales[row]
+
+
+def _moved(vectors: Quantized, keep: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows for ``count`` memories with ``vectors``' rows moved as ``keep`` says (each row's new
+    position, -1: dropped; increasing over the kept ones); the other rows are left unset."""
+    codes = np.empty((count, vectors.codes.shape[1]), dtype=vectors.codes.dtype)
+    scales = np.empty(count, dtype=vectors.scales.dtype)
+    held = keep >= 0
+    if held.all() and (not len(keep) or keep[-1] == len(keep) - 1):
+        # Every row where it was (the usual write, which adds memories after them): two copies,
+        # not a gather and a scatter of the whole matrix.
+        codes[: len(keep)], scales[: len(keep)] = vectors.codes, vectors.scales
+    else:
+        codes[keep[held]], scales[keep[held]] = vectors.codes[held], vectors.scales[held]
+    return codes, scales
 
 
 def _path_of(record: MemoryRecord) -> str:
