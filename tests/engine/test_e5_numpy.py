@@ -13,6 +13,7 @@ import pytest
 from connector.engine.recall.e5 import NUMPY_MIN_TEXTS, E5Embedder, e5_embedder
 from connector.engine.recall.e5forward import Shape, _attention, _Scratch, gelu_
 from connector.engine.recall.e5numpy import NumpyE5, packaged_model_path
+from connector.engine.recall.e5tokenizer import E5Tokenizer
 from connector.engine.recall.e5weights import E5FormatError, E5Weights
 from connector.engine.recall.embedding import MAX_EMBED_CHARS
 from connector.engine.recall.hybrid import HybridIndex, memory_texts
@@ -53,6 +54,23 @@ def test_tokens_are_the_engines(engine: E5Embedder, numpy_pass: NumpyE5) -> None
     model = engine._loaded()
     for text in [*TEXTS, LONG]:
         assert len(numpy_pass.token_ids(text)) + 2 == model.token_count(text), text
+
+
+def test_the_vocabulary_finds_each_piece_as_a_dict_of_them_would(numpy_pass: NumpyE5) -> None:
+    # The tokenizer's compact table (ids and hashes, the pieces' bytes left in the mapped file)
+    # against the plain dict it replaced: the first id of each piece, none for the rest.
+    tables = numpy_pass.weights.tokenizer()
+    vocabulary = E5Tokenizer(tables)._vocabulary
+    pieces = [bytes(tables.blob[tables.ends[i] : tables.ends[i + 1]]).decode("utf-8", "surrogateescape")
+              for i in range(len(tables.ends) - 1)]
+    expected: dict[str, int] = {}
+    for index, piece in enumerate(pieces):
+        if piece and index != tables.unk:
+            expected.setdefault(piece, index)
+    assert len(expected) > 200_000
+    assert all(vocabulary.find(piece) == index for piece, index in expected.items())
+    strangers = [piece + "\u2581zq" for piece in pieces[:: 97]] + ["", "<unk>", "\u2581" * 40, "\udcff"]
+    assert [vocabulary.find(text) for text in strangers] == [expected.get(text, -1) for text in strangers]
 
 
 def test_vectors_are_the_engines(engine: E5Embedder, numpy_pass: NumpyE5) -> None:

@@ -23,23 +23,27 @@ class E5Tokenizer:
 
     def __init__(self, tables: TokenizerTables) -> None:
         self.bos, self.eos, self.unk = tables.bos, tables.eos, tables.unk
-        scores = tables.scores
-        self._scores = array("f", scores.tobytes())  # 1 MB; a list of floats would be 8
-        self._ids: dict[str, int] = {}
+        self._scores = tables.scores
+        blob, ends = tables.blob, tables.ends
+        self._vocabulary = _Vocabulary(blob, ends)
         self._longest: dict[str, int] = {}  # first character -> longest piece (characters) starting with it
         longest_bytes = 1
-        for index, piece in enumerate(tables.pieces):
-            longest_bytes = max(longest_bytes, len(piece.encode("utf-8", "surrogateescape")))
-            if not piece or index == self.unk:
+        words = True
+        for index in range(len(ends) - 1):
+            encoded = blob[ends[index] : ends[index + 1]]
+            longest_bytes = max(longest_bytes, len(encoded))
+            if not encoded or index == self.unk:
                 continue
-            self._ids.setdefault(piece, index)
+            piece = _decoded(encoded)
+            self._vocabulary.add(piece, index)
+            words = words and _METASPACE not in piece[1:]
             if len(piece) > self._longest.get(piece[0], 0):
                 self._longest[piece[0]] = len(piece)
         self._longest_bytes = longest_bytes
         # SentencePiece keeps a metaspace at the start of a piece only: then no piece runs past
         # the next one, and the search can stop there (exact, and 4x fewer look-ups).
-        self._words = not any(_METASPACE in piece[1:] for piece in tables.pieces)
-        self._unknown_score = _float32(float(scores.min()) - 10.0)
+        self._words = words
+        self._unknown_score = _float32(min(tables.scores, default=0.0) - 10.0)
         self._map = {chr(code): "".join(chr(c) for c in replaced) for code, replaced in tables.normalisation.items()}
 
     def content(self, text: str) -> list[int]:
@@ -73,7 +77,7 @@ class E5Tokenizer:
         piece = [0] * (n + 1)
         start = [0] * (n + 1)
         rounded = array("f", [0.0])
-        ids, scores, longest, limit = self._ids, self._scores, self._longest, self._longest_bytes
+        find, scores, longest, limit = self._vocabulary.find, self._scores, self._longest, self._longest_bytes
         unknown, words = self._unknown_score, self._words
         for i in range(n):
             here = best[i]
@@ -87,8 +91,8 @@ class E5Tokenizer:
             for e in range(i + 1, last + 1):
                 if ends[e] - ends[i] > limit:
                     break
-                index = ids.get(text[i:e])
-                if index is None:
+                index = find(text[i:e])
+                if index < 0:
                     continue
                 score = here + scores[index]
                 if score > best[e]:
@@ -111,6 +115,52 @@ class E5Tokenizer:
             position = start[position]
         out.reverse()
         return out
+
+
+class _Vocabulary:
+    """Piece -> id over the vocabulary's 250,000 pieces, in ~6 MB of this process's memory.
+
+    A dict of the pieces as strings took ~45 MB in every worker; this is an open-addressing
+    table of ids and their pieces' hashes (linear probing), and a piece found is compared with
+    its bytes in the mapped file, which the host's workers share. Where two pieces are equal,
+    the first id answers, as the engine's search finds it.
+    """
+
+    def __init__(self, blob: memoryview, ends: memoryview) -> None:
+        size = 1 << max(4, (2 * (len(ends) - 1)).bit_length())  # under half full: a miss probes ~2 slots
+        self._mask = size - 1
+        self._ids = array("i", [-1]) * size
+        self._hashes = array("q", [0]) * size
+        self._blob, self._ends = blob, ends  # piece i is blob[ends[i]:ends[i + 1]]
+
+    def add(self, piece: str, index: int) -> None:
+        """Give ``piece`` the id ``index`` unless an earlier piece equal to it has one."""
+        if self.find(piece) >= 0:
+            return
+        digest = hash(piece)
+        slot = digest & self._mask
+        while self._ids[slot] >= 0:
+            slot = (slot + 1) & self._mask
+        self._ids[slot], self._hashes[slot] = index, digest
+
+    def find(self, piece: str) -> int:
+        """The id of ``piece``, or -1 when the vocabulary has no such piece."""
+        digest = hash(piece)
+        ids, hashes, mask = self._ids, self._hashes, self._mask
+        slot = digest & mask
+        while True:
+            index = ids[slot]
+            if index < 0:
+                return -1
+            if hashes[slot] == digest:
+                start, end = self._ends[index], self._ends[index + 1]
+                if self._blob[start:end] == piece.encode("utf-8", "surrogateescape"):
+                    return index
+            slot = (slot + 1) & mask
+
+
+def _decoded(encoded: memoryview) -> str:
+    return bytes(encoded).decode("utf-8", "surrogateescape")
 
 
 def _float32(value: float) -> float:

@@ -40,8 +40,9 @@ class E5FormatError(ValueError):
 class TokenizerTables:
     """The SentencePiece unigram vocabulary and the normaliser's map, as packed in the file."""
 
-    pieces: list[str]
-    scores: np.ndarray  # float32, one per piece
+    blob: memoryview  # every piece's UTF-8 bytes, one after the other (the file's own pages)
+    ends: memoryview  # uint32: piece i is ``blob[ends[i]:ends[i + 1]]``
+    scores: memoryview  # float32, one per piece (the file's own pages)
     normalisation: dict[int, tuple[int, ...]]  # code point -> its replacement (maybe empty)
     bos: int
     eos: int
@@ -191,13 +192,13 @@ def _tokenizer(buffer: memoryview, offset: int) -> TokenizerTables:
     count, bos, eos, _pad, unk = struct.unpack_from("<5i", buffer, offset)
     (blob_length,) = struct.unpack_from("<Q", buffer, offset + 20)
     offset += 28
-    ends = np.frombuffer(buffer, np.uint32, count + 1, offset).tolist()
+    # Views of the mapped file, not copies: every worker of the host shares these pages.
+    ends = buffer[offset : offset + 4 * (count + 1)].cast("I")
     offset += 4 * (count + 1)
-    scores = np.frombuffer(buffer, np.float32, count, offset).copy()
+    scores = buffer[offset : offset + 4 * count].cast("f")
     offset += 4 * count
-    blob = bytes(buffer[offset : offset + blob_length])
+    blob = buffer[offset : offset + blob_length]
     offset += blob_length
-    pieces = [blob[ends[i] : ends[i + 1]].decode("utf-8", "surrogateescape") for i in range(count)]
     norm_count, norm_bytes = struct.unpack_from("<iI", buffer, offset)
     table = bytes(buffer[offset + 8 : offset + 8 + norm_bytes])
     normalisation: dict[int, tuple[int, ...]] = {}
@@ -206,4 +207,4 @@ def _tokenizer(buffer: memoryview, offset: int) -> TokenizerTables:
         code, replaced = struct.unpack_from("<IB", table, position)
         normalisation[code] = struct.unpack_from(f"<{replaced}I", table, position + 5)
         position += 5 + 4 * replaced
-    return TokenizerTables(pieces, scores, normalisation, bos, eos, unk)
+    return TokenizerTables(blob, ends, scores, normalisation, bos, eos, unk)
