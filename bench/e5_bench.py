@@ -63,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pass", dest="path", choices=("numpy", "engine"), default="numpy",
                         help="what embeds many texts (numpy: as shipped)")
     parser.add_argument("--engine-queries", action="store_true", help="queries by the engine (default: the int8 kernels)")
+    parser.add_argument("--no-judge", action="store_true",
+                        help="leave out the answer gate's judge (by default its memory is measured too, after e5's)")
     args = parser.parse_args(argv)
     before = _rss()
     from connector.engine.recall.e5 import NUMPY_MIN_TEXTS, E5Embedder, E5Unavailable
@@ -106,7 +108,26 @@ def main(argv: list[str] | None = None) -> int:
     print(f"memory MB: before {before}, loaded {loaded}, after use {used}")
     print(f"this worker's own (anonymous) growth: {used['RssAnon'] - before['RssAnon']} MB; "
           f"file-backed (mmap'd weights, shared by the host's workers): {used['RssFile'] - before['RssFile']} MB")
+    if not args.no_judge:
+        judged = _judge_memory(texts)
+        print(f"with the judge, loaded and given {len(texts)} memories as a server gives them (judge_store, WhenReady): "
+              f"{judged}; this worker's own growth, e5 and the judge: {judged['RssAnon'] - before['RssAnon']} MB")
     return 0
+
+
+def _judge_memory(texts: list[str]) -> dict[str, int]:
+    """This process's memory once the judge's model is loaded and has embedded ``texts`` (each
+    lengthened to ~256 tokens, the longest it reads) one at a time through a server's path."""
+    from connector.workcopy.vectors import WhenReady, judge_store
+    from connector.engine.recall.embedding import content_hash
+
+    store = judge_store()
+    store.embedder.load()  # type: ignore[attr-defined]
+    vectors = WhenReady(store, "bench")
+    for text in texts:
+        long = " ".join([text] * 5)
+        vectors.vectors([content_hash(store.model_id, long)], [long])
+    return _rss()
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ from common.docstore import DocumentStore, DocumentStoreError
 from connector.engine.recall.embedding import Embedder, Quantized, content_hash, default_embedder, quantize
 from connector.engine.recall.hybrid import HybridIndex
 from connector.engine.recall.judge import JudgeEmbedder, JudgeUnavailable, default_judge
+from connector.workcopy.longlived import give_back_memory
 
 log = logging.getLogger("connector.vectors")
 
@@ -360,6 +361,7 @@ class WhenReady:
     at the first query the gate doubts, in a process that has one (a `VectorSource`)."""
 
     def __init__(self, store: VectorStore, brain_id: str | None) -> None:
+        self._store = store
         self._vectors = store.for_brain(brain_id)
         self._model = cast(JudgeEmbedder, store.embedder)
         self.model_id = store.model_id
@@ -372,7 +374,13 @@ class WhenReady:
     def vectors(self, hashes: Sequence[bytes], texts: Sequence[str]) -> Quantized:
         """Vectors of ``texts`` keyed by ``hashes`` (see `BrainVectors.vectors`), once the model is ready."""
         self._ready()
-        return self._vectors.vectors(hashes, texts)
+        embedded = self._store.embedded
+        found = self._vectors.vectors(hashes, texts)
+        if self._store.embedded != embedded:
+            # The model's working buffers of a long memory (~40 MB at 256 tokens) stay in the
+            # heap once freed: given back, a worker keeps only the model (~25 MB).
+            give_back_memory()
+        return found
 
     def embed_query(self, text: str) -> np.ndarray:
         """The unit vector of a query, once the model is ready."""
