@@ -149,11 +149,21 @@ def _e5_of(brain: Brain, index: BrainIndex, e5: Any) -> Quantized:
     return e5.vectors([content_hash(e5.model_id, text) for text in texts], texts)
 
 
-def _fill_e5(hybrid: HybridIndex, e5: Any) -> None:
-    """What the e5 backfill does to a followed index: embed its pending memories only."""
+class JudgeStandIn(CountingEmbedder):
+    """Stands in for the judge's model: other vectors, another model id."""
+
+    model_id = "test-judge"
+    dimensions = 16
+
+
+def _fill_e5(hybrid: HybridIndex, e5: Any, judge: Any = None) -> None:
+    """What the e5 backfill does to a followed index: embed its pending memories only (with the
+    judge too when given)."""
     if hybrid.e5_pending:
         texts = list(hybrid.e5_pending.values())
-        hybrid.with_e5(list(hybrid.e5_pending), e5.vectors([content_hash(e5.model_id, text) for text in texts], texts))
+        judged = None if judge is None else judge.vectors([content_hash(judge.model_id, text) for text in texts], texts)
+        hybrid.with_e5(list(hybrid.e5_pending), e5.vectors([content_hash(e5.model_id, text) for text in texts], texts),
+                       judged)
 
 
 def _answers(brain: Brain, index: BrainIndex, hybrid: HybridIndex, store: Any, e5: Any = None) -> list[str]:
@@ -174,8 +184,11 @@ def test_followed_hybrid_index_is_the_fresh_build(plan: list[Any], seed: int) ->
     store = VectorStore(CountingEmbedder()).for_brain("b")
     second = SecondEmbedder()
     e5 = VectorStore(second).for_brain("b")
+    judged = JudgeStandIn()
+    judge = VectorStore(judged).for_brain("b")
     hybrid = HybridIndex.build(brain, BrainIndex.build(brain), store)
     hybrid.e5 = _e5_of(brain, BrainIndex.build(brain), e5)
+    hybrid.judge = _e5_of(brain, BrainIndex.build(brain), judge)
     for counter, (action, how) in enumerate(plan):
         working = brain.copy()
         working.journal = []
@@ -207,13 +220,21 @@ def test_followed_hybrid_index_is_the_fresh_build(plan: list[Any], seed: int) ->
         # embedded (pending until then), and the answers are those of the whole brain's e5.
         assert followed.e5 is not None and set(followed.e5_pending) <= set(range(len(followed.ids)))
         embedded, pending = second.embedded, len(followed.e5_pending)
-        _fill_e5(followed, e5)
-        _fill_e5(again, e5)
+        # The judge's rows go with e5's: none of the whole brain's until the pending ones are read.
+        assert followed.judge_vectors() is None if followed.e5_pending else followed.judge_vectors() is not None
+        judge_embedded = judged.embedded
+        _fill_e5(followed, e5, judge)
+        _fill_e5(again, e5, judge)
         assert second.embedded - embedded <= pending  # never the whole brain again
+        assert judged.embedded - judge_embedded <= pending
         built.e5 = _e5_of(working, index, e5)
+        built_judge = _e5_of(working, index, judge)
         for carried in (followed, again):
             assert not carried.e5_pending and carried.e5 is not None
             assert np.array_equal(carried.e5.codes, built.e5.codes) and np.array_equal(carried.e5.scales, built.e5.scales)
+            read = carried.judge_vectors()
+            assert read is not None
+            assert np.array_equal(read.codes, built_judge.codes) and np.array_equal(read.scales, built_judge.scales)
         assert _answers(working, index, followed, store, e5) == _answers(working, index, built, store, e5)
         brain, hybrid = working, followed
 

@@ -19,8 +19,12 @@ from connector.engine.recall.answergate import (
     alike_gap,
     judge_candidates,
 )
-from connector.engine.recall.hybrid import answer_decision
+from connector.engine.recall.embedding import quantize
+from connector.engine.recall.hybrid import HybridIndex, answer_decision, hybrid_recall
+from connector.engine.recall.index import BrainIndex
 from connector.engine.recall.judge import JudgeEmbedder, JudgeUnavailable, judge_embedder, judge_reads
+from connector.workcopy.vectors import VectorStore
+from tests.engine.hybrid_support import NOW, CountingEmbedder, make_brain
 from tests.engine.test_answergate import _near_and_far
 
 
@@ -46,6 +50,10 @@ def test_the_judge_scores_an_answer_above_a_stranger(judge: JudgeEmbedder) -> No
     # A text embeds the same alone and beside others (a vector is the text's alone, whoever asks).
     assert np.array_equal(judge.embed(["how do I know I'm overloaded"])[0], vectors[0])
     assert np.array_equal(judge.embed(["The hamster cage gets cleaned every Sunday.", "x" * 5000])[0], vectors[2])
+    # Many texts (a background job's batch, shared by threads): each row still its text's alone.
+    many = [f"Note {n}: the plants on the balcony need water every {n % 7 + 1} days." for n in range(20)]
+    together = judge.embed(many)
+    assert all(np.array_equal(together[n], judge.embed([text])[0]) for n, text in enumerate(many))
 
 
 def test_the_judge_reads_latin_script_only() -> None:
@@ -121,3 +129,36 @@ def test_the_judged_gate_asks_the_judge_about_doubtful_queries_only() -> None:
     # A judge that cannot say (not loaded): the cascade without it decides, as before the judge.
     assert answer_decision(signals, eligible, e5, alike=lambda: alike, judge=judge_saying(None), reads=True) == (
         answer_decision(signals, eligible, e5, alike=lambda: alike))
+
+
+def test_the_judge_channel_raises_what_it_reads_as_the_answer_for_latin_script_queries() -> None:
+    # A stand-in judge whose vectors point one memory at the query: fused in as a channel, that
+    # memory ranks higher; a query in Japanese, or a judge not ready to embed, changes nothing.
+    brain, _ = make_brain()
+    index = BrainIndex.build(brain)
+    use = VectorStore(CountingEmbedder()).for_brain("b")
+    hybrid = HybridIndex.build(brain, index, use)
+    positions = {record.id: position for position, record in enumerate(index.memories)}
+
+    def ranked(query: str, **judge: object) -> list[str]:
+        return [hit["id"] for hit in hybrid_recall(brain, query, index=index, hybrid=hybrid, embed_query=use.embed_query,
+                                                   now=NOW, top=10, **judge)]  # type: ignore[arg-type]
+
+    query = "what do we do about slow database queries"
+    plain = ranked(query)
+    target = plain[-1]
+    rows = np.random.default_rng(0).standard_normal((len(index.memories), 16)).astype(np.float32)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    axis = np.zeros(16, dtype=np.float32)
+    axis[0] = 1.0
+    rows[positions[target]] = axis
+    judged = {"judge": quantize(rows), "embed_judge_query": lambda text: axis}
+    lifted = ranked(query, **judged)
+    assert sorted(lifted) == sorted(plain) and lifted.index(target) < plain.index(target)
+
+    def not_ready(text: str) -> np.ndarray:
+        raise JudgeUnavailable("the judge is loading")
+
+    assert ranked(query, judge=quantize(rows), embed_judge_query=not_ready) == plain
+    japanese = "遅いデータベースの問い合わせ"
+    assert ranked(japanese, **judged) == ranked(japanese)

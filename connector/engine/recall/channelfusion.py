@@ -50,7 +50,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-CHANNELS = ("exact", "bm25", "use", "e5")
+CHANNELS = ("exact", "bm25", "use", "e5", "judge")
 # The per-hit cuts (window, hit floor) apply from this many eligible memories.
 Z_POPULATION = 30
 
@@ -63,6 +63,9 @@ class ChannelFusion:
     bm25: float = 1.0
     use: float = 1.0
     e5: float = 1.0
+    # The answer gate's judge (judge.py) as a channel of its own: an English model trained on
+    # question/answer pairs. A fixed weight, not adapted per query (see CHANNEL_FUSION).
+    judge: float = 0.0
     clip: float = 6.0  # a channel's z-score is clipped to [-clip, clip]
     clip_e5: float | None = None  # e5's z-scores are clipped to [-clip_e5, clip_e5] instead (None: ``clip``)
     context: float = 0.0  # share of the best same-folder neighbour's fused score
@@ -381,8 +384,13 @@ def _not_lookalike(normalised: Mapping[str, np.ndarray], apart: float, words_ove
 # no-answer 1.81 hits); in sample LoCoMo 0.790 -> 0.795 at 5 (multi-hop 0.676 -> 0.703),
 # recall-quality 0.927 / 0.882 -> 0.927 / 0.884, no-answer 1.78 -> 1.81 hits; with the gate off,
 # recall-quality 0.953 -> 0.960 (docs/recall.md, "e5's best among the first two").
+# The judge's channel at 0.25 (session 27), once a brain's judge vectors are all there (they are
+# computed with e5's): in sample LoCoMo 0.790 / 0.870 -> 0.815 / 0.880 (multi-hop 26 -> 27 at 5,
+# every category up or level), recall-quality 0.967 / 0.920 -> 0.967 / 0.924, no-answer 1.47 -> 1.40
+# hits; 0.5 gave the same LoCoMo gain and less on recall-quality, 1.0 lost on both (docs/recall.md,
+# "The judge as a channel").
 CHANNEL_FUSION = ChannelFusion(exact=0.0, bm25=0.25, use=0.5, e5=1.0, clip=3.0, clip_e5=5.0, context=0.3, gate=True,
                                window=1.5, hit_floor=1.6, lookalike=3.0, lookalike_words=0.25, lookalike_use_alone=2.75,
                                follow=1, follow_reach=2, follow_before=True, adapt_weights=(0.0, 0.5, 0.25, 1.0),
                                adapt_models=1.0, adapt_words=1.0, clip_with_e5=5.0, hit_floor_with_e5=1.7,
-                               e5_best_within=2)
+                               e5_best_within=2, judge=0.25)

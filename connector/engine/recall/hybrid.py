@@ -342,6 +342,10 @@ class HybridIndex:
     # text: a write's new memories, until the background fills them (`with_e5`). Recall uses
     # ``e5`` only when this is empty.
     e5_pending: dict[int, str] = field(default_factory=dict)
+    # The judge's vectors (judge.py) in the same order, computed with e5's and pending with them
+    # (their rows zero until `with_e5`): recall fuses them in once nothing is pending. None until
+    # the background has read every memory with the judge (or where it does not run).
+    judge: Quantized | None = None
     _adjacent: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
 
     @classmethod
@@ -361,7 +365,8 @@ class HybridIndex:
         newer = [position for position, record in enumerate(index.memories) if record.has_newer_fields]
         ids = [record.id for record in index.memories]
         if previous is not None and previous.hashes == hashes:
-            return cls(ids, hashes, previous.text, previous.vectors, newer, previous.hubness_known, *previous.e5_state())
+            return cls(ids, hashes, previous.text, previous.vectors, newer, previous.hubness_known, *previous.e5_state(),
+                       judge=previous.judge)
         if previous is not None:
             # Another version of the brain (a pull, a write made elsewhere): index what differs.
             old_positions = {memory_id: position for position, memory_id in enumerate(previous.ids)}
@@ -472,7 +477,8 @@ class HybridIndex:
         kept = keep[keep >= 0]
         if not added_at and len(kept) == len(self.ids) and np.all(kept == np.arange(len(kept))):
             # No text changed: the e5 vectors (and those still to come) stay where they were.
-            return HybridIndex(ids, hashes, self.text, self.vectors, newer, self.hubness_known, *self.e5_state())
+            return HybridIndex(ids, hashes, self.text, self.vectors, newer, self.hubness_known, *self.e5_state(),
+                               judge=self.judge)
         if np.any(np.diff(kept) <= 0):
             return None
         positions = np.asarray(added_at, dtype=np.int64)
@@ -483,8 +489,10 @@ class HybridIndex:
         codes, scales = _moved(self.vectors, keep, len(ids))
         codes[positions], scales[positions] = fresh.codes, fresh.scales
         e5, pending = self._e5_followed(len(ids), keep, added_at, texts)
+        judge = self.judge  # after the pending ones were read: `with_e5` fills it before it drops them
         # Hubness depends on every other memory's vector: computed again on demand.
-        return HybridIndex(ids, hashes, text, Quantized(codes, scales), newer, e5=e5, e5_pending=pending)
+        return HybridIndex(ids, hashes, text, Quantized(codes, scales), newer, e5=e5, e5_pending=pending,
+                           judge=None if e5 is None or judge is None else _followed_rows(judge, keep, len(ids)))
 
     def _e5_followed(
         self, count: int, keep: np.ndarray, added_at: list[int], texts: list[str]
@@ -496,13 +504,9 @@ class HybridIndex:
         e5, before = self.e5_state()
         if e5 is None:
             return None, {}
-        codes, scales = _moved(e5, keep, count)
-        absent = np.ones(count, dtype=bool)
-        absent[keep[keep >= 0]] = False
-        codes[absent], scales[absent] = 0, 0
         pending = {int(keep[old]): text for old, text in before.items() if keep[old] >= 0}
         pending.update(zip(added_at, texts, strict=True))
-        return Quantized(codes, scales), pending
+        return _followed_rows(e5, keep, count), pending
 
     def e5_state(self) -> tuple[Quantized | None, dict[int, str]]:
         """The e5 vectors and a copy of the pending ones, read consistently with `with_e5`
@@ -510,19 +514,27 @@ class HybridIndex:
         pending = dict(self.e5_pending)
         return self.e5, pending
 
-    def with_e5(self, positions: Sequence[int], vectors: Quantized) -> None:
-        """Fill the pending e5 rows at ``positions`` with ``vectors`` (one row each, in order).
+    def with_e5(self, positions: Sequence[int], vectors: Quantized, judge: Quantized | None = None) -> None:
+        """Fill the pending e5 rows at ``positions`` with ``vectors`` (one row each, in order), and
+        the judge's with ``judge`` (without them the judge's vectors are dropped: the background
+        reads the whole brain with the judge again).
 
         Recall on another thread sees the old state or the whole new one: the filled vectors
         are in place before the pending ones are dropped.
         """
         assert self.e5 is not None
-        codes, scales = self.e5.codes.copy(), self.e5.scales.copy()
         rows = np.asarray(positions, dtype=np.int64)
-        codes[rows], scales[rows] = vectors.codes, vectors.scales
-        self.e5 = Quantized(codes, scales)
+        if self.judge is not None:
+            self.judge = None if judge is None else _filled(self.judge, rows, judge)
+        self.e5 = _filled(self.e5, rows, vectors)
         filled = set(positions)
         self.e5_pending = {position: text for position, text in self.e5_pending.items() if position not in filled}
+
+    def judge_vectors(self) -> Quantized | None:
+        """The judge's vectors when every memory has one (nothing pending), else None."""
+        if self.e5_pending:  # pending first: `with_e5` fills the judge's rows before it drops them
+            return None
+        return self.judge
 
     def hubness(self, positions: Sequence[int]) -> dict[int, float]:
         """Mean cosine of each memory at ``positions`` to its HUBNESS_NEIGHBOURS nearest
@@ -566,6 +578,22 @@ def _moved(vectors: Quantized, keep: np.ndarray, count: int) -> tuple[np.ndarray
     else:
         codes[keep[held]], scales[keep[held]] = vectors.codes[held], vectors.scales[held]
     return codes, scales
+
+
+def _followed_rows(vectors: Quantized, keep: np.ndarray, count: int) -> Quantized:
+    """``vectors``' rows moved as ``keep`` says (`_moved`), the rows of new memories zero."""
+    codes, scales = _moved(vectors, keep, count)
+    absent = np.ones(count, dtype=bool)
+    absent[keep[keep >= 0]] = False
+    codes[absent], scales[absent] = 0, 0
+    return Quantized(codes, scales)
+
+
+def _filled(vectors: Quantized, rows: np.ndarray, values: Quantized) -> Quantized:
+    """A copy of ``vectors`` with ``rows`` set to ``values``' rows (in order)."""
+    codes, scales = vectors.codes.copy(), vectors.scales.copy()
+    codes[rows], scales[rows] = values.codes, values.scales
+    return Quantized(codes, scales)
 
 
 def _path_of(record: MemoryRecord) -> str:
@@ -684,15 +712,19 @@ def hybrid_recall(
     embed_e5_query: Callable[[str], np.ndarray] | None = None,
     embed_e5_alike: Callable[[str], np.ndarray] | None = None,
     judge_source: VectorSource | None = None,
+    judge: Quantized | None = None,
+    embed_judge_query: Callable[[str], np.ndarray] | None = None,
 ) -> list[dict[str, Any]]:
     """Hybrid recall; hits have the exact engine's fields, ``score`` being the fused score.
 
     ``embed_e5_alike``: e5's vector of a query embedded as a passage, asked only for the few
-    queries the answer gate's cascade decides (`answer_decision`). ``judge_source``: the judge's
-    vectors (connector/engine/recall/judge.py), asked likewise about a handful of memories.
+    queries the answer gate's cascade decides (`answer_decision`). ``judge``: the judge's vectors
+    of every memory (connector/engine/recall/judge.py), a channel of its own for a query in a
+    script it reads, which the gate's cascade reads too; without them, ``judge_source`` gives the
+    gate the judge's vectors of the handful of memories it asks about.
 
-    The channels (exact relevance, BM25, USE, and e5 when ``e5`` holds the version's
-    vectors) are fused by `channelfusion` (weights per query, `fuse_zscores`), memories of a date
+    The channels (exact relevance, BM25, USE, e5 when ``e5`` holds the version's vectors, and
+    the judge) are fused by `channelfusion` (weights per query, `fuse_zscores`), memories of a date
     the query names raised (`dates`). An empty answer to a query means no
     memory matches well (the relevance floor). Context mode (no query) is the exact
     engine's: there is no text to match.
@@ -728,17 +760,24 @@ def hybrid_recall(
         factor = newer_field_factors(index.memories[position], 1.0, expiry_ms, as_of_ms is not None)
         offsets[position] = math.log(factor) if factor > 0 else -1e9
     margin = floor_margin(signals, allowed)  # while the e5 query may still be on its worker
+    # The judge reads Latin script only (its script check only where there is a judge to ask). Its
+    # query runs here while e5's may still be on its worker (on a third thread, on two cores, it cost
+    # more than it saved).
+    channel = judge is not None and embed_judge_query is not None
+    reads = (channel or judge_source is not None) and judge_reads(scored)
+    read = _judge_cosines(scored, judge, embed_judge_query) if reads and channel else None
     channels = {"exact": signals.exact, "bm25": signals.bm25, "use": signals.semantic,
-                "e5": _e5_cosines(scored, e5, embed_e5_query, e5_channel)}
+                "e5": _e5_cosines(scored, e5, embed_e5_query, e5_channel), "judge": read}
     alike = None
     if e5 is not None and embed_e5_alike is not None:
         alike = lambda: cosines(e5, embed_e5_alike(scored))  # noqa: E731 - asked near the threshold only
-    judge = None
-    if judge_source is not None and brain is not None:
-        judge = lambda positions: _judged(  # noqa: E731 - asked near the threshold only
+    asked = None  # the gate's judge: the channel's cosines, else the source's (asked near the threshold only)
+    if read is not None or (channel and judge_source is None):
+        asked = lambda positions: float(read[positions].max()) if read is not None and len(positions) else None  # noqa: E731
+    elif judge_source is not None and brain is not None:
+        asked = lambda positions: _judged(  # noqa: E731
             judge_source, scored, [memory_text(brain, index.memories[p].entry) for p in positions])
-    well = answer_decision(signals, allowed, channels["e5"], margin, alike, judge,
-                           judge is not None and judge_reads(scored))
+    well = answer_decision(signals, allowed, channels["e5"], margin, alike, asked, reads)
     adjacent = hybrid.adjacent(index)
     fusion = fusion.for_query(channels, allowed, signals.words)
     normalised = channel_zscores(channels, allowed, fusion.clip, fusion.clips())
@@ -766,6 +805,17 @@ def hybrid_recall(
         hit["similarity"] = round3(float(signals.semantic[position]))
         hits.append(hit)
     return hits
+
+
+def _judge_cosines(query: str, judge: Quantized | None, embed: Callable[[str], np.ndarray] | None) -> np.ndarray | None:
+    """The judge's channel: its cosine of ``query`` with every memory (None without its vectors,
+    or while its model is not ready to embed the query)."""
+    if judge is None or embed is None:
+        return None
+    try:
+        return cosines(judge, embed(query))
+    except JudgeUnavailable:
+        return None
 
 
 def _judged(source: VectorSource, query: str, texts: Sequence[str]) -> float | None:
@@ -838,7 +888,8 @@ def recall_in_mode(
 
     Hybrid mode needs a ``source`` of vectors unless ``hybrid`` is given prepared; with an
     ``e5_source`` it also fuses in the e5 channel (embedding what that source lacks, here), and
-    with a ``judge_source`` the answer gate asks the judge about the queries it doubts.
+    with a ``judge_source`` beside it the judge's channel too (read likewise; where the judge
+    cannot load, recall runs without it).
     """
     if mode not in MODES:
         raise ValueError(f"unknown recall mode {mode!r} (exact or hybrid)")
@@ -857,10 +908,18 @@ def recall_in_mode(
         elif hybrid.e5_pending:
             positions, texts = list(hybrid.e5_pending), list(hybrid.e5_pending.values())
             hybrid.with_e5(positions, e5_source.vectors([content_hash(e5_source.model_id, text) for text in texts], texts))
+    judge = None
+    if judge_source is not None and query and hybrid.e5 is not None:  # the judge's vectors go with e5's
+        texts = memory_texts(brain, index)
+        try:
+            judge = judge_source.vectors([content_hash(judge_source.model_id, text) for text in texts], texts)
+        except JudgeUnavailable:  # logged where it failed: recall runs without the judge
+            judge_source = None
     embed = source.embed_query if source is not None else _no_query_embedder
     return hybrid_recall(brain, query, index=index, hybrid=hybrid, embed_query=embed, e5=hybrid.e5,
                          embed_e5_query=e5_source.embed_query if e5_source is not None else None,
                          embed_e5_alike=getattr(e5_source, "embed_query_as_passage", None), judge_source=judge_source,
+                         judge=judge, embed_judge_query=judge_source.embed_query if judge is not None else None,
                          **options)
 
 
