@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=5, help="runs per figure (medians)")
     parser.add_argument("--cache-dir", type=Path, default=None, help="vector cache (default: the command line's)")
     args = parser.parse_args(argv)
-    use_store, e5_store = cached_stores(args.cache_dir)
+    use_store, e5_store, _ = cached_stores(args.cache_dir)
     for brainset in locomo.locomo_sets(conversations=args.conversations):
         brain = brainset.brain
         index = BrainIndex.build(brain)

@@ -74,7 +74,6 @@ from connector.engine.writes.ops import Memorize  # noqa: E402
 from connector.engine.recall.exact import recall  # noqa: E402
 from connector.engine.recall.pipeline import eligibility  # noqa: E402
 from connector.workcopy.vectorcache import cached_stores  # noqa: E402
-from connector.workcopy.vectors import judge_store as vectors_of_judge  # noqa: E402
 
 SHARED = REPO.parent / "shared" / "fixtures"
 LOCOMO = SHARED / "locomo-dev"
@@ -216,7 +215,7 @@ class Prepared:
 
 def prepare(brainset: Brainset, cache_dir: Path | None) -> Prepared:
     """Every query's channels (vectors from the cache, embedded once)."""
-    use_store, e5_store = cached_stores(cache_dir)
+    use_store, e5_store, cached_judge = cached_stores(cache_dir, judge=True)
     brain = brainset.brain
     index = BrainIndex.build(brain)
     started = time.perf_counter()
@@ -225,8 +224,8 @@ def prepare(brainset: Brainset, cache_dir: Path | None) -> Prepared:
     e5_vectors = None
     if e5_store is not None:
         e5_vectors = e5_store.vectors([content_hash(e5_store.model_id, text) for text in texts], texts)
-    # The judge where it loads here (else the runs score the cascade without it).
-    judge_store = vectors_of_judge() if judge_embedder() is not None else None
+    # The judge where it loads here (else the runs score the fusion and the cascade without it).
+    judge_store = cached_judge if judge_embedder() is not None else None
     judge_vectors = None
     if judge_store is not None:
         judge_vectors = judge_store.vectors([content_hash(judge_store.model_id, text) for text in texts], texts)
@@ -302,7 +301,10 @@ def fusion_ranking(case: Case, prepared: Prepared, fusion: ChannelFusion, offset
     (``offsets``: added to the fused scores before anything is listed, as `fuse_zscores` takes them;
     ``gate``: another answer decision in place of hybrid recall's (`answer_decision`), bench/gate_cv.py; ``dates``:
     the date channel of hybrid recall, connector/engine/recall/dates.py)."""
-    channels = {"exact": case.exact, "bm25": case.bm25, "use": case.signals.semantic, "e5": case.e5}
+    judged = getattr(case, "judge", None)
+    reads = judge_reads(case.query.text)
+    channels = {"exact": case.exact, "bm25": case.bm25, "use": case.signals.semantic, "e5": case.e5,
+                "judge": judged if reads and case.e5 is not None else None}  # the judge's vectors go with e5's
     fusion = fusion.for_query(channels, case.eligible, case.signals.words)
     memo = case.__dict__.setdefault("_z", {})
     clips = (fusion.clip, fusion.clip_e5)
@@ -312,11 +314,9 @@ def fusion_ranking(case: Case, prepared: Prepared, fusion: ChannelFusion, offset
     if gate is None:
         gate = case.__dict__.get("_gate")
         if gate is None:
-            judged = getattr(case, "judge", None)
             gate = case.__dict__["_gate"] = answer_decision(
                 case.signals, case.eligible, case.e5, alike=lambda: case.e5_alike,
-                judge=None if judged is None else (lambda positions: float(judged[positions].max())),
-                reads=judge_reads(case.query.text))
+                judge=None if judged is None else (lambda positions: float(judged[positions].max())), reads=reads)
     fused, listed = fuse_with_dates(normalised, fusion, case.eligible, prepared.adjacent,
                                     answers(case.e5, case.eligible, fusion, gate), offsets,
                                     query_dates(case.query.text, case.query.now) if dates else (),

@@ -59,7 +59,7 @@ from connector.engine.format.jsvalues import parse_iso_ms  # noqa: E402
 from connector.engine.recall.exact import recall  # noqa: E402
 from connector.engine.recall.index import BrainIndex  # noqa: E402
 from connector.workcopy.vectorcache import cached_stores  # noqa: E402
-from connector.workcopy.vectors import VectorStore, judge_store  # noqa: E402
+from connector.workcopy.vectors import VectorStore  # noqa: E402
 
 
 DEFAULT_SET = REPO.parent / "shared" / "fixtures" / "recall-quality"
@@ -348,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--misses", action="store_true", help="list queries whose gold is not in the top 5")
     parser.add_argument("--no-e5", action="store_true", help="hybrid without the e5 channel (as before a brain's e5 vectors are there)")
-    parser.add_argument("--no-judge", action="store_true", help="hybrid without the answer gate's judge (as before it is ready)")
+    parser.add_argument("--no-judge", action="store_true", help="hybrid without the judge (its channel and the answer gate's reading of it), as before it is ready")
     parser.add_argument("--cache-dir", type=Path, help="keep the vectors here between runs (default: the command line's cache)")
     args = parser.parse_args(argv)
     if not (args.set / "queries.jsonl").is_file():
@@ -360,10 +360,9 @@ def main(argv: list[str] | None = None) -> int:
     modes = list(MODES) if args.mode == "all" else [args.mode]
     if args.cv and "hybrid" not in modes:
         parser.error("--cv needs the hybrid mode")
-    store, e5 = cached_stores(args.cache_dir, e5=not args.no_e5)
-    judge = judge_store() if e5 is not None and not args.no_judge else None
+    store, e5, judge = cached_stores(args.cache_dir, e5=not args.no_e5, judge=not args.no_judge)
     report = run(args.set, modes, args.misses, no_answer, args.cv, store, e5, judge)
-    print(f"hybrid's e5 channel: {'on' if e5 is not None else 'off'}; the answer gate's judge: "
+    print(f"hybrid's e5 channel: {'on' if e5 is not None else 'off'}; the judge (a channel, read by the answer gate): "
           f"{'on' if judge is not None else 'off'}")
     print_report(report, modes)
     if args.json:

@@ -440,10 +440,14 @@ def build_parts(settings: ConnectorSettings, *, tuning: ManagerTuning | None = N
     # Hybrid recall's vectors: sealed under the state key in the state, when there is one.
     vectors = VectorStore(state=shared, state_key=state_key)
     # The second model's (e5) beside them, computed in the background; its engine loads on first use.
-    e5 = E5Backfill(lambda: e5_store(shared, state_key, fast_queries=True)) if settings.recall_e5 else None
-    # The answer gate's judge, prepared in the background at the first query the gate doubts (~1 s
-    # of CPU once); its few vectors a query are kept in memory only.
-    judge = judge_store() if settings.recall_e5 and settings.recall_judge else None
+    # The judge's (a third model: a channel for English queries) are computed after e5's, kept beside them.
+    judged = settings.recall_e5 and settings.recall_judge
+    e5 = E5Backfill(lambda: e5_store(shared, state_key, fast_queries=True),
+                    judge=judge_store(shared, state_key) if judged else None) if settings.recall_e5 else None
+    # Until a brain's judge vectors are all there, the answer gate asks the judge about the handful
+    # of memories a doubtful query needs (its model prepared in the background at the first such
+    # query); those are kept in memory only.
+    judge = judge_store() if judged else None
     # Hybrid indexes kept on this replica's disk (by brain and content), so a restart does not rebuild them.
     index_cache = settings.index_cache_path
     index_disk = (

@@ -14,7 +14,6 @@ from connector.engine.format.jsvalues import parse_iso_ms
 from connector.engine.recall.hybrid import EXACT_CANNOT_READ, MODES, empty_recall_reason, recall_in_mode
 from connector.engine.recall.index import RecallError
 from connector.workcopy.vectorcache import cached_stores, default_cache_dir
-from connector.workcopy.vectors import judge_store
 
 
 def _instant(value: str | None, option: str) -> datetime | None:
@@ -90,10 +89,8 @@ def recall(
         raise click.UsageError("give a QUERY, or --context")
     clock = _instant(now, "--now") or datetime.now(UTC)
     try:
-        # Both models' vectors are kept in the cache directory: only new memories are embedded.
-        use, e5 = cached_stores(cache_dir, on_unusable=warn) if mode == "hybrid" else (None, None)
-        # The answer gate's judge, loaded only if the query is one it doubts.
-        judge = judge_store() if e5 is not None else None
+        # The models' vectors are kept in the cache directory: only new memories are embedded.
+        use, e5, judge = cached_stores(cache_dir, judge=True, on_unusable=warn) if mode == "hybrid" else (None, None, None)
         hits = recall_in_mode(
             _load(brain),
             query,

@@ -151,6 +151,11 @@ def _judge_line(judge: dict[str, Any]) -> str:
         reason = f" ({one(judge['reason'])})" if judge.get("reason") else ""
         return f"Recall judge: cannot load on this machine{reason}; the answer gate decides without it."
     if judge.get("state") == "ready":
+        if judge.get("channel") == "ready":
+            return "Recall judge: ready; English queries are fused with it and the answer gate reads it."
+        if judge.get("channel") == "reading":
+            return ("Recall judge: ready; reading this brain's memories (after e5's), fused into English queries "
+                    "once done; the answer gate asks it about the queries it doubts meanwhile.")
         return "Recall judge: ready; the answer gate asks it about the queries it doubts."
     if judge.get("state") == "idle":
         return "Recall judge: loads at the first query the answer gate doubts; the gate decides without it until then."

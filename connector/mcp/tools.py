@@ -667,11 +667,15 @@ class BrainTools:
             hybrid = self.hybrid_index(snapshot.brain, snapshot.key, index, snapshot.brain_id)
             e5 = self.e5.vectors(snapshot.brain_id, snapshot.brain, index, hybrid) if self.e5 is not None else None
             scope = f"{asker or ''}\0{snapshot.brain_id or ''}"
-            embed_e5 = embed_e5_alike = None
+            embed_e5 = embed_e5_alike = embed_judge = None
+            judge = hybrid.judge_vectors() if e5 is not None else None
             if e5 is not None and self.e5 is not None and self.e5.store is not None:
                 embed_e5 = self.query_vectors.embedder(scope, self.e5.store.model_id, self.e5.embed_query)
                 embed_e5_alike = self.query_vectors.embedder(scope, f"{self.e5.store.model_id} as passage",
                                                              self.e5.embed_query_as_passage)
+                judges = self.e5.judge
+                if judge is not None and judges is not None:
+                    embed_judge = self.query_vectors.embedder(scope, judges.model_id, judges.embed_query)
             return hybrid_recall(
                 snapshot.brain,
                 query,
@@ -682,6 +686,8 @@ class BrainTools:
                 embed_e5_query=embed_e5,
                 embed_e5_alike=embed_e5_alike,
                 judge_source=self._judge_of(snapshot.brain_id),
+                judge=judge,
+                embed_judge_query=embed_judge,
                 top=limit,
                 project=project,
                 now=self.manager.now(),
@@ -762,6 +768,19 @@ class BrainTools:
             # The reason's summary only: the detail after it (an exception's text, a path) stays in the log.
             return {"state": "unavailable", "reason": model.failed.split(": ", 1)[0]}
         return {"state": "ready" if model.ready else "loading" if model.started else "idle"}
+
+    def _judge_channel(self, snapshot: Snapshot) -> str | None:
+        """The judge's channel for the brain version ``snapshot`` shows: ``ready`` once every memory
+        has its judge vector (recall fuses it in), ``reading`` until then (the background reads them
+        after e5's), None without the channel (worker thread; the index is the cached one)."""
+        if self.e5 is None or self.e5.judge is None or snapshot.brain is None:
+            return None
+        try:
+            index = index_for(snapshot.brain, snapshot.key, self.index_cache)
+            hybrid = self.hybrid_index(snapshot.brain, snapshot.key, index, snapshot.brain_id)
+        except RecallError:
+            return None
+        return "ready" if hybrid.judge_vectors() is not None else "reading"
 
     def _e5_follow(self, brain_id: str | None, brain: Brain, index: BrainIndex, hybrid: HybridIndex) -> None:
         """After a write: the e5 vectors of its new memories are computed in the background (only
@@ -883,8 +902,10 @@ class BrainTools:
             structured["recall_e5"] = e5.to_json()
         judge = self._judge_status()
         if judge is not None:
-            # Whether the answer gate's judge is loaded yet (it decides the queries the gate doubts once it is).
-            structured["recall_judge"] = judge
+            # Whether the judge is loaded yet (the answer gate asks it about the queries it doubts once it
+            # is), and whether this brain's memories are all read with it (its channel: English queries).
+            channel = await asyncio.to_thread(self._judge_channel, snapshot)
+            structured["recall_judge"] = judge if channel is None else {**judge, "channel": channel}
         notes = []
         if _damaged_index(snapshot, index):
             # Said here, where a model looks when recall and writes refuse: "0 memories" read as an empty brain.

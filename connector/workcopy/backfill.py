@@ -9,6 +9,11 @@ version's vectors over and recall fuses them in. `progress` says how far a brain
 
 One job per brain: a newer version replaces the waiting one (the vectors the older one
 computed are kept: a version mostly shares its memories with the one before).
+
+The answer gate's judge (connector/engine/recall/judge.py) is a channel too, for English
+queries: its vectors are computed by the same jobs, once a version's e5 vectors are all there
+(a write's new memories with their e5 vector), kept by a store of their own, and handed over
+on the version (`HybridIndex.judge`).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from connector.engine.format.brain import Brain
 from connector.engine.recall.embedding import Quantized, content_hash
 from connector.engine.recall.hybrid import HybridIndex, memory_texts
 from connector.engine.recall.index import BrainIndex
+from connector.engine.recall.judge import JudgeUnavailable
 from connector.workcopy.vectors import VectorStore
 
 log = logging.getLogger("connector.e5")
@@ -71,11 +77,13 @@ class E5Backfill:
     """Hands out a brain version's e5 vectors once they are all computed; computes them meanwhile.
 
     ``make_store`` makes the e5 store on first use (it loads the engine: ~1 s), returning None
-    where the engine cannot load. Thread-safe.
+    where the engine cannot load. ``judge``: the judge's store, whose vectors the jobs compute
+    after e5's (None: no judge channel). Thread-safe.
     """
 
-    def __init__(self, make_store: Callable[[], VectorStore | None]) -> None:
+    def __init__(self, make_store: Callable[[], VectorStore | None], judge: VectorStore | None = None) -> None:
         self._make_store = make_store
+        self.judge = judge
         self._store: VectorStore | None = None
         self._made = False
         self._lock = threading.Lock()
@@ -113,29 +121,32 @@ class E5Backfill:
 
     def vectors(self, brain_id: str | None, brain: Brain, index: BrainIndex, hybrid: HybridIndex) -> Quantized | None:
         """The e5 vectors of this brain version in the index's order when all are computed, else
-        None (and the missing ones are computed in the background). Never embeds on the caller's thread."""
+        None (and the missing ones are computed in the background, the judge's vectors after
+        them: `HybridIndex.judge_vectors` has them once there). Never embeds on the caller's thread."""
         e5, pending = hybrid.e5_state()
-        if e5 is not None and not pending:
+        complete = e5 if e5 is not None and not pending else None
+        if complete is not None:
             self._counted(brain_id, len(index.memories))
-            return e5
+            if self.judge is None or hybrid.judge is not None:
+                return complete
         if self.store is None:
             return None
         with self._lock:
             if self._closed:
-                return None
+                return complete
             running = self._running
             if running is not None and running.brain_id == brain_id and running.hybrid is hybrid:
-                return None  # this version is being computed already
+                return complete  # this version is being computed already
             self._waiting[brain_id] = _Job(brain_id, brain, index, hybrid)
             previous = self._progress.get(brain_id)
-            if previous is None or previous.state == READY:
+            if complete is None and (previous is None or previous.state == READY):
                 done = len(index.memories) - len(hybrid.e5_pending) if hybrid.e5 is not None else 0
                 self._progress[brain_id] = Progress(EMBEDDING, done, len(index.memories))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="e5-backfill", daemon=True)
                 self._thread.start()
             self._wake.notify()
-        return None
+        return complete
 
     def progress(self, brain_id: str | None) -> Progress | None:
         """How far the brain's e5 vectors are (None: no hybrid recall has asked yet)."""
@@ -182,7 +193,13 @@ class E5Backfill:
         assert store is not None
         if job.hybrid.e5 is not None:
             self._fill_pending(store, job)
+        elif not self._fill_whole(store, job):
             return
+        self._fill_judge(job)
+
+    def _fill_whole(self, store: VectorStore, job: _Job) -> bool:
+        """Every e5 vector of the job's version (those not kept yet embedded); False when a newer
+        version came first or the process is closing."""
         texts = memory_texts(job.brain, job.index)
         hashes = [content_hash(store.model_id, text) for text in texts]
         _, found = store.known(hashes, job.brain_id)
@@ -190,30 +207,68 @@ class E5Backfill:
         done = len(texts) - len(missing)
         self._set(job.brain_id, Progress(EMBEDDING, done, len(texts)))
         for start in range(0, len(missing), store.batch):
-            with self._lock:
-                # A newer version of the brain is waiting: go on with it (these vectors are kept).
-                if self._closed or job.brain_id in self._waiting:
-                    return
+            if self._superseded(job):
+                return False
             batch = missing[start : start + store.batch]
             store.vectors([hashes[p] for p in batch], [texts[p] for p in batch], job.brain_id)
             done += len(batch)
             self._set(job.brain_id, Progress(EMBEDDING, done, len(texts)))
         vectors, found = store.known(hashes, job.brain_id)
-        if found.all():
-            job.hybrid.e5 = vectors
-            self._finished(job.brain_id, len(texts))
+        if not found.all():
+            return False
+        job.hybrid.e5 = vectors
+        self._finished(job.brain_id, len(texts))
+        return True
+
+    def _superseded(self, job: _Job) -> bool:
+        """A newer version of the job's brain is waiting (go on with it: the vectors computed are
+        kept), or the process is closing."""
+        with self._lock:
+            return self._closed or job.brain_id in self._waiting
 
     def _fill_pending(self, store: VectorStore, job: _Job) -> None:
         """A version followed from one with e5 vectors (a write, a pull): only its new
-        memories are embedded (a write's one or few), never the whole brain again."""
+        memories are embedded (a write's one or few), never the whole brain again; the judge's
+        vectors of them too when the version carries the judge's."""
         pending = dict(job.hybrid.e5_pending)
         total = len(job.index.memories)
         if pending:
             self._set(job.brain_id, Progress(EMBEDDING, total - len(pending), total))
             positions, texts = list(pending), list(pending.values())
             vectors = store.vectors([content_hash(store.model_id, text) for text in texts], texts, job.brain_id)
-            job.hybrid.with_e5(positions, vectors)
+            job.hybrid.with_e5(positions, vectors, self._judged(job, texts) if job.hybrid.judge is not None else None)
         self._finished(job.brain_id, total)
+
+    def _fill_judge(self, job: _Job) -> None:
+        """The judge's vectors of every memory of the job's version, when it has none yet (its
+        model loads on first use here, ~1 s; where it cannot, the channel stays off)."""
+        if self.judge is None or job.hybrid.judge is not None:
+            return
+        texts = memory_texts(job.brain, job.index)
+        hashes = [content_hash(self.judge.model_id, text) for text in texts]
+        try:
+            for start in range(0, len(texts), self.judge.batch):
+                if self._superseded(job):
+                    return
+                self.judge.vectors(hashes[start : start + self.judge.batch], texts[start : start + self.judge.batch],
+                                   job.brain_id)
+        except JudgeUnavailable:  # logged once by the model: the gate and the fusion go on without it
+            self.judge = None
+            return
+        vectors, found = self.judge.known(hashes, job.brain_id)
+        if found.all() and not job.hybrid.e5_pending:
+            job.hybrid.judge = vectors
+
+    def _judged(self, job: _Job, texts: list[str]) -> Quantized | None:
+        """The judge's vectors of ``texts`` (None where its model cannot load)."""
+        judge = self.judge
+        if judge is None:
+            return None
+        try:
+            return judge.vectors([content_hash(judge.model_id, text) for text in texts], texts, job.brain_id)
+        except JudgeUnavailable:
+            self.judge = None
+            return None
 
     def _finished(self, brain_id: str | None, total: int) -> None:
         """The job's version is complete: READY, unless a newer version of the brain is already

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from common.docstore import DocumentStore, DocumentStoreError, open_document_store
-from connector.workcopy.vectors import VectorStore, e5_store
+from connector.workcopy.vectors import VectorStore, e5_store, judge_store
 
 _KEY_FILE = "key"
 _KEY_BYTES = 32
@@ -56,10 +56,11 @@ class CacheDirError(Exception):
 
 
 def cached_stores(
-    directory: Path | None, *, e5: bool = True, on_unusable: Callable[[str], None] | None = None
-) -> tuple[VectorStore, VectorStore | None]:
-    """The USE store and the e5 store (None where the e5 engine cannot load, or without ``e5``)
-    kept in ``directory`` (None: the default cache directory).
+    directory: Path | None, *, e5: bool = True, judge: bool = False, on_unusable: Callable[[str], None] | None = None
+) -> tuple[VectorStore, VectorStore | None, VectorStore | None]:
+    """The USE store, the e5 store (None where the e5 engine cannot load, or without ``e5``) and,
+    with ``judge``, the judge's store beside e5's (None without e5), kept in ``directory`` (None:
+    the default cache directory). The judge's model loads only when it is asked to embed.
 
     A directory that cannot be used (read-only, not a directory) raises ``CacheDirError``; with
     ``on_unusable`` it is reported there instead and the stores keep vectors in memory only."""
@@ -78,4 +79,6 @@ def cached_stores(
         state, key = None, None
     # Only this cache's own key writes here: a segment it cannot open is damaged for good.
     use = VectorStore(state=state, state_key=key, prune_unreadable=True)
-    return use, e5_store(state, key, prune_unreadable=True) if e5 else None
+    e5_vectors = e5_store(state, key, prune_unreadable=True) if e5 else None
+    judged = judge_store(state, key, prune_unreadable=True) if judge and e5_vectors is not None else None
+    return use, e5_vectors, judged

@@ -59,6 +59,8 @@ _MAX_SEGMENTS = 16
 _PREFIX = "vectors/"
 # The e5 channel's segments (connector/engine/recall/e5.py): a folder of their own.
 E5_PREFIX = "vectors/e5/"
+# The judge's segments (connector/engine/recall/judge.py): a folder of their own.
+JUDGE_PREFIX = "vectors/judge/"
 # Texts per e5 call: its vectors are kept and saved as they come (a few seconds of work
 # each), so a background embedding shows progress and a restart loses little.
 E5_BATCH = 64
@@ -346,12 +348,15 @@ def e5_store(
                        prune_unreadable=prune_unreadable)
 
 
-def judge_store() -> VectorStore:
-    """The answer gate's judge's vectors (connector/engine/recall/judge.py), in memory only: a
-    handful of memories a doubtful query. Its model loads when first asked (`JudgeEmbedder.embed`),
-    or in the background once started (`JudgeEmbedder.start`: a server, which asks it only once
-    it is `ready`)."""
-    return VectorStore(default_judge())
+def judge_store(
+    state: DocumentStore | None = None, state_key: bytes | None = None, *, prune_unreadable: bool = False
+) -> VectorStore:
+    """The judge's vectors (connector/engine/recall/judge.py): its channel's, kept in the state
+    beside e5's (own folder) when one is given, or a doubtful query's handful in memory. Its
+    model loads when first asked (`JudgeEmbedder.embed`), or in the background once started
+    (`JudgeEmbedder.start`: a server, which asks it only once it is `ready`)."""
+    return VectorStore(default_judge(), state=state, state_key=state_key, prefix=JUDGE_PREFIX, batch=E5_BATCH,
+                       prune_unreadable=prune_unreadable)
 
 
 class WhenReady:

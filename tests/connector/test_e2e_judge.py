@@ -1,8 +1,8 @@
 """The answer gate's judge over MCP: a real connector and store, the official client SDK.
 
-brain_status says where the judge stands (``recall_judge``) beside the e5 channel; once both
-are ready, brain_recall's answers are the engine's with the judge, which answers queries the
-gate alone refuses. With CONNECTOR_RECALL_JUDGE=false they are the engine's without it, and
+brain_status says where the judge stands (``recall_judge``: its model, and its channel over this
+brain) beside the e5 channel; once both are ready, brain_recall's answers are the engine's with
+the judge (fused in, and read by the answer gate), which answers queries the gate alone refuses. With CONNECTOR_RECALL_JUDGE=false they are the engine's without it, and
 brain_status says nothing of a judge.
 """
 
@@ -73,7 +73,8 @@ async def _status_once_ready(client: Any, *, judged: bool) -> tuple[dict[str, An
             # Idle until the first hybrid recall, loading, then ready: never unavailable (this process
             # loaded the same judge above).
             assert status["recall_judge"]["state"] in ("idle", "loading", "ready"), status["recall_judge"]
-        judge_ready = not judged or status["recall_judge"]["state"] == "ready"
+        # Ready, and this brain's memories all read with it (its channel fuses English queries then).
+        judge_ready = not judged or status["recall_judge"] == {"state": "ready", "channel": "ready"}
         if e5.get("state") == "ready" and e5.get("query_kernels") == "ready" and judge_ready:
             return status, result.content[0].text
         assert time.monotonic() < deadline, status
@@ -106,8 +107,8 @@ def test_recall_over_mcp_asks_the_judge_once_status_says_it_is_ready(store: Runn
 
     with connector(tmp_path, store) as server:
         status, text, answered = asyncio.run(ask(server.base_url, judged=True))
-    assert status["recall_judge"] == {"state": "ready"}
-    assert "Recall judge: ready" in text
+    assert status["recall_judge"] == {"state": "ready", "channel": "ready"}
+    assert "Recall judge: ready; English queries are fused with it" in text
     assert answered == judged, (answered, judged, unjudged)
 
     # The same state directory: e5's vectors are read back; no judge.

@@ -81,7 +81,7 @@ from connector.workcopy.vectorcache import cached_stores
 from connector.engine.recall.hybrid import recall_in_mode
 from tests.engine.hybrid_support import NOW, make_brain
 brain, ids = make_brain()
-use, e5 = cached_stores(__import__("pathlib").Path({str(tmp_path)!r}))
+use, e5, _ = cached_stores(__import__("pathlib").Path({str(tmp_path)!r}))
 hits = recall_in_mode(brain, "vaccine for my cat", mode="hybrid", source=use, e5_source=e5, now=NOW)
 print(json.dumps({{"e5": e5 is None, "reason": e5_unavailable_reason(), "first": hits[0]["id"], "want": ids["猫的疫苗"]}}))
 """
