@@ -37,8 +37,8 @@ Usage::
 With ``--mode hybrid`` the brain's vectors are computed first, in this process, into
 the connector's state directory (sealed with its key), as a connector that has seen
 the brain before would have them; the target there is p50 <= 30 ms over MCP.
-Add ``--e5 stand-in`` to seed its e5 vectors too, so every recall fuses the e5 channel and
-embeds its query with e5 (the issue's warm-recall target, p50 <= 15 ms, is for that): the
+Add ``--e5 stand-in`` to seed its e5 vectors (and the judge's) too, so every recall fuses the e5
+channel (and the judge's) and embeds its query with e5 (and the judge) (the issue's warm-recall target, p50 <= 15 ms, is for that): the
 rows are stand-ins drawn from each memory's hash (timing only; the real ones take minutes
 of CPU at 10,000 memories); ``--e5 off`` runs the connector without the e5 channel. By
 default (``--e5 background``) the connector computes the brain's e5 vectors itself, in the
@@ -84,7 +84,8 @@ from connector.engine.recall.index import BrainIndex  # noqa: E402
 from connector.engine.writes.ops import connector_memorize  # noqa: E402
 from store.archive.inspect import inspect_bytes  # noqa: E402
 from connector.oauth.tokens import AccessClaims, AccessTokenCodec  # noqa: E402
-from connector.workcopy.vectors import E5_PREFIX, VectorStore  # noqa: E402
+from connector.workcopy.vectors import E5_PREFIX, JUDGE_PREFIX, VectorStore  # noqa: E402
+from connector.engine.recall.judge import DIMENSIONS as JUDGE_DIMENSIONS, JUDGE_MODEL_ID  # noqa: E402
 from connector.engine.recall.e5 import E5_DIMENSIONS, E5_MODEL_ID  # noqa: E402
 from connector.engine.recall.embedding import Quantized, content_hash, quantize  # noqa: E402
 from connector.engine.recall.hybrid import memory_texts  # noqa: E402
@@ -465,13 +466,14 @@ def probe(size: int, cache_dir: Path | None, copies: int) -> dict[str, Any]:
     return json.loads(done.stdout)  # type: ignore[no-any-return]
 
 
-def e5_stand_in(brain: Any) -> tuple[list[bytes], Quantized]:
+def e5_stand_in(brain: Any, model_id: str = E5_MODEL_ID, dimensions: int = E5_DIMENSIONS) -> tuple[list[bytes], Quantized]:
     """Stand-in e5 vectors of a brain's memories (timing only): a unit row per memory drawn from its
     content hash. What a recall costs does not depend on the rows' values, and computing the real
-    ones for 10,000 memories takes minutes of CPU; the answers of such a recall are not e5's."""
+    ones for 10,000 memories takes minutes of CPU; the answers of such a recall are not e5's.
+    (``model_id``, ``dimensions``: another model's, the judge's.)"""
     texts = memory_texts(brain, BrainIndex.build(brain))
-    hashes = [content_hash(E5_MODEL_ID, text) for text in texts]
-    rows = np.stack([np.random.default_rng(list(digest[:16])).standard_normal(E5_DIMENSIONS) for digest in hashes])
+    hashes = [content_hash(model_id, text) for text in texts]
+    rows = np.stack([np.random.default_rng(list(digest[:16])).standard_normal(dimensions) for digest in hashes])
     rows = (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
     return hashes, quantize(rows)
 
@@ -500,6 +502,8 @@ def main() -> None:
     parser.add_argument("--e5", choices=["background", "stand-in", "off"], default="background",
                         help="hybrid mode: the e5 channel's vectors computed by the connector meanwhile, seeded "
                              "beforehand with stand-in rows (timing only), or the channel off")
+    parser.add_argument("--no-judge", action="store_true",
+                        help="hybrid mode: the connector without the judge (CONNECTOR_RECALL_JUDGE=false), to compare")
     parser.add_argument("--brain-cache", type=Path, default=None, metavar="DIR",
                         help="keep/reuse the generated brain archive here (shared format with engine_bench.py)")
     args = parser.parse_args()
@@ -535,7 +539,12 @@ def main() -> None:
                 e5_hashes, e5_rows = e5_stand_in(brain)
                 e5_seed = VectorStore(_NoEmbedder(), state=open_document_store(work / "state"), state_key=STATE_KEY,
                                       prefix=E5_PREFIX)
-                row("e5 vectors: stand-in rows (timing only)", f"{time.perf_counter() - began:.1f} s")
+                # The judge's channel beside e5's (its model still embeds each query, for real).
+                judge_hashes, judge_rows = e5_stand_in(brain, JUDGE_MODEL_ID, JUDGE_DIMENSIONS)
+                judge_seed = VectorStore(_NoEmbedder(JUDGE_MODEL_ID, JUDGE_DIMENSIONS),
+                                         state=open_document_store(work / "state"), state_key=STATE_KEY,
+                                         prefix=JUDGE_PREFIX)
+                row("e5 and judge vectors: stand-in rows (timing only)", f"{time.perf_counter() - began:.1f} s")
         with running_store(work) as store:
             users = add_users(work / "store", [f"bench{i}" for i in range(args.users)])
             for token, _ in users:
@@ -544,10 +553,12 @@ def main() -> None:
                     vectors.keep(computed.hashes, computed.vectors, brain_id)
                     if args.e5 == "stand-in":
                         e5_seed.keep(e5_hashes, e5_rows, brain_id)
+                        judge_seed.keep(judge_hashes, judge_rows, brain_id)
             [(phases_token, _)] = add_users(work / "store", ["phases"])
             upload(store.base_url, phases_token, archive)
             memorize_phases(store.base_url, phases_token, archive, args.phases, work / "fsync", store.process.pid)
-            env = {"CONNECTOR_RECALL_MODE": args.mode, "CONNECTOR_RECALL_E5": "false" if args.e5 == "off" else "true"}
+            env = {"CONNECTOR_RECALL_MODE": args.mode, "CONNECTOR_RECALL_E5": "false" if args.e5 == "off" else "true",
+                   "CONNECTOR_RECALL_JUDGE": "false" if args.no_judge else "true"}
             with running_connector(store.base_url, work, env) as connector:
                 tokens = [mint(connector.base_url, user_id, token) for token, user_id in users]
                 cpu = ServerCpu(connector.process.pid)
@@ -555,13 +566,13 @@ def main() -> None:
 
 
 class _NoEmbedder:
-    """The e5 store's model as seen by a store that only keeps vectors computed elsewhere."""
+    """A model (e5's, or the judge's) as seen by a store that only keeps vectors computed elsewhere."""
 
-    model_id = E5_MODEL_ID
-    dimensions = E5_DIMENSIONS
+    def __init__(self, model_id: str = E5_MODEL_ID, dimensions: int = E5_DIMENSIONS) -> None:
+        self.model_id, self.dimensions = model_id, dimensions
 
     def embed(self, texts: list[str]) -> Any:
-        raise RuntimeError("the seeded e5 store embeds nothing")
+        raise RuntimeError("a seeded store embeds nothing")
 
 
 @contextmanager

@@ -109,25 +109,31 @@ def main(argv: list[str] | None = None) -> int:
     print(f"this worker's own (anonymous) growth: {used['RssAnon'] - before['RssAnon']} MB; "
           f"file-backed (mmap'd weights, shared by the host's workers): {used['RssFile'] - before['RssFile']} MB")
     if not args.no_judge:
-        judged = _judge_memory(texts)
+        rate, judged = _judge_cost(texts)
+        print(f"the judge (its channel's vectors, read after e5's): {rate:.1f} memories/s (batches of {E5_BATCH}, {BULK_THREADS} threads)")
         print(f"with the judge, loaded and given {len(texts)} memories as a server gives them (judge_store, WhenReady): "
               f"{judged}; this worker's own growth, e5 and the judge: {judged['RssAnon'] - before['RssAnon']} MB")
     return 0
 
 
-def _judge_memory(texts: list[str]) -> dict[str, int]:
-    """This process's memory once the judge's model is loaded and has embedded ``texts`` (each
-    lengthened to ~256 tokens, the longest it reads) one at a time through a server's path."""
+def _judge_cost(texts: list[str]) -> tuple[float, dict[str, int]]:
+    """The judge's memories per second over ``texts`` (a background job's batches), and this
+    process's memory once it has also embedded them lengthened to ~256 tokens (the longest it
+    reads) one at a time through a server's path (`WhenReady`, which gives the buffers back)."""
     from connector.workcopy.vectors import WhenReady, judge_store
     from connector.engine.recall.embedding import content_hash
 
     store = judge_store()
     store.embedder.load()  # type: ignore[attr-defined]
+    started = time.perf_counter()
+    for first in range(0, len(texts), E5_BATCH):
+        store.embedder.embed(texts[first : first + E5_BATCH])
+    rate = len(texts) / (time.perf_counter() - started)
     vectors = WhenReady(store, "bench")
     for text in texts:
         long = " ".join([text] * 5)
         vectors.vectors([content_hash(store.model_id, long)], [long])
-    return _rss()
+    return rate, _rss()
 
 
 if __name__ == "__main__":
