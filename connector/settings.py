@@ -123,7 +123,7 @@ class ConnectorSettings:
     webapp_session_ttl_ms: int = 8 * 3600 * 1000  # a web sign-in ends after this, whatever happens
     recall_mode: str = "hybrid"  # brain_recall's and the web search's mode when none is named (exact or hybrid)
     recall_e5: bool = True  # hybrid recall's second model (e5), its vectors computed in the background
-    recall_judge: bool = True  # the answer gate's judge (a third model) on the queries it doubts
+    recall_judge: bool = True  # the judge (a third model): a channel of English queries, read by the answer gate
     # The operator's model for brain_reflect and brain_extract (docs/thinking.md): an OpenAI-compatible
     # chat-completions endpoint; none set means "no model" (the tools hand the evidence to the host).
     model_url: str | None = None
