@@ -38,7 +38,8 @@ def _hits(found: dict[str, Any]) -> list[tuple[str, float, float]]:
 
 
 async def settled(client: Any, queries: bool = False) -> None:
-    """Until the brain version's e5 vectors are all there (or e5 cannot load here): both
+    """Until the brain version's e5 vectors are all there (or e5 cannot load here), and its
+    judge vectors after them (the judge's channel, unless the judge cannot load): both
     connectors then answer with the same channels. A recall first, so the status is this
     version's (a version without them is queued, and says so, before the recall answers).
     ``queries``: also until queries are embedded by the int8 kernels (built in the background;
@@ -46,13 +47,15 @@ async def settled(client: Any, queries: bool = False) -> None:
     decimal), so both connectors embed the measured queries the same way."""
     for _ in range(600):
         await client.call_tool("brain_recall", {"query": "settled", "mode": "hybrid"})
-        e5 = structured(await client.call_tool("brain_status", {})).get("recall_e5")
+        status = structured(await client.call_tool("brain_status", {}))
+        e5, judge = status.get("recall_e5"), status.get("recall_judge")
         if e5 is None or e5["state"] == "unavailable":
             return
-        if e5["state"] == "ready" and (not queries or e5.get("query_kernels") not in ("unloaded", "loading")):
+        judged = judge is None or judge["state"] == "unavailable" or judge.get("channel") == "ready"
+        if e5["state"] == "ready" and judged and (not queries or e5.get("query_kernels") not in ("unloaded", "loading")):
             return
         await asyncio.sleep(0.1)
-    raise AssertionError(f"the e5 vectors never got ready: {e5}")
+    raise AssertionError(f"the e5 and judge vectors never got ready: {e5}, {judge}")
 
 
 def test_recall_after_writes_equals_a_fresh_connector(store: RunningStore, tmp_path: Path) -> None:
