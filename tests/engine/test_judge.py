@@ -162,3 +162,20 @@ def test_the_judge_channel_raises_what_it_reads_as_the_answer_for_latin_script_q
     assert ranked(query, judge=quantize(rows), embed_judge_query=not_ready) == plain
     japanese = "遅いデータベースの問い合わせ"
     assert ranked(japanese, **judged) == ranked(japanese)
+
+
+def test_the_judge_channel_reads_a_query_typed_in_full_width_as_its_ascii() -> None:
+    brain, _ = make_brain()
+    index = BrainIndex.build(brain)
+    use = VectorStore(CountingEmbedder()).for_brain("b")
+    hybrid = HybridIndex.build(brain, index, use)
+    asked: list[str] = []
+    rows = quantize(np.eye(len(index.memories), 16, dtype=np.float32) + 0.01)
+
+    def embed(text: str) -> np.ndarray:
+        asked.append(text)
+        return np.eye(16, dtype=np.float32)[0]
+
+    hybrid_recall(brain, "ＲＥＤＩＳ cache", index=index, hybrid=hybrid, embed_query=use.embed_query, now=NOW,
+                  judge=rows, embed_judge_query=embed)
+    assert asked == ["REDIS cache"]

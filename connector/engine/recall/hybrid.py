@@ -765,7 +765,9 @@ def hybrid_recall(
     # more than it saved).
     channel = judge is not None and embed_judge_query is not None
     reads = (channel or judge_source is not None) and judge_reads(scored)
-    read = _judge_cosines(scored, judge, embed_judge_query) if reads and channel else None
+    # As the exact channel, it reads a query typed in full-width mode (ＲＥＤＩＳ) as the ASCII it shows:
+    # its WordPiece vocabulary has no full-width letters.
+    read = _judge_cosines(ascii_width(scored), judge, embed_judge_query) if reads and channel else None
     channels = {"exact": signals.exact, "bm25": signals.bm25, "use": signals.semantic,
                 "e5": _e5_cosines(scored, e5, embed_e5_query, e5_channel), "judge": read}
     alike = None
@@ -776,7 +778,7 @@ def hybrid_recall(
         asked = lambda positions: float(read[positions].max()) if read is not None and len(positions) else None  # noqa: E731
     elif judge_source is not None and brain is not None:
         asked = lambda positions: _judged(  # noqa: E731
-            judge_source, scored, [memory_text(brain, index.memories[p].entry) for p in positions])
+            judge_source, ascii_width(scored), [memory_text(brain, index.memories[p].entry) for p in positions])
     well = answer_decision(signals, allowed, channels["e5"], margin, alike, asked, reads)
     adjacent = hybrid.adjacent(index)
     fusion = fusion.for_query(channels, allowed, signals.words)
