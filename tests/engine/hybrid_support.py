@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -61,7 +62,9 @@ class CountingEmbedder:
         self.embedded += len(texts)
         rows = []
         for text in texts:
-            vector = np.random.default_rng(abs(hash(text)) % 2**32).standard_normal(self.dimensions)
+            # A digest, not hash(): str hashes differ between processes, and so would every ranking.
+            seed = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=4).digest(), "big")
+            vector = np.random.default_rng(seed).standard_normal(self.dimensions)
             for needle, axis in self.favour.items():
                 if needle in text:
                     vector = np.zeros(self.dimensions)
