@@ -245,22 +245,20 @@ class E5Backfill:
         if self.judge is None or job.hybrid.judge is not None:
             return
         texts = memory_texts(job.brain, job.index)
-        hashes = [content_hash(self.judge.model_id, text) for text in texts]
-        try:
-            for start in range(0, len(texts), self.judge.batch):
-                if self._superseded(job):
-                    return
-                self.judge.vectors(hashes[start : start + self.judge.batch], texts[start : start + self.judge.batch],
-                                   job.brain_id)
-        except JudgeUnavailable:  # logged once by the model: the gate and the fusion go on without it
-            self.judge = None
+        for start in range(0, len(texts), self.judge.batch):
+            if self._superseded(job) or self._judged(job, texts[start : start + self.judge.batch]) is None:
+                return
+        judge = self.judge
+        if judge is None:
             return
-        vectors, found = self.judge.known(hashes, job.brain_id)
+        vectors, found = judge.known([content_hash(judge.model_id, text) for text in texts], job.brain_id)
         if found.all() and not job.hybrid.e5_pending:
             job.hybrid.judge = vectors
 
     def _judged(self, job: _Job, texts: list[str]) -> Quantized | None:
-        """The judge's vectors of ``texts`` (None where its model cannot load)."""
+        """The judge's vectors of ``texts``, embedding those not kept yet; None where its model
+        cannot load (logged once by the model: the gate and the fusion go on without it, and no
+        later job asks it again)."""
         judge = self.judge
         if judge is None:
             return None

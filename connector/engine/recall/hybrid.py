@@ -910,13 +910,13 @@ def recall_in_mode(
         elif hybrid.e5_pending:
             positions, texts = list(hybrid.e5_pending), list(hybrid.e5_pending.values())
             hybrid.with_e5(positions, e5_source.vectors([content_hash(e5_source.model_id, text) for text in texts], texts))
-    judge = None
-    if judge_source is not None and query and hybrid.e5 is not None:  # the judge's vectors go with e5's
-        texts = memory_texts(brain, index)
+    if judge_source is not None and query and hybrid.e5 is not None and hybrid.judge is None:
+        texts = memory_texts(brain, index)  # the judge's vectors go with e5's, kept on the index as they are
         try:
-            judge = judge_source.vectors([content_hash(judge_source.model_id, text) for text in texts], texts)
+            hybrid.judge = judge_source.vectors([content_hash(judge_source.model_id, text) for text in texts], texts)
         except JudgeUnavailable:  # logged where it failed: recall runs without the judge
             judge_source = None
+    judge = hybrid.judge_vectors() if judge_source is not None else None
     embed = source.embed_query if source is not None else _no_query_embedder
     return hybrid_recall(brain, query, index=index, hybrid=hybrid, embed_query=embed, e5=hybrid.e5,
                          embed_e5_query=e5_source.embed_query if e5_source is not None else None,
