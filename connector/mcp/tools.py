@@ -88,6 +88,9 @@ EXACT_SHAPE = frozenset({"search", "fetch"})
 # long, and at the latest this long after the write that asked for them.
 PREWARM_QUIET_S = 0.25
 PREWARM_MAX_WAIT_S = 3.0
+# The process counts as answering calls until this long after the last one answered: an agent's
+# next call comes seconds later, a script's within milliseconds (background work waits for a gap).
+CALLS_QUIET_S = 0.1
 # brain_memorize's on_similar: report what the similar check found (default), or also
 # supersede the memories it flagged as updates.
 ON_SIMILAR = ["report", "supersede"]
@@ -293,11 +296,10 @@ class BrainTools:
         self._prewarm_busy: set[str] = set()
         self._prewarm_next: dict[str, tuple[Brain, str, float, str | None]] = {}
         self._writes_in_flight = 0
-        # e5 vectors of written memories, per brain, waiting for the writes in flight to answer
-        # (`_e5_follow`), with when the first waited; the lock also guards the count's last step.
-        self._e5_waiting: dict[str | None, tuple[Brain, BrainIndex, HybridIndex]] = {}
-        self._e5_waiting_since: float | None = None
-        self._e5_lock = threading.Lock()
+        self._calls_in_flight = 0
+        self._last_answered = 0.0
+        if e5 is not None:
+            e5.answering = self.answering
         # Per user, the lock of brain_memorize's check-and-write (`_memorize_lock`); an entry
         # goes when no call holds or waits for it.
         self._memorize_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
@@ -406,9 +408,7 @@ class BrainTools:
         try:
             return await self.manager.write(caller.account, op, label)
         finally:
-            with self._e5_lock:
-                self._writes_in_flight -= 1
-            self._e5_after_writes()
+            self._writes_in_flight -= 1
 
     async def write_op(self, caller: Caller, op: Any, label: str) -> WriteOutcome:
         """Any other operation's write (e.g. a mental model's), refused for good -> ToolFailure;
@@ -533,6 +533,10 @@ class BrainTools:
         spec = self.specs.get(name)
         return spec.input_schema if spec else None
 
+    def answering(self) -> bool:
+        """Whether calls are being answered (or one was, less than CALLS_QUIET_S ago); any thread."""
+        return self._calls_in_flight > 0 or time.monotonic() - self._last_answered < CALLS_QUIET_S
+
     async def call(
         self, name: str, arguments: Any, caller: Caller
     ) -> types.CallToolResult | types.InputRequiredResult:
@@ -551,7 +555,12 @@ class BrainTools:
                 f"{name} changes the brain and needs the '{WRITE_SCOPE}' permission, which this sign-in did not "
                 "grant (read-only access). Ask the user to reconnect with write access."
             )
-        result = await self._run(name, caller, args)
+        self._calls_in_flight += 1
+        try:
+            result = await self._run(name, caller, args)
+        finally:
+            self._calls_in_flight -= 1
+            self._last_answered = time.monotonic()
         if not isinstance(result, types.CallToolResult):
             return result  # an interim result (the host's model is asked first): notices wait for the final one
         ignored = None if name in EXACT_SHAPE else _ignored(spec, args)
@@ -785,22 +794,12 @@ class BrainTools:
     def _e5_follow(self, brain_id: str | None, brain: Brain, index: BrainIndex, hybrid: HybridIndex) -> None:
         """After a write: the e5 vectors of its new memories are computed in the background (only
         when the version before had its e5 vectors: the engine is loaded, and nothing else of the
-        brain is embedded again), once the writes in flight have answered: embedding takes a core
-        for tens of ms, which the write's packing, push and the store's validation need (the
-        vector may follow the answer; recall uses the other channels meanwhile)."""
-        if self.e5 is None or hybrid.e5 is None:
-            return
-        if not hybrid.e5_pending:
-            # Nothing to embed (a forget, a pin): the vectors are all there; brain_status's count follows.
+        brain is embedded again), once no call is being answered (`answering`): embedding takes a
+        core for tens of ms, which the write's packing, push and the store's validation, and the
+        calls after it, need (the vector may follow the answer; recall uses the other channels
+        meanwhile). A forget or a pin embeds nothing: brain_status's count follows."""
+        if self.e5 is not None and hybrid.e5 is not None:
             self.e5.vectors(brain_id, brain, index, hybrid)
-            return
-        with self._e5_lock:
-            if self._writes_in_flight:
-                self._e5_waiting[brain_id] = (brain, index, hybrid)  # a newer version replaces an older one
-                if self._e5_waiting_since is None:
-                    self._e5_waiting_since = time.monotonic()
-                return
-        self.e5.vectors(brain_id, brain, index, hybrid)
 
     def _e5_progress(self, snapshot: Snapshot) -> Progress | None:
         """How far the e5 vectors of the brain version ``snapshot`` shows are (worker thread).
@@ -821,18 +820,6 @@ class BrainTools:
             return progress
         self.e5.vectors(snapshot.brain_id, snapshot.brain, index, hybrid)
         return self.e5.progress(snapshot.brain_id)
-
-    def _e5_after_writes(self) -> None:
-        """A write answered: start the e5 vectors `_e5_follow` kept back, when no write is in
-        flight any more (or they waited PREWARM_MAX_WAIT_S already: a stream of writes)."""
-        with self._e5_lock:
-            since = self._e5_waiting_since
-            if since is None or self._writes_in_flight and time.monotonic() - since < PREWARM_MAX_WAIT_S:
-                return
-            waiting, self._e5_waiting, self._e5_waiting_since = self._e5_waiting, {}, None
-        if self.e5 is not None:
-            for brain_id, (brain, index, hybrid) in waiting.items():
-                self.e5.vectors(brain_id, brain, index, hybrid)
 
     def hybrid_index(self, brain: Brain, key: str | None, index: BrainIndex, brain_id: str | None = None) -> HybridIndex:
         """The hybrid index of one version of brain ``brain_id``, cached under that brain and its content key.

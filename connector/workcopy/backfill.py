@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -60,6 +61,12 @@ class Progress:
 # answered and to the other processes; on an idle one it runs at full speed all the same.
 BACKGROUND_NICE = 10
 
+# While the process answers calls, a batch waits (checking every YIELD_POLL_S), at most YIELD_MAX_S:
+# it holds a core for tens of ms (a write's one memory) to seconds (a whole brain's batch), which
+# the calls' own work (a write's pack and push, the store's checks, a recall's fusion) would share.
+YIELD_POLL_S = 0.02
+YIELD_MAX_S = 3.0
+
 UNAVAILABLE = "unavailable"
 READY = "ready"
 EMBEDDING = "embedding"
@@ -93,6 +100,8 @@ class E5Backfill:
         self._progress: dict[str | None, Progress] = {}
         self._thread: threading.Thread | None = None
         self._closed = False
+        # Whether the process is answering calls now (`BrainTools.answering`): batches wait while it is.
+        self.answering: Callable[[], bool] | None = None
 
     @property
     def store(self) -> VectorStore | None:
@@ -176,6 +185,8 @@ class E5Backfill:
             with self._lock:
                 while not self._waiting and not self._closed:
                     self._wake.wait()
+            self._quiet()  # then the newest version of the brain, should one have come meanwhile
+            with self._lock:
                 if self._closed:
                     return
                 brain_id = next(iter(self._waiting))
@@ -207,6 +218,8 @@ class E5Backfill:
         done = len(texts) - len(missing)
         self._set(job.brain_id, Progress(EMBEDDING, done, len(texts)))
         for start in range(0, len(missing), store.batch):
+            if start:
+                self._quiet()
             if self._superseded(job):
                 return False
             batch = missing[start : start + store.batch]
@@ -219,6 +232,17 @@ class E5Backfill:
         job.hybrid.e5 = vectors
         self._finished(job.brain_id, len(texts))
         return True
+
+    def _quiet(self) -> None:
+        """Wait while the process is answering calls, at most YIELD_MAX_S (a stream of calls still
+        lets a batch go that often; nice alone did not keep a write's embedding off the next calls)."""
+        answering = self.answering
+        if answering is None:
+            return
+        deadline = time.monotonic() + YIELD_MAX_S
+        with self._lock:
+            while not self._closed and answering() and (left := deadline - time.monotonic()) > 0:
+                self._wake.wait(min(left, YIELD_POLL_S))
 
     def _superseded(self, job: _Job) -> bool:
         """A newer version of the job's brain is waiting (go on with it: the vectors computed are
@@ -246,6 +270,7 @@ class E5Backfill:
             return
         texts = memory_texts(job.brain, job.index)
         for start in range(0, len(texts), self.judge.batch):
+            self._quiet()
             if self._superseded(job) or self._judged(job, texts[start : start + self.judge.batch]) is None:
                 return
         judge = self.judge

@@ -1,16 +1,19 @@
-"""The e5 background embedding runs at a lower priority than the calls being answered (Linux)."""
+"""The e5 background embedding yields to the calls being answered: a lower priority (Linux), and
+its batches wait while calls are answered, for a bounded time."""
 
 from __future__ import annotations
 
 import os
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
 
 from connector.engine.recall.hybrid import HybridIndex
 from connector.engine.recall.index import BrainIndex
+from connector.workcopy import backfill as backfill_module
 from connector.workcopy.backfill import BACKGROUND_NICE, E5Backfill
 from connector.workcopy.vectors import VectorStore
 from tests.engine.hybrid_support import CountingEmbedder, backfilled, make_brain
@@ -45,3 +48,42 @@ def test_background_embedding_yields_to_the_answers_and_the_caller_keeps_its_pri
         backfill.close()
     assert recorder.nice and all(nice >= max(BACKGROUND_NICE, before) for nice in recorder.nice)
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == before
+
+
+def test_background_embedding_waits_while_calls_are_answered() -> None:
+    # Nothing is embedded while the process answers calls; the batch goes once they stop.
+    brain, _ = make_brain()
+    index = BrainIndex.build(brain)
+    hybrid = HybridIndex.build(brain, index, VectorStore(CountingEmbedder()).for_brain("b"))
+    embedder = CountingEmbedder()
+    backfill = E5Backfill(lambda: VectorStore(embedder))
+    calls = threading.Event()
+    calls.set()
+    backfill.answering = calls.is_set
+    try:
+        assert backfill.store is not None
+        backfill.vectors("b", brain, index, hybrid)
+        time.sleep(0.5)
+        assert embedder.embedded == 0 and not backfilled(backfill)
+        calls.clear()
+        seconds_until(lambda: backfilled(backfill), 60, every=0.02, what="the embedding once calls stopped")
+        assert embedder.embedded == len(index.memories)
+    finally:
+        backfill.close()
+
+
+def test_a_stream_of_calls_delays_background_embedding_by_a_bounded_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(backfill_module, "YIELD_MAX_S", 0.3)
+    brain, _ = make_brain()
+    index = BrainIndex.build(brain)
+    hybrid = HybridIndex.build(brain, index, VectorStore(CountingEmbedder()).for_brain("b"))
+    embedder = CountingEmbedder()
+    backfill = E5Backfill(lambda: VectorStore(embedder))
+    backfill.answering = lambda: True  # calls never stop
+    try:
+        began = time.monotonic()
+        backfill.vectors("b", brain, index, hybrid)
+        seconds_until(lambda: backfilled(backfill), 60, every=0.02, what="the embedding despite the calls")
+        assert time.monotonic() - began >= 0.3
+    finally:
+        backfill.close()
