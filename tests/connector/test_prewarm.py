@@ -1,4 +1,5 @@
-"""Index builds after writes: deferred while writes are in flight, one at a time per brain, a burst costs one or two."""
+"""Index builds after writes: deferred while writes are in flight, one at a time per brain, a burst costs one or two;
+and the calls being answered, which the e5 background waits for."""
 
 from __future__ import annotations
 
@@ -25,6 +26,9 @@ class Holding:
     @property
     def copies(self) -> dict[tuple[str, str | None], Any]:
         return {(key, None): SimpleNamespace(key=key) for key in self.keys}
+
+    def take_notices(self, subject: str) -> list[str]:
+        return []
 
 
 def outcome(brain_id: str, key: str) -> WriteOutcome:
@@ -168,5 +172,34 @@ def test_another_brain_never_hits_a_brains_vectors_or_index(monkeypatch: pytest.
         digest = alice.hashes[0]
         assert store.for_brain("alice").get(digest) is not None and store.for_brain("mallory").get(digest) is not None
         assert store.for_brain("eve").get(digest) is None and store.get(digest) is None
+
+    asyncio.run(scenario())
+
+
+def test_the_tools_say_they_are_answering_during_a_call_and_a_short_gap_after(monkeypatch: pytest.MonkeyPatch) -> None:
+    # What the e5 background waits on (E5Backfill.answering, tests/connector/test_backfill_priority.py).
+    monkeypatch.setattr(tools_module, "CALLS_QUIET_S", 0.2)
+
+    async def scenario() -> None:
+        tools = BrainTools(manager=Holding())  # type: ignore[arg-type]
+        release = asyncio.Event()
+        seen: list[bool] = []
+
+        async def held_status(caller: Any, args: Any) -> Any:
+            seen.append(tools.answering())
+            await release.wait()
+            return tools_module.ok_result({}, "")
+
+        tools._handlers["brain_status"] = held_status
+        assert not tools.answering()
+        caller = tools_module.Caller(SimpleNamespace(brain=None, subject="someone"), frozenset())  # type: ignore[arg-type]
+        call = asyncio.ensure_future(tools.call("brain_status", {}, caller))
+        await asyncio.sleep(0.05)
+        assert seen == [True] and tools.answering()
+        release.set()
+        await call
+        assert tools.answering()  # the gap after it
+        await asyncio.sleep(0.3)
+        assert not tools.answering()
 
     asyncio.run(scenario())
