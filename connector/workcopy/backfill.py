@@ -61,9 +61,11 @@ class Progress:
 # answered and to the other processes; on an idle one it runs at full speed all the same.
 BACKGROUND_NICE = 10
 
-# While the process answers calls, a batch waits (checking every YIELD_POLL_S), at most YIELD_MAX_S:
-# it holds a core for tens of ms (a write's one memory) to seconds (a whole brain's batch), which
-# the calls' own work (a write's pack and push, the store's checks, a recall's fusion) would share.
+# While the process answers calls, a job waits to start (checking every YIELD_POLL_S), at most
+# YIELD_MAX_S: a write's new memories hold a core for tens of ms, which the calls' own work (the next
+# write's pack and push, the store's checks, a recall's fusion) would share. Once started, a whole
+# brain's batches follow one another (at BACKGROUND_NICE): waiting before each, a stream of calls
+# would stretch a 1,000-memory brain from half a minute to minutes.
 YIELD_POLL_S = 0.02
 YIELD_MAX_S = 3.0
 
@@ -100,7 +102,7 @@ class E5Backfill:
         self._progress: dict[str | None, Progress] = {}
         self._thread: threading.Thread | None = None
         self._closed = False
-        # Whether the process is answering calls now (`BrainTools.answering`): batches wait while it is.
+        # Whether the process is answering calls now (`BrainTools.answering`): jobs wait to start while it is.
         self.answering: Callable[[], bool] | None = None
 
     @property
@@ -218,8 +220,6 @@ class E5Backfill:
         done = len(texts) - len(missing)
         self._set(job.brain_id, Progress(EMBEDDING, done, len(texts)))
         for start in range(0, len(missing), store.batch):
-            if start:
-                self._quiet()
             if self._superseded(job):
                 return False
             batch = missing[start : start + store.batch]
@@ -235,7 +235,7 @@ class E5Backfill:
 
     def _quiet(self) -> None:
         """Wait while the process is answering calls, at most YIELD_MAX_S (a stream of calls still
-        lets a batch go that often; nice alone did not keep a write's embedding off the next calls)."""
+        lets a job start that often; nice alone did not keep a write's embedding off the next calls)."""
         answering = self.answering
         if answering is None:
             return
@@ -270,7 +270,6 @@ class E5Backfill:
             return
         texts = memory_texts(job.brain, job.index)
         for start in range(0, len(texts), self.judge.batch):
-            self._quiet()
             if self._superseded(job) or self._judged(job, texts[start : start + self.judge.batch]) is None:
                 return
         judge = self.judge
