@@ -763,8 +763,10 @@ class BrainTools:
 
     def _judge_of(self, brain_id: str | None) -> WhenReady | None:
         """The judge's vectors of one brain, which never wait for its model (it starts loading at
-        the first query the gate doubts)."""
-        return WhenReady(self.judge, brain_id) if self.judge is not None else None
+        the first query the gate doubts); those its channel's store keeps are read from it."""
+        if self.judge is None:
+            return None
+        return WhenReady(self.judge, brain_id, self.e5.judge if self.e5 is not None else None)
 
     def _judge_status(self) -> dict[str, str] | None:
         """Where the answer gate's judge stands, as brain_status shows it: ``idle`` (it loads at

@@ -363,12 +363,18 @@ class WhenReady:
     """One brain's judge vectors for a server, which never waits for the judge's model: asked
     before the model is ready, it starts loading it in the background and raises
     `JudgeUnavailable` (hybrid recall's gate then decides without the judge). So the model loads
-    at the first query the gate doubts, in a process that has one (a `VectorSource`)."""
+    at the first query the gate doubts, in a process that has one (a `VectorSource`).
 
-    def __init__(self, store: VectorStore, brain_id: str | None) -> None:
+    ``kept``: the judge's channel store (the e5 background's, `judge_store` with a state), read
+    first: right after a write, until the background has read its new memory, the gate asks
+    about memories that store already has. What it lacks is embedded into ``store`` (in memory)."""
+
+    def __init__(self, store: VectorStore, brain_id: str | None, kept: VectorStore | None = None) -> None:
         self._store = store
         self._vectors = store.for_brain(brain_id)
         self._model = cast(JudgeEmbedder, store.embedder)
+        self._kept = kept
+        self._brain_id = brain_id
         self.model_id = store.model_id
 
     def _ready(self) -> None:
@@ -379,6 +385,16 @@ class WhenReady:
     def vectors(self, hashes: Sequence[bytes], texts: Sequence[str]) -> Quantized:
         """Vectors of ``texts`` keyed by ``hashes`` (see `BrainVectors.vectors`), once the model is ready."""
         self._ready()
+        if self._kept is None:
+            return self._embedded(hashes, texts)
+        vectors, found = self._kept.known(hashes, self._brain_id)
+        if not found.all():
+            missing = np.flatnonzero(~found)
+            fresh = self._embedded([hashes[i] for i in missing], [texts[i] for i in missing])
+            vectors.codes[missing], vectors.scales[missing] = fresh.codes, fresh.scales
+        return vectors
+
+    def _embedded(self, hashes: Sequence[bytes], texts: Sequence[str]) -> Quantized:
         embedded = self._store.embedded
         found = self._vectors.vectors(hashes, texts)
         if self._store.embedded != embedded:
