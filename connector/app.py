@@ -446,7 +446,7 @@ def build_parts(settings: ConnectorSettings, *, tuning: ManagerTuning | None = N
                     judge=judge_store(shared, state_key) if judged else None) if settings.recall_e5 else None
     # Until a brain's judge vectors are all there, the answer gate asks the judge about the handful
     # of memories a doubtful query needs (its model prepared in the background at the first such
-    # query); those are kept in memory only.
+    # query); those its channel's store lacks are kept in memory only.
     judge = judge_store() if judged else None
     # Hybrid indexes kept on this replica's disk (by brain and content), so a restart does not rebuild them.
     index_cache = settings.index_cache_path
