@@ -178,7 +178,7 @@ def test_another_brain_never_hits_a_brains_vectors_or_index(monkeypatch: pytest.
 
 def test_the_tools_say_they_are_answering_during_a_call_and_a_short_gap_after(monkeypatch: pytest.MonkeyPatch) -> None:
     # What the e5 background waits on (E5Backfill.answering, tests/connector/test_backfill_priority.py).
-    monkeypatch.setattr(tools_module, "CALLS_QUIET_S", 0.2)
+    monkeypatch.setattr(tools_module, "CALLS_QUIET_S", 1.0)
 
     async def scenario() -> None:
         tools = BrainTools(manager=Holding())  # type: ignore[arg-type]
@@ -199,7 +199,7 @@ def test_the_tools_say_they_are_answering_during_a_call_and_a_short_gap_after(mo
         release.set()
         await call
         assert tools.answering()  # the gap after it
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(1.2)
         assert not tools.answering()
 
     asyncio.run(scenario())
