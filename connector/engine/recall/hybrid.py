@@ -761,13 +761,14 @@ def hybrid_recall(
         offsets[position] = math.log(factor) if factor > 0 else -1e9
     margin = floor_margin(signals, allowed)  # while the e5 query may still be on its worker
     # The judge reads Latin script only (its script check only where there is a judge to ask). Its
-    # query runs here while e5's may still be on its worker (on a third thread, on two cores, it cost
-    # more than it saved).
+    # query runs here while e5's may still be on its worker (on a third thread, after e5's on the
+    # worker, or before e5's starts, on two cores, it cost as much or more: bench/README.md).
     channel = judge is not None and embed_judge_query is not None
     reads = (channel or judge_source is not None) and judge_reads(scored)
     # As the exact channel, it reads a query typed in full-width mode (ＲＥＤＩＳ) as the ASCII it shows:
     # its WordPiece vocabulary has no full-width letters.
-    read = _judge_cosines(ascii_width(scored), judge, embed_judge_query) if reads and channel else None
+    shown = ascii_width(scored)
+    read = _judge_cosines(shown, judge, embed_judge_query) if reads and channel else None
     channels = {"exact": signals.exact, "bm25": signals.bm25, "use": signals.semantic,
                 "e5": _e5_cosines(scored, e5, embed_e5_query, e5_channel), "judge": read}
     alike = None
@@ -778,7 +779,7 @@ def hybrid_recall(
         asked = lambda positions: float(read[positions].max()) if read is not None and len(positions) else None  # noqa: E731
     elif judge_source is not None and brain is not None:
         asked = lambda positions: _judged(  # noqa: E731
-            judge_source, ascii_width(scored), [memory_text(brain, index.memories[p].entry) for p in positions])
+            judge_source, shown, [memory_text(brain, index.memories[p].entry) for p in positions])
     well = answer_decision(signals, allowed, channels["e5"], margin, alike, asked, reads)
     adjacent = hybrid.adjacent(index)
     fusion = fusion.for_query(channels, allowed, signals.words)
