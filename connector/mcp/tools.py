@@ -89,7 +89,8 @@ EXACT_SHAPE = frozenset({"search", "fetch"})
 PREWARM_QUIET_S = 0.25
 PREWARM_MAX_WAIT_S = 3.0
 # The process counts as answering calls until this long after the last one answered: an agent's
-# next call comes seconds later, a script's within milliseconds (background work waits for a gap).
+# next call comes seconds later, a script's within milliseconds (the e5 background waits for a gap).
+# Index builds wait for writes only (above): the recall right after a write wants its index soon.
 CALLS_QUIET_S = 0.1
 # brain_memorize's on_similar: report what the similar check found (default), or also
 # supersede the memories it flagged as updates.
@@ -299,7 +300,7 @@ class BrainTools:
         self._calls_in_flight = 0
         self._last_answered = 0.0
         if e5 is not None:
-            e5.answering = self.answering
+            e5.answering = self.answering  # its jobs start in a gap between the calls answered here
         # Per user, the lock of brain_memorize's check-and-write (`_memorize_lock`); an entry
         # goes when no call holds or waits for it.
         self._memorize_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
