@@ -30,6 +30,7 @@ from connector.engine.recall.embedding import Quantized, content_hash
 from connector.engine.recall.hybrid import HybridIndex, memory_texts
 from connector.engine.recall.index import BrainIndex
 from connector.engine.recall.judge import JudgeUnavailable
+from connector.workcopy.longlived import give_back_memory
 from connector.workcopy.vectors import VectorStore
 
 log = logging.getLogger("connector.e5")
@@ -200,6 +201,9 @@ class E5Backfill:
             finally:
                 with self._lock:
                     self._running = None
+                # The models' working buffers of long memories (~80 MB for e5's 510-token windows on
+                # two threads) stay in the heap once freed: given back, a worker keeps the models.
+                give_back_memory()
 
     def _fill(self, job: _Job) -> None:
         store = self._store

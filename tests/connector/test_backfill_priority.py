@@ -90,3 +90,20 @@ def test_a_stream_of_calls_delays_background_embedding_by_a_bounded_time(monkeyp
         assert embedder.embedded == len(index.memories)
     finally:
         backfill.close()
+
+
+def test_each_job_gives_the_models_buffers_back_once_done(monkeypatch: pytest.MonkeyPatch) -> None:
+    # e5's kernels free ~80 MB of working buffers after long memories; glibc keeps them unless told.
+    brain, _ = make_brain()
+    index = BrainIndex.build(brain)
+    hybrid = HybridIndex.build(brain, index, VectorStore(CountingEmbedder()).for_brain("b"))
+    embedder = CountingEmbedder()
+    given_back: list[int] = []  # how many memories had been embedded each time
+    monkeypatch.setattr(backfill_module, "give_back_memory", lambda: given_back.append(embedder.embedded))
+    backfill = E5Backfill(lambda: VectorStore(embedder))
+    try:
+        backfill.vectors("b", brain, index, hybrid)
+        seconds_until(lambda: backfilled(backfill) and bool(given_back), 60, every=0.02, what="the job and its give-back")
+    finally:
+        backfill.close()
+    assert given_back == [len(index.memories)]
