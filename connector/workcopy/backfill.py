@@ -44,9 +44,10 @@ class Progress:
     state: str
     done: int
     total: int
-    # Where the int8 query kernels stand (`E5Embedder.query_kernels`: off, unloaded, loading, ready,
-    # failed): queries are embedded by them once ready, by the engine otherwise (the two give vectors
-    # equal to ~1e-4, not to the bit). None: not known.
+    # Where the int8 kernels stand (`E5Embedder.query_kernels`: off, unloaded, loading, ready,
+    # failed): queries and memories are embedded by them once ready (memories wait while they
+    # load), by the engine or the numpy pass otherwise (vectors equal to ~1e-4, not to the bit).
+    # None: not known.
     query_kernels: str | None = None
 
     def to_json(self) -> dict[str, object]:
