@@ -65,11 +65,10 @@ def test_a_packed_index_fits_only_its_own_memories_and_model() -> None:
 
 
 def test_an_index_of_an_older_format_is_rebuilt() -> None:
-    # Format 3 kept no abbreviations written in capitals: a query writing one out ("time to
-    # live" for "TTL") would miss them.
+    # Format 4 kept BM25's weights, which a read-back index no longer holds (computed per term).
     brain, index, hybrid, store = _built()
     document = msgspec.msgpack.decode(pack(hybrid, store.model_id))
-    assert document["format"] == FORMAT == 4
+    assert document["format"] == FORMAT == 5
     document["format"] = FORMAT - 1
     assert unpack(msgspec.msgpack.encode(document), index, store.model_id) is None
 

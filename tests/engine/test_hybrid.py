@@ -39,6 +39,9 @@ from connector.engine.recall.hybrid import (
 )
 from connector.engine.recall.index import BrainIndex, RecallError
 from connector.engine.recall.textmatch import (
+    B,
+    K1,
+    Bm25Index,
     TextIndex,
     capitals,
     fold_traditional,
@@ -105,6 +108,29 @@ def test_traditional_and_simplified_chinese_find_each_other(query: str, title: s
     brain, ids = make_brain([*MEMORIES, *WRITINGS])
     hits = recall_in_mode(brain, query, mode="hybrid", source=store, top=3, now=NOW)
     assert hits and hits[0]["id"] == ids[title]
+
+
+def test_bm25_weighs_each_posting_as_over_the_whole_brain_and_scores_by_those_weights() -> None:
+    # Weights are computed per term when a query asks for it; they are bit for bit the textbook
+    # formula over every posting at once (the mean document length of the whole brain).
+    documents = [word_terms(text) for text in (
+        "PostgreSQL replication lag on the replica", "the cat sleeps on the sofa", "replication of the cat videos",
+        "", "lag lag lag: replication replication", "我家的猫每年三月去宠物医院打疫苗")]
+    bm25 = Bm25Index.build(documents)
+    postings = bm25.postings
+    lengths = postings.lengths
+    norm = K1 * (1 - B + B * lengths[postings.docs] / lengths.mean())
+    whole = (postings.counts * (K1 + 1) / (postings.counts + norm)).astype(np.float32)
+    for number in range(len(postings.vocabulary)):
+        start, end = postings.offsets[number], postings.offsets[number + 1]
+        assert bm25.weights_of(number).tobytes() == whole[start:end].tobytes()
+    terms = word_terms("replication lag")
+    expected = np.zeros(postings.count)
+    for term in terms:
+        number = postings.vocabulary[term]
+        start, end = postings.offsets[number], postings.offsets[number + 1]
+        np.add.at(expected, postings.docs[start:end], whole[start:end] * bm25.idf[number])
+    assert np.allclose(bm25.scores(terms), expected) and int(np.argmax(bm25.scores(terms))) == 4
 
 
 def test_the_query_words_a_text_holds_are_those_the_word_channel_matches() -> None:

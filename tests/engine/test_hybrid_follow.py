@@ -114,8 +114,7 @@ def _text_state(text: TextIndex) -> dict[str, Any]:
     words = text.words
     weights = {}
     for term, number in words.postings.vocabulary.items():
-        start, end = int(words.postings.offsets[number]), int(words.postings.offsets[number + 1])
-        weights[term] = (words.weights[start:end].tobytes(), words.idf[number].tobytes())
+        weights[term] = (words.weights_of(number).tobytes(), words.idf[number].tobytes())
     fuzzy = text.fuzzy
     trigrams: dict[str, set[str]] = {word: set() for word in fuzzy.words}
     for gram, (docs, _) in _terms(fuzzy.grams).items():

@@ -26,8 +26,9 @@ from connector.engine.recall.textmatch import Bm25Index, FuzzyWords, Postings, T
 
 # 2: with the words and their holders, so that a read-back index can follow writes;
 # 3: CJK bigrams of traditional Chinese folded to simplified (older files hold them unfolded);
-# 4: with the abbreviations each memory writes in capitals (a query may write them out).
-FORMAT = 4
+# 4: with the abbreviations each memory writes in capitals (a query may write them out);
+# 5: without BM25's weights and idf (computed from the postings: weights per term when asked).
+FORMAT = 5
 _HASH_BYTES = 16
 
 
@@ -103,8 +104,6 @@ def pack(hybrid: HybridIndex, model_id: str) -> bytes:
         "ids": hybrid.ids,
         "hashes": b"".join(hybrid.hashes),
         "words": _postings(text.words.postings),
-        "weights": _array(text.words.weights),
-        "idf": _array(text.words.idf),
         "stems": text.fuzzy.stems,
         "sizes": _array(text.fuzzy.sizes),
         "grams": _postings(text.fuzzy.grams),
@@ -140,9 +139,7 @@ def _unpack(document: Any, index: BrainIndex, model_id: str) -> HybridIndex:
         raise _Damaged
     hashes = [raw_hashes[i * _HASH_BYTES : (i + 1) * _HASH_BYTES] for i in range(count)]
     words = _unpostings(document.get("words"))
-    weights = _unarray(document.get("weights"), "<f4")
-    idf = _unarray(document.get("idf"), "<f4")
-    if words.count != count or len(weights) != len(words.docs) or len(idf) != len(words.vocabulary):
+    if words.count != count:
         raise _Damaged
     stems = document.get("stems")
     grams = _unpostings(document.get("grams"))
@@ -178,7 +175,7 @@ def _unpack(document: Any, index: BrainIndex, model_id: str) -> HybridIndex:
         if not isinstance(position, int) or not 0 <= position < count or not isinstance(value, float):
             raise _Damaged
         hubness[position] = value
-    text = TextIndex(Bm25Index(words, weights, idf), FuzzyWords(stems, sizes, grams, words_of_fuzzy), initials,
+    text = TextIndex(Bm25Index.of_postings(words), FuzzyWords(stems, sizes, grams, words_of_fuzzy), initials,
                      spelled_out, holders, capitals)
     newer = [position for position, record in enumerate(index.memories) if record.has_newer_fields]
     return HybridIndex(ids, hashes, text, Quantized(codes, scales), newer, hubness)

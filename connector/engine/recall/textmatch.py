@@ -432,11 +432,17 @@ class Postings:
 
 @dataclass
 class Bm25Index:
-    """BM25 over one kind of term."""
+    """BM25 over one kind of term.
+
+    A posting's weight (its saturated term frequency) depends on the brain's mean document
+    length, so every write changes all of them; they are computed per term when a query first
+    asks for it (a few terms a query), not for the whole brain at each version (~3 ms at
+    10,000 memories, on every write)."""
 
     postings: Postings
-    weights: np.ndarray  # float32 saturated term frequency of each posting
     idf: np.ndarray  # float32 per term
+    average: float  # mean document length (1.0 for an empty brain)
+    _weights: dict[int, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def build(cls, documents: Sequence[Sequence[str]]) -> Bm25Index:
@@ -447,13 +453,21 @@ class Bm25Index:
     def of_postings(cls, postings: Postings) -> Bm25Index:
         """The index over ready ``postings``."""
         lengths, count = postings.lengths, postings.count
-        average = lengths.mean() if count and lengths.sum() else 1.0
-        tf = postings.counts
-        norm = K1 * (1 - B + B * lengths[postings.docs] / average)
-        weights = (tf * (K1 + 1) / (tf + norm)).astype(np.float32)
+        average = float(lengths.mean()) if count and lengths.sum() else 1.0
         df = np.diff(postings.offsets)
         idf = np.log(1 + (count - df + 0.5) / (df + 0.5)).astype(np.float32)
-        return cls(postings, weights, idf)
+        return cls(postings, idf, average)
+
+    def weights_of(self, number: int) -> np.ndarray:
+        """The float32 saturated term frequency of each posting of term ``number`` (kept once asked)."""
+        found = self._weights.get(number)
+        if found is None:
+            postings = self.postings
+            start, end = postings.offsets[number], postings.offsets[number + 1]
+            tf = postings.counts[start:end]
+            norm = K1 * (1 - B + B * postings.lengths[postings.docs[start:end]] / self.average)
+            found = self._weights[number] = (tf * (K1 + 1) / (tf + norm)).astype(np.float32)
+        return found
 
     def idf_of(self, term: str) -> float:
         """The idf of ``term``; a term no document holds gets the highest idf there can be."""
@@ -475,7 +489,7 @@ class Bm25Index:
                 continue
             start, end = postings.offsets[number], postings.offsets[number + 1]
             slices_docs.append(postings.docs[start:end])
-            slices_weights.append(self.weights[start:end] * (self.idf[number] * factor))
+            slices_weights.append(self.weights_of(number) * (self.idf[number] * factor))
         if not slices_docs:
             return np.zeros(postings.count, dtype=np.float32)
         return np.bincount(
