@@ -71,10 +71,10 @@ def _failing_kernels(monkeypatch: pytest.MonkeyPatch) -> E5Embedder:
     e5 = E5Embedder()
     assert e5.prepare_queries(timeout=120)
 
-    def broken(self: NumpyE5, text: str, prefix: str = "") -> np.ndarray:
+    def broken(self: NumpyE5, content: list[int]) -> np.ndarray:
         raise MemoryError("no room for the activations")
 
-    monkeypatch.setattr(NumpyE5, "query", broken)
+    monkeypatch.setattr(NumpyE5, "_through_int8", broken)
     return e5
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -72,12 +72,47 @@ class NumpyE5:
     def query(self, text: str, prefix: str = QUERY_PREFIX) -> np.ndarray:
         """The unit float32 vector of ``text`` embedded as a query (``"query: "``; ``prefix``
         PASSAGE_PREFIX: as a passage, what the answer gate's cascade compares it as), on the caller's
-        thread through the int8 encoder (`int8_encoder`; raises `Int8Unavailable` where it cannot load):
-        windows of at most 510 content tokens, each the mean of its final token states, averaged
-        by their token counts, as the engine does."""
+        thread through the int8 encoder (`int8_encoder`; raises `Int8Unavailable` where it cannot load)."""
+        return self._through_int8(self.tokenizer.content(prefix + text))
+
+    def passages(self, texts: Sequence[str], threads: int = 1) -> np.ndarray:
+        """Unit float32 rows, one per text embedded as a passage; ``threads`` share the texts."""
+        blas_on_one_thread()
+        out = self._shared(texts, threads, self._sums)
+        norms = np.sqrt(np.maximum(np.einsum("ij,ij->i", out, out), np.float32(1e-12)))
+        out /= norms[:, None]
+        return out
+
+    def passages_int8(self, texts: Sequence[str], threads: int = 1) -> np.ndarray:
+        """Unit float32 rows, one per text embedded as a passage through the int8 encoder (as
+        `query` with PASSAGE_PREFIX: one text a run, never padded beside another); ``threads``
+        share the texts (each run releases the interpreter lock). Raises what `query` raises."""
+        return self._shared(texts, threads, lambda tokens: [self._through_int8(content) for content in tokens])
+
+    def _shared(self, texts: Sequence[str], threads: int,
+                rows_of: Callable[[list[list[int]]], np.ndarray | list[np.ndarray]]) -> np.ndarray:
+        """``rows_of`` the texts' passage tokens, one row per text in their order, the texts split
+        over ``threads`` in runs of about equal token counts."""
+        if not texts:
+            return np.zeros((0, self.dimensions), np.float32)
+        tokens = [self.token_ids(text) for text in texts]
+        parts = _split(tokens, threads)
+        if len(parts) == 1:
+            rows = [rows_of(tokens)]
+        else:
+            with ThreadPoolExecutor(max_workers=len(parts), thread_name_prefix="e5-numpy") as pool:
+                rows = list(pool.map(lambda part: rows_of([tokens[i] for i in part]), parts))
+        out = np.zeros((len(texts), self.dimensions), np.float32)
+        for part, part_rows in zip(parts, rows, strict=True):
+            out[part] = part_rows
+        return out
+
+    def _through_int8(self, content: list[int]) -> np.ndarray:
+        """The unit float32 vector of one text's content tokens through the int8 encoder: windows
+        of at most 510 content tokens, each the mean of its final token states, averaged by their
+        token counts, as the engine does."""
         encoder = self.int8_encoder()
         tokenizer = self.tokenizer
-        content = tokenizer.content(prefix + text)
         limit = self.weights.positions - 2
         total = np.zeros(self.dimensions, np.float64)
         shares = 0.0
@@ -89,46 +124,6 @@ class NumpyE5:
             shares += share
         row = (total / shares).astype(np.float32)
         return row / np.float32(np.sqrt(max(float(row @ row), 1e-12)))
-
-    def passages(self, texts: Sequence[str], threads: int = 1) -> np.ndarray:
-        """Unit float32 rows, one per text embedded as a passage; ``threads`` share the texts."""
-        blas_on_one_thread()
-        if not texts:
-            return np.zeros((0, self.dimensions), np.float32)
-        tokens = [self.token_ids(text) for text in texts]
-        parts = _split(tokens, threads)
-        if len(parts) == 1:
-            sums = [self._sums(tokens)]
-        else:
-            with ThreadPoolExecutor(max_workers=len(parts), thread_name_prefix="e5-numpy") as pool:
-                sums = list(pool.map(lambda part: self._sums([tokens[i] for i in part]), parts))
-        out = np.zeros((len(texts), self.dimensions), np.float32)
-        for part, rows in zip(parts, sums, strict=True):
-            out[part] = rows
-        norms = np.sqrt(np.maximum(np.einsum("ij,ij->i", out, out), np.float32(1e-12)))
-        out /= norms[:, None]
-        return out
-
-    def passages_int8(self, texts: Sequence[str], threads: int = 1) -> np.ndarray:
-        """Unit float32 rows, one per text embedded as a passage through the int8 kernels (`query`
-        with PASSAGE_PREFIX: one text a run, never padded beside another); ``threads`` share the
-        texts (each run releases the interpreter lock). Raises what `query` raises."""
-        if not texts:
-            return np.zeros((0, self.dimensions), np.float32)
-        parts = [list(range(first, len(texts), threads)) for first in range(max(1, min(threads, len(texts))))]
-
-        def embed(part: list[int]) -> list[np.ndarray]:
-            return [self.query(texts[index], PASSAGE_PREFIX) for index in part]
-
-        if len(parts) == 1:
-            rows = [embed(parts[0])]
-        else:
-            with ThreadPoolExecutor(max_workers=len(parts), thread_name_prefix="e5-int8") as pool:
-                rows = list(pool.map(embed, parts))
-        out = np.empty((len(texts), self.dimensions), np.float32)
-        for part, vectors in zip(parts, rows, strict=True):
-            out[part] = vectors
-        return out
 
     def _sums(self, tokens: list[list[int]]) -> np.ndarray:
         """Each text's token-weighted mean of its windows' pooled states (not yet unit length)."""
