@@ -65,6 +65,29 @@ class PendingWrite:
     label: str
 
 
+@dataclass(frozen=True)
+class ArchiveEnd:
+    """An archive's checksum, length and last bytes: a pack whose length or last bytes differ
+    is another archive, known without hashing its megabytes (gzip ends with the CRC-32 and
+    length of what it holds, so a changed brain nearly always changes its last bytes)."""
+
+    checksum: str
+    length: int
+    tail: bytes
+
+    @classmethod
+    def of(cls, checksum: str, archive: bytes) -> ArchiveEnd:
+        """The end of ``archive``, whose checksum is ``checksum``."""
+        return cls(checksum, len(archive), bytes(archive[-_TAIL_BYTES:]))
+
+    def differs(self, archive: bytes) -> bool:
+        """Whether ``archive`` is surely not the archive this describes."""
+        return len(archive) != self.length or archive[-_TAIL_BYTES:] != self.tail
+
+
+_TAIL_BYTES = 32  # a gzip trailer (8) and the deflate bytes before it
+
+
 @dataclass
 class WorkingCopy:
     """One user's in-memory copy of one brain.
@@ -107,6 +130,9 @@ class WorkingCopy:
     # The brain's head token (`heads.py`) read before the copy last matched the store:
     # a different token now means another process pushed since. None: never read.
     head_seen: str | None = None
+    # The archive at ``base_checksum`` as far as a push needs to tell a new pack apart from it
+    # (`ArchiveEnd`): None when not seen here (recovered from the journal, never pulled).
+    base_end: ArchiveEnd | None = None
 
     @property
     def dirty(self) -> bool:

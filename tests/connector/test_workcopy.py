@@ -23,6 +23,7 @@ from connector.workcopy.core import BrainUnavailable, ManagerTuning
 from connector.workcopy.manager import WorkingCopyManager
 from connector.workcopy.model import Account
 from connector.workcopy.store_client import StoreClient, StoreUnreachable
+from connector.workcopy import sync as sync_module
 from connector.workcopy.sync import brain_bytes
 from tests.connector.conftest import (
     RunningStore,
@@ -297,30 +298,69 @@ def test_first_write_of_an_account_without_a_brain_creates_one(store: RunningSto
     run(scenario())
 
 
+class _CountingUploads(StoreClient):
+    """A store client counting its uploads."""
+
+    uploads = 0
+
+    async def upload(self, *args: Any, **kwargs: Any) -> Any:
+        self.uploads += 1
+        return await super().upload(*args, **kwargs)
+
+
+class _NoChange:
+    """A write that changes nothing."""
+
+    def apply(self, brain: Brain, now: datetime) -> dict[str, Any]:
+        return {"id": "none"}
+
+
 def test_nothing_is_pushed_when_packing_is_unchanged(store: RunningStore) -> None:
     user = store.add_user("hana")
     brain_id = brains_of(store.url, user.token)[0]["id"]
     direct_memorize(store.url, user.token, brain_id, "A fact")
 
-    class Counting(StoreClient):
-        uploads = 0
-
-        async def upload(self, *args: Any, **kwargs: Any) -> Any:
-            Counting.uploads += 1
-            return await super().upload(*args, **kwargs)
-
-    class NoChange:
-        def apply(self, brain: Brain, now: datetime) -> dict[str, Any]:
-            return {"id": "none"}
-
     async def scenario() -> None:
-        manager = WorkingCopyManager(Counting(store.url), tuning=ManagerTuning())
+        client = _CountingUploads(store.url)
+        manager = WorkingCopyManager(client, tuning=ManagerTuning())
         account = account_for(user)
         snap = await manager.snapshot(account)
         # The store's archive was packed by our engine, so an unchanged brain packs to the same bytes.
         assert snap.brain is not None
-        outcome = await manager.write(account, NoChange(), "noop")
-        assert outcome.synced and Counting.uploads == 0
+        outcome = await manager.write(account, _NoChange(), "noop")
+        assert outcome.synced and client.uploads == 0
+        await manager.close()
+
+    run(scenario())
+
+
+def test_a_push_hashes_only_a_pack_that_may_be_its_base(store: RunningStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pack whose length or last bytes differ from the store's archive under the copy is
+    pushed without hashing it first (the store's answer gives its checksum); one that may be
+    that archive is hashed, and not pushed when it is."""
+    user = store.add_user("hashless")
+    brain_id = brains_of(store.url, user.token)[0]["id"]
+    direct_memorize(store.url, user.token, brain_id, "A fact the store holds")
+    hashed: list[int] = []
+    checksum = sync_module._checksum
+    monkeypatch.setattr(sync_module, "_checksum", lambda data: hashed.append(len(data)) or checksum(data))
+
+    async def scenario() -> None:
+        client = _CountingUploads(store.url)
+        manager = WorkingCopyManager(client, tuning=ManagerTuning())
+        account = account_for(user)
+        await manager.snapshot(account)
+        hashed.clear()
+        written = await manager.write(account, connector_memorize("A second fact, written here"), "memorize")
+        assert written.synced and client.uploads == 1
+        assert hashed == []  # neither before the push nor after it
+        stored, stored_checksum = download_brain(store.url, user.token, brain_id)
+        assert written.key == stored_checksum
+        assert written.result["stored"][0]["id"] in memory_ids(stored)
+        # After its own push the copy knows the end of the store's archive: an unchanged pack is
+        # hashed (it may be that archive), found equal, and not sent.
+        unchanged = await manager.write(account, _NoChange(), "noop")
+        assert unchanged.synced and client.uploads == 1 and len(hashed) == 1
         await manager.close()
 
     run(scenario())
