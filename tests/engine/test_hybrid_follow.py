@@ -165,6 +165,12 @@ def _fill_e5(hybrid: HybridIndex, e5: Any, judge: Any = None) -> None:
                        judged)
 
 
+def _held(hybrid: HybridIndex) -> list[bytes]:
+    """The bytes of an index's vectors (USE, e5, the judge's)."""
+    return [part.tobytes() for vectors in (hybrid.vectors, hybrid.e5, hybrid.judge) if vectors is not None
+            for part in (vectors.codes, vectors.scales)]
+
+
 def _answers(brain: Brain, index: BrainIndex, hybrid: HybridIndex, store: Any, e5: Any = None) -> list[str]:
     answers = []
     for query in QUERIES:
@@ -207,6 +213,7 @@ def test_followed_hybrid_index_is_the_fresh_build(plan: list[Any], seed: int) ->
         else:
             change = BrainChange.of_journal(journal)
         index = BrainIndex.build(working)
+        before = _held(hybrid)
         followed = hybrid.changed(working, index, store, change)
         assert followed is not None  # writes and pulls keep the memories' order
         built = HybridIndex.build(working, index, store)
@@ -235,6 +242,9 @@ def test_followed_hybrid_index_is_the_fresh_build(plan: list[Any], seed: int) ->
             assert read is not None
             assert np.array_equal(read.codes, built_judge.codes) and np.array_equal(read.scales, built_judge.scales)
         assert _answers(working, index, followed, store, e5) == _answers(working, index, built, store, e5)
+        # Two newer versions (grown in place where they only add memories) and their filled
+        # rows left the older one as it was.
+        assert _held(hybrid) == before
         brain, hybrid = working, followed
 
 
@@ -325,3 +335,36 @@ def test_a_memorize_leaves_only_its_memory_e5_vector_to_compute() -> None:
     assert second.embedded == embedded + 1 and not followed.e5_pending
     fresh = _e5_of(working, index, e5)
     assert np.array_equal(followed.e5.codes, fresh.codes)
+
+
+def test_memorizes_in_a_row_grow_the_vectors_in_place() -> None:
+    """Each version of a run of memorizes holds its vectors in the buffer of the one before
+    (no copy of the brain's rows per write); every version keeps the rows it had."""
+    brain, _ = make_brain()
+    store = VectorStore(CountingEmbedder()).for_brain("b")
+    e5 = VectorStore(SecondEmbedder()).for_brain("b")
+    index = BrainIndex.build(brain)
+    hybrid = HybridIndex.build(brain, index, store)
+    hybrid.e5 = _e5_of(brain, index, e5)
+    versions = [hybrid]
+    for counter in range(3):
+        working = brain.copy()
+        working.journal = []
+        Memorize([MemoryInput(title=f"Harbour lantern {counter}", type="learning",
+                              content=f"Lantern number {counter} hangs at the harbour.", path="notes/")]
+                 ).apply(working, NOW + timedelta(minutes=counter))
+        index = BrainIndex.build(working)
+        followed = versions[-1].changed(working, index, store, BrainChange.of_journal(working.journal))
+        assert followed is not None and followed.e5 is not None
+        _fill_e5(followed, e5)
+        versions.append(followed)
+        brain = working
+    first, *later = versions[1:]
+    for version in later:
+        for name in ("vectors", "e5"):
+            assert np.shares_memory(getattr(version, name).codes, getattr(first, name).codes), name
+    for version in versions:
+        built = HybridIndex.build(brain, BrainIndex.build(brain), store)
+        assert np.array_equal(version.vectors.codes, built.vectors.codes[: len(version.ids)])
+        fresh = _e5_of(brain, BrainIndex.build(brain), e5)
+        assert version.e5 is not None and np.array_equal(version.e5.codes, fresh.codes[: len(version.ids)])

@@ -53,6 +53,7 @@ from connector.engine.format.change import BrainChange
 from connector.engine.format.jsvalues import datetime_ms, round3
 from connector.engine.format.text import ascii_width, memory_body, tokenize
 from connector.engine.recall import beside
+from connector.engine.recall.rows import GrowingRows, followed
 from connector.engine.recall.answergate import (
     ANSWER_GATE,
     CASCADE,
@@ -347,6 +348,9 @@ class HybridIndex:
     # the background has read every memory with the judge (or where it does not run).
     judge: Quantized | None = None
     _adjacent: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
+    # The buffers ``vectors``, ``e5`` and ``judge`` are views of, when a follow made them
+    # (`rows`): the next version that only adds memories grows in them instead of copying.
+    rows: dict[str, GrowingRows] = field(default_factory=dict, repr=False)
 
     @classmethod
     def build(
@@ -366,7 +370,7 @@ class HybridIndex:
         ids = [record.id for record in index.memories]
         if previous is not None and previous.hashes == hashes:
             return cls(ids, hashes, previous.text, previous.vectors, newer, previous.hubness_known, *previous.e5_state(),
-                       judge=previous.judge)
+                       judge=previous.judge, rows=previous.rows)
         if previous is not None:
             # Another version of the brain (a pull, a write made elsewhere): index what differs.
             old_positions = {memory_id: position for position, memory_id in enumerate(previous.ids)}
@@ -478,7 +482,7 @@ class HybridIndex:
         if not added_at and len(kept) == len(self.ids) and np.all(kept == np.arange(len(kept))):
             # No text changed: the e5 vectors (and those still to come) stay where they were.
             return HybridIndex(ids, hashes, self.text, self.vectors, newer, self.hubness_known, *self.e5_state(),
-                               judge=self.judge)
+                               judge=self.judge, rows=self.rows)
         if np.any(np.diff(kept) <= 0):
             return None
         positions = np.asarray(added_at, dtype=np.int64)
@@ -486,16 +490,26 @@ class HybridIndex:
         if text is None:
             return None
         fresh = source.vectors([hashes[at] for at in added_at], texts)
-        codes, scales = _moved(self.vectors, keep, len(ids))
-        codes[positions], scales[positions] = fresh.codes, fresh.scales
-        e5, pending = self._e5_followed(len(ids), keep, added_at, texts)
+        rows: dict[str, GrowingRows] = {}
+        vectors = self._followed("use", self.vectors, keep, len(ids), rows)
+        vectors.codes[positions], vectors.scales[positions] = fresh.codes, fresh.scales
+        e5, pending = self._e5_followed(len(ids), keep, added_at, texts, rows)
         judge = self.judge  # after the pending ones were read: `with_e5` fills it before it drops them
+        if e5 is not None and judge is not None:
+            judge = self._followed("judge", judge, keep, len(ids), rows)
         # Hubness depends on every other memory's vector: computed again on demand.
-        return HybridIndex(ids, hashes, text, Quantized(codes, scales), newer, e5=e5, e5_pending=pending,
-                           judge=None if e5 is None or judge is None else _followed_rows(judge, keep, len(ids)))
+        return HybridIndex(ids, hashes, text, vectors, newer, e5=e5, e5_pending=pending,
+                           judge=None if e5 is None else judge, rows=rows)
+
+    def _followed(self, name: str, vectors: Quantized, keep: np.ndarray, count: int,
+                  rows: dict[str, GrowingRows]) -> Quantized:
+        """``vectors`` (this version's of channel ``name``) for a newer version (`rows.followed`:
+        grown in place where it only adds memories), its buffer noted in ``rows``."""
+        moved, rows[name] = followed(vectors, keep, count, self.rows.get(name))
+        return moved
 
     def _e5_followed(
-        self, count: int, keep: np.ndarray, added_at: list[int], texts: list[str]
+        self, count: int, keep: np.ndarray, added_at: list[int], texts: list[str], rows: dict[str, GrowingRows]
     ) -> tuple[Quantized | None, dict[int, str]]:
         """The e5 vectors of a newer version (``count`` memories, ``keep`` as in `_merged`): the
         kept memories' rows moved, the new ones pending (their rows zero until `with_e5`). None
@@ -506,7 +520,7 @@ class HybridIndex:
             return None, {}
         pending = {int(keep[old]): text for old, text in before.items() if keep[old] >= 0}
         pending.update(zip(added_at, texts, strict=True))
-        return _followed_rows(e5, keep, count), pending
+        return self._followed("e5", e5, keep, count, rows), pending
 
     def e5_state(self) -> tuple[Quantized | None, dict[int, str]]:
         """The e5 vectors and a copy of the pending ones, read consistently with `with_e5`
@@ -520,13 +534,18 @@ class HybridIndex:
         reads the whole brain with the judge again).
 
         Recall on another thread sees the old state or the whole new one: the filled vectors
-        are in place before the pending ones are dropped.
+        are in place before the pending ones are dropped (recall reads ``e5`` and ``judge``
+        only while nothing is pending). The rows are filled in place: pending rows are zero in
+        every version holding them (`rows`).
         """
         assert self.e5 is not None
         rows = np.asarray(positions, dtype=np.int64)
         if self.judge is not None:
-            self.judge = None if judge is None else _filled(self.judge, rows, judge)
-        self.e5 = _filled(self.e5, rows, vectors)
+            if judge is None:
+                self.judge = None
+            else:
+                self.judge.codes[rows], self.judge.scales[rows] = judge.codes, judge.scales
+        self.e5.codes[rows], self.e5.scales[rows] = vectors.codes, vectors.scales
         filled = set(positions)
         self.e5_pending = {position: text for position, text in self.e5_pending.items() if position not in filled}
 
@@ -563,37 +582,6 @@ class HybridIndex:
         except ValueError:
             return None
         return self.vectors.codes[row].astype(np.float32) * self.vectors.scales[row]
-
-
-def _moved(vectors: Quantized, keep: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
-    """Rows for ``count`` memories with ``vectors``' rows moved as ``keep`` says (each row's new
-    position, -1: dropped; increasing over the kept ones); the other rows are left unset."""
-    codes = np.empty((count, vectors.codes.shape[1]), dtype=vectors.codes.dtype)
-    scales = np.empty(count, dtype=vectors.scales.dtype)
-    held = keep >= 0
-    if held.all() and (not len(keep) or keep[-1] == len(keep) - 1):
-        # Every row where it was (the usual write, which adds memories after them): two copies,
-        # not a gather and a scatter of the whole matrix.
-        codes[: len(keep)], scales[: len(keep)] = vectors.codes, vectors.scales
-    else:
-        codes[keep[held]], scales[keep[held]] = vectors.codes[held], vectors.scales[held]
-    return codes, scales
-
-
-def _followed_rows(vectors: Quantized, keep: np.ndarray, count: int) -> Quantized:
-    """``vectors``' rows moved as ``keep`` says (`_moved`), the rows of new memories zero."""
-    codes, scales = _moved(vectors, keep, count)
-    absent = np.ones(count, dtype=bool)
-    absent[keep[keep >= 0]] = False
-    codes[absent], scales[absent] = 0, 0
-    return Quantized(codes, scales)
-
-
-def _filled(vectors: Quantized, rows: np.ndarray, values: Quantized) -> Quantized:
-    """A copy of ``vectors`` with ``rows`` set to ``values``' rows (in order)."""
-    codes, scales = vectors.codes.copy(), vectors.scales.copy()
-    codes[rows], scales[rows] = values.codes, values.scales
-    return Quantized(codes, scales)
 
 
 def _path_of(record: MemoryRecord) -> str:
