@@ -408,9 +408,7 @@ class BrainTools:
         (background index builds wait for it)."""
         self._writes_in_flight += 1
         try:
-            if ahead is not None:
-                return await self.manager.write(caller.account, op, label, ahead=ahead)
-            return await self.manager.write(caller.account, op, label)
+            return await self.manager.write(caller.account, op, label, ahead=ahead)
         finally:
             self._writes_in_flight -= 1
 
