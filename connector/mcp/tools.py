@@ -72,7 +72,7 @@ from connector.workcopy.core import BrainUnavailable
 from connector.workcopy.hybridfollow import HybridFollower
 from connector.workcopy.indexdisk import IndexDisk
 from connector.workcopy.manager import WorkingCopyManager
-from connector.workcopy.model import STATUS_NO_BRAIN, Account, AppliedAhead, Snapshot, WriteOutcome
+from connector.workcopy.model import STATUS_NO_BRAIN, Account, Snapshot, WriteOutcome
 from connector.workcopy.store_client import BrainRecord, StoreError
 from connector.workcopy.vectors import HybridCache, QueryVectors, VectorStore, WhenReady
 
@@ -403,12 +403,11 @@ class BrainTools:
 
         task.add_done_callback(done)
 
-    async def _write(self, caller: Caller, op: Any, label: str, ahead: AppliedAhead | None = None) -> WriteOutcome:
-        """The manager's write (of ``op`` applied ``ahead`` when given), counted as in flight
-        (background index builds wait for it)."""
+    async def _write(self, caller: Caller, op: Any, label: str) -> WriteOutcome:
+        """The manager's write, counted as in flight (background index builds wait for it)."""
         self._writes_in_flight += 1
         try:
-            return await self.manager.write(caller.account, op, label, ahead=ahead)
+            return await self.manager.write(caller.account, op, label)
         finally:
             self._writes_in_flight -= 1
 
@@ -978,8 +977,6 @@ class BrainTools:
             snapshot: Snapshot | None = await self.manager.snapshot(caller.account)
         except BrainUnavailable:
             snapshot = None  # no check: the write below says why nothing could be saved
-        # The write as asked, applied beside the check: taken when the check changes nothing.
-        ahead = self.manager.apply_ahead(snapshot, op) if snapshot is not None else None
         found = await self._similar_checked(snapshot, memory)
         exact = self._exact_current(snapshot, found)
         if exact is not None and snapshot is not None and not allow_duplicate:
@@ -994,10 +991,7 @@ class BrainTools:
         flagged = [item.to_json() for item in found if item.flagged and item.id not in op.memories[0].supersedes]
         if flagged:
             op = MemorizeFlagged.of(op, flagged, by=caller.account.client_name)
-        if ahead is not None:
-            await ahead.settled()  # an operation is never applied twice at once (apply may draw its ids)
-            ahead = ahead if ahead.op is op else None
-        outcome = await self._write(caller, op, "memorize", ahead)
+        outcome = await self._write(caller, op, "memorize")
         _refused_for_good(outcome)
         self.prewarm(outcome)
         stored = dict(outcome.result["stored"][0])

@@ -44,8 +44,7 @@ from connector.workcopy.accounts import (Accounts, UnknownBrain, agent_key_witho
                                          identity_for, oldest_first)
 from connector.workcopy.core import BrainUnavailable, SignInAgain
 from connector.workcopy.held import HeldWrites
-from connector.workcopy.model import (Account, AppliedAhead, Operation, PendingWrite, Snapshot, WorkingCopy,
-                                      WriteOutcome)
+from connector.workcopy.model import Account, Operation, PendingWrite, Snapshot, WorkingCopy, WriteOutcome
 from connector.workcopy.store_client import BrainRecord, StoreError, StoreUnauthorized, StoreUnreachable
 from connector.workcopy.sync import Sync, changed_bytes, empty_key
 from connector.workcopy.upkeep import Upkeep
@@ -59,15 +58,6 @@ def _apply_journaled(op: Operation, working: Brain, at: datetime) -> tuple[dict[
     finally:
         journal, working.journal = working.journal, None
     return result, BrainChange.of_journal(journal)
-
-
-def _taken(
-    ahead: AppliedAhead | None, op: Operation, brain: Brain
-) -> tuple[Brain, dict[str, Any], BrainChange] | None:
-    """What ``ahead`` applied, when it applied ``op`` to ``brain`` itself and succeeded."""
-    if ahead is None or ahead.op is not op or ahead.base is not brain or not ahead.applied.done():
-        return None
-    return ahead.applied.result()
 
 
 class WorkingCopyManager(Accounts, Sync, HeldWrites, Upkeep):
@@ -186,48 +176,22 @@ class WorkingCopyManager(Accounts, Sync, HeldWrites, Upkeep):
         state = self._users.get(subject)
         return state is not None and state.brains_stale
 
-    def apply_ahead(self, snapshot: Snapshot, op: Operation) -> AppliedAhead | None:
-        """``op`` applied now, in a worker thread, to a copy of the brain ``snapshot`` shows, for a
-        `write` of ``op`` that comes once the caller has decided it (brain_memorize's similar
-        check runs meanwhile: ~15 ms each at 10,000 memories, the apply mostly holding the
-        interpreter, the check mostly in the models and BLAS). None without a brain."""
-        if snapshot.brain is None:
-            return None
-        base, at = snapshot.brain, self.now()
-
-        def applied() -> tuple[Brain, dict[str, Any], BrainChange] | None:
-            working = base.copy()
-            try:
-                result, change = _apply_journaled(op, working, at)
-            except Exception:  # noqa: BLE001 - the write applies it again and says why
-                return None
-            return working, result, change
-
-        # Handed to a worker thread at once: the check may run on the event loop without a break.
-        return AppliedAhead(base, op, at, asyncio.get_running_loop().run_in_executor(None, applied))
-
-    async def write(self, account: Account, op: Operation, label: str, *,
-                    ahead: AppliedAhead | None = None) -> WriteOutcome:
+    async def write(self, account: Account, op: Operation, label: str) -> WriteOutcome:
         """Apply ``op`` to the user's active brain and push it; never loses an acknowledged write.
 
         Raises the operation's own error (nothing changed) when it refuses, and
         BrainUnavailable when the brain cannot be loaded at all. When the store
         refuses the push for good (brain deleted, access lost) the outcome carries
-        ``discarded``: the write was not saved. ``ahead``: ``op`` applied already
-        (`apply_ahead`), taken when the copy still holds the brain it was applied to.
+        ``discarded``: the write was not saved.
         """
-        if ahead is not None:
-            await ahead.settled()  # never two applies of one operation at once
         for _ in range(3):
-            outcome = await self._write_once(account, op, label, ahead)
-            ahead = None  # a second attempt works on another copy
+            outcome = await self._write_once(account, op, label)
             if outcome is not None:
                 self._enforce_budget()
                 return outcome
         raise BrainUnavailable(Text("The brain changed at the store while saving; nothing was saved. Try again."))
 
-    async def _write_once(self, account: Account, op: Operation, label: str,
-                          ahead: AppliedAhead | None = None) -> WriteOutcome | None:
+    async def _write_once(self, account: Account, op: Operation, label: str) -> WriteOutcome | None:
         """One attempt; None when the copy left the manager before the write touched it."""
         try:
             brains, active = await self._active(account)
@@ -283,18 +247,12 @@ class WorkingCopyManager(Accounts, Sync, HeldWrites, Upkeep):
                 await self._refresh(copy)
             if copy.discarded is not None or self._copies.get((copy.subject, copy.brain_id)) is not copy:
                 return None  # dropped (brain deleted) or evicted meanwhile: start again from the brain list
-            applied = _taken(ahead, op, copy.brain)
-            if applied is not None:
-                assert ahead is not None
-                at = ahead.at
-                working, result, change = applied
-            else:
-                at = self.now()
-                working = copy.brain.copy()
-                # Refusal raises here, before anything changed. In a worker thread: at 10,000
-                # memories a write takes a few hundred ms, which other users' calls need not wait for.
-                result, change = await asyncio.to_thread(_apply_journaled, op, working, at)
+            at = self.now()
+            working = copy.brain.copy()
             key = f"local:{copy.subject}:{copy.brain_id}:{id(working)}:{at.timestamp()}"
+            # Refusal raises here, before anything changed. In a worker thread: at 10,000
+            # memories a write takes a few hundred ms, which other users' calls need not wait for.
+            result, change = await asyncio.to_thread(_apply_journaled, op, working, at)
             old_key = copy.key
             copy.size_bytes = changed_bytes(copy.size_bytes, copy.brain, working, change.paths)
             copy.brain = working

@@ -11,7 +11,6 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from connector.engine.format.brain import Brain
-from connector.engine.format.change import BrainChange
 from connector.workcopy.store_client import BrainRecord
 
 # How each identity provider is named to the user (wording names the kind in use).
@@ -64,23 +63,6 @@ class PendingWrite:
     op: Operation
     at: datetime
     label: str
-
-
-@dataclass(frozen=True)
-class AppliedAhead:
-    """A write applied ahead of its turn to a copy of the brain a snapshot showed
-    (`WorkingCopyManager.apply_ahead`). The write takes its result when the working copy still
-    holds that very brain and the operation is this one; else it applies the operation itself."""
-
-    base: Brain
-    op: Operation
-    at: datetime
-    # (the changed copy, the operation's result, what it changed); None when it refused or failed.
-    applied: asyncio.Future[tuple[Brain, dict[str, Any], BrainChange] | None]
-
-    async def settled(self) -> None:
-        """Once the apply has ended (it runs on when the caller is cancelled)."""
-        await asyncio.shield(self.applied)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,6 @@ import pytest
 from connector.engine.format.brain import Brain
 from connector.engine.recall.exact import recall
 from connector.engine.recall.indexcache import index_for
-from connector.engine.writes.errors import BrainError
 from connector.engine.writes.ops import Forget, Pin, connector_memorize
 from connector.mcp.tools import BrainTools, Caller
 from connector.workcopy.accounts import AccessLost
@@ -24,7 +23,6 @@ from connector.workcopy.core import BrainUnavailable, ManagerTuning
 from connector.workcopy.manager import WorkingCopyManager
 from connector.workcopy.model import Account
 from connector.workcopy.store_client import StoreClient, StoreUnreachable
-from connector.workcopy import manager as manager_module
 from connector.workcopy import sync as sync_module
 from connector.workcopy.sync import brain_bytes
 from tests.connector.conftest import (
@@ -317,13 +315,6 @@ class _NoChange:
         return {"id": "none"}
 
 
-class _Refusing:
-    """A write the brain refuses."""
-
-    def apply(self, brain: Brain, now: datetime) -> dict[str, Any]:
-        raise BrainError("not this one")
-
-
 def test_nothing_is_pushed_when_packing_is_unchanged(store: RunningStore) -> None:
     user = store.add_user("hana")
     brain_id = brains_of(store.url, user.token)[0]["id"]
@@ -370,54 +361,6 @@ def test_a_push_hashes_only_a_pack_that_may_be_its_base(store: RunningStore, mon
         # hashed (it may be that archive), found equal, and not sent.
         unchanged = await manager.write(account, _NoChange(), "noop")
         assert unchanged.synced and client.uploads == 1 and len(hashed) == 1
-        await manager.close()
-
-    run(scenario())
-
-
-def test_a_write_applied_ahead_is_taken_while_the_brain_is_the_one_it_was_applied_to(
-    store: RunningStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """brain_memorize applies its write beside the similar check (`apply_ahead`): the write
-    takes that result while the copy still holds the brain it was applied to; after another
-    write landed, or for an operation it refuses, the write applies the operation itself."""
-    user = store.add_user("ahead")
-    brain_id = brains_of(store.url, user.token)[0]["id"]
-    direct_memorize(store.url, user.token, brain_id, "A fact the store holds")
-    applies: list[Any] = []
-    apply = manager_module._apply_journaled
-    monkeypatch.setattr(manager_module, "_apply_journaled",
-                        lambda op, working, at: applies.append(op) or apply(op, working, at))
-
-    async def scenario() -> None:
-        manager = manager_for(store)
-        account = account_for(user)
-        snapshot = await manager.snapshot(account)
-        op = connector_memorize("Written with the apply made ahead")
-        ahead = manager.apply_ahead(snapshot, op)
-        assert ahead is not None
-        written = await manager.write(account, op, "memorize", ahead=ahead)
-        assert len(applies) == 1 and written.synced
-        # Applied ahead to a brain another write has changed since: applied again, on top of it.
-        snapshot = await manager.snapshot(account)
-        late = connector_memorize("Applied ahead to an older brain")
-        ahead = manager.apply_ahead(snapshot, late)
-        between = await manager.write(account, connector_memorize("A write landing in between"), "memorize")
-        assert ahead is not None
-        again = await manager.write(account, late, "memorize", ahead=ahead)
-        assert len(applies) == 4 and again.synced
-        stored, _ = download_brain(store.url, user.token, brain_id)
-        for outcome in (written, between, again):
-            assert outcome.result["stored"][0]["id"] in memory_ids(stored)
-        # A refusal ahead is no answer: the write applies it and refuses as it would have.
-        snapshot = await manager.snapshot(account)
-        refused = _Refusing()
-        ahead = manager.apply_ahead(snapshot, refused)
-        assert ahead is not None
-        with pytest.raises(BrainError, match="not this one"):
-            await manager.write(account, refused, "memorize", ahead=ahead)
-        assert len(applies) == 6
-        assert len(memory_ids(download_brain(store.url, user.token, brain_id)[0])) == len(memory_ids(stored))
         await manager.close()
 
     run(scenario())

@@ -53,6 +53,7 @@ from connector.engine.format.change import BrainChange
 from connector.engine.format.jsvalues import datetime_ms, round3
 from connector.engine.format.text import ascii_width, memory_body, tokenize
 from connector.engine.recall import beside
+from connector.engine.recall.rows import GrowingRows, followed
 from connector.engine.recall.answergate import (
     ANSWER_GATE,
     CASCADE,
@@ -77,7 +78,6 @@ from connector.engine.recall.exact import recall
 from connector.engine.recall.index import BrainIndex, MemoryRecord
 from connector.engine.recall.judge import JudgeUnavailable, judge_reads
 from connector.engine.recall.pipeline import eligibility, hit_of, instant_ms, newer_field_factors, time_terms
-from connector.engine.recall.rows import GrowingRows, followed
 from connector.engine.recall.textmatch import TextIndex, has_cjk
 
 __all__ = [
