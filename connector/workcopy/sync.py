@@ -52,13 +52,9 @@ def changed_bytes(size: int, before: Brain, after: Brain, paths: Iterable[str]) 
 
 
 def _checksum(data: bytes) -> str:
+    """SHA-256 of an archive, in hex (in a worker thread, as packing: megabytes of work on the
+    event loop held up every other call)."""
     return hashlib.sha256(data).hexdigest()
-
-
-def _packed(brain: Brain) -> bytes:
-    """The brain's archive (in a worker thread, as `_checksum`: megabytes of work on the event
-    loop held up every other call)."""
-    return pack_archive(brain)
 
 
 def empty_key(subject: str, brain_id: str | None) -> str:
@@ -260,7 +256,7 @@ class Sync(ManagerCore):
             # A copy recovered from the journal first gets the store's brain under its writes.
             if copy.needs_rebase and not await self._replay(copy, dropped):
                 return dropped
-            archive = await asyncio.to_thread(_packed, copy.brain)
+            archive = await asyncio.to_thread(pack_archive, copy.brain)
             self._release_follow(copy.key)  # the write's indexes follow while the store is awaited
             checksum: str | None = None
             if copy.base_checksum is not None and self._may_be_base(copy, archive):

@@ -221,7 +221,7 @@ def test_a_write_whose_push_fails_before_packing_still_answers(
 
     async def scenario() -> None:
         await _recalls(tools, caller)
-        monkeypatch.setattr(sync_module, "_packed", broken)
+        monkeypatch.setattr(sync_module, "pack_archive", broken)
         with pytest.raises(RuntimeError, match="packing failed"):
             await asyncio.wait_for(
                 manager.write(caller.account, connector_memorize("Harbour kettle notes, unpacked"), "memorize"),
