@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from connector.engine.recall.embedding import Quantized
-from connector.engine.recall.rows import GrowingRows, followed
+from connector.engine.recall.rows import followed
 
 
 def _vectors(count: int, dimensions: int = 8, seed: int = 0) -> Quantized:
@@ -73,4 +73,6 @@ def test_vectors_of_another_buffer_are_never_grown_in_it() -> None:
     stranger = _vectors(4, seed=5)
     assert rows.grown(stranger, 5) is None
     assert rows.grown(first, 3) is None  # fewer rows than it holds
-    assert isinstance(GrowingRows.moved(stranger, np.arange(4), 4)[1], GrowingRows)
+    copied, _ = followed(stranger, np.arange(4), 5, rows)  # same length as the buffer's newest
+    assert not np.shares_memory(copied.codes, first.codes)
+    assert _same(Quantized(copied.codes[:4], copied.scales[:4]), stranger)

@@ -53,7 +53,6 @@ from connector.engine.format.change import BrainChange
 from connector.engine.format.jsvalues import datetime_ms, round3
 from connector.engine.format.text import ascii_width, memory_body, tokenize
 from connector.engine.recall import beside
-from connector.engine.recall.rows import GrowingRows, followed
 from connector.engine.recall.answergate import (
     ANSWER_GATE,
     CASCADE,
@@ -78,6 +77,7 @@ from connector.engine.recall.exact import recall
 from connector.engine.recall.index import BrainIndex, MemoryRecord
 from connector.engine.recall.judge import JudgeUnavailable, judge_reads
 from connector.engine.recall.pipeline import eligibility, hit_of, instant_ms, newer_field_factors, time_terms
+from connector.engine.recall.rows import GrowingRows, followed
 from connector.engine.recall.textmatch import TextIndex, has_cjk
 
 __all__ = [
@@ -495,11 +495,10 @@ class HybridIndex:
         vectors.codes[positions], vectors.scales[positions] = fresh.codes, fresh.scales
         e5, pending = self._e5_followed(len(ids), keep, added_at, texts, rows)
         judge = self.judge  # after the pending ones were read: `with_e5` fills it before it drops them
-        if e5 is not None and judge is not None:
-            judge = self._followed("judge", judge, keep, len(ids), rows)
+        if judge is not None:
+            judge = None if e5 is None else self._followed("judge", judge, keep, len(ids), rows)
         # Hubness depends on every other memory's vector: computed again on demand.
-        return HybridIndex(ids, hashes, text, vectors, newer, e5=e5, e5_pending=pending,
-                           judge=None if e5 is None else judge, rows=rows)
+        return HybridIndex(ids, hashes, text, vectors, newer, e5=e5, e5_pending=pending, judge=judge, rows=rows)
 
     def _followed(self, name: str, vectors: Quantized, keep: np.ndarray, count: int,
                   rows: dict[str, GrowingRows]) -> Quantized:

@@ -44,10 +44,10 @@ class GrowingRows:
         """A new buffer holding ``count`` rows: ``vectors``' rows moved as ``keep`` says (each
         row's new position, -1: dropped; increasing over the kept ones), the others zero."""
         rows = cls(vectors.codes.shape[1], count + max(_LEAST_ROOM, count // _ROOM_SHARE), vectors.codes.dtype)
-        held = keep >= 0
-        if held.all() and (not len(keep) or keep[-1] == len(keep) - 1):
+        if _in_place(keep):  # two copies, not a gather and a scatter of the whole matrix
             rows._codes[: len(keep)], rows._scales[: len(keep)] = vectors.codes, vectors.scales
         else:
+            held = keep >= 0
             rows._codes[keep[held]], rows._scales[keep[held]] = vectors.codes[held], vectors.scales[held]
         rows._used = count
         return rows._view(count), rows
@@ -78,9 +78,14 @@ def followed(
     """The vectors of a newer version of ``count`` memories: ``vectors``' rows moved as ``keep``
     says, the other rows zero (for the caller to fill), and the buffer holding them. Grown in
     ``rows`` in place when the newer version only adds memories after these, else copied."""
-    appends = len(keep) == len(vectors) and count >= len(keep) and bool(np.all(keep == np.arange(len(keep))))
-    if appends and rows is not None:
+    if rows is not None and _in_place(keep) and count >= len(keep):
         grown = rows.grown(vectors, count)
         if grown is not None:
             return grown, rows
     return GrowingRows.moved(vectors, keep, count)
+
+
+def _in_place(keep: np.ndarray) -> bool:
+    """Whether every row is kept where it was (``keep`` increases over the kept rows, so all
+    kept and the last at its own place means each at its own)."""
+    return bool(not len(keep) or (keep[-1] == len(keep) - 1 and (keep >= 0).all()))
