@@ -25,6 +25,7 @@ from connector.engine.format.brain import Brain
 from connector.engine.format.change import BrainChange
 from connector.engine.writes.errors import BrainError
 from connector.engine.recall.embedding import Quantized, content_hash
+from connector.engine.recall.hubness import Neighbours
 from connector.engine.recall.hybrid import HybridIndex, hybrid_recall, memory_texts
 from connector.engine.recall.hybridpack import pack, unpack
 from connector.engine.recall.index import BrainIndex
@@ -194,6 +195,7 @@ def test_followed_hybrid_index_is_the_fresh_build(plan: list[Any], seed: int) ->
     hybrid = HybridIndex.build(brain, BrainIndex.build(brain), store)
     hybrid.e5 = _e5_of(brain, BrainIndex.build(brain), e5)
     hybrid.judge = _e5_of(brain, BrainIndex.build(brain), judge)
+    hybrid.fill_neighbours()
     for counter, (action, how) in enumerate(plan):
         working = brain.copy()
         working.journal = []
@@ -218,6 +220,16 @@ def test_followed_hybrid_index_is_the_fresh_build(plan: list[Any], seed: int) ->
         assert followed is not None  # writes and pulls keep the memories' order
         built = HybridIndex.build(working, index, store)
         _same_index(followed, built)
+        # Hubness: from the older version's neighbours (grown) when the change kept its memories
+        # and only added some after them, else asked one memory at a time until the background
+        # computes them whole: the fresh build's either way, to the bit.
+        count = len(hybrid.ids)
+        kept_first = followed.ids[:count] == hybrid.ids and followed.hashes[:count] == hybrid.hashes
+        assert followed.needs_neighbours == (not kept_first)
+        everything = list(range(len(built.ids)))
+        fresh = Neighbours.of(built.vectors)
+        assert fresh is not None
+        assert followed.hubness(everything) == built.hubness(everything) == dict(enumerate(fresh.means.tolist()))
         assert _answers(working, index, followed, store) == _answers(working, index, built, store)
         # A build given the previous version's index (a pull: `changed` over every text) too.
         again = HybridIndex.build(working, index, store, hybrid)
@@ -245,6 +257,7 @@ def test_followed_hybrid_index_is_the_fresh_build(plan: list[Any], seed: int) ->
         # Two newer versions (grown in place where they only add memories) and their filled
         # rows left the older one as it was.
         assert _held(hybrid) == before
+        followed.fill_neighbours()  # as the background does for a version that cannot grow them
         brain, hybrid = working, followed
 
 

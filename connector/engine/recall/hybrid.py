@@ -72,7 +72,8 @@ from connector.engine.recall.channelfusion import (
     neighbours,
 )
 from connector.engine.recall.dates import Interval, date_offsets, query_dates
-from connector.engine.recall.embedding import Quantized, content_hash, cosines, embedded_text, products
+from connector.engine.recall.embedding import Quantized, content_hash, cosines, embedded_text
+from connector.engine.recall.hubness import Neighbours, hubness_of
 from connector.engine.recall.exact import recall
 from connector.engine.recall.index import BrainIndex, MemoryRecord
 from connector.engine.recall.judge import JudgeUnavailable, judge_reads
@@ -93,8 +94,6 @@ STRONG_EXACT = 0.8
 EXACT_CANDIDATES = 50
 # How many memories after the best one a query's best strength is compared with.
 STANDOUT_NEIGHBOURS = 5
-# A memory's hubness: its mean cosine to this many nearest other memories of the brain.
-HUBNESS_NEIGHBOURS = 10
 # The floor looks at the hubness of at most this many of the strongest memories.
 HUBNESS_CANDIDATES = 3
 
@@ -334,7 +333,7 @@ class HybridIndex:
     text: TextIndex
     vectors: Quantized
     newer: list[int]  # positions of the memories with trust / supersession / validity fields
-    # Hubness of the memories asked about so far, by position (see `hubness`).
+    # Hubness of the memories asked about so far, by position (see `hubness`), while ``neighbours`` is None.
     hubness_known: dict[int, float] = field(default_factory=dict)
     # The second model's vectors (e5, connector/engine/recall/e5.py) in the same order, once every
     # memory has one: computed in the background (connector/workcopy/backfill.py), None until then.
@@ -351,6 +350,11 @@ class HybridIndex:
     # The buffers ``vectors``, ``e5`` and ``judge`` are views of, when a follow made them
     # (`rows`): the next version that only adds memories grows in them instead of copying.
     rows: dict[str, GrowingRows] = field(default_factory=dict, repr=False)
+    # Every memory's nearest cosines (`hubness.Neighbours`): computed in the background
+    # (`fill_neighbours`), or grown on first use from ``grows_from``, an earlier version's whose
+    # memories are this one's first, unchanged (a write that only added memories).
+    neighbours: Neighbours | None = field(default=None, repr=False)
+    grows_from: Neighbours | None = field(default=None, repr=False)
 
     @classmethod
     def build(
@@ -370,7 +374,7 @@ class HybridIndex:
         ids = [record.id for record in index.memories]
         if previous is not None and previous.hashes == hashes:
             return cls(ids, hashes, previous.text, previous.vectors, newer, previous.hubness_known, *previous.e5_state(),
-                       judge=previous.judge, rows=previous.rows)
+                       judge=previous.judge, rows=previous.rows, grows_from=previous._followers_neighbours())
         if previous is not None:
             # Another version of the brain (a pull, a write made elsewhere): index what differs.
             old_positions = {memory_id: position for position, memory_id in enumerate(previous.ids)}
@@ -482,7 +486,7 @@ class HybridIndex:
         if not added_at and len(kept) == len(self.ids) and np.all(kept == np.arange(len(kept))):
             # No text changed: the e5 vectors (and those still to come) stay where they were.
             return HybridIndex(ids, hashes, self.text, self.vectors, newer, self.hubness_known, *self.e5_state(),
-                               judge=self.judge, rows=self.rows)
+                               judge=self.judge, rows=self.rows, grows_from=self._followers_neighbours())
         if np.any(np.diff(kept) <= 0):
             return None
         positions = np.asarray(added_at, dtype=np.int64)
@@ -497,8 +501,12 @@ class HybridIndex:
         judge = self.judge  # after the pending ones were read: `with_e5` fills it before it drops them
         if judge is not None:
             judge = None if e5 is None else self._followed("judge", judge, keep, len(ids), rows)
-        # Hubness depends on every other memory's vector: computed again on demand.
-        return HybridIndex(ids, hashes, text, vectors, newer, e5=e5, e5_pending=pending, judge=judge, rows=rows)
+        # Hubness depends on every other memory's vector: grown from this version's neighbours when
+        # the new one only added memories after these, else computed again (on demand, and whole
+        # in the background).
+        appended = len(kept) == len(self.ids) and (not added_at or added_at[0] >= len(self.ids))
+        return HybridIndex(ids, hashes, text, vectors, newer, e5=e5, e5_pending=pending, judge=judge, rows=rows,
+                           grows_from=self._followers_neighbours() if appended else None)
 
     def _followed(self, name: str, vectors: Quantized, keep: np.ndarray, count: int,
                   rows: dict[str, GrowingRows]) -> Quantized:
@@ -555,18 +563,54 @@ class HybridIndex:
         return self.judge
 
     def hubness(self, positions: Sequence[int]) -> dict[int, float]:
-        """Mean cosine of each memory at ``positions`` to its HUBNESS_NEIGHBOURS nearest
-        other memories (computed once per memory of this version, on demand)."""
+        """Mean cosine of each memory at ``positions`` to its HUBNESS_NEIGHBOURS nearest other
+        memories (`hubness`): read from ``neighbours`` when this version has them (or can grow
+        them from ``grows_from``), else computed once per memory of this version, on demand."""
+        table = self._neighbours()
+        if table is not None:
+            return {position: float(table.means[position]) for position in positions}
         missing = [position for position in dict.fromkeys(positions) if position not in self.hubness_known]
         if missing:
-            rows = self.vectors.codes[missing].astype(np.float32) * self.vectors.scales[missing, None]
-            similar = np.ascontiguousarray(products(self.vectors, rows).T)
-            similar[np.arange(len(missing)), missing] = -np.inf  # not its own neighbour
-            k = min(HUBNESS_NEIGHBOURS, similar.shape[1] - 1)
-            for row, position in enumerate(missing):
-                nearest = np.partition(similar[row], -k)[-k:] if k > 0 else np.zeros(1, dtype=np.float32)
-                self.hubness_known[position] = float(nearest.mean())
+            self.hubness_known.update(hubness_of(self.vectors, missing))
         return {position: self.hubness_known[position] for position in positions}
+
+    # Another thread may be growing the neighbours: it sets ``neighbours``, then clears
+    # ``grows_from``; so readers read ``grows_from`` first, then ``neighbours``.
+
+    def _neighbours(self) -> Neighbours | None:
+        """This version's neighbours: grown now from ``grows_from`` when only that is there (one
+        pass over the vectors; two threads growing at once make the same table)."""
+        base = self.grows_from
+        table = self.neighbours
+        if table is None and base is not None:
+            table = self.neighbours = base.grown(self.vectors)
+            self.grows_from = None
+        return table
+
+    @property
+    def needs_neighbours(self) -> bool:
+        """Whether this version's neighbours are still to compute whole (`fill_neighbours`)."""
+        base = self.grows_from
+        return base is None and self.neighbours is None
+
+    def fill_neighbours(self, stop: Callable[[], bool] | None = None) -> bool:
+        """Compute every memory's neighbours (~1.2 s of CPU at 10,000 memories: a background
+        job's); False when ``stop`` ended it first."""
+        if not self.needs_neighbours:
+            return True
+        table = Neighbours.of(self.vectors, stop)
+        if table is None:
+            return False
+        if self.neighbours is None:
+            self.neighbours = table
+        return True
+
+    def _followers_neighbours(self) -> Neighbours | None:
+        """What a newer version holding this one's memories first, unchanged, grows its neighbours
+        from (one with the same memories takes them as they are: `Neighbours.grown`)."""
+        base = self.grows_from
+        table = self.neighbours
+        return table if table is not None else base
 
     def adjacent(self, index: BrainIndex) -> tuple[np.ndarray, np.ndarray]:
         """Each memory's neighbours in write order within its folder (`channelfusion.neighbours`), once per version."""

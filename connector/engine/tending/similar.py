@@ -52,7 +52,8 @@ import numpy as np
 from connector.engine.format.brain import Brain
 from connector.engine.format.text import memory_body, normalised_content
 from connector.engine.recall.embedding import Quantized, cosines, embedded_text
-from connector.engine.recall.hybrid import HUBNESS_NEIGHBOURS, HybridIndex, VectorSource
+from connector.engine.recall.hubness import HUBNESS_NEIGHBOURS
+from connector.engine.recall.hybrid import HybridIndex, VectorSource
 from connector.engine.recall.index import BrainIndex
 from connector.engine.recall.textmatch import fold_traditional, word_terms
 
