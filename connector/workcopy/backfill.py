@@ -13,7 +13,9 @@ computed are kept: a version mostly shares its memories with the one before).
 The answer gate's judge (connector/engine/recall/judge.py) is a channel too, for English
 queries: its vectors are computed by the same jobs, once a version's e5 vectors are all there
 (a write's new memories with their e5 vector), kept by a store of their own, and handed over
-on the version (`HybridIndex.judge`).
+on the version (`HybridIndex.judge`). So are the memories' neighbours (their hubness,
+connector/engine/recall/hubness.py), first: a version that only added memories to one that has
+them grows them on first use instead.
 """
 
 from __future__ import annotations
@@ -140,7 +142,7 @@ class E5Backfill:
         complete = e5 if e5 is not None and not pending else None
         if complete is not None:
             self._counted(brain_id, len(index.memories))
-            if self.judge is None or hybrid.judge is not None:
+            if (self.judge is None or hybrid.judge is not None) and not hybrid.needs_neighbours:
                 return complete
         if self.store is None:
             return None
@@ -209,6 +211,10 @@ class E5Backfill:
     def _fill(self, job: _Job) -> None:
         store = self._store
         assert store is not None
+        # The memories' neighbours first (~1 s at 10,000 memories; a write's version grows them
+        # instead): until then each recall computes its candidates' hubness (~2 ms).
+        if not job.hybrid.fill_neighbours(lambda: self._superseded(job)):
+            return
         if job.hybrid.e5 is not None:
             self._fill_pending(store, job)
         elif not self._fill_whole(store, job):

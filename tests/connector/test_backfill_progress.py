@@ -10,9 +10,10 @@ from datetime import UTC, datetime
 import numpy as np
 
 from connector.engine.recall.embedding import Quantized
+from connector.engine.recall.hubness import hubness_of
 from connector.engine.recall.hybrid import HybridIndex, memory_texts
 from connector.engine.recall.index import BrainIndex
-from connector.engine.writes.ops import Forget
+from connector.engine.writes.ops import Forget, Memorize, MemoryInput
 from connector.workcopy.backfill import EMBEDDING, READY, E5Backfill
 from connector.workcopy.vectors import VectorStore
 from tests.engine.hybrid_support import MEMORIES, CountingEmbedder, make_brain
@@ -88,5 +89,43 @@ def test_a_version_with_fewer_memories_is_counted_once_it_is_recalled() -> None:
         progress = backfill.progress("b")
         assert (progress.state, progress.done, progress.total) == (READY, len(fewer_index.memories),
                                                                    len(fewer_index.memories))
+    finally:
+        backfill.close()
+
+
+def test_a_job_computes_the_memories_neighbours_and_a_write_grows_them() -> None:
+    """The background computes a version's neighbours (recall then reads its hubness instead of a
+    pass over the vectors); a version that only added memories grows them, and one that forgot a
+    memory, whose e5 vectors are all there, is still handed a job for its neighbours."""
+    whole, ids = make_brain()
+    whole_index = BrainIndex.build(whole)
+    use = VectorStore(CountingEmbedder()).for_brain("b")
+    whole_hybrid = HybridIndex.build(whole, whole_index, use)
+    assert whole_hybrid.needs_neighbours
+    backfill = E5Backfill(lambda: VectorStore(CountingEmbedder()))
+    try:
+        backfill.vectors("b", whole, whole_index, whole_hybrid)
+        seconds_until(lambda: backfill.progress("b").state == READY, 30, what="the whole brain's vectors")
+        assert whole_hybrid.neighbours is not None
+        everything = range(len(whole_index.memories))
+        assert whole_hybrid.hubness(everything) == hubness_of(whole_hybrid.vectors, everything)
+        assert not whole_hybrid.hubness_known  # read from the neighbours: none computed on demand
+        more = whole.copy()
+        written = MemoryInput(title="Release day", type="learning", content="We release every Tuesday.", path="notes/")
+        Memorize([written]).apply(more, datetime.now(UTC))
+        more_index = BrainIndex.build(more)
+        grown = HybridIndex.build(more, more_index, use, whole_hybrid)
+        assert grown.grows_from is whole_hybrid.neighbours and not grown.needs_neighbours
+        more_all = range(len(more_index.memories))
+        assert grown.hubness(more_all) == hubness_of(grown.vectors, more_all) and grown.neighbours is not None
+        fewer = whole.copy()
+        Forget(ids[MEMORIES[-1]["title"]], force=True).apply(fewer, datetime.now(UTC))
+        fewer_index = BrainIndex.build(fewer)
+        fewer_hybrid = HybridIndex.build(fewer, fewer_index, use, whole_hybrid)
+        assert fewer_hybrid.needs_neighbours and fewer_hybrid.e5_state()[0] is not None
+        assert backfill.vectors("b", fewer, fewer_index, fewer_hybrid) is not None  # e5 at once
+        seconds_until(lambda: fewer_hybrid.neighbours is not None, 30, what="the neighbours after a forget")
+        fewer_all = range(len(fewer_index.memories))
+        assert fewer_hybrid.hubness(fewer_all) == hubness_of(fewer_hybrid.vectors, fewer_all)
     finally:
         backfill.close()
