@@ -205,13 +205,13 @@ async def timed_calls(client: Client, name: str, argument_sets: list[dict[str, A
 
 
 async def channels_ready(client: Client, limit_s: float = 300.0) -> float:
-    """Seconds until brain_status says e5's vectors and kernels and the judge's channel are ready
-    (each only where the connector runs it); raises after ``limit_s``."""
+    """Seconds until brain_status says e5's vectors and kernels, the memories' neighbours and the
+    judge's channel are ready (each only where the connector runs it); raises after ``limit_s``."""
     began = time.perf_counter()
     while True:
         status = (await client.call_tool("brain_status", {})).structured_content or {}
         e5, judge = status.get("recall_e5"), status.get("recall_judge")
-        e5_ready = e5 is None or (e5.get("state") == "ready" and e5.get("query_kernels", "ready") == "ready")
+        e5_ready = e5 is None or all(e5.get(key, "ready") == "ready" for key in ("state", "query_kernels", "neighbours"))
         judge_ready = judge is None or judge.get("channel", "ready") == "ready"
         if e5_ready and judge_ready:
             return time.perf_counter() - began

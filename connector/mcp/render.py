@@ -136,13 +136,18 @@ def recall_text(result: dict[str, Any], *, titles_only: bool = False) -> str:
 
 
 def _e5_line(e5: dict[str, Any]) -> str:
-    """Where the second recall model's vectors are (brain_status)."""
+    """Where the second recall model's vectors are (brain_status), and the memories' neighbours
+    the same background computes."""
     if e5.get("state") == "unavailable":
         return "Recall model e5: cannot load on this machine; hybrid recall runs without it."
     if e5.get("state") == "ready":
-        return f"Recall model e5: ready ({e5.get('total', 0)} memories)."
-    return (f"Recall model e5: {e5.get('embedded', 0)} of {e5.get('total', 0)} memories embedded; hybrid recall "
-            "uses it once all are.")
+        line = f"Recall model e5: ready ({e5.get('total', 0)} memories)."
+    else:
+        line = (f"Recall model e5: {e5.get('embedded', 0)} of {e5.get('total', 0)} memories embedded; hybrid recall "
+                "uses it once all are.")
+    if e5.get("neighbours") == "computing":
+        line += " The memories' nearest neighbours are being computed; until then each recall computes the few it needs."
+    return line
 
 
 def _judge_line(judge: dict[str, Any]) -> str:

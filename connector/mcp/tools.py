@@ -67,7 +67,7 @@ from connector.mcp.definitions import (
 from connector.mcp.toolgroups import TOOL_GROUPS, ToolGroup
 from connector.thinking.source import ModelSource
 from connector.workcopy.accounts import UnknownBrain
-from connector.workcopy.backfill import UNAVAILABLE, E5Backfill, Progress
+from connector.workcopy.backfill import COMPUTING, READY, UNAVAILABLE, E5Backfill, Progress
 from connector.workcopy.core import BrainUnavailable
 from connector.workcopy.hybridfollow import HybridFollower
 from connector.workcopy.indexdisk import IndexDisk
@@ -822,7 +822,10 @@ class BrainTools:
         except RecallError:  # a brain recall cannot read: recall reports it, status keeps the last count
             return progress
         self.e5.vectors(snapshot.brain_id, snapshot.brain, index, hybrid)
-        return self.e5.progress(snapshot.brain_id)
+        progress = self.e5.progress(snapshot.brain_id)
+        if progress is None or progress.state == UNAVAILABLE:
+            return progress
+        return replace(progress, neighbours=COMPUTING if hybrid.needs_neighbours else READY)
 
     def hybrid_index(self, brain: Brain, key: str | None, index: BrainIndex, brain_id: str | None = None) -> HybridIndex:
         """The hybrid index of one version of brain ``brain_id``, cached under that brain and its content key.

@@ -51,12 +51,17 @@ class Progress:
     # load), by the engine or the numpy pass otherwise (vectors equal to ~1e-4, not to the bit).
     # None: not known.
     query_kernels: str | None = None
+    # The memories' nearest neighbours (their hubness, `HybridIndex.fill_neighbours`), computed by
+    # the same jobs: ready, or computing (each recall computes its candidates' meanwhile). None: not known.
+    neighbours: str | None = None
 
     def to_json(self) -> dict[str, object]:
         """The figures brain_status shows."""
         shown: dict[str, object] = {"state": self.state, "embedded": self.done, "total": self.total}
         if self.query_kernels is not None:
             shown["query_kernels"] = self.query_kernels
+        if self.neighbours is not None:
+            shown["neighbours"] = self.neighbours
         return shown
 
 
@@ -76,6 +81,7 @@ YIELD_MAX_S = 3.0
 UNAVAILABLE = "unavailable"
 READY = "ready"
 EMBEDDING = "embedding"
+COMPUTING = "computing"
 
 
 @dataclass

@@ -14,7 +14,8 @@ from connector.engine.recall.hubness import hubness_of
 from connector.engine.recall.hybrid import HybridIndex, memory_texts
 from connector.engine.recall.index import BrainIndex
 from connector.engine.writes.ops import Forget, Memorize, MemoryInput
-from connector.workcopy.backfill import EMBEDDING, READY, E5Backfill
+from connector.mcp import render
+from connector.workcopy.backfill import COMPUTING, EMBEDDING, READY, E5Backfill, Progress
 from connector.workcopy.vectors import VectorStore
 from tests.engine.hybrid_support import MEMORIES, CountingEmbedder, make_brain
 from tests.support.waiting import seconds_until
@@ -129,3 +130,13 @@ def test_a_job_computes_the_memories_neighbours_and_a_write_grows_them() -> None
         assert fewer_hybrid.hubness(fewer_all) == hubness_of(fewer_hybrid.vectors, fewer_all)
     finally:
         backfill.close()
+
+
+def test_brain_status_says_while_the_neighbours_are_computed() -> None:
+    computing = Progress(READY, 40, 40, neighbours=COMPUTING).to_json()
+    assert computing == {"state": "ready", "embedded": 40, "total": 40, "neighbours": "computing"}
+    text = render.status_text({"brains": [], "identity": {"status": "ok"}, "recall_e5": computing})
+    assert "Recall model e5: ready (40 memories). The memories' nearest neighbours are being computed" in text
+    done = render.status_text({"brains": [], "identity": {"status": "ok"},
+                               "recall_e5": Progress(READY, 40, 40, neighbours=READY).to_json()})
+    assert "Recall model e5: ready (40 memories).\n" in done and "neighbours" not in done

@@ -78,6 +78,8 @@ def test_recall_answers_while_e5_is_computed_and_keeps_its_vectors(store: Runnin
             assert {key: shown[key] for key in ("state", "embedded", "total")} == {"state": "ready", "embedded": total, "total": total}
             # Where the int8 query kernels stand (the connector builds them in the background).
             assert shown["query_kernels"] in ("loading", "ready", "failed")
+            # The memories' neighbours (their hubness) come first in the same background job.
+            assert shown["neighbours"] == "ready"
             # With e5 fused in (the version's vectors handed over on the next recall).
             found = structured(await client.call_tool("brain_recall", {"query": "vaccine for the cat", "limit": 3}))
             assert found["results"][0]["id"] == ids["猫的疫苗"]

@@ -9,12 +9,13 @@ on every recall. `Neighbours` keeps every memory's nearest cosines instead: comp
 brain in the background (~1.2 s of CPU at 10,000 memories) and grown when a write adds memories
 (one pass over the brain for the new ones), so recall reads it.
 
-Every cosine here is exact up to one rounding: the int8 codes' dot products are integers below
-2**24 (at most 1,040 dimensions of |code| <= 127), which float32 BLAS sums exactly in any
-order, then scaled once by the product of the two rows' scales. So a cosine does not depend on
-which other rows shared its product (one memory asked, a block of 256, a write's few), nor on
-which of the two memories asked: asked one at a time, computed for the whole brain or grown after
-a write, a memory's hubness is the same number, to the bit.
+Every cosine here is computed the same way wherever it is computed: the int8 codes' dot
+products are integers below 2**24 (at most 1,040 dimensions of |code| <= 127), which float32
+BLAS sums exactly in any order, then multiplied by the product of the two rows' scales (the
+same either way round). So a cosine does not depend on which other rows shared its product (one
+memory asked, a block of 256, a write's few), nor on which of the two memories asked: asked one
+at a time, computed for the whole brain or grown after a write, a memory's hubness is the same
+number, to the bit.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ _EXACT = 1 << 24
 
 def pair_cosines(vectors: Quantized, positions: Sequence[int] | np.ndarray) -> np.ndarray:
     """The cosine of every memory with each memory at ``positions``: (len(vectors), len(positions)),
-    float32, exact up to one rounding (the module's docstring)."""
+    float32, the same numbers however the positions are grouped (the module's docstring)."""
     blas_on_one_thread()
     codes, scales = vectors.codes, vectors.scales
     if codes.shape[1] * 127 * 127 >= _EXACT:
