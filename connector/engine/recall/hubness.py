@@ -25,15 +25,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from connector.engine.recall.embedding import Quantized, blas_on_one_thread
+from connector.engine.recall.embedding import Quantized, products
 
 __all__ = ["HUBNESS_NEIGHBOURS", "Neighbours", "hubness_of", "pair_cosines"]
 
 # A memory's hubness: its mean cosine to this many nearest other memories of the brain.
 HUBNESS_NEIGHBOURS = 10
-# Rows widened to float32 at a time (as `embedding.products`), and memories computed per
-# product when the whole brain's are (a block of 256 x 10,000 cosines: 10 MB).
-_ROWS = 512
+# Memories computed per product when the whole brain's are (a block of 256 x 10,000 cosines: 10 MB).
 _BLOCK = 256
 # Integer dot products of int8 codes stay exact in float32 below this (2**24).
 _EXACT = 1 << 24
@@ -42,15 +40,12 @@ _EXACT = 1 << 24
 def pair_cosines(vectors: Quantized, positions: Sequence[int] | np.ndarray) -> np.ndarray:
     """The cosine of every memory with each memory at ``positions``: (len(vectors), len(positions)),
     float32, the same numbers however the positions are grouped (the module's docstring)."""
-    blas_on_one_thread()
     codes, scales = vectors.codes, vectors.scales
     if codes.shape[1] * 127 * 127 >= _EXACT:
         raise ValueError(f"{codes.shape[1]} dimensions: the dot products of int8 codes would round")
     chosen = np.asarray(positions, dtype=np.int64)
-    columns = np.ascontiguousarray(codes[chosen].astype(np.float32).T)
-    out = np.empty((len(codes), len(chosen)), dtype=np.float32)
-    for start in range(0, len(codes), _ROWS):
-        np.matmul(codes[start : start + _ROWS].astype(np.float32), columns, out=out[start : start + _ROWS])
+    # The codes' integer dot products (`products` with unit scales: a multiplication by one is exact).
+    out = products(Quantized(codes, np.ones(len(codes), dtype=np.float32)), codes[chosen].astype(np.float32))
     out *= scales[:, None] * scales[chosen][None, :]  # one product of two scales: the same either way round
     return out
 
@@ -73,9 +68,10 @@ def _means(nearest: np.ndarray) -> np.ndarray:
     return nearest.astype(np.float64).mean(axis=1)
 
 
-def _own_excluded(cosines: np.ndarray, positions: np.ndarray) -> np.ndarray:
-    """``cosines`` of the memories at ``positions`` (one row each, every memory a column) with each
-    memory's own column out of reach (a memory is not its own neighbour)."""
+def _others(vectors: Quantized, positions: np.ndarray) -> np.ndarray:
+    """The cosines of the memories at ``positions`` (a row each) with every memory (a column each),
+    a memory's own column out of reach (it is not its own neighbour)."""
+    cosines = np.ascontiguousarray(pair_cosines(vectors, positions).T)
     cosines[np.arange(len(positions)), positions] = -np.inf
     return cosines
 
@@ -85,8 +81,7 @@ def hubness_of(vectors: Quantized, positions: Sequence[int]) -> dict[int, float]
     chosen = np.asarray(list(dict.fromkeys(positions)), dtype=np.int64)
     if not len(chosen):
         return {}
-    cosines = _own_excluded(np.ascontiguousarray(pair_cosines(vectors, chosen).T), chosen)
-    means = _means(_nearest(cosines, _neighbours_of(len(vectors))))
+    means = _means(_nearest(_others(vectors, chosen), _neighbours_of(len(vectors))))
     return {int(position): float(value) for position, value in zip(chosen, means, strict=True)}
 
 
@@ -112,8 +107,7 @@ class Neighbours:
             if stop is not None and stop():
                 return None
             block = np.arange(start, min(start + _BLOCK, count), dtype=np.int64)
-            cosines = _own_excluded(np.ascontiguousarray(pair_cosines(vectors, block).T), block)
-            nearest[start : start + len(block)] = _nearest(cosines, k)
+            nearest[start : start + len(block)] = _nearest(_others(vectors, block), k)
         return cls(nearest, _means(nearest))
 
     def grown(self, vectors: Quantized) -> Neighbours:
@@ -131,8 +125,9 @@ class Neighbours:
             assert grown is not None
             return grown
         added = np.arange(before, count, dtype=np.int64)
-        cosines = pair_cosines(vectors, added)
-        old = _nearest(np.concatenate([self.nearest, cosines[:before]], axis=1), k)
-        new = _nearest(_own_excluded(np.ascontiguousarray(cosines.T), added), k)
+        cosines = _others(vectors, added)  # a row per added memory
+        # An earlier memory's nearest: among its old nearest and its cosines with the added ones.
+        old = _nearest(np.concatenate([self.nearest, cosines[:, :before].T], axis=1), k)
+        new = _nearest(cosines, k)
         nearest = np.concatenate([old, new])
         return Neighbours(nearest, _means(nearest))
