@@ -78,7 +78,7 @@ from connector.engine.recall.exact import recall
 from connector.engine.recall.index import BrainIndex, MemoryRecord
 from connector.engine.recall.judge import JudgeUnavailable, judge_reads
 from connector.engine.recall.pipeline import eligibility, hit_of, instant_ms, newer_field_factors, time_terms
-from connector.engine.recall.rows import GrowingRows, followed
+from connector.engine.recall.rows import GrowingRows, followed, kept_in_place
 from connector.engine.recall.textmatch import TextIndex, has_cjk
 
 __all__ = [
@@ -502,11 +502,10 @@ class HybridIndex:
         if judge is not None:
             judge = None if e5 is None else self._followed("judge", judge, keep, len(ids), rows)
         # Hubness depends on every other memory's vector: grown from this version's neighbours when
-        # the new one only added memories after these, else computed again (on demand, and whole
-        # in the background).
-        appended = len(kept) == len(self.ids) and (not added_at or added_at[0] >= len(self.ids))
+        # the new one kept these where they were (and only added memories after them), else
+        # computed again (on demand, and whole in the background).
         return HybridIndex(ids, hashes, text, vectors, newer, e5=e5, e5_pending=pending, judge=judge, rows=rows,
-                           grows_from=self._followers_neighbours() if appended else None)
+                           grows_from=self._followers_neighbours() if kept_in_place(keep) else None)
 
     def _followed(self, name: str, vectors: Quantized, keep: np.ndarray, count: int,
                   rows: dict[str, GrowingRows]) -> Quantized:

@@ -22,7 +22,7 @@ import numpy as np
 
 from connector.engine.recall.embedding import Quantized
 
-__all__ = ["GrowingRows", "followed"]
+__all__ = ["GrowingRows", "followed", "kept_in_place"]
 
 # Room after the rows a buffer is made for: a copy every ~1/16 of the brain's size in added
 # memories (625 at 10,000). Rows never written stay untouched zero pages.
@@ -44,7 +44,7 @@ class GrowingRows:
         """A new buffer holding ``count`` rows: ``vectors``' rows moved as ``keep`` says (each
         row's new position, -1: dropped; increasing over the kept ones), the others zero."""
         rows = cls(vectors.codes.shape[1], count + max(_LEAST_ROOM, count // _ROOM_SHARE), vectors.codes.dtype)
-        if _in_place(keep):  # two copies, not a gather and a scatter of the whole matrix
+        if kept_in_place(keep):  # two copies, not a gather and a scatter of the whole matrix
             rows._codes[: len(keep)], rows._scales[: len(keep)] = vectors.codes, vectors.scales
         else:
             held = keep >= 0
@@ -78,14 +78,14 @@ def followed(
     """The vectors of a newer version of ``count`` memories: ``vectors``' rows moved as ``keep``
     says, the other rows zero (for the caller to fill), and the buffer holding them. Grown in
     ``rows`` in place when the newer version only adds memories after these, else copied."""
-    if rows is not None and _in_place(keep) and count >= len(keep):
+    if rows is not None and kept_in_place(keep) and count >= len(keep):
         grown = rows.grown(vectors, count)
         if grown is not None:
             return grown, rows
     return GrowingRows.moved(vectors, keep, count)
 
 
-def _in_place(keep: np.ndarray) -> bool:
+def kept_in_place(keep: np.ndarray) -> bool:
     """Whether every row is kept where it was (``keep`` increases over the kept rows, so all
     kept and the last at its own place means each at its own)."""
     return bool(not len(keep) or (keep[-1] == len(keep) - 1 and (keep >= 0).all()))
